@@ -1,0 +1,30 @@
+# make run   : create .venv, install tidings, run a broker + monitoring workload + Spark job, print a summary
+# make test  : create .venv, install tidings with test extras, run the whole suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.installed
+
+.PHONY: run test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[spark,test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m tidings.cli.main demo --data ./data
+
+test: $(STAMP)
+	$(PY) -m ruff check src tests bench
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests bench
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) data build *.egg-info

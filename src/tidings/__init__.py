@@ -1,0 +1,1 @@
+"""tidings: wide-area publish/subscribe with exactly-once delivery."""

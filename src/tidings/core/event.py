@@ -1,0 +1,136 @@
+"""Events and their one encoding, shared by the pubend log and the wire.
+
+An event is logged once, at its publisher's broker, as a msgpack array
+
+    [pubend, tick, channel, attributes, service, instance, payload]
+
+and the very same bytes travel in EVENTS frames to every subscriber: the broker never re-encodes an
+event on the way out. The tick is the pubend's stream time: microseconds since the Unix epoch,
+strictly increasing per pubend, so `time` is derived from it.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from tidings.core.errors import BAD_ATTRIBUTES, TidingsError
+
+AttrValue = str | int | float | bool
+ATTRIBUTES_MAX = 64
+ATTRIBUTE_KEY_BYTES_MAX = 128
+ATTRIBUTE_STRING_BYTES_MAX = 4096
+INT_MIN = -(2**63)
+INT_MAX = 2**64 - 1
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+class AttributeError_(TidingsError, ValueError):
+    code = BAD_ATTRIBUTES
+
+
+def validate_attributes(attributes: object) -> dict[str, AttrValue]:
+    """Return attributes as a plain dict if every key is a string and every value a str, int,
+    float or bool (msgpack-representable, finite floats only); else raise naming the offender."""
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, Mapping):
+        raise AttributeError_(f"attributes must be a map, not {type(attributes).__name__}")
+    if len(attributes) > ATTRIBUTES_MAX:
+        raise AttributeError_(f"an event has at most {ATTRIBUTES_MAX} attributes, got {len(attributes)}")
+    out: dict[str, AttrValue] = {}
+    for key, value in attributes.items():
+        if not isinstance(key, str) or not key:
+            raise AttributeError_(f"attribute names must be non-empty strings, got {key!r}")
+        if len(key) > ATTRIBUTE_KEY_BYTES_MAX:
+            raise AttributeError_(f"attribute name {key[:20]!r}... is longer than {ATTRIBUTE_KEY_BYTES_MAX}")
+        if isinstance(value, bool | str):
+            if isinstance(value, str) and len(value) > ATTRIBUTE_STRING_BYTES_MAX:
+                raise AttributeError_(f"attribute {key!r} is longer than {ATTRIBUTE_STRING_BYTES_MAX}")
+        elif isinstance(value, int):
+            if not INT_MIN <= value <= INT_MAX:
+                raise AttributeError_(f"attribute {key!r} = {value} does not fit in 64 bits")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise AttributeError_(f"attribute {key!r} is not a finite number")
+        else:
+            raise AttributeError_(
+                f"attribute {key!r} has type {type(value).__name__}; use str, int, float or bool"
+            )
+        out[key] = value
+    return out
+
+
+def tick_to_datetime(tick: int) -> _dt.datetime:
+    return _EPOCH + _dt.timedelta(microseconds=tick)
+
+
+def datetime_to_tick(when: _dt.datetime) -> int:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.UTC)
+    delta = when - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One published event as a subscriber sees it."""
+
+    pubend: str
+    tick: int
+    channel: str
+    attributes: dict[str, AttrValue]
+    service: str
+    instance: str
+    payload: bytes
+
+    @property
+    def time(self) -> _dt.datetime:
+        return tick_to_datetime(self.tick)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object `tidings sub` prints: payload as text when UTF-8, else base64."""
+        out: dict[str, Any] = {
+            "channel": self.channel,
+            "pubend": self.pubend,
+            "tick": self.tick,
+            "time": self.time.isoformat().replace("+00:00", "Z"),
+            "source": {"service": self.service, "instance": self.instance},
+            "attributes": self.attributes,
+        }
+        try:
+            out["payload"] = self.payload.decode("utf-8")
+        except UnicodeDecodeError:
+            out["payload"] = base64.b64encode(self.payload).decode("ascii")
+            out["payload_encoding"] = "base64"
+        return out
+
+
+def encode_event(
+    pubend: str, tick: int, channel: str, attributes: dict[str, AttrValue],
+    service: str, instance: str, payload: bytes,
+) -> bytes:
+    return msgpack.packb([pubend, tick, channel, attributes, service, instance, payload])
+
+
+def event_from_fields(fields: list[Any]) -> Event:
+    """Build an Event from a decoded record; raises ValueError if the shape is wrong."""
+    if not isinstance(fields, list) or len(fields) != 7:
+        raise ValueError("an event record is a 7-element array")
+    pubend, tick, channel, attributes, service, instance, payload = fields
+    if not (isinstance(pubend, str) and isinstance(tick, int) and isinstance(channel, str)
+            and isinstance(attributes, dict) and isinstance(service, str)
+            and isinstance(instance, str) and isinstance(payload, bytes)):
+        raise ValueError("an event record has a field of the wrong type")
+    return Event(pubend, tick, channel, attributes, service, instance, payload)
+
+
+def decode_event(record: bytes) -> Event:
+    return event_from_fields(msgpack.unpackb(record))

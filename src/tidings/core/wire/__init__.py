@@ -1,0 +1,1 @@
+"""The tidings wire protocol: length-prefixed msgpack frames (see docs/protocol.md)."""

@@ -1,0 +1,312 @@
+"""Wire messages: each frame body is a msgpack array whose first element is the message type.
+
+Decoding checks the shape of every field and raises ProtocolError naming the problem, so the
+machines above never see a malformed message. An EVENTS body is assembled from already-encoded
+event records (see core/event.py) without decoding or re-encoding them: fan-out costs one copy.
+The full table of messages is in docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from tidings.core.errors import BAD_MESSAGE, UNKNOWN_MESSAGE, ProtocolError
+from tidings.core.wire.frames import frame
+
+PROTOCOL_VERSION = 1
+
+# client -> broker
+HELLO = 1
+PUBLISH = 2
+SUBSCRIBE = 3
+UNSUBSCRIBE = 4
+STATUS = 5
+# broker -> client
+WELCOME = 16
+ACK = 17
+EVENTS = 18
+SUBSCRIBED = 19
+GAP = 20
+END = 21
+STATUS_REPLY = 22
+ERROR = 23
+
+START_NOW = "now"
+START_OLDEST = "start"
+START_AFTER = "after"
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    version: int
+    service: str
+    instance: str
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    seq: int
+    events: list[Any]  # [[channel, attributes, payload], ...]; each checked by the broker
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    sub: int
+    pattern: str
+    filter: str | None
+    start: str  # START_NOW, START_OLDEST or START_AFTER
+    after: int  # with START_AFTER: deliver ticks > after
+    end: int | None  # deliver ticks <= end, then END
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    sub: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRequest:
+    req: int
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    version: int
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    seq: int
+    pubend: str
+    ticks: list[int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Events:
+    sub: int
+    records: list[list[Any]]  # decoded event arrays, see core.event.event_from_fields
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribed:
+    sub: int
+    position: int  # delivery starts after this tick
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    sub: int
+    after: int
+    through: int
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    sub: int
+    through: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    req: int
+    status: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    code: str
+    message: str
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+def _pack(body: list[Any]) -> bytes:
+    return frame(msgpack.packb(body))
+
+
+# ---- encoders (return whole frames) -------------------------------------------------------------
+
+
+def hello(service: str, instance: str, version: int = PROTOCOL_VERSION) -> bytes:
+    return _pack([HELLO, version, service, instance])
+
+
+def publish(seq: int, events: list[list[Any]]) -> bytes:
+    return _pack([PUBLISH, seq, events])
+
+
+def subscribe(msg: Subscribe) -> bytes:
+    start: list[Any] = [msg.start] if msg.start != START_AFTER else [START_AFTER, msg.after]
+    return _pack([SUBSCRIBE, msg.sub, msg.pattern, msg.filter, start, msg.end])
+
+
+def unsubscribe(sub: int) -> bytes:
+    return _pack([UNSUBSCRIBE, sub])
+
+
+def status_request(req: int) -> bytes:
+    return _pack([STATUS, req])
+
+
+def welcome(info: dict[str, Any]) -> bytes:
+    return _pack([WELCOME, PROTOCOL_VERSION, info])
+
+
+def ack(seq: int, pubend: str, ticks: list[int | None]) -> bytes:
+    return _pack([ACK, seq, pubend, ticks])
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 0x10000:
+        return b"\xdc" + struct.pack(">H", n)
+    return b"\xdd" + struct.pack(">I", n)
+
+
+def events(sub: int, records: list[bytes]) -> bytes:
+    """An EVENTS frame from already-encoded event records."""
+    body = b"".join(
+        [b"\x93", msgpack.packb(EVENTS), msgpack.packb(sub), _array_header(len(records)), *records]
+    )
+    return frame(body)
+
+
+def subscribed(sub: int, position: int) -> bytes:
+    return _pack([SUBSCRIBED, sub, position])
+
+
+def gap(sub: int, after: int, through: int) -> bytes:
+    return _pack([GAP, sub, after, through])
+
+
+def end(sub: int, through: int) -> bytes:
+    return _pack([END, sub, through])
+
+
+def status_reply(req: int, status: dict[str, Any]) -> bytes:
+    return _pack([STATUS_REPLY, req, status])
+
+
+def error(code: str, message: str, **context: Any) -> bytes:
+    return _pack([ERROR, code, message, context])
+
+
+# ---- decoders ------------------------------------------------------------------------------------
+
+
+def _bad(what: str) -> ProtocolError:
+    return ProtocolError(BAD_MESSAGE, what)
+
+
+def _int(v: Any, what: str, lo: int = 0) -> int:
+    if type(v) is not int or v < lo:
+        raise _bad(f"{what} must be an integer >= {lo}")
+    return v
+
+
+def _str(v: Any, what: str) -> str:
+    if not isinstance(v, str):
+        raise _bad(f"{what} must be a string")
+    return v
+
+
+def _unpack(body: bytes) -> list[Any]:
+    try:
+        msg = msgpack.unpackb(body, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several types for garbage
+        raise _bad(f"frame body is not valid msgpack ({type(exc).__name__})") from None
+    if not isinstance(msg, list) or not msg or type(msg[0]) is not int:
+        raise _bad("a message is an array starting with its integer type")
+    return msg
+
+
+def _arity(msg: list[Any], n: int, name: str) -> None:
+    if len(msg) != n:
+        raise _bad(f"{name} has {len(msg) - 1} fields, expected {n - 1}")
+
+
+def _decode_start(start: Any) -> tuple[str, int]:
+    if not isinstance(start, list) or not start:
+        raise _bad("SUBSCRIBE start must be [\"now\"], [\"start\"] or [\"after\", tick]")
+    kind = start[0]
+    if kind in (START_NOW, START_OLDEST) and len(start) == 1:
+        return kind, 0
+    if kind == START_AFTER and len(start) == 2:
+        return kind, _int(start[1], "SUBSCRIBE start tick")
+    raise _bad("SUBSCRIBE start must be [\"now\"], [\"start\"] or [\"after\", tick]")
+
+
+def decode_client_message(body: bytes) -> Hello | Publish | Subscribe | Unsubscribe | StatusRequest:
+    msg = _unpack(body)
+    kind = msg[0]
+    if kind == PUBLISH:
+        _arity(msg, 3, "PUBLISH")
+        if not isinstance(msg[2], list):
+            raise _bad("PUBLISH events must be an array")
+        return Publish(_int(msg[1], "PUBLISH seq"), msg[2])
+    if kind == SUBSCRIBE:
+        _arity(msg, 6, "SUBSCRIBE")
+        flt = msg[3]
+        if flt is not None:
+            _str(flt, "SUBSCRIBE filter")
+        start, after = _decode_start(msg[4])
+        end_tick = None if msg[5] is None else _int(msg[5], "SUBSCRIBE end")
+        return Subscribe(_int(msg[1], "SUBSCRIBE id"), _str(msg[2], "SUBSCRIBE pattern"),
+                         flt, start, after, end_tick)
+    if kind == UNSUBSCRIBE:
+        _arity(msg, 2, "UNSUBSCRIBE")
+        return Unsubscribe(_int(msg[1], "UNSUBSCRIBE id"))
+    if kind == STATUS:
+        _arity(msg, 2, "STATUS")
+        return StatusRequest(_int(msg[1], "STATUS id"))
+    if kind == HELLO:
+        _arity(msg, 4, "HELLO")
+        return Hello(_int(msg[1], "HELLO version"), _str(msg[2], "HELLO service"),
+                     _str(msg[3], "HELLO instance"))
+    raise ProtocolError(UNKNOWN_MESSAGE, f"unknown message type {kind}")
+
+
+def decode_broker_message(
+    body: bytes,
+) -> Welcome | Ack | Events | Subscribed | Gap | End | StatusReply | Error:
+    msg = _unpack(body)
+    kind = msg[0]
+    if kind == EVENTS:
+        _arity(msg, 3, "EVENTS")
+        if not isinstance(msg[2], list):
+            raise _bad("EVENTS records must be an array")
+        return Events(_int(msg[1], "EVENTS id"), msg[2])
+    if kind == ACK:
+        _arity(msg, 4, "ACK")
+        if not isinstance(msg[3], list):
+            raise _bad("ACK ticks must be an array")
+        return Ack(_int(msg[1], "ACK seq"), _str(msg[2], "ACK pubend"), msg[3])
+    if kind == SUBSCRIBED:
+        _arity(msg, 3, "SUBSCRIBED")
+        return Subscribed(_int(msg[1], "SUBSCRIBED id"), _int(msg[2], "SUBSCRIBED position"))
+    if kind == GAP:
+        _arity(msg, 4, "GAP")
+        return Gap(_int(msg[1], "GAP id"), _int(msg[2], "GAP after"), _int(msg[3], "GAP through"))
+    if kind == END:
+        _arity(msg, 3, "END")
+        return End(_int(msg[1], "END id"), _int(msg[2], "END through"))
+    if kind == STATUS_REPLY:
+        _arity(msg, 3, "STATUS_REPLY")
+        if not isinstance(msg[2], dict):
+            raise _bad("STATUS_REPLY status must be a map")
+        return StatusReply(_int(msg[1], "STATUS_REPLY id"), msg[2])
+    if kind == ERROR:
+        _arity(msg, 4, "ERROR")
+        ctx = msg[3] if isinstance(msg[3], dict) else {}
+        return Error(_str(msg[1], "ERROR code"), _str(msg[2], "ERROR message"), ctx)
+    if kind == WELCOME:
+        _arity(msg, 3, "WELCOME")
+        if not isinstance(msg[2], dict):
+            raise _bad("WELCOME info must be a map")
+        return Welcome(_int(msg[1], "WELCOME version"), msg[2])
+    raise ProtocolError(UNKNOWN_MESSAGE, f"unknown message type {kind}")
