@@ -1,1 +1,38 @@
-"""tidings: wide-area publish/subscribe with exactly-once delivery."""
+"""tidings: wide-area publish/subscribe with exactly-once delivery.
+
+    from tidings import Client
+    client = await Client.connect("127.0.0.1:7400", service="monitor", instance="host1")
+    pubend, tick = await client.publish("nodes/host1/load", b"...", attributes={"load": 2.5})
+
+`tidings.sync.connect` offers the same as a blocking API. Names are imported on first use, so
+`import tidings.core...` (e.g. in a Spark task) does not pull in the asyncio client.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Client": "tidings.client.client",
+    "ConnectionClosed": "tidings.client.client",
+    "Gap": "tidings.client.client",
+    "PublishResult": "tidings.client.client",
+    "Subscription": "tidings.client.client",
+    "BrokerConfig": "tidings.core.config",
+    "BrokerError": "tidings.core.errors",
+    "ChannelError": "tidings.core.errors",
+    "FilterError": "tidings.core.errors",
+    "GapError": "tidings.core.errors",
+    "TidingsError": "tidings.core.errors",
+    "Event": "tidings.core.event",
+}
+
+__all__ = list(_EXPORTS)  # the lazily imported names
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tidings' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

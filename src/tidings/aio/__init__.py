@@ -1,1 +1,1 @@
-
+"""The network runtime: asyncio (uvloop when installed) driving the sans-IO broker core."""

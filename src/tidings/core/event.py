@@ -51,21 +51,25 @@ def validate_attributes(attributes: object) -> dict[str, AttrValue]:
             raise AttributeError_(f"attribute names must be non-empty strings, got {key!r}")
         if len(key) > ATTRIBUTE_KEY_BYTES_MAX:
             raise AttributeError_(f"attribute name {key[:20]!r}... is longer than {ATTRIBUTE_KEY_BYTES_MAX}")
-        if isinstance(value, bool | str):
-            if isinstance(value, str) and len(value) > ATTRIBUTE_STRING_BYTES_MAX:
-                raise AttributeError_(f"attribute {key!r} is longer than {ATTRIBUTE_STRING_BYTES_MAX}")
-        elif isinstance(value, int):
-            if not INT_MIN <= value <= INT_MAX:
-                raise AttributeError_(f"attribute {key!r} = {value} does not fit in 64 bits")
-        elif isinstance(value, float):
-            if not math.isfinite(value):
-                raise AttributeError_(f"attribute {key!r} is not a finite number")
-        else:
-            raise AttributeError_(
-                f"attribute {key!r} has type {type(value).__name__}; use str, int, float or bool"
-            )
+        _check_value(key, value)
         out[key] = value
     return out
+
+
+def _check_value(key: str, value: object) -> None:
+    if isinstance(value, str):
+        if len(value) > ATTRIBUTE_STRING_BYTES_MAX:
+            raise AttributeError_(f"attribute {key!r} is longer than {ATTRIBUTE_STRING_BYTES_MAX}")
+    elif isinstance(value, bool):
+        pass
+    elif isinstance(value, int):
+        if not INT_MIN <= value <= INT_MAX:
+            raise AttributeError_(f"attribute {key!r} = {value} does not fit in 64 bits")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise AttributeError_(f"attribute {key!r} is not a finite number")
+    else:
+        raise AttributeError_(f"attribute {key!r} has type {type(value).__name__}; use str, int, float or bool")
 
 
 def tick_to_datetime(tick: int) -> _dt.datetime:

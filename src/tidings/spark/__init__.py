@@ -1,1 +1,29 @@
+"""PySpark integration: the `tidings` data source and the pipeline jobs built on it.
 
+    from tidings.spark import register
+    register(spark)
+    df = spark.read.format("tidings").option("broker", "127.0.0.1:7400").option("pattern", "a/#").load()
+
+Importing this package does not import PySpark; `register` and `TidingsDataSource` do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["TidingsDataSource", "register"]
+
+
+def register(spark: Any, default_partitions: int | None = None) -> Any:
+    """Register the `tidings` format with `spark` (see tidings.spark.source.register)."""
+    from tidings.spark.source import register as _register  # noqa: PLC0415
+
+    return _register(spark, default_partitions)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TidingsDataSource":
+        from tidings.spark.source import TidingsDataSource  # noqa: PLC0415
+
+        return TidingsDataSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

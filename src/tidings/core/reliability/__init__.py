@@ -1,1 +1,1 @@
-
+"""Gryphon's reliability layer: pubends and their tick streams."""

@@ -241,7 +241,9 @@ def _decode_start(start: Any) -> tuple[str, int]:
     raise _bad("SUBSCRIBE start must be [\"now\"], [\"start\"] or [\"after\", tick]")
 
 
-def decode_client_message(body: bytes) -> Hello | Publish | Subscribe | Unsubscribe | StatusRequest:
+def decode_client_message(
+    body: bytes,
+) -> Hello | Publish | Subscribe | Unsubscribe | StatusRequest:
     msg = _unpack(body)
     kind = msg[0]
     if kind == PUBLISH:
@@ -271,7 +273,7 @@ def decode_client_message(body: bytes) -> Hello | Publish | Subscribe | Unsubscr
     raise ProtocolError(UNKNOWN_MESSAGE, f"unknown message type {kind}")
 
 
-def decode_broker_message(
+def decode_broker_message(  # noqa: PLR0911 - one return per message type
     body: bytes,
 ) -> Welcome | Ack | Events | Subscribed | Gap | End | StatusReply | Error:
     msg = _unpack(body)

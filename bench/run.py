@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""The tidings benchmark: tidings and its peers on loopback, one command.
+
+  python bench/run.py [--rounds N] [--brokers tidings,mosquitto,nats,amqtt] [--tests a,b,c,d,e]
+                      [--out FILE]
+
+For every round, each broker in turn is started alone with a fresh data directory on a free
+127.0.0.1 port, pinned to CPU 0 (`taskset -c 0`); its tests run as separate load processes pinned to
+CPU 1 (`taskset -c 1`, see loads.py); then it is stopped by its PID. The broker order rotates from
+round to round so slow drifts in background load spread over all brokers. Before each test the
+runner waits (at most 20 s) for the broker to go idle and notes how busy the machine was.
+
+Tests: a (1->1 best effort), b (1->10 fan-out), c (durable publishing), d (latency at 1,000/s,
+best effort and durable: two result lines), e (tidings filter matching, bench/bench_matching.py at
+10,000 and 100,000 filters; run once per round). After a broker's tests a "mem" line records its
+peak resident memory (VmHWM) over the tests of that round.
+
+Each measurement is one JSON line appended to --out (default bench/results/results.jsonl);
+`python bench/summarize.py FILE` turns the file into markdown tables.
+
+Peers come from bench/setup.sh (run it once, as root). State (configs, data, logs, the peers'
+venv) lives in $TIDINGS_BENCH_DIR, default /tmp/tidings-bench, never in the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import netutil  # noqa: E402
+
+WORK = os.path.abspath(os.environ.get("TIDINGS_BENCH_DIR", "/tmp/tidings-bench"))
+PEERS_VENV = os.path.join(WORK, "venv-peers")
+SERVER_CPU, CLIENT_CPU = "0", "1"
+LOAD_TIMEOUT_S = 180
+MATCHING_TIMEOUT_S = 600
+MATCHING_RUNS = ((10_000, 20_000), (100_000, 20_000))  # (filters, events)
+
+BROKERS = {
+    # name: (protocol, tests)
+    "tidings": ("tidings", ["a", "b", "c", "d-best", "d-durable"]),
+    "mosquitto": ("mqtt", ["a", "b", "c", "d-best", "d-durable"]),
+    "nats": ("nats", ["a", "b", "c", "d-best", "d-durable"]),
+    "amqtt": ("mqtt", ["a", "b", "c", "d-best", "d-durable"]),
+}
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    data_dir: str
+    log_path: str
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+def tidings_executable() -> str:
+    here = os.path.join(os.path.dirname(sys.executable), "tidings")
+    return here if os.path.exists(here) else os.path.join(REPO, ".venv", "bin", "tidings")
+
+
+def server_command(name: str, port: int, data_dir: str, conf_dir: str) -> list[str]:
+    """The command line of one broker, its configuration written into conf_dir."""
+    if name == "tidings":
+        return [tidings_executable(), "broker", "--data", data_dir, "--listen", f"127.0.0.1:{port}"]
+    if name == "mosquitto":
+        conf = os.path.join(conf_dir, "mosquitto.conf")
+        with open(conf, "w") as f:
+            f.write(f"# Debian defaults, loopback only, persistence on\n"
+                    f"listener {port} 127.0.0.1\nallow_anonymous true\n"
+                    f"persistence true\npersistence_location {data_dir}/\n"
+                    f"log_dest stderr\nlog_type error\nlog_type warning\n")
+        return ["mosquitto", "-c", conf]
+    if name == "nats":
+        conf = os.path.join(conf_dir, "nats.conf")
+        with open(conf, "w") as f:
+            f.write(f"# defaults, loopback only, JetStream with file storage\n"
+                    f"listen: 127.0.0.1:{port}\n"
+                    f"jetstream {{\n  store_dir: \"{data_dir}\"\n  max_file_store: 20GB\n}}\n")
+        return ["nats-server", "-c", conf]
+    if name == "amqtt":
+        conf = os.path.join(conf_dir, "amqtt.yaml")
+        with open(conf, "w") as f:
+            f.write(f"# amqtt, loopback only, anonymous, no logging or $SYS plugins\n"
+                    f"listeners:\n  default:\n    type: tcp\n    bind: 127.0.0.1:{port}\n"
+                    f"plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n"
+                    f"    allow_anonymous: true\n")
+        return [os.path.join(PEERS_VENV, "bin", "amqtt"), "-c", conf]
+    raise ValueError(name)
+
+
+def missing_prerequisite(name: str) -> str | None:
+    if name == "tidings":
+        exe = tidings_executable()
+        if not os.path.exists(exe):
+            return f"no {exe} (make install the project venv)"
+        probe = subprocess.run([exe, "broker", "--help"], capture_output=True, text=True, check=False)
+        return None if probe.returncode == 0 else f"`tidings broker --help` failed: {probe.stderr[-300:]}"
+    exe = {"mosquitto": "mosquitto", "nats": "nats-server"}.get(name)
+    if exe and not shutil.which(exe):
+        return f"{exe} is not installed (run bench/setup.sh as root)"
+    if name == "amqtt" and not os.path.exists(os.path.join(PEERS_VENV, "bin", "amqtt")):
+        return f"amqtt is not installed in {PEERS_VENV} (run bench/setup.sh as root)"
+    return None
+
+
+def start_server(name: str, round_no: int) -> Server:
+    port = netutil.free_port()
+    base = os.path.join(WORK, "runs", f"{name}-r{round_no}-{port}")
+    data_dir, conf_dir = os.path.join(base, "data"), os.path.join(base, "conf")
+    os.makedirs(data_dir)
+    os.makedirs(conf_dir)
+    if name == "mosquitto" and os.geteuid() == 0:
+        # started as root, mosquitto drops to its own user: it must own its data directory
+        shutil.chown(data_dir, "mosquitto", "mosquitto")
+    log_path = os.path.join(WORK, "logs", f"{name}-r{round_no}.log")
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    cmd = ["taskset", "-c", SERVER_CPU, *server_command(name, port, data_dir, conf_dir)]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server = Server(name, proc, port, base, log_path)
+    if not netutil.wait_port(port, 30.0, alive=lambda: proc.poll() is None):
+        stop_server(server)
+        raise RuntimeError(f"{name} did not open 127.0.0.1:{port}; see {log_path}")
+    return server
+
+
+def stop_server(server: Server) -> None:
+    """SIGTERM our broker (by its PID, never by name), SIGKILL after 15 s; drop its data."""
+    if server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait(timeout=5)
+    shutil.rmtree(server.data_dir, ignore_errors=True)
+
+
+def wait_for_quiet(pid: int, max_wait_s: float = 20.0) -> dict[str, float]:
+    """Wait (bounded) until the broker is idle and the machine is not busy; report what was seen."""
+    t0 = time.monotonic()
+    while True:
+        pids = netutil.process_tree(pid)
+        a, ta = netutil.cpu_times(), netutil.cpu_ticks(pids)
+        time.sleep(0.5)
+        b, tb = netutil.cpu_times(), netutil.cpu_ticks(pids)
+        usage = netutil.cpu_usage(a, b)
+        machine = sum(u["busy_pct"] for u in usage.values()) / max(1, len(usage))
+        server = 100 * (tb - ta) / netutil.CLOCK_TICKS_PER_S / 0.5
+        waited = time.monotonic() - t0
+        if (server < 5 and machine < 15) or waited > max_wait_s:
+            return {"machine_busy_pct_before": round(machine, 1), "server_cpu_pct_before": round(server, 1),
+                    "quiet_wait_s": round(waited, 1)}
+
+
+def run_load(server: Server, proto: str, test: str, extra_args: list[str]) -> dict[str, Any]:
+    cmd = ["taskset", "-c", CLIENT_CPU, sys.executable, os.path.join(HERE, "loads.py"),
+           "--broker", server.name, "--proto", proto, "--port", str(server.port), "--test", test,
+           "--server-pid", str(server.pid), *extra_args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return {"broker": server.name, "test": test, "value": None, "errors": ["load timed out"]}
+    lines = proc.stdout.strip().splitlines()
+    try:
+        return dict(json.loads(lines[-1]))
+    except (IndexError, ValueError):
+        return {"broker": server.name, "test": test, "value": None,
+                "errors": [(proc.stderr or proc.stdout or f"exit {proc.returncode}")[-800:]]}
+
+
+def run_matching(filters: int, events: int) -> dict[str, Any]:
+    script = os.path.join(HERE, "bench_matching.py")
+    base = {"broker": "tidings", "test": "e", "filters": filters, "events": events}
+    if not os.path.exists(script):
+        return {**base, "value": None, "errors": ["bench/bench_matching.py is not there yet"]}
+    cmd = ["taskset", "-c", CLIENT_CPU, sys.executable, script, "--filters", str(filters),
+           "--events", str(events)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MATCHING_TIMEOUT_S, check=False,
+                              cwd=REPO)
+    except subprocess.TimeoutExpired:
+        return {**base, "value": None, "errors": ["bench_matching.py timed out"]}
+    for line in reversed(proc.stdout.strip().splitlines()):
+        try:
+            figures = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(figures, dict):
+            value = next((figures[k] for k in ("events_per_s", "matches_per_s", "value") if k in figures),
+                         None)
+            return {**base, "value": value, "unit": "events/s", "matching": figures, "errors": []}
+    return {**base, "value": None, "errors": [(proc.stderr or proc.stdout)[-800:]]}
+
+
+def versions() -> dict[str, str]:
+    def first_line(cmd: list[str]) -> str:
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return "-"
+        text = (p.stdout or p.stderr).strip().splitlines()
+        return text[0] if text else "-"
+
+    pip = os.path.join(PEERS_VENV, "bin", "pip")
+    amqtt = "-"
+    if os.path.exists(pip):
+        for line in subprocess.run([pip, "list", "--disable-pip-version-check"], capture_output=True,
+                                   text=True, check=False).stdout.splitlines():
+            if line.lower().startswith("amqtt "):
+                amqtt = line.split()[1]
+    return {"mosquitto": first_line(["mosquitto", "-h"]), "nats": first_line(["nats-server", "--version"]),
+            "amqtt": amqtt, "python": platform.python_version(), "kernel": platform.release(),
+            "cpus": str(os.cpu_count())}
+
+
+def record(out: str, line: dict[str, Any]) -> None:
+    with open(out, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def show(line: dict[str, Any]) -> None:
+    value, unit = line.get("value"), line.get("unit", "")
+    if line.get("test", "").startswith("d-"):
+        shown = f"p50={line.get('p50_us')}us p99={line.get('p99_us')}us"
+    else:
+        shown = f"{value} {unit}"
+    print(f"  r{line.get('round')} {line.get('broker'):10s} {line.get('test'):9s} {shown:34s} "
+          f"srv={line.get('server_cpu_pct')}% cli={line.get('client_cpu_pct')}% "
+          f"rss={line.get('rss_mb_max')}MB loss={line.get('loss_pct')} "
+          f"err={line.get('errors') or ''}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--brokers", default=",".join(BROKERS))
+    ap.add_argument("--tests", default="a,b,c,d,e", help="from a,b,c,d,e (d = d-best and d-durable)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "results.jsonl"))
+    ap.add_argument("--tag", default="", help="label stored in every line (e.g. a commit)")
+    ap.add_argument("--duration-s", type=float, default=5.0, help="publishing time per throughput test")
+    args = ap.parse_args()
+    if (os.cpu_count() or 1) < 2:
+        raise SystemExit("the bench pins the broker to CPU 0 and the clients to CPU 1: it needs 2 CPUs")
+    if not shutil.which("taskset"):
+        raise SystemExit("taskset (util-linux) is needed to pin the broker and the clients")
+    brokers = [b for b in args.brokers.split(",") if b]
+    for b in brokers:
+        if b not in BROKERS:
+            raise SystemExit(f"unknown broker {b!r}; choose from {', '.join(BROKERS)}")
+    wanted = set(args.tests.split(","))
+    if wanted - set("abcde"):
+        raise SystemExit(f"unknown tests {sorted(wanted - set('abcde'))}; choose from a,b,c,d,e")
+    os.makedirs(WORK, exist_ok=True)
+    os.chmod(WORK, 0o755)  # mosquitto, once it drops root, must still reach its data dir
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    os.sched_setaffinity(0, {int(CLIENT_CPU)})  # this runner keeps off the broker's CPU too
+    skipped = {}
+    for b in brokers:
+        why = missing_prerequisite(b)
+        if why:
+            skipped[b] = why
+            print(f"skipping {b}: {why}", flush=True)
+    run_id = time.strftime("%Y%m%dT%H%M%S")
+    command = "python bench/run.py " + " ".join(sys.argv[1:])
+    record(args.out, {"test": "meta", "run_id": run_id, "tag": args.tag, "command": command.strip(),
+                      "versions": versions(), "skipped": skipped, "brokers": brokers,
+                      "tests": sorted(wanted), "rounds": args.rounds})
+    print(f"results -> {args.out}\nwork dir {WORK}", flush=True)
+    t_all = time.monotonic()
+    for round_no in range(1, args.rounds + 1):
+        live = [b for b in brokers if b not in skipped]
+        k = (round_no - 1) % max(1, len(live))
+        for name in live[k:] + live[:k]:
+            proto, tests = BROKERS[name]
+            tests = [t for t in tests if t[0] in wanted]
+            if not tests:
+                continue
+            print(f"[{time.monotonic() - t_all:5.0f}s] round {round_no}: {name}", flush=True)
+            try:
+                server = start_server(name, round_no)
+            except RuntimeError as exc:
+                line = {"broker": name, "test": "start", "round": round_no, "errors": [str(exc)]}
+                record(args.out, {**line, "run_id": run_id})
+                print(f"  {exc}", flush=True)
+                continue
+            try:
+                for test in tests:
+                    quiet = wait_for_quiet(server.pid)
+                    t0 = time.monotonic()
+                    line = run_load(server, proto, test, ["--duration-s", str(args.duration_s)])
+                    line.update({"round": round_no, "run_id": run_id, "tag": args.tag, "pinned": True,
+                                 "wall_s": round(time.monotonic() - t0, 1), **quiet})
+                    record(args.out, line)
+                    show(line)
+                    if server.proc.poll() is not None:
+                        print(f"  {name} exited ({server.proc.returncode}); see {server.log_path}")
+                        break
+                rss_kb, hwm_kb = netutil.memory_kb(netutil.process_tree(server.pid))
+                mem = {"broker": name, "test": "mem", "round": round_no, "run_id": run_id, "tag": args.tag,
+                       "value": round(hwm_kb / 1024, 1), "unit": "MB", "rss_mb_end": round(rss_kb / 1024, 1),
+                       "tests": tests}
+                record(args.out, mem)
+                print(f"  r{round_no} {name:10s} peak RSS (VmHWM) {mem['value']} MB", flush=True)
+            finally:
+                stop_server(server)
+        if "e" in wanted and "tidings" in brokers:
+            for filters, events in MATCHING_RUNS:
+                line = run_matching(filters, events)
+                line.update({"round": round_no, "run_id": run_id, "tag": args.tag})
+                record(args.out, line)
+                print(f"  r{round_no} matching {filters} filters: {line.get('value')} "
+                      f"{line.get('errors') or ''}", flush=True)
+    print(f"done in {time.monotonic() - t_all:.0f}s; summary: python bench/summarize.py {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""The broker process: asyncio TCP server, real clock, real storage, driving `core.broker.Broker`.
+
+Each connection is an asyncio.Protocol whose events become core inputs; the effects that come back
+are applied at once. Sends to one connection within one input are joined into a single write, so a
+burst of events leaves in few syscalls, while a lone event is written immediately (no added
+latency). The transport's write-buffer high-water mark is `send_queue_bytes_max`: past it the core
+hears SendBlocked and stops queueing live events for that connection (they are read back from the
+log later), which keeps memory bounded however slow a subscriber is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import signal
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from tidings.aio.storage_worker import StorageWorker, log_state
+from tidings.core.broker import Broker
+from tidings.core.config import BrokerConfig
+from tidings.core.effects import Append, Disconnect, Effect, ReadLog, Send, Sync
+from tidings.core.inputs import (
+    Accepted,
+    ConnectionLost,
+    Input,
+    LogRead,
+    LogState,
+    Received,
+    RetentionApplied,
+    SendBlocked,
+    SendDrained,
+    TimerFired,
+    WriteSynced,
+)
+from tidings.storage import EventLog, load_or_create_identity
+
+log = logging.getLogger("tidings.broker")
+
+
+class _Connection(asyncio.Protocol):
+    __slots__ = ("conn", "server", "transport")
+
+    def __init__(self, server: BrokerServer, conn: int) -> None:
+        self.server = server
+        self.conn = conn
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        self.transport = transport
+        high = self.server.config.send_queue_bytes_max
+        transport.set_write_buffer_limits(high=high, low=high // 4)
+        self.server.transports[self.conn] = transport
+        self.server.feed(Accepted(time.monotonic_ns(), self.conn))
+
+    def data_received(self, data: bytes) -> None:
+        self.server.feed(Received(time.monotonic_ns(), time.time_ns() // 1000, self.conn, data))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.transports.pop(self.conn, None)
+        self.server.feed(ConnectionLost(time.monotonic_ns(), self.conn))
+
+    def pause_writing(self) -> None:
+        self.server.feed(SendBlocked(time.monotonic_ns(), self.conn))
+
+    def resume_writing(self) -> None:
+        self.server.feed(SendDrained(time.monotonic_ns(), self.conn))
+
+
+class BrokerServer:
+    def __init__(self, data_dir: Path, host: str, port: int, config: BrokerConfig | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.port = port
+        self.config = config or BrokerConfig()
+        self.transports: dict[int, asyncio.Transport] = {}
+        self._next_conn = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        self._retention: asyncio.TimerHandle | None = None
+        self._stopped = asyncio.Event()
+        self._stopping: asyncio.Future[None] | None = None
+        self.core: Broker | None = None
+        self.worker: StorageWorker | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        pubend = load_or_create_identity(self.data_dir, lambda: "p" + secrets.token_hex(8))
+        event_log = await asyncio.to_thread(
+            EventLog.open, self.data_dir / "log", segment_bytes_max=self.config.segment_bytes_max
+        )
+        self.core = Broker(self.config, pubend, log_state(event_log))
+        self.worker = StorageWorker(
+            event_log,
+            on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
+            on_retained=lambda st: loop.call_soon_threadsafe(self._retained, st),
+        )
+        self.worker.start()
+        self._server = await loop.create_server(self._new_connection, self.host, self.port,
+                                               reuse_address=True, backlog=1024)
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        self._schedule_retention()
+        log.info("broker %s listening on %s:%d, log holds %d events", pubend, self.host, self.port,
+                 event_log.record_count)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection, finish pending syncs, close the log."""
+        if self._server is not None:
+            self._server.close()
+        for transport in list(self.transports.values()):
+            transport.close()
+        if self._retention is not None:
+            self._retention.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.worker is not None:
+            await asyncio.to_thread(self.worker.stop)
+            self.worker.log.close()
+        self._stopped.set()
+
+    def _new_connection(self) -> _Connection:
+        self._next_conn += 1
+        return _Connection(self, self._next_conn)
+
+    # ---- driving the core ------------------------------------------------------------------------
+
+    def feed(self, inp: Input) -> None:
+        assert self.core is not None
+        self.apply(self.core.handle(inp))
+        self._arm_timer()
+
+    def _synced(self, token: int, state: LogState) -> None:
+        self.feed(WriteSynced(time.monotonic_ns(), token, state))
+
+    def _retained(self, state: LogState) -> None:
+        if self.worker is not None and self.worker.failure is not None:
+            log.critical("the event log failed: %r; stopping", self.worker.failure)
+            self._stopping = asyncio.ensure_future(self.stop())
+            return
+        self.feed(RetentionApplied(time.monotonic_ns(), state))
+
+    def apply(self, effects: list[Effect]) -> None:
+        worker = self.worker
+        assert worker is not None
+        pending: dict[int, list[bytes]] = {}
+        for eff in effects:
+            if type(eff) is Send:
+                if eff.conn in pending:
+                    pending[eff.conn].append(eff.data)
+                else:
+                    pending[eff.conn] = [eff.data]
+            elif type(eff) is Append:
+                worker.append(eff.records)
+            elif type(eff) is Sync:
+                worker.sync(eff.token)
+            elif type(eff) is ReadLog:
+                worker.read(eff.after, eff.through, eff.max_bytes, self._read_done(eff.reader))
+            elif type(eff) is Disconnect:
+                self._flush(eff.conn, pending.pop(eff.conn, None))
+                transport = self.transports.get(eff.conn)
+                if transport is not None:
+                    transport.close()
+        for conn, chunks in pending.items():
+            self._flush(conn, chunks)
+
+    def _flush(self, conn: int, chunks: list[bytes] | None) -> None:
+        transport = self.transports.get(conn)
+        if transport is None or not chunks or transport.is_closing():
+            return
+        transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+
+    def _read_done(self, reader: int) -> Any:
+        loop = self._loop
+        assert loop is not None
+
+        def done(records: list[tuple[int, bytes]], state: LogState) -> None:
+            loop.call_soon_threadsafe(
+                lambda: self.feed(LogRead(time.monotonic_ns(), reader, records, state))
+            )
+
+        return done
+
+    def _arm_timer(self) -> None:
+        assert self.core is not None and self._loop is not None
+        deadline = self.core.next_deadline()
+        if deadline == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = deadline
+        if deadline is not None:
+            delay = max(0.0, (deadline - time.monotonic_ns()) / 1e9)
+            self._timer = self._loop.call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.feed(TimerFired(time.monotonic_ns()))
+
+    def _schedule_retention(self) -> None:
+        assert self._loop is not None
+        cfg = self.config
+
+        def run() -> None:
+            if self.worker is not None:
+                self.worker.retain(time.time_ns() // 1000, cfg.retention_bytes_max,
+                                   cfg.retention_age_ns // 1000)
+            self._schedule_retention()
+
+        self._retention = self._loop.call_later(cfg.retention_check_interval_ns / 1e9, run)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when installed, else asyncio's."""
+    try:
+        import uvloop  # noqa: PLC0415 - optional
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
+               ready: Any = None) -> None:
+    """Run a broker in the foreground until SIGINT or SIGTERM; `ready(server)` is called once listening."""
+    async def main() -> None:
+        server = BrokerServer(data_dir, host, port, config)
+        await server.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop()))
+        if ready is not None:
+            ready(server)
+        await server.wait_stopped()
+
+    with asyncio.Runner(loop_factory=new_event_loop) as runner, contextlib.suppress(KeyboardInterrupt):
+        runner.run(main())

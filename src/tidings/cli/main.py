@@ -1,0 +1,262 @@
+"""The `tidings` command: broker, pub, sub, status and demo. Thin: it parses, calls, prints.
+
+Exit codes: 0 success (also `sub` reaching --count or --timeout), 1 an error reported by the broker
+or a lost connection, 2 bad input (usage, channel, pattern, filter, attribute, start), 3 the
+broker is unreachable. Every error is one line on stderr saying what is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from tidings.client.client import ConnectionClosed, Gap, parse_address
+from tidings.core.config import BrokerConfig, ConfigError
+from tidings.core.errors import BrokerError, GapError, TidingsError
+
+DEFAULT_BROKER = os.environ.get("TIDINGS_BROKER", "127.0.0.1:7400")
+EXIT_BROKER, EXIT_INPUT, EXIT_UNREACHABLE = 1, 2, 3
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code
+
+
+def attr_value(text: str) -> Any:
+    """`--attr` values are typed: integers, floats, true/false; "quoted" or anything else is a string."""
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1]
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            value = kind(text)
+        except ValueError:
+            continue
+        if kind is float and not math.isfinite(value):
+            return text
+        return value
+    return text
+
+
+def parse_attrs(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--attr expects KEY=VALUE, got {item!r}", EXIT_INPUT)
+        out[key] = attr_value(value)
+    return out
+
+
+def parse_start(text: str) -> Any:
+    import datetime as dt
+
+    if text in ("now", "start"):
+        return text
+    if text.isdigit():
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"--from takes now, start, a tick or an ISO-8601 time, not {text!r}",
+                       EXIT_INPUT) from None
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+
+
+def emit(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+# ---- commands --------------------------------------------------------------------------------------
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from tidings.aio.server import run_broker
+
+    config = BrokerConfig()
+    if args.config:
+        try:
+            with open(args.config, "rb") as fh:
+                config = BrokerConfig.from_mapping(tomllib.load(fh))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise CliError(f"cannot read config {args.config}: {exc}", EXIT_INPUT) from None
+        except ConfigError as exc:
+            raise CliError(f"config {args.config}: {exc}", EXIT_INPUT) from None
+    try:
+        host, port = parse_address(args.listen, port_min=0)
+    except TidingsError as exc:
+        raise CliError(str(exc), EXIT_INPUT) from None
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def ready(server: Any) -> None:
+        emit({"listening": server.address, "pubend": server.core.pubend.pubend_id,
+              "data": str(server.data_dir)})
+
+    try:
+        run_broker(Path(args.data), host, port, config, ready)
+    except OSError as exc:
+        raise CliError(f"cannot run broker: {exc}", EXIT_BROKER) from None
+    return 0
+
+
+def _connect(args: argparse.Namespace) -> Any:
+    from tidings import sync
+
+    return sync.connect(args.broker, service=args.service, instance=args.instance, timeout=args.connect_timeout)
+
+
+def cmd_pub(args: argparse.Namespace) -> int:
+    attrs = parse_attrs(args.attr)
+    with _connect(args) as client:
+        if args.payload is not None:
+            res = client.publish(args.channel, args.payload, attrs)
+            emit({"pubend": res.pubend, "tick": res.tick})
+            return 0
+        batch: list[tuple[str, str, dict[str, Any]]] = []
+        for line in sys.stdin:
+            batch.append((args.channel, line.rstrip("\n"), attrs))
+            if len(batch) >= 1000:
+                _publish_batch(client, batch)
+        _publish_batch(client, batch)
+    return 0
+
+
+def _publish_batch(client: Any, batch: list[tuple[str, str, dict[str, Any]]]) -> None:
+    if batch:
+        for res in client.publish_many(batch):
+            emit({"pubend": res.pubend, "tick": res.tick})
+        batch.clear()
+
+
+def cmd_sub(args: argparse.Namespace) -> int:
+    start = parse_start(args.from_)
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    count = 0
+    on_gap = "event" if args.on_gap == "line" else "raise"
+    with _connect(args) as client, client.subscribe(args.pattern, filter=args.filter, start=start,
+                                                    on_gap=on_gap) as sub:
+        while args.count is None or count < args.count:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            try:
+                item = sub.get(remaining)
+            except TimeoutError:
+                break
+            if item is None:
+                break
+            if isinstance(item, Gap):
+                emit({"gap": {"after": item.after, "through": item.through}})
+                continue
+            emit(item.to_json())
+            count += 1
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        status = client.status()
+    if args.json:
+        emit(status)
+    else:
+        width = max(len(k) for k in status)
+        for key, value in status.items():
+            sys.stdout.write(f"{key:<{width}}  {value}\n")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from tidings.cli.demo import run_demo
+
+    return run_demo(Path(args.data), hosts=args.hosts, rounds=args.rounds, spark=not args.no_spark)
+
+
+# ---- parser ----------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tidings", description="tidings publish/subscribe broker and tools")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("broker", help="run a broker in the foreground (SIGINT/SIGTERM stop it)")
+    b.add_argument("--data", required=True, help="directory for the broker's log and identity")
+    b.add_argument("--listen", default="127.0.0.1:7400", help="HOST:PORT to listen on (default %(default)s)")
+    b.add_argument("--config", help="TOML file setting limits and timers (see docs/configuration.md)")
+    b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    b.set_defaults(func=cmd_broker)
+
+    def client_opts(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--broker", default=DEFAULT_BROKER, help="HOST:PORT (default %(default)s, or $TIDINGS_BROKER)")
+        sp.add_argument("--service", default="tidings-cli", help="source service stamped on published events")
+        sp.add_argument("--instance", default=None, help="source instance (default HOSTNAME-PID)")
+        sp.add_argument("--connect-timeout", type=float, default=10.0, help="seconds (default %(default)s)")
+
+    pb = sub.add_parser("pub", help="publish one event, or one per stdin line")
+    client_opts(pb)
+    pb.add_argument("channel")
+    pb.add_argument("payload", nargs="?", help="payload text; without it, each stdin line is an event")
+    pb.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
+                    help="attribute; numbers and true/false are typed, \"quoted\" stays a string")
+    pb.set_defaults(func=cmd_pub)
+
+    sb = sub.add_parser("sub", help="subscribe and print one JSON line per event")
+    client_opts(sb)
+    sb.add_argument("pattern")
+    sb.add_argument("--filter", help="content filter, e.g. 'load > 2.5 and site = \"eu\"'")
+    sb.add_argument("--from", dest="from_", default="now", help="now (default), start, a TICK or an ISO-8601 time")
+    sb.add_argument("--count", type=int, help="exit after N events")
+    sb.add_argument("--timeout", type=float, help="exit after SECONDS")
+    sb.add_argument("--on-gap", choices=["line", "error"], default="line",
+                    help="print a gap line (default) or fail when retention released requested events")
+    sb.set_defaults(func=cmd_sub)
+
+    st = sub.add_parser("status", help="print the broker's counters")
+    client_opts(st)
+    st.add_argument("--json", action="store_true", help="one JSON object")
+    st.set_defaults(func=cmd_status)
+
+    dm = sub.add_parser("demo", help="run a broker, a monitoring workload and a Spark job; print a summary")
+    dm.add_argument("--data", default="./data", help="directory for the demo broker (default %(default)s)")
+    dm.add_argument("--hosts", type=int, default=40, help="simulated hosts (default %(default)s)")
+    dm.add_argument("--rounds", type=int, default=50, help="reports per host and metric (default %(default)s)")
+    dm.add_argument("--no-spark", action="store_true", help="skip the Spark job")
+    dm.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CliError as exc:
+        code = exc.exit_code
+        message = str(exc)
+    except ConnectionClosed as exc:
+        code, message = (EXIT_UNREACHABLE if "cannot connect" in str(exc) else EXIT_BROKER), str(exc)
+    except (BrokerError, GapError) as exc:
+        code, message = EXIT_BROKER, f"{exc} ({exc.code})"
+    except TidingsError as exc:
+        code, message = EXIT_INPUT, f"{exc} ({exc.code})"
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    sys.stderr.write(f"tidings: error: {message}\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

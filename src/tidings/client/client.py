@@ -1,0 +1,381 @@
+"""The asyncio client, driving `core.session.ClientSession` over one TCP connection.
+
+Publishing is pipelined: every `publish` call made in the same event-loop iteration goes out in one
+PUBLISH frame and one write, at the end of that iteration, so concurrent publishers share frames
+without any added delay. Each call's future resolves when the broker's ACK says the event is on disk.
+
+Each subscription buffers what arrives in a deque; when the buffered events of all subscriptions
+pass `buffer_events_max`, the client stops reading the socket until the application catches up, so
+a slow consumer pushes back on the broker (which then serves it from its log) instead of growing
+memory here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import socket
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from tidings.core import errors
+from tidings.core.errors import BrokerError, GapError, ProtocolError, TidingsError
+from tidings.core.event import Event, event_from_fields
+from tidings.core.session import ClientSession, Start
+from tidings.core.wire import messages
+
+BUFFER_EVENTS_MAX = 50_000
+
+
+class PublishResult(NamedTuple):
+    pubend: str
+    tick: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Events after tick `after` up to tick `through` were released before this subscription read them."""
+
+    after: int
+    through: int
+
+
+class ConnectionClosed(TidingsError):
+    code = "connection-closed"
+
+
+def parse_address(address: str, port_min: int = 1) -> tuple[str, int]:
+    """HOST:PORT; a listening address may use port 0 (any free port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not port_min <= int(port) < 65536:
+        raise TidingsError(f"broker address must be HOST:PORT, got {address!r}", "bad-address")
+    return host.strip("[]"), int(port)
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.client._data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client._lost(exc)
+
+
+class Subscription:
+    """An async iterator of Events (and Gap markers when `on_gap="event"`)."""
+
+    def __init__(self, client: Client, sub: int, on_gap: str) -> None:
+        self._client = client
+        self.id = sub
+        self.on_gap = on_gap
+        self.position: int | None = None
+        self._items: collections.deque[Any] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.ended = False
+        self._error: BaseException | None = None
+
+    def __aiter__(self) -> AsyncIterator[Event | Gap]:
+        return self
+
+    async def __anext__(self) -> Event | Gap:
+        while True:
+            if self._items:
+                item = self._items.popleft()
+                self._client._consumed(1)
+                if isinstance(item, Gap) and self.on_gap == "raise":
+                    raise GapError(item.after, item.through)
+                return item  # type: ignore[no-any-return]
+            if self._error is not None:
+                raise self._error
+            if self.ended:
+                raise StopAsyncIteration
+            self._wakeup.clear()
+            await self._wakeup.wait()
+
+    async def next_batch(self, max_items: int = 4096) -> list[Event | Gap]:
+        """Wait for at least one item and return up to `max_items` (raw Gap markers included);
+        an empty list means the subscription ended."""
+        while not self._items:
+            if self._error is not None:
+                raise self._error
+            if self.ended:
+                return []
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        n = min(max_items, len(self._items))
+        items = [self._items.popleft() for _ in range(n)]
+        self._client._consumed(n)
+        return items
+
+    async def close(self) -> None:
+        if not self.ended and self._error is None:
+            self._client._unsubscribe(self)
+        self.ended = True
+        self._wakeup.set()
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # called by the client
+    def _push(self, items: list[Any]) -> None:
+        self._items.extend(items)
+        self._wakeup.set()
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self._ready.done():
+            self._ready.set_exception(exc)
+        self._error = exc
+        self._wakeup.set()
+
+
+class Client:
+    """A connection to one tidings broker. Use `await Client.connect(...)`."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self._session = session
+        self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self._welcome: asyncio.Future[None] = self._loop.create_future()
+        self._acks: dict[int, asyncio.Future[PublishResult]] = {}
+        self._rejections: dict[int, BrokerError] = {}
+        self._outbox: list[list[Any]] = []
+        self._outbox_futures: list[asyncio.Future[PublishResult]] = []
+        self._flush_scheduled = False
+        self._subs: dict[int, Subscription] = {}
+        self._status: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._buffered = 0
+        self._reading_paused = False
+        self._closed: BaseException | None = None
+        self.buffer_events_max = BUFFER_EVENTS_MAX
+
+    @classmethod
+    async def connect(cls, address: str, *, service: str = "tidings-client", instance: str | None = None,
+                      timeout: float = 10.0) -> Client:
+        host, port = parse_address(address)
+        client = cls(ClientSession(service, instance or f"{socket.gethostname()}-{os.getpid()}"))
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                transport, _ = await loop.create_connection(lambda: _Protocol(client), host, port)
+                client._transport = transport  # type: ignore[assignment]
+                transport.write(client._session.hello())  # type: ignore[attr-defined]
+                await client._welcome
+        except (OSError, TimeoutError) as exc:
+            client._abort()
+            raise ConnectionClosed(f"cannot connect to broker at {address}: {exc or 'timed out'}") from None
+        except BaseException:
+            client._abort()
+            raise
+        return client
+
+    @property
+    def pubend(self) -> str | None:
+        return self._session.pubend
+
+    # ---- publishing ------------------------------------------------------------------------------
+
+    def publish(self, channel: str, payload: bytes | str = b"",
+                attributes: dict[str, Any] | None = None) -> asyncio.Future[PublishResult]:
+        """Publish one event; the returned future (await it) gives (pubend, tick) once it is durable."""
+        self._check_open()
+        ev = self._session.check_event(channel, payload, attributes)
+        fut: asyncio.Future[PublishResult] = self._loop.create_future()
+        self._outbox.append(ev)
+        self._outbox_futures.append(fut)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+        return fut
+
+    async def publish_many(self, items: Iterable[tuple[str, bytes | str] | tuple[str, bytes | str, dict[str, Any]]]
+                           ) -> list[PublishResult]:
+        """Publish a batch of (channel, payload[, attributes]); returns their (pubend, tick) in order."""
+        futures = [self.publish(*item) for item in items]
+        return list(await asyncio.gather(*futures))
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        events, futures = self._outbox, self._outbox_futures
+        self._outbox, self._outbox_futures = [], []
+        if self._closed is not None:
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(self._closed_error())
+            return
+        frames = self._session.publish(events)
+        i = 0
+        for seq, count, _ in frames:
+            for k in range(count):
+                self._acks[seq + k] = futures[i]
+                i += 1
+        assert self._transport is not None
+        self._transport.write(b"".join(f for _, _, f in frames))
+
+    # ---- subscribing -----------------------------------------------------------------------------
+
+    async def subscribe(self, pattern: str, *, filter: str | None = None, start: Start = "now",
+                        end: int | None = None, on_gap: str = "raise") -> Subscription:
+        """Subscribe; returns once the broker confirmed. Iterate the result for events.
+
+        `start`: "now" (default), "start" (oldest retained event), a tick (events after it) or a
+        datetime. `end`: stop after this tick (a bounded read). `on_gap`: "raise" a GapError, or
+        yield a Gap "event", when retention released events this subscription asked for.
+        """
+        if on_gap not in ("raise", "event"):
+            raise TidingsError("on_gap must be 'raise' or 'event'", errors.BAD_START)
+        self._check_open()
+        sub_id, frame = self._session.subscribe(pattern, filter, start, end)
+        sub = Subscription(self, sub_id, on_gap)
+        self._subs[sub_id] = sub
+        assert self._transport is not None
+        self._transport.write(frame)
+        sub.position = await sub._ready
+        return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        self._subs.pop(sub.id, None)
+        self._consumed(len(sub._items))
+        sub._items.clear()
+        if self._closed is None and self._transport is not None:
+            self._transport.write(self._session.unsubscribe(sub.id))
+
+    async def status(self) -> dict[str, Any]:
+        self._check_open()
+        req, frame = self._session.status()
+        fut: asyncio.Future[dict[str, Any]] = self._loop.create_future()
+        self._status[req] = fut
+        assert self._transport is not None
+        self._transport.write(frame)
+        return await fut
+
+    async def close(self) -> None:
+        if self._outbox:
+            self._flush()
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+        if self._closed is None:
+            self._lost(None)
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- incoming --------------------------------------------------------------------------------
+
+    def _data(self, data: bytes) -> None:
+        try:
+            msgs = self._session.receive(data)
+        except ProtocolError as exc:
+            self._closed = exc
+            self._abort()
+            return
+        for msg in msgs:
+            self._dispatch(msg)
+
+    def _dispatch(self, msg: Any) -> None:  # noqa: PLR0912 - one branch per message type
+        if isinstance(msg, messages.Events):
+            sub = self._subs.get(msg.sub)
+            if sub is not None:
+                items = [event_from_fields(f) for f in msg.records]
+                sub._push(items)
+                self._buffered += len(items)
+                if self._buffered > self.buffer_events_max and not self._reading_paused:
+                    self._reading_paused = True
+                    assert self._transport is not None
+                    self._transport.pause_reading()
+        elif isinstance(msg, messages.Ack):
+            for k, tick in enumerate(msg.ticks):
+                fut = self._acks.pop(msg.seq + k, None)
+                rejection = self._rejections.pop(msg.seq + k, None)
+                if fut is None or fut.done():
+                    continue
+                if tick is None:
+                    fut.set_exception(rejection or BrokerError("event rejected", "rejected"))
+                else:
+                    fut.set_result(PublishResult(msg.pubend, tick))
+        elif isinstance(msg, messages.Subscribed):
+            sub = self._subs.get(msg.sub)
+            if sub is not None and not sub._ready.done():
+                sub._ready.set_result(msg.position)
+        elif isinstance(msg, messages.Gap):
+            sub = self._subs.get(msg.sub)
+            if sub is not None:
+                sub._push([Gap(msg.after, msg.through)])
+                self._buffered += 1
+        elif isinstance(msg, messages.End):
+            sub = self._subs.pop(msg.sub, None)
+            if sub is not None:
+                sub.ended = True
+                sub._wakeup.set()
+        elif isinstance(msg, messages.StatusReply):
+            fut = self._status.pop(msg.req, None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg.status)
+        elif isinstance(msg, messages.Error):
+            self._error(msg)
+        elif isinstance(msg, messages.Welcome) and not self._welcome.done():
+            self._welcome.set_result(None)
+
+    def _error(self, msg: messages.Error) -> None:
+        exc = BrokerError(msg.message, msg.code)
+        if "seq" in msg.context:
+            self._rejections[int(msg.context["seq"])] = exc
+        elif "sub" in msg.context:
+            sub = self._subs.pop(int(msg.context["sub"]), None)
+            if sub is not None:
+                sub._fail(exc)
+        else:
+            self._closed = exc
+            if not self._welcome.done():
+                self._welcome.set_exception(exc)
+
+    def _consumed(self, n: int) -> None:
+        self._buffered -= n
+        if self._reading_paused and self._buffered <= self.buffer_events_max // 2:
+            self._reading_paused = False
+            if self._transport is not None and not self._transport.is_closing():
+                self._transport.resume_reading()
+
+    def _closed_error(self) -> BaseException:
+        if isinstance(self._closed, TidingsError):
+            return self._closed
+        return ConnectionClosed("the connection to the broker is closed")
+
+    def _lost(self, exc: Exception | None) -> None:
+        if self._closed is None:
+            self._closed = ConnectionClosed(f"the connection to the broker was lost: {exc}" if exc
+                                            else "the connection to the broker is closed")
+        err = self._closed_error()
+        if not self._welcome.done():
+            self._welcome.set_exception(err)
+        for fut in [*self._acks.values(), *self._status.values()]:
+            if not fut.done():
+                fut.set_exception(err)
+        self._acks.clear()
+        self._status.clear()
+        for sub in self._subs.values():
+            sub._fail(err)
+        self._subs.clear()
+
+    def _abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _check_open(self) -> None:
+        if self._closed is not None:
+            raise self._closed_error()

@@ -1,0 +1,92 @@
+"""Inputs to the broker core: facts the runtime reports, each stamped with `now`.
+
+`now` is monotonic nanoseconds chosen by the runtime (virtual in the simulator). Only `Received`
+also carries wall-clock microseconds, because the pubend derives ticks from the clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    now: int
+    conn: int
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    now: int
+    wall_us: int
+    conn: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLost:
+    now: int
+    conn: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendBlocked:
+    """The connection's output queue passed `send_queue_bytes_max`."""
+
+    now: int
+    conn: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendDrained:
+    """The connection's output queue fell back below its low-water mark."""
+
+    now: int
+    conn: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogState:
+    """What the pubend log holds, as the storage reports it."""
+
+    last_tick: int = 0
+    first_tick: int | None = None
+    released_through: int = 0
+    log_bytes: int = 0
+    record_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSynced:
+    """Every Append with a token <= `token` is on stable storage; `log` is the log after the sync."""
+
+    now: int
+    token: int
+    log: LogState
+
+
+@dataclass(frozen=True, slots=True)
+class LogRead:
+    """The answer to ReadLog: records with after < tick <= through, in order, possibly cut short."""
+
+    now: int
+    reader: int
+    records: list[tuple[int, bytes]]
+    log: LogState
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionApplied:
+    now: int
+    log: LogState
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    now: int
+
+
+Input = (
+    Accepted | Received | ConnectionLost | SendBlocked | SendDrained | WriteSynced | LogRead
+    | RetentionApplied | TimerFired
+)

@@ -1,0 +1,69 @@
+"""The pubend: where an event is logged once and gets its tick (Gryphon's publishing endpoint).
+
+Ticks are the pubend's stream time: `tick = max(last_tick + 1, wall_us)`, so they are strictly
+increasing, close to the wall clock in microseconds (comparable across pubends for total order),
+and monotonic across restarts because `last_tick` is recovered from the log. A batch of records is
+appended under a token; tokens are acknowledged in order when the runtime reports them synced, and
+only then do their events become knowledge (the durable tail, `synced_tick`) that may be delivered.
+
+Invariants: ticks issued > every tick in the log; `synced_tick` only grows; pending batches leave
+in token order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True)
+class PendingBatch:
+    """A batch logged but not yet synced: who to acknowledge, and what to deliver once durable."""
+
+    token: int
+    conn: int
+    seq: int
+    ticks: list[int | None]
+    deliveries: list[tuple[int, str, dict[str, Any], bytes]]  # tick, channel, attributes, record
+
+
+class Pubend:
+    __slots__ = ("_pending", "_token", "last_tick", "pubend_id", "synced_tick")
+
+    def __init__(self, pubend_id: str, last_tick: int) -> None:
+        self.pubend_id = pubend_id
+        self.last_tick = last_tick
+        self.synced_tick = last_tick
+        self._token = 0
+        self._pending: deque[PendingBatch] = deque()
+
+    def next_tick(self, wall_us: int) -> int:
+        tick = self.last_tick + 1
+        tick = max(tick, wall_us)
+        self.last_tick = tick
+        return tick
+
+    def log(self, conn: int, seq: int, ticks: list[int | None],
+            deliveries: list[tuple[int, str, dict[str, Any], bytes]]) -> int:
+        """Record a batch whose Append is about to be emitted; returns its token."""
+        self._token += 1
+        self._pending.append(PendingBatch(self._token, conn, seq, ticks, deliveries))
+        return self._token
+
+    @property
+    def pending_batches(self) -> int:
+        return len(self._pending)
+
+    def synced(self, token: int) -> list[PendingBatch]:
+        """The batches made durable by a sync up to `token`, in order."""
+        out: list[PendingBatch] = []
+        pending = self._pending
+        while pending and pending[0].token <= token:
+            batch = pending.popleft()
+            out.append(batch)
+            if batch.deliveries:
+                tick = batch.deliveries[-1][0]
+                assert tick > self.synced_tick
+                self.synced_tick = tick
+        return out

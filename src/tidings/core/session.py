@@ -1,0 +1,134 @@
+"""The client session: the client's half of the wire protocol, sans-IO.
+
+It validates what the application asks for before anything is sent (bad channels, patterns,
+filters, attributes and oversized payloads fail at the call, with the same errors the broker would
+give), numbers publishes and subscriptions, splits large publish batches into frames under the
+broker's limits, and decodes what the broker sends into messages. It keeps no futures and does no
+I/O: the asyncio client (tidings.client) pairs requests with answers.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from tidings.core import errors
+from tidings.core.channels import validate_channel, validate_pattern
+from tidings.core.errors import ProtocolError, TidingsError
+from tidings.core.event import datetime_to_tick, validate_attributes
+from tidings.core.filters import parse_filter
+from tidings.core.wire import messages
+from tidings.core.wire.frames import FrameDecoder
+
+FRAME_BYTES_MAX_DEFAULT = 8 * 1024 * 1024
+EVENT_BYTES_MAX_DEFAULT = 1024 * 1024
+PUBLISH_FRAME_EVENTS_MAX = 4096
+FRAME_OVERHEAD_BYTES = 64
+
+Start = str | int | _dt.datetime
+
+BrokerMessage = (
+    messages.Welcome | messages.Ack | messages.Events | messages.Subscribed | messages.Gap
+    | messages.End | messages.StatusReply | messages.Error
+)
+
+
+def start_spec(start: Start) -> tuple[str, int]:
+    """`"now"`, `"start"`, a tick (deliver ticks after it) or a datetime (deliver from that time)."""
+    if start in (messages.START_NOW, messages.START_OLDEST):
+        return str(start), 0
+    if isinstance(start, bool):
+        raise TidingsError("start must be 'now', 'start', a tick or a datetime", errors.BAD_START)
+    if isinstance(start, int):
+        if start < 0:
+            raise TidingsError("a start tick cannot be negative", errors.BAD_START)
+        return messages.START_AFTER, start
+    if isinstance(start, _dt.datetime):
+        return messages.START_AFTER, max(0, datetime_to_tick(start) - 1)
+    raise TidingsError(f"start must be 'now', 'start', a tick or a datetime, not {start!r}", errors.BAD_START)
+
+
+class ClientSession:
+    def __init__(self, service: str, instance: str) -> None:
+        if not service:
+            raise TidingsError("service must not be empty", errors.HANDSHAKE)
+        self.service = service
+        self.instance = instance
+        self.pubend: str | None = None
+        self.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
+        self.event_bytes_max = EVENT_BYTES_MAX_DEFAULT
+        self._decoder = FrameDecoder(FRAME_BYTES_MAX_DEFAULT + 1024 * 1024)
+        self._next_seq = 0
+        self._next_sub = 0
+        self._next_req = 0
+
+    def hello(self) -> bytes:
+        return messages.hello(self.service, self.instance)
+
+    def receive(self, data: bytes) -> list[BrokerMessage]:
+        """Decode what arrived; a broker that breaks the protocol raises ProtocolError."""
+        out: list[BrokerMessage] = []
+        for body in self._decoder.feed(data):
+            msg = messages.decode_broker_message(body)
+            if isinstance(msg, messages.Welcome):
+                if msg.version != messages.PROTOCOL_VERSION:
+                    raise ProtocolError(errors.VERSION, f"broker speaks protocol {msg.version}", fatal=True)
+                self.pubend = str(msg.info.get("pubend", ""))
+                self.frame_bytes_max = int(msg.info.get("frame_bytes_max", self.frame_bytes_max))
+                self.event_bytes_max = int(msg.info.get("event_bytes_max", self.event_bytes_max))
+            out.append(msg)
+        return out
+
+    def check_event(self, channel: str, payload: bytes | str, attributes: Any) -> list[Any]:
+        validate_channel(channel)
+        if isinstance(payload, str):
+            payload = payload.encode("utf-8")
+        elif not isinstance(payload, bytes | bytearray | memoryview):
+            raise TidingsError(f"payload must be bytes or str, not {type(payload).__name__}",
+                               errors.BAD_MESSAGE)
+        payload = bytes(payload)
+        if len(payload) > self.event_bytes_max:
+            raise TidingsError(f"payload of {len(payload)} bytes exceeds event_bytes_max="
+                               f"{self.event_bytes_max}", errors.EVENT_TOO_LARGE)
+        return [channel, validate_attributes(attributes), payload]
+
+    def publish(self, events: list[list[Any]]) -> list[tuple[int, int, bytes]]:
+        """Frames for checked events: a list of (first seq, event count, frame)."""
+        out: list[tuple[int, int, bytes]] = []
+        budget = self.frame_bytes_max // 2
+        chunk: list[list[Any]] = []
+        size = 0
+        for ev in events:
+            ev_size = len(ev[2]) + len(ev[0]) + FRAME_OVERHEAD_BYTES + 32 * len(ev[1])
+            if chunk and (size + ev_size > budget or len(chunk) >= PUBLISH_FRAME_EVENTS_MAX):
+                out.append(self._publish_frame(chunk))
+                chunk, size = [], 0
+            chunk.append(ev)
+            size += ev_size
+        if chunk:
+            out.append(self._publish_frame(chunk))
+        return out
+
+    def _publish_frame(self, chunk: list[list[Any]]) -> tuple[int, int, bytes]:
+        seq = self._next_seq
+        self._next_seq += len(chunk)
+        return seq, len(chunk), messages.publish(seq, chunk)
+
+    def subscribe(self, pattern: str, filter: str | None = None, start: Start = "now",
+                  end: int | None = None) -> tuple[int, bytes]:
+        validate_pattern(pattern)
+        if filter:
+            parse_filter(filter)
+        kind, after = start_spec(start)
+        if end is not None and (isinstance(end, bool) or not isinstance(end, int) or end < 0):
+            raise TidingsError("end must be a non-negative tick", errors.BAD_START)
+        self._next_sub += 1
+        msg = messages.Subscribe(self._next_sub, pattern, filter or None, kind, after, end)
+        return self._next_sub, messages.subscribe(msg)
+
+    def unsubscribe(self, sub: int) -> bytes:
+        return messages.unsubscribe(sub)
+
+    def status(self) -> tuple[int, bytes]:
+        self._next_req += 1
+        return self._next_req, messages.status_request(self._next_req)

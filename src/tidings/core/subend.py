@@ -1,0 +1,103 @@
+"""The subend: one subscription's delivery point at the subscriber's broker.
+
+A subend delivers every matching event once, in tick order. It tracks `position`: every tick at or
+below it has been either delivered or found not to match. It is in one of two modes:
+
+- live: the broker's fan-out hands it each event as the event becomes durable (`position` then
+  trails the pubend's durable tail);
+- catching up: it reads the pubend log (ReadLog / LogRead) from `position` towards the durable tail.
+  This is how a subscription starts in the past, and where a slow subscriber goes when its
+  connection's output queue fills: the broker stops queueing events for it (bounded memory) and it
+  reads them back from the log once the connection drains. When a read reaches the durable tail it
+  turns live again. A read is issued only while the connection is not blocked, and one at a time.
+
+Ticks the log released (retention) before the subend read them become an explicit GAP message,
+never a silent skip (except for a subend started at "the oldest retained event", whose first read
+begins wherever the log now begins). A bounded subend (`end` set, e.g. a Spark partition) never goes live: it reads
+up to `end` (at most the durable tail when it was created) and sends END.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from tidings.core.channels import pattern_matches
+from tidings.core.effects import Effect, ReadLog, Send
+from tidings.core.filters import Filter
+from tidings.core.inputs import LogState
+from tidings.core.wire import messages
+
+
+class Subend:
+    __slots__ = ("conn", "end", "filter", "from_oldest", "key", "live", "pattern", "position", "reading", "sub")
+
+    def __init__(self, key: int, conn: int, sub: int, pattern: str, flt: Filter | None,
+                 position: int, end: int | None, from_oldest: bool = False) -> None:
+        self.key = key
+        self.conn = conn
+        self.sub = sub
+        self.pattern = pattern
+        self.filter = flt
+        self.position = position
+        self.end = end
+        self.from_oldest = from_oldest  # started at "the oldest retained": its first read skips released ticks
+        self.live = False
+        self.reading: int | None = None  # the `through` of the read in flight
+
+    def matches(self, channel: str, attributes: dict[str, Any]) -> bool:
+        if not pattern_matches(self.pattern, channel):
+            return False
+        return self.filter is None or self.filter.matches(attributes)
+
+    def go_live(self, synced_tick: int) -> None:
+        assert self.end is None and self.reading is None
+        self.position = max(self.position, synced_tick)
+        self.live = True
+
+    def fall_behind(self, synced_tick: int) -> None:
+        """The connection blocked: everything up to the durable tail was already queued to it."""
+        if self.live:
+            self.position = max(self.position, synced_tick)
+            self.live = False
+
+    def _target(self, synced_tick: int) -> int:
+        return synced_tick if self.end is None else min(self.end, synced_tick)
+
+    def next_read(self, synced_tick: int, max_bytes: int) -> list[Effect]:
+        """Start the next catch-up read if one is due."""
+        if self.live or self.reading is not None:
+            return []
+        self.reading = self._target(synced_tick)
+        return [ReadLog(self.key, self.position, self.reading, max_bytes)]
+
+    def caught_up(self, synced_tick: int) -> bool:
+        return self.position >= self._target(synced_tick)
+
+    def on_read(self, records: list[tuple[int, bytes]], log: LogState) -> tuple[list[Effect], int]:
+        """Deliver what the read in flight returned; also returns how many events it delivered."""
+        through = self.reading
+        assert through is not None and not self.live
+        self.reading = None
+        out: list[Effect] = []
+        if log.released_through > self.position:
+            if not self.from_oldest:
+                out.append(Send(self.conn, messages.gap(self.sub, self.position, log.released_through)))
+            self.position = log.released_through
+        self.from_oldest = False
+        batch: list[bytes] = []
+        position = self.position
+        for tick, record in records:
+            if tick <= position:
+                continue
+            fields = msgpack.unpackb(record)
+            if self.matches(fields[2], fields[3]):
+                batch.append(record)
+            position = tick
+        if batch:
+            out.append(Send(self.conn, messages.events(self.sub, batch)))
+        if not records:  # an empty answer means nothing is left up to `through`
+            position = max(position, through)
+        self.position = position
+        return out, len(batch)

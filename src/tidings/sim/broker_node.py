@@ -1,0 +1,250 @@
+"""A simulated broker process: the `Broker` core hosted on the simulated disk and network.
+
+Theory of operation. This is the simulator's counterpart of `tidings.aio.server.BrokerServer`, and
+it drives the very same core the same way:
+
+- every socket event becomes a core input stamped with the world's `now` (and, for Received, the
+  world's wall clock in microseconds, from which the pubend takes ticks);
+- the effects that come back are applied at once and in order: Sends to one connection within one
+  input are joined into a single write, Disconnect flushes what was sent before and closes,
+  Append / Sync / ReadLog go to the disk, whose completions come back as WriteSynced / LogRead;
+- after every input the core's `next_deadline()` (re)arms the one timer, which feeds TimerFired;
+- a socket's pause_writing / resume_writing become SendBlocked / SendDrained. The real transport
+  calls pause_writing from inside write(); here the input is queued and handled right after the
+  effects of the current input are applied, so the core never sees an input while it is inside
+  `handle` (the same order the asyncio runtime produces, without the re-entrancy).
+
+`crash()` is kill -9 plus power loss: the core object and every connection are discarded (peers hear
+a reset), queued disk work is lost, and the disk keeps what its crash model says survives.
+`restart()` builds a fresh core from what the disk holds (`LogState`, whose `last_tick` keeps ticks
+monotonic), exactly as a restarted process recovers from its files. An incarnation number guards
+every callback, so nothing from before a crash reaches the new core.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from tidings.core.broker import Broker
+from tidings.core.config import BrokerConfig
+from tidings.core.effects import Append, Disconnect, Effect, ReadLog, Send, Sync
+from tidings.core.inputs import (
+    Accepted,
+    ConnectionLost,
+    Input,
+    LogRead,
+    LogState,
+    Received,
+    SendBlocked,
+    SendDrained,
+    TimerFired,
+    WriteSynced,
+)
+from tidings.sim.disk import SURVIVE_NONE, Disk
+from tidings.sim.network import Endpoint, Listener, Network, Socket
+from tidings.sim.world import Timer, World
+
+
+class _ServerSide(Endpoint):
+    """One accepted connection, reporting to the incarnation of the node that accepted it."""
+
+    def __init__(self, node: BrokerNode, conn: int) -> None:
+        self.node = node
+        self.conn = conn
+        self.incarnation = node.incarnation
+        self.name = f"{node.name}#{conn}"
+
+    def data_received(self, sock: Socket, data: bytes) -> None:
+        node = self.node
+        if node.incarnation == self.incarnation:
+            node.feed(Received(node.world.now, node.world.wall_us(), self.conn, data))
+
+    def connection_lost(self, sock: Socket, reset: bool) -> None:
+        node = self.node
+        if node.incarnation == self.incarnation and node.sockets.pop(self.conn, None) is not None:
+            node.feed(ConnectionLost(node.world.now, self.conn))
+
+    def pause_writing(self, sock: Socket) -> None:
+        node = self.node
+        if node.incarnation == self.incarnation:
+            node.feed(SendBlocked(node.world.now, self.conn))
+
+    def resume_writing(self, sock: Socket) -> None:
+        node = self.node
+        if node.incarnation == self.incarnation:
+            node.feed(SendDrained(node.world.now, self.conn))
+
+
+class BrokerNode(Listener):
+    def __init__(self, world: World, network: Network, disk: Disk, address: str,
+                 config: BrokerConfig | None = None, pubend_id: str = "p-sim", name: str = "broker") -> None:
+        self.world = world
+        self.network = network
+        self.disk = disk
+        self.address = address
+        self.config = config or BrokerConfig()
+        self.pubend_id = pubend_id
+        self.name = name
+        self.core: Broker | None = None
+        self.incarnation = 0
+        self.sockets: dict[int, Socket] = {}
+        self._next_conn = 0
+        self._timer: Timer | None = None
+        self._timer_at: int | None = None
+        self._inputs: deque[Input] = deque()
+        self._feeding = False
+        self.stats: dict[str, int] = {}
+        self.send_queue_bytes_peak = 0
+
+    @property
+    def up(self) -> bool:
+        return self.core is not None
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        assert self.core is None
+        self.incarnation += 1
+        self._next_conn = 0
+        log: LogState = self.disk.state()
+        self.core = Broker(self.config, self.pubend_id, log)
+        self.disk.attach(self._synced, self._read)
+        self.network.listen(self.address, self)
+        self.world.trace(self.name, "start", self.incarnation, log.last_tick, log.record_count)
+        self._count("start")
+
+    def crash(self, survive: str = SURVIVE_NONE) -> None:
+        assert self.core is not None
+        self.world.trace(self.name, "crash", self.incarnation)
+        self._count("crash")
+        self.core = None
+        self.incarnation += 1  # every callback of the old incarnation is now ignored
+        self._inputs.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._timer_at = None
+        self.network.unlisten(self.address)
+        for conn in sorted(self.sockets):
+            self.sockets[conn].abort(notify_self=False)
+        self.sockets.clear()
+        self.disk.crash(survive)
+
+    def restart(self) -> None:
+        self.start()
+
+    # ---- the network's and the disk's callbacks --------------------------------------------------
+
+    def accept(self, sock: Socket) -> Endpoint:
+        self._next_conn += 1
+        conn = self._next_conn
+        side = _ServerSide(self, conn)
+        sock.set_write_buffer_limits(self.config.send_queue_bytes_max, self.config.send_queue_bytes_max // 4)
+        self.sockets[conn] = sock
+        self.feed(Accepted(self.world.now, conn))
+        return side
+
+    def _synced(self, token: int, state: LogState) -> None:
+        self.feed(WriteSynced(self.world.now, token, state))
+
+    def _read(self, reader: int, records: list[tuple[int, bytes]], state: LogState) -> None:
+        self.feed(LogRead(self.world.now, reader, records, state))
+
+    def _fire(self, incarnation: int) -> None:
+        if incarnation == self.incarnation:
+            self._timer = self._timer_at = None
+            self.feed(TimerFired(self.world.now))
+
+    # ---- driving the core ------------------------------------------------------------------------
+
+    def feed(self, inp: Input) -> None:
+        """Handle `inp`, then any input that applying its effects produced (flow control)."""
+        if self.core is None:
+            return
+        self._inputs.append(inp)
+        if self._feeding:
+            return
+        self._feeding = True
+        try:
+            while self._inputs and self.core is not None:
+                nxt = self._inputs.popleft()
+                self._trace_input(nxt)
+                self.apply(self.core.handle(nxt))
+            if self.core is not None:
+                self._arm_timer()
+        finally:
+            self._feeding = False
+
+    def apply(self, effects: list[Effect]) -> None:
+        pending: dict[int, list[bytes]] = {}
+        disk = self.disk
+        for eff in effects:
+            kind = type(eff)
+            if kind is Send:
+                assert isinstance(eff, Send)
+                pending.setdefault(eff.conn, []).append(eff.data)
+                self._trace_effect("Send", eff.conn, len(eff.data))
+            elif kind is Append:
+                assert isinstance(eff, Append)
+                self._trace_effect("Append", eff.token, len(eff.records), eff.records[-1][0])
+                disk.append(eff.records)
+            elif kind is Sync:
+                assert isinstance(eff, Sync)
+                self._trace_effect("Sync", eff.token)
+                disk.sync(eff.token)
+            elif kind is ReadLog:
+                assert isinstance(eff, ReadLog)
+                self._trace_effect("ReadLog", eff.reader, eff.after, eff.through)
+                disk.read(eff.reader, eff.after, eff.through, eff.max_bytes)
+            elif kind is Disconnect:
+                assert isinstance(eff, Disconnect)
+                self._trace_effect("Disconnect", eff.conn)
+                self._flush(eff.conn, pending.pop(eff.conn, None))
+                sock = self.sockets.get(eff.conn)
+                if sock is not None:
+                    sock.close()
+            else:
+                raise AssertionError(f"unknown effect {eff!r}")
+        for conn, chunks in pending.items():
+            self._flush(conn, chunks)
+
+    def _flush(self, conn: int, chunks: list[bytes] | None) -> None:
+        sock = self.sockets.get(conn)
+        if sock is None or not chunks or not sock.open:
+            return
+        sock.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        self.send_queue_bytes_peak = max(self.send_queue_bytes_peak, sock.buffered_bytes)
+
+    def _arm_timer(self) -> None:
+        assert self.core is not None
+        deadline = self.core.next_deadline()
+        if deadline == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = deadline
+        if deadline is not None:
+            self._timer = self.world.call_at(max(deadline, self.world.now), self._fire, self.incarnation)
+
+    # ---- the trace -------------------------------------------------------------------------------
+
+    def _count(self, key: str) -> None:
+        self.stats[key] = self.stats.get(key, 0) + 1
+
+    def _trace_input(self, inp: Input) -> None:
+        kind = type(inp).__name__
+        self._count(kind)
+        if isinstance(inp, Received):
+            self.world.trace(self.name, kind, inp.conn, len(inp.data))
+        elif isinstance(inp, WriteSynced):
+            self.world.trace(self.name, kind, inp.token, inp.log.last_tick)
+        elif isinstance(inp, LogRead):
+            self.world.trace(self.name, kind, inp.reader, len(inp.records))
+        elif isinstance(inp, TimerFired):
+            self.world.trace(self.name, kind)
+        else:
+            self.world.trace(self.name, kind, getattr(inp, "conn", ""))
+
+    def _trace_effect(self, kind: str, *fields: object) -> None:
+        self._count(kind)
+        self.world.trace(self.name, kind, *fields)

@@ -1,0 +1,294 @@
+"""Simulated clients: publishers and subscribers driving the real `ClientSession` over the network.
+
+Theory of operation. A `SimClient` owns one connection at a time and a fresh `ClientSession` for it:
+it connects, sends HELLO, and once WELCOME arrives it is ready. When the connection is lost (the
+broker crashed, closed it, or the client dropped it on purpose) it waits a seeded backoff and
+connects again; a refused connection (the broker is down) is retried the same way. Everything a
+client learns is recorded for the checker; a client never decides whether the broker was right.
+
+A `Publisher` publishes seeded random monitoring events (channels `nodes/h<k>/load|mem`, attributes
+host, site, load) in batches, pipelined up to `window` unacknowledged frames. Each event's payload
+is a unique id (`<publisher>:<n>`), so the checker can find it in the log. An ACK records id -> tick;
+a batch outstanding when its connection is lost is in doubt (it may or may not be in the log) and is
+not published again: at-most-once from the publisher's side keeps "an ACKed event is in the log
+exactly once" checkable. A few events are malformed on purpose (a wildcard in the channel, bypassing
+the session's checks) and must be rejected with a nil tick.
+
+A `Subscriber` subscribes with a pattern, an optional filter and a start (`now` or `start`), and
+records every event it receives. Its resume point is the last tick it received (or the position the
+broker confirmed in SUBSCRIBED): after a reconnection it subscribes again with start = that tick,
+which is how a durable subscriber continues its stream across broker crashes. Its interval begins at
+the position of its first SUBSCRIBED. A slow subscriber reads its connection at a low rate.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from tidings.core import errors
+from tidings.core.session import ClientSession
+from tidings.core.wire import messages
+from tidings.sim.network import Endpoint, Network, Socket
+from tidings.sim.world import MILLISECOND_NS, Timer, World
+
+DOWN = "down"
+CONNECTING = "connecting"
+HELLO_SENT = "hello-sent"
+READY = "ready"
+
+
+class SimClient(Endpoint):
+    def __init__(self, world: World, network: Network, address: str, name: str,
+                 read_rate_bytes_per_s: int | None = None,
+                 backoff_ns: tuple[int, int] = (5 * MILLISECOND_NS, 50 * MILLISECOND_NS)) -> None:
+        self.world = world
+        self.network = network
+        self.address = address
+        self.name = name
+        self.rng: random.Random = world.derive_rng(name)
+        self.read_rate_bytes_per_s = read_rate_bytes_per_s
+        self.backoff_ns = backoff_ns
+        self.state = DOWN
+        self.sock: Socket | None = None
+        self.session: ClientSession | None = None
+        self.connections = 0
+        self.violations: list[str] = []
+        self.errors: list[tuple[str, dict[str, Any]]] = []
+
+    # ---- connection lifecycle --------------------------------------------------------------------
+
+    def start(self, at_ns: int = 0) -> None:
+        self.world.call_at(max(at_ns, self.world.now), self._connect)
+
+    def _connect(self) -> None:
+        if self.state != DOWN:
+            return
+        self.state = CONNECTING
+        self.network.connect(self.address, self, server_rate_bytes_per_s=self.read_rate_bytes_per_s)
+
+    def _retry(self) -> None:
+        self.state = DOWN
+        self.world.call_later(self.rng.randint(*self.backoff_ns), self._connect)
+
+    def connection_refused(self, address: str) -> None:
+        if self.state == CONNECTING:
+            self._retry()
+
+    def connection_made(self, sock: Socket) -> None:
+        assert self.state == CONNECTING
+        self.sock = sock
+        self.connections += 1
+        self.session = ClientSession("sim", self.name)
+        self.state = HELLO_SENT
+        sock.write(self.session.hello())
+
+    def connection_lost(self, sock: Socket, reset: bool) -> None:
+        if sock is not self.sock:
+            return
+        self.world.trace(self.name, "lost", int(reset))
+        self.sock = None
+        self.session = None
+        self.on_down()
+        self._retry()
+
+    def drop(self) -> None:
+        """Drop the connection on purpose (the client's own disconnection), then reconnect."""
+        sock = self.sock
+        if sock is None:
+            return
+        self.world.trace(self.name, "drop")
+        self.sock = None
+        self.session = None
+        sock.abort(notify_self=False)
+        self.on_down()
+        self._retry()
+
+    def data_received(self, sock: Socket, data: bytes) -> None:
+        if sock is not self.sock or self.session is None:
+            return
+        for msg in self.session.receive(data):
+            if self.sock is not sock:
+                return  # dropped while handling an earlier message
+            if isinstance(msg, messages.Welcome):
+                self.state = READY
+                self.world.trace(self.name, "welcome")
+                self.on_ready()
+            elif isinstance(msg, messages.Error):
+                self.world.trace(self.name, "error", msg.code)
+                self.errors.append((msg.code, msg.context))
+                self.on_error(msg)
+            else:
+                self.on_message(msg)
+
+    def send(self, frame: bytes) -> None:
+        assert self.sock is not None
+        self.sock.write(frame)
+
+    # ---- for subclasses --------------------------------------------------------------------------
+
+    def on_ready(self) -> None:
+        pass
+
+    def on_down(self) -> None:
+        pass
+
+    def on_message(self, msg: Any) -> None:
+        self.violations.append(f"{self.name}: unexpected {type(msg).__name__}")
+
+    def on_error(self, msg: messages.Error) -> None:
+        self.violations.append(f"{self.name}: ERROR {msg.code}: {msg.message}")
+
+
+class Publisher(SimClient):
+    def __init__(self, world: World, network: Network, address: str, name: str, events_total: int,
+                 hosts: int = 4, batch_max: int = 6, window: int = 4,
+                 interval_ns: tuple[int, int] = (200_000, 3 * MILLISECOND_NS),
+                 bad_event_probability: float = 0.02) -> None:
+        super().__init__(world, network, address, name)
+        self.events_total = events_total
+        self.hosts = hosts
+        self.batch_max = batch_max
+        self.window = window
+        self.interval_ns = interval_ns
+        self.bad_event_probability = bad_event_probability
+        self.produced = 0
+        self.sent: dict[str, tuple[str, dict[str, Any], bytes]] = {}  # id -> what was published
+        self.acked: dict[str, int] = {}  # id -> tick
+        self.rejected: list[str] = []
+        self.in_doubt: list[str] = []
+        self._outstanding: dict[int, list[str]] = {}  # first seq of a frame -> its event ids
+        self._timer: Timer | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.produced >= self.events_total and not self._outstanding
+
+    def on_ready(self) -> None:
+        self._schedule(0)
+
+    def on_down(self) -> None:
+        for ids in self._outstanding.values():
+            self.in_doubt.extend(ids)
+        self._outstanding.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _schedule(self, delay_ns: int) -> None:
+        if self._timer is None and self.produced < self.events_total:
+            self._timer = self.world.call_later(delay_ns, self._publish_some)
+
+    def _event(self) -> tuple[str, list[Any]]:
+        rng = self.rng
+        n = self.produced
+        self.produced += 1
+        ident = f"{self.name}:{n}"
+        payload = ident.encode()
+        if rng.random() < self.bad_event_probability:
+            return ident, ["nodes/+/bad", {}, payload]  # the broker must reject it
+        k = rng.randrange(self.hosts)
+        kind = rng.choice(("load", "mem"))
+        attributes: dict[str, Any] = {"host": f"h{k}", "site": f"s{k % 3}"}
+        if kind == "load":
+            attributes["load"] = round(rng.uniform(0.0, 4.0), 2)
+        else:
+            attributes["mem"] = rng.randint(0, 1 << 20)
+        assert self.session is not None
+        return ident, self.session.check_event(f"nodes/h{k}/{kind}", payload, attributes)
+
+    def _publish_some(self) -> None:
+        self._timer = None
+        if self.state != READY or self.session is None:
+            return
+        if len(self._outstanding) < self.window:
+            count = min(self.rng.randint(1, self.batch_max), self.events_total - self.produced)
+            batch = [self._event() for _ in range(count)]
+            ids = [ident for ident, _ in batch]
+            for ident, ev in batch:
+                self.sent[ident] = (ev[0], ev[1], ev[2])
+            events = [ev for _, ev in batch]
+            done = 0
+            for seq, n, frame in self.session.publish(events):
+                self._outstanding[seq] = ids[done : done + n]
+                done += n
+                self.world.trace(self.name, "publish", seq, n)
+                self.send(frame)
+        self._schedule(self.rng.randint(*self.interval_ns))
+
+    def on_message(self, msg: Any) -> None:
+        if not isinstance(msg, messages.Ack):
+            super().on_message(msg)
+            return
+        self.world.trace(self.name, "ack", msg.seq, len(msg.ticks))
+        first = next(iter(self._outstanding), None)
+        if first != msg.seq:
+            self.violations.append(f"{self.name}: ACK for seq {msg.seq}, oldest outstanding is {first}")
+        ids = self._outstanding.pop(msg.seq, None)
+        if ids is None:
+            return
+        if len(ids) != len(msg.ticks):
+            self.violations.append(f"{self.name}: ACK {msg.seq} has {len(msg.ticks)} ticks for {len(ids)}")
+        for ident, tick in zip(ids, msg.ticks, strict=False):
+            if tick is None:
+                self.rejected.append(ident)
+            else:
+                self.acked[ident] = tick
+        if self.state == READY:
+            self._schedule(0)
+
+    def on_error(self, msg: messages.Error) -> None:
+        seq = msg.context.get("seq")
+        if msg.code == errors.BAD_CHANNEL and isinstance(seq, int):
+            return  # the event made malformed on purpose; its ACK carries nil
+        super().on_error(msg)
+
+
+class Subscriber(SimClient):
+    def __init__(self, world: World, network: Network, address: str, name: str, pattern: str,
+                 filter: str | None = None, start: str = "now",
+                 read_rate_bytes_per_s: int | None = None) -> None:
+        super().__init__(world, network, address, name, read_rate_bytes_per_s)
+        self.pattern = pattern
+        self.filter = filter
+        self.start_spec = start
+        self.interval_start: int | None = None  # the position of the first SUBSCRIBED
+        self.position: int | None = None  # resume point: every tick <= it was seen to
+        self.received: list[tuple[int, list[Any]]] = []
+        self.gaps: list[tuple[int, int]] = []
+        self.subscriptions = 0
+        self._sub: int | None = None
+
+    def on_ready(self) -> None:
+        assert self.session is not None
+        start: str | int = self.start_spec if self.position is None else self.position
+        self._sub, frame = self.session.subscribe(self.pattern, self.filter, start)
+        self.subscriptions += 1
+        self.world.trace(self.name, "subscribe", start)
+        self.send(frame)
+
+    def on_down(self) -> None:
+        self._sub = None
+
+    def on_message(self, msg: Any) -> None:
+        if isinstance(msg, messages.Events) and msg.sub == self._sub:
+            for fields in msg.records:
+                tick = fields[1]
+                self.received.append((tick, fields))
+                if self.position is None or tick > self.position:
+                    self.position = tick
+            self.world.trace(self.name, "events", len(msg.records), self.position)
+        elif isinstance(msg, messages.Subscribed) and msg.sub == self._sub:
+            self.world.trace(self.name, "subscribed", msg.position)
+            if self.interval_start is None:
+                self.interval_start = msg.position
+            elif self.position is not None and msg.position != self.position:
+                self.violations.append(f"{self.name}: resumed after {self.position}, "
+                                       f"SUBSCRIBED says {msg.position}")
+            if self.position is None:
+                self.position = msg.position
+        elif isinstance(msg, messages.Gap) and msg.sub == self._sub:
+            self.gaps.append((msg.after, msg.through))
+            self.violations.append(f"{self.name}: GAP ({msg.after}, {msg.through}] without retention")
+        else:
+            super().on_message(msg)

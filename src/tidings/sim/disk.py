@@ -1,0 +1,203 @@
+"""The simulated disk: the pubend log's semantics in memory, with volatile writes and group commit.
+
+Theory of operation. The log is a sequence of records (tick, encoded event) with strictly increasing
+ticks, in two parts: the durable prefix (on stable storage) and the volatile tail (written, in the
+page cache, not yet synced). The disk works through its requests in order, like
+`tidings.aio.storage_worker.StorageWorker`'s single writer thread:
+
+- an Append is written at once (to the volatile tail) when the disk is idle;
+- a Sync first takes every request already queued behind it (appends are written, later syncs'
+  tokens are absorbed), then one sync runs for a latency drawn from the disk's seeded stream, after
+  which the whole tail written so far is durable and the owner hears `synced(token, state)` with
+  the highest token taken: one sync covers every Append issued before it started (group commit);
+- requests arriving while a sync runs wait in the queue for the next round.
+
+Reads (`read`) run beside the writer, as the real worker's reader pool does: after a latency they
+answer with the records after < tick <= through (whatever is written by then), adding records while
+their sizes fit in max_bytes and always at least one.
+
+`crash()` is what a power cut leaves: queued requests vanish, pending completions never fire, and
+of the volatile tail either nothing, all of it (a process crash: the page cache survives) or any
+prefix survives -- never a record without every record before it. What survives is what a
+restarted broker finds (`state()`), so it counts as durable from then on.
+
+Invariants: ticks strictly increase across the whole log; the durable part only grows; a sync
+completion reports a token only after every Append under that token is durable.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from tidings.core.inputs import LogState
+from tidings.sim.world import MICROSECOND_NS, Timer, World
+
+SURVIVE_NONE = "none"
+SURVIVE_PREFIX = "prefix"
+SURVIVE_ALL = "all"
+
+SyncedCallback = Callable[[int, LogState], None]
+ReadCallback = Callable[[int, list[tuple[int, bytes]], LogState], None]
+
+
+class Disk:
+    def __init__(self, world: World, name: str = "disk",
+                 sync_ns_min: int = 200 * MICROSECOND_NS, sync_ns_max: int = 3_000 * MICROSECOND_NS,
+                 read_ns_min: int = 50 * MICROSECOND_NS, read_ns_max: int = 500 * MICROSECOND_NS) -> None:
+        self.world = world
+        self.name = name
+        self.rng = world.derive_rng(name)
+        self.sync_ns_min = sync_ns_min
+        self.sync_ns_max = sync_ns_max
+        self.read_ns_min = read_ns_min
+        self.read_ns_max = read_ns_max
+        self.ticks: list[int] = []  # every written record's tick, for reads
+        self.records: list[tuple[int, bytes]] = []  # written: durable prefix, then volatile tail
+        self.durable_count = 0
+        self.log_bytes = 0
+        self._queue: deque[tuple[str, Any]] = deque()
+        self._sync_timer: Timer | None = None
+        self._reads: list[Timer] = []
+        self.on_synced: SyncedCallback | None = None
+        self.on_read: ReadCallback | None = None
+        self.on_sync_started: list[Callable[[int], None]] = []  # fault hooks: called with done_at
+        self.syncs = 0
+        self.reads = 0
+        self.crashes = 0
+
+    # ---- the owner's interface (effects Append, Sync, ReadLog) -----------------------------------
+
+    def attach(self, on_synced: SyncedCallback, on_read: ReadCallback) -> None:
+        self.on_synced = on_synced
+        self.on_read = on_read
+
+    def append(self, records: list[tuple[int, bytes]]) -> None:
+        self._queue.append(("append", records))
+        self._work()
+
+    def sync(self, token: int) -> None:
+        self._queue.append(("sync", token))
+        self._work()
+
+    def read(self, reader: int, after: int, through: int, max_bytes: int) -> None:
+        delay = self.rng.randint(self.read_ns_min, self.read_ns_max)
+        self._reads = [t for t in self._reads if not t.cancelled]
+        self._reads.append(self.world.call_later(delay, self._read_done, reader, after, through, max_bytes))
+
+    # ---- what is on the disk ---------------------------------------------------------------------
+
+    @property
+    def syncing(self) -> bool:
+        return self._sync_timer is not None
+
+    @property
+    def volatile_count(self) -> int:
+        return len(self.records) - self.durable_count
+
+    def durable_records(self) -> list[tuple[int, bytes]]:
+        return self.records[: self.durable_count]
+
+    def state(self) -> LogState:
+        """The log as a reader of the files sees it now (volatile tail included)."""
+        records = self.records
+        if not records:
+            return LogState(0, None, 0, 0, 0)
+        return LogState(last_tick=records[-1][0], first_tick=records[0][0], released_through=0,
+                        log_bytes=self.log_bytes, record_count=len(records))
+
+    # ---- faults ----------------------------------------------------------------------------------
+
+    def crash(self, survive: str = SURVIVE_NONE) -> int:
+        """Lose power: returns how many volatile records survived (they become durable)."""
+        self.crashes += 1
+        self._queue.clear()
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
+        for t in self._reads:
+            t.cancel()
+        self._reads = []
+        self.on_synced = self.on_read = None
+        tail = self.volatile_count
+        if survive == SURVIVE_ALL:
+            kept = tail
+        elif survive == SURVIVE_PREFIX:
+            kept = self.rng.randint(0, tail)
+        else:
+            assert survive == SURVIVE_NONE, survive
+            kept = 0
+        keep = self.durable_count + kept
+        for _, record in self.records[keep:]:
+            self.log_bytes -= len(record)
+        del self.records[keep:]
+        del self.ticks[keep:]
+        self.durable_count = keep
+        self.world.trace(self.name, "crash", survive, tail, kept, keep)
+        return kept
+
+    # ---- the writer ------------------------------------------------------------------------------
+
+    def _write(self, records: list[tuple[int, bytes]]) -> None:
+        for tick, record in records:
+            assert not self.ticks or tick > self.ticks[-1], f"tick {tick} after {self.ticks[-1]}"
+            self.ticks.append(tick)
+            self.records.append((tick, record))
+            self.log_bytes += len(record)
+
+    def _work(self) -> None:
+        queue = self._queue
+        while queue and self._sync_timer is None:
+            kind, arg = queue.popleft()
+            if kind == "append":
+                self._write(arg)
+                continue
+            token = arg
+            while queue:  # group commit: write everything already queued, then one sync
+                kind, arg = queue.popleft()
+                if kind == "append":
+                    self._write(arg)
+                else:
+                    token = arg
+            latency = self.rng.randint(self.sync_ns_min, self.sync_ns_max)
+            done_at = self.world.now + latency
+            covered = len(self.records)
+            self.world.trace(self.name, "sync-start", token, covered)
+            self._sync_timer = self.world.call_at(done_at, self._sync_done, token, covered)
+            for hook in list(self.on_sync_started):
+                hook(done_at)
+
+    def _sync_done(self, token: int, covered: int) -> None:
+        self._sync_timer = None
+        self.syncs += 1
+        assert covered >= self.durable_count
+        self.durable_count = covered
+        state = self.state()
+        self.world.trace(self.name, "synced", token, covered)
+        self._work()  # the writer goes on at once; the owner hears of the sync on its own loop turn
+        if self.on_synced is not None:
+            self.world.call_soon(self._report_synced, self.on_synced, token, state)
+
+    def _report_synced(self, callback: SyncedCallback, token: int, state: LogState) -> None:
+        if callback is self.on_synced:  # not if the owner crashed in between
+            callback(token, state)
+
+    def _read_done(self, reader: int, after: int, through: int, max_bytes: int) -> None:
+        self.reads += 1
+        out: list[tuple[int, bytes]] = []
+        if through > after:
+            i = bisect.bisect_right(self.ticks, after)
+            total = 0
+            records = self.records
+            while i < len(records) and records[i][0] <= through:
+                size = len(records[i][1])
+                if out and total + size > max_bytes:
+                    break
+                out.append(records[i])
+                total += size
+                i += 1
+        self.world.trace(self.name, "read", reader, after, through, len(out))
+        if self.on_read is not None:
+            self.on_read(reader, out, self.state())

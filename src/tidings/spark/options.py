@@ -1,0 +1,174 @@
+"""Options of the batch read `spark.read.format("tidings")`, parsed into one frozen value.
+
+Spark hands a data source its options as a case-insensitive map of strings (`dict(options)` lower-
+cases every key), so parsing works on lower-cased keys and every message names the option the way
+the documentation spells it. Parsing is pure: no Spark, no broker, no clock. Everything a user can
+get wrong is caught here, on the driver, with a ValueError naming the option, before a task starts.
+
+Tick bounds are inclusive, as a user says "from 10:00 to 11:00"; the planner turns them into the
+half-open `(after, end]` ranges the broker reads.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from tidings.core.channels import validate_pattern
+from tidings.core.event import datetime_to_tick
+
+PARTITIONS_MAX = 10_000
+TICK_MAX = 2**63 - 1  # a tick is a Spark long
+
+# lower-cased key -> the spelling used in messages and docs
+_OPTION_NAMES = {
+    name.lower(): name
+    for name in (
+        "broker", "pattern", "filter", "startTick", "endTick", "startTime", "endTime",
+        "partitions", "failOnDataLoss",
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    broker: str
+    pattern: str
+    filter: str | None
+    start_tick: int | None  # inclusive; None: the oldest retained event
+    end_tick: int | None  # inclusive; None: the durable tail when the read is planned
+    partitions: int
+    fail_on_data_loss: bool
+
+
+def parse_read_options(options: Mapping[str, str], default_partitions: int = 2) -> ReadOptions:
+    """Check and convert the user's options; raise ValueError naming the first bad one."""
+    opts: dict[str, str] = {}
+    for key, value in options.items():
+        lowered = key.lower()
+        if lowered not in _OPTION_NAMES:
+            known = ", ".join(_OPTION_NAMES.values())
+            raise ValueError(f"tidings: unknown option {key!r}; known options: {known}")
+        opts[lowered] = value
+    broker = _broker(opts.get("broker"))
+    pattern = _pattern(opts.get("pattern"))
+    flt = _filter(opts.get("filter"))
+    start_tick = _bound(opts, "startTick", "startTime")
+    end_tick = _bound(opts, "endTick", "endTime")
+    if start_tick is not None and end_tick is not None and start_tick > end_tick:
+        raise ValueError(
+            f"tidings: the start of the range (tick {start_tick}) is after its end (tick {end_tick}); "
+            "check startTick/startTime and endTick/endTime"
+        )
+    return ReadOptions(
+        broker=broker,
+        pattern=pattern,
+        filter=flt,
+        start_tick=start_tick,
+        end_tick=end_tick,
+        partitions=_partitions(opts.get("partitions"), default_partitions),
+        fail_on_data_loss=_boolean(opts.get("failondataloss"), "failOnDataLoss", default=True),
+    )
+
+
+def _broker(value: str | None) -> str:
+    if value is None or not value.strip():
+        raise ValueError('tidings: option "broker" is required, e.g. .option("broker", "127.0.0.1:7400")')
+    value = value.strip()
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f'tidings: option "broker" must be HOST:PORT, got {value!r}')
+    return value
+
+
+def _pattern(value: str | None) -> str:
+    if value is None:
+        raise ValueError('tidings: option "pattern" is required, e.g. .option("pattern", "nodes/+/load")')
+    try:
+        return validate_pattern(value)
+    except ValueError as exc:
+        raise ValueError(f'tidings: option "pattern" is invalid: {exc}') from None
+
+
+def _filter(value: str | None) -> str | None:
+    if value is None or not value.strip():
+        return None
+    parse = _filter_parser()
+    if parse is not None:
+        try:
+            parse(value)
+        except ValueError as exc:
+            raise ValueError(f'tidings: option "filter" is invalid: {exc}') from None
+    return value
+
+
+def _filter_parser() -> Callable[[str], object] | None:
+    """The filter language's parser when it is installed; the broker checks filters in any case."""
+    try:
+        from tidings.core.filters import parse_filter  # noqa: PLC0415
+    except ImportError:
+        return None
+    return parse_filter
+
+
+def _bound(opts: Mapping[str, str], tick_name: str, time_name: str) -> int | None:
+    tick_text = opts.get(tick_name.lower())
+    time_text = opts.get(time_name.lower())
+    if tick_text is not None and time_text is not None:
+        raise ValueError(f'tidings: give option "{tick_name}" or "{time_name}", not both')
+    if tick_text is not None:
+        return _tick(tick_text, tick_name)
+    if time_text is not None:
+        return _time(time_text, time_name)
+    return None
+
+
+def _tick(text: str, name: str) -> int:
+    try:
+        tick = int(text.strip(), 10)
+    except ValueError:
+        raise ValueError(
+            f'tidings: option "{name}" must be an integer tick (microseconds since the Unix epoch), '
+            f"got {text!r}"
+        ) from None
+    if not 0 <= tick <= TICK_MAX:
+        raise ValueError(f'tidings: option "{name}" must be between 0 and {TICK_MAX}, got {tick}')
+    return tick
+
+
+def _time(text: str, name: str) -> int:
+    try:
+        when = _dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f'tidings: option "{name}" must be an ISO-8601 time such as "2026-11-22T10:00:00Z", '
+            f"got {text!r}"
+        ) from None
+    tick = datetime_to_tick(when)  # a time without an offset is taken as UTC
+    if not 0 <= tick <= TICK_MAX:
+        raise ValueError(f'tidings: option "{name}" must not be before 1970-01-01T00:00:00Z, got {text!r}')
+    return tick
+
+
+def _partitions(text: str | None, default: int) -> int:
+    if text is None:
+        return max(1, min(default, PARTITIONS_MAX))
+    try:
+        count = int(text.strip(), 10)
+    except ValueError:
+        raise ValueError(f'tidings: option "partitions" must be an integer, got {text!r}') from None
+    if not 1 <= count <= PARTITIONS_MAX:
+        raise ValueError(f'tidings: option "partitions" must be between 1 and {PARTITIONS_MAX}, got {count}')
+    return count
+
+
+def _boolean(text: str | None, name: str, *, default: bool) -> bool:
+    if text is None:
+        return default
+    lowered = text.strip().lower()
+    if lowered == "true":
+        return True
+    if lowered == "false":
+        return False
+    raise ValueError(f'tidings: option "{name}" must be "true" or "false", got {text!r}')

@@ -1,0 +1,127 @@
+"""Planning a batch read: from the user's inclusive tick bounds and the broker's log bounds to a
+list of contiguous half-open tick ranges `(after, end]`, one per Spark task.
+
+Why the read is a consistent snapshot, read exactly once:
+
+- The end of the read is fixed once, on the driver, when the read is planned: the requested end
+  clamped to the log's durable tail (`last_tick`). Ticks are strictly increasing per pubend and only
+  durable events are served, so no event can later appear at a tick at or below that end: every task,
+  and every retry of a task, sees the same events.
+- The ranges tile `(after, end]` without overlap or hole, so each tick belongs to exactly one task.
+- Retention is the one thing that can change a range under a task. Events released before the read
+  began are seen here, through the status field `released_through`, and become a planning-time gap;
+  events released while the read runs reach the task as a GAP from the broker. Either way the read
+  fails, or with failOnDataLoss=false skips them and says so: never a silent loss.
+
+Pure functions: no Spark, no broker, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tidings.core.errors import TidingsError
+
+
+class ReadError(TidingsError, RuntimeError):
+    """The broker's answers do not allow the read to go on."""
+
+    code = "spark-read"
+
+
+class DataLossError(ReadError):
+    """Events in the requested range were released by retention before the read got them."""
+
+    code = "data-loss"
+
+    def __init__(self, pattern: str, after_tick: int, through_tick: int) -> None:
+        super().__init__(
+            f"tidings read of {pattern!r}: events after tick {after_tick} up to tick {through_tick} "
+            "were released by the broker's retention before this read could get them; "
+            'read a later range, or set .option("failOnDataLoss", "false") to skip them'
+        )
+        self.after_tick = after_tick
+        self.through_tick = through_tick
+
+
+@dataclass(frozen=True, slots=True)
+class LogBounds:
+    """The part of a pubend log the broker reports: ticks retained and ticks released."""
+
+    first_tick: int | None  # oldest retained tick; None when nothing is retained
+    last_tick: int | None  # durable tail; None when nothing was ever logged
+    released_through: int | None  # every tick <= this was released; None when the broker does not say
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    ranges: tuple[tuple[int, int], ...]  # (after, end] per task, contiguous, each end > after
+    lost: tuple[int, int] | None  # (after, through] released before the read: a planning-time gap
+
+
+def bounds_from_status(status: Mapping[str, Any]) -> LogBounds:
+    """Read the log bounds out of a broker STATUS reply, checking their types (the broker is a peer)."""
+
+    def tick(name: str) -> int | None:
+        value = status.get(name)
+        if value is None:
+            return None
+        if type(value) is not int or value < 0:
+            raise ReadError(f"the broker's status has {name}={value!r}; expected a tick or nothing")
+        return value
+
+    bounds = LogBounds(tick("first_tick"), tick("last_tick"), tick("released_through"))
+    if bounds.first_tick is not None and (bounds.last_tick is None or bounds.first_tick > bounds.last_tick):
+        raise ReadError(
+            "the broker's status is inconsistent: "
+            f"first_tick={bounds.first_tick}, last_tick={bounds.last_tick}"
+        )
+    return bounds
+
+
+def plan_read(start_tick: int | None, end_tick: int | None, bounds: LogBounds, partitions: int) -> ReadPlan:
+    """Split the inclusive request [start_tick, end_tick] (None: unbounded) over at most `partitions`
+    ranges of the retained log.
+
+    The first range starts where the user asked, not at the oldest retained tick, so that a gap the
+    broker knows about is still met by the task that reads it. The split itself is balanced over
+    the retained ticks only, so a start long before the log's first event does not pile every event
+    into the last task.
+    """
+    assert partitions >= 1
+    lost: tuple[int, int] | None = None
+    released = bounds.released_through
+    if start_tick is None:
+        # "from the oldest retained event": nothing before it was asked for, so nothing is lost
+        if bounds.first_tick is None:
+            return ReadPlan((), None)
+        after = bounds.first_tick - 1
+    else:
+        after = start_tick - 1
+        if released is not None and after < released:
+            lost = (after, released)
+            after = released
+    # the wire carries `after` as a tick >= 0; tick 0 is never an event's (ticks come from the clock)
+    after = max(after, 0)
+    if bounds.last_tick is None:
+        return ReadPlan((), lost)
+    end = bounds.last_tick if end_tick is None else min(end_tick, bounds.last_tick)
+    if end <= after:
+        return ReadPlan((), lost)
+    floor = after if bounds.first_tick is None else max(after, bounds.first_tick - 1)
+    if floor >= end:  # the range ends before the oldest retained event: one task asks the broker
+        return ReadPlan(((after, end),), lost)
+    ranges = split_ticks(floor, end, partitions)
+    first_end = ranges[0][1]
+    return ReadPlan(((after, first_end), *ranges[1:]), lost)
+
+
+def split_ticks(after: int, end: int, parts: int) -> tuple[tuple[int, int], ...]:
+    """Tile (after, end] with min(parts, end - after) non-empty contiguous ranges of near-equal width."""
+    assert end > after and parts >= 1
+    width = end - after
+    count = min(parts, width)
+    cuts = [after + width * i // count for i in range(count + 1)]
+    return tuple((cuts[i], cuts[i + 1]) for i in range(count))

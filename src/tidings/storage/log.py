@@ -1,0 +1,549 @@
+"""The pubend's event log: every published event, once, in tick order, on real files with real fsync.
+
+Theory of operation
+-------------------
+The log is a directory of segment files (`segment.py`), each a run of records (`record.py`:
+`[u32 length][u32 crc32][u64 tick]` then the payload, the CRC covering tick and payload), plus
+`retention.json` holding `released_through`, the highest tick retention ever removed. Appends go to
+the newest segment, the active one; when it has reached `segment_bytes_max` the next append first
+rolls to a new segment named after that append's first tick.
+
+Durability. `append` writes one buffer with one write call and is not durable until `sync`, which
+fsyncs the active segment and, when a segment was created or removed since, the directory. A roll
+first makes everything before it durable (the old segment's data and the directory), so only the
+newest segment can ever hold a torn tail and the records that survive any crash are a prefix of the
+records appended: never a hole followed by later records.
+
+Recovery (`open`). Every segment but the last must be intact; one that is not is real corruption
+and `open` raises `LogCorruptError` instead of guessing (closed segments are read from their saved
+summary when it fits, see `segment.py`, and their checksums are then verified as they are read).
+The last segment is scanned up to its first invalid record (torn header or payload, garbage, zeros,
+a checksum that does not match) and truncated there; a last segment left empty is removed, and so
+is an empty file a crash left during a roll. Segments wholly at or below `released_through` are
+deleted (a crash between persisting `released_through` and deleting files). Finally the last
+segment and the directory are fsynced: what survived a kill -9 may still sit only in the page
+cache, and the caller treats everything recovered as synced. Everything followed by a completed
+sync is intact, so it survives.
+
+Retention removes whole closed segments, oldest first, while the log is over its byte budget or a
+segment's newest record is older than the age limit. It persists the new `released_through`
+atomically before deleting any file, so a tick is never missing from the log without being
+recorded as released. The active segment is never removed, so `last_tick` never goes backwards.
+
+Threads. One writer thread calls `append`, `sync`, `enforce_retention` and `close`; any thread may
+call `read` and the properties. A segment's visible end (`Segment.size`) moves only after its bytes
+are written, under a lock held for a few assignments; readers read below the end they saw, from
+a descriptor they pinned, so they never see a torn record and never read a recycled descriptor.
+`read` may return records that are written but not yet synced: bound it with `through_tick`.
+
+Releases racing with reads. A reader that reaches a segment retention has just removed still reads
+it (its descriptor stays open while pinned); a segment removed before the reader reached it is
+skipped. In both cases every tick after `after_tick` that the read did not return, up to the last
+tick it returned, is at or below `released_through` as read after `read` returned. Callers detect
+gaps by reading `released_through` after the read, never before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import threading
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from tidings.storage import record
+from tidings.storage.files import (
+    TEMP_SUFFIX,
+    LogCorruptError,
+    StorageError,
+    ensure_directory,
+    fsync_directory,
+    read_small_file,
+    write_all,
+    write_atomically,
+)
+from tidings.storage.segment import (
+    INDEX_INTERVAL_BYTES,
+    SUFFIX,
+    SUMMARY_SUFFIX,
+    Segment,
+    SegmentInfo,
+    load_segment,
+    load_summary,
+    open_read_fd,
+    parse_segment_name,
+    segment_name,
+    write_summary,
+)
+
+logger = logging.getLogger(__name__)
+
+RETENTION_FILE = "retention.json"
+SEGMENT_BYTES_MAX_DEFAULT = 64 << 20
+READ_CHUNK_BYTES_MAX = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What `open` had to repair; all zero/None after a clean shutdown."""
+
+    bytes_cut: int = 0
+    segments_removed: int = 0
+    problem: str | None = None
+
+
+class EventLog:
+    """Segmented, checksummed, append-only log of `(tick, payload)` records. Use `EventLog.open`."""
+
+    def __init__(self, directory: pathlib.Path, segment_bytes_max: int, segments: list[Segment],
+                 released_through: int, recovery: RecoveryReport) -> None:
+        self.directory = directory
+        self.segment_bytes_max = segment_bytes_max
+        self.recovery = recovery
+        self._lock = threading.Lock()
+        self._segments = segments
+        self._first_ticks = [s.first_tick for s in segments]
+        self._released_through = released_through
+        self._last_tick = max(segments[-1].last_tick if segments else 0, released_through)
+        self._size_bytes = sum(s.size for s in segments)
+        self._record_count = sum(s.record_count for s in segments)
+        self._write_fd = os.open(segments[-1].path, os.O_WRONLY | os.O_CLOEXEC) if segments else -1
+        self._synced_bytes = segments[-1].size if segments else 0
+        self._directory_dirty = False
+        self._closed = False
+        self._failure: str | None = None
+
+    # ------------------------------------------------------------------ opening and recovery
+
+    @classmethod
+    def open(cls, directory: pathlib.Path, *, segment_bytes_max: int = SEGMENT_BYTES_MAX_DEFAULT) -> EventLog:
+        """Open (creating if needed) the log in `directory`, repairing what a crash left."""
+        assert segment_bytes_max > 0
+        directory = pathlib.Path(directory)
+        ensure_directory(directory)
+        (directory / (RETENTION_FILE + TEMP_SUFFIX)).unlink(missing_ok=True)
+        released_through = _load_released_through(directory / RETENTION_FILE)
+        segments, recovery = _recover_segments(directory, released_through)
+        return cls(directory, segment_bytes_max, segments, released_through, recovery)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def last_tick(self) -> int:
+        """The highest tick ever appended and kept (at least `released_through`); 0 when new."""
+        with self._lock:
+            return self._last_tick
+
+    @property
+    def first_tick(self) -> int | None:
+        """The oldest retained tick, None when the log holds no record."""
+        with self._lock:
+            return self._first_ticks[0] if self._first_ticks else None
+
+    @property
+    def released_through(self) -> int:
+        with self._lock:
+            return self._released_through
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return self._size_bytes
+
+    @property
+    def segment_count(self) -> int:
+        with self._lock:
+            return len(self._segments)
+
+    @property
+    def record_count(self) -> int:
+        with self._lock:
+            return self._record_count
+
+    def segments(self) -> list[SegmentInfo]:
+        """A snapshot of every retained segment, oldest first (for status pages)."""
+        with self._lock:
+            return [s.info() for s in self._segments]
+
+    # ------------------------------------------------------------------ writer thread
+
+    def append(self, records: list[tuple[int, bytes]]) -> None:
+        """Write `records` (rising ticks above `last_tick`) with one write; durable after `sync`."""
+        self._check_writable()
+        if not records:
+            return
+        assert records[0][0] > self._last_tick, f"tick {records[0][0]} does not follow {self._last_tick}"
+        active = self._segments[-1] if self._segments else None
+        fresh: Segment | None = None
+        if active is None or active.size >= self.segment_bytes_max:
+            self._seal_active()
+            fresh, fresh_fd = self._create_segment(records[0][0])
+            target, target_fd = fresh, fresh_fd
+        else:
+            target, target_fd = active, self._write_fd
+        try:
+            buf, entries = record.encode(records, self._last_tick, target.size, target.next_index_offset,
+                                         INDEX_INTERVAL_BYTES)
+            write_all(target_fd, buf, target.size)
+        except BaseException:
+            self._undo_write(target, target_fd, fresh is not None)
+            raise
+        with self._lock:
+            if fresh is not None:
+                self._segments.append(fresh)
+                self._first_ticks.append(fresh.first_tick)
+            target.extend(target.size + len(buf), records[-1][0], len(records), entries)
+            self._size_bytes += len(buf)
+            self._record_count += len(records)
+            self._last_tick = records[-1][0]
+        if fresh is not None:
+            if self._write_fd >= 0:
+                os.close(self._write_fd)
+            self._write_fd = target_fd
+            self._synced_bytes = 0
+
+    def sync(self) -> None:
+        """Make every appended record durable (fsync the active segment, and the directory if needed)."""
+        self._check_writable()
+        if self._segments and self._segments[-1].size > self._synced_bytes:
+            size = self._segments[-1].size
+            self._fsync(self._write_fd)
+            self._synced_bytes = size
+        if self._directory_dirty:
+            self._fsync_directory()
+
+    def enforce_retention(self, now_us: int, retention_bytes_max: int, retention_age_us: int) -> int:
+        """Remove closed segments over the byte budget or too old; how many were removed."""
+        self._check_writable()
+        horizon = now_us - retention_age_us
+        with self._lock:
+            victims: list[Segment] = []
+            total = self._size_bytes
+            for segment in self._segments[:-1]:
+                if total <= retention_bytes_max and segment.last_tick >= horizon:
+                    break
+                victims.append(segment)
+                total -= segment.size
+        if not victims:
+            return 0
+        released = victims[0].last_tick
+        # The promise first, the deletion second: a crash in between leaves files that recovery
+        # deletes, never a missing tick that is not recorded as released.
+        write_atomically(self.directory / RETENTION_FILE, _encode_released_through(released))
+        to_close: list[int] = []
+        with self._lock:
+            assert self._segments[:len(victims)] == victims
+            self._released_through = released
+            del self._segments[:len(victims)]
+            del self._first_ticks[:len(victims)]
+            for segment in victims:
+                self._size_bytes -= segment.size
+                self._record_count -= segment.record_count
+                segment.retired = True
+                fd = segment.release_fd_if_unused()
+                if fd is not None:
+                    to_close.append(fd)
+        for fd in to_close:
+            os.close(fd)
+        self._directory_dirty = True
+        for segment in victims:
+            segment.path.unlink(missing_ok=True)
+            segment.summary_path.unlink(missing_ok=True)
+        return len(victims)
+
+    def close(self) -> None:
+        """Sync what is pending (unless the log failed) and release every descriptor."""
+        if self._closed:
+            return
+        try:
+            if self._failure is None:
+                self.sync()
+        finally:
+            self._closed = True
+            if self._write_fd >= 0:
+                os.close(self._write_fd)
+                self._write_fd = -1
+            to_close: list[int] = []
+            with self._lock:
+                for segment in self._segments:
+                    segment.retired = True
+                    fd = segment.release_fd_if_unused()
+                    if fd is not None:
+                        to_close.append(fd)
+            for fd in to_close:
+                os.close(fd)
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise StorageError(f"event log {self.directory} is closed")
+        if self._failure is not None:
+            raise StorageError(f"event log {self.directory} failed ({self._failure}); reopen it to recover")
+
+    def _fsync(self, fd: int) -> None:
+        # After a failed fsync the kernel may have dropped the dirty pages and forgotten the error:
+        # the only safe way on is to reopen and recover from what the disk really holds.
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            self._failure = f"fsync: {exc}"
+            raise StorageError(f"event log {self.directory}: fsync failed: {exc}") from exc
+
+    def _fsync_directory(self) -> None:
+        try:
+            fsync_directory(self.directory)
+        except OSError as exc:
+            self._failure = f"directory fsync: {exc}"
+            raise StorageError(f"event log {self.directory}: directory fsync failed: {exc}") from exc
+        self._directory_dirty = False
+
+    def _seal_active(self) -> None:
+        """Before a roll: make the active segment and the directory durable, so a crash can tear
+        only the newest segment (recovery then yields a prefix of what was appended), and save the
+        closing segment's summary so the next open need not scan it."""
+        if not self._segments:
+            if self._directory_dirty:
+                self._fsync_directory()
+            return
+        active = self._segments[-1]
+        if active.size > self._synced_bytes:
+            self._fsync(self._write_fd)
+            self._synced_bytes = active.size
+        if self._directory_dirty:
+            self._fsync_directory()
+        _save_summary(active)
+
+    def _create_segment(self, first_tick: int) -> tuple[Segment, int]:
+        path = self.directory / segment_name(first_tick)
+        write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self._directory_dirty = True
+        try:
+            read_fd = open_read_fd(path)
+        except BaseException:
+            os.close(write_fd)
+            path.unlink(missing_ok=True)
+            raise
+        return Segment(path, first_tick, read_fd), write_fd
+
+    def _undo_write(self, target: Segment, target_fd: int, fresh: bool) -> None:
+        """After a failed append: leave the files as they were, or mark the log failed."""
+        try:
+            if fresh:
+                os.close(target_fd)
+                os.close(target.read_fd)
+                target.path.unlink(missing_ok=True)
+            else:
+                os.ftruncate(target_fd, target.size)
+        except OSError as exc:
+            self._failure = f"undoing a failed append: {exc}"
+
+    # ------------------------------------------------------------------ readers (any thread)
+
+    def read(self, after_tick: int, max_bytes: int,
+             through_tick: int | None = None) -> list[tuple[int, bytes]]:
+        """Records with after_tick < tick (<= through_tick), in tick order.
+
+        Adds records while their payloads fit in `max_bytes` in total; the first qualifying record
+        is returned even when it alone is larger. See the module notes about `released_through`.
+        """
+        collector = _Collector(after_tick, max_bytes, through_tick)
+        if through_tick is not None and through_tick <= after_tick:
+            return collector.out
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"event log {self.directory} is closed")
+            i = max(bisect_right(self._first_ticks, after_tick + 1) - 1, 0)
+            if i >= len(self._segments):
+                return collector.out
+            segment = self._segments[i]
+            segment.pins += 1
+            start, previous_tick = segment.start_for(after_tick)
+            end = segment.size
+        chunk_bytes = min(max(INDEX_INTERVAL_BYTES + max_bytes + max_bytes // 4, 1 << 16),
+                          READ_CHUNK_BYTES_MAX)
+        while True:
+            done = True  # also when the scan raises: then nothing further gets pinned
+            try:
+                scanner = record.RecordScanner(segment.read_fd, start, end, previous_tick,
+                                               skip_through=after_tick, chunk_bytes=chunk_bytes)
+                done = collector.take(scanner)
+                if scanner.problem is not None:
+                    done = True
+                    raise LogCorruptError(f"{segment.path}: {scanner.problem} at offset {scanner.offset}")
+            finally:
+                with self._lock:
+                    following = None if done or self._closed else self._following(segment, end)
+                    fd = None
+                    if following is None or following[0] is not segment:
+                        segment.pins -= 1
+                        fd = segment.release_fd_if_unused()
+                if fd is not None:
+                    os.close(fd)
+            if following is None:
+                return collector.out
+            if following[0] is segment:
+                start, previous_tick = end, scanner.previous_tick
+            else:
+                segment, start, previous_tick = following[0], 0, 0
+            end = following[1]
+
+    def _following(self, segment: Segment, end: int) -> tuple[Segment, int] | None:
+        """Where a read that reached `end` of `segment` goes on (under the lock); pins a new segment."""
+        if segment.size > end:  # the writer published more since this read began
+            return segment, segment.size
+        j = bisect_right(self._first_ticks, segment.first_tick)
+        if j >= len(self._segments):
+            return None
+        following = self._segments[j]
+        following.pins += 1
+        return following, following.size
+
+
+class _Collector:
+    """The records one `read` gathers, and the rule that says when it has enough."""
+
+    __slots__ = ("after_tick", "max_bytes", "out", "payload_bytes", "through_tick")
+
+    def __init__(self, after_tick: int, max_bytes: int, through_tick: int | None) -> None:
+        self.after_tick = after_tick
+        self.max_bytes = max_bytes
+        self.through_tick = through_tick
+        self.out: list[tuple[int, bytes]] = []
+        self.payload_bytes = 0
+
+    def take(self, scanner: record.RecordScanner) -> bool:
+        """Add qualifying records from `scanner`; whether the read is complete."""
+        for _offset, _end, tick, payload in scanner:
+            if tick <= self.after_tick:
+                continue
+            if self.through_tick is not None and tick > self.through_tick:
+                return True
+            if self.out and self.payload_bytes + len(payload) > self.max_bytes:
+                return True
+            self.out.append((tick, payload))
+            self.payload_bytes += len(payload)
+            if self.payload_bytes >= self.max_bytes:
+                return True
+        return False
+
+
+def _encode_released_through(tick: int) -> bytes:
+    return json.dumps({"released_through": tick}).encode() + b"\n"
+
+
+def _load_released_through(path: pathlib.Path) -> int:
+    data = read_small_file(path)
+    if data is None:
+        return 0
+    try:
+        value = json.loads(data)["released_through"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LogCorruptError(f"{path}: unreadable ({exc}); it is only ever replaced atomically") from exc
+    if type(value) is not int or value < 0:
+        raise LogCorruptError(f"{path}: released_through must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _recover_segments(directory: pathlib.Path, released_through: int) -> tuple[list[Segment], RecoveryReport]:
+    """Open and validate every segment, cut a torn tail, and finish an interrupted retention."""
+    names = os.listdir(directory)
+    found = sorted(
+        (tick, directory / name) for name in names if (tick := parse_segment_name(name)) is not None
+    )
+    removed = 0
+    while found and found[-1][1].stat().st_size == 0:  # a crash during a roll
+        found.pop()[1].unlink()
+        removed += 1
+    for name in names:  # summaries whose segment retention removed
+        if name.endswith(SUMMARY_SUFFIX) and not (directory / name).with_suffix(SUFFIX).exists():
+            (directory / name).unlink()
+    segments: list[Segment] = []
+    try:
+        problem, bytes_cut = _load_segments(directory, found, segments)
+        # A segment left empty by the cut goes, and so does every segment wholly at or below
+        # released_through: retention persisted that promise but crashed before deleting the file.
+        while segments and (segments[0].record_count == 0 or segments[0].last_tick <= released_through):
+            _remove(segments.pop(0))
+            removed += 1
+        if segments and segments[-1].record_count == 0:
+            _remove(segments.pop())
+            removed += 1
+    except BaseException:
+        for segment in segments:
+            os.close(segment.read_fd)
+        raise
+    if segments:
+        # What survived a kill -9 may sit only in the page cache: make it durable before anyone
+        # treats the recovered log as synced (the pubend starts its synced tick at last_tick).
+        fd = os.open(segments[-1].path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    if removed or segments:
+        fsync_directory(directory)
+    return segments, RecoveryReport(bytes_cut, removed, problem)
+
+
+def _load_segments(directory: pathlib.Path, found: list[tuple[int, pathlib.Path]],
+                   segments: list[Segment]) -> tuple[str | None, int]:
+    """Fill `segments` from `found`; closed ones must be intact, the last one is cut where it tears.
+
+    Returns the problem found at the end of the last segment and how many bytes were cut there.
+    """
+    previous_tick = 0
+    for position, (tick, path) in enumerate(found):
+        last = position == len(found) - 1
+        segment = Segment(path, tick, open_read_fd(path))
+        segments.append(segment)
+        file_bytes = os.fstat(segment.read_fd).st_size
+        if tick <= previous_tick:
+            raise LogCorruptError(f"{path}: first tick {tick} does not follow {previous_tick}")
+        if not last and load_summary(segment, file_bytes):
+            previous_tick = segment.last_tick
+            continue
+        problem = load_segment(segment, file_bytes, previous_tick)
+        if problem is None and segment.record_count == 0:
+            problem = "empty segment"  # a roll never leaves one behind a newer segment
+        previous_tick = max(previous_tick, segment.last_tick)
+        if not last:
+            if problem is not None:
+                raise LogCorruptError(f"{path}: {problem} at offset {segment.size} in a closed segment")
+            _save_summary(segment)
+        elif problem is not None:
+            bytes_cut = file_bytes - segment.size
+            logger.warning("event log %s: cutting %d bytes at offset %d of %s: %s",
+                           directory, bytes_cut, segment.size, path.name, problem)
+            _truncate(path, segment.size)
+            return problem, bytes_cut
+    return None, 0
+
+
+def _save_summary(segment: Segment) -> None:
+    try:
+        write_summary(segment)
+    except OSError as exc:  # only a cache: the next open scans the segment instead
+        logger.warning("event log: cannot save %s: %s", segment.summary_path, exc)
+
+
+def _remove(segment: Segment) -> None:
+    os.close(segment.read_fd)
+    segment.read_fd = -1
+    segment.path.unlink()
+    segment.summary_path.unlink(missing_ok=True)
+
+
+def _truncate(path: pathlib.Path, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

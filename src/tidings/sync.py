@@ -1,0 +1,148 @@
+"""The blocking facade over the asyncio client, for scripts, shells and Spark tasks.
+
+A `SyncClient` runs its own event loop on a background thread; each call hands a coroutine to it
+and waits. Subscriptions are fetched in batches, so iterating one costs one cross-thread hop per
+batch rather than per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from collections.abc import Coroutine, Iterable, Iterator
+from typing import Any, TypeVar
+
+from tidings.aio.server import new_event_loop
+from tidings.client.client import Client, Gap, PublishResult, Subscription
+from tidings.core.errors import GapError
+from tidings.core.event import Event
+from tidings.core.session import Start
+
+T = TypeVar("T")
+
+__all__ = ["Gap", "PublishResult", "SyncClient", "SyncSubscription", "connect"]
+
+
+class SyncSubscription:
+    """A blocking iterator of Events (and Gap markers with on_gap="event")."""
+
+    def __init__(self, owner: SyncClient, sub: Subscription) -> None:
+        self._owner = owner
+        self._sub = sub
+        self._items: collections.deque[Event | Gap] = collections.deque()
+        self._ended = False
+        self.position = sub.position
+
+    def get(self, timeout: float | None = None) -> Event | Gap | None:
+        """The next item, waiting at most `timeout` seconds (TimeoutError); None once ended."""
+        if not self._items and not self._ended:
+            batch = self._owner._call(self._sub.next_batch(), timeout)
+            if not batch:
+                self._ended = True
+            self._items.extend(batch)
+        if not self._items:
+            return None
+        item = self._items.popleft()
+        if isinstance(item, Gap) and self._sub.on_gap == "raise":
+            raise GapError(item.after, item.through)
+        return item
+
+    def __iter__(self) -> Iterator[Event | Gap]:
+        while (item := self.get()) is not None:
+            yield item
+
+    def close(self) -> None:
+        self._owner._call(self._sub.close())
+
+    def __enter__(self) -> SyncSubscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncClient:
+    def __init__(self, address: str, service: str, instance: str | None, timeout: float) -> None:
+        self.gaps_skipped: list[Gap] = []
+        self._loop = new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="tidings-sync", daemon=True)
+        self._thread.start()
+        try:
+            self._client: Client = self._call(
+                Client.connect(address, service=service, instance=instance, timeout=timeout))
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            fut.cancel()
+            raise
+
+    @property
+    def pubend(self) -> str | None:
+        return self._client.pubend
+
+    def publish(self, channel: str, payload: bytes | str = b"",
+                attributes: dict[str, Any] | None = None) -> PublishResult:
+        async def one() -> PublishResult:
+            return await self._client.publish(channel, payload, attributes)
+
+        return self._call(one())
+
+    def publish_many(self, items: Iterable[tuple[Any, ...]]) -> list[PublishResult]:
+        return self._call(self._client.publish_many(list(items)))
+
+    def subscribe(self, pattern: str, *, filter: str | None = None, start: Start = "now",
+                  end: int | None = None, on_gap: str = "raise") -> SyncSubscription:
+        sub = self._call(self._client.subscribe(pattern, filter=filter, start=start, end=end, on_gap=on_gap))
+        return SyncSubscription(self, sub)
+
+    def read(self, pattern: str, *, filter: str | None = None, after: int = 0, end: int | None = None,
+             on_gap: str = "raise") -> Iterator[Event | Gap]:
+        """A bounded read of events with after < tick <= end (default: the durable tail now).
+
+        on_gap: "raise" (GapError), "event" (yield Gap markers) or "skip" (count them in
+        `self.gaps_skipped` and go on).
+        """
+        if end is None:
+            end = int(self.status()["last_tick"])
+        mode = "raise" if on_gap == "raise" else "event"
+        with self.subscribe(pattern, filter=filter, start=after, end=end, on_gap=mode) as sub:
+            for item in sub:
+                if isinstance(item, Gap) and on_gap == "skip":
+                    self.gaps_skipped.append(item)
+                    continue
+                yield item
+
+    def status(self) -> dict[str, Any]:
+        return self._call(self._client.status())
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            try:
+                self._call(self._client.close(), 10)
+            finally:
+                self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(address: str, *, service: str = "tidings-client", instance: str | None = None,
+            timeout: float = 10.0) -> SyncClient:
+    """Connect to a broker and return a blocking client (use it as a context manager)."""
+    return SyncClient(address, service, instance, timeout)

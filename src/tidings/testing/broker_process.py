@@ -1,0 +1,112 @@
+"""A real broker in a child process, for integration tests: start, kill -9, restart, stop.
+
+The broker listens on 127.0.0.1 (port 0 picks a free one the first time; a restart reuses the
+port) and prints a JSON ready line, which `start` waits for with a deadline instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.01,
+             what: str = "condition") -> T:
+    """Poll `condition` until it returns a truthy value or `timeout` seconds pass (TimeoutError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what} not reached within {timeout} s")
+        time.sleep(interval)
+
+
+class BrokerProcess:
+    def __init__(self, data: Path, config: dict[str, int] | None = None, port: int = 0,
+                 start_timeout: float = 30.0) -> None:
+        self.data = Path(data)
+        self.port = port
+        self.config = config
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen[str] | None = None
+        self.pubend: str | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        cmd = [sys.executable, "-m", "tidings.cli.main", "broker", "--data", str(self.data),
+               "--listen", f"127.0.0.1:{self.port}", "--log-level", "warning"]
+        if self.config:
+            self.data.mkdir(parents=True, exist_ok=True)
+            path = self.data.parent / f"{self.data.name}.toml"
+            path.write_text("".join(f"{k} = {v}\n" for k, v in self.config.items()))
+            cmd += ["--config", str(path)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], self.start_timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.kill()
+            raise RuntimeError(f"broker did not become ready within {self.start_timeout} s "
+                               f"(exit code {self.proc.returncode})")
+        info: dict[str, Any] = json.loads(line)
+        self.port = int(info["listening"].rsplit(":", 1)[1])
+        self.pubend = info["pubend"]
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def rss_bytes(self) -> int:
+        """Resident memory now (VmRSS) and at peak (VmHWM) are in /proc; this gives VmHWM."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def kill(self) -> None:
+        """kill -9: no cleanup, no final fsync."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return int(self.proc.returncode)
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

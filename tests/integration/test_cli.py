@@ -1,0 +1,87 @@
+"""The `tidings` command as a user runs it: pub, sub, status, and its errors and exit codes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def tidings(*args, stdin=None, timeout=30):
+    return subprocess.run([sys.executable, "-m", "tidings.cli.main", *args], input=stdin, check=False,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_pub_then_sub_from_start_with_filter(broker):
+    b = ["--broker", broker.address]
+    out = tidings("pub", *b, "nodes/h1/load", "hello", "--attr", "load=2.5", "--attr", "host=h1",
+                  "--attr", "up=true", "--attr", 'id="7"', "--attr", "n=3")
+    assert out.returncode == 0, out.stderr
+    ack = json.loads(out.stdout)
+    assert set(ack) == {"pubend", "tick"} and ack["pubend"] == broker.pubend
+    lines = "\n".join(f"line {i}" for i in range(5)) + "\n"
+    out = tidings("pub", *b, "nodes/h2/load", "--attr", "load=0.5", stdin=lines)
+    acks = [json.loads(x) for x in out.stdout.splitlines()]
+    assert len(acks) == 5 and [a["tick"] for a in acks] == sorted(a["tick"] for a in acks)
+    tidings("pub", *b, "nodes/h3/mem", "\xff-not-text-but-fine")
+    out = tidings("sub", *b, "nodes/+/load", "--filter", "load > 1", "--from", "start", "--count", "1",
+                  "--timeout", "10")
+    assert out.returncode == 0, out.stderr
+    (ev,) = [json.loads(x) for x in out.stdout.splitlines()]
+    assert ev["channel"] == "nodes/h1/load" and ev["payload"] == "hello" and ev["tick"] == ack["tick"]
+    assert ev["attributes"] == {"load": 2.5, "host": "h1", "up": True, "id": "7", "n": 3}
+    assert ev["source"]["service"] == "tidings-cli" and ev["time"].endswith("Z")
+    out = tidings("sub", *b, "nodes/#", "--from", "start", "--timeout", "2")
+    events = [json.loads(x) for x in out.stdout.splitlines()]
+    assert [e["payload"] for e in events[1:6]] == [f"line {i}" for i in range(5)]
+    assert len(events) == 7
+
+
+def test_binary_payloads_are_base64(broker):
+    from tidings import sync
+
+    with sync.connect(broker.address) as c:
+        c.publish("bin", b"\xff\x00\x01")
+    out = tidings("sub", "--broker", broker.address, "bin", "--from", "start", "--count", "1",
+                  "--timeout", "10")
+    ev = json.loads(out.stdout)
+    assert ev["payload"] == "/wAB" and ev["payload_encoding"] == "base64"
+
+
+def test_status(broker):
+    tidings("pub", "--broker", broker.address, "a", "x")
+    out = tidings("status", "--broker", broker.address, "--json")
+    st = json.loads(out.stdout)
+    assert st["events_published"] == 1 and st["log_records"] == 1 and st["pubend"] == broker.pubend
+    for key in ("clients", "subscriptions", "log_bytes", "first_tick", "last_tick", "catchup_readers",
+                "pending_sync_batches", "blocked_connections"):
+        assert key in st
+    out = tidings("status", "--broker", broker.address)
+    assert "events_published" in out.stdout and out.returncode == 0
+
+
+@pytest.mark.parametrize(("args", "code", "words"), [
+    (["pub", "a/+/b", "x"], 2, "wildcard"),
+    (["sub", "a/#/b", "--timeout", "1"], 2, "'#' must be the last"),
+    (["sub", "a", "--filter", "load >", "--timeout", "1"], 2, "position"),
+    (["sub", "a", "--from", "yesterday", "--timeout", "1"], 2, "--from"),
+    (["pub", "a", "x", "--attr", "novalue"], 2, "KEY=VALUE"),
+])
+def test_bad_input_is_one_clear_line_and_a_nonzero_exit(broker, args, code, words):
+    out = tidings(*args[:1], "--broker", broker.address, *args[1:])
+    assert out.returncode == code
+    assert words in out.stderr and out.stderr.count("\n") == 1 and out.stderr.startswith("tidings: error:")
+
+
+def test_unreachable_broker():
+    out = tidings("status", "--broker", "127.0.0.1:1", "--connect-timeout", "2")
+    assert out.returncode == 3 and "cannot connect" in out.stderr
+
+
+def test_broker_bad_config(tmp_path):
+    cfg = tmp_path / "b.toml"
+    cfg.write_text("frame_bytes_maxx = 3\n")
+    out = tidings("broker", "--data", str(tmp_path / "d"), "--listen", "127.0.0.1:0", "--config", str(cfg))
+    assert out.returncode == 2 and "unknown configuration key 'frame_bytes_maxx'" in out.stderr

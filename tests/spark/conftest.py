@@ -1,0 +1,88 @@
+"""One local SparkSession for every Spark test, and real brokers on loopback to read from.
+
+Starting Spark costs 10-20 s and the first Python data source query in a session another 10-25 s,
+so the session is shared by the whole run and the tests keep their queries few.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tidings.testing import BrokerProcess, wait_for
+
+BROKER_START_S_MAX = 30.0
+
+
+def _java_missing() -> str | None:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and Path(java_home, "bin", "java").exists():
+        return None
+    if shutil.which("java"):
+        return None
+    return "Java is not installed (PySpark needs a JVM, Java 17): Spark tests skipped"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    reason = _java_missing()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e '.[spark]')")
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install -e '.[spark]')")
+    from pyspark.sql import SparkSession
+
+    from tidings.spark import register
+
+    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import this checkout's tidings
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tidings-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _accepts_connections(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def start_broker(data: Path, config: dict[str, int] | None = None) -> BrokerProcess:
+    """A real `tidings broker` child process on a free loopback port, accepting connections.
+
+    The caller stops it (`stop()`: SIGTERM, then SIGKILL after a deadline)."""
+    broker = BrokerProcess(data, config=config, start_timeout=BROKER_START_S_MAX).start()
+    try:
+        wait_for(lambda: _accepts_connections(broker.port), timeout=BROKER_START_S_MAX,
+                 what=f"broker on port {broker.port} accepting connections")
+    except BaseException:
+        broker.stop()
+        raise
+    return broker

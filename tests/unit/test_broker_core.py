@@ -1,0 +1,220 @@
+"""The broker core driven input by input: acks only after sync, fan-out, catch-up, gaps, errors."""
+
+import msgpack
+
+from tidings.core.config import BrokerConfig
+from tidings.core.wire import messages
+from tidings.core.wire.frames import frame
+
+from .core_harness import Harness, delivered, of_type
+
+
+def welcome(h: Harness, conn: int) -> None:
+    assert isinstance(h.inbox(conn)[0], messages.Welcome)
+
+
+def test_publish_is_acknowledged_only_after_the_sync():
+    h = Harness()
+    h.connect(1)
+    welcome(h, 1)
+    h.publish(1, ("a/b", b"x", {"k": 1}), ("a/c", b"y", {}))
+    assert h.inbox(1) == []  # appended, not yet durable
+    assert len(h.records) == 2
+    h.sync()
+    (ack,) = of_type(h.inbox(1), messages.Ack)
+    assert ack.seq == 0 and ack.pubend == "p-test"
+    assert ack.ticks == [t for t, _ in h.records]
+    assert ack.ticks[0] < ack.ticks[1]
+
+
+def test_ticks_follow_the_clock_and_stay_strictly_increasing():
+    h = Harness(wall_us=5_000_000)
+    h.connect(1)
+    h.publish(1, ("a", b"", {}), ("a", b"", {}), ("a", b"", {}))
+    ticks = [t for t, _ in h.records]
+    assert ticks[0] >= 5_000_000 and ticks == sorted(set(ticks))
+    h.wall_us = 10  # the clock went backwards (e.g. after a restart)
+    h.publish(1, ("a", b"", {}))
+    assert h.records[-1][0] == ticks[-1] + 1
+
+
+def test_live_subscribers_get_matching_events_once_after_sync():
+    h = Harness()
+    h.connect(1)
+    h.connect(2)
+    h.connect(3)
+    s_all = h.subscribe(2, "nodes/#")
+    s_hot = h.subscribe(3, "nodes/+/load", "load > 2")
+    h.inbox(2)
+    h.inbox(3)
+    h.publish(1, ("nodes/h1/load", b"", {"load": 3.5}), ("nodes/h1/mem", b"", {"free": 1}),
+              ("nodes/h2/load", b"", {"load": 1.0}), ("other", b"", {}))
+    assert h.inbox(2) == [] and h.inbox(3) == []
+    h.sync()
+    t = [tick for tick, _ in h.records]
+    assert delivered(h.inbox(2)) == [(s_all, t[0]), (s_all, t[1]), (s_all, t[2])]
+    assert delivered(h.inbox(3)) == [(s_hot, t[0])]
+
+
+def test_subscribe_from_start_reads_the_log_then_turns_live():
+    h = Harness(BrokerConfig(log_read_bytes_max=200))
+    h.connect(1)
+    h.publish(1, *[("a", b"x" * 50, {"i": i}) for i in range(20)])
+    h.sync()
+    h.connect(2)
+    sub = h.subscribe(2, "a", "i >= 5", start="start")
+    h.serve_reads()
+    got = [tick for _, tick in delivered(h.inbox(2))]
+    assert got == [t for t, _ in h.records][5:]
+    assert h.broker.subends[1].live
+    h.publish(1, ("a", b"", {"i": 99}))
+    h.sync()
+    assert delivered(h.inbox(2)) == [(sub, h.records[-1][0])]
+
+
+def test_a_blocked_subscriber_catches_up_from_the_log_without_loss():
+    h = Harness(BrokerConfig(log_read_bytes_max=300))
+    h.connect(1)
+    h.connect(2)
+    sub = h.subscribe(2, "#")
+    h.publish(1, ("a", b"", {"n": 0}))
+    h.sync()
+    h.block(2, True)
+    for n in range(1, 30):
+        h.publish(1, ("a", b"y" * 20, {"n": n}))
+        h.sync()
+    assert h.broker.status()["catchup_readers"] == 1
+    assert h.reads == []  # no read while the connection is blocked
+    h.block(2, False)
+    h.serve_reads()
+    h.publish(1, ("a", b"", {"n": 30}))
+    h.sync()
+    got = [tick for s, tick in delivered(h.inbox(2)) if s == sub]
+    assert got == [t for t, _ in h.records]
+
+
+def test_start_before_released_ticks_gets_an_explicit_gap_first():
+    h = Harness()
+    h.connect(1)
+    h.publish(1, *[("a", b"", {"i": i}) for i in range(10)])
+    h.sync()
+    ticks = [t for t, _ in h.records]
+    h.released_through = ticks[3]
+    h.connect(2)
+    sub = h.subscribe(2, "a", start=0)
+    h.serve_reads()
+    msgs = h.inbox(2)
+    gap = of_type(msgs, messages.Gap)[0]
+    assert (gap.sub, gap.after, gap.through) == (sub, 0, ticks[3])
+    assert msgs.index(gap) < msgs.index(of_type(msgs, messages.Events)[0])
+    assert [t for _, t in delivered(msgs)] == ticks[4:]
+
+
+def test_start_at_the_oldest_retained_event_is_not_a_gap():
+    h = Harness()
+    h.connect(1)
+    h.publish(1, *[("a", b"", {}) for _ in range(5)])
+    h.sync()
+    h.released_through = h.records[1][0]
+    h.connect(2)
+    h.subscribe(2, "a", start="start")
+    h.serve_reads()
+    msgs = h.inbox(2)
+    assert of_type(msgs, messages.Gap) == []
+    assert len(delivered(msgs)) == 3
+
+
+def test_bounded_read_ends_with_end():
+    h = Harness()
+    h.connect(1)
+    h.publish(1, *[("a", b"", {}) for _ in range(6)])
+    h.sync()
+    ticks = [t for t, _ in h.records]
+    h.connect(2)
+    sub = h.subscribe(2, "a", start=ticks[1], end=ticks[4])
+    h.serve_reads()
+    msgs = h.inbox(2)
+    assert [t for _, t in delivered(msgs)] == ticks[2:5]
+    assert of_type(msgs, messages.End) == [messages.End(sub, ticks[4])]
+    assert h.broker.subends == {}
+
+
+def test_bad_events_are_rejected_one_by_one_and_the_rest_is_logged():
+    h = Harness(BrokerConfig(event_bytes_max=10))
+    h.connect(1)
+    h.inbox(1)
+    body = msgpack.packb([messages.PUBLISH, 7, [["a/+", {}, b""], ["ok", {}, b""], ["ok", {}, b"x" * 11],
+                                                ["ok", {"k": [1]}, b""], "junk", ["ok", {}, "text"]]])
+    h.send(1, frame(body))
+    h.sync()
+    msgs = h.inbox(1)
+    errors = {e.context["seq"]: e.code for e in of_type(msgs, messages.Error)}
+    assert errors == {7: "bad-channel", 9: "event-too-large", 10: "bad-attributes", 11: "bad-message",
+                      12: "bad-message"}
+    (ack,) = of_type(msgs, messages.Ack)
+    assert [t is not None for t in ack.ticks] == [False, True, False, False, False, False]
+    assert len(h.records) == 1
+
+
+def test_protocol_errors():
+    h = Harness(BrokerConfig(frame_bytes_max=8192, event_bytes_max=1024))
+    h.connect(1, hello=False)
+    h.send(1, messages.subscribe(messages.Subscribe(1, "a", None, "now", 0, None)))
+    assert of_type(h.inbox(1), messages.Error)[0].code == "handshake" and 1 in h.closed
+    h.connect(2)
+    h.inbox(2)
+    h.send(2, frame(b"\xc1garbage"))
+    h.send(2, frame(msgpack.packb([42])))
+    codes = [e.code for e in of_type(h.inbox(2), messages.Error)]
+    assert codes == ["bad-message", "unknown-message"] and 2 not in h.closed
+    sub, wire = h.sessions[2].subscribe("a")
+    h.send(2, wire.replace(b"\xa1a", b"\xa1#", 1)[:0] + messages.subscribe(
+        messages.Subscribe(sub, "a/#/x", None, "now", 0, None)))
+    assert of_type(h.inbox(2), messages.Error)[0].code == "bad-pattern"
+    h.send(2, messages.subscribe(messages.Subscribe(9, "a", "x >", "now", 0, None)))
+    err = of_type(h.inbox(2), messages.Error)[0]
+    assert err.code == "bad-filter" and "position" in err.message and err.context == {"sub": 9}
+    h.send(2, b"\x00\x01\x00\x00")
+    assert of_type(h.inbox(2), messages.Error)[0].code == "frame-too-large" and 2 in h.closed
+
+
+def test_handshake_timeout_and_version():
+    h = Harness(BrokerConfig(handshake_timeout_ns=1000))
+    h.connect(1, hello=False)
+    h.connect(2)
+    assert h.broker.next_deadline() == 1000
+    h.timer(1000)
+    assert of_type(h.inbox(1), messages.Error)[0].code == "handshake-timeout"
+    assert h.closed == {1}
+    h.connect(3, hello=False)
+    h.send(3, messages.hello("svc", "i", version=99))
+    assert of_type(h.inbox(3), messages.Error)[0].code == "version-mismatch" and 3 in h.closed
+
+
+def test_lost_connections_drop_their_subscriptions():
+    h = Harness()
+    h.connect(1)
+    h.connect(2)
+    h.subscribe(2, "#")
+    h.publish(2, ("a", b"", {}))
+    h.lost(2)
+    h.sent.pop(2)
+    h.sync()  # the ack for a closed connection is dropped, nothing breaks
+    assert h.broker.status()["subscriptions"] == 0 and len(h.broker.index) == 0
+    h.publish(1, ("a", b"", {}))
+    h.sync()
+    assert 2 not in h.sent
+
+
+def test_unsubscribe_and_duplicate_ids():
+    h = Harness()
+    h.connect(1)
+    sub = h.subscribe(1, "a")
+    h.send(1, messages.subscribe(messages.Subscribe(sub, "b", None, "now", 0, None)))
+    assert of_type(h.inbox(1), messages.Error)[0].code == "subscription-exists"
+    h.send(1, messages.unsubscribe(sub))
+    h.send(1, messages.unsubscribe(sub))
+    assert of_type(h.inbox(1), messages.Error)[0].code == "unknown-subscription"
+    h.publish(1, ("a", b"", {}))
+    h.sync()
+    assert delivered(h.inbox(1)) == []

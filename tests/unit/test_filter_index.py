@@ -1,0 +1,270 @@
+"""The subscription index against brute force, the covers it files filters under, and its trie."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidings.core.channels import pattern_matches
+from tidings.core.errors import ChannelError, FilterError
+from tidings.core.filters import SubscriptionIndex, parse_filter
+from tidings.core.filters.cover import ACCESSES_MAX, access_holds, cover_of
+from tidings.core.filters.syntax import Comparison, Membership, Node, Or, unparse
+
+from .filter_reference import (
+    BruteForceIndex,
+    Count,
+    Label,
+    attribute_maps,
+    channels,
+    evaluate,
+    odd_attribute_maps,
+    patterns,
+    trees,
+)
+
+
+def parsed(node: Node):  # type: ignore[no-untyped-def]
+    try:
+        return parse_filter(unparse(node))
+    except FilterError:
+        return None     # nested past the depth limit: such a filter never reaches the index
+
+
+# -- covers: a necessary condition, and exact when they say so ---------------------------------------
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees, st.lists(st.one_of(attribute_maps, odd_attribute_maps), min_size=1, max_size=8))
+def test_a_cover_holds_whenever_its_filter_does(node: Node, events: list[dict[str, object]]) -> None:
+    cover = cover_of(node)
+    if cover is None:
+        return
+    assert 0 < len(cover.accesses) <= ACCESSES_MAX
+    for attributes in events:
+        hit = any(access_holds(a, attributes) for a in cover.accesses)
+        if evaluate(node, attributes):
+            assert hit, (unparse(node), attributes, cover)
+        if cover.exact:
+            assert hit == evaluate(node, attributes), (unparse(node), attributes, cover)
+
+
+@pytest.mark.parametrize(("text", "kinds", "exact"), [
+    ('host = "h17"', ["EQUAL"], True),
+    ('site in ("a", "b", "a")', ["EQUAL", "EQUAL"], True),
+    ("x in (1, 1.0, true)", ["EQUAL", "EQUAL"], True),
+    ("load > 3.5", ["RANGE"], True),
+    ('startswith(k, "2.6")', ["PREFIX"], True),
+    ("exists(k)", ["PRESENT"], True),
+    ("k != 1", ["PRESENT"], False),
+    ("k not in (1)", ["PRESENT"], False),
+    ('load > 3.5 and host = "h1"', ["EQUAL"], False),
+    ("a = 1 or b = 2", ["EQUAL", "EQUAL"], True),
+    ("not (a != 1 or b = 2)", None, None),
+    ("not not a = 1", ["EQUAL"], True),
+    ("not (not a = 1 or not b < 2)", ["EQUAL"], False),
+    ("a = 1 or not b = 2", None, None),
+    ("not a = 1", None, None),
+])
+def test_covers_of_typical_filters(text: str, kinds: list[str] | None, exact: bool | None) -> None:
+    names = {0: "EQUAL", 1: "PREFIX", 2: "RANGE", 3: "PRESENT"}
+    cover = cover_of(parse_filter(text).ast)
+    if kinds is None:
+        assert cover is None
+        return
+    assert cover is not None
+    assert [names[a.kind] for a in cover.accesses] == kinds
+    assert cover.exact == exact
+
+
+def test_a_huge_cover_falls_back_to_scanning() -> None:
+    # The text limit keeps parsed filters below ACCESSES_MAX; the guard holds for any tree.
+    half = Membership("a", tuple(range(ACCESSES_MAX // 2 + 1)))
+    assert cover_of(Or((half, Membership("b", half.values)))) is None
+    assert cover_of(Or((half, Comparison("b", "=", 1)))) is not None
+
+
+# -- the index against brute force -------------------------------------------------------------------
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), patterns(), st.one_of(st.none(), trees)),
+        st.tuples(st.just("remove"), st.integers(0, 10_000)),
+        st.tuples(st.just("match"), channels, st.one_of(attribute_maps, odd_attribute_maps)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_ops, st.sampled_from([0, 1, 6]), st.sampled_from([0, 1, 4096]))
+def test_index_equals_brute_force(ops: list[tuple], scan_max: int, cache_max: int) -> None:  # type: ignore[type-arg]
+    index = SubscriptionIndex(scan_entries_max=scan_max, channel_cache_entries_max=cache_max)
+    reference = BruteForceIndex()
+    next_key = 0
+    for op in ops:
+        if op[0] == "add":
+            flt = None if op[2] is None else parsed(op[2])
+            if op[2] is not None and flt is None:
+                continue
+            index.add(next_key, op[1], flt)
+            reference.add(next_key, op[1], None if flt is None else flt.ast)
+            next_key += 1
+        elif op[0] == "remove":
+            keys = sorted(reference.subscriptions)
+            if keys:
+                key = keys[op[1] % len(keys)]
+                index.remove(key)
+                reference.remove(key)
+        else:
+            assert index.match(op[1], op[2]) == reference.match(op[1], op[2]), op
+        assert len(index) == len(reference.subscriptions)
+    for key in sorted(reference.subscriptions):
+        index.remove(key)
+    assert index._root.is_empty()
+    assert not index._groups
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.sampled_from(["a/+", "a/#", "#", "a/b"]), trees), min_size=10, max_size=40),
+    st.lists(st.tuples(channels, st.one_of(attribute_maps, odd_attribute_maps)), min_size=1, max_size=20),
+)
+def test_large_groups_use_the_attribute_index_and_equal_brute_force(
+    subscriptions: list[tuple[str, Node]], events: list[tuple[str, dict[str, object]]],
+) -> None:
+    index = SubscriptionIndex()
+    reference = BruteForceIndex()
+    for key, (pattern, node) in enumerate(subscriptions):
+        flt = parsed(node)
+        if flt is not None:
+            index.add(key, pattern, flt)
+            reference.add(key, pattern, flt.ast)
+    for channel, attributes in events:
+        assert index.match(channel, attributes) == reference.match(channel, attributes)
+    for key in sorted(reference.subscriptions)[::2]:
+        index.remove(key)
+        reference.remove(key)
+    for channel, attributes in events:
+        assert index.match(channel, attributes) == reference.match(channel, attributes)
+
+
+# -- values that Python considers equal but a filter does not ----------------------------------------
+
+COLLISIONS = [
+    ("x = 1", {"x": True}, False),
+    ("x = 1", {"x": 1.0}, True),
+    ("x = 1.0", {"x": 1}, True),
+    ("x = true", {"x": 1}, False),
+    ("x = true", {"x": True}, True),
+    ("x = false", {"x": 0}, False),
+    ("x = 0", {"x": False}, False),
+    ("x = 0", {"x": -0.0}, True),
+    ("x in (1, 2)", {"x": True}, False),
+    ("x in (true)", {"x": 1.0}, False),
+    ("x in (1, true)", {"x": 1.0}, True),
+    ("x in (1, true)", {"x": True}, True),
+    ("x > 0", {"x": True}, False),
+    ("x >= 0", {"x": False}, False),
+    ("x < 2", {"x": "1"}, False),
+    ('x = "1"', {"x": 1}, False),
+    ('x > "a"', {"x": 5}, False),
+    ('x > "a"', {"x": "b"}, True),
+    ("x != 1", {"x": True}, False),
+    ("x != 1", {}, False),
+    ("not x = 1", {}, True),
+    ("x != true", {"x": False}, True),
+    ("x != true", {"x": 0}, False),
+    ("x not in (1, 2)", {"x": True}, False),
+    ("x not in (1, true)", {"x": False}, True),
+    ('x not in (1, "a")', {"x": 3.5}, True),
+    ("x = 9007199254740993", {"x": 9007199254740992.0}, False),
+    ("x > 9007199254740992", {"x": 9007199254740993}, True),
+    ('startswith(x, "1")', {"x": 12}, False),
+    ('startswith(x, "")', {"x": ""}, True),
+    ('startswith(x, "ab")', {"x": Label("abc")}, True),
+    ("x = 1", {"x": Count(1)}, True),
+    ("x > 0", {"x": float("nan")}, False),
+    ("x <= 0", {"x": float("nan")}, False),
+    ("x != 0", {"x": float("nan")}, True),
+    ("exists(x)", {"x": None}, True),
+    ("x = 1", {"x": None}, False),
+]
+
+
+@pytest.mark.parametrize(("text", "attributes", "expected"), COLLISIONS)
+@pytest.mark.parametrize("scan_max", [0, 100])
+def test_collisions(text: str, attributes: dict[str, object], expected: bool, scan_max: int) -> None:
+    flt = parse_filter(text)
+    assert flt.matches(attributes) is expected
+    assert evaluate(flt.ast, attributes) is expected
+    index = SubscriptionIndex(scan_entries_max=scan_max)
+    index.add(7, "c", flt)
+    # Neighbours sharing the name, so the probes run over non-trivial tables.
+    for key, other in enumerate(["x = 1", "x = true", 'x = "1"', "x > 0", "x < 1.5", "exists(x)"], 100):
+        index.add(key, "c", parse_filter(other))
+    expected_keys = sorted(k for k in index._subscriptions
+                           if evaluate(index.subscription(k)[1].ast, attributes))  # type: ignore[union-attr]
+    assert (7 in index.match("c", attributes)) is expected
+    assert index.match("c", attributes) == expected_keys
+
+
+# -- the channel stage -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("pattern", "channel"), [
+    ("#", "a"), ("#", "$sys/x"), ("+/x", "$sys/x"), ("$sys/#", "$sys/x"), ("$sys/+", "$sys/x"),
+    ("a/#", "a"), ("a/#", "a/b/c"), ("a/+", "a"), ("a/+", "a/"), ("a/+/c", "a/b/c"), ("a//c", "a//c"),
+    ("+", "a/b"), ("+/+", "a/b"), ("a/b", "a/b"), ("a/b", "a/c"), ("+/#", "a"), ("+/#", "$a"),
+])
+def test_patterns_agree_with_pattern_matches(pattern: str, channel: str) -> None:
+    index = SubscriptionIndex()
+    index.add(1, pattern, None)
+    assert (index.match(channel, {}) == [1]) is pattern_matches(pattern, channel)
+
+
+def test_add_and_remove_errors() -> None:
+    index = SubscriptionIndex()
+    index.add(1, "a/+", None)
+    with pytest.raises(ValueError, match="already"):
+        index.add(1, "b", None)
+    with pytest.raises(ChannelError):
+        index.add(2, "a/#/b", None)
+    with pytest.raises(ChannelError):
+        index.add(3, "a+", None)
+    with pytest.raises(KeyError):
+        index.remove(2)
+    assert len(index) == 1
+    assert 1 in index
+    assert 2 not in index
+    index.remove(1)
+    with pytest.raises(KeyError):
+        index.remove(1)
+    assert len(index) == 0
+
+
+def test_cache_follows_new_and_removed_patterns() -> None:
+    index = SubscriptionIndex(channel_cache_entries_max=2)
+    index.add(1, "a/b", None)
+    assert index.match("a/b", {}) == [1]
+    index.add(2, "a/+", parse_filter("x = 1"))
+    assert index.match("a/b", {"x": 1}) == [1, 2]
+    index.add(3, "a/+", None)                       # existing pattern: the cached groups stay valid
+    assert index.match("a/b", {}) == [1, 3]
+    for channel in ["a/c", "a/d", "a/e", "a/b"]:    # evictions
+        assert index.match(channel, {}) == ([1, 3] if channel == "a/b" else [3])
+    assert len(index._cache) == 2
+    index.remove(1)
+    assert index.match("a/b", {}) == [3]
+    index.remove(3)
+    index.remove(2)
+    assert index.match("a/b", {"x": 1}) == []
+    assert index._root.is_empty()
+
+
+def test_match_order_is_ascending_across_groups() -> None:
+    index = SubscriptionIndex(scan_entries_max=0)
+    keys = [50, 3, 999, 7, 12, 0, 41]
+    for key, pattern in zip(keys, ["#", "a/#", "a/+", "a/b", "+/b", "a/b", "#"], strict=True):
+        index.add(key, pattern, parse_filter("x > 1 or y = 2") if key % 2 else None)
+    assert index.match("a/b", {"x": 5, "y": 2}) == sorted(keys)
+    assert index.match("a/b", {}) == [0, 12, 50]

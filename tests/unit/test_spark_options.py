@@ -1,0 +1,266 @@
+"""Option parsing and read planning of the `tidings` Spark data source, without Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidings.core.event import datetime_to_tick
+from tidings.spark.options import PARTITIONS_MAX, ReadOptions, parse_read_options
+from tidings.spark.planning import LogBounds, ReadError, bounds_from_status, plan_read, split_ticks
+
+BASE = {"broker": "127.0.0.1:7400", "pattern": "nodes/+/load"}
+
+
+def parse(**extra: str) -> ReadOptions:
+    return parse_read_options({**BASE, **extra})
+
+
+# --- options ---------------------------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    opts = parse_read_options(BASE, default_partitions=3)
+    assert opts == ReadOptions(
+        broker="127.0.0.1:7400", pattern="nodes/+/load", filter=None, start_tick=None, end_tick=None,
+        partitions=3, fail_on_data_loss=True,
+    )
+
+
+def test_keys_are_case_insensitive_as_spark_lower_cases_them() -> None:
+    lowered = {"broker": "h:1", "pattern": "a/#", "starttick": "5", "endtick": "9",
+               "failondataloss": "FALSE", "partitions": "4"}
+    opts = parse_read_options(lowered)
+    assert (opts.start_tick, opts.end_tick, opts.fail_on_data_loss, opts.partitions) == (5, 9, False, 4)
+    mixed = parse_read_options({"Broker": "h:1", "PATTERN": "a/#", "startTick": "5"})
+    assert mixed.start_tick == 5
+
+
+@pytest.mark.parametrize(
+    ("options", "names"),
+    [
+        ({"pattern": "a/#"}, '"broker" is required'),
+        ({"broker": "  ", "pattern": "a/#"}, '"broker" is required'),
+        ({"broker": "localhost", "pattern": "a/#"}, '"broker" must be HOST:PORT'),
+        ({"broker": "localhost:http", "pattern": "a/#"}, '"broker" must be HOST:PORT'),
+        ({"broker": "localhost:70000", "pattern": "a/#"}, '"broker" must be HOST:PORT'),
+        ({"broker": "h:1"}, '"pattern" is required'),
+        ({"broker": "h:1", "pattern": "a/b#"}, '"pattern" is invalid'),
+        ({"broker": "h:1", "pattern": "#/a"}, '"pattern" is invalid'),
+        ({"broker": "h:1", "pattern": ""}, '"pattern" is invalid'),
+    ],
+)
+def test_missing_or_bad_broker_and_pattern(options: dict[str, str], names: str) -> None:
+    with pytest.raises(ValueError, match=names):
+        parse_read_options(options)
+
+
+def test_ipv6_broker_is_accepted() -> None:
+    assert parse(broker="[::1]:7400").broker == "[::1]:7400"
+
+
+def test_unknown_option_is_named() -> None:
+    with pytest.raises(ValueError, match=r"unknown option 'endTik'.*endTick"):
+        parse(endTik="5")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("startTick", "12.5", '"startTick" must be an integer tick'),
+        ("endTick", "soon", '"endTick" must be an integer tick'),
+        ("startTick", "-1", '"startTick" must be between 0'),
+        ("endTick", str(2**63), '"endTick" must be between 0'),
+        ("startTime", "yesterday", '"startTime" must be an ISO-8601 time'),
+        ("endTime", "2026-13-01T00:00:00Z", '"endTime" must be an ISO-8601 time'),
+        ("startTime", "1969-12-31T23:59:59Z", '"startTime" must not be before 1970'),
+        ("partitions", "0", '"partitions" must be between 1'),
+        ("partitions", str(PARTITIONS_MAX + 1), '"partitions" must be between 1'),
+        ("partitions", "two", '"partitions" must be an integer'),
+        ("failOnDataLoss", "no", '"failOnDataLoss" must be "true" or "false"'),
+    ],
+)
+def test_bad_values_name_their_option(key: str, value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse(**{key: value})
+
+
+def test_tick_and_time_for_one_bound_conflict() -> None:
+    with pytest.raises(ValueError, match='"startTick" or "startTime", not both'):
+        parse(startTick="1", startTime="2026-11-22T10:00:00Z")
+
+
+def test_start_after_end_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"start of the range \(tick 10\) is after its end \(tick 9\)"):
+        parse(startTick="10", endTick="9")
+    with pytest.raises(ValueError, match="after its end"):
+        parse(startTime="2026-11-22T11:00:00Z", endTime="2026-11-22T10:00:00Z")
+    assert parse(startTick="9", endTick="9").start_tick == 9  # one tick is a valid range
+
+
+def test_times_become_ticks_in_utc() -> None:
+    opts = parse(startTime="2026-11-22T10:00:00Z", endTime="2026-11-22T12:30:00.000250+02:00")
+    assert opts.start_tick == datetime_to_tick(dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC))
+    assert opts.end_tick == datetime_to_tick(dt.datetime(2026, 11, 22, 10, 30, 0, 250, tzinfo=dt.UTC))
+    naive = parse(startTime="2026-11-22T10:00:00")
+    assert naive.start_tick == opts.start_tick  # no offset: UTC
+
+
+def test_time_and_tick_bounds_mix() -> None:
+    opts = parse(startTime="1970-01-01T00:00:01Z", endTick="2000000")
+    assert (opts.start_tick, opts.end_tick) == (1_000_000, 2_000_000)
+
+
+def test_filter_is_kept_and_blank_filter_is_none() -> None:
+    assert parse(filter="load > 2.5").filter == "load > 2.5"
+    assert parse(filter="   ").filter is None
+
+
+def test_bad_filter_is_named_when_the_filter_language_exists() -> None:
+    filters = pytest.importorskip("tidings.core.filters")
+    if not hasattr(filters, "parse_filter"):
+        pytest.skip("tidings.core.filters.parse_filter does not exist yet")
+    with pytest.raises(ValueError, match='"filter" is invalid'):
+        parse(filter="load >")
+
+
+def test_default_partitions_are_bounded() -> None:
+    assert parse_read_options(BASE, default_partitions=0).partitions == 1
+    assert parse_read_options(BASE, default_partitions=10**9).partitions == PARTITIONS_MAX
+
+
+# --- status ----------------------------------------------------------------------------------------
+
+
+def test_bounds_from_status() -> None:
+    status = {"pubend": "p", "first_tick": 10, "last_tick": 20, "released_through": 5, "other": 1}
+    assert bounds_from_status(status) == LogBounds(10, 20, 5)
+    assert bounds_from_status({"first_tick": None, "last_tick": None}) == LogBounds(None, None, None)
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {"first_tick": "10", "last_tick": 20},
+        {"first_tick": 10, "last_tick": -3},
+        {"first_tick": True, "last_tick": 20},
+        {"first_tick": 30, "last_tick": 20},
+        {"first_tick": 30, "last_tick": None},
+    ],
+)
+def test_bad_status_is_a_clear_error(status: dict[str, object]) -> None:
+    with pytest.raises(ReadError, match="status"):
+        bounds_from_status(status)
+
+
+# --- planning --------------------------------------------------------------------------------------
+
+
+def test_split_ticks_tiles_evenly() -> None:
+    assert split_ticks(0, 9, 3) == ((0, 3), (3, 6), (6, 9))
+    assert split_ticks(0, 10, 3) == ((0, 3), (3, 6), (6, 10))
+    assert split_ticks(5, 7, 4) == ((5, 6), (6, 7))  # never an empty range
+    assert split_ticks(5, 6, 1) == ((5, 6),)
+
+
+@given(
+    after=st.integers(min_value=0, max_value=2**62),
+    width=st.integers(min_value=1, max_value=2**40),
+    parts=st.integers(min_value=1, max_value=64),
+)
+def test_split_ticks_is_a_contiguous_tiling(after: int, width: int, parts: int) -> None:
+    end = after + width
+    ranges = split_ticks(after, end, parts)
+    assert len(ranges) == min(parts, width)
+    assert ranges[0][0] == after and ranges[-1][1] == end
+    assert all(a < e for a, e in ranges)
+    assert all(ranges[i][1] == ranges[i + 1][0] for i in range(len(ranges) - 1))
+    widths = [e - a for a, e in ranges]
+    assert max(widths) - min(widths) <= 1
+
+
+def test_whole_log_by_default() -> None:
+    plan = plan_read(None, None, LogBounds(101, 200, 100), 2)
+    assert plan.ranges == ((100, 150), (150, 200))
+    assert plan.lost is None
+
+
+def test_end_in_the_future_is_clamped_to_the_durable_tail() -> None:
+    plan = plan_read(150, 10**15, LogBounds(101, 200, None), 1)
+    assert plan.ranges == ((149, 200),)
+
+
+def test_inclusive_bounds_become_half_open_ranges() -> None:
+    plan = plan_read(120, 129, LogBounds(101, 200, 100), 1)
+    assert plan.ranges == ((119, 129),)  # ticks 120..129
+
+
+def test_start_before_the_log_balances_over_the_retained_ticks() -> None:
+    # nothing was ever released: the early start costs nothing, and the first task still starts
+    # where the user asked so that a gap the broker knows of would reach it
+    plan = plan_read(1, None, LogBounds(1001, 1100, None), 4)
+    assert plan.lost is None
+    assert plan.ranges == ((0, 1025), (1025, 1050), (1050, 1075), (1075, 1100))
+
+
+def test_start_before_released_ticks_is_a_planning_time_gap() -> None:
+    plan = plan_read(50, 300, LogBounds(201, 300, 180), 2)
+    assert plan.lost == (49, 180)
+    assert plan.ranges == ((180, 250), (250, 300))
+
+
+def test_start_just_after_the_released_ticks_loses_nothing() -> None:
+    assert plan_read(181, None, LogBounds(201, 300, 180), 1).lost is None
+    assert plan_read(180, None, LogBounds(201, 300, 180), 1).lost == (179, 180)
+
+
+def test_empty_log_and_empty_ranges() -> None:
+    assert plan_read(None, None, LogBounds(None, None, None), 3).ranges == ()
+    assert plan_read(5, 10, LogBounds(None, None, None), 3).ranges == ()
+    # everything released: nothing retained to read, and nothing asked for is lost
+    assert plan_read(None, None, LogBounds(None, 300, 300), 3).ranges == ()
+    assert plan_read(None, None, LogBounds(None, 300, 300), 3).lost is None
+    # a range wholly after the tail, or wholly before the log
+    assert plan_read(400, 500, LogBounds(100, 300, None), 3).ranges == ()
+    assert plan_read(10, 20, LogBounds(100, 300, None), 3).ranges == ((9, 20),)
+
+
+def test_fewer_ticks_than_partitions() -> None:
+    assert plan_read(5, 6, LogBounds(1, 300, None), 8).ranges == ((4, 5), (5, 6))
+
+
+@st.composite
+def log_bounds(draw: st.DrawFn) -> LogBounds:
+    first = draw(st.integers(min_value=1, max_value=10_000))
+    last = first + draw(st.integers(min_value=0, max_value=10_000))
+    released_gap = draw(st.one_of(st.none(), st.integers(min_value=1, max_value=500)))
+    return LogBounds(first, last, None if released_gap is None else max(0, first - released_gap))
+
+
+@given(
+    bounds=log_bounds(),
+    start=st.one_of(st.none(), st.integers(min_value=0, max_value=25_000)),
+    span=st.one_of(st.none(), st.integers(min_value=0, max_value=25_000)),
+    parts=st.integers(min_value=1, max_value=16),
+)
+def test_plan_reads_every_requested_retained_tick_once(
+    bounds: LogBounds, start: int | None, span: int | None, parts: int
+) -> None:
+    first, last, released = bounds.first_tick, bounds.last_tick, bounds.released_through
+    assert first is not None and last is not None
+    end = None if span is None else (start or 0) + span
+    plan = plan_read(start, end, bounds, parts)
+    assert len(plan.ranges) <= parts
+    covered = [t for a, e in plan.ranges for t in range(max(a + 1, first), e + 1)]
+    want_lo = max(first, start if start is not None else first)
+    want_hi = min(last, end if end is not None else last)
+    assert covered == list(range(want_lo, want_hi + 1))  # in order, no duplicate, no hole
+    assert all(0 <= a < e for a, e in plan.ranges)
+    if plan.lost is not None:
+        assert start is not None and released is not None
+        assert plan.lost == (start - 1, released)
+    else:
+        assert start is None or released is None or start > released

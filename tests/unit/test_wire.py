@@ -1,0 +1,72 @@
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidings.core.errors import ProtocolError
+from tidings.core.event import decode_event, encode_event, event_from_fields
+from tidings.core.wire import messages
+from tidings.core.wire.frames import FrameDecoder, frame
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=20), st.data())
+def test_frames_survive_any_chunking(bodies, data):
+    stream = b"".join(frame(b) for b in bodies)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))
+    dec = FrameDecoder(1000)
+    out = []
+    last = 0
+    for cut in [*cuts, len(stream)]:
+        out += dec.feed(stream[last:cut])
+        last = cut
+    assert out == bodies
+    assert dec.buffered_bytes == 0
+
+
+def test_oversized_frame_is_fatal():
+    dec = FrameDecoder(10)
+    with pytest.raises(ProtocolError) as info:
+        dec.feed(frame(b"x" * 11))
+    assert info.value.fatal and info.value.code == "frame-too-large"
+
+
+def test_events_frame_is_built_from_encoded_records():
+    recs = [encode_event("p1", t, "a/b", {"k": t}, "svc", "i", b"x" * t) for t in range(1, 40)]
+    body = FrameDecoder(1 << 20).feed(messages.events(5, recs))[0]
+    msg = messages.decode_broker_message(body)
+    assert isinstance(msg, messages.Events) and msg.sub == 5
+    assert [event_from_fields(f).tick for f in msg.records] == list(range(1, 40))
+    assert decode_event(recs[3]).attributes == {"k": 4}
+
+
+def test_array_header_sizes():
+    for n in (0, 15, 16, 65535, 65536):
+        recs = [msgpack.packb(1)] * n
+        body = FrameDecoder(1 << 24).feed(messages.events(1, recs))[0]
+        assert len(messages.decode_broker_message(body).records) == n
+
+
+@pytest.mark.parametrize(("body", "code"), [
+    (b"\xc1", "bad-message"), (msgpack.packb({"a": 1}), "bad-message"), (msgpack.packb([99]), "unknown-message"),
+    (msgpack.packb([messages.PUBLISH, -1, []]), "bad-message"), (msgpack.packb([messages.PUBLISH, 1]), "bad-message"),
+    (msgpack.packb([messages.SUBSCRIBE, 1, "a", None, ["sometime"], None]), "bad-message"),
+    (msgpack.packb([messages.SUBSCRIBE, 1, "a", 5, ["now"], None]), "bad-message"),
+])
+def test_malformed_client_messages_name_the_problem(body, code):
+    with pytest.raises(ProtocolError) as info:
+        messages.decode_client_message(body)
+    assert info.value.code == code and not info.value.fatal
+
+
+def test_client_messages_round_trip():
+    dec = FrameDecoder(1 << 20)
+    sub = messages.Subscribe(3, "a/#", "x > 1", messages.START_AFTER, 77, 99)
+    for wire, expected in [
+        (messages.hello("svc", "i"), messages.Hello(1, "svc", "i")),
+        (messages.publish(4, [["a", {}, b""]]), messages.Publish(4, [["a", {}, b""]])),
+        (messages.subscribe(sub), sub),
+        (messages.unsubscribe(3), messages.Unsubscribe(3)),
+        (messages.status_request(9), messages.StatusRequest(9)),
+    ]:
+        assert messages.decode_client_message(dec.feed(wire)[0]) == expected
