@@ -174,6 +174,17 @@ class TidingsAdapter:
 ADAPTERS = {"mqtt": MqttAdapter, "nats": NatsAdapter, "tidings": TidingsAdapter}
 
 
+def foreign_load(sampler: netutil.ServerSampler, t_from: float, t_to: float | None,
+                 client_pct: float) -> dict[str, float | None]:
+    """Broker CPU over the measured span, and what else kept the CPUs busy meanwhile."""
+    server = sampler.cpu_pct(t_from, t_to)
+    machine = sampler.machine_pct(t_from, t_to)
+    foreign = None
+    if server is not None and machine is not None:
+        foreign = round(max(0.0, machine - server - client_pct), 1)
+    return {"server_cpu_pct": server, "machine_busy_pct": machine, "foreign_cpu_pct": foreign}
+
+
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -416,7 +427,7 @@ def run_throughput(adapter: Any, cfg: dict[str, Any],
     span = max(1e-9, (t_stop or time.monotonic()) - t0)
     out["client_cpu_pct"] = round(100 * (pub["cpu_s"] + sum(r["cpu_s"] for r in subs)) / span, 1)
     if sampler:
-        out["server_cpu_pct"] = sampler.cpu_pct(t0, t_stop)
+        out.update(foreign_load(sampler, t0, t_stop, out["client_cpu_pct"]))
     return out
 
 
@@ -509,7 +520,7 @@ def run_latency(adapter: Any, cfg: dict[str, Any], sampler: netutil.ServerSample
     if ack_us:
         out.update({"ack_p50_us": _percentile(ack_us, 50), "ack_p99_us": _percentile(ack_us, 99)})
     if sampler:
-        out["server_cpu_pct"] = sampler.cpu_pct(tm0, tm1)
+        out.update(foreign_load(sampler, tm0, tm1, out["client_cpu_pct"]))
     return out
 
 

@@ -125,14 +125,21 @@ def cpu_usage(before: dict[str, list[int]], after: dict[str, list[int]]) -> dict
     return out
 
 
+def busy_jiffies() -> int:
+    """Busy time of all CPUs together (user nice system irq softirq), in clock ticks."""
+    return sum(v[0] + v[1] + v[2] + v[5] + v[6] for v in cpu_times().values())
+
+
 class ServerSampler(threading.Thread):
-    """Samples a broker's CPU time and resident memory every `period_s` while a test runs."""
+    """Samples a broker's CPU time and resident memory, and the whole machine's busy time, every
+    `period_s` while a test runs. The machine's busy time minus the broker's and the load's is the
+    foreign load that shared the CPUs with the test (this runs on shared VMs)."""
 
     def __init__(self, pid: int, period_s: float = 0.1) -> None:
         super().__init__(daemon=True)
         self.pid = pid
         self.period_s = period_s
-        self.samples: list[tuple[float, int]] = []  # (monotonic s, cpu ticks)
+        self.samples: list[tuple[float, int, int]] = []  # (monotonic s, broker ticks, machine ticks)
         self.rss_kb_max = 0
         self.hwm_kb = 0
         self._stop_event = threading.Event()
@@ -144,22 +151,30 @@ class ServerSampler(threading.Thread):
 
     def sample(self) -> None:
         pids = process_tree(self.pid)
-        self.samples.append((time.monotonic(), cpu_ticks(pids)))
+        self.samples.append((time.monotonic(), cpu_ticks(pids), busy_jiffies()))
         rss, hwm = memory_kb(pids)
         self.rss_kb_max = max(self.rss_kb_max, rss)
         self.hwm_kb = max(self.hwm_kb, hwm)
 
     def stop(self) -> None:
         self._stop_event.set()
-        self.join(timeout=2)
+        if self.ident is not None:
+            self.join(timeout=2)
         self.sample()
 
-    def cpu_pct(self, t_from: float, t_to: float | None) -> float | None:
-        """Broker CPU between two monotonic instants, from the nearest samples."""
+    def _pct(self, column: int, t_from: float, t_to: float | None) -> float | None:
         if t_to is None or t_to <= t_from or len(self.samples) < 2:
             return None
         a = min(self.samples, key=lambda s: abs(s[0] - t_from))
         b = min(self.samples, key=lambda s: abs(s[0] - t_to))
         if b[0] <= a[0]:
             return None
-        return round(100 * (b[1] - a[1]) / CLOCK_TICKS_PER_S / (b[0] - a[0]), 1)
+        return round(100 * (b[column] - a[column]) / CLOCK_TICKS_PER_S / (b[0] - a[0]), 1)
+
+    def cpu_pct(self, t_from: float, t_to: float | None) -> float | None:
+        """Broker CPU between two monotonic instants (100 = one CPU), from the nearest samples."""
+        return self._pct(1, t_from, t_to)
+
+    def machine_pct(self, t_from: float, t_to: float | None) -> float | None:
+        """Busy time of all CPUs together over the same span (200 = both CPUs of a 2-CPU box)."""
+        return self._pct(2, t_from, t_to)

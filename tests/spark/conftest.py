@@ -10,7 +10,7 @@ import os
 import shutil
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -74,15 +74,24 @@ def _accepts_connections(port: int) -> bool:
         return False
 
 
-def start_broker(data: Path, config: dict[str, int] | None = None) -> BrokerProcess:
-    """A real `tidings broker` child process on a free loopback port, accepting connections.
+@pytest.fixture(scope="module")
+def start_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., BrokerProcess]]:
+    """Start real `tidings broker` child processes, each with its own data directory on a free
+    loopback port, waiting (with a deadline) until it accepts connections. All are stopped at the
+    end of the module: SIGTERM, then SIGKILL after a deadline."""
+    started: list[BrokerProcess] = []
 
-    The caller stops it (`stop()`: SIGTERM, then SIGKILL after a deadline)."""
-    broker = BrokerProcess(data, config=config, start_timeout=BROKER_START_S_MAX).start()
-    try:
+    def start(config: dict[str, int] | None = None) -> BrokerProcess:
+        data = tmp_path_factory.mktemp("broker") / "data"
+        broker = BrokerProcess(data, config=config, start_timeout=BROKER_START_S_MAX)
+        started.append(broker)
+        broker.start()
         wait_for(lambda: _accepts_connections(broker.port), timeout=BROKER_START_S_MAX,
                  what=f"broker on port {broker.port} accepting connections")
-    except BaseException:
-        broker.stop()
-        raise
-    return broker
+        return broker
+
+    try:
+        yield start
+    finally:
+        for broker in reversed(started):
+            broker.stop()

@@ -235,8 +235,8 @@ def test_truncation_at_every_offset_of_the_last_record(tmp_path, segment_bytes_m
             assert read_all(log) == [*written, *batch(200, 2)]
 
 
-@pytest.mark.parametrize("tail", ["zeros-short", "zeros-long", "garbage", "old-record", "next-tick-bad-crc",
-                                  "huge-length"])
+@pytest.mark.parametrize("tail", ["zeros-short", "zeros-long", "garbage", "old-record", "repeat-last",
+                                  "next-tick-bad-crc", "huge-length"])
 def test_junk_after_the_last_record_is_cut(tmp_path, tail):
     with EventLog.open(tmp_path, segment_bytes_max=10_000) as log:
         written = fill(log, 20)
@@ -246,6 +246,7 @@ def test_junk_after_the_last_record_is_cut(tmp_path, tail):
         "zeros-long": bytes(4096),
         "garbage": random.Random(3).randbytes(333),
         "old-record": bytes(record.encode(batch(5, 1), 0, 0, 0, INDEX_INTERVAL_BYTES)[0]),
+        "repeat-last": bytes(record.encode(written[-1:], 0, 0, 0, INDEX_INTERVAL_BYTES)[0]),
         "next-tick-bad-crc": bytes(record.encode(batch(21, 1), 0, 0, 0, INDEX_INTERVAL_BYTES)[0])[:-1] + b"!",
         "huge-length": record.HEADER.pack(1 << 31, 0, 21) + b"abc",
     }[tail]
@@ -314,11 +315,15 @@ def test_summaries_are_only_a_cache(tmp_path):
     summaries[0].write_bytes(b"junk")
     summaries[1].write_bytes(summaries[1].read_bytes()[:-3])
     summaries[2].unlink()
-    (tmp_path / ("0" * 20 + SUMMARY_SUFFIX)).write_bytes(b"orphan")
+    orphan = (tmp_path / segment_name(999_999)).with_suffix(SUMMARY_SUFFIX)
+    orphan.write_bytes(b"orphan")
+    (tmp_path / "notes.idx").write_bytes(b"not ours")
     with EventLog.open(tmp_path, segment_bytes_max=300) as log:
         assert log.segments() == infos
         assert read_all(log) == written
-    assert not (tmp_path / ("0" * 20 + SUMMARY_SUFFIX)).exists()
+    assert not orphan.exists()
+    assert (tmp_path / "notes.idx").exists()
+    (tmp_path / "notes.idx").unlink()
     assert len(sorted(tmp_path.glob("*" + SUMMARY_SUFFIX))) == len(infos) - 1  # rewritten
 
 

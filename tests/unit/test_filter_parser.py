@@ -288,7 +288,7 @@ def _parsed(node: Node) -> Filter:
         raise
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trees)
 def test_unparse_parses_back_to_the_same_tree(node: Node) -> None:
     flt = _parsed(node)
@@ -296,7 +296,7 @@ def test_unparse_parses_back_to_the_same_tree(node: Node) -> None:
     assert flt.canonical() == unparse(node)
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=350, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trees, st.lists(attribute_maps, min_size=1, max_size=6), odd_attribute_maps)
 def test_compiled_closures_agree_with_the_reference(
     node: Node, events: list[dict[str, object]], odd: dict[str, object],
@@ -313,7 +313,7 @@ _TOKENS = ["x", "y", "`n m`", "=", "==", "!=", "<", "<=", ">", ">=", "(", ")", "
            '"', "`", "\\", "1.", "é", " "]
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.one_of(st.lists(st.sampled_from(_TOKENS), max_size=12).map(" ".join), st.text(max_size=30)))
 def test_any_text_parses_or_raises_filter_error_inside_the_text(text: str) -> None:
     try:

@@ -42,6 +42,22 @@ class Gap:
     through: int
 
 
+class _PendingFrame:
+    """A PUBLISH frame awaiting its ACK: one future per event (publish) or one for all (publish_many)."""
+
+    __slots__ = ("batch", "futures")
+
+    def __init__(self, futures: list[asyncio.Future[PublishResult]] | None = None,
+                 batch: asyncio.Future[list[PublishResult | BrokerError]] | None = None) -> None:
+        self.futures = futures
+        self.batch = batch
+
+    def fail(self, exc: BaseException) -> None:
+        for fut in self.futures or [self.batch]:
+            if fut is not None and not fut.done():
+                fut.set_exception(exc)
+
+
 class ConnectionClosed(TidingsError):
     code = "connection-closed"
 
@@ -149,7 +165,7 @@ class Client:
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._welcome: asyncio.Future[None] = self._loop.create_future()
-        self._acks: dict[int, asyncio.Future[PublishResult]] = {}
+        self._frames: dict[int, _PendingFrame] = {}  # by the frame's first sequence number
         self._rejections: dict[int, BrokerError] = {}
         self._outbox: list[list[Any]] = []
         self._outbox_futures: list[asyncio.Future[PublishResult]] = []
@@ -202,9 +218,32 @@ class Client:
 
     async def publish_many(self, items: Iterable[tuple[str, bytes | str] | tuple[str, bytes | str, dict[str, Any]]]
                            ) -> list[PublishResult]:
-        """Publish a batch of (channel, payload[, attributes]); returns their (pubend, tick) in order."""
-        futures = [self.publish(*item) for item in items]
-        return list(await asyncio.gather(*futures))
+        """Publish a batch of (channel, payload[, attributes]); returns their (pubend, tick) in order.
+
+        If the broker rejects some events, the others are still logged; the first rejection is
+        raised as a BrokerError whose `results` lists a PublishResult or a BrokerError per item.
+        """
+        self._check_open()
+        check = self._session.check_event
+        events = [check(*item) for item in items]
+        if self._outbox:
+            self._flush()  # keep the order of earlier single publishes
+        batches: list[asyncio.Future[list[PublishResult | BrokerError]]] = []
+        frames = self._session.publish(events)
+        for seq, _, _ in frames:
+            fut: asyncio.Future[list[PublishResult | BrokerError]] = self._loop.create_future()
+            self._frames[seq] = _PendingFrame(batch=fut)
+            batches.append(fut)
+        assert self._transport is not None
+        self._transport.write(b"".join(wire for _, _, wire in frames))
+        results: list[PublishResult | BrokerError] = []
+        for fut in batches:
+            results += await fut
+        for r in results:
+            if isinstance(r, BrokerError):
+                r.results = results  # type: ignore[attr-defined]
+                raise r
+        return results  # type: ignore[return-value]
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -218,9 +257,8 @@ class Client:
         frames = self._session.publish(events)
         i = 0
         for seq, count, _ in frames:
-            for k in range(count):
-                self._acks[seq + k] = futures[i]
-                i += 1
+            self._frames[seq] = _PendingFrame(futures=futures[i:i + count])
+            i += count
         assert self._transport is not None
         self._transport.write(b"".join(f for _, _, f in frames))
 
@@ -299,15 +337,7 @@ class Client:
                     assert self._transport is not None
                     self._transport.pause_reading()
         elif isinstance(msg, messages.Ack):
-            for k, tick in enumerate(msg.ticks):
-                fut = self._acks.pop(msg.seq + k, None)
-                rejection = self._rejections.pop(msg.seq + k, None)
-                if fut is None or fut.done():
-                    continue
-                if tick is None:
-                    fut.set_exception(rejection or BrokerError("event rejected", "rejected"))
-                else:
-                    fut.set_result(PublishResult(msg.pubend, tick))
+            self._acked(msg)
         elif isinstance(msg, messages.Subscribed):
             sub = self._subs.get(msg.sub)
             if sub is not None and not sub._ready.done():
@@ -330,6 +360,28 @@ class Client:
             self._error(msg)
         elif isinstance(msg, messages.Welcome) and not self._welcome.done():
             self._welcome.set_result(None)
+
+    def _acked(self, msg: messages.Ack) -> None:
+        frame = self._frames.pop(msg.seq, None)
+        if frame is None:
+            return
+        pubend = msg.pubend
+        results: list[PublishResult | BrokerError] = [
+            PublishResult(pubend, tick) if tick is not None
+            else self._rejections.pop(msg.seq + k, None) or BrokerError("event rejected", "rejected")
+            for k, tick in enumerate(msg.ticks)
+        ]
+        if frame.batch is not None:
+            if not frame.batch.done():
+                frame.batch.set_result(results)
+            return
+        for fut, res in zip(frame.futures or [], results, strict=False):
+            if fut.done():
+                continue
+            if isinstance(res, BrokerError):
+                fut.set_exception(res)
+            else:
+                fut.set_result(res)
 
     def _error(self, msg: messages.Error) -> None:
         exc = BrokerError(msg.message, msg.code)
@@ -363,10 +415,12 @@ class Client:
         err = self._closed_error()
         if not self._welcome.done():
             self._welcome.set_exception(err)
-        for fut in [*self._acks.values(), *self._status.values()]:
+        for frame in self._frames.values():
+            frame.fail(err)
+        self._frames.clear()
+        for fut in self._status.values():
             if not fut.done():
                 fut.set_exception(err)
-        self._acks.clear()
         self._status.clear()
         for sub in self._subs.values():
             sub._fail(err)

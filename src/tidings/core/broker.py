@@ -15,13 +15,15 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+import msgpack
+
 from tidings.core import errors
 from tidings.core.channels import validate_channel, validate_pattern
 from tidings.core.config import BrokerConfig
 from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection
 from tidings.core.effects import Append, Disconnect, Effect, Send, Sync
 from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.event import encode_event, validate_attributes
+from tidings.core.event import validate_attributes
 from tidings.core.filters import Filter, SubscriptionIndex, parse_filter
 from tidings.core.inputs import (
     Accepted,
@@ -54,6 +56,7 @@ class Broker:
         self._next_key = 0
         self._handshakes: list[tuple[int, int]] = []  # heap of (deadline, conn)
         self._valid_channels: set[str] = set()
+        self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
                          "event_bytes_max": config.event_bytes_max}
         self.events_published = 0
@@ -156,27 +159,38 @@ class Broker:
         return channel, validate_attributes(attributes) if attributes else {}, payload
 
     def _publish(self, c: ClientConnection, msg: messages.Publish, wall_us: int, out: list[Effect]) -> None:
-        pubend = self.pubend
-        pid, service, instance = pubend.pubend_id, c.service, c.instance
-        ticks: list[int | None] = []
-        records: list[tuple[int, bytes]] = []
-        deliveries: list[tuple[int, str, dict[str, Any], bytes]] = []
+        """Check each event, give the good ones consecutive ticks, encode each once, log the batch."""
+        valid: list[tuple[str, dict[str, Any], bytes]] = []
+        rejected: set[int] = set()
+        check = self._check_event
         for i, ev in enumerate(msg.events):
             try:
-                channel, attributes, payload = self._check_event(ev)
+                valid.append(check(ev))
             except TidingsError as exc:
-                ticks.append(None)
-                self.events_rejected += 1
+                rejected.add(i)
                 out.append(Send(c.conn, messages.error(exc.code, str(exc), seq=msg.seq + i)))
-                continue
-            tick = pubend.next_tick(wall_us)
-            record = encode_event(pid, tick, channel, attributes, service, instance, payload)
-            ticks.append(tick)
+        pubend = self.pubend
+        pid = pubend.pubend_id
+        self.events_rejected += len(rejected)
+        if not valid:
+            out.append(Send(c.conn, messages.ack(msg.seq, pid, [None] * len(msg.events))))
+            return
+        first = pubend.reserve(len(valid), wall_us)
+        pack = self._packer.pack
+        service, instance = c.service, c.instance
+        records: list[tuple[int, bytes]] = []
+        deliveries: list[tuple[int, str, dict[str, Any], bytes]] = []
+        tick = first
+        for channel, attributes, payload in valid:
+            record = pack([pid, tick, channel, attributes, service, instance, payload])
             records.append((tick, record))
             deliveries.append((tick, channel, attributes, record))
-        if not records:
-            out.append(Send(c.conn, messages.ack(msg.seq, pid, ticks)))
-            return
+            tick += 1
+        if rejected:
+            it = iter(range(first, tick))
+            ticks: list[int | None] = [None if i in rejected else next(it) for i in range(len(msg.events))]
+        else:
+            ticks = list(range(first, tick))
         self.events_published += len(records)
         token = pubend.log(c.conn, msg.seq, ticks, deliveries)
         out.append(Append(token, records))

@@ -24,6 +24,7 @@ FRAME_BYTES_MAX_DEFAULT = 8 * 1024 * 1024
 EVENT_BYTES_MAX_DEFAULT = 1024 * 1024
 PUBLISH_FRAME_EVENTS_MAX = 4096
 FRAME_OVERHEAD_BYTES = 64
+VALID_CHANNELS_CACHED_MAX = 4096
 
 Start = str | int | _dt.datetime
 
@@ -58,6 +59,7 @@ class ClientSession:
         self.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
         self.event_bytes_max = EVENT_BYTES_MAX_DEFAULT
         self._decoder = FrameDecoder(FRAME_BYTES_MAX_DEFAULT + 1024 * 1024)
+        self._valid_channels: set[str] = set()
         self._next_seq = 0
         self._next_sub = 0
         self._next_req = 0
@@ -79,18 +81,23 @@ class ClientSession:
             out.append(msg)
         return out
 
-    def check_event(self, channel: str, payload: bytes | str, attributes: Any) -> list[Any]:
-        validate_channel(channel)
+    def check_event(self, channel: str, payload: bytes | str = b"", attributes: Any = None) -> list[Any]:
+        if channel not in self._valid_channels:
+            validate_channel(channel)
+            if len(self._valid_channels) >= VALID_CHANNELS_CACHED_MAX:
+                self._valid_channels.clear()
+            self._valid_channels.add(channel)
         if isinstance(payload, str):
             payload = payload.encode("utf-8")
         elif not isinstance(payload, bytes | bytearray | memoryview):
             raise TidingsError(f"payload must be bytes or str, not {type(payload).__name__}",
                                errors.BAD_MESSAGE)
-        payload = bytes(payload)
+        elif type(payload) is not bytes:
+            payload = bytes(payload)
         if len(payload) > self.event_bytes_max:
             raise TidingsError(f"payload of {len(payload)} bytes exceeds event_bytes_max="
                                f"{self.event_bytes_max}", errors.EVENT_TOO_LARGE)
-        return [channel, validate_attributes(attributes), payload]
+        return [channel, validate_attributes(attributes) if attributes else {}, payload]
 
     def publish(self, events: list[list[Any]]) -> list[tuple[int, int, bytes]]:
         """Frames for checked events: a list of (first seq, event count, frame)."""

@@ -94,7 +94,6 @@ class BrokerNode(Listener):
         self._inputs: deque[Input] = deque()
         self._feeding = False
         self.stats: dict[str, int] = {}
-        self.send_queue_bytes_peak = 0
 
     @property
     def up(self) -> bool:
@@ -212,7 +211,6 @@ class BrokerNode(Listener):
         if sock is None or not chunks or not sock.open:
             return
         sock.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
-        self.send_queue_bytes_peak = max(self.send_queue_bytes_peak, sock.buffered_bytes)
 
     def _arm_timer(self) -> None:
         assert self.core is not None

@@ -67,6 +67,8 @@ class Disk:
         self.syncs = 0
         self.reads = 0
         self.crashes = 0
+        self.records_lost = 0  # volatile records a crash dropped
+        self.records_survived = 0  # volatile records a crash kept
 
     # ---- the owner's interface (effects Append, Sync, ReadLog) -----------------------------------
 
@@ -130,6 +132,8 @@ class Disk:
             assert survive == SURVIVE_NONE, survive
             kept = 0
         keep = self.durable_count + kept
+        self.records_lost += tail - kept
+        self.records_survived += kept
         for _, record in self.records[keep:]:
             self.log_bytes -= len(record)
         del self.records[keep:]

@@ -25,7 +25,7 @@ from tidings.sim.world import MILLISECOND_NS, Timer, World
 class CrashInjector:
     def __init__(self, world: World, node: BrokerNode, crashes: int, window_ns: tuple[int, int],
                  downtime_ns: tuple[int, int] = (2 * MILLISECOND_NS, 20 * MILLISECOND_NS),
-                 during_sync_probability: float = 0.75,
+                 during_sync_probability: float = 0.75, first_during_sync: bool = True,
                  survive: Sequence[str] = (SURVIVE_NONE, SURVIVE_PREFIX, SURVIVE_ALL),
                  sync_wait_ns_max: int = 50 * MILLISECOND_NS,
                  on_crash: Callable[[], None] | None = None) -> None:
@@ -34,6 +34,7 @@ class CrashInjector:
         self.rng = world.derive_rng("crashes")
         self.downtime_ns = downtime_ns
         self.during_sync_probability = during_sync_probability
+        self.first_during_sync = first_during_sync
         self.survive = tuple(survive)
         self.sync_wait_ns_max = sync_wait_ns_max
         self.on_crash = on_crash
@@ -47,7 +48,8 @@ class CrashInjector:
         if not self.node.up or self._armed is not None:
             self.world.call_later(self.downtime_ns[1], self._due)  # let the previous one finish
             return
-        if self.rng.random() < self.during_sync_probability:
+        draw = self.rng.random()
+        if draw < self.during_sync_probability or (self.first_during_sync and self.crashes == 0):
             # wait for the next sync to start; give up waiting (and crash anyway) after a while
             self._armed = self.world.call_later(self.sync_wait_ns_max, self._give_up)
             self.node.disk.on_sync_started.append(self._sync_started)

@@ -10,11 +10,11 @@ Theory of operation. A `Connection` joins two `Socket`s, client side (0) and ser
 - A chunk arrives after a latency drawn from the `LatencyModel` (base + seeded jitter), but never
   before the chunk sent ahead of it: arrival times are clamped to be non-decreasing and the world
   breaks ties in scheduling order, so bytes are never reordered within a connection.
-- The pump waits `len(chunk) / rate` before the next chunk: the link's rate is the receiver's
-  reading speed, which is how a slow subscriber is modelled. While the buffer holds more than the
-  high-water mark the writer's endpoint has heard `pause_writing`; when it falls back to the
-  low-water mark it hears `resume_writing` -- exactly the asyncio transport's contract, which the
-  broker runtime turns into SendBlocked / SendDrained.
+- A chunk takes `len(chunk) / rate` to go through, and the pump takes the next one only then: the
+  link's rate is the receiver's reading speed, which is how a slow subscriber is modelled. While
+  the buffer holds more than the high-water mark the writer's endpoint has heard `pause_writing`;
+  when it falls back to the low-water mark it hears `resume_writing` -- exactly the asyncio
+  transport's contract, which the broker runtime turns into SendBlocked / SendDrained.
 
 `close()` is graceful: the buffer drains, then the peer reads end-of-stream (a FIN ordered after the
 last byte) and both ends hear `connection_lost(reset=False)`. `abort()` is a reset, what a crashed
@@ -157,9 +157,9 @@ class Link:
         if self._pump_timer is None and self.buffer:
             self._pump_timer = self.conn.net.world.call_later(delay_ns, self._pump)
 
-    def _arrival_time(self) -> int:
+    def _arrival_time(self, transmit_ns: int = 0) -> int:
         net = self.conn.net
-        arrival = max(net.world.now + net.latency.draw(net.rng.random()), self.last_arrival)
+        arrival = max(net.world.now + transmit_ns + net.latency.draw(net.rng.random()), self.last_arrival)
         self.last_arrival = arrival
         return arrival
 
@@ -175,12 +175,12 @@ class Link:
         del self.buffer[:n]
         self.bytes_sent += n
         self.chunks_sent += 1
-        net.world.call_at(self._arrival_time(), self.conn.arrive, self.side, chunk)
+        transmit_ns = max(1, n * SECOND_NS // self.rate_bytes_per_s)
+        net.world.call_at(self._arrival_time(transmit_ns), self.conn.arrive, self.side, chunk)
         if self.paused and len(self.buffer) <= self.low:
             self.paused = False
             self.conn.notify_writer(self.side, paused=False)
         if self.buffer:
-            transmit_ns = max(1, n * SECOND_NS // self.rate_bytes_per_s)
             self._schedule_pump(transmit_ns)
         elif self.closing:
             self.conn.finish_close(self.side, self._arrival_time())

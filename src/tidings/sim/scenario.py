@@ -24,10 +24,20 @@ from tidings.sim.checker import check_acked_durable, check_no_phantoms, check_ru
 from tidings.sim.clients import Publisher, Subscriber
 from tidings.sim.disk import Disk
 from tidings.sim.faults import CrashInjector, DropInjector
-from tidings.sim.network import Endpoint, LatencyModel, Network, Socket
-from tidings.sim.world import MILLISECOND_NS, SECOND_NS, World
+from tidings.sim.network import SERVER, Endpoint, LatencyModel, Network, Socket
+from tidings.sim.world import MICROSECOND_NS, MILLISECOND_NS, SECOND_NS, World
 
 BROKER_ADDRESS = "broker:7000"
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherSpec:
+    name: str
+    events: int = 120
+    interval_ns: tuple[int, int] = (1 * MILLISECOND_NS, 10 * MILLISECOND_NS)
+    start_at_ns: int = 0
+    window: int = 4
+    batch_max: int = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +49,8 @@ class SubscriberSpec:
     join_at_ns: int = 0
     read_rate_bytes_per_s: int | None = None
 
+
+DEFAULT_PUBLISHERS = (PublisherSpec("pub-0"), PublisherSpec("pub-1"), PublisherSpec("pub-2"))
 
 DEFAULT_SUBSCRIBERS = (
     SubscriberSpec("sub-all", "#"),
@@ -56,40 +68,45 @@ SIM_BROKER_CONFIG = BrokerConfig(send_queue_bytes_max=4 * KIB, log_read_bytes_ma
 @dataclass(frozen=True, slots=True)
 class Scenario:
     seed: int
-    publishers: int = 3
-    events_per_publisher: int = 120
-    publish_interval_ns: tuple[int, int] = (1 * MILLISECOND_NS, 10 * MILLISECOND_NS)
+    publishers: tuple[PublisherSpec, ...] = DEFAULT_PUBLISHERS
     subscribers: tuple[SubscriberSpec, ...] = DEFAULT_SUBSCRIBERS
     crashes: int = 2
     crash_window_ns: tuple[int, int] = (10 * MILLISECOND_NS, 200 * MILLISECOND_NS)
-    subscriber_drops: int = 2
+    client_drops: int = 2
     mute_clients: int = 1
     config: BrokerConfig = field(default=SIM_BROKER_CONFIG)
     latency: LatencyModel = field(default_factory=LatencyModel)
+    sync_ns: tuple[int, int] = (200 * MICROSECOND_NS, 3 * MILLISECOND_NS)
     time_limit_ns: int = 60 * SECOND_NS
     steps_max: int = 2_000_000
 
 
 class MuteClient(Endpoint):
-    """Connects and never says HELLO: the broker must close it when the handshake deadline passes."""
+    """Connects and never says HELLO: the broker must close it when the handshake deadline passes.
 
-    def __init__(self, name: str) -> None:
+    A reset (the broker crashed) or a refusal is not the broker's answer, so it connects again.
+    """
+
+    def __init__(self, world: World, network: Network, name: str) -> None:
+        self.world = world
+        self.network = network
         self.name = name
-        self.sock: Socket | None = None
-        self.closed = False
-        self.refused = False
+        self.closed_by_broker = False
 
-    def connection_made(self, sock: Socket) -> None:
-        self.sock = sock
+    def start(self) -> None:
+        self.network.connect(BROKER_ADDRESS, self)
 
     def connection_refused(self, address: str) -> None:
-        self.refused = True
+        self.world.call_later(10 * MILLISECOND_NS, self.start)
 
     def data_received(self, sock: Socket, data: bytes) -> None:
         pass  # the ERROR handshake-timeout frame
 
     def connection_lost(self, sock: Socket, reset: bool) -> None:
-        self.closed = True
+        if reset:
+            self.world.call_later(10 * MILLISECOND_NS, self.start)
+        else:
+            self.closed_by_broker = True
 
 
 class Simulation:
@@ -98,25 +115,27 @@ class Simulation:
         sc = scenario
         self.world = world = World(sc.seed)
         self.network = Network(world, sc.latency)
-        self.disk = Disk(world)
+        self.disk = Disk(world, sync_ns_min=sc.sync_ns[0], sync_ns_max=sc.sync_ns[1])
         self.node = BrokerNode(world, self.network, self.disk, BROKER_ADDRESS, sc.config)
         self.publishers = [
-            Publisher(world, self.network, BROKER_ADDRESS, f"pub-{i}", sc.events_per_publisher,
-                      interval_ns=sc.publish_interval_ns)
-            for i in range(sc.publishers)
+            Publisher(world, self.network, BROKER_ADDRESS, spec.name, spec.events, batch_max=spec.batch_max,
+                      window=spec.window, interval_ns=spec.interval_ns)
+            for spec in sc.publishers
         ]
         self.subscribers = [
             Subscriber(world, self.network, BROKER_ADDRESS, spec.name, spec.pattern, spec.filter,
                        spec.start, spec.read_rate_bytes_per_s)
             for spec in sc.subscribers
         ]
-        self.mute = [MuteClient(f"mute-{i}") for i in range(sc.mute_clients)]
+        self.mute = [MuteClient(world, self.network, f"mute-{i}") for i in range(sc.mute_clients)]
         self.problems: list[str] = []
         self.crash_checks = 0
         self.crasher = CrashInjector(world, self.node, sc.crashes, sc.crash_window_ns,
                                      on_crash=self._check_after_crash)
-        self.dropper = DropInjector(world, self.subscribers, sc.subscriber_drops, sc.crash_window_ns)
+        self.dropper = DropInjector(world, [*self.subscribers, *self.publishers], sc.client_drops,
+                                    sc.crash_window_ns)
         self.quiesced = False
+        self.finished_at_ns = 0
 
     def _check_after_crash(self) -> None:
         self.crash_checks += 1
@@ -128,14 +147,15 @@ class Simulation:
         sc = self.scenario
         world = self.world
         self.node.start()
-        for pub in self.publishers:
-            pub.start()
+        for pub, pub_spec in zip(self.publishers, sc.publishers, strict=True):
+            pub.start(pub_spec.start_at_ns)
         for sub, spec in zip(self.subscribers, sc.subscribers, strict=True):
             sub.start(spec.join_at_ns)
         for mute in self.mute:
-            self.network.connect(BROKER_ADDRESS, mute)
+            mute.start()
         world.run(until_ns=sc.time_limit_ns, steps_max=sc.steps_max)
         self.quiesced = world.idle and all(p.finished for p in self.publishers)
+        self.finished_at_ns = world.last_step_ns
         return self
 
     def check(self) -> list[str]:
@@ -147,8 +167,8 @@ class Simulation:
         problems += check_run(self.publishers, self.subscribers, self.disk.durable_records(),
                               quiesced=self.quiesced)
         for mute in self.mute:
-            if not (mute.closed or mute.refused):
-                problems.append(f"{mute.name} never said HELLO and is still connected")
+            if not mute.closed_by_broker:
+                problems.append(f"{mute.name} never said HELLO and the broker did not close it")
         return problems
 
     def report(self) -> str:
@@ -160,6 +180,10 @@ class Simulation:
                  "trace tail:", *(f"  {line}" for line in self.world.trace_tail)]
         return "\n".join(lines)
 
+    def send_queue_bytes_peak(self) -> int:
+        """The most bytes the broker ever had queued to one connection."""
+        return max((c.links[SERVER].bytes_buffered_max for c in self.network.connections), default=0)
+
     def summary(self) -> dict[str, int]:
         return {
             "events_acked": sum(len(p.acked) for p in self.publishers),
@@ -170,8 +194,12 @@ class Simulation:
             "crashes": self.crasher.crashes,
             "crashes_during_sync": self.crasher.crashes_during_sync,
             "drops": self.dropper.drops,
+            "unsynced_lost": self.disk.records_lost,
+            "unsynced_survived": self.disk.records_survived,
             "send_blocked": self.node.stats.get("SendBlocked", 0),
             "log_reads": self.node.stats.get("ReadLog", 0),
             "syncs": self.disk.syncs,
             "steps": self.world.steps,
+            "finished_at_ms": self.finished_at_ns // MILLISECOND_NS,
+            "send_queue_bytes_peak": self.send_queue_bytes_peak(),
         }

@@ -60,6 +60,7 @@ class World:
         self.now = 0
         self.rng = random.Random(seed)
         self.steps = 0
+        self.last_step_ns = 0
         self._heap: list[tuple[int, int, Timer]] = []
         self._seq = 0
         self._digest = hashlib.sha256()
@@ -110,7 +111,7 @@ class World:
             return False
         _, _, timer = heapq.heappop(self._heap)
         assert when >= self.now
-        self.now = when
+        self.now = self.last_step_ns = when
         self.steps += 1
         timer.cancelled = True  # ran: a late cancel() is harmless
         timer.action(*timer.args)

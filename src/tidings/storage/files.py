@@ -39,11 +39,14 @@ def fsync_directory(directory: pathlib.Path) -> None:
 
 
 def ensure_directory(directory: pathlib.Path) -> None:
-    """Create `directory` (and parents) if needed; a new entry is fsynced into its parent."""
-    if directory.is_dir():
-        return
-    directory.mkdir(parents=True, exist_ok=True)
-    fsync_directory(directory.parent)
+    """Create `directory` (and parents) if needed; each new entry is fsynced into its parent."""
+    missing: list[pathlib.Path] = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for created in reversed(missing):
+        created.mkdir(exist_ok=True)
+        fsync_directory(created.parent)
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:

@@ -98,7 +98,7 @@ class EventLog:
     """Segmented, checksummed, append-only log of `(tick, payload)` records. Use `EventLog.open`."""
 
     def __init__(self, directory: pathlib.Path, segment_bytes_max: int, segments: list[Segment],
-                 released_through: int, recovery: RecoveryReport) -> None:
+                 released_through: int, recovery: RecoveryReport, write_fd: int) -> None:
         self.directory = directory
         self.segment_bytes_max = segment_bytes_max
         self.recovery = recovery
@@ -109,7 +109,7 @@ class EventLog:
         self._last_tick = max(segments[-1].last_tick if segments else 0, released_through)
         self._size_bytes = sum(s.size for s in segments)
         self._record_count = sum(s.record_count for s in segments)
-        self._write_fd = os.open(segments[-1].path, os.O_WRONLY | os.O_CLOEXEC) if segments else -1
+        self._write_fd = write_fd
         self._synced_bytes = segments[-1].size if segments else 0
         self._directory_dirty = False
         self._closed = False
@@ -125,8 +125,8 @@ class EventLog:
         ensure_directory(directory)
         (directory / (RETENTION_FILE + TEMP_SUFFIX)).unlink(missing_ok=True)
         released_through = _load_released_through(directory / RETENTION_FILE)
-        segments, recovery = _recover_segments(directory, released_through)
-        return cls(directory, segment_bytes_max, segments, released_through, recovery)
+        segments, recovery, write_fd = _recover_segments(directory, released_through)
+        return cls(directory, segment_bytes_max, segments, released_through, recovery, write_fd)
 
     # ------------------------------------------------------------------ state
 
@@ -228,7 +228,7 @@ class EventLog:
                 total -= segment.size
         if not victims:
             return 0
-        released = victims[0].last_tick
+        released = victims[-1].last_tick
         # The promise first, the deletion second: a crash in between leaves files that recovery
         # deletes, never a missing tick that is not recorded as released.
         write_atomically(self.directory / RETENTION_FILE, _encode_released_through(released))
@@ -451,8 +451,12 @@ def _load_released_through(path: pathlib.Path) -> int:
     return value
 
 
-def _recover_segments(directory: pathlib.Path, released_through: int) -> tuple[list[Segment], RecoveryReport]:
-    """Open and validate every segment, cut a torn tail, and finish an interrupted retention."""
+def _recover_segments(directory: pathlib.Path,
+                      released_through: int) -> tuple[list[Segment], RecoveryReport, int]:
+    """Open and validate every segment, cut a torn tail, and finish an interrupted retention.
+
+    Returns the segments, what was repaired, and a write descriptor for the last segment (-1 if none).
+    """
     names = os.listdir(directory)
     found = sorted(
         (tick, directory / name) for name in names if (tick := parse_segment_name(name)) is not None
@@ -462,9 +466,12 @@ def _recover_segments(directory: pathlib.Path, released_through: int) -> tuple[l
         found.pop()[1].unlink()
         removed += 1
     for name in names:  # summaries whose segment retention removed
-        if name.endswith(SUMMARY_SUFFIX) and not (directory / name).with_suffix(SUFFIX).exists():
+        stem = name.removesuffix(SUMMARY_SUFFIX)
+        if stem != name and parse_segment_name(stem + SUFFIX) is not None \
+                and not (directory / (stem + SUFFIX)).exists():
             (directory / name).unlink()
     segments: list[Segment] = []
+    write_fd = -1
     try:
         problem, bytes_cut = _load_segments(directory, found, segments)
         # A segment left empty by the cut goes, and so does every segment wholly at or below
@@ -475,21 +482,20 @@ def _recover_segments(directory: pathlib.Path, released_through: int) -> tuple[l
         if segments and segments[-1].record_count == 0:
             _remove(segments.pop())
             removed += 1
+        if segments:
+            # What survived a kill -9 may sit only in the page cache: make it durable before anyone
+            # treats the recovered log as synced (the pubend starts its synced tick at last_tick).
+            write_fd = os.open(segments[-1].path, os.O_WRONLY | os.O_CLOEXEC)
+            os.fsync(write_fd)
+        if removed or segments:
+            fsync_directory(directory)
     except BaseException:
         for segment in segments:
             os.close(segment.read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)
         raise
-    if segments:
-        # What survived a kill -9 may sit only in the page cache: make it durable before anyone
-        # treats the recovered log as synced (the pubend starts its synced tick at last_tick).
-        fd = os.open(segments[-1].path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    if removed or segments:
-        fsync_directory(directory)
-    return segments, RecoveryReport(bytes_cut, removed, problem)
+    return segments, RecoveryReport(bytes_cut, removed, problem), write_fd
 
 
 def _load_segments(directory: pathlib.Path, found: list[tuple[int, pathlib.Path]],

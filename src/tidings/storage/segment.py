@@ -113,6 +113,7 @@ class Segment:
 
     def release_fd_if_unused(self) -> int | None:
         """The descriptor to close once the segment is retired and unpinned (call under the lock)."""
+        assert self.pins >= 0, "a segment was unpinned more often than pinned"
         if self.retired and self.pins == 0 and self.read_fd >= 0:
             fd, self.read_fd = self.read_fd, -1
             return fd

@@ -38,11 +38,11 @@ class Pubend:
         self._token = 0
         self._pending: deque[PendingBatch] = deque()
 
-    def next_tick(self, wall_us: int) -> int:
-        tick = self.last_tick + 1
-        tick = max(tick, wall_us)
-        self.last_tick = tick
-        return tick
+    def reserve(self, count: int, wall_us: int) -> int:
+        """Ticks for `count` events published now: consecutive, from the returned first tick."""
+        first = max(self.last_tick + 1, wall_us)
+        self.last_tick = first + count - 1
+        return first
 
     def log(self, conn: int, seq: int, ticks: list[int | None],
             deliveries: list[tuple[int, str, dict[str, Any], bytes]]) -> int:
