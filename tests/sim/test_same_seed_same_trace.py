@@ -19,3 +19,16 @@ def test_the_same_seed_gives_the_same_trace():
 
 def test_a_different_seed_gives_a_different_trace():
     assert run(11).world.trace_digest() != run(12).world.trace_digest()
+
+
+def test_the_trace_does_not_depend_on_the_process_hash_seed():
+    """No iteration order hides behind hashing: another process, another PYTHONHASHSEED, same run."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from tidings.sim.scenario import Scenario, Simulation;"
+            "print(Simulation(Scenario(seed=11)).run().world.trace_digest())")
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == run(11).world.trace_digest()

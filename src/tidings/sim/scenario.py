@@ -11,7 +11,8 @@ The default scenario is the first one the house rule asks for: three publishers,
 (live on everything, live with a content filter, one joining late from the oldest event with a
 filter, a narrow one, and a slow reader whose connection blocks so that its subscription falls
 behind and reads the log back), two broker crashes (most of them between a write and its sync),
-two client-side disconnections and one client that never says HELLO (the handshake timer).
+two client-side disconnections (a subscriber or a publisher drops its connection) and one client
+that never says HELLO (the handshake timer).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ DEFAULT_PUBLISHERS = (PublisherSpec("pub-0"), PublisherSpec("pub-1"), PublisherS
 DEFAULT_SUBSCRIBERS = (
     SubscriberSpec("sub-all", "#"),
     SubscriberSpec("sub-hot", "nodes/+/load", "load > 2.5"),
-    SubscriberSpec("sub-site1", "nodes/#", "site == 's1' and host != 'h4'", start="start",
+    SubscriberSpec("sub-site1", "nodes/#", "site == 's1' or (host == 'h3' and load >= 1)", start="start",
                    join_at_ns=90 * MILLISECOND_NS),
     SubscriberSpec("sub-h2mem", "nodes/h2/mem", join_at_ns=30 * MILLISECOND_NS),
     SubscriberSpec("sub-slow", "#", start="start", read_rate_bytes_per_s=40_000),
@@ -173,8 +174,9 @@ class Simulation:
 
     def report(self) -> str:
         """What to print when a seed fails: the seed, the problems, the last lines of the trace."""
-        lines = [f"seed={self.scenario.seed} steps={self.world.steps} now={self.world.now} ns "
-                 f"digest={self.world.trace_digest()}",
+        lines = [f"seed={self.scenario.seed} steps={self.world.steps} last step at "
+                 f"{self.world.last_step_ns} ns, digest={self.world.trace_digest()}",
+                 f"summary: {self.summary()}",
                  f"broker stats: {self.node.stats}",
                  *(f"  PROBLEM {p}" for p in self.check()),
                  "trace tail:", *(f"  {line}" for line in self.world.trace_tail)]
