@@ -45,10 +45,6 @@ def test_a_slow_reader_falls_behind_reads_the_log_and_misses_nothing(seed):
     assert len(sim.subscribers[0].received) == sim.disk.durable_count
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core bug: Broker._advance turns a caught-up subend live while its connection is blocked "
-    "(a read in flight when SendBlocked arrived reaches the durable tail); no further SendBlocked "
-    "comes, so every later event is queued to the blocked connection without bound"))
 @pytest.mark.parametrize("seed", range(3))
 def test_the_broker_queues_a_bounded_amount_for_a_slow_reader(seed):
     scenario = slow_reader(seed)

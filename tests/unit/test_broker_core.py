@@ -3,6 +3,7 @@
 import msgpack
 
 from tidings.core.config import BrokerConfig
+from tidings.core.inputs import LogRead
 from tidings.core.wire import messages
 from tidings.core.wire.frames import frame
 
@@ -218,3 +219,26 @@ def test_unsubscribe_and_duplicate_ids():
     h.publish(1, ("a", b"", {}))
     h.sync()
     assert delivered(h.inbox(1)) == []
+
+
+def test_a_read_finishing_while_blocked_does_not_turn_the_subscriber_live():
+    """Found by the simulator: a catch-up read in flight when SendBlocked arrives reaches the tail."""
+    h = Harness(BrokerConfig(send_queue_bytes_max=4096, log_read_bytes_max=4000))
+    h.connect(1)
+    h.publish(1, *[("a", b"x" * 3000, {}) for _ in range(3)])
+    h.sync()
+    h.connect(2)
+    sub = h.subscribe(2, "#", start="start")
+    first = h.reads.pop(0)
+    h.feed(LogRead(0, first.reader, h.records[:2], h.state()))
+    h.block(2, True)
+    h.serve_reads()  # the read issued before the block reaches the durable tail
+    assert not h.broker.subends[1].live
+    h.inbox(2)
+    h.publish(1, ("a", b"late", {}))
+    h.sync()
+    assert delivered(h.inbox(2)) == [], "nothing is queued to a blocked connection"
+    h.block(2, False)
+    h.serve_reads()
+    assert delivered(h.inbox(2)) == [(sub, h.records[-1][0])]
+    assert h.broker.subends[1].live

@@ -145,6 +145,18 @@ def test_gap_is_skipped_and_logged_without_fail_on_data_loss(
     assert "skipped 2 gap(s), 12 ticks in all: (1030, 1040], (1050, 1052]" in caplog.text
 
 
+def test_gap_past_the_end_of_the_range_is_counted_inside_it(
+    broker: FakeBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker.released = [(1055, 1080)]
+    opts = parse_read_options({"broker": "h:1", "pattern": "nodes/+/load", "failOnDataLoss": "false"})
+    with caplog.at_level(logging.WARNING, logger="tidings.spark"):
+        got = [e.tick for e in read_events(FakeClient(broker), opts, 1050, 1060)]
+    assert got == expected_ticks(1051, 1055)
+    assert len(broker.reads) == 1
+    assert "skipped 1 gap(s), 5 ticks in all: (1055, 1060]" in caplog.text
+
+
 def test_out_of_range_event_from_the_broker_fails_the_read(broker: FakeBroker) -> None:
     broker.bogus = [make_event(1001)]
     opts = parse_read_options({"broker": "h:1", "pattern": "nodes/+/load"})

@@ -93,6 +93,8 @@ class BrokerServer:
         self._stopped = asyncio.Event()
         self._stopping: asyncio.Future[None] | None = None
         self.core: Broker | None = None
+        self._applying = False
+        self._deferred: list[Input] = []
         self.worker: StorageWorker | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -149,8 +151,19 @@ class BrokerServer:
     # ---- driving the core ------------------------------------------------------------------------
 
     def feed(self, inp: Input) -> None:
+        """Hand one input to the core and apply its effects. Inputs raised while effects are being
+        applied (asyncio calls pause_writing from inside transport.write) wait their turn."""
         assert self.core is not None
-        self.apply(self.core.handle(inp))
+        if self._applying:
+            self._deferred.append(inp)
+            return
+        self._applying = True
+        try:
+            self.apply(self.core.handle(inp))
+            while self._deferred:
+                self.apply(self.core.handle(self._deferred.pop(0)))
+        finally:
+            self._applying = False
         self._arm_timer()
 
     def _synced(self, token: int, state: LogState) -> None:

@@ -270,13 +270,14 @@ class Broker:
     def _advance(self, c: ClientConnection, s: Subend, out: list[Effect]) -> None:
         """Move a subend that is not live on: finish it, turn it live, or read the log further."""
         synced = self.pubend.synced_tick
-        if s.caught_up(synced):
-            if s.end is not None:
-                out.append(Send(c.conn, messages.end(s.sub, s.end)))
-                self._drop_subend(c, s)
-            else:
-                s.go_live(synced)
-        elif not c.blocked:
+        if s.caught_up(synced) and s.end is not None:
+            out.append(Send(c.conn, messages.end(s.sub, s.end)))
+            self._drop_subend(c, s)
+        elif c.blocked:
+            return  # a blocked connection gets nothing more; SendDrained brings us back here
+        elif s.caught_up(synced):
+            s.go_live(synced)
+        else:
             out += s.next_read(synced, self.config.log_read_bytes_max)
 
     def _log_read(self, inp: LogRead, out: list[Effect]) -> None:

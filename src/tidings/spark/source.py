@@ -92,12 +92,13 @@ def read_events(client: BrokerClient, opts: ReadOptions, after: int, end: int) -
                     f"the broker reported a gap ({gap.after_tick}, {gap.through_tick}] "
                     f"behind the read position {position}"
                 ) from None
+            lost = (max(gap.after_tick, position), min(gap.through_tick, end))  # the part in this range
             logger.warning(
                 "tidings read of %r: skipped ticks (%d, %d], released by retention before they were "
-                "read (failOnDataLoss=false)", opts.pattern, gap.after_tick, gap.through_tick,
+                "read (failOnDataLoss=false)", opts.pattern, *lost,
             )
-            skipped.append((gap.after_tick, gap.through_tick))
-            position = gap.through_tick
+            skipped.append(lost)
+            position = lost[1]
             continue
         break
     if skipped:
