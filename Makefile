@@ -18,10 +18,12 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check src tests bench
+	$(PY) -m mypy
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench
+	$(PY) -m mypy
 
 bench: $(STAMP)
 	$(PY) bench/run.py

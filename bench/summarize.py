@@ -107,7 +107,7 @@ def select_runs(rows: list[dict[str, Any]], run_ids: str | None, take_all: bool)
 def render(rows: list[dict[str, Any]]) -> str:
     by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        if r.get("test") in ("meta", None) or r.get("value") is None:
+        if r.get("test") in ("meta", None) or r.get("value") is None or r.get("superseded"):
             continue
         by[(r["broker"], r["test"])].append(r)
     brokers = [b for b in BROKER_ORDER if any(k[0] == b for k in by)]

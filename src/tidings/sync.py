@@ -20,6 +20,7 @@ from tidings.core.event import Event
 from tidings.core.session import Start
 
 T = TypeVar("T")
+FOREVER = float("inf")  # a live subscription may rightly be silent for hours
 
 __all__ = ["Gap", "PublishResult", "SyncClient", "SyncSubscription", "connect"]
 
@@ -35,9 +36,10 @@ class SyncSubscription:
         self.position = sub.position
 
     def get(self, timeout: float | None = None) -> Event | Gap | None:
-        """The next item, waiting at most `timeout` seconds (TimeoutError); None once ended."""
+        """The next item, waiting at most `timeout` seconds (TimeoutError; None waits for ever);
+        None once the subscription ended."""
         if not self._items and not self._ended:
-            batch = self._owner._call(self._sub.next_batch(), timeout)
+            batch = self._owner._call(self._sub.next_batch(), FOREVER if timeout is None else timeout)
             if not batch:
                 self._ended = True
             self._items.extend(batch)
@@ -63,8 +65,10 @@ class SyncSubscription:
 
 
 class SyncClient:
-    def __init__(self, address: str, service: str, instance: str | None, timeout: float) -> None:
+    def __init__(self, address: str, service: str, instance: str | None, timeout: float,
+                 request_timeout: float | None) -> None:
         self.gaps_skipped: list[Gap] = []
+        self.request_timeout = request_timeout
         self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="tidings-sync", daemon=True)
         self._thread.start()
@@ -76,9 +80,12 @@ class SyncClient:
             raise
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `coro` on the client's loop; TimeoutError after `timeout` s (default request_timeout)."""
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        if timeout is None:
+            timeout = self.request_timeout
         try:
-            return fut.result(timeout)
+            return fut.result(None if timeout == FOREVER else timeout)
         except TimeoutError:
             fut.cancel()
             raise
@@ -113,7 +120,7 @@ class SyncClient:
             end = int(self.status()["last_tick"])
         mode = "raise" if on_gap == "raise" else "event"
         with self.subscribe(pattern, filter=filter, start=after, end=end, on_gap=mode) as sub:
-            for item in sub:
+            while (item := sub.get(self.request_timeout)) is not None:
                 if isinstance(item, Gap) and on_gap == "skip":
                     self.gaps_skipped.append(item)
                     continue
@@ -143,6 +150,11 @@ class SyncClient:
 
 
 def connect(address: str, *, service: str = "tidings-client", instance: str | None = None,
-            timeout: float = 10.0) -> SyncClient:
-    """Connect to a broker and return a blocking client (use it as a context manager)."""
-    return SyncClient(address, service, instance, timeout)
+            timeout: float = 10.0, request_timeout: float | None = 60.0) -> SyncClient:
+    """Connect to a broker and return a blocking client (use it as a context manager).
+
+    `timeout` bounds the connection; `request_timeout` bounds every call that expects an answer
+    (publish, status, subscribe, and each wait for the next batch of a bounded `read`), so a hung
+    broker raises TimeoutError instead of blocking for ever. `None` waits without limit.
+    """
+    return SyncClient(address, service, instance, timeout, request_timeout)

@@ -125,7 +125,8 @@ def _spark_summary(address: str) -> list[dict[str, Any]]:
     from tidings.spark.jobs import load_summary
 
     spark = (SparkSession.builder.master("local[2]").appName("tidings-demo")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -153,7 +154,8 @@ def run_demo(data: Path, hosts: int, rounds: int, spark: bool) -> int:
         if spark:
             print("\nSpark batch job over the broker's events (top hosts by mean load):", flush=True)
             for row in _spark_summary(address):
-                print(f"  {row}")
+                print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                       for k, v in row.items()))
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)
