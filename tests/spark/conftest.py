@@ -40,7 +40,8 @@ def spark() -> Iterator[object]:
 
     from tidings.spark import register
 
-    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP")}
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # tests bind loopback only
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import this checkout's tidings
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     session = (

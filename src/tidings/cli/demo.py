@@ -120,6 +120,7 @@ async def _workload(address: str, hosts: int, rounds: int) -> dict[str, Any]:
 def _spark_summary(address: str) -> list[dict[str, Any]]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the demo stays on loopback
     from pyspark.sql import SparkSession
 
     from tidings.spark.jobs import load_summary
