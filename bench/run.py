@@ -25,6 +25,7 @@ venv) lives in $TIDINGS_BENCH_DIR, default /tmp/tidings-bench, never in the repo
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -240,9 +241,27 @@ def versions() -> dict[str, str]:
                                    text=True, check=False).stdout.splitlines():
             if line.lower().startswith("amqtt "):
                 amqtt = line.split()[1]
-    return {"mosquitto": first_line(["mosquitto", "-h"]), "nats": first_line(["nats-server", "--version"]),
+    return {"tidings": tidings_fingerprint(),
+            "mosquitto": first_line(["mosquitto", "-h"]), "nats": first_line(["nats-server", "--version"]),
             "amqtt": amqtt, "python": platform.python_version(), "kernel": platform.release(),
             "cpus": str(os.cpu_count())}
+
+
+def tidings_fingerprint() -> str:
+    """The git commit plus a hash of the source tree as it is (it may hold uncommitted work)."""
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False).stdout.strip() or "-"
+    digest = hashlib.sha256()
+    src = os.path.join(REPO, "src", "tidings")
+    for root, dirs, files in os.walk(src):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(root, name)
+                digest.update(os.path.relpath(path, src).encode())
+                with open(path, "rb") as f:
+                    digest.update(f.read())
+    return f"{commit}+src:{digest.hexdigest()[:12]}"
 
 
 def record(out: str, line: dict[str, Any]) -> None:

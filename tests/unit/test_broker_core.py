@@ -242,3 +242,20 @@ def test_a_read_finishing_while_blocked_does_not_turn_the_subscriber_live():
     h.serve_reads()
     assert delivered(h.inbox(2)) == [(sub, h.records[-1][0])]
     assert h.broker.subends[1].live
+
+
+def test_coalesce_sends_joins_per_connection_and_flushes_before_disconnect():
+    from tidings.core.effects import Append, Disconnect, Send, Sync, coalesce_sends
+
+    effects = [Send(1, b"a"), Append(1, []), Send(2, b"x"), Send(1, b"b"), Disconnect(2, "bye"),
+               Send(2, b"late"), Sync(1)]
+    assert coalesce_sends(effects) == [Append(1, []), Send(2, b"x"), Disconnect(2, "bye"), Sync(1),
+                                       Send(1, b"ab"), Send(2, b"late")]
+
+
+def test_hello_and_an_oversized_frame_in_one_chunk():
+    h = Harness(BrokerConfig(frame_bytes_max=8192, event_bytes_max=1024))
+    h.connect(1, hello=False)
+    h.send(1, h.sessions[1].hello() + b"\x00\x01\x00\x00")
+    msgs = h.inbox(1)
+    assert isinstance(msgs[0], messages.Welcome) and msgs[1].code == "frame-too-large" and 1 in h.closed

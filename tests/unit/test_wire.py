@@ -24,11 +24,11 @@ def test_frames_survive_any_chunking(bodies, data):
     assert dec.buffered_bytes == 0
 
 
-def test_oversized_frame_is_fatal():
+def test_oversized_frame_is_fatal_after_the_frames_before_it():
     dec = FrameDecoder(10)
-    with pytest.raises(ProtocolError) as info:
-        dec.feed(frame(b"x" * 11))
-    assert info.value.fatal and info.value.code == "frame-too-large"
+    assert dec.feed(frame(b"ok") + frame(b"x" * 11) + frame(b"no")) == [b"ok"]
+    assert dec.failure is not None and dec.failure.fatal and dec.failure.code == "frame-too-large"
+    assert dec.feed(frame(b"more")) == []
 
 
 def test_events_frame_is_built_from_encoded_records():

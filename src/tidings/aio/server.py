@@ -24,7 +24,7 @@ from typing import Any, cast
 from tidings.aio.storage_worker import StorageWorker, log_state
 from tidings.core.broker import Broker
 from tidings.core.config import BrokerConfig
-from tidings.core.effects import Append, Disconnect, Effect, ReadLog, Send, Sync
+from tidings.core.effects import Append, Disconnect, Effect, ReadLog, Send, Sync, coalesce_sends
 from tidings.core.inputs import (
     Accepted,
     ConnectionLost,
@@ -179,13 +179,11 @@ class BrokerServer:
     def apply(self, effects: list[Effect]) -> None:
         worker = self.worker
         assert worker is not None
-        pending: dict[int, list[bytes]] = {}
-        for eff in effects:
+        for eff in coalesce_sends(effects):
             if type(eff) is Send:
-                if eff.conn in pending:
-                    pending[eff.conn].append(eff.data)
-                else:
-                    pending[eff.conn] = [eff.data]
+                transport = self.transports.get(eff.conn)
+                if transport is not None and not transport.is_closing():
+                    transport.write(eff.data)
             elif type(eff) is Append:
                 worker.append(eff.records)
             elif type(eff) is Sync:
@@ -193,18 +191,9 @@ class BrokerServer:
             elif type(eff) is ReadLog:
                 worker.read(eff.after, eff.through, eff.max_bytes, self._read_done(eff.reader))
             elif type(eff) is Disconnect:
-                self._flush(eff.conn, pending.pop(eff.conn, None))
                 transport = self.transports.get(eff.conn)
                 if transport is not None:
                     transport.close()
-        for conn, chunks in pending.items():
-            self._flush(conn, chunks)
-
-    def _flush(self, conn: int, chunks: list[bytes] | None) -> None:
-        transport = self.transports.get(conn)
-        if transport is None or not chunks or transport.is_closing():
-            return
-        transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
 
     def _read_done(self, reader: int) -> Any:
         loop = self._loop

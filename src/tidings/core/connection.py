@@ -44,10 +44,7 @@ class ClientConnection:
         """Split `data` into messages for the broker, answering protocol errors directly."""
         if self.state == CLOSED:
             return [], []
-        try:
-            bodies = self.decoder.feed(data)
-        except ProtocolError as exc:
-            return [], self.fail(exc.code, str(exc))
+        bodies = self.decoder.feed(data)
         out: list[ClientMessage] = []
         effects: list[Effect] = []
         for body in bodies:
@@ -68,6 +65,9 @@ class ClientConnection:
                 return out, effects
             else:
                 out.append(msg)
+        failure = self.decoder.failure
+        if failure is not None:
+            effects += self.fail(failure.code, str(failure))
         return out, effects
 
     def _hello(self, msg: messages.Hello, welcome_info: dict[str, Any]) -> list[Effect]:

@@ -49,3 +49,28 @@ class ReadLog:
 
 
 Effect = Send | Disconnect | Append | Sync | ReadLog
+
+
+def coalesce_sends(effects: list[Effect]) -> list[Effect]:
+    """The same effects with each connection's Sends joined into one, so a runtime writes to a
+    connection once per input however many frames the core produced. A connection's joined Send
+    comes just before its Disconnect, else after every other effect; other effects keep their
+    order (moving a Send later is always safe: acknowledgements already wait for WriteSynced)."""
+    pending: dict[int, list[bytes]] = {}
+    out: list[Effect] = []
+    for eff in effects:
+        if type(eff) is Send:
+            if eff.conn in pending:
+                pending[eff.conn].append(eff.data)
+            else:
+                pending[eff.conn] = [eff.data]
+            continue
+        if type(eff) is Disconnect and eff.conn in pending:
+            out.append(_joined(eff.conn, pending.pop(eff.conn)))
+        out.append(eff)
+    out.extend(_joined(conn, chunks) for conn, chunks in pending.items())
+    return out
+
+
+def _joined(conn: int, chunks: list[bytes]) -> Send:
+    return Send(conn, chunks[0] if len(chunks) == 1 else b"".join(chunks))

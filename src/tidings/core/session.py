@@ -70,7 +70,10 @@ class ClientSession:
     def receive(self, data: bytes) -> list[BrokerMessage]:
         """Decode what arrived; a broker that breaks the protocol raises ProtocolError."""
         out: list[BrokerMessage] = []
-        for body in self._decoder.feed(data):
+        bodies = self._decoder.feed(data)
+        if self._decoder.failure is not None:
+            raise self._decoder.failure
+        for body in bodies:
             msg = messages.decode_broker_message(body)
             if isinstance(msg, messages.Welcome):
                 if msg.version != messages.PROTOCOL_VERSION:

@@ -27,7 +27,7 @@ from collections import deque
 
 from tidings.core.broker import Broker
 from tidings.core.config import BrokerConfig
-from tidings.core.effects import Append, Disconnect, Effect, ReadLog, Send, Sync
+from tidings.core.effects import Append, Disconnect, Effect, ReadLog, Send, Sync, coalesce_sends
 from tidings.core.inputs import (
     Accepted,
     ConnectionLost,
@@ -174,14 +174,15 @@ class BrokerNode(Listener):
             self._feeding = False
 
     def apply(self, effects: list[Effect]) -> None:
-        pending: dict[int, list[bytes]] = {}
         disk = self.disk
-        for eff in effects:
+        for eff in coalesce_sends(effects):
             kind = type(eff)
             if kind is Send:
                 assert isinstance(eff, Send)
-                pending.setdefault(eff.conn, []).append(eff.data)
                 self._trace_effect("Send", eff.conn, len(eff.data))
+                sock = self.sockets.get(eff.conn)
+                if sock is not None and sock.open:
+                    sock.write(eff.data)
             elif kind is Append:
                 assert isinstance(eff, Append)
                 self._trace_effect("Append", eff.token, len(eff.records), eff.records[-1][0])
@@ -197,20 +198,11 @@ class BrokerNode(Listener):
             elif kind is Disconnect:
                 assert isinstance(eff, Disconnect)
                 self._trace_effect("Disconnect", eff.conn)
-                self._flush(eff.conn, pending.pop(eff.conn, None))
                 sock = self.sockets.get(eff.conn)
                 if sock is not None:
                     sock.close()
             else:
                 raise AssertionError(f"unknown effect {eff!r}")
-        for conn, chunks in pending.items():
-            self._flush(conn, chunks)
-
-    def _flush(self, conn: int, chunks: list[bytes] | None) -> None:
-        sock = self.sockets.get(conn)
-        if sock is None or not chunks or not sock.open:
-            return
-        sock.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
 
     def _arm_timer(self) -> None:
         assert self.core is not None

@@ -2,7 +2,9 @@
 
 `FrameDecoder` is sans-IO: feed it whatever bytes arrived and it returns the complete bodies.
 A length over `frame_bytes_max` is fatal for the stream (the peer may be sending garbage, and we will
-not buffer it), so it raises a ProtocolError with `fatal=True`; the caller answers and closes.
+not buffer it): `feed` still returns the frames completed before it, then sets `failure` (a
+ProtocolError with `fatal=True`) and ignores everything after; the caller handles the frames, then
+answers the failure and closes.
 """
 
 from __future__ import annotations
@@ -22,17 +24,20 @@ def frame(body: bytes) -> bytes:
 class FrameDecoder:
     """Split a byte stream into frame bodies; holds at most one partial frame."""
 
-    __slots__ = ("_buffer", "frame_bytes_max")
+    __slots__ = ("_buffer", "failure", "frame_bytes_max")
 
     def __init__(self, frame_bytes_max: int) -> None:
         self.frame_bytes_max = frame_bytes_max
         self._buffer = bytearray()
+        self.failure: ProtocolError | None = None
 
     @property
     def buffered_bytes(self) -> int:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[bytes]:
+        if self.failure is not None:
+            return []
         buf = self._buffer
         buf += data
         out: list[bytes] = []
@@ -43,9 +48,10 @@ class FrameDecoder:
             (length,) = HEADER.unpack_from(buf, pos)
             if length > limit:
                 del buf[:]
-                raise ProtocolError(
+                self.failure = ProtocolError(
                     FRAME_TOO_LARGE, f"frame of {length} bytes exceeds frame_bytes_max={limit}", fatal=True
                 )
+                return out
             stop = pos + HEADER_BYTES + length
             if stop > end:
                 break
