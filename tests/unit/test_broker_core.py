@@ -259,3 +259,19 @@ def test_hello_and_an_oversized_frame_in_one_chunk():
     h.send(1, h.sessions[1].hello() + b"\x00\x01\x00\x00")
     msgs = h.inbox(1)
     assert isinstance(msgs[0], messages.Welcome) and msgs[1].code == "frame-too-large" and 1 in h.closed
+
+
+def test_a_failed_log_read_ends_the_subscription_with_an_error():
+    from tidings.core.inputs import ReadFailed
+
+    h = Harness()
+    h.connect(1)
+    h.publish(1, ("a", b"", {}))
+    h.sync()
+    h.connect(2)
+    sub = h.subscribe(2, "a", start="start")
+    read = h.reads.pop()
+    h.feed(ReadFailed(0, read.reader, "LogCorruptError: checksum mismatch"))
+    err = of_type(h.inbox(2), messages.Error)[0]
+    assert err.code == "log-unreadable" and err.context == {"sub": sub} and "checksum" in err.message
+    assert h.broker.subends == {}

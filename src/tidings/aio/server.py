@@ -31,6 +31,7 @@ from tidings.core.inputs import (
     Input,
     LogRead,
     LogState,
+    ReadFailed,
     Received,
     RetentionApplied,
     SendBlocked,
@@ -189,13 +190,14 @@ class BrokerServer:
             elif type(eff) is Sync:
                 worker.sync(eff.token)
             elif type(eff) is ReadLog:
-                worker.read(eff.after, eff.through, eff.max_bytes, self._read_done(eff.reader))
+                worker.read(eff.after, eff.through, eff.max_bytes, *self._read_callbacks(eff.reader))
             elif type(eff) is Disconnect:
                 transport = self.transports.get(eff.conn)
                 if transport is not None:
                     transport.close()
 
-    def _read_done(self, reader: int) -> Any:
+    def _read_callbacks(self, reader: int) -> tuple[Any, Any]:
+        """Callbacks for a reader thread: hand the result (or the failure) to the event loop."""
         loop = self._loop
         assert loop is not None
 
@@ -204,7 +206,11 @@ class BrokerServer:
                 lambda: self.feed(LogRead(time.monotonic_ns(), reader, records, state))
             )
 
-        return done
+        def failed(reason: str) -> None:
+            log.error("log read for subscription %d failed: %s", reader, reason)
+            loop.call_soon_threadsafe(lambda: self.feed(ReadFailed(time.monotonic_ns(), reader, reason)))
+
+        return done, failed
 
     def _arm_timer(self) -> None:
         assert self.core is not None and self._loop is not None

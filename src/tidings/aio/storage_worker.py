@@ -52,9 +52,14 @@ class StorageWorker:
         self._queue.put(("retain", (now_us, bytes_max, age_us)))
 
     def read(self, after: int, through: int, max_bytes: int,
-             done: Callable[[list[tuple[int, bytes]], LogState], None]) -> None:
+             done: Callable[[list[tuple[int, bytes]], LogState], None],
+             failed: Callable[[str], None]) -> None:
         def work() -> None:
-            records = self.log.read(after, max_bytes, through)
+            try:
+                records = self.log.read(after, max_bytes, through)
+            except Exception as exc:  # a corrupt or vanished segment: that reader must hear of it
+                failed(f"{type(exc).__name__}: {exc}")
+                return
             done(records, log_state(self.log))
 
         self._readers.submit(work)

@@ -105,9 +105,11 @@ def cmd_broker(args: argparse.Namespace) -> int:
         emit({"listening": server.address, "pubend": server.core.pubend.pubend_id,
               "data": str(server.data_dir)})
 
+    from tidings.storage import StorageError
+
     try:
         run_broker(Path(args.data), host, port, config, ready)
-    except OSError as exc:
+    except (OSError, StorageError) as exc:
         raise CliError(f"cannot run broker: {exc}", EXIT_BROKER) from None
     return 0
 

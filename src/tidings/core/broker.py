@@ -31,6 +31,7 @@ from tidings.core.inputs import (
     Input,
     LogRead,
     LogState,
+    ReadFailed,
     Received,
     RetentionApplied,
     SendBlocked,
@@ -84,6 +85,8 @@ class Broker:
             self._timers(inp.now, out)
         elif isinstance(inp, RetentionApplied):
             self.log = inp.log
+        elif isinstance(inp, ReadFailed):
+            self._read_failed(inp, out)
         return out
 
     def next_deadline(self) -> int | None:
@@ -289,6 +292,16 @@ class Broker:
         self.events_delivered += delivered
         out += effects
         self._advance(c, s, out)
+
+    def _read_failed(self, inp: ReadFailed, out: list[Effect]) -> None:
+        """The log cannot serve this subscription: say so and end it, rather than stall or skip."""
+        s = self.subends.get(inp.reader)
+        if s is None:
+            return
+        c = self.connections[s.conn]
+        out.append(Send(c.conn, messages.error(errors.LOG_UNREADABLE, f"cannot read the log: {inp.reason}",
+                                               sub=s.sub)))
+        self._drop_subend(c, s)
 
     def _flow(self, conn: int, blocked: bool, out: list[Effect]) -> None:
         c = self.connections.get(conn)

@@ -23,6 +23,7 @@ SUBSCRIPTION_EXISTS = "subscription-exists"
 TOO_MANY_SUBSCRIPTIONS = "too-many-subscriptions"
 UNKNOWN_SUBSCRIPTION = "unknown-subscription"
 SHUTTING_DOWN = "shutting-down"
+LOG_UNREADABLE = "log-unreadable"
 
 
 class TidingsError(Exception):

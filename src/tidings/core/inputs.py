@@ -76,6 +76,15 @@ class LogRead:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadFailed:
+    """A ReadLog could not be answered (e.g. a corrupt segment); `reason` says why."""
+
+    now: int
+    reader: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class RetentionApplied:
     now: int
     log: LogState
@@ -88,5 +97,5 @@ class TimerFired:
 
 Input = (
     Accepted | Received | ConnectionLost | SendBlocked | SendDrained | WriteSynced | LogRead
-    | RetentionApplied | TimerFired
+    | ReadFailed | RetentionApplied | TimerFired
 )

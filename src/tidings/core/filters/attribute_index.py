@@ -3,44 +3,55 @@
 Each filtered subscription is an *entry* filed under every access predicate of its cover
 (`cover.py`), in the *slot* of the predicate's attribute name:
 
-    EQUAL   slot.equal[key][sub]               one dict probe per event value
-    PREFIX  slot.prefixes[len(p)][p][sub]      one probe per distinct prefix length
-    RANGE   slot.*_ranges[op] -> thresholds    sorted distinct thresholds, one bisect per op;
-                                               the hits are a prefix or suffix of the buckets
-    PRESENT slot.present[sub]                  every event carrying the name
+    Equal        slot.equal[key] -> B             one dict probe per event value
+    Equal+Range  slot.refined[key] -> {.. T ..}   that probe, then a bisect of each T
+    Prefix       slot.prefixes[len(p)][p] -> B    one probe per distinct prefix length
+    Range        slot.ranges[op, strings] -> T    one bisect of T
+    Present      slot.present -> B                every event carrying the name
 
-Entries without a cover sit in `scan`: candidates for every event. To match an event, probe the
-slots of the names the event and the index share, collect the candidates, and run each
-candidate's check (its compiled predicate, or nothing when its cover is exact). A group with at
-most `scan_entries_max` entries skips the probes and runs every predicate: below a handful of
-entries that is cheaper than the probes.
+A bucket B maps subscription key -> check: the entry's cover residual, compiled, or None when
+the cover is exact and a hit is a match. A T holds the distinct thresholds of one (name, op,
+strings or numbers) sorted, each with its bucket: `a > t` holds for the thresholds below the
+event's value, a prefix of the list found by one bisect; `a < t` a suffix.
+
+To match an event, probe the slots of the names the event and the group share, and run the check
+of each hit as it comes (entries whose cover could be hit twice are deduplicated). Entries
+without a cover sit in `scan` and are checked for every event. A group with at most
+`scan_entries_max` entries skips the probes and runs every predicate: for a handful of entries
+that is cheaper. The hot loop is written out flat, without helper calls per bucket, because in
+CPython a call costs as much as a dict probe.
 
 Invariants: an entry is filed under each of its accesses exactly once and nowhere else; no
-empty bucket, threshold, prefix table or slot is kept; buckets are dicts keyed by subscription key
-in filing order, so candidates come out in a deterministic order. The probes only narrow the
-candidates, so the result equals running every predicate; an event value whose type is a subclass
-of str/int/float (never on the wire) falls back to exactly that.
+empty bucket, threshold, table or slot is kept; buckets iterate in filing order, so results come
+out in a deterministic order. The probes only narrow the candidates, so the result equals
+running every predicate; an event value whose type is a subclass of str/int/float, or a NaN
+(neither is ever on the wire), falls back to exactly that.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
+from math import isnan
+from typing import Any
 
 from tidings.core.filters.cover import (
-    EQUAL,
     FALSE_KEY,
-    PREFIX,
-    PRESENT,
     TRUE_KEY,
     Access,
     Cover,
+    Equal,
+    Prefix,
+    Present,
+    Range,
     cover_of,
 )
 from tidings.core.filters.parser import Filter
-from tidings.core.filters.predicate import NO_KIND, STRING, Predicate, value_kind
+from tidings.core.filters.predicate import NO_KIND, Predicate, compile_node, value_kind
 
 _MISSING = object()
+
+Bucket = dict[int, Predicate | None]      # subscription key -> check (None: a hit is a match)
 
 
 class _Entry:
@@ -50,29 +61,30 @@ class _Entry:
         self.key = key
         self.predicate = predicate
         self.cover = cover
-        # None: a hit on the cover proves the match, no need to evaluate anything.
-        self.check: Predicate | None = None if cover is not None and cover.exact else predicate
-
-
-Bucket = dict[int, _Entry]
+        self.check: Predicate | None = None
+        if cover is not None and cover.residual is not None:
+            self.check = compile_node(cover.residual)
 
 
 class _Thresholds:
-    """Range accesses of one (attribute, kind, op): distinct thresholds, sorted, with buckets."""
+    """The range accesses of one (name, op, strings): distinct thresholds, sorted, with buckets."""
 
-    __slots__ = ("buckets", "values")
+    __slots__ = ("buckets", "name", "op", "strings", "values")
 
-    def __init__(self) -> None:
-        self.values: list[object] = []
+    def __init__(self, name: str, op: str, strings: bool) -> None:
+        self.name = name
+        self.op = op
+        self.strings = strings
+        self.values: list[Any] = []      # all numbers or all strings
         self.buckets: list[Bucket] = []
 
     def file(self, threshold: object, entry: _Entry) -> None:
         i = bisect_left(self.values, threshold)
         if i < len(self.values) and self.values[i] == threshold:
-            self.buckets[i][entry.key] = entry
+            self.buckets[i][entry.key] = entry.check
         else:
             self.values.insert(i, threshold)
-            self.buckets.insert(i, {entry.key: entry})
+            self.buckets.insert(i, {entry.key: entry.check})
 
     def unfile(self, threshold: object, key: int) -> None:
         i = bisect_left(self.values, threshold)
@@ -83,103 +95,141 @@ class _Thresholds:
             del self.values[i]
             del self.buckets[i]
 
-
-def _collect_ranges(ranges: dict[str, _Thresholds], v: object, out: list[_Entry]) -> None:
-    for op, th in ranges.items():
-        # `a > t` holds for the thresholds t < v: a prefix of the sorted list; `a < t` a suffix.
+    def hit_buckets(self, v: object) -> list[Bucket]:
+        """The buckets whose `name op threshold` holds for the comparable, non-NaN value `v`."""
+        op = self.op
         if op == ">":
-            buckets = th.buckets[:bisect_left(th.values, v)]
-        elif op == ">=":
-            buckets = th.buckets[:bisect_right(th.values, v)]
-        elif op == "<":
-            buckets = th.buckets[bisect_right(th.values, v):]
-        else:
-            buckets = th.buckets[bisect_left(th.values, v):]
-        for bucket in buckets:
-            out.extend(bucket.values())
+            return self.buckets[:bisect_left(self.values, v)]
+        if op == ">=":
+            return self.buckets[:bisect_right(self.values, v)]
+        if op == "<":
+            return self.buckets[bisect_right(self.values, v):]
+        return self.buckets[bisect_left(self.values, v):]
+
+
+RangeKey = tuple[str, str, bool]        # (name, op, thresholds are strings)
+
+
+def _file_range(ranges: dict[RangeKey, _Thresholds], access: Range, entry: _Entry) -> None:
+    where = (access.name, access.op, isinstance(access.threshold, str))
+    thresholds = ranges.get(where)
+    if thresholds is None:
+        thresholds = ranges[where] = _Thresholds(*where)
+    thresholds.file(access.threshold, entry)
+
+
+def _unfile_range(ranges: dict[RangeKey, _Thresholds], access: Range, key: int) -> None:
+    where = (access.name, access.op, isinstance(access.threshold, str))
+    ranges[where].unfile(access.threshold, key)
+    if not ranges[where].values:
+        del ranges[where]
 
 
 class _Slot:
     """Every access on one attribute name."""
 
-    __slots__ = ("equal", "filings", "number_ranges", "prefixes", "present", "string_ranges")
+    __slots__ = ("equal", "filings", "prefixes", "present", "ranges", "refined")
 
     def __init__(self) -> None:
         self.equal: dict[object, Bucket] = {}
+        self.refined: dict[object, dict[RangeKey, _Thresholds]] = {}   # equal, then a range
         self.prefixes: dict[int, dict[str, Bucket]] = {}
-        self.number_ranges: dict[str, _Thresholds] = {}
-        self.string_ranges: dict[str, _Thresholds] = {}
+        self.ranges: dict[RangeKey, _Thresholds] = {}                   # on this name
         self.present: Bucket = {}
         self.filings = 0
 
-    def collect(self, v: object, out: list[_Entry]) -> bool:
-        """Append the entries `v` hits; False when `v`'s type needs the slow path instead."""
-        if self.present:
-            out.extend(self.present.values())
-        t = type(v)
-        if t is str:
-            bucket = self.equal.get(v)
-            if bucket:
-                out.extend(bucket.values())
-            for length, table in self.prefixes.items():
-                bucket = table.get(v[:length])  # type: ignore[index]
-                if bucket:
-                    out.extend(bucket.values())
-            if self.string_ranges:
-                _collect_ranges(self.string_ranges, v, out)
-        elif t is int or t is float:
-            bucket = self.equal.get(v)
-            if bucket:
-                out.extend(bucket.values())
-            if self.number_ranges and v == v:  # NaN is in no range
-                _collect_ranges(self.number_ranges, v, out)
-        elif t is bool:
-            bucket = self.equal.get(TRUE_KEY if v else FALSE_KEY)
-            if bucket:
-                out.extend(bucket.values())
-        elif value_kind(v) != NO_KIND:
-            return False
-        return True
-
     def file(self, access: Access, entry: _Entry) -> None:
         self.filings += 1
-        if access.kind == EQUAL:
-            self.equal.setdefault(access.detail, {})[entry.key] = entry
-        elif access.kind == PREFIX:
-            prefix = str(access.detail)
-            self.prefixes.setdefault(len(prefix), {}).setdefault(prefix, {})[entry.key] = entry
-        elif access.kind == PRESENT:
-            self.present[entry.key] = entry
+        if isinstance(access, Equal):
+            if access.refine is None:
+                self.equal.setdefault(access.key, {})[entry.key] = entry.check
+            else:
+                _file_range(self.refined.setdefault(access.key, {}), access.refine, entry)
+        elif isinstance(access, Prefix):
+            table = self.prefixes.setdefault(len(access.prefix), {})
+            table.setdefault(access.prefix, {})[entry.key] = entry.check
+        elif isinstance(access, Present):
+            self.present[entry.key] = entry.check
         else:
-            kind, op, threshold = access.detail  # type: ignore[misc]
-            ranges = self.string_ranges if kind == STRING else self.number_ranges
-            ranges.setdefault(op, _Thresholds()).file(threshold, entry)
+            _file_range(self.ranges, access, entry)
 
     def unfile(self, access: Access, key: int) -> None:
         self.filings -= 1
-        if access.kind == EQUAL:
-            _drop(self.equal, access.detail, key)
-        elif access.kind == PREFIX:
-            prefix = str(access.detail)
-            table = self.prefixes[len(prefix)]
-            _drop(table, prefix, key)
+        if isinstance(access, Equal):
+            if access.refine is None:
+                _drop(self.equal, access.key, key)
+            else:
+                refined = self.refined[access.key]
+                _unfile_range(refined, access.refine, key)
+                if not refined:
+                    del self.refined[access.key]
+        elif isinstance(access, Prefix):
+            table = self.prefixes[len(access.prefix)]
+            _drop(table, access.prefix, key)
             if not table:
-                del self.prefixes[len(prefix)]
-        elif access.kind == PRESENT:
+                del self.prefixes[len(access.prefix)]
+        elif isinstance(access, Present):
             del self.present[key]
         else:
-            kind, op, threshold = access.detail  # type: ignore[misc]
-            ranges = self.string_ranges if kind == STRING else self.number_ranges
-            ranges[op].unfile(threshold, key)
-            if not ranges[op].values:
-                del ranges[op]
+            _unfile_range(self.ranges, access, key)
 
 
-def _drop(table: dict[object, Bucket], where: object, key: int) -> None:
+def _drop(table: dict[Any, Bucket], where: object, key: int) -> None:
     bucket = table[where]
     del bucket[key]
     if not bucket:
         del table[where]
+
+
+def _hit_buckets(slot: _Slot, v: object, attributes: Mapping[str, object], buckets: list[Bucket]) -> bool:
+    """Add the buckets of `slot` that its attribute's value `v` hits; False: take the slow path."""
+    if slot.present:
+        buckets.append(slot.present)
+    t = type(v)
+    if t is str:
+        for length, table in slot.prefixes.items():
+            bucket = table.get(v[:length])  # type: ignore[index]
+            if bucket:
+                buckets.append(bucket)
+        key = v
+    elif t is int or (t is float and not isnan(v)):  # type: ignore[arg-type]
+        key = v
+    elif t is bool:
+        key = TRUE_KEY if v else FALSE_KEY
+    else:
+        return value_kind(v) == NO_KIND      # of no kind: only `present` can hit
+    bucket = slot.equal.get(key)
+    if bucket:
+        buckets.append(bucket)
+    if slot.refined:
+        refined = slot.refined.get(key)
+        if refined and not _range_buckets(refined.values(), attributes, buckets):
+            return False
+    if slot.ranges and t is not bool:
+        _own_range_buckets(slot.ranges.values(), v, t is str, buckets)
+    return True
+
+
+def _own_range_buckets(ranges: Any, v: object, strings: bool, buckets: list[Bucket]) -> None:
+    for thresholds in ranges:
+        if thresholds.strings is strings:
+            buckets += thresholds.hit_buckets(v)
+
+
+def _range_buckets(ranges: Any, attributes: Mapping[str, object], buckets: list[Bucket]) -> bool:
+    """Add the hit buckets of `ranges` (on any names) for `attributes`; False: slow path."""
+    for thresholds in ranges:
+        v = attributes.get(thresholds.name, _MISSING)
+        t = type(v)
+        if t is str:
+            if thresholds.strings:
+                buckets += thresholds.hit_buckets(v)
+        elif t is int or (t is float and not isnan(v)):  # type: ignore[arg-type]
+            if not thresholds.strings:
+                buckets += thresholds.hit_buckets(v)
+        elif t is not bool and v is not _MISSING and value_kind(v) != NO_KIND:
+            return False
+    return True
 
 
 class AttributeIndex:
@@ -190,7 +240,7 @@ class AttributeIndex:
     def __init__(self) -> None:
         self.unfiltered: dict[int, None] = {}
         self._entries: dict[int, _Entry] = {}
-        self._scan: Bucket = {}
+        self._scan: dict[int, _Entry] = {}
         self._slots: dict[str, _Slot] = {}
         self._multi = 0     # entries one event may reach through two accesses: dedupe needed
 
@@ -213,7 +263,8 @@ class AttributeIndex:
         for access in cover.accesses:
             slot = self._slots.get(access.name)
             if slot is None:
-                slot = self._slots[access.name] = _Slot()
+                slot = _Slot()
+                self._slots[access.name] = slot
             slot.file(access, entry)
 
     def remove(self, key: int) -> None:
@@ -238,28 +289,32 @@ class AttributeIndex:
         if self.unfiltered:
             out.extend(self.unfiltered)
         entries = self._entries
-        if len(entries) <= scan_entries_max or not self._collect_candidates(attributes, out):
-            for entry in entries.values():
-                if entry.predicate(attributes):
-                    out.append(entry.key)
+        if len(entries) > scan_entries_max:
+            found = self._probe_all(attributes)
+            if found is not None:
+                out.extend(dict.fromkeys(found) if self._multi else found)
+                return
+        for entry in entries.values():
+            if entry.predicate(attributes):
+                out.append(entry.key)
 
-    def _collect_candidates(self, attributes: Mapping[str, object], out: list[int]) -> bool:
-        candidates: list[_Entry] = list(self._scan.values()) if self._scan else []
+    def _probe_all(self, attributes: Mapping[str, object]) -> list[int] | None:
+        """The keys matching `attributes`, found through the slots; None: take the slow path."""
+        buckets: list[Bucket] = []
         slots = self._slots
         if len(slots) < len(attributes):
             for name, slot in slots.items():
                 v = attributes.get(name, _MISSING)
-                if v is not _MISSING and not slot.collect(v, candidates):
-                    return False
+                if v is not _MISSING and not _hit_buckets(slot, v, attributes, buckets):
+                    return None
         else:
             for name, v in attributes.items():
-                slot = slots.get(name)
-                if slot is not None and not slot.collect(v, candidates):
-                    return False
-        if self._multi:
-            candidates = list(dict.fromkeys(candidates))
-        for entry in candidates:
-            check = entry.check
-            if check is None or check(attributes):
-                out.append(entry.key)
-        return True
+                match = slots.get(name)
+                if match is not None and not _hit_buckets(match, v, attributes, buckets):
+                    return None
+        found = [entry.key for entry in self._scan.values() if entry.predicate(attributes)]
+        for bucket in buckets:
+            for key, check in bucket.items():
+                if check is None or check(attributes):
+                    found.append(key)
+        return found

@@ -4,8 +4,10 @@ A *cover* of a filter F is a set of access predicates {A1..Ak}, each answerable 
 bisect probe on a single attribute, such that F(e) implies A1(e) or ... or Ak(e) for every event
 e. The index files a subscription under each Ai; an event then reaches only the subscriptions
 one of whose Ai it satisfies (the *candidates*), and each candidate is verified with its full
-compiled predicate. A cover is *exact* when F is equivalent to the disjunction, so a hit needs no
-verification (`host = "h17"`, `site in (...)`, `load > 3.5`).
+compiled predicate. A cover also
+carries a *residual* R with: whenever one of the Ai holds, F = R. A candidate is verified with R,
+not F: for `site in (...) and load > 3.5` filed under its sites, R is `load > 3.5` alone. A cover
+is *exact* when R is empty (true): a hit is a match (`host = "h17"`, `load > 3.5`).
 
 This is the access-predicate step of a DNF index (Gryphon's matching, the "counting"/"clustering"
 algorithms of Fabret et al.) without ever expanding the DNF, whose size can explode: the cover is
@@ -17,25 +19,35 @@ computed bottom-up in the filter's own tree, on negation normal form taken on th
     any-of(X1..Xn)  (an or, or a negated and) the union of the Xi's covers, none if one has none
 
 so its size is at most the number of atoms times the longest `in` list, and bounded again by
-ACCESSES_MAX. A filter without a cover goes to the index's scan list.
+ACCESSES_MAX. A filter without a cover goes to the index's scan list. Residuals follow the same
+recursion: an exact atom leaves nothing, an inexact one itself; all-of leaves the chosen operand's
+residual and-ed with the other operands; any-of leaves nothing if every operand is exact, else
+itself (a hit does not say which operand it came from).
 
     atom                    access predicate               exact
-    a = v                   EQUAL  (a, key(v))             yes
-    a in (v1, ...)          EQUAL  (a, key(vi)) for each   yes
-    startswith(a, p)        PREFIX (a, p)                  yes
-    a < v, a <= v, ...      RANGE  (a, kind, op, v)        yes
-    exists(a)               PRESENT(a)                     yes
-    a != v, a not in (...)  PRESENT(a)                     no
+    a = v                   Equal(a, key(v))               yes
+    a in (v1, ...)          Equal(a, key(vi)) for each     yes
+    startswith(a, p)        Prefix(a, p)                   yes
+    a < v, a <= v, ...      Range(a, op, v)                yes
+    exists(a)               Present(a)                     yes
+    a != v, a not in (...)  Present(a)                     no
+
+An all-of whose chosen cover is equalities and which also has a range atom among its operands
+files each equality *refined* by that range (a two-level probe, like one step of Gryphon's
+parallel search tree): `site in ("a", "b") and load > 3.5` is reached only by events of site
+a or b whose load is above 3.5, so it needs no verification at all.
 
 `equality_key` maps a value to the dict key it is filed under: booleans to sentinels of their own,
 because True == 1 == 1.0 hash alike in Python and must not meet in a filter. The cost of a cover,
-used to pick one operand of an and, guesses the share of events reaching it (equality cheapest,
-presence dearest); it steers speed only, never results.
+used to pick one operand of an and, guesses the share of events reaching it: equality cheapest,
+then a range bound, then a prefix (`startswith(kernel, "2.6")` is usually a family of values),
+then presence; it steers speed only, never results.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from tidings.core.filters.predicate import BOOLEAN, NO_KIND, value_kind
 from tidings.core.filters.syntax import (
@@ -43,7 +55,6 @@ from tidings.core.filters.syntax import (
     And,
     Comparison,
     Exists,
-    Literal,
     Membership,
     Node,
     Not,
@@ -52,13 +63,6 @@ from tidings.core.filters.syntax import (
 )
 
 ACCESSES_MAX = 4096            # access predicates filed for one filter
-
-EQUAL = 0
-PREFIX = 1
-RANGE = 2
-PRESENT = 3
-
-_COST = {EQUAL: 1, PREFIX: 8, RANGE: 32, PRESENT: 128}
 
 
 class _BoolKey:
@@ -73,8 +77,8 @@ class _BoolKey:
         return f"<{self.value}>"
 
 
-TRUE_KEY = _BoolKey(True)
-FALSE_KEY = _BoolKey(False)
+TRUE_KEY: Final = _BoolKey(True)
+FALSE_KEY: Final = _BoolKey(False)
 
 
 def equality_key(value: object) -> object:
@@ -88,25 +92,55 @@ def equality_key(value: object) -> object:
 
 
 @dataclass(frozen=True, slots=True)
-class Access:
-    """One access predicate. `detail` is the equality key, the prefix, or (kind, op, threshold)."""
+class Range:
+    """`name op threshold`; a str threshold bounds strings, a number bounds numbers."""
 
-    kind: int
     name: str
-    detail: object = None
+    op: str
+    threshold: int | float | str
+
+
+@dataclass(frozen=True, slots=True)
+class Equal:
+    """`name = value`, and `refine` too when set: a two-level probe, hash then bisect."""
+
+    name: str
+    key: object                     # equality_key of the value
+    refine: Range | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    name: str
+    prefix: str
+
+
+@dataclass(frozen=True, slots=True)
+class Present:
+    name: str
+
+
+Access = Equal | Prefix | Range | Present
+
+_COST: dict[type, int] = {Equal: 1, Range: 32, Prefix: 64, Present: 128}
 
 
 @dataclass(frozen=True, slots=True)
 class Cover:
     accesses: tuple[Access, ...]
     cost: int
-    exact: bool
+    residual: Node | None       # None: true, the cover is exact
+
+    @property
+    def exact(self) -> bool:
+        return self.residual is None
 
     @property
     def hits_at_most_once(self) -> bool:
-        """True when one event can satisfy at most one access (equalities on a single name)."""
+        """True when one event can satisfy at most one access: one access, or equalities on one
+        name (an event has one value per name, and equal keys are distinct)."""
         first = self.accesses[0]
-        return all(a.kind == EQUAL and a.name == first.name for a in self.accesses)
+        return len(self.accesses) == 1 or all(isinstance(a, Equal) and a.name == first.name for a in self.accesses)
 
 
 def cover_of(node: Node) -> Cover | None:
@@ -118,26 +152,53 @@ def _cover(node: Node, negated: bool) -> Cover | None:
     if isinstance(node, Not):
         return _cover(node.operand, not negated)
     if isinstance(node, And | Or):
-        any_of = isinstance(node, Or) != negated
         children = [_cover(child, negated) for child in node.operands]
-        return _union(children) if any_of else _cheapest(children)
+        if isinstance(node, Or) != negated:
+            return _union(children, Not(node) if negated else node)
+        return _cheapest(node.operands, children, negated)
     if negated:
         return None
     return _atom_cover(node)
 
 
-def _cheapest(children: list[Cover | None]) -> Cover | None:
-    best: Cover | None = None
-    for child in children:
-        if child is not None and (best is None or child.cost < best.cost):
-            best = child
+def _cheapest(operands: tuple[Node, ...], children: list[Cover | None], negated: bool) -> Cover | None:
+    best: int | None = None
+    for i, child in enumerate(children):
+        if child is not None and (best is None or child.cost < children[best].cost):  # type: ignore[union-attr]
+            best = i
     if best is None:
         return None
-    # Only one operand is covered, so a hit proves nothing about the others.
-    return Cover(best.accesses, best.cost, exact=False)
+    chosen = children[best]
+    assert chosen is not None
+    refine = None if negated else _refinement(operands, best, chosen)
+    rest: list[Node] = []
+    for i, operand in enumerate(operands):
+        if i == best:
+            if chosen.residual is not None:
+                rest.append(chosen.residual)
+        elif refine is not None and i == refine[0]:
+            continue    # enforced by the probe itself
+        else:
+            rest.append(Not(operand) if negated else operand)
+    residual = None if not rest else rest[0] if len(rest) == 1 else And(tuple(rest))
+    accesses = chosen.accesses
+    if refine is not None:
+        accesses = tuple(Equal(a.name, a.key, refine[1]) for a in accesses)  # type: ignore[union-attr]
+    return Cover(accesses, chosen.cost, residual)
 
 
-def _union(children: list[Cover | None]) -> Cover | None:
+def _refinement(operands: tuple[Node, ...], best: int, chosen: Cover) -> tuple[int, Range] | None:
+    """A range operand to file under each equality of `chosen` (`site in (...) and load > 3.5`)."""
+    if not all(isinstance(a, Equal) and a.refine is None for a in chosen.accesses):
+        return None
+    for i, operand in enumerate(operands):
+        if i != best and isinstance(operand, Comparison) and operand.op in ORDERING_OPS:
+            assert not isinstance(operand.value, bool), "the parser rejects ordering on booleans"
+            return i, Range(operand.name, operand.op, operand.value)
+    return None
+
+
+def _union(children: list[Cover | None], written: Node) -> Cover | None:
     seen: dict[Access, None] = {}
     exact = True
     for child in children:
@@ -147,32 +208,35 @@ def _union(children: list[Cover | None]) -> Cover | None:
         exact = exact and child.exact
         if len(seen) > ACCESSES_MAX:
             return None
-    accesses = tuple(seen)
-    return Cover(accesses, sum(_COST[a.kind] for a in accesses), exact)
+    return _make(tuple(seen), None if exact else written)
 
 
-def _atom_cover(node: Node) -> Cover | None:
+def _make(accesses: tuple[Access, ...], residual: Node | None) -> Cover:
+    return Cover(accesses, sum(_COST[type(a)] for a in accesses), residual)
+
+
+def _atom_cover(node: Comparison | Membership | Exists | StartsWith) -> Cover:
+    access: Access
+    residual: Node | None = None
     if isinstance(node, Comparison):
         if node.op == "=":
-            return _single(Access(EQUAL, node.name, equality_key(node.value)), exact=True)
-        if node.op in ORDERING_OPS:
-            detail = (value_kind(node.value), node.op, node.value)
-            return _single(Access(RANGE, node.name, detail), exact=True)
-        return _single(Access(PRESENT, node.name), exact=False)
-    if isinstance(node, Membership):
+            access = Equal(node.name, equality_key(node.value))
+        elif node.op in ORDERING_OPS:
+            assert not isinstance(node.value, bool), "the parser rejects ordering on booleans"
+            access = Range(node.name, node.op, node.value)
+        else:
+            access, residual = Present(node.name), node
+    elif isinstance(node, Membership):
         if node.negated:
-            return _single(Access(PRESENT, node.name), exact=False)
-        keys = dict.fromkeys(equality_key(v) for v in node.values)
-        accesses = tuple(Access(EQUAL, node.name, key) for key in keys)
-        return Cover(accesses, len(accesses) * _COST[EQUAL], exact=True)
-    if isinstance(node, Exists):
-        return _single(Access(PRESENT, node.name), exact=True)
-    assert isinstance(node, StartsWith)
-    return _single(Access(PREFIX, node.name, node.prefix), exact=True)
-
-
-def _single(access: Access, exact: bool) -> Cover:
-    return Cover((access,), _COST[access.kind], exact)
+            access, residual = Present(node.name), node
+        else:
+            keys = dict.fromkeys(equality_key(v) for v in node.values)
+            return _make(tuple(Equal(node.name, key) for key in keys), None)
+    elif isinstance(node, Exists):
+        access = Present(node.name)
+    else:
+        access = Prefix(node.name, node.prefix)
+    return _make((access,), residual)
 
 
 def access_holds(access: Access, attributes: dict[str, object]) -> bool:
@@ -180,33 +244,22 @@ def access_holds(access: Access, attributes: dict[str, object]) -> bool:
     if access.name not in attributes:
         return False
     value = attributes[access.name]
-    if access.kind == PRESENT:
+    if isinstance(access, Present):
         return True
-    if access.kind == EQUAL:
+    if isinstance(access, Equal):
         key = equality_key(value)
-        return key is not None and key == access.detail
-    if access.kind == PREFIX:
-        return isinstance(value, str) and value.startswith(str(access.detail))
-    kind, op, threshold = access.detail  # type: ignore[misc]
-    if value_kind(value) != kind:
+        hit = key is not None and key == access.key
+        return hit and (access.refine is None or access_holds(access.refine, attributes))
+    if isinstance(access, Prefix):
+        return isinstance(value, str) and value.startswith(access.prefix)
+    if value_kind(value) != value_kind(access.threshold):
         return False
-    return _ORDER[op](value, threshold)
+    return bool(_ORDER[access.op](value, access.threshold))
 
 
-def _lt(x: Literal, y: Literal) -> bool:
-    return x < y  # type: ignore[operator]
-
-
-def _le(x: Literal, y: Literal) -> bool:
-    return x <= y  # type: ignore[operator]
-
-
-def _gt(x: Literal, y: Literal) -> bool:
-    return x > y  # type: ignore[operator]
-
-
-def _ge(x: Literal, y: Literal) -> bool:
-    return x >= y  # type: ignore[operator]
-
-
-_ORDER = {"<": _lt, "<=": _le, ">": _gt, ">=": _ge}
+_ORDER = {
+    "<": lambda x, y: x < y,
+    "<=": lambda x, y: x <= y,
+    ">": lambda x, y: x > y,
+    ">=": lambda x, y: x >= y,
+}

@@ -73,19 +73,23 @@ def tokenize(text: str) -> list[Token]:
             tokens.append(Token(NAME, value, i, bare=False))
             i = end
         elif ch in _NAME_START:
-            end = i + 1
-            while end < n and text[end] in _NAME_REST:
-                end += 1
-            word = text[i:end]
-            if word.lower() in RESERVED_WORDS:
-                tokens.append(Token(WORD, word.lower(), i))
-            else:
-                tokens.append(Token(NAME, word, i))
-            i = end
+            i = _read_word(text, i, tokens)
         else:
             raise FilterError(f"unexpected character {ch!r}", i)
     tokens.append(Token(END, "", n))
     return tokens
+
+
+def _read_word(text: str, start: int, tokens: list[Token]) -> int:
+    end = start + 1
+    while end < len(text) and text[end] in _NAME_REST:
+        end += 1
+    word = text[start:end]
+    if word.lower() in RESERVED_WORDS:
+        tokens.append(Token(WORD, word.lower(), start))
+    else:
+        tokens.append(Token(NAME, word, start))
+    return end
 
 
 def _read_op(text: str, i: int, tokens: list[Token]) -> int:

@@ -36,7 +36,6 @@ from tidings.core.filters.syntax import (
     Membership,
     Node,
     Not,
-    Or,
     StartsWith,
 )
 
@@ -66,17 +65,21 @@ def compile_node(node: Node) -> Predicate:
     if isinstance(node, Membership):
         return _compile_membership(node)
     if isinstance(node, Exists):
-        name = node.name
-        return lambda a: name in a
+        return _compile_exists(node.name)
     if isinstance(node, StartsWith):
         return _compile_startswith(node.name, node.prefix)
     if isinstance(node, Not):
-        inner = compile_node(node.operand)
-        return lambda a: not inner(a)
+        return _compile_not(compile_node(node.operand))
     operands = [compile_node(child) for child in node.operands]
-    if isinstance(node, And):
-        return _compile_and(operands)
-    return _compile_or(operands)
+    return _compile_and(operands) if isinstance(node, And) else _compile_or(operands)
+
+
+def _compile_exists(name: str) -> Predicate:
+    return lambda a: name in a
+
+
+def _compile_not(inner: Predicate) -> Predicate:
+    return lambda a: not inner(a)
 
 
 def _compile_and(operands: list[Predicate]) -> Predicate:
@@ -87,14 +90,7 @@ def _compile_and(operands: list[Predicate]) -> Predicate:
         first, second, third = operands
         return lambda a: first(a) and second(a) and third(a)
     frozen = tuple(operands)
-
-    def conjunction(a: Mapping[str, object]) -> bool:
-        for operand in frozen:
-            if not operand(a):
-                return False
-        return True
-
-    return conjunction
+    return lambda a: all(operand(a) for operand in frozen)
 
 
 def _compile_or(operands: list[Predicate]) -> Predicate:
@@ -105,14 +101,7 @@ def _compile_or(operands: list[Predicate]) -> Predicate:
         first, second, third = operands
         return lambda a: first(a) or second(a) or third(a)
     frozen = tuple(operands)
-
-    def disjunction(a: Mapping[str, object]) -> bool:
-        for operand in frozen:
-            if operand(a):
-                return True
-        return False
-
-    return disjunction
+    return lambda a: any(operand(a) for operand in frozen)
 
 
 def _compile_startswith(name: str, prefix: str) -> Predicate:
