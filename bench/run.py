@@ -49,10 +49,10 @@ PEERS_VENV = os.path.join(WORK, "venv-peers")
 SERVER_CPU, CLIENT_CPU = "0", "1"
 # set from the command line: niceness of every broker and load process (the same for all brokers),
 # how long to wait for a quiet machine before a test, when a test counts as disturbed, retries
-SETTINGS = {"nice": 0, "quiet_wait_s": 60.0, "noisy_pct": 100.0, "retries": 1}
+SETTINGS = {"nice": 0, "quiet_wait_s": 20.0, "noisy_pct": 100.0, "retries": 1}
 LOAD_TIMEOUT_S = 180
 MATCHING_TIMEOUT_S = 600
-MATCHING_RUNS = ((10_000, 20_000), (100_000, 20_000))  # (filters, events)
+MATCHING_RUNS = ((10_000, 50_000), (100_000, 50_000))  # (filters, events)
 
 BROKERS = {
     # name: (protocol, tests)
@@ -295,8 +295,8 @@ def main() -> None:
     ap.add_argument("--tag", default="", help="label stored in every line (e.g. a commit)")
     ap.add_argument("--duration-s", type=float, default=5.0, help="publishing time per throughput test")
     ap.add_argument("--nice", type=int, default=0,
-                    help="run brokers and loads at this niceness (e.g. -10 on a shared machine; root)")
-    ap.add_argument("--quiet-wait-s", type=float, default=60.0,
+                    help="run brokers and loads at this niceness, the same for all (negative needs root)")
+    ap.add_argument("--quiet-wait-s", type=float, default=20.0,
                     help="before each test, wait at most this long for the machine to go quiet")
     ap.add_argument("--noisy-pct", type=float, default=100.0,
                     help="a test during which other work used more than this much CPU (100 = one CPU) "

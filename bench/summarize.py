@@ -21,6 +21,8 @@ BROKER_ORDER = ["tidings", "mosquitto", "nats", "amqtt"]
 PEERS = ["mosquitto", "nats", "amqtt"]
 THROUGHPUT = [("a", "(a) 1→1 best effort, events/s"), ("b", "(b) 1→10 fan-out, deliveries/s"),
               ("c", "(c) durable publish, acked events/s")]
+MATCHING_KEYS = ["events_per_s", "matches_per_event", "patterns", "parse_s", "build_s", "index_memory_mb",
+                 "brute_events_per_s", "speedup"]
 WHAT_IS_DURABLE = {
     "tidings": "ACK after fsync",
     "mosquitto": "QoS 1, persistent sessions (in memory; snapshot every 30 min)",
@@ -139,6 +141,12 @@ def render(rows: list[dict[str, Any]]) -> str:
         out.append(f"| {b} | " + " | ".join(cell(vals(b, t), bold=True) for t, _ in THROUGHPUT) + " |")
     out.append("")
 
+    out.append("| broker | best effort (a, b, d) means | durable (c, d) means |")
+    out.append("|---|---|---|")
+    for b in brokers:
+        out.append(f"| {b} | {WHAT_IS_BEST_EFFORT.get(b, '?')} | {WHAT_IS_DURABLE.get(b, '?')} |")
+    out.append("")
+
     out.append("### Latency at 1,000 events/s (publisher and subscriber in one process, one clock)")
     out.append("")
     out.append("| broker | best effort p50 | best effort p99 | durable p50 | durable p99 | "
@@ -200,9 +208,9 @@ def render(rows: list[dict[str, Any]]) -> str:
     if matching:
         out.append("### (e) tidings filter matching (bench/bench_matching.py)")
         out.append("")
-        keys = sorted({k for r in matching for k, v in (r.get("matching") or {}).items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool)
-                       and k not in ("filters", "events")})
+        found = {k for r in matching for k, v in (r.get("matching") or {}).items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        keys = [k for k in MATCHING_KEYS if k in found] or sorted(found - {"filters", "events", "seed"})
         out.append("| filters | " + " | ".join(keys) + " |")
         out.append("|---|" + "---|" * len(keys))
         for filters in sorted({r["filters"] for r in matching}):
