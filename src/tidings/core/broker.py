@@ -165,10 +165,18 @@ class Broker:
         """Check each event, give the good ones consecutive ticks, encode each once, log the batch."""
         valid: list[tuple[str, dict[str, Any], bytes]] = []
         rejected: set[int] = set()
-        check = self._check_event
+        known_channels = self._valid_channels
+        size_max = self.config.event_bytes_max
         for i, ev in enumerate(msg.events):
+            # fast path: a well-formed event on a channel seen before, without attributes to check
+            if type(ev) is list and len(ev) == 3:
+                channel, attributes, payload = ev
+                if (type(channel) is str and channel in known_channels and type(payload) is bytes
+                        and len(payload) <= size_max and attributes == {}):
+                    valid.append((channel, attributes, payload))
+                    continue
             try:
-                valid.append(check(ev))
+                valid.append(self._check_event(ev))
             except TidingsError as exc:
                 rejected.add(i)
                 out.append(Send(c.conn, messages.error(exc.code, str(exc), seq=msg.seq + i)))
@@ -181,14 +189,10 @@ class Broker:
         first = pubend.reserve(len(valid), wall_us)
         pack = self._packer.pack
         service, instance = c.service, c.instance
-        records: list[tuple[int, bytes]] = []
-        deliveries: list[tuple[int, str, dict[str, Any], bytes]] = []
-        tick = first
-        for channel, attributes, payload in valid:
-            record = pack([pid, tick, channel, attributes, service, instance, payload])
-            records.append((tick, record))
-            deliveries.append((tick, channel, attributes, record))
-            tick += 1
+        tick = first + len(valid)
+        records = [(t, pack([pid, t, ch, at, service, instance, pl]))
+                   for t, (ch, at, pl) in zip(range(first, tick), valid, strict=True)]
+        deliveries = [(t, ch, at, rec) for (t, rec), (ch, at, _) in zip(records, valid, strict=True)]
         if rejected:
             it = iter(range(first, tick))
             ticks: list[int | None] = [None if i in rejected else next(it) for i in range(len(msg.events))]
@@ -205,12 +209,19 @@ class Broker:
         fan: dict[int, list[bytes]] = {}
         match = self.index.match
         subends = self.subends
+        by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
         for batch in self.pubend.synced(token):
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
                 out.append(Send(batch.conn, messages.ack(batch.seq, pid, batch.ticks)))
             for tick, channel, attributes, record in batch.deliveries:
-                for key in match(channel, attributes):
+                if attributes:
+                    keys = match(channel, attributes)
+                elif channel in by_channel:
+                    keys = by_channel[channel]
+                else:
+                    keys = by_channel[channel] = match(channel, attributes)
+                for key in keys:
                     s = subends[key]
                     if s.live and tick > s.position:
                         if key in fan:

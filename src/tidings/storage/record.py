@@ -34,28 +34,32 @@ def checksum(tick_bytes: bytes | memoryview, payload: bytes | memoryview) -> int
 
 
 def encode(records: Sequence[tuple[int, bytes]], after_tick: int, base_offset: int,
-           next_index_offset: int, index_interval_bytes: int) -> tuple[bytearray, list[tuple[int, int]]]:
+           next_index_offset: int, index_interval_bytes: int) -> tuple[bytes, list[tuple[int, int]]]:
     """One buffer holding `records`, and the sparse index entries `(tick, offset)` it adds.
 
     Ticks must rise strictly and exceed `after_tick`. The buffer will be written at `base_offset`;
     a record starting at or past `next_index_offset` gets an index entry, and the next entry is due
-    `index_interval_bytes` after it.
+    `index_interval_bytes` after it. This runs once per event on the write path, under the GIL the
+    event loop also needs, hence the local bindings and a single join.
     """
-    buf = bytearray()
+    parts: list[bytes] = []
+    append = parts.append
     entries: list[tuple[int, int]] = []
+    pack_header, pack_tick, crc32 = HEADER.pack, _TICK.pack, zlib.crc32
+    offset = base_offset
     previous = after_tick
     for tick, payload in records:
-        assert tick > previous, f"tick {tick} does not follow {previous}"
-        assert len(payload) <= PAYLOAD_BYTES_MAX, "payload too large for a u32 length"
-        offset = base_offset + len(buf)
+        size = len(payload)
+        if tick <= previous or size > PAYLOAD_BYTES_MAX:
+            raise AssertionError(f"record with tick {tick} after {previous}, {size} bytes, is not loggable")
         if offset >= next_index_offset:
             entries.append((tick, offset))
             next_index_offset = offset + index_interval_bytes
-        tick_bytes = _TICK.pack(tick)
-        buf += HEADER.pack(len(payload), checksum(tick_bytes, payload), tick)
-        buf += payload
+        append(pack_header(size, crc32(payload, crc32(pack_tick(tick))), tick))
+        append(payload)
+        offset += HEADER_BYTES + size
         previous = tick
-    return buf, entries
+    return b"".join(parts), entries
 
 
 class RecordScanner:
