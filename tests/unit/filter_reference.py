@@ -48,32 +48,34 @@ def comparable(a: object, b: object) -> bool:
 
 def evaluate(node: Node, attributes: dict[str, object]) -> bool:
     match node:
-        case Comparison(name=name, op=op, value=literal):
-            if name not in attributes or not comparable(attributes[name], literal):
-                return False
-            if kind(literal) == "boolean" and op not in ("=", "!="):
-                return False
-            return bool(_OPS[op](attributes[name], literal))
-        case Membership(name=name, values=values, negated=negated):
-            if name not in attributes:
-                return False
-            value = attributes[name]
-            same_kind = [v for v in values if comparable(value, v)]
-            if negated:
-                return bool(same_kind) and all(value != v for v in same_kind)
-            return any(value == v for v in same_kind)
+        case Comparison() | Membership():
+            result = node.name in attributes and _compare(node, attributes[node.name])
         case Exists(name=name):
-            return name in attributes
+            result = name in attributes
         case StartsWith(name=name, prefix=prefix):
             value = attributes.get(name)
-            return isinstance(value, str) and value.startswith(prefix)
+            result = isinstance(value, str) and value.startswith(prefix)
         case Not(operand=operand):
-            return not evaluate(operand, attributes)
+            result = not evaluate(operand, attributes)
         case And(operands=operands):
-            return all(evaluate(child, attributes) for child in operands)
+            result = all(evaluate(child, attributes) for child in operands)
         case Or(operands=operands):
-            return any(evaluate(child, attributes) for child in operands)
-    raise AssertionError(f"not a filter node: {node!r}")
+            result = any(evaluate(child, attributes) for child in operands)
+    return result
+
+
+def _compare(node: Comparison | Membership, value: object) -> bool:
+    """The atom on a present attribute `value`."""
+    if isinstance(node, Comparison):
+        if not comparable(value, node.value):
+            return False
+        if kind(node.value) == "boolean" and node.op not in ("=", "!="):
+            return False
+        return bool(_OPS[node.op](value, node.value))
+    same_kind = [v for v in node.values if comparable(value, v)]
+    if node.negated:
+        return bool(same_kind) and all(value != v for v in same_kind)
+    return any(value == v for v in same_kind)
 
 
 class BruteForceIndex:

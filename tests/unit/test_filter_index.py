@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidings.core.channels import pattern_matches
 from tidings.core.errors import ChannelError, FilterError
-from tidings.core.filters import SubscriptionIndex, parse_filter
-from tidings.core.filters.cover import ACCESSES_MAX, access_holds, cover_of
-from tidings.core.filters.syntax import Comparison, Membership, Node, Or, unparse
+from tidings.core.filters import Filter, SubscriptionIndex, parse_filter
+from tidings.core.filters.cover import ACCESSES_MAX, Cover, Equal, Range, access_holds, cover_of
+from tidings.core.filters.syntax import Comparison, Membership, Node, Not, Or, unparse
 
 from .filter_reference import (
     BruteForceIndex,
@@ -25,14 +28,14 @@ from .filter_reference import (
 )
 
 
-def parsed(node: Node):  # type: ignore[no-untyped-def]
+def parsed(node: Node) -> Filter | None:
     try:
         return parse_filter(unparse(node))
     except FilterError:
         return None     # nested past the depth limit: such a filter never reaches the index
 
 
-# -- covers: a necessary condition, and exact when they say so ---------------------------------------
+# -- covers: a necessary condition, and the residual decides once an access holds -------------------
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trees, st.lists(st.one_of(attribute_maps, odd_attribute_maps), min_size=1, max_size=8))
@@ -45,36 +48,54 @@ def test_a_cover_holds_whenever_its_filter_does(node: Node, events: list[dict[st
         hit = any(access_holds(a, attributes) for a in cover.accesses)
         if evaluate(node, attributes):
             assert hit, (unparse(node), attributes, cover)
-        if cover.exact:
-            assert hit == evaluate(node, attributes), (unparse(node), attributes, cover)
+        if hit:
+            residual = cover.residual is None or evaluate(cover.residual, attributes)
+            assert residual == evaluate(node, attributes), (unparse(node), attributes, cover)
 
 
 @pytest.mark.parametrize(("text", "kinds", "exact"), [
-    ('host = "h17"', ["EQUAL"], True),
-    ('site in ("a", "b", "a")', ["EQUAL", "EQUAL"], True),
-    ("x in (1, 1.0, true)", ["EQUAL", "EQUAL"], True),
-    ("load > 3.5", ["RANGE"], True),
-    ('startswith(k, "2.6")', ["PREFIX"], True),
-    ("exists(k)", ["PRESENT"], True),
-    ("k != 1", ["PRESENT"], False),
-    ("k not in (1)", ["PRESENT"], False),
-    ('load > 3.5 and host = "h1"', ["EQUAL"], False),
-    ("a = 1 or b = 2", ["EQUAL", "EQUAL"], True),
+    ('host = "h17"', ["Equal"], True),
+    ('site in ("a", "b", "a")', ["Equal", "Equal"], True),
+    ("x in (1, 1.0, true)", ["Equal", "Equal"], True),
+    ("load > 3.5", ["Range"], True),
+    ('startswith(k, "2.6")', ["Prefix"], True),
+    ("exists(k)", ["Present"], True),
+    ("k != 1", ["Present"], False),
+    ("k not in (1)", ["Present"], False),
+    ('load > 3.5 and host = "h1"', ["Equal"], True),
+    ('site in ("a", "b") and load > 3.5 and k != 1', ["Equal", "Equal"], False),
+    ('site in ("a", "b") and not load > 3.5', ["Equal", "Equal"], False),
+    ('load > 3.5 and startswith(k, "2.6")', ["Prefix"], True),
+    ('load > 3.5 and mem < 2', ["Range"], False),
+    ('k != "x" and startswith(k, "2.6")', ["Prefix"], False),
+    ("a = 1 or b = 2", ["Equal", "Equal"], True),
     ("not (a != 1 or b = 2)", None, None),
-    ("not not a = 1", ["EQUAL"], True),
-    ("not (not a = 1 or not b < 2)", ["EQUAL"], False),
+    ("not not a = 1", ["Equal"], True),
+    ("not (not a = 1 or not b < 2)", ["Equal"], False),
     ("a = 1 or not b = 2", None, None),
     ("not a = 1", None, None),
 ])
 def test_covers_of_typical_filters(text: str, kinds: list[str] | None, exact: bool | None) -> None:
-    names = {0: "EQUAL", 1: "PREFIX", 2: "RANGE", 3: "PRESENT"}
     cover = cover_of(parse_filter(text).ast)
     if kinds is None:
         assert cover is None
         return
     assert cover is not None
-    assert [names[a.kind] for a in cover.accesses] == kinds
+    assert [type(a).__name__ for a in cover.accesses] == kinds
     assert cover.exact == exact
+
+
+def test_an_equality_is_refined_by_a_range_of_the_same_conjunction() -> None:
+    cover = cover_of(parse_filter('site in ("a", "b") and load > 3.5 and x != 1').ast)
+    assert cover is not None
+    assert cover.accesses == (Equal("site", "a", Range("load", ">", 3.5)), Equal("site", "b", Range("load", ">", 3.5)))
+    assert cover.residual == Comparison("x", "!=", 1)
+    assert access_holds(cover.accesses[0], {"site": "a", "load": 4})
+    assert not access_holds(cover.accesses[0], {"site": "a", "load": 3})
+    assert not access_holds(cover.accesses[0], {"site": "a"})
+    # Under a negation a comparison holds on missing attributes: it is never a refinement.
+    assert cover_of(parse_filter('not (not site = "a" or load <= 3)').ast) == Cover(
+        (Equal("site", "a"),), 1, Not(Comparison("load", "<=", 3)))
 
 
 def test_a_huge_cover_falls_back_to_scanning() -> None:
@@ -84,7 +105,84 @@ def test_a_huge_cover_falls_back_to_scanning() -> None:
     assert cover_of(Or((half, Comparison("b", "=", 1)))) is not None
 
 
+# -- an exhaustive grid: every combination of a few values on three names ----------------------------
+
+GRID_FILTERS = [
+    'x != 1 and exists(y)', 'x not in (1, "a") and y != 2', 'exists(x) and x != 1 and not y = 1',
+    'x = 1 and y > 0', 'x in (1, "a", true) and y <= 1.5', 'y >= 0 and x = "ab"',
+    'startswith(k, "a") and y < 1', 'startswith(k, "") and x >= "a"', 'y > 0 and startswith(k, "ab")',
+    'startswith(k, "a") and startswith(k, "ab")', 'startswith(k, "b") or startswith(k, "ab")',
+    '(x = 1 or x = "a") and (y > 0 or k = "b")', '(x = 1 or y = 1) and k < "b"',
+    'not (x != 1 or y <= 0)', 'not (not x = 1 or not y > 0)', 'not (x = 1 and y = 1)',
+    'x = true or y = false', 'x = 1 or exists(k)', 'x > 0 and y > 0 and k > "a"',
+    'x not in (true) and y != false', 'k in ("a", "b") and k >= "ab"', 'x = 1 and x > 0.5',
+]
+GRID_VALUES = [_MISSING_VALUE := object(), 0, 1, 1.5, True, False, "a", "ab", "b"]
+GRID_EVENTS = [
+    {name: value for name, value in zip("xyk", values, strict=True) if value is not _MISSING_VALUE}
+    for values in itertools.product(GRID_VALUES, repeat=3)
+]
+
+
+@pytest.mark.parametrize("text", GRID_FILTERS)
+def test_cover_and_residual_on_the_grid(text: str) -> None:
+    node = parse_filter(text).ast
+    cover = cover_of(node)
+    for attributes in GRID_EVENTS:
+        expected = evaluate(node, attributes)
+        if cover is None:
+            continue
+        hit = any(access_holds(a, attributes) for a in cover.accesses)
+        assert hit or not expected, (text, attributes)
+        if hit:
+            assert (cover.residual is None or evaluate(cover.residual, attributes)) == expected, (text, attributes)
+
+
+@pytest.mark.parametrize("scan_max", [0, 6])
+def test_index_on_the_grid(scan_max: int) -> None:
+    index = SubscriptionIndex(scan_entries_max=scan_max)
+    reference = BruteForceIndex()
+    for key, text in enumerate(GRID_FILTERS):
+        for i, pattern in enumerate(("c/#", "c/+", "c/d")):
+            index.add(key * 3 + i, pattern, parse_filter(text))
+            reference.add(key * 3 + i, pattern, parse_filter(text).ast)
+    for attributes in GRID_EVENTS:
+        assert index.match("c/d", attributes) == reference.match("c/d", attributes), attributes
+
+
+def test_cache_follows_layout_changes() -> None:
+    index = SubscriptionIndex(scan_entries_max=1)
+    index.add(1, "a/+", parse_filter("x = 1"))
+    index.add(2, "a/+", parse_filter("y > 1"))
+    assert index.match("a/b", {"x": 1, "y": 2}) == [1, 2]
+    index.add(3, "a/+", parse_filter("not x = 5"))            # the first entry without a cover
+    assert index.match("a/b", {"x": 1, "y": 2}) == [1, 2, 3]
+    index.add(7, "a/+", parse_filter("x = 1 or y > 1"))       # the first one to deduplicate
+    assert index.match("a/b", {"x": 1, "y": 2}) == [1, 2, 3, 7]
+    index.remove(7)
+    index.add(4, "a/+", parse_filter('z = 1 or startswith(w, "q")'))   # new slots; dedupe
+    assert index.match("a/b", {"z": 1, "w": "qq"}) == [3, 4]
+    index.add(5, "a/+", None)                                 # the first unfiltered key
+    assert index.match("a/b", {}) == [3, 5]
+    for key, expected in [(3, [1, 2, 4, 5]), (4, [1, 2, 5]), (5, [1, 2]), (2, [1])]:
+        index.remove(key)
+        check_cache(index)
+        assert index.match("a/b", {"x": 1, "y": 2, "z": 1}) == expected
+    index.add(6, "a/#", parse_filter("y > 1"))                # a new pattern matching a cached channel
+    assert index.match("a/b", {"x": 1, "y": 2}) == [1, 6]
+    check_cache(index)
+
+
 # -- the index against brute force -------------------------------------------------------------------
+
+def check_cache(index: SubscriptionIndex) -> None:
+    """Every cached plan is the plan built now, and groups know the channels that cache them."""
+    for channel, plan in index._cache.items():
+        assert plan == index._build_plan(channel), channel
+    for group in index._groups.values():
+        expected = [c for c, plan in index._cache.items() if any(g is group for g in plan.groups)]
+        assert sorted(group.cached_channels) == sorted(expected)
+
 
 _ops = st.lists(
     st.one_of(
@@ -98,7 +196,7 @@ _ops = st.lists(
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_ops, st.sampled_from([0, 1, 6]), st.sampled_from([0, 1, 4096]))
-def test_index_equals_brute_force(ops: list[tuple], scan_max: int, cache_max: int) -> None:  # type: ignore[type-arg]
+def test_index_equals_brute_force(ops: list[tuple[Any, ...]], scan_max: int, cache_max: int) -> None:
     index = SubscriptionIndex(scan_entries_max=scan_max, channel_cache_entries_max=cache_max)
     reference = BruteForceIndex()
     next_key = 0
@@ -119,6 +217,7 @@ def test_index_equals_brute_force(ops: list[tuple], scan_max: int, cache_max: in
         else:
             assert index.match(op[1], op[2]) == reference.match(op[1], op[2]), op
         assert len(index) == len(reference.subscriptions)
+        check_cache(index)
     for key in sorted(reference.subscriptions):
         index.remove(key)
     assert index._root.is_empty()
@@ -275,3 +374,18 @@ def test_match_order_is_ascending_across_groups() -> None:
         index.add(key, pattern, parse_filter("x > 1 or y = 2") if key % 2 else None)
     assert index.match("a/b", {"x": 5, "y": 2}) == sorted(keys)
     assert index.match("a/b", {}) == [0, 12, 50]
+
+
+def test_range_boundaries_equal_brute_force() -> None:
+    index = SubscriptionIndex(scan_entries_max=0)
+    reference = BruteForceIndex()
+    key = 0
+    for op in ["<", "<=", ">", ">="]:
+        for threshold in ["1", "2", "2.0", "3", '"b"', '"bb"', '""']:
+            flt = parse_filter(f"x {op} {threshold}")
+            index.add(key, "c", flt)
+            reference.add(key, "c", flt.ast)
+            key += 1
+    for value in [0, 1, 1.5, 2, 2.0, 2.5, 3, 4, -0.0, True, False, "a", "b", "ba", "bb", "c", "", "2", None]:
+        assert index.match("c", {"x": value}) == reference.match("c", {"x": value}), value
+    assert index.match("c", {}) == []

@@ -6,26 +6,26 @@ Each filtered subscription is an *entry* filed under every access predicate of i
     Equal        slot.equal[key] -> B             one dict probe per event value
     Equal+Range  slot.refined[key] -> {.. T ..}   that probe, then a bisect of each T
     Prefix       slot.prefixes[len(p)][p] -> B    one probe per distinct prefix length
-    Range        slot.ranges[op, strings] -> T    one bisect of T
+    Prefix+Range slot.refined_prefixes[len(p)][p] -> {.. T ..}
+    Range        slot.ranges[name, op, strings] -> T     one bisect
     Present      slot.present -> B                every event carrying the name
 
 A bucket B maps subscription key -> check: the entry's cover residual, compiled, or None when
 the cover is exact and a hit is a match. A T holds the distinct thresholds of one (name, op,
 strings or numbers) sorted, each with its bucket: `a > t` holds for the thresholds below the
-event's value, a prefix of the list found by one bisect; `a < t` a suffix.
+event's value, a prefix of the list found by one bisect; `a < t` a suffix. Entries without a
+cover sit in `scan` and are checked for every event.
 
-To match an event, probe the slots of the names the event and the group share, and run the check
-of each hit as it comes (entries whose cover could be hit twice are deduplicated). Entries
-without a cover sit in `scan` and are checked for every event. A group with at most
-`scan_entries_max` entries skips the probes and runs every predicate: for a handful of entries
-that is cheaper. The hot loop is written out flat, without helper calls per bucket, because in
-CPython a call costs as much as a dict probe.
+`hit_buckets` probes, for each attribute name, the slots of that name in *several* groups at
+once (the subscription index merges the slots of all the groups matching a channel), so an event
+value is fetched and classified once per name, not once per group. The loop is written out flat
+because in CPython a call costs as much as a dict probe.
 
 Invariants: an entry is filed under each of its accesses exactly once and nowhere else; no
 empty bucket, threshold, table or slot is kept; buckets iterate in filing order, so results come
-out in a deterministic order. The probes only narrow the candidates, so the result equals
-running every predicate; an event value whose type is a subclass of str/int/float, or a NaN
-(neither is ever on the wire), falls back to exactly that.
+out in a deterministic order. The probes only narrow the candidates, so matching through them
+equals running every predicate; an event value whose type is a subclass of str/int/float, or a
+NaN (neither is ever on the wire), makes `hit_buckets` ask for exactly that instead.
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ from tidings.core.filters.predicate import NO_KIND, Predicate, compile_node, val
 _MISSING = object()
 
 Bucket = dict[int, Predicate | None]      # subscription key -> check (None: a hit is a match)
+Probes = tuple[tuple[str, tuple["Slot", ...]], ...]
 
 
-class _Entry:
+class Entry:
     __slots__ = ("check", "cover", "key", "predicate")
 
     def __init__(self, key: int, predicate: Predicate, cover: Cover | None) -> None:
@@ -67,18 +68,25 @@ class _Entry:
 
 
 class _Thresholds:
-    """The range accesses of one (name, op, strings): distinct thresholds, sorted, with buckets."""
+    """The range accesses of one (name, op, strings): distinct thresholds, sorted, with buckets.
 
-    __slots__ = ("buckets", "name", "op", "strings", "values")
+    For a value v the hits are `buckets[:i]` if `below` else `buckets[i:]`, i = bisect(values, v):
+    `a > t` holds for t < v (bisect_left, below), `a >= t` for t <= v (bisect_right, below),
+    `a < t` for t > v (bisect_right, above), `a <= t` for t >= v (bisect_left, above).
+    """
+
+    __slots__ = ("below", "bisect", "buckets", "name", "op", "strings", "values")
 
     def __init__(self, name: str, op: str, strings: bool) -> None:
         self.name = name
         self.op = op
         self.strings = strings
+        self.below = op in (">", ">=")
+        self.bisect = bisect_left if op in (">", "<=") else bisect_right
         self.values: list[Any] = []      # all numbers or all strings
         self.buckets: list[Bucket] = []
 
-    def file(self, threshold: object, entry: _Entry) -> None:
+    def file(self, threshold: object, entry: Entry) -> None:
         i = bisect_left(self.values, threshold)
         if i < len(self.values) and self.values[i] == threshold:
             self.buckets[i][entry.key] = entry.check
@@ -95,22 +103,11 @@ class _Thresholds:
             del self.values[i]
             del self.buckets[i]
 
-    def hit_buckets(self, v: object) -> list[Bucket]:
-        """The buckets whose `name op threshold` holds for the comparable, non-NaN value `v`."""
-        op = self.op
-        if op == ">":
-            return self.buckets[:bisect_left(self.values, v)]
-        if op == ">=":
-            return self.buckets[:bisect_right(self.values, v)]
-        if op == "<":
-            return self.buckets[bisect_right(self.values, v):]
-        return self.buckets[bisect_left(self.values, v):]
-
 
 RangeKey = tuple[str, str, bool]        # (name, op, thresholds are strings)
 
 
-def _file_range(ranges: dict[RangeKey, _Thresholds], access: Range, entry: _Entry) -> None:
+def _file_range(ranges: dict[RangeKey, _Thresholds], access: Range, entry: Entry) -> None:
     where = (access.name, access.op, isinstance(access.threshold, str))
     thresholds = ranges.get(where)
     if thresholds is None:
@@ -125,20 +122,21 @@ def _unfile_range(ranges: dict[RangeKey, _Thresholds], access: Range, key: int) 
         del ranges[where]
 
 
-class _Slot:
+class Slot:
     """Every access on one attribute name."""
 
-    __slots__ = ("equal", "filings", "prefixes", "present", "ranges", "refined")
+    __slots__ = ("equal", "filings", "prefixes", "present", "ranges", "refined", "refined_prefixes")
 
     def __init__(self) -> None:
         self.equal: dict[object, Bucket] = {}
         self.refined: dict[object, dict[RangeKey, _Thresholds]] = {}   # equal, then a range
         self.prefixes: dict[int, dict[str, Bucket]] = {}
+        self.refined_prefixes: dict[int, dict[str, dict[RangeKey, _Thresholds]]] = {}
         self.ranges: dict[RangeKey, _Thresholds] = {}                   # on this name
         self.present: Bucket = {}
         self.filings = 0
 
-    def file(self, access: Access, entry: _Entry) -> None:
+    def file(self, access: Access, entry: Entry) -> None:
         self.filings += 1
         if isinstance(access, Equal):
             if access.refine is None:
@@ -146,8 +144,12 @@ class _Slot:
             else:
                 _file_range(self.refined.setdefault(access.key, {}), access.refine, entry)
         elif isinstance(access, Prefix):
-            table = self.prefixes.setdefault(len(access.prefix), {})
-            table.setdefault(access.prefix, {})[entry.key] = entry.check
+            if access.refine is None:
+                table = self.prefixes.setdefault(len(access.prefix), {})
+                table.setdefault(access.prefix, {})[entry.key] = entry.check
+            else:
+                refined = self.refined_prefixes.setdefault(len(access.prefix), {})
+                _file_range(refined.setdefault(access.prefix, {}), access.refine, entry)
         elif isinstance(access, Present):
             self.present[entry.key] = entry.check
         else:
@@ -164,10 +166,18 @@ class _Slot:
                 if not refined:
                     del self.refined[access.key]
         elif isinstance(access, Prefix):
-            table = self.prefixes[len(access.prefix)]
-            _drop(table, access.prefix, key)
-            if not table:
-                del self.prefixes[len(access.prefix)]
+            length = len(access.prefix)
+            if access.refine is None:
+                _drop(self.prefixes[length], access.prefix, key)
+                if not self.prefixes[length]:
+                    del self.prefixes[length]
+            else:
+                ranges = self.refined_prefixes[length][access.prefix]
+                _unfile_range(ranges, access.refine, key)
+                if not ranges:
+                    del self.refined_prefixes[length][access.prefix]
+                if not self.refined_prefixes[length]:
+                    del self.refined_prefixes[length]
         elif isinstance(access, Present):
             del self.present[key]
         else:
@@ -181,140 +191,151 @@ def _drop(table: dict[Any, Bucket], where: object, key: int) -> None:
         del table[where]
 
 
-def _hit_buckets(slot: _Slot, v: object, attributes: Mapping[str, object], buckets: list[Bucket]) -> bool:
-    """Add the buckets of `slot` that its attribute's value `v` hits; False: take the slow path."""
-    if slot.present:
-        buckets.append(slot.present)
-    t = type(v)
-    if t is str:
-        for length, table in slot.prefixes.items():
-            bucket = table.get(v[:length])  # type: ignore[index]
+_NO_KEY = object()      # the key of a value of no kind: in no table
+
+
+def hit_buckets(probes: Probes, attributes: Mapping[str, object], buckets: list[Bucket]) -> bool:
+    """Add to `buckets` those that `attributes` hit in the slots of `probes`, a list of (name,
+    slots of that name in several groups); False when a value needs the slow path instead."""
+    for name, slots in probes:
+        v = attributes.get(name, _MISSING)
+        if v is _MISSING:
+            continue
+        t = type(v)
+        if t is str or t is int or (t is float and not isnan(v)):  # type: ignore[arg-type]
+            key = v                             # its own key, and ordered
+        elif t is bool:
+            key = TRUE_KEY if v else FALSE_KEY
+        elif value_kind(v) == NO_KIND:
+            key = _NO_KEY
+        else:
+            return False
+        for slot in slots:
+            if slot.present:
+                buckets.append(slot.present)
+            bucket = slot.equal.get(key)
             if bucket:
                 buckets.append(bucket)
-        key = v
-    elif t is int or (t is float and not isnan(v)):  # type: ignore[arg-type]
-        key = v
-    elif t is bool:
-        key = TRUE_KEY if v else FALSE_KEY
-    else:
-        return value_kind(v) == NO_KIND      # of no kind: only `present` can hit
-    bucket = slot.equal.get(key)
-    if bucket:
-        buckets.append(bucket)
-    if slot.refined:
-        refined = slot.refined.get(key)
-        if refined and not _range_buckets(refined.values(), attributes, buckets):
-            return False
-    if slot.ranges and t is not bool:
-        _own_range_buckets(slot.ranges.values(), v, t is str, buckets)
+            if slot.refined:
+                refined = slot.refined.get(key)
+                if refined and not _range_buckets(refined.values(), attributes, buckets):
+                    return False
+            if (slot.ranges or slot.prefixes or slot.refined_prefixes) and key is v and not _ordered_buckets(
+                    slot, v, attributes, buckets):
+                return False
     return True
 
 
-def _own_range_buckets(ranges: Any, v: object, strings: bool, buckets: list[Bucket]) -> None:
-    for thresholds in ranges:
-        if thresholds.strings is strings:
-            buckets += thresholds.hit_buckets(v)
+def _ordered_buckets(slot: Slot, v: Any, attributes: Mapping[str, object], buckets: list[Bucket]) -> bool:
+    """The hits of the ranges and prefixes of `slot` for its attribute's value `v`."""
+    strings = type(v) is str
+    for th in slot.ranges.values():
+        if th.strings is strings:
+            i = th.bisect(th.values, v)
+            buckets += th.buckets[:i] if th.below else th.buckets[i:]
+    return not strings or _prefix_buckets(slot, v, attributes, buckets)
+
+
+def _prefix_buckets(slot: Slot, v: str, attributes: Mapping[str, object], buckets: list[Bucket]) -> bool:
+    for length, table in slot.prefixes.items():
+        bucket = table.get(v[:length])
+        if bucket:
+            buckets.append(bucket)
+    for length, refined in slot.refined_prefixes.items():
+        ranges = refined.get(v[:length])
+        if ranges and not _range_buckets(ranges.values(), attributes, buckets):
+            return False
+    return True
 
 
 def _range_buckets(ranges: Any, attributes: Mapping[str, object], buckets: list[Bucket]) -> bool:
     """Add the hit buckets of `ranges` (on any names) for `attributes`; False: slow path."""
-    for thresholds in ranges:
-        v = attributes.get(thresholds.name, _MISSING)
+    for th in ranges:
+        v = attributes.get(th.name, _MISSING)
         t = type(v)
-        if t is str:
-            if thresholds.strings:
-                buckets += thresholds.hit_buckets(v)
-        elif t is int or (t is float and not isnan(v)):  # type: ignore[arg-type]
-            if not thresholds.strings:
-                buckets += thresholds.hit_buckets(v)
+        if t is str or t is int or (t is float and not isnan(v)):  # type: ignore[arg-type]
+            if th.strings is (t is str):
+                i = th.bisect(th.values, v)
+                buckets += th.buckets[:i] if th.below else th.buckets[i:]
         elif t is not bool and v is not _MISSING and value_kind(v) != NO_KIND:
             return False
     return True
 
 
 class AttributeIndex:
-    """The subscriptions of one pattern: unfiltered keys, and filtered entries by access."""
+    """The subscriptions of one pattern: unfiltered keys, and filtered entries by access.
 
-    __slots__ = ("_entries", "_multi", "_scan", "_slots", "unfiltered")
+    It only stores; the subscription index reads it into per-channel plans. `add` and `remove`
+    return True when the *layout* a plan copies changed (see `SubscriptionIndex`): whether the
+    group is small (and then any of its entries), its slot set, whether it has unfiltered keys,
+    whether it has entries to scan, and whether it needs deduplication.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_entries", "_multi", "_scan_entries_max", "_slots", "cached_channels", "scan", "unfiltered")
+
+    def __init__(self, scan_entries_max: int) -> None:
+        self._scan_entries_max = scan_entries_max
+        self.cached_channels: dict[str, None] = {}   # kept by the SubscriptionIndex
         self.unfiltered: dict[int, None] = {}
-        self._entries: dict[int, _Entry] = {}
-        self._scan: dict[int, _Entry] = {}
-        self._slots: dict[str, _Slot] = {}
+        self._entries: dict[int, Entry] = {}
+        self.scan: dict[int, Entry] = {}        # filtered entries without a cover
+        self._slots: dict[str, Slot] = {}
         self._multi = 0     # entries one event may reach through two accesses: dedupe needed
 
     def __len__(self) -> int:
         return len(self.unfiltered) + len(self._entries)
 
-    def add(self, key: int, flt: Filter | None) -> None:
+    @property
+    def small(self) -> bool:
+        """Small enough to run every predicate rather than probe."""
+        return len(self._entries) <= self._scan_entries_max
+
+    @property
+    def needs_dedupe(self) -> bool:
+        return self._multi > 0
+
+    def entries(self) -> list[tuple[int, Predicate]]:
+        return [(entry.key, entry.predicate) for entry in self._entries.values()]
+
+    def slots(self) -> list[tuple[str, Slot]]:
+        return list(self._slots.items())
+
+    def add(self, key: int, flt: Filter | None) -> bool:
         assert key not in self.unfiltered and key not in self._entries
         if flt is None:
             self.unfiltered[key] = None
-            return
-        cover = cover_of(flt.ast)
-        entry = _Entry(key, flt.predicate, cover)
+            return len(self.unfiltered) == 1
+        before = self._layout()
+        entry = Entry(key, flt.predicate, cover_of(flt.ast))
         self._entries[key] = entry
-        if cover is None:
-            self._scan[key] = entry
-            return
-        if not cover.hits_at_most_once:
-            self._multi += 1
-        for access in cover.accesses:
-            slot = self._slots.get(access.name)
-            if slot is None:
-                slot = _Slot()
-                self._slots[access.name] = slot
-            slot.file(access, entry)
+        if entry.cover is None:
+            self.scan[key] = entry
+        else:
+            self._multi += not entry.cover.hits_at_most_once
+            for access in entry.cover.accesses:
+                slot = self._slots.get(access.name)
+                if slot is None:
+                    slot = Slot()
+                    self._slots[access.name] = slot
+                slot.file(access, entry)
+        return before[0] or before != self._layout()
 
-    def remove(self, key: int) -> None:
+    def remove(self, key: int) -> bool:
         if key in self.unfiltered:
             del self.unfiltered[key]
-            return
+            return not self.unfiltered
+        before = self._layout()
         entry = self._entries.pop(key)
-        cover = entry.cover
-        if cover is None:
-            del self._scan[key]
-            return
-        if not cover.hits_at_most_once:
-            self._multi -= 1
-        for access in cover.accesses:
-            slot = self._slots[access.name]
-            slot.unfile(access, key)
-            if not slot.filings:
-                del self._slots[access.name]
-
-    def collect(self, attributes: Mapping[str, object], out: list[int], scan_entries_max: int) -> None:
-        """Append to `out` the keys whose filter matches `attributes` (in no particular order)."""
-        if self.unfiltered:
-            out.extend(self.unfiltered)
-        entries = self._entries
-        if len(entries) > scan_entries_max:
-            found = self._probe_all(attributes)
-            if found is not None:
-                out.extend(dict.fromkeys(found) if self._multi else found)
-                return
-        for entry in entries.values():
-            if entry.predicate(attributes):
-                out.append(entry.key)
-
-    def _probe_all(self, attributes: Mapping[str, object]) -> list[int] | None:
-        """The keys matching `attributes`, found through the slots; None: take the slow path."""
-        buckets: list[Bucket] = []
-        slots = self._slots
-        if len(slots) < len(attributes):
-            for name, slot in slots.items():
-                v = attributes.get(name, _MISSING)
-                if v is not _MISSING and not _hit_buckets(slot, v, attributes, buckets):
-                    return None
+        if entry.cover is None:
+            del self.scan[key]
         else:
-            for name, v in attributes.items():
-                match = slots.get(name)
-                if match is not None and not _hit_buckets(match, v, attributes, buckets):
-                    return None
-        found = [entry.key for entry in self._scan.values() if entry.predicate(attributes)]
-        for bucket in buckets:
-            for key, check in bucket.items():
-                if check is None or check(attributes):
-                    found.append(key)
-        return found
+            self._multi -= not entry.cover.hits_at_most_once
+            for access in entry.cover.accesses:
+                slot = self._slots[access.name]
+                slot.unfile(access, key)
+                if not slot.filings:
+                    del self._slots[access.name]
+        return before[0] or before != self._layout()
+
+    def _layout(self) -> tuple[bool, int, bool, bool]:
+        return self.small, len(self._slots), self._multi > 0, not self.scan

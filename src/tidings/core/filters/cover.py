@@ -3,10 +3,9 @@
 A *cover* of a filter F is a set of access predicates {A1..Ak}, each answerable by one hash or
 bisect probe on a single attribute, such that F(e) implies A1(e) or ... or Ak(e) for every event
 e. The index files a subscription under each Ai; an event then reaches only the subscriptions
-one of whose Ai it satisfies (the *candidates*), and each candidate is verified with its full
-compiled predicate. A cover also
-carries a *residual* R with: whenever one of the Ai holds, F = R. A candidate is verified with R,
-not F: for `site in (...) and load > 3.5` filed under its sites, R is `load > 3.5` alone. A cover
+one of whose Ai it satisfies (the *candidates*). A cover also carries a *residual* R such that
+whenever one of the Ai holds, F = R: each candidate is verified with R, not F (for
+`host = "h17" and mem_free_mb != 0` filed under the host, R is `mem_free_mb != 0` alone). A cover
 is *exact* when R is empty (true): a hit is a match (`host = "h17"`, `load > 3.5`).
 
 This is the access-predicate step of a DNF index (Gryphon's matching, the "counting"/"clustering"
@@ -22,7 +21,8 @@ so its size is at most the number of atoms times the longest `in` list, and boun
 ACCESSES_MAX. A filter without a cover goes to the index's scan list. Residuals follow the same
 recursion: an exact atom leaves nothing, an inexact one itself; all-of leaves the chosen operand's
 residual and-ed with the other operands; any-of leaves nothing if every operand is exact, else
-itself (a hit does not say which operand it came from).
+itself (a hit does not say which operand it came from). Invariant, checked by the tests against
+the reference evaluator: F(e) implies some Ai(e), and if some Ai(e) then F(e) = R(e).
 
     atom                    access predicate               exact
     a = v                   Equal(a, key(v))               yes
@@ -32,10 +32,10 @@ itself (a hit does not say which operand it came from).
     exists(a)               Present(a)                     yes
     a != v, a not in (...)  Present(a)                     no
 
-An all-of whose chosen cover is equalities and which also has a range atom among its operands
-files each equality *refined* by that range (a two-level probe, like one step of Gryphon's
-parallel search tree): `site in ("a", "b") and load > 3.5` is reached only by events of site
-a or b whose load is above 3.5, so it needs no verification at all.
+An all-of with a range atom among its operands and another operand covered by plain
+equalities or prefixes files each of those *refined* by the range (a two-level probe, like one
+step of Gryphon's parallel search tree): `site in ("a", "b") and load > 3.5` is reached only by
+events of site a or b whose load is above 3.5, so it needs no verification at all.
 
 `equality_key` maps a value to the dict key it is filed under: booleans to sentinels of their own,
 because True == 1 == 1.0 hash alike in Python and must not meet in a filter. The cost of a cover,
@@ -111,8 +111,11 @@ class Equal:
 
 @dataclass(frozen=True, slots=True)
 class Prefix:
+    """`startswith(name, prefix)`, and `refine` too when set."""
+
     name: str
     prefix: str
+    refine: Range | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,40 +165,59 @@ def _cover(node: Node, negated: bool) -> Cover | None:
 
 
 def _cheapest(operands: tuple[Node, ...], children: list[Cover | None], negated: bool) -> Cover | None:
-    best: int | None = None
-    for i, child in enumerate(children):
-        if child is not None and (best is None or child.cost < children[best].cost):  # type: ignore[union-attr]
-            best = i
-    if best is None:
-        return None
+    """The cover of an all-of: one operand's, refined by a range operand when it can be."""
+    refined = None if negated else _refined(operands, children)
+    if refined is None:
+        cheapest = _cheapest_index(children)
+        if cheapest is None:
+            return None
+        refined = (cheapest, -1, children[cheapest].accesses)  # type: ignore[union-attr]
+    best, skip, accesses = refined
     chosen = children[best]
     assert chosen is not None
-    refine = None if negated else _refinement(operands, best, chosen)
     rest: list[Node] = []
     for i, operand in enumerate(operands):
         if i == best:
             if chosen.residual is not None:
                 rest.append(chosen.residual)
-        elif refine is not None and i == refine[0]:
-            continue    # enforced by the probe itself
-        else:
+        elif i != skip:     # the refining range is enforced by the probe itself
             rest.append(Not(operand) if negated else operand)
     residual = None if not rest else rest[0] if len(rest) == 1 else And(tuple(rest))
-    accesses = chosen.accesses
-    if refine is not None:
-        accesses = tuple(Equal(a.name, a.key, refine[1]) for a in accesses)  # type: ignore[union-attr]
     return Cover(accesses, chosen.cost, residual)
 
 
-def _refinement(operands: tuple[Node, ...], best: int, chosen: Cover) -> tuple[int, Range] | None:
-    """A range operand to file under each equality of `chosen` (`site in (...) and load > 3.5`)."""
-    if not all(isinstance(a, Equal) and a.refine is None for a in chosen.accesses):
+def _cheapest_index(children: list[Cover | None]) -> int | None:
+    best: Cover | None = None
+    index = None
+    for i, child in enumerate(children):
+        if child is not None and (best is None or child.cost < best.cost):
+            best, index = child, i
+    return index
+
+
+def _refined(operands: tuple[Node, ...], children: list[Cover | None]) -> tuple[int, int, tuple[Access, ...]] | None:
+    """(chosen operand, refining operand, accesses) for an all-of with a range atom and an
+    operand covered by plain equalities or prefixes: `site in (...) and load > 3.5`. Its hits
+    are a subset of both operands' hits, so it beats either alone, whatever their costs."""
+    skip = next((i for i, op in enumerate(operands)
+                 if isinstance(op, Comparison) and op.op in ORDERING_OPS), None)
+    if skip is None:
         return None
-    for i, operand in enumerate(operands):
-        if i != best and isinstance(operand, Comparison) and operand.op in ORDERING_OPS:
-            assert not isinstance(operand.value, bool), "the parser rejects ordering on booleans"
-            return i, Range(operand.name, operand.op, operand.value)
-    return None
+    best = None
+    for i, child in enumerate(children):
+        if (i != skip and child is not None and (best is None or child.cost < children[best].cost)  # type: ignore[union-attr]
+                and all(isinstance(a, Equal | Prefix) and a.refine is None for a in child.accesses)):
+            best = i
+    if best is None:
+        return None
+    atom = operands[skip]
+    assert isinstance(atom, Comparison) and not isinstance(atom.value, bool)
+    refine = Range(atom.name, atom.op, atom.value)
+    accesses = tuple(
+        Equal(a.name, a.key, refine) if isinstance(a, Equal) else Prefix(a.name, a.prefix, refine)  # type: ignore[union-attr]
+        for a in children[best].accesses  # type: ignore[union-attr]
+    )
+    return best, skip, accesses
 
 
 def _union(children: list[Cover | None], written: Node) -> Cover | None:
@@ -251,7 +273,8 @@ def access_holds(access: Access, attributes: dict[str, object]) -> bool:
         hit = key is not None and key == access.key
         return hit and (access.refine is None or access_holds(access.refine, attributes))
     if isinstance(access, Prefix):
-        return isinstance(value, str) and value.startswith(access.prefix)
+        hit = isinstance(value, str) and value.startswith(access.prefix)
+        return hit and (access.refine is None or access_holds(access.refine, attributes))
     if value_kind(value) != value_kind(access.threshold):
         return False
     return bool(_ORDER[access.op](value, access.threshold))

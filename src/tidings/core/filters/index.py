@@ -6,20 +6,27 @@ Matching runs in two stages, as in Gryphon and GES: first the channel, then the 
    The groups hang in a topic trie over pattern segments; a node has literal children, one `+`
    child, and may end a pattern here (`exact`) or with `#` here (`rest`). Walking the trie along
    a channel's segments visits only branches that can match, so the cost follows the channel's
-   depth and the number of matching patterns, not the number of patterns. The walk's result, the
-   tuple of matching groups, is cached per channel (channels repeat: a monitoring feed publishes
-   the same few thousand channels over and over). The cache holds at most
-   `channel_cache_entries_max` channels, evicted first-in first-out, and is emptied whenever a
-   pattern appears or disappears (adding a subscription to an existing pattern keeps it valid:
-   the cached groups are the live objects).
-2. Content. Within each matching group the attribute index (`attribute_index.py`) finds the
-   candidates through the filters' access predicates (`cover.py`) and verifies them with their
-   compiled predicates, so an event is tested against the few filters that can match it, never
-   against every filter.
+   depth and the number of matching patterns, not the number of patterns.
+2. Content. The walk's groups become the channel's *plan*: the unfiltered keys of every group;
+   the (key, predicate) pairs of the small groups, which are cheaper to test outright; and, for
+   the other groups, their scan entries and their slots merged by attribute name, so that
+   `attribute_index.hit_buckets` fetches each event value once and probes every group's tables
+   for it. Only the filters an access predicate leads to are checked (`cover.py`), never every
+   filter.
+
+Plans are cached per channel (channels repeat: a monitoring feed publishes the same few thousand
+channels over and over), at most `channel_cache_entries_max` of them, evicted first-in first-out.
+Each group remembers the cached channels whose plans include it. A plan copies a group's
+*layout* (small or not, and then its entries; its slots; whether it has unfiltered keys or scan
+entries; whether it needs deduplication), so a change of layout evicts that group's channels; a
+new pattern evicts the cached channels it matches, a removed pattern its group's channels. Adding
+a filter to a large group usually changes no layout and evicts nothing: the plan holds the live
+tables.
 
 Invariants: every subscription key is in exactly one group, the group of its pattern; a group and
-its trie node exist exactly while the group is non-empty; a cached entry is the tuple the trie
-walk returns now. `match` returns keys in ascending order, and equals the brute force
+its trie node exist exactly while the group is non-empty; a cached plan is the plan that would be
+built now, and `channel in group.cached_channels` iff the group is in the channel's cached plan.
+`match` returns keys in ascending order, and equals the brute force
 `[k for k in sorted(subs) if pattern_matches(p_k, channel) and (f_k is None or f_k.matches(a))]`.
 The `$` rule of `pattern_matches` holds: a pattern starting with a wildcard does not match a
 channel whose first segment starts with `$`.
@@ -29,10 +36,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from tidings.core.channels import validate_pattern
-from tidings.core.filters.attribute_index import AttributeIndex
+from tidings.core.channels import pattern_matches, validate_pattern
+from tidings.core.filters.attribute_index import AttributeIndex, Bucket, Entry, Probes, Slot, hit_buckets
 from tidings.core.filters.parser import Filter
+from tidings.core.filters.predicate import Predicate
 
 CHANNEL_CACHE_ENTRIES_MAX = 4096
 SCAN_ENTRIES_MAX = 6            # a group this small runs every predicate instead of probing
@@ -51,6 +60,19 @@ class _TrieNode:
         return not self.children and self.plus is None and self.exact is None and self.rest is None
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How to match one channel (see the module docstring)."""
+
+    groups: tuple[AttributeIndex, ...]          # every group whose pattern matches
+    unfiltered: tuple[dict[int, None], ...]
+    checked: tuple[tuple[int, Predicate], ...]  # the entries of the small groups
+    probed: tuple[AttributeIndex, ...]          # the other groups
+    scans: tuple[dict[int, Entry], ...]         # their entries without access predicates
+    probes: Probes                              # their slots, by attribute name
+    dedupe: bool
+
+
 class SubscriptionIndex:
     """Subscriptions (key, pattern, filter) and the events each one wants."""
 
@@ -65,7 +87,7 @@ class SubscriptionIndex:
         self._subscriptions: dict[int, tuple[str, Filter | None]] = {}
         self._groups: dict[str, AttributeIndex] = {}
         self._root = _TrieNode()
-        self._cache: OrderedDict[str, tuple[AttributeIndex, ...]] = OrderedDict()
+        self._cache: OrderedDict[str, _Plan] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._subscriptions)
@@ -80,41 +102,96 @@ class SubscriptionIndex:
         validate_pattern(pattern)
         group = self._groups.get(pattern)
         if group is None:
-            group = self._groups[pattern] = AttributeIndex()
+            group = self._groups[pattern] = AttributeIndex(self._scan_entries_max)
             self._insert(pattern, group)
-            self._cache.clear()
-        group.add(key, flt)
+            for channel in [c for c in self._cache if pattern_matches(pattern, c)]:
+                self._evict(channel)
+        if group.add(key, flt):
+            self._evict_group(group)
         self._subscriptions[key] = (pattern, flt)
 
     def remove(self, key: int) -> None:
         """Remove subscription `key`; KeyError if absent."""
         pattern, _ = self._subscriptions.pop(key)
         group = self._groups[pattern]
-        group.remove(key)
+        if group.remove(key) or not len(group):
+            self._evict_group(group)
         if not len(group):
             del self._groups[pattern]
             self._delete(pattern)
-            self._cache.clear()
-
-    def match(self, channel: str, attributes: Mapping[str, object]) -> list[int]:
-        """Keys, ascending, whose pattern matches the (valid) `channel` and whose filter matches."""
-        groups = self._cache.get(channel)
-        if groups is None:
-            groups = self._groups_matching(channel)
-            if self._cache_entries_max > 0:
-                if len(self._cache) >= self._cache_entries_max:
-                    self._cache.popitem(last=False)
-                self._cache[channel] = groups
-        out: list[int] = []
-        scan_max = self._scan_entries_max
-        for group in groups:
-            group.collect(attributes, out, scan_max)
-        out.sort()
-        return out
 
     def subscription(self, key: int) -> tuple[str, Filter | None]:
         """The (pattern, filter) of subscription `key`; KeyError if absent."""
         return self._subscriptions[key]
+
+    def match(self, channel: str, attributes: Mapping[str, object]) -> list[int]:
+        """Keys, ascending, whose pattern matches the (valid) `channel` and whose filter matches."""
+        plan = self._cache.get(channel)
+        if plan is None:
+            plan = self._build_plan(channel)
+            self._remember(channel, plan)
+        out: list[int] = []
+        for keys in plan.unfiltered:
+            out.extend(keys)
+        for key, predicate in plan.checked:
+            if predicate(attributes):
+                out.append(key)
+        if not plan.probed:
+            out.sort()
+            return out
+        buckets: list[Bucket] = []
+        if not hit_buckets(plan.probes, attributes, buckets):
+            for group in plan.probed:
+                out.extend(key for key, predicate in group.entries() if predicate(attributes))
+            out.sort()
+            return out
+        start = len(out)
+        for scan in plan.scans:
+            out.extend(entry.key for entry in scan.values() if entry.predicate(attributes))
+        for bucket in buckets:
+            for key, check in bucket.items():
+                if check is None or check(attributes):
+                    out.append(key)
+        if plan.dedupe:
+            out[start:] = dict.fromkeys(out[start:])
+        out.sort()
+        return out
+
+    # -- plans and their cache --------------------------------------------------------------------
+
+    def _build_plan(self, channel: str) -> _Plan:
+        groups = self._groups_matching(channel)
+        probed = tuple(group for group in groups if not group.small)
+        merged: dict[str, list[Slot]] = {}
+        for group in probed:
+            for name, slot in group.slots():
+                merged.setdefault(name, []).append(slot)
+        return _Plan(
+            groups=groups,
+            unfiltered=tuple(group.unfiltered for group in groups if group.unfiltered),
+            checked=tuple(pair for group in groups if group.small for pair in group.entries()),
+            probed=probed,
+            scans=tuple(group.scan for group in probed if group.scan),
+            probes=tuple((name, tuple(slots)) for name, slots in merged.items()),
+            dedupe=any(group.needs_dedupe for group in probed),
+        )
+
+    def _remember(self, channel: str, plan: _Plan) -> None:
+        if self._cache_entries_max <= 0:
+            return
+        if len(self._cache) >= self._cache_entries_max:
+            self._evict(next(iter(self._cache)))
+        self._cache[channel] = plan
+        for group in plan.groups:
+            group.cached_channels[channel] = None
+
+    def _evict(self, channel: str) -> None:
+        for group in self._cache.pop(channel).groups:
+            del group.cached_channels[channel]
+
+    def _evict_group(self, group: AttributeIndex) -> None:
+        for channel in list(group.cached_channels):
+            self._evict(channel)
 
     # -- the topic trie ------------------------------------------------------------------------------
 
