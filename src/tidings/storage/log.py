@@ -232,7 +232,6 @@ class EventLog:
         # The promise first, the deletion second: a crash in between leaves files that recovery
         # deletes, never a missing tick that is not recorded as released.
         write_atomically(self.directory / RETENTION_FILE, _encode_released_through(released))
-        to_close: list[int] = []
         with self._lock:
             assert self._segments[:len(victims)] == victims
             self._released_through = released
@@ -241,10 +240,7 @@ class EventLog:
             for segment in victims:
                 self._size_bytes -= segment.size
                 self._record_count -= segment.record_count
-                segment.retired = True
-                fd = segment.release_fd_if_unused()
-                if fd is not None:
-                    to_close.append(fd)
+            to_close = _retire(victims)
         for fd in to_close:
             os.close(fd)
         self._directory_dirty = True
@@ -265,13 +261,8 @@ class EventLog:
             if self._write_fd >= 0:
                 os.close(self._write_fd)
                 self._write_fd = -1
-            to_close: list[int] = []
             with self._lock:
-                for segment in self._segments:
-                    segment.retired = True
-                    fd = segment.release_fd_if_unused()
-                    if fd is not None:
-                        to_close.append(fd)
+                to_close = _retire(self._segments)
             for fd in to_close:
                 os.close(fd)
 
@@ -553,3 +544,14 @@ def _truncate(path: pathlib.Path, size: int) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _retire(segments: list[Segment]) -> list[int]:
+    """Mark `segments` retired (call under the lock); the descriptors no reader holds, to close."""
+    to_close: list[int] = []
+    for segment in segments:
+        segment.retired = True
+        fd = segment.release_fd_if_unused()
+        if fd is not None:
+            to_close.append(fd)
+    return to_close
