@@ -275,3 +275,28 @@ def test_a_failed_log_read_ends_the_subscription_with_an_error():
     err = of_type(h.inbox(2), messages.Error)[0]
     assert err.code == "log-unreadable" and err.context == {"sub": sub} and "checksum" in err.message
     assert h.broker.subends == {}
+
+
+def test_a_big_group_commit_reaches_a_live_subscriber_in_bounded_frames():
+    h = Harness()
+    h.connect(1)
+    h.connect(2)
+    sub = h.subscribe(2, "bulk")
+    h.inbox(2)
+    for _ in range(6):  # six publish batches of 1 MiB, made durable by one sync
+        h.publish(1, *[("bulk", b"p" * 1000, {}) for _ in range(1000)])
+    h.sync()
+    frames = h.sent[2]
+    assert len(frames) >= 6
+    assert max(len(f) for f in frames) < messages.EVENTS_FRAME_BYTES_TARGET + 2000
+    assert delivered(h.inbox(2)) == [(sub, t) for t, _ in h.records]
+
+
+def test_the_client_accepts_frames_up_to_the_brokers_limit():
+    from tidings.core.session import ClientSession
+
+    s = ClientSession("svc", "i")
+    s.receive(messages.welcome({"pubend": "p", "frame_bytes_max": 64 << 20, "event_bytes_max": 32 << 20}))
+    big = messages.events(1, [messages.msgpack.packb(["p", 1, "a", {}, "s", "i", b"x" * (20 << 20)])])
+    (msg,) = s.receive(big)
+    assert len(msg.records[0][6]) == 20 << 20

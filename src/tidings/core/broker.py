@@ -231,7 +231,7 @@ class Broker:
         for key, records in fan.items():
             s = subends[key]
             self.events_delivered += len(records)
-            out.append(Send(s.conn, messages.events(s.sub, records)))
+            out.extend(Send(s.conn, frame) for frame in messages.events_frames(s.sub, records))
 
     # ---- subscribing -----------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ EVENT_BYTES_MAX_DEFAULT = 1024 * 1024
 PUBLISH_FRAME_EVENTS_MAX = 4096
 FRAME_OVERHEAD_BYTES = 64
 VALID_CHANNELS_CACHED_MAX = 4096
+FRAME_MARGIN_BYTES = 1024 * 1024
 
 Start = str | int | _dt.datetime
 
@@ -58,7 +59,7 @@ class ClientSession:
         self.pubend: str | None = None
         self.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
         self.event_bytes_max = EVENT_BYTES_MAX_DEFAULT
-        self._decoder = FrameDecoder(FRAME_BYTES_MAX_DEFAULT + 1024 * 1024)
+        self._decoder = FrameDecoder(FRAME_BYTES_MAX_DEFAULT + FRAME_MARGIN_BYTES)
         self._valid_channels: set[str] = set()
         self._next_seq = 0
         self._next_sub = 0
@@ -81,6 +82,8 @@ class ClientSession:
                 self.pubend = str(msg.info.get("pubend", ""))
                 self.frame_bytes_max = int(msg.info.get("frame_bytes_max", self.frame_bytes_max))
                 self.event_bytes_max = int(msg.info.get("event_bytes_max", self.event_bytes_max))
+                # the broker's frames: events up to its event_bytes_max, with room for attributes
+                self._decoder.frame_bytes_max = self.frame_bytes_max + FRAME_MARGIN_BYTES
             out.append(msg)
         return out
 

@@ -96,7 +96,7 @@ class Subend:
                 batch.append(record)
             position = tick
         if batch:
-            out.append(Send(self.conn, messages.events(self.sub, batch)))
+            out.extend(Send(self.conn, frame) for frame in messages.events_frames(self.sub, batch))
         if not records:  # an empty answer means nothing is left up to `through`
             position = max(position, through)
         self.position = position

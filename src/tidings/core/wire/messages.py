@@ -168,6 +168,23 @@ def _array_header(n: int) -> bytes:
     return b"\xdd" + struct.pack(">I", n)
 
 
+EVENTS_FRAME_BYTES_TARGET = 1024 * 1024
+
+
+def events_frames(sub: int, records: list[bytes]) -> list[bytes]:
+    """EVENTS frames for `records`, each about EVENTS_FRAME_BYTES_TARGET at most (a larger record
+    travels alone), so a big group commit never makes a frame the client must refuse."""
+    frames: list[bytes] = []
+    start = size = 0
+    for i, record in enumerate(records):
+        if size and size + len(record) > EVENTS_FRAME_BYTES_TARGET:
+            frames.append(events(sub, records[start:i]))
+            start, size = i, 0
+        size += len(record)
+    frames.append(events(sub, records[start:]))
+    return frames
+
+
 def events(sub: int, records: list[bytes]) -> bytes:
     """An EVENTS frame from already-encoded event records."""
     body = b"".join(
