@@ -6,6 +6,8 @@ Replay a failing seed with `Simulation(<the scenario>(seed)).run().report()`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tidings.core.config import BrokerConfig
@@ -22,10 +24,11 @@ def default_crashes(seed: int) -> Scenario:
 
 def slow_disk_big_batches(seed: int) -> Scenario:
     """Syncs of 2-25 ms under pipelined big batches: large group commits, much in doubt at each
-    crash, tiny output queues and log reads so every subscriber keeps falling behind."""
+    crash, tiny output queues and log reads so every subscriber keeps falling behind, and a small
+    pending-sync limit so publishers are paused until the disk catches up."""
     publishers = tuple(PublisherSpec(f"pub-{i}", 200, interval_ns=(200_000, 2 * MILLISECOND_NS),
                                      window=8, batch_max=20) for i in range(4))
-    config = BrokerConfig(send_queue_bytes_max=1024, log_read_bytes_max=2048,
+    config = BrokerConfig(send_queue_bytes_max=1024, log_read_bytes_max=2048, pending_sync_bytes_max=2048,
                           handshake_timeout_ns=50 * MILLISECOND_NS)
     return Scenario(seed=seed, publishers=publishers, crashes=5, client_drops=5,
                     sync_ns=(2 * MILLISECOND_NS, 25 * MILLISECOND_NS), config=config)
@@ -56,6 +59,18 @@ def test_slow_disk_big_group_commits_and_many_crashes(seed):
     summary = sim.summary()
     assert summary["crashes"] == 5 and summary["unsynced_lost"] + summary["unsynced_survived"] > 0, summary
     assert summary["syncs"] < summary["log_records"], "group commit should cover several batches"
+    assert sim.node.stats.get("PauseReading", 0) >= 1, "no publisher was ever paused for the disk"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_publishers_paused_for_a_slow_disk_are_resumed_and_lose_nothing(seed):
+    """Without crashes or drops every pause ends and every event is acknowledged: no deadlock."""
+    base = slow_disk_big_batches(seed)
+    sim = run_and_check(dataclasses.replace(base, crashes=0, client_drops=0))
+    summary = sim.summary()
+    pauses, resumes = sim.node.stats.get("PauseReading", 0), sim.node.stats.get("ResumeReading", 0)
+    assert pauses >= 1 and resumes >= 1, (pauses, resumes)
+    assert summary["events_in_doubt"] == 0 and summary["events_acked"] + summary["events_rejected"] == 800, summary
 
 
 def test_the_checker_notices_a_lost_acknowledged_event():

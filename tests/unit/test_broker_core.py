@@ -3,7 +3,7 @@
 import msgpack
 
 from tidings.core.config import BrokerConfig
-from tidings.core.inputs import LogRead
+from tidings.core.inputs import LogRead, Received, WriteSynced
 from tidings.core.wire import messages
 from tidings.core.wire.frames import frame
 
@@ -300,3 +300,19 @@ def test_the_client_accepts_frames_up_to_the_brokers_limit():
     big = messages.events(1, [messages.msgpack.packb(["p", 1, "a", {}, "s", "i", b"x" * (20 << 20)])])
     (msg,) = s.receive(big)
     assert len(msg.records[0][6]) == 20 << 20
+
+
+def test_publishers_are_not_read_while_too_much_waits_for_the_disk():
+    from tidings.core.effects import PauseReading, ResumeReading
+
+    h = Harness(BrokerConfig(pending_sync_bytes_max=10_000))
+    h.connect(1)
+    h.connect(2)
+    wire = h.sessions[1].publish([h.sessions[1].check_event("a", b"x" * 6000)])[0][2]
+    effects = h.broker.handle(Received(0, 10**6, 1, wire))
+    h.apply(effects)
+    assert not any(isinstance(e, PauseReading) for e in effects)
+    h.publish(2, ("a", b"y" * 6000, {}))
+    assert h.broker.status()["paused_publishers"] == 1 and h.broker.status()["pending_sync_bytes"] > 10_000
+    effects = h.broker.handle(WriteSynced(0, 2, h.state()))
+    assert ResumeReading(2) in effects and h.broker.status()["pending_sync_bytes"] == 0

@@ -24,7 +24,17 @@ from typing import Any, cast
 from tidings.aio.storage_worker import StorageWorker, log_state
 from tidings.core.broker import Broker
 from tidings.core.config import BrokerConfig
-from tidings.core.effects import Append, Disconnect, Effect, ReadLog, Send, Sync, coalesce_sends
+from tidings.core.effects import (
+    Append,
+    Disconnect,
+    Effect,
+    PauseReading,
+    ReadLog,
+    ResumeReading,
+    Send,
+    Sync,
+    coalesce_sends,
+)
 from tidings.core.inputs import (
     Accepted,
     ConnectionLost,
@@ -195,6 +205,13 @@ class BrokerServer:
                 transport = self.transports.get(eff.conn)
                 if transport is not None:
                     transport.close()
+            elif type(eff) is PauseReading or type(eff) is ResumeReading:
+                transport = self.transports.get(eff.conn)
+                if transport is not None and not transport.is_closing():
+                    if type(eff) is PauseReading:
+                        transport.pause_reading()
+                    else:
+                        transport.resume_reading()
 
     def _read_callbacks(self, reader: int) -> tuple[Any, Any]:
         """Callbacks for a reader thread: hand the result (or the failure) to the event loop."""

@@ -21,7 +21,7 @@ from tidings.core import errors
 from tidings.core.channels import validate_channel, validate_pattern
 from tidings.core.config import BrokerConfig
 from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection
-from tidings.core.effects import Append, Disconnect, Effect, Send, Sync
+from tidings.core.effects import Append, Disconnect, Effect, PauseReading, ResumeReading, Send, Sync
 from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.event import validate_attributes
 from tidings.core.filters import Filter, SubscriptionIndex, parse_filter
@@ -60,6 +60,8 @@ class Broker:
         self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
                          "event_bytes_max": config.event_bytes_max}
+        self._pending_bytes = 0          # encoded events logged but not yet synced
+        self._paused: dict[int, None] = {}  # connections not read until the pending bytes drain
         self.events_published = 0
         self.events_rejected = 0
         self.events_delivered = 0
@@ -199,7 +201,12 @@ class Broker:
         else:
             ticks = list(range(first, tick))
         self.events_published += len(records)
-        token = pubend.log(c.conn, msg.seq, ticks, deliveries)
+        batch_bytes = sum(len(rec) for _, rec in records)
+        self._pending_bytes += batch_bytes
+        if self._pending_bytes > self.config.pending_sync_bytes_max and c.conn not in self._paused:
+            self._paused[c.conn] = None  # intake waits for the disk: memory stays bounded
+            out.append(PauseReading(c.conn))
+        token = pubend.log(c.conn, msg.seq, ticks, deliveries, batch_bytes)
         out.append(Append(token, records))
         out.append(Sync(token))
 
@@ -210,7 +217,12 @@ class Broker:
         match = self.index.match
         subends = self.subends
         by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
-        for batch in self.pubend.synced(token):
+        batches = self.pubend.synced(token)
+        self._pending_bytes -= sum(batch.size for batch in batches)
+        if self._paused and self._pending_bytes <= self.config.pending_sync_bytes_max // 2:
+            out.extend(ResumeReading(conn) for conn in self._paused if conn in self.connections)
+            self._paused.clear()
+        for batch in batches:
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
                 out.append(Send(batch.conn, messages.ack(batch.seq, pid, batch.ticks)))
@@ -341,6 +353,8 @@ class Broker:
             "events_rejected": self.events_rejected,
             "events_delivered": self.events_delivered,
             "pending_sync_batches": self.pubend.pending_batches,
+            "pending_sync_bytes": self._pending_bytes,
+            "paused_publishers": len(self._paused),
             "first_tick": log.first_tick,
             "last_tick": self.pubend.synced_tick,
             "released_through": log.released_through,

@@ -34,6 +34,8 @@ class BrokerConfig:
     send_queue_bytes_max: int = 4 * MIB
     subscriptions_per_connection_max: int = 1024
     connections_max: int = 10_000
+    # events accepted but not yet synced: past this, publishers are not read until the disk catches up
+    pending_sync_bytes_max: int = 64 * MIB
     # reading the log for catching-up subscriptions
     log_read_bytes_max: int = 1 * MIB
     # pubend log

@@ -24,6 +24,18 @@ class Disconnect:
 
 
 @dataclass(frozen=True, slots=True)
+class PauseReading:
+    """Stop reading from this connection (its publishes wait for the disk to catch up)."""
+
+    conn: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeReading:
+    conn: int
+
+
+@dataclass(frozen=True, slots=True)
 class Append:
     """Write these records (tick, encoded event) to the pubend log; not durable until Sync."""
 
@@ -48,7 +60,7 @@ class ReadLog:
     max_bytes: int
 
 
-Effect = Send | Disconnect | Append | Sync | ReadLog
+Effect = Send | Disconnect | PauseReading | ResumeReading | Append | Sync | ReadLog
 
 
 def coalesce_sends(effects: list[Effect]) -> list[Effect]:

@@ -27,7 +27,17 @@ from collections import deque
 
 from tidings.core.broker import Broker
 from tidings.core.config import BrokerConfig
-from tidings.core.effects import Append, Disconnect, Effect, ReadLog, Send, Sync, coalesce_sends
+from tidings.core.effects import (
+    Append,
+    Disconnect,
+    Effect,
+    PauseReading,
+    ReadLog,
+    ResumeReading,
+    Send,
+    Sync,
+    coalesce_sends,
+)
 from tidings.core.inputs import (
     Accepted,
     ConnectionLost,
@@ -176,33 +186,34 @@ class BrokerNode(Listener):
     def apply(self, effects: list[Effect]) -> None:
         disk = self.disk
         for eff in coalesce_sends(effects):
-            kind = type(eff)
-            if kind is Send:
-                assert isinstance(eff, Send)
-                self._trace_effect("Send", eff.conn, len(eff.data))
-                sock = self.sockets.get(eff.conn)
-                if sock is not None and sock.open:
-                    sock.write(eff.data)
-            elif kind is Append:
-                assert isinstance(eff, Append)
+            if isinstance(eff, Append):
                 self._trace_effect("Append", eff.token, len(eff.records), eff.records[-1][0])
                 disk.append(eff.records)
-            elif kind is Sync:
-                assert isinstance(eff, Sync)
+            elif isinstance(eff, Sync):
                 self._trace_effect("Sync", eff.token)
                 disk.sync(eff.token)
-            elif kind is ReadLog:
-                assert isinstance(eff, ReadLog)
+            elif isinstance(eff, ReadLog):
                 self._trace_effect("ReadLog", eff.reader, eff.after, eff.through)
                 disk.read(eff.reader, eff.after, eff.through, eff.max_bytes)
-            elif kind is Disconnect:
-                assert isinstance(eff, Disconnect)
-                self._trace_effect("Disconnect", eff.conn)
-                sock = self.sockets.get(eff.conn)
-                if sock is not None:
-                    sock.close()
             else:
-                raise AssertionError(f"unknown effect {eff!r}")
+                self._socket_effect(eff)
+
+    def _socket_effect(self, eff: Send | Disconnect | PauseReading | ResumeReading) -> None:
+        sock = self.sockets.get(eff.conn)
+        if isinstance(eff, Send):
+            self._trace_effect("Send", eff.conn, len(eff.data))
+            if sock is not None and sock.open:
+                sock.write(eff.data)
+            return
+        self._trace_effect(type(eff).__name__, eff.conn)
+        if sock is None:
+            return
+        if isinstance(eff, Disconnect):
+            sock.close()
+        elif isinstance(eff, PauseReading):
+            sock.pause_reading()
+        else:
+            sock.resume_reading()
 
     def _arm_timer(self) -> None:
         assert self.core is not None

@@ -77,13 +77,28 @@ class Listener:
 class Socket:
     """One side of a connection, as its owner sees it (the asyncio transport)."""
 
-    __slots__ = ("conn", "endpoint", "open", "side")
+    __slots__ = ("conn", "endpoint", "held", "open", "reading_paused", "side")
 
     def __init__(self, conn: Connection, side: int, endpoint: Endpoint | None) -> None:
         self.conn = conn
         self.side = side
         self.endpoint = endpoint
         self.open = True
+        self.reading_paused = False
+        self.held: list[bytes] = []  # chunks that arrived while reading was paused, in order
+
+    def pause_reading(self) -> None:
+        self.reading_paused = True
+
+    def resume_reading(self) -> None:
+        """Deliver what was held, in order, as a later step (never from inside the caller)."""
+        if self.reading_paused:
+            self.reading_paused = False
+            self.conn.net.world.call_later(0, self._release)
+
+    def _release(self) -> None:
+        while self.held and not self.reading_paused and self.open and self.endpoint is not None:
+            self.endpoint.data_received(self, self.held.pop(0))
 
     @property
     def id(self) -> int:
@@ -213,6 +228,9 @@ class Connection:
         if not self.alive or not receiver.open or receiver.endpoint is None:
             return
         self.net.world.trace("net", "chunk", self.id, sender, len(chunk))
+        if receiver.reading_paused or receiver.held:
+            receiver.held.append(chunk)
+            return
         receiver.endpoint.data_received(receiver, chunk)
 
     def finish_close(self, closer: int, fin_at: int) -> None:

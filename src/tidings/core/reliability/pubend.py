@@ -26,6 +26,7 @@ class PendingBatch:
     seq: int
     ticks: list[int | None]
     deliveries: list[tuple[int, str, dict[str, Any], bytes]]  # tick, channel, attributes, record
+    size: int  # encoded bytes, counted against pending_sync_bytes_max
 
 
 class Pubend:
@@ -45,10 +46,10 @@ class Pubend:
         return first
 
     def log(self, conn: int, seq: int, ticks: list[int | None],
-            deliveries: list[tuple[int, str, dict[str, Any], bytes]]) -> int:
+            deliveries: list[tuple[int, str, dict[str, Any], bytes]], size: int) -> int:
         """Record a batch whose Append is about to be emitted; returns its token."""
         self._token += 1
-        self._pending.append(PendingBatch(self._token, conn, seq, ticks, deliveries))
+        self._pending.append(PendingBatch(self._token, conn, seq, ticks, deliveries, size))
         return self._token
 
     @property
