@@ -4,13 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidings.core.channels import (
-    pattern_matches,
-    prefix_trees,
-    tree_of,
-    validate_channel,
-    validate_pattern,
-)
+from tidings.core.channels import pattern_matches, validate_channel, validate_pattern
 from tidings.core.errors import ChannelError
 
 
@@ -78,11 +72,3 @@ def test_matching_agrees_with_a_regex_reference(csegs, psegs):
     validate_channel(channel)
     validate_pattern(pattern)
     assert pattern_matches(pattern, channel) == reference_match(pattern, channel)
-
-
-def test_trees_of_design_section_2():
-    assert prefix_trees("a/b/c") == ["a/b/c", "a/b/c/#", "a/b/#", "a/#", "#"]
-    assert tree_of("a/b/c") == "a/b/c"
-    assert tree_of("a/+/c") == "a/#"
-    assert tree_of("#") == "#"
-    assert tree_of("a/b/#") == "a/b/#"

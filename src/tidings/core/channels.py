@@ -6,8 +6,6 @@ A pattern is a channel that may use `+` for exactly one segment and `#` for the 
 name (zero or more segments, last only): `nodes/+/load`, `nodes/#`, `#`. A wildcard must fill a
 whole segment (`a+` is an error). A pattern starting with a wildcard does not match channels whose
 first segment starts with `$` (reserved for system channels), again as MQTT.
-
-`prefix_trees(channel)` and `tree_of(pattern)` name the Scribe trees of DESIGN.md §2.
 """
 
 from __future__ import annotations
@@ -59,10 +57,6 @@ def validate_pattern(pattern: object) -> str:
     return text
 
 
-def is_literal(pattern: str) -> bool:
-    return "+" not in pattern and "#" not in pattern
-
-
 def pattern_matches(pattern: str, channel: str) -> bool:
     """True when the (valid) `pattern` matches the (valid) `channel`."""
     if pattern == channel:
@@ -79,29 +73,3 @@ def pattern_matches(pattern: str, channel: str) -> bool:
         if seg != "+" and seg != c[i]:
             return False
     return len(p) == len(c)
-
-
-def literal_prefix(pattern: str) -> list[str]:
-    """The segments of `pattern` before its first wildcard."""
-    out: list[str] = []
-    for seg in pattern.split("/"):
-        if seg in ("+", "#"):
-            break
-        out.append(seg)
-    return out
-
-
-def tree_of(pattern: str) -> str:
-    """The one Scribe tree a subscription joins: the exact channel, or its longest literal prefix + '/#'."""
-    if is_literal(pattern):
-        return pattern
-    prefix = literal_prefix(pattern)
-    return "/".join([*prefix, "#"])
-
-
-def prefix_trees(channel: str) -> list[str]:
-    """The trees a publish on `channel` goes to: the exact tree, then `a/b/#`, `a/#`, `#`."""
-    segments = channel.split("/")
-    out = [channel]
-    out.extend("/".join([*segments[:i], "#"]) for i in range(len(segments), -1, -1))
-    return out

@@ -18,8 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
-
 from tidings.core.errors import BAD_ATTRIBUTES, TidingsError
 
 AttrValue = str | int | float | bool
@@ -117,13 +115,6 @@ class Event:
         return out
 
 
-def encode_event(
-    pubend: str, tick: int, channel: str, attributes: dict[str, AttrValue],
-    service: str, instance: str, payload: bytes,
-) -> bytes:
-    return msgpack.packb([pubend, tick, channel, attributes, service, instance, payload])
-
-
 def event_from_fields(fields: list[Any]) -> Event:
     """Build an Event from a decoded record; raises ValueError if the shape is wrong."""
     if not isinstance(fields, list) or len(fields) != 7:
@@ -134,7 +125,3 @@ def event_from_fields(fields: list[Any]) -> Event:
             and isinstance(instance, str) and isinstance(payload, bytes)):
         raise ValueError("an event record has a field of the wrong type")
     return Event(pubend, tick, channel, attributes, service, instance, payload)
-
-
-def decode_event(record: bytes) -> Event:
-    return event_from_fields(msgpack.unpackb(record))
