@@ -123,6 +123,7 @@ class BrokerServer:
             event_log,
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
             on_retained=lambda st: loop.call_soon_threadsafe(self._retained, st),
+            on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
         )
         self.worker.start()
         self._server = await loop.create_server(self._new_connection, self.host, self.port,
@@ -181,11 +182,12 @@ class BrokerServer:
         self.feed(WriteSynced(time.monotonic_ns(), token, state))
 
     def _retained(self, state: LogState) -> None:
-        if self.worker is not None and self.worker.failure is not None:
-            log.critical("the event log failed: %r; stopping", self.worker.failure)
-            self._stopping = asyncio.ensure_future(self.stop())
-            return
         self.feed(RetentionApplied(time.monotonic_ns(), state))
+
+    def _log_failed(self, exc: BaseException) -> None:
+        """The disk failed: stop rather than acknowledge what cannot be stored."""
+        log.critical("the event log failed: %r; stopping", exc)
+        self._stopping = asyncio.ensure_future(self.stop())
 
     def apply(self, effects: list[Effect]) -> None:
         worker = self.worker

@@ -29,15 +29,15 @@ def log_state(log: EventLog) -> LogState:
 
 class StorageWorker:
     def __init__(self, log: EventLog, on_synced: Callable[[int, LogState], None],
-                 on_retained: Callable[[LogState], None]) -> None:
+                 on_retained: Callable[[LogState], None], on_failed: Callable[[BaseException], None]) -> None:
         self.log = log
         self._on_synced = on_synced
         self._on_retained = on_retained
+        self._on_failed = on_failed
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="tidings-log-writer", daemon=True)
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidings-log-reader")
         self.syncs = 0
-        self.failure: BaseException | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -74,8 +74,7 @@ class StorageWorker:
         try:
             self._loop()
         except BaseException as exc:  # a failing disk must stop the broker, not hang it
-            self.failure = exc
-            self._on_retained(log_state(self.log))
+            self._on_failed(exc)
 
     def _loop(self) -> None:
         q = self._queue

@@ -104,19 +104,13 @@ class Subscription:
         return self
 
     async def __anext__(self) -> Event | Gap:
-        while True:
-            if self._items:
-                item = self._items.popleft()
-                self._client._consumed(1)
-                if isinstance(item, Gap) and self.on_gap == "raise":
-                    raise GapError(item.after, item.through)
-                return item  # type: ignore[no-any-return]
-            if self._error is not None:
-                raise self._error
-            if self.ended:
-                raise StopAsyncIteration
-            self._wakeup.clear()
-            await self._wakeup.wait()
+        batch = await self.next_batch(1)
+        if not batch:
+            raise StopAsyncIteration
+        item = batch[0]
+        if isinstance(item, Gap) and self.on_gap == "raise":
+            raise GapError(item.after, item.through)
+        return item
 
     async def next_batch(self, max_items: int = 4096) -> list[Event | Gap]:
         """Wait for at least one item and return up to `max_items` (raw Gap markers included);

@@ -60,7 +60,6 @@ class Broker:
         self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
                          "event_bytes_max": config.event_bytes_max}
-        self._pending_bytes = 0          # encoded events logged but not yet synced
         self._paused: dict[int, None] = {}  # connections not read until the pending bytes drain
         self.events_published = 0
         self.events_rejected = 0
@@ -114,6 +113,7 @@ class Broker:
         heapq.heappush(self._handshakes, (deadline, inp.conn))
 
     def _lost(self, conn: int) -> None:
+        self._paused.pop(conn, None)
         c = self.connections.pop(conn, None)
         if c is not None:
             for s in list(c.subs.values()):
@@ -201,12 +201,10 @@ class Broker:
         else:
             ticks = list(range(first, tick))
         self.events_published += len(records)
-        batch_bytes = sum(len(rec) for _, rec in records)
-        self._pending_bytes += batch_bytes
-        if self._pending_bytes > self.config.pending_sync_bytes_max and c.conn not in self._paused:
+        token = pubend.log(c.conn, msg.seq, ticks, deliveries, sum(len(rec) for _, rec in records))
+        if pubend.pending_bytes > self.config.pending_sync_bytes_max and c.conn not in self._paused:
             self._paused[c.conn] = None  # intake waits for the disk: memory stays bounded
             out.append(PauseReading(c.conn))
-        token = pubend.log(c.conn, msg.seq, ticks, deliveries, batch_bytes)
         out.append(Append(token, records))
         out.append(Sync(token))
 
@@ -218,9 +216,8 @@ class Broker:
         subends = self.subends
         by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
         batches = self.pubend.synced(token)
-        self._pending_bytes -= sum(batch.size for batch in batches)
-        if self._paused and self._pending_bytes <= self.config.pending_sync_bytes_max // 2:
-            out.extend(ResumeReading(conn) for conn in self._paused if conn in self.connections)
+        if self._paused and self.pubend.pending_bytes <= self.config.pending_sync_bytes_max // 2:
+            out.extend(ResumeReading(conn) for conn in self._paused)
             self._paused.clear()
         for batch in batches:
             c = self.connections.get(batch.conn)
@@ -353,7 +350,7 @@ class Broker:
             "events_rejected": self.events_rejected,
             "events_delivered": self.events_delivered,
             "pending_sync_batches": self.pubend.pending_batches,
-            "pending_sync_bytes": self._pending_bytes,
+            "pending_sync_bytes": self.pubend.pending_bytes,
             "paused_publishers": len(self._paused),
             "first_tick": log.first_tick,
             "last_tick": self.pubend.synced_tick,

@@ -75,7 +75,7 @@ class BrokerProcess:
         return self.proc.pid
 
     def rss_bytes(self) -> int:
-        """Resident memory now (VmRSS) and at peak (VmHWM) are in /proc; this gives VmHWM."""
+        """The broker process's peak resident memory (VmHWM), in bytes."""
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024

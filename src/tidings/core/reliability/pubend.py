@@ -30,7 +30,7 @@ class PendingBatch:
 
 
 class Pubend:
-    __slots__ = ("_pending", "_token", "last_tick", "pubend_id", "synced_tick")
+    __slots__ = ("_pending", "_token", "last_tick", "pending_bytes", "pubend_id", "synced_tick")
 
     def __init__(self, pubend_id: str, last_tick: int) -> None:
         self.pubend_id = pubend_id
@@ -38,6 +38,7 @@ class Pubend:
         self.synced_tick = last_tick
         self._token = 0
         self._pending: deque[PendingBatch] = deque()
+        self.pending_bytes = 0  # encoded bytes of the batches not yet synced
 
     def reserve(self, count: int, wall_us: int) -> int:
         """Ticks for `count` events published now: consecutive, from the returned first tick."""
@@ -50,6 +51,7 @@ class Pubend:
         """Record a batch whose Append is about to be emitted; returns its token."""
         self._token += 1
         self._pending.append(PendingBatch(self._token, conn, seq, ticks, deliveries, size))
+        self.pending_bytes += size
         return self._token
 
     @property
@@ -62,6 +64,7 @@ class Pubend:
         pending = self._pending
         while pending and pending[0].token <= token:
             batch = pending.popleft()
+            self.pending_bytes -= batch.size
             out.append(batch)
             if batch.deliveries:
                 tick = batch.deliveries[-1][0]

@@ -1,0 +1,51 @@
+"""The storage worker: group commit, and a failing disk reported as such (never as a hang)."""
+
+import threading
+
+from tidings.aio.storage_worker import StorageWorker
+from tidings.storage import EventLog, StorageError
+
+
+def test_group_commit_reports_the_highest_token(tmp_path):
+    log = EventLog.open(tmp_path / "log")
+    synced: list[int] = []
+    done = threading.Event()
+
+    def on_synced(token, state):
+        synced.append(token)
+        if token == 3:
+            done.set()
+
+    worker = StorageWorker(log, on_synced, lambda st: None, lambda exc: None)
+    for token in (1, 2, 3):  # queued before the thread runs: one fsync covers all three
+        worker.append([(token, b"x")])
+        worker.sync(token)
+    worker.start()
+    assert done.wait(10)
+    worker.stop()
+    assert synced == [3] and worker.syncs == 1
+    assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]
+    log.close()
+
+
+def test_a_failing_sync_is_reported_through_on_failed(tmp_path):
+    log = EventLog.open(tmp_path / "log")
+
+    def broken_sync():
+        raise StorageError("fsync failed: EIO")
+
+    log.sync = broken_sync  # type: ignore[method-assign]
+    failures: list[BaseException] = []
+    failed = threading.Event()
+
+    def on_failed(exc):
+        failures.append(exc)
+        failed.set()
+
+    worker = StorageWorker(log, lambda t, st: None, lambda st: None, on_failed)
+    worker.start()
+    worker.append([(1, b"x")])
+    worker.sync(1)
+    assert failed.wait(10)
+    worker.stop()
+    assert len(failures) == 1 and "EIO" in str(failures[0])
