@@ -60,7 +60,15 @@ class ReadLog:
     max_bytes: int
 
 
-Effect = Send | Disconnect | PauseReading | ResumeReading | Append | Sync | ReadLog
+@dataclass(frozen=True, slots=True)
+class Connect:
+    """Open a TCP connection to another broker at `address` (host:port); the runtime picks the
+    connection number and reports Connected or ConnectFailed."""
+
+    address: str
+
+
+Effect = Send | Disconnect | PauseReading | ResumeReading | Append | Sync | ReadLog | Connect
 
 
 def coalesce_sends(effects: list[Effect]) -> list[Effect]:

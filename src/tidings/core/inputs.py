@@ -95,7 +95,26 @@ class TimerFired:
     now: int
 
 
+@dataclass(frozen=True, slots=True)
+class Connected:
+    """An outgoing connection asked for by `Connect(address)` is established as `conn`; what
+    arrives on it comes as Received, its end as ConnectionLost (it is never reported as Accepted)."""
+
+    now: int
+    conn: int
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectFailed:
+    """`Connect(address)` failed (refused, unreachable, timed out)."""
+
+    now: int
+    address: str
+    reason: str
+
+
 Input = (
     Accepted | Received | ConnectionLost | SendBlocked | SendDrained | WriteSynced | LogRead
-    | ReadFailed | RetentionApplied | TimerFired
+    | ReadFailed | RetentionApplied | TimerFired | Connected | ConnectFailed
 )

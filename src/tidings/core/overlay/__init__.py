@@ -1,0 +1,1 @@
+"""Pastry: nodeIds, routing table, leaf set, neighbourhood set, join, keep-alives and repair."""
