@@ -4,7 +4,16 @@
 - `Pubend` (reliability/pubend.py) gives ticks, and holds batches until the runtime reports them
   synced; only then are publishers acknowledged and events fanned out (knowledge is durable);
 - `SubscriptionIndex` (filters/) finds the subscriptions an event matches without testing each;
-- `Subend` (subend.py) delivers one subscription in tick order, live or catching up from the log.
+- `Subend` (subend.py) delivers one subscription in tick order, live or catching up from the log;
+- `PeerLinks` (peers.py) holds one connection per pair of brokers, and `ClusterMember` (cluster.py)
+  this broker's Pastry node and Scribe agent, once `start_overlay` has been called.
+
+Across brokers (DESIGN §2): each durable event is published, once per tree, on the exact tree of its
+channel and on the prefix trees above it (`a/b/c`, `a/b/#`, `a/#`, `#`); each live subscription
+makes this broker a member of one tree. Events that arrive down a tree are delivered to the local
+subscriptions of that tree that they match, live and best effort in this release (events of this
+broker's own pubend are delivered locally already and skipped). Clients and peers share the
+listening port; a connection whose first frame is PEER_HELLO belongs to the peer links.
 
 The broker holds no protocol rule beyond checking published events (channel, attributes, size),
 which every path shares. It never blocks: each `handle` returns effects for the runtime to apply.
@@ -19,14 +28,17 @@ import msgpack
 
 from tidings.core import errors
 from tidings.core.channels import validate_channel, validate_pattern
+from tidings.core.cluster import ClusterMember
 from tidings.core.config import BrokerConfig
-from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection
+from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, PeerHandover
 from tidings.core.effects import Append, Disconnect, Effect, PauseReading, ResumeReading, Send, Sync
 from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.event import validate_attributes
+from tidings.core.event import record_routing_fields, validate_attributes
 from tidings.core.filters import Filter, SubscriptionIndex, parse_filter
 from tidings.core.inputs import (
     Accepted,
+    Connected,
+    ConnectFailed,
     ConnectionLost,
     Input,
     LogRead,
@@ -39,6 +51,13 @@ from tidings.core.inputs import (
     TimerFired,
     WriteSynced,
 )
+from tidings.core.multicast.agent import DeliverLocal
+from tidings.core.multicast.trees import publish_trees, subscription_tree
+from tidings.core.overlay.envelope import PeerSend
+from tidings.core.overlay.events import Probe
+from tidings.core.overlay.node import Rng
+from tidings.core.overlay.node_id import NodeRef, node_id_from
+from tidings.core.peers import PeerLinks, RttMeasured
 from tidings.core.reliability.pubend import Pubend
 from tidings.core.subend import Subend
 from tidings.core.wire import messages
@@ -64,12 +83,24 @@ class Broker:
         self.events_published = 0
         self.events_rejected = 0
         self.events_delivered = 0
+        self.now = 0
+        self.peers: PeerLinks | None = None
+        self.cluster: ClusterMember | None = None
+        self._tree_members: dict[str, int] = {}  # tree -> live local subscriptions in it
+        self._sub_trees: dict[int, str] = {}  # subend key -> the tree it belongs to
+        self._channel_trees: dict[str, list[str]] = {}
+        self.events_remote_delivered = 0
+        self.peer_messages_rejected = 0
 
     # ---- the runtime's interface -----------------------------------------------------------------
 
     def handle(self, inp: Input) -> list[Effect]:
         out: list[Effect] = []
-        if isinstance(inp, Received):
+        self.now = inp.now
+        if isinstance(inp, Connected | ConnectFailed) or (
+                isinstance(inp, Received | ConnectionLost) and self.peers is not None and self.peers.owns(inp.conn)):
+            self._peer_input(inp, out)
+        elif isinstance(inp, Received):
             self._received(inp, out)
         elif isinstance(inp, WriteSynced):
             self.log = inp.log
@@ -79,11 +110,14 @@ class Broker:
         elif isinstance(inp, Accepted):
             self._accepted(inp, out)
         elif isinstance(inp, ConnectionLost):
-            self._lost(inp.conn)
+            self._lost(inp.conn, out)
         elif isinstance(inp, SendBlocked | SendDrained):
             self._flow(inp.conn, isinstance(inp, SendBlocked), out)
         elif isinstance(inp, TimerFired):
             self._timers(inp.now, out)
+            if self.peers is not None and self.cluster is not None:
+                self._peer_messages(*self.peers.handle_timeout(inp.now), out)
+                self._cluster_effects(self.cluster.handle_timeout(inp.now), out)
         elif isinstance(inp, RetentionApplied):
             self.log = inp.log
         elif isinstance(inp, ReadFailed):
@@ -91,6 +125,13 @@ class Broker:
         return out
 
     def next_deadline(self) -> int | None:
+        deadlines = [self._handshake_deadline()]
+        if self.peers is not None and self.cluster is not None:
+            deadlines += [self.peers.next_deadline(), self.cluster.next_deadline()]
+        live = [d for d in deadlines if d is not None]
+        return min(live) if live else None
+
+    def _handshake_deadline(self) -> int | None:
         heap = self._handshakes
         while heap:
             deadline, conn = heap[0]
@@ -99,6 +140,20 @@ class Broker:
                 return deadline
             heapq.heappop(heap)
         return None
+
+    def start_overlay(self, now: int, address: str, bootstrap: str | None, rng: Rng) -> list[Effect]:
+        """Take part in the overlay as `address` (what peers connect to): start a new overlay, or
+        join the one `bootstrap` (any member's address) belongs to. `rng` is a seeded random.Random."""
+        assert self.cluster is None
+        self.now = now
+        me = NodeRef(node_id_from(self.pubend.pubend_id), address)
+        self.peers = PeerLinks(me, self.config.peer_config())
+        self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng)
+        out: list[Effect] = []
+        self._cluster_effects(self.cluster.start(now, bootstrap), out)
+        for tree in self._tree_members:
+            self._cluster_effects(self.cluster.subscribe(now, tree), out)
+        return out
 
     # ---- connections -----------------------------------------------------------------------------
 
@@ -112,12 +167,12 @@ class Broker:
         self.connections[inp.conn] = ClientConnection(inp.conn, self.config.frame_bytes_max, deadline)
         heapq.heappush(self._handshakes, (deadline, inp.conn))
 
-    def _lost(self, conn: int) -> None:
+    def _lost(self, conn: int, out: list[Effect]) -> None:
         self._paused.pop(conn, None)
         c = self.connections.pop(conn, None)
         if c is not None:
             for s in list(c.subs.values()):
-                self._drop_subend(c, s)
+                self._drop_subend(c, s, out)
 
     def _timers(self, now: int, out: list[Effect]) -> None:
         heap = self._handshakes
@@ -134,7 +189,9 @@ class Broker:
         msgs, effects = c.receive(inp.data, self._welcome)
         out += effects
         for msg in msgs:
-            if isinstance(msg, messages.Publish):
+            if isinstance(msg, PeerHandover):
+                self._adopt_peer(c, msg, out)
+            elif isinstance(msg, messages.Publish):
                 self._publish(c, msg, inp.wall_us, out)
             elif isinstance(msg, messages.Subscribe):
                 self._subscribe(c, msg, out)
@@ -237,6 +294,12 @@ class Broker:
                             fan[key].append(record)
                         else:
                             fan[key] = [record]
+        self._fan_out(fan, out)
+        if self.cluster is not None:
+            self._publish_to_trees(batches, out)
+
+    def _fan_out(self, fan: dict[int, list[bytes]], out: list[Effect]) -> None:
+        subends = self.subends
         for key, records in fan.items():
             s = subends[key]
             self.events_delivered += len(records)
@@ -272,6 +335,7 @@ class Broker:
         c.subs[msg.sub] = s
         if end is None:
             self.index.add(s.key, pattern, flt)
+            self._join_tree(s.key, subscription_tree(pattern), out)
         out.append(Send(c.conn, messages.subscribed(msg.sub, position)))
         self._advance(c, s, out)
         return None
@@ -282,20 +346,21 @@ class Broker:
             out.append(Send(c.conn, messages.error(errors.UNKNOWN_SUBSCRIPTION, f"no subscription {sub}",
                                                    sub=sub)))
             return
-        self._drop_subend(c, s)
+        self._drop_subend(c, s, out)
 
-    def _drop_subend(self, c: ClientConnection, s: Subend) -> None:
+    def _drop_subend(self, c: ClientConnection, s: Subend, out: list[Effect]) -> None:
         del c.subs[s.sub]
         del self.subends[s.key]
         if s.end is None:
             self.index.remove(s.key)
+            self._leave_tree(s.key, out)
 
     def _advance(self, c: ClientConnection, s: Subend, out: list[Effect]) -> None:
         """Move a subend that is not live on: finish it, turn it live, or read the log further."""
         synced = self.pubend.synced_tick
         if s.caught_up(synced) and s.end is not None:
             out.append(Send(c.conn, messages.end(s.sub, s.end)))
-            self._drop_subend(c, s)
+            self._drop_subend(c, s, out)
         elif c.blocked:
             return  # a blocked connection gets nothing more; SendDrained brings us back here
         elif s.caught_up(synced):
@@ -321,7 +386,7 @@ class Broker:
         c = self.connections[s.conn]
         out.append(Send(c.conn, messages.error(errors.LOG_UNREADABLE, f"cannot read the log: {inp.reason}",
                                                sub=s.sub)))
-        self._drop_subend(c, s)
+        self._drop_subend(c, s, out)
 
     def _flow(self, conn: int, blocked: bool, out: list[Effect]) -> None:
         c = self.connections.get(conn)
@@ -334,6 +399,119 @@ class Broker:
                 s.fall_behind(synced)
             elif not s.live:
                 self._advance(c, s, out)
+
+    # ---- across brokers --------------------------------------------------------------------------
+
+    def _join_tree(self, key: int, tree: str, out: list[Effect]) -> None:
+        self._sub_trees[key] = tree
+        members = self._tree_members.get(tree, 0)
+        self._tree_members[tree] = members + 1
+        if members == 0 and self.cluster is not None:
+            self._cluster_effects(self.cluster.subscribe(self.now, tree), out)
+
+    def _leave_tree(self, key: int, out: list[Effect]) -> None:
+        tree = self._sub_trees.pop(key)
+        members = self._tree_members[tree] - 1
+        if members:
+            self._tree_members[tree] = members
+            return
+        del self._tree_members[tree]
+        if self.cluster is not None:
+            self._cluster_effects(self.cluster.unsubscribe(self.now, tree), out)
+
+    def _publish_to_trees(self, batches: list[Any], out: list[Effect]) -> None:
+        """Each durable event goes to the trees that may hold its subscribers, a tree's events of
+        one sync in few PUBLISH messages (about EVENTS_FRAME_BYTES_TARGET each)."""
+        assert self.cluster is not None
+        by_tree: dict[str, list[bytes]] = {}
+        for batch in batches:
+            for _, channel, _, record in batch.deliveries:
+                trees = self._channel_trees.get(channel)
+                if trees is None:
+                    if len(self._channel_trees) >= CHANNEL_CACHE_MAX:
+                        self._channel_trees.clear()
+                    trees = self._channel_trees[channel] = publish_trees(channel)
+                for tree in trees:
+                    by_tree.setdefault(tree, []).append(record)
+        for tree, records in by_tree.items():
+            for chunk in messages.size_chunks(records):
+                self._cluster_effects(self.cluster.publish(self.now, tree, chunk), out)
+
+    def _adopt_peer(self, c: ClientConnection, msg: PeerHandover, out: list[Effect]) -> None:
+        del self.connections[c.conn]
+        if self.peers is None:  # not in an overlay (yet): nobody to talk to
+            out.append(Send(c.conn, messages.error(errors.HANDSHAKE, "this broker is not in an overlay")))
+            out.append(Disconnect(c.conn, "peer before overlay start"))
+            return
+        self._peer_messages(*self.peers.adopt(self.now, c.conn, c.decoder, msg.hello, msg.rest), out)
+
+    def _peer_input(self, inp: Received | ConnectionLost | Connected | ConnectFailed, out: list[Effect]) -> None:
+        peers = self.peers
+        if peers is None:  # an answer to a Connect of an earlier incarnation: nothing to do with it
+            if isinstance(inp, Connected):
+                out.append(Disconnect(inp.conn, "not in an overlay"))
+            return
+        if isinstance(inp, Received):
+            self._peer_messages(*peers.received(inp.now, inp.conn, inp.data), out)
+        elif isinstance(inp, ConnectionLost):
+            self._peer_messages(*peers.lost(inp.now, inp.conn), out)
+        elif isinstance(inp, Connected):
+            self._peer_messages(*peers.connected(inp.now, inp.conn, inp.address), out)
+        else:
+            self._peer_messages(*peers.connect_failed(inp.now, inp.address, inp.reason), out)
+
+    def _peer_messages(self, items: list[Any], effects: list[Effect], out: list[Effect]) -> None:
+        """What the peer links produced: messages for the overlay, measurements and failures."""
+        out += effects
+        cluster = self.cluster
+        assert cluster is not None
+        for item in items:
+            if isinstance(item, RttMeasured):
+                self._cluster_effects(cluster.rtt_measured(self.now, item.address, item.rtt_ns), out)
+            elif isinstance(item, str):  # an address found unreachable
+                self._cluster_effects(cluster.peer_unreachable(self.now, item), out)
+            else:
+                sender, message = item
+                try:
+                    self._cluster_effects(cluster.received(self.now, sender.address, message), out)
+                except TidingsError as exc:
+                    self.peer_messages_rejected += 1
+                    assert self.peers is not None
+                    out += self.peers.reject(self.now, sender.address, str(exc))
+
+    def _cluster_effects(self, effects: list[Any], out: list[Effect]) -> None:
+        peers = self.peers
+        assert peers is not None
+        for eff in effects:
+            if type(eff) is PeerSend:
+                out += peers.send(self.now, eff.address, eff.message)
+            elif type(eff) is DeliverLocal:
+                self._deliver_remote(eff.tree, eff.event, out)
+            elif type(eff) is Probe:
+                out += peers.probe(self.now, eff.address)
+            # the reliability upcalls (EventForwarded, ChildAdded, ParentSuspected) have no taker yet
+
+    def _deliver_remote(self, tree: str, event: Any, out: list[Effect]) -> None:
+        """Events that came down `tree`: to the live local subscriptions of that tree they match."""
+        if type(event) is not list:
+            self.peer_messages_rejected += 1
+            return
+        own = self.pubend.pubend_id
+        fan: dict[int, list[bytes]] = {}
+        for record in event:
+            fields = record_routing_fields(record)
+            if fields is None:
+                self.peer_messages_rejected += 1
+                continue
+            pubend, channel, attributes = fields
+            if pubend == own:
+                continue  # delivered here when it became durable
+            for key in self.index.match(channel, attributes):
+                s = self.subends[key]
+                if s.live and self._sub_trees.get(key) == tree:
+                    fan.setdefault(key, []).append(record)
+                    self.events_remote_delivered += 1
+        self._fan_out(fan, out)
 
     # ---- observation -----------------------------------------------------------------------------
 
@@ -357,4 +535,12 @@ class Broker:
             "released_through": log.released_through,
             "log_bytes": log.log_bytes,
             "log_records": log.record_count,
+            **self._cluster_status(),
         }
+
+    def _cluster_status(self) -> dict[str, Any]:
+        if self.cluster is None or self.peers is None:
+            return {}
+        return {**self.cluster.status(), "peers": self.peers.status(),
+                "events_remote_delivered": self.events_remote_delivered,
+                "peer_messages_rejected": self.peer_messages_rejected}

@@ -12,6 +12,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from tidings.core.errors import TidingsError
+from tidings.core.multicast.agent import ScribeConfig
+from tidings.core.overlay.node import OverlayConfig
+from tidings.core.peers import PeerConfig
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -43,6 +46,26 @@ class BrokerConfig:
     retention_bytes_max: int = 10 * GIB
     retention_age_ns: int = 7 * 24 * 3600 * SECOND_NS
     retention_check_interval_ns: int = 60 * SECOND_NS
+    # the overlay (Pastry): see docs/cluster.md
+    leaf_set_size: int = 16
+    neighbourhood_size: int = 32
+    keepalive_interval_ns: int = 1 * SECOND_NS
+    failure_timeout_ns: int = 3 * SECOND_NS
+    join_timeout_ns: int = 5 * SECOND_NS
+    route_hops_max: int = 40
+    routing_repair_interval_ns: int = 30 * SECOND_NS
+    # multicast trees (Scribe)
+    heartbeat_interval_ns: int = 1 * SECOND_NS
+    parent_timeout_ns: int = 3 * SECOND_NS
+    refresh_interval_ns: int = 10 * SECOND_NS
+    child_timeout_ns: int = 30 * SECOND_NS
+    tree_replicas: int = 3
+    empty_tree_hold_ns: int = 10 * SECOND_NS
+    trees_max: int = 10_000
+    children_per_tree_max: int = 64
+    # links between brokers
+    peer_queue_bytes_max: int = 4 * MIB
+    ping_interval_ns: int = 5 * SECOND_NS
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> BrokerConfig:
@@ -59,4 +82,33 @@ class BrokerConfig:
         cfg = cls(**values)
         if cfg.event_bytes_max + 4 * KIB > cfg.frame_bytes_max:
             raise ConfigError("frame_bytes_max must exceed event_bytes_max by at least 4 KiB")
+        for shorter, longer in (("heartbeat_interval_ns", "parent_timeout_ns"),
+                                ("refresh_interval_ns", "child_timeout_ns"),
+                                ("keepalive_interval_ns", "failure_timeout_ns")):
+            if getattr(cfg, shorter) >= getattr(cfg, longer):
+                raise ConfigError(f"{shorter} must be shorter than {longer}")
+        if cfg.leaf_set_size % 2:
+            raise ConfigError("leaf_set_size must be even (half on each side of the node)")
         return cfg
+
+    def overlay_config(self) -> OverlayConfig:
+        return OverlayConfig(
+            leaf_set_size=self.leaf_set_size, neighbourhood_size=self.neighbourhood_size,
+            keepalive_interval_ns=self.keepalive_interval_ns, failure_timeout_ns=self.failure_timeout_ns,
+            join_timeout_ns=self.join_timeout_ns, route_hops_max=self.route_hops_max,
+            routing_repair_interval_ns=self.routing_repair_interval_ns,
+        )
+
+    def scribe_config(self) -> ScribeConfig:
+        return ScribeConfig(
+            heartbeat_interval_ns=self.heartbeat_interval_ns, parent_timeout_ns=self.parent_timeout_ns,
+            refresh_interval_ns=self.refresh_interval_ns, child_timeout_ns=self.child_timeout_ns,
+            replicas=self.tree_replicas, empty_hold_ns=self.empty_tree_hold_ns, trees_max=self.trees_max,
+            children_per_tree_max=self.children_per_tree_max,
+        )
+
+    def peer_config(self) -> PeerConfig:
+        return PeerConfig(
+            frame_bytes_max=self.frame_bytes_max, handshake_timeout_ns=self.handshake_timeout_ns,
+            peer_queue_bytes_max=self.peer_queue_bytes_max, ping_interval_ns=self.ping_interval_ns,
+        )

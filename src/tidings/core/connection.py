@@ -1,6 +1,9 @@
 """The broker's side of one client connection: framing, the handshake, and message decoding.
 
-States: AWAITING_HELLO (until a valid HELLO, or the handshake deadline) -> OPEN -> CLOSED.
+States: AWAITING_HELLO (until a valid HELLO, or the handshake deadline) -> OPEN -> CLOSED, or
+AWAITING_HELLO -> PEER when the first frame is another broker's PEER_HELLO: clients and brokers share
+the listening port, and such a connection is handed, with its decoder and the frames that followed
+the PEER_HELLO, to the broker's peer links (core/peers.py).
 Bytes that break framing (a frame over frame_bytes_max) or the handshake are fatal: an ERROR
 frame, then Disconnect. A well-framed but malformed or unknown message is answered with an ERROR
 and the connection goes on: the frame boundary is intact, so nothing else is lost.
@@ -8,6 +11,7 @@ and the connection goes on: the frame boundary is intact, so nothing else is los
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tidings.core import errors
@@ -19,8 +23,20 @@ from tidings.core.wire.frames import FrameDecoder
 AWAITING_HELLO = "awaiting-hello"
 OPEN = "open"
 CLOSED = "closed"
+PEER = "peer"
 
-ClientMessage = messages.Publish | messages.Subscribe | messages.Unsubscribe | messages.StatusRequest
+
+@dataclass(frozen=True, slots=True)
+class PeerHandover:
+    """The connection belongs to another broker: its PEER_HELLO and every frame after it."""
+
+    hello: bytes
+    rest: list[bytes]
+
+
+ClientMessage = (
+    messages.Publish | messages.Subscribe | messages.Unsubscribe | messages.StatusRequest | PeerHandover
+)
 
 
 class ClientConnection:
@@ -47,7 +63,11 @@ class ClientConnection:
         bodies = self.decoder.feed(data)
         out: list[ClientMessage] = []
         effects: list[Effect] = []
-        for body in bodies:
+        for i, body in enumerate(bodies):
+            if self.state == AWAITING_HELLO and messages.message_type(body) == messages.PEER_HELLO:
+                self.state = PEER
+                out.append(PeerHandover(body, bodies[i + 1:]))
+                return out, effects
             try:
                 msg = messages.decode_client_message(body)
             except ProtocolError as exc:

@@ -18,6 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
+from tidings.core.channels import validate_channel
 from tidings.core.errors import BAD_ATTRIBUTES, TidingsError
 
 AttrValue = str | int | float | bool
@@ -125,3 +128,23 @@ def event_from_fields(fields: list[Any]) -> Event:
             and isinstance(instance, str) and isinstance(payload, bytes)):
         raise ValueError("an event record has a field of the wrong type")
     return Event(pubend, tick, channel, attributes, service, instance, payload)
+
+
+def record_routing_fields(record: object) -> tuple[str, str, dict[str, AttrValue]] | None:
+    """(pubend, channel, attributes) of an encoded event record that came from another broker, or
+    None when it is not a well-formed record: peers are checked like clients."""
+    if type(record) is not bytes:
+        return None
+    try:
+        fields = msgpack.unpackb(record)
+    except Exception:  # msgpack raises several types for garbage
+        return None
+    if type(fields) is not list or len(fields) != 7:
+        return None
+    pubend, tick, channel, attributes = fields[:4]
+    if type(pubend) is not str or type(tick) is not int or type(fields[6]) is not bytes:
+        return None
+    try:
+        return pubend, validate_channel(channel), validate_attributes(attributes)
+    except TidingsError:
+        return None

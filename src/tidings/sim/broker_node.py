@@ -14,6 +14,11 @@ it drives the very same core the same way:
   effects of the current input are applied, so the core never sees an input while it is inside
   `handle` (the same order the asyncio runtime produces, without the re-entrancy).
 
+With `overlay=True` the node takes part in an overlay of simulated brokers exactly as
+`tidings broker --join` does: after start it calls `start_overlay` (joining through `join`, or
+starting a new overlay), and a `Connect` effect opens a simulated connection whose end reports
+Connected (or ConnectFailed), then Received / ConnectionLost like an accepted one.
+
 `crash()` is kill -9 plus power loss: the core object and every connection are discarded (peers hear
 a reset), queued disk work is lost, and the disk keeps what its crash model says survives.
 `restart()` builds a fresh core from what the disk holds (`LogState`, whose `last_tick` keeps ticks
@@ -29,6 +34,7 @@ from tidings.core.broker import Broker
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import (
     Append,
+    Connect,
     Disconnect,
     Effect,
     PauseReading,
@@ -40,6 +46,8 @@ from tidings.core.effects import (
 )
 from tidings.core.inputs import (
     Accepted,
+    Connected,
+    ConnectFailed,
     ConnectionLost,
     Input,
     LogRead,
@@ -85,10 +93,34 @@ class _ServerSide(Endpoint):
             node.feed(SendDrained(node.world.now, self.conn))
 
 
+class _ClientSide(_ServerSide):
+    """An outgoing connection to another broker (a `Connect` effect)."""
+
+    def __init__(self, node: BrokerNode, conn: int, address: str) -> None:
+        super().__init__(node, conn)
+        self.address = address
+
+    def connection_made(self, sock: Socket) -> None:
+        node = self.node
+        if node.incarnation == self.incarnation:
+            node.sockets[self.conn] = sock
+            node.feed(Connected(node.world.now, self.conn, self.address))
+        else:
+            sock.abort(notify_self=False)
+
+    def connection_refused(self, address: str) -> None:
+        node = self.node
+        if node.incarnation == self.incarnation:
+            node.feed(ConnectFailed(node.world.now, address, "refused"))
+
+
 class BrokerNode(Listener):
     def __init__(self, world: World, network: Network, disk: Disk, address: str,
-                 config: BrokerConfig | None = None, pubend_id: str = "p-sim", name: str = "broker") -> None:
+                 config: BrokerConfig | None = None, pubend_id: str = "p-sim", name: str = "broker",
+                 overlay: bool = False, join: str | None = None) -> None:
         self.world = world
+        self.overlay = overlay
+        self.join = join
         self.network = network
         self.disk = disk
         self.address = address
@@ -121,6 +153,10 @@ class BrokerNode(Listener):
         self.network.listen(self.address, self)
         self.world.trace(self.name, "start", self.incarnation, log.last_tick, log.record_count)
         self._count("start")
+        if self.overlay:
+            rng = self.world.derive_rng(f"{self.name}/{self.incarnation}")
+            self.apply(self.core.start_overlay(self.world.now, self.address, self.join, rng))
+            self._arm_timer()
 
     def crash(self, survive: str = SURVIVE_NONE) -> None:
         assert self.core is not None
@@ -195,6 +231,10 @@ class BrokerNode(Listener):
             elif isinstance(eff, ReadLog):
                 self._trace_effect("ReadLog", eff.reader, eff.after, eff.through)
                 disk.read(eff.reader, eff.after, eff.through, eff.max_bytes)
+            elif isinstance(eff, Connect):
+                self._trace_effect("Connect", eff.address)
+                self._next_conn += 1
+                self.network.connect(eff.address, _ClientSide(self, self._next_conn, eff.address))
             else:
                 self._socket_effect(eff)
 

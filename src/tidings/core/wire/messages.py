@@ -35,6 +35,9 @@ END = 21
 STATUS_REPLY = 22
 ERROR = 23
 
+# broker -> broker: the first frame of a peer connection (core/wire/peer.py has the peer messages)
+PEER_HELLO = 128
+
 START_NOW = "now"
 START_OLDEST = "start"
 START_AFTER = "after"
@@ -171,18 +174,23 @@ def _array_header(n: int) -> bytes:
 EVENTS_FRAME_BYTES_TARGET = 1024 * 1024
 
 
-def events_frames(sub: int, records: list[bytes]) -> list[bytes]:
-    """EVENTS frames for `records`, each about EVENTS_FRAME_BYTES_TARGET at most (a larger record
-    travels alone), so a big group commit never makes a frame the client must refuse."""
-    frames: list[bytes] = []
+def size_chunks(records: list[bytes], target: int = EVENTS_FRAME_BYTES_TARGET) -> list[list[bytes]]:
+    """`records` in order, cut into runs of about `target` bytes at most (a larger record runs
+    alone), so a big group commit never makes a frame its receiver must refuse."""
+    chunks: list[list[bytes]] = []
     start = size = 0
     for i, record in enumerate(records):
-        if size and size + len(record) > EVENTS_FRAME_BYTES_TARGET:
-            frames.append(events(sub, records[start:i]))
+        if size and size + len(record) > target:
+            chunks.append(records[start:i])
             start, size = i, 0
         size += len(record)
-    frames.append(events(sub, records[start:]))
-    return frames
+    chunks.append(records[start:])
+    return chunks
+
+
+def events_frames(sub: int, records: list[bytes]) -> list[bytes]:
+    """EVENTS frames for `records`, each about EVENTS_FRAME_BYTES_TARGET at most."""
+    return [events(sub, chunk) for chunk in size_chunks(records)]
 
 
 def events(sub: int, records: list[bytes]) -> bytes:
@@ -240,6 +248,15 @@ def _unpack(body: bytes) -> list[Any]:
     if not isinstance(msg, list) or not msg or type(msg[0]) is not int:
         raise _bad("a message is an array starting with its integer type")
     return msg
+
+
+def message_type(body: bytes) -> int | None:
+    """The type of a frame body, or None when it is not a message at all."""
+    try:
+        kind: int = _unpack(body)[0]
+    except ProtocolError:
+        return None
+    return kind
 
 
 def _arity(msg: list[Any], n: int, name: str) -> None:

@@ -1,0 +1,109 @@
+"""One broker's place in the overlay: its Pastry node and its Scribe agent, composed.
+
+Theory of operation. Pastry (`OverlayNode`) and Scribe (`ScribeAgent`) are separate machines that
+talk only through values (core/overlay/envelope.py). This composer is the glue the paper's API
+implies, and nothing more:
+
+- a ROUTE message from a peer is given to Pastry for a decision; a `Forward` goes to Scribe's
+  forward upcall, which may stop it (a subscribe that reached the tree) or replace its payload, and
+  only then does Pastry send it on; a `Deliver` goes to Scribe's deliver upcall (this node is the
+  rendez-vous point);
+- Scribe's `RouteTo` effects go through the same path, starting at this node (the first hop may
+  already be the destination);
+- Pastry's notifications about the leaf set and failed nodes are handed to Scribe (root metadata
+  replication and tree repair);
+- everything else (PeerSend, DeliverLocal, probes, the reliability upcalls) leaves for the broker.
+
+It holds no protocol rule of its own and does no I/O, so the asyncio broker, the byte-level
+simulator and the message-level simulator at scale all drive this same object.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError
+from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
+from tidings.core.overlay import messages as overlay_messages
+from tidings.core.overlay.envelope import MULTICAST_TYPES, OVERLAY_TYPES, Deliver, Forward, RouteMessage, RouteTo
+from tidings.core.overlay.node import LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
+from tidings.core.overlay.node_id import NodeRef
+
+
+class ClusterMember:
+    def __init__(self, me: NodeRef, overlay_config: OverlayConfig, scribe_config: ScribeConfig,
+                 rng: Rng) -> None:
+        self.me = me
+        self.overlay = OverlayNode(me, overlay_config, rng)
+        self.scribe = ScribeAgent(me, scribe_config)
+
+    # ---- inputs ----------------------------------------------------------------------------------
+
+    def start(self, now: int, bootstrap: str | None) -> list[Any]:
+        return self._settle(now, self.overlay.start(now, bootstrap))
+
+    def received(self, now: int, sender: str, message: list[Any]) -> list[Any]:
+        """A message from the peer at `sender`; raises ProtocolError when it is malformed."""
+        kind = message[0] if type(message) is list and message and type(message[0]) is int else None
+        if kind == overlay_messages.ROUTE:
+            return self._route(now, overlay_messages.decode_route(message))
+        if kind in OVERLAY_TYPES:
+            return self._settle(now, self.overlay.handle(now, sender, message))
+        if kind in MULTICAST_TYPES:
+            return self._settle(now, self.scribe.handle(now, sender, message))
+        raise ProtocolError(UNKNOWN_MESSAGE, f"unknown peer message type {kind!r}")
+
+    def rtt_measured(self, now: int, address: str, rtt_ns: int) -> list[Any]:
+        return self._settle(now, self.overlay.rtt_measured(now, address, rtt_ns))
+
+    def peer_unreachable(self, now: int, address: str) -> list[Any]:
+        return self._settle(now, self.overlay.peer_unreachable(now, address))
+
+    def handle_timeout(self, now: int) -> list[Any]:
+        return self._settle(now, [*self.overlay.handle_timeout(now), *self.scribe.handle_timeout(now)])
+
+    def next_deadline(self) -> int | None:
+        deadlines = [d for d in (self.overlay.next_deadline(), self.scribe.next_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    # ---- the broker's requests -------------------------------------------------------------------
+
+    def subscribe(self, now: int, tree: str) -> list[Any]:
+        return self._settle(now, self.scribe.subscribe(now, tree))
+
+    def unsubscribe(self, now: int, tree: str) -> list[Any]:
+        return self._settle(now, self.scribe.unsubscribe(now, tree))
+
+    def publish(self, now: int, tree: str, event: list[Any]) -> list[Any]:
+        return self._settle(now, self.scribe.publish(now, tree, event))
+
+    def status(self) -> dict[str, Any]:
+        return {"overlay": self.overlay.status(), "trees": self.scribe.status()}
+
+    # ---- glue ------------------------------------------------------------------------------------
+
+    def _route(self, now: int, message: RouteMessage) -> list[Any]:
+        decision = self.overlay.route_step(now, message)
+        if isinstance(decision, Deliver):
+            return self._settle(now, self.scribe.on_deliver(now, decision))
+        effects, onward = self.scribe.on_forward(now, decision)
+        if onward is not None:
+            effects.append(self.overlay.forward(Forward(onward, decision.next_hop)))
+        return self._settle(now, effects)
+
+    def _settle(self, now: int, effects: list[Any]) -> list[Any]:
+        """Hand the machines' effects meant for each other across; return the rest, in order."""
+        out: list[Any] = []
+        queue = deque(effects)
+        while queue:
+            eff = queue.popleft()
+            if type(eff) is RouteTo:
+                out += self._route(now, self.overlay.route(eff.key, eff.payload))
+            elif type(eff) is LeafSetChanged:
+                queue.extend(self.scribe.leaf_set_changed(now, eff.members))
+            elif type(eff) is NodeFailed:
+                queue.extend(self.scribe.node_failed(now, eff.node))
+            else:
+                out.append(eff)
+        return out

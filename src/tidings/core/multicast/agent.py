@@ -1,0 +1,505 @@
+"""The Scribe agent: this node's part in every multicast tree it knows, as a sans-IO machine.
+
+Each tree has a key (trees.tree_key); its rendez-vous point, the live node numerically closest to
+the key, is the root. A node joins a tree by routing SUBSCRIBE towards the key. Every node on the
+route sees it (Pastry's forward, `on_forward`): the first node already in the tree adds the previous
+hop to its children table and stops the route; a node not yet in the tree adds the child, creates
+its tree entry and routes a SUBSCRIBE of its own, becoming a forwarder. The trees are thus the
+reverse of Pastry routes, and a node's children are nodes whose route to the key passes through it.
+A PUBLISH is routed to the rendez-vous point (`on_deliver`), which sends the event as EVENT to its
+children; each forwarder passes it to its own children, and members deliver it locally.
+
+A child learns its parent from the parent: accepting a SUBSCRIBE answers it with a HEARTBEAT, and
+a node with a SUBSCRIBE under way adopts the first node it hears from in that tree. Everyone else
+that sends it EVENTs or HEARTBEATs for the tree is told UNSUBSCRIBE, so a node has at most one
+parent and stale branches prune themselves.
+
+Liveness runs on one tick per node, every heartbeat_interval_ns: a parent sends HEARTBEAT to each
+child that got no EVENT since the previous tick; a child that heard nothing from its parent for
+parent_timeout_ns (or that Pastry declared dead) suspects it and routes SUBSCRIBE again, so the tree
+repairs itself around the failure. Children send REFRESH every refresh_interval_ns and a parent
+drops a child it has not heard from for child_timeout_ns. Timeouts therefore fire up to one tick
+late.
+
+The root keeps the tree's metadata (creator, acl) and replicates it with REPLICA to the `replicas`
+leaf-set nodes nearest the key; a node that becomes root (CREATE, SUBSCRIBE or PUBLISH delivered to
+it) takes the metadata from its replica. A root that learns of a node numerically closer to the key
+hands the tree over by subscribing towards the key like any child. A root with nothing to multicast
+to answers a publish with TREE_EMPTY; that publisher's node sends nothing to the tree until the
+root sends TREE_ACTIVE (a member or child joined, or the key moved to a closer node), the root is
+reported dead, or empty_hold_ns passes (see empty_trees.py).
+
+Invariants: a tree entry exists only while needed (a member, children, or a root holding metadata);
+a root has no parent; a parent is never also a child; every table is bounded by ScribeConfig.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
+from tidings.core.multicast.effects import ChildAdded, DeliverLocal, EventForwarded, ParentSuspected, ScribeEffect
+from tidings.core.multicast.empty_trees import EmptyTreeMemory, Suppressions
+from tidings.core.multicast.messages import (
+    TREES_PER_MESSAGE_MAX,
+    Create,
+    Heartbeat,
+    Publish,
+    Refresh,
+    Replica,
+    RoutedMessage,
+    Subscribe,
+    TreeActive,
+    TreeEmpty,
+    TreeEvent,
+    TreeMetadata,
+    Unsubscribe,
+    decode,
+)
+from tidings.core.multicast.trees import tree_key
+from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteMessage, RouteTo
+from tidings.core.overlay.node_id import NodeRef, closer, id_hex, ring_distance
+
+__all__ = [
+    "ChildAdded",
+    "DeliverLocal",
+    "EventForwarded",
+    "ParentSuspected",
+    "ScribeAgent",
+    "ScribeConfig",
+    "ScribeEffect",
+]
+
+SECOND_NS = 1_000_000_000
+TOO_MANY_TREES = "too-many-trees"
+
+
+@dataclass(frozen=True, slots=True)
+class ScribeConfig:
+    heartbeat_interval_ns: int = SECOND_NS
+    parent_timeout_ns: int = 3 * SECOND_NS
+    refresh_interval_ns: int = 10 * SECOND_NS
+    child_timeout_ns: int = 30 * SECOND_NS
+    replicas: int = 3  # k: leaf-set nodes holding a copy of a root's tree metadata
+    empty_hold_ns: int = 10 * SECOND_NS  # a publisher's node sends nothing to an empty tree this long
+    trees_max: int = 10_000  # tree entries on this node (member, forwarder or root)
+    children_per_tree_max: int = 64
+    replicas_max: int = 10_000  # metadata replicas held for nearby roots
+    publisher_memory_max: int = 4096  # (tree, publisher node) pairs a root told TREE_EMPTY
+    empty_trees_max: int = 10_000  # trees this node was told are empty
+
+    def __post_init__(self) -> None:
+        assert 0 < self.heartbeat_interval_ns < self.parent_timeout_ns
+        assert 0 < self.refresh_interval_ns < self.child_timeout_ns
+
+
+@dataclass(slots=True)
+class _Child:
+    ref: NodeRef
+    heard_ns: int  # the last SUBSCRIBE or REFRESH from it
+    sent_ns: int  # the last EVENT or HEARTBEAT to it
+
+
+@dataclass(slots=True)
+class _Tree:
+    name: str
+    key: int
+    member: bool = False
+    root: bool = False
+    parent: str | None = None  # address; None while this node's SUBSCRIBE is under way (or root)
+    heard_ns: int = 0  # the last EVENT or HEARTBEAT from the parent, or when SUBSCRIBE left
+    refresh_due_ns: int = 0
+    children: dict[str, _Child] = field(default_factory=dict)
+    metadata: TreeMetadata | None = None
+    replicated_to: tuple[str, ...] = ()
+
+    def needed(self) -> bool:
+        return self.member or bool(self.children) or (self.root and self.metadata is not None)
+
+
+class ScribeAgent:
+    """Scribe on one node. Every input returns the effects to carry out, in order."""
+
+    def __init__(self, me: NodeRef, config: ScribeConfig | None = None) -> None:
+        self.me = me
+        self.config = config or ScribeConfig()
+        self._trees: dict[str, _Tree] = {}
+        self._replicas: dict[str, TreeMetadata] = {}
+        self._leaf_set: list[NodeRef] = []
+        self._told_empty = EmptyTreeMemory(self.config.publisher_memory_max)
+        self._suppressed = Suppressions(self.config.empty_trees_max, self.config.empty_hold_ns)
+        self._tick_ns: int | None = None
+
+    # -- local API ---------------------------------------------------------------------------
+
+    def create(self, now: int, tree: str, creator: str, acl: list[str] | None = None) -> list[ScribeEffect]:
+        metadata = TreeMetadata(creator, None if acl is None else tuple(acl))
+        return [RouteTo(tree_key(tree), Create(tree, metadata).to_wire())]
+
+    def subscribe(self, now: int, tree: str, extra: Any = None) -> list[ScribeEffect]:
+        """Make this node a member of `tree`; `extra` rides in its SUBSCRIBE (see ChildAdded)."""
+        entry = self._trees.get(tree)
+        if entry is not None:
+            entry.member = True
+            return self._activated(tree)
+        entry = self._new_entry(now, tree)
+        if entry is None:
+            raise TidingsError(f"this node is in {self.config.trees_max} trees already", TOO_MANY_TREES)
+        entry.member = True
+        return self._join(now, entry, extra) + self._activated(tree)
+
+    def unsubscribe(self, now: int, tree: str) -> list[ScribeEffect]:
+        entry = self._trees.get(tree)
+        if entry is None or not entry.member:
+            return []
+        entry.member = False
+        return self._prune(entry)
+
+    def publish(self, now: int, tree: str, event: list[Any]) -> list[ScribeEffect]:
+        if self._suppressed.suppressed(now, tree):
+            return []
+        return [RouteTo(tree_key(tree), Publish(tree, event).to_wire())]
+
+    # -- Pastry upcalls ----------------------------------------------------------------------
+
+    def on_forward(self, now: int, decision: Forward) -> tuple[list[ScribeEffect], RouteMessage | None]:
+        """The paper's forward(): only a SUBSCRIBE from another node may stop here."""
+        message = _routed(decision.message)
+        if type(message) is not Subscribe or message.subscriber.address == self.me.address:
+            return [], decision.message
+        entry = self._trees.get(message.tree)
+        if entry is None:
+            entry = self._new_entry(now, message.tree)
+            if entry is None:
+                return [], decision.message
+            return self._adopt(now, entry, message) + self._join(now, entry, None), None
+        if not self._accepts(entry, message):
+            return [], decision.message
+        return self._adopt(now, entry, message), None
+
+    def on_deliver(self, now: int, decision: Deliver) -> list[ScribeEffect]:
+        """The paper's deliver(): this node is the rendez-vous point of the message's tree."""
+        message = _routed(decision.message)
+        if type(message) is Publish:
+            return self._root_publish(now, message, decision.message.source)
+        created = message.metadata if type(message) is Create else None
+        entry, effects = self._become_root(now, message.tree, created)
+        if entry is None or type(message) is not Subscribe:
+            return effects
+        if message.subscriber.address == self.me.address or not self._accepts(entry, message):
+            return effects + self._prune(entry)
+        return effects + self._adopt(now, entry, message)
+
+    def handle(self, now: int, sender: NodeRef | str, message: object) -> list[ScribeEffect]:
+        """A direct Scribe message from the node at `sender`; ProtocolError if malformed."""
+        address = sender if isinstance(sender, str) else sender.address
+        decoded = decode(message)
+        if type(decoded) is TreeEvent:
+            return self._on_event(now, address, decoded)
+        if type(decoded) is Heartbeat:
+            return self._on_heartbeat(now, address, decoded)
+        if type(decoded) is Unsubscribe:
+            return self._on_unsubscribe(address, decoded)
+        if type(decoded) is Refresh:
+            self._on_refresh(now, address, decoded)
+        elif type(decoded) is Replica:
+            self._store_replica(decoded.tree, decoded.metadata)
+        elif type(decoded) is TreeEmpty:
+            self._suppressed.suppress(now, decoded.tree, address)
+        elif type(decoded) is TreeActive:
+            self._suppressed.lift(decoded.tree)
+        else:
+            raise ProtocolError(BAD_MESSAGE, "scribe: a routed message arrived as a direct one")
+        return []
+
+    def node_failed(self, now: int, node: NodeRef) -> list[ScribeEffect]:
+        """Pastry declared `node` dead: drop it as a child, and repair every tree it was parent in."""
+        self._suppressed.lift_root(node.address)
+        effects: list[ScribeEffect] = []
+        for entry in list(self._trees.values()):
+            dropped = entry.children.pop(node.address, None) is not None
+            if entry.parent == node.address:
+                effects += self._repair(now, entry)
+            elif dropped:
+                effects += self._prune(entry)
+        return effects
+
+    def leaf_set_changed(self, now: int, members: Sequence[NodeRef]) -> list[ScribeEffect]:
+        """Replicate each root's metadata to its nearest leaf-set nodes, or hand the tree over when
+        a leaf-set node is now numerically closer to its key than this node."""
+        self._leaf_set = [m for m in members if m.address != self.me.address]
+        if not self._leaf_set:
+            return []
+        effects: list[ScribeEffect] = []
+        for tree in self._told_empty.trees():
+            if not self._is_closest(tree_key(tree)):
+                effects += self._activated(tree)
+        for entry in list(self._trees.values()):
+            if not entry.root:
+                continue
+            if self._is_closest(entry.key):
+                effects += self._replicate(entry)
+            else:
+                effects += self._hand_over(now, entry, self._nearest(entry.key)[0])
+        return effects
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def next_deadline(self) -> int | None:
+        return self._tick_ns
+
+    def handle_timeout(self, now: int) -> list[ScribeEffect]:
+        if self._tick_ns is None or now < self._tick_ns:
+            return []
+        heartbeats: dict[str, list[str]] = {}
+        refreshes: dict[str, list[str]] = {}
+        effects: list[ScribeEffect] = []
+        for entry in list(self._trees.values()):
+            effects += self._expire_children(now, entry)
+            if entry.name not in self._trees:
+                continue
+            for address, child in entry.children.items():
+                if now - child.sent_ns >= self.config.heartbeat_interval_ns:
+                    child.sent_ns = now
+                    heartbeats.setdefault(address, []).append(entry.name)
+            if entry.root:
+                continue
+            if now - entry.heard_ns >= self.config.parent_timeout_ns:
+                effects += self._repair(now, entry)
+            elif entry.parent is not None and now >= entry.refresh_due_ns:
+                entry.refresh_due_ns = now + self.config.refresh_interval_ns
+                refreshes.setdefault(entry.parent, []).append(entry.name)
+        effects += _batched(heartbeats, Heartbeat) + _batched(refreshes, Refresh)
+        self._tick_ns = now + self.config.heartbeat_interval_ns if self._trees else None
+        return effects
+
+    # -- introspection -----------------------------------------------------------------------
+
+    def status(self) -> list[dict[str, Any]]:
+        """One JSON-serialisable dict per tree this node takes part in, in the order it joined."""
+        out: list[dict[str, Any]] = []
+        for entry in self._trees.values():
+            roles = ["root"] if entry.root else ["forwarder"] if entry.children else []
+            roles += ["member"] if entry.member else []
+            out.append({
+                "name": entry.name,
+                "key": id_hex(entry.key),
+                "role": "+".join(roles),
+                "parent": entry.parent,
+                "children": list(entry.children),
+                "member": entry.member,
+                "creator": None if entry.metadata is None else entry.metadata.creator,
+            })
+        return out
+
+    # -- tree entries ------------------------------------------------------------------------
+
+    def _new_entry(self, now: int, tree: str) -> _Tree | None:
+        if len(self._trees) >= self.config.trees_max:
+            return None
+        entry = _Tree(tree, tree_key(tree), heard_ns=now)
+        self._trees[tree] = entry
+        if self._tick_ns is None:
+            self._tick_ns = now + self.config.heartbeat_interval_ns
+        return entry
+
+    def _join(self, now: int, entry: _Tree, extra: Any) -> list[ScribeEffect]:
+        """Route a SUBSCRIBE of this node's own towards the key; the first tree node adopts us."""
+        entry.parent = None
+        entry.heard_ns = now
+        return [RouteTo(entry.key, Subscribe(entry.name, self.me, extra).to_wire())]
+
+    def _repair(self, now: int, entry: _Tree) -> list[ScribeEffect]:
+        subscribe = Subscribe(entry.name, self.me)
+        entry.parent = None
+        entry.heard_ns = now
+        return [ParentSuspected(entry.name, subscribe), RouteTo(entry.key, subscribe.to_wire())]
+
+    def _prune(self, entry: _Tree) -> list[ScribeEffect]:
+        """Forget `entry` when nothing needs it any more, telling its parent (recursively upward)."""
+        if entry.needed():
+            return []
+        del self._trees[entry.name]
+        if entry.parent is None:
+            return []
+        return [PeerSend(entry.parent, Unsubscribe(entry.name).to_wire())]
+
+    def _accepts(self, entry: _Tree, subscribe: Subscribe) -> bool:
+        address = subscribe.subscriber.address
+        if address == entry.parent:
+            return False  # adopting our own parent would close a loop; let a node further on take it
+        return address in entry.children or len(entry.children) < self.config.children_per_tree_max
+
+    def _adopt(self, now: int, entry: _Tree, subscribe: Subscribe) -> list[ScribeEffect]:
+        address = subscribe.subscriber.address
+        entry.children[address] = _Child(subscribe.subscriber, now, now)
+        return [
+            PeerSend(address, Heartbeat((entry.name,)).to_wire()),
+            ChildAdded(entry.name, subscribe.subscriber, subscribe.extra),
+            *self._activated(entry.name),
+        ]
+
+    def _expire_children(self, now: int, entry: _Tree) -> list[ScribeEffect]:
+        timeout = self.config.child_timeout_ns
+        stale = [a for a, child in entry.children.items() if now - child.heard_ns >= timeout]
+        if not stale:
+            return []
+        for address in stale:
+            del entry.children[address]
+        return self._prune(entry)
+
+    # -- the rendez-vous point ---------------------------------------------------------------
+
+    def _become_root(
+        self, now: int, tree: str, created: TreeMetadata | None = None
+    ) -> tuple[_Tree | None, list[ScribeEffect]]:
+        """This node is now the rendez-vous point of `tree` (a message for its key was delivered
+        here): leave any old parent, and take the metadata from a CREATE, else from a replica if it
+        has none."""
+        entry = self._trees.get(tree) or self._new_entry(now, tree)
+        if entry is None:
+            return None, []
+        effects: list[ScribeEffect] = []
+        if entry.parent is not None:
+            effects.append(PeerSend(entry.parent, Unsubscribe(tree).to_wire()))
+        entry.root = True
+        entry.parent = None
+        if created is not None:
+            entry.metadata = created
+            entry.replicated_to = ()
+        elif entry.metadata is None and tree in self._replicas:
+            entry.metadata = self._replicas.pop(tree)
+        return entry, effects + self._replicate(entry)
+
+    def _root_publish(self, now: int, publish: Publish, publisher: NodeRef) -> list[ScribeEffect]:
+        entry: _Tree | None = None
+        effects: list[ScribeEffect] = []
+        if publish.tree in self._trees or publish.tree in self._replicas:
+            entry, effects = self._become_root(now, publish.tree)
+        if entry is None or not (entry.children or entry.member):
+            return effects + self._answer_empty(now, publish.tree, publisher)
+        return effects + self._multicast(now, entry, publish.event)
+
+    def _answer_empty(self, now: int, tree: str, publisher: NodeRef) -> list[ScribeEffect]:
+        """TREE_EMPTY to the publisher's node, remembered (bounded) for a later TREE_ACTIVE."""
+        self._told_empty.remember(tree, publisher.address)
+        if publisher.address == self.me.address:
+            self._suppressed.suppress(now, tree, self.me.address)
+            return []
+        return [PeerSend(publisher.address, TreeEmpty(tree).to_wire())]
+
+    def _activated(self, tree: str) -> list[ScribeEffect]:
+        """The tree gained a member or child here, or its rendez-vous point moved away: publishers
+        told it was empty may publish again (to the new rendez-vous point, if it moved)."""
+        self._suppressed.lift(tree)
+        wire = TreeActive(tree).to_wire()
+        return [PeerSend(a, wire) for a in self._told_empty.release(tree) if a != self.me.address]
+
+    def _is_closest(self, key: int) -> bool:
+        """True when no leaf-set node is numerically closer to `key` than this node."""
+        return all(not closer(key, m.node_id, self.me.node_id) for m in self._leaf_set)
+
+    def _nearest(self, key: int) -> list[NodeRef]:
+        """The leaf-set nodes ordered by numerical closeness to `key` (ties to the smaller id)."""
+        return sorted(self._leaf_set, key=lambda m: (ring_distance(key, m.node_id), m.node_id))
+
+    def _replicate(self, entry: _Tree) -> list[ScribeEffect]:
+        """REPLICA to the k leaf-set nodes nearest the key that do not hold it yet."""
+        if entry.metadata is None:
+            return []
+        targets = tuple(m.address for m in self._nearest(entry.key)[: self.config.replicas])
+        wire = Replica(entry.name, entry.metadata).to_wire()
+        effects: list[ScribeEffect] = [PeerSend(a, wire) for a in targets if a not in entry.replicated_to]
+        entry.replicated_to = targets
+        return effects
+
+    def _store_replica(self, tree: str, metadata: TreeMetadata) -> None:
+        if tree not in self._replicas and len(self._replicas) >= self.config.replicas_max:
+            del self._replicas[next(iter(self._replicas))]
+        self._replicas[tree] = metadata
+
+    def _hand_over(self, now: int, entry: _Tree, successor: NodeRef) -> list[ScribeEffect]:
+        """A node closer to the key joined: give it the metadata and become its child."""
+        effects: list[ScribeEffect] = []
+        if entry.metadata is not None:
+            effects.append(PeerSend(successor.address, Replica(entry.name, entry.metadata).to_wire()))
+            self._store_replica(entry.name, entry.metadata)
+        entry.root = False
+        entry.metadata = None
+        entry.replicated_to = ()
+        if not entry.needed():
+            del self._trees[entry.name]
+            return effects
+        return effects + self._join(now, entry, None)
+
+    # -- direct messages ---------------------------------------------------------------------
+
+    def _multicast(self, now: int, entry: _Tree, event: list[Any]) -> list[ScribeEffect]:
+        effects: list[ScribeEffect] = []
+        if entry.children:
+            effects.append(EventForwarded(entry.name, event, tuple(c.ref for c in entry.children.values())))
+            wire = TreeEvent(entry.name, event).to_wire()
+            for address, child in entry.children.items():
+                child.sent_ns = now
+                effects.append(PeerSend(address, wire))
+        if entry.member:
+            effects.append(DeliverLocal(entry.name, event))
+        return effects
+
+    def _heard_from_parent(self, now: int, tree: str, address: str) -> _Tree | None:
+        """The entry of `tree` if `address` is (or, with our SUBSCRIBE under way, becomes) our
+        parent in it; None when the sender should not be sending us anything for it."""
+        entry = self._trees.get(tree)
+        if entry is None or entry.root or address in entry.children:
+            return None  # a child of ours as our parent would close a loop
+        if entry.parent is None:
+            entry.parent = address
+            entry.refresh_due_ns = now + self.config.refresh_interval_ns
+        elif entry.parent != address:
+            return None
+        entry.heard_ns = now
+        return entry
+
+    def _on_event(self, now: int, address: str, message: TreeEvent) -> list[ScribeEffect]:
+        entry = self._heard_from_parent(now, message.tree, address)
+        if entry is None:
+            return [PeerSend(address, Unsubscribe(message.tree).to_wire())]
+        return self._multicast(now, entry, message.event)
+
+    def _on_heartbeat(self, now: int, address: str, message: Heartbeat) -> list[ScribeEffect]:
+        return [
+            PeerSend(address, Unsubscribe(tree).to_wire())
+            for tree in message.trees
+            if self._heard_from_parent(now, tree, address) is None
+        ]
+
+    def _on_refresh(self, now: int, address: str, message: Refresh) -> None:
+        for tree in message.trees:
+            entry = self._trees.get(tree)
+            child = None if entry is None else entry.children.get(address)
+            if child is not None:
+                child.heard_ns = now
+
+    def _on_unsubscribe(self, address: str, message: Unsubscribe) -> list[ScribeEffect]:
+        entry = self._trees.get(message.tree)
+        if entry is None or entry.children.pop(address, None) is None:
+            return []
+        return self._prune(entry)
+
+
+def _routed(message: RouteMessage) -> RoutedMessage:
+    decoded = decode(message.payload)
+    if not isinstance(decoded, Subscribe | Create | Publish):
+        raise ProtocolError(BAD_MESSAGE, "scribe: a direct message arrived through a route")
+    return decoded
+
+
+def _batched(trees_by_peer: dict[str, list[str]], shape: type[Heartbeat] | type[Refresh]) -> list[ScribeEffect]:
+    """One HEARTBEAT (or REFRESH) per peer naming all its trees, split at the per-message limit."""
+    return [
+        PeerSend(address, shape(tuple(trees[i : i + TREES_PER_MESSAGE_MAX])).to_wire())
+        for address, trees in trees_by_peer.items()
+        for i in range(0, len(trees), TREES_PER_MESSAGE_MAX)
+    ]

@@ -1,0 +1,73 @@
+"""What a Scribe agent asks of the node that runs it, beyond the overlay's `PeerSend` and `RouteTo`.
+
+`DeliverLocal` hands an event of a tree this node is a member of to the broker's local
+subscriptions. The other three are the paper's upcalls for a reliability layer, returned as values
+in the order Scribe would have called them:
+
+- `EventForwarded(tree, event, children)` comes just before the EVENT `PeerSend`s to those children,
+  one per child in the same order; a composer that treats children differently (filter summaries,
+  silence) replaces those sends.
+- `ChildAdded(tree, child, subscribe_extra)` follows every SUBSCRIBE this node accepts, including a
+  repeated one from an existing child (a repairing child is the case a reliability layer cares
+  about most), with the `extra` that child put in its SUBSCRIBE.
+- `ParentSuspected(tree, subscribe)` is always immediately followed by the `RouteTo` that carries
+  exactly `subscribe` towards the tree key, to repair the tree. A composer that wants to add to the
+  SUBSCRIBE rewrites that `RouteTo`; `extend_repairs` does so for a whole list of effects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tidings.core.multicast.messages import Subscribe
+from tidings.core.overlay.envelope import PeerSend, RouteTo
+from tidings.core.overlay.node_id import NodeRef
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverLocal:
+    """An event of `tree` for this node's own (member) subscriptions."""
+
+    tree: str
+    event: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EventForwarded:
+    tree: str
+    event: list[Any]
+    children: tuple[NodeRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ChildAdded:
+    tree: str
+    child: NodeRef
+    subscribe_extra: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ParentSuspected:
+    tree: str
+    subscribe: Subscribe
+
+
+ScribeEffect = PeerSend | RouteTo | DeliverLocal | EventForwarded | ChildAdded | ParentSuspected
+
+
+def extend_repairs(
+    effects: list[ScribeEffect], extra_for: Callable[[ParentSuspected], Any]
+) -> list[ScribeEffect]:
+    """`effects` with the repair SUBSCRIBE after each ParentSuspected carrying `extra_for(upcall)`
+    as its `extra`; every other effect unchanged and in order."""
+    out: list[ScribeEffect] = []
+    suspected: ParentSuspected | None = None
+    for effect in effects:
+        if suspected is not None and type(effect) is RouteTo:
+            repaired = replace(suspected.subscribe, extra=extra_for(suspected))
+            effect = RouteTo(effect.key, repaired.to_wire())  # noqa: PLW2901 - the rewrite is the point
+        suspected = effect if type(effect) is ParentSuspected else None
+        out.append(effect)
+    return out

@@ -1,0 +1,220 @@
+"""Scribe's wire messages: msgpack-able lists whose first element is the type (96..127).
+
+Two kinds travel differently. Routed messages ride a Pastry `RouteMessage` towards a tree key and
+are seen by every node on the route (forward) and by the rendez-vous point (deliver): SUBSCRIBE,
+CREATE and PUBLISH. Direct messages go over the one connection between two nodes (`PeerSend`):
+UNSUBSCRIBE and REFRESH go from a child to its parent, EVENT and HEARTBEAT from a parent to its
+children, REPLICA from the root to the nodes of its leaf set nearest the key, TREE_EMPTY and
+TREE_ACTIVE from the rendez-vous point to a publisher's node. HEARTBEAT and REFRESH name several
+trees at once, so one message per pair of nodes carries the liveness of all the trees they share.
+
+An event and a subscribe's `extra` are opaque to Scribe: the broker and its reliability layer fill
+them with msgpack-able values. Peers are untrusted, so `decode` checks every field Scribe reads and
+raises ProtocolError (bad-message) on anything else; the agent never sees a malformed message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tidings.core.errors import BAD_MESSAGE, ProtocolError
+from tidings.core.overlay.node_id import NodeRef
+
+SUBSCRIBE = 96
+UNSUBSCRIBE = 97
+CREATE = 98
+PUBLISH = 99
+EVENT = 100
+HEARTBEAT = 101
+REFRESH = 102
+REPLICA = 103
+TREE_EMPTY = 104
+TREE_ACTIVE = 105
+
+TREE_BYTES_MAX = 1100  # a channel (1024 bytes) plus "/#", with room to spare
+CREATOR_BYTES_MAX = 300
+ACL_ENTRIES_MAX = 256
+TREES_PER_MESSAGE_MAX = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class TreeMetadata:
+    """What the rendez-vous point keeps about a tree and replicates in its leaf set. `acl` is a
+    placeholder for the security issue: None means anyone may subscribe and publish."""
+
+    creator: str
+    acl: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    """Routed to the tree key; `subscriber` asks the first node already in the tree to adopt it."""
+
+    tree: str
+    subscriber: NodeRef
+    extra: Any = None
+
+    def to_wire(self) -> list[Any]:
+        return [SUBSCRIBE, self.tree, self.subscriber.to_wire(), self.extra]
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    tree: str
+
+    def to_wire(self) -> list[Any]:
+        return [UNSUBSCRIBE, self.tree]
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    tree: str
+    metadata: TreeMetadata
+
+    def to_wire(self) -> list[Any]:
+        return [CREATE, self.tree, *_metadata_to_wire(self.metadata)]
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Routed to the tree key; the rendez-vous point multicasts `event` down the tree."""
+
+    tree: str
+    event: list[Any]
+
+    def to_wire(self) -> list[Any]:
+        return [PUBLISH, self.tree, self.event]
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEvent:
+    """An EVENT: one hop of the multicast, parent to child."""
+
+    tree: str
+    event: list[Any]
+
+    def to_wire(self) -> list[Any]:
+        return [EVENT, self.tree, self.event]
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Parent to child: "I am alive and you are my child" in each of `trees`."""
+
+    trees: tuple[str, ...]
+
+    def to_wire(self) -> list[Any]:
+        return [HEARTBEAT, list(self.trees)]
+
+
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """Child to parent: continued interest in each of `trees`."""
+
+    trees: tuple[str, ...]
+
+    def to_wire(self) -> list[Any]:
+        return [REFRESH, list(self.trees)]
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    tree: str
+    metadata: TreeMetadata
+
+    def to_wire(self) -> list[Any]:
+        return [REPLICA, self.tree, *_metadata_to_wire(self.metadata)]
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEmpty:
+    tree: str
+
+    def to_wire(self) -> list[Any]:
+        return [TREE_EMPTY, self.tree]
+
+
+@dataclass(frozen=True, slots=True)
+class TreeActive:
+    tree: str
+
+    def to_wire(self) -> list[Any]:
+        return [TREE_ACTIVE, self.tree]
+
+
+RoutedMessage = Subscribe | Create | Publish
+DirectMessage = Unsubscribe | TreeEvent | Heartbeat | Refresh | Replica | TreeEmpty | TreeActive
+ScribeMessage = RoutedMessage | DirectMessage
+
+
+def _metadata_to_wire(metadata: TreeMetadata) -> list[Any]:
+    return [metadata.creator, None if metadata.acl is None else list(metadata.acl)]
+
+
+def _bad(what: str) -> ProtocolError:
+    return ProtocolError(BAD_MESSAGE, f"scribe: {what}")
+
+
+def _string(value: object, bytes_max: int, what: str) -> str:
+    # a string never has more characters than UTF-8 bytes, so a long one is refused before encoding
+    if (
+        isinstance(value, str)
+        and 0 < len(value) <= bytes_max
+        and len(value.encode("utf-8", "surrogatepass")) <= bytes_max
+    ):
+        return value
+    raise _bad(f"{what} is a non-empty string of at most {bytes_max} bytes")
+
+
+def _tree(value: object) -> str:
+    return _string(value, TREE_BYTES_MAX, "a tree name")
+
+
+def _trees(value: object) -> tuple[str, ...]:
+    if type(value) is not list or not value or len(value) > TREES_PER_MESSAGE_MAX:
+        raise _bad(f"a tree list holds 1 to {TREES_PER_MESSAGE_MAX} names")
+    return tuple(_tree(name) for name in value)
+
+
+def _event(value: object) -> list[Any]:
+    if type(value) is not list:
+        raise _bad("an event is a list")
+    return value
+
+
+def _metadata(creator: object, acl: object) -> TreeMetadata:
+    name = _string(creator, CREATOR_BYTES_MAX, "a tree creator")
+    if acl is None:
+        return TreeMetadata(name)
+    if type(acl) is not list or len(acl) > ACL_ENTRIES_MAX:
+        raise _bad(f"an acl is None or a list of at most {ACL_ENTRIES_MAX} names")
+    return TreeMetadata(name, tuple(_string(entry, CREATOR_BYTES_MAX, "an acl entry") for entry in acl))
+
+
+_DECODERS: dict[int, tuple[int, Callable[[list[Any]], ScribeMessage]]] = {
+    SUBSCRIBE: (3, lambda f: Subscribe(_tree(f[0]), NodeRef.from_wire(f[1]), f[2])),
+    UNSUBSCRIBE: (1, lambda f: Unsubscribe(_tree(f[0]))),
+    CREATE: (3, lambda f: Create(_tree(f[0]), _metadata(f[1], f[2]))),
+    PUBLISH: (2, lambda f: Publish(_tree(f[0]), _event(f[1]))),
+    EVENT: (2, lambda f: TreeEvent(_tree(f[0]), _event(f[1]))),
+    HEARTBEAT: (1, lambda f: Heartbeat(_trees(f[0]))),
+    REFRESH: (1, lambda f: Refresh(_trees(f[0]))),
+    REPLICA: (3, lambda f: Replica(_tree(f[0]), _metadata(f[1], f[2]))),
+    TREE_EMPTY: (1, lambda f: TreeEmpty(_tree(f[0]))),
+    TREE_ACTIVE: (1, lambda f: TreeActive(_tree(f[0]))),
+}
+
+
+def decode(message: object) -> ScribeMessage:
+    """The Scribe message in `message` (a decoded msgpack value); ProtocolError if malformed."""
+    if type(message) is not list or not message or type(message[0]) is not int:
+        raise _bad("a message is a list starting with its type")
+    shape = _DECODERS.get(message[0])
+    if shape is None:
+        raise _bad(f"unknown message type {message[0]}")
+    count, build = shape
+    if len(message) != count + 1:
+        raise _bad(f"message type {message[0]} has {count} fields")
+    return build(message[1:])

@@ -1,0 +1,512 @@
+"""The Pastry node: one broker's membership of the overlay, as a sans-IO machine.
+
+API (every method that changes state returns a list of effects: `PeerSend`, `Probe`, `JoinCompleted`,
+`LeafSetChanged`, `NodeFailed`; nothing is sent or measured by the node itself):
+
+    node = OverlayNode(me: NodeRef, config: OverlayConfig, rng: Rng)  # rng: a seeded random.Random
+        optional ref_pool: dict[int, NodeRef] shared by every node of a large simulation, so equal
+        NodeRefs decoded from many messages are stored once
+    node.start(now, bootstrap_address: str | None) -> effects      None: first node of a new overlay
+    node.handle(now, sender_address, message: list) -> effects      any overlay message but ROUTE;
+                                                                    ProtocolError if malformed
+    node.route(key, payload) -> RouteMessage                        a new route from here (hops 0)
+    node.route_step(now, RouteMessage) -> Deliver | Forward         decode ROUTE with messages.decode_route
+    node.forward(Forward, payload=None) -> PeerSend                 the next hop's ROUTE (hops + 1)
+    node.rtt_measured(now, address, rtt_ns) -> effects              answer to a Probe
+    node.peer_unreachable(now, address) -> effects                  the transport lost that peer
+    node.handle_timeout(now) -> effects;  node.next_deadline() -> int | None
+    node.joined, node.leaf_set, node.routing_table, node.neighbourhood, node.status() -> dict
+
+Theory. A key is routed to the live node whose nodeId is numerically closest to it. Each node
+knows three sets: the leaf set (the numerically nearest nodeIds on both sides), the routing table
+(for each prefix length, one node per next digit, chosen nearest by measured round-trip time) and
+the neighbourhood set (the nearest nodes by round-trip time). A routing step delivers when the key
+falls within the leaf set range and this node is the closest there; otherwise it forwards to the
+closest leaf, else to the routing-table entry sharing one more digit with the key, else (the rare
+case of an empty entry) to any known node that shares as long a prefix and is numerically closer.
+Each hop therefore either lengthens the shared prefix or gets numerically closer: routes cannot
+loop, and take about log16(N) hops. A route over `route_hops_max` hops means inconsistent state
+somewhere; it is delivered where it stands and counted (`routes_over_hops_max` in status) rather
+than dropped, so the application above still sees it.
+
+Join: the newcomer asks a nearby member (the bootstrap) to route a JOIN with key = the newcomer's
+nodeId. Every node on that route sends the newcomer its routing-table rows up to the prefix it
+shares with the newcomer, the first one also its neighbourhood set, and the last one (numerically
+closest to the newcomer) its leaf set. That last reply completes the join: the newcomer sends its
+leaf set to its leaves and announces itself to the other nodes it knows, and they add it. Whenever
+a node takes a new member into its leaf set it sends it its own leaf set, which is how nodes that
+joined side by side at the same time come to know each other; a node only named by a third party
+enters a leaf set once it has answered a keep-alive, so stale lists cannot plant dead leaves. A
+join that has not completed after `join_timeout_ns` is asked again.
+
+Failure: leaves exchange keep-alives every `keepalive_interval_ns` (and any message is a sign of
+life); a leaf silent for `failure_timeout_ns`, or one the transport reports unreachable, is failed:
+removed everywhere, and the leaf set is repaired by asking the farthest live leaf on the side that
+lost a member for its leaf set (if the whole side failed, the nearest known node on that side).
+Routing-table entries are repaired lazily: a failed entry's row is asked of a few other nodes of
+that row; every `routing_repair_interval_ns` a random row is refreshed the same way and the
+farthest leaf of each side is asked for its leaf set. A failed node is not re-learned from third
+parties for `failed_memory_ns`, so stale lists elsewhere cannot bring a dead node back; a message
+from the node itself always does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tidings.core.overlay import messages as m
+from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteDecision, RouteMessage
+from tidings.core.overlay.events import JoinCompleted, LeafSetChanged, NodeFailed, OverlayEffect, Probe
+from tidings.core.overlay.leaf_set import LeafSet
+from tidings.core.overlay.neighbourhood import NeighbourhoodSet
+from tidings.core.overlay.node_id import DIGITS, HALF_RING, RING, NodeRef, closer, id_hex, shared_prefix_digits
+from tidings.core.overlay.routing_table import RoutingTable
+
+__all__ = [
+    "JoinCompleted",
+    "LeafSetChanged",
+    "NodeFailed",
+    "OverlayConfig",
+    "OverlayEffect",
+    "OverlayNode",
+    "Probe",
+    "Rng",
+]
+
+SECOND_NS = 1_000_000_000
+
+
+class Rng(Protocol):
+    """What the node draws from its injected `random.Random` (typed by shape: cores never import
+    `random`, so nothing can reach for the global generator)."""
+
+    def randrange(self, stop: int, /) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OverlayConfig:
+    """Pastry's parameters (b = 4 is fixed by node_id.py) and the node's limits."""
+
+    leaf_set_size: int = 16
+    neighbourhood_size: int = 32
+    keepalive_interval_ns: int = SECOND_NS
+    failure_timeout_ns: int = 3 * SECOND_NS
+    join_timeout_ns: int = 5 * SECOND_NS
+    route_hops_max: int = 40
+    routing_repair_interval_ns: int = 30 * SECOND_NS
+    failed_memory_ns: int = 60 * SECOND_NS  # third-party mentions of a failed node are ignored
+    failed_memory_max: int = 1024
+    probes_pending_max: int = 128  # RTT measurements asked of the runtime and not yet answered
+    row_repair_helpers: int = 3  # nodes asked for a replacement when a routing-table entry fails
+
+
+class OverlayNode:
+    __slots__ = (
+        "_bootstrap",
+        "_failed",
+        "_heard_ns",
+        "_join_deadline_ns",
+        "_joined",
+        "_keepalive_ns",
+        "_leaf_version",
+        "_probing",
+        "_ref_pool",
+        "_repair_ns",
+        "_rng",
+        "config",
+        "leaf_set",
+        "me",
+        "neighbourhood",
+        "routes_over_hops_max",
+        "routing_table",
+    )
+
+    def __init__(self, me: NodeRef, config: OverlayConfig, rng: Rng,
+                 ref_pool: dict[int, NodeRef] | None = None) -> None:
+        self.me = me
+        self._ref_pool = ref_pool
+        self.config = config
+        self._rng = rng
+        self.leaf_set = LeafSet(me.node_id, config.leaf_set_size)
+        self.routing_table = RoutingTable(me.node_id)
+        self.neighbourhood = NeighbourhoodSet(config.neighbourhood_size)
+        self._joined = False
+        self._bootstrap: str | None = None
+        self._join_deadline_ns: int | None = None
+        self._keepalive_ns: int | None = None
+        self._repair_ns: int | None = None
+        self._heard_ns: dict[str, int] = {}  # leaf address -> last sign of life
+        self._failed: dict[int, int] = {}  # nodeId -> end of its failed memory (insertion order = age)
+        self._probing: dict[str, NodeRef] = {}  # address -> node awaiting an RTT (insertion order = age)
+        self._leaf_version = self.leaf_set.version
+        self.routes_over_hops_max = 0
+
+    @property
+    def joined(self) -> bool:
+        return self._joined
+
+    # -- joining -------------------------------------------------------------------------------
+
+    def start(self, now: int, bootstrap_address: str | None) -> list[OverlayEffect]:
+        """Found a new overlay (no bootstrap) or join one through the member at `bootstrap_address`."""
+        assert self._bootstrap is None and not self._joined, "start once"
+        out: list[OverlayEffect] = []
+        if bootstrap_address is None:
+            self._complete_join(now, out)
+        else:
+            self._bootstrap = bootstrap_address
+            self._ask_to_join(now, out)
+        return self._finish(now, out)
+
+    def _ask_to_join(self, now: int, out: list[OverlayEffect]) -> None:
+        assert self._bootstrap is not None
+        out.append(PeerSend(self._bootstrap, m.JoinRequest(self.me).to_wire()))
+        self._join_deadline_ns = now + self.config.join_timeout_ns
+
+    def _join_hop(self, join: m.Join, first: bool, out: list[OverlayEffect]) -> None:
+        """This node is on the route of `join`: send the newcomer its share, pass the join on."""
+        newcomer = join.newcomer
+        if newcomer.node_id == self.me.node_id:
+            return  # our own join came back (a stale entry elsewhere): the retry will do better
+        shared = shared_prefix_digits(self.me.node_id, newcomer.node_id)
+        rows = tuple(
+            (i, tuple(row)) for i in range(min(shared + 1, DIGITS)) if (row := self.routing_table.row(i))
+        )
+        next_hop = self._next_hop(newcomer.node_id, exclude=newcomer.node_id)
+        last = next_hop is None or join.hops + 1 >= self.config.route_hops_max
+        leaves = tuple(n for n in self.leaf_set.members() if n.node_id != newcomer.node_id) if last else None
+        neighbours = tuple(self.neighbourhood.members()) if first else None
+        out.append(PeerSend(newcomer.address, m.JoinState(self.me, rows, leaves, neighbours).to_wire()))
+        if not last:
+            assert next_hop is not None
+            out.append(PeerSend(next_hop.address, m.Join(newcomer, join.hops + 1).to_wire()))
+
+    def _absorb_join_state(self, now: int, state: m.JoinState, out: list[OverlayEffect]) -> None:
+        self._learn(state.sender, out, heard=True)
+        for _, row in state.rows:
+            for node in row:
+                self._learn(node, out)
+        for node in state.neighbours or ():
+            self._learn(node, out)
+        if state.leaf_set is not None:
+            for node in state.leaf_set:  # taken as is only while joining
+                self._learn(node, out, verified=not self._joined)
+            if not self._joined:
+                self._complete_join(now, out)
+
+    def _complete_join(self, now: int, out: list[OverlayEffect]) -> None:
+        self._joined = True
+        self._join_deadline_ns = None
+        interval = self.config.keepalive_interval_ns
+        self._keepalive_ns = now + self._rng.randrange(max(1, interval))
+        self._repair_ns = now + self.config.routing_repair_interval_ns // 2
+        self._repair_ns += self._rng.randrange(max(1, self.config.routing_repair_interval_ns))
+        announce = m.Announce(self.me).to_wire()
+        for node in self._known():
+            if node.node_id not in self.leaf_set:  # leaves get our leaf set instead (see _finish)
+                out.append(PeerSend(node.address, announce))
+        out.append(JoinCompleted())
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def handle(self, now: int, sender_address: str, message: list[Any]) -> list[OverlayEffect]:
+        """React to one overlay message (not ROUTE: that goes to `route_step`) from `sender_address`.
+        Raises ProtocolError(BAD_MESSAGE) on a malformed message, before changing anything."""
+        msg = m.decode(message)
+        assert not isinstance(msg, RouteMessage), "ROUTE goes to route_step"
+        out: list[OverlayEffect] = []
+        if sender_address in self._heard_ns:
+            self._heard_ns[sender_address] = now
+        if isinstance(msg, m.JoinState):
+            self._absorb_join_state(now, msg, out)
+        elif isinstance(msg, m.JoinRequest | m.Join):
+            if self._joined:
+                self._join_hop(m.Join(msg.newcomer, 0) if isinstance(msg, m.JoinRequest) else msg,
+                               isinstance(msg, m.JoinRequest), out)
+        elif isinstance(msg, m.Announce):
+            self._learn(msg.node, out, heard=True)
+        else:
+            self._handle_maintenance(msg, out)
+        return self._finish(now, out)
+
+    def _handle_maintenance(self, msg: m.OverlayMessage, out: list[OverlayEffect]) -> None:
+        if isinstance(msg, m.KeepAlive):
+            was_leaf = msg.sender.node_id in self.leaf_set
+            self._learn(msg.sender, out, heard=True, probe=False)
+            if not was_leaf:  # it may be verifying us: answer now rather than at our next round
+                out.append(PeerSend(msg.sender.address, m.KeepAliveAck(self.me).to_wire()))
+        elif isinstance(msg, m.KeepAliveAck):
+            self._learn(msg.sender, out, heard=True, probe=False)
+        elif isinstance(msg, m.LeafSetRequest):
+            self._learn(msg.sender, out, heard=True, probe=False)
+            self._send_leaves(msg.sender.address, out)
+        elif isinstance(msg, m.LeafSetReply):
+            self._learn(msg.sender, out, heard=True, probe=False)
+            for node in msg.leaves:
+                self._learn(node, out)
+        elif isinstance(msg, m.RowRequest):
+            self._learn(msg.sender, out, heard=True, probe=False)
+            reply = m.RowReply(self.me, msg.row, tuple(self.routing_table.row(msg.row)))
+            out.append(PeerSend(msg.sender.address, reply.to_wire()))
+        else:
+            assert isinstance(msg, m.RowReply)
+            self._learn(msg.sender, out, heard=True, probe=False)
+            for node in msg.nodes:
+                self._learn(node, out)
+
+    def _send_leaves(self, address: str, out: list[OverlayEffect]) -> None:
+        reply = m.LeafSetReply(self.me, tuple(self.leaf_set.members()))
+        out.append(PeerSend(address, reply.to_wire()))
+
+    def _learn(self, node: NodeRef, out: list[OverlayEffect], heard: bool = False, verified: bool = False,
+               probe: bool = True) -> None:
+        """Take `node` into the leaf set and routing table where it fits.
+
+        `heard`: the node spoke to us itself, so it is alive even if we had declared it failed.
+        Others' lists may still name nodes that died, so a node only named by a third party enters
+        the leaf set once it answers a keep-alive (`verified` skips that: the leaf set a newcomer
+        receives on joining is taken as is). A node that takes an empty routing-table slot is probed
+        for its RTT; a rival for a held slot only if `probe` (keep-alive senders that lost their slot
+        are not re-measured every second)."""
+        if node.node_id == self.me.node_id:
+            return
+        if node.node_id in self._failed:
+            if not heard:
+                return
+            del self._failed[node.node_id]
+        if self._ref_pool is not None:
+            pooled = self._ref_pool.setdefault(node.node_id, node)
+            if pooled == node:
+                node = pooled
+            else:
+                self._ref_pool[node.node_id] = node  # it moved: newer news wins
+        if heard or verified:
+            self.leaf_set.add(node)
+        elif node.node_id not in self.leaf_set and self.leaf_set.would_admit(node.node_id):
+            out.append(PeerSend(node.address, m.KeepAlive(self.me).to_wire()))
+        if self.routing_table.holds(node.node_id):
+            self.routing_table.add(node)  # the same node at a new address replaces the old one
+        elif self.routing_table.add(node) or probe:  # a new entry, or a rival for a held slot
+            self._probe(node, out)
+
+    def _probe(self, node: NodeRef, out: list[OverlayEffect]) -> None:
+        """Ask the runtime for `node`'s RTT: proximity decides its routing-table slot and whether it
+        joins the neighbourhood set."""
+        if node.address in self._probing or self.config.probes_pending_max <= 0:
+            return
+        if len(self._probing) >= self.config.probes_pending_max:
+            del self._probing[next(iter(self._probing))]  # the oldest is likely never answered
+        self._probing[node.address] = node
+        out.append(Probe(node.address))
+
+    # -- routing -------------------------------------------------------------------------------
+
+    def route(self, key: int, payload: list[Any]) -> RouteMessage:
+        return RouteMessage(key, self.me, 0, payload)
+
+    def route_step(self, now: int, message: RouteMessage) -> RouteDecision:
+        """Pastry's routing decision for `message` at this node (see the module docstring)."""
+        if message.hops >= self.config.route_hops_max:
+            self.routes_over_hops_max += 1
+            return Deliver(message)
+        next_hop = self._next_hop(message.key)
+        return Deliver(message) if next_hop is None else Forward(message, next_hop)
+
+    def forward(self, decision: Forward, payload: list[Any] | None = None) -> PeerSend:
+        sent = decision.message
+        onward = RouteMessage(sent.key, sent.source, sent.hops + 1, sent.payload if payload is None else payload)
+        return PeerSend(decision.next_hop.address, m.encode_route(onward))
+
+    def _next_hop(self, key: int, exclude: int | None = None) -> NodeRef | None:
+        """The next node towards `key`, None when this node is the destination."""
+        if self.leaf_set.covers(key):
+            return self.leaf_set.closest(key, exclude)
+        entry = self.routing_table.lookup(key)
+        if entry is not None and entry.node_id != exclude:
+            return entry
+        shared = shared_prefix_digits(key, self.me.node_id)
+        best: NodeRef | None = None
+        best_id = self.me.node_id
+        for node in self._known():
+            if (node.node_id != exclude and shared_prefix_digits(key, node.node_id) >= shared
+                    and closer(key, node.node_id, best_id)):
+                best, best_id = node, node.node_id
+        return best
+
+    def _known(self) -> list[NodeRef]:
+        """Every node in this node's state once: leaves, routing table, neighbourhood."""
+        seen: dict[int, NodeRef] = {}
+        for node in self.leaf_set.members() + self.routing_table.nodes() + self.neighbourhood.members():
+            seen.setdefault(node.node_id, node)
+        return list(seen.values())
+
+    # -- proximity and failures ----------------------------------------------------------------
+
+    def rtt_measured(self, now: int, address: str, rtt_ns: int) -> list[OverlayEffect]:
+        """The runtime measured the round-trip time to `address` (after a Probe, or on its own)."""
+        out: list[OverlayEffect] = []
+        node = self._probing.pop(address, None) or self._find(address)
+        if node is not None and node.node_id not in self._failed:
+            if address in self._heard_ns:
+                self._heard_ns[address] = now
+            self.routing_table.add(node, rtt_ns)
+            self.neighbourhood.add(node, rtt_ns)
+        return self._finish(now, out)
+
+    def peer_unreachable(self, now: int, address: str) -> list[OverlayEffect]:
+        """The transport could not reach `address` (refused, reset): the node there has failed."""
+        out: list[OverlayEffect] = []
+        node = self._probing.pop(address, None) or self._find(address)
+        if node is not None:
+            self._fail(now, node, out)
+        return self._finish(now, out)
+
+    def _find(self, address: str) -> NodeRef | None:
+        found = self.leaf_set.find(address) or self.neighbourhood.find(address)
+        if found is None:
+            found = next((n for n in self.routing_table.nodes() if n.address == address), None)
+        return found
+
+    def _fail(self, now: int, node: NodeRef, out: list[OverlayEffect]) -> None:
+        """Forget `node` everywhere and start repairing what it leaves empty."""
+        node_id = node.node_id
+        on_sides = self.leaf_set.sides_of(node_id)
+        was_leaf = self.leaf_set.remove(node_id)
+        row = None
+        if self.routing_table.holds(node_id):
+            row = self.routing_table.slot_of(node_id)[0]
+            self.routing_table.remove(node_id)
+        was_neighbour = self.neighbourhood.remove(node_id)
+        self._probing.pop(node.address, None)
+        self._failed.pop(node_id, None)
+        self._failed[node_id] = now + self.config.failed_memory_ns
+        if len(self._failed) > self.config.failed_memory_max:
+            del self._failed[next(iter(self._failed))]
+        if was_leaf or was_neighbour or row is not None:
+            out.append(NodeFailed(node))
+        if was_leaf:
+            self._repair_leaves(on_sides, out)
+        if row is not None:
+            self._repair_row(row, self.config.row_repair_helpers, out)
+
+    def _repair_leaves(self, on_sides: tuple[bool, bool], out: list[OverlayEffect]) -> None:
+        """Ask the farthest live leaf of each side that lost a member for its leaf set: it knows
+        the nodes just beyond ours."""
+        self._ask_for_leaves([larger for larger, lost in zip((False, True), on_sides, strict=True) if lost], out)
+
+    def _ask_for_leaves(self, sides: list[bool], out: list[OverlayEffect]) -> None:
+        asked: list[str] = []
+        for larger in sides:
+            helper = self._side_helper(larger) or self._side_helper(not larger)
+            if helper is not None and helper.address not in asked:
+                asked.append(helper.address)
+                out.append(PeerSend(helper.address, m.LeafSetRequest(self.me).to_wire()))
+
+    def _side_helper(self, larger: bool) -> NodeRef | None:
+        """The farthest leaf on one side; if that whole side failed (more than half a leaf set of
+        adjacent nodes at once), the nearest node on that side that we know of at all."""
+        helper = self.leaf_set.extreme(larger)
+        if helper is None:
+            me = self.me.node_id
+
+            def away(n: NodeRef) -> int:
+                return (n.node_id - me) % RING if larger else (me - n.node_id) % RING
+
+            known = [n for n in self._known() if away(n) < HALF_RING]
+            helper = min(known, key=lambda n: (away(n), n.node_id), default=None)
+        return helper
+
+    def _repair_row(self, row: int, helpers: int, out: list[OverlayEffect]) -> None:
+        """Ask up to `helpers` other nodes of `row` (or, if none, of the next row) for their own row
+        `row`: its entries share as long a prefix with us and may fill the gap. More than one,
+        because a helper may still hold the very node that failed."""
+        for source in (row, row + 1):
+            candidates = self.routing_table.row(source) if source < DIGITS else []
+            if candidates:
+                request = m.RowRequest(self.me, row).to_wire()
+                for i in range(min(helpers, len(candidates))):
+                    pick = i + self._rng.randrange(len(candidates) - i)
+                    candidates[i], candidates[pick] = candidates[pick], candidates[i]
+                    out.append(PeerSend(candidates[i].address, request))
+                return
+
+    # -- timers --------------------------------------------------------------------------------
+
+    def handle_timeout(self, now: int) -> list[OverlayEffect]:
+        out: list[OverlayEffect] = []
+        if not self._joined:
+            if self._join_deadline_ns is not None and now >= self._join_deadline_ns:
+                self._ask_to_join(now, out)
+            return self._finish(now, out)
+        self._forget_old_failures(now)
+        if self._keepalive_ns is not None and now >= self._keepalive_ns:
+            self._keepalive_ns = now + self.config.keepalive_interval_ns
+            keepalive = m.KeepAlive(self.me).to_wire()
+            out.extend(PeerSend(node.address, keepalive) for node in self.leaf_set.members())
+        for address, heard in list(self._heard_ns.items()):
+            if now - heard >= self.config.failure_timeout_ns:
+                node = self.leaf_set.find(address)
+                if node is not None:
+                    self._fail(now, node, out)
+        if self._repair_ns is not None and now >= self._repair_ns:
+            self._repair_ns = now + self.config.routing_repair_interval_ns
+            self._maintain(out)
+        return self._finish(now, out)
+
+    def _maintain(self, out: list[OverlayEffect]) -> None:
+        """Periodic lazy maintenance: refresh one random routing-table row, and ask the farthest
+        leaf of each side for its leaf set (it would know of any node we missed in between)."""
+        depth = self.routing_table.depth()
+        if depth:
+            self._repair_row(self._rng.randrange(depth), 1, out)
+        self._ask_for_leaves([False, True], out)
+
+    def _forget_old_failures(self, now: int) -> None:
+        while self._failed:
+            oldest = next(iter(self._failed))
+            if self._failed[oldest] > now:
+                return
+            del self._failed[oldest]
+
+    def next_deadline(self) -> int | None:
+        if not self._joined:
+            return self._join_deadline_ns
+        deadlines = [d for d in (self._keepalive_ns, self._repair_ns) if d is not None]
+        if self._heard_ns:
+            deadlines.append(min(self._heard_ns.values()) + self.config.failure_timeout_ns)
+        return min(deadlines) if deadlines else None
+
+    def _finish(self, now: int, out: list[OverlayEffect]) -> list[OverlayEffect]:
+        """Once joined, keep liveness tracking in step with the leaf set, send every new leaf our
+        leaf set, and tell the layers above that it changed.
+
+        Sending the leaf set to each newcomer to it is what makes concurrent joins converge: of two
+        nodes that joined side by side without hearing of each other, a common leaf adds one after
+        the other and so tells the second about the first, which it then verifies and keeps."""
+        if not self._joined or self.leaf_set.version == self._leaf_version:
+            return out
+        self._leaf_version = self.leaf_set.version
+        members = self.leaf_set.members()
+        fresh = [n for n in members if n.address not in self._heard_ns]
+        self._heard_ns = {n.address: self._heard_ns.get(n.address, now) for n in members}
+        if fresh:
+            leaves = m.LeafSetReply(self.me, tuple(members)).to_wire()
+            out.extend(PeerSend(n.address, leaves) for n in fresh)
+        out.append(LeafSetChanged(tuple(members)))
+        return out
+
+    # -- status --------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "node_id": id_hex(self.me.node_id),
+            "address": self.me.address,
+            "joined": self._joined,
+            "leaf_set": [[id_hex(n.node_id), n.address] for n in self.leaf_set.members()],
+            "routing_table_fill": self.routing_table.fill(),
+            "neighbours": [
+                [id_hex(n.node_id), n.address, rtt / 1e6] for n, rtt in self.neighbourhood.with_rtt()
+            ],
+            "routes_over_hops_max": self.routes_over_hops_max,
+        }

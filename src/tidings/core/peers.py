@@ -1,0 +1,491 @@
+"""Links between brokers: one TCP connection per pair, its handshake, its queue, and its RTT.
+
+Theory of operation. The overlay and the layers above it name peers by address (Pastry's
+send(msg, node)); `PeerLinks` turns that into connections. A link to an address goes
+
+    DIALLING  -> HANDSHAKE -> OPEN        we dial: Connect, then PEER_HELLO, until PEER_WELCOME
+                 (adopted)  -> OPEN        the peer dials: the broker hands us its PEER_HELLO
+    HANDSHAKE -> WAITING   -> OPEN        our dial lost a tie-break; the peer's dial comes to us
+
+Messages for a link that is not OPEN, or whose connection is blocked (the runtime's send buffer
+passed its high-water mark: SendBlocked), wait in its queue (at most peer_queue_bytes_max; past
+that they are dropped and counted), and are flushed in order, one frame each, when it opens or
+drains. So a slow or stalled peer costs bounded memory. Every
+input's Sends to one connection leave as one write (effects.coalesce_sends joins them).
+
+One connection per pair. When both brokers dial each other at once, each sees its own dial and
+the other's PEER_HELLO; both keep the connection dialled by the smaller nodeId, which needs no
+further exchange: the broker with the smaller id refuses the other's HELLO (PEER_ERROR
+duplicate-link, the dialler then WAITs for our dial), the one with the larger id welcomes it and
+closes its own dial. Queues belong to the link, not the connection, so closing a dial loses
+nothing. A HELLO over a link that is already OPEN means the peer has lost the old connection (it
+restarted): the new one replaces the old, unless the old is ours and we have the smaller id (then
+it may be a tie-break in flight: we refuse, and ping over ours, so that a dead one shows itself).
+
+Loss and reachability. A link that was OPEN and goes down (the connection closed, or nothing heard
+for PING_MISSES_MAX ping intervals) is redialled at once; only when that dial fails is the peer
+reported unreachable, the signal the composer passes to the overlay as peer_unreachable. So a
+dropped connection to a live broker costs a reconnect, not a repair, while a killed broker refuses
+the redial and is reported within one connect attempt. A failed dial, a handshake timeout, a
+PEER_ERROR from the peer, or garbage on the link also drop the queue and report the peer.
+
+RTT. An OPEN link sends PING at once and then every ping_interval_ns; the matching PONG gives
+`RttMeasured` (both ends of the measure are `now` values) for proximity neighbour selection.
+`probe` measures a node on request.
+
+Outputs. The entry points driven by inputs return `(items, effects)`: effects for the runtime, and
+items for the composer, in order: `(sender, message)` for each message of another layer (a raw
+list, which that layer validates; `reject` answers one it finds malformed), `RttMeasured`, and a
+plain `str` address for each peer found unreachable. `send`, `probe`, `flow` and `reject` return
+effects.
+
+Invariants: a link's `conn` is set exactly in HANDSHAKE and OPEN; every connection in `_conns`
+that is not closing carries the link its `address` names; at most one Connect per address is
+outstanding, and a DIALLING link has one (a link that opened the other way meanwhile closes the
+connection it brings, unused).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+from tidings.core import errors
+from tidings.core.effects import Connect, Disconnect, Effect, Send
+from tidings.core.errors import ProtocolError
+from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES
+from tidings.core.overlay.node_id import NodeRef, id_hex
+from tidings.core.wire import messages, peer
+from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder
+
+DIALLING = "dialling"
+HANDSHAKE = "handshake"
+WAITING = "waiting"
+OPEN = "open"
+
+MIB = 1024 * 1024
+SECOND_NS = 1_000_000_000
+PING_MISSES_MAX = 3  # an OPEN link silent for this many ping intervals is down
+ALIASES_MAX = 1024
+
+
+
+@dataclass(frozen=True, slots=True)
+class PeerConfig:
+    """The limits of the peer links (BrokerConfig.peer_config() fills them from the broker's)."""
+
+    frame_bytes_max: int = 8 * MIB
+    handshake_timeout_ns: int = 5 * SECOND_NS
+    peer_queue_bytes_max: int = 4 * MIB  # per link, while it is not open; beyond, messages are dropped
+    ping_interval_ns: int = 5 * SECOND_NS
+
+
+@dataclass(frozen=True, slots=True)
+class RttMeasured:
+    address: str
+    rtt_ns: int
+
+
+PeerMessage = tuple[NodeRef, list[Any]]
+PeerItem = PeerMessage | RttMeasured | str  # a str is the address of a peer found unreachable
+PeerOutput = tuple[list[PeerItem], list[Effect]]
+
+
+class _Conn:
+    __slots__ = ("address", "closing", "conn", "decoder", "outbound")
+
+    def __init__(self, conn: int, decoder: FrameDecoder, outbound: bool, address: str) -> None:
+        self.conn = conn
+        self.decoder = decoder
+        self.outbound = outbound
+        self.address = address  # the link it carries
+        self.closing = False  # we sent Disconnect: whatever still arrives is ignored
+
+
+class _Link:
+    __slots__ = ("address", "blocked", "conn", "dropped", "heard_at", "next_ping_at", "node",
+                 "ping_sent_at", "ping_seq", "queue", "queued_bytes", "rtt_ns", "state", "wake")
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.state = DIALLING
+        self.node: NodeRef | None = None
+        self.conn: int | None = None
+        self.blocked = False  # OPEN, but its connection's send buffer is full: queue meanwhile
+        self.queue: list[bytes] = []
+        self.queued_bytes = 0
+        self.dropped = 0
+        self.heard_at = 0  # OPEN: when the peer last sent anything
+        self.next_ping_at = 0
+        self.ping_seq = -1
+        self.ping_sent_at = 0
+        self.rtt_ns: int | None = None
+        self.wake: int | None = None  # the live timer of this link: a handshake deadline, or its next ping
+
+
+class PeerLinks:
+    def __init__(self, me: NodeRef, config: PeerConfig) -> None:
+        self.me = me
+        self.config = config
+        self._links: dict[str, _Link] = {}
+        self._conns: dict[int, _Conn] = {}
+        self._dialling: set[str] = set()  # addresses with a Connect outstanding
+        self._aliases: dict[str, str] = {}  # dialled address -> the address the peer advertises
+        self._timers: list[tuple[int, str]] = []  # heap of (when, address), stale entries skipped
+        self._reports: list[RttMeasured | str] = []  # handed out with the next output
+        self._ping_seq = 0
+        self.messages_sent = 0
+        self.messages_received = 0
+        self.messages_dropped = 0
+        self.last_failure = ""  # the last link dropped and why, for status and logs
+
+    # ---- the composer's interface ----------------------------------------------------------------
+
+    def owns(self, conn: int) -> bool:
+        return conn in self._conns
+
+    def send(self, now: int, address: str, message: list[Any]) -> list[Effect]:
+        """Send one message to the broker at `address`, dialling it first if need be."""
+        assert address != self.me.address, "a broker does not send to itself"
+        data = peer.encode(message)
+        assert len(data) - HEADER_BYTES <= self.config.frame_bytes_max, "peer message over frame_bytes_max"
+        link = self._link(address)
+        if link is not None and link.state == OPEN and not link.blocked:
+            assert link.conn is not None
+            self.messages_sent += 1
+            return [Send(link.conn, data)]
+        out: list[Effect] = []
+        if link is None:
+            link = self._links[address] = _Link(address)
+            out.append(self._dial(link))
+        self._enqueue(link, data)
+        return out
+
+    def flow(self, now: int, conn: int, blocked: bool) -> list[Effect]:
+        """The runtime's send buffer for `conn` passed its high-water mark (SendBlocked, `blocked`)
+        or fell back under its low one (SendDrained): hold messages back, or send those held."""
+        c = self._conns.get(conn)
+        if c is None or c.closing:
+            return []
+        link = self._links[c.address]
+        link.blocked = blocked
+        if blocked or link.state != OPEN:
+            return []
+        return self._flush(link)
+
+    def probe(self, now: int, address: str) -> list[Effect]:
+        """Measure the RTT to `address`: ping now if linked, else dial (an opening link pings)."""
+        link = self._link(address)
+        if link is None:
+            link = self._links[address] = _Link(address)
+            return [self._dial(link)]
+        if link.state == OPEN:
+            return [self._ping(now, link)]
+        return []
+
+    def connected(self, now: int, conn: int, address: str) -> PeerOutput:
+        """Our Connect(address) succeeded as `conn`: say PEER_HELLO, unless no longer needed."""
+        self._dialling.discard(address)
+        link = self._links.get(address)
+        if link is None or link.state != DIALLING:
+            return [], [Disconnect(conn, "a connection to this broker already exists")]
+        self._conns[conn] = _Conn(conn, FrameDecoder(self.config.frame_bytes_max), True, address)
+        link.state = HANDSHAKE
+        link.conn = conn
+        self._arm(link, now + self.config.handshake_timeout_ns)
+        return [], [Send(conn, peer.hello(self.me))]
+
+    def connect_failed(self, now: int, address: str, reason: str) -> PeerOutput:
+        self._dialling.discard(address)
+        link = self._links.get(address)
+        if link is not None and link.state == DIALLING:
+            self._drop(link, f"cannot connect: {reason}")
+        return self._output([], [])
+
+    def adopt(self, now: int, conn: int, decoder: FrameDecoder, hello_body: bytes,
+              rest_bodies: list[bytes]) -> PeerOutput:
+        """Take over an accepted connection whose first frame is a PEER_HELLO (`hello_body`);
+        `rest_bodies` are the frames that came with it, `decoder` holds any partial frame."""
+        try:
+            hello = peer.decode_hello(hello_body)
+        except ProtocolError as exc:  # not yet a peer: answer in the client protocol
+            return [], [Send(conn, messages.error(errors.HANDSHAKE, f"bad PEER_HELLO: {exc}")),
+                        Disconnect(conn, "bad PEER_HELLO")]
+        c = self._conns[conn] = _Conn(conn, decoder, False, hello.node.address)
+        if hello.version != peer.PEER_VERSION:
+            return [], self._close(c, errors.VERSION, f"peer protocol version {hello.version} is not "
+                                                      f"supported; this broker speaks {peer.PEER_VERSION}")
+        if hello.node.node_id == self.me.node_id or hello.node.address == self.me.address:
+            return [], self._close(c, errors.HANDSHAKE, "PEER_HELLO names this very broker")
+        out = self._accept(now, c, hello.node)
+        if c.closing:
+            return self._output([], out)
+        msgs = self._bodies(now, c, rest_bodies, out)
+        self._check_decoder(c, out)
+        return self._output(msgs, out)
+
+    def received(self, now: int, conn: int, data: bytes) -> PeerOutput:
+        """Bytes on a peer connection: the messages for other layers, each with its sender."""
+        c = self._conns.get(conn)
+        if c is None or c.closing:
+            return [], []
+        out: list[Effect] = []
+        msgs = self._bodies(now, c, c.decoder.feed(data), out)
+        self._check_decoder(c, out)
+        return self._output(msgs, out)
+
+    def lost(self, now: int, conn: int) -> PeerOutput:
+        """A peer connection closed. An OPEN link is redialled (the peer is reported unreachable
+        only if that fails); a link still in its handshake is dropped and reported at once."""
+        c = self._conns.pop(conn, None)
+        if c is None or c.closing:
+            return [], []
+        link = self._links[c.address]
+        assert link.conn == conn
+        if link.state == HANDSHAKE:
+            self._drop(link, "the connection closed during the handshake")
+            return self._output([], [])
+        return [], self._redial(link)
+
+    def reject(self, now: int, address: str, reason: str) -> list[Effect]:
+        """Another layer found a message from the peer at `address` malformed: tell the peer and
+        close the link (the composer knows, so the peer is not reported unreachable)."""
+        link = self._link(address)
+        if link is None or link.conn is None:
+            return []
+        out = self._close(self._conns[link.conn], errors.BAD_MESSAGE, reason)
+        self._drop(link, f"sent a malformed message: {reason}", report=False)
+        return out
+
+    def next_deadline(self) -> int | None:
+        heap = self._timers
+        while heap:
+            when, address = heap[0]
+            link = self._links.get(address)
+            if link is not None and link.wake == when:
+                return when
+            heapq.heappop(heap)
+        return None
+
+    def handle_timeout(self, now: int) -> PeerOutput:
+        out: list[Effect] = []
+        heap = self._timers
+        while heap and heap[0][0] <= now:
+            when, address = heapq.heappop(heap)
+            link = self._links.get(address)
+            if link is not None and link.wake == when:
+                link.wake = None
+                out += self._wake(now, link)
+        return self._output([], out)
+
+    def status(self) -> list[dict[str, Any]]:
+        return [{"address": link.address,
+                 "node_id": None if link.node is None else id_hex(link.node.node_id),
+                 "state": link.state,
+                 "rtt_ms": None if link.rtt_ns is None else round(link.rtt_ns / 1e6, 3),
+                 "queued_bytes": link.queued_bytes,
+                 "dropped": link.dropped}
+                for link in sorted(self._links.values(), key=lambda lk: lk.address)]
+
+    # ---- handshake -------------------------------------------------------------------------------
+
+    def _accept(self, now: int, c: _Conn, node: NodeRef) -> list[Effect]:
+        """A valid PEER_HELLO from `node` on `c`: welcome it, or refuse it after a tie-break."""
+        link = self._links.get(node.address)
+        ours = link is not None and (
+            link.state in (DIALLING, HANDSHAKE)
+            or (link.state == OPEN and link.conn is not None and self._conns[link.conn].outbound))
+        if link is not None and ours and self.me.node_id < node.node_id:
+            refused = self._close(c, peer.DUPLICATE_LINK, "both brokers dialled; keeping the dial of "
+                                                          "the smaller nodeId")
+            if link.state == OPEN:  # the peer may have restarted: a write shows whether ours is dead
+                refused.append(self._ping(now, link))
+            return refused
+        out: list[Effect] = []
+        if link is None:
+            link = self._links[node.address] = _Link(node.address)
+        elif link.conn is not None:
+            out += self._close(self._conns[link.conn], peer.DUPLICATE_LINK, "replaced by a newer connection")
+        link.node = node
+        link.conn = c.conn
+        out.append(Send(c.conn, peer.welcome(self.me)))
+        out += self._open(now, link)
+        return out
+
+    def _welcomed(self, now: int, c: _Conn, link: _Link, msg: peer.PeerWelcome) -> list[Effect]:
+        if msg.version != peer.PEER_VERSION:
+            return self._fail(c, link, errors.VERSION, f"peer protocol version {msg.version} is not supported")
+        if msg.node.node_id == self.me.node_id:
+            return self._fail(c, link, errors.HANDSHAKE, "PEER_WELCOME names this very broker")
+        link.node = msg.node
+        if msg.node.address != link.address and msg.node.address not in self._links:
+            self._rename(link, msg.node.address)
+        return self._open(now, link)
+
+    def _open(self, now: int, link: _Link) -> list[Effect]:
+        """The link is usable: flush its queue in order and take a first RTT sample."""
+        link.state = OPEN
+        link.heard_at = now
+        link.blocked = False
+        return [*self._flush(link), self._ping(now, link)]
+
+    def _flush(self, link: _Link) -> list[Effect]:
+        conn = link.conn
+        assert conn is not None
+        out: list[Effect] = [Send(conn, data) for data in link.queue]
+        self.messages_sent += len(link.queue)
+        link.queue = []
+        link.queued_bytes = 0
+        return out
+
+    def _rename(self, link: _Link, address: str) -> None:
+        """The peer advertises another address than the one we dialled: key the link by the
+        advertised one (the address others know it by), and remember the dialled one as an alias."""
+        del self._links[link.address]
+        if len(self._aliases) >= ALIASES_MAX:
+            self._aliases.clear()
+        self._aliases[link.address] = address
+        link.address = address
+        self._links[address] = link
+        if link.conn is not None:
+            self._conns[link.conn].address = address
+        if link.wake is not None:
+            heapq.heappush(self._timers, (link.wake, address))
+
+    # ---- messages --------------------------------------------------------------------------------
+
+    def _bodies(self, now: int, c: _Conn, bodies: list[bytes], out: list[Effect]) -> list[PeerMessage]:
+        """Handle each frame on `c` in order; stop at the first that closes the link."""
+        msgs: list[PeerMessage] = []
+        link = self._links[c.address]
+        link.heard_at = now
+        for body in bodies:
+            try:
+                msg = peer.unpack(body)
+                if msg[0] in peer.PEER_LINK_TYPES:
+                    out += self._link_message(now, c, link, peer.decode_link_message(msg))
+                elif link.state != OPEN:
+                    raise ProtocolError(errors.HANDSHAKE, "expected PEER_WELCOME first")
+                elif msg[0] in OVERLAY_TYPES or msg[0] in MULTICAST_TYPES or msg[0] in BROKER_TYPES:
+                    assert link.node is not None
+                    self.messages_received += 1
+                    msgs.append((link.node, msg))
+                else:
+                    raise ProtocolError(errors.UNKNOWN_MESSAGE, f"unknown peer message type {msg[0]}")
+            except ProtocolError as exc:
+                out += self._fail(c, link, exc.code, str(exc))
+            if c.closing:
+                break
+        return msgs
+
+    def _link_message(self, now: int, c: _Conn, link: _Link, msg: peer.PeerLinkMessage) -> list[Effect]:
+        if isinstance(msg, peer.PeerError):
+            return self._peer_error(now, c, link, msg)
+        if link.state == HANDSHAKE and isinstance(msg, peer.PeerWelcome):
+            return self._welcomed(now, c, link, msg)
+        if link.state != OPEN or isinstance(msg, peer.PeerHello | peer.PeerWelcome):
+            raise ProtocolError(errors.HANDSHAKE, f"unexpected {type(msg).__name__} in state {link.state}")
+        if isinstance(msg, peer.Ping):
+            return [Send(c.conn, peer.pong(msg.seq))]
+        if msg.seq == link.ping_seq:
+            link.rtt_ns = now - link.ping_sent_at
+            self._reports.append(RttMeasured(link.address, link.rtt_ns))
+        return []
+
+    def _peer_error(self, now: int, c: _Conn, link: _Link, msg: peer.PeerError) -> list[Effect]:
+        c.closing = True
+        out: list[Effect] = [Disconnect(c.conn, f"peer error: {msg.code}")]
+        if msg.code == peer.DUPLICATE_LINK and link.state == HANDSHAKE:
+            link.state = WAITING  # the peer keeps its own dial to us: wait for its HELLO
+            link.conn = None
+            self._arm(link, now + self.config.handshake_timeout_ns)
+        else:
+            self._drop(link, f"peer error {msg.code}: {msg.message}")
+        return out
+
+    def _check_decoder(self, c: _Conn, out: list[Effect]) -> None:
+        failure = c.decoder.failure
+        if failure is not None and not c.closing:
+            out += self._fail(c, self._links[c.address], failure.code, str(failure))
+
+    # ---- queues, timers, failures ----------------------------------------------------------------
+
+    def _link(self, address: str) -> _Link | None:
+        return self._links.get(self._aliases.get(address, address))
+
+    def _dial(self, link: _Link) -> Connect:
+        assert link.address not in self._dialling
+        link.state = DIALLING
+        link.wake = None
+        self._dialling.add(link.address)
+        return Connect(link.address)
+
+    def _redial(self, link: _Link) -> list[Effect]:
+        link.conn = None
+        if link.address in self._dialling:  # a dial of ours is still out: it takes over
+            link.state = DIALLING
+            link.wake = None
+            return []
+        return [self._dial(link)]
+
+    def _enqueue(self, link: _Link, data: bytes) -> None:
+        if link.queued_bytes + len(data) > self.config.peer_queue_bytes_max:
+            link.dropped += 1
+            self.messages_dropped += 1
+            return
+        link.queue.append(data)
+        link.queued_bytes += len(data)
+
+    def _ping(self, now: int, link: _Link) -> Send:
+        assert link.conn is not None
+        self._ping_seq += 1
+        link.ping_seq = self._ping_seq
+        link.ping_sent_at = now
+        link.next_ping_at = now + self.config.ping_interval_ns
+        self._arm(link, link.next_ping_at)
+        return Send(link.conn, peer.ping(link.ping_seq))
+
+    def _arm(self, link: _Link, when: int) -> None:
+        link.wake = when
+        heapq.heappush(self._timers, (when, link.address))
+
+    def _wake(self, now: int, link: _Link) -> list[Effect]:
+        if link.state in (HANDSHAKE, WAITING):
+            out: list[Effect] = []
+            if link.conn is not None:
+                out = self._close(self._conns[link.conn], errors.HANDSHAKE_TIMEOUT,
+                                  "no PEER_WELCOME within the handshake timeout")
+            self._drop(link, f"no handshake within handshake_timeout_ns ({link.state})")
+            return out
+        assert link.state == OPEN and link.conn is not None
+        if now - link.heard_at >= PING_MISSES_MAX * self.config.ping_interval_ns:
+            silent = self._conns[link.conn]
+            silent.closing = True
+            return [Disconnect(silent.conn, "peer silent for too long"), *self._redial(link)]
+        return [self._ping(now, link)]
+
+    def _close(self, c: _Conn, code: str, text: str) -> list[Effect]:
+        c.closing = True
+        return [Send(c.conn, peer.peer_error(code, text)), Disconnect(c.conn, text)]
+
+    def _fail(self, c: _Conn, link: _Link, code: str, text: str) -> list[Effect]:
+        """`c` broke the protocol: tell the peer, close, and drop the link if `c` carried it."""
+        out = self._close(c, code, text)
+        if link.conn == c.conn:
+            self._drop(link, f"protocol error ({code}): {text}")
+        return out
+
+    def _drop(self, link: _Link, reason: str, report: bool = True) -> None:
+        """Forget the link and its queue, and report its peer unreachable."""
+        del self._links[link.address]
+        link.wake = None
+        self.messages_dropped += len(link.queue)
+        self.last_failure = f"{link.address}: {reason}"
+        if report:
+            self._reports.append(link.address)
+
+    def _output(self, msgs: list[PeerMessage], effects: list[Effect]) -> PeerOutput:
+        items: list[PeerItem] = [*msgs, *self._reports]
+        self._reports = []
+        return items, effects

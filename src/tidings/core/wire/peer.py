@@ -1,0 +1,170 @@
+"""The broker-to-broker wire: the peer handshake, RTT probes and peer errors (types 128..132).
+
+A peer connection uses the client framing (frames.py: 4-byte length, msgpack body); each body is an
+array whose first element is the message type. The dialling broker speaks first:
+
+    PEER_HELLO   [128, version, [nodeId, address]]   the dialler's NodeRef
+    PEER_WELCOME [129, version, [nodeId, address]]   the acceptor's NodeRef
+    PING         [130, seq]                          answered at once by
+    PONG         [131, seq]                          the same seq: its round trip is the RTT
+    PEER_ERROR   [132, code, message]                what was wrong; the sender then closes
+
+The first frame of every accepted connection tells a broker from a client: any array starting with
+128, even a malformed one, goes to the peer layer (core/peers.py), which answers it. Decoders check
+every field and raise ProtocolError naming the problem; messages of the other layers (overlay
+64..95, multicast 96..127, the broker's own 133..159) stay raw lists here and are checked by the
+layer that owns them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from tidings.core.errors import BAD_MESSAGE, UNKNOWN_MESSAGE, ProtocolError
+from tidings.core.overlay.node_id import NodeRef
+from tidings.core.wire.frames import frame
+
+PEER_VERSION = 1
+
+PEER_HELLO = 128
+PEER_WELCOME = 129
+PING = 130
+PONG = 131
+PEER_ERROR = 132
+PEER_LINK_TYPES = range(PEER_HELLO, PEER_ERROR + 1)
+
+# PEER_ERROR codes of this layer (the rest are the shared codes in core/errors.py)
+DUPLICATE_LINK = "duplicate-link"  # simultaneous dials: the one the smaller nodeId opened is kept
+SEQ_MAX = (1 << 63) - 1
+TEXT_CHARS_MAX = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PeerHello:
+    version: int
+    node: NodeRef
+
+
+@dataclass(frozen=True, slots=True)
+class PeerWelcome:
+    version: int
+    node: NodeRef
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerError:
+    code: str
+    message: str
+
+
+PeerLinkMessage = PeerHello | PeerWelcome | Ping | Pong | PeerError
+
+
+# ---- encoders (return whole frames) -------------------------------------------------------------
+
+
+def encode(message: list[Any]) -> bytes:
+    """One frame holding `message` (a list whose first element is its type)."""
+    return frame(msgpack.packb(message))
+
+
+def hello(node: NodeRef, version: int = PEER_VERSION) -> bytes:
+    return encode([PEER_HELLO, version, node.to_wire()])
+
+
+def welcome(node: NodeRef) -> bytes:
+    return encode([PEER_WELCOME, PEER_VERSION, node.to_wire()])
+
+
+def ping(seq: int) -> bytes:
+    return encode([PING, seq])
+
+
+def pong(seq: int) -> bytes:
+    return encode([PONG, seq])
+
+
+def peer_error(code: str, message: str) -> bytes:
+    return encode([PEER_ERROR, code, message[:TEXT_CHARS_MAX]])
+
+
+# ---- decoders ------------------------------------------------------------------------------------
+
+
+def _bad(what: str) -> ProtocolError:
+    return ProtocolError(BAD_MESSAGE, what)
+
+
+def unpack(body: bytes) -> list[Any]:
+    """The message array of a frame body: a non-empty array starting with an integer type."""
+    try:
+        msg = msgpack.unpackb(body, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several types for garbage
+        raise _bad(f"frame body is not valid msgpack ({type(exc).__name__})") from None
+    if type(msg) is not list or not msg or type(msg[0]) is not int:
+        raise _bad("a peer message is an array starting with its integer type")
+    return msg
+
+
+def _arity(msg: list[Any], n: int, name: str) -> None:
+    if len(msg) != n:
+        raise _bad(f"{name} has {len(msg) - 1} fields, expected {n - 1}")
+
+
+def _seq(value: Any, name: str) -> int:
+    if type(value) is not int or not 0 <= value <= SEQ_MAX:
+        raise _bad(f"{name} seq must be an integer from 0 to 2**63-1")
+    return value
+
+
+def _text(value: Any, what: str) -> str:
+    if type(value) is not str or len(value) > TEXT_CHARS_MAX:
+        raise _bad(f"{what} must be a string of at most {TEXT_CHARS_MAX} characters")
+    return value
+
+
+def _greeting(msg: list[Any], name: str) -> tuple[int, NodeRef]:
+    _arity(msg, 3, name)
+    if type(msg[1]) is not int:
+        raise _bad(f"{name} version must be an integer")
+    return msg[1], NodeRef.from_wire(msg[2])
+
+
+def decode_link_message(msg: list[Any]) -> PeerLinkMessage:
+    """Decode an unpacked message of this layer (type 128..132); ProtocolError otherwise."""
+    kind = msg[0]
+    if kind == PING:
+        _arity(msg, 2, "PING")
+        return Ping(_seq(msg[1], "PING"))
+    if kind == PONG:
+        _arity(msg, 2, "PONG")
+        return Pong(_seq(msg[1], "PONG"))
+    if kind == PEER_HELLO:
+        return PeerHello(*_greeting(msg, "PEER_HELLO"))
+    if kind == PEER_WELCOME:
+        return PeerWelcome(*_greeting(msg, "PEER_WELCOME"))
+    if kind == PEER_ERROR:
+        _arity(msg, 3, "PEER_ERROR")
+        return PeerError(_text(msg[1], "PEER_ERROR code"), _text(msg[2], "PEER_ERROR message"))
+    raise ProtocolError(UNKNOWN_MESSAGE, f"unknown peer message type {kind}")
+
+
+def decode_hello(body: bytes) -> PeerHello:
+    """The first frame of an accepted peer connection, which must be a well-formed PEER_HELLO."""
+    msg = unpack(body)
+    if msg[0] != PEER_HELLO:
+        raise _bad("a peer connection starts with PEER_HELLO")
+    return PeerHello(*_greeting(msg, "PEER_HELLO"))

@@ -1,0 +1,567 @@
+"""PeerLinks: handshakes both ways, queues, tie-breaks, bad input, RTT, loss; and the peer codec.
+
+`Net` is a small in-memory network of PeerLinks: it carries Sends between connection ends in order
+(per connection), answers Connect with Connected or ConnectFailed, reports ConnectionLost to both
+ends of a closed connection, and plays the broker's part of handing an accepted connection whose
+first frame is a PEER_HELLO to `adopt`. With a seed it interleaves connections in random orders.
+"""
+
+import contextlib
+import random
+from collections import deque
+from dataclasses import replace
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidings.core.effects import Connect, Disconnect, Send, coalesce_sends
+from tidings.core.errors import ProtocolError
+from tidings.core.overlay.node_id import NodeRef
+from tidings.core.peers import DIALLING, OPEN, WAITING, PeerConfig, PeerLinks, RttMeasured
+from tidings.core.wire import messages, peer
+from tidings.core.wire.frames import FrameDecoder, frame
+
+MS = 1_000_000
+CFG = PeerConfig(frame_bytes_max=1 << 16, handshake_timeout_ns=1000 * MS, peer_queue_bytes_max=4096,
+                 ping_interval_ns=500 * MS)
+SMALL = NodeRef(1, "10.0.0.1:1")
+LARGE = NodeRef(2**127, "10.0.0.2:2")
+
+
+class End:
+    def __init__(self, owner, conn, server):
+        self.owner, self.conn, self.server = owner, conn, server
+        self.peer = None
+        self.adopted = not server
+        self.decoder = FrameDecoder(CFG.frame_bytes_max)
+        self.closed = False
+        self.lost = False
+        self.client_bytes = b""  # what a server end that was never adopted got answered
+
+
+class Net:
+    def __init__(self, *refs, config=CFG, seed=None, at=None):
+        at = at or [r.address for r in refs]  # where each node is reachable
+        self.nodes = {a: PeerLinks(r, config) for a, r in zip(at, refs, strict=True)}
+        self.listening = set(self.nodes)
+        self.ends = {}
+        self.queues = {}  # key -> deque of events; one FIFO per connection end, one per dial
+        self.rng = random.Random(seed) if seed is not None else None
+        self.now = 0
+        self.got = {a: [] for a in self.nodes}
+        self.unreachable = {a: [] for a in self.nodes}
+        self.rtts = {a: [] for a in self.nodes}
+        self.effects = {a: [] for a in self.nodes}
+        self.dead = set()
+        self._conn = 0
+        self._dials = 0
+
+    # ---- driving ----
+    def send(self, src, dst, msg):
+        self.apply(src, self.nodes[src].send(self.now, dst, msg))
+
+    def output(self, address, result):
+        assert address not in self.dead
+        items, effects = result
+        for item in items:
+            if isinstance(item, RttMeasured):
+                self.rtts[address].append(item)
+            elif isinstance(item, str):
+                self.unreachable[address].append(item)
+            else:
+                sender, msg = item
+                self.got[address].append((sender.address, msg))
+        self.apply(address, effects)
+
+    def apply(self, address, effects):
+        self.effects[address] += effects
+        for eff in coalesce_sends(effects):
+            if type(eff) is Send:
+                end = self.ends[eff.conn]
+                if not end.closed:
+                    self._push(end.peer.conn, ("data", eff.data))
+            elif type(eff) is Disconnect:
+                end = self.ends[eff.conn]
+                if not end.closed:
+                    end.closed = True
+                    self._push(end.peer.conn, ("lost", None))
+                    self._push(end.conn, ("lost", None))
+            elif type(eff) is Connect:
+                self._dials += 1
+                self._push(("dial", self._dials), ("dial", (address, eff.address)))
+
+    def _push(self, key, event):
+        self.queues.setdefault(key, deque()).append(event)
+
+    def step(self):
+        keys = [k for k, q in self.queues.items() if q]
+        if not keys:
+            return False
+        key = self.rng.choice(keys) if self.rng else keys[0]
+        kind, arg = self.queues[key].popleft()
+        if kind == "dial":
+            self._dial(*arg)
+        elif kind == "data":
+            self._data(self.ends[key], arg)
+        else:
+            self._lost(self.ends[key])
+        return True
+
+    def run(self, steps_max=10_000):
+        for _ in range(steps_max):
+            if not self.step():
+                return
+        raise AssertionError("the network did not settle")
+
+    def _dial(self, src, dst):
+        if src in self.dead:
+            return
+        if dst not in self.listening:
+            self.output(src, self.nodes[src].connect_failed(self.now, dst, "refused"))
+            return
+        self._conn += 1
+        client = End(src, self._conn, server=False)
+        self._conn += 1
+        server = End(dst, self._conn, server=True)
+        client.peer, server.peer = server, client
+        self.ends[client.conn] = client
+        self.ends[server.conn] = server
+        self.output(src, self.nodes[src].connected(self.now, client.conn, dst))
+
+    def _data(self, end, data):
+        if end.closed or end.lost:
+            return
+        node = self.nodes[end.owner]
+        if end.adopted:
+            self.output(end.owner, node.received(self.now, end.conn, data))
+            return
+        bodies = end.decoder.feed(data)
+        if bodies:  # the broker's part: the first frame decides who owns the connection
+            assert peer.unpack(bodies[0])[0] == peer.PEER_HELLO, "a peer connection starts with PEER_HELLO"
+            end.adopted = True
+            self.output(end.owner, node.adopt(self.now, end.conn, end.decoder, bodies[0], bodies[1:]))
+
+    def _lost(self, end):
+        if end.lost:
+            return
+        end.lost = True
+        if end.adopted and self.nodes[end.owner].owns(end.conn):
+            self.output(end.owner, self.nodes[end.owner].lost(self.now, end.conn))
+
+    def kill(self, address):
+        """kill -9: the node stops, the kernel closes its connections, its port refuses dials."""
+        self.listening.discard(address)
+        self.dead.add(address)
+        for end in self.live_conns(address):
+            end.closed = end.lost = True
+            self._push(end.peer.conn, ("lost", None))
+
+    def live_conns(self, address):
+        return [e for e in self.ends.values() if e.owner == address and not e.closed and not e.lost]
+
+    def links(self, address):
+        return {row["address"]: row for row in self.nodes[address].status()}
+
+    def tick(self, address, now):
+        self.now = now
+        self.output(address, self.nodes[address].handle_timeout(now))
+
+
+def msg(i):
+    return [100, i, b"x" * 10]
+
+
+# ---- handshake --------------------------------------------------------------------------------------
+
+
+def test_handshake_both_ways_over_one_connection():
+    net = Net(SMALL, LARGE)
+    net.send(SMALL.address, LARGE.address, msg(1))
+    assert [type(e) for e in net.effects[SMALL.address]] == [Connect]
+    net.run()
+    assert net.got[LARGE.address] == [(SMALL.address, msg(1))]
+    net.send(LARGE.address, SMALL.address, msg(2))  # the accepted connection carries replies
+    net.run()
+    assert net.got[SMALL.address] == [(LARGE.address, msg(2))]
+    assert sum(isinstance(e, Connect) for e in net.effects[LARGE.address]) == 0
+    for a, b in ((SMALL, LARGE), (LARGE, SMALL)):
+        (row,) = net.links(a.address).values()
+        assert row["state"] == OPEN and row["node_id"] == f"{b.node_id:032x}"
+        assert row["address"] == b.address and row["queued_bytes"] == 0
+    assert len(net.live_conns(SMALL.address)) == len(net.live_conns(LARGE.address)) == 1
+
+
+def test_queued_messages_flush_in_order_once_welcomed():
+    net = Net(SMALL, LARGE)
+    for i in range(20):
+        net.send(SMALL.address, LARGE.address, msg(i))
+    assert sum(isinstance(e, Connect) for e in net.effects[SMALL.address]) == 1
+    assert net.links(SMALL.address)[LARGE.address]["queued_bytes"] > 0
+    net.run()
+    assert net.got[LARGE.address] == [(SMALL.address, msg(i)) for i in range(20)]
+    links = net.nodes[SMALL.address]
+    assert links.messages_sent == 20 and links.messages_dropped == 0
+
+
+def test_the_queue_is_bounded_and_drops_are_counted():
+    cfg = replace(CFG, peer_queue_bytes_max=100)
+    net = Net(SMALL, LARGE, config=cfg)
+    size = len(peer.encode(msg(0)))
+    for i in range(10):
+        net.send(SMALL.address, LARGE.address, msg(i))
+    kept = 100 // size
+    assert net.links(SMALL.address)[LARGE.address]["dropped"] == 10 - kept
+    net.run()
+    assert [m for _, m in net.got[LARGE.address]] == [msg(i) for i in range(kept)]
+    assert net.nodes[SMALL.address].messages_dropped == 10 - kept
+
+
+def test_a_blocked_link_queues_within_its_bound_and_flushes_when_drained():
+    net = Net(SMALL, LARGE, config=replace(CFG, peer_queue_bytes_max=100))
+    net.send(SMALL.address, LARGE.address, msg(0))
+    net.run()
+    links = net.nodes[SMALL.address]
+    (end,) = net.live_conns(SMALL.address)
+    assert links.flow(0, end.conn, blocked=True) == []
+    size = len(peer.encode(msg(0)))
+    effects = [e for i in range(1, 11) for e in links.send(0, LARGE.address, msg(i))]
+    assert effects == [] and links.messages_dropped == 10 - 100 // size
+    assert links.status()[0]["state"] == OPEN and links.status()[0]["queued_bytes"] == (100 // size) * size
+    net.apply(SMALL.address, links.flow(0, end.conn, blocked=False))
+    net.run()
+    assert [m for _, m in net.got[LARGE.address]] == [msg(i) for i in range(1 + 100 // size)]
+    assert links.flow(0, 12345, blocked=True) == []  # not a peer connection
+
+
+def test_a_failed_dial_drops_the_queue_and_reports_the_address():
+    net = Net(SMALL, LARGE)
+    net.listening.discard(LARGE.address)
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.send(SMALL.address, LARGE.address, msg(2))
+    net.run()
+    assert net.unreachable[SMALL.address] == [LARGE.address]
+    assert net.links(SMALL.address) == {} and net.nodes[SMALL.address].messages_dropped == 2
+    assert "refused" in net.nodes[SMALL.address].last_failure
+    net.listening.add(LARGE.address)  # a later send dials again
+    net.send(SMALL.address, LARGE.address, msg(3))
+    net.run()
+    assert net.got[LARGE.address] == [(SMALL.address, msg(3))]
+
+
+def test_the_runtime_reporting_one_message_per_input_sees_one_send_per_peer():
+    net = Net(SMALL, LARGE)
+    net.send(SMALL.address, LARGE.address, msg(0))
+    net.run()
+    links = net.nodes[SMALL.address]
+    effects = [e for i in range(5) for e in links.send(0, LARGE.address, msg(i))]
+    (joined,) = coalesce_sends(effects)
+    assert FrameDecoder(1 << 20).feed(joined.data) == [msgpack.packb(msg(i)) for i in range(5)]
+
+
+# ---- simultaneous dials -------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32), first=st.sampled_from([SMALL, LARGE]), count=st.integers(1, 4))
+def test_simultaneous_dials_keep_one_connection_and_every_message(seed, first, count):
+    net = Net(SMALL, LARGE, seed=seed)
+    a, b = (first, LARGE if first is SMALL else SMALL)
+    for i in range(count):
+        net.send(a.address, b.address, msg(i))
+        net.send(b.address, a.address, msg(100 + i))
+    net.run()
+    assert net.got[b.address] == [(a.address, msg(i)) for i in range(count)]
+    assert net.got[a.address] == [(b.address, msg(100 + i)) for i in range(count)]
+    assert net.unreachable == {SMALL.address: [], LARGE.address: []}
+    (small_end,) = net.live_conns(SMALL.address)
+    (large_end,) = net.live_conns(LARGE.address)
+    assert small_end.peer is large_end
+    assert not small_end.server, "the connection kept is the one the smaller nodeId dialled"
+    for node in (SMALL, LARGE):
+        (row,) = net.links(node.address).values()
+        assert row["state"] == OPEN
+
+
+def test_the_larger_dialler_waits_for_the_smaller_ones_connection():
+    net = Net(SMALL, LARGE)
+    # LARGE's dial gets through first, SMALL's Connect is still out: SMALL refuses LARGE's HELLO
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.send(LARGE.address, SMALL.address, msg(2))
+    small_dial = next(k for k in net.queues if k[0] == "dial")
+    net.queues[small_dial], held = deque(), net.queues[small_dial]
+    net.run()
+    assert net.links(LARGE.address)[SMALL.address]["state"] == WAITING
+    assert net.links(SMALL.address)[LARGE.address]["state"] == DIALLING
+    net.queues[small_dial] = held
+    net.run()
+    assert net.got[LARGE.address] == [(SMALL.address, msg(1))]
+    assert net.got[SMALL.address] == [(LARGE.address, msg(2))]
+
+
+def test_waiting_gives_up_after_the_handshake_timeout():
+    net = Net(SMALL, LARGE)
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.send(LARGE.address, SMALL.address, msg(2))
+    small_dial = next(k for k in net.queues if k[0] == "dial")
+    net.queues[small_dial].clear()  # SMALL's dial never completes (and is never reported)
+    net.run()
+    assert net.links(LARGE.address)[SMALL.address]["state"] == WAITING
+    deadline = net.nodes[LARGE.address].next_deadline()
+    assert deadline == CFG.handshake_timeout_ns
+    net.tick(LARGE.address, deadline)
+    assert net.unreachable[LARGE.address] == [SMALL.address]
+    assert net.nodes[LARGE.address].messages_dropped == 1
+
+
+def test_a_restarted_peer_replaces_the_old_connection():
+    net = Net(SMALL, LARGE)
+    net.send(LARGE.address, SMALL.address, msg(1))  # LARGE dials: SMALL holds an inbound link
+    net.run()
+    (old,) = net.live_conns(SMALL.address)
+    net.nodes[LARGE.address] = PeerLinks(LARGE, CFG)  # LARGE restarts before SMALL heard of the loss
+    net.send(LARGE.address, SMALL.address, msg(2))
+    net.run()
+    assert [m for _, m in net.got[SMALL.address]] == [msg(1), msg(2)]
+    assert old.closed and len(net.live_conns(SMALL.address)) == 1
+    assert net.unreachable[SMALL.address] == []
+
+
+# ---- loss, timeouts, RTT -----------------------------------------------------------------------------------
+
+
+def test_a_lost_link_is_redialled_and_reported_only_if_that_fails():
+    net = Net(SMALL, LARGE)
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.run()
+    (end,) = net.live_conns(LARGE.address)
+    net.apply(LARGE.address, [Disconnect(end.conn, "test")])  # the connection drops
+    net.run()
+    assert net.unreachable == {SMALL.address: [], LARGE.address: []}
+    assert len(net.live_conns(SMALL.address)) == 1 and net.links(SMALL.address)[LARGE.address]["state"] == OPEN
+    net.kill(LARGE.address)  # now the broker dies: the redial is refused
+    net.run()
+    assert net.unreachable[SMALL.address] == [LARGE.address]
+    assert LARGE.address not in net.links(SMALL.address)
+
+
+def test_no_welcome_within_the_handshake_timeout():
+    net = Net(SMALL, LARGE)
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.step()  # the dial completes; the HELLO sits unread
+    deadline = net.nodes[SMALL.address].next_deadline()
+    assert deadline == CFG.handshake_timeout_ns
+    net.tick(SMALL.address, deadline - 1)
+    assert net.unreachable[SMALL.address] == []
+    net.tick(SMALL.address, deadline)
+    assert net.unreachable[SMALL.address] == [LARGE.address]
+    (body,) = FrameDecoder(1 << 20).feed(net.effects[SMALL.address][-2].data)
+    assert peer.decode_link_message(peer.unpack(body)) == peer.PeerError(
+        "handshake-timeout", "no PEER_WELCOME within the handshake timeout")
+
+
+def test_ping_pong_measures_the_rtt_from_now_values():
+    net = Net(SMALL, LARGE)
+    net.send(SMALL.address, LARGE.address, msg(1))
+    while net.links(SMALL.address).get(LARGE.address, {}).get("state") != OPEN:
+        assert net.step()
+    # SMALL just pinged at now=0 as the link opened; the PONG comes back at 7 ms
+    net.now = 7 * MS
+    net.run()
+    assert RttMeasured(LARGE.address, 7 * MS) in net.rtts[SMALL.address]
+    assert net.links(SMALL.address)[LARGE.address]["rtt_ms"] == 7.0
+    # the next ping is due one interval after the first
+    links = net.nodes[SMALL.address]
+    assert links.next_deadline() == CFG.ping_interval_ns
+    net.tick(SMALL.address, CFG.ping_interval_ns)
+    net.now = CFG.ping_interval_ns + 3 * MS
+    net.run()
+    assert net.rtts[SMALL.address][-1] == RttMeasured(LARGE.address, 3 * MS)
+
+
+def test_probe_pings_an_open_link_and_dials_an_unknown_one():
+    net = Net(SMALL, LARGE)
+    effects = net.nodes[SMALL.address].probe(0, LARGE.address)
+    assert effects == [Connect(LARGE.address)]
+    net.apply(SMALL.address, effects)
+    net.run()
+    assert any(r.address == LARGE.address for r in net.rtts[SMALL.address])
+    count = len(net.rtts[SMALL.address])
+    net.now = 50 * MS
+    net.apply(SMALL.address, net.nodes[SMALL.address].probe(10 * MS, LARGE.address))
+    net.run()
+    assert len(net.rtts[SMALL.address]) == count + 1 and net.rtts[SMALL.address][-1].rtt_ns == 40 * MS
+
+
+def test_a_silent_peer_is_dropped_and_redialled():
+    net = Net(SMALL, LARGE)
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.run()
+    links = net.nodes[SMALL.address]
+    now = 0
+    for _ in range(10):  # pings go out but LARGE's answers never arrive (they are discarded)
+        now = links.next_deadline()
+        net.tick(SMALL.address, now)
+        for key, q in net.queues.items():
+            if key in net.ends and net.ends[key].owner == SMALL.address:
+                q.clear()
+        if any(isinstance(e, Connect) for e in net.effects[SMALL.address][1:]):
+            break
+    assert now == 3 * CFG.ping_interval_ns
+    assert any(type(e) is Disconnect and "silent" in e.reason for e in net.effects[SMALL.address])
+
+
+# ---- bad input -------------------------------------------------------------------------------------------
+
+
+def open_pair():
+    net = Net(SMALL, LARGE)
+    net.send(SMALL.address, LARGE.address, msg(0))
+    net.run()
+    (end,) = net.live_conns(LARGE.address)
+    return net, end
+
+
+def answers(net, address):
+    """The frames `address` sent in its last effects, decoded, and whether it disconnected."""
+    effects = net.effects[address]
+    bodies = [b for e in effects if type(e) is Send for b in FrameDecoder(1 << 20).feed(e.data)]
+    return [peer.unpack(b) for b in bodies], any(type(e) is Disconnect for e in effects)
+
+
+@pytest.mark.parametrize(("data", "code"), [
+    (b"\x00\x00\x00\x03\xc1\xc1\xc1", "bad-message"),  # a frame that is not msgpack
+    (frame(msgpack.packb({"a": 1})), "bad-message"),  # not an array
+    (frame(msgpack.packb([peer.PING])), "bad-message"),  # PING without its seq
+    (frame(msgpack.packb([peer.PONG, -1])), "bad-message"),
+    (frame(msgpack.packb([peer.PEER_HELLO, 1, SMALL.to_wire()])), "handshake"),  # a second HELLO
+    (frame(msgpack.packb([200, 1])), "unknown-message"),
+    (frame(msgpack.packb([7, 1])), "unknown-message"),  # a client message type
+    (b"\x7f\xff\xff\xff" + b"garbage", "frame-too-large"),
+])
+def test_garbage_on_a_peer_link_gets_a_peer_error_and_a_close(data, code):
+    net, end = open_pair()
+    net.effects[LARGE.address] = []
+    net.output(LARGE.address, net.nodes[LARGE.address].received(0, end.conn, data))
+    sent, closed = answers(net, LARGE.address)
+    assert closed and sent[-1][0] == peer.PEER_ERROR and sent[-1][1] == code
+    assert net.unreachable[LARGE.address] == [SMALL.address]
+    assert net.nodes[LARGE.address].received(0, end.conn, peer.ping(1)) == ([], [])  # closing: ignored
+
+
+def test_messages_of_other_layers_pass_through_raw():
+    net, end = open_pair()
+    data = b"".join(peer.encode(m) for m in ([64, "x"], [96, {"k": 1}], [140, None], [127]))
+    items, effects = net.nodes[LARGE.address].received(0, end.conn, data)
+    assert [(s, m) for s, m in items] == [(SMALL, [64, "x"]), (SMALL, [96, {"k": 1}]), (SMALL, [140, None]),
+                                          (SMALL, [127])]
+    assert effects == []
+
+
+def test_a_message_before_the_welcome_is_a_handshake_error():
+    net = Net(SMALL, LARGE)
+    net.send(SMALL.address, LARGE.address, msg(0))
+    net.step()
+    (conn,) = [e.conn for e in net.ends.values() if e.owner == SMALL.address]
+    _, effects = net.nodes[SMALL.address].received(0, conn, peer.encode([70, 1]))
+    assert isinstance(effects[-1], Disconnect)
+    body = FrameDecoder(1 << 20).feed(effects[0].data)[0]
+    assert peer.unpack(body)[:2] == [peer.PEER_ERROR, "handshake"]
+
+
+@pytest.mark.parametrize("hello", [
+    msgpack.packb([peer.PEER_HELLO]),
+    msgpack.packb([peer.PEER_HELLO, 1, [b"short", "a:1"]]),
+    msgpack.packb([peer.PEER_HELLO, 1, [b"\x00" * 16, ""]]),
+    msgpack.packb([peer.PEER_HELLO, "1", SMALL.to_wire()]),
+    msgpack.packb([peer.PEER_HELLO, 1, SMALL.to_wire(), "extra"]),
+])
+def test_a_malformed_hello_gets_a_client_error_frame(hello):
+    links = PeerLinks(LARGE, CFG)
+    items, effects = links.adopt(0, 9, FrameDecoder(CFG.frame_bytes_max), hello, [])
+    assert items == [] and isinstance(effects[-1], Disconnect)
+    (body,) = FrameDecoder(1 << 20).feed(effects[0].data)
+    err = messages.decode_broker_message(body)
+    assert isinstance(err, messages.Error) and err.code == "handshake" and "PEER_HELLO" in err.message
+    assert links.status() == []
+
+
+@pytest.mark.parametrize(("hello", "code"), [
+    (peer.hello(SMALL, version=99), "version-mismatch"),
+    (peer.hello(NodeRef(LARGE.node_id, "elsewhere:1")), "handshake"),  # our own nodeId
+])
+def test_a_hello_we_cannot_accept_gets_a_peer_error(hello, code):
+    links = PeerLinks(LARGE, CFG)
+    (body,) = FrameDecoder(1 << 20).feed(hello)
+    _, effects = links.adopt(0, 9, FrameDecoder(CFG.frame_bytes_max), body, [])
+    assert isinstance(effects[-1], Disconnect)
+    assert peer.unpack(FrameDecoder(1 << 20).feed(effects[0].data)[0])[:2] == [peer.PEER_ERROR, code]
+
+
+def test_frames_after_the_hello_are_handled_on_adoption():
+    links = PeerLinks(LARGE, CFG)
+    rest = [msgpack.packb([70, i]) for i in range(3)]
+    decoder = FrameDecoder(CFG.frame_bytes_max)
+    decoder.feed(peer.encode([70, 3])[:5])  # a partial frame waits in the decoder
+    items, effects = links.adopt(0, 9, decoder, msgpack.packb([peer.PEER_HELLO, 1, SMALL.to_wire()]), rest)
+    assert [m for _, m in items] == [[70, 0], [70, 1], [70, 2]]
+    assert peer.unpack(FrameDecoder(1 << 20).feed(effects[0].data)[0])[0] == peer.PEER_WELCOME
+    items, _ = links.received(0, 9, peer.encode([70, 3])[5:])
+    assert [m for _, m in items] == [[70, 3]]
+
+
+def test_reject_closes_the_link_without_reporting_it():
+    net, _ = open_pair()
+    effects = net.nodes[LARGE.address].reject(0, SMALL.address, "bad overlay message")
+    assert isinstance(effects[-1], Disconnect) and net.links(LARGE.address) == {}
+    assert net.unreachable[LARGE.address] == []
+    assert net.nodes[LARGE.address].reject(0, SMALL.address, "again") == []
+
+
+def test_a_peer_error_from_the_peer_drops_the_link():
+    net, end = open_pair()
+    net.output(LARGE.address, net.nodes[LARGE.address].received(0, end.conn, peer.peer_error("x", "y")))
+    assert net.unreachable[LARGE.address] == [SMALL.address]
+    assert "peer error x: y" in net.nodes[LARGE.address].last_failure
+
+
+def test_a_peer_advertising_another_address_is_known_by_both():
+    other = NodeRef(LARGE.node_id, "advertised:2")
+    net = Net(SMALL, other, at=[SMALL.address, LARGE.address])  # it is reachable at LARGE.address
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.run()
+    assert set(net.links(SMALL.address)) == {other.address}
+    net.send(SMALL.address, other.address, msg(2))
+    net.send(SMALL.address, LARGE.address, msg(3))
+    net.run()
+    assert [m for _, m in net.got[LARGE.address]] == [msg(1), msg(2), msg(3)]
+    assert sum(isinstance(e, Connect) for e in net.effects[SMALL.address]) == 1
+
+
+# ---- the codec -----------------------------------------------------------------------------------------
+
+
+def test_codec_round_trips():
+    for data, expected in [(peer.hello(SMALL), peer.PeerHello(1, SMALL)),
+                           (peer.welcome(LARGE), peer.PeerWelcome(1, LARGE)),
+                           (peer.ping(5), peer.Ping(5)), (peer.pong(2**63 - 1), peer.Pong(2**63 - 1)),
+                           (peer.peer_error("c", "m" * 5000), peer.PeerError("c", "m" * 1024))]:
+        (body,) = FrameDecoder(1 << 20).feed(data)
+        assert peer.decode_link_message(peer.unpack(body)) == expected
+    assert peer.decode_hello(FrameDecoder(1 << 20).feed(peer.hello(SMALL))[0]) == peer.PeerHello(1, SMALL)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=8)
+                    | st.binary(max_size=20),
+                    lambda c: st.lists(c, max_size=5), max_leaves=12))
+def test_the_decoders_raise_only_protocol_errors(value):
+    body = msgpack.packb(value)
+    for decode in (lambda: peer.decode_link_message(peer.unpack(body)), lambda: peer.decode_hello(body)):
+        with contextlib.suppress(ProtocolError):
+            decode()
+    if isinstance(value, list) and value and type(value[0]) is int:
+        value[0] = peer.PEER_HELLO if len(value) % 2 else peer.PONG
+        with contextlib.suppress(ProtocolError):
+            peer.decode_link_message(value)
