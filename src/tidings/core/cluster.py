@@ -14,6 +14,10 @@ implies, and nothing more:
   replication and tree repair);
 - everything else (PeerSend, DeliverLocal, probes, the reliability upcalls) leaves for the broker.
 
+Until Pastry reports `JoinCompleted`, its state is partial and a route could end at the wrong node,
+so messages Scribe routes before then (a broker's subscriptions at start) wait, at most
+`ROUTES_BEFORE_JOIN_MAX` of them, and leave in order when the join completes.
+
 It holds no protocol rule of its own and does no I/O, so the asyncio broker, the byte-level
 simulator and the message-level simulator at scale all drive this same object.
 """
@@ -27,8 +31,10 @@ from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.overlay import messages as overlay_messages
 from tidings.core.overlay.envelope import MULTICAST_TYPES, OVERLAY_TYPES, Deliver, Forward, RouteMessage, RouteTo
-from tidings.core.overlay.node import LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
+from tidings.core.overlay.node import JoinCompleted, LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
 from tidings.core.overlay.node_id import NodeRef
+
+ROUTES_BEFORE_JOIN_MAX = 10_000
 
 
 class ClusterMember:
@@ -37,6 +43,7 @@ class ClusterMember:
         self.me = me
         self.overlay = OverlayNode(me, overlay_config, rng)
         self.scribe = ScribeAgent(me, scribe_config)
+        self._before_join: deque[RouteTo] = deque(maxlen=ROUTES_BEFORE_JOIN_MAX)
 
     # ---- inputs ----------------------------------------------------------------------------------
 
@@ -99,7 +106,13 @@ class ClusterMember:
         while queue:
             eff = queue.popleft()
             if type(eff) is RouteTo:
-                out += self._route(now, self.overlay.route(eff.key, eff.payload))
+                if self.overlay.joined:
+                    out += self._route(now, self.overlay.route(eff.key, eff.payload))
+                else:
+                    self._before_join.append(eff)
+            elif type(eff) is JoinCompleted:
+                queue.extend(self._before_join)
+                self._before_join.clear()
             elif type(eff) is LeafSetChanged:
                 queue.extend(self.scribe.leaf_set_changed(now, eff.members))
             elif type(eff) is NodeFailed:

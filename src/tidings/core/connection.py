@@ -19,6 +19,7 @@ from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.errors import ProtocolError
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
+from tidings.core.wire.peer import PEER_HELLO
 
 AWAITING_HELLO = "awaiting-hello"
 OPEN = "open"
@@ -64,7 +65,7 @@ class ClientConnection:
         out: list[ClientMessage] = []
         effects: list[Effect] = []
         for i, body in enumerate(bodies):
-            if self.state == AWAITING_HELLO and messages.message_type(body) == messages.PEER_HELLO:
+            if self.state == AWAITING_HELLO and messages.message_type(body) == PEER_HELLO:
                 self.state = PEER
                 out.append(PeerHandover(body, bodies[i + 1:]))
                 return out, effects

@@ -35,9 +35,6 @@ END = 21
 STATUS_REPLY = 22
 ERROR = 23
 
-# broker -> broker: the first frame of a peer connection (core/wire/peer.py has the peer messages)
-PEER_HELLO = 128
-
 START_NOW = "now"
 START_OLDEST = "start"
 START_AFTER = "after"
