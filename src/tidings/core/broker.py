@@ -433,9 +433,10 @@ class Broker:
                     trees = self._channel_trees[channel] = publish_trees(channel)
                 for tree in trees:
                     by_tree.setdefault(tree, []).append(record)
+        own = self.pubend.pubend_id
         for tree, records in by_tree.items():
             for chunk in messages.size_chunks(records):
-                self._cluster_effects(self.cluster.publish(self.now, tree, chunk), out)
+                self._cluster_effects(self.cluster.publish(self.now, tree, [own, chunk]), out)
 
     def _adopt_peer(self, c: ClientConnection, msg: PeerHandover, out: list[Effect]) -> None:
         del self.connections[c.conn]
@@ -492,20 +493,22 @@ class Broker:
             # the reliability upcalls (EventForwarded, ChildAdded, ParentSuspected) have no taker yet
 
     def _deliver_remote(self, tree: str, event: Any, out: list[Effect]) -> None:
-        """Events that came down `tree`: to the live local subscriptions of that tree they match."""
-        if type(event) is not list:
+        """Events that came down `tree` ([origin pubend, [record, ...]]): to the live local
+        subscriptions of that tree they match. A broker's own events were delivered here when they
+        became durable, and are recognised without decoding them."""
+        if type(event) is not list or len(event) != 2 or type(event[1]) is not list:
             self.peer_messages_rejected += 1
             return
-        own = self.pubend.pubend_id
+        origin, records = event
+        if origin == self.pubend.pubend_id:
+            return
         fan: dict[int, list[bytes]] = {}
-        for record in event:
+        for record in records:
             fields = record_routing_fields(record)
-            if fields is None:
+            if fields is None or fields[0] != origin:
                 self.peer_messages_rejected += 1
                 continue
-            pubend, channel, attributes = fields
-            if pubend == own:
-                continue  # delivered here when it became durable
+            _, channel, attributes = fields
             for key in self.index.match(channel, attributes):
                 s = self.subends[key]
                 if s.live and self._sub_trees.get(key) == tree:

@@ -1,0 +1,99 @@
+"""The broker core in an overlay: trees of local subscriptions, and events that come down a tree.
+
+Events from other brokers come from untrusted peers: anything malformed is counted and dropped,
+and the subscribers and the broker carry on.
+"""
+
+from __future__ import annotations
+
+import random
+
+import msgpack
+
+from tests.unit.core_harness import Harness, delivered, of_type
+from tidings.core.effects import Disconnect
+from tidings.core.inputs import Accepted, Received
+from tidings.core.multicast.effects import DeliverLocal
+from tidings.core.overlay.node_id import NodeRef
+from tidings.core.wire import messages, peer
+
+
+def in_overlay() -> Harness:
+    h = Harness()
+    h.apply(h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    return h
+
+
+def remote_record(tick: int, channel: str, attributes: dict, pubend: str = "p-remote") -> bytes:
+    return msgpack.packb([pubend, tick, channel, attributes, "svc", "i", b"x"])
+
+
+def come_down(h: Harness, tree: str, event: object) -> None:
+    out: list = []
+    h.broker._cluster_effects([DeliverLocal(tree, event)], out)  # what Scribe hands the broker
+    h.apply(out)
+
+
+def test_a_lone_broker_delivers_its_own_events_once_although_they_also_go_down_its_trees():
+    h = in_overlay()
+    h.connect(1)
+    h.connect(2)
+    h.subscribe(1, "nodes/#")
+    h.subscribe(1, "nodes/h1/load")
+    h.inbox(1)
+    h.publish(2, ("nodes/h1/load", b"a", {}), ("nodes/h2/mem", b"b", {}))
+    h.sync()
+    got = delivered(h.inbox(1))
+    assert sorted(sub for sub, _ in got) == [1, 1, 2]  # nodes/# twice, the exact one once
+    trees = {t["name"]: t for t in h.broker.status()["trees"]}
+    assert trees["nodes/#"]["member"] and trees["nodes/h1/load"]["member"]
+
+
+def test_events_from_a_tree_reach_only_that_trees_matching_subscriptions():
+    h = in_overlay()
+    h.connect(1)
+    wide = h.subscribe(1, "nodes/#")
+    exact = h.subscribe(1, "nodes/h1/load", "load > 2")
+    h.inbox(1)
+    come_down(h, "nodes/#", ["p-remote", [remote_record(5, "nodes/h1/load", {"load": 3})]])
+    come_down(h, "nodes/h1/load", ["p-remote", [remote_record(5, "nodes/h1/load", {"load": 3}),
+                                               remote_record(6, "nodes/h1/load", {"load": 1})]])
+    assert delivered(h.inbox(1)) == [(wide, 5), (exact, 5)]
+    assert h.broker.status()["events_remote_delivered"] == 2
+
+
+def test_malformed_tree_events_are_counted_and_dropped():
+    h = in_overlay()
+    h.connect(1)
+    sub = h.subscribe(1, "nodes/#")
+    h.inbox(1)
+    good = remote_record(9, "nodes/a", {})
+    for event in ("garbage", ["p-remote"], ["p-remote", "not a list"], [1, [good]],
+                  ["p-remote", [b"\xc1", 5, remote_record(3, "nodes/+", {}), remote_record(4, "x", {"": 1}),
+                                remote_record(8, "nodes/a", {}, pubend="p-other"), good]]):
+        come_down(h, "nodes/#", event)
+    assert delivered(h.inbox(1)) == [(sub, 9)]
+    assert h.broker.status()["peer_messages_rejected"] == 9
+
+
+def test_own_events_coming_back_down_a_tree_are_skipped_without_decoding():
+    h = in_overlay()
+    h.connect(1)
+    h.subscribe(1, "nodes/#")
+    h.inbox(1)
+    come_down(h, "nodes/#", ["p-test", [b"not even a record"]])
+    assert h.inbox(1) == []
+    assert h.broker.status()["peer_messages_rejected"] == 0
+
+
+def test_a_peer_hello_to_a_broker_outside_any_overlay_is_refused_and_clients_go_on():
+    h = Harness()
+    h.feed(Accepted(0, 7))
+    h.feed(Received(0, 1, 7, peer.hello(NodeRef(1, "127.0.0.1:9"))))
+    assert 7 in h.closed
+    error = messages.decode_broker_message(b"".join(h.sent[7])[4:])
+    assert isinstance(error, messages.Error) and "not in an overlay" in error.message
+    assert h.broker.handle(Received(0, 2, 7, b"more")) == []  # the connection is gone
+    h.connect(8)
+    assert of_type(h.inbox(8), messages.Welcome)
+    assert not any(isinstance(e, Disconnect) for e in h.broker.handle(Accepted(0, 9)))
