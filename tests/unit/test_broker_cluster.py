@@ -12,7 +12,7 @@ import msgpack
 
 from tests.unit.core_harness import Harness, delivered, of_type
 from tidings.core.effects import Disconnect
-from tidings.core.inputs import Accepted, Received
+from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained
 from tidings.core.multicast.effects import DeliverLocal
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.wire import messages, peer
@@ -97,3 +97,15 @@ def test_a_peer_hello_to_a_broker_outside_any_overlay_is_refused_and_clients_go_
     h.connect(8)
     assert of_type(h.inbox(8), messages.Welcome)
     assert not any(isinstance(e, Disconnect) for e in h.broker.handle(Accepted(0, 9)))
+
+
+def test_a_blocked_peer_connection_holds_its_messages_until_it_drains():
+    h = in_overlay()
+    h.feed(Accepted(0, 7))
+    h.feed(Received(0, 1, 7, peer.hello(NodeRef(1, "127.0.0.1:9"))))
+    assert 7 not in h.closed and h.broker.peers.owns(7)
+    h.sent.clear()
+    h.feed(SendBlocked(0, 7))
+    assert h.broker.peers.send(0, "127.0.0.1:9", [101, ["t"]]) == []  # held while blocked
+    h.feed(SendDrained(0, 7))
+    assert [frame[4:] for frame in h.sent[7]] == [msgpack.packb([101, ["t"]])]

@@ -140,7 +140,7 @@ def assert_consistent(pump: Pump, keys_per_node: int = 3) -> None:
         assert end is node
 
 
-@pytest.mark.parametrize("seed,count", [(1, 120), (2, 250)])
+@pytest.mark.parametrize("seed,count", [(1, 100), (2, 200)])
 def test_joins_build_true_leaf_sets_and_routes_reach_the_closest_node(seed, count):
     pump = Pump(seed)
     grow(pump, count)
@@ -165,9 +165,9 @@ def test_a_shared_ref_pool_stores_each_node_reference_once():
 
 def test_silent_failures_are_detected_and_leaf_sets_repaired():
     pump = Pump(3)
-    grow(pump, 200)
+    grow(pump, 150)
     pump.advance(2 * SECOND)
-    victims = pump.rng.sample(sorted(pump.nodes), 20)
+    victims = pump.rng.sample(sorted(pump.nodes), 15)
     pump.dead.update(victims)
     dead_ids = {pump.nodes[a].me.node_id for a in victims}
     pump.advance(CONFIG.failure_timeout_ns + 3 * SECOND)
@@ -299,7 +299,7 @@ def test_a_restarted_node_rejoins_under_its_nodeid():
 
 def test_a_failed_routing_table_entry_is_replaced_lazily():
     pump = Pump(11)
-    grow(pump, 150)
+    grow(pump, 100)
     pump.refuse_dead = True
     node = pump.live()[0]
     gone = node.routing_table.row(0)[0]

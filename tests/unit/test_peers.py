@@ -3,7 +3,9 @@
 `Net` is a small in-memory network of PeerLinks: it carries Sends between connection ends in order
 (per connection), answers Connect with Connected or ConnectFailed, reports ConnectionLost to both
 ends of a closed connection, and plays the broker's part of handing an accepted connection whose
-first frame is a PEER_HELLO to `adopt`. With a seed it interleaves connections in random orders.
+first frame is a PEER_HELLO to `adopt`. With a seed it interleaves connections in random orders,
+which the tie-break and fuzz tests use to try many orders in which dials, handshakes and drops can
+meet.
 """
 
 import contextlib
@@ -28,6 +30,7 @@ CFG = PeerConfig(frame_bytes_max=1 << 16, handshake_timeout_ns=1000 * MS, peer_q
                  ping_interval_ns=500 * MS)
 SMALL = NodeRef(1, "10.0.0.1:1")
 LARGE = NodeRef(2**127, "10.0.0.2:2")
+MID = NodeRef(2**126, "10.0.0.3:3")
 
 
 class End:
@@ -201,8 +204,9 @@ def test_queued_messages_flush_in_order_once_welcomed():
     assert net.links(SMALL.address)[LARGE.address]["queued_bytes"] > 0
     net.run()
     assert net.got[LARGE.address] == [(SMALL.address, msg(i)) for i in range(20)]
-    links = net.nodes[SMALL.address]
-    assert links.messages_sent == 20 and links.messages_dropped == 0
+    assert net.links(SMALL.address)[LARGE.address]["sent"] == 20
+    assert net.links(LARGE.address)[SMALL.address]["received"] == 20
+    assert net.nodes[SMALL.address].messages_dropped == 0
 
 
 def test_the_queue_is_bounded_and_drops_are_counted():
@@ -282,6 +286,50 @@ def test_simultaneous_dials_keep_one_connection_and_every_message(seed, first, c
     for node in (SMALL, LARGE):
         (row,) = net.links(node.address).values()
         assert row["state"] == OPEN
+
+
+def play(net, refs, kind, a, b):
+    src, dst = refs[a % 3].address, refs[b % 3].address
+    if kind == "send" and src != dst:
+        net.send(src, dst, msg(a * 10 + b))
+    elif kind == "drop":  # a connection breaks (either end may notice first)
+        live = [e for e in net.ends.values() if not e.closed and not e.lost]
+        if live:
+            end = live[(a * 9 + b) % len(live)]
+            net.apply(end.owner, [Disconnect(end.conn, "dropped")])
+    elif kind == "tick":
+        net.now += b * 300 * MS
+        for address in net.nodes:
+            net.tick(address, net.now)
+    else:
+        for _ in range(a + 1):
+            net.step()
+
+ACTIONS = st.lists(st.tuples(st.sampled_from(["send", "drop", "tick", "step"]), st.integers(0, 8),
+                             st.integers(0, 8)), max_size=60)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32), actions=ACTIONS)
+def test_any_schedule_of_sends_drops_and_timers_settles_on_one_link_per_pair(seed, actions):
+    refs = [SMALL, MID, LARGE]
+    net = Net(*refs, seed=seed)
+    for kind, a, b in actions:
+        play(net, refs, kind, a, b)
+    net.run()
+    before = {address: len(got) for address, got in net.got.items()}
+    for src in refs:
+        for dst in refs:
+            if src is not dst:
+                net.send(src.address, dst.address, [101, src.address])
+    net.run()
+    for dst in refs:
+        finals = [(sender, m) for sender, m in net.got[dst.address][before[dst.address]:] if m[0] == 101]
+        assert sorted(finals) == sorted((r.address, [101, r.address]) for r in refs if r is not dst)
+    for a, b in ((SMALL, MID), (SMALL, LARGE), (MID, LARGE)):
+        pairs = [e for e in net.live_conns(a.address) if e.peer.owner == b.address]
+        assert len(pairs) == 1, (a, b)
+        assert net.links(a.address)[b.address]["state"] == OPEN
 
 
 def test_the_larger_dialler_waits_for_the_smaller_ones_connection():
@@ -524,6 +572,15 @@ def test_a_peer_error_from_the_peer_drops_the_link():
     net.output(LARGE.address, net.nodes[LARGE.address].received(0, end.conn, peer.peer_error("x", "y")))
     assert net.unreachable[LARGE.address] == [SMALL.address]
     assert "peer error x: y" in net.nodes[LARGE.address].last_failure
+
+
+def test_an_open_link_the_peer_calls_superseded_is_redialled():
+    net, end = open_pair()
+    net.output(LARGE.address, net.nodes[LARGE.address].received(0, end.conn, peer.peer_error(
+        peer.DUPLICATE_LINK, "replaced by a newer connection")))
+    net.run()
+    assert net.unreachable[LARGE.address] == [] and net.links(LARGE.address)[SMALL.address]["state"] == OPEN
+    assert len(net.live_conns(LARGE.address)) == 1
 
 
 def test_a_peer_advertising_another_address_is_known_by_both():

@@ -1,11 +1,18 @@
 """The broker process: asyncio TCP server, real clock, real storage, driving `core.broker.Broker`.
 
 Each connection is an asyncio.Protocol whose events become core inputs; the effects that come back
-are applied at once. Sends to one connection within one input are joined into a single write, so a
-burst of events leaves in few syscalls, while a lone event is written immediately (no added
-latency). The transport's write-buffer high-water mark is `send_queue_bytes_max`: past it the core
-hears SendBlocked and stops queueing live events for that connection (they are read back from the
-log later), which keeps memory bounded however slow a subscriber is.
+are applied at once. Connections to other brokers use the same protocol class: an accepted one is
+reported as Accepted (the core finds out from its first frame whether a client or a broker is
+speaking), one the core asked for with `Connect(address)` as Connected, or ConnectFailed when the
+dial is refused or takes longer than handshake_timeout_ns. Once listening, the broker takes part in
+the overlay as the address it advertises (by default the bound host and port): it starts a new
+overlay, or joins the one the `join` address belongs to.
+
+Sends to one connection within one input are joined into a single write, so a burst of events
+leaves in few syscalls, while a lone event is written immediately (no added latency). The
+transport's write-buffer high-water mark is `send_queue_bytes_max`: past it the core hears
+SendBlocked and stops queueing live events for that connection (they are read back from the log
+later), which keeps memory bounded however slow a subscriber is.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import secrets
 import signal
 import socket
@@ -26,6 +34,7 @@ from tidings.core.broker import Broker
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import (
     Append,
+    Connect,
     Disconnect,
     Effect,
     PauseReading,
@@ -37,6 +46,8 @@ from tidings.core.effects import (
 )
 from tidings.core.inputs import (
     Accepted,
+    Connected,
+    ConnectFailed,
     ConnectionLost,
     Input,
     LogRead,
@@ -49,6 +60,7 @@ from tidings.core.inputs import (
     TimerFired,
     WriteSynced,
 )
+from tidings.core.overlay.node_id import id_hex
 from tidings.storage import EventLog, load_or_create_identity
 
 log = logging.getLogger("tidings.broker")
@@ -56,11 +68,12 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 class _Connection(asyncio.Protocol):
-    __slots__ = ("conn", "server", "transport")
+    __slots__ = ("address", "conn", "server", "transport")
 
-    def __init__(self, server: BrokerServer, conn: int) -> None:
+    def __init__(self, server: BrokerServer, conn: int, address: str | None = None) -> None:
         self.server = server
         self.conn = conn
+        self.address = address  # the broker we dialled; None for an accepted connection
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -72,7 +85,10 @@ class _Connection(asyncio.Protocol):
         high = self.server.config.send_queue_bytes_max
         transport.set_write_buffer_limits(high=high, low=high // 4)
         self.server.transports[self.conn] = transport
-        self.server.feed(Accepted(time.monotonic_ns(), self.conn))
+        if self.address is None:
+            self.server.feed(Accepted(time.monotonic_ns(), self.conn))
+        else:
+            self.server.feed(Connected(time.monotonic_ns(), self.conn, self.address))
 
     def data_received(self, data: bytes) -> None:
         self.server.feed(Received(time.monotonic_ns(), time.time_ns() // 1000, self.conn, data))
@@ -89,11 +105,15 @@ class _Connection(asyncio.Protocol):
 
 
 class BrokerServer:
-    def __init__(self, data_dir: Path, host: str, port: int, config: BrokerConfig | None = None) -> None:
+    def __init__(self, data_dir: Path, host: str, port: int, config: BrokerConfig | None = None,
+                 join: str | None = None, advertise: str | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
         self.config = config or BrokerConfig()
+        self.join = join  # a member's address to join the overlay through; None starts a new one
+        self._advertise = advertise
+        self._dials: set[asyncio.Task[None]] = set()
         self.transports: dict[int, asyncio.Transport] = {}
         self._next_conn = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -133,10 +153,22 @@ class BrokerServer:
         self._schedule_retention()
         log.info("broker %s listening on %s:%d, log holds %d events", pubend, self.host, self.port,
                  event_log.record_count)
+        self._run(self.core.start_overlay(time.monotonic_ns(), self.advertised, self.join,
+                                          random.Random(secrets.randbits(64))))
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def advertised(self) -> str:
+        """The address other brokers connect to: --advertise, else the bound host and port."""
+        return self._advertise or self.address
+
+    @property
+    def node_id(self) -> str | None:
+        peers = self.core.peers if self.core is not None else None
+        return None if peers is None else id_hex(peers.me.node_id)
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -145,6 +177,8 @@ class BrokerServer:
         """Stop accepting, close every connection, finish pending syncs, close the log."""
         if self._server is not None:
             self._server.close()
+        for task in list(self._dials):
+            task.cancel()
         for transport in list(self.transports.values()):
             transport.close()
         if self._retention is not None:
@@ -169,11 +203,17 @@ class BrokerServer:
         if self._applying:
             self._deferred.append(inp)
             return
+        self._run(self.core.handle(inp))
+
+    def _run(self, effects: list[Effect]) -> None:
+        """Apply `effects`, then every input they raised, in order; then rearm the timer."""
+        core = self.core
+        assert core is not None and not self._applying
         self._applying = True
         try:
-            self.apply(self.core.handle(inp))
+            self.apply(effects)
             while self._deferred:
-                self.apply(self.core.handle(self._deferred.pop(0)))
+                self.apply(core.handle(self._deferred.pop(0)))
         finally:
             self._applying = False
         self._arm_timer()
@@ -203,17 +243,42 @@ class BrokerServer:
                 worker.sync(eff.token)
             elif type(eff) is ReadLog:
                 worker.read(eff.after, eff.through, eff.max_bytes, *self._read_callbacks(eff.reader))
+            elif type(eff) is Connect:
+                self._dial(eff.address)
             elif type(eff) is Disconnect:
                 transport = self.transports.get(eff.conn)
                 if transport is not None:
                     transport.close()
             elif type(eff) is PauseReading or type(eff) is ResumeReading:
-                transport = self.transports.get(eff.conn)
-                if transport is not None and not transport.is_closing():
-                    if type(eff) is PauseReading:
-                        transport.pause_reading()
-                    else:
-                        transport.resume_reading()
+                self._reading(eff.conn, type(eff) is ResumeReading)
+
+    def _reading(self, conn: int, on: bool) -> None:
+        transport = self.transports.get(conn)
+        if transport is not None and not transport.is_closing():
+            if on:
+                transport.resume_reading()
+            else:
+                transport.pause_reading()
+
+    def _dial(self, address: str) -> None:
+        """Open a connection to another broker; the core hears Connected or ConnectFailed."""
+        assert self._loop is not None
+        self._next_conn += 1
+        task = self._loop.create_task(self._connect(self._next_conn, address))
+        self._dials.add(task)
+        task.add_done_callback(self._dials.discard)
+
+    async def _connect(self, conn: int, address: str) -> None:
+        assert self._loop is not None
+        host, _, port = address.rpartition(":")
+        try:
+            await asyncio.wait_for(
+                self._loop.create_connection(lambda: _Connection(self, conn, address), host.strip("[]"),
+                                             int(port)),
+                self.config.handshake_timeout_ns / 1e9)
+        except (OSError, ValueError, TimeoutError) as exc:
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self.feed(ConnectFailed(time.monotonic_ns(), address, reason))
 
     def _read_callbacks(self, reader: int) -> tuple[Any, Any]:
         """Callbacks for a reader thread: hand the result (or the failure) to the event loop."""
@@ -272,10 +337,11 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
-               ready: Any = None) -> None:
-    """Run a broker in the foreground until SIGINT or SIGTERM; `ready(server)` is called once listening."""
+               ready: Any = None, join: str | None = None, advertise: str | None = None) -> None:
+    """Run a broker in the foreground until SIGINT or SIGTERM; `ready(server)` is called once listening
+    (and in the overlay: a new one, or joining through the member at `join`)."""
     async def main() -> None:
-        server = BrokerServer(data_dir, host, port, config)
+        server = BrokerServer(data_dir, host, port, config, join=join, advertise=advertise)
         await server.start()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -8,7 +8,6 @@ broker is unreachable. Every error is one line on stderr saying what is wrong.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -18,19 +17,14 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from tidings.cli import cluster as cluster_cli
+from tidings.cli.common import EXIT_BROKER, EXIT_INPUT, EXIT_UNREACHABLE, CliError, emit
 from tidings.client.client import ConnectionClosed, Gap, parse_address
 from tidings.core.config import BrokerConfig, ConfigError
 from tidings.core.errors import BrokerError, GapError, TidingsError
 
 DEFAULT_BROKER = os.environ.get("TIDINGS_BROKER", "127.0.0.1:7400")
-EXIT_BROKER, EXIT_INPUT, EXIT_UNREACHABLE = 1, 2, 3
-
-
-class CliError(Exception):
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.exit_code = code
-
+WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 def attr_value(text: str) -> Any:
     """`--attr` values are typed: integers, floats, true/false; "quoted" or anything else is a string."""
@@ -74,11 +68,6 @@ def parse_start(text: str) -> Any:
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
-def emit(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n")
-    sys.stdout.flush()
-
-
 # ---- commands --------------------------------------------------------------------------------------
 
 
@@ -100,18 +89,35 @@ def cmd_broker(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_INPUT) from None
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _check_overlay_options(args, host)
 
     def ready(server: Any) -> None:
         emit({"listening": server.address, "pubend": server.core.pubend.pubend_id,
-              "data": str(server.data_dir)})
+              "node_id": server.node_id, "data": str(server.data_dir)})
 
     from tidings.storage import StorageError
 
     try:
-        run_broker(Path(args.data), host, port, config, ready)
+        run_broker(Path(args.data), host, port, config, ready, join=args.join, advertise=args.advertise)
     except (OSError, StorageError) as exc:
         raise CliError(f"cannot run broker: {exc}", EXIT_BROKER) from None
     return 0
+
+
+def _check_overlay_options(args: argparse.Namespace, host: str) -> None:
+    for option in ("join", "advertise"):
+        value = getattr(args, option)
+        if value is not None:
+            try:
+                parse_address(value)
+            except TidingsError as exc:
+                raise CliError(f"--{option}: {exc}", EXIT_INPUT) from None
+    if host in WILDCARD_HOSTS and args.advertise is None:
+        if args.join is not None:
+            raise CliError(f"--listen {args.listen} is not an address other brokers can reach; add "
+                           f"--advertise HOST:PORT", EXIT_INPUT)
+        logging.getLogger("tidings.broker").warning(
+            "listening on %s without --advertise: brokers that join this one will not reach it", args.listen)
 
 
 def _connect(args: argparse.Namespace) -> Any:
@@ -174,9 +180,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         emit(status)
     else:
-        width = max(len(k) for k in status)
-        for key, value in status.items():
-            sys.stdout.write(f"{key:<{width}}  {value}\n")
+        sys.stdout.write(cluster_cli.render_status(status))
     return 0
 
 
@@ -196,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("broker", help="run a broker in the foreground (SIGINT/SIGTERM stop it)")
     b.add_argument("--data", required=True, help="directory for the broker's log and identity")
     b.add_argument("--listen", default="127.0.0.1:7400", help="HOST:PORT to listen on (default %(default)s)")
+    b.add_argument("--join", metavar="HOST:PORT", help="join the overlay of the broker at this address "
+                   "(without it, this broker starts a new overlay)")
+    b.add_argument("--advertise", metavar="HOST:PORT",
+                   help="the address other brokers reach this one at (default: the bound address)")
     b.add_argument("--config", help="TOML file setting limits and timers (see docs/configuration.md)")
     b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     b.set_defaults(func=cmd_broker)
@@ -225,7 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print a gap line (default) or fail when retention released requested events")
     sb.set_defaults(func=cmd_sub)
 
-    st = sub.add_parser("status", help="print the broker's counters")
+    cluster_cli.add_parser(sub)
+
+    st = sub.add_parser("status", help="print the broker's counters, overlay, peers and trees")
     client_opts(st)
     st.add_argument("--json", action="store_true", help="one JSON object")
     st.set_defaults(func=cmd_status)

@@ -98,7 +98,8 @@ class Broker:
         out: list[Effect] = []
         self.now = inp.now
         if isinstance(inp, Connected | ConnectFailed) or (
-                isinstance(inp, Received | ConnectionLost) and self.peers is not None and self.peers.owns(inp.conn)):
+                isinstance(inp, Received | ConnectionLost | SendBlocked | SendDrained)
+                and self.peers is not None and self.peers.owns(inp.conn)):
             self._peer_input(inp, out)
         elif isinstance(inp, Received):
             self._received(inp, out)
@@ -424,19 +425,33 @@ class Broker:
         one sync in few PUBLISH messages (about EVENTS_FRAME_BYTES_TARGET each)."""
         assert self.cluster is not None
         by_tree: dict[str, list[bytes]] = {}
+        run: list[bytes] = []  # consecutive events of one channel: each tree takes them in one go
+        run_channel = None
         for batch in batches:
             for _, channel, _, record in batch.deliveries:
-                trees = self._channel_trees.get(channel)
-                if trees is None:
-                    if len(self._channel_trees) >= CHANNEL_CACHE_MAX:
-                        self._channel_trees.clear()
-                    trees = self._channel_trees[channel] = publish_trees(channel)
-                for tree in trees:
-                    by_tree.setdefault(tree, []).append(record)
+                if channel != run_channel:
+                    if run:
+                        self._extend_trees(by_tree, run_channel, run)
+                    run, run_channel = [], channel
+                run.append(record)
+        if run:
+            self._extend_trees(by_tree, run_channel, run)
         own = self.pubend.pubend_id
         for tree, records in by_tree.items():
             for chunk in messages.size_chunks(records):
                 self._cluster_effects(self.cluster.publish(self.now, tree, [own, chunk]), out)
+
+    def _extend_trees(self, by_tree: dict[str, list[bytes]], channel: Any, records: list[bytes]) -> None:
+        trees = self._channel_trees.get(channel)
+        if trees is None:
+            if len(self._channel_trees) >= CHANNEL_CACHE_MAX:
+                self._channel_trees.clear()
+            trees = self._channel_trees[channel] = publish_trees(channel)
+        for tree in trees:
+            if tree in by_tree:
+                by_tree[tree] += records
+            else:
+                by_tree[tree] = records.copy()
 
     def _adopt_peer(self, c: ClientConnection, msg: PeerHandover, out: list[Effect]) -> None:
         del self.connections[c.conn]
@@ -446,7 +461,7 @@ class Broker:
             return
         self._peer_messages(*self.peers.adopt(self.now, c.conn, c.decoder, msg.hello, msg.rest), out)
 
-    def _peer_input(self, inp: Received | ConnectionLost | Connected | ConnectFailed, out: list[Effect]) -> None:
+    def _peer_input(self, inp: Input, out: list[Effect]) -> None:
         peers = self.peers
         if peers is None:  # an answer to a Connect of an earlier incarnation: nothing to do with it
             if isinstance(inp, Connected):
@@ -458,8 +473,10 @@ class Broker:
             self._peer_messages(*peers.lost(inp.now, inp.conn), out)
         elif isinstance(inp, Connected):
             self._peer_messages(*peers.connected(inp.now, inp.conn, inp.address), out)
-        else:
+        elif isinstance(inp, ConnectFailed):
             self._peer_messages(*peers.connect_failed(inp.now, inp.address, inp.reason), out)
+        elif isinstance(inp, SendBlocked | SendDrained):  # a slow peer: its messages wait, bounded
+            out += peers.flow(inp.now, inp.conn, isinstance(inp, SendBlocked))
 
     def _peer_messages(self, items: list[Any], effects: list[Effect], out: list[Effect]) -> None:
         """What the peer links produced: messages for the overlay, measurements and failures."""

@@ -105,7 +105,8 @@ class _Conn:
 
 class _Link:
     __slots__ = ("address", "blocked", "conn", "dropped", "heard_at", "next_ping_at", "node",
-                 "ping_sent_at", "ping_seq", "queue", "queued_bytes", "rtt_ns", "state", "wake")
+                 "ping_sent_at", "ping_seq", "queue", "queued_bytes", "received", "rtt_ns", "sent", "state",
+                 "wake")
 
     def __init__(self, address: str) -> None:
         self.address = address
@@ -115,6 +116,8 @@ class _Link:
         self.blocked = False  # OPEN, but its connection's send buffer is full: queue meanwhile
         self.queue: list[bytes] = []
         self.queued_bytes = 0
+        self.sent = 0  # messages of other layers written to the link, received from it, dropped
+        self.received = 0
         self.dropped = 0
         self.heard_at = 0  # OPEN: when the peer last sent anything
         self.next_ping_at = 0
@@ -135,9 +138,7 @@ class PeerLinks:
         self._timers: list[tuple[int, str]] = []  # heap of (when, address), stale entries skipped
         self._reports: list[RttMeasured | str] = []  # handed out with the next output
         self._ping_seq = 0
-        self.messages_sent = 0
-        self.messages_received = 0
-        self.messages_dropped = 0
+        self.messages_dropped = 0  # on every link, also those since forgotten
         self.last_failure = ""  # the last link dropped and why, for status and logs
 
     # ---- the composer's interface ----------------------------------------------------------------
@@ -153,7 +154,7 @@ class PeerLinks:
         link = self._link(address)
         if link is not None and link.state == OPEN and not link.blocked:
             assert link.conn is not None
-            self.messages_sent += 1
+            link.sent += 1
             return [Send(link.conn, data)]
         out: list[Effect] = []
         if link is None:
@@ -285,6 +286,8 @@ class PeerLinks:
                  "state": link.state,
                  "rtt_ms": None if link.rtt_ns is None else round(link.rtt_ns / 1e6, 3),
                  "queued_bytes": link.queued_bytes,
+                 "sent": link.sent,
+                 "received": link.received,
                  "dropped": link.dropped}
                 for link in sorted(self._links.values(), key=lambda lk: lk.address)]
 
@@ -334,7 +337,7 @@ class PeerLinks:
         conn = link.conn
         assert conn is not None
         out: list[Effect] = [Send(conn, data) for data in link.queue]
-        self.messages_sent += len(link.queue)
+        link.sent += len(link.queue)
         link.queue = []
         link.queued_bytes = 0
         return out
@@ -369,7 +372,7 @@ class PeerLinks:
                     raise ProtocolError(errors.HANDSHAKE, "expected PEER_WELCOME first")
                 elif msg[0] in OVERLAY_TYPES or msg[0] in MULTICAST_TYPES or msg[0] in BROKER_TYPES:
                     assert link.node is not None
-                    self.messages_received += 1
+                    link.received += 1
                     msgs.append((link.node, msg))
                 else:
                     raise ProtocolError(errors.UNKNOWN_MESSAGE, f"unknown peer message type {msg[0]}")
@@ -396,12 +399,14 @@ class PeerLinks:
     def _peer_error(self, now: int, c: _Conn, link: _Link, msg: peer.PeerError) -> list[Effect]:
         c.closing = True
         out: list[Effect] = [Disconnect(c.conn, f"peer error: {msg.code}")]
-        if msg.code == peer.DUPLICATE_LINK and link.state == HANDSHAKE:
+        if msg.code != peer.DUPLICATE_LINK:
+            self._drop(link, f"peer error {msg.code}: {msg.message}")
+        elif link.state == HANDSHAKE:
             link.state = WAITING  # the peer keeps its own dial to us: wait for its HELLO
             link.conn = None
             self._arm(link, now + self.config.handshake_timeout_ns)
-        else:
-            self._drop(link, f"peer error {msg.code}: {msg.message}")
+        else:  # the peer closed an open link as superseded: it is alive, so connect afresh
+            out += self._redial(link)
         return out
 
     def _check_decoder(self, c: _Conn, out: list[Effect]) -> None:

@@ -2,6 +2,8 @@
 
 The broker listens on 127.0.0.1 (port 0 picks a free one the first time; a restart reuses the
 port) and prints a JSON ready line, which `start` waits for with a deadline instead of sleeping.
+`spawn` and `wait_ready` are the two halves of `start`, so several brokers can start at once.
+With `join` the broker joins the overlay of the broker at that address.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+from tidings import sync
 
 T = TypeVar("T")
 
@@ -35,21 +39,29 @@ def wait_for(condition: Callable[[], T], timeout: float = 10.0, interval: float 
 
 class BrokerProcess:
     def __init__(self, data: Path, config: dict[str, int] | None = None, port: int = 0,
-                 start_timeout: float = 30.0) -> None:
+                 start_timeout: float = 30.0, join: str | None = None) -> None:
         self.data = Path(data)
         self.port = port
         self.config = config
         self.start_timeout = start_timeout
+        self.join = join
         self.proc: subprocess.Popen[str] | None = None
         self.pubend: str | None = None
+        self.node_id: str | None = None
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> BrokerProcess:
+        self.spawn()
+        return self.wait_ready()
+
+    def spawn(self) -> None:
         cmd = [sys.executable, "-m", "tidings.cli.main", "broker", "--data", str(self.data),
                "--listen", f"127.0.0.1:{self.port}", "--log-level", "warning"]
+        if self.join is not None:
+            cmd += ["--join", self.join]
         if self.config:
             self.data.mkdir(parents=True, exist_ok=True)
             path = self.data.parent / f"{self.data.name}.toml"
@@ -57,7 +69,9 @@ class BrokerProcess:
             cmd += ["--config", str(path)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        assert self.proc.stdout is not None
+
+    def wait_ready(self) -> BrokerProcess:
+        assert self.proc is not None and self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], self.start_timeout)
         line = self.proc.stdout.readline() if ready else ""
         if not line:
@@ -67,7 +81,18 @@ class BrokerProcess:
         info: dict[str, Any] = json.loads(line)
         self.port = int(info["listening"].rsplit(":", 1)[1])
         self.pubend = info["pubend"]
+        self.node_id = info.get("node_id")
         return self
+
+    def status(self, timeout: float = 10.0) -> dict[str, Any]:
+        """The broker's status, as `tidings status --json` prints it."""
+        with sync.connect(self.address, service="tidings-testing", timeout=timeout) as client:
+            status: dict[str, Any] = client.status()
+        return status
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     @property
     def pid(self) -> int:

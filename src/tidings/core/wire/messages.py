@@ -174,6 +174,8 @@ EVENTS_FRAME_BYTES_TARGET = 1024 * 1024
 def size_chunks(records: list[bytes], target: int = EVENTS_FRAME_BYTES_TARGET) -> list[list[bytes]]:
     """`records` in order, cut into runs of about `target` bytes at most (a larger record runs
     alone), so a big group commit never makes a frame its receiver must refuse."""
+    if sum(map(len, records)) <= target:
+        return [records]
     chunks: list[list[bytes]] = []
     start = size = 0
     for i, record in enumerate(records):

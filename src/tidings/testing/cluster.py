@@ -1,0 +1,110 @@
+"""Several real brokers joined in one overlay, for integration tests: start, kill -9, wait.
+
+The first broker starts a new overlay; the others start together and join through it. Every
+broker listens on a free port of 127.0.0.1. With `identities` the brokers' pubend ids, and so their
+nodeIds, are the test's choice: the overlay's layout (who is whose neighbour, which broker is the
+rendez-vous point of a tree) is then the same on every run. `wait_joined` waits (with a deadline, never a fixed
+sleep) until each running broker reports itself in the overlay, and `wait` until any condition on
+the brokers holds. `stop` (or leaving the `with` block) stops every broker still running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tidings.core.errors import TidingsError
+from tidings.storage import load_or_create_identity
+from tidings.testing.broker_process import BrokerProcess, wait_for
+
+T = TypeVar("T")
+LEAF_SET_SIZE = 16  # BrokerConfig's default
+
+
+class Cluster:
+    def __init__(self, root: Path, size: int, config: dict[str, int] | None = None,
+                 start_timeout: float = 60.0, identities: list[str] | None = None) -> None:
+        assert size >= 1 and (identities is None or len(identities) == size)
+        self.root = Path(root)
+        self.size = size
+        self.config = config
+        self.start_timeout = start_timeout
+        self.identities = identities
+        self.brokers: list[BrokerProcess] = []
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Cluster:
+        for i, pubend in enumerate(self.identities or []):
+            load_or_create_identity(self.root / f"broker-{i}", lambda pubend=pubend: pubend)
+        try:
+            first = BrokerProcess(self.root / "broker-0", self.config, start_timeout=self.start_timeout)
+            self.brokers.append(first)
+            first.start()
+            others = [BrokerProcess(self.root / f"broker-{i}", self.config, start_timeout=self.start_timeout,
+                                    join=first.address) for i in range(1, self.size)]
+            self.brokers += others
+            for b in others:
+                b.spawn()
+            for b in others:
+                b.wait_ready()
+            self.wait_joined(self.start_timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for b in self.brokers:
+            b.stop()
+
+    @property
+    def running(self) -> list[BrokerProcess]:
+        return [b for b in self.brokers if b.running]
+
+    def __getitem__(self, index: int) -> BrokerProcess:
+        return self.brokers[index]
+
+    def by_address(self, address: str) -> BrokerProcess:
+        return next(b for b in self.brokers if b.address == address)
+
+    def kill(self, broker: BrokerProcess) -> None:
+        """kill -9 one broker: no goodbye to its peers, whose connections simply drop."""
+        broker.kill()
+
+    def status(self, broker: BrokerProcess) -> dict[str, Any] | None:
+        """The broker's status, or None when it does not answer (killed, or not serving yet)."""
+        try:
+            return broker.status()
+        except (TidingsError, OSError):
+            return None
+
+    def statuses(self) -> dict[str, dict[str, Any] | None]:
+        return {b.address: self.status(b) for b in self.running}
+
+    def wait(self, condition: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
+        return wait_for(condition, timeout, interval=0.1, what=what)
+
+    def wait_joined(self, timeout: float = 30.0) -> None:
+        """Wait until every running broker is in the overlay with a full leaf set: every other
+        broker when they all fit in one (its two halves then overlap), else leaf_set_size of them."""
+        size = (self.config or {}).get("leaf_set_size", LEAF_SET_SIZE)
+
+        def joined() -> bool:
+            addresses = {b.address for b in self.running}
+            for status in self.statuses().values():
+                overlay = (status or {}).get("overlay")
+                if not overlay or not overlay.get("joined"):
+                    return False
+                leaves = {leaf[1] for leaf in overlay.get("leaf_set", [])}
+                others = addresses - {overlay.get("address")}
+                if not (others <= leaves if len(others) <= size else len(leaves) >= size):
+                    return False
+            return True
+
+        self.wait(joined, timeout, what="every broker joined the overlay")
