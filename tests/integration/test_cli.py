@@ -85,3 +85,11 @@ def test_broker_bad_config(tmp_path):
     cfg.write_text("frame_bytes_maxx = 3\n")
     out = tidings("broker", "--data", str(tmp_path / "d"), "--listen", "127.0.0.1:0", "--config", str(cfg))
     assert out.returncode == 2 and "unknown configuration key 'frame_bytes_maxx'" in out.stderr
+
+
+def test_demo_runs_a_cluster_and_every_stream_is_exactly_once_in_order(tmp_path):
+    out = tidings("demo", "--data", str(tmp_path), "--hosts", "6", "--rounds", "5", "--no-spark", timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    streams = [line for line in out.stdout.splitlines() if "delivered" in line]
+    assert len(streams) == 4 and all("exactly once, in order" in line for line in streams)
+    assert len({line.split(" at ")[1].split()[0] for line in streams}) == 3  # on all three brokers

@@ -1,20 +1,20 @@
-"""`tidings demo` (what `make run` runs): a broker, a monitoring workload, a Spark job, a summary.
+"""`tidings demo` (what `make run` runs): brokers in one overlay, a monitoring workload, a Spark job.
 
 The workload follows PsEPR's PlanetLab monitoring (PLDB): simulated hosts report
 `nodes/<host>/load` and `nodes/<host>/mem` with attributes; subscribers use patterns and content
-filters. Each subscriber's stream is checked against what it should have received (computed here
-from the published events with the same channel and filter rules): every event exactly once, in
-tick order. Latency is measured publish-call to delivery on one clock.
+filters. The brokers (three by default) form one Pastry overlay; the publisher uses the first and
+the subscribers the others in turn, so their events travel on Scribe trees. The workload starts once
+every subscriber's broker is attached to its subscription's tree. Each subscriber's stream is
+checked against what it should have received (computed here from the published events with the
+same channel and filter rules): every event exactly once, in tick order. Latency is measured
+publish-call to delivery on one clock.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +23,8 @@ from typing import Any
 from tidings.client.client import Client
 from tidings.core.channels import pattern_matches
 from tidings.core.filters import parse_filter
+from tidings.core.multicast.trees import subscription_tree
+from tidings.testing import Cluster
 
 SITES = ["eu-west", "us-east", "us-west", "ap-south"]
 SUBSCRIPTIONS = [
@@ -33,18 +35,11 @@ SUBSCRIPTIONS = [
 ]
 
 
-def _start_broker(data: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tidings.cli.main", "broker", "--data", str(data),
-         "--listen", "127.0.0.1:0", "--log-level", "warning"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        proc.wait(10)
-        raise RuntimeError(f"the broker did not start (exit code {proc.returncode})")
-    return proc, json.loads(line)["listening"]
+def _attached(cluster: Cluster, address: str, tree: str) -> bool:
+    """The broker at `address` is in `tree` with a parent (or is its root)."""
+    status = cluster.status(cluster.by_address(address)) or {}
+    return any(t["name"] == tree and (t["parent"] is not None or t["role"].startswith("root"))
+               for t in status.get("trees", []))
 
 
 def _events(hosts: int, rounds: int, rng: random.Random) -> list[tuple[str, bytes, dict[str, Any]]]:
@@ -72,20 +67,24 @@ async def _consume(sub: Any, expected: int, received: list[tuple[int, int]]) -> 
         received.extend((ev.tick, now) for ev in batch)
 
 
-async def _workload(address: str, hosts: int, rounds: int) -> dict[str, Any]:
+async def _workload(cluster: Cluster, hosts: int, rounds: int) -> dict[str, Any]:
     rng = random.Random(7)
     events = _events(hosts, rounds, rng)
     per_round = 2 * hosts
+    addresses = [b.address for b in cluster.brokers]
     subs = []
-    for name, pattern, flt in SUBSCRIPTIONS:
-        client = await Client.connect(address, service="demo-monitor", instance=name)
+    for i, (name, pattern, flt) in enumerate(SUBSCRIPTIONS):
+        at = addresses[(i + 1) % len(addresses) if len(addresses) > 1 else 0]
+        client = await Client.connect(at, service="demo-monitor", instance=name)
         check = parse_filter(flt) if flt else None
         expected = sum(1 for ch, _, attrs in events
                        if pattern_matches(pattern, ch) and (check is None or check.matches(attrs)))
         received: list[tuple[int, int]] = []
         task = asyncio.create_task(_consume(await client.subscribe(pattern, filter=flt), expected, received))
-        subs.append((name, pattern, flt, client, expected, received, task))
-    publisher = await Client.connect(address, service="pldb", instance="collector-1")
+        subs.append((name, pattern, flt, client, expected, received, task, at))
+        await asyncio.to_thread(cluster.wait, lambda at=at, p=pattern: _attached(cluster, at, subscription_tree(p)),
+                                30, f"{at} attached to the tree of {pattern}")
+    publisher = await Client.connect(addresses[0], service="pldb", instance="collector-1")
     sent_at: dict[int, int] = {}
     ticks: list[int] = []
     t0 = time.perf_counter()
@@ -99,7 +98,7 @@ async def _workload(address: str, hosts: int, rounds: int) -> dict[str, Any]:
     by_tick = dict(zip(ticks, events, strict=True))
     report: dict[str, Any] = {"published": len(events), "publish_seconds": round(publish_s, 3), "subscribers": []}
     latencies: list[int] = []
-    for name, pattern, flt, client, expected, received, task in subs:
+    for name, pattern, flt, client, expected, received, task, at in subs:
         await task
         check = parse_filter(flt) if flt else None
         want = [t for t in ticks if pattern_matches(pattern, by_tick[t][0])
@@ -107,6 +106,7 @@ async def _workload(address: str, hosts: int, rounds: int) -> dict[str, Any]:
         got = [t for t, _ in received]
         latencies += [at - sent_at[t] for t, at in received if t in sent_at]
         report["subscribers"].append({"name": name, "pattern": pattern, "filter": flt, "expected": expected,
+                                      "broker": at,
                                       "delivered": len(got), "exactly_once_in_order": got == want})
         await client.close()
     await publisher.close()
@@ -136,20 +136,22 @@ def _spark_summary(address: str) -> list[dict[str, Any]]:
         spark.stop()
 
 
-def run_demo(data: Path, hosts: int, rounds: int, spark: bool) -> int:
+def run_demo(data: Path, hosts: int, rounds: int, spark: bool, brokers: int = 3) -> int:
     data.mkdir(parents=True, exist_ok=True)
-    print(f"starting a broker with its log under {data}/broker ...", flush=True)
-    proc, address = _start_broker(data / "broker")
+    print(f"starting {brokers} brokers in one overlay, their logs under {data}/cluster ...", flush=True)
+    cluster = Cluster(data / "cluster", brokers).start()
+    address = cluster[0].address
     ok = True
     try:
-        print(f"broker listening on {address}; {hosts} hosts x {rounds} rounds x 2 metrics", flush=True)
-        report = asyncio.run(_workload(address, hosts, rounds))
+        print(f"brokers listening on {', '.join(b.address for b in cluster.brokers)}; publisher on {address}; "
+              f"{hosts} hosts x {rounds} rounds x 2 metrics", flush=True)
+        report = asyncio.run(_workload(cluster, hosts, rounds))
         print(f"\npublished {report['published']} events in {report['publish_seconds']} s, in rounds of "
               f"{2 * hosts} every 20 ms (each acknowledged after fsync)")
         print(f"latency publish->delivery: {report.get('latency_ms')}")
         for s in report["subscribers"]:
             ok &= s["exactly_once_in_order"]
-            print(f"  {s['name']:<22} {s['pattern']:<16} filter={s['filter']!s:<42} "
+            print(f"  {s['name']:<22} at {s['broker']:<16} {s['pattern']:<16} filter={s['filter']!s:<42} "
                   f"delivered {s['delivered']}/{s['expected']} "
                   f"{'exactly once, in order' if s['exactly_once_in_order'] else 'MISMATCH'}")
         if spark:
@@ -158,7 +160,6 @@ def run_demo(data: Path, hosts: int, rounds: int, spark: bool) -> int:
                 print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                        for k, v in row.items()))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(30)
-        print(f"\nbroker stopped (exit code {code})")
+        cluster.stop()
+        print("\nbrokers stopped")
     return 0 if ok else 1

@@ -187,7 +187,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from tidings.cli.demo import run_demo
 
-    return run_demo(Path(args.data), hosts=args.hosts, rounds=args.rounds, spark=not args.no_spark)
+    return run_demo(Path(args.data), hosts=args.hosts, rounds=args.rounds, spark=not args.no_spark,
+                    brokers=args.brokers)
 
 
 # ---- parser ----------------------------------------------------------------------------------------
@@ -244,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--data", default="./data", help="directory for the demo broker (default %(default)s)")
     dm.add_argument("--hosts", type=int, default=40, help="simulated hosts (default %(default)s)")
     dm.add_argument("--rounds", type=int, default=50, help="reports per host and metric (default %(default)s)")
+    dm.add_argument("--brokers", type=int, default=3, help="brokers in the overlay (default %(default)s)")
     dm.add_argument("--no-spark", action="store_true", help="skip the Spark job")
     dm.set_defaults(func=cmd_demo)
     return p
