@@ -14,6 +14,8 @@ from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder, frame
 from tidings.testing import BrokerProcess
 
+from .wire_io import exchange
+
 pytestmark = pytest.mark.integration
 
 VALID = [
@@ -24,28 +26,8 @@ VALID = [
 ]
 
 
-def exchange(address: str, data: bytes, hello: bool, timeout: float = 5.0) -> bytes:
-    """Send `data` (after a HELLO if asked), half-close, and read until the broker closes."""
-    host, port = address.split(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        if hello:
-            s.sendall(messages.hello("fuzz", "1"))
-        try:
-            s.sendall(data)
-            s.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the broker may already have closed on us
-        out = b""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                chunk = s.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                return out
-            out += chunk
-    raise AssertionError("the broker neither answered nor closed the connection in time")
+def greeted(data: bytes, hello: bool) -> bytes:
+    return messages.hello("fuzz", "1") + data if hello else data
 
 
 def mutate(data: bytes, flips: list[tuple[int, int]]) -> bytes:
@@ -90,7 +72,7 @@ garbage = st.one_of(
 @given(data=garbage, hello=st.booleans())
 def test_random_and_mutated_frames(fuzz_broker, data, hello):
     broker, _, pub_client, state = fuzz_broker
-    reply = exchange(broker.address, data, hello)
+    reply = exchange(broker.address, greeted(data, hello))
     bodies = FrameDecoder(1 << 20).feed(reply)
     for body in bodies:
         msg = messages.decode_broker_message(body)  # whatever the broker says is well-formed
@@ -103,7 +85,7 @@ def test_random_and_mutated_frames(fuzz_broker, data, hello):
 
 def test_oversized_frame_gets_an_error_then_close(fuzz_broker):
     broker = fuzz_broker[0]
-    reply = exchange(broker.address, struct.pack(">I", 70000) + b"x" * 100, hello=True)
+    reply = exchange(broker.address, greeted(struct.pack(">I", 70000) + b"x" * 100, hello=True))
     msgs = [messages.decode_broker_message(b) for b in FrameDecoder(1 << 20).feed(reply)]
     assert isinstance(msgs[0], messages.Welcome)
     assert msgs[1].code == "frame-too-large" and "frame_bytes_max" in msgs[1].message

@@ -2,9 +2,7 @@
 that go on serving their clients and each other."""
 
 import itertools
-import socket
 import struct
-import time
 
 import msgpack
 import pytest
@@ -17,6 +15,8 @@ from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import FrameDecoder, frame
 from tidings.testing import Cluster
 
+from .wire_io import exchange
+
 pytestmark = pytest.mark.integration
 
 FAKE_IDS = itertools.count(1)
@@ -28,26 +28,9 @@ def fake_node() -> NodeRef:
     return NodeRef((n << 64) | 0x5EED, f"127.0.0.{1 + n % 200}:9")
 
 
-def exchange(address: str, data: bytes, timeout: float = 10.0) -> list[bytes]:
-    """Send `data`, half-close, and return the frame bodies the broker sent until it closed."""
-    host, port = address.split(":")
-    out = b""
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        try:
-            s.sendall(data)
-            s.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the broker may already have closed on us
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                chunk = s.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                return FrameDecoder(1 << 20).feed(out)
-            out += chunk
-    raise AssertionError("the broker neither answered nor closed the connection in time")
+def replies(address: str, data: bytes) -> list[bytes]:
+    """The frame bodies the broker sent back before it closed the connection."""
+    return FrameDecoder(1 << 20).feed(exchange(address, data, timeout=10.0))
 
 
 def link_messages(bodies: list[bytes]) -> list[peer.PeerLinkMessage]:
@@ -89,7 +72,7 @@ def still_serving(pair):
 
 def test_hello_then_garbage_gets_a_peer_error_and_a_close(pair):
     cluster = pair[0]
-    bodies = exchange(cluster[0].address, peer.hello(fake_node()) + b"\x00\x00\x00\x04\xc1\xc1\xc1\xc1")
+    bodies = replies(cluster[0].address, peer.hello(fake_node()) + b"\x00\x00\x00\x04\xc1\xc1\xc1\xc1")
     msgs = link_messages(bodies)
     assert isinstance(msgs[0], peer.PeerWelcome) and msgs[0].node.address == cluster[0].address
     assert isinstance(msgs[-1], peer.PeerError) and msgs[-1].code == "bad-message"
@@ -105,7 +88,7 @@ def test_hello_then_garbage_gets_a_peer_error_and_a_close(pair):
 ])
 def test_malformed_frames_after_the_hello(pair, after_hello, code):
     cluster = pair[0]
-    msgs = link_messages(exchange(cluster[0].address, peer.hello(fake_node()) + after_hello))
+    msgs = link_messages(replies(cluster[0].address, peer.hello(fake_node()) + after_hello))
     assert isinstance(msgs[0], peer.PeerWelcome)
     assert isinstance(msgs[-1], peer.PeerError) and msgs[-1].code == code
     still_serving(pair)
@@ -113,7 +96,7 @@ def test_malformed_frames_after_the_hello(pair, after_hello, code):
 
 def test_a_malformed_overlay_message_is_refused_by_its_layer(pair):
     cluster = pair[0]
-    msgs = link_messages(exchange(cluster[1].address, peer.hello(fake_node()) + peer.encode([64, "junk"])))
+    msgs = link_messages(replies(cluster[1].address, peer.hello(fake_node()) + peer.encode([64, "junk"])))
     assert isinstance(msgs[-1], peer.PeerError)
     assert cluster.status(cluster[1])["peer_messages_rejected"] >= 1
     still_serving(pair)
@@ -128,7 +111,7 @@ def test_a_malformed_overlay_message_is_refused_by_its_layer(pair):
 ])
 def test_a_malformed_peer_hello_gets_a_client_error_and_a_close(pair, hello):
     cluster = pair[0]
-    (body,) = exchange(cluster[0].address, frame(hello) + peer.ping(1))
+    (body,) = replies(cluster[0].address, frame(hello) + peer.ping(1))
     err = messages.decode_broker_message(body)
     assert isinstance(err, messages.Error) and err.code == "handshake" and "PEER_HELLO" in err.message
     still_serving(pair)
@@ -136,7 +119,7 @@ def test_a_malformed_peer_hello_gets_a_client_error_and_a_close(pair, hello):
 
 def test_a_hello_in_another_protocol_version(pair):
     cluster = pair[0]
-    msgs = link_messages(exchange(cluster[0].address, peer.hello(fake_node(), version=99)))
+    msgs = link_messages(replies(cluster[0].address, peer.hello(fake_node(), version=99)))
     assert msgs == [peer.PeerError("version-mismatch", msgs[0].message)]
     assert "version 99" in msgs[0].message
     still_serving(pair)
@@ -156,6 +139,6 @@ garbage = st.one_of(
 @given(data=garbage)
 def test_random_bytes_after_the_hello(pair, data):
     cluster = pair[0]
-    for msg in link_messages(exchange(cluster[0].address, peer.hello(fake_node()) + data)):
+    for msg in link_messages(replies(cluster[0].address, peer.hello(fake_node()) + data)):
         assert isinstance(msg, peer.PeerWelcome | peer.Ping | peer.Pong | peer.PeerError)
     assert cluster[0].running
