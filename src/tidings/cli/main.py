@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tidings.cli import cluster as cluster_cli
+from tidings.cli import sim as sim_cli
 from tidings.cli.common import EXIT_BROKER, EXIT_INPUT, EXIT_UNREACHABLE, CliError, emit
 from tidings.client.client import ConnectionClosed, Gap, parse_address
 from tidings.core.config import BrokerConfig, ConfigError
@@ -235,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     sb.set_defaults(func=cmd_sub)
 
     cluster_cli.add_parser(sub)
+    sim_cli.add_parser(sub)
 
     st = sub.add_parser("status", help="print the broker's counters, overlay, peers and trees")
     client_opts(st)

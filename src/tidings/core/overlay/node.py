@@ -266,7 +266,8 @@ class OverlayNode:
         `heard`: the node spoke to us itself, so it is alive even if we had declared it failed.
         Others' lists may still name nodes that died, so a node only named by a third party enters
         the leaf set once it answers a keep-alive (`verified` skips that: the leaf set a newcomer
-        receives on joining is taken as is). A node that takes an empty routing-table slot is probed
+        receives on joining is taken as is; a node still joining vets nobody, it announces itself once
+        joined). A node that takes an empty routing-table slot is probed
         for its RTT; a rival for a held slot only if `probe` (keep-alive senders that lost their slot
         are not re-measured every second)."""
         if node.node_id == self.me.node_id:
@@ -283,7 +284,9 @@ class OverlayNode:
                 self._ref_pool[node.node_id] = node  # it moved: newer news wins
         if heard or verified:
             self.leaf_set.add(node)
-        elif node.node_id not in self.leaf_set and self.leaf_set.would_admit(node.node_id):
+        elif self._joined and node.node_id not in self.leaf_set and self.leaf_set.would_admit(node.node_id):
+            # vetting by keep-alive waits for the join: a keep-alive makes its receiver take us as a
+            # leaf, and a node that cannot route yet must not be handed JOINs and lookups
             out.append(PeerSend(node.address, m.KeepAlive(self.me).to_wire()))
         if self.routing_table.holds(node.node_id):
             self.routing_table.add(node)  # the same node at a new address replaces the old one

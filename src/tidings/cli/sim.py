@@ -1,0 +1,135 @@
+"""`tidings sim pastry`: the Pastry routing experiments on the overlay simulator, from the command line.
+
+Thin: it parses, runs `PastryExperiment` (src/tidings/sim/overlay/experiment.py), and prints a
+table (or one JSON object with --json) beside the paper's figures. Progress goes to stderr. Wall
+time and peak memory are measured here, around the run: the simulator itself never reads a clock.
+`--plot FILE.png` draws our hop distribution against the paper's; matplotlib is imported only then
+(the `plot` extra), so the command runs without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from typing import Any
+
+from tidings.cli.common import EXIT_BROKER, EXIT_INPUT, CliError
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add `sim pastry ...` to the `tidings` command's subparsers."""
+    sim = subparsers.add_parser("sim", help="run a simulation experiment (virtual time, seeded)")
+    experiments = sim.add_subparsers(dest="experiment", required=True)
+    p = experiments.add_parser("pastry", help="route lookups over a simulated Pastry overlay of N brokers")
+    p.add_argument("--nodes", type=int, required=True, help="brokers in the overlay")
+    p.add_argument("--seed", type=int, default=1, help="the run's seed (default %(default)s)")
+    p.add_argument("--lookups", type=int, default=200_000, help="lookups per phase (default %(default)s)")
+    p.add_argument("--model", default="plane",
+                   help="network model: plane, sphere or matrix:FILE (n lines of n RTTs in ms; default plane)")
+    p.add_argument("--build", choices=["steady", "joins"], default="steady",
+                   help="steady: converged state computed directly (default); joins: the join protocol")
+    p.add_argument("--fail", type=int, default=0, metavar="K",
+                   help="K brokers fail silently after the first phase; route right after and after repair")
+    p.add_argument("--settle", type=float, default=30.0, metavar="SECONDS",
+                   help="virtual seconds from the failures to the after-repair phase (default %(default)s)")
+    p.add_argument("--loss", type=float, default=0.0, help="message loss probability (default 0)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the hop distribution beside the paper's")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_sim_pastry)
+
+
+def cmd_sim_pastry(args: argparse.Namespace) -> int:
+    from tidings.sim.overlay.experiment import PastryExperiment
+    from tidings.sim.overlay.topology import TopologyError
+    from tidings.sim.world import SECOND_NS
+
+    try:
+        experiment = PastryExperiment(args.nodes, args.seed, lookups=args.lookups, model=args.model,
+                                      build=args.build, fail=args.fail, settle_ns=int(args.settle * SECOND_NS),
+                                      loss_probability=args.loss)
+        started = time.monotonic()
+        report = experiment.run(progress=None if args.quiet else _progress(started))
+    except (ValueError, TopologyError) as exc:
+        raise CliError(str(exc), EXIT_INPUT) from None
+    except RuntimeError as exc:  # the overlay could not be built
+        raise CliError(str(exc), EXIT_BROKER) from None
+    report["wall_s"] = round(time.monotonic() - started, 1)
+    report["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if args.plot:
+        plot_hops(report, args.plot)
+    if args.json:
+        sys.stdout.write(json.dumps(report, separators=(",", ":")) + "\n")
+    else:
+        sys.stdout.write(format_report(report))
+    wrong = sum(phase["wrong"] + phase["lost"] for phase in report["phases"].values())
+    return 1 if wrong else 0
+
+
+def _progress(started: float) -> Any:
+    last = [0.0]
+
+    def show(phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 2.0 or done == total:
+            last[0] = now
+            sys.stderr.write(f"[{now - started:7.1f}s] {phase}: {done}/{total}\n")
+
+    return show
+
+
+def format_report(report: dict[str, Any]) -> str:
+    from tidings.sim.overlay.experiment import PAPER_FAILURES_5K, PAPER_HOPS_100K
+
+    lines = [f"pastry: {report['nodes']} brokers, model {report['model']}, build {report['build']}, "
+             f"seed {report['seed']}, {report['lookups_per_phase']} lookups per phase"]
+    for name, phase in report["phases"].items():
+        lines.append(f"  {name:<13} mean {phase['mean_hops']:.3f} hops (with detours "
+                     f"{phase['mean_hops_with_detours']:.3f}), max {phase['max_hops']}, "
+                     f"not at the closest live node {phase['wrong']}, lost {phase['lost']}")
+        dist = "  ".join(f"{h}:{p:.2f}%" for h, p in phase["hops_percent"].items())
+        lines.append(f"  {'':<13} hops {dist}")
+    paper = PAPER_HOPS_100K["percent"]
+    lines.append(f"  paper (N=100,000): mean {PAPER_HOPS_100K['mean']}, max {PAPER_HOPS_100K['max']}, hops "
+                 + "  ".join(f"{h}:{p:.2f}%" for h, p in paper.items()))
+    if "right_after" in report["phases"]:
+        lines.append(f"  paper (N=5,000, 500 failed): before {PAPER_FAILURES_5K['before']}, right after "
+                     f"{PAPER_FAILURES_5K['right_after']}, after repair {PAPER_FAILURES_5K['after_repair']}")
+    lines.append(f"  leaf sets wrong after build: {report['leaf_sets_wrong_after_build']}"
+                 + (f", after repair: {report['leaf_sets_wrong_after_repair']}"
+                    if "leaf_sets_wrong_after_repair" in report else ""))
+    lines.append(f"  {report['messages']} messages, {report['virtual_s']} virtual s, wall {report['wall_s']} s, "
+                 f"peak RSS {report['peak_rss_mib']} MiB, trace {report['trace_digest'][:16]}")
+    return "\n".join(lines) + "\n"
+
+
+def plot_hops(report: dict[str, Any], path: str) -> None:
+    """Side-by-side bars: the before-failure hop distribution against the paper's (N=100,000)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.stderr.write("tidings: --plot needs matplotlib (pip install 'tidings[plot]')\n")
+        return
+    from tidings.sim.overlay.experiment import PAPER_HOPS_100K
+
+    ours = {int(h): p for h, p in report["phases"]["before"]["hops_percent"].items()}
+    paper = PAPER_HOPS_100K["percent"]
+    hops = sorted(set(ours) | set(paper))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.4
+    ax.bar([h - width / 2 for h in hops], [ours.get(h, 0.0) for h in hops], width,
+           label=f"tidings sim, N={report['nodes']:,} ({report['build']})")
+    ax.bar([h + width / 2 for h in hops], [paper.get(h, 0.0) for h in hops], width, label="Pastry paper, N=100,000")
+    ax.set_xlabel("hops")
+    ax.set_ylabel("lookups (%)")
+    ax.set_xticks(hops)
+    ax.set_title(f"Pastry hops, b=4, leaf set 16, {report['model']} model")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -1,0 +1,35 @@
+"""`tidings sim pastry`: one JSON report, progress kept off stdout, bad input refused with exit 2."""
+
+from __future__ import annotations
+
+import json
+
+from tidings.cli.main import main
+
+
+def test_the_pastry_command_reports_every_phase_as_json(capsys):
+    assert main(["sim", "pastry", "--nodes", "500", "--lookups", "500", "--fail", "50", "--settle", "4",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert list(report["phases"]) == ["before", "right_after", "after_repair"]
+    assert all(phase["wrong"] == phase["lost"] == 0 for phase in report["phases"].values())
+    assert sum(report["phases"]["before"]["hops_percent"].values()) > 99.9
+    assert report["leaf_sets_wrong_after_repair"] == 0
+    assert "before: 500/500" in err
+
+
+def test_the_pastry_command_prints_a_table_beside_the_paper(capsys):
+    assert main(["sim", "pastry", "--nodes", "500", "--lookups", "300", "--model", "sphere", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert "before        mean" in out and "paper (N=100,000): mean 3.98" in out
+    assert err == ""
+
+
+def test_bad_arguments_exit_2_with_one_line(capsys, tmp_path):
+    bad = tmp_path / "m.txt"
+    bad.write_text("0 1\n1 0 3\n")
+    for argv in (["--nodes", "1"], ["--nodes", "10", "--fail", "9"], ["--nodes", "2", "--model", f"matrix:{bad}"],
+                 ["--nodes", "10", "--model", "torus"]):
+        assert main(["sim", "pastry", "--quiet", *argv]) == 2
+        assert capsys.readouterr().err.startswith("tidings: error: ")

@@ -1,0 +1,82 @@
+"""Pastry with hundreds of brokers on the message-level simulator: joins converge to exact leaf
+sets, every lookup ends at the numerically closest live node, silent failures and crashes are
+repaired, and one seed is one run.
+
+Replay a failing case with the same arguments; `leaf_set_errors(sim)` names the hosts that are off.
+"""
+
+from __future__ import annotations
+
+from tidings.core.overlay.node import OverlayConfig
+from tidings.sim.overlay.build import install_steady, join_all
+from tidings.sim.overlay.experiment import PastryExperiment
+from tidings.sim.overlay.lookups import LookupRun, lookup_members
+from tidings.sim.overlay.sim import OverlaySim, leaf_set_errors
+from tidings.sim.world import MILLISECOND_NS, SECOND_NS
+
+CONFIG = OverlayConfig()
+
+
+def steady_overlay(n: int, seed: int, model: str = "plane") -> OverlaySim:
+    sim = OverlaySim(n, seed, lookup_members(CONFIG), model=model)
+    install_steady(sim, CONFIG, sim.world.derive_rng("build"))
+    return sim
+
+
+def test_joins_converge_and_ten_percent_silent_failures_are_repaired():
+    sim = OverlaySim(500, 3, lookup_members(CONFIG))
+    assert join_all(sim, sim.world.derive_rng("build"), spacing_ns=5 * MILLISECOND_NS, settle_ns=5 * SECOND_NS)
+    assert sim.counts["joins"] == 500
+    assert leaf_set_errors(sim) == []
+    before = LookupRun(sim, 2000, sim.world.derive_rng("lookups")).run()
+    assert (before.delivered, before.wrong, before.detours) == (2000, 0, 0)
+    assert 1.8 < before.mean_hops < 2.8  # log16(500) = 2.24, less the leaf set's shortcut
+    assert before.max_hops <= 4
+
+    for host in sim.world.derive_rng("failures").sample(range(500), 50):
+        sim.fail_silently(host)
+    right_after = LookupRun(sim, 2000, sim.world.derive_rng("lookups")).run()
+    assert (right_after.delivered, right_after.wrong) == (2000, 0)
+    assert right_after.detours > 0  # stale entries were met, detected, and routed around
+    sim.run(4 * CONFIG.failure_timeout_ns)
+    assert leaf_set_errors(sim) == []
+    repaired = LookupRun(sim, 2000, sim.world.derive_rng("lookups")).run()
+    assert (repaired.delivered, repaired.wrong) == (2000, 0)
+
+
+def test_crashed_brokers_lose_their_state_restart_and_rejoin():
+    sim = steady_overlay(500, seed=6)
+    crashed = sim.world.derive_rng("crashes").sample(range(500), 25)
+    for host in crashed:
+        sim.crash(host)
+    sim.run(2 * CONFIG.failure_timeout_ns)
+    assert leaf_set_errors(sim) == []  # the survivors forgot them (resets, keep-alives)
+    rng = sim.world.derive_rng("bootstrap")
+    live = sim.live()
+    for host in crashed:
+        sim.restart(host, live[rng.randrange(len(live))])
+    sim.run(3 * CONFIG.failure_timeout_ns)
+    assert all(sim.joined[h] for h in crashed)
+    assert leaf_set_errors(sim) == []
+    result = LookupRun(sim, 2000, sim.world.derive_rng("lookups")).run()
+    assert (result.delivered, result.wrong) == (2000, 0)
+
+
+def test_the_steady_state_has_exact_leaf_sets_and_routes_with_the_real_code():
+    for model in ("plane", "sphere"):
+        sim = steady_overlay(500, seed=8, model=model)
+        assert leaf_set_errors(sim) == []
+        result = LookupRun(sim, 1500, sim.world.derive_rng("lookups")).run()
+        assert (result.delivered, result.wrong) == (1500, 0)
+        assert result.max_hops <= 4
+
+
+def test_the_same_seed_gives_the_same_trace_and_another_seed_another():
+    def digest(seed: int) -> str:
+        report = PastryExperiment(500, seed, lookups=200, fail=50, settle_ns=4 * SECOND_NS).run()
+        assert all(phase["wrong"] == phase["lost"] == 0 for phase in report["phases"].values())
+        return str(report["trace_digest"])
+
+    first = digest(21)
+    assert digest(21) == first
+    assert digest(22) != first
