@@ -8,6 +8,10 @@ had acknowledged, by the subscription's pattern and filter (the same semantics a
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -161,17 +165,27 @@ def test_subscribers_receive_again_after_the_rendezvous_point_and_a_forwarder_cr
         assert in_pubend_order(s)
 
 
-def test_same_seed_same_trace_with_many_brokers():
-    def digest(seed: int) -> str:
-        c = Cluster(seed=seed, brokers=6)
-        s = Subscriber(c.world, c.net, "b2:7000", "s", "nodes/#")
-        s.start(c.world.now)
-        c.run(SECOND_NS)
-        p = Publisher(c.world, c.net, "b4:7000", "p", 30, bad_event_probability=0)
-        p.start(c.world.now)
-        c.run(2 * SECOND_NS)
-        assert len(received(s)) == 30
-        return c.world.trace_digest()
+def digest(seed: int) -> str:
+    """The trace digest of a small cluster run: joins, a tree, 30 events across brokers."""
+    c = Cluster(seed=seed, brokers=6)
+    s = Subscriber(c.world, c.net, "b2:7000", "s", "nodes/#")
+    s.start(c.world.now)
+    c.run(SECOND_NS)
+    p = Publisher(c.world, c.net, "b4:7000", "p", 30, bad_event_probability=0)
+    p.start(c.world.now)
+    c.run(2 * SECOND_NS)
+    assert len(received(s)) == 30
+    return c.world.trace_digest()
 
+
+def test_same_seed_same_trace_with_many_brokers():
     assert digest(3) == digest(3)
     assert digest(3) != digest(4)
+
+
+def test_the_cluster_trace_does_not_depend_on_the_process_hash_seed():
+    code = "from tests.sim.test_cluster import digest; print(digest(3))"
+    env = {**os.environ, "PYTHONHASHSEED": "4242"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[2], timeout=120)
+    assert out.stdout.strip() == digest(3)
