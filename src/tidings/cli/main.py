@@ -20,6 +20,7 @@ from typing import Any
 from tidings.cli import cluster as cluster_cli
 from tidings.cli import sim as sim_cli
 from tidings.cli.common import EXIT_BROKER, EXIT_INPUT, EXIT_UNREACHABLE, CliError, emit
+from tidings.cli.status import render_status
 from tidings.client.client import ConnectionClosed, Gap, parse_address
 from tidings.core.config import BrokerConfig, ConfigError
 from tidings.core.errors import BrokerError, GapError, TidingsError
@@ -181,7 +182,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         emit(status)
     else:
-        sys.stdout.write(cluster_cli.render_status(status))
+        sys.stdout.write(render_status(status))
     return 0
 
 

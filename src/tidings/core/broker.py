@@ -9,7 +9,8 @@
   this broker's Pastry node and Scribe agent, once `start_overlay` has been called.
 
 Across brokers (DESIGN §2): each durable event is published, once per tree, on the exact tree of its
-channel and on the prefix trees above it (`a/b/c`, `a/b/#`, `a/#`, `#`); each live subscription
+channel and on the prefix trees that can hold its subscribers (`a/b/c`, `a/b/c/#`, `a/b/#`, `a/#`,
+`#`: multicast/trees.py); each live subscription
 makes this broker a member of one tree. Events that arrive down a tree are delivered to the local
 subscriptions of that tree that they match, live and best effort in this release (events of this
 broker's own pubend are delivered locally already and skipped). Clients and peers share the
@@ -75,7 +76,8 @@ class Broker:
         self.index = SubscriptionIndex()
         self._next_key = 0
         self._handshakes: list[tuple[int, int]] = []  # heap of (deadline, conn)
-        self._valid_channels: set[str] = set()
+        # channels seen valid, each with the trees its events go to (bounded: cleared when full)
+        self._channel_trees: dict[str, list[str]] = {}
         self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
                          "event_bytes_max": config.event_bytes_max}
@@ -88,7 +90,6 @@ class Broker:
         self.cluster: ClusterMember | None = None
         self._tree_members: dict[str, int] = {}  # tree -> live local subscriptions in it
         self._sub_trees: dict[int, str] = {}  # subend key -> the tree it belongs to
-        self._channel_trees: dict[str, list[str]] = {}
         self.events_remote_delivered = 0
         self.peer_messages_rejected = 0
 
@@ -209,11 +210,8 @@ class Broker:
         channel, attributes, payload = ev
         if type(channel) is not str:
             raise ProtocolError(errors.BAD_CHANNEL, "the channel must be a string")
-        if channel not in self._valid_channels:
-            validate_channel(channel)
-            if len(self._valid_channels) >= CHANNEL_CACHE_MAX:
-                self._valid_channels.clear()
-            self._valid_channels.add(channel)
+        if channel not in self._channel_trees:
+            self._trees_of(validate_channel(channel))
         if type(payload) is not bytes:
             raise ProtocolError(errors.BAD_MESSAGE, "the payload must be binary")
         if len(payload) > self.config.event_bytes_max:
@@ -225,7 +223,7 @@ class Broker:
         """Check each event, give the good ones consecutive ticks, encode each once, log the batch."""
         valid: list[tuple[str, dict[str, Any], bytes]] = []
         rejected: set[int] = set()
-        known_channels = self._valid_channels
+        known_channels = self._channel_trees
         size_max = self.config.event_bytes_max
         for i, ev in enumerate(msg.events):
             # fast path: a well-formed event on a channel seen before, without attributes to check
@@ -426,7 +424,7 @@ class Broker:
         assert self.cluster is not None
         by_tree: dict[str, list[bytes]] = {}
         run: list[bytes] = []  # consecutive events of one channel: each tree takes them in one go
-        run_channel = None
+        run_channel = ""  # no channel is empty
         for batch in batches:
             for _, channel, _, record in batch.deliveries:
                 if channel != run_channel:
@@ -441,13 +439,18 @@ class Broker:
             for chunk in messages.size_chunks(records):
                 self._cluster_effects(self.cluster.publish(self.now, tree, [own, chunk]), out)
 
-    def _extend_trees(self, by_tree: dict[str, list[bytes]], channel: Any, records: list[bytes]) -> None:
+    def _trees_of(self, channel: str) -> list[str]:
+        """The trees of a valid channel, from the cache (which a publish filled unless it was
+        cleared since)."""
         trees = self._channel_trees.get(channel)
         if trees is None:
             if len(self._channel_trees) >= CHANNEL_CACHE_MAX:
                 self._channel_trees.clear()
             trees = self._channel_trees[channel] = publish_trees(channel)
-        for tree in trees:
+        return trees
+
+    def _extend_trees(self, by_tree: dict[str, list[bytes]], channel: str, records: list[bytes]) -> None:
+        for tree in self._trees_of(channel):
             if tree in by_tree:
                 by_tree[tree] += records
             else:
@@ -463,10 +466,7 @@ class Broker:
 
     def _peer_input(self, inp: Input, out: list[Effect]) -> None:
         peers = self.peers
-        if peers is None:  # an answer to a Connect of an earlier incarnation: nothing to do with it
-            if isinstance(inp, Connected):
-                out.append(Disconnect(inp.conn, "not in an overlay"))
-            return
+        assert peers is not None  # only the peer links ask for connections
         if isinstance(inp, Received):
             self._peer_messages(*peers.received(inp.now, inp.conn, inp.data), out)
         elif isinstance(inp, ConnectionLost):
