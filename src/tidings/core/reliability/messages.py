@@ -1,0 +1,215 @@
+"""Guaranteed delivery's broker-to-broker messages (types 160..191): Gryphon's knowledge, ack, nack
+and ack-expected messages (§3.1, §3.2), on one stream edge of a (tree, pubend) knowledge tree.
+
+Each is a msgpack-able list whose first element is its type. Ticks are (after, through] ranges as
+everywhere else, 0 <= tick <= TICK_MAX.
+
+- KNOWLEDGE, parent to child: [160, tree, pubend, after, through, ticks, records, retransmit]. Every
+  tick of (after, through] is known: D at `ticks` (strictly increasing, inside the range), whose
+  logged event records are `records` (same length, same order), F at every other tick. A data
+  message has ticks, a silence message none. `retransmit` is False on a first-time message, True
+  when the message answers a nack (the paper forwards the two differently).
+- ACK, child to parent: [161, [[tree, pubend, through], ...]]: for each stream, every tick <= through
+  is A on the sender's side. One message carries the acks of many streams to one parent.
+- NACK, child to parent: [162, tree, pubend, [[after, through], ...]]: the sender is curious about
+  those ranges (sorted, not overlapping, each non-empty and at most NACK_RANGE_TICKS_MAX wide; the
+  sender chops longer gaps, and a nack names at most NACK_RANGES_MAX of them).
+- ACK_EXPECTED, parent to child: [163, tree, pubend, through]: the pubend expects every tick
+  <= through acked; a receiver nacks its Q ticks <= through.
+
+Peers are untrusted: `decode` checks every field, including that a tick is an int and not a bool
+(`True` is an int in Python), and raises ProtocolError (bad-message) on anything malformed. It does
+not check a record's contents: the stream does that when it routes the event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tidings.core.errors import BAD_MESSAGE, ProtocolError
+from tidings.core.multicast.messages import TREE_BYTES_MAX
+from tidings.core.reliability.ticks import TICK_MAX
+
+KNOWLEDGE = 160
+ACK = 161
+NACK = 162
+ACK_EXPECTED = 163
+
+PUBEND_BYTES_MAX = 128  # pubend ids are "p" and 16 hex digits today; room for other schemes
+RECORDS_PER_MESSAGE_MAX = 16_384  # data ticks in one knowledge message (a publish frame holds 4,096 events)
+RECORD_BYTES_MAX = 256 * 1024 * 1024  # a sanity bound; frame_bytes_max bounds what really arrives
+ACK_ENTRIES_MAX = 4096  # streams acked in one ACK, as many as trees in one Scribe HEARTBEAT
+NACK_RANGES_MAX = 64  # ranges in one NACK
+NACK_RANGE_TICKS_MAX = 60_000_000  # ticks in one nack range: 60 s of microsecond stream time
+
+
+@dataclass(frozen=True, slots=True)
+class Knowledge:
+    """Ticks (after, through] are known: D at `ticks` with `records`, F elsewhere."""
+
+    tree: str
+    pubend: str
+    after: int
+    through: int
+    ticks: tuple[int, ...]
+    records: tuple[bytes, ...]
+    retransmit: bool
+
+    def to_wire(self) -> list[Any]:
+        return [KNOWLEDGE, self.tree, self.pubend, self.after, self.through, list(self.ticks),
+                list(self.records), self.retransmit]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAck:
+    """One stream's ack: every tick <= `through` is A."""
+
+    tree: str
+    pubend: str
+    through: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    streams: tuple[StreamAck, ...]
+
+    def to_wire(self) -> list[Any]:
+        return [ACK, [[s.tree, s.pubend, s.through] for s in self.streams]]
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """Curiosity about `ranges`, each an (after, through] pair."""
+
+    tree: str
+    pubend: str
+    ranges: tuple[tuple[int, int], ...]
+
+    def to_wire(self) -> list[Any]:
+        return [NACK, self.tree, self.pubend, [[after, through] for after, through in self.ranges]]
+
+
+@dataclass(frozen=True, slots=True)
+class AckExpected:
+    """The pubend expects every tick <= `through` acked."""
+
+    tree: str
+    pubend: str
+    through: int
+
+    def to_wire(self) -> list[Any]:
+        return [ACK_EXPECTED, self.tree, self.pubend, self.through]
+
+
+ReliabilityMessage = Knowledge | Ack | Nack | AckExpected
+
+
+def _bad(what: str) -> ProtocolError:
+    return ProtocolError(BAD_MESSAGE, f"reliability: {what}")
+
+
+def _name(value: object, bytes_max: int, what: str) -> str:
+    # a string never has more characters than UTF-8 bytes, so a long one is refused before encoding
+    if (
+        type(value) is str
+        and 0 < len(value) <= bytes_max
+        and len(value.encode("utf-8", "surrogatepass")) <= bytes_max
+    ):
+        return value
+    raise _bad(f"{what} is a non-empty string of at most {bytes_max} bytes")
+
+
+def _stream(tree: object, pubend: object) -> tuple[str, str]:
+    return _name(tree, TREE_BYTES_MAX, "a tree name"), _name(pubend, PUBEND_BYTES_MAX, "a pubend id")
+
+
+def _tick(value: object, what: str) -> int:
+    if type(value) is int and 0 <= value <= TICK_MAX:
+        return value
+    raise _bad(f"{what} is an integer tick from 0 to {TICK_MAX}")
+
+
+def _list(value: object, size_max: int, what: str) -> list[Any]:
+    if type(value) is list and len(value) <= size_max:
+        return value
+    raise _bad(f"{what} is a list of at most {size_max} entries")
+
+
+def _knowledge(f: list[Any]) -> Knowledge:
+    tree, pubend = _stream(f[0], f[1])
+    after, through = _tick(f[2], "after"), _tick(f[3], "through")
+    if after >= through:
+        raise _bad("a knowledge message covers at least one tick: after < through")
+    ticks = _list(f[4], RECORDS_PER_MESSAGE_MAX, "ticks")
+    records = _list(f[5], RECORDS_PER_MESSAGE_MAX, "records")
+    if len(ticks) != len(records):
+        raise _bad("a knowledge message has one record per data tick")
+    previous = after
+    for tick in ticks:
+        if type(tick) is not int or not previous < tick <= through:
+            raise _bad("data ticks are strictly increasing integers inside (after, through]")
+        previous = tick
+    for record in records:
+        if type(record) is not bytes or not 0 < len(record) <= RECORD_BYTES_MAX:
+            raise _bad(f"a record is non-empty bytes of at most {RECORD_BYTES_MAX}")
+    if type(f[6]) is not bool:
+        raise _bad("retransmit is a boolean")
+    return Knowledge(tree, pubend, after, through, tuple(ticks), tuple(records), f[6])
+
+
+def _ack(f: list[Any]) -> Ack:
+    entries = _list(f[0], ACK_ENTRIES_MAX, "an ack's stream list")
+    if not entries:
+        raise _bad("an ack names at least one stream")
+    streams = []
+    for entry in entries:
+        if type(entry) is not list or len(entry) != 3:
+            raise _bad("an ack entry is [tree, pubend, through]")
+        streams.append(StreamAck(*_stream(entry[0], entry[1]), _tick(entry[2], "an ack's through")))
+    return Ack(tuple(streams))
+
+
+def _nack(f: list[Any]) -> Nack:
+    tree, pubend = _stream(f[0], f[1])
+    pairs = _list(f[2], NACK_RANGES_MAX, "a nack's range list")
+    if not pairs:
+        raise _bad("a nack names at least one range")
+    ranges = []
+    previous = 0
+    for pair in pairs:
+        if type(pair) is not list or len(pair) != 2:
+            raise _bad("a nack range is [after, through]")
+        after, through = _tick(pair[0], "a nack's after"), _tick(pair[1], "a nack's through")
+        if not previous <= after < through <= after + NACK_RANGE_TICKS_MAX:
+            raise _bad(f"nack ranges are sorted, disjoint, non-empty and at most {NACK_RANGE_TICKS_MAX} "
+                       "ticks wide")
+        ranges.append((after, through))
+        previous = through
+    return Nack(tree, pubend, tuple(ranges))
+
+
+def _ack_expected(f: list[Any]) -> AckExpected:
+    return AckExpected(*_stream(f[0], f[1]), _tick(f[2], "an ack-expected through"))
+
+
+_DECODERS: dict[int, tuple[int, Callable[[list[Any]], ReliabilityMessage]]] = {
+    KNOWLEDGE: (7, _knowledge),
+    ACK: (1, _ack),
+    NACK: (3, _nack),
+    ACK_EXPECTED: (3, _ack_expected),
+}
+
+
+def decode(message: object) -> ReliabilityMessage:
+    """The reliability message in `message` (a decoded msgpack value); ProtocolError if malformed."""
+    if type(message) is not list or not message or type(message[0]) is not int:
+        raise _bad("a message is a list starting with its type")
+    shape = _DECODERS.get(message[0])
+    if shape is None:
+        raise _bad(f"unknown message type {message[0]}")
+    count, build = shape
+    if len(message) != count + 1:
+        raise _bad(f"message type {message[0]} has {count} fields")
+    return build(message[1:])
