@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 from bisect import bisect_left
+from collections.abc import Sequence
 from typing import Generic, NamedTuple, TypeVar
 
 TICK_MAX = 2**63 - 1  # the last tick ("forever"): a tick is a signed 64-bit integer elsewhere
@@ -223,21 +224,21 @@ class KnowledgeMap(TickMap[Knowledge]):
     def __init__(self) -> None:
         super().__init__(_Q)
 
-    def accumulate(self, after: int, through: int, data_ticks: list[int]) -> Accumulated:
+    def accumulate(self, after: int, through: int, data_ticks: Sequence[int]) -> Accumulated:
         """Accumulate a knowledge message: every tick of (after, through] is F except `data_ticks`
         (strictly increasing, inside the range), which are D. Q ticks take the offered value; D, F
         and L ticks keep theirs (see `Accumulated` for what the disagreements count)."""
         _check_range(after, through)
-        offered = _pattern(after, through, data_ticks)
+        offered, ends, values = _pattern(after, through, data_ticks)
         if after == through:
             return Accumulated(offered, 0, 0)
         all_ends = self._ends
         i = bisect_left(all_ends, after + 1)
         if all_ends[i] >= through and self._values[i] is _Q:  # the common case: news of unknown ticks
-            self._splice(i, i, after, through, [run[1] for run in offered], [run[2] for run in offered])
+            self._splice(i, i, after, through, ends, values)
             return Accumulated(offered, 0, 0)
-        ends: list[int] = []
-        values: list[Knowledge] = []
+        ends = []
+        values = []
         changed: list[Run[Knowledge]] = []
         conflicts = data_on_final = 0
         p = 0
@@ -279,25 +280,35 @@ _ONLY_D = frozenset({_D})
 _ONLY_Q = frozenset({_Q})
 
 
-def _pattern(after: int, through: int, data_ticks: list[int]) -> list[Run[Knowledge]]:
-    """The runs `F*DF*D...F*` of a knowledge message over (after, through] with D at `data_ticks`;
-    ValueError unless those are strictly increasing inside the range."""
+def _pattern(after: int, through: int,
+             data_ticks: Sequence[int]) -> tuple[list[Run[Knowledge]], list[int], list[Knowledge]]:
+    """The runs `F*DF*D...F*` of a knowledge message over (after, through] with D at `data_ticks`,
+    also as run ends and values (ready to splice); ValueError unless the data ticks are strictly
+    increasing inside the range."""
     runs: list[Run[Knowledge]] = []
+    ends: list[int] = []
+    values: list[Knowledge] = []
     previous = after
     for tick in data_ticks:
         if not previous < tick <= through:
             raise ValueError(f"data ticks are strictly increasing inside ({after}, {through}]")
         if tick - 1 > previous:
             runs.append((previous, tick - 1, _F))
-            runs.append((tick - 1, tick, _D))
-        elif runs:  # tick follows the previous D at once
+            ends.append(tick - 1)
+            values.append(_F)
+        if values and values[-1] is _D:  # tick follows the previous D at once
             runs[-1] = (runs[-1][0], tick, _D)
+            ends[-1] = tick
         else:
-            runs.append((previous, tick, _D))
+            runs.append((tick - 1, tick, _D))
+            ends.append(tick)
+            values.append(_D)
         previous = tick
     if through > previous:
         runs.append((previous, through, _F))
-    return runs
+        ends.append(through)
+        values.append(_F)
+    return runs, ends, values
 
 
 def _append(ends: list[int], values: list[V], end: int, value: V) -> None:
