@@ -13,8 +13,9 @@ import msgpack
 from tests.unit.core_harness import Harness, delivered, of_type
 from tidings.core.effects import Disconnect
 from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained
-from tidings.core.multicast.effects import DeliverLocal
+from tidings.core.multicast.effects import EventArrived
 from tidings.core.overlay.node_id import NodeRef
+from tidings.core.reliability.messages import Knowledge
 from tidings.core.wire import messages, peer
 
 
@@ -28,9 +29,19 @@ def remote_record(tick: int, channel: str, attributes: dict, pubend: str = "p-re
     return msgpack.packb([pubend, tick, channel, attributes, "svc", "i", b"x"])
 
 
+def knowledge(tree: str, after: int, through: int, records: list[bytes], pubend: str = "p-remote") -> list:
+    """A knowledge message of `pubend` on `tree` as a parent sends it: D at the records' ticks."""
+    ticks = tuple(msgpack.unpackb(r)[1] for r in records)
+    return [PARENT, Knowledge(tree, pubend, after, through, ticks, tuple(records), False).to_wire()]
+
+
+PARENT = "127.0.0.1:7999"
+
+
 def come_down(h: Harness, tree: str, event: object) -> None:
+    """What Scribe hands the reliability layer when an event arrives from this broker's parent."""
     out: list = []
-    h.broker._cluster_effects([DeliverLocal(tree, event)], out)  # what Scribe hands the broker
+    h.broker._cluster_effects(h.broker.cluster.settle(h.now, [EventArrived(tree, event, PARENT)]), out)
     h.apply(out)
 
 
@@ -55,11 +66,23 @@ def test_events_from_a_tree_reach_only_that_trees_matching_subscriptions():
     wide = h.subscribe(1, "nodes/#")
     exact = h.subscribe(1, "nodes/h1/load", "load > 2")
     h.inbox(1)
-    come_down(h, "nodes/#", ["p-remote", [remote_record(5, "nodes/h1/load", {"load": 3})]])
-    come_down(h, "nodes/h1/load", ["p-remote", [remote_record(5, "nodes/h1/load", {"load": 3}),
-                                               remote_record(6, "nodes/h1/load", {"load": 1})]])
+    come_down(h, "nodes/#", knowledge("nodes/#", 0, 10, [remote_record(5, "nodes/h1/load", {"load": 3})]))
+    come_down(h, "nodes/h1/load", knowledge("nodes/h1/load", 0, 10, [
+        remote_record(5, "nodes/h1/load", {"load": 3}), remote_record(6, "nodes/h1/load", {"load": 1})]))
     assert delivered(h.inbox(1)) == [(wide, 5), (exact, 5)]
     assert h.broker.status()["events_remote_delivered"] == 2
+
+
+def test_knowledge_after_a_gap_waits_until_the_gap_is_filled_then_comes_in_tick_order():
+    h = in_overlay()
+    h.connect(1)
+    sub = h.subscribe(1, "nodes/#")
+    h.inbox(1)
+    come_down(h, "nodes/#", knowledge("nodes/#", 20, 30, [remote_record(25, "nodes/a", {})]))
+    assert h.inbox(1) == []  # (start, 20] is unknown: nothing is delivered past it
+    come_down(h, "nodes/#", knowledge("nodes/#", 0, 20, [remote_record(12, "nodes/a", {})]))
+    come_down(h, "nodes/#", knowledge("nodes/#", 0, 20, [remote_record(12, "nodes/a", {})]))  # again
+    assert delivered(h.inbox(1)) == [(sub, 12), (sub, 25)]
 
 
 def test_malformed_tree_events_are_counted_and_dropped():
@@ -67,13 +90,17 @@ def test_malformed_tree_events_are_counted_and_dropped():
     h.connect(1)
     sub = h.subscribe(1, "nodes/#")
     h.inbox(1)
-    good = remote_record(9, "nodes/a", {})
-    for event in ("garbage", ["p-remote"], ["p-remote", "not a list"], [1, [good]],
-                  ["p-remote", [b"\xc1", 5, remote_record(3, "nodes/+", {}), remote_record(4, "x", {"": 1}),
-                                remote_record(8, "nodes/a", {}, pubend="p-other"), good]]):
+    for event in ("garbage", ["p-remote"], [PARENT, "not a list"], [1, knowledge("nodes/#", 0, 1, [])[1]],
+                  [PARENT, knowledge("other/#", 0, 1, [])[1]]):
         come_down(h, "nodes/#", event)
+    assert h.broker.status()["delivery"]["peer_errors"] == 5
+    good = remote_record(9, "nodes/a", {})
+    bad = [b"\xc1", remote_record(3, "nodes/+", {}), remote_record(4, "x", {"": 1}),
+           remote_record(8, "nodes/a", {}, pubend="p-other")]
+    ticks = (2, 3, 4, 8, 9)
+    come_down(h, "nodes/#", [PARENT, Knowledge("nodes/#", "p-remote", 0, 10, ticks, (*bad, good), False).to_wire()])
     assert delivered(h.inbox(1)) == [(sub, 9)]
-    assert h.broker.status()["peer_messages_rejected"] == 9
+    assert h.broker.status()["peer_messages_rejected"] == 3  # the record on channel "x" just matches nothing
 
 
 def test_own_events_coming_back_down_a_tree_are_skipped_without_decoding():
@@ -81,7 +108,8 @@ def test_own_events_coming_back_down_a_tree_are_skipped_without_decoding():
     h.connect(1)
     h.subscribe(1, "nodes/#")
     h.inbox(1)
-    come_down(h, "nodes/#", ["p-test", [b"not even a record"]])
+    come_down(h, "nodes/#", [PARENT, Knowledge("nodes/#", "p-test", 0, 10, (5,), (b"not even a record",),
+                                               False).to_wire()])
     assert h.inbox(1) == []
     assert h.broker.status()["peer_messages_rejected"] == 0
 

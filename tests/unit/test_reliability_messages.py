@@ -9,7 +9,7 @@ from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY
 from tidings.core.reliability import messages as m
 from tidings.core.reliability.ticks import TICK_MAX
 
-NUMBERS = [m.KNOWLEDGE, m.ACK, m.NACK, m.ACK_EXPECTED]
+NUMBERS = [m.KNOWLEDGE, m.ACK, m.NACK]
 
 
 def round_trip(message: m.ReliabilityMessage) -> m.ReliabilityMessage:
@@ -29,7 +29,6 @@ EXAMPLES = [
     m.Knowledge("a", "p", 5, 8, (6, 7, 8), (b"x", b"y", b"z"), True),
     m.Ack((m.StreamAck("a/b", "p1", 0), m.StreamAck("c", "p2", TICK_MAX))),
     m.Nack("a/b", "p1", ((0, 5), (5, 9), (100, 100 + m.NACK_RANGE_TICKS_MAX))),
-    m.AckExpected("a/b", "p1", 12345),
 ]
 
 
@@ -69,7 +68,6 @@ MESSAGES = st.one_of(
     st.builds(m.Ack, st.lists(st.builds(m.StreamAck, NAMES, NAMES, TICK_VALUES), min_size=1, max_size=5)
               .map(tuple)),
     nacks(),
-    st.builds(m.AckExpected, NAMES, NAMES, TICK_VALUES),
 )
 
 
@@ -81,7 +79,7 @@ def test_every_message_round_trips(message):
     assert round_trip(message) == message
 
 
-K, A, N, E = m.KNOWLEDGE, m.ACK, m.NACK, m.ACK_EXPECTED
+K, A, N = m.KNOWLEDGE, m.ACK, m.NACK
 LONG = "x" * (TREE_BYTES_MAX + 1)
 
 
@@ -116,9 +114,8 @@ LONG = "x" * (TREE_BYTES_MAX + 1)
     [N, "a", "p", [[1, 5], [4, 9]]], [N, "a", "p", [[0, m.NACK_RANGE_TICKS_MAX + 1]]],
     [N, "a", "p", [[TICK_MAX - 1, TICK_MAX + 1]]], [N, "", "p", [[1, 2]]], [N, "a", "p", [(1, 2)]],
     [N, "a", "p", [[2 * k, 2 * k + 1] for k in range(m.NACK_RANGES_MAX + 1)]],
-    # ack expected
-    [E, "a", "p"], [E, "a", "p", -5], [E, "a", "p", True], [E, "a", "p", None], [E, "a", "p", TICK_MAX + 1],
-    [E, "a", ["p"], 5], [E, "a", "p", 5, 6],
+    # the paper's ack-expected has no message here (periodic silence does its work)
+    [163, "a", "p", 5],
 ])
 def test_malformed_messages_raise_protocol_error(wire):
     with pytest.raises(ProtocolError) as info:

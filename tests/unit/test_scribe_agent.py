@@ -62,7 +62,7 @@ def test_forward_adopts_the_child_and_joins_when_not_yet_in_the_tree():
     assert effects == [
         PeerSend(A.address, m.Heartbeat((TREE,)).to_wire()),
         ChildAdded(TREE, A, "x"),
-        RouteTo(KEY, m.Subscribe(TREE, ME).to_wire()),
+        RouteTo(KEY, m.Subscribe(TREE, ME, "x").to_wire()),  # a new forwarder passes its child's extra on
     ]
     effects, onward = forward(agent, m.Subscribe(TREE, C))
     assert onward is None and not [e for e in effects if type(e) is RouteTo]

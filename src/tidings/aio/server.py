@@ -312,7 +312,7 @@ class BrokerServer:
     def _fire(self) -> None:
         self._timer = None
         self._timer_at = None
-        self.feed(TimerFired(time.monotonic_ns()))
+        self.feed(TimerFired(time.monotonic_ns(), time.time_ns() // 1000))
 
     def _schedule_retention(self) -> None:
         assert self._loop is not None

@@ -29,10 +29,10 @@ import msgpack
 
 from tidings.core import errors
 from tidings.core.channels import validate_channel, validate_pattern
-from tidings.core.cluster import ClusterMember
+from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
 from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, PeerHandover
-from tidings.core.effects import Append, Disconnect, Effect, PauseReading, ResumeReading, Send, Sync
+from tidings.core.effects import Append, Disconnect, Effect, PauseReading, ReadLog, ResumeReading, Send, Sync
 from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.event import record_routing_fields, validate_attributes
 from tidings.core.filters import Filter, SubscriptionIndex, parse_filter
@@ -52,13 +52,13 @@ from tidings.core.inputs import (
     TimerFired,
     WriteSynced,
 )
-from tidings.core.multicast.agent import DeliverLocal
 from tidings.core.multicast.trees import publish_trees, subscription_tree
 from tidings.core.overlay.envelope import PeerSend
 from tidings.core.overlay.events import Probe
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.peers import PeerLinks, RttMeasured
+from tidings.core.reliability.node import Deliver, ReliabilityNode
 from tidings.core.reliability.pubend import Pubend
 from tidings.core.subend import Subend
 from tidings.core.wire import messages
@@ -118,6 +118,7 @@ class Broker:
         elif isinstance(inp, TimerFired):
             self._timers(inp.now, out)
             if self.peers is not None and self.cluster is not None:
+                self.pubend.declare_silence(inp.wall_us)
                 self._peer_messages(*self.peers.handle_timeout(inp.now), out)
                 self._cluster_effects(self.cluster.handle_timeout(inp.now), out)
         elif isinstance(inp, RetentionApplied):
@@ -150,12 +151,25 @@ class Broker:
         self.now = now
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
         self.peers = PeerLinks(me, self.config.peer_config())
-        self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng)
+        reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self._trees_of,
+                                  lambda: (self.pubend.synced_tick, self.log))
+        self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng,
+                                     reliability)
         out: list[Effect] = []
         self._cluster_effects(self.cluster.start(now, bootstrap), out)
+        self._reliability(self._gd().start(now, self.log.last_tick), out)
         for tree in self._tree_members:
             self._cluster_effects(self.cluster.subscribe(now, tree), out)
         return out
+
+    def _reliability(self, effects: list[Any], out: list[Effect]) -> None:
+        """Effects of the reliability node, once what they ask of Pastry and Scribe is carried out."""
+        assert self.cluster is not None
+        self._cluster_effects(self.cluster.settle(self.now, effects), out)
+
+    def _gd(self) -> ReliabilityNode:
+        assert self.cluster is not None and self.cluster.reliability is not None
+        return self.cluster.reliability
 
     # ---- connections -----------------------------------------------------------------------------
 
@@ -196,7 +210,7 @@ class Broker:
             elif isinstance(msg, messages.Publish):
                 self._publish(c, msg, inp.wall_us, out)
             elif isinstance(msg, messages.Subscribe):
-                self._subscribe(c, msg, out)
+                self._subscribe(c, msg, inp.wall_us, out)
             elif isinstance(msg, messages.Unsubscribe):
                 self._unsubscribe(c, msg.sub, out)
             else:
@@ -306,7 +320,7 @@ class Broker:
 
     # ---- subscribing -----------------------------------------------------------------------------
 
-    def _subscribe(self, c: ClientConnection, msg: messages.Subscribe, out: list[Effect]) -> None:
+    def _subscribe(self, c: ClientConnection, msg: messages.Subscribe, wall_us: int, out: list[Effect]) -> None:
         def refuse(code: str, text: str) -> None:
             out.append(Send(c.conn, messages.error(code, text, sub=msg.sub)))
 
@@ -334,7 +348,11 @@ class Broker:
         c.subs[msg.sub] = s
         if end is None:
             self.index.add(s.key, pattern, flt)
-            self._join_tree(s.key, subscription_tree(pattern), out)
+            # other brokers' events: every tick after this, whichever pubend (clocks may differ by
+            # up to the skew allowance); this broker's own from `position`, exactly
+            remote_start = position if msg.start != messages.START_NOW else max(
+                0, wall_us - self.config.clock_skew_allowance_ns // 1000)
+            self._join_tree(s.key, subscription_tree(pattern), remote_start, out)
         out.append(Send(c.conn, messages.subscribed(msg.sub, position)))
         self._advance(c, s, out)
         return None
@@ -368,6 +386,10 @@ class Broker:
             out += s.next_read(synced, self.config.log_read_bytes_max)
 
     def _log_read(self, inp: LogRead, out: list[Effect]) -> None:
+        if inp.reader < 0:  # the pubend answering a nack
+            if self.cluster is not None:
+                self._reliability(self._gd().log_read(inp.now, inp.reader, inp.records, inp.log), out)
+            return
         s = self.subends.get(inp.reader)
         if s is None or s.reading is None:
             return  # the subscription ended while its read was in flight
@@ -379,6 +401,10 @@ class Broker:
 
     def _read_failed(self, inp: ReadFailed, out: list[Effect]) -> None:
         """The log cannot serve this subscription: say so and end it, rather than stall or skip."""
+        if inp.reader < 0:
+            if self.cluster is not None:
+                self._gd().source.read_failed(inp.reader)  # the nack will be repeated
+            return
         s = self.subends.get(inp.reader)
         if s is None:
             return
@@ -398,18 +424,25 @@ class Broker:
                 s.fall_behind(synced)
             elif not s.live:
                 self._advance(c, s, out)
+            tree = self._sub_trees.get(s.key)
+            if tree is not None and self.cluster is not None:
+                self._reliability(self._gd().local_flow(self.now, s.key, tree, blocked), out)
 
     # ---- across brokers --------------------------------------------------------------------------
 
-    def _join_tree(self, key: int, tree: str, out: list[Effect]) -> None:
+    def _join_tree(self, key: int, tree: str, start: int, out: list[Effect]) -> None:
         self._sub_trees[key] = tree
         members = self._tree_members.get(tree, 0)
         self._tree_members[tree] = members + 1
-        if members == 0 and self.cluster is not None:
-            self._cluster_effects(self.cluster.subscribe(self.now, tree), out)
+        if self.cluster is not None:
+            self._reliability(self._gd().local_subscribe(self.now, key, tree, start), out)
+            if members == 0:
+                self._cluster_effects(self.cluster.subscribe(self.now, tree), out)
 
     def _leave_tree(self, key: int, out: list[Effect]) -> None:
         tree = self._sub_trees.pop(key)
+        if self.cluster is not None:
+            self._reliability(self._gd().local_unsubscribe(self.now, key, tree), out)
         members = self._tree_members[tree] - 1
         if members:
             self._tree_members[tree] = members
@@ -419,25 +452,22 @@ class Broker:
             self._cluster_effects(self.cluster.unsubscribe(self.now, tree), out)
 
     def _publish_to_trees(self, batches: list[Any], out: list[Effect]) -> None:
-        """Each durable event goes to the trees that may hold its subscribers, a tree's events of
-        one sync in few PUBLISH messages (about EVENTS_FRAME_BYTES_TARGET each)."""
-        assert self.cluster is not None
-        by_tree: dict[str, list[bytes]] = {}
-        run: list[bytes] = []  # consecutive events of one channel: each tree takes them in one go
+        """Each durable event goes to the trees that may hold its subscribers, as knowledge of this
+        pubend's stream on each (reliability/source.py)."""
+        by_tree: dict[str, list[tuple[int, bytes]]] = {}
+        run: list[tuple[int, bytes]] = []  # consecutive events of one channel: each tree takes them in one go
         run_channel = ""  # no channel is empty
         for batch in batches:
-            for _, channel, _, record in batch.deliveries:
+            for tick, channel, _, record in batch.deliveries:
                 if channel != run_channel:
                     if run:
                         self._extend_trees(by_tree, run_channel, run)
                     run, run_channel = [], channel
-                run.append(record)
+                run.append((tick, record))
         if run:
             self._extend_trees(by_tree, run_channel, run)
-        own = self.pubend.pubend_id
-        for tree, records in by_tree.items():
-            for chunk in messages.size_chunks(records):
-                self._cluster_effects(self.cluster.publish(self.now, tree, [own, chunk]), out)
+        if by_tree:
+            self._reliability(self._gd().published(self.now, by_tree, self.pubend.synced_tick), out)
 
     def _trees_of(self, channel: str) -> list[str]:
         """The trees of a valid channel, from the cache (which a publish filled unless it was
@@ -449,7 +479,8 @@ class Broker:
             trees = self._channel_trees[channel] = publish_trees(channel)
         return trees
 
-    def _extend_trees(self, by_tree: dict[str, list[bytes]], channel: str, records: list[bytes]) -> None:
+    def _extend_trees(self, by_tree: dict[str, list[tuple[int, bytes]]], channel: str,
+                      records: list[tuple[int, bytes]]) -> None:
         for tree in self._trees_of(channel):
             if tree in by_tree:
                 by_tree[tree] += records
@@ -503,32 +534,27 @@ class Broker:
         for eff in effects:
             if type(eff) is PeerSend:
                 out += peers.send(self.now, eff.address, eff.message)
-            elif type(eff) is DeliverLocal:
-                self._deliver_remote(eff.tree, eff.event, out)
+            elif type(eff) is Deliver:
+                self._deliver_remote(eff, out)
+            elif type(eff) is ReadLog:
+                out.append(eff)
             elif type(eff) is Probe:
                 out += peers.probe(self.now, eff.address)
-            # the reliability upcalls (EventForwarded, ChildAdded, ParentSuspected) have no taker yet
 
-    def _deliver_remote(self, tree: str, event: Any, out: list[Effect]) -> None:
-        """Events that came down `tree` ([origin pubend, [record, ...]]): to the live local
-        subscriptions of that tree they match. A broker's own events were delivered here when they
-        became durable, and are recognised without decoding them."""
-        if type(event) is not list or len(event) != 2 or type(event[1]) is not list:
-            self.peer_messages_rejected += 1
-            return
-        origin, records = event
-        if origin == self.pubend.pubend_id:
-            return
+    def _deliver_remote(self, deliver: Deliver, out: list[Effect]) -> None:
+        """Another pubend's events, in its tick order and below the doubt horizon, for the local
+        subscriptions `deliver.keys`: each gets those matching its pattern and filter."""
         fan: dict[int, list[bytes]] = {}
-        for record in records:
+        subends = self.subends
+        for record in deliver.records:
             fields = record_routing_fields(record)
-            if fields is None or fields[0] != origin:
+            if fields is None or fields[0] != deliver.pubend:
                 self.peer_messages_rejected += 1
                 continue
             _, channel, attributes = fields
-            for key in self.index.match(channel, attributes):
-                s = self.subends[key]
-                if s.live and self._sub_trees.get(key) == tree:
+            for key in deliver.keys:
+                s = subends.get(key)
+                if s is not None and s.matches(channel, attributes):
                     fan.setdefault(key, []).append(record)
                     self.events_remote_delivered += 1
         self._fan_out(fan, out)

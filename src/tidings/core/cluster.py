@@ -12,7 +12,10 @@ implies, and nothing more:
   already be the destination);
 - Pastry's notifications about the leaf set and failed nodes are handed to Scribe (root metadata
   replication and tree repair);
-- everything else (PeerSend, DeliverLocal, probes, the reliability upcalls) leaves for the broker.
+- with guaranteed delivery (`reliability` given), Scribe hands every event that reaches this node to
+  the `ReliabilityNode` (`EventArrived`), as well as `ChildAdded`, and the repair SUBSCRIBE after a
+  `ParentSuspected` carries the node's stream positions; ACK and NACK from peers go to it too;
+- everything else (PeerSend, DeliverLocal, Deliver, ReadLog, probes) leaves for the broker.
 
 Until Pastry reports `JoinCompleted`, its state is partial and a route could end at the wrong node,
 so messages Scribe routes before then (a broker's subscriptions at start) wait, at most
@@ -25,24 +28,57 @@ simulator and the message-level simulator at scale all drive this same object.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError
+from tidings.core.inputs import LogState
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
+from tidings.core.multicast.effects import ChildAdded, EventArrived, ParentSuspected
 from tidings.core.overlay import messages as overlay_messages
-from tidings.core.overlay.envelope import MULTICAST_TYPES, OVERLAY_TYPES, Deliver, Forward, RouteMessage, RouteTo
+from tidings.core.overlay.envelope import (
+    MULTICAST_TYPES,
+    OVERLAY_TYPES,
+    RELIABILITY_TYPES,
+    Deliver,
+    Forward,
+    RouteMessage,
+    RouteTo,
+)
 from tidings.core.overlay.node import JoinCompleted, LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
 from tidings.core.overlay.node_id import NodeRef
+from tidings.core.reliability.node import ReliabilityConfig, ReliabilityNode
 
 ROUTES_BEFORE_JOIN_MAX = 10_000
 
 
+RELIABILITY_UPCALLS = (EventArrived, ChildAdded, ParentSuspected)
+
+
+class Reliability:
+    """What guaranteed delivery needs from the broker: its pubend, the trees of a channel, and the
+    pubend's durable tail and log state (for answering nacks)."""
+
+    def __init__(self, pubend_id: str, config: ReliabilityConfig, trees_of: Callable[[str], list[str]],
+                 pubend_state: Callable[[], tuple[int, LogState]]) -> None:
+        self.pubend_id = pubend_id
+        self.config = config
+        self.trees_of = trees_of
+        self.pubend_state = pubend_state
+
+
 class ClusterMember:
     def __init__(self, me: NodeRef, overlay_config: OverlayConfig, scribe_config: ScribeConfig,
-                 rng: Rng) -> None:
+                 rng: Rng, reliability: Reliability | None = None) -> None:
         self.me = me
         self.overlay = OverlayNode(me, overlay_config, rng)
-        self.scribe = ScribeAgent(me, scribe_config)
+        gd = reliability is not None
+        self.scribe = ScribeAgent(me, replace(scribe_config, forward_events=not gd))
+        self.reliability: ReliabilityNode | None = None
+        if reliability is not None:
+            self.reliability = ReliabilityNode(me, reliability.pubend_id, reliability.config, self.scribe,
+                                               reliability.trees_of, reliability.pubend_state)
         self._before_join: deque[RouteTo] = deque(maxlen=ROUTES_BEFORE_JOIN_MAX)
 
     # ---- inputs ----------------------------------------------------------------------------------
@@ -59,6 +95,8 @@ class ClusterMember:
             return self._settle(now, self.overlay.handle(now, sender, message))
         if kind in MULTICAST_TYPES:
             return self._settle(now, self.scribe.handle(now, sender, message))
+        if kind in RELIABILITY_TYPES and self.reliability is not None:
+            return self._settle(now, self.reliability.received(now, sender, message))
         raise ProtocolError(UNKNOWN_MESSAGE, f"unknown peer message type {kind!r}")
 
     def rtt_measured(self, now: int, address: str, rtt_ns: int) -> list[Any]:
@@ -68,16 +106,23 @@ class ClusterMember:
         return self._settle(now, self.overlay.peer_unreachable(now, address))
 
     def handle_timeout(self, now: int) -> list[Any]:
-        return self._settle(now, [*self.overlay.handle_timeout(now), *self.scribe.handle_timeout(now)])
+        effects = [*self.overlay.handle_timeout(now), *self.scribe.handle_timeout(now)]
+        if self.reliability is not None:
+            effects += self.reliability.handle_timeout(now)
+        return self._settle(now, effects)
 
     def next_deadline(self) -> int | None:
-        deadlines = [d for d in (self.overlay.next_deadline(), self.scribe.next_deadline()) if d is not None]
+        machines = [self.overlay.next_deadline(), self.scribe.next_deadline()]
+        if self.reliability is not None:
+            machines.append(self.reliability.next_deadline())
+        deadlines = [d for d in machines if d is not None]
         return min(deadlines) if deadlines else None
 
     # ---- the broker's requests -------------------------------------------------------------------
 
     def subscribe(self, now: int, tree: str) -> list[Any]:
-        return self._settle(now, self.scribe.subscribe(now, tree))
+        extra = None if self.reliability is None else self.reliability.join_extra(tree)
+        return self._settle(now, self.scribe.subscribe(now, tree, extra))
 
     def unsubscribe(self, now: int, tree: str) -> list[Any]:
         return self._settle(now, self.scribe.unsubscribe(now, tree))
@@ -85,8 +130,16 @@ class ClusterMember:
     def publish(self, now: int, tree: str, event: list[Any]) -> list[Any]:
         return self._settle(now, self.scribe.publish(now, tree, event))
 
+    def settle(self, now: int, effects: list[Any]) -> list[Any]:
+        """The reliability node's effects for the broker's requests (publish, local subscriptions,
+        log reads), with what they ask of Pastry and Scribe carried out."""
+        return self._settle(now, effects)
+
     def status(self) -> dict[str, Any]:
-        return {"overlay": self.overlay.status(), "trees": self.scribe.status()}
+        status = {"overlay": self.overlay.status(), "trees": self.scribe.status()}
+        if self.reliability is not None:
+            status["delivery"] = self.reliability.status()
+        return status
 
     # ---- glue ------------------------------------------------------------------------------------
 
@@ -117,6 +170,22 @@ class ClusterMember:
                 queue.extend(self.scribe.leaf_set_changed(now, eff.members))
             elif type(eff) is NodeFailed:
                 queue.extend(self.scribe.node_failed(now, eff.node))
+            elif self.reliability is not None and type(eff) in RELIABILITY_UPCALLS:
+                self._reliability_upcall(now, eff, queue)
             else:
                 out.append(eff)
         return out
+
+    def _reliability_upcall(self, now: int, eff: Any, queue: deque[Any]) -> None:
+        gd = self.reliability
+        assert gd is not None
+        if type(eff) is EventArrived:
+            try:
+                queue.extend(gd.event_arrived(now, eff.tree, eff.event, eff.sender))
+            except ProtocolError:
+                gd.peer_errors += 1  # a malformed event is dropped; the stream nacks what it lacks
+        elif type(eff) is ChildAdded:
+            queue.extend(gd.child_added(now, eff.tree, eff.child.address, eff.subscribe_extra))
+        elif type(eff) is ParentSuspected and queue and type(queue[0]) is RouteTo:
+            repaired = replace(eff.subscribe, extra=gd.join_extra(eff.tree))
+            queue[0] = RouteTo(queue[0].key, repaired.to_wire())

@@ -15,11 +15,13 @@ from tidings.core.errors import TidingsError
 from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.overlay.node import OverlayConfig
 from tidings.core.peers import PeerConfig
+from tidings.core.reliability.node import ReliabilityConfig
 
 KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
 SECOND_NS = 1_000_000_000
+MILLISECOND_NS = 1_000_000
 
 
 class ConfigError(TidingsError, ValueError):
@@ -66,6 +68,20 @@ class BrokerConfig:
     # links between brokers
     peer_queue_bytes_max: int = 4 * MIB
     ping_interval_ns: int = 5 * SECOND_NS
+    # guaranteed delivery across brokers (Gryphon's streams): see docs/delivery.md
+    gap_curiosity_ns: int = 100 * MILLISECOND_NS  # GCT: a gap this old is nacked
+    nack_repeat_ns_min: int = 300 * MILLISECOND_NS  # NRT: an unanswered nack is repeated after this
+    nack_repeat_ns_max: int = 5 * SECOND_NS  # ... doubling while unanswered, up to this
+    silence_interval_ns: int = 250 * MILLISECOND_NS  # periodic silence on trees with recent traffic
+    stream_idle_ns: int = 30 * SECOND_NS  # a pubend forgets a tree's stream acked and idle this long
+    stream_recovery_ns: int = 60 * SECOND_NS  # a restarted pubend re-announces trees of this much log
+    stream_cache_bytes_max: int = 8 * MIB  # records one (tree, pubend) stream keeps for its consumers
+    knowledge_bytes_max: int = 1 * MIB  # records in one knowledge message (one larger event goes alone)
+    nack_ranges_max: int = 64  # ranges in one NACK
+    nack_range_ticks_max: int = 60_000_000  # width of one nacked range, in ticks (microseconds)
+    streams_max: int = 100_000  # (tree, pubend) streams on one broker
+    nack_reads_max: int = 16  # log reads in flight answering nacks
+    clock_skew_allowance_ns: int = 1 * SECOND_NS  # a subscription starts this far before SUBSCRIBED
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> BrokerConfig:
@@ -105,6 +121,17 @@ class BrokerConfig:
             refresh_interval_ns=self.refresh_interval_ns, child_timeout_ns=self.child_timeout_ns,
             replicas=self.tree_replicas, empty_hold_ns=self.empty_tree_hold_ns, trees_max=self.trees_max,
             children_per_tree_max=self.children_per_tree_max,
+        )
+
+    def reliability_config(self) -> ReliabilityConfig:
+        return ReliabilityConfig(
+            gap_curiosity_ns=self.gap_curiosity_ns, nack_repeat_ns_min=self.nack_repeat_ns_min,
+            nack_repeat_ns_max=self.nack_repeat_ns_max, silence_interval_ns=self.silence_interval_ns,
+            stream_idle_ns=self.stream_idle_ns, recovery_ns=self.stream_recovery_ns,
+            stream_cache_bytes_max=self.stream_cache_bytes_max, nack_ranges_max=self.nack_ranges_max,
+            nack_range_ticks_max=self.nack_range_ticks_max, knowledge_bytes_max=self.knowledge_bytes_max,
+            streams_max=self.streams_max, read_bytes_max=self.log_read_bytes_max, reads_max=self.nack_reads_max,
+            trees_max=self.trees_max,
         )
 
     def peer_config(self) -> PeerConfig:

@@ -1,7 +1,7 @@
 """Inputs to the broker core: facts the runtime reports, each stamped with `now`.
 
-`now` is monotonic nanoseconds chosen by the runtime (virtual in the simulator). Only `Received`
-also carries wall-clock microseconds, because the pubend derives ticks from the clock.
+`now` is monotonic nanoseconds chosen by the runtime (virtual in the simulator). `Received` and
+`TimerFired` also carry wall-clock microseconds, because the pubend derives ticks from the clock.
 """
 
 from __future__ import annotations
@@ -92,7 +92,10 @@ class RetentionApplied:
 
 @dataclass(frozen=True, slots=True)
 class TimerFired:
+    """A deadline passed; `wall_us` lets the pubend declare silence up to the present (0: unknown)."""
+
     now: int
+    wall_us: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ from typing import Any
 from tidings.core import errors
 from tidings.core.effects import Connect, Disconnect, Effect, Send
 from tidings.core.errors import ProtocolError
-from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES
+from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES, RELIABILITY_TYPES
 from tidings.core.overlay.node_id import NodeRef, id_hex
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder
@@ -370,7 +370,8 @@ class PeerLinks:
                     out += self._link_message(now, c, link, peer.decode_link_message(msg))
                 elif link.state != OPEN:
                     raise ProtocolError(errors.HANDSHAKE, "expected PEER_WELCOME first")
-                elif msg[0] in OVERLAY_TYPES or msg[0] in MULTICAST_TYPES or msg[0] in BROKER_TYPES:
+                elif (msg[0] in OVERLAY_TYPES or msg[0] in MULTICAST_TYPES or msg[0] in BROKER_TYPES
+                      or msg[0] in RELIABILITY_TYPES):
                     assert link.node is not None
                     link.received += 1
                     msgs.append((link.node, msg))

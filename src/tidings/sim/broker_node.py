@@ -60,6 +60,7 @@ from tidings.core.inputs import (
 )
 from tidings.sim.disk import SURVIVE_NONE, Disk
 from tidings.sim.network import Endpoint, Listener, Network, Socket
+from tidings.sim.peer_faults import PeerFaults
 from tidings.sim.world import Timer, World
 
 
@@ -75,7 +76,7 @@ class _ServerSide(Endpoint):
     def data_received(self, sock: Socket, data: bytes) -> None:
         node = self.node
         if node.incarnation == self.incarnation:
-            node.feed(Received(node.world.now, node.world.wall_us(), self.conn, data))
+            node.feed(Received(node.world.now, node.wall_us(), self.conn, data))
 
     def connection_lost(self, sock: Socket, reset: bool) -> None:
         node = self.node
@@ -117,8 +118,10 @@ class _ClientSide(_ServerSide):
 class BrokerNode(Listener):
     def __init__(self, world: World, network: Network, disk: Disk, address: str,
                  config: BrokerConfig | None = None, pubend_id: str = "p-sim", name: str = "broker",
-                 overlay: bool = False, join: str | None = None) -> None:
+                 overlay: bool = False, join: str | None = None, clock_skew_us: int = 0) -> None:
         self.world = world
+        self.clock_skew_us = clock_skew_us  # this broker's wall clock runs this far ahead of the world's
+        self.peer_faults: PeerFaults | None = None  # loss, duplication, reordering, stalls towards peers
         self.overlay = overlay
         self.join = join
         self.network = network
@@ -136,6 +139,9 @@ class BrokerNode(Listener):
         self._inputs: deque[Input] = deque()
         self._feeding = False
         self.stats: dict[str, int] = {}
+
+    def wall_us(self) -> int:
+        return self.world.wall_us() + self.clock_skew_us
 
     @property
     def up(self) -> bool:
@@ -197,7 +203,7 @@ class BrokerNode(Listener):
     def _fire(self, incarnation: int) -> None:
         if incarnation == self.incarnation:
             self._timer = self._timer_at = None
-            self.feed(TimerFired(self.world.now))
+            self.feed(TimerFired(self.world.now, self.wall_us()))
 
     # ---- driving the core ------------------------------------------------------------------------
 
@@ -242,8 +248,13 @@ class BrokerNode(Listener):
         sock = self.sockets.get(eff.conn)
         if isinstance(eff, Send):
             self._trace_effect("Send", eff.conn, len(eff.data))
-            if sock is not None and sock.open:
-                sock.write(eff.data)
+            data = eff.data
+            faults = self.peer_faults
+            if faults is not None and self.core is not None and self.core.peers is not None \
+                    and self.core.peers.owns(eff.conn):
+                data = faults.filter(eff.conn, data)
+            if sock is not None and sock.open and data:
+                sock.write(data)
             return
         self._trace_effect(type(eff).__name__, eff.conn)
         if sock is None:

@@ -53,6 +53,7 @@ class SimClient(Endpoint):
         self.sock: Socket | None = None
         self.session: ClientSession | None = None
         self.connections = 0
+        self.downs = 0  # connections lost without the client dropping them itself
         self.violations: list[str] = []
         self.errors: list[tuple[str, dict[str, Any]]] = []
 
@@ -86,6 +87,7 @@ class SimClient(Endpoint):
     def connection_lost(self, sock: Socket, reset: bool) -> None:
         if sock is not self.sock:
             return
+        self.downs += 1
         self.world.trace(self.name, "lost", int(reset))
         self.sock = None
         self.session = None
@@ -155,6 +157,7 @@ class Publisher(SimClient):
         self.produced = 0
         self.sent: dict[str, tuple[str, dict[str, Any], bytes]] = {}  # id -> what was published
         self.acked: dict[str, int] = {}  # id -> tick
+        self.acked_at: dict[str, int] = {}  # id -> when its ACK arrived (virtual ns)
         self.rejected: list[str] = []
         self.in_doubt: list[str] = []
         self._outstanding: dict[int, list[str]] = {}  # first seq of a frame -> its event ids
@@ -238,6 +241,7 @@ class Publisher(SimClient):
                 self.violations.append(f"{self.name}: {ident} ACKed at tick {tick} after {self._last_tick}")
             self._last_tick = tick
             self.acked[ident] = tick
+            self.acked_at[ident] = self.world.now
         if self.state == READY:
             self._schedule(0)
 
@@ -257,6 +261,7 @@ class Subscriber(SimClient):
         self.filter = filter
         self.start_spec = start
         self.interval_start: int | None = None  # the position of the first SUBSCRIBED
+        self.subscribed_at: int | None = None  # when the first SUBSCRIBED arrived (virtual ns)
         self.position: int | None = None  # resume point: every tick <= it was seen to
         self.received: list[tuple[int, list[Any]]] = []
         self.gaps: list[tuple[int, int]] = []
@@ -286,6 +291,7 @@ class Subscriber(SimClient):
             self.world.trace(self.name, "subscribed", msg.position)
             if self.interval_start is None:
                 self.interval_start = msg.position
+                self.subscribed_at = self.world.now
             elif self.position is not None and msg.position != self.position:
                 self.violations.append(f"{self.name}: resumed after {self.position}, "
                                        f"SUBSCRIBED says {msg.position}")

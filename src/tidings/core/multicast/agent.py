@@ -40,7 +40,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
-from tidings.core.multicast.effects import ChildAdded, DeliverLocal, EventForwarded, ParentSuspected, ScribeEffect
+from tidings.core.multicast.effects import (
+    ChildAdded,
+    DeliverLocal,
+    EventArrived,
+    EventForwarded,
+    ParentSuspected,
+    ScribeEffect,
+)
 from tidings.core.multicast.empty_trees import EmptyTreeMemory, Suppressions
 from tidings.core.multicast.messages import (
     TREES_PER_MESSAGE_MAX,
@@ -65,6 +72,7 @@ from tidings.core.overlay.node_id import NodeRef, closer, id_hex, ring_distance
 __all__ = [
     "ChildAdded",
     "DeliverLocal",
+    "EventArrived",
     "EventForwarded",
     "ParentSuspected",
     "ScribeAgent",
@@ -89,6 +97,9 @@ class ScribeConfig:
     replicas_max: int = 10_000  # metadata replicas held for nearby roots
     publisher_memory_max: int = 4096  # (tree, publisher node) pairs a root told TREE_EMPTY
     empty_trees_max: int = 10_000  # trees this node was told are empty
+    # False hands every event that reaches a node to the reliability layer as EventArrived, which
+    # decides per child what to send (send_event); True multicasts each event to every child
+    forward_events: bool = True
 
     def __post_init__(self) -> None:
         assert 0 < self.heartbeat_interval_ns < self.parent_timeout_ns
@@ -174,7 +185,8 @@ class ScribeAgent:
             entry = self._new_entry(now, message.tree)
             if entry is None:
                 return [], decision.message
-            return self._adopt(now, entry, message) + self._join(now, entry, None), None
+            # a new forwarder wants what its first child wants: it passes the child's extra on
+            return self._adopt(now, entry, message) + self._join(now, entry, message.extra), None
         if not self._accepts(entry, message):
             return [], decision.message
         return self._adopt(now, entry, message), None
@@ -294,6 +306,30 @@ class ScribeAgent:
             })
         return out
 
+    def children(self, tree: str) -> list[str]:
+        """The addresses of this node's children in `tree`, in the order they were adopted."""
+        entry = self._trees.get(tree)
+        return [] if entry is None else list(entry.children)
+
+    def parent(self, tree: str) -> str | None:
+        """This node's parent in `tree`; None when it is the root, not in the tree, or repairing."""
+        entry = self._trees.get(tree)
+        return None if entry is None else entry.parent
+
+    def is_root(self, tree: str) -> bool:
+        entry = self._trees.get(tree)
+        return entry is not None and entry.root
+
+    def send_event(self, now: int, tree: str, child: str, event: list[Any]) -> list[ScribeEffect]:
+        """EVENT to one child of `tree` (the reliability layer's per-child forwarding); nothing if
+        `child` is no longer a child there."""
+        entry = self._trees.get(tree)
+        record = None if entry is None else entry.children.get(child)
+        if record is None:
+            return []
+        record.sent_ns = now
+        return [PeerSend(child, TreeEvent(tree, event).to_wire())]
+
     # -- tree entries ------------------------------------------------------------------------
 
     def _new_entry(self, now: int, tree: str) -> _Tree | None:
@@ -380,7 +416,7 @@ class ScribeAgent:
             entry, effects = self._become_root(now, publish.tree)
         if entry is None or not (entry.children or entry.member):
             return effects + self._answer_empty(now, publish.tree, publisher)
-        return effects + self._multicast(now, entry, publish.event)
+        return effects + self._multicast(now, entry, publish.event, publisher.address)
 
     def _answer_empty(self, now: int, tree: str, publisher: NodeRef) -> list[ScribeEffect]:
         """TREE_EMPTY to the publisher's node, remembered (bounded) for a later TREE_ACTIVE."""
@@ -436,7 +472,9 @@ class ScribeAgent:
 
     # -- direct messages ---------------------------------------------------------------------
 
-    def _multicast(self, now: int, entry: _Tree, event: list[Any]) -> list[ScribeEffect]:
+    def _multicast(self, now: int, entry: _Tree, event: list[Any], sender: str) -> list[ScribeEffect]:
+        if not self.config.forward_events:
+            return [EventArrived(entry.name, event, sender)]
         effects: list[ScribeEffect] = []
         if entry.children:
             effects.append(EventForwarded(entry.name, event, tuple(c.ref for c in entry.children.values())))
@@ -466,7 +504,7 @@ class ScribeAgent:
         entry = self._heard_from_parent(now, message.tree, address)
         if entry is None:
             return [PeerSend(address, Unsubscribe(message.tree).to_wire())]
-        return self._multicast(now, entry, message.event)
+        return self._multicast(now, entry, message.event, address)
 
     def _on_heartbeat(self, now: int, address: str, message: Heartbeat) -> list[ScribeEffect]:
         return [

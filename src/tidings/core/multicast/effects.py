@@ -35,6 +35,17 @@ class DeliverLocal:
 
 
 @dataclass(frozen=True, slots=True)
+class EventArrived:
+    """With `ScribeConfig.forward_events` off: an event of `tree` reached this node from `sender`
+    (its parent, or the publisher's node at the root); the reliability layer forwards it per child
+    with `ScribeAgent.send_event` and delivers it to local members itself."""
+
+    tree: str
+    event: list[Any]
+    sender: str
+
+
+@dataclass(frozen=True, slots=True)
 class EventForwarded:
     tree: str
     event: list[Any]
@@ -54,7 +65,7 @@ class ParentSuspected:
     subscribe: Subscribe
 
 
-ScribeEffect = PeerSend | RouteTo | DeliverLocal | EventForwarded | ChildAdded | ParentSuspected
+ScribeEffect = PeerSend | RouteTo | DeliverLocal | EventArrived | EventForwarded | ChildAdded | ParentSuspected
 
 
 def extend_repairs(

@@ -1,5 +1,5 @@
-"""Guaranteed delivery's broker-to-broker messages (types 160..191): Gryphon's knowledge, ack, nack
-and ack-expected messages (§3.1, §3.2), on one stream edge of a (tree, pubend) knowledge tree.
+"""Guaranteed delivery's broker-to-broker messages (types 160..191): Gryphon's knowledge, ack and
+nack messages (§3.1, §3.2), on one stream edge of a (tree, pubend) knowledge tree.
 
 Each is a msgpack-able list whose first element is its type. Ticks are (after, through] ranges as
 everywhere else, 0 <= tick <= TICK_MAX.
@@ -14,8 +14,10 @@ everywhere else, 0 <= tick <= TICK_MAX.
 - NACK, child to parent: [162, tree, pubend, [[after, through], ...]]: the sender is curious about
   those ranges (sorted, not overlapping, each non-empty and at most NACK_RANGE_TICKS_MAX wide; the
   sender chops longer gaps, and a nack names at most NACK_RANGES_MAX of them).
-- ACK_EXPECTED, parent to child: [163, tree, pubend, through]: the pubend expects every tick
-  <= through acked; a receiver nacks its Q ticks <= through.
+
+The paper's ACK_EXPECTED has no message of its own here: the pubend's periodic silence up to the
+present (reliability/source.py) tells every broker below how far the stream reaches, which is what
+makes a broker nack ticks it lacks.
 
 Peers are untrusted: `decode` checks every field, including that a tick is an int and not a bool
 (`True` is an int in Python), and raises ProtocolError (bad-message) on anything malformed. It does
@@ -35,7 +37,6 @@ from tidings.core.reliability.ticks import TICK_MAX
 KNOWLEDGE = 160
 ACK = 161
 NACK = 162
-ACK_EXPECTED = 163
 
 PUBEND_BYTES_MAX = 128  # pubend ids are "p" and 16 hex digits today; room for other schemes
 RECORDS_PER_MESSAGE_MAX = 16_384  # data ticks in one knowledge message (a publish frame holds 4,096 events)
@@ -91,19 +92,7 @@ class Nack:
         return [NACK, self.tree, self.pubend, [[after, through] for after, through in self.ranges]]
 
 
-@dataclass(frozen=True, slots=True)
-class AckExpected:
-    """The pubend expects every tick <= `through` acked."""
-
-    tree: str
-    pubend: str
-    through: int
-
-    def to_wire(self) -> list[Any]:
-        return [ACK_EXPECTED, self.tree, self.pubend, self.through]
-
-
-ReliabilityMessage = Knowledge | Ack | Nack | AckExpected
+ReliabilityMessage = Knowledge | Ack | Nack
 
 
 def _bad(what: str) -> ProtocolError:
@@ -190,15 +179,10 @@ def _nack(f: list[Any]) -> Nack:
     return Nack(tree, pubend, tuple(ranges))
 
 
-def _ack_expected(f: list[Any]) -> AckExpected:
-    return AckExpected(*_stream(f[0], f[1]), _tick(f[2], "an ack-expected through"))
-
-
 _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ReliabilityMessage]]] = {
     KNOWLEDGE: (7, _knowledge),
     ACK: (1, _ack),
     NACK: (3, _nack),
-    ACK_EXPECTED: (3, _ack_expected),
 }
 
 

@@ -54,6 +54,13 @@ class Pubend:
         self.pending_bytes += size
         return self._token
 
+    def declare_silence(self, wall_us: int) -> None:
+        """Nothing was published up to the present: with no batch waiting for the disk, every tick
+        up to `wall_us` is silence, known as surely as the durable ones (later events get later
+        ticks, since ticks follow the clock; a clock stepped backwards past this would break it)."""
+        if not self._pending and wall_us > self.last_tick:
+            self.last_tick = self.synced_tick = wall_us
+
     @property
     def pending_batches(self) -> int:
         return len(self._pending)

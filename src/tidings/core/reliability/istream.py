@@ -1,0 +1,306 @@
+"""The input stream of one (tree, pubend) at one broker, with its downstream consumers.
+
+Theory of operation (Gryphon exactly-once, §2-§3, on a Scribe tree). Every broker on a tree keeps,
+per pubend whose knowledge reached it, an `Istream`: what it knows of each tick (a `KnowledgeMap`:
+Q unknown, D data, F silence or no longer needed) and a bounded cache of the D ticks' records.
+Downstream of it are `Consumer`s: the broker's children in the tree (output streams, keyed by the
+child's address) and its local subscriptions (keyed by subscription key). Each consumer has a
+`sent_through`: every tick up to it has been sent to that consumer (or is before its start).
+
+Knowledge flows down contiguously. A consumer is sent the ticks (sent_through, horizon] as soon as
+the doubt horizon (the end of the known prefix) passes its `sent_through`, as one message of F and D
+ticks. A hop with a gap therefore holds later ticks back (in the bounded cache) instead of passing
+them on: subscribers could not deliver past the gap anyway in tick order, and the gap is nacked
+once, by the first broker that sees it, so nack consolidation is exact. Retransmission to one
+consumer is the same operation: a child's NACK lowers its `sent_through` to what it lacks and the
+stream re-sends from there (only down the paths that asked: the others are past it already).
+
+Curiosity flows up. Q ticks between the horizon and the highest known tick, and between the lowest
+consumer and the floor the stream knows from, are a gap; once a gap has lasted `gap_curiosity_ns`
+(GCT) the stream nacks the ticks not already nacked (the `Curiosity` map: C ticks are not nacked
+again until `nack_repeat_ns`, NRT, so nacks from many children are consolidated). D ticks whose
+record the cache dropped are forgotten back to Q when a consumer still needs them, and nacked like
+any gap: the cache is an optimisation, never the only copy (only the pubend's log is stable).
+
+Acks flow up too: the stream acknowledges the smallest tick every consumer has acknowledged
+(children) or been sent (local subscriptions), never past its horizon. Records below every
+consumer's ack leave the cache.
+
+Invariants: `horizon` only moves with the knowledge (it drops only when ticks are forgotten);
+every consumer's `sent_through` <= `horizon` unless it started after it; the cache holds at most
+`cache_bytes_max` bytes of records, all of D ticks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+
+from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
+from tidings.core.reliability.ticks import TICK_MAX, Curiosity, CuriosityMap, Knowledge, KnowledgeMap
+
+KNOWN = frozenset({Knowledge.D, Knowledge.F})
+GAP = frozenset({Knowledge.Q})
+
+
+@dataclass(slots=True)
+class Consumer:
+    """A child (`key` is its address) or a local subscription (`key` is its subscription key)."""
+
+    key: str | int
+    start: int  # ticks at or before this are not wanted
+    sent_through: int
+    acked_through: int
+    blocked: bool = False  # a local subscription whose connection cannot take more now
+
+    @property
+    def local(self) -> bool:
+        return type(self.key) is int
+
+
+@dataclass(slots=True)
+class Piece:
+    """Knowledge of (after, through] for one consumer: D at `ticks` (records alongside), F elsewhere."""
+
+    after: int
+    through: int
+    ticks: list[int] = field(default_factory=list)
+    records: list[bytes] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    cache_bytes_max: int
+    nack_ranges_max: int  # ranges in one nack
+    nack_range_ticks_max: int  # width of one nacked range
+    piece_bytes_max: int  # record bytes in one message to a consumer (one larger record goes alone)
+
+
+class Istream:
+    __slots__ = ("_cache", "_cache_bytes", "_curiosity", "_known", "acked_sent", "consumers", "floor",
+                 "horizon", "limits", "nack_interval_ns", "nack_ns", "origin", "pubend", "top", "tree",
+                 "upstream")
+
+    def __init__(self, tree: str, pubend: str, floor: int, limits: StreamLimits) -> None:
+        self.tree = tree
+        self.pubend = pubend
+        self.limits = limits
+        self._known = KnowledgeMap()
+        self._curiosity = CuriosityMap()
+        self.floor = floor  # nothing at or before it is wanted by any consumer
+        if floor > 0:
+            self._known.assign(0, floor, Knowledge.F)
+        self.horizon = floor
+        self.top = floor  # the highest tick known
+        self._cache: dict[int, bytes] = {}
+        self._cache_bytes = 0
+        self.consumers: dict[str | int, Consumer] = {}
+        self.upstream: str | None = None  # where nacks and acks go: the parent, or the pubend's broker
+        self.origin = ""  # the pubend's broker (where the root sends nacks and acks)
+        self.acked_sent = floor  # the last ack sent upstream
+        self.nack_ns: int | None = None  # when the last nack left
+        self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered
+
+    # ---- consumers -----------------------------------------------------------------------------
+
+    def attach(self, key: str | int, position: int, start: int | None = None) -> Consumer:
+        """Add (or reposition) a consumer that has everything up to `position`."""
+        consumer = self.consumers.get(key)
+        if consumer is None:
+            first = position if start is None else start
+            consumer = self.consumers[key] = Consumer(key, first, position, position)
+        else:
+            consumer.sent_through = position
+            consumer.acked_through = min(consumer.acked_through, position)
+            consumer.start = min(consumer.start, position)
+        if position < self.floor:
+            self._lower_floor(position)
+        return consumer
+
+    def detach(self, key: str | int) -> None:
+        self.consumers.pop(key, None)
+
+    def rewind(self, key: str | int, position: int) -> None:
+        """A consumer lacks ticks after `position` (a child's nack): send them again."""
+        consumer = self.consumers.get(key)
+        if consumer is None or position >= consumer.sent_through:
+            return
+        consumer.sent_through = position
+        consumer.acked_through = min(consumer.acked_through, position)
+        consumer.start = min(consumer.start, position)
+        if position < self.floor:
+            self._lower_floor(position)
+
+    def _lower_floor(self, floor: int) -> None:
+        """A consumer wants ticks this stream had written off: they become unknown (a gap)."""
+        self._known.assign(floor, self.floor, Knowledge.Q)
+        self.floor = floor
+        self.horizon = min(self.horizon, floor)
+
+    # ---- knowledge -----------------------------------------------------------------------------
+
+    def accumulate(self, after: int, through: int, ticks: Sequence[int], records: Sequence[bytes]) -> bool:
+        """Knowledge of (after, through] arrived; True when the horizon moved. Ticks before the
+        floor are dropped (nobody wants them); D ticks keep their record while consumers need it."""
+        if through <= self.floor:
+            return False
+        if after < self.floor:
+            keep = [i for i, t in enumerate(ticks) if t > self.floor]
+            ticks = [ticks[i] for i in keep]
+            records = [records[i] for i in keep]
+            after = self.floor
+        self._known.accumulate(after, through, ticks)
+        self.top = max(self.top, through)
+        wanted = self._lowest_wanted()
+        cache = self._cache
+        for tick, record in zip(ticks, records, strict=True):
+            if tick > wanted and tick not in cache:
+                cache[tick] = record
+                self._cache_bytes += len(record)
+        self._bound_cache()
+        return self._advance_horizon()
+
+    def _advance_horizon(self) -> bool:
+        horizon = self._known.prefix_end(self.horizon, KNOWN)
+        moved = horizon > self.horizon
+        self.horizon = horizon
+        self.top = max(self.top, horizon)
+        return moved
+
+    def pieces_for(self, consumer: Consumer) -> list[Piece]:
+        """What `consumer` can be sent now: (sent_through, horizon] in messages of at most
+        `piece_records_max` D ticks, stopping before the first D tick whose record was dropped
+        (that tick is forgotten, to be nacked). Advances its `sent_through`."""
+        if consumer.blocked or consumer.sent_through >= self.horizon:
+            return []
+        pieces: list[Piece] = []
+        piece = Piece(consumer.sent_through, consumer.sent_through)
+        limit = self.limits.piece_bytes_max
+        size = 0
+        for lo, hi, value in self._known.runs(consumer.sent_through, self.horizon):
+            if value is not Knowledge.D:
+                piece.through = hi
+                continue
+            for tick in range(lo + 1, hi + 1):
+                record = self._cache.get(tick)
+                if record is None:
+                    self._forget_from(tick)
+                    return self._close(consumer, pieces, piece)
+                if tick > consumer.start:
+                    if piece.ticks and (size + len(record) > limit or len(piece.ticks) >= RECORDS_MAX):
+                        pieces.append(piece)
+                        piece, size = Piece(piece.through, piece.through), 0
+                    piece.ticks.append(tick)
+                    piece.records.append(record)
+                    size += len(record)
+                piece.through = tick
+        return self._close(consumer, pieces, piece)
+
+    @staticmethod
+    def _close(consumer: Consumer, pieces: list[Piece], piece: Piece) -> list[Piece]:
+        if piece.through > piece.after:
+            pieces.append(piece)
+        if pieces:
+            consumer.sent_through = pieces[-1].through
+        return pieces
+
+    def _forget_from(self, tick: int) -> None:
+        """The record of D tick `tick` is gone and a consumer needs it: every D tick from there on
+        whose record is gone becomes unknown again, so the gap logic fetches it from upstream."""
+        for lo, hi, value in self._known.runs(tick - 1, self.horizon):
+            if value is not Knowledge.D:
+                continue
+            for t in range(lo + 1, hi + 1):
+                if t not in self._cache:
+                    self._known.assign(t - 1, t, Knowledge.Q)
+        self.horizon = tick - 1
+
+    # ---- cache ---------------------------------------------------------------------------------
+
+    def _lowest_wanted(self) -> int:
+        """Records at or before this are needed by no consumer."""
+        if not self.consumers:
+            return self.top
+        return min(c.sent_through if c.local else min(c.sent_through, c.acked_through)
+                   for c in self.consumers.values())
+
+    def _bound_cache(self) -> None:
+        """Drop what nobody needs, then, past the byte limit, the oldest records (their ticks stay
+        known; a consumer that still needs one gets it through a nack)."""
+        cache = self._cache
+        if not cache:
+            return
+        wanted = self._lowest_wanted()
+        while cache and self._cache_bytes > 0:
+            oldest = next(iter(cache))
+            if oldest > wanted and self._cache_bytes <= self.limits.cache_bytes_max:
+                break
+            self._cache_bytes -= len(cache.pop(oldest))
+
+    @property
+    def cache_bytes(self) -> int:
+        return self._cache_bytes
+
+    # ---- acks ----------------------------------------------------------------------------------
+
+    def ack_point(self) -> int:
+        """The tick through which every consumer has what it needs (children's acks, local
+        subscriptions' deliveries), at most the horizon."""
+        point = self.horizon
+        for c in self.consumers.values():
+            point = min(point, c.sent_through if c.local else c.acked_through)
+        return point
+
+    def acked(self, key: str, through: int) -> None:
+        consumer = self.consumers.get(key)
+        if consumer is not None and through > consumer.acked_through:
+            consumer.acked_through = min(through, max(consumer.sent_through, self.horizon))
+            self._bound_cache()
+
+    # ---- gaps and nacks -----------------------------------------------------------------------
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """The unknown ranges a consumer is waiting for: between the horizon and the highest known
+        tick, chopped to the nack limits (the oldest first)."""
+        if self.top <= self.horizon:
+            return []
+        out: list[tuple[int, int]] = []
+        width = self.limits.nack_range_ticks_max
+        for lo, hi, value in self._known.runs(self.horizon, self.top):
+            if value is not Knowledge.Q:
+                continue
+            room = self.limits.nack_ranges_max - len(out)
+            out += [(start, min(hi, start + width)) for start in islice(range(lo, hi, width), room)]
+            if len(out) >= self.limits.nack_ranges_max:
+                return out[: self.limits.nack_ranges_max]
+        return out
+
+    def nack_ranges(self) -> list[tuple[int, int]]:
+        """The gaps not nacked since the last `forget_curiosity`: nack these upstream (C)."""
+        fresh: list[tuple[int, int]] = []
+        for after, through in self.gaps():
+            fresh += self._curiosity.curious(after, through)
+        return fresh[: self.limits.nack_ranges_max]
+
+    def forget_curiosity(self) -> None:
+        """NRT passed: ticks nacked without an answer may be nacked again."""
+        self._curiosity = CuriosityMap()
+
+    def bound_memory(self) -> None:
+        """Every consumer is past the ack point: it becomes the floor, and the prefix one F run. A
+        consumer that later asks for less (a repaired child) lowers the floor again, and the ticks
+        it wants are unknown here, so they are nacked, never answered with this F."""
+        point = min(self.ack_point(), self.horizon)
+        if point > self.floor:
+            self._known.assign(0, point, Knowledge.F)
+            self._curiosity.ack_through(point)
+            self.floor = point
+
+    def status(self) -> dict[str, object]:
+        return {"pubend": self.pubend, "horizon": self.horizon, "top": self.top, "floor": self.floor,
+                "cache_bytes": self._cache_bytes, "acked": self.acked_sent, "upstream": self.upstream,
+                "consumers": len(self.consumers)}
+
+
+__all__ = ["TICK_MAX", "Consumer", "Curiosity", "Istream", "Piece", "StreamLimits"]

@@ -1,0 +1,434 @@
+"""Guaranteed delivery at one broker: its pubend's source streams and its input streams per tree.
+
+Theory of operation. The Scribe agent (with `forward_events` off) hands this machine every event
+that reaches the broker on a tree (`EventArrived`): a knowledge message of one pubend, from the
+broker's parent, or, at the rendez-vous point, from the pubend's broker. The machine keeps one
+`Istream` per (tree, pubend) whose consumers are the broker's children in the tree and its local
+subscriptions of that tree, and forwards per consumer what its stream lets it (istream.py): to a
+child as a Scribe EVENT (`ScribeAgent.send_event`, which also keeps Scribe's liveness), to local
+subscriptions as a `Deliver` effect for the broker, which matches each record against each
+subscription's pattern and filter.
+
+Upstream, it sends ACK (consolidated per upstream broker within one input) and NACK (after the gap
+curiosity threshold, repeated with backoff) to the parent, or from the root to the pubend's broker.
+A NACK from a child rewinds that child's stream; one for this broker's own pubend goes to the
+`Source`, which answers from the log.
+
+Tree membership changes carry positions. A broker that joins a tree, or repairs its place in it,
+puts in its SUBSCRIBE the horizon of each pubend it has heard of and a default for the others (the
+oldest tick any of its consumers wants); the new parent attaches the child at those positions, so
+whatever was in flight through a failed broker is sent again, or nacked upward when the parent has
+not got it. A local subscription attaches at its start point.
+
+Own events: a broker's own pubend's events reach its local subscriptions from its log (the
+broker's own path), so no local consumer is attached to this broker's own pubend's streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from tidings.core.deadlines import Deadlines
+from tidings.core.errors import BAD_MESSAGE, ProtocolError
+from tidings.core.inputs import LogState
+from tidings.core.multicast.agent import ScribeAgent
+from tidings.core.overlay.envelope import PeerSend, RouteTo
+from tidings.core.overlay.node_id import NodeRef
+from tidings.core.reliability import messages
+from tidings.core.reliability.istream import Istream, StreamLimits
+from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
+
+POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
+
+
+@dataclass(frozen=True, slots=True)
+class ReliabilityConfig:
+    gap_curiosity_ns: int  # GCT
+    nack_repeat_ns_min: int  # NRT floor
+    nack_repeat_ns_max: int  # NRT after backoff
+    silence_interval_ns: int
+    stream_idle_ns: int
+    recovery_ns: int
+    stream_cache_bytes_max: int
+    nack_ranges_max: int
+    nack_range_ticks_max: int
+    knowledge_bytes_max: int
+    streams_max: int
+    read_bytes_max: int
+    reads_max: int
+    trees_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Records of `pubend` on `tree`, in tick order, for the local subscriptions `keys` (each gets
+    those that match its pattern and filter)."""
+
+    tree: str
+    pubend: str
+    keys: tuple[int, ...]
+    ticks: list[int]
+    records: list[bytes]
+
+
+class GapTimer(NamedTuple):
+    tree: str
+    pubend: str
+
+
+class SilenceTimer(NamedTuple):
+    pass
+
+
+SILENCE = SilenceTimer()
+Timer = GapTimer | SilenceTimer
+
+
+@dataclass(slots=True)
+class _Tree:
+    istreams: dict[str, Istream]
+    defaults: dict[str, int | None]  # child address -> where it wants pubends it has not heard of
+    # (None: from wherever the stream is when it first reaches this broker)
+    locals: dict[int, int]  # local subscription key -> start
+
+
+PubendState = Callable[[], tuple[int, LogState]]  # the durable tail and the log, for nacks
+
+
+class ReliabilityNode:
+    def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, scribe: ScribeAgent,
+                 trees_of: Callable[[str], list[str]], pubend_state: PubendState) -> None:
+        self.me = me
+        self.pubend_id = pubend_id
+        self.config = config
+        self.scribe = scribe
+        self._pubend_state = pubend_state
+        self.source = Source(pubend_id, me.address, SourceConfig(
+            config.silence_interval_ns, config.stream_idle_ns, config.recovery_ns, config.read_bytes_max,
+            config.reads_max, config.trees_max, config.knowledge_bytes_max), trees_of)
+        self._limits = StreamLimits(config.stream_cache_bytes_max, config.nack_ranges_max,
+                                    config.nack_range_ticks_max, config.knowledge_bytes_max)
+        self.trees: dict[str, _Tree] = {}
+        self._streams = 0
+        self.timers: Deadlines[Timer] = Deadlines()
+        self._acks: dict[str, list[messages.StreamAck]] = {}
+        self.nacks_sent = 0
+        self.nack_ticks_sent = 0
+        self.retransmissions_sent = 0
+        self.peer_errors = 0
+
+    # ---- the pubend's side ---------------------------------------------------------------------
+
+    def start(self, now: int, last_tick: int) -> list[Any]:
+        self.timers.set(SILENCE, now + self.config.silence_interval_ns)
+        return self._source(now, self.source.recover(last_tick))
+
+    def published(self, now: int, by_tree: dict[str, list[tuple[int, bytes]]], synced: int) -> list[Any]:
+        return self._source(now, self.source.published(now, by_tree, synced))
+
+    def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState) -> list[Any]:
+        return self._source(now, self.source.log_read(now, reader, records, log))
+
+    def _source(self, now: int, effects: list[SourceEffect]) -> list[Any]:
+        out: list[Any] = []
+        for eff in effects:
+            if type(eff) is PublishOnTree:
+                out += self.scribe.publish(now, eff.tree, eff.event)
+            else:
+                out.append(eff)
+        return out
+
+    # ---- knowledge arriving on a tree -----------------------------------------------------------
+
+    def event_arrived(self, now: int, tree: str, event: Any, sender: str) -> list[Any]:
+        """Knowledge of one pubend came down `tree` from `sender` (ProtocolError if malformed)."""
+        origin, knowledge = _decode_event(tree, event)
+        upstream = origin if self.scribe.is_root(tree) else sender
+        out: list[Any] = []
+        t = self.trees.get(tree)
+        ist = None if t is None else t.istreams.get(knowledge.pubend)
+        if ist is None:
+            ist = self._new_istream(tree, knowledge.pubend, knowledge.after)
+            if ist is None:  # nobody here wants it: acknowledge it so upstream is not held up
+                self._ack(upstream, tree, knowledge.pubend, knowledge.through)
+                return self._flush(out)
+        ist.upstream = upstream
+        ist.origin = origin
+        t = self.trees[tree]
+        self._sync_children(t, ist)
+        moved = ist.accumulate(knowledge.after, knowledge.through, knowledge.ticks, knowledge.records)
+        if moved:
+            if ist.nack_ns is not None:
+                ist.nack_interval_ns = self.config.nack_repeat_ns_min  # progress: NRT back to its floor
+            out += self._push(now, t, ist)
+        elif knowledge.through <= ist.acked_sent:
+            self._ack(upstream, tree, ist.pubend, ist.acked_sent)  # our ack may have been lost
+        self._after_change(now, ist)
+        return self._flush(out)
+
+    def _new_istream(self, tree: str, pubend: str, after: int) -> Istream | None:
+        t = self.trees.get(tree)
+        if t is None:
+            if not self.scribe.children(tree):
+                return None
+            t = self.trees[tree] = _Tree({}, {}, {})
+        positions = [_or(t.defaults.get(child), after) for child in self.scribe.children(tree)]
+        if pubend != self.pubend_id:
+            positions += t.locals.values()
+        if not positions or self._streams >= self.config.streams_max:
+            return None
+        ist = t.istreams[pubend] = Istream(tree, pubend, min(positions), self._limits)
+        self._streams += 1
+        for key, start in t.locals.items():
+            if pubend != self.pubend_id:
+                ist.attach(key, start)
+        return ist
+
+    def _sync_children(self, t: _Tree, ist: Istream) -> None:
+        """Consumers follow Scribe's children table: new children at their default, gone ones out."""
+        children = self.scribe.children(ist.tree)
+        for child in children:
+            if child not in ist.consumers:
+                ist.attach(child, _or(t.defaults.get(child), ist.horizon))
+        for key in [k for k in ist.consumers if type(k) is str and k not in children]:
+            ist.detach(key)
+            t.defaults.pop(key, None)
+
+    def _push(self, now: int, t: _Tree, ist: Istream) -> list[Any]:
+        """Send every consumer what it can have now; local subscriptions in step are served as one."""
+        out: list[Any] = []
+        groups: dict[int, list[int]] = {}
+        for key, consumer in ist.consumers.items():
+            if type(key) is str:
+                for piece in ist.pieces_for(consumer):
+                    wire = messages.Knowledge(ist.tree, ist.pubend, piece.after, piece.through,
+                                              tuple(piece.ticks), tuple(piece.records), False).to_wire()
+                    out += self.scribe.send_event(now, ist.tree, key, [ist.origin, wire])
+            elif not consumer.blocked and consumer.sent_through < ist.horizon:
+                groups.setdefault(consumer.sent_through, []).append(key)  # type: ignore[arg-type]
+        for keys in groups.values():
+            lead = ist.consumers[keys[0]]
+            pieces = ist.pieces_for(lead)
+            for key in keys[1:]:
+                ist.consumers[key].sent_through = lead.sent_through
+            for piece in pieces:
+                if piece.ticks:
+                    out.append(Deliver(ist.tree, ist.pubend, tuple(keys), piece.ticks, piece.records))
+        return out
+
+    def _after_change(self, now: int, ist: Istream) -> None:
+        """Acknowledge what all consumers have, and watch the gaps."""
+        point = ist.ack_point()
+        if point > ist.acked_sent and ist.upstream is not None:
+            ist.acked_sent = point
+            self._ack(ist.upstream, ist.tree, ist.pubend, point)
+        ist.bound_memory()
+        key = GapTimer(ist.tree, ist.pubend)
+        if ist.gaps():
+            self.timers.set_earliest(key, now + self.config.gap_curiosity_ns)
+        else:
+            self.timers.cancel(key)
+            ist.nack_ns = None
+            ist.nack_interval_ns = self.config.nack_repeat_ns_min
+
+    # ---- tree membership -----------------------------------------------------------------------
+
+    def join_extra(self, tree: str) -> list[Any]:
+        """What this broker's SUBSCRIBE to `tree` carries: [default, [[pubend, horizon], ...]], the
+        default (None: "from now on") for the pubends it has not heard of."""
+        t = self.trees.get(tree)
+        if t is None:
+            return [None, []]
+        positions = [[p, ist.horizon] for p, ist in list(t.istreams.items())[:POSITIONS_PER_SUBSCRIBE_MAX]]
+        wanted = [w for w in [*t.locals.values(), *t.defaults.values()] if w is not None]
+        return [min(wanted) if wanted else None, positions]
+
+    def child_added(self, now: int, tree: str, child: str, extra: Any) -> list[Any]:
+        default, positions = _decode_extra(extra)
+        t = self.trees.get(tree)
+        if t is None:
+            t = self.trees[tree] = _Tree({}, {}, {})
+        t.defaults[child] = default
+        out: list[Any] = []
+        for pubend, ist in t.istreams.items():
+            ist.attach(child, positions.get(pubend, _or(default, ist.horizon)))
+            out += self._push(now, t, ist)
+            self._after_change(now, ist)
+        return self._flush(out)
+
+    # ---- local subscriptions --------------------------------------------------------------------
+
+    def local_subscribe(self, now: int, key: int, tree: str, start: int) -> list[Any]:
+        t = self.trees.get(tree)
+        if t is None:
+            t = self.trees[tree] = _Tree({}, {}, {})
+        t.locals[key] = start
+        out: list[Any] = []
+        for pubend, ist in t.istreams.items():
+            if pubend != self.pubend_id:
+                ist.attach(key, start)
+                self._after_change(now, ist)
+        return self._flush(out)
+
+    def local_unsubscribe(self, now: int, key: int, tree: str) -> list[Any]:
+        t = self.trees.get(tree)
+        if t is None:
+            return []
+        t.locals.pop(key, None)
+        for ist in t.istreams.values():
+            ist.detach(key)
+            self._after_change(now, ist)
+        self._drop_if_unused(tree, t)
+        return self._flush([])
+
+    def local_flow(self, now: int, key: int, tree: str, blocked: bool) -> list[Any]:
+        t = self.trees.get(tree)
+        if t is None:
+            return []
+        out: list[Any] = []
+        for ist in t.istreams.values():
+            consumer = ist.consumers.get(key)
+            if consumer is not None and consumer.blocked != blocked:
+                consumer.blocked = blocked
+                if not blocked:
+                    out += self._push(now, t, ist)
+                self._after_change(now, ist)
+        return self._flush(out)
+
+    def _drop_if_unused(self, tree: str, t: _Tree) -> None:
+        if not t.locals and not self.scribe.children(tree):
+            self._streams -= len(t.istreams)
+            for pubend in t.istreams:
+                self.timers.cancel(GapTimer(tree, pubend))
+            del self.trees[tree]
+
+    # ---- acks and nacks from peers -------------------------------------------------------------
+
+    def received(self, now: int, sender: str, message: Any) -> list[Any]:
+        decoded = messages.decode(message)
+        out: list[Any] = []
+        if type(decoded) is messages.Ack:
+            for stream in decoded.streams:
+                ist = self._istream(stream.tree, stream.pubend)
+                if ist is not None and sender in ist.consumers:
+                    ist.acked(sender, stream.through)
+                    self._after_change(now, ist)
+                elif stream.pubend == self.pubend_id:
+                    self.source.acked(stream.tree, stream.through)
+        elif type(decoded) is messages.Nack:
+            out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
+        return self._flush(out)
+
+    def _nacked(self, now: int, sender: str, tree: str, pubend: str,
+                ranges: tuple[tuple[int, int], ...]) -> list[Any]:
+        ist = self._istream(tree, pubend)
+        if ist is not None and sender in ist.consumers:
+            ist.rewind(sender, ranges[0][0])
+            self.retransmissions_sent += 1
+            out = self._push(now, self.trees[tree], ist)
+            self._after_change(now, ist)
+            return out
+        if pubend == self.pubend_id:
+            synced, log = self._pubend_state()
+            return self._source(now, self.source.nacked(tree, ranges, synced, log))
+        return []
+
+    def _istream(self, tree: str, pubend: str) -> Istream | None:
+        t = self.trees.get(tree)
+        return None if t is None else t.istreams.get(pubend)
+
+    # ---- timers --------------------------------------------------------------------------------
+
+    def next_deadline(self) -> int | None:
+        return self.timers.next_deadline()
+
+    def handle_timeout(self, now: int) -> list[Any]:
+        out: list[Any] = []
+        for key in self.timers.pop_due(now):
+            if type(key) is SilenceTimer:
+                synced, _ = self._pubend_state()
+                out += self._source(now, self.source.silence(now, synced))
+                self.timers.set(SILENCE, now + self.config.silence_interval_ns)
+            else:
+                assert isinstance(key, GapTimer)
+                out += self._gap_due(now, key)
+        return self._flush(out)
+
+    def _gap_due(self, now: int, key: GapTimer) -> list[Any]:
+        ist = self._istream(key.tree, key.pubend)
+        if ist is None or not ist.gaps():
+            return []
+        interval = max(ist.nack_interval_ns, self.config.nack_repeat_ns_min)
+        if ist.upstream is None:
+            self.timers.set(key, now + interval)  # repairing: ask once the tree has a parent again
+            return []
+        if ist.nack_ns is None or now - ist.nack_ns >= interval:
+            ist.forget_curiosity()  # a new gap, or NRT passed: nack the same ticks again
+            if ist.nack_ns is not None:
+                ist.nack_interval_ns = min(2 * interval, self.config.nack_repeat_ns_max)
+        ranges = ist.nack_ranges()
+        out: list[Any] = []
+        if ranges:
+            ist.nack_ns = now
+            self.nacks_sent += 1
+            self.nack_ticks_sent += sum(through - after for after, through in ranges)
+            out += self._to(now, ist.upstream, messages.Nack(key.tree, key.pubend, tuple(ranges)).to_wire())
+        self.timers.set(key, now + max(ist.nack_interval_ns, self.config.nack_repeat_ns_min))
+        return out
+
+    # ---- sending -------------------------------------------------------------------------------
+
+    def _ack(self, upstream: str, tree: str, pubend: str, through: int) -> None:
+        self._acks.setdefault(upstream, []).append(messages.StreamAck(tree, pubend, through))
+
+    def _flush(self, out: list[Any]) -> list[Any]:
+        """`out` and then the acks gathered while producing it, one ACK per upstream broker."""
+        while self._acks:
+            acks, self._acks = self._acks, {}
+            for address, entries in acks.items():
+                for i in range(0, len(entries), messages.ACK_ENTRIES_MAX):
+                    out += self._to(0, address, messages.Ack(tuple(entries[i:i + messages.ACK_ENTRIES_MAX])).to_wire())
+        return out
+
+    def _to(self, now: int, address: str, message: list[Any]) -> list[Any]:
+        """A message to a peer; to this broker itself (its own pubend's root), handled at once."""
+        if address != self.me.address:
+            return [PeerSend(address, message)]
+        return self.received(now, address, message)
+
+    def status(self) -> dict[str, Any]:
+        return {"streams": self._streams, "peer_errors": self.peer_errors, "nacks_sent": self.nacks_sent,
+                "nack_ticks_sent": self.nack_ticks_sent,
+                "retransmissions_sent": self.retransmissions_sent, "source": self.source.status(),
+                "istreams": [ist.status() | {"tree": tree}
+                             for tree, t in self.trees.items() for ist in t.istreams.values()][:64]}
+
+
+def _decode_event(tree: str, event: Any) -> tuple[str, messages.Knowledge]:
+    if type(event) is not list or len(event) != 2 or type(event[0]) is not str:
+        raise ProtocolError(BAD_MESSAGE, "a tree event is [origin address, knowledge]")
+    knowledge = messages.decode(event[1])
+    if type(knowledge) is not messages.Knowledge or knowledge.tree != tree:
+        raise ProtocolError(BAD_MESSAGE, "a tree event carries knowledge of its own tree")
+    return event[0], knowledge
+
+
+def _or(position: int | None, otherwise: int) -> int:
+    return otherwise if position is None else position
+
+
+def _decode_extra(extra: Any) -> tuple[int | None, dict[str, int]]:
+    """A SUBSCRIBE's [default, [[pubend, horizon], ...]]; anything else means "from now on"."""
+    if (type(extra) is not list or len(extra) != 2 or not (extra[0] is None or type(extra[0]) is int)
+            or type(extra[1]) is not list):
+        return None, {}
+    positions: dict[str, int] = {}
+    for item in extra[1][:POSITIONS_PER_SUBSCRIBE_MAX]:
+        if type(item) is list and len(item) == 2 and type(item[0]) is str and type(item[1]) is int:
+            positions[item[0]] = max(0, item[1])
+    return None if extra[0] is None else max(0, extra[0]), positions
+
+
+__all__ = ["Deliver", "ReliabilityConfig", "ReliabilityNode", "RouteTo"]

@@ -1,0 +1,232 @@
+"""The pubend's side of guaranteed delivery: one knowledge stream per tree it publishes on.
+
+Theory of operation (Gryphon exactly-once §2.2, §3.2). The pubend's log is the only stable copy of
+an event. Once a sync makes a run of ticks durable, the pubend knows everything about them: for
+each tree, the ticks whose events belong on that tree are D and every other tick is F. For each tree
+with events in the sync it sends one first-time knowledge message (after, through], `after` being
+where its previous message on that tree ended, so silence costs nothing extra: it rides in the next
+data message. Knowledge travels to the tree's rendez-vous point as a routed Scribe PUBLISH, so it
+finds the current root after any repair.
+
+Trees with recent data, or whose root has not acknowledged everything, get periodic silence up to
+the current time (`silence_interval_ns`): doubt horizons downstream advance, and a broker that lost
+the tail of the stream sees the gap and nacks it (this is the paper's pubend-driven liveness, AET:
+a silence message plays the AckExpected role). A tree whose stream is fully acknowledged and idle
+for `stream_idle_ns` is forgotten: an idle pubend costs nothing.
+
+Nacks reach the pubend from a root (and, through the root, from any broker below). Each nacked
+range is read back from the log (ReadLog, bounded in bytes and in reads in flight) and sent again
+as retransmitted knowledge of exactly the range read: the events of that tree as D, every other
+tick as F. Ranges beyond what is durable are clamped to the durable tail; ranges the log no longer
+holds (released) are answered as F: the subscriber-side gap for released events is the durable
+subscriptions' work.
+
+After a restart the pubend does not know which trees it had sent on; it reads the log's recent
+tail (`recovery_ns`) once, and treats every tree found there as active and unacknowledged, so
+periodic silence makes any broker that lacks the last events before the crash nack them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tidings.core.effects import ReadLog
+from tidings.core.event import record_routing_fields
+from tidings.core.inputs import LogState
+from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
+from tidings.core.reliability.messages import Knowledge as KnowledgeMessage
+
+MICROSECOND_NS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    silence_interval_ns: int
+    stream_idle_ns: int
+    recovery_ns: int
+    read_bytes_max: int
+    reads_max: int  # log reads in flight answering nacks
+    trees_max: int
+    knowledge_bytes_max: int  # record bytes in one knowledge message
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOnTree:
+    """Send `event` (the originating broker's address and a knowledge message) to `tree`'s root."""
+
+    tree: str
+    event: list[Any]
+
+
+@dataclass(slots=True)
+class _TreeStream:
+    sent_through: int  # knowledge of every tick up to here has been sent on the tree
+    acked_through: int
+    data_ns: int  # when data was last sent on it
+
+
+@dataclass(slots=True)
+class _Read:
+    tree: str | None  # None: the recovery read of the log's tail
+    after: int
+    through: int
+
+
+SourceEffect = PublishOnTree | ReadLog
+
+
+class Source:
+    """The pubend `pubend_id` at `address`; `trees_of(channel)` names the trees of a channel."""
+
+    def __init__(self, pubend_id: str, address: str, config: SourceConfig, trees_of: Any) -> None:
+        self.pubend_id = pubend_id
+        self.address = address
+        self.config = config
+        self._trees_of = trees_of
+        self._streams: dict[str, _TreeStream] = {}
+        self._reads: dict[int, _Read] = {}
+        self._next_reader = 0
+        self.nacks_received = 0
+        self.ticks_retransmitted = 0
+
+    # ---- first-time knowledge ------------------------------------------------------------------
+
+    def published(self, now: int, by_tree: dict[str, list[tuple[int, bytes]]], synced: int) -> list[SourceEffect]:
+        """The sync made every tick up to `synced` durable; `by_tree` has each tree's new events."""
+        out: list[SourceEffect] = []
+        for tree, records in by_tree.items():
+            stream = self._streams.get(tree)
+            if stream is None:
+                stream = self._new_stream(tree, records[0][0] - 1, now)
+                if stream is None:
+                    continue
+            out += self._send_chunked(tree, stream.sent_through, synced, records, retransmit=False)
+            stream.sent_through = synced
+            stream.data_ns = now
+        return out
+
+    def _send_chunked(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
+                      retransmit: bool) -> list[SourceEffect]:
+        """Knowledge of (after, through] in messages of at most `knowledge_bytes_max` of records
+        (and RECORDS_MAX records); each message's range ends at its last record but the last's."""
+        out: list[SourceEffect] = []
+        start = 0
+        size = 0
+        for i, (_, record) in enumerate(records):
+            if i > start and (size + len(record) > self.config.knowledge_bytes_max or i - start >= RECORDS_MAX):
+                last = records[i - 1][0]
+                out.append(self._send(tree, after, last, records[start:i], retransmit))
+                after, start, size = last, i, 0
+            size += len(record)
+        out.append(self._send(tree, after, through, records[start:], retransmit))
+        return out
+
+    def _new_stream(self, tree: str, sent_through: int, now: int) -> _TreeStream | None:
+        if len(self._streams) >= self.config.trees_max:
+            return None  # the limit: knowledge for this tree reaches brokers when they nack it
+        stream = self._streams[tree] = _TreeStream(sent_through, sent_through, now)
+        return stream
+
+    def silence(self, now: int, synced: int) -> list[SourceEffect]:
+        """Periodic silence up to `synced` on each tree with recent data or unacknowledged ticks;
+        forgets idle, fully acknowledged trees."""
+        out: list[SourceEffect] = []
+        idle = self.config.stream_idle_ns
+        for tree, stream in list(self._streams.items()):
+            recent = now - stream.data_ns < idle
+            if not recent and stream.acked_through >= stream.sent_through:
+                del self._streams[tree]
+                continue
+            if synced > stream.sent_through:
+                out.append(self._send(tree, stream.sent_through, synced, [], retransmit=False))
+                stream.sent_through = synced
+        return out
+
+    def acked(self, tree: str, through: int) -> None:
+        stream = self._streams.get(tree)
+        if stream is not None and through > stream.acked_through:
+            stream.acked_through = min(through, stream.sent_through)
+
+    @property
+    def active_trees(self) -> int:
+        return len(self._streams)
+
+    # ---- nacks and the log ---------------------------------------------------------------------
+
+    def nacked(self, tree: str, ranges: Sequence[tuple[int, int]], synced: int, log: LogState) -> list[SourceEffect]:
+        """Read the nacked ranges back (clamped to the durable tail); ranges the log released are
+        answered at once as silence."""
+        self.nacks_received += 1
+        out: list[SourceEffect] = []
+        for after, asked in ranges:
+            through = min(asked, synced)
+            if through <= after:
+                continue
+            if through <= log.released_through:
+                out.append(self._send(tree, after, through, [], retransmit=True))
+                continue
+            if any(r.tree == tree and r.after <= after and through <= r.through for r in self._reads.values()):
+                continue  # the same ticks are being read already
+            if len(self._reads) >= self.config.reads_max:
+                break  # the nack will be repeated
+            out.append(self._read(tree, max(after, 0), through))
+        return out
+
+    def recover(self, last_tick: int) -> list[SourceEffect]:
+        """At start: read the log's recent tail to find the trees that may have undelivered events."""
+        if last_tick <= 0:
+            return []
+        after = max(0, last_tick - self.config.recovery_ns // MICROSECOND_NS)
+        return [self._read(None, after, last_tick)]
+
+    def _read(self, tree: str | None, after: int, through: int) -> ReadLog:
+        self._next_reader -= 1  # negative reader keys: the broker's subends use positive ones
+        self._reads[self._next_reader] = _Read(tree, after, through)
+        return ReadLog(self._next_reader, after, through, self.config.read_bytes_max)
+
+    def owns_read(self, reader: int) -> bool:
+        return reader in self._reads
+
+    def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState) -> list[SourceEffect]:
+        read = self._reads.pop(reader)
+        if read.tree is None:
+            return self._recovered(now, records)
+        through = records[-1][0] if records else read.through
+        mine = [(tick, record) for tick, record in records if read.tree in self._record_trees(record)]
+        self.ticks_retransmitted += len(mine)
+        out = self._send_chunked(read.tree, read.after, through, mine, retransmit=True)
+        if through < read.through:  # cut short: read on
+            out.append(self._read(read.tree, through, read.through))
+        return out
+
+    def read_failed(self, reader: int) -> None:
+        self._reads.pop(reader, None)  # the nack will be repeated
+
+    def _recovered(self, now: int, records: list[tuple[int, bytes]]) -> list[SourceEffect]:
+        if not records:
+            return []
+        last = records[-1][0]
+        for _, record in records:
+            for tree in self._record_trees(record):
+                if tree not in self._streams:
+                    self._new_stream(tree, last, now)
+                    stream = self._streams.get(tree)
+                    if stream is not None:
+                        stream.acked_through = 0  # unknown: silence goes on until the root acks
+        return []
+
+    def _record_trees(self, record: bytes) -> list[str]:
+        fields = record_routing_fields(record)
+        return [] if fields is None else self._trees_of(fields[1])
+
+    def _send(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
+              retransmit: bool) -> PublishOnTree:
+        message = KnowledgeMessage(tree, self.pubend_id, after, through, tuple(t for t, _ in records),
+                                   tuple(r for _, r in records), retransmit)
+        return PublishOnTree(tree, [self.address, message.to_wire()])
+
+    def status(self) -> dict[str, Any]:
+        return {"trees": len(self._streams), "reads": len(self._reads), "nacks_received": self.nacks_received,
+                "ticks_retransmitted": self.ticks_retransmitted}

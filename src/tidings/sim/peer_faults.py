@@ -1,0 +1,89 @@
+"""Faults on the messages between brokers: loss, duplication, reordering, and stalls.
+
+Theory of operation. The simulated network is TCP: bytes arrive in order and whole until a reset.
+Guaranteed delivery must also survive what TCP does not show: a message lost with a connection that
+was replaced, one sent twice after a retry, two that overtake each other on different paths. A
+`PeerFaults` sits between a broker core and its peer connections and applies these to whole frames
+of the tree and reliability protocols (Scribe, knowledge, ACK, NACK), drawing from its own seeded
+stream; frames of the link and of Pastry pass untouched, so the overlay stays up and the faults land
+where the delivery protocol has to repair them. A frame picked for reordering is held back and sent
+after the next frame on the same connection (or dropped if none follows: a late loss).
+
+A stalled broker (`stalled = True`) sends nothing to its peers at all, keep-alives included, while
+it goes on accepting what they send, like a hung host; its neighbours time it out.
+"""
+
+from __future__ import annotations
+
+import random
+
+import msgpack
+
+from tidings.core.overlay.envelope import MULTICAST_TYPES, RELIABILITY_TYPES
+from tidings.core.wire.frames import HEADER, HEADER_BYTES
+
+
+class PeerFaults:
+    def __init__(self, rng: random.Random, loss: float = 0.0, duplication: float = 0.0,
+                 reordering: float = 0.0) -> None:
+        self.rng = rng
+        self.loss = loss
+        self.duplication = duplication
+        self.reordering = reordering
+        self.stalled = False
+        self._held: dict[int, bytes] = {}  # connection -> a frame held back for reordering
+        self.lost = 0
+        self.duplicated = 0
+        self.reordered = 0
+
+    def filter(self, conn: int, data: bytes) -> bytes:
+        """What actually leaves on `conn` of the frames in `data`."""
+        if self.stalled:
+            return b""
+        out: list[bytes] = []
+        for frame in _frames(data):
+            if not _faultable(frame):
+                out.append(frame)
+                continue
+            draw = self.rng.random()
+            if draw < self.loss:
+                self.lost += 1
+                continue
+            held = self._held.pop(conn, None)
+            if draw < self.loss + self.reordering and held is None:
+                self._held[conn] = frame
+                self.reordered += 1
+                continue
+            out.append(frame)
+            if held is not None:
+                out.append(held)
+            if draw > 1.0 - self.duplication:
+                out.append(frame)
+                self.duplicated += 1
+        return b"".join(out)
+
+    def forget(self, conn: int) -> None:
+        self._held.pop(conn, None)
+
+
+def _frames(data: bytes) -> list[bytes]:
+    frames = []
+    pos = 0
+    while pos < len(data):
+        (length,) = HEADER.unpack_from(data, pos)
+        end = pos + HEADER_BYTES + length
+        frames.append(data[pos:end])
+        pos = end
+    return frames
+
+
+def _faultable(frame: bytes) -> bool:
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(frame[HEADER_BYTES:HEADER_BYTES + 16])
+    try:
+        if unpacker.read_array_header() < 1:
+            return False
+        kind = unpacker.unpack()
+    except (msgpack.OutOfData, msgpack.ExtraData, ValueError):
+        return False
+    return type(kind) is int and (kind in MULTICAST_TYPES or kind in RELIABILITY_TYPES)
