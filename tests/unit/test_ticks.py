@@ -133,12 +133,14 @@ def test_mark_lost_leaves_known_ticks_alone():
     assert k.runs(0, 31) == [(0, 10, L), (10, 14, F), (14, 15, D), (15, 20, F), (20, 30, L), (30, 31, Q)]
 
 
-def test_empty_ranges_do_nothing_and_reversed_ranges_raise():
+def test_empty_ranges_do_nothing_and_bad_arguments_raise_before_any_change():
     k = KnowledgeMap()
+    k.accumulate(2, 4, [3])
+    before = k.runs(0, TICK_MAX)
     assert k.accumulate(5, 5, []).changed == []
     assert k.runs(5, 5) == []
     k.assign(7, 7, D)
-    assert k.run_count == 1
+    assert k.run_count == 4
     with pytest.raises(ValueError):
         k.accumulate(5, 5, [5])
     for bad in [(6, 5), (-1, 5), (0, TICK_MAX + 1)]:
@@ -157,7 +159,10 @@ def test_empty_ranges_do_nothing_and_reversed_ranges_raise():
     with pytest.raises(ValueError):
         k.get(-1)
     with pytest.raises(ValueError):
+        k.accumulate(0, 10, [2, 1])  # 2 alone would change ticks 1..2: nothing may change
+    with pytest.raises(ValueError):
         k.forget_through(TICK_MAX + 1)
+    assert k.runs(0, TICK_MAX) == before
 
 
 def test_huge_ticks():

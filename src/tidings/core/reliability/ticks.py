@@ -53,6 +53,11 @@ class Curiosity(enum.IntEnum):
 Range = tuple[int, int]  # (after, through]
 Run = tuple[int, int, V]  # (after, through, value)
 
+_Q, _D, _F, _L = Knowledge.Q, Knowledge.D, Knowledge.F, Knowledge.L
+_N, _C, _A = Curiosity.N, Curiosity.C, Curiosity.A
+_ONLY_Q, _ONLY_D = frozenset({_Q}), frozenset({_D})
+_ONLY_N, _ONLY_C = frozenset({_N}), frozenset({_C})
+
 
 def _check_range(after: int, through: int) -> None:
     if not 0 <= after <= through <= TICK_MAX:
@@ -156,7 +161,8 @@ class TickMap(Generic[V]):
 
     def forget_through(self, tick: int) -> None:
         """Every tick <= `tick` takes the value at `tick`: one run, so a prefix that no longer
-        matters (final and acked) costs nothing however it was built."""
+        matters (final and acked) costs nothing however it was built. What the prefix held is lost,
+        so the caller picks `tick` at the end of a prefix it has settled."""
         if not 0 <= tick <= TICK_MAX:
             raise ValueError(f"a tick is between 0 and {TICK_MAX}, got {tick}")
         i = bisect_left(self._ends, tick)
@@ -174,8 +180,8 @@ class TickMap(Generic[V]):
 
     def _splice(self, i: int, j: int, after: int, through: int, ends: list[int], values: list[V]) -> None:
         """Replace (after, through], which runs i..j cover, by the runs `ends`/`values` (which cover
-        it exactly, last end == through, adjacent values different), merging with the neighbours
-        where they hold the same value."""
+        it exactly, last end == through, adjacent values different; both lists are consumed),
+        merging with the neighbouring runs where they hold the same value."""
         all_ends, all_values = self._ends, self._values
         lo, hi = i, j + 1
         start = all_ends[i - 1] if i else -1
@@ -213,7 +219,6 @@ class Accumulated(NamedTuple):
     data_on_final: int
 
 
-_Q, _D, _F, _L = Knowledge.Q, Knowledge.D, Knowledge.F, Knowledge.L
 
 
 class KnowledgeMap(TickMap[Knowledge]):
@@ -276,10 +281,6 @@ class KnowledgeMap(TickMap[Knowledge]):
         return self.assign_where(after, through, _ONLY_Q, _L)
 
 
-_ONLY_D = frozenset({_D})
-_ONLY_Q = frozenset({_Q})
-
-
 def _pattern(after: int, through: int,
              data_ticks: Sequence[int]) -> tuple[list[Run[Knowledge]], list[int], list[Knowledge]]:
     """The runs `F*DF*D...F*` of a knowledge message over (after, through] with D at `data_ticks`,
@@ -318,12 +319,6 @@ def _append(ends: list[int], values: list[V], end: int, value: V) -> None:
     else:
         ends.append(end)
         values.append(value)
-
-
-
-_N, _C, _A = Curiosity.N, Curiosity.C, Curiosity.A
-_ONLY_N = frozenset({_N})
-_ONLY_C = frozenset({_C})
 
 
 class CuriosityMap(TickMap[Curiosity]):
