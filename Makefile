@@ -1,4 +1,4 @@
-# make run   : create .venv, install tidings, run 3 brokers in one overlay + monitoring workload + Spark job, print a summary
+# make run   : create .venv, install tidings, run 3 brokers in one overlay + monitoring workload (one broker killed and restarted mid-run) + Spark job, print a summary
 # make test  : create .venv, install tidings with test extras, run the whole suite
 PYTHON ?= python3
 VENV   ?= .venv
