@@ -39,7 +39,7 @@ from tidings.core.filters import parse_filter
 from tidings.testing import Cluster
 
 from .test_cluster_delivery import CONFIG as LIVENESS
-from .test_cluster_delivery import root_of, shape
+from .test_cluster_delivery import in_tree, root_of, shape
 
 pytestmark = pytest.mark.integration
 
@@ -280,7 +280,7 @@ class Workload:
                 p = self.published.get(i)
                 if p is None or not rec.matches(p) or (p.tick is not None and (p.pubend, p.tick) != (pubend, tick)):
                     foreign += 1
-                if tick <= last.get(pubend, -1):
+                if tick < last.get(pubend, -1):  # (an equal tick is a duplicate)
                     reordered += 1
                 last[pubend] = max(tick, last.get(pubend, -1))
             required = [i for i, p in acked if p.acked_at > rec.subscribed_at and rec.matches(p)]
@@ -307,8 +307,7 @@ def clientless_tree(cluster: Cluster, stack: contextlib.ExitStack) -> str:
         for p in names:
             entries = shape(cluster, f"{p}/#")
             fwd = [a for a in clientless if a in entries and "forwarder" in entries[a]["role"]]
-            if fwd and all(cluster[i].address in entries and entries[cluster[i].address]["parent"]
-                           for i in SUBSCRIBERS):
+            if fwd and in_tree(cluster, f"{p}/#", [cluster[i] for i in SUBSCRIBERS]):
                 return p
         return None
 
@@ -335,13 +334,11 @@ class World:
         self.figures: list[str] = []
 
     def settled(self) -> None:
-        """Wait until every subscriber broker is in the tree again with a parent."""
-        def whole() -> bool:
-            entries = shape(self.cluster, self.tree)
-            return all(self.cluster[i].address in entries and entries[self.cluster[i].address]["parent"]
-                       for i in SUBSCRIBERS)
+        """Wait until every broker is in the overlay and every subscriber's in the tree again."""
+        subscribers = [self.cluster[i] for i in SUBSCRIBERS]
         self.cluster.wait_joined(RECOVERY_S)
-        self.cluster.wait(whole, RECOVERY_S, what=f"subscribers in {self.tree} again")
+        self.cluster.wait(lambda: in_tree(self.cluster, self.tree, subscribers), RECOVERY_S,
+                          what=f"subscribers in {self.tree} again")
 
     def recover(self, what: str, began: float, ended: float) -> None:
         """Every subscription has every event acknowledged up to `ended`; record how long it took."""
