@@ -307,7 +307,9 @@ def clientless_tree(cluster: Cluster, stack: contextlib.ExitStack) -> str:
         for p in names:
             entries = shape(cluster, f"{p}/#")
             fwd = [a for a in clientless if a in entries and "forwarder" in entries[a]["role"]]
-            if fwd and in_tree(cluster, f"{p}/#", [cluster[i] for i in SUBSCRIBERS]):
+            roots = [a for a, e in entries.items() if "root" in e["role"]]
+            if fwd and roots and set(roots) <= clientless and len(roots) == 1 \
+                    and in_tree(cluster, f"{p}/#", [cluster[i] for i in SUBSCRIBERS]):
                 return p
         return None
 
@@ -318,13 +320,19 @@ def clientless_tree(cluster: Cluster, stack: contextlib.ExitStack) -> str:
 
 
 def roles(cluster: Cluster, tree: str) -> tuple[Any, list[Any]]:
-    """The tree's root now and its forwarders that host no client (from the brokers' status)."""
-    entries = shape(cluster, tree)
-    root = [b for b in cluster.running if "root" in entries.get(b.address, {}).get("role", "")]
-    forwarders = [cluster[i] for i in CLIENTLESS if cluster[i].running
-                  and "forwarder" in entries.get(cluster[i].address, {}).get("role", "")]
-    assert len(root) == 1, entries
-    return root[0], forwarders
+    """The tree's root now and its forwarders that host no client (from the brokers' status),
+    once the brokers agree on one root (their leaf sets may still be settling after a restart)."""
+    def agreed() -> tuple[Any, list[Any]] | None:
+        entries = shape(cluster, tree)
+        root = [b for b in cluster.running if "root" in entries.get(b.address, {}).get("role", "")]
+        forwarders = [cluster[i] for i in CLIENTLESS if cluster[i].running
+                      and "forwarder" in entries.get(cluster[i].address, {}).get("role", "")]
+        return (root[0], forwarders) if len(root) == 1 else None
+
+    try:
+        return cluster.wait(agreed, RECOVERY_S, what=f"one root for {tree}")
+    except TimeoutError:
+        raise AssertionError(f"not one root for {tree}: {shape(cluster, tree)}") from None
 
 
 class World:
@@ -344,9 +352,16 @@ class World:
         """Every subscription has every event acknowledged up to `ended`; record how long it took."""
         wl = self.workload
         wait_from = time.monotonic()
+        lagging: list[dict[str, int]] = [{}]  # the last subscriptions still missing events
+
+        def caught_up() -> bool:
+            missing = {name: n for name, n in wl.missing(ended).items() if n}
+            if missing:
+                lagging[0] = missing
+            return not missing
+
         try:
-            self.cluster.wait(lambda: not any(wl.missing(ended).values()), RECOVERY_S,
-                              what=f"every subscriber caught up after {what}")
+            self.cluster.wait(caught_up, RECOVERY_S, what=f"every subscriber caught up after {what}")
         except TimeoutError:
             raise AssertionError(f"after {what}: missing {wl.missing(ended)}; {wl.check(ended)}") from None
         done = time.monotonic()
@@ -354,7 +369,8 @@ class World:
         totals = {k: sum(r[k] for r in report.values()) for k in ("required", "delivered", "lost", "duplicated",
                                                                   "reordered", "foreign", "disconnected")}
         line = (f"{what}: fault {ended - began:.2f} s, all caught up {done - ended:.2f} s after it ended "
-                f"({done - wait_from:.2f} s of waiting); {totals}")
+                f"({done - wait_from:.2f} s of waiting{'; last behind: ' + str(lagging[0]) if lagging[0] else ''}); "
+                f"{totals}")
         self.figures.append(line)
         print(line)
         assert totals["lost"] == totals["duplicated"] == totals["reordered"] == totals["foreign"] == 0, report
