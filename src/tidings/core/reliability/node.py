@@ -59,6 +59,7 @@ class ReliabilityConfig:
     read_bytes_max: int
     reads_max: int
     trees_max: int
+    best_effort: bool = False  # measurement only: forward and deliver what arrives, track nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +146,9 @@ class ReliabilityNode:
     def event_arrived(self, now: int, tree: str, event: Any, sender: str) -> list[Any]:
         """Knowledge of one pubend came down `tree` from `sender` (ProtocolError if malformed)."""
         origin, knowledge = _decode_event(tree, event)
-        upstream = origin if self.scribe.is_root(tree) else sender
+        if self.config.best_effort:
+            return self._best_effort(now, tree, event, knowledge)
+        upstream = sender  # the parent, or at the root the pubend's broker (the route's source)
         out: list[Any] = []
         t = self.trees.get(tree)
         ist = None if t is None else t.istreams.get(knowledge.pubend)
@@ -167,6 +170,18 @@ class ReliabilityNode:
             self._ack(upstream, tree, ist.pubend, ist.acked_sent)  # our ack may have been lost
         self._after_change(now, ist)
         return self._flush(out)
+
+    def _best_effort(self, now: int, tree: str, event: Any, knowledge: messages.Knowledge) -> list[Any]:
+        """The comparison mode: every event to every child and to every local subscription of the
+        tree; nothing is acknowledged, nacked or retransmitted."""
+        out: list[Any] = []
+        for child in self.scribe.children(tree):
+            out += self.scribe.send_event(now, tree, child, event)
+        t = self.trees.get(tree)
+        if t is not None and t.locals and knowledge.ticks and knowledge.pubend != self.pubend_id:
+            out.append(Deliver(tree, knowledge.pubend, tuple(t.locals), list(knowledge.ticks),
+                               list(knowledge.records)))
+        return out
 
     def _new_istream(self, tree: str, pubend: str, after: int) -> Istream | None:
         t = self.trees.get(tree)
@@ -348,6 +363,8 @@ class ReliabilityNode:
         out: list[Any] = []
         for key in self.timers.pop_due(now):
             if type(key) is SilenceTimer:
+                if self.config.best_effort:
+                    continue
                 synced, _ = self._pubend_state()
                 out += self._source(now, self.source.silence(now, synced))
                 self.timers.set(SILENCE, now + self.config.silence_interval_ns)
