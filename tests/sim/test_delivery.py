@@ -103,3 +103,16 @@ def test_best_effort_delivery_is_a_switch_in_the_config_file():
     assert BrokerConfig.from_mapping({"best_effort_delivery": True}).best_effort_delivery
     with pytest.raises(ConfigError, match="true or false"):
         BrokerConfig.from_mapping({"best_effort_delivery": 1})
+
+
+def test_a_slow_subscriber_falls_behind_and_gets_every_remote_event_back():
+    """Its broker's queue to it fills (SendBlocked), the stream's cache for it overflows, and the
+    ticks it missed come back through nacks upstream: nothing is dropped for a slow reader."""
+    run = DeliveryRun(DeliveryScenario(seed=0, slow_subscriber=True, loss=0.02))
+    result = run.execute()
+    assert not result.problems, result.problems
+    slow = run.subscribers[0]
+    shb = run.nodes[int(slow.address[1:].split(":")[0])]
+    assert shb.stats.get("SendBlocked", 0) > 0
+    assert shb.core.status()["delivery"]["nacks_sent"] > 0
+    assert len(slow.received) > 100

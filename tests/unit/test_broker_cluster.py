@@ -11,6 +11,7 @@ import random
 import msgpack
 
 from tests.unit.core_harness import Harness, delivered, of_type
+from tidings.core.config import BrokerConfig
 from tidings.core.effects import Disconnect
 from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained
 from tidings.core.multicast.effects import EventArrived
@@ -137,3 +138,19 @@ def test_a_blocked_peer_connection_holds_its_messages_until_it_drains():
     assert h.broker.peers.send(0, "127.0.0.1:9", [101, ["t"]]) == []  # held while blocked
     h.feed(SendDrained(0, 7))
     assert [frame[4:] for frame in h.sent[7]] == [msgpack.packb([101, ["t"]])]
+
+
+def test_a_subscribe_past_trees_max_is_refused_to_its_client_and_leaves_nothing_behind():
+    h = Harness(BrokerConfig(trees_max=2))
+    h.apply(h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    h.connect(1)
+    h.subscribe(1, "a/#")
+    h.subscribe(1, "b/#")
+    h.inbox(1)
+    refused = h.subscribe(1, "c/#")  # a third tree: the broker's Scribe agent is full
+    errors = of_type(h.inbox(1), messages.Error)
+    assert [(e.code, e.context.get("sub")) for e in errors] == [("too-many-trees", refused)]
+    status = h.broker.status()
+    assert status["subscriptions"] == 2 and [t["name"] for t in status["trees"]] == ["a/#", "b/#"]
+    h.subscribe(1, "a/+/x")  # in the tree a/# it is in already: still works
+    assert not of_type(h.inbox(1), messages.Error)

@@ -347,12 +347,16 @@ class Broker:
         self.subends[s.key] = s
         c.subs[msg.sub] = s
         if end is None:
-            self.index.add(s.key, pattern, flt)
             # other brokers' events: every tick after this, whichever pubend (clocks may differ by
             # up to the skew allowance); this broker's own from `position`, exactly
             remote_start = position if msg.start != messages.START_NOW else max(
                 0, wall_us - self.config.clock_skew_allowance_ns // 1000)
-            self._join_tree(s.key, subscription_tree(pattern), remote_start, out)
+            try:
+                self._join_tree(s.key, subscription_tree(pattern), remote_start, out)
+            except TidingsError as exc:  # a local limit reached on the client's behalf
+                del self.subends[s.key], c.subs[msg.sub]
+                return refuse(exc.code, str(exc))
+            self.index.add(s.key, pattern, flt)
         out.append(Send(c.conn, messages.subscribed(msg.sub, position)))
         self._advance(c, s, out)
         return None
@@ -431,13 +435,21 @@ class Broker:
     # ---- across brokers --------------------------------------------------------------------------
 
     def _join_tree(self, key: int, tree: str, start: int, out: list[Effect]) -> None:
-        self._sub_trees[key] = tree
+        """Make subscription `key` a member of `tree`; TidingsError (and nothing changed) when this
+        broker cannot join one more tree."""
         members = self._tree_members.get(tree, 0)
-        self._tree_members[tree] = members + 1
         if self.cluster is not None:
-            self._reliability(self._gd().local_subscribe(self.now, key, tree, start), out)
+            gd = self._gd()
+            effects = gd.local_subscribe(self.now, key, tree, start)
             if members == 0:
-                self._cluster_effects(self.cluster.subscribe(self.now, tree), out)
+                try:
+                    effects += self.cluster.subscribe(self.now, tree)
+                except TidingsError:
+                    gd.local_unsubscribe(self.now, key, tree)
+                    raise
+            self._reliability(effects, out)
+        self._sub_trees[key] = tree
+        self._tree_members[tree] = members + 1
 
     def _leave_tree(self, key: int, out: list[Effect]) -> None:
         tree = self._sub_trees.pop(key)
