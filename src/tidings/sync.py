@@ -105,8 +105,9 @@ class SyncClient:
         return self._call(self._client.publish_many(list(items)))
 
     def subscribe(self, pattern: str, *, filter: str | None = None, start: Start = "now",
-                  end: int | None = None, on_gap: str = "raise") -> SyncSubscription:
-        sub = self._call(self._client.subscribe(pattern, filter=filter, start=start, end=end, on_gap=on_gap))
+                  end: int | None = None, on_gap: str = "raise", order: str = "publisher") -> SyncSubscription:
+        sub = self._call(self._client.subscribe(pattern, filter=filter, start=start, end=end, on_gap=on_gap,
+                                                order=order))
         return SyncSubscription(self, sub)
 
     def read(self, pattern: str, *, filter: str | None = None, after: int = 0, end: int | None = None,

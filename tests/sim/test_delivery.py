@@ -116,3 +116,14 @@ def test_a_slow_subscriber_falls_behind_and_gets_every_remote_event_back():
     assert shb.stats.get("SendBlocked", 0) > 0
     assert shb.core.status()["delivery"]["nacks_sent"] > 0
     assert len(slow.received) > 100
+
+
+@pytest.mark.parametrize(("seed", "faults"), [(0, ()), (6, ("root",)), (7, ("publisher",))])
+def test_total_order_subscribers_of_a_tree_all_see_one_interleaving(seed, faults):
+    """Every subscriber asks for total order; those of one tree must agree on the order of the
+    events they share, on top of everything the publisher-order checks ask."""
+    run = DeliveryRun(DeliveryScenario(seed=seed, total_order=True, loss=0.02, faults=faults))
+    result = run.execute()
+    assert not result.problems, result.problems
+    assert sum(1 for s in run.subscribers if s.pattern in ("nodes/#", "nodes/+/load")) >= 3
+    assert all(node.core.status()["delivery"]["total_order_late"] == 0 for node in run.nodes if node.core)

@@ -157,7 +157,7 @@ def cmd_sub(args: argparse.Namespace) -> int:
     count = 0
     on_gap = "event" if args.on_gap == "line" else "raise"
     with _connect(args) as client, client.subscribe(args.pattern, filter=args.filter, start=start,
-                                                    on_gap=on_gap) as sub:
+                                                    on_gap=on_gap, order=args.order) as sub:
         while args.count is None or count < args.count:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -230,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("pattern")
     sb.add_argument("--filter", help="content filter, e.g. 'load > 2.5 and site = \"eu\"'")
     sb.add_argument("--from", dest="from_", default="now", help="now (default), start, a TICK or an ISO-8601 time")
+    sb.add_argument("--order", choices=["publisher", "total"], default="publisher",
+                    help="publisher (default): each publisher's events in order; total: one interleaving "
+                         "shared by every total-order subscriber of the tree")
     sb.add_argument("--count", type=int, help="exit after N events")
     sb.add_argument("--timeout", type=float, help="exit after SECONDS")
     sb.add_argument("--on-gap", choices=["line", "error"], default="line",

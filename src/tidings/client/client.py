@@ -259,17 +259,19 @@ class Client:
     # ---- subscribing -----------------------------------------------------------------------------
 
     async def subscribe(self, pattern: str, *, filter: str | None = None, start: Start = "now",
-                        end: int | None = None, on_gap: str = "raise") -> Subscription:
+                        end: int | None = None, on_gap: str = "raise", order: str = "publisher") -> Subscription:
         """Subscribe; returns once the broker confirmed. Iterate the result for events.
 
         `start`: "now" (default), "start" (oldest retained event), a tick (events after it) or a
         datetime. `end`: stop after this tick (a bounded read). `on_gap`: "raise" a GapError, or
         yield a Gap "event", when retention released events this subscription asked for.
+        `order`: "publisher" (each publisher's events in order) or "total" (every total-order
+        subscriber of the same tree sees the same interleaving; starts now; see docs/delivery.md).
         """
         if on_gap not in ("raise", "event"):
             raise TidingsError("on_gap must be 'raise' or 'event'", errors.BAD_START)
         self._check_open()
-        sub_id, frame = self._session.subscribe(pattern, filter, start, end)
+        sub_id, frame = self._session.subscribe(pattern, filter, start, end, order)
         sub = Subscription(self, sub_id, on_gap)
         self._subs[sub_id] = sub
         assert self._transport is not None

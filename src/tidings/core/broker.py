@@ -98,6 +98,8 @@ class Broker:
     def handle(self, inp: Input) -> list[Effect]:
         out: list[Effect] = []
         self.now = inp.now
+        if self.cluster is not None and isinstance(inp, Received | TimerFired):
+            self._gd().wall_us = inp.wall_us
         if isinstance(inp, Connected | ConnectFailed) or (
                 isinstance(inp, Received | ConnectionLost | SendBlocked | SendDrained)
                 and self.peers is not None and self.peers.owns(inp.conn)):
@@ -324,11 +326,8 @@ class Broker:
         def refuse(code: str, text: str) -> None:
             out.append(Send(c.conn, messages.error(code, text, sub=msg.sub)))
 
-        if msg.sub in c.subs:
-            return refuse(errors.SUBSCRIPTION_EXISTS, f"subscription {msg.sub} already exists")
-        if len(c.subs) >= self.config.subscriptions_per_connection_max:
-            return refuse(errors.TOO_MANY_SUBSCRIPTIONS, "subscriptions_per_connection_max reached")
         try:
+            self._check_subscribe(c, msg)
             pattern = validate_pattern(msg.pattern)
             flt: Filter | None = parse_filter(msg.filter) if msg.filter else None
         except TidingsError as exc:
@@ -342,8 +341,9 @@ class Broker:
             position = msg.after
         end = None if msg.end is None else min(msg.end, synced)
         self._next_key += 1
+        total = msg.order == messages.ORDER_TOTAL
         s = Subend(self._next_key, c.conn, msg.sub, pattern, flt, position, end,
-                   from_oldest=msg.start == messages.START_OLDEST)
+                   from_oldest=msg.start == messages.START_OLDEST, total=total)
         self.subends[s.key] = s
         c.subs[msg.sub] = s
         if end is None:
@@ -352,14 +352,27 @@ class Broker:
             remote_start = position if msg.start != messages.START_NOW else max(
                 0, wall_us - self.config.clock_skew_allowance_ns // 1000)
             try:
-                self._join_tree(s.key, subscription_tree(pattern), remote_start, out)
+                self._join_tree(s.key, subscription_tree(pattern), remote_start, total, out)
             except TidingsError as exc:  # a local limit reached on the client's behalf
                 del self.subends[s.key], c.subs[msg.sub]
                 return refuse(exc.code, str(exc))
-            self.index.add(s.key, pattern, flt)
+            if not total:  # total order takes this broker's own events through the merge too
+                self.index.add(s.key, pattern, flt)
         out.append(Send(c.conn, messages.subscribed(msg.sub, position)))
         self._advance(c, s, out)
         return None
+
+    def _check_subscribe(self, c: ClientConnection, msg: messages.Subscribe) -> None:
+        """TidingsError when this connection may not open the subscription `msg` asks for."""
+        if msg.sub in c.subs:
+            raise TidingsError(f"subscription {msg.sub} already exists", errors.SUBSCRIPTION_EXISTS)
+        if len(c.subs) >= self.config.subscriptions_per_connection_max:
+            raise TidingsError("subscriptions_per_connection_max reached", errors.TOO_MANY_SUBSCRIPTIONS)
+        if msg.order == messages.ORDER_TOTAL:
+            if msg.start != messages.START_NOW or msg.end is not None:
+                raise TidingsError("a total-order subscription starts now and has no end", errors.BAD_START)
+            if self.cluster is None:
+                raise TidingsError("total order needs the broker to be in an overlay", errors.BAD_START)
 
     def _unsubscribe(self, c: ClientConnection, sub: int, out: list[Effect]) -> None:
         s = c.subs.get(sub)
@@ -373,11 +386,14 @@ class Broker:
         del c.subs[s.sub]
         del self.subends[s.key]
         if s.end is None:
-            self.index.remove(s.key)
+            if not s.total:
+                self.index.remove(s.key)
             self._leave_tree(s.key, out)
 
     def _advance(self, c: ClientConnection, s: Subend, out: list[Effect]) -> None:
         """Move a subend that is not live on: finish it, turn it live, or read the log further."""
+        if s.total:
+            return  # the reliability node delivers all of it, this broker's own events included
         synced = self.pubend.synced_tick
         if s.caught_up(synced) and s.end is not None:
             out.append(Send(c.conn, messages.end(s.sub, s.end)))
@@ -434,13 +450,13 @@ class Broker:
 
     # ---- across brokers --------------------------------------------------------------------------
 
-    def _join_tree(self, key: int, tree: str, start: int, out: list[Effect]) -> None:
+    def _join_tree(self, key: int, tree: str, start: int, total: bool, out: list[Effect]) -> None:
         """Make subscription `key` a member of `tree`; TidingsError (and nothing changed) when this
         broker cannot join one more tree."""
         members = self._tree_members.get(tree, 0)
         if self.cluster is not None:
             gd = self._gd()
-            effects = gd.local_subscribe(self.now, key, tree, start)
+            effects = gd.local_subscribe(self.now, key, tree, start, total)
             if members == 0:
                 try:
                     effects += self.cluster.subscribe(self.now, tree)
@@ -558,9 +574,9 @@ class Broker:
         subscriptions `deliver.keys`: each gets those matching its pattern and filter."""
         fan: dict[int, list[bytes]] = {}
         subends = self.subends
-        for record in deliver.records:
+        for pubend, record in zip(deliver.pubends, deliver.records, strict=True):
             fields = record_routing_fields(record)
-            if fields is None or fields[0] != deliver.pubend:
+            if fields is None or fields[0] != pubend:
                 self.peer_messages_rejected += 1
                 continue
             _, channel, attributes = fields

@@ -138,6 +138,7 @@ class BrokerConfig:
             stream_idle_ns=self.stream_idle_ns, recovery_ns=self.stream_recovery_ns,
             stream_cache_bytes_max=self.stream_cache_bytes_max, nack_ranges_max=self.nack_ranges_max,
             nack_range_ticks_max=self.nack_range_ticks_max, knowledge_bytes_max=self.knowledge_bytes_max,
+            clock_skew_allowance_us=self.clock_skew_allowance_ns // 1000,
             streams_max=self.streams_max, read_bytes_max=self.log_read_bytes_max, reads_max=self.nack_reads_max,
             trees_max=self.trees_max, best_effort=self.best_effort_delivery,
         )

@@ -128,15 +128,19 @@ class ClientSession:
         return seq, len(chunk), messages.publish(seq, chunk)
 
     def subscribe(self, pattern: str, filter: str | None = None, start: Start = "now",
-                  end: int | None = None) -> tuple[int, bytes]:
+                  end: int | None = None, order: str = messages.ORDER_PUBLISHER) -> tuple[int, bytes]:
         validate_pattern(pattern)
         if filter:
             parse_filter(filter)
         kind, after = start_spec(start)
         if end is not None and (isinstance(end, bool) or not isinstance(end, int) or end < 0):
             raise TidingsError("end must be a non-negative tick", errors.BAD_START)
+        if order not in messages.ORDERS:
+            raise TidingsError(f"order must be one of {', '.join(messages.ORDERS)}", errors.BAD_START)
+        if order == messages.ORDER_TOTAL and (kind != messages.START_NOW or end is not None):
+            raise TidingsError("a total-order subscription starts now and has no end", errors.BAD_START)
         self._next_sub += 1
-        msg = messages.Subscribe(self._next_sub, pattern, filter or None, kind, after, end)
+        msg = messages.Subscribe(self._next_sub, pattern, filter or None, kind, after, end, order)
         return self._next_sub, messages.subscribe(msg)
 
     def unsubscribe(self, sub: int) -> bytes:

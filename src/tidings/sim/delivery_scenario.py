@@ -61,6 +61,7 @@ class DeliveryScenario:
     faults: tuple[str, ...] = ()
     subscribers: int = 6
     slow_subscriber: bool = False  # the first subscriber reads slowly: its broker's queue to it fills
+    total_order: bool = False  # every subscriber asks for total order
 
 
 @dataclass
@@ -122,7 +123,7 @@ class DeliveryRun:
             pattern, flt = SUBSCRIPTIONS[k % len(SUBSCRIPTIONS)]
             rate = SLOW_READER_BYTES_PER_S if s.slow_subscriber and k == 0 else None
             sub = Subscriber(self.world, self.net, f"b{i}:7000", f"s{k}@b{i}", pattern, filter=flt,
-                             read_rate_bytes_per_s=rate)
+                             read_rate_bytes_per_s=rate, order="total" if s.total_order else "publisher")
             sub.start(self.world.now)
             self.subscribers.append(sub)
         self.run(SECOND_NS)
@@ -138,7 +139,8 @@ class DeliveryRun:
         self.run(8 * SECOND_NS)  # quiet: repairs finish, nacks are answered
         if s.slow_subscriber:
             self._until_delivered(self.subscribers[0], 120 * SECOND_NS)
-        problems = check_overlay_delivery(self.publishers, self.subscribers)
+        problems = check_overlay_delivery(self.publishers, self.subscribers,
+                                          [node.disk.durable_records() for node in self.nodes])
         for pub in self.publishers:
             problems += pub.violations
         acked = sum(len(p.acked) for p in self.publishers)

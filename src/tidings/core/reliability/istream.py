@@ -168,17 +168,18 @@ class Istream:
         self.top = max(self.top, horizon)
         return moved
 
-    def pieces_for(self, consumer: Consumer) -> list[Piece]:
-        """What `consumer` can be sent now: (sent_through, horizon] in messages of at most
-        `piece_records_max` D ticks, stopping before the first D tick whose record was dropped
-        (that tick is forgotten, to be nacked). Advances its `sent_through`."""
-        if consumer.blocked or consumer.sent_through >= self.horizon:
+    def pieces_for(self, consumer: Consumer, bound: int = TICK_MAX) -> list[Piece]:
+        """What `consumer` can be sent now: (sent_through, min(horizon, bound)] in messages of at
+        most `piece_bytes_max` of records, stopping before the first D tick whose record was
+        dropped (that tick is forgotten, to be nacked). Advances its `sent_through`."""
+        upper = min(self.horizon, bound)
+        if consumer.blocked or consumer.sent_through >= upper:
             return []
         pieces: list[Piece] = []
         piece = Piece(consumer.sent_through, consumer.sent_through)
         limit = self.limits.piece_bytes_max
         size = 0
-        for lo, hi, value in self._known.runs(consumer.sent_through, self.horizon):
+        for lo, hi, value in self._known.runs(consumer.sent_through, upper):
             if value is not Knowledge.D:
                 piece.through = hi
                 continue
@@ -196,6 +197,19 @@ class Istream:
                     size += len(record)
                 piece.through = tick
         return self._close(consumer, pieces, piece)
+
+    def ready_through(self, consumer: Consumer, bound: int) -> int:
+        """How far `consumer` could be sent now, up to `bound`: the horizon, or just before the
+        first D tick whose record was dropped (that tick is forgotten, to be nacked); never less
+        than what it has already been sent."""
+        upper = min(self.horizon, bound)
+        for lo, hi, value in self._known.runs(consumer.sent_through, upper) if consumer.sent_through < upper else ():
+            if value is Knowledge.D:
+                for tick in range(lo + 1, hi + 1):
+                    if tick not in self._cache:
+                        self._forget_from(tick)
+                        return max(consumer.sent_through, tick - 1)
+        return max(consumer.sent_through, upper)
 
     @staticmethod
     def _close(consumer: Consumer, pieces: list[Piece], piece: Piece) -> list[Piece]:

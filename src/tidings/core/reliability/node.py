@@ -39,6 +39,7 @@ from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
 from tidings.core.reliability.istream import Istream, StreamLimits
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
+from tidings.core.reliability.ticks import TICK_MAX
 
 POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
 
@@ -55,6 +56,7 @@ class ReliabilityConfig:
     nack_ranges_max: int
     nack_range_ticks_max: int
     knowledge_bytes_max: int
+    clock_skew_allowance_us: int
     streams_max: int
     read_bytes_max: int
     reads_max: int
@@ -64,13 +66,13 @@ class ReliabilityConfig:
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
-    """Records of `pubend` on `tree`, in tick order, for the local subscriptions `keys` (each gets
-    those that match its pattern and filter)."""
+    """Records of `tree` in delivery order for the local subscriptions `keys` (each gets those that
+    match its pattern and filter): one pubend's in tick order, or for total-order subscriptions
+    several pubends' merged on (tick, pubend). `pubends[i]` is the pubend of `records[i]`."""
 
     tree: str
-    pubend: str
     keys: tuple[int, ...]
-    ticks: list[int]
+    pubends: tuple[str, ...]
     records: list[bytes]
 
 
@@ -93,6 +95,12 @@ class _Tree:
     defaults: dict[str, int | None]  # child address -> where it wants pubends it has not heard of
     # (None: from wherever the stream is when it first reaches this broker)
     locals: dict[int, int]  # local subscription key -> start
+    total: dict[int, int]  # total-order subscriptions (also in locals) -> the merge point delivered
+
+    def wants(self, key: int, pubend: str, own: str) -> bool:
+        """Local subscription `key` consumes `pubend`'s stream: other pubends always; this broker's
+        own only in total order (publisher order gets those from the log, at once)."""
+        return pubend != own or key in self.total
 
 
 PubendState = Callable[[], tuple[int, LogState]]  # the durable tail and the log, for nacks
@@ -119,6 +127,8 @@ class ReliabilityNode:
         self.nack_ticks_sent = 0
         self.retransmissions_sent = 0
         self.peer_errors = 0
+        self.total_order_late = 0
+        self.wall_us = 0  # the broker's clock at the latest input that had one (for the merge point)
 
     # ---- the pubend's side ---------------------------------------------------------------------
 
@@ -179,7 +189,7 @@ class ReliabilityNode:
             out += self.scribe.send_event(now, tree, child, event)
         t = self.trees.get(tree)
         if t is not None and t.locals and knowledge.ticks and knowledge.pubend != self.pubend_id:
-            out.append(Deliver(tree, knowledge.pubend, tuple(t.locals), list(knowledge.ticks),
+            out.append(Deliver(tree, tuple(t.locals), (knowledge.pubend,) * len(knowledge.records),
                                list(knowledge.records)))
         return out
 
@@ -188,16 +198,15 @@ class ReliabilityNode:
         if t is None:
             if not self.scribe.children(tree):
                 return None
-            t = self.trees[tree] = _Tree({}, {}, {})
+            t = self.trees[tree] = _Tree({}, {}, {}, {})
         positions = [_or(t.defaults.get(child), after) for child in self.scribe.children(tree)]
-        if pubend != self.pubend_id:
-            positions += t.locals.values()
+        positions += [start for key, start in t.locals.items() if t.wants(key, pubend, self.pubend_id)]
         if not positions or self._streams >= self.config.streams_max:
             return None
         ist = t.istreams[pubend] = Istream(tree, pubend, min(positions), self._limits)
         self._streams += 1
         for key, start in t.locals.items():
-            if pubend != self.pubend_id:
+            if t.wants(key, pubend, self.pubend_id):
                 ist.attach(key, start)
         return ist
 
@@ -221,7 +230,7 @@ class ReliabilityNode:
                     wire = messages.Knowledge(ist.tree, ist.pubend, piece.after, piece.through,
                                               tuple(piece.ticks), tuple(piece.records), False).to_wire()
                     out += self.scribe.send_event(now, ist.tree, key, [ist.origin, wire])
-            elif not consumer.blocked and consumer.sent_through < ist.horizon:
+            elif key not in t.total and not consumer.blocked and consumer.sent_through < ist.horizon:
                 groups.setdefault(consumer.sent_through, []).append(key)  # type: ignore[arg-type]
         for keys in groups.values():
             lead = ist.consumers[keys[0]]
@@ -230,7 +239,38 @@ class ReliabilityNode:
                 ist.consumers[key].sent_through = lead.sent_through
             for piece in pieces:
                 if piece.ticks:
-                    out.append(Deliver(ist.tree, ist.pubend, tuple(keys), piece.ticks, piece.records))
+                    out.append(Deliver(ist.tree, tuple(keys), (ist.pubend,) * len(piece.records), piece.records))
+        return out + self._merge(t)
+
+    def _merge(self, t: _Tree) -> list[Any]:
+        """Total order: every total-order subscription of the tree is given the D ticks of all its
+        streams up to the merge point, the smallest doubt horizon of the tree's streams (and no
+        later than the present less the clock-skew allowance, so a pubend not heard of yet cannot
+        publish below it unless its knowledge is late by more than that), in (tick, pubend) order.
+        A stream heard of only after the merge point passed its first ticks delivers them late,
+        counted in `total_order_late`: never dropped."""
+        if not t.total or not t.istreams:
+            return []
+        present = self.wall_us - self.config.clock_skew_allowance_us if self.wall_us else TICK_MAX
+        out: list[Any] = []
+        for key, merged in t.total.items():
+            streams = [(p, t.istreams[p], t.istreams[p].consumers.get(key)) for p in sorted(t.istreams)]
+            bound = present
+            for _, ist, consumer in streams:  # the merge point: every stream can supply up to it
+                bound = min(bound, ist.horizon if consumer is None else ist.ready_through(consumer, bound))
+            items: list[tuple[int, str, bytes]] = []
+            for pubend, ist, consumer in streams:
+                if consumer is None:
+                    continue
+                for piece in ist.pieces_for(consumer, bound):
+                    items += [(tick, pubend, r) for tick, r in zip(piece.ticks, piece.records, strict=True)]
+            if not items:
+                continue
+            items.sort()
+            self.total_order_late += sum(1 for tick, _, _ in items if tick <= merged)
+            t.total[key] = max(merged, items[-1][0])
+            out.append(Deliver(next(iter(t.istreams.values())).tree, (key,), tuple(p for _, p, _ in items),
+                               [r for _, _, r in items]))
         return out
 
     def _after_change(self, now: int, ist: Istream) -> None:
@@ -264,7 +304,7 @@ class ReliabilityNode:
         default, positions = _decode_extra(extra)
         t = self.trees.get(tree)
         if t is None:
-            t = self.trees[tree] = _Tree({}, {}, {})
+            t = self.trees[tree] = _Tree({}, {}, {}, {})
         t.defaults[child] = default
         out: list[Any] = []
         for pubend, ist in t.istreams.items():
@@ -275,15 +315,20 @@ class ReliabilityNode:
 
     # ---- local subscriptions --------------------------------------------------------------------
 
-    def local_subscribe(self, now: int, key: int, tree: str, start: int) -> list[Any]:
+    def local_subscribe(self, now: int, key: int, tree: str, start: int, total: bool = False) -> list[Any]:
+        """A local subscription of `tree` wants other pubends' ticks after `start`; in total order
+        (`total`) its own pubend's too, merged with the rest (see `_merge`)."""
         t = self.trees.get(tree)
         if t is None:
-            t = self.trees[tree] = _Tree({}, {}, {})
+            t = self.trees[tree] = _Tree({}, {}, {}, {})
         t.locals[key] = start
+        if total:
+            t.total[key] = start
         out: list[Any] = []
         for pubend, ist in t.istreams.items():
-            if pubend != self.pubend_id:
+            if t.wants(key, pubend, self.pubend_id):
                 ist.attach(key, start)
+                out += self._push(now, t, ist)
                 self._after_change(now, ist)
         return self._flush(out)
 
@@ -292,6 +337,7 @@ class ReliabilityNode:
         if t is None:
             return []
         t.locals.pop(key, None)
+        t.total.pop(key, None)
         for ist in t.istreams.values():
             ist.detach(key)
             self._after_change(now, ist)
@@ -368,6 +414,8 @@ class ReliabilityNode:
                 synced, _ = self._pubend_state()
                 out += self._source(now, self.source.silence(now, synced))
                 self.timers.set(SILENCE, now + self.config.silence_interval_ns)
+                for t in self.trees.values():  # the present moved: total-order merges may go on
+                    out += self._merge(t)
             else:
                 assert isinstance(key, GapTimer)
                 out += self._gap_due(now, key)
@@ -416,7 +464,8 @@ class ReliabilityNode:
         return self.received(now, address, message)
 
     def status(self) -> dict[str, Any]:
-        return {"streams": self._streams, "peer_errors": self.peer_errors, "nacks_sent": self.nacks_sent,
+        return {"streams": self._streams, "peer_errors": self.peer_errors, "total_order_late": self.total_order_late,
+                "nacks_sent": self.nacks_sent,
                 "nack_ticks_sent": self.nack_ticks_sent,
                 "retransmissions_sent": self.retransmissions_sent, "source": self.source.status(),
                 "istreams": [ist.status() | {"tree": tree}

@@ -23,6 +23,9 @@ PROTOCOL_VERSION = 1
 HELLO = 1
 PUBLISH = 2
 SUBSCRIBE = 3
+ORDER_PUBLISHER = "publisher"  # each pubend's events in tick order, pubends interleaved as they come
+ORDER_TOTAL = "total"  # every total-order subscriber of a tree sees one interleaving: (tick, pubend)
+ORDERS = (ORDER_PUBLISHER, ORDER_TOTAL)
 UNSUBSCRIBE = 4
 STATUS = 5
 # broker -> client
@@ -61,6 +64,7 @@ class Subscribe:
     start: str  # START_NOW, START_OLDEST or START_AFTER
     after: int  # with START_AFTER: deliver ticks > after
     end: int | None  # deliver ticks <= end, then END
+    order: str = ORDER_PUBLISHER  # ORDER_PUBLISHER or ORDER_TOTAL (one interleaving per tree)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +145,8 @@ def publish(seq: int, events: list[list[Any]]) -> bytes:
 
 def subscribe(msg: Subscribe) -> bytes:
     start: list[Any] = [msg.start] if msg.start != START_AFTER else [START_AFTER, msg.after]
-    return _pack([SUBSCRIBE, msg.sub, msg.pattern, msg.filter, start, msg.end])
+    fields = [SUBSCRIBE, msg.sub, msg.pattern, msg.filter, start, msg.end]
+    return _pack(fields if msg.order == ORDER_PUBLISHER else [*fields, msg.order])
 
 
 def unsubscribe(sub: int) -> bytes:
@@ -285,6 +290,11 @@ def decode_client_message(
             raise _bad("PUBLISH events must be an array")
         return Publish(_int(msg[1], "PUBLISH seq"), msg[2])
     if kind == SUBSCRIBE:
+        order = ORDER_PUBLISHER
+        if len(msg) == 7:  # the order was added to SUBSCRIBE after version 1 shipped: optional
+            order = msg.pop()
+            if order not in ORDERS:
+                raise _bad(f"SUBSCRIBE order must be one of {', '.join(ORDERS)}")
         _arity(msg, 6, "SUBSCRIBE")
         flt = msg[3]
         if flt is not None:
@@ -292,7 +302,7 @@ def decode_client_message(
         start, after = _decode_start(msg[4])
         end_tick = None if msg[5] is None else _int(msg[5], "SUBSCRIBE end")
         return Subscribe(_int(msg[1], "SUBSCRIBE id"), _str(msg[2], "SUBSCRIBE pattern"),
-                         flt, start, after, end_tick)
+                         flt, start, after, end_tick, order)
     if kind == UNSUBSCRIBE:
         _arity(msg, 2, "UNSUBSCRIBE")
         return Unsubscribe(_int(msg[1], "UNSUBSCRIBE id"))
