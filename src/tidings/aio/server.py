@@ -61,7 +61,7 @@ from tidings.core.inputs import (
     WriteSynced,
 )
 from tidings.core.overlay.node_id import id_hex
-from tidings.storage import EventLog, load_or_create_identity
+from tidings.storage import DataDirectoryLock, EventLog, load_or_create_identity
 
 log = logging.getLogger("tidings.broker")
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -127,17 +127,22 @@ class BrokerServer:
         self._applying = False
         self._deferred: list[Input] = []
         self.worker: StorageWorker | None = None
+        self._lock: DataDirectoryLock | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        pubend = load_or_create_identity(self.data_dir, lambda: "p" + secrets.token_hex(8))
-        event_log = await asyncio.to_thread(
-            EventLog.open, self.data_dir / "log", segment_bytes_max=self.config.segment_bytes_max
-        )
+        self._lock = DataDirectoryLock.acquire(self.data_dir)  # before anything there is read
+        try:
+            pubend = load_or_create_identity(self.data_dir, lambda: "p" + secrets.token_hex(8))
+            event_log = await asyncio.to_thread(
+                EventLog.open, self.data_dir / "log", segment_bytes_max=self.config.segment_bytes_max
+            )
+        except BaseException:
+            self._lock.release()
+            raise
         self.core = Broker(self.config, pubend, log_state(event_log))
         self.worker = StorageWorker(
             event_log,
@@ -188,6 +193,8 @@ class BrokerServer:
         if self.worker is not None:
             await asyncio.to_thread(self.worker.stop)
             self.worker.log.close()
+        if self._lock is not None:
+            self._lock.release()  # only now may another broker open this directory
         self._stopped.set()
 
     def _new_connection(self) -> _Connection:
