@@ -74,7 +74,7 @@ def parse_start(text: str) -> Any:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    from tidings.aio.server import run_broker
+    from tidings.aio.server import JoinFailed, run_broker
 
     config = BrokerConfig()
     if args.config:
@@ -100,13 +100,18 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from tidings.storage import StorageError
 
     try:
-        run_broker(Path(args.data), host, port, config, ready, join=args.join, advertise=args.advertise)
+        run_broker(Path(args.data), host, port, config, ready, join=args.join, advertise=args.advertise,
+                   join_timeout_s=args.join_timeout)
     except (OSError, StorageError) as exc:
         raise CliError(f"cannot run broker: {exc}", EXIT_BROKER) from None
+    except JoinFailed as exc:
+        raise CliError(str(exc), EXIT_BROKER) from None
     return 0
 
 
 def _check_overlay_options(args: argparse.Namespace, host: str) -> None:
+    if not args.join_timeout > 0:
+        raise CliError("--join-timeout must be a positive number of seconds", EXIT_INPUT)
     for option in ("join", "advertise"):
         value = getattr(args, option)
         if value is not None:
@@ -205,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--listen", default="127.0.0.1:7400", help="HOST:PORT to listen on (default %(default)s)")
     b.add_argument("--join", metavar="HOST:PORT", help="join the overlay of the broker at this address "
                    "(without it, this broker starts a new overlay)")
+    b.add_argument("--join-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="give up (exit 1) when not in the overlay after this long (default %(default)s)")
     b.add_argument("--advertise", metavar="HOST:PORT",
                    help="the address other brokers reach this one at (default: the bound address)")
     b.add_argument("--config", help="TOML file setting limits and timers (see docs/configuration.md)")
