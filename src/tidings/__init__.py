@@ -41,15 +41,18 @@ _EXPORTS = {
     "Event": "tidings.core.event",
 }
 
+_SUBMODULES = ("sync", "testing")  # `tidings.sync.connect(...)` works after a bare `import tidings`
 __all__ = list(_EXPORTS)  # the lazily imported names
 
 
 def __dir__() -> list[str]:
     """What `dir(tidings)` shows: the public names (and the module's dunders), not our helpers."""
-    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
+    return sorted({*__all__, *_SUBMODULES, *(name for name in globals() if name.startswith("__"))})
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"tidings.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tidings' has no attribute {name!r}")

@@ -157,7 +157,7 @@ def cmd_pub(args: argparse.Namespace) -> int:
             res = client.publish(args.channel, args.payload, attrs)
             emit({"pubend": res.pubend, "tick": res.tick})
             return 0
-        lines = StdinLines(sys.stdin.buffer)
+        lines = StdinLines(sys.stdin.fileno())
         code = 0
         while batch := lines.batch():
             code = _publish_lines(client, args.channel, attrs, batch) or code
