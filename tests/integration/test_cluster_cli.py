@@ -173,6 +173,13 @@ def test_cluster_down_stops_members_restarted_by_hand_and_nothing_acked_is_lost(
     assert read >= acked >= 300
     out = tidings("cluster", "down", "--data", str(cluster_dir))
     assert out.returncode == 0 and json.loads(out.stdout)["stopped"] == 3
+    assert "stopped in" in Path(brokers[1]["log"]).read_text().splitlines()[-1]  # its final line
+
+    # without cluster.json, down still finds a broker running on a member's directory
+    hand = by_hand(brokers[2]["data"], brokers[2]["address"], brokers[0]["address"])
+    out = tidings("cluster", "down", "--data", str(cluster_dir))
+    assert out.returncode == 0 and json.loads(out.stdout) == {"stopped": 1, "killed": 0, "already_gone": 2}
+    assert hand.wait(10) == 0
 
 
 def test_cluster_restart_one_member_under_publishing(cluster_dir):

@@ -110,7 +110,7 @@ def _port(args: argparse.Namespace, index: int) -> int:
 def _spawn(root: Path, index: int, listen: str, join: str | None, config: str | None) -> dict[str, Any]:
     data = (root / f"broker-{index}").resolve()
     cmd = [sys.executable, "-m", "tidings.cli.main", "broker", "--data", str(data),
-           "--listen", listen, "--log-level", "warning"]
+           "--listen", listen, "--log-level", "info"]
     if join is not None:
         cmd += ["--join", join]
     if config is not None:
