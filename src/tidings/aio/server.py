@@ -29,7 +29,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tidings.aio.storage_worker import StorageWorker, log_state
 from tidings.core.broker import Broker
@@ -65,6 +65,9 @@ from tidings.core.inputs import (
 )
 from tidings.core.overlay.node_id import id_hex
 from tidings.storage import DataDirectoryLock, EventLog, load_or_create_identity
+
+if TYPE_CHECKING:
+    from tidings.aio.http import HttpEndpoint
 
 log = logging.getLogger("tidings.broker")
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -117,7 +120,7 @@ class JoinFailed(TidingsError):
 class BrokerServer:
     def __init__(self, data_dir: Path, host: str, port: int, config: BrokerConfig | None = None,
                  join: str | None = None, advertise: str | None = None,
-                 join_timeout_s: float = JOIN_TIMEOUT_S) -> None:
+                 join_timeout_s: float = JOIN_TIMEOUT_S, http: tuple[str, int] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
@@ -145,6 +148,8 @@ class BrokerServer:
         self._deferred: list[Input] = []
         self.worker: StorageWorker | None = None
         self._lock: DataDirectoryLock | None = None
+        self._http_at = http  # (host, port) for /metrics and /status; None serves no HTTP
+        self.http: HttpEndpoint | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -173,6 +178,12 @@ class BrokerServer:
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         self._schedule_retention()
+        if self._http_at is not None:
+            from tidings.aio.http import HttpEndpoint  # noqa: PLC0415 - only a broker asked to serve HTTP loads aiohttp
+
+            self.http = HttpEndpoint(self.core.status, *self._http_at)
+            await self.http.start()
+            log.info("serving /metrics and /status on http://%s", self.http.address)
         log.info("broker %s listening on %s:%d, log holds %d events", pubend, self.host, self.port,
                  event_log.record_count)
         self._run(self.core.start_overlay(time.monotonic_ns(), self.advertised, self.join,
@@ -218,6 +229,8 @@ class BrokerServer:
             await self._stopped.wait()
             return
         self._stop_began = time.monotonic()
+        if self.http is not None:
+            await self.http.stop()
         if self._server is not None:
             self._server.close()
         for task in list(self._dials):
@@ -393,13 +406,13 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
                ready: Any = None, join: str | None = None, advertise: str | None = None,
-               join_timeout_s: float = JOIN_TIMEOUT_S) -> None:
+               join_timeout_s: float = JOIN_TIMEOUT_S, http: tuple[str, int] | None = None) -> None:
     """Run a broker in the foreground until SIGINT or SIGTERM; `ready(server)` is called once listening
     (and in the overlay: a new one, or joining through the member at `join`). Raises the broker's
     `failure` (JoinFailed) when it stopped on its own."""
     async def main() -> None:
         server = BrokerServer(data_dir, host, port, config, join=join, advertise=advertise,
-                              join_timeout_s=join_timeout_s)
+                              join_timeout_s=join_timeout_s, http=http)
         await server.start()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -164,12 +164,14 @@ def _spark_summary(address: str, log: Path) -> list[dict[str, Any]]:
 def run_demo(data: Path, hosts: int, rounds: int, spark: bool, brokers: int = 3) -> int:
     data.mkdir(parents=True, exist_ok=True)
     print(f"starting {brokers} brokers in one overlay, their logs under {data}/cluster ...", flush=True)
-    cluster = Cluster(data / "cluster", brokers).start()
+    cluster = Cluster(data / "cluster", brokers, http=True).start()
     address = cluster[0].address
     ok = True
     try:
         print(f"brokers listening on {', '.join(b.address for b in cluster.brokers)}; publisher on {address}; "
               f"{hosts} hosts x {rounds} rounds x 2 metrics", flush=True)
+        print(f"metrics: {', '.join(f'http://{b.http_address}/metrics' for b in cluster.brokers)} "
+              f"(and /status)", flush=True)
         report = asyncio.run(_workload(cluster, hosts, rounds))
         print(f"\npublished {report['published']} events in {report['publish_seconds']} s, in rounds of "
               f"{2 * hosts} every 20 ms (each acknowledged after fsync)")

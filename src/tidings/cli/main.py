@@ -107,15 +107,23 @@ def cmd_broker(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _check_overlay_options(args, host)
 
+    http = None
+    if args.http is not None:
+        try:
+            http = parse_address(args.http, port_min=0)
+        except TidingsError as exc:
+            raise CliError(f"--http: {exc}", EXIT_INPUT) from None
+
     def ready(server: Any) -> None:
         emit({"listening": server.address, "pubend": server.core.pubend.pubend_id,
-              "node_id": server.node_id, "data": str(server.data_dir)})
+              "node_id": server.node_id, "data": str(server.data_dir),
+              **({"http": server.http.address} if server.http is not None else {})})
 
     from tidings.storage import StorageError
 
     try:
         run_broker(Path(args.data), host, port, config, ready, join=args.join, advertise=args.advertise,
-                   join_timeout_s=args.join_timeout)
+                   join_timeout_s=args.join_timeout, http=http)
     except (OSError, StorageError) as exc:
         raise CliError(f"cannot run broker: {exc}", EXIT_BROKER) from None
     except JoinFailed as exc:
@@ -276,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="give up (exit 1) when not in the overlay after this long (default %(default)s)")
     b.add_argument("--advertise", metavar="HOST:PORT",
                    help="the address other brokers reach this one at (default: the bound address)")
+    b.add_argument("--http", metavar="HOST:PORT", help="serve /metrics (Prometheus) and /status (JSON) over "
+                   "HTTP here (port 0: a free one, given in the ready line); off by default")
     b.add_argument("--config", help="TOML file setting limits and timers (see docs/configuration.md)")
     b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     b.set_defaults(func=cmd_broker)

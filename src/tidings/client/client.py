@@ -210,7 +210,7 @@ class Client:
             client._abort()
             if exc.code == errors.VERSION:  # a tidings broker, of another version
                 raise
-            raise NotABroker(f"{address} is not a tidings broker: {client._first_answer()} ({exc})") from None
+            raise NotABroker(f"{address} is not a tidings broker: {client._first_answer()}") from None
         except BaseException:
             client._abort()
             raise
