@@ -195,9 +195,13 @@ def test_sub_ending_at_timeout_exits_4(broker):
     (["pub", "a", "x", "--attr", "and=3"], "cannot be used in a filter"),
     (["pub", "a", "x", "--attr", "a=1", "--attr", "a=2"], "--attr a is given twice"),
     (["pub", "a", "x", "--attr", "s=" + "v" * 5000], "longer than 4096"),
+    (["demo", "--hosts", "0"], "--hosts must be at least 1"),
+    (["demo", "--brokers", "-1"], "--brokers must be at least 1"),
 ])
 def test_input_checks(broker, args, words):
-    out = tidings(*args[:1], "--broker", broker.address, *args[1:])
+    if args[0] == "demo":
+        args = [*args[:1], "--data", str(broker.data.parent / "demo"), *args[1:]]
+    out = tidings(*args[:1], *([] if args[0] == "demo" else ["--broker", broker.address]), *args[1:])
     assert out.returncode == 2, out.stderr
     assert words in out.stderr and out.stderr.count("\n") == 1 and out.stderr.startswith("tidings: error:")
 

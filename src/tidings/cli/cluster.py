@@ -79,7 +79,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     running = _running(_member_dirs(root, _read_cluster(root)))
     if running:
         data, pid = next(iter(running.items()))
-        raise CliError(f"a cluster is already up under {root} ({data.name} runs as pid {pid}); "
+        raise CliError(f"a cluster is already up under {root} (a broker runs on {data.name}, pid {pid or '?'}); "
                        f"run `tidings cluster down --data {root}` first", EXIT_BROKER)
     root.mkdir(parents=True, exist_ok=True)
     config = str(Path(args.config).resolve()) if args.config else None
@@ -269,7 +269,8 @@ def _stop(dirs: list[Path], timeout: float, children: list[subprocess.Popen[byte
     stuck = _running(dirs)
     if stuck:
         data, pid = next(iter(stuck.items()))
-        raise CliError(f"{data} is still held by pid {pid} after SIGKILL", EXIT_BROKER)
+        who = f"pid {pid}" if pid else "a process this user cannot inspect"
+        raise CliError(f"{data} is still held by {who} after SIGTERM and SIGKILL", EXIT_BROKER)
     return len(set(signalled) - set(left)), len(left)
 
 

@@ -264,6 +264,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from tidings.cli.demo import run_demo
 
+    for option in ("hosts", "rounds", "brokers"):
+        if getattr(args, option) < 1:
+            raise CliError(f"--{option} must be at least 1", EXIT_INPUT)
     return run_demo(Path(args.data), hosts=args.hosts, rounds=args.rounds, spark=not args.no_spark,
                     brokers=args.brokers)
 
