@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import threading
 from collections.abc import Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from tidings.core.event import Event
 from tidings.core.session import Start
 
 T = TypeVar("T")
+STOP_WAIT_S = 10.0  # for the loop's tasks to unwind, and then for its thread to end
 FOREVER = float("inf")  # a live subscription may rightly be silent for hours
 
 __all__ = ["Gap", "PublishResult", "SyncClient", "SyncSubscription", "connect"]
@@ -86,7 +88,7 @@ class SyncClient:
             timeout = self.request_timeout
         try:
             return fut.result(None if timeout == FOREVER else timeout)
-        except TimeoutError:
+        except BaseException:  # a timeout or Ctrl-C: the coroutine must not run on unwatched
             fut.cancel()
             raise
 
@@ -138,8 +140,18 @@ class SyncClient:
                 self._stop_loop()
 
     def _stop_loop(self) -> None:
+        """Cancel what still runs on the loop (a connect interrupted by Ctrl-C, say) and let it
+        unwind, then stop the loop: no task is left pending to be destroyed at exit."""
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(STOP_WAIT_S)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        self._thread.join(STOP_WAIT_S)
         if not self._loop.is_running():
             self._loop.close()
 

@@ -1,6 +1,7 @@
 """The `tidings` command as a user runs it: pub, sub, status, and its errors and exit codes."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -93,3 +94,5 @@ def test_demo_runs_a_cluster_and_every_stream_is_exactly_once_in_order(tmp_path)
     streams = [line for line in out.stdout.splitlines() if "delivered" in line]
     assert len(streams) == 4 and all("exactly once, in order" in line for line in streams)
     assert len({line.split(" at ")[1].split()[0] for line in streams}) == 3  # on all three brokers
+    assert re.search(r"latency publish -> delivery: p50 [0-9.]+ ms, p90 [0-9.]+ ms, p99 [0-9.]+ ms, max [0-9.]+ ms\n",
+                     out.stdout)

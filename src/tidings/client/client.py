@@ -21,12 +21,24 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tidings.core import errors
-from tidings.core.errors import BrokerError, GapError, ProtocolError, TidingsError
+from tidings.core.errors import (
+    AddressError,
+    BrokerError,
+    BrokerUnreachable,
+    ConnectionClosed,
+    GapError,
+    NotABroker,
+    ProtocolError,
+    StartError,
+    TidingsError,
+)
 from tidings.core.event import Event, event_from_fields
 from tidings.core.session import ClientSession, Start
 from tidings.core.wire import messages
 
 BUFFER_EVENTS_MAX = 50_000
+WELCOME_TIMEOUT_S = 3.0  # a broker answers HELLO at once; silence this long means something else listens
+FIRST_BYTES_SHOWN = 16  # of an answer that is not a tidings frame, quoted in NotABroker
 
 
 class PublishResult(NamedTuple):
@@ -58,15 +70,11 @@ class _PendingFrame:
                 fut.set_exception(exc)
 
 
-class ConnectionClosed(TidingsError):
-    code = "connection-closed"
-
-
 def parse_address(address: str, port_min: int = 1) -> tuple[str, int]:
     """HOST:PORT; a listening address may use port 0 (any free port)."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not port_min <= int(port) < 65536:
-        raise TidingsError(f"broker address must be HOST:PORT, got {address!r}", "bad-address")
+        raise AddressError(f"broker address must be HOST:PORT, got {address!r}")
     return host.strip("[]"), int(port)
 
 
@@ -170,26 +178,48 @@ class Client:
         self._reading_paused = False
         self._closed: BaseException | None = None
         self.buffer_events_max = BUFFER_EVENTS_MAX
+        self._first_bytes = b""  # what arrived before WELCOME, to say what answered instead
 
     @classmethod
     async def connect(cls, address: str, *, service: str = "tidings-client", instance: str | None = None,
                       timeout: float = 10.0) -> Client:
+        """Connect and handshake within `timeout` seconds. Raises BrokerUnreachable when no connection
+        can be made, NotABroker when what answers is not a tidings broker (it must answer HELLO
+        within WELCOME_TIMEOUT_S), BrokerError when the broker refuses the client."""
         host, port = parse_address(address)
         client = cls(ClientSession(service, instance or f"{socket.gethostname()}-{os.getpid()}"))
         loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             async with asyncio.timeout(timeout):
                 transport, _ = await loop.create_connection(lambda: _Protocol(client), host, port)
-                client._transport = transport  # type: ignore[assignment]
+        except (OSError, TimeoutError) as exc:
+            reason = str(exc) or f"no connection within {timeout:g} s"
+            raise BrokerUnreachable(f"cannot connect to broker at {address}: {reason}") from None
+        client._transport = transport  # type: ignore[assignment]
+        wait_s = max(0.0, min(WELCOME_TIMEOUT_S, timeout - (loop.time() - started)))
+        try:
+            async with asyncio.timeout(wait_s):
                 transport.write(client._session.hello())  # type: ignore[attr-defined]
                 await client._welcome
-        except (OSError, TimeoutError) as exc:
+        except TimeoutError:
             client._abort()
-            raise ConnectionClosed(f"cannot connect to broker at {address}: {exc or 'timed out'}") from None
+            raise NotABroker(f"{address} is not a tidings broker: it accepted the connection but did not "
+                             f"answer within {wait_s:g} s") from None
+        except (ProtocolError, ConnectionClosed) as exc:
+            client._abort()
+            if exc.code == errors.VERSION:  # a tidings broker, of another version
+                raise
+            raise NotABroker(f"{address} is not a tidings broker: {client._first_answer()}") from None
         except BaseException:
             client._abort()
             raise
         return client
+
+    def _first_answer(self) -> str:
+        if not self._first_bytes:
+            return "it closed the connection without answering"
+        return f"it answered {self._first_bytes[:FIRST_BYTES_SHOWN]!r}"
 
     @property
     def pubend(self) -> str | None:
@@ -269,7 +299,7 @@ class Client:
         subscriber of the same tree sees the same interleaving; starts now; see docs/delivery.md).
         """
         if on_gap not in ("raise", "event"):
-            raise TidingsError("on_gap must be 'raise' or 'event'", errors.BAD_START)
+            raise StartError("on_gap must be 'raise' or 'event'")
         self._check_open()
         sub_id, frame = self._session.subscribe(pattern, filter, start, end, order)
         sub = Subscription(self, sub_id, on_gap)
@@ -312,6 +342,8 @@ class Client:
     # ---- incoming --------------------------------------------------------------------------------
 
     def _data(self, data: bytes) -> None:
+        if not self._welcome.done() and len(self._first_bytes) < FIRST_BYTES_SHOWN:
+            self._first_bytes += data[:FIRST_BYTES_SHOWN]
         try:
             msgs = self._session.receive(data)
         except ProtocolError as exc:

@@ -14,7 +14,7 @@ from typing import Any
 
 from tidings.core import errors
 from tidings.core.channels import validate_channel, validate_pattern
-from tidings.core.errors import ProtocolError, TidingsError
+from tidings.core.errors import EventError, ProtocolError, StartError, TidingsError
 from tidings.core.event import datetime_to_tick, validate_attributes
 from tidings.core.filters import parse_filter
 from tidings.core.wire import messages
@@ -40,14 +40,14 @@ def start_spec(start: Start) -> tuple[str, int]:
     if start in (messages.START_NOW, messages.START_OLDEST):
         return str(start), 0
     if isinstance(start, bool):
-        raise TidingsError("start must be 'now', 'start', a tick or a datetime", errors.BAD_START)
+        raise StartError("start must be 'now', 'start', a tick or a datetime")
     if isinstance(start, int):
         if start < 0:
-            raise TidingsError("a start tick cannot be negative", errors.BAD_START)
+            raise StartError("a start tick cannot be negative")
         return messages.START_AFTER, start
     if isinstance(start, _dt.datetime):
         return messages.START_AFTER, max(0, datetime_to_tick(start) - 1)
-    raise TidingsError(f"start must be 'now', 'start', a tick or a datetime, not {start!r}", errors.BAD_START)
+    raise StartError(f"start must be 'now', 'start', a tick or a datetime, not {start!r}")
 
 
 class ClientSession:
@@ -96,13 +96,12 @@ class ClientSession:
         if isinstance(payload, str):
             payload = payload.encode("utf-8")
         elif not isinstance(payload, bytes | bytearray | memoryview):
-            raise TidingsError(f"payload must be bytes or str, not {type(payload).__name__}",
-                               errors.BAD_MESSAGE)
+            raise EventError(f"payload must be bytes or str, not {type(payload).__name__}")
         elif type(payload) is not bytes:
             payload = bytes(payload)
         if len(payload) > self.event_bytes_max:
-            raise TidingsError(f"payload of {len(payload)} bytes exceeds event_bytes_max="
-                               f"{self.event_bytes_max}", errors.EVENT_TOO_LARGE)
+            raise EventError(f"payload of {len(payload)} bytes exceeds event_bytes_max="
+                             f"{self.event_bytes_max}", errors.EVENT_TOO_LARGE)
         return [channel, validate_attributes(attributes) if attributes else {}, payload]
 
     def publish(self, events: list[list[Any]]) -> list[tuple[int, int, bytes]]:
@@ -134,11 +133,11 @@ class ClientSession:
             parse_filter(filter)
         kind, after = start_spec(start)
         if end is not None and (isinstance(end, bool) or not isinstance(end, int) or end < 0):
-            raise TidingsError("end must be a non-negative tick", errors.BAD_START)
+            raise StartError("end must be a non-negative tick")
         if order not in messages.ORDERS:
-            raise TidingsError(f"order must be one of {', '.join(messages.ORDERS)}", errors.BAD_START)
+            raise StartError(f"order must be one of {', '.join(messages.ORDERS)}")
         if order == messages.ORDER_TOTAL and (kind != messages.START_NOW or end is not None):
-            raise TidingsError("a total-order subscription starts now and has no end", errors.BAD_START)
+            raise StartError("a total-order subscription starts now and has no end")
         self._next_sub += 1
         msg = messages.Subscribe(self._next_sub, pattern, filter or None, kind, after, end, order)
         return self._next_sub, messages.subscribe(msg)

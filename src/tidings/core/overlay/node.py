@@ -37,7 +37,10 @@ leaf set to its leaves and announces itself to the other nodes it knows, and the
 a node takes a new member into its leaf set it sends it its own leaf set, which is how nodes that
 joined side by side at the same time come to know each other; a node only named by a third party
 enters a leaf set once it has answered a keep-alive, so stale lists cannot plant dead leaves. A
-join that has not completed after `join_timeout_ns` is asked again.
+join that has not completed after `join_timeout_ns` is asked again; when the bootstrap cannot even
+be reached, sooner: after `join_retry_interval_ns_min`, doubling at each unreachable attempt up to
+`join_timeout_ns` (backoff, so a bootstrap that is not up yet is found quickly and a dead one is not
+hammered).
 
 Failure: leaves exchange keep-alives every `keepalive_interval_ns` (and any message is a sign of
 life); a leaf silent for `failure_timeout_ns`, or one the transport reports unreachable, is failed:
@@ -93,6 +96,7 @@ class OverlayConfig:
     keepalive_interval_ns: int = SECOND_NS
     failure_timeout_ns: int = 3 * SECOND_NS
     join_timeout_ns: int = 5 * SECOND_NS
+    join_retry_interval_ns_min: int = SECOND_NS // 10  # first retry after an unreachable bootstrap
     route_hops_max: int = 40
     routing_repair_interval_ns: int = 30 * SECOND_NS
     failed_memory_ns: int = 60 * SECOND_NS  # third-party mentions of a failed node are ignored
@@ -107,6 +111,7 @@ class OverlayNode:
         "_failed",
         "_heard_ns",
         "_join_deadline_ns",
+        "_join_retry_ns",
         "_joined",
         "_keepalive_ns",
         "_leaf_version",
@@ -133,6 +138,7 @@ class OverlayNode:
         self.neighbourhood = NeighbourhoodSet(config.neighbourhood_size)
         self._joined = False
         self._bootstrap: str | None = None
+        self._join_retry_ns = config.join_retry_interval_ns_min
         self._join_deadline_ns: int | None = None
         self._keepalive_ns: int | None = None
         self._repair_ns: int | None = None
@@ -360,6 +366,9 @@ class OverlayNode:
     def peer_unreachable(self, now: int, address: str) -> list[OverlayEffect]:
         """The transport could not reach `address` (refused, reset): the node there has failed."""
         out: list[OverlayEffect] = []
+        if not self._joined and address == self._bootstrap:  # try again soon, backing off
+            self._join_deadline_ns = now + self._join_retry_ns
+            self._join_retry_ns = min(2 * self._join_retry_ns, self.config.join_timeout_ns)
         node = self._probing.pop(address, None) or self._find(address)
         if node is not None:
             self._fail(now, node, out)
