@@ -6,15 +6,17 @@
 - `SubscriptionIndex` (filters/) finds the subscriptions an event matches without testing each;
 - `Subend` (subend.py) delivers one subscription in tick order, live or catching up from the log;
 - `PeerLinks` (peers.py) holds one connection per pair of brokers, and `ClusterMember` (cluster.py)
-  this broker's Pastry node and Scribe agent, once `start_overlay` has been called.
+  this broker's Pastry node, Scribe agent and `ReliabilityNode` (reliability/node.py), once
+  `start_overlay` has been called.
 
-Across brokers (DESIGN §2): each durable event is published, once per tree, on the exact tree of its
-channel and on the prefix trees that can hold its subscribers (`a/b/c`, `a/b/c/#`, `a/b/#`, `a/#`,
-`#`: multicast/trees.py); each live subscription
-makes this broker a member of one tree. Events that arrive down a tree are delivered to the local
-subscriptions of that tree that they match, live and best effort in this release (events of this
-broker's own pubend are delivered locally already and skipped). Clients and peers share the
-listening port; a connection whose first frame is PEER_HELLO belongs to the peer links.
+Across brokers (DESIGN §2, docs/delivery.md): each sync's durable events become knowledge of this
+pubend's stream on the trees of their channels (`a/b/c`, `a/b/c/#`, `a/b/#`, `a/#`, `#`:
+multicast/trees.py); each live subscription makes this broker a member of one tree, and the
+reliability node hands the broker other pubends' events of that tree (`Deliver`) in tick order,
+exactly once, for the subscriptions that consume them; the broker matches each against each
+subscription's pattern and filter and sends it. This broker's own events reach its publisher-order
+subscriptions from its own fan-out and log. Clients and peers share the listening port; a
+connection whose first frame is PEER_HELLO belongs to the peer links.
 
 The broker holds no protocol rule beyond checking published events (channel, attributes, size),
 which every path shares. It never blocks: each `handle` returns effects for the runtime to apply.
@@ -482,20 +484,9 @@ class Broker:
     def _publish_to_trees(self, batches: list[Any], out: list[Effect]) -> None:
         """Each durable event goes to the trees that may hold its subscribers, as knowledge of this
         pubend's stream on each (reliability/source.py)."""
-        by_tree: dict[str, list[tuple[int, bytes]]] = {}
-        run: list[tuple[int, bytes]] = []  # consecutive events of one channel: each tree takes them in one go
-        run_channel = ""  # no channel is empty
-        for batch in batches:
-            for tick, channel, _, record in batch.deliveries:
-                if channel != run_channel:
-                    if run:
-                        self._extend_trees(by_tree, run_channel, run)
-                    run, run_channel = [], channel
-                run.append((tick, record))
-        if run:
-            self._extend_trees(by_tree, run_channel, run)
-        if by_tree:
-            self._reliability(self._gd().published(self.now, by_tree, self.pubend.synced_tick), out)
+        deliveries = [d for batch in batches for d in batch.deliveries]
+        if deliveries:
+            self._reliability(self._gd().published(self.now, deliveries, self.pubend.synced_tick), out)
 
     def _trees_of(self, channel: str) -> list[str]:
         """The trees of a valid channel, from the cache (which a publish filled unless it was
@@ -506,14 +497,6 @@ class Broker:
                 self._channel_trees.clear()
             trees = self._channel_trees[channel] = publish_trees(channel)
         return trees
-
-    def _extend_trees(self, by_tree: dict[str, list[tuple[int, bytes]]], channel: str,
-                      records: list[tuple[int, bytes]]) -> None:
-        for tree in self._trees_of(channel):
-            if tree in by_tree:
-                by_tree[tree] += records
-            else:
-                by_tree[tree] = records.copy()
 
     def _adopt_peer(self, c: ClientConnection, msg: PeerHandover, out: list[Effect]) -> None:
         del self.connections[c.conn]

@@ -136,8 +136,10 @@ class ReliabilityNode:
         self.timers.set(SILENCE, now + self.config.silence_interval_ns)
         return self._source(now, self.source.recover(last_tick))
 
-    def published(self, now: int, by_tree: dict[str, list[tuple[int, bytes]]], synced: int) -> list[Any]:
-        return self._source(now, self.source.published(now, by_tree, synced))
+    def published(self, now: int, deliveries: list[tuple[int, str, Any, bytes]], synced: int) -> list[Any]:
+        """A sync made `deliveries` (tick, channel, attributes, record) and every tick up to
+        `synced` durable."""
+        return self._source(now, self.source.published(now, deliveries, synced))
 
     def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState) -> list[Any]:
         return self._source(now, self.source.log_read(now, reader, records, log))
