@@ -4,7 +4,8 @@
 - `Pubend` (reliability/pubend.py) gives ticks, and holds batches until the runtime reports them
   synced; only then are publishers acknowledged and events fanned out (knowledge is durable);
 - `SubscriptionIndex` (filters/) finds the subscriptions an event matches without testing each;
-- `Subend` (subend.py) delivers one subscription in tick order, live or catching up from the log;
+- `Subend` (reliability/subend.py) delivers one subscription's own-pubend events in tick order,
+  live or catching up from the log;
 - `PeerLinks` (peers.py) holds one connection per pair of brokers, and `ClusterMember` (cluster.py)
   this broker's Pastry node, Scribe agent and `ReliabilityNode` (reliability/node.py), once
   `start_overlay` has been called.
@@ -62,7 +63,7 @@ from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.peers import PeerLinks, RttMeasured
 from tidings.core.reliability.node import Deliver, ReliabilityNode
 from tidings.core.reliability.pubend import Pubend
-from tidings.core.subend import Subend
+from tidings.core.reliability.subend import Subend
 from tidings.core.wire import messages
 
 CHANNEL_CACHE_MAX = 65_536
