@@ -59,6 +59,7 @@ class BrokerConfig:
     join_timeout_ns: int = 5 * SECOND_NS
     route_hops_max: int = 40
     routing_repair_interval_ns: int = 30 * SECOND_NS
+    revive_interval_ns: int = 10 * SECOND_NS  # a failed broker is asked again: partitions heal
     # multicast trees (Scribe)
     heartbeat_interval_ns: int = 1 * SECOND_NS
     parent_timeout_ns: int = 3 * SECOND_NS
@@ -121,6 +122,7 @@ class BrokerConfig:
             keepalive_interval_ns=self.keepalive_interval_ns, failure_timeout_ns=self.failure_timeout_ns,
             join_timeout_ns=self.join_timeout_ns, route_hops_max=self.route_hops_max,
             routing_repair_interval_ns=self.routing_repair_interval_ns,
+            revive_interval_ns=self.revive_interval_ns,
         )
 
     def scribe_config(self) -> ScribeConfig:

@@ -146,6 +146,11 @@ class PeerLinks:
     def owns(self, conn: int) -> bool:
         return conn in self._conns
 
+    def address_of(self, conn: int) -> str | None:
+        """The peer a connection of ours leads to (as far as its handshake has told)."""
+        c = self._conns.get(conn)
+        return None if c is None else c.address
+
     def send(self, now: int, address: str, message: list[Any]) -> list[Effect]:
         """Send one message to the broker at `address`, dialling it first if need be."""
         assert address != self.me.address, "a broker does not send to itself"

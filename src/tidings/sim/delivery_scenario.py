@@ -27,7 +27,7 @@ from tidings.sim.network import Network
 from tidings.sim.peer_faults import PeerFaults
 from tidings.sim.world import MILLISECOND_NS, SECOND_NS, World
 
-FAULTS = ("forwarder", "root", "parent", "publisher", "stall")
+FAULTS = ("forwarder", "root", "parent", "publisher", "stall", "partition")
 MAIN_TREE = "nodes/#"
 SUBSCRIPTIONS = (  # pattern, filter
     ("nodes/#", None),
@@ -43,7 +43,7 @@ SLOW_READER_BYTES_PER_S = 8_000  # a few dozen events a second: far below the pu
 CONFIG = BrokerConfig(
     leaf_set_size=4, keepalive_interval_ns=200 * MILLISECOND_NS, failure_timeout_ns=600 * MILLISECOND_NS,
     heartbeat_interval_ns=200 * MILLISECOND_NS, parent_timeout_ns=600 * MILLISECOND_NS,
-    ping_interval_ns=SECOND_NS, gap_curiosity_ns=50 * MILLISECOND_NS, nack_repeat_ns_min=150 * MILLISECOND_NS,
+    ping_interval_ns=SECOND_NS, revive_interval_ns=SECOND_NS, gap_curiosity_ns=50 * MILLISECOND_NS, nack_repeat_ns_min=150 * MILLISECOND_NS,
     nack_repeat_ns_max=2 * SECOND_NS, silence_interval_ns=100 * MILLISECOND_NS,
     send_queue_bytes_max=4096, stream_cache_bytes_max=4096,  # small, so slow readers and caches hit them
 )
@@ -164,7 +164,28 @@ class DeliveryRun:
             count = len(sub.received)
             self.run(2 * SECOND_NS)
 
+    def _partition(self) -> None:
+        """Cut the overlay in two random halves for a few seconds (the trees and the overlay split
+        and repair on each side), then heal it."""
+        order = list(range(len(self.nodes)))
+        self.rng.shuffle(order)
+        side = set(order[: len(order) // 2])
+        a = {self.nodes[i].address for i in side}
+        b = {node.address for node in self.nodes} - a
+        for i, node in enumerate(self.nodes):
+            assert node.peer_faults is not None
+            node.peer_faults.cut = b if i in side else a
+        self.faults_done.append(f"partition: {sorted(side)}")
+        self.run(3 * SECOND_NS)
+        for node in self.nodes:
+            assert node.peer_faults is not None
+            node.peer_faults.cut = set()
+        self.run(400 * MILLISECOND_NS)
+
     def _inject(self, fault: str, clients: set[int], pub_at: list[int]) -> None:
+        if fault == "partition":
+            self._partition()
+            return
         root = self.rendezvous(MAIN_TREE)
         if fault == "publisher":
             target: int | None = pub_at[0]
