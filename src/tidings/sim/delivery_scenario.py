@@ -43,7 +43,8 @@ SLOW_READER_BYTES_PER_S = 8_000  # a few dozen events a second: far below the pu
 CONFIG = BrokerConfig(
     leaf_set_size=4, keepalive_interval_ns=200 * MILLISECOND_NS, failure_timeout_ns=600 * MILLISECOND_NS,
     heartbeat_interval_ns=200 * MILLISECOND_NS, parent_timeout_ns=600 * MILLISECOND_NS,
-    ping_interval_ns=SECOND_NS, revive_interval_ns=SECOND_NS, gap_curiosity_ns=50 * MILLISECOND_NS, nack_repeat_ns_min=150 * MILLISECOND_NS,
+    ping_interval_ns=SECOND_NS, revive_interval_ns=SECOND_NS, gap_curiosity_ns=50 * MILLISECOND_NS,
+    nack_repeat_ns_min=150 * MILLISECOND_NS,
     nack_repeat_ns_max=2 * SECOND_NS, silence_interval_ns=100 * MILLISECOND_NS,
     send_queue_bytes_max=4096, stream_cache_bytes_max=4096,  # small, so slow readers and caches hit them
 )
