@@ -29,7 +29,10 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from tidings.aio.auth_file import load_policy
 from tidings.aio.storage_worker import StorageWorker, log_state
+from tidings.core.auth.guard import Guard
+from tidings.core.auth.policy import AuthFileError, AuthPolicy
 from tidings.core.broker import Broker
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import (
@@ -106,8 +109,11 @@ class _Connection(asyncio.Protocol):
 
 class BrokerServer:
     def __init__(self, data_dir: Path, host: str, port: int, config: BrokerConfig | None = None,
-                 join: str | None = None, advertise: str | None = None) -> None:
+                 join: str | None = None, advertise: str | None = None, auth: Path | None = None,
+                 allow_anonymous: bool = False) -> None:
         self.data_dir = Path(data_dir)
+        self.auth = auth  # the auth file; None lets anonymous clients in (the CLI allows that on loopback)
+        self.allow_anonymous = allow_anonymous
         self.host = host
         self.port = port
         self.config = config or BrokerConfig()
@@ -138,7 +144,7 @@ class BrokerServer:
         event_log = await asyncio.to_thread(
             EventLog.open, self.data_dir / "log", segment_bytes_max=self.config.segment_bytes_max
         )
-        self.core = Broker(self.config, pubend, log_state(event_log))
+        self.core = Broker(self.config, pubend, log_state(event_log), Guard(self._policy(), secrets.token_bytes))
         self.worker = StorageWorker(
             event_log,
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
@@ -155,6 +161,21 @@ class BrokerServer:
                  event_log.record_count)
         self._run(self.core.start_overlay(time.monotonic_ns(), self.advertised, self.join,
                                           random.Random(secrets.randbits(64))))
+
+    def _policy(self) -> AuthPolicy:
+        return AuthPolicy.open() if self.auth is None else load_policy(self.auth, self.allow_anonymous)
+
+    def reload_auth(self) -> None:
+        """Read the auth file again (SIGHUP): new rules and limits apply to the next request. A
+        file that does not parse is reported and the rules in force stay."""
+        if self.auth is None or self.core is None:
+            return
+        try:
+            self.core.guard.reload(self._policy())
+        except AuthFileError as exc:
+            log.error("auth file not reloaded, the previous rules stay in force: %s", exc)
+            return
+        log.info("auth file %s reloaded", self.auth)
 
     @property
     def address(self) -> str:
@@ -337,15 +358,18 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
-               ready: Any = None, join: str | None = None, advertise: str | None = None) -> None:
+               ready: Any = None, join: str | None = None, advertise: str | None = None,
+               auth: Path | None = None, allow_anonymous: bool = False) -> None:
     """Run a broker in the foreground until SIGINT or SIGTERM; `ready(server)` is called once listening
-    (and in the overlay: a new one, or joining through the member at `join`)."""
+    (and in the overlay: a new one, or joining through the member at `join`). SIGHUP rereads `auth`."""
     async def main() -> None:
-        server = BrokerServer(data_dir, host, port, config, join=join, advertise=advertise)
+        server = BrokerServer(data_dir, host, port, config, join=join, advertise=advertise, auth=auth,
+                              allow_anonymous=allow_anonymous)
         await server.start()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop()))
+        loop.add_signal_handler(signal.SIGHUP, server.reload_auth)
         if ready is not None:
             ready(server)
         await server.wait_stopped()

@@ -17,6 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from tidings.cli import auth as auth_cli
 from tidings.cli import cluster as cluster_cli
 from tidings.cli import sim as sim_cli
 from tidings.cli.common import EXIT_BROKER, EXIT_INPUT, EXIT_UNREACHABLE, CliError, emit
@@ -91,6 +92,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_INPUT) from None
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    auth = auth_cli.broker_auth(args, host)
     _check_overlay_options(args, host)
 
     def ready(server: Any) -> None:
@@ -100,7 +102,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from tidings.storage import StorageError
 
     try:
-        run_broker(Path(args.data), host, port, config, ready, join=args.join, advertise=args.advertise)
+        run_broker(Path(args.data), host, port, config, ready, join=args.join, advertise=args.advertise,
+                   auth=auth, allow_anonymous=args.allow_anonymous)
     except (OSError, StorageError) as exc:
         raise CliError(f"cannot run broker: {exc}", EXIT_BROKER) from None
     return 0
@@ -125,7 +128,8 @@ def _check_overlay_options(args: argparse.Namespace, host: str) -> None:
 def _connect(args: argparse.Namespace) -> Any:
     from tidings import sync
 
-    return sync.connect(args.broker, service=args.service, instance=args.instance, timeout=args.connect_timeout)
+    return sync.connect(args.broker, service=args.service, instance=args.instance, timeout=args.connect_timeout,
+                        credential=args.credential)
 
 
 def cmd_pub(args: argparse.Namespace) -> int:
@@ -209,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the address other brokers reach this one at (default: the bound address)")
     b.add_argument("--config", help="TOML file setting limits and timers (see docs/configuration.md)")
     b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    auth_cli.broker_options(b)
     b.set_defaults(func=cmd_broker)
 
     def client_opts(sp: argparse.ArgumentParser) -> None:
@@ -216,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--service", default="tidings-cli", help="source service stamped on published events")
         sp.add_argument("--instance", default=None, help="source instance (default HOSTNAME-PID)")
         sp.add_argument("--connect-timeout", type=float, default=10.0, help="seconds (default %(default)s)")
+        sp.add_argument("--credential", metavar="NAME:SECRET",
+                        help="authenticate as this identity (default $TIDINGS_CREDENTIAL)")
 
     pb = sub.add_parser("pub", help="publish one event, or one per stdin line")
     client_opts(pb)
@@ -237,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     sb.set_defaults(func=cmd_sub)
 
     cluster_cli.add_parser(sub)
+    auth_cli.add_parser(sub)
     sim_cli.add_parser(sub)
 
     st = sub.add_parser("status", help="print the broker's counters, overlay, peers and trees")

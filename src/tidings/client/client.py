@@ -15,18 +15,21 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import secrets
 import socket
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tidings.core import errors
+from tidings.core.auth.credentials import NONCE_BYTES, Credential, parse_credential
 from tidings.core.errors import BrokerError, GapError, ProtocolError, TidingsError
 from tidings.core.event import Event, event_from_fields
 from tidings.core.session import ClientSession, Start
 from tidings.core.wire import messages
 
 BUFFER_EVENTS_MAX = 50_000
+CREDENTIAL_ENV = "TIDINGS_CREDENTIAL"
 
 
 class PublishResult(NamedTuple):
@@ -173,9 +176,15 @@ class Client:
 
     @classmethod
     async def connect(cls, address: str, *, service: str = "tidings-client", instance: str | None = None,
-                      timeout: float = 10.0) -> Client:
+                      timeout: float = 10.0, credential: str | Credential | None = None) -> Client:
+        """`credential`: NAME:SECRET as `tidings auth add` printed it (default: $TIDINGS_CREDENTIAL);
+        with it the client authenticates, and NAME is the service stamped on its events."""
         host, port = parse_address(address)
-        client = cls(ClientSession(service, instance or f"{socket.gethostname()}-{os.getpid()}"))
+        credential = credential or os.environ.get(CREDENTIAL_ENV) or None
+        if isinstance(credential, str):
+            credential = parse_credential(credential)
+        client = cls(ClientSession(service, instance or f"{socket.gethostname()}-{os.getpid()}", credential,
+                                   secrets.token_bytes(NONCE_BYTES)))
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
@@ -354,6 +363,13 @@ class Client:
             self._error(msg)
         elif isinstance(msg, messages.Welcome) and not self._welcome.done():
             self._welcome.set_result(None)
+        elif isinstance(msg, messages.Challenge) and self._transport is not None:
+            try:
+                self._transport.write(self._session.answer(msg))
+            except ProtocolError as exc:
+                self._closed = exc
+                self._lost(None)
+                self._abort()
 
     def _acked(self, msg: messages.Ack) -> None:
         frame = self._frames.pop(msg.seq, None)

@@ -3,7 +3,8 @@
 The broker listens on 127.0.0.1 (port 0 picks a free one the first time; a restart reuses the
 port) and prints a JSON ready line, which `start` waits for with a deadline instead of sleeping.
 `spawn` and `wait_ready` are the two halves of `start`, so several brokers can start at once.
-With `join` the broker joins the overlay of the broker at that address.
+With `join` the broker joins the overlay of the broker at that address; `args` adds options (such
+as `--auth FILE`), and `credential` is what `status` authenticates with.
 """
 
 from __future__ import annotations
@@ -39,8 +40,11 @@ def wait_for(condition: Callable[[], T], timeout: float = 10.0, interval: float 
 
 class BrokerProcess:
     def __init__(self, data: Path, config: dict[str, int] | None = None, port: int = 0,
-                 start_timeout: float = 30.0, join: str | None = None) -> None:
+                 start_timeout: float = 30.0, join: str | None = None, args: list[str] | None = None,
+                 credential: str | None = None) -> None:
         self.data = Path(data)
+        self.args = args or []  # more `tidings broker` options, e.g. ["--auth", FILE]
+        self.credential = credential  # what `status` authenticates with
         self.port = port
         self.config = config
         self.start_timeout = start_timeout
@@ -62,6 +66,7 @@ class BrokerProcess:
                "--listen", f"127.0.0.1:{self.port}", "--log-level", "warning"]
         if self.join is not None:
             cmd += ["--join", self.join]
+        cmd += self.args
         if self.config:
             self.data.mkdir(parents=True, exist_ok=True)
             path = self.data.parent / f"{self.data.name}.toml"
@@ -86,7 +91,8 @@ class BrokerProcess:
 
     def status(self, timeout: float = 10.0) -> dict[str, Any]:
         """The broker's status, as `tidings status --json` prints it."""
-        with sync.connect(self.address, service="tidings-testing", timeout=timeout) as client:
+        with sync.connect(self.address, service="tidings-testing", timeout=timeout,
+                          credential=self.credential) as client:
             status: dict[str, Any] = client.status()
         return status
 

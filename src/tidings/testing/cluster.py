@@ -24,13 +24,16 @@ LEAF_SET_SIZE = 16  # BrokerConfig's default
 
 class Cluster:
     def __init__(self, root: Path, size: int, config: dict[str, int] | None = None,
-                 start_timeout: float = 60.0, identities: list[str] | None = None) -> None:
+                 start_timeout: float = 60.0, identities: list[str] | None = None,
+                 args: list[str] | None = None, credential: str | None = None) -> None:
         assert size >= 1 and (identities is None or len(identities) == size)
         self.root = Path(root)
         self.size = size
         self.config = config
         self.start_timeout = start_timeout
         self.identities = identities
+        self.args = args  # more options for every broker, e.g. ["--auth", FILE]
+        self.credential = credential  # what `status` authenticates with
         self.brokers: list[BrokerProcess] = []
 
     def __enter__(self) -> Cluster:
@@ -43,11 +46,13 @@ class Cluster:
         for i, pubend in enumerate(self.identities or []):
             load_or_create_identity(self.root / f"broker-{i}", lambda pubend=pubend: pubend)
         try:
-            first = BrokerProcess(self.root / "broker-0", self.config, start_timeout=self.start_timeout)
+            first = BrokerProcess(self.root / "broker-0", self.config, start_timeout=self.start_timeout,
+                                  args=self.args, credential=self.credential)
             self.brokers.append(first)
             first.start()
             others = [BrokerProcess(self.root / f"broker-{i}", self.config, start_timeout=self.start_timeout,
-                                    join=first.address) for i in range(1, self.size)]
+                                    join=first.address, args=self.args, credential=self.credential)
+                      for i in range(1, self.size)]
             self.brokers += others
             for b in others:
                 b.spawn()

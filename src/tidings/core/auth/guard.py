@@ -1,0 +1,175 @@
+"""The broker's gatekeeper: who a connection is, what it may do, and how much of it.
+
+The broker holds one Guard and asks it at three moments, before anything is logged or a tree is
+joined: the handshake (connection.py: `hello` and `proof`, then `admitted`, which also counts the
+identity's connections against connections_max), each PUBLISH (`check_publish`: the rules for each
+event's channel, then the identity's publish rates) and each SUBSCRIBE (`check_subscribe`: the
+rules for the pattern and subscriptions_max). Each refusal is a TidingsError for the broker to send
+to the client, counted per identity for `tidings status`. `reload` swaps in a new policy (SIGHUP):
+rules and limits apply to the next request, connections already open keep their identity.
+
+The guard keeps the open connections of each identity (their subscription tables are the count
+subscriptions_max is held against) and one pair of token buckets per identity and broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from tidings.core.auth.handshake import AuthError, Principal, ServerHandshake, admit_anonymous
+from tidings.core.auth.limits import TokenBucket
+from tidings.core.auth.policy import AuthPolicy, Limits
+from tidings.core.errors import TidingsError
+
+FORBIDDEN = "forbidden"
+LIMIT = "limit-exceeded"
+NonceSource = Callable[[int], bytes]  # n -> n unpredictable bytes (the runtime's secrets.token_bytes)
+SERVER_NONCE_BYTES = 24
+
+
+class Member(Protocol):
+    """What the guard needs of a client connection."""
+
+    conn: int
+    subs: dict[int, Any]
+
+
+class _Account:
+    """One identity's use of this broker."""
+
+    __slots__ = ("bytes", "conns", "events", "refusals")
+
+    def __init__(self) -> None:
+        self.conns: dict[int, Member] = {}
+        self.events: TokenBucket | None = None
+        self.bytes: TokenBucket | None = None
+        self.refusals = 0
+
+
+class Guard:
+    @classmethod
+    def open(cls) -> Guard:
+        """The guard of a broker without an auth file: anonymous clients, nothing else (so no nonce
+        is ever drawn)."""
+        def no_nonce(n: int) -> bytes:
+            raise AssertionError("an open policy has no identity to challenge")
+        return cls(AuthPolicy.open(), no_nonce)
+
+    def __init__(self, policy: AuthPolicy, nonce: NonceSource) -> None:
+        self.policy = policy
+        self.nonce = nonce
+        self._accounts: dict[str, _Account] = {}
+        self.refusals = 0
+
+    def reload(self, policy: AuthPolicy) -> None:
+        self.policy = policy
+        for account in self._accounts.values():  # rates may have changed: start full again
+            account.events = account.bytes = None
+
+    # ---- the handshake ---------------------------------------------------------------------------
+
+    def hello(self, service: str, instance: str, client_nonce: bytes | None) -> Principal | ServerHandshake:
+        """An anonymous client's principal, or the challenge for one that authenticates."""
+        try:
+            if client_nonce is None:
+                return admit_anonymous(self.policy, service, instance)
+            return ServerHandshake(self.policy, service, instance, client_nonce,
+                                   lambda: self.nonce(SERVER_NONCE_BYTES))
+        except AuthError:
+            self.refusals += 1
+            raise
+
+    def failed(self) -> None:
+        """A proof was wrong (the handshake reports it)."""
+        self.refusals += 1
+
+    def admitted(self, principal: Principal, member: Member) -> None:
+        """The handshake succeeded: count the connection, unless the identity has enough."""
+        account = self._account(principal.identity)
+        limit = self.policy.limits_of(principal.identity).connections_max
+        if limit is not None and len(account.conns) >= limit:
+            self._refused(account)
+            raise TidingsError(f"identity {principal.identity!r} already has connections_max={limit} "
+                               f"connections to this broker", LIMIT)
+        account.conns[member.conn] = member
+
+    def left(self, identity: str, conn: int) -> None:
+        account = self._accounts.get(identity)
+        if account is not None:
+            account.conns.pop(conn, None)
+            if not account.conns and not account.refusals:
+                del self._accounts[identity]
+
+    # ---- requests --------------------------------------------------------------------------------
+
+    def check_publish(self, identity: str, events: list[Any], now: int) -> dict[int, TidingsError]:
+        """Refusals by index into `events`: channels the rules deny, then what exceeds the rates.
+        Malformed events are left to the broker's own checks."""
+        policy = self.policy
+        limits = policy.limits_of(identity)
+        rules = policy.rules
+        if not rules.enabled and limits.publish_events_per_s is None and limits.publish_bytes_per_s is None:
+            return {}
+        account = self._account(identity)
+        refused: dict[int, TidingsError] = {}
+        for i, ev in enumerate(events):
+            channel = ev[0] if type(ev) is list and len(ev) == 3 and type(ev[0]) is str else None
+            if channel is None:
+                continue
+            if not rules.may_publish(identity, channel):
+                refused[i] = TidingsError(f"identity {identity!r} may not publish on {channel!r}", FORBIDDEN)
+            elif not self._within_rates(account, limits, ev, now):
+                refused[i] = TidingsError(f"identity {identity!r} is over its publish rate "
+                                          f"(publish_events_per_s / publish_bytes_per_s): retry later", LIMIT)
+        account.refusals += len(refused)
+        self.refusals += len(refused)
+        return refused
+
+    @staticmethod
+    def _within_rates(account: _Account, limits: Limits, ev: list[Any], now: int) -> bool:
+        if limits.publish_events_per_s is not None and account.events is None:
+            account.events = TokenBucket(limits.publish_events_per_s, limits.publish_burst_s, now)
+        if limits.publish_bytes_per_s is not None and account.bytes is None:
+            account.bytes = TokenBucket(limits.publish_bytes_per_s, limits.publish_burst_s, now)
+        size = len(ev[2]) if type(ev[2]) is bytes else 0
+        if account.bytes is not None and account.bytes.available(now) < size:
+            return False
+        if account.events is not None and not account.events.take(now, 1):
+            return False
+        return account.bytes is None or account.bytes.take(now, size)
+
+    def check_subscribe(self, identity: str, pattern: str) -> TidingsError | None:
+        account = self._account(identity)
+        error = None
+        limit = self.policy.limits_of(identity).subscriptions_max
+        if not self.policy.rules.may_subscribe(identity, pattern):
+            error = TidingsError(f"identity {identity!r} may not subscribe to {pattern!r}", FORBIDDEN)
+        elif limit is not None and sum(len(m.subs) for m in account.conns.values()) >= limit:
+            error = TidingsError(f"identity {identity!r} has subscriptions_max={limit} subscriptions at "
+                                 f"this broker", LIMIT)
+        if error is not None:
+            self._refused(account)
+        return error
+
+    # ---- observation -----------------------------------------------------------------------------
+
+    def _account(self, identity: str) -> _Account:
+        account = self._accounts.get(identity)
+        if account is None:
+            account = self._accounts[identity] = _Account()
+        return account
+
+    def _refused(self, account: _Account) -> None:
+        account.refusals += 1
+        self.refusals += 1
+
+    def status(self) -> dict[str, Any]:
+        return {"auth": {
+            "anonymous_allowed": self.policy.anonymous,
+            "identities_known": len(self.policy.identities),
+            "rules": len(self.policy.rules.rules),
+            "refusals": self.refusals,
+            "identities": {name: {"connections": len(a.conns), "refusals": a.refusals}
+                           for name, a in sorted(self._accounts.items())},
+        }}
