@@ -151,7 +151,7 @@ class Broker:
         assert self.cluster is None
         self.now = now
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
-        self.peers = PeerLinks(me, self.config.peer_config())
+        self.peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
         self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng)
         out: list[Effect] = []
         self._cluster_effects(self.cluster.start(now, bootstrap), out)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from tidings.core.auth.handshake import AuthError, Principal, ServerHandshake, admit_anonymous
 from tidings.core.auth.limits import TokenBucket
+from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.errors import TidingsError
 
@@ -66,6 +67,11 @@ class Guard:
         self.policy = policy
         for account in self._accounts.values():  # rates may have changed: start full again
             account.events = account.bytes = None
+
+    def cluster_auth(self) -> ClusterAuth | None:
+        """The credential brokers prove to each other (read once: changing it needs a restart)."""
+        secret = self.policy.cluster_secret
+        return None if secret is None else ClusterAuth(secret, self.nonce)
 
     # ---- the handshake ---------------------------------------------------------------------------
 
