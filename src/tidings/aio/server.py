@@ -31,6 +31,7 @@ from typing import Any, cast
 
 from tidings.aio.auth_file import load_policy
 from tidings.aio.storage_worker import StorageWorker, log_state
+from tidings.aio.tls import TlsFiles
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthFileError, AuthPolicy
 from tidings.core.broker import Broker
@@ -110,8 +111,10 @@ class _Connection(asyncio.Protocol):
 class BrokerServer:
     def __init__(self, data_dir: Path, host: str, port: int, config: BrokerConfig | None = None,
                  join: str | None = None, advertise: str | None = None, auth: Path | None = None,
-                 allow_anonymous: bool = False) -> None:
+                 allow_anonymous: bool = False, tls: TlsFiles | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.tls = tls  # TLS on the port, and on dials to other brokers (aio/tls.py)
+        self._dial_tls = None if tls is None else tls.dial_context()
         self.auth = auth  # the auth file; None lets anonymous clients in (the CLI allows that on loopback)
         self.allow_anonymous = allow_anonymous
         self.host = host
@@ -153,7 +156,8 @@ class BrokerServer:
         )
         self.worker.start()
         self._server = await loop.create_server(self._new_connection, self.host, self.port,
-                                               reuse_address=True, backlog=1024)
+                                               reuse_address=True, backlog=1024,
+                                               ssl=None if self.tls is None else self.tls.server_context())
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         self._schedule_retention()
@@ -295,7 +299,7 @@ class BrokerServer:
         try:
             await asyncio.wait_for(
                 self._loop.create_connection(lambda: _Connection(self, conn, address), host.strip("[]"),
-                                             int(port)),
+                                             int(port), ssl=self._dial_tls),
                 self.config.handshake_timeout_ns / 1e9)
         except (OSError, ValueError, TimeoutError) as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -359,12 +363,12 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
                ready: Any = None, join: str | None = None, advertise: str | None = None,
-               auth: Path | None = None, allow_anonymous: bool = False) -> None:
+               auth: Path | None = None, allow_anonymous: bool = False, tls: TlsFiles | None = None) -> None:
     """Run a broker in the foreground until SIGINT or SIGTERM; `ready(server)` is called once listening
     (and in the overlay: a new one, or joining through the member at `join`). SIGHUP rereads `auth`."""
     async def main() -> None:
         server = BrokerServer(data_dir, host, port, config, join=join, advertise=advertise, auth=auth,
-                              allow_anonymous=allow_anonymous)
+                              allow_anonymous=allow_anonymous, tls=tls)
         await server.start()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -20,6 +20,7 @@ from typing import Any
 from tidings.cli import auth as auth_cli
 from tidings.cli import cluster as cluster_cli
 from tidings.cli import sim as sim_cli
+from tidings.cli import tls as tls_cli
 from tidings.cli.common import EXIT_BROKER, EXIT_INPUT, EXIT_UNREACHABLE, CliError, emit
 from tidings.cli.status import render_status
 from tidings.client.client import ConnectionClosed, Gap, parse_address
@@ -93,6 +94,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     auth = auth_cli.broker_auth(args, host)
+    tls = tls_cli.broker_tls(args)
     _check_overlay_options(args, host)
 
     def ready(server: Any) -> None:
@@ -103,7 +105,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     try:
         run_broker(Path(args.data), host, port, config, ready, join=args.join, advertise=args.advertise,
-                   auth=auth, allow_anonymous=args.allow_anonymous)
+                   auth=auth, allow_anonymous=args.allow_anonymous, tls=tls)
     except (OSError, StorageError) as exc:
         raise CliError(f"cannot run broker: {exc}", EXIT_BROKER) from None
     return 0
@@ -129,7 +131,7 @@ def _connect(args: argparse.Namespace) -> Any:
     from tidings import sync
 
     return sync.connect(args.broker, service=args.service, instance=args.instance, timeout=args.connect_timeout,
-                        credential=args.credential)
+                        credential=args.credential, tls=tls_cli.client_tls(args))
 
 
 def cmd_pub(args: argparse.Namespace) -> int:
@@ -214,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--config", help="TOML file setting limits and timers (see docs/configuration.md)")
     b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     auth_cli.broker_options(b)
+    tls_cli.broker_options(b)
     b.set_defaults(func=cmd_broker)
 
     def client_opts(sp: argparse.ArgumentParser) -> None:
@@ -223,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--connect-timeout", type=float, default=10.0, help="seconds (default %(default)s)")
         sp.add_argument("--credential", metavar="NAME:SECRET",
                         help="authenticate as this identity (default $TIDINGS_CREDENTIAL)")
+        tls_cli.client_options(sp)
 
     pb = sub.add_parser("pub", help="publish one event, or one per stdin line")
     client_opts(pb)
@@ -245,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cluster_cli.add_parser(sub)
     auth_cli.add_parser(sub)
+    tls_cli.add_parser(sub)
     sim_cli.add_parser(sub)
 
     st = sub.add_parser("status", help="print the broker's counters, overlay, peers and trees")

@@ -17,6 +17,7 @@ import collections
 import os
 import secrets
 import socket
+import ssl
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -71,6 +72,12 @@ def parse_address(address: str, port_min: int = 1) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not port_min <= int(port) < 65536:
         raise TidingsError(f"broker address must be HOST:PORT, got {address!r}", "bad-address")
     return host.strip("[]"), int(port)
+
+
+def _tls_context(tls: ssl.SSLContext | bool) -> ssl.SSLContext | None:
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    return ssl.create_default_context() if tls else None
 
 
 class _Protocol(asyncio.Protocol):
@@ -176,9 +183,12 @@ class Client:
 
     @classmethod
     async def connect(cls, address: str, *, service: str = "tidings-client", instance: str | None = None,
-                      timeout: float = 10.0, credential: str | Credential | None = None) -> Client:
+                      timeout: float = 10.0, credential: str | Credential | None = None,
+                      tls: ssl.SSLContext | bool = False) -> Client:
         """`credential`: NAME:SECRET as `tidings auth add` printed it (default: $TIDINGS_CREDENTIAL);
-        with it the client authenticates, and NAME is the service stamped on its events."""
+        with it the client authenticates, and NAME is the service stamped on its events. `tls`:
+        True checks the broker's certificate against the system's CAs, or give an SSLContext
+        (tidings.aio.tls.client_context(ca) for a private CA)."""
         host, port = parse_address(address)
         credential = credential or os.environ.get(CREDENTIAL_ENV) or None
         if isinstance(credential, str):
@@ -188,7 +198,8 @@ class Client:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                transport, _ = await loop.create_connection(lambda: _Protocol(client), host, port)
+                transport, _ = await loop.create_connection(lambda: _Protocol(client), host, port,
+                                                            ssl=_tls_context(tls))
                 client._transport = transport  # type: ignore[assignment]
                 transport.write(client._session.hello())  # type: ignore[attr-defined]
                 await client._welcome

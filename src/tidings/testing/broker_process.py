@@ -4,7 +4,7 @@ The broker listens on 127.0.0.1 (port 0 picks a free one the first time; a resta
 port) and prints a JSON ready line, which `start` waits for with a deadline instead of sleeping.
 `spawn` and `wait_ready` are the two halves of `start`, so several brokers can start at once.
 With `join` the broker joins the overlay of the broker at that address; `args` adds options (such
-as `--auth FILE`), and `credential` is what `status` authenticates with.
+as `--auth FILE`), and `credential` and `tls` are what `status` connects with.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import os
 import select
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -41,10 +42,11 @@ def wait_for(condition: Callable[[], T], timeout: float = 10.0, interval: float 
 class BrokerProcess:
     def __init__(self, data: Path, config: dict[str, int] | None = None, port: int = 0,
                  start_timeout: float = 30.0, join: str | None = None, args: list[str] | None = None,
-                 credential: str | None = None) -> None:
+                 credential: str | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.data = Path(data)
         self.args = args or []  # more `tidings broker` options, e.g. ["--auth", FILE]
         self.credential = credential  # what `status` authenticates with
+        self.tls = tls  # and the TLS it connects with
         self.port = port
         self.config = config
         self.start_timeout = start_timeout
@@ -92,7 +94,7 @@ class BrokerProcess:
     def status(self, timeout: float = 10.0) -> dict[str, Any]:
         """The broker's status, as `tidings status --json` prints it."""
         with sync.connect(self.address, service="tidings-testing", timeout=timeout,
-                          credential=self.credential) as client:
+                          credential=self.credential, tls=self.tls or False) as client:
             status: dict[str, Any] = client.status()
         return status
 

@@ -10,6 +10,7 @@ the brokers holds. `stop` (or leaving the `with` block) stops every broker still
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +26,8 @@ LEAF_SET_SIZE = 16  # BrokerConfig's default
 class Cluster:
     def __init__(self, root: Path, size: int, config: dict[str, int] | None = None,
                  start_timeout: float = 60.0, identities: list[str] | None = None,
-                 args: list[str] | None = None, credential: str | None = None) -> None:
+                 args: list[str] | None = None, credential: str | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         assert size >= 1 and (identities is None or len(identities) == size)
         self.root = Path(root)
         self.size = size
@@ -34,6 +36,7 @@ class Cluster:
         self.identities = identities
         self.args = args  # more options for every broker, e.g. ["--auth", FILE]
         self.credential = credential  # what `status` authenticates with
+        self.tls = tls  # and the TLS it connects with
         self.brokers: list[BrokerProcess] = []
 
     def __enter__(self) -> Cluster:
@@ -47,11 +50,12 @@ class Cluster:
             load_or_create_identity(self.root / f"broker-{i}", lambda pubend=pubend: pubend)
         try:
             first = BrokerProcess(self.root / "broker-0", self.config, start_timeout=self.start_timeout,
-                                  args=self.args, credential=self.credential)
+                                  args=self.args, credential=self.credential, tls=self.tls)
             self.brokers.append(first)
             first.start()
             others = [BrokerProcess(self.root / f"broker-{i}", self.config, start_timeout=self.start_timeout,
-                                    join=first.address, args=self.args, credential=self.credential)
+                                    join=first.address, args=self.args, credential=self.credential,
+                                    tls=self.tls)
                       for i in range(1, self.size)]
             self.brokers += others
             for b in others:
