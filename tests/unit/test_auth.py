@@ -11,6 +11,7 @@ from tidings.core.auth.handshake import ClientHandshake, Principal, ServerHandsh
 from tidings.core.auth.limits import SECOND_NS, TokenBucket
 from tidings.core.auth.policy import AuthFileError, AuthPolicy, Identity, Limits
 from tidings.core.auth.rules import AccessRules
+from tidings.core.effects import PauseReading, ResumeReading
 from tidings.core.errors import TidingsError
 
 KDF = KdfParams(n=1 << 8)
@@ -104,13 +105,19 @@ def test_publish_rates_with_a_burst_refuse_only_the_excess():
     guard = Guard(policy(limits=Limits(publish_events_per_s=10, publish_bytes_per_s=1000, publish_burst_s=2)),
                   nonces)
     events = [["a", {}, b"x" * 10] for _ in range(25)]
-    refused = guard.check_publish("svc", events, now=0)
+    out = []
+    refused = guard.check_publish("svc", 7, events, 0, out)
     assert sorted(refused) == list(range(20, 25))  # a burst of 2 s at 10 events/s
     assert {e.code for e in refused.values()} == {"limit-exceeded"}
-    assert guard.check_publish("svc", events[:5], now=SECOND_NS // 2) == {}  # 5 refilled in 0.5 s
+    assert out == [PauseReading(7)] and guard.next_deadline() == SECOND_NS // 2  # 5 events refill in 0.5 s
+    guard.handle_timeout(SECOND_NS // 2 - 1, out)
+    assert out == [PauseReading(7)]
+    guard.handle_timeout(SECOND_NS // 2, out)
+    assert out == [PauseReading(7), ResumeReading(7)] and guard.next_deadline() is None
+    assert guard.check_publish("svc", 7, events[:5], SECOND_NS // 2, out) == {}
     big = [["a", {}, b"x" * 1500]]
-    assert guard.check_publish("svc", big, now=100 * SECOND_NS) == {}  # 2000 bytes of burst
-    assert list(guard.check_publish("svc", big, now=100 * SECOND_NS)) == [0]
+    assert guard.check_publish("svc", 7, big, 100 * SECOND_NS, out) == {}  # 2000 bytes of burst
+    assert list(guard.check_publish("svc", 7, big, 100 * SECOND_NS, out)) == [0]
 
 
 def test_token_bucket_arithmetic_is_exact():

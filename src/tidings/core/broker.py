@@ -119,6 +119,7 @@ class Broker:
             self._flow(inp.conn, isinstance(inp, SendBlocked), out)
         elif isinstance(inp, TimerFired):
             self._timers(inp.now, out)
+            self.guard.handle_timeout(inp.now, out)  # throttled publishers read again
             if self.peers is not None and self.cluster is not None:
                 self._peer_messages(*self.peers.handle_timeout(inp.now), out)
                 self._cluster_effects(self.cluster.handle_timeout(inp.now), out)
@@ -129,7 +130,7 @@ class Broker:
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [self._handshake_deadline()]
+        deadlines = [self._handshake_deadline(), self.guard.next_deadline()]
         if self.peers is not None and self.cluster is not None:
             deadlines += [self.peers.next_deadline(), self.cluster.next_deadline()]
         live = [d for d in deadlines if d is not None]
@@ -229,7 +230,7 @@ class Broker:
         rejected: set[int] = set()
         known_channels = self._channel_trees
         size_max = self.config.event_bytes_max
-        refused = self.guard.check_publish(c.identity, msg.events, self.now)  # access rules, rates
+        refused = self.guard.check_publish(c.identity, c.conn, msg.events, self.now, out)  # rules, rates
         for i, ev in enumerate(msg.events):
             # fast path: a well-formed event on a channel seen before, without attributes to check
             if type(ev) is list and len(ev) == 3 and not refused:

@@ -9,11 +9,15 @@ to the client, counted per identity for `tidings status`. `reload` swaps in a ne
 rules and limits apply to the next request, connections already open keep their identity.
 
 The guard keeps the open connections of each identity (their subscription tables are the count
-subscriptions_max is held against) and one pair of token buckets per identity and broker.
+subscriptions_max is held against) and one pair of token buckets per identity and broker. A
+PUBLISH past the rates has its excess refused, and its connection is not read again until the
+buckets hold what was refused (PauseReading now, ResumeReading at `next_deadline`): a flooder
+meets TCP backpressure, so it slows itself down and costs the broker about nothing meanwhile.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -21,6 +25,7 @@ from tidings.core.auth.handshake import AuthError, Principal, ServerHandshake, a
 from tidings.core.auth.limits import TokenBucket
 from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.auth.policy import AuthPolicy, Limits
+from tidings.core.effects import Effect, PauseReading, ResumeReading
 from tidings.core.errors import TidingsError
 
 FORBIDDEN = "forbidden"
@@ -62,6 +67,7 @@ class Guard:
         self.nonce = nonce
         self._accounts: dict[str, _Account] = {}
         self.refusals = 0
+        self._throttled: list[tuple[int, int]] = []  # heap of (resume at, conn)
 
     def reload(self, policy: AuthPolicy) -> None:
         self.policy = policy
@@ -109,9 +115,10 @@ class Guard:
 
     # ---- requests --------------------------------------------------------------------------------
 
-    def check_publish(self, identity: str, events: list[Any], now: int) -> dict[int, TidingsError]:
-        """Refusals by index into `events`: channels the rules deny, then what exceeds the rates.
-        Malformed events are left to the broker's own checks."""
+    def check_publish(self, identity: str, conn: int, events: list[Any], now: int,
+                      out: list[Effect]) -> dict[int, TidingsError]:
+        """Refusals by index into `events`: channels the rules deny, then what exceeds the rates
+        (which also pauses `conn`). Malformed events are left to the broker's own checks."""
         policy = self.policy
         limits = policy.limits_of(identity)
         rules = policy.rules
@@ -119,6 +126,7 @@ class Guard:
             return {}
         account = self._account(identity)
         refused: dict[int, TidingsError] = {}
+        over_events = over_bytes = 0
         for i, ev in enumerate(events):
             channel = ev[0] if type(ev) is list and len(ev) == 3 and type(ev[0]) is str else None
             if channel is None:
@@ -128,9 +136,28 @@ class Guard:
             elif not self._within_rates(account, limits, ev, now):
                 refused[i] = TidingsError(f"identity {identity!r} is over its publish rate "
                                           f"(publish_events_per_s / publish_bytes_per_s): retry later", LIMIT)
+                over_events += 1
+                over_bytes += len(ev[2]) if type(ev[2]) is bytes else 0
+        if over_events:
+            self._throttle(account, conn, now, over_events, over_bytes, out)
         account.refusals += len(refused)
         self.refusals += len(refused)
         return refused
+
+    def _throttle(self, account: _Account, conn: int, now: int, events: int, size: int, out: list[Effect]) -> None:
+        wait = max(0 if account.events is None else account.events.wait_ns(now, events),
+                   0 if account.bytes is None else account.bytes.wait_ns(now, size))
+        heapq.heappush(self._throttled, (now + max(wait, 1), conn))
+        out.append(PauseReading(conn))
+
+    def next_deadline(self) -> int | None:
+        return self._throttled[0][0] if self._throttled else None
+
+    def handle_timeout(self, now: int, out: list[Effect]) -> None:
+        """Read the throttled connections whose buckets have refilled again."""
+        heap = self._throttled
+        while heap and heap[0][0] <= now:
+            out.append(ResumeReading(heapq.heappop(heap)[1]))
 
     @staticmethod
     def _within_rates(account: _Account, limits: Limits, ev: list[Any], now: int) -> bool:

@@ -31,6 +31,12 @@ class TokenBucket:
         self._refill(now)
         return self._level // SECOND_NS
 
+    def wait_ns(self, now: int, amount: int) -> int:
+        """How long until `amount` tokens (at most a full bucket) are there."""
+        self._refill(now)
+        missing = min(amount * SECOND_NS, self._capacity) - self._level
+        return max(0, -(-missing // self._rate))
+
     def take(self, now: int, amount: int) -> bool:
         """Take `amount` tokens if the bucket holds them; False (and nothing taken) otherwise."""
         self._refill(now)
