@@ -38,6 +38,9 @@ def add_parser(sub: Any) -> None:
                     help="the first broker's port, the others follow (0: free ports; default %(default)s)")
     up.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     up.add_argument("--config", help="TOML file given to every broker")
+    up.add_argument("--auth", metavar="FILE", help="auth file given to every broker (docs/security.md)")
+    up.add_argument("--credential", metavar="NAME:SECRET",
+                    help="what `up` checks the brokers with when they have --auth (default $TIDINGS_CREDENTIAL)")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster")
     up.set_defaults(func=cmd_up)
     down = csub.add_parser("down", help="stop the brokers `cluster up` started")
@@ -68,7 +71,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         for b in spawned[1:]:
             _ready(b, deadline)
         for b in spawned:
-            _wait_joined(b, deadline)
+            _wait_joined(b, deadline, args.credential)
     except BaseException:
         _stop_all(spawned, timeout=5.0)
         raise
@@ -88,6 +91,8 @@ def _spawn(root: Path, index: int, args: argparse.Namespace, join: str | None) -
         cmd += ["--join", join]
     if args.config:
         cmd += ["--config", str(Path(args.config).resolve())]
+    if args.auth:
+        cmd += ["--auth", str(Path(args.auth).resolve())]
     data.mkdir(parents=True, exist_ok=True)
     out_path, log_path = data / "ready.json", data / "broker.log"
     with open(out_path, "wb") as out, open(log_path, "ab") as err:
@@ -116,14 +121,14 @@ def _ready(b: dict[str, Any], deadline: float) -> None:
         time.sleep(POLL_S)
 
 
-def _wait_joined(b: dict[str, Any], deadline: float) -> None:
+def _wait_joined(b: dict[str, Any], deadline: float, credential: str | None) -> None:
     """Wait until the broker reports itself part of the overlay (a broker without one counts)."""
     from tidings import sync
     from tidings.core.errors import TidingsError
 
     while True:
         try:
-            with sync.connect(b["address"], service="tidings-cluster", timeout=5) as client:
+            with sync.connect(b["address"], service="tidings-cluster", timeout=5, credential=credential) as client:
                 overlay = client.status().get("overlay")
         except (TidingsError, OSError):  # not serving yet: wait on
             overlay = {}

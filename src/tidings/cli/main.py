@@ -93,9 +93,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_INPUT) from None
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _check_overlay_options(args, host)
     auth = auth_cli.broker_auth(args, host)
     tls = tls_cli.broker_tls(args)
-    _check_overlay_options(args, host)
 
     def ready(server: Any) -> None:
         emit({"listening": server.address, "pubend": server.core.pubend.pubend_id,
