@@ -99,6 +99,8 @@ def test_connection_and_subscription_limits_per_identity():
     assert guard.check_subscribe("svc", "x/#") is None
     guard.admitted(who, Member(4))
     assert guard.status()["auth"]["identities"]["svc"] == {"connections": 2, "refusals": 2}
+    assert [(who, code) for who, code, _ in guard.take_refusals()] == [("svc", "limit-exceeded")] * 2
+    assert guard.take_refusals() == []  # each is handed to the runtime's log once
 
 
 def test_publish_rates_with_a_burst_refuse_only_the_excess():
@@ -118,6 +120,8 @@ def test_publish_rates_with_a_burst_refuse_only_the_excess():
     big = [["a", {}, b"x" * 1500]]
     assert guard.check_publish("svc", 7, big, 100 * SECOND_NS, out) == {}  # 2000 bytes of burst
     assert list(guard.check_publish("svc", 7, big, 100 * SECOND_NS, out)) == [0]
+    logged = guard.take_refusals()
+    assert len(logged) == 2 and logged[0][2].endswith("(and 4 more)")  # one line per PUBLISH frame
 
 
 def test_token_bucket_arithmetic_is_exact():

@@ -241,6 +241,8 @@ class BrokerServer:
                 self.apply(core.handle(self._deferred.pop(0)))
         finally:
             self._applying = False
+        for identity, code, message in core.guard.take_refusals():
+            log.warning("refused %s: %s (%s)", identity, message, code)
         self._arm_timer()
 
     def _synced(self, token: int, state: LogState) -> None:

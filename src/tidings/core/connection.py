@@ -132,7 +132,7 @@ class ClientConnection:
         try:
             principal, signature = self.handshake.finish(msg.proof)
         except TidingsError as exc:
-            self.guard.failed()
+            self.guard.refused(self.handshake.identity.name, exc)
             return self.fail(exc.code, str(exc))
         self.handshake = None
         return self._open(principal, {**welcome_info, "identity": principal.identity,

@@ -18,6 +18,7 @@ meets TCP backpressure, so it slows itself down and costs the broker about nothi
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -32,6 +33,7 @@ FORBIDDEN = "forbidden"
 LIMIT = "limit-exceeded"
 NonceSource = Callable[[int], bytes]  # n -> n unpredictable bytes (the runtime's secrets.token_bytes)
 SERVER_NONCE_BYTES = 24
+REFUSALS_KEPT_MAX = 64  # refusals waiting for the runtime's log
 
 
 class Member(Protocol):
@@ -68,6 +70,7 @@ class Guard:
         self._accounts: dict[str, _Account] = {}
         self.refusals = 0
         self._throttled: list[tuple[int, int]] = []  # heap of (resume at, conn)
+        self._unlogged: deque[tuple[str, str, str]] = deque(maxlen=REFUSALS_KEPT_MAX)
 
     def reload(self, policy: AuthPolicy) -> None:
         self.policy = policy
@@ -88,22 +91,19 @@ class Guard:
                 return admit_anonymous(self.policy, service, instance)
             return ServerHandshake(self.policy, service, instance, client_nonce,
                                    lambda: self.nonce(SERVER_NONCE_BYTES))
-        except AuthError:
-            self.refusals += 1
+        except AuthError as exc:
+            self.refused(service, exc)
             raise
-
-    def failed(self) -> None:
-        """A proof was wrong (the handshake reports it)."""
-        self.refusals += 1
 
     def admitted(self, principal: Principal, member: Member) -> None:
         """The handshake succeeded: count the connection, unless the identity has enough."""
         account = self._account(principal.identity)
         limit = self.policy.limits_of(principal.identity).connections_max
         if limit is not None and len(account.conns) >= limit:
-            self._refused(account)
-            raise TidingsError(f"identity {principal.identity!r} already has connections_max={limit} "
-                               f"connections to this broker", LIMIT)
+            error = TidingsError(f"identity {principal.identity!r} already has connections_max={limit} "
+                                 f"connections to this broker", LIMIT)
+            self.refused(principal.identity, error, account)
+            raise error
         account.conns[member.conn] = member
 
     def left(self, identity: str, conn: int) -> None:
@@ -140,8 +140,8 @@ class Guard:
                 over_bytes += len(ev[2]) if type(ev[2]) is bytes else 0
         if over_events:
             self._throttle(account, conn, now, over_events, over_bytes, out)
-        account.refusals += len(refused)
-        self.refusals += len(refused)
+        if refused:
+            self.refused(identity, next(iter(refused.values())), account, len(refused))
         return refused
 
     def _throttle(self, account: _Account, conn: int, now: int, events: int, size: int, out: list[Effect]) -> None:
@@ -182,7 +182,7 @@ class Guard:
             error = TidingsError(f"identity {identity!r} has subscriptions_max={limit} subscriptions at "
                                  f"this broker", LIMIT)
         if error is not None:
-            self._refused(account)
+            self.refused(identity, error, account)
         return error
 
     # ---- observation -----------------------------------------------------------------------------
@@ -193,9 +193,23 @@ class Guard:
             account = self._accounts[identity] = _Account()
         return account
 
-    def _refused(self, account: _Account) -> None:
-        account.refusals += 1
-        self.refusals += 1
+    def refused(self, who: str, error: TidingsError, account: _Account | None = None, count: int = 1) -> None:
+        """Count a refusal (of `count` requests, `error` the first) and keep it for the runtime's
+        log. Handshake refusals name who the client claimed to be and count in no account, so
+        made-up names cost no memory."""
+        self.refusals += count
+        if account is not None:
+            account.refusals += count
+        self._unlogged.append((who, error.code, str(error) if count == 1 else f"{error} (and {count - 1} more)"))
+
+    def take_refusals(self) -> list[tuple[str, str, str]]:
+        """The refusals since the last call, (identity, code, message), for the runtime to log
+        (at most REFUSALS_KEPT_MAX: a flood of refusals is counted whole but logged in part)."""
+        if not self._unlogged:
+            return []
+        out = list(self._unlogged)
+        self._unlogged.clear()
+        return out
 
     def status(self) -> dict[str, Any]:
         return {"auth": {
