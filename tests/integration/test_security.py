@@ -8,14 +8,17 @@ import signal
 import subprocess
 import sys
 
+import msgpack
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tidings import sync
 from tidings.aio.auth_file import add_identity
 from tidings.core.auth.credentials import KdfParams, parse_credential
 from tidings.core.errors import BrokerError, TidingsError
 from tidings.core.wire import messages
-from tidings.core.wire.frames import FrameDecoder
+from tidings.core.wire.frames import FrameDecoder, frame
 from tidings.testing import BrokerProcess
 from tidings.testing.broker_process import wait_for
 
@@ -148,3 +151,27 @@ def test_auth_add_prints_the_credential_once_and_stores_a_verifier(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o600
     again = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+garbage_after_hello = st.one_of(
+    st.binary(max_size=300),
+    st.builds(frame, st.binary(max_size=100)),
+    st.builds(lambda body: frame(msgpack.packb(body)),
+              st.lists(st.integers(0, 300) | st.binary(max_size=40) | st.text(max_size=10) | st.none(),
+                       min_size=1, max_size=4)),
+)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=garbage_after_hello)
+def test_garbage_in_the_middle_of_the_handshake(secured, data):
+    """After a HELLO with a nonce: a CHALLENGE, then at most errors; never a WELCOME, and the
+    broker serves on."""
+    broker = secured[0]
+    hello = messages.hello("loadmon", "host-1", nonce=b"n" * 24)
+    bodies = FrameDecoder(1 << 20).feed(exchange(broker.address, hello + data, timeout=10.0))
+    replies = [messages.decode_broker_message(b) for b in bodies]
+    assert isinstance(replies[0], messages.Challenge)
+    assert all(isinstance(r, messages.Error) for r in replies[1:])
+    assert broker.running
