@@ -1,8 +1,8 @@
 """The broker's gatekeeper: who a connection is, what it may do, and how much of it.
 
 The broker holds one Guard and asks it at three moments, before anything is logged or a tree is
-joined: the handshake (connection.py: `hello` and `proof`, then `admitted`, which also counts the
-identity's connections against connections_max), each PUBLISH (`check_publish`: the rules for each
+joined: the handshake (connection.py: `hello`, then the proof to handshake.py's challenge, then
+`admitted`, which also counts the identity's connections against connections_max), each PUBLISH (`check_publish`: the rules for each
 event's channel, then the identity's publish rates) and each SUBSCRIBE (`check_subscribe`: the
 rules for the pattern and subscriptions_max). Each refusal is a TidingsError for the broker to send
 to the client, counted per identity for `tidings status`. `reload` swaps in a new policy (SIGHUP):
