@@ -160,7 +160,7 @@ def connect(address: str, *, service: str = "tidings-client", instance: str | No
     `timeout` bounds the connection; `request_timeout` bounds every call that expects an answer
     (publish, status, subscribe, and each wait for the next batch of a bounded `read`), so a hung
     broker raises TimeoutError instead of blocking for ever. `None` waits without limit.
-    `credential` (NAME:SECRET, default $TIDINGS_CREDENTIAL) authenticates as that identity; `tls`
+    `credential` (NAME:SECRET) authenticates as that identity; `tls`
     as in Client.connect.
     """
     return SyncClient(address, service, instance, timeout, request_timeout, credential, tls)

@@ -2,6 +2,7 @@
 error past their maximum, a flooder held to its publish rate by refusals and backpressure, and
 another identity's throughput beside the flood close to its solo figure."""
 
+import signal
 import statistics
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from tidings.testing import BrokerProcess
 pytestmark = pytest.mark.integration
 KDF = KdfParams(n=1 << 10)
 FLOOD_RATE = 1000  # events/s
-FLOOD_S = 8.0
+FLOOD_S = 12.0  # longer than the 6 turns of RUN_S
 RUN_S = 1.5
 FLOODER = r"""
 import sys, time
@@ -76,22 +77,29 @@ def steady_rate(broker, credential):
 
 
 def test_a_flooder_is_held_to_its_rate_and_slows_only_itself(limited):
+    """The other identity's rate beside the flood and alone, measured in turns (the flooder is
+    stopped with SIGSTOP for the solo turns), so that the machine's changing load weighs on both."""
     broker, creds = limited
-    solo = statistics.median(steady_rate(broker, creds["steady"]) for _ in range(3))
     flooder = subprocess.Popen([sys.executable, "-c", FLOODER, broker.address, creds["flood"], str(FLOOD_S)],
                                stdout=subprocess.PIPE, text=True)
+    solo, beside = [], []
     try:
         assert flooder.stdout.readline() == "ready\n"  # measured once its start-up is over
-        beside = statistics.median(steady_rate(broker, creds["steady"]) for _ in range(3))
+        for _ in range(3):
+            beside.append(steady_rate(broker, creds["steady"]))
+            flooder.send_signal(signal.SIGSTOP)
+            solo.append(steady_rate(broker, creds["steady"]))
+            flooder.send_signal(signal.SIGCONT)
         out = flooder.communicate(timeout=FLOOD_S + 60)[0]
     finally:
         flooder.kill()
     ok, refused, seconds = out.split()
     accepted_per_s = int(ok) / float(seconds)
-    print(f"steady solo {solo:.0f} ev/s, beside the flood {beside:.0f} ev/s; flooder accepted "
+    solo_rate, beside_rate = statistics.median(solo), statistics.median(beside)
+    print(f"steady solo {solo_rate:.0f} ev/s, beside the flood {beside_rate:.0f} ev/s; flooder accepted "
           f"{accepted_per_s:.0f} ev/s, refused {refused}")
     assert int(refused) > 0
     assert accepted_per_s <= FLOOD_RATE * 1.25 + 500 / float(seconds)  # its rate, its burst, one frame
     # the issue's bar is 10 %; on a shared 2-core machine the spread of the solo runs alone is
     # about that, so the test holds a looser bar and docs/security.md gives the quiet figures
-    assert beside >= 0.7 * solo
+    assert beside_rate >= 0.7 * solo_rate

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tidings.cli.common import EXIT_BROKER, EXIT_INPUT, CliError, emit
+from tidings.cli.common import CREDENTIAL_ENV, EXIT_BROKER, EXIT_INPUT, CliError, emit
 
 CLUSTER_FILE = "cluster.json"
 POLL_S = 0.05
@@ -39,7 +39,7 @@ def add_parser(sub: Any) -> None:
     up.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     up.add_argument("--config", help="TOML file given to every broker")
     up.add_argument("--auth", metavar="FILE", help="auth file given to every broker (docs/security.md)")
-    up.add_argument("--credential", metavar="NAME:SECRET",
+    up.add_argument("--credential", metavar="NAME:SECRET", default=os.environ.get(CREDENTIAL_ENV),
                     help="what `up` checks the brokers with when they have --auth (default $TIDINGS_CREDENTIAL)")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster")
     up.set_defaults(func=cmd_up)

@@ -21,7 +21,7 @@ from tidings.cli import auth as auth_cli
 from tidings.cli import cluster as cluster_cli
 from tidings.cli import sim as sim_cli
 from tidings.cli import tls as tls_cli
-from tidings.cli.common import EXIT_BROKER, EXIT_INPUT, EXIT_UNREACHABLE, CliError, emit
+from tidings.cli.common import CREDENTIAL_ENV, EXIT_BROKER, EXIT_INPUT, EXIT_UNREACHABLE, CliError, emit
 from tidings.cli.status import render_status
 from tidings.client.client import ConnectionClosed, Gap, parse_address
 from tidings.core.config import BrokerConfig, ConfigError
@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--service", default="tidings-cli", help="source service stamped on published events")
         sp.add_argument("--instance", default=None, help="source instance (default HOSTNAME-PID)")
         sp.add_argument("--connect-timeout", type=float, default=10.0, help="seconds (default %(default)s)")
-        sp.add_argument("--credential", metavar="NAME:SECRET",
+        sp.add_argument("--credential", metavar="NAME:SECRET", default=os.environ.get(CREDENTIAL_ENV),
                         help="authenticate as this identity (default $TIDINGS_CREDENTIAL)")
         tls_cli.client_options(sp)
 

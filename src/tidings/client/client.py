@@ -30,7 +30,6 @@ from tidings.core.session import ClientSession, Start
 from tidings.core.wire import messages
 
 BUFFER_EVENTS_MAX = 50_000
-CREDENTIAL_ENV = "TIDINGS_CREDENTIAL"
 
 
 class PublishResult(NamedTuple):
@@ -185,12 +184,12 @@ class Client:
     async def connect(cls, address: str, *, service: str = "tidings-client", instance: str | None = None,
                       timeout: float = 10.0, credential: str | Credential | None = None,
                       tls: ssl.SSLContext | bool = False) -> Client:
-        """`credential`: NAME:SECRET as `tidings auth add` printed it (default: $TIDINGS_CREDENTIAL);
-        with it the client authenticates, and NAME is the service stamped on its events. `tls`:
-        True checks the broker's certificate against the system's CAs, or give an SSLContext
+        """`credential`: NAME:SECRET as `tidings auth add` printed it (the command line also reads
+        it from $TIDINGS_CREDENTIAL; the library never reads the environment); with it the client
+        authenticates, and NAME is the service stamped on its events. `tls`: True checks the
+        broker's certificate against the system's CAs, or give an SSLContext
         (tidings.aio.tls.client_context(ca) for a private CA)."""
         host, port = parse_address(address)
-        credential = credential or os.environ.get(CREDENTIAL_ENV) or None
         if isinstance(credential, str):
             credential = parse_credential(credential)
         client = cls(ClientSession(service, instance or f"{socket.gethostname()}-{os.getpid()}", credential,

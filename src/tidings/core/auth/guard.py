@@ -2,11 +2,12 @@
 
 The broker holds one Guard and asks it at three moments, before anything is logged or a tree is
 joined: the handshake (connection.py: `hello`, then the proof to handshake.py's challenge, then
-`admitted`, which also counts the identity's connections against connections_max), each PUBLISH (`check_publish`: the rules for each
-event's channel, then the identity's publish rates) and each SUBSCRIBE (`check_subscribe`: the
-rules for the pattern and subscriptions_max). Each refusal is a TidingsError for the broker to send
-to the client, counted per identity for `tidings status`. `reload` swaps in a new policy (SIGHUP):
-rules and limits apply to the next request, connections already open keep their identity.
+`admitted`, which also counts the identity's connections against connections_max), each PUBLISH
+(`check_publish`: the rules for each event's channel, then the identity's publish rates) and each
+SUBSCRIBE (`check_subscribe`: the rules for the pattern and subscriptions_max). Each refusal is
+a TidingsError for the broker to send to the client, counted per identity for `tidings status`.
+`reload` swaps in a new policy (SIGHUP): rules and limits apply to the next request, connections
+already open keep their identity.
 
 The guard keeps the open connections of each identity (their subscription tables are the count
 subscriptions_max is held against) and one pair of token buckets per identity and broker. A
