@@ -29,6 +29,12 @@ dropped connection to a live broker costs a reconnect, not a repair, while a kil
 the redial and is reported within one connect attempt. A failed dial, a handshake timeout, a
 PEER_ERROR from the peer, or garbage on the link also drop the queue and report the peer.
 
+Cluster credential. With a ClusterAuth (auth/peer_auth.py) an accepted PEER_HELLO is first
+challenged: the connection is kept apart from the links (`unproven`, under the handshake timeout)
+and only a right PEER_AUTH hands its HELLO to the handshake above; until then nothing it carries
+is acted on and no link is touched. A dialler answers the acceptor's PEER_CHALLENGE only if the
+acceptor proved the secret, and takes no PEER_WELCOME before that.
+
 RTT. An OPEN link sends PING at once and then every ping_interval_ns; the matching PONG gives
 `RttMeasured` (both ends of the measure are `now` values) for proximity neighbour selection.
 `probe` measures a node on request.
