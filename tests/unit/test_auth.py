@@ -64,6 +64,11 @@ def test_a_proof_for_one_challenge_fails_another():
         second.finish(proof)
 
 
+def test_a_credential_at_a_broker_without_identities_is_told_so():
+    with pytest.raises(TidingsError, match="without --auth"):
+        ServerHandshake(AuthPolicy.open(), "svc", "i", b"c" * 24, lambda: nonces(24))
+
+
 def test_instances_and_anonymous_clients():
     with pytest.raises(TidingsError, match="may not use instance"):
         handshake(policy(instances=("web*",)), instance="db1")

@@ -81,6 +81,8 @@ class ServerHandshake:
     def __init__(self, policy: AuthPolicy, name: str, instance: str, client_nonce: bytes,
                  server_nonce: Callable[[], bytes]) -> None:
         identity = policy.identities.get(name)
+        if not policy.identities:
+            raise AuthError("this broker has no identities (it runs without --auth): connect without a credential")
         if identity is None:
             raise AuthError("authentication failed: unknown identity or wrong secret")
         if not identity.allows_instance(instance):
