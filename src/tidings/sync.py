@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ssl
 import threading
 from collections.abc import Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
@@ -68,7 +69,8 @@ class SyncSubscription:
 
 class SyncClient:
     def __init__(self, address: str, service: str, instance: str | None, timeout: float,
-                 request_timeout: float | None) -> None:
+                 request_timeout: float | None, credential: str | None = None,
+                 tls: ssl.SSLContext | bool = False) -> None:
         self.gaps_skipped: list[Gap] = []
         self.request_timeout = request_timeout
         self._loop = new_event_loop()
@@ -76,7 +78,8 @@ class SyncClient:
         self._thread.start()
         try:
             self._client: Client = self._call(
-                Client.connect(address, service=service, instance=instance, timeout=timeout))
+                Client.connect(address, service=service, instance=instance, timeout=timeout,
+                               credential=credential, tls=tls))
         except BaseException:
             self._stop_loop()
             raise
@@ -163,11 +166,14 @@ class SyncClient:
 
 
 def connect(address: str, *, service: str = "tidings-client", instance: str | None = None,
-            timeout: float = 10.0, request_timeout: float | None = 60.0) -> SyncClient:
+            timeout: float = 10.0, request_timeout: float | None = 60.0,
+            credential: str | None = None, tls: ssl.SSLContext | bool = False) -> SyncClient:
     """Connect to a broker and return a blocking client (use it as a context manager).
 
     `timeout` bounds the connection; `request_timeout` bounds every call that expects an answer
     (publish, status, subscribe, and each wait for the next batch of a bounded `read`), so a hung
     broker raises TimeoutError instead of blocking for ever. `None` waits without limit.
+    `credential` (NAME:SECRET) authenticates as that identity; `tls`
+    as in Client.connect.
     """
-    return SyncClient(address, service, instance, timeout, request_timeout)
+    return SyncClient(address, service, instance, timeout, request_timeout, credential, tls)

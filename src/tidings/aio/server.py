@@ -31,7 +31,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from tidings.aio.auth_file import load_policy
 from tidings.aio.storage_worker import StorageWorker, log_state
+from tidings.aio.tls import TlsFiles
+from tidings.core.auth.guard import Guard
+from tidings.core.auth.policy import AuthFileError, AuthPolicy
 from tidings.core.broker import Broker
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import (
@@ -120,8 +124,13 @@ class JoinFailed(TidingsError):
 class BrokerServer:
     def __init__(self, data_dir: Path, host: str, port: int, config: BrokerConfig | None = None,
                  join: str | None = None, advertise: str | None = None,
-                 join_timeout_s: float = JOIN_TIMEOUT_S, http: tuple[str, int] | None = None) -> None:
+                 join_timeout_s: float = JOIN_TIMEOUT_S, http: tuple[str, int] | None = None,
+                 auth: Path | None = None, allow_anonymous: bool = False, tls: TlsFiles | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.tls = tls  # TLS on the port, and on dials to other brokers (aio/tls.py)
+        self._dial_tls = None if tls is None else tls.dial_context()
+        self.auth = auth  # the auth file; None lets anonymous clients in (the CLI allows that on loopback)
+        self.allow_anonymous = allow_anonymous
         self.host = host
         self.port = port
         self.config = config or BrokerConfig()
@@ -165,7 +174,7 @@ class BrokerServer:
         except BaseException:
             self._lock.release()
             raise
-        self.core = Broker(self.config, pubend, log_state(event_log))
+        self.core = Broker(self.config, pubend, log_state(event_log), Guard(self._policy(), secrets.token_bytes))
         self.worker = StorageWorker(
             event_log,
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
@@ -174,7 +183,8 @@ class BrokerServer:
         )
         self.worker.start()
         self._server = await loop.create_server(self._new_connection, self.host, self.port,
-                                               reuse_address=True, backlog=1024)
+                                               reuse_address=True, backlog=1024,
+                                               ssl=None if self.tls is None else self.tls.server_context())
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         self._schedule_retention()
@@ -204,6 +214,21 @@ class BrokerServer:
                                   f"reach it; last: {self._join_failure})")
         log.error("%s; stopping", self.failure)
         self._stopping = asyncio.ensure_future(self.stop())
+
+    def _policy(self) -> AuthPolicy:
+        return AuthPolicy.open() if self.auth is None else load_policy(self.auth, self.allow_anonymous)
+
+    def reload_auth(self) -> None:
+        """Read the auth file again (SIGHUP): new rules and limits apply to the next request. A
+        file that does not parse is reported and the rules in force stay."""
+        if self.auth is None or self.core is None:
+            return
+        try:
+            self.core.guard.reload(self._policy())
+        except AuthFileError as exc:
+            log.error("auth file not reloaded, the previous rules stay in force: %s", exc)
+            return
+        log.info("auth file %s reloaded", self.auth)
 
     @property
     def address(self) -> str:
@@ -280,6 +305,8 @@ class BrokerServer:
                 self.apply(core.handle(self._deferred.pop(0)))
         finally:
             self._applying = False
+        for identity, code, message in core.guard.take_refusals():
+            log.warning("refused %s: %s (%s)", identity, message, code)
         self._arm_timer()
 
     def _synced(self, token: int, state: LogState) -> None:
@@ -338,7 +365,7 @@ class BrokerServer:
         try:
             await asyncio.wait_for(
                 self._loop.create_connection(lambda: _Connection(self, conn, address), host.strip("[]"),
-                                             int(port)),
+                                             int(port), ssl=self._dial_tls),
                 self.config.handshake_timeout_ns / 1e9)
         except (OSError, ValueError, TimeoutError) as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -406,17 +433,20 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
                ready: Any = None, join: str | None = None, advertise: str | None = None,
-               join_timeout_s: float = JOIN_TIMEOUT_S, http: tuple[str, int] | None = None) -> None:
+               join_timeout_s: float = JOIN_TIMEOUT_S, http: tuple[str, int] | None = None,
+               auth: Path | None = None, allow_anonymous: bool = False, tls: TlsFiles | None = None) -> None:
     """Run a broker in the foreground until SIGINT or SIGTERM; `ready(server)` is called once listening
-    (and in the overlay: a new one, or joining through the member at `join`). Raises the broker's
-    `failure` (JoinFailed) when it stopped on its own."""
+    (and in the overlay: a new one, or joining through the member at `join`). SIGHUP rereads `auth`.
+    Raises the broker's `failure` (JoinFailed) when it stopped on its own."""
     async def main() -> None:
         server = BrokerServer(data_dir, host, port, config, join=join, advertise=advertise,
-                              join_timeout_s=join_timeout_s, http=http)
+                              join_timeout_s=join_timeout_s, http=http, auth=auth,
+                              allow_anonymous=allow_anonymous, tls=tls)
         await server.start()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop()))
+        loop.add_signal_handler(signal.SIGHUP, server.reload_auth)
         if ready is not None:
             ready(server)
         await server.wait_stopped()

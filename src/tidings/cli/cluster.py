@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tidings.cli.common import EXIT_BROKER, EXIT_INPUT, CliError, emit
+from tidings.cli.common import CREDENTIAL_ENV, EXIT_BROKER, EXIT_INPUT, CliError, emit
 from tidings.storage.lock import holder
 
 CLUSTER_FILE = "cluster.json"
@@ -47,6 +47,9 @@ def add_parser(sub: Any) -> None:
                     help="the first broker's port, the others follow (0: free ports; default %(default)s)")
     up.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     up.add_argument("--config", help="TOML file given to every broker")
+    up.add_argument("--auth", metavar="FILE", help="auth file given to every broker (docs/security.md)")
+    up.add_argument("--credential", metavar="NAME:SECRET", default=os.environ.get(CREDENTIAL_ENV),
+                    help="what `up` checks the brokers with when they have --auth (default $TIDINGS_CREDENTIAL)")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster")
     up.set_defaults(func=cmd_up)
     down = csub.add_parser("down", help="stop every broker of the cluster, also members restarted by hand")
@@ -83,21 +86,22 @@ def cmd_up(args: argparse.Namespace) -> int:
                        f"run `tidings cluster down --data {root}` first", EXIT_BROKER)
     root.mkdir(parents=True, exist_ok=True)
     config = str(Path(args.config).resolve()) if args.config else None
+    auth = str(Path(args.auth).resolve()) if args.auth else None
     deadline = time.monotonic() + args.timeout
-    spawned = [_spawn(root, 0, f"{args.host}:{_port(args, 0)}", None, config)]
+    spawned = [_spawn(root, 0, f"{args.host}:{_port(args, 0)}", None, config, auth)]
     try:
         _ready(spawned[0], deadline)
-        spawned += [_spawn(root, i, f"{args.host}:{_port(args, i)}", spawned[0]["address"], config)
+        spawned += [_spawn(root, i, f"{args.host}:{_port(args, i)}", spawned[0]["address"], config, auth)
                     for i in range(1, args.count)]
         for b in spawned[1:]:
             _ready(b, deadline)
         for b in spawned:
-            _wait_joined(b, deadline)
+            _wait_joined(b, deadline, args.credential)
     except BaseException:
         _stop([Path(b["data"]) for b in spawned], 5.0, [b["_proc"] for b in spawned])
         raise
     brokers = [_record(b) for b in spawned]
-    _write_cluster(root, {"config": config, "brokers": brokers})
+    _write_cluster(root, {"config": config, "auth": auth, "brokers": brokers})
     emit({"addresses": [b["address"] for b in brokers], "node_ids": [b["node_id"] for b in brokers],
           "cluster": str(root / CLUSTER_FILE)})
     return 0
@@ -107,7 +111,8 @@ def _port(args: argparse.Namespace, index: int) -> int:
     return 0 if args.base_port == 0 else int(args.base_port) + index
 
 
-def _spawn(root: Path, index: int, listen: str, join: str | None, config: str | None) -> dict[str, Any]:
+def _spawn(root: Path, index: int, listen: str, join: str | None, config: str | None,
+           auth: str | None) -> dict[str, Any]:
     data = (root / f"broker-{index}").resolve()
     cmd = [sys.executable, "-m", "tidings.cli.main", "broker", "--data", str(data),
            "--listen", listen, "--log-level", "info"]
@@ -115,6 +120,8 @@ def _spawn(root: Path, index: int, listen: str, join: str | None, config: str | 
         cmd += ["--join", join]
     if config is not None:
         cmd += ["--config", config]
+    if auth is not None:
+        cmd += ["--auth", auth]
     data.mkdir(parents=True, exist_ok=True)
     out_path, log_path = data / "ready.json", data / "broker.log"
     with open(out_path, "wb") as out, open(log_path, "ab") as err:
@@ -148,14 +155,14 @@ def _ready(b: dict[str, Any], deadline: float) -> None:
         time.sleep(POLL_S)
 
 
-def _wait_joined(b: dict[str, Any], deadline: float) -> None:
+def _wait_joined(b: dict[str, Any], deadline: float, credential: str | None) -> None:
     """Wait until the broker reports itself part of the overlay (a broker without one counts)."""
     from tidings import sync
     from tidings.core.errors import TidingsError
 
     while True:
         try:
-            with sync.connect(b["address"], service="tidings-cluster", timeout=5) as client:
+            with sync.connect(b["address"], service="tidings-cluster", timeout=5, credential=credential) as client:
                 overlay = client.status().get("overlay")
         except (TidingsError, OSError):  # not serving yet: wait on
             overlay = {}
@@ -210,7 +217,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
     running = _running([Path(b["data"]) for b in brokers])
     up = [b["address"] for b in brokers if b is not member and Path(b["data"]) in running]
     join = member.get("join") if member.get("join") in up else next(iter(up), None)
-    b = _spawn(root, args.index, member["address"], join, info.get("config"))
+    b = _spawn(root, args.index, member["address"], join, info.get("config"), info.get("auth"))
     deadline = time.monotonic() + args.timeout
     try:
         _ready(b, deadline)

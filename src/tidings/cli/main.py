@@ -20,9 +20,19 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from tidings.cli import auth as auth_cli
 from tidings.cli import cluster as cluster_cli
 from tidings.cli import sim as sim_cli
-from tidings.cli.common import EXIT_BROKER, EXIT_INPUT, EXIT_TIMEOUT, EXIT_UNREACHABLE, CliError, emit
+from tidings.cli import tls as tls_cli
+from tidings.cli.common import (
+    CREDENTIAL_ENV,
+    EXIT_BROKER,
+    EXIT_INPUT,
+    EXIT_TIMEOUT,
+    EXIT_UNREACHABLE,
+    CliError,
+    emit,
+)
 from tidings.cli.status import render_status
 from tidings.cli.stdin_lines import LINE_BYTES_MAX, LineTooLong, StdinLines
 from tidings.client.client import Gap, parse_address
@@ -106,6 +116,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _check_overlay_options(args, host)
+    auth = auth_cli.broker_auth(args, host)
+    tls = tls_cli.broker_tls(args)
 
     http = None
     if args.http is not None:
@@ -123,7 +135,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     try:
         run_broker(Path(args.data), host, port, config, ready, join=args.join, advertise=args.advertise,
-                   join_timeout_s=args.join_timeout, http=http)
+                   join_timeout_s=args.join_timeout, http=http, auth=auth,
+                   allow_anonymous=args.allow_anonymous, tls=tls)
     except (OSError, StorageError) as exc:
         raise CliError(f"cannot run broker: {exc}", EXIT_BROKER) from None
     except JoinFailed as exc:
@@ -154,7 +167,8 @@ def _connect(args: argparse.Namespace) -> Any:
 
     if not args.connect_timeout > 0:
         raise CliError("--connect-timeout must be a positive number of seconds", EXIT_INPUT)
-    return sync.connect(args.broker, service=args.service, instance=args.instance, timeout=args.connect_timeout)
+    return sync.connect(args.broker, service=args.service, instance=args.instance, timeout=args.connect_timeout,
+                        credential=args.credential, tls=tls_cli.client_tls(args))
 
 
 def cmd_pub(args: argparse.Namespace) -> int:
@@ -274,6 +288,48 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # ---- parser ----------------------------------------------------------------------------------------
 
 
+def _client_options(sp: argparse.ArgumentParser, publishes: bool = False) -> None:
+    sp.add_argument("--broker", default=DEFAULT_BROKER, help="HOST:PORT (default %(default)s, or $TIDINGS_BROKER)")
+    what = "stamped on published events as their source" if publishes else "this client gives the broker"
+    sp.add_argument("--service", default="tidings-cli", help=f"service name {what} (default %(default)s)")
+    sp.add_argument("--instance", default=None, help=f"instance name {what} (default HOSTNAME-PID)")
+    sp.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                    help="give up connecting after this long (default %(default)s)")
+    sp.add_argument("--credential", metavar="NAME:SECRET", default=os.environ.get(CREDENTIAL_ENV),
+                    help="authenticate as this identity (default $TIDINGS_CREDENTIAL)")
+    tls_cli.client_options(sp)
+
+
+def _add_pub_and_sub(sub: Any) -> None:
+    pb = sub.add_parser("pub", help="publish one event, or one per stdin line")
+    _client_options(pb, publishes=True)
+    pb.add_argument("channel", help="the channel, e.g. nodes/host1/load: /-separated segments (empty ones "
+                    "allowed), no + or #, at most 1024 bytes")
+    pb.add_argument("payload", nargs="?", help="payload text; without it, each stdin line is an event, "
+                    "published as it arrives")
+    pb.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
+                    help="attribute; numbers and true/false are typed, \"quoted\" stays a string")
+    pb.set_defaults(func=cmd_pub)
+
+    sb = sub.add_parser("sub", help="subscribe and print one JSON line per event")
+    _client_options(sb)
+    sb.add_argument("pattern", help="channel pattern: + matches one segment, # (last) any number, "
+                    "e.g. nodes/+/load, nodes/#")
+    sb.add_argument("--filter", help="content filter, e.g. 'load > 2.5 and site = \"eu\"'")
+    sb.add_argument("--from", dest="from_", default="now", metavar="START",
+                    help="now (default), start (the oldest retained event), a TICK or an ISO-8601 time")
+    sb.add_argument("--order", choices=["publisher", "total"], default="publisher",
+                    help="publisher (default): each publisher's events in order; total: one interleaving "
+                         "shared by every total-order subscriber of the tree (starts now)")
+    sb.add_argument("--count", type=int, metavar="N", help="exit (code 0) after N events")
+    sb.add_argument("--timeout", type=float, metavar="SECONDS", help="exit (code 4) after SECONDS")
+    sb.add_argument("--ready-file", metavar="PATH",
+                    help="write PATH (JSON) once the broker confirmed the subscription")
+    sb.add_argument("--on-gap", choices=["line", "error"], default="line",
+                    help="print a gap line (default) or fail when retention released requested events")
+    sb.set_defaults(func=cmd_sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tidings", description="tidings publish/subscribe broker and tools")
     sub = p.add_subparsers(dest="command", required=True)
@@ -291,49 +347,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "HTTP here (port 0: a free one, given in the ready line); off by default")
     b.add_argument("--config", help="TOML file setting limits and timers (see docs/configuration.md)")
     b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    auth_cli.broker_options(b)
+    tls_cli.broker_options(b)
     b.set_defaults(func=cmd_broker)
 
-    def client_opts(sp: argparse.ArgumentParser, publishes: bool = False) -> None:
-        sp.add_argument("--broker", default=DEFAULT_BROKER, help="HOST:PORT (default %(default)s, or $TIDINGS_BROKER)")
-        what = "stamped on published events as their source" if publishes else "this client gives the broker"
-        sp.add_argument("--service", default="tidings-cli", help=f"service name {what} (default %(default)s)")
-        sp.add_argument("--instance", default=None, help=f"instance name {what} (default HOSTNAME-PID)")
-        sp.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
-                        help="give up connecting after this long (default %(default)s)")
-
-    pb = sub.add_parser("pub", help="publish one event, or one per stdin line")
-    client_opts(pb, publishes=True)
-    pb.add_argument("channel", help="the channel, e.g. nodes/host1/load: /-separated segments (empty ones "
-                    "allowed), no + or #, at most 1024 bytes")
-    pb.add_argument("payload", nargs="?", help="payload text; without it, each stdin line is an event, "
-                    "published as it arrives")
-    pb.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
-                    help="attribute; numbers and true/false are typed, \"quoted\" stays a string")
-    pb.set_defaults(func=cmd_pub)
-
-    sb = sub.add_parser("sub", help="subscribe and print one JSON line per event")
-    client_opts(sb)
-    sb.add_argument("pattern", help="channel pattern: + matches one segment, # (last) any number, "
-                    "e.g. nodes/+/load, nodes/#")
-    sb.add_argument("--filter", help="content filter, e.g. 'load > 2.5 and site = \"eu\"'")
-    sb.add_argument("--from", dest="from_", default="now", metavar="START",
-                    help="now (default), start (the oldest retained event), a TICK or an ISO-8601 time")
-    sb.add_argument("--order", choices=["publisher", "total"], default="publisher",
-                    help="publisher (default): each publisher's events in order; total: one interleaving "
-                         "shared by every total-order subscriber of the tree (starts now)")
-    sb.add_argument("--count", type=int, metavar="N", help="exit (code 0) after N events")
-    sb.add_argument("--timeout", type=float, metavar="SECONDS", help="exit (code 4) after SECONDS")
-    sb.add_argument("--ready-file", metavar="PATH",
-                    help="write PATH (JSON) once the broker confirmed the subscription")
-    sb.add_argument("--on-gap", choices=["line", "error"], default="line",
-                    help="print a gap line (default) or fail when retention released requested events")
-    sb.set_defaults(func=cmd_sub)
+    _add_pub_and_sub(sub)
 
     cluster_cli.add_parser(sub)
+    auth_cli.add_parser(sub)
+    tls_cli.add_parser(sub)
     sim_cli.add_parser(sub)
 
     st = sub.add_parser("status", help="print the broker's counters, overlay, peers and trees")
-    client_opts(st)
+    _client_options(st)
     st.add_argument("--json", action="store_true", help="one JSON object")
     st.set_defaults(func=cmd_status)
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import secrets
 import socket
+import ssl
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tidings.core import errors
+from tidings.core.auth.credentials import NONCE_BYTES, Credential, parse_credential
 from tidings.core.errors import (
     AddressError,
     BrokerError,
@@ -76,6 +79,12 @@ def parse_address(address: str, port_min: int = 1) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not port_min <= int(port) < 65536:
         raise AddressError(f"broker address must be HOST:PORT, got {address!r}")
     return host.strip("[]"), int(port)
+
+
+def _tls_context(tls: ssl.SSLContext | bool) -> ssl.SSLContext | None:
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    return ssl.create_default_context() if tls else None
 
 
 class _Protocol(asyncio.Protocol):
@@ -182,17 +191,28 @@ class Client:
 
     @classmethod
     async def connect(cls, address: str, *, service: str = "tidings-client", instance: str | None = None,
-                      timeout: float = 10.0) -> Client:
+                      timeout: float = 10.0, credential: str | Credential | None = None,
+                      tls: ssl.SSLContext | bool = False) -> Client:
         """Connect and handshake within `timeout` seconds. Raises BrokerUnreachable when no connection
         can be made, NotABroker when what answers is not a tidings broker (it must answer HELLO
-        within WELCOME_TIMEOUT_S), BrokerError when the broker refuses the client."""
+        within WELCOME_TIMEOUT_S), BrokerError when the broker refuses the client.
+
+        `credential`: NAME:SECRET as `tidings auth add` printed it (the command line also reads
+        it from $TIDINGS_CREDENTIAL; the library never reads the environment); with it the client
+        authenticates, and NAME is the service stamped on its events. `tls`: True checks the
+        broker's certificate against the system's CAs, or give an SSLContext
+        (tidings.aio.tls.client_context(ca) for a private CA)."""
         host, port = parse_address(address)
-        client = cls(ClientSession(service, instance or f"{socket.gethostname()}-{os.getpid()}"))
+        if isinstance(credential, str):
+            credential = parse_credential(credential)
+        client = cls(ClientSession(service, instance or f"{socket.gethostname()}-{os.getpid()}", credential,
+                                   secrets.token_bytes(NONCE_BYTES)))
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
             async with asyncio.timeout(timeout):
-                transport, _ = await loop.create_connection(lambda: _Protocol(client), host, port)
+                transport, _ = await loop.create_connection(lambda: _Protocol(client), host, port,
+                                                            ssl=_tls_context(tls))
         except (OSError, TimeoutError) as exc:
             reason = str(exc) or f"no connection within {timeout:g} s"
             raise BrokerUnreachable(f"cannot connect to broker at {address}: {reason}") from None
@@ -388,6 +408,13 @@ class Client:
             self._error(msg)
         elif isinstance(msg, messages.Welcome) and not self._welcome.done():
             self._welcome.set_result(None)
+        elif isinstance(msg, messages.Challenge) and self._transport is not None:
+            try:
+                self._transport.write(self._session.answer(msg))
+            except ProtocolError as exc:
+                self._closed = exc
+                self._lost(None)
+                self._abort()
 
     def _acked(self, msg: messages.Ack) -> None:
         frame = self._frames.pop(msg.seq, None)

@@ -31,6 +31,7 @@ from typing import Any
 import msgpack
 
 from tidings.core import errors
+from tidings.core.auth.guard import Guard
 from tidings.core.channels import validate_channel, validate_pattern
 from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
@@ -70,8 +71,9 @@ CHANNEL_CACHE_MAX = 65_536
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, pubend_id: str, log: LogState) -> None:
+    def __init__(self, config: BrokerConfig, pubend_id: str, log: LogState, guard: Guard | None = None) -> None:
         self.config = config
+        self.guard = guard or Guard.open()  # identities, access rules and limits (core/auth/)
         self.pubend = Pubend(pubend_id, log.last_tick)
         self.log = log
         self.connections: dict[int, ClientConnection] = {}
@@ -122,6 +124,7 @@ class Broker:
             self._flow(inp.conn, isinstance(inp, SendBlocked), out)
         elif isinstance(inp, TimerFired):
             self._timers(inp.now, out)
+            self.guard.handle_timeout(inp.now, out)  # throttled publishers read again
             if self.peers is not None and self.cluster is not None:
                 self.pubend.declare_silence(inp.wall_us)
                 self._peer_messages(*self.peers.handle_timeout(inp.now), out)
@@ -133,7 +136,7 @@ class Broker:
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [self._handshake_deadline()]
+        deadlines = [self._handshake_deadline(), self.guard.next_deadline()]
         if self.peers is not None and self.cluster is not None:
             deadlines += [self.peers.next_deadline(), self.cluster.next_deadline()]
         live = [d for d in deadlines if d is not None]
@@ -155,7 +158,7 @@ class Broker:
         assert self.cluster is None
         self.now = now
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
-        self.peers = PeerLinks(me, self.config.peer_config())
+        self.peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
         reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self._trees_of,
                                   lambda: (self.pubend.synced_tick, self.log))
         self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng,
@@ -185,13 +188,15 @@ class Broker:
             out.append(Disconnect(inp.conn, "connections_max reached"))
             return
         deadline = inp.now + self.config.handshake_timeout_ns
-        self.connections[inp.conn] = ClientConnection(inp.conn, self.config.frame_bytes_max, deadline)
+        self.connections[inp.conn] = ClientConnection(inp.conn, self.config.frame_bytes_max, deadline,
+                                                      self.guard)
         heapq.heappush(self._handshakes, (deadline, inp.conn))
 
     def _lost(self, conn: int, out: list[Effect]) -> None:
         self._paused.pop(conn, None)
         c = self.connections.pop(conn, None)
         if c is not None:
+            self.guard.left(c.identity, conn)
             for s in list(c.subs.values()):
                 self._drop_subend(c, s, out)
 
@@ -244,15 +249,18 @@ class Broker:
         rejected: set[int] = set()
         known_channels = self._channel_trees
         size_max = self.config.event_bytes_max
+        refused = self.guard.check_publish(c.identity, c.conn, msg.events, self.now, out)  # rules, rates
         for i, ev in enumerate(msg.events):
             # fast path: a well-formed event on a channel seen before, without attributes to check
-            if type(ev) is list and len(ev) == 3:
+            if type(ev) is list and len(ev) == 3 and not refused:
                 channel, attributes, payload = ev
                 if (type(channel) is str and channel in known_channels and type(payload) is bytes
                         and len(payload) <= size_max and attributes == {}):
                     valid.append((channel, attributes, payload))
                     continue
             try:
+                if i in refused:
+                    raise refused[i]
                 valid.append(self._check_event(ev))
             except TidingsError as exc:
                 rejected.add(i)
@@ -335,6 +343,9 @@ class Broker:
             flt: Filter | None = parse_filter(msg.filter) if msg.filter else None
         except TidingsError as exc:
             return refuse(exc.code, str(exc))
+        denied = self.guard.check_subscribe(c.identity, pattern)  # access rules, subscriptions_max
+        if denied is not None:
+            return refuse(denied.code, str(denied))
         synced = self.pubend.synced_tick
         if msg.start == messages.START_NOW:
             position = synced
@@ -594,6 +605,7 @@ class Broker:
             "log_bytes": log.log_bytes,
             "log_records": log.record_count,
             **self._cluster_status(),
+            **self.guard.status(),
         }
 
     def _cluster_status(self) -> dict[str, Any]:

@@ -13,6 +13,8 @@ import datetime as _dt
 from typing import Any
 
 from tidings.core import errors
+from tidings.core.auth.credentials import Credential, KdfParams
+from tidings.core.auth.handshake import Challenge, ClientHandshake
 from tidings.core.channels import validate_channel, validate_pattern
 from tidings.core.errors import EventError, ProtocolError, StartError, TidingsError
 from tidings.core.event import datetime_to_tick, validate_attributes
@@ -30,7 +32,7 @@ FRAME_MARGIN_BYTES = 1024 * 1024
 Start = str | int | _dt.datetime
 
 BrokerMessage = (
-    messages.Welcome | messages.Ack | messages.Events | messages.Subscribed | messages.Gap
+    messages.Welcome | messages.Challenge | messages.Ack | messages.Events | messages.Subscribed | messages.Gap
     | messages.End | messages.StatusReply | messages.Error
 )
 
@@ -51,11 +53,17 @@ def start_spec(start: Start) -> tuple[str, int]:
 
 
 class ClientSession:
-    def __init__(self, service: str, instance: str) -> None:
+    def __init__(self, service: str, instance: str, credential: Credential | None = None,
+                 nonce: bytes = b"") -> None:
+        """With a `credential` the session authenticates as that identity (its name is the service),
+        using `nonce` (fresh random bytes from the runtime) in the challenge-response."""
+        if credential is not None:
+            service = credential.name
         if not service:
             raise TidingsError("service must not be empty", errors.HANDSHAKE)
         self.service = service
         self.instance = instance
+        self._auth = None if credential is None else ClientHandshake(credential, instance, nonce)
         self.pubend: str | None = None
         self.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
         self.event_bytes_max = EVENT_BYTES_MAX_DEFAULT
@@ -66,7 +74,18 @@ class ClientSession:
         self._next_req = 0
 
     def hello(self) -> bytes:
-        return messages.hello(self.service, self.instance)
+        nonce = None if self._auth is None else self._auth.client_nonce
+        return messages.hello(self.service, self.instance, nonce=nonce)
+
+    def answer(self, challenge: messages.Challenge) -> bytes:
+        """The AUTH frame proving the credential for the broker's CHALLENGE."""
+        if self._auth is None:
+            raise ProtocolError(errors.HANDSHAKE, "the broker asks for a credential: connect with one", fatal=True)
+        try:
+            proof = self._auth.answer(Challenge(challenge.salt, KdfParams(*challenge.kdf), challenge.nonce))
+        except TidingsError as exc:
+            raise ProtocolError(exc.code, str(exc), fatal=True) from None
+        return messages.auth(proof)
 
     def receive(self, data: bytes) -> list[BrokerMessage]:
         """Decode what arrived; a broker that breaks the protocol raises ProtocolError."""
@@ -79,6 +98,11 @@ class ClientSession:
             if isinstance(msg, messages.Welcome):
                 if msg.version != messages.PROTOCOL_VERSION:
                     raise ProtocolError(errors.VERSION, f"broker speaks protocol {msg.version}", fatal=True)
+                if self._auth is not None:
+                    try:
+                        self._auth.check_welcome(msg.info.get("server_signature"))
+                    except TidingsError as exc:
+                        raise ProtocolError(exc.code, str(exc), fatal=True) from None
                 self.pubend = str(msg.info.get("pubend", ""))
                 self.frame_bytes_max = int(msg.info.get("frame_bytes_max", self.frame_bytes_max))
                 self.event_bytes_max = int(msg.info.get("event_bytes_max", self.event_bytes_max))
