@@ -32,11 +32,14 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +49,8 @@ sys.path.insert(0, str(HERE))
 
 import loads  # noqa: E402
 import netutil  # noqa: E402
+from tidings.core.multicast.trees import subscription_tree, tree_key  # noqa: E402
+from tidings.core.overlay.node_id import closer  # noqa: E402
 from tidings.testing import Cluster  # noqa: E402
 
 LIVENESS = {"ping_interval_ns": 500_000_000, "keepalive_interval_ns": 300_000_000,
@@ -95,10 +100,30 @@ def cpu_of(pids: dict[str, int]) -> dict[str, int]:
     return {name: netutil.cpu_ticks(netutil.process_tree(pid)) for name, pid in pids.items()}
 
 
-def with_cpu(pids: dict[str, int], fn: Any) -> dict[str, Any]:
-    """Run fn(), adding each named process's CPU over the call (100 = one CPU) and the machine's."""
+def with_cpu(pids: dict[str, int], fn: Any, watch: Any = None) -> dict[str, Any]:
+    """Run fn(), adding each named process's CPU over the call (100 = one CPU) and the machine's;
+    `watch()` (the tree's path) is polled meanwhile and its longest answer kept as "path"."""
+    seen: list[list[str]] = [[]]
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.wait(0.5):
+            with contextlib.suppress(Exception):
+                path = watch()
+                if len(path) > len(seen[0]):
+                    seen[0] = path
+
+    poller = threading.Thread(target=poll, daemon=True)
+    if watch is not None:
+        poller.start()
     before, machine0, t0 = cpu_of(pids), netutil.cpu_times(), time.monotonic()
-    out: dict[str, Any] = fn()
+    try:
+        out: dict[str, Any] = fn()
+    finally:
+        done.set()
+    if watch is not None:
+        poller.join(5)
+        out["path"] = seen[0]
     after, machine1, span = cpu_of(pids), netutil.cpu_times(), time.monotonic() - t0
     cpu_s = {name: (after[name] - before[name]) / netutil.CLOCK_TICKS_PER_S for name in pids}
     out["broker_cpu_pct"] = {name: round(100 * v / span, 1) for name, v in cpu_s.items()}
@@ -141,23 +166,65 @@ def nonce() -> str:
     return os.urandom(4).hex()
 
 
-def tidings_adapter(cluster: Cluster, durable: bool, subs: int) -> Spread:
+class _Closeness:
+    """Sort key: brokers numerically closest to a tree key first (Pastry's tie rule included)."""
+
+    def __init__(self, key: int, node_id: int) -> None:
+        self.key, self.node_id = key, node_id
+
+    def __lt__(self, other: _Closeness) -> bool:
+        return closer(self.key, self.node_id, other.node_id)
+
+
+def rooted_nonce(cluster: Cluster, root: int, tag: str) -> str:
+    """A nonce whose channel `bench/NONCE` (bench/loads.py's) has its tree's rendez-vous point at
+    broker `root`: the same tree shape for every mode compared, and a known intermediate."""
+    for i in range(100_000):
+        key = tree_key(subscription_tree(f"bench/{tag}{i}"))
+        if min(cluster.brokers, key=lambda b: _Closeness(key, int(b.node_id or "0", 16))) is cluster.brokers[root]:
+            return f"{tag}{i}"
+    raise RuntimeError(f"no channel rooted at broker {root}")
+
+
+def path_up(cluster: Cluster, channel: str, broker: int) -> list[str]:
+    """The tree's path from `broker` up to its root, from the brokers' status."""
+    tree = subscription_tree(channel)
+    parents = {}
+    for address, status in cluster.statuses().items():
+        for t in (status or {}).get("trees", []):
+            if t["name"] == tree:
+                parents[address] = t["parent"]
+    path = [cluster.brokers[broker].address]
+    while parents.get(path[-1]) and len(path) <= len(cluster.brokers):
+        path.append(parents[path[-1]])
+    return path
+
+
+def tidings_adapter(cluster: Cluster, durable: bool, tag: str, pub: int, subs: list[int]) -> Spread:
     ports = [b.port for b in cluster.brokers]
-    inner = loads.TidingsAdapter(ports[1], durable, nonce(), subs)
-    return Spread(inner, ports[1], [ports[0], *ports[2:]][:subs])
+    inner = loads.TidingsAdapter(ports[pub], durable, tag, len(subs))
+    return Spread(inner, ports[pub], [ports[i] for i in subs])
 
 
 def run_overhead(args: argparse.Namespace, emit: Any) -> None:
+    """PHB broker 1, the tree's root (the intermediate) broker 2, both subscribers on broker 0 (the
+    SHB); the same trees in both modes (same nodeIds, same channels)."""
+    tags: list[str] = []
     for mode, extra in (("gd", {}), ("best-effort", {"best_effort_delivery": "true"})):
         with tidings_cluster(3, extra) as cluster:
+            # two channels: a GD subscription starts a clock-skew allowance (1 s) back, so the
+            # fixed-rate test must not see the throughput test's events
+            tags = tags or [rooted_nonce(cluster, 2, nonce() + kind) for kind in "tf"]
             b = cluster.brokers
-            pids = {"phb": b[1].pid, "shb": b[0].pid, "shb2": b[2].pid}
-            res = with_cpu(pids, lambda c=cluster: throughput(tidings_adapter(c, True, 2), args.duration_s))
+            pids = {"phb": b[1].pid, "intermediate": b[2].pid, "shb": b[0].pid}
+            res = with_cpu(pids, partial(throughput, tidings_adapter(cluster, True, tags[0], 1, [0, 0]),
+                                         args.duration_s), partial(path_up, cluster, f"bench/{tags[0]}", 0))
             emit({"test": "gd-overhead-throughput", "mode": mode, "brokers": 3} | res | context())
             count = int(args.fixed_rate * args.duration_s)
-            res = with_cpu(pids, lambda c=cluster, n=count: latency(tidings_adapter(c, False, 1), args.fixed_rate,
-                                                                    n, n // 10))
-            emit({"test": "gd-overhead-cpu", "mode": mode, "brokers": 3} | res | context())
+            res = with_cpu(pids, partial(latency, tidings_adapter(cluster, False, tags[1], 1, [0]), args.fixed_rate,
+                                         count, count // 10), partial(path_up, cluster, f"bench/{tags[1]}", 0))
+            emit({"test": "gd-overhead-cpu", "mode": mode, "brokers": 3, "rate_per_s": args.fixed_rate}
+                 | res | context())
 
 
 @contextlib.contextmanager
@@ -199,8 +266,10 @@ def nats_cluster(size: int) -> Iterator[list[subprocess.Popen[bytes]]]:
 def run_cross(args: argparse.Namespace, emit: Any) -> None:
     with tidings_cluster(3) as cluster:
         b = cluster.brokers
+        tag = rooted_nonce(cluster, 2, nonce())
         pids = {"phb": b[1].pid, "shb": b[0].pid, "shb2": b[2].pid}
-        res = with_cpu(pids, lambda: throughput(tidings_adapter(cluster, True, 2), args.duration_s))
+        res = with_cpu(pids, partial(throughput, tidings_adapter(cluster, True, tag, 1, [0, 2]), args.duration_s),
+                       partial(path_up, cluster, f"bench/{tag}", 0))
         emit({"test": "gd-cross", "broker": "tidings", "servers": 3} | res | context())
     with nats_cluster(3) as procs:
         ports = [p.port for p in procs]  # type: ignore[attr-defined]
@@ -212,14 +281,15 @@ def run_cross(args: argparse.Namespace, emit: Any) -> None:
 
 
 def run_latency(args: argparse.Namespace, emit: Any) -> None:
+    """PHB broker 1, SHB broker 3, the tree rooted at broker 4 (so at least PHB -> root -> SHB)."""
     with tidings_cluster(5) as cluster:
         b = cluster.brokers
-        inner = loads.TidingsAdapter(b[1].port, False, nonce(), 1)
-        adapter = Spread(inner, b[1].port, [b[3].port])
-        pids = {"phb": b[1].pid, "shb": b[3].pid}
-        res = with_cpu(pids, lambda: latency(adapter, 1000.0, args.latency_count, args.latency_count // 11))
-        emit({"test": "gd-latency", "brokers": 5, "publisher_broker": b[1].address,
-              "subscriber_broker": b[3].address} | res | context())
+        tag = rooted_nonce(cluster, 4, nonce())
+        adapter = tidings_adapter(cluster, False, tag, 1, [3])
+        pids = {"phb": b[1].pid, "root": b[4].pid, "shb": b[3].pid}
+        res = with_cpu(pids, partial(latency, adapter, 1000.0, args.latency_count, args.latency_count // 11),
+                       partial(path_up, cluster, f"bench/{tag}", 3))
+        emit({"test": "gd-latency", "brokers": 5, "publisher_broker": b[1].address} | res | context())
 
 
 TESTS = {"overhead": run_overhead, "cross": run_cross, "latency": run_latency}
@@ -235,13 +305,14 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "results" / "gd_bench.jsonl"))
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the clusters on the way out
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
 
     def emit(line: dict[str, Any]) -> None:
         line = {"run_id": run_id, "tag": args.tag} | line
         with open(args.out, "a") as f:
             f.write(json.dumps(line) + "\n")
-        keep = ("test", "mode", "broker", "value", "unit", "delivered_per_s", "loss_pct", "p50_us", "p99_us",
+        keep = ("test", "mode", "broker", "path", "value", "unit", "delivered_per_s", "loss_pct", "p50_us", "p99_us",
                 "broker_cpu_pct", "broker_cpu_us_per_event", "machine_busy_pct", "loadavg", "errors")
         print(json.dumps({k: line[k] for k in keep if k in line}), flush=True)
 

@@ -4,7 +4,8 @@ Figures 6-8) on a real cluster of broker processes on 127.0.0.1.
 
   python bench/gd_experiments.py --scenario link|intermediate|publisher [--brokers 10]
          [--rate 100] [--stall-s 2.5] [--down-s S] [--warm-s 5] [--after-s 10]
-         [--out bench/results/gd_experiments.jsonl] [--plot docs/img/gd_SCENARIO.png]
+         [--out bench/results/gd_experiments.jsonl] [--plot docs/img/gd_SCENARIO.png] [--trace FILE]
+  python bench/gd_experiments.py --replot FILE --plot PNG      # draw a recorded run's trace again
 
 One publisher at the publisher's broker (PHB) publishes `--rate` events/s (100-byte payloads) on
 one tree; every other broker has a subscriber on it. The script picks, from the brokers' own status,
@@ -346,42 +347,43 @@ def roles(run: Run) -> dict[str, str]:
     return names
 
 
-def plot(run: Run, affected: list[str], path: str, result: dict[str, Any]) -> None:
+def plot(trace: dict[str, Any], path: str) -> None:
+    """The PNG from a run's trace (what --trace writes): latency of the affected subscribers over
+    publish time, and the cumulative nack range since the fault of every broker that nacked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    t0 = min(run.acked) / 1e6 if run.acked else run.marks["kill"]
-    names = roles(run)
+    marks, result, names = trace["marks"], trace["result"], trace["result"]["roles"]
+    t0 = min(trace["acked"]) / 1e6 if trace["acked"] else marks["kill"]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
-    for s in run.subs:
-        if s.broker.address not in affected:
-            continue
-        xs = [t / 1e6 - t0 for t, _ in s.received]
-        ys = [(r - t) / 1e6 for t, r in s.received]
-        ax1.plot(xs, ys, ".", markersize=2, label=f"subscriber at {s.broker.address} ({names.get(s.broker.address)})")
+    for address in result["affected"]:
+        received = trace["received"].get(address, [])
+        ax1.plot([t / 1e6 - t0 for t, _ in received], [(r - t) / 1e6 for t, r in received], ".", markersize=2,
+                 label=f"subscriber at {address} ({names.get(address)})")
     ax1.set_ylabel("latency (s)")
-    ax1.set_title(f"{run.scenario}: {result['title']}")
-    fault = run.marks.get("stall", run.marks["kill"])
-    base = {smp["broker"]: smp["nack_ticks_sent"] for smp in run.samples if smp["t"] < fault}
+    ax1.set_title(f"{result['scenario']}: {result['title']}")
+    fault = marks.get("stall", marks["kill"])
+    base = {smp["broker"]: smp["nack_ticks_sent"] for smp in trace["samples"] if smp["t"] < fault}
     by: dict[str, list[tuple[float, float]]] = {}
-    for smp in run.samples:
+    for smp in trace["samples"]:
         if smp["t"] >= fault - 1:
             by.setdefault(smp["broker"], []).append(
                 (smp["t"] - t0, max(0, smp["nack_ticks_sent"] - base.get(smp["broker"], 0)) / 1e3))
+    styles = iter(["-", "--", ":", "-."] * 4)
     for address, pts in sorted(by.items()):
-        if pts[-1][1] > 0:
-            ax2.step([p[0] for p in pts], [p[1] for p in pts], where="post",
-                     label=f"{address} ({names.get(address, '?')})")
+        if pts[-1][1] > 0:  # equal ranges would hide each other: one line style each
+            ax2.step([p[0] for p in pts], [p[1] for p in pts], where="post", linestyle=next(styles),
+                     linewidth=1.5, label=f"{address} ({names.get(address, '?')})")
     if not ax2.get_legend_handles_labels()[0]:
         ax2.text(0.5, 0.5, "no broker sent a nack after the fault", ha="center", transform=ax2.transAxes)
     ax2.set_ylabel("cumulative nack range since the fault (ms)")
     ax2.set_xlabel("publish time (s)  [nack range: sample time]")
     for ax in (ax1, ax2):
         for mark, style in (("stall", ":"), ("kill", "--"), ("restart", "-.")):
-            if mark in run.marks:
-                ax.axvline(run.marks[mark] - t0, color="grey", linestyle=style, linewidth=0.8)
+            if mark in marks:
+                ax.axvline(marks[mark] - t0, color="grey", linestyle=style, linewidth=0.8)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper left")
     fig.text(0.01, 0.005, f"load average at start {result['loadavg_start']}, end {result['loadavg_end']}; "
@@ -455,19 +457,20 @@ async def experiment(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     result["lost_total"] = sum(v["lost"] for v in per_sub.values())
     result["duplicated_total"] = sum(v["duplicated"] for v in per_sub.values())
     result["out_of_order_total"] = sum(v["out_of_order"] for v in per_sub.values())
+    trace = {"samples": run.samples, "received": {s.broker.address: s.received for s in subs},
+             "acked": run.acked, "marks": run.marks, "result": result}
     if args.plot:
-        plot(run, affected, args.plot, result)
+        plot(trace, args.plot)
         result["plot"] = args.plot
     if args.trace:
         with open(args.trace, "w") as f:
-            json.dump({"samples": run.samples, "received": {s.broker.address: s.received for s in subs},
-                       "acked": run.acked, "marks": run.marks}, f)
+            json.dump(trace, f)
     return result
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", choices=sorted(DOWN_S), required=True)
+    ap.add_argument("--scenario", choices=sorted(DOWN_S))
     ap.add_argument("--brokers", type=int, default=10)
     ap.add_argument("--rate", type=float, default=100.0, help="events per second, in all")
     ap.add_argument("--warm-s", type=float, default=5.0, help="publishing before the fault")
@@ -477,7 +480,15 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "results" / "gd_experiments.jsonl"))
     ap.add_argument("--plot", default=None, help="PNG path (needs matplotlib)")
     ap.add_argument("--trace", default=None, help="raw samples and deliveries as JSON")
+    ap.add_argument("--replot", default=None, help="only draw --plot again from a --trace file")
     args = ap.parse_args()
+    if args.replot or not args.scenario:
+        if not (args.replot and args.plot):
+            ap.error("--scenario is required (or --replot TRACE with --plot PNG)")
+        with open(args.replot) as f:
+            plot(json.load(f), args.plot)
+        return
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the cluster on the way out
     with tempfile.TemporaryDirectory(prefix="gd-exp-") as tmp:
         result = asyncio.run(experiment(args, Path(tmp)))
     with open(args.out, "a") as f:
