@@ -124,8 +124,8 @@ async def collect(sub: Sub, it: Any) -> None:
         sub.closed_at = time.time()
 
 
-async def choose_tree(cluster: Cluster, phb: BrokerProcess, clients: dict[str, Client],
-                      scenario: str) -> tuple[str, BrokerProcess, dict[str, Any], dict[str, Any]]:
+async def choose_tree(cluster: Cluster, phb: BrokerProcess, clients: dict[str, Client]
+                      ) -> tuple[str, BrokerProcess, dict[str, Any], dict[str, Any]]:
     """Subscribe everywhere but the PHB on a few trees; keep the one whose best forwarder (not the
     root, not the PHB, not broker 0 which restarts without a join address) has most subscribing
     children (a leaf when no tree has such a forwarder).
@@ -403,7 +403,7 @@ async def experiment(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         phb = cluster.brokers[1]
         clients = {b.address: await Client.connect(b.address, service="gd-sub") for b in cluster.brokers
                    if b is not phb}
-        prefix, victim, shape, chosen = await choose_tree(cluster, phb, clients, args.scenario)
+        prefix, victim, shape, chosen = await choose_tree(cluster, phb, clients)
         if args.scenario == "publisher":
             victim = phb
         subs = [Sub(cluster.by_address(a)) for a in chosen]
