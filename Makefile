@@ -8,10 +8,12 @@ STAMP   = $(VENV)/.installed
 .PHONY: run test lint bench clean
 
 $(STAMP): pyproject.toml
+	@echo "== creating $(VENV) and installing tidings with its dependencies (PySpark is large: a minute or more the first time)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[spark,test]'
+	$(PY) -m pip install --disable-pip-version-check --progress-bar on -e '.[spark,test]'
 	touch $(STAMP)
+	@echo "== installed; the tidings command is $(VENV)/bin/tidings (or run: . $(VENV)/bin/activate)"
 
 run: $(STAMP)
 	$(PY) -m tidings.cli.main demo --data ./data

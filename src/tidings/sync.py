@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import ssl
 import threading
 from collections.abc import Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
@@ -20,6 +22,7 @@ from tidings.core.event import Event
 from tidings.core.session import Start
 
 T = TypeVar("T")
+STOP_WAIT_S = 10.0  # for the loop's tasks to unwind, and then for its thread to end
 FOREVER = float("inf")  # a live subscription may rightly be silent for hours
 
 __all__ = ["Gap", "PublishResult", "SyncClient", "SyncSubscription", "connect"]
@@ -66,7 +69,8 @@ class SyncSubscription:
 
 class SyncClient:
     def __init__(self, address: str, service: str, instance: str | None, timeout: float,
-                 request_timeout: float | None) -> None:
+                 request_timeout: float | None, credential: str | None = None,
+                 tls: ssl.SSLContext | bool = False) -> None:
         self.gaps_skipped: list[Gap] = []
         self.request_timeout = request_timeout
         self._loop = new_event_loop()
@@ -74,7 +78,8 @@ class SyncClient:
         self._thread.start()
         try:
             self._client: Client = self._call(
-                Client.connect(address, service=service, instance=instance, timeout=timeout))
+                Client.connect(address, service=service, instance=instance, timeout=timeout,
+                               credential=credential, tls=tls))
         except BaseException:
             self._stop_loop()
             raise
@@ -86,7 +91,7 @@ class SyncClient:
             timeout = self.request_timeout
         try:
             return fut.result(None if timeout == FOREVER else timeout)
-        except TimeoutError:
+        except BaseException:  # a timeout or Ctrl-C: the coroutine must not run on unwatched
             fut.cancel()
             raise
 
@@ -105,8 +110,9 @@ class SyncClient:
         return self._call(self._client.publish_many(list(items)))
 
     def subscribe(self, pattern: str, *, filter: str | None = None, start: Start = "now",
-                  end: int | None = None, on_gap: str = "raise") -> SyncSubscription:
-        sub = self._call(self._client.subscribe(pattern, filter=filter, start=start, end=end, on_gap=on_gap))
+                  end: int | None = None, on_gap: str = "raise", order: str = "publisher") -> SyncSubscription:
+        sub = self._call(self._client.subscribe(pattern, filter=filter, start=start, end=end, on_gap=on_gap,
+                                                order=order))
         return SyncSubscription(self, sub)
 
     def read(self, pattern: str, *, filter: str | None = None, after: int = 0, end: int | None = None,
@@ -137,8 +143,18 @@ class SyncClient:
                 self._stop_loop()
 
     def _stop_loop(self) -> None:
+        """Cancel what still runs on the loop (a connect interrupted by Ctrl-C, say) and let it
+        unwind, then stop the loop: no task is left pending to be destroyed at exit."""
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(STOP_WAIT_S)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        self._thread.join(STOP_WAIT_S)
         if not self._loop.is_running():
             self._loop.close()
 
@@ -150,11 +166,14 @@ class SyncClient:
 
 
 def connect(address: str, *, service: str = "tidings-client", instance: str | None = None,
-            timeout: float = 10.0, request_timeout: float | None = 60.0) -> SyncClient:
+            timeout: float = 10.0, request_timeout: float | None = 60.0,
+            credential: str | None = None, tls: ssl.SSLContext | bool = False) -> SyncClient:
     """Connect to a broker and return a blocking client (use it as a context manager).
 
     `timeout` bounds the connection; `request_timeout` bounds every call that expects an answer
     (publish, status, subscribe, and each wait for the next batch of a bounded `read`), so a hung
     broker raises TimeoutError instead of blocking for ever. `None` waits without limit.
+    `credential` (NAME:SECRET) authenticates as that identity; `tls`
+    as in Client.connect.
     """
-    return SyncClient(address, service, instance, timeout, request_timeout)
+    return SyncClient(address, service, instance, timeout, request_timeout, credential, tls)

@@ -1,3 +1,5 @@
+import socket
+
 import pytest
 
 from tidings.testing import BrokerProcess
@@ -7,3 +9,11 @@ from tidings.testing import BrokerProcess
 def broker(tmp_path):
     with BrokerProcess(tmp_path / "broker") as proc:
         yield proc
+
+
+@pytest.fixture
+def free_port():
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,6 +1,7 @@
 """The `tidings` command as a user runs it: pub, sub, status, and its errors and exit codes."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -97,3 +98,5 @@ def test_demo_kills_and_restarts_a_broker_and_every_stream_is_exactly_once_in_or
     killed = fault.split()[1]
     publisher = out.stdout.split("events at ")[1].split()[0]
     assert killed not in {publisher} | {line.split(" at ")[1].split()[0] for line in streams}  # hosts no client
+    assert re.search(r"latency publish -> delivery: p50 [0-9.]+ ms, p90 [0-9.]+ ms, p99 [0-9.]+ ms, max [0-9.]+ ms\n",
+                     out.stdout)

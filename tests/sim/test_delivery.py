@@ -9,11 +9,13 @@ A failing seed replays exactly: `tidings sim delivery --seed N` runs one.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
+from tidings.core.config import BrokerConfig, ConfigError
 from tidings.core.reliability.istream import Istream
-from tidings.sim.delivery_scenario import FAULTS, DeliveryRun, DeliveryScenario, run_delivery, sweep_scenario
+from tidings.sim.delivery_scenario import CONFIG, FAULTS, DeliveryRun, DeliveryScenario, run_delivery, sweep_scenario
 
 SWEEP_SEEDS = int(os.environ.get("TIDINGS_DELIVERY_SEEDS", "50"))
 
@@ -81,3 +83,47 @@ def test_the_same_seed_gives_the_same_outcome():
 def test_sweep_scenarios_draw_their_faults_from_the_seed():
     assert sweep_scenario(11) == sweep_scenario(11)
     assert {sweep_scenario(s).faults for s in range(30)} != {()}
+
+
+def test_the_best_effort_switch_delivers_without_streams_and_loses_under_loss():
+    """The comparison mode of the GD-overhead benchmark: events still flow with no faults; with
+    loss they are lost (which is what the streams are for), and no broker nacks or keeps streams."""
+    config = replace(CONFIG, best_effort_delivery=True)
+    clean = DeliveryRun(DeliveryScenario(seed=1), config).execute()
+    assert not clean.problems and clean.delivered > 0
+    lossy_run = DeliveryRun(DeliveryScenario(seed=1, loss=0.05), config)
+    lossy = lossy_run.execute()
+    assert any("missing" in p for p in lossy.problems)
+    for node in lossy_run.nodes:
+        status = node.core.status()["delivery"]
+        assert status["nacks_sent"] == 0 and status["streams"] == 0
+
+
+def test_best_effort_delivery_is_a_switch_in_the_config_file():
+    assert BrokerConfig.from_mapping({"best_effort_delivery": True}).best_effort_delivery
+    with pytest.raises(ConfigError, match="true or false"):
+        BrokerConfig.from_mapping({"best_effort_delivery": 1})
+
+
+def test_a_slow_subscriber_falls_behind_and_gets_every_remote_event_back():
+    """Its broker's queue to it fills (SendBlocked), the stream's cache for it overflows, and the
+    ticks it missed come back through nacks upstream: nothing is dropped for a slow reader."""
+    run = DeliveryRun(DeliveryScenario(seed=0, slow_subscriber=True, loss=0.02))
+    result = run.execute()
+    assert not result.problems, result.problems
+    slow = run.subscribers[0]
+    shb = run.nodes[int(slow.address[1:].split(":")[0])]
+    assert shb.stats.get("SendBlocked", 0) > 0
+    assert shb.core.status()["delivery"]["nacks_sent"] > 0
+    assert len(slow.received) > 100
+
+
+@pytest.mark.parametrize(("seed", "faults"), [(0, ()), (6, ("root",)), (7, ("publisher",))])
+def test_total_order_subscribers_of_a_tree_all_see_one_interleaving(seed, faults):
+    """Every subscriber asks for total order; those of one tree must agree on the order of the
+    events they share, on top of everything the publisher-order checks ask."""
+    run = DeliveryRun(DeliveryScenario(seed=seed, total_order=True, loss=0.02, faults=faults))
+    result = run.execute()
+    assert not result.problems, result.problems
+    assert sum(1 for s in run.subscribers if s.pattern in ("nodes/#", "nodes/+/load")) >= 3
+    assert all(node.core.status()["delivery"]["total_order_late"] == 0 for node in run.nodes if node.core)

@@ -1,4 +1,4 @@
-"""`tidings sim pastry`: one JSON report, progress kept off stdout, bad input refused with exit 2."""
+"""`tidings sim pastry` and `sim delivery`: reports, progress kept off stdout, bad input refused with exit 2."""
 
 from __future__ import annotations
 
@@ -33,3 +33,11 @@ def test_bad_arguments_exit_2_with_one_line(capsys, tmp_path):
                  ["--nodes", "10", "--model", "torus"]):
         assert main(["sim", "pastry", "--quiet", *argv]) == 2
         assert capsys.readouterr().err.startswith("tidings: error: ")
+
+
+def test_the_delivery_command_runs_seeds_and_counts_them(capsys):
+    assert main(["sim", "delivery", "--seed", "2", "--seeds", "2", "--brokers", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "seed 2: ok" in out and "seed 3: ok" in out
+    assert out.rstrip().splitlines()[-1].startswith("2 passed, 0 failed")
+    assert main(["sim", "delivery", "--seeds", "0"]) == 2

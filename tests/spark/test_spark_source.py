@@ -213,3 +213,27 @@ def test_released_events_fail_the_read_or_are_skipped(
     kept = [expected_row(e) for e in events if e.tick > released]
     assert kept and len(kept) < len(events)
     assert without(rows, "part") == kept
+
+
+def test_a_secured_broker_over_tls_with_a_credential(spark: Any, tmp_path: Any) -> None:
+    """The read authenticates and checks the broker's certificate; the rows' source is the
+    authenticated publisher; a pattern outside the reader's rules fails the read on the driver."""
+    from tidings.aio.auth_file import add_identity
+    from tidings.aio.tls import client_context, make_dev_certs
+    from tidings.core.auth.credentials import KdfParams
+
+    auth, kdf = tmp_path / "auth.toml", KdfParams(n=1 << 10)
+    writer = str(add_identity(auth, "loadmon", [], ["load/#"], [], kdf))
+    reader = str(add_identity(auth, "reader", [], [], ["load/#"], kdf))
+    certs = make_dev_certs(tmp_path / "tls", ["127.0.0.1"])
+    args = ["--auth", str(auth), "--tls-cert", str(certs["cert_pem"]), "--tls-key", str(certs["cert_key"])]
+    tls = client_context(certs["ca_pem"])
+    with BrokerProcess(tmp_path / "b", args=args, credential=reader, tls=tls) as broker:
+        with sync.connect(broker.address, credential=writer, tls=tls) as client:
+            ticks = [r.tick for r in client.publish_many([("load/h1", b"1"), ("load/h2", b"2")])]
+        secured = {"credential": reader, "tlsCa": str(certs["ca_pem"])}
+        rows = read(spark, broker.address, "load/#", **secured).collect()
+        assert sorted(r["tick"] for r in rows) == ticks
+        assert {r["source_service"] for r in rows} == {"loadmon"}
+        with pytest.raises(Exception, match="may not subscribe"):
+            read(spark, broker.address, "#", **secured).collect()

@@ -13,11 +13,11 @@ def closest(key: int, ids: list[int]) -> int:
 
 def smaller_side(me: int, ids: list[int], half: int) -> list[int]:
     """The `half` nodeIds met first going down the ring from `me`, nearest first."""
-    return sorted((i for i in ids if i != me), key=lambda i: (me - i) % RING)[:half]
+    return sorted({i for i in ids if i != me}, key=lambda i: (me - i) % RING)[:half]  # a set: ids may repeat
 
 
 def larger_side(me: int, ids: list[int], half: int) -> list[int]:
-    return sorted((i for i in ids if i != me), key=lambda i: (i - me) % RING)[:half]
+    return sorted({i for i in ids if i != me}, key=lambda i: (i - me) % RING)[:half]
 
 
 def leaf_members(me: int, ids: list[int], half: int) -> list[int]:

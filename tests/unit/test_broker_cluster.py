@@ -9,10 +9,13 @@ from __future__ import annotations
 import random
 
 import msgpack
+import pytest
 
 from tests.unit.core_harness import Harness, delivered, of_type
+from tidings.core.config import BrokerConfig
 from tidings.core.effects import Disconnect
-from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained
+from tidings.core.errors import TidingsError
+from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained, TimerFired
 from tidings.core.multicast.effects import EventArrived
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability.messages import Knowledge
@@ -137,3 +140,39 @@ def test_a_blocked_peer_connection_holds_its_messages_until_it_drains():
     assert h.broker.peers.send(0, "127.0.0.1:9", [101, ["t"]]) == []  # held while blocked
     h.feed(SendDrained(0, 7))
     assert [frame[4:] for frame in h.sent[7]] == [msgpack.packb([101, ["t"]])]
+
+
+def test_a_subscribe_past_trees_max_is_refused_to_its_client_and_leaves_nothing_behind():
+    h = Harness(BrokerConfig(trees_max=2))
+    h.apply(h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    h.connect(1)
+    h.subscribe(1, "a/#")
+    h.subscribe(1, "b/#")
+    h.inbox(1)
+    refused = h.subscribe(1, "c/#")  # a third tree: the broker's Scribe agent is full
+    errors = of_type(h.inbox(1), messages.Error)
+    assert [(e.code, e.context.get("sub")) for e in errors] == [("too-many-trees", refused)]
+    status = h.broker.status()
+    assert status["subscriptions"] == 2 and [t["name"] for t in status["trees"]] == ["a/#", "b/#"]
+    h.subscribe(1, "a/+/x")  # in the tree a/# it is in already: still works
+    assert not of_type(h.inbox(1), messages.Error)
+
+
+def test_total_order_merges_pubends_on_tick_then_pubend_and_needs_a_start_of_now():
+    h = in_overlay()
+    h.connect(1)
+    sub, wire = h.sessions[1].subscribe("nodes/#", order="total")
+    h.send(1, wire)
+    h.inbox(1)
+    come_down(h, "nodes/#", knowledge("nodes/#", 0, 12, [remote_record(10, "nodes/b", {}, "p-b")], pubend="p-b"))
+    come_down(h, "nodes/#", knowledge("nodes/#", 0, 30, [remote_record(10, "nodes/a", {}, "p-a"),
+                                                         remote_record(20, "nodes/a", {}, "p-a")], pubend="p-a"))
+    assert h.inbox(1) == []  # the merge point stays the clock-skew allowance behind the present...
+    h.feed(TimerFired(10**9, h.wall_us + 2_000_000))  # ... which moves on
+    first = [(f[0], f[1]) for m in of_type(h.inbox(1), messages.Events) for f in m.records]
+    assert first == [("p-a", 10), ("p-b", 10)]  # merged up to p-b's horizon (12), ties by pubend
+    come_down(h, "nodes/#", knowledge("nodes/#", 12, 30, [remote_record(15, "nodes/b", {}, "p-b")], pubend="p-b"))
+    then = [(m.sub, f[0], f[1]) for m in of_type(h.inbox(1), messages.Events) for f in m.records]
+    assert then == [(sub, "p-b", 15), (sub, "p-a", 20)]
+    with pytest.raises(TidingsError, match="starts now"):
+        h.sessions[1].subscribe("nodes/#", start="start", order="total")

@@ -10,15 +10,22 @@ from __future__ import annotations
 import contextlib
 import random
 
+import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidings.core.cluster import ClusterMember
+from tidings.core.cluster import ClusterMember, Reliability
+from tidings.core.config import BrokerConfig
 from tidings.core.errors import TidingsError
+from tidings.core.inputs import LogState
 from tidings.core.multicast.agent import ScribeConfig
+from tidings.core.multicast.trees import publish_trees
 from tidings.core.overlay.envelope import Deliver
 from tidings.core.overlay.node import OverlayConfig
 from tidings.core.overlay.node_id import NodeRef, id_to_wire
+from tidings.core.reliability.messages import Knowledge
+from tidings.core.reliability.node import Deliver as DeliverRecords
+from tidings.core.reliability.node import ReliabilityNode
 
 ME = NodeRef(7 << 120, "127.0.0.1:7400")
 
@@ -47,3 +54,45 @@ def test_peer_garbage_raises_only_tidings_errors_and_routing_goes_on(batch):
             m.received(1, "127.0.0.1:9", message)
     decision = m.overlay.route_step(2, m.overlay.route(123, [96]))
     assert isinstance(decision, Deliver)  # alone in its overlay: every key is its own
+
+
+# the guaranteed-delivery path: ACK and NACK shapes, and Scribe EVENTs carrying junk "knowledge"
+TREE = "nodes/#"
+knowledge_junk = st.tuples(st.sampled_from([160, 161, 162, 7]), st.lists(values, max_size=8)).map(
+    lambda t: [t[0], *t[1]])
+knowledge_shaped = st.tuples(st.integers(-3, 2**64), st.integers(-3, 2**64), st.lists(st.integers(-3, 60), max_size=4),
+                             st.lists(st.binary(max_size=12), max_size=4), st.booleans()).map(
+    lambda t: [160, TREE, "p-x", t[0], t[1], t[2], t[3], t[4]])
+tree_events = st.tuples(st.one_of(st.text(max_size=4), st.just(PARENT := "127.0.0.1:9")),
+                        st.one_of(knowledge_junk, knowledge_shaped, values)).map(lambda t: [100, TREE, [t[0], t[1]]])
+gd_messages = st.one_of(raw, knowledge_junk, tree_events,
+                        st.lists(values, max_size=3).map(lambda v: [161, v]),
+                        st.tuples(values, values, values).map(lambda t: [162, *t]))
+
+
+def member_with_delivery() -> tuple[ClusterMember, ReliabilityNode]:
+    config = BrokerConfig()
+    m = ClusterMember(ME, OverlayConfig(), ScribeConfig(), random.Random(1),
+                      Reliability("p-me", config.reliability_config(), publish_trees, lambda: (0, LogState())))
+    m.start(0, None)
+    gd = m.reliability
+    assert gd is not None
+    m.settle(0, gd.local_subscribe(0, 1, TREE, 0))
+    m.subscribe(0, TREE)
+    return m, gd
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch=st.lists(gd_messages, min_size=1, max_size=8))
+def test_guaranteed_delivery_garbage_from_peers_raises_only_tidings_errors_and_streams_go_on(batch):
+    m, gd = member_with_delivery()
+    for message in batch:
+        with contextlib.suppress(TidingsError):
+            m.received(1, PARENT, message)
+        if message[0] == 100 and len(message) == 3:  # as Scribe hands an EVENT from this broker's parent to the streams
+            with contextlib.suppress(TidingsError):
+                m.settle(1, gd.event_arrived(1, TREE, message[2], PARENT))
+    record = msgpack.packb(["p-good", 5, "nodes/a", {}, "s", "i", b"x"])
+    good = Knowledge(TREE, "p-good", 0, 10, (5,), (record,), False).to_wire()
+    out = m.settle(2, gd.event_arrived(2, TREE, [PARENT, good], PARENT))
+    assert [e.records for e in out if isinstance(e, DeliverRecords)] == [[record]]

@@ -44,6 +44,7 @@ class Pump:
         self.now = 0
         self.delivered = 0
         self.refuse_dead = False
+        self.side: dict[str, int] = {}  # a partition: messages between different sides vanish
 
     def add(self, index: int) -> OverlayNode:
         address = f"10.0.{index // 250}.{index % 250}:7000"
@@ -71,7 +72,7 @@ class Pump:
             if sender in self.dead:
                 continue
             target = effect.address
-            if target in self.dead or target not in self.nodes:
+            if target in self.dead or target not in self.nodes or self.side.get(sender) != self.side.get(target):
                 if self.refuse_dead or isinstance(effect, Probe):
                     self.apply(sender, node.peer_unreachable(self.now, target))
                 continue
@@ -337,3 +338,20 @@ def test_a_node_that_has_not_joined_ignores_join_requests():
     assert waiting.handle(0, "x:1", m.JoinRequest(NodeRef(5, "x:1")).to_wire()) == []
     assert waiting.handle(0, "x:1", m.Join(NodeRef(5, "x:1"), 2).to_wire()) == []
     assert not waiting.joined and waiting.next_deadline() == CONFIG.join_timeout_ns
+
+
+def test_a_partition_that_heals_merges_the_two_overlays_again():
+    """Each side repairs its leaf sets around the other; once the partition heals, failed nodes
+    asked again (revive_interval_ns) answer, and the leaf sets are those of one overlay again."""
+    config = OverlayConfig(leaf_set_size=8, revive_interval_ns=2 * SECOND)
+    pump = Pump(21, config)
+    grow(pump, 40)
+    pump.advance(SECOND)
+    addresses = sorted(pump.nodes)
+    pump.side = {a: i % 2 for i, a in enumerate(addresses)}
+    pump.advance(config.failure_timeout_ns + 3 * SECOND)
+    for node in pump.live():  # two overlays: every leaf is on the node's own side
+        assert all(pump.side[leaf.address] == pump.side[node.me.address] for leaf in node.leaf_set.members())
+    pump.side = {}
+    pump.advance(len(addresses) * config.revive_interval_ns // 4)
+    assert_consistent(pump)

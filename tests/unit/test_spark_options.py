@@ -30,6 +30,13 @@ def test_defaults() -> None:
     )
 
 
+def test_credential_and_tls_ca() -> None:
+    opts = parse(credential="reader:c2VjcmV0", tlsCa="/etc/tidings/ca.pem")
+    assert (opts.credential, opts.tls_ca) == ("reader:c2VjcmV0", "/etc/tidings/ca.pem")
+    with pytest.raises(ValueError, match='"credential" must be NAME:SECRET'):
+        parse(credential="no-secret")
+
+
 def test_keys_are_case_insensitive_as_spark_lower_cases_them() -> None:
     lowered = {"broker": "h:1", "pattern": "a/#", "starttick": "5", "endtick": "9",
                "failondataloss": "FALSE", "partitions": "4"}

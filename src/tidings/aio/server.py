@@ -6,7 +6,9 @@ reported as Accepted (the core finds out from its first frame whether a client o
 speaking), one the core asked for with `Connect(address)` as Connected, or ConnectFailed when the
 dial is refused or takes longer than handshake_timeout_ns. Once listening, the broker takes part in
 the overlay as the address it advertises (by default the bound host and port): it starts a new
-overlay, or joins the one the `join` address belongs to.
+overlay, or joins the one the `join` address belongs to. Each failed attempt to reach the join
+address is logged (the core retries with backoff), and a broker not in the overlay after
+`join_timeout_s` stops with JoinFailed rather than run on alone.
 
 Sends to one connection within one input are joined into a single write, so a burst of events
 leaves in few syscalls, while a lone event is written immediately (no added latency). The
@@ -27,9 +29,13 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
+from tidings.aio.auth_file import load_policy
 from tidings.aio.storage_worker import StorageWorker, log_state
+from tidings.aio.tls import TlsFiles
+from tidings.core.auth.guard import Guard
+from tidings.core.auth.policy import AuthFileError, AuthPolicy
 from tidings.core.broker import Broker
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import (
@@ -44,6 +50,7 @@ from tidings.core.effects import (
     Sync,
     coalesce_sends,
 )
+from tidings.core.errors import TidingsError
 from tidings.core.inputs import (
     Accepted,
     Connected,
@@ -61,10 +68,14 @@ from tidings.core.inputs import (
     WriteSynced,
 )
 from tidings.core.overlay.node_id import id_hex
-from tidings.storage import EventLog, load_or_create_identity
+from tidings.storage import DataDirectoryLock, EventLog, load_or_create_identity
+
+if TYPE_CHECKING:
+    from tidings.aio.http import HttpEndpoint
 
 log = logging.getLogger("tidings.broker")
 GIL_SWITCH_INTERVAL_S = 0.0005
+JOIN_TIMEOUT_S = 60.0  # default bound on joining the overlay through --join
 
 
 class _Connection(asyncio.Protocol):
@@ -104,14 +115,31 @@ class _Connection(asyncio.Protocol):
         self.server.feed(SendDrained(time.monotonic_ns(), self.conn))
 
 
+class JoinFailed(TidingsError):
+    """The broker could not join the overlay through its join address within its bound."""
+
+    code = "join-failed"
+
+
 class BrokerServer:
     def __init__(self, data_dir: Path, host: str, port: int, config: BrokerConfig | None = None,
-                 join: str | None = None, advertise: str | None = None) -> None:
+                 join: str | None = None, advertise: str | None = None,
+                 join_timeout_s: float = JOIN_TIMEOUT_S, http: tuple[str, int] | None = None,
+                 auth: Path | None = None, allow_anonymous: bool = False, tls: TlsFiles | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.tls = tls  # TLS on the port, and on dials to other brokers (aio/tls.py)
+        self._dial_tls = None if tls is None else tls.dial_context()
+        self.auth = auth  # the auth file; None lets anonymous clients in (the CLI allows that on loopback)
+        self.allow_anonymous = allow_anonymous
         self.host = host
         self.port = port
         self.config = config or BrokerConfig()
         self.join = join  # a member's address to join the overlay through; None starts a new one
+        self.join_timeout_s = join_timeout_s
+        self._join_attempts_failed = 0
+        self._join_failure = "no answer"
+        self._join_watch: asyncio.TimerHandle | None = None
+        self.failure: TidingsError | None = None  # why the broker stopped on its own, if it did
         self._advertise = advertise
         self._dials: set[asyncio.Task[None]] = set()
         self.transports: dict[int, asyncio.Transport] = {}
@@ -123,22 +151,30 @@ class BrokerServer:
         self._retention: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
         self._stopping: asyncio.Future[None] | None = None
+        self._stop_began: float | None = None
         self.core: Broker | None = None
         self._applying = False
         self._deferred: list[Input] = []
         self.worker: StorageWorker | None = None
+        self._lock: DataDirectoryLock | None = None
+        self._http_at = http  # (host, port) for /metrics and /status; None serves no HTTP
+        self.http: HttpEndpoint | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        pubend = load_or_create_identity(self.data_dir, lambda: "p" + secrets.token_hex(8))
-        event_log = await asyncio.to_thread(
-            EventLog.open, self.data_dir / "log", segment_bytes_max=self.config.segment_bytes_max
-        )
-        self.core = Broker(self.config, pubend, log_state(event_log))
+        self._lock = DataDirectoryLock.acquire(self.data_dir)  # before anything there is read
+        try:
+            pubend = load_or_create_identity(self.data_dir, lambda: "p" + secrets.token_hex(8))
+            event_log = await asyncio.to_thread(
+                EventLog.open, self.data_dir / "log", segment_bytes_max=self.config.segment_bytes_max
+            )
+        except BaseException:
+            self._lock.release()
+            raise
+        self.core = Broker(self.config, pubend, log_state(event_log), Guard(self._policy(), secrets.token_bytes))
         self.worker = StorageWorker(
             event_log,
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
@@ -147,14 +183,52 @@ class BrokerServer:
         )
         self.worker.start()
         self._server = await loop.create_server(self._new_connection, self.host, self.port,
-                                               reuse_address=True, backlog=1024)
+                                               reuse_address=True, backlog=1024,
+                                               ssl=None if self.tls is None else self.tls.server_context())
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         self._schedule_retention()
+        if self._http_at is not None:
+            from tidings.aio.http import HttpEndpoint  # noqa: PLC0415 - only a broker asked to serve HTTP loads aiohttp
+
+            self.http = HttpEndpoint(self.core.status, *self._http_at)
+            await self.http.start()
+            log.info("serving /metrics and /status on http://%s", self.http.address)
         log.info("broker %s listening on %s:%d, log holds %d events", pubend, self.host, self.port,
                  event_log.record_count)
         self._run(self.core.start_overlay(time.monotonic_ns(), self.advertised, self.join,
                                           random.Random(secrets.randbits(64))))
+        if self.join is not None:
+            self._join_watch = loop.call_later(self.join_timeout_s, self._join_overdue)
+
+    @property
+    def joined(self) -> bool:
+        cluster = self.core.cluster if self.core is not None else None
+        return cluster is not None and cluster.overlay.joined
+
+    def _join_overdue(self) -> None:
+        if self.joined:
+            return
+        self.failure = JoinFailed(f"could not join the overlay through {self.join} within "
+                                  f"{self.join_timeout_s:g} s ({self._join_attempts_failed} failed attempts to "
+                                  f"reach it; last: {self._join_failure})")
+        log.error("%s; stopping", self.failure)
+        self._stopping = asyncio.ensure_future(self.stop())
+
+    def _policy(self) -> AuthPolicy:
+        return AuthPolicy.open() if self.auth is None else load_policy(self.auth, self.allow_anonymous)
+
+    def reload_auth(self) -> None:
+        """Read the auth file again (SIGHUP): new rules and limits apply to the next request. A
+        file that does not parse is reported and the rules in force stay."""
+        if self.auth is None or self.core is None:
+            return
+        try:
+            self.core.guard.reload(self._policy())
+        except AuthFileError as exc:
+            log.error("auth file not reloaded, the previous rules stay in force: %s", exc)
+            return
+        log.info("auth file %s reloaded", self.auth)
 
     @property
     def address(self) -> str:
@@ -174,7 +248,14 @@ class BrokerServer:
         await self._stopped.wait()
 
     async def stop(self) -> None:
-        """Stop accepting, close every connection, finish pending syncs, close the log."""
+        """Stop accepting, close every connection, finish pending syncs, close the log; log one final
+        line. A second call (a second signal) waits for the first."""
+        if self._stop_began is not None:
+            await self._stopped.wait()
+            return
+        self._stop_began = time.monotonic()
+        if self.http is not None:
+            await self.http.stop()
         if self._server is not None:
             self._server.close()
         for task in list(self._dials):
@@ -185,9 +266,17 @@ class BrokerServer:
             self._retention.cancel()
         if self._timer is not None:
             self._timer.cancel()
+        if self._join_watch is not None:
+            self._join_watch.cancel()
         if self.worker is not None:
             await asyncio.to_thread(self.worker.stop)
             self.worker.log.close()
+        if self._lock is not None:
+            self._lock.release()  # only now may another broker open this directory
+        records = self.worker.log.record_count if self.worker is not None else 0
+        log.info("broker %s stopped in %.3f s; its log holds %d events",
+                 self.core.pubend.pubend_id if self.core is not None else "-",
+                 time.monotonic() - self._stop_began, records)
         self._stopped.set()
 
     def _new_connection(self) -> _Connection:
@@ -216,6 +305,8 @@ class BrokerServer:
                 self.apply(core.handle(self._deferred.pop(0)))
         finally:
             self._applying = False
+        for identity, code, message in core.guard.take_refusals():
+            log.warning("refused %s: %s (%s)", identity, message, code)
         self._arm_timer()
 
     def _synced(self, token: int, state: LogState) -> None:
@@ -274,10 +365,14 @@ class BrokerServer:
         try:
             await asyncio.wait_for(
                 self._loop.create_connection(lambda: _Connection(self, conn, address), host.strip("[]"),
-                                             int(port)),
+                                             int(port), ssl=self._dial_tls),
                 self.config.handshake_timeout_ns / 1e9)
         except (OSError, ValueError, TimeoutError) as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if address == self.join and not self.joined:
+                self._join_attempts_failed += 1
+                self._join_failure = reason
+                log.warning("cannot reach %s to join the overlay (%s); retrying", address, reason)
             self.feed(ConnectFailed(time.monotonic_ns(), address, reason))
 
     def _read_callbacks(self, reader: int) -> tuple[Any, Any]:
@@ -337,18 +432,26 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
-               ready: Any = None, join: str | None = None, advertise: str | None = None) -> None:
+               ready: Any = None, join: str | None = None, advertise: str | None = None,
+               join_timeout_s: float = JOIN_TIMEOUT_S, http: tuple[str, int] | None = None,
+               auth: Path | None = None, allow_anonymous: bool = False, tls: TlsFiles | None = None) -> None:
     """Run a broker in the foreground until SIGINT or SIGTERM; `ready(server)` is called once listening
-    (and in the overlay: a new one, or joining through the member at `join`)."""
+    (and in the overlay: a new one, or joining through the member at `join`). SIGHUP rereads `auth`.
+    Raises the broker's `failure` (JoinFailed) when it stopped on its own."""
     async def main() -> None:
-        server = BrokerServer(data_dir, host, port, config, join=join, advertise=advertise)
+        server = BrokerServer(data_dir, host, port, config, join=join, advertise=advertise,
+                              join_timeout_s=join_timeout_s, http=http, auth=auth,
+                              allow_anonymous=allow_anonymous, tls=tls)
         await server.start()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop()))
+        loop.add_signal_handler(signal.SIGHUP, server.reload_auth)
         if ready is not None:
             ready(server)
         await server.wait_stopped()
+        if server.failure is not None:
+            raise server.failure
 
     # The log writer thread gives up the GIL in every write and fsync; at CPython's default 5 ms
     # switch interval it then waits behind the busy event loop for up to 5 ms each time (a convoy

@@ -38,6 +38,7 @@ class StorageWorker:
         self._thread = threading.Thread(target=self._run, name="tidings-log-writer", daemon=True)
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidings-log-reader")
         self.syncs = 0
+        self._stopping = False
 
     def start(self) -> None:
         self._thread.start()
@@ -62,10 +63,13 @@ class StorageWorker:
                 return
             done(records, log_state(self.log))
 
+        if self._stopping:
+            return  # the broker is stopping: nobody will hear the answer (a nack is repeated elsewhere)
         self._readers.submit(work)
 
     def stop(self) -> None:
         """Finish queued work, then stop the thread (pending syncs complete first)."""
+        self._stopping = True
         self._queue.put(_STOP)
         self._thread.join()
         self._readers.shutdown(wait=True)

@@ -11,7 +11,8 @@ import json
 import sys
 from typing import Any
 
-EXIT_BROKER, EXIT_INPUT, EXIT_UNREACHABLE = 1, 2, 3
+EXIT_BROKER, EXIT_INPUT, EXIT_UNREACHABLE, EXIT_TIMEOUT = 1, 2, 3, 4
+CREDENTIAL_ENV = "TIDINGS_CREDENTIAL"  # the default of every --credential
 
 
 class CliError(Exception):

@@ -11,11 +11,14 @@ attached to its subscription's tree. Each subscriber's stream is checked against
 have received (computed here from the published events with the same channel and filter rules):
 events lost, duplicated, reordered (out of tick order) and unexpected are counted, all 0 when every
 event arrived exactly once, in tick order. Latency is measured publish-call to delivery on one clock.
+The JVM that the Spark job starts writes its own warnings to DATA/spark.log rather than into the
+summary.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import os
@@ -186,7 +189,29 @@ async def _workload(cluster: Cluster, hosts: int, rounds: int) -> dict[str, Any]
     return report
 
 
-def _spark_summary(address: str) -> list[dict[str, Any]]:
+def format_latency(latency_ms: dict[str, float] | None) -> str:
+    if not latency_ms:
+        return "no deliveries measured"
+    return ", ".join(f"{p} {v:.3f} ms" for p, v in latency_ms.items())
+
+
+@contextlib.contextmanager
+def child_stderr_to(path: Path) -> Any:
+    """Processes started inside the block (the JVM pyspark launches) write their stderr to `path`
+    for their whole life; this process's stderr is back in place after the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _spark_summary(address: str, log: Path) -> list[dict[str, Any]]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the demo stays on loopback
@@ -194,10 +219,11 @@ def _spark_summary(address: str) -> list[dict[str, Any]]:
 
     from tidings.spark.jobs import load_summary
 
-    spark = (SparkSession.builder.master("local[2]").appName("tidings-demo")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
+    with child_stderr_to(log):
+        spark = (SparkSession.builder.master("local[2]").appName("tidings-demo")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", "2")
+                 .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:
         return load_summary(spark, address)
@@ -208,15 +234,17 @@ def _spark_summary(address: str) -> list[dict[str, Any]]:
 def run_demo(data: Path, hosts: int, rounds: int, spark: bool, brokers: int = 3) -> int:
     data.mkdir(parents=True, exist_ok=True)
     print(f"starting {brokers} brokers in one overlay, their logs under {data}/cluster ...", flush=True)
-    cluster = Cluster(data / "cluster", brokers).start()
+    cluster = Cluster(data / "cluster", brokers, http=True).start()
     ok = True
     try:
         print(f"brokers listening on {', '.join(b.address for b in cluster.brokers)}; "
               f"{hosts} hosts x {rounds} rounds x 2 metrics", flush=True)
+        print(f"metrics: {', '.join(f'http://{b.http_address}/metrics' for b in cluster.brokers)} "
+              f"(and /status)", flush=True)
         report = asyncio.run(_workload(cluster, hosts, rounds))
         print(f"\npublished {report['published']} events at {report['publisher']} in {report['publish_seconds']} s, "
               f"in rounds of {2 * hosts} every 20 ms (each acknowledged after fsync)")
-        print(f"latency publish->delivery: {report.get('latency_ms')}")
+        print(f"latency publish -> delivery: {format_latency(report.get('latency_ms'))}")
         fault = report["fault"]
         if fault:
             print(f"broker {fault['broker']} ({fault['role']}, no client) killed with kill -9 "
@@ -230,8 +258,9 @@ def run_demo(data: Path, hosts: int, rounds: int, spark: bool, brokers: int = 3)
                   + " ".join(f"{k} {v}" for k, v in faults.items())
                   + ("  (exactly once, in order)" if not any(faults.values()) else "  MISMATCH"))
         if spark:
-            print("\nSpark batch job over the broker's events (top hosts by mean load):", flush=True)
-            for row in _spark_summary(report["publisher"]):
+            print(f"\nSpark batch job over the broker's events (top hosts by mean load; Spark's own log: "
+                  f"{data / 'spark.log'}):", flush=True)
+            for row in _spark_summary(report["publisher"], data / "spark.log"):
                 print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                        for k, v in row.items()))
     finally:

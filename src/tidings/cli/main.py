@@ -1,13 +1,16 @@
 """The `tidings` command: broker, pub, sub, status and demo. Thin: it parses, calls, prints.
 
-Exit codes: 0 success (also `sub` reaching --count or --timeout), 1 an error reported by the broker
-or a lost connection, 2 bad input (usage, channel, pattern, filter, attribute, start), 3 the
-broker is unreachable. Every error is one line on stderr saying what is wrong.
+Exit codes: 0 success (`sub`: it reached --count, or its subscription ended), 1 an error reported
+by the broker or a lost connection, 2 bad input (usage, channel, pattern, filter, attribute, start;
+for `pub` from stdin: some line was refused), 3 the broker is unreachable or not a tidings broker,
+4 `sub` ended at --timeout, 130 interrupted (Ctrl-C). Every error is one line on stderr saying what
+is wrong.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -17,13 +20,27 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from tidings.cli import auth as auth_cli
 from tidings.cli import cluster as cluster_cli
 from tidings.cli import sim as sim_cli
-from tidings.cli.common import EXIT_BROKER, EXIT_INPUT, EXIT_UNREACHABLE, CliError, emit
+from tidings.cli import tls as tls_cli
+from tidings.cli.common import (
+    CREDENTIAL_ENV,
+    EXIT_BROKER,
+    EXIT_INPUT,
+    EXIT_TIMEOUT,
+    EXIT_UNREACHABLE,
+    CliError,
+    emit,
+)
 from tidings.cli.status import render_status
-from tidings.client.client import ConnectionClosed, Gap, parse_address
+from tidings.cli.stdin_lines import LINE_BYTES_MAX, LineTooLong, StdinLines
+from tidings.client.client import Gap, parse_address
+from tidings.core.channels import validate_channel
 from tidings.core.config import BrokerConfig, ConfigError
-from tidings.core.errors import BrokerError, GapError, TidingsError
+from tidings.core.errors import BrokerError, BrokerUnreachable, ConnectionClosed, GapError, TidingsError
+from tidings.core.event import validate_attributes
+from tidings.core.filters.lexer import bare_name
 
 DEFAULT_BROKER = os.environ.get("TIDINGS_BROKER", "127.0.0.1:7400")
 WILDCARD_HOSTS = ("0.0.0.0", "::")
@@ -46,13 +63,20 @@ def attr_value(text: str) -> Any:
 
 
 def parse_attrs(items: list[str]) -> dict[str, Any]:
+    """KEY=VALUE items as attributes; each KEY once, and a name a filter can use as it is."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise CliError(f"--attr expects KEY=VALUE, got {item!r}", EXIT_INPUT)
+        if not bare_name(key):
+            raise CliError(f"--attr name {key!r} cannot be used in a filter: a name starts with a letter or _ "
+                           f"and holds letters, digits, _ and . (and is not and/or/not/in/true/false)",
+                           EXIT_INPUT)
+        if key in out:
+            raise CliError(f"--attr {key} is given twice", EXIT_INPUT)
         out[key] = attr_value(value)
-    return out
+    return validate_attributes(out)
 
 
 def parse_start(text: str) -> Any:
@@ -74,7 +98,7 @@ def parse_start(text: str) -> Any:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    from tidings.aio.server import run_broker
+    from tidings.aio.server import JoinFailed, run_broker
 
     config = BrokerConfig()
     if args.config:
@@ -92,21 +116,37 @@ def cmd_broker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _check_overlay_options(args, host)
+    auth = auth_cli.broker_auth(args, host)
+    tls = tls_cli.broker_tls(args)
+
+    http = None
+    if args.http is not None:
+        try:
+            http = parse_address(args.http, port_min=0)
+        except TidingsError as exc:
+            raise CliError(f"--http: {exc}", EXIT_INPUT) from None
 
     def ready(server: Any) -> None:
         emit({"listening": server.address, "pubend": server.core.pubend.pubend_id,
-              "node_id": server.node_id, "data": str(server.data_dir)})
+              "node_id": server.node_id, "data": str(server.data_dir),
+              **({"http": server.http.address} if server.http is not None else {})})
 
     from tidings.storage import StorageError
 
     try:
-        run_broker(Path(args.data), host, port, config, ready, join=args.join, advertise=args.advertise)
+        run_broker(Path(args.data), host, port, config, ready, join=args.join, advertise=args.advertise,
+                   join_timeout_s=args.join_timeout, http=http, auth=auth,
+                   allow_anonymous=args.allow_anonymous, tls=tls)
     except (OSError, StorageError) as exc:
         raise CliError(f"cannot run broker: {exc}", EXIT_BROKER) from None
+    except JoinFailed as exc:
+        raise CliError(str(exc), EXIT_BROKER) from None
     return 0
 
 
 def _check_overlay_options(args: argparse.Namespace, host: str) -> None:
+    if not args.join_timeout > 0:
+        raise CliError("--join-timeout must be a positive number of seconds", EXIT_INPUT)
     for option in ("join", "advertise"):
         value = getattr(args, option)
         if value is not None:
@@ -125,47 +165,84 @@ def _check_overlay_options(args: argparse.Namespace, host: str) -> None:
 def _connect(args: argparse.Namespace) -> Any:
     from tidings import sync
 
-    return sync.connect(args.broker, service=args.service, instance=args.instance, timeout=args.connect_timeout)
+    if not args.connect_timeout > 0:
+        raise CliError("--connect-timeout must be a positive number of seconds", EXIT_INPUT)
+    return sync.connect(args.broker, service=args.service, instance=args.instance, timeout=args.connect_timeout,
+                        credential=args.credential, tls=tls_cli.client_tls(args))
 
 
 def cmd_pub(args: argparse.Namespace) -> int:
+    validate_channel(args.channel)
     attrs = parse_attrs(args.attr)
     with _connect(args) as client:
         if args.payload is not None:
             res = client.publish(args.channel, args.payload, attrs)
             emit({"pubend": res.pubend, "tick": res.tick})
             return 0
-        batch: list[tuple[str, str, dict[str, Any]]] = []
-        for line in sys.stdin:
-            batch.append((args.channel, line.rstrip("\n"), attrs))
-            if len(batch) >= 1000:
-                _publish_batch(client, batch)
-        _publish_batch(client, batch)
-    return 0
+        lines = StdinLines(sys.stdin.fileno())
+        code = 0
+        while batch := lines.batch():
+            code = _publish_lines(client, args.channel, attrs, batch) or code
+    return code
 
 
-def _publish_batch(client: Any, batch: list[tuple[str, str, dict[str, Any]]]) -> None:
-    if batch:
-        for res in client.publish_many(batch):
+def _publish_lines(client: Any, channel: str, attrs: dict[str, Any],
+                   batch: list[tuple[int, bytes | LineTooLong]]) -> int:
+    """Publish numbered stdin lines, printing an ack per line, in order; a line that is refused is
+    reported (one stderr line) without holding up the others. Returns 0, or the exit code of the
+    first refusal."""
+    sendable = [(n, line) for n, line in batch if isinstance(line, bytes)]
+    try:
+        results = client.publish_many([(channel, line, attrs) for _, line in sendable])
+    except BrokerError as exc:  # some were refused by the broker; the others are logged
+        results = exc.results  # type: ignore[attr-defined]
+    except (TidingsError, ValueError):  # one line is refused before sending: nothing went out
+        if len(sendable) == 1:
+            results = [sys.exc_info()[1]]
+        else:
+            codes = [_publish_lines(client, channel, attrs, [item]) for item in sendable]
+            return next((c for c in codes if c), 0)
+    outcome = dict(zip([n for n, _ in sendable], results, strict=True))
+    code = 0
+    for n, line in batch:
+        res = outcome.get(n)
+        if isinstance(line, LineTooLong):
+            _line_error(n, f"longer than {LINE_BYTES_MAX} bytes (no event can be that large)")
+            code = code or EXIT_INPUT
+        elif isinstance(res, BaseException):
+            _line_error(n, f"{res} ({getattr(res, 'code', 'error')})")
+            code = code or (EXIT_BROKER if isinstance(res, BrokerError) else EXIT_INPUT)
+        else:
+            assert res is not None
             emit({"pubend": res.pubend, "tick": res.tick})
-        batch.clear()
+    return code
+
+
+def _line_error(number: int, message: str) -> None:
+    sys.stderr.write(f"tidings: error: stdin line {number}: {message}\n")
+    sys.stderr.flush()
 
 
 def cmd_sub(args: argparse.Namespace) -> int:
     start = parse_start(args.from_)
+    if args.count is not None and args.count < 1:
+        raise CliError("--count must be at least 1", EXIT_INPUT)
+    if args.timeout is not None and not args.timeout > 0:
+        raise CliError("--timeout must be a positive number of seconds", EXIT_INPUT)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     count = 0
     on_gap = "event" if args.on_gap == "line" else "raise"
     with _connect(args) as client, client.subscribe(args.pattern, filter=args.filter, start=start,
-                                                    on_gap=on_gap) as sub:
+                                                    on_gap=on_gap, order=args.order) as sub:
+        _say_ready(args, sub.position)
         while args.count is None or count < args.count:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                break
+                return EXIT_TIMEOUT
             try:
                 item = sub.get(remaining)
             except TimeoutError:
-                break
+                return EXIT_TIMEOUT
             if item is None:
                 break
             if isinstance(item, Gap):
@@ -174,6 +251,18 @@ def cmd_sub(args: argparse.Namespace) -> int:
             emit(item.to_json())
             count += 1
     return 0
+
+
+def _say_ready(args: argparse.Namespace, position: int | None) -> None:
+    """Once the broker confirmed the subscription: a line on stderr, and --ready-file if asked for,
+    so that a script can publish only once `sub` will see it."""
+    sys.stderr.write(f"tidings: subscribed to {args.pattern} at {args.broker} (position {position})\n")
+    sys.stderr.flush()
+    if args.ready_file:
+        path = Path(args.ready_file)
+        temp = path.with_name(path.name + ".tmp")
+        temp.write_text(json.dumps({"pattern": args.pattern, "broker": args.broker, "position": position}) + "\n")
+        temp.replace(path)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -189,11 +278,56 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from tidings.cli.demo import run_demo
 
+    for option in ("hosts", "rounds", "brokers"):
+        if getattr(args, option) < 1:
+            raise CliError(f"--{option} must be at least 1", EXIT_INPUT)
     return run_demo(Path(args.data), hosts=args.hosts, rounds=args.rounds, spark=not args.no_spark,
                     brokers=args.brokers)
 
 
 # ---- parser ----------------------------------------------------------------------------------------
+
+
+def _client_options(sp: argparse.ArgumentParser, publishes: bool = False) -> None:
+    sp.add_argument("--broker", default=DEFAULT_BROKER, help="HOST:PORT (default %(default)s, or $TIDINGS_BROKER)")
+    what = "stamped on published events as their source" if publishes else "this client gives the broker"
+    sp.add_argument("--service", default="tidings-cli", help=f"service name {what} (default %(default)s)")
+    sp.add_argument("--instance", default=None, help=f"instance name {what} (default HOSTNAME-PID)")
+    sp.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                    help="give up connecting after this long (default %(default)s)")
+    sp.add_argument("--credential", metavar="NAME:SECRET", default=os.environ.get(CREDENTIAL_ENV),
+                    help="authenticate as this identity (default $TIDINGS_CREDENTIAL)")
+    tls_cli.client_options(sp)
+
+
+def _add_pub_and_sub(sub: Any) -> None:
+    pb = sub.add_parser("pub", help="publish one event, or one per stdin line")
+    _client_options(pb, publishes=True)
+    pb.add_argument("channel", help="the channel, e.g. nodes/host1/load: /-separated segments (empty ones "
+                    "allowed), no + or #, at most 1024 bytes")
+    pb.add_argument("payload", nargs="?", help="payload text; without it, each stdin line is an event, "
+                    "published as it arrives")
+    pb.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
+                    help="attribute; numbers and true/false are typed, \"quoted\" stays a string")
+    pb.set_defaults(func=cmd_pub)
+
+    sb = sub.add_parser("sub", help="subscribe and print one JSON line per event")
+    _client_options(sb)
+    sb.add_argument("pattern", help="channel pattern: + matches one segment, # (last) any number, "
+                    "e.g. nodes/+/load, nodes/#")
+    sb.add_argument("--filter", help="content filter, e.g. 'load > 2.5 and site = \"eu\"'")
+    sb.add_argument("--from", dest="from_", default="now", metavar="START",
+                    help="now (default), start (the oldest retained event), a TICK or an ISO-8601 time")
+    sb.add_argument("--order", choices=["publisher", "total"], default="publisher",
+                    help="publisher (default): each publisher's events in order; total: one interleaving "
+                         "shared by every total-order subscriber of the tree (starts now)")
+    sb.add_argument("--count", type=int, metavar="N", help="exit (code 0) after N events")
+    sb.add_argument("--timeout", type=float, metavar="SECONDS", help="exit (code 4) after SECONDS")
+    sb.add_argument("--ready-file", metavar="PATH",
+                    help="write PATH (JSON) once the broker confirmed the subscription")
+    sb.add_argument("--on-gap", choices=["line", "error"], default="line",
+                    help="print a gap line (default) or fail when retention released requested events")
+    sb.set_defaults(func=cmd_sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,46 +339,32 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--listen", default="127.0.0.1:7400", help="HOST:PORT to listen on (default %(default)s)")
     b.add_argument("--join", metavar="HOST:PORT", help="join the overlay of the broker at this address "
                    "(without it, this broker starts a new overlay)")
+    b.add_argument("--join-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="give up (exit 1) when not in the overlay after this long (default %(default)s)")
     b.add_argument("--advertise", metavar="HOST:PORT",
                    help="the address other brokers reach this one at (default: the bound address)")
+    b.add_argument("--http", metavar="HOST:PORT", help="serve /metrics (Prometheus) and /status (JSON) over "
+                   "HTTP here (port 0: a free one, given in the ready line); off by default")
     b.add_argument("--config", help="TOML file setting limits and timers (see docs/configuration.md)")
     b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    auth_cli.broker_options(b)
+    tls_cli.broker_options(b)
     b.set_defaults(func=cmd_broker)
 
-    def client_opts(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--broker", default=DEFAULT_BROKER, help="HOST:PORT (default %(default)s, or $TIDINGS_BROKER)")
-        sp.add_argument("--service", default="tidings-cli", help="source service stamped on published events")
-        sp.add_argument("--instance", default=None, help="source instance (default HOSTNAME-PID)")
-        sp.add_argument("--connect-timeout", type=float, default=10.0, help="seconds (default %(default)s)")
-
-    pb = sub.add_parser("pub", help="publish one event, or one per stdin line")
-    client_opts(pb)
-    pb.add_argument("channel")
-    pb.add_argument("payload", nargs="?", help="payload text; without it, each stdin line is an event")
-    pb.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
-                    help="attribute; numbers and true/false are typed, \"quoted\" stays a string")
-    pb.set_defaults(func=cmd_pub)
-
-    sb = sub.add_parser("sub", help="subscribe and print one JSON line per event")
-    client_opts(sb)
-    sb.add_argument("pattern")
-    sb.add_argument("--filter", help="content filter, e.g. 'load > 2.5 and site = \"eu\"'")
-    sb.add_argument("--from", dest="from_", default="now", help="now (default), start, a TICK or an ISO-8601 time")
-    sb.add_argument("--count", type=int, help="exit after N events")
-    sb.add_argument("--timeout", type=float, help="exit after SECONDS")
-    sb.add_argument("--on-gap", choices=["line", "error"], default="line",
-                    help="print a gap line (default) or fail when retention released requested events")
-    sb.set_defaults(func=cmd_sub)
+    _add_pub_and_sub(sub)
 
     cluster_cli.add_parser(sub)
+    auth_cli.add_parser(sub)
+    tls_cli.add_parser(sub)
     sim_cli.add_parser(sub)
 
     st = sub.add_parser("status", help="print the broker's counters, overlay, peers and trees")
-    client_opts(st)
+    _client_options(st)
     st.add_argument("--json", action="store_true", help="one JSON object")
     st.set_defaults(func=cmd_status)
 
-    dm = sub.add_parser("demo", help="run a broker, a monitoring workload and a Spark job; print a summary")
+    dm = sub.add_parser("demo", help="run brokers in one overlay (--brokers, default 3), a monitoring workload "
+                        "and a Spark job; print a summary")
     dm.add_argument("--data", default="./data", help="directory for the demo broker (default %(default)s)")
     dm.add_argument("--hosts", type=int, default=40, help="simulated hosts (default %(default)s)")
     dm.add_argument("--rounds", type=int, default=50, help="reports per host and metric (default %(default)s)")
@@ -261,8 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         code = exc.exit_code
         message = str(exc)
+    except BrokerUnreachable as exc:  # NotABroker too
+        code, message = EXIT_UNREACHABLE, str(exc)
     except ConnectionClosed as exc:
-        code, message = (EXIT_UNREACHABLE if "cannot connect" in str(exc) else EXIT_BROKER), str(exc)
+        code, message = EXIT_BROKER, str(exc)
     except (BrokerError, GapError) as exc:
         code, message = EXIT_BROKER, f"{exc} ({exc.code})"
     except TidingsError as exc:

@@ -7,7 +7,7 @@ from typing import Any
 
 def render_status(status: dict[str, Any]) -> str:
     """The broker's status for a terminal: its counters, then the overlay, peer and tree sections."""
-    sections = {k: status[k] for k in ("overlay", "peers", "trees") if k in status}
+    sections = {k: status[k] for k in ("overlay", "peers", "trees", "auth") if k in status}
     flat = {k: v for k, v in status.items() if k not in sections}
     width = max((len(k) for k in flat), default=0)
     lines = [f"{key:<{width}}  {value}" for key, value in flat.items()]
@@ -22,7 +22,20 @@ def render_status(status: dict[str, Any]) -> str:
         lines += _table(f"trees ({len(sections['trees'])})", ["tree", "key", "role", "parent", "children"],
                         [[t["name"], _short(t.get("key")), t.get("role"), t.get("parent"),
                           ", ".join(t.get("children") or []) or "-"] for t in sections["trees"]])
+    if "auth" in sections:
+        lines += _auth_lines(sections["auth"])
     return "\n".join(lines) + "\n"
+
+
+def _auth_lines(auth: dict[str, Any]) -> list[str]:
+    """Who is connected and what was refused (core/auth/guard.py)."""
+    identities = auth.get("identities") or {}
+    summary = (f"anonymous clients {'allowed' if auth.get('anonymous_allowed') else 'refused'}, "
+               f"{auth.get('identities_known', 0)} identities known, {auth.get('rules', 0)} rules, "
+               f"{auth.get('refusals', 0)} refusals")
+    return ["", "auth", f"  {summary}", *_table("identities", ["identity", "connections", "refusals"],
+                                                 [[name, i.get("connections"), i.get("refusals")]
+                                                  for name, i in identities.items()])[1:]]
 
 
 def _short(node_id: Any) -> str:

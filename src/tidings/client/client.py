@@ -15,18 +15,33 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import secrets
 import socket
+import ssl
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tidings.core import errors
-from tidings.core.errors import BrokerError, GapError, ProtocolError, TidingsError
+from tidings.core.auth.credentials import NONCE_BYTES, Credential, parse_credential
+from tidings.core.errors import (
+    AddressError,
+    BrokerError,
+    BrokerUnreachable,
+    ConnectionClosed,
+    GapError,
+    NotABroker,
+    ProtocolError,
+    StartError,
+    TidingsError,
+)
 from tidings.core.event import Event, event_from_fields
 from tidings.core.session import ClientSession, Start
 from tidings.core.wire import messages
 
 BUFFER_EVENTS_MAX = 50_000
+WELCOME_TIMEOUT_S = 3.0  # a broker answers HELLO at once; silence this long means something else listens
+FIRST_BYTES_SHOWN = 16  # of an answer that is not a tidings frame, quoted in NotABroker
 
 
 class PublishResult(NamedTuple):
@@ -58,16 +73,18 @@ class _PendingFrame:
                 fut.set_exception(exc)
 
 
-class ConnectionClosed(TidingsError):
-    code = "connection-closed"
-
-
 def parse_address(address: str, port_min: int = 1) -> tuple[str, int]:
     """HOST:PORT; a listening address may use port 0 (any free port)."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not port_min <= int(port) < 65536:
-        raise TidingsError(f"broker address must be HOST:PORT, got {address!r}", "bad-address")
+        raise AddressError(f"broker address must be HOST:PORT, got {address!r}")
     return host.strip("[]"), int(port)
+
+
+def _tls_context(tls: ssl.SSLContext | bool) -> ssl.SSLContext | None:
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    return ssl.create_default_context() if tls else None
 
 
 class _Protocol(asyncio.Protocol):
@@ -170,26 +187,59 @@ class Client:
         self._reading_paused = False
         self._closed: BaseException | None = None
         self.buffer_events_max = BUFFER_EVENTS_MAX
+        self._first_bytes = b""  # what arrived before WELCOME, to say what answered instead
 
     @classmethod
     async def connect(cls, address: str, *, service: str = "tidings-client", instance: str | None = None,
-                      timeout: float = 10.0) -> Client:
+                      timeout: float = 10.0, credential: str | Credential | None = None,
+                      tls: ssl.SSLContext | bool = False) -> Client:
+        """Connect and handshake within `timeout` seconds. Raises BrokerUnreachable when no connection
+        can be made, NotABroker when what answers is not a tidings broker (it must answer HELLO
+        within WELCOME_TIMEOUT_S), BrokerError when the broker refuses the client.
+
+        `credential`: NAME:SECRET as `tidings auth add` printed it (the command line also reads
+        it from $TIDINGS_CREDENTIAL; the library never reads the environment); with it the client
+        authenticates, and NAME is the service stamped on its events. `tls`: True checks the
+        broker's certificate against the system's CAs, or give an SSLContext
+        (tidings.aio.tls.client_context(ca) for a private CA)."""
         host, port = parse_address(address)
-        client = cls(ClientSession(service, instance or f"{socket.gethostname()}-{os.getpid()}"))
+        if isinstance(credential, str):
+            credential = parse_credential(credential)
+        client = cls(ClientSession(service, instance or f"{socket.gethostname()}-{os.getpid()}", credential,
+                                   secrets.token_bytes(NONCE_BYTES)))
         loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             async with asyncio.timeout(timeout):
-                transport, _ = await loop.create_connection(lambda: _Protocol(client), host, port)
-                client._transport = transport  # type: ignore[assignment]
+                transport, _ = await loop.create_connection(lambda: _Protocol(client), host, port,
+                                                            ssl=_tls_context(tls))
+        except (OSError, TimeoutError) as exc:
+            reason = str(exc) or f"no connection within {timeout:g} s"
+            raise BrokerUnreachable(f"cannot connect to broker at {address}: {reason}") from None
+        client._transport = transport  # type: ignore[assignment]
+        wait_s = max(0.0, min(WELCOME_TIMEOUT_S, timeout - (loop.time() - started)))
+        try:
+            async with asyncio.timeout(wait_s):
                 transport.write(client._session.hello())  # type: ignore[attr-defined]
                 await client._welcome
-        except (OSError, TimeoutError) as exc:
+        except TimeoutError:
             client._abort()
-            raise ConnectionClosed(f"cannot connect to broker at {address}: {exc or 'timed out'}") from None
+            raise NotABroker(f"{address} is not a tidings broker: it accepted the connection but did not "
+                             f"answer within {wait_s:g} s") from None
+        except (ProtocolError, ConnectionClosed) as exc:
+            client._abort()
+            if exc.code == errors.VERSION:  # a tidings broker, of another version
+                raise
+            raise NotABroker(f"{address} is not a tidings broker: {client._first_answer()}") from None
         except BaseException:
             client._abort()
             raise
         return client
+
+    def _first_answer(self) -> str:
+        if not self._first_bytes:
+            return "it closed the connection without answering"
+        return f"it answered {self._first_bytes[:FIRST_BYTES_SHOWN]!r}"
 
     @property
     def pubend(self) -> str | None:
@@ -259,17 +309,19 @@ class Client:
     # ---- subscribing -----------------------------------------------------------------------------
 
     async def subscribe(self, pattern: str, *, filter: str | None = None, start: Start = "now",
-                        end: int | None = None, on_gap: str = "raise") -> Subscription:
+                        end: int | None = None, on_gap: str = "raise", order: str = "publisher") -> Subscription:
         """Subscribe; returns once the broker confirmed. Iterate the result for events.
 
         `start`: "now" (default), "start" (oldest retained event), a tick (events after it) or a
         datetime. `end`: stop after this tick (a bounded read). `on_gap`: "raise" a GapError, or
         yield a Gap "event", when retention released events this subscription asked for.
+        `order`: "publisher" (each publisher's events in order) or "total" (every total-order
+        subscriber of the same tree sees the same interleaving; starts now; see docs/delivery.md).
         """
         if on_gap not in ("raise", "event"):
-            raise TidingsError("on_gap must be 'raise' or 'event'", errors.BAD_START)
+            raise StartError("on_gap must be 'raise' or 'event'")
         self._check_open()
-        sub_id, frame = self._session.subscribe(pattern, filter, start, end)
+        sub_id, frame = self._session.subscribe(pattern, filter, start, end, order)
         sub = Subscription(self, sub_id, on_gap)
         self._subs[sub_id] = sub
         assert self._transport is not None
@@ -310,6 +362,8 @@ class Client:
     # ---- incoming --------------------------------------------------------------------------------
 
     def _data(self, data: bytes) -> None:
+        if not self._welcome.done() and len(self._first_bytes) < FIRST_BYTES_SHOWN:
+            self._first_bytes += data[:FIRST_BYTES_SHOWN]
         try:
             msgs = self._session.receive(data)
         except ProtocolError as exc:
@@ -354,6 +408,13 @@ class Client:
             self._error(msg)
         elif isinstance(msg, messages.Welcome) and not self._welcome.done():
             self._welcome.set_result(None)
+        elif isinstance(msg, messages.Challenge) and self._transport is not None:
+            try:
+                self._transport.write(self._session.answer(msg))
+            except ProtocolError as exc:
+                self._closed = exc
+                self._lost(None)
+                self._abort()
 
     def _acked(self, msg: messages.Ack) -> None:
         frame = self._frames.pop(msg.seq, None)

@@ -4,17 +4,20 @@
 - `Pubend` (reliability/pubend.py) gives ticks, and holds batches until the runtime reports them
   synced; only then are publishers acknowledged and events fanned out (knowledge is durable);
 - `SubscriptionIndex` (filters/) finds the subscriptions an event matches without testing each;
-- `Subend` (subend.py) delivers one subscription in tick order, live or catching up from the log;
+- `Subend` (reliability/subend.py) delivers one subscription's own-pubend events in tick order,
+  live or catching up from the log;
 - `PeerLinks` (peers.py) holds one connection per pair of brokers, and `ClusterMember` (cluster.py)
-  this broker's Pastry node and Scribe agent, once `start_overlay` has been called.
+  this broker's Pastry node, Scribe agent and `ReliabilityNode` (reliability/node.py), once
+  `start_overlay` has been called.
 
-Across brokers (DESIGN §2): each durable event is published, once per tree, on the exact tree of its
-channel and on the prefix trees that can hold its subscribers (`a/b/c`, `a/b/c/#`, `a/b/#`, `a/#`,
-`#`: multicast/trees.py); each live subscription
-makes this broker a member of one tree. Events that arrive down a tree are delivered to the local
-subscriptions of that tree that they match, live and best effort in this release (events of this
-broker's own pubend are delivered locally already and skipped). Clients and peers share the
-listening port; a connection whose first frame is PEER_HELLO belongs to the peer links.
+Across brokers (DESIGN §2, docs/delivery.md): each sync's durable events become knowledge of this
+pubend's stream on the trees of their channels (`a/b/c`, `a/b/c/#`, `a/b/#`, `a/#`, `#`:
+multicast/trees.py); each live subscription makes this broker a member of one tree, and the
+reliability node hands the broker other pubends' events of that tree (`Deliver`) in tick order,
+exactly once, for the subscriptions that consume them; the broker matches each against each
+subscription's pattern and filter and sends it. This broker's own events reach its publisher-order
+subscriptions from its own fan-out and log. Clients and peers share the listening port; a
+connection whose first frame is PEER_HELLO belongs to the peer links.
 
 The broker holds no protocol rule beyond checking published events (channel, attributes, size),
 which every path shares. It never blocks: each `handle` returns effects for the runtime to apply.
@@ -28,6 +31,7 @@ from typing import Any
 import msgpack
 
 from tidings.core import errors
+from tidings.core.auth.guard import Guard
 from tidings.core.channels import validate_channel, validate_pattern
 from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
@@ -60,15 +64,16 @@ from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.peers import PeerLinks, RttMeasured
 from tidings.core.reliability.node import Deliver, ReliabilityNode
 from tidings.core.reliability.pubend import Pubend
-from tidings.core.subend import Subend
+from tidings.core.reliability.subend import Subend
 from tidings.core.wire import messages
 
 CHANNEL_CACHE_MAX = 65_536
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, pubend_id: str, log: LogState) -> None:
+    def __init__(self, config: BrokerConfig, pubend_id: str, log: LogState, guard: Guard | None = None) -> None:
         self.config = config
+        self.guard = guard or Guard.open()  # identities, access rules and limits (core/auth/)
         self.pubend = Pubend(pubend_id, log.last_tick)
         self.log = log
         self.connections: dict[int, ClientConnection] = {}
@@ -98,6 +103,8 @@ class Broker:
     def handle(self, inp: Input) -> list[Effect]:
         out: list[Effect] = []
         self.now = inp.now
+        if self.cluster is not None and isinstance(inp, Received | TimerFired):
+            self._gd().wall_us = inp.wall_us
         if isinstance(inp, Connected | ConnectFailed) or (
                 isinstance(inp, Received | ConnectionLost | SendBlocked | SendDrained)
                 and self.peers is not None and self.peers.owns(inp.conn)):
@@ -117,6 +124,7 @@ class Broker:
             self._flow(inp.conn, isinstance(inp, SendBlocked), out)
         elif isinstance(inp, TimerFired):
             self._timers(inp.now, out)
+            self.guard.handle_timeout(inp.now, out)  # throttled publishers read again
             if self.peers is not None and self.cluster is not None:
                 self.pubend.declare_silence(inp.wall_us)
                 self._peer_messages(*self.peers.handle_timeout(inp.now), out)
@@ -128,7 +136,7 @@ class Broker:
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [self._handshake_deadline()]
+        deadlines = [self._handshake_deadline(), self.guard.next_deadline()]
         if self.peers is not None and self.cluster is not None:
             deadlines += [self.peers.next_deadline(), self.cluster.next_deadline()]
         live = [d for d in deadlines if d is not None]
@@ -150,7 +158,7 @@ class Broker:
         assert self.cluster is None
         self.now = now
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
-        self.peers = PeerLinks(me, self.config.peer_config())
+        self.peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
         reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self._trees_of,
                                   lambda: (self.pubend.synced_tick, self.log))
         self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng,
@@ -180,13 +188,15 @@ class Broker:
             out.append(Disconnect(inp.conn, "connections_max reached"))
             return
         deadline = inp.now + self.config.handshake_timeout_ns
-        self.connections[inp.conn] = ClientConnection(inp.conn, self.config.frame_bytes_max, deadline)
+        self.connections[inp.conn] = ClientConnection(inp.conn, self.config.frame_bytes_max, deadline,
+                                                      self.guard)
         heapq.heappush(self._handshakes, (deadline, inp.conn))
 
     def _lost(self, conn: int, out: list[Effect]) -> None:
         self._paused.pop(conn, None)
         c = self.connections.pop(conn, None)
         if c is not None:
+            self.guard.left(c.identity, conn)
             for s in list(c.subs.values()):
                 self._drop_subend(c, s, out)
 
@@ -239,15 +249,18 @@ class Broker:
         rejected: set[int] = set()
         known_channels = self._channel_trees
         size_max = self.config.event_bytes_max
+        refused = self.guard.check_publish(c.identity, c.conn, msg.events, self.now, out)  # rules, rates
         for i, ev in enumerate(msg.events):
             # fast path: a well-formed event on a channel seen before, without attributes to check
-            if type(ev) is list and len(ev) == 3:
+            if type(ev) is list and len(ev) == 3 and not refused:
                 channel, attributes, payload = ev
                 if (type(channel) is str and channel in known_channels and type(payload) is bytes
                         and len(payload) <= size_max and attributes == {}):
                     valid.append((channel, attributes, payload))
                     continue
             try:
+                if i in refused:
+                    raise refused[i]
                 valid.append(self._check_event(ev))
             except TidingsError as exc:
                 rejected.add(i)
@@ -324,15 +337,15 @@ class Broker:
         def refuse(code: str, text: str) -> None:
             out.append(Send(c.conn, messages.error(code, text, sub=msg.sub)))
 
-        if msg.sub in c.subs:
-            return refuse(errors.SUBSCRIPTION_EXISTS, f"subscription {msg.sub} already exists")
-        if len(c.subs) >= self.config.subscriptions_per_connection_max:
-            return refuse(errors.TOO_MANY_SUBSCRIPTIONS, "subscriptions_per_connection_max reached")
         try:
+            self._check_subscribe(c, msg)
             pattern = validate_pattern(msg.pattern)
             flt: Filter | None = parse_filter(msg.filter) if msg.filter else None
         except TidingsError as exc:
             return refuse(exc.code, str(exc))
+        denied = self.guard.check_subscribe(c.identity, pattern)  # access rules, subscriptions_max
+        if denied is not None:
+            return refuse(denied.code, str(denied))
         synced = self.pubend.synced_tick
         if msg.start == messages.START_NOW:
             position = synced
@@ -342,20 +355,38 @@ class Broker:
             position = msg.after
         end = None if msg.end is None else min(msg.end, synced)
         self._next_key += 1
+        total = msg.order == messages.ORDER_TOTAL
         s = Subend(self._next_key, c.conn, msg.sub, pattern, flt, position, end,
-                   from_oldest=msg.start == messages.START_OLDEST)
+                   from_oldest=msg.start == messages.START_OLDEST, total=total)
         self.subends[s.key] = s
         c.subs[msg.sub] = s
         if end is None:
-            self.index.add(s.key, pattern, flt)
             # other brokers' events: every tick after this, whichever pubend (clocks may differ by
             # up to the skew allowance); this broker's own from `position`, exactly
             remote_start = position if msg.start != messages.START_NOW else max(
                 0, wall_us - self.config.clock_skew_allowance_ns // 1000)
-            self._join_tree(s.key, subscription_tree(pattern), remote_start, out)
+            try:
+                self._join_tree(s.key, subscription_tree(pattern), remote_start, total, out)
+            except TidingsError as exc:  # a local limit reached on the client's behalf
+                del self.subends[s.key], c.subs[msg.sub]
+                return refuse(exc.code, str(exc))
+            if not total:  # total order takes this broker's own events through the merge too
+                self.index.add(s.key, pattern, flt)
         out.append(Send(c.conn, messages.subscribed(msg.sub, position)))
         self._advance(c, s, out)
         return None
+
+    def _check_subscribe(self, c: ClientConnection, msg: messages.Subscribe) -> None:
+        """TidingsError when this connection may not open the subscription `msg` asks for."""
+        if msg.sub in c.subs:
+            raise TidingsError(f"subscription {msg.sub} already exists", errors.SUBSCRIPTION_EXISTS)
+        if len(c.subs) >= self.config.subscriptions_per_connection_max:
+            raise TidingsError("subscriptions_per_connection_max reached", errors.TOO_MANY_SUBSCRIPTIONS)
+        if msg.order == messages.ORDER_TOTAL:
+            if msg.start != messages.START_NOW or msg.end is not None:
+                raise TidingsError("a total-order subscription starts now and has no end", errors.BAD_START)
+            if self.cluster is None:
+                raise TidingsError("total order needs the broker to be in an overlay", errors.BAD_START)
 
     def _unsubscribe(self, c: ClientConnection, sub: int, out: list[Effect]) -> None:
         s = c.subs.get(sub)
@@ -369,11 +400,14 @@ class Broker:
         del c.subs[s.sub]
         del self.subends[s.key]
         if s.end is None:
-            self.index.remove(s.key)
+            if not s.total:
+                self.index.remove(s.key)
             self._leave_tree(s.key, out)
 
     def _advance(self, c: ClientConnection, s: Subend, out: list[Effect]) -> None:
         """Move a subend that is not live on: finish it, turn it live, or read the log further."""
+        if s.total:
+            return  # the reliability node delivers all of it, this broker's own events included
         synced = self.pubend.synced_tick
         if s.caught_up(synced) and s.end is not None:
             out.append(Send(c.conn, messages.end(s.sub, s.end)))
@@ -430,14 +464,22 @@ class Broker:
 
     # ---- across brokers --------------------------------------------------------------------------
 
-    def _join_tree(self, key: int, tree: str, start: int, out: list[Effect]) -> None:
-        self._sub_trees[key] = tree
+    def _join_tree(self, key: int, tree: str, start: int, total: bool, out: list[Effect]) -> None:
+        """Make subscription `key` a member of `tree`; TidingsError (and nothing changed) when this
+        broker cannot join one more tree."""
         members = self._tree_members.get(tree, 0)
-        self._tree_members[tree] = members + 1
         if self.cluster is not None:
-            self._reliability(self._gd().local_subscribe(self.now, key, tree, start), out)
+            gd = self._gd()
+            effects = gd.local_subscribe(self.now, key, tree, start, total)
             if members == 0:
-                self._cluster_effects(self.cluster.subscribe(self.now, tree), out)
+                try:
+                    effects += self.cluster.subscribe(self.now, tree)
+                except TidingsError:
+                    gd.local_unsubscribe(self.now, key, tree)
+                    raise
+            self._reliability(effects, out)
+        self._sub_trees[key] = tree
+        self._tree_members[tree] = members + 1
 
     def _leave_tree(self, key: int, out: list[Effect]) -> None:
         tree = self._sub_trees.pop(key)
@@ -454,20 +496,9 @@ class Broker:
     def _publish_to_trees(self, batches: list[Any], out: list[Effect]) -> None:
         """Each durable event goes to the trees that may hold its subscribers, as knowledge of this
         pubend's stream on each (reliability/source.py)."""
-        by_tree: dict[str, list[tuple[int, bytes]]] = {}
-        run: list[tuple[int, bytes]] = []  # consecutive events of one channel: each tree takes them in one go
-        run_channel = ""  # no channel is empty
-        for batch in batches:
-            for tick, channel, _, record in batch.deliveries:
-                if channel != run_channel:
-                    if run:
-                        self._extend_trees(by_tree, run_channel, run)
-                    run, run_channel = [], channel
-                run.append((tick, record))
-        if run:
-            self._extend_trees(by_tree, run_channel, run)
-        if by_tree:
-            self._reliability(self._gd().published(self.now, by_tree, self.pubend.synced_tick), out)
+        deliveries = [d for batch in batches for d in batch.deliveries]
+        if deliveries:
+            self._reliability(self._gd().published(self.now, deliveries, self.pubend.synced_tick), out)
 
     def _trees_of(self, channel: str) -> list[str]:
         """The trees of a valid channel, from the cache (which a publish filled unless it was
@@ -478,14 +509,6 @@ class Broker:
                 self._channel_trees.clear()
             trees = self._channel_trees[channel] = publish_trees(channel)
         return trees
-
-    def _extend_trees(self, by_tree: dict[str, list[tuple[int, bytes]]], channel: str,
-                      records: list[tuple[int, bytes]]) -> None:
-        for tree in self._trees_of(channel):
-            if tree in by_tree:
-                by_tree[tree] += records
-            else:
-                by_tree[tree] = records.copy()
 
     def _adopt_peer(self, c: ClientConnection, msg: PeerHandover, out: list[Effect]) -> None:
         del self.connections[c.conn]
@@ -546,9 +569,9 @@ class Broker:
         subscriptions `deliver.keys`: each gets those matching its pattern and filter."""
         fan: dict[int, list[bytes]] = {}
         subends = self.subends
-        for record in deliver.records:
+        for pubend, record in zip(deliver.pubends, deliver.records, strict=True):
             fields = record_routing_fields(record)
-            if fields is None or fields[0] != deliver.pubend:
+            if fields is None or fields[0] != pubend:
                 self.peer_messages_rejected += 1
                 continue
             _, channel, attributes = fields
@@ -582,6 +605,7 @@ class Broker:
             "log_bytes": log.log_bytes,
             "log_records": log.record_count,
             **self._cluster_status(),
+            **self.guard.status(),
         }
 
     def _cluster_status(self) -> dict[str, Any]:

@@ -24,6 +24,9 @@ SECOND_NS = 1_000_000_000
 MILLISECOND_NS = 1_000_000
 
 
+SWITCHES = frozenset({"best_effort_delivery"})  # the keys that take true or false
+
+
 class ConfigError(TidingsError, ValueError):
     code = "bad-config"
 
@@ -56,6 +59,7 @@ class BrokerConfig:
     join_timeout_ns: int = 5 * SECOND_NS
     route_hops_max: int = 40
     routing_repair_interval_ns: int = 30 * SECOND_NS
+    revive_interval_ns: int = 10 * SECOND_NS  # a failed broker is asked again: partitions heal
     # multicast trees (Scribe)
     heartbeat_interval_ns: int = 1 * SECOND_NS
     parent_timeout_ns: int = 3 * SECOND_NS
@@ -82,17 +86,22 @@ class BrokerConfig:
     streams_max: int = 100_000  # (tree, pubend) streams on one broker
     nack_reads_max: int = 16  # log reads in flight answering nacks
     clock_skew_allowance_ns: int = 1 * SECOND_NS  # a subscription starts this far before SUBSCRIBED
+    # for measuring the protocol's cost only: events cross brokers best effort, without streams
+    best_effort_delivery: bool = False
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> BrokerConfig:
         if "broker" in data and isinstance(data["broker"], Mapping):
             data = data["broker"]
         known = {f.name: f for f in fields(cls)}
-        values: dict[str, int] = {}
+        values: dict[str, Any] = {}
         for key, value in data.items():
             if key not in known:
                 raise ConfigError(f"unknown configuration key {key!r}; known keys: {', '.join(sorted(known))}")
-            if type(value) is not int or value <= 0:
+            if key in SWITCHES:
+                if type(value) is not bool:
+                    raise ConfigError(f"configuration key {key!r} must be true or false, got {value!r}")
+            elif type(value) is not int or value <= 0:
                 raise ConfigError(f"configuration key {key!r} must be a positive integer, got {value!r}")
             values[key] = value
         cfg = cls(**values)
@@ -113,6 +122,7 @@ class BrokerConfig:
             keepalive_interval_ns=self.keepalive_interval_ns, failure_timeout_ns=self.failure_timeout_ns,
             join_timeout_ns=self.join_timeout_ns, route_hops_max=self.route_hops_max,
             routing_repair_interval_ns=self.routing_repair_interval_ns,
+            revive_interval_ns=self.revive_interval_ns,
         )
 
     def scribe_config(self) -> ScribeConfig:
@@ -130,8 +140,9 @@ class BrokerConfig:
             stream_idle_ns=self.stream_idle_ns, recovery_ns=self.stream_recovery_ns,
             stream_cache_bytes_max=self.stream_cache_bytes_max, nack_ranges_max=self.nack_ranges_max,
             nack_range_ticks_max=self.nack_range_ticks_max, knowledge_bytes_max=self.knowledge_bytes_max,
+            clock_skew_allowance_us=self.clock_skew_allowance_ns // 1000,
             streams_max=self.streams_max, read_bytes_max=self.log_read_bytes_max, reads_max=self.nack_reads_max,
-            trees_max=self.trees_max,
+            trees_max=self.trees_max, best_effort=self.best_effort_delivery,
         )
 
     def peer_config(self) -> PeerConfig:

@@ -3,7 +3,11 @@
 States: AWAITING_HELLO (until a valid HELLO, or the handshake deadline) -> OPEN -> CLOSED, or
 AWAITING_HELLO -> PEER when the first frame is another broker's PEER_HELLO: clients and brokers share
 the listening port, and such a connection is handed, with its decoder and the frames that followed
-the PEER_HELLO, to the broker's peer links (core/peers.py).
+the PEER_HELLO, to the broker's peer links (core/peers.py). Who the client is, is the guard's
+decision (core/auth/guard.py): an anonymous HELLO is admitted or refused at once; a HELLO with a
+nonce gets a CHALLENGE, and the connection stays AWAITING_HELLO (under the same deadline) until
+its AUTH proves the identity (core/auth/handshake.py). Only then are service and instance set:
+they are what the broker stamps on every event, so a client cannot choose another's.
 Bytes that break framing (a frame over frame_bytes_max) or the handshake are fatal: an ERROR
 frame, then Disconnect. A well-framed but malformed or unknown message is answered with an ERROR
 and the connection goes on: the frame boundary is intact, so nothing else is lost.
@@ -15,8 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.core import errors
+from tidings.core.auth.guard import Guard
+from tidings.core.auth.handshake import Principal, ServerHandshake
 from tidings.core.effects import Disconnect, Effect, Send
-from tidings.core.errors import ProtocolError
+from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
 from tidings.core.wire.peer import PEER_HELLO
@@ -41,15 +47,19 @@ ClientMessage = (
 
 
 class ClientConnection:
-    __slots__ = ("blocked", "conn", "decoder", "handshake_deadline", "instance", "service", "state", "subs")
+    __slots__ = ("blocked", "conn", "decoder", "guard", "handshake", "handshake_deadline", "identity", "instance",
+                 "service", "state", "subs")
 
-    def __init__(self, conn: int, frame_bytes_max: int, handshake_deadline: int) -> None:
+    def __init__(self, conn: int, frame_bytes_max: int, handshake_deadline: int, guard: Guard) -> None:
         self.conn = conn
         self.decoder = FrameDecoder(frame_bytes_max)
         self.state = AWAITING_HELLO
         self.handshake_deadline = handshake_deadline
+        self.guard = guard
+        self.handshake: ServerHandshake | None = None  # a challenge sent, its proof awaited
         self.service = ""
         self.instance = ""
+        self.identity = ""  # whose rules and limits apply (auth/policy.py)
         self.blocked = False
         self.subs: dict[int, Any] = {}  # client's subscription id -> Subend
 
@@ -65,7 +75,8 @@ class ClientConnection:
         out: list[ClientMessage] = []
         effects: list[Effect] = []
         for i, body in enumerate(bodies):
-            if self.state == AWAITING_HELLO and messages.message_type(body) == PEER_HELLO:
+            if (self.state == AWAITING_HELLO and self.handshake is None
+                    and messages.message_type(body) == PEER_HELLO):
                 self.state = PEER
                 out.append(PeerHandover(body, bodies[i + 1:]))
                 return out, effects
@@ -77,8 +88,9 @@ class ClientConnection:
                     return out, effects
                 effects.append(Send(self.conn, messages.error(exc.code, str(exc))))
                 continue
-            if isinstance(msg, messages.Hello):
-                effects += self._hello(msg, welcome_info)
+            if isinstance(msg, messages.Hello | messages.Auth):
+                effects += self._hello(msg, welcome_info) if isinstance(msg, messages.Hello) else \
+                    self._auth(msg, welcome_info)
                 if self.state == CLOSED:
                     return out, effects
             elif self.state == AWAITING_HELLO:
@@ -94,12 +106,45 @@ class ClientConnection:
     def _hello(self, msg: messages.Hello, welcome_info: dict[str, Any]) -> list[Effect]:
         if self.state == OPEN:
             return [Send(self.conn, messages.error(errors.HANDSHAKE, "HELLO was already received"))]
-        if msg.version != messages.PROTOCOL_VERSION:
-            return self.fail(errors.VERSION, f"protocol version {msg.version} is not supported; "
-                                             f"this broker speaks {messages.PROTOCOL_VERSION}")
-        if not msg.service or len(msg.service) > 256 or len(msg.instance) > 256:
-            return self.fail(errors.HANDSHAKE, "service must be 1 to 256 characters, instance at most 256")
-        self.service = msg.service
-        self.instance = msg.instance
+        try:
+            if self.handshake is not None:
+                raise TidingsError("HELLO was already received; AUTH expected", errors.HANDSHAKE)
+            if msg.version != messages.PROTOCOL_VERSION:
+                raise TidingsError(f"protocol version {msg.version} is not supported; this broker speaks "
+                                   f"{messages.PROTOCOL_VERSION}", errors.VERSION)
+            if not msg.service or len(msg.service) > 256 or len(msg.instance) > 256:
+                raise TidingsError("service must be 1 to 256 characters, instance at most 256", errors.HANDSHAKE)
+            admitted = self.guard.hello(msg.service, msg.instance, msg.nonce)
+        except TidingsError as exc:
+            return self.fail(exc.code, str(exc))
+        if isinstance(admitted, ServerHandshake):
+            self.handshake = admitted
+            ch = admitted.challenge
+            return [Send(self.conn, messages.challenge(ch.salt, [ch.kdf.n, ch.kdf.r, ch.kdf.p], ch.server_nonce))]
+        return self._open(admitted, welcome_info)
+
+    def _auth(self, msg: messages.Auth, welcome_info: dict[str, Any]) -> list[Effect]:
+        """The proof for our challenge: the identity's WELCOME, signed, or a refusal and a close."""
+        if self.state == OPEN:
+            return [Send(self.conn, messages.error(errors.HANDSHAKE, "AUTH after the handshake"))]
+        if self.handshake is None:
+            return self.fail(errors.HANDSHAKE, "AUTH without a challenge: send HELLO with a nonce first")
+        try:
+            principal, signature = self.handshake.finish(msg.proof)
+        except TidingsError as exc:
+            self.guard.refused(self.handshake.identity.name, exc)
+            return self.fail(exc.code, str(exc))
+        self.handshake = None
+        return self._open(principal, {**welcome_info, "identity": principal.identity,
+                                      "server_signature": signature})
+
+    def _open(self, principal: Principal, welcome_info: dict[str, Any]) -> list[Effect]:
+        try:
+            self.guard.admitted(principal, self)
+        except TidingsError as exc:
+            return self.fail(exc.code, str(exc))
+        self.service = principal.service
+        self.instance = principal.instance
+        self.identity = principal.identity
         self.state = OPEN
         return [Send(self.conn, messages.welcome(welcome_info))]

@@ -2,6 +2,17 @@
 
 Every error a peer can cause has a stable code (a short kebab-case string carried in ERROR frames)
 and a message naming the problem. Our own broken invariants are `assert`s, never these.
+
+What users catch (all exported by `tidings`), every one a TidingsError with a `code`:
+
+    ChannelError, FilterError, AttributesError, EventError, StartError, AddressError
+                     bad input, refused before anything is sent (also ValueErrors)
+    ConnectionClosed the connection is closed or was lost (pending publishes may or may not be logged)
+      BrokerUnreachable  no connection could be made (refused, timed out, no route)
+        NotABroker       something answered there, but not a tidings broker
+    BrokerError      the broker refused a request (its ERROR frame's code and message)
+    GapError         retention released events a subscription asked for
+    ProtocolError    a peer broke the wire protocol
 """
 
 from __future__ import annotations
@@ -24,6 +35,9 @@ TOO_MANY_SUBSCRIPTIONS = "too-many-subscriptions"
 UNKNOWN_SUBSCRIPTION = "unknown-subscription"
 SHUTTING_DOWN = "shutting-down"
 LOG_UNREADABLE = "log-unreadable"
+BAD_ADDRESS = "bad-address"
+UNREACHABLE = "unreachable"
+NOT_A_BROKER = "not-a-broker"
 
 
 class TidingsError(Exception):
@@ -39,6 +53,49 @@ class TidingsError(Exception):
 
 class ChannelError(TidingsError, ValueError):
     code = BAD_CHANNEL
+
+
+class AttributesError(TidingsError, ValueError):
+    """Event attributes that are not a map of non-empty names to str, int, float or bool values."""
+
+    code = BAD_ATTRIBUTES
+
+
+class EventError(TidingsError, ValueError):
+    """An event refused before it is sent: its payload is not bytes or str, or is too large."""
+
+    code = BAD_MESSAGE
+
+
+class StartError(TidingsError, ValueError):
+    """A subscription's start or end that is not now, start, a tick or a datetime."""
+
+    code = BAD_START
+
+
+class AddressError(TidingsError, ValueError):
+    """A broker address that is not HOST:PORT."""
+
+    code = BAD_ADDRESS
+
+
+class ConnectionClosed(TidingsError):
+    """The connection to the broker is closed or was lost; publishes still pending may or may not
+    have been logged (republish, or check with a read)."""
+
+    code = "connection-closed"
+
+
+class BrokerUnreachable(ConnectionClosed):
+    """No connection to the broker could be made: refused, timed out, no route, unknown host."""
+
+    code = UNREACHABLE
+
+
+class NotABroker(BrokerUnreachable):
+    """Something accepted the connection but did not answer as a tidings broker."""
+
+    code = NOT_A_BROKER
 
 
 class FilterError(TidingsError, ValueError):

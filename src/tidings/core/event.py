@@ -21,7 +21,7 @@ from typing import Any
 import msgpack
 
 from tidings.core.channels import validate_channel
-from tidings.core.errors import BAD_ATTRIBUTES, TidingsError
+from tidings.core.errors import AttributesError, TidingsError
 
 AttrValue = str | int | float | bool
 ATTRIBUTES_MAX = 64
@@ -33,25 +33,21 @@ INT_MAX = 2**64 - 1
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
-class AttributeError_(TidingsError, ValueError):
-    code = BAD_ATTRIBUTES
-
-
 def validate_attributes(attributes: object) -> dict[str, AttrValue]:
     """Return attributes as a plain dict if every key is a string and every value a str, int,
     float or bool (msgpack-representable, finite floats only); else raise naming the offender."""
     if attributes is None:
         return {}
     if not isinstance(attributes, Mapping):
-        raise AttributeError_(f"attributes must be a map, not {type(attributes).__name__}")
+        raise AttributesError(f"attributes must be a map, not {type(attributes).__name__}")
     if len(attributes) > ATTRIBUTES_MAX:
-        raise AttributeError_(f"an event has at most {ATTRIBUTES_MAX} attributes, got {len(attributes)}")
+        raise AttributesError(f"an event has at most {ATTRIBUTES_MAX} attributes, got {len(attributes)}")
     out: dict[str, AttrValue] = {}
     for key, value in attributes.items():
         if not isinstance(key, str) or not key:
-            raise AttributeError_(f"attribute names must be non-empty strings, got {key!r}")
+            raise AttributesError(f"attribute names must be non-empty strings, got {key!r}")
         if len(key) > ATTRIBUTE_KEY_BYTES_MAX:
-            raise AttributeError_(f"attribute name {key[:20]!r}... is longer than {ATTRIBUTE_KEY_BYTES_MAX}")
+            raise AttributesError(f"attribute name {key[:20]!r}... is longer than {ATTRIBUTE_KEY_BYTES_MAX}")
         _check_value(key, value)
         out[key] = value
     return out
@@ -60,17 +56,17 @@ def validate_attributes(attributes: object) -> dict[str, AttrValue]:
 def _check_value(key: str, value: object) -> None:
     if isinstance(value, str):
         if len(value) > ATTRIBUTE_STRING_BYTES_MAX:
-            raise AttributeError_(f"attribute {key!r} is longer than {ATTRIBUTE_STRING_BYTES_MAX}")
+            raise AttributesError(f"attribute {key!r} is longer than {ATTRIBUTE_STRING_BYTES_MAX}")
     elif isinstance(value, bool):
         pass
     elif isinstance(value, int):
         if not INT_MIN <= value <= INT_MAX:
-            raise AttributeError_(f"attribute {key!r} = {value} does not fit in 64 bits")
+            raise AttributesError(f"attribute {key!r} = {value} does not fit in 64 bits")
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise AttributeError_(f"attribute {key!r} is not a finite number")
+            raise AttributesError(f"attribute {key!r} is not a finite number")
     else:
-        raise AttributeError_(f"attribute {key!r} has type {type(value).__name__}; use str, int, float or bool")
+        raise AttributesError(f"attribute {key!r} has type {type(value).__name__}; use str, int, float or bool")
 
 
 def tick_to_datetime(tick: int) -> _dt.datetime:

@@ -29,6 +29,12 @@ dropped connection to a live broker costs a reconnect, not a repair, while a kil
 the redial and is reported within one connect attempt. A failed dial, a handshake timeout, a
 PEER_ERROR from the peer, or garbage on the link also drop the queue and report the peer.
 
+Cluster credential. With a ClusterAuth (auth/peer_auth.py) an accepted PEER_HELLO is first
+challenged: the connection is kept apart from the links (`unproven`, under the handshake timeout)
+and only a right PEER_AUTH hands its HELLO to the handshake above; until then nothing it carries
+is acted on and no link is touched. A dialler answers the acceptor's PEER_CHALLENGE only if the
+acceptor proved the secret, and takes no PEER_WELCOME before that.
+
 RTT. An OPEN link sends PING at once and then every ping_interval_ns; the matching PONG gives
 `RttMeasured` (both ends of the measure are `now` values) for proximity neighbour selection.
 `probe` measures a node on request.
@@ -52,6 +58,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.core import errors
+from tidings.core.auth.handshake import AUTH_FAILED
+from tidings.core.auth.peer_auth import ACCEPTOR, DIALLER, ClusterAuth
 from tidings.core.effects import Connect, Disconnect, Effect, Send
 from tidings.core.errors import ProtocolError
 from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES, RELIABILITY_TYPES
@@ -68,6 +76,7 @@ MIB = 1024 * 1024
 SECOND_NS = 1_000_000_000
 PING_MISSES_MAX = 3  # an OPEN link silent for this many ping intervals is down
 ALIASES_MAX = 1024
+UNPROVEN_MAX = 256  # accepted connections awaiting PEER_AUTH at once; more are refused
 
 
 
@@ -93,7 +102,7 @@ PeerOutput = tuple[list[PeerItem], list[Effect]]
 
 
 class _Conn:
-    __slots__ = ("address", "closing", "conn", "decoder", "outbound")
+    __slots__ = ("address", "closing", "conn", "decoder", "nonce", "outbound", "unproven")
 
     def __init__(self, conn: int, decoder: FrameDecoder, outbound: bool, address: str) -> None:
         self.conn = conn
@@ -101,6 +110,10 @@ class _Conn:
         self.outbound = outbound
         self.address = address  # the link it carries
         self.closing = False  # we sent Disconnect: whatever still arrives is ignored
+        # with a cluster credential (auth/peer_auth.py): the nonce this end drew (a dialler's stays
+        # until the acceptor proved itself), and an accepted connection's HELLO until PEER_AUTH
+        self.nonce: bytes | None = None
+        self.unproven: peer.PeerHello | None = None
 
 
 class _Link:
@@ -128,9 +141,11 @@ class _Link:
 
 
 class PeerLinks:
-    def __init__(self, me: NodeRef, config: PeerConfig) -> None:
+    def __init__(self, me: NodeRef, config: PeerConfig, cluster: ClusterAuth | None = None) -> None:
         self.me = me
         self.config = config
+        self.cluster = cluster  # the cluster credential every peer must prove, if any
+        self._unproven: list[tuple[int, int]] = []  # heap of (deadline, conn) awaiting PEER_AUTH
         self._links: dict[str, _Link] = {}
         self._conns: dict[int, _Conn] = {}
         self._dialling: set[str] = set()  # addresses with a Connect outstanding
@@ -145,6 +160,11 @@ class PeerLinks:
 
     def owns(self, conn: int) -> bool:
         return conn in self._conns
+
+    def address_of(self, conn: int) -> str | None:
+        """The peer a connection of ours leads to (as far as its handshake has told)."""
+        c = self._conns.get(conn)
+        return None if c is None else c.address
 
     def send(self, now: int, address: str, message: list[Any]) -> list[Effect]:
         """Send one message to the broker at `address`, dialling it first if need be."""
@@ -167,7 +187,7 @@ class PeerLinks:
         """The runtime's send buffer for `conn` passed its high-water mark (SendBlocked, `blocked`)
         or fell back under its low one (SendDrained): hold messages back, or send those held."""
         c = self._conns.get(conn)
-        if c is None or c.closing:
+        if c is None or c.closing or c.unproven is not None:
             return []
         link = self._links[c.address]
         link.blocked = blocked
@@ -191,11 +211,12 @@ class PeerLinks:
         link = self._links.get(address)
         if link is None or link.state != DIALLING:
             return [], [Disconnect(conn, "a connection to this broker already exists")]
-        self._conns[conn] = _Conn(conn, FrameDecoder(self.config.frame_bytes_max), True, address)
+        c = self._conns[conn] = _Conn(conn, FrameDecoder(self.config.frame_bytes_max), True, address)
+        c.nonce = None if self.cluster is None else self.cluster.nonce()
         link.state = HANDSHAKE
         link.conn = conn
         self._arm(link, now + self.config.handshake_timeout_ns)
-        return [], [Send(conn, peer.hello(self.me))]
+        return [], [Send(conn, peer.hello(self.me, nonce=c.nonce))]
 
     def connect_failed(self, now: int, address: str, reason: str) -> PeerOutput:
         self._dialling.discard(address)
@@ -219,10 +240,15 @@ class PeerLinks:
                                                       f"supported; this broker speaks {peer.PEER_VERSION}")
         if hello.node.node_id == self.me.node_id or hello.node.address == self.me.address:
             return [], self._close(c, errors.HANDSHAKE, "PEER_HELLO names this very broker")
-        out = self._accept(now, c, hello.node)
+        if self.cluster is not None:
+            return self._challenge(now, c, hello, rest_bodies)
+        return self._accepted(now, c, hello.node, rest_bodies, [])
+
+    def _accepted(self, now: int, c: _Conn, node: NodeRef, bodies: list[bytes], out: list[Effect]) -> PeerOutput:
+        out += self._accept(now, c, node)
         if c.closing:
             return self._output([], out)
-        msgs = self._bodies(now, c, rest_bodies, out)
+        msgs = self._bodies(now, c, bodies, out)
         self._check_decoder(c, out)
         return self._output(msgs, out)
 
@@ -231,6 +257,8 @@ class PeerLinks:
         c = self._conns.get(conn)
         if c is None or c.closing:
             return [], []
+        if c.unproven is not None:
+            return self._prove(now, c, c.decoder.feed(data))
         out: list[Effect] = []
         msgs = self._bodies(now, c, c.decoder.feed(data), out)
         self._check_decoder(c, out)
@@ -240,7 +268,7 @@ class PeerLinks:
         """A peer connection closed. An OPEN link is redialled (the peer is reported unreachable
         only if that fails); a link still in its handshake is dropped and reported at once."""
         c = self._conns.pop(conn, None)
-        if c is None or c.closing:
+        if c is None or c.closing or c.unproven is not None:
             return [], []
         link = self._links[c.address]
         assert link.conn == conn
@@ -260,6 +288,10 @@ class PeerLinks:
         return out
 
     def next_deadline(self) -> int | None:
+        deadlines = [d for d in (self._link_deadline(), self._unproven_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def _link_deadline(self) -> int | None:
         heap = self._timers
         while heap:
             when, address = heap[0]
@@ -270,7 +302,7 @@ class PeerLinks:
         return None
 
     def handle_timeout(self, now: int) -> PeerOutput:
-        out: list[Effect] = []
+        out: list[Effect] = self._unproven_timeouts(now)
         heap = self._timers
         while heap and heap[0][0] <= now:
             when, address = heapq.heappop(heap)
@@ -317,6 +349,8 @@ class PeerLinks:
         return out
 
     def _welcomed(self, now: int, c: _Conn, link: _Link, msg: peer.PeerWelcome) -> list[Effect]:
+        if c.nonce is not None:
+            return self._fail(c, link, AUTH_FAILED, "the peer welcomed us without proving the cluster credential")
         if msg.version != peer.PEER_VERSION:
             return self._fail(c, link, errors.VERSION, f"peer protocol version {msg.version} is not supported")
         if msg.node.node_id == self.me.node_id:
@@ -356,6 +390,71 @@ class PeerLinks:
         if link.wake is not None:
             heapq.heappush(self._timers, (link.wake, address))
 
+    # ---- the cluster credential (auth/peer_auth.py) ------------------------------------------------
+
+    def _challenge(self, now: int, c: _Conn, hello: peer.PeerHello, rest: list[bytes]) -> PeerOutput:
+        """An accepted PEER_HELLO in a cluster with a credential: challenge it; no link yet."""
+        assert self.cluster is not None
+        if hello.nonce is None:
+            return [], self._close(c, AUTH_FAILED, "this cluster requires its credential (PEER_HELLO without nonce)")
+        if len(self._unproven) >= UNPROVEN_MAX:
+            return [], self._close(c, errors.HANDSHAKE, "too many peer handshakes in progress")
+        c.unproven = hello
+        c.nonce = self.cluster.nonce()
+        heapq.heappush(self._unproven, (now + self.config.handshake_timeout_ns, c.conn))
+        proof = self.cluster.proof(ACCEPTOR, hello.nonce, c.nonce, hello.node)
+        return self._prove(now, c, rest, [Send(c.conn, peer.challenge(c.nonce, proof))])
+
+    def _prove(self, now: int, c: _Conn, bodies: list[bytes], out: list[Effect] | None = None) -> PeerOutput:
+        """Frames on an accepted connection not yet proven: only a right PEER_AUTH is acted on."""
+        out = out or []
+        hello = c.unproven
+        assert hello is not None and hello.nonce is not None and c.nonce is not None and self.cluster is not None
+        for i, body in enumerate(bodies):
+            try:
+                raw = peer.unpack(body)
+                if raw[0] != peer.PEER_AUTH:
+                    raise ProtocolError(errors.HANDSHAKE, "expected PEER_AUTH")
+                msg = peer.decode_link_message(raw)
+            except ProtocolError as exc:
+                return [], out + self._close(c, exc.code, str(exc))
+            assert isinstance(msg, peer.PeerAuth)
+            if not self.cluster.valid(msg.proof, DIALLER, hello.nonce, c.nonce, hello.node):
+                self.last_failure = f"{hello.node.address}: wrong cluster credential"
+                return [], out + self._close(c, AUTH_FAILED, "wrong cluster credential")
+            c.unproven = None
+            return self._accepted(now, c, hello.node, bodies[i + 1:], out)
+        if c.decoder.failure is not None:
+            out += self._close(c, c.decoder.failure.code, str(c.decoder.failure))
+        return [], out
+
+    def _answer(self, c: _Conn, link: _Link, msg: peer.PeerChallenge) -> list[Effect]:
+        """The acceptor proved the cluster credential: prove it back (then PEER_WELCOME comes)."""
+        assert self.cluster is not None and c.nonce is not None
+        if not self.cluster.valid(msg.proof, ACCEPTOR, c.nonce, msg.nonce, self.me):
+            return self._fail(c, link, AUTH_FAILED, "the peer does not hold the cluster credential")
+        proof = self.cluster.proof(DIALLER, c.nonce, msg.nonce, self.me)
+        c.nonce = None
+        return [Send(c.conn, peer.auth(proof))]
+
+    def _unproven_deadline(self) -> int | None:
+        heap = self._unproven
+        while heap:
+            c = self._conns.get(heap[0][1])
+            if c is not None and c.unproven is not None and not c.closing:
+                return heap[0][0]
+            heapq.heappop(heap)
+        return None
+
+    def _unproven_timeouts(self, now: int) -> list[Effect]:
+        out: list[Effect] = []
+        heap = self._unproven
+        while heap and heap[0][0] <= now:
+            c = self._conns.get(heapq.heappop(heap)[1])
+            if c is not None and c.unproven is not None and not c.closing:
+                out += self._close(c, errors.HANDSHAKE_TIMEOUT, "no PEER_AUTH within the handshake timeout")
+        return out
+
     # ---- messages --------------------------------------------------------------------------------
 
     def _bodies(self, now: int, c: _Conn, bodies: list[bytes], out: list[Effect]) -> list[PeerMessage]:
@@ -388,7 +487,10 @@ class PeerLinks:
             return self._peer_error(now, c, link, msg)
         if link.state == HANDSHAKE and isinstance(msg, peer.PeerWelcome):
             return self._welcomed(now, c, link, msg)
-        if link.state != OPEN or isinstance(msg, peer.PeerHello | peer.PeerWelcome):
+        if link.state == HANDSHAKE and isinstance(msg, peer.PeerChallenge) and c.nonce is not None:
+            return self._answer(c, link, msg)
+        if link.state != OPEN or isinstance(msg, peer.PeerHello | peer.PeerWelcome | peer.PeerChallenge
+                                                | peer.PeerAuth):
             raise ProtocolError(errors.HANDSHAKE, f"unexpected {type(msg).__name__} in state {link.state}")
         if isinstance(msg, peer.Ping):
             return [Send(c.conn, peer.pong(msg.seq))]

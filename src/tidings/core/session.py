@@ -13,8 +13,10 @@ import datetime as _dt
 from typing import Any
 
 from tidings.core import errors
+from tidings.core.auth.credentials import Credential, KdfParams
+from tidings.core.auth.handshake import Challenge, ClientHandshake
 from tidings.core.channels import validate_channel, validate_pattern
-from tidings.core.errors import ProtocolError, TidingsError
+from tidings.core.errors import EventError, ProtocolError, StartError, TidingsError
 from tidings.core.event import datetime_to_tick, validate_attributes
 from tidings.core.filters import parse_filter
 from tidings.core.wire import messages
@@ -30,7 +32,7 @@ FRAME_MARGIN_BYTES = 1024 * 1024
 Start = str | int | _dt.datetime
 
 BrokerMessage = (
-    messages.Welcome | messages.Ack | messages.Events | messages.Subscribed | messages.Gap
+    messages.Welcome | messages.Challenge | messages.Ack | messages.Events | messages.Subscribed | messages.Gap
     | messages.End | messages.StatusReply | messages.Error
 )
 
@@ -40,22 +42,28 @@ def start_spec(start: Start) -> tuple[str, int]:
     if start in (messages.START_NOW, messages.START_OLDEST):
         return str(start), 0
     if isinstance(start, bool):
-        raise TidingsError("start must be 'now', 'start', a tick or a datetime", errors.BAD_START)
+        raise StartError("start must be 'now', 'start', a tick or a datetime")
     if isinstance(start, int):
         if start < 0:
-            raise TidingsError("a start tick cannot be negative", errors.BAD_START)
+            raise StartError("a start tick cannot be negative")
         return messages.START_AFTER, start
     if isinstance(start, _dt.datetime):
         return messages.START_AFTER, max(0, datetime_to_tick(start) - 1)
-    raise TidingsError(f"start must be 'now', 'start', a tick or a datetime, not {start!r}", errors.BAD_START)
+    raise StartError(f"start must be 'now', 'start', a tick or a datetime, not {start!r}")
 
 
 class ClientSession:
-    def __init__(self, service: str, instance: str) -> None:
+    def __init__(self, service: str, instance: str, credential: Credential | None = None,
+                 nonce: bytes = b"") -> None:
+        """With a `credential` the session authenticates as that identity (its name is the service),
+        using `nonce` (fresh random bytes from the runtime) in the challenge-response."""
+        if credential is not None:
+            service = credential.name
         if not service:
             raise TidingsError("service must not be empty", errors.HANDSHAKE)
         self.service = service
         self.instance = instance
+        self._auth = None if credential is None else ClientHandshake(credential, instance, nonce)
         self.pubend: str | None = None
         self.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
         self.event_bytes_max = EVENT_BYTES_MAX_DEFAULT
@@ -66,7 +74,18 @@ class ClientSession:
         self._next_req = 0
 
     def hello(self) -> bytes:
-        return messages.hello(self.service, self.instance)
+        nonce = None if self._auth is None else self._auth.client_nonce
+        return messages.hello(self.service, self.instance, nonce=nonce)
+
+    def answer(self, challenge: messages.Challenge) -> bytes:
+        """The AUTH frame proving the credential for the broker's CHALLENGE."""
+        if self._auth is None:
+            raise ProtocolError(errors.HANDSHAKE, "the broker asks for a credential: connect with one", fatal=True)
+        try:
+            proof = self._auth.answer(Challenge(challenge.salt, KdfParams(*challenge.kdf), challenge.nonce))
+        except TidingsError as exc:
+            raise ProtocolError(exc.code, str(exc), fatal=True) from None
+        return messages.auth(proof)
 
     def receive(self, data: bytes) -> list[BrokerMessage]:
         """Decode what arrived; a broker that breaks the protocol raises ProtocolError."""
@@ -79,6 +98,11 @@ class ClientSession:
             if isinstance(msg, messages.Welcome):
                 if msg.version != messages.PROTOCOL_VERSION:
                     raise ProtocolError(errors.VERSION, f"broker speaks protocol {msg.version}", fatal=True)
+                if self._auth is not None:
+                    try:
+                        self._auth.check_welcome(msg.info.get("server_signature"))
+                    except TidingsError as exc:
+                        raise ProtocolError(exc.code, str(exc), fatal=True) from None
                 self.pubend = str(msg.info.get("pubend", ""))
                 self.frame_bytes_max = int(msg.info.get("frame_bytes_max", self.frame_bytes_max))
                 self.event_bytes_max = int(msg.info.get("event_bytes_max", self.event_bytes_max))
@@ -96,13 +120,12 @@ class ClientSession:
         if isinstance(payload, str):
             payload = payload.encode("utf-8")
         elif not isinstance(payload, bytes | bytearray | memoryview):
-            raise TidingsError(f"payload must be bytes or str, not {type(payload).__name__}",
-                               errors.BAD_MESSAGE)
+            raise EventError(f"payload must be bytes or str, not {type(payload).__name__}")
         elif type(payload) is not bytes:
             payload = bytes(payload)
         if len(payload) > self.event_bytes_max:
-            raise TidingsError(f"payload of {len(payload)} bytes exceeds event_bytes_max="
-                               f"{self.event_bytes_max}", errors.EVENT_TOO_LARGE)
+            raise EventError(f"payload of {len(payload)} bytes exceeds event_bytes_max="
+                             f"{self.event_bytes_max}", errors.EVENT_TOO_LARGE)
         return [channel, validate_attributes(attributes) if attributes else {}, payload]
 
     def publish(self, events: list[list[Any]]) -> list[tuple[int, int, bytes]]:
@@ -128,15 +151,19 @@ class ClientSession:
         return seq, len(chunk), messages.publish(seq, chunk)
 
     def subscribe(self, pattern: str, filter: str | None = None, start: Start = "now",
-                  end: int | None = None) -> tuple[int, bytes]:
+                  end: int | None = None, order: str = messages.ORDER_PUBLISHER) -> tuple[int, bytes]:
         validate_pattern(pattern)
         if filter:
             parse_filter(filter)
         kind, after = start_spec(start)
         if end is not None and (isinstance(end, bool) or not isinstance(end, int) or end < 0):
-            raise TidingsError("end must be a non-negative tick", errors.BAD_START)
+            raise StartError("end must be a non-negative tick")
+        if order not in messages.ORDERS:
+            raise StartError(f"order must be one of {', '.join(messages.ORDERS)}")
+        if order == messages.ORDER_TOTAL and (kind != messages.START_NOW or end is not None):
+            raise StartError("a total-order subscription starts now and has no end")
         self._next_sub += 1
-        msg = messages.Subscribe(self._next_sub, pattern, filter or None, kind, after, end)
+        msg = messages.Subscribe(self._next_sub, pattern, filter or None, kind, after, end, order)
         return self._next_sub, messages.subscribe(msg)
 
     def unsubscribe(self, sub: int) -> bytes:

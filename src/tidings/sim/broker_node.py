@@ -252,7 +252,7 @@ class BrokerNode(Listener):
             faults = self.peer_faults
             if faults is not None and self.core is not None and self.core.peers is not None \
                     and self.core.peers.owns(eff.conn):
-                data = faults.filter(eff.conn, data)
+                data = faults.filter(eff.conn, data, self.core.peers.address_of(eff.conn))
             if sock is not None and sock.open and data:
                 sock.write(data)
             return

@@ -255,10 +255,11 @@ class Publisher(SimClient):
 class Subscriber(SimClient):
     def __init__(self, world: World, network: Network, address: str, name: str, pattern: str,
                  filter: str | None = None, start: str = "now",
-                 read_rate_bytes_per_s: int | None = None) -> None:
+                 read_rate_bytes_per_s: int | None = None, order: str = "publisher") -> None:
         super().__init__(world, network, address, name, read_rate_bytes_per_s)
         self.pattern = pattern
         self.filter = filter
+        self.order = order
         self.start_spec = start
         self.interval_start: int | None = None  # the position of the first SUBSCRIBED
         self.subscribed_at: int | None = None  # when the first SUBSCRIBED arrived (virtual ns)
@@ -271,7 +272,7 @@ class Subscriber(SimClient):
     def on_ready(self) -> None:
         assert self.session is not None
         start: str | int = self.start_spec if self.position is None else self.position
-        self._sub, frame = self.session.subscribe(self.pattern, self.filter, start)
+        self._sub, frame = self.session.subscribe(self.pattern, self.filter, start, order=self.order)
         self.subscriptions += 1
         self.world.trace(self.name, "subscribe", start)
         self.send(frame)

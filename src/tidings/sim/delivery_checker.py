@@ -10,8 +10,13 @@ subscriber whose connection never broke:
   delivered;
 - exactly once: no event was delivered twice;
 - in publisher order: the events of each pubend arrived in increasing tick order;
-- no phantom: every delivered event was acknowledged to its publisher at that tick, with the
-  content that was published, and matches the subscription.
+- no phantom: every delivered event was acknowledged to its publisher at that tick, or is in its
+  pubend's durable log at that tick (an event whose ACK a crash of the publisher's broker cut off:
+  in doubt for the publisher, but logged), with the content that was published, and matches the
+  subscription. The durable logs are the simulated disks' contents, not anything a broker says.
+
+Total-order subscribers of the same tree must also agree: the events any two of them both received
+came in the same order at both.
 
 Events acknowledged before SUBSCRIBED may or may not be delivered (the start point lies up to the
 clock-skew allowance before it); if delivered, they are checked like the others.
@@ -22,24 +27,55 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgpack
+
 from tidings.core.channels import pattern_matches
 from tidings.core.filters import parse_filter
+from tidings.core.multicast.trees import subscription_tree
 from tidings.sim.clients import Publisher, Subscriber
 
 REPORT_PER_KIND_MAX = 5
+NEVER_ACKED = 2**63  # the "ack time" of a logged event whose ACK was lost: never required, allowed
 
 
-def check_overlay_delivery(publishers: Sequence[Publisher], subscribers: Sequence[Subscriber]) -> list[str]:
+def check_overlay_delivery(publishers: Sequence[Publisher], subscribers: Sequence[Subscriber],
+                           durable_logs: Sequence[Sequence[tuple[int, bytes]]] = ()) -> list[str]:
     published: dict[str, tuple[str, dict[str, Any], bytes, int, int]] = {}
+    sent: dict[str, tuple[str, dict[str, Any], bytes]] = {}
     for pub in publishers:
+        sent.update(pub.sent)
         for ident, tick in pub.acked.items():
             channel, attributes, payload = pub.sent[ident]
             published[ident] = (channel, attributes, payload, tick, pub.acked_at[ident])
+    for records in durable_logs:  # logged, though the ACK never reached the publisher
+        for tick, record in records:
+            fields = msgpack.unpackb(record)
+            ident = fields[6].decode(errors="replace")
+            if ident in sent and ident not in published and sent[ident] == (fields[2], fields[3], fields[6]):
+                published[ident] = (*sent[ident], tick, NEVER_ACKED)
     problems: list[str] = []
     for sub in subscribers:
         if sub.downs or sub.subscribed_at is None:
             continue
         problems += _check_one(sub, published)
+    return problems + _check_total_order([s for s in subscribers if s.order == "total" and not s.downs])
+
+
+def _check_total_order(subscribers: Sequence[Subscriber]) -> list[str]:
+    problems: list[str] = []
+    for i, a in enumerate(subscribers):
+        for b in subscribers[i + 1:]:
+            if subscription_tree(a.pattern) != subscription_tree(b.pattern):
+                continue
+            seq_a = [fields[6] for _, fields in a.received]
+            seq_b = [fields[6] for _, fields in b.received]
+            common = set(seq_a) & set(seq_b)
+            order_a = [x for x in seq_a if x in common]
+            order_b = [x for x in seq_b if x in common]
+            if order_a != order_b:
+                k = next(k for k, (x, y) in enumerate(zip(order_a, order_b, strict=True)) if x != y)
+                problems.append(f"total order: {a.name} and {b.name} disagree at their common event {k}: "
+                                f"{order_a[k]!r} against {order_b[k]!r}")
     return problems
 
 

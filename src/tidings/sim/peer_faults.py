@@ -10,7 +10,9 @@ where the delivery protocol has to repair them. A frame picked for reordering is
 after the next frame on the same connection (or dropped if none follows: a late loss).
 
 A stalled broker (`stalled = True`) sends nothing to its peers at all, keep-alives included, while
-it goes on accepting what they send, like a hung host; its neighbours time it out.
+it goes on accepting what they send, like a hung host; its neighbours time it out. A partition is
+`cut`: the addresses of the brokers on the other side, to which nothing at all is sent until it
+heals (the set is emptied); both sides cut each other.
 """
 
 from __future__ import annotations
@@ -31,14 +33,15 @@ class PeerFaults:
         self.duplication = duplication
         self.reordering = reordering
         self.stalled = False
+        self.cut: set[str] = set()
         self._held: dict[int, bytes] = {}  # connection -> a frame held back for reordering
         self.lost = 0
         self.duplicated = 0
         self.reordered = 0
 
-    def filter(self, conn: int, data: bytes) -> bytes:
-        """What actually leaves on `conn` of the frames in `data`."""
-        if self.stalled:
+    def filter(self, conn: int, data: bytes, address: str | None = None) -> bytes:
+        """What actually leaves on `conn` (to the broker at `address`) of the frames in `data`."""
+        if self.stalled or address in self.cut:
             return b""
         out: list[bytes] = []
         for frame in _frames(data):

@@ -26,7 +26,7 @@ _OPTION_NAMES = {
     name.lower(): name
     for name in (
         "broker", "pattern", "filter", "startTick", "endTick", "startTime", "endTime",
-        "partitions", "failOnDataLoss",
+        "partitions", "failOnDataLoss", "credential", "tlsCa",
     )
 }
 
@@ -40,6 +40,8 @@ class ReadOptions:
     end_tick: int | None  # inclusive; None: the durable tail when the read is planned
     partitions: int
     fail_on_data_loss: bool
+    credential: str | None = None  # NAME:SECRET, for a broker with an auth file (docs/security.md)
+    tls_ca: str | None = None  # connect with TLS, checking the broker against this CA file
 
 
 def parse_read_options(options: Mapping[str, str], default_partitions: int = 2) -> ReadOptions:
@@ -69,7 +71,18 @@ def parse_read_options(options: Mapping[str, str], default_partitions: int = 2) 
         end_tick=end_tick,
         partitions=_partitions(opts.get("partitions"), default_partitions),
         fail_on_data_loss=_boolean(opts.get("failondataloss"), "failOnDataLoss", default=True),
+        credential=_credential(opts.get("credential")),
+        tls_ca=opts.get("tlsca") or None,
     )
+
+
+def _credential(value: str | None) -> str | None:
+    if value is None or not value.strip():
+        return None
+    name, sep, secret = value.strip().partition(":")
+    if not sep or not name or not secret:
+        raise ValueError('tidings: option "credential" must be NAME:SECRET, as `tidings auth add` printed it')
+    return value.strip()
 
 
 def _broker(value: str | None) -> str:

@@ -48,11 +48,17 @@ class BrokerClient(Protocol):
     def close(self) -> None: ...
 
 
-def connect(broker: str, instance: str) -> Any:
-    """A context-managed blocking connection to `broker` (imported late: workers import this module)."""
+def connect(opts: ReadOptions, instance: str) -> Any:
+    """A context-managed blocking connection to the options' broker, with their credential and TLS
+    (imported late: workers import this module)."""
     from tidings import sync  # noqa: PLC0415
 
-    return sync.connect(broker, service=SERVICE, instance=instance)
+    tls: Any = False
+    if opts.tls_ca is not None:
+        from tidings.aio.tls import client_context  # noqa: PLC0415
+
+        tls = client_context(opts.tls_ca)
+    return sync.connect(opts.broker, service=SERVICE, instance=instance, credential=opts.credential, tls=tls)
 
 
 class TickRangePartition(InputPartition):
@@ -119,7 +125,7 @@ class TidingsReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> list[InputPartition]:
-        with connect(self.opts.broker, "planner") as client:
+        with connect(self.opts, "planner") as client:
             status = client.status()
         plan = plan_read(self.opts.start_tick, self.opts.end_tick, bounds_from_status(status),
                          self.opts.partitions)
@@ -141,7 +147,7 @@ class TidingsReader(DataSourceReader):
         if partition.end <= partition.after:
             return
         schema = arrow_schema(self.schema)
-        with connect(self.opts.broker, f"read-{partition.index}") as client:
+        with connect(self.opts, f"read-{partition.index}") as client:
             events = read_events(client, self.opts, partition.after, partition.end)
             yield from events_to_batches(events, schema)
 

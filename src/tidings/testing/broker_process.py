@@ -3,7 +3,9 @@
 The broker listens on 127.0.0.1 (port 0 picks a free one the first time; a restart reuses the
 port) and prints a JSON ready line, which `start` waits for with a deadline instead of sleeping.
 `spawn` and `wait_ready` are the two halves of `start`, so several brokers can start at once.
-With `join` the broker joins the overlay of the broker at that address.
+With `join` the broker joins the overlay of the broker at that address; with `http` it serves
+/metrics and /status on a free port of 127.0.0.1 (`http_address`); `args` adds options (such
+as `--auth FILE`), and `credential` and `tls` are what `status` connects with.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import os
 import select
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -39,12 +42,19 @@ def wait_for(condition: Callable[[], T], timeout: float = 10.0, interval: float 
 
 class BrokerProcess:
     def __init__(self, data: Path, config: dict[str, int] | None = None, port: int = 0,
-                 start_timeout: float = 30.0, join: str | None = None) -> None:
+                 start_timeout: float = 30.0, join: str | None = None, http: bool = False,
+                 args: list[str] | None = None, credential: str | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.data = Path(data)
+        self.args = args or []  # more `tidings broker` options, e.g. ["--auth", FILE]
+        self.credential = credential  # what `status` authenticates with
+        self.tls = tls  # and the TLS it connects with
         self.port = port
         self.config = config
         self.start_timeout = start_timeout
         self.join = join
+        self.http = http
+        self.http_address: str | None = None
         self.proc: subprocess.Popen[str] | None = None
         self.pubend: str | None = None
         self.node_id: str | None = None
@@ -62,6 +72,9 @@ class BrokerProcess:
                "--listen", f"127.0.0.1:{self.port}", "--log-level", "warning"]
         if self.join is not None:
             cmd += ["--join", self.join]
+        if self.http:
+            cmd += ["--http", "127.0.0.1:0"]
+        cmd += self.args
         if self.config:
             self.data.mkdir(parents=True, exist_ok=True)
             path = self.data.parent / f"{self.data.name}.toml"
@@ -82,11 +95,13 @@ class BrokerProcess:
         self.port = int(info["listening"].rsplit(":", 1)[1])
         self.pubend = info["pubend"]
         self.node_id = info.get("node_id")
+        self.http_address = info.get("http")
         return self
 
     def status(self, timeout: float = 10.0) -> dict[str, Any]:
         """The broker's status, as `tidings status --json` prints it."""
-        with sync.connect(self.address, service="tidings-testing", timeout=timeout) as client:
+        with sync.connect(self.address, service="tidings-testing", timeout=timeout,
+                          credential=self.credential, tls=self.tls or False) as client:
             status: dict[str, Any] = client.status()
         return status
 

@@ -10,6 +10,7 @@ the brokers holds. `stop` (or leaving the `with` block) stops every broker still
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,13 +25,19 @@ LEAF_SET_SIZE = 16  # BrokerConfig's default
 
 class Cluster:
     def __init__(self, root: Path, size: int, config: dict[str, int] | None = None,
-                 start_timeout: float = 60.0, identities: list[str] | None = None) -> None:
+                 start_timeout: float = 60.0, identities: list[str] | None = None, http: bool = False,
+                 args: list[str] | None = None, credential: str | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         assert size >= 1 and (identities is None or len(identities) == size)
         self.root = Path(root)
         self.size = size
         self.config = config
         self.start_timeout = start_timeout
         self.identities = identities
+        self.http = http  # each broker serves /metrics and /status on a free port
+        self.args = args  # more options for every broker, e.g. ["--auth", FILE]
+        self.credential = credential  # what `status` authenticates with
+        self.tls = tls  # and the TLS it connects with
         self.brokers: list[BrokerProcess] = []
 
     def __enter__(self) -> Cluster:
@@ -43,11 +50,14 @@ class Cluster:
         for i, pubend in enumerate(self.identities or []):
             load_or_create_identity(self.root / f"broker-{i}", lambda pubend=pubend: pubend)
         try:
-            first = BrokerProcess(self.root / "broker-0", self.config, start_timeout=self.start_timeout)
+            first = BrokerProcess(self.root / "broker-0", self.config, start_timeout=self.start_timeout,
+                                  http=self.http, args=self.args, credential=self.credential, tls=self.tls)
             self.brokers.append(first)
             first.start()
             others = [BrokerProcess(self.root / f"broker-{i}", self.config, start_timeout=self.start_timeout,
-                                    join=first.address) for i in range(1, self.size)]
+                                    join=first.address, http=self.http, args=self.args,
+                                    credential=self.credential, tls=self.tls)
+                      for i in range(1, self.size)]
             self.brokers += others
             for b in others:
                 b.spawn()

@@ -80,6 +80,12 @@ def tokenize(text: str) -> list[Token]:
     return tokens
 
 
+def bare_name(name: str) -> bool:
+    """Whether a filter can name the attribute `name` as it is, without backquotes."""
+    return (bool(name) and name[0] in _NAME_START and all(c in _NAME_REST for c in name)
+            and name.lower() not in RESERVED_WORDS)
+
+
 def _read_word(text: str, start: int, tokens: list[Token]) -> int:
     end = start + 1
     while end < len(text) and text[end] in _NAME_REST:

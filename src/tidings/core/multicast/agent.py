@@ -311,15 +311,6 @@ class ScribeAgent:
         entry = self._trees.get(tree)
         return [] if entry is None else list(entry.children)
 
-    def parent(self, tree: str) -> str | None:
-        """This node's parent in `tree`; None when it is the root, not in the tree, or repairing."""
-        entry = self._trees.get(tree)
-        return None if entry is None else entry.parent
-
-    def is_root(self, tree: str) -> bool:
-        entry = self._trees.get(tree)
-        return entry is not None and entry.root
-
     def send_event(self, now: int, tree: str, child: str, event: list[Any]) -> list[ScribeEffect]:
         """EVENT to one child of `tree` (the reliability layer's per-child forwarding); nothing if
         `child` is no longer a child there."""

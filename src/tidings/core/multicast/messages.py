@@ -21,6 +21,7 @@ from typing import Any
 
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
 from tidings.core.overlay.node_id import NodeRef
+from tidings.core.wire.typed import decode_typed, name
 
 SUBSCRIBE = 96
 UNSUBSCRIBE = 97
@@ -158,14 +159,7 @@ def _bad(what: str) -> ProtocolError:
 
 
 def _string(value: object, bytes_max: int, what: str) -> str:
-    # a string never has more characters than UTF-8 bytes, so a long one is refused before encoding
-    if (
-        isinstance(value, str)
-        and 0 < len(value) <= bytes_max
-        and len(value.encode("utf-8", "surrogatepass")) <= bytes_max
-    ):
-        return value
-    raise _bad(f"{what} is a non-empty string of at most {bytes_max} bytes")
+    return name(value, bytes_max, what, _bad)
 
 
 def _tree(value: object) -> str:
@@ -209,12 +203,4 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ScribeMessage]]] = {
 
 def decode(message: object) -> ScribeMessage:
     """The Scribe message in `message` (a decoded msgpack value); ProtocolError if malformed."""
-    if type(message) is not list or not message or type(message[0]) is not int:
-        raise _bad("a message is a list starting with its type")
-    shape = _DECODERS.get(message[0])
-    if shape is None:
-        raise _bad(f"unknown message type {message[0]}")
-    count, build = shape
-    if len(message) != count + 1:
-        raise _bad(f"message type {message[0]} has {count} fields")
-    return build(message[1:])
+    return decode_typed(message, _DECODERS, _bad)

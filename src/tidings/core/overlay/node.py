@@ -37,7 +37,10 @@ leaf set to its leaves and announces itself to the other nodes it knows, and the
 a node takes a new member into its leaf set it sends it its own leaf set, which is how nodes that
 joined side by side at the same time come to know each other; a node only named by a third party
 enters a leaf set once it has answered a keep-alive, so stale lists cannot plant dead leaves. A
-join that has not completed after `join_timeout_ns` is asked again.
+join that has not completed after `join_timeout_ns` is asked again; when the bootstrap cannot even
+be reached, sooner: after `join_retry_interval_ns_min`, doubling at each unreachable attempt up to
+`join_timeout_ns` (backoff, so a bootstrap that is not up yet is found quickly and a dead one is not
+hammered).
 
 Failure: leaves exchange keep-alives every `keepalive_interval_ns` (and any message is a sign of
 life); a leaf silent for `failure_timeout_ns`, or one the transport reports unreachable, is failed:
@@ -47,7 +50,9 @@ Routing-table entries are repaired lazily: a failed entry's row is asked of a fe
 that row; every `routing_repair_interval_ns` a random row is refreshed the same way and the
 farthest leaf of each side is asked for its leaf set. A failed node is not re-learned from third
 parties for `failed_memory_ns`, so stale lists elsewhere cannot bring a dead node back; a message
-from the node itself always does.
+from the node itself always does. Every `revive_interval_ns` one of the last `lost_nodes_max`
+failed nodes is asked for its leaf set: one that was only cut off answers, which is how the two
+sides of a partition find each other again once it heals.
 """
 
 from __future__ import annotations
@@ -93,12 +98,15 @@ class OverlayConfig:
     keepalive_interval_ns: int = SECOND_NS
     failure_timeout_ns: int = 3 * SECOND_NS
     join_timeout_ns: int = 5 * SECOND_NS
+    join_retry_interval_ns_min: int = SECOND_NS // 10  # first retry after an unreachable bootstrap
     route_hops_max: int = 40
     routing_repair_interval_ns: int = 30 * SECOND_NS
     failed_memory_ns: int = 60 * SECOND_NS  # third-party mentions of a failed node are ignored
     failed_memory_max: int = 1024
     probes_pending_max: int = 128  # RTT measurements asked of the runtime and not yet answered
     row_repair_helpers: int = 3  # nodes asked for a replacement when a routing-table entry fails
+    revive_interval_ns: int = 10 * SECOND_NS  # one node declared failed is asked for its leaf set
+    lost_nodes_max: int = 64  # failed nodes remembered for that, newest kept
 
 
 class OverlayNode:
@@ -107,12 +115,15 @@ class OverlayNode:
         "_failed",
         "_heard_ns",
         "_join_deadline_ns",
+        "_join_retry_ns",
         "_joined",
         "_keepalive_ns",
         "_leaf_version",
+        "_lost",
         "_probing",
         "_ref_pool",
         "_repair_ns",
+        "_revive_ns",
         "_rng",
         "config",
         "leaf_set",
@@ -133,11 +144,14 @@ class OverlayNode:
         self.neighbourhood = NeighbourhoodSet(config.neighbourhood_size)
         self._joined = False
         self._bootstrap: str | None = None
+        self._join_retry_ns = config.join_retry_interval_ns_min
         self._join_deadline_ns: int | None = None
         self._keepalive_ns: int | None = None
         self._repair_ns: int | None = None
         self._heard_ns: dict[str, int] = {}  # leaf address -> last sign of life
         self._failed: dict[int, int] = {}  # nodeId -> end of its failed memory (insertion order = age)
+        self._lost: dict[int, NodeRef] = {}  # failed nodes to ask again now and then (order = next asked)
+        self._revive_ns: int | None = None
         self._probing: dict[str, NodeRef] = {}  # address -> node awaiting an RTT (insertion order = age)
         self._leaf_version = self.leaf_set.version
         self.routes_over_hops_max = 0
@@ -276,6 +290,8 @@ class OverlayNode:
             if not heard:
                 return
             del self._failed[node.node_id]
+        if heard:
+            self._lost.pop(node.node_id, None)
         if self._ref_pool is not None:
             pooled = self._ref_pool.setdefault(node.node_id, node)
             if pooled == node:
@@ -360,6 +376,9 @@ class OverlayNode:
     def peer_unreachable(self, now: int, address: str) -> list[OverlayEffect]:
         """The transport could not reach `address` (refused, reset): the node there has failed."""
         out: list[OverlayEffect] = []
+        if not self._joined and address == self._bootstrap:  # try again soon, backing off
+            self._join_deadline_ns = now + self._join_retry_ns
+            self._join_retry_ns = min(2 * self._join_retry_ns, self.config.join_timeout_ns)
         node = self._probing.pop(address, None) or self._find(address)
         if node is not None:
             self._fail(now, node, out)
@@ -386,6 +405,12 @@ class OverlayNode:
         self._failed[node_id] = now + self.config.failed_memory_ns
         if len(self._failed) > self.config.failed_memory_max:
             del self._failed[next(iter(self._failed))]
+        self._lost.pop(node_id, None)
+        self._lost[node_id] = node
+        if len(self._lost) > self.config.lost_nodes_max:
+            del self._lost[next(iter(self._lost))]
+        if self._revive_ns is None:
+            self._revive_ns = now + self.config.revive_interval_ns
         if was_leaf or was_neighbour or row is not None:
             out.append(NodeFailed(node))
         if was_leaf:
@@ -455,7 +480,21 @@ class OverlayNode:
         if self._repair_ns is not None and now >= self._repair_ns:
             self._repair_ns = now + self.config.routing_repair_interval_ns
             self._maintain(out)
+        if self._revive_ns is not None and now >= self._revive_ns:
+            self._revive(now, out)
         return self._finish(now, out)
+
+    def _revive(self, now: int, out: list[OverlayEffect]) -> None:
+        """Ask the longest-unasked failed node for its leaf set. A node that was only cut off (a
+        partition that healed) answers, and both sides learn each other and their neighbours again:
+        without this, two halves of an overlay that each repaired around the other stay apart."""
+        self._revive_ns = now + self.config.revive_interval_ns if self._lost else None
+        if not self._lost:
+            return
+        node_id, node = next(iter(self._lost.items()))
+        del self._lost[node_id]
+        self._lost[node_id] = node  # to the back: the next round asks another
+        out.append(PeerSend(node.address, m.LeafSetRequest(self.me).to_wire()))
 
     def _maintain(self, out: list[OverlayEffect]) -> None:
         """Periodic lazy maintenance: refresh one random routing-table row, and ask the farthest
@@ -475,7 +514,7 @@ class OverlayNode:
     def next_deadline(self) -> int | None:
         if not self._joined:
             return self._join_deadline_ns
-        deadlines = [d for d in (self._keepalive_ns, self._repair_ns) if d is not None]
+        deadlines = [d for d in (self._keepalive_ns, self._repair_ns, self._revive_ns) if d is not None]
         if self._heard_ns:
             deadlines.append(min(self._heard_ns.values()) + self.config.failure_timeout_ns)
         return min(deadlines) if deadlines else None

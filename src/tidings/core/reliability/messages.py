@@ -33,6 +33,7 @@ from typing import Any
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
 from tidings.core.multicast.messages import TREE_BYTES_MAX
 from tidings.core.reliability.ticks import TICK_MAX
+from tidings.core.wire.typed import decode_typed, name
 
 KNOWLEDGE = 160
 ACK = 161
@@ -100,14 +101,7 @@ def _bad(what: str) -> ProtocolError:
 
 
 def _name(value: object, bytes_max: int, what: str) -> str:
-    # a string never has more characters than UTF-8 bytes, so a long one is refused before encoding
-    if (
-        type(value) is str
-        and 0 < len(value) <= bytes_max
-        and len(value.encode("utf-8", "surrogatepass")) <= bytes_max
-    ):
-        return value
-    raise _bad(f"{what} is a non-empty string of at most {bytes_max} bytes")
+    return name(value, bytes_max, what, _bad)
 
 
 def _stream(tree: object, pubend: object) -> tuple[str, str]:
@@ -188,12 +182,4 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ReliabilityMessage]]] = {
 
 def decode(message: object) -> ReliabilityMessage:
     """The reliability message in `message` (a decoded msgpack value); ProtocolError if malformed."""
-    if type(message) is not list or not message or type(message[0]) is not int:
-        raise _bad("a message is a list starting with its type")
-    shape = _DECODERS.get(message[0])
-    if shape is None:
-        raise _bad(f"unknown message type {message[0]}")
-    count, build = shape
-    if len(message) != count + 1:
-        raise _bad(f"message type {message[0]} has {count} fields")
-    return build(message[1:])
+    return decode_typed(message, _DECODERS, _bad)

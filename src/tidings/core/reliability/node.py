@@ -39,6 +39,7 @@ from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
 from tidings.core.reliability.istream import Istream, StreamLimits
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
+from tidings.core.reliability.ticks import TICK_MAX
 
 POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
 
@@ -55,21 +56,23 @@ class ReliabilityConfig:
     nack_ranges_max: int
     nack_range_ticks_max: int
     knowledge_bytes_max: int
+    clock_skew_allowance_us: int
     streams_max: int
     read_bytes_max: int
     reads_max: int
     trees_max: int
+    best_effort: bool = False  # measurement only: forward and deliver what arrives, track nothing
 
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
-    """Records of `pubend` on `tree`, in tick order, for the local subscriptions `keys` (each gets
-    those that match its pattern and filter)."""
+    """Records of `tree` in delivery order for the local subscriptions `keys` (each gets those that
+    match its pattern and filter): one pubend's in tick order, or for total-order subscriptions
+    several pubends' merged on (tick, pubend). `pubends[i]` is the pubend of `records[i]`."""
 
     tree: str
-    pubend: str
     keys: tuple[int, ...]
-    ticks: list[int]
+    pubends: tuple[str, ...]
     records: list[bytes]
 
 
@@ -92,6 +95,12 @@ class _Tree:
     defaults: dict[str, int | None]  # child address -> where it wants pubends it has not heard of
     # (None: from wherever the stream is when it first reaches this broker)
     locals: dict[int, int]  # local subscription key -> start
+    total: dict[int, int]  # total-order subscriptions (also in locals) -> the merge point delivered
+
+    def wants(self, key: int, pubend: str, own: str) -> bool:
+        """Local subscription `key` consumes `pubend`'s stream: other pubends always; this broker's
+        own only in total order (publisher order gets those from the log, at once)."""
+        return pubend != own or key in self.total
 
 
 PubendState = Callable[[], tuple[int, LogState]]  # the durable tail and the log, for nacks
@@ -118,6 +127,8 @@ class ReliabilityNode:
         self.nack_ticks_sent = 0
         self.retransmissions_sent = 0
         self.peer_errors = 0
+        self.total_order_late = 0
+        self.wall_us = 0  # the broker's clock at the latest input that had one (for the merge point)
 
     # ---- the pubend's side ---------------------------------------------------------------------
 
@@ -125,8 +136,10 @@ class ReliabilityNode:
         self.timers.set(SILENCE, now + self.config.silence_interval_ns)
         return self._source(now, self.source.recover(last_tick))
 
-    def published(self, now: int, by_tree: dict[str, list[tuple[int, bytes]]], synced: int) -> list[Any]:
-        return self._source(now, self.source.published(now, by_tree, synced))
+    def published(self, now: int, deliveries: list[tuple[int, str, Any, bytes]], synced: int) -> list[Any]:
+        """A sync made `deliveries` (tick, channel, attributes, record) and every tick up to
+        `synced` durable."""
+        return self._source(now, self.source.published(now, deliveries, synced))
 
     def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState) -> list[Any]:
         return self._source(now, self.source.log_read(now, reader, records, log))
@@ -145,7 +158,9 @@ class ReliabilityNode:
     def event_arrived(self, now: int, tree: str, event: Any, sender: str) -> list[Any]:
         """Knowledge of one pubend came down `tree` from `sender` (ProtocolError if malformed)."""
         origin, knowledge = _decode_event(tree, event)
-        upstream = origin if self.scribe.is_root(tree) else sender
+        if self.config.best_effort:
+            return self._best_effort(now, tree, event, knowledge)
+        upstream = sender  # the parent, or at the root the pubend's broker (the route's source)
         out: list[Any] = []
         t = self.trees.get(tree)
         ist = None if t is None else t.istreams.get(knowledge.pubend)
@@ -168,21 +183,32 @@ class ReliabilityNode:
         self._after_change(now, ist)
         return self._flush(out)
 
+    def _best_effort(self, now: int, tree: str, event: Any, knowledge: messages.Knowledge) -> list[Any]:
+        """The comparison mode: every event to every child and to every local subscription of the
+        tree; nothing is acknowledged, nacked or retransmitted."""
+        out: list[Any] = []
+        for child in self.scribe.children(tree):
+            out += self.scribe.send_event(now, tree, child, event)
+        t = self.trees.get(tree)
+        if t is not None and t.locals and knowledge.ticks and knowledge.pubend != self.pubend_id:
+            out.append(Deliver(tree, tuple(t.locals), (knowledge.pubend,) * len(knowledge.records),
+                               list(knowledge.records)))
+        return out
+
     def _new_istream(self, tree: str, pubend: str, after: int) -> Istream | None:
         t = self.trees.get(tree)
         if t is None:
             if not self.scribe.children(tree):
                 return None
-            t = self.trees[tree] = _Tree({}, {}, {})
+            t = self.trees[tree] = _Tree({}, {}, {}, {})
         positions = [_or(t.defaults.get(child), after) for child in self.scribe.children(tree)]
-        if pubend != self.pubend_id:
-            positions += t.locals.values()
+        positions += [start for key, start in t.locals.items() if t.wants(key, pubend, self.pubend_id)]
         if not positions or self._streams >= self.config.streams_max:
             return None
         ist = t.istreams[pubend] = Istream(tree, pubend, min(positions), self._limits)
         self._streams += 1
         for key, start in t.locals.items():
-            if pubend != self.pubend_id:
+            if t.wants(key, pubend, self.pubend_id):
                 ist.attach(key, start)
         return ist
 
@@ -206,7 +232,7 @@ class ReliabilityNode:
                     wire = messages.Knowledge(ist.tree, ist.pubend, piece.after, piece.through,
                                               tuple(piece.ticks), tuple(piece.records), False).to_wire()
                     out += self.scribe.send_event(now, ist.tree, key, [ist.origin, wire])
-            elif not consumer.blocked and consumer.sent_through < ist.horizon:
+            elif key not in t.total and not consumer.blocked and consumer.sent_through < ist.horizon:
                 groups.setdefault(consumer.sent_through, []).append(key)  # type: ignore[arg-type]
         for keys in groups.values():
             lead = ist.consumers[keys[0]]
@@ -215,7 +241,38 @@ class ReliabilityNode:
                 ist.consumers[key].sent_through = lead.sent_through
             for piece in pieces:
                 if piece.ticks:
-                    out.append(Deliver(ist.tree, ist.pubend, tuple(keys), piece.ticks, piece.records))
+                    out.append(Deliver(ist.tree, tuple(keys), (ist.pubend,) * len(piece.records), piece.records))
+        return out + self._merge(t)
+
+    def _merge(self, t: _Tree) -> list[Any]:
+        """Total order: every total-order subscription of the tree is given the D ticks of all its
+        streams up to the merge point, the smallest doubt horizon of the tree's streams (and no
+        later than the present less the clock-skew allowance, so a pubend not heard of yet cannot
+        publish below it unless its knowledge is late by more than that), in (tick, pubend) order.
+        A stream heard of only after the merge point passed its first ticks delivers them late,
+        counted in `total_order_late`: never dropped."""
+        if not t.total or not t.istreams:
+            return []
+        present = self.wall_us - self.config.clock_skew_allowance_us if self.wall_us else TICK_MAX
+        out: list[Any] = []
+        for key, merged in t.total.items():
+            streams = [(p, t.istreams[p], t.istreams[p].consumers.get(key)) for p in sorted(t.istreams)]
+            bound = present
+            for _, ist, consumer in streams:  # the merge point: every stream can supply up to it
+                bound = min(bound, ist.horizon if consumer is None else ist.ready_through(consumer, bound))
+            items: list[tuple[int, str, bytes]] = []
+            for pubend, ist, consumer in streams:
+                if consumer is None:
+                    continue
+                for piece in ist.pieces_for(consumer, bound):
+                    items += [(tick, pubend, r) for tick, r in zip(piece.ticks, piece.records, strict=True)]
+            if not items:
+                continue
+            items.sort()
+            self.total_order_late += sum(1 for tick, _, _ in items if tick <= merged)
+            t.total[key] = max(merged, items[-1][0])
+            out.append(Deliver(next(iter(t.istreams.values())).tree, (key,), tuple(p for _, p, _ in items),
+                               [r for _, _, r in items]))
         return out
 
     def _after_change(self, now: int, ist: Istream) -> None:
@@ -249,7 +306,7 @@ class ReliabilityNode:
         default, positions = _decode_extra(extra)
         t = self.trees.get(tree)
         if t is None:
-            t = self.trees[tree] = _Tree({}, {}, {})
+            t = self.trees[tree] = _Tree({}, {}, {}, {})
         t.defaults[child] = default
         out: list[Any] = []
         for pubend, ist in t.istreams.items():
@@ -260,15 +317,20 @@ class ReliabilityNode:
 
     # ---- local subscriptions --------------------------------------------------------------------
 
-    def local_subscribe(self, now: int, key: int, tree: str, start: int) -> list[Any]:
+    def local_subscribe(self, now: int, key: int, tree: str, start: int, total: bool = False) -> list[Any]:
+        """A local subscription of `tree` wants other pubends' ticks after `start`; in total order
+        (`total`) its own pubend's too, merged with the rest (see `_merge`)."""
         t = self.trees.get(tree)
         if t is None:
-            t = self.trees[tree] = _Tree({}, {}, {})
+            t = self.trees[tree] = _Tree({}, {}, {}, {})
         t.locals[key] = start
+        if total:
+            t.total[key] = start
         out: list[Any] = []
         for pubend, ist in t.istreams.items():
-            if pubend != self.pubend_id:
+            if t.wants(key, pubend, self.pubend_id):
                 ist.attach(key, start)
+                out += self._push(now, t, ist)
                 self._after_change(now, ist)
         return self._flush(out)
 
@@ -277,6 +339,7 @@ class ReliabilityNode:
         if t is None:
             return []
         t.locals.pop(key, None)
+        t.total.pop(key, None)
         for ist in t.istreams.values():
             ist.detach(key)
             self._after_change(now, ist)
@@ -348,9 +411,13 @@ class ReliabilityNode:
         out: list[Any] = []
         for key in self.timers.pop_due(now):
             if type(key) is SilenceTimer:
+                if self.config.best_effort:
+                    continue
                 synced, _ = self._pubend_state()
                 out += self._source(now, self.source.silence(now, synced))
                 self.timers.set(SILENCE, now + self.config.silence_interval_ns)
+                for t in self.trees.values():  # the present moved: total-order merges may go on
+                    out += self._merge(t)
             else:
                 assert isinstance(key, GapTimer)
                 out += self._gap_due(now, key)
@@ -399,7 +466,8 @@ class ReliabilityNode:
         return self.received(now, address, message)
 
     def status(self) -> dict[str, Any]:
-        return {"streams": self._streams, "peer_errors": self.peer_errors, "nacks_sent": self.nacks_sent,
+        return {"streams": self._streams, "peer_errors": self.peer_errors, "total_order_late": self.total_order_late,
+                "nacks_sent": self.nacks_sent,
                 "nack_ticks_sent": self.nack_ticks_sent,
                 "retransmissions_sent": self.retransmissions_sent, "source": self.source.status(),
                 "istreams": [ist.status() | {"tree": tree}

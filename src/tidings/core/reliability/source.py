@@ -93,10 +93,11 @@ class Source:
 
     # ---- first-time knowledge ------------------------------------------------------------------
 
-    def published(self, now: int, by_tree: dict[str, list[tuple[int, bytes]]], synced: int) -> list[SourceEffect]:
-        """The sync made every tick up to `synced` durable; `by_tree` has each tree's new events."""
+    def published(self, now: int, deliveries: Sequence[tuple[int, str, Any, bytes]], synced: int) -> list[SourceEffect]:
+        """The sync made every tick up to `synced` durable; `deliveries` are its events (tick,
+        channel, attributes, record), each for the trees of its channel."""
         out: list[SourceEffect] = []
-        for tree, records in by_tree.items():
+        for tree, records in self._by_tree(deliveries).items():
             stream = self._streams.get(tree)
             if stream is None:
                 stream = self._new_stream(tree, records[0][0] - 1, now)
@@ -106,6 +107,28 @@ class Source:
             stream.sent_through = synced
             stream.data_ns = now
         return out
+
+    def _by_tree(self, deliveries: Sequence[tuple[int, str, Any, bytes]]) -> dict[str, list[tuple[int, bytes]]]:
+        """Each tree's events; a run of events on one channel is looked up once."""
+        by_tree: dict[str, list[tuple[int, bytes]]] = {}
+        run: list[tuple[int, bytes]] = []
+        run_channel = ""  # no channel is empty
+        for tick, channel, _, record in deliveries:
+            if channel != run_channel:
+                self._extend(by_tree, run_channel, run)
+                run, run_channel = [], channel
+            run.append((tick, record))
+        self._extend(by_tree, run_channel, run)
+        return by_tree
+
+    def _extend(self, by_tree: dict[str, list[tuple[int, bytes]]], channel: str, run: list[tuple[int, bytes]]) -> None:
+        if not run:
+            return
+        for tree in self._trees_of(channel):
+            if tree in by_tree:
+                by_tree[tree] += run
+            else:
+                by_tree[tree] = run.copy()
 
     def _send_chunked(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
                       retransmit: bool) -> list[SourceEffect]:

@@ -23,8 +23,12 @@ PROTOCOL_VERSION = 1
 HELLO = 1
 PUBLISH = 2
 SUBSCRIBE = 3
+ORDER_PUBLISHER = "publisher"  # each pubend's events in tick order, pubends interleaved as they come
+ORDER_TOTAL = "total"  # every total-order subscriber of a tree sees one interleaving: (tick, pubend)
+ORDERS = (ORDER_PUBLISHER, ORDER_TOTAL)
 UNSUBSCRIBE = 4
 STATUS = 5
+AUTH = 6
 # broker -> client
 WELCOME = 16
 ACK = 17
@@ -34,6 +38,7 @@ GAP = 20
 END = 21
 STATUS_REPLY = 22
 ERROR = 23
+CHALLENGE = 24
 
 START_NOW = "now"
 START_OLDEST = "start"
@@ -45,6 +50,19 @@ class Hello:
     version: int
     service: str
     instance: str
+    nonce: bytes | None = None  # present when the client authenticates (core/auth/handshake.py)
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    proof: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    salt: bytes
+    kdf: list[int]  # scrypt [n, r, p]
+    nonce: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +79,7 @@ class Subscribe:
     start: str  # START_NOW, START_OLDEST or START_AFTER
     after: int  # with START_AFTER: deliver ticks > after
     end: int | None  # deliver ticks <= end, then END
+    order: str = ORDER_PUBLISHER  # ORDER_PUBLISHER or ORDER_TOTAL (one interleaving per tree)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +150,16 @@ def _pack(body: list[Any]) -> bytes:
 # ---- encoders (return whole frames) -------------------------------------------------------------
 
 
-def hello(service: str, instance: str, version: int = PROTOCOL_VERSION) -> bytes:
-    return _pack([HELLO, version, service, instance])
+def hello(service: str, instance: str, version: int = PROTOCOL_VERSION, nonce: bytes | None = None) -> bytes:
+    return _pack([HELLO, version, service, instance] + ([] if nonce is None else [nonce]))
+
+
+def auth(proof: bytes) -> bytes:
+    return _pack([AUTH, proof])
+
+
+def challenge(salt: bytes, kdf: list[int], nonce: bytes) -> bytes:
+    return _pack([CHALLENGE, salt, kdf, nonce])
 
 
 def publish(seq: int, events: list[list[Any]]) -> bytes:
@@ -141,7 +168,8 @@ def publish(seq: int, events: list[list[Any]]) -> bytes:
 
 def subscribe(msg: Subscribe) -> bytes:
     start: list[Any] = [msg.start] if msg.start != START_AFTER else [START_AFTER, msg.after]
-    return _pack([SUBSCRIBE, msg.sub, msg.pattern, msg.filter, start, msg.end])
+    fields = [SUBSCRIBE, msg.sub, msg.pattern, msg.filter, start, msg.end]
+    return _pack(fields if msg.order == ORDER_PUBLISHER else [*fields, msg.order])
 
 
 def unsubscribe(sub: int) -> bytes:
@@ -233,6 +261,12 @@ def _int(v: Any, what: str, lo: int = 0) -> int:
     return v
 
 
+def _bytes(v: Any, what: str, size_max: int = 256) -> bytes:
+    if type(v) is not bytes or len(v) > size_max:
+        raise _bad(f"{what} must be binary, at most {size_max} bytes")
+    return v
+
+
 def _str(v: Any, what: str) -> str:
     if not isinstance(v, str):
         raise _bad(f"{what} must be a string")
@@ -276,7 +310,7 @@ def _decode_start(start: Any) -> tuple[str, int]:
 
 def decode_client_message(
     body: bytes,
-) -> Hello | Publish | Subscribe | Unsubscribe | StatusRequest:
+) -> Hello | Auth | Publish | Subscribe | Unsubscribe | StatusRequest:
     msg = _unpack(body)
     kind = msg[0]
     if kind == PUBLISH:
@@ -285,6 +319,11 @@ def decode_client_message(
             raise _bad("PUBLISH events must be an array")
         return Publish(_int(msg[1], "PUBLISH seq"), msg[2])
     if kind == SUBSCRIBE:
+        order = ORDER_PUBLISHER
+        if len(msg) == 7:  # the order was added to SUBSCRIBE after version 1 shipped: optional
+            order = msg.pop()
+            if order not in ORDERS:
+                raise _bad(f"SUBSCRIBE order must be one of {', '.join(ORDERS)}")
         _arity(msg, 6, "SUBSCRIBE")
         flt = msg[3]
         if flt is not None:
@@ -292,7 +331,7 @@ def decode_client_message(
         start, after = _decode_start(msg[4])
         end_tick = None if msg[5] is None else _int(msg[5], "SUBSCRIBE end")
         return Subscribe(_int(msg[1], "SUBSCRIBE id"), _str(msg[2], "SUBSCRIBE pattern"),
-                         flt, start, after, end_tick)
+                         flt, start, after, end_tick, order)
     if kind == UNSUBSCRIBE:
         _arity(msg, 2, "UNSUBSCRIBE")
         return Unsubscribe(_int(msg[1], "UNSUBSCRIBE id"))
@@ -300,15 +339,20 @@ def decode_client_message(
         _arity(msg, 2, "STATUS")
         return StatusRequest(_int(msg[1], "STATUS id"))
     if kind == HELLO:
-        _arity(msg, 4, "HELLO")
+        if len(msg) != 5:
+            _arity(msg, 4, "HELLO")
+        nonce = _bytes(msg[4], "HELLO nonce") if len(msg) == 5 else None
         return Hello(_int(msg[1], "HELLO version"), _str(msg[2], "HELLO service"),
-                     _str(msg[3], "HELLO instance"))
+                     _str(msg[3], "HELLO instance"), nonce)
+    if kind == AUTH:
+        _arity(msg, 2, "AUTH")
+        return Auth(_bytes(msg[1], "AUTH proof"))
     raise ProtocolError(UNKNOWN_MESSAGE, f"unknown message type {kind}")
 
 
-def decode_broker_message(  # noqa: PLR0911 - one return per message type
+def decode_broker_message(  # noqa: PLR0911, PLR0912 - one return per message type
     body: bytes,
-) -> Welcome | Ack | Events | Subscribed | Gap | End | StatusReply | Error:
+) -> Welcome | Challenge | Ack | Events | Subscribed | Gap | End | StatusReply | Error:
     msg = _unpack(body)
     kind = msg[0]
     if kind == EVENTS:
@@ -344,4 +388,10 @@ def decode_broker_message(  # noqa: PLR0911 - one return per message type
         if not isinstance(msg[2], dict):
             raise _bad("WELCOME info must be a map")
         return Welcome(_int(msg[1], "WELCOME version"), msg[2])
+    if kind == CHALLENGE:
+        _arity(msg, 4, "CHALLENGE")
+        kdf = msg[2]
+        if not isinstance(kdf, list) or len(kdf) != 3 or not all(type(k) is int for k in kdf):
+            raise _bad("CHALLENGE kdf must be [n, r, p]")
+        return Challenge(_bytes(msg[1], "CHALLENGE salt"), kdf, _bytes(msg[3], "CHALLENGE nonce"))
     raise ProtocolError(UNKNOWN_MESSAGE, f"unknown message type {kind}")

@@ -3,16 +3,22 @@
 A peer connection uses the client framing (frames.py: 4-byte length, msgpack body); each body is an
 array whose first element is the message type. The dialling broker speaks first:
 
-    PEER_HELLO   [128, version, [nodeId, address]]   the dialler's NodeRef
+    PEER_HELLO   [128, version, [nodeId, address]]   the dialler's NodeRef (+ nonce, see below)
     PEER_WELCOME [129, version, [nodeId, address]]   the acceptor's NodeRef
     PING         [130, seq]                          answered at once by
     PONG         [131, seq]                          the same seq: its round trip is the RTT
     PEER_ERROR   [132, code, message]                what was wrong; the sender then closes
+    PEER_CHALLENGE [133, nonce, proof]               the acceptor's nonce and cluster proof
+    PEER_AUTH    [134, proof]                        the dialler's cluster proof
+
+In a cluster with a credential (core/auth/peer_auth.py) the dialler's PEER_HELLO carries a fourth
+field, its nonce; the acceptor answers PEER_CHALLENGE, the dialler checks it and sends PEER_AUTH,
+and only then does the acceptor treat the HELLO as above (PEER_WELCOME or a tie-break refusal).
 
 The first frame of every accepted connection tells a broker from a client: any array starting with
 128, even a malformed one, goes to the peer layer (core/peers.py), which answers it. Decoders check
 every field and raise ProtocolError naming the problem; messages of the other layers (overlay
-64..95, multicast 96..127, the broker's own 133..159) stay raw lists here and are checked by the
+64..95, multicast 96..127, the broker's own 135..159) stay raw lists here and are checked by the
 layer that owns them.
 """
 
@@ -34,7 +40,10 @@ PEER_WELCOME = 129
 PING = 130
 PONG = 131
 PEER_ERROR = 132
-PEER_LINK_TYPES = range(PEER_HELLO, PEER_ERROR + 1)
+PEER_CHALLENGE = 133
+PEER_AUTH = 134
+PEER_LINK_TYPES = range(PEER_HELLO, PEER_AUTH + 1)
+NONCE_BYTES_MAX = 64
 
 # PEER_ERROR codes of this layer (the rest are the shared codes in core/errors.py)
 DUPLICATE_LINK = "duplicate-link"  # simultaneous dials: the one the smaller nodeId opened is kept
@@ -46,6 +55,18 @@ TEXT_CHARS_MAX = 1024
 class PeerHello:
     version: int
     node: NodeRef
+    nonce: bytes | None = None  # the dialler's, in a cluster with a credential
+
+
+@dataclass(frozen=True, slots=True)
+class PeerChallenge:
+    nonce: bytes
+    proof: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PeerAuth:
+    proof: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +91,7 @@ class PeerError:
     message: str
 
 
-PeerLinkMessage = PeerHello | PeerWelcome | Ping | Pong | PeerError
+PeerLinkMessage = PeerHello | PeerWelcome | Ping | Pong | PeerError | PeerChallenge | PeerAuth
 
 
 # ---- encoders (return whole frames) -------------------------------------------------------------
@@ -81,8 +102,16 @@ def encode(message: list[Any]) -> bytes:
     return frame(msgpack.packb(message))
 
 
-def hello(node: NodeRef, version: int = PEER_VERSION) -> bytes:
-    return encode([PEER_HELLO, version, node.to_wire()])
+def hello(node: NodeRef, version: int = PEER_VERSION, nonce: bytes | None = None) -> bytes:
+    return encode([PEER_HELLO, version, node.to_wire()] + ([] if nonce is None else [nonce]))
+
+
+def challenge(nonce: bytes, proof: bytes) -> bytes:
+    return encode([PEER_CHALLENGE, nonce, proof])
+
+
+def auth(proof: bytes) -> bytes:
+    return encode([PEER_AUTH, proof])
 
 
 def welcome(node: NodeRef) -> bytes:
@@ -136,6 +165,12 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
+def _binary(value: Any, what: str) -> bytes:
+    if type(value) is not bytes or not 0 < len(value) <= NONCE_BYTES_MAX:
+        raise _bad(f"{what} must be 1 to {NONCE_BYTES_MAX} bytes")
+    return value
+
+
 def _greeting(msg: list[Any], name: str) -> tuple[int, NodeRef]:
     _arity(msg, 3, name)
     if type(msg[1]) is not int:
@@ -143,7 +178,13 @@ def _greeting(msg: list[Any], name: str) -> tuple[int, NodeRef]:
     return msg[1], NodeRef.from_wire(msg[2])
 
 
-def decode_link_message(msg: list[Any]) -> PeerLinkMessage:
+def _hello(msg: list[Any]) -> PeerHello:
+    if len(msg) == 4:
+        return PeerHello(*_greeting(msg[:3], "PEER_HELLO"), _binary(msg[3], "PEER_HELLO nonce"))
+    return PeerHello(*_greeting(msg, "PEER_HELLO"))
+
+
+def decode_link_message(msg: list[Any]) -> PeerLinkMessage:  # noqa: PLR0911 - one return per type
     """Decode an unpacked message of this layer (type 128..132); ProtocolError otherwise."""
     kind = msg[0]
     if kind == PING:
@@ -153,7 +194,13 @@ def decode_link_message(msg: list[Any]) -> PeerLinkMessage:
         _arity(msg, 2, "PONG")
         return Pong(_seq(msg[1], "PONG"))
     if kind == PEER_HELLO:
-        return PeerHello(*_greeting(msg, "PEER_HELLO"))
+        return _hello(msg)
+    if kind == PEER_CHALLENGE:
+        _arity(msg, 3, "PEER_CHALLENGE")
+        return PeerChallenge(_binary(msg[1], "PEER_CHALLENGE nonce"), _binary(msg[2], "PEER_CHALLENGE proof"))
+    if kind == PEER_AUTH:
+        _arity(msg, 2, "PEER_AUTH")
+        return PeerAuth(_binary(msg[1], "PEER_AUTH proof"))
     if kind == PEER_WELCOME:
         return PeerWelcome(*_greeting(msg, "PEER_WELCOME"))
     if kind == PEER_ERROR:
@@ -167,4 +214,4 @@ def decode_hello(body: bytes) -> PeerHello:
     msg = unpack(body)
     if msg[0] != PEER_HELLO:
         raise _bad("a peer connection starts with PEER_HELLO")
-    return PeerHello(*_greeting(msg, "PEER_HELLO"))
+    return _hello(msg)

@@ -31,10 +31,11 @@ from tidings.core.wire import messages
 
 
 class Subend:
-    __slots__ = ("conn", "end", "filter", "from_oldest", "key", "live", "pattern", "position", "reading", "sub")
+    __slots__ = ("conn", "end", "filter", "from_oldest", "key", "live", "pattern", "position", "reading", "sub",
+                 "total")
 
     def __init__(self, key: int, conn: int, sub: int, pattern: str, flt: Filter | None,
-                 position: int, end: int | None, from_oldest: bool = False) -> None:
+                 position: int, end: int | None, from_oldest: bool = False, total: bool = False) -> None:
         self.key = key
         self.conn = conn
         self.sub = sub
@@ -45,6 +46,7 @@ class Subend:
         self.from_oldest = from_oldest  # started at "the oldest retained": its first read skips released ticks
         self.live = False
         self.reading: int | None = None  # the `through` of the read in flight
+        self.total = total  # total order: the reliability node delivers every pubend's events
 
     def matches(self, channel: str, attributes: dict[str, Any]) -> bool:
         if not pattern_matches(self.pattern, channel):

@@ -1,0 +1,155 @@
+"""The broker's HTTP endpoint (`--http HOST:PORT`): `/metrics` for Prometheus, `/status` as JSON.
+
+aiohttp serves it on the broker's own event loop, so a request reads the core's state between two
+inputs, never in the middle of one: no locks, no torn counters, and nothing on the hot path (the
+counters already exist in the core; this module only reads them). `/metrics` is written by
+prometheus_client from a registry holding one collector, `BrokerCollector`, which turns the broker's
+status into typed metric families at scrape time: counters end in `_total`, gauges carry their unit
+in their name, peers and trees carry labels. A status key the core does not report (a broker
+outside any overlay has no peers) is simply absent from the scrape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+PREFIX = "tidings_"
+# status key -> (metric name without prefix, help); each a count since the broker started
+COUNTERS = {
+    "events_published": ("events_published", "events logged by this broker's pubend (acknowledged)"),
+    "events_rejected": ("events_rejected", "published events this broker refused"),
+    "events_delivered": ("events_delivered", "events delivered to this broker's subscribers"),
+    "events_remote_delivered": ("events_remote_delivered",
+                                "events from other brokers' pubends delivered to this broker's subscribers"),
+    "peer_messages_rejected": ("peer_messages_rejected", "malformed messages from other brokers"),
+}
+# status key -> (metric name without prefix, help); each a current value
+GAUGES = {
+    "clients": ("clients", "client connections open"),
+    "subscriptions": ("subscriptions", "subscriptions of this broker's clients"),
+    "subscriptions_live": ("subscriptions_live", "subscriptions receiving live events"),
+    "catchup_readers": ("subscriptions_catching_up", "subscriptions reading the log to catch up"),
+    "blocked_connections": ("connections_blocked", "connections whose send queue is full"),
+    "pending_sync_batches": ("pending_sync_batches", "publish batches written but not yet fsynced"),
+    "pending_sync_bytes": ("pending_sync_bytes", "bytes written but not yet fsynced"),
+    "paused_publishers": ("publishers_paused", "publishers not read until the disk catches up"),
+    "log_bytes": ("log_bytes", "size of the pubend log on disk"),
+    "log_records": ("log_records", "events held in the pubend log"),
+    "first_tick": ("log_first_tick", "the oldest retained tick (microseconds since the epoch)"),
+    "last_tick": ("log_last_tick", "the newest durable tick (microseconds since the epoch)"),
+    "released_through": ("log_released_through_tick", "ticks up to this one were released by retention"),
+}
+
+
+class BrokerCollector(Collector):
+    """The broker's status as Prometheus metric families, computed at each scrape."""
+
+    def __init__(self, status: Callable[[], dict[str, Any]]) -> None:
+        self._status = status
+
+    def collect(self) -> Iterator[Metric]:
+        st = self._status()
+        for key, (name, text) in COUNTERS.items():
+            if isinstance(st.get(key), int):
+                yield CounterMetricFamily(PREFIX + name, text, value=st[key])
+        for key, (name, text) in GAUGES.items():
+            if isinstance(st.get(key), int):
+                yield GaugeMetricFamily(PREFIX + name, text, value=st[key])
+        overlay = st.get("overlay")
+        info = {"pubend": str(st.get("pubend", ""))}
+        if overlay:
+            info |= {"node_id": str(overlay.get("node_id")), "address": str(overlay.get("address"))}
+            yield from _overlay(overlay)
+        yield InfoMetricFamily(PREFIX + "broker", "this broker's pubend, node id and address", value=info)
+        if "peers" in st:
+            yield from _peers(st["peers"])
+        if "trees" in st:
+            yield from _trees(st["trees"])
+
+
+def _overlay(overlay: dict[str, Any]) -> Iterator[Metric]:
+    yield GaugeMetricFamily(PREFIX + "overlay_joined", "1 when this broker is in the overlay",
+                            value=1 if overlay.get("joined") else 0)
+    yield GaugeMetricFamily(PREFIX + "overlay_leaf_set_nodes", "nodes in the Pastry leaf set",
+                            value=len(overlay.get("leaf_set") or []))
+    yield GaugeMetricFamily(PREFIX + "overlay_routing_table_entries", "filled Pastry routing-table entries",
+                            value=sum(overlay.get("routing_table_fill") or []))
+    yield GaugeMetricFamily(PREFIX + "overlay_neighbours", "nodes in the proximity neighbourhood set",
+                            value=len(overlay.get("neighbours") or []))
+    if isinstance(overlay.get("routes_over_hops_max"), int):
+        yield CounterMetricFamily(PREFIX + "overlay_routes_over_hops_max",
+                                  "routes delivered where they stood after route_hops_max hops",
+                                  value=overlay["routes_over_hops_max"])
+
+
+def _peers(peers: list[dict[str, Any]]) -> Iterator[Metric]:
+    labels = ["address", "node_id"]
+    rtt = GaugeMetricFamily(PREFIX + "peer_rtt_seconds", "round-trip time to another broker", labels=labels)
+    queued = GaugeMetricFamily(PREFIX + "peer_queued_bytes", "bytes queued for another broker", labels=labels)
+    sent = CounterMetricFamily(PREFIX + "peer_messages_sent", "messages sent to another broker", labels=labels)
+    received = CounterMetricFamily(PREFIX + "peer_messages_received", "messages received from another broker",
+                                   labels=labels)
+    states = GaugeMetricFamily(PREFIX + "peers", "links to other brokers, by state", labels=["state"])
+    by_state: dict[str, int] = {}
+    for p in peers:
+        values = [str(p.get("address")), str(p.get("node_id") or "")]
+        by_state[str(p.get("state"))] = by_state.get(str(p.get("state")), 0) + 1
+        if isinstance(p.get("rtt_ms"), int | float):
+            rtt.add_metric(values, p["rtt_ms"] / 1000)
+        for family, key in ((queued, "queued_bytes"), (sent, "sent"), (received, "received")):
+            if isinstance(p.get(key), int):
+                family.add_metric(values, p[key])
+    for state, count in sorted(by_state.items()):
+        states.add_metric([state], count)
+    yield from (rtt, queued, sent, received, states)
+
+
+def _trees(trees: list[dict[str, Any]]) -> Iterator[Metric]:
+    roles = GaugeMetricFamily(PREFIX + "trees", "multicast trees this broker is in, by role", labels=["role"])
+    by_role: dict[str, int] = {}
+    for t in trees:
+        by_role[str(t.get("role"))] = by_role.get(str(t.get("role")), 0) + 1
+    for role, count in sorted(by_role.items()):
+        roles.add_metric([role], count)
+    yield roles
+
+
+class HttpEndpoint:
+    """`/metrics` and `/status` for one broker, on `host:port` (port 0: a free one, see `address`)."""
+
+    def __init__(self, status: Callable[[], dict[str, Any]], host: str, port: int) -> None:
+        self._status = status
+        self.host = host
+        self.port = port
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(BrokerCollector(status))
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/status", self._status_json)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port, reuse_address=True).start()
+        self.port = self._runner.addresses[0][1]  # the bound port, when 0 was asked for
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _status_json(self, request: web.Request) -> web.Response:
+        return web.Response(text=json.dumps(self._status()) + "\n", content_type="application/json")

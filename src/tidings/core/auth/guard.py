@@ -1,0 +1,223 @@
+"""The broker's gatekeeper: who a connection is, what it may do, and how much of it.
+
+The broker holds one Guard and asks it at three moments, before anything is logged or a tree is
+joined: the handshake (connection.py: `hello`, then the proof to handshake.py's challenge, then
+`admitted`, which also counts the identity's connections against connections_max), each PUBLISH
+(`check_publish`: the rules for each event's channel, then the identity's publish rates) and each
+SUBSCRIBE (`check_subscribe`: the rules for the pattern and subscriptions_max). Each refusal is
+a TidingsError for the broker to send to the client, counted per identity for `tidings status`.
+`reload` swaps in a new policy (SIGHUP): rules and limits apply to the next request, connections
+already open keep their identity.
+
+The guard keeps the open connections of each identity (their subscription tables are the count
+subscriptions_max is held against) and one pair of token buckets per identity and broker. A
+PUBLISH past the rates has its excess refused, and its connection is not read again until the
+buckets hold what was refused (PauseReading now, ResumeReading at `next_deadline`): a flooder
+meets TCP backpressure, so it slows itself down and costs the broker about nothing meanwhile.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from tidings.core.auth.handshake import AuthError, Principal, ServerHandshake, admit_anonymous
+from tidings.core.auth.limits import TokenBucket
+from tidings.core.auth.peer_auth import ClusterAuth
+from tidings.core.auth.policy import AuthPolicy, Limits
+from tidings.core.effects import Effect, PauseReading, ResumeReading
+from tidings.core.errors import TidingsError
+
+FORBIDDEN = "forbidden"
+LIMIT = "limit-exceeded"
+NonceSource = Callable[[int], bytes]  # n -> n unpredictable bytes (the runtime's secrets.token_bytes)
+SERVER_NONCE_BYTES = 24
+REFUSALS_KEPT_MAX = 64  # refusals waiting for the runtime's log
+
+
+class Member(Protocol):
+    """What the guard needs of a client connection."""
+
+    conn: int
+    subs: dict[int, Any]
+
+
+class _Account:
+    """One identity's use of this broker."""
+
+    __slots__ = ("bytes", "conns", "events", "refusals")
+
+    def __init__(self) -> None:
+        self.conns: dict[int, Member] = {}
+        self.events: TokenBucket | None = None
+        self.bytes: TokenBucket | None = None
+        self.refusals = 0
+
+
+class Guard:
+    @classmethod
+    def open(cls) -> Guard:
+        """The guard of a broker without an auth file: anonymous clients, nothing else (so no nonce
+        is ever drawn)."""
+        def no_nonce(n: int) -> bytes:
+            raise AssertionError("an open policy has no identity to challenge")
+        return cls(AuthPolicy.open(), no_nonce)
+
+    def __init__(self, policy: AuthPolicy, nonce: NonceSource) -> None:
+        self.policy = policy
+        self.nonce = nonce
+        self._accounts: dict[str, _Account] = {}
+        self.refusals = 0
+        self._throttled: list[tuple[int, int]] = []  # heap of (resume at, conn)
+        self._unlogged: deque[tuple[str, str, str]] = deque(maxlen=REFUSALS_KEPT_MAX)
+
+    def reload(self, policy: AuthPolicy) -> None:
+        self.policy = policy
+        for account in self._accounts.values():  # rates may have changed: start full again
+            account.events = account.bytes = None
+
+    def cluster_auth(self) -> ClusterAuth | None:
+        """The credential brokers prove to each other (read once: changing it needs a restart)."""
+        secret = self.policy.cluster_secret
+        return None if secret is None else ClusterAuth(secret, self.nonce)
+
+    # ---- the handshake ---------------------------------------------------------------------------
+
+    def hello(self, service: str, instance: str, client_nonce: bytes | None) -> Principal | ServerHandshake:
+        """An anonymous client's principal, or the challenge for one that authenticates."""
+        try:
+            if client_nonce is None:
+                return admit_anonymous(self.policy, service, instance)
+            return ServerHandshake(self.policy, service, instance, client_nonce,
+                                   lambda: self.nonce(SERVER_NONCE_BYTES))
+        except AuthError as exc:
+            self.refused(service, exc)
+            raise
+
+    def admitted(self, principal: Principal, member: Member) -> None:
+        """The handshake succeeded: count the connection, unless the identity has enough."""
+        account = self._account(principal.identity)
+        limit = self.policy.limits_of(principal.identity).connections_max
+        if limit is not None and len(account.conns) >= limit:
+            error = TidingsError(f"identity {principal.identity!r} already has connections_max={limit} "
+                                 f"connections to this broker", LIMIT)
+            self.refused(principal.identity, error, account)
+            raise error
+        account.conns[member.conn] = member
+
+    def left(self, identity: str, conn: int) -> None:
+        account = self._accounts.get(identity)
+        if account is not None:
+            account.conns.pop(conn, None)
+            if not account.conns and not account.refusals:
+                del self._accounts[identity]
+
+    # ---- requests --------------------------------------------------------------------------------
+
+    def check_publish(self, identity: str, conn: int, events: list[Any], now: int,
+                      out: list[Effect]) -> dict[int, TidingsError]:
+        """Refusals by index into `events`: channels the rules deny, then what exceeds the rates
+        (which also pauses `conn`). Malformed events are left to the broker's own checks."""
+        policy = self.policy
+        limits = policy.limits_of(identity)
+        rules = policy.rules
+        if not rules.enabled and limits.publish_events_per_s is None and limits.publish_bytes_per_s is None:
+            return {}
+        account = self._account(identity)
+        refused: dict[int, TidingsError] = {}
+        over_events = over_bytes = 0
+        for i, ev in enumerate(events):
+            channel = ev[0] if type(ev) is list and len(ev) == 3 and type(ev[0]) is str else None
+            if channel is None:
+                continue
+            if not rules.may_publish(identity, channel):
+                refused[i] = TidingsError(f"identity {identity!r} may not publish on {channel!r}", FORBIDDEN)
+            elif not self._within_rates(account, limits, ev, now):
+                refused[i] = TidingsError(f"identity {identity!r} is over its publish rate "
+                                          f"(publish_events_per_s / publish_bytes_per_s): retry later", LIMIT)
+                over_events += 1
+                over_bytes += len(ev[2]) if type(ev[2]) is bytes else 0
+        if over_events:
+            self._throttle(account, conn, now, over_events, over_bytes, out)
+        if refused:
+            self.refused(identity, next(iter(refused.values())), account, len(refused))
+        return refused
+
+    def _throttle(self, account: _Account, conn: int, now: int, events: int, size: int, out: list[Effect]) -> None:
+        wait = max(0 if account.events is None else account.events.wait_ns(now, events),
+                   0 if account.bytes is None else account.bytes.wait_ns(now, size))
+        heapq.heappush(self._throttled, (now + max(wait, 1), conn))
+        out.append(PauseReading(conn))
+
+    def next_deadline(self) -> int | None:
+        return self._throttled[0][0] if self._throttled else None
+
+    def handle_timeout(self, now: int, out: list[Effect]) -> None:
+        """Read the throttled connections whose buckets have refilled again."""
+        heap = self._throttled
+        while heap and heap[0][0] <= now:
+            out.append(ResumeReading(heapq.heappop(heap)[1]))
+
+    @staticmethod
+    def _within_rates(account: _Account, limits: Limits, ev: list[Any], now: int) -> bool:
+        if limits.publish_events_per_s is not None and account.events is None:
+            account.events = TokenBucket(limits.publish_events_per_s, limits.publish_burst_s, now)
+        if limits.publish_bytes_per_s is not None and account.bytes is None:
+            account.bytes = TokenBucket(limits.publish_bytes_per_s, limits.publish_burst_s, now)
+        size = len(ev[2]) if type(ev[2]) is bytes else 0
+        if account.bytes is not None and account.bytes.available(now) < size:
+            return False
+        if account.events is not None and not account.events.take(now, 1):
+            return False
+        return account.bytes is None or account.bytes.take(now, size)
+
+    def check_subscribe(self, identity: str, pattern: str) -> TidingsError | None:
+        account = self._account(identity)
+        error = None
+        limit = self.policy.limits_of(identity).subscriptions_max
+        if not self.policy.rules.may_subscribe(identity, pattern):
+            error = TidingsError(f"identity {identity!r} may not subscribe to {pattern!r}", FORBIDDEN)
+        elif limit is not None and sum(len(m.subs) for m in account.conns.values()) >= limit:
+            error = TidingsError(f"identity {identity!r} has subscriptions_max={limit} subscriptions at "
+                                 f"this broker", LIMIT)
+        if error is not None:
+            self.refused(identity, error, account)
+        return error
+
+    # ---- observation -----------------------------------------------------------------------------
+
+    def _account(self, identity: str) -> _Account:
+        account = self._accounts.get(identity)
+        if account is None:
+            account = self._accounts[identity] = _Account()
+        return account
+
+    def refused(self, who: str, error: TidingsError, account: _Account | None = None, count: int = 1) -> None:
+        """Count a refusal (of `count` requests, `error` the first) and keep it for the runtime's
+        log. Handshake refusals name who the client claimed to be and count in no account, so
+        made-up names cost no memory."""
+        self.refusals += count
+        if account is not None:
+            account.refusals += count
+        self._unlogged.append((who, error.code, str(error) if count == 1 else f"{error} (and {count - 1} more)"))
+
+    def take_refusals(self) -> list[tuple[str, str, str]]:
+        """The refusals since the last call, (identity, code, message), for the runtime to log
+        (at most REFUSALS_KEPT_MAX: a flood of refusals is counted whole but logged in part)."""
+        if not self._unlogged:
+            return []
+        out = list(self._unlogged)
+        self._unlogged.clear()
+        return out
+
+    def status(self) -> dict[str, Any]:
+        return {"auth": {
+            "anonymous_allowed": self.policy.anonymous,
+            "identities_known": len(self.policy.identities),
+            "rules": len(self.policy.rules.rules),
+            "refusals": self.refusals,
+            "identities": {name: {"connections": len(a.conns), "refusals": a.refusals}
+                           for name, a in sorted(self._accounts.items())},
+        }}

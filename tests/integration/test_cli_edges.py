@@ -1,0 +1,227 @@
+"""What a first user hit with the `tidings` command, each as a real process against a real broker
+(or a real something-else): stdin lines published as they arrive, one bad line not spoiling the
+rest, "not a tidings broker" quickly with exit code 3, Ctrl-C during connect, a readiness signal,
+and input checks with one clear line each."""
+
+import json
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tidings import BrokerUnreachable, ConnectionClosed, NotABroker, sync
+from tidings.testing import wait_for
+
+pytestmark = pytest.mark.integration
+TIDINGS = [sys.executable, "-m", "tidings.cli.main"]
+
+
+def tidings(*args, stdin=None, timeout=30):
+    return subprocess.run([*TIDINGS, *args], input=stdin, check=False, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def read_line(stream, timeout=10.0):
+    ready, _, _ = select.select([stream], [], [], timeout)
+    assert ready, f"no line within {timeout} s"
+    return stream.readline()
+
+
+def test_pub_publishes_each_stdin_line_as_it_arrives(broker):
+    proc = subprocess.Popen([*TIDINGS, "pub", "--broker", broker.address, "edges/lines"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        acks = []
+        for text in ("one", "two"):
+            proc.stdin.write(text + "\n")
+            proc.stdin.flush()  # stdin stays open, as with `tail -f`: each line must still go out now
+            acks.append(json.loads(read_line(proc.stdout)))
+        proc.stdin.write("x" * (1024 * 1024 + 1) + "\n")  # past event_bytes_max: an error for that line only
+        proc.stdin.write("three\n")
+        proc.stdin.flush()
+        acks.append(json.loads(read_line(proc.stdout)))
+        assert "stdin line 3: payload of 1048577 bytes exceeds event_bytes_max" in read_line(proc.stderr)
+        proc.stdin.write("four\n")
+        proc.stdin.flush()
+        acks.append(json.loads(read_line(proc.stdout)))
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: every line typed so far is already acknowledged
+        assert proc.wait(10) == 130
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert [a["pubend"] for a in acks] == [broker.pubend] * 4
+    with sync.connect(broker.address) as c:
+        assert [e.payload for e in c.read("edges/lines")] == [b"one", b"two", b"three", b"four"]
+    out = tidings("pub", "--broker", broker.address, "edges/file", stdin="a\n" + "y" * (1024 * 1024 + 1) + "\nb\n")
+    assert out.returncode == 2 and len(out.stdout.splitlines()) == 2
+    assert out.stderr.startswith("tidings: error: stdin line 2:") and out.stderr.count("\n") == 1
+
+
+class _Silent(threading.Thread):
+    """A TCP server that accepts and then says nothing (or `banner`), like sshd or a stuck service."""
+
+    def __init__(self, banner=b""):
+        super().__init__(daemon=True)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.banner = banner
+        self.accepted = threading.Event()
+        self.conns = []
+
+    def run(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            self.accepted.set()
+            if self.banner:
+                conn.sendall(self.banner)
+
+    def close(self):
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+
+
+@pytest.fixture
+def silent():
+    server = _Silent()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def ssh_like():
+    server = _Silent(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def http_server():
+    class Hello(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("kind", ["silent", "ssh_like", "http_server"])
+def test_not_a_tidings_broker_is_said_quickly_with_exit_code_3(kind, request):
+    server = request.getfixturevalue(kind)
+    address = server if isinstance(server, str) else server.address
+    for command in (["status"], ["sub", "x", "--timeout", "30"], ["pub", "x", "y"]):
+        started = time.monotonic()
+        out = tidings(*command, "--broker", address)
+        assert time.monotonic() - started < 6
+        assert out.returncode == 3, out.stderr
+        assert out.stderr.startswith(f"tidings: error: {address} is not a tidings broker")
+        assert out.stderr.count("\n") == 1 and "frame of" not in out.stderr
+    with pytest.raises(NotABroker) as err:
+        sync.connect(address)
+    assert err.value.code == "not-a-broker" and isinstance(err.value, ConnectionClosed)
+
+
+def test_a_refused_connection_is_broker_unreachable(free_port):
+    with pytest.raises(BrokerUnreachable, match="cannot connect to broker") as err:
+        sync.connect(f"127.0.0.1:{free_port}", timeout=2)
+    assert err.value.code == "unreachable" and not isinstance(err.value, NotABroker)
+    out = tidings("status", "--broker", f"127.0.0.1:{free_port}")
+    assert out.returncode == 3 and "cannot connect to broker" in out.stderr
+
+
+def test_ctrl_c_during_connect_is_quiet(silent):
+    proc = subprocess.Popen([*TIDINGS, "sub", "x", "--broker", silent.address], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert silent.accepted.wait(10)
+    time.sleep(0.2)  # connected, waiting for a WELCOME that never comes: the moment under test
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 130
+    assert out == "" and "Task was destroyed" not in err and "Traceback" not in err, err
+
+
+def test_sub_says_when_it_is_subscribed(broker, tmp_path):
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen([*TIDINGS, "sub", "edges/ready/#", "--broker", broker.address, "--count", "1",
+                             "--ready-file", str(ready)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(ready.exists, 20, what="the ready file")
+        info = json.loads(ready.read_text())
+        assert info["pattern"] == "edges/ready/#" and isinstance(info["position"], int)
+        assert tidings("pub", "--broker", broker.address, "edges/ready/1", "hello").returncode == 0
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and json.loads(out)["payload"] == "hello"
+    assert f"subscribed to edges/ready/# at {broker.address}" in err
+
+
+def test_sub_ending_at_timeout_exits_4(broker):
+    tidings("pub", "--broker", broker.address, "edges/t", "one")
+    out = tidings("sub", "--broker", broker.address, "edges/t", "--from", "start", "--count", "1", "--timeout", "20")
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 1
+    started = time.monotonic()
+    out = tidings("sub", "--broker", broker.address, "edges/t", "--from", "start", "--count", "2", "--timeout", "1")
+    assert out.returncode == 4 and len(out.stdout.splitlines()) == 1 and time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["sub", "a", "--count", "0"], "--count must be at least 1"),
+    (["sub", "a", "--count", "-3"], "--count must be at least 1"),
+    (["sub", "a", "--timeout", "0"], "--timeout must be a positive"),
+    (["sub", "a", "--timeout", "-1"], "--timeout must be a positive"),
+    (["status", "--connect-timeout", "0"], "--connect-timeout must be a positive"),
+    (["pub", "a", "x", "--attr", "a b=3"], "cannot be used in a filter"),
+    (["pub", "a", "x", "--attr", "1a=3"], "cannot be used in a filter"),
+    (["pub", "a", "x", "--attr", "and=3"], "cannot be used in a filter"),
+    (["pub", "a", "x", "--attr", "a=1", "--attr", "a=2"], "--attr a is given twice"),
+    (["pub", "a", "x", "--attr", "s=" + "v" * 5000], "longer than 4096"),
+    (["demo", "--hosts", "0"], "--hosts must be at least 1"),
+    (["demo", "--brokers", "-1"], "--brokers must be at least 1"),
+])
+def test_input_checks(broker, args, words):
+    if args[0] == "demo":
+        args = [*args[:1], "--data", str(broker.data.parent / "demo"), *args[1:]]
+    out = tidings(*args[:1], *([] if args[0] == "demo" else ["--broker", broker.address]), *args[1:])
+    assert out.returncode == 2, out.stderr
+    assert words in out.stderr and out.stderr.count("\n") == 1 and out.stderr.startswith("tidings: error:")
+
+
+def test_a_dotted_attribute_name_is_fine_and_usable_in_a_filter(broker):
+    assert tidings("pub", "--broker", broker.address, "edges/attr", "x", "--attr", "cpu.load_1=2.5").returncode == 0
+    out = tidings("sub", "--broker", broker.address, "edges/attr", "--from", "start", "--count", "1",
+                  "--filter", "cpu.load_1 > 2", "--timeout", "20")
+    assert out.returncode == 0 and json.loads(out.stdout)["attributes"] == {"cpu.load_1": 2.5}
+
+
+def test_help_texts():
+    sub_help = tidings("sub", "--help").stdout
+    assert "stamped on published events" not in sub_help and "FROM_" not in sub_help
+    assert "--from START" in sub_help and "+ matches one segment" in sub_help and "code 4" in sub_help
+    assert "stamped on published events" not in tidings("status", "--help").stdout
+    pub_help = tidings("pub", "--help").stdout
+    assert "stamped on published events" in pub_help and "empty ones" in pub_help
+    top = tidings("--help").stdout
+    assert "run a broker, a monitoring" not in top and "run brokers in one overlay" in top
+    assert "--join-timeout SECONDS" in tidings("broker", "--help").stdout
+    assert "restart I" in top or "restart" in tidings("cluster", "--help").stdout
+

@@ -1,0 +1,82 @@
+"""`tidings broker --http`: /metrics scraped as Prometheus would (parsed by prometheus_client's own
+parser) and /status as JSON, from real brokers in one overlay after real publishing."""
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tidings import sync
+from tidings.testing import Cluster
+
+pytestmark = pytest.mark.integration
+EVENTS = 25
+
+
+def get(address, path):
+    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
+        return reply.status, reply.headers["Content-Type"], reply.read().decode()
+
+
+def scrape(address):
+    status, content_type, text = get(address, "/metrics")
+    assert status == 200 and content_type.startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def test_metrics_and_status_over_http(tmp_path):
+    with Cluster(tmp_path / "c", 2, http=True) as cluster:
+        a, b = cluster[0], cluster[1]
+        assert a.http_address and b.http_address and a.http_address != a.address
+        with sync.connect(b.address) as sub_client, sub_client.subscribe("m/#") as sub:
+            cluster.wait(lambda: any(t["name"] == "m/#" and t["member"] for t in (cluster.status(b) or {})
+                                     .get("trees", [])), what="b in the tree of m/#")
+            with sync.connect(a.address) as pub:
+                for i in range(EVENTS):
+                    pub.publish(f"m/{i}", b"x")
+            got = [sub.get(20) for _ in range(EVENTS)]
+            m = scrape(b.http_address)
+            assert m[("tidings_subscriptions", ())] == 1 and m[("tidings_clients", ())] == 1
+            assert sum(v for (name, _), v in m.items() if name == "tidings_trees") >= 1
+        assert len(got) == EVENTS
+
+        m = scrape(a.http_address)
+        assert m[("tidings_events_published_total", ())] == EVENTS
+        assert m[("tidings_log_records", ())] == EVENTS
+        assert m[("tidings_log_bytes", ())] > 0
+        assert m[("tidings_overlay_joined", ())] == 1 and m[("tidings_overlay_leaf_set_nodes", ())] == 1
+        info = next(labels for (name, labels) in m if name == "tidings_broker_info")
+        assert dict(info) == {"pubend": a.pubend, "node_id": a.node_id, "address": a.address}
+        rtts = {dict(labels)["address"]: v for (name, labels), v in m.items() if name == "tidings_peer_rtt_seconds"}
+        assert set(rtts) == {b.address} and 0 < rtts[b.address] < 1
+        assert any(name == "tidings_peer_messages_sent_total" and v > 0 for (name, _), v in m.items())
+
+        m = scrape(b.http_address)
+        assert m[("tidings_events_remote_delivered_total", ())] == EVENTS
+        assert m[("tidings_events_published_total", ())] == 0
+        assert m[("tidings_events_delivered_total", ())] + m[("tidings_events_remote_delivered_total", ())] >= EVENTS
+
+        status, content_type, text = get(a.http_address, "/status")
+        st = json.loads(text)
+        assert status == 200 and content_type.startswith("application/json")
+        assert st["pubend"] == a.pubend and st["events_published"] == EVENTS
+        assert st["overlay"]["joined"] and st["peers"][0]["address"] == b.address
+
+        with pytest.raises(urllib.error.HTTPError) as err:
+            get(a.http_address, "/nothing")
+        assert err.value.code == 404
+
+
+def test_http_is_off_by_default_and_checked(tmp_path, broker):
+    assert broker.http_address is None
+    out = subprocess.run([sys.executable, "-m", "tidings.cli.main", "broker", "--data", str(tmp_path / "x"),
+                          "--http", "nowhere"], capture_output=True, text=True, timeout=30, check=False)
+    assert out.returncode == 2 and out.stderr.startswith("tidings: error: --http: broker address must be HOST:PORT")

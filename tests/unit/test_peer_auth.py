@@ -1,0 +1,123 @@
+"""The cluster credential on the peer links: brokers holding the secret link up as before (also
+under the tie-break and fuzz schedules of test_peers.py), and a process without it, or with
+another, never gets a link, and nothing it sends reaches the layers above."""
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidings.core.auth.peer_auth import ClusterAuth
+from tidings.core.effects import Disconnect
+from tidings.core.peers import OPEN, PeerLinks
+from tidings.core.wire import peer
+from tidings.core.wire.frames import FrameDecoder
+
+from .test_peers import ACTIONS, CFG, LARGE, MID, SMALL, Net, msg, play
+
+SECRET = b"k" * 32
+COUNTER = itertools.count()
+
+
+def nonce(n):
+    return next(COUNTER).to_bytes(n, "big")
+
+
+def secured(*refs, secrets, seed=None):
+    net = Net(*refs, seed=seed)
+    for ref, secret in zip(refs, secrets, strict=True):
+        net.nodes[ref.address] = PeerLinks(ref, CFG, None if secret is None else ClusterAuth(secret, nonce))
+    return net
+
+
+def test_brokers_with_the_secret_link_up_both_ways():
+    net = secured(SMALL, LARGE, secrets=[SECRET, SECRET])
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.run()
+    net.send(LARGE.address, SMALL.address, msg(2))
+    net.run()
+    assert net.got[LARGE.address] == [(SMALL.address, msg(1))]
+    assert net.got[SMALL.address] == [(LARGE.address, msg(2))]
+    assert net.links(SMALL.address)[LARGE.address]["state"] == OPEN
+
+
+@pytest.mark.parametrize(("dialler", "acceptor"), [(None, SECRET), (b"o" * 32, SECRET), (SECRET, b"o" * 32),
+                                                   (SECRET, None)])
+def test_without_the_same_secret_there_is_no_link(dialler, acceptor):
+    net = secured(SMALL, LARGE, secrets=[dialler, acceptor])
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.run()
+    assert net.got == {SMALL.address: [], LARGE.address: []}
+    assert net.unreachable[SMALL.address] == [LARGE.address]
+    assert net.links(LARGE.address) == {} or net.links(LARGE.address)[SMALL.address]["state"] != OPEN
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32), first=st.sampled_from([SMALL, LARGE]), count=st.integers(1, 3))
+def test_simultaneous_dials_with_the_credential_keep_one_connection(seed, first, count):
+    net = secured(SMALL, LARGE, secrets=[SECRET, SECRET], seed=seed)
+    a, b = (first, LARGE if first is SMALL else SMALL)
+    for i in range(count):
+        net.send(a.address, b.address, msg(i))
+        net.send(b.address, a.address, msg(100 + i))
+    net.run()
+    assert net.got[b.address] == [(a.address, msg(i)) for i in range(count)]
+    assert net.got[a.address] == [(b.address, msg(100 + i)) for i in range(count)]
+    (small_end,) = net.live_conns(SMALL.address)
+    assert not small_end.server
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32), actions=ACTIONS)
+def test_any_schedule_with_the_credential_settles_on_one_link_per_pair(seed, actions):
+    refs = [SMALL, MID, LARGE]
+    net = secured(*refs, secrets=[SECRET] * 3, seed=seed)
+    for kind, a, b in actions:
+        play(net, refs, kind, a, b)
+    net.run()
+    for src in refs:
+        for dst in refs:
+            if src is not dst:
+                net.send(src.address, dst.address, [101, src.address])
+    net.run()
+    for a, b in ((SMALL, MID), (SMALL, LARGE), (MID, LARGE)):
+        assert net.links(a.address)[b.address]["state"] == OPEN
+
+
+def adopt(links, data):
+    bodies = FrameDecoder(1 << 20).feed(data)
+    return links.adopt(0, 9, FrameDecoder(CFG.frame_bytes_max), bodies[0], bodies[1:])
+
+
+def peer_errors(effects):
+    return [peer.unpack(b)[1] for e in effects if hasattr(e, "data")
+            for b in FrameDecoder(1 << 20).feed(e.data) if peer.unpack(b)[0] == peer.PEER_ERROR]
+
+
+def test_an_unproven_connection_is_never_acted_on_and_times_out():
+    links = PeerLinks(LARGE, CFG, ClusterAuth(SECRET, nonce))
+    tree_messages = b"".join(peer.encode(m) for m in ([64, "join"], [96, "heartbeat"], [140, "x"]))
+    items, effects = adopt(links, peer.hello(SMALL, nonce=b"n" * 24) + tree_messages)
+    assert items == [] and peer_errors(effects) == ["handshake"]  # the first non-PEER_AUTH closes it
+    assert links.status() == []
+    items, effects = adopt(links, peer.hello(SMALL, nonce=b"n" * 24))  # a challenge, then silence
+    assert items == [] and peer.unpack(FrameDecoder(1 << 20).feed(effects[0].data)[0])[0] == peer.PEER_CHALLENGE
+    deadline = links.next_deadline()
+    assert deadline == CFG.handshake_timeout_ns
+    items, effects = links.handle_timeout(deadline)
+    assert peer_errors(effects) == ["handshake-timeout"] and isinstance(effects[-1], Disconnect)
+    assert links.next_deadline() is None
+
+
+def test_a_replayed_peer_auth_fails():
+    """Record a good dialler's PEER_HELLO and PEER_AUTH; played again they meet a new nonce."""
+    net = secured(SMALL, LARGE, secrets=[SECRET, SECRET])
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.run()
+    sent = [e.data for e in net.effects[SMALL.address] if hasattr(e, "data")]
+    hello, auth = sent[0], next(d for d in sent if peer.unpack(FrameDecoder(1 << 20).feed(d)[0])[0] == peer.PEER_AUTH)
+    victim = PeerLinks(LARGE, CFG, ClusterAuth(SECRET, nonce))
+    items, effects = adopt(victim, hello + auth)
+    assert items == [] and peer_errors(effects) == ["auth-failed"]
+    assert victim.status() == []
