@@ -38,10 +38,12 @@ from tidings.core.overlay.envelope import PeerSend, RouteTo
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
 from tidings.core.reliability.istream import Istream, StreamLimits
+from tidings.core.reliability.round_trip import RoundTrip
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
 from tidings.core.reliability.ticks import TICK_MAX
 
 POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
+ROUND_TRIPS_MAX = 4096  # upstream brokers whose nack round trips are remembered
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,7 @@ class ReliabilityNode:
         self.retransmissions_sent = 0
         self.peer_errors = 0
         self.total_order_late = 0
+        self._round_trips: dict[str, RoundTrip] = {}  # upstream broker -> its nack round trips
         self.wall_us = 0  # the broker's clock at the latest input that had one (for the merge point)
 
     # ---- the pubend's side ---------------------------------------------------------------------
@@ -175,8 +178,8 @@ class ReliabilityNode:
         self._sync_children(t, ist)
         moved = ist.accumulate(knowledge.after, knowledge.through, knowledge.ticks, knowledge.records)
         if moved:
-            if ist.nack_ns is not None:
-                ist.nack_interval_ns = self.config.nack_repeat_ns_min  # progress: NRT back to its floor
+            if ist.nack_ns is not None:  # the answer to a nack: a round-trip sample, and NRT from it
+                ist.nack_interval_ns = self._round_trip(upstream, now - ist.nack_ns)
             out += self._push(now, t, ist)
         elif knowledge.through <= ist.acked_sent:
             self._ack(upstream, tree, ist.pubend, ist.acked_sent)  # our ack may have been lost
@@ -288,7 +291,7 @@ class ReliabilityNode:
         else:
             self.timers.cancel(key)
             ist.nack_ns = None
-            ist.nack_interval_ns = self.config.nack_repeat_ns_min
+            ist.nack_interval_ns = self._round_trip(ist.upstream)
 
     # ---- tree membership -----------------------------------------------------------------------
 
@@ -444,6 +447,18 @@ class ReliabilityNode:
             out += self._to(now, ist.upstream, messages.Nack(key.tree, key.pubend, tuple(ranges)).to_wire())
         self.timers.set(key, now + max(ist.nack_interval_ns, self.config.nack_repeat_ns_min))
         return out
+
+    def _round_trip(self, upstream: str | None, sample_ns: int | None = None) -> int:
+        """The NRT for nacks to `upstream`, after taking in `sample_ns` if given."""
+        if upstream is None:
+            return self.config.nack_repeat_ns_min
+        estimate = self._round_trips.pop(upstream, None) or RoundTrip()
+        self._round_trips[upstream] = estimate  # most recently used last: the oldest is dropped first
+        if len(self._round_trips) > ROUND_TRIPS_MAX:
+            del self._round_trips[next(iter(self._round_trips))]
+        if sample_ns is not None:
+            estimate.sample(sample_ns)
+        return estimate.threshold(self.config.nack_repeat_ns_min, self.config.nack_repeat_ns_max)
 
     # ---- sending -------------------------------------------------------------------------------
 
