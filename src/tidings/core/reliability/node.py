@@ -150,10 +150,14 @@ class ReliabilityNode:
     def _source(self, now: int, effects: list[SourceEffect]) -> list[Any]:
         out: list[Any] = []
         for eff in effects:
-            if type(eff) is PublishOnTree:
-                out += self.scribe.publish(now, eff.tree, eff.event)
-            else:
+            if type(eff) is not PublishOnTree:
                 out.append(eff)
+            elif eff.root == self.me.address:
+                out += self.event_arrived(now, eff.tree, eff.event, self.me.address)
+            elif eff.root is not None:
+                out.append(PeerSend(eff.root, eff.event[1]))
+            else:
+                out += self.scribe.publish(now, eff.tree, eff.event)
         return out
 
     # ---- knowledge arriving on a tree -----------------------------------------------------------
@@ -382,9 +386,16 @@ class ReliabilityNode:
                     ist.acked(sender, stream.through)
                     self._after_change(now, ist)
                 elif stream.pubend == self.pubend_id:
-                    self.source.acked(stream.tree, stream.through)
+                    self.source.acked(stream.tree, stream.through, sender)
         elif type(decoded) is messages.Nack:
             out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
+        elif type(decoded) is messages.Knowledge:  # straight from a pubend that takes us for the root
+            if self.scribe.is_root(decoded.tree):
+                out += self.event_arrived(now, decoded.tree, [sender, message], sender)
+            else:
+                out += self._to(now, sender, messages.RootMoved(decoded.tree).to_wire())
+        elif type(decoded) is messages.RootMoved:
+            self.source.root_moved(decoded.tree, sender)
         return self._flush(out)
 
     def _nacked(self, now: int, sender: str, tree: str, pubend: str,
