@@ -288,13 +288,14 @@ class ReliabilityNode:
         if point > ist.acked_sent and ist.upstream is not None:
             ist.acked_sent = point
             self._ack(ist.upstream, ist.tree, ist.pubend, point)
+        ist.bound_cache()
         ist.bound_memory()
         key = GapTimer(ist.tree, ist.pubend)
         if ist.gaps():
             self.timers.set_earliest(key, now + self.config.gap_curiosity_ns)
         else:
             self.timers.cancel(key)
-            ist.nack_ns = None
+            ist.nack_ns = ist.curious_ns = None
             ist.nack_interval_ns = self._round_trip(ist.upstream)
 
     # ---- tree membership -----------------------------------------------------------------------
@@ -445,10 +446,13 @@ class ReliabilityNode:
         if ist.upstream is None:
             self.timers.set(key, now + interval)  # repairing: ask once the tree has a parent again
             return []
-        if ist.nack_ns is None or now - ist.nack_ns >= interval:
+        # NRT is counted from when the curiosity was last cleared, not from the last nack: gaps that
+        # keep appearing beyond an old one are nacked at once, and must not keep the old one quiet
+        if ist.curious_ns is None or now - ist.curious_ns >= interval:
             ist.forget_curiosity()  # a new gap, or NRT passed: nack the same ticks again
-            if ist.nack_ns is not None:
+            if ist.curious_ns is not None:
                 ist.nack_interval_ns = min(2 * interval, self.config.nack_repeat_ns_max)
+            ist.curious_ns = now
         ranges = ist.nack_ranges()
         out: list[Any] = []
         if ranges:
