@@ -311,6 +311,10 @@ class ScribeAgent:
         entry = self._trees.get(tree)
         return [] if entry is None else list(entry.children)
 
+    def told_empty(self, now: int, tree: str) -> bool:
+        """The rendez-vous point of `tree` said it has no members (and has not said otherwise since)."""
+        return self._suppressed.suppressed(now, tree)
+
     def is_root(self, tree: str) -> bool:
         """This node is the rendez-vous point of `tree` (as far as it knows)."""
         entry = self._trees.get(tree)

@@ -118,7 +118,7 @@ class ReliabilityNode:
         self._pubend_state = pubend_state
         self.source = Source(pubend_id, me.address, SourceConfig(
             config.silence_interval_ns, config.stream_idle_ns, config.recovery_ns, config.read_bytes_max,
-            config.reads_max, config.trees_max, config.knowledge_bytes_max), trees_of)
+            config.reads_max, config.trees_max, config.knowledge_bytes_max), trees_of, scribe.told_empty)
         self._limits = StreamLimits(config.stream_cache_bytes_max, config.nack_ranges_max,
                                     config.nack_range_ticks_max, config.knowledge_bytes_max)
         self.trees: dict[str, _Tree] = {}

@@ -30,7 +30,7 @@ periodic silence makes any broker that lacks the last events before the crash na
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,13 +83,16 @@ SourceEffect = PublishOnTree | ReadLog
 
 
 class Source:
-    """The pubend `pubend_id` at `address`; `trees_of(channel)` names the trees of a channel."""
+    """The pubend `pubend_id` at `address`; `trees_of(channel)` names the trees of a channel, and
+    `empty(now, tree)` says whether the tree's root said it has no members (Scribe's TREE_EMPTY)."""
 
-    def __init__(self, pubend_id: str, address: str, config: SourceConfig, trees_of: Any) -> None:
+    def __init__(self, pubend_id: str, address: str, config: SourceConfig, trees_of: Any,
+                 empty: Callable[[int, str], bool] = lambda now, tree: False) -> None:
         self.pubend_id = pubend_id
         self.address = address
         self.config = config
         self._trees_of = trees_of
+        self._empty = empty
         self._streams: dict[str, _TreeStream] = {}
         self._reads: dict[int, _Read] = {}
         self._next_reader = 0
@@ -104,6 +107,10 @@ class Source:
         out: list[SourceEffect] = []
         for tree, records in self._by_tree(deliveries).items():
             stream = self._streams.get(tree)
+            if self._empty(now, tree):  # its root said it has no members: nobody to tell; a member
+                if stream is not None:  # that joins later nacks what it wants from its start
+                    stream.sent_through = synced
+                continue
             if stream is None:
                 stream = self._new_stream(tree, records[0][0] - 1, now)
                 if stream is None:
