@@ -9,7 +9,7 @@ from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY
 from tidings.core.reliability import messages as m
 from tidings.core.reliability.ticks import TICK_MAX
 
-NUMBERS = [m.KNOWLEDGE, m.ACK, m.NACK]
+NUMBERS = [m.KNOWLEDGE, m.ACK, m.NACK, m.ROOT_MOVED]
 
 
 def round_trip(message: m.ReliabilityMessage) -> m.ReliabilityMessage:
@@ -29,6 +29,7 @@ EXAMPLES = [
     m.Knowledge("a", "p", 5, 8, (6, 7, 8), (b"x", b"y", b"z"), True),
     m.Ack((m.StreamAck("a/b", "p1", 0), m.StreamAck("c", "p2", TICK_MAX))),
     m.Nack("a/b", "p1", ((0, 5), (5, 9), (100, 100 + m.NACK_RANGE_TICKS_MAX))),
+    m.RootMoved("a/b"),
 ]
 
 
@@ -114,8 +115,10 @@ LONG = "x" * (TREE_BYTES_MAX + 1)
     [N, "a", "p", [[1, 5], [4, 9]]], [N, "a", "p", [[0, m.NACK_RANGE_TICKS_MAX + 1]]],
     [N, "a", "p", [[TICK_MAX - 1, TICK_MAX + 1]]], [N, "", "p", [[1, 2]]], [N, "a", "p", [(1, 2)]],
     [N, "a", "p", [[2 * k, 2 * k + 1] for k in range(m.NACK_RANGES_MAX + 1)]],
+    # root moved
+    [163], [163, ""], [163, 5], [163, "a", "p"], [163, "a" * 5000],
     # the paper's ack-expected has no message here (periodic silence does its work)
-    [163, "a", "p", 5],
+    [164, "a", "p", 5],
 ])
 def test_malformed_messages_raise_protocol_error(wire):
     with pytest.raises(ProtocolError) as info:

@@ -311,6 +311,15 @@ class ScribeAgent:
         entry = self._trees.get(tree)
         return [] if entry is None else list(entry.children)
 
+    def told_empty(self, now: int, tree: str) -> bool:
+        """The rendez-vous point of `tree` said it has no members (and has not said otherwise since)."""
+        return self._suppressed.suppressed(now, tree)
+
+    def is_root(self, tree: str) -> bool:
+        """This node is the rendez-vous point of `tree` (as far as it knows)."""
+        entry = self._trees.get(tree)
+        return entry is not None and entry.root
+
     def send_event(self, now: int, tree: str, child: str, event: list[Any]) -> list[ScribeEffect]:
         """EVENT to one child of `tree` (the reliability layer's per-child forwarding); nothing if
         `child` is no longer a child there."""

@@ -79,9 +79,25 @@ class StreamLimits:
 
 
 class Istream:
-    __slots__ = ("_cache", "_cache_bytes", "_curiosity", "_known", "acked_sent", "consumers", "floor",
-                 "horizon", "limits", "nack_interval_ns", "nack_ns", "origin", "pubend", "top", "tree",
-                 "upstream")
+    __slots__ = (
+        "_cache",
+        "_cache_bytes",
+        "_curiosity",
+        "_known",
+        "acked_sent",
+        "consumers",
+        "curious_ns",
+        "floor",
+        "horizon",
+        "limits",
+        "nack_interval_ns",
+        "nack_ns",
+        "origin",
+        "pubend",
+        "top",
+        "tree",
+        "upstream",
+    )
 
     def __init__(self, tree: str, pubend: str, floor: int, limits: StreamLimits) -> None:
         self.tree = tree
@@ -103,6 +119,7 @@ class Istream:
         self.origin = ""  # the pubend's broker (where the root sends nacks and acks)
         self.acked_sent = floor  # the last ack sent upstream
         self.nack_ns: int | None = None  # when the last nack left
+        self.curious_ns: int | None = None  # when the nacked ticks were last forgotten (NRT counts from it)
         self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered
 
     # ---- consumers -----------------------------------------------------------------------------
@@ -161,8 +178,7 @@ class Istream:
             if tick > wanted and tick not in cache:
                 cache[tick] = record
                 self._cache_bytes += len(record)
-        self._bound_cache()
-        return self._advance_horizon()
+        return self._advance_horizon()  # the cache is bounded after the consumers were served
 
     def _advance_horizon(self) -> bool:
         horizon = self._known.prefix_end(self.horizon, KNOWN)
@@ -242,9 +258,12 @@ class Istream:
         return min(c.sent_through if c.local else min(c.sent_through, c.acked_through)
                    for c in self.consumers.values())
 
-    def _bound_cache(self) -> None:
+    def bound_cache(self) -> None:
         """Drop what nobody needs, then, past the byte limit, the oldest records (their ticks stay
-        known; a consumer that still needs one gets it through a nack)."""
+        known; a consumer that still needs one gets it through a nack). Called once the consumers
+        have been sent what arrived: bounding before would drop a retransmission larger than the
+        cache before the consumer that asked for it got it, and it would be asked for again and
+        again."""
         cache = self._cache
         if not cache:
             return
@@ -275,7 +294,7 @@ class Istream:
         consumer = self.consumers.get(key)
         if consumer is not None and through > consumer.acked_through:
             consumer.acked_through = min(through, max(consumer.sent_through, self.horizon))
-            self._bound_cache()
+            self.bound_cache()
 
     # ---- gaps and nacks -----------------------------------------------------------------------
 

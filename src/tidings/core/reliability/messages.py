@@ -15,6 +15,10 @@ everywhere else, 0 <= tick <= TICK_MAX.
   those ranges (sorted, not overlapping, each non-empty and at most NACK_RANGE_TICKS_MAX wide; the
   sender chops longer gaps, and a nack names at most NACK_RANGES_MAX of them).
 
+- KNOWLEDGE, pubend's broker to the rendez-vous point it has learnt (from the root's ACKs): the same
+  message sent straight, not routed; ROOT_MOVED `[163, tree]` answers it from a broker that is not
+  the root (any more), and the pubend routes again.
+
 The paper's ACK_EXPECTED has no message of its own here: the pubend's periodic silence up to the
 present (reliability/source.py) tells every broker below how far the stream reaches, which is what
 makes a broker nack ticks it lacks.
@@ -38,6 +42,7 @@ from tidings.core.wire.typed import decode_typed, name
 KNOWLEDGE = 160
 ACK = 161
 NACK = 162
+ROOT_MOVED = 163
 
 PUBEND_BYTES_MAX = 128  # pubend ids are "p" and 16 hex digits today; room for other schemes
 RECORDS_PER_MESSAGE_MAX = 16_384  # data ticks in one knowledge message (a publish frame holds 4,096 events)
@@ -93,7 +98,18 @@ class Nack:
         return [NACK, self.tree, self.pubend, [[after, through] for after, through in self.ranges]]
 
 
-ReliabilityMessage = Knowledge | Ack | Nack
+@dataclass(frozen=True, slots=True)
+class RootMoved:
+    """The answer to KNOWLEDGE sent straight to a broker that is not (or no longer) `tree`'s
+    rendez-vous point: the pubend forgets it as the root and routes its knowledge again."""
+
+    tree: str
+
+    def to_wire(self) -> list[Any]:
+        return [ROOT_MOVED, self.tree]
+
+
+ReliabilityMessage = Knowledge | Ack | Nack | RootMoved
 
 
 def _bad(what: str) -> ProtocolError:
@@ -177,6 +193,7 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ReliabilityMessage]]] = {
     KNOWLEDGE: (7, _knowledge),
     ACK: (1, _ack),
     NACK: (3, _nack),
+    ROOT_MOVED: (1, lambda f: RootMoved(_name(f[0], TREE_BYTES_MAX, "a tree name"))),
 }
 
 

@@ -38,10 +38,12 @@ from tidings.core.overlay.envelope import PeerSend, RouteTo
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
 from tidings.core.reliability.istream import Istream, StreamLimits
+from tidings.core.reliability.round_trip import RoundTrip
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
 from tidings.core.reliability.ticks import TICK_MAX
 
 POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
+ROUND_TRIPS_MAX = 4096  # upstream brokers whose nack round trips are remembered
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +118,7 @@ class ReliabilityNode:
         self._pubend_state = pubend_state
         self.source = Source(pubend_id, me.address, SourceConfig(
             config.silence_interval_ns, config.stream_idle_ns, config.recovery_ns, config.read_bytes_max,
-            config.reads_max, config.trees_max, config.knowledge_bytes_max), trees_of)
+            config.reads_max, config.trees_max, config.knowledge_bytes_max), trees_of, scribe.told_empty)
         self._limits = StreamLimits(config.stream_cache_bytes_max, config.nack_ranges_max,
                                     config.nack_range_ticks_max, config.knowledge_bytes_max)
         self.trees: dict[str, _Tree] = {}
@@ -128,6 +130,7 @@ class ReliabilityNode:
         self.retransmissions_sent = 0
         self.peer_errors = 0
         self.total_order_late = 0
+        self._round_trips: dict[str, RoundTrip] = {}  # upstream broker -> its nack round trips
         self.wall_us = 0  # the broker's clock at the latest input that had one (for the merge point)
 
     # ---- the pubend's side ---------------------------------------------------------------------
@@ -147,10 +150,14 @@ class ReliabilityNode:
     def _source(self, now: int, effects: list[SourceEffect]) -> list[Any]:
         out: list[Any] = []
         for eff in effects:
-            if type(eff) is PublishOnTree:
-                out += self.scribe.publish(now, eff.tree, eff.event)
-            else:
+            if type(eff) is not PublishOnTree:
                 out.append(eff)
+            elif eff.root == self.me.address:
+                out += self.event_arrived(now, eff.tree, eff.event, self.me.address)
+            elif eff.root is not None:
+                out.append(PeerSend(eff.root, eff.event[1]))
+            else:
+                out += self.scribe.publish(now, eff.tree, eff.event)
         return out
 
     # ---- knowledge arriving on a tree -----------------------------------------------------------
@@ -175,8 +182,8 @@ class ReliabilityNode:
         self._sync_children(t, ist)
         moved = ist.accumulate(knowledge.after, knowledge.through, knowledge.ticks, knowledge.records)
         if moved:
-            if ist.nack_ns is not None:
-                ist.nack_interval_ns = self.config.nack_repeat_ns_min  # progress: NRT back to its floor
+            if ist.nack_ns is not None:  # the answer to a nack: a round-trip sample, and NRT from it
+                ist.nack_interval_ns = self._round_trip(upstream, now - ist.nack_ns)
             out += self._push(now, t, ist)
         elif knowledge.through <= ist.acked_sent:
             self._ack(upstream, tree, ist.pubend, ist.acked_sent)  # our ack may have been lost
@@ -281,14 +288,15 @@ class ReliabilityNode:
         if point > ist.acked_sent and ist.upstream is not None:
             ist.acked_sent = point
             self._ack(ist.upstream, ist.tree, ist.pubend, point)
+        ist.bound_cache()
         ist.bound_memory()
         key = GapTimer(ist.tree, ist.pubend)
         if ist.gaps():
             self.timers.set_earliest(key, now + self.config.gap_curiosity_ns)
         else:
             self.timers.cancel(key)
-            ist.nack_ns = None
-            ist.nack_interval_ns = self.config.nack_repeat_ns_min
+            ist.nack_ns = ist.curious_ns = None
+            ist.nack_interval_ns = self._round_trip(ist.upstream)
 
     # ---- tree membership -----------------------------------------------------------------------
 
@@ -379,9 +387,16 @@ class ReliabilityNode:
                     ist.acked(sender, stream.through)
                     self._after_change(now, ist)
                 elif stream.pubend == self.pubend_id:
-                    self.source.acked(stream.tree, stream.through)
+                    self.source.acked(stream.tree, stream.through, sender)
         elif type(decoded) is messages.Nack:
             out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
+        elif type(decoded) is messages.Knowledge:  # straight from a pubend that takes us for the root
+            if self.scribe.is_root(decoded.tree):
+                out += self.event_arrived(now, decoded.tree, [sender, message], sender)
+            else:
+                out += self._to(now, sender, messages.RootMoved(decoded.tree).to_wire())
+        elif type(decoded) is messages.RootMoved:
+            self.source.root_moved(decoded.tree, sender)
         return self._flush(out)
 
     def _nacked(self, now: int, sender: str, tree: str, pubend: str,
@@ -431,10 +446,13 @@ class ReliabilityNode:
         if ist.upstream is None:
             self.timers.set(key, now + interval)  # repairing: ask once the tree has a parent again
             return []
-        if ist.nack_ns is None or now - ist.nack_ns >= interval:
+        # NRT is counted from when the curiosity was last cleared, not from the last nack: gaps that
+        # keep appearing beyond an old one are nacked at once, and must not keep the old one quiet
+        if ist.curious_ns is None or now - ist.curious_ns >= interval:
             ist.forget_curiosity()  # a new gap, or NRT passed: nack the same ticks again
-            if ist.nack_ns is not None:
+            if ist.curious_ns is not None:
                 ist.nack_interval_ns = min(2 * interval, self.config.nack_repeat_ns_max)
+            ist.curious_ns = now
         ranges = ist.nack_ranges()
         out: list[Any] = []
         if ranges:
@@ -444,6 +462,18 @@ class ReliabilityNode:
             out += self._to(now, ist.upstream, messages.Nack(key.tree, key.pubend, tuple(ranges)).to_wire())
         self.timers.set(key, now + max(ist.nack_interval_ns, self.config.nack_repeat_ns_min))
         return out
+
+    def _round_trip(self, upstream: str | None, sample_ns: int | None = None) -> int:
+        """The NRT for nacks to `upstream`, after taking in `sample_ns` if given."""
+        if upstream is None:
+            return self.config.nack_repeat_ns_min
+        estimate = self._round_trips.pop(upstream, None) or RoundTrip()
+        self._round_trips[upstream] = estimate  # most recently used last: the oldest is dropped first
+        if len(self._round_trips) > ROUND_TRIPS_MAX:
+            del self._round_trips[next(iter(self._round_trips))]
+        if sample_ns is not None:
+            estimate.sample(sample_ns)
+        return estimate.threshold(self.config.nack_repeat_ns_min, self.config.nack_repeat_ns_max)
 
     # ---- sending -------------------------------------------------------------------------------
 

@@ -5,8 +5,10 @@ an event. Once a sync makes a run of ticks durable, the pubend knows everything 
 each tree, the ticks whose events belong on that tree are D and every other tick is F. For each tree
 with events in the sync it sends one first-time knowledge message (after, through], `after` being
 where its previous message on that tree ended, so silence costs nothing extra: it rides in the next
-data message. Knowledge travels to the tree's rendez-vous point as a routed Scribe PUBLISH, so it
-finds the current root after any repair.
+data message. First-time data goes straight to the tree's rendez-vous point once the root's ACKs
+have told the pubend where it is (one stream edge, which nacks follow back); everything else, and
+data while the root is unknown or after it said ROOT_MOVED, travels as a routed Scribe PUBLISH,
+which finds the current root after any repair (and so teaches the pubend the new one).
 
 Trees with recent data, or whose root has not acknowledged everything, get periodic silence up to
 the current time (`silence_interval_ns`): doubt horizons downstream advance, and a broker that lost
@@ -28,7 +30,7 @@ periodic silence makes any broker that lacks the last events before the crash na
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,10 +56,12 @@ class SourceConfig:
 
 @dataclass(frozen=True, slots=True)
 class PublishOnTree:
-    """Send `event` (the originating broker's address and a knowledge message) to `tree`'s root."""
+    """Send `event` (the originating broker's address and a knowledge message) to `tree`'s root:
+    straight to `root` when the pubend knows it, else routed towards the tree's key."""
 
     tree: str
     event: list[Any]
+    root: str | None = None
 
 
 @dataclass(slots=True)
@@ -65,6 +69,7 @@ class _TreeStream:
     sent_through: int  # knowledge of every tick up to here has been sent on the tree
     acked_through: int
     data_ns: int  # when data was last sent on it
+    root: str | None = None  # the rendez-vous point, as its ACKs tell: first-time data goes straight there
 
 
 @dataclass(slots=True)
@@ -78,13 +83,16 @@ SourceEffect = PublishOnTree | ReadLog
 
 
 class Source:
-    """The pubend `pubend_id` at `address`; `trees_of(channel)` names the trees of a channel."""
+    """The pubend `pubend_id` at `address`; `trees_of(channel)` names the trees of a channel, and
+    `empty(now, tree)` says whether the tree's root said it has no members (Scribe's TREE_EMPTY)."""
 
-    def __init__(self, pubend_id: str, address: str, config: SourceConfig, trees_of: Any) -> None:
+    def __init__(self, pubend_id: str, address: str, config: SourceConfig, trees_of: Any,
+                 empty: Callable[[int, str], bool] = lambda now, tree: False) -> None:
         self.pubend_id = pubend_id
         self.address = address
         self.config = config
         self._trees_of = trees_of
+        self._empty = empty
         self._streams: dict[str, _TreeStream] = {}
         self._reads: dict[int, _Read] = {}
         self._next_reader = 0
@@ -99,11 +107,16 @@ class Source:
         out: list[SourceEffect] = []
         for tree, records in self._by_tree(deliveries).items():
             stream = self._streams.get(tree)
+            if self._empty(now, tree):  # its root said it has no members: nobody to tell; a member
+                if stream is not None:  # that joins later nacks what it wants from its start
+                    stream.sent_through = synced
+                continue
             if stream is None:
                 stream = self._new_stream(tree, records[0][0] - 1, now)
                 if stream is None:
                     continue
-            out += self._send_chunked(tree, stream.sent_through, synced, records, retransmit=False)
+            out += self._send_chunked(tree, stream.sent_through, synced, records, retransmit=False,
+                                      root=stream.root)
             stream.sent_through = synced
             stream.data_ns = now
         return out
@@ -131,7 +144,7 @@ class Source:
                 by_tree[tree] = run.copy()
 
     def _send_chunked(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
-                      retransmit: bool) -> list[SourceEffect]:
+                      retransmit: bool, root: str | None = None) -> list[SourceEffect]:
         """Knowledge of (after, through] in messages of at most `knowledge_bytes_max` of records
         (and RECORDS_MAX records); each message's range ends at its last record but the last's."""
         out: list[SourceEffect] = []
@@ -140,10 +153,10 @@ class Source:
         for i, (_, record) in enumerate(records):
             if i > start and (size + len(record) > self.config.knowledge_bytes_max or i - start >= RECORDS_MAX):
                 last = records[i - 1][0]
-                out.append(self._send(tree, after, last, records[start:i], retransmit))
+                out.append(self._send(tree, after, last, records[start:i], retransmit, root))
                 after, start, size = last, i, 0
             size += len(record)
-        out.append(self._send(tree, after, through, records[start:], retransmit))
+        out.append(self._send(tree, after, through, records[start:], retransmit, root))
         return out
 
     def _new_stream(self, tree: str, sent_through: int, now: int) -> _TreeStream | None:
@@ -167,10 +180,19 @@ class Source:
                 stream.sent_through = synced
         return out
 
-    def acked(self, tree: str, through: int) -> None:
+    def acked(self, tree: str, through: int, root: str) -> None:
+        """The rendez-vous point at `root` acknowledged the tree's stream through `through`."""
         stream = self._streams.get(tree)
-        if stream is not None and through > stream.acked_through:
+        if stream is None:
+            return
+        stream.root = root
+        if through > stream.acked_through:
             stream.acked_through = min(through, stream.sent_through)
+
+    def root_moved(self, tree: str, address: str) -> None:
+        stream = self._streams.get(tree)
+        if stream is not None and stream.root == address:
+            stream.root = None
 
     @property
     def active_trees(self) -> int:
@@ -245,11 +267,12 @@ class Source:
         return [] if fields is None else self._trees_of(fields[1])
 
     def _send(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
-              retransmit: bool) -> PublishOnTree:
+              retransmit: bool, root: str | None = None) -> PublishOnTree:
         message = KnowledgeMessage(tree, self.pubend_id, after, through, tuple(t for t, _ in records),
                                    tuple(r for _, r in records), retransmit)
-        return PublishOnTree(tree, [self.address, message.to_wire()])
+        return PublishOnTree(tree, [self.address, message.to_wire()], root)
 
     def status(self) -> dict[str, Any]:
-        return {"trees": len(self._streams), "reads": len(self._reads), "nacks_received": self.nacks_received,
+        return {"trees": len(self._streams), "roots_known": sum(1 for s in self._streams.values() if s.root),
+                "reads": len(self._reads), "nacks_received": self.nacks_received,
                 "ticks_retransmitted": self.ticks_retransmitted}

@@ -1,0 +1,64 @@
+"""The pubend's source streams: first-time knowledge per tree, the root learnt from its ACKs,
+silence up to the present, and nacks answered from the log."""
+
+from __future__ import annotations
+
+import msgpack
+
+from tidings.core.effects import ReadLog
+from tidings.core.inputs import LogState
+from tidings.core.reliability import messages
+from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig
+
+CONFIG = SourceConfig(silence_interval_ns=10, stream_idle_ns=1000, recovery_ns=10**9, read_bytes_max=1 << 20,
+                      reads_max=4, trees_max=100, knowledge_bytes_max=1 << 20)
+
+
+def record(tick: int, channel: str) -> bytes:
+    return msgpack.packb(["p", tick, channel, {}, "s", "i", b"x"])
+
+
+def source() -> Source:
+    return Source("p", "me:1", CONFIG, lambda channel: [channel, "#"])
+
+
+def knowledge(effect: PublishOnTree) -> messages.Knowledge:
+    decoded = messages.decode(effect.event[1])
+    assert isinstance(decoded, messages.Knowledge)
+    return decoded
+
+
+def test_each_tree_gets_its_events_as_d_and_the_rest_of_the_sync_as_silence():
+    src = source()
+    out = src.published(0, [(5, "a", {}, record(5, "a")), (6, "b", {}, record(6, "b"))], 7)
+    by_tree = {e.tree: knowledge(e) for e in out if isinstance(e, PublishOnTree)}
+    assert (by_tree["a"].after, by_tree["a"].through, by_tree["a"].ticks) == (4, 7, (5,))
+    assert (by_tree["#"].after, by_tree["#"].through, by_tree["#"].ticks) == (4, 7, (5, 6))
+    assert (by_tree["b"].after, by_tree["b"].ticks) == (5, (6,))
+    later = src.published(1, [(9, "a", {}, record(9, "a"))], 9)
+    assert [(knowledge(e).after, knowledge(e).through) for e in later if e.tree == "a"] == [(7, 9)]
+
+
+def test_first_time_data_goes_straight_to_the_root_its_acks_came_from_until_it_moves():
+    src = source()
+    assert [e.root for e in src.published(0, [(5, "a", {}, record(5, "a"))], 5)] == [None, None]
+    src.acked("a", 5, "root:7")
+    out = src.published(1, [(6, "a", {}, record(6, "a"))], 6)
+    assert {e.tree: e.root for e in out if isinstance(e, PublishOnTree)} == {"a": "root:7", "#": None}
+    assert all(e.root is None for e in src.silence(2, 8))  # silence is routed: it finds a moved root
+    src.root_moved("a", "elsewhere:1")
+    assert src.published(3, [(9, "a", {}, record(9, "a"))], 9)[0].root == "root:7"
+    src.root_moved("a", "root:7")
+    assert src.published(4, [(10, "a", {}, record(10, "a"))], 10)[0].root is None
+
+
+def test_a_nack_is_read_back_and_answered_with_exactly_the_range_read():
+    src = source()
+    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    reads = src.nacked("a", ((0, 3), (3, 50)), synced=20, log=LogState(last_tick=20))
+    assert [(r.after, r.through) for r in reads if isinstance(r, ReadLog)] == [(0, 3), (3, 20)]
+    second = [r for r in reads if isinstance(r, ReadLog)][1]
+    out = src.log_read(1, second.reader, [(5, record(5, "a")), (6, record(6, "b"))], LogState(last_tick=20))
+    k = knowledge(out[0])
+    assert (k.after, k.through, k.ticks, k.retransmit) == (3, 6, (5,), True)
+    assert [(r.after, r.through) for r in out if isinstance(r, ReadLog)] == [(6, 20)]  # cut short: read on
