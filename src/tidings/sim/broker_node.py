@@ -140,6 +140,14 @@ class BrokerNode(Listener):
         self._feeding = False
         self.stats: dict[str, int] = {}
 
+    def heal_partition(self) -> None:
+        """Send what the peer faults held back across a partition, now that it is over."""
+        assert self.peer_faults is not None
+        for conn, data in self.peer_faults.heal().items():
+            sock = self.sockets.get(conn)
+            if sock is not None and sock.open and data:
+                sock.write(data)
+
     def wall_us(self) -> int:
         return self.world.wall_us() + self.clock_skew_us
 
@@ -175,6 +183,8 @@ class BrokerNode(Listener):
             self._timer.cancel()
         self._timer = self._timer_at = None
         self.network.unlisten(self.address)
+        if self.peer_faults is not None:
+            self.peer_faults.crashed()
         for conn in sorted(self.sockets):
             self.sockets[conn].abort(notify_self=False)
         self.sockets.clear()

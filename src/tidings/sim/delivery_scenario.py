@@ -179,8 +179,10 @@ class DeliveryRun:
         self.faults_done.append(f"partition: {sorted(side)}")
         self.run(3 * SECOND_NS)
         for node in self.nodes:
-            assert node.peer_faults is not None
-            node.peer_faults.cut = set()
+            if node.up:
+                node.heal_partition()
+            elif node.peer_faults is not None:
+                node.peer_faults.heal()
         self.run(400 * MILLISECOND_NS)
 
     def _inject(self, fault: str, clients: set[int], pub_at: list[int]) -> None:

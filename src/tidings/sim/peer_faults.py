@@ -11,8 +11,10 @@ after the next frame on the same connection (or dropped if none follows: a late 
 
 A stalled broker (`stalled = True`) sends nothing to its peers at all, keep-alives included, while
 it goes on accepting what they send, like a hung host; its neighbours time it out. A partition is
-`cut`: the addresses of the brokers on the other side, to which nothing at all is sent until it
-heals (the set is emptied); both sides cut each other.
+`cut`: the addresses of the brokers on the other side, to which nothing arrives until it heals.
+As TCP would, the connections stay up and what is written to them waits: `heal()` empties the set
+and returns, per connection, the bytes held meanwhile, for the runtime to send in order (a lost
+segment is retransmitted, not dropped; only the frames picked for loss above are lost).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class PeerFaults:
         self.reordering = reordering
         self.stalled = False
         self.cut: set[str] = set()
+        self._held_cut: dict[int, list[bytes]] = {}  # connection -> bytes written across the cut
         self._held: dict[int, bytes] = {}  # connection -> a frame held back for reordering
         self.lost = 0
         self.duplicated = 0
@@ -41,8 +44,20 @@ class PeerFaults:
 
     def filter(self, conn: int, data: bytes, address: str | None = None) -> bytes:
         """What actually leaves on `conn` (to the broker at `address`) of the frames in `data`."""
-        if self.stalled or address in self.cut:
+        if self.stalled:
             return b""
+        if address in self.cut or conn in self._held_cut:
+            self._held_cut.setdefault(conn, []).append(self._faulted(conn, data))
+            return b""
+        return self._faulted(conn, data)
+
+    def heal(self) -> dict[int, bytes]:
+        """The partition is over: the bytes held per connection, to be sent now, in order."""
+        self.cut = set()
+        held, self._held_cut = self._held_cut, {}
+        return {conn: b"".join(chunks) for conn, chunks in held.items()}
+
+    def _faulted(self, conn: int, data: bytes) -> bytes:
         out: list[bytes] = []
         for frame in _frames(data):
             if not _faultable(frame):
@@ -65,8 +80,11 @@ class PeerFaults:
                 self.duplicated += 1
         return b"".join(out)
 
-    def forget(self, conn: int) -> None:
-        self._held.pop(conn, None)
+    def crashed(self) -> None:
+        """The broker crashed: what it held on its connections dies with them (its connection
+        numbers start again after the restart)."""
+        self._held.clear()
+        self._held_cut.clear()
 
 
 def _frames(data: bytes) -> list[bytes]:

@@ -52,7 +52,8 @@ farthest leaf of each side is asked for its leaf set. A failed node is not re-le
 parties for `failed_memory_ns`, so stale lists elsewhere cannot bring a dead node back; a message
 from the node itself always does. Every `revive_interval_ns` one of the last `lost_nodes_max`
 failed nodes is asked for its leaf set: one that was only cut off answers, which is how the two
-sides of a partition find each other again once it heals.
+sides of a partition find each other again once it heals; its answer clears the failed memory, so
+the rest of the other side comes back through the leaf sets exchanged.
 """
 
 from __future__ import annotations
@@ -290,8 +291,11 @@ class OverlayNode:
             if not heard:
                 return
             del self._failed[node.node_id]
-        if heard:
-            self._lost.pop(node.node_id, None)
+        if heard and self._lost.pop(node.node_id, None) is not None:
+            # a node we had declared failed speaks: a partition healed, so what we declared failed
+            # may be alive too; third parties may name those again (they still answer a keep-alive
+            # before they enter the leaf set), which merges the two sides in a few exchanges
+            self._failed.clear()
         if self._ref_pool is not None:
             pooled = self._ref_pool.setdefault(node.node_id, node)
             if pooled == node:
