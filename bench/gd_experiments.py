@@ -53,20 +53,10 @@ HERE = Path(__file__).resolve().parent
 
 from tidings.client.client import Client  # noqa: E402
 from tidings.core.errors import TidingsError  # noqa: E402
-from tidings.testing import Cluster  # noqa: E402
+from tidings.testing import LOCAL_LIVENESS, Cluster  # noqa: E402
 from tidings.testing.broker_process import BrokerProcess  # noqa: E402
 
-# short liveness timers (tests/integration/test_cluster_delivery.py), leaf sets of two so that trees
-# have forwarders among ten brokers
-CONFIG = {
-    "leaf_set_size": 2,
-    "ping_interval_ns": 500_000_000,
-    "keepalive_interval_ns": 300_000_000,
-    "failure_timeout_ns": 1_000_000_000,
-    "heartbeat_interval_ns": 300_000_000,
-    "parent_timeout_ns": 1_000_000_000,
-    "empty_tree_hold_ns": 1_000_000_000,
-}
+CONFIG = LOCAL_LIVENESS  # repair in seconds; leaf sets of two, so trees have forwarders
 DOWN_S = {"link": 10.0, "intermediate": 15.0, "publisher": 10.0}
 CANDIDATES = 8  # trees tried for a forwarder with subscribing children
 STATUS_INTERVAL_S = 0.1

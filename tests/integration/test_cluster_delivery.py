@@ -17,21 +17,11 @@ from tidings.core.channels import pattern_matches
 from tidings.core.filters import parse_filter
 from tidings.core.multicast.trees import subscription_tree, tree_key
 from tidings.core.overlay.node_id import ID_BITS, RING, closer
-from tidings.testing import Cluster
+from tidings.testing import LOCAL_LIVENESS, Cluster
 
 pytestmark = pytest.mark.integration
 
-# short liveness timers, so that repair takes seconds (defaults are for wide-area links), and leaf
-# sets of two, so that routes may take two hops and trees have forwarders even among five brokers
-CONFIG = {
-    "leaf_set_size": 2,
-    "ping_interval_ns": 500_000_000,
-    "keepalive_interval_ns": 300_000_000,
-    "failure_timeout_ns": 1_000_000_000,
-    "heartbeat_interval_ns": 300_000_000,
-    "parent_timeout_ns": 1_000_000_000,
-    "empty_tree_hold_ns": 1_000_000_000,
-}
+CONFIG = LOCAL_LIVENESS  # repair in seconds; leaf sets of two, so trees have forwarders
 REPAIR_S = 20.0
 # pubend ids (hence nodeIds) of the five brokers: five distinct first digits, laid out so that
 # several trees have a forwarder (the test still finds the shapes from the brokers' status)

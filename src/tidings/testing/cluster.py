@@ -23,6 +23,20 @@ T = TypeVar("T")
 LEAF_SET_SIZE = 16  # BrokerConfig's default
 
 
+# Liveness timers for a cluster on one machine, where repair should take seconds (the defaults are
+# for wide-area links), and leaf sets of two, so that routes take two hops and trees have
+# forwarders even among five brokers. A `config` for Cluster or BrokerProcess.
+LOCAL_LIVENESS = {
+    "leaf_set_size": 2,
+    "ping_interval_ns": 500_000_000,
+    "keepalive_interval_ns": 300_000_000,
+    "failure_timeout_ns": 1_000_000_000,
+    "heartbeat_interval_ns": 300_000_000,
+    "parent_timeout_ns": 1_000_000_000,
+    "empty_tree_hold_ns": 1_000_000_000,
+}
+
+
 class Cluster:
     def __init__(self, root: Path, size: int, config: dict[str, int] | None = None,
                  start_timeout: float = 60.0, identities: list[str] | None = None, http: bool = False,
