@@ -14,7 +14,7 @@ from tidings.core.peers import OPEN, PeerLinks
 from tidings.core.wire import peer
 from tidings.core.wire.frames import FrameDecoder
 
-from .test_peers import ACTIONS, CFG, LARGE, MID, SMALL, Net, msg, play
+from .test_peers import ACTIONS, CFG, LARGE, MID, SMALL, Net, check_simultaneous_dials, msg, play
 
 SECRET = b"k" * 32
 COUNTER = itertools.count()
@@ -56,16 +56,7 @@ def test_without_the_same_secret_there_is_no_link(dialler, acceptor):
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**32), first=st.sampled_from([SMALL, LARGE]), count=st.integers(1, 3))
 def test_simultaneous_dials_with_the_credential_keep_one_connection(seed, first, count):
-    net = secured(SMALL, LARGE, secrets=[SECRET, SECRET], seed=seed)
-    a, b = (first, LARGE if first is SMALL else SMALL)
-    for i in range(count):
-        net.send(a.address, b.address, msg(i))
-        net.send(b.address, a.address, msg(100 + i))
-    net.run()
-    assert net.got[b.address] == [(a.address, msg(i)) for i in range(count)]
-    assert net.got[a.address] == [(b.address, msg(100 + i)) for i in range(count)]
-    (small_end,) = net.live_conns(SMALL.address)
-    assert not small_end.server
+    check_simultaneous_dials(secured(SMALL, LARGE, secrets=[SECRET, SECRET], seed=seed), first, count)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
