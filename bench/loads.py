@@ -19,6 +19,9 @@ are separate processes (test b spreads its 10 subscribers over 2 processes); the
 process's CPU affinity, which run.py sets to CPU 1 (`taskset -c 1`) while the broker runs on CPU 0.
 
   python bench/loads.py --broker mosquitto --proto mqtt --port 1883 --test a --server-pid PID
+
+tidings only: with $TIDINGS_CREDENTIAL (NAME:SECRET) every connection authenticates; with
+--tls-ca FILE every connection is TLS (see tidings_client.py).
 """
 
 from __future__ import annotations
@@ -144,26 +147,34 @@ class NatsAdapter:
 class TidingsAdapter:
     """tidings has one path: every event is logged and fsynced before it is acknowledged or
     delivered. Best effort and durable differ only in what the load waits for: durable tests
-    window on ACKs, best-effort tests only on deliveries (ACKs are still read and counted)."""
+    window on ACKs, best-effort tests only on deliveries (ACKs are still read and counted).
+    With a credential every connection authenticates (SCRAM); with a CA file it is TLS."""
 
-    def __init__(self, port: int, durable: bool, nonce: str, subs: int) -> None:
+    def __init__(self, port: int, durable: bool, nonce: str, subs: int, credential: str | None = None,
+                 tls_ca: str | None = None) -> None:
         self.port, self.durable, self.subs = port, durable, subs
         self.channel = f"bench/{nonce}"
+        self.credential, self.tls_ca = credential, tls_ca
 
     def prepare(self) -> dict[str, Any]:
-        return {"ack": "after fsync"}
+        return {"ack": "after fsync", "auth": self.credential is not None, "tls": self.tls_ca is not None}
+
+    def _connect(self, instance: str) -> Any:
+        import tidings_client
+
+        return tidings_client.TidingsConnection(self.port, instance, self.credential, self.tls_ca)
 
     def subscriber(self, index: int, want_stamps: bool) -> Endpoint:
         import tidings_client
 
-        conn = tidings_client.TidingsConnection(self.port, f"sub-{index}")
+        conn = self._connect(f"sub-{index}")
         conn.subscribe(1, self.channel)
         return Endpoint(conn.sock, tidings_client.EventsCounter(want_stamps), leftover=conn.leftover())
 
     def publisher(self) -> Endpoint:
         import tidings_client
 
-        conn = tidings_client.TidingsConnection(self.port, "pub")
+        conn = self._connect("pub")
         builder = tidings_client.PublishBuilder(self.channel)
         return Endpoint(conn.sock, tidings_client.AckCounter(), builder.build, conn.leftover())
 
@@ -539,7 +550,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     latency = args.test.startswith("d")
     durable = args.test in ("c", "d-durable")
     subs = 1 if latency else TEST_DEFAULTS[args.test][0]
-    adapter = ADAPTERS[args.proto](args.port, durable, nonce, subs)
+    secured = {"credential": args.credential, "tls_ca": args.tls_ca}
+    if args.proto != "tidings" and any(secured.values()):
+        raise SystemExit("--tls-ca and $TIDINGS_CREDENTIAL are for --proto tidings only")
+    adapter = ADAPTERS[args.proto](args.port, durable, nonce, subs,
+                                   **(secured if args.proto == "tidings" else {}))
     sampler = netutil.ServerSampler(args.server_pid) if args.server_pid else None
     result: dict[str, Any] = {"broker": args.broker, "test": args.test, "proto": args.proto,
                               "payload_bytes": PAYLOAD_BYTES}
@@ -580,7 +595,11 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1000.0, help="latency: events per second")
     ap.add_argument("--latency-count", type=int, default=5500, help="latency: events sent")
     ap.add_argument("--warmup", type=int, default=500, help="latency: first events not measured")
+    ap.add_argument("--tls-ca", help="tidings: connect with TLS, the broker's certificate checked "
+                    "against this CA file")
     args = ap.parse_args()
+    # tidings: authenticate with NAME:SECRET from the environment (kept off the command line)
+    args.credential = os.environ.get("TIDINGS_CREDENTIAL") or None
     print(json.dumps(measure(args)), flush=True)
 
 

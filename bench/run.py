@@ -2,7 +2,7 @@
 """The tidings benchmark: tidings and its peers on loopback, one command.
 
   python bench/run.py [--rounds N] [--brokers tidings,mosquitto,nats,amqtt] [--tests a,b,c,d,e]
-                      [--out FILE]
+                      [--tidings-modes plain,auth,auth+tls] [--out FILE]
 
 For every round, each broker in turn is started alone with a fresh data directory on a free
 127.0.0.1 port, pinned to CPU 0 (`taskset -c 0`); its tests run as separate load processes pinned to
@@ -14,6 +14,13 @@ Tests: a (1->1 best effort), b (1->10 fan-out), c (durable publishing), d (laten
 best effort and durable: two result lines), e (tidings filter matching, bench/bench_matching.py at
 10,000 and 100,000 filters; run once per round). After a broker's tests a "mem" line records its
 peak resident memory (VmHWM) over the tests of that round.
+
+--tidings-modes runs tidings once per mode, each with a fresh broker: plain (as before), auth (the
+broker reads an auth file with one identity, allowed to publish and subscribe on bench/#, and every
+load connection authenticates with its credential: SCRAM, the client's scrypt once per connection,
+before the measured span), tls (the broker serves TLS with a certificate from `tidings tls
+dev-certs`; the loads check it against the CA) and auth+tls. The modes other than plain are
+labelled tidings+auth, tidings+tls, tidings+auth+tls in the results.
 
 Each measurement is one JSON line appended to --out (default bench/results/results.jsonl);
 `python bench/summarize.py FILE` turns the file into markdown tables.
@@ -63,6 +70,10 @@ BROKERS = {
 }
 
 
+TIDINGS_MODES = ("plain", "auth", "tls", "auth+tls")
+BENCH_IDENTITY = "bench"
+
+
 @dataclass
 class Server:
     name: str
@@ -70,6 +81,9 @@ class Server:
     port: int
     data_dir: str
     log_path: str
+    label: str = ""  # the broker as results name it (tidings modes: tidings+auth, ...)
+    load_args: tuple[str, ...] = ()
+    load_env: dict[str, str] | None = None  # the loads' environment, when they need a credential
 
     @property
     def pid(self) -> int:
@@ -84,6 +98,28 @@ def niced() -> list[str]:
 def tidings_executable() -> str:
     here = os.path.join(os.path.dirname(sys.executable), "tidings")
     return here if os.path.exists(here) else os.path.join(REPO, ".venv", "bin", "tidings")
+
+
+def secure_tidings(mode: str, conf_dir: str) -> tuple[list[str], list[str], dict[str, str] | None]:
+    """The broker options, load options and load environment of a tidings mode, its auth file and
+    certificates made in conf_dir with the tidings command itself."""
+    broker: list[str] = []
+    load: list[str] = []
+    env = None
+    if "auth" in mode:
+        auth = os.path.join(conf_dir, "auth.toml")
+        made = subprocess.run([tidings_executable(), "auth", "add", BENCH_IDENTITY, "--file", auth,
+                               "--publish", "bench/#", "--subscribe", "bench/#"],
+                              capture_output=True, text=True, check=True)
+        broker += ["--auth", auth]
+        env = {**os.environ, "TIDINGS_CREDENTIAL": json.loads(made.stdout)["credential"]}
+    if "tls" in mode:
+        tls = os.path.join(conf_dir, "tls")
+        subprocess.run([tidings_executable(), "tls", "dev-certs", "--dir", tls, "--host", "127.0.0.1"],
+                       capture_output=True, text=True, check=True)
+        broker += ["--tls-cert", os.path.join(tls, "cert.pem"), "--tls-key", os.path.join(tls, "cert.key")]
+        load += ["--tls-ca", os.path.join(tls, "ca.pem")]
+    return broker, load, env
 
 
 def server_command(name: str, port: int, data_dir: str, conf_dir: str) -> list[str]:
@@ -131,21 +167,23 @@ def missing_prerequisite(name: str) -> str | None:
     return None
 
 
-def start_server(name: str, round_no: int) -> Server:
+def start_server(name: str, round_no: int, mode: str = "plain") -> Server:
     port = netutil.free_port()
-    base = os.path.join(WORK, "runs", f"{name}-r{round_no}-{port}")
+    label = name if mode == "plain" else f"{name}+{mode}"
+    base = os.path.join(WORK, "runs", f"{label}-r{round_no}-{port}")
     data_dir, conf_dir = os.path.join(base, "data"), os.path.join(base, "conf")
     os.makedirs(data_dir)
     os.makedirs(conf_dir)
     if name == "mosquitto" and os.geteuid() == 0:
         # started as root, mosquitto drops to its own user: it must own its data directory
         shutil.chown(data_dir, "mosquitto", "mosquitto")
-    log_path = os.path.join(WORK, "logs", f"{name}-r{round_no}.log")
+    log_path = os.path.join(WORK, "logs", f"{label}-r{round_no}.log")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    cmd = [*niced(), "taskset", "-c", SERVER_CPU, *server_command(name, port, data_dir, conf_dir)]
+    broker_opts, load_args, load_env = secure_tidings(mode, conf_dir)
+    cmd = [*niced(), "taskset", "-c", SERVER_CPU, *server_command(name, port, data_dir, conf_dir), *broker_opts]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    server = Server(name, proc, port, base, log_path)
+    server = Server(name, proc, port, base, log_path, label, tuple(load_args), load_env)
     if not netutil.wait_port(port, 30.0, alive=lambda: proc.poll() is None):
         stop_server(server)
         raise RuntimeError(f"{name} did not open 127.0.0.1:{port}; see {log_path}")
@@ -185,19 +223,20 @@ def wait_for_quiet(pid: int) -> dict[str, float]:
 
 def run_load(server: Server, proto: str, test: str, extra_args: list[str]) -> dict[str, Any]:
     cmd = [*niced(), "taskset", "-c", CLIENT_CPU, sys.executable, os.path.join(HERE, "loads.py"),
-           "--broker", server.name, "--proto", proto, "--port", str(server.port), "--test", test,
-           "--server-pid", str(server.pid), *extra_args]
+           "--broker", server.label, "--proto", proto, "--port", str(server.port), "--test", test,
+           "--server-pid", str(server.pid), *server.load_args, *extra_args]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False,
+                              env=server.load_env)
     except subprocess.TimeoutExpired:
-        return {"broker": server.name, "test": test, "value": None, "errors": ["load timed out"]}
+        return {"broker": server.label, "test": test, "value": None, "errors": ["load timed out"]}
     lines = proc.stdout.strip().splitlines()
     try:
         return dict(json.loads(lines[-1]))
     except (IndexError, ValueError):
         text = proc.stderr or proc.stdout or f"exit {proc.returncode}"
         first = text.find("Traceback")
-        return {"broker": server.name, "test": test, "value": None,
+        return {"broker": server.label, "test": test, "value": None,
                 "errors": [text[max(0, first):][:600] + (" ... " + text[-400:] if len(text) > 1000 else "")]}
 
 
@@ -302,6 +341,8 @@ def main() -> None:
                     help="a test during which other work used more than this much CPU (100 = one CPU) "
                          "is repeated (see --retries); the disturbed line is kept, marked superseded")
     ap.add_argument("--retries", type=int, default=1)
+    ap.add_argument("--tidings-modes", default="plain",
+                    help=f"run tidings in each of these modes, from {','.join(TIDINGS_MODES)} (see above)")
     args = ap.parse_args()
     SETTINGS.update(nice=args.nice, quiet_wait_s=args.quiet_wait_s, noisy_pct=args.noisy_pct,
                     retries=args.retries)
@@ -317,6 +358,9 @@ def main() -> None:
     for b in brokers:
         if b not in BROKERS:
             raise SystemExit(f"unknown broker {b!r}; choose from {', '.join(BROKERS)}")
+    modes = [m for m in args.tidings_modes.split(",") if m]
+    if not modes or set(modes) - set(TIDINGS_MODES):
+        raise SystemExit(f"--tidings-modes: choose from {', '.join(TIDINGS_MODES)}")
     wanted = set(args.tests.split(","))
     if wanted - set("abcde"):
         raise SystemExit(f"unknown tests {sorted(wanted - set('abcde'))}; choose from a,b,c,d,e")
@@ -334,21 +378,22 @@ def main() -> None:
     command = "python bench/run.py " + " ".join(sys.argv[1:])
     record(args.out, {"test": "meta", "run_id": run_id, "tag": args.tag, "command": command.strip(),
                       "versions": versions(), "skipped": skipped, "brokers": brokers,
-                      "tests": sorted(wanted), "rounds": args.rounds, "settings": SETTINGS})
+                      "tests": sorted(wanted), "rounds": args.rounds, "settings": SETTINGS,
+                      "tidings_modes": modes})
     print(f"results -> {args.out}\nwork dir {WORK}", flush=True)
     t_all = time.monotonic()
     for round_no in range(1, args.rounds + 1):
-        live = [b for b in brokers if b not in skipped]
+        live = [(b, mode) for b in brokers if b not in skipped for mode in (modes if b == "tidings" else ["plain"])]
         k = (round_no - 1) % max(1, len(live))
-        for name in live[k:] + live[:k]:
+        for name, mode in live[k:] + live[:k]:
             proto, tests = BROKERS[name]
             tests = [t for t in tests if t[0] in wanted]
             if not tests:
                 continue
-            print(f"[{time.monotonic() - t_all:5.0f}s] round {round_no}: {name}", flush=True)
+            print(f"[{time.monotonic() - t_all:5.0f}s] round {round_no}: {name} {mode}", flush=True)
             try:
-                server = start_server(name, round_no)
-            except RuntimeError as exc:
+                server = start_server(name, round_no, mode)
+            except (RuntimeError, subprocess.CalledProcessError) as exc:
                 line = {"broker": name, "test": "start", "round": round_no, "errors": [str(exc)]}
                 record(args.out, {**line, "run_id": run_id})
                 print(f"  {exc}", flush=True)
@@ -369,14 +414,14 @@ def main() -> None:
                         if not line["superseded"]:
                             break
                     if server.proc.poll() is not None:
-                        print(f"  {name} exited ({server.proc.returncode}); see {server.log_path}")
+                        print(f"  {server.label} exited ({server.proc.returncode}); see {server.log_path}")
                         break
                 rss_kb, hwm_kb = netutil.memory_kb(netutil.process_tree(server.pid))
-                mem = {"broker": name, "test": "mem", "round": round_no, "run_id": run_id, "tag": args.tag,
+                mem = {"broker": server.label, "test": "mem", "round": round_no, "run_id": run_id, "tag": args.tag,
                        "value": round(hwm_kb / 1024, 1), "unit": "MB", "rss_mb_end": round(rss_kb / 1024, 1),
                        "tests": tests}
                 record(args.out, mem)
-                print(f"  r{round_no} {name:10s} peak RSS (VmHWM) {mem['value']} MB", flush=True)
+                print(f"  r{round_no} {server.label:10s} peak RSS (VmHWM) {mem['value']} MB", flush=True)
             finally:
                 stop_server(server)
         if "e" in wanted and "tidings" in brokers:

@@ -42,8 +42,9 @@ TREES_PER_MESSAGE_MAX = 4096
 
 @dataclass(frozen=True, slots=True)
 class TreeMetadata:
-    """What the rendez-vous point keeps about a tree and replicates in its leaf set. `acl` is a
-    placeholder for the security issue: None means anyone may subscribe and publish."""
+    """What the rendez-vous point keeps about a tree and replicates in its leaf set. `acl` is not
+    used for access control (rules are enforced at the subscriber's own broker; docs/security.md,
+    "Trees" says why): brokers send None, anyone the brokers admit."""
 
     creator: str
     acl: tuple[str, ...] | None = None
