@@ -21,7 +21,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench

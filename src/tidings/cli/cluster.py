@@ -58,6 +58,8 @@ def add_parser(sub: Any) -> None:
     down.set_defaults(func=cmd_down)
     restart = csub.add_parser("restart", help="stop member I (if running) and start it again")
     restart.add_argument("index", type=int, help="the member's index (0 is the first broker)")
+    restart.add_argument("--credential", metavar="NAME:SECRET", default=os.environ.get(CREDENTIAL_ENV),
+                         help="what `restart` checks the broker with when it has --auth (default $TIDINGS_CREDENTIAL)")
     _data_option(restart)
     restart.add_argument("--timeout", type=float, default=60.0,
                          help="seconds to stop it (then SIGKILL) and, again, to have it back and joined")
@@ -221,7 +223,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     try:
         _ready(b, deadline)
-        _wait_joined(b, deadline)
+        _wait_joined(b, deadline, args.credential)
     except BaseException:
         _stop([Path(b["data"])], 5.0, [b["_proc"]])
         raise
