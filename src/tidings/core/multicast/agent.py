@@ -168,8 +168,10 @@ class ScribeAgent:
         entry.member = False
         return self._prune(entry)
 
-    def publish(self, now: int, tree: str, event: list[Any]) -> list[ScribeEffect]:
-        if self._suppressed.suppressed(now, tree):
+    def publish(self, now: int, tree: str, event: list[Any], even_if_empty: bool = False) -> list[ScribeEffect]:
+        """Route `event` to the rendez-vous point, unless it said the tree is empty (and
+        `even_if_empty` is not set: the reliability layer knows someone needs it)."""
+        if not even_if_empty and self._suppressed.suppressed(now, tree):
             return []
         return [RouteTo(tree_key(tree), Publish(tree, event).to_wire())]
 

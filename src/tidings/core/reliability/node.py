@@ -157,7 +157,7 @@ class ReliabilityNode:
             elif eff.root is not None:
                 out.append(PeerSend(eff.root, eff.event[1]))
             else:
-                out += self.scribe.publish(now, eff.tree, eff.event)
+                out += self.scribe.publish(now, eff.tree, eff.event, even_if_empty=eff.past_empty)
         return out
 
     # ---- knowledge arriving on a tree -----------------------------------------------------------

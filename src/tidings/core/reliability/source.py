@@ -62,6 +62,10 @@ class PublishOnTree:
     tree: str
     event: list[Any]
     root: str | None = None
+    # sent even if the root said the tree is empty: someone below asked for it (a retransmission)
+    # or has not acknowledged what it had (a root that said "empty" may be a stale one of a
+    # partition, or have lost its members since)
+    past_empty: bool = False
 
 
 @dataclass(slots=True)
@@ -107,8 +111,9 @@ class Source:
         out: list[SourceEffect] = []
         for tree, records in self._by_tree(deliveries).items():
             stream = self._streams.get(tree)
-            if self._empty(now, tree):  # its root said it has no members: nobody to tell; a member
-                if stream is not None:  # that joins later nacks what it wants from its start
+            owed = stream is not None and stream.acked_through < stream.sent_through
+            if self._empty(now, tree) and not owed:  # no members: nobody to tell; a member that
+                if stream is not None:  # joins later nacks what it wants from its start
                     stream.sent_through = synced
                 continue
             if stream is None:
@@ -116,7 +121,7 @@ class Source:
                 if stream is None:
                     continue
             out += self._send_chunked(tree, stream.sent_through, synced, records, retransmit=False,
-                                      root=stream.root)
+                                      root=stream.root, past_empty=owed)
             stream.sent_through = synced
             stream.data_ns = now
         return out
@@ -144,7 +149,7 @@ class Source:
                 by_tree[tree] = run.copy()
 
     def _send_chunked(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
-                      retransmit: bool, root: str | None = None) -> list[SourceEffect]:
+                      retransmit: bool, root: str | None = None, past_empty: bool = False) -> list[SourceEffect]:
         """Knowledge of (after, through] in messages of at most `knowledge_bytes_max` of records
         (and RECORDS_MAX records); each message's range ends at its last record but the last's."""
         out: list[SourceEffect] = []
@@ -153,10 +158,10 @@ class Source:
         for i, (_, record) in enumerate(records):
             if i > start and (size + len(record) > self.config.knowledge_bytes_max or i - start >= RECORDS_MAX):
                 last = records[i - 1][0]
-                out.append(self._send(tree, after, last, records[start:i], retransmit, root))
+                out.append(self._send(tree, after, last, records[start:i], retransmit, root, past_empty))
                 after, start, size = last, i, 0
             size += len(record)
-        out.append(self._send(tree, after, through, records[start:], retransmit, root))
+        out.append(self._send(tree, after, through, records[start:], retransmit, root, past_empty))
         return out
 
     def _new_stream(self, tree: str, sent_through: int, now: int) -> _TreeStream | None:
@@ -176,7 +181,8 @@ class Source:
                 del self._streams[tree]
                 continue
             if synced > stream.sent_through:
-                out.append(self._send(tree, stream.sent_through, synced, [], retransmit=False))
+                owed = stream.acked_through < stream.sent_through
+                out.append(self._send(tree, stream.sent_through, synced, [], retransmit=False, past_empty=owed))
                 stream.sent_through = synced
         return out
 
@@ -267,10 +273,10 @@ class Source:
         return [] if fields is None else self._trees_of(fields[1])
 
     def _send(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
-              retransmit: bool, root: str | None = None) -> PublishOnTree:
+              retransmit: bool, root: str | None = None, past_empty: bool = False) -> PublishOnTree:
         message = KnowledgeMessage(tree, self.pubend_id, after, through, tuple(t for t, _ in records),
                                    tuple(r for _, r in records), retransmit)
-        return PublishOnTree(tree, [self.address, message.to_wire()], root)
+        return PublishOnTree(tree, [self.address, message.to_wire()], root, past_empty or retransmit)
 
     def status(self) -> dict[str, Any]:
         return {"trees": len(self._streams), "roots_known": sum(1 for s in self._streams.values() if s.root),
