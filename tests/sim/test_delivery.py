@@ -119,10 +119,12 @@ def test_a_slow_subscriber_falls_behind_and_gets_every_remote_event_back():
     assert len(slow.received) > 100
 
 
-@pytest.mark.parametrize(("seed", "faults"), [(0, ()), (6, ("root",)), (7, ("publisher",))])
+@pytest.mark.parametrize(("seed", "faults"), [(0, ()), (6, ("root",)), (8, ("forwarder", "stall"))])
 def test_total_order_subscribers_of_a_tree_all_see_one_interleaving(seed, faults):
     """Every subscriber asks for total order; those of one tree must agree on the order of the
-    events they share, on top of everything the publisher-order checks ask."""
+    events they share, on top of everything the publisher-order checks ask. (A publisher's broker
+    that crashes can make its first events reach a subscriber's broker later than the clock-skew
+    allowance: docs/delivery.md says they are then delivered late, counted, not in one order.)"""
     run = DeliveryRun(DeliveryScenario(seed=seed, total_order=True, loss=0.02, faults=faults))
     result = run.execute()
     assert not result.problems, result.problems
