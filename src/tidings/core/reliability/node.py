@@ -175,7 +175,7 @@ class ReliabilityNode:
             ist = self._new_istream(tree, knowledge.pubend, knowledge.after)
             if ist is None:  # nobody here wants it: acknowledge it so upstream is not held up
                 self._ack(upstream, tree, knowledge.pubend, knowledge.through)
-                return self._flush(out)
+                return self._flush(now, out)
         ist.upstream = upstream
         ist.origin = origin
         t = self.trees[tree]
@@ -188,7 +188,7 @@ class ReliabilityNode:
         elif knowledge.through <= ist.acked_sent:
             self._ack(upstream, tree, ist.pubend, ist.acked_sent)  # our ack may have been lost
         self._after_change(now, ist)
-        return self._flush(out)
+        return self._flush(now, out)
 
     def _best_effort(self, now: int, tree: str, event: Any, knowledge: messages.Knowledge) -> list[Any]:
         """The comparison mode: every event to every child and to every local subscription of the
@@ -321,7 +321,7 @@ class ReliabilityNode:
             ist.attach(child, positions.get(pubend, _or(default, ist.horizon)))
             out += self._push(now, t, ist)
             self._after_change(now, ist)
-        return self._flush(out)
+        return self._flush(now, out)
 
     # ---- local subscriptions --------------------------------------------------------------------
 
@@ -340,7 +340,7 @@ class ReliabilityNode:
                 ist.attach(key, start)
                 out += self._push(now, t, ist)
                 self._after_change(now, ist)
-        return self._flush(out)
+        return self._flush(now, out)
 
     def local_unsubscribe(self, now: int, key: int, tree: str) -> list[Any]:
         t = self.trees.get(tree)
@@ -352,7 +352,7 @@ class ReliabilityNode:
             ist.detach(key)
             self._after_change(now, ist)
         self._drop_if_unused(tree, t)
-        return self._flush([])
+        return self._flush(now, [])
 
     def local_flow(self, now: int, key: int, tree: str, blocked: bool) -> list[Any]:
         t = self.trees.get(tree)
@@ -366,7 +366,7 @@ class ReliabilityNode:
                 if not blocked:
                     out += self._push(now, t, ist)
                 self._after_change(now, ist)
-        return self._flush(out)
+        return self._flush(now, out)
 
     def _drop_if_unused(self, tree: str, t: _Tree) -> None:
         if not t.locals and not self.scribe.children(tree):
@@ -397,7 +397,7 @@ class ReliabilityNode:
                 out += self._to(now, sender, messages.RootMoved(decoded.tree).to_wire())
         elif type(decoded) is messages.RootMoved:
             self.source.root_moved(decoded.tree, sender)
-        return self._flush(out)
+        return self._flush(now, out)
 
     def _nacked(self, now: int, sender: str, tree: str, pubend: str,
                 ranges: tuple[tuple[int, int], ...]) -> list[Any]:
@@ -436,7 +436,7 @@ class ReliabilityNode:
             else:
                 assert isinstance(key, GapTimer)
                 out += self._gap_due(now, key)
-        return self._flush(out)
+        return self._flush(now, out)
 
     def _gap_due(self, now: int, key: GapTimer) -> list[Any]:
         ist = self._istream(key.tree, key.pubend)
@@ -480,13 +480,14 @@ class ReliabilityNode:
     def _ack(self, upstream: str, tree: str, pubend: str, through: int) -> None:
         self._acks.setdefault(upstream, []).append(messages.StreamAck(tree, pubend, through))
 
-    def _flush(self, out: list[Any]) -> list[Any]:
+    def _flush(self, now: int, out: list[Any]) -> list[Any]:
         """`out` and then the acks gathered while producing it, one ACK per upstream broker."""
         while self._acks:
             acks, self._acks = self._acks, {}
             for address, entries in acks.items():
                 for i in range(0, len(entries), messages.ACK_ENTRIES_MAX):
-                    out += self._to(0, address, messages.Ack(tuple(entries[i:i + messages.ACK_ENTRIES_MAX])).to_wire())
+                    chunk = tuple(entries[i:i + messages.ACK_ENTRIES_MAX])
+                    out += self._to(now, address, messages.Ack(chunk).to_wire())
         return out
 
     def _to(self, now: int, address: str, message: list[Any]) -> list[Any]:
