@@ -46,7 +46,8 @@ def test_clock_skew_between_brokers_within_the_allowance():
 
 def test_two_hundred_brokers_with_loss_and_a_root_and_forwarder_crash():
     assert_clean(DeliveryScenario(seed=5, brokers=200, loss=0.02, duplication=0.01, reordering=0.01,
-                                  faults=("root", "forwarder"), events_per_publisher=100))
+                                  faults=("root", "forwarder"), events_per_publisher=100,
+                                  coalesce_probability=0.95))
 
 
 @pytest.mark.parametrize("seed", range(SWEEP_SEEDS))

@@ -63,6 +63,9 @@ class DeliveryScenario:
     subscribers: int = 6
     slow_subscriber: bool = False  # the first subscriber reads slowly: its broker's queue to it fills
     total_order: bool = False  # every subscriber asks for total order
+    # how often the network hands a receiver all it has rather than a random cut of it: cuts test
+    # frame reassembly, and cost a receive each, so runs at scale cut less
+    coalesce_probability: float = 0.3
 
 
 @dataclass
@@ -78,7 +81,7 @@ class DeliveryRun:
     def __init__(self, scenario: DeliveryScenario, config: BrokerConfig = CONFIG) -> None:
         self.scenario = scenario
         self.world = World(scenario.seed)
-        self.net = Network(self.world)
+        self.net = Network(self.world, coalesce_probability=scenario.coalesce_probability)
         rng = self.world.derive_rng("scenario")
         self.rng = rng
         self.nodes: list[BrokerNode] = []
