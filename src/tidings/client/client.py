@@ -188,6 +188,7 @@ class Client:
         self._closed: BaseException | None = None
         self.buffer_events_max = BUFFER_EVENTS_MAX
         self._first_bytes = b""  # what arrived before WELCOME, to say what answered instead
+        self._renewal: asyncio.TimerHandle | None = None  # the next RENEW of the broker's lease
 
     @classmethod
     async def connect(cls, address: str, *, service: str = "tidings-client", instance: str | None = None,
@@ -408,6 +409,7 @@ class Client:
             self._error(msg)
         elif isinstance(msg, messages.Welcome) and not self._welcome.done():
             self._welcome.set_result(None)
+            self._renew()
         elif isinstance(msg, messages.Challenge) and self._transport is not None:
             try:
                 self._transport.write(self._session.answer(msg))
@@ -415,6 +417,16 @@ class Client:
                 self._closed = exc
                 self._lost(None)
                 self._abort()
+
+    def _renew(self) -> None:
+        """Keep the broker's lease on this connection's subscriptions (core/leases.py) while the
+        connection is open: whether the application reads or not, the client is alive."""
+        interval = self._session.renew_interval_ns
+        if interval is None or self._closed is not None or self._transport is None:
+            return
+        if self._subs:
+            self._transport.write(self._session.renew())
+        self._renewal = self._loop.call_later(interval / 1e9, self._renew)
 
     def _acked(self, msg: messages.Ack) -> None:
         frame = self._frames.pop(msg.seq, None)
@@ -464,6 +476,9 @@ class Client:
         return ConnectionClosed("the connection to the broker is closed")
 
     def _lost(self, exc: Exception | None) -> None:
+        if self._renewal is not None:
+            self._renewal.cancel()
+            self._renewal = None
         if self._closed is None:
             self._closed = ConnectionClosed(f"the connection to the broker was lost: {exc}" if exc
                                             else "the connection to the broker is closed")

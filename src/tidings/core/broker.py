@@ -56,6 +56,7 @@ from tidings.core.inputs import (
     TimerFired,
     WriteSynced,
 )
+from tidings.core.leases import Leases
 from tidings.core.multicast.trees import publish_trees, subscription_tree
 from tidings.core.overlay.envelope import PeerSend
 from tidings.core.overlay.events import Probe
@@ -84,8 +85,9 @@ class Broker:
         # channels seen valid, each with the trees its events go to (bounded: cleared when full)
         self._channel_trees: dict[str, list[str]] = {}
         self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
+        self.leases = Leases(config.lease_ns)
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
-                         "event_bytes_max": config.event_bytes_max}
+                         "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns}
         self._paused: dict[int, None] = {}  # connections not read until the pending bytes drain
         self.events_published = 0
         self.events_rejected = 0
@@ -124,6 +126,7 @@ class Broker:
             self._flow(inp.conn, isinstance(inp, SendBlocked), out)
         elif isinstance(inp, TimerFired):
             self._timers(inp.now, out)
+            self._leases_expired(inp.now, out)
             self.guard.handle_timeout(inp.now, out)  # throttled publishers read again
             if self.peers is not None and self.cluster is not None:
                 self.pubend.declare_silence(inp.wall_us)
@@ -136,7 +139,7 @@ class Broker:
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [self._handshake_deadline(), self.guard.next_deadline()]
+        deadlines = [self._handshake_deadline(), self.guard.next_deadline(), self.leases.next_deadline()]
         if self.peers is not None and self.cluster is not None:
             deadlines += [self.peers.next_deadline(), self.cluster.next_deadline()]
         live = [d for d in deadlines if d is not None]
@@ -195,6 +198,7 @@ class Broker:
     def _lost(self, conn: int, out: list[Effect]) -> None:
         self._paused.pop(conn, None)
         c = self.connections.pop(conn, None)
+        self.leases.release(conn)
         if c is not None:
             self.guard.left(c.identity, conn)
             for s in list(c.subs.values()):
@@ -207,6 +211,17 @@ class Broker:
             c = self.connections.get(conn)
             if c is not None and c.state == AWAITING_HELLO:
                 out += c.fail(errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
+
+    def _leases_expired(self, now: int, out: list[Effect]) -> None:
+        """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
+        for conn in self.leases.expired(now):
+            c = self.connections.get(conn)
+            if c is None:
+                continue
+            for s in list(c.subs.values()):
+                out.append(Send(conn, messages.error(errors.LEASE_EXPIRED, "the subscription's lease expired: "
+                                                     "the client did not renew it in time", sub=s.sub)))
+                self._drop_subend(c, s, out)
 
     def _received(self, inp: Received, out: list[Effect]) -> None:
         c = self.connections.get(inp.conn)
@@ -223,6 +238,8 @@ class Broker:
                 self._subscribe(c, msg, inp.wall_us, out)
             elif isinstance(msg, messages.Unsubscribe):
                 self._unsubscribe(c, msg.sub, out)
+            elif isinstance(msg, messages.Renew):
+                self.leases.renew(inp.now, c.conn)
             else:
                 out.append(Send(c.conn, messages.status_reply(msg.req, self.status())))
 
@@ -372,6 +389,7 @@ class Broker:
                 return refuse(exc.code, str(exc))
             if not total:  # total order takes this broker's own events through the merge too
                 self.index.add(s.key, pattern, flt)
+        self.leases.hold(self.now, c.conn)
         out.append(Send(c.conn, messages.subscribed(msg.sub, position)))
         self._advance(c, s, out)
         return None
@@ -398,6 +416,8 @@ class Broker:
 
     def _drop_subend(self, c: ClientConnection, s: Subend, out: list[Effect]) -> None:
         del c.subs[s.sub]
+        if not c.subs:
+            self.leases.release(c.conn)
         del self.subends[s.key]
         if s.end is None:
             if not s.total:
@@ -592,6 +612,9 @@ class Broker:
             "subscriptions": len(self.subends),
             "subscriptions_live": sum(1 for s in self.subends.values() if s.live),
             "catchup_readers": sum(1 for s in self.subends.values() if not s.live),
+            "leases_held": len(self.leases),
+            "leases_expired": self.leases.expired_total,
+            "lease_ns": self.leases.lease_ns,
             "blocked_connections": sum(1 for c in self.connections.values() if c.blocked),
             "events_published": self.events_published,
             "events_rejected": self.events_rejected,

@@ -27,6 +27,9 @@ MILLISECOND_NS = 1_000_000
 SWITCHES = frozenset({"best_effort_delivery"})  # the keys that take true or false
 
 
+LEASE_NS_MIN = 300 * MILLISECOND_NS
+
+
 class ConfigError(TidingsError, ValueError):
     code = "bad-config"
 
@@ -37,6 +40,8 @@ class BrokerConfig:
     frame_bytes_max: int = 8 * MIB
     event_bytes_max: int = 1 * MIB
     handshake_timeout_ns: int = 5 * SECOND_NS
+    # a connection's subscriptions end when it has not renewed (RENEW or SUBSCRIBE) for this long
+    lease_ns: int = 30 * SECOND_NS
     # per-connection output: past this many queued bytes a connection counts as slow and its
     # subscriptions switch from live delivery to reading the log
     send_queue_bytes_max: int = 4 * MIB
@@ -112,6 +117,8 @@ class BrokerConfig:
                                 ("keepalive_interval_ns", "failure_timeout_ns")):
             if getattr(cfg, shorter) >= getattr(cfg, longer):
                 raise ConfigError(f"{shorter} must be shorter than {longer}")
+        if cfg.lease_ns < LEASE_NS_MIN:
+            raise ConfigError(f"lease_ns must be at least {LEASE_NS_MIN} (clients renew every third of it)")
         if cfg.leaf_set_size % 2:
             raise ConfigError("leaf_set_size must be even (half on each side of the node)")
         return cfg

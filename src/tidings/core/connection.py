@@ -42,7 +42,8 @@ class PeerHandover:
 
 
 ClientMessage = (
-    messages.Publish | messages.Subscribe | messages.Unsubscribe | messages.StatusRequest | PeerHandover
+    messages.Publish | messages.Subscribe | messages.Unsubscribe | messages.StatusRequest | messages.Renew
+    | PeerHandover
 )
 
 

@@ -67,6 +67,7 @@ class ClientSession:
         self.pubend: str | None = None
         self.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
         self.event_bytes_max = EVENT_BYTES_MAX_DEFAULT
+        self.lease_ns: int | None = None  # the broker's lease on subscriptions (core/leases.py)
         self._decoder = FrameDecoder(FRAME_BYTES_MAX_DEFAULT + FRAME_MARGIN_BYTES)
         self._valid_channels: set[str] = set()
         self._next_seq = 0
@@ -106,6 +107,8 @@ class ClientSession:
                 self.pubend = str(msg.info.get("pubend", ""))
                 self.frame_bytes_max = int(msg.info.get("frame_bytes_max", self.frame_bytes_max))
                 self.event_bytes_max = int(msg.info.get("event_bytes_max", self.event_bytes_max))
+                lease = msg.info.get("lease_ns")
+                self.lease_ns = lease if type(lease) is int and lease > 0 else None
                 # the broker's frames: events up to its event_bytes_max, with room for attributes
                 self._decoder.frame_bytes_max = self.frame_bytes_max + FRAME_MARGIN_BYTES
             out.append(msg)
@@ -165,6 +168,15 @@ class ClientSession:
         self._next_sub += 1
         msg = messages.Subscribe(self._next_sub, pattern, filter or None, kind, after, end, order)
         return self._next_sub, messages.subscribe(msg)
+
+    @property
+    def renew_interval_ns(self) -> int | None:
+        """How often to send `renew()` so that a frame or two lost to a slow link does not end the
+        lease (a third of it); None when the broker grants no lease."""
+        return None if self.lease_ns is None else max(1, self.lease_ns // 3)
+
+    def renew(self) -> bytes:
+        return messages.renew()
 
     def unsubscribe(self, sub: int) -> bytes:
         return messages.unsubscribe(sub)

@@ -276,6 +276,19 @@ class Subscriber(SimClient):
         self.subscriptions += 1
         self.world.trace(self.name, "subscribe", start)
         self.send(frame)
+        self._renew_later(self.sock)
+
+    def _renew_later(self, sock: Socket | None) -> None:
+        """Renew the broker's lease on the subscription, as the client library does, while this
+        connection lasts."""
+        interval = None if self.session is None else self.session.renew_interval_ns
+        if interval is not None:
+            self.world.call_later(interval, self._renew, sock)
+
+    def _renew(self, sock: Socket | None) -> None:
+        if sock is self.sock and self.session is not None:
+            self.send(self.session.renew())
+            self._renew_later(sock)
 
     def on_down(self) -> None:
         self._sub = None

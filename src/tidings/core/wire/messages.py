@@ -29,6 +29,7 @@ ORDERS = (ORDER_PUBLISHER, ORDER_TOTAL)
 UNSUBSCRIBE = 4
 STATUS = 5
 AUTH = 6
+RENEW = 7  # [RENEW]: the client is alive; extends the lease on its subscriptions (core/leases.py)
 # broker -> client
 WELCOME = 16
 ACK = 17
@@ -85,6 +86,11 @@ class Subscribe:
 @dataclass(frozen=True, slots=True)
 class Unsubscribe:
     sub: int
+
+
+@dataclass(frozen=True, slots=True)
+class Renew:
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +184,10 @@ def unsubscribe(sub: int) -> bytes:
 
 def status_request(req: int) -> bytes:
     return _pack([STATUS, req])
+
+
+def renew() -> bytes:
+    return _pack([RENEW])
 
 
 def welcome(info: dict[str, Any]) -> bytes:
@@ -308,9 +318,9 @@ def _decode_start(start: Any) -> tuple[str, int]:
     raise _bad("SUBSCRIBE start must be [\"now\"], [\"start\"] or [\"after\", tick]")
 
 
-def decode_client_message(
+def decode_client_message(  # noqa: PLR0911 - one return per message type
     body: bytes,
-) -> Hello | Auth | Publish | Subscribe | Unsubscribe | StatusRequest:
+) -> Hello | Auth | Publish | Subscribe | Unsubscribe | StatusRequest | Renew:
     msg = _unpack(body)
     kind = msg[0]
     if kind == PUBLISH:
@@ -335,6 +345,9 @@ def decode_client_message(
     if kind == UNSUBSCRIBE:
         _arity(msg, 2, "UNSUBSCRIBE")
         return Unsubscribe(_int(msg[1], "UNSUBSCRIBE id"))
+    if kind == RENEW:
+        _arity(msg, 1, "RENEW")
+        return Renew()
     if kind == STATUS:
         _arity(msg, 2, "STATUS")
         return StatusRequest(_int(msg[1], "STATUS id"))

@@ -1,0 +1,67 @@
+"""Leases on subscriptions (PsEPR §3.3): a subscription lives only while its client says it does.
+
+Theory of operation. A client that vanishes without closing its connection (its host died, it was
+frozen, a middlebox dropped the flow) leaves a TCP connection that looks open for as long as nothing
+is written to it, and with it subscriptions that keep their trees joined, their streams attached
+and their queues growing. So every connection that holds at least one subscription holds a lease
+of `lease_ns`, granted in WELCOME (`lease_ns` in its info map). A SUBSCRIBE starts or extends the
+lease; a RENEW frame, which the client library sends every third of the lease while it is
+connected, extends it. A lease that runs out ends every subscription of its connection (each gets an
+ERROR `lease-expired`, so a client that was only late learns why) and the broker's composer removes
+them everywhere: the index, the local streams, the trees (a pruning UNSUBSCRIBE goes up each
+tree). The connection itself stays open: it may still publish, and a late client may subscribe
+again. A connection without subscriptions holds no lease and costs no timer.
+
+One lease per connection rather than per subscription: renewals come from the client as a whole,
+so one deadline says the same thing with one timer.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from tidings.core.deadlines import Deadlines
+
+
+class LeaseTimer(NamedTuple):
+    conn: int
+
+
+class Leases:
+    __slots__ = ("_timers", "expired_total", "lease_ns")
+
+    def __init__(self, lease_ns: int) -> None:
+        self.lease_ns = lease_ns
+        self._timers: Deadlines[LeaseTimer] = Deadlines()
+        self.expired_total = 0
+
+    def hold(self, now: int, conn: int) -> None:
+        """`conn` subscribed: its lease runs from now."""
+        self._timers.set(LeaseTimer(conn), now + self.lease_ns)
+
+    def renew(self, now: int, conn: int) -> bool:
+        """A RENEW from `conn`: extend its lease if it holds one (False: it holds none)."""
+        key = LeaseTimer(conn)
+        if key not in self._timers:
+            return False
+        self._timers.set(key, now + self.lease_ns)
+        return True
+
+    def release(self, conn: int) -> None:
+        """`conn` holds no subscription any more, or is gone."""
+        self._timers.cancel(LeaseTimer(conn))
+
+    def expires_at(self, conn: int) -> int | None:
+        return self._timers.when(LeaseTimer(conn))
+
+    def next_deadline(self) -> int | None:
+        return self._timers.next_deadline()
+
+    def expired(self, now: int) -> list[int]:
+        """The connections whose lease ran out by `now`, earliest first; they hold none now."""
+        conns = [key.conn for key in self._timers.pop_due(now)]
+        self.expired_total += len(conns)
+        return conns
+
+    def __len__(self) -> int:
+        return len(self._timers)
