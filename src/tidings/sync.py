@@ -70,7 +70,7 @@ class SyncSubscription:
 class SyncClient:
     def __init__(self, address: str, service: str, instance: str | None, timeout: float,
                  request_timeout: float | None, credential: str | None = None,
-                 tls: ssl.SSLContext | bool = False) -> None:
+                 tls: ssl.SSLContext | bool = False, follow_advice: bool = True) -> None:
         self.gaps_skipped: list[Gap] = []
         self.request_timeout = request_timeout
         self._loop = new_event_loop()
@@ -79,7 +79,7 @@ class SyncClient:
         try:
             self._client: Client = self._call(
                 Client.connect(address, service=service, instance=instance, timeout=timeout,
-                               credential=credential, tls=tls))
+                               credential=credential, tls=tls, follow_advice=follow_advice))
         except BaseException:
             self._stop_loop()
             raise
@@ -98,6 +98,15 @@ class SyncClient:
     @property
     def pubend(self) -> str | None:
         return self._client.pubend
+
+    @property
+    def address(self) -> str:
+        """The broker this client is connected to now (route advice may have moved it)."""
+        return self._client.address
+
+    @property
+    def moves(self) -> int:
+        return self._client.moves
 
     def publish(self, channel: str, payload: bytes | str = b"",
                 attributes: dict[str, Any] | None = None) -> PublishResult:
@@ -167,13 +176,14 @@ class SyncClient:
 
 def connect(address: str, *, service: str = "tidings-client", instance: str | None = None,
             timeout: float = 10.0, request_timeout: float | None = 60.0,
-            credential: str | None = None, tls: ssl.SSLContext | bool = False) -> SyncClient:
+            credential: str | None = None, tls: ssl.SSLContext | bool = False,
+            follow_advice: bool = True) -> SyncClient:
     """Connect to a broker and return a blocking client (use it as a context manager).
 
     `timeout` bounds the connection; `request_timeout` bounds every call that expects an answer
     (publish, status, subscribe, and each wait for the next batch of a bounded `read`), so a hung
     broker raises TimeoutError instead of blocking for ever. `None` waits without limit.
     `credential` (NAME:SECRET) authenticates as that identity; `tls`
-    as in Client.connect.
+    as in Client.connect; `follow_advice` as in Client.connect.
     """
-    return SyncClient(address, service, instance, timeout, request_timeout, credential, tls)
+    return SyncClient(address, service, instance, timeout, request_timeout, credential, tls, follow_advice)

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidings.broker")
 GIL_SWITCH_INTERVAL_S = 0.0005
 JOIN_TIMEOUT_S = 60.0  # default bound on joining the overlay through --join
+DRAIN_TIMEOUT_S = 5.0  # default bound on waiting for advised clients to move after SIGTERM
 
 
 class _Connection(asyncio.Protocol):
@@ -152,6 +153,7 @@ class BrokerServer:
         self._stopped = asyncio.Event()
         self._stopping: asyncio.Future[None] | None = None
         self._stop_began: float | None = None
+        self._drain_wake: asyncio.Future[None] | None = None  # woken by each input while draining
         self.core: Broker | None = None
         self._applying = False
         self._deferred: list[Input] = []
@@ -244,8 +246,28 @@ class BrokerServer:
         peers = self.core.peers if self.core is not None else None
         return None if peers is None else id_hex(peers.me.node_id)
 
+    @property
+    def draining(self) -> bool:
+        return self.core is not None and self.core.draining
+
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    async def drain(self, timeout_s: float) -> None:
+        """SIGTERM: advise every client to move to a neighbour (core/advice.py), wait until those that
+        can move have gone (at most `timeout_s`), then stop."""
+        if self.core is not None and self._stop_began is None and timeout_s > 0:
+            started = time.monotonic()
+            advised = self.core.drain(time.monotonic_ns())  # none without neighbours to advise
+            self._run(advised)
+            loop = asyncio.get_running_loop()
+            while advised and self.core.movable_clients() and time.monotonic() - started < timeout_s:
+                self._drain_wake = loop.create_future()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._drain_wake, timeout_s - (time.monotonic() - started))
+            log.info("drained in %.3f s; %d clients that could move did not", time.monotonic() - started,
+                     self.core.movable_clients())
+        await self.stop()
 
     async def stop(self) -> None:
         """Stop accepting, close every connection, finish pending syncs, close the log; log one final
@@ -305,6 +327,8 @@ class BrokerServer:
                 self.apply(core.handle(self._deferred.pop(0)))
         finally:
             self._applying = False
+        if self._drain_wake is not None and not self._drain_wake.done():
+            self._drain_wake.set_result(None)  # a connection may have gone: the drain looks again
         for identity, code, message in core.guard.take_refusals():
             log.warning("refused %s: %s (%s)", identity, message, code)
         self._arm_timer()
@@ -434,8 +458,10 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
                ready: Any = None, join: str | None = None, advertise: str | None = None,
                join_timeout_s: float = JOIN_TIMEOUT_S, http: tuple[str, int] | None = None,
-               auth: Path | None = None, allow_anonymous: bool = False, tls: TlsFiles | None = None) -> None:
-    """Run a broker in the foreground until SIGINT or SIGTERM; `ready(server)` is called once listening
+               auth: Path | None = None, allow_anonymous: bool = False, tls: TlsFiles | None = None,
+               drain_timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+    """Run a broker in the foreground until SIGINT or SIGTERM (which drains first: clients are advised
+    to move, for at most `drain_timeout_s`; a second SIGTERM stops at once); `ready(server)` is called once listening
     (and in the overlay: a new one, or joining through the member at `join`). SIGHUP rereads `auth`.
     Raises the broker's `failure` (JoinFailed) when it stopped on its own."""
     async def main() -> None:
@@ -444,8 +470,9 @@ def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
                               allow_anonymous=allow_anonymous, tls=tls)
         await server.start()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop()))
+        loop.add_signal_handler(signal.SIGINT, lambda: asyncio.ensure_future(server.stop()))
+        loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(
+            server.stop() if server.draining else server.drain(drain_timeout_s)))
         loop.add_signal_handler(signal.SIGHUP, server.reload_auth)
         if ready is not None:
             ready(server)

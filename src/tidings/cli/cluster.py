@@ -164,7 +164,8 @@ def _wait_joined(b: dict[str, Any], deadline: float, credential: str | None) -> 
 
     while True:
         try:
-            with sync.connect(b["address"], service="tidings-cluster", timeout=5, credential=credential) as client:
+            with sync.connect(b["address"], service="tidings-cluster", timeout=5, credential=credential,
+                              follow_advice=False) as client:
                 overlay = client.status().get("overlay")
         except (TidingsError, OSError):  # not serving yet: wait on
             overlay = {}

@@ -136,7 +136,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     try:
         run_broker(Path(args.data), host, port, config, ready, join=args.join, advertise=args.advertise,
                    join_timeout_s=args.join_timeout, http=http, auth=auth,
-                   allow_anonymous=args.allow_anonymous, tls=tls)
+                   allow_anonymous=args.allow_anonymous, tls=tls, drain_timeout_s=args.drain_timeout)
     except (OSError, StorageError) as exc:
         raise CliError(f"cannot run broker: {exc}", EXIT_BROKER) from None
     except JoinFailed as exc:
@@ -147,6 +147,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
 def _check_overlay_options(args: argparse.Namespace, host: str) -> None:
     if not args.join_timeout > 0:
         raise CliError("--join-timeout must be a positive number of seconds", EXIT_INPUT)
+    if not args.drain_timeout >= 0:
+        raise CliError("--drain-timeout must be 0 or a positive number of seconds", EXIT_INPUT)
     for option in ("join", "advertise"):
         value = getattr(args, option)
         if value is not None:
@@ -162,13 +164,14 @@ def _check_overlay_options(args: argparse.Namespace, host: str) -> None:
             "listening on %s without --advertise: brokers that join this one will not reach it", args.listen)
 
 
-def _connect(args: argparse.Namespace) -> Any:
+def _connect(args: argparse.Namespace, follow_advice: bool = True) -> Any:
+    """A client of --broker; `status` asks a given broker, so it does not follow route advice."""
     from tidings import sync
 
     if not args.connect_timeout > 0:
         raise CliError("--connect-timeout must be a positive number of seconds", EXIT_INPUT)
     return sync.connect(args.broker, service=args.service, instance=args.instance, timeout=args.connect_timeout,
-                        credential=args.credential, tls=tls_cli.client_tls(args))
+                        credential=args.credential, tls=tls_cli.client_tls(args), follow_advice=follow_advice)
 
 
 def cmd_pub(args: argparse.Namespace) -> int:
@@ -266,7 +269,7 @@ def _say_ready(args: argparse.Namespace, position: int | None) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with _connect(args) as client:
+    with _connect(args, follow_advice=False) as client:
         status = client.status()
     if args.json:
         emit(status)
@@ -341,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(without it, this broker starts a new overlay)")
     b.add_argument("--join-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="give up (exit 1) when not in the overlay after this long (default %(default)s)")
+    b.add_argument("--drain-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="on SIGTERM, advise clients to move to a neighbour and wait at most this long for "
+                        "them to go before stopping; 0 stops at once, as SIGINT does (default %(default)s)")
     b.add_argument("--advertise", metavar="HOST:PORT",
                    help="the address other brokers reach this one at (default: the bound address)")
     b.add_argument("--http", metavar="HOST:PORT", help="serve /metrics (Prometheus) and /status (JSON) over "

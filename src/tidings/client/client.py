@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tidings.core import errors
+from tidings.core import advice, errors
 from tidings.core.auth.credentials import NONCE_BYTES, Credential, parse_credential
 from tidings.core.errors import (
     AddressError,
@@ -42,6 +42,8 @@ from tidings.core.wire import messages
 BUFFER_EVENTS_MAX = 50_000
 WELCOME_TIMEOUT_S = 3.0  # a broker answers HELLO at once; silence this long means something else listens
 FIRST_BYTES_SHOWN = 16  # of an answer that is not a tidings frame, quoted in NotABroker
+PROBE_TIMEOUT_S = 3.0  # to connect to one advised broker and get its WELCOME
+MOVE_WAIT_S = 10.0  # for the requests in flight on the old connection to be answered before a move
 
 
 class PublishResult(NamedTuple):
@@ -87,9 +89,19 @@ def _tls_context(tls: ssl.SSLContext | bool) -> ssl.SSLContext | None:
     return ssl.create_default_context() if tls else None
 
 
+class _Detached:
+    """Where a connection the client moved away from reports: nowhere."""
+
+    def _data(self, data: bytes) -> None:
+        pass
+
+    def _lost(self, exc: Exception | None) -> None:
+        pass
+
+
 class _Protocol(asyncio.Protocol):
     def __init__(self, client: Client) -> None:
-        self.client = client
+        self.client: Client | _Detached = client
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         sock = transport.get_extra_info("socket")
@@ -189,11 +201,19 @@ class Client:
         self.buffer_events_max = BUFFER_EVENTS_MAX
         self._first_bytes = b""  # what arrived before WELCOME, to say what answered instead
         self._renewal: asyncio.TimerHandle | None = None  # the next RENEW of the broker's lease
+        self._connect_args: dict[str, Any] = {}
+        self.address = ""
+        self.rtt_ns = 0  # HELLO to WELCOME when this connection was made
+        self.info: dict[str, Any] = {}  # the broker's WELCOME info
+        self.follow_advice = True  # move to a broker the current one advises (core/advice.py)
+        self.moves = 0
+        self._moving: asyncio.Future[None] | None = None
+        self._following: asyncio.Task[None] | None = None
 
     @classmethod
     async def connect(cls, address: str, *, service: str = "tidings-client", instance: str | None = None,
                       timeout: float = 10.0, credential: str | Credential | None = None,
-                      tls: ssl.SSLContext | bool = False) -> Client:
+                      tls: ssl.SSLContext | bool = False, follow_advice: bool = True) -> Client:
         """Connect and handshake within `timeout` seconds. Raises BrokerUnreachable when no connection
         can be made, NotABroker when what answers is not a tidings broker (it must answer HELLO
         within WELCOME_TIMEOUT_S), BrokerError when the broker refuses the client.
@@ -202,12 +222,17 @@ class Client:
         it from $TIDINGS_CREDENTIAL; the library never reads the environment); with it the client
         authenticates, and NAME is the service stamped on its events. `tls`: True checks the
         broker's certificate against the system's CAs, or give an SSLContext
-        (tidings.aio.tls.client_context(ca) for a private CA)."""
+        (tidings.aio.tls.client_context(ca) for a private CA). `follow_advice`: move, without the
+        application noticing, to a broker the current one advises (closer, or less loaded, or
+        because it is stopping) while the connection holds no subscription; see docs/operations.md."""
         host, port = parse_address(address)
         if isinstance(credential, str):
             credential = parse_credential(credential)
-        client = cls(ClientSession(service, instance or f"{socket.gethostname()}-{os.getpid()}", credential,
-                                   secrets.token_bytes(NONCE_BYTES)))
+        instance = instance or f"{socket.gethostname()}-{os.getpid()}"
+        client = cls(ClientSession(service, instance, credential, secrets.token_bytes(NONCE_BYTES)))
+        client.address, client.follow_advice = address, follow_advice
+        client._connect_args = {"service": service, "instance": instance, "timeout": timeout,
+                                "credential": credential, "tls": tls}
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
@@ -221,8 +246,10 @@ class Client:
         wait_s = max(0.0, min(WELCOME_TIMEOUT_S, timeout - (loop.time() - started)))
         try:
             async with asyncio.timeout(wait_s):
+                hello_at = loop.time()
                 transport.write(client._session.hello())  # type: ignore[attr-defined]
                 await client._welcome
+                client.rtt_ns = int((loop.time() - hello_at) * 1e9)
         except TimeoutError:
             client._abort()
             raise NotABroker(f"{address} is not a tidings broker: it accepted the connection but did not "
@@ -269,6 +296,8 @@ class Client:
         raised as a BrokerError whose `results` lists a PublishResult or a BrokerError per item.
         """
         self._check_open()
+        if self._moving is not None:
+            await asyncio.shield(self._moving)
         check = self._session.check_event
         events = [check(*item) for item in items]
         if self._outbox:
@@ -292,6 +321,8 @@ class Client:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if self._moving is not None:
+            return  # the move flushes the outbox to the new connection
         events, futures = self._outbox, self._outbox_futures
         self._outbox, self._outbox_futures = [], []
         if self._closed is not None:
@@ -322,6 +353,8 @@ class Client:
         if on_gap not in ("raise", "event"):
             raise StartError("on_gap must be 'raise' or 'event'")
         self._check_open()
+        if self._moving is not None:
+            await asyncio.shield(self._moving)
         sub_id, frame = self._session.subscribe(pattern, filter, start, end, order)
         sub = Subscription(self, sub_id, on_gap)
         self._subs[sub_id] = sub
@@ -339,6 +372,8 @@ class Client:
 
     async def status(self) -> dict[str, Any]:
         self._check_open()
+        if self._moving is not None:
+            await asyncio.shield(self._moving)
         req, frame = self._session.status()
         fut: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._status[req] = fut
@@ -408,8 +443,11 @@ class Client:
         elif isinstance(msg, messages.Error):
             self._error(msg)
         elif isinstance(msg, messages.Welcome) and not self._welcome.done():
+            self.info = msg.info
             self._welcome.set_result(None)
             self._renew()
+        elif isinstance(msg, messages.Advice):
+            self._advised(msg)
         elif isinstance(msg, messages.Challenge) and self._transport is not None:
             try:
                 self._transport.write(self._session.answer(msg))
@@ -417,6 +455,73 @@ class Client:
                 self._closed = exc
                 self._lost(None)
                 self._abort()
+
+    # ---- route advice (core/advice.py) ----------------------------------------------------------
+
+    def _advised(self, msg: messages.Advice) -> None:
+        decoded = advice.decode(msg.reason, msg.entries)
+        if (decoded is None or not decoded[1] or not self.follow_advice or self._subs
+                or self._following is not None or self._closed is not None):
+            return
+        self._following = self._loop.create_task(self._follow(*decoded))
+
+    async def _follow(self, reason: advice.Reason, candidates: list[advice.Candidate]) -> None:
+        try:
+            probes = await asyncio.gather(*(self._probe(c.address) for c in candidates))
+            target = advice.choose(reason, self.rtt_ns, [p for p in probes if p is not None])
+            if target is not None and not self._subs and self._closed is None:
+                await self._move(target)
+        finally:
+            self._following = None
+
+    async def _probe(self, address: str) -> advice.Probe | None:
+        """Connect to an advised broker as this client would, timing HELLO to WELCOME."""
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                other = await Client.connect(address, **{**self._connect_args, "timeout": PROBE_TIMEOUT_S},
+                                             follow_advice=False)
+        except (TidingsError, OSError, TimeoutError):
+            return None
+        await other.close()
+        return advice.Probe(address, other.rtt_ns, bool(other.info.get("overloaded")),
+                            bool(other.info.get("draining")))
+
+    async def _move(self, address: str) -> None:
+        """Go on at `address`: requests in flight here are answered first, new ones wait, and the
+        application sees one client throughout (later events carry the new broker's pubend)."""
+        self._moving = moving = self._loop.create_future()
+        try:
+            async with asyncio.timeout(MOVE_WAIT_S):
+                while self._frames or self._status:
+                    pending = [f for frame in self._frames.values()
+                               for f in ([frame.batch] if frame.batch is not None else frame.futures or [])]
+                    await asyncio.wait([*pending, *self._status.values()])
+                other = await Client.connect(address, **self._connect_args, follow_advice=False)
+            if self._closed is None and not self._subs:
+                self._switch(address, other)
+            else:
+                await other.close()
+        except (TidingsError, OSError, TimeoutError):
+            pass  # stay here
+        finally:
+            self._moving = None
+            moving.set_result(None)
+            if self._outbox and not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._loop.call_soon(self._flush)
+
+    def _switch(self, address: str, other: Client) -> None:
+        """Take over `other`'s connection and session; the old connection is closed quietly."""
+        if other._renewal is not None:
+            other._renewal.cancel()
+        old = self._transport
+        assert old is not None and other._transport is not None
+        old.get_protocol().client = _Detached()  # type: ignore[attr-defined]
+        other._transport.get_protocol().client = self  # type: ignore[attr-defined]
+        self._session, self._transport = other._session, other._transport
+        self.address, self.rtt_ns, self.info = address, other.rtt_ns, other.info
+        self.moves += 1
+        old.close()
 
     def _renew(self) -> None:
         """Keep the broker's lease on this connection's subscriptions (core/leases.py) while the
@@ -476,6 +581,8 @@ class Client:
         return ConnectionClosed("the connection to the broker is closed")
 
     def _lost(self, exc: Exception | None) -> None:
+        if self._following is not None:
+            self._following.cancel()
         if self._renewal is not None:
             self._renewal.cancel()
             self._renewal = None

@@ -30,7 +30,7 @@ from typing import Any
 
 import msgpack
 
-from tidings.core import errors
+from tidings.core import advice, errors
 from tidings.core.auth.guard import Guard
 from tidings.core.channels import validate_channel, validate_pattern
 from tidings.core.cluster import ClusterMember, Reliability
@@ -86,6 +86,7 @@ class Broker:
         self._channel_trees: dict[str, list[str]] = {}
         self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
         self.leases = Leases(config.lease_ns)
+        self.draining = False  # stopping: clients are advised to move (core/advice.py)
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
                          "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns}
         self._paused: dict[int, None] = {}  # connections not read until the pending bytes drain
@@ -212,6 +213,39 @@ class Broker:
             if c is not None and c.state == AWAITING_HELLO:
                 out += c.fail(errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
 
+    def _open_clients(self) -> int:
+        return sum(1 for c in self.connections.values() if c.state == OPEN)
+
+    def _welcome_info(self) -> dict[str, Any]:
+        """WELCOME's info, with the load a client probing this broker for route advice reads."""
+        clients = self._open_clients()
+        return {**self._welcome, "clients": clients, "draining": self.draining,
+                "overloaded": clients > self.config.clients_advised_above}
+
+    def _advise(self, conns: list[int]) -> list[Effect]:
+        """ADVICE to `conns` (core/advice.py): this broker's nearest neighbours, and why to move."""
+        if self.cluster is None or not self.cluster.overlay.joined:
+            return []
+        near = [(n.address, rtt) for n, rtt in self.cluster.overlay.neighbourhood.with_rtt()]
+        entries = [[c.address, c.rtt_ns // 1000] for c in advice.candidates(near, self.cluster.overlay.me.address)]
+        if not entries:
+            return []
+        reason = (advice.Reason.DRAINING if self.draining else advice.Reason.OVERLOADED
+                  if self._open_clients() > self.config.clients_advised_above else advice.Reason.CLOSER)
+        frame = messages.advice(reason.value, entries)
+        return [Send(conn, frame) for conn in conns]
+
+    def drain(self, now: int) -> list[Effect]:
+        """The broker is stopping: every client is advised to move to a neighbour."""
+        self.now = now
+        self.draining = True
+        return self._advise([c.conn for c in self.connections.values() if c.state == OPEN])
+
+    def movable_clients(self) -> int:
+        """Open client connections without subscriptions: the ones route advice can move (a
+        subscription moves with a durable token, which a later release brings)."""
+        return sum(1 for c in self.connections.values() if c.state == OPEN and not c.subs)
+
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
         for conn in self.leases.expired(now):
@@ -227,8 +261,11 @@ class Broker:
         c = self.connections.get(inp.conn)
         if c is None:
             return
-        msgs, effects = c.receive(inp.data, self._welcome)
+        opening = c.state != OPEN
+        msgs, effects = c.receive(inp.data, self._welcome_info() if opening else self._welcome)
         out += effects
+        if opening and c.state == OPEN:
+            out += self._advise([c.conn])
         for msg in msgs:
             if isinstance(msg, PeerHandover):
                 self._adopt_peer(c, msg, out)
@@ -608,7 +645,8 @@ class Broker:
         log = self.log
         return {
             "pubend": self.pubend.pubend_id,
-            "clients": sum(1 for c in self.connections.values() if c.state == OPEN),
+            "clients": self._open_clients(),
+            "draining": self.draining,
             "subscriptions": len(self.subends),
             "subscriptions_live": sum(1 for s in self.subends.values() if s.live),
             "catchup_readers": sum(1 for s in self.subends.values() if not s.live),

@@ -47,6 +47,8 @@ class BrokerConfig:
     send_queue_bytes_max: int = 4 * MIB
     subscriptions_per_connection_max: int = 1024
     connections_max: int = 10_000
+    # past this many client connections the broker advises new clients to move (core/advice.py)
+    clients_advised_above: int = 8_000
     # events accepted but not yet synced: past this, publishers are not read until the disk catches up
     pending_sync_bytes_max: int = 64 * MIB
     # reading the log for catching-up subscriptions

@@ -33,7 +33,7 @@ Start = str | int | _dt.datetime
 
 BrokerMessage = (
     messages.Welcome | messages.Challenge | messages.Ack | messages.Events | messages.Subscribed | messages.Gap
-    | messages.End | messages.StatusReply | messages.Error
+    | messages.End | messages.StatusReply | messages.Error | messages.Advice
 )
 
 

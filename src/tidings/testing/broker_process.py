@@ -101,7 +101,7 @@ class BrokerProcess:
     def status(self, timeout: float = 10.0) -> dict[str, Any]:
         """The broker's status, as `tidings status --json` prints it."""
         with sync.connect(self.address, service="tidings-testing", timeout=timeout,
-                          credential=self.credential, tls=self.tls or False) as client:
+                          credential=self.credential, tls=self.tls or False, follow_advice=False) as client:
             status: dict[str, Any] = client.status()
         return status
 

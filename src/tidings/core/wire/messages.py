@@ -40,6 +40,7 @@ END = 21
 STATUS_REPLY = 22
 ERROR = 23
 CHALLENGE = 24
+ADVICE = 25  # [ADVICE, reason, [[address, rtt_us], ...]]: entry points that may serve better (core/advice.py)
 
 START_NOW = "now"
 START_OLDEST = "start"
@@ -121,6 +122,12 @@ class Events:
 class Subscribed:
     sub: int
     position: int  # delivery starts after this tick
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    reason: Any
+    entries: Any  # checked by core.advice.decode: a client ignores advice it cannot read
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +247,10 @@ def events(sub: int, records: list[bytes]) -> bytes:
 
 def subscribed(sub: int, position: int) -> bytes:
     return _pack([SUBSCRIBED, sub, position])
+
+
+def advice(reason: str, entries: list[list[Any]]) -> bytes:
+    return _pack([ADVICE, reason, entries])
 
 
 def gap(sub: int, after: int, through: int) -> bytes:
@@ -365,7 +376,7 @@ def decode_client_message(  # noqa: PLR0911 - one return per message type
 
 def decode_broker_message(  # noqa: PLR0911, PLR0912 - one return per message type
     body: bytes,
-) -> Welcome | Challenge | Ack | Events | Subscribed | Gap | End | StatusReply | Error:
+) -> Welcome | Challenge | Ack | Events | Subscribed | Gap | End | StatusReply | Error | Advice:
     msg = _unpack(body)
     kind = msg[0]
     if kind == EVENTS:
@@ -401,6 +412,9 @@ def decode_broker_message(  # noqa: PLR0911, PLR0912 - one return per message ty
         if not isinstance(msg[2], dict):
             raise _bad("WELCOME info must be a map")
         return Welcome(_int(msg[1], "WELCOME version"), msg[2])
+    if kind == ADVICE:
+        _arity(msg, 3, "ADVICE")
+        return Advice(msg[1], msg[2])
     if kind == CHALLENGE:
         _arity(msg, 4, "CHALLENGE")
         kdf = msg[2]

@@ -1,0 +1,80 @@
+"""Route advice with real brokers: a client of an overloaded broker moves to the neighbour it is
+advised, with publishes in flight, and nothing it published is lost or duplicated."""
+
+import asyncio
+import signal
+
+import pytest
+
+from tidings import Client, sync
+from tidings.testing import LOCAL_LIVENESS, Cluster
+
+pytestmark = pytest.mark.integration
+
+
+def test_an_advised_publisher_moves_with_publishes_in_flight_and_loses_nothing(tmp_path):
+    # a broker with more than two clients advises the others to move
+    with Cluster(tmp_path, 2, {**LOCAL_LIVENESS, "clients_advised_above": 2}) as cluster:
+        b0, b1 = cluster[0], cluster[1]
+        p0, p1 = b0.status()["pubend"], b1.status()["pubend"]
+        with sync.connect(b1.address, follow_advice=False) as reader, \
+                sync.connect(b0.address, follow_advice=False), sync.connect(b0.address, follow_advice=False):
+            sub = reader.subscribe("advice/#")
+
+            async def publish():
+                mover = await Client.connect(b0.address, service="mover")  # b0's third client
+                # sent at once to b0, while the advice is being followed: the move waits for their acks
+                first = await asyncio.gather(*(mover.publish("advice/x", str(i)) for i in range(200)))
+                rest = [await mover.publish("advice/x", str(i)) for i in range(200, 400)]
+                moves, address = mover.moves, mover.address
+                await mover.close()
+                return first + rest, moves, address
+
+            sent, moves, address = asyncio.run(asyncio.wait_for(publish(), 60))
+            assert moves == 1 and address == b1.address
+            assert {r.pubend for r in sent[:200]} == {p0} and {r.pubend for r in sent[300:]} == {p1}
+            got = [sub.get(timeout=20) for _ in sent]
+            assert sorted((e.pubend, e.tick) for e in got) == sorted(sent)  # each once
+            for pubend in (p0, p1):  # in each publisher's order
+                ticks = [e.tick for e in got if e.pubend == pubend]
+                assert ticks == sorted(ticks)
+            assert sorted(int(e.payload) for e in got) == list(range(len(sent)))
+            # b0 keeps its two other clients and the status request's own connection
+            cluster.wait(lambda: b0.status()["clients"] == 3, what="the mover left b0")
+
+
+def test_status_does_not_follow_advice_and_a_lone_broker_gives_none(tmp_path):
+    with Cluster(tmp_path, 2, {**LOCAL_LIVENESS, "clients_advised_above": 1}) as cluster:
+        b0 = cluster[0]
+        with sync.connect(b0.address, follow_advice=False):
+            for _ in range(3):  # each status connection is b0's second client: advised, and stays
+                assert b0.status()["overlay"]["address"] == b0.address
+            with sync.connect(b0.address) as follower:
+                cluster.wait(lambda: follower.moves == 1, what="the follower moved")
+                assert follower.address == cluster[1].address
+
+
+def test_sigterm_drains_a_broker_whose_clients_move_on_without_loss(tmp_path):
+    with Cluster(tmp_path, 3, LOCAL_LIVENESS) as cluster:
+        leaving, staying = cluster[0], cluster[1]
+        with sync.connect(staying.address, follow_advice=False) as reader:
+            sub = reader.subscribe("drain/#")
+
+            async def publish():
+                mover = await Client.connect(leaving.address, service="mover")
+                sent = [await mover.publish("drain/x", str(i)) for i in range(100)]
+                started = asyncio.get_running_loop().time()
+                leaving.proc.send_signal(signal.SIGTERM)
+                while mover.moves == 0 and len(sent) < 5_000:
+                    sent.append(await mover.publish("drain/x", str(len(sent))))
+                moved_s = asyncio.get_running_loop().time() - started
+                sent += [await mover.publish("drain/x", str(len(sent) + i)) for i in range(100)]
+                address = mover.address
+                await mover.close()
+                return sent, address, moved_s
+
+            sent, address, moved_s = asyncio.run(asyncio.wait_for(publish(), 60))
+            assert address != leaving.address and moved_s < 5
+            got = [sub.get(timeout=20) for _ in sent]
+            assert sorted((e.pubend, e.tick) for e in got) == sorted(sent)
+            assert leaving.proc.wait(timeout=10) == 0  # it stopped once its client had gone
