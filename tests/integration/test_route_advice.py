@@ -3,6 +3,7 @@ advised, with publishes in flight, and nothing it published is lost or duplicate
 
 import asyncio
 import signal
+import time
 
 import pytest
 
@@ -78,3 +79,32 @@ def test_sigterm_drains_a_broker_whose_clients_move_on_without_loss(tmp_path):
             got = [sub.get(timeout=20) for _ in sent]
             assert sorted((e.pubend, e.tick) for e in got) == sorted(sent)
             assert leaving.proc.wait(timeout=10) == 0  # it stopped once its client had gone
+
+
+def test_a_stopped_root_is_replaced_long_before_the_failure_timeout(tmp_path):
+    """A broker that stops closes its links: its peers fail it at once (no keep-alive timeout), and
+    its trees are repaired in well under a second on loopback."""
+    from tests.integration.test_cluster_delivery import root_of
+
+    slow_detection = {**LOCAL_LIVENESS, "keepalive_interval_ns": 3_000_000_000, "failure_timeout_ns": 10_000_000_000,
+                      "heartbeat_interval_ns": 3_000_000_000, "parent_timeout_ns": 10_000_000_000,
+                      "ping_interval_ns": 3_000_000_000}
+    with Cluster(tmp_path, 3, slow_detection) as cluster:
+        tree = next(f"leave{i}/#" for i in range(1000) if root_of(cluster, f"leave{i}/#") is cluster[0])
+        root, sub_at, pub_at = cluster[0], cluster[1], cluster[2]
+        with sync.connect(sub_at.address, follow_advice=False) as reader, \
+                sync.connect(pub_at.address, follow_advice=False) as writer:
+            sub = reader.subscribe(tree)
+            channel = tree[:-1] + "x"
+            sent = [writer.publish(channel, "before")]
+            assert sub.get(timeout=20).tick == sent[0].tick
+            root.proc.send_signal(signal.SIGTERM)
+            assert root.proc.wait(timeout=10) == 0
+            stopped = time.monotonic()
+            sent.append(writer.publish(channel, "after"))
+            assert sub.get(timeout=20).tick == sent[1].tick
+            repaired_s = time.monotonic() - stopped
+            print(f"delivery resumed {repaired_s:.3f} s after the root stopped")
+            assert repaired_s < 5  # the keep-alive and parent timeouts are 10 s
+            for status in (sub_at.status(), pub_at.status()):
+                assert root.address not in {leaf[1] for leaf in status["overlay"]["leaf_set"]}
