@@ -25,8 +25,9 @@ class Publisher(threading.Thread):
     def run(self):
         while not self._halt.is_set():
             try:
+                # it stays with its broker (no route advice): the tests check that broker's log
                 with sync.connect(self.target, service="test-publisher", timeout=CONNECT_TIMEOUT_S,
-                                  request_timeout=REQUEST_TIMEOUT_S) as client:
+                                  request_timeout=REQUEST_TIMEOUT_S, follow_advice=False) as client:
                     while not self._halt.is_set():
                         self._sent += 1
                         payload = f"e{self._sent}"
