@@ -12,11 +12,12 @@ import collections
 import contextlib
 import ssl
 import threading
+import time
 from collections.abc import Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
 
 from tidings.aio.server import new_event_loop
-from tidings.client.client import Client, Gap, PublishResult, Subscription
+from tidings.client.client import Client, Gap, PublishResult, Subscription, advance
 from tidings.core.errors import GapError
 from tidings.core.event import Event
 from tidings.core.session import Start
@@ -34,24 +35,38 @@ class SyncSubscription:
     def __init__(self, owner: SyncClient, sub: Subscription) -> None:
         self._owner = owner
         self._sub = sub
-        self._items: collections.deque[Event | Gap] = collections.deque()
+        self._items: collections.deque[Any] = collections.deque()  # SILENCE markers too
         self._ended = False
         self.position = sub.position
 
     def get(self, timeout: float | None = None) -> Event | Gap | None:
         """The next item, waiting at most `timeout` seconds (TimeoutError; None waits for ever);
         None once the subscription ended."""
-        if not self._items and not self._ended:
-            batch = self._owner._call(self._sub.next_batch(), FOREVER if timeout is None else timeout)
-            if not batch:
-                self._ended = True
-            self._items.extend(batch)
-        if not self._items:
-            return None
-        item = self._items.popleft()
-        if isinstance(item, Gap) and self._sub.on_gap == "raise":
-            raise GapError(item.after, item.through)
-        return item
+        checkpoint = self._sub.checkpoint
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if not self._items:
+                if self._ended:
+                    return None
+                wait = FOREVER if deadline is None else max(0.0, deadline - time.monotonic())
+                batch = self._owner._call(self._sub._take(4096), wait)
+                if not batch:
+                    self._ended = True
+                    return None
+                self._items.extend(batch)
+            item = self._items.popleft()
+            if checkpoint is not None:  # the token follows what the application has taken
+                (shown,) = advance(checkpoint, [item]) or (None,)
+                if shown is None:
+                    continue  # a SILENCE
+            if isinstance(item, Gap) and self._sub.on_gap == "raise":
+                raise GapError(item.after, item.through)
+            return item  # type: ignore[no-any-return]
+
+    @property
+    def token(self) -> str:
+        """As Subscription.token: the checkpoint after the items `get` returned so far."""
+        return self._sub.token
 
     def __iter__(self) -> Iterator[Event | Gap]:
         while (item := self.get()) is not None:
@@ -119,9 +134,11 @@ class SyncClient:
         return self._call(self._client.publish_many(list(items)))
 
     def subscribe(self, pattern: str, *, filter: str | None = None, start: Start = "now",
-                  end: int | None = None, on_gap: str = "raise", order: str = "publisher") -> SyncSubscription:
+                  end: int | None = None, on_gap: str = "raise", order: str = "publisher",
+                  durable: bool = False, token: str | None = None) -> SyncSubscription:
+        """As Client.subscribe (`durable` and `token` there)."""
         sub = self._call(self._client.subscribe(pattern, filter=filter, start=start, end=end, on_gap=on_gap,
-                                                order=order))
+                                                order=order, durable=durable, token=token))
         return SyncSubscription(self, sub)
 
     def read(self, pattern: str, *, filter: str | None = None, after: int = 0, end: int | None = None,

@@ -10,8 +10,7 @@ import dataclasses
 
 import pytest
 
-from tidings.core.config import BrokerConfig
-from tidings.sim.scenario import PublisherSpec, Scenario, Simulation
+from tidings.sim.scenario import SIM_BROKER_CONFIG, PublisherSpec, Scenario, Simulation
 from tidings.sim.world import MILLISECOND_NS
 
 SEEDS = range(20)
@@ -28,8 +27,8 @@ def slow_disk_big_batches(seed: int) -> Scenario:
     pending-sync limit so publishers are paused until the disk catches up."""
     publishers = tuple(PublisherSpec(f"pub-{i}", 200, interval_ns=(200_000, 2 * MILLISECOND_NS),
                                      window=8, batch_max=20) for i in range(4))
-    config = BrokerConfig(send_queue_bytes_max=1024, log_read_bytes_max=2048, pending_sync_bytes_max=2048,
-                          handshake_timeout_ns=50 * MILLISECOND_NS)
+    config = dataclasses.replace(SIM_BROKER_CONFIG, send_queue_bytes_max=1024, log_read_bytes_max=2048,
+                                 pending_sync_bytes_max=2048)
     return Scenario(seed=seed, publishers=publishers, crashes=5, client_drops=5,
                     sync_ns=(2 * MILLISECOND_NS, 25 * MILLISECOND_NS), config=config)
 

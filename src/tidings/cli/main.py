@@ -235,8 +235,11 @@ def cmd_sub(args: argparse.Namespace) -> int:
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     count = 0
     on_gap = "event" if args.on_gap == "line" else "raise"
+    token_file = Path(args.token) if args.token else None
+    token = _read_token(token_file)
+    durable = {"durable": True, "token": token} if token_file is not None else {}
     with _connect(args) as client, client.subscribe(args.pattern, filter=args.filter, start=start,
-                                                    on_gap=on_gap, order=args.order) as sub:
+                                                    on_gap=on_gap, order=args.order, **durable) as sub:
         _say_ready(args, sub.position)
         while args.count is None or count < args.count:
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -250,10 +253,25 @@ def cmd_sub(args: argparse.Namespace) -> int:
                 break
             if isinstance(item, Gap):
                 emit({"gap": {"after": item.after, "through": item.through}})
-                continue
-            emit(item.to_json())
-            count += 1
+            else:
+                emit(item.to_json())
+                count += 1
+            if token_file is not None:  # after the line: a kill in between prints it again, never loses it
+                _write_token(token_file, sub.token)
     return 0
+
+
+def _read_token(path: Path | None) -> str | None:
+    if path is None or not path.exists():
+        return None
+    text = path.read_text().strip()
+    return text or None
+
+
+def _write_token(path: Path, token: str) -> None:
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_text(token + "\n")
+    temp.replace(path)
 
 
 def _say_ready(args: argparse.Namespace, position: int | None) -> None:
@@ -324,6 +342,9 @@ def _add_pub_and_sub(sub: Any) -> None:
     sb.add_argument("--order", choices=["publisher", "total"], default="publisher",
                     help="publisher (default): each publisher's events in order; total: one interleaving "
                          "shared by every total-order subscriber of the tree (starts now)")
+    sb.add_argument("--token", metavar="FILE",
+                    help="durable: resume from the checkpoint token in FILE if it exists (on any broker), and "
+                         "rewrite FILE atomically after each line printed (see docs/durable.md)")
     sb.add_argument("--count", type=int, metavar="N", help="exit (code 0) after N events")
     sb.add_argument("--timeout", type=float, metavar="SECONDS", help="exit (code 4) after SECONDS")
     sb.add_argument("--ready-file", metavar="PATH",

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from tidings.core import advice, errors
 from tidings.core.auth.credentials import NONCE_BYTES, Credential, parse_credential
+from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import (
     AddressError,
     BrokerError,
@@ -115,6 +116,28 @@ class _Protocol(asyncio.Protocol):
         self.client._lost(exc)
 
 
+class _Silence(NamedTuple):
+    """A SILENCE for a durable subscription, in line with its events: applied, never returned."""
+
+    positions: dict[str, int]
+
+
+def advance(checkpoint: Checkpoint | None, items: list[Any]) -> list[Event | Gap]:
+    """Apply `items` (as the application takes them) to a durable subscription's `checkpoint`;
+    the items without the SILENCE markers."""
+    if checkpoint is None:
+        return items
+    out: list[Event | Gap] = []
+    for item in items:
+        if type(item) is _Silence:
+            checkpoint.silence(item.positions)
+            continue
+        if type(item) is Event:
+            checkpoint.delivered(item.pubend, item.tick)
+        out.append(item)
+    return out
+
+
 class Subscription:
     """An async iterator of Events (and Gap markers when `on_gap="event"`)."""
 
@@ -123,6 +146,7 @@ class Subscription:
         self.id = sub
         self.on_gap = on_gap
         self.position: int | None = None
+        self.checkpoint: Checkpoint | None = None  # a durable subscription's (core/checkpoint.py)
         self._items: collections.deque[Any] = collections.deque()
         self._wakeup = asyncio.Event()
         self._ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -141,9 +165,25 @@ class Subscription:
             raise GapError(item.after, item.through)
         return item
 
+    @property
+    def token(self) -> str:
+        """A durable subscription's checkpoint token after the items returned so far: store it with
+        what they produced, and pass it to `subscribe(..., token=...)` on any broker to go on."""
+        if self.checkpoint is None:
+            raise StartError("only a durable subscription has a checkpoint token (subscribe with durable=True)")
+        return self.checkpoint.encode()
+
     async def next_batch(self, max_items: int = 4096) -> list[Event | Gap]:
         """Wait for at least one item and return up to `max_items` (raw Gap markers included);
         an empty list means the subscription ended."""
+        while True:
+            raw = await self._take(max_items)
+            items = advance(self.checkpoint, raw)
+            if items or not raw:  # only SILENCE: the token moved, wait for an event
+                return items
+
+    async def _take(self, max_items: int) -> list[Any]:
+        """Up to `max_items` raw items (SILENCE markers included), waiting for one."""
         while not self._items:
             if self._error is not None:
                 raise self._error
@@ -341,8 +381,14 @@ class Client:
     # ---- subscribing -----------------------------------------------------------------------------
 
     async def subscribe(self, pattern: str, *, filter: str | None = None, start: Start = "now",
-                        end: int | None = None, on_gap: str = "raise", order: str = "publisher") -> Subscription:
+                        end: int | None = None, on_gap: str = "raise", order: str = "publisher",
+                        durable: bool = False, token: str | None = None) -> Subscription:
         """Subscribe; returns once the broker confirmed. Iterate the result for events.
+
+        `durable=True` (or a `token`): a durable subscription. After each item it returns,
+        `sub.token` is a checkpoint token (one printable string); give it back as `token=` to a new
+        subscription with the same pattern and filter, on any broker of the overlay, to receive the
+        matching events after it exactly once and in each publisher's order (docs/durable.md).
 
         `start`: "now" (default), "start" (oldest retained event), a tick (events after it) or a
         datetime. `end`: stop after this tick (a bounded read). `on_gap`: "raise" a GapError, or
@@ -355,7 +401,13 @@ class Client:
         self._check_open()
         if self._moving is not None:
             await asyncio.shield(self._moving)
-        sub_id, frame = self._session.subscribe(pattern, filter, start, end, order)
+        positions = None
+        if token is not None:
+            checkpoint = Checkpoint.decode(token)
+            start, positions = checkpoint.default, checkpoint.to_wire()[1]
+        elif durable:
+            positions = []
+        sub_id, frame = self._session.subscribe(pattern, filter, start, end, order, positions)
         sub = Subscription(self, sub_id, on_gap)
         self._subs[sub_id] = sub
         assert self._transport is not None
@@ -423,9 +475,9 @@ class Client:
         elif isinstance(msg, messages.Ack):
             self._acked(msg)
         elif isinstance(msg, messages.Subscribed):
-            sub = self._subs.get(msg.sub)
-            if sub is not None and not sub._ready.done():
-                sub._ready.set_result(msg.position)
+            self._subscribed(msg)
+        elif isinstance(msg, messages.Silence):
+            self._silence(msg)
         elif isinstance(msg, messages.Gap):
             sub = self._subs.get(msg.sub)
             if sub is not None:
@@ -532,6 +584,27 @@ class Client:
         if self._subs:
             self._transport.write(self._session.renew())
         self._renewal = self._loop.call_later(interval / 1e9, self._renew)
+
+    def _subscribed(self, msg: messages.Subscribed) -> None:
+        sub = self._subs.get(msg.sub)
+        if sub is None or sub._ready.done():
+            return
+        if msg.checkpoint is not None:
+            try:
+                sub.checkpoint = Checkpoint.from_wire(msg.checkpoint)
+            except TidingsError as exc:
+                sub._fail(exc)
+                return
+        sub._ready.set_result(msg.position)
+
+    def _silence(self, msg: messages.Silence) -> None:
+        """A durable subscription's token moves up, in line with its events."""
+        sub = self._subs.get(msg.sub)
+        if sub is not None and sub.checkpoint is not None:
+            positions = {p[0]: p[1] for p in msg.positions
+                         if type(p) is list and len(p) == 2 and type(p[0]) is str and type(p[1]) is int}
+            sub._push([_Silence(positions)])
+            self._buffered += 1
 
     def _acked(self, msg: messages.Ack) -> None:
         frame = self._frames.pop(msg.seq, None)

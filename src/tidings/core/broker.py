@@ -33,6 +33,7 @@ import msgpack
 from tidings.core import advice, errors
 from tidings.core.auth.guard import Guard
 from tidings.core.channels import validate_channel, validate_pattern
+from tidings.core.checkpoint import Checkpoint
 from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
 from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, PeerHandover
@@ -86,6 +87,7 @@ class Broker:
         self._channel_trees: dict[str, list[str]] = {}
         self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
         self.leases = Leases(config.lease_ns)
+        self._silence_at: int | None = None  # the next SILENCE to durable subscriptions
         self.draining = False  # stopping: clients are advised to move (core/advice.py)
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
                          "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns}
@@ -128,6 +130,7 @@ class Broker:
         elif isinstance(inp, TimerFired):
             self._timers(inp.now, out)
             self._leases_expired(inp.now, out)
+            self._durable_silence(inp.now, out)
             self.guard.handle_timeout(inp.now, out)  # throttled publishers read again
             if self.peers is not None and self.cluster is not None:
                 self.pubend.declare_silence(inp.wall_us)
@@ -140,7 +143,8 @@ class Broker:
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [self._handshake_deadline(), self.guard.next_deadline(), self.leases.next_deadline()]
+        deadlines = [self._handshake_deadline(), self.guard.next_deadline(), self.leases.next_deadline(),
+                     self._silence_at]
         if self.peers is not None and self.cluster is not None:
             deadlines += [self.peers.next_deadline(), self.cluster.next_deadline()]
         live = [d for d in deadlines if d is not None]
@@ -407,6 +411,16 @@ class Broker:
             position = self.log.released_through
         else:
             position = msg.after
+        # other brokers' events: every tick after this, whichever pubend (clocks may differ by
+        # up to the skew allowance); this broker's own from `position`, exactly
+        remote_start = position if msg.start != messages.START_NOW else max(
+            0, wall_us - self.config.clock_skew_allowance_ns // 1000)
+        try:
+            checkpoint = self._checkpoint(msg, position, remote_start)
+        except TidingsError as exc:
+            return refuse(exc.code, str(exc))
+        if checkpoint is not None:
+            position = checkpoint.position(self.pubend.pubend_id)
         end = None if msg.end is None else min(msg.end, synced)
         self._next_key += 1
         total = msg.order == messages.ORDER_TOTAL
@@ -415,21 +429,51 @@ class Broker:
         self.subends[s.key] = s
         c.subs[msg.sub] = s
         if end is None:
-            # other brokers' events: every tick after this, whichever pubend (clocks may differ by
-            # up to the skew allowance); this broker's own from `position`, exactly
-            remote_start = position if msg.start != messages.START_NOW else max(
-                0, wall_us - self.config.clock_skew_allowance_ns // 1000)
+            remote = None if checkpoint is None else checkpoint.positions
             try:
-                self._join_tree(s.key, subscription_tree(pattern), remote_start, total, out)
+                self._join_tree(s.key, subscription_tree(pattern), remote_start, total, out, remote)
             except TidingsError as exc:  # a local limit reached on the client's behalf
                 del self.subends[s.key], c.subs[msg.sub]
                 return refuse(exc.code, str(exc))
             if not total:  # total order takes this broker's own events through the merge too
                 self.index.add(s.key, pattern, flt)
         self.leases.hold(self.now, c.conn)
-        out.append(Send(c.conn, messages.subscribed(msg.sub, position)))
+        if checkpoint is not None:
+            s.durable = True
+            s.silenced = dict(checkpoint.positions)
+            if self._silence_at is None:
+                self._silence_at = self.now + self.config.durable_silence_interval_ns
+        out.append(Send(c.conn, messages.subscribed(msg.sub, position,
+                                                    None if checkpoint is None else checkpoint.to_wire())))
         self._advance(c, s, out)
         return None
+
+    def _checkpoint(self, msg: messages.Subscribe, position: int, remote_start: int) -> Checkpoint | None:
+        """A durable subscription's start (core/checkpoint.py): the token's positions, with this
+        broker's own pubend at `position` unless the token names it; None when not durable."""
+        if msg.positions is None:
+            return None
+        if msg.end is not None or msg.order == messages.ORDER_TOTAL or msg.start == messages.START_OLDEST:
+            raise TidingsError("a durable subscription starts now or at a token, in publisher order, "
+                               "without an end", errors.BAD_START)
+        checkpoint = Checkpoint.from_wire([remote_start, msg.positions])
+        checkpoint.positions.setdefault(self.pubend.pubend_id, position)
+        return checkpoint
+
+    def _durable_silence(self, now: int, out: list[Effect]) -> None:
+        """Every durable subscription's checkpoint moves up to what has been delivered to it or
+        did not match: its own pubend's log position and each stream's delivered-through tick."""
+        if self._silence_at is None or now < self._silence_at:
+            return
+        durable = [s for s in self.subends.values() if s.durable]
+        self._silence_at = now + self.config.durable_silence_interval_ns if durable else None
+        for s in durable:
+            own = max(s.position, self.pubend.synced_tick) if s.live else s.position
+            positions = {self.pubend.pubend_id: own}
+            tree = self._sub_trees.get(s.key)
+            if tree is not None and self.cluster is not None:
+                positions.update(self._gd().delivered_through(s.key, tree))
+            out += s.silence(positions)
 
     def _check_subscribe(self, c: ClientConnection, msg: messages.Subscribe) -> None:
         """TidingsError when this connection may not open the subscription `msg` asks for."""
@@ -521,13 +565,14 @@ class Broker:
 
     # ---- across brokers --------------------------------------------------------------------------
 
-    def _join_tree(self, key: int, tree: str, start: int, total: bool, out: list[Effect]) -> None:
+    def _join_tree(self, key: int, tree: str, start: int, total: bool, out: list[Effect],
+                   positions: dict[str, int] | None = None) -> None:
         """Make subscription `key` a member of `tree`; TidingsError (and nothing changed) when this
         broker cannot join one more tree."""
         members = self._tree_members.get(tree, 0)
         if self.cluster is not None:
             gd = self._gd()
-            effects = gd.local_subscribe(self.now, key, tree, start, total)
+            effects = gd.local_subscribe(self.now, key, tree, start, total, positions)
             if members == 0:
                 try:
                     effects += self.cluster.subscribe(self.now, tree)

@@ -40,6 +40,8 @@ class BrokerConfig:
     frame_bytes_max: int = 8 * MIB
     event_bytes_max: int = 1 * MIB
     handshake_timeout_ns: int = 5 * SECOND_NS
+    # a durable subscription's checkpoint token moves up by SILENCE this often while nothing matches
+    durable_silence_interval_ns: int = 1 * SECOND_NS
     # a connection's subscriptions end when it has not renewed (RENEW or SUBSCRIBE) for this long
     lease_ns: int = 30 * SECOND_NS
     # per-connection output: past this many queued bytes a connection counts as slow and its

@@ -33,7 +33,7 @@ Start = str | int | _dt.datetime
 
 BrokerMessage = (
     messages.Welcome | messages.Challenge | messages.Ack | messages.Events | messages.Subscribed | messages.Gap
-    | messages.End | messages.StatusReply | messages.Error | messages.Advice
+    | messages.End | messages.StatusReply | messages.Error | messages.Advice | messages.Silence
 )
 
 
@@ -154,7 +154,10 @@ class ClientSession:
         return seq, len(chunk), messages.publish(seq, chunk)
 
     def subscribe(self, pattern: str, filter: str | None = None, start: Start = "now",
-                  end: int | None = None, order: str = messages.ORDER_PUBLISHER) -> tuple[int, bytes]:
+                  end: int | None = None, order: str = messages.ORDER_PUBLISHER,
+                  positions: list[Any] | None = None) -> tuple[int, bytes]:
+        """`positions` makes the subscription durable (core/checkpoint.py): [[pubend, tick], ...]
+        overriding the start for the pubends named."""
         validate_pattern(pattern)
         if filter:
             parse_filter(filter)
@@ -166,7 +169,11 @@ class ClientSession:
         if order == messages.ORDER_TOTAL and (kind != messages.START_NOW or end is not None):
             raise StartError("a total-order subscription starts now and has no end")
         self._next_sub += 1
-        msg = messages.Subscribe(self._next_sub, pattern, filter or None, kind, after, end, order)
+        if positions is not None and (end is not None or order != messages.ORDER_PUBLISHER
+                                      or kind == messages.START_OLDEST):
+            raise StartError("a durable subscription starts now, at a tick or time, or at a token; "
+                             "in publisher order; without an end")
+        msg = messages.Subscribe(self._next_sub, pattern, filter or None, kind, after, end, order, positions)
         return self._next_sub, messages.subscribe(msg)
 
     @property

@@ -120,6 +120,8 @@ class SimClient(Endpoint):
                 self.world.trace(self.name, "error", msg.code)
                 self.errors.append((msg.code, msg.context))
                 self.on_error(msg)
+            elif isinstance(msg, messages.Advice):
+                self.world.trace(self.name, "advice", msg.reason)  # simulated clients stay put
             else:
                 self.on_message(msg)
 
@@ -255,8 +257,9 @@ class Publisher(SimClient):
 class Subscriber(SimClient):
     def __init__(self, world: World, network: Network, address: str, name: str, pattern: str,
                  filter: str | None = None, start: str = "now",
-                 read_rate_bytes_per_s: int | None = None, order: str = "publisher") -> None:
+                 read_rate_bytes_per_s: int | None = None, order: str = "publisher", renews: bool = True) -> None:
         super().__init__(world, network, address, name, read_rate_bytes_per_s)
+        self.renews = renews  # RENEW the lease as the client library does
         self.pattern = pattern
         self.filter = filter
         self.order = order
@@ -282,7 +285,7 @@ class Subscriber(SimClient):
         """Renew the broker's lease on the subscription, as the client library does, while this
         connection lasts."""
         interval = None if self.session is None else self.session.renew_interval_ns
-        if interval is not None:
+        if interval is not None and self.renews:
             self.world.call_later(interval, self._renew, sock)
 
     def _renew(self, sock: Socket | None) -> None:

@@ -27,7 +27,7 @@ broker's own path), so no local consumer is attached to this broker's own pubend
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from tidings.core.deadlines import Deadlines
@@ -98,6 +98,12 @@ class _Tree:
     # (None: from wherever the stream is when it first reaches this broker)
     locals: dict[int, int]  # local subscription key -> start
     total: dict[int, int]  # total-order subscriptions (also in locals) -> the merge point delivered
+    # where a durable local subscription wants the pubends it names, overriding its start for them
+    # (its checkpoint token's vector, core/checkpoint.py)
+    positions: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    def start_of(self, key: int, pubend: str, otherwise: int) -> int:
+        return self.positions.get(key, {}).get(pubend, otherwise)
 
     def wants(self, key: int, pubend: str, own: str) -> bool:
         """Local subscription `key` consumes `pubend`'s stream: other pubends always; this broker's
@@ -209,14 +215,15 @@ class ReliabilityNode:
                 return None
             t = self.trees[tree] = _Tree({}, {}, {}, {})
         positions = [_or(t.defaults.get(child), after) for child in self.scribe.children(tree)]
-        positions += [start for key, start in t.locals.items() if t.wants(key, pubend, self.pubend_id)]
+        positions += [t.start_of(key, pubend, start) for key, start in t.locals.items()
+                      if t.wants(key, pubend, self.pubend_id)]
         if not positions or self._streams >= self.config.streams_max:
             return None
         ist = t.istreams[pubend] = Istream(tree, pubend, min(positions), self._limits)
         self._streams += 1
         for key, start in t.locals.items():
             if t.wants(key, pubend, self.pubend_id):
-                ist.attach(key, start)
+                ist.attach(key, t.start_of(key, pubend, start))
         return ist
 
     def _sync_children(self, t: _Tree, ist: Istream) -> None:
@@ -306,7 +313,12 @@ class ReliabilityNode:
         t = self.trees.get(tree)
         if t is None:
             return [None, []]
-        positions = [[p, ist.horizon] for p, ist in list(t.istreams.items())[:POSITIONS_PER_SUBSCRIBE_MAX]]
+        horizons = {p: ist.horizon for p, ist in t.istreams.items()}
+        for named in t.positions.values():  # pubends a durable subscription wants from a position
+            for p, tick in named.items():      # and this broker has not heard of yet
+                if p not in t.istreams:
+                    horizons[p] = min(tick, horizons.get(p, tick))
+        positions = [[p, tick] for p, tick in list(horizons.items())[:POSITIONS_PER_SUBSCRIBE_MAX]]
         wanted = [w for w in [*t.locals.values(), *t.defaults.values()] if w is not None]
         return [min(wanted) if wanted else None, positions]
 
@@ -325,19 +337,23 @@ class ReliabilityNode:
 
     # ---- local subscriptions --------------------------------------------------------------------
 
-    def local_subscribe(self, now: int, key: int, tree: str, start: int, total: bool = False) -> list[Any]:
-        """A local subscription of `tree` wants other pubends' ticks after `start`; in total order
-        (`total`) its own pubend's too, merged with the rest (see `_merge`)."""
+    def local_subscribe(self, now: int, key: int, tree: str, start: int, total: bool = False,
+                        positions: dict[str, int] | None = None) -> list[Any]:
+        """A local subscription of `tree` wants other pubends' ticks after `start`, or after
+        `positions[pubend]` for the pubends named (a durable subscription's checkpoint); in total
+        order (`total`) its own pubend's too, merged with the rest (see `_merge`)."""
         t = self.trees.get(tree)
         if t is None:
             t = self.trees[tree] = _Tree({}, {}, {}, {})
         t.locals[key] = start
+        if positions:
+            t.positions[key] = dict(positions)
         if total:
             t.total[key] = start
         out: list[Any] = []
         for pubend, ist in t.istreams.items():
             if t.wants(key, pubend, self.pubend_id):
-                ist.attach(key, start)
+                ist.attach(key, t.start_of(key, pubend, start))
                 out += self._push(now, t, ist)
                 self._after_change(now, ist)
         return self._flush(now, out)
@@ -348,6 +364,7 @@ class ReliabilityNode:
             return []
         t.locals.pop(key, None)
         t.total.pop(key, None)
+        t.positions.pop(key, None)
         for ist in t.istreams.values():
             ist.detach(key)
             self._after_change(now, ist)
@@ -367,6 +384,19 @@ class ReliabilityNode:
                     out += self._push(now, t, ist)
                 self._after_change(now, ist)
         return self._flush(now, out)
+
+    def delivered_through(self, key: int, tree: str) -> dict[str, int]:
+        """For local subscription `key`: per pubend of `tree`, the tick up to which every event was
+        handed to the broker for it (delivered, or found not to match): its checkpoint's entries."""
+        t = self.trees.get(tree)
+        if t is None:
+            return {}
+        out: dict[str, int] = {}
+        for pubend, ist in t.istreams.items():
+            consumer = ist.consumers.get(key)
+            if consumer is not None and key not in t.total:
+                out[pubend] = consumer.sent_through
+        return out
 
     def _drop_if_unused(self, tree: str, t: _Tree) -> None:
         if not t.locals and not self.scribe.children(tree):

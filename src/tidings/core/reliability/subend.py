@@ -31,8 +31,8 @@ from tidings.core.wire import messages
 
 
 class Subend:
-    __slots__ = ("conn", "end", "filter", "from_oldest", "key", "live", "pattern", "position", "reading", "sub",
-                 "total")
+    __slots__ = ("conn", "durable", "end", "filter", "from_oldest", "key", "live", "pattern", "position", "reading",
+                 "silenced", "sub", "total")
 
     def __init__(self, key: int, conn: int, sub: int, pattern: str, flt: Filter | None,
                  position: int, end: int | None, from_oldest: bool = False, total: bool = False) -> None:
@@ -47,11 +47,21 @@ class Subend:
         self.live = False
         self.reading: int | None = None  # the `through` of the read in flight
         self.total = total  # total order: the reliability node delivers every pubend's events
+        self.durable = False  # its client holds a checkpoint token, advanced by SILENCE
+        self.silenced: dict[str, int] = {}  # the positions the last SILENCE (or SUBSCRIBED) gave
 
     def matches(self, channel: str, attributes: dict[str, Any]) -> bool:
         if not pattern_matches(self.pattern, channel):
             return False
         return self.filter is None or self.filter.matches(attributes)
+
+    def silence(self, positions: dict[str, int]) -> list[Effect]:
+        """A durable subscription's SILENCE: the positions that moved since the last one."""
+        moved = [[p, t] for p, t in sorted(positions.items()) if t > self.silenced.get(p, -1)]
+        if not moved:
+            return []
+        self.silenced.update(positions)
+        return [Send(self.conn, messages.silence(self.sub, moved))]
 
     def go_live(self, synced_tick: int) -> None:
         assert self.end is None and self.reading is None

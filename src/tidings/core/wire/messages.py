@@ -40,6 +40,7 @@ END = 21
 STATUS_REPLY = 22
 ERROR = 23
 CHALLENGE = 24
+SILENCE = 26  # [SILENCE, sub, [[pubend, tick], ...]]: a durable subscription's token moves up
 ADVICE = 25  # [ADVICE, reason, [[address, rtt_us], ...]]: entry points that may serve better (core/advice.py)
 
 START_NOW = "now"
@@ -82,6 +83,9 @@ class Subscribe:
     after: int  # with START_AFTER: deliver ticks > after
     end: int | None  # deliver ticks <= end, then END
     order: str = ORDER_PUBLISHER  # ORDER_PUBLISHER or ORDER_TOTAL (one interleaving per tree)
+    # durable (core/checkpoint.py): None for a plain subscription, else the positions per pubend
+    # ([[pubend, tick], ...], maybe empty) that override `after` (the default) for the pubends named
+    positions: list[Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +126,19 @@ class Events:
 class Subscribed:
     sub: int
     position: int  # delivery starts after this tick
+    checkpoint: Any = None  # a durable subscription's start, [default, [[pubend, tick], ...]]
 
 
 @dataclass(frozen=True, slots=True)
 class Advice:
     reason: Any
     entries: Any  # checked by core.advice.decode: a client ignores advice it cannot read
+
+
+@dataclass(frozen=True, slots=True)
+class Silence:
+    sub: int
+    positions: list[Any]  # [[pubend, tick], ...]: delivered or not matching up to each tick
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +193,8 @@ def publish(seq: int, events: list[list[Any]]) -> bytes:
 def subscribe(msg: Subscribe) -> bytes:
     start: list[Any] = [msg.start] if msg.start != START_AFTER else [START_AFTER, msg.after]
     fields = [SUBSCRIBE, msg.sub, msg.pattern, msg.filter, start, msg.end]
+    if msg.positions is not None:
+        return _pack([*fields, msg.order, msg.positions])
     return _pack(fields if msg.order == ORDER_PUBLISHER else [*fields, msg.order])
 
 
@@ -245,8 +258,12 @@ def events(sub: int, records: list[bytes]) -> bytes:
     return frame(body)
 
 
-def subscribed(sub: int, position: int) -> bytes:
-    return _pack([SUBSCRIBED, sub, position])
+def subscribed(sub: int, position: int, checkpoint: list[Any] | None = None) -> bytes:
+    return _pack([SUBSCRIBED, sub, position] if checkpoint is None else [SUBSCRIBED, sub, position, checkpoint])
+
+
+def silence(sub: int, positions: list[list[Any]]) -> bytes:
+    return _pack([SILENCE, sub, positions])
 
 
 def advice(reason: str, entries: list[list[Any]]) -> bytes:
@@ -329,6 +346,27 @@ def _decode_start(start: Any) -> tuple[str, int]:
     raise _bad("SUBSCRIBE start must be [\"now\"], [\"start\"] or [\"after\", tick]")
 
 
+def _decode_subscribe(msg: list[Any]) -> Subscribe:
+    order = ORDER_PUBLISHER
+    positions = None
+    if len(msg) == 8:  # durable: the positions per pubend (core/checkpoint.py), optional
+        positions = msg.pop()
+        if type(positions) is not list:
+            raise _bad("SUBSCRIBE positions must be an array")
+    if len(msg) == 7:  # the order was added to SUBSCRIBE after version 1 shipped: optional
+        order = msg.pop()
+        if order not in ORDERS:
+            raise _bad(f"SUBSCRIBE order must be one of {', '.join(ORDERS)}")
+    _arity(msg, 6, "SUBSCRIBE")
+    flt = msg[3]
+    if flt is not None:
+        _str(flt, "SUBSCRIBE filter")
+    start, after = _decode_start(msg[4])
+    end_tick = None if msg[5] is None else _int(msg[5], "SUBSCRIBE end")
+    return Subscribe(_int(msg[1], "SUBSCRIBE id"), _str(msg[2], "SUBSCRIBE pattern"),
+                     flt, start, after, end_tick, order, positions)
+
+
 def decode_client_message(  # noqa: PLR0911 - one return per message type
     body: bytes,
 ) -> Hello | Auth | Publish | Subscribe | Unsubscribe | StatusRequest | Renew:
@@ -340,19 +378,7 @@ def decode_client_message(  # noqa: PLR0911 - one return per message type
             raise _bad("PUBLISH events must be an array")
         return Publish(_int(msg[1], "PUBLISH seq"), msg[2])
     if kind == SUBSCRIBE:
-        order = ORDER_PUBLISHER
-        if len(msg) == 7:  # the order was added to SUBSCRIBE after version 1 shipped: optional
-            order = msg.pop()
-            if order not in ORDERS:
-                raise _bad(f"SUBSCRIBE order must be one of {', '.join(ORDERS)}")
-        _arity(msg, 6, "SUBSCRIBE")
-        flt = msg[3]
-        if flt is not None:
-            _str(flt, "SUBSCRIBE filter")
-        start, after = _decode_start(msg[4])
-        end_tick = None if msg[5] is None else _int(msg[5], "SUBSCRIBE end")
-        return Subscribe(_int(msg[1], "SUBSCRIBE id"), _str(msg[2], "SUBSCRIBE pattern"),
-                         flt, start, after, end_tick, order)
+        return _decode_subscribe(msg)
     if kind == UNSUBSCRIBE:
         _arity(msg, 2, "UNSUBSCRIBE")
         return Unsubscribe(_int(msg[1], "UNSUBSCRIBE id"))
@@ -376,7 +402,7 @@ def decode_client_message(  # noqa: PLR0911 - one return per message type
 
 def decode_broker_message(  # noqa: PLR0911, PLR0912 - one return per message type
     body: bytes,
-) -> Welcome | Challenge | Ack | Events | Subscribed | Gap | End | StatusReply | Error | Advice:
+) -> Welcome | Challenge | Ack | Events | Subscribed | Gap | End | StatusReply | Error | Advice | Silence:
     msg = _unpack(body)
     kind = msg[0]
     if kind == EVENTS:
@@ -390,8 +416,14 @@ def decode_broker_message(  # noqa: PLR0911, PLR0912 - one return per message ty
             raise _bad("ACK ticks must be an array")
         return Ack(_int(msg[1], "ACK seq"), _str(msg[2], "ACK pubend"), msg[3])
     if kind == SUBSCRIBED:
+        checkpoint = msg.pop() if len(msg) == 4 else None
         _arity(msg, 3, "SUBSCRIBED")
-        return Subscribed(_int(msg[1], "SUBSCRIBED id"), _int(msg[2], "SUBSCRIBED position"))
+        return Subscribed(_int(msg[1], "SUBSCRIBED id"), _int(msg[2], "SUBSCRIBED position"), checkpoint)
+    if kind == SILENCE:
+        _arity(msg, 3, "SILENCE")
+        if not isinstance(msg[2], list):
+            raise _bad("SILENCE positions must be an array")
+        return Silence(_int(msg[1], "SILENCE id"), msg[2])
     if kind == GAP:
         _arity(msg, 4, "GAP")
         return Gap(_int(msg[1], "GAP id"), _int(msg[2], "GAP after"), _int(msg[3], "GAP through"))

@@ -1,0 +1,94 @@
+"""The checkpoint token of a durable subscription (Gryphon durable: CT, a vector of timestamps).
+
+A durable subscription's position is not one tick: ticks are per pubend, and no tick spans brokers.
+It is a vector `positions` {pubend: tick}, meaning "every event of that pubend up to this tick was
+delivered to the subscriber, or did not match", and a `default` tick for the pubends the vector does
+not name (the subscription's start: any pubend not heard of yet is wanted after it). The token
+advances with each delivered event (its pubend's entry becomes its tick) and with each SILENCE the
+broker sends (entries move up while nothing matches, so a token never lags far behind).
+
+The application holds the token as one printable string and hands it back to `subscribe` on any
+broker: `tk1.` then base64url (no padding) of the msgpack array [default, [[pubend, tick], ...]] and a
+CRC-32 of that array, so a mangled or truncated token is a clear error, never a wrong position.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from tidings.core import errors
+from tidings.core.errors import TidingsError
+
+PREFIX = "tk1."
+POSITIONS_MAX = 4096  # pubends one token names; SUBSCRIBE and SUBSCRIBED carry at most this many
+TOKEN_CHARS_MAX = 256 * 1024
+
+
+class TokenError(TidingsError, ValueError):
+    code = errors.BAD_START
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    default: int
+    positions: dict[str, int] = field(default_factory=dict)
+
+    def delivered(self, pubend: str, tick: int) -> None:
+        if tick > self.positions.get(pubend, self.default):
+            self.positions[pubend] = tick
+
+    def silence(self, positions: dict[str, int]) -> None:
+        for pubend, tick in positions.items():
+            self.delivered(pubend, tick)
+
+    def position(self, pubend: str) -> int:
+        return self.positions.get(pubend, self.default)
+
+    def to_wire(self) -> list[Any]:
+        return [self.default, [[p, t] for p, t in sorted(self.positions.items())]]
+
+    @classmethod
+    def from_wire(cls, value: Any) -> Checkpoint:
+        """From [default, [[pubend, tick], ...]]; TokenError when it is anything else."""
+        if (type(value) is not list or len(value) != 2 or type(value[0]) is not int or value[0] < 0
+                or type(value[1]) is not list or len(value[1]) > POSITIONS_MAX):
+            raise TokenError("a checkpoint is [default tick, [[pubend, tick], ...]]")
+        positions: dict[str, int] = {}
+        for item in value[1]:
+            if (type(item) is not list or len(item) != 2 or type(item[0]) is not str or not item[0]
+                    or type(item[1]) is not int or item[1] < 0):
+                raise TokenError("a checkpoint position is [pubend, tick]")
+            positions[item[0]] = item[1]
+        return cls(value[0], positions)
+
+    def encode(self) -> str:
+        body = msgpack.packb(self.to_wire())
+        crc = zlib.crc32(body).to_bytes(4, "big")
+        return PREFIX + base64.urlsafe_b64encode(body + crc).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, token: str) -> Checkpoint:
+        if not isinstance(token, str) or len(token) > TOKEN_CHARS_MAX:
+            raise TokenError("a token is a string as Subscription.token gave it")
+        if not token.startswith(PREFIX):
+            version = token.split(".", 1)[0] if "." in token else token[:8]
+            raise TokenError(f"not a tidings checkpoint token of version 1 (it starts {version!r})")
+        text = token[len(PREFIX):]
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except (binascii.Error, ValueError):
+            raise TokenError("the checkpoint token is mangled (not base64url)") from None
+        body, crc = raw[:-4], raw[-4:]
+        if len(raw) < 5 or zlib.crc32(body).to_bytes(4, "big") != crc:
+            raise TokenError("the checkpoint token is mangled or truncated (checksum mismatch)")
+        try:
+            value = msgpack.unpackb(body)
+        except (ValueError, msgpack.exceptions.ExtraData):
+            raise TokenError("the checkpoint token is mangled (bad body)") from None
+        return cls.from_wire(value)
