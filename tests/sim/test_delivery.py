@@ -44,6 +44,12 @@ def test_clock_skew_between_brokers_within_the_allowance():
     assert_clean(DeliveryScenario(seed=4, clock_skew_us_max=400_000, faults=("forwarder",)))
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_durable_subscriber_moving_between_brokers_under_faults_misses_and_repeats_nothing(seed):
+    assert_clean(DeliveryScenario(seed=seed, loss=0.05, duplication=0.01, faults=("forwarder", "publisher"),
+                                  durable_moves=10))
+
+
 def test_two_hundred_brokers_with_loss_and_a_root_and_forwarder_crash():
     assert_clean(DeliveryScenario(seed=5, brokers=200, loss=0.02, duplication=0.01, reordering=0.01,
                                   faults=("root", "forwarder"), events_per_publisher=100,

@@ -27,6 +27,7 @@ import random
 from typing import Any
 
 from tidings.core import errors
+from tidings.core.checkpoint import Checkpoint
 from tidings.core.session import ClientSession
 from tidings.core.wire import messages
 from tidings.sim.network import Endpoint, Network, Socket
@@ -271,6 +272,7 @@ class Subscriber(SimClient):
         self.gaps: list[tuple[int, int]] = []
         self.subscriptions = 0
         self._sub: int | None = None
+        self.durable = False  # DurableSubscriber: reconnects with its token, checked across them
 
     def on_ready(self) -> None:
         assert self.session is not None
@@ -317,5 +319,57 @@ class Subscriber(SimClient):
         elif isinstance(msg, messages.Gap) and msg.sub == self._sub:
             self.gaps.append((msg.after, msg.through))
             self.violations.append(f"{self.name}: GAP ({msg.after}, {msg.through}] without retention")
+        else:
+            super().on_message(msg)
+
+
+class DurableSubscriber(Subscriber):
+    """A durable subscriber (docs/durable.md) that keeps its checkpoint as the client library does
+    (SUBSCRIBED's start, each event, each SILENCE) and, when told to `move`, drops its connection
+    and subscribes at another broker with its token. Each SUBSCRIBED after the first carries a
+    checkpoint: it must be the token it sent."""
+
+    def __init__(self, world: World, network: Network, address: str, name: str, pattern: str,
+                 filter: str | None = None) -> None:
+        super().__init__(world, network, address, name, pattern, filter)
+        self.durable = True
+        self.checkpoint: Checkpoint | None = None
+        self.moves = 0
+
+    def move(self, address: str) -> None:
+        self.address = address
+        self.moves += 1
+        self.world.trace(self.name, "move", address)
+        self.drop()
+
+    def on_ready(self) -> None:
+        assert self.session is not None
+        ck = self.checkpoint
+        if ck is None:
+            self._sub, frame = self.session.subscribe(self.pattern, self.filter, "now", positions=[])
+        else:
+            self._sub, frame = self.session.subscribe(self.pattern, self.filter, ck.default,
+                                                      positions=ck.to_wire()[1])
+        self.subscriptions += 1
+        self.world.trace(self.name, "subscribe", "token" if ck else "now")
+        self.send(frame)
+        self._renew_later(self.sock)
+
+    def on_message(self, msg: Any) -> None:
+        ck = self.checkpoint
+        if isinstance(msg, messages.Events) and msg.sub == self._sub and ck is not None:
+            for fields in msg.records:
+                self.received.append((fields[1], fields))
+                ck.delivered(fields[0], fields[1])
+            self.world.trace(self.name, "events", len(msg.records))
+        elif isinstance(msg, messages.Subscribed) and msg.sub == self._sub:
+            start = Checkpoint.from_wire(msg.checkpoint)
+            if ck is None:
+                self.checkpoint = start
+                self.subscribed_at = self.world.now
+            elif start.default != ck.default or any(start.positions.get(p) != t for p, t in ck.positions.items()):
+                self.violations.append(f"{self.name}: resumed at {start} for the token {ck}")
+        elif isinstance(msg, messages.Silence) and msg.sub == self._sub and ck is not None:
+            ck.silence(dict(msg.positions))
         else:
             super().on_message(msg)

@@ -15,6 +15,10 @@ subscriber whose connection never broke:
   in doubt for the publisher, but logged), with the content that was published, and matches the
   subscription. The durable logs are the simulated disks' contents, not anything a broker says.
 
+A durable subscriber (docs/durable.md) is checked the same way across all its connections, from
+its first SUBSCRIBED: it reconnected, to other brokers too, with the token it kept, so everything
+acknowledged after its start must have reached it once, in order, whatever broker it was on.
+
 Total-order subscribers of the same tree must also agree: the events any two of them both received
 came in the same order at both.
 
@@ -54,8 +58,8 @@ def check_overlay_delivery(publishers: Sequence[Publisher], subscribers: Sequenc
             if ident in sent and ident not in published and sent[ident] == (fields[2], fields[3], fields[6]):
                 published[ident] = (*sent[ident], tick, NEVER_ACKED)
     problems: list[str] = []
-    for sub in subscribers:
-        if sub.downs or sub.subscribed_at is None:
+    for sub in subscribers:  # durable subscribers are checked across their reconnections
+        if (sub.downs and not sub.durable) or sub.subscribed_at is None:
             continue
         problems += _check_one(sub, published)
     return problems + _check_total_order([s for s in subscribers if s.order == "total" and not s.downs])

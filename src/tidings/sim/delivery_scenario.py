@@ -20,7 +20,7 @@ from tidings.core.config import BrokerConfig
 from tidings.core.multicast.trees import tree_key
 from tidings.core.overlay.node_id import closer, node_id_from
 from tidings.sim.broker_node import BrokerNode
-from tidings.sim.clients import Publisher, Subscriber
+from tidings.sim.clients import DurableSubscriber, Publisher, Subscriber
 from tidings.sim.delivery_checker import check_overlay_delivery
 from tidings.sim.disk import Disk
 from tidings.sim.network import Network
@@ -38,6 +38,8 @@ SUBSCRIPTIONS = (  # pattern, filter
     ("nodes/#", 'host in ("h0", "h3")'),
 )
 
+DURABLE_SUBSCRIPTION = ("nodes/+/load", "load > 2")
+DURABLE_MOVE_EVERY_NS = 250 * MILLISECOND_NS
 SLOW_READER_BYTES_PER_S = 8_000  # a few dozen events a second: far below the publishing rate
 
 CONFIG = BrokerConfig(
@@ -66,6 +68,9 @@ class DeliveryScenario:
     # how often the network hands a receiver all it has rather than a random cut of it: cuts test
     # frame reassembly, and cost a receive each, so runs at scale cut less
     coalesce_probability: float = 0.3
+    # one more subscriber, durable, that moves to another broker this many times while events flow
+    # (docs/durable.md): reconnecting with its token, it must miss and repeat nothing
+    durable_moves: int = 0
 
 
 @dataclass
@@ -130,12 +135,18 @@ class DeliveryRun:
                              read_rate_bytes_per_s=rate, order="total" if s.total_order else "publisher")
             sub.start(self.world.now)
             self.subscribers.append(sub)
+        durable = self._durable(order[s.subscribers + 2:] or order)
         self.run(SECOND_NS)
         for k, i in enumerate(pub_at):
             pub = Publisher(self.world, self.net, f"b{i}:7000", f"pub{k}@b{i}", s.events_per_publisher,
                             bad_event_probability=0, interval_ns=(2 * MILLISECOND_NS, 20 * MILLISECOND_NS))
             pub.start(self.world.now)
             self.publishers.append(pub)
+        if durable is not None:
+            homes = order[s.subscribers + 2:] or order
+            for m in range(s.durable_moves):
+                home = f"b{self.rng.choice(homes)}:7000"
+                self.world.call_later((m + 1) * DURABLE_MOVE_EVERY_NS, durable.move, home)
         self.run(300 * MILLISECOND_NS)
         for fault in s.faults:
             self._inject(fault, clients, pub_at)
@@ -154,6 +165,15 @@ class DeliveryRun:
         stats = {"lost": sum(nd.peer_faults.lost for nd in self.nodes if nd.peer_faults),
                  "connected_subscribers": sum(1 for sub in self.subscribers if not sub.downs)}
         return DeliveryResult(problems, delivered, acked, self.faults_done, stats)
+
+    def _durable(self, homes: list[int]) -> DurableSubscriber | None:
+        if not self.scenario.durable_moves:
+            return None
+        pattern, flt = DURABLE_SUBSCRIPTION
+        sub = DurableSubscriber(self.world, self.net, f"b{homes[0]}:7000", "durable", pattern, filter=flt)
+        sub.start(self.world.now)
+        self.subscribers.append(sub)
+        return sub
 
     def _until_published(self, limit_ns: int) -> None:
         deadline = self.world.now + limit_ns
@@ -234,10 +254,10 @@ def run_delivery(scenario: DeliveryScenario) -> DeliveryResult:
 
 
 def sweep_scenario(seed: int, brokers: int = 24) -> DeliveryScenario:
-    """The scenario of one seed of the sweep: loss, duplication, reordering, skew and up to three
-    broker failures, all drawn from the seed."""
+    """The scenario of one seed of the sweep: loss, duplication, reordering, skew, up to three
+    broker failures and a durable subscriber moving between brokers, all drawn from the seed."""
     rng = random.Random(f"sweep/{seed}")
     return DeliveryScenario(
         seed=seed, brokers=brokers, loss=rng.choice([0.0, 0.01, 0.05, 0.1]), duplication=rng.choice([0.0, 0.01]),
         reordering=rng.choice([0.0, 0.02]), clock_skew_us_max=rng.choice([0, 200_000]),
-        faults=tuple(rng.sample(FAULTS, rng.randint(0, 3))))
+        faults=tuple(rng.sample(FAULTS, rng.randint(0, 3))), durable_moves=rng.choice([2, 6]))
