@@ -1,7 +1,8 @@
 """Links between brokers: one TCP connection per pair, its handshake, its queue, and its RTT.
 
 Theory of operation. The overlay and the layers above it name peers by address (Pastry's
-send(msg, node)); `PeerLinks` turns that into connections. A link to an address goes
+send(msg, node)); `PeerLinks` turns that into connections. A link to an address goes (`LinkState`,
+each move checked against `TRANSITIONS`)
 
     DIALLING  -> HANDSHAKE -> OPEN        we dial: Connect, then PEER_HELLO, until PEER_WELCOME
                  (adopted)  -> OPEN        the peer dials: the broker hands us its PEER_HELLO
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from tidings.core import errors
@@ -64,13 +66,27 @@ from tidings.core.effects import Connect, Disconnect, Effect, Send
 from tidings.core.errors import ProtocolError
 from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES, RELIABILITY_TYPES
 from tidings.core.overlay.node_id import NodeRef, id_hex
+from tidings.core.states import Transitions
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder
 
-DIALLING = "dialling"
-HANDSHAKE = "handshake"
-WAITING = "waiting"
-OPEN = "open"
+
+class LinkState(StrEnum):
+    DIALLING = "dialling"
+    HANDSHAKE = "handshake"
+    WAITING = "waiting"
+    OPEN = "open"
+
+
+DIALLING, HANDSHAKE, WAITING, OPEN = LinkState
+# a link is redialled from any state but DIALLING's own; OPEN -> OPEN is a newer connection replacing
+# the link's (the peer restarted); DIALLING -> OPEN is the peer's dial accepted while ours was out
+TRANSITIONS = Transitions[LinkState]("peer link", {
+    DIALLING: frozenset({DIALLING, HANDSHAKE, OPEN}),
+    HANDSHAKE: frozenset({WAITING, OPEN, DIALLING}),
+    WAITING: frozenset({OPEN, DIALLING}),
+    OPEN: frozenset({OPEN, DIALLING}),
+})
 
 MIB = 1024 * 1024
 SECOND_NS = 1_000_000_000
@@ -123,7 +139,7 @@ class _Link:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self.state = DIALLING
+        self.state: LinkState = DIALLING
         self.node: NodeRef | None = None
         self.conn: int | None = None
         self.blocked = False  # OPEN, but its connection's send buffer is full: queue meanwhile
@@ -138,6 +154,9 @@ class _Link:
         self.ping_sent_at = 0
         self.rtt_ns: int | None = None
         self.wake: int | None = None  # the live timer of this link: a handshake deadline, or its next ping
+
+    def move(self, state: LinkState) -> None:
+        self.state = TRANSITIONS.move(self.state, state)
 
 
 class PeerLinks:
@@ -213,7 +232,7 @@ class PeerLinks:
             return [], [Disconnect(conn, "a connection to this broker already exists")]
         c = self._conns[conn] = _Conn(conn, FrameDecoder(self.config.frame_bytes_max), True, address)
         c.nonce = None if self.cluster is None else self.cluster.nonce()
-        link.state = HANDSHAKE
+        link.move(HANDSHAKE)
         link.conn = conn
         self._arm(link, now + self.config.handshake_timeout_ns)
         return [], [Send(conn, peer.hello(self.me, nonce=c.nonce))]
@@ -362,7 +381,7 @@ class PeerLinks:
 
     def _open(self, now: int, link: _Link) -> list[Effect]:
         """The link is usable: flush its queue in order and take a first RTT sample."""
-        link.state = OPEN
+        link.move(OPEN)
         link.heard_at = now
         link.blocked = False
         return [*self._flush(link), self._ping(now, link)]
@@ -505,7 +524,7 @@ class PeerLinks:
         if msg.code != peer.DUPLICATE_LINK:
             self._drop(link, f"peer error {msg.code}: {msg.message}")
         elif link.state == HANDSHAKE:
-            link.state = WAITING  # the peer keeps its own dial to us: wait for its HELLO
+            link.move(WAITING)  # the peer keeps its own dial to us: wait for its HELLO
             link.conn = None
             self._arm(link, now + self.config.handshake_timeout_ns)
         else:  # the peer closed an open link as superseded: it is alive, so connect afresh
@@ -524,7 +543,7 @@ class PeerLinks:
 
     def _dial(self, link: _Link) -> Connect:
         assert link.address not in self._dialling
-        link.state = DIALLING
+        link.move(DIALLING)
         link.wake = None
         self._dialling.add(link.address)
         return Connect(link.address)
@@ -532,7 +551,7 @@ class PeerLinks:
     def _redial(self, link: _Link) -> list[Effect]:
         link.conn = None
         if link.address in self._dialling:  # a dial of ours is still out: it takes over
-            link.state = DIALLING
+            link.move(DIALLING)
             link.wake = None
             return []
         return [self._dial(link)]
