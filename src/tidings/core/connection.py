@@ -1,13 +1,14 @@
 """The broker's side of one client connection: framing, the handshake, and message decoding.
 
-States (`ConnState`, each move checked against `TRANSITIONS`): AWAITING_HELLO (until a valid
-HELLO, or the handshake deadline) -> OPEN -> CLOSED, or AWAITING_HELLO -> PEER when the first frame is another broker's PEER_HELLO: clients and brokers share
-the listening port, and such a connection is handed, with its decoder and the frames that followed
-the PEER_HELLO, to the broker's peer links (core/peers.py). Who the client is, is the guard's
-decision (core/auth/guard.py): an anonymous HELLO is admitted or refused at once; a HELLO with a
-nonce gets a CHALLENGE, and the connection stays AWAITING_HELLO (under the same deadline) until
-its AUTH proves the identity (core/auth/handshake.py). Only then are service and instance set:
-they are what the broker stamps on every event, so a client cannot choose another's.
+States (`ConnState`, each move checked against `TRANSITIONS`): AWAITING_HELLO (until a valid HELLO,
+or the handshake deadline) -> OPEN -> CLOSED, or AWAITING_HELLO -> PEER when the first frame is
+another broker's PEER_HELLO: clients and brokers share the listening port, and such a connection is
+handed, with its decoder and the frames that followed the PEER_HELLO, to the broker's peer links
+(core/peers.py). Who the client is, is the guard's decision (core/auth/guard.py): an anonymous HELLO
+is admitted or refused at once; a HELLO with a nonce gets a CHALLENGE, and the connection stays
+AWAITING_HELLO (under the same deadline) until its AUTH proves the identity
+(core/auth/handshake.py). Only then are service and instance set: they are what the broker stamps on
+every event, so a client cannot choose another's.
 Bytes that break framing (a frame over frame_bytes_max) or the handshake are fatal: an ERROR
 frame, then Disconnect. A well-framed but malformed or unknown message is answered with an ERROR
 and the connection goes on: the frame boundary is intact, so nothing else is lost.
