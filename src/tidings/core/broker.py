@@ -25,8 +25,7 @@ which every path shares. It never blocks: each `handle` returns effects for the 
 
 from __future__ import annotations
 
-import heapq
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -36,6 +35,7 @@ from tidings.core.channels import validate_channel, validate_pattern
 from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
 from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, PeerHandover
+from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Append, Connect, Disconnect, Effect, PauseReading, ReadLog, ResumeReading, Send, Sync
 from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.event import record_routing_fields, validate_attributes
@@ -69,6 +69,12 @@ CHANNEL_CACHE_MAX = 65_536
 RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog)  # what the cluster member asks of the runtime
 
 
+class HandshakeTimer(NamedTuple):
+    """The client connection `conn` owes its HELLO (and AUTH) by now."""
+
+    conn: int
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, pubend_id: str, log: LogState, guard: Guard | None = None) -> None:
         self.config = config
@@ -79,7 +85,7 @@ class Broker:
         self.subends: dict[int, Subend] = {}
         self.index = SubscriptionIndex()
         self._next_key = 0
-        self._handshakes: list[tuple[int, int]] = []  # heap of (deadline, conn)
+        self.timers: Deadlines[HandshakeTimer] = Deadlines()
         # channels seen valid, each with the trees its events go to (bounded: cleared when full)
         self._channel_trees: dict[str, list[str]] = {}
         self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
@@ -134,21 +140,11 @@ class Broker:
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [self._handshake_deadline(), self.guard.next_deadline()]
+        deadlines = [self.timers.next_deadline(), self.guard.next_deadline()]
         if self.cluster is not None:
             deadlines.append(self.cluster.next_deadline())
         live = [d for d in deadlines if d is not None]
         return min(live) if live else None
-
-    def _handshake_deadline(self) -> int | None:
-        heap = self._handshakes
-        while heap:
-            deadline, conn = heap[0]
-            c = self.connections.get(conn)
-            if c is not None and c.state == AWAITING_HELLO:
-                return deadline
-            heapq.heappop(heap)
-        return None
 
     def start_overlay(self, now: int, address: str, bootstrap: str | None, rng: Rng) -> list[Effect]:
         """Take part in the overlay as `address` (what peers connect to): start a new overlay, or
@@ -188,10 +184,11 @@ class Broker:
         deadline = inp.now + self.config.handshake_timeout_ns
         self.connections[inp.conn] = ClientConnection(inp.conn, self.config.frame_bytes_max, deadline,
                                                       self.guard)
-        heapq.heappush(self._handshakes, (deadline, inp.conn))
+        self.timers.set(HandshakeTimer(inp.conn), deadline)
 
     def _lost(self, conn: int, out: list[Effect]) -> None:
         self._paused.pop(conn, None)
+        self.timers.cancel(HandshakeTimer(conn))
         c = self.connections.pop(conn, None)
         if c is not None:
             self.guard.left(c.identity, conn)
@@ -199,10 +196,8 @@ class Broker:
                 self._drop_subend(c, s, out)
 
     def _timers(self, now: int, out: list[Effect]) -> None:
-        heap = self._handshakes
-        while heap and heap[0][0] <= now:
-            _, conn = heapq.heappop(heap)
-            c = self.connections.get(conn)
+        for key in self.timers.pop_due(now):
+            c = self.connections.get(key.conn)
             if c is not None and c.state == AWAITING_HELLO:
                 out += c.fail(errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
 
@@ -212,6 +207,8 @@ class Broker:
             return
         msgs, effects = c.receive(inp.data, self._welcome)
         out += effects
+        if c.state != AWAITING_HELLO:
+            self.timers.cancel(HandshakeTimer(c.conn))
         for msg in msgs:
             if isinstance(msg, PeerHandover):
                 self._adopt_peer(c, msg, out)
