@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from enum import Enum
+from typing import Any
 
 from tidings.core.deadlines import Deadlines
 from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
@@ -85,11 +86,11 @@ SECOND_NS = 1_000_000_000
 TOO_MANY_TREES = "too-many-trees"
 
 
-class ScribeTick(NamedTuple):
-    """Liveness's one tick per node: heartbeats, refreshes, parent and child timeouts."""
+class ScribeTimer(Enum):
+    TICK = "tick"  # liveness's one tick per node: heartbeats, refreshes, parent and child timeouts
 
 
-TICK = ScribeTick()
+TICK = ScribeTimer.TICK
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +150,7 @@ class ScribeAgent:
         self._leaf_set: list[NodeRef] = []
         self._told_empty = EmptyTreeMemory(self.config.publisher_memory_max)
         self._suppressed = Suppressions(self.config.empty_trees_max, self.config.empty_hold_ns)
-        self.timers: Deadlines[ScribeTick] = Deadlines()  # the tick, set while there are trees
+        self.timers: Deadlines[ScribeTimer] = Deadlines()  # the tick, set while there are trees
 
     # -- local API ---------------------------------------------------------------------------
 
