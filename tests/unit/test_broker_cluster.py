@@ -134,10 +134,10 @@ def test_a_blocked_peer_connection_holds_its_messages_until_it_drains():
     h = in_overlay()
     h.feed(Accepted(0, 7))
     h.feed(Received(0, 1, 7, peer.hello(NodeRef(1, "127.0.0.1:9"))))
-    assert 7 not in h.closed and h.broker.peers.owns(7)
+    assert 7 not in h.closed and h.broker.cluster.owns(7)
     h.sent.clear()
     h.feed(SendBlocked(0, 7))
-    assert h.broker.peers.send(0, "127.0.0.1:9", [101, ["t"]]) == []  # held while blocked
+    assert h.broker.cluster.peers.send(0, "127.0.0.1:9", [101, ["t"]]) == []  # held while blocked
     h.feed(SendDrained(0, 7))
     assert [frame[4:] for frame in h.sent[7]] == [msgpack.packb([101, ["t"]])]
 

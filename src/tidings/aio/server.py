@@ -243,8 +243,8 @@ class BrokerServer:
 
     @property
     def node_id(self) -> str | None:
-        peers = self.core.peers if self.core is not None else None
-        return None if peers is None else id_hex(peers.me.node_id)
+        cluster = self.core.cluster if self.core is not None else None
+        return None if cluster is None else id_hex(cluster.me.node_id)
 
     @property
     def draining(self) -> bool:

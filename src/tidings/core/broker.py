@@ -6,9 +6,9 @@
 - `SubscriptionIndex` (filters/) finds the subscriptions an event matches without testing each;
 - `Subend` (reliability/subend.py) delivers one subscription's own-pubend events in tick order,
   live or catching up from the log;
-- `PeerLinks` (peers.py) holds one connection per pair of brokers, and `ClusterMember` (cluster.py)
-  this broker's Pastry node, Scribe agent and `ReliabilityNode` (reliability/node.py), once
-  `start_overlay` has been called.
+- `ClusterMember` (cluster.py) holds this broker's peer links (peers.py: one connection per pair
+  of brokers), Pastry node, Scribe agent and `ReliabilityNode` (reliability/node.py), once
+  `start_overlay` has been called; the runtime's inputs on peer connections go to it whole.
 
 Across brokers (DESIGN §2, docs/delivery.md): each sync's durable events become knowledge of this
 pubend's stream on the trees of their channels (`a/b/c`, `a/b/c/#`, `a/b/#`, `a/#`, `#`:
@@ -25,8 +25,7 @@ which every path shares. It never blocks: each `handle` returns effects for the 
 
 from __future__ import annotations
 
-import heapq
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -37,7 +36,8 @@ from tidings.core.checkpoint import Checkpoint
 from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
 from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, PeerHandover
-from tidings.core.effects import Append, Disconnect, Effect, PauseReading, ReadLog, ResumeReading, Send, Sync
+from tidings.core.deadlines import Deadlines
+from tidings.core.effects import Append, Connect, Disconnect, Effect, PauseReading, ReadLog, ResumeReading, Send, Sync
 from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.event import record_routing_fields, validate_attributes
 from tidings.core.filters import Filter, SubscriptionIndex, parse_filter
@@ -59,17 +59,30 @@ from tidings.core.inputs import (
 )
 from tidings.core.leases import Leases
 from tidings.core.multicast.trees import publish_trees, subscription_tree
-from tidings.core.overlay.envelope import PeerSend
-from tidings.core.overlay.events import Probe
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
-from tidings.core.peers import PeerLinks, RttMeasured
+from tidings.core.peers import PeerLinks
 from tidings.core.reliability.node import Deliver, ReliabilityNode
 from tidings.core.reliability.pubend import Pubend
 from tidings.core.reliability.subend import Subend
 from tidings.core.wire import messages
 
 CHANNEL_CACHE_MAX = 65_536
+RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog)  # what the cluster member asks of the runtime
+
+
+class HandshakeTimer(NamedTuple):
+    """The client connection `conn` owes its HELLO (and AUTH) by now."""
+
+    conn: int
+
+
+class DurableSilenceTimer(NamedTuple):
+    """Durable subscriptions are due a SILENCE (core/checkpoint.py)."""
+
+
+DURABLE_SILENCE = DurableSilenceTimer()
+BrokerTimer = HandshakeTimer | DurableSilenceTimer
 
 
 class Broker:
@@ -82,12 +95,11 @@ class Broker:
         self.subends: dict[int, Subend] = {}
         self.index = SubscriptionIndex()
         self._next_key = 0
-        self._handshakes: list[tuple[int, int]] = []  # heap of (deadline, conn)
+        self.timers: Deadlines[BrokerTimer] = Deadlines()
         # channels seen valid, each with the trees its events go to (bounded: cleared when full)
         self._channel_trees: dict[str, list[str]] = {}
         self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
         self.leases = Leases(config.lease_ns)
-        self._silence_at: int | None = None  # the next SILENCE to durable subscriptions
         self.draining = False  # stopping: clients are advised to move (core/advice.py)
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
                          "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns}
@@ -96,12 +108,11 @@ class Broker:
         self.events_rejected = 0
         self.events_delivered = 0
         self.now = 0
-        self.peers: PeerLinks | None = None
         self.cluster: ClusterMember | None = None
         self._tree_members: dict[str, int] = {}  # tree -> live local subscriptions in it
         self._sub_trees: dict[int, str] = {}  # subend key -> the tree it belongs to
         self.events_remote_delivered = 0
-        self.peer_messages_rejected = 0
+        self.peer_records_rejected = 0  # malformed records in knowledge from peers
 
     # ---- the runtime's interface -----------------------------------------------------------------
 
@@ -112,8 +123,9 @@ class Broker:
             self._gd().wall_us = inp.wall_us
         if isinstance(inp, Connected | ConnectFailed) or (
                 isinstance(inp, Received | ConnectionLost | SendBlocked | SendDrained)
-                and self.peers is not None and self.peers.owns(inp.conn)):
-            self._peer_input(inp, out)
+                and self.cluster is not None and self.cluster.owns(inp.conn)):
+            assert self.cluster is not None  # only the peer links dial
+            self._cluster_effects(self.cluster.peer_input(inp), out)
         elif isinstance(inp, Received):
             self._received(inp, out)
         elif isinstance(inp, WriteSynced):
@@ -130,11 +142,9 @@ class Broker:
         elif isinstance(inp, TimerFired):
             self._timers(inp.now, out)
             self._leases_expired(inp.now, out)
-            self._durable_silence(inp.now, out)
             self.guard.handle_timeout(inp.now, out)  # throttled publishers read again
-            if self.peers is not None and self.cluster is not None:
+            if self.cluster is not None:
                 self.pubend.declare_silence(inp.wall_us)
-                self._peer_messages(*self.peers.handle_timeout(inp.now), out)
                 self._cluster_effects(self.cluster.handle_timeout(inp.now), out)
         elif isinstance(inp, RetentionApplied):
             self.log = inp.log
@@ -143,22 +153,11 @@ class Broker:
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [self._handshake_deadline(), self.guard.next_deadline(), self.leases.next_deadline(),
-                     self._silence_at]
-        if self.peers is not None and self.cluster is not None:
-            deadlines += [self.peers.next_deadline(), self.cluster.next_deadline()]
+        deadlines = [self.timers.next_deadline(), self.guard.next_deadline(), self.leases.next_deadline()]
+        if self.cluster is not None:
+            deadlines.append(self.cluster.next_deadline())
         live = [d for d in deadlines if d is not None]
         return min(live) if live else None
-
-    def _handshake_deadline(self) -> int | None:
-        heap = self._handshakes
-        while heap:
-            deadline, conn = heap[0]
-            c = self.connections.get(conn)
-            if c is not None and c.state == AWAITING_HELLO:
-                return deadline
-            heapq.heappop(heap)
-        return None
 
     def start_overlay(self, now: int, address: str, bootstrap: str | None, rng: Rng) -> list[Effect]:
         """Take part in the overlay as `address` (what peers connect to): start a new overlay, or
@@ -166,11 +165,11 @@ class Broker:
         assert self.cluster is None
         self.now = now
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
-        self.peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
+        peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
         reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self._trees_of,
                                   lambda: (self.pubend.synced_tick, self.log))
         self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng,
-                                     reliability)
+                                     reliability, peers)
         out: list[Effect] = []
         self._cluster_effects(self.cluster.start(now, bootstrap), out)
         self._reliability(self._gd().start(now, self.log.last_tick), out)
@@ -198,10 +197,11 @@ class Broker:
         deadline = inp.now + self.config.handshake_timeout_ns
         self.connections[inp.conn] = ClientConnection(inp.conn, self.config.frame_bytes_max, deadline,
                                                       self.guard)
-        heapq.heappush(self._handshakes, (deadline, inp.conn))
+        self.timers.set(HandshakeTimer(inp.conn), deadline)
 
     def _lost(self, conn: int, out: list[Effect]) -> None:
         self._paused.pop(conn, None)
+        self.timers.cancel(HandshakeTimer(conn))
         c = self.connections.pop(conn, None)
         self.leases.release(conn)
         if c is not None:
@@ -210,10 +210,12 @@ class Broker:
                 self._drop_subend(c, s, out)
 
     def _timers(self, now: int, out: list[Effect]) -> None:
-        heap = self._handshakes
-        while heap and heap[0][0] <= now:
-            _, conn = heapq.heappop(heap)
-            c = self.connections.get(conn)
+        for key in self.timers.pop_due(now):
+            if type(key) is DurableSilenceTimer:
+                self._durable_silence(now, out)
+                continue
+            assert type(key) is HandshakeTimer
+            c = self.connections.get(key.conn)
             if c is not None and c.state == AWAITING_HELLO:
                 out += c.fail(errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
 
@@ -268,6 +270,8 @@ class Broker:
         opening = c.state != OPEN
         msgs, effects = c.receive(inp.data, self._welcome_info() if opening else self._welcome)
         out += effects
+        if c.state != AWAITING_HELLO:
+            self.timers.cancel(HandshakeTimer(c.conn))
         if opening and c.state == OPEN:
             out += self._advise([c.conn])
         for msg in msgs:
@@ -441,8 +445,8 @@ class Broker:
         if checkpoint is not None:
             s.durable = True
             s.silenced = dict(checkpoint.positions)
-            if self._silence_at is None:
-                self._silence_at = self.now + self.config.durable_silence_interval_ns
+            if DURABLE_SILENCE not in self.timers:
+                self.timers.set(DURABLE_SILENCE, self.now + self.config.durable_silence_interval_ns)
         out.append(Send(c.conn, messages.subscribed(msg.sub, position,
                                                     None if checkpoint is None else checkpoint.to_wire())))
         self._advance(c, s, out)
@@ -463,10 +467,9 @@ class Broker:
     def _durable_silence(self, now: int, out: list[Effect]) -> None:
         """Every durable subscription's checkpoint moves up to what has been delivered to it or
         did not match: its own pubend's log position and each stream's delivered-through tick."""
-        if self._silence_at is None or now < self._silence_at:
-            return
         durable = [s for s in self.subends.values() if s.durable]
-        self._silence_at = now + self.config.durable_silence_interval_ns if durable else None
+        if durable:
+            self.timers.set(DURABLE_SILENCE, now + self.config.durable_silence_interval_ns)
         for s in durable:
             own = max(s.position, self.pubend.synced_tick) if s.live else s.position
             positions = {self.pubend.pubend_id: own}
@@ -614,57 +617,19 @@ class Broker:
 
     def _adopt_peer(self, c: ClientConnection, msg: PeerHandover, out: list[Effect]) -> None:
         del self.connections[c.conn]
-        if self.peers is None:  # not in an overlay (yet): nobody to talk to
+        if self.cluster is None:  # not in an overlay (yet): nobody to talk to
             out.append(Send(c.conn, messages.error(errors.HANDSHAKE, "this broker is not in an overlay")))
             out.append(Disconnect(c.conn, "peer before overlay start"))
             return
-        self._peer_messages(*self.peers.adopt(self.now, c.conn, c.decoder, msg.hello, msg.rest), out)
-
-    def _peer_input(self, inp: Input, out: list[Effect]) -> None:
-        peers = self.peers
-        assert peers is not None  # only the peer links ask for connections
-        if isinstance(inp, Received):
-            self._peer_messages(*peers.received(inp.now, inp.conn, inp.data), out)
-        elif isinstance(inp, ConnectionLost):
-            self._peer_messages(*peers.lost(inp.now, inp.conn), out)
-        elif isinstance(inp, Connected):
-            self._peer_messages(*peers.connected(inp.now, inp.conn, inp.address), out)
-        elif isinstance(inp, ConnectFailed):
-            self._peer_messages(*peers.connect_failed(inp.now, inp.address, inp.reason), out)
-        elif isinstance(inp, SendBlocked | SendDrained):  # a slow peer: its messages wait, bounded
-            out += peers.flow(inp.now, inp.conn, isinstance(inp, SendBlocked))
-
-    def _peer_messages(self, items: list[Any], effects: list[Effect], out: list[Effect]) -> None:
-        """What the peer links produced: messages for the overlay, measurements and failures."""
-        out += effects
-        cluster = self.cluster
-        assert cluster is not None
-        for item in items:
-            if isinstance(item, RttMeasured):
-                self._cluster_effects(cluster.rtt_measured(self.now, item.address, item.rtt_ns), out)
-            elif isinstance(item, str):  # an address found unreachable
-                self._cluster_effects(cluster.peer_unreachable(self.now, item), out)
-            else:
-                sender, message = item
-                try:
-                    self._cluster_effects(cluster.received(self.now, sender.address, message), out)
-                except TidingsError as exc:
-                    self.peer_messages_rejected += 1
-                    assert self.peers is not None
-                    out += self.peers.reject(self.now, sender.address, str(exc))
+        self._cluster_effects(self.cluster.adopt(self.now, c.conn, c.decoder, msg.hello, msg.rest), out)
 
     def _cluster_effects(self, effects: list[Any], out: list[Effect]) -> None:
-        peers = self.peers
-        assert peers is not None
+        """The cluster member's output: remote events for local subscriptions, effects for the runtime."""
         for eff in effects:
-            if type(eff) is PeerSend:
-                out += peers.send(self.now, eff.address, eff.message)
-            elif type(eff) is Deliver:
+            if type(eff) is Deliver:
                 self._deliver_remote(eff, out)
-            elif type(eff) is ReadLog:
+            elif type(eff) in RUNTIME_EFFECTS:
                 out.append(eff)
-            elif type(eff) is Probe:
-                out += peers.probe(self.now, eff.address)
 
     def _deliver_remote(self, deliver: Deliver, out: list[Effect]) -> None:
         """Another pubend's events, in its tick order and below the doubt horizon, for the local
@@ -674,7 +639,7 @@ class Broker:
         for pubend, record in zip(deliver.pubends, deliver.records, strict=True):
             fields = record_routing_fields(record)
             if fields is None or fields[0] != pubend:
-                self.peer_messages_rejected += 1
+                self.peer_records_rejected += 1
                 continue
             _, channel, attributes = fields
             for key in deliver.keys:
@@ -715,8 +680,7 @@ class Broker:
         }
 
     def _cluster_status(self) -> dict[str, Any]:
-        if self.cluster is None or self.peers is None:
+        if self.cluster is None:
             return {}
-        return {**self.cluster.status(), "peers": self.peers.status(),
-                "events_remote_delivered": self.events_remote_delivered,
-                "peer_messages_rejected": self.peer_messages_rejected}
+        return {**self.cluster.status(), "events_remote_delivered": self.events_remote_delivered,
+                "peer_messages_rejected": self.peer_records_rejected + self.cluster.peer_messages_rejected}

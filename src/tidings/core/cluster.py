@@ -15,7 +15,14 @@ implies, and nothing more:
 - with guaranteed delivery (`reliability` given), Scribe hands every event that reaches this node to
   the `ReliabilityNode` (`EventArrived`), as well as `ChildAdded`, and the repair SUBSCRIBE after a
   `ParentSuspected` carries the node's stream positions; ACK and NACK from peers go to it too;
-- everything else (PeerSend, DeliverLocal, Deliver, ReadLog, probes) leaves for the broker.
+- with peer links (`PeerLinks`, core/peers.py, given in a broker), the member owns them: the
+  runtime's inputs on peer connections come here (`peer_input`, `adopt`), each message a link yields
+  is dispatched by its type number to Pastry, Scribe or the reliability node, a malformed one is
+  answered on its link (`peer_messages_rejected`), RTT samples and unreachable peers go to Pastry,
+  and every `PeerSend` and `Probe` leaves through the links as runtime effects (Send, Connect,
+  Disconnect). A peer message thus never leaves this object before it is handled;
+- what is left (Deliver, ReadLog, and the runtime effects) goes to the broker; without links
+  (the message-level simulator) PeerSend and Probe go to the caller as well.
 
 Until Pastry reports `JoinCompleted`, its state is partial and a route could end at the wrong node,
 so messages Scribe routes before then (a broker's subscriptions at start) wait, at most
@@ -32,8 +39,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError
-from tidings.core.inputs import LogState
+from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError, TidingsError
+from tidings.core.inputs import Connected, ConnectFailed, ConnectionLost, LogState, Received, SendBlocked, SendDrained
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.multicast.effects import ChildAdded, EventArrived, ParentSuspected
 from tidings.core.overlay import messages as overlay_messages
@@ -43,17 +50,23 @@ from tidings.core.overlay.envelope import (
     RELIABILITY_TYPES,
     Deliver,
     Forward,
+    PeerSend,
     RouteMessage,
     RouteTo,
 )
+from tidings.core.overlay.events import Probe
 from tidings.core.overlay.node import JoinCompleted, LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
 from tidings.core.overlay.node_id import NodeRef
+from tidings.core.peers import PeerLinks, PeerOutput, RttMeasured
 from tidings.core.reliability.node import ReliabilityConfig, ReliabilityNode
+from tidings.core.wire.frames import FrameDecoder
 
 ROUTES_BEFORE_JOIN_MAX = 10_000
 
 
 RELIABILITY_UPCALLS = (EventArrived, ChildAdded, ParentSuspected)
+
+PeerInput = Received | ConnectionLost | Connected | ConnectFailed | SendBlocked | SendDrained
 
 
 class Reliability:
@@ -70,8 +83,10 @@ class Reliability:
 
 class ClusterMember:
     def __init__(self, me: NodeRef, overlay_config: OverlayConfig, scribe_config: ScribeConfig,
-                 rng: Rng, reliability: Reliability | None = None) -> None:
+                 rng: Rng, reliability: Reliability | None = None, peers: PeerLinks | None = None) -> None:
         self.me = me
+        self.peers = peers
+        self.peer_messages_rejected = 0
         self.overlay = OverlayNode(me, overlay_config, rng)
         gd = reliability is not None
         self.scribe = ScribeAgent(me, replace(scribe_config, forward_events=not gd))
@@ -106,17 +121,65 @@ class ClusterMember:
         return self._settle(now, self.overlay.peer_unreachable(now, address))
 
     def handle_timeout(self, now: int) -> list[Any]:
+        out: list[Any] = [] if self.peers is None else self._peer_output(now, self.peers.handle_timeout(now))
         effects = [*self.overlay.handle_timeout(now), *self.scribe.handle_timeout(now)]
         if self.reliability is not None:
             effects += self.reliability.handle_timeout(now)
-        return self._settle(now, effects)
+        return out + self._settle(now, effects)
 
     def next_deadline(self) -> int | None:
         machines = [self.overlay.next_deadline(), self.scribe.next_deadline()]
         if self.reliability is not None:
             machines.append(self.reliability.next_deadline())
+        if self.peers is not None:
+            machines.append(self.peers.next_deadline())
         deadlines = [d for d in machines if d is not None]
         return min(deadlines) if deadlines else None
+
+    # ---- the peer links (a broker's member only) --------------------------------------------------
+
+    def owns(self, conn: int) -> bool:
+        """Whether `conn` is a connection of the peer links."""
+        return self.peers is not None and self.peers.owns(conn)
+
+    def peer_input(self, inp: PeerInput) -> list[Any]:
+        """The runtime's report on a peer connection (or on a dial of the links)."""
+        peers = self.peers
+        assert peers is not None  # only the peer links own connections and dial
+        now = inp.now
+        if isinstance(inp, Received):
+            return self._peer_output(now, peers.received(now, inp.conn, inp.data))
+        if isinstance(inp, ConnectionLost):
+            return self._peer_output(now, peers.lost(now, inp.conn))
+        if isinstance(inp, Connected):
+            return self._peer_output(now, peers.connected(now, inp.conn, inp.address))
+        if isinstance(inp, ConnectFailed):
+            return self._peer_output(now, peers.connect_failed(now, inp.address, inp.reason))
+        return list(peers.flow(now, inp.conn, isinstance(inp, SendBlocked)))  # its messages wait, bounded
+
+    def adopt(self, now: int, conn: int, decoder: FrameDecoder, hello: bytes, rest: list[bytes]) -> list[Any]:
+        """An accepted connection whose first frame was PEER_HELLO: the links take it over."""
+        assert self.peers is not None
+        return self._peer_output(now, self.peers.adopt(now, conn, decoder, hello, rest))
+
+    def _peer_output(self, now: int, output: PeerOutput) -> list[Any]:
+        """The links' effects, then each message, measurement and failure they report, handled."""
+        items, effects = output
+        out: list[Any] = list(effects)
+        for item in items:
+            if isinstance(item, RttMeasured):
+                out += self.rtt_measured(now, item.address, item.rtt_ns)
+            elif isinstance(item, str):  # an address found unreachable
+                out += self.peer_unreachable(now, item)
+            else:
+                sender, message = item
+                try:
+                    out += self.received(now, sender.address, message)
+                except TidingsError as exc:
+                    self.peer_messages_rejected += 1
+                    assert self.peers is not None
+                    out += self.peers.reject(now, sender.address, str(exc))
+        return out
 
     # ---- the broker's requests -------------------------------------------------------------------
 
@@ -136,9 +199,11 @@ class ClusterMember:
         return self._settle(now, effects)
 
     def status(self) -> dict[str, Any]:
-        status = {"overlay": self.overlay.status(), "trees": self.scribe.status()}
+        status: dict[str, Any] = {"overlay": self.overlay.status(), "trees": self.scribe.status()}
         if self.reliability is not None:
             status["delivery"] = self.reliability.status()
+        if self.peers is not None:
+            status["peers"] = self.peers.status()
         return status
 
     # ---- glue ------------------------------------------------------------------------------------
@@ -172,6 +237,10 @@ class ClusterMember:
                 queue.extend(self.scribe.node_failed(now, eff.node))
             elif self.reliability is not None and type(eff) in RELIABILITY_UPCALLS:
                 self._reliability_upcall(now, eff, queue)
+            elif self.peers is not None and type(eff) is PeerSend:
+                out += self.peers.send(now, eff.address, eff.message)
+            elif self.peers is not None and type(eff) is Probe:
+                out += self.peers.probe(now, eff.address)
             else:
                 out.append(eff)
         return out

@@ -1,13 +1,14 @@
 """The broker's side of one client connection: framing, the handshake, and message decoding.
 
-States: AWAITING_HELLO (until a valid HELLO, or the handshake deadline) -> OPEN -> CLOSED, or
-AWAITING_HELLO -> PEER when the first frame is another broker's PEER_HELLO: clients and brokers share
-the listening port, and such a connection is handed, with its decoder and the frames that followed
-the PEER_HELLO, to the broker's peer links (core/peers.py). Who the client is, is the guard's
-decision (core/auth/guard.py): an anonymous HELLO is admitted or refused at once; a HELLO with a
-nonce gets a CHALLENGE, and the connection stays AWAITING_HELLO (under the same deadline) until
-its AUTH proves the identity (core/auth/handshake.py). Only then are service and instance set:
-they are what the broker stamps on every event, so a client cannot choose another's.
+States (`ConnState`, each move checked against `TRANSITIONS`): AWAITING_HELLO (until a valid HELLO,
+or the handshake deadline) -> OPEN -> CLOSED, or AWAITING_HELLO -> PEER when the first frame is
+another broker's PEER_HELLO: clients and brokers share the listening port, and such a connection is
+handed, with its decoder and the frames that followed the PEER_HELLO, to the broker's peer links
+(core/peers.py). Who the client is, is the guard's decision (core/auth/guard.py): an anonymous HELLO
+is admitted or refused at once; a HELLO with a nonce gets a CHALLENGE, and the connection stays
+AWAITING_HELLO (under the same deadline) until its AUTH proves the identity
+(core/auth/handshake.py). Only then are service and instance set: they are what the broker stamps on
+every event, so a client cannot choose another's.
 Bytes that break framing (a frame over frame_bytes_max) or the handshake are fatal: an ERROR
 frame, then Disconnect. A well-framed but malformed or unknown message is answered with an ERROR
 and the connection goes on: the frame boundary is intact, so nothing else is lost.
@@ -16,6 +17,7 @@ and the connection goes on: the frame boundary is intact, so nothing else is los
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from tidings.core import errors
@@ -23,14 +25,24 @@ from tidings.core.auth.guard import Guard
 from tidings.core.auth.handshake import Principal, ServerHandshake
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.errors import ProtocolError, TidingsError
+from tidings.core.states import Transitions
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
 from tidings.core.wire.peer import PEER_HELLO
 
-AWAITING_HELLO = "awaiting-hello"
-OPEN = "open"
-CLOSED = "closed"
-PEER = "peer"
+
+class ConnState(StrEnum):
+    AWAITING_HELLO = "awaiting-hello"
+    OPEN = "open"
+    CLOSED = "closed"
+    PEER = "peer"  # handed to the peer links: nothing more is read here
+
+
+AWAITING_HELLO, OPEN, CLOSED, PEER = ConnState
+TRANSITIONS = Transitions[ConnState]("client connection", {
+    AWAITING_HELLO: frozenset({OPEN, PEER, CLOSED}),
+    OPEN: frozenset({CLOSED}),
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +66,7 @@ class ClientConnection:
     def __init__(self, conn: int, frame_bytes_max: int, handshake_deadline: int, guard: Guard) -> None:
         self.conn = conn
         self.decoder = FrameDecoder(frame_bytes_max)
-        self.state = AWAITING_HELLO
+        self.state: ConnState = AWAITING_HELLO
         self.handshake_deadline = handshake_deadline
         self.guard = guard
         self.handshake: ServerHandshake | None = None  # a challenge sent, its proof awaited
@@ -65,7 +77,7 @@ class ClientConnection:
         self.subs: dict[int, Any] = {}  # client's subscription id -> Subend
 
     def fail(self, code: str, message: str) -> list[Effect]:
-        self.state = CLOSED
+        self.state = TRANSITIONS.move(self.state, CLOSED)
         return [Send(self.conn, messages.error(code, message)), Disconnect(self.conn, message)]
 
     def receive(self, data: bytes, welcome_info: dict[str, Any]) -> tuple[list[ClientMessage], list[Effect]]:
@@ -78,7 +90,7 @@ class ClientConnection:
         for i, body in enumerate(bodies):
             if (self.state == AWAITING_HELLO and self.handshake is None
                     and messages.message_type(body) == PEER_HELLO):
-                self.state = PEER
+                self.state = TRANSITIONS.move(self.state, PEER)
                 out.append(PeerHandover(body, bodies[i + 1:]))
                 return out, effects
             try:
@@ -147,5 +159,5 @@ class ClientConnection:
         self.service = principal.service
         self.instance = principal.instance
         self.identity = principal.identity
-        self.state = OPEN
+        self.state = TRANSITIONS.move(self.state, OPEN)
         return [Send(self.conn, messages.welcome(welcome_info))]

@@ -1,7 +1,8 @@
 """Links between brokers: one TCP connection per pair, its handshake, its queue, and its RTT.
 
 Theory of operation. The overlay and the layers above it name peers by address (Pastry's
-send(msg, node)); `PeerLinks` turns that into connections. A link to an address goes
+send(msg, node)); `PeerLinks` turns that into connections. A link to an address goes (`LinkState`,
+each move checked against `TRANSITIONS`)
 
     DIALLING  -> HANDSHAKE -> OPEN        we dial: Connect, then PEER_HELLO, until PEER_WELCOME
                  (adopted)  -> OPEN        the peer dials: the broker hands us its PEER_HELLO
@@ -53,24 +54,39 @@ connection it brings, unused).
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
+from typing import Any, NamedTuple
 
 from tidings.core import errors
 from tidings.core.auth.handshake import AUTH_FAILED
 from tidings.core.auth.peer_auth import ACCEPTOR, DIALLER, ClusterAuth
+from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Connect, Disconnect, Effect, Send
 from tidings.core.errors import ProtocolError
 from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES, RELIABILITY_TYPES
 from tidings.core.overlay.node_id import NodeRef, id_hex
+from tidings.core.states import Transitions
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder
 
-DIALLING = "dialling"
-HANDSHAKE = "handshake"
-WAITING = "waiting"
-OPEN = "open"
+
+class LinkState(StrEnum):
+    DIALLING = "dialling"
+    HANDSHAKE = "handshake"
+    WAITING = "waiting"
+    OPEN = "open"
+
+
+DIALLING, HANDSHAKE, WAITING, OPEN = LinkState
+# a link is redialled from any state but DIALLING's own; OPEN -> OPEN is a newer connection replacing
+# the link's (the peer restarted); DIALLING -> OPEN is the peer's dial accepted while ours was out
+TRANSITIONS = Transitions[LinkState]("peer link", {
+    DIALLING: frozenset({DIALLING, HANDSHAKE, OPEN}),
+    HANDSHAKE: frozenset({WAITING, OPEN, DIALLING}),
+    WAITING: frozenset({OPEN, DIALLING}),
+    OPEN: frozenset({OPEN, DIALLING}),
+})
 
 MIB = 1024 * 1024
 SECOND_NS = 1_000_000_000
@@ -88,6 +104,18 @@ class PeerConfig:
     handshake_timeout_ns: int = 5 * SECOND_NS
     peer_queue_bytes_max: int = 4 * MIB  # per link, while it is not open; beyond, messages are dropped
     ping_interval_ns: int = 5 * SECOND_NS
+
+
+class LinkTimer(NamedTuple):
+    """The link to `address` is due: its handshake deadline passed, or it pings."""
+
+    address: str
+
+
+class AuthTimer(NamedTuple):
+    """The accepted connection `conn` owes PEER_AUTH by now."""
+
+    conn: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +145,12 @@ class _Conn:
 
 
 class _Link:
-    __slots__ = ("address", "blocked", "conn", "dropped", "heard_at", "next_ping_at", "node",
-                 "ping_sent_at", "ping_seq", "queue", "queued_bytes", "received", "rtt_ns", "sent", "state",
-                 "wake")
+    __slots__ = ("address", "blocked", "conn", "dropped", "heard_at", "node",
+                 "ping_sent_at", "ping_seq", "queue", "queued_bytes", "received", "rtt_ns", "sent", "state")
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self.state = DIALLING
+        self.state: LinkState = DIALLING
         self.node: NodeRef | None = None
         self.conn: int | None = None
         self.blocked = False  # OPEN, but its connection's send buffer is full: queue meanwhile
@@ -133,11 +160,12 @@ class _Link:
         self.received = 0
         self.dropped = 0
         self.heard_at = 0  # OPEN: when the peer last sent anything
-        self.next_ping_at = 0
         self.ping_seq = -1
         self.ping_sent_at = 0
         self.rtt_ns: int | None = None
-        self.wake: int | None = None  # the live timer of this link: a handshake deadline, or its next ping
+
+    def move(self, state: LinkState) -> None:
+        self.state = TRANSITIONS.move(self.state, state)
 
 
 class PeerLinks:
@@ -145,12 +173,14 @@ class PeerLinks:
         self.me = me
         self.config = config
         self.cluster = cluster  # the cluster credential every peer must prove, if any
-        self._unproven: list[tuple[int, int]] = []  # heap of (deadline, conn) awaiting PEER_AUTH
+        self._unproven: dict[int, None] = {}  # connections challenged within the handshake timeout
         self._links: dict[str, _Link] = {}
         self._conns: dict[int, _Conn] = {}
         self._dialling: set[str] = set()  # addresses with a Connect outstanding
         self._aliases: dict[str, str] = {}  # dialled address -> the address the peer advertises
-        self._timers: list[tuple[int, str]] = []  # heap of (when, address), stale entries skipped
+        # a link's one live timer (its handshake deadline or its next ping), and each challenged
+        # connection's PEER_AUTH deadline
+        self.timers: Deadlines[LinkTimer | AuthTimer] = Deadlines()
         self._reports: list[RttMeasured | str] = []  # handed out with the next output
         self._ping_seq = 0
         self.messages_dropped = 0  # on every link, also those since forgotten
@@ -213,7 +243,7 @@ class PeerLinks:
             return [], [Disconnect(conn, "a connection to this broker already exists")]
         c = self._conns[conn] = _Conn(conn, FrameDecoder(self.config.frame_bytes_max), True, address)
         c.nonce = None if self.cluster is None else self.cluster.nonce()
-        link.state = HANDSHAKE
+        link.move(HANDSHAKE)
         link.conn = conn
         self._arm(link, now + self.config.handshake_timeout_ns)
         return [], [Send(conn, peer.hello(self.me, nonce=c.nonce))]
@@ -288,28 +318,15 @@ class PeerLinks:
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [d for d in (self._link_deadline(), self._unproven_deadline()) if d is not None]
-        return min(deadlines) if deadlines else None
-
-    def _link_deadline(self) -> int | None:
-        heap = self._timers
-        while heap:
-            when, address = heap[0]
-            link = self._links.get(address)
-            if link is not None and link.wake == when:
-                return when
-            heapq.heappop(heap)
-        return None
+        return self.timers.next_deadline()
 
     def handle_timeout(self, now: int) -> PeerOutput:
-        out: list[Effect] = self._unproven_timeouts(now)
-        heap = self._timers
-        while heap and heap[0][0] <= now:
-            when, address = heapq.heappop(heap)
-            link = self._links.get(address)
-            if link is not None and link.wake == when:
-                link.wake = None
-                out += self._wake(now, link)
+        out: list[Effect] = []
+        for key in self.timers.pop_due(now):
+            if isinstance(key, AuthTimer):
+                out += self._auth_overdue(key.conn)
+            else:
+                out += self._wake(now, self._links[key.address])
         return self._output([], out)
 
     def status(self) -> list[dict[str, Any]]:
@@ -362,7 +379,7 @@ class PeerLinks:
 
     def _open(self, now: int, link: _Link) -> list[Effect]:
         """The link is usable: flush its queue in order and take a first RTT sample."""
-        link.state = OPEN
+        link.move(OPEN)
         link.heard_at = now
         link.blocked = False
         return [*self._flush(link), self._ping(now, link)]
@@ -379,7 +396,8 @@ class PeerLinks:
     def _rename(self, link: _Link, address: str) -> None:
         """The peer advertises another address than the one we dialled: key the link by the
         advertised one (the address others know it by), and remember the dialled one as an alias."""
-        del self._links[link.address]
+        old = link.address
+        del self._links[old]
         if len(self._aliases) >= ALIASES_MAX:
             self._aliases.clear()
         self._aliases[link.address] = address
@@ -387,8 +405,10 @@ class PeerLinks:
         self._links[address] = link
         if link.conn is not None:
             self._conns[link.conn].address = address
-        if link.wake is not None:
-            heapq.heappush(self._timers, (link.wake, address))
+        when = self.timers.when(LinkTimer(old))
+        if when is not None:
+            self.timers.cancel(LinkTimer(old))
+            self.timers.set(LinkTimer(address), when)
 
     # ---- the cluster credential (auth/peer_auth.py) ------------------------------------------------
 
@@ -401,7 +421,8 @@ class PeerLinks:
             return [], self._close(c, errors.HANDSHAKE, "too many peer handshakes in progress")
         c.unproven = hello
         c.nonce = self.cluster.nonce()
-        heapq.heappush(self._unproven, (now + self.config.handshake_timeout_ns, c.conn))
+        self._unproven[c.conn] = None
+        self.timers.set(AuthTimer(c.conn), now + self.config.handshake_timeout_ns)
         proof = self.cluster.proof(ACCEPTOR, hello.nonce, c.nonce, hello.node)
         return self._prove(now, c, rest, [Send(c.conn, peer.challenge(c.nonce, proof))])
 
@@ -437,23 +458,12 @@ class PeerLinks:
         c.nonce = None
         return [Send(c.conn, peer.auth(proof))]
 
-    def _unproven_deadline(self) -> int | None:
-        heap = self._unproven
-        while heap:
-            c = self._conns.get(heap[0][1])
-            if c is not None and c.unproven is not None and not c.closing:
-                return heap[0][0]
-            heapq.heappop(heap)
-        return None
-
-    def _unproven_timeouts(self, now: int) -> list[Effect]:
-        out: list[Effect] = []
-        heap = self._unproven
-        while heap and heap[0][0] <= now:
-            c = self._conns.get(heapq.heappop(heap)[1])
-            if c is not None and c.unproven is not None and not c.closing:
-                out += self._close(c, errors.HANDSHAKE_TIMEOUT, "no PEER_AUTH within the handshake timeout")
-        return out
+    def _auth_overdue(self, conn: int) -> list[Effect]:
+        del self._unproven[conn]
+        c = self._conns.get(conn)
+        if c is None or c.unproven is None or c.closing:
+            return []
+        return self._close(c, errors.HANDSHAKE_TIMEOUT, "no PEER_AUTH within the handshake timeout")
 
     # ---- messages --------------------------------------------------------------------------------
 
@@ -505,7 +515,7 @@ class PeerLinks:
         if msg.code != peer.DUPLICATE_LINK:
             self._drop(link, f"peer error {msg.code}: {msg.message}")
         elif link.state == HANDSHAKE:
-            link.state = WAITING  # the peer keeps its own dial to us: wait for its HELLO
+            link.move(WAITING)  # the peer keeps its own dial to us: wait for its HELLO
             link.conn = None
             self._arm(link, now + self.config.handshake_timeout_ns)
         else:  # the peer closed an open link as superseded: it is alive, so connect afresh
@@ -524,16 +534,16 @@ class PeerLinks:
 
     def _dial(self, link: _Link) -> Connect:
         assert link.address not in self._dialling
-        link.state = DIALLING
-        link.wake = None
+        link.move(DIALLING)
+        self.timers.cancel(LinkTimer(link.address))
         self._dialling.add(link.address)
         return Connect(link.address)
 
     def _redial(self, link: _Link) -> list[Effect]:
         link.conn = None
         if link.address in self._dialling:  # a dial of ours is still out: it takes over
-            link.state = DIALLING
-            link.wake = None
+            link.move(DIALLING)
+            self.timers.cancel(LinkTimer(link.address))
             return []
         return [self._dial(link)]
 
@@ -550,13 +560,11 @@ class PeerLinks:
         self._ping_seq += 1
         link.ping_seq = self._ping_seq
         link.ping_sent_at = now
-        link.next_ping_at = now + self.config.ping_interval_ns
-        self._arm(link, link.next_ping_at)
+        self._arm(link, now + self.config.ping_interval_ns)
         return Send(link.conn, peer.ping(link.ping_seq))
 
     def _arm(self, link: _Link, when: int) -> None:
-        link.wake = when
-        heapq.heappush(self._timers, (when, link.address))
+        self.timers.set(LinkTimer(link.address), when)
 
     def _wake(self, now: int, link: _Link) -> list[Effect]:
         if link.state in (HANDSHAKE, WAITING):
@@ -587,7 +595,7 @@ class PeerLinks:
     def _drop(self, link: _Link, reason: str, report: bool = True) -> None:
         """Forget the link and its queue, and report its peer unreachable."""
         del self._links[link.address]
-        link.wake = None
+        self.timers.cancel(LinkTimer(link.address))
         self.messages_dropped += len(link.queue)
         self.last_failure = f"{link.address}: {reason}"
         if report:

@@ -260,9 +260,9 @@ class BrokerNode(Listener):
             self._trace_effect("Send", eff.conn, len(eff.data))
             data = eff.data
             faults = self.peer_faults
-            if faults is not None and self.core is not None and self.core.peers is not None \
-                    and self.core.peers.owns(eff.conn):
-                data = faults.filter(eff.conn, data, self.core.peers.address_of(eff.conn))
+            peers = None if self.core is None or self.core.cluster is None else self.core.cluster.peers
+            if faults is not None and peers is not None and peers.owns(eff.conn):
+                data = faults.filter(eff.conn, data, peers.address_of(eff.conn))
             if sock is not None and sock.open and data:
                 sock.write(data)
             return

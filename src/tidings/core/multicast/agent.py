@@ -37,8 +37,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
+from tidings.core.deadlines import Deadlines
 from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
 from tidings.core.multicast.effects import (
     ChildAdded,
@@ -82,6 +84,13 @@ __all__ = [
 
 SECOND_NS = 1_000_000_000
 TOO_MANY_TREES = "too-many-trees"
+
+
+class ScribeTimer(Enum):
+    TICK = "tick"  # liveness's one tick per node: heartbeats, refreshes, parent and child timeouts
+
+
+TICK = ScribeTimer.TICK
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +150,7 @@ class ScribeAgent:
         self._leaf_set: list[NodeRef] = []
         self._told_empty = EmptyTreeMemory(self.config.publisher_memory_max)
         self._suppressed = Suppressions(self.config.empty_trees_max, self.config.empty_hold_ns)
-        self._tick_ns: int | None = None
+        self.timers: Deadlines[ScribeTimer] = Deadlines()  # the tick, set while there are trees
 
     # -- local API ---------------------------------------------------------------------------
 
@@ -262,10 +271,10 @@ class ScribeAgent:
     # -- timers ------------------------------------------------------------------------------
 
     def next_deadline(self) -> int | None:
-        return self._tick_ns
+        return self.timers.next_deadline()
 
     def handle_timeout(self, now: int) -> list[ScribeEffect]:
-        if self._tick_ns is None or now < self._tick_ns:
+        if not self.timers.pop_due(now):
             return []
         heartbeats: dict[str, list[str]] = {}
         refreshes: dict[str, list[str]] = {}
@@ -286,7 +295,8 @@ class ScribeAgent:
                 entry.refresh_due_ns = now + self.config.refresh_interval_ns
                 refreshes.setdefault(entry.parent, []).append(entry.name)
         effects += _batched(heartbeats, Heartbeat) + _batched(refreshes, Refresh)
-        self._tick_ns = now + self.config.heartbeat_interval_ns if self._trees else None
+        if self._trees:
+            self.timers.set(TICK, now + self.config.heartbeat_interval_ns)
         return effects
 
     # -- introspection -----------------------------------------------------------------------
@@ -339,8 +349,8 @@ class ScribeAgent:
             return None
         entry = _Tree(tree, tree_key(tree), heard_ns=now)
         self._trees[tree] = entry
-        if self._tick_ns is None:
-            self._tick_ns = now + self.config.heartbeat_interval_ns
+        if TICK not in self.timers:
+            self.timers.set(TICK, now + self.config.heartbeat_interval_ns)
         return entry
 
     def _join(self, now: int, entry: _Tree, extra: Any) -> list[ScribeEffect]:

@@ -59,8 +59,10 @@ the rest of the other side comes back through the leaf sets exchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Protocol
 
+from tidings.core.deadlines import Deadlines
 from tidings.core.overlay import messages as m
 from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteDecision, RouteMessage
 from tidings.core.overlay.events import JoinCompleted, LeafSetChanged, NodeFailed, OverlayEffect, Probe
@@ -90,6 +92,14 @@ class Rng(Protocol):
     def randrange(self, stop: int, /) -> int: ...
 
 
+class OverlayTimer(Enum):
+    JOIN = "join"  # the join's answer is overdue (or the bootstrap's retry is due)
+    KEEPALIVE = "keepalive"  # KEEPALIVE to the leaf set
+    LEAF_SILENCE = "leaf-silence"  # a leaf may have been silent for failure_timeout_ns
+    REPAIR = "repair"  # lazy routing-table and leaf-set maintenance
+    REVIVE = "revive"  # ask a failed node for its leaf set
+
+
 @dataclass(frozen=True, slots=True)
 class OverlayConfig:
     """Pastry's parameters (b = 4 is fixed by node_id.py) and the node's limits."""
@@ -115,16 +125,12 @@ class OverlayNode:
         "_bootstrap",
         "_failed",
         "_heard_ns",
-        "_join_deadline_ns",
         "_join_retry_ns",
         "_joined",
-        "_keepalive_ns",
         "_leaf_version",
         "_lost",
         "_probing",
         "_ref_pool",
-        "_repair_ns",
-        "_revive_ns",
         "_rng",
         "config",
         "leaf_set",
@@ -132,6 +138,7 @@ class OverlayNode:
         "neighbourhood",
         "routes_over_hops_max",
         "routing_table",
+        "timers",
     )
 
     def __init__(self, me: NodeRef, config: OverlayConfig, rng: Rng,
@@ -146,13 +153,10 @@ class OverlayNode:
         self._joined = False
         self._bootstrap: str | None = None
         self._join_retry_ns = config.join_retry_interval_ns_min
-        self._join_deadline_ns: int | None = None
-        self._keepalive_ns: int | None = None
-        self._repair_ns: int | None = None
+        self.timers: Deadlines[OverlayTimer] = Deadlines()
         self._heard_ns: dict[str, int] = {}  # leaf address -> last sign of life
         self._failed: dict[int, int] = {}  # nodeId -> end of its failed memory (insertion order = age)
         self._lost: dict[int, NodeRef] = {}  # failed nodes to ask again now and then (order = next asked)
-        self._revive_ns: int | None = None
         self._probing: dict[str, NodeRef] = {}  # address -> node awaiting an RTT (insertion order = age)
         self._leaf_version = self.leaf_set.version
         self.routes_over_hops_max = 0
@@ -177,7 +181,7 @@ class OverlayNode:
     def _ask_to_join(self, now: int, out: list[OverlayEffect]) -> None:
         assert self._bootstrap is not None
         out.append(PeerSend(self._bootstrap, m.JoinRequest(self.me).to_wire()))
-        self._join_deadline_ns = now + self.config.join_timeout_ns
+        self.timers.set(OverlayTimer.JOIN, now + self.config.join_timeout_ns)
 
     def _join_hop(self, join: m.Join, first: bool, out: list[OverlayEffect]) -> None:
         """This node is on the route of `join`: send the newcomer its share, pass the join on."""
@@ -212,11 +216,11 @@ class OverlayNode:
 
     def _complete_join(self, now: int, out: list[OverlayEffect]) -> None:
         self._joined = True
-        self._join_deadline_ns = None
+        self.timers.cancel(OverlayTimer.JOIN)
         interval = self.config.keepalive_interval_ns
-        self._keepalive_ns = now + self._rng.randrange(max(1, interval))
-        self._repair_ns = now + self.config.routing_repair_interval_ns // 2
-        self._repair_ns += self._rng.randrange(max(1, self.config.routing_repair_interval_ns))
+        self.timers.set(OverlayTimer.KEEPALIVE, now + self._rng.randrange(max(1, interval)))
+        repair_ns = self.config.routing_repair_interval_ns
+        self.timers.set(OverlayTimer.REPAIR, now + repair_ns // 2 + self._rng.randrange(max(1, repair_ns)))
         announce = m.Announce(self.me).to_wire()
         for node in self._known():
             if node.node_id not in self.leaf_set:  # leaves get our leaf set instead (see _finish)
@@ -381,7 +385,7 @@ class OverlayNode:
         """The transport could not reach `address` (refused, reset): the node there has failed."""
         out: list[OverlayEffect] = []
         if not self._joined and address == self._bootstrap:  # try again soon, backing off
-            self._join_deadline_ns = now + self._join_retry_ns
+            self.timers.set(OverlayTimer.JOIN, now + self._join_retry_ns)
             self._join_retry_ns = min(2 * self._join_retry_ns, self.config.join_timeout_ns)
         node = self._probing.pop(address, None) or self._find(address)
         if node is not None:
@@ -413,8 +417,8 @@ class OverlayNode:
         self._lost[node_id] = node
         if len(self._lost) > self.config.lost_nodes_max:
             del self._lost[next(iter(self._lost))]
-        if self._revive_ns is None:
-            self._revive_ns = now + self.config.revive_interval_ns
+        if OverlayTimer.REVIVE not in self.timers:
+            self.timers.set(OverlayTimer.REVIVE, now + self.config.revive_interval_ns)
         if was_leaf or was_neighbour or row is not None:
             out.append(NodeFailed(node))
         if was_leaf:
@@ -467,13 +471,14 @@ class OverlayNode:
 
     def handle_timeout(self, now: int) -> list[OverlayEffect]:
         out: list[OverlayEffect] = []
+        due = self.timers.pop_due(now)
         if not self._joined:
-            if self._join_deadline_ns is not None and now >= self._join_deadline_ns:
+            if OverlayTimer.JOIN in due:
                 self._ask_to_join(now, out)
             return self._finish(now, out)
         self._forget_old_failures(now)
-        if self._keepalive_ns is not None and now >= self._keepalive_ns:
-            self._keepalive_ns = now + self.config.keepalive_interval_ns
+        if OverlayTimer.KEEPALIVE in due:
+            self.timers.set(OverlayTimer.KEEPALIVE, now + self.config.keepalive_interval_ns)
             keepalive = m.KeepAlive(self.me).to_wire()
             out.extend(PeerSend(node.address, keepalive) for node in self.leaf_set.members())
         for address, heard in list(self._heard_ns.items()):
@@ -481,10 +486,10 @@ class OverlayNode:
                 node = self.leaf_set.find(address)
                 if node is not None:
                     self._fail(now, node, out)
-        if self._repair_ns is not None and now >= self._repair_ns:
-            self._repair_ns = now + self.config.routing_repair_interval_ns
+        if OverlayTimer.REPAIR in due:
+            self.timers.set(OverlayTimer.REPAIR, now + self.config.routing_repair_interval_ns)
             self._maintain(out)
-        if self._revive_ns is not None and now >= self._revive_ns:
+        if OverlayTimer.REVIVE in due:
             self._revive(now, out)
         return self._finish(now, out)
 
@@ -492,9 +497,9 @@ class OverlayNode:
         """Ask the longest-unasked failed node for its leaf set. A node that was only cut off (a
         partition that healed) answers, and both sides learn each other and their neighbours again:
         without this, two halves of an overlay that each repaired around the other stay apart."""
-        self._revive_ns = now + self.config.revive_interval_ns if self._lost else None
         if not self._lost:
             return
+        self.timers.set(OverlayTimer.REVIVE, now + self.config.revive_interval_ns)
         node_id, node = next(iter(self._lost.items()))
         del self._lost[node_id]
         self._lost[node_id] = node  # to the back: the next round asks another
@@ -516,12 +521,18 @@ class OverlayNode:
             del self._failed[oldest]
 
     def next_deadline(self) -> int | None:
-        if not self._joined:
-            return self._join_deadline_ns
-        deadlines = [d for d in (self._keepalive_ns, self._repair_ns, self._revive_ns) if d is not None]
-        if self._heard_ns:
-            deadlines.append(min(self._heard_ns.values()) + self.config.failure_timeout_ns)
-        return min(deadlines) if deadlines else None
+        return self.timers.next_deadline()
+
+    def _arm_silence(self) -> None:
+        """The leaf-set failure check is due when the longest-silent leaf reaches failure_timeout_ns.
+        A leaf's last sign of life only moves forward, so a setting is never late; it is set again
+        only when it moves, which keeps the heap small."""
+        if not self._heard_ns:
+            self.timers.cancel(OverlayTimer.LEAF_SILENCE)
+            return
+        due = min(self._heard_ns.values()) + self.config.failure_timeout_ns
+        if self.timers.when(OverlayTimer.LEAF_SILENCE) != due:
+            self.timers.set(OverlayTimer.LEAF_SILENCE, due)
 
     def _finish(self, now: int, out: list[OverlayEffect]) -> list[OverlayEffect]:
         """Once joined, keep liveness tracking in step with the leaf set, send every new leaf our
@@ -531,6 +542,7 @@ class OverlayNode:
         nodes that joined side by side without hearing of each other, a common leaf adds one after
         the other and so tells the second about the first, which it then verifies and keeps."""
         if not self._joined or self.leaf_set.version == self._leaf_version:
+            self._arm_silence()
             return out
         self._leaf_version = self.leaf_set.version
         members = self.leaf_set.members()
@@ -540,6 +552,7 @@ class OverlayNode:
             leaves = m.LeafSetReply(self.me, tuple(members)).to_wire()
             out.extend(PeerSend(n.address, leaves) for n in fresh)
         out.append(LeafSetChanged(tuple(members)))
+        self._arm_silence()
         return out
 
     # -- status --------------------------------------------------------------------------------

@@ -1,0 +1,35 @@
+"""Explicit states: every move a machine makes is one its transition table allows."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tidings.core import connection, peers
+from tidings.core.auth.guard import Guard
+from tidings.core.states import ForbiddenTransition
+from tidings.core.wire import messages
+
+
+def test_a_move_the_table_does_not_list_is_refused():
+    with pytest.raises(ForbiddenTransition, match="peer link: waiting -> handshake"):
+        peers.TRANSITIONS.move(peers.WAITING, peers.HANDSHAKE)
+    with pytest.raises(ForbiddenTransition, match="client connection: closed -> open"):
+        connection.TRANSITIONS.move(connection.CLOSED, connection.OPEN)
+    assert connection.TRANSITIONS.move(connection.AWAITING_HELLO, connection.PEER) is connection.PEER
+
+
+def test_states_read_as_text_in_status():
+    assert peers.OPEN == "open" and f"{connection.AWAITING_HELLO}" == "awaiting-hello"
+
+
+def test_a_connection_refuses_a_second_state_change_out_of_closed_whatever_the_bytes():
+    """Random bytes after a HELLO never make the connection move where its table forbids."""
+    rng = random.Random(5)
+    for _ in range(200):
+        c = connection.ClientConnection(1, 4096, 10, Guard.open())
+        chunks = [messages.hello("svc", "i"), rng.randbytes(rng.randrange(40)), rng.randbytes(rng.randrange(40))]
+        for chunk in chunks:
+            c.receive(chunk, {})  # a forbidden move would raise here
+        assert c.state in set(connection.ConnState)
