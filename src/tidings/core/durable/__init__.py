@@ -1,0 +1,1 @@
+"""Gryphon's durable subscriptions: checkpoint tokens and the rules that move them."""
