@@ -205,7 +205,7 @@ class PfsStream:
                                           f"is {previous or 'at or below ' + str(after_tick)}")
                 previous = tick
                 ticks.append(tick)
-                if len(ticks) == count_max:
+                if len(ticks) == count_max and tick < last:
                     return PfsRead(tuple(ticks), tick, max(released, self._log.released_through))
             cursor = records[-1][0]
         return PfsRead(tuple(ticks), max(synced, after_tick), max(released, self._log.released_through))
