@@ -378,6 +378,22 @@ def test_retention_by_age(tmp_path):
         assert log.enforce_retention(now + HUGE, HUGE, 0) == len(infos) - len(expected) - 1
 
 
+def test_release_through_removes_whole_segments_at_or_below_the_tick(tmp_path):
+    with EventLog.open(tmp_path, segment_bytes_max=400) as log:
+        written = fill(log, 60, size=40, per_batch=3)
+        infos = log.segments()
+        assert len(infos) > 3
+        assert log.release_through(infos[1].last_tick - 1) == 1  # the second segment still holds it
+        assert log.released_through == infos[0].last_tick
+        assert log.release_through(infos[2].last_tick) == 2
+        assert log.released_through == infos[2].last_tick
+        assert read_all(log) == [r for r in written if r[0] > infos[2].last_tick]
+        assert log.release_through(written[-1][0]) == len(infos) - 4  # never the active segment
+        assert log.segments() == infos[-1:] and log.last_tick == written[-1][0]
+    with EventLog.open(tmp_path) as log:
+        assert log.released_through == infos[-2].last_tick
+
+
 def test_crash_between_persisting_and_deleting_finishes_the_retention(tmp_path):
     with EventLog.open(tmp_path, segment_bytes_max=300) as log:
         written = fill(log, 40)

@@ -249,7 +249,7 @@ class Broker:
 
     def movable_clients(self) -> int:
         """Open client connections without subscriptions: the ones route advice can move (a
-        subscription moves with a durable token, which a later release brings)."""
+        subscription could move only with its durable token, which route advice does not carry yet)."""
         return sum(1 for c in self.connections.values() if c.state == OPEN and not c.subs)
 
     def _leases_expired(self, now: int, out: list[Effect]) -> None:

@@ -30,10 +30,11 @@ segment's newest record is older than the age limit. It persists the new `releas
 atomically before deleting any file, so a tick is never missing from the log without being
 recorded as released. The active segment is never removed, so `last_tick` never goes backwards.
 
-Threads. One writer thread calls `append`, `sync`, `enforce_retention` and `close`; any thread may
-call `read` and the properties. A segment's visible end (`Segment.size`) moves only after its bytes
-are written, under a lock held for a few assignments; readers read below the end they saw, from
-a descriptor they pinned, so they never see a torn record and never read a recycled descriptor.
+Threads. One writer thread calls `append`, `sync`, `enforce_retention`, `release_through` (the
+caller's released prefix, same removal) and `close`; any thread may call `read` and the
+properties. A segment's visible end (`Segment.size`) moves only after its bytes are written,
+under a lock held for a few assignments; readers read below the end they saw, from a descriptor
+they pinned, so they never see a torn record and never read a recycled descriptor.
 `read` may return records that are written but not yet synced: bound it with `through_tick`.
 
 Releases racing with reads. A reader that reaches a segment retention has just removed still reads
@@ -45,6 +46,7 @@ gaps by reading `released_through` after the read, never before.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -226,6 +228,20 @@ class EventLog:
                     break
                 victims.append(segment)
                 total -= segment.size
+        return self._remove_prefix(victims)
+
+    def release_through(self, tick: int) -> int:
+        """Remove the closed segments whose records are all at or below `tick`; how many were removed.
+
+        The caller's released prefix: the active segment stays, so `last_tick` never goes backwards.
+        """
+        self._check_writable()
+        with self._lock:
+            victims = list(itertools.takewhile(lambda s: s.last_tick <= tick, self._segments[:-1]))
+        return self._remove_prefix(victims)
+
+    def _remove_prefix(self, victims: list[Segment]) -> int:
+        """Remove `victims`, the oldest segments, recording their last tick as released first."""
         if not victims:
             return 0
         released = victims[-1].last_tick
