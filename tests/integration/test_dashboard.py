@@ -31,7 +31,7 @@ def browser():
     options.binary_location = CHROMIUM
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1280,1000", f"--user-data-dir={profile}"):
+                 "--window-size=1280,1200", f"--user-data-dir={profile}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
@@ -90,5 +90,6 @@ def test_dashboard_shows_cluster_tree_and_inspected_event(tmp_path, browser):
             until(lambda d: d.find_elements(By.CSS_SELECTOR, 'polyline[data-channel="sensors/lab"]'), "traffic drawn")
             for _ in range(20):
                 sub.get(WAIT_S)
+            browser.execute_script("window.scrollTo(0, 0)")
             ARTEFACTS.mkdir(parents=True, exist_ok=True)
             assert browser.save_screenshot(str(ARTEFACTS / "dashboard.png"))
