@@ -219,9 +219,10 @@ class Dashboard:
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
         response = await _sse(request)
-        async with contextlib.aclosing(self.view.snapshots()) as snapshots:
-            async for snap in snapshots:
-                await _send(response, "snapshot", snap)
+        with contextlib.suppress(ConnectionResetError):  # the page was closed
+            async with contextlib.aclosing(self.view.snapshots()) as snapshots:
+                async for snap in snapshots:
+                    await _send(response, "snapshot", snap)
         return response
 
     async def _inspect(self, request: web.Request) -> web.StreamResponse:
@@ -232,7 +233,8 @@ class Dashboard:
             response = await _sse(request)
             pattern = request.query.get("pattern") or "#"
             flt = request.query.get("filter") or None
-            await self._relay(response, pattern, flt)
+            with contextlib.suppress(ConnectionResetError):  # the page was closed
+                await self._relay(response, pattern, flt)
             return response
         finally:
             self._inspectors -= 1
