@@ -28,6 +28,7 @@ import contextlib
 import datetime as dt
 import itertools
 import json
+import logging
 import ssl
 import time
 from collections import deque
@@ -41,6 +42,7 @@ from aiohttp import web
 from tidings.client.client import Client, Gap
 from tidings.core.errors import TidingsError
 
+log = logging.getLogger("tidings.dashboard")
 REFRESH_S = 1.0
 BROKERS_MAX = 64  # brokers one view reads, the serving one included
 STATUS_TIMEOUT_S = 2.0  # for connecting to another broker and for its status reply
@@ -95,6 +97,7 @@ class ClusterView:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
             self._poller = None
+        self._history.clear()  # a timeline resumes with the next viewer, without a gap spanning the pause
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             with contextlib.suppress(Exception):
@@ -102,7 +105,13 @@ class ClusterView:
 
     async def _poll(self) -> None:
         while True:
-            self._snapshot = await self.snapshot()
+            try:
+                self._snapshot = await self.snapshot()
+            except Exception:  # e.g. a malformed status from another broker: keep serving the last view
+                log.exception("dashboard snapshot failed")
+                if self._snapshot is None:
+                    self._snapshot = {"time": _iso(time.time()), "served_by": self.broker_address, "brokers": [],
+                                      "links": [], "trees": [], "timeline": {"times": [], "series": {}, "totals": {}}}
             fresh, self._fresh = self._fresh, asyncio.Event()
             fresh.set()
             await asyncio.sleep(self.refresh_s)
