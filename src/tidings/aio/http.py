@@ -33,10 +33,12 @@ COUNTERS = {
     "events_remote_delivered": ("events_remote_delivered",
                                 "events from other brokers' pubends delivered to this broker's subscribers"),
     "peer_messages_rejected": ("peer_messages_rejected", "malformed messages from other brokers"),
+    "leases_expired": ("leases_expired", "subscription leases that ran out (their subscriptions were removed)"),
 }
 # status key -> (metric name without prefix, help); each a current value
 GAUGES = {
     "clients": ("clients", "client connections open"),
+    "leases_held": ("leases_held", "client connections holding a subscription lease"),
     "subscriptions": ("subscriptions", "subscriptions of this broker's clients"),
     "subscriptions_live": ("subscriptions_live", "subscriptions receiving live events"),
     "catchup_readers": ("subscriptions_catching_up", "subscriptions reading the log to catch up"),

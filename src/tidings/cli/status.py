@@ -13,7 +13,8 @@ from tidings.core.event import tick_to_datetime
 SUMMARY_KEYS = {"pubend", "clients", "subscriptions", "subscriptions_live", "catchup_readers", "blocked_connections",
                 "events_published", "events_rejected", "events_delivered", "events_remote_delivered",
                 "peer_messages_rejected", "pending_sync_batches", "pending_sync_bytes", "paused_publishers",
-                "first_tick", "last_tick", "released_through", "log_bytes", "log_records"}
+                "first_tick", "last_tick", "released_through", "log_bytes", "log_records", "leases_held",
+                "leases_expired", "lease_ns", "draining"}
 SECTION_KEYS = ("connections", "channels", "overlay", "peers", "trees", "delivery", "auth")
 
 
@@ -83,6 +84,12 @@ def _summary(st: dict[str, Any]) -> list[str]:
         ("awaiting fsync", f"{st.get('pending_sync_batches')} batches, {size(st.get('pending_sync_bytes'))}; "
                            f"{st.get('paused_publishers')} publishers paused"),
     ]
+    if "leases_held" in st:
+        lease_s = st.get("lease_ns", 0) / 1e9
+        rows.append(("leases", f"{st['leases_held']} connections hold one ({lease_s:g} s, renewed by their "
+                               f"clients), {st.get('leases_expired', 0)} expired since the start"))
+    if st.get("draining"):
+        rows.append(("draining", "yes: clients are advised to move, then the broker stops"))
     if st.get("peer_messages_rejected"):
         rows.append(("rejected", f"{st['peer_messages_rejected']} malformed messages from other brokers"))
     width = max(len(k) for k, _ in rows)
