@@ -1,11 +1,11 @@
 # make run   : create .venv, install tidings, run 3 brokers in one overlay + monitoring workload (one broker killed and restarted mid-run) + Spark job, print a summary
-# make test  : create .venv, install tidings with test extras, run the whole suite
+# make test  : create .venv, install tidings with test extras (and Chromium for the dashboard test), run the whole suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean browser
 
 $(STAMP): pyproject.toml
 	@echo "== creating $(VENV) and installing tidings with its dependencies (PySpark is large: a minute or more the first time)"
@@ -18,7 +18,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) -m tidings.cli.main demo --data ./data
 
-test: $(STAMP)
+# the dashboard's browser test drives Debian's Chromium through its chromedriver (apt-get only if missing)
+browser:
+	@test -x /usr/bin/chromium && test -x /usr/bin/chromedriver || { \
+		echo "== installing Debian's chromium and chromium-driver for the dashboard's browser test"; \
+		apt-get update -q && apt-get install -y -q chromium chromium-driver; }
+
+test: $(STAMP) browser
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
 	$(PY) -m pytest -q --durations=25

@@ -52,6 +52,9 @@ def test_binary_payloads_are_base64(broker):
 
 
 def test_status(broker):
+    from tidings import sync
+    from tidings.core.event import tick_to_datetime
+
     tidings("pub", "--broker", broker.address, "a", "x")
     out = tidings("status", "--broker", broker.address, "--json")
     st = json.loads(out.stdout)
@@ -59,8 +62,16 @@ def test_status(broker):
     for key in ("clients", "subscriptions", "log_bytes", "first_tick", "last_tick", "catchup_readers",
                 "pending_sync_batches", "blocked_connections"):
         assert key in st
-    out = tidings("status", "--broker", broker.address)
-    assert "events_published" in out.stdout and out.returncode == 0
+    with sync.connect(broker.address, service="watcher") as c, c.subscribe("a/#", filter="level >= 3"):
+        out = tidings("status", "--broker", broker.address)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "1 published here" in text and f"{st['log_bytes']} B" in text
+    day = str(tick_to_datetime(st["first_tick"]).date())
+    assert f"from {day}T" in text and str(st["first_tick"]) not in text  # ISO times, not raw ticks
+    sub_line = next(line for line in text.splitlines() if " a/# " in line)
+    assert "level >= 3" in sub_line and "live" in sub_line
+    assert any("watcher" in line for line in text.splitlines()) and "_" not in text.split("\n\n")[0]
 
 
 @pytest.mark.parametrize(("args", "code", "words"), [

@@ -46,12 +46,22 @@ def test_metrics_and_status_over_http(tmp_path):
             m = scrape(b.http_address)
             assert m[("tidings_subscriptions", ())] == 1 and m[("tidings_clients", ())] == 1
             assert sum(v for (name, _), v in m.items() if name == "tidings_trees") >= 1
+            lags = {dict(labels)["pattern"]: v for (name, labels), v in m.items()
+                    if name == "tidings_subscription_lag_ticks"}
+            assert lags == {"m/#": 0}  # live: handed each event as it becomes durable
+            queued = [dict(labels) for (name, labels) in m if name == "tidings_connection_queued_bytes"]
+            assert [q["service"] for q in queued] == ["tidings-client"]
+            assert m[("tidings_nacks_sent_total", ())] >= 0 and ("tidings_retransmissions_sent_total", ()) in m
+            assert any(name == "tidings_stream_doubt_ticks" for name, _ in m)
         assert len(got) == EVENTS
 
         m = scrape(a.http_address)
         assert m[("tidings_events_published_total", ())] == EVENTS
         assert m[("tidings_log_records", ())] == EVENTS
         assert m[("tidings_log_bytes", ())] > 0
+        per_channel = {dict(labels)["channel"]: v for (name, labels), v in m.items()
+                       if name == "tidings_channel_events_published_total"}
+        assert per_channel == {f"m/{i}": 1 for i in range(EVENTS)}
         assert m[("tidings_overlay_joined", ())] == 1 and m[("tidings_overlay_leaf_set_nodes", ())] == 1
         info = next(labels for (name, labels) in m if name == "tidings_broker_info")
         assert dict(info) == {"pubend": a.pubend, "node_id": a.node_id, "address": a.address}

@@ -1,4 +1,5 @@
-"""The broker's HTTP endpoint (`--http HOST:PORT`): `/metrics` for Prometheus, `/status` as JSON.
+"""The broker's HTTP endpoint (`--http HOST:PORT`): `/metrics` for Prometheus, `/status` as JSON,
+and the live dashboard (`/`, `/dashboard`: aio/dashboard.py).
 
 aiohttp serves it on the broker's own event loop, so a request reads the core's state between two
 inputs, never in the middle of one: no locks, no torn counters, and nothing on the hot path (the
@@ -12,6 +13,7 @@ outside any overlay has no peers) is simply absent from the scrape.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +21,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from tidings.aio.dashboard import ClusterView, Dashboard
 
 PREFIX = "tidings_"
 # status key -> (metric name without prefix, help); each a count since the broker started
@@ -29,10 +33,12 @@ COUNTERS = {
     "events_remote_delivered": ("events_remote_delivered",
                                 "events from other brokers' pubends delivered to this broker's subscribers"),
     "peer_messages_rejected": ("peer_messages_rejected", "malformed messages from other brokers"),
+    "leases_expired": ("leases_expired", "subscription leases that ran out (their subscriptions were removed)"),
 }
 # status key -> (metric name without prefix, help); each a current value
 GAUGES = {
     "clients": ("clients", "client connections open"),
+    "leases_held": ("leases_held", "client connections holding a subscription lease"),
     "subscriptions": ("subscriptions", "subscriptions of this broker's clients"),
     "subscriptions_live": ("subscriptions_live", "subscriptions receiving live events"),
     "catchup_readers": ("subscriptions_catching_up", "subscriptions reading the log to catch up"),
@@ -72,6 +78,10 @@ class BrokerCollector(Collector):
             yield from _peers(st["peers"])
         if "trees" in st:
             yield from _trees(st["trees"])
+        if "delivery" in st:
+            yield from _delivery(st["delivery"])
+        yield from _connections(st.get("connections") or [])
+        yield from _channels(st.get("channels") or {})
 
 
 def _overlay(overlay: dict[str, Any]) -> Iterator[Metric]:
@@ -121,10 +131,71 @@ def _trees(trees: list[dict[str, Any]]) -> Iterator[Metric]:
     yield roles
 
 
-class HttpEndpoint:
-    """`/metrics` and `/status` for one broker, on `host:port` (port 0: a free one, see `address`)."""
+# reliability node status key -> (metric name without prefix, help); counts since the broker started
+DELIVERY_COUNTERS = {
+    "nacks_sent": ("nacks_sent", "nacks this broker sent upstream for ticks it lacked"),
+    "nack_ticks_sent": ("nack_ticks_sent", "ticks asked for in the nacks this broker sent"),
+    "retransmissions_sent": ("retransmissions_sent", "knowledge this broker retransmitted from its cache"),
+    "peer_errors": ("delivery_messages_rejected", "malformed delivery messages from other brokers"),
+    "total_order_late": ("total_order_late_events", "events that reached a total-order merge too late"),
+}
+SOURCE_COUNTERS = {
+    "nacks_received": ("nacks_received", "nacks this broker's pubend received"),
+    "ticks_retransmitted": ("ticks_retransmitted", "ticks this broker's pubend re-sent from its log"),
+}
 
-    def __init__(self, status: Callable[[], dict[str, Any]], host: str, port: int) -> None:
+
+def _delivery(delivery: dict[str, Any]) -> Iterator[Metric]:
+    source = delivery.get("source") or {}
+    for values, table in ((delivery, DELIVERY_COUNTERS), (source, SOURCE_COUNTERS)):
+        for key, (name, text) in table.items():
+            if isinstance(values.get(key), int):
+                yield CounterMetricFamily(PREFIX + name, text, value=values[key])
+    lag = GaugeMetricFamily(PREFIX + "stream_doubt_ticks", "ticks between what a stream delivered (its horizon) "
+                            "and the newest tick it knows of, per tree and pubend", labels=["tree", "pubend"])
+    cache = GaugeMetricFamily(PREFIX + "stream_cache_bytes", "knowledge cached for retransmission, per tree and "
+                              "pubend", labels=["tree", "pubend"])
+    for ist in delivery.get("istreams") or []:
+        values = [str(ist.get("tree")), str(ist.get("pubend"))]
+        if isinstance(ist.get("top"), int) and isinstance(ist.get("horizon"), int):
+            lag.add_metric(values, max(0, ist["top"] - ist["horizon"]))
+        if isinstance(ist.get("cache_bytes"), int):
+            cache.add_metric(values, ist["cache_bytes"])
+    yield from (lag, cache)
+
+
+def _connections(connections: list[dict[str, Any]]) -> Iterator[Metric]:
+    queued = GaugeMetricFamily(PREFIX + "connection_queued_bytes", "bytes queued for a client connection, not "
+                               "yet written", labels=["conn", "service", "instance"])
+    blocked = GaugeMetricFamily(PREFIX + "connection_blocked", "1 when a client connection's send queue is full",
+                                labels=["conn", "service", "instance"])
+    lag = GaugeMetricFamily(PREFIX + "subscription_lag_ticks", "ticks of this broker's own events a subscription "
+                            "has yet to deliver (position to durable tail)", labels=["conn", "sub", "pattern"])
+    for c in connections:
+        labels = [str(c.get("conn")), str(c.get("service")), str(c.get("instance"))]
+        if isinstance(c.get("queued_bytes"), int):
+            queued.add_metric(labels, c["queued_bytes"])
+        blocked.add_metric(labels, 1 if c.get("blocked") else 0)
+        for sub in c.get("subscriptions") or []:
+            if isinstance(sub.get("lag_ticks"), int):
+                lag.add_metric([str(c.get("conn")), str(sub.get("sub")), str(sub.get("pattern"))], sub["lag_ticks"])
+    yield from (queued, blocked, lag)
+
+
+def _channels(channels: dict[str, int]) -> Iterator[Metric]:
+    family = CounterMetricFamily(PREFIX + "channel_events_published", "events this broker logged per channel "
+                                 "(the busiest channels; the rest under channel=\"(other)\")", labels=["channel"])
+    for channel, count in channels.items():
+        family.add_metric([channel], count)
+    yield family
+
+
+class HttpEndpoint:
+    """`/metrics`, `/status` and the dashboard for one broker, on `host:port` (port 0: a free one, see
+    `address`); the dashboard reaches the broker, and through it the cluster, at `broker_address`."""
+
+    def __init__(self, status: Callable[[], dict[str, Any]], host: str, port: int, broker_address: str,
+                 client_tls: ssl.SSLContext | None = None) -> None:
         self._status = status
         self.host = host
         self.port = port
@@ -133,6 +204,8 @@ class HttpEndpoint:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/status", self._status_json)
+        self.view = ClusterView(status, broker_address, client_tls)
+        Dashboard(self.view, client_tls).add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
 
     @property
@@ -145,7 +218,8 @@ class HttpEndpoint:
         self.port = self._runner.addresses[0][1]  # the bound port, when 0 was asked for
 
     async def stop(self) -> None:
-        await self._runner.cleanup()
+        await self._runner.cleanup()  # ends the dashboard's streams; the last one closes the view
+        await self.view.close()
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)

@@ -193,9 +193,10 @@ class BrokerServer:
         if self._http_at is not None:
             from tidings.aio.http import HttpEndpoint  # noqa: PLC0415 - only a broker asked to serve HTTP loads aiohttp
 
-            self.http = HttpEndpoint(self.core.status, *self._http_at)
+            self.http = HttpEndpoint(self.status, *self._http_at, broker_address=self.advertised,
+                                     client_tls=self._dial_tls)
             await self.http.start()
-            log.info("serving /metrics and /status on http://%s", self.http.address)
+            log.info("serving /metrics, /status and the dashboard on http://%s", self.http.address)
         log.info("broker %s listening on %s:%d, log holds %d events", pubend, self.host, self.port,
                  event_log.record_count)
         self._run(self.core.start_overlay(time.monotonic_ns(), self.advertised, self.join,
@@ -235,6 +236,16 @@ class BrokerServer:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def status(self) -> dict[str, Any]:
+        """The core's status, each client connection with the bytes its transport holds unsent (only
+        the runtime knows them; the core sees SendBlocked past `send_queue_bytes_max`)."""
+        assert self.core is not None
+        status = self.core.status()
+        for c in status["connections"]:
+            transport = self.transports.get(c["conn"])
+            c["queued_bytes"] = None if transport is None else transport.get_write_buffer_size()
+        return status
 
     @property
     def advertised(self) -> str:

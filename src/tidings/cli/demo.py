@@ -240,7 +240,7 @@ def run_demo(data: Path, hosts: int, rounds: int, spark: bool, brokers: int = 3)
         print(f"brokers listening on {', '.join(b.address for b in cluster.brokers)}; "
               f"{hosts} hosts x {rounds} rounds x 2 metrics", flush=True)
         print(f"metrics: {', '.join(f'http://{b.http_address}/metrics' for b in cluster.brokers)} "
-              f"(and /status)", flush=True)
+              f"(and /status); live dashboard: http://{cluster.brokers[0].http_address}/", flush=True)
         report = asyncio.run(_workload(cluster, hosts, rounds))
         print(f"\npublished {report['published']} events at {report['publisher']} in {report['publish_seconds']} s, "
               f"in rounds of {2 * hosts} every 20 ms (each acknowledged after fsync)")

@@ -65,9 +65,11 @@ from tidings.core.peers import PeerLinks
 from tidings.core.reliability.node import Deliver, ReliabilityNode
 from tidings.core.reliability.pubend import Pubend
 from tidings.core.reliability.subend import Subend
+from tidings.core.traffic import ChannelTraffic
 from tidings.core.wire import messages
 
 CHANNEL_CACHE_MAX = 65_536
+CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status()`
 RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog)  # what the cluster member asks of the runtime
 
 
@@ -107,6 +109,7 @@ class Broker:
         self.events_published = 0
         self.events_rejected = 0
         self.events_delivered = 0
+        self.traffic = ChannelTraffic()  # events published per channel (core/traffic.py)
         self.now = 0
         self.cluster: ClusterMember | None = None
         self._tree_members: dict[str, int] = {}  # tree -> live local subscriptions in it
@@ -346,6 +349,7 @@ class Broker:
         else:
             ticks = list(range(first, tick))
         self.events_published += len(records)
+        self.traffic.count([ch for ch, _, _ in valid])
         token = pubend.log(c.conn, msg.seq, ticks, deliveries, sum(len(rec) for _, rec in records))
         if pubend.pending_bytes > self.config.pending_sync_bytes_max and c.conn not in self._paused:
             self._paused[c.conn] = None  # intake waits for the disk: memory stays bounded
@@ -675,9 +679,19 @@ class Broker:
             "released_through": log.released_through,
             "log_bytes": log.log_bytes,
             "log_records": log.record_count,
+            "channels": self.traffic.top(),
+            "connections": self._connections_status(),
             **self._cluster_status(),
             **self.guard.status(),
         }
+
+    def _connections_status(self) -> list[dict[str, Any]]:
+        """Each open client connection (the first CONNECTIONS_REPORTED_MAX) with its subscriptions."""
+        synced = self.pubend.synced_tick
+        open_ = [c for c in self.connections.values() if c.state == OPEN][:CONNECTIONS_REPORTED_MAX]
+        return [{"conn": c.conn, "service": c.service, "instance": c.instance, "identity": c.identity,
+                 "blocked": c.blocked, "subscriptions": [s.status(synced) for s in c.subs.values()]}
+                for c in open_]
 
     def _cluster_status(self) -> dict[str, Any]:
         if self.cluster is None:

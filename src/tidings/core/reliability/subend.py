@@ -84,6 +84,17 @@ class Subend:
         self.reading = self._target(synced_tick)
         return [ReadLog(self.key, self.position, self.reading, max_bytes)]
 
+    def status(self, synced_tick: int) -> dict[str, Any]:
+        """What `tidings status` and the dashboard show: pattern, filter, mode and lag in ticks: how
+        far `position` trails what it has yet to read of this broker's log (0 when live: the fan-out
+        hands it each event as it becomes durable; None under total order, which the reliability
+        node delivers)."""
+        mode = ("total order" if self.total else "live" if self.live
+                else "bounded" if self.end is not None else "catching up")
+        lag = None if self.total else 0 if self.live else max(0, self._target(synced_tick) - self.position)
+        return {"sub": self.sub, "pattern": self.pattern, "filter": None if self.filter is None else self.filter.text,
+                "mode": mode, "position": self.position, "lag_ticks": lag}
+
     def caught_up(self, synced_tick: int) -> bool:
         return self.position >= self._target(synced_tick)
 
