@@ -366,7 +366,7 @@ class Broker:
             remote_start = position if msg.start != messages.START_NOW else max(
                 0, wall_us - self.config.clock_skew_allowance_ns // 1000)
             try:
-                self._join_tree(s.key, subscription_tree(pattern), remote_start, total, out)
+                self._join_tree(s, subscription_tree(pattern), remote_start, out)
             except TidingsError as exc:  # a local limit reached on the client's behalf
                 del self.subends[s.key], c.subs[msg.sub]
                 return refuse(exc.code, str(exc))
@@ -464,13 +464,15 @@ class Broker:
 
     # ---- across brokers --------------------------------------------------------------------------
 
-    def _join_tree(self, key: int, tree: str, start: int, total: bool, out: list[Effect]) -> None:
-        """Make subscription `key` a member of `tree`; TidingsError (and nothing changed) when this
+    def _join_tree(self, s: Subend, tree: str, start: int, out: list[Effect]) -> None:
+        """Make subscription `s` a member of `tree`; TidingsError (and nothing changed) when this
         broker cannot join one more tree."""
+        key = s.key
         members = self._tree_members.get(tree, 0)
         if self.cluster is not None:
             gd = self._gd()
-            effects = gd.local_subscribe(self.now, key, tree, start, total)
+            effects = gd.local_subscribe(self.now, key, tree, start, s.total, s.pattern,
+                                         "" if s.filter is None else s.filter.text)
             if members == 0:
                 try:
                     effects += self.cluster.subscribe(self.now, tree)
