@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 from tidings.core.deadlines import Deadlines
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
+from tidings.core.event import record_routing_fields
 from tidings.core.inputs import LogState
 from tidings.core.multicast.agent import ScribeAgent
 from tidings.core.overlay.envelope import PeerSend, RouteTo
@@ -156,6 +157,7 @@ class ReliabilityNode:
         self.retransmissions_sent = 0
         self.peer_errors = 0
         self.total_order_late = 0
+        self.records_unwanted = 0  # first-time data that reached this broker though nothing here or below wanted it
         self._round_trips: dict[str, RoundTrip] = {}  # upstream broker -> its nack round trips
         self.wall_us = 0  # the broker's clock at the latest input that had one (for the merge point)
 
@@ -213,6 +215,8 @@ class ReliabilityNode:
             for tick, record in zip(knowledge.ticks, knowledge.records, strict=True):
                 moved = ist.accumulate(tick - 1, tick, (tick,), (record,)) or moved
             out += self._summary_again(now, tree, t, upstream, knowledge.epoch)
+        if knowledge.records and not knowledge.retransmit:
+            self._count_unwanted(tree, t, knowledge.records)
         if moved:
             if ist.nack_ns is not None:  # the answer to a nack: a round-trip sample, and NRT from it
                 ist.nack_interval_ns = self._round_trip(upstream, now - ist.nack_ns)
@@ -355,6 +359,18 @@ class ReliabilityNode:
         t.epoch += 1
         return [min(wanted) if wanted else None, positions, [t.epoch, summary_wire(t.sent)]]
 
+    def forwarder_extra(self, tree: str, child_extra: Any) -> list[Any]:
+        """The SUBSCRIBE of a broker that becomes a forwarder of `tree` for its first child: the
+        child's positions (the lower where both name a pubend) and this broker's own interest (its
+        epoch and summary: the child's would be stamped as this broker's own)."""
+        default, positions, _ = _decode_extra(child_extra)
+        mine = self.join_extra(tree)
+        for pubend, horizon in mine[1]:
+            positions[pubend] = min(horizon, positions.get(pubend, horizon))
+        defaults = [d for d in (default, mine[0]) if d is not None]
+        return [min(defaults) if defaults else None,
+                [[p, h] for p, h in list(positions.items())[:POSITIONS_PER_SUBSCRIBE_MAX]], mine[2]]
+
     def child_added(self, now: int, tree: str, child: str, extra: Any) -> list[Any]:
         default, positions, asked = _decode_extra(extra)
         t = self.trees.get(tree)
@@ -375,10 +391,22 @@ class ReliabilityNode:
 
     # ---- filter summaries ---------------------------------------------------------------------
 
-    def _interest(self, tree: str, t: _Tree) -> Summary | None:
-        """What this broker's local subscriptions and children of `tree` want, merged."""
+    def _interest(self, tree: str, t: _Tree, bytes_max: int | None = None) -> Summary | None:
+        """What this broker's local subscriptions and children of `tree` want, merged (within
+        `bytes_max`, the summary limit unless given)."""
         parts = [*t.interests.values(), *(t.children.get(c, (0, EVERYTHING))[1] for c in self.scribe.children(tree))]
-        return merge(parts, self.config.summary_bytes_max)
+        return merge(parts, self.config.summary_bytes_max if bytes_max is None else bytes_max)
+
+    def _count_unwanted(self, tree: str, t: _Tree, records: tuple[bytes, ...]) -> None:
+        """The filtering's measure: first-time data records no subscription here or below matches
+        (exactly: no size limit), counted in `records_unwanted`."""
+        wanted = self._interest(tree, t, TICK_MAX)
+        if wanted is None:
+            return
+        for record in records:
+            fields = record_routing_fields(record)
+            if fields is not None and not wanted.matches(fields[1], fields[2]):
+                self.records_unwanted += 1
 
     def _resummarize(self, now: int, tree: str, t: _Tree, positions: dict[str, int], since: int) -> list[Any]:
         """The tree's interest may have changed; `positions` (per pubend, `since` for the others)
@@ -393,18 +421,20 @@ class ReliabilityNode:
             return []
         t.sent = interest
         t.epoch += 1
-        if wider:
-            points = [positions.get(pubend, min(since, ist.horizon)) for pubend, ist in t.istreams.items()]
-            for point, ist in zip(points, t.istreams.values(), strict=True):
-                ist.doubt_after(point)
-            t.valid_from = max(points, default=0)
-        return self._send_summary(now, tree, t, min([since, t.valid_from, *positions.values()]))
+        if not wider:
+            return self._send_summary(now, tree, t, TICK_MAX)
+        points = [positions.get(pubend, min(since, ist.horizon)) for pubend, ist in t.istreams.items()]
+        for point, ist in zip(points, t.istreams.values(), strict=True):
+            ist.doubt_after(point)
+        t.valid_from = max(points, default=0)  # no knowledge here yet: all of it will be good
+        return self._send_summary(now, tree, t, min([since, *points]))
 
     def _send_summary(self, now: int, tree: str, t: _Tree, since: int) -> list[Any]:
+        """SUMMARY to the parent: after a widening, `since` is the tick after which it must send
+        again (TICK_MAX: nothing; pubends this broker has no stream of resume where they are)."""
         parent = self.scribe.parent(tree)
         if parent is None:  # joining: the SUBSCRIBE carries the interest
             return []
-        since = min([since, *(ist.horizon for ist in t.istreams.values())])
         return self._to(now, parent, messages.SummaryUpdate(tree, t.epoch, t.sent, since).to_wire())
 
     def _summary_again(self, now: int, tree: str, t: _Tree, upstream: str, stamp: int) -> list[Any]:
@@ -413,7 +443,7 @@ class ReliabilityNode:
             return []
         t.resent_ns = now
         t.epoch = max(t.epoch, stamp + 1)  # past any epoch the parent holds (after our restart)
-        since = min([t.valid_from, *(ist.horizon for ist in t.istreams.values())])
+        since = min([TICK_MAX, *(ist.horizon for ist in t.istreams.values())])  # where our doubt starts
         return self._to(now, upstream, messages.SummaryUpdate(tree, t.epoch, t.sent, since).to_wire())
 
     def _summary_received(self, now: int, child: str, update: messages.SummaryUpdate) -> list[Any]:
@@ -622,6 +652,7 @@ class ReliabilityNode:
 
     def status(self) -> dict[str, Any]:
         return {"streams": self._streams, "peer_errors": self.peer_errors, "total_order_late": self.total_order_late,
+                "records_unwanted": self.records_unwanted,
                 "nacks_sent": self.nacks_sent,
                 "nack_ticks_sent": self.nack_ticks_sent,
                 "retransmissions_sent": self.retransmissions_sent, "source": self.source.status(),
