@@ -84,6 +84,7 @@ class ReliabilityConfig:
     trees_max: int
     best_effort: bool = False  # measurement only: forward and deliver what arrives, track nothing
     summary_bytes_max: int = 64 * 1024  # a tree's filter summary to the parent; past it, "everything"
+    filtering: bool = True  # measurement only when False: summaries travel, children are sent everything
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +280,7 @@ class ReliabilityNode:
         groups: dict[int, list[int]] = {}
         for key, consumer in ist.consumers.items():
             if type(key) is str:
-                epoch, summary = t.children.get(key, (None, EVERYTHING))
+                epoch, summary = t.children.get(key, (None, EVERYTHING)) if self.config.filtering else (None, None)
                 stamp = None if summary is None else epoch
                 for piece in ist.pieces_for(consumer, summary=summary):
                     wire = messages.Knowledge(ist.tree, ist.pubend, piece.after, piece.through,
@@ -356,7 +357,7 @@ class ReliabilityNode:
         positions = [[p, ist.horizon] for p, ist in list(t.istreams.items())[:POSITIONS_PER_SUBSCRIBE_MAX]]
         wanted = [w for w in [*t.locals.values(), *t.defaults.values()] if w is not None]
         t.sent = self._interest(tree, t)
-        t.epoch += 1
+        self._next_epoch(t)
         return [min(wanted) if wanted else None, positions, [t.epoch, summary_wire(t.sent)]]
 
     def forwarder_extra(self, tree: str, child_extra: Any) -> list[Any]:
@@ -399,9 +400,9 @@ class ReliabilityNode:
 
     def _count_unwanted(self, tree: str, t: _Tree, records: tuple[bytes, ...]) -> None:
         """The filtering's measure: first-time data records no subscription here or below matches
-        (exactly: no size limit), counted in `records_unwanted`."""
+        (exactly: no size limit), counted in `records_unwanted` (not at the root)."""
         wanted = self._interest(tree, t, TICK_MAX)
-        if wanted is None:
+        if wanted is None or self.scribe.is_root(tree):  # the root is sent everything by design
             return
         for record in records:
             fields = record_routing_fields(record)
@@ -420,7 +421,7 @@ class ReliabilityNode:
         if interest == t.sent and not wider:
             return []
         t.sent = interest
-        t.epoch += 1
+        self._next_epoch(t)
         if not wider:
             return self._send_summary(now, tree, t, TICK_MAX)
         points = [positions.get(pubend, min(since, ist.horizon)) for pubend, ist in t.istreams.items()]
@@ -428,6 +429,11 @@ class ReliabilityNode:
             ist.doubt_after(point)
         t.valid_from = max(points, default=0)  # no knowledge here yet: all of it will be good
         return self._send_summary(now, tree, t, min([since, *points]))
+
+    def _next_epoch(self, t: _Tree) -> None:
+        """Epochs increase, and start from the broker's clock (microseconds), so a SUMMARY from
+        before a restart, arriving late, never names an epoch the restarted broker uses again."""
+        t.epoch = max(t.epoch + 1, self.wall_us)
 
     def _send_summary(self, now: int, tree: str, t: _Tree, since: int) -> list[Any]:
         """SUMMARY to the parent: after a widening, `since` is the tick after which it must send
@@ -442,7 +448,7 @@ class ReliabilityNode:
         if t.resent_ns is not None and now - t.resent_ns < self.config.gap_curiosity_ns:
             return []
         t.resent_ns = now
-        t.epoch = max(t.epoch, stamp + 1)  # past any epoch the parent holds (after our restart)
+        t.epoch = max(t.epoch, stamp + 1)  # past any epoch the parent holds
         since = min([TICK_MAX, *(ist.horizon for ist in t.istreams.values())])  # where our doubt starts
         return self._to(now, upstream, messages.SummaryUpdate(tree, t.epoch, t.sent, since).to_wire())
 
