@@ -268,6 +268,7 @@ class Subscriber(SimClient):
         self.gaps: list[tuple[int, int]] = []
         self.subscriptions = 0
         self.quit_at: int | None = None  # when it unsubscribed for good
+        self.start_tick: int | None = None  # the broker's start point for other pubends, as the scenario knows it
         self._sub: int | None = None
 
     def quit(self) -> None:

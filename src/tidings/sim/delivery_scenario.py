@@ -81,6 +81,7 @@ class DeliveryResult:
 class DeliveryRun:
     def __init__(self, scenario: DeliveryScenario, config: BrokerConfig = CONFIG) -> None:
         self.scenario = scenario
+        self.config = config
         self.world = World(scenario.seed)
         self.net = Network(self.world)
         rng = self.world.derive_rng("scenario")
@@ -145,6 +146,11 @@ class DeliveryRun:
         self.run(8 * SECOND_NS)  # quiet: repairs finish, nacks are answered
         if s.slow_subscriber:
             self._until_delivered(self.subscribers[0], 120 * SECOND_NS)
+        for sub in self.subscribers:  # the start point each broker gave (its clock at SUBSCRIBED, less the allowance)
+            node = self.nodes[int(sub.address[1:].split(":")[0])]
+            if sub.subscribed_at is not None:
+                sub.start_tick = (node.wall_us() - (self.world.now - sub.subscribed_at) // 1000
+                                  - self.config.clock_skew_allowance_ns // 1000)
         problems = check_overlay_delivery(self.publishers, self.subscribers,
                                           [node.disk.durable_records() for node in self.nodes])
         for pub in self.publishers:
