@@ -257,14 +257,13 @@ class ReliabilityNode:
         return ist
 
     def _sync_children(self, now: int, t: _Tree, ist: Istream) -> list[Any]:
-        """Consumers follow Scribe's children table: new children at their default, gone ones out
-        (the tree's interest follows)."""
+        """Consumers follow Scribe's children table: new children at their default (ChildAdded
+        attached them to the streams there were then; this is a new stream), gone ones out (the
+        tree's interest follows)."""
         children = self.scribe.children(ist.tree)
-        added: dict[str, int] = {}
-        for child in children:
-            if child not in ist.consumers:
-                added[ist.pubend] = min(added.get(ist.pubend, TICK_MAX),
-                                        ist.attach(child, _or(t.defaults.get(child), ist.horizon)).sent_through)
+        added = [child for child in children if child not in ist.consumers]
+        for child in added:  # on a stream just heard of: its knowledge is all from this message
+            ist.attach(child, _or(t.defaults.get(child), ist.horizon))
         gone = [k for k in ist.consumers if type(k) is str and k not in children]
         for key in gone:
             ist.detach(key)
@@ -272,7 +271,7 @@ class ReliabilityNode:
             t.children.pop(key, None)
         if not added and not gone:
             return []
-        return self._resummarize(now, ist.tree, t, added, TICK_MAX)
+        return self._resummarize(now, ist.tree, t, {}, TICK_MAX)
 
     def _push(self, now: int, t: _Tree, ist: Istream) -> list[Any]:
         """Send every consumer what it can have now; local subscriptions in step are served as one."""
