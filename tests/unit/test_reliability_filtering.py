@@ -206,3 +206,17 @@ def test_covers_is_sound(wide, narrow, events):
     if covers(wide, narrow):
         for channel, attributes in events:
             assert not exact(narrow, channel, attributes) or exact(wide, channel, attributes)
+
+
+def test_a_new_forwarders_subscribe_carries_its_own_interest_and_the_lower_positions():
+    gd, scribe = node("f", None, [])
+    gd.local_subscribe(0, 1, TREE, 50, pattern="nodes/a/#")
+    scribe._parent = "parent"  # the forwarder is on its way into the tree
+    gd.event_arrived(1, TREE, knowledge(50, 60, {}, gd.trees[TREE].epoch), "parent")
+    scribe.kids.append("a")  # Scribe adopts, then tells
+    gd.child_added(2, TREE, "a", [40, [[PUBEND, 55], ["p-other", 7]], [9, [["nodes/b/#", ""]]]])
+    default, positions, (epoch, summary) = gd.forwarder_extra(TREE, [40, [[PUBEND, 55], ["p-other", 7]],
+                                                                      [9, [["nodes/b/#", ""]]]])
+    assert default == 40 and dict(positions) == {PUBEND: 55, "p-other": 7}
+    assert epoch == gd.trees[TREE].epoch != 9  # its own, never the child's
+    assert sorted(map(tuple, summary)) == [("nodes/a/#", ""), ("nodes/b/#", "")]

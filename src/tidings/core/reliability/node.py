@@ -349,14 +349,16 @@ class ReliabilityNode:
     def join_extra(self, tree: str) -> list[Any]:
         """What this broker's SUBSCRIBE to `tree` carries: [default, [[pubend, horizon], ...],
         [epoch, summary]], the default (None: "from now on") for the pubends it has not heard of,
-        and its interest in the tree under a new epoch (what the new parent filters by)."""
+        and its interest in the tree with its epoch (what the new parent filters by)."""
         t = self.trees.get(tree)
         if t is None:
             return [None, [], None]
         positions = [[p, ist.horizon] for p, ist in list(t.istreams.items())[:POSITIONS_PER_SUBSCRIBE_MAX]]
         wanted = [w for w in [*t.locals.values(), *t.defaults.values()] if w is not None]
-        t.sent = self._interest(tree, t)
-        self._next_epoch(t)
+        interest = self._interest(tree, t)
+        if interest != t.sent:  # (a root's is not kept up to date: nobody filters for it)
+            t.sent = interest
+            self._next_epoch(t)
         return [min(wanted) if wanted else None, positions, [t.epoch, summary_wire(t.sent)]]
 
     def forwarder_extra(self, tree: str, child_extra: Any) -> list[Any]:
