@@ -58,14 +58,20 @@ def test_peer_garbage_raises_only_tidings_errors_and_routing_goes_on(batch):
 
 # the guaranteed-delivery path: ACK and NACK shapes, and Scribe EVENTs carrying junk "knowledge"
 TREE = "nodes/#"
-knowledge_junk = st.tuples(st.sampled_from([160, 161, 162, 7]), st.lists(values, max_size=8)).map(
+knowledge_junk = st.tuples(st.sampled_from([160, 161, 162, 164, 7]), st.lists(values, max_size=8)).map(
     lambda t: [t[0], *t[1]])
 knowledge_shaped = st.tuples(st.integers(-3, 2**64), st.integers(-3, 2**64), st.lists(st.integers(-3, 60), max_size=4),
-                             st.lists(st.binary(max_size=12), max_size=4), st.booleans()).map(
-    lambda t: [160, TREE, "p-x", t[0], t[1], t[2], t[3], t[4]])
+                             st.lists(st.binary(max_size=12), max_size=4), st.booleans(),
+                             st.one_of(st.none(), st.integers(-1, 5))).map(
+    lambda t: [160, TREE, "p-x", t[0], t[1], t[2], t[3], t[4], t[5]])
+# filter summaries: well-formed and not, from a child (widening, narrowing, stale) or a stranger
+summary_entries = st.lists(st.tuples(st.sampled_from(["nodes/#", "nodes/+/x", "a+", "", 5]),
+                                     st.sampled_from(["", "x > 1", "x =", None])).map(list), max_size=3)
+summary_shaped = st.tuples(st.one_of(st.integers(-1, 8), values), st.one_of(st.none(), summary_entries, values),
+                           st.one_of(st.integers(-1, 2**64), values)).map(lambda t: [164, TREE, t[0], t[1], t[2]])
 tree_events = st.tuples(st.one_of(st.text(max_size=4), st.just(PARENT := "127.0.0.1:9")),
                         st.one_of(knowledge_junk, knowledge_shaped, values)).map(lambda t: [100, TREE, [t[0], t[1]]])
-gd_messages = st.one_of(raw, knowledge_junk, tree_events,
+gd_messages = st.one_of(raw, knowledge_junk, tree_events, summary_shaped,
                         st.lists(values, max_size=3).map(lambda v: [161, v]),
                         st.tuples(values, values, values).map(lambda t: [162, *t]))
 

@@ -7,9 +7,10 @@ from tidings.core.errors import BAD_MESSAGE, ProtocolError
 from tidings.core.multicast.messages import TREE_BYTES_MAX
 from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES, RELIABILITY_TYPES
 from tidings.core.reliability import messages as m
+from tidings.core.reliability.summary import SUMMARY_ENTRIES_MAX, Summary
 from tidings.core.reliability.ticks import TICK_MAX
 
-NUMBERS = [m.KNOWLEDGE, m.ACK, m.NACK, m.ROOT_MOVED]
+NUMBERS = [m.KNOWLEDGE, m.ACK, m.NACK, m.ROOT_MOVED, m.SUMMARY]
 
 
 def round_trip(message: m.ReliabilityMessage) -> m.ReliabilityMessage:
@@ -30,6 +31,9 @@ EXAMPLES = [
     m.Ack((m.StreamAck("a/b", "p1", 0), m.StreamAck("c", "p2", TICK_MAX))),
     m.Nack("a/b", "p1", ((0, 5), (5, 9), (100, 100 + m.NACK_RANGE_TICKS_MAX))),
     m.RootMoved("a/b"),
+    m.Knowledge("a", "p", 5, 8, (6,), (b"x",), False, 7),
+    m.SummaryUpdate("a/#", 3, None, 0),
+    m.SummaryUpdate("a", 1, Summary(frozenset({("a/+", "x > 1"), ("a/b", "")})), TICK_MAX),
 ]
 
 
@@ -48,7 +52,8 @@ def knowledge_messages(draw):
     through = draw(st.integers(after + 1, min(TICK_MAX, after + 10**6)))
     ticks = sorted(draw(st.sets(st.integers(after + 1, through), max_size=8)))
     records = tuple(draw(st.binary(min_size=1, max_size=30)) for _ in ticks)
-    return m.Knowledge(draw(NAMES), draw(NAMES), after, through, tuple(ticks), records, draw(st.booleans()))
+    return m.Knowledge(draw(NAMES), draw(NAMES), after, through, tuple(ticks), records, draw(st.booleans()),
+                       draw(st.none() | TICK_VALUES))
 
 
 @st.composite
@@ -80,7 +85,7 @@ def test_every_message_round_trips(message):
     assert round_trip(message) == message
 
 
-K, A, N = m.KNOWLEDGE, m.ACK, m.NACK
+K, A, N, S = m.KNOWLEDGE, m.ACK, m.NACK, m.SUMMARY
 LONG = "x" * (TREE_BYTES_MAX + 1)
 
 
@@ -88,8 +93,10 @@ LONG = "x" * (TREE_BYTES_MAX + 1)
     # envelope
     None, [], "x", {}, [True], [K], [K, "a"], [159, "a"], [192], [164, "a", "p", 1], [float(K)],
     # knowledge
-    [K, "a", "p", 1, 5, [3], [b"r"]],  # a field missing
-    [K, "a", "p", 1, 5, [3], [b"r"], False, None],  # one too many
+    [K, "a", "p", 1, 5, [3], [b"r"], False],  # a field missing
+    [K, "a", "p", 1, 5, [3], [b"r"], False, None, None],  # one too many
+    [K, "a", "p", 1, 5, [3], [b"r"], False, -1], [K, "a", "p", 1, 5, [3], [b"r"], False, True],
+    [K, "a", "p", 1, 5, [3], [b"r"], False, "1"],
     [K, "", "p", 1, 5, [], [], False], [K, "a", "", 1, 5, [], [], False], [K, LONG, "p", 1, 5, [], [], False],
     [K, "a", "p" * 200, 1, 5, [], [], False], [K, b"a", "p", 1, 5, [], [], False], [K, "a", 7, 1, 5, [], [], False],
     [K, "a", "p", -1, 5, [], [], False], [K, "a", "p", 1, TICK_MAX + 1, [], [], False],
@@ -117,10 +124,17 @@ LONG = "x" * (TREE_BYTES_MAX + 1)
     [N, "a", "p", [[2 * k, 2 * k + 1] for k in range(m.NACK_RANGES_MAX + 1)]],
     # root moved
     [163], [163, ""], [163, 5], [163, "a", "p"], [163, "a" * 5000],
+    # summary
+    [S, "a", 1, None], [S, "a", -1, None, 0], [S, "a", None, None, 0], [S, "a", True, None, 0],
+    [S, "a", 1, None, -1], [S, "", 1, None, 0], [S, "a", 1, "x", 0], [S, "a", 1, [["a"]], 0],
+    [S, "a", 1, [["a+", ""]], 0], [S, "a", 1, [["a", "x ="]], 0], [S, "a", 1, [["a", 5]], 0],
+    [S, "a", 1, [["a", ""]] * (SUMMARY_ENTRIES_MAX + 1), 0],
     # the paper's ack-expected has no message here (periodic silence does its work)
-    [164, "a", "p", 5],
+    [165, "a", "p", 5],
 ])
 def test_malformed_messages_raise_protocol_error(wire):
+    if type(wire) is list and wire[:1] == [K] and len(wire) == 8 and wire[5:7] != [[3], [b"r"]]:
+        wire = [*wire, None]  # the cases below check the first seven fields; the epoch is valid
     with pytest.raises(ProtocolError) as info:
         m.decode(wire)
     assert info.value.code == BAD_MESSAGE
@@ -132,9 +146,9 @@ def test_limits_are_inclusive():
     entries = [["a", "p", 3]] * m.ACK_ENTRIES_MAX
     assert len(m.decode([A, entries]).streams) == m.ACK_ENTRIES_MAX
     count = m.RECORDS_PER_MESSAGE_MAX
-    knowledge = m.decode([K, "a", "p", 0, count, list(range(1, count + 1)), [b"r"] * count, False])
+    knowledge = m.decode([K, "a", "p", 0, count, list(range(1, count + 1)), [b"r"] * count, False, None])
     assert len(knowledge.ticks) == count
-    assert m.decode([K, "a" * TREE_BYTES_MAX, "p" * m.PUBEND_BYTES_MAX, 0, 1, [], [], False]).ticks == ()
+    assert m.decode([K, "a" * TREE_BYTES_MAX, "p" * m.PUBEND_BYTES_MAX, 0, 1, [], [], False, 3]).ticks == ()
 
 
 VALUES = st.recursive(

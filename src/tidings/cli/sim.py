@@ -69,6 +69,7 @@ def cmd_sim_delivery(args: argparse.Namespace) -> int:
                 print(f"  {problem}")
         elif not args.quiet:
             print(f"seed {seed}: ok, {result.acked} acknowledged, {result.delivered} delivered, "
+                  f"{result.stats.get('records_unwanted', 0)} records to brokers that did not want them, "
                   f"faults {result.faults_done or 'none'}")
         sys.stdout.flush()
     print(f"{args.seeds - failed} passed, {failed} failed ({time.monotonic() - started:.0f} s)")

@@ -439,7 +439,7 @@ class Broker:
         if end is None:
             remote = None if checkpoint is None else checkpoint.positions
             try:
-                self._join_tree(s.key, subscription_tree(pattern), remote_start, total, out, remote)
+                self._join_tree(s, subscription_tree(pattern), remote_start, out, remote)
             except TidingsError as exc:  # a local limit reached on the client's behalf
                 del self.subends[s.key], c.subs[msg.sub]
                 return refuse(exc.code, str(exc))
@@ -572,14 +572,17 @@ class Broker:
 
     # ---- across brokers --------------------------------------------------------------------------
 
-    def _join_tree(self, key: int, tree: str, start: int, total: bool, out: list[Effect],
+    def _join_tree(self, s: Subend, tree: str, start: int, out: list[Effect],
                    positions: dict[str, int] | None = None) -> None:
-        """Make subscription `key` a member of `tree`; TidingsError (and nothing changed) when this
+        """Make subscription `s` a member of `tree` (from `positions` for the pubends a durable
+        subscription's token names); TidingsError (and nothing changed) when this
         broker cannot join one more tree."""
+        key = s.key
         members = self._tree_members.get(tree, 0)
         if self.cluster is not None:
             gd = self._gd()
-            effects = gd.local_subscribe(self.now, key, tree, start, total, positions)
+            effects = gd.local_subscribe(self.now, key, tree, start, s.total, s.pattern,
+                                         "" if s.filter is None else s.filter.text, positions)
             if members == 0:
                 try:
                     effects += self.cluster.subscribe(self.now, tree)

@@ -41,6 +41,7 @@ from typing import Any
 
 from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError, TidingsError
 from tidings.core.inputs import Connected, ConnectFailed, ConnectionLost, LogState, Received, SendBlocked, SendDrained
+from tidings.core.multicast import messages as multicast_messages
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.multicast.effects import ChildAdded, EventArrived, ParentSuspected
 from tidings.core.overlay import messages as overlay_messages
@@ -255,6 +256,11 @@ class ClusterMember:
                 gd.peer_errors += 1  # a malformed event is dropped; the stream nacks what it lacks
         elif type(eff) is ChildAdded:
             queue.extend(gd.child_added(now, eff.tree, eff.child.address, eff.subscribe_extra))
+            for i, item in enumerate(queue):  # a new forwarder's own SUBSCRIBE: its own interest
+                if (type(item) is RouteTo and item.payload[0] == multicast_messages.SUBSCRIBE
+                        and item.payload[1] == eff.tree and item.payload[2] == self.me.to_wire()):
+                    own = [*item.payload[:3], gd.forwarder_extra(eff.tree, eff.subscribe_extra)]
+                    queue[i] = RouteTo(item.key, own)
         elif type(eff) is ParentSuspected and queue and type(queue[0]) is RouteTo:
             repaired = replace(eff.subscribe, extra=gd.join_extra(eff.tree))
             queue[0] = RouteTo(queue[0].key, repaired.to_wire())

@@ -94,6 +94,8 @@ class BrokerConfig:
     nack_range_ticks_max: int = 60_000_000  # width of one nacked range, in ticks (microseconds)
     streams_max: int = 100_000  # (tree, pubend) streams on one broker
     nack_reads_max: int = 16  # log reads in flight answering nacks
+    filter_summary_bytes_max: int = 64 * KIB  # a tree's filter summary sent to its parent; past it, "everything"
+    filter_in_network: bool = True  # False, for measuring only: forwarders send every child everything
     clock_skew_allowance_ns: int = 1 * SECOND_NS  # a subscription starts this far before SUBSCRIBED
     # for measuring the protocol's cost only: events cross brokers best effort, without streams
     best_effort_delivery: bool = False
@@ -154,6 +156,7 @@ class BrokerConfig:
             clock_skew_allowance_us=self.clock_skew_allowance_ns // 1000,
             streams_max=self.streams_max, read_bytes_max=self.log_read_bytes_max, reads_max=self.nack_reads_max,
             trees_max=self.trees_max, best_effort=self.best_effort_delivery,
+            summary_bytes_max=self.filter_summary_bytes_max, filtering=self.filter_in_network,
         )
 
     def peer_config(self) -> PeerConfig:

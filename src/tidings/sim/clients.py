@@ -271,11 +271,23 @@ class Subscriber(SimClient):
         self.received: list[tuple[int, list[Any]]] = []
         self.gaps: list[tuple[int, int]] = []
         self.subscriptions = 0
+        self.quit_at: int | None = None  # when it unsubscribed for good
+        self.start_tick: int | None = None  # the broker's start point for other pubends, as the scenario knows it
         self._sub: int | None = None
         self.durable = False  # DurableSubscriber: reconnects with its token, checked across them
 
+    def quit(self) -> None:
+        """Unsubscribe for good (the connection stays up)."""
+        if self.quit_at is None:
+            self.quit_at = self.world.now
+            if self._sub is not None and self.session is not None:
+                self.send(self.session.unsubscribe(self._sub))
+            self._sub = None
+
     def on_ready(self) -> None:
         assert self.session is not None
+        if self.quit_at is not None:
+            return
         start: str | int = self.start_spec if self.position is None else self.position
         self._sub, frame = self.session.subscribe(self.pattern, self.filter, start, order=self.order)
         self.subscriptions += 1

@@ -5,8 +5,11 @@ subscribers with patterns and filters on some brokers and publishers on two othe
 while it injects faults: message loss, duplication and reordering between brokers (PeerFaults),
 per-broker clock skew, and broker crashes chosen by role once the trees have formed (a forwarder, the
 rendez-vous point, a subscriber broker's parent, a publisher's broker, and a broker that stalls
-before it is killed). Crashed brokers restart from their disks. After a quiet period the checker
-(delivery_checker.py) compares what each subscriber received with what the publishers had
+before it is killed). Crashed brokers restart from their disks. Interest churns while events flow:
+late subscribers (with their own patterns and filters, often on brokers new to the tree) widen the
+filter summaries on their paths, and subscribers that unsubscribe narrow them; `records_unwanted`
+counts the data records that reached a broker where nothing there or below matched them. After a
+quiet period the checker (delivery_checker.py) compares what each subscriber received with what the publishers had
 acknowledged. Everything is drawn from the seed, so a failing seed replays exactly.
 """
 
@@ -71,6 +74,7 @@ class DeliveryScenario:
     # one more subscriber, durable, that moves to another broker this many times while events flow
     # (docs/durable.md): reconnecting with its token, it must miss and repeat nothing
     durable_moves: int = 0
+    churn: int = 2  # subscribers that join while events flow, and as many that unsubscribe
 
 
 @dataclass
@@ -85,6 +89,7 @@ class DeliveryResult:
 class DeliveryRun:
     def __init__(self, scenario: DeliveryScenario, config: BrokerConfig = CONFIG) -> None:
         self.scenario = scenario
+        self.config = config
         self.world = World(scenario.seed)
         self.net = Network(self.world, coalesce_probability=scenario.coalesce_probability)
         rng = self.world.derive_rng("scenario")
@@ -148,12 +153,18 @@ class DeliveryRun:
                 home = f"b{self.rng.choice(homes)}:7000"
                 self.world.call_later((m + 1) * DURABLE_MOVE_EVERY_NS, durable.move, home)
         self.run(300 * MILLISECOND_NS)
+        self._churn(sub_at, pub_at)
         for fault in s.faults:
             self._inject(fault, clients, pub_at)
         self._until_published(60 * SECOND_NS)
         self.run(8 * SECOND_NS)  # quiet: repairs finish, nacks are answered
         if s.slow_subscriber:
             self._until_delivered(self.subscribers[0], 120 * SECOND_NS)
+        for sub in self.subscribers:  # the start point each broker gave (its clock at SUBSCRIBED, less the allowance)
+            node = self.nodes[int(sub.address[1:].split(":")[0])]
+            if sub.subscribed_at is not None:
+                sub.start_tick = (node.wall_us() - (self.world.now - sub.subscribed_at) // 1000
+                                  - self.config.clock_skew_allowance_ns // 1000)
         problems = check_overlay_delivery(self.publishers, self.subscribers,
                                           [node.disk.durable_records() for node in self.nodes])
         for pub in self.publishers:
@@ -163,7 +174,9 @@ class DeliveryRun:
             problems.append(f"only {acked} events were acknowledged")
         delivered = sum(len(sub.received) for sub in self.subscribers)
         stats = {"lost": sum(nd.peer_faults.lost for nd in self.nodes if nd.peer_faults),
-                 "connected_subscribers": sum(1 for sub in self.subscribers if not sub.downs)}
+                 "connected_subscribers": sum(1 for sub in self.subscribers if not sub.downs),
+                 "records_unwanted": sum(nd.core.status().get("delivery", {}).get("records_unwanted", 0)
+                                         for nd in self.nodes if nd.core is not None)}
         return DeliveryResult(problems, delivered, acked, self.faults_done, stats)
 
     def _durable(self, homes: list[int]) -> DurableSubscriber | None:
@@ -174,6 +187,22 @@ class DeliveryRun:
         sub.start(self.world.now)
         self.subscribers.append(sub)
         return sub
+
+    def _churn(self, sub_at: list[int], pub_at: list[int]) -> None:
+        """Late subscribers on brokers drawn at random (publishers' and others'), starting while
+        events flow, and as many early subscribers (never the slow reader) unsubscribing."""
+        s = self.scenario
+        window_ns = s.events_per_publisher * 11 * MILLISECOND_NS  # about the publishing time
+        for k in range(s.churn):
+            i = self.rng.randrange(1, len(self.nodes))
+            pattern, flt = SUBSCRIPTIONS[self.rng.randrange(len(SUBSCRIPTIONS))]
+            sub = Subscriber(self.world, self.net, f"b{i}:7000", f"late{k}@b{i}", pattern, filter=flt,
+                             order="total" if s.total_order else "publisher")
+            sub.start(self.world.now + self.rng.randrange(window_ns))
+            self.subscribers.append(sub)
+        quitters = self.subscribers[1:len(sub_at)]
+        for sub in self.rng.sample(quitters, min(s.churn, len(quitters))):
+            self.world.call_at(self.world.now + self.rng.randrange(window_ns), sub.quit)
 
     def _until_published(self, limit_ns: int) -> None:
         deadline = self.world.now + limit_ns

@@ -323,6 +323,11 @@ class ScribeAgent:
         entry = self._trees.get(tree)
         return [] if entry is None else list(entry.children)
 
+    def parent(self, tree: str) -> str | None:
+        """This node's parent in `tree` (None at the root, or while its SUBSCRIBE is under way)."""
+        entry = self._trees.get(tree)
+        return None if entry is None else entry.parent
+
     def told_empty(self, now: int, tree: str) -> bool:
         """The rendez-vous point of `tree` said it has no members (and has not said otherwise since)."""
         return self._suppressed.suppressed(now, tree)

@@ -26,6 +26,12 @@ Acks flow up too: the stream acknowledges the smallest tick every consumer has a
 (children) or been sent (local subscriptions), never past its horizon. Records below every
 consumer's ack leave the cache.
 
+Filtering (node.py has the protocol): `pieces_for` may be given a child's filter summary; a D tick
+whose record the summary does not match goes to that child as F. A record's channel and attributes
+are decoded once, when a summary first needs them, and kept alongside the cached record.
+`doubt_after` turns F ticks after a position back into Q: they may have been silence for a
+narrower summary than the one this broker now asks for, so they are fetched again.
+
 Invariants: `horizon` only moves with the knowledge (it drops only when ticks are forgotten);
 every consumer's `sent_through` <= `horizon` unless it started after it; the cache holds at most
 `cache_bytes_max` bytes of records, all of D ticks.
@@ -34,11 +40,13 @@ every consumer's `sent_through` <= `horizon` unless it started after it; the cac
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
+from tidings.core.event import record_routing_fields
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
+from tidings.core.reliability.summary import Summary
 from tidings.core.reliability.ticks import TICK_MAX, Curiosity, CuriosityMap, Knowledge, KnowledgeMap
 
 KNOWN = frozenset({Knowledge.D, Knowledge.F})
@@ -83,6 +91,7 @@ class Istream:
         "_cache",
         "_cache_bytes",
         "_curiosity",
+        "_fields",
         "_known",
         "acked_sent",
         "consumers",
@@ -114,6 +123,7 @@ class Istream:
         # would walk past every slot already deleted from its front (measured: 18-20 us an eviction)
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self._cache_bytes = 0
+        self._fields: dict[int, tuple[str, Mapping[str, object]] | None] = {}  # decoded (channel, attributes)
         self.consumers: dict[str | int, Consumer] = {}
         self.upstream: str | None = None  # where nacks and acks go: the parent, or the pubend's broker
         self.origin = ""  # the pubend's broker (where the root sends nacks and acks)
@@ -187,10 +197,11 @@ class Istream:
         self.top = max(self.top, horizon)
         return moved
 
-    def pieces_for(self, consumer: Consumer, bound: int = TICK_MAX) -> list[Piece]:
+    def pieces_for(self, consumer: Consumer, bound: int = TICK_MAX, summary: Summary | None = None) -> list[Piece]:
         """What `consumer` can be sent now: (sent_through, min(horizon, bound)] in messages of at
         most `piece_bytes_max` of records, stopping before the first D tick whose record was
-        dropped (that tick is forgotten, to be nacked). Advances its `sent_through`."""
+        dropped (that tick is forgotten, to be nacked); D ticks `summary` does not match as F.
+        Advances its `sent_through`."""
         upper = min(self.horizon, bound)
         if consumer.blocked or consumer.sent_through >= upper:
             return []
@@ -207,7 +218,7 @@ class Istream:
                 if record is None:
                     self._forget_from(tick)
                     return self._close(consumer, pieces, piece)
-                if tick > consumer.start:
+                if tick > consumer.start and (summary is None or self._matches(tick, record, summary)):
                     if piece.ticks and (size + len(record) > limit or len(piece.ticks) >= RECORDS_MAX):
                         pieces.append(piece)
                         piece, size = Piece(piece.through, piece.through), 0
@@ -229,6 +240,27 @@ class Istream:
                         self._forget_from(tick)
                         return max(consumer.sent_through, tick - 1)
         return max(consumer.sent_through, upper)
+
+    def _matches(self, tick: int, record: bytes, summary: Summary) -> bool:
+        """The summary matches the record of `tick`; a record that does not decode goes on (the
+        subscriber's broker rejects it), never silenced."""
+        if tick in self._fields:
+            fields = self._fields[tick]
+        else:
+            routing = record_routing_fields(record)
+            fields = self._fields[tick] = None if routing is None else (routing[1], routing[2])
+        return fields is None or summary.matches(*fields)
+
+    def doubt_after(self, position: int) -> None:
+        """F ticks after `position` become Q again (and the floor comes down to it): they may have
+        been silence for a narrower filter than this broker now wants, so they are fetched again."""
+        if position < self.floor:
+            self._lower_floor(position)
+        if position < self.top:
+            self._known.assign_where(position, self.top, frozenset({Knowledge.F}), Knowledge.Q)
+            self.horizon = min(self.horizon, position)
+            self._advance_horizon()
+            self.forget_curiosity()
 
     @staticmethod
     def _close(consumer: Consumer, pieces: list[Piece], piece: Piece) -> list[Piece]:
@@ -275,6 +307,7 @@ class Istream:
                 cache.move_to_end(oldest, last=False)
                 break
             self._cache_bytes -= len(record)
+            self._fields.pop(oldest, None)
 
     @property
     def cache_bytes(self) -> int:

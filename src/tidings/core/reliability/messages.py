@@ -4,11 +4,13 @@ nack messages (§3.1, §3.2), on one stream edge of a (tree, pubend) knowledge t
 Each is a msgpack-able list whose first element is its type. Ticks are (after, through] ranges as
 everywhere else, 0 <= tick <= TICK_MAX.
 
-- KNOWLEDGE, parent to child: [160, tree, pubend, after, through, ticks, records, retransmit]. Every
+- KNOWLEDGE, parent to child: [160, tree, pubend, after, through, ticks, records, retransmit, epoch]. Every
   tick of (after, through] is known: D at `ticks` (strictly increasing, inside the range), whose
   logged event records are `records` (same length, same order), F at every other tick. A data
   message has ticks, a silence message none. `retransmit` is False on a first-time message, True
-  when the message answers a nack (the paper forwards the two differently).
+  when the message answers a nack (the paper forwards the two differently). `epoch` is the epoch of
+  the child's filter summary the message was filtered by, or null when it was not filtered (a
+  child that sent no summary, the pubend's leg, or a child whose summary matches everything).
 - ACK, child to parent: [161, [[tree, pubend, through], ...]]: for each stream, every tick <= through
   is A on the sender's side. One message carries the acks of many streams to one parent.
 - NACK, child to parent: [162, tree, pubend, [[after, through], ...]]: the sender is curious about
@@ -18,6 +20,11 @@ everywhere else, 0 <= tick <= TICK_MAX.
 - KNOWLEDGE, pubend's broker to the rendez-vous point it has learnt (from the root's ACKs): the same
   message sent straight, not routed; ROOT_MOVED `[163, tree]` answers it from a broker that is not
   the root (any more), and the pubend routes again.
+
+- SUMMARY, child to parent: [164, tree, epoch, summary, from]: from now on filter what goes to the
+  sender on `tree` by `summary` (null: everything; else [[pattern, filter], ...], summary.py), and
+  stamp it with `epoch`. `from` is a tick: when the summary is wider than the one the parent held,
+  the parent sends the sender every tick after `from` again, filtered by the new summary.
 
 The paper's ACK_EXPECTED has no message of its own here: the pubend's periodic silence up to the
 present (reliability/source.py) tells every broker below how far the stream reaches, which is what
@@ -36,6 +43,9 @@ from typing import Any
 
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
 from tidings.core.multicast.messages import TREE_BYTES_MAX
+from tidings.core.reliability.summary import Summary
+from tidings.core.reliability.summary import decode as decode_summary
+from tidings.core.reliability.summary import to_wire as summary_wire
 from tidings.core.reliability.ticks import TICK_MAX
 from tidings.core.wire.typed import decode_typed, name
 
@@ -43,6 +53,7 @@ KNOWLEDGE = 160
 ACK = 161
 NACK = 162
 ROOT_MOVED = 163
+SUMMARY = 164
 
 PUBEND_BYTES_MAX = 128  # pubend ids are "p" and 16 hex digits today; room for other schemes
 RECORDS_PER_MESSAGE_MAX = 16_384  # data ticks in one knowledge message (a publish frame holds 4,096 events)
@@ -63,10 +74,11 @@ class Knowledge:
     ticks: tuple[int, ...]
     records: tuple[bytes, ...]
     retransmit: bool
+    epoch: int | None = None  # the filter summary's epoch it was filtered by; None: not filtered
 
     def to_wire(self) -> list[Any]:
         return [KNOWLEDGE, self.tree, self.pubend, self.after, self.through, list(self.ticks),
-                list(self.records), self.retransmit]
+                list(self.records), self.retransmit, self.epoch]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +121,21 @@ class RootMoved:
         return [ROOT_MOVED, self.tree]
 
 
-ReliabilityMessage = Knowledge | Ack | Nack | RootMoved
+@dataclass(frozen=True, slots=True)
+class SummaryUpdate:
+    """The sender's filter summary for `tree` (None: everything), epoch `epoch`; after a widening
+    the receiver sends it every tick after `since` again."""
+
+    tree: str
+    epoch: int
+    summary: Summary | None
+    since: int
+
+    def to_wire(self) -> list[Any]:
+        return [SUMMARY, self.tree, self.epoch, summary_wire(self.summary), self.since]
+
+
+ReliabilityMessage = Knowledge | Ack | Nack | RootMoved | SummaryUpdate
 
 
 def _bad(what: str) -> ProtocolError:
@@ -155,7 +181,20 @@ def _knowledge(f: list[Any]) -> Knowledge:
             raise _bad(f"a record is non-empty bytes of at most {RECORD_BYTES_MAX}")
     if type(f[6]) is not bool:
         raise _bad("retransmit is a boolean")
-    return Knowledge(tree, pubend, after, through, tuple(ticks), tuple(records), f[6])
+    return Knowledge(tree, pubend, after, through, tuple(ticks), tuple(records), f[6], _epoch(f[7], True))
+
+
+def _epoch(value: object, nullable: bool) -> int | None:
+    if (value is None and nullable) or (type(value) is int and 0 <= value <= TICK_MAX):
+        return value
+    raise _bad(f"an epoch is an integer from 0 to {TICK_MAX}")
+
+
+def _summary(f: list[Any]) -> SummaryUpdate:
+    tree = _name(f[0], TREE_BYTES_MAX, "a tree name")
+    epoch = _epoch(f[1], False)
+    assert epoch is not None
+    return SummaryUpdate(tree, epoch, decode_summary(f[2]), _tick(f[3], "from"))
 
 
 def _ack(f: list[Any]) -> Ack:
@@ -190,10 +229,11 @@ def _nack(f: list[Any]) -> Nack:
 
 
 _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ReliabilityMessage]]] = {
-    KNOWLEDGE: (7, _knowledge),
+    KNOWLEDGE: (8, _knowledge),
     ACK: (1, _ack),
     NACK: (3, _nack),
     ROOT_MOVED: (1, lambda f: RootMoved(_name(f[0], TREE_BYTES_MAX, "a tree name"))),
+    SUMMARY: (4, _summary),
 }
 
 

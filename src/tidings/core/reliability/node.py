@@ -20,6 +20,21 @@ oldest tick any of its consumers wants); the new parent attaches the child at th
 whatever was in flight through a failed broker is sent again, or nacked upward when the parent has
 not got it. A local subscription attaches at its start point.
 
+Filtering (the paper's filtering brokers). Each broker keeps, per child of a tree, the filter
+summary the child last sent (summary.py; a child that sent none is "everything") and sends the child
+a D tick whose record the summary does not match as F: branches with no interest get silence, not
+data. Knowledge to a child is stamped with the epoch of the summary it was filtered by. A broker's
+own summary for a tree (its *interest*) merges its local subscriptions' patterns and filters and
+its children's summaries; it goes to the parent in the SUBSCRIBE (join or repair) and in SUMMARY
+whenever it changes. Narrowing is safe at once. Widening is not: ticks after the new interest's
+start may already be F here, or in flight as F. So a widening broker (1) bumps its epoch and takes
+F ticks only from knowledge stamped with it (D from anything), (2) turns its F ticks after the
+widening's start back to Q (`Istream.doubt_after`), and (3) sends SUMMARY with that start; the
+parent rewinds the child to it (as for a nack) and re-sends filtered by the wider summary, after
+doing the same one level up unless its own knowledge after that point was already filtered by a
+summary covering the new one (`valid_from`). The root takes everything from the pubend. A stale
+stamp (a lost or reordered SUMMARY) makes the child send its SUMMARY again (at most once per GCT).
+
 Own events: a broker's own pubend's events reach its local subscriptions from its log (the
 broker's own path), so no local consumer is attached to this broker's own pubend's streams.
 """
@@ -32,6 +47,7 @@ from typing import Any, NamedTuple
 
 from tidings.core.deadlines import Deadlines
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
+from tidings.core.event import record_routing_fields
 from tidings.core.inputs import LogState
 from tidings.core.multicast.agent import ScribeAgent
 from tidings.core.overlay.envelope import PeerSend, RouteTo
@@ -40,6 +56,9 @@ from tidings.core.reliability import messages
 from tidings.core.reliability.istream import Istream, StreamLimits
 from tidings.core.reliability.round_trip import RoundTrip
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
+from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge, of_subscription
+from tidings.core.reliability.summary import decode as decode_summary
+from tidings.core.reliability.summary import to_wire as summary_wire
 from tidings.core.reliability.ticks import TICK_MAX
 
 POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
@@ -64,6 +83,8 @@ class ReliabilityConfig:
     reads_max: int
     trees_max: int
     best_effort: bool = False  # measurement only: forward and deliver what arrives, track nothing
+    summary_bytes_max: int = 64 * 1024  # a tree's filter summary to the parent; past it, "everything"
+    filtering: bool = True  # measurement only when False: summaries travel, children are sent everything
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +119,13 @@ class _Tree:
     # (None: from wherever the stream is when it first reaches this broker)
     locals: dict[int, int]  # local subscription key -> start
     total: dict[int, int]  # total-order subscriptions (also in locals) -> the merge point delivered
+    interests: dict[int, Summary | None] = field(default_factory=dict)  # local subscription -> its summary
+    # child address -> (epoch, summary) it asked for; a child absent here gets everything, unstamped
+    children: dict[str, tuple[int, Summary | None]] = field(default_factory=dict)
+    sent: Summary | None = EVERYTHING  # this broker's interest, as last told to its parent
+    epoch: int = 0  # of `sent`: knowledge stamped otherwise gives D ticks only
+    valid_from: int = 0  # knowledge after this tick came filtered by summaries covering `sent`
+    resent_ns: int | None = None  # when SUMMARY was last sent again after a stale stamp
     # where a durable local subscription wants the pubends it names, overriding its start for them
     # (its checkpoint token's vector, core/checkpoint.py)
     positions: dict[int, dict[str, int]] = field(default_factory=dict)
@@ -136,6 +164,7 @@ class ReliabilityNode:
         self.retransmissions_sent = 0
         self.peer_errors = 0
         self.total_order_late = 0
+        self.records_unwanted = 0  # first-time data that reached this broker though nothing here or below wanted it
         self._round_trips: dict[str, RoundTrip] = {}  # upstream broker -> its nack round trips
         self.wall_us = 0  # the broker's clock at the latest input that had one (for the merge point)
 
@@ -185,8 +214,16 @@ class ReliabilityNode:
         ist.upstream = upstream
         ist.origin = origin
         t = self.trees[tree]
-        self._sync_children(t, ist)
-        moved = ist.accumulate(knowledge.after, knowledge.through, knowledge.ticks, knowledge.records)
+        out += self._sync_children(now, t, ist)
+        if knowledge.epoch is None or knowledge.epoch == t.epoch:
+            moved = ist.accumulate(knowledge.after, knowledge.through, knowledge.ticks, knowledge.records)
+        else:  # filtered by a summary the parent should no longer hold: its F ticks prove nothing
+            moved = False
+            for tick, record in zip(knowledge.ticks, knowledge.records, strict=True):
+                moved = ist.accumulate(tick - 1, tick, (tick,), (record,)) or moved
+            out += self._summary_again(now, tree, t, upstream, knowledge.epoch)
+        if knowledge.records and not knowledge.retransmit:
+            self._count_unwanted(tree, t, knowledge.records)
         if moved:
             if ist.nack_ns is not None:  # the answer to a nack: a round-trip sample, and NRT from it
                 ist.nack_interval_ns = self._round_trip(upstream, now - ist.nack_ns)
@@ -226,15 +263,22 @@ class ReliabilityNode:
                 ist.attach(key, t.start_of(key, pubend, start))
         return ist
 
-    def _sync_children(self, t: _Tree, ist: Istream) -> None:
-        """Consumers follow Scribe's children table: new children at their default, gone ones out."""
+    def _sync_children(self, now: int, t: _Tree, ist: Istream) -> list[Any]:
+        """Consumers follow Scribe's children table: new children at their default (ChildAdded
+        attached them to the streams there were then; this is a new stream), gone ones out (the
+        tree's interest follows)."""
         children = self.scribe.children(ist.tree)
-        for child in children:
-            if child not in ist.consumers:
-                ist.attach(child, _or(t.defaults.get(child), ist.horizon))
-        for key in [k for k in ist.consumers if type(k) is str and k not in children]:
+        added = [child for child in children if child not in ist.consumers]
+        for child in added:  # on a stream just heard of: its knowledge is all from this message
+            ist.attach(child, _or(t.defaults.get(child), ist.horizon))
+        gone = [k for k in ist.consumers if type(k) is str and k not in children]
+        for key in gone:
             ist.detach(key)
             t.defaults.pop(key, None)
+            t.children.pop(key, None)
+        if not added and not gone:
+            return []
+        return self._resummarize(now, ist.tree, t, {}, TICK_MAX)
 
     def _push(self, now: int, t: _Tree, ist: Istream) -> list[Any]:
         """Send every consumer what it can have now; local subscriptions in step are served as one."""
@@ -242,9 +286,11 @@ class ReliabilityNode:
         groups: dict[int, list[int]] = {}
         for key, consumer in ist.consumers.items():
             if type(key) is str:
-                for piece in ist.pieces_for(consumer):
+                epoch, summary = t.children.get(key, (None, EVERYTHING)) if self.config.filtering else (None, None)
+                stamp = None if summary is None else epoch
+                for piece in ist.pieces_for(consumer, summary=summary):
                     wire = messages.Knowledge(ist.tree, ist.pubend, piece.after, piece.through,
-                                              tuple(piece.ticks), tuple(piece.records), False).to_wire()
+                                              tuple(piece.ticks), tuple(piece.records), False, stamp).to_wire()
                     out += self.scribe.send_event(now, ist.tree, key, [ist.origin, wire])
             elif key not in t.total and not consumer.blocked and consumer.sent_through < ist.horizon:
                 groups.setdefault(consumer.sent_through, []).append(key)  # type: ignore[arg-type]
@@ -308,11 +354,12 @@ class ReliabilityNode:
     # ---- tree membership -----------------------------------------------------------------------
 
     def join_extra(self, tree: str) -> list[Any]:
-        """What this broker's SUBSCRIBE to `tree` carries: [default, [[pubend, horizon], ...]], the
-        default (None: "from now on") for the pubends it has not heard of."""
+        """What this broker's SUBSCRIBE to `tree` carries: [default, [[pubend, horizon], ...],
+        [epoch, summary]], the default (None: "from now on") for the pubends it has not heard of,
+        and its interest in the tree with its epoch (what the new parent filters by)."""
         t = self.trees.get(tree)
         if t is None:
-            return [None, []]
+            return [None, [], None]
         horizons = {p: ist.horizon for p, ist in t.istreams.items()}
         for named in t.positions.values():  # pubends a durable subscription wants from a position
             for p, tick in named.items():      # and this broker has not heard of yet
@@ -320,37 +367,148 @@ class ReliabilityNode:
                     horizons[p] = min(tick, horizons.get(p, tick))
         positions = [[p, tick] for p, tick in list(horizons.items())[:POSITIONS_PER_SUBSCRIBE_MAX]]
         wanted = [w for w in [*t.locals.values(), *t.defaults.values()] if w is not None]
-        return [min(wanted) if wanted else None, positions]
+        interest = self._interest(tree, t)
+        if interest != t.sent:  # (a root's is not kept up to date: nobody filters for it)
+            t.sent = interest
+            self._next_epoch(t)
+        return [min(wanted) if wanted else None, positions, [t.epoch, summary_wire(t.sent)]]
+
+    def forwarder_extra(self, tree: str, child_extra: Any) -> list[Any]:
+        """The SUBSCRIBE of a broker that becomes a forwarder of `tree` for its first child: the
+        child's positions (the lower where both name a pubend) and this broker's own interest (its
+        epoch and summary: the child's would be stamped as this broker's own)."""
+        default, positions, _ = _decode_extra(child_extra)
+        mine = self.join_extra(tree)
+        for pubend, horizon in mine[1]:
+            positions[pubend] = min(horizon, positions.get(pubend, horizon))
+        defaults = [d for d in (default, mine[0]) if d is not None]
+        return [min(defaults) if defaults else None,
+                [[p, h] for p, h in list(positions.items())[:POSITIONS_PER_SUBSCRIBE_MAX]], mine[2]]
 
     def child_added(self, now: int, tree: str, child: str, extra: Any) -> list[Any]:
-        default, positions = _decode_extra(extra)
+        default, positions, asked = _decode_extra(extra)
         t = self.trees.get(tree)
         if t is None:
             t = self.trees[tree] = _Tree({}, {}, {}, {})
         t.defaults[child] = default
-        out: list[Any] = []
-        for pubend, ist in t.istreams.items():
-            ist.attach(child, positions.get(pubend, _or(default, ist.horizon)))
+        if asked is None:
+            t.children.pop(child, None)
+        else:
+            t.children[child] = asked
+        attached = {pubend: ist.attach(child, positions.get(pubend, _or(default, ist.horizon))).sent_through
+                    for pubend, ist in t.istreams.items()}
+        out = self._resummarize(now, tree, t, attached, _or(default, TICK_MAX))
+        for ist in t.istreams.values():
             out += self._push(now, t, ist)
             self._after_change(now, ist)
         return self._flush(now, out)
 
+    # ---- filter summaries ---------------------------------------------------------------------
+
+    def _interest(self, tree: str, t: _Tree, bytes_max: int | None = None) -> Summary | None:
+        """What this broker's local subscriptions and children of `tree` want, merged (within
+        `bytes_max`, the summary limit unless given)."""
+        parts = [*t.interests.values(), *(t.children.get(c, (0, EVERYTHING))[1] for c in self.scribe.children(tree))]
+        return merge(parts, self.config.summary_bytes_max if bytes_max is None else bytes_max)
+
+    def _count_unwanted(self, tree: str, t: _Tree, records: tuple[bytes, ...]) -> None:
+        """The filtering's measure: first-time data records no subscription here or below matches
+        (exactly: no size limit), counted in `records_unwanted` (not at the root)."""
+        wanted = self._interest(tree, t, TICK_MAX)
+        if wanted is None or self.scribe.is_root(tree):  # the root is sent everything by design
+            return
+        for record in records:
+            fields = record_routing_fields(record)
+            if fields is not None and not wanted.matches(fields[1], fields[2]):
+                self.records_unwanted += 1
+
+    def _resummarize(self, now: int, tree: str, t: _Tree, positions: dict[str, int], since: int) -> list[Any]:
+        """The tree's interest may have changed; `positions` (per pubend, `since` for the others)
+        are where consumers whose wants grew resume. A narrowing is told to the parent; a widening
+        not covered by what this broker already holds doubts its F ticks after those positions and
+        tells the parent to send from there again. The root holds everything: nothing to do."""
+        if self.config.best_effort or self.scribe.is_root(tree):
+            return []
+        interest = self._interest(tree, t)
+        wider = not covers(t.sent, interest) or min([*positions.values(), TICK_MAX]) < t.valid_from
+        if interest == t.sent and not wider:
+            return []
+        t.sent = interest
+        self._next_epoch(t)
+        if not wider:
+            return self._send_summary(now, tree, t, TICK_MAX)
+        points = [positions.get(pubend, min(since, ist.horizon)) for pubend, ist in t.istreams.items()]
+        for point, ist in zip(points, t.istreams.values(), strict=True):
+            ist.doubt_after(point)
+        t.valid_from = max(points, default=0)  # no knowledge here yet: all of it will be good
+        return self._send_summary(now, tree, t, min([since, *points]))
+
+    def _next_epoch(self, t: _Tree) -> None:
+        """Epochs increase, and start from the broker's clock (microseconds), so a SUMMARY from
+        before a restart, arriving late, never names an epoch the restarted broker uses again."""
+        t.epoch = max(t.epoch + 1, self.wall_us)
+
+    def _send_summary(self, now: int, tree: str, t: _Tree, since: int) -> list[Any]:
+        """SUMMARY to the parent: after a widening, `since` is the tick after which it must send
+        again (TICK_MAX: nothing; pubends this broker has no stream of resume where they are)."""
+        parent = self.scribe.parent(tree)
+        if parent is None:  # joining: the SUBSCRIBE carries the interest
+            return []
+        return self._to(now, parent, messages.SummaryUpdate(tree, t.epoch, t.sent, since).to_wire())
+
+    def _summary_again(self, now: int, tree: str, t: _Tree, upstream: str, stamp: int) -> list[Any]:
+        """Knowledge came filtered by another epoch than ours: SUMMARY again (at most once per GCT)."""
+        if t.resent_ns is not None and now - t.resent_ns < self.config.gap_curiosity_ns:
+            return []
+        t.resent_ns = now
+        t.epoch = max(t.epoch, stamp + 1)  # past any epoch the parent holds
+        since = min([TICK_MAX, *(ist.horizon for ist in t.istreams.values())])  # where our doubt starts
+        return self._to(now, upstream, messages.SummaryUpdate(tree, t.epoch, t.sent, since).to_wire())
+
+    def _summary_received(self, now: int, child: str, update: messages.SummaryUpdate) -> list[Any]:
+        """A child's interest in a tree: filter by it from now on; after a widening, send the child
+        everything after `since` again (once this broker's own knowledge is good for it)."""
+        t = self.trees.get(update.tree)
+        if t is None or child not in self.scribe.children(update.tree):
+            return []
+        held = t.children.get(child)
+        if held is not None and update.epoch <= held[0]:
+            return []  # stale, or a duplicate
+        t.children[child] = (update.epoch, update.summary)
+        positions: dict[str, int] = {}
+        widened = not covers(EVERYTHING if held is None else held[1], update.summary)
+        if widened:
+            for pubend, ist in t.istreams.items():
+                ist.rewind(child, update.since)
+                consumer = ist.consumers.get(child)
+                if consumer is not None:
+                    positions[pubend] = consumer.sent_through
+        out = self._resummarize(now, update.tree, t, positions, update.since if widened else TICK_MAX)
+        for ist in t.istreams.values():
+            out += self._push(now, t, ist)
+            self._after_change(now, ist)
+        return out
+
     # ---- local subscriptions --------------------------------------------------------------------
 
     def local_subscribe(self, now: int, key: int, tree: str, start: int, total: bool = False,
+                        pattern: str = "#", filter_text: str = "",
                         positions: dict[str, int] | None = None) -> list[Any]:
-        """A local subscription of `tree` wants other pubends' ticks after `start`, or after
-        `positions[pubend]` for the pubends named (a durable subscription's checkpoint); in total
-        order (`total`) its own pubend's too, merged with the rest (see `_merge`)."""
+        """A local subscription of `tree` wants other pubends' ticks after `start` (or after
+        `positions[pubend]` for the pubends named: a durable subscription's checkpoint) that match
+        `pattern` and `filter_text`; in total order (`total`) its own pubend's too, merged with the
+        rest (see `_merge`)."""
         t = self.trees.get(tree)
         if t is None:
             t = self.trees[tree] = _Tree({}, {}, {}, {})
         t.locals[key] = start
+        t.interests[key] = of_subscription(pattern, filter_text, self.config.summary_bytes_max)
         if positions:
             t.positions[key] = dict(positions)
         if total:
             t.total[key] = start
-        out: list[Any] = []
+        wants_from = {pubend: t.start_of(key, pubend, start) for pubend in t.istreams}
+        out = self._resummarize(now, tree, t, wants_from, min([start, *(positions or {}).values()]))
         for pubend, ist in t.istreams.items():
             if t.wants(key, pubend, self.pubend_id):
                 ist.attach(key, t.start_of(key, pubend, start))
@@ -364,12 +522,14 @@ class ReliabilityNode:
             return []
         t.locals.pop(key, None)
         t.total.pop(key, None)
+        t.interests.pop(key, None)
         t.positions.pop(key, None)
         for ist in t.istreams.values():
             ist.detach(key)
             self._after_change(now, ist)
+        out = self._resummarize(now, tree, t, {}, TICK_MAX)
         self._drop_if_unused(tree, t)
-        return self._flush(now, [])
+        return self._flush(now, out)
 
     def local_flow(self, now: int, key: int, tree: str, blocked: bool) -> list[Any]:
         t = self.trees.get(tree)
@@ -427,6 +587,8 @@ class ReliabilityNode:
                 out += self._to(now, sender, messages.RootMoved(decoded.tree).to_wire())
         elif type(decoded) is messages.RootMoved:
             self.source.root_moved(decoded.tree, sender)
+        elif type(decoded) is messages.SummaryUpdate:
+            out += self._summary_received(now, sender, decoded)
         return self._flush(now, out)
 
     def _nacked(self, now: int, sender: str, tree: str, pubend: str,
@@ -528,6 +690,7 @@ class ReliabilityNode:
 
     def status(self) -> dict[str, Any]:
         return {"streams": self._streams, "peer_errors": self.peer_errors, "total_order_late": self.total_order_late,
+                "records_unwanted": self.records_unwanted,
                 "nacks_sent": self.nacks_sent,
                 "nack_ticks_sent": self.nack_ticks_sent,
                 "retransmissions_sent": self.retransmissions_sent, "source": self.source.status(),
@@ -548,16 +711,23 @@ def _or(position: int | None, otherwise: int) -> int:
     return otherwise if position is None else position
 
 
-def _decode_extra(extra: Any) -> tuple[int | None, dict[str, int]]:
-    """A SUBSCRIBE's [default, [[pubend, horizon], ...]]; anything else means "from now on"."""
-    if (type(extra) is not list or len(extra) != 2 or not (extra[0] is None or type(extra[0]) is int)
+def _decode_extra(extra: Any) -> tuple[int | None, dict[str, int], tuple[int, Summary | None] | None]:
+    """A SUBSCRIBE's [default, [[pubend, horizon], ...], [epoch, summary]] (the last may be absent
+    or null: an old peer, filtered by nothing); anything else means "from now on", unfiltered."""
+    if (type(extra) is not list or len(extra) not in (2, 3) or not (extra[0] is None or type(extra[0]) is int)
             or type(extra[1]) is not list):
-        return None, {}
+        return None, {}, None
     positions: dict[str, int] = {}
     for item in extra[1][:POSITIONS_PER_SUBSCRIBE_MAX]:
         if type(item) is list and len(item) == 2 and type(item[0]) is str and type(item[1]) is int:
             positions[item[0]] = max(0, item[1])
-    return None if extra[0] is None else max(0, extra[0]), positions
+    asked = None
+    if len(extra) == 3 and type(extra[2]) is list and len(extra[2]) == 2 and type(extra[2][0]) is int:
+        try:
+            asked = (max(0, extra[2][0]), decode_summary(extra[2][1]))
+        except ProtocolError:
+            asked = None  # a summary that does not parse: this child is sent everything
+    return None if extra[0] is None else max(0, extra[0]), positions, asked
 
 
 __all__ = ["Deliver", "ReliabilityConfig", "ReliabilityNode", "RouteTo"]

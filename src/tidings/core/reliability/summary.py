@@ -1,0 +1,117 @@
+"""Filter summaries: what the subscriptions below a child of a tree want, for filtering on forwarders.
+
+Theory of operation. A summary is a set of (pattern, filter text) entries, "" standing for no
+filter, or EVERYTHING (None): the interest of every subscription in a subtree, merged. It may be
+imprecise (match more than the subscriptions below do) but never less: `merge` only unions,
+drops an entry that another entry of the same pattern without a filter already covers, and
+gives up to EVERYTHING when a part is EVERYTHING, when `#` without a filter is present, or when
+the merged summary would exceed its byte limit (pattern and filter text bytes). A forwarder turns
+a data tick whose record no entry matches into silence for that child (istream.py).
+
+`covers(wide, narrow)` is a sound under-approximation of "every event `narrow` matches, `wide`
+matches": each entry of `narrow` is in `wide`, or `wide` has its pattern without a filter. A
+summary that is not covered by the previous one is a widening (node.py: the hard part).
+
+On the wire (SUMMARY, and the join's extra): None, or [[pattern, filter], ...]; `decode` checks
+every pattern and parses every filter, so a bad summary is a bad message from that peer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from tidings.core.channels import pattern_matches, validate_pattern
+from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
+from tidings.core.filters import parse_filter
+
+SUMMARY_ENTRIES_MAX = 1024  # entries in one summary on the wire
+
+Predicate = Callable[[Mapping[str, object]], bool]
+
+
+class Summary:
+    """A merged set of (pattern, filter text) entries; compiled once, on first match."""
+
+    __slots__ = ("_compiled", "entries")
+
+    def __init__(self, entries: frozenset[tuple[str, str]]) -> None:
+        self.entries = entries
+        self._compiled: list[tuple[str, Predicate | None]] | None = None
+
+    def matches(self, channel: str, attributes: Mapping[str, object]) -> bool:
+        if self._compiled is None:
+            self._compiled = [(p, parse_filter(f).predicate if f else None) for p, f in sorted(self.entries)]
+        return any(pattern_matches(p, channel) and (f is None or f(attributes)) for p, f in self._compiled)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Summary) and other.entries == self.entries
+
+    def __hash__(self) -> int:
+        return hash(self.entries)
+
+    def __repr__(self) -> str:
+        return f"Summary({sorted(self.entries)!r})"
+
+    def to_wire(self) -> list[list[str]]:
+        return [[p, f] for p, f in sorted(self.entries)]
+
+
+EVERYTHING: Summary | None = None
+
+
+def _size(entries: Iterable[tuple[str, str]]) -> int:
+    return sum(len(p.encode("utf-8", "surrogatepass")) + len(f.encode("utf-8", "surrogatepass")) for p, f in entries)
+
+
+def merge(parts: Iterable[Summary | None], bytes_max: int) -> Summary | None:
+    """The union of `parts`, EVERYTHING if one is, or past `bytes_max` bytes of entries."""
+    entries: set[tuple[str, str]] = set()
+    for part in parts:
+        if part is None:
+            return EVERYTHING
+        entries |= part.entries
+    if ("#", "") in entries:
+        return EVERYTHING
+    unfiltered = {p for p, f in entries if not f}
+    kept = frozenset((p, f) for p, f in entries if not f or p not in unfiltered)
+    if _size(kept) > bytes_max or len(kept) > SUMMARY_ENTRIES_MAX:
+        return EVERYTHING
+    return Summary(kept)
+
+
+def covers(wide: Summary | None, narrow: Summary | None) -> bool:
+    """Every event `narrow` matches, `wide` matches (sound: False when unsure)."""
+    if wide is None:
+        return True
+    if narrow is None:
+        return False
+    return all(e in wide.entries or (e[0], "") in wide.entries for e in narrow.entries)
+
+
+def of_subscription(pattern: str, filter_text: str, bytes_max: int) -> Summary | None:
+    return merge([Summary(frozenset({(pattern, filter_text)}))], bytes_max)
+
+
+def to_wire(summary: Summary | None) -> list[list[str]] | None:
+    return None if summary is None else summary.to_wire()
+
+
+def decode(value: Any) -> Summary | None:
+    """A summary from a peer; ProtocolError (bad-message) if malformed."""
+    if value is None:
+        return EVERYTHING
+    if type(value) is not list or len(value) > SUMMARY_ENTRIES_MAX:
+        raise ProtocolError(BAD_MESSAGE, f"a summary is null or a list of at most {SUMMARY_ENTRIES_MAX} entries")
+    entries = set()
+    for entry in value:
+        if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not str or type(entry[1]) is not str:
+            raise ProtocolError(BAD_MESSAGE, "a summary entry is [pattern, filter]")
+        try:
+            validate_pattern(entry[0])
+            if entry[1]:
+                parse_filter(entry[1])
+        except TidingsError as exc:
+            raise ProtocolError(BAD_MESSAGE, f"a summary entry is not valid: {exc}") from None
+        entries.add((entry[0], entry[1]))
+    return Summary(frozenset(entries))

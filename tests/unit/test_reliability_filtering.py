@@ -1,0 +1,222 @@
+"""Filter summaries on forwarders, driving the reliability machines directly (a stand-in for Scribe).
+
+A forwarder sends each child only the D ticks its summary matches, F for the rest; a widening
+(a new local subscription, a child's wider summary) loses nothing that was silenced upstream or
+is in flight as silence; summaries merge without ever dropping a match.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidings.core.channels import pattern_matches
+from tidings.core.config import BrokerConfig
+from tidings.core.filters import parse_filter
+from tidings.core.inputs import LogState
+from tidings.core.overlay.envelope import PeerSend
+from tidings.core.overlay.node_id import NodeRef
+from tidings.core.reliability import messages
+from tidings.core.reliability.node import Deliver, ReliabilityNode
+from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge
+
+TREE = "nodes/#"
+PUBEND = "p-far"
+
+
+class Scribe:
+    """What the reliability node asks of Scribe: the tree's shape, and EVENTs it sends."""
+
+    def __init__(self, parent: str | None, children: list[str]) -> None:
+        self._parent = parent
+        self.kids = children
+
+    def children(self, tree: str) -> list[str]:
+        return list(self.kids)
+
+    def is_root(self, tree: str) -> bool:
+        return self._parent is None
+
+    def parent(self, tree: str) -> str | None:
+        return self._parent
+
+    def told_empty(self, now: int, tree: str) -> bool:
+        return False
+
+    def send_event(self, now: int, tree: str, child: str, event: list[Any]) -> list[Any]:
+        return [("event", child, messages.decode(event[1]))]
+
+    def publish(self, now: int, tree: str, event: list[Any], even_if_empty: bool = False) -> list[Any]:
+        return []
+
+
+def node(address: str, parent: str | None, children: list[str]) -> tuple[ReliabilityNode, Scribe]:
+    scribe = Scribe(parent, children)
+    gd = ReliabilityNode(NodeRef(1, address), f"p-{address}", BrokerConfig().reliability_config(), scribe,  # type: ignore[arg-type]
+                         lambda channel: [TREE], lambda: (0, LogState()))
+    return gd, scribe
+
+
+def record(tick: int, channel: str, **attributes: Any) -> bytes:
+    return msgpack.packb([PUBEND, tick, channel, attributes, "s", "i", f"e{tick}".encode()])
+
+
+def knowledge(after: int, through: int, data: dict[int, bytes], epoch: int | None) -> list[Any]:
+    ticks = tuple(sorted(data))
+    return ["origin", messages.Knowledge(TREE, PUBEND, after, through, ticks, tuple(data[t] for t in ticks),
+                                         False, epoch).to_wire()]
+
+
+def sent_to(effects: list[Any], child: str) -> list[messages.Knowledge]:
+    return [e[2] for e in effects if type(e) is tuple and e[1] == child]
+
+
+def summaries(effects: list[Any]) -> list[messages.SummaryUpdate]:
+    out = []
+    for e in effects:
+        if type(e) is PeerSend and e.message[0] == messages.SUMMARY:
+            decoded = messages.decode(e.message)
+            assert type(decoded) is messages.SummaryUpdate
+            out.append(decoded)
+    return out
+
+
+def delivered(effects: list[Any], key: int) -> list[int]:
+    return [msgpack.unpackb(r)[1] for e in effects if type(e) is Deliver and key in e.keys for r in e.records]
+
+
+def extra(epoch: int, *entries: tuple[str, str]) -> list[Any]:
+    return [0, [], [epoch, [list(e) for e in entries]]]
+
+
+EVENTS = {3: record(3, "nodes/a/load", load=1), 5: record(5, "nodes/b/load", x=2),
+          7: record(7, "nodes/b/load", x=0), 9: record(9, "other/c", x=5)}
+
+
+def test_each_child_gets_only_the_data_its_summary_matches_and_silence_for_the_rest():
+    gd, _ = node("f", "parent", ["a", "b", "c"])
+    gd.child_added(0, TREE, "a", extra(1, ("nodes/a/#", "")))
+    gd.child_added(0, TREE, "b", extra(4, ("nodes/b/+", "x > 1")))
+    gd.child_added(0, TREE, "c", [0, []])  # an old peer: no summary, everything, unstamped
+    stamp = gd.trees[TREE].epoch
+    out = gd.event_arrived(1, TREE, knowledge(0, 10, EVENTS, stamp), "parent")
+    for child, ticks, epoch in (("a", [3], 1), ("b", [5], 4), ("c", [3, 5, 7, 9], None)):
+        got = sent_to(out, child)
+        assert [t for k in got for t in k.ticks] == ticks
+        assert got[0].after == 0 and got[-1].through == 10  # every tick is known to the child
+        assert {k.epoch for k in got} == {epoch}
+    # the forwarder's own interest went up: the union, which covers each child's
+    up = gd.trees[TREE].sent
+    assert up is EVERYTHING  # c takes everything
+
+
+def test_a_widening_local_subscription_loses_nothing_silenced_upstream_or_in_flight():
+    gd, _ = node("f", "parent", [])
+    gd.local_subscribe(0, 1, TREE, 0, pattern="nodes/a/#")
+    first = gd.trees[TREE].epoch
+    a3, b6, b12, a15 = (record(3, "nodes/a/x"), record(6, "nodes/b/x"), record(12, "nodes/b/x"),
+                        record(15, "nodes/a/x"))
+    # the parent filters by nodes/a/#: the nodes/b event at 6 came as silence
+    out = gd.event_arrived(1, TREE, knowledge(0, 10, {3: a3}, first), "parent")
+    assert delivered(out, 1) == [3]
+    # a subscription to nodes/b/# from tick 4: the F ticks after 4 are in doubt again
+    out = gd.local_subscribe(2, 2, TREE, 4, pattern="nodes/b/#")
+    [update] = summaries(out)
+    assert update.epoch > first and update.since <= 4
+    assert covers(update.summary, Summary(frozenset({("nodes/b/#", "")})))
+    assert delivered(out, 2) == []
+    # in flight before the parent heard: filtered by the old summary (the nodes/b event at 12 silenced)
+    out = gd.event_arrived(3, TREE, knowledge(10, 20, {15: a15}, first), "parent")
+    assert delivered(out, 2) == []  # its silence proves nothing: 5..14 are still in doubt
+    # the parent's answer, filtered by the new summary from `since`
+    out = gd.event_arrived(4, TREE, knowledge(update.since, 20, {6: b6, 12: b12, 15: a15}, update.epoch), "parent")
+    assert delivered(out, 2) == [6, 12, 15]  # the broker keeps what matches each subscription
+    assert delivered(out, 1) == [12, 15]  # the older one: only what it had not had (the broker matches)
+
+
+def test_a_parent_resends_from_a_widening_childs_start_filtered_by_the_new_summary():
+    gd, _ = node("root", None, ["f"])  # the root: everything comes from the pubend unfiltered
+    gd.child_added(0, TREE, "f", extra(1, ("nodes/a/#", "")))
+    out = gd.event_arrived(1, TREE, knowledge(0, 10, EVENTS, None), "pubend")
+    assert [t for k in sent_to(out, "f") for t in k.ticks] == [3]
+    out = gd.received(2, "f", messages.SummaryUpdate(TREE, 2, Summary(frozenset(
+        {("nodes/a/#", ""), ("nodes/b/+", "x < 1")})), 4).to_wire())
+    again = sent_to(out, "f")
+    assert again[0].after == 4 and [t for k in again for t in k.ticks] == [7]
+    assert {k.epoch for k in again} == {2}
+    # a stale (reordered) narrower summary changes nothing
+    out = gd.received(3, "f", messages.SummaryUpdate(TREE, 1, Summary(frozenset({("nodes/a/#", "")})), 0).to_wire())
+    assert out == [] and gd.trees[TREE].children["f"][0] == 2
+
+
+def test_a_forwarder_passes_a_widening_up_when_its_own_summary_does_not_cover_it():
+    gd, _ = node("f", "parent", ["a"])
+    gd.child_added(0, TREE, "a", extra(1, ("nodes/a/#", "")))
+    stamp = gd.trees[TREE].epoch
+    gd.event_arrived(1, TREE, knowledge(0, 10, {3: EVENTS[3]}, stamp), "parent")
+    out = gd.received(2, "a", messages.SummaryUpdate(TREE, 2, Summary(frozenset({("nodes/#", "")})), 4).to_wire())
+    [update] = summaries(out)
+    assert update.since <= 4 and update.summary == Summary(frozenset({("nodes/#", "")}))
+    assert sent_to(out, "a") == []  # nothing after 4 is known for sure until the parent answers
+    out = gd.event_arrived(3, TREE, knowledge(4, 10, {5: EVENTS[5], 7: EVENTS[7]}, update.epoch), "parent")
+    assert [t for k in sent_to(out, "a") for t in k.ticks] == [5, 7]
+
+
+def test_stale_stamps_make_the_child_send_its_summary_again():
+    gd, _ = node("f", "parent", [])
+    gd.local_subscribe(0, 1, TREE, 0, pattern="nodes/a/#")
+    out = gd.event_arrived(1, TREE, knowledge(0, 10, {1: record(1, "nodes/a/x"), 3: EVENTS[3]}, 0), "parent")
+    assert delivered(out, 1) == [1]  # data is always good; its silence (2) proves nothing
+    [update] = summaries(out)
+    assert update.epoch == gd.trees[TREE].epoch
+    assert summaries(gd.event_arrived(2, TREE, knowledge(10, 11, {}, 0), "parent")) == []  # once per GCT
+
+
+# ---- merging never drops a match -----------------------------------------------------------------
+
+PATTERNS = st.sampled_from(["#", "nodes/#", "nodes/+/load", "nodes/a/#", "+/+/load", "nodes/b/mem", "other/#"])
+FILTERS = st.sampled_from(["", "x > 1", "x < 1", 'site = "s1"', "exists(x)", "not (x = 2)"])
+SUMMARIES = st.one_of(st.none(), st.frozensets(st.tuples(PATTERNS, FILTERS), max_size=4).map(Summary))
+EVENT_SAMPLES = st.tuples(st.sampled_from(["nodes/a/load", "nodes/b/mem", "other/c", "nodes/b/load"]),
+                          st.fixed_dictionaries({}, optional={"x": st.integers(-2, 3), "site": st.just("s1")}))
+
+
+def exact(summary: Summary | None, channel: str, attributes: dict[str, Any]) -> bool:
+    return summary is None or any(pattern_matches(p, channel) and (not f or parse_filter(f).matches(attributes))
+                                  for p, f in summary.entries)
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(SUMMARIES, max_size=4), bytes_max=st.integers(0, 200), events=st.lists(EVENT_SAMPLES, max_size=8))
+def test_a_merged_summary_matches_whatever_a_part_matches_and_covers_each_part(parts, bytes_max, events):
+    merged = merge(parts, bytes_max)
+    for part in parts:
+        assert covers(merged, part)
+        for channel, attributes in events:
+            if exact(part, channel, attributes):
+                assert merged is None or merged.matches(channel, attributes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(wide=SUMMARIES, narrow=SUMMARIES, events=st.lists(EVENT_SAMPLES, max_size=8))
+def test_covers_is_sound(wide, narrow, events):
+    if covers(wide, narrow):
+        for channel, attributes in events:
+            assert not exact(narrow, channel, attributes) or exact(wide, channel, attributes)
+
+
+def test_a_new_forwarders_subscribe_carries_its_own_interest_and_the_lower_positions():
+    gd, scribe = node("f", None, [])
+    gd.local_subscribe(0, 1, TREE, 50, pattern="nodes/a/#")
+    scribe._parent = "parent"  # the forwarder is on its way into the tree
+    gd.event_arrived(1, TREE, knowledge(50, 60, {}, gd.trees[TREE].epoch), "parent")
+    scribe.kids.append("a")  # Scribe adopts, then tells
+    gd.child_added(2, TREE, "a", [40, [[PUBEND, 55], ["p-other", 7]], [9, [["nodes/b/#", ""]]]])
+    default, positions, (epoch, summary) = gd.forwarder_extra(TREE, [40, [[PUBEND, 55], ["p-other", 7]],
+                                                                      [9, [["nodes/b/#", ""]]]])
+    assert default == 40 and dict(positions) == {PUBEND: 55, "p-other": 7}
+    assert epoch == gd.trees[TREE].epoch != 9  # its own, never the child's
+    assert sorted(map(tuple, summary)) == [("nodes/a/#", ""), ("nodes/b/#", "")]
