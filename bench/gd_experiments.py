@@ -176,7 +176,8 @@ async def publisher(run: Run, rate: float) -> None:
     while not run.stop:
         if client is None:
             try:
-                client = await Client.connect(run.phb.address, service="gd-pub", timeout=1.0)
+                client = await Client.connect(run.phb.address, service="gd-pub", timeout=1.0,
+                                                    follow_advice=False)
             except (TidingsError, OSError):
                 await asyncio.sleep(0.2)
                 continue
@@ -210,7 +211,8 @@ async def sampler(run: Run) -> None:
         client = clients.get(b.address)
         try:
             if client is None:
-                client = clients[b.address] = await Client.connect(b.address, service="gd-status", timeout=0.5)
+                client = clients[b.address] = await Client.connect(b.address, service="gd-status", timeout=0.5,
+                                                                             follow_advice=False)
             status = await asyncio.wait_for(client.status(), 0.5)
         except (TidingsError, OSError, TimeoutError):
             if client is not None:
@@ -391,8 +393,8 @@ async def experiment(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     await asyncio.to_thread(cluster.start)
     try:
         phb = cluster.brokers[1]
-        clients = {b.address: await Client.connect(b.address, service="gd-sub") for b in cluster.brokers
-                   if b is not phb}
+        clients = {b.address: await Client.connect(b.address, service="gd-sub", follow_advice=False)
+                   for b in cluster.brokers if b is not phb}
         prefix, victim, shape, chosen = await choose_tree(cluster, phb, clients)
         if args.scenario == "publisher":
             victim = phb

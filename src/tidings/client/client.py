@@ -519,8 +519,12 @@ class Client:
 
     async def _follow(self, reason: advice.Reason, candidates: list[advice.Candidate]) -> None:
         try:
-            probes = await asyncio.gather(*(self._probe(c.address) for c in candidates))
-            target = advice.choose(reason, self.rtt_ns, [p for p in probes if p is not None])
+            # the current broker is timed again beside the candidates, the same way and at the same
+            # moment: a busy host's connect-time RTT alone would make any candidate look closer
+            *probes, current = await asyncio.gather(*(self._probe(c.address) for c in candidates),
+                                                    self._probe(self.address))
+            rtt = self.rtt_ns if current is None else min(self.rtt_ns, current.rtt_ns)
+            target = advice.choose(reason, rtt, [p for p in probes if p is not None])
             if target is not None and not self._subs and self._closed is None:
                 await self._move(target)
         finally:

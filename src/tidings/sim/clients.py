@@ -288,7 +288,8 @@ class Subscriber(SimClient):
         assert self.session is not None
         if self.quit_at is not None:
             return
-        start: str | int = self.start_spec if self.position is None else self.position
+        # total order cannot resume at a tick: a total-order subscriber starts again from now
+        start: str | int = self.start_spec if self.position is None or self.order == "total" else self.position
         self._sub, frame = self.session.subscribe(self.pattern, self.filter, start, order=self.order)
         self.subscriptions += 1
         self.world.trace(self.name, "subscribe", start)
