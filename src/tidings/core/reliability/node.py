@@ -56,7 +56,7 @@ from tidings.core.reliability import messages
 from tidings.core.reliability.istream import Istream, StreamLimits
 from tidings.core.reliability.round_trip import RoundTrip
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
-from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge, of_subscription
+from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge, of_subscription, whole_tree
 from tidings.core.reliability.summary import decode as decode_summary
 from tidings.core.reliability.summary import to_wire as summary_wire
 from tidings.core.reliability.ticks import TICK_MAX
@@ -288,7 +288,8 @@ class ReliabilityNode:
             if type(key) is str:
                 epoch, summary = t.children.get(key, (None, EVERYTHING)) if self.config.filtering else (None, None)
                 stamp = None if summary is None else epoch
-                for piece in ist.pieces_for(consumer, summary=summary):
+                checked = None if whole_tree(summary, ist.tree) else summary
+                for piece in ist.pieces_for(consumer, summary=checked):
                     wire = messages.Knowledge(ist.tree, ist.pubend, piece.after, piece.through,
                                               tuple(piece.ticks), tuple(piece.records), False, stamp).to_wire()
                     out += self.scribe.send_event(now, ist.tree, key, [ist.origin, wire])
@@ -414,8 +415,10 @@ class ReliabilityNode:
     def _count_unwanted(self, tree: str, t: _Tree, records: tuple[bytes, ...]) -> None:
         """The filtering's measure: first-time data records no subscription here or below matches
         (exactly: no size limit), counted in `records_unwanted` (not at the root)."""
+        if self.scribe.is_root(tree):  # the root is sent everything by design
+            return
         wanted = self._interest(tree, t, TICK_MAX)
-        if wanted is None or self.scribe.is_root(tree):  # the root is sent everything by design
+        if wanted is None or whole_tree(wanted, tree):  # every record is wanted: no need to look at any
             return
         for record in records:
             fields = record_routing_fields(record)

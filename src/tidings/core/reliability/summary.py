@@ -60,6 +60,13 @@ class Summary:
 EVERYTHING: Summary | None = None
 
 
+def whole_tree(summary: Summary | None, tree: str) -> bool:
+    """`summary` matches every event of `tree`: it is EVERYTHING, or holds the tree's own name (its
+    pattern) without a filter, which every channel published to the tree matches. A forwarder then
+    sends the child every record without looking at any (the common case, and the costly one)."""
+    return summary is None or (tree, "") in summary.entries
+
+
 def _size(entries: Iterable[tuple[str, str]]) -> int:
     return sum(len(p.encode("utf-8", "surrogatepass")) + len(f.encode("utf-8", "surrogatepass")) for p, f in entries)
 
