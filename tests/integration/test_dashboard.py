@@ -62,10 +62,13 @@ def test_dashboard_shows_cluster_tree_and_inspected_event(tmp_path, browser):
             until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "line.link")) == 3, "three links drawn")
 
             # the tree of sensors/#: a root and broker b as a member
-            until(lambda d: d.find_elements(By.CSS_SELECTOR, 'g.tree-view[data-tree="sensors/#"]'), "the tree drawn")
-            nodes = {g.get_attribute("data-address"): g.get_attribute("data-role")
-                     for g in browser.find_elements(By.CSS_SELECTOR, "g.tree-node")}
-            assert "member" in nodes[b.address] and any("root" in role for role in nodes.values())
+            def tree_nodes(d):
+                return {g.get_attribute("data-address"): g.get_attribute("data-role")
+                        for g in d.find_elements(By.CSS_SELECTOR, 'g.tree-view[data-tree="sensors/#"] g.tree-node')}
+
+            # the page redraws from snapshots: wait for one that has the tree with b in it
+            until(lambda d: "member" in (tree_nodes(d).get(b.address) or ""), "the tree drawn with b a member")
+            assert any("root" in role for role in tree_nodes(browser).values())
 
             # the inspector: subscribe, then an event published now appears with attributes and payload
             pattern = browser.find_element(By.ID, "pattern")
