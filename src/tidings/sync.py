@@ -60,7 +60,7 @@ class SyncSubscription:
                 if shown is None:
                     continue  # a SILENCE
             if isinstance(item, Gap) and self._sub.on_gap == "raise":
-                raise GapError(item.after, item.through)
+                raise GapError(item.after, item.through, item.pubend)
             return item  # type: ignore[no-any-return]
 
     @property

@@ -63,7 +63,7 @@ knowledge_junk = st.tuples(st.sampled_from([160, 161, 162, 164, 7]), st.lists(va
 knowledge_shaped = st.tuples(st.integers(-3, 2**64), st.integers(-3, 2**64), st.lists(st.integers(-3, 60), max_size=4),
                              st.lists(st.binary(max_size=12), max_size=4), st.booleans(),
                              st.one_of(st.none(), st.integers(-1, 5))).map(
-    lambda t: [160, TREE, "p-x", t[0], t[1], t[2], t[3], t[4], t[5]])
+    lambda t: [160, TREE, "p-x", t[0], t[1], t[2], t[3], t[4], t[5], t[4] and not t[2]])
 # filter summaries: well-formed and not, from a child (widening, narrowing, stale) or a stranger
 summary_entries = st.lists(st.tuples(st.sampled_from(["nodes/#", "nodes/+/x", "a+", "", 5]),
                                      st.sampled_from(["", "x > 1", "x =", None])).map(list), max_size=3)

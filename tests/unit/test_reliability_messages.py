@@ -32,6 +32,7 @@ EXAMPLES = [
     m.Nack("a/b", "p1", ((0, 5), (5, 9), (100, 100 + m.NACK_RANGE_TICKS_MAX))),
     m.RootMoved("a/b"),
     m.Knowledge("a", "p", 5, 8, (6,), (b"x",), False, 7),
+    m.Knowledge("a", "p", 5, 8, (), (), True, None, True),
     m.SummaryUpdate("a/#", 3, None, 0),
     m.SummaryUpdate("a", 1, Summary(frozenset({("a/+", "x > 1"), ("a/b", "")})), TICK_MAX),
 ]
@@ -53,7 +54,7 @@ def knowledge_messages(draw):
     ticks = sorted(draw(st.sets(st.integers(after + 1, through), max_size=8)))
     records = tuple(draw(st.binary(min_size=1, max_size=30)) for _ in ticks)
     return m.Knowledge(draw(NAMES), draw(NAMES), after, through, tuple(ticks), records, draw(st.booleans()),
-                       draw(st.none() | TICK_VALUES))
+                       draw(st.none() | TICK_VALUES), not ticks and draw(st.booleans()))
 
 
 @st.composite
@@ -94,9 +95,11 @@ LONG = "x" * (TREE_BYTES_MAX + 1)
     None, [], "x", {}, [True], [K], [K, "a"], [159, "a"], [192], [164, "a", "p", 1], [float(K)],
     # knowledge
     [K, "a", "p", 1, 5, [3], [b"r"], False],  # a field missing
-    [K, "a", "p", 1, 5, [3], [b"r"], False, None, None],  # one too many
-    [K, "a", "p", 1, 5, [3], [b"r"], False, -1], [K, "a", "p", 1, 5, [3], [b"r"], False, True],
-    [K, "a", "p", 1, 5, [3], [b"r"], False, "1"],
+    [K, "a", "p", 1, 5, [3], [b"r"], False, None, False, None],  # one too many
+    [K, "a", "p", 1, 5, [3], [b"r"], False, -1, False], [K, "a", "p", 1, 5, [3], [b"r"], False, True, False],
+    [K, "a", "p", 1, 5, [3], [b"r"], False, "1", False],
+    [K, "a", "p", 1, 5, [3], [b"r"], False, None, True],  # a lost range with data
+    [K, "a", "p", 1, 5, [], [], False, None, 1], [K, "a", "p", 1, 5, [], [], False, None, None],
     [K, "", "p", 1, 5, [], [], False], [K, "a", "", 1, 5, [], [], False], [K, LONG, "p", 1, 5, [], [], False],
     [K, "a", "p" * 200, 1, 5, [], [], False], [K, b"a", "p", 1, 5, [], [], False], [K, "a", 7, 1, 5, [], [], False],
     [K, "a", "p", -1, 5, [], [], False], [K, "a", "p", 1, TICK_MAX + 1, [], [], False],
@@ -146,9 +149,9 @@ def test_limits_are_inclusive():
     entries = [["a", "p", 3]] * m.ACK_ENTRIES_MAX
     assert len(m.decode([A, entries]).streams) == m.ACK_ENTRIES_MAX
     count = m.RECORDS_PER_MESSAGE_MAX
-    knowledge = m.decode([K, "a", "p", 0, count, list(range(1, count + 1)), [b"r"] * count, False, None])
+    knowledge = m.decode([K, "a", "p", 0, count, list(range(1, count + 1)), [b"r"] * count, False, None, False])
     assert len(knowledge.ticks) == count
-    assert m.decode([K, "a" * TREE_BYTES_MAX, "p" * m.PUBEND_BYTES_MAX, 0, 1, [], [], False, 3]).ticks == ()
+    assert m.decode([K, "a" * TREE_BYTES_MAX, "p" * m.PUBEND_BYTES_MAX, 0, 1, [], [], False, 3, False]).ticks == ()
 
 
 VALUES = st.recursive(

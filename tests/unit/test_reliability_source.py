@@ -62,3 +62,21 @@ def test_a_nack_is_read_back_and_answered_with_exactly_the_range_read():
     k = knowledge(out[0])
     assert (k.after, k.through, k.ticks, k.retransmit) == (3, 6, (5,), True)
     assert [(r.after, r.through) for r in out if isinstance(r, ReadLog)] == [(6, 20)]  # cut short: read on
+
+
+def test_what_the_log_released_is_answered_as_lost_never_as_silence():
+    src = source()
+    log = LogState(last_tick=40, first_tick=31, released_through=30)
+    out = src.nacked("a", ((0, 10), (10, 35)), synced=40, log=log)
+    lost = [knowledge(e) for e in out if isinstance(e, PublishOnTree)]
+    assert [(k.after, k.through, k.lost, k.ticks) for k in lost] == [(0, 10, True, ()), (10, 30, True, ())]
+    assert [(r.after, r.through) for r in out if isinstance(r, ReadLog)] == [(30, 35)]  # the rest is read
+
+
+def test_a_read_that_finds_its_start_released_meanwhile_reports_the_loss():
+    src = source()
+    (read,) = src.nacked("a", ((0, 20),), synced=20, log=LogState(last_tick=20))
+    assert isinstance(read, ReadLog)
+    out = src.log_read(1, read.reader, [(15, record(15, "a"))], LogState(last_tick=20, released_through=12))
+    sent = [knowledge(e) for e in out if isinstance(e, PublishOnTree)]
+    assert [(k.after, k.through, k.lost, k.ticks) for k in sent] == [(0, 12, True, ()), (12, 15, False, (15,))]

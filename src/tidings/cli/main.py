@@ -252,7 +252,7 @@ def cmd_sub(args: argparse.Namespace) -> int:
             if item is None:
                 break
             if isinstance(item, Gap):
-                emit({"gap": {"after": item.after, "through": item.through}})
+                emit({"gap": {"pubend": item.pubend, "after": item.after, "through": item.through}})
             else:
                 emit(item.to_json())
                 count += 1
@@ -350,7 +350,8 @@ def _add_pub_and_sub(sub: Any) -> None:
     sb.add_argument("--ready-file", metavar="PATH",
                     help="write PATH (JSON) once the broker confirmed the subscription")
     sb.add_argument("--on-gap", choices=["line", "error"], default="line",
-                    help="print a gap line (default) or fail when retention released requested events")
+                    help="print a gap line (default) or fail when requested events were released "
+                         "before they were read")
     sb.set_defaults(func=cmd_sub)
 
 

@@ -54,10 +54,12 @@ class PublishResult(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Gap:
-    """Events after tick `after` up to tick `through` were released before this subscription read them."""
+    """Events of `pubend` after tick `after` up to tick `through` may have matched but were released
+    before this subscription read them (a durable subscription's token moves past them)."""
 
     after: int
     through: int
+    pubend: str | None = None
 
 
 class _PendingFrame:
@@ -134,6 +136,8 @@ def advance(checkpoint: Checkpoint | None, items: list[Any]) -> list[Event | Gap
             continue
         if type(item) is Event:
             checkpoint.delivered(item.pubend, item.tick)
+        elif type(item) is Gap and item.pubend is not None:
+            checkpoint.delivered(item.pubend, item.through)
         out.append(item)
     return out
 
@@ -162,7 +166,7 @@ class Subscription:
             raise StopAsyncIteration
         item = batch[0]
         if isinstance(item, Gap) and self.on_gap == "raise":
-            raise GapError(item.after, item.through)
+            raise GapError(item.after, item.through, item.pubend)
         return item
 
     @property
@@ -481,7 +485,7 @@ class Client:
         elif isinstance(msg, messages.Gap):
             sub = self._subs.get(msg.sub)
             if sub is not None:
-                sub._push([Gap(msg.after, msg.through)])
+                sub._push([Gap(msg.after, msg.through, msg.pubend)])
                 self._buffered += 1
         elif isinstance(msg, messages.End):
             sub = self._subs.pop(msg.sub, None)

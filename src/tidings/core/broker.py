@@ -62,7 +62,7 @@ from tidings.core.multicast.trees import publish_trees, subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.peers import PeerLinks
-from tidings.core.reliability.node import Deliver, ReliabilityNode
+from tidings.core.reliability.node import Deliver, Lost, ReliabilityNode
 from tidings.core.reliability.pubend import Pubend
 from tidings.core.reliability.subend import Subend
 from tidings.core.traffic import ChannelTraffic
@@ -536,7 +536,7 @@ class Broker:
         if s is None or s.reading is None:
             return  # the subscription ended while its read was in flight
         c = self.connections[s.conn]
-        effects, delivered = s.on_read(inp.records, inp.log)
+        effects, delivered = s.on_read(inp.records, inp.log, self.pubend.pubend_id)
         self.events_delivered += delivered
         out += effects
         self._advance(c, s, out)
@@ -635,6 +635,11 @@ class Broker:
         for eff in effects:
             if type(eff) is Deliver:
                 self._deliver_remote(eff, out)
+            elif type(eff) is Lost:
+                for key in eff.keys:
+                    s = self.subends.get(key)
+                    if s is not None:
+                        out.append(Send(s.conn, messages.gap(s.sub, eff.after, eff.through, eff.pubend)))
             elif type(eff) in RUNTIME_EFFECTS:
                 out.append(eff)
 

@@ -127,9 +127,11 @@ class GapError(TidingsError):
 
     code = "gap"
 
-    def __init__(self, after_tick: int, through_tick: int) -> None:
+    def __init__(self, after_tick: int, through_tick: int, pubend: str | None = None) -> None:
+        of = "" if pubend is None else f" of pubend {pubend}"
         super().__init__(
-            f"events after tick {after_tick} up to tick {through_tick} were released by retention"
+            f"events{of} after tick {after_tick} up to tick {through_tick} were released before they were read"
         )
         self.after_tick = after_tick
         self.through_tick = through_tick
+        self.pubend = pubend

@@ -49,7 +49,7 @@ from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS
 from tidings.core.reliability.summary import Summary
 from tidings.core.reliability.ticks import TICK_MAX, Curiosity, CuriosityMap, Knowledge, KnowledgeMap
 
-KNOWN = frozenset({Knowledge.D, Knowledge.F})
+KNOWN = frozenset({Knowledge.D, Knowledge.F, Knowledge.L})
 GAP = frozenset({Knowledge.Q})
 
 
@@ -70,12 +70,14 @@ class Consumer:
 
 @dataclass(slots=True)
 class Piece:
-    """Knowledge of (after, through] for one consumer: D at `ticks` (records alongside), F elsewhere."""
+    """Knowledge of (after, through] for one consumer: D at `ticks` (records alongside), F elsewhere;
+    or, when `lost`, L everywhere (the pubend released those ticks: a gap for a subscriber)."""
 
     after: int
     through: int
     ticks: list[int] = field(default_factory=list)
     records: list[bytes] = field(default_factory=list)
+    lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +192,15 @@ class Istream:
                 self._cache_bytes += len(record)
         return self._advance_horizon()  # the cache is bounded after the consumers were served
 
+    def lose(self, after: int, through: int) -> bool:
+        """The pubend released (after, through] before this stream learnt it: unknown ticks there
+        become L (known ones keep their value); True when the horizon moved."""
+        if through <= self.floor:
+            return False
+        self._known.mark_lost(max(after, self.floor), through)
+        self.top = max(self.top, through)
+        return self._advance_horizon()
+
     def _advance_horizon(self) -> bool:
         horizon = self._known.prefix_end(self.horizon, KNOWN)
         moved = horizon > self.horizon
@@ -200,8 +211,9 @@ class Istream:
     def pieces_for(self, consumer: Consumer, bound: int = TICK_MAX, summary: Summary | None = None) -> list[Piece]:
         """What `consumer` can be sent now: (sent_through, min(horizon, bound)] in messages of at
         most `piece_bytes_max` of records, stopping before the first D tick whose record was
-        dropped (that tick is forgotten, to be nacked); D ticks `summary` does not match as F.
-        Advances its `sent_through`."""
+        dropped (that tick is forgotten, to be nacked); D ticks `summary` does not match as F; each
+        run of L ticks after the consumer's start as a piece of its own, `lost`. Advances its
+        `sent_through`."""
         upper = min(self.horizon, bound)
         if consumer.blocked or consumer.sent_through >= upper:
             return []
@@ -210,6 +222,13 @@ class Istream:
         limit = self.limits.piece_bytes_max
         size = 0
         for lo, hi, value in self._known.runs(consumer.sent_through, upper):
+            if value is Knowledge.L and hi > consumer.start:
+                piece.through = max(lo, consumer.start)  # what it does not want is silence to it
+                if piece.through > piece.after:
+                    pieces.append(piece)
+                pieces.append(Piece(piece.through, hi, lost=True))
+                piece, size = Piece(hi, hi), 0
+                continue
             if value is not Knowledge.D:
                 piece.through = hi
                 continue

@@ -4,13 +4,15 @@ nack messages (§3.1, §3.2), on one stream edge of a (tree, pubend) knowledge t
 Each is a msgpack-able list whose first element is its type. Ticks are (after, through] ranges as
 everywhere else, 0 <= tick <= TICK_MAX.
 
-- KNOWLEDGE, parent to child: [160, tree, pubend, after, through, ticks, records, retransmit, epoch]. Every
-  tick of (after, through] is known: D at `ticks` (strictly increasing, inside the range), whose
-  logged event records are `records` (same length, same order), F at every other tick. A data
-  message has ticks, a silence message none. `retransmit` is False on a first-time message, True
-  when the message answers a nack (the paper forwards the two differently). `epoch` is the epoch of
-  the child's filter summary the message was filtered by, or null when it was not filtered (a
-  child that sent no summary, the pubend's leg, or a child whose summary matches everything).
+- KNOWLEDGE, parent to child: [160, tree, pubend, after, through, ticks, records, retransmit, epoch,
+  lost]. Every tick of (after, through] is known: D at `ticks` (strictly increasing, inside the
+  range), whose logged event records are `records` (same length, same order), F at every other tick.
+  A data message has ticks, a silence message none. `retransmit` is False on a first-time message,
+  True when the message answers a nack (the paper forwards the two differently). `epoch` is the
+  epoch of the child's filter summary the message was filtered by, or null when it was not filtered
+  (a child that sent no summary, the pubend's leg, or a child whose summary matches everything).
+  `lost` True makes every tick of the range L instead (no ticks, no records): the pubend released
+  those ticks before this stream learnt them, and a subscriber that wanted them gets a gap.
 - ACK, child to parent: [161, [[tree, pubend, through], ...]]: for each stream, every tick <= through
   is A on the sender's side. One message carries the acks of many streams to one parent.
 - NACK, child to parent: [162, tree, pubend, [[after, through], ...]]: the sender is curious about
@@ -75,10 +77,11 @@ class Knowledge:
     records: tuple[bytes, ...]
     retransmit: bool
     epoch: int | None = None  # the filter summary's epoch it was filtered by; None: not filtered
+    lost: bool = False  # every tick of the range is L (released at the pubend): no data
 
     def to_wire(self) -> list[Any]:
         return [KNOWLEDGE, self.tree, self.pubend, self.after, self.through, list(self.ticks),
-                list(self.records), self.retransmit, self.epoch]
+                list(self.records), self.retransmit, self.epoch, self.lost]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +182,11 @@ def _knowledge(f: list[Any]) -> Knowledge:
     for record in records:
         if type(record) is not bytes or not 0 < len(record) <= RECORD_BYTES_MAX:
             raise _bad(f"a record is non-empty bytes of at most {RECORD_BYTES_MAX}")
-    if type(f[6]) is not bool:
-        raise _bad("retransmit is a boolean")
-    return Knowledge(tree, pubend, after, through, tuple(ticks), tuple(records), f[6], _epoch(f[7], True))
+    if type(f[6]) is not bool or type(f[8]) is not bool:
+        raise _bad("retransmit and lost are booleans")
+    if f[8] and ticks:
+        raise _bad("a lost range carries no data ticks")
+    return Knowledge(tree, pubend, after, through, tuple(ticks), tuple(records), f[6], _epoch(f[7], True), f[8])
 
 
 def _epoch(value: object, nullable: bool) -> int | None:
@@ -229,7 +234,7 @@ def _nack(f: list[Any]) -> Nack:
 
 
 _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ReliabilityMessage]]] = {
-    KNOWLEDGE: (8, _knowledge),
+    KNOWLEDGE: (9, _knowledge),
     ACK: (1, _ack),
     NACK: (3, _nack),
     ROOT_MOVED: (1, lambda f: RootMoved(_name(f[0], TREE_BYTES_MAX, "a tree name"))),

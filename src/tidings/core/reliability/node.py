@@ -99,6 +99,18 @@ class Deliver:
     records: list[bytes]
 
 
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """Ticks (after, through] of `pubend` were released before the local subscriptions `keys` were
+    given them: events they wanted may be missing, and each is told so (a GAP), never skipped."""
+
+    tree: str
+    keys: tuple[int, ...]
+    pubend: str
+    after: int
+    through: int
+
+
 class GapTimer(NamedTuple):
     tree: str
     pubend: str
@@ -215,7 +227,9 @@ class ReliabilityNode:
         ist.origin = origin
         t = self.trees[tree]
         out += self._sync_children(now, t, ist)
-        if knowledge.epoch is None or knowledge.epoch == t.epoch:
+        if knowledge.lost:  # released at the pubend: L whatever the summary was
+            moved = ist.lose(knowledge.after, knowledge.through)
+        elif knowledge.epoch is None or knowledge.epoch == t.epoch:
             moved = ist.accumulate(knowledge.after, knowledge.through, knowledge.ticks, knowledge.records)
         else:  # filtered by a summary the parent should no longer hold: its F ticks prove nothing
             moved = False
@@ -290,8 +304,8 @@ class ReliabilityNode:
                 stamp = None if summary is None else epoch
                 checked = None if whole_tree(summary, ist.tree) else summary
                 for piece in ist.pieces_for(consumer, summary=checked):
-                    wire = messages.Knowledge(ist.tree, ist.pubend, piece.after, piece.through,
-                                              tuple(piece.ticks), tuple(piece.records), False, stamp).to_wire()
+                    wire = messages.Knowledge(ist.tree, ist.pubend, piece.after, piece.through, tuple(piece.ticks),
+                                              tuple(piece.records), False, stamp, piece.lost).to_wire()
                     out += self.scribe.send_event(now, ist.tree, key, [ist.origin, wire])
             elif key not in t.total and not consumer.blocked and consumer.sent_through < ist.horizon:
                 groups.setdefault(consumer.sent_through, []).append(key)  # type: ignore[arg-type]
@@ -301,7 +315,9 @@ class ReliabilityNode:
             for key in keys[1:]:
                 ist.consumers[key].sent_through = lead.sent_through
             for piece in pieces:
-                if piece.ticks:
+                if piece.lost:
+                    out.append(Lost(ist.tree, tuple(keys), ist.pubend, piece.after, piece.through))
+                elif piece.ticks:
                     out.append(Deliver(ist.tree, tuple(keys), (ist.pubend,) * len(piece.records), piece.records))
         return out + self._merge(t)
 
@@ -326,6 +342,8 @@ class ReliabilityNode:
                 if consumer is None:
                     continue
                 for piece in ist.pieces_for(consumer, bound):
+                    if piece.lost:
+                        out.append(Lost(ist.tree, (key,), pubend, piece.after, piece.through))
                     items += [(tick, pubend, r) for tick, r in zip(piece.ticks, piece.records, strict=True)]
             if not items:
                 continue
@@ -733,4 +751,4 @@ def _decode_extra(extra: Any) -> tuple[int | None, dict[str, int], tuple[int, Su
     return None if extra[0] is None else max(0, extra[0]), positions, asked
 
 
-__all__ = ["Deliver", "ReliabilityConfig", "ReliabilityNode", "RouteTo"]
+__all__ = ["Deliver", "Lost", "ReliabilityConfig", "ReliabilityNode", "RouteTo"]

@@ -19,9 +19,10 @@ for `stream_idle_ns` is forgotten: an idle pubend costs nothing.
 Nacks reach the pubend from a root (and, through the root, from any broker below). Each nacked
 range is read back from the log (ReadLog, bounded in bytes and in reads in flight) and sent again
 as retransmitted knowledge of exactly the range read: the events of that tree as D, every other
-tick as F. Ranges beyond what is durable are clamped to the durable tail; ranges the log no longer
-holds (released) are answered as F: the subscriber-side gap for released events is the durable
-subscriptions' work.
+tick as F. Ranges beyond what is durable are clamped to the durable tail. Ticks the log no longer
+holds (released: by the release protocol or the operator's retention caps) are answered as L, a
+lost range, never as silence: whoever wanted them learns that events may be missing, and a
+subscriber gets an explicit gap.
 
 After a restart the pubend does not know which trees it had sent on; it reads the log's recent
 tail (`recovery_ns`) once, and treats every tree found there as active and unacknowledged, so
@@ -207,16 +208,18 @@ class Source:
     # ---- nacks and the log ---------------------------------------------------------------------
 
     def nacked(self, tree: str, ranges: Sequence[tuple[int, int]], synced: int, log: LogState) -> list[SourceEffect]:
-        """Read the nacked ranges back (clamped to the durable tail); ranges the log released are
-        answered at once as silence."""
+        """Read the nacked ranges back (clamped to the durable tail); what the log released is
+        answered at once as lost."""
         self.nacks_received += 1
         out: list[SourceEffect] = []
-        for after, asked in ranges:
+        for asked_after, asked in ranges:
             through = min(asked, synced)
-            if through <= after:
+            if through <= asked_after:
                 continue
-            if through <= log.released_through:
-                out.append(self._send(tree, after, through, [], retransmit=True))
+            after = max(asked_after, min(through, log.released_through))
+            if after > asked_after:
+                out.append(self._send(tree, asked_after, after, [], retransmit=True, lost=True))
+            if through <= after:
                 continue
             if any(r.tree == tree and r.after <= after and through <= r.through for r in self._reads.values()):
                 continue  # the same ticks are being read already
@@ -245,9 +248,17 @@ class Source:
         if read.tree is None:
             return self._recovered(now, records)
         through = records[-1][0] if records else read.through
-        mine = [(tick, record) for tick, record in records if read.tree in self._record_trees(record)]
+        out: list[SourceEffect] = []
+        after = read.after
+        released = min(log.released_through, through)
+        if released > after:  # released since the nack came: those ticks are lost, not silent
+            out.append(self._send(read.tree, after, released, [], retransmit=True, lost=True))
+            after = released
+        mine = [(tick, record) for tick, record in records
+                if tick > after and read.tree in self._record_trees(record)]
         self.ticks_retransmitted += len(mine)
-        out = self._send_chunked(read.tree, read.after, through, mine, retransmit=True)
+        if through > after:
+            out += self._send_chunked(read.tree, after, through, mine, retransmit=True)
         if through < read.through:  # cut short: read on
             out.append(self._read(read.tree, through, read.through))
         return out
@@ -273,9 +284,9 @@ class Source:
         return [] if fields is None else self._trees_of(fields[1])
 
     def _send(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
-              retransmit: bool, root: str | None = None, past_empty: bool = False) -> PublishOnTree:
+              retransmit: bool, root: str | None = None, past_empty: bool = False, lost: bool = False) -> PublishOnTree:
         message = KnowledgeMessage(tree, self.pubend_id, after, through, tuple(t for t, _ in records),
-                                   tuple(r for _, r in records), retransmit)
+                                   tuple(r for _, r in records), retransmit, lost=lost)
         return PublishOnTree(tree, [self.address, message.to_wire()], root, past_empty or retransmit)
 
     def status(self) -> dict[str, Any]:

@@ -98,15 +98,16 @@ class Subend:
     def caught_up(self, synced_tick: int) -> bool:
         return self.position >= self._target(synced_tick)
 
-    def on_read(self, records: list[tuple[int, bytes]], log: LogState) -> tuple[list[Effect], int]:
-        """Deliver what the read in flight returned; also returns how many events it delivered."""
+    def on_read(self, records: list[tuple[int, bytes]], log: LogState, pubend: str) -> tuple[list[Effect], int]:
+        """Deliver what the read in flight of `pubend`'s log returned; also returns how many events
+        it delivered."""
         through = self.reading
         assert through is not None and not self.live
         self.reading = None
         out: list[Effect] = []
         if log.released_through > self.position:
             if not self.from_oldest:
-                out.append(Send(self.conn, messages.gap(self.sub, self.position, log.released_through)))
+                out.append(Send(self.conn, messages.gap(self.sub, self.position, log.released_through, pubend)))
             self.position = log.released_through
         self.from_oldest = False
         batch: list[bytes] = []

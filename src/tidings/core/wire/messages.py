@@ -146,6 +146,7 @@ class Gap:
     sub: int
     after: int
     through: int
+    pubend: str | None = None  # whose ticks; absent from an older broker (its own pubend's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,8 +271,9 @@ def advice(reason: str, entries: list[list[Any]]) -> bytes:
     return _pack([ADVICE, reason, entries])
 
 
-def gap(sub: int, after: int, through: int) -> bytes:
-    return _pack([GAP, sub, after, through])
+def gap(sub: int, after: int, through: int, pubend: str) -> bytes:
+    """Events of `pubend` after `after` up to `through` may have matched but were released."""
+    return _pack([GAP, sub, after, through, pubend])
 
 
 def end(sub: int, through: int) -> bytes:
@@ -425,8 +427,10 @@ def decode_broker_message(  # noqa: PLR0911, PLR0912 - one return per message ty
             raise _bad("SILENCE positions must be an array")
         return Silence(_int(msg[1], "SILENCE id"), msg[2])
     if kind == GAP:
-        _arity(msg, 4, "GAP")
-        return Gap(_int(msg[1], "GAP id"), _int(msg[2], "GAP after"), _int(msg[3], "GAP through"))
+        if len(msg) != 4:
+            _arity(msg, 5, "GAP")
+        return Gap(_int(msg[1], "GAP id"), _int(msg[2], "GAP after"), _int(msg[3], "GAP through"),
+                   _str(msg[4], "GAP pubend") if len(msg) == 5 else None)
     if kind == END:
         _arity(msg, 3, "END")
         return End(_int(msg[1], "END id"), _int(msg[2], "END through"))
