@@ -10,7 +10,7 @@ from tidings.core.reliability import messages as m
 from tidings.core.reliability.summary import SUMMARY_ENTRIES_MAX, Summary
 from tidings.core.reliability.ticks import TICK_MAX
 
-NUMBERS = [m.KNOWLEDGE, m.ACK, m.NACK, m.ROOT_MOVED, m.SUMMARY]
+NUMBERS = [m.KNOWLEDGE, m.ACK, m.NACK, m.ROOT_MOVED, m.SUMMARY, m.MOVED]
 
 
 def round_trip(message: m.ReliabilityMessage) -> m.ReliabilityMessage:
@@ -28,7 +28,8 @@ EXAMPLES = [
     m.Knowledge("a/b", "p0123456789abcdef", 10, 20, (15,), (b"record",), False),
     m.Knowledge("a/#", "p", 0, TICK_MAX, (), (), True),
     m.Knowledge("a", "p", 5, 8, (6, 7, 8), (b"x", b"y", b"z"), True),
-    m.Ack((m.StreamAck("a/b", "p1", 0), m.StreamAck("c", "p2", TICK_MAX))),
+    m.Ack((m.StreamAck("a/b", "p1", 0, 0), m.StreamAck("c", "p2", TICK_MAX, 5))),
+    m.Moved("p0123456789abcdef", 7),
     m.Nack("a/b", "p1", ((0, 5), (5, 9), (100, 100 + m.NACK_RANGE_TICKS_MAX))),
     m.RootMoved("a/b"),
     m.Knowledge("a", "p", 5, 8, (6,), (b"x",), False, 7),
@@ -72,8 +73,8 @@ def nacks(draw):
 
 MESSAGES = st.one_of(
     knowledge_messages(),
-    st.builds(m.Ack, st.lists(st.builds(m.StreamAck, NAMES, NAMES, TICK_VALUES), min_size=1, max_size=5)
-              .map(tuple)),
+    st.builds(m.Ack, st.lists(st.tuples(NAMES, NAMES, TICK_VALUES, TICK_VALUES).map(
+        lambda t: m.StreamAck(t[0], t[1], max(t[2], t[3]), min(t[2], t[3]))), min_size=1, max_size=5).map(tuple)),
     nacks(),
 )
 
@@ -115,9 +116,12 @@ LONG = "x" * (TREE_BYTES_MAX + 1)
     [K, "a", "p", 0, 10**9, list(range(1, m.RECORDS_PER_MESSAGE_MAX + 2)),
      [b"r"] * (m.RECORDS_PER_MESSAGE_MAX + 1), False],
     # ack
-    [A, []], [A, None], [A, ["a", "p", 3]], [A, [["a", "p"]]], [A, [["a", "p", 3, 4]]], [A, [["a", "p", -1]]],
-    [A, [["a", "p", True]]], [A, [["a", "p", False]]], [A, [["a", None, 3]]], [A, [("a", "p", 3)]],
-    [A, [["a", "p", 3]] * (m.ACK_ENTRIES_MAX + 1)], [A, [["a", "p", 3]], None],
+    [A, []], [A, None], [A, ["a", "p", 3, 3]], [A, [["a", "p", 3]]], [A, [["a", "p", 3, 4]]],
+    [A, [["a", "p", -1, 0]]], [A, [["a", "p", 3, -1]]], [A, [["a", "p", 3, 3, 3]]],
+    [A, [["a", "p", True, 0]]], [A, [["a", "p", 3, False]]], [A, [["a", None, 3, 3]]], [A, [("a", "p", 3, 3)]],
+    [A, [["a", "p", 3, 3]] * (m.ACK_ENTRIES_MAX + 1)], [A, [["a", "p", 3, 3]], None],
+    # moved
+    [165, "p"], [165, "p", 0], [165, "", 1], [165, "p", True], [165, "p", 1.0], [165, "p", 2**63], [165, 5, 1],
     # nack
     [N, "a", "p", []], [N, "a", "p", None], [N, "a", "p", [[1, 2, 3]]], [N, "a", "p", [[1]]], [N, "a", "p", [1, 2]],
     [N, "a", "p", [[2, 2]]], [N, "a", "p", [[3, 2]]], [N, "a", "p", [[-1, 2]]], [N, "a", "p", [[True, 2]]],
@@ -133,7 +137,7 @@ LONG = "x" * (TREE_BYTES_MAX + 1)
     [S, "a", 1, [["a+", ""]], 0], [S, "a", 1, [["a", "x ="]], 0], [S, "a", 1, [["a", 5]], 0],
     [S, "a", 1, [["a", ""]] * (SUMMARY_ENTRIES_MAX + 1), 0],
     # the paper's ack-expected has no message here (periodic silence does its work)
-    [165, "a", "p", 5],
+    [166, "a", "p", 5],
 ])
 def test_malformed_messages_raise_protocol_error(wire):
     if type(wire) is list and wire[:1] == [K] and len(wire) == 8 and wire[5:7] != [[3], [b"r"]]:
@@ -146,7 +150,7 @@ def test_malformed_messages_raise_protocol_error(wire):
 def test_limits_are_inclusive():
     ranges = [[2 * k, 2 * k + 1] for k in range(m.NACK_RANGES_MAX)]
     assert len(m.decode([N, "a", "p", ranges]).ranges) == m.NACK_RANGES_MAX
-    entries = [["a", "p", 3]] * m.ACK_ENTRIES_MAX
+    entries = [["a", "p", 3, 3]] * m.ACK_ENTRIES_MAX
     assert len(m.decode([A, entries]).streams) == m.ACK_ENTRIES_MAX
     count = m.RECORDS_PER_MESSAGE_MAX
     knowledge = m.decode([K, "a", "p", 0, count, list(range(1, count + 1)), [b"r"] * count, False, None, False])

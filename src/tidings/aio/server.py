@@ -45,7 +45,9 @@ from tidings.core.effects import (
     Effect,
     PauseReading,
     ReadLog,
+    ReleaseLog,
     ResumeReading,
+    SaveDurable,
     Send,
     Sync,
     coalesce_sends,
@@ -69,12 +71,14 @@ from tidings.core.inputs import (
 )
 from tidings.core.overlay.node_id import id_hex
 from tidings.storage import DataDirectoryLock, EventLog, load_or_create_identity
+from tidings.storage.files import read_small_file
 
 if TYPE_CHECKING:
     from tidings.aio.http import HttpEndpoint
 
 log = logging.getLogger("tidings.broker")
 GIL_SWITCH_INTERVAL_S = 0.0005
+DURABLE_FILE = "durable.state"  # the durable subscriptions this broker hosts (core/registrations.py)
 JOIN_TIMEOUT_S = 60.0  # default bound on joining the overlay through --join
 DRAIN_TIMEOUT_S = 5.0  # default bound on waiting for advised clients to move after SIGTERM
 
@@ -170,13 +174,15 @@ class BrokerServer:
         self._lock = DataDirectoryLock.acquire(self.data_dir)  # before anything there is read
         try:
             pubend = load_or_create_identity(self.data_dir, lambda: "p" + secrets.token_hex(8))
+            durable = read_small_file(self.data_dir / DURABLE_FILE)
             event_log = await asyncio.to_thread(
                 EventLog.open, self.data_dir / "log", segment_bytes_max=self.config.segment_bytes_max
             )
+            self.core = Broker(self.config, pubend, log_state(event_log), Guard(self._policy(), secrets.token_bytes),
+                               durable)
         except BaseException:
             self._lock.release()
             raise
-        self.core = Broker(self.config, pubend, log_state(event_log), Guard(self._policy(), secrets.token_bytes))
         self.worker = StorageWorker(
             event_log,
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
@@ -369,6 +375,10 @@ class BrokerServer:
                 worker.sync(eff.token)
             elif type(eff) is ReadLog:
                 worker.read(eff.after, eff.through, eff.max_bytes, *self._read_callbacks(eff.reader))
+            elif type(eff) is ReleaseLog:
+                worker.release(eff.through)
+            elif type(eff) is SaveDurable:
+                worker.save(self.data_dir / DURABLE_FILE, eff.data)
             elif type(eff) is Connect:
                 self._dial(eff.address)
             elif type(eff) is Disconnect:

@@ -1,4 +1,5 @@
-"""Runs the pubend log's writes, fsyncs and retention on one thread, with group commit.
+"""Runs the pubend log's writes, fsyncs, retention and release, and the durable state's saves, on
+one thread, with group commit.
 
 The event loop hands Append/Sync/retention work to `StorageWorker.submit`; the thread performs it
 in order. When it takes a Sync it first writes every Append already queued behind it, then issues a
@@ -9,6 +10,7 @@ on a separate small pool so a catching-up subscriber never waits behind an fsync
 
 from __future__ import annotations
 
+import pathlib
 import queue
 import threading
 from collections.abc import Callable
@@ -17,6 +19,7 @@ from typing import Any
 
 from tidings.core.inputs import LogState
 from tidings.storage import EventLog
+from tidings.storage.files import write_atomically
 
 _STOP = object()
 
@@ -51,6 +54,14 @@ class StorageWorker:
 
     def retain(self, now_us: int, bytes_max: int, age_us: int) -> None:
         self._queue.put(("retain", (now_us, bytes_max, age_us)))
+
+    def release(self, through: int) -> None:
+        """The release protocol's ReleaseLog: drop the whole segments at or below `through`."""
+        self._queue.put(("release", through))
+
+    def save(self, path: pathlib.Path, data: bytes) -> None:
+        """Replace `path` with `data` atomically (SaveDurable)."""
+        self._queue.put(("save", (path, data)))
 
     def read(self, after: int, through: int, max_bytes: int,
              done: Callable[[list[tuple[int, bytes]], LogState], None],
@@ -92,6 +103,11 @@ class StorageWorker:
             elif kind == "retain":
                 self.log.enforce_retention(*arg)
                 self._on_retained(log_state(self.log))
+            elif kind == "release":
+                if self.log.release_through(arg):
+                    self._on_retained(log_state(self.log))
+            elif kind == "save":
+                write_atomically(*arg)
             else:
                 token = arg
                 stop = False

@@ -32,12 +32,24 @@ import msgpack
 from tidings.core import advice, errors
 from tidings.core.auth.guard import Guard
 from tidings.core.channels import validate_channel, validate_pattern
-from tidings.core.checkpoint import Checkpoint
+from tidings.core.checkpoint import Checkpoint, Home
 from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
 from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, PeerHandover
 from tidings.core.deadlines import Deadlines
-from tidings.core.effects import Append, Connect, Disconnect, Effect, PauseReading, ReadLog, ResumeReading, Send, Sync
+from tidings.core.effects import (
+    Append,
+    Connect,
+    Disconnect,
+    Effect,
+    PauseReading,
+    ReadLog,
+    ReleaseLog,
+    ResumeReading,
+    SaveDurable,
+    Send,
+    Sync,
+)
 from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.event import record_routing_fields, validate_attributes
 from tidings.core.filters import Filter, SubscriptionIndex, parse_filter
@@ -62,7 +74,8 @@ from tidings.core.multicast.trees import publish_trees, subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.peers import PeerLinks
-from tidings.core.reliability.node import Deliver, Lost, ReliabilityNode
+from tidings.core.registrations import Registrations
+from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityNode
 from tidings.core.reliability.pubend import Pubend
 from tidings.core.reliability.subend import Subend
 from tidings.core.traffic import ChannelTraffic
@@ -70,7 +83,7 @@ from tidings.core.wire import messages
 
 CHANNEL_CACHE_MAX = 65_536
 CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status()`
-RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog)  # what the cluster member asks of the runtime
+RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog)  # what the cluster member asks of the runtime
 
 
 class HandshakeTimer(NamedTuple):
@@ -83,12 +96,19 @@ class DurableSilenceTimer(NamedTuple):
     """Durable subscriptions are due a SILENCE (core/checkpoint.py)."""
 
 
+class DurableSaveTimer(NamedTuple):
+    """The durable state may be due saving, and registrations expiring (core/registrations.py)."""
+
+
 DURABLE_SILENCE = DurableSilenceTimer()
-BrokerTimer = HandshakeTimer | DurableSilenceTimer
+DURABLE_SAVE = DurableSaveTimer()
+BrokerTimer = HandshakeTimer | DurableSilenceTimer | DurableSaveTimer
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, pubend_id: str, log: LogState, guard: Guard | None = None) -> None:
+    def __init__(self, config: BrokerConfig, pubend_id: str, log: LogState, guard: Guard | None = None,
+                 durable: bytes | None = None) -> None:
+        """`durable`: the state the last SaveDurable saved (StateError when it does not decode)."""
         self.config = config
         self.guard = guard or Guard.open()  # identities, access rules and limits (core/auth/)
         self.pubend = Pubend(pubend_id, log.last_tick)
@@ -116,6 +136,9 @@ class Broker:
         self._sub_trees: dict[int, str] = {}  # subend key -> the tree it belongs to
         self.events_remote_delivered = 0
         self.peer_records_rejected = 0  # malformed records in knowledge from peers
+        expiry_us = config.durable_expiry_ns // 1000
+        self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
+                              else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
 
     # ---- the runtime's interface -----------------------------------------------------------------
 
@@ -143,7 +166,7 @@ class Broker:
         elif isinstance(inp, SendBlocked | SendDrained):
             self._flow(inp.conn, isinstance(inp, SendBlocked), out)
         elif isinstance(inp, TimerFired):
-            self._timers(inp.now, out)
+            self._timers(inp.now, inp.wall_us, out)
             self._leases_expired(inp.now, out)
             self.guard.handle_timeout(inp.now, out)  # throttled publishers read again
             if self.cluster is not None:
@@ -170,14 +193,17 @@ class Broker:
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
         peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
         reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self._trees_of,
-                                  lambda: (self.pubend.synced_tick, self.log))
+                                  lambda: (self.pubend.synced_tick, self.log), self.registrations.held)
         self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng,
                                      reliability, peers)
         out: list[Effect] = []
         self._cluster_effects(self.cluster.start(now, bootstrap), out)
-        self._reliability(self._gd().start(now, self.log.last_tick), out)
+        self._reliability(self._gd().start(now, self.log.last_tick, self.registrations.held_trees), out)
+        for tree, count in self.registrations.trees().items():  # away durable subscriptions hold their trees
+            self._tree_members[tree] = self._tree_members.get(tree, 0) + count
         for tree in self._tree_members:
             self._cluster_effects(self.cluster.subscribe(now, tree), out)
+        self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
         return out
 
     def _reliability(self, effects: list[Any], out: list[Effect]) -> None:
@@ -210,12 +236,15 @@ class Broker:
         if c is not None:
             self.guard.left(c.identity, conn)
             for s in list(c.subs.values()):
-                self._drop_subend(c, s, out)
+                self._drop_subend(c, s, out, ended=False)
 
-    def _timers(self, now: int, out: list[Effect]) -> None:
+    def _timers(self, now: int, wall_us: int, out: list[Effect]) -> None:
         for key in self.timers.pop_due(now):
             if type(key) is DurableSilenceTimer:
                 self._durable_silence(now, out)
+                continue
+            if type(key) is DurableSaveTimer:
+                self._durable_save(now, wall_us, out)
                 continue
             assert type(key) is HandshakeTimer
             c = self.connections.get(key.conn)
@@ -264,7 +293,7 @@ class Broker:
             for s in list(c.subs.values()):
                 out.append(Send(conn, messages.error(errors.LEASE_EXPIRED, "the subscription's lease expired: "
                                                      "the client did not renew it in time", sub=s.sub)))
-                self._drop_subend(c, s, out)
+                self._drop_subend(c, s, out, ended=False)  # a durable one is away, not ended
 
     def _received(self, inp: Received, out: list[Effect]) -> None:
         c = self.connections.get(inp.conn)
@@ -288,6 +317,8 @@ class Broker:
                 self._unsubscribe(c, msg.sub, out)
             elif isinstance(msg, messages.Renew):
                 self.leases.renew(inp.now, c.conn)
+            elif isinstance(msg, messages.Release):
+                self._release(c, msg, out)
             else:
                 out.append(Send(c.conn, messages.status_reply(msg.req, self.status())))
 
@@ -447,10 +478,11 @@ class Broker:
                 self.index.add(s.key, pattern, flt)
         self.leases.hold(self.now, c.conn)
         if checkpoint is not None:
-            s.durable = True
-            s.silenced = dict(checkpoint.positions)
-            if DURABLE_SILENCE not in self.timers:
-                self.timers.set(DURABLE_SILENCE, self.now + self.config.durable_silence_interval_ns)
+            try:
+                self._start_durable(s, checkpoint, out)
+            except TidingsError as exc:
+                self._drop_subend(c, s, out)
+                return refuse(exc.code, str(exc))
         out.append(Send(c.conn, messages.subscribed(msg.sub, position,
                                                     None if checkpoint is None else checkpoint.to_wire())))
         self._advance(c, s, out)
@@ -464,9 +496,82 @@ class Broker:
         if msg.end is not None or msg.order == messages.ORDER_TOTAL or msg.start == messages.START_OLDEST:
             raise TidingsError("a durable subscription starts now or at a token, in publisher order, "
                                "without an end", errors.BAD_START)
-        checkpoint = Checkpoint.from_wire([remote_start, msg.positions])
+        checkpoint = Checkpoint.from_wire([remote_start, msg.positions] if msg.home is None
+                                          else [remote_start, msg.positions, msg.home])
         checkpoint.positions.setdefault(self.pubend.pubend_id, position)
         return checkpoint
+
+    def _start_durable(self, s: Subend, checkpoint: Checkpoint, out: list[Effect]) -> None:
+        s.durable = True
+        s.silenced = dict(checkpoint.positions)
+        self._register(s, checkpoint, out)
+        if DURABLE_SILENCE not in self.timers:
+            self.timers.set(DURABLE_SILENCE, self.now + self.config.durable_silence_interval_ns)
+
+    def _register(self, s: Subend, checkpoint: Checkpoint, out: list[Effect]) -> None:
+        """Durable subscription `s` starts at `checkpoint`: resume its registration here when the
+        token names one of this broker's, else register it here and tell its old home, if any, to
+        forget it (core/registrations.py). The checkpoint returned to the client names the home."""
+        if self.cluster is None:
+            return  # not in an overlay (a measurement setup): nothing to hold release for
+        tree = self._sub_trees[s.key]
+        home = checkpoint.home
+        regs = self.registrations
+        reg = None
+        if home is not None and home.pubend == self.pubend.pubend_id:
+            away = regs.get(home.registration)
+            reg = regs.resume(home.registration, tree, s.key)
+            if reg is not None:
+                regs.release(reg.number, checkpoint)
+                if away is not None and away.key is None:
+                    self._member_gone(tree, out)  # the subend counts for the tree again
+        if reg is None:
+            reg = regs.register(tree, checkpoint, s.key)
+            if home is not None and home.pubend != self.pubend.pubend_id:
+                self._reliability(self._gd().moved(home.address, home.pubend, home.registration), out)
+        s.registration = reg.number
+        checkpoint.home = Home(self.cluster.me.address, self.pubend.pubend_id, reg.number)
+
+    def _forget_registration(self, number: int, out: list[Effect]) -> None:
+        """Registration `number` ends; while its subscriber was away it held a place in its tree."""
+        reg = self.registrations.drop(number)
+        if reg is None:
+            return
+        if reg.key is None:
+            self._member_gone(reg.tree, out)
+        else:
+            s = self.subends.get(reg.key)
+            if s is not None:
+                s.registration = None  # resumed elsewhere while still connected here: served, not held
+
+    def _release(self, c: ClientConnection, msg: messages.Release, out: list[Effect]) -> None:
+        """The application consumed everything through `msg.checkpoint` (sub.ack)."""
+        s = c.subs.get(msg.sub)
+        if s is None or not s.durable:
+            out.append(Send(c.conn, messages.error(errors.UNKNOWN_SUBSCRIPTION,
+                                                   f"no durable subscription {msg.sub}", sub=msg.sub)))
+            return
+        try:
+            released = Checkpoint.from_wire(msg.checkpoint)
+        except TidingsError as exc:
+            out.append(Send(c.conn, messages.error(exc.code, str(exc), sub=msg.sub)))
+            return
+        if s.registration is not None:
+            self.registrations.release(s.registration, released)
+
+    def _durable_save(self, now: int, wall_us: int, out: list[Effect]) -> None:
+        """Expire registrations away too long; save the durable state when it changed."""
+        self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
+        regs = self.registrations
+        for reg in regs.expired(wall_us):
+            self._member_gone(reg.tree, out)
+        held = self._gd().source.held_trees()
+        if held != regs.held_trees:
+            regs.held_trees = held
+            regs.dirty = True
+        if regs.dirty:
+            regs.dirty = False
+            out.append(SaveDurable(regs.encode()))
 
     def _durable_silence(self, now: int, out: list[Effect]) -> None:
         """Every durable subscription's checkpoint moves up to what has been delivered to it or
@@ -502,7 +607,9 @@ class Broker:
             return
         self._drop_subend(c, s, out)
 
-    def _drop_subend(self, c: ClientConnection, s: Subend, out: list[Effect]) -> None:
+    def _drop_subend(self, c: ClientConnection, s: Subend, out: list[Effect], ended: bool = True) -> None:
+        """Subscription `s` ends (`ended`: unsubscribed, refused, expired), or its connection went
+        (a durable one's registration then holds its place in the tree while it is away)."""
         del c.subs[s.sub]
         if not c.subs:
             self.leases.release(c.conn)
@@ -510,7 +617,14 @@ class Broker:
         if s.end is None:
             if not s.total:
                 self.index.remove(s.key)
-            self._leave_tree(s.key, out)
+            reg = None if s.registration is None else self.registrations.get(s.registration)
+            mine = reg is not None and reg.key == s.key  # (not resumed on another connection since)
+            away = mine and not ended
+            if reg is not None and away:
+                self.registrations.left(reg.number, s.key, self._gd().wall_us)
+            elif reg is not None and mine:
+                self._forget_registration(reg.number, out)
+            self._leave_tree(s.key, out, keep_member=away)
 
     def _advance(self, c: ClientConnection, s: Subend, out: list[Effect]) -> None:
         """Move a subend that is not live on: finish it, turn it live, or read the log further."""
@@ -593,10 +707,16 @@ class Broker:
         self._sub_trees[key] = tree
         self._tree_members[tree] = members + 1
 
-    def _leave_tree(self, key: int, out: list[Effect]) -> None:
+    def _leave_tree(self, key: int, out: list[Effect], keep_member: bool = False) -> None:
+        """Subend `key` leaves its tree; the broker stays a member while `keep_member` (its durable
+        registration is counted in its place) or other members remain."""
         tree = self._sub_trees.pop(key)
         if self.cluster is not None:
             self._reliability(self._gd().local_unsubscribe(self.now, key, tree), out)
+        if not keep_member:
+            self._member_gone(tree, out)
+
+    def _member_gone(self, tree: str, out: list[Effect]) -> None:
         members = self._tree_members[tree] - 1
         if members:
             self._tree_members[tree] = members
@@ -640,6 +760,9 @@ class Broker:
                     s = self.subends.get(key)
                     if s is not None:
                         out.append(Send(s.conn, messages.gap(s.sub, eff.after, eff.through, eff.pubend)))
+            elif type(eff) is MovedAway:
+                self.registrations.moved_total += 1
+                self._forget_registration(eff.registration, out)
             elif type(eff) in RUNTIME_EFFECTS:
                 out.append(eff)
 
@@ -672,6 +795,7 @@ class Broker:
             "subscriptions": len(self.subends),
             "subscriptions_live": sum(1 for s in self.subends.values() if s.live),
             "catchup_readers": sum(1 for s in self.subends.values() if not s.live),
+            **self.registrations.status(),
             "leases_held": len(self.leases),
             "leases_expired": self.leases.expired_total,
             "lease_ns": self.leases.lease_ns,

@@ -7,9 +7,15 @@ not name (the subscription's start: any pubend not heard of yet is wanted after 
 advances with each delivered event (its pubend's entry becomes its tick) and with each SILENCE the
 broker sends (entries move up while nothing matches, so a token never lags far behind).
 
+The token also names the subscription's *home*: the broker that hosts it (its address and pubend
+id) and the registration there (core/registrations.py), which holds release back while the
+subscriber is away. Resuming on another broker moves the home there, and the new home tells the old
+one to forget the registration.
+
 The application holds the token as one printable string and hands it back to `subscribe` on any
-broker: `tk1.` then base64url (no padding) of the msgpack array [default, [[pubend, tick], ...]] and a
-CRC-32 of that array, so a mangled or truncated token is a clear error, never a wrong position.
+broker: `tk1.` then base64url (no padding) of the msgpack array [default, [[pubend, tick], ...]]
+(and [address, pubend, registration] when it has a home) and a CRC-32 of that array, so a mangled
+or truncated token is a clear error, never a wrong position.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import base64
 import binascii
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -34,10 +40,23 @@ class TokenError(TidingsError, ValueError):
     code = errors.BAD_START
 
 
+HOME_BYTES_MAX = 256  # a home's address and pubend id
+
+
+class Home(NamedTuple):
+    """Where a durable subscription is registered: the broker's address and pubend id, and the
+    registration number there."""
+
+    address: str
+    pubend: str
+    registration: int
+
+
 @dataclass(slots=True)
 class Checkpoint:
     default: int
     positions: dict[str, int] = field(default_factory=dict)
+    home: Home | None = None
 
     def delivered(self, pubend: str, tick: int) -> None:
         if tick > self.positions.get(pubend, self.default):
@@ -50,13 +69,24 @@ class Checkpoint:
     def position(self, pubend: str) -> int:
         return self.positions.get(pubend, self.default)
 
+    def release(self, other: Checkpoint) -> None:
+        """Move up to `other` wherever it is further (a release never goes back)."""
+        if other.default > self.default:
+            for pubend in [p for p, t in self.positions.items() if t < other.default]:
+                self.positions[pubend] = other.default
+            self.default = other.default
+        for pubend, tick in other.positions.items():
+            self.delivered(pubend, tick)
+
     def to_wire(self) -> list[Any]:
-        return [self.default, [[p, t] for p, t in sorted(self.positions.items())]]
+        body = [self.default, [[p, t] for p, t in sorted(self.positions.items())]]
+        return body if self.home is None else [*body, list(self.home)]
 
     @classmethod
     def from_wire(cls, value: Any) -> Checkpoint:
-        """From [default, [[pubend, tick], ...]]; TokenError when it is anything else."""
-        if (type(value) is not list or len(value) != 2 or type(value[0]) is not int or value[0] < 0
+        """From [default, [[pubend, tick], ...]] or [default, [[pubend, tick], ...], [address,
+        pubend, registration]]; TokenError when it is anything else."""
+        if (type(value) is not list or len(value) not in (2, 3) or type(value[0]) is not int or value[0] < 0
                 or type(value[1]) is not list or len(value[1]) > POSITIONS_MAX):
             raise TokenError("a checkpoint is [default tick, [[pubend, tick], ...]]")
         positions: dict[str, int] = {}
@@ -65,7 +95,7 @@ class Checkpoint:
                     or type(item[1]) is not int or item[1] < 0):
                 raise TokenError("a checkpoint position is [pubend, tick]")
             positions[item[0]] = item[1]
-        return cls(value[0], positions)
+        return cls(value[0], positions, _home(value[2]) if len(value) == 3 else None)
 
     def encode(self) -> str:
         body = msgpack.packb(self.to_wire())
@@ -92,3 +122,11 @@ class Checkpoint:
         except (ValueError, msgpack.exceptions.ExtraData):
             raise TokenError("the checkpoint token is mangled (bad body)") from None
         return cls.from_wire(value)
+
+
+def _home(value: Any) -> Home:
+    if (type(value) is list and len(value) == 3 and all(type(v) is str and 0 < len(v) <= HOME_BYTES_MAX
+                                                        for v in value[:2])
+            and type(value[2]) is int and 0 < value[2] < 2**63):
+        return Home(*value)
+    raise TokenError("a checkpoint's home is [address, pubend, registration]")

@@ -59,7 +59,7 @@ from tidings.core.overlay.events import Probe
 from tidings.core.overlay.node import JoinCompleted, LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.peers import PeerLinks, PeerOutput, RttMeasured
-from tidings.core.reliability.node import ReliabilityConfig, ReliabilityNode
+from tidings.core.reliability.node import Held, ReliabilityConfig, ReliabilityNode
 from tidings.core.wire.frames import FrameDecoder
 
 ROUTES_BEFORE_JOIN_MAX = 10_000
@@ -71,15 +71,17 @@ PeerInput = Received | ConnectionLost | Connected | ConnectFailed | SendBlocked 
 
 
 class Reliability:
-    """What guaranteed delivery needs from the broker: its pubend, the trees of a channel, and the
-    pubend's durable tail and log state (for answering nacks)."""
+    """What guaranteed delivery needs from the broker: its pubend, the trees of a channel, the
+    pubend's durable tail and log state (for answering nacks), and what its durable subscriptions
+    released (for the release protocol)."""
 
     def __init__(self, pubend_id: str, config: ReliabilityConfig, trees_of: Callable[[str], list[str]],
-                 pubend_state: Callable[[], tuple[int, LogState]]) -> None:
+                 pubend_state: Callable[[], tuple[int, LogState]], held: Held = lambda tree, pubend: None) -> None:
         self.pubend_id = pubend_id
         self.config = config
         self.trees_of = trees_of
         self.pubend_state = pubend_state
+        self.held = held
 
 
 class ClusterMember:
@@ -94,7 +96,7 @@ class ClusterMember:
         self.reliability: ReliabilityNode | None = None
         if reliability is not None:
             self.reliability = ReliabilityNode(me, reliability.pubend_id, reliability.config, self.scribe,
-                                               reliability.trees_of, reliability.pubend_state)
+                                               reliability.trees_of, reliability.pubend_state, reliability.held)
         self._before_join: deque[RouteTo] = deque(maxlen=ROUTES_BEFORE_JOIN_MAX)
 
     # ---- inputs ----------------------------------------------------------------------------------

@@ -60,6 +60,23 @@ class BrokerConfig:
     retention_bytes_max: int = 10 * GIB
     retention_age_ns: int = 7 * 24 * 3600 * SECOND_NS
     retention_check_interval_ns: int = 60 * SECOND_NS
+    # the release protocol (docs/durable.md#release): events every durable subscriber released are
+    # removed once older than release_keep_ns (kept meanwhile for replays: --from, Spark batch reads)
+    release_keep_ns: int = 3600 * SECOND_NS
+    # early release (Gryphon's maxRetain): events older than this are released even if a
+    # disconnected durable subscriber has not consumed them (it gets a gap); connected subscribers
+    # that keep up never do
+    max_retain_ns: int = 24 * 3600 * SECOND_NS
+    # a child broker that leaves a tree holds release at its last value this long (a failed
+    # forwarder's subtree repairs meanwhile)
+    release_hold_ns: int = 300 * SECOND_NS
+    # a durable subscription disconnected this long is forgotten by its broker (it no longer holds
+    # release); its token still resumes it, from what the pubends retain
+    durable_expiry_ns: int = 7 * 24 * 3600 * SECOND_NS
+    # the durable subscriptions a broker hosts are saved at most this often when they change
+    durable_save_interval_ns: int = 250_000_000
+    # durable subscriptions one broker hosts, connected or away; past it a new one is refused
+    durable_registrations_max: int = 100_000
     # the overlay (Pastry): see docs/cluster.md
     leaf_set_size: int = 16
     neighbourhood_size: int = 32
@@ -157,6 +174,8 @@ class BrokerConfig:
             streams_max=self.streams_max, read_bytes_max=self.log_read_bytes_max, reads_max=self.nack_reads_max,
             trees_max=self.trees_max, best_effort=self.best_effort_delivery,
             summary_bytes_max=self.filter_summary_bytes_max, filtering=self.filter_in_network,
+            release_keep_us=self.release_keep_ns // 1000, max_retain_us=self.max_retain_ns // 1000,
+            release_hold_ns=self.release_hold_ns,
         )
 
     def peer_config(self) -> PeerConfig:

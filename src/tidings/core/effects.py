@@ -61,6 +61,22 @@ class ReadLog:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseLog:
+    """The release protocol lets the pubend log drop its prefix through `through`: remove the whole
+    closed segments at or below it, then report RetentionApplied."""
+
+    through: int
+
+
+@dataclass(frozen=True, slots=True)
+class SaveDurable:
+    """Replace the saved state of the durable subscriptions this broker hosts with `data` (atomically,
+    in the data directory); handed back to the broker when it starts again."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Connect:
     """Open a TCP connection to another broker at `address` (host:port); the runtime picks the
     connection number and reports Connected or ConnectFailed."""
@@ -68,7 +84,8 @@ class Connect:
     address: str
 
 
-Effect = Send | Disconnect | PauseReading | ResumeReading | Append | Sync | ReadLog | Connect
+Effect = (Send | Disconnect | PauseReading | ResumeReading | Append | Sync | ReadLog | ReleaseLog | SaveDurable
+          | Connect)
 
 
 def coalesce_sends(effects: list[Effect]) -> list[Effect]:

@@ -39,7 +39,9 @@ from tidings.core.effects import (
     Effect,
     PauseReading,
     ReadLog,
+    ReleaseLog,
     ResumeReading,
+    SaveDurable,
     Send,
     Sync,
     coalesce_sends,
@@ -162,7 +164,7 @@ class BrokerNode(Listener):
         self.incarnation += 1
         self._next_conn = 0
         log: LogState = self.disk.state()
-        self.core = Broker(self.config, self.pubend_id, log)
+        self.core = Broker(self.config, self.pubend_id, log, durable=self.disk.durable_state)
         self.disk.attach(self._synced, self._read)
         self.network.listen(self.address, self)
         self.world.trace(self.name, "start", self.incarnation, log.last_tick, log.record_count)
@@ -247,6 +249,12 @@ class BrokerNode(Listener):
             elif isinstance(eff, ReadLog):
                 self._trace_effect("ReadLog", eff.reader, eff.after, eff.through)
                 disk.read(eff.reader, eff.after, eff.through, eff.max_bytes)
+            elif isinstance(eff, ReleaseLog):
+                self._trace_effect("ReleaseLog", eff.through)
+                disk.release(eff.through)
+            elif isinstance(eff, SaveDurable):
+                self._trace_effect("SaveDurable", len(eff.data))
+                disk.save(eff.data)
             elif isinstance(eff, Connect):
                 self._trace_effect("Connect", eff.address)
                 self._next_conn += 1

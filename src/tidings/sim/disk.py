@@ -16,6 +16,11 @@ Reads (`read`) run beside the writer, as the real worker's reader pool does: aft
 answer with the records after < tick <= through (whatever is written by then), adding records while
 their sizes fit in max_bytes and always at least one.
 
+`release(through)` drops the durable records at or below `through` (the release protocol's
+ReleaseLog; at once, as whole segments would be) and remembers `released_through`; `save(data)`
+keeps the broker's durable state (SaveDurable: an atomic replace, so a crash keeps the old or the
+new one whole).
+
 `crash()` is what a power cut leaves: queued requests vanish, pending completions never fire, and
 of the volatile tail either nothing, all of it (a process crash: the page cache survives) or any
 prefix survives -- never a record without every record before it. What survives is what a
@@ -69,6 +74,8 @@ class Disk:
         self.crashes = 0
         self.records_lost = 0  # volatile records a crash dropped
         self.records_survived = 0  # volatile records a crash kept
+        self.released_through = 0
+        self.durable_state: bytes | None = None  # what the broker last saved (SaveDurable)
 
     # ---- the owner's interface (effects Append, Sync, ReadLog) -----------------------------------
 
@@ -83,6 +90,22 @@ class Disk:
     def sync(self, token: int) -> None:
         self._queue.append(("sync", token))
         self._work()
+
+    def release(self, through: int) -> None:
+        """Drop the durable records at or below `through`."""
+        count = bisect.bisect_right(self.ticks, through, 0, self.durable_count)
+        if count == 0:
+            return
+        self.released_through = max(self.released_through, self.ticks[count - 1])
+        for _, record in self.records[:count]:
+            self.log_bytes -= len(record)
+        del self.records[:count]
+        del self.ticks[:count]
+        self.durable_count -= count
+        self.world.trace(self.name, "release", through, count)
+
+    def save(self, data: bytes) -> None:
+        self.durable_state = data
 
     def read(self, reader: int, after: int, through: int, max_bytes: int) -> None:
         delay = self.rng.randint(self.read_ns_min, self.read_ns_max)
@@ -105,9 +128,9 @@ class Disk:
     def state(self) -> LogState:
         """The log as a reader of the files sees it now (volatile tail included)."""
         records = self.records
-        if not records:
-            return LogState(0, None, 0, 0, 0)
-        return LogState(last_tick=records[-1][0], first_tick=records[0][0], released_through=0,
+        if not records:  # (a log that released everything still knows its last tick)
+            return LogState(self.released_through, None, self.released_through, 0, 0)
+        return LogState(last_tick=records[-1][0], first_tick=records[0][0], released_through=self.released_through,
                         log_bytes=self.log_bytes, record_count=len(records))
 
     # ---- faults ----------------------------------------------------------------------------------

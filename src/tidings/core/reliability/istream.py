@@ -24,7 +24,10 @@ any gap: the cache is an optimisation, never the only copy (only the pubend's lo
 
 Acks flow up too: the stream acknowledges the smallest tick every consumer has acknowledged
 (children) or been sent (local subscriptions), never past its horizon. Records below every
-consumer's ack leave the cache.
+consumer's ack leave the cache. Beside each ack goes the release point (release.py): the smallest
+tick released below, from each child's last ack (a child that has not acked yet holds it at 0, and
+one that left holds it at its last value for `release_hold_ns`, so a failing forwarder cannot
+release what the brokers below it still need while they repair), never past the ack point.
 
 Filtering (node.py has the protocol): `pieces_for` may be given a child's filter summary; a D tick
 whose record the summary does not match goes to that child as F. A record's channel and attributes
@@ -62,6 +65,7 @@ class Consumer:
     sent_through: int
     acked_through: int
     blocked: bool = False  # a local subscription whose connection cannot take more now
+    released_through: int = 0  # a child's: what every durable subscription below it released
 
     @property
     def local(self) -> bool:
@@ -99,12 +103,14 @@ class Istream:
         "consumers",
         "curious_ns",
         "floor",
+        "ghosts",
         "horizon",
         "limits",
         "nack_interval_ns",
         "nack_ns",
         "origin",
         "pubend",
+        "released_sent",
         "top",
         "tree",
         "upstream",
@@ -130,6 +136,8 @@ class Istream:
         self.upstream: str | None = None  # where nacks and acks go: the parent, or the pubend's broker
         self.origin = ""  # the pubend's broker (where the root sends nacks and acks)
         self.acked_sent = floor  # the last ack sent upstream
+        self.released_sent = -1  # the release point that ack carried (-1: none sent yet)
+        self.ghosts: list[tuple[int, int]] = []  # (released, until_ns) of children that left
         self.nack_ns: int | None = None  # when the last nack left
         self.curious_ns: int | None = None  # when the nacked ticks were last forgotten (NRT counts from it)
         self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered
@@ -150,8 +158,11 @@ class Istream:
             self._lower_floor(position)
         return consumer
 
-    def detach(self, key: str | int) -> None:
-        self.consumers.pop(key, None)
+    def detach(self, key: str | int, now: int = 0, hold_ns: int = 0) -> None:
+        """Remove a consumer; a child's release point is held `hold_ns` longer (a ghost)."""
+        consumer = self.consumers.pop(key, None)
+        if consumer is not None and not consumer.local and hold_ns > 0:
+            self.ghosts.append((consumer.released_through, now + hold_ns))
 
     def rewind(self, key: str | int, position: int) -> None:
         """A consumer lacks ticks after `position` (a child's nack): send them again."""
@@ -342,11 +353,29 @@ class Istream:
             point = min(point, c.sent_through if c.local else c.acked_through)
         return point
 
-    def acked(self, key: str, through: int) -> None:
+    def acked(self, key: str, through: int, released: int) -> None:
         consumer = self.consumers.get(key)
-        if consumer is not None and through > consumer.acked_through:
+        if consumer is None:
+            return
+        consumer.released_through = min(released, max(consumer.sent_through, self.horizon))
+        if through > consumer.acked_through:
             consumer.acked_through = min(through, max(consumer.sent_through, self.horizon))
             self.bound_cache()
+
+    def release_point(self, now: int, held: int | None) -> int:
+        """The tick through which everything below released (`held`: this broker's own durable
+        subscriptions' smallest release of this pubend, None when it hosts none), at most the ack
+        point. Ghosts past their time are forgotten."""
+        point = self.ack_point()
+        if held is not None:
+            point = min(point, held)
+        for c in self.consumers.values():
+            if not c.local:
+                point = min(point, c.released_through)
+        if self.ghosts:
+            self.ghosts = [g for g in self.ghosts if g[1] > now]
+            point = min([point, *(released for released, _ in self.ghosts)])
+        return point
 
     # ---- gaps and nacks -----------------------------------------------------------------------
 
@@ -389,7 +418,8 @@ class Istream:
 
     def status(self) -> dict[str, object]:
         return {"pubend": self.pubend, "horizon": self.horizon, "top": self.top, "floor": self.floor,
-                "cache_bytes": self._cache_bytes, "acked": self.acked_sent, "upstream": self.upstream,
+                "cache_bytes": self._cache_bytes, "acked": self.acked_sent, "released": self.released_sent,
+                "upstream": self.upstream,
                 "consumers": len(self.consumers)}
 
 

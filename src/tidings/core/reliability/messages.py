@@ -13,8 +13,10 @@ everywhere else, 0 <= tick <= TICK_MAX.
   (a child that sent no summary, the pubend's leg, or a child whose summary matches everything).
   `lost` True makes every tick of the range L instead (no ticks, no records): the pubend released
   those ticks before this stream learnt them, and a subscriber that wanted them gets a gap.
-- ACK, child to parent: [161, [[tree, pubend, through], ...]]: for each stream, every tick <= through
-  is A on the sender's side. One message carries the acks of many streams to one parent.
+- ACK, child to parent: [161, [[tree, pubend, through, released], ...]]: for each stream, every tick
+  <= through is A on the sender's side, and every durable subscription at or below the sender has
+  released (consumed and acknowledged) every tick <= released (<= through; the release protocol,
+  release.py). One message carries the acks of many streams to one parent.
 - NACK, child to parent: [162, tree, pubend, [[after, through], ...]]: the sender is curious about
   those ranges (sorted, not overlapping, each non-empty and at most NACK_RANGE_TICKS_MAX wide; the
   sender chops longer gaps, and a nack names at most NACK_RANGES_MAX of them).
@@ -22,6 +24,10 @@ everywhere else, 0 <= tick <= TICK_MAX.
 - KNOWLEDGE, pubend's broker to the rendez-vous point it has learnt (from the root's ACKs): the same
   message sent straight, not routed; ROOT_MOVED `[163, tree]` answers it from a broker that is not
   the root (any more), and the pubend routes again.
+
+- MOVED, one broker to another: [165, home, registration]: the durable subscription that broker
+  `home` (a pubend id: the receiver checks it is its own) hosted as `registration` resumed elsewhere,
+  from a token; the home drops it, so it no longer holds release back.
 
 - SUMMARY, child to parent: [164, tree, epoch, summary, from]: from now on filter what goes to the
   sender on `tree` by `summary` (null: everything; else [[pattern, filter], ...], summary.py), and
@@ -56,6 +62,8 @@ ACK = 161
 NACK = 162
 ROOT_MOVED = 163
 SUMMARY = 164
+MOVED = 165
+REGISTRATION_MAX = 2**63 - 1
 
 PUBEND_BYTES_MAX = 128  # pubend ids are "p" and 16 hex digits today; room for other schemes
 RECORDS_PER_MESSAGE_MAX = 16_384  # data ticks in one knowledge message (a publish frame holds 4,096 events)
@@ -86,11 +94,13 @@ class Knowledge:
 
 @dataclass(frozen=True, slots=True)
 class StreamAck:
-    """One stream's ack: every tick <= `through` is A."""
+    """One stream's ack: every tick <= `through` is A, and every tick <= `released` is released by
+    every durable subscription at or below the sender."""
 
     tree: str
     pubend: str
     through: int
+    released: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +108,7 @@ class Ack:
     streams: tuple[StreamAck, ...]
 
     def to_wire(self) -> list[Any]:
-        return [ACK, [[s.tree, s.pubend, s.through] for s in self.streams]]
+        return [ACK, [[s.tree, s.pubend, s.through, s.released] for s in self.streams]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +148,18 @@ class SummaryUpdate:
         return [SUMMARY, self.tree, self.epoch, summary_wire(self.summary), self.since]
 
 
-ReliabilityMessage = Knowledge | Ack | Nack | RootMoved | SummaryUpdate
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """The durable subscription `home` hosted as `registration` resumed on the sender."""
+
+    home: str
+    registration: int
+
+    def to_wire(self) -> list[Any]:
+        return [MOVED, self.home, self.registration]
+
+
+ReliabilityMessage = Knowledge | Ack | Nack | RootMoved | SummaryUpdate | Moved
 
 
 def _bad(what: str) -> ProtocolError:
@@ -208,9 +229,12 @@ def _ack(f: list[Any]) -> Ack:
         raise _bad("an ack names at least one stream")
     streams = []
     for entry in entries:
-        if type(entry) is not list or len(entry) != 3:
-            raise _bad("an ack entry is [tree, pubend, through]")
-        streams.append(StreamAck(*_stream(entry[0], entry[1]), _tick(entry[2], "an ack's through")))
+        if type(entry) is not list or len(entry) != 4:
+            raise _bad("an ack entry is [tree, pubend, through, released]")
+        through, released = _tick(entry[2], "an ack's through"), _tick(entry[3], "an ack's released")
+        if released > through:
+            raise _bad("an ack's released is at most its through")
+        streams.append(StreamAck(*_stream(entry[0], entry[1]), through, released))
     return Ack(tuple(streams))
 
 
@@ -239,7 +263,14 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ReliabilityMessage]]] = {
     NACK: (3, _nack),
     ROOT_MOVED: (1, lambda f: RootMoved(_name(f[0], TREE_BYTES_MAX, "a tree name"))),
     SUMMARY: (4, _summary),
+    MOVED: (2, lambda f: Moved(_name(f[0], PUBEND_BYTES_MAX, "a pubend id"), _registration(f[1]))),
 }
+
+
+def _registration(value: object) -> int:
+    if type(value) is int and 0 < value <= REGISTRATION_MAX:
+        return value
+    raise _bad(f"a registration is an integer from 1 to {REGISTRATION_MAX}")
 
 
 def decode(message: object) -> ReliabilityMessage:

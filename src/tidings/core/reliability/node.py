@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from tidings.core.deadlines import Deadlines
+from tidings.core.effects import ReleaseLog
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
 from tidings.core.event import record_routing_fields
 from tidings.core.inputs import LogState
@@ -54,6 +55,7 @@ from tidings.core.overlay.envelope import PeerSend, RouteTo
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
 from tidings.core.reliability.istream import Istream, StreamLimits
+from tidings.core.reliability.release import release_through
 from tidings.core.reliability.round_trip import RoundTrip
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
 from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge, of_subscription, whole_tree
@@ -85,6 +87,9 @@ class ReliabilityConfig:
     best_effort: bool = False  # measurement only: forward and deliver what arrives, track nothing
     summary_bytes_max: int = 64 * 1024  # a tree's filter summary to the parent; past it, "everything"
     filtering: bool = True  # measurement only when False: summaries travel, children are sent everything
+    release_keep_us: int = 3600 * 1_000_000  # released events stay in the log this long (release.py)
+    max_retain_us: int = 24 * 3600 * 1_000_000  # early release: older ticks go even if a durable subscriber is away
+    release_hold_ns: int = 300 * 1_000_000_000  # a child that left holds release at its last value this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,16 +157,29 @@ class _Tree:
 
 
 PubendState = Callable[[], tuple[int, LogState]]  # the durable tail and the log, for nacks
+# the smallest tick this broker's own durable subscriptions released of a pubend, on a tree (None:
+# on any tree); None when none of them wants that pubend (release.py)
+Held = Callable[[str | None, str], int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class MovedAway:
+    """The durable subscription this broker hosted as `registration` resumed on another broker."""
+
+    registration: int
 
 
 class ReliabilityNode:
     def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, scribe: ScribeAgent,
-                 trees_of: Callable[[str], list[str]], pubend_state: PubendState) -> None:
+                 trees_of: Callable[[str], list[str]], pubend_state: PubendState,
+                 held: Held = lambda tree, pubend: None) -> None:
         self.me = me
         self.pubend_id = pubend_id
         self.config = config
         self.scribe = scribe
         self._pubend_state = pubend_state
+        self._held = held
+        self.release_asked = 0  # the log was last asked to release through this tick
         self.source = Source(pubend_id, me.address, SourceConfig(
             config.silence_interval_ns, config.stream_idle_ns, config.recovery_ns, config.read_bytes_max,
             config.reads_max, config.trees_max, config.knowledge_bytes_max), trees_of, scribe.told_empty)
@@ -182,8 +200,11 @@ class ReliabilityNode:
 
     # ---- the pubend's side ---------------------------------------------------------------------
 
-    def start(self, now: int, last_tick: int) -> list[Any]:
+    def start(self, now: int, last_tick: int, held_trees: dict[str, int] | None = None) -> list[Any]:
+        """Start the pubend's side: `held_trees` are the trees whose release was held when the
+        broker's durable state was last saved (`Source.held_trees`)."""
         self.timers.set(SILENCE, now + self.config.silence_interval_ns)
+        self.source.restore(now, held_trees or {}, last_tick)
         return self._source(now, self.source.recover(last_tick))
 
     def published(self, now: int, deliveries: list[tuple[int, str, Any, bytes]], synced: int) -> list[Any]:
@@ -220,8 +241,10 @@ class ReliabilityNode:
         ist = None if t is None else t.istreams.get(knowledge.pubend)
         if ist is None:
             ist = self._new_istream(tree, knowledge.pubend, knowledge.after)
-            if ist is None:  # nobody here wants it: acknowledge it so upstream is not held up
-                self._ack(upstream, tree, knowledge.pubend, knowledge.through)
+            if ist is None:  # nobody here consumes it: acknowledge it so upstream is not held up
+                held = self._held(tree, knowledge.pubend)  # (a disconnected durable subscription may hold release)
+                through = knowledge.through
+                self._ack(upstream, tree, knowledge.pubend, through, through if held is None else min(held, through))
                 return self._flush(now, out)
         ist.upstream = upstream
         ist.origin = origin
@@ -242,8 +265,8 @@ class ReliabilityNode:
             if ist.nack_ns is not None:  # the answer to a nack: a round-trip sample, and NRT from it
                 ist.nack_interval_ns = self._round_trip(upstream, now - ist.nack_ns)
             out += self._push(now, t, ist)
-        elif knowledge.through <= ist.acked_sent:
-            self._ack(upstream, tree, ist.pubend, ist.acked_sent)  # our ack may have been lost
+        elif knowledge.through <= ist.acked_sent:  # our ack may have been lost
+            self._ack(upstream, tree, ist.pubend, ist.acked_sent, max(0, ist.released_sent))
         self._after_change(now, ist)
         return self._flush(now, out)
 
@@ -287,7 +310,7 @@ class ReliabilityNode:
             ist.attach(child, _or(t.defaults.get(child), ist.horizon))
         gone = [k for k in ist.consumers if type(k) is str and k not in children]
         for key in gone:
-            ist.detach(key)
+            ist.detach(key, now, self.config.release_hold_ns)
             t.defaults.pop(key, None)
             t.children.pop(key, None)
         if not added and not gone:
@@ -355,11 +378,13 @@ class ReliabilityNode:
         return out
 
     def _after_change(self, now: int, ist: Istream) -> None:
-        """Acknowledge what all consumers have, and watch the gaps."""
+        """Acknowledge what all consumers have, with the release point below, and watch the gaps."""
         point = ist.ack_point()
-        if point > ist.acked_sent and ist.upstream is not None:
-            ist.acked_sent = point
-            self._ack(ist.upstream, ist.tree, ist.pubend, point)
+        released = ist.release_point(now, self._held(ist.tree, ist.pubend))
+        if (point > ist.acked_sent or released != ist.released_sent) and ist.upstream is not None:
+            ist.acked_sent = max(point, ist.acked_sent)
+            ist.released_sent = released
+            self._ack(ist.upstream, ist.tree, ist.pubend, ist.acked_sent, min(released, ist.acked_sent))
         ist.bound_cache()
         ist.bound_memory()
         key = GapTimer(ist.tree, ist.pubend)
@@ -595,10 +620,10 @@ class ReliabilityNode:
             for stream in decoded.streams:
                 ist = self._istream(stream.tree, stream.pubend)
                 if ist is not None and sender in ist.consumers:
-                    ist.acked(sender, stream.through)
+                    ist.acked(sender, stream.through, stream.released)
                     self._after_change(now, ist)
                 elif stream.pubend == self.pubend_id:
-                    self.source.acked(stream.tree, stream.through, sender)
+                    self.source.acked(stream.tree, stream.through, sender, stream.released)
         elif type(decoded) is messages.Nack:
             out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
         elif type(decoded) is messages.Knowledge:  # straight from a pubend that takes us for the root
@@ -610,7 +635,15 @@ class ReliabilityNode:
             self.source.root_moved(decoded.tree, sender)
         elif type(decoded) is messages.SummaryUpdate:
             out += self._summary_received(now, sender, decoded)
+        elif type(decoded) is messages.Moved and decoded.home == self.pubend_id:
+            out.append(MovedAway(decoded.registration))
         return self._flush(now, out)
+
+    def moved(self, home_address: str, home: str, registration: int) -> list[Any]:
+        """Tell the broker at `home_address` that its durable subscription `registration` resumed here."""
+        if home_address == self.me.address:
+            return []
+        return [PeerSend(home_address, messages.Moved(home, registration).to_wire())]
 
     def _nacked(self, now: int, sender: str, tree: str, pubend: str,
                 ranges: tuple[tuple[int, int], ...]) -> list[Any]:
@@ -643,6 +676,7 @@ class ReliabilityNode:
                     continue
                 synced, _ = self._pubend_state()
                 out += self._source(now, self.source.silence(now, synced))
+                out += self._release(synced)
                 self.timers.set(SILENCE, now + self.config.silence_interval_ns)
                 for t in self.trees.values():  # the present moved: total-order merges may go on
                     out += self._merge(t)
@@ -650,6 +684,18 @@ class ReliabilityNode:
                 assert isinstance(key, GapTimer)
                 out += self._gap_due(now, key)
         return self._flush(now, out)
+
+    def _release(self, synced: int) -> list[Any]:
+        """The pubend's log may release a longer prefix (release.py): ask the runtime to."""
+        if not self.wall_us:
+            return []
+        config = self.config
+        through = release_through(self.source.released(self._held(None, self.pubend_id)), self.source.delivered(),
+                                  synced, self.wall_us, config.max_retain_us, config.release_keep_us)
+        if through <= self.release_asked:
+            return []
+        self.release_asked = through
+        return [ReleaseLog(through)]
 
     def _gap_due(self, now: int, key: GapTimer) -> list[Any]:
         ist = self._istream(key.tree, key.pubend)
@@ -690,8 +736,8 @@ class ReliabilityNode:
 
     # ---- sending -------------------------------------------------------------------------------
 
-    def _ack(self, upstream: str, tree: str, pubend: str, through: int) -> None:
-        self._acks.setdefault(upstream, []).append(messages.StreamAck(tree, pubend, through))
+    def _ack(self, upstream: str, tree: str, pubend: str, through: int, released: int) -> None:
+        self._acks.setdefault(upstream, []).append(messages.StreamAck(tree, pubend, through, released))
 
     def _flush(self, now: int, out: list[Any]) -> list[Any]:
         """`out` and then the acks gathered while producing it, one ACK per upstream broker."""
@@ -711,6 +757,7 @@ class ReliabilityNode:
 
     def status(self) -> dict[str, Any]:
         return {"streams": self._streams, "peer_errors": self.peer_errors, "total_order_late": self.total_order_late,
+                "release_asked": self.release_asked,
                 "records_unwanted": self.records_unwanted,
                 "nacks_sent": self.nacks_sent,
                 "nack_ticks_sent": self.nack_ticks_sent,
@@ -751,4 +798,4 @@ def _decode_extra(extra: Any) -> tuple[int | None, dict[str, int], tuple[int, Su
     return None if extra[0] is None else max(0, extra[0]), positions, asked
 
 
-__all__ = ["Deliver", "Lost", "ReliabilityConfig", "ReliabilityNode", "RouteTo"]
+__all__ = ["Deliver", "Lost", "MovedAway", "ReliabilityConfig", "ReliabilityNode", "RouteTo"]

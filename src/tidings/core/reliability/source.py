@@ -14,7 +14,13 @@ Trees with recent data, or whose root has not acknowledged everything, get perio
 the current time (`silence_interval_ns`): doubt horizons downstream advance, and a broker that lost
 the tail of the stream sees the gap and nacks it (this is the paper's pubend-driven liveness, AET:
 a silence message plays the AckExpected role). A tree whose stream is fully acknowledged and idle
-for `stream_idle_ns` is forgotten: an idle pubend costs nothing.
+for `stream_idle_ns` is forgotten: an idle pubend costs nothing. A stream whose root reports that
+durable subscriptions below have not released everything sent is kept, with its periodic
+silence, so their brokers' acks keep reporting how far they released (release.py).
+
+The root's ACKs also carry the tree's release point; `released` and `delivered` are the smallest
+over the trees (a tree whose root has not reported yet holds release where its stream began; a
+tree refused for `trees_max` holds it for good, since nobody reports for it).
 
 Nacks reach the pubend from a root (and, through the root, from any broker below). Each nacked
 range is read back from the log (ReadLog, bounded in bytes and in reads in flight) and sent again
@@ -40,6 +46,7 @@ from tidings.core.event import record_routing_fields
 from tidings.core.inputs import LogState
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
 from tidings.core.reliability.messages import Knowledge as KnowledgeMessage
+from tidings.core.reliability.ticks import TICK_MAX
 
 MICROSECOND_NS = 1000
 
@@ -75,6 +82,7 @@ class _TreeStream:
     acked_through: int
     data_ns: int  # when data was last sent on it
     root: str | None = None  # the rendez-vous point, as its ACKs tell: first-time data goes straight there
+    released_through: int = 0  # what every durable subscription below the root released, as it reported
 
 
 @dataclass(slots=True)
@@ -103,6 +111,7 @@ class Source:
         self._next_reader = 0
         self.nacks_received = 0
         self.ticks_retransmitted = 0
+        self.refused_from: int | None = None  # the first tick of a tree refused for trees_max
 
     # ---- first-time knowledge ------------------------------------------------------------------
 
@@ -166,9 +175,11 @@ class Source:
         return out
 
     def _new_stream(self, tree: str, sent_through: int, now: int) -> _TreeStream | None:
-        if len(self._streams) >= self.config.trees_max:
-            return None  # the limit: knowledge for this tree reaches brokers when they nack it
-        stream = self._streams[tree] = _TreeStream(sent_through, sent_through, now)
+        if len(self._streams) >= self.config.trees_max:  # the limit: knowledge for this tree reaches
+            if self.refused_from is None:                # brokers when they nack it, and nobody
+                self.refused_from = sent_through         # reports its release: hold it from here
+            return None
+        stream = self._streams[tree] = _TreeStream(sent_through, sent_through, now, released_through=sent_through)
         return stream
 
     def silence(self, now: int, synced: int) -> list[SourceEffect]:
@@ -178,7 +189,7 @@ class Source:
         idle = self.config.stream_idle_ns
         for tree, stream in list(self._streams.items()):
             recent = now - stream.data_ns < idle
-            if not recent and stream.acked_through >= stream.sent_through:
+            if not recent and stream.acked_through >= stream.sent_through <= stream.released_through:
                 del self._streams[tree]
                 continue
             if synced > stream.sent_through:
@@ -187,14 +198,45 @@ class Source:
                 stream.sent_through = synced
         return out
 
-    def acked(self, tree: str, through: int, root: str) -> None:
-        """The rendez-vous point at `root` acknowledged the tree's stream through `through`."""
+    def acked(self, tree: str, through: int, root: str, released: int) -> None:
+        """The rendez-vous point at `root` acknowledged the tree's stream through `through`, and
+        every durable subscription on the tree released it through `released`."""
         stream = self._streams.get(tree)
         if stream is None:
             return
         stream.root = root
         if through > stream.acked_through:
             stream.acked_through = min(through, stream.sent_through)
+        stream.released_through = min(released, stream.sent_through)
+
+    def released(self, held: int | None) -> int:
+        """Tr: the tick through which every durable subscription released this pubend's stream, on
+        every tree (`held`: this broker's own durable subscriptions', None if it hosts none);
+        TICK_MAX when nothing holds it."""
+        points = [s.released_through for s in self._streams.values()]
+        points += [p for p in (held, self.refused_from) if p is not None]
+        return min(points, default=TICK_MAX)
+
+    def held_trees(self) -> dict[str, int]:
+        """The trees whose durable subscriptions have not released all that was sent, with their
+        release points: saved with the broker's durable state, since after a restart the pubend
+        would not otherwise know of a tree that has been quiet since (`restore`)."""
+        return {tree: s.released_through for tree, s in self._streams.items()
+                if s.released_through < s.sent_through}
+
+    def restore(self, now: int, held: dict[str, int], last_tick: int) -> None:
+        """At start: the trees `held_trees` saved become streams again, holding release where they
+        did, with silence after the log's last tick until their roots acknowledge (a broker below
+        that lacks earlier ticks nacks them)."""
+        for tree, released in held.items():
+            stream = self._new_stream(tree, last_tick, now)
+            if stream is not None:
+                stream.acked_through = 0
+                stream.released_through = min(released, last_tick)
+
+    def delivered(self) -> int:
+        """Td: the tick through which every tree's subscribers have the stream (TICK_MAX: no tree)."""
+        return min((s.acked_through for s in self._streams.values()), default=TICK_MAX)
 
     def root_moved(self, tree: str, address: str) -> None:
         stream = self._streams.get(tree)
@@ -275,8 +317,8 @@ class Source:
                 if tree not in self._streams:
                     self._new_stream(tree, last, now)
                     stream = self._streams.get(tree)
-                    if stream is not None:
-                        stream.acked_through = 0  # unknown: silence goes on until the root acks
+                    if stream is not None:  # unknown: silence goes on until the root acks
+                        stream.acked_through = stream.released_through = 0
         return []
 
     def _record_trees(self, record: bytes) -> list[str]:
@@ -291,5 +333,6 @@ class Source:
 
     def status(self) -> dict[str, Any]:
         return {"trees": len(self._streams), "roots_known": sum(1 for s in self._streams.values() if s.root),
+                "released": self.released(None), "delivered": self.delivered(),
                 "reads": len(self._reads), "nacks_received": self.nacks_received,
                 "ticks_retransmitted": self.ticks_retransmitted}

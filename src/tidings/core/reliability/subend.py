@@ -32,7 +32,7 @@ from tidings.core.wire import messages
 
 class Subend:
     __slots__ = ("conn", "durable", "end", "filter", "from_oldest", "key", "live", "pattern", "position", "reading",
-                 "silenced", "sub", "total")
+                 "registration", "silenced", "sub", "total")
 
     def __init__(self, key: int, conn: int, sub: int, pattern: str, flt: Filter | None,
                  position: int, end: int | None, from_oldest: bool = False, total: bool = False) -> None:
@@ -49,6 +49,7 @@ class Subend:
         self.total = total  # total order: the reliability node delivers every pubend's events
         self.durable = False  # its client holds a checkpoint token, advanced by SILENCE
         self.silenced: dict[str, int] = {}  # the positions the last SILENCE (or SUBSCRIBED) gave
+        self.registration: int | None = None  # a durable one's, at this broker (core/registrations.py)
 
     def matches(self, channel: str, attributes: dict[str, Any]) -> bool:
         if not pattern_matches(self.pattern, channel):

@@ -30,6 +30,7 @@ UNSUBSCRIBE = 4
 STATUS = 5
 AUTH = 6
 RENEW = 7  # [RENEW]: the client is alive; extends the lease on its subscriptions (core/leases.py)
+RELEASE = 8  # [RELEASE, sub, checkpoint]: a durable subscription consumed everything through it
 # broker -> client
 WELCOME = 16
 ACK = 17
@@ -86,6 +87,16 @@ class Subscribe:
     # durable (core/checkpoint.py): None for a plain subscription, else the positions per pubend
     # ([[pubend, tick], ...], maybe empty) that override `after` (the default) for the pubends named
     positions: list[Any] | None = None
+    home: list[Any] | None = None  # a token's home: [address, pubend, registration]
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """The application consumed durable subscription `sub`'s events through `checkpoint`
+    ([default, [[pubend, tick], ...]], as a token holds it)."""
+
+    sub: int
+    checkpoint: list[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,9 +205,15 @@ def publish(seq: int, events: list[list[Any]]) -> bytes:
 def subscribe(msg: Subscribe) -> bytes:
     start: list[Any] = [msg.start] if msg.start != START_AFTER else [START_AFTER, msg.after]
     fields = [SUBSCRIBE, msg.sub, msg.pattern, msg.filter, start, msg.end]
+    if msg.home is not None:
+        return _pack([*fields, msg.order, msg.positions or [], msg.home])
     if msg.positions is not None:
         return _pack([*fields, msg.order, msg.positions])
     return _pack(fields if msg.order == ORDER_PUBLISHER else [*fields, msg.order])
+
+
+def release(sub: int, checkpoint: list[Any]) -> bytes:
+    return _pack([RELEASE, sub, checkpoint])
 
 
 def unsubscribe(sub: int) -> bytes:
@@ -350,7 +367,11 @@ def _decode_start(start: Any) -> tuple[str, int]:
 
 def _decode_subscribe(msg: list[Any]) -> Subscribe:
     order = ORDER_PUBLISHER
-    positions = None
+    positions = home = None
+    if len(msg) == 9:  # durable from a token that names its home
+        home = msg.pop()
+        if type(home) is not list or len(home) != 3:
+            raise _bad("SUBSCRIBE home must be [address, pubend, registration]")
     if len(msg) == 8:  # durable: the positions per pubend (core/checkpoint.py), optional
         positions = msg.pop()
         if type(positions) is not list:
@@ -366,12 +387,12 @@ def _decode_subscribe(msg: list[Any]) -> Subscribe:
     start, after = _decode_start(msg[4])
     end_tick = None if msg[5] is None else _int(msg[5], "SUBSCRIBE end")
     return Subscribe(_int(msg[1], "SUBSCRIBE id"), _str(msg[2], "SUBSCRIBE pattern"),
-                     flt, start, after, end_tick, order, positions)
+                     flt, start, after, end_tick, order, positions, home)
 
 
 def decode_client_message(  # noqa: PLR0911 - one return per message type
     body: bytes,
-) -> Hello | Auth | Publish | Subscribe | Unsubscribe | StatusRequest | Renew:
+) -> Hello | Auth | Publish | Subscribe | Unsubscribe | StatusRequest | Renew | Release:
     msg = _unpack(body)
     kind = msg[0]
     if kind == PUBLISH:
@@ -387,6 +408,11 @@ def decode_client_message(  # noqa: PLR0911 - one return per message type
     if kind == RENEW:
         _arity(msg, 1, "RENEW")
         return Renew()
+    if kind == RELEASE:
+        _arity(msg, 3, "RELEASE")
+        if type(msg[2]) is not list:
+            raise _bad("RELEASE checkpoint must be an array")
+        return Release(_int(msg[1], "RELEASE id"), msg[2])
     if kind == STATUS:
         _arity(msg, 2, "STATUS")
         return StatusRequest(_int(msg[1], "STATUS id"))
