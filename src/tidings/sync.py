@@ -17,8 +17,9 @@ from collections.abc import Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
 
 from tidings.aio.server import new_event_loop
-from tidings.client.client import Client, Gap, PublishResult, Subscription, advance
-from tidings.core.errors import GapError
+from tidings.client.client import ACK_INTERVAL_S, Client, Gap, PublishResult, Subscription, advance
+from tidings.core.checkpoint import Checkpoint
+from tidings.core.errors import GapError, StartError
 from tidings.core.event import Event
 from tidings.core.session import Start
 
@@ -38,6 +39,10 @@ class SyncSubscription:
         self._items: collections.deque[Any] = collections.deque()  # SILENCE markers too
         self._ended = False
         self.position = sub.position
+        # the token moves in this thread (get), so the automatic ack is made here too, not on the loop
+        sub.auto_ack = False
+        self.auto_ack = True
+        self._acked_at = time.monotonic()
 
     def get(self, timeout: float | None = None) -> Event | Gap | None:
         """The next item, waiting at most `timeout` seconds (TimeoutError; None waits for ever);
@@ -59,9 +64,20 @@ class SyncSubscription:
                 (shown,) = advance(checkpoint, [item]) or (None,)
                 if shown is None:
                     continue  # a SILENCE
+            if checkpoint is not None and self.auto_ack and time.monotonic() - self._acked_at >= ACK_INTERVAL_S:
+                self.ack()
             if isinstance(item, Gap) and self._sub.on_gap == "raise":
                 raise GapError(item.after, item.through, item.pubend)
             return item  # type: ignore[no-any-return]
+
+    def ack(self, token: str | None = None) -> None:
+        """As Subscription.ack: the application consumed everything up to `token` (default: the
+        token after the items `get` returned so far)."""
+        if self._sub.checkpoint is None:
+            raise StartError("only a durable subscription is acknowledged (subscribe with durable=True)")
+        wire = (self._sub.checkpoint if token is None else Checkpoint.decode(token)).to_wire()[:2]
+        self._acked_at = time.monotonic()
+        self._owner._soon(self._sub._client._release, self._sub, wire)
 
     @property
     def token(self) -> str:
@@ -72,8 +88,9 @@ class SyncSubscription:
         while (item := self.get()) is not None:
             yield item
 
-    def close(self) -> None:
-        self._owner._call(self._sub.close())
+    def close(self, forget: bool = False) -> None:
+        """As Subscription.close: a durable subscription is then away (`forget`: ended for good)."""
+        self._owner._call(self._sub.close(forget))
 
     def __enter__(self) -> SyncSubscription:
         return self
@@ -98,6 +115,10 @@ class SyncClient:
         except BaseException:
             self._stop_loop()
             raise
+
+    def _soon(self, function: Any, *args: Any) -> None:
+        """Call `function(*args)` on the client's loop, without waiting for it."""
+        self._loop.call_soon_threadsafe(function, *args)
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run `coro` on the client's loop; TimeoutError after `timeout` s (default request_timeout)."""

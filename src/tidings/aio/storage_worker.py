@@ -100,34 +100,45 @@ class StorageWorker:
             kind, arg = item
             if kind == "append":
                 self.log.append(arg)
-            elif kind == "retain":
-                self.log.enforce_retention(*arg)
-                self._on_retained(log_state(self.log))
-            elif kind == "release":
-                if self.log.release_through(arg):
-                    self._on_retained(log_state(self.log))
-            elif kind == "save":
-                write_atomically(*arg)
+            elif kind != "sync":
+                self._housekeeping(kind, arg)
+            elif self._group_commit(arg):
+                return
+
+    def _group_commit(self, token: int) -> bool:
+        """Write every Append already queued behind a Sync, then one fsync; the other work taken
+        from the queue meanwhile runs after it, in order. True when STOP was among it."""
+        q = self._queue
+        later: list[tuple[str, Any]] = []
+        stop = False
+        while True:
+            try:
+                more = q.get_nowait()
+            except queue.Empty:
+                break
+            if more is _STOP:
+                stop = True
+                break
+            if more[0] == "append":
+                self.log.append(more[1])
+            elif more[0] == "sync":
+                token = more[1]
             else:
-                token = arg
-                stop = False
-                while True:  # group commit: write everything already queued, then one fsync
-                    try:
-                        more = q.get_nowait()
-                    except queue.Empty:
-                        break
-                    if more is _STOP:
-                        stop = True
-                        break
-                    if more[0] == "append":
-                        self.log.append(more[1])
-                    elif more[0] == "sync":
-                        token = more[1]
-                    else:
-                        q.put(more)  # retention waits for the next round
-                        break
-                self.log.sync()
-                self.syncs += 1
-                self._on_synced(token, log_state(self.log))
-                if stop:
-                    return
+                later.append(more)
+        self.log.sync()
+        self.syncs += 1
+        self._on_synced(token, log_state(self.log))
+        for kind, arg in later:
+            self._housekeeping(kind, arg)
+        return stop
+
+    def _housekeeping(self, kind: str, arg: Any) -> None:
+        if kind == "retain":
+            self.log.enforce_retention(*arg)
+            self._on_retained(log_state(self.log))
+        elif kind == "release":
+            if self.log.release_through(arg):
+                self._on_retained(log_state(self.log))
+        else:
+            assert kind == "save"
+            write_atomically(*arg)

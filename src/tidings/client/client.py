@@ -41,6 +41,7 @@ from tidings.core.session import ClientSession, Start
 from tidings.core.wire import messages
 
 BUFFER_EVENTS_MAX = 50_000
+ACK_INTERVAL_S = 1.0  # durable subscriptions acknowledge what the application took this often
 WELCOME_TIMEOUT_S = 3.0  # a broker answers HELLO at once; silence this long means something else listens
 FIRST_BYTES_SHOWN = 16  # of an answer that is not a tidings frame, quoted in NotABroker
 PROBE_TIMEOUT_S = 3.0  # to connect to one advised broker and get its WELCOME
@@ -151,6 +152,8 @@ class Subscription:
         self.on_gap = on_gap
         self.position: int | None = None
         self.checkpoint: Checkpoint | None = None  # a durable subscription's (core/checkpoint.py)
+        self.auto_ack = True  # a durable one acknowledges what the application took, every ACK_INTERVAL_S
+        self._acked: list[Any] | None = None  # the checkpoint last acknowledged
         self._items: collections.deque[Any] = collections.deque()
         self._wakeup = asyncio.Event()
         self._ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -200,9 +203,27 @@ class Subscription:
         self._client._consumed(n)
         return items
 
-    async def close(self) -> None:
+    def ack(self, token: str | None = None) -> None:
+        """A durable subscription: tell its broker that the application consumed everything up to
+        `token` (default: `self.token`, after the items returned so far), so the events before it
+        need not be kept for this subscription any more (docs/durable.md#release). An older token
+        than one acknowledged before changes nothing."""
+        if self.checkpoint is None:
+            raise StartError("only a durable subscription is acknowledged (subscribe with durable=True)")
+        checkpoint = self.checkpoint if token is None else Checkpoint.decode(token)
+        self._client._release(self, checkpoint.to_wire()[:2])
+
+    def _auto_ack(self) -> None:
+        if self.auto_ack and self.checkpoint is not None and not self.ended:
+            wire = self.checkpoint.to_wire()[:2]
+            if wire != self._acked:
+                self._client._release(self, wire)
+
+    async def close(self, forget: bool = False) -> None:
+        """Stop receiving. A durable subscription is then away: its broker keeps holding its events
+        for its token, as when the connection closes; `forget=True` ends it for good."""
         if not self.ended and self._error is None:
-            self._client._unsubscribe(self)
+            self._client._unsubscribe(self, forget)
         self.ended = True
         self._wakeup.set()
 
@@ -245,6 +266,7 @@ class Client:
         self.buffer_events_max = BUFFER_EVENTS_MAX
         self._first_bytes = b""  # what arrived before WELCOME, to say what answered instead
         self._renewal: asyncio.TimerHandle | None = None  # the next RENEW of the broker's lease
+        self._acking: asyncio.TimerHandle | None = None  # the next automatic ack of durable subscriptions
         self._connect_args: dict[str, Any] = {}
         self.address = ""
         self.rtt_ns = 0  # HELLO to WELCOME when this connection was made
@@ -405,13 +427,14 @@ class Client:
         self._check_open()
         if self._moving is not None:
             await asyncio.shield(self._moving)
-        positions = None
+        positions = home = None
         if token is not None:
             checkpoint = Checkpoint.decode(token)
             start, positions = checkpoint.default, checkpoint.to_wire()[1]
+            home = None if checkpoint.home is None else list(checkpoint.home)
         elif durable:
             positions = []
-        sub_id, frame = self._session.subscribe(pattern, filter, start, end, order, positions)
+        sub_id, frame = self._session.subscribe(pattern, filter, start, end, order, positions, home)
         sub = Subscription(self, sub_id, on_gap)
         self._subs[sub_id] = sub
         assert self._transport is not None
@@ -419,12 +442,26 @@ class Client:
         sub.position = await sub._ready
         return sub
 
-    def _unsubscribe(self, sub: Subscription) -> None:
+    def _unsubscribe(self, sub: Subscription, forget: bool) -> None:
         self._subs.pop(sub.id, None)
         self._consumed(len(sub._items))
         sub._items.clear()
         if self._closed is None and self._transport is not None:
-            self._transport.write(self._session.unsubscribe(sub.id))
+            self._transport.write(self._session.unsubscribe(sub.id, forget))
+
+    def _release(self, sub: Subscription, checkpoint: list[Any]) -> None:
+        if self._closed is None and self._transport is not None and sub.id in self._subs:
+            self._transport.write(self._session.release(sub.id, checkpoint))
+            sub._acked = checkpoint
+
+    def _ack_durable(self) -> None:
+        """Every ACK_INTERVAL_S while the connection is open: durable subscriptions acknowledge
+        what the application has taken since the last time."""
+        if self._closed is not None:
+            return
+        for sub in list(self._subs.values()):
+            sub._auto_ack()
+        self._acking = self._loop.call_later(ACK_INTERVAL_S, self._ack_durable)
 
     async def status(self) -> dict[str, Any]:
         self._check_open()
@@ -603,6 +640,9 @@ class Client:
             except TidingsError as exc:
                 sub._fail(exc)
                 return
+            sub._acked = sub.checkpoint.to_wire()[:2]  # what it starts from is released already
+            if self._acking is None:
+                self._acking = self._loop.call_later(ACK_INTERVAL_S, self._ack_durable)
         sub._ready.set_result(msg.position)
 
     def _silence(self, msg: messages.Silence) -> None:
@@ -667,6 +707,9 @@ class Client:
         if self._renewal is not None:
             self._renewal.cancel()
             self._renewal = None
+        if self._acking is not None:
+            self._acking.cancel()
+            self._acking = None
         if self._closed is None:
             self._closed = ConnectionClosed(f"the connection to the broker was lost: {exc}" if exc
                                             else "the connection to the broker is closed")

@@ -314,7 +314,7 @@ class Broker:
             elif isinstance(msg, messages.Subscribe):
                 self._subscribe(c, msg, inp.wall_us, out)
             elif isinstance(msg, messages.Unsubscribe):
-                self._unsubscribe(c, msg.sub, out)
+                self._unsubscribe(c, msg.sub, msg.forget, out)
             elif isinstance(msg, messages.Renew):
                 self.leases.renew(inp.now, c.conn)
             elif isinstance(msg, messages.Release):
@@ -599,13 +599,15 @@ class Broker:
             if self.cluster is None:
                 raise TidingsError("total order needs the broker to be in an overlay", errors.BAD_START)
 
-    def _unsubscribe(self, c: ClientConnection, sub: int, out: list[Effect]) -> None:
+    def _unsubscribe(self, c: ClientConnection, sub: int, forget: bool, out: list[Effect]) -> None:
+        """A durable subscription is away after UNSUBSCRIBE, as after a closed connection, unless
+        `forget` ends it for good."""
         s = c.subs.get(sub)
         if s is None:
             out.append(Send(c.conn, messages.error(errors.UNKNOWN_SUBSCRIPTION, f"no subscription {sub}",
                                                    sub=sub)))
             return
-        self._drop_subend(c, s, out)
+        self._drop_subend(c, s, out, ended=forget)
 
     def _drop_subend(self, c: ClientConnection, s: Subend, out: list[Effect], ended: bool = True) -> None:
         """Subscription `s` ends (`ended`: unsubscribed, refused, expired), or its connection went
@@ -667,7 +669,7 @@ class Broker:
         c = self.connections[s.conn]
         out.append(Send(c.conn, messages.error(errors.LOG_UNREADABLE, f"cannot read the log: {inp.reason}",
                                                sub=s.sub)))
-        self._drop_subend(c, s, out)
+        self._drop_subend(c, s, out, ended=False)  # a durable one may resume elsewhere
 
     def _flow(self, conn: int, blocked: bool, out: list[Effect]) -> None:
         c = self.connections.get(conn)

@@ -155,9 +155,10 @@ class ClientSession:
 
     def subscribe(self, pattern: str, filter: str | None = None, start: Start = "now",
                   end: int | None = None, order: str = messages.ORDER_PUBLISHER,
-                  positions: list[Any] | None = None) -> tuple[int, bytes]:
+                  positions: list[Any] | None = None, home: list[Any] | None = None) -> tuple[int, bytes]:
         """`positions` makes the subscription durable (core/checkpoint.py): [[pubend, tick], ...]
-        overriding the start for the pubends named."""
+        overriding the start for the pubends named; `home` is the token's [address, pubend,
+        registration], where the subscription was registered."""
         validate_pattern(pattern)
         if filter:
             parse_filter(filter)
@@ -173,7 +174,7 @@ class ClientSession:
                                       or kind == messages.START_OLDEST):
             raise StartError("a durable subscription starts now, at a tick or time, or at a token; "
                              "in publisher order; without an end")
-        msg = messages.Subscribe(self._next_sub, pattern, filter or None, kind, after, end, order, positions)
+        msg = messages.Subscribe(self._next_sub, pattern, filter or None, kind, after, end, order, positions, home)
         return self._next_sub, messages.subscribe(msg)
 
     @property
@@ -185,8 +186,11 @@ class ClientSession:
     def renew(self) -> bytes:
         return messages.renew()
 
-    def unsubscribe(self, sub: int) -> bytes:
-        return messages.unsubscribe(sub)
+    def unsubscribe(self, sub: int, forget: bool = False) -> bytes:
+        return messages.unsubscribe(sub, forget)
+
+    def release(self, sub: int, checkpoint: list[Any]) -> bytes:
+        return messages.release(sub, checkpoint)
 
     def status(self) -> tuple[int, bytes]:
         self._next_req += 1

@@ -180,9 +180,11 @@ class ReliabilityNode:
         self._pubend_state = pubend_state
         self._held = held
         self.release_asked = 0  # the log was last asked to release through this tick
+        self.released = self.delivered = 0  # this pubend's Tr and Td when last computed (release.py)
         self.source = Source(pubend_id, me.address, SourceConfig(
             config.silence_interval_ns, config.stream_idle_ns, config.recovery_ns, config.read_bytes_max,
-            config.reads_max, config.trees_max, config.knowledge_bytes_max), trees_of, scribe.told_empty)
+            config.reads_max, config.trees_max, config.knowledge_bytes_max, config.release_hold_ns), trees_of,
+            scribe.told_empty)
         self._limits = StreamLimits(config.stream_cache_bytes_max, config.nack_ranges_max,
                                     config.nack_range_ticks_max, config.knowledge_bytes_max)
         self.trees: dict[str, _Tree] = {}
@@ -623,7 +625,7 @@ class ReliabilityNode:
                     ist.acked(sender, stream.through, stream.released)
                     self._after_change(now, ist)
                 elif stream.pubend == self.pubend_id:
-                    self.source.acked(stream.tree, stream.through, sender, stream.released)
+                    self.source.acked(now, stream.tree, stream.through, sender, stream.released)
         elif type(decoded) is messages.Nack:
             out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
         elif type(decoded) is messages.Knowledge:  # straight from a pubend that takes us for the root
@@ -676,7 +678,7 @@ class ReliabilityNode:
                     continue
                 synced, _ = self._pubend_state()
                 out += self._source(now, self.source.silence(now, synced))
-                out += self._release(synced)
+                out += self._release(now, synced)
                 self.timers.set(SILENCE, now + self.config.silence_interval_ns)
                 for t in self.trees.values():  # the present moved: total-order merges may go on
                     out += self._merge(t)
@@ -685,13 +687,15 @@ class ReliabilityNode:
                 out += self._gap_due(now, key)
         return self._flush(now, out)
 
-    def _release(self, synced: int) -> list[Any]:
+    def _release(self, now: int, synced: int) -> list[Any]:
         """The pubend's log may release a longer prefix (release.py): ask the runtime to."""
         if not self.wall_us:
             return []
         config = self.config
-        through = release_through(self.source.released(self._held(None, self.pubend_id)), self.source.delivered(),
-                                  synced, self.wall_us, config.max_retain_us, config.release_keep_us)
+        self.released = self.source.released(now, self._held(None, self.pubend_id))
+        self.delivered = self.source.delivered(now)
+        through = release_through(self.released, self.delivered, synced, self.wall_us, config.max_retain_us,
+                                  config.release_keep_us)
         if through <= self.release_asked:
             return []
         self.release_asked = through
@@ -757,7 +761,7 @@ class ReliabilityNode:
 
     def status(self) -> dict[str, Any]:
         return {"streams": self._streams, "peer_errors": self.peer_errors, "total_order_late": self.total_order_late,
-                "release_asked": self.release_asked,
+                "release_asked": self.release_asked, "released": self.released, "delivered": self.delivered,
                 "records_unwanted": self.records_unwanted,
                 "nacks_sent": self.nacks_sent,
                 "nack_ticks_sent": self.nack_ticks_sent,

@@ -19,8 +19,11 @@ durable subscriptions below have not released everything sent is kept, with its 
 silence, so their brokers' acks keep reporting how far they released (release.py).
 
 The root's ACKs also carry the tree's release point; `released` and `delivered` are the smallest
-over the trees (a tree whose root has not reported yet holds release where its stream began; a
-tree refused for `trees_max` holds it for good, since nobody reports for it).
+over the trees with members (a tree whose root has not reported yet holds release where its stream
+began; a tree refused for `trees_max` holds it for good, since nobody reports for it). A root the
+pubend has not heard from before on a tree (the old one failed, or the pubend restarted) may report
+before the brokers below have found it, and a tree whose only subscriber broker failed looks
+empty: for `release_hold_ns` either way the tree's release stays where it was.
 
 Nacks reach the pubend from a root (and, through the root, from any broker below). Each nacked
 range is read back from the log (ReadLog, bounded in bytes and in reads in flight) and sent again
@@ -60,6 +63,7 @@ class SourceConfig:
     reads_max: int  # log reads in flight answering nacks
     trees_max: int
     knowledge_bytes_max: int  # record bytes in one knowledge message
+    release_hold_ns: int = 300 * 1_000_000_000  # a new root's release point is trusted after this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,11 @@ class _TreeStream:
     data_ns: int  # when data was last sent on it
     root: str | None = None  # the rendez-vous point, as its ACKs tell: first-time data goes straight there
     released_through: int = 0  # what every durable subscription below the root released, as it reported
+    # a root that is new to the pubend (a repair, or a restart) may not have heard from every broker
+    # below yet: until `hold_until` (monotonic ns) the tree's release stays at most `hold_at`
+    hold_at: int = 0
+    hold_until: int = 0
+    empty_since: int | None = None  # when the pubend first found the tree without members
 
 
 @dataclass(slots=True)
@@ -198,23 +207,34 @@ class Source:
                 stream.sent_through = synced
         return out
 
-    def acked(self, tree: str, through: int, root: str, released: int) -> None:
+    def acked(self, now: int, tree: str, through: int, root: str, released: int) -> None:
         """The rendez-vous point at `root` acknowledged the tree's stream through `through`, and
         every durable subscription on the tree released it through `released`."""
         stream = self._streams.get(tree)
         if stream is None:
             return
+        if stream.root is not None and root != stream.root:  # a new root: hold while the brokers below find it
+            stream.hold_at = stream.released_through
+            stream.hold_until = now + self.config.release_hold_ns
         stream.root = root
         if through > stream.acked_through:
             stream.acked_through = min(through, stream.sent_through)
         stream.released_through = min(released, stream.sent_through)
+        if now < stream.hold_until:
+            stream.released_through = min(stream.released_through, stream.hold_at)
 
-    def released(self, held: int | None) -> int:
+    def released(self, now: int, held: int | None) -> int:
         """Tr: the tick through which every durable subscription released this pubend's stream, on
-        every tree (`held`: this broker's own durable subscriptions', None if it hosts none);
-        TICK_MAX when nothing holds it."""
-        points = [s.released_through for s in self._streams.values()]
-        points += [p for p in (held, self.refused_from) if p is not None]
+        every tree with members (`held`: this broker's own durable subscriptions', None if it hosts
+        none); TICK_MAX when nothing holds it."""
+        points = [p for p in (held, self.refused_from) if p is not None]
+        for tree, stream in self._streams.items():
+            if not self._empty(now, tree):
+                stream.empty_since = None
+            elif stream.empty_since is None:  # a tree whose only subscriber's broker failed looks
+                stream.empty_since = now      # empty too: hold a while, as for a new root
+            if stream.empty_since is None or now - stream.empty_since < self.config.release_hold_ns:
+                points.append(stream.released_through)
         return min(points, default=TICK_MAX)
 
     def held_trees(self) -> dict[str, int]:
@@ -230,13 +250,16 @@ class Source:
         that lacks earlier ticks nacks them)."""
         for tree, released in held.items():
             stream = self._new_stream(tree, last_tick, now)
-            if stream is not None:
+            if stream is not None:  # (the root then may not have heard from below yet: hold)
                 stream.acked_through = 0
-                stream.released_through = min(released, last_tick)
+                stream.released_through = stream.hold_at = min(released, last_tick)
+                stream.hold_until = now + self.config.release_hold_ns
 
-    def delivered(self) -> int:
-        """Td: the tick through which every tree's subscribers have the stream (TICK_MAX: no tree)."""
-        return min((s.acked_through for s in self._streams.values()), default=TICK_MAX)
+    def delivered(self, now: int) -> int:
+        """Td: the tick through which the subscribers of every tree with members have the stream
+        (TICK_MAX: no such tree)."""
+        return min((s.acked_through for tree, s in self._streams.items() if not self._empty(now, tree)),
+                   default=TICK_MAX)
 
     def root_moved(self, tree: str, address: str) -> None:
         stream = self._streams.get(tree)
@@ -317,8 +340,9 @@ class Source:
                 if tree not in self._streams:
                     self._new_stream(tree, last, now)
                     stream = self._streams.get(tree)
-                    if stream is not None:  # unknown: silence goes on until the root acks
-                        stream.acked_through = stream.released_through = 0
+                    if stream is not None:  # unknown: silence goes on until the root acks, and
+                        stream.acked_through = stream.released_through = 0  # release waits a hold
+                        stream.hold_until = now + self.config.release_hold_ns
         return []
 
     def _record_trees(self, record: bytes) -> list[str]:
@@ -333,6 +357,5 @@ class Source:
 
     def status(self) -> dict[str, Any]:
         return {"trees": len(self._streams), "roots_known": sum(1 for s in self._streams.values() if s.root),
-                "released": self.released(None), "delivered": self.delivered(),
                 "reads": len(self._reads), "nacks_received": self.nacks_received,
                 "ticks_retransmitted": self.ticks_retransmitted}

@@ -102,6 +102,7 @@ class Release:
 @dataclass(frozen=True, slots=True)
 class Unsubscribe:
     sub: int
+    forget: bool = False  # a durable subscription ends for good, rather than going away
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,8 +217,10 @@ def release(sub: int, checkpoint: list[Any]) -> bytes:
     return _pack([RELEASE, sub, checkpoint])
 
 
-def unsubscribe(sub: int) -> bytes:
-    return _pack([UNSUBSCRIBE, sub])
+def unsubscribe(sub: int, forget: bool = False) -> bytes:
+    """`forget`: a durable subscription ends for good (its broker stops holding events for it);
+    without it, it is only away, like a closed connection."""
+    return _pack([UNSUBSCRIBE, sub, True] if forget else [UNSUBSCRIBE, sub])
 
 
 def status_request(req: int) -> bytes:
@@ -390,7 +393,7 @@ def _decode_subscribe(msg: list[Any]) -> Subscribe:
                      flt, start, after, end_tick, order, positions, home)
 
 
-def decode_client_message(  # noqa: PLR0911 - one return per message type
+def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message type
     body: bytes,
 ) -> Hello | Auth | Publish | Subscribe | Unsubscribe | StatusRequest | Renew | Release:
     msg = _unpack(body)
@@ -403,8 +406,11 @@ def decode_client_message(  # noqa: PLR0911 - one return per message type
     if kind == SUBSCRIBE:
         return _decode_subscribe(msg)
     if kind == UNSUBSCRIBE:
-        _arity(msg, 2, "UNSUBSCRIBE")
-        return Unsubscribe(_int(msg[1], "UNSUBSCRIBE id"))
+        if len(msg) != 2:
+            _arity(msg, 3, "UNSUBSCRIBE")
+            if type(msg[2]) is not bool:
+                raise _bad("UNSUBSCRIBE forget must be a boolean")
+        return Unsubscribe(_int(msg[1], "UNSUBSCRIBE id"), len(msg) == 3 and msg[2])
     if kind == RENEW:
         _arity(msg, 1, "RENEW")
         return Renew()
