@@ -101,8 +101,8 @@ def test_early_release_gives_an_away_subscriber_a_gap_and_one_that_keeps_up_none
                          what="early release passed the away subscriber's position")
                 later = pub.publish("rel/a", PAYLOAD).tick
                 assert kept.get(timeout=20).tick == later
-            with sync.connect(cluster[1].address, follow_advice=False) as client:
-                resumed = client.subscribe("rel/#", token=token, on_gap="event")
+            with sync.connect(cluster[1].address, follow_advice=False) as again:
+                resumed = again.subscribe("rel/#", token=token, on_gap="event")
                 gap = resumed.get(timeout=20)
                 assert isinstance(gap, Gap) and gap.pubend == origin.pubend and gap.through >= released(origin) - 1
                 rest = receive(resumed, len([t for t in ticks if t > gap.through]) + 1)
