@@ -48,6 +48,8 @@ class SyncSubscription:
         """The next item, waiting at most `timeout` seconds (TimeoutError; None waits for ever);
         None once the subscription ended."""
         checkpoint = self._sub.checkpoint
+        if checkpoint is not None and self.auto_ack and time.monotonic() - self._acked_at >= ACK_INTERVAL_S:
+            self.ack()  # what earlier calls returned: the application asks for more, it is done with those
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if not self._items:
@@ -64,8 +66,6 @@ class SyncSubscription:
                 (shown,) = advance(checkpoint, [item]) or (None,)
                 if shown is None:
                     continue  # a SILENCE
-            if checkpoint is not None and self.auto_ack and time.monotonic() - self._acked_at >= ACK_INTERVAL_S:
-                self.ack()
             if isinstance(item, Gap) and self._sub.on_gap == "raise":
                 raise GapError(item.after, item.through, item.pubend)
             return item  # type: ignore[no-any-return]

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from tidings.core.config import BrokerConfig, ConfigError
+from tidings.core.registrations import Registrations
 from tidings.core.reliability.istream import Istream
 from tidings.sim.delivery_scenario import CONFIG, FAULTS, DeliveryRun, DeliveryScenario, run_delivery, sweep_scenario
 
@@ -139,3 +140,28 @@ def test_total_order_subscribers_of_a_tree_all_see_one_interleaving(seed, faults
     assert not result.problems, result.problems
     assert sum(1 for s in run.subscribers if s.pattern in ("nodes/#", "nodes/+/load")) >= 3
     assert all(node.core.status()["delivery"]["total_order_late"] == 0 for node in run.nodes if node.core)
+
+
+def test_an_away_durable_subscribers_registration_holds_release_and_early_release_gives_it_gaps_only():
+    """Logs drop what is released at once here. A durable subscriber away for 7 s (longer than a
+    departed child's hold) still gets everything back: its registration holds release. With early
+    release (maxRetain 1.5 s) it may come back to gaps instead, and they must cover exactly what is
+    missing, while every subscriber that stayed connected gets none."""
+    gaps = 0
+    for seed in (0, 1, 3, 4):
+        base = replace(sweep_scenario(seed, brokers=16), durable_moves=2, durable_away=True)
+        held = run_delivery(base)
+        assert not held.problems and held.stats["gaps"] == 0, (base, held.problems)
+        assert held.stats["released"] > 0  # release did run
+        early = run_delivery(replace(base, early_release=True))
+        assert not early.problems, (base, early.problems)
+        gaps += early.stats["gaps"]
+    assert gaps > 0  # early release did bite
+
+
+def test_a_registration_that_does_not_hold_release_is_caught(monkeypatch):
+    """The checker is not fooled: brokers whose durable registrations hold nothing let the pubends
+    release what an away durable subscriber has not consumed, and it comes back to gaps."""
+    monkeypatch.setattr(Registrations, "held", lambda self, tree, pubend: None)
+    result = run_delivery(replace(sweep_scenario(0, brokers=16), durable_moves=2, durable_away=True))
+    assert any(" gap: " in p or "missing" in p for p in result.problems), result.problems

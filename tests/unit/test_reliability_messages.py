@@ -28,7 +28,7 @@ EXAMPLES = [
     m.Knowledge("a/b", "p0123456789abcdef", 10, 20, (15,), (b"record",), False),
     m.Knowledge("a/#", "p", 0, TICK_MAX, (), (), True),
     m.Knowledge("a", "p", 5, 8, (6, 7, 8), (b"x", b"y", b"z"), True),
-    m.Ack((m.StreamAck("a/b", "p1", 0, 0), m.StreamAck("c", "p2", TICK_MAX, 5))),
+    m.Ack((m.StreamAck("a/b", "p1", 0, 0, 0), m.StreamAck("c", "p2", TICK_MAX, 5, 7))),
     m.Moved("p0123456789abcdef", 7),
     m.Nack("a/b", "p1", ((0, 5), (5, 9), (100, 100 + m.NACK_RANGE_TICKS_MAX))),
     m.RootMoved("a/b"),
@@ -73,8 +73,8 @@ def nacks(draw):
 
 MESSAGES = st.one_of(
     knowledge_messages(),
-    st.builds(m.Ack, st.lists(st.tuples(NAMES, NAMES, TICK_VALUES, TICK_VALUES).map(
-        lambda t: m.StreamAck(t[0], t[1], max(t[2], t[3]), min(t[2], t[3]))), min_size=1, max_size=5).map(tuple)),
+    st.builds(m.Ack, st.lists(st.tuples(NAMES, NAMES, st.lists(TICK_VALUES, min_size=3, max_size=3).map(sorted)).map(
+        lambda t: m.StreamAck(t[0], t[1], t[2][2], t[2][0], t[2][1])), min_size=1, max_size=5).map(tuple)),
     nacks(),
 )
 
@@ -116,10 +116,11 @@ LONG = "x" * (TREE_BYTES_MAX + 1)
     [K, "a", "p", 0, 10**9, list(range(1, m.RECORDS_PER_MESSAGE_MAX + 2)),
      [b"r"] * (m.RECORDS_PER_MESSAGE_MAX + 1), False],
     # ack
-    [A, []], [A, None], [A, ["a", "p", 3, 3]], [A, [["a", "p", 3]]], [A, [["a", "p", 3, 4]]],
-    [A, [["a", "p", -1, 0]]], [A, [["a", "p", 3, -1]]], [A, [["a", "p", 3, 3, 3]]],
-    [A, [["a", "p", True, 0]]], [A, [["a", "p", 3, False]]], [A, [["a", None, 3, 3]]], [A, [("a", "p", 3, 3)]],
-    [A, [["a", "p", 3, 3]] * (m.ACK_ENTRIES_MAX + 1)], [A, [["a", "p", 3, 3]], None],
+    [A, []], [A, None], [A, ["a", "p", 3, 3, 3]], [A, [["a", "p", 3, 3]]], [A, [["a", "p", 3, 4, 4]]],
+    [A, [["a", "p", 3, 2, 4]]], [A, [["a", "p", 3, 3, 2]]],
+    [A, [["a", "p", -1, 0, 0]]], [A, [["a", "p", 3, -1, 0]]], [A, [["a", "p", 3, 3, 3, 3]]],
+    [A, [["a", "p", True, 0, 0]]], [A, [["a", "p", 3, False, 0]]], [A, [["a", None, 3, 3, 3]]],
+    [A, [("a", "p", 3, 3, 3)]], [A, [["a", "p", 3, 3, 3]] * (m.ACK_ENTRIES_MAX + 1)], [A, [["a", "p", 3, 3, 3]], None],
     # moved
     [165, "p"], [165, "p", 0], [165, "", 1], [165, "p", True], [165, "p", 1.0], [165, "p", 2**63], [165, 5, 1],
     # nack
@@ -150,7 +151,7 @@ def test_malformed_messages_raise_protocol_error(wire):
 def test_limits_are_inclusive():
     ranges = [[2 * k, 2 * k + 1] for k in range(m.NACK_RANGES_MAX)]
     assert len(m.decode([N, "a", "p", ranges]).ranges) == m.NACK_RANGES_MAX
-    entries = [["a", "p", 3, 3]] * m.ACK_ENTRIES_MAX
+    entries = [["a", "p", 3, 3, 3]] * m.ACK_ENTRIES_MAX
     assert len(m.decode([A, entries]).streams) == m.ACK_ENTRIES_MAX
     count = m.RECORDS_PER_MESSAGE_MAX
     knowledge = m.decode([K, "a", "p", 0, count, list(range(1, count + 1)), [b"r"] * count, False, None, False])

@@ -42,7 +42,7 @@ def test_each_tree_gets_its_events_as_d_and_the_rest_of_the_sync_as_silence():
 def test_first_time_data_goes_straight_to_the_root_its_acks_came_from_until_it_moves():
     src = source()
     assert [e.root for e in src.published(0, [(5, "a", {}, record(5, "a"))], 5)] == [None, None]
-    src.acked("a", 5, "root:7", 5)
+    src.acked(0, "a", 5, "root:7", 5, 5)
     out = src.published(1, [(6, "a", {}, record(6, "a"))], 6)
     assert {e.tree: e.root for e in out if isinstance(e, PublishOnTree)} == {"a": "root:7", "#": None}
     assert all(e.root is None for e in src.silence(2, 8))  # silence is routed: it finds a moved root

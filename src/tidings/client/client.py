@@ -152,7 +152,10 @@ class Subscription:
         self.on_gap = on_gap
         self.position: int | None = None
         self.checkpoint: Checkpoint | None = None  # a durable subscription's (core/checkpoint.py)
-        self.auto_ack = True  # a durable one acknowledges what the application took, every ACK_INTERVAL_S
+        # a durable one acknowledges, every ACK_INTERVAL_S, what the application had taken before it
+        # last asked for more (it asked again: it is done with those)
+        self.auto_ack = True
+        self._done: list[Any] | None = None  # that checkpoint
         self._acked: list[Any] | None = None  # the checkpoint last acknowledged
         self._items: collections.deque[Any] = collections.deque()
         self._wakeup = asyncio.Event()
@@ -183,6 +186,8 @@ class Subscription:
     async def next_batch(self, max_items: int = 4096) -> list[Event | Gap]:
         """Wait for at least one item and return up to `max_items` (raw Gap markers included);
         an empty list means the subscription ended."""
+        if self.checkpoint is not None:
+            self._done = self.checkpoint.to_wire()[:2]
         while True:
             raw = await self._take(max_items)
             items = advance(self.checkpoint, raw)
@@ -214,10 +219,8 @@ class Subscription:
         self._client._release(self, checkpoint.to_wire()[:2])
 
     def _auto_ack(self) -> None:
-        if self.auto_ack and self.checkpoint is not None and not self.ended:
-            wire = self.checkpoint.to_wire()[:2]
-            if wire != self._acked:
-                self._client._release(self, wire)
+        if self.auto_ack and self._done is not None and self._done != self._acked and not self.ended:
+            self._client._release(self, self._done)
 
     async def close(self, forget: bool = False) -> None:
         """Stop receiving. A durable subscription is then away: its broker keeps holding its events

@@ -69,9 +69,9 @@ class SimClient(Endpoint):
         self.state = CONNECTING
         self.network.connect(self.address, self, server_rate_bytes_per_s=self.read_rate_bytes_per_s)
 
-    def _retry(self) -> None:
+    def _retry(self, delay_ns: int | None = None) -> None:
         self.state = DOWN
-        self.world.call_later(self.rng.randint(*self.backoff_ns), self._connect)
+        self.world.call_later(self.rng.randint(*self.backoff_ns) if delay_ns is None else delay_ns, self._connect)
 
     def connection_refused(self, address: str) -> None:
         if self.state == CONNECTING:
@@ -95,8 +95,9 @@ class SimClient(Endpoint):
         self.on_down()
         self._retry()
 
-    def drop(self) -> None:
-        """Drop the connection on purpose (the client's own disconnection), then reconnect."""
+    def drop(self, away_ns: int | None = None) -> None:
+        """Drop the connection on purpose (the client's own disconnection), then reconnect (after
+        `away_ns` when given)."""
         sock = self.sock
         if sock is None:
             return
@@ -105,7 +106,7 @@ class SimClient(Endpoint):
         self.session = None
         sock.abort(notify_self=False)
         self.on_down()
-        self._retry()
+        self._retry(away_ns)
 
     def data_received(self, sock: Socket, data: bytes) -> None:
         if sock is not self.sock or self.session is None:
@@ -161,6 +162,7 @@ class Publisher(SimClient):
         self.sent: dict[str, tuple[str, dict[str, Any], bytes]] = {}  # id -> what was published
         self.acked: dict[str, int] = {}  # id -> tick
         self.acked_at: dict[str, int] = {}  # id -> when its ACK arrived (virtual ns)
+        self.pubend_of: dict[str, str] = {}  # id -> the pubend its ACK named
         self.rejected: list[str] = []
         self.in_doubt: list[str] = []
         self._outstanding: dict[int, list[str]] = {}  # first seq of a frame -> its event ids
@@ -245,6 +247,7 @@ class Publisher(SimClient):
             self._last_tick = tick
             self.acked[ident] = tick
             self.acked_at[ident] = self.world.now
+            self.pubend_of[ident] = msg.pubend
         if self.state == READY:
             self._schedule(0)
 
@@ -269,7 +272,8 @@ class Subscriber(SimClient):
         self.subscribed_at: int | None = None  # when the first SUBSCRIBED arrived (virtual ns)
         self.position: int | None = None  # resume point: every tick <= it was seen to
         self.received: list[tuple[int, list[Any]]] = []
-        self.gaps: list[tuple[int, int]] = []
+        self.gaps: list[tuple[str | None, int, int, int]] = []  # pubend, after, through, when
+        self.gaps_judged = False  # the checker judges GAPs (the overlay's release protocol); else each is a violation
         self.subscriptions = 0
         self.quit_at: int | None = None  # when it unsubscribed for good
         self.start_tick: int | None = None  # the broker's start point for other pubends, as the scenario knows it
@@ -330,8 +334,9 @@ class Subscriber(SimClient):
             if self.position is None:
                 self.position = msg.position
         elif isinstance(msg, messages.Gap) and msg.sub == self._sub:
-            self.gaps.append((msg.after, msg.through))
-            self.violations.append(f"{self.name}: GAP ({msg.after}, {msg.through}] without retention")
+            self.gaps.append((msg.pubend, msg.after, msg.through, self.world.now))
+            if not self.gaps_judged:
+                self.violations.append(f"{self.name}: GAP ({msg.after}, {msg.through}] without retention")
         else:
             super().on_message(msg)
 
@@ -343,17 +348,20 @@ class DurableSubscriber(Subscriber):
     checkpoint: it must be the token it sent."""
 
     def __init__(self, world: World, network: Network, address: str, name: str, pattern: str,
-                 filter: str | None = None) -> None:
+                 filter: str | None = None, ack_interval_ns: int = 200_000_000) -> None:
         super().__init__(world, network, address, name, pattern, filter)
         self.durable = True
+        self.gaps_judged = True
         self.checkpoint: Checkpoint | None = None
         self.moves = 0
+        self.ack_interval_ns = ack_interval_ns  # RELEASE of its checkpoint this often, as the library does
 
-    def move(self, address: str) -> None:
+    def move(self, address: str, away_ns: int | None = None) -> None:
+        """Drop the connection and subscribe at `address` with the token (after `away_ns`)."""
         self.address = address
         self.moves += 1
         self.world.trace(self.name, "move", address)
-        self.drop()
+        self.drop(away_ns)
 
     def on_ready(self) -> None:
         assert self.session is not None
@@ -361,12 +369,21 @@ class DurableSubscriber(Subscriber):
         if ck is None:
             self._sub, frame = self.session.subscribe(self.pattern, self.filter, "now", positions=[])
         else:
-            self._sub, frame = self.session.subscribe(self.pattern, self.filter, ck.default,
-                                                      positions=ck.to_wire()[1])
+            self._sub, frame = self.session.subscribe(self.pattern, self.filter, ck.default, positions=ck.to_wire()[1],
+                                                      home=None if ck.home is None else list(ck.home))
         self.subscriptions += 1
         self.world.trace(self.name, "subscribe", "token" if ck else "now")
         self.send(frame)
         self._renew_later(self.sock)
+        self.world.call_later(self.ack_interval_ns, self._ack, self.sock)
+
+    def _ack(self, sock: Socket | None) -> None:
+        """RELEASE what it has consumed (it consumes each event as it arrives), while connected."""
+        if sock is not self.sock or self.session is None:
+            return
+        if self._sub is not None and self.checkpoint is not None:
+            self.send(self.session.release(self._sub, self.checkpoint.to_wire()[:2]))
+        self.world.call_later(self.ack_interval_ns, self._ack, sock)
 
     def on_message(self, msg: Any) -> None:
         ck = self.checkpoint
@@ -382,7 +399,12 @@ class DurableSubscriber(Subscriber):
                 self.subscribed_at = self.world.now
             elif start.default != ck.default or any(start.positions.get(p) != t for p, t in ck.positions.items()):
                 self.violations.append(f"{self.name}: resumed at {start} for the token {ck}")
+            else:
+                ck.home = start.home  # its home is where it is now
         elif isinstance(msg, messages.Silence) and msg.sub == self._sub and ck is not None:
             ck.silence(dict(msg.positions))
+        elif isinstance(msg, messages.Gap) and msg.sub == self._sub and ck is not None and msg.pubend is not None:
+            self.gaps.append((msg.pubend, msg.after, msg.through, self.world.now))
+            ck.delivered(msg.pubend, msg.through)
         else:
             super().on_message(msg)

@@ -19,6 +19,13 @@ A durable subscriber (docs/durable.md) is checked the same way across all its co
 its first SUBSCRIBED: it reconnected, to other brokers too, with the token it kept, so everything
 acknowledged after its start must have reached it once, in order, whatever broker it was on.
 
+Gaps (the release protocol, docs/durable.md#release): a GAP names a pubend and a range of its ticks
+that were released before the subscriber got them. With early release on, a durable subscriber may
+get one for an event it should have received: the event then counts as covered, not missing (and
+it must not also arrive). Any other GAP that covers an event the subscriber was promised (acked
+after its SUBSCRIBED, matching) is a problem: a subscriber that stays connected and keeps up never
+gets a gap, and without early release neither does a durable one.
+
 Total-order subscribers of the same tree must also agree: the events any two of them both received
 came in the same order at both.
 
@@ -43,11 +50,14 @@ NEVER_ACKED = 2**63  # the "ack time" of a logged event whose ACK was lost: neve
 
 
 def check_overlay_delivery(publishers: Sequence[Publisher], subscribers: Sequence[Subscriber],
-                           durable_logs: Sequence[Sequence[tuple[int, bytes]]] = ()) -> list[str]:
+                           durable_logs: Sequence[Sequence[tuple[int, bytes]]] = (),
+                           early_release: bool = False) -> list[str]:
     published: dict[str, tuple[str, dict[str, Any], bytes, int, int]] = {}
     sent: dict[str, tuple[str, dict[str, Any], bytes]] = {}
+    pubends: dict[str, str] = {}  # each event's pubend, as its ACK or its log record names it
     for pub in publishers:
         sent.update(pub.sent)
+        pubends.update(pub.pubend_of)
         for ident, tick in pub.acked.items():
             channel, attributes, payload = pub.sent[ident]
             published[ident] = (channel, attributes, payload, tick, pub.acked_at[ident])
@@ -57,11 +67,12 @@ def check_overlay_delivery(publishers: Sequence[Publisher], subscribers: Sequenc
             ident = fields[6].decode(errors="replace")
             if ident in sent and ident not in published and sent[ident] == (fields[2], fields[3], fields[6]):
                 published[ident] = (*sent[ident], tick, NEVER_ACKED)
+                pubends[ident] = fields[0]
     problems: list[str] = []
     for sub in subscribers:  # durable subscribers are checked across their reconnections
         if (sub.downs and not sub.durable) or sub.subscribed_at is None:
             continue
-        problems += _check_one(sub, published)
+        problems += _check_one(sub, published, pubends, early_release and sub.durable)
     return problems + _check_total_order([s for s in subscribers if s.order == "total" and not s.downs])
 
 
@@ -83,13 +94,19 @@ def _check_total_order(subscribers: Sequence[Subscriber]) -> list[str]:
     return problems
 
 
-def _check_one(sub: Subscriber, published: dict[str, tuple[str, dict[str, Any], bytes, int, int]]) -> list[str]:
+def _check_one(sub: Subscriber, published: dict[str, tuple[str, dict[str, Any], bytes, int, int]],
+               pubends: dict[str, str], gaps_allowed: bool) -> list[str]:
     flt = parse_filter(sub.filter) if sub.filter else None
+
+    def gapped(ident: str, tick: int) -> bool:
+        pubend = pubends.get(ident)
+        return any(p == pubend and after < tick <= through for p, after, through, _ in sub.gaps)
 
     def matches(channel: str, attributes: dict[str, Any]) -> bool:
         return pattern_matches(sub.pattern, channel) and (flt is None or flt.matches(attributes))
 
-    kinds: dict[str, list[str]] = {"duplicate": [], "phantom": [], "order": [], "missing": []}
+    kinds: dict[str, list[str]] = {"duplicate": [], "phantom": [], "order": [], "missing": [], "gap": [],
+                                   "delivered in a gap": []}
     seen: set[str] = set()
     last_tick: dict[str, int] = {}
     for tick, fields in sub.received:
@@ -102,6 +119,8 @@ def _check_one(sub: Subscriber, published: dict[str, tuple[str, dict[str, Any], 
         if entry is None or entry[3] != tick or (channel, attributes, payload) != entry[:3] \
                 or not matches(channel, attributes):
             kinds["phantom"].append(f"{ident} at tick {tick}")
+        if gapped(ident, tick):
+            kinds["delivered in a gap"].append(f"{ident} (tick {tick})")
         if tick <= last_tick.get(pubend, 0):
             kinds["order"].append(f"{ident} (tick {tick}) after tick {last_tick[pubend]} of {pubend}")
         last_tick[pubend] = max(tick, last_tick.get(pubend, 0))
@@ -112,7 +131,10 @@ def _check_one(sub: Subscriber, published: dict[str, tuple[str, dict[str, Any], 
         # late (its publisher's broker crashed in between), may or may not come
         if acked_at > sub.subscribed_at and ident not in seen and matches(channel, attributes) \
                 and sub.quit_at is None and (sub.start_tick is None or tick > sub.start_tick):
-            kinds["missing"].append(f"{ident} (tick {tick})")
+            if not gapped(ident, tick):
+                kinds["missing"].append(f"{ident} (tick {tick})")
+            elif not gaps_allowed:
+                kinds["gap"].append(f"{ident} (tick {tick})")
     out = []
     for kind, items in kinds.items():
         if items:
@@ -120,3 +142,4 @@ def _check_one(sub: Subscriber, published: dict[str, tuple[str, dict[str, Any], 
             more = f" and {len(items) - REPORT_PER_KIND_MAX} more" if len(items) > REPORT_PER_KIND_MAX else ""
             out.append(f"{sub.name} ({sub.pattern!r} at {sub.address}): {len(items)} {kind}: {shown}{more}")
     return out
+

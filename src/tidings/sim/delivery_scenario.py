@@ -16,7 +16,7 @@ acknowledged. Everything is drawn from the seed, so a failing seed replays exact
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tidings.core.config import BrokerConfig
@@ -52,7 +52,12 @@ CONFIG = BrokerConfig(
     nack_repeat_ns_min=150 * MILLISECOND_NS,
     nack_repeat_ns_max=2 * SECOND_NS, silence_interval_ns=100 * MILLISECOND_NS,
     send_queue_bytes_max=4096, stream_cache_bytes_max=4096,  # small, so slow readers and caches hit them
+    # the release protocol at work: logs drop what is released at once (no replay margin), a new
+    # root or a vanished subscriber broker holds release for 5 s (the faults restart brokers in 2)
+    release_keep_ns=1, release_hold_ns=5 * SECOND_NS, durable_save_interval_ns=100 * MILLISECOND_NS,
 )
+EARLY_RELEASE_NS = 1500 * MILLISECOND_NS  # maxRetain when a scenario asks for early release
+DURABLE_AWAY_NS = 7 * SECOND_NS  # a durable subscriber's long absence: past release_hold_ns and maxRetain
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,12 @@ class DeliveryScenario:
     # (docs/durable.md): reconnecting with its token, it must miss and repeat nothing
     durable_moves: int = 0
     churn: int = 2  # subscribers that join while events flow, and as many that unsubscribe
+    # the durable subscriber's first move keeps it away for DURABLE_AWAY_NS: its registration must
+    # hold release meanwhile (all it missed comes back), unless
+    durable_away: bool = False
+    # early release (maxRetain, EARLY_RELEASE_NS) lets the pubends drop what it missed: it may come back
+    # to a gap; everyone else must still get none
+    early_release: bool = False
 
 
 @dataclass
@@ -89,6 +100,8 @@ class DeliveryResult:
 class DeliveryRun:
     def __init__(self, scenario: DeliveryScenario, config: BrokerConfig = CONFIG) -> None:
         self.scenario = scenario
+        if scenario.early_release:
+            config = replace(config, max_retain_ns=EARLY_RELEASE_NS)
         self.config = config
         self.world = World(scenario.seed)
         self.net = Network(self.world, coalesce_probability=scenario.coalesce_probability)
@@ -138,6 +151,7 @@ class DeliveryRun:
             rate = SLOW_READER_BYTES_PER_S if s.slow_subscriber and k == 0 else None
             sub = Subscriber(self.world, self.net, f"b{i}:7000", f"s{k}@b{i}", pattern, filter=flt,
                              read_rate_bytes_per_s=rate, order="total" if s.total_order else "publisher")
+            sub.gaps_judged = True
             sub.start(self.world.now)
             self.subscribers.append(sub)
         durable = self._durable(order[s.subscribers + 2:] or order)
@@ -149,9 +163,11 @@ class DeliveryRun:
             self.publishers.append(pub)
         if durable is not None:
             homes = order[s.subscribers + 2:] or order
+            away = DURABLE_AWAY_NS if s.durable_away else 0
             for m in range(s.durable_moves):
                 home = f"b{self.rng.choice(homes)}:7000"
-                self.world.call_later((m + 1) * DURABLE_MOVE_EVERY_NS, durable.move, home)
+                self.world.call_later((m + 1) * DURABLE_MOVE_EVERY_NS + (away if m else 0), durable.move, home,
+                                      away if m == 0 else None)
         self.run(300 * MILLISECOND_NS)
         self._churn(sub_at, pub_at)
         for fault in s.faults:
@@ -166,7 +182,7 @@ class DeliveryRun:
                 sub.start_tick = (node.wall_us() - (self.world.now - sub.subscribed_at) // 1000
                                   - self.config.clock_skew_allowance_ns // 1000)
         problems = check_overlay_delivery(self.publishers, self.subscribers,
-                                          [node.disk.durable_records() for node in self.nodes])
+                                          [node.disk.durable_records() for node in self.nodes], s.early_release)
         for pub in self.publishers:
             problems += pub.violations
         acked = sum(len(p.acked) for p in self.publishers)
@@ -174,6 +190,8 @@ class DeliveryRun:
             problems.append(f"only {acked} events were acknowledged")
         delivered = sum(len(sub.received) for sub in self.subscribers)
         stats = {"lost": sum(nd.peer_faults.lost for nd in self.nodes if nd.peer_faults),
+                 "released": sum(len(nd.disk.released_records) for nd in self.nodes),
+                 "gaps": sum(len(sub.gaps) for sub in self.subscribers),
                  "connected_subscribers": sum(1 for sub in self.subscribers if not sub.downs),
                  "records_unwanted": sum(nd.core.status().get("delivery", {}).get("records_unwanted", 0)
                                          for nd in self.nodes if nd.core is not None)}
@@ -198,6 +216,7 @@ class DeliveryRun:
             pattern, flt = SUBSCRIPTIONS[self.rng.randrange(len(SUBSCRIPTIONS))]
             sub = Subscriber(self.world, self.net, f"b{i}:7000", f"late{k}@b{i}", pattern, filter=flt,
                              order="total" if s.total_order else "publisher")
+            sub.gaps_judged = True
             sub.start(self.world.now + self.rng.randrange(window_ns))
             self.subscribers.append(sub)
         quitters = self.subscribers[1:len(sub_at)]

@@ -75,6 +75,7 @@ class Disk:
         self.records_lost = 0  # volatile records a crash dropped
         self.records_survived = 0  # volatile records a crash kept
         self.released_through = 0
+        self.released_records: list[tuple[int, bytes]] = []  # what release dropped (for checkers)
         self.durable_state: bytes | None = None  # what the broker last saved (SaveDurable)
 
     # ---- the owner's interface (effects Append, Sync, ReadLog) -----------------------------------
@@ -97,6 +98,7 @@ class Disk:
         if count == 0:
             return
         self.released_through = max(self.released_through, self.ticks[count - 1])
+        self.released_records += self.records[:count]
         for _, record in self.records[:count]:
             self.log_bytes -= len(record)
         del self.records[:count]
@@ -123,7 +125,8 @@ class Disk:
         return len(self.records) - self.durable_count
 
     def durable_records(self) -> list[tuple[int, bytes]]:
-        return self.records[: self.durable_count]
+        """Every record that was ever durable: released ones too."""
+        return self.released_records + self.records[: self.durable_count]
 
     def state(self) -> LogState:
         """The log as a reader of the files sees it now (volatile tail included)."""

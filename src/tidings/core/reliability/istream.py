@@ -24,10 +24,13 @@ any gap: the cache is an optimisation, never the only copy (only the pubend's lo
 
 Acks flow up too: the stream acknowledges the smallest tick every consumer has acknowledged
 (children) or been sent (local subscriptions), never past its horizon. Records below every
-consumer's ack leave the cache. Beside each ack goes the release point (release.py): the smallest
-tick released below, from each child's last ack (a child that has not acked yet holds it at 0, and
-one that left holds it at its last value for `release_hold_ns`, so a failing forwarder cannot
-release what the brokers below it still need while they repair), never past the ack point.
+consumer's ack leave the cache. Beside each ack go the release point and the delivered point
+(release.py): the smallest tick released below, and the smallest tick delivered below, from each
+child's last ack (a child that has not acked yet holds them at 0), never past the ack point. A
+child that left holds both at its last values for `release_hold_ns` (a *ghost*): a failing
+forwarder, or a partition, must not let the pubend release, early or not, what the brokers below
+still need while they repair. (Ghosts hold only these two: the ack itself, which drives caches and
+retransmission, follows the consumers there are.)
 
 Filtering (node.py has the protocol): `pieces_for` may be given a child's filter summary; a D tick
 whose record the summary does not match goes to that child as F. A record's channel and attributes
@@ -66,6 +69,7 @@ class Consumer:
     acked_through: int
     blocked: bool = False  # a local subscription whose connection cannot take more now
     released_through: int = 0  # a child's: what every durable subscription below it released
+    delivered_through: int = 0  # a child's: what every subscriber below it that keeps up has
 
     @property
     def local(self) -> bool:
@@ -102,6 +106,7 @@ class Istream:
         "acked_sent",
         "consumers",
         "curious_ns",
+        "delivered_sent",
         "floor",
         "ghosts",
         "horizon",
@@ -137,7 +142,8 @@ class Istream:
         self.origin = ""  # the pubend's broker (where the root sends nacks and acks)
         self.acked_sent = floor  # the last ack sent upstream
         self.released_sent = -1  # the release point that ack carried (-1: none sent yet)
-        self.ghosts: list[tuple[int, int]] = []  # (released, until_ns) of children that left
+        self.delivered_sent = -1  # and the delivered point
+        self.ghosts: list[tuple[int, int, int]] = []  # (delivered, released, until_ns) of children that left
         self.nack_ns: int | None = None  # when the last nack left
         self.curious_ns: int | None = None  # when the nacked ticks were last forgotten (NRT counts from it)
         self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered
@@ -162,7 +168,7 @@ class Istream:
         """Remove a consumer; a child's release point is held `hold_ns` longer (a ghost)."""
         consumer = self.consumers.pop(key, None)
         if consumer is not None and not consumer.local and hold_ns > 0:
-            self.ghosts.append((consumer.released_through, now + hold_ns))
+            self.ghosts.append((consumer.delivered_through, consumer.released_through, now + hold_ns))
 
     def rewind(self, key: str | int, position: int) -> None:
         """A consumer lacks ticks after `position` (a child's nack): send them again."""
@@ -353,29 +359,36 @@ class Istream:
             point = min(point, c.sent_through if c.local else c.acked_through)
         return point
 
-    def acked(self, key: str, through: int, released: int) -> None:
+    def acked(self, key: str, through: int, released: int, delivered: int) -> None:
         consumer = self.consumers.get(key)
         if consumer is None:
             return
         consumer.released_through = min(released, max(consumer.sent_through, self.horizon))
+        consumer.delivered_through = min(delivered, max(consumer.sent_through, self.horizon))
         if through > consumer.acked_through:
             consumer.acked_through = min(through, max(consumer.sent_through, self.horizon))
             self.bound_cache()
 
-    def release_point(self, now: int, held: int | None) -> int:
-        """The tick through which everything below released (`held`: this broker's own durable
-        subscriptions' smallest release of this pubend, None when it hosts none), at most the ack
-        point. Ghosts past their time are forgotten."""
-        point = self.ack_point()
-        if held is not None:
-            point = min(point, held)
+    def release_points(self, now: int, held: int | None) -> tuple[int, int]:
+        """(released, delivered): the ticks through which every durable subscription below released
+        the stream (`held`: this broker's own durable subscriptions' smallest release of this
+        pubend, None when it hosts none), and through which every subscriber below that keeps up
+        has it; at most the ack point, the first at most the second. Ghosts past their time are
+        forgotten first."""
+        if self.ghosts:
+            self.ghosts = [g for g in self.ghosts if g[2] > now]
+        delivered = self.ack_point()
         for c in self.consumers.values():
             if not c.local:
-                point = min(point, c.released_through)
-        if self.ghosts:
-            self.ghosts = [g for g in self.ghosts if g[1] > now]
-            point = min([point, *(released for released, _ in self.ghosts)])
-        return point
+                delivered = min(delivered, c.delivered_through)
+        released = delivered if held is None else min(delivered, held)
+        for c in self.consumers.values():
+            if not c.local:
+                released = min(released, c.released_through)
+        for ghost_delivered, ghost_released, _ in self.ghosts:
+            delivered = min(delivered, ghost_delivered)
+            released = min(released, ghost_released, ghost_delivered)
+        return released, delivered
 
     # ---- gaps and nacks -----------------------------------------------------------------------
 

@@ -13,10 +13,12 @@ everywhere else, 0 <= tick <= TICK_MAX.
   (a child that sent no summary, the pubend's leg, or a child whose summary matches everything).
   `lost` True makes every tick of the range L instead (no ticks, no records): the pubend released
   those ticks before this stream learnt them, and a subscriber that wanted them gets a gap.
-- ACK, child to parent: [161, [[tree, pubend, through, released], ...]]: for each stream, every tick
-  <= through is A on the sender's side, and every durable subscription at or below the sender has
-  released (consumed and acknowledged) every tick <= released (<= through; the release protocol,
-  release.py). One message carries the acks of many streams to one parent.
+- ACK, child to parent: [161, [[tree, pubend, through, released, delivered], ...]]: for each stream,
+  every tick <= through is A on the sender's side; every durable subscription at or below the
+  sender has released (consumed and acknowledged) every tick <= released; and every subscriber
+  below that keeps up has been given every tick <= delivered, counting brokers that left the tree
+  a moment ago as still there (released <= delivered <= through; the release protocol, release.py).
+  One message carries the acks of many streams to one parent.
 - NACK, child to parent: [162, tree, pubend, [[after, through], ...]]: the sender is curious about
   those ranges (sorted, not overlapping, each non-empty and at most NACK_RANGE_TICKS_MAX wide; the
   sender chops longer gaps, and a nack names at most NACK_RANGES_MAX of them).
@@ -94,13 +96,15 @@ class Knowledge:
 
 @dataclass(frozen=True, slots=True)
 class StreamAck:
-    """One stream's ack: every tick <= `through` is A, and every tick <= `released` is released by
-    every durable subscription at or below the sender."""
+    """One stream's ack: every tick <= `through` is A, every tick <= `released` is released by every
+    durable subscription at or below the sender, and every tick <= `delivered` reached every
+    subscriber below that keeps up (Gryphon's latestDelivered)."""
 
     tree: str
     pubend: str
     through: int
     released: int
+    delivered: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +112,7 @@ class Ack:
     streams: tuple[StreamAck, ...]
 
     def to_wire(self) -> list[Any]:
-        return [ACK, [[s.tree, s.pubend, s.through, s.released] for s in self.streams]]
+        return [ACK, [[s.tree, s.pubend, s.through, s.released, s.delivered] for s in self.streams]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,12 +233,13 @@ def _ack(f: list[Any]) -> Ack:
         raise _bad("an ack names at least one stream")
     streams = []
     for entry in entries:
-        if type(entry) is not list or len(entry) != 4:
-            raise _bad("an ack entry is [tree, pubend, through, released]")
+        if type(entry) is not list or len(entry) != 5:
+            raise _bad("an ack entry is [tree, pubend, through, released, delivered]")
         through, released = _tick(entry[2], "an ack's through"), _tick(entry[3], "an ack's released")
-        if released > through:
-            raise _bad("an ack's released is at most its through")
-        streams.append(StreamAck(*_stream(entry[0], entry[1]), through, released))
+        delivered = _tick(entry[4], "an ack's delivered")
+        if not released <= delivered <= through:
+            raise _bad("an ack's released is at most its delivered, which is at most its through")
+        streams.append(StreamAck(*_stream(entry[0], entry[1]), through, released, delivered))
     return Ack(tuple(streams))
 
 

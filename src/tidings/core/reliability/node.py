@@ -246,7 +246,8 @@ class ReliabilityNode:
             if ist is None:  # nobody here consumes it: acknowledge it so upstream is not held up
                 held = self._held(tree, knowledge.pubend)  # (a disconnected durable subscription may hold release)
                 through = knowledge.through
-                self._ack(upstream, tree, knowledge.pubend, through, through if held is None else min(held, through))
+                self._ack(upstream, tree, knowledge.pubend, through, through if held is None else min(held, through),
+                          through)
                 return self._flush(now, out)
         ist.upstream = upstream
         ist.origin = origin
@@ -268,7 +269,8 @@ class ReliabilityNode:
                 ist.nack_interval_ns = self._round_trip(upstream, now - ist.nack_ns)
             out += self._push(now, t, ist)
         elif knowledge.through <= ist.acked_sent:  # our ack may have been lost
-            self._ack(upstream, tree, ist.pubend, ist.acked_sent, max(0, ist.released_sent))
+            self._ack(upstream, tree, ist.pubend, ist.acked_sent, max(0, ist.released_sent),
+                      max(0, ist.released_sent, ist.delivered_sent))
         self._after_change(now, ist)
         return self._flush(now, out)
 
@@ -381,12 +383,13 @@ class ReliabilityNode:
 
     def _after_change(self, now: int, ist: Istream) -> None:
         """Acknowledge what all consumers have, with the release point below, and watch the gaps."""
+        released, delivered = ist.release_points(now, self._held(ist.tree, ist.pubend))
         point = ist.ack_point()
-        released = ist.release_point(now, self._held(ist.tree, ist.pubend))
-        if (point > ist.acked_sent or released != ist.released_sent) and ist.upstream is not None:
+        if ist.upstream is not None and (point > ist.acked_sent or released != ist.released_sent
+                                         or delivered != ist.delivered_sent):
             ist.acked_sent = max(point, ist.acked_sent)
-            ist.released_sent = released
-            self._ack(ist.upstream, ist.tree, ist.pubend, ist.acked_sent, min(released, ist.acked_sent))
+            ist.released_sent, ist.delivered_sent = released, delivered
+            self._ack(ist.upstream, ist.tree, ist.pubend, ist.acked_sent, released, delivered)
         ist.bound_cache()
         ist.bound_memory()
         key = GapTimer(ist.tree, ist.pubend)
@@ -622,10 +625,10 @@ class ReliabilityNode:
             for stream in decoded.streams:
                 ist = self._istream(stream.tree, stream.pubend)
                 if ist is not None and sender in ist.consumers:
-                    ist.acked(sender, stream.through, stream.released)
+                    ist.acked(sender, stream.through, stream.released, stream.delivered)
                     self._after_change(now, ist)
                 elif stream.pubend == self.pubend_id:
-                    self.source.acked(now, stream.tree, stream.through, sender, stream.released)
+                    self.source.acked(now, stream.tree, stream.through, sender, stream.released, stream.delivered)
         elif type(decoded) is messages.Nack:
             out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
         elif type(decoded) is messages.Knowledge:  # straight from a pubend that takes us for the root
@@ -740,8 +743,8 @@ class ReliabilityNode:
 
     # ---- sending -------------------------------------------------------------------------------
 
-    def _ack(self, upstream: str, tree: str, pubend: str, through: int, released: int) -> None:
-        self._acks.setdefault(upstream, []).append(messages.StreamAck(tree, pubend, through, released))
+    def _ack(self, upstream: str, tree: str, pubend: str, through: int, released: int, delivered: int) -> None:
+        self._acks.setdefault(upstream, []).append(messages.StreamAck(tree, pubend, through, released, delivered))
 
     def _flush(self, now: int, out: list[Any]) -> list[Any]:
         """`out` and then the acks gathered while producing it, one ACK per upstream broker."""

@@ -87,9 +87,11 @@ class _TreeStream:
     data_ns: int  # when data was last sent on it
     root: str | None = None  # the rendez-vous point, as its ACKs tell: first-time data goes straight there
     released_through: int = 0  # what every durable subscription below the root released, as it reported
+    delivered_through: int = 0  # what every subscriber below the root that keeps up has, as it reported
     # a root that is new to the pubend (a repair, or a restart) may not have heard from every broker
     # below yet: until `hold_until` (monotonic ns) the tree's release stays at most `hold_at`
     hold_at: int = 0
+    hold_delivered: int = 0  # and its delivered point at most this
     hold_until: int = 0
     empty_since: int | None = None  # when the pubend first found the tree without members
 
@@ -188,7 +190,8 @@ class Source:
             if self.refused_from is None:                # brokers when they nack it, and nobody
                 self.refused_from = sent_through         # reports its release: hold it from here
             return None
-        stream = self._streams[tree] = _TreeStream(sent_through, sent_through, now, released_through=sent_through)
+        stream = self._streams[tree] = _TreeStream(sent_through, sent_through, now, released_through=sent_through,
+                                                   delivered_through=sent_through)
         return stream
 
     def silence(self, now: int, synced: int) -> list[SourceEffect]:
@@ -207,35 +210,46 @@ class Source:
                 stream.sent_through = synced
         return out
 
-    def acked(self, now: int, tree: str, through: int, root: str, released: int) -> None:
-        """The rendez-vous point at `root` acknowledged the tree's stream through `through`, and
-        every durable subscription on the tree released it through `released`."""
+    def acked(self, now: int, tree: str, through: int, root: str, released: int, delivered: int) -> None:
+        """The rendez-vous point at `root` acknowledged the tree's stream through `through`; every
+        durable subscription on the tree released it through `released`, and every subscriber that
+        keeps up has it through `delivered`."""
         stream = self._streams.get(tree)
         if stream is None:
             return
         if stream.root is not None and root != stream.root:  # a new root: hold while the brokers below find it
-            stream.hold_at = stream.released_through
+            stream.hold_at, stream.hold_delivered = stream.released_through, stream.delivered_through
             stream.hold_until = now + self.config.release_hold_ns
         stream.root = root
         if through > stream.acked_through:
             stream.acked_through = min(through, stream.sent_through)
         stream.released_through = min(released, stream.sent_through)
+        stream.delivered_through = min(delivered, stream.sent_through)
         if now < stream.hold_until:
             stream.released_through = min(stream.released_through, stream.hold_at)
+            stream.delivered_through = min(stream.delivered_through, stream.hold_delivered)
 
     def released(self, now: int, held: int | None) -> int:
         """Tr: the tick through which every durable subscription released this pubend's stream, on
         every tree with members (`held`: this broker's own durable subscriptions', None if it hosts
         none); TICK_MAX when nothing holds it."""
         points = [p for p in (held, self.refused_from) if p is not None]
+        points += [stream.released_through for stream in self._counted(now)]
+        return min(points, default=TICK_MAX)
+
+    def _counted(self, now: int) -> list[_TreeStream]:
+        """The streams whose trees count for release: those with members, and for
+        `release_hold_ns` those that lost them (a tree whose only subscriber broker failed looks
+        empty too)."""
+        out = []
         for tree, stream in self._streams.items():
             if not self._empty(now, tree):
                 stream.empty_since = None
-            elif stream.empty_since is None:  # a tree whose only subscriber's broker failed looks
-                stream.empty_since = now      # empty too: hold a while, as for a new root
+            elif stream.empty_since is None:
+                stream.empty_since = now
             if stream.empty_since is None or now - stream.empty_since < self.config.release_hold_ns:
-                points.append(stream.released_through)
-        return min(points, default=TICK_MAX)
+                out.append(stream)
+        return out
 
     def held_trees(self) -> dict[str, int]:
         """The trees whose durable subscriptions have not released all that was sent, with their
@@ -251,15 +265,14 @@ class Source:
         for tree, released in held.items():
             stream = self._new_stream(tree, last_tick, now)
             if stream is not None:  # (the root then may not have heard from below yet: hold)
-                stream.acked_through = 0
+                stream.acked_through = stream.delivered_through = stream.hold_delivered = 0
                 stream.released_through = stream.hold_at = min(released, last_tick)
                 stream.hold_until = now + self.config.release_hold_ns
 
     def delivered(self, now: int) -> int:
         """Td: the tick through which the subscribers of every tree with members have the stream
         (TICK_MAX: no such tree)."""
-        return min((s.acked_through for tree, s in self._streams.items() if not self._empty(now, tree)),
-                   default=TICK_MAX)
+        return min((s.delivered_through for s in self._counted(now)), default=TICK_MAX)
 
     def root_moved(self, tree: str, address: str) -> None:
         stream = self._streams.get(tree)
@@ -341,7 +354,7 @@ class Source:
                     self._new_stream(tree, last, now)
                     stream = self._streams.get(tree)
                     if stream is not None:  # unknown: silence goes on until the root acks, and
-                        stream.acked_through = stream.released_through = 0  # release waits a hold
+                        stream.acked_through = stream.released_through = stream.delivered_through = 0  # and a hold
                         stream.hold_until = now + self.config.release_hold_ns
         return []
 
