@@ -156,7 +156,7 @@ class SyncClient:
 
     def subscribe(self, pattern: str, *, filter: str | None = None, start: Start = "now",
                   end: int | None = None, on_gap: str = "raise", order: str = "publisher",
-                  durable: bool = False, token: str | None = None) -> SyncSubscription:
+                  durable: bool | str = False, token: str | None = None) -> SyncSubscription:
         """As Client.subscribe (`durable` and `token` there)."""
         sub = self._call(self._client.subscribe(pattern, filter=filter, start=start, end=end, on_gap=on_gap,
                                                 order=order, durable=durable, token=token))

@@ -235,9 +235,12 @@ def cmd_sub(args: argparse.Namespace) -> int:
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     count = 0
     on_gap = "event" if args.on_gap == "line" else "raise"
+    if args.token and args.durable:
+        raise CliError("--token and --durable are two kinds of durable subscription: give one", EXIT_INPUT)
     token_file = Path(args.token) if args.token else None
     token = _read_token(token_file)
-    durable = {"durable": True, "token": token} if token_file is not None else {}
+    durable: dict[str, Any] = ({"durable": True, "token": token} if token_file is not None
+                               else {"durable": args.durable} if args.durable else {})
     with _connect(args) as client, client.subscribe(args.pattern, filter=args.filter, start=start,
                                                     on_gap=on_gap, order=args.order, **durable) as sub:
         _say_ready(args, sub.position)
@@ -258,6 +261,8 @@ def cmd_sub(args: argparse.Namespace) -> int:
                 count += 1
             if token_file is not None:  # after the line: a kill in between prints it again, never loses it
                 _write_token(token_file, sub.token)
+            elif args.durable:  # the broker keeps the position: what is printed is consumed
+                sub.ack()
     return 0
 
 
@@ -345,6 +350,10 @@ def _add_pub_and_sub(sub: Any) -> None:
     sb.add_argument("--token", metavar="FILE",
                     help="durable: resume from the checkpoint token in FILE if it exists (on any broker), and "
                          "rewrite FILE atomically after each line printed (see docs/durable.md)")
+    sb.add_argument("--durable", metavar="NAME",
+                    help="durable, with the position kept by the broker under NAME (for this --service): "
+                         "run again with the same NAME, pattern and filter on the same broker to go on after "
+                         "the last line printed (see docs/durable.md)")
     sb.add_argument("--count", type=int, metavar="N", help="exit (code 0) after N events")
     sb.add_argument("--timeout", type=float, metavar="SECONDS", help="exit (code 4) after SECONDS")
     sb.add_argument("--ready-file", metavar="PATH",

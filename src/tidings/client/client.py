@@ -411,13 +411,16 @@ class Client:
 
     async def subscribe(self, pattern: str, *, filter: str | None = None, start: Start = "now",
                         end: int | None = None, on_gap: str = "raise", order: str = "publisher",
-                        durable: bool = False, token: str | None = None) -> Subscription:
+                        durable: bool | str = False, token: str | None = None) -> Subscription:
         """Subscribe; returns once the broker confirmed. Iterate the result for events.
 
         `durable=True` (or a `token`): a durable subscription. After each item it returns,
         `sub.token` is a checkpoint token (one printable string); give it back as `token=` to a new
         subscription with the same pattern and filter, on any broker of the overlay, to receive the
         matching events after it exactly once and in each publisher's order (docs/durable.md).
+        `durable="NAME"`: a durable subscription whose position the broker keeps under NAME (for
+        this client's service): subscribing again with the same name, pattern and filter at the
+        same broker resumes after what it last acknowledged (`ack`, or the automatic ack).
 
         `start`: "now" (default), "start" (oldest retained event), a tick (events after it) or a
         datetime. `end`: stop after this tick (a bounded read). `on_gap`: "raise" a GapError, or
@@ -430,11 +433,14 @@ class Client:
         self._check_open()
         if self._moving is not None:
             await asyncio.shield(self._moving)
-        positions = home = None
+        positions: list[Any] | None = None
+        home: list[Any] | str | None = None
         if token is not None:
             checkpoint = Checkpoint.decode(token)
             start, positions = checkpoint.default, checkpoint.to_wire()[1]
             home = None if checkpoint.home is None else list(checkpoint.home)
+        elif isinstance(durable, str):
+            positions, home = [], durable
         elif durable:
             positions = []
         sub_id, frame = self._session.subscribe(pattern, filter, start, end, order, positions, home)

@@ -455,7 +455,7 @@ class Broker:
         remote_start = position if msg.start != messages.START_NOW else max(
             0, wall_us - self.config.clock_skew_allowance_ns // 1000)
         try:
-            checkpoint = self._checkpoint(msg, position, remote_start)
+            checkpoint = self._checkpoint(c, msg, position, remote_start)
         except TidingsError as exc:
             return refuse(exc.code, str(exc))
         if checkpoint is not None:
@@ -479,7 +479,8 @@ class Broker:
         self.leases.hold(self.now, c.conn)
         if checkpoint is not None:
             try:
-                self._start_durable(s, checkpoint, out)
+                name = (c.service, msg.home) if type(msg.home) is str else None
+                self._start_durable(s, checkpoint, out, name)
             except TidingsError as exc:
                 self._drop_subend(c, s, out)
                 return refuse(exc.code, str(exc))
@@ -488,30 +489,42 @@ class Broker:
         self._advance(c, s, out)
         return None
 
-    def _checkpoint(self, msg: messages.Subscribe, position: int, remote_start: int) -> Checkpoint | None:
-        """A durable subscription's start (core/checkpoint.py): the token's positions, with this
-        broker's own pubend at `position` unless the token names it; None when not durable."""
+    def _checkpoint(self, c: ClientConnection, msg: messages.Subscribe, position: int,
+                    remote_start: int) -> Checkpoint | None:
+        """A durable subscription's start (core/checkpoint.py): the token's positions (or a named
+        one's, as it last acknowledged them here), with this broker's own pubend at `position`
+        unless they name it; None when not durable."""
         if msg.positions is None:
             return None
         if msg.end is not None or msg.order == messages.ORDER_TOTAL or msg.start == messages.START_OLDEST:
             raise TidingsError("a durable subscription starts now or at a token, in publisher order, "
                                "without an end", errors.BAD_START)
+        if type(msg.home) is str:  # broker-held (named): resume where it acknowledged, or start now
+            if self.cluster is None:
+                raise TidingsError("a named durable subscription needs the broker in an overlay", errors.BAD_START)
+            reg = self.registrations.named(c.service, msg.home, msg.pattern, msg.filter or "")
+            if reg is None:
+                return Checkpoint(remote_start, {self.pubend.pubend_id: position})
+            return Checkpoint(reg.released.default, dict(reg.released.positions),
+                              Home(self.cluster.me.address, self.pubend.pubend_id, reg.number))
         checkpoint = Checkpoint.from_wire([remote_start, msg.positions] if msg.home is None
                                           else [remote_start, msg.positions, msg.home])
         checkpoint.positions.setdefault(self.pubend.pubend_id, position)
         return checkpoint
 
-    def _start_durable(self, s: Subend, checkpoint: Checkpoint, out: list[Effect]) -> None:
+    def _start_durable(self, s: Subend, checkpoint: Checkpoint, out: list[Effect],
+                       name: tuple[str, str] | None) -> None:
         s.durable = True
         s.silenced = dict(checkpoint.positions)
-        self._register(s, checkpoint, out)
+        self._register(s, checkpoint, out, name)
         if DURABLE_SILENCE not in self.timers:
             self.timers.set(DURABLE_SILENCE, self.now + self.config.durable_silence_interval_ns)
 
-    def _register(self, s: Subend, checkpoint: Checkpoint, out: list[Effect]) -> None:
+    def _register(self, s: Subend, checkpoint: Checkpoint, out: list[Effect], name: tuple[str, str] | None) -> None:
         """Durable subscription `s` starts at `checkpoint`: resume its registration here when the
-        token names one of this broker's, else register it here and tell its old home, if any, to
-        forget it (core/registrations.py). The checkpoint returned to the client names the home."""
+        token names one of this broker's, else register it here (as `name`, for a named one) and
+        tell its old home, if any, to forget it (core/registrations.py). The checkpoint returned to
+        the client names the home."""
         if self.cluster is None:
             return  # not in an overlay (a measurement setup): nothing to hold release for
         tree = self._sub_trees[s.key]
@@ -526,7 +539,7 @@ class Broker:
                 if away is not None and away.key is None:
                     self._member_gone(tree, out)  # the subend counts for the tree again
         if reg is None:
-            reg = regs.register(tree, checkpoint, s.key)
+            reg = regs.register(tree, checkpoint, s.key, name, s.pattern, "" if s.filter is None else s.filter.text)
             if home is not None and home.pubend != self.pubend.pubend_id:
                 self._reliability(self._gd().moved(home.address, home.pubend, home.registration), out)
         s.registration = reg.number

@@ -13,6 +13,12 @@ is connected or not, and keeps its broker on the tree while the subscriber is aw
 - it has been disconnected for `durable_expiry_ns` (its token still resumes it, from what the
   pubends retain).
 
+A registration may also have a *name* (JMS-style durable subscriptions, for clients that cannot
+keep a token): (owner, name) finds it again at this broker, the owner being the client's service
+(its authenticated identity's, with --auth). A named subscription resumes from what it last
+acknowledged, so what was delivered after that comes again; it must be asked for with the same
+pattern and filter, and by one connection at a time.
+
 Registrations survive a crash of their broker: the broker saves them (SaveDurable) when they
 change, at most every `durable_save_interval_ns`, together with the trees its own pubend holds
 release on (`Source.held_trees`), and is handed them back at start. Times are wall-clock
@@ -40,6 +46,9 @@ class StateError(TidingsError):
     what its disconnected durable subscribers hold."""
 
 
+NAME_BYTES_MAX = 256
+
+
 @dataclass(slots=True)
 class Registration:
     number: int
@@ -47,6 +56,9 @@ class Registration:
     released: Checkpoint
     key: int | None  # the subend serving it while its subscriber is connected
     away_us: int = 0  # wall clock when its subscriber left (while `key` is None)
+    name: tuple[str, str] | None = None  # (owner, name) of a broker-held (named) one
+    pattern: str = ""  # a named one's pattern and filter, which a resume must repeat
+    filter: str = ""
 
 
 class Registrations:
@@ -55,6 +67,7 @@ class Registrations:
         self.registrations_max = registrations_max
         self._regs: dict[int, Registration] = {}
         self._by_tree: dict[str, dict[int, Registration]] = {}
+        self._names: dict[tuple[str, str], int] = {}
         self._next = 1
         self._held: dict[tuple[str | None, str], int | None] = {}  # cache of `held`
         self.held_trees: dict[str, int] = {}  # the pubend's, saved alongside (Source.held_trees)
@@ -68,15 +81,33 @@ class Registrations:
     def get(self, number: int) -> Registration | None:
         return self._regs.get(number)
 
-    def register(self, tree: str, released: Checkpoint, key: int) -> Registration:
-        """A new durable subscription of `tree` served by subend `key`, released through `released`;
-        TidingsError past `registrations_max`."""
+    def register(self, tree: str, released: Checkpoint, key: int, name: tuple[str, str] | None = None,
+                 pattern: str = "", filter_text: str = "") -> Registration:
+        """A new durable subscription of `tree` served by subend `key`, released through `released`
+        (named `name`, with its pattern and filter); TidingsError past `registrations_max`."""
         if len(self._regs) >= self.registrations_max:
             raise TidingsError(f"this broker hosts durable_registrations_max ({self.registrations_max}) durable "
                                "subscriptions", "too-many-subscriptions")
-        reg = Registration(self._next, tree, Checkpoint(released.default, dict(released.positions)), key)
+        reg = Registration(self._next, tree, Checkpoint(released.default, dict(released.positions)), key,
+                           name=name, pattern=pattern, filter=filter_text)
         self._next += 1
         self._add(reg)
+        return reg
+
+    def named(self, owner: str, name: str, pattern: str, filter_text: str) -> Registration | None:
+        """The registration named `name` by `owner`, if any; TidingsError when it was made with
+        another pattern or filter, or a connection is using it now."""
+        if not 0 < len(name.encode()) <= NAME_BYTES_MAX:
+            raise TidingsError(f"a durable subscription's name is 1 to {NAME_BYTES_MAX} bytes", "bad-start")
+        number = self._names.get((owner, name))
+        reg = None if number is None else self._regs.get(number)
+        if reg is None:
+            return None
+        if (reg.pattern, reg.filter) != (pattern, filter_text):
+            raise TidingsError(f"durable subscription {name!r} exists with pattern {reg.pattern!r} and filter "
+                               f"{reg.filter!r}; end it (close with forget) to change them", "bad-start")
+        if reg.key is not None:
+            raise TidingsError(f"durable subscription {name!r} is in use by another connection", "bad-start")
         return reg
 
     def resume(self, number: int, tree: str, key: int) -> Registration | None:
@@ -114,6 +145,8 @@ class Registrations:
             del tree[number]
             if not tree:
                 del self._by_tree[reg.tree]
+            if reg.name is not None:
+                self._names.pop(reg.name, None)
             self._changed()
         return reg
 
@@ -147,6 +180,8 @@ class Registrations:
     def _add(self, reg: Registration) -> None:
         self._regs[reg.number] = reg
         self._by_tree.setdefault(reg.tree, {})[reg.number] = reg
+        if reg.name is not None:
+            self._names[reg.name] = reg.number
         self._changed()
 
     def _changed(self) -> None:
@@ -156,7 +191,8 @@ class Registrations:
     # ---- saving --------------------------------------------------------------------------------
 
     def encode(self) -> bytes:
-        regs = [[r.number, r.tree, r.released.to_wire(), r.away_us] for r in self._regs.values()]
+        regs = [[r.number, r.tree, r.released.to_wire(), r.away_us, *(list(r.name) if r.name else ["", ""]),
+                 r.pattern, r.filter] for r in self._regs.values()]
         return msgpack.packb([FORMAT, self._next, regs, sorted(self.held_trees.items())])
 
     @classmethod
@@ -168,10 +204,12 @@ class Registrations:
             version, next_number, regs, held = msgpack.unpackb(data)
             if version != FORMAT:
                 raise StateError(f"durable state of format {version!r}, this broker reads {FORMAT}")
-            for number, tree, released, away_us in regs:
-                if type(number) is not int or type(tree) is not str or type(away_us) is not int:
-                    raise ValueError("a registration is [number, tree, checkpoint, away]")
-                out._add(Registration(number, tree, Checkpoint.from_wire(released), None, away_us))
+            for number, tree, released, away_us, owner, name, pattern, filter_text in regs:
+                if type(number) is not int or type(tree) is not str or type(away_us) is not int \
+                        or not all(type(v) is str for v in (owner, name, pattern, filter_text)):
+                    raise ValueError("a registration is [number, tree, checkpoint, away, owner, name, pattern, filter]")
+                out._add(Registration(number, tree, Checkpoint.from_wire(released), None, away_us,
+                                      (owner, name) if name else None, pattern, filter_text))
             out.held_trees = {tree: tick for tree, tick in held if type(tree) is str and type(tick) is int}
             out._next = max([int(next_number), *(n + 1 for n in out._regs)])
         except (ValueError, TypeError, TokenError, msgpack.exceptions.ExtraData) as exc:

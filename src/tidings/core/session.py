@@ -155,10 +155,10 @@ class ClientSession:
 
     def subscribe(self, pattern: str, filter: str | None = None, start: Start = "now",
                   end: int | None = None, order: str = messages.ORDER_PUBLISHER,
-                  positions: list[Any] | None = None, home: list[Any] | None = None) -> tuple[int, bytes]:
+                  positions: list[Any] | None = None, home: list[Any] | str | None = None) -> tuple[int, bytes]:
         """`positions` makes the subscription durable (core/checkpoint.py): [[pubend, tick], ...]
         overriding the start for the pubends named; `home` is the token's [address, pubend,
-        registration], where the subscription was registered."""
+        registration], where the subscription was registered, or the name of a broker-held one."""
         validate_pattern(pattern)
         if filter:
             parse_filter(filter)

@@ -87,7 +87,8 @@ class Subscribe:
     # durable (core/checkpoint.py): None for a plain subscription, else the positions per pubend
     # ([[pubend, tick], ...], maybe empty) that override `after` (the default) for the pubends named
     positions: list[Any] | None = None
-    home: list[Any] | None = None  # a token's home: [address, pubend, registration]
+    # a token's home, [address, pubend, registration]; or the name of a broker-held durable subscription
+    home: list[Any] | str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,8 +374,8 @@ def _decode_subscribe(msg: list[Any]) -> Subscribe:
     positions = home = None
     if len(msg) == 9:  # durable from a token that names its home
         home = msg.pop()
-        if type(home) is not list or len(home) != 3:
-            raise _bad("SUBSCRIBE home must be [address, pubend, registration]")
+        if not (type(home) is list and len(home) == 3) and type(home) is not str:
+            raise _bad("SUBSCRIBE home must be [address, pubend, registration] or a name")
     if len(msg) == 8:  # durable: the positions per pubend (core/checkpoint.py), optional
         positions = msg.pop()
         if type(positions) is not list:
