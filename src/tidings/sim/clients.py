@@ -279,6 +279,7 @@ class Subscriber(SimClient):
         self.start_tick: int | None = None  # the broker's start point for other pubends, as the scenario knows it
         self._sub: int | None = None
         self.durable = False  # DurableSubscriber: reconnects with its token, checked across them
+        self.rewound = False  # a DurableSubscriber that resumed from an older token than it acknowledged
 
     def quit(self) -> None:
         """Unsubscribe for good (the connection stays up)."""
@@ -355,9 +356,26 @@ class DurableSubscriber(Subscriber):
         self.checkpoint: Checkpoint | None = None
         self.moves = 0
         self.ack_interval_ns = ack_interval_ns  # RELEASE of its checkpoint this often, as the library does
+        self.kept: Checkpoint | None = None  # the token it had at its first move: an older one to rewind to
+        self.forgotten = 0  # events a rewind dropped from its records (they must come again, or a gap)
 
-    def move(self, address: str, away_ns: int | None = None) -> None:
-        """Drop the connection and subscribe at `address` with the token (after `away_ns`)."""
+    def move(self, address: str, away_ns: int | None = None, rewind: bool = False) -> None:
+        """Drop the connection and subscribe at `address` with the token (after `away_ns`); with
+        `rewind`, with the older token it had at its first move instead, as an application that
+        lost its latest state does: what it received after that token is forgotten here, and must
+        come again (or be covered by a gap, where it was released meanwhile)."""
+        ck = self.checkpoint
+        if ck is not None and self.kept is None:
+            self.kept = Checkpoint(ck.default, dict(ck.positions), ck.home)
+        if rewind and self.kept is not None and ck is not None:
+            old = self.kept
+            kept = [(tick, f) for tick, f in self.received if tick <= old.position(f[0])]
+            self.forgotten += len(self.received) - len(kept)
+            self.received = kept
+            self.gaps = [g for g in self.gaps if g[0] is None or g[2] <= old.position(g[0])]
+            self.checkpoint = Checkpoint(old.default, dict(old.positions), ck.home)
+            self.rewound = True
+            self.world.trace(self.name, "rewind")
         self.address = address
         self.moves += 1
         self.world.trace(self.name, "move", address)

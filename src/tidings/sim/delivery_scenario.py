@@ -86,6 +86,9 @@ class DeliveryScenario:
     # early release (maxRetain, EARLY_RELEASE_NS) lets the pubends drop what it missed: it may come back
     # to a gap; everyone else must still get none
     early_release: bool = False
+    # its last move resumes from the older token it had at its first move: what followed that token
+    # comes again, or a gap where it was released since (it had acknowledged it)
+    durable_rewind: bool = False
 
 
 @dataclass
@@ -166,8 +169,9 @@ class DeliveryRun:
             away = DURABLE_AWAY_NS if s.durable_away else 0
             for m in range(s.durable_moves):
                 home = f"b{self.rng.choice(homes)}:7000"
+                rewind = s.durable_rewind and m == s.durable_moves - 1
                 self.world.call_later((m + 1) * DURABLE_MOVE_EVERY_NS + (away if m else 0), durable.move, home,
-                                      away if m == 0 else None)
+                                      away if m == 0 else None, rewind)
         self.run(300 * MILLISECOND_NS)
         self._churn(sub_at, pub_at)
         for fault in s.faults:
