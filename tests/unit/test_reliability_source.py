@@ -55,10 +55,10 @@ def test_first_time_data_goes_straight_to_the_root_its_acks_came_from_until_it_m
 def test_a_nack_is_read_back_and_answered_with_exactly_the_range_read():
     src = source()
     src.published(0, [(5, "a", {}, record(5, "a"))], 5)
-    reads = src.nacked("a", ((0, 3), (3, 50)), synced=20, log=LogState(last_tick=20))
+    reads = src.nacked("a", ((0, 3), (3, 50)), synced=20, log=LogState(last_tick=20, first_tick=1))
     assert [(r.after, r.through) for r in reads if isinstance(r, ReadLog)] == [(0, 3), (3, 20)]
     second = [r for r in reads if isinstance(r, ReadLog)][1]
-    out = src.log_read(1, second.reader, [(5, record(5, "a")), (6, record(6, "b"))], LogState(last_tick=20))
+    out = src.log_read(1, second.reader, [(5, record(5, "a")), (6, record(6, "b"))], LogState(last_tick=20, first_tick=1))
     k = knowledge(out[0])
     assert (k.after, k.through, k.ticks, k.retransmit) == (3, 6, (5,), True)
     assert [(r.after, r.through) for r in out if isinstance(r, ReadLog)] == [(6, 20)]  # cut short: read on
@@ -69,13 +69,21 @@ def test_what_the_log_released_is_answered_as_lost_never_as_silence():
     log = LogState(last_tick=40, first_tick=31, released_through=30)
     out = src.nacked("a", ((0, 10), (10, 35)), synced=40, log=log)
     lost = [knowledge(e) for e in out if isinstance(e, PublishOnTree)]
-    assert [(k.after, k.through, k.lost, k.ticks) for k in lost] == [(0, 10, True, ()), (10, 30, True, ())]
+    assert [(k.after, k.through, k.lost, k.ticks) for k in lost] == [(0, 30, True, ())]  # all of it, at once
     assert [(r.after, r.through) for r in out if isinstance(r, ReadLog)] == [(30, 35)]  # the rest is read
+
+
+def test_ticks_before_the_first_record_are_answered_as_silence_in_one_message():
+    src = source()
+    out = src.nacked("a", ((0, 60), (60, 120)), synced=10**9, log=LogState(last_tick=10**9, first_tick=5000))
+    sent = [knowledge(e) for e in out if isinstance(e, PublishOnTree)]
+    assert [(k.after, k.through, k.lost) for k in sent] == [(0, 4999, False)]  # beyond the 120 asked
+    assert not [r for r in out if isinstance(r, ReadLog)]
 
 
 def test_a_read_that_finds_its_start_released_meanwhile_reports_the_loss():
     src = source()
-    (read,) = src.nacked("a", ((0, 20),), synced=20, log=LogState(last_tick=20))
+    (read,) = src.nacked("a", ((0, 20),), synced=20, log=LogState(last_tick=20, first_tick=1))
     assert isinstance(read, ReadLog)
     out = src.log_read(1, read.reader, [(15, record(15, "a"))], LogState(last_tick=20, released_through=12))
     sent = [knowledge(e) for e in out if isinstance(e, PublishOnTree)]

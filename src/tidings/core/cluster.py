@@ -43,7 +43,7 @@ from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError, TidingsError
 from tidings.core.inputs import Connected, ConnectFailed, ConnectionLost, LogState, Received, SendBlocked, SendDrained
 from tidings.core.multicast import messages as multicast_messages
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
-from tidings.core.multicast.effects import ChildAdded, EventArrived, ParentSuspected
+from tidings.core.multicast.effects import ChildAdded, EventArrived, ParentSuspected, TreeActivated
 from tidings.core.overlay import messages as overlay_messages
 from tidings.core.overlay.envelope import (
     MULTICAST_TYPES,
@@ -65,7 +65,7 @@ from tidings.core.wire.frames import FrameDecoder
 ROUTES_BEFORE_JOIN_MAX = 10_000
 
 
-RELIABILITY_UPCALLS = (EventArrived, ChildAdded, ParentSuspected)
+RELIABILITY_UPCALLS = (EventArrived, ChildAdded, ParentSuspected, TreeActivated)
 
 PeerInput = Received | ConnectionLost | Connected | ConnectFailed | SendBlocked | SendDrained
 
@@ -263,6 +263,8 @@ class ClusterMember:
                         and item.payload[1] == eff.tree and item.payload[2] == self.me.to_wire()):
                     own = [*item.payload[:3], gd.forwarder_extra(eff.tree, eff.subscribe_extra)]
                     queue[i] = RouteTo(item.key, own)
+        elif type(eff) is TreeActivated:
+            queue.extend(gd.tree_activated(now, eff.tree))
         elif type(eff) is ParentSuspected and queue and type(queue[0]) is RouteTo:
             repaired = replace(eff.subscribe, extra=gd.join_extra(eff.tree))
             queue[0] = RouteTo(queue[0].key, repaired.to_wire())

@@ -49,6 +49,7 @@ from tidings.core.multicast.effects import (
     EventForwarded,
     ParentSuspected,
     ScribeEffect,
+    TreeActivated,
 )
 from tidings.core.multicast.empty_trees import EmptyTreeMemory, Suppressions
 from tidings.core.multicast.messages import (
@@ -233,6 +234,7 @@ class ScribeAgent:
             self._suppressed.suppress(now, decoded.tree, address)
         elif type(decoded) is TreeActive:
             self._suppressed.lift(decoded.tree)
+            return [TreeActivated(decoded.tree)] if not self.config.forward_events else []
         else:
             raise ProtocolError(BAD_MESSAGE, "scribe: a routed message arrived as a direct one")
         return []
@@ -448,7 +450,16 @@ class ScribeAgent:
         told it was empty may publish again (to the new rendez-vous point, if it moved)."""
         self._suppressed.lift(tree)
         wire = TreeActive(tree).to_wire()
-        return [PeerSend(a, wire) for a in self._told_empty.release(tree) if a != self.me.address]
+        publishers = self._told_empty.release(tree)
+        out: list[ScribeEffect] = [PeerSend(a, wire) for a in publishers if a != self.me.address]
+        if self.me.address in publishers and not self.config.forward_events:
+            out.append(TreeActivated(tree))
+        return out
+
+    def remember_publisher(self, tree: str, publisher: str) -> None:
+        """A publisher's node to tell TREE_ACTIVE when `tree` gains members here again (the
+        reliability layer names the pubends whose streams a tree it leaves had)."""
+        self._told_empty.remember(tree, publisher)
 
     def _is_closest(self, key: int) -> bool:
         """True when no leaf-set node is numerically closer to `key` than this node."""

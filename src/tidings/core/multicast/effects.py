@@ -60,12 +60,22 @@ class ChildAdded:
 
 
 @dataclass(frozen=True, slots=True)
+class TreeActivated:
+    """With `ScribeConfig.forward_events` off: `tree` gained members again at its rendez-vous point
+    (TREE_ACTIVE reached this publisher's node, or this node is that rendez-vous point); the
+    reliability layer tells the tree of its pubend's stream, so brokers that want history find it."""
+
+    tree: str
+
+
+@dataclass(frozen=True, slots=True)
 class ParentSuspected:
     tree: str
     subscribe: Subscribe
 
 
-ScribeEffect = PeerSend | RouteTo | DeliverLocal | EventArrived | EventForwarded | ChildAdded | ParentSuspected
+ScribeEffect = (PeerSend | RouteTo | DeliverLocal | EventArrived | EventForwarded | ChildAdded | ParentSuspected
+                | TreeActivated)
 
 
 def extend_repairs(

@@ -214,6 +214,12 @@ class ReliabilityNode:
         `synced` durable."""
         return self._source(now, self.source.published(now, deliveries, synced))
 
+    def tree_activated(self, now: int, tree: str) -> list[Any]:
+        """`tree` has members again: tell it of this pubend's stream (release of history to joiners
+        that want it: Source.activated)."""
+        synced, _ = self._pubend_state()
+        return self._source(now, self.source.activated(tree, synced))
+
     def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState) -> list[Any]:
         return self._source(now, self.source.log_read(now, reader, records, log))
 
@@ -612,8 +618,10 @@ class ReliabilityNode:
     def _drop_if_unused(self, tree: str, t: _Tree) -> None:
         if not t.locals and not self.scribe.children(tree):
             self._streams -= len(t.istreams)
-            for pubend in t.istreams:
+            for pubend, ist in t.istreams.items():
                 self.timers.cancel(GapTimer(tree, pubend))
+                if ist.origin:  # when the tree has members again (TREE_ACTIVE), its pubends announce
+                    self.scribe.remember_publisher(tree, ist.origin)
             del self.trees[tree]
 
     # ---- acks and nacks from peers -------------------------------------------------------------

@@ -33,6 +33,12 @@ holds (released: by the release protocol or the operator's retention caps) are a
 lost range, never as silence: whoever wanted them learns that events may be missing, and a
 subscriber gets an explicit gap.
 
+A tree that gets members again after a while without (its rendez-vous point says TREE_ACTIVE to
+the publishers it told it was empty, or whose streams it had) is told at once that every tick
+after the last event this pubend published on it is silence (`activated`): the brokers that
+joined it wanting history (`--from`, a durable token) then see a gap before that point, nack it,
+and get the history from the log, instead of never hearing of a pubend that stays idle.
+
 After a restart the pubend does not know which trees it had sent on; it reads the log's recent
 tail (`recovery_ns`) once, and treats every tree found there as active and unacknowledged, so
 periodic silence makes any broker that lacks the last events before the crash nack them.
@@ -123,6 +129,7 @@ class Source:
         self.nacks_received = 0
         self.ticks_retransmitted = 0
         self.refused_from: int | None = None  # the first tick of a tree refused for trees_max
+        self._last_data: dict[str, int] = {}  # tree -> its last event's tick, most recent trees last
 
     # ---- first-time knowledge ------------------------------------------------------------------
 
@@ -131,6 +138,10 @@ class Source:
         channel, attributes, record), each for the trees of its channel."""
         out: list[SourceEffect] = []
         for tree, records in self._by_tree(deliveries).items():
+            self._last_data.pop(tree, None)
+            self._last_data[tree] = records[-1][0]
+            if len(self._last_data) > self.config.trees_max:
+                del self._last_data[next(iter(self._last_data))]
             stream = self._streams.get(tree)
             owed = stream is not None and stream.acked_through < stream.sent_through
             if self._empty(now, tree) and not owed:  # no members: nobody to tell; a member that
@@ -193,6 +204,13 @@ class Source:
         stream = self._streams[tree] = _TreeStream(sent_through, sent_through, now, released_through=sent_through,
                                                    delivered_through=sent_through)
         return stream
+
+    def activated(self, tree: str, synced: int) -> list[SourceEffect]:
+        """`tree` has members again: every tick after this pubend's last event on it is silence."""
+        last = self._last_data.get(tree)
+        if last is None or synced <= last:
+            return []
+        return [self._send(tree, last, synced, [], retransmit=True)]
 
     def silence(self, now: int, synced: int) -> list[SourceEffect]:
         """Periodic silence up to `synced` on each tree with recent data or unacknowledged ticks;
@@ -286,17 +304,26 @@ class Source:
     # ---- nacks and the log ---------------------------------------------------------------------
 
     def nacked(self, tree: str, ranges: Sequence[tuple[int, int]], synced: int, log: LogState) -> list[SourceEffect]:
-        """Read the nacked ranges back (clamped to the durable tail); what the log released is
-        answered at once as lost."""
+        """Read the nacked ranges back (clamped to the durable tail). What the log released is
+        answered at once as lost, and the ticks between that and its first record as silence,
+        each in one message however far it reaches past the range asked (a read from tick 0 is
+        answered in one round trip, not one per nack range)."""
         self.nacks_received += 1
         out: list[SourceEffect] = []
+        empty_through = synced if log.first_tick is None else min(synced, log.first_tick - 1)  # no record up to here
+        done = 0  # answered through here already (the ranges are sorted)
         for asked_after, asked in ranges:
             through = min(asked, synced)
-            if through <= asked_after:
+            after = max(asked_after, done)
+            if through <= after:
                 continue
-            after = max(asked_after, min(through, log.released_through))
-            if after > asked_after:
-                out.append(self._send(tree, asked_after, after, [], retransmit=True, lost=True))
+            if after < log.released_through:
+                lost = min(log.released_through, synced)
+                out.append(self._send(tree, after, lost, [], retransmit=True, lost=True))
+                after = done = lost
+            if after < empty_through:
+                out.append(self._send(tree, after, empty_through, [], retransmit=True))
+                after = done = empty_through
             if through <= after:
                 continue
             if any(r.tree == tree and r.after <= after and through <= r.through for r in self._reads.values()):
