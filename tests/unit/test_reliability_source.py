@@ -58,7 +58,8 @@ def test_a_nack_is_read_back_and_answered_with_exactly_the_range_read():
     reads = src.nacked("a", ((0, 3), (3, 50)), synced=20, log=LogState(last_tick=20, first_tick=1))
     assert [(r.after, r.through) for r in reads if isinstance(r, ReadLog)] == [(0, 3), (3, 20)]
     second = [r for r in reads if isinstance(r, ReadLog)][1]
-    out = src.log_read(1, second.reader, [(5, record(5, "a")), (6, record(6, "b"))], LogState(last_tick=20, first_tick=1))
+    log = LogState(last_tick=20, first_tick=1)
+    out = src.log_read(1, second.reader, [(5, record(5, "a")), (6, record(6, "b"))], log)
     k = knowledge(out[0])
     assert (k.after, k.through, k.ticks, k.retransmit) == (3, 6, (5,), True)
     assert [(r.after, r.through) for r in out if isinstance(r, ReadLog)] == [(6, 20)]  # cut short: read on
