@@ -180,3 +180,13 @@ def test_a_durable_subscriber_resuming_from_an_older_token_gets_what_followed_it
         assert durable.rewound
         forgotten += durable.forgotten
     assert forgotten > 0  # the rewind did take back events
+
+
+def test_early_release_never_gives_a_slow_connected_subscriber_a_gap():
+    """A subscriber that reads far slower than events are published stays connected: early release
+    (maxRetain 1.5 s) must wait for it (its broker's ack point holds latestDelivered back), while an
+    away durable subscriber gets its gap."""
+    result = run_delivery(DeliveryScenario(seed=21, brokers=12, slow_subscriber=True, early_release=True,
+                                           durable_moves=2, durable_away=True, loss=0.01))
+    assert not result.problems, result.problems
+    assert result.stats["gaps"] > 0 and result.stats["released"] > 0
