@@ -14,7 +14,8 @@ SUMMARY_KEYS = {"pubend", "clients", "subscriptions", "subscriptions_live", "cat
                 "events_published", "events_rejected", "events_delivered", "events_remote_delivered",
                 "peer_messages_rejected", "pending_sync_batches", "pending_sync_bytes", "paused_publishers",
                 "first_tick", "last_tick", "released_through", "log_bytes", "log_records", "leases_held",
-                "leases_expired", "lease_ns", "draining"}
+                "leases_expired", "lease_ns", "draining", "durable_registrations", "durable_away",
+                "durable_expired", "durable_moved"}
 SECTION_KEYS = ("connections", "channels", "overlay", "peers", "trees", "delivery", "auth")
 
 
@@ -80,7 +81,7 @@ def _summary(st: dict[str, Any]) -> list[str]:
         ("log", f"{st.get('log_records')} events, {size(st.get('log_bytes'))}" + (
             f", from {iso_tick(st.get('first_tick'))}" if st.get("log_records") else "")
          + f"; durable through {iso_tick(st.get('last_tick'))}"),
-        ("released", f"through {iso_tick(st.get('released_through'))} (retention)"),
+        ("released", f"through {iso_tick(st.get('released_through'))} (release protocol and retention)"),
         ("awaiting fsync", f"{st.get('pending_sync_batches')} batches, {size(st.get('pending_sync_bytes'))}; "
                            f"{st.get('paused_publishers')} publishers paused"),
     ]
@@ -88,6 +89,10 @@ def _summary(st: dict[str, Any]) -> list[str]:
         lease_s = st.get("lease_ns", 0) / 1e9
         rows.append(("leases", f"{st['leases_held']} connections hold one ({lease_s:g} s, renewed by their "
                                f"clients), {st.get('leases_expired', 0)} expired since the start"))
+    if "durable_registrations" in st:
+        rows.append(("durable", f"{st['durable_registrations']} durable subscriptions hosted, {st.get('durable_away')} "
+                                f"of them away (holding release); {st.get('durable_moved')} moved to other brokers, "
+                                f"{st.get('durable_expired')} expired"))
     if st.get("draining"):
         rows.append(("draining", "yes: clients are advised to move, then the broker stops"))
     if st.get("peer_messages_rejected"):

@@ -4,8 +4,9 @@ A scenario builds an overlay of `brokers` real broker cores in the byte-level si
 subscribers with patterns and filters on some brokers and publishers on two others, and publishes
 while it injects faults: message loss, duplication and reordering between brokers (PeerFaults),
 per-broker clock skew, and broker crashes chosen by role once the trees have formed (a forwarder, the
-rendez-vous point, a subscriber broker's parent, a publisher's broker, and a broker that stalls
-before it is killed). Crashed brokers restart from their disks. Interest churns while events flow:
+rendez-vous point, a subscriber broker's parent, a publisher's broker, a broker that stalls
+before it is killed, and the broker hosting the durable subscriber, whose registration must
+survive). Crashed brokers restart from their disks. Interest churns while events flow:
 late subscribers (with their own patterns and filters, often on brokers new to the tree) widen the
 filter summaries on their paths, and subscribers that unsubscribe narrow them; `records_unwanted`
 counts the data records that reached a broker where nothing there or below matched them. After a
@@ -31,6 +32,7 @@ from tidings.sim.peer_faults import PeerFaults
 from tidings.sim.world import MILLISECOND_NS, SECOND_NS, World
 
 FAULTS = ("forwarder", "root", "parent", "publisher", "stall", "partition")
+DURABLE_FAULTS = ("durable-home",)  # only with a durable subscriber
 MAIN_TREE = "nodes/#"
 SUBSCRIPTIONS = (  # pattern, filter
     ("nodes/#", None),
@@ -265,8 +267,11 @@ class DeliveryRun:
             self._partition()
             return
         root = self.rendezvous(MAIN_TREE)
+        durable = [sub for sub in self.subscribers if sub.durable]
         if fault == "publisher":
             target: int | None = pub_at[0]
+        elif fault == "durable-home":  # the broker hosting the durable subscriber (its registration)
+            target = int(durable[0].address[1:-5]) if durable else None
         elif fault == "root":
             target = root if root not in clients else None
         elif fault == "forwarder":
@@ -307,9 +312,10 @@ def run_delivery(scenario: DeliveryScenario) -> DeliveryResult:
 
 def sweep_scenario(seed: int, brokers: int = 24) -> DeliveryScenario:
     """The scenario of one seed of the sweep: loss, duplication, reordering, skew, up to three
-    broker failures and a durable subscriber moving between brokers, all drawn from the seed."""
+    broker failures (the durable subscriber's broker among the candidates) and a durable subscriber
+    moving between brokers, all drawn from the seed."""
     rng = random.Random(f"sweep/{seed}")
     return DeliveryScenario(
         seed=seed, brokers=brokers, loss=rng.choice([0.0, 0.01, 0.05, 0.1]), duplication=rng.choice([0.0, 0.01]),
         reordering=rng.choice([0.0, 0.02]), clock_skew_us_max=rng.choice([0, 200_000]),
-        faults=tuple(rng.sample(FAULTS, rng.randint(0, 3))), durable_moves=rng.choice([2, 6]))
+        faults=tuple(rng.sample(FAULTS + DURABLE_FAULTS, rng.randint(0, 3))), durable_moves=rng.choice([2, 6]))
