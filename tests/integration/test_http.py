@@ -49,6 +49,8 @@ def test_metrics_and_status_over_http(tmp_path):
             lags = {dict(labels)["pattern"]: v for (name, labels), v in m.items()
                     if name == "tidings_subscription_lag_ticks"}
             assert lags == {"m/#": 0}  # live: handed each event as it becomes durable
+            pubends = {dict(labels)["pubend"] for (name, labels) in m if name == "tidings_subscription_lag_ticks"}
+            assert {a.pubend, b.pubend} <= pubends  # the other broker's stream too, not only b's own log
             queued = [dict(labels) for (name, labels) in m if name == "tidings_connection_queued_bytes"]
             assert [q["service"] for q in queued] == ["tidings-client"]
             assert m[("tidings_nacks_sent_total", ())] >= 0 and ("tidings_retransmissions_sent_total", ()) in m

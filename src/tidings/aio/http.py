@@ -169,16 +169,20 @@ def _connections(connections: list[dict[str, Any]]) -> Iterator[Metric]:
                                "yet written", labels=["conn", "service", "instance"])
     blocked = GaugeMetricFamily(PREFIX + "connection_blocked", "1 when a client connection's send queue is full",
                                 labels=["conn", "service", "instance"])
-    lag = GaugeMetricFamily(PREFIX + "subscription_lag_ticks", "ticks of this broker's own events a subscription "
-                            "has yet to deliver (position to durable tail)", labels=["conn", "sub", "pattern"])
+    lag = GaugeMetricFamily(PREFIX + "subscription_lag_ticks", "ticks a subscription has yet to be handed, per "
+                            "pubend (this broker's own: position to durable tail; another's: its stream's newest "
+                            "known tick less the subscription's position)", labels=["conn", "sub", "pattern", "pubend"])
     for c in connections:
         labels = [str(c.get("conn")), str(c.get("service")), str(c.get("instance"))]
         if isinstance(c.get("queued_bytes"), int):
             queued.add_metric(labels, c["queued_bytes"])
         blocked.add_metric(labels, 1 if c.get("blocked") else 0)
         for sub in c.get("subscriptions") or []:
-            if isinstance(sub.get("lag_ticks"), int):
-                lag.add_metric([str(c.get("conn")), str(sub.get("sub")), str(sub.get("pattern"))], sub["lag_ticks"])
+            by_pubend = sub.get("lag_by_pubend")
+            if not isinstance(by_pubend, dict):  # not in an overlay: only its own pubend
+                by_pubend = {"": sub["lag_ticks"]} if isinstance(sub.get("lag_ticks"), int) else {}
+            for pubend, ticks in by_pubend.items():
+                lag.add_metric([str(c.get("conn")), str(sub.get("sub")), str(sub.get("pattern")), str(pubend)], ticks)
     yield from (queued, blocked, lag)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import secrets
 import socket
@@ -146,10 +147,14 @@ def advance(checkpoint: Checkpoint | None, items: list[Any]) -> list[Event | Gap
 class Subscription:
     """An async iterator of Events (and Gap markers when `on_gap="event"`)."""
 
-    def __init__(self, client: Client, sub: int, on_gap: str) -> None:
+    def __init__(self, client: Client, sub: int, on_gap: str, pattern: str = "#", filter: str | None = None,
+                 order: str = "publisher") -> None:
         self._client = client
         self.id = sub
         self.on_gap = on_gap
+        self.pattern, self.filter, self.order = pattern, filter, order  # to subscribe again after a move
+        self._seen: dict[str, int] = {}  # a plain one's newest tick per pubend (a moved one drops repeats)
+        self._floor: dict[str, int] | None = None  # after a move: what it had before, per pubend
         self.position: int | None = None
         self.checkpoint: Checkpoint | None = None  # a durable subscription's (core/checkpoint.py)
         # a durable one acknowledges, every ACK_INTERVAL_S, what the application had taken before it
@@ -444,7 +449,7 @@ class Client:
         elif durable:
             positions = []
         sub_id, frame = self._session.subscribe(pattern, filter, start, end, order, positions, home)
-        sub = Subscription(self, sub_id, on_gap)
+        sub = Subscription(self, sub_id, on_gap, pattern, filter, order)
         self._subs[sub_id] = sub
         assert self._transport is not None
         self._transport.write(frame)
@@ -511,17 +516,28 @@ class Client:
         for msg in msgs:
             self._dispatch(msg)
 
+    def _events(self, msg: messages.Events) -> None:
+        sub = self._subs.get(msg.sub)
+        if sub is None:
+            return
+        items = [event_from_fields(f) for f in msg.records]
+        if sub.checkpoint is None:
+            if sub._floor:  # moved: what came from the old broker does not come twice
+                floor = sub._floor
+                items = [e for e in items if e.tick > floor.get(e.pubend, -1)]
+            seen = sub._seen
+            for e in items:
+                seen[e.pubend] = e.tick
+        sub._push(items)
+        self._buffered += len(items)
+        if self._buffered > self.buffer_events_max and not self._reading_paused:
+            self._reading_paused = True
+            assert self._transport is not None
+            self._transport.pause_reading()
+
     def _dispatch(self, msg: Any) -> None:  # noqa: PLR0912 - one branch per message type
         if isinstance(msg, messages.Events):
-            sub = self._subs.get(msg.sub)
-            if sub is not None:
-                items = [event_from_fields(f) for f in msg.records]
-                sub._push(items)
-                self._buffered += len(items)
-                if self._buffered > self.buffer_events_max and not self._reading_paused:
-                    self._reading_paused = True
-                    assert self._transport is not None
-                    self._transport.pause_reading()
+            self._events(msg)
         elif isinstance(msg, messages.Ack):
             self._acked(msg)
         elif isinstance(msg, messages.Subscribed):
@@ -562,10 +578,15 @@ class Client:
 
     def _advised(self, msg: messages.Advice) -> None:
         decoded = advice.decode(msg.reason, msg.entries)
-        if (decoded is None or not decoded[1] or not self.follow_advice or self._subs
+        if (decoded is None or not decoded[1] or not self.follow_advice or not self._movable(decoded[0])
                 or self._following is not None or self._closed is not None):
             return
         self._following = self._loop.create_task(self._follow(*decoded))
+
+    def _movable(self, reason: advice.Reason) -> bool:
+        """Durable subscriptions move with their tokens (exactly once); plain ones only when the
+        broker is draining (they go on from "now" at the new broker: docs/operations.md)."""
+        return reason is advice.Reason.DRAINING or all(s.checkpoint is not None for s in self._subs.values())
 
     async def _follow(self, reason: advice.Reason, candidates: list[advice.Candidate]) -> None:
         try:
@@ -575,7 +596,7 @@ class Client:
                                                     self._probe(self.address))
             rtt = self.rtt_ns if current is None else min(self.rtt_ns, current.rtt_ns)
             target = advice.choose(reason, rtt, [p for p in probes if p is not None])
-            if target is not None and not self._subs and self._closed is None:
+            if target is not None and self._movable(reason) and self._closed is None:
                 await self._move(target)
         finally:
             self._following = None
@@ -603,8 +624,9 @@ class Client:
                                for f in ([frame.batch] if frame.batch is not None else frame.futures or [])]
                     await asyncio.wait([*pending, *self._status.values()])
                 other = await Client.connect(address, **self._connect_args, follow_advice=False)
-            if self._closed is None and not self._subs:
+            if self._closed is None:
                 self._switch(address, other)
+                self._resubscribe()
             else:
                 await other.close()
         except (TidingsError, OSError, TimeoutError):
@@ -629,6 +651,27 @@ class Client:
         self.moves += 1
         old.close()
 
+    def _resubscribe(self) -> None:
+        """After a move: each subscription again on the new connection, the application's iterator
+        unchanged. A durable one resumes from its checkpoint after the items already buffered here
+        (the old broker is forgotten in the middle of its stream, the new one starts where the
+        buffer ends: nothing lost, nothing twice); a plain one from now, repeats dropped."""
+        for old_id, sub in list(self._subs.items()):
+            if sub.checkpoint is not None:
+                after = Checkpoint(sub.checkpoint.default, dict(sub.checkpoint.positions), sub.checkpoint.home)
+                advance(after, list(sub._items))
+                home = None if after.home is None else list(after.home)
+                new_id, frame = self._session.subscribe(sub.pattern, sub.filter, after.default, None, sub.order,
+                                                        after.to_wire()[1], home)
+            else:
+                sub._floor = dict(sub._seen)
+                new_id, frame = self._session.subscribe(sub.pattern, sub.filter, "now", None, sub.order)
+            del self._subs[old_id]
+            sub.id = new_id
+            self._subs[new_id] = sub
+            assert self._transport is not None
+            self._transport.write(frame)
+
     def _renew(self) -> None:
         """Keep the broker's lease on this connection's subscriptions (core/leases.py) while the
         connection is open: whether the application reads or not, the client is alive."""
@@ -641,7 +684,12 @@ class Client:
 
     def _subscribed(self, msg: messages.Subscribed) -> None:
         sub = self._subs.get(msg.sub)
-        if sub is None or sub._ready.done():
+        if sub is None:
+            return
+        if sub._ready.done():  # subscribed again after a move: its new home
+            if msg.checkpoint is not None and sub.checkpoint is not None:
+                with contextlib.suppress(TidingsError):
+                    sub.checkpoint.home = Checkpoint.from_wire(msg.checkpoint).home
             return
         if msg.checkpoint is not None:
             try:

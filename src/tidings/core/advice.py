@@ -33,6 +33,7 @@ class Reason(Enum):
 
 
 CANDIDATES_MAX = 8
+RTT_UNKNOWN_NS = 10**9  # a candidate the broker knows (its leaf set) but has not timed
 CLEARLY_CLOSER_RATIO = 0.5  # a candidate is followed for `closer` only at half the RTT or less ...
 CLEARLY_CLOSER_NS_MIN = 2_000_000  # ... and at least 2 ms less: smaller differences are noise
 

@@ -264,8 +264,12 @@ class Broker:
         """ADVICE to `conns` (core/advice.py): this broker's nearest neighbours, and why to move."""
         if self.cluster is None or not self.cluster.overlay.joined:
             return []
-        near = [(n.address, rtt) for n, rtt in self.cluster.overlay.neighbourhood.with_rtt()]
-        entries = [[c.address, c.rtt_ns // 1000] for c in advice.candidates(near, self.cluster.overlay.me.address)]
+        overlay = self.cluster.overlay
+        near = [(n.address, rtt) for n, rtt in overlay.neighbourhood.with_rtt()]
+        if self.draining:  # every live broker it knows will do, nearest first (RTT unknown: last)
+            known = {address for address, _ in near}
+            near += [(n.address, advice.RTT_UNKNOWN_NS) for n in overlay.leaf_set.members() if n.address not in known]
+        entries = [[c.address, c.rtt_ns // 1000] for c in advice.candidates(near, overlay.me.address)]
         if not entries:
             return []
         reason = (advice.Reason.DRAINING if self.draining else advice.Reason.OVERLOADED
@@ -280,9 +284,9 @@ class Broker:
         return self._advise([c.conn for c in self.connections.values() if c.state == OPEN])
 
     def movable_clients(self) -> int:
-        """Open client connections without subscriptions: the ones route advice can move (a
-        subscription could move only with its durable token, which route advice does not carry yet)."""
-        return sum(1 for c in self.connections.values() if c.state == OPEN and not c.subs)
+        """Open client connections: on drain, the client library moves every one, its durable
+        subscriptions with their tokens and its plain ones from "now" (tidings.client)."""
+        return sum(1 for c in self.connections.values() if c.state == OPEN)
 
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
@@ -837,8 +841,21 @@ class Broker:
         synced = self.pubend.synced_tick
         open_ = [c for c in self.connections.values() if c.state == OPEN][:CONNECTIONS_REPORTED_MAX]
         return [{"conn": c.conn, "service": c.service, "instance": c.instance, "identity": c.identity,
-                 "blocked": c.blocked, "subscriptions": [s.status(synced) for s in c.subs.values()]}
+                 "blocked": c.blocked, "subscriptions": [self._subscription_status(s, synced) for s in c.subs.values()]}
                 for c in open_]
+
+    def _subscription_status(self, s: Subend, synced: int) -> dict[str, Any]:
+        """The subend's status, with its lag on other brokers' streams: `lag_by_pubend` (ticks known
+        here but not yet handed to it, per pubend, its own pubend's included) and `lag_ticks`, the
+        largest of them."""
+        status = s.status(synced)
+        tree = self._sub_trees.get(s.key)
+        if self.cluster is None or tree is None:
+            return status
+        lags = self._gd().lag(s.key, tree)
+        if isinstance(status["lag_ticks"], int):
+            lags[self.pubend.pubend_id] = status["lag_ticks"]
+        return {**status, "lag_by_pubend": lags, "lag_ticks": max(lags.values(), default=status["lag_ticks"])}
 
     def _cluster_status(self) -> dict[str, Any]:
         if self.cluster is None:

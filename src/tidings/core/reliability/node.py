@@ -615,6 +615,15 @@ class ReliabilityNode:
                 out[pubend] = consumer.sent_through
         return out
 
+    def lag(self, key: int, tree: str) -> dict[str, int]:
+        """For local subscription `key`: per pubend of `tree`, how many ticks the stream knows of
+        (its highest known tick) that have not been handed to the subscription yet."""
+        t = self.trees.get(tree)
+        if t is None:
+            return {}
+        return {pubend: max(0, ist.top - consumer.sent_through) for pubend, ist in t.istreams.items()
+                if (consumer := ist.consumers.get(key)) is not None}
+
     def _drop_if_unused(self, tree: str, t: _Tree) -> None:
         if not t.locals and not self.scribe.children(tree):
             self._streams -= len(t.istreams)
