@@ -108,13 +108,22 @@ class TidingsConnection:
                 raise ConnectionError(f"expected WELCOME, got {reply!r}")
         self.info = reply.info
 
-    def subscribe(self, sub: int, pattern: str) -> None:
-        self.sock.sendall(messages.subscribe(
-            messages.Subscribe(sub, pattern, None, messages.START_NOW, 0, None)))
+    def subscribe(self, sub: int, pattern: str, checkpoint: list[Any] | None = None,
+                  durable: bool = False) -> list[Any] | None:
+        """SUBSCRIBE from now, or durably (`durable`, or from a `checkpoint` as SUBSCRIBED gave
+        it: [default, positions, home]); returns the durable subscription's checkpoint."""
+        if checkpoint is not None:
+            home = checkpoint[2] if len(checkpoint) > 2 else None
+            msg = messages.Subscribe(sub, pattern, None, messages.START_AFTER, checkpoint[0], None,
+                                     messages.ORDER_PUBLISHER, checkpoint[1], home)
+        else:
+            msg = messages.Subscribe(sub, pattern, None, messages.START_NOW, 0, None, messages.ORDER_PUBLISHER,
+                                     [] if durable else None)
+        self.sock.sendall(messages.subscribe(msg))
         while True:
             reply = _read_message(self.sock, self.decoder, self.pending)
             if isinstance(reply, messages.Subscribed) and reply.sub == sub:
-                return
+                return reply.checkpoint
             if isinstance(reply, messages.Error):
                 raise ConnectionError(f"SUBSCRIBE refused: {reply.code} {reply.message}")
 

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Catch-up throughput of a durable subscriber (issue 8's experiment), against NATS JetStream.
+
+  python bench/catchup_bench.py [--events 1000000] [--rounds 1] [--out bench/results/catchup_bench.jsonl]
+
+tidings: 2 brokers (`tidings.testing.Cluster`, default configuration). A durable subscriber on
+broker 1 subscribes (getting its checkpoint) and goes away; the publisher fills broker 0's log with
+--events events of 250 bytes (acked, fsynced); then the subscriber resumes on broker 1 from its
+checkpoint and the clock runs until it has counted every event: they come from broker 0's log
+through the tree (nacks answered by log reads), as any catch-up after a disconnection does.
+NATS: one nats-server with JetStream (file storage), a stream filled with the same count by acked
+publishes, then a durable push consumer with explicit acks replays it from the start.
+
+Both sides use the lean load clients of bench/loads.py (counting, not decoding, events), so the
+brokers are what is measured. Results are JSON lines with the machine's load, and the ratio
+tidings / JetStream of the same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import select
+import selectors
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import gd_bench
+import loads
+import netutil
+import tidings_client
+from tidings.testing import Cluster
+
+PAYLOAD = b"c" * loads.PAYLOAD_BYTES
+BATCH = 1000
+ACK_WINDOW = 20_000
+RECV_BYTES = 1 << 20
+
+
+def fill(end: loads.Endpoint, count: int, limit_s: float) -> float:
+    """Publish `count` events through publisher endpoint `end`, at most ACK_WINDOW unacknowledged;
+    the seconds it took until the last ack."""
+    t0 = time.monotonic()
+    sent = acked = 0
+    if end.leftover:
+        end.parser.feed(end.leftover)
+    while acked < count:
+        if time.monotonic() - t0 > limit_s:
+            raise TimeoutError(f"filling: {acked} of {count} acked after {limit_s} s")
+        room = min(BATCH, count - sent, ACK_WINDOW - (sent - acked))
+        if room > 0:
+            end.sock.sendall(end.build(room, PAYLOAD))
+            sent += room
+        readable, _, _ = select.select([end.sock], [], [], 0 if room > 0 else 0.05)
+        if readable:
+            data = end.sock.recv(RECV_BYTES)
+            if not data:
+                raise ConnectionError("the broker closed the publisher's connection")
+            n, reply = end.parser.feed(data)
+            if reply:
+                end.sock.sendall(reply)
+            acked += n
+    return time.monotonic() - t0
+
+
+def drain(end: loads.Endpoint, count: int, limit_s: float) -> tuple[float, int]:
+    """Count events on subscriber endpoint `end` until `count`; (seconds, events)."""
+    t0 = time.monotonic()
+    got = 0
+    if end.leftover:
+        got += end.parser.feed(end.leftover)[0]
+    sel = selectors.DefaultSelector()
+    sel.register(end.sock, selectors.EVENT_READ)
+    while got < count and time.monotonic() - t0 < limit_s:
+        if not sel.select(timeout=0.1):
+            continue
+        data = end.sock.recv(RECV_BYTES)
+        if not data:
+            break
+        n, reply = end.parser.feed(data)
+        if reply:
+            end.sock.sendall(reply)
+        got += n
+    sel.close()
+    return time.monotonic() - t0, got
+
+
+def tidings_round(count: int, limit_s: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="catchup-") as tmp, Cluster(Path(tmp), 2) as cluster:
+        origin, home = cluster[0], cluster[1]
+        away = tidings_client.TidingsConnection(home.port, "catchup-sub")
+        checkpoint = away.subscribe(1, "catchup/#", durable=True)
+        away.close()
+        adapter = loads.TidingsAdapter(origin.port, True, "x", 1)
+        adapter.channel = "catchup/x"
+        fill_s = fill(adapter.publisher(), count, limit_s)
+        pids = {"origin": origin.pid, "home": home.pid}
+        cpu0 = gd_bench.cpu_of(pids)
+        back = tidings_client.TidingsConnection(home.port, "catchup-sub")
+        t0 = time.monotonic()
+        back.subscribe(1, "catchup/#", checkpoint=checkpoint)
+        end = loads.Endpoint(back.sock, tidings_client.EventsCounter(), leftover=back.leftover())
+        seconds, got = drain(end, count, limit_s)
+        seconds = time.monotonic() - t0
+        cpu = {k: (v - cpu0[k]) / 100 for k, v in gd_bench.cpu_of(pids).items()}
+        back.close()
+    return {"broker": "tidings", "events": count, "received": got, "fill_s": round(fill_s, 2),
+            "catchup_s": round(seconds, 2), "events_per_s": round(got / seconds), "cpu_s": cpu}
+
+
+@contextlib.contextmanager
+def nats_server() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """One nats-server with JetStream on file storage (no cluster: a lone clustered server has no
+    JetStream quorum)."""
+    if not shutil.which("nats-server"):
+        raise RuntimeError("nats-server is not installed (run bench/setup.sh as root)")
+    with tempfile.TemporaryDirectory(prefix="catchup-nats-") as tmp:
+        port = netutil.free_port()
+        conf = Path(tmp) / "n.conf"
+        conf.write_text(f"listen: 127.0.0.1:{port}\njetstream {{\n  store_dir: \"{tmp}/data\"\n"
+                        f"  max_file_store: 20GB\n}}\n")
+        with open(Path(tmp) / "n.log", "wb") as log:
+            proc = subprocess.Popen(["nats-server", "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        try:
+            if not netutil.wait_port(port, 30.0, alive=lambda: proc.poll() is None):
+                raise RuntimeError(f"nats-server did not open 127.0.0.1:{port}")
+            yield proc, port
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+def nats_round(count: int, limit_s: float) -> dict[str, Any]:
+    with nats_server() as (proc, port):
+        procs = [proc]
+        adapter = loads.NatsAdapter(port, True, gd_bench.nonce(), 1)
+        adapter.prepare()  # the stream, and a durable push consumer that waits for interest
+        try:
+            fill_s = fill(adapter.publisher(), count, limit_s)
+            cpu0 = gd_bench.cpu_of({"server": procs[0].pid})
+            t0 = time.monotonic()
+            seconds, got = drain(adapter.subscriber(0, False), count, limit_s)
+            seconds = time.monotonic() - t0
+            cpu = {k: (v - cpu0[k]) / 100 for k, v in gd_bench.cpu_of({"server": procs[0].pid}).items()}
+        finally:
+            adapter.finish()
+    return {"broker": "nats-jetstream", "events": count, "received": got, "fill_s": round(fill_s, 2),
+            "catchup_s": round(seconds, 2), "events_per_s": round(got / seconds), "cpu_s": cpu}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--limit-s", type=float, default=600.0, help="bound on each phase")
+    ap.add_argument("--out", default="bench/results/catchup_bench.jsonl")
+    args = ap.parse_args()
+    if args.events < 1 or args.rounds < 1:
+        ap.error("--events and --rounds are at least 1")
+    for _ in range(args.rounds):
+        t = tidings_round(args.events, args.limit_s) | gd_bench.context()
+        n = nats_round(args.events, args.limit_s) | gd_bench.context()
+        ratio = t["events_per_s"] / n["events_per_s"] if n["events_per_s"] else None
+        for result in (t, n, {"test": "catchup-ratio", "tidings_over_jetstream": ratio and round(ratio, 2)}):
+            line = json.dumps({"test": "catchup", **result})
+            print(line, flush=True)
+            with open(args.out, "a") as f:
+                f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
