@@ -19,16 +19,12 @@ tidings / JetStream of the same round.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import select
 import selectors
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import gd_bench
 import loads
-import netutil
 import tidings_client
 from tidings.testing import Cluster
 
@@ -117,36 +112,9 @@ def tidings_round(count: int, limit_s: float) -> dict[str, Any]:
             "catchup_s": round(seconds, 2), "events_per_s": round(got / seconds), "cpu_s": cpu}
 
 
-@contextlib.contextmanager
-def nats_server() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """One nats-server with JetStream on file storage (no cluster: a lone clustered server has no
-    JetStream quorum)."""
-    if not shutil.which("nats-server"):
-        raise RuntimeError("nats-server is not installed (run bench/setup.sh as root)")
-    with tempfile.TemporaryDirectory(prefix="catchup-nats-") as tmp:
-        port = netutil.free_port()
-        conf = Path(tmp) / "n.conf"
-        conf.write_text(f"listen: 127.0.0.1:{port}\njetstream {{\n  store_dir: \"{tmp}/data\"\n"
-                        f"  max_file_store: 20GB\n}}\n")
-        with open(Path(tmp) / "n.log", "wb") as log:
-            proc = subprocess.Popen(["nats-server", "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
-        try:
-            if not netutil.wait_port(port, 30.0, alive=lambda: proc.poll() is None):
-                raise RuntimeError(f"nats-server did not open 127.0.0.1:{port}")
-            yield proc, port
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-
-
 def nats_round(count: int, limit_s: float) -> dict[str, Any]:
-    with nats_server() as (proc, port):
-        procs = [proc]
+    with gd_bench.nats_cluster(1) as procs:
+        port = procs[0].port  # type: ignore[attr-defined]
         adapter = loads.NatsAdapter(port, True, gd_bench.nonce(), 1)
         adapter.prepare()  # the stream, and a durable push consumer that waits for interest
         try:

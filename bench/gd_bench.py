@@ -239,10 +239,12 @@ def nats_cluster(size: int) -> Iterator[list[subprocess.Popen[bytes]]]:
             for i in range(size):
                 conf = Path(tmp) / f"n{i}.conf"
                 route_list = ", ".join(f"nats-route://127.0.0.1:{r}" for r in routes)
+                # one server alone runs without a cluster block: a lone clustered server has no JetStream quorum
+                cluster = "" if size == 1 else (f"cluster {{\n  name: tb\n  listen: 127.0.0.1:{routes[i]}\n"
+                                                f"  routes: [{route_list}]\n}}\n")
                 conf.write_text(f"server_name: n{i}\nlisten: 127.0.0.1:{ports[i]}\n"
                                 f"jetstream {{\n  store_dir: \"{tmp}/data{i}\"\n  max_file_store: 20GB\n}}\n"
-                                f"cluster {{\n  name: tb\n  listen: 127.0.0.1:{routes[i]}\n"
-                                f"  routes: [{route_list}]\n}}\n")
+                                + cluster)
                 with open(Path(tmp) / f"n{i}.log", "wb") as log:  # the child keeps its own descriptor
                     procs.append(subprocess.Popen(["nats-server", "-c", str(conf)], stdout=log,
                                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
