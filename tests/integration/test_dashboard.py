@@ -60,6 +60,10 @@ def test_dashboard_shows_cluster_tree_and_inspected_event(tmp_path, browser):
             until(lambda d: {g.get_attribute("data-address") for g in d.find_elements(By.CSS_SELECTOR, "g.broker")}
                   == {a.address, b.address, c.address}, "the three brokers drawn")
             until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "line.link")) == 3, "three links drawn")
+            # each broker's row is its own status (three pubends), not another's it was advised to
+            until(lambda d: len({r.find_elements(By.TAG_NAME, "td")[2].text
+                                 for r in d.find_elements(By.CSS_SELECTOR, "#brokers tr")
+                                 if len(r.find_elements(By.TAG_NAME, "td")) > 2}) == 3, "three pubends listed")
 
             # the tree of sensors/#: a root and broker b as a member
             def tree_nodes(d):

@@ -137,8 +137,9 @@ class ClusterView:
         try:
             client = self._clients.get(address)
             if client is None:
+                # never moved by route advice: this connection is for `address`'s own status
                 client = await Client.connect(address, service=SERVICE, timeout=STATUS_TIMEOUT_S,
-                                              tls=self._tls or False)
+                                              tls=self._tls or False, follow_advice=False)
                 self._clients[address] = client
             async with asyncio.timeout(STATUS_TIMEOUT_S):
                 return await client.status()
