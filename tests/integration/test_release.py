@@ -15,7 +15,9 @@ RELEASING = LOCAL_LIVENESS | {
     "segment_bytes_max": 16 * 1024,
     "release_keep_ns": 1,  # released events go at once (the default keeps them an hour for replays)
     "durable_save_interval_ns": 50_000_000,
-    "release_hold_ns": 3_000_000_000,  # a new root is trusted after 3 s (default 5 min)
+    # a new root is trusted after 8 s (default 5 min): longer than a loaded machine takes to restart
+    # the killed home, shorter than the waits below
+    "release_hold_ns": 8_000_000_000,
 }
 PAYLOAD = b"r" * 200
 BATCHES, PER_BATCH = 20, 50
@@ -78,6 +80,19 @@ def test_an_away_durable_subscriber_holds_the_log_across_a_move_and_a_kill_then_
                 wait_for(lambda: released(origin) >= ticks[len(ticks) // 2], 30,
                          what="the acknowledged events were released")
                 assert released(origin) <= more[-1]
+
+
+def test_a_durable_subscription_is_on_disk_before_subscribed_names_it(tmp_path):
+    """kill -9 of its broker right after SUBSCRIBED: the registration is there after the restart
+    (the periodic save, 10 s here, is not what saved it)."""
+    with Cluster(tmp_path / "cluster", 1, RELEASING | {"durable_save_interval_ns": 10_000_000_000}) as cluster:
+        home = cluster[0]
+        with sync.connect(home.address, follow_advice=False) as client:
+            client.subscribe("rel/#", durable=True)
+            home.kill()
+        home.start()
+        status = home.status()
+        assert (status["durable_registrations"], status["durable_away"]) == (1, 1)
 
 
 EARLY = RELEASING | {"max_retain_ns": 1_500_000_000}

@@ -74,6 +74,8 @@ from tidings.storage import DataDirectoryLock, EventLog, load_or_create_identity
 from tidings.storage.files import read_small_file
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tidings.aio.http import HttpEndpoint
 
 log = logging.getLogger("tidings.broker")
@@ -272,19 +274,28 @@ class BrokerServer:
 
     async def drain(self, timeout_s: float) -> None:
         """SIGTERM: advise every client to move to a neighbour (core/advice.py), wait until those that
-        can move have gone (at most `timeout_s`), then stop."""
+        can move have gone and the trees have acknowledged what this pubend logged (at most
+        `timeout_s` in all), then stop."""
         if self.core is not None and self._stop_began is None and timeout_s > 0:
             started = time.monotonic()
             advised = self.core.drain(time.monotonic_ns())  # none without neighbours to advise
             self._run(advised)
-            loop = asyncio.get_running_loop()
-            while advised and self.core.movable_clients() and time.monotonic() - started < timeout_s:
-                self._drain_wake = loop.create_future()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._drain_wake, timeout_s - (time.monotonic() - started))
-            log.info("drained in %.3f s; %d clients that could move did not", time.monotonic() - started,
-                     self.core.movable_clients())
+            deadline = started + timeout_s
+            await self._drain_while(lambda: bool(advised and self.core and self.core.movable_clients()), deadline)
+            # then what this pubend logged reaches the other brokers before it stops, not at its restart
+            await self._drain_while(lambda: bool(self.core and self.core.undelivered(time.monotonic_ns())), deadline)
+            log.info("drained in %.3f s; %d clients that could move did not; %d trees or batches still owed",
+                     time.monotonic() - started, self.core.movable_clients(),
+                     self.core.undelivered(time.monotonic_ns()))
         await self.stop()
+
+    async def _drain_while(self, waiting: Callable[[], bool], deadline: float) -> None:
+        """Wait while `waiting()` holds, looking again after each input, until `deadline` (monotonic s)."""
+        loop = asyncio.get_running_loop()
+        while waiting() and time.monotonic() < deadline:
+            self._drain_wake = loop.create_future()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drain_wake, deadline - time.monotonic())
 
     async def stop(self) -> None:
         """Stop accepting, close every connection, finish pending syncs, close the log; log one final
@@ -378,7 +389,7 @@ class BrokerServer:
             elif type(eff) is ReleaseLog:
                 worker.release(eff.through)
             elif type(eff) is SaveDurable:
-                worker.save(self.data_dir / DURABLE_FILE, eff.data)
+                worker.save(self.data_dir / DURABLE_FILE, eff.data, wait=eff.before_replies)
             elif type(eff) is Connect:
                 self._dial(eff.address)
             elif type(eff) is Disconnect:

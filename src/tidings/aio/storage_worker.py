@@ -22,6 +22,7 @@ from tidings.storage import EventLog
 from tidings.storage.files import write_atomically
 
 _STOP = object()
+SAVE_WAIT_POLL_S = 1.0  # a waiting save looks this often whether the worker is still alive
 
 
 def log_state(log: EventLog) -> LogState:
@@ -59,9 +60,16 @@ class StorageWorker:
         """The release protocol's ReleaseLog: drop the whole segments at or below `through`."""
         self._queue.put(("release", through))
 
-    def save(self, path: pathlib.Path, data: bytes) -> None:
-        """Replace `path` with `data` atomically (SaveDurable)."""
-        self._queue.put(("save", (path, data)))
+    def save(self, path: pathlib.Path, data: bytes, wait: bool = False) -> None:
+        """Replace `path` with `data` atomically (SaveDurable), in order with the other saves; with
+        `wait`, return once it is on disk (or the worker has failed, which stops the broker)."""
+        if not wait:
+            self._queue.put(("save", (path, data)))
+            return
+        done = threading.Event()
+        self._queue.put(("save", (path, data, done)))
+        while not done.wait(SAVE_WAIT_POLL_S) and self._thread.is_alive():
+            pass
 
     def read(self, after: int, through: int, max_bytes: int,
              done: Callable[[list[tuple[int, bytes]], LogState], None],
@@ -141,4 +149,6 @@ class StorageWorker:
                 self._on_retained(log_state(self.log))
         else:
             assert kind == "save"
-            write_atomically(*arg)
+            write_atomically(arg[0], arg[1])
+            if len(arg) == 3:
+                arg[2].set()

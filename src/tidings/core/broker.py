@@ -288,6 +288,16 @@ class Broker:
         subscriptions with their tokens and its plain ones from "now" (tidings.client)."""
         return sum(1 for c in self.connections.values() if c.state == OPEN)
 
+    def undelivered(self, now: int) -> int:
+        """While draining, once the clients have gone: what is still owed to other brokers (batches
+        not yet synced, trees whose root has not acknowledged this pubend's stream); 0 when stopping
+        now delays no logged event until a restart."""
+        self.now = now
+        owed = self.pubend.pending_batches
+        if self.cluster is not None:
+            owed += self._gd().source.unacknowledged(now)
+        return owed
+
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
         for conn in self.leases.expired(now):
@@ -544,6 +554,9 @@ class Broker:
                     self._member_gone(tree, out)  # the subend counts for the tree again
         if reg is None:
             reg = regs.register(tree, checkpoint, s.key, name, s.pattern, "" if s.filter is None else s.filter.text)
+            # saved before SUBSCRIBED names it: a crash right after must not forget what it holds
+            regs.dirty = False
+            out.append(SaveDurable(regs.encode(), before_replies=True))
             if home is not None and home.pubend != self.pubend.pubend_id:
                 self._reliability(self._gd().moved(home.address, home.pubend, home.registration), out)
         s.registration = reg.number

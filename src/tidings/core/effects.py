@@ -71,9 +71,12 @@ class ReleaseLog:
 @dataclass(frozen=True, slots=True)
 class SaveDurable:
     """Replace the saved state of the durable subscriptions this broker hosts with `data` (atomically,
-    in the data directory); handed back to the broker when it starts again."""
+    in the data directory); handed back to the broker when it starts again. `before_replies`: the
+    effects after this one (a SUBSCRIBED naming a new registration) may not reach anyone before the
+    state is on disk, as an ack waits for its log fsync."""
 
     data: bytes
+    before_replies: bool = False
 
 
 @dataclass(frozen=True, slots=True)

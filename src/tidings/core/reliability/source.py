@@ -292,6 +292,12 @@ class Source:
         (TICK_MAX: no such tree)."""
         return min((s.delivered_through for s in self._counted(now)), default=TICK_MAX)
 
+    def unacknowledged(self, now: int) -> int:
+        """Trees with members whose root has not yet acknowledged all the knowledge sent on them:
+        a draining broker waits for none to be left, or its events would wait for its restart."""
+        return sum(1 for tree, s in self._streams.items()
+                   if s.acked_through < s.sent_through and not self._empty(now, tree))
+
     def root_moved(self, tree: str, address: str) -> None:
         stream = self._streams.get(tree)
         if stream is not None and stream.root == address:
