@@ -3,6 +3,7 @@ the creator's rules would for every pattern of the tree; the rendez-vous point a
 reached refuse a SUBSCRIBE whose members the list admits none of; the list goes down the tree; only
 the first creator changes it; and a broker applies it to its clients' subscriptions."""
 
+import contextlib
 import random
 
 from hypothesis import given, settings
@@ -11,12 +12,16 @@ from hypothesis import strategies as st
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.auth.rules import ANY_IDENTITY, PUBLISH, SUBSCRIBE, AccessRules, Rule
+from tidings.core.cluster import ClusterMember
+from tidings.core.errors import TidingsError
 from tidings.core.multicast import messages as m
 from tidings.core.multicast.access import ACL_ENTRIES_MAX, AclTooLarge, acl_for, admits
-from tidings.core.multicast.agent import ScribeAgent
+from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.multicast.effects import AccessChanged, ParentSuspected
 from tidings.core.multicast.trees import subscription_tree, tree_key
 from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteMessage, RouteTo
+from tidings.core.overlay.node import OverlayConfig
+from tidings.core.overlay.node_id import id_to_wire
 from tidings.core.wire import messages
 
 from .core_harness import Harness, of_type
@@ -234,3 +239,37 @@ def test_without_rules_a_broker_creates_nothing_and_every_tree_stays_open():
     (tree,) = h.broker.status()["trees"]
     assert tree["creator"] is None and tree["acl_rules"] is None
     assert h.broker.cluster.scribe.created() == []
+
+
+# ---- untrusted peers ----------------------------------------------------------------------------
+
+NEAR_PATTERNS = st.sampled_from(["t/#", "t/+/x", "#", "a/#/b", "", "t/a+", 5, None])
+rule_items = st.lists(st.one_of(st.tuples(st.sampled_from(["x", "*", "", 3]), st.sampled_from([True, False, 1, None]),
+                                          NEAR_PATTERNS).map(list), st.just("x"), st.just([])), max_size=4)
+acls = st.one_of(st.none(), rule_items, st.just([["x", True, "t/#"]] * (ACL_ENTRIES_MAX + 1)), st.text(max_size=3))
+members = st.one_of(st.lists(st.tuples(st.sampled_from(["x", "", "y" * 400]), NEAR_PATTERNS).map(list), max_size=3),
+                    st.just([["x", "t/#"]] * 65), st.none())
+brokers = st.sampled_from(["", "127.0.0.1:9", None, "b" * 400])
+shaped = st.one_of(
+    st.tuples(acls, brokers).map(lambda t: [m.ACCESS, TREE, "owner", t[0], t[1]]),
+    st.tuples(acls, brokers).map(lambda t: [m.REPLICA, TREE, "owner", t[0], t[1]]),
+    st.tuples(acls, brokers).map(lambda t: [64, id_to_wire(KEY), [id_to_wire(9), "127.0.0.1:9"], 1,
+                                            [m.CREATE, TREE, "owner", t[0], t[1]]]),
+    members.map(lambda ms: [64, id_to_wire(KEY), [id_to_wire(9), "127.0.0.1:9"], 1,
+                            [m.SUBSCRIBE, TREE, [id_to_wire(9), "127.0.0.1:9"], None, ms]]),
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(batch=st.lists(shaped, min_size=1, max_size=6))
+def test_malformed_lists_and_members_from_peers_are_errors_to_them_and_the_tree_goes_on(batch):
+    """Whatever a peer puts in an access list or a member list, the composer handles it or raises a
+    TidingsError (a bad-message to that peer); the node's own subscription is still decided."""
+    member = ClusterMember(ME, OverlayConfig(), ScribeConfig(), random.Random(1))
+    member.start(0, None)
+    member.subscribe(0, TREE, (("owner", "t/#"),))
+    for message in batch:
+        with contextlib.suppress(TidingsError):
+            member.received(1, "127.0.0.1:9", message)
+    assert member.scribe.admits(TREE, "owner", "t/#") in (True, False, None)
+    assert len(member.scribe.status()) == 1

@@ -21,7 +21,7 @@ implies, and nothing more:
   answered on its link (`peer_messages_rejected`), RTT samples and unreachable peers go to Pastry,
   and every `PeerSend` and `Probe` leaves through the links as runtime effects (Send, Connect,
   Disconnect). A peer message thus never leaves this object before it is handled;
-- what is left (Deliver, ReadLog, and the runtime effects) goes to the broker; without links
+- what is left (Deliver, ReadLog, AccessChanged, and the runtime effects) goes to the broker; without links
   (the message-level simulator) PeerSend and Probe go to the caller as well.
 
 Until Pastry reports `JoinCompleted`, its state is partial and a route could end at the wrong node,

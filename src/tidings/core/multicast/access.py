@@ -25,17 +25,20 @@ a peer's malformed one is a ProtocolError, decoded before any machine sees it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from tidings.core.auth.rules import SUBSCRIBE, AccessRules, Rule, intersects
 from tidings.core.channels import validate_pattern
 from tidings.core.errors import ChannelError, ProtocolError
+from tidings.core.wire.typed import name
 
 ACL_ENTRIES_MAX = 256  # rules in one tree's access list
 MEMBERS_PER_SUBSCRIBE_MAX = 64  # (identity, pattern) pairs one SUBSCRIBE names
 IDENTITY_BYTES_MAX = 300
 PATTERN_BYTES_MAX = 1100
+LISTS_CACHED_MAX = 256  # lists whose decisions are kept (see _rules)
 
 Acl = tuple[Rule, ...]
 Member = tuple[str, str]  # (identity, subscription pattern)
@@ -63,7 +66,15 @@ def admits(acl: Acl | None, identity: str, pattern: str) -> bool:
         return True
     if not acl:
         return False  # AccessRules([]) is access control off; an empty list is nobody
-    return AccessRules(list(acl)).may_subscribe(identity, pattern)
+    return _rules(acl).may_subscribe(identity, pattern)
+
+
+@functools.lru_cache(maxsize=LISTS_CACHED_MAX)
+def _rules(acl: Acl) -> AccessRules:
+    """One AccessRules (and its cache of decisions) per list: a broker applies a list to all its
+    subscriptions in a tree each time it arrives. A pure function of the list, so its cache changes
+    no outcome."""
+    return AccessRules(list(acl))
 
 
 def admitted(acl: Acl | None, members: Sequence[Member]) -> tuple[Member, ...]:
@@ -80,14 +91,8 @@ def members_to_wire(members: Sequence[Member]) -> list[list[str]]:
     return [[identity, pattern] for identity, pattern in members]
 
 
-def _string(value: object, bytes_max: int, what: str, bad: Bad) -> str:
-    if type(value) is str and 0 < len(value) <= bytes_max and len(value.encode("utf-8", "surrogatepass")) <= bytes_max:
-        return value
-    raise bad(f"{what} is a non-empty string of at most {bytes_max} bytes")
-
-
 def _pattern(value: object, bad: Bad) -> str:
-    text = _string(value, PATTERN_BYTES_MAX, "a pattern", bad)
+    text = name(value, PATTERN_BYTES_MAX, "a pattern", bad)
     try:
         return validate_pattern(text)
     except ChannelError as exc:
@@ -103,7 +108,7 @@ def acl_from_wire(value: object, bad: Bad) -> Acl | None:
     for item in value:
         if type(item) is not list or len(item) != 3 or type(item[1]) is not bool:
             raise bad("an acl rule is [identity, allow, pattern]")
-        identity = _string(item[0], IDENTITY_BYTES_MAX, "an acl identity", bad)
+        identity = name(item[0], IDENTITY_BYTES_MAX, "an acl identity", bad)
         acl.append(Rule(identity, SUBSCRIBE, item[1], _pattern(item[2], bad)))
     return tuple(acl)
 
@@ -115,5 +120,5 @@ def members_from_wire(value: object, bad: Bad) -> tuple[Member, ...]:
     for item in value:
         if type(item) is not list or len(item) != 2:
             raise bad("a member is [identity, pattern]")
-        members.append((_string(item[0], IDENTITY_BYTES_MAX, "a member identity", bad), _pattern(item[1], bad)))
+        members.append((name(item[0], IDENTITY_BYTES_MAX, "a member identity", bad), _pattern(item[1], bad)))
     return tuple(members)

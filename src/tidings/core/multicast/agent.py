@@ -43,7 +43,7 @@ a root has no parent; a parent is never also a child; every table is bounded by 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -61,6 +61,7 @@ from tidings.core.multicast.effects import (
     TreeActivated,
 )
 from tidings.core.multicast.empty_trees import EmptyTreeMemory, Suppressions
+from tidings.core.multicast.entry import ChildEntry, TreeEntry
 from tidings.core.multicast.messages import (
     TREES_PER_MESSAGE_MAX,
     Access,
@@ -69,7 +70,6 @@ from tidings.core.multicast.messages import (
     Publish,
     Refresh,
     Replica,
-    RoutedMessage,
     Subscribe,
     TreeActive,
     TreeEmpty,
@@ -77,6 +77,7 @@ from tidings.core.multicast.messages import (
     TreeMetadata,
     Unsubscribe,
     decode,
+    decode_routed,
 )
 from tidings.core.multicast.trees import tree_key
 from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteMessage, RouteTo
@@ -127,42 +128,13 @@ class ScribeConfig:
         assert 0 < self.refresh_interval_ns < self.child_timeout_ns
 
 
-@dataclass(slots=True)
-class _Child:
-    ref: NodeRef
-    heard_ns: int  # the last SUBSCRIBE or REFRESH from it
-    sent_ns: int  # the last EVENT or HEARTBEAT to it
-
-
-@dataclass(slots=True)
-class _Tree:
-    name: str
-    key: int
-    member: bool = False
-    root: bool = False
-    parent: str | None = None  # address; None while this node's SUBSCRIBE is under way (or root)
-    heard_ns: int = 0  # the last EVENT or HEARTBEAT from the parent, or when SUBSCRIBE left
-    refresh_due_ns: int = 0
-    children: dict[str, _Child] = field(default_factory=dict)
-    metadata: TreeMetadata | None = None  # at the root
-    replicated_to: tuple[str, ...] = ()
-    access: TreeMetadata | None = None  # below the root: the metadata the parent passed down
-    members: tuple[Member, ...] = ()  # (identity, pattern) this node's own SUBSCRIBE names
-
-    def held(self) -> TreeMetadata | None:
-        return self.metadata if self.root else self.access
-
-    def needed(self) -> bool:
-        return self.member or bool(self.children) or (self.root and self.metadata is not None)
-
-
 class ScribeAgent:
     """Scribe on one node. Every input returns the effects to carry out, in order."""
 
     def __init__(self, me: NodeRef, config: ScribeConfig | None = None) -> None:
         self.me = me
         self.config = config or ScribeConfig()
-        self._trees: dict[str, _Tree] = {}
+        self._trees: dict[str, TreeEntry] = {}
         self._replicas: dict[str, TreeMetadata] = {}
         self._created: dict[str, str] = {}  # tree -> creator identity: trees this node created
         self._leaf_set: list[NodeRef] = []
@@ -239,7 +211,7 @@ class ScribeAgent:
 
     def on_forward(self, now: int, decision: Forward) -> tuple[list[ScribeEffect], RouteMessage | None]:
         """The paper's forward(): only a SUBSCRIBE from another node may stop here."""
-        message = _routed(decision.message)
+        message = decode_routed(decision.message.payload)
         if type(message) is not Subscribe or message.subscriber.address == self.me.address:
             return [], decision.message
         entry = self._trees.get(message.tree)
@@ -257,10 +229,12 @@ class ScribeAgent:
 
     def on_deliver(self, now: int, decision: Deliver) -> list[ScribeEffect]:
         """The paper's deliver(): this node is the rendez-vous point of the message's tree."""
-        message = _routed(decision.message)
+        message = decode_routed(decision.message.payload)
         if type(message) is Publish:
             return self._root_publish(now, message, decision.message.source)
-        created = message.metadata if type(message) is Create else None
+        # the creating broker is the node the CREATE came from, whatever its payload says
+        created = (replace(message.metadata, broker=decision.message.source.address) if type(message) is Create
+                   else None)
         entry, effects = self._become_root(now, message.tree, created)
         if entry is None or type(message) is not Subscribe:
             return effects
@@ -407,28 +381,28 @@ class ScribeAgent:
 
     # -- tree entries ------------------------------------------------------------------------
 
-    def _new_entry(self, now: int, tree: str) -> _Tree | None:
+    def _new_entry(self, now: int, tree: str) -> TreeEntry | None:
         if len(self._trees) >= self.config.trees_max:
             return None
-        entry = _Tree(tree, tree_key(tree), heard_ns=now)
+        entry = TreeEntry(tree, tree_key(tree), heard_ns=now)
         self._trees[tree] = entry
         if TICK not in self.timers:
             self.timers.set(TICK, now + self.config.heartbeat_interval_ns)
         return entry
 
-    def _join(self, now: int, entry: _Tree, extra: Any) -> list[ScribeEffect]:
+    def _join(self, now: int, entry: TreeEntry, extra: Any) -> list[ScribeEffect]:
         """Route a SUBSCRIBE of this node's own towards the key; the first tree node adopts us."""
         entry.parent = None
         entry.heard_ns = now
         return [RouteTo(entry.key, Subscribe(entry.name, self.me, extra, entry.members).to_wire())]
 
-    def _repair(self, now: int, entry: _Tree) -> list[ScribeEffect]:
+    def _repair(self, now: int, entry: TreeEntry) -> list[ScribeEffect]:
         subscribe = Subscribe(entry.name, self.me, members=entry.members)
         entry.parent = None
         entry.heard_ns = now
         return [ParentSuspected(entry.name, subscribe), RouteTo(entry.key, subscribe.to_wire())]
 
-    def _prune(self, entry: _Tree) -> list[ScribeEffect]:
+    def _prune(self, entry: TreeEntry) -> list[ScribeEffect]:
         """Forget `entry` when nothing needs it any more, telling its parent (recursively upward)."""
         if entry.needed():
             return []
@@ -437,15 +411,15 @@ class ScribeAgent:
             return []
         return [PeerSend(entry.parent, Unsubscribe(entry.name).to_wire())]
 
-    def _accepts(self, entry: _Tree, subscribe: Subscribe) -> bool:
+    def _accepts(self, entry: TreeEntry, subscribe: Subscribe) -> bool:
         address = subscribe.subscriber.address
         if address == entry.parent:
             return False  # adopting our own parent would close a loop; let a node further on take it
         return address in entry.children or len(entry.children) < self.config.children_per_tree_max
 
-    def _adopt(self, now: int, entry: _Tree, subscribe: Subscribe) -> list[ScribeEffect]:
+    def _adopt(self, now: int, entry: TreeEntry, subscribe: Subscribe) -> list[ScribeEffect]:
         address = subscribe.subscriber.address
-        entry.children[address] = _Child(subscribe.subscriber, now, now)
+        entry.children[address] = ChildEntry(subscribe.subscriber, now, now)
         held = entry.held()
         access: list[ScribeEffect] = [] if held is None else [PeerSend(address, Access(entry.name, held).to_wire())]
         return [
@@ -455,7 +429,7 @@ class ScribeAgent:
             *self._activated(entry.name),
         ]
 
-    def _refuse(self, entry: _Tree, subscribe: Subscribe) -> list[ScribeEffect]:
+    def _refuse(self, entry: TreeEntry, subscribe: Subscribe) -> list[ScribeEffect]:
         """ACCESS instead of adoption when the list held here admits none of the SUBSCRIBE's
         members (a child that asks so again is dropped); [] when the SUBSCRIBE may be adopted."""
         held = entry.held()
@@ -483,14 +457,14 @@ class ScribeAgent:
                 effects += self._repair(now, entry)
         return effects
 
-    def _access_changed(self, entry: _Tree, before: TreeMetadata | None) -> list[ScribeEffect]:
+    def _access_changed(self, entry: TreeEntry, before: TreeMetadata | None) -> list[ScribeEffect]:
         held = entry.held()
         if held is None or held == before:
             return []
         wire = Access(entry.name, held).to_wire()
         return [AccessChanged(entry.name, held), *(PeerSend(a, wire) for a in entry.children)]
 
-    def _expire_children(self, now: int, entry: _Tree) -> list[ScribeEffect]:
+    def _expire_children(self, now: int, entry: TreeEntry) -> list[ScribeEffect]:
         timeout = self.config.child_timeout_ns
         stale = [a for a, child in entry.children.items() if now - child.heard_ns >= timeout]
         if not stale:
@@ -503,7 +477,7 @@ class ScribeAgent:
 
     def _become_root(
         self, now: int, tree: str, created: TreeMetadata | None = None
-    ) -> tuple[_Tree | None, list[ScribeEffect]]:
+    ) -> tuple[TreeEntry | None, list[ScribeEffect]]:
         """This node is now the rendez-vous point of `tree` (a message for its key was delivered
         here): leave any old parent, take the metadata from a replica if it has none, and from a
         CREATE of the tree's first creator (or of the only one, the first time)."""
@@ -525,7 +499,7 @@ class ScribeAgent:
         return entry, effects + self._access_changed(entry, before) + self._replicate(entry)
 
     def _root_publish(self, now: int, publish: Publish, publisher: NodeRef) -> list[ScribeEffect]:
-        entry: _Tree | None = None
+        entry: TreeEntry | None = None
         effects: list[ScribeEffect] = []
         if publish.tree in self._trees or publish.tree in self._replicas:
             entry, effects = self._become_root(now, publish.tree)
@@ -565,7 +539,7 @@ class ScribeAgent:
         """The leaf-set nodes ordered by numerical closeness to `key` (ties to the smaller id)."""
         return sorted(self._leaf_set, key=lambda m: (ring_distance(key, m.node_id), m.node_id))
 
-    def _replicate(self, entry: _Tree) -> list[ScribeEffect]:
+    def _replicate(self, entry: TreeEntry) -> list[ScribeEffect]:
         """REPLICA to the k leaf-set nodes nearest the key that do not hold it yet."""
         if entry.metadata is None:
             return []
@@ -580,7 +554,7 @@ class ScribeAgent:
             del self._replicas[next(iter(self._replicas))]
         self._replicas[tree] = metadata
 
-    def _hand_over(self, now: int, entry: _Tree, successor: NodeRef) -> list[ScribeEffect]:
+    def _hand_over(self, now: int, entry: TreeEntry, successor: NodeRef) -> list[ScribeEffect]:
         """A node closer to the key joined: give it the metadata and become its child."""
         effects: list[ScribeEffect] = []
         if entry.metadata is not None:
@@ -597,7 +571,7 @@ class ScribeAgent:
 
     # -- direct messages ---------------------------------------------------------------------
 
-    def _multicast(self, now: int, entry: _Tree, event: list[Any], sender: str) -> list[ScribeEffect]:
+    def _multicast(self, now: int, entry: TreeEntry, event: list[Any], sender: str) -> list[ScribeEffect]:
         if not self.config.forward_events:
             return [EventArrived(entry.name, event, sender)]
         effects: list[ScribeEffect] = []
@@ -611,7 +585,7 @@ class ScribeAgent:
             effects.append(DeliverLocal(entry.name, event))
         return effects
 
-    def _heard_from_parent(self, now: int, tree: str, address: str) -> _Tree | None:
+    def _heard_from_parent(self, now: int, tree: str, address: str) -> TreeEntry | None:
         """The entry of `tree` if `address` is (or, with our SUBSCRIBE under way, becomes) our
         parent in it; None when the sender should not be sending us anything for it."""
         entry = self._trees.get(tree)
@@ -654,13 +628,6 @@ class ScribeAgent:
 
 def _acl_size(metadata: TreeMetadata | None) -> int | None:
     return None if metadata is None or metadata.acl is None else len(metadata.acl)
-
-
-def _routed(message: RouteMessage) -> RoutedMessage:
-    decoded = decode(message.payload)
-    if not isinstance(decoded, Subscribe | Create | Publish):
-        raise ProtocolError(BAD_MESSAGE, "scribe: a direct message arrived through a route")
-    return decoded
 
 
 def _batched(trees_by_peer: dict[str, list[str]], shape: type[Heartbeat] | type[Refresh]) -> list[ScribeEffect]:

@@ -221,3 +221,11 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ScribeMessage]]] = {
 def decode(message: object) -> ScribeMessage:
     """The Scribe message in `message` (a decoded msgpack value); ProtocolError if malformed."""
     return decode_typed(message, _DECODERS, _bad)
+
+
+def decode_routed(message: object) -> RoutedMessage:
+    """The routed Scribe message in a route's payload; ProtocolError if malformed or direct."""
+    decoded = decode(message)
+    if not isinstance(decoded, Subscribe | Create | Publish):
+        raise _bad("a direct message arrived through a route")
+    return decoded
