@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidings.core.auth.rules import Rule
 from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
 from tidings.core.multicast import messages as m
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
@@ -169,7 +170,7 @@ def test_the_root_keeps_and_replicates_metadata_to_the_k_nearest():
     root = NodeRef(KEY, "root:7000")
     agent = ScribeAgent(root, ScribeConfig(replicas=2))
     agent.leaf_set_changed(0, [A, B, C])
-    metadata = m.TreeMetadata("alice", ("alice",))
+    metadata = m.TreeMetadata("alice", (Rule("alice", "subscribe", True, "t/#"),), "a:7000")
     effects = deliver(agent, m.Create(TREE, metadata))
     nearest = sorted([A, B, C], key=lambda n: ring_distance(KEY, n.node_id))[:2]
     assert sends(effects) == [(n.address, m.Replica(TREE, metadata)) for n in nearest]

@@ -6,6 +6,7 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidings.core.auth.rules import Rule
 from tidings.core.channels import pattern_matches
 from tidings.core.multicast import messages as m
 from tidings.core.multicast.agent import ScribeConfig
@@ -139,7 +140,7 @@ def test_a_reported_failure_repairs_at_once():
 def test_root_failure_moves_the_tree_and_its_metadata_to_the_next_closest_node():
     net = Network(48)
     creator = "n3:7000"
-    net.do(creator, lambda agent, now: agent.create(now, TREE, "alice", ["alice", "bob"]))
+    net.do(creator, lambda agent, now: agent.create(now, TREE, "alice", (Rule("alice", "subscribe", True, "#"),)))
     old_root = net.root_of(KEY).address
     assert net.tree_status(TREE)[old_root]["creator"] == "alice"
     subs = members(net, 12)

@@ -235,10 +235,11 @@ class BrokerServer:
         if self.auth is None or self.core is None:
             return
         try:
-            self.core.guard.reload(self._policy())
+            policy = self._policy()
         except AuthFileError as exc:
             log.error("auth file not reloaded, the previous rules stay in force: %s", exc)
             return
+        self._run(self.core.reload_auth(time.monotonic_ns(), policy))  # trees it created: new lists
         log.info("auth file %s reloaded", self.auth)
 
     @property

@@ -31,6 +31,7 @@ import msgpack
 
 from tidings.core import advice, errors
 from tidings.core.auth.guard import Guard
+from tidings.core.auth.policy import AuthPolicy
 from tidings.core.channels import validate_channel, validate_pattern
 from tidings.core.checkpoint import Checkpoint, Home
 from tidings.core.cluster import ClusterMember, Reliability
@@ -70,6 +71,8 @@ from tidings.core.inputs import (
     WriteSynced,
 )
 from tidings.core.leases import Leases
+from tidings.core.multicast.access import admits
+from tidings.core.multicast.effects import AccessChanged
 from tidings.core.multicast.trees import publish_trees, subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
@@ -454,7 +457,8 @@ class Broker:
             flt: Filter | None = parse_filter(msg.filter) if msg.filter else None
         except TidingsError as exc:
             return refuse(exc.code, str(exc))
-        denied = self.guard.check_subscribe(c.identity, pattern)  # access rules, subscriptions_max
+        denied = (self.guard.check_subscribe(c.identity, pattern)  # access rules, subscriptions_max
+                  or self._tree_refusal(c.identity, pattern))  # the tree's creator's, when held here
         if denied is not None:
             return refuse(denied.code, str(denied))
         synced = self.pubend.synced_tick
@@ -729,15 +733,50 @@ class Broker:
             gd = self._gd()
             effects = gd.local_subscribe(self.now, key, tree, start, s.total, s.pattern,
                                          "" if s.filter is None else s.filter.text, positions)
+            identity = self.connections[s.conn].identity
             if members == 0:
-                try:
-                    effects += self.cluster.subscribe(self.now, tree)
+                try:  # with rules, this broker creates the trees it joins first (multicast/access.py)
+                    effects += self.cluster.subscribe(self.now, tree, ((identity, s.pattern),),
+                                                      self.guard.creation(identity, tree))
                 except TidingsError:
                     gd.local_unsubscribe(self.now, key, tree)
                     raise
+            else:
+                self.cluster.scribe.add_member(tree, (identity, s.pattern))
             self._reliability(effects, out)
         self._sub_trees[key] = tree
         self._tree_members[tree] = members + 1
+
+    def _tree_refusal(self, identity: str, pattern: str) -> TidingsError | None:
+        """The refusal when the access list this broker holds for the pattern's tree excludes it."""
+        tree = subscription_tree(pattern)
+        if self.cluster is None or self.cluster.scribe.admits(tree, identity, pattern) is not False:
+            return None
+        return self.guard.tree_refusal(identity, pattern, tree, self.cluster.scribe.creator(tree))
+
+    def _access_changed(self, eff: AccessChanged, out: list[Effect]) -> None:
+        """A tree's access list reached this broker: its subscriptions there that the list does
+        not admit end, each with a `forbidden` error to its client."""
+        acl = eff.metadata.acl
+        for key, tree in list(self._sub_trees.items()):
+            s = self.subends.get(key)
+            c = None if s is None else self.connections.get(s.conn)
+            if tree != eff.tree or s is None or c is None or admits(acl, c.identity, s.pattern):
+                continue
+            error = self.guard.tree_refusal(c.identity, s.pattern, tree, eff.metadata.creator)
+            out.append(Send(c.conn, messages.error(error.code, str(error), sub=s.sub)))
+            self._drop_subend(c, s, out)
+
+    def reload_auth(self, now: int, guard_policy: AuthPolicy) -> list[Effect]:
+        """SIGHUP: the new rules apply to the next request, and to the access lists of the trees
+        this broker created (CREATE again; the rendez-vous point passes them down)."""
+        self.now = now
+        self.guard.reload(guard_policy)
+        out: list[Effect] = []
+        if self.cluster is not None:
+            for tree, creator, acl in self.guard.recreations(self.cluster.scribe.created()):
+                self._cluster_effects(self.cluster.create(now, tree, creator, acl), out)
+        return out
 
     def _leave_tree(self, key: int, out: list[Effect], keep_member: bool = False) -> None:
         """Subend `key` leaves its tree; the broker stays a member while `keep_member` (its durable
@@ -792,6 +831,8 @@ class Broker:
                     s = self.subends.get(key)
                     if s is not None:
                         out.append(Send(s.conn, messages.gap(s.sub, eff.after, eff.through, eff.pubend)))
+            elif type(eff) is AccessChanged:
+                self._access_changed(eff, out)
             elif type(eff) is MovedAway:
                 self.registrations.moved_total += 1
                 self._forget_registration(eff.registration, out)

@@ -21,7 +21,7 @@ implies, and nothing more:
   answered on its link (`peer_messages_rejected`), RTT samples and unreachable peers go to Pastry,
   and every `PeerSend` and `Probe` leaves through the links as runtime effects (Send, Connect,
   Disconnect). A peer message thus never leaves this object before it is handled;
-- what is left (Deliver, ReadLog, and the runtime effects) goes to the broker; without links
+- what is left (Deliver, ReadLog, AccessChanged, and the runtime effects) goes to the broker; without links
   (the message-level simulator) PeerSend and Probe go to the caller as well.
 
 Until Pastry reports `JoinCompleted`, its state is partial and a route could end at the wrong node,
@@ -42,6 +42,7 @@ from typing import Any
 from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError, TidingsError
 from tidings.core.inputs import Connected, ConnectFailed, ConnectionLost, LogState, Received, SendBlocked, SendDrained
 from tidings.core.multicast import messages as multicast_messages
+from tidings.core.multicast.access import Acl, Member
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.multicast.effects import ChildAdded, EventArrived, ParentSuspected, TreeActivated
 from tidings.core.overlay import messages as overlay_messages
@@ -186,9 +187,18 @@ class ClusterMember:
 
     # ---- the broker's requests -------------------------------------------------------------------
 
-    def subscribe(self, now: int, tree: str) -> list[Any]:
+    def subscribe(self, now: int, tree: str, members: tuple[Member, ...] = (),
+                  creation: tuple[str, Acl | None] | None = None) -> list[Any]:
+        """Join `tree` for `members` (identity, pattern); with `creation` (creator, access list),
+        CREATE it first (multicast/access.py)."""
         extra = None if self.reliability is None else self.reliability.join_extra(tree)
-        return self._settle(now, self.scribe.subscribe(now, tree, extra))
+        effects = self.scribe.subscribe(now, tree, extra, members)
+        if creation is not None:
+            effects = self.scribe.create(now, tree, *creation) + effects
+        return self._settle(now, effects)
+
+    def create(self, now: int, tree: str, creator: str, acl: Acl | None) -> list[Any]:
+        return self._settle(now, self.scribe.create(now, tree, creator, acl))
 
     def unsubscribe(self, now: int, tree: str) -> list[Any]:
         return self._settle(now, self.scribe.unsubscribe(now, tree))
@@ -261,7 +271,7 @@ class ClusterMember:
             for i, item in enumerate(queue):  # a new forwarder's own SUBSCRIBE: its own interest
                 if (type(item) is RouteTo and item.payload[0] == multicast_messages.SUBSCRIBE
                         and item.payload[1] == eff.tree and item.payload[2] == self.me.to_wire()):
-                    own = [*item.payload[:3], gd.forwarder_extra(eff.tree, eff.subscribe_extra)]
+                    own = [*item.payload[:3], gd.forwarder_extra(eff.tree, eff.subscribe_extra), *item.payload[4:]]
                     queue[i] = RouteTo(item.key, own)
         elif type(eff) is TreeActivated:
             queue.extend(gd.tree_activated(now, eff.tree))

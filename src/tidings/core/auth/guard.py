@@ -9,6 +9,11 @@ a TidingsError for the broker to send to the client, counted per identity for `t
 `reload` swaps in a new policy (SIGHUP): rules and limits apply to the next request, connections
 already open keep their identity.
 
+Across brokers the guard also speaks for its rules as a tree's creator (`creation`: the access
+list a tree this broker joins first is created with, multicast/access.py) and words the refusals
+of a tree's list, held by this broker for a tree it is in (`tree_refusal`), so that those too are
+counted and logged with the identity.
+
 The guard keeps the open connections of each identity (their subscription tables are the count
 subscriptions_max is held against) and one pair of token buckets per identity and broker. A
 PUBLISH past the rates has its excess refused, and its connection is not read again until the
@@ -29,6 +34,7 @@ from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.effects import Effect, PauseReading, ResumeReading
 from tidings.core.errors import TidingsError
+from tidings.core.multicast.access import Acl, AclTooLarge, acl_for
 
 FORBIDDEN = "forbidden"
 LIMIT = "limit-exceeded"
@@ -70,6 +76,7 @@ class Guard:
         self.nonce = nonce
         self._accounts: dict[str, _Account] = {}
         self.refusals = 0
+        self.acl_too_large = 0  # trees left open: the rules bearing on them exceed ACL_ENTRIES_MAX
         self._throttled: list[tuple[int, int]] = []  # heap of (resume at, conn)
         self._unlogged: deque[tuple[str, str, str]] = deque(maxlen=REFUSALS_KEPT_MAX)
 
@@ -186,6 +193,39 @@ class Guard:
             self.refused(identity, error, account)
         return error
 
+    # ---- trees' access lists ---------------------------------------------------------------------
+
+    def creation(self, identity: str, tree: str) -> tuple[str, Acl | None] | None:
+        """(creator, access list) for a tree this broker joins for `identity`: None when its access
+        control is off (the tree stays open) or its rules on the tree exceed the list's bound."""
+        if not self.policy.rules.enabled:
+            return None
+        try:
+            return identity, acl_for(self.policy.rules, tree)
+        except AclTooLarge as exc:
+            self.acl_too_large += 1
+            self._unlogged.append((identity, "acl-too-large", f"{exc}: the tree is left open"))
+            return None
+
+    def recreations(self, created: list[tuple[str, str]]) -> list[tuple[str, str, Acl | None]]:
+        """After a reload: (tree, creator, access list) again for each tree this broker created,
+        from the rules now in force (None, an open tree, when access control is now off; a tree
+        whose rules now exceed the bound keeps its old list)."""
+        out: list[tuple[str, str, Acl | None]] = []
+        for tree, creator in created:
+            try:
+                out.append((tree, creator, acl_for(self.policy.rules, tree)))
+            except AclTooLarge:
+                self.acl_too_large += 1
+        return out
+
+    def tree_refusal(self, identity: str, pattern: str, tree: str, creator: str) -> TidingsError:
+        """The refusal of a subscription that tree `tree`'s access list excludes, counted."""
+        error = TidingsError(f"identity {identity!r} may not subscribe to {pattern!r}: the access list of tree "
+                             f"{tree!r}, created by {creator!r}, does not allow it", FORBIDDEN)
+        self.refused(identity, error, self._account(identity))
+        return error
+
     # ---- observation -----------------------------------------------------------------------------
 
     def _account(self, identity: str) -> _Account:
@@ -218,6 +258,7 @@ class Guard:
             "identities_known": len(self.policy.identities),
             "rules": len(self.policy.rules.rules),
             "refusals": self.refusals,
+            "acl_too_large": self.acl_too_large,
             "identities": {name: {"connections": len(a.conns), "refusals": a.refusals}
                            for name, a in sorted(self._accounts.items())},
         }}

@@ -29,6 +29,13 @@ to answers a publish with TREE_EMPTY; that publisher's node sends nothing to the
 root sends TREE_ACTIVE (a member or child joined, or the key moved to a closer node), the root is
 reported dead, or empty_hold_ns passes (see empty_trees.py).
 
+The metadata also carries the tree's access list (access.py): a node holding it (the root, and every
+node it reached down the tree in ACCESS) sends it to each child it adopts, passes a new one to its
+children, and answers a SUBSCRIBE whose members it admits none of with ACCESS instead of adopting.
+A node whose SUBSCRIBE was refused so joins again at once for what the list admits of its members,
+or, with children, for them (they hold the list and apply it themselves); `AccessChanged` tells the
+broker, which ends its subscriptions the list excludes.
+
 Invariants: a tree entry exists only while needed (a member, children, or a root holding metadata);
 a root has no parent; a parent is never also a child; every table is bounded by ScribeConfig.
 """
@@ -36,13 +43,15 @@ a root has no parent; a parent is never also a child; every table is bounded by 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
 from tidings.core.deadlines import Deadlines
 from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
+from tidings.core.multicast.access import MEMBERS_PER_SUBSCRIBE_MAX, Acl, Member, admits, admitted
 from tidings.core.multicast.effects import (
+    AccessChanged,
     ChildAdded,
     DeliverLocal,
     EventArrived,
@@ -52,14 +61,15 @@ from tidings.core.multicast.effects import (
     TreeActivated,
 )
 from tidings.core.multicast.empty_trees import EmptyTreeMemory, Suppressions
+from tidings.core.multicast.entry import ChildEntry, TreeEntry
 from tidings.core.multicast.messages import (
     TREES_PER_MESSAGE_MAX,
+    Access,
     Create,
     Heartbeat,
     Publish,
     Refresh,
     Replica,
-    RoutedMessage,
     Subscribe,
     TreeActive,
     TreeEmpty,
@@ -67,12 +77,14 @@ from tidings.core.multicast.messages import (
     TreeMetadata,
     Unsubscribe,
     decode,
+    decode_routed,
 )
 from tidings.core.multicast.trees import tree_key
 from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteMessage, RouteTo
 from tidings.core.overlay.node_id import NodeRef, closer, id_hex, ring_distance
 
 __all__ = [
+    "AccessChanged",
     "ChildAdded",
     "DeliverLocal",
     "EventArrived",
@@ -116,38 +128,15 @@ class ScribeConfig:
         assert 0 < self.refresh_interval_ns < self.child_timeout_ns
 
 
-@dataclass(slots=True)
-class _Child:
-    ref: NodeRef
-    heard_ns: int  # the last SUBSCRIBE or REFRESH from it
-    sent_ns: int  # the last EVENT or HEARTBEAT to it
-
-
-@dataclass(slots=True)
-class _Tree:
-    name: str
-    key: int
-    member: bool = False
-    root: bool = False
-    parent: str | None = None  # address; None while this node's SUBSCRIBE is under way (or root)
-    heard_ns: int = 0  # the last EVENT or HEARTBEAT from the parent, or when SUBSCRIBE left
-    refresh_due_ns: int = 0
-    children: dict[str, _Child] = field(default_factory=dict)
-    metadata: TreeMetadata | None = None
-    replicated_to: tuple[str, ...] = ()
-
-    def needed(self) -> bool:
-        return self.member or bool(self.children) or (self.root and self.metadata is not None)
-
-
 class ScribeAgent:
     """Scribe on one node. Every input returns the effects to carry out, in order."""
 
     def __init__(self, me: NodeRef, config: ScribeConfig | None = None) -> None:
         self.me = me
         self.config = config or ScribeConfig()
-        self._trees: dict[str, _Tree] = {}
+        self._trees: dict[str, TreeEntry] = {}
         self._replicas: dict[str, TreeMetadata] = {}
+        self._created: dict[str, str] = {}  # tree -> creator identity: trees this node created
         self._leaf_set: list[NodeRef] = []
         self._told_empty = EmptyTreeMemory(self.config.publisher_memory_max)
         self._suppressed = Suppressions(self.config.empty_trees_max, self.config.empty_hold_ns)
@@ -155,21 +144,54 @@ class ScribeAgent:
 
     # -- local API ---------------------------------------------------------------------------
 
-    def create(self, now: int, tree: str, creator: str, acl: list[str] | None = None) -> list[ScribeEffect]:
-        metadata = TreeMetadata(creator, None if acl is None else tuple(acl))
+    def create(self, now: int, tree: str, creator: str, acl: Acl | None = None) -> list[ScribeEffect]:
+        """CREATE `tree` as `creator` at this node with access list `acl` (access.py); again
+        to change the list (the root takes a CREATE only from the node that created the tree)."""
+        if tree not in self._created and len(self._created) >= self.config.trees_max:
+            del self._created[next(iter(self._created))]  # that tree's list can no longer be changed
+        self._created[tree] = creator
+        metadata = TreeMetadata(creator, acl, self.me.address)
         return [RouteTo(tree_key(tree), Create(tree, metadata).to_wire())]
 
-    def subscribe(self, now: int, tree: str, extra: Any = None) -> list[ScribeEffect]:
-        """Make this node a member of `tree`; `extra` rides in its SUBSCRIBE (see ChildAdded)."""
+    def created(self) -> list[tuple[str, str]]:
+        """(tree, creator) of the trees this node created, oldest first (bounded by trees_max)."""
+        return list(self._created.items())
+
+    def subscribe(self, now: int, tree: str, extra: Any = None, members: tuple[Member, ...] = ()) -> list[ScribeEffect]:
+        """Make this node a member of `tree` for `members`; `extra` rides in its SUBSCRIBE (see
+        ChildAdded)."""
         entry = self._trees.get(tree)
         if entry is not None:
             entry.member = True
+            for member in members:
+                self.add_member(tree, member)
             return self._activated(tree)
         entry = self._new_entry(now, tree)
         if entry is None:
             raise TidingsError(f"this node is in {self.config.trees_max} trees already", TOO_MANY_TREES)
         entry.member = True
+        entry.members = members[:MEMBERS_PER_SUBSCRIBE_MAX]
         return self._join(now, entry, extra) + self._activated(tree)
+
+    def add_member(self, tree: str, member: Member) -> None:
+        """One more (identity, pattern) this node is in `tree` for, named by its next SUBSCRIBE
+        (the first MEMBERS_PER_SUBSCRIBE_MAX of them)."""
+        entry = self._trees.get(tree)
+        if entry is not None and member not in entry.members and len(entry.members) < MEMBERS_PER_SUBSCRIBE_MAX:
+            entry.members += (member,)
+
+    def creator(self, tree: str) -> str:
+        """The creator named by the metadata this node holds for `tree` ("" when none)."""
+        entry = self._trees.get(tree)
+        held = None if entry is None else entry.held()
+        return "" if held is None else held.creator
+
+    def admits(self, tree: str, identity: str, pattern: str) -> bool | None:
+        """Whether the access list this node holds for `tree` admits `identity` subscribing to
+        `pattern`; None when it holds none (an open tree, or none reached it yet)."""
+        entry = self._trees.get(tree)
+        metadata = None if entry is None else entry.held()
+        return None if metadata is None else admits(metadata.acl, identity, pattern)
 
     def unsubscribe(self, now: int, tree: str) -> list[ScribeEffect]:
         entry = self._trees.get(tree)
@@ -189,7 +211,7 @@ class ScribeAgent:
 
     def on_forward(self, now: int, decision: Forward) -> tuple[list[ScribeEffect], RouteMessage | None]:
         """The paper's forward(): only a SUBSCRIBE from another node may stop here."""
-        message = _routed(decision.message)
+        message = decode_routed(decision.message.payload)
         if type(message) is not Subscribe or message.subscriber.address == self.me.address:
             return [], decision.message
         entry = self._trees.get(message.tree)
@@ -198,23 +220,27 @@ class ScribeAgent:
             if entry is None:
                 return [], decision.message
             # a new forwarder wants what its first child wants: it passes the child's extra on
+            entry.members = message.members
             return self._adopt(now, entry, message) + self._join(now, entry, message.extra), None
         if not self._accepts(entry, message):
             return [], decision.message
-        return self._adopt(now, entry, message), None
+        refusal = self._refuse(entry, message)
+        return refusal or self._adopt(now, entry, message), None
 
     def on_deliver(self, now: int, decision: Deliver) -> list[ScribeEffect]:
         """The paper's deliver(): this node is the rendez-vous point of the message's tree."""
-        message = _routed(decision.message)
+        message = decode_routed(decision.message.payload)
         if type(message) is Publish:
             return self._root_publish(now, message, decision.message.source)
-        created = message.metadata if type(message) is Create else None
+        # the creating broker is the node the CREATE came from, whatever its payload says
+        created = (replace(message.metadata, broker=decision.message.source.address) if type(message) is Create
+                   else None)
         entry, effects = self._become_root(now, message.tree, created)
         if entry is None or type(message) is not Subscribe:
             return effects
         if message.subscriber.address == self.me.address or not self._accepts(entry, message):
             return effects + self._prune(entry)
-        return effects + self._adopt(now, entry, message)
+        return effects + (self._refuse(entry, message) or self._adopt(now, entry, message))
 
     def handle(self, now: int, sender: NodeRef | str, message: object) -> list[ScribeEffect]:
         """A direct Scribe message from the node at `sender`; ProtocolError if malformed."""
@@ -230,6 +256,8 @@ class ScribeAgent:
             self._on_refresh(now, address, decoded)
         elif type(decoded) is Replica:
             self._store_replica(decoded.tree, decoded.metadata)
+        elif type(decoded) is Access:
+            return self._on_access(now, address, decoded)
         elif type(decoded) is TreeEmpty:
             self._suppressed.suppress(now, decoded.tree, address)
         elif type(decoded) is TreeActive:
@@ -307,6 +335,7 @@ class ScribeAgent:
         """One JSON-serialisable dict per tree this node takes part in, in the order it joined."""
         out: list[dict[str, Any]] = []
         for entry in self._trees.values():
+            held = entry.held()
             roles = ["root"] if entry.root else ["forwarder"] if entry.children else []
             roles += ["member"] if entry.member else []
             out.append({
@@ -316,7 +345,8 @@ class ScribeAgent:
                 "parent": entry.parent,
                 "children": list(entry.children),
                 "member": entry.member,
-                "creator": None if entry.metadata is None else entry.metadata.creator,
+                "creator": None if held is None else held.creator,
+                "acl_rules": _acl_size(held),
             })
         return out
 
@@ -351,28 +381,28 @@ class ScribeAgent:
 
     # -- tree entries ------------------------------------------------------------------------
 
-    def _new_entry(self, now: int, tree: str) -> _Tree | None:
+    def _new_entry(self, now: int, tree: str) -> TreeEntry | None:
         if len(self._trees) >= self.config.trees_max:
             return None
-        entry = _Tree(tree, tree_key(tree), heard_ns=now)
+        entry = TreeEntry(tree, tree_key(tree), heard_ns=now)
         self._trees[tree] = entry
         if TICK not in self.timers:
             self.timers.set(TICK, now + self.config.heartbeat_interval_ns)
         return entry
 
-    def _join(self, now: int, entry: _Tree, extra: Any) -> list[ScribeEffect]:
+    def _join(self, now: int, entry: TreeEntry, extra: Any) -> list[ScribeEffect]:
         """Route a SUBSCRIBE of this node's own towards the key; the first tree node adopts us."""
         entry.parent = None
         entry.heard_ns = now
-        return [RouteTo(entry.key, Subscribe(entry.name, self.me, extra).to_wire())]
+        return [RouteTo(entry.key, Subscribe(entry.name, self.me, extra, entry.members).to_wire())]
 
-    def _repair(self, now: int, entry: _Tree) -> list[ScribeEffect]:
-        subscribe = Subscribe(entry.name, self.me)
+    def _repair(self, now: int, entry: TreeEntry) -> list[ScribeEffect]:
+        subscribe = Subscribe(entry.name, self.me, members=entry.members)
         entry.parent = None
         entry.heard_ns = now
         return [ParentSuspected(entry.name, subscribe), RouteTo(entry.key, subscribe.to_wire())]
 
-    def _prune(self, entry: _Tree) -> list[ScribeEffect]:
+    def _prune(self, entry: TreeEntry) -> list[ScribeEffect]:
         """Forget `entry` when nothing needs it any more, telling its parent (recursively upward)."""
         if entry.needed():
             return []
@@ -381,22 +411,60 @@ class ScribeAgent:
             return []
         return [PeerSend(entry.parent, Unsubscribe(entry.name).to_wire())]
 
-    def _accepts(self, entry: _Tree, subscribe: Subscribe) -> bool:
+    def _accepts(self, entry: TreeEntry, subscribe: Subscribe) -> bool:
         address = subscribe.subscriber.address
         if address == entry.parent:
             return False  # adopting our own parent would close a loop; let a node further on take it
         return address in entry.children or len(entry.children) < self.config.children_per_tree_max
 
-    def _adopt(self, now: int, entry: _Tree, subscribe: Subscribe) -> list[ScribeEffect]:
+    def _adopt(self, now: int, entry: TreeEntry, subscribe: Subscribe) -> list[ScribeEffect]:
         address = subscribe.subscriber.address
-        entry.children[address] = _Child(subscribe.subscriber, now, now)
+        entry.children[address] = ChildEntry(subscribe.subscriber, now, now)
+        held = entry.held()
+        access: list[ScribeEffect] = [] if held is None else [PeerSend(address, Access(entry.name, held).to_wire())]
         return [
             PeerSend(address, Heartbeat((entry.name,)).to_wire()),
+            *access,  # before any EVENT on the link, so the child applies it first
             ChildAdded(entry.name, subscribe.subscriber, subscribe.extra),
             *self._activated(entry.name),
         ]
 
-    def _expire_children(self, now: int, entry: _Tree) -> list[ScribeEffect]:
+    def _refuse(self, entry: TreeEntry, subscribe: Subscribe) -> list[ScribeEffect]:
+        """ACCESS instead of adoption when the list held here admits none of the SUBSCRIBE's
+        members (a child that asks so again is dropped); [] when the SUBSCRIBE may be adopted."""
+        held = entry.held()
+        if held is None or held.acl is None or not subscribe.members or admitted(held.acl, subscribe.members):
+            return []
+        address = subscribe.subscriber.address
+        effects: list[ScribeEffect] = [PeerSend(address, Access(entry.name, held).to_wire())]
+        if entry.children.pop(address, None) is not None:
+            effects += self._prune(entry)
+        return effects
+
+    def _on_access(self, now: int, address: str, message: Access) -> list[ScribeEffect]:
+        """The tree's list from our parent, or from a node that refused our SUBSCRIBE (while it is
+        under way): keep it, pass it down, and after a refusal join again for what it admits."""
+        entry = self._trees.get(message.tree)
+        if entry is None or entry.root or entry.parent not in (None, address):
+            return []
+        refused = entry.parent is None
+        entry.access = message.metadata
+        effects: list[ScribeEffect] = [AccessChanged(entry.name, message.metadata, refused)]
+        effects += [PeerSend(a, message.to_wire()) for a in entry.children]
+        if refused:
+            entry.members = admitted(message.metadata.acl, entry.members)
+            if entry.members or entry.children:
+                effects += self._repair(now, entry)
+        return effects
+
+    def _access_changed(self, entry: TreeEntry, before: TreeMetadata | None) -> list[ScribeEffect]:
+        held = entry.held()
+        if held is None or held == before:
+            return []
+        wire = Access(entry.name, held).to_wire()
+        return [AccessChanged(entry.name, held), *(PeerSend(a, wire) for a in entry.children)]
+
+    def _expire_children(self, now: int, entry: TreeEntry) -> list[ScribeEffect]:
         timeout = self.config.child_timeout_ns
         stale = [a for a, child in entry.children.items() if now - child.heard_ns >= timeout]
         if not stale:
@@ -409,27 +477,29 @@ class ScribeAgent:
 
     def _become_root(
         self, now: int, tree: str, created: TreeMetadata | None = None
-    ) -> tuple[_Tree | None, list[ScribeEffect]]:
+    ) -> tuple[TreeEntry | None, list[ScribeEffect]]:
         """This node is now the rendez-vous point of `tree` (a message for its key was delivered
-        here): leave any old parent, and take the metadata from a CREATE, else from a replica if it
-        has none."""
+        here): leave any old parent, take the metadata from a replica if it has none, and from a
+        CREATE of the tree's first creator (or of the only one, the first time)."""
         entry = self._trees.get(tree) or self._new_entry(now, tree)
         if entry is None:
             return None, []
         effects: list[ScribeEffect] = []
+        before = entry.held()
         if entry.parent is not None:
             effects.append(PeerSend(entry.parent, Unsubscribe(tree).to_wire()))
         entry.root = True
         entry.parent = None
-        if created is not None:
+        if entry.metadata is None and tree in self._replicas:
+            entry.metadata = self._replicas.pop(tree)
+        if created is not None and created != entry.metadata and (
+                entry.metadata is None or entry.metadata.broker == created.broker):
             entry.metadata = created
             entry.replicated_to = ()
-        elif entry.metadata is None and tree in self._replicas:
-            entry.metadata = self._replicas.pop(tree)
-        return entry, effects + self._replicate(entry)
+        return entry, effects + self._access_changed(entry, before) + self._replicate(entry)
 
     def _root_publish(self, now: int, publish: Publish, publisher: NodeRef) -> list[ScribeEffect]:
-        entry: _Tree | None = None
+        entry: TreeEntry | None = None
         effects: list[ScribeEffect] = []
         if publish.tree in self._trees or publish.tree in self._replicas:
             entry, effects = self._become_root(now, publish.tree)
@@ -469,7 +539,7 @@ class ScribeAgent:
         """The leaf-set nodes ordered by numerical closeness to `key` (ties to the smaller id)."""
         return sorted(self._leaf_set, key=lambda m: (ring_distance(key, m.node_id), m.node_id))
 
-    def _replicate(self, entry: _Tree) -> list[ScribeEffect]:
+    def _replicate(self, entry: TreeEntry) -> list[ScribeEffect]:
         """REPLICA to the k leaf-set nodes nearest the key that do not hold it yet."""
         if entry.metadata is None:
             return []
@@ -484,13 +554,14 @@ class ScribeAgent:
             del self._replicas[next(iter(self._replicas))]
         self._replicas[tree] = metadata
 
-    def _hand_over(self, now: int, entry: _Tree, successor: NodeRef) -> list[ScribeEffect]:
+    def _hand_over(self, now: int, entry: TreeEntry, successor: NodeRef) -> list[ScribeEffect]:
         """A node closer to the key joined: give it the metadata and become its child."""
         effects: list[ScribeEffect] = []
         if entry.metadata is not None:
             effects.append(PeerSend(successor.address, Replica(entry.name, entry.metadata).to_wire()))
             self._store_replica(entry.name, entry.metadata)
         entry.root = False
+        entry.access = entry.metadata  # held until the new root's ACCESS replaces it
         entry.metadata = None
         entry.replicated_to = ()
         if not entry.needed():
@@ -500,7 +571,7 @@ class ScribeAgent:
 
     # -- direct messages ---------------------------------------------------------------------
 
-    def _multicast(self, now: int, entry: _Tree, event: list[Any], sender: str) -> list[ScribeEffect]:
+    def _multicast(self, now: int, entry: TreeEntry, event: list[Any], sender: str) -> list[ScribeEffect]:
         if not self.config.forward_events:
             return [EventArrived(entry.name, event, sender)]
         effects: list[ScribeEffect] = []
@@ -514,7 +585,7 @@ class ScribeAgent:
             effects.append(DeliverLocal(entry.name, event))
         return effects
 
-    def _heard_from_parent(self, now: int, tree: str, address: str) -> _Tree | None:
+    def _heard_from_parent(self, now: int, tree: str, address: str) -> TreeEntry | None:
         """The entry of `tree` if `address` is (or, with our SUBSCRIBE under way, becomes) our
         parent in it; None when the sender should not be sending us anything for it."""
         entry = self._trees.get(tree)
@@ -555,11 +626,8 @@ class ScribeAgent:
         return self._prune(entry)
 
 
-def _routed(message: RouteMessage) -> RoutedMessage:
-    decoded = decode(message.payload)
-    if not isinstance(decoded, Subscribe | Create | Publish):
-        raise ProtocolError(BAD_MESSAGE, "scribe: a direct message arrived through a route")
-    return decoded
+def _acl_size(metadata: TreeMetadata | None) -> int | None:
+    return None if metadata is None or metadata.acl is None else len(metadata.acl)
 
 
 def _batched(trees_by_peer: dict[str, list[str]], shape: type[Heartbeat] | type[Refresh]) -> list[ScribeEffect]:

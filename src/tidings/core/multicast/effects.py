@@ -1,8 +1,9 @@
 """What a Scribe agent asks of the node that runs it, beyond the overlay's `PeerSend` and `RouteTo`.
 
 `DeliverLocal` hands an event of a tree this node is a member of to the broker's local
-subscriptions. The other three are the paper's upcalls for a reliability layer, returned as values
-in the order Scribe would have called them:
+subscriptions; `AccessChanged` gives the broker the access list it now holds for a tree (access.py),
+which the broker applies to its own subscriptions there. The other three are the paper's upcalls
+for a reliability layer, returned as values in the order Scribe would have called them:
 
 - `EventForwarded(tree, event, children)` comes just before the EVENT `PeerSend`s to those children,
   one per child in the same order; a composer that treats children differently (filter summaries,
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tidings.core.multicast.messages import Subscribe
+from tidings.core.multicast.messages import Subscribe, TreeMetadata
 from tidings.core.overlay.envelope import PeerSend, RouteTo
 from tidings.core.overlay.node_id import NodeRef
 
@@ -32,6 +33,16 @@ class DeliverLocal:
 
     tree: str
     event: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AccessChanged:
+    """This node now holds `metadata` for `tree` (from its parent, or from a node that refused its
+    SUBSCRIBE: `refused`); local subscriptions its access list does not admit must end."""
+
+    tree: str
+    metadata: TreeMetadata
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +86,7 @@ class ParentSuspected:
 
 
 ScribeEffect = (PeerSend | RouteTo | DeliverLocal | EventArrived | EventForwarded | ChildAdded | ParentSuspected
-                | TreeActivated)
+                | TreeActivated | AccessChanged)
 
 
 def extend_repairs(

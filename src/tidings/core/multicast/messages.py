@@ -3,9 +3,10 @@
 Two kinds travel differently. Routed messages ride a Pastry `RouteMessage` towards a tree key and
 are seen by every node on the route (forward) and by the rendez-vous point (deliver): SUBSCRIBE,
 CREATE and PUBLISH. Direct messages go over the one connection between two nodes (`PeerSend`):
-UNSUBSCRIBE and REFRESH go from a child to its parent, EVENT and HEARTBEAT from a parent to its
-children, REPLICA from the root to the nodes of its leaf set nearest the key, TREE_EMPTY and
-TREE_ACTIVE from the rendez-vous point to a publisher's node. HEARTBEAT and REFRESH name several
+UNSUBSCRIBE and REFRESH go from a child to its parent, EVENT, HEARTBEAT and ACCESS from a parent to
+its children (ACCESS also answers a SUBSCRIBE the tree's access list refuses), REPLICA from the root
+to the nodes of its leaf set nearest the key, TREE_EMPTY and TREE_ACTIVE from the rendez-vous point
+to a publisher's node. HEARTBEAT and REFRESH name several
 trees at once, so one message per pair of nodes carries the liveness of all the trees they share.
 
 An event and a subscribe's `extra` are opaque to Scribe: the broker and its reliability layer fill
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
+from tidings.core.multicast.access import Acl, Member, acl_from_wire, acl_to_wire, members_from_wire, members_to_wire
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.wire.typed import decode_typed, name
 
@@ -33,33 +35,37 @@ REFRESH = 102
 REPLICA = 103
 TREE_EMPTY = 104
 TREE_ACTIVE = 105
+ACCESS = 106
 
 TREE_BYTES_MAX = 1100  # a channel (1024 bytes) plus "/#", with room to spare
 CREATOR_BYTES_MAX = 300
-ACL_ENTRIES_MAX = 256
+BROKER_BYTES_MAX = 300  # a broker's address, HOST:PORT
 TREES_PER_MESSAGE_MAX = 4096
 
 
 @dataclass(frozen=True, slots=True)
 class TreeMetadata:
-    """What the rendez-vous point keeps about a tree and replicates in its leaf set. `acl` is not
-    used for access control (rules are enforced at the subscriber's own broker; docs/security.md,
-    "Trees" says why): brokers send None, anyone the brokers admit."""
+    """What the rendez-vous point keeps about a tree, replicates in its leaf set and passes down
+    the tree: who created it (an identity, at the broker `broker`) and its access list (access.py;
+    None: an open tree)."""
 
     creator: str
-    acl: tuple[str, ...] | None = None
+    acl: Acl | None = None
+    broker: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Subscribe:
-    """Routed to the tree key; `subscriber` asks the first node already in the tree to adopt it."""
+    """Routed to the tree key; `subscriber` asks the first node already in the tree to adopt it,
+    for the (identity, pattern) `members` its broker joins for (none: a forwarder's own)."""
 
     tree: str
     subscriber: NodeRef
     extra: Any = None
+    members: tuple[Member, ...] = ()
 
     def to_wire(self) -> list[Any]:
-        return [SUBSCRIBE, self.tree, self.subscriber.to_wire(), self.extra]
+        return [SUBSCRIBE, self.tree, self.subscriber.to_wire(), self.extra, members_to_wire(self.members)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +137,18 @@ class Replica:
 
 
 @dataclass(frozen=True, slots=True)
+class Access:
+    """The tree's metadata as the sender holds it: to a child it adopted, to its children when the
+    list changed, or to a subscriber whose SUBSCRIBE it refused."""
+
+    tree: str
+    metadata: TreeMetadata
+
+    def to_wire(self) -> list[Any]:
+        return [ACCESS, self.tree, *_metadata_to_wire(self.metadata)]
+
+
+@dataclass(frozen=True, slots=True)
 class TreeEmpty:
     tree: str
 
@@ -147,12 +165,12 @@ class TreeActive:
 
 
 RoutedMessage = Subscribe | Create | Publish
-DirectMessage = Unsubscribe | TreeEvent | Heartbeat | Refresh | Replica | TreeEmpty | TreeActive
+DirectMessage = Unsubscribe | TreeEvent | Heartbeat | Refresh | Replica | Access | TreeEmpty | TreeActive
 ScribeMessage = RoutedMessage | DirectMessage
 
 
 def _metadata_to_wire(metadata: TreeMetadata) -> list[Any]:
-    return [metadata.creator, None if metadata.acl is None else list(metadata.acl)]
+    return [metadata.creator, acl_to_wire(metadata.acl), metadata.broker]
 
 
 def _bad(what: str) -> ProtocolError:
@@ -179,24 +197,22 @@ def _event(value: object) -> list[Any]:
     return value
 
 
-def _metadata(creator: object, acl: object) -> TreeMetadata:
+def _metadata(creator: object, acl: object, broker: object) -> TreeMetadata:
     name = _string(creator, CREATOR_BYTES_MAX, "a tree creator")
-    if acl is None:
-        return TreeMetadata(name)
-    if type(acl) is not list or len(acl) > ACL_ENTRIES_MAX:
-        raise _bad(f"an acl is None or a list of at most {ACL_ENTRIES_MAX} names")
-    return TreeMetadata(name, tuple(_string(entry, CREATOR_BYTES_MAX, "an acl entry") for entry in acl))
+    address = "" if broker == "" else _string(broker, BROKER_BYTES_MAX, "a tree creator's broker")
+    return TreeMetadata(name, acl_from_wire(acl, _bad), address)
 
 
 _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ScribeMessage]]] = {
-    SUBSCRIBE: (3, lambda f: Subscribe(_tree(f[0]), NodeRef.from_wire(f[1]), f[2])),
+    SUBSCRIBE: (4, lambda f: Subscribe(_tree(f[0]), NodeRef.from_wire(f[1]), f[2], members_from_wire(f[3], _bad))),
     UNSUBSCRIBE: (1, lambda f: Unsubscribe(_tree(f[0]))),
-    CREATE: (3, lambda f: Create(_tree(f[0]), _metadata(f[1], f[2]))),
+    CREATE: (4, lambda f: Create(_tree(f[0]), _metadata(f[1], f[2], f[3]))),
     PUBLISH: (2, lambda f: Publish(_tree(f[0]), _event(f[1]))),
     EVENT: (2, lambda f: TreeEvent(_tree(f[0]), _event(f[1]))),
     HEARTBEAT: (1, lambda f: Heartbeat(_trees(f[0]))),
     REFRESH: (1, lambda f: Refresh(_trees(f[0]))),
-    REPLICA: (3, lambda f: Replica(_tree(f[0]), _metadata(f[1], f[2]))),
+    REPLICA: (4, lambda f: Replica(_tree(f[0]), _metadata(f[1], f[2], f[3]))),
+    ACCESS: (4, lambda f: Access(_tree(f[0]), _metadata(f[1], f[2], f[3]))),
     TREE_EMPTY: (1, lambda f: TreeEmpty(_tree(f[0]))),
     TREE_ACTIVE: (1, lambda f: TreeActive(_tree(f[0]))),
 }
@@ -205,3 +221,11 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ScribeMessage]]] = {
 def decode(message: object) -> ScribeMessage:
     """The Scribe message in `message` (a decoded msgpack value); ProtocolError if malformed."""
     return decode_typed(message, _DECODERS, _bad)
+
+
+def decode_routed(message: object) -> RoutedMessage:
+    """The routed Scribe message in a route's payload; ProtocolError if malformed or direct."""
+    decoded = decode(message)
+    if not isinstance(decoded, Subscribe | Create | Publish):
+        raise _bad("a direct message arrived through a route")
+    return decoded
