@@ -53,7 +53,7 @@ def test_a_durable_subscriber_moving_between_brokers_under_faults_misses_and_rep
 
 def test_two_hundred_brokers_with_loss_and_a_root_and_forwarder_crash():
     assert_clean(DeliveryScenario(seed=5, brokers=200, loss=0.02, duplication=0.01, reordering=0.01,
-                                  faults=("root", "forwarder"), events_per_publisher=100,
+                                  faults=("root", "forwarder"), events_per_publisher=50,
                                   coalesce_probability=0.95))
 
 

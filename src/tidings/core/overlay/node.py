@@ -394,9 +394,7 @@ class OverlayNode:
 
     def _find(self, address: str) -> NodeRef | None:
         found = self.leaf_set.find(address) or self.neighbourhood.find(address)
-        if found is None:
-            found = next((n for n in self.routing_table.nodes() if n.address == address), None)
-        return found
+        return found if found is not None else self.routing_table.find(address)
 
     def _fail(self, now: int, node: NodeRef, out: list[OverlayEffect]) -> None:
         """Forget `node` everywhere and start repairing what it leaves empty."""

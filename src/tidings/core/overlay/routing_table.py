@@ -115,6 +115,15 @@ class RoutingTable:
         """Every entry, row by row, column by column."""
         return [node for i in range(DIGITS) for node in self.row(i)]
 
+    def find(self, address: str) -> NodeRef | None:
+        """The entry at `address`, if any (a scan of the rows in use: the runtime reports RTTs by address)."""
+        for cells in self._rows:
+            if cells is not None:
+                for held in cells[:BASE]:
+                    if isinstance(held, NodeRef) and held.address == address:
+                        return held
+        return None
+
     def fill(self) -> list[int]:
         """How many entries each row holds (for status pages)."""
         return [len(self.row(i)) for i in range(DIGITS)]
