@@ -130,6 +130,9 @@ class Source:
         self.ticks_retransmitted = 0
         self.refused_from: int | None = None  # the first tick of a tree refused for trees_max
         self._last_data: dict[str, int] = {}  # tree -> its last event's tick, most recent trees last
+        # records up to here may be on any tree: logged before this run (`recover`), or of a tree
+        # whose `_last_data` entry was evicted; past it, a tree's records end at its entry
+        self._untracked_through = TICK_MAX
 
     # ---- first-time knowledge ------------------------------------------------------------------
 
@@ -138,18 +141,21 @@ class Source:
         channel, attributes, record), each for the trees of its channel."""
         out: list[SourceEffect] = []
         for tree, records in self._by_tree(deliveries).items():
+            quiet = self._quiet_after(tree)
             self._last_data.pop(tree, None)
             self._last_data[tree] = records[-1][0]
             if len(self._last_data) > self.config.trees_max:
-                del self._last_data[next(iter(self._last_data))]
+                oldest = next(iter(self._last_data))
+                self._untracked_through = max(self._untracked_through, self._last_data.pop(oldest))
             stream = self._streams.get(tree)
             owed = stream is not None and stream.acked_through < stream.sent_through
             if self._empty(now, tree) and not owed:  # no members: nobody to tell; a member that
                 if stream is not None:  # joins later nacks what it wants from its start
                     stream.sent_through = synced
                 continue
-            if stream is None:
-                stream = self._new_stream(tree, records[0][0] - 1, now)
+            if stream is None:  # its first message says the ticks since the tree's previous event are silence,
+                # so a subscriber that starts a clock-skew allowance back need not nack them
+                stream = self._new_stream(tree, min(quiet, records[0][0] - 1), now)
                 if stream is None:
                     continue
             out += self._send_chunked(tree, stream.sent_through, synced, records, retransmit=False,
@@ -204,6 +210,10 @@ class Source:
         stream = self._streams[tree] = _TreeStream(sent_through, sent_through, now, released_through=sent_through,
                                                    delivered_through=sent_through)
         return stream
+
+    def _quiet_after(self, tree: str) -> int:
+        """The tick after which the log holds no record of `tree` (up to what was synced)."""
+        return max(self._last_data.get(tree, 0), self._untracked_through)
 
     def activated(self, tree: str, synced: int) -> list[SourceEffect]:
         """`tree` has members again: every tick after this pubend's last event on it is silence."""
@@ -332,6 +342,12 @@ class Source:
                 after = done = empty_through
             if through <= after:
                 continue
+            quiet = self._quiet_after(tree)
+            if quiet < through:  # answered now, without reading the log (a new subscriber's skew allowance)
+                out.append(self._send(tree, max(after, quiet), through, [], retransmit=True))
+                through = quiet
+                if through <= after:
+                    continue
             if any(r.tree == tree and r.after <= after and through <= r.through for r in self._reads.values()):
                 continue  # the same ticks are being read already
             if len(self._reads) >= self.config.reads_max:
@@ -341,6 +357,7 @@ class Source:
 
     def recover(self, last_tick: int) -> list[SourceEffect]:
         """At start: read the log's recent tail to find the trees that may have undelivered events."""
+        self._untracked_through = last_tick
         if last_tick <= 0:
             return []
         after = max(0, last_tick - self.config.recovery_ns // MICROSECOND_NS)
