@@ -19,17 +19,17 @@ from tidings.testing import BrokerProcess
 pytestmark = pytest.mark.integration
 KDF = KdfParams(n=1 << 10)
 FLOOD_RATE = 1000  # events/s
-FLOOD_S = 12.0  # longer than the 6 turns of RUN_S
+FLOOD_S_MAX = 40.0  # the flooder stops when its stdin closes, or after this
 RUN_S = 1.5
 FLOODER = r"""
-import sys, time
+import select, sys, time
 from tidings import sync
 from tidings.core.errors import BrokerError
 ok = refused = 0
 with sync.connect(sys.argv[1], credential=sys.argv[2]) as c:
     print("ready", flush=True)
     t0 = time.monotonic()
-    while time.monotonic() - t0 < float(sys.argv[3]):
+    while time.monotonic() - t0 < float(sys.argv[3]) and not select.select([sys.stdin], [], [], 0)[0]:
         try:
             c.publish_many([("f/x", b"y" * 100)] * 500)
             ok += 500
@@ -80,17 +80,24 @@ def test_a_flooder_is_held_to_its_rate_and_slows_only_itself(limited):
     """The other identity's rate beside the flood and alone, measured in turns (the flooder is
     stopped with SIGSTOP for the solo turns), so that the machine's changing load weighs on both."""
     broker, creds = limited
-    flooder = subprocess.Popen([sys.executable, "-c", FLOODER, broker.address, creds["flood"], str(FLOOD_S)],
-                               stdout=subprocess.PIPE, text=True)
+    flooder = subprocess.Popen([sys.executable, "-c", FLOODER, broker.address, creds["flood"], str(FLOOD_S_MAX)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     solo, beside = [], []
-    try:
-        assert flooder.stdout.readline() == "ready\n"  # measured once its start-up is over
-        for _ in range(3):
+
+    def turns(pairs):
+        for _ in range(pairs):
             beside.append(steady_rate(broker, creds["steady"]))
             flooder.send_signal(signal.SIGSTOP)
             solo.append(steady_rate(broker, creds["steady"]))
             flooder.send_signal(signal.SIGCONT)
-        out = flooder.communicate(timeout=FLOOD_S + 60)[0]
+        return statistics.median(beside) >= 0.9 * statistics.median(solo)
+
+    try:
+        assert flooder.stdout.readline() == "ready\n"  # measured once its start-up is over
+        # the issue's bar, 10 %: on a shared 2-core machine one turn's spread alone can be that, so
+        # when three pairs of turns miss it, three more are taken and all six judged
+        within = turns(3) or turns(3)
+        out = flooder.communicate("", timeout=60)[0]  # stdin closed: the flooder stops and reports
     finally:
         flooder.kill()
     ok, refused, seconds = out.split()
@@ -100,6 +107,4 @@ def test_a_flooder_is_held_to_its_rate_and_slows_only_itself(limited):
           f"{accepted_per_s:.0f} ev/s, refused {refused}")
     assert int(refused) > 0
     assert accepted_per_s <= FLOOD_RATE * 1.25 + 500 / float(seconds)  # its rate, its burst, one frame
-    # the issue's bar is 10 %; on a shared 2-core machine the spread of the solo runs alone is
-    # about that, so the test holds a looser bar and docs/security.md gives the quiet figures
-    assert beside_rate >= 0.7 * solo_rate
+    assert within, f"beside the flood {beside_rate:.0f} ev/s, alone {solo_rate:.0f} ev/s"
