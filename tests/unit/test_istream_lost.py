@@ -74,3 +74,19 @@ def test_every_tick_reaches_a_consumer_once_as_data_silence_or_loss(messages):
         lost_here = {t for t in data if piece.after < t <= piece.through} if piece.lost else set()
         data -= lost_here
     assert {t for t in data if t <= position} == delivered
+
+
+def test_a_child_that_left_holds_release_until_it_comes_back_and_acks():
+    """A departed child's ghost holds (released, delivered) for the hold time; the same child
+    attaching again (its broker restarted) holds 0 until it acks, then its own values count."""
+    ist = stream()
+    ist.attach("child", 0)
+    ist.accumulate(0, 100, [], [])
+    ist.acked("child", 100, 40, 60)
+    assert ist.release_points(now=0, held=None) == (40, 60)
+    ist.detach("child", now=0, hold_ns=1000)
+    assert ist.release_points(now=10, held=None) == (40, 60)  # the ghost holds
+    ist.attach("child", 100)
+    assert ist.release_points(now=20, held=None) == (0, 0)  # back, not acked yet
+    ist.acked("child", 100, 90, 100)
+    assert ist.release_points(now=30, held=None) == (90, 100)  # no ghost left behind

@@ -29,7 +29,8 @@ consumer's ack leave the cache. Beside each ack go the release point and the del
 child's last ack (a child that has not acked yet holds them at 0), never past the ack point. A
 child that left holds both at its last values for `release_hold_ns` (a *ghost*): a failing
 forwarder, or a partition, must not let the pubend release, early or not, what the brokers below
-still need while they repair. (Ghosts hold only these two: the ack itself, which drives caches and
+still need while they repair; the same child coming back (a restarted broker) replaces its ghost.
+(Ghosts hold only these two: the ack itself, which drives caches and
 retransmission, follows the consumers there are.)
 
 Filtering (node.py has the protocol): `pieces_for` may be given a child's filter summary; a D tick
@@ -143,7 +144,9 @@ class Istream:
         self.acked_sent = floor  # the last ack sent upstream
         self.released_sent = -1  # the release point that ack carried (-1: none sent yet)
         self.delivered_sent = -1  # and the delivered point
-        self.ghosts: list[tuple[int, int, int]] = []  # (delivered, released, until_ns) of children that left
+        # (child, delivered, released, until_ns) of children that left; a child that comes back (a
+        # restarted broker) replaces its ghost, since a new consumer holds 0 until it acks
+        self.ghosts: list[tuple[str | int, int, int, int]] = []
         self.nack_ns: int | None = None  # when the last nack left
         self.curious_ns: int | None = None  # when the nacked ticks were last forgotten (NRT counts from it)
         self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered
@@ -156,6 +159,8 @@ class Istream:
         if consumer is None:
             first = position if start is None else start
             consumer = self.consumers[key] = Consumer(key, first, position, position)
+            if self.ghosts:
+                self.ghosts = [g for g in self.ghosts if g[0] != key]
         else:
             consumer.sent_through = position
             consumer.acked_through = min(consumer.acked_through, position)
@@ -168,7 +173,7 @@ class Istream:
         """Remove a consumer; a child's release point is held `hold_ns` longer (a ghost)."""
         consumer = self.consumers.pop(key, None)
         if consumer is not None and not consumer.local and hold_ns > 0:
-            self.ghosts.append((consumer.delivered_through, consumer.released_through, now + hold_ns))
+            self.ghosts.append((key, consumer.delivered_through, consumer.released_through, now + hold_ns))
 
     def rewind(self, key: str | int, position: int) -> None:
         """A consumer lacks ticks after `position` (a child's nack): send them again."""
@@ -376,7 +381,7 @@ class Istream:
         has it; at most the ack point, the first at most the second. Ghosts past their time are
         forgotten first."""
         if self.ghosts:
-            self.ghosts = [g for g in self.ghosts if g[2] > now]
+            self.ghosts = [g for g in self.ghosts if g[3] > now]
         delivered = self.ack_point()
         for c in self.consumers.values():
             if not c.local:
@@ -385,7 +390,7 @@ class Istream:
         for c in self.consumers.values():
             if not c.local:
                 released = min(released, c.released_through)
-        for ghost_delivered, ghost_released, _ in self.ghosts:
+        for _, ghost_delivered, ghost_released, _ in self.ghosts:
             delivered = min(delivered, ghost_delivered)
             released = min(released, ghost_released, ghost_delivered)
         return released, delivered
