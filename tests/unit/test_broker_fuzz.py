@@ -87,11 +87,11 @@ def check_bookkeeping(h: Harness) -> None:
     subs = {s.key for c in b.connections.values() for s in c.subs.values()}
     assert subs == set(b.subends)
     open_ = {key for key, s in b.subends.items() if s.end is None}
-    assert open_ == set(b._sub_trees)
+    assert open_ == set(b.memberships.tree_of)
     counts: dict[str, int] = {}
-    for tree in b._sub_trees.values():
+    for tree in b.memberships.tree_of.values():
         counts[tree] = counts.get(tree, 0) + 1
-    assert counts == b._tree_members
+    assert counts == b.memberships.members
     assert len(counts) <= 2  # trees_max: a subscribe past it was refused and left nothing
     b.status()
 

@@ -6,6 +6,9 @@
 - `SubscriptionIndex` (filters/) finds the subscriptions an event matches without testing each;
 - `Subend` (reliability/subend.py) delivers one subscription's own-pubend events in tick order,
   live or catching up from the log;
+- `TreeMemberships` (memberships.py) says when this broker joins a tree (its first local member)
+  and leaves it (its last, away durable registrations counting);
+- `RemoteDelivery` (reliability/subend.py) picks each subend's share of other pubends' events;
 - `ClusterMember` (cluster.py) holds this broker's peer links (peers.py: one connection per pair
   of brokers), Pastry node, Scribe agent and `ReliabilityNode` (reliability/node.py), once
   `start_overlay` has been called; the runtime's inputs on peer connections go to it whole.
@@ -14,10 +17,10 @@ Across brokers (DESIGN §2, docs/delivery.md): each sync's durable events become
 pubend's stream on the trees of their channels (`a/b/c`, `a/b/c/#`, `a/b/#`, `a/#`, `#`:
 multicast/trees.py); each live subscription makes this broker a member of one tree, and the
 reliability node hands the broker other pubends' events of that tree (`Deliver`) in tick order,
-exactly once, for the subscriptions that consume them; the broker matches each against each
-subscription's pattern and filter and sends it. This broker's own events reach its publisher-order
-subscriptions from its own fan-out and log. Clients and peers share the listening port; a
-connection whose first frame is PEER_HELLO belongs to the peer links.
+exactly once, for the subscriptions that consume them; `RemoteDelivery` matches each against
+each subscription's pattern and filter, and the broker sends it. This broker's own events reach
+its publisher-order subscriptions from its own fan-out and log. Clients and peers share the
+listening port; a connection whose first frame is PEER_HELLO belongs to the peer links.
 
 The broker holds no protocol rule beyond checking published events (channel, attributes, size),
 which every path shares. It never blocks: each `handle` returns effects for the runtime to apply.
@@ -52,7 +55,7 @@ from tidings.core.effects import (
     Sync,
 )
 from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.event import record_routing_fields, validate_attributes
+from tidings.core.event import validate_attributes
 from tidings.core.filters import Filter, SubscriptionIndex, parse_filter
 from tidings.core.inputs import (
     Accepted,
@@ -71,6 +74,7 @@ from tidings.core.inputs import (
     WriteSynced,
 )
 from tidings.core.leases import Leases
+from tidings.core.memberships import TreeMemberships
 from tidings.core.multicast.access import admits
 from tidings.core.multicast.effects import AccessChanged
 from tidings.core.multicast.trees import publish_trees, subscription_tree
@@ -80,7 +84,7 @@ from tidings.core.peers import PeerLinks
 from tidings.core.registrations import Registrations
 from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityNode
 from tidings.core.reliability.pubend import Pubend
-from tidings.core.reliability.subend import Subend
+from tidings.core.reliability.subend import RemoteDelivery, Subend
 from tidings.core.traffic import ChannelTraffic
 from tidings.core.wire import messages
 
@@ -135,10 +139,8 @@ class Broker:
         self.traffic = ChannelTraffic()  # events published per channel (core/traffic.py)
         self.now = 0
         self.cluster: ClusterMember | None = None
-        self._tree_members: dict[str, int] = {}  # tree -> live local subscriptions in it
-        self._sub_trees: dict[int, str] = {}  # subend key -> the tree it belongs to
-        self.events_remote_delivered = 0
-        self.peer_records_rejected = 0  # malformed records in knowledge from peers
+        self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
+        self.remote = RemoteDelivery()  # other pubends' events for local subscriptions
         expiry_us = config.durable_expiry_ns // 1000
         self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
@@ -203,8 +205,8 @@ class Broker:
         self._cluster_effects(self.cluster.start(now, bootstrap), out)
         self._reliability(self._gd().start(now, self.log.last_tick, self.registrations.held_trees), out)
         for tree, count in self.registrations.trees().items():  # away durable subscriptions hold their trees
-            self._tree_members[tree] = self._tree_members.get(tree, 0) + count
-        for tree in self._tree_members:
+            self.memberships.hold(tree, count)
+        for tree in self.memberships.members:
             self._cluster_effects(self.cluster.subscribe(now, tree), out)
         self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
         return out
@@ -545,7 +547,7 @@ class Broker:
         the client names the home."""
         if self.cluster is None:
             return  # not in an overlay (a measurement setup): nothing to hold release for
-        tree = self._sub_trees[s.key]
+        tree = self.memberships.tree_of[s.key]
         home = checkpoint.home
         regs = self.registrations
         reg = None
@@ -616,7 +618,7 @@ class Broker:
         for s in durable:
             own = max(s.position, self.pubend.synced_tick) if s.live else s.position
             positions = {self.pubend.pubend_id: own}
-            tree = self._sub_trees.get(s.key)
+            tree = self.memberships.tree_of.get(s.key)
             if tree is not None and self.cluster is not None:
                 positions.update(self._gd().delivered_through(s.key, tree))
             out += s.silence(positions)
@@ -660,7 +662,7 @@ class Broker:
                 self.registrations.left(reg.number, s.key, self._gd().wall_us)
             elif reg is not None and mine:
                 self._forget_registration(reg.number, out)
-            self._leave_tree(s.key, out, keep_member=away)
+            self._leave_tree(s.key, out, held=away)
 
     def _advance(self, c: ClientConnection, s: Subend, out: list[Effect]) -> None:
         """Move a subend that is not live on: finish it, turn it live, or read the log further."""
@@ -716,7 +718,7 @@ class Broker:
                 s.fall_behind(synced)
             elif not s.live:
                 self._advance(c, s, out)
-            tree = self._sub_trees.get(s.key)
+            tree = self.memberships.tree_of.get(s.key)
             if tree is not None and self.cluster is not None:
                 self._reliability(self._gd().local_flow(self.now, s.key, tree, blocked), out)
 
@@ -728,13 +730,13 @@ class Broker:
         subscription's token names); TidingsError (and nothing changed) when this
         broker cannot join one more tree."""
         key = s.key
-        members = self._tree_members.get(tree, 0)
+        memberships = self.memberships
         if self.cluster is not None:
             gd = self._gd()
             effects = gd.local_subscribe(self.now, key, tree, start, s.total, s.pattern,
                                          "" if s.filter is None else s.filter.text, positions)
             identity = self.connections[s.conn].identity
-            if members == 0:
+            if memberships.first(tree):
                 try:  # with rules, this broker creates the trees it joins first (multicast/access.py)
                     effects += self.cluster.subscribe(self.now, tree, ((identity, s.pattern),),
                                                       self.guard.creation(identity, tree))
@@ -744,8 +746,7 @@ class Broker:
             else:
                 self.cluster.scribe.add_member(tree, (identity, s.pattern))
             self._reliability(effects, out)
-        self._sub_trees[key] = tree
-        self._tree_members[tree] = members + 1
+        memberships.join(key, tree)
 
     def _tree_refusal(self, identity: str, pattern: str) -> TidingsError | None:
         """The refusal when the access list this broker holds for the pattern's tree excludes it."""
@@ -758,12 +759,12 @@ class Broker:
         """A tree's access list reached this broker: its subscriptions there that the list does
         not admit end, each with a `forbidden` error to its client."""
         acl = eff.metadata.acl
-        for key, tree in list(self._sub_trees.items()):
+        for key in self.memberships.subends_on(eff.tree):
             s = self.subends.get(key)
             c = None if s is None else self.connections.get(s.conn)
-            if tree != eff.tree or s is None or c is None or admits(acl, c.identity, s.pattern):
+            if s is None or c is None or admits(acl, c.identity, s.pattern):
                 continue
-            error = self.guard.tree_refusal(c.identity, s.pattern, tree, eff.metadata.creator)
+            error = self.guard.tree_refusal(c.identity, s.pattern, eff.tree, eff.metadata.creator)
             out.append(Send(c.conn, messages.error(error.code, str(error), sub=s.sub)))
             self._drop_subend(c, s, out)
 
@@ -778,22 +779,18 @@ class Broker:
                 self._cluster_effects(self.cluster.create(now, tree, creator, acl), out)
         return out
 
-    def _leave_tree(self, key: int, out: list[Effect], keep_member: bool = False) -> None:
-        """Subend `key` leaves its tree; the broker stays a member while `keep_member` (its durable
-        registration is counted in its place) or other members remain."""
-        tree = self._sub_trees.pop(key)
+    def _leave_tree(self, key: int, out: list[Effect], held: bool = False) -> None:
+        """Subend `key` leaves its tree (`held`: its durable registration is a member in its place);
+        the broker leaves the tree with its last member (core/memberships.py)."""
+        tree, last = self.memberships.leave(key, held)
         if self.cluster is not None:
             self._reliability(self._gd().local_unsubscribe(self.now, key, tree), out)
-        if not keep_member:
-            self._member_gone(tree, out)
+            if last:
+                self._cluster_effects(self.cluster.unsubscribe(self.now, tree), out)
 
     def _member_gone(self, tree: str, out: list[Effect]) -> None:
-        members = self._tree_members[tree] - 1
-        if members:
-            self._tree_members[tree] = members
-            return
-        del self._tree_members[tree]
-        if self.cluster is not None:
+        """An away durable registration of `tree` ended (or its subscriber is back on a subend)."""
+        if self.memberships.member_gone(tree) and self.cluster is not None:
             self._cluster_effects(self.cluster.unsubscribe(self.now, tree), out)
 
     def _publish_to_trees(self, batches: list[Any], out: list[Effect]) -> None:
@@ -825,7 +822,7 @@ class Broker:
         """The cluster member's output: remote events for local subscriptions, effects for the runtime."""
         for eff in effects:
             if type(eff) is Deliver:
-                self._deliver_remote(eff, out)
+                self._fan_out(self.remote.fan(eff, self.subends), out)
             elif type(eff) is Lost:
                 for key in eff.keys:
                     s = self.subends.get(key)
@@ -838,24 +835,6 @@ class Broker:
                 self._forget_registration(eff.registration, out)
             elif type(eff) in RUNTIME_EFFECTS:
                 out.append(eff)
-
-    def _deliver_remote(self, deliver: Deliver, out: list[Effect]) -> None:
-        """Another pubend's events, in its tick order and below the doubt horizon, for the local
-        subscriptions `deliver.keys`: each gets those matching its pattern and filter."""
-        fan: dict[int, list[bytes]] = {}
-        subends = self.subends
-        for pubend, record in zip(deliver.pubends, deliver.records, strict=True):
-            fields = record_routing_fields(record)
-            if fields is None or fields[0] != pubend:
-                self.peer_records_rejected += 1
-                continue
-            _, channel, attributes = fields
-            for key in deliver.keys:
-                s = subends.get(key)
-                if s is not None and s.matches(channel, attributes):
-                    fan.setdefault(key, []).append(record)
-                    self.events_remote_delivered += 1
-        self._fan_out(fan, out)
 
     # ---- observation -----------------------------------------------------------------------------
 
@@ -903,7 +882,7 @@ class Broker:
         here but not yet handed to it, per pubend, its own pubend's included) and `lag_ticks`, the
         largest of them."""
         status = s.status(synced)
-        tree = self._sub_trees.get(s.key)
+        tree = self.memberships.tree_of.get(s.key)
         if self.cluster is None or tree is None:
             return status
         lags = self._gd().lag(s.key, tree)
@@ -914,5 +893,5 @@ class Broker:
     def _cluster_status(self) -> dict[str, Any]:
         if self.cluster is None:
             return {}
-        return {**self.cluster.status(), "events_remote_delivered": self.events_remote_delivered,
-                "peer_messages_rejected": self.peer_records_rejected + self.cluster.peer_messages_rejected}
+        return {**self.cluster.status(), "events_remote_delivered": self.remote.events_delivered,
+                "peer_messages_rejected": self.remote.records_rejected + self.cluster.peer_messages_rejected}

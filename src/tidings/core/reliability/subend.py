@@ -15,19 +15,29 @@ Ticks the log released (retention) before the subend read them become an explici
 never a silent skip (except for a subend started at "the oldest retained event", whose first read
 begins wherever the log now begins). A bounded subend (`end` set, e.g. a Spark partition) never goes live: it reads
 up to `end` (at most the durable tail when it was created) and sends END.
+
+Other pubends' events reach subends through the reliability node (reliability/node.py), which
+hands over each tree's records in delivery order, exactly once, below the doubt horizon
+(`Deliver`); `RemoteDelivery` picks each subend's share. A record that does not name the pubend
+whose stream carried it is a peer's error: counted and dropped, never delivered.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from tidings.core.channels import pattern_matches
 from tidings.core.effects import Effect, ReadLog, Send
+from tidings.core.event import record_routing_fields
 from tidings.core.filters import Filter
 from tidings.core.inputs import LogState
 from tidings.core.wire import messages
+
+if TYPE_CHECKING:
+    from tidings.core.reliability.node import Deliver
 
 
 class Subend:
@@ -126,3 +136,30 @@ class Subend:
             position = max(position, through)
         self.position = position
         return out, len(batch)
+
+
+class RemoteDelivery:
+    """Other pubends' events for local subends, with the counts `status()` reports."""
+
+    __slots__ = ("events_delivered", "records_rejected")
+
+    def __init__(self) -> None:
+        self.events_delivered = 0
+        self.records_rejected = 0  # malformed records in knowledge from peers
+
+    def fan(self, deliver: Deliver, subends: Mapping[int, Subend]) -> dict[int, list[bytes]]:
+        """The records of `deliver` each of its subends (`deliver.keys`, those still in `subends`)
+        gets: those matching its pattern and filter, in delivery order."""
+        fan: dict[int, list[bytes]] = {}
+        for pubend, record in zip(deliver.pubends, deliver.records, strict=True):
+            fields = record_routing_fields(record)
+            if fields is None or fields[0] != pubend:
+                self.records_rejected += 1
+                continue
+            _, channel, attributes = fields
+            for key in deliver.keys:
+                s = subends.get(key)
+                if s is not None and s.matches(channel, attributes):
+                    fan.setdefault(key, []).append(record)
+                    self.events_delivered += 1
+        return fan
