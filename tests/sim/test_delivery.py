@@ -57,6 +57,13 @@ def test_two_hundred_brokers_with_loss_and_a_root_and_forwarder_crash():
                                   coalesce_probability=0.95))
 
 
+def test_a_forwarder_made_root_doubts_what_its_old_parent_filtered_for_it():
+    """Sweep seed 1008 (root, parent and forwarder crashes, 5 % loss): a forwarder whose parent had
+    filtered its knowledge by a narrow summary became root, then adopted a child that wants
+    everything; it served that child its F ticks until it learnt to doubt them (4 events lost)."""
+    assert_clean(sweep_scenario(1008, brokers=24))
+
+
 @pytest.mark.parametrize("seed", range(SWEEP_SEEDS))
 def test_seed_sweep(seed):
     # 16 brokers keep CI's 50 seeds in budget; `tidings sim delivery --seeds 1000` sweeps 24 each

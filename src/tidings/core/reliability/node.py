@@ -32,7 +32,8 @@ F ticks only from knowledge stamped with it (D from anything), (2) turns its F t
 widening's start back to Q (`Istream.doubt_after`), and (3) sends SUMMARY with that start; the
 parent rewinds the child to it (as for a nack) and re-sends filtered by the wider summary, after
 doing the same one level up unless its own knowledge after that point was already filtered by a
-summary covering the new one (`valid_from`). The root takes everything from the pubend. A stale
+summary covering the new one (`valid_from`). The root takes everything from the pubend; a broker
+that a repair made root doubts too, once, what its old parent had filtered for it. A stale
 stamp (a lost or reordered SUMMARY) makes the child send its SUMMARY again (at most once per GCT).
 
 Own events: a broker's own pubend's events reach its local subscriptions from its log (the
@@ -483,10 +484,20 @@ class ReliabilityNode:
         """The tree's interest may have changed; `positions` (per pubend, `since` for the others)
         are where consumers whose wants grew resume. A narrowing is told to the parent; a widening
         not covered by what this broker already holds doubts its F ticks after those positions and
-        tells the parent to send from there again. The root holds everything: nothing to do."""
-        if self.config.best_effort or self.scribe.is_root(tree):
+        tells the parent to send from there again. The root has no parent to tell, and is sent
+        everything, but doubts too when what it holds was filtered while it was a forwarder."""
+        if self.config.best_effort:
             return []
         interest = self._interest(tree, t)
+        if self.scribe.is_root(tree):
+            # the pubend sends the root everything, but a root that was a forwarder before (a repair
+            # made it root) holds knowledge its old parent filtered by `t.sent`: for a wider
+            # interest its F ticks after the new consumers' positions prove nothing, and are asked
+            # of the pubend again (`t.sent` stays: knowledge from before may still be met)
+            if not covers(t.sent, interest):
+                for pubend, ist in t.istreams.items():
+                    ist.doubt_after(positions.get(pubend, min(since, ist.horizon)))
+            return []
         wider = not covers(t.sent, interest) or min([*positions.values(), TICK_MAX]) < t.valid_from
         if interest == t.sent and not wider:
             return []
