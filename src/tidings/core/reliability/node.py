@@ -493,10 +493,12 @@ class ReliabilityNode:
             # the pubend sends the root everything, but a root that was a forwarder before (a repair
             # made it root) holds knowledge its old parent filtered by `t.sent`: for a wider
             # interest its F ticks after the new consumers' positions prove nothing, and are asked
-            # of the pubend again (`t.sent` stays: knowledge from before may still be met)
+            # of the pubend again
             if not covers(t.sent, interest):
                 for pubend, ist in t.istreams.items():
                     ist.doubt_after(positions.get(pubend, min(since, ist.horizon)))
+                t.sent = interest  # and knowledge its old parent still stamps with the old epoch (a
+                self._next_epoch(t)  # partition healing) is not believed: its F ticks prove nothing
             return []
         wider = not covers(t.sent, interest) or min([*positions.values(), TICK_MAX]) < t.valid_from
         if interest == t.sent and not wider:
