@@ -42,6 +42,7 @@ SAMPLE_S = 0.1
 CAUGHT_UP_S = 0.5  # a subscriber has caught up once an event reaches it this soon after it was published
 DRAIN_S = 60.0
 PAYLOAD = b"d" * 100
+PUBLISH_EVERY_S = 0.01
 # the channel's other trees (tidings.core.multicast.trees.publish_trees): plain subscribers at the
 # intermediate keep them busy, or the pubend would count each as a tree that lost its members and
 # hold Td and Tr for release_hold_ns (docs/durable.md)
@@ -97,7 +98,8 @@ def keep(address: str, pattern: str, stop: threading.Event) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="durable-exp-") as tmp, \
-            Cluster(Path(tmp), 3, LOCAL_LIVENESS | {"durable_save_interval_ns": 100_000_000}) as cluster:
+            Cluster(Path(tmp), 3, LOCAL_LIVENESS | {"durable_save_interval_ns": 100_000_000,
+                                                   "release_hold_ns": int(args.release_hold_s * 1e9)}) as cluster:
         phb, shb = cluster[0], cluster[2]
         stop = threading.Event()
         subs = [Subscriber(shb.address, "exp/#", stop) for _ in range(args.subscribers)]
@@ -112,15 +114,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         samples: list[dict[str, Any]] = []
         marks: dict[str, float] = {}
 
-        def publish() -> None:
+        def publish() -> None:  # in batches every 10 ms, so that the rate does not wait on each ack
+            batch = max(1, round(args.rate * PUBLISH_EVERY_S))
             with sync.connect(phb.address, follow_advice=False) as pub:
                 t0, n = time.monotonic(), 0
                 while not stop.is_set() and time.monotonic() - t0 < args.warm_s + args.down_s + args.after_s:
                     due = t0 + n / args.rate
                     if due > time.monotonic():
                         time.sleep(due - time.monotonic())
-                    acked.append(pub.publish("exp/a", PAYLOAD).tick)
-                    n += 1
+                    acked.extend(r.tick for r in pub.publish_many([("exp/a", PAYLOAD)] * batch))
+                    n += batch
 
         def sample() -> None:
             last = netutil.cpu_ticks(netutil.process_tree(phb.pid or 0)), time.monotonic()
@@ -163,9 +166,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 problems.append(f"subscriber {k}: {len(set(acked) - set(got))} missing, "
                                 f"{len(got) - len(set(got))} repeated, in order {got == sorted(got)}")
         catchup = [round(c - r, 2) for s in subs for r, c in zip(s.resumed_at, s.caught_up_at, strict=False)]
+        resumed = [len(s.resumed_at) for s in subs]
         return {"test": "shb-crash", "rate_per_s": args.rate, "subscribers": args.subscribers,
-                "warm_s": args.warm_s, "down_s": args.down_s, "after_s": args.after_s, "acked": len(acked),
-                "catchup_s": catchup, "problems": problems, "marks": marks, "samples": samples,
+                "warm_s": args.warm_s, "down_s": args.down_s, "after_s": args.after_s,
+                "release_hold_s": args.release_hold_s, "acked": len(acked),
+                "resumed": resumed, "catchup_s": catchup, "problems": problems, "marks": marks, "samples": samples,
                 "loadavg": [round(x, 2) for x in __import__("os").getloadavg()],
                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
@@ -180,7 +185,9 @@ def plot(result: dict[str, Any], path: str) -> None:
     xs = [s["t"] - t0 for s in result["samples"]]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     for key, label in (("delivered", "latestDelivered(p) (Td)"), ("released", "released(p) (Tr)")):
-        top.plot(xs, [(s["head"] - s[key]) / 1e6 for s in result["samples"]], label=label)
+        # 0: not known yet (a tree whose new member has not acknowledged anything): left out
+        top.plot(xs, [(s["head"] - s[key]) / 1e6 if s[key] else float("nan") for s in result["samples"]],
+                 label=label)
     top.set_ylabel("seconds behind the newest event")
     top.legend()
     bottom.plot(xs, [s["phb_cpu_pct"] for s in result["samples"]], color="tab:gray")
@@ -203,6 +210,8 @@ def main() -> None:
     ap.add_argument("--warm-s", type=float, default=5.0)
     ap.add_argument("--down-s", type=float, default=10.0, help="kill -9 of the SHB to its restart")
     ap.add_argument("--after-s", type=float, default=15.0, help="publishing after the restart")
+    ap.add_argument("--release-hold-s", type=float, default=300.0,
+                    help="release_hold_ns in seconds: how long a new root, or a tree that lost its members, holds Td and Tr")
     ap.add_argument("--out", default=str(HERE / "results" / "durable_experiments.jsonl"))
     ap.add_argument("--plot", default=None, help="PNG path (needs matplotlib)")
     args = ap.parse_args()
