@@ -211,7 +211,8 @@ def main() -> None:
     ap.add_argument("--down-s", type=float, default=10.0, help="kill -9 of the SHB to its restart")
     ap.add_argument("--after-s", type=float, default=15.0, help="publishing after the restart")
     ap.add_argument("--release-hold-s", type=float, default=300.0,
-                    help="release_hold_ns in seconds: how long a new root, or a tree that lost its members, holds Td and Tr")
+                    help="release_hold_ns in seconds: how long a new root, or a tree that lost its members, "
+                         "holds Td and Tr")
     ap.add_argument("--out", default=str(HERE / "results" / "durable_experiments.jsonl"))
     ap.add_argument("--plot", default=None, help="PNG path (needs matplotlib)")
     args = ap.parse_args()

@@ -1,7 +1,8 @@
-"""The guaranteed-delivery experiment and benchmark scripts (bench/gd_experiments.py,
-bench/gd_bench.py) run end to end in a tiny configuration, so they do not rot: a few brokers, a
-few seconds of publishing. The figures are not checked, only that each script runs, writes its
-JSON lines, and (the experiment) that no acknowledged event was lost, duplicated or reordered."""
+"""The guaranteed-delivery and durable experiment and benchmark scripts (bench/gd_experiments.py,
+bench/gd_bench.py, bench/durable_experiments.py) run end to end in a tiny configuration, so they
+do not rot: a few brokers, a few seconds of publishing. The figures are not checked, only that
+each script runs, writes its JSON lines, and (the experiments) that no acknowledged event was
+lost, duplicated or reordered."""
 
 import json
 import os
@@ -34,6 +35,17 @@ def test_gd_experiment_runs_tiny(tmp_path):
     assert result["subscribers"], "no subscriber stayed connected"
     assert (result["lost_total"], result["duplicated_total"], result["out_of_order_total"]) == (0, 0, 0)
     assert set(result["nacks"]) and result["loadavg_start"]
+
+
+def test_durable_experiment_runs_tiny(tmp_path):
+    """bench/durable_experiments.py: the subscriber broker killed and restarted; every durable
+    subscriber resumes once, with nothing lost or repeated (the script exits 1 otherwise)."""
+    out = tmp_path / "durable.jsonl"
+    run("durable_experiments.py", "--rate", "200", "--subscribers", "2", "--warm-s", "1", "--down-s", "1",
+        "--after-s", "1.5", "--release-hold-s", "2", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert result["problems"] == [] and result["resumed"] == [1, 1] and result["acked"] > 400
+    assert any(s["delivered"] for s in result["samples"])
 
 
 def test_gd_bench_runs_tiny(tmp_path):
