@@ -57,13 +57,13 @@ def test_two_hundred_brokers_with_loss_and_a_root_and_forwarder_crash():
                                   coalesce_probability=0.95))
 
 
-@pytest.mark.parametrize("seed", [1008, 1060])
+@pytest.mark.parametrize("seed", [1008, 1009, 1060])
 def test_a_forwarder_made_root_doubts_what_its_old_parent_filtered_for_it(seed):
-    """Sweep seeds 1008 (root, parent and forwarder crashes, 5 % loss) and 1060 (a partition that
-    heals, a forwarder crash, 10 % loss): a forwarder whose parent had filtered its knowledge by a
-    narrow summary became root, then adopted a child that wants everything, and served it the F
-    ticks of that filtering (4 and 22 events lost); in 1060 the old parent, back after the
-    partition, went on stamping knowledge with the old summary's epoch."""
+    """Sweep seeds 1008 (root, parent and forwarder crashes, 5 % loss), 1009 (a root crash, 10 %
+    loss) and 1060 (a partition that heals, a forwarder crash, 10 % loss): a forwarder whose parent
+    had filtered its knowledge by a narrow summary became root, then adopted a child that wants
+    everything, and served it the F ticks of that filtering (4, 10 and 22 events lost); in 1060 the
+    old parent, back after the partition, went on stamping knowledge with the old summary's epoch."""
     assert_clean(sweep_scenario(seed, brokers=24))
 
 
