@@ -63,12 +63,9 @@ class StorageWorker:
     def save(self, path: pathlib.Path, data: bytes, wait: bool = False) -> None:
         """Replace `path` with `data` atomically (SaveDurable), in order with the other saves; with
         `wait`, return once it is on disk (or the worker has failed, which stops the broker)."""
-        if not wait:
-            self._queue.put(("save", (path, data)))
-            return
-        done = threading.Event()
+        done = threading.Event() if wait else None
         self._queue.put(("save", (path, data, done)))
-        while not done.wait(SAVE_WAIT_POLL_S) and self._thread.is_alive():
+        while done is not None and not done.wait(SAVE_WAIT_POLL_S) and self._thread.is_alive():
             pass
 
     def read(self, after: int, through: int, max_bytes: int,
@@ -149,6 +146,7 @@ class StorageWorker:
                 self._on_retained(log_state(self.log))
         else:
             assert kind == "save"
-            write_atomically(arg[0], arg[1])
-            if len(arg) == 3:
-                arg[2].set()
+            path, data, done = arg
+            write_atomically(path, data)
+            if done is not None:
+                done.set()

@@ -561,8 +561,7 @@ class Broker:
         if reg is None:
             reg = regs.register(tree, checkpoint, s.key, name, s.pattern, "" if s.filter is None else s.filter.text)
             # saved before SUBSCRIBED names it: a crash right after must not forget what it holds
-            regs.dirty = False
-            out.append(SaveDurable(regs.encode(), before_replies=True))
+            out.append(SaveDurable(regs.take_save() or regs.encode(), before_replies=True))
             if home is not None and home.pubend != self.pubend.pubend_id:
                 self._reliability(self._gd().moved(home.address, home.pubend, home.registration), out)
         s.registration = reg.number
@@ -605,9 +604,9 @@ class Broker:
         if held != regs.held_trees:
             regs.held_trees = held
             regs.dirty = True
-        if regs.dirty:
-            regs.dirty = False
-            out.append(SaveDurable(regs.encode()))
+        data = regs.take_save()
+        if data is not None:
+            out.append(SaveDurable(data))
 
     def _durable_silence(self, now: int, out: list[Effect]) -> None:
         """Every durable subscription's checkpoint moves up to what has been delivered to it or

@@ -190,6 +190,13 @@ class Registrations:
 
     # ---- saving --------------------------------------------------------------------------------
 
+    def take_save(self) -> bytes | None:
+        """The state to save when it changed since the last save (then no longer dirty), else None."""
+        if not self.dirty:
+            return None
+        self.dirty = False
+        return self.encode()
+
     def encode(self) -> bytes:
         regs = [[r.number, r.tree, r.released.to_wire(), r.away_us, *(list(r.name) if r.name else ["", ""]),
                  r.pattern, r.filter] for r in self._regs.values()]
