@@ -1,4 +1,5 @@
-"""Options of the batch read `spark.read.format("tidings")`, parsed into one frozen value.
+"""Options of the batch read `spark.read.format("tidings")` and of the streaming read
+`spark.readStream.format("tidings")`, each parsed into one frozen value.
 
 Spark hands a data source its options as a case-insensitive map of strings (`dict(options)` lower-
 cases every key), so parsing works on lower-cased keys and every message names the option the way
@@ -21,13 +22,15 @@ from tidings.core.event import datetime_to_tick
 PARTITIONS_MAX = 10_000
 TICK_MAX = 2**63 - 1  # a tick is a Spark long
 
+EVENTS_PER_TRIGGER_MAX = 10_000_000
+
+_COMMON = ("broker", "pattern", "filter", "partitions", "failOnDataLoss", "credential", "tlsCa")
 # lower-cased key -> the spelling used in messages and docs
 _OPTION_NAMES = {
-    name.lower(): name
-    for name in (
-        "broker", "pattern", "filter", "startTick", "endTick", "startTime", "endTime",
-        "partitions", "failOnDataLoss", "credential", "tlsCa",
-    )
+    name.lower(): name for name in (*_COMMON, "startTick", "endTick", "startTime", "endTime")
+}
+_STREAM_OPTION_NAMES = {
+    name.lower(): name for name in (*_COMMON, "durableName", "startingOffsets", "maxEventsPerTrigger")
 }
 
 
@@ -46,13 +49,7 @@ class ReadOptions:
 
 def parse_read_options(options: Mapping[str, str], default_partitions: int = 2) -> ReadOptions:
     """Check and convert the user's options; raise ValueError naming the first bad one."""
-    opts: dict[str, str] = {}
-    for key, value in options.items():
-        lowered = key.lower()
-        if lowered not in _OPTION_NAMES:
-            known = ", ".join(_OPTION_NAMES.values())
-            raise ValueError(f"tidings: unknown option {key!r}; known options: {known}")
-        opts[lowered] = value
+    opts = _known(options, _OPTION_NAMES, _STREAM_OPTION_NAMES, "spark.readStream")
     broker = _broker(opts.get("broker"))
     pattern = _pattern(opts.get("pattern"))
     flt = _filter(opts.get("filter"))
@@ -74,6 +71,107 @@ def parse_read_options(options: Mapping[str, str], default_partitions: int = 2) 
         credential=_credential(opts.get("credential")),
         tls_ca=opts.get("tlsca") or None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    """The streaming read's options. `starting` is "latest", "earliest", a checkpoint token
+    (`tk1.`...) or a tick: the query starts after it (a startingOffsets time, less one)."""
+
+    broker: str
+    pattern: str
+    filter: str | None
+    durable_name: str
+    starting: str | int
+    events_per_trigger_max: int | None
+    partitions: int
+    fail_on_data_loss: bool
+    credential: str | None = None
+    tls_ca: str | None = None
+
+
+def parse_stream_options(options: Mapping[str, str], default_partitions: int = 2) -> StreamOptions:
+    """Check and convert the options of `spark.readStream.format("tidings")`; ValueError naming
+    the first bad one."""
+    opts = _known(options, _STREAM_OPTION_NAMES, _OPTION_NAMES, "spark.read")
+    name = (opts.get("durablename") or "").strip()
+    if not name or len(name.encode()) > 256:
+        raise ValueError(
+            'tidings: option "durableName" is required for a streaming read: 1 to 256 bytes naming this '
+            "query's durable subscription at the broker (it pins the query's start and holds its events "
+            'until Spark commits them), e.g. .option("durableName", "load-alerts")'
+        )
+    limit = opts.get("maxeventspertrigger")
+    return StreamOptions(
+        broker=_broker(opts.get("broker")),
+        pattern=_pattern(opts.get("pattern")),
+        filter=_filter(opts.get("filter")),
+        durable_name=name,
+        starting=_starting(opts.get("startingoffsets")),
+        events_per_trigger_max=None if limit is None else _count(limit, "maxEventsPerTrigger", EVENTS_PER_TRIGGER_MAX),
+        partitions=_partitions(opts.get("partitions"), default_partitions),
+        fail_on_data_loss=_boolean(opts.get("failondataloss"), "failOnDataLoss", default=True),
+        credential=_credential(opts.get("credential")),
+        tls_ca=opts.get("tlsca") or None,
+    )
+
+
+def check_common_options(options: Mapping[str, str]) -> None:
+    """What `load()` can check before knowing whether the read is a batch or a stream: every key
+    is an option of one of them, and the options both have are valid."""
+    _known(options, {**_OPTION_NAMES, **_STREAM_OPTION_NAMES}, {}, "")
+    lowered = {key.lower(): value for key, value in options.items()}
+    _broker(lowered.get("broker"))
+    _pattern(lowered.get("pattern"))
+    _filter(lowered.get("filter"))
+    _credential(lowered.get("credential"))
+
+
+def _known(options: Mapping[str, str], names: Mapping[str, str], other: Mapping[str, str],
+           other_kind: str) -> dict[str, str]:
+    opts: dict[str, str] = {}
+    for key, value in options.items():
+        lowered = key.lower()
+        if lowered not in names:
+            if lowered in other:
+                raise ValueError(f'tidings: option "{other[lowered]}" is an option of {other_kind}, not of this read')
+            known = ", ".join(names.values())
+            raise ValueError(f"tidings: unknown option {key!r}; known options: {known}")
+        opts[lowered] = value
+    return opts
+
+
+def _starting(text: str | None) -> str | int:
+    if text is None or text.strip().lower() == "latest":
+        return "latest"
+    value = text.strip()
+    if value.lower() == "earliest":
+        return "earliest"
+    if value.startswith("tk"):
+        from tidings.core.checkpoint import Checkpoint  # noqa: PLC0415
+
+        try:
+            Checkpoint.decode(value)
+        except ValueError as exc:
+            raise ValueError(f'tidings: option "startingOffsets" is not a valid checkpoint token: {exc}') from None
+        return value
+    try:
+        return max(0, _time(value, "startingOffsets") - 1)
+    except ValueError:
+        raise ValueError(
+            'tidings: option "startingOffsets" must be "latest", "earliest", a checkpoint token (tk1.…) '
+            f'or an ISO-8601 time such as "2026-11-22T10:00:00Z", got {text!r}'
+        ) from None
+
+
+def _count(text: str, name: str, most: int) -> int:
+    try:
+        count = int(text.strip(), 10)
+    except ValueError:
+        raise ValueError(f'tidings: option "{name}" must be an integer, got {text!r}') from None
+    if not 1 <= count <= most:
+        raise ValueError(f'tidings: option "{name}" must be between 1 and {most}, got {count}')
+    return count
 
 
 def _credential(value: str | None) -> str | None:

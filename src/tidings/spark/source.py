@@ -1,4 +1,5 @@
-"""The PySpark batch data source `tidings`: `spark.read.format("tidings")`.
+"""The PySpark data source `tidings`: the batch read `spark.read.format("tidings")` (here) and the
+streaming read `spark.readStream.format("tidings")` (stream.py).
 
 Theory of operation. The read is planned once, on the driver: `partitions()` asks the broker for
 its log bounds, fixes the end of the read at the durable tail, and cuts the requested ticks into
@@ -11,8 +12,9 @@ Gaps. If retention released part of a range, the broker says so with a GAP inste
 sending less. With failOnDataLoss=true (the default) the task fails with DataLossError; with false
 it logs the tick range it skipped and reads on after it.
 
-Options are parsed (and checked) in `schema()`, so a bad option fails `load()` on the driver rather
-than a task. Log lines go to the logger `tidings.spark`.
+The options both reads share are checked in `schema()`, so a bad one fails `load()` on the driver
+rather than a task; the rest when Spark asks for the reader, also on the driver. Log lines go to
+the logger `tidings.spark`.
 """
 
 from __future__ import annotations
@@ -21,18 +23,31 @@ import logging
 from collections.abc import Iterator
 from typing import Any, ClassVar, Protocol
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from tidings.core.errors import GapError
 from tidings.core.event import Event
 from tidings.spark.arrow import EVENT_SCHEMA, arrow_schema, check_schema, events_to_batches
-from tidings.spark.options import ReadOptions, parse_read_options
+from tidings.spark.options import ReadOptions, check_common_options, parse_read_options, parse_stream_options
 from tidings.spark.planning import DataLossError, ReadError, bounds_from_status, plan_read
 
 logger = logging.getLogger("tidings.spark")
 
 SERVICE = "spark"  # the source name the read's connections present to the broker
+
+
+class ReadSettings(Protocol):
+    """What a task's read needs of the options (batch or streaming)."""
+
+    @property
+    def pattern(self) -> str: ...
+
+    @property
+    def filter(self) -> str | None: ...
+
+    @property
+    def fail_on_data_loss(self) -> bool: ...
 
 
 class BrokerClient(Protocol):
@@ -71,7 +86,7 @@ class TickRangePartition(InputPartition):
         self.end = end
 
 
-def read_events(client: BrokerClient, opts: ReadOptions, after: int, end: int) -> Iterator[Event]:
+def read_events(client: BrokerClient, opts: ReadSettings, after: int, end: int) -> Iterator[Event]:
     """The events of `(after, end]` matching the read's pattern and filter, in tick order.
 
     A gap either fails the read (DataLossError) or, with failOnDataLoss=false, is logged and read
@@ -153,7 +168,7 @@ class TidingsReader(DataSourceReader):
 
 
 class TidingsDataSource(DataSource):
-    """`spark.read.format("tidings")`; see docs/spark.md for the options."""
+    """`spark.read.format("tidings")` and `spark.readStream.format("tidings")`; see docs/spark.md."""
 
     # partitions when the option is not given; register() sets it from the session
     default_partitions: ClassVar[int] = 2
@@ -166,12 +181,18 @@ class TidingsDataSource(DataSource):
         return parse_read_options(self.options, self.default_partitions)
 
     def schema(self) -> StructType:
-        self.read_options()  # fail load() on the driver, not a task, when an option is wrong
+        check_common_options(self.options)  # fail load() on the driver, not a task, when an option is wrong
         return EVENT_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         check_schema(schema)
         return TidingsReader(self.read_options(), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from tidings.spark.stream import TidingsStreamReader  # noqa: PLC0415
+
+        check_schema(schema)
+        return TidingsStreamReader(parse_stream_options(self.options, self.default_partitions), schema)
 
 
 def default_parallelism(spark: Any) -> int:
