@@ -82,9 +82,9 @@ def start_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
     end of the module: SIGTERM, then SIGKILL after a deadline."""
     started: list[BrokerProcess] = []
 
-    def start(config: dict[str, int] | None = None) -> BrokerProcess:
+    def start(config: dict[str, int] | None = None, join: str | None = None) -> BrokerProcess:
         data = tmp_path_factory.mktemp("broker") / "data"
-        broker = BrokerProcess(data, config=config, start_timeout=BROKER_START_S_MAX)
+        broker = BrokerProcess(data, config=config, start_timeout=BROKER_START_S_MAX, join=join)
         started.append(broker)
         broker.start()
         wait_for(lambda: _accepts_connections(broker.port), timeout=BROKER_START_S_MAX,

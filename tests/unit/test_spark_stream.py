@@ -336,7 +336,7 @@ def test_the_reader_pickles_after_planning(overlay: FakeOverlay) -> None:
 def test_stream_options() -> None:
     with pytest.raises(ValueError, match='"durableName" is required'):
         parse_stream_options({"broker": "a:1", "pattern": "#"})
-    with pytest.raises(ValueError, match='"startTick" is an option of spark.read'):
+    with pytest.raises(ValueError, match=r'"startTick" is an option of spark\.read'):
         parse_stream_options({"broker": "a:1", "pattern": "#", "durableName": "q", "startTick": "1"})
     with pytest.raises(ValueError, match='"maxEventsPerTrigger" must be between 1'):
         parse_stream_options({"broker": "a:1", "pattern": "#", "durableName": "q", "maxEventsPerTrigger": "0"})

@@ -33,6 +33,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -67,7 +68,7 @@ def connect(opts: StreamOptions, address: str, instance: str) -> Any:
     if opts.tls_ca is not None:
         from tidings.aio.tls import client_context  # noqa: PLC0415
 
-        tls = client_context(opts.tls_ca)
+        tls = client_context(Path(opts.tls_ca))
     return sync.connect(address, service=SERVICE, instance=instance, credential=opts.credential, tls=tls,
                         follow_advice=False)
 
@@ -105,7 +106,7 @@ def discover(opts: StreamOptions, connect_to: Connect = connect) -> dict[str, He
     and released prefix: a walk over the brokers' leaf sets (each broker's leaf set holds its
     neighbours on both sides of the id ring, so the walk reaches every member). A broker that
     cannot be reached is left out, except `opts.broker` itself: its pubends are read when it is back."""
-    pending, seen, heads = [opts.broker], set(), {}
+    pending, seen, heads = [opts.broker], set(), dict[str, Head]()
     while pending:
         address = pending.pop(0)
         if address in seen:
@@ -132,7 +133,7 @@ def discover(opts: StreamOptions, connect_to: Connect = connect) -> dict[str, He
 def _head(address: str, status: dict[str, Any]) -> tuple[str, Head, list[str]]:
     """A broker's pubend, its Head and the members it knows, checked (the broker is a peer)."""
     pubend, last, released = status.get("pubend"), status.get("last_tick"), status.get("released_through")
-    if type(pubend) is not str or not pubend or not _tick(last) or not _tick(released or 0):
+    if type(pubend) is not str or not pubend or type(last) is not int or not _tick(last) or not _tick(released or 0):
         raise ReadError(f"the broker at {address} sent a malformed status (pubend={pubend!r}, "
                         f"last_tick={last!r}, released_through={released!r})")
     overlay = status.get("overlay")
