@@ -24,7 +24,7 @@ from tidings.core.event import Event
 from tidings.spark.arrow import EVENT_SCHEMA
 from tidings.spark.micro_batch import Head, admit, find_losses, latest, plan_ranges, skip
 from tidings.spark.offsets import Offset, OffsetError
-from tidings.spark.options import parse_stream_options
+from tidings.spark.options import check_options, parse_stream_options
 from tidings.spark.stream import StreamDataLossError, StreamPartition, TidingsStreamReader
 
 # ---- offsets -------------------------------------------------------------------------------------
@@ -344,5 +344,10 @@ def test_stream_options() -> None:
         parse_stream_options({"broker": "a:1", "pattern": "#", "durableName": "q", "startingOffsets": "soon"})
     with pytest.raises(ValueError, match="not a valid checkpoint token"):
         parse_stream_options({"broker": "a:1", "pattern": "#", "durableName": "q", "startingOffsets": "tk1.xx"})
+    with pytest.raises(ValueError, match=r"startTick are for spark\.read and durableName for spark\.readStream"):
+        check_options({"broker": "a:1", "pattern": "#", "durableName": "q", "startTick": "1"})
+    with pytest.raises(ValueError, match='"durableName" is required'):
+        check_options({"broker": "a:1", "pattern": "#", "maxEventsPerTrigger": "5"})
+    check_options({"broker": "a:1", "pattern": "#", "startTick": "5"})
     opts = parse_stream_options({"BROKER": "a:1", "pattern": "#", "durablename": "q"})
     assert (opts.starting, opts.events_per_trigger_max, opts.fail_on_data_loss) == ("latest", None, True)

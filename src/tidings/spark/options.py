@@ -116,15 +116,20 @@ def parse_stream_options(options: Mapping[str, str], default_partitions: int = 2
     )
 
 
-def check_common_options(options: Mapping[str, str]) -> None:
-    """What `load()` can check before knowing whether the read is a batch or a stream: every key
-    is an option of one of them, and the options both have are valid."""
-    _known(options, {**_OPTION_NAMES, **_STREAM_OPTION_NAMES}, {}, "")
-    lowered = {key.lower(): value for key, value in options.items()}
-    _broker(lowered.get("broker"))
-    _pattern(lowered.get("pattern"))
-    _filter(lowered.get("filter"))
-    _credential(lowered.get("credential"))
+def check_options(options: Mapping[str, str]) -> None:
+    """What `load()` can check before it knows whether the read is a batch or a stream: every
+    option, as the read its options belong to (both reads share most of them) parses it."""
+    keys = {key.lower() for key in options}
+    if keys <= _OPTION_NAMES.keys():
+        parse_read_options(options)
+    elif keys <= _STREAM_OPTION_NAMES.keys():
+        parse_stream_options(options)
+    else:
+        _known(options, {**_OPTION_NAMES, **_STREAM_OPTION_NAMES}, {}, "")  # an unknown one
+        batch = sorted(_OPTION_NAMES[k] for k in keys - _STREAM_OPTION_NAMES.keys())
+        stream = sorted(_STREAM_OPTION_NAMES[k] for k in keys - _OPTION_NAMES.keys())
+        raise ValueError(f"tidings: options {', '.join(batch)} are for spark.read and {', '.join(stream)} "
+                         "for spark.readStream; a read takes one kind")
 
 
 def _known(options: Mapping[str, str], names: Mapping[str, str], other: Mapping[str, str],

@@ -12,9 +12,8 @@ Gaps. If retention released part of a range, the broker says so with a GAP inste
 sending less. With failOnDataLoss=true (the default) the task fails with DataLossError; with false
 it logs the tick range it skipped and reads on after it.
 
-The options both reads share are checked in `schema()`, so a bad one fails `load()` on the driver
-rather than a task; the rest when Spark asks for the reader, also on the driver. Log lines go to
-the logger `tidings.spark`.
+Every option is checked in `schema()` (as the read whose options they are parses them), so a bad
+one fails `load()` on the driver rather than a task. Log lines go to the logger `tidings.spark`.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from pyspark.sql.types import StructType
 from tidings.core.errors import GapError
 from tidings.core.event import Event
 from tidings.spark.arrow import EVENT_SCHEMA, arrow_schema, check_schema, events_to_batches
-from tidings.spark.options import ReadOptions, check_common_options, parse_read_options, parse_stream_options
+from tidings.spark.options import ReadOptions, check_options, parse_read_options, parse_stream_options
 from tidings.spark.planning import DataLossError, ReadError, bounds_from_status, plan_read
 
 logger = logging.getLogger("tidings.spark")
@@ -181,7 +180,7 @@ class TidingsDataSource(DataSource):
         return parse_read_options(self.options, self.default_partitions)
 
     def schema(self) -> StructType:
-        check_common_options(self.options)  # fail load() on the driver, not a task, when an option is wrong
+        check_options(self.options)  # fail load() on the driver, not a task, when an option is wrong
         return EVENT_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
