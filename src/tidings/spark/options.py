@@ -270,13 +270,7 @@ def _time(text: str, name: str) -> int:
 def _partitions(text: str | None, default: int) -> int:
     if text is None:
         return max(1, min(default, PARTITIONS_MAX))
-    try:
-        count = int(text.strip(), 10)
-    except ValueError:
-        raise ValueError(f'tidings: option "partitions" must be an integer, got {text!r}') from None
-    if not 1 <= count <= PARTITIONS_MAX:
-        raise ValueError(f'tidings: option "partitions" must be between 1 and {PARTITIONS_MAX}, got {count}')
-    return count
+    return _count(text, "partitions", PARTITIONS_MAX)
 
 
 def _boolean(text: str | None, name: str, *, default: bool) -> bool:
