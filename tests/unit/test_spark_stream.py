@@ -146,6 +146,7 @@ class FakeBroker:
 @dataclass
 class FakeOverlay:
     brokers: dict[str, FakeBroker]
+    down: set[str] = field(default_factory=set)
     registrations: dict[str, Checkpoint] = field(default_factory=dict)
     reads: list[tuple[str, int, int]] = field(default_factory=list)
 
@@ -154,6 +155,8 @@ OVERLAY: dict[str, FakeOverlay] = {}  # by test: the connect function must pickl
 
 
 def fake_connect(opts: Any, address: str, instance: str) -> FakeClient:
+    if address in OVERLAY["now"].down:
+        raise ConnectionRefusedError(f"{address} is down")
     return FakeClient(OVERLAY["now"].brokers[address], OVERLAY["now"])
 
 
@@ -331,6 +334,31 @@ def test_the_reader_pickles_after_planning(overlay: FakeOverlay) -> None:
     clone = cloudpickle.loads(cloudpickle.dumps(r))
     parts = clone.partitions(start, end)
     assert sum(b.num_rows for part in parts for b in clone.read(part)) == 1
+
+
+def test_a_broker_that_is_down_holds_its_pubend_back_and_a_commit_waits_for_the_next(
+    overlay: FakeOverlay, caplog: pytest.LogCaptureFixture,
+) -> None:
+    r = reader()
+    start = r.initialOffset()
+    overlay.brokers["b2:1"].publish(5)
+    overlay.brokers["b3:1"].publish(6)
+    overlay.down.add("b2:1")
+    overlay.brokers["b1:1"].leaf_set.append("b3:1")  # its neighbour on the other side of the ring
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert Offset.from_json(end).positions == {"p3": 6}
+    assert "b2:1 of the overlay is not reachable" in caplog.text
+    overlay.down = {"b1:1"}
+    r.commit(end)  # the registration's broker is down: logged, not raised
+    assert "could not acknowledge" in caplog.text
+    with pytest.raises(ConnectionRefusedError):
+        r.latestOffset(end, ReadAllAvailable())  # planning starts at the named broker
+
+
+def test_a_task_refuses_a_broker_that_logs_another_pubend(overlay: FakeOverlay) -> None:
+    r = reader()
+    with pytest.raises(Exception, match="now logs pubend p1, not p9"):
+        list(r.read(StreamPartition(0, "p9", "b1:1", 0, 10)))
 
 
 def test_stream_options() -> None:
