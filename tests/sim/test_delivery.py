@@ -67,6 +67,15 @@ def test_a_forwarder_made_root_doubts_what_its_old_parent_filtered_for_it(seed):
     assert_clean(sweep_scenario(seed, brokers=24))
 
 
+@pytest.mark.parametrize("seed", [1005, 1059])
+def test_nacks_to_a_live_upstream_are_not_backed_off(seed):
+    """Sweep seeds 1005 and 1059 (the publisher's broker restarted, 10 % loss): a late subscriber's
+    start had the root nack ticks from before the crash; the restarted pubend answered, but three
+    of the root's nacks in a row were lost, each followed by a doubled NRT (2 s), while the pubend's
+    knowledge kept arriving. The tree's subscribers waited 9 s, past the scenario's quiet period."""
+    assert_clean(sweep_scenario(seed, brokers=24))
+
+
 @pytest.mark.parametrize("seed", range(SWEEP_SEEDS))
 def test_seed_sweep(seed):
     # 16 brokers keep CI's 50 seeds in budget; `tidings sim delivery --seeds 1000` sweeps 24 each

@@ -33,9 +33,14 @@ class Scribe:
     def __init__(self, parent: str | None, children: list[str]) -> None:
         self._parent = parent
         self.kids = children
+        self.publishers: list[tuple[str, str]] = []  # told TREE_ACTIVE when the tree has members again
+        self.on_tree = True  # False: Scribe pruned the tree here
 
     def children(self, tree: str) -> list[str]:
         return list(self.kids)
+
+    def has_tree(self, tree: str) -> bool:
+        return self.on_tree
 
     def is_root(self, tree: str) -> bool:
         return self._parent is None
@@ -51,6 +56,9 @@ class Scribe:
 
     def publish(self, now: int, tree: str, event: list[Any], even_if_empty: bool = False) -> list[Any]:
         return []
+
+    def remember_publisher(self, tree: str, publisher: str) -> None:
+        self.publishers.append((tree, publisher))
 
 
 def node(address: str, parent: str | None, children: list[str]) -> tuple[ReliabilityNode, Scribe]:

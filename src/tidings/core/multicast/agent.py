@@ -355,6 +355,10 @@ class ScribeAgent:
         entry = self._trees.get(tree)
         return [] if entry is None else list(entry.children)
 
+    def has_tree(self, tree: str) -> bool:
+        """This node is on `tree` (not pruned from it)."""
+        return tree in self._trees
+
     def parent(self, tree: str) -> str | None:
         """This node's parent in `tree` (None at the root, or while its SUBSCRIBE is under way)."""
         entry = self._trees.get(tree)

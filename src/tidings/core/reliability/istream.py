@@ -110,6 +110,7 @@ class Istream:
         "delivered_sent",
         "floor",
         "ghosts",
+        "heard_ns",
         "horizon",
         "limits",
         "nack_interval_ns",
@@ -149,7 +150,8 @@ class Istream:
         self.ghosts: list[tuple[str | int, int, int, int]] = []
         self.nack_ns: int | None = None  # when the last nack left
         self.curious_ns: int | None = None  # when the nacked ticks were last forgotten (NRT counts from it)
-        self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered
+        self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered and upstream is silent
+        self.heard_ns: int | None = None  # when knowledge of this stream last came from upstream
 
     # ---- consumers -----------------------------------------------------------------------------
 

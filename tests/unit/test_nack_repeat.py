@@ -1,0 +1,80 @@
+"""How often an unanswered nack is repeated (NRT): backing off only while upstream is silent.
+
+A parent that keeps sending knowledge of a stream while a nack of it goes unanswered is alive: the
+nack or its answer was lost, and the nack is repeated at the round-trip estimate. A parent that
+sends nothing may be down (or the pubend above it): the repeats back off, doubling up to the cap.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+from tests.unit.test_reliability_filtering import TREE, knowledge, node, record
+from tidings.core.config import BrokerConfig
+from tidings.core.overlay.envelope import PeerSend
+from tidings.core.reliability import messages
+
+MS = 1_000_000
+
+
+def nacks_until(gd: Any, end: int, alive_every: int | None) -> list[int]:
+    """Drive `gd`'s timers until `end` (ns); when `alive_every` is set, the parent sends the
+    stream's next 100 ticks (no data, so the gap stays open) that often. Returns when NACKs left."""
+    sent: list[int] = []
+    through = 200
+    next_alive = alive_every
+    for _ in range(10_000):
+        deadline = gd.next_deadline()
+        if deadline is None or deadline > end:
+            break
+        if next_alive is not None and next_alive <= deadline:
+            gd.event_arrived(next_alive, TREE, knowledge(through, through + 100, {}, None), "parent")
+            through += 100
+            next_alive += alive_every  # type: ignore[operator]
+            continue
+        out = gd.handle_timeout(deadline)
+        sent += [deadline for e in out if type(e) is PeerSend and e.message[0] == messages.NACK]
+    return sent
+
+
+def gapped() -> Any:
+    gd, _ = node("f", "parent", [])
+    gd.local_subscribe(0, 1, TREE, 0)
+    # ticks 1..100 known, 101..150 never arrived (lost), 151..200 known: a gap of (100, 150]
+    gd.event_arrived(0, TREE, knowledge(0, 100, {50: record(50, "nodes/a")}, None), "parent")
+    gd.event_arrived(0, TREE, knowledge(150, 200, {}, None), "parent")
+    return gd
+
+
+def test_an_unanswered_nack_to_a_silent_parent_backs_off_to_the_cap() -> None:
+    config = BrokerConfig()
+    sent = nacks_until(gapped(), 30_000 * MS, None)
+    gaps = [b - a for a, b in pairwise(sent)]
+    assert len(gaps) >= 4
+    assert gaps[0] <= config.nack_repeat_ns_min * 2
+    assert all(b >= a for a, b in pairwise(gaps))  # never shorter while nothing is heard
+    assert gaps[-1] == config.nack_repeat_ns_max
+
+
+def test_a_nack_to_a_parent_that_is_still_talking_is_repeated_without_backing_off() -> None:
+    config = BrokerConfig()
+    sent = nacks_until(gapped(), 10_000 * MS, alive_every=50 * MS)
+    gaps = [b - a for a, b in pairwise(sent)]
+    assert len(gaps) >= 10  # about one per NRT: 10 s at 300 ms, not 5 repeats backed off to 5 s
+    assert max(gaps) <= 2 * config.nack_repeat_ns_min
+
+
+def test_a_tree_scribe_pruned_here_is_dropped_and_its_gaps_no_longer_nacked() -> None:
+    """Scribe pruned the tree here (its only child left): no knowledge comes any more to show the
+    reliability node, so the gap timer itself finds the tree gone and drops its streams."""
+    gd, scribe = node("f", "parent", ["c"])
+    gd.child_added(0, TREE, "c", [0, []])
+    gd.event_arrived(0, TREE, knowledge(0, 100, {}, None), "parent")
+    gd.event_arrived(0, TREE, knowledge(150, 200, {}, None), "parent")
+    assert nacks_until(gd, 1_000 * MS, None)  # the child's gap (100, 150] is nacked
+    scribe.kids = []
+    scribe.on_tree = False
+    assert nacks_until(gd, 60_000 * MS, None) == []
+    assert TREE not in gd.trees
+    assert scribe.publishers == [(TREE, "origin")]  # told TREE_ACTIVE when it has members again
