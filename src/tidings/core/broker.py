@@ -9,6 +9,8 @@
 - `TreeMemberships` (memberships.py) says when this broker joins a tree (its first local member)
   and leaves it (its last, away durable registrations counting);
 - `RemoteDelivery` (reliability/subend.py) picks each subend's share of other pubends' events;
+- `DurableSubscriptions` (durable.py) gives a durable subscription its start and registration,
+  takes its acknowledgements, and saves and expires what this broker hosts;
 - `ClusterMember` (cluster.py) holds this broker's peer links (peers.py: one connection per pair
   of brokers), Pastry node, Scribe agent and `ReliabilityNode` (reliability/node.py), once
   `start_overlay` has been called; the runtime's inputs on peer connections go to it whole.
@@ -36,11 +38,12 @@ from tidings.core import advice, errors
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy
 from tidings.core.channels import validate_channel, validate_pattern
-from tidings.core.checkpoint import Checkpoint, Home
+from tidings.core.checkpoint import Checkpoint
 from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
 from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, PeerHandover
 from tidings.core.deadlines import Deadlines
+from tidings.core.durable import DurableSubscriptions, Outcome
 from tidings.core.effects import (
     Append,
     Connect,
@@ -50,7 +53,6 @@ from tidings.core.effects import (
     ReadLog,
     ReleaseLog,
     ResumeReading,
-    SaveDurable,
     Send,
     Sync,
 )
@@ -144,6 +146,7 @@ class Broker:
         expiry_us = config.durable_expiry_ns // 1000
         self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
+        self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable.py
 
     # ---- the runtime's interface -----------------------------------------------------------------
 
@@ -337,7 +340,7 @@ class Broker:
             elif isinstance(msg, messages.Renew):
                 self.leases.renew(inp.now, c.conn)
             elif isinstance(msg, messages.Release):
-                self._release(c, msg, out)
+                out += self.durable.release(c.subs.get(msg.sub), msg.sub, c.conn, msg.checkpoint)
             else:
                 out.append(Send(c.conn, messages.status_reply(msg.req, self.status())))
 
@@ -475,7 +478,7 @@ class Broker:
         remote_start = position if msg.start != messages.START_NOW else max(
             0, wall_us - self.config.clock_skew_allowance_ns // 1000)
         try:
-            checkpoint = self._checkpoint(c, msg, position, remote_start)
+            checkpoint = self.durable.checkpoint(c.service, msg, position, remote_start, self._me())
         except TidingsError as exc:
             return refuse(exc.code, str(exc))
         if checkpoint is not None:
@@ -509,118 +512,36 @@ class Broker:
         self._advance(c, s, out)
         return None
 
-    def _checkpoint(self, c: ClientConnection, msg: messages.Subscribe, position: int,
-                    remote_start: int) -> Checkpoint | None:
-        """A durable subscription's start (core/checkpoint.py): the token's positions (or a named
-        one's, as it last acknowledged them here), with this broker's own pubend at `position`
-        unless they name it; None when not durable."""
-        if msg.positions is None:
-            return None
-        if msg.end is not None or msg.order == messages.ORDER_TOTAL or msg.start == messages.START_OLDEST:
-            raise TidingsError("a durable subscription starts now or at a token, in publisher order, "
-                               "without an end", errors.BAD_START)
-        if type(msg.home) is str:  # broker-held (named): resume where it acknowledged, or start now
-            if self.cluster is None:
-                raise TidingsError("a named durable subscription needs the broker in an overlay", errors.BAD_START)
-            reg = self.registrations.named(c.service, msg.home, msg.pattern, msg.filter or "")
-            if reg is None:
-                return Checkpoint(remote_start, {self.pubend.pubend_id: position})
-            return Checkpoint(reg.released.default, dict(reg.released.positions),
-                              Home(self.cluster.me.address, self.pubend.pubend_id, reg.number))
-        checkpoint = Checkpoint.from_wire([remote_start, msg.positions] if msg.home is None
-                                          else [remote_start, msg.positions, msg.home])
-        checkpoint.positions.setdefault(self.pubend.pubend_id, position)
-        return checkpoint
+    def _me(self) -> str | None:
+        return None if self.cluster is None else self.cluster.me.address
 
     def _start_durable(self, s: Subend, checkpoint: Checkpoint, out: list[Effect],
                        name: tuple[str, str] | None) -> None:
-        s.durable = True
-        s.silenced = dict(checkpoint.positions)
-        self._register(s, checkpoint, out, name)
+        self._durable(self.durable.begin(s, checkpoint, self.memberships.tree_of[s.key], name, self._me()), out)
         if DURABLE_SILENCE not in self.timers:
             self.timers.set(DURABLE_SILENCE, self.now + self.config.durable_silence_interval_ns)
 
-    def _register(self, s: Subend, checkpoint: Checkpoint, out: list[Effect], name: tuple[str, str] | None) -> None:
-        """Durable subscription `s` starts at `checkpoint`: resume its registration here when the
-        token names one of this broker's, else register it here (as `name`, for a named one) and
-        tell its old home, if any, to forget it (core/registrations.py). The checkpoint returned to
-        the client names the home."""
-        if self.cluster is None:
-            return  # not in an overlay (a measurement setup): nothing to hold release for
-        tree = self.memberships.tree_of[s.key]
-        home = checkpoint.home
-        regs = self.registrations
-        reg = None
-        if home is not None and home.pubend == self.pubend.pubend_id:
-            away = regs.get(home.registration)
-            reg = regs.resume(home.registration, tree, s.key)
-            if reg is not None:
-                regs.release(reg.number, checkpoint)
-                if away is not None and away.key is None:
-                    self._member_gone(tree, out)  # the subend counts for the tree again
-        if reg is None:
-            reg = regs.register(tree, checkpoint, s.key, name, s.pattern, "" if s.filter is None else s.filter.text)
-            # saved before SUBSCRIBED names it: a crash right after must not forget what it holds
-            out.append(SaveDurable(regs.take_save() or regs.encode(), before_replies=True))
-            if home is not None and home.pubend != self.pubend.pubend_id:
-                self._reliability(self._gd().moved(home.address, home.pubend, home.registration), out)
-        s.registration = reg.number
-        checkpoint.home = Home(self.cluster.me.address, self.pubend.pubend_id, reg.number)
-
-    def _forget_registration(self, number: int, out: list[Effect]) -> None:
-        """Registration `number` ends; while its subscriber was away it held a place in its tree."""
-        reg = self.registrations.drop(number)
-        if reg is None:
-            return
-        if reg.key is None:
-            self._member_gone(reg.tree, out)
-        else:
-            s = self.subends.get(reg.key)
-            if s is not None:
-                s.registration = None  # resumed elsewhere while still connected here: served, not held
-
-    def _release(self, c: ClientConnection, msg: messages.Release, out: list[Effect]) -> None:
-        """The application consumed everything through `msg.checkpoint` (sub.ack)."""
-        s = c.subs.get(msg.sub)
-        if s is None or not s.durable:
-            out.append(Send(c.conn, messages.error(errors.UNKNOWN_SUBSCRIPTION,
-                                                   f"no durable subscription {msg.sub}", sub=msg.sub)))
-            return
-        try:
-            released = Checkpoint.from_wire(msg.checkpoint)
-        except TidingsError as exc:
-            out.append(Send(c.conn, messages.error(exc.code, str(exc), sub=msg.sub)))
-            return
-        if s.registration is not None:
-            self.registrations.release(s.registration, released)
+    def _durable(self, outcome: Outcome, out: list[Effect]) -> None:
+        """Carry out what the durable machine decided (core/durable.py)."""
+        out += outcome.effects
+        for tree in outcome.gone:
+            self._member_gone(tree, out)
+        for home in outcome.moved:
+            self._reliability(self._gd().moved(home.address, home.pubend, home.registration), out)
 
     def _durable_save(self, now: int, wall_us: int, out: list[Effect]) -> None:
-        """Expire registrations away too long; save the durable state when it changed."""
         self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
-        regs = self.registrations
-        for reg in regs.expired(wall_us):
-            self._member_gone(reg.tree, out)
-        held = self._gd().source.held_trees()
-        if held != regs.held_trees:
-            regs.held_trees = held
-            regs.dirty = True
-        data = regs.take_save()
-        if data is not None:
-            out.append(SaveDurable(data))
+        self._durable(self.durable.save(wall_us, self._gd().source.held_trees()), out)
 
     def _durable_silence(self, now: int, out: list[Effect]) -> None:
-        """Every durable subscription's checkpoint moves up to what has been delivered to it or
-        did not match: its own pubend's log position and each stream's delivered-through tick."""
         durable = [s for s in self.subends.values() if s.durable]
         if durable:
             self.timers.set(DURABLE_SILENCE, now + self.config.durable_silence_interval_ns)
-        for s in durable:
-            own = max(s.position, self.pubend.synced_tick) if s.live else s.position
-            positions = {self.pubend.pubend_id: own}
-            tree = self.memberships.tree_of.get(s.key)
-            if tree is not None and self.cluster is not None:
-                positions.update(self._gd().delivered_through(s.key, tree))
-            out += s.silence(positions)
+        out += self.durable.silence(durable, self.pubend.synced_tick, self._delivered_through)
+
+    def _delivered_through(self, s: Subend) -> dict[str, int]:
+        tree = self.memberships.tree_of.get(s.key)
+        return {} if tree is None or self.cluster is None else self._gd().delivered_through(s.key, tree)
 
     def _check_subscribe(self, c: ClientConnection, msg: messages.Subscribe) -> None:
         """TidingsError when this connection may not open the subscription `msg` asks for."""
@@ -654,13 +575,8 @@ class Broker:
         if s.end is None:
             if not s.total:
                 self.index.remove(s.key)
-            reg = None if s.registration is None else self.registrations.get(s.registration)
-            mine = reg is not None and reg.key == s.key  # (not resumed on another connection since)
-            away = mine and not ended
-            if reg is not None and away:
-                self.registrations.left(reg.number, s.key, self._gd().wall_us)
-            elif reg is not None and mine:
-                self._forget_registration(reg.number, out)
+            away, outcome = self.durable.end(s, ended, self._gd().wall_us if self.cluster else 0, self.subends)
+            self._durable(outcome, out)
             self._leave_tree(s.key, out, held=away)
 
     def _advance(self, c: ClientConnection, s: Subend, out: list[Effect]) -> None:
@@ -831,7 +747,7 @@ class Broker:
                 self._access_changed(eff, out)
             elif type(eff) is MovedAway:
                 self.registrations.moved_total += 1
-                self._forget_registration(eff.registration, out)
+                self._durable(self.durable.forget(eff.registration, self.subends), out)
             elif type(eff) in RUNTIME_EFFECTS:
                 out.append(eff)
 
