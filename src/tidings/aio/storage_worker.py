@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from tidings.core.dedup import DedupWindow
 from tidings.core.inputs import LogState
 from tidings.storage import EventLog
 from tidings.storage.files import write_atomically
@@ -29,6 +30,23 @@ def log_state(log: EventLog) -> LogState:
     return LogState(last_tick=log.last_tick, first_tick=log.first_tick,
                     released_through=log.released_through, log_bytes=log.size_bytes,
                     record_count=log.record_count)
+
+
+DEDUP_READ_BYTES = 1 << 20  # keys read per step while rebuilding the dedup window
+
+
+def restore_dedup(window: DedupWindow, log: EventLog, now_us: int) -> int:
+    """Rebuild the idempotent-publish window from the log's keyed records younger than the window
+    (core/dedup.py), before the broker serves; returns the records replayed. The read is bounded
+    by the window: ticks are microseconds of wall clock."""
+    after = max(now_us - window.window_us, 0)
+    used = 0
+    while True:
+        keyed = log.read(after, DEDUP_READ_BYTES, keys=True)
+        if not keyed:
+            return used
+        used += window.restore(keyed, now_us)
+        after = keyed[-1][0]
 
 
 class StorageWorker:
@@ -47,8 +65,8 @@ class StorageWorker:
     def start(self) -> None:
         self._thread.start()
 
-    def append(self, records: list[tuple[int, bytes]]) -> None:
-        self._queue.put(("append", records))
+    def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
+        self._queue.put(("append", (records, keys)))
 
     def sync(self, token: int) -> None:
         self._queue.put(("sync", token))
@@ -104,7 +122,7 @@ class StorageWorker:
                 return
             kind, arg = item
             if kind == "append":
-                self.log.append(arg)
+                self.log.append(*arg)
             elif kind != "sync":
                 self._housekeeping(kind, arg)
             elif self._group_commit(arg):
@@ -125,7 +143,7 @@ class StorageWorker:
                 stop = True
                 break
             if more[0] == "append":
-                self.log.append(more[1])
+                self.log.append(*more[1])
             elif more[0] == "sync":
                 token = more[1]
             else:
