@@ -41,7 +41,7 @@ from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
 from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, PeerHandover
 from tidings.core.deadlines import Deadlines
-from tidings.core.dedup import DedupWindow, Verdict, encode_key
+from tidings.core.dedup import DedupWindow, Verdict
 from tidings.core.effects import (
     Append,
     Connect,
@@ -432,24 +432,30 @@ class Broker:
         refused = self.guard.check_publish(c.identity, c.conn, screen.events, self.now, out)
         valid: list[tuple[str, dict[str, Any], bytes]] = []
         at: list[int] = []
-        for i, verdict in enumerate(verdicts):
+        known_channels, size_max = self._channel_trees, self.config.event_bytes_max
+        new = Verdict.NEW  # bound once for the loop
+        for i, (verdict, ev) in enumerate(zip(verdicts, screen.events, strict=True)):
+            # fast path, as in _publish: a new event on a channel seen before, without attributes
+            if (verdict is new and not refused and ev[0] in known_channels and type(ev[2]) is bytes
+                    and len(ev[2]) <= size_max and ev[1] == {} and type(ev[0]) is str):
+                valid.append(ev)
+                at.append(i)
+                continue
             try:
                 if verdict is Verdict.REJECTED:
                     raise screen.problems[i]
                 if i in refused:
                     raise refused[i]
-                if verdict is Verdict.NEW:
-                    valid.append(self._check_event(screen.events[i]))
+                if verdict is new:
+                    valid.append(self._check_event(ev))
                     at.append(i)
             except TidingsError as exc:
                 verdicts[i] = Verdict.REJECTED
                 out.append(Send(c.conn, messages.error(exc.code, str(exc), seq=msg.seq + i)))
         first = self.pubend.reserve(len(valid), wall_us) if valid else 0
-        for k, i in enumerate(at):
-            ticks[i] = first + k
-            self.dedup.remember(screen.producer, screen.pseqs[i], first + k)
+        keys = self.dedup.logged(screen, at, first)
         duplicates: list[int] = []
-        for i, verdict in enumerate(verdicts):
+        for i, verdict in enumerate(verdicts if len(valid) < len(verdicts) else ()):
             if verdict is Verdict.REPEATED:
                 ticks[i] = ticks[screen.first_of[i]]
                 if ticks[i] is None:
@@ -461,7 +467,6 @@ class Broker:
         self.events_rejected += len(verdicts) - len(valid) - len(duplicates)
         self.dedup.duplicates += len(duplicates)
         if valid:
-            keys = [encode_key(screen.producer, screen.pseqs[i]) for i in at]
             self._log(c, msg.seq, valid, first, ticks, out, keys, duplicates)
         elif not self.pubend.wait(c.conn, msg.seq, ticks, duplicates):  # nothing waits: all durable
             out.append(Send(c.conn, messages.ack(msg.seq, self.pubend.pubend_id, ticks, duplicates)))

@@ -130,6 +130,7 @@ class DedupWindow:
         self.last_tick = 0  # the newest tick remembered
         self._entries: deque[_Entry] = deque()  # in tick order
         self._by_producer: dict[str, list[_Entry]] = {}  # each sorted by pseq_first
+        self._packer = msgpack.Packer()  # reused: packb builds a Packer per call
         self.duplicates = 0  # answered without logging, since start
         self.forgotten_early = 0  # entries the caps evicted before their time
 
@@ -144,26 +145,28 @@ class DedupWindow:
                      [0] * n, [None] * n)
         whole = producer_problem(producer)
         seen: dict[int, int] = {}
+        entries = self._by_producer.get(producer) if whole is None else None
+        # pseqs above every entry of the producer (the usual case: a producer counting up) are new
+        above = entries[-1].pseq_first + entries[-1].count if entries else 0
+        verdicts, pseqs, evs, lookup = out.verdicts, out.pseqs, out.events, self.lookup
         for i, ev in enumerate(events):
-            problem = whole
-            if problem is None and (type(ev) is not list or len(ev) != 4):
-                problem = "an event with a producer is [channel, attributes, payload, pseq]"
-            if problem is None:
-                problem = pseq_problem(ev[3])
-            if problem is not None:
-                out.problems[i] = TidingsError(problem, errors.BAD_MESSAGE)
+            if whole is None and type(ev) is list and len(ev) == 4 and type(ev[3]) is int and 0 <= ev[3] <= PSEQ_MAX:
+                pseq = pseqs[i] = ev[3]
+                evs[i] = ev[:3]
+            else:
+                problem = whole or pseq_problem(ev[3] if type(ev) is list and len(ev) == 4 else None)
+                if type(ev) is not list or len(ev) != 4:
+                    problem = whole or "an event with a producer is [channel, attributes, payload, pseq]"
+                out.problems[i] = TidingsError(problem or "", errors.BAD_MESSAGE)
                 continue
-            pseq = ev[3]
-            out.pseqs[i] = pseq
-            out.events[i] = ev[:3]
-            tick = self.lookup(producer, pseq)
+            tick = lookup(producer, pseq) if entries and pseq < above else None
             if tick is not None:
-                out.verdicts[i], out.ticks[i] = Verdict.DUPLICATE, tick
+                verdicts[i], out.ticks[i] = Verdict.DUPLICATE, tick
             elif pseq in seen:
-                out.verdicts[i] = Verdict.REPEATED
+                verdicts[i] = Verdict.REPEATED
                 out.first_of[i] = seen[pseq]
             else:
-                out.verdicts[i] = Verdict.NEW
+                verdicts[i] = Verdict.NEW
                 seen[pseq] = i
         return out
 
@@ -179,14 +182,31 @@ class DedupWindow:
         offset = pseq - entry.pseq_first
         return entry.tick_first + offset if offset < entry.count else None
 
+    def logged(self, screen: Screen, at: list[int], first: int) -> list[bytes]:
+        """The NEW events of `screen` at indexes `at` are being logged with ticks `first`,
+        `first + 1`, ...: remember them, and return the key each record keeps."""
+        producer, pseqs, ticks = screen.producer, screen.pseqs, screen.ticks
+        pack = self._packer.pack
+        prefix = b"\x92" + pack(producer)  # encode_key's bytes, the producer packed once
+        keys: list[bytes] = []
+        last = self._entries[-1] if self._entries else None
+        for k, i in enumerate(at):
+            pseq, tick = pseqs[i], first + k
+            ticks[i] = tick
+            keys.append(prefix + pack(pseq))
+            if (last is not None and last.producer == producer and last.pseq_first + last.count == pseq
+                    and last.tick_first + last.count == tick):
+                last.count += 1  # the run goes on: what `remember` would do, without the call
+                self.last_tick = tick
+            else:
+                self.remember(producer, pseq, tick)
+                last = self._entries[-1] if self._entries else None
+        return keys
+
     def remember(self, producer: str, pseq: int, tick: int) -> None:
-        """`(producer, pseq)` is being logged with `tick` (above every tick remembered before)."""
+        """`(producer, pseq)`, not in the window, is being logged with `tick` (above every tick
+        remembered before)."""
         assert tick > self.last_tick and tick > self.horizon, (tick, self.last_tick, self.horizon)
-        old = self.lookup(producer, pseq)
-        if old is not None:
-            # Only a log replayed under other caps can hold a pair twice: the later record was
-            # logged once the earlier had left the window, so the horizon was past it then.
-            self.forget_through(old)
         self.last_tick = tick
         last = self._entries[-1] if self._entries else None
         if (last is not None and last.producer == producer and last.pseq_first + last.count == pseq
@@ -209,14 +229,35 @@ class DedupWindow:
 
     def restore(self, records: Any, now_us: int) -> int:
         """Rebuild the window from the log's keyed records `(tick, key)` in tick order (what
-        storage's `keyed_tail` reads past `now_us - window_us`); returns how many were used."""
+        storage's `keyed_tail` reads past `now_us - window_us`); returns how many were used.
+        Keys that do not decode are skipped: the log is ours, but it is read back from a disk."""
         self.advance(now_us)
         used = 0
+        unpack = msgpack.unpackb
+        checked = None  # the last producer id found valid: keys of a batch share it
         for tick, key in records:
-            pair = decode_key(key)
-            if pair is None or tick <= self.horizon or tick <= self.last_tick:
+            if tick <= self.horizon or tick <= self.last_tick:
                 continue
-            self.remember(pair[0], pair[1], tick)
+            try:
+                value = unpack(key)
+            except Exception:  # msgpack raises several types for garbage
+                continue
+            if type(value) is not list or len(value) != 2 or pseq_problem(value[1]) is not None:
+                continue
+            producer, pseq = value
+            if producer != checked:
+                if producer_problem(producer) is not None:
+                    continue
+                checked = producer
+            entries = self._by_producer.get(producer)
+            if entries and pseq < entries[-1].pseq_first + entries[-1].count:
+                old = self.lookup(producer, pseq)
+                if old is not None:
+                    # Only a log replayed under other caps holds a pair twice above the horizon:
+                    # the later record was logged once the earlier had left the window, so the
+                    # horizon was past it then.
+                    self.forget_through(old)
+            self.remember(producer, pseq, tick)
             used += 1
         self.advance(now_us)
         return used

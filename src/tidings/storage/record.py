@@ -58,20 +58,26 @@ def encode(records: Sequence[tuple[int, bytes]], after_tick: int, base_offset: i
     pack_header, pack_tick, crc32 = HEADER.pack, _TICK.pack, zlib.crc32
     offset = base_offset
     previous = after_tick
-    for n, (tick, event) in enumerate(records):
-        flag, body = 0, event
+    for n, (tick, payload) in enumerate(records):
+        size = len(payload)
         if keys is not None:
             key = keys[n]
             assert len(key) <= KEY_BYTES_MAX
-            flag, body = KEYED, b"".join((event, key, _KEY_LENGTH.pack(len(key))))
-        size = len(body)
+            trailer = key + _KEY_LENGTH.pack(len(key))
+            size += len(trailer)
         if tick <= previous or size > PAYLOAD_BYTES_MAX:
             raise AssertionError(f"record with tick {tick} after {previous}, {size} bytes, is not loggable")
         if offset >= next_index_offset:
             entries.append((tick, offset))
             next_index_offset = offset + index_interval_bytes
-        append(pack_header(size | flag, crc32(body, crc32(pack_tick(tick))), tick))
-        append(body)
+        crc = crc32(payload, crc32(pack_tick(tick)))
+        if keys is None:
+            append(pack_header(size, crc, tick))
+            append(payload)
+        else:  # the body is the payload then the trailer, checksummed as one
+            append(pack_header(size | KEYED, crc32(trailer, crc), tick))
+            append(payload)
+            append(trailer)
         offset += HEADER_BYTES + size
         previous = tick
     return b"".join(parts), entries
