@@ -92,3 +92,15 @@ def test_a_duplicate_older_than_the_window_is_logged_again() -> None:
     late = acks(h, 1)[outside]
     assert late.ticks[0] is not None and late.ticks[0] > t1 and late.duplicates == []
     assert len(h.records) == 2
+
+
+def test_events_of_any_shape_are_refused_without_an_exception() -> None:
+    h = Harness()
+    h.connect(1)
+    h.inbox(1)
+    shapes = [[["a"], {}, b"x", 1], [{"a": 1}, {}, b"x", 2], ["a/b", [1], b"x", 3], ["a/b", {}, "text", 4],
+              ["a/b", {"k": [1]}, b"x", 5], [None, None, None, 6], 7, None]
+    seq = publish(h, 1, "p1", *shapes)
+    msgs = h.inbox(1)
+    assert of_type(msgs, messages.Ack)[0].ticks == [None] * len(shapes)
+    assert sorted(e.context["seq"] - seq for e in of_type(msgs, messages.Error)) == list(range(len(shapes)))

@@ -436,8 +436,8 @@ class Broker:
         new = Verdict.NEW  # bound once for the loop
         for i, (verdict, ev) in enumerate(zip(verdicts, screen.events, strict=True)):
             # fast path, as in _publish: a new event on a channel seen before, without attributes
-            if (verdict is new and not refused and ev[0] in known_channels and type(ev[2]) is bytes
-                    and len(ev[2]) <= size_max and ev[1] == {} and type(ev[0]) is str):
+            if (verdict is new and not refused and type(ev[0]) is str and ev[0] in known_channels
+                    and type(ev[2]) is bytes and len(ev[2]) <= size_max and ev[1] == {}):
                 valid.append(ev)
                 at.append(i)
                 continue
