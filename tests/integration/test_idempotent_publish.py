@@ -1,6 +1,8 @@
 """Idempotent publish with a real broker process: duplicates answered with the original (pubend,
 tick) before and after kill -9, each event logged once; bad producer ids and sequences refused."""
 
+import json
+
 import pytest
 
 from tidings import EventError, sync
@@ -8,6 +10,7 @@ from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
 from tidings.testing import BrokerProcess
 
+from .test_cli import tidings
 from .wire_io import exchange
 
 pytestmark = pytest.mark.integration
@@ -68,3 +71,17 @@ def test_bad_producer_ids_and_sequences_get_an_error_and_the_broker_serves_on(tm
                 c.publish("a/b", b"x", producer="p", seq=-1)
             assert not c.publish("a/b", b"x", producer="p", seq=1).duplicate  # still serving
             assert [e.payload for e in c.read("a/#", after=0)] == [b"x"]
+
+
+def test_the_command_publishes_idempotently_and_a_read_from_start_shows_each_line_once(broker):
+    b = ["--broker", broker.address]
+    first = tidings("pub", *b, "jobs/done", "--producer", "runner-1", "--seq", "10", stdin="a\nb\n")
+    again = tidings("pub", *b, "jobs/done", "--producer", "runner-1", "--seq", "10", stdin="a\nb\nc\n")
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    acks = [json.loads(line) for line in (first.stdout + again.stdout).splitlines()]
+    assert [a["tick"] for a in acks[2:4]] == [a["tick"] for a in acks[:2]]
+    assert [a.get("duplicate", False) for a in acks] == [False, False, True, True, False]
+    out = tidings("sub", *b, "jobs/#", "--from", "start", "--timeout", "1")  # all logged already: 1 s bounds the read
+    assert [json.loads(line)["payload"] for line in out.stdout.splitlines()] == ["a", "b", "c"]
+    bad = tidings("pub", *b, "jobs/done", "x", "--producer", "runner-1")
+    assert bad.returncode == 2 and "--producer and --seq go together" in bad.stderr
