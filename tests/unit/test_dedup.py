@@ -3,11 +3,14 @@ screening of one idempotent PUBLISH."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.dedup_reference import ReferenceWindow
 from tidings.core.dedup import PRODUCER_BYTES_MAX, DedupWindow, Verdict, decode_key, encode_key
+from tidings.core.errors import EventError
+from tidings.core.session import ClientSession
 
 # (producer, pseq, tick step, clock step): publish one event, or ("", 0, 0, step) just to let time pass
 OPS = st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d", ""]), st.integers(0, 12),
@@ -79,3 +82,10 @@ def test_keys_round_trip_and_garbage_is_skipped_on_restore() -> None:
     w = DedupWindow(window_us=1000, entries_max=10, producers_max=10)
     assert w.restore([(10, b"\xc1"), (11, encode_key("p", 3)), (12, b"")], now_us=500) == 1
     assert w.lookup("p", 3) == 11
+
+
+def test_a_producer_id_that_is_not_utf8_is_refused_at_the_call() -> None:
+    session = ClientSession("svc", "i")
+    for producer, seq in (("\ud800", 1), ("p", -1), ("p", True), (None, 1)):
+        with pytest.raises(EventError, match="idempotent publish"):
+            session.check_event("a/b", b"x", None, producer, seq)

@@ -3,6 +3,8 @@
 - `ClientConnection` (connection.py) turns bytes into messages and owns the handshake;
 - `Pubend` (reliability/pubend.py) gives ticks, and holds batches until the runtime reports them
   synced; only then are publishers acknowledged and events fanned out (knowledge is durable);
+- `DedupWindow` (dedup.py) sorts out an idempotent PUBLISH (one carrying a producer id): events
+  logged before are answered with their tick, once it is durable, and not logged again;
 - `SubscriptionIndex` (filters/) finds the subscriptions an event matches without testing each;
 - `Subend` (reliability/subend.py) delivers one subscription's own-pubend events in tick order,
   live or catching up from the log;

@@ -91,7 +91,11 @@ def producer_problem(producer: Any) -> str | None:
     """Why `producer` is not a valid producer id, or None."""
     if type(producer) is not str or not producer:
         return "the producer id must be a non-empty string"
-    if len(producer.encode("utf-8", "surrogatepass")) > PRODUCER_BYTES_MAX:
+    try:
+        size = len(producer.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "the producer id must be valid UTF-8 text"
+    if size > PRODUCER_BYTES_MAX:
         return f"the producer id is longer than {PRODUCER_BYTES_MAX} bytes"
     return None
 
@@ -229,7 +233,8 @@ class DedupWindow:
 
     def restore(self, records: Any, now_us: int) -> int:
         """Rebuild the window from the log's keyed records `(tick, key)` in tick order (what
-        storage's `keyed_tail` reads past `now_us - window_us`); returns how many were used.
+        the runtime reads with `EventLog.read(..., keys=True)` past `now_us - window_us`, see
+        aio/storage_worker.py); returns how many were used.
         Keys that do not decode are skipped: the log is ours, but it is read back from a disk."""
         self.advance(now_us)
         used = 0
