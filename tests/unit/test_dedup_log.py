@@ -52,3 +52,20 @@ def test_a_torn_keyed_tail_is_cut_at_the_last_whole_record(tmp_path: pathlib.Pat
     with EventLog.open(tmp_path) as log:
         assert log.read(0, HUGE) == [(1, b"a")]
         assert log.recovery.bytes_cut == size - 3 - record.HEADER_BYTES - len(b"a") - len(encode_key("p", 1)) - 2
+
+
+def test_a_corrupt_segment_is_skipped_and_the_others_rebuild_the_window(tmp_path: pathlib.Path) -> None:
+    now_us = 10_000_000
+    with EventLog.open(tmp_path, segment_bytes_max=200) as log:
+        for k in range(12):
+            log.append([(now_us - 1000 + k, b"event")], [encode_key("p", k)])
+        log.sync()
+        first_segment = log.segments()[0]
+    path = tmp_path / first_segment.name
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with EventLog.open(tmp_path, segment_bytes_max=200) as log:
+        window = DedupWindow(window_us=10_000, entries_max=100, producers_max=10)
+        assert restore_dedup(window, log, now_us) == 12 - first_segment.record_count
+        assert window.lookup("p", 0) is None and window.lookup("p", 11) == now_us - 1000 + 11
