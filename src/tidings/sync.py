@@ -144,15 +144,17 @@ class SyncClient:
     def moves(self) -> int:
         return self._client.moves
 
-    def publish(self, channel: str, payload: bytes | str = b"",
-                attributes: dict[str, Any] | None = None) -> PublishResult:
+    def publish(self, channel: str, payload: bytes | str = b"", attributes: dict[str, Any] | None = None,
+                *, producer: str | None = None, seq: int | None = None) -> PublishResult:
+        """As Client.publish: with `producer` and `seq`, an idempotent publish."""
         async def one() -> PublishResult:
-            return await self._client.publish(channel, payload, attributes)
+            return await self._client.publish(channel, payload, attributes, producer=producer, seq=seq)
 
         return self._call(one())
 
-    def publish_many(self, items: Iterable[tuple[Any, ...]]) -> list[PublishResult]:
-        return self._call(self._client.publish_many(list(items)))
+    def publish_many(self, items: Iterable[tuple[Any, ...]], *, producer: str | None = None) -> list[PublishResult]:
+        """As Client.publish_many: with `producer`, items are (channel, payload, attributes, seq)."""
+        return self._call(self._client.publish_many(list(items), producer=producer))
 
     def subscribe(self, pattern: str, *, filter: str | None = None, start: Start = "now",
                   end: int | None = None, on_gap: str = "raise", order: str = "publisher",

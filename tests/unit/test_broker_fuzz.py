@@ -43,6 +43,11 @@ events = st.one_of(
               st.binary(max_size=40)).map(list),
     values)
 
+# idempotent publish (core/dedup.py): events with a producer sequence, good and bad
+keyed_events = st.builds(lambda ev, pseq: [*ev, pseq] if type(ev) is list and len(ev) == 3 else ev,
+                         events, st.one_of(st.integers(0, 3), st.integers(0, 3), values))
+producers = st.one_of(st.sampled_from(("p", "q", "", "x" * 300)), values)
+
 subscribe = st.builds(
     lambda sub, pattern, flt, start, end, order: frame(msgpack.packb(
         [messages.SUBSCRIBE, sub, pattern, flt, start, end, *order])),
@@ -61,6 +66,8 @@ client_frames = st.one_of(
     st.integers(0, 5).map(messages.unsubscribe),
     st.builds(lambda seq, evs: frame(msgpack.packb([messages.PUBLISH, seq, evs])),
               st.integers(-1, 3), st.lists(events, max_size=4)),
+    st.builds(lambda seq, evs, producer: frame(msgpack.packb([messages.PUBLISH, seq, evs, producer])),
+              st.integers(-1, 3), st.lists(keyed_events, max_size=4), producers),
     st.integers(0, 3).map(messages.status_request),
     st.just(messages.hello("svc", "i")),
     st.builds(lambda kind, rest: frame(msgpack.packb([kind, *rest])), st.integers(0, 40),

@@ -34,6 +34,9 @@ COUNTERS = {
                                 "events from other brokers' pubends delivered to this broker's subscribers"),
     "peer_messages_rejected": ("peer_messages_rejected", "malformed messages from other brokers"),
     "leases_expired": ("leases_expired", "subscription leases that ran out (their subscriptions were removed)"),
+    "dedup_duplicates": ("publish_duplicates", "idempotent publishes answered with an earlier tick, not logged"),
+    "dedup_forgotten_early": ("dedup_entries_evicted",
+                              "dedup entries forgotten before their time by dedup_entries_max or dedup_producers_max"),
 }
 # status key -> (metric name without prefix, help); each a current value
 GAUGES = {
@@ -51,6 +54,9 @@ GAUGES = {
     "first_tick": ("log_first_tick", "the oldest retained tick (microseconds since the epoch)"),
     "last_tick": ("log_last_tick", "the newest durable tick (microseconds since the epoch)"),
     "released_through": ("log_released_through_tick", "ticks up to this one were released by retention"),
+    "dedup_producers": ("dedup_producers", "producers with entries in the idempotent-publish window"),
+    "dedup_entries": ("dedup_entries", "entries (runs of consecutive producer sequences) in the window"),
+    "dedup_horizon": ("dedup_horizon_tick", "idempotent publishes logged at or below this tick are forgotten"),
 }
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from tidings.aio.auth_file import load_policy
-from tidings.aio.storage_worker import StorageWorker, log_state
+from tidings.aio.storage_worker import StorageWorker, log_state, restore_dedup
 from tidings.aio.tls import TlsFiles
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthFileError, AuthPolicy
@@ -182,6 +182,7 @@ class BrokerServer:
             )
             self.core = Broker(self.config, pubend, log_state(event_log), Guard(self._policy(), secrets.token_bytes),
                                durable)
+            restored = await asyncio.to_thread(restore_dedup, self.core.dedup, event_log, time.time_ns() // 1000)
         except BaseException:
             self._lock.release()
             raise
@@ -205,8 +206,8 @@ class BrokerServer:
                                      client_tls=self._dial_tls)
             await self.http.start()
             log.info("serving /metrics, /status and the dashboard on http://%s", self.http.address)
-        log.info("broker %s listening on %s:%d, log holds %d events", pubend, self.host, self.port,
-                 event_log.record_count)
+        log.info("broker %s listening on %s:%d, log holds %d events (%d in the dedup window)", pubend, self.host,
+                 self.port, event_log.record_count, restored)
         self._run(self.core.start_overlay(time.monotonic_ns(), self.advertised, self.join,
                                           random.Random(secrets.randbits(64))))
         if self.join is not None:
@@ -382,7 +383,7 @@ class BrokerServer:
                 if transport is not None and not transport.is_closing():
                     transport.write(eff.data)
             elif type(eff) is Append:
-                worker.append(eff.records)
+                worker.append(eff.records, eff.keys)
             elif type(eff) is Sync:
                 worker.sync(eff.token)
             elif type(eff) is ReadLog:

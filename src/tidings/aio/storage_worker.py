@@ -10,6 +10,7 @@ on a separate small pool so a catching-up subscriber never waits behind an fsync
 
 from __future__ import annotations
 
+import logging
 import pathlib
 import queue
 import threading
@@ -17,9 +18,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from tidings.core.dedup import DedupWindow
 from tidings.core.inputs import LogState
 from tidings.storage import EventLog
-from tidings.storage.files import write_atomically
+from tidings.storage.files import StorageError, write_atomically
 
 _STOP = object()
 SAVE_WAIT_POLL_S = 1.0  # a waiting save looks this often whether the worker is still alive
@@ -29,6 +31,31 @@ def log_state(log: EventLog) -> LogState:
     return LogState(last_tick=log.last_tick, first_tick=log.first_tick,
                     released_through=log.released_through, log_bytes=log.size_bytes,
                     record_count=log.record_count)
+
+
+logger = logging.getLogger(__name__)
+DEDUP_READ_BYTES = 1 << 20  # keys read per step while rebuilding the dedup window
+
+
+def restore_dedup(window: DedupWindow, log: EventLog, now_us: int) -> int:
+    """Rebuild the idempotent-publish window from the log's keyed records younger than the window
+    (core/dedup.py), before the broker serves; returns the records replayed. The read is bounded
+    by the window: ticks are microseconds of wall clock. A segment that cannot be read (corrupt)
+    is skipped with a warning, as its readers fail and the broker serves on: repeats of the events
+    it holds are logged again."""
+    used = 0
+    horizon = max(now_us - window.window_us, 0)
+    for info in log.segments():
+        if info.last_tick <= horizon:
+            continue
+        after = max(horizon, info.first_tick - 1)
+        try:
+            while keyed := log.read(after, DEDUP_READ_BYTES, info.last_tick, keys=True):
+                used += window.restore(keyed, now_us)
+                after = keyed[-1][0]
+        except (StorageError, OSError) as exc:
+            logger.warning("the dedup window misses the producer ids of segment %s: %s", info.name, exc)
+    return used
 
 
 class StorageWorker:
@@ -47,8 +74,8 @@ class StorageWorker:
     def start(self) -> None:
         self._thread.start()
 
-    def append(self, records: list[tuple[int, bytes]]) -> None:
-        self._queue.put(("append", records))
+    def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
+        self._queue.put(("append", (records, keys)))
 
     def sync(self, token: int) -> None:
         self._queue.put(("sync", token))
@@ -104,7 +131,7 @@ class StorageWorker:
                 return
             kind, arg = item
             if kind == "append":
-                self.log.append(arg)
+                self.log.append(*arg)
             elif kind != "sync":
                 self._housekeeping(kind, arg)
             elif self._group_commit(arg):
@@ -125,7 +152,7 @@ class StorageWorker:
                 stop = True
                 break
             if more[0] == "append":
-                self.log.append(more[1])
+                self.log.append(*more[1])
             elif more[0] == "sync":
                 token = more[1]
             else:

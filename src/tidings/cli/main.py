@@ -177,33 +177,46 @@ def _connect(args: argparse.Namespace, follow_advice: bool = True) -> Any:
 def cmd_pub(args: argparse.Namespace) -> int:
     validate_channel(args.channel)
     attrs = parse_attrs(args.attr)
-    with _connect(args) as client:
+    if (args.producer is None) != (args.seq is None):
+        raise CliError("--producer and --seq go together (idempotent publish)", EXIT_INPUT)
+    # idempotent publish: a route-advice move would take the repeats to another broker's window
+    with _connect(args, follow_advice=args.producer is None) as client:
         if args.payload is not None:
-            res = client.publish(args.channel, args.payload, attrs)
-            emit({"pubend": res.pubend, "tick": res.tick})
+            res = client.publish(args.channel, args.payload, attrs, producer=args.producer, seq=args.seq)
+            emit(_ack_line(res))
             return 0
         lines = StdinLines(sys.stdin.fileno())
         code = 0
         while batch := lines.batch():
-            code = _publish_lines(client, args.channel, attrs, batch) or code
+            code = _publish_lines(client, args.channel, attrs, batch, args.producer, args.seq) or code
     return code
 
 
+def _ack_line(res: Any) -> dict[str, Any]:
+    return {"pubend": res.pubend, "tick": res.tick, **({"duplicate": True} if res.duplicate else {})}
+
+
 def _publish_lines(client: Any, channel: str, attrs: dict[str, Any],
-                   batch: list[tuple[int, bytes | LineTooLong]]) -> int:
+                   batch: list[tuple[int, bytes | LineTooLong]], producer: str | None = None,
+                   seq: int | None = None) -> int:
     """Publish numbered stdin lines, printing an ack per line, in order; a line that is refused is
-    reported (one stderr line) without holding up the others. Returns 0, or the exit code of the
-    first refusal."""
+    reported (one stderr line) without holding up the others. With `producer`, line n (from 1)
+    has sequence `seq + n - 1`. Returns 0, or the exit code of the first refusal."""
     sendable = [(n, line) for n, line in batch if isinstance(line, bytes)]
     try:
-        results = client.publish_many([(channel, line, attrs) for _, line in sendable])
+        if producer is None:
+            results = client.publish_many([(channel, line, attrs) for _, line in sendable])
+        else:
+            assert seq is not None
+            results = client.publish_many([(channel, line, attrs, seq + n - 1) for n, line in sendable],
+                                          producer=producer)
     except BrokerError as exc:  # some were refused by the broker; the others are logged
         results = exc.results  # type: ignore[attr-defined]
     except (TidingsError, ValueError):  # one line is refused before sending: nothing went out
         if len(sendable) == 1:
             results = [sys.exc_info()[1]]
         else:
-            codes = [_publish_lines(client, channel, attrs, [item]) for item in sendable]
+            codes = [_publish_lines(client, channel, attrs, [item], producer, seq) for item in sendable]
             return next((c for c in codes if c), 0)
     outcome = dict(zip([n for n, _ in sendable], results, strict=True))
     code = 0
@@ -217,7 +230,7 @@ def _publish_lines(client: Any, channel: str, attrs: dict[str, Any],
             code = code or (EXIT_BROKER if isinstance(res, BrokerError) else EXIT_INPUT)
         else:
             assert res is not None
-            emit({"pubend": res.pubend, "tick": res.tick})
+            emit(_ack_line(res))
     return code
 
 
@@ -335,6 +348,11 @@ def _add_pub_and_sub(sub: Any) -> None:
                     "published as it arrives")
     pb.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
                     help="attribute; numbers and true/false are typed, \"quoted\" stays a string")
+    pb.add_argument("--producer", metavar="ID", help="idempotent publish: the producer id (with --seq); the "
+                    "broker logs each (producer, seq) once within its dedup window and answers a repeat "
+                    "with the original tick and \"duplicate\": true")
+    pb.add_argument("--seq", type=int, metavar="N", help="the producer sequence of the event, or of the first "
+                    "stdin line (the next lines count up from it)")
     pb.set_defaults(func=cmd_pub)
 
     sb = sub.add_parser("sub", help="subscribe and print one JSON line per event")

@@ -31,6 +31,7 @@ from tidings.core.errors import (
     BrokerError,
     BrokerUnreachable,
     ConnectionClosed,
+    EventError,
     GapError,
     NotABroker,
     ProtocolError,
@@ -50,8 +51,27 @@ MOVE_WAIT_S = 10.0  # for the requests in flight on the old connection to be ans
 
 
 class PublishResult(NamedTuple):
+    """Where an event was logged: its pubend and tick."""
+
     pubend: str
     tick: int
+
+    @property
+    def duplicate(self) -> bool:
+        """True when an idempotent publish was logged before (within the broker's dedup window)
+        and this is the original's pubend and tick: nothing was logged this time."""
+        return False
+
+
+class DuplicateResult(PublishResult):
+    """The PublishResult of an idempotent publish the broker had logged before: equal to the
+    original's, with `duplicate` True."""
+
+    __slots__ = ()
+
+    @property
+    def duplicate(self) -> bool:
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +98,10 @@ class _PendingFrame:
         for fut in self.futures or [self.batch]:
             if fut is not None and not fut.done():
                 fut.set_exception(exc)
+
+
+def _not_idempotent(item: tuple[Any, ...]) -> list[Any]:
+    raise EventError(f"with a producer, each item is (channel, payload, attributes, seq), got {len(item)} fields")
 
 
 def parse_address(address: str, port_min: int = 1) -> tuple[str, int]:
@@ -349,11 +373,15 @@ class Client:
 
     # ---- publishing ------------------------------------------------------------------------------
 
-    def publish(self, channel: str, payload: bytes | str = b"",
-                attributes: dict[str, Any] | None = None) -> asyncio.Future[PublishResult]:
-        """Publish one event; the returned future (await it) gives (pubend, tick) once it is durable."""
+    def publish(self, channel: str, payload: bytes | str = b"", attributes: dict[str, Any] | None = None,
+                *, producer: str | None = None, seq: int | None = None) -> asyncio.Future[PublishResult]:
+        """Publish one event; the returned future (await it) gives (pubend, tick) once it is durable.
+
+        With `producer` (a string of at most 256 bytes) and `seq` (an integer >= 0), the publish is
+        idempotent: the broker logs each (producer, seq) at most once within its dedup window, and
+        answers a repeat with the original's (pubend, tick) and `duplicate` True."""
         self._check_open()
-        ev = self._session.check_event(channel, payload, attributes)
+        ev = self._session.check_event(channel, payload, attributes, producer, seq)
         fut: asyncio.Future[PublishResult] = self._loop.create_future()
         self._outbox.append(ev)
         self._outbox_futures.append(fut)
@@ -362,18 +390,24 @@ class Client:
             self._loop.call_soon(self._flush)
         return fut
 
-    async def publish_many(self, items: Iterable[tuple[str, bytes | str] | tuple[str, bytes | str, dict[str, Any]]]
+    async def publish_many(self, items: Iterable[tuple[Any, ...]], *, producer: str | None = None
                            ) -> list[PublishResult]:
         """Publish a batch of (channel, payload[, attributes]); returns their (pubend, tick) in order.
 
-        If the broker rejects some events, the others are still logged; the first rejection is
-        raised as a BrokerError whose `results` lists a PublishResult or a BrokerError per item.
+        With `producer`, each item is (channel, payload, attributes, seq) and the batch is an
+        idempotent publish (see `publish`). If the broker rejects some events, the others are still
+        logged; the first rejection is raised as a BrokerError whose `results` lists a
+        PublishResult or a BrokerError per item.
         """
         self._check_open()
         if self._moving is not None:
             await asyncio.shield(self._moving)
         check = self._session.check_event
-        events = [check(*item) for item in items]
+        if producer is None:
+            events = [check(*item) for item in items]
+        else:
+            events = [check(*item[:3], producer=producer, seq=item[3]) if len(item) == 4
+                      else _not_idempotent(item) for item in items]
         if self._outbox:
             self._flush()  # keep the order of earlier single publishes
         batches: list[asyncio.Future[list[PublishResult | BrokerError]]] = []
@@ -721,6 +755,10 @@ class Client:
             else self._rejections.pop(msg.seq + k, None) or BrokerError("event rejected", "rejected")
             for k, tick in enumerate(msg.ticks)
         ]
+        for k in msg.duplicates:
+            res = results[k] if 0 <= k < len(results) else None
+            if isinstance(res, PublishResult):
+                results[k] = DuplicateResult(*res)
         if frame.batch is not None:
             if not frame.batch.done():
                 frame.batch.set_result(results)

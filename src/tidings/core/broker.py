@@ -3,6 +3,8 @@
 - `ClientConnection` (connection.py) turns bytes into messages and owns the handshake;
 - `Pubend` (reliability/pubend.py) gives ticks, and holds batches until the runtime reports them
   synced; only then are publishers acknowledged and events fanned out (knowledge is durable);
+- `DedupWindow` (dedup.py) sorts out an idempotent PUBLISH (one carrying a producer id): events
+  logged before are answered with their tick, once it is durable, and not logged again;
 - `SubscriptionIndex` (filters/) finds the subscriptions an event matches without testing each;
 - `Subend` (reliability/subend.py) delivers one subscription's own-pubend events in tick order,
   live or catching up from the log;
@@ -43,6 +45,7 @@ from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
 from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, PeerHandover
 from tidings.core.deadlines import Deadlines
+from tidings.core.dedup import DedupWindow, Verdict
 from tidings.core.durable import DurableSubscriptions, Outcome
 from tidings.core.effects import (
     Append,
@@ -144,6 +147,8 @@ class Broker:
         self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
         self.remote = RemoteDelivery()  # other pubends' events for local subscriptions
         expiry_us = config.durable_expiry_ns // 1000
+        self.dedup = DedupWindow(config.dedup_window_ns // 1000, config.dedup_entries_max,
+                                 config.dedup_producers_max)  # idempotent publish (core/dedup.py)
         self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
         self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable.py
@@ -363,6 +368,9 @@ class Broker:
 
     def _publish(self, c: ClientConnection, msg: messages.Publish, wall_us: int, out: list[Effect]) -> None:
         """Check each event, give the good ones consecutive ticks, encode each once, log the batch."""
+        if msg.producer is not None:
+            self._publish_idempotent(c, msg, wall_us, out)
+            return
         valid: list[tuple[str, dict[str, Any], bytes]] = []
         rejected: set[int] = set()
         known_channels = self._channel_trees
@@ -390,25 +398,83 @@ class Broker:
             out.append(Send(c.conn, messages.ack(msg.seq, pid, [None] * len(msg.events))))
             return
         first = pubend.reserve(len(valid), wall_us)
-        pack = self._packer.pack
-        service, instance = c.service, c.instance
         tick = first + len(valid)
-        records = [(t, pack([pid, t, ch, at, service, instance, pl]))
-                   for t, (ch, at, pl) in zip(range(first, tick), valid, strict=True)]
-        deliveries = [(t, ch, at, rec) for (t, rec), (ch, at, _) in zip(records, valid, strict=True)]
         if rejected:
             it = iter(range(first, tick))
             ticks: list[int | None] = [None if i in rejected else next(it) for i in range(len(msg.events))]
         else:
             ticks = list(range(first, tick))
+        self._log(c, msg.seq, valid, first, ticks, out)
+
+    def _log(self, c: ClientConnection, seq: int, valid: list[tuple[str, dict[str, Any], bytes]], first: int,
+             ticks: list[int | None], out: list[Effect], keys: list[bytes] | None = None,
+             duplicates: list[int] | None = None) -> None:
+        """Encode each event once and log the batch under ticks `first`, `first + 1`, ...; `ticks`
+        is what its ACK will say, per event of the PUBLISH."""
+        pubend = self.pubend
+        pid = pubend.pubend_id
+        pack = self._packer.pack
+        service, instance = c.service, c.instance
+        records = [(t, pack([pid, t, ch, at, service, instance, pl]))
+                   for t, (ch, at, pl) in zip(range(first, first + len(valid)), valid, strict=True)]
+        deliveries = [(t, ch, at, rec) for (t, rec), (ch, at, _) in zip(records, valid, strict=True)]
         self.events_published += len(records)
         self.traffic.count([ch for ch, _, _ in valid])
-        token = pubend.log(c.conn, msg.seq, ticks, deliveries, sum(len(rec) for _, rec in records))
+        token = pubend.log(c.conn, seq, ticks, deliveries, sum(len(rec) for _, rec in records), duplicates)
         if pubend.pending_bytes > self.config.pending_sync_bytes_max and c.conn not in self._paused:
             self._paused[c.conn] = None  # intake waits for the disk: memory stays bounded
             out.append(PauseReading(c.conn))
-        out.append(Append(token, records))
+        out.append(Append(token, records, keys))
         out.append(Sync(token))
+
+    def _publish_idempotent(self, c: ClientConnection, msg: messages.Publish, wall_us: int,
+                            out: list[Effect]) -> None:
+        """A PUBLISH with a producer id: the dedup window (core/dedup.py) sorts its events out; the
+        new ones are logged with their (producer, pseq) in the record, the others are answered with
+        the tick they were logged with, once that tick is durable."""
+        screen = self.dedup.screen(msg.producer, msg.events, wall_us)
+        verdicts, ticks = screen.verdicts, screen.ticks
+        refused = self.guard.check_publish(c.identity, c.conn, screen.events, self.now, out)
+        valid: list[tuple[str, dict[str, Any], bytes]] = []
+        at: list[int] = []
+        known_channels, size_max = self._channel_trees, self.config.event_bytes_max
+        new = Verdict.NEW  # bound once for the loop
+        for i, (verdict, ev) in enumerate(zip(verdicts, screen.events, strict=True)):
+            # fast path, as in _publish: a new event on a channel seen before, without attributes
+            if (verdict is new and not refused and type(ev[0]) is str and ev[0] in known_channels
+                    and type(ev[2]) is bytes and len(ev[2]) <= size_max and ev[1] == {}):
+                valid.append(ev)
+                at.append(i)
+                continue
+            try:
+                if verdict is Verdict.REJECTED:
+                    raise screen.problems[i]
+                if i in refused:
+                    raise refused[i]
+                if verdict is new:
+                    valid.append(self._check_event(ev))
+                    at.append(i)
+            except TidingsError as exc:
+                verdicts[i] = Verdict.REJECTED
+                out.append(Send(c.conn, messages.error(exc.code, str(exc), seq=msg.seq + i)))
+        first = self.pubend.reserve(len(valid), wall_us) if valid else 0
+        keys = self.dedup.logged(screen, at, first)
+        duplicates: list[int] = []
+        for i, verdict in enumerate(verdicts if len(valid) < len(verdicts) else ()):
+            if verdict is Verdict.REPEATED:
+                ticks[i] = ticks[screen.first_of[i]]
+                if ticks[i] is None:
+                    out.append(Send(c.conn, messages.error(errors.BAD_MESSAGE, "the event with the same producer "
+                                                           "sequence earlier in this PUBLISH was rejected",
+                                                           seq=msg.seq + i)))
+            if verdict in (Verdict.DUPLICATE, Verdict.REPEATED) and ticks[i] is not None:
+                duplicates.append(i)
+        self.events_rejected += len(verdicts) - len(valid) - len(duplicates)
+        self.dedup.duplicates += len(duplicates)
+        if valid:
+            self._log(c, msg.seq, valid, first, ticks, out, keys, duplicates)
+        elif not self.pubend.wait(c.conn, msg.seq, ticks, duplicates):  # nothing waits: all durable
+            out.append(Send(c.conn, messages.ack(msg.seq, self.pubend.pubend_id, ticks, duplicates)))
 
     def _synced(self, token: int, out: list[Effect]) -> None:
         """Acknowledge the batches now durable and fan their events out to live subends."""
@@ -424,7 +490,7 @@ class Broker:
         for batch in batches:
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
-                out.append(Send(batch.conn, messages.ack(batch.seq, pid, batch.ticks)))
+                out.append(Send(batch.conn, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates)))
             for tick, channel, attributes, record in batch.deliveries:
                 if attributes:
                     keys = match(channel, attributes)
@@ -773,6 +839,7 @@ class Broker:
             "pending_sync_batches": self.pubend.pending_batches,
             "pending_sync_bytes": self.pubend.pending_bytes,
             "paused_publishers": len(self._paused),
+            **self.dedup.status(),
             "first_tick": log.first_tick,
             "last_tick": self.pubend.synced_tick,
             "released_through": log.released_through,

@@ -77,6 +77,13 @@ class BrokerConfig:
     durable_save_interval_ns: int = 250_000_000
     # durable subscriptions one broker hosts, connected or away; past it a new one is refused
     durable_registrations_max: int = 100_000
+    # idempotent publish (core/dedup.py, docs/delivery.md#idempotent-publish): a (producer, pseq)
+    # is logged at most once while its original is younger than dedup_window_ns, and among the
+    # newest dedup_entries_max entries (runs of consecutive pseqs logged together) of the newest
+    # dedup_producers_max producers; past that it is logged again
+    dedup_window_ns: int = 600 * SECOND_NS
+    dedup_entries_max: int = 100_000
+    dedup_producers_max: int = 10_000
     # the overlay (Pastry): see docs/cluster.md
     leaf_set_size: int = 16
     neighbourhood_size: int = 32

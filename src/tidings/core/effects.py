@@ -37,10 +37,12 @@ class ResumeReading:
 
 @dataclass(frozen=True, slots=True)
 class Append:
-    """Write these records (tick, encoded event) to the pubend log; not durable until Sync."""
+    """Write these records (tick, encoded event) to the pubend log; not durable until Sync.
+    `keys`, when given, holds one dedup key per record, stored beside it (core/dedup.py)."""
 
     token: int
     records: list[tuple[int, bytes]]
+    keys: list[bytes] | None = None
 
 
 @dataclass(frozen=True, slots=True)

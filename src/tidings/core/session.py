@@ -16,6 +16,7 @@ from tidings.core import errors
 from tidings.core.auth.credentials import Credential, KdfParams
 from tidings.core.auth.handshake import Challenge, ClientHandshake
 from tidings.core.channels import validate_channel, validate_pattern
+from tidings.core.dedup import producer_problem, pseq_problem
 from tidings.core.errors import EventError, ProtocolError, StartError, TidingsError
 from tidings.core.event import datetime_to_tick, validate_attributes
 from tidings.core.filters import parse_filter
@@ -114,7 +115,18 @@ class ClientSession:
             out.append(msg)
         return out
 
-    def check_event(self, channel: str, payload: bytes | str = b"", attributes: Any = None) -> list[Any]:
+    def check_event(self, channel: str, payload: bytes | str = b"", attributes: Any = None,
+                    producer: str | None = None, seq: int | None = None) -> list[Any]:
+        """The event as `publish` takes it: [channel, attributes, payload], and for an idempotent
+        publish (core/dedup.py) its producer sequence and producer after those."""
+        if producer is not None or seq is not None:
+            problem = producer_problem(producer) or pseq_problem(seq)
+            if problem is not None:
+                raise EventError(f"idempotent publish: {problem}")
+            return [*self._check_event(channel, payload, attributes), seq, producer]
+        return self._check_event(channel, payload, attributes)
+
+    def _check_event(self, channel: str, payload: bytes | str = b"", attributes: Any = None) -> list[Any]:
         if channel not in self._valid_channels:
             validate_channel(channel)
             if len(self._valid_channels) >= VALID_CHANNELS_CACHED_MAX:
@@ -132,26 +144,33 @@ class ClientSession:
         return [channel, validate_attributes(attributes) if attributes else {}, payload]
 
     def publish(self, events: list[list[Any]]) -> list[tuple[int, int, bytes]]:
-        """Frames for checked events: a list of (first seq, event count, frame)."""
+        """Frames for checked events: a list of (first seq, event count, frame). Events of one
+        producer share a frame; a frame never mixes producers (nor idempotent and plain events)."""
         out: list[tuple[int, int, bytes]] = []
         budget = self.frame_bytes_max // 2
         chunk: list[list[Any]] = []
         size = 0
+        producer = None
         for ev in events:
             ev_size = len(ev[2]) + len(ev[0]) + FRAME_OVERHEAD_BYTES + 32 * len(ev[1])
-            if chunk and (size + ev_size > budget or len(chunk) >= PUBLISH_FRAME_EVENTS_MAX):
-                out.append(self._publish_frame(chunk))
+            ev_producer = ev[4] if len(ev) == 5 else None
+            if chunk and (size + ev_size > budget or len(chunk) >= PUBLISH_FRAME_EVENTS_MAX
+                          or ev_producer != producer):
+                out.append(self._publish_frame(chunk, producer))
                 chunk, size = [], 0
             chunk.append(ev)
             size += ev_size
+            producer = ev_producer
         if chunk:
-            out.append(self._publish_frame(chunk))
+            out.append(self._publish_frame(chunk, producer))
         return out
 
-    def _publish_frame(self, chunk: list[list[Any]]) -> tuple[int, int, bytes]:
+    def _publish_frame(self, chunk: list[list[Any]], producer: str | None) -> tuple[int, int, bytes]:
         seq = self._next_seq
         self._next_seq += len(chunk)
-        return seq, len(chunk), messages.publish(seq, chunk)
+        if producer is None:
+            return seq, len(chunk), messages.publish(seq, chunk)
+        return seq, len(chunk), messages.publish(seq, [ev[:4] for ev in chunk], producer)
 
     def subscribe(self, pattern: str, filter: str | None = None, start: Start = "now",
                   end: int | None = None, order: str = messages.ORDER_PUBLISHER,

@@ -165,6 +165,8 @@ class BrokerNode(Listener):
         self._next_conn = 0
         log: LogState = self.disk.state()
         self.core = Broker(self.config, self.pubend_id, log, durable=self.disk.durable_state)
+        wall_us = self.wall_us()  # the dedup window comes back from the log's tail, as in aio/server.py
+        self.core.dedup.restore(self.disk.keyed_since(wall_us - self.core.dedup.window_us), wall_us)
         self.disk.attach(self._synced, self._read)
         self.network.listen(self.address, self)
         self.world.trace(self.name, "start", self.incarnation, log.last_tick, log.record_count)
@@ -242,7 +244,7 @@ class BrokerNode(Listener):
         for eff in coalesce_sends(effects):
             if isinstance(eff, Append):
                 self._trace_effect("Append", eff.token, len(eff.records), eff.records[-1][0])
-                disk.append(eff.records)
+                disk.append(eff.records, eff.keys)
             elif isinstance(eff, Sync):
                 self._trace_effect("Sync", eff.token)
                 disk.sync(eff.token)

@@ -150,8 +150,12 @@ class Publisher(SimClient):
     def __init__(self, world: World, network: Network, address: str, name: str, events_total: int,
                  hosts: int = 4, batch_max: int = 6, window: int = 4,
                  interval_ns: tuple[int, int] = (200_000, 3 * MILLISECOND_NS),
-                 bad_event_probability: float = 0.02) -> None:
+                 bad_event_probability: float = 0.02, idempotent: bool = False) -> None:
         super().__init__(world, network, address, name)
+        # idempotent: each event carries producer = the publisher's name and seq = its number, and
+        # what was in doubt when the connection went down is published again once it is back
+        self.idempotent = idempotent
+        self.duplicates = 0  # events ACKed as duplicates
         self.events_total = events_total
         self.hosts = hosts
         self.batch_max = batch_max
@@ -174,6 +178,9 @@ class Publisher(SimClient):
         return self.produced >= self.events_total and not self._outstanding
 
     def on_ready(self) -> None:
+        if self.idempotent and self.in_doubt:
+            retry, self.in_doubt = self.in_doubt, []
+            self._send([(ident, [*self.sent[ident], int(ident.rsplit(":", 1)[1]), self.name]) for ident in retry])
         self._schedule(0)
 
     def on_down(self) -> None:
@@ -195,7 +202,8 @@ class Publisher(SimClient):
         ident = f"{self.name}:{n}"
         payload = ident.encode()
         if rng.random() < self.bad_event_probability:
-            return ident, ["nodes/+/bad", {}, payload]  # the broker must reject it
+            bad = ["nodes/+/bad", {}, payload]  # the broker must reject it
+            return ident, [*bad, n, self.name] if self.idempotent else bad
         k = rng.randrange(self.hosts)
         kind = rng.choice(("load", "mem"))
         attributes: dict[str, Any] = {"host": f"h{k}", "site": f"s{k % 3}"}
@@ -204,6 +212,8 @@ class Publisher(SimClient):
         else:
             attributes["mem"] = rng.randint(0, 1 << 20)
         assert self.session is not None
+        if self.idempotent:
+            return ident, self.session.check_event(f"nodes/h{k}/{kind}", payload, attributes, self.name, n)
         return ident, self.session.check_event(f"nodes/h{k}/{kind}", payload, attributes)
 
     def _publish_some(self) -> None:
@@ -213,17 +223,20 @@ class Publisher(SimClient):
         if len(self._outstanding) < self.window:
             count = min(self.rng.randint(1, self.batch_max), self.events_total - self.produced)
             batch = [self._event() for _ in range(count)]
-            ids = [ident for ident, _ in batch]
             for ident, ev in batch:
                 self.sent[ident] = (ev[0], ev[1], ev[2])
-            events = [ev for _, ev in batch]
-            done = 0
-            for seq, n, frame in self.session.publish(events):
-                self._outstanding[seq] = ids[done : done + n]
-                done += n
-                self.world.trace(self.name, "publish", seq, n)
-                self.send(frame)
+            self._send(batch)
         self._schedule(self.rng.randint(*self.interval_ns))
+
+    def _send(self, batch: list[tuple[str, list[Any]]]) -> None:
+        assert self.session is not None
+        ids = [ident for ident, _ in batch]
+        done = 0
+        for seq, n, frame in self.session.publish([ev for _, ev in batch]):
+            self._outstanding[seq] = ids[done : done + n]
+            done += n
+            self.world.trace(self.name, "publish", seq, n)
+            self.send(frame)
 
     def on_message(self, msg: Any) -> None:
         if not isinstance(msg, messages.Ack):
@@ -238,9 +251,16 @@ class Publisher(SimClient):
             self.violations.append(f"{self.name}: ACK {msg.seq} has {len(msg.ticks)} ticks for {len(ids)}")
         # ACKs may overtake one another (a batch rejected whole is answered at once, before the
         # sync of earlier batches), but the ticks of logged events follow publish order
-        for ident, tick in zip(ids, msg.ticks, strict=False):
+        duplicates = set(msg.duplicates)
+        for k, (ident, tick) in enumerate(zip(ids, msg.ticks, strict=False)):
             if tick is None:
                 self.rejected.append(ident)
+                continue
+            if k in duplicates:  # logged before the crash: the original's tick, older than new ones
+                self.duplicates += 1
+                self.acked[ident] = tick
+                self.acked_at[ident] = self.world.now
+                self.pubend_of[ident] = msg.pubend
                 continue
             if tick <= self._last_tick:
                 self.violations.append(f"{self.name}: {ident} ACKed at tick {tick} after {self._last_tick}")

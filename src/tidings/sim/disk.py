@@ -61,6 +61,7 @@ class Disk:
         self.read_ns_max = read_ns_max
         self.ticks: list[int] = []  # every written record's tick, for reads
         self.records: list[tuple[int, bytes]] = []  # written: durable prefix, then volatile tail
+        self.keys: list[tuple[int, bytes]] = []  # (tick, dedup key) of the keyed records written (core/dedup.py)
         self.durable_count = 0
         self.log_bytes = 0
         self._queue: deque[tuple[str, Any]] = deque()
@@ -84,8 +85,8 @@ class Disk:
         self.on_synced = on_synced
         self.on_read = on_read
 
-    def append(self, records: list[tuple[int, bytes]]) -> None:
-        self._queue.append(("append", records))
+    def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
+        self._queue.append(("append", (records, keys)))
         self._work()
 
     def sync(self, token: int) -> None:
@@ -99,6 +100,7 @@ class Disk:
             return
         self.released_through = max(self.released_through, self.ticks[count - 1])
         self.released_records += self.records[:count]
+        self.keys = [k for k in self.keys if k[0] > through]
         for _, record in self.records[:count]:
             self.log_bytes -= len(record)
         del self.records[:count]
@@ -164,13 +166,23 @@ class Disk:
             self.log_bytes -= len(record)
         del self.records[keep:]
         del self.ticks[keep:]
+        last = self.ticks[-1] if self.ticks else 0
+        self.keys = [k for k in self.keys if k[0] <= last]
         self.durable_count = keep
         self.world.trace(self.name, "crash", survive, tail, kept, keep)
         return kept
 
     # ---- the writer ------------------------------------------------------------------------------
 
-    def _write(self, records: list[tuple[int, bytes]]) -> None:
+    def keyed_since(self, after: int) -> list[tuple[int, bytes]]:
+        """The dedup keys of the records written after tick `after`, in tick order (what the real
+        broker reads from its log's tail to rebuild its dedup window)."""
+        return [k for k in self.keys if k[0] > after]
+
+    def _write(self, work: tuple[list[tuple[int, bytes]], list[bytes] | None]) -> None:
+        records, keys = work
+        if keys is not None:
+            self.keys += [(tick, key) for (tick, _), key in zip(records, keys, strict=True)]
         for tick, record in records:
             assert not self.ticks or tick > self.ticks[-1], f"tick {tick} after {self.ticks[-1]}"
             self.ticks.append(tick)

@@ -39,6 +39,7 @@ class PublisherSpec:
     start_at_ns: int = 0
     window: int = 4
     batch_max: int = 6
+    idempotent: bool = False  # publish with a producer id and re-send what was in doubt (core/dedup.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,7 @@ class Simulation:
         self.node = BrokerNode(world, self.network, self.disk, BROKER_ADDRESS, sc.config)
         self.publishers = [
             Publisher(world, self.network, BROKER_ADDRESS, spec.name, spec.events, batch_max=spec.batch_max,
-                      window=spec.window, interval_ns=spec.interval_ns)
+                      window=spec.window, interval_ns=spec.interval_ns, idempotent=spec.idempotent)
             for spec in sc.publishers
         ]
         self.subscribers = [
@@ -195,6 +196,7 @@ class Simulation:
         return {
             "events_acked": sum(len(p.acked) for p in self.publishers),
             "events_in_doubt": sum(len(p.in_doubt) for p in self.publishers),
+            "events_deduplicated": sum(p.duplicates for p in self.publishers),
             "events_rejected": sum(len(p.rejected) for p in self.publishers),
             "log_records": self.disk.durable_count,
             "delivered": sum(len(s.received) for s in self.subscribers),

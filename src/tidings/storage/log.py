@@ -171,8 +171,9 @@ class EventLog:
 
     # ------------------------------------------------------------------ writer thread
 
-    def append(self, records: list[tuple[int, bytes]]) -> None:
-        """Write `records` (rising ticks above `last_tick`) with one write; durable after `sync`."""
+    def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
+        """Write `records` (rising ticks above `last_tick`) with one write; durable after `sync`.
+        `keys`: one dedup key per record, kept beside it (record.py, keyed records)."""
         self._check_writable()
         if not records:
             return
@@ -187,7 +188,7 @@ class EventLog:
             target, target_fd = active, self._write_fd
         try:
             buf, entries = record.encode(records, self._last_tick, target.size, target.next_index_offset,
-                                         INDEX_INTERVAL_BYTES)
+                                         INDEX_INTERVAL_BYTES, keys)
             write_all(target_fd, buf, target.size)
         except BaseException:
             self._undo_write(target, target_fd, fresh is not None)
@@ -354,13 +355,14 @@ class EventLog:
     # ------------------------------------------------------------------ readers (any thread)
 
     def read(self, after_tick: int, max_bytes: int,
-             through_tick: int | None = None) -> list[tuple[int, bytes]]:
+             through_tick: int | None = None, *, keys: bool = False) -> list[tuple[int, bytes]]:
         """Records with after_tick < tick (<= through_tick), in tick order.
 
         Adds records while their payloads fit in `max_bytes` in total; the first qualifying record
         is returned even when it alone is larger. See the module notes about `released_through`.
+        With `keys`, the keyed records only, each as (tick, key), and `max_bytes` counts key bytes.
         """
-        collector = _Collector(after_tick, max_bytes, through_tick)
+        collector = _Collector(after_tick, max_bytes, through_tick, keys)
         if through_tick is not None and through_tick <= after_tick:
             return collector.out
         with self._lock:
@@ -379,7 +381,7 @@ class EventLog:
             done = True  # also when the scan raises: then nothing further gets pinned
             try:
                 scanner = record.RecordScanner(segment.read_fd, start, end, previous_tick,
-                                               skip_through=after_tick, chunk_bytes=chunk_bytes)
+                                               skip_through=after_tick, keys=keys, chunk_bytes=chunk_bytes)
                 done = collector.take(scanner)
                 if scanner.problem is not None:
                     done = True
@@ -416,9 +418,10 @@ class EventLog:
 class _Collector:
     """The records one `read` gathers, and the rule that says when it has enough."""
 
-    __slots__ = ("after_tick", "max_bytes", "out", "payload_bytes", "through_tick")
+    __slots__ = ("after_tick", "keys", "max_bytes", "out", "payload_bytes", "through_tick")
 
-    def __init__(self, after_tick: int, max_bytes: int, through_tick: int | None) -> None:
+    def __init__(self, after_tick: int, max_bytes: int, through_tick: int | None, keys: bool = False) -> None:
+        self.keys = keys
         self.after_tick = after_tick
         self.max_bytes = max_bytes
         self.through_tick = through_tick
@@ -432,6 +435,8 @@ class _Collector:
                 continue
             if self.through_tick is not None and tick > self.through_tick:
                 return True
+            if self.keys and not payload:
+                continue  # an unkeyed record, when reading keys
             if self.out and self.payload_bytes + len(payload) > self.max_bytes:
                 return True
             self.out.append((tick, payload))

@@ -2,10 +2,14 @@
 
 A record is a 16-byte header followed by its payload, all little-endian:
 
-    offset 0   u32  length   payload bytes (the header is not counted)
-    offset 4   u32  crc      zlib.crc32 of the 8 tick bytes followed by the payload
+    offset 0   u32  length   body bytes (the header is not counted); the top bit marks a keyed record
+    offset 4   u32  crc      zlib.crc32 of the 8 tick bytes followed by the body
     offset 8   u64  tick     the event's tick, >= 1
-    offset 16  ...  payload  opaque bytes (the broker's msgpack event array)
+    offset 16  ...  body     the payload: opaque bytes (the broker's msgpack event array)
+
+A keyed record (an idempotent publish, core/dedup.py) has the top bit of `length` set and its body
+is the payload, then the key, then the key's length as a u16: readers get the payload alone, and
+recovery reads the keys of the log's tail without decoding any event.
 
 Records follow each other with no padding. A record is valid when its whole extent lies inside the
 bytes being scanned, its checksum matches, and its tick is greater than the tick before it. Those
@@ -25,7 +29,11 @@ from collections.abc import Iterator, Sequence
 HEADER = struct.Struct("<IIQ")
 HEADER_BYTES = HEADER.size
 _TICK = struct.Struct("<Q")
-PAYLOAD_BYTES_MAX = (1 << 32) - 1
+KEYED = 1 << 31  # in `length`: the body ends with a key and its u16 length
+LENGTH_MASK = KEYED - 1
+PAYLOAD_BYTES_MAX = LENGTH_MASK
+KEY_BYTES_MAX = 0xFFFF
+_KEY_LENGTH = struct.Struct("<H")
 SCAN_CHUNK_BYTES = 1 << 20
 
 
@@ -34,8 +42,10 @@ def checksum(tick_bytes: bytes | memoryview, payload: bytes | memoryview) -> int
 
 
 def encode(records: Sequence[tuple[int, bytes]], after_tick: int, base_offset: int,
-           next_index_offset: int, index_interval_bytes: int) -> tuple[bytes, list[tuple[int, int]]]:
-    """One buffer holding `records`, and the sparse index entries `(tick, offset)` it adds.
+           next_index_offset: int, index_interval_bytes: int,
+           keys: Sequence[bytes] | None = None) -> tuple[bytes, list[tuple[int, int]]]:
+    """One buffer holding `records` (each keyed with the key at its index in `keys`, if given),
+    and the sparse index entries `(tick, offset)` it adds.
 
     Ticks must rise strictly and exceed `after_tick`. The buffer will be written at `base_offset`;
     a record starting at or past `next_index_offset` gets an index entry, and the next entry is due
@@ -48,24 +58,46 @@ def encode(records: Sequence[tuple[int, bytes]], after_tick: int, base_offset: i
     pack_header, pack_tick, crc32 = HEADER.pack, _TICK.pack, zlib.crc32
     offset = base_offset
     previous = after_tick
-    for tick, payload in records:
+    for n, (tick, payload) in enumerate(records):
         size = len(payload)
+        if keys is not None:
+            key = keys[n]
+            assert len(key) <= KEY_BYTES_MAX
+            trailer = key + _KEY_LENGTH.pack(len(key))
+            size += len(trailer)
         if tick <= previous or size > PAYLOAD_BYTES_MAX:
             raise AssertionError(f"record with tick {tick} after {previous}, {size} bytes, is not loggable")
         if offset >= next_index_offset:
             entries.append((tick, offset))
             next_index_offset = offset + index_interval_bytes
-        append(pack_header(size, crc32(payload, crc32(pack_tick(tick))), tick))
-        append(payload)
+        crc = crc32(payload, crc32(pack_tick(tick)))
+        if keys is None:
+            append(pack_header(size, crc, tick))
+            append(payload)
+        else:  # the body is the payload then the trailer, checksummed as one
+            append(pack_header(size | KEYED, crc32(trailer, crc), tick))
+            append(payload)
+            append(trailer)
         offset += HEADER_BYTES + size
         previous = tick
     return b"".join(parts), entries
 
 
+def _body_end(buf: bytes, record_end: int, length: int) -> int:
+    """Where the payload of the keyed record ending at `record_end` ends (-1: a bad key length)."""
+    if length < _KEY_LENGTH.size:
+        return -1
+    key_length: int = _KEY_LENGTH.unpack_from(buf, record_end - _KEY_LENGTH.size)[0]
+    if key_length + _KEY_LENGTH.size > length:
+        return -1
+    return record_end - _KEY_LENGTH.size - key_length
+
+
 class RecordScanner:
     """Walks the valid records of one file region `[start, end)` with positioned reads.
 
-    Iterating yields `(offset, end_offset, tick, payload)` for each record after `skip_through`;
+    Iterating yields `(offset, end_offset, tick, payload)` for each record after `skip_through`
+    (with `keys=True`, the record's key, b"" for an unkeyed one, in place of the payload);
     earlier ones are walked over with their bounds and tick order checked but not their checksum (a
     reader that seeks with the sparse index passes up to 64 KiB this way). With `payloads=False` the
     payload is not copied out (b""). Iteration stops at `end` or at the first invalid record. Once
@@ -73,12 +105,13 @@ class RecordScanner:
     and `problem` says why the scan stopped early (None when it reached `end`).
     """
 
-    __slots__ = ("_chunk_bytes", "_fd", "_payloads", "_skip_through", "end", "offset", "previous_tick",
+    __slots__ = ("_chunk_bytes", "_fd", "_keys", "_payloads", "_skip_through", "end", "offset", "previous_tick",
                  "problem")
 
     def __init__(self, fd: int, start: int, end: int, previous_tick: int, *, skip_through: int = 0,
-                 payloads: bool = True, chunk_bytes: int = SCAN_CHUNK_BYTES) -> None:
+                 payloads: bool = True, keys: bool = False, chunk_bytes: int = SCAN_CHUNK_BYTES) -> None:
         self._fd = fd
+        self._keys = keys
         self._chunk_bytes = chunk_bytes
         self._skip_through = skip_through
         self._payloads = payloads
@@ -94,7 +127,7 @@ class RecordScanner:
             if len(buf) < HEADER_BYTES:
                 self.problem = "torn header" if self.offset + len(buf) >= self.end else "short read"
                 return
-            length = HEADER.unpack_from(buf, 0)[0]
+            length = HEADER.unpack_from(buf, 0)[0] & LENGTH_MASK
             if HEADER_BYTES + length > len(buf) and self.offset + HEADER_BYTES + length <= self.end:
                 buf = os.pread(self._fd, HEADER_BYTES + length, self.offset)
             before = self.offset
@@ -115,8 +148,11 @@ class RecordScanner:
         payloads = self._payloads
         out: list[tuple[int, int, int, bytes]] = []
         problem = None
+        keys = self._keys
         while pos + HEADER_BYTES <= size:
             length, crc, tick = unpack(buf, pos)
+            keyed = length & KEYED
+            length &= LENGTH_MASK
             record_end = pos + HEADER_BYTES + length
             if record_end > size:
                 if base + record_end > self.end:
@@ -130,8 +166,15 @@ class RecordScanner:
                 if crc32(view[pos + 8:record_end]) != crc:
                     problem = "checksum mismatch"
                     break
-                out.append((base + pos, base + record_end, tick,
-                            buf[pos + HEADER_BYTES:record_end] if payloads else b""))
+                body_end = _body_end(buf, record_end, length) if keyed else record_end
+                if body_end < 0:
+                    problem = "key runs past its record"
+                    break
+                if keys:
+                    out.append((base + pos, base + record_end, tick, buf[body_end:record_end - 2] if keyed else b""))
+                else:
+                    out.append((base + pos, base + record_end, tick,
+                                buf[pos + HEADER_BYTES:body_end] if payloads else b""))
             previous = tick
             pos = record_end
         else:

@@ -27,6 +27,7 @@ class PendingBatch:
     ticks: list[int | None]
     deliveries: list[tuple[int, str, dict[str, Any], bytes]]  # tick, channel, attributes, record
     size: int  # encoded bytes, counted against pending_sync_bytes_max
+    duplicates: list[int] | None = None  # indexes answered with an earlier tick (core/dedup.py)
 
 
 class Pubend:
@@ -47,12 +48,22 @@ class Pubend:
         return first
 
     def log(self, conn: int, seq: int, ticks: list[int | None],
-            deliveries: list[tuple[int, str, dict[str, Any], bytes]], size: int) -> int:
+            deliveries: list[tuple[int, str, dict[str, Any], bytes]], size: int,
+            duplicates: list[int] | None = None) -> int:
         """Record a batch whose Append is about to be emitted; returns its token."""
         self._token += 1
-        self._pending.append(PendingBatch(self._token, conn, seq, ticks, deliveries, size))
+        self._pending.append(PendingBatch(self._token, conn, seq, ticks, deliveries, size, duplicates))
         self.pending_bytes += size
         return self._token
+
+    def wait(self, conn: int, seq: int, ticks: list[int | None], duplicates: list[int]) -> bool:
+        """A batch that logs nothing but names ticks already issued (duplicates) is acknowledged
+        with the newest batch waiting for the disk, whose sync covers them all; False when none
+        waits (every tick issued is durable: acknowledge now)."""
+        if not self._pending:
+            return False
+        self._pending.append(PendingBatch(self._token, conn, seq, ticks, [], 0, duplicates))
+        return True
 
     def declare_silence(self, wall_us: int) -> None:
         """Nothing was published up to the present: with no batch waiting for the disk, every tick

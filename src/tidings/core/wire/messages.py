@@ -73,6 +73,9 @@ class Challenge:
 class Publish:
     seq: int
     events: list[Any]  # [[channel, attributes, payload], ...]; each checked by the broker
+    # idempotent publish (core/dedup.py): with a producer id, each event is [channel, attributes,
+    # payload, pseq] and is logged at most once per (producer, pseq); checked by the broker
+    producer: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +130,7 @@ class Ack:
     seq: int
     pubend: str
     ticks: list[int | None]
+    duplicates: list[int] = field(default_factory=list)  # indexes of events logged before (core/dedup.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,8 +204,9 @@ def challenge(salt: bytes, kdf: list[int], nonce: bytes) -> bytes:
     return _pack([CHALLENGE, salt, kdf, nonce])
 
 
-def publish(seq: int, events: list[list[Any]]) -> bytes:
-    return _pack([PUBLISH, seq, events])
+def publish(seq: int, events: list[list[Any]], producer: str | None = None) -> bytes:
+    """With `producer`, each event is [channel, attributes, payload, pseq]: an idempotent publish."""
+    return _pack([PUBLISH, seq, events] if producer is None else [PUBLISH, seq, events, producer])
 
 
 def subscribe(msg: Subscribe) -> bytes:
@@ -236,8 +241,9 @@ def welcome(info: dict[str, Any]) -> bytes:
     return _pack([WELCOME, PROTOCOL_VERSION, info])
 
 
-def ack(seq: int, pubend: str, ticks: list[int | None]) -> bytes:
-    return _pack([ACK, seq, pubend, ticks])
+def ack(seq: int, pubend: str, ticks: list[int | None], duplicates: list[int] | None = None) -> bytes:
+    """`duplicates`: the indexes of events answered with the tick they were logged with before."""
+    return _pack([ACK, seq, pubend, ticks, duplicates] if duplicates else [ACK, seq, pubend, ticks])
 
 
 def _array_header(n: int) -> bytes:
@@ -400,10 +406,11 @@ def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message ty
     msg = _unpack(body)
     kind = msg[0]
     if kind == PUBLISH:
+        producer = msg.pop() if len(msg) == 4 else None  # optional: idempotent publish
         _arity(msg, 3, "PUBLISH")
         if not isinstance(msg[2], list):
             raise _bad("PUBLISH events must be an array")
-        return Publish(_int(msg[1], "PUBLISH seq"), msg[2])
+        return Publish(_int(msg[1], "PUBLISH seq"), msg[2], producer)
     if kind == SUBSCRIBE:
         return _decode_subscribe(msg)
     if kind == UNSUBSCRIBE:
@@ -446,10 +453,13 @@ def decode_broker_message(  # noqa: PLR0911, PLR0912 - one return per message ty
             raise _bad("EVENTS records must be an array")
         return Events(_int(msg[1], "EVENTS id"), msg[2])
     if kind == ACK:
+        duplicates = msg.pop() if len(msg) == 5 else []
         _arity(msg, 4, "ACK")
         if not isinstance(msg[3], list):
             raise _bad("ACK ticks must be an array")
-        return Ack(_int(msg[1], "ACK seq"), _str(msg[2], "ACK pubend"), msg[3])
+        if type(duplicates) is not list or not all(type(i) is int for i in duplicates):
+            raise _bad("ACK duplicates must be an array of indexes")
+        return Ack(_int(msg[1], "ACK seq"), _str(msg[2], "ACK pubend"), msg[3], duplicates)
     if kind == SUBSCRIBED:
         checkpoint = msg.pop() if len(msg) == 4 else None
         _arity(msg, 3, "SUBSCRIBED")

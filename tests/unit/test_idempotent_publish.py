@@ -1,0 +1,106 @@
+"""Idempotent publish through the broker core: duplicates answered with the original tick, never
+before it is durable; bad producer ids and sequences refused per event; the window in time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.core_harness import Harness, of_type
+from tidings.core.config import BrokerConfig
+from tidings.core.wire import messages
+
+
+def publish(h: Harness, conn: int, producer: Any, *events: list[Any]) -> int:
+    seq = 100 * len(h.records) + 1 + len(h.sent.get(conn, []))
+    h.send(conn, messages.publish(seq, list(events), producer))
+    return seq
+
+
+def acks(h: Harness, conn: int) -> dict[int, messages.Ack]:
+    return {a.seq: a for a in of_type(h.inbox(conn), messages.Ack)}
+
+
+def ev(pseq: Any, channel: str = "a/b") -> list[Any]:
+    return [channel, {}, b"x", pseq]
+
+
+def test_a_duplicate_gets_the_original_tick_and_waits_for_its_commit() -> None:
+    h = Harness()
+    h.connect(1)
+    h.inbox(1)
+    first = publish(h, 1, "p1", ev(0), ev(1), ev(2))
+    again = publish(h, 1, "p1", ev(1))  # before the original's group commit
+    assert acks(h, 1) == {}  # nothing is acknowledged before the disk says so
+    h.sync()
+    got = acks(h, 1)
+    assert got[again].ticks == [got[first].ticks[1]] and got[again].duplicates == [0]
+    assert got[first].duplicates == [] and len(h.records) == 3
+    later = publish(h, 1, "p1", ev(2))  # the original is durable: answered at once
+    assert acks(h, 1)[later].ticks == [got[first].ticks[2]] and len(h.records) == 3
+    assert h.broker.status()["dedup_duplicates"] == 2
+
+
+def test_a_mixed_batch_logs_only_what_is_new_and_refuses_bad_events() -> None:
+    h = Harness()
+    h.connect(1)
+    h.inbox(1)
+    first = publish(h, 1, "p1", ev(5))
+    h.sync()
+    t5 = acks(h, 1)[first].ticks[0]
+    # a duplicate, a new one and its repeat, a bad pseq, a bad channel and its repeat, a new one,
+    # one without a pseq
+    seq = publish(h, 1, "p1", ev(5), ev(6), ev(6), ev(-1), ev(7, "a/+"), ev(7), ev(8), ["a/b", {}, b"x"])
+    h.sync()
+    msgs = h.inbox(1)
+    ack = of_type(msgs, messages.Ack)[0]
+    t6, t8 = ack.ticks[1], ack.ticks[6]
+    assert t6 is not None and t8 is not None
+    assert ack.ticks == [t5, t6, t6, None, None, None, t8, None] and ack.duplicates == [0, 2]
+    assert sorted(e.context["seq"] - seq for e in of_type(msgs, messages.Error)) == [3, 4, 5, 7]
+    assert len(h.records) == 3  # 5, 6 and 8, once each
+
+
+def test_bad_producer_ids_are_refused_per_event_and_the_broker_serves_on() -> None:
+    h = Harness()
+    h.connect(1)
+    h.inbox(1)
+    for producer in (7, "", "x" * 257, ["p"]):
+        seq = publish(h, 1, producer, ev(1), ev(2))
+        msgs = h.inbox(1)
+        assert of_type(msgs, messages.Ack)[0].ticks == [None, None]
+        errors = of_type(msgs, messages.Error)
+        assert [e.context["seq"] - seq for e in errors] == [0, 1] and "producer id" in errors[0].message
+    h.send(1, messages.publish(900, [["a/b", {}, b"plain"]]))
+    h.sync()
+    assert of_type(h.inbox(1), messages.Ack)[0].ticks[0] is not None
+
+
+def test_a_duplicate_older_than_the_window_is_logged_again() -> None:
+    h = Harness(BrokerConfig(dedup_window_ns=1_000_000))  # 1 ms: 1000 ticks
+    h.connect(1)
+    h.inbox(1)
+    first = publish(h, 1, "p1", ev(1))
+    h.sync()
+    t1 = acks(h, 1)[first].ticks[0]
+    h.wall_us += 998  # the next message is 999 us after the first: inside
+    inside = publish(h, 1, "p1", ev(1))
+    h.sync()
+    assert acks(h, 1)[inside].ticks == [t1]
+    h.wall_us += 10
+    outside = publish(h, 1, "p1", ev(1))
+    h.sync()
+    late = acks(h, 1)[outside]
+    assert late.ticks[0] is not None and late.ticks[0] > t1 and late.duplicates == []
+    assert len(h.records) == 2
+
+
+def test_events_of_any_shape_are_refused_without_an_exception() -> None:
+    h = Harness()
+    h.connect(1)
+    h.inbox(1)
+    shapes = [[["a"], {}, b"x", 1], [{"a": 1}, {}, b"x", 2], ["a/b", [1], b"x", 3], ["a/b", {}, "text", 4],
+              ["a/b", {"k": [1]}, b"x", 5], [None, None, None, 6], 7, None]
+    seq = publish(h, 1, "p1", *shapes)
+    msgs = h.inbox(1)
+    assert of_type(msgs, messages.Ack)[0].ticks == [None] * len(shapes)
+    assert sorted(e.context["seq"] - seq for e in of_type(msgs, messages.Error)) == list(range(len(shapes)))
