@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import msgpack
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidings.core.effects import ReadLog
 from tidings.core.inputs import LogState
@@ -132,3 +134,15 @@ def test_a_stream_whose_tree_stays_empty_past_the_hold_is_forgotten():
     assert src.silence(500, 500) == []
     empty.clear()  # a member joined later: it nacks from its start, and new data starts a stream
     assert [e.tree for e in src.published(600, [(601, "a", {}, record(601, "a"))], 601)] == ["a"]
+
+
+@given(pubend=st.text(min_size=1, max_size=40), tick=st.integers(0, 2**63),
+       channel=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="/+#\x00"),
+                       min_size=1, max_size=300))
+def test_a_records_trees_are_those_of_its_channel_whatever_its_encoding(pubend, tick, channel):
+    """The in-place read of an own record's channel (uint64 ticks, short channels) agrees with
+    decoding it, and any other layout is decoded."""
+    src = Source(pubend, "me:1", CONFIG, lambda ch: [ch, "#"])
+    rec = msgpack.packb([pubend, tick, channel, {}, "s", "i", b"x"])
+    assert src._record_trees(rec) == [channel, "#"]
+    assert src._record_trees(rec) == [channel, "#"]  # from the cache
