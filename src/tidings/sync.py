@@ -13,7 +13,7 @@ import contextlib
 import ssl
 import threading
 import time
-from collections.abc import Coroutine, Iterable, Iterator
+from collections.abc import Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from tidings.aio.server import new_event_loop
@@ -102,7 +102,8 @@ class SyncSubscription:
 class SyncClient:
     def __init__(self, address: str, service: str, instance: str | None, timeout: float,
                  request_timeout: float | None, credential: str | None = None,
-                 tls: ssl.SSLContext | bool = False, follow_advice: bool = True) -> None:
+                 tls: ssl.SSLContext | bool = False, follow_advice: bool = True,
+                 failover: Sequence[str] = ()) -> None:
         self.gaps_skipped: list[Gap] = []
         self.request_timeout = request_timeout
         self._loop = new_event_loop()
@@ -111,7 +112,7 @@ class SyncClient:
         try:
             self._client: Client = self._call(
                 Client.connect(address, service=service, instance=instance, timeout=timeout,
-                               credential=credential, tls=tls, follow_advice=follow_advice))
+                               credential=credential, tls=tls, follow_advice=follow_advice, failover=failover))
         except BaseException:
             self._stop_loop()
             raise
@@ -217,13 +218,14 @@ class SyncClient:
 def connect(address: str, *, service: str = "tidings-client", instance: str | None = None,
             timeout: float = 10.0, request_timeout: float | None = 60.0,
             credential: str | None = None, tls: ssl.SSLContext | bool = False,
-            follow_advice: bool = True) -> SyncClient:
+            follow_advice: bool = True, failover: Sequence[str] = ()) -> SyncClient:
     """Connect to a broker and return a blocking client (use it as a context manager).
 
     `timeout` bounds the connection; `request_timeout` bounds every call that expects an answer
     (publish, status, subscribe, and each wait for the next batch of a bounded `read`), so a hung
     broker raises TimeoutError instead of blocking for ever. `None` waits without limit.
     `credential` (NAME:SECRET) authenticates as that identity; `tls`
-    as in Client.connect; `follow_advice` as in Client.connect.
+    as in Client.connect; `follow_advice` and `failover` as in Client.connect.
     """
-    return SyncClient(address, service, instance, timeout, request_timeout, credential, tls, follow_advice)
+    return SyncClient(address, service, instance, timeout, request_timeout, credential, tls, follow_advice,
+                      failover)

@@ -17,6 +17,7 @@ import os
 import sys
 import time
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,14 +165,15 @@ def _check_overlay_options(args: argparse.Namespace, host: str) -> None:
             "listening on %s without --advertise: brokers that join this one will not reach it", args.listen)
 
 
-def _connect(args: argparse.Namespace, follow_advice: bool = True) -> Any:
+def _connect(args: argparse.Namespace, follow_advice: bool = True, failover: Sequence[str] = ()) -> Any:
     """A client of --broker; `status` asks a given broker, so it does not follow route advice."""
     from tidings import sync
 
     if not args.connect_timeout > 0:
         raise CliError("--connect-timeout must be a positive number of seconds", EXIT_INPUT)
     return sync.connect(args.broker, service=args.service, instance=args.instance, timeout=args.connect_timeout,
-                        credential=args.credential, tls=tls_cli.client_tls(args), follow_advice=follow_advice)
+                        credential=args.credential, tls=tls_cli.client_tls(args), follow_advice=follow_advice,
+                        failover=failover)
 
 
 def cmd_pub(args: argparse.Namespace) -> int:
@@ -254,7 +256,8 @@ def cmd_sub(args: argparse.Namespace) -> int:
     token = _read_token(token_file)
     durable: dict[str, Any] = ({"durable": True, "token": token} if token_file is not None
                                else {"durable": args.durable} if args.durable else {})
-    with _connect(args) as client, client.subscribe(args.pattern, filter=args.filter, start=start,
+    failover = _failover(args.failover, token_file is not None)
+    with _connect(args, failover=failover) as client, client.subscribe(args.pattern, filter=args.filter, start=start,
                                                     on_gap=on_gap, order=args.order, **durable) as sub:
         _say_ready(args, sub.position)
         while args.count is None or count < args.count:
@@ -277,6 +280,20 @@ def cmd_sub(args: argparse.Namespace) -> int:
             elif args.durable:  # the broker keeps the position: what is printed is consumed
                 sub.ack()
     return 0
+
+
+def _failover(option: str | None, token: bool) -> list[str]:
+    """The --failover addresses, checked."""
+    addresses = [a.strip() for a in (option or "").split(",") if a.strip()]
+    if addresses and not token:
+        raise CliError("--failover resumes a subscription from its token on another broker: give --token FILE",
+                       EXIT_INPUT)
+    for address in addresses:
+        try:
+            parse_address(address)
+        except TidingsError as exc:
+            raise CliError(f"--failover: {exc}", EXIT_INPUT) from None
+    return addresses
 
 
 def _read_token(path: Path | None) -> str | None:
@@ -372,6 +389,9 @@ def _add_pub_and_sub(sub: Any) -> None:
                     help="durable, with the position kept by the broker under NAME (for this --service): "
                          "run again with the same NAME, pattern and filter on the same broker to go on after "
                          "the last line printed (see docs/durable.md)")
+    sb.add_argument("--failover", metavar="HOST:PORT,...",
+                    help="with --token: when the connection to --broker is lost (the broker killed), resume on the "
+                         "first of these brokers (or --broker again) that answers within 60 s, from the token")
     sb.add_argument("--count", type=int, metavar="N", help="exit (code 0) after N events")
     sb.add_argument("--timeout", type=float, metavar="SECONDS", help="exit (code 4) after SECONDS")
     sb.add_argument("--ready-file", metavar="PATH",

@@ -19,7 +19,7 @@ import os
 import secrets
 import socket
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -48,6 +48,8 @@ WELCOME_TIMEOUT_S = 3.0  # a broker answers HELLO at once; silence this long mea
 FIRST_BYTES_SHOWN = 16  # of an answer that is not a tidings frame, quoted in NotABroker
 PROBE_TIMEOUT_S = 3.0  # to connect to one advised broker and get its WELCOME
 MOVE_WAIT_S = 10.0  # for the requests in flight on the old connection to be answered before a move
+FAILOVER_S = 60.0  # a lost connection's durable subscriptions are resumed on another broker within this
+FAILOVER_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)  # between rounds over the failover brokers (then the last)
 
 
 class PublishResult(NamedTuple):
@@ -307,11 +309,15 @@ class Client:
         self.moves = 0
         self._moving: asyncio.Future[None] | None = None
         self._following: asyncio.Task[None] | None = None
+        self.failover: list[str] = []  # brokers a lost connection's durable subscriptions resume on
+        self._failing_over: asyncio.Task[None] | None = None
+        self.failovers = 0
 
     @classmethod
     async def connect(cls, address: str, *, service: str = "tidings-client", instance: str | None = None,
                       timeout: float = 10.0, credential: str | Credential | None = None,
-                      tls: ssl.SSLContext | bool = False, follow_advice: bool = True) -> Client:
+                      tls: ssl.SSLContext | bool = False, follow_advice: bool = True,
+                      failover: Sequence[str] = ()) -> Client:
         """Connect and handshake within `timeout` seconds. Raises BrokerUnreachable when no connection
         can be made, NotABroker when what answers is not a tidings broker (it must answer HELLO
         within WELCOME_TIMEOUT_S), BrokerError when the broker refuses the client.
@@ -322,13 +328,18 @@ class Client:
         broker's certificate against the system's CAs, or give an SSLContext
         (tidings.aio.tls.client_context(ca) for a private CA). `follow_advice`: move, without the
         application noticing, to a broker the current one advises (closer, or less loaded, or
-        because it is stopping) while the connection holds no subscription; see docs/operations.md."""
+        because it is stopping) while the connection holds no subscription; see docs/operations.md.
+        `failover`: other brokers' addresses. When the connection is lost (the broker was killed,
+        the network cut) and every subscription is durable, they resume on the first of these (or
+        `address` again) that answers, from their tokens, within FAILOVER_S: the application's
+        iterators go on, with nothing lost and nothing twice; see docs/durable.md#failover."""
         host, port = parse_address(address)
         if isinstance(credential, str):
             credential = parse_credential(credential)
         instance = instance or f"{socket.gethostname()}-{os.getpid()}"
         client = cls(ClientSession(service, instance, credential, secrets.token_bytes(NONCE_BYTES)))
         client.address, client.follow_advice = address, follow_advice
+        client.failover = [a for a in failover if a != address]
         client._connect_args = {"service": service, "instance": instance, "timeout": timeout,
                                 "credential": credential, "tls": tls}
         loop = asyncio.get_running_loop()
@@ -525,9 +536,14 @@ class Client:
     async def close(self) -> None:
         if self._outbox:
             self._flush()
+        if self._failing_over is not None:
+            self._failing_over.cancel()
+        closing = self._closed is None
+        if closing:  # (so that losing the connection now is no reason to fail over)
+            self._closed = ConnectionClosed("the connection to the broker is closed")
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
-        if self._closed is None:
+        if closing:
             self._lost(None)
 
     async def __aenter__(self) -> Client:
@@ -678,7 +694,9 @@ class Client:
             other._renewal.cancel()
         old = self._transport
         assert old is not None and other._transport is not None
-        old.get_protocol().client = _Detached()  # type: ignore[attr-defined]
+        protocol = old.get_protocol()  # (None once the connection was lost: a failover)
+        if protocol is not None:
+            protocol.client = _Detached()  # type: ignore[attr-defined]
         other._transport.get_protocol().client = self  # type: ignore[attr-defined]
         self._session, self._transport = other._session, other._transport
         self.address, self.rtt_ns, self.info = address, other.rtt_ns, other.info
@@ -805,9 +823,15 @@ class Client:
         if self._acking is not None:
             self._acking.cancel()
             self._acking = None
+        lost = ConnectionClosed(f"the connection to the broker was lost: {exc}" if exc
+                                else "the connection to the broker is closed")
+        if self._closed is None and self._can_fail_over():
+            self._fail_requests(lost)  # their outcome is unknown: the application decides
+            self._moving = self._loop.create_future()  # new requests wait for the new connection
+            self._failing_over = self._loop.create_task(self._fail_over(lost, self._moving))
+            return
         if self._closed is None:
-            self._closed = ConnectionClosed(f"the connection to the broker was lost: {exc}" if exc
-                                            else "the connection to the broker is closed")
+            self._closed = lost
         err = self._closed_error()
         if not self._welcome.done():
             self._welcome.set_exception(err)
@@ -821,6 +845,70 @@ class Client:
         for sub in self._subs.values():
             sub._fail(err)
         self._subs.clear()
+
+    def _fail_requests(self, err: BaseException) -> None:
+        for frame in self._frames.values():
+            frame.fail(err)
+        self._frames.clear()
+        for fut in self._status.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._status.clear()
+
+    # ---- failover ----------------------------------------------------------------------------
+
+    def _can_fail_over(self) -> bool:
+        """Durable subscriptions resume exactly where their tokens say on any broker; a plain one
+        cannot, so a connection holding one fails as before."""
+        return (self._welcome.done() and bool(self.failover) and bool(self._subs) and self._failing_over is None
+                and all(sub.checkpoint is not None for sub in self._subs.values()))
+
+    async def _fail_over(self, lost: ConnectionClosed, moving: asyncio.Future[None]) -> None:
+        """Resume every subscription on the first failover broker (or the lost one, restarted) that
+        answers; new requests wait (`moving`) meanwhile. After FAILOVER_S, fail as a lost
+        connection does."""
+        dead = self.address
+        candidates = [*self.failover, dead]
+        deadline = self._loop.time() + FAILOVER_S
+        try:
+            for attempt in range(10_000):
+                for address in candidates:
+                    left = deadline - self._loop.time()
+                    if left <= 0 or self._closed is not None:
+                        break
+                    try:
+                        other = await Client.connect(address, **{**self._connect_args,
+                                                                 "timeout": min(left, PROBE_TIMEOUT_S)},
+                                                     follow_advice=False)
+                    except (TidingsError, OSError, TimeoutError):
+                        continue
+                    if self._closed is not None:
+                        await other.close()
+                        break
+                    self._switch(address, other)
+                    self.failover = [a for a in candidates if a != address]
+                    self.failovers += 1
+                    self._resubscribe()
+                    self._renew()
+                    if self._acking is None:
+                        self._acking = self._loop.call_later(ACK_INTERVAL_S, self._ack_durable)
+                    return
+                if self._closed is not None or self._loop.time() >= deadline:
+                    break
+                await asyncio.sleep(FAILOVER_BACKOFF_S[min(attempt, len(FAILOVER_BACKOFF_S) - 1)])
+            self._closed = self._closed or ConnectionClosed(f"{lost}; no broker of {candidates} answered "
+                                                            f"within {FAILOVER_S:g} s")
+            err = self._closed_error()
+            for sub in self._subs.values():
+                sub._fail(err)
+            self._subs.clear()
+        finally:
+            self._failing_over = None
+            self._moving = None
+            moving.set_result(None)
+            if self._outbox and not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._loop.call_soon(self._flush)
 
     def _abort(self) -> None:
         if self._transport is not None:
