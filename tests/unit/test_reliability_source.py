@@ -3,8 +3,6 @@ silence up to the present, and nacks answered from the log."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
@@ -118,22 +116,6 @@ def test_what_was_logged_before_this_run_is_read_not_assumed_silent():
     out = src.nacked("a", ((50, 200),), synced=300, log=LogState(last_tick=300, first_tick=1))
     assert [(r.after, r.through) for r in out if isinstance(r, ReadLog)] == [(50, 100)]
     assert [(knowledge(e).after, knowledge(e).through) for e in out if isinstance(e, PublishOnTree)] == [(100, 200)]
-
-
-def test_a_stream_whose_tree_stays_empty_past_the_hold_is_forgotten():
-    """Knowledge owed to members that left (never acknowledged) is pushed past the root's
-    TREE_EMPTY for `release_hold_ns` (the root may be a stale one), and then no longer."""
-    empty: set[str] = set()
-    src = Source("p", "me:1", replace(CONFIG, release_hold_ns=100), lambda channel: [channel],
-                 lambda now, tree: tree in empty)
-    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
-    empty.add("a")
-    silences = [e for now in range(10, 200, 10) for e in src.silence(now, now)]
-    assert silences and all(e.past_empty for e in silences)
-    assert max(knowledge(e).through for e in silences) < 120  # not after the hold
-    assert src.silence(500, 500) == []
-    empty.clear()  # a member joined later: it nacks from its start, and new data starts a stream
-    assert [e.tree for e in src.published(600, [(601, "a", {}, record(601, "a"))], 601)] == ["a"]
 
 
 @given(pubend=st.text(min_size=1, max_size=40), tick=st.integers(0, 2**63),

@@ -14,9 +14,7 @@ Trees with recent data, or whose root has not acknowledged everything, get perio
 the current time (`silence_interval_ns`): doubt horizons downstream advance, and a broker that lost
 the tail of the stream sees the gap and nacks it (this is the paper's pubend-driven liveness, AET:
 a silence message plays the AckExpected role). A tree whose stream is fully acknowledged and idle
-for `stream_idle_ns` is forgotten: an idle pubend costs nothing; so is one whose root has said the
-tree is empty for `release_hold_ns` (its periodic silence would otherwise go on for ever, owed to
-members that left). A stream whose root reports that
+for `stream_idle_ns` is forgotten: an idle pubend costs nothing. A stream whose root reports that
 durable subscriptions below have not released everything sent is kept, with its periodic
 silence, so their brokers' acks keep reporting how far they released (release.py).
 
@@ -238,9 +236,6 @@ class Source:
             if not recent and stream.acked_through >= stream.sent_through <= stream.released_through:
                 del self._streams[tree]
                 continue
-            if not self._still_counted(now, tree, stream):  # nobody below found it within the hold:
-                del self._streams[tree]  # what it owed goes to a member that joins later, by nacks
-                continue
             if synced > stream.sent_through:
                 owed = stream.acked_through < stream.sent_through
                 out.append(self._send(tree, stream.sent_through, synced, [], retransmit=False, past_empty=owed))
@@ -278,15 +273,15 @@ class Source:
         """The streams whose trees count for release: those with members, and for
         `release_hold_ns` those that lost them (a tree whose only subscriber broker failed looks
         empty too)."""
-        return [stream for tree, stream in self._streams.items() if self._still_counted(now, tree, stream)]
-
-    def _still_counted(self, now: int, tree: str, stream: _TreeStream) -> bool:
-        """The tree has members, or lost them less than `release_hold_ns` ago."""
-        if not self._empty(now, tree):
-            stream.empty_since = None
-        elif stream.empty_since is None:
-            stream.empty_since = now
-        return stream.empty_since is None or now - stream.empty_since < self.config.release_hold_ns
+        out = []
+        for tree, stream in self._streams.items():
+            if not self._empty(now, tree):
+                stream.empty_since = None
+            elif stream.empty_since is None:
+                stream.empty_since = now
+            if stream.empty_since is None or now - stream.empty_since < self.config.release_hold_ns:
+                out.append(stream)
+        return out
 
     def held_trees(self) -> dict[str, int]:
         """The trees whose durable subscriptions have not released all that was sent, with their
