@@ -79,9 +79,9 @@ class Harness:
                     break
             self.feed(LogRead(self.now, r.reader, got, self.state()))
 
-    def connect(self, conn: int, hello: bool = True) -> ClientSession:
+    def connect(self, conn: int, hello: bool = True, service: str = "svc") -> ClientSession:
         self.feed(Accepted(self.now, conn))
-        s = ClientSession("svc", f"i{conn}")
+        s = ClientSession(service, f"i{conn}")
         self.sessions[conn] = s
         if hello:
             self.send(conn, s.hello())

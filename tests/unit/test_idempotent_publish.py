@@ -104,3 +104,24 @@ def test_events_of_any_shape_are_refused_without_an_exception() -> None:
     msgs = h.inbox(1)
     assert of_type(msgs, messages.Ack)[0].ticks == [None] * len(shapes)
     assert sorted(e.context["seq"] - seq for e in of_type(msgs, messages.Error)) == list(range(len(shapes)))
+
+
+def test_producer_ids_are_scoped_by_the_clients_service() -> None:
+    """Two applications that chose the same producer id: neither's events are taken for the
+    other's repeats (which would acknowledge them without logging them)."""
+    h = Harness()
+    h.connect(1, service="billing")
+    h.connect(2, service="audit")
+    h.inbox(1), h.inbox(2)
+    one = publish(h, 1, "p1", ev(0))
+    two = publish(h, 2, "p1", ev(0))
+    h.sync()
+    a1, a2 = acks(h, 1)[one], acks(h, 2)[two]
+    assert a1.duplicates == [] and a2.duplicates == [] and a1.ticks != a2.ticks
+    assert len(h.records) == 2
+    h.connect(3, service="audit")  # the same service, another connection: a repeat
+    h.inbox(3)
+    again = publish(h, 3, "p1", ev(0))
+    h.sync()
+    got = acks(h, 3)[again]
+    assert got.ticks == a2.ticks and got.duplicates == [0]

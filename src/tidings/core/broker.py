@@ -432,7 +432,7 @@ class Broker:
         """A PUBLISH with a producer id: the dedup window (core/dedup.py) sorts its events out; the
         new ones are logged with their (producer, pseq) in the record, the others are answered with
         the tick they were logged with, once that tick is durable."""
-        screen = self.dedup.screen(msg.producer, msg.events, wall_us)
+        screen = self.dedup.screen(msg.producer, msg.events, wall_us, c.service)
         verdicts, ticks = screen.verdicts, screen.ticks
         refused = self.guard.check_publish(c.identity, c.conn, screen.events, self.now, out)
         valid: list[tuple[str, dict[str, Any], bytes]] = []

@@ -16,6 +16,10 @@ only moves up, for three reasons, each forgetting the oldest entries first:
   producer logged with consecutive ticks (one PUBLISH of a batch is typically one entry);
 - producers: more than `producers_max` producers with entries.
 
+A producer id is scoped by the publishing client's service (`scoped`): the window and the log keep
+the pair, so two applications that chose the same id never take each other's events for repeats
+(which would acknowledge an event without logging it).
+
 So the rule a publisher can rely on is exact: a `(producer, pseq)` whose original was logged with a
 tick above the horizon is a duplicate; one below it (a late duplicate, or one whose entry the caps
 evicted) is logged again, as a new event with a new tick.
@@ -44,6 +48,8 @@ from tidings.core import errors
 from tidings.core.errors import TidingsError
 
 PRODUCER_BYTES_MAX = 256  # UTF-8 bytes of a producer id
+SCOPE_CHARS_MAX = 256  # a client's service name (core/connection.py), the scope of its producer ids
+KEY_PRODUCER_BYTES_MAX = PRODUCER_BYTES_MAX + 4 * SCOPE_CHARS_MAX + 8  # a scoped id, as the log keeps it
 PSEQ_MAX = 2**64 - 1  # a pseq fits msgpack's unsigned 64-bit integer
 
 
@@ -106,6 +112,19 @@ def pseq_problem(pseq: Any) -> str | None:
     return None
 
 
+def scoped(scope: str, producer: str) -> str:
+    """The id the window and the log keep: `producer` within `scope` (the publishing client's
+    service), so that two applications that chose the same producer id do not take each other's
+    events for repeats. Length-prefixed: no two (scope, producer) pairs give the same string."""
+    return f"{len(scope)}:{scope}{producer}" if scope else producer
+
+
+def _key_producer_problem(producer: Any) -> bool:
+    """A producer id read back from the log is not one `scoped` can have made."""
+    return (type(producer) is not str or not producer
+            or len(producer.encode("utf-8", "surrogatepass")) > KEY_PRODUCER_BYTES_MAX)
+
+
 def encode_key(producer: str, pseq: int) -> bytes:
     """The bytes the log record keeps beside the event (storage/record.py)."""
     return msgpack.packb([producer, pseq])
@@ -116,7 +135,7 @@ def decode_key(key: bytes) -> tuple[str, int] | None:
         value = msgpack.unpackb(key)
     except Exception:  # msgpack raises several types for garbage
         return None
-    if (type(value) is not list or len(value) != 2 or producer_problem(value[0]) is not None
+    if (type(value) is not list or len(value) != 2 or _key_producer_problem(value[0])
             or pseq_problem(value[1]) is not None):
         return None
     return value[0], value[1]
@@ -140,14 +159,17 @@ class DedupWindow:
 
     # ---- the composer's interface ------------------------------------------------------------
 
-    def screen(self, producer: Any, events: list[Any], now_us: int) -> Screen:
-        """Sort out the events of one PUBLISH carrying `producer`: each is [channel, attributes,
-        payload, pseq]. Moves the horizon up to `now_us - window_us` first."""
+    def screen(self, producer: Any, events: list[Any], now_us: int, scope: str = "") -> Screen:
+        """Sort out the events of one PUBLISH carrying `producer` from a client of service `scope`:
+        each is [channel, attributes, payload, pseq]. Moves the horizon up to `now_us - window_us`
+        first."""
         self.advance(now_us)
         n = len(events)
+        whole = producer_problem(producer)
+        if whole is None:
+            producer = scoped(scope, producer)
         out = Screen(producer if type(producer) is str else "", [Verdict.REJECTED] * n, [None] * n,
                      [0] * n, [None] * n)
-        whole = producer_problem(producer)
         seen: dict[int, int] = {}
         entries = self._by_producer.get(producer) if whole is None else None
         # pseqs above every entry of the producer (the usual case: a producer counting up) are new
@@ -251,7 +273,7 @@ class DedupWindow:
                 continue
             producer, pseq = value
             if producer != checked:
-                if producer_problem(producer) is not None:
+                if _key_producer_problem(producer):
                     continue
                 checked = producer
             entries = self._by_producer.get(producer)
