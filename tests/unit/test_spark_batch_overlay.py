@@ -256,7 +256,9 @@ def test_a_pushdown_reader_reads_only_what_the_predicates_leave(fake: FakeOverla
 
 # ---- the workers' Python ----------------------------------------------------------------------------
 
-def test_workers_without_tidings_get_this_interpreter_for_the_data_source(tmp_path: Any) -> None:
+def test_workers_without_tidings_get_this_interpreter_for_the_data_source(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     class FakeContext:
         master = "local[2]"
         pythonExec = str(tmp_path / "no-such-python")
@@ -269,8 +271,13 @@ def test_workers_without_tidings_get_this_interpreter_for_the_data_source(tmp_pa
     seen = []
     with workers.worker_python(FakeSpark()):
         seen.append((sc.pythonExec, dict(sc.environment)))
-    assert seen[0][0] == sys.executable and workers.tidings_path() in seen[0][1]["PYTHONPATH"]
+    assert seen[0][0] == sys.executable  # it imports tidings through the PYTHONPATH it already has
+    monkeypatch.setattr(workers, "imports_tidings", lambda python, path: False)
+    with workers.worker_python(FakeSpark()):
+        seen.append((sc.pythonExec, dict(sc.environment)))
+    assert seen[1][0] == sys.executable and workers.tidings_path() in seen[1][1]["PYTHONPATH"]
     assert sc.pythonExec.endswith("no-such-python") and sc.environment == {"PYTHONHASHSEED": "0"}
+    monkeypatch.undo()
     assert workers.imports_tidings(sys.executable, workers.tidings_path())
     settings = workers.session_settings()
     assert settings["spark.pyspark.python"] == sys.executable

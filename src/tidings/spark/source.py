@@ -15,9 +15,10 @@ instead of silently sending less, and a broker of the overlay that cannot be rea
 its pubend out of the snapshot. With failOnDataLoss=true (the default) either fails the read; with
 false it is logged and the rest is read.
 
-Pushdown. With `spark.sql.python.filterPushdown.enabled`, `register()` installs a reader that takes
-Spark's simple predicates on tick, time, channel and pubend (pushdown.py); without it, Spark's own
-check forbids a reader that takes them, so the plain one is used.
+Pushdown. `register(spark, pushdown=True)` installs a reader that takes Spark's simple predicates on
+tick, time, channel and pubend (pushdown.py); Spark's own check then requires
+`spark.sql.python.filterPushdown.enabled`. It is off by default because Spark 4.3 keeps the reader
+that took one query's predicates for later queries on the same DataFrame (docs/spark.md).
 
 Every option is checked in `schema()` (as the read whose options they are parses them), so a bad
 one fails `load()` on the driver rather than a task. Log lines go to the logger `tidings.spark`.
@@ -43,8 +44,6 @@ from tidings.spark.workers import worker_python
 __all__ = ["SERVICE", "TickRangePartition", "TidingsDataSource", "TidingsReader", "read_events", "register"]
 
 logger = logging.getLogger("tidings.spark")
-
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 class TickRangePartition(InputPartition):
@@ -120,7 +119,7 @@ class TidingsDataSource(DataSource):
 
     # partitions when the option is not given; register() sets it from the session
     default_partitions: ClassVar[int] = 2
-    # whether Spark pushes predicates to Python data sources; register() reads it from the session
+    # whether the reader takes Spark's pushed predicates; register(pushdown=True) sets it
     pushdown: ClassVar[bool] = False
 
     @classmethod
@@ -160,31 +159,23 @@ def default_parallelism(spark: Any) -> int:
 
 
 def register(
-    spark: Any, default_partitions: int | None = None, *, pushdown: bool | None = None,
+    spark: Any, default_partitions: int | None = None, *, pushdown: bool = False,
 ) -> type[TidingsDataSource]:
     """Register the `tidings` format with `spark`; returns the registered class.
 
-    Data sources are created in Python workers that cannot ask the session for its parallelism
-    or whether it pushes predicates down (`spark.sql.python.filterPushdown.enabled`), so both are
-    read here and carried in a subclass (pickled by value, with the data source); `pushdown`
-    overrides the second. On a local master, the Python workers of this data source run an
-    interpreter that can import tidings (workers.py).
+    Data sources are created in Python workers that cannot ask the session for its parallelism, so
+    it is read here and carried in a subclass (pickled by value, with the data source), with
+    `pushdown` (the reader that takes Spark's predicates, see the module doc). On a local master,
+    the Python workers of this data source run an interpreter that can import tidings (workers.py).
     """
     partitions = default_partitions if default_partitions is not None else default_parallelism(spark)
     if partitions < 1:
         raise ValueError(f"tidings: default_partitions must be at least 1, got {partitions}")
     bound = type("TidingsDataSourceBound", (TidingsDataSource,), {
         "default_partitions": partitions,
-        "pushdown": pushdown_enabled(spark) if pushdown is None else pushdown,
+        "pushdown": pushdown,
         "__doc__": TidingsDataSource.__doc__,
     })
     with worker_python(spark):
         spark.dataSource.register(bound)
     return bound
-
-
-def pushdown_enabled(spark: Any) -> bool:
-    try:
-        return str(spark.conf.get(PUSHDOWN_CONF, "false")).strip().lower() == "true"
-    except Exception:
-        return False

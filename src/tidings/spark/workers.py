@@ -11,7 +11,7 @@ What this module does about it:
 - `worker_python(spark)`, around the data source's registration (source.register): on a local
   master, where the workers run on this machine, it checks that the configured interpreter can
   import tidings (once per interpreter and path) and, if it cannot, registers the data source to
-  run on this very interpreter, with this process's path to tidings. A cluster's executors are
+  run on this very interpreter, with this process's path to tidings if it needs it. A cluster's executors are
   elsewhere and are not checked here.
 - `session_settings()` gives the configuration that makes executors run this interpreter with this
   path: for a SparkSession builder (`configure`), before the session starts.
@@ -52,11 +52,10 @@ def session_settings() -> dict[str, str]:
 
 
 def configure(builder: Any) -> Any:
-    """A SparkSession builder with `session_settings()` and predicate pushdown for Python data
-    sources turned on; returns the builder."""
+    """A SparkSession builder with `session_settings()`; returns the builder."""
     for key, value in session_settings().items():
         builder = builder.config(key, value)
-    return builder.config("spark.sql.python.filterPushdown.enabled", "true")
+    return builder
 
 
 def imports_tidings(python: str, pythonpath: str) -> bool:
@@ -91,7 +90,8 @@ def worker_python(spark: Any) -> Iterator[None]:
                 "source runs its workers on %s instead", python, sys.executable)
     saved = environment.get("PYTHONPATH")
     sc.pythonExec = sys.executable
-    environment["PYTHONPATH"] = _joined(tidings_path(), saved or "")
+    if not imports_tidings(sys.executable, pythonpath):  # tidings is on this process's sys.path only
+        environment["PYTHONPATH"] = _joined(tidings_path(), saved or "")
     try:
         yield
     finally:
