@@ -19,6 +19,7 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNotNull, LessThanOrEqual, StringStartsWith
 
+from tests.unit.spark_overlay_fake import FakeBroker
 from tidings import sync
 from tidings.core.channels import pattern_matches
 from tidings.core.event import Event
@@ -29,15 +30,6 @@ from tidings.spark.planning import DataLossError, ReadError
 from tidings.spark.pushdown import narrow
 from tidings.spark.reading import read_range
 from tidings.spark.source import TidingsPushdownReader, TidingsReader
-
-
-@dataclass
-class FakeBroker:
-    pubend: str
-    address: str
-    leaf_set: list[str]
-    events: list[Event] = field(default_factory=list)
-    released_through: int = 0
 
 
 @dataclass
