@@ -6,18 +6,54 @@ so the session is shared by the whole run and the tests keep their queries few.
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tidings.testing import BrokerProcess, wait_for
 
 BROKER_START_S_MAX = 30.0
+STDERR_LINES_MAX = 20_000
+
+
+class SparkStderr:
+    """What Spark's JVM and its Python workers write to stderr, also passed through to ours: the
+    JVM is started with a pipe as its stderr, read by a thread into a bounded list of lines."""
+
+    def __init__(self) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=STDERR_LINES_MAX)
+        self.count = 0  # lines ever read
+        self._read_fd, self._write_fd = os.pipe()
+        self._out = os.dup(2)
+
+    def start_child_with_it(self, start: Callable[[], object]) -> object:
+        """Run `start` (which spawns the JVM) with fd 2 pointing into the pipe."""
+        os.dup2(self._write_fd, 2)
+        try:
+            return start()
+        finally:
+            os.dup2(self._out, 2)
+            os.close(self._write_fd)
+            threading.Thread(target=self._pump, name="spark-stderr", daemon=True).start()
+
+    def _pump(self) -> None:
+        with os.fdopen(self._read_fd, "rb") as pipe:
+            for raw in pipe:
+                os.write(self._out, raw)
+                self.lines.append(raw.decode(errors="replace"))
+                self.count += 1
+
+    def since(self, mark: int) -> list[str]:
+        """The lines read after `mark` (an earlier `count`) that are still held."""
+        return list(self.lines)[-(self.count - mark):] if self.count > mark else []
 
 
 def _java_missing() -> str | None:
@@ -30,7 +66,12 @@ def _java_missing() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+def spark_stderr() -> SparkStderr:
+    return SparkStderr()
+
+
+@pytest.fixture(scope="session")
+def spark(spark_stderr: SparkStderr) -> Iterator[object]:
     reason = _java_missing()
     if reason:
         pytest.skip(reason)
@@ -44,7 +85,7 @@ def spark() -> Iterator[object]:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # tests bind loopback only
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import this checkout's tidings
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("tidings-tests")
         .config("spark.ui.enabled", "false")
@@ -52,8 +93,8 @@ def spark() -> Iterator[object]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
     )
+    session: Any = spark_stderr.start_child_with_it(builder.getOrCreate)
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     try:

@@ -18,7 +18,6 @@ from pyspark import cloudpickle
 from tidings.core.channels import pattern_matches
 from tidings.core.errors import GapError
 from tidings.core.event import Event
-from tidings.spark import source
 from tidings.spark.arrow import EVENT_SCHEMA
 from tidings.spark.options import parse_read_options
 from tidings.spark.planning import DataLossError, ReadError
@@ -48,12 +47,21 @@ class FakeBroker:
     connections: list[str] = field(default_factory=list)
     bogus: list[Event] = field(default_factory=list)  # sent first on every read: a misbehaving broker
 
-    def connect(self, broker: str, instance: str) -> FakeClient:
+    def connect(self, opts: object, address: str, instance: str) -> FakeClient:
         self.connections.append(instance)
         return FakeClient(self)
 
 
+BROKER: dict[str, FakeBroker] = {}  # the test's broker: the connect function must pickle by reference
+
+
+def fake_connect(opts: object, address: str, instance: str) -> FakeClient:
+    return BROKER["now"].connect(opts, address, instance)
+
+
 class FakeClient:
+    pubend = "pe"
+
     def __init__(self, broker: FakeBroker) -> None:
         self.broker = broker
 
@@ -71,7 +79,7 @@ class FakeClient:
         return {
             "pubend": "pe",
             "first_tick": min(ticks) if ticks else None,
-            "last_tick": max(ticks) if ticks else None,
+            "last_tick": max(ticks) if ticks else 0,
             "released_through": self.broker.released_through,
         }
 
@@ -91,15 +99,15 @@ class FakeClient:
 
 
 @pytest.fixture
-def broker(monkeypatch: pytest.MonkeyPatch) -> FakeBroker:
-    fake = FakeBroker([make_event(t) for t in range(1000, 1100)])
-    monkeypatch.setattr(source, "connect", fake.connect)
-    return fake
+def broker() -> Iterator[FakeBroker]:
+    BROKER["now"] = FakeBroker([make_event(t) for t in range(1000, 1100)])
+    yield BROKER["now"]
+    BROKER.clear()
 
 
 def reader(**options: str) -> TidingsReader:
     opts = parse_read_options({"broker": "127.0.0.1:7400", "pattern": "nodes/+/load", **options})
-    return TidingsReader(opts, EVENT_SCHEMA)
+    return TidingsReader(opts, EVENT_SCHEMA, fake_connect)
 
 
 def read_all(r: TidingsReader) -> list[dict[str, Any]]:
@@ -217,15 +225,15 @@ def test_released_start_is_skipped_at_planning_when_allowed(
     with caplog.at_level(logging.WARNING, logger="tidings.spark"):
         rows = read_all(reader(startTick="900", failOnDataLoss="false"))
     assert [row["tick"] for row in rows] == expected_ticks(1000, 1099)
-    assert "skipping ticks (899, 999], 100 ticks" in caplog.text
+    assert "skipping ticks (899, 999] of pubend pe, 100 ticks" in caplog.text
 
 
 def test_reader_and_partitions_survive_pickling() -> None:
     r = reader(partitions="2", filter="load > 2")
     clone = cloudpickle.loads(cloudpickle.dumps(r))
     assert clone.opts == r.opts and clone.schema == r.schema
-    part = pickle.loads(pickle.dumps(TickRangePartition(3, 10, 20)))
-    assert (part.index, part.after, part.end, part.value) == (3, 10, 20, (10, 20))
+    part = pickle.loads(pickle.dumps(TickRangePartition(3, "pe", "a:1", 10, 20)))
+    assert (part.index, part.address, part.after, part.end, part.value) == (3, "a:1", 10, 20, ("pe", 10, 20))
 
 
 # --- the DataSource class --------------------------------------------------------------------------

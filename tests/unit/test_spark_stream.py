@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pyspark import cloudpickle
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from tests.unit.spark_overlay_fake import FakeBroker
 from tidings.core.channels import pattern_matches
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError
@@ -128,20 +129,6 @@ def test_losses_are_found_above_the_start_and_counted_when_skipped() -> None:
 
 
 # ---- the reader, against a fake overlay ------------------------------------------------------------
-
-@dataclass
-class FakeBroker:
-    pubend: str
-    address: str
-    leaf_set: list[str]
-    events: list[Event] = field(default_factory=list)
-    released_through: int = 0
-
-    def publish(self, tick: int, channel: str = "load/h1") -> Event:
-        event = Event(self.pubend, tick, channel, {"n": tick}, "test", "pub", b"")
-        self.events.append(event)
-        return event
-
 
 @dataclass
 class FakeOverlay:

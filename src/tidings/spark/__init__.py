@@ -14,11 +14,11 @@ from typing import Any
 __all__ = ["TidingsDataSource", "register"]
 
 
-def register(spark: Any, default_partitions: int | None = None) -> Any:
+def register(spark: Any, default_partitions: int | None = None, *, pushdown: bool = False) -> Any:
     """Register the `tidings` format with `spark` (see tidings.spark.source.register)."""
     from tidings.spark.source import register as _register  # noqa: PLC0415
 
-    return _register(spark, default_partitions)
+    return _register(spark, default_partitions, pushdown=pushdown)
 
 
 def __getattr__(name: str) -> Any:

@@ -21,7 +21,8 @@ Theory of operation. Spark asks the source for the end of the next micro-batch g
   read in parallel, each range from the broker that logged it. The ranges tile the micro-batch
   without overlap: each event is read by one task.
 
-Pure functions: no Spark, no broker, no clock.
+Pure functions: no Spark, no broker, no clock. (`Head`, a pubend as its broker reports it, is
+overlay.py's.)
 """
 
 from __future__ import annotations
@@ -30,16 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tidings.spark.offsets import Offset, OffsetError
+from tidings.spark.overlay import Head
 from tidings.spark.planning import ReadError, split_ticks
-
-
-@dataclass(frozen=True, slots=True)
-class Head:
-    """One pubend as its broker reports it."""
-
-    address: str  # the broker that logs it (bounded reads of its ticks go there)
-    last_tick: int  # its durable tail
-    released_through: int  # every tick at or below this was released (0: none)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,18 @@
-"""Planning a batch read: from the user's inclusive tick bounds and the broker's log bounds to a
-list of contiguous half-open tick ranges `(after, end]`, one per Spark task.
+"""Planning a batch read: from the user's inclusive tick bounds and each pubend's log bounds to a
+list of contiguous half-open tick ranges `(after, end]` of one pubend each, one per Spark task.
+
+The read covers every pubend of the overlay (overlay.py finds them and the broker that logs each).
+The bounds apply per pubend, as a checkpoint token's vector does: the read is the events between
+the vectors {p: start - 1} and {p: min(end, p's durable tail)}.
 
 Why the read is a consistent snapshot, read exactly once:
 
-- The end of the read is fixed once, on the driver, when the read is planned: the requested end
-  clamped to the log's durable tail (`last_tick`). Ticks are strictly increasing per pubend and only
+- The end of the read is fixed once per pubend, on the driver, when the read is planned: the
+  requested end clamped to that pubend's durable tail (`last_tick`). Ticks are strictly increasing per pubend and only
   durable events are served, so no event can later appear at a tick at or below that end: every task,
   and every retry of a task, sees the same events.
-- The ranges tile `(after, end]` without overlap or hole, so each tick belongs to exactly one task.
+- Each pubend's ranges tile its `(after, end]` without overlap or hole, so each event belongs to
+  exactly one task.
 - Retention is the one thing that can change a range under a task. Events released before the read
   began are seen here, through the status field `released_through`, and become a planning-time gap;
   events released while the read runs reach the task as a GAP from the broker. Either way the read
@@ -36,14 +41,16 @@ class DataLossError(ReadError):
 
     code = "data-loss"
 
-    def __init__(self, pattern: str, after_tick: int, through_tick: int) -> None:
+    def __init__(self, pattern: str, after_tick: int, through_tick: int, pubend: str | None = None) -> None:
+        of = "" if pubend is None else f" of pubend {pubend}"
         super().__init__(
-            f"tidings read of {pattern!r}: events after tick {after_tick} up to tick {through_tick} "
+            f"tidings read of {pattern!r}: events{of} after tick {after_tick} up to tick {through_tick} "
             "were released by the broker's retention before this read could get them; "
             'read a later range, or set .option("failOnDataLoss", "false") to skip them'
         )
         self.after_tick = after_tick
         self.through_tick = through_tick
+        self.pubend = pubend
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,22 @@ class LogBounds:
     first_tick: int | None  # oldest retained tick; None when nothing is retained
     last_tick: int | None  # durable tail; None when nothing was ever logged
     released_through: int | None  # every tick <= this was released; None when the broker does not say
+
+
+@dataclass(frozen=True, slots=True)
+class PubendRange:
+    """The ticks `(after, end]` of `pubend` that one task reads from the broker at `address`."""
+
+    pubend: str
+    address: str
+    after: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class OverlayPlan:
+    ranges: tuple[PubendRange, ...]  # per pubend contiguous, each end > after
+    lost: tuple[tuple[str, int, int], ...]  # (pubend, after, through) released before the read
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +122,12 @@ def plan_read(start_tick: int | None, end_tick: int | None, bounds: LogBounds, p
             return ReadPlan((), None)
         after = bounds.first_tick - 1
     else:
-        after = start_tick - 1
+        # the wire carries `after` as a tick >= 0; tick 0 is never an event's (ticks come from the
+        # clock), so a start at tick 0 asks for nothing a log with released_through=0 lacks
+        after = max(start_tick - 1, 0)
         if released is not None and after < released:
             lost = (after, released)
             after = released
-    # the wire carries `after` as a tick >= 0; tick 0 is never an event's (ticks come from the clock)
     after = max(after, 0)
     if bounds.last_tick is None:
         return ReadPlan((), lost)
@@ -116,6 +140,26 @@ def plan_read(start_tick: int | None, end_tick: int | None, bounds: LogBounds, p
     ranges = split_ticks(floor, end, partitions)
     first_end = ranges[0][1]
     return ReadPlan(((after, first_end), *ranges[1:]), lost)
+
+
+def plan_overlay_read(start_tick: int | None, end_tick: int | None,
+                      logs: Mapping[str, tuple[str, LogBounds]], partitions: int) -> OverlayPlan:
+    """The read of every pubend of the overlay: `logs` maps each pubend to the address of the
+    broker that logs it and its log bounds. The inclusive request [start_tick, end_tick] applies
+    to each pubend as a checkpoint token's vector does: pubend p is read over
+    (start_tick - 1, min(end_tick, p's durable tail)]. The partitions are shared out evenly among
+    the pubends with something to read, at least one range each."""
+    assert partitions >= 1
+    plans = {p: plan_read(start_tick, end_tick, bounds, partitions) for p, (_, bounds) in sorted(logs.items())}
+    lost = tuple((p, *plan.lost) for p, plan in plans.items() if plan.lost is not None)
+    reading = [p for p, plan in plans.items() if plan.ranges]
+    share = max(1, partitions // max(1, len(reading)))
+    ranges: list[PubendRange] = []
+    for pubend in reading:
+        address, bounds = logs[pubend]
+        ranges += [PubendRange(pubend, address, a, e)
+                   for a, e in plan_read(start_tick, end_tick, bounds, share).ranges]
+    return OverlayPlan(tuple(ranges), lost)
 
 
 def split_ticks(after: int, end: int, parts: int) -> tuple[tuple[int, int], ...]:

@@ -1,16 +1,24 @@
 """The PySpark data source `tidings`: the batch read `spark.read.format("tidings")` (here) and the
 streaming read `spark.readStream.format("tidings")` (stream.py).
 
-Theory of operation. The read is planned once, on the driver: `partitions()` asks the broker for
-its log bounds, fixes the end of the read at the durable tail, and cuts the requested ticks into
-contiguous half-open ranges (see planning.py for why that makes the read a consistent snapshot that
-sees each event once). Each Spark task opens its own connection and makes one bounded read of its
-range, `(after, end]`; the broker sends the matching events in tick order, then END. A retried task
-reads the same range again and gets the same events, so retries add no duplicates.
+Theory of operation. The read is planned once, on the driver. `partitions()` finds every pubend of
+the overlay, with the broker that logs it and its log bounds, by walking the brokers' leaf sets
+from the broker the user named (overlay.py); fixes the end of the read per pubend at its durable
+tail; and cuts each pubend's requested ticks into contiguous half-open ranges (planning.py says
+why that makes the read a consistent snapshot that sees each event once). Each Spark task opens its
+own connection to the broker that logs its pubend, never redirected elsewhere, checks that it
+still logs that pubend, and makes one bounded read of its range (reading.py). A retried task reads
+the same range again and gets the same events, so retries add no duplicates.
 
-Gaps. If retention released part of a range, the broker says so with a GAP instead of silently
-sending less. With failOnDataLoss=true (the default) the task fails with DataLossError; with false
-it logs the tick range it skipped and reads on after it.
+Gaps and missing brokers. If retention released part of a range, the broker says so with a GAP
+instead of silently sending less, and a broker of the overlay that cannot be reached would leave
+its pubend out of the snapshot. With failOnDataLoss=true (the default) either fails the read; with
+false it is logged and the rest is read.
+
+Pushdown. `register(spark, pushdown=True)` installs a reader that takes Spark's simple predicates on
+tick, time, channel and pubend (pushdown.py); Spark's own check then requires
+`spark.sql.python.filterPushdown.enabled`. It is off by default because Spark 4.3 keeps the reader
+that took one query's predicates for later queries on the same DataFrame (docs/spark.md).
 
 Every option is checked in `schema()` (as the read whose options they are parses them), so a bad
 one fails `load()` on the driver rather than a task. Log lines go to the logger `tidings.spark`.
@@ -19,151 +27,91 @@ one fails `load()` on the driver rather than a task. Log lines go to the logger 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from typing import Any, ClassVar, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Any, ClassVar
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
-from tidings.core.errors import GapError
-from tidings.core.event import Event
-from tidings.spark.arrow import EVENT_SCHEMA, arrow_schema, check_schema, events_to_batches
+from tidings.spark.arrow import EVENT_SCHEMA, arrow_schema, check_schema
 from tidings.spark.options import ReadOptions, check_options, parse_read_options, parse_stream_options
-from tidings.spark.planning import DataLossError, ReadError, bounds_from_status, plan_read
+from tidings.spark.overlay import SERVICE, Connect, connect, discover
+from tidings.spark.planning import DataLossError, LogBounds, ReadError, plan_overlay_read
+from tidings.spark.pushdown import Narrowing, narrow
+from tidings.spark.reading import read_events, read_range
+from tidings.spark.workers import worker_python
+
+__all__ = ["SERVICE", "TickRangePartition", "TidingsDataSource", "TidingsReader", "read_events", "register"]
 
 logger = logging.getLogger("tidings.spark")
 
-SERVICE = "spark"  # the source name the read's connections present to the broker
-
-
-class ReadSettings(Protocol):
-    """What a task's read needs of the options (batch or streaming)."""
-
-    @property
-    def pattern(self) -> str: ...
-
-    @property
-    def filter(self) -> str | None: ...
-
-    @property
-    def fail_on_data_loss(self) -> bool: ...
-
-
-class BrokerClient(Protocol):
-    """What the read needs of `tidings.sync`'s blocking client."""
-
-    def status(self) -> dict[str, Any]: ...
-
-    def read(
-        self, pattern: str, *, filter: str | None = None, after: int = 0, end: int | None = None,
-        on_gap: str = "raise",
-    ) -> Iterator[Any]: ...
-
-    def close(self) -> None: ...
-
-
-def connect(opts: ReadOptions, instance: str) -> Any:
-    """A context-managed blocking connection to the options' broker, with their credential and TLS
-    (imported late: workers import this module)."""
-    from tidings import sync  # noqa: PLC0415
-
-    tls: Any = False
-    if opts.tls_ca is not None:
-        from tidings.aio.tls import client_context  # noqa: PLC0415
-
-        tls = client_context(opts.tls_ca)
-    return sync.connect(opts.broker, service=SERVICE, instance=instance, credential=opts.credential, tls=tls)
-
 
 class TickRangePartition(InputPartition):
-    """The ticks `(after, end]` one task reads; an empty range (end <= after) reads nothing."""
+    """The ticks `(after, end]` of `pubend`, read from the broker at `address`; an empty range
+    (end <= after) reads nothing."""
 
-    def __init__(self, index: int, after: int, end: int) -> None:
-        super().__init__((after, end))
+    def __init__(self, index: int, pubend: str, address: str, after: int, end: int) -> None:
+        super().__init__((pubend, after, end))
         self.index = index
+        self.pubend = pubend
+        self.address = address
         self.after = after
         self.end = end
 
 
-def read_events(client: BrokerClient, opts: ReadSettings, after: int, end: int) -> Iterator[Event]:
-    """The events of `(after, end]` matching the read's pattern and filter, in tick order.
-
-    A gap either fails the read (DataLossError) or, with failOnDataLoss=false, is logged and read
-    past. The broker is a peer: an event outside the range or out of order fails the read rather
-    than risk a duplicate row.
-    """
-    position = after
-    skipped: list[tuple[int, int]] = []
-    while position < end:
-        try:
-            items = client.read(opts.pattern, filter=opts.filter, after=position, end=end, on_gap="raise")
-            for event in items:
-                if not isinstance(event, Event) or not position < event.tick <= end:
-                    raise ReadError(
-                        f"the broker sent {_describe(event)} while reading ({position}, {end}] in tick order"
-                    )
-                position = event.tick
-                yield event
-        except GapError as gap:
-            if opts.fail_on_data_loss:
-                raise DataLossError(opts.pattern, gap.after_tick, gap.through_tick) from None
-            if gap.through_tick <= position:
-                raise ReadError(
-                    f"the broker reported a gap ({gap.after_tick}, {gap.through_tick}] "
-                    f"behind the read position {position}"
-                ) from None
-            lost = (max(gap.after_tick, position), min(gap.through_tick, end))  # the part in this range
-            logger.warning(
-                "tidings read of %r: skipped ticks (%d, %d], released by retention before they were "
-                "read (failOnDataLoss=false)", opts.pattern, *lost,
-            )
-            skipped.append(lost)
-            position = lost[1]
-            continue
-        break
-    if skipped:
-        logger.warning(
-            "tidings read of %r, range (%d, %d]: skipped %d gap(s), %d ticks in all: %s",
-            opts.pattern, after, end, len(skipped), sum(b - a for a, b in skipped),
-            ", ".join(f"({a}, {b}]" for a, b in skipped),
-        )
-
-
-def _describe(item: object) -> str:
-    return f"tick {item.tick}" if isinstance(item, Event) else f"{type(item).__name__} {item!r}"
-
-
 class TidingsReader(DataSourceReader):
-    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+    def __init__(self, opts: ReadOptions, schema: StructType, connect_to: Connect = connect) -> None:
         self.opts = opts
         self.schema = schema
+        self.connect_to = connect_to
+        self.narrowing = Narrowing()
 
     def partitions(self) -> list[InputPartition]:
-        with connect(self.opts, "planner") as client:
-            status = client.status()
-        plan = plan_read(self.opts.start_tick, self.opts.end_tick, bounds_from_status(status),
-                         self.opts.partitions)
-        if plan.lost is not None:
-            lost_after, lost_through = plan.lost
+        if self.narrowing.empty:
+            return [TickRangePartition(0, "", "", 0, 0)]
+        heads = discover(self.opts, self.connect_to, self._unreachable)
+        wanted = self.narrowing.pubends
+        logs = {p: (h.address, LogBounds(h.first_tick, h.last_tick or None, h.released_through))
+                for p, h in heads.items() if wanted is None or p in wanted}
+        start, end = self.narrowing.bounds(self.opts.start_tick, self.opts.end_tick)
+        if start is not None and end is not None and start > end:
+            return [TickRangePartition(0, "", "", 0, 0)]
+        plan = plan_overlay_read(start, end, logs, self.opts.partitions)
+        for pubend, lost_after, lost_through in plan.lost:
             if self.opts.fail_on_data_loss:
-                raise DataLossError(self.opts.pattern, lost_after, lost_through)
+                raise DataLossError(self.opts.pattern, lost_after, lost_through, pubend)
             logger.warning(
-                "tidings read of %r: skipping ticks (%d, %d], %d ticks released by retention before "
-                "the read (failOnDataLoss=false)",
-                self.opts.pattern, lost_after, lost_through, lost_through - lost_after,
+                "tidings read of %r: skipping ticks (%d, %d] of pubend %s, %d ticks released by retention "
+                "before the read (failOnDataLoss=false)",
+                self.opts.pattern, lost_after, lost_through, pubend, lost_through - lost_after,
             )
         if not plan.ranges:
-            return [TickRangePartition(0, 0, 0)]
-        return [TickRangePartition(i, a, e) for i, (a, e) in enumerate(plan.ranges)]
+            return [TickRangePartition(0, "", "", 0, 0)]
+        return [TickRangePartition(i, r.pubend, r.address, r.after, r.end) for i, r in enumerate(plan.ranges)]
+
+    def _unreachable(self, address: str, exc: BaseException) -> None:
+        if self.opts.fail_on_data_loss:
+            raise ReadError(
+                f"tidings read of {self.opts.pattern!r}: broker {address} of the overlay is not reachable "
+                f"({exc}), so the events its pubend logged cannot be read; retry when it is back, or set "
+                '.option("failOnDataLoss", "false") to read the other pubends'
+            ) from None
+        logger.warning("tidings read of %r: broker %s of the overlay is not reachable (%s): the events its "
+                       "pubend logged are left out (failOnDataLoss=false)", self.opts.pattern, address, exc)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TickRangePartition), partition
-        if partition.end <= partition.after:
-            return
-        schema = arrow_schema(self.schema)
-        with connect(self.opts, f"read-{partition.index}") as client:
-            events = read_events(client, self.opts, partition.after, partition.end)
-            yield from events_to_batches(events, schema)
+        yield from read_range(self.opts, self.connect_to, partition.address, f"read-{partition.index}",
+                              partition.pubend, partition.after, partition.end, arrow_schema(self.schema),
+                              self.narrowing.channel)
+
+
+class TidingsPushdownReader(TidingsReader):
+    """The batch reader that takes Spark's pushed predicates (only with PUSHDOWN_CONF on)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        self.narrowing, remaining = narrow(filters, self.opts.pattern)
+        return remaining
 
 
 class TidingsDataSource(DataSource):
@@ -171,6 +119,8 @@ class TidingsDataSource(DataSource):
 
     # partitions when the option is not given; register() sets it from the session
     default_partitions: ClassVar[int] = 2
+    # whether the reader takes Spark's pushed predicates; register(pushdown=True) sets it
+    pushdown: ClassVar[bool] = False
 
     @classmethod
     def name(cls) -> str:
@@ -185,7 +135,8 @@ class TidingsDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         check_schema(schema)
-        return TidingsReader(self.read_options(), schema)
+        reader = TidingsPushdownReader if self.pushdown else TidingsReader
+        return reader(self.read_options(), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from tidings.spark.stream import TidingsStreamReader  # noqa: PLC0415
@@ -207,18 +158,24 @@ def default_parallelism(spark: Any) -> int:
         return 2
 
 
-def register(spark: Any, default_partitions: int | None = None) -> type[TidingsDataSource]:
+def register(
+    spark: Any, default_partitions: int | None = None, *, pushdown: bool = False,
+) -> type[TidingsDataSource]:
     """Register the `tidings` format with `spark`; returns the registered class.
 
     Data sources are created in Python workers that cannot ask the session for its parallelism, so
-    it is read here and carried in a subclass (pickled by value, with the data source).
+    it is read here and carried in a subclass (pickled by value, with the data source), with
+    `pushdown` (the reader that takes Spark's predicates, see the module doc). On a local master,
+    the Python workers of this data source run an interpreter that can import tidings (workers.py).
     """
     partitions = default_partitions if default_partitions is not None else default_parallelism(spark)
     if partitions < 1:
         raise ValueError(f"tidings: default_partitions must be at least 1, got {partitions}")
     bound = type("TidingsDataSourceBound", (TidingsDataSource,), {
         "default_partitions": partitions,
+        "pushdown": pushdown,
         "__doc__": TidingsDataSource.__doc__,
     })
-    spark.dataSource.register(bound)
+    with worker_python(spark):
+        spark.dataSource.register(bound)
     return bound

@@ -32,8 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -44,33 +43,17 @@ from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError, TidingsError
 from tidings.core.event import Event
 from tidings.spark.arrow import arrow_schema, events_to_batches
-from tidings.spark.micro_batch import Head, Loss, admit, find_losses, latest, plan_ranges, skip
+from tidings.spark.micro_batch import Loss, admit, find_losses, latest, plan_ranges, skip
 from tidings.spark.offsets import Offset
 from tidings.spark.options import StreamOptions
+from tidings.spark.overlay import Connect, Head, check_pubend, connect, discover
 from tidings.spark.planning import ReadError
-from tidings.spark.source import SERVICE, read_events
+from tidings.spark.reading import read_events
 
 logger = logging.getLogger("tidings.spark")
 
-MEMBERS_MAX = 1024  # brokers one discovery visits
 REGISTRATION_BUSY_S_MAX = 10.0  # the broker may still hold our previous connection's use of the name
 REGISTRATION_RETRY_S = 0.1
-
-Connect = Callable[[StreamOptions, str, str], Any]  # (options, address, instance) -> a context-managed client
-
-
-def connect(opts: StreamOptions, address: str, instance: str) -> Any:
-    """A blocking connection to the broker at `address`, which must stay there: route advice would
-    move it to another broker, whose bounded reads serve another pubend."""
-    from tidings import sync  # noqa: PLC0415  (imported late: executors import this module)
-
-    tls: Any = False
-    if opts.tls_ca is not None:
-        from tidings.aio.tls import client_context  # noqa: PLC0415
-
-        tls = client_context(Path(opts.tls_ca))
-    return sync.connect(address, service=SERVICE, instance=instance, credential=opts.credential, tls=tls,
-                        follow_advice=False)
 
 
 class StreamDataLossError(ReadError):
@@ -97,56 +80,6 @@ class StreamPartition(InputPartition):
         self.address = address
         self.after = after
         self.end = end
-
-
-# ---- the overlay, as the driver sees it ------------------------------------------------------------
-
-def discover(opts: StreamOptions, connect_to: Connect = connect) -> dict[str, Head]:
-    """Every pubend of the overlay `opts.broker` belongs to, with its broker's address, durable tail
-    and released prefix: a walk over the brokers' leaf sets (each broker's leaf set holds its
-    neighbours on both sides of the id ring, so the walk reaches every member). A broker that
-    cannot be reached is left out, except `opts.broker` itself: its pubends are read when it is back."""
-    pending, seen, heads = [opts.broker], set(), dict[str, Head]()
-    while pending:
-        address = pending.pop(0)
-        if address in seen:
-            continue
-        seen.add(address)
-        if len(seen) > MEMBERS_MAX:
-            raise ReadError(f"the overlay has more than {MEMBERS_MAX} brokers; the stream cannot plan over it")
-        try:
-            with connect_to(opts, address, "planner") as client:
-                status = client.status()
-        except (OSError, TimeoutError, TidingsError) as exc:
-            if address == opts.broker:
-                raise
-            logger.warning("tidings stream: broker %s of the overlay is not reachable (%s): its events are "
-                           "read when it is back", address, exc)
-            continue
-        pubend, head, members = _head(address, status)
-        heads.setdefault(pubend, head)
-        seen.add(status.get("overlay", {}).get("address", address))
-        pending += members
-    return heads
-
-
-def _head(address: str, status: dict[str, Any]) -> tuple[str, Head, list[str]]:
-    """A broker's pubend, its Head and the members it knows, checked (the broker is a peer)."""
-    pubend, last, released = status.get("pubend"), status.get("last_tick"), status.get("released_through")
-    if type(pubend) is not str or not pubend or type(last) is not int or not _tick(last) or not _tick(released or 0):
-        raise ReadError(f"the broker at {address} sent a malformed status (pubend={pubend!r}, "
-                        f"last_tick={last!r}, released_through={released!r})")
-    overlay = status.get("overlay")
-    members: list[str] = []
-    if isinstance(overlay, dict):
-        for item in [*overlay.get("leaf_set", []), *overlay.get("neighbours", [])]:
-            if isinstance(item, list) and len(item) >= 2 and isinstance(item[1], str):
-                members.append(item[1])
-    return pubend, Head(address, last, released or 0), members
-
-
-def _tick(value: object) -> bool:
-    return type(value) is int and value >= 0
 
 
 # ---- the durable subscription that pins the start and takes the releases ----------------------
@@ -262,7 +195,7 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The first `count` matching ticks of `pubend` in (after, end], and whether that is all."""
         found: list[int] = []
         with self.connect_to(self.opts, self._heads[pubend].address, "admission") as client:
-            _check_pubend(client, pubend, self._heads[pubend].address)
+            check_pubend(client, pubend, self._heads[pubend].address)
             items = client.read(self.opts.pattern, filter=self.opts.filter, after=after, end=end)
             try:
                 for item in items:
@@ -289,7 +222,7 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, StreamPartition), partition
         schema = arrow_schema(self.schema)
         with self.connect_to(self.opts, partition.address, f"stream-{partition.index}") as client:
-            _check_pubend(client, partition.pubend, partition.address)
+            check_pubend(client, partition.pubend, partition.address)
             yield from events_to_batches(read_events(client, self.opts, partition.after, partition.end), schema)
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -304,12 +237,6 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         """Nothing to free: no connection outlives a call (and Spark may never call this)."""
-
-
-def _check_pubend(client: Any, pubend: str, address: str) -> None:
-    if client.pubend != pubend:
-        raise ReadError(f"the broker at {address} now logs pubend {client.pubend}, not {pubend}: "
-                        "was it replaced? its old events cannot be read there")
 
 
 def _key(offset: Offset) -> str:

@@ -1,0 +1,145 @@
+"""The overlay as both reads of the data source see it: its pubends, where each is logged, and
+connections that stay at the broker they were opened to.
+
+Theory of operation. A pubend's events are logged once, by the broker that gave them their ticks,
+and a bounded read `(after, end]` at a broker serves that broker's own pubend log. So a read of the
+whole overlay needs, per pubend, the address of the broker that logs it:
+
+- **Discovery** walks the brokers' leaf sets from the broker the user named. Each broker's leaf set
+  holds its neighbours on both sides of the id ring, so the walk reaches every member; each broker
+  answers STATUS with its pubend, its durable tail (`last_tick`), its oldest retained tick
+  (`first_tick`) and its released prefix (`released_through`): a `Head`.
+- **Connections stay put.** A broker may advise a client to move to a closer broker (route advice).
+  A read that followed it would be served by another broker's log, so another pubend's events:
+  silently wrong rows. Every connection here is opened with `follow_advice=False`, and a reader
+  checks, once connected, that the broker still logs the pubend it planned for (a broker replaced
+  under the same address starts a new pubend).
+
+A broker that cannot be reached is the caller's to judge (`unreachable`): the streaming read holds
+its pubend back until it is back, the batch read fails rather than return a snapshot without it.
+The walk is bounded by MEMBERS_MAX brokers. Log lines go to the logger `tidings.spark`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from tidings.core.errors import TidingsError
+from tidings.spark.planning import ReadError
+
+logger = logging.getLogger("tidings.spark")
+
+SERVICE = "spark"  # the source name the data source's connections present to the brokers
+MEMBERS_MAX = 1024  # brokers one discovery visits
+
+
+class Reach(Protocol):
+    """What a connection needs of a read's options (batch or streaming)."""
+
+    @property
+    def broker(self) -> str: ...
+
+    @property
+    def credential(self) -> str | None: ...
+
+    @property
+    def tls_ca(self) -> str | None: ...
+
+
+Connect = Callable[[Any, str, str], Any]  # (options, address, instance) -> a context-managed client
+Unreachable = Callable[[str, BaseException], None]  # (address, why): raise to stop the walk
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """One pubend as its broker reports it."""
+
+    address: str  # the broker that logs it (bounded reads of its ticks go there)
+    last_tick: int  # its durable tail (0: nothing logged)
+    released_through: int  # every tick at or below this was released (0: none)
+    first_tick: int | None = None  # its oldest retained tick; None when nothing is retained
+
+
+def connect(opts: Reach, address: str, instance: str) -> Any:
+    """A blocking connection to the broker at `address` that stays there (see the module doc)."""
+    from tidings import sync  # noqa: PLC0415  (imported late: executors import this module)
+
+    tls: Any = False
+    if opts.tls_ca is not None:
+        from tidings.aio.tls import client_context  # noqa: PLC0415
+
+        tls = client_context(Path(opts.tls_ca))
+    return sync.connect(address, service=SERVICE, instance=instance, credential=opts.credential, tls=tls,
+                        follow_advice=False)
+
+
+def check_pubend(client: Any, pubend: str, address: str) -> None:
+    """Fail unless the broker `client` is connected to logs `pubend`."""
+    if client.pubend != pubend:
+        raise ReadError(f"the broker at {address} now logs pubend {client.pubend}, not {pubend}: "
+                        "was it replaced? its old events cannot be read there")
+
+
+def discover(opts: Reach, connect_to: Connect = connect, unreachable: Unreachable | None = None) -> dict[str, Head]:
+    """Every pubend of the overlay `opts.broker` belongs to, with its Head.
+
+    `opts.broker` itself must answer (its error is raised). Another broker that cannot be reached
+    is passed to `unreachable`, which may raise; by default it is logged and left out.
+    """
+    pending, seen, heads = [opts.broker], set[str](), dict[str, Head]()
+    while pending:
+        address = pending.pop(0)
+        if address in seen:
+            continue
+        seen.add(address)
+        if len(seen) > MEMBERS_MAX:
+            raise ReadError(f"the overlay has more than {MEMBERS_MAX} brokers; the read cannot plan over it")
+        try:
+            with connect_to(opts, address, "planner") as client:
+                status = client.status()
+        except (OSError, TimeoutError, TidingsError) as exc:
+            if address == opts.broker:
+                raise
+            (unreachable or _log_unreachable)(address, exc)
+            continue
+        pubend, head, members = read_status(address, status)
+        heads.setdefault(pubend, head)
+        overlay = status.get("overlay")
+        if isinstance(overlay, dict) and isinstance(overlay.get("address"), str):
+            seen.add(overlay["address"])
+        pending += members
+    return heads
+
+
+def _log_unreachable(address: str, exc: BaseException) -> None:
+    logger.warning("tidings: broker %s of the overlay is not reachable (%s): its events are read when "
+                   "it is back", address, exc)
+
+
+def read_status(address: str, status: dict[str, Any]) -> tuple[str, Head, list[str]]:
+    """A broker's pubend, its Head and the members it knows, checked (the broker is a peer)."""
+    pubend, last, released = status.get("pubend"), status.get("last_tick"), status.get("released_through")
+    first = status.get("first_tick")
+    if (type(pubend) is not str or not pubend or not _tick(last) or not _tick(released or 0)
+            or not (first is None or _tick(first))):
+        raise ReadError(f"the broker at {address} sent a malformed status (pubend={pubend!r}, "
+                        f"first_tick={first!r}, last_tick={last!r}, released_through={released!r})")
+    assert isinstance(last, int)
+    if first is not None and first > last:
+        raise ReadError(f"the broker at {address} sent an inconsistent status: first_tick={first}, "
+                        f"last_tick={last}")
+    overlay = status.get("overlay")
+    members: list[str] = []
+    if isinstance(overlay, dict):
+        for item in [*overlay.get("leaf_set", []), *overlay.get("neighbours", [])]:
+            if isinstance(item, list) and len(item) >= 2 and isinstance(item[1], str):
+                members.append(item[1])
+    return pubend, Head(address, last, released or 0, first), members
+
+
+def _tick(value: object) -> bool:
+    return type(value) is int and value >= 0

@@ -1,0 +1,147 @@
+"""What one Spark task does, for the batch and the streaming read alike: one bounded read of the
+ticks `(after, end]` of one pubend, at the broker that logs it, as Arrow record batches.
+
+Theory of operation. The task connects to the broker that logs the pubend (never redirected by
+route advice, overlay.py), checks that it still logs that pubend, and asks for the matching events
+of its range; the broker sends them in tick order, then END. Only durable events are served and
+ticks only rise per pubend, so a retried task reads the same events: retries add no duplicates.
+
+Gaps. If retention released part of the range, the broker says so with a GAP instead of silently
+sending less. With failOnDataLoss=true the task fails with DataLossError; with false it logs the
+tick range it skipped and reads on after it.
+
+Stopping early. `limit(5).collect()` or `show()` stop reading a task's rows after a few: Spark
+closes the task's generator, and every generator and connection inside it is closed here, in
+order (batches, events, the broker's read, the connection), so nothing is left to be collected
+after its event loop is gone ("Event loop is closed", "coroutine ... was never awaited"). When
+Spark has already dropped the task's output socket, the Python worker that runs the task would
+print a BrokenPipeError traceback on its way out (PySpark's daemon re-raises its failed flush); a
+worker whose output is gone is of no further use, so it leaves quietly instead (`leave_quietly`),
+once its connection to the broker is closed. That is done only inside a Spark task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from tidings.core.errors import GapError
+from tidings.core.event import Event
+from tidings.spark.arrow import events_to_batches
+from tidings.spark.overlay import Connect, check_pubend
+from tidings.spark.planning import DataLossError, ReadError
+
+logger = logging.getLogger("tidings.spark")
+
+OUTPUT_LOST = (BrokenPipeError, ConnectionResetError)  # the worker's socket to Spark is gone
+
+
+class ReadSettings(Protocol):
+    """What a task's read needs of the options (batch or streaming)."""
+
+    @property
+    def pattern(self) -> str: ...
+
+    @property
+    def filter(self) -> str | None: ...
+
+    @property
+    def fail_on_data_loss(self) -> bool: ...
+
+
+def read_events(client: Any, opts: ReadSettings, after: int, end: int, pattern: str | None = None) -> Iterator[Event]:
+    """The events of `(after, end]` matching the read's pattern (or `pattern`) and filter, in tick order.
+
+    A gap either fails the read (DataLossError) or, with failOnDataLoss=false, is logged and read
+    past. The broker is a peer: an event outside the range or out of order fails the read rather
+    than risk a duplicate row. Closing this generator closes the broker's read.
+    """
+    pattern = opts.pattern if pattern is None else pattern
+    position = after
+    skipped: list[tuple[int, int]] = []
+    while position < end:
+        items = client.read(pattern, filter=opts.filter, after=position, end=end, on_gap="raise")
+        try:
+            for event in items:
+                if not isinstance(event, Event) or not position < event.tick <= end:
+                    raise ReadError(
+                        f"the broker sent {_describe(event)} while reading ({position}, {end}] in tick order"
+                    )
+                position = event.tick
+                yield event
+        except GapError as gap:
+            if opts.fail_on_data_loss:
+                raise DataLossError(pattern, gap.after_tick, gap.through_tick) from None
+            if gap.through_tick <= position:
+                raise ReadError(
+                    f"the broker reported a gap ({gap.after_tick}, {gap.through_tick}] "
+                    f"behind the read position {position}"
+                ) from None
+            lost = (max(gap.after_tick, position), min(gap.through_tick, end))  # the part in this range
+            logger.warning(
+                "tidings read of %r: skipped ticks (%d, %d], released by retention before they were "
+                "read (failOnDataLoss=false)", pattern, *lost,
+            )
+            skipped.append(lost)
+            position = lost[1]
+            continue
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+        break
+    if skipped:
+        logger.warning(
+            "tidings read of %r, range (%d, %d]: skipped %d gap(s), %d ticks in all: %s",
+            pattern, after, end, len(skipped), sum(b - a for a, b in skipped),
+            ", ".join(f"({a}, {b}]" for a, b in skipped),
+        )
+
+
+def _describe(item: object) -> str:
+    return f"tick {item.tick}" if isinstance(item, Event) else f"{type(item).__name__} {item!r}"
+
+
+def read_range(
+    opts: Any, connect_to: Connect, address: str, instance: str, pubend: str, after: int, end: int,
+    schema: pa.Schema, pattern: str | None = None, leave: Callable[[], None] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """A task's rows: the events of `pubend` in `(after, end]`, read at `address`, as record
+    batches of `schema`. An empty range connects to nothing."""
+    if end <= after:
+        return
+    output_lost = False
+    try:
+        with connect_to(opts, address, instance) as client:
+            check_pubend(client, pubend, address)
+            events = read_events(client, opts, after, end, pattern)
+            batches = events_to_batches(events, schema)
+            try:
+                yield from batches
+            except GeneratorExit as stop:
+                output_lost = isinstance(stop.__context__, OUTPUT_LOST)
+                raise
+            finally:
+                batches.close()
+                events.close()
+    finally:
+        if output_lost:  # the connection is closed by now
+            (leave or leave_quietly)()
+
+def leave_quietly() -> None:
+    """End this Python worker without a word, if it runs a Spark task: Spark dropped its output
+    (an early-stopping action), so the worker can do nothing more and would only print a
+    BrokenPipeError on its way out. Outside a Spark task, do nothing."""
+    from pyspark import TaskContext  # noqa: PLC0415
+
+    if TaskContext.get() is None:
+        return
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os._exit(0)
