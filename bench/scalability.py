@@ -2,9 +2,11 @@
 rate a publisher's broker and 1..N subscriber brokers can deliver to durable subscribers, with and
 without subscriber disconnections, in the simulator and on real processes.
 
-    python bench/scalability.py [--mode sim|real|both] [--shbs 1,2,4] [--subscribers 10,40]
-        [--real-shbs 1,2] [--real-subscribers 2,6] [--warm-s 2] [--window-s 6]
-        [--disconnect-every-s 6] [--away-s 0.1] [--seed 1] [--plot docs/img/fig4-scalability.png]
+    python bench/scalability.py [--mode sim|real|both] [--shbs 1,2] [--subscribers 8,24]
+        [--real-shbs 1,2] [--real-subscribers 4,12] [--warm-s 2] [--window-s 4]
+        [--disconnect-every-s 4] [--away-s 0.067] [--seeds 1,2] [--ns-per-call NS] [--out FILE]
+        [--plot docs/img/fig4-scalability.png]
+    python bench/scalability.py --report FILE.jsonl [...] [--plot PNG]    # table and plot of recorded lines
 
 Setup (the paper's): one publisher's broker (PHB) at 800 events/s in all, four publishers of 200
 events/s each (the paper's 4 pubends; a tidings broker has one pubend, which the four share);
@@ -13,16 +15,17 @@ passes a quarter of the events, so each subscriber receives 200 events/s. The PH
 it is the rendez-vous point of the tree, so SHBs hang off it as in the paper's star.
 
 Peak rate. The paper adds subscribers to each SHB until it saturates. Here each configuration runs
-twice, with the two subscriber counts of `--subscribers` (k1, k2) per SHB, and each broker's CPU
-is measured over the window: in the simulator the time its core spends handling inputs
-(src/tidings/sim/scalability.py), on real processes the broker process's CPU (/proc). Per SHB,
+twice, with the two subscriber counts of `--subscribers` (k1, k2) per SHB, and each broker's work
+is measured over the window: in the simulator the function calls its core makes (deterministic,
+src/tidings/sim/scalability.py) times the CPU nanoseconds per call, measured once at the start of
+the sweep (or `--ns-per-call`); on real processes the broker process's CPU (/proc). Per SHB,
 utilisation = fixed + k x per-subscriber cost (a line through the two points); the SHB's peak is the
 k at utilisation 1 (one core), times the rate each subscriber received. The aggregate peak is the sum
 over SHBs, divided by the PHB's utilisation when that passes 1 (then the PHB cannot even publish
 800 events/s). "Ratio to linear" is the aggregate over N x the 1-SHB aggregate.
 
 Disconnections: the paper's "every 300 s for 5 s" shortened to `--disconnect-every-s` and
-`--away-s` (default 6 s and 0.1 s: the same 1/60 of the time away, 50 times as often), staggered;
+`--away-s` (default 4 s and 0.067 s: the same 1/60 of the time away, 75 times as often), staggered;
 each subscriber resumes on its SHB with its checkpoint token.
 
 Every run checks delivery while it measures: in the simulator the overlay-wide checker, on real
@@ -34,6 +37,7 @@ to bench/results/scalability.jsonl.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -108,6 +112,7 @@ def run_sim(args: argparse.Namespace, shbs: int, k: int, disconnect: bool) -> di
     started = time.monotonic()
     r = run_scalability(_scenario(args, shbs, k, disconnect), CallMeter)
     return {"subscribers_per_shb": k, "delivered_per_s": r.delivered_per_s, "calls_per_s": r.work_per_s,
+            "received_per_s": r.received_per_s,
             "utilisation": [c * args.ns_per_call / 1e9 for c in r.work_per_s], "forwarders": r.forwarders,
             "reconnections": r.reconnections, "problems": r.problems, "wall_s": time.monotonic() - started}
 
@@ -214,19 +219,42 @@ def _own_cpu_s() -> float:
 
 # ---- the report ----------------------------------------------------------------------------------
 
-def table(lines: list[dict[str, Any]]) -> str:
-    out = ["| mode | disconnections | SHBs | delivered/s (k1, k2) | PHB util. | per-SHB peak | aggregate peak | "
-           "ratio to linear | checked |", "|---|---|---|---|---|---|---|---|---|"]
-    base = {(x["mode"], x["disconnections"]): x["aggregate_peak"] for x in lines if x["shbs"] == 1}
+def summarise(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (mode, disconnections, SHBs): the lines of every seed run for it, their aggregate
+    peaks' mean, and the ratio of that mean to N x the 1-SHB mean."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for x in lines:
-        one = base.get((x["mode"], x["disconnections"]))
-        ratio = f"{x['aggregate_peak'] / (x['shbs'] * one):.2f}" if x["aggregate_peak"] and one else "-"
-        peaks = [f["peak"] for f in x["fits"]]
-        shown = "-" if None in peaks else f"{min(peaks):,}-{max(peaks):,}"
-        agg = "-" if x["aggregate_peak"] is None else f"{x['aggregate_peak']:,}"
-        ok = "0 lost/dup/reordered" if not x["problems"] else f"{len(x['problems'])} problems"
-        out.append(f"| {x['mode']} | {x['disconnections']} | {x['shbs']} | {x['delivered_per_s'][0]:,}, "
-                   f"{x['delivered_per_s'][1]:,} | {x['phb_utilisation']:.3f} | {shown} | {agg} | {ratio} | {ok} |")
+        groups.setdefault((x["mode"], x["disconnections"], x["shbs"]), []).append(x)
+    rows = []
+    order = {"sim": 0, "real": 1, "none": 0, "disconnecting": 1}
+    for (mode, disc, n), group in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], order[kv[0][1]], kv[0][2])):
+        peaks = [x["aggregate_peak"] for x in group if x["aggregate_peak"]]
+        rows.append({"mode": mode, "disconnections": disc, "shbs": n, "lines": group,
+                     "mean": sum(peaks) / len(peaks) if peaks else None, "peaks": peaks})
+    base = {(r["mode"], r["disconnections"]): r["mean"] for r in rows if r["shbs"] == 1}
+    for r in rows:
+        one = base.get((r["mode"], r["disconnections"]))
+        r["ratio"] = r["mean"] / (r["shbs"] * one) if r["mean"] and one else None
+    return rows
+
+
+def table(lines: list[dict[str, Any]]) -> str:
+    out = ["| mode | disconnections | SHBs | lines | delivered/s at k2 | PHB util. | per-SHB peak | aggregate peak | "
+           "ratio to linear | checked |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in summarise(lines):
+        group = r["lines"]
+        per_shb = [f["peak"] for x in group for f in x["fits"]]
+        shown = "-" if None in per_shb else f"{min(per_shb):,}-{max(per_shb):,}"
+        agg = "-" if r["mean"] is None else f"{round(r['mean']):,}"
+        if len(r["peaks"]) > 1:
+            agg += f" ({min(r['peaks']):,}-{max(r['peaks']):,})"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        problems = sum(len(x["problems"]) for x in group)
+        ok = "0 lost/dup/reordered" if not problems else f"{problems} problems"
+        delivered = sum(x["delivered_per_s"][1] for x in group) / len(group)
+        phb = max(x["phb_utilisation"] for x in group)
+        out.append(f"| {r['mode']} | {r['disconnections']} | {r['shbs']} | {len(group)} | {round(delivered):,} | "
+                   f"{phb:.3f} | {shown} | {agg} | {ratio} | {ok} |")
     return "\n".join(out)
 
 
@@ -239,28 +267,34 @@ def plot(lines: list[dict[str, Any]], path: str) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
     styles = {("sim", "none"): ("tab:blue", "o-"), ("sim", "disconnecting"): ("tab:blue", "s--"),
               ("real", "none"): ("tab:green", "o-"), ("real", "disconnecting"): ("tab:green", "s--")}
+    rows = summarise(lines)
     for (mode, disc), (color, style) in styles.items():
-        pts = [(x["shbs"], x["aggregate_peak"]) for x in lines
-               if x["mode"] == mode and x["disconnections"] == disc and x["aggregate_peak"]]
+        pts = [r for r in rows if r["mode"] == mode and r["disconnections"] == disc and r["mean"]]
         if not pts:
             continue
-        xs, ys = zip(*sorted(pts), strict=True)
-        left.plot(xs, [y / 1000 for y in ys], style, color=color, label=f"tidings {mode}, {disc}")
-        right.plot(xs, [y / (x * ys[0]) if xs[0] == 1 else float("nan") for x, y in zip(xs, ys, strict=True)],
-                   style, color=color, label=f"tidings {mode}, {disc}")
+        xs = [r["shbs"] for r in pts]
+        left.errorbar(xs, [r["mean"] / 1000 for r in pts], fmt=style, color=color, capsize=3,
+                      yerr=[[(r["mean"] - min(r["peaks"])) / 1000 for r in pts],
+                            [(max(r["peaks"]) - r["mean"]) / 1000 for r in pts]],
+                      label=f"tidings {mode}, {disc}")
+        right.plot(xs, [r["ratio"] if r["ratio"] else float("nan") for r in pts], style, color=color,
+                   label=f"tidings {mode}, {disc}")
     for disc, style in (("none", "^-"), ("disconnecting", "v--")):
         xs, ys = zip(*sorted(PAPER[disc].items()), strict=True)
         left.plot(xs, [y / 1000 for y in ys], style, color="tab:red", label=f"paper (Gryphon), {disc}")
         right.plot(xs, [y / (x * ys[0]) for x, y in zip(xs, ys, strict=True)], style, color="tab:red",
                    label=f"paper (Gryphon), {disc}")
-    left.set_xscale("log", base=2)
+    ticks = sorted({x["shbs"] for x in lines} | {1, 4})
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
     left.set_yscale("log")
     left.set_xlabel("subscriber brokers")
     left.set_ylabel("aggregate peak rate to subscribers (k events/s)")
     left.legend(fontsize=7)
-    right.set_xscale("log", base=2)
     right.axhspan(0.9, 1.1, color="0.9")
-    right.set_ylim(0.5, 1.3)
+    right.set_ylim(0.5, max([1.3, *(y + 0.05 for line in right.get_lines() for y in line.get_ydata())]))
     right.set_xlabel("subscriber brokers")
     right.set_ylabel("aggregate / (N x the 1-SHB aggregate)")
     right.set_title("ratio to linear (grey: within 10 %)", fontsize=9)
@@ -272,23 +306,31 @@ def plot(lines: list[dict[str, Any]], path: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=["sim", "real", "both"], default="sim")
-    ap.add_argument("--shbs", default="1,2,4", help="subscriber broker counts in the simulator")
-    ap.add_argument("--subscribers", default="4,12", help="k1,k2: durable subscribers per SHB, simulator")
+    ap.add_argument("--shbs", default="1,2", help="subscriber broker counts in the simulator")
+    ap.add_argument("--subscribers", default="8,24", help="k1,k2: durable subscribers per SHB, simulator")
     ap.add_argument("--real-shbs", default="1,2", help="subscriber broker counts on real processes")
-    ap.add_argument("--real-subscribers", default="2,6", help="k1,k2 per SHB on real processes")
+    ap.add_argument("--real-subscribers", default="4,12", help="k1,k2 per SHB on real processes")
     ap.add_argument("--disconnections", default="none,disconnecting",
                     help="none, disconnecting, or both (comma-separated)")
     ap.add_argument("--warm-s", type=float, default=2.0, help="publishing before the measurement window")
-    ap.add_argument("--window-s", type=float, default=6.0, help="the measurement window (seconds; virtual in the sim)")
-    ap.add_argument("--disconnect-every-s", type=float, default=6.0, help="the paper: 300")
-    ap.add_argument("--away-s", type=float, default=0.1, help="the paper: 5")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--window-s", type=float, default=4.0, help="the measurement window (seconds; virtual in the sim)")
+    ap.add_argument("--disconnect-every-s", type=float, default=4.0, help="the paper: 300")
+    ap.add_argument("--away-s", type=float, default=0.067, help="the paper: 5")
+    ap.add_argument("--seeds", default="1", help="seeds (comma-separated): each configuration runs once per seed")
     ap.add_argument("--ns-per-call", type=float, default=None,
                     help="CPU ns per function call in the core (default: measured at the start of the sweep)")
     ap.add_argument("--calibration-runs", type=int, default=3)
     ap.add_argument("--out", default=str(HERE / "results" / "scalability.jsonl"))
     ap.add_argument("--plot", default=None, help="PNG path (needs matplotlib)")
+    ap.add_argument("--report", nargs="+", metavar="JSONL",
+                    help="run nothing: the table (and --plot) of the lines in these files")
     args = ap.parse_args()
+    if args.report:
+        lines = [json.loads(x) for path in args.report for x in Path(path).read_text().splitlines() if x]
+        print(table(lines))
+        if args.plot:
+            plot(lines, args.plot)
+        return
 
     def counts(text: str) -> list[int]:
         return [int(x) for x in text.split(",") if x]
@@ -302,6 +344,8 @@ def main() -> None:
         ap.error("--subscribers and --real-subscribers take two counts, k1 < k2")
     lines = []
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    seeds = counts(args.seeds)
+    args.seed = seeds[0]
     calibration = None
     if args.mode in ("sim", "both") and args.ns_per_call is None:
         calibration = calibrate(args, counts(args.subscribers)[1])
@@ -309,21 +353,20 @@ def main() -> None:
         print(f"calibration: {calibration}", file=sys.stderr, flush=True)
     for mode, shb_counts, (k1, k2) in plan:
         runner = run_sim if mode == "sim" else run_real
-        for disc in args.disconnections.split(","):
-            for n in shb_counts:
-                low, high = (runner(args, n, k, disc == "disconnecting") for k in (k1, k2))
-                line = combine(mode, disc, n, low, high)
-                line.update(time=stamp, calibration=calibration if mode == "sim" else None,
-                            ns_per_call=args.ns_per_call if mode == "sim" else None, warm_s=args.warm_s,
-                            window_s=args.window_s, seed=args.seed,
-                            disconnect_every_s=args.disconnect_every_s, away_s=args.away_s,
-                            runs=[low, high])
-                lines.append(line)
-                with open(args.out, "a") as fh:
-                    fh.write(json.dumps(line) + "\n")
-                print(f"{mode} {disc} {n} SHBs: aggregate peak {line['aggregate_peak']}, "
-                      f"PHB {line['phb_utilisation']}, {len(line['problems'])} problems, {line['wall_s']} s",
-                      file=sys.stderr, flush=True)
+        for disc, n, seed in itertools.product(args.disconnections.split(","), shb_counts, seeds):
+            args.seed = seed
+            low, high = (runner(args, n, k, disc == "disconnecting") for k in (k1, k2))
+            line = combine(mode, disc, n, low, high)
+            line.update(time=stamp, calibration=calibration if mode == "sim" else None,
+                        ns_per_call=args.ns_per_call if mode == "sim" else None, warm_s=args.warm_s,
+                        window_s=args.window_s, seed=args.seed, disconnect_every_s=args.disconnect_every_s,
+                        away_s=args.away_s, runs=[low, high])
+            lines.append(line)
+            with open(args.out, "a") as fh:
+                fh.write(json.dumps(line) + "\n")
+            print(f"{mode} {disc} {n} SHBs seed {args.seed}: aggregate peak {line['aggregate_peak']}, "
+                  f"PHB {line['phb_utilisation']}, {len(line['problems'])} problems, {line['wall_s']} s",
+                  file=sys.stderr, flush=True)
     print(table(lines))
     for x in lines:
         for p in x["problems"][:5]:

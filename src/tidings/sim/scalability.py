@@ -87,6 +87,7 @@ class ScalabilityResult:
     delivered: int  # events received by subscribers over the whole run
     delivered_per_s: list[float]  # per SHB, in the window
     work_per_s: list[float]  # per broker (0: the PHB): the meter's work per virtual second of the window
+    received_per_s: list[float]  # per broker: Received inputs (reads off its connections) per virtual second
     forwarders: int  # SHBs that forward the tree to other SHBs
     reconnections: int
     stats: dict[str, int] = field(default_factory=dict)
@@ -184,9 +185,11 @@ def run_scalability(scenario: ScalabilityScenario,
         _schedule_disconnections(world, subscribers, window_start, window_start + window_ns,
                                  int(s.disconnect_every_s * SECOND_NS), int(s.away_s * SECOND_NS))
     work0 = [0 if m is None else m.work() for m in meters]
+    reads0 = [node.stats.get("Received", 0) for node in nodes]
     got0 = [sum(len(sub.received) for sub in here) for here in subscribers]
     world.run(until_ns=window_start + window_ns)
     work = [0.0 if m is None else (m.work() - w0) / s.window_s for m, w0 in zip(meters, work0, strict=True)]
+    reads = [(node.stats.get("Received", 0) - r0) / s.window_s for node, r0 in zip(nodes, reads0, strict=True)]
     got = [(sum(len(sub.received) for sub in here) - g0) / s.window_s
            for here, g0 in zip(subscribers, got0, strict=True)]
     deadline = world.now + 60 * SECOND_NS
@@ -202,7 +205,7 @@ def run_scalability(scenario: ScalabilityScenario,
         problems.append(f"only {acked} of {PUBLISHERS * total} events were acknowledged")
     return ScalabilityResult(
         scenario=s, problems=problems, acked=acked, delivered=sum(len(sub.received) for sub in everyone),
-        delivered_per_s=got, work_per_s=work, forwarders=_forwarders(nodes),
+        delivered_per_s=got, work_per_s=work, received_per_s=reads, forwarders=_forwarders(nodes),
         reconnections=sum(sub.moves for sub in everyone),
         stats={"gaps": sum(len(sub.gaps) for sub in everyone), "virtual_s": world.now // SECOND_NS})
 
