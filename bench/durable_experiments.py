@@ -52,27 +52,39 @@ OTHER_TREES = ("exp/a", "exp/a/#", "#")
 class Subscriber(threading.Thread):
     """A durable subscriber that keeps its token, and resumes from it when its broker is back."""
 
-    def __init__(self, address: str, pattern: str, stop: threading.Event) -> None:
+    def __init__(self, address: str, pattern: str, stop: threading.Event, filter: str | None = None) -> None:
         super().__init__(daemon=True)
-        self.address, self.pattern, self.stop = address, pattern, stop
+        self.address, self.pattern, self.stop, self.filter = address, pattern, stop, filter
         self.ticks: list[int] = []
         self.token: str | None = None
         self.resumed_at: list[float] = []
         self.caught_up_at: list[float] = []
         self.ready = threading.Event()
+        # planned disconnections (bench/scalability.py): from `drop_at` (time.monotonic()) until
+        # `drop_until`, the subscriber closes its connection every `drop_every_s` and resumes
+        # `away_s` later with its token
+        self.drop_at: float | None = None
+        self.drop_until = self.drop_every_s = self.away_s = 0.0
+        self.drops = 0
+
+    def plan_drops(self, first_at: float, every_s: float, away_s: float, until: float) -> None:
+        self.drop_every_s, self.away_s, self.drop_until = every_s, away_s, until
+        self.drop_at = first_at if first_at < until else None
 
     def run(self) -> None:
         while not self.stop.is_set():
             try:
                 with sync.connect(self.address, follow_advice=False, timeout=2) as client:
-                    sub = client.subscribe(self.pattern, token=self.token) if self.token else \
-                        client.subscribe(self.pattern, durable=True)
+                    sub = client.subscribe(self.pattern, filter=self.filter, token=self.token) if self.token else \
+                        client.subscribe(self.pattern, filter=self.filter, durable=True)
                     self.token = sub.token
                     if self.ticks:
                         self.resumed_at.append(time.time())
                     self.ready.set()
                     behind = bool(self.ticks)
                     while not self.stop.is_set():
+                        if self.drop_at is not None and time.monotonic() >= self.drop_at:
+                            break  # a planned disconnection: the connection closes with the `with`
                         try:
                             ev = sub.get(timeout=0.5)
                         except TimeoutError:
@@ -84,6 +96,12 @@ class Subscriber(threading.Thread):
                         if behind and time.time() * 1e6 - ev.tick < CAUGHT_UP_S * 1e6:
                             self.caught_up_at.append(time.time())
                             behind = False
+                if self.drop_at is not None and time.monotonic() >= self.drop_at:
+                    self.drops += 1
+                    self.drop_at += self.drop_every_s
+                    if self.drop_at >= self.drop_until:
+                        self.drop_at = None
+                    self.stop.wait(self.away_s)
             except (TidingsError, OSError):
                 self.stop.wait(0.2)  # its broker is down: try again
 

@@ -29,6 +29,7 @@ every callback, so nothing from before a crash reaches the new core.
 from __future__ import annotations
 
 from collections import deque
+from typing import Protocol
 
 from tidings.core.broker import Broker
 from tidings.core.config import BrokerConfig
@@ -64,6 +65,14 @@ from tidings.sim.disk import SURVIVE_NONE, Disk
 from tidings.sim.network import Endpoint, Listener, Network, Socket
 from tidings.sim.peer_faults import PeerFaults
 from tidings.sim.world import Timer, World
+
+
+class WorkMeter(Protocol):
+    """Measures the work done between `begin` and `end` (one input handled by the core)."""
+
+    def begin(self) -> None: ...
+
+    def end(self) -> None: ...
 
 
 class _ServerSide(Endpoint):
@@ -141,6 +150,10 @@ class BrokerNode(Listener):
         self._inputs: deque[Input] = deque()
         self._feeding = False
         self.stats: dict[str, int] = {}
+        # what the caller may hang around every `handle` of the core to measure the broker's own
+        # work (src/tidings/sim/scalability.py: CPU time, or function calls). It only measures:
+        # nothing here reads it back, so a run's trace does not depend on it.
+        self.meter: WorkMeter | None = None
 
     def heal_partition(self) -> None:
         """Send what the peer faults held back across a partition, now that it is over."""
@@ -233,7 +246,14 @@ class BrokerNode(Listener):
             while self._inputs and self.core is not None:
                 nxt = self._inputs.popleft()
                 self._trace_input(nxt)
-                self.apply(self.core.handle(nxt))
+                meter = self.meter
+                if meter is None:
+                    self.apply(self.core.handle(nxt))
+                else:
+                    meter.begin()
+                    effects = self.core.handle(nxt)
+                    meter.end()
+                    self.apply(effects)
             if self.core is not None:
                 self._arm_timer()
         finally:
