@@ -1,5 +1,6 @@
-"""The PySpark data source `tidings`: the batch read `spark.read.format("tidings")` (here) and the
-streaming read `spark.readStream.format("tidings")` (stream.py).
+"""The PySpark data source `tidings`: the batch read `spark.read.format("tidings")` (here), the
+streaming read `spark.readStream.format("tidings")` (stream.py) and the exactly-once sink
+`df.write` / `df.writeStream` `.format("tidings")` (sink.py).
 
 Theory of operation. The read is planned once, on the driver: `partitions()` asks the broker for
 its log bounds, fixes the end of the read at the durable tail, and cuts the requested ticks into
@@ -22,13 +23,26 @@ import logging
 from collections.abc import Iterator
 from typing import Any, ClassVar, Protocol
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
 from tidings.core.errors import GapError
 from tidings.core.event import Event
 from tidings.spark.arrow import EVENT_SCHEMA, arrow_schema, check_schema, events_to_batches
-from tidings.spark.options import ReadOptions, check_options, parse_read_options, parse_stream_options
+from tidings.spark.options import (
+    ReadOptions,
+    check_options,
+    parse_read_options,
+    parse_stream_options,
+    parse_write_options,
+)
 from tidings.spark.planning import DataLossError, ReadError, bounds_from_status, plan_read
 
 logger = logging.getLogger("tidings.spark")
@@ -167,7 +181,8 @@ class TidingsReader(DataSourceReader):
 
 
 class TidingsDataSource(DataSource):
-    """`spark.read.format("tidings")` and `spark.readStream.format("tidings")`; see docs/spark.md."""
+    """`spark.read`, `spark.readStream`, `df.write` and `df.writeStream` `.format("tidings")`; see
+    docs/spark.md."""
 
     # partitions when the option is not given; register() sets it from the session
     default_partitions: ClassVar[int] = 2
@@ -192,6 +207,21 @@ class TidingsDataSource(DataSource):
 
         check_schema(schema)
         return TidingsStreamReader(parse_stream_options(self.options, self.default_partitions), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """The sink (sink.py); the options and columns are checked here, on the driver."""
+        from tidings.spark.rows import check_sink_schema  # noqa: PLC0415
+        from tidings.spark.sink import TidingsWriter  # noqa: PLC0415
+
+        if overwrite:
+            raise ValueError('tidings sink: a broker\'s log is appended to, never overwritten: use .mode("append")')
+        return TidingsWriter(parse_write_options(self.options, streaming=False), check_sink_schema(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from tidings.spark.rows import check_sink_schema  # noqa: PLC0415
+        from tidings.spark.sink import TidingsStreamWriter  # noqa: PLC0415
+
+        return TidingsStreamWriter(parse_write_options(self.options, streaming=True), check_sink_schema(schema))
 
 
 def default_parallelism(spark: Any) -> int:
