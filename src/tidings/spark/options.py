@@ -292,6 +292,9 @@ _WRITE_OPTION_NAMES = {
     for name in ("broker", "writeId", "credential", "tlsCa", "rowsPerPublish", "testOnlyFailFirstAttempt")
 }
 
+# options Spark hands every sink, which are Spark's own business
+_SPARK_WRITE_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})
+
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
@@ -314,7 +317,8 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool) -> Write
         if key.lower() in reads and key.lower() not in _WRITE_OPTION_NAMES:
             raise ValueError(f'tidings: option "{reads[key.lower()]}" is an option of the tidings read, not of the '
                              "sink (which takes broker, writeId, credential, tlsCa, rowsPerPublish)")
-    opts = _known(options, _WRITE_OPTION_NAMES, {}, "")
+    opts = _known({k: v for k, v in options.items() if k.lower() not in _SPARK_WRITE_OPTIONS},
+                  _WRITE_OPTION_NAMES, {}, "")
     write_id = opts.get("writeid")
     if write_id is not None and streaming:
         raise ValueError('tidings: option "writeId" is for df.write; a streaming query\'s rows are named by its '
