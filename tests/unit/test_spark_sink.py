@@ -30,7 +30,7 @@ from pyspark.sql.types import (  # noqa: E402
 from tidings.client.client import DuplicateResult, PublishResult  # noqa: E402
 from tidings.core.channels import validate_channel  # noqa: E402
 from tidings.core.dedup import PSEQ_MAX  # noqa: E402
-from tidings.core.errors import BrokerError  # noqa: E402
+from tidings.core.errors import BrokerError, EventError  # noqa: E402
 from tidings.spark.options import ROWS_PER_PUBLISH_MAX, WriteOptions, parse_write_options  # noqa: E402
 from tidings.spark.producer import (  # noqa: E402
     BATCHES_MAX,
@@ -309,3 +309,19 @@ def test_a_row_the_client_refuses_fails_the_task_naming_it() -> None:
         write_rows(table, PLAIN, Task("w", 0), OPTS, broker.connect)
     with pytest.raises(SinkError, match="row 0 of partition 1: its channel is null"):
         write_rows([(None, b"x", None)], PLAIN, Task("w", 1), OPTS, broker.connect)
+
+
+def test_an_oversized_payload_fails_the_task_naming_its_row() -> None:
+    broker = Broker()
+    broker.event_bytes_max = 10  # type: ignore[attr-defined]
+
+    def client_check(items: list[tuple[Any, ...]], *, producer: str | None = None) -> list[Any]:
+        if any(len(p.encode() if isinstance(p, str) else p) > 10 for _c, p, _a, _s in items):
+            raise EventError("payload of 11 bytes exceeds event_bytes_max=10")
+        return Broker.publish_many(broker, items, producer=producer)
+
+    broker.publish_many = client_check  # type: ignore[method-assign]
+    table = [("out/a", b"small", None), ("out/a", "é" * 6, None)]  # 12 bytes as UTF-8
+    with pytest.raises(SinkError, match=r"row 1 of partition 0: its payload of 12 bytes exceeds the broker's "
+                                        r"event_bytes_max=10"):
+        write_rows(table, PLAIN, Task("w", 0), OPTS, broker.connect)

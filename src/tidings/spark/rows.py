@@ -124,13 +124,17 @@ def row_key(key: Any) -> int:
         raise RowError(str(exc)) from None
 
 
-def row_problem(channel: Any, payload: Any, attributes: Any = None) -> str | None:
-    """Why the broker would refuse this row's event, as far as it can be told without the broker
-    (it alone knows its `event_bytes_max`); None when nothing is wrong."""
+def row_problem(channel: Any, payload: Any, attributes: Any = None, payload_bytes_max: int | None = None
+                ) -> str | None:
+    """Why the broker would refuse this row's event (a payload is checked against the broker's
+    `event_bytes_max` when it is given); None when nothing is wrong."""
     try:
-        event_channel, _payload, event_attributes = row_event(channel, payload, attributes)
+        event_channel, event_payload, event_attributes = row_event(channel, payload, attributes)
         validate_channel(event_channel)
         validate_attributes(event_attributes)
     except ValueError as exc:
         return str(exc)
+    size = len(event_payload.encode() if isinstance(event_payload, str) else event_payload)
+    if payload_bytes_max is not None and size > payload_bytes_max:
+        return f"its payload of {size} bytes exceeds the broker's event_bytes_max={payload_bytes_max}"
     return None

@@ -139,8 +139,9 @@ def _publish(client: Publisher, chunk: list[tuple[Any, ...]], producer: str, fir
         row = f"row {first + bad}" if bad is not None else f"rows {first} to {first + len(chunk) - 1}"
         raise SinkError(f"tidings sink: {row} of {where}: the broker refused its event: {exc}") from None
     except ValueError as exc:  # refused by the client before anything was sent
+        payload_max = getattr(client, "event_bytes_max", None)
         for k, (channel, payload, attributes, _seq) in enumerate(chunk):
-            problem = row_problem(channel, payload, attributes)
+            problem = row_problem(channel, payload, attributes, payload_max)
             if problem is not None:
                 raise SinkError(f"tidings sink: row {first + k} of {where}: {problem}") from None
         raise SinkError(f"tidings sink: rows {first} to {first + len(chunk) - 1} of {where}: {exc}") from None
