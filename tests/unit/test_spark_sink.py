@@ -150,7 +150,8 @@ def test_write_options() -> None:
                                streaming=False)
     assert (opts.broker, opts.write_id, opts.rows_per_publish, opts.fail_first_attempt) == \
         ("127.0.0.1:7400", "n1", 10, False)
-    assert parse_write_options({"broker": "h:1"}, streaming=True).write_id is None
+    assert parse_write_options({"broker": "h:1", "checkpointLocation": "/cp", "path": "p"}, streaming=True) == \
+        WriteOptions("h:1", None, 1000)  # Spark's own options are let through
     with pytest.raises(ValueError, match=r'"writeId" is for df\.write'):
         parse_write_options({"broker": "h:1", "writeId": "x"}, streaming=True)
     with pytest.raises(ValueError, match='"pattern" is an option of the tidings read'):
