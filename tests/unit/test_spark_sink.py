@@ -265,6 +265,8 @@ def test_the_test_option_fails_the_first_attempt_after_its_first_publish() -> No
         write_rows(rows(7), PLAIN, Task("w", 0, attempt=0), opts, broker.connect)
     commit = write_rows(rows(7), PLAIN, Task("w", 0, attempt=1), opts, broker.connect)
     assert (len(broker.log), commit.duplicates) == (7, 3)
+    with pytest.raises(SinkError, match="after publishing 2 rows"):  # a single, last publish too
+        write_rows(rows(2, 7), PLAIN, Task("w", 1, attempt=0), opts, broker.connect)
 
 
 def test_keyed_rows_are_named_by_key_across_partitions_and_batches() -> None:

@@ -118,13 +118,19 @@ def write_rows(rows: Iterable[Sequence[Any]], columns: SinkColumns, task: Task, 
                 client = client or stack.enter_context(open_client())
                 _publish(client, chunk, producer, index + 1 - len(chunk), task, commit)
                 chunk = []
-                if opts.fail_first_attempt and task.attempt == 0:
-                    raise SinkError(f"tidings sink: testOnlyFailFirstAttempt: partition {task.partition} fails "
-                                    f"after publishing {commit.rows} rows")
+                _fail_if_asked(opts, task, commit)
         if chunk:
             client = client or stack.enter_context(open_client())
             _publish(client, chunk, producer, commit.rows, task, commit)
+            _fail_if_asked(opts, task, commit)
     return commit
+
+
+def _fail_if_asked(opts: WriteOptions, task: Task, commit: SinkCommit) -> None:
+    """testOnlyFailFirstAttempt: the first attempt of a task dies once it has published."""
+    if opts.fail_first_attempt and task.attempt == 0:
+        raise SinkError(f"tidings sink: testOnlyFailFirstAttempt: partition {task.partition} fails after "
+                        f"publishing {commit.rows} rows")
 
 
 def _publish(client: Publisher, chunk: list[tuple[Any, ...]], producer: str, first: int, task: Task,
@@ -186,12 +192,12 @@ class TidingsWriter(DataSourceArrowWriter):
         return write_rows(arrow_rows(iterator), self.columns, task, self.opts,
                           lambda: connect(self.opts, f"sink-{task.partition}"))
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         tasks, rows, duplicates = _summary(messages)
         logger.info("tidings sink: write %s published %d rows from %d tasks to %s (%d had been published before)",
                     self.write_id, rows, tasks, self.opts.broker, duplicates)
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         tasks, rows, _ = _summary(messages)
         logger.warning("tidings sink: write %s failed; %d tasks had published their %d rows, which stay published "
                        "(an event log takes nothing back). Run the same write again with .option(\"writeId\", %r) "
@@ -218,12 +224,12 @@ class TidingsStreamWriter(DataSourceStreamArrowWriter):
         return write_rows(arrow_rows(iterator), self.columns, task, self.opts,
                           lambda: connect(self.opts, f"sink-{task.batch}-{task.partition}"))
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks, rows, duplicates = _summary(messages)
         logger.info("tidings sink: micro-batch %d published %d rows from %d tasks to %s (%d had been published "
                     "before)", batchId, rows, tasks, self.opts.broker, duplicates)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks, rows, _ = _summary(messages)
         logger.warning("tidings sink: micro-batch %d aborted; %d tasks had published their %d rows, which stay "
                        "published. When the query runs again it replays the micro-batch, and the broker "
