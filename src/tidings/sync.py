@@ -137,6 +137,11 @@ class SyncClient:
         return self._client.pubend
 
     @property
+    def event_bytes_max(self) -> int:
+        """As Client.event_bytes_max: the largest payload the broker accepts."""
+        return self._client.event_bytes_max
+
+    @property
     def address(self) -> str:
         """The broker this client is connected to now (route advice may have moved it)."""
         return self._client.address

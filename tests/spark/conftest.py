@@ -86,7 +86,9 @@ def spark(spark_stderr: SparkStderr) -> Iterator[object]:
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import this checkout's tidings
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     builder = (
-        SparkSession.builder.master("local[2]")
+        # local[2, 2]: a failed task runs once more, as on a cluster (plain local[2] never retries),
+        # so the sink's tests can fail a task after it published and watch the retry
+        SparkSession.builder.master("local[2,2]")
         .appName("tidings-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

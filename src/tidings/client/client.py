@@ -382,6 +382,11 @@ class Client:
     def pubend(self) -> str | None:
         return self._session.pubend
 
+    @property
+    def event_bytes_max(self) -> int:
+        """The largest payload the broker accepts (from its WELCOME); a larger one is refused."""
+        return self._session.event_bytes_max
+
     # ---- publishing ------------------------------------------------------------------------------
 
     def publish(self, channel: str, payload: bytes | str = b"", attributes: dict[str, Any] | None = None,

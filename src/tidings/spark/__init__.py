@@ -3,6 +3,7 @@
     from tidings.spark import register
     register(spark)
     df = spark.read.format("tidings").option("broker", "127.0.0.1:7400").option("pattern", "a/#").load()
+    df.select("channel", "payload").write.format("tidings").mode("append").option("broker", "127.0.0.1:7400").save()
 
 Importing this package does not import PySpark; `register` and `TidingsDataSource` do.
 """

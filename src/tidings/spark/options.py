@@ -282,3 +282,54 @@ def _boolean(text: str | None, name: str, *, default: bool) -> bool:
     if lowered == "false":
         return False
     raise ValueError(f'tidings: option "{name}" must be "true" or "false", got {text!r}')
+
+
+ROWS_PER_PUBLISH_MAX = 10_000
+ROWS_PER_PUBLISH_DEFAULT = 1000
+
+_WRITE_OPTION_NAMES = {
+    name.lower(): name
+    for name in ("broker", "writeId", "credential", "tlsCa", "rowsPerPublish", "testOnlyFailFirstAttempt")
+}
+
+# options Spark hands every sink, which are Spark's own business
+_SPARK_WRITE_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """The sink's options (`df.write` / `df.writeStream` `.format("tidings")`)."""
+
+    broker: str
+    write_id: str | None  # names a batch write's rows (producer.py); None: drawn once per job, or the query's id
+    rows_per_publish: int
+    credential: str | None = None
+    tls_ca: str | None = None
+    fail_first_attempt: bool = False  # tests only: a task's first attempt fails after its first publish
+
+
+def parse_write_options(options: Mapping[str, str], *, streaming: bool) -> WriteOptions:
+    """Check and convert the sink's options; ValueError naming the first bad one."""
+    from tidings.spark.producer import check_write_id  # noqa: PLC0415
+
+    reads = {**_OPTION_NAMES, **_STREAM_OPTION_NAMES}
+    for key in options:
+        if key.lower() in reads and key.lower() not in _WRITE_OPTION_NAMES:
+            raise ValueError(f'tidings: option "{reads[key.lower()]}" is an option of the tidings read, not of the '
+                             "sink (which takes broker, writeId, credential, tlsCa, rowsPerPublish)")
+    opts = _known({k: v for k, v in options.items() if k.lower() not in _SPARK_WRITE_OPTIONS},
+                  _WRITE_OPTION_NAMES, {}, "")
+    write_id = opts.get("writeid")
+    if write_id is not None and streaming:
+        raise ValueError('tidings: option "writeId" is for df.write; a streaming query\'s rows are named by its '
+                         "query id, which its checkpoint keeps")
+    rows = opts.get("rowsperpublish")
+    return WriteOptions(
+        broker=_broker(opts.get("broker")),
+        write_id=None if write_id is None else check_write_id(write_id),
+        rows_per_publish=ROWS_PER_PUBLISH_DEFAULT if rows is None else _count(rows, "rowsPerPublish",
+                                                                               ROWS_PER_PUBLISH_MAX),
+        credential=_credential(opts.get("credential")),
+        tls_ca=opts.get("tlsca") or None,
+        fail_first_attempt=_boolean(opts.get("testonlyfailfirstattempt"), "testOnlyFailFirstAttempt", default=False),
+    )

@@ -1,5 +1,6 @@
-"""The PySpark data source `tidings`: the batch read `spark.read.format("tidings")` (here) and the
-streaming read `spark.readStream.format("tidings")` (stream.py).
+"""The PySpark data source `tidings`: the batch read `spark.read.format("tidings")` (here), the
+streaming read `spark.readStream.format("tidings")` (stream.py) and the exactly-once sink
+`df.write` / `df.writeStream` `.format("tidings")` (sink.py).
 
 Theory of operation. The read is planned once, on the driver. `partitions()` finds every pubend of
 the overlay, with the broker that logs it and its log bounds, by walking the brokers' leaf sets
@@ -30,11 +31,25 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    Filter,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
 from tidings.spark.arrow import EVENT_SCHEMA, arrow_schema, check_schema
-from tidings.spark.options import ReadOptions, check_options, parse_read_options, parse_stream_options
+from tidings.spark.options import (
+    ReadOptions,
+    check_options,
+    parse_read_options,
+    parse_stream_options,
+    parse_write_options,
+)
 from tidings.spark.overlay import SERVICE, Connect, connect, discover
 from tidings.spark.planning import DataLossError, LogBounds, ReadError, plan_overlay_read
 from tidings.spark.pushdown import Narrowing, narrow
@@ -115,7 +130,8 @@ class TidingsPushdownReader(TidingsReader):
 
 
 class TidingsDataSource(DataSource):
-    """`spark.read.format("tidings")` and `spark.readStream.format("tidings")`; see docs/spark.md."""
+    """`spark.read`, `spark.readStream`, `df.write` and `df.writeStream` `.format("tidings")`; see
+    docs/spark.md."""
 
     # partitions when the option is not given; register() sets it from the session
     default_partitions: ClassVar[int] = 2
@@ -143,6 +159,21 @@ class TidingsDataSource(DataSource):
 
         check_schema(schema)
         return TidingsStreamReader(parse_stream_options(self.options, self.default_partitions), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """The sink (sink.py); the options and columns are checked here, on the driver."""
+        from tidings.spark.rows import check_sink_schema  # noqa: PLC0415
+        from tidings.spark.sink import TidingsWriter  # noqa: PLC0415
+
+        if overwrite:
+            raise ValueError('tidings sink: a broker\'s log is appended to, never overwritten: use .mode("append")')
+        return TidingsWriter(parse_write_options(self.options, streaming=False), check_sink_schema(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from tidings.spark.rows import check_sink_schema  # noqa: PLC0415
+        from tidings.spark.sink import TidingsStreamWriter  # noqa: PLC0415
+
+        return TidingsStreamWriter(parse_write_options(self.options, streaming=True), check_sink_schema(schema))
 
 
 def default_parallelism(spark: Any) -> int:
