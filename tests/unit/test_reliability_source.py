@@ -3,8 +3,6 @@ silence up to the present, and nacks answered from the log."""
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
@@ -130,18 +128,3 @@ def test_a_records_trees_are_those_of_its_channel_whatever_its_encoding(pubend, 
     rec = msgpack.packb([pubend, tick, channel, {}, "s", "i", b"x"])
     assert src._record_trees(rec) == [channel, "#"]
     assert src._record_trees(rec) == [channel, "#"]  # from the cache
-
-
-def test_owed_silence_to_a_tree_its_root_says_is_empty_backs_off_and_resumes_with_members():
-    """Knowledge owed to members that left before acknowledging goes on past the root's TREE_EMPTY
-    (the root may be one its members have not found yet), less and less often."""
-    empty: set[str] = set()
-    src = Source("p", "me:1", CONFIG, lambda channel: [channel], lambda now, tree: tree in empty)
-    src.published(0, [(5, "a", {}, record(5, "a"))], 5)  # never acknowledged: owed
-    empty.add("a")  # its members left
-    sent = [now for now in range(10, 2000, 10) if src.silence(now, now)]
-    gaps = [b - a for a, b in pairwise(sent)]
-    assert gaps == sorted(gaps) and gaps[-1] > 20 * CONFIG.silence_interval_ns  # backing off
-    assert len(sent) < 12
-    empty.clear()  # members found the root
-    assert all(src.silence(now, now) for now in range(2000, 2100, 10))  # every interval again

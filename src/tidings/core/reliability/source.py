@@ -61,7 +61,6 @@ from tidings.core.reliability.ticks import TICK_MAX
 
 MICROSECOND_NS = 1000
 RAW_CHANNELS_MAX = 65_536
-EMPTY_SILENCE_NS_MAX = 30 * 1_000_000_000  # owed silence to a tree its root says is empty: at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +103,6 @@ class _TreeStream:
     hold_delivered: int = 0  # and its delivered point at most this
     hold_until: int = 0
     empty_since: int | None = None  # when the pubend first found the tree without members
-    # owed knowledge pushed past the root's TREE_EMPTY: next at `empty_next`, backing off
-    empty_next: int = 0
-    empty_every: int = 0
 
 
 @dataclass(slots=True)
@@ -242,25 +238,9 @@ class Source:
                 continue
             if synced > stream.sent_through:
                 owed = stream.acked_through < stream.sent_through
-                if owed and self._backing_off(now, tree, stream):
-                    continue
                 out.append(self._send(tree, stream.sent_through, synced, [], retransmit=False, past_empty=owed))
                 stream.sent_through = synced
         return out
-
-    def _backing_off(self, now: int, tree: str, stream: _TreeStream) -> bool:
-        """Owed knowledge goes past the root's TREE_EMPTY (the root may be a new one that its members
-        have not found yet, or a stale one), but less and less often while the tree stays empty, up
-        to every EMPTY_SILENCE_NS_MAX: a tree whose last members left before acknowledging costs
-        next to nothing, yet a tree repaired late still gets its knowledge."""
-        if not self._empty(now, tree):
-            stream.empty_every = 0
-            return False
-        if now < stream.empty_next:
-            return True
-        stream.empty_every = min(2 * max(stream.empty_every, self.config.silence_interval_ns), EMPTY_SILENCE_NS_MAX)
-        stream.empty_next = now + stream.empty_every
-        return False
 
     def acked(self, now: int, tree: str, through: int, root: str, released: int, delivered: int) -> None:
         """The rendez-vous point at `root` acknowledged the tree's stream through `through`; every
