@@ -75,3 +75,24 @@ def test_a_plain_subscription_is_not_failed_over_and_closing_is_not_a_loss(tmp_p
 
     with Cluster(tmp_path / "cluster", 2, LOCAL_LIVENESS) as cluster:
         asyncio.run(scenario(cluster[0], cluster[1]))
+
+
+def test_a_move_resumes_after_what_the_blocking_client_holds_but_has_not_returned_yet(tmp_path):
+    """The blocking client takes events from the connection in batches and returns them one by one;
+    a move (or failover) must resume after the whole batch, not after what `get` has returned so
+    far, or the new broker sends the rest of the batch again (seen in the rolling-restart test)."""
+    from tidings import sync
+
+    with Cluster(tmp_path / "cluster", 2, LOCAL_LIVENESS) as cluster:
+        origin, other = cluster[0], cluster[1]
+        with sync.connect(origin.address, follow_advice=False) as client, \
+                client.subscribe("mv/#", durable=True) as sub:
+            ticks = [r.tick for r in client.publish_many([("mv/x", b"e")] * 20)]
+            assert sub.get(timeout=10).tick == ticks[0]  # the other 19 wait in the blocking client
+            client._call(client._client._move(other.address))
+            assert client._client.address == other.address
+            client.publish_many([("mv/x", b"after")] * 5)  # now through the other broker
+            got = [ticks[0]] + [sub.get(timeout=10).tick for _ in range(24)]
+            assert len(got) == len(set(got)), "an event came again after the move"
+            with pytest.raises(TimeoutError):
+                sub.get(timeout=1)

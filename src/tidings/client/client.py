@@ -183,6 +183,9 @@ class Subscription:
         self._floor: dict[str, int] | None = None  # after a move: what it had before, per pubend
         self.position: int | None = None
         self.checkpoint: Checkpoint | None = None  # a durable subscription's (core/checkpoint.py)
+        # a durable one's checkpoint after every item received, taken by the application or not
+        # (the blocking client's buffer included): where a move or failover resumes it
+        self._received: Checkpoint | None = None
         # a durable one acknowledges, every ACK_INTERVAL_S, what the application had taken before it
         # last asked for more (it asked again: it is done with those)
         self.auto_ack = True
@@ -269,6 +272,8 @@ class Subscription:
 
     # called by the client
     def _push(self, items: list[Any]) -> None:
+        if self._received is not None:
+            advance(self._received, items)
         self._items.extend(items)
         self._wakeup.set()
 
@@ -710,13 +715,14 @@ class Client:
 
     def _resubscribe(self) -> None:
         """After a move: each subscription again on the new connection, the application's iterator
-        unchanged. A durable one resumes from its checkpoint after the items already buffered here
-        (the old broker is forgotten in the middle of its stream, the new one starts where the
-        buffer ends: nothing lost, nothing twice); a plain one from now, repeats dropped."""
+        unchanged. A durable one resumes after every item received, buffered here or in the
+        blocking client's own buffer (the old broker is forgotten in the middle of its stream, the
+        new one starts where the buffers end: nothing lost, nothing twice); a plain one from now,
+        repeats dropped."""
         for old_id, sub in list(self._subs.items()):
             if sub.checkpoint is not None:
-                after = Checkpoint(sub.checkpoint.default, dict(sub.checkpoint.positions), sub.checkpoint.home)
-                advance(after, list(sub._items))
+                received = sub._received or sub.checkpoint
+                after = Checkpoint(received.default, dict(received.positions), received.home)
                 home = None if after.home is None else list(after.home)
                 new_id, frame = self._session.subscribe(sub.pattern, sub.filter, after.default, None, sub.order,
                                                         after.to_wire()[1], home)
@@ -747,6 +753,8 @@ class Client:
             if msg.checkpoint is not None and sub.checkpoint is not None:
                 with contextlib.suppress(TidingsError):
                     sub.checkpoint.home = Checkpoint.from_wire(msg.checkpoint).home
+                    if sub._received is not None:
+                        sub._received.home = sub.checkpoint.home
             return
         if msg.checkpoint is not None:
             try:
@@ -755,6 +763,7 @@ class Client:
                 sub._fail(exc)
                 return
             sub._acked = sub.checkpoint.to_wire()[:2]  # what it starts from is released already
+            sub._received = Checkpoint(sub.checkpoint.default, dict(sub.checkpoint.positions), sub.checkpoint.home)
             if self._acking is None:
                 self._acking = self._loop.call_later(ACK_INTERVAL_S, self._ack_durable)
         sub._ready.set_result(msg.position)
