@@ -25,6 +25,7 @@ from tidings.cli import auth as auth_cli
 from tidings.cli import cluster as cluster_cli
 from tidings.cli import sim as sim_cli
 from tidings.cli import tls as tls_cli
+from tidings.cli import tuple_store as tuple_store_cli
 from tidings.cli.common import (
     CREDENTIAL_ENV,
     EXIT_BROKER,
@@ -432,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     auth_cli.add_parser(sub)
     tls_cli.add_parser(sub)
     sim_cli.add_parser(sub)
+    tuple_store_cli.add_parser(sub)
 
     st = sub.add_parser("status", help="print the broker's counters, overlay, peers and trees")
     _client_options(st)
