@@ -30,11 +30,15 @@ DATA/spark.log, the tuple store to DATA/tuple-store.log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import importlib.util
+import logging
 import random
 import shutil
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +66,8 @@ SPARK_DRAIN_S = 90.0
 SUPERVISE_S = 0.5
 WINDOW_US = jobs.HEALTH_WINDOW_S * 1_000_000
 PUNCTUATION_MARGIN_US = 200_000
-PUNCTUATION = ("nodes/pldb-end/load", b"end of run", {"host": "pldb-end", "site": "end-of-run", "load": 0.0})
+PUNCTUATION = ("nodes/pldb-end/load", b"end of run",
+               {"host": "pldb-end", "site": "end-of-run", "load": 0.0, "punctuation": True})
 SITES = ["eu-west", "us-east", "us-west", "ap-south"]
 SUBSCRIPTIONS = [
     ("all load, high", "nodes/+/load", "load > 3.0"),
@@ -215,7 +220,11 @@ class _Workload:
             return None
         await asyncio.to_thread(self.store.kill)
         report["store_killed_s"] = round(time.perf_counter() - t0, 3)
-        return asyncio.create_task(asyncio.to_thread(self.store.start))
+
+        async def restart() -> None:
+            await asyncio.to_thread(self.store.start)
+            report["restarted_s"] = round(time.perf_counter() - t0, 3)  # it is ready again
+        return asyncio.create_task(restart())
 
     async def run(self) -> dict[str, Any]:
         spark_start = asyncio.create_task(asyncio.to_thread(self.spark.start, self.addresses[-1])) \
@@ -248,7 +257,6 @@ class _Workload:
         report["fault"] = await fault.done()
         if restart is not None:
             await restart
-            report["store"]["restarted_s"] = round(time.perf_counter() - fault.t0, 3)
         if self.spark is not None:
             await self._punctuate(publisher)
         await publisher.close()
@@ -431,6 +439,24 @@ def _subscriber_report(work: _Workload) -> tuple[list[dict[str, Any]], dict[str,
     return out, _percentiles(latencies)
 
 
+@contextlib.contextmanager
+def _spark_log_to(path: Path) -> Iterator[None]:
+    """The data source's driver-side log lines (a micro-batch aborted, ...) go to `path`, beside
+    the JVM's, not between the summary's lines."""
+    logger = logging.getLogger("tidings.spark")
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    saved = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = saved
+        handler.close()
+
+
 def _forget_last_run(data: Path) -> None:
     """Each run starts afresh: a new overlay, tuple store, query checkpoint and plots."""
     for name in ("cluster", "health-checkpoint", "plots"):
@@ -465,7 +491,8 @@ def run_demo(data: Path, hosts: int, rounds: int, spark: bool, brokers: int = 3,
         if side is not None:
             print(f"starting Spark (local[2]) and the health stream; Spark's own log: {data / 'spark.log'}", flush=True)
         work = _Workload(cluster, hosts, rounds, store, side)
-        report = asyncio.run(work.run())
+        with _spark_log_to(data / "spark.log"):
+            report = asyncio.run(work.run())
         store.stop()
         report["subscribers"], report["latency_ms"] = _subscriber_report(work)
         stages = _stages(work, work.spark is not None)
@@ -477,8 +504,11 @@ def run_demo(data: Path, hosts: int, rounds: int, spark: bool, brokers: int = 3,
                   + (f"; the query failed: {report['spark_error']}" if report.get("spark_error") else ""))
             ok &= not report.get("spark_error")
             deliveries = [(p, t, r) for p, t, _, r in tuple_store.journal(db, tuple_store.Stream.PROPERTIES)]
-            plots = side.plots(addresses[0], deliveries)
-            print("plots of the archive (Spark batch job): " + ", ".join(str(p) for p in plots))
+            if importlib.util.find_spec("matplotlib") is None:
+                print("matplotlib not installed: plots skipped, pip install 'tidings[plot]'")
+            else:
+                plots = side.plots(addresses[0], deliveries)
+                print("plots of the archive (Spark batch job): " + ", ".join(str(p) for p in plots))
     finally:
         if store is not None:
             store.stop()

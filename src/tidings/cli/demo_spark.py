@@ -14,6 +14,7 @@ replayed micro-batch publishes nothing twice.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -58,6 +59,10 @@ class SparkSide:
     def _start_query(self) -> None:
         from tidings.spark.jobs import health_stream
 
+        # Spark's active session is per JVM thread, and each Python thread has its own: without this
+        # writeStream.start() in a thread other than the session's creator does not find the
+        # registered Python data source (DATA_SOURCE_NOT_FOUND; reads do find it)
+        self.session._jvm.SparkSession.setActiveSession(self.session._jsparkSession)
         self.query = health_stream(self.session, self.broker, str(self.data / "health-checkpoint"))
         deadline = time.monotonic() + QUERY_START_S_MAX
         while not self.query.recentProgress:
@@ -94,6 +99,8 @@ class SparkSide:
     def plots(self, broker: str, deliveries: list[tuple[str, int, int]]) -> list[Path]:
         from tidings.spark.jobs import archive_plots
 
+        self.session._jvm.SparkSession.setActiveSession(self.session._jsparkSession)  # as in _start_query
+
         return list(archive_plots(self.session, broker, self.data / "plots", deliveries))
 
     def stop(self) -> None:
@@ -104,7 +111,11 @@ class SparkSide:
 
 
 def _first_line(error: object) -> str:
-    """The line of a StreamingQueryException that says what failed (Python's last, if any)."""
+    """The line of a StreamingQueryException that says what failed: the Python exception's own
+    line (`tidings.core.errors.BrokerUnreachable: cannot connect ...`) if there is one."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    python = [line for line in lines if "Error:" in line and not line.startswith("File ")]
+    python = [line for line in lines if _EXCEPTION_LINE.match(line)]
     return (python[-1] if python else lines[0] if lines else "unknown error")[:300]
+
+
+_EXCEPTION_LINE = re.compile(r"^([a-z_]\w*\.)*[A-Z]\w*(Error|Exception|Unreachable|Closed)\b: ")

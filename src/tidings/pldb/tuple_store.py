@@ -105,6 +105,11 @@ class TupleStore:
         self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: a committed transaction survives kill -9
         self.db.executescript(_SCHEMA)
         self.hosts_max, self.answer_hosts_max, self.journal_rows_max = hosts_max, answer_hosts_max, journal_rows_max
+        self._journal_rows = self._hosts = 0
+        self._recount()
+
+    def _recount(self) -> None:
+        """The bounded counts, from the rows (after opening, and after a rolled-back batch)."""
         self._journal_rows = self.db.execute("SELECT count(*) FROM journal").fetchone()[0]
         self._hosts = self.db.execute("SELECT count(DISTINCT host) FROM property").fetchone()[0]
 
@@ -167,6 +172,7 @@ class TupleStore:
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK")
+            self._recount()
             raise
 
     def _property(self, cur: sqlite3.Cursor, ev: Event) -> None:

@@ -12,7 +12,9 @@ events' `time` (their tick). A window is emitted once the watermark (the highest
 WATERMARK_S) passes its end, in `append` mode, so each (site, window) is published once and final:
 its row's `key` is `<site>/<window start in microseconds>`. The last windows of a run are emitted
 only when a later event moves the watermark: a producer that stops publishing sends one more
-report (any channel the query reads) HEALTH_WINDOW_S + WATERMARK_S after its last, a punctuation.
+report (any channel the query reads) HEALTH_WINDOW_S + WATERMARK_S after its last, a punctuation
+(its site is a window of its own that is never emitted; `archive_plots` leaves out events with the
+attribute `punctuation` true).
 """
 
 from __future__ import annotations
@@ -123,9 +125,10 @@ PLOTS = ("events_per_second.png", "site_load.png", "delivery_latency.png")
 
 def archive_plots(spark: Any, broker: str, out: Any, deliveries: list[tuple[str, int, int]]) -> list[Any]:
     """Draw the archive's plots into the directory `out` (a Path) and return their paths: events
-    per second per channel (host segments folded into `+`), mean load per site per second, and the
-    delivery latency per second (p50, p99) of `deliveries`, (pubend, tick, received_ns) of events
-    as one subscriber received them, joined with the archive. Needs matplotlib."""
+    per second per channel (`nodes/+/<metric>`, `pldb/<kind>/+`), mean load per site per second, and
+    the delivery latency per second (p50, p99) of `deliveries`, (pubend, tick, received_ns) of events
+    as one subscriber received them (wall clock), joined with the archive. Events with the attribute
+    `punctuation` true are left out. Needs matplotlib."""
     import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
@@ -135,11 +138,14 @@ def archive_plots(spark: Any, broker: str, out: Any, deliveries: list[tuple[str,
     from tidings.spark.source import register  # noqa: PLC0415
 
     register(spark)
-    archive = spark.read.format("tidings").option("broker", broker).option("pattern", "#").load().cache()
+    archive = (spark.read.format("tidings").option("broker", broker).option("pattern", "#").load()
+               .where(F.coalesce(F.col("attributes").getItem("punctuation"), F.lit("false")) != "true").cache())
     second = F.floor(F.col("tick") / 1_000_000).cast("long")
     parts = F.split("channel", "/")
-    group = F.when(F.size(parts) == 3, F.concat_ws("/", parts.getItem(0), F.lit("+"), parts.getItem(2))) \
-        .otherwise(F.col("channel"))
+    group = (F.when((F.size(parts) == 3) & (parts.getItem(0) == "nodes"),  # nodes/<host>/<metric>
+                    F.concat_ws("/", parts.getItem(0), F.lit("+"), parts.getItem(2)))
+             .when(F.size(parts) == 3, F.concat_ws("/", parts.getItem(0), parts.getItem(1), F.lit("+")))
+             .otherwise(F.col("channel")))
     rates = (archive.select(second.alias("s"), group.alias("channel")).groupBy("s", "channel").count()
              .orderBy("s").toPandas())
     site_load = (archive.where(F.col("channel").like("nodes/%/load"))
@@ -160,7 +166,7 @@ def archive_plots(spark: Any, broker: str, out: Any, deliveries: list[tuple[str,
     for name, frame, series, ylabel in (
             (PLOTS[0], rates, "channel", "events per second"),
             (PLOTS[1], site_load, "site", "mean load"),
-            (PLOTS[2], latency, None, "delivery latency (ms)")):
+            (PLOTS[2], latency, None, "publish to subscriber, ms")):
         fig, ax = plt.subplots(figsize=(8, 4))
         if frame is not None and len(frame):
             t0 = frame["s"].min()
