@@ -64,6 +64,7 @@ POLL_S = 0.05
 DRAIN_S = 30.0  # the longest wait for a stage to receive what it should, once publishing ended
 SPARK_DRAIN_S = 90.0
 SUPERVISE_S = 0.5
+BROKER_BACK_S = 60.0
 WINDOW_US = jobs.HEALTH_WINDOW_S * 1_000_000
 PUNCTUATION_MARGIN_US = 200_000
 PUNCTUATION = ("nodes/pldb-end/load", b"end of run",
@@ -272,13 +273,15 @@ class _Workload:
         return report
 
     async def _supervise(self) -> None:
-        """Restart the health query from its checkpoint when it failed, once the brokers are back."""
+        """Restart the health query from its checkpoint when it failed, once every broker is up and
+        in the overlay again (a replayed micro-batch reads the same pubends' ranges)."""
         while True:
             await asyncio.sleep(SUPERVISE_S)
             if await asyncio.to_thread(self.spark.failed):
-                await asyncio.to_thread(self.cluster.wait_joined, 60)
+                await _until(lambda: len(self.cluster.running) == len(self.cluster.brokers), BROKER_BACK_S)
+                await asyncio.to_thread(self.cluster.wait_joined, BROKER_BACK_S)
                 if not await asyncio.to_thread(self.spark.restart):
-                    return  # RESTARTS_MAX spent
+                    return  # RESTARTS_MAX spent  # RESTARTS_MAX spent
 
     async def _ask(self, asker: Client, n: int) -> None:
         qid = f"q{n:04d}"

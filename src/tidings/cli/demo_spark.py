@@ -13,6 +13,7 @@ replayed micro-batch publishes nothing twice.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -77,12 +78,14 @@ class SparkSide:
         return self.query is not None and not self.query.isActive and self.query.exception() is not None
 
     def restart(self) -> bool:
-        """Start the failed query again from its checkpoint; False once RESTARTS_MAX are spent."""
+        """Start the failed query again from its checkpoint; False once RESTARTS_MAX are spent. A
+        restart that fails in its turn is left failed, for the next call."""
         if len(self.failures) >= RESTARTS_MAX:
             return False
         self.failures.append(_first_line(self.query.exception()))
         self.batches_before += len(self.query.recentProgress)
-        self._start_query()
+        with contextlib.suppress(RuntimeError):  # it failed again: failed() says so
+            self._start_query()
         return True
 
     def micro_batches(self) -> int:
