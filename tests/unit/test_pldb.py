@@ -64,7 +64,8 @@ def test_the_store_keeps_latest_properties_and_answers_with_hosts_or_the_reason(
     assert bad.error and json.loads(bad.payload)["error"] == bad.error and bad.attributes["error"] == bad.error
     missing = store.answer(Event("p2", 9, "pldb/query/q3", {}, "q", "q", b""))
     assert "filter" in (missing.error or "")
-    store.commit(Stream.QUERIES, [query], "tk-q", [answer])
+    store.commit(Stream.QUERIES, [query], "tk-q", [answer], gaps=2)
+    assert store.counter("gaps_queries") == 2
     store.close()
     again = TupleStore(tmp_path / "s.sqlite")  # a restart: the positions are those of the last commit
     assert again.token(Stream.PROPERTIES) == "tk-a" and again.token(Stream.QUERIES) == "tk-q"

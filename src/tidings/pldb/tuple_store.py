@@ -22,17 +22,20 @@ and gives the delivery latency. It is bounded by `journal_rows_max`; past it the
 and marks the journal incomplete.
 
 Bounds: `hosts_max` hosts (properties of further hosts are refused and counted), the broker's 64
-attributes per event, `answer_hosts_max` hosts per answer (the answer says it was truncated).
+attributes per event, `answer_hosts_max` hosts per answer (the answer says it was truncated),
+BATCH_EVENTS_MAX events per transaction. Events released by a broker before the store read them
+reach it as gap markers: never silent, they are counted per stream (`counter` table, `gaps_<stream>`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -125,6 +128,12 @@ class TupleStore:
         rows = self.db.execute("SELECT name, value FROM property WHERE host = ?", (host,)).fetchall()
         return {"host": host, **{name: json.loads(value) for name, value in rows}} if rows else {}
 
+    def _hosts_properties(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every host's properties (and `host`), by host name, in one scan."""
+        rows = self.db.execute("SELECT host, name, value FROM property ORDER BY host")
+        for host, group in itertools.groupby(rows, key=lambda row: row[0]):
+            yield host, {"host": host, **{name: json.loads(value) for _, name, value in group}}
+
     def counter(self, name: str) -> int:
         row = self.db.execute("SELECT value FROM counter WHERE name = ?", (name,)).fetchone()
         return 0 if row is None else int(row[0])
@@ -139,8 +148,8 @@ class TupleStore:
             if not isinstance(text, str):
                 raise TidingsError("a query needs a string attribute 'filter'")
             check = parse_filter(text)
-            for (host,) in self.db.execute("SELECT DISTINCT host FROM property ORDER BY host"):
-                if check.matches(self.host(host)):
+            for host, props in self._hosts_properties():
+                if check.matches(props):
                     hosts.append(host)
         except TidingsError as exc:
             error = str(exc)
@@ -152,8 +161,10 @@ class TupleStore:
         return Answer(ANSWER_PREFIX + qid, json.dumps(body).encode(), attrs, query_seq(query.pubend, query.tick),
                       query, len(hosts), error)
 
-    def commit(self, stream: Stream, events: list[Event], token: str, answers: Sequence[Answer] = ()) -> None:
-        """Apply a batch of one stream's events and store its token, in one transaction."""
+    def commit(self, stream: Stream, events: list[Event], token: str, answers: Sequence[Answer] = (),
+               gaps: int = 0) -> None:
+        """Apply a batch of one stream's events and store its token, in one transaction; `gaps`
+        counts the gap markers of the batch (events released before the store read them)."""
         received_ns = time.time_ns()
         cur = self.db.cursor()
         cur.execute("BEGIN IMMEDIATE")
@@ -168,6 +179,8 @@ class TupleStore:
             for a in answers:
                 cur.execute("INSERT OR REPLACE INTO answered VALUES (?, ?, ?, ?, ?)",
                             (a.query.pubend, a.query.tick, a.attributes["query"], a.hosts, a.error))
+            for _ in range(gaps):
+                self._count(cur, f"gaps_{stream.value}")
             cur.execute("INSERT OR REPLACE INTO position VALUES (?, ?)", (stream.value, token))
             cur.execute("COMMIT")
         except BaseException:
@@ -237,7 +250,7 @@ class TupleStoreService:
                 await self.client.publish_many([(a.channel, a.payload, a.attributes, a.seq) for a in answers],
                                                producer=self.producer)
             token = sub.token
-            self.store.commit(stream, events, token, answers)
+            self.store.commit(stream, events, token, answers, gaps=len(batch) - len(events))
             sub.ack(token)
 
 
