@@ -1,4 +1,4 @@
-# make run   : create .venv, install tidings, run 3 brokers in one overlay + monitoring workload (one broker killed and restarted mid-run) + Spark job, print a summary
+# make run   : create .venv, install tidings, run the PLDB pipeline (3 brokers, monitors, tuple store, Spark health stream, plots; a broker and the tuple store killed and restarted mid-run), print a summary
 # make test  : create .venv, install tidings with test extras (and Chromium for the dashboard test), run the whole suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	@echo "== creating $(VENV) and installing tidings with its dependencies (PySpark is large: a minute or more the first time)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --disable-pip-version-check --progress-bar on -e '.[spark,test]'
+	$(PY) -m pip install --disable-pip-version-check --progress-bar on -e '.[spark,plot,test]'
 	touch $(STAMP)
 	@echo "== installed; the tidings command is $(VENV)/bin/tidings (or run: . $(VENV)/bin/activate)"
 

@@ -1,6 +1,7 @@
 """The `tidings` command as a user runs it: pub, sub, status, and its errors and exit codes."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -104,10 +105,32 @@ def test_demo_kills_and_restarts_a_broker_and_every_stream_is_exactly_once_in_or
     assert out.returncode == 0, out.stdout + out.stderr
     streams = [line for line in out.stdout.splitlines() if "delivered" in line]
     assert len(streams) == 4 and all("lost 0 duplicated 0 reordered 0 unexpected 0" in line for line in streams)
-    (fault,) = [line for line in out.stdout.splitlines() if "killed with kill -9" in line]
+    (fault,) = [line for line in out.stdout.splitlines() if line.startswith("broker ") and "kill -9" in line]
     assert "restarted at" in fault and "back in the overlay at" in fault and "root of" in fault
     killed = fault.split()[1]
-    publisher = out.stdout.split("events at ")[1].split()[0]
+    publisher = out.stdout.split("monitor reports at ")[1].split()[0]
     assert killed not in {publisher} | {line.split(" at ")[1].split()[0] for line in streams}  # hosts no client
     assert re.search(r"latency publish -> delivery: p50 [0-9.]+ ms, p90 [0-9.]+ ms, p99 [0-9.]+ ms, max [0-9.]+ ms\n",
                      out.stdout)
+    (store,) = [line for line in out.stdout.splitlines() if line.startswith("tuple store ")]
+    assert "killed with kill -9" in store and "restarted from its SQLite" in store
+    stages = [line for line in out.stdout.splitlines() if " received " in line]
+    assert [line.split("received")[0].strip() for line in stages] == [
+        "monitors -> tuple store (journal)", "queries -> tuple store (journal)", "tuple store answers -> query client"]
+    assert all("lost 0 duplicated 0 reordered 0 unexpected 0  (exactly once, in order)" in line for line in stages)
+    assert "received 72/72" in stages[0] and "received 3/3" in stages[1]
+    assert "Spark steps skipped (--no-spark)" in out.stdout
+
+
+def test_demo_without_java_says_so_in_one_line_and_runs_the_rest(tmp_path):
+    """PATH without java (and no JAVA_HOME): one line instead of a traceback; the other stages run."""
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path / "empty-bin")
+    out = subprocess.run([sys.executable, "-m", "tidings.cli.main", "demo", "--data", str(tmp_path / "data"),
+                          "--hosts", "3", "--rounds", "4"], capture_output=True, text=True, timeout=120, env=env,
+                         check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines()[0] == "Java 17 not found: Spark steps skipped, install a JDK"
+    assert "Traceback" not in out.stdout + out.stderr and "Spark health stream" not in out.stdout
+    stages = [line for line in out.stdout.splitlines() if " received " in line]
+    assert len(stages) == 3 and all("(exactly once, in order)" in line for line in stages)

@@ -25,6 +25,7 @@ from tidings.cli import auth as auth_cli
 from tidings.cli import cluster as cluster_cli
 from tidings.cli import sim as sim_cli
 from tidings.cli import tls as tls_cli
+from tidings.cli import tuple_store as tuple_store_cli
 from tidings.cli.common import (
     CREDENTIAL_ENV,
     EXIT_BROKER,
@@ -432,19 +433,22 @@ def build_parser() -> argparse.ArgumentParser:
     auth_cli.add_parser(sub)
     tls_cli.add_parser(sub)
     sim_cli.add_parser(sub)
+    tuple_store_cli.add_parser(sub)
 
     st = sub.add_parser("status", help="print the broker's counters, overlay, peers and trees")
     _client_options(st)
     st.add_argument("--json", action="store_true", help="one JSON object")
     st.set_defaults(func=cmd_status)
 
-    dm = sub.add_parser("demo", help="run brokers in one overlay (--brokers, default 3), a monitoring workload "
-                        "and a Spark job; print a summary")
-    dm.add_argument("--data", default="./data", help="directory for the demo broker (default %(default)s)")
-    dm.add_argument("--hosts", type=int, default=40, help="simulated hosts (default %(default)s)")
-    dm.add_argument("--rounds", type=int, default=50, help="reports per host and metric (default %(default)s)")
+    dm = sub.add_parser("demo", help="run the PLDB pipeline on brokers in one overlay (--brokers, default 3): "
+                        "monitors, subscribers, the tuple store, the Spark health stream and plots; print a summary")
+    dm.add_argument("--data", default="./data", help="directory for the demo's brokers, tuple store, Spark "
+                    "checkpoint and plots, emptied of the last run's first (default %(default)s)")
+    dm.add_argument("--hosts", type=int, default=200, help="monitors, one per simulated host (default %(default)s)")
+    dm.add_argument("--rounds", type=int, default=40, help="reports per host and metric, one every 250 ms "
+                    "(default %(default)s)")
     dm.add_argument("--brokers", type=int, default=3, help="brokers in the overlay (default %(default)s)")
-    dm.add_argument("--no-spark", action="store_true", help="skip the Spark job")
+    dm.add_argument("--no-spark", action="store_true", help="skip the Spark steps (the health stream and the plots)")
     dm.set_defaults(func=cmd_demo)
     return p
 
