@@ -226,7 +226,7 @@ def test_help_texts():
     pub_help = tidings("pub", "--help").stdout
     assert "stamped on published events" in pub_help and "empty ones" in pub_help
     top = tidings("--help").stdout
-    assert "run a broker, a monitoring" not in top and "run brokers in one overlay" in top
+    assert "run a broker, a monitoring" not in top and "PLDB pipeline" in top
     assert "--join-timeout SECONDS" in tidings("broker", "--help").stdout
     assert "restart I" in top or "restart" in tidings("cluster", "--help").stdout
 
