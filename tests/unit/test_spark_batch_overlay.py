@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import logging
 import pickle
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -274,3 +275,15 @@ def test_workers_without_tidings_get_this_interpreter_for_the_data_source(
     settings = workers.session_settings()
     assert settings["spark.pyspark.python"] == sys.executable
     assert workers.tidings_path() in settings["spark.executorEnv.PYTHONPATH"]
+
+
+def test_an_interpreter_that_imports_tidings_but_not_its_dependencies_is_not_taken(tmp_path: Any) -> None:
+    """A job run as `.venv/bin/python job.py` with PYTHONPATH=src: the system python3 imports
+    `tidings` from the source tree, but not msgpack or pyarrow; its workers would fail."""
+    bare = tmp_path / "bare-python"  # this interpreter without its site-packages
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    bare.chmod(0o755)
+    plain = subprocess.run([str(bare), "-c", "import tidings"], env={"PYTHONPATH": workers.tidings_path()},
+                           capture_output=True, check=False)
+    assert plain.returncode == 0, plain.stderr
+    assert not workers.imports_tidings(str(bare), workers.tidings_path())

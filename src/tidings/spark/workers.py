@@ -10,7 +10,8 @@ What this module does about it:
 
 - `worker_python(spark)`, around the data source's registration (source.register): on a local
   master, where the workers run on this machine, it checks that the configured interpreter can
-  import tidings (once per interpreter and path) and, if it cannot, registers the data source to
+  import the data source as a worker would (tidings with its dependencies and pyarrow, next to
+  the pyspark Spark gives its workers; once per interpreter and path) and, if it cannot, registers the data source to
   run on this very interpreter, with this process's path to tidings if it needs it. A cluster's executors are
   elsewhere and are not checked here.
 - `session_settings()` gives the configuration that makes executors run this interpreter with this
@@ -58,13 +59,28 @@ def configure(builder: Any) -> Any:
     return builder
 
 
+def spark_worker_path() -> str:
+    """The pyspark and py4j archives Spark puts on its Python workers' path (empty if not found)."""
+    import pyspark  # noqa: PLC0415
+
+    homes = [Path(pyspark.__file__).parent, *([Path(os.environ["SPARK_HOME"])] if "SPARK_HOME" in os.environ else [])]
+    for home in homes:
+        archives = sorted(str(p) for p in (home / "python" / "lib").glob("*.zip"))
+        if archives:
+            return os.pathsep.join(archives)
+    return ""
+
+
 def imports_tidings(python: str, pythonpath: str) -> bool:
-    """Whether `python`, with `pythonpath`, can import tidings (remembered per pair)."""
+    """Whether `python`, with `pythonpath` and Spark's own pyspark, can import the data source as a
+    Spark worker does: `import tidings` alone passes on an interpreter that has the source tree on
+    its path but lacks msgpack or pyarrow (remembered per pair)."""
     key = (python, pythonpath)
     if key not in _checked:
-        env = {**os.environ, "PYTHONPATH": pythonpath}
+        env = {**os.environ, "PYTHONPATH": _joined(pythonpath, spark_worker_path())}
         try:
-            done = subprocess.run([python, "-c", "import tidings"], env=env, capture_output=True,
+            done = subprocess.run([python, "-c", "import tidings.spark.source, tidings.sync"], env=env,
+                                  capture_output=True,
                                   timeout=CHECK_S_MAX, check=False)
             _checked[key] = done.returncode == 0
         except (OSError, subprocess.TimeoutExpired):
