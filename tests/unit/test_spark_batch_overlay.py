@@ -256,6 +256,10 @@ def test_workers_without_tidings_get_this_interpreter_for_the_data_source(
         master = "local[2]"
         pythonExec = str(tmp_path / "no-such-python")
         environment: dict[str, str] = {"PYTHONHASHSEED": "0"}
+        conf: dict[str, str] = {}
+
+        def getConf(self) -> dict[str, str]:
+            return self.conf
 
     class FakeSpark:
         sparkContext = FakeContext()
@@ -271,6 +275,13 @@ def test_workers_without_tidings_get_this_interpreter_for_the_data_source(
     assert seen[1][0] == sys.executable and workers.tidings_path() in seen[1][1]["PYTHONPATH"]
     assert sc.pythonExec.endswith("no-such-python") and sc.environment == {"PYTHONHASHSEED": "0"}
     monkeypatch.undo()
+    # a cluster: spark.pyspark.python (as workers.configure sets it) is what the data source runs,
+    # although PySpark's context took PYSPARK_PYTHON's (or python3) for a job not run by spark-submit
+    sc.master, sc.conf["spark.pyspark.python"] = "spark://127.0.0.1:7077", "/opt/py/bin/python"
+    with workers.worker_python(FakeSpark()):
+        seen.append((sc.pythonExec, dict(sc.environment)))
+    assert seen[2] == ("/opt/py/bin/python", {"PYTHONHASHSEED": "0"})
+    assert sc.pythonExec.endswith("no-such-python")
     assert workers.imports_tidings(sys.executable, workers.tidings_path())
     settings = workers.session_settings()
     assert settings["spark.pyspark.python"] == sys.executable

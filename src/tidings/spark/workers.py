@@ -15,7 +15,10 @@ What this module does about it:
   run on this very interpreter, with this process's path to tidings if it needs it. A cluster's executors are
   elsewhere and are not checked here.
 - `session_settings()` gives the configuration that makes executors run this interpreter with this
-  path: for a SparkSession builder (`configure`), before the session starts.
+  path: for a SparkSession builder (`configure`), before the session starts. PySpark itself takes
+  `spark.pyspark.python` only when spark-submit starts the job; a job started as `python job.py`
+  gets PYSPARK_PYTHON's interpreter (else `python3`) for its Python functions whatever the
+  setting says, so the registration gives the data source's functions the configured one.
 - A worker that still cannot import tidings fails the read with Spark's ModuleNotFoundError;
   docs/spark.md ("Deployment") says what executors need.
 """
@@ -90,24 +93,25 @@ def imports_tidings(python: str, pythonpath: str) -> bool:
 
 @contextlib.contextmanager
 def worker_python(spark: Any) -> Iterator[None]:
-    """Within: a registration whose local workers can import tidings (see the module doc)."""
+    """Within: a registration whose workers run the configured interpreter, and on a local master
+    one that can import tidings (see the module doc)."""
     try:
         sc = spark.sparkContext
         local = str(sc.master).startswith("local")
         python, environment = sc.pythonExec, sc.environment
+        configured = sc.getConf().get("spark.pyspark.python") or python
     except Exception:  # Spark Connect: no SparkContext here; the server's workers are its business
         yield
         return
     pythonpath = _joined(environment.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", ""))
-    if not local or python == sys.executable or imports_tidings(python, pythonpath):
-        yield
-        return
-    logger.info("tidings: Spark's Python workers run %s, which cannot import tidings; the tidings data "
-                "source runs its workers on %s instead", python, sys.executable)
     saved = environment.get("PYTHONPATH")
-    sc.pythonExec = sys.executable
-    if not imports_tidings(sys.executable, pythonpath):  # tidings is on this process's sys.path only
-        environment["PYTHONPATH"] = _joined(tidings_path(), saved or "")
+    if local and configured != sys.executable and not imports_tidings(configured, pythonpath):
+        logger.info("tidings: Spark's Python workers run %s, which cannot import tidings; the tidings data "
+                    "source runs its workers on %s instead", configured, sys.executable)
+        configured = sys.executable
+        if not imports_tidings(sys.executable, pythonpath):  # tidings is on this process's sys.path only
+            environment["PYTHONPATH"] = _joined(tidings_path(), saved or "")
+    sc.pythonExec = configured
     try:
         yield
     finally:
