@@ -19,8 +19,8 @@ What this module does about it:
   `spark.pyspark.python` only when spark-submit starts the job; a job started as `python job.py`
   gets PYSPARK_PYTHON's interpreter (else `python3`) for its Python functions whatever the
   setting says, so the registration gives the data source's functions the configured one.
-- A worker that still cannot import tidings fails the read with Spark's ModuleNotFoundError;
-  docs/spark.md ("Deployment") says what executors need.
+- A worker that still cannot import tidings fails its task with one ImportError line naming the
+  fix (guard.py); docs/spark.md ("Deployment") says what executors need.
 """
 
 from __future__ import annotations
