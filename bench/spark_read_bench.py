@@ -26,6 +26,9 @@ from pathlib import Path
 from tidings import sync
 from tidings.testing import BrokerProcess
 
+sys.path.insert(0, str(Path(__file__).parent))
+from spark_local import local_session
+
 
 def publish(address: str, events: int) -> None:
     with sync.connect(address, service="bench", instance="read") as client:
@@ -48,21 +51,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=2)
     args = ap.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
-
-    from tidings.spark import register
 
     with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "data") as broker:
         publish(broker.address, args.events)
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = local_session(Path(__file__).stem)
 
         def tidings():
             return (spark.read.format("tidings").option("broker", broker.address).option("pattern", "nodes/+/load")

@@ -33,6 +33,9 @@ from pathlib import Path
 from tidings import sync
 from tidings.testing import BrokerProcess
 
+sys.path.insert(0, str(Path(__file__).parent))
+from spark_local import local_session
+
 WAIT_S_MAX = 120.0
 
 
@@ -82,20 +85,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--backlog", type=int, default=200_000)
     args = ap.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from tidings.spark import register
-
     with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "data") as broker:
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = local_session(Path(__file__).stem)
         arrivals = Arrivals(broker.address)
         arrivals.start()
         events = (spark.readStream.format("tidings").option("broker", broker.address).option("pattern", "in/#")
