@@ -51,16 +51,20 @@ def test_a_worker_without_tidings_gets_one_line_naming_the_fix(tmp_path: Any) ->
     """The worker: this interpreter without site-packages (no tidings, msgpack or pyarrow), with
     the pyspark and py4j archives Spark puts on its workers' path."""
     loader = ("import sys; from pyspark import cloudpickle\n"
-              "try:\n    cloudpickle.loads(open(sys.argv[1], 'rb').read())\n"
-              "except ImportError as exc:\n    print(type(exc).__name__, exc)\n")
-    for name, obj in shipped().items():
-        path = tmp_path / "payload"
-        path.write_bytes(cloudpickle.dumps(obj))
-        done = subprocess.run([sys.executable, "-S", "-c", loader, str(path)], capture_output=True, text=True,
-                              env={"PYTHONPATH": workers.spark_worker_path()}, timeout=60, check=False)
-        assert done.returncode == 0 and not done.stderr, (name, done.stderr)
-        line = done.stdout.strip()
-        assert "\n" not in line, (name, line)
+              "for path in sys.argv[1:]:\n"
+              "    try:\n        cloudpickle.loads(open(path, 'rb').read())\n"
+              "    except ImportError as exc:\n        print(type(exc).__name__, exc)\n")
+    objects = shipped()
+    paths = []
+    for i, obj in enumerate(objects.values()):
+        paths.append(tmp_path / f"payload-{i}")
+        paths[-1].write_bytes(cloudpickle.dumps(obj))
+    done = subprocess.run([sys.executable, "-S", "-c", loader, *map(str, paths)], capture_output=True, text=True,
+                          env={"PYTHONPATH": workers.spark_worker_path()}, timeout=60, check=False)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(objects), lines  # one line each, nothing unpickled without tidings
+    for name, line in zip(objects, lines, strict=True):
         assert line.startswith("ImportError tidings: this Spark worker's Python"), (name, line)
         assert "cannot import tidings.spark." in line and "pip install 'tidings[spark]'" in line, (name, line)
         assert "workers.configure(builder)" in line, (name, line)
