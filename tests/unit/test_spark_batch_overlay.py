@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import logging
 import pickle
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -255,6 +256,10 @@ def test_workers_without_tidings_get_this_interpreter_for_the_data_source(
         master = "local[2]"
         pythonExec = str(tmp_path / "no-such-python")
         environment: dict[str, str] = {"PYTHONHASHSEED": "0"}
+        conf: dict[str, str] = {}
+
+        def getConf(self) -> dict[str, str]:
+            return self.conf
 
     class FakeSpark:
         sparkContext = FakeContext()
@@ -270,7 +275,26 @@ def test_workers_without_tidings_get_this_interpreter_for_the_data_source(
     assert seen[1][0] == sys.executable and workers.tidings_path() in seen[1][1]["PYTHONPATH"]
     assert sc.pythonExec.endswith("no-such-python") and sc.environment == {"PYTHONHASHSEED": "0"}
     monkeypatch.undo()
+    # a cluster: spark.pyspark.python (as workers.configure sets it) is what the data source runs,
+    # although PySpark's context took PYSPARK_PYTHON's (or python3) for a job not run by spark-submit
+    sc.master, sc.conf["spark.pyspark.python"] = "spark://127.0.0.1:7077", "/opt/py/bin/python"
+    with workers.worker_python(FakeSpark()):
+        seen.append((sc.pythonExec, dict(sc.environment)))
+    assert seen[2] == ("/opt/py/bin/python", {"PYTHONHASHSEED": "0"})
+    assert sc.pythonExec.endswith("no-such-python")
     assert workers.imports_tidings(sys.executable, workers.tidings_path())
     settings = workers.session_settings()
     assert settings["spark.pyspark.python"] == sys.executable
     assert workers.tidings_path() in settings["spark.executorEnv.PYTHONPATH"]
+
+
+def test_an_interpreter_that_imports_tidings_but_not_its_dependencies_is_not_taken(tmp_path: Any) -> None:
+    """A job run as `.venv/bin/python job.py` with PYTHONPATH=src: the system python3 imports
+    `tidings` from the source tree, but not msgpack or pyarrow; its workers would fail."""
+    bare = tmp_path / "bare-python"  # this interpreter without its site-packages
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    bare.chmod(0o755)
+    plain = subprocess.run([str(bare), "-c", "import tidings"], env={"PYTHONPATH": workers.tidings_path()},
+                           capture_output=True, check=False)
+    assert plain.returncode == 0, plain.stderr
+    assert not workers.imports_tidings(str(bare), workers.tidings_path())

@@ -18,7 +18,7 @@ Attribute values are rendered as strings, so one map type holds them all:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -77,19 +77,42 @@ def render_attribute(value: object) -> str:
 
 
 def events_to_batch(events: Sequence[Event], schema: pa.Schema) -> pa.RecordBatch:
-    """One record batch of `events`, in the column order and types of `schema`."""
-    columns = {
-        "channel": [e.channel for e in events],
-        "pubend": [e.pubend for e in events],
-        "tick": [e.tick for e in events],
-        "time": [e.tick for e in events],  # a tick is microseconds since the epoch: the timestamp itself
-        "source_service": [e.service for e in events],
-        "source_instance": [e.instance for e in events],
-        "attributes": [[(k, render_attribute(v)) for k, v in e.attributes.items()] for e in events],
-        "payload": [e.payload for e in events],
+    """One record batch of `events`, in the column order and types of `schema`.
+
+    The read's hot loop in a Spark task (about a quarter of its Python time before it was built
+    this way): the attribute map is built from flat key and value lists and offsets rather than a
+    list of pairs per event, string values (most of them) are taken as they are, and the time
+    column is the tick column viewed as timestamps, not a second conversion.
+    """
+    ticks = pa.array([e.tick for e in events], type=pa.int64())
+    keys: list[str] = []
+    values: list[str] = []
+    offsets = [0]
+    for event in events:
+        attributes = event.attributes
+        if attributes:
+            keys.extend(attributes)
+            values.extend([v if type(v) is str else render_attribute(v) for v in attributes.values()])
+        offsets.append(len(keys))
+    columns: dict[str, Callable[[pa.DataType], pa.Array]] = {
+        "channel": lambda t: pa.array([e.channel for e in events], type=t),
+        "pubend": lambda t: pa.array([e.pubend for e in events], type=t),
+        "tick": ticks.cast,
+        "time": ticks.cast,  # a tick is microseconds since the epoch: the timestamp itself
+        "source_service": lambda t: pa.array([e.service for e in events], type=t),
+        "source_instance": lambda t: pa.array([e.instance for e in events], type=t),
+        "attributes": lambda t: _map_array(offsets, keys, values, t),
+        "payload": lambda t: pa.array([e.payload for e in events], type=t),
     }
-    arrays = [pa.array(columns[field.name], type=field.type) for field in schema]
+    arrays = [columns[field.name](field.type) for field in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _map_array(offsets: list[int], keys: list[str], values: list[str], map_type: pa.DataType) -> pa.Array:
+    """A map array of `map_type` (its key and value types, its nullability) from flat lists."""
+    array = pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(keys, type=map_type.key_type),
+                                    pa.array(values, type=map_type.item_type))
+    return array.cast(map_type)
 
 
 def events_to_batches(

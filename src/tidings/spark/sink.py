@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from tidings.core.errors import BrokerError, TidingsError
+from tidings.spark.guard import ImportGuarded
 from tidings.spark.options import WriteOptions
 from tidings.spark.producer import keyed_producer_id, producer_id, row_seq
 from tidings.spark.rows import SinkColumns, row_event, row_key, row_problem
@@ -177,7 +178,7 @@ def _summary(messages: Sequence[WriterCommitMessage | None]) -> tuple[int, int, 
     return len(done), sum(m.rows for m in done), sum(m.duplicates for m in done)
 
 
-class TidingsWriter(DataSourceArrowWriter):
+class TidingsWriter(ImportGuarded, DataSourceArrowWriter):
     """`df.write.format("tidings")`: one job, named by `writeId` or by an id drawn here, on the
     driver, once per job (its tasks and their retries share it)."""
 
@@ -205,7 +206,7 @@ class TidingsWriter(DataSourceArrowWriter):
                        self.write_id, tasks, rows, self.write_id)
 
 
-class TidingsStreamWriter(DataSourceStreamArrowWriter):
+class TidingsStreamWriter(ImportGuarded, DataSourceStreamArrowWriter):
     """`df.writeStream.format("tidings")`: every micro-batch's rows named by the query's id (kept in
     its checkpoint) and the micro-batch id, both read from the task's Spark local properties."""
 

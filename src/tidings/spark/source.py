@@ -43,6 +43,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from tidings.spark.arrow import EVENT_SCHEMA, arrow_schema, check_schema
+from tidings.spark.guard import ImportGuarded
 from tidings.spark.options import (
     ReadOptions,
     check_options,
@@ -74,7 +75,7 @@ class TickRangePartition(InputPartition):
         self.end = end
 
 
-class TidingsReader(DataSourceReader):
+class TidingsReader(ImportGuarded, DataSourceReader):
     def __init__(self, opts: ReadOptions, schema: StructType, connect_to: Connect = connect) -> None:
         self.opts = opts
         self.schema = schema
@@ -129,7 +130,7 @@ class TidingsPushdownReader(TidingsReader):
         return remaining
 
 
-class TidingsDataSource(DataSource):
+class TidingsDataSource(ImportGuarded, DataSource):
     """`spark.read`, `spark.readStream`, `df.write` and `df.writeStream` `.format("tidings")`; see
     docs/spark.md."""
 
@@ -137,6 +138,12 @@ class TidingsDataSource(DataSource):
     default_partitions: ClassVar[int] = 2
     # whether the reader takes Spark's pushed predicates; register(pushdown=True) sets it
     pushdown: ClassVar[bool] = False
+    # register()'s subclass is made at run time: a worker restores its instances as this class,
+    # with the subclass's settings as the instance's own
+    _guard_class = "TidingsDataSource"
+
+    def _guard_state(self) -> dict[str, Any]:
+        return {**self.__dict__, "default_partitions": self.default_partitions, "pushdown": self.pushdown}
 
     @classmethod
     def name(cls) -> str:

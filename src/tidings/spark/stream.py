@@ -43,6 +43,7 @@ from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError, TidingsError
 from tidings.core.event import Event
 from tidings.spark.arrow import arrow_schema, events_to_batches
+from tidings.spark.guard import ImportGuarded
 from tidings.spark.micro_batch import Loss, admit, find_losses, latest, plan_ranges, skip
 from tidings.spark.offsets import Offset
 from tidings.spark.options import StreamOptions
@@ -123,7 +124,7 @@ def release(opts: StreamOptions, end: Offset, connect_to: Connect = connect) -> 
 
 # ---- the reader --------------------------------------------------------------------------------
 
-class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: StreamOptions, schema: StructType, connect_to: Connect = connect) -> None:
         self.opts = opts
         self.schema = schema

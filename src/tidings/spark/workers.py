@@ -10,13 +10,17 @@ What this module does about it:
 
 - `worker_python(spark)`, around the data source's registration (source.register): on a local
   master, where the workers run on this machine, it checks that the configured interpreter can
-  import tidings (once per interpreter and path) and, if it cannot, registers the data source to
+  import the data source as a worker would (tidings with its dependencies and pyarrow, next to
+  the pyspark Spark gives its workers; once per interpreter and path) and, if it cannot, registers the data source to
   run on this very interpreter, with this process's path to tidings if it needs it. A cluster's executors are
   elsewhere and are not checked here.
 - `session_settings()` gives the configuration that makes executors run this interpreter with this
-  path: for a SparkSession builder (`configure`), before the session starts.
-- A worker that still cannot import tidings fails the read with Spark's ModuleNotFoundError;
-  docs/spark.md ("Deployment") says what executors need.
+  path: for a SparkSession builder (`configure`), before the session starts. PySpark itself takes
+  `spark.pyspark.python` only when spark-submit starts the job; a job started as `python job.py`
+  gets PYSPARK_PYTHON's interpreter (else `python3`) for its Python functions whatever the
+  setting says, so the registration gives the data source's functions the configured one.
+- A worker that still cannot import tidings fails its task with one ImportError line naming the
+  fix (guard.py); docs/spark.md ("Deployment") says what executors need.
 """
 
 from __future__ import annotations
@@ -58,13 +62,28 @@ def configure(builder: Any) -> Any:
     return builder
 
 
+def spark_worker_path() -> str:
+    """The pyspark and py4j archives Spark puts on its Python workers' path (empty if not found)."""
+    import pyspark  # noqa: PLC0415
+
+    homes = [Path(pyspark.__file__).parent, *([Path(os.environ["SPARK_HOME"])] if "SPARK_HOME" in os.environ else [])]
+    for home in homes:
+        archives = sorted(str(p) for p in (home / "python" / "lib").glob("*.zip"))
+        if archives:
+            return os.pathsep.join(archives)
+    return ""
+
+
 def imports_tidings(python: str, pythonpath: str) -> bool:
-    """Whether `python`, with `pythonpath`, can import tidings (remembered per pair)."""
+    """Whether `python`, with `pythonpath` and Spark's own pyspark, can import the data source as a
+    Spark worker does: `import tidings` alone passes on an interpreter that has the source tree on
+    its path but lacks msgpack or pyarrow (remembered per pair)."""
     key = (python, pythonpath)
     if key not in _checked:
-        env = {**os.environ, "PYTHONPATH": pythonpath}
+        env = {**os.environ, "PYTHONPATH": _joined(pythonpath, spark_worker_path())}
         try:
-            done = subprocess.run([python, "-c", "import tidings"], env=env, capture_output=True,
+            done = subprocess.run([python, "-c", "import tidings.spark.source, tidings.sync"], env=env,
+                                  capture_output=True,
                                   timeout=CHECK_S_MAX, check=False)
             _checked[key] = done.returncode == 0
         except (OSError, subprocess.TimeoutExpired):
@@ -74,24 +93,25 @@ def imports_tidings(python: str, pythonpath: str) -> bool:
 
 @contextlib.contextmanager
 def worker_python(spark: Any) -> Iterator[None]:
-    """Within: a registration whose local workers can import tidings (see the module doc)."""
+    """Within: a registration whose workers run the configured interpreter, and on a local master
+    one that can import tidings (see the module doc)."""
     try:
         sc = spark.sparkContext
         local = str(sc.master).startswith("local")
         python, environment = sc.pythonExec, sc.environment
+        configured = sc.getConf().get("spark.pyspark.python") or python
     except Exception:  # Spark Connect: no SparkContext here; the server's workers are its business
         yield
         return
     pythonpath = _joined(environment.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", ""))
-    if not local or python == sys.executable or imports_tidings(python, pythonpath):
-        yield
-        return
-    logger.info("tidings: Spark's Python workers run %s, which cannot import tidings; the tidings data "
-                "source runs its workers on %s instead", python, sys.executable)
     saved = environment.get("PYTHONPATH")
-    sc.pythonExec = sys.executable
-    if not imports_tidings(sys.executable, pythonpath):  # tidings is on this process's sys.path only
-        environment["PYTHONPATH"] = _joined(tidings_path(), saved or "")
+    if local and configured != sys.executable and not imports_tidings(configured, pythonpath):
+        logger.info("tidings: Spark's Python workers run %s, which cannot import tidings; the tidings data "
+                    "source runs its workers on %s instead", configured, sys.executable)
+        configured = sys.executable
+        if not imports_tidings(sys.executable, pythonpath):  # tidings is on this process's sys.path only
+            environment["PYTHONPATH"] = _joined(tidings_path(), saved or "")
+    sc.pythonExec = configured
     try:
         yield
     finally:

@@ -1,0 +1,100 @@
+"""The batch read against Parquet: one aggregation over the same events, read from a broker with
+`spark.read.format("tidings")` and from the same rows landed as Parquet, in one run.
+
+    .venv/bin/python bench/spark_read_bench.py [--events 200000] [--rounds 3] [--partitions 2]
+
+Starts a fresh broker process and publishes `--events` events (`nodes/host<i mod 100>/load`, a
+float `load` attribute, a 100-byte payload), starts a local[2] SparkSession, warms both reads up,
+lands the tidings read as Parquet (every column), then times the aggregation of
+tidings.spark.jobs.load_summary (per host: count, mean and max load) `--rounds` times over each
+source, alternating, and over a tidings read that starts after every tick (planned as the others,
+reading nothing: the fixed cost of a query). Prints one JSON line: the best and median seconds of
+each, rows/s, and the ratio of the medians (tidings over Parquet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tidings import sync
+from tidings.testing import BrokerProcess
+
+sys.path.insert(0, str(Path(__file__).parent))
+from spark_local import local_session
+
+
+def publish(address: str, events: int) -> None:
+    with sync.connect(address, service="bench", instance="read") as client:
+        for start in range(0, events, 1000):
+            client.publish_many([(f"nodes/host{i % 100}/load", b"x" * 100, {"load": (i % 997) / 100.0})
+                                 for i in range(start, min(events, start + 1000))])
+
+
+def summary(df, F):  # the aggregation of tidings.spark.jobs.load_summary
+    load = F.col("attributes").getItem("load").try_cast("double")
+    return (df.select(F.split(F.col("channel"), "/", -1).getItem(1).alias("host"), load.alias("load"))
+            .where(F.col("load").isNotNull() & ~F.isnan(F.col("load")))
+            .groupBy("host").agg(F.count(F.lit(1)).alias("count"), F.avg("load"), F.max("load"))
+            .orderBy(F.desc("avg(load)"), F.asc("host")).limit(10).collect())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=2)
+    args = ap.parse_args()
+    from pyspark.sql import functions as F
+
+    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "data") as broker:
+        publish(broker.address, args.events)
+        spark = local_session(Path(__file__).stem)
+
+        def tidings():
+            return (spark.read.format("tidings").option("broker", broker.address).option("pattern", "nodes/+/load")
+                    .option("partitions", str(args.partitions)).load())
+
+        landed = str(Path(tmp) / "events.parquet")
+        start = time.perf_counter()
+        tidings().write.parquet(landed)
+        land_s = time.perf_counter() - start
+
+        def parquet():
+            return spark.read.parquet(landed)
+
+        expected = summary(tidings(), F)  # warm-up of both
+        assert summary(parquet(), F) == expected, "the two sources disagree"
+
+        def empty():  # planned like the others, past every tick: the fixed cost of a read
+            return (spark.read.format("tidings").option("broker", broker.address).option("pattern", "nodes/+/load")
+                    .option("startTick", str(2**62)).load())
+
+        times: dict[str, list[float]] = {"tidings": [], "parquet": [], "empty": []}
+        for _ in range(args.rounds):
+            for name, source in (("tidings", tidings), ("parquet", parquet), ("empty", empty)):
+                start = time.perf_counter()
+                summary(source(), F)
+                times[name].append(time.perf_counter() - start)
+        spark.stop()
+    median = {k: statistics.median(v) for k, v in times.items()}
+    print(json.dumps({
+        "bench": "spark_read", "events": args.events, "partitions": args.partitions, "rounds": args.rounds,
+        "tidings_s_median": round(median["tidings"], 3), "tidings_s_best": round(min(times["tidings"]), 3),
+        "parquet_s_median": round(median["parquet"], 3), "parquet_s_best": round(min(times["parquet"]), 3),
+        "tidings_rows_per_s": round(args.events / median["tidings"]),
+        "parquet_rows_per_s": round(args.events / median["parquet"]),
+        "ratio_median": round(median["tidings"] / median["parquet"], 2),
+        "tidings_nothing_read_s_median": round(median["empty"], 3),
+        "land_as_parquet_s": round(land_s, 2), "load_average": os.getloadavg()[0],
+    }))
+
+
+if __name__ == "__main__":
+    main()
