@@ -53,6 +53,7 @@ class SparkSide:
                                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
             self.session.sparkContext.setLogLevel("ERROR")
+            _quiet_accumulator_server(self.session)
         self.broker = broker
         self._start_query()
         self.started_s = time.perf_counter() - t0
@@ -111,6 +112,23 @@ class SparkSide:
             self.query.stop()
         if self.own_session and self.session is not None:
             self.session.stop()
+
+
+def _quiet_accumulator_server(session: Any) -> None:
+    """PySpark's accumulator server prints a traceback (EOFError) into the summary when a worker's
+    connection ends abruptly, as when the health query is restarted after a broker died; those go
+    to Spark's log instead. Any other error is printed as before."""
+    server = getattr(session.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+    printed = server.handle_error
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], EOFError | ConnectionError):
+            return
+        printed(request, client_address)
+
+    server.handle_error = handle_error
 
 
 def _first_line(error: object) -> str:
