@@ -26,7 +26,8 @@ from tidings.spark.arrow import EVENT_SCHEMA
 from tidings.spark.micro_batch import Head, admit, find_losses, latest, plan_ranges, skip
 from tidings.spark.offsets import Offset, OffsetError
 from tidings.spark.options import check_options, parse_stream_options
-from tidings.spark.stream import StreamDataLossError, StreamPartition, TidingsStreamReader
+from tidings.spark.reading import TickRangePartition
+from tidings.spark.stream import StreamDataLossError, TidingsStreamReader
 
 # ---- offsets -------------------------------------------------------------------------------------
 
@@ -212,7 +213,7 @@ def reader(**options: str) -> TidingsStreamReader:
 def read_batch(r: TidingsStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[str, int]]:
     rows = []
     for part in r.partitions(start, end):
-        assert isinstance(part, StreamPartition)
+        assert isinstance(part, TickRangePartition)
         for batch in r.read(cloudpickle.loads(cloudpickle.dumps(part))):
             rows += zip(batch.column("pubend").to_pylist(), batch.column("tick").to_pylist(), strict=True)
     return rows
@@ -345,7 +346,7 @@ def test_a_broker_that_is_down_holds_its_pubend_back_and_a_commit_waits_for_the_
 def test_a_task_refuses_a_broker_that_logs_another_pubend(overlay: FakeOverlay) -> None:
     r = reader()
     with pytest.raises(Exception, match="now logs pubend p1, not p9"):
-        list(r.read(StreamPartition(0, "p9", "b1:1", 0, 10)))
+        list(r.read(TickRangePartition(0, "p9", "b1:1", 0, 10)))
 
 
 def test_stream_options() -> None:

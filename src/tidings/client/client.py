@@ -849,18 +849,13 @@ class Client:
         err = self._closed_error()
         if not self._welcome.done():
             self._welcome.set_exception(err)
-        for frame in self._frames.values():
-            frame.fail(err)
-        self._frames.clear()
-        for fut in self._status.values():
-            if not fut.done():
-                fut.set_exception(err)
-        self._status.clear()
+        self._fail_requests(err)
         for sub in self._subs.values():
             sub._fail(err)
         self._subs.clear()
 
     def _fail_requests(self, err: BaseException) -> None:
+        """Publishes and status requests in flight get `err`."""
         for frame in self._frames.values():
             frame.fail(err)
         self._frames.clear()

@@ -459,18 +459,11 @@ class Broker:
                 out.append(Send(c.conn, messages.error(exc.code, str(exc), seq=msg.seq + i)))
         first = self.pubend.reserve(len(valid), wall_us) if valid else 0
         keys = self.dedup.logged(screen, at, first)
-        duplicates: list[int] = []
-        for i, verdict in enumerate(verdicts if len(valid) < len(verdicts) else ()):
-            if verdict is Verdict.REPEATED:
-                ticks[i] = ticks[screen.first_of[i]]
-                if ticks[i] is None:
-                    out.append(Send(c.conn, messages.error(errors.BAD_MESSAGE, "the event with the same producer "
-                                                           "sequence earlier in this PUBLISH was rejected",
-                                                           seq=msg.seq + i)))
-            if verdict in (Verdict.DUPLICATE, Verdict.REPEATED) and ticks[i] is not None:
-                duplicates.append(i)
+        duplicates, orphans = self.dedup.answer(screen, len(valid))
+        for i in orphans:
+            out.append(Send(c.conn, messages.error(errors.BAD_MESSAGE, "the event with the same producer "
+                                                   "sequence earlier in this PUBLISH was rejected", seq=msg.seq + i)))
         self.events_rejected += len(verdicts) - len(valid) - len(duplicates)
-        self.dedup.duplicates += len(duplicates)
         if valid:
             self._log(c, msg.seq, valid, first, ticks, out, keys, duplicates)
         elif not self.pubend.wait(c.conn, msg.seq, ticks, duplicates):  # nothing waits: all durable

@@ -93,16 +93,16 @@ class Screen:
     problems: dict[int, TidingsError] = field(default_factory=dict)  # REJECTED index -> why
 
 
-def producer_problem(producer: Any) -> str | None:
-    """Why `producer` is not a valid producer id, or None."""
+def producer_problem(producer: Any, bytes_max: int = PRODUCER_BYTES_MAX) -> str | None:
+    """Why `producer` is not a valid producer id (at most `bytes_max` bytes), or None."""
     if type(producer) is not str or not producer:
         return "the producer id must be a non-empty string"
     try:
         size = len(producer.encode("utf-8"))
     except UnicodeEncodeError:
         return "the producer id must be valid UTF-8 text"
-    if size > PRODUCER_BYTES_MAX:
-        return f"the producer id is longer than {PRODUCER_BYTES_MAX} bytes"
+    if size > bytes_max:
+        return f"the producer id is longer than {bytes_max} bytes"
     return None
 
 
@@ -119,12 +119,6 @@ def scoped(scope: str, producer: str) -> str:
     return f"{len(scope)}:{scope}{producer}" if scope else producer
 
 
-def _key_producer_problem(producer: Any) -> bool:
-    """A producer id read back from the log is not one `scoped` can have made."""
-    return (type(producer) is not str or not producer
-            or len(producer.encode("utf-8", "surrogatepass")) > KEY_PRODUCER_BYTES_MAX)
-
-
 def encode_key(producer: str, pseq: int) -> bytes:
     """The bytes the log record keeps beside the event (storage/record.py)."""
     return msgpack.packb([producer, pseq])
@@ -135,7 +129,7 @@ def decode_key(key: bytes) -> tuple[str, int] | None:
         value = msgpack.unpackb(key)
     except Exception:  # msgpack raises several types for garbage
         return None
-    if (type(value) is not list or len(value) != 2 or _key_producer_problem(value[0])
+    if (type(value) is not list or len(value) != 2 or producer_problem(value[0], KEY_PRODUCER_BYTES_MAX)
             or pseq_problem(value[1]) is not None):
         return None
     return value[0], value[1]
@@ -229,6 +223,25 @@ class DedupWindow:
                 last = self._entries[-1] if self._entries else None
         return keys
 
+    def answer(self, screen: Screen, logged: int) -> tuple[list[int], list[int]]:
+        """After `logged` (which logged `logged` of the screen's events): each REPEATED event takes
+        the tick of its first occurrence. Returns the events answered as duplicates (the ACK names
+        them) and the repeats whose first occurrence was rejected (each gets an error)."""
+        duplicates: list[int] = []
+        orphans: list[int] = []
+        if logged < len(screen.verdicts):  # else every event was new
+            ticks = screen.ticks
+            for i, verdict in enumerate(screen.verdicts):
+                if verdict is Verdict.REPEATED:
+                    ticks[i] = ticks[screen.first_of[i]]
+                    if ticks[i] is None:
+                        orphans.append(i)
+                        continue
+                if verdict in (Verdict.DUPLICATE, Verdict.REPEATED) and ticks[i] is not None:
+                    duplicates.append(i)
+        self.duplicates += len(duplicates)
+        return duplicates, orphans
+
     def remember(self, producer: str, pseq: int, tick: int) -> None:
         """`(producer, pseq)`, not in the window, is being logged with `tick` (above every tick
         remembered before)."""
@@ -273,7 +286,7 @@ class DedupWindow:
                 continue
             producer, pseq = value
             if producer != checked:
-                if _key_producer_problem(producer):
+                if producer_problem(producer, KEY_PRODUCER_BYTES_MAX) is not None:  # not one `scoped` made
                     continue
                 checked = producer
             entries = self._by_producer.get(producer)

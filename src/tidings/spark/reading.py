@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
 
 from tidings.core.errors import GapError
 from tidings.core.event import Event
@@ -53,6 +54,19 @@ class ReadSettings(Protocol):
 
     @property
     def fail_on_data_loss(self) -> bool: ...
+
+
+class TickRangePartition(InputPartition):
+    """The ticks `(after, end]` of `pubend`, read from the broker at `address`; an empty range
+    (end <= after) reads nothing."""
+
+    def __init__(self, index: int, pubend: str, address: str, after: int, end: int) -> None:
+        super().__init__((pubend, after, end))
+        self.index = index
+        self.pubend = pubend
+        self.address = address
+        self.after = after
+        self.end = end
 
 
 def read_events(client: Any, opts: ReadSettings, after: int, end: int, pattern: str | None = None) -> Iterator[Event]:

@@ -54,25 +54,12 @@ from tidings.spark.options import (
 from tidings.spark.overlay import SERVICE, Connect, connect, discover
 from tidings.spark.planning import DataLossError, LogBounds, ReadError, plan_overlay_read
 from tidings.spark.pushdown import Narrowing, narrow
-from tidings.spark.reading import read_events, read_range
+from tidings.spark.reading import TickRangePartition, read_events, read_range
 from tidings.spark.workers import worker_python
 
 __all__ = ["SERVICE", "TickRangePartition", "TidingsDataSource", "TidingsReader", "read_events", "register"]
 
 logger = logging.getLogger("tidings.spark")
-
-
-class TickRangePartition(InputPartition):
-    """The ticks `(after, end]` of `pubend`, read from the broker at `address`; an empty range
-    (end <= after) reads nothing."""
-
-    def __init__(self, index: int, pubend: str, address: str, after: int, end: int) -> None:
-        super().__init__((pubend, after, end))
-        self.index = index
-        self.pubend = pubend
-        self.address = address
-        self.after = after
-        self.end = end
 
 
 class TidingsReader(ImportGuarded, DataSourceReader):

@@ -49,7 +49,7 @@ from tidings.spark.offsets import Offset
 from tidings.spark.options import StreamOptions
 from tidings.spark.overlay import Connect, Head, check_pubend, connect, discover
 from tidings.spark.planning import ReadError
-from tidings.spark.reading import read_events
+from tidings.spark.reading import TickRangePartition, read_events
 
 logger = logging.getLogger("tidings.spark")
 
@@ -69,18 +69,6 @@ class StreamDataLossError(ReadError):
             '.option("failOnDataLoss", "false") to skip them (counted in the offset\'s "lost")'
         )
         self.losses = losses
-
-
-class StreamPartition(InputPartition):
-    """The ticks `(after, end]` of `pubend`, read from the broker at `address`."""
-
-    def __init__(self, index: int, pubend: str, address: str, after: int, end: int) -> None:
-        super().__init__((pubend, after, end))
-        self.index = index
-        self.pubend = pubend
-        self.address = address
-        self.after = after
-        self.end = end
 
 
 # ---- the durable subscription that pins the start and takes the releases ----------------------
@@ -217,10 +205,10 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
             self._discover()
         addresses = {p: h.address for p, h in self._heads.items()}
         ranges = plan_ranges(begin, stop, addresses, self.opts.partitions, self._skipped.get(_key(stop)))
-        return [StreamPartition(i, r.pubend, r.address, r.after, r.end) for i, r in enumerate(ranges)]
+        return [TickRangePartition(i, r.pubend, r.address, r.after, r.end) for i, r in enumerate(ranges)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, StreamPartition), partition
+        assert isinstance(partition, TickRangePartition), partition
         schema = arrow_schema(self.schema)
         with self.connect_to(self.opts, partition.address, f"stream-{partition.index}") as client:
             check_pubend(client, partition.pubend, partition.address)

@@ -60,7 +60,6 @@ from tidings.core.reliability.messages import Knowledge as KnowledgeMessage
 from tidings.core.reliability.ticks import TICK_MAX
 
 MICROSECOND_NS = 1000
-RAW_CHANNELS_MAX = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +128,6 @@ class Source:
         self._streams: dict[str, _TreeStream] = {}
         self._record_prefix = b"\x97" + msgpack.packb(pubend_id)  # [pubend, ... of each own record
         self._channel_at = len(self._record_prefix) + 9  # where its channel starts, after a uint64 tick
-        self._raw_channel_trees: dict[bytes, list[str]] = {}  # bounded: cleared at RAW_CHANNELS_MAX
         self._reads: dict[int, _Read] = {}
         self._next_reader = 0
         self.nacks_received = 0
@@ -415,19 +413,14 @@ class Source:
     def _record_trees(self, record: bytes) -> list[str]:
         """The trees of one of this pubend's own records. A nack's answer sorts thousands of them,
         so the usual layout (a tick past 2**32, a channel under 256 bytes) is read in place: the
-        channel's bytes follow a fixed prefix, and its trees are cached by those bytes."""
+        channel's bytes follow a fixed prefix (`trees_of` caches the trees of a channel)."""
         at = self._channel_at
         if record.startswith(self._record_prefix) and record[at - 9] == 0xCF:  # uint64 tick
             head = record[at]
             raw = (record[at + 1:at + 1 + (head & 0x1F)] if 0xA0 <= head <= 0xBF  # fixstr
                    else record[at + 2:at + 2 + record[at + 1]] if head == 0xD9 else None)  # str8
             if raw is not None:
-                trees = self._raw_channel_trees.get(raw)
-                if trees is None:
-                    if len(self._raw_channel_trees) >= RAW_CHANNELS_MAX:
-                        self._raw_channel_trees.clear()
-                    trees = self._raw_channel_trees[raw] = self._trees_of(raw.decode())
-                return trees
+                return self._trees_of(raw.decode())
         fields = record_routing_fields(record)
         return [] if fields is None else self._trees_of(fields[1])
 
