@@ -118,7 +118,7 @@ class Source:
     """The pubend `pubend_id` at `address`; `trees_of(channel)` names the trees of a channel, and
     `empty(now, tree)` says whether the tree's root said it has no members (Scribe's TREE_EMPTY)."""
 
-    def __init__(self, pubend_id: str, address: str, config: SourceConfig, trees_of: Any,
+    def __init__(self, pubend_id: str, address: str, config: SourceConfig, trees_of: Callable[[str], list[str]],
                  empty: Callable[[int, str], bool] = lambda now, tree: False) -> None:
         self.pubend_id = pubend_id
         self.address = address
