@@ -89,8 +89,9 @@ def drain(end: loads.Endpoint, count: int, limit_s: float) -> tuple[float, int]:
     return time.monotonic() - t0, got
 
 
-def tidings_round(count: int, limit_s: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="catchup-") as tmp, Cluster(Path(tmp), 2) as cluster:
+def tidings_round(count: int, limit_s: float, pfs: bool = True) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="catchup-") as tmp, \
+            Cluster(Path(tmp), 2, None if pfs else {"durable_pfs": False}) as cluster:
         origin, home = cluster[0], cluster[1]
         away = tidings_client.TidingsConnection(home.port, "catchup-sub")
         checkpoint = away.subscribe(1, "catchup/#", durable=True)
@@ -108,7 +109,8 @@ def tidings_round(count: int, limit_s: float) -> dict[str, Any]:
         seconds = time.monotonic() - t0
         cpu = {k: (v - cpu0[k]) / 100 for k, v in gd_bench.cpu_of(pids).items()}
         back.close()
-    return {"broker": "tidings", "events": count, "received": got, "fill_s": round(fill_s, 2),
+    return {"broker": "tidings" if pfs else "tidings-no-pfs", "events": count, "received": got,
+            "fill_s": round(fill_s, 2),
             "catchup_s": round(seconds, 2), "events_per_s": round(got / seconds), "cpu_s": cpu}
 
 
@@ -136,11 +138,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--limit-s", type=float, default=600.0, help="bound on each phase")
     ap.add_argument("--out", default="bench/results/catchup_bench.jsonl")
+    ap.add_argument("--no-pfs", action="store_true", help="brokers with durable_pfs = false (catch-up refilters)")
     args = ap.parse_args()
     if args.events < 1 or args.rounds < 1:
         ap.error("--events and --rounds are at least 1")
     for _ in range(args.rounds):
-        t = tidings_round(args.events, args.limit_s) | gd_bench.context()
+        t = tidings_round(args.events, args.limit_s, not args.no_pfs) | gd_bench.context()
         n = nats_round(args.events, args.limit_s) | gd_bench.context()
         ratio = t["events_per_s"] / n["events_per_s"] if n["events_per_s"] else None
         for result in (t, n, {"test": "catchup-ratio", "tidings_over_jetstream": ratio and round(ratio, 2)}):

@@ -44,7 +44,7 @@ MAP_OPS = st.one_of(
 
 def apply(target, op):
     name, *args = op
-    if name in ("assign", "runs", "assign_where", "accumulate", "finalize", "mark_lost", "curious",
+    if name in ("assign", "runs", "assign_where", "accumulate", "finalize", "mark_lost", "sparsen", "curious",
                 "forget_curiosity", "anti"):
         (after, through), *rest = args
         return getattr(target, name)(after, through, *rest)
@@ -65,8 +65,11 @@ def test_tick_map_matches_the_per_tick_reference(default, ops):
 @st.composite
 def knowledge_ops(draw):
     kind = draw(st.sampled_from(["accumulate", "accumulate", "accumulate", "finalize", "mark_lost",
-                                 "assign", "forget_through", "prefix_end", "first"]))
+                                 "sparsen", "assign", "forget_through", "prefix_end", "first"]))
     after, through = draw(RANGES)
+    if kind == "sparsen":  # ordered disjoint ranges inside the range, from pairs of points
+        points = sorted({t for t in draw(st.lists(TICKS, max_size=8)) if after <= t <= through})
+        return (kind, (after, through), list(zip(points[0::2], points[1::2], strict=False)))
     if kind == "accumulate":
         ticks = draw(st.lists(TICKS, max_size=6))
         return (kind, (after, through), sorted({t for t in ticks if after < t <= through}))

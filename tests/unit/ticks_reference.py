@@ -99,6 +99,15 @@ class ReferenceMap:
     def mark_lost(self, after: int, through: int) -> list[tuple[int, int]]:
         return self.assign_where(after, through, frozenset({Knowledge.Q}), Knowledge.L)
 
+    def sparsen(self, after: int, through: int, wanted: list[tuple[int, int]]) -> int:
+        keep = {i for lo, hi in wanted for i in self.cells(lo, hi)}
+        silenced = 0
+        for i in self.cells(after, through):
+            if self.values[i] is Knowledge.Q and i not in keep:
+                self.values[i] = Knowledge.F
+                silenced += width(i)
+        return silenced
+
     # curiosity
 
     def curious(self, after: int, through: int) -> list[tuple[int, int]]:

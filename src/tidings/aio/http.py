@@ -37,6 +37,9 @@ COUNTERS = {
     "dedup_duplicates": ("publish_duplicates", "idempotent publishes answered with an earlier tick, not logged"),
     "dedup_forgotten_early": ("dedup_entries_evicted",
                               "dedup entries forgotten before their time by dedup_entries_max or dedup_producers_max"),
+    "pfs_records_written": ("pfs_records_written", "PFS records: ticks that matched a durable registration here"),
+    "pfs_catchups": ("pfs_catchups", "durable catchups the PFS told which ticks matched them"),
+    "pfs_ticks_silenced": ("pfs_ticks_silenced", "ticks durable catchups did not fetch (the PFS said no match)"),
 }
 # status key -> (metric name without prefix, help); each a current value
 GAUGES = {
@@ -57,6 +60,7 @@ GAUGES = {
     "dedup_producers": ("dedup_producers", "producers with entries in the idempotent-publish window"),
     "dedup_entries": ("dedup_entries", "entries (runs of consecutive producer sequences) in the window"),
     "dedup_horizon": ("dedup_horizon_tick", "idempotent publishes logged at or below this tick are forgotten"),
+    "pfs_streams": ("pfs_streams", "(tree, pubend) streams the PFS records"),
 }
 
 
@@ -148,6 +152,7 @@ DELIVERY_COUNTERS = {
 SOURCE_COUNTERS = {
     "nacks_received": ("nacks_received", "nacks this broker's pubend received"),
     "ticks_retransmitted": ("ticks_retransmitted", "ticks this broker's pubend re-sent from its log"),
+    "records_read": ("nack_records_read", "records this broker's pubend read back from its log to answer nacks"),
 }
 
 

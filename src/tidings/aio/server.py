@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from tidings.aio.auth_file import load_policy
+from tidings.aio.pfs_worker import PfsWorker
 from tidings.aio.storage_worker import StorageWorker, log_state, restore_dedup
 from tidings.aio.tls import TlsFiles
 from tidings.core.auth.guard import Guard
@@ -44,7 +45,10 @@ from tidings.core.effects import (
     Disconnect,
     Effect,
     PauseReading,
+    PfsAppend,
+    PfsChop,
     ReadLog,
+    ReadPfs,
     ReleaseLog,
     ResumeReading,
     SaveDurable,
@@ -61,6 +65,7 @@ from tidings.core.inputs import (
     Input,
     LogRead,
     LogState,
+    PfsAnswered,
     ReadFailed,
     Received,
     RetentionApplied,
@@ -164,6 +169,7 @@ class BrokerServer:
         self._applying = False
         self._deferred: list[Input] = []
         self.worker: StorageWorker | None = None
+        self.pfs_worker: PfsWorker | None = None
         self._lock: DataDirectoryLock | None = None
         self._http_at = http  # (host, port) for /metrics and /status; None serves no HTTP
         self.http: HttpEndpoint | None = None
@@ -193,6 +199,8 @@ class BrokerServer:
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
         )
         self.worker.start()
+        self.pfs_worker = PfsWorker(self.data_dir / "pfs")
+        self.pfs_worker.start()
         self._server = await loop.create_server(self._new_connection, self.host, self.port,
                                                reuse_address=True, backlog=1024,
                                                ssl=None if self.tls is None else self.tls.server_context())
@@ -323,6 +331,8 @@ class BrokerServer:
         if self.worker is not None:
             await asyncio.to_thread(self.worker.stop)
             self.worker.log.close()
+        if self.pfs_worker is not None:
+            await asyncio.to_thread(self.pfs_worker.stop)
         if self._lock is not None:
             self._lock.release()  # only now may another broker open this directory
         records = self.worker.log.record_count if self.worker is not None else 0
@@ -374,7 +384,7 @@ class BrokerServer:
         log.critical("the event log failed: %r; stopping", exc)
         self._stopping = asyncio.ensure_future(self.stop())
 
-    def apply(self, effects: list[Effect]) -> None:
+    def apply(self, effects: list[Effect]) -> None:  # noqa: PLR0912 - one branch per effect type
         worker = self.worker
         assert worker is not None
         for eff in coalesce_sends(effects):
@@ -392,6 +402,8 @@ class BrokerServer:
                 worker.release(eff.through)
             elif type(eff) is SaveDurable:
                 worker.save(self.data_dir / DURABLE_FILE, eff.data, wait=eff.before_replies)
+            elif type(eff) is PfsAppend or type(eff) is PfsChop or type(eff) is ReadPfs:
+                self._pfs_apply(eff)
             elif type(eff) is Connect:
                 self._dial(eff.address)
             elif type(eff) is Disconnect:
@@ -432,6 +444,23 @@ class BrokerServer:
                 self._join_failure = reason
                 log.warning("cannot reach %s to join the overlay (%s); retrying", address, reason)
             self.feed(ConnectFailed(time.monotonic_ns(), address, reason))
+
+    def _pfs_apply(self, eff: PfsAppend | PfsChop | ReadPfs) -> None:
+        """The PFS's work goes to its own thread; a read's answer comes back to the event loop."""
+        pfs, loop = self.pfs_worker, self._loop
+        assert pfs is not None and loop is not None
+        if type(eff) is PfsAppend:
+            pfs.append(eff.stream, eff.entries, eff.through)
+        elif type(eff) is PfsChop:
+            pfs.chop(eff.stream, eff.through)
+        elif type(eff) is ReadPfs:
+            reader = eff.reader
+
+            def done(ticks: tuple[int, ...], through: int, released: int) -> None:
+                loop.call_soon_threadsafe(
+                    lambda: self.feed(PfsAnswered(time.monotonic_ns(), reader, ticks, through, released)))
+
+            pfs.read(eff.stream, eff.registration, eff.after, eff.count_max, done)
 
     def _read_callbacks(self, reader: int) -> tuple[Any, Any]:
         """Callbacks for a reader thread: hand the result (or the failure) to the event loop."""

@@ -53,7 +53,10 @@ from tidings.core.effects import (
     Disconnect,
     Effect,
     PauseReading,
+    PfsAppend,
+    PfsChop,
     ReadLog,
+    ReadPfs,
     ReleaseLog,
     ResumeReading,
     Send,
@@ -70,6 +73,7 @@ from tidings.core.inputs import (
     Input,
     LogRead,
     LogState,
+    PfsAnswered,
     ReadFailed,
     Received,
     RetentionApplied,
@@ -86,7 +90,8 @@ from tidings.core.multicast.trees import publish_trees, subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.peers import PeerLinks
-from tidings.core.registrations import Registrations
+from tidings.core.registrations import Registration, Registrations
+from tidings.core.reliability.constream import Constream, Recorded
 from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityNode
 from tidings.core.reliability.pubend import Pubend
 from tidings.core.reliability.subend import RemoteDelivery, Subend
@@ -95,7 +100,8 @@ from tidings.core.wire import messages
 
 CHANNEL_CACHE_MAX = 65_536
 CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status()`
-RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog)  # what the cluster member asks of the runtime
+# what the cluster member asks of the runtime
+RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs)
 
 
 class HandshakeTimer(NamedTuple):
@@ -152,10 +158,11 @@ class Broker:
         self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
         self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable.py
+        self.constream = Constream()  # what matched the durable registrations (reliability/constream.py)
 
     # ---- the runtime's interface -----------------------------------------------------------------
 
-    def handle(self, inp: Input) -> list[Effect]:
+    def handle(self, inp: Input) -> list[Effect]:  # noqa: PLR0912 - one branch per input type
         out: list[Effect] = []
         self.now = inp.now
         if self.cluster is not None and isinstance(inp, Received | TimerFired):
@@ -189,6 +196,8 @@ class Broker:
             self.log = inp.log
         elif isinstance(inp, ReadFailed):
             self._read_failed(inp, out)
+        elif isinstance(inp, PfsAnswered):
+            self._pfs_answered(inp, out)
         return out
 
     def next_deadline(self) -> int | None:
@@ -214,6 +223,8 @@ class Broker:
         self._reliability(self._gd().start(now, self.log.last_tick, self.registrations.held_trees), out)
         for tree, count in self.registrations.trees().items():  # away durable subscriptions hold their trees
             self.memberships.hold(tree, count)
+        for reg in self.registrations.all():  # and are recorded in the PFS (empty after a restart)
+            self._record(reg, out)
         for tree in self.memberships.members:
             self._cluster_effects(self.cluster.subscribe(now, tree), out)
         self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
@@ -576,13 +587,26 @@ class Broker:
 
     def _start_durable(self, s: Subend, checkpoint: Checkpoint, out: list[Effect],
                        name: tuple[str, str] | None) -> None:
-        self._durable(self.durable.begin(s, checkpoint, self.memberships.tree_of[s.key], name, self._me()), out)
+        outcome = self.durable.begin(s, checkpoint, self.memberships.tree_of[s.key], name, self._me())
+        self._durable(outcome, out)
+        reg = outcome.resumed  # its catchup asks the PFS what matched it while it was away
+        filter_text = "" if s.filter is None else s.filter.text
+        if reg is not None and self.constream.matches_of(reg.number, s.pattern, filter_text) and self.cluster:
+            for read, span in self.constream.catchup(s.key, reg.number, checkpoint):
+                self._gd().await_pfs(self.now, span)
+                out.append(read)
         if DURABLE_SILENCE not in self.timers:
             self.timers.set(DURABLE_SILENCE, self.now + self.config.durable_silence_interval_ns)
 
     def _durable(self, outcome: Outcome, out: list[Effect]) -> None:
         """Carry out what the durable machine decided (core/durable.py)."""
         out += outcome.effects
+        for reg in outcome.added:
+            self._record(reg, out)
+        for reg in outcome.dropped:
+            out += self.constream.remove(reg.number)
+            if self.cluster is not None:
+                self._reliability(self._gd().unrecord(self.now, reg.tree, reg.number), out)
         for tree in outcome.gone:
             self._member_gone(tree, out)
         for home in outcome.moved:
@@ -591,6 +615,26 @@ class Broker:
     def _durable_save(self, now: int, wall_us: int, out: list[Effect]) -> None:
         self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
         self._durable(self.durable.save(wall_us, self._gd().source.held_trees()), out)
+        out += self.constream.chop(lambda number: None if (r := self.registrations.get(number)) is None else r.released)
+
+    def _record(self, reg: Registration, out: list[Effect]) -> None:
+        """Registration `reg` is recorded in the PFS from now on (its filter parsed when it was saved)."""
+        if self.cluster is None or not self.config.durable_pfs:
+            return
+        try:
+            flt = parse_filter(reg.filter) if reg.filter else None
+        except TidingsError:
+            return  # (saved by a broker that parsed it): not recorded, its catchup refilters
+        self.constream.add(reg.tree, reg.number, reg.pattern, flt)
+        self._reliability(self._gd().record(self.now, reg.tree, reg.number, reg.pattern, reg.filter), out)
+
+    def _pfs_answered(self, inp: PfsAnswered, out: list[Effect]) -> None:
+        """A catchup's PFS read: the ticks that did not match it are not fetched."""
+        answered = self.constream.answered(inp)
+        if answered is not None and self.cluster is not None:
+            silenced, effects = self._gd().pfs_answered(inp.now, *answered)
+            self.constream.ticks_silenced += silenced
+            self._reliability(effects, out)
 
     def _durable_silence(self, now: int, out: list[Effect]) -> None:
         durable = [s for s in self.subends.values() if s.durable]
@@ -804,6 +848,8 @@ class Broker:
                         out.append(Send(s.conn, messages.gap(s.sub, eff.after, eff.through, eff.pubend)))
             elif type(eff) is AccessChanged:
                 self._access_changed(eff, out)
+            elif type(eff) is Recorded:
+                out += self.constream.recorded(eff)
             elif type(eff) is MovedAway:
                 self.registrations.moved_total += 1
                 self._durable(self.durable.forget(eff.registration, self.subends), out)
@@ -822,6 +868,7 @@ class Broker:
             "subscriptions_live": sum(1 for s in self.subends.values() if s.live),
             "catchup_readers": sum(1 for s in self.subends.values() if not s.live),
             **self.registrations.status(),
+            **self.constream.status(),
             "leases_held": len(self.leases),
             "leases_expired": self.leases.expired_total,
             "lease_ns": self.leases.lease_ns,

@@ -77,6 +77,9 @@ class BrokerConfig:
     durable_save_interval_ns: int = 250_000_000
     # durable subscriptions one broker hosts, connected or away; past it a new one is refused
     durable_registrations_max: int = 100_000
+    # record which ticks matched each durable registration (the PFS, <data>/pfs), so that one that comes
+    # back to this broker fetches only what matched it while away (docs/durable.md)
+    durable_pfs: bool = True
     # idempotent publish (core/dedup.py, docs/delivery.md#idempotent-publish): a (producer, pseq)
     # is logged at most once while its original is younger than dedup_window_ns, and among the
     # newest dedup_entries_max entries (runs of consecutive pseqs logged together) of the newest
@@ -116,6 +119,7 @@ class BrokerConfig:
     knowledge_bytes_max: int = 1 * MIB  # records in one knowledge message (one larger event goes alone)
     nack_ranges_max: int = 64  # ranges in one NACK
     nack_range_ticks_max: int = 60_000_000  # width of one nacked range, in ticks (microseconds)
+    nack_merge_ticks: int = 100_000  # a durable catchup fetches matching ticks this close as one range
     streams_max: int = 100_000  # (tree, pubend) streams on one broker
     nack_reads_max: int = 16  # log reads in flight answering nacks
     filter_summary_bytes_max: int = 64 * KIB  # a tree's filter summary sent to its parent; past it, "everything"
@@ -177,7 +181,7 @@ class BrokerConfig:
             stream_idle_ns=self.stream_idle_ns, recovery_ns=self.stream_recovery_ns,
             stream_cache_bytes_max=self.stream_cache_bytes_max, nack_ranges_max=self.nack_ranges_max,
             nack_range_ticks_max=self.nack_range_ticks_max, knowledge_bytes_max=self.knowledge_bytes_max,
-            clock_skew_allowance_us=self.clock_skew_allowance_ns // 1000,
+            nack_merge_ticks=self.nack_merge_ticks, clock_skew_allowance_us=self.clock_skew_allowance_ns // 1000,
             streams_max=self.streams_max, read_bytes_max=self.log_read_bytes_max, reads_max=self.nack_reads_max,
             trees_max=self.trees_max, best_effort=self.best_effort_delivery,
             summary_bytes_max=self.filter_summary_bytes_max, filtering=self.filter_in_network,

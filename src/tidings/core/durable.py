@@ -27,7 +27,7 @@ from tidings.core import errors
 from tidings.core.checkpoint import Checkpoint, Home
 from tidings.core.effects import Effect, SaveDurable, Send
 from tidings.core.errors import TidingsError
-from tidings.core.registrations import Registrations
+from tidings.core.registrations import Registration, Registrations
 from tidings.core.reliability.subend import Subend
 from tidings.core.wire import messages
 
@@ -37,6 +37,9 @@ class Outcome:
     effects: list[Effect] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)  # trees that lost an away member (a registration)
     moved: list[Home] = field(default_factory=list)  # old homes that must forget a registration
+    added: list[Registration] = field(default_factory=list)  # new registrations (recorded in the PFS)
+    dropped: list[Registration] = field(default_factory=list)  # registrations that ended
+    resumed: Registration | None = None  # the registration a subscription resumed (its catchup may use the PFS)
 
 
 class DurableSubscriptions:
@@ -82,11 +85,13 @@ class DurableSubscriptions:
             away = regs.get(home.registration)
             reg = regs.resume(home.registration, tree, s.key)
             if reg is not None:
+                out.resumed = reg
                 regs.release(reg.number, checkpoint)
                 if away is not None and away.key is None:
                     out.gone.append(tree)  # the subend counts for the tree again
         if reg is None:
             reg = regs.register(tree, checkpoint, s.key, name, s.pattern, "" if s.filter is None else s.filter.text)
+            out.added.append(reg)
             out.effects.append(SaveDurable(regs.take_save() or regs.encode(), before_replies=True))
             if home is not None and home.pubend != self.pubend_id:
                 out.moved.append(home)
@@ -112,6 +117,7 @@ class DurableSubscriptions:
         out = Outcome()
         if reg is None:
             return out
+        out.dropped.append(reg)
         if reg.key is None:
             out.gone.append(reg.tree)
         else:
@@ -136,7 +142,8 @@ class DurableSubscriptions:
         """Expire registrations away too long; save the durable state (with the pubend's
         `held_trees`) when it changed."""
         regs = self.registrations
-        out = Outcome(gone=[reg.tree for reg in regs.expired(wall_us)])
+        expired = regs.expired(wall_us)
+        out = Outcome(gone=[reg.tree for reg in expired], dropped=expired)
         if held_trees != regs.held_trees:
             regs.held_trees = held_trees
             regs.dirty = True

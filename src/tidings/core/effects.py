@@ -82,6 +82,38 @@ class SaveDurable:
 
 
 @dataclass(frozen=True, slots=True)
+class PfsAppend:
+    """Record in the persistent filtering subsystem's stream `stream` that each (tick, registrations)
+    of `entries` matched those durable registrations and nothing else did, through tick `through`
+    (reliability/constream.py). Ticks rise per stream; reads see it once the runtime synced it."""
+
+    stream: str
+    entries: list[tuple[int, list[int]]]
+    through: int
+
+
+@dataclass(frozen=True, slots=True)
+class PfsChop:
+    """The PFS stream `stream` may drop its records at or below `through` (whole segments); with
+    `through` None the stream is no longer recorded and goes entirely."""
+
+    stream: str
+    through: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPfs:
+    """Read which ticks after `after` matched durable registration `registration` in PFS stream
+    `stream`, at most `count_max`; report PfsAnswered for `reader`."""
+
+    reader: int
+    stream: str
+    registration: int
+    after: int
+    count_max: int
+
+
+@dataclass(frozen=True, slots=True)
 class Connect:
     """Open a TCP connection to another broker at `address` (host:port); the runtime picks the
     connection number and reports Connected or ConnectFailed."""
@@ -90,7 +122,7 @@ class Connect:
 
 
 Effect = (Send | Disconnect | PauseReading | ResumeReading | Append | Sync | ReadLog | ReleaseLog | SaveDurable
-          | Connect)
+          | Connect | PfsAppend | PfsChop | ReadPfs)
 
 
 def coalesce_sends(effects: list[Effect]) -> list[Effect]:

@@ -85,6 +85,18 @@ class ReadFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class PfsAnswered:
+    """The answer to ReadPfs: for every tick t with max(after, released_through) < t <= through,
+    t matched the registration iff t is in `ticks`; `through` < 0 when the read failed."""
+
+    now: int
+    reader: int
+    ticks: tuple[int, ...]
+    through: int
+    released_through: int
+
+
+@dataclass(frozen=True, slots=True)
 class RetentionApplied:
     now: int
     log: LogState
@@ -119,5 +131,5 @@ class ConnectFailed:
 
 Input = (
     Accepted | Received | ConnectionLost | SendBlocked | SendDrained | WriteSynced | LogRead
-    | ReadFailed | RetentionApplied | TimerFired | Connected | ConnectFailed
+    | ReadFailed | RetentionApplied | TimerFired | Connected | ConnectFailed | PfsAnswered
 )

@@ -81,6 +81,9 @@ class Registrations:
     def get(self, number: int) -> Registration | None:
         return self._regs.get(number)
 
+    def all(self) -> list[Registration]:
+        return list(self._regs.values())
+
     def register(self, tree: str, released: Checkpoint, key: int, name: tuple[str, str] | None = None,
                  pattern: str = "", filter_text: str = "") -> Registration:
         """A new durable subscription of `tree` served by subend `key`, released through `released`

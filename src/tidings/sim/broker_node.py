@@ -29,6 +29,7 @@ every callback, so nothing from before a crash reaches the new core.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 
 from tidings.core.broker import Broker
@@ -39,7 +40,10 @@ from tidings.core.effects import (
     Disconnect,
     Effect,
     PauseReading,
+    PfsAppend,
+    PfsChop,
     ReadLog,
+    ReadPfs,
     ReleaseLog,
     ResumeReading,
     SaveDurable,
@@ -55,6 +59,7 @@ from tidings.core.inputs import (
     Input,
     LogRead,
     LogState,
+    PfsAnswered,
     Received,
     SendBlocked,
     SendDrained,
@@ -64,6 +69,7 @@ from tidings.core.inputs import (
 from tidings.sim.disk import SURVIVE_NONE, Disk
 from tidings.sim.network import Endpoint, Listener, Network, Socket
 from tidings.sim.peer_faults import PeerFaults
+from tidings.sim.pfs import SimPfs
 from tidings.sim.world import Timer, World
 
 
@@ -137,6 +143,7 @@ class BrokerNode(Listener):
         self.join = join
         self.network = network
         self.disk = disk
+        self.pfs = SimPfs(disk.world, f"{name}/pfs")
         self.address = address
         self.config = config or BrokerConfig()
         self.pubend_id = pubend_id
@@ -181,6 +188,7 @@ class BrokerNode(Listener):
         wall_us = self.wall_us()  # the dedup window comes back from the log's tail, as in aio/server.py
         self.core.dedup.restore(self.disk.keyed_since(wall_us - self.core.dedup.window_us), wall_us)
         self.disk.attach(self._synced, self._read)
+        self.pfs.clear()  # as the runtime clears <data>/pfs at start
         self.network.listen(self.address, self)
         self.world.trace(self.name, "start", self.incarnation, log.last_tick, log.record_count)
         self._count("start")
@@ -226,6 +234,15 @@ class BrokerNode(Listener):
 
     def _read(self, reader: int, records: list[tuple[int, bytes]], state: LogState) -> None:
         self.feed(LogRead(self.world.now, reader, records, state))
+
+    def _pfs_answer(self, reader: int) -> Callable[[tuple[int, ...], int, int], None]:
+        incarnation = self.incarnation
+
+        def answer(ticks: tuple[int, ...], through: int, released: int) -> None:
+            if incarnation == self.incarnation:
+                self.feed(PfsAnswered(self.world.now, reader, ticks, through, released))
+
+        return answer
 
     def _fire(self, incarnation: int) -> None:
         if incarnation == self.incarnation:
@@ -277,6 +294,13 @@ class BrokerNode(Listener):
             elif isinstance(eff, SaveDurable):
                 self._trace_effect("SaveDurable", len(eff.data))
                 disk.save(eff.data)
+            elif isinstance(eff, PfsAppend):
+                self.pfs.append(eff.stream, eff.entries, eff.through)
+            elif isinstance(eff, PfsChop):
+                self.pfs.chop(eff.stream, eff.through)
+            elif isinstance(eff, ReadPfs):
+                self._trace_effect("ReadPfs", eff.reader, eff.after)
+                self.pfs.read(eff.stream, eff.registration, eff.after, eff.count_max, self._pfs_answer(eff.reader))
             elif isinstance(eff, Connect):
                 self._trace_effect("Connect", eff.address)
                 self._next_conn += 1

@@ -45,6 +45,7 @@ SUBSCRIPTIONS = (  # pattern, filter
 
 DURABLE_SUBSCRIPTION = ("nodes/+/load", "load > 2")
 DURABLE_MOVE_EVERY_NS = 250 * MILLISECOND_NS
+DURABLE_RETURN_NS = 300 * MILLISECOND_NS
 SLOW_READER_BYTES_PER_S = 8_000  # a few dozen events a second: far below the publishing rate
 
 CONFIG = BrokerConfig(
@@ -91,6 +92,9 @@ class DeliveryScenario:
     # its last move resumes from the older token it had at its first move: what followed that token
     # comes again, or a gap where it was released since (it had acknowledged it)
     durable_rewind: bool = False
+    # each move returns to the broker it left after DURABLE_RETURN_NS away: its catchup there asks
+    # the persistent filtering subsystem (PFS) which ticks matched it meanwhile
+    durable_returns: bool = False
 
 
 @dataclass
@@ -170,8 +174,12 @@ class DeliveryRun:
             homes = order[s.subscribers + 2:] or order
             away = DURABLE_AWAY_NS if s.durable_away else 0
             for m in range(s.durable_moves):
-                home = f"b{self.rng.choice(homes)}:7000"
+                home = durable.address if s.durable_returns else f"b{self.rng.choice(homes)}:7000"
                 rewind = s.durable_rewind and m == s.durable_moves - 1
+                if s.durable_returns:
+                    self.world.call_later(DURABLE_MOVE_EVERY_NS + m * (DURABLE_MOVE_EVERY_NS + DURABLE_RETURN_NS),
+                                          durable.move, home, DURABLE_RETURN_NS, rewind)
+                    continue
                 self.world.call_later((m + 1) * DURABLE_MOVE_EVERY_NS + (away if m else 0), durable.move, home,
                                       away if m == 0 else None, rewind)
         self.run(300 * MILLISECOND_NS)
@@ -200,7 +208,10 @@ class DeliveryRun:
                  "gaps": sum(len(sub.gaps) for sub in self.subscribers),
                  "connected_subscribers": sum(1 for sub in self.subscribers if not sub.downs),
                  "records_unwanted": sum(nd.core.status().get("delivery", {}).get("records_unwanted", 0)
-                                         for nd in self.nodes if nd.core is not None)}
+                                         for nd in self.nodes if nd.core is not None),
+                 **{key: sum(getattr(nd.core.constream, attr) for nd in self.nodes if nd.core is not None)
+                    for key, attr in (("pfs_records", "records_written"), ("pfs_catchups", "catchups"),
+                                      ("pfs_ticks_silenced", "ticks_silenced"))}}
         return DeliveryResult(problems, delivered, acked, self.faults_done, stats)
 
     def _durable(self, homes: list[int]) -> DurableSubscriber | None:

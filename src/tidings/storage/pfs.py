@@ -26,7 +26,9 @@ match of s] forward in large chunks, in one pass, and stops there: a subscriber 
 since a costs no I/O at all. The back-pointers chain the subscriber's records; the read checks that
 every record it returns points at the one before it, so a hole in the file is an error, never a
 silently skipped event. Reads see only synced records: `last_timestamp` is the newest synced tick,
-and a read's `through_tick` says up to where its answer is complete.
+and a read's `through_tick` says up to where its answer is complete. `mark(t)` appends an empty
+record (no subscriber) at t, so that after a quiet spell reads answer up to t, not only up to the
+last match.
 
 Chopping. `chop(t)` removes whole closed segments whose records are all at or below t (the minimum
 over subscribers of released(s, p), and latestDelivered(p)); `released_through` then says below
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -55,6 +58,7 @@ SUBSCRIBERS_MAX = 1 << 20
 READ_CHUNK_BYTES = 1 << 20
 SEGMENT_BYTES_MAX_DEFAULT = 4 << 20
 STREAM_PREFIX = "p-"
+EMPTY_RECORD = msgpack.packb([])  # a `mark`: no subscriber matched, the stream is known up to its tick
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,21 +151,38 @@ class PfsStream:
 
     def append(self, tick: int, subscribers: Iterable[int]) -> None:
         """Record that `tick` matched `subscribers` (and no one else). Durable after `sync`."""
-        ids = sorted(set(subscribers))
-        if not ids:
-            raise ValueError("a PFS record lists at least one matching subscriber")
-        if len(ids) > RECORD_SUBSCRIBERS_MAX or not 0 <= ids[0] <= ids[-1] <= SUBSCRIBER_ID_MAX:
-            raise ValueError(f"a PFS record lists 1..{RECORD_SUBSCRIBERS_MAX} ids in 0..{SUBSCRIBER_ID_MAX}")
+        self.append_many([(tick, subscribers)])
+
+    def append_many(self, entries: Iterable[tuple[int, Iterable[int]]]) -> None:
+        """`append` for each (tick, subscribers) in order, as one write: ValueError (and nothing
+        written) when an entry lists no subscriber, too many, or an id out of range."""
+        records: list[tuple[int, bytes]] = []
         with self._lock:
-            new = sum(1 for s in ids if s not in self._last_match)
-            if len(self._last_match) + new > SUBSCRIBERS_MAX:
+            last = dict[int, int]()  # this batch's matches, over _last_match
+            for tick, subscribers in entries:
+                ids = sorted(set(subscribers))
+                if not ids:
+                    raise ValueError("a PFS record lists at least one matching subscriber")
+                if len(ids) > RECORD_SUBSCRIBERS_MAX or not 0 <= ids[0] <= ids[-1] <= SUBSCRIBER_ID_MAX:
+                    raise ValueError(f"a PFS record lists 1..{RECORD_SUBSCRIBERS_MAX} ids in 0..{SUBSCRIBER_ID_MAX}")
+                pairs = []
+                for s in ids:
+                    previous = last.get(s) or self._last_match.get(s, 0)
+                    pairs.append((s, tick - previous if previous else 0))
+                    last[s] = tick
+                records.append((tick, encode_record(pairs)))
+            if len(self._last_match) + sum(1 for s in last if s not in self._last_match) > SUBSCRIBERS_MAX:
                 raise ValueError(f"the PFS of a pubend tracks at most {SUBSCRIBERS_MAX} subscribers")
-            previous = [self._last_match.get(s, 0) for s in ids]
-        payload = encode_record((s, tick - p if p else 0) for s, p in zip(ids, previous, strict=True))
-        self._log.append([(tick, payload)])
+        if records:
+            self._log.append(records)
         with self._lock:
-            for s in ids:
-                self._last_match[s] = tick
+            self._last_match.update(last)
+
+    def mark(self, through: int) -> None:
+        """Record that every tick up to `through` is known (silence after the last match): an
+        empty record, so that reads after a sync answer up to it."""
+        if through > self._log.last_tick:
+            self._log.append([(through, EMPTY_RECORD)])
 
     def sync(self) -> None:
         """Make every appended record durable; reads see them from now on."""
@@ -247,6 +268,13 @@ class Pfs:
             path = self.directory / (STREAM_PREFIX + pubend.encode().hex())
             stream = self._streams[pubend] = PfsStream.open(path, segment_bytes_max=self._segment_bytes_max)
         return stream
+
+    def drop(self, name: str) -> None:
+        """Remove the stream `name` and its files (it is no longer recorded)."""
+        stream = self._streams.pop(name, None)
+        if stream is not None:
+            stream.close()
+            shutil.rmtree(stream.directory, ignore_errors=True)
 
     def close(self) -> None:
         streams, self._streams = list(self._streams.values()), {}

@@ -78,7 +78,8 @@ class BrokerProcess:
         if self.config:
             self.data.mkdir(parents=True, exist_ok=True)
             path = self.data.parent / f"{self.data.name}.toml"
-            path.write_text("".join(f"{k} = {v}\n" for k, v in self.config.items()))
+            path.write_text("".join(f"{k} = {str(v).lower() if type(v) is bool else v}\n"
+                                    for k, v in self.config.items()))
             cmd += ["--config", str(path)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -57,6 +57,7 @@ from tidings.core.reliability.summary import Summary
 from tidings.core.reliability.ticks import TICK_MAX, Curiosity, CuriosityMap, Knowledge, KnowledgeMap
 
 KNOWN = frozenset({Knowledge.D, Knowledge.F, Knowledge.L})
+SPARSE_RANGES_MAX = 1024  # ranges one catchup's sparsen leaves unknown (each run costs every gap scan)
 GAP = frozenset({Knowledge.Q})
 
 
@@ -95,6 +96,7 @@ class StreamLimits:
     nack_ranges_max: int  # ranges in one nack
     nack_range_ticks_max: int  # width of one nacked range
     piece_bytes_max: int  # record bytes in one message to a consumer (one larger record goes alone)
+    nack_merge_ticks: int = 100_000  # a catchup's wanted ticks this close are fetched as one range
 
 
 class Istream:
@@ -118,9 +120,11 @@ class Istream:
         "origin",
         "pubend",
         "released_sent",
+        "sparse_through",
         "top",
         "tree",
         "upstream",
+        "waiting",
     )
 
     def __init__(self, tree: str, pubend: str, floor: int, limits: StreamLimits) -> None:
@@ -152,6 +156,9 @@ class Istream:
         self.curious_ns: int | None = None  # when the nacked ticks were last forgotten (NRT counts from it)
         self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered and upstream is silent
         self.heard_ns: int | None = None  # when knowledge of this stream last came from upstream
+        self.sparse_through = 0  # F ticks up to here may be one catchup's (`sparsen`), not the stream's
+        # catchups waiting for the PFS -> (nacks wait up to this tick, until this monotonic ns)
+        self.waiting: dict[str | int, tuple[int, int]] = {}
 
     # ---- consumers -----------------------------------------------------------------------------
 
@@ -169,24 +176,106 @@ class Istream:
             consumer.start = min(consumer.start, position)
         if position < self.floor:
             self._lower_floor(position)
+        self._doubt_sparse(position)
         return consumer
 
     def detach(self, key: str | int, now: int = 0, hold_ns: int = 0) -> None:
         """Remove a consumer; a child's release point is held `hold_ns` longer (a ghost)."""
         consumer = self.consumers.pop(key, None)
+        self.waiting.pop(key, None)
         if consumer is not None and not consumer.local and hold_ns > 0:
             self.ghosts.append((key, consumer.delivered_through, consumer.released_through, now + hold_ns))
 
-    def rewind(self, key: str | int, position: int) -> None:
-        """A consumer lacks ticks after `position` (a child's nack): send them again."""
+    def rewind(self, key: str | int, position: int, ranges: Sequence[tuple[int, int]] = (),
+               known: int | None = None) -> None:
+        """A consumer lacks ticks after `position` (a child's nack): send them again. With `known`,
+        it lacks only the ticks of `ranges` up to `known` (Nack.known): below the floor only those
+        become unknown here (to be fetched), the others F, its own (`sparse_through`)."""
         consumer = self.consumers.get(key)
         if consumer is None or position >= consumer.sent_through:
             return
         consumer.sent_through = position
         consumer.acked_through = min(consumer.acked_through, position)
         consumer.start = min(consumer.start, position)
-        if position < self.floor:
+        floor = self.floor
+        if position < floor:
             self._lower_floor(position)
+        if known is None:
+            self._doubt_sparse(position)
+            return
+        for after, through in ranges:  # what it asks for is not silence, whoever's F it was
+            self._doubt_sparse(after, through)
+        through = min(known, floor)
+        if position < through:
+            wanted = [(a, min(b, through)) for a, b in ranges if a < through]
+            if self._known.sparsen(position, through, wanted):
+                self.sparse_through = max(self.sparse_through, through)
+                self._advance_horizon()
+
+    def known_outside(self, ranges: Sequence[tuple[int, int]]) -> int | None:
+        """For a nack of `ranges`: the tick up to which every tick after the first range's start
+        that is in no range is known here (the tick before the next unknown one), or None when an
+        unknown tick between the ranges is left out of them (nacked already, awaiting an answer)."""
+        if not ranges:
+            return None
+        k = 0
+        for lo, hi, value in self._known.runs(ranges[0][0], ranges[-1][1]):
+            if value is not Knowledge.Q:
+                continue
+            while k < len(ranges) and ranges[k][1] <= lo:
+                k += 1
+            position = lo  # the unknown run (lo, hi] must be covered by ranges k, k+1, ...
+            while position < hi:
+                if k >= len(ranges) or ranges[k][0] > position:
+                    return None
+                position = ranges[k][1]
+                if position <= hi:
+                    k += 1
+        following = self._known.first(ranges[-1][1], GAP)
+        return TICK_MAX if following is None else following - 1
+
+    def sparsen(self, key: str | int, after: int, through: int, wanted: Sequence[int]) -> int:
+        """Consumer `key` (a durable subscription catching up) needs, of (after, through], only the
+        ticks `wanted` (its persistent filtering subsystem says which matched it): the other unknown
+        ticks there become F, so that only the wanted ones are nacked and nothing else is fetched
+        and filtered for it. Wanted ticks closer than `nack_merge_ticks` stay Q as one range (the
+        ticks between them are fetched, and filtered on arrival): at most SPARSE_RANGES_MAX ranges,
+        after which the rest stays Q. Only below every other consumer's position, whom those F
+        ticks would mislead; one that later asks for ticks below `sparse_through` (attach, rewind)
+        doubts them again. Returns how many ticks became F."""
+        through = min([through, *(c.sent_through for k, c in self.consumers.items() if k != key)])
+        ranges: list[tuple[int, int]] = []
+        for tick in wanted:
+            if not after < tick <= through:
+                continue
+            if ranges and tick - ranges[-1][1] <= self.limits.nack_merge_ticks:
+                ranges[-1] = (ranges[-1][0], tick)
+            elif len(ranges) == SPARSE_RANGES_MAX:
+                through = tick - 1
+                break
+            else:
+                ranges.append((tick - 1, tick))
+        if through <= after:
+            return 0
+        silenced = self._known.sparsen(after, through, ranges)
+        if silenced:
+            self.sparse_through = max(self.sparse_through, through)
+            self._advance_horizon()
+        return silenced
+
+    def lapse_waits(self, now: int) -> None:
+        """Catchups that waited for the PFS past their time nack like any other (a read lost)."""
+        if self.waiting:
+            self.waiting = {key: wait for key, wait in self.waiting.items() if wait[1] > now}
+
+    def _doubt_sparse(self, position: int, through: int = TICK_MAX) -> None:
+        """A consumer wants the ticks after `position` (up to `through`): F ticks a catchup's
+        `sparsen` may have made there are Q again (they are fetched, at worst once more)."""
+        through = min(through, self.sparse_through)
+        if position < through:
+            self._known.assign_where(position, through, frozenset({Knowledge.F}), Knowledge.Q)
+            self.horizon = min(self.horizon, position)
+            self._advance_horizon()
 
     def _lower_floor(self, floor: int) -> None:
         """A consumer wants ticks this stream had written off: they become unknown (a gap)."""
@@ -401,12 +490,14 @@ class Istream:
 
     def gaps(self) -> list[tuple[int, int]]:
         """The unknown ranges a consumer is waiting for: between the horizon and the highest known
-        tick, chopped to the nack limits (the oldest first)."""
-        if self.top <= self.horizon:
+        tick, chopped to the nack limits (the oldest first). Not those up to where a catchup waits
+        for the PFS to say which of them it needs (`waiting`)."""
+        start = max(self.horizon, max((through for through, _ in self.waiting.values()), default=0))
+        if self.top <= start:
             return []
         out: list[tuple[int, int]] = []
         width = self.limits.nack_range_ticks_max
-        for lo, hi, value in self._known.runs(self.horizon, self.top):
+        for lo, hi, value in self._known.runs(start, self.top):
             if value is not Knowledge.Q:
                 continue
             room = self.limits.nack_ranges_max - len(out)
@@ -435,6 +526,8 @@ class Istream:
             self._known.assign(0, point, Knowledge.F)
             self._curiosity.ack_through(point)
             self.floor = point
+            if point >= self.sparse_through:
+                self.sparse_through = 0
 
     def status(self) -> dict[str, object]:
         return {"pubend": self.pubend, "horizon": self.horizon, "top": self.top, "floor": self.floor,

@@ -55,6 +55,7 @@ from tidings.core.multicast.agent import ScribeAgent
 from tidings.core.overlay.envelope import PeerSend, RouteTo
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
+from tidings.core.reliability.constream import READ_WAIT_NS, Catchup, Recorded
 from tidings.core.reliability.istream import Istream, StreamLimits
 from tidings.core.reliability.release import release_through
 from tidings.core.reliability.round_trip import RoundTrip
@@ -64,6 +65,7 @@ from tidings.core.reliability.summary import decode as decode_summary
 from tidings.core.reliability.summary import to_wire as summary_wire
 from tidings.core.reliability.ticks import TICK_MAX
 
+PFS_CONSUMER = -1  # the consumer key of the PFS consumer on a recorded tree's streams (constream.py)
 POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
 ROUND_TRIPS_MAX = 4096  # upstream brokers whose nack round trips are remembered
 
@@ -91,6 +93,7 @@ class ReliabilityConfig:
     release_keep_us: int = 3600 * 1_000_000  # released events stay in the log this long (release.py)
     max_retain_us: int = 24 * 3600 * 1_000_000  # early release: older ticks go even if a durable subscriber is away
     release_hold_ns: int = 300 * 1_000_000_000  # a child that left holds release at its last value this long
+    nack_merge_ticks: int = 100_000  # a durable catchup fetches matching ticks this close as one range
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +150,8 @@ class _Tree:
     # where a durable local subscription wants the pubends it names, overriding its start for them
     # (its checkpoint token's vector, core/checkpoint.py)
     positions: dict[int, dict[str, int]] = field(default_factory=dict)
+    # durable registrations recorded in the PFS (connected or away) -> their summary, part of the interest
+    recorded: dict[int, Summary | None] = field(default_factory=dict)
 
     def start_of(self, key: int, pubend: str, otherwise: int) -> int:
         return self.positions.get(key, {}).get(pubend, otherwise)
@@ -187,7 +192,7 @@ class ReliabilityNode:
             config.reads_max, config.trees_max, config.knowledge_bytes_max, config.release_hold_ns), trees_of,
             scribe.told_empty)
         self._limits = StreamLimits(config.stream_cache_bytes_max, config.nack_ranges_max,
-                                    config.nack_range_ticks_max, config.knowledge_bytes_max)
+                                    config.nack_range_ticks_max, config.knowledge_bytes_max, config.nack_merge_ticks)
         self.trees: dict[str, _Tree] = {}
         self._streams = 0
         self.timers: Deadlines[Timer] = Deadlines()
@@ -303,10 +308,15 @@ class ReliabilityNode:
         positions = [_or(t.defaults.get(child), after) for child in self.scribe.children(tree)]
         positions += [t.start_of(key, pubend, start) for key, start in t.locals.items()
                       if t.wants(key, pubend, self.pubend_id)]
+        if t.recorded and pubend != self.pubend_id:  # from where its durable registrations released it
+            held = self._held(tree, pubend)
+            positions.append(after if held is None else min(held, after))
         if not positions or self._streams >= self.config.streams_max:
             return None
         ist = t.istreams[pubend] = Istream(tree, pubend, min(positions), self._limits)
         self._streams += 1
+        if t.recorded and pubend != self.pubend_id:  # the PFS then covers what they may come back for
+            ist.attach(PFS_CONSUMER, ist.floor)
         for key, start in t.locals.items():
             if t.wants(key, pubend, self.pubend_id):
                 ist.attach(key, t.start_of(key, pubend, start))
@@ -342,6 +352,9 @@ class ReliabilityNode:
                     wire = messages.Knowledge(ist.tree, ist.pubend, piece.after, piece.through, tuple(piece.ticks),
                                               tuple(piece.records), False, stamp, piece.lost).to_wire()
                     out += self.scribe.send_event(now, ist.tree, key, [ist.origin, wire])
+            elif key == PFS_CONSUMER:
+                out += [Recorded(ist.tree, ist.pubend, piece.after, piece.through, piece.ticks, piece.records,
+                                 piece.lost) for piece in ist.pieces_for(consumer)]
             elif key not in t.total and not consumer.blocked and consumer.sent_through < ist.horizon:
                 groups.setdefault(consumer.sent_through, []).append(key)  # type: ignore[arg-type]
         for keys in groups.values():
@@ -405,6 +418,8 @@ class ReliabilityNode:
             self.timers.set_earliest(key, now + self.config.gap_curiosity_ns)
         else:
             self.timers.cancel(key)
+            if ist.waiting:  # a catchup's PFS read that is never answered must not hold its nacks for ever
+                self.timers.set(key, min(until for _, until in ist.waiting.values()))
             ist.nack_ns = ist.curious_ns = None
             ist.nack_interval_ns = self._round_trip(ist.upstream)
 
@@ -465,7 +480,8 @@ class ReliabilityNode:
     def _interest(self, tree: str, t: _Tree, bytes_max: int | None = None) -> Summary | None:
         """What this broker's local subscriptions and children of `tree` want, merged (within
         `bytes_max`, the summary limit unless given)."""
-        parts = [*t.interests.values(), *(t.children.get(c, (0, EVERYTHING))[1] for c in self.scribe.children(tree))]
+        parts = [*t.interests.values(), *t.recorded.values(),
+                 *(t.children.get(c, (0, EVERYTHING))[1] for c in self.scribe.children(tree))]
         return merge(parts, self.config.summary_bytes_max if bytes_max is None else bytes_max)
 
     def _count_unwanted(self, tree: str, t: _Tree, records: tuple[bytes, ...]) -> None:
@@ -602,6 +618,64 @@ class ReliabilityNode:
         self._drop_if_unused(tree, t)
         return self._flush(now, out)
 
+    # ---- the persistent filtering subsystem's consumer (constream.py) -------------------------------
+
+    def record(self, now: int, tree: str, registration: int, pattern: str, filter_text: str) -> list[Any]:
+        """Durable registration `registration` of `tree` is recorded in the PFS from now on: the
+        tree's streams get the PFS consumer (from where they are), and its interest stays in the
+        tree's while its subscriber is away."""
+        t = self.trees.get(tree)
+        if t is None:
+            t = self.trees[tree] = _Tree({}, {}, {}, {})
+        first = not t.recorded
+        t.recorded[registration] = of_subscription(pattern, filter_text, self.config.summary_bytes_max)
+        wants_from: dict[str, int] = {}
+        if first:  # from where the local subscriptions are (the new durable one's start among them)
+            for pubend, ist in t.istreams.items():
+                if pubend != self.pubend_id:
+                    start = min([ist.horizon, *(c.sent_through for k, c in ist.consumers.items() if type(k) is int)])
+                    wants_from[pubend] = ist.attach(PFS_CONSUMER, start).sent_through
+        out = self._resummarize(now, tree, t, wants_from, min(wants_from.values(), default=TICK_MAX))
+        for ist in t.istreams.values():
+            out += self._push(now, t, ist)
+            self._after_change(now, ist)
+        return self._flush(now, out)
+
+    def unrecord(self, now: int, tree: str, registration: int) -> list[Any]:
+        """Registration `registration` of `tree` ended: it is no longer recorded (nor of interest)."""
+        t = self.trees.get(tree)
+        if t is None or registration not in t.recorded:
+            return []
+        del t.recorded[registration]
+        if not t.recorded:
+            for ist in t.istreams.values():
+                ist.detach(PFS_CONSUMER)
+                self._after_change(now, ist)
+        out = self._resummarize(now, tree, t, {}, TICK_MAX)
+        self._drop_if_unused(tree, t)
+        return self._flush(now, out)
+
+    def await_pfs(self, now: int, span: Catchup) -> None:
+        """The catchup `span.key` asked the PFS which ticks of `span` it needs: its stream nacks
+        nothing up to `span.through` until the answer (`pfs_answered`), or READ_WAIT_NS."""
+        ist = self._istream(span.tree, span.pubend)
+        if ist is not None and span.key in ist.consumers:
+            ist.waiting[span.key] = (span.through, now + READ_WAIT_NS)
+            self.timers.set_earliest(GapTimer(span.tree, span.pubend), now + READ_WAIT_NS)
+
+    def pfs_answered(self, now: int, span: Catchup, answer: Catchup | None) -> tuple[int, list[Any]]:
+        """The PFS answered the catchup waiting on `span`: of its range it needs only the matched
+        ticks (Istream.sparsen), or, with no `answer`, all of them. Returns how many ticks it no
+        longer fetches, and the effects (its nacks go now)."""
+        t = self.trees.get(span.tree)
+        ist = None if t is None else t.istreams.get(span.pubend)
+        if t is None or ist is None or ist.waiting.pop(span.key, None) is None:
+            return 0, []
+        silenced = 0 if answer is None else ist.sparsen(answer.key, answer.after, answer.through, answer.ticks)
+        out = self._push(now, t, ist)
+        self._after_change(now, ist)
+        return silenced, self._flush(now, out)
+
     def local_flow(self, now: int, key: int, tree: str, blocked: bool) -> list[Any]:
         t = self.trees.get(tree)
         if t is None:
@@ -639,7 +713,7 @@ class ReliabilityNode:
                 if (consumer := ist.consumers.get(key)) is not None}
 
     def _drop_if_unused(self, tree: str, t: _Tree) -> None:
-        if not t.locals and not self.scribe.children(tree):
+        if not t.locals and not t.recorded and not self.scribe.children(tree):
             self._streams -= len(t.istreams)
             for pubend, ist in t.istreams.items():
                 self.timers.cancel(GapTimer(tree, pubend))
@@ -661,7 +735,7 @@ class ReliabilityNode:
                 elif stream.pubend == self.pubend_id:
                     self.source.acked(now, stream.tree, stream.through, sender, stream.released, stream.delivered)
         elif type(decoded) is messages.Nack:
-            out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
+            out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges, decoded.known)
         elif type(decoded) is messages.Knowledge:  # straight from a pubend that takes us for the root
             if self.scribe.is_root(decoded.tree):
                 out += self.event_arrived(now, decoded.tree, [sender, message], sender)
@@ -682,10 +756,10 @@ class ReliabilityNode:
         return [PeerSend(home_address, messages.Moved(home, registration).to_wire())]
 
     def _nacked(self, now: int, sender: str, tree: str, pubend: str,
-                ranges: tuple[tuple[int, int], ...]) -> list[Any]:
+                ranges: tuple[tuple[int, int], ...], known: int | None = None) -> list[Any]:
         ist = self._istream(tree, pubend)
         if ist is not None and sender in ist.consumers:
-            ist.rewind(sender, ranges[0][0])
+            ist.rewind(sender, ranges[0][0], ranges, known)
             self.retransmissions_sent += 1
             out = self._push(now, self.trees[tree], ist)
             self._after_change(now, ist)
@@ -739,6 +813,7 @@ class ReliabilityNode:
         ist = self._istream(key.tree, key.pubend)
         if ist is None:
             return []
+        ist.lapse_waits(now)
         # Scribe pruned the tree here (its children left, none local): no knowledge comes to say
         # so, since the pubends' publishes are answered TREE_EMPTY; nobody here wants the gaps
         t = self.trees[key.tree]
@@ -754,17 +829,22 @@ class ReliabilityNode:
             return []
         # NRT is counted from when the curiosity was last cleared, not from the last nack: gaps that
         # keep appearing beyond an old one are nacked at once, and must not keep the old one quiet
+        repeat = False
         if ist.curious_ns is None or now - ist.curious_ns >= interval:
             ist.forget_curiosity()  # a new gap, or NRT passed: nack the same ticks again
             if ist.curious_ns is not None:  # unanswered for NRT
                 ist.nack_interval_ns = self._repeat_interval(ist, interval)
+                repeat = True
             ist.curious_ns = now
         ranges = ist.nack_ranges()
         if ranges:
             ist.nack_ns = now
             self.nacks_sent += 1
             self.nack_ticks_sent += sum(through - after for after, through in ranges)
-            out += self._to(now, ist.upstream, messages.Nack(key.tree, key.pubend, tuple(ranges)).to_wire())
+            # what this broker knows between them goes too, so the parent need not fetch it again,
+            # except in a repeat (an upstream too old to read it would never answer)
+            known = None if repeat else ist.known_outside(ranges)
+            out += self._to(now, ist.upstream, messages.Nack(key.tree, key.pubend, tuple(ranges), known).to_wire())
         self.timers.set(key, now + max(ist.nack_interval_ns, self.config.nack_repeat_ns_min))
         return out
 

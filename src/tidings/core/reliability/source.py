@@ -131,7 +131,8 @@ class Source:
         self._reads: dict[int, _Read] = {}
         self._next_reader = 0
         self.nacks_received = 0
-        self.ticks_retransmitted = 0
+        self.ticks_retransmitted = 0  # events of the tree sent again in nack answers
+        self.records_read = 0  # records read back from the log to answer nacks
         self.refused_from: int | None = None  # the first tick of a tree refused for trees_max
         self._last_data: dict[str, int] = {}  # tree -> its last event's tick, most recent trees last
         # records up to here may be on any tree: logged before this run (`recover`), or of a tree
@@ -384,6 +385,7 @@ class Source:
         if released > after:  # released since the nack came: those ticks are lost, not silent
             out.append(self._send(read.tree, after, released, [], retransmit=True, lost=True))
             after = released
+        self.records_read += len(records)
         mine = [(tick, record) for tick, record in records
                 if tick > after and read.tree in self._record_trees(record)]
         self.ticks_retransmitted += len(mine)
@@ -433,4 +435,4 @@ class Source:
     def status(self) -> dict[str, Any]:
         return {"trees": len(self._streams), "roots_known": sum(1 for s in self._streams.values() if s.root),
                 "reads": len(self._reads), "nacks_received": self.nacks_received,
-                "ticks_retransmitted": self.ticks_retransmitted}
+                "ticks_retransmitted": self.ticks_retransmitted, "records_read": self.records_read}

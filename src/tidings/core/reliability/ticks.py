@@ -274,6 +274,42 @@ class KnowledgeMap(TickMap[Knowledge]):
         paper's D*); returns the ranges that changed."""
         return self.assign_where(after, through, _ONLY_D, _F)
 
+    def sparsen(self, after: int, through: int, wanted: Sequence[Range]) -> int:
+        """Q ticks of (after, through] become F except those in the `wanted` ranges (ordered,
+        disjoint, inside it), which stay Q: a catchup that knows from the PFS which ticks it needs
+        (durable paper §4.2). Other ticks keep their value. Returns how many ticks became F."""
+        _check_range(after, through)
+        pieces = self.runs(after, through)
+        if not any(value is _Q for _, _, value in pieces):
+            return 0
+        ends: list[int] = []
+        values: list[Knowledge] = []
+        silenced = 0
+        w = 0
+        for start, end, value in pieces:
+            if value is not _Q:
+                _append(ends, values, end, value)
+                continue
+            previous = start
+            while w < len(wanted) and wanted[w][1] <= start:  # (over runs that are not Q)
+                w += 1
+            while w < len(wanted) and wanted[w][0] < end:
+                low, high = max(wanted[w][0], previous), min(wanted[w][1], end)
+                if low > previous:
+                    _append(ends, values, low, _F)
+                    silenced += low - previous
+                _append(ends, values, high, _Q)
+                previous = high
+                if wanted[w][1] > end:
+                    break  # the range goes on into the next run
+                w += 1
+            if end > previous:
+                _append(ends, values, end, _F)
+                silenced += end - previous
+        i = bisect_left(self._ends, after + 1)
+        self._splice(i, bisect_left(self._ends, through, i), after, through, ends, values)
+        return silenced
+
     def mark_lost(self, after: int, through: int) -> list[Range]:
         """Q ticks of (after, through] become L (the pubend released them before anyone here learnt
         them); D, F and L ticks keep their value, since a tick known here was not lost here. Returns

@@ -1,0 +1,225 @@
+"""The consolidated stream's filtering at a subscriber's broker: which ticks matched which durable
+registration, kept in the persistent filtering subsystem (PFS), and read back when one resumes.
+
+Theory of operation (Gryphon durable §4.2, on our trees). While a tree has durable registrations at
+this broker, connected or away, the reliability node keeps one more consumer on each of the tree's
+input streams, the PFS consumer (node.py): it is handed every tick in order, as any local
+subscription is, and never blocks. For each piece it is handed (`Recorded`) this machine matches the
+D ticks' records against the tree's registrations and writes one PFS record per tick that matched at
+least one (`PfsAppend`, one PFS stream per (tree, pubend)); every other tick of the piece is silence
+for all of them. The registrations' interest stays in the tree's filter summary while they are away,
+so the F ticks upstream sends are silence for them too.
+
+Coverage. The PFS knows the matches of registration r on a stream only after `since[r]`: the tick
+the stream's PFS consumer had reached when r was added (or the stream first reached this broker),
+moved up past any hole in what the consumer was handed (a lost range, a restart of the stream).
+Coverage lives in memory: a restarted broker starts its PFS empty (the runtime clears it), and its
+durable subscribers are served by refiltering, as on a broker that never saw them.
+
+Catchup. A durable subscription that resumes here from its token, on a stream where the token's
+tick T lies inside its registration's coverage, asks the PFS (`ReadPfs`) which ticks after T matched
+it. The answer (`answered`) tells the node which ticks of (T, through] its catchup needs; every other
+unknown tick there becomes silence for it (`Istream.sparsen`), so only the matching ticks are nacked
+upstream and nothing that did not match is fetched or filtered again. Without coverage, or when the
+read fails, the catchup nacks everything after T, as before (correct, only slower).
+
+Chopping: at each durable save, a stream's records at or below the smallest released tick of its
+tree's registrations go (`PfsChop`); a tree without registrations loses its streams.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tidings.core.channels import pattern_matches
+from tidings.core.checkpoint import Checkpoint
+from tidings.core.effects import PfsAppend, PfsChop, ReadPfs
+from tidings.core.event import record_routing_fields
+from tidings.core.filters import Filter
+from tidings.core.inputs import PfsAnswered
+
+READ_TICKS_MAX = 100_000  # matched ticks one catchup read returns (the rest is refetched densely)
+READS_MAX = 1024  # reads in flight
+READ_WAIT_NS = 5_000_000_000  # a catchup's nacks wait at most this long for its PFS read
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What the PFS consumer of the (tree, pubend) stream was handed: (after, through], D at
+    `ticks` with `records`, F elsewhere; or, when `lost`, released ticks the PFS cannot speak for."""
+
+    tree: str
+    pubend: str
+    after: int
+    through: int
+    ticks: list[int]
+    records: list[bytes]
+    lost: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Catchup:
+    """Of (after, through] of `pubend` on `tree`, local subscription `key` needs only `ticks`."""
+
+    key: int
+    tree: str
+    pubend: str
+    after: int
+    through: int
+    ticks: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class _Coverage:
+    through: int  # every tick up to here was recorded
+    since: dict[int, int]  # registration -> its matches are recorded after this tick
+    chopped: int = 0
+
+
+@dataclass(slots=True)
+class _Member:
+    tree: str
+    pattern: str
+    filter: Filter | None
+
+
+@dataclass(slots=True)
+class Constream:
+    read_ticks_max: int = READ_TICKS_MAX
+    _members: dict[int, _Member] = field(default_factory=dict)
+    _trees: dict[str, set[int]] = field(default_factory=dict)
+    _coverage: dict[tuple[str, str], _Coverage] = field(default_factory=dict)
+    _reads: dict[int, Catchup] = field(default_factory=dict)  # reader -> the span its catchup waits on
+    _next_reader: int = 0
+    records_written: int = 0
+    catchups: int = 0  # catchup reads answered
+    ticks_silenced: int = 0  # ticks catchups did not fetch because the PFS said they did not match
+
+    @staticmethod
+    def stream(tree: str, pubend: str) -> str:
+        """The PFS stream of (tree, pubend): a fixed-length name, whatever the tree's length."""
+        return hashlib.blake2b(f"{tree}\0{pubend}".encode(), digest_size=16).hexdigest()
+
+    def recording(self, tree: str) -> bool:
+        return tree in self._trees
+
+    def add(self, tree: str, registration: int, pattern: str, flt: Filter | None) -> None:
+        """Registration `registration` of `tree` is recorded from where each stream is now."""
+        if registration in self._members:
+            return
+        self._members[registration] = _Member(tree, pattern, flt)
+        self._trees.setdefault(tree, set()).add(registration)
+        for (t, _), cov in self._coverage.items():
+            if t == tree:
+                cov.since[registration] = cov.through
+
+    def remove(self, registration: int) -> list[PfsChop]:
+        """Registration `registration` ended; a tree without registrations loses its PFS streams."""
+        member = self._members.pop(registration, None)
+        if member is None:
+            return []
+        regs = self._trees[member.tree]
+        regs.discard(registration)
+        out: list[PfsChop] = []
+        for key in [k for k in self._coverage if k[0] == member.tree]:
+            self._coverage[key].since.pop(registration, None)
+            if not regs:
+                del self._coverage[key]
+                out.append(PfsChop(self.stream(*key), None))
+        if not regs:
+            del self._trees[member.tree]
+        return out
+
+    def matches_of(self, registration: int, pattern: str, filter_text: str) -> bool:
+        """The registration is recorded with this pattern and filter (a resume with others cannot use it)."""
+        member = self._members.get(registration)
+        return (member is not None and member.pattern == pattern
+                and (member.filter.text if member.filter is not None else "") == filter_text)
+
+    def recorded(self, rec: Recorded) -> list[PfsAppend]:
+        """The PFS records of what the PFS consumer of (rec.tree, rec.pubend) was handed."""
+        regs = self._trees.get(rec.tree)
+        if not regs:
+            return []
+        key = (rec.tree, rec.pubend)
+        cov = self._coverage.get(key)
+        if cov is None:
+            cov = self._coverage[key] = _Coverage(rec.after, dict.fromkeys(regs, rec.after))
+        elif rec.after > cov.through:  # a hole: nothing is known of what it skipped
+            for r, since in cov.since.items():
+                cov.since[r] = max(since, rec.after)
+        if rec.lost:
+            for r, since in cov.since.items():
+                cov.since[r] = max(since, rec.through)
+            cov.through = max(cov.through, rec.through)
+            return []
+        entries: list[tuple[int, list[int]]] = []
+        members = [(r, self._members[r]) for r in sorted(regs)]
+        for tick, record in zip(rec.ticks, rec.records, strict=True):
+            if tick <= cov.through:
+                continue  # recorded already (a rewound consumer)
+            fields = record_routing_fields(record)
+            if fields is None or fields[0] != rec.pubend:
+                continue  # never delivered to anyone (subend.py): a match for nobody
+            _, channel, attributes = fields
+            matched = [r for r, m in members
+                       if pattern_matches(m.pattern, channel) and (m.filter is None or m.filter.matches(attributes))]
+            if matched:
+                entries.append((tick, matched))
+        if rec.through <= cov.through:
+            return []
+        cov.through = rec.through
+        self.records_written += len(entries)
+        return [PfsAppend(self.stream(rec.tree, rec.pubend), entries, rec.through)]
+
+    def catchup(self, key: int, registration: int, start: Checkpoint) -> list[tuple[ReadPfs, Catchup]]:
+        """Local subscription `key` resumes registration `registration` from `start`: a PFS read
+        for each stream of its tree whose coverage holds the token's tick, with the span the
+        catchup's nacks wait on until it is answered (its `ticks` not known yet)."""
+        member = self._members.get(registration)
+        if member is None:
+            return []
+        out: list[tuple[ReadPfs, Catchup]] = []
+        for (tree, pubend), cov in self._coverage.items():
+            after = start.positions.get(pubend, start.default)
+            since = cov.since.get(registration)
+            if tree != member.tree or since is None or not since <= after < cov.through:
+                continue
+            if len(self._reads) >= READS_MAX:
+                break  # the rest catch up densely
+            self._next_reader += 1
+            span = self._reads[self._next_reader] = Catchup(key, tree, pubend, after, cov.through, ())
+            out.append((ReadPfs(self._next_reader, self.stream(tree, pubend), registration, after,
+                                self.read_ticks_max), span))
+        return out
+
+    def answered(self, inp: PfsAnswered) -> tuple[Catchup, Catchup | None] | None:
+        """The span a PFS read's catchup waited on, and what the answer lets it skip there (None
+        when the read failed or says nothing: it refilters)."""
+        span = self._reads.pop(inp.reader, None)
+        if span is None:
+            return None
+        after = max(span.after, inp.released_through)
+        if inp.through < 0 or inp.through <= after:
+            return span, None
+        self.catchups += 1
+        return span, Catchup(span.key, span.tree, span.pubend, after, inp.through,
+                             tuple(t for t in inp.ticks if t > after))
+
+    def chop(self, released: Callable[[int], Checkpoint | None]) -> list[PfsChop]:
+        """Records every registration of a stream's tree released may go."""
+        out: list[PfsChop] = []
+        for (tree, pubend), cov in self._coverage.items():
+            points = [0 if (r := released(reg)) is None else r.positions.get(pubend, r.default)
+                      for reg in self._trees.get(tree, ())]
+            point = min(points, default=0)
+            if point > cov.chopped:
+                cov.chopped = point
+                out.append(PfsChop(self.stream(tree, pubend), point))
+        return out
+
+    def status(self) -> dict[str, int]:
+        return {"pfs_streams": len(self._coverage), "pfs_records_written": self.records_written,
+                "pfs_catchups": self.catchups, "pfs_ticks_silenced": self.ticks_silenced}
