@@ -42,14 +42,14 @@ from pyspark.sql.types import StructType
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError, TidingsError
 from tidings.core.event import Event
-from tidings.spark.arrow import arrow_schema, events_to_batches
+from tidings.spark.arrow import arrow_schema
 from tidings.spark.guard import ImportGuarded
 from tidings.spark.micro_batch import Loss, admit, find_losses, latest, plan_ranges, skip
 from tidings.spark.offsets import Offset
 from tidings.spark.options import StreamOptions
 from tidings.spark.overlay import Connect, Head, check_pubend, connect, discover
 from tidings.spark.planning import ReadError
-from tidings.spark.reading import TickRangePartition, read_events
+from tidings.spark.reading import TickRangePartition, read_range
 
 logger = logging.getLogger("tidings.spark")
 
@@ -209,10 +209,8 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TickRangePartition), partition
-        schema = arrow_schema(self.schema)
-        with self.connect_to(self.opts, partition.address, f"stream-{partition.index}") as client:
-            check_pubend(client, partition.pubend, partition.address)
-            yield from events_to_batches(read_events(client, self.opts, partition.after, partition.end), schema)
+        yield from read_range(self.opts, self.connect_to, partition.address, f"stream-{partition.index}",
+                              partition.pubend, partition.after, partition.end, arrow_schema(self.schema))
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed everything up to `end`: the durable subscription may let it go. A broker
