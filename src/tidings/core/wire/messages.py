@@ -15,7 +15,7 @@ from typing import Any
 import msgpack
 
 from tidings.core.errors import BAD_MESSAGE, UNKNOWN_MESSAGE, ProtocolError
-from tidings.core.wire.frames import frame
+from tidings.core.wire.frames import HEADER, frame
 
 PROTOCOL_VERSION = 1
 
@@ -306,10 +306,7 @@ def events_frames(sub: int, records: list[bytes]) -> list[bytes]:
 
 def events(sub: int, records: list[bytes]) -> bytes:
     """An EVENTS frame from already-encoded event records."""
-    body = b"".join(
-        [b"\x93", msgpack.packb(EVENTS), msgpack.packb(sub), _array_header(len(records)), *records]
-    )
-    return frame(body)
+    return _frame_of([b"\x93", msgpack.packb(EVENTS), msgpack.packb(sub), _array_header(len(records)), *records])
 
 
 def records_frames(sub: int, records: list[bytes]) -> list[bytes]:
@@ -319,13 +316,15 @@ def records_frames(sub: int, records: list[bytes]) -> list[bytes]:
 
 
 def _records(sub: int, records: list[bytes]) -> bytes:
-    blob = b"".join([_array_header(len(records)), *records])
-    return frame(b"".join([b"\x94", msgpack.packb(RECORDS), msgpack.packb(sub), msgpack.packb(len(records)),
-                           _bin_header(len(blob)), blob]))
+    array_header = _array_header(len(records))
+    blob_bytes = len(array_header) + sum(map(len, records))
+    return _frame_of([b"\x94", msgpack.packb(RECORDS), msgpack.packb(sub), msgpack.packb(len(records)),
+                      b"\xc6", struct.pack(">I", blob_bytes), array_header, *records])  # bin32: past 64 KiB
 
 
-def _bin_header(n: int) -> bytes:
-    return b"\xc6" + struct.pack(">I", n)  # bin32: a frame's blob may pass 64 KiB
+def _frame_of(parts: list[bytes]) -> bytes:
+    """The frame whose body is `parts` joined: one copy of the records, however large."""
+    return b"".join([HEADER.pack(sum(map(len, parts))), *parts])
 
 
 def subscribed(sub: int, position: int, checkpoint: list[Any] | None = None) -> bytes:
