@@ -519,10 +519,14 @@ class Client:
         `messages.Records` items, each a msgpack array of many event records as logged (the reader
         decodes them: tidings.spark.arrow.records_to_batch), in tick order; Gap markers where
         retention released ticks (iterating raises GapError). Returns once the broker confirmed.
-        For readers that turn records into columns; everyone else wants `subscribe`."""
+        For readers that turn records into columns; everyone else wants `subscribe`. BrokerError
+        at once from a broker of an older version, which cannot serve it."""
         self._check_open()
         if self._moving is not None:
             await asyncio.shield(self._moving)
+        if not self.info.get("bulk_read"):
+            raise BrokerError(f"the broker at {self.address} is of an older version, without bulk reads (READ): "
+                              "upgrade it", errors.UNKNOWN_MESSAGE)
         sub_id, frame = self._session.read(pattern, filter, after, end)
         sub = Subscription(self, sub_id, "raise", pattern, filter, bulk=True)
         self._subs[sub_id] = sub

@@ -136,7 +136,8 @@ class Broker:
         self.leases = Leases(config.lease_ns)
         self.draining = False  # stopping: clients are advised to move (core/advice.py)
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
-                         "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns}
+                         "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns,
+                         "bulk_read": True}  # READ is served (an older broker answers it unknown-message)
         self._paused: dict[int, None] = {}  # connections not read until the pending bytes drain
         self.events_published = 0
         self.events_rejected = 0
