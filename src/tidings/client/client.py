@@ -19,7 +19,7 @@ import os
 import secrets
 import socket
 import ssl
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -240,8 +240,14 @@ class Subscription:
             await self._wakeup.wait()
         n = min(max_items, len(self._items))
         items = [self._items.popleft() for _ in range(n)]
-        self._client._consumed(sum(i.count if type(i) is messages.Records else 1 for i in items) if self.bulk else n)
+        self._client._consumed(self._events_in(items))
         return items
+
+    def _events_in(self, items: Collection[Any]) -> int:
+        """How many events `items` stand for in the client's buffer (a RECORDS item for many)."""
+        if not self.bulk:
+            return len(items)
+        return sum(i.count if type(i) is messages.Records else 1 for i in items)
 
     def ack(self, token: str | None = None) -> None:
         """A durable subscription: tell its broker that the application consumed everything up to
@@ -537,7 +543,7 @@ class Client:
 
     def _unsubscribe(self, sub: Subscription, forget: bool) -> None:
         self._subs.pop(sub.id, None)
-        self._consumed(len(sub._items))
+        self._consumed(sub._events_in(sub._items))
         sub._items.clear()
         if self._closed is None and self._transport is not None:
             self._transport.write(self._session.unsubscribe(sub.id, forget))

@@ -98,8 +98,8 @@ def records_to_batch(blob: bytes, count: int, schema: pa.Schema, pubend: str, af
 
 def _records_to_batch(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int, end: int
                       ) -> tuple[pa.RecordBatch, int]:
-    """One record batch of `schema`, and its last tick, from the RECORDS blob of a bulk read of `pubend`'s ticks
-    `(after, end]`: a msgpack array of `count` event records as logged
+    """One record batch of `schema`, and its last tick, from the RECORDS blob of a bulk read of
+    `pubend`'s ticks `(after, end]`: a msgpack array of `count` event records as logged,
     `[pubend, tick, channel, attributes, service, instance, payload]`.
 
     The read's hot loop, done column by column rather than event by event: one msgpack call
