@@ -16,7 +16,7 @@ import time
 from collections.abc import Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from tidings.aio.server import new_event_loop
+from tidings.aio.loop import new_event_loop
 from tidings.client.client import ACK_INTERVAL_S, Client, Gap, PublishResult, Subscription, advance
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError, StartError
