@@ -16,12 +16,13 @@ import time
 from collections.abc import Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from tidings.aio.server import new_event_loop
+from tidings.aio.loop import new_event_loop
 from tidings.client.client import ACK_INTERVAL_S, Client, Gap, PublishResult, Subscription, advance
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError, StartError
 from tidings.core.event import Event
 from tidings.core.session import Start
+from tidings.core.wire.messages import Records
 
 T = TypeVar("T")
 STOP_WAIT_S = 10.0  # for the loop's tasks to unwind, and then for its thread to end
@@ -186,6 +187,16 @@ class SyncClient:
                     self.gaps_skipped.append(item)
                     continue
                 yield item
+
+    def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
+                     end: int) -> Iterator[Records]:
+        """As Client.read_records, blocking: the RECORDS of a bounded read in bulk of this broker's
+        own log, in tick order; GapError where retention released ticks. Closing the iterator ends
+        the broker's read."""
+        sub = self._call(self._client.read_records(pattern, filter=filter, after=after, end=end))
+        with SyncSubscription(self, sub) as items:
+            while (item := items.get(self.request_timeout)) is not None:
+                yield item  # type: ignore[misc]
 
     def status(self) -> dict[str, Any]:
         return self._call(self._client.status())

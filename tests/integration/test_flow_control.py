@@ -2,6 +2,7 @@
 
 import asyncio
 
+import msgpack
 import pytest
 
 from tidings import Client
@@ -47,3 +48,30 @@ def test_slow_subscriber_is_served_from_the_log_with_bounded_memory(tmp_path):
         rss = asyncio.run(asyncio.wait_for(main(), 120))
         assert rss < 150 * 1024 * 1024, f"broker peak RSS {rss / 2**20:.0f} MiB"
         assert broker.rss_bytes() < 150 * 1024 * 1024
+
+
+def test_a_bulk_read_stops_reading_the_socket_while_its_records_wait(tmp_path):
+    """A task that decodes slowly holds at most buffer_events_max events and a frame in memory."""
+    with BrokerProcess(tmp_path / "b") as broker:
+        async def main():
+            client = await Client.connect(broker.address, service="reader", follow_advice=False)
+            ticks = []
+            for i in range(0, 20_000, 1000):
+                ticks += [r.tick for r in await client.publish_many([("bulk/x", b"p" * 100, {"i": i + k})
+                                                                     for k in range(1000)])]
+            client.buffer_events_max = 4000
+            sub = await client.read_records("bulk/#", after=0, end=ticks[-1])
+            for _ in range(200):  # the first frames arrive and fill the buffer; bounded wait
+                if client._reading_paused:
+                    break
+                await asyncio.sleep(0.01)
+            assert client._reading_paused
+            waiting = sum(r.count for r in sub._items)
+            assert 4000 < waiting < 4000 + 7000  # the buffer, and the frame that filled it
+            got = []
+            while batch := await asyncio.wait_for(sub.next_batch(), 20):
+                got += [f[1] for r in batch for f in msgpack.unpackb(r.blob)]
+            assert got == ticks
+            await client.close()
+
+        asyncio.run(asyncio.wait_for(main(), 60))

@@ -1,11 +1,43 @@
 """A broker of a fake overlay for the data source's Spark-free tests: its pubend, its address, the
-members its leaf set names, its log and how much of it retention released."""
+members its leaf set names, its log and how much of it retention released; and the RECORDS frames
+a broker answers a bulk read with, from events."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+import msgpack
+
+from tidings.core.errors import GapError
 from tidings.core.event import Event
+from tidings.core.wire.messages import Records
+
+FRAME_EVENTS = 7  # events per RECORDS frame of a fake broker: a range spans several frames
+
+
+def records_of(events: list[Event]) -> Records:
+    """A RECORDS frame of `events`, as a broker sends them: their records as logged."""
+    return Records(1, len(events), msgpack.packb([[e.pubend, e.tick, e.channel, e.attributes, e.service,
+                                                   e.instance, e.payload] for e in events]))
+
+
+def as_records(events: Iterable[Event]) -> Iterator[Records]:
+    """`events` (a fake read, which may raise GapError) as a bulk read's RECORDS frames: those
+    before a gap come first, then the GapError."""
+    chunk: list[Event] = []
+    try:
+        for event in events:
+            chunk.append(event)
+            if len(chunk) == FRAME_EVENTS:
+                yield records_of(chunk)
+                chunk = []
+    except GapError:
+        if chunk:
+            yield records_of(chunk)
+        raise
+    if chunk:
+        yield records_of(chunk)
 
 
 @dataclass

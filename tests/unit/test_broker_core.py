@@ -316,3 +316,75 @@ def test_publishers_are_not_read_while_too_much_waits_for_the_disk():
     assert h.broker.status()["paused_publishers"] == 1 and h.broker.status()["pending_sync_bytes"] > 10_000
     effects = h.broker.handle(WriteSynced(0, 2, h.state()))
     assert ResumeReading(2) in effects and h.broker.status()["pending_sync_bytes"] == 0
+
+
+def test_bulk_read_sends_the_matching_records_as_logged_then_end():
+    # ticks of today (past 2**32) so that channels are read in place; several log reads, each its own RECORDS
+    h = Harness(BrokerConfig(log_read_bytes_max=200), wall_us=1_764_000_000_000_000)
+    h.connect(1)
+    h.publish(1, *[(f"{'ab'[i % 2]}/{i}", b"" if i % 3 else b"p", {"i": i, "up": i % 4 == 0})
+                   for i in range(30)])
+    h.publish(1, ("$sys/a", b"", {}))  # a wildcard-led pattern never matches a `$` channel
+    h.sync()
+    ticks = [t for t, _ in h.records]
+    h.connect(2)
+    sessions = h.sessions[2]
+    sub, wire = sessions.read("a/#", None, ticks[1], ticks[-1])
+    h.send(2, wire)
+    h.serve_reads()
+    msgs = h.inbox(2)
+    records = of_type(msgs, messages.Records)
+    assert len(records) > 1 and all(r.sub == sub for r in records)
+    blob = b"".join(r.blob[1 if r.count < 16 else 3:] for r in records)  # each without its array header
+    assert blob == b"".join(rec for t, rec in h.records[2:30] if msgpack.unpackb(rec)[2].startswith("a/"))
+    assert sum(r.count for r in records) == 14
+    assert of_type(msgs, messages.End) == [messages.End(sub, ticks[-1])]
+    assert of_type(msgs, messages.Events) == [] and h.broker.subends == {}
+    sub, wire = sessions.read("#", "i >= 20 and up = true", 0, ticks[-1])  # a filter, at the broker
+    h.send(2, wire)
+    h.serve_reads()
+    records = of_type(h.inbox(2), messages.Records)
+    assert [f[3]["i"] for r in records for f in msgpack.unpackb(r.blob)] == [20, 24, 28]
+
+
+def test_bulk_read_reports_released_ticks_as_a_gap():
+    h = Harness()
+    h.connect(1)
+    h.publish(1, *[("a", b"", {}) for _ in range(6)])
+    h.sync()
+    ticks = [t for t, _ in h.records]
+    h.released_through = ticks[2]
+    h.connect(2)
+    sub, wire = h.sessions[2].read("a", None, 0, ticks[-1])
+    h.send(2, wire)
+    h.serve_reads()
+    msgs = h.inbox(2)
+    assert of_type(msgs, messages.Gap) == [messages.Gap(sub, 0, ticks[2], "p-test")]
+    assert [f[1] for r in of_type(msgs, messages.Records) for f in msgpack.unpackb(r.blob)] == ticks[3:]
+
+
+def test_malformed_bulk_reads_get_a_clear_error_and_the_broker_serves_on():
+    h = Harness()
+    h.connect(1)
+    h.publish(1, ("a", b"", {}))
+    h.sync()
+    h.inbox(1)
+    bad = [[messages.READ, 1, "a", None, 0], [messages.READ, 1, "a", None, -1, 5], [messages.READ, 1, 7, None, 0, 5],
+           [messages.READ, "1", "a", None, 0, 5], [messages.READ, 1, "a", 3, 0, 5],
+           [messages.READ, 1, "a", None, 0, "end"]]
+    for body in bad:
+        h.send(1, frame(msgpack.packb(body)))
+    errors = of_type(h.inbox(1), messages.Error)
+    assert [e.code for e in errors] == ["bad-message"] * len(bad)
+    assert "READ has 4 fields, expected 5" in errors[0].message and "READ after" in errors[1].message
+    for pattern, flt, code in (("a/#/b", None, "bad-pattern"), ("a", "x >", "bad-filter")):
+        h.send(1, messages.read(messages.Read(3, pattern, flt, 0, 5)))
+        (err,) = of_type(h.inbox(1), messages.Error)
+        assert err.code == code and err.context == {"sub": 3}
+    _, wire = h.sessions[1].read("a", None, 0, h.records[-1][0])
+    h.send(1, wire)
+    h.send(1, wire)  # the same id again, while the first is open
+    h.serve_reads()
+    msgs = h.inbox(1)
+    assert [e.code for e in of_type(msgs, messages.Error)] == ["subscription-exists"]
+    assert sum(r.count for r in of_type(msgs, messages.Records)) == 1 and 1 not in h.closed

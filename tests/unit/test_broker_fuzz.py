@@ -2,12 +2,12 @@
 
 Hypothesis drives one broker in an overlay with small limits (trees_max=2, three subscriptions per
 connection) through random schedules of client actions (HELLO, subscribes with good and bad
-patterns, filters, starts and orders, unsubscribes, publishes of good and malformed events, random
-frames and raw bytes, flow control, lost connections) and peer connections carrying random
-messages, with timers, syncs and log reads in between. After every input the broker's bookkeeping
-still agrees with itself: each connection's subscriptions are the broker's, each open subscription
-is in exactly one tree, the tree counts are the sums, and a refused subscribe (trees_max) left
-nothing behind.
+patterns, filters, starts and orders, bulk reads (READ) good and malformed, unsubscribes, publishes
+of good and malformed events, random frames and raw bytes, flow control, lost connections) and peer
+connections carrying random messages, with timers, syncs and log reads in between. After every
+input the broker's bookkeeping still agrees with itself: each connection's subscriptions are the
+broker's, each open subscription is in exactly one tree, the tree counts are the sums, and a
+refused subscribe (trees_max) left nothing behind.
 """
 
 from __future__ import annotations
@@ -59,10 +59,23 @@ good_subscribe = st.builds(
     st.integers(0, 4), st.sampled_from(("a/#", "b/#", "c/#", "d/x", "a/+/y", "#")),
     st.sampled_from((None, "load > 2")), st.sampled_from((["now"], ["start"], ["after", 1])),
     st.sampled_from(("publisher", "total")))
+# bulk reads (READ): good ones, and any field of the wrong type or range, or a field too many
+read = st.builds(
+    lambda sub, pattern, flt, after, end, extra: frame(msgpack.packb(
+        [messages.READ, sub, pattern, flt, after, end, *extra])),
+    st.integers(0, 4), st.sampled_from(PATTERNS), st.sampled_from(FILTERS),
+    st.sampled_from((0, 1, -5, "x", None, 10**12)), st.sampled_from((None, 0, 10**12, "x", 2**64 - 1, -1)),
+    st.sampled_from(((), (), (1,))))
+good_read = st.builds(
+    lambda sub, pattern, flt, after: messages.read(messages.Read(sub, pattern, flt, after, 10**18)),
+    st.integers(0, 4), st.sampled_from(("a/#", "a/x", "#", "+/y/z")), st.sampled_from((None, "load > 2")),
+    st.sampled_from((0, 1, 10**12)))
 client_frames = st.one_of(
     good_subscribe,
     good_subscribe,
     subscribe,
+    good_read,
+    read,
     st.integers(0, 5).map(messages.unsubscribe),
     st.builds(lambda seq, evs: frame(msgpack.packb([messages.PUBLISH, seq, evs])),
               st.integers(-1, 3), st.lists(events, max_size=4)),

@@ -1,10 +1,15 @@
-"""The fixed schema and the event -> Arrow conversion of the `tidings` data source, without a JVM."""
+"""The fixed schema of the `tidings` data source and the decoding of a bulk read's records into Arrow,
+without a JVM."""
 
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
+import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
@@ -12,13 +17,13 @@ pytest.importorskip("pyspark")
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 from pyspark.sql.types import LongType, StructField, StructType  # noqa: E402
 
-from tidings.core.event import Event, datetime_to_tick  # noqa: E402
+from tidings.core.event import INT_MAX, INT_MIN, Event, datetime_to_tick  # noqa: E402
 from tidings.spark.arrow import (  # noqa: E402
     EVENT_SCHEMA,
+    RecordsError,
     arrow_schema,
     check_schema,
-    events_to_batch,
-    events_to_batches,
+    records_to_batch,
     render_attribute,
 )
 
@@ -97,6 +102,36 @@ def test_float_rendering_round_trips() -> None:
         assert float(render_attribute(value)) == value
 
 
+def records(events: list[Event]) -> tuple[bytes, int]:
+    """A RECORDS blob of `events` as the broker sends it (a msgpack array of their records as
+    logged), and its count."""
+    return msgpack.packb([[e.pubend, e.tick, e.channel, e.attributes, e.service, e.instance, e.payload]
+                          for e in events]), len(events)
+
+
+def decode(events: list[Event], schema: pa.Schema | None = None, after: int = 0, end: int = 2**62,
+           pubend: str = "pe-1") -> pa.RecordBatch:
+    blob, count = records(events)
+    batch, last = records_to_batch(blob, count, schema or arrow_schema(), pubend, after, end)
+    assert last == events[-1].tick
+    return batch
+
+
+def reference_columns(events: list[Event]) -> dict[str, list[object]]:
+    """The columns of `events` built the plain way, one Event at a time (the read before the bulk
+    read): what the decoder must equal."""
+    return {
+        "channel": [e.channel for e in events],
+        "pubend": [e.pubend for e in events],
+        "tick": [e.tick for e in events],
+        "time": [e.time for e in events],
+        "source_service": [e.service for e in events],
+        "source_instance": [e.instance for e in events],
+        "attributes": [[(k, render_attribute(v)) for k, v in e.attributes.items()] for e in events],
+        "payload": [e.payload for e in events],
+    }
+
+
 def test_batch_has_every_column_right() -> None:
     when = dt.datetime(2026, 11, 22, 10, 0, 0, 123456, tzinfo=dt.UTC)
     tick = datetime_to_tick(when)
@@ -105,7 +140,7 @@ def test_batch_has_every_column_right() -> None:
               b"\x00\xffpayload"),
         Event("pe-1", tick + 1, "nodes/b/load", {}, "agent", "b-1", b""),
     ]
-    batch = events_to_batch(events, arrow_schema())
+    batch = decode(events)
     assert batch.schema.equals(arrow_schema())
     rows = batch.to_pylist()
     assert rows[0] == {
@@ -123,17 +158,58 @@ def test_batch_has_every_column_right() -> None:
     assert batch.column("time").null_count == 0
 
 
-def test_batches_are_bounded_and_keep_order() -> None:
-    events = [event(t, load=t / 10) for t in range(1, 11)]
-    batches = list(events_to_batches(events, arrow_schema(), rows_max=4))
-    assert [b.num_rows for b in batches] == [4, 4, 2]
-    ticks = [t for b in batches for t in b.column("tick").to_pylist()]
-    assert ticks == list(range(1, 11))
-    assert list(events_to_batches([], arrow_schema())) == []
-
-
 def test_batch_follows_a_nullable_user_schema() -> None:
     schema = arrow_schema(nullable_schema())
-    batch = events_to_batch([event(5, load=1)], schema)
+    batch = decode([event(5, load=1)], schema)
     assert batch.schema.equals(schema)
     assert batch.schema.field("channel").nullable
+
+
+attribute_values = st.one_of(
+    st.text(max_size=8), st.booleans(), st.integers(min_value=INT_MIN, max_value=INT_MAX),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+texts = st.text(max_size=12)  # unicode: channels, sources and attribute names of any script
+
+
+@st.composite
+def event_lists(draw: st.DrawFn) -> list[Event]:
+    ticks = sorted(draw(st.sets(st.integers(min_value=1, max_value=2**56), min_size=1, max_size=30)))
+    return [Event("pe-1", tick, draw(texts), draw(st.dictionaries(texts, attribute_values, max_size=4)),
+                  draw(texts), draw(texts), draw(st.binary(max_size=16))) for tick in ticks]
+
+
+@settings(max_examples=100, deadline=None)
+@given(event_lists())
+def test_records_decode_to_the_columns_of_their_events(events: list[Event]) -> None:
+    assert decode(events).to_pydict() == reference_columns(events)
+
+
+@pytest.mark.parametrize(
+    ("mangle", "problem"),
+    [
+        (lambda rows: b"\xc1garbage", "not msgpack"),
+        (lambda rows: msgpack.packb(rows[:1]), "said 2 records and held 1"),
+        (lambda rows: msgpack.packb([rows[0], rows[1][:6]]), "not 7-element arrays"),
+        (lambda rows: msgpack.packb([rows[0], [*rows[1][:1], "7", *rows[1][2:]]]), "tick that is not int"),
+        (lambda rows: msgpack.packb([rows[0], [*rows[1][:3], [], *rows[1][4:]]]), "attributes that is not dict"),
+        (lambda rows: msgpack.packb([rows[0], [*rows[1][:6], "text"]]), "payload that is not bytes"),
+        (lambda rows: msgpack.packb([rows[0], ["pe-2", *rows[1][1:]]]), "another pubend than pe-1"),
+        (lambda rows: msgpack.packb([rows[1], rows[0]]), "out of order or outside"),
+        (lambda rows: msgpack.packb([rows[0], [*rows[1][:3], {"a": 1, 2: 3}, *rows[1][4:]]]), "not msgpack"),
+        (lambda rows: msgpack.packb([rows[0], [*rows[1][:3], {b"a": 1}, *rows[1][4:]]]), "not a string"),
+        (lambda rows: msgpack.packb([rows[0], [rows[1][0], 2**64 - 1, *rows[1][2:]]]), "out of order or outside"),
+    ],
+)
+def test_malformed_records_are_refused_with_a_reason(mangle: Any, problem: str) -> None:
+    events = [event(5, load=1), event(6)]
+    rows = msgpack.unpackb(records(events)[0])
+    with pytest.raises(RecordsError, match=problem):
+        records_to_batch(mangle(rows), 2, arrow_schema(), "pe-1", 0, 2**62)
+
+
+def test_records_outside_the_range_are_refused() -> None:
+    blob, count = records([event(5), event(6)])
+    for after, end in ((5, 10), (0, 5)):
+        with pytest.raises(RecordsError, match="outside"):
+            records_to_batch(blob, count, arrow_schema(), "pe-1", after, end)

@@ -15,17 +15,19 @@ pytest.importorskip("pyspark")
 
 from pyspark import cloudpickle
 
+from tests.unit.spark_overlay_fake import as_records
 from tidings.core.channels import pattern_matches
 from tidings.core.errors import GapError
 from tidings.core.event import Event
-from tidings.spark.arrow import EVENT_SCHEMA
+from tidings.core.wire.messages import Records
+from tidings.spark.arrow import EVENT_SCHEMA, arrow_schema
 from tidings.spark.options import parse_read_options
 from tidings.spark.planning import DataLossError, ReadError
 from tidings.spark.source import (
     TickRangePartition,
     TidingsDataSource,
     TidingsReader,
-    read_events,
+    read_batches,
     register,
 )
 
@@ -83,10 +85,11 @@ class FakeClient:
             "released_through": self.broker.released_through,
         }
 
-    def read(self, pattern: str, *, filter: str | None = None, after: int = 0, end: int | None = None,
-             on_gap: str = "raise") -> Iterator[Event]:
-        assert end is not None
-        assert on_gap == "raise"
+    def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
+                     end: int) -> Iterator[Records]:
+        return as_records(self.read(pattern, after=after, end=end))
+
+    def read(self, pattern: str, *, after: int, end: int) -> Iterator[Event]:
         self.broker.reads.append((pattern, after, end))
         yield from self.broker.bogus
         holes = sorted(self.broker.released)
@@ -96,6 +99,11 @@ class FakeClient:
                     raise GapError(max(a, after), b)
             if after < ev.tick <= end and pattern_matches(pattern, ev.channel):
                 yield ev
+
+
+def read_ticks(client: FakeClient, opts: Any, after: int, end: int) -> list[int]:
+    return [t for batch in read_batches(client, opts, "pe", after, end, arrow_schema())
+            for t in batch.column("tick").to_pylist()]
 
 
 @pytest.fixture
@@ -126,18 +134,17 @@ def expected_ticks(lo: int, hi: int) -> list[int]:
 # --- task reads ------------------------------------------------------------------------------------
 
 
-def test_read_events_reads_its_range_only(broker: FakeBroker) -> None:
+def test_read_batches_reads_its_range_only(broker: FakeBroker) -> None:
     opts = parse_read_options({"broker": "h:1", "pattern": "nodes/+/load"})
-    got = [e.tick for e in read_events(FakeClient(broker), opts, 1010, 1020)]
+    got = read_ticks(FakeClient(broker), opts, 1010, 1020)
     assert got == expected_ticks(1011, 1020)
 
 
 def test_gap_fails_the_read_by_default(broker: FakeBroker) -> None:
     broker.released = [(1030, 1040)]
     opts = parse_read_options({"broker": "h:1", "pattern": "nodes/+/load"})
-    events = read_events(FakeClient(broker), opts, 1020, 1060)
     with pytest.raises(DataLossError, match=r"after tick 1030 up to tick 1040.*failOnDataLoss"):
-        list(events)
+        read_ticks(FakeClient(broker), opts, 1020, 1060)
 
 
 def test_gap_is_skipped_and_logged_without_fail_on_data_loss(
@@ -146,7 +153,7 @@ def test_gap_is_skipped_and_logged_without_fail_on_data_loss(
     broker.released = [(1030, 1040), (1050, 1052)]
     opts = parse_read_options({"broker": "h:1", "pattern": "nodes/+/load", "failOnDataLoss": "false"})
     with caplog.at_level(logging.WARNING, logger="tidings.spark"):
-        got = [e.tick for e in read_events(FakeClient(broker), opts, 1020, 1060)]
+        got = read_ticks(FakeClient(broker), opts, 1020, 1060)
     assert got == expected_ticks(1021, 1030) + expected_ticks(1041, 1050) + expected_ticks(1053, 1060)
     assert broker.reads == [("nodes/+/load", 1020, 1060), ("nodes/+/load", 1040, 1060),
                             ("nodes/+/load", 1052, 1060)]
@@ -159,7 +166,7 @@ def test_gap_past_the_end_of_the_range_is_counted_inside_it(
     broker.released = [(1055, 1080)]
     opts = parse_read_options({"broker": "h:1", "pattern": "nodes/+/load", "failOnDataLoss": "false"})
     with caplog.at_level(logging.WARNING, logger="tidings.spark"):
-        got = [e.tick for e in read_events(FakeClient(broker), opts, 1050, 1060)]
+        got = read_ticks(FakeClient(broker), opts, 1050, 1060)
     assert got == expected_ticks(1051, 1055)
     assert len(broker.reads) == 1
     assert "skipped 1 gap(s), 5 ticks in all: (1055, 1060]" in caplog.text
@@ -168,20 +175,20 @@ def test_gap_past_the_end_of_the_range_is_counted_inside_it(
 def test_out_of_range_event_from_the_broker_fails_the_read(broker: FakeBroker) -> None:
     broker.bogus = [make_event(1001)]
     opts = parse_read_options({"broker": "h:1", "pattern": "nodes/+/load"})
-    with pytest.raises(ReadError, match=r"sent tick 1001 while reading \(1010, 1020\]"):
-        list(read_events(FakeClient(broker), opts, 1010, 1020))
+    with pytest.raises(ReadError, match=r"sent RECORDS with ticks 1001\.\.\d+ out of order or outside \(1010, 1020\]"):
+        read_ticks(FakeClient(broker), opts, 1010, 1020)
 
 
 def test_gap_behind_the_read_position_fails_the_read(broker: FakeBroker) -> None:
     class Backwards(FakeClient):
-        def read(self, pattern: str, *, filter: str | None = None, after: int = 0,
-                 end: int | None = None, on_gap: str = "raise") -> Iterator[Event]:
+        def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
+                         end: int) -> Iterator[Records]:
             raise GapError(after - 10, after)
             yield  # a generator, as the real client's read
 
     opts = parse_read_options({"broker": "h:1", "pattern": "#", "failOnDataLoss": "false"})
     with pytest.raises(ReadError, match="behind the read position"):
-        list(read_events(Backwards(broker), opts, 1010, 1020))
+        read_ticks(Backwards(broker), opts, 1010, 1020)
 
 
 # --- planning and the whole read -------------------------------------------------------------------

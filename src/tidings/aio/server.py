@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from tidings.aio.auth_file import load_policy
+from tidings.aio.loop import new_event_loop
 from tidings.aio.pfs_worker import PfsWorker
 from tidings.aio.storage_worker import StorageWorker, log_state, restore_dedup
 from tidings.aio.tls import TlsFiles
@@ -507,15 +508,6 @@ class BrokerServer:
             self._schedule_retention()
 
         self._retention = self._loop.call_later(cfg.retention_check_interval_ns / 1e9, run)
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop when installed, else asyncio's."""
-    try:
-        import uvloop  # noqa: PLC0415 - optional
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
 
 
 def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,

@@ -19,7 +19,7 @@ import os
 import secrets
 import socket
 import ssl
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -174,9 +174,10 @@ class Subscription:
     """An async iterator of Events (and Gap markers when `on_gap="event"`)."""
 
     def __init__(self, client: Client, sub: int, on_gap: str, pattern: str = "#", filter: str | None = None,
-                 order: str = "publisher") -> None:
+                 order: str = "publisher", bulk: bool = False) -> None:
         self._client = client
         self.id = sub
+        self.bulk = bulk  # a bulk read (Client.read_records): its items are RECORDS, each of many events
         self.on_gap = on_gap
         self.pattern, self.filter, self.order = pattern, filter, order  # to subscribe again after a move
         self._seen: dict[str, int] = {}  # a plain one's newest tick per pubend (a moved one drops repeats)
@@ -239,8 +240,14 @@ class Subscription:
             await self._wakeup.wait()
         n = min(max_items, len(self._items))
         items = [self._items.popleft() for _ in range(n)]
-        self._client._consumed(n)
+        self._client._consumed(self._events_in(items))
         return items
+
+    def _events_in(self, items: Collection[Any]) -> int:
+        """How many events `items` stand for in the client's buffer (a RECORDS item for many)."""
+        if not self.bulk:
+            return len(items)
+        return sum(i.count if type(i) is messages.Records else 1 for i in items)
 
     def ack(self, token: str | None = None) -> None:
         """A durable subscription: tell its broker that the application consumed everything up to
@@ -511,9 +518,32 @@ class Client:
         sub.position = await sub._ready
         return sub
 
+    async def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
+                           end: int) -> Subscription:
+        """A bounded read in bulk of this broker's own log: the events of its pubend with
+        after < tick <= end (at most its durable tail) matching `pattern` and `filter`, as
+        `messages.Records` items, each a msgpack array of many event records as logged (the reader
+        decodes them: tidings.spark.arrow.records_to_batch), in tick order; Gap markers where
+        retention released ticks (iterating raises GapError). Returns once the broker confirmed.
+        For readers that turn records into columns; everyone else wants `subscribe`. BrokerError
+        at once from a broker of an older version, which cannot serve it."""
+        self._check_open()
+        if self._moving is not None:
+            await asyncio.shield(self._moving)
+        if not self.info.get("bulk_read"):
+            raise BrokerError(f"the broker at {self.address} is of an older version, without bulk reads (READ): "
+                              "upgrade it", errors.UNKNOWN_MESSAGE)
+        sub_id, frame = self._session.read(pattern, filter, after, end)
+        sub = Subscription(self, sub_id, "raise", pattern, filter, bulk=True)
+        self._subs[sub_id] = sub
+        assert self._transport is not None
+        self._transport.write(frame)
+        sub.position = await sub._ready
+        return sub
+
     def _unsubscribe(self, sub: Subscription, forget: bool) -> None:
         self._subs.pop(sub.id, None)
-        self._consumed(len(sub._items))
+        self._consumed(sub._events_in(sub._items))
         sub._items.clear()
         if self._closed is None and self._transport is not None:
             self._transport.write(self._session.unsubscribe(sub.id, forget))
@@ -589,7 +619,17 @@ class Client:
             for e in items:
                 seen[e.pubend] = e.tick
         sub._push(items)
-        self._buffered += len(items)
+        self._buffer(len(items))
+
+    def _records(self, msg: messages.Records) -> None:
+        sub = self._subs.get(msg.sub)
+        if sub is not None and sub.bulk:
+            sub._push([msg])
+            self._buffer(msg.count)
+
+    def _buffer(self, n: int) -> None:
+        """`n` more events wait for the application; past buffer_events_max, stop reading the socket."""
+        self._buffered += n
         if self._buffered > self.buffer_events_max and not self._reading_paused:
             self._reading_paused = True
             assert self._transport is not None
@@ -598,6 +638,8 @@ class Client:
     def _dispatch(self, msg: Any) -> None:  # noqa: PLR0912 - one branch per message type
         if isinstance(msg, messages.Events):
             self._events(msg)
+        elif isinstance(msg, messages.Records):
+            self._records(msg)
         elif isinstance(msg, messages.Ack):
             self._acked(msg)
         elif isinstance(msg, messages.Subscribed):
@@ -645,8 +687,12 @@ class Client:
 
     def _movable(self, reason: advice.Reason) -> bool:
         """Durable subscriptions move with their tokens (exactly once); plain ones only when the
-        broker is draining (they go on from "now" at the new broker: docs/operations.md)."""
-        return reason is advice.Reason.DRAINING or all(s.checkpoint is not None for s in self._subs.values())
+        broker is draining (they go on from "now" at the new broker: docs/operations.md); a bulk
+        read never."""
+        subs = self._subs.values()
+        if any(s.bulk for s in subs):
+            return False  # a bulk read is of this broker's own log
+        return reason is advice.Reason.DRAINING or all(s.checkpoint is not None for s in subs)
 
     async def _follow(self, reason: advice.Reason, candidates: list[advice.Candidate]) -> None:
         try:

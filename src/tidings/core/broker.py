@@ -142,7 +142,8 @@ class Broker:
         self.leases = Leases(config.lease_ns)
         self.draining = False  # stopping: clients are advised to move (core/advice.py)
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
-                         "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns}
+                         "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns,
+                         "bulk_read": True}  # READ is served (an older broker answers it unknown-message)
         self._paused: dict[int, None] = {}  # connections not read until the pending bytes drain
         self.events_published = 0
         self.events_rejected = 0
@@ -351,6 +352,9 @@ class Broker:
                 self._publish(c, msg, inp.wall_us, out)
             elif isinstance(msg, messages.Subscribe):
                 self._subscribe(c, msg, inp.wall_us, out)
+            elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
+                self._subscribe(c, messages.Subscribe(msg.sub, msg.pattern, msg.filter, messages.START_AFTER,
+                                                      msg.after, msg.end), inp.wall_us, out, bulk=True)
             elif isinstance(msg, messages.Unsubscribe):
                 self._unsubscribe(c, msg.sub, msg.forget, out)
             elif isinstance(msg, messages.Renew):
@@ -522,7 +526,8 @@ class Broker:
 
     # ---- subscribing -----------------------------------------------------------------------------
 
-    def _subscribe(self, c: ClientConnection, msg: messages.Subscribe, wall_us: int, out: list[Effect]) -> None:
+    def _subscribe(self, c: ClientConnection, msg: messages.Subscribe, wall_us: int, out: list[Effect],
+                   bulk: bool = False) -> None:
         def refuse(code: str, text: str) -> None:
             out.append(Send(c.conn, messages.error(code, text, sub=msg.sub)))
 
@@ -557,7 +562,7 @@ class Broker:
         self._next_key += 1
         total = msg.order == messages.ORDER_TOTAL
         s = Subend(self._next_key, c.conn, msg.sub, pattern, flt, position, end,
-                   from_oldest=msg.start == messages.START_OLDEST, total=total)
+                   from_oldest=msg.start == messages.START_OLDEST, total=total, bulk=bulk)
         self.subends[s.key] = s
         c.subs[msg.sub] = s
         if end is None:

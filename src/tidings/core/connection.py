@@ -55,7 +55,7 @@ class PeerHandover:
 
 ClientMessage = (
     messages.Publish | messages.Subscribe | messages.Unsubscribe | messages.StatusRequest | messages.Renew
-    | messages.Release
+    | messages.Release | messages.Read
     | PeerHandover
 )
 

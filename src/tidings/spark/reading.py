@@ -3,8 +3,13 @@ ticks `(after, end]` of one pubend, at the broker that logs it, as Arrow record 
 
 Theory of operation. The task connects to the broker that logs the pubend (never redirected by
 route advice, overlay.py), checks that it still logs that pubend, and asks for the matching events
-of its range; the broker sends them in tick order, then END. Only durable events are served and
-ticks only rise per pubend, so a retried task reads the same events: retries add no duplicates.
+of its range in bulk (READ); the broker sends their records as logged, in tick order, many to a
+RECORDS frame (at most about 1 MiB), then END; the task decodes each frame straight into one Arrow
+record batch (arrow.records_to_batch): no Event objects, nothing per event on the client's event
+loop. Only durable events are served and ticks only rise per pubend, so a retried task reads the
+same events: retries add no duplicates. Memory stays bounded: the client stops reading its socket
+while BUFFER_EVENTS_MAX events wait, and the broker stops reading its log for a blocked
+connection.
 
 Gaps. If retention released part of the range, the broker says so with a GAP instead of silently
 sending less. With failOnDataLoss=true the task fails with DataLossError; with false it logs the
@@ -12,7 +17,7 @@ tick range it skipped and reads on after it.
 
 Stopping early. `limit(5).collect()` or `show()` stop reading a task's rows after a few: Spark
 closes the task's generator, and every generator and connection inside it is closed here, in
-order (batches, events, the broker's read, the connection), so nothing is left to be collected
+order (batches, the broker's read, the connection), so nothing is left to be collected
 after its event loop is gone ("Event loop is closed", "coroutine ... was never awaited"). When
 Spark has already dropped the task's output socket, the Python worker that runs the task would
 print a BrokenPipeError traceback on its way out (PySpark's daemon re-raises its failed flush); a
@@ -33,8 +38,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from tidings.core.errors import GapError
-from tidings.core.event import Event
-from tidings.spark.arrow import events_to_batches
+from tidings.core.wire.messages import Records
+from tidings.spark.arrow import RecordsError, records_to_batch
 from tidings.spark.overlay import Connect, check_pubend
 from tidings.spark.planning import DataLossError, ReadError
 
@@ -69,26 +74,32 @@ class TickRangePartition(InputPartition):
         self.end = end
 
 
-def read_events(client: Any, opts: ReadSettings, after: int, end: int, pattern: str | None = None) -> Iterator[Event]:
-    """The events of `(after, end]` matching the read's pattern (or `pattern`) and filter, in tick order.
+def read_batches(client: Any, opts: ReadSettings, pubend: str, after: int, end: int, schema: pa.Schema,
+                 pattern: str | None = None) -> Iterator[pa.RecordBatch]:
+    """The events of `pubend` in `(after, end]` matching the read's pattern (or `pattern`) and
+    filter, in tick order, as record batches of `schema`: one bulk read (READ) at the broker
+    `client` is connected to, each RECORDS frame decoded straight into one batch.
 
     A gap either fails the read (DataLossError) or, with failOnDataLoss=false, is logged and read
-    past. The broker is a peer: an event outside the range or out of order fails the read rather
-    than risk a duplicate row. Closing this generator closes the broker's read.
+    past. The broker is a peer: records outside the range, out of order, of another pubend or
+    malformed fail the read rather than risk a wrong row. Closing this generator closes the
+    broker's read.
     """
     pattern = opts.pattern if pattern is None else pattern
     position = after
     skipped: list[tuple[int, int]] = []
     while position < end:
-        items = client.read(pattern, filter=opts.filter, after=position, end=end, on_gap="raise")
+        items = client.read_records(pattern, filter=opts.filter, after=position, end=end)
         try:
-            for event in items:
-                if not isinstance(event, Event) or not position < event.tick <= end:
-                    raise ReadError(
-                        f"the broker sent {_describe(event)} while reading ({position}, {end}] in tick order"
-                    )
-                position = event.tick
-                yield event
+            for records in items:
+                if not isinstance(records, Records):
+                    raise ReadError(f"the broker sent {type(records).__name__} {records!r:.80} to a bulk read")
+                try:
+                    batch, position = records_to_batch(records.blob, records.count, schema, pubend, position, end)
+                except RecordsError as exc:
+                    raise ReadError(f"the broker sent {exc} while reading ({position}, {end}] of pubend "
+                                    f"{pubend}") from None
+                yield batch
         except GapError as gap:
             if opts.fail_on_data_loss:
                 raise DataLossError(pattern, gap.after_tick, gap.through_tick) from None
@@ -118,10 +129,6 @@ def read_events(client: Any, opts: ReadSettings, after: int, end: int, pattern: 
         )
 
 
-def _describe(item: object) -> str:
-    return f"tick {item.tick}" if isinstance(item, Event) else f"{type(item).__name__} {item!r}"
-
-
 def read_range(
     opts: Any, connect_to: Connect, address: str, instance: str, pubend: str, after: int, end: int,
     schema: pa.Schema, pattern: str | None = None, leave: Callable[[], None] | None = None,
@@ -134,8 +141,7 @@ def read_range(
     try:
         with connect_to(opts, address, instance) as client:
             check_pubend(client, pubend, address)
-            events = read_events(client, opts, after, end, pattern)
-            batches = events_to_batches(events, schema)
+            batches = read_batches(client, opts, pubend, after, end, schema, pattern)
             try:
                 yield from batches
             except GeneratorExit as stop:
@@ -143,7 +149,6 @@ def read_range(
                 raise
             finally:
                 batches.close()
-                events.close()
     finally:
         if output_lost:  # the connection is closed by now
             (leave or leave_quietly)()

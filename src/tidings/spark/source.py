@@ -54,10 +54,10 @@ from tidings.spark.options import (
 from tidings.spark.overlay import SERVICE, Connect, connect, discover
 from tidings.spark.planning import DataLossError, LogBounds, ReadError, plan_overlay_read
 from tidings.spark.pushdown import Narrowing, narrow
-from tidings.spark.reading import TickRangePartition, read_events, read_range
+from tidings.spark.reading import TickRangePartition, read_batches, read_range
 from tidings.spark.workers import worker_python
 
-__all__ = ["SERVICE", "TickRangePartition", "TidingsDataSource", "TidingsReader", "read_events", "register"]
+__all__ = ["SERVICE", "TickRangePartition", "TidingsDataSource", "TidingsReader", "read_batches", "register"]
 
 logger = logging.getLogger("tidings.spark")
 

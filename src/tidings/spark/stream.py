@@ -41,15 +41,14 @@ from pyspark.sql.types import StructType
 
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError, TidingsError
-from tidings.core.event import Event
-from tidings.spark.arrow import arrow_schema, events_to_batches
+from tidings.spark.arrow import RecordsError, arrow_schema, records_to_batch
 from tidings.spark.guard import ImportGuarded
 from tidings.spark.micro_batch import Loss, admit, find_losses, latest, plan_ranges, skip
 from tidings.spark.offsets import Offset
 from tidings.spark.options import StreamOptions
 from tidings.spark.overlay import Connect, Head, check_pubend, connect, discover
 from tidings.spark.planning import ReadError
-from tidings.spark.reading import TickRangePartition, read_events
+from tidings.spark.reading import TickRangePartition, read_range
 
 logger = logging.getLogger("tidings.spark")
 
@@ -183,15 +182,19 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
     def _first_ticks(self, pubend: str, after: int, end: int, count: int) -> tuple[list[int], bool]:
         """The first `count` matching ticks of `pubend` in (after, end], and whether that is all."""
         found: list[int] = []
+        schema = arrow_schema(self.schema)
         with self.connect_to(self.opts, self._heads[pubend].address, "admission") as client:
             check_pubend(client, pubend, self._heads[pubend].address)
-            items = client.read(self.opts.pattern, filter=self.opts.filter, after=after, end=end)
+            items = client.read_records(self.opts.pattern, filter=self.opts.filter, after=after, end=end)
             try:
-                for item in items:
-                    if isinstance(item, Event):
-                        found.append(item.tick)
-                        if len(found) >= count:
-                            return found, False
+                for records in items:  # the bulk read of a task (reading.py), its ticks only
+                    batch, _ = records_to_batch(records.blob, records.count, schema, pubend,
+                                                found[-1] if found else after, end)
+                    found += batch.column("tick").to_pylist()
+                    if len(found) >= count:
+                        return found[:count], False
+            except RecordsError as exc:
+                raise ReadError(f"the broker sent {exc} while counting ({after}, {end}] of pubend {pubend}") from None
             except GapError:  # released since the status: the next trigger counts it
                 return found, False
             finally:
@@ -209,10 +212,8 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TickRangePartition), partition
-        schema = arrow_schema(self.schema)
-        with self.connect_to(self.opts, partition.address, f"stream-{partition.index}") as client:
-            check_pubend(client, partition.pubend, partition.address)
-            yield from events_to_batches(read_events(client, self.opts, partition.after, partition.end), schema)
+        yield from read_range(self.opts, self.connect_to, partition.address, f"stream-{partition.index}",
+                              partition.pubend, partition.after, partition.end, arrow_schema(self.schema))
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed everything up to `end`: the durable subscription may let it go. A broker

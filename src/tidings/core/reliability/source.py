@@ -50,10 +50,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
-
 from tidings.core.effects import ReadLog
-from tidings.core.event import record_routing_fields
+from tidings.core.event import own_record_prefix, record_channel_bytes, record_routing_fields
 from tidings.core.inputs import LogState
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
 from tidings.core.reliability.messages import Knowledge as KnowledgeMessage
@@ -126,8 +124,7 @@ class Source:
         self._trees_of = trees_of
         self._empty = empty
         self._streams: dict[str, _TreeStream] = {}
-        self._record_prefix = b"\x97" + msgpack.packb(pubend_id)  # [pubend, ... of each own record
-        self._channel_at = len(self._record_prefix) + 9  # where its channel starts, after a uint64 tick
+        self._record_prefix = own_record_prefix(pubend_id)  # [pubend, ... of each own record
         self._reads: dict[int, _Read] = {}
         self._next_reader = 0
         self.nacks_received = 0
@@ -416,13 +413,9 @@ class Source:
         """The trees of one of this pubend's own records. A nack's answer sorts thousands of them,
         so the usual layout (a tick past 2**32, a channel under 256 bytes) is read in place: the
         channel's bytes follow a fixed prefix (`trees_of` caches the trees of a channel)."""
-        at = self._channel_at
-        if record.startswith(self._record_prefix) and record[at - 9] == 0xCF:  # uint64 tick
-            head = record[at]
-            raw = (record[at + 1:at + 1 + (head & 0x1F)] if 0xA0 <= head <= 0xBF  # fixstr
-                   else record[at + 2:at + 2 + record[at + 1]] if head == 0xD9 else None)  # str8
-            if raw is not None:
-                return self._trees_of(raw.decode())
+        raw = record_channel_bytes(record, self._record_prefix)
+        if raw is not None:
+            return self._trees_of(raw.decode())
         fields = record_routing_fields(record)
         return [] if fields is None else self._trees_of(fields[1])
 

@@ -14,7 +14,13 @@ below it has been either delivered or found not to match. It is in one of two mo
 Ticks the log released (retention) before the subend read them become an explicit GAP message,
 never a silent skip (except for a subend started at "the oldest retained event", whose first read
 begins wherever the log now begins). A bounded subend (`end` set, e.g. a Spark partition) never goes live: it reads
-up to `end` (at most the durable tail when it was created) and sends END.
+up to `end` (at most the durable tail when it was created) and sends END. A bulk one (READ) is a bounded
+subend that sends the matching records as logged, many to a RECORDS frame, for the reader to decode
+in one go.
+
+A catch-up read tests each record's channel against the pattern without decoding the record when
+there is no filter: the channel's bytes are read in place (core/event.py) and the answer is kept
+per channel, at most CHANNELS_CACHED_MAX of them per subend (channels repeat).
 
 Other pubends' events reach subends through the reliability node (reliability/node.py), which
 hands over each tree's records in delivery order, exactly once, below the doubt horizon
@@ -31,7 +37,7 @@ import msgpack
 
 from tidings.core.channels import pattern_matches
 from tidings.core.effects import Effect, ReadLog, Send
-from tidings.core.event import record_routing_fields
+from tidings.core.event import own_record_prefix, record_channel_bytes, record_routing_fields
 from tidings.core.filters import Filter
 from tidings.core.inputs import LogState
 from tidings.core.wire import messages
@@ -39,13 +45,16 @@ from tidings.core.wire import messages
 if TYPE_CHECKING:
     from tidings.core.reliability.node import Deliver
 
+CHANNELS_CACHED_MAX = 256
+
 
 class Subend:
-    __slots__ = ("conn", "durable", "end", "filter", "from_oldest", "key", "live", "pattern", "position", "reading",
-                 "registration", "silenced", "sub", "total")
+    __slots__ = ("bulk", "channels", "conn", "durable", "end", "filter", "from_oldest", "key", "live", "pattern",
+                 "position", "reading", "registration", "silenced", "sub", "total")
 
     def __init__(self, key: int, conn: int, sub: int, pattern: str, flt: Filter | None,
-                 position: int, end: int | None, from_oldest: bool = False, total: bool = False) -> None:
+                 position: int, end: int | None, from_oldest: bool = False, total: bool = False,
+                 bulk: bool = False) -> None:
         self.key = key
         self.conn = conn
         self.sub = sub
@@ -60,6 +69,22 @@ class Subend:
         self.durable = False  # its client holds a checkpoint token, advanced by SILENCE
         self.silenced: dict[str, int] = {}  # the positions the last SILENCE (or SUBSCRIBED) gave
         self.registration: int | None = None  # a durable one's, at this broker (core/registrations.py)
+        self.bulk = bulk  # a READ: RECORDS frames, not EVENTS
+        self.channels: dict[bytes, bool] = {}  # whether a channel (its bytes) matches the pattern
+
+    def _keeps(self, record: bytes, prefix: bytes) -> bool:
+        """Whether a record of this broker's log (its records begin with `prefix`) matches."""
+        if self.filter is None:
+            raw = record_channel_bytes(record, prefix)
+            if raw is not None:
+                hit = self.channels.get(raw)
+                if hit is None:
+                    if len(self.channels) >= CHANNELS_CACHED_MAX:
+                        self.channels.clear()
+                    hit = self.channels[raw] = pattern_matches(self.pattern, raw.decode())
+                return hit
+        fields = msgpack.unpackb(record)
+        return self.matches(fields[2], fields[3])
 
     def matches(self, channel: str, attributes: dict[str, Any]) -> bool:
         if not pattern_matches(self.pattern, channel):
@@ -123,15 +148,17 @@ class Subend:
         self.from_oldest = False
         batch: list[bytes] = []
         position = self.position
+        prefix = own_record_prefix(pubend)
+        keeps = self._keeps
         for tick, record in records:
             if tick <= position:
                 continue
-            fields = msgpack.unpackb(record)
-            if self.matches(fields[2], fields[3]):
+            if keeps(record, prefix):
                 batch.append(record)
             position = tick
         if batch:
-            out.extend(Send(self.conn, frame) for frame in messages.events_frames(self.sub, batch))
+            frames = messages.records_frames if self.bulk else messages.events_frames
+            out.extend(Send(self.conn, frame) for frame in frames(self.sub, batch))
         if not records:  # an empty answer means nothing is left up to `through`
             position = max(position, through)
         self.position = position

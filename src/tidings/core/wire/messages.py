@@ -15,7 +15,7 @@ from typing import Any
 import msgpack
 
 from tidings.core.errors import BAD_MESSAGE, UNKNOWN_MESSAGE, ProtocolError
-from tidings.core.wire.frames import frame
+from tidings.core.wire.frames import HEADER, frame
 
 PROTOCOL_VERSION = 1
 
@@ -31,6 +31,7 @@ STATUS = 5
 AUTH = 6
 RENEW = 7  # [RENEW]: the client is alive; extends the lease on its subscriptions (core/leases.py)
 RELEASE = 8  # [RELEASE, sub, checkpoint]: a durable subscription consumed everything through it
+READ = 9  # [READ, sub, pattern, filter, after, end]: a bounded read of this broker's log, in bulk
 # broker -> client
 WELCOME = 16
 ACK = 17
@@ -42,6 +43,7 @@ STATUS_REPLY = 22
 ERROR = 23
 CHALLENGE = 24
 SILENCE = 26  # [SILENCE, sub, [[pubend, tick], ...]]: a durable subscription's token moves up
+RECORDS = 27  # [RECORDS, sub, count, blob]: a READ's records, as logged (blob: a msgpack array of them)
 ADVICE = 25  # [ADVICE, reason, [[address, rtt_us], ...]]: entry points that may serve better (core/advice.py)
 
 START_NOW = "now"
@@ -95,6 +97,19 @@ class Subscribe:
 
 
 @dataclass(frozen=True, slots=True)
+class Read:
+    """A bounded read in bulk of the ticks `(after, end]` of this broker's own pubend: the matching
+    records come back as logged, many to a RECORDS frame, then END (GAP where retention released
+    some); the broker checks it as it checks a SUBSCRIBE."""
+
+    sub: int
+    pattern: str
+    filter: str | None
+    after: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
 class Release:
     """The application consumed durable subscription `sub`'s events through `checkpoint`
     ([default, [[pubend, tick], ...]], as a token holds it)."""
@@ -137,6 +152,13 @@ class Ack:
 class Events:
     sub: int
     records: list[list[Any]]  # decoded event arrays, see core.event.event_from_fields
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    sub: int
+    count: int  # how many records `blob` holds (the client's buffer counts them)
+    blob: bytes  # a msgpack array of `count` event records, as logged; decoded by the reader
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +241,10 @@ def subscribe(msg: Subscribe) -> bytes:
     return _pack(fields if msg.order == ORDER_PUBLISHER else [*fields, msg.order])
 
 
+def read(msg: Read) -> bytes:
+    return _pack([READ, msg.sub, msg.pattern, msg.filter, msg.after, msg.end])
+
+
 def release(sub: int, checkpoint: list[Any]) -> bytes:
     return _pack([RELEASE, sub, checkpoint])
 
@@ -280,10 +306,25 @@ def events_frames(sub: int, records: list[bytes]) -> list[bytes]:
 
 def events(sub: int, records: list[bytes]) -> bytes:
     """An EVENTS frame from already-encoded event records."""
-    body = b"".join(
-        [b"\x93", msgpack.packb(EVENTS), msgpack.packb(sub), _array_header(len(records)), *records]
-    )
-    return frame(body)
+    return _frame_of([b"\x93", msgpack.packb(EVENTS), msgpack.packb(sub), _array_header(len(records)), *records])
+
+
+def records_frames(sub: int, records: list[bytes]) -> list[bytes]:
+    """RECORDS frames for `records`, each about EVENTS_FRAME_BYTES_TARGET at most: the records'
+    bytes are copied as they are into one binary field (no per-record encoding on either side)."""
+    return [_records(sub, chunk) for chunk in size_chunks(records)]
+
+
+def _records(sub: int, records: list[bytes]) -> bytes:
+    array_header = _array_header(len(records))
+    blob_bytes = len(array_header) + sum(map(len, records))
+    return _frame_of([b"\x94", msgpack.packb(RECORDS), msgpack.packb(sub), msgpack.packb(len(records)),
+                      b"\xc6", struct.pack(">I", blob_bytes), array_header, *records])  # bin32: past 64 KiB
+
+
+def _frame_of(parts: list[bytes]) -> bytes:
+    """The frame whose body is `parts` joined: one copy of the records, however large."""
+    return b"".join([HEADER.pack(sum(map(len, parts))), *parts])
 
 
 def subscribed(sub: int, position: int, checkpoint: list[Any] | None = None) -> bytes:
@@ -400,9 +441,18 @@ def _decode_subscribe(msg: list[Any]) -> Subscribe:
                      flt, start, after, end_tick, order, positions, home)
 
 
+def _decode_read(msg: list[Any]) -> Read:
+    _arity(msg, 6, "READ")
+    flt = msg[3]
+    if flt is not None:
+        _str(flt, "READ filter")
+    return Read(_int(msg[1], "READ id"), _str(msg[2], "READ pattern"), flt, _int(msg[4], "READ after"),
+                _int(msg[5], "READ end"))
+
+
 def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message type
     body: bytes,
-) -> Hello | Auth | Publish | Subscribe | Unsubscribe | StatusRequest | Renew | Release:
+) -> Hello | Auth | Publish | Subscribe | Read | Unsubscribe | StatusRequest | Renew | Release:
     msg = _unpack(body)
     kind = msg[0]
     if kind == PUBLISH:
@@ -413,6 +463,8 @@ def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message ty
         return Publish(_int(msg[1], "PUBLISH seq"), msg[2], producer)
     if kind == SUBSCRIBE:
         return _decode_subscribe(msg)
+    if kind == READ:
+        return _decode_read(msg)
     if kind == UNSUBSCRIBE:
         if len(msg) != 2:
             _arity(msg, 3, "UNSUBSCRIBE")
@@ -444,7 +496,7 @@ def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message ty
 
 def decode_broker_message(  # noqa: PLR0911, PLR0912 - one return per message type
     body: bytes,
-) -> Welcome | Challenge | Ack | Events | Subscribed | Gap | End | StatusReply | Error | Advice | Silence:
+) -> Welcome | Challenge | Ack | Events | Records | Subscribed | Gap | End | StatusReply | Error | Advice | Silence:
     msg = _unpack(body)
     kind = msg[0]
     if kind == EVENTS:
@@ -452,6 +504,11 @@ def decode_broker_message(  # noqa: PLR0911, PLR0912 - one return per message ty
         if not isinstance(msg[2], list):
             raise _bad("EVENTS records must be an array")
         return Events(_int(msg[1], "EVENTS id"), msg[2])
+    if kind == RECORDS:
+        _arity(msg, 4, "RECORDS")
+        if type(msg[3]) is not bytes:
+            raise _bad("RECORDS blob must be binary")
+        return Records(_int(msg[1], "RECORDS id"), _int(msg[2], "RECORDS count"), msg[3])
     if kind == ACK:
         duplicates = msg.pop() if len(msg) == 5 else []
         _arity(msg, 4, "ACK")
