@@ -40,7 +40,7 @@ from tidings.core.event import record_routing_fields
 from tidings.core.filters import Filter
 from tidings.core.inputs import PfsAnswered
 
-READ_TICKS_MAX = 100_000  # matched ticks one catchup read returns (the rest is refetched densely)
+READ_TICKS_MAX = 10_000  # matched ticks one catchup read returns (after the last, its span is fetched whole)
 READS_MAX = 1024  # reads in flight
 READ_WAIT_NS = 5_000_000_000  # a catchup's nacks wait at most this long for its PFS read
 

@@ -186,53 +186,17 @@ class Istream:
         if consumer is not None and not consumer.local and hold_ns > 0:
             self.ghosts.append((key, consumer.delivered_through, consumer.released_through, now + hold_ns))
 
-    def rewind(self, key: str | int, position: int, ranges: Sequence[tuple[int, int]] = (),
-               known: int | None = None) -> None:
-        """A consumer lacks ticks after `position` (a child's nack): send them again. With `known`,
-        it lacks only the ticks of `ranges` up to `known` (Nack.known): below the floor only those
-        become unknown here (to be fetched), the others F, its own (`sparse_through`)."""
+    def rewind(self, key: str | int, position: int) -> None:
+        """A consumer lacks ticks after `position` (a child's nack): send them again."""
         consumer = self.consumers.get(key)
         if consumer is None or position >= consumer.sent_through:
             return
         consumer.sent_through = position
         consumer.acked_through = min(consumer.acked_through, position)
         consumer.start = min(consumer.start, position)
-        floor = self.floor
-        if position < floor:
+        if position < self.floor:
             self._lower_floor(position)
-        if known is None:
-            self._doubt_sparse(position)
-            return
-        for after, through in ranges:  # what it asks for is not silence, whoever's F it was
-            self._doubt_sparse(after, through)
-        through = min(known, floor)
-        if position < through:
-            wanted = [(a, min(b, through)) for a, b in ranges if a < through]
-            if self._known.sparsen(position, through, wanted):
-                self.sparse_through = max(self.sparse_through, through)
-                self._advance_horizon()
-
-    def known_outside(self, ranges: Sequence[tuple[int, int]]) -> int | None:
-        """For a nack of `ranges`: the tick up to which every tick after the first range's start
-        that is in no range is known here (the tick before the next unknown one), or None when an
-        unknown tick between the ranges is left out of them (nacked already, awaiting an answer)."""
-        if not ranges:
-            return None
-        k = 0
-        for lo, hi, value in self._known.runs(ranges[0][0], ranges[-1][1]):
-            if value is not Knowledge.Q:
-                continue
-            while k < len(ranges) and ranges[k][1] <= lo:
-                k += 1
-            position = lo  # the unknown run (lo, hi] must be covered by ranges k, k+1, ...
-            while position < hi:
-                if k >= len(ranges) or ranges[k][0] > position:
-                    return None
-                position = ranges[k][1]
-                if position <= hi:
-                    k += 1
-        following = self._known.first(ranges[-1][1], GAP)
-        return TICK_MAX if following is None else following - 1
+        self._doubt_sparse(position)
 
     def sparsen(self, key: str | int, after: int, through: int, wanted: Sequence[int]) -> int:
         """Consumer `key` (a durable subscription catching up) needs, of (after, through], only the
@@ -268,12 +232,11 @@ class Istream:
         if self.waiting:
             self.waiting = {key: wait for key, wait in self.waiting.items() if wait[1] > now}
 
-    def _doubt_sparse(self, position: int, through: int = TICK_MAX) -> None:
-        """A consumer wants the ticks after `position` (up to `through`): F ticks a catchup's
-        `sparsen` may have made there are Q again (they are fetched, at worst once more)."""
-        through = min(through, self.sparse_through)
-        if position < through:
-            self._known.assign_where(position, through, frozenset({Knowledge.F}), Knowledge.Q)
+    def _doubt_sparse(self, position: int) -> None:
+        """A consumer wants the ticks after `position`: F ticks a catchup's `sparsen` may have made
+        there are Q again (they are fetched, at worst once more)."""
+        if position < self.sparse_through:
+            self._known.assign_where(position, self.sparse_through, frozenset({Knowledge.F}), Knowledge.Q)
             self.horizon = min(self.horizon, position)
             self._advance_horizon()
 

@@ -19,12 +19,9 @@ everywhere else, 0 <= tick <= TICK_MAX.
   below that keeps up has been given every tick <= delivered, counting brokers that left the tree
   a moment ago as still there (released <= delivered <= through; the release protocol, release.py).
   One message carries the acks of many streams to one parent.
-- NACK, child to parent: [162, tree, pubend, [[after, through], ...]] or [162, tree, pubend, ranges,
-  known]: the sender is curious about those ranges (sorted, not overlapping, each non-empty and at
-  most NACK_RANGE_TICKS_MAX wide; the sender chops longer gaps, and a nack names at most
-  NACK_RANGES_MAX of them). With `known` (a tick), the sender also says it knows every tick after
-  the first range's start up to `known` that is in no range: the parent need not fetch those for it
-  (a durable catchup's sparse wants, or gaps between knowledge it holds).
+- NACK, child to parent: [162, tree, pubend, [[after, through], ...]]: the sender is curious about
+  those ranges (sorted, not overlapping, each non-empty and at most NACK_RANGE_TICKS_MAX wide; the
+  sender chops longer gaps, and a nack names at most NACK_RANGES_MAX of them).
 
 - KNOWLEDGE, pubend's broker to the rendez-vous point it has learnt (from the root's ACKs): the same
   message sent straight, not routed; ROOT_MOVED `[163, tree]` answers it from a broker that is not
@@ -120,17 +117,14 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class Nack:
-    """Curiosity about `ranges`, each an (after, through] pair; the sender knows every other tick
-    from the first range's start up to `known` (None: it says nothing of them)."""
+    """Curiosity about `ranges`, each an (after, through] pair."""
 
     tree: str
     pubend: str
     ranges: tuple[tuple[int, int], ...]
-    known: int | None = None
 
     def to_wire(self) -> list[Any]:
-        wire = [NACK, self.tree, self.pubend, [[after, through] for after, through in self.ranges]]
-        return wire if self.known is None else [*wire, self.known]
+        return [NACK, self.tree, self.pubend, [[after, through] for after, through in self.ranges]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,16 +259,13 @@ def _nack(f: list[Any]) -> Nack:
                        "ticks wide")
         ranges.append((after, through))
         previous = through
-    known = None if len(f) == 3 else _tick(f[3], "a nack's known tick")
-    if known is not None and known < previous:
-        raise _bad("a nack's known tick is at or after its last range")
-    return Nack(tree, pubend, tuple(ranges), known)
+    return Nack(tree, pubend, tuple(ranges))
 
 
-_DECODERS: dict[int, tuple[int | tuple[int, ...], Callable[[list[Any]], ReliabilityMessage]]] = {
+_DECODERS: dict[int, tuple[int, Callable[[list[Any]], ReliabilityMessage]]] = {
     KNOWLEDGE: (9, _knowledge),
     ACK: (1, _ack),
-    NACK: ((3, 4), _nack),
+    NACK: (3, _nack),
     ROOT_MOVED: (1, lambda f: RootMoved(_name(f[0], TREE_BYTES_MAX, "a tree name"))),
     SUMMARY: (4, _summary),
     MOVED: (2, lambda f: Moved(_name(f[0], PUBEND_BYTES_MAX, "a pubend id"), _registration(f[1]))),

@@ -735,7 +735,7 @@ class ReliabilityNode:
                 elif stream.pubend == self.pubend_id:
                     self.source.acked(now, stream.tree, stream.through, sender, stream.released, stream.delivered)
         elif type(decoded) is messages.Nack:
-            out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges, decoded.known)
+            out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
         elif type(decoded) is messages.Knowledge:  # straight from a pubend that takes us for the root
             if self.scribe.is_root(decoded.tree):
                 out += self.event_arrived(now, decoded.tree, [sender, message], sender)
@@ -756,17 +756,17 @@ class ReliabilityNode:
         return [PeerSend(home_address, messages.Moved(home, registration).to_wire())]
 
     def _nacked(self, now: int, sender: str, tree: str, pubend: str,
-                ranges: tuple[tuple[int, int], ...], known: int | None = None) -> list[Any]:
+                ranges: tuple[tuple[int, int], ...]) -> list[Any]:
         ist = self._istream(tree, pubend)
         if ist is not None and sender in ist.consumers:
-            ist.rewind(sender, ranges[0][0], ranges, known)
+            ist.rewind(sender, ranges[0][0])
             self.retransmissions_sent += 1
             out = self._push(now, self.trees[tree], ist)
             self._after_change(now, ist)
             return out
         if pubend == self.pubend_id:
             synced, log = self._pubend_state()
-            return self._source(now, self.source.nacked(tree, ranges, synced, log))
+            return self._source(now, self.source.nacked(tree, ranges, synced, log, sender))
         return []
 
     def _istream(self, tree: str, pubend: str) -> Istream | None:
@@ -829,22 +829,17 @@ class ReliabilityNode:
             return []
         # NRT is counted from when the curiosity was last cleared, not from the last nack: gaps that
         # keep appearing beyond an old one are nacked at once, and must not keep the old one quiet
-        repeat = False
         if ist.curious_ns is None or now - ist.curious_ns >= interval:
             ist.forget_curiosity()  # a new gap, or NRT passed: nack the same ticks again
             if ist.curious_ns is not None:  # unanswered for NRT
                 ist.nack_interval_ns = self._repeat_interval(ist, interval)
-                repeat = True
             ist.curious_ns = now
         ranges = ist.nack_ranges()
         if ranges:
             ist.nack_ns = now
             self.nacks_sent += 1
             self.nack_ticks_sent += sum(through - after for after, through in ranges)
-            # what this broker knows between them goes too, so the parent need not fetch it again,
-            # except in a repeat (an upstream too old to read it would never answer)
-            known = None if repeat else ist.known_outside(ranges)
-            out += self._to(now, ist.upstream, messages.Nack(key.tree, key.pubend, tuple(ranges), known).to_wire())
+            out += self._to(now, ist.upstream, messages.Nack(key.tree, key.pubend, tuple(ranges)).to_wire())
         self.timers.set(key, now + max(ist.nack_interval_ns, self.config.nack_repeat_ns_min))
         return out
 

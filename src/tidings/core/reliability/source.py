@@ -26,9 +26,9 @@ before the brokers below have found it, and a tree whose only subscriber broker 
 empty: for `release_hold_ns` either way the tree's release stays where it was.
 
 Nacks reach the pubend from a root (and, through the root, from any broker below). Each nacked
-range is read back from the log (ReadLog, bounded in bytes and in reads in flight) and sent again
-as retransmitted knowledge of exactly the range read: the events of that tree as D, every other
-tick as F. Ranges beyond what is durable are clamped to the durable tail. Ticks the log no longer
+range is read back from the log (ReadLog, bounded in bytes and in reads in flight) and sent again,
+straight to the root that asked, as retransmitted knowledge of exactly the range read: the events
+of that tree as D, every other tick as F. Ranges beyond what is durable are clamped to the durable tail. Ticks the log no longer
 holds (released: by the release protocol or the operator's retention caps) are answered as L, a
 lost range, never as silence: whoever wanted them learns that events may be missing, and a
 subscriber gets an explicit gap.
@@ -107,6 +107,7 @@ class _Read:
     tree: str | None  # None: the recovery read of the log's tail
     after: int
     through: int
+    asker: str | None = None  # the root whose nack it answers: the answer goes straight to it
 
 
 SourceEffect = PublishOnTree | ReadLog
@@ -319,11 +320,14 @@ class Source:
 
     # ---- nacks and the log ---------------------------------------------------------------------
 
-    def nacked(self, tree: str, ranges: Sequence[tuple[int, int]], synced: int, log: LogState) -> list[SourceEffect]:
+    def nacked(self, tree: str, ranges: Sequence[tuple[int, int]], synced: int, log: LogState,
+               asker: str | None = None) -> list[SourceEffect]:
         """Read the nacked ranges back (clamped to the durable tail). What the log released is
         answered at once as lost, and the ticks between that and its first record as silence,
         each in one message however far it reaches past the range asked (a read from tick 0 is
-        answered in one round trip, not one per nack range)."""
+        answered in one round trip, not one per nack range). The answers go straight to `asker`,
+        the root that nacked: routed, they would reach whichever broker the overlay's routing
+        takes for the root, which after a partition or a restart need not be the one asking."""
         self.nacks_received += 1
         out: list[SourceEffect] = []
         empty_through = synced if log.first_tick is None else min(synced, log.first_tick - 1)  # no record up to here
@@ -335,16 +339,16 @@ class Source:
                 continue
             if after < log.released_through:
                 lost = min(log.released_through, synced)
-                out.append(self._send(tree, after, lost, [], retransmit=True, lost=True))
+                out.append(self._send(tree, after, lost, [], retransmit=True, root=asker, lost=True))
                 after = done = lost
             if after < empty_through:
-                out.append(self._send(tree, after, empty_through, [], retransmit=True))
+                out.append(self._send(tree, after, empty_through, [], retransmit=True, root=asker))
                 after = done = empty_through
             if through <= after:
                 continue
             quiet = self._quiet_after(tree)
             if quiet < through:  # answered now, without reading the log (a new subscriber's skew allowance)
-                out.append(self._send(tree, max(after, quiet), through, [], retransmit=True))
+                out.append(self._send(tree, max(after, quiet), through, [], retransmit=True, root=asker))
                 through = quiet
                 if through <= after:
                     continue
@@ -352,7 +356,7 @@ class Source:
                 continue  # the same ticks are being read already
             if len(self._reads) >= self.config.reads_max:
                 break  # the nack will be repeated
-            out.append(self._read(tree, max(after, 0), through))
+            out.append(self._read(tree, max(after, 0), through, asker))
         return out
 
     def recover(self, last_tick: int) -> list[SourceEffect]:
@@ -363,9 +367,9 @@ class Source:
         after = max(0, last_tick - self.config.recovery_ns // MICROSECOND_NS)
         return [self._read(None, after, last_tick)]
 
-    def _read(self, tree: str | None, after: int, through: int) -> ReadLog:
+    def _read(self, tree: str | None, after: int, through: int, asker: str | None = None) -> ReadLog:
         self._next_reader -= 1  # negative reader keys: the broker's subends use positive ones
-        self._reads[self._next_reader] = _Read(tree, after, through)
+        self._reads[self._next_reader] = _Read(tree, after, through, asker)
         return ReadLog(self._next_reader, after, through, self.config.read_bytes_max)
 
     def owns_read(self, reader: int) -> bool:
@@ -380,16 +384,16 @@ class Source:
         after = read.after
         released = min(log.released_through, through)
         if released > after:  # released since the nack came: those ticks are lost, not silent
-            out.append(self._send(read.tree, after, released, [], retransmit=True, lost=True))
+            out.append(self._send(read.tree, after, released, [], retransmit=True, root=read.asker, lost=True))
             after = released
         self.records_read += len(records)
         mine = [(tick, record) for tick, record in records
                 if tick > after and read.tree in self._record_trees(record)]
         self.ticks_retransmitted += len(mine)
         if through > after:
-            out += self._send_chunked(read.tree, after, through, mine, retransmit=True)
+            out += self._send_chunked(read.tree, after, through, mine, retransmit=True, root=read.asker)
         if through < read.through:  # cut short: read on
-            out.append(self._read(read.tree, through, read.through))
+            out.append(self._read(read.tree, through, read.through, read.asker))
         return out
 
     def read_failed(self, reader: int) -> None:

@@ -17,17 +17,15 @@ T = TypeVar("T")
 Bad = Callable[[str], ProtocolError]
 
 
-def decode_typed(message: object, decoders: Mapping[int, tuple[int | tuple[int, ...], Callable[[list[Any]], T]]],
-                 bad: Bad) -> T:
+def decode_typed(message: object, decoders: Mapping[int, tuple[int, Callable[[list[Any]], T]]], bad: Bad) -> T:
     if type(message) is not list or not message or type(message[0]) is not int:
         raise bad("a message is a list starting with its type")
     shape = decoders.get(message[0])
     if shape is None:
         raise bad(f"unknown message type {message[0]}")
-    count, build = shape  # a field count, or the counts allowed (optional trailing fields)
-    counts = (count,) if isinstance(count, int) else count
-    if len(message) - 1 not in counts:
-        raise bad(f"message type {message[0]} has {' or '.join(map(str, counts))} fields")
+    count, build = shape
+    if len(message) != count + 1:
+        raise bad(f"message type {message[0]} has {count} fields")
     return build(message[1:])
 
 
