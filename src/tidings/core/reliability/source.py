@@ -29,9 +29,9 @@ Nacks reach the pubend from a root (and, through the root, from any broker below
 range is read back from the log (ReadLog, bounded in bytes and in reads in flight) and sent again,
 straight to the root that asked, as retransmitted knowledge of exactly the range read: the events
 of that tree as D, every other tick as F. Ranges beyond what is durable are clamped to the
-durable tail. Ticks the log no longer holds (released: by the release protocol or the operator's retention caps) are answered as L, a
-lost range, never as silence: whoever wanted them learns that events may be missing, and a
-subscriber gets an explicit gap.
+durable tail. Ticks the log no longer holds (released: by the release protocol or the operator's
+retention caps) are answered as L, a lost range, never as silence: whoever wanted them learns that
+events may be missing, and a subscriber gets an explicit gap.
 
 A tree that gets members again after a while without (its rendez-vous point says TREE_ACTIVE to
 the publishers it told it was empty, or whose streams it had) is told at once that every tick
