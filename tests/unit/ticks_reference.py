@@ -99,14 +99,14 @@ class ReferenceMap:
     def mark_lost(self, after: int, through: int) -> list[tuple[int, int]]:
         return self.assign_where(after, through, frozenset({Knowledge.Q}), Knowledge.L)
 
-    def sparsen(self, after: int, through: int, wanted: list[tuple[int, int]]) -> int:
+    def sparsen(self, after: int, through: int, wanted: list[tuple[int, int]]) -> list[tuple[int, int]]:
         keep = {i for lo, hi in wanted for i in self.cells(lo, hi)}
-        silenced = 0
+        silenced = []
         for i in self.cells(after, through):
             if self.values[i] is Knowledge.Q and i not in keep:
                 self.values[i] = Knowledge.F
-                silenced += width(i)
-        return silenced
+                silenced.append((i, None))
+        return [(a, b) for a, b, _ in group(silenced)]
 
     # curiosity
 

@@ -54,7 +54,7 @@ from itertools import islice
 from tidings.core.event import record_routing_fields
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
 from tidings.core.reliability.summary import Summary
-from tidings.core.reliability.ticks import TICK_MAX, Curiosity, CuriosityMap, Knowledge, KnowledgeMap
+from tidings.core.reliability.ticks import TICK_MAX, Curiosity, CuriosityMap, Knowledge, KnowledgeMap, TickMap
 
 KNOWN = frozenset({Knowledge.D, Knowledge.F, Knowledge.L})
 SPARSE_RANGES_MAX = 1024  # ranges one catchup's sparsen leaves unknown (each run costs every gap scan)
@@ -106,6 +106,7 @@ class Istream:
         "_curiosity",
         "_fields",
         "_known",
+        "_sparse",
         "acked_sent",
         "consumers",
         "curious_ns",
@@ -156,7 +157,8 @@ class Istream:
         self.curious_ns: int | None = None  # when the nacked ticks were last forgotten (NRT counts from it)
         self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered and upstream is silent
         self.heard_ns: int | None = None  # when knowledge of this stream last came from upstream
-        self.sparse_through = 0  # F ticks up to here may be one catchup's (`sparsen`), not the stream's
+        self.sparse_through = 0  # F ticks up to here may be one consumer's (`sparsen`), not the stream's
+        self._sparse: TickMap[bool] = TickMap(False)  # which F ticks are such (never sent to anyone)
         # catchups waiting for the PFS -> (nacks wait up to this tick, until this monotonic ns)
         self.waiting: dict[str | int, tuple[int, int]] = {}
 
@@ -221,28 +223,40 @@ class Istream:
                 ranges.append((tick - 1, tick))
         if through <= after:
             return 0
-        silenced = self._known.sparsen(after, through, ranges)
-        if silenced:
-            self.sparse_through = max(self.sparse_through, through)
-            self._advance_horizon()
-        return silenced
+        made = self._known.sparsen(after, through, ranges)
+        self._mark_sparse(made)
+        self._advance_horizon()
+        return sum(hi - lo for lo, hi in made)
+
+    def _mark_sparse(self, ranges: list[tuple[int, int]]) -> None:
+        for lo, hi in ranges:
+            self._sparse.assign(lo, hi, True)
+            self.sparse_through = max(self.sparse_through, hi)
 
     def lapse_waits(self, now: int) -> None:
         """Catchups that waited for the PFS past their time nack like any other (a read lost)."""
         if self.waiting:
             self.waiting = {key: wait for key, wait in self.waiting.items() if wait[1] > now}
 
-    def _doubt_sparse(self, position: int) -> None:
-        """A consumer wants the ticks after `position`: F ticks a catchup's `sparsen` may have made
-        there are Q again (they are fetched, at worst once more)."""
-        if position < self.sparse_through:
-            self._known.assign_where(position, self.sparse_through, frozenset({Knowledge.F}), Knowledge.Q)
-            self.horizon = min(self.horizon, position)
+    def _doubt_sparse(self, position: int, through: int = TICK_MAX) -> None:
+        """A consumer wants the ticks of (position, through]: the F ticks there that were only
+        another consumer's silence (`sparsen`) are Q again, to be fetched."""
+        through = min(through, self.sparse_through)
+        if position >= through:
+            return
+        doubted = [(lo, hi) for lo, hi, sparse in self._sparse.runs(position, through) if sparse]
+        for lo, hi in doubted:
+            self._known.assign_where(lo, hi, frozenset({Knowledge.F}), Knowledge.Q)
+            self._sparse.assign(lo, hi, False)
+        if doubted:
+            self.horizon = min(self.horizon, doubted[0][0])
             self._advance_horizon()
 
     def _lower_floor(self, floor: int) -> None:
         """A consumer wants ticks this stream had written off: they become unknown (a gap)."""
         self._known.assign(floor, self.floor, Knowledge.Q)
+        if self.sparse_through:
+            self._sparse.assign(floor, self.floor, False)
         self.floor = floor
         self.horizon = min(self.horizon, floor)
 
@@ -293,13 +307,21 @@ class Istream:
         upper = min(self.horizon, bound)
         if consumer.blocked or consumer.sent_through >= upper:
             return []
+        pieces = self._pieces(consumer.sent_through, upper, consumer.start, summary)
+        if pieces:
+            consumer.sent_through = pieces[-1].through
+        return pieces
+
+    def _pieces(self, after: int, upper: int, start: int, summary: Summary | None) -> list[Piece]:
+        """Knowledge of (after, upper] (all known) for a consumer that starts at `start`, as
+        `pieces_for` describes; it stops before a D tick whose record was dropped."""
         pieces: list[Piece] = []
-        piece = Piece(consumer.sent_through, consumer.sent_through)
+        piece = Piece(after, after)
         limit = self.limits.piece_bytes_max
         size = 0
-        for lo, hi, value in self._known.runs(consumer.sent_through, upper):
-            if value is Knowledge.L and hi > consumer.start:
-                piece.through = max(lo, consumer.start)  # what it does not want is silence to it
+        for lo, hi, value in self._known.runs(after, upper):
+            if value is Knowledge.L and hi > start:
+                piece.through = max(lo, start)  # what it does not want is silence to it
                 if piece.through > piece.after:
                     pieces.append(piece)
                 pieces.append(Piece(piece.through, hi, lost=True))
@@ -312,8 +334,8 @@ class Istream:
                 record = self._cache.get(tick)
                 if record is None:
                     self._forget_from(tick)
-                    return self._close(consumer, pieces, piece)
-                if tick > consumer.start and (summary is None or self._matches(tick, record, summary)):
+                    return self._close(pieces, piece)
+                if tick > start and (summary is None or self._matches(tick, record, summary)):
                     if piece.ticks and (size + len(record) > limit or len(piece.ticks) >= RECORDS_MAX):
                         pieces.append(piece)
                         piece, size = Piece(piece.through, piece.through), 0
@@ -321,7 +343,7 @@ class Istream:
                     piece.records.append(record)
                     size += len(record)
                 piece.through = tick
-        return self._close(consumer, pieces, piece)
+        return self._close(pieces, piece)
 
     def ready_through(self, consumer: Consumer, bound: int) -> int:
         """How far `consumer` could be sent now, up to `bound`: the horizon, or just before the
@@ -358,23 +380,21 @@ class Istream:
             self.forget_curiosity()
 
     @staticmethod
-    def _close(consumer: Consumer, pieces: list[Piece], piece: Piece) -> list[Piece]:
+    def _close(pieces: list[Piece], piece: Piece) -> list[Piece]:
         if piece.through > piece.after:
             pieces.append(piece)
-        if pieces:
-            consumer.sent_through = pieces[-1].through
         return pieces
 
     def _forget_from(self, tick: int) -> None:
         """The record of D tick `tick` is gone and a consumer needs it: every D tick from there on
         whose record is gone becomes unknown again, so the gap logic fetches it from upstream."""
-        for lo, hi, value in self._known.runs(tick - 1, self.horizon):
+        for lo, hi, value in self._known.runs(tick - 1, max(tick, self.horizon)):
             if value is not Knowledge.D:
                 continue
             for t in range(lo + 1, hi + 1):
                 if t not in self._cache:
                     self._known.assign(t - 1, t, Knowledge.Q)
-        self.horizon = tick - 1
+        self.horizon = min(self.horizon, tick - 1)
 
     # ---- cache ---------------------------------------------------------------------------------
 
@@ -489,8 +509,10 @@ class Istream:
             self._known.assign(0, point, Knowledge.F)
             self._curiosity.ack_through(point)
             self.floor = point
-            if point >= self.sparse_through:
-                self.sparse_through = 0
+            if self.sparse_through:
+                self._sparse.assign(0, point, False)
+                if point >= self.sparse_through:
+                    self.sparse_through = 0
 
     def status(self) -> dict[str, object]:
         return {"pubend": self.pubend, "horizon": self.horizon, "top": self.top, "floor": self.floor,

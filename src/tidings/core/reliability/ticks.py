@@ -274,17 +274,17 @@ class KnowledgeMap(TickMap[Knowledge]):
         paper's D*); returns the ranges that changed."""
         return self.assign_where(after, through, _ONLY_D, _F)
 
-    def sparsen(self, after: int, through: int, wanted: Sequence[Range]) -> int:
+    def sparsen(self, after: int, through: int, wanted: Sequence[Range]) -> list[Range]:
         """Q ticks of (after, through] become F except those in the `wanted` ranges (ordered,
         disjoint, inside it), which stay Q: a catchup that knows from the PFS which ticks it needs
-        (durable paper §4.2). Other ticks keep their value. Returns how many ticks became F."""
+        (durable paper §4.2). Other ticks keep their value. Returns the ranges that became F."""
         _check_range(after, through)
         pieces = self.runs(after, through)
         if not any(value is _Q for _, _, value in pieces):
-            return 0
+            return []
         ends: list[int] = []
         values: list[Knowledge] = []
-        silenced = 0
+        silenced: list[Range] = []
         w = 0
         for start, end, value in pieces:
             if value is not _Q:
@@ -297,7 +297,7 @@ class KnowledgeMap(TickMap[Knowledge]):
                 low, high = max(wanted[w][0], previous), min(wanted[w][1], end)
                 if low > previous:
                     _append(ends, values, low, _F)
-                    silenced += low - previous
+                    silenced.append((previous, low))
                 _append(ends, values, high, _Q)
                 previous = high
                 if wanted[w][1] > end:
@@ -305,7 +305,7 @@ class KnowledgeMap(TickMap[Knowledge]):
                 w += 1
             if end > previous:
                 _append(ends, values, end, _F)
-                silenced += end - previous
+                silenced.append((previous, end))
         i = bisect_left(self._ends, after + 1)
         self._splice(i, bisect_left(self._ends, through, i), after, through, ends, values)
         return silenced
