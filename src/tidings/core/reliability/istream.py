@@ -50,6 +50,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import cast
 
 from tidings.core.event import record_routing_fields
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
@@ -58,6 +59,7 @@ from tidings.core.reliability.ticks import TICK_MAX, Curiosity, CuriosityMap, Kn
 
 KNOWN = frozenset({Knowledge.D, Knowledge.F, Knowledge.L})
 GAP = frozenset({Knowledge.Q})
+BULK_TICKS_MIN = 8  # a run of D this long is taken into a piece at once (shorter: tick by tick is cheaper)
 
 
 @dataclass(slots=True)
@@ -210,10 +212,14 @@ class Istream:
         self.top = max(self.top, through)
         wanted = self._lowest_wanted()
         cache = self._cache
-        for tick, record in zip(ticks, records, strict=True):
-            if tick > wanted and tick not in cache:
-                cache[tick] = record
-                self._cache_bytes += len(record)
+        if ticks and ticks[0] > wanted and not any(map(cache.__contains__, ticks)):  # first-time news: all in
+            cache.update(zip(ticks, records, strict=True))
+            self._cache_bytes += sum(map(len, records))
+        else:
+            for tick, record in zip(ticks, records, strict=True):
+                if tick > wanted and tick not in cache:
+                    cache[tick] = record
+                    self._cache_bytes += len(record)
         return self._advance_horizon()  # the cache is bounded after the consumers were served
 
     def lose(self, after: int, through: int) -> bool:
@@ -256,6 +262,18 @@ class Istream:
             if value is not Knowledge.D:
                 piece.through = hi
                 continue
+            if (summary is None and hi - lo >= BULK_TICKS_MIN and lo >= consumer.start
+                    and len(piece.ticks) + hi - lo <= RECORDS_MAX):
+                # the whole run at once when it fits the piece (as the loop below would take it)
+                got = list(map(self._cache.get, range(lo + 1, hi + 1)))
+                records = cast(list[bytes], got)  # when None is not in it (else the loop finds the drop)
+                run_bytes = 0 if None in got else sum(map(len, records))
+                if run_bytes and size + run_bytes <= limit:
+                    piece.ticks.extend(range(lo + 1, hi + 1))
+                    piece.records.extend(records)
+                    size += run_bytes
+                    piece.through = hi
+                    continue
             for tick in range(lo + 1, hi + 1):
                 record = self._cache.get(tick)
                 if record is None:
