@@ -1,6 +1,8 @@
 """The client's moves under route advice, against scripted fake brokers on 127.0.0.1: the order of
 the messages is the test's, not the scheduler's."""
 
+from __future__ import annotations
+
 import asyncio
 from collections.abc import Callable
 
@@ -14,10 +16,12 @@ class FakeBroker(asyncio.Protocol):
     """Answers a client's first bytes (its HELLO) with what `script(n)` gives for the n-th connection
     (WELCOME, then perhaps ADVICE, in one write: they arrive together); reads everything else."""
 
-    def __init__(self, script: Callable[[int], bytes], count: list[int]) -> None:
-        self.script, self.count = script, count
+    def __init__(self, script: Callable[[int], bytes], count: list[int], held: dict[int, asyncio.Event],
+                 connections: list[FakeBroker]) -> None:
+        self.script, self.count, self.held = script, count, held
         self.answered = False
         self.transport: asyncio.Transport | None = None
+        connections.append(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -27,13 +31,28 @@ class FakeBroker(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self.answered and self.transport is not None:
             self.answered = True
-            self.transport.write(self.script(self.n))
+            asyncio.get_running_loop().create_task(self._answer())
+
+    async def _answer(self) -> None:
+        if self.n in self.held:  # this connection's answer waits until the test releases it
+            await self.held[self.n].wait()
+        assert self.transport is not None
+        self.transport.write(self.script(self.n))
 
 
-async def serve(script: Callable[[int], bytes]) -> tuple[asyncio.Server, str]:
-    count = [0]
-    server = await asyncio.get_running_loop().create_server(lambda: FakeBroker(script, count), "127.0.0.1", 0)
-    return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+async def serve(script: Callable[[int], bytes], held: dict[int, asyncio.Event] | None = None
+                ) -> tuple[asyncio.Server, str, list[FakeBroker]]:
+    count: list[int] = [0]
+    connections: list[FakeBroker] = []
+    server = await asyncio.get_running_loop().create_server(
+        lambda: FakeBroker(script, count, held or {}, connections), "127.0.0.1", 0)
+    return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}", connections
+
+
+async def moved_to(client: Client, address: str) -> None:
+    async with asyncio.timeout(MOVED_WITHIN_S):
+        while client.address != address:
+            await asyncio.sleep(0.01)  # polling a condition, bounded by the timeout above
 
 
 def welcome(name: str, draining: bool = False) -> bytes:
@@ -47,17 +66,48 @@ def test_a_client_that_moved_onto_a_broker_that_began_draining_since_its_probe_m
     stay on B until B's drain timeout disconnects it (the rolling-restart publisher's failure)."""
 
     async def scenario() -> None:
-        c, c_address = await serve(lambda n: welcome("pC"))
-        b, b_address = await serve(lambda n: welcome("pB") if n == 1 else
-                                   welcome("pB", draining=True) + messages.advice("draining", [[c_address, 100]]))
-        a, a_address = await serve(lambda n: welcome("pA", draining=n > 1) + (
+        c, c_address, _ = await serve(lambda n: welcome("pC"))
+        b, b_address, _ = await serve(lambda n: welcome("pB") if n == 1 else
+                                      welcome("pB", draining=True) + messages.advice("draining", [[c_address, 100]]))
+        a, a_address, _ = await serve(lambda n: welcome("pA", draining=n > 1) + (
             messages.advice("draining", [[b_address, 100]]) if n == 1 else b""))
         client = await Client.connect(a_address)
         try:
-            async with asyncio.timeout(MOVED_WITHIN_S):
-                while client.address != c_address:
-                    await asyncio.sleep(0.01)  # polling a condition, bounded by the timeout above
+            await moved_to(client, c_address)
             assert client.moves == 2 and client.pubend == "pC"
+        finally:
+            await client.close()
+            for server in (a, b, c):
+                server.close()
+
+    asyncio.run(scenario())
+
+
+def test_draining_advice_that_arrives_while_the_client_weighs_a_closer_hint_is_followed_after_it():
+    """A's `closer` hint sends the client probing B; while B's probe is held unanswered, A starts
+    draining and says so (once). The client stays for `closer` (B is not clearly closer) and must
+    then follow the draining advice it received meanwhile, to C."""
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+        c, c_address, _ = await serve(lambda n: welcome("pC"))
+        b, b_address, b_connections = await serve(lambda n: welcome("pB"), held={1: release})
+        a, a_address, a_connections = await serve(lambda n: welcome("pA", draining=n > 1) + (
+            messages.advice("closer", [[b_address, 100]]) if n == 1 else b""))
+        client = await Client.connect(a_address)
+        try:
+            async with asyncio.timeout(MOVED_WITHIN_S):
+                while not b_connections:  # the client is probing B for the closer hint
+                    await asyncio.sleep(0.01)
+            first = a_connections[0].transport
+            assert first is not None
+            first.write(messages.advice("draining", [[c_address, 100]]))
+            async with asyncio.timeout(MOVED_WITHIN_S):
+                while client._advice_held is None:  # read while the closer hint is still weighed
+                    await asyncio.sleep(0.01)
+            release.set()
+            await moved_to(client, c_address)
+            assert client.moves == 1 and client.pubend == "pC"
         finally:
             await client.close()
             for server in (a, b, c):
