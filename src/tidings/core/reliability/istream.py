@@ -361,14 +361,24 @@ class Istream:
         if not cache:
             return
         wanted = self._lowest_wanted()
+        # every consumer past all of it (a child acked all it was sent): the newest first, O(1), since
+        # the cache is in arrival order (mostly tick order; a retransmission may append older ticks)
+        if next(reversed(cache)) <= wanted and max(cache) <= wanted:
+            cache.clear()
+            self._fields.clear()
+            self._cache_bytes = 0
+            return
+        size, size_max, fields = self._cache_bytes, self.limits.cache_bytes_max, self._fields
         while cache:
             oldest, record = cache.popitem(last=False)
-            if oldest > wanted and self._cache_bytes <= self.limits.cache_bytes_max:
+            if oldest > wanted and size <= size_max:
                 cache[oldest] = record
                 cache.move_to_end(oldest, last=False)
                 break
-            self._cache_bytes -= len(record)
-            self._fields.pop(oldest, None)
+            size -= len(record)
+            if fields:
+                fields.pop(oldest, None)
+        self._cache_bytes = size
 
     @property
     def cache_bytes(self) -> int:
