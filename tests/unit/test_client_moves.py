@@ -4,12 +4,13 @@ the messages is the test's, not the scheduler's."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 
 from tidings.client import Client
 from tidings.core.wire import messages
 
-MOVED_WITHIN_S = 5.0
+WAIT_S = 5.0  # for a move, or any step of one
 
 
 class FakeBroker(asyncio.Protocol):
@@ -49,10 +50,23 @@ async def serve(script: Callable[[int], bytes], held: dict[int, asyncio.Event] |
     return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}", connections
 
 
-async def moved_to(client: Client, address: str) -> None:
-    async with asyncio.timeout(MOVED_WITHIN_S):
-        while client.address != address:
-            await asyncio.sleep(0.01)  # polling a condition, bounded by the timeout above
+async def until(condition: Callable[[], object]) -> None:
+    """Poll `condition` until it holds, bounded by WAIT_S (TimeoutError)."""
+    async with asyncio.timeout(WAIT_S):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def client_of(address: str, *servers: asyncio.Server) -> AsyncIterator[Client]:
+    """A client connected to `address`; it and the fake brokers are closed on the way out."""
+    client = await Client.connect(address)
+    try:
+        yield client
+    finally:
+        await client.close()
+        for server in servers:
+            server.close()
 
 
 def welcome(name: str, draining: bool = False) -> bytes:
@@ -71,14 +85,9 @@ def test_a_client_that_moved_onto_a_broker_that_began_draining_since_its_probe_m
                                       welcome("pB", draining=True) + messages.advice("draining", [[c_address, 100]]))
         a, a_address, _ = await serve(lambda n: welcome("pA", draining=n > 1) + (
             messages.advice("draining", [[b_address, 100]]) if n == 1 else b""))
-        client = await Client.connect(a_address)
-        try:
-            await moved_to(client, c_address)
+        async with client_of(a_address, a, b, c) as client:
+            await until(lambda: client.address == c_address)
             assert client.moves == 2 and client.pubend == "pC"
-        finally:
-            await client.close()
-            for server in (a, b, c):
-                server.close()
 
     asyncio.run(scenario())
 
@@ -94,23 +103,14 @@ def test_draining_advice_that_arrives_while_the_client_weighs_a_closer_hint_is_f
         b, b_address, b_connections = await serve(lambda n: welcome("pB"), held={1: release})
         a, a_address, a_connections = await serve(lambda n: welcome("pA", draining=n > 1) + (
             messages.advice("closer", [[b_address, 100]]) if n == 1 else b""))
-        client = await Client.connect(a_address)
-        try:
-            async with asyncio.timeout(MOVED_WITHIN_S):
-                while not b_connections:  # the client is probing B for the closer hint
-                    await asyncio.sleep(0.01)
+        async with client_of(a_address, a, b, c) as client:
+            await until(lambda: b_connections)  # the client is probing B for the closer hint
             first = a_connections[0].transport
             assert first is not None
             first.write(messages.advice("draining", [[c_address, 100]]))
-            async with asyncio.timeout(MOVED_WITHIN_S):
-                while client._advice_held is None:  # read while the closer hint is still weighed
-                    await asyncio.sleep(0.01)
+            await until(lambda: client._advice_held is not None)  # read while the closer hint is weighed
             release.set()
-            await moved_to(client, c_address)
+            await until(lambda: client.address == c_address)
             assert client.moves == 1 and client.pubend == "pC"
-        finally:
-            await client.close()
-            for server in (a, b, c):
-                server.close()
 
     asyncio.run(scenario())
