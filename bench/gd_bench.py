@@ -3,7 +3,7 @@
 and end-to-end latency over the overlay. Real broker processes on 127.0.0.1.
 
   python bench/gd_bench.py [--tests overhead,cross,latency] [--rounds 1] [--duration-s 5]
-                           [--out bench/results/gd_bench.jsonl]
+                           [--modes gd,best-effort] [--out bench/results/gd_bench.jsonl]
 
   overhead  3 brokers (`tidings.testing.Cluster`), publisher on one, subscribers on the two others,
             run with guaranteed delivery and with `best_effort_delivery = true` in the same round:
@@ -211,6 +211,8 @@ def run_overhead(args: argparse.Namespace, emit: Any) -> None:
     SHB); the same trees in both modes (same nodeIds, same channels)."""
     tags: list[str] = []
     for mode, extra in (("gd", {}), ("best-effort", {"best_effort_delivery": "true"})):
+        if mode not in args.modes.split(","):
+            continue
         with tidings_cluster(3, extra) as cluster:
             # two channels: a GD subscription starts a clock-skew allowance (1 s) back, so the
             # fixed-rate test must not see the throughput test's events
@@ -303,6 +305,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--duration-s", type=float, default=5.0, help="publishing time per throughput test")
     ap.add_argument("--fixed-rate", type=float, default=2000.0, help="overhead: events/s for the CPU comparison")
+    ap.add_argument("--modes", default="gd,best-effort", help="overhead: which modes to run (to compare two "
+                    "checkouts of one mode, alternately)")
     ap.add_argument("--latency-count", type=int, default=5500, help="latency: events sent at 1,000/s")
     ap.add_argument("--out", default=str(HERE / "results" / "gd_bench.jsonl"))
     ap.add_argument("--tag", default="")

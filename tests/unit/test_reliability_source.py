@@ -93,14 +93,14 @@ def test_a_read_that_finds_its_start_released_meanwhile_reports_the_loss():
     assert [(k.after, k.through, k.lost, k.ticks) for k in sent] == [(0, 12, True, ()), (12, 15, False, (15,))]
 
 
-def test_past_a_trees_last_event_nacks_are_silence_without_a_read():
-    """A subscriber starting a clock-skew allowance back must not wait for a log read (through a
-    busy log) to learn that nothing was published on its tree meanwhile."""
+def test_past_a_trees_last_event_nacks_are_silence_without_a_read_and_a_new_stream_says_so():
+    """A subscriber starting a clock-skew allowance back must not wait for a nack (GCT, then a log
+    read through a busy log) to learn that nothing was published on its tree meanwhile."""
     src = source()
     assert src.recover(0) == []  # an empty log: every record of this run is seen by `published`
     out = src.published(0, [(50, "a", {}, record(50, "a"))], 55)
     first = {e.tree: knowledge(e) for e in out if isinstance(e, PublishOnTree)}
-    assert (first["a"].after, first["a"].through, first["a"].ticks) == (49, 55, (50,))
+    assert (first["a"].after, first["a"].through, first["a"].ticks) == (0, 55, (50,))  # silence before it
     log = LogState(last_tick=90, first_tick=1)
     out = src.nacked("a", ((60, 80),), synced=90, log=log)
     assert not [e for e in out if isinstance(e, ReadLog)]
@@ -116,6 +116,8 @@ def test_what_was_logged_before_this_run_is_read_not_assumed_silent():
     out = src.nacked("a", ((50, 200),), synced=300, log=LogState(last_tick=300, first_tick=1))
     assert [(r.after, r.through) for r in out if isinstance(r, ReadLog)] == [(50, 100)]
     assert [(knowledge(e).after, knowledge(e).through) for e in out if isinstance(e, PublishOnTree)] == [(100, 200)]
+    out = src.published(1, [(150, "b", {}, record(150, "b"))], 160)  # a tree's first stream reaches back to there
+    assert {e.tree: knowledge(e).after for e in out if isinstance(e, PublishOnTree)} == {"b": 100, "#": 100}
 
 
 @given(pubend=st.text(min_size=1, max_size=40), tick=st.integers(0, 2**63),

@@ -250,3 +250,32 @@ def test_run_count_stays_bounded_when_batches_are_acked_and_forgotten(batches):
         c.check()
         assert k.run_count <= 2 + 9 * len(unacked)
         assert c.run_count <= 2
+
+
+@st.composite
+def bursts(draw):
+    """A knowledge message as a burst makes it: runs of consecutive data ticks with gaps between."""
+    after = draw(st.integers(0, 50))
+    ticks, tick = [], after
+    for gap, length in draw(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 12)), max_size=6)):
+        ticks += range(tick + gap + 1, tick + gap + 1 + length)
+        tick = ticks[-1]
+    return after, tick + draw(st.integers(0 if ticks else 1, 5)), ticks
+
+
+@settings(max_examples=300)
+@given(st.lists(bursts(), min_size=1, max_size=6))
+def test_bursts_of_consecutive_data_ticks_match_the_per_tick_reference(messages):
+    fast, reference = KnowledgeMap(), ReferenceMap(Q)
+    for after, through, ticks in messages:
+        got = fast.accumulate(after, through, ticks)
+        assert (got.changed, got.conflicts, got.data_on_final) == reference.accumulate(after, through, ticks)
+        same(fast, reference)
+
+
+def test_a_run_of_consecutive_data_ticks_past_the_range_raises_before_any_change():
+    k = KnowledgeMap()
+    for ticks in ([9, 10, 11], [3, 9, 10, 11], [3, 4, 5, 5], [1, 2, 3, 2]):
+        with pytest.raises(ValueError):
+            k.accumulate(0, 10, ticks)
+    assert k.runs(0, TICK_MAX) == [(0, TICK_MAX, Q)]

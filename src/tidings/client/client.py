@@ -321,6 +321,7 @@ class Client:
         self.moves = 0
         self._moving: asyncio.Future[None] | None = None
         self._following: asyncio.Task[None] | None = None
+        self._advice_held: tuple[advice.Reason, list[advice.Candidate]] | None = None  # see _advised
         self.failover: list[str] = []  # brokers a lost connection's durable subscriptions resume on
         self._failing_over: asyncio.Task[None] | None = None
         self.failovers = 0
@@ -680,10 +681,26 @@ class Client:
 
     def _advised(self, msg: messages.Advice) -> None:
         decoded = advice.decode(msg.reason, msg.entries)
-        if (decoded is None or not decoded[1] or not self.follow_advice or not self._movable(decoded[0])
-                or self._following is not None or self._closed is not None):
+        if decoded is None or not decoded[1] or self._closed is not None:
             return
-        self._following = self._loop.create_task(self._follow(*decoded))
+        if self._following is not None or not self.follow_advice:
+            # Busy following earlier advice, or this is the connection a move is making: a broker
+            # says `draining` (or `overloaded`) once, right after WELCOME, so the newest such advice
+            # is held and acted on once the move is done (_follow_held), never dropped: a client
+            # that moved onto a broker which began draining after it was probed would otherwise
+            # stay there until the drain timeout disconnects it. A `closer` hint was just measured.
+            if decoded[0] is not advice.Reason.CLOSER:
+                self._advice_held = decoded
+            return
+        if self._movable(decoded[0]):
+            self._following = self._loop.create_task(self._follow(*decoded))
+
+    def _follow_held(self) -> None:
+        """After a move (or a failover), or a follow that stayed: the advice held meanwhile."""
+        held, self._advice_held = self._advice_held, None
+        if (held is not None and self.follow_advice and self._closed is None and self._following is None
+                and self._failing_over is None and self._movable(held[0])):
+            self._following = self._loop.create_task(self._follow(*held))
 
     def _movable(self, reason: advice.Reason) -> bool:
         """Durable subscriptions move with their tokens (exactly once); plain ones only when the
@@ -706,6 +723,7 @@ class Client:
                 await self._move(target)
         finally:
             self._following = None
+            self._follow_held()
 
     async def _probe(self, address: str) -> advice.Probe | None:
         """Connect to an advised broker as this client would, timing HELLO to WELCOME."""
@@ -756,6 +774,7 @@ class Client:
         other._transport.get_protocol().client = self  # type: ignore[attr-defined]
         self._session, self._transport = other._session, other._transport
         self.address, self.rtt_ns, self.info = address, other.rtt_ns, other.info
+        self._advice_held = other._advice_held  # the new broker's; what the old one advised is moot
         self.moves += 1
         old.close()
 
@@ -947,6 +966,7 @@ class Client:
                     self._renew()
                     if self._acking is None:
                         self._acking = self._loop.call_later(ACK_INTERVAL_S, self._ack_durable)
+                    self._loop.call_soon(self._follow_held)  # once failing over has ended
                     return
                 if self._closed is not None or self._loop.time() >= deadline:
                     break

@@ -5,7 +5,8 @@ broker listens on a free port of 127.0.0.1. With `identities` the brokers' puben
 nodeIds, are the test's choice: the overlay's layout (who is whose neighbour, which broker is the
 rendez-vous point of a tree) is then the same on every run. `wait_joined` waits (with a deadline, never a fixed
 sleep) until each running broker reports itself in the overlay, and `wait` until any condition on
-the brokers holds. `stop` (or leaving the `with` block) stops every broker still running.
+the brokers holds. `restart` stops one broker with a drain and waits until it is back in the overlay.
+`stop` (or leaving the `with` block) stops every broker still running.
 """
 
 from __future__ import annotations
@@ -100,6 +101,22 @@ class Cluster:
     def kill(self, broker: BrokerProcess) -> None:
         """kill -9 one broker: no goodbye to its peers, whose connections simply drop."""
         broker.kill()
+
+    def restart(self, broker: BrokerProcess, timeout: float = 60.0) -> int:
+        """Stop `broker` with SIGTERM (a drain: its clients are advised to move) and start it again,
+        joining through a running member, and return once every running broker is back in the
+        overlay with a full leaf set (as `tidings cluster restart`); returns the exit code of its stop
+        (0 after a drain). Its ready line alone is not
+        "back": it listens before it has joined, and a rolling restart that stops the next broker
+        then may stop the only member it can join through, leaving the last one draining with no
+        broker to advise its clients to (they are disconnected at its stop)."""
+        code = broker.stop()
+        up = [b.address for b in self.running if b is not broker]
+        if broker.join not in up:
+            broker.join = up[0] if up else None
+        broker.start()
+        self.wait_joined(timeout)
+        return code
 
     def status(self, broker: BrokerProcess) -> dict[str, Any] | None:
         """The broker's status, or None when it does not answer (killed, or not serving yet)."""

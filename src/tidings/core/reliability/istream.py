@@ -50,6 +50,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import cast
 
 from tidings.core.event import record_routing_fields
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
@@ -59,6 +60,7 @@ from tidings.core.reliability.ticks import TICK_MAX, Curiosity, CuriosityMap, Kn
 KNOWN = frozenset({Knowledge.D, Knowledge.F, Knowledge.L})
 SPARSE_RANGES_MAX = 1024  # ranges one catchup's sparsen leaves unknown (each run costs every gap scan)
 GAP = frozenset({Knowledge.Q})
+BULK_TICKS_MIN = 8  # a run of D this long is taken into a piece at once (shorter: tick by tick is cheaper)
 
 
 @dataclass(slots=True)
@@ -276,10 +278,14 @@ class Istream:
         self.top = max(self.top, through)
         wanted = self._lowest_wanted()
         cache = self._cache
-        for tick, record in zip(ticks, records, strict=True):
-            if tick > wanted and tick not in cache:
-                cache[tick] = record
-                self._cache_bytes += len(record)
+        if ticks and ticks[0] > wanted and not any(map(cache.__contains__, ticks)):  # first-time news: all in
+            cache.update(zip(ticks, records, strict=True))
+            self._cache_bytes += sum(map(len, records))
+        else:
+            for tick, record in zip(ticks, records, strict=True):
+                if tick > wanted and tick not in cache:
+                    cache[tick] = record
+                    self._cache_bytes += len(record)
         return self._advance_horizon()  # the cache is bounded after the consumers were served
 
     def lose(self, after: int, through: int) -> bool:
@@ -330,6 +336,18 @@ class Istream:
             if value is not Knowledge.D:
                 piece.through = hi
                 continue
+            if (summary is None and hi - lo >= BULK_TICKS_MIN and lo >= consumer.start
+                    and len(piece.ticks) + hi - lo <= RECORDS_MAX):
+                # the whole run at once when it fits the piece (as the loop below would take it)
+                got = list(map(self._cache.get, range(lo + 1, hi + 1)))
+                records = cast(list[bytes], got)  # when None is not in it (else the loop finds the drop)
+                run_bytes = 0 if None in got else sum(map(len, records))
+                if run_bytes and size + run_bytes <= limit:
+                    piece.ticks.extend(range(lo + 1, hi + 1))
+                    piece.records.extend(records)
+                    size += run_bytes
+                    piece.through = hi
+                    continue
             for tick in range(lo + 1, hi + 1):
                 record = self._cache.get(tick)
                 if record is None:
@@ -415,14 +433,24 @@ class Istream:
         if not cache:
             return
         wanted = self._lowest_wanted()
+        # every consumer past all of it (a child acked all it was sent): the newest first, O(1), since
+        # the cache is in arrival order (mostly tick order; a retransmission may append older ticks)
+        if next(reversed(cache)) <= wanted and max(cache) <= wanted:
+            cache.clear()
+            self._fields.clear()
+            self._cache_bytes = 0
+            return
+        size, size_max, fields = self._cache_bytes, self.limits.cache_bytes_max, self._fields
         while cache:
             oldest, record = cache.popitem(last=False)
-            if oldest > wanted and self._cache_bytes <= self.limits.cache_bytes_max:
+            if oldest > wanted and size <= size_max:
                 cache[oldest] = record
                 cache.move_to_end(oldest, last=False)
                 break
-            self._cache_bytes -= len(record)
-            self._fields.pop(oldest, None)
+            size -= len(record)
+            if fields:
+                fields.pop(oldest, None)
+        self._cache_bytes = size
 
     @property
     def cache_bytes(self) -> int:

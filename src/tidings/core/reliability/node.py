@@ -349,8 +349,8 @@ class ReliabilityNode:
                 stamp = None if summary is None else epoch
                 checked = None if whole_tree(summary, ist.tree) else summary
                 for piece in ist.pieces_for(consumer, summary=checked):
-                    wire = messages.Knowledge(ist.tree, ist.pubend, piece.after, piece.through, tuple(piece.ticks),
-                                              tuple(piece.records), False, stamp, piece.lost).to_wire()
+                    wire = messages.knowledge_wire(ist.tree, ist.pubend, piece.after, piece.through, piece.ticks,
+                                                   piece.records, False, stamp, piece.lost)
                     out += self.scribe.send_event(now, ist.tree, key, [ist.origin, wire])
             elif key == PFS_CONSUMER:
                 out += [Recorded(ist.tree, ist.pubend, piece.after, piece.through, piece.ticks, piece.records,

@@ -144,6 +144,7 @@ class Source:
         channel, attributes, record), each for the trees of its channel."""
         out: list[SourceEffect] = []
         for tree, records in self._by_tree(deliveries).items():
+            quiet = self._quiet_after(tree)
             self._last_data.pop(tree, None)
             self._last_data[tree] = records[-1][0]
             if len(self._last_data) > self.config.trees_max:
@@ -155,8 +156,9 @@ class Source:
                 if stream is not None:  # joins later nacks what it wants from its start
                     stream.sent_through = synced
                 continue
-            if stream is None:
-                stream = self._new_stream(tree, records[0][0] - 1, now)
+            if stream is None:  # its first message says the ticks since the tree's previous event are silence,
+                # so a subscriber that starts a clock-skew allowance back need not nack them
+                stream = self._new_stream(tree, min(quiet, records[0][0] - 1), now)
                 if stream is None:
                     continue
             out += self._send_chunked(tree, stream.sent_through, synced, records, retransmit=False,

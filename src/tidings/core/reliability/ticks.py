@@ -321,26 +321,47 @@ def _pattern(after: int, through: int,
              data_ticks: Sequence[int]) -> tuple[list[Run[Knowledge]], list[int], list[Knowledge]]:
     """The runs `F*DF*D...F*` of a knowledge message over (after, through] with D at `data_ticks`,
     also as run ends and values (ready to splice); ValueError unless the data ticks are strictly
-    increasing inside the range."""
+    increasing inside the range. A burst's ticks are consecutive: a run of D costs one comparison
+    per tick, and a message that is one run of D is recognised without a loop."""
     runs: list[Run[Knowledge]] = []
     ends: list[int] = []
     values: list[Knowledge] = []
     previous = after
-    for tick in data_ticks:
-        if not previous < tick <= through:
-            raise ValueError(f"data ticks are strictly increasing inside ({after}, {through}]")
-        if tick - 1 > previous:
-            runs.append((previous, tick - 1, _F))
-            ends.append(tick - 1)
+    n = len(data_ticks)
+    if n and after < data_ticks[0] and data_ticks[-1] <= through and data_ticks[-1] - data_ticks[0] == n - 1 \
+            and list(data_ticks) == list(range(data_ticks[0], data_ticks[-1] + 1)):
+        run_from = data_ticks[0] - 1
+        if run_from > after:
+            runs.append((after, run_from, _F))
+            ends.append(run_from)
             values.append(_F)
-        if values and values[-1] is _D:  # tick follows the previous D at once
-            runs[-1] = (runs[-1][0], tick, _D)
-            ends[-1] = tick
-        else:
-            runs.append((tick - 1, tick, _D))
-            ends.append(tick)
+        runs.append((run_from, data_ticks[-1], _D))
+        ends.append(data_ticks[-1])
+        values.append(_D)
+        previous = data_ticks[-1]
+    else:
+        run_from = -1  # where the D run being extended began (exclusive); -1: none
+        for tick in data_ticks:
+            if tick == previous + 1 and run_from >= 0:
+                previous = tick
+                continue
+            if not previous < tick <= through:
+                raise ValueError(f"data ticks are strictly increasing inside ({after}, {through}]")
+            if run_from >= 0:
+                runs.append((run_from, previous, _D))
+                ends.append(previous)
+                values.append(_D)
+            if tick - 1 > previous:
+                runs.append((previous, tick - 1, _F))
+                ends.append(tick - 1)
+                values.append(_F)
+            run_from, previous = tick - 1, tick
+        if previous > through:  # (a run's later ticks were only compared with the one before)
+            raise ValueError(f"data ticks are strictly increasing inside ({after}, {through}]")
+        if run_from >= 0:
+            runs.append((run_from, previous, _D))
+            ends.append(previous)
             values.append(_D)
-        previous = tick
     if through > previous:
         runs.append((previous, through, _F))
         ends.append(through)

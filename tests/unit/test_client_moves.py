@@ -1,0 +1,116 @@
+"""The client's moves under route advice, against scripted fake brokers on 127.0.0.1: the order of
+the messages is the test's, not the scheduler's."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+from tidings.client import Client
+from tidings.core.wire import messages
+
+WAIT_S = 5.0  # for a move, or any step of one
+
+
+class FakeBroker(asyncio.Protocol):
+    """Answers a client's first bytes (its HELLO) with what `script(n)` gives for the n-th connection
+    (WELCOME, then perhaps ADVICE, in one write: they arrive together); reads everything else."""
+
+    def __init__(self, script: Callable[[int], bytes], count: list[int], held: dict[int, asyncio.Event],
+                 connections: list[FakeBroker]) -> None:
+        self.script, self.count, self.held = script, count, held
+        self.answered = False
+        self.transport: asyncio.Transport | None = None
+        connections.append(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.count[0] += 1
+        self.n = self.count[0]
+
+    def data_received(self, data: bytes) -> None:
+        if not self.answered and self.transport is not None:
+            self.answered = True
+            asyncio.get_running_loop().create_task(self._answer())
+
+    async def _answer(self) -> None:
+        if self.n in self.held:  # this connection's answer waits until the test releases it
+            await self.held[self.n].wait()
+        assert self.transport is not None
+        self.transport.write(self.script(self.n))
+
+
+async def serve(script: Callable[[int], bytes], held: dict[int, asyncio.Event] | None = None
+                ) -> tuple[asyncio.Server, str, list[FakeBroker]]:
+    count: list[int] = [0]
+    connections: list[FakeBroker] = []
+    server = await asyncio.get_running_loop().create_server(
+        lambda: FakeBroker(script, count, held or {}, connections), "127.0.0.1", 0)
+    return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}", connections
+
+
+async def until(condition: Callable[[], object]) -> None:
+    """Poll `condition` until it holds, bounded by WAIT_S (TimeoutError)."""
+    async with asyncio.timeout(WAIT_S):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def client_of(address: str, *servers: asyncio.Server) -> AsyncIterator[Client]:
+    """A client connected to `address`; it and the fake brokers are closed on the way out."""
+    client = await Client.connect(address)
+    try:
+        yield client
+    finally:
+        await client.close()
+        for server in servers:
+            server.close()
+
+
+def welcome(name: str, draining: bool = False) -> bytes:
+    return messages.welcome({"pubend": name, "clients": 1, "draining": draining, "overloaded": False})
+
+
+def test_a_client_that_moved_onto_a_broker_that_began_draining_since_its_probe_moves_on():
+    """A drains and advises B. B answers the client's probe as healthy, then begins draining itself:
+    the connection the move makes gets WELCOME (draining) and ADVICE draining towards C in the same
+    read, while the client is still moving. It must follow that advice once the move is done, not
+    stay on B until B's drain timeout disconnects it (the rolling-restart publisher's failure)."""
+
+    async def scenario() -> None:
+        c, c_address, _ = await serve(lambda n: welcome("pC"))
+        b, b_address, _ = await serve(lambda n: welcome("pB") if n == 1 else
+                                      welcome("pB", draining=True) + messages.advice("draining", [[c_address, 100]]))
+        a, a_address, _ = await serve(lambda n: welcome("pA", draining=n > 1) + (
+            messages.advice("draining", [[b_address, 100]]) if n == 1 else b""))
+        async with client_of(a_address, a, b, c) as client:
+            await until(lambda: client.address == c_address)
+            assert client.moves == 2 and client.pubend == "pC"
+
+    asyncio.run(scenario())
+
+
+def test_draining_advice_that_arrives_while_the_client_weighs_a_closer_hint_is_followed_after_it():
+    """A's `closer` hint sends the client probing B; while B's probe is held unanswered, A starts
+    draining and says so (once). The client stays for `closer` (B is not clearly closer) and must
+    then follow the draining advice it received meanwhile, to C."""
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+        c, c_address, _ = await serve(lambda n: welcome("pC"))
+        b, b_address, b_connections = await serve(lambda n: welcome("pB"), held={1: release})
+        a, a_address, a_connections = await serve(lambda n: welcome("pA", draining=n > 1) + (
+            messages.advice("closer", [[b_address, 100]]) if n == 1 else b""))
+        async with client_of(a_address, a, b, c) as client:
+            await until(lambda: b_connections)  # the client is probing B for the closer hint
+            first = a_connections[0].transport
+            assert first is not None
+            first.write(messages.advice("draining", [[c_address, 100]]))
+            await until(lambda: client._advice_held is not None)  # read while the closer hint is weighed
+            release.set()
+            await until(lambda: client.address == c_address)
+            assert client.moves == 1 and client.pubend == "pC"
+
+    asyncio.run(scenario())
