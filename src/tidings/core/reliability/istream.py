@@ -336,7 +336,7 @@ class Istream:
             if value is not Knowledge.D:
                 piece.through = hi
                 continue
-            if (summary is None and hi - lo >= BULK_TICKS_MIN and lo >= consumer.start
+            if (summary is None and hi - lo >= BULK_TICKS_MIN and lo >= start
                     and len(piece.ticks) + hi - lo <= RECORDS_MAX):
                 # the whole run at once when it fits the piece (as the loop below would take it)
                 got = list(map(self._cache.get, range(lo + 1, hi + 1)))
