@@ -26,9 +26,10 @@ before the brokers below have found it, and a tree whose only subscriber broker 
 empty: for `release_hold_ns` either way the tree's release stays where it was.
 
 Nacks reach the pubend from a root (and, through the root, from any broker below). Each nacked
-range is read back from the log (ReadLog, bounded in bytes and in reads in flight) and sent again,
-straight to the root that asked, as retransmitted knowledge of exactly the range read: the events
-of that tree as D, every other tick as F. Ranges beyond what is durable are clamped to the
+range is read back from the log (ReadLog, bounded in bytes and in reads in flight) and sent again
+(straight to the root that asked when it is the root the pubend knows, else routed) as
+retransmitted knowledge of exactly the range read: the events of that tree as D, every other tick
+as F. Ranges beyond what is durable are clamped to the
 durable tail. Ticks the log no longer holds (released: by the release protocol or the operator's
 retention caps) are answered as L, a lost range, never as silence: whoever wanted them learns that
 events may be missing, and a subscriber gets an explicit gap.
@@ -327,10 +328,14 @@ class Source:
         """Read the nacked ranges back (clamped to the durable tail). What the log released is
         answered at once as lost, and the ticks between that and its first record as silence,
         each in one message however far it reaches past the range asked (a read from tick 0 is
-        answered in one round trip, not one per nack range). The answers go straight to `asker`,
-        the root that nacked: routed, they would reach whichever broker the overlay's routing
-        takes for the root, which after a partition or a restart need not be the one asking."""
+        answered in one round trip, not one per nack range). When `asker`, the root that nacked,
+        is the root this pubend knows for the tree (its ACKs said so), the answers go straight to
+        it: routed, they would reach whichever broker the overlay's routing takes for the root,
+        which after a partition or a restart need not be the one asking, and it would ask for
+        ever. Otherwise (a root that has moved on) they are routed, to the root there is now."""
         self.nacks_received += 1
+        stream = self._streams.get(tree)
+        asker = asker if stream is not None and stream.root == asker else None
         out: list[SourceEffect] = []
         empty_through = synced if log.first_tick is None else min(synced, log.first_tick - 1)  # no record up to here
         done = 0  # answered through here already (the ranges are sorted)
