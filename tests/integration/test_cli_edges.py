@@ -22,6 +22,12 @@ pytestmark = pytest.mark.integration
 TIDINGS = [sys.executable, "-m", "tidings.cli.main"]
 
 
+def at_a_terminal() -> None:
+    """Ctrl-C reaches the command as at a terminal: a suite started in the background (`make test
+    &`) runs with SIGINT ignored, which its children would inherit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def tidings(*args, stdin=None, timeout=30):
     return subprocess.run([*TIDINGS, *args], input=stdin, check=False, capture_output=True, text=True,
                           timeout=timeout)
@@ -34,8 +40,9 @@ def read_line(stream, timeout=10.0):
 
 
 def test_pub_publishes_each_stdin_line_as_it_arrives(broker):
-    proc = subprocess.Popen([*TIDINGS, "pub", "--broker", broker.address, "edges/lines"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*TIDINGS, "pub", "--broker", broker.address, "edges/lines"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=at_a_terminal)  # noqa: PLW1509
     try:
         acks = []
         for text in ("one", "two"):
@@ -155,7 +162,7 @@ def test_a_refused_connection_is_broker_unreachable(free_port):
 
 def test_ctrl_c_during_connect_is_quiet(silent):
     proc = subprocess.Popen([*TIDINGS, "sub", "x", "--broker", silent.address], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=at_a_terminal)  # noqa: PLW1509
     assert silent.accepted.wait(10)
     time.sleep(0.2)  # connected, waiting for a WELCOME that never comes: the moment under test
     proc.send_signal(signal.SIGINT)
