@@ -40,6 +40,19 @@ def as_records(events: Iterable[Event]) -> Iterator[Records]:
         yield records_of(chunk)
 
 
+class BulkReads:
+    """A fake client's bulk read (READ/RECORDS): its `read` (events, perhaps a GapError) as the
+    RECORDS frames a broker sends."""
+
+    def read(self, pattern: str, *, filter: str | None = None, after: int = 0,
+             end: int | None = None) -> Iterator[Event]:
+        raise NotImplementedError
+
+    def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
+                     end: int) -> Iterator[Records]:
+        return as_records(self.read(pattern, filter=filter, after=after, end=end))
+
+
 @dataclass
 class FakeBroker:
     pubend: str

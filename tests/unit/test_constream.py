@@ -43,12 +43,12 @@ def test_a_catchup_reads_the_pfs_only_inside_its_registrations_coverage():
     c.add(TREE, 1, "nodes/#", None)
     c.recorded(Recorded(TREE, PUBEND, 100, 200, [], [], lost=False))  # the stream reaches this broker at 100
     c.add(TREE, 2, "nodes/#", None)  # recorded from 200 on
-    assert c.catchup(7, 1, Checkpoint(0, {PUBEND: 99})) == []  # before the PFS consumer started
-    assert c.catchup(7, 1, Checkpoint(0, {PUBEND: 200})) == []  # nothing after the token recorded yet
+    assert c.catchup(7, 1, Checkpoint(0, {PUBEND: 99}), "nodes/#", "") == []  # before the PFS consumer started
+    assert c.catchup(7, 1, Checkpoint(0, {PUBEND: 200}), "nodes/#", "") == []  # nothing after the token recorded yet
     span = Catchup(7, TREE, PUBEND, 150, 200, ())  # its nacks wait up to 200 for the answer
-    reads = c.catchup(7, 1, Checkpoint(0, {PUBEND: 150}))
+    reads = c.catchup(7, 1, Checkpoint(0, {PUBEND: 150}), "nodes/#", "")
     assert reads == [(ReadPfs(1, Constream.stream(TREE, PUBEND), 1, 150, c.read_ticks_max), span)]
-    assert c.catchup(8, 2, Checkpoint(150, {})) == []  # registration 2 is known only after 200
+    assert c.catchup(8, 2, Checkpoint(150, {}), "nodes/#", "") == []  # registration 2 is known only after 200
     assert c.answered(PfsAnswered(0, 1, (160, 170), 200, 0)) == (span, Catchup(7, TREE, PUBEND, 150, 200, (160, 170)))
     assert c.answered(PfsAnswered(0, 1, (), 200, 0)) is None  # answered once
 
@@ -57,10 +57,10 @@ def test_a_failed_read_or_a_chopped_range_leaves_the_catchup_to_refilter():
     c = Constream()
     c.add(TREE, 1, "nodes/#", None)
     c.recorded(Recorded(TREE, PUBEND, 100, 300, [], [], lost=False))
-    c.catchup(7, 1, Checkpoint(0, {PUBEND: 150}))
+    c.catchup(7, 1, Checkpoint(0, {PUBEND: 150}), "nodes/#", "")
     span = Catchup(7, TREE, PUBEND, 150, 300, ())
     assert c.answered(PfsAnswered(0, 1, (), -1, 0)) == (span, None)
-    c.catchup(7, 1, Checkpoint(0, {PUBEND: 150}))
+    c.catchup(7, 1, Checkpoint(0, {PUBEND: 150}), "nodes/#", "")
     # chopped through 250: nothing can be said of (150, 250]
     assert c.answered(PfsAnswered(0, 2, (260,), 300, 250)) == (span, Catchup(7, TREE, PUBEND, 250, 300, (260,)))
 
@@ -70,12 +70,12 @@ def test_a_hole_or_a_lost_range_restarts_coverage_after_it():
     c.add(TREE, 1, "nodes/#", None)
     c.recorded(Recorded(TREE, PUBEND, 100, 200, [], [], lost=False))
     c.recorded(Recorded(TREE, PUBEND, 250, 300, [], [], lost=False))  # (200, 250] never seen
-    assert c.catchup(7, 1, Checkpoint(0, {PUBEND: 220})) == []
-    assert len(c.catchup(7, 1, Checkpoint(0, {PUBEND: 250}))) == 1
+    assert c.catchup(7, 1, Checkpoint(0, {PUBEND: 220}), "nodes/#", "") == []
+    assert len(c.catchup(7, 1, Checkpoint(0, {PUBEND: 250}), "nodes/#", "")) == 1
     c.recorded(Recorded(TREE, PUBEND, 300, 400, [], [], lost=True))  # released before it got here
     c.recorded(Recorded(TREE, PUBEND, 400, 500, [], [], lost=False))
-    assert c.catchup(7, 1, Checkpoint(0, {PUBEND: 350})) == []
-    assert len(c.catchup(7, 1, Checkpoint(0, {PUBEND: 400}))) == 1
+    assert c.catchup(7, 1, Checkpoint(0, {PUBEND: 350}), "nodes/#", "") == []
+    assert len(c.catchup(7, 1, Checkpoint(0, {PUBEND: 400}), "nodes/#", "")) == 1
 
 
 def test_chops_follow_the_smallest_release_and_the_last_registration_takes_its_streams():
@@ -96,9 +96,12 @@ def test_chops_follow_the_smallest_release_and_the_last_registration_takes_its_s
 def test_a_matching_filter_is_required_to_use_the_recording():
     c = Constream()
     c.add(TREE, 1, "nodes/+/load", parse_filter("load > 2"))
-    assert c.matches_of(1, "nodes/+/load", "load > 2")
-    assert not c.matches_of(1, "nodes/+/load", "")
-    assert not c.matches_of(2, "nodes/+/load", "load > 2")
+    c.recorded(Recorded(TREE, PUBEND, 100, 200, [], [], lost=False))
+    token = Checkpoint(0, {PUBEND: 150})
+    assert len(c.catchup(7, 1, token, "nodes/+/load", "load > 2")) == 1
+    assert c.catchup(7, 1, token, "nodes/+/load", "") == []
+    assert c.catchup(7, 1, token, "nodes/#", "load > 2") == []
+    assert c.catchup(7, 2, token, "nodes/+/load", "load > 2") == []
 
 
 # ---- the sparse catchup in the input stream ----------------------------------------------------------

@@ -20,11 +20,10 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNotNull, LessThanOrEqual, StringStartsWith
 
-from tests.unit.spark_overlay_fake import FakeBroker, as_records
+from tests.unit.spark_overlay_fake import BulkReads, FakeBroker
 from tidings import sync
 from tidings.core.channels import pattern_matches
 from tidings.core.event import Event
-from tidings.core.wire.messages import Records
 from tidings.spark import overlay, workers
 from tidings.spark.arrow import EVENT_SCHEMA, arrow_schema
 from tidings.spark.options import parse_read_options
@@ -46,7 +45,7 @@ class FakeOverlay:
 OVERLAY: dict[str, FakeOverlay] = {}
 
 
-class FakeClient:
+class FakeClient(BulkReads):
     def __init__(self, overlay_: FakeOverlay, broker: FakeBroker) -> None:
         self.overlay, self.broker, self.pubend = overlay_, broker, broker.pubend
         overlay_.open_clients += 1
@@ -64,9 +63,6 @@ class FakeClient:
                 "last_tick": max([e.tick for e in b.events], default=0), "released_through": b.released_through,
                 "overlay": {"address": b.address, "leaf_set": [["id", a] for a in b.leaf_set]}}
 
-    def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
-                     end: int) -> Iterator[Records]:
-        return as_records(self.read(pattern, filter=filter, after=after, end=end))
 
     def read(self, pattern: str, *, filter: str | None = None, after: int = 0, end: int | None = None,
              on_gap: str = "raise") -> Iterator[Event]:

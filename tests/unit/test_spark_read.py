@@ -15,7 +15,7 @@ pytest.importorskip("pyspark")
 
 from pyspark import cloudpickle
 
-from tests.unit.spark_overlay_fake import as_records
+from tests.unit.spark_overlay_fake import BulkReads
 from tidings.core.channels import pattern_matches
 from tidings.core.errors import GapError
 from tidings.core.event import Event
@@ -61,7 +61,7 @@ def fake_connect(opts: object, address: str, instance: str) -> FakeClient:
     return BROKER["now"].connect(opts, address, instance)
 
 
-class FakeClient:
+class FakeClient(BulkReads):
     pubend = "pe"
 
     def __init__(self, broker: FakeBroker) -> None:
@@ -85,11 +85,9 @@ class FakeClient:
             "released_through": self.broker.released_through,
         }
 
-    def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
-                     end: int) -> Iterator[Records]:
-        return as_records(self.read(pattern, after=after, end=end))
-
-    def read(self, pattern: str, *, after: int, end: int) -> Iterator[Event]:
+    def read(self, pattern: str, *, filter: str | None = None, after: int = 0,
+             end: int | None = None) -> Iterator[Event]:
+        assert end is not None
         self.broker.reads.append((pattern, after, end))
         yield from self.broker.bogus
         holes = sorted(self.broker.released)

@@ -17,12 +17,11 @@ from hypothesis import strategies as st
 from pyspark import cloudpickle
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from tests.unit.spark_overlay_fake import FakeBroker, as_records
+from tests.unit.spark_overlay_fake import BulkReads, FakeBroker
 from tidings.core.channels import pattern_matches
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError
 from tidings.core.event import Event
-from tidings.core.wire.messages import Records
 from tidings.spark.arrow import EVENT_SCHEMA
 from tidings.spark.micro_batch import Head, admit, find_losses, latest, plan_ranges, skip
 from tidings.spark.offsets import Offset, OffsetError
@@ -164,7 +163,7 @@ class FakeSub:
         return None
 
 
-class FakeClient:
+class FakeClient(BulkReads):
     def __init__(self, broker: FakeBroker, overlay: FakeOverlay) -> None:
         self.broker, self.overlay, self.pubend = broker, overlay, broker.pubend
 
@@ -184,9 +183,6 @@ class FakeClient:
         self.overlay.registrations.setdefault(durable, Checkpoint(start, {self.pubend: start}))
         return FakeSub(self.overlay, durable)
 
-    def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
-                     end: int) -> Iterator[Records]:
-        return as_records(self.read(pattern, filter=filter, after=after, end=end))
 
     def read(self, pattern: str, *, filter: str | None = None, after: int = 0, end: int | None = None,
              on_gap: str = "raise") -> Iterator[Event]:

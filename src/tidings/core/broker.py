@@ -595,9 +595,9 @@ class Broker:
         outcome = self.durable.begin(s, checkpoint, self.memberships.tree_of[s.key], name, self._me())
         self._durable(outcome, out)
         reg = outcome.resumed  # its catchup asks the PFS what matched it while it was away
-        filter_text = "" if s.filter is None else s.filter.text
-        if reg is not None and self.constream.matches_of(reg.number, s.pattern, filter_text) and self.cluster:
-            for read, span in self.constream.catchup(s.key, reg.number, checkpoint):
+        if reg is not None and self.cluster is not None:
+            filter_text = "" if s.filter is None else s.filter.text
+            for read, span in self.constream.catchup(s.key, reg.number, checkpoint, s.pattern, filter_text):
                 self._gd().await_pfs(self.now, span)
                 out.append(read)
         if DURABLE_SILENCE not in self.timers:

@@ -132,12 +132,6 @@ class Constream:
             del self._trees[member.tree]
         return out
 
-    def matches_of(self, registration: int, pattern: str, filter_text: str) -> bool:
-        """The registration is recorded with this pattern and filter (a resume with others cannot use it)."""
-        member = self._members.get(registration)
-        return (member is not None and member.pattern == pattern
-                and (member.filter.text if member.filter is not None else "") == filter_text)
-
     def recorded(self, rec: Recorded) -> list[PfsAppend]:
         """The PFS records of what the PFS consumer of (rec.tree, rec.pubend) was handed."""
         regs = self._trees.get(rec.tree)
@@ -156,7 +150,7 @@ class Constream:
             cov.through = max(cov.through, rec.through)
             return []
         entries: list[tuple[int, list[int]]] = []
-        members = [(r, self._members[r]) for r in sorted(regs)]
+        members = [(r, self._members[r]) for r in regs]  # (a record's ids are sorted as it is written)
         for tick, record in zip(rec.ticks, rec.records, strict=True):
             if tick <= cov.through:
                 continue  # recorded already (a rewound consumer)
@@ -174,12 +168,16 @@ class Constream:
         self.records_written += len(entries)
         return [PfsAppend(self.stream(rec.tree, rec.pubend), entries, rec.through)]
 
-    def catchup(self, key: int, registration: int, start: Checkpoint) -> list[tuple[ReadPfs, Catchup]]:
-        """Local subscription `key` resumes registration `registration` from `start`: a PFS read
-        for each stream of its tree whose coverage holds the token's tick, with the span the
-        catchup's nacks wait on until it is answered (its `ticks` not known yet)."""
+    def catchup(self, key: int, registration: int, start: Checkpoint, pattern: str,
+                filter_text: str) -> list[tuple[ReadPfs, Catchup]]:
+        """Local subscription `key` (`pattern`, `filter_text`) resumes registration `registration`
+        from `start`: a PFS read for each stream of its tree whose coverage holds the token's tick,
+        with the span the catchup's nacks wait on until it is answered (its `ticks` not known yet).
+        Nothing when the registration was recorded with another pattern or filter: what matched
+        it says nothing of what matches the subscription."""
         member = self._members.get(registration)
-        if member is None:
+        if member is None or (member.pattern, "" if member.filter is None else member.filter.text) != (
+                pattern, filter_text):
             return []
         out: list[tuple[ReadPfs, Catchup]] = []
         for (tree, pubend), cov in self._coverage.items():

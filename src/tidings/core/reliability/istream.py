@@ -503,7 +503,9 @@ class Istream:
         """The unknown ranges a consumer is waiting for: between the horizon and the highest known
         tick, chopped to the nack limits (the oldest first). Not those up to where a catchup waits
         for the PFS to say which of them it needs (`waiting`)."""
-        start = max(self.horizon, max((through for through, _ in self.waiting.values()), default=0))
+        start = self.horizon
+        if self.waiting:
+            start = max(start, *(through for through, _ in self.waiting.values()))
         if self.top <= start:
             return []
         out: list[tuple[int, int]] = []
