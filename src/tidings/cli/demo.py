@@ -202,14 +202,15 @@ class _Workload:
     async def _subscribe(self) -> tuple[Client, list[asyncio.Task[None]]]:
         for i, (name, pattern, flt) in enumerate(SUBSCRIPTIONS):  # away from the publisher if possible
             at = self.addresses[1 + i % (len(self.addresses) - 1) if len(self.addresses) > 1 else 0]
-            client = await Client.connect(at, service="demo-monitor", instance=name)
+            client = await Client.connect(at, service="demo-monitor", instance=name, follow_advice=False)
             received: list[tuple[Any, int]] = []
             task = asyncio.create_task(_collect(await client.subscribe(pattern, filter=flt), received))
             self.subs.append((name, pattern, flt, client, received, task, at))
             await self._wait_attached(at, pattern)
         for pattern in (tuple_store.PROPERTIES, tuple_store.QUERIES, tuple_store.RECOMMENDATIONS):
             await self._wait_attached(self.store.broker, pattern)
-        asker = await Client.connect(self.addresses[0], service="pldb-query", instance="supervisor")
+        asker = await Client.connect(self.addresses[0], service="pldb-query", instance="supervisor",
+                                     follow_advice=False)
         tasks = [asyncio.create_task(_collect(await asker.subscribe("pldb/answer/+"), self.answers)),
                  asyncio.create_task(_collect(await asker.subscribe("pldb/recommend/+"), self.recommendations))]
         for pattern in ("pldb/answer/+", "pldb/recommend/+"):
@@ -240,7 +241,10 @@ class _Workload:
                 self.spark = None
             else:
                 supervisor = asyncio.create_task(self._supervise())
-        publisher = await Client.connect(self.addresses[0], service="pldb", instance="collector-1")
+        # the demo's clients stay where it put them: the broker it kills is the one with no client
+        # (a "closer" hint could take the publisher there, and a publisher does not fail over)
+        publisher = await Client.connect(self.addresses[0], service="pldb", instance="collector-1",
+                                         follow_advice=False)
         per_round = 2 * self.hosts
         fault = _Fault(self.cluster, self.victim, self.addresses[0], self.rounds)
         report: dict[str, Any] = {"store": {}}
