@@ -221,6 +221,12 @@ class Workload:
                     fut.add_done_callback(lambda f, ident=ident: self._acked(ident, f))
                 await asyncio.sleep(1 / BULK_RATE)
 
+    def last_pubend(self, name: str) -> str | None:
+        """The pubend of the publisher `name`'s latest acknowledged event."""
+        with self.lock:
+            acked = [p for i, p in self.published.items() if i.startswith(f"{name}-") and p.acked_at is not None]
+        return max(acked, key=lambda p: p.acked_at or 0.0).pubend if acked else None
+
     def _acked(self, ident: str, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return  # in doubt: it may have been logged just before the broker died
@@ -468,6 +474,8 @@ def test_kill_a_publishers_broker_and_restart_it(world):
     wl = world.workload
     victim = world.cluster[PUBLISHERS[1]]
     root, _ = roles(world.cluster, world.tree)
+    # the premise: the publisher is still where it was put (route advice never takes it off its host)
+    assert wl.last_pubend(f"pub{PUBLISHERS[1]}") == victim.pubend, "the victim's publisher moved"
     began = time.monotonic()
     root.proc.send_signal(signal.SIGSTOP)
     try:

@@ -718,7 +718,7 @@ class Client:
             *probes, current = await asyncio.gather(*(self._probe(c.address) for c in candidates),
                                                     self._probe(self.address))
             rtt = self.rtt_ns if current is None else min(self.rtt_ns, current.rtt_ns)
-            target = advice.choose(reason, rtt, [p for p in probes if p is not None])
+            target = advice.choose(reason, rtt, [p for p in probes if p is not None], self.address)
             if target is not None and self._movable(reason) and self._closed is None:
                 await self._move(target)
         finally:

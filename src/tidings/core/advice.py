@@ -8,7 +8,9 @@ client right after WELCOME, and again to every client when its reason changes:
 
 - `closer`: sent once to every new client; a hint, to be followed only when one candidate is
   clearly closer to the client than this broker (the client measures: the broker's own RTTs are from
-  where it stands, not from where the client does);
+  where it stands, not from where the client does), and never to a broker on this broker's own host
+  (its address's host part): two brokers of one machine are equally far from any client, and a
+  difference measured between them is the host's load, not distance;
 - `overloaded`: this broker has more client connections than `clients_advised_above`: move to any
   candidate that is not overloaded itself;
 - `draining`: this broker is stopping (SIGTERM): move now.
@@ -60,9 +62,15 @@ def candidates(neighbours: list[tuple[str, int]], me: str) -> list[Candidate]:
     return out[:CANDIDATES_MAX]
 
 
-def choose(reason: Reason, current_rtt_ns: int, probes: list[Probe]) -> str | None:
-    """The address the client should move to, or None to stay."""
-    healthy = sorted((p for p in probes if not p.overloaded and not p.draining),
+def host_of(address: str) -> str:
+    """The host part of a `host:port` address (`[v6]:port` too)."""
+    return address.rpartition(":")[0].strip("[]")
+
+
+def choose(reason: Reason, current_rtt_ns: int, probes: list[Probe], current: str) -> str | None:
+    """The address the client should move to from the broker at `current`, or None to stay."""
+    healthy = sorted((p for p in probes if not p.overloaded and not p.draining
+                      and (reason is not Reason.CLOSER or host_of(p.address) != host_of(current))),
                      key=lambda p: (p.rtt_ns, p.address))
     if not healthy:
         return None
