@@ -18,7 +18,10 @@ stream re-sends from there (only down the paths that asked: the others are past 
 Curiosity flows up. Q ticks between the horizon and the highest known tick, and between the lowest
 consumer and the floor the stream knows from, are a gap; once a gap has lasted `gap_curiosity_ns`
 (GCT) the stream nacks the ticks not already nacked (the `Curiosity` map: C ticks are not nacked
-again until `nack_repeat_ns`, NRT, so nacks from many children are consolidated). D ticks whose
+again until `nack_repeat_ns`, NRT, so nacks from many children are consolidated). GCT is for
+ticks that may still be on their way; ticks the stream had been past and needs again (`recalled`:
+a catchup's or a rewound child's position below the floor, silence doubted, a record the cache
+dropped) are not, and their gap is nacked at once. D ticks whose
 record the cache dropped are forgotten back to Q when a consumer still needs them, and nacked like
 any gap: the cache is an optimisation, never the only copy (only the pubend's log is stable).
 
@@ -122,6 +125,7 @@ class Istream:
         "nack_ns",
         "origin",
         "pubend",
+        "recalled",
         "released_sent",
         "sparse_through",
         "top",
@@ -163,6 +167,9 @@ class Istream:
         self._sparse: TickMap[bool] = TickMap(False)  # which F ticks are such (never sent to anyone)
         # catchups waiting for the PFS -> (nacks wait up to this tick, until this monotonic ns)
         self.waiting: dict[str | int, tuple[int, int]] = {}
+        # ticks up to here became unknown again after the stream was past them (a lowered floor,
+        # doubted silence, a forgotten record): not in flight, so their gap is nacked without GCT
+        self.recalled = 0
 
     # ---- consumers -----------------------------------------------------------------------------
 
@@ -251,6 +258,7 @@ class Istream:
             self._known.assign_where(lo, hi, frozenset({Knowledge.F}), Knowledge.Q)
             self._sparse.assign(lo, hi, False)
         if doubted:
+            self.recalled = max(self.recalled, doubted[-1][1])
             self.horizon = min(self.horizon, doubted[0][0])
             self._advance_horizon()
 
@@ -259,6 +267,7 @@ class Istream:
         self._known.assign(floor, self.floor, Knowledge.Q)
         if self.sparse_through:
             self._sparse.assign(floor, self.floor, False)
+        self.recalled = max(self.recalled, self.floor)
         self.floor = floor
         self.horizon = min(self.horizon, floor)
 
@@ -412,6 +421,7 @@ class Istream:
             for t in range(lo + 1, hi + 1):
                 if t not in self._cache:
                     self._known.assign(t - 1, t, Knowledge.Q)
+        self.recalled = max(self.recalled, self.horizon)
         self.horizon = min(self.horizon, tick - 1)
 
     # ---- cache ---------------------------------------------------------------------------------

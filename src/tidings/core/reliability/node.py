@@ -414,8 +414,9 @@ class ReliabilityNode:
         ist.bound_cache()
         ist.bound_memory()
         key = GapTimer(ist.tree, ist.pubend)
-        if ist.gaps():
-            self.timers.set_earliest(key, now + self.config.gap_curiosity_ns)
+        gaps = ist.gaps()
+        if gaps:  # (a gap of ticks recalled is not in flight: nacked at once)
+            self.timers.set_earliest(key, now if gaps[0][0] < ist.recalled else now + self.config.gap_curiosity_ns)
         else:
             self.timers.cancel(key)
             if ist.waiting:  # a catchup's PFS read that is never answered must not hold its nacks for ever
@@ -822,6 +823,7 @@ class ReliabilityNode:
             return []
         if not ist.gaps():
             return []
+        ist.recalled = 0  # (from now on GCT again, until more ticks are recalled)
         out: list[Any] = []
         interval = max(ist.nack_interval_ns, self.config.nack_repeat_ns_min)
         if ist.upstream is None:
