@@ -78,3 +78,19 @@ def test_a_tree_scribe_pruned_here_is_dropped_and_its_gaps_no_longer_nacked() ->
     assert nacks_until(gd, 60_000 * MS, None) == []
     assert TREE not in gd.trees
     assert scribe.publishers == [(TREE, "origin")]  # told TREE_ACTIVE when it has members again
+
+
+def test_an_answer_that_comes_after_repeated_nacks_does_not_stretch_nrt() -> None:
+    """Karn's rule. A pubend down for 3 s answers at last: the time since its last (repeated) nack
+    measures the outage, not a round trip. Taken as a sample it held NRT near its 2 s cap for many
+    rounds (a lossy stream then recovered one 2 s round at a time: sim seeds 506, 522, 523, 554
+    and 585 of the durable-return sweep). The next gap's unanswered nack is repeated after NRT's
+    floor again."""
+    config = BrokerConfig()
+    gd = gapped()
+    assert len(nacks_until(gd, 3_000 * MS, None)) >= 3  # repeated, backing off: the parent is silent
+    gd.event_arrived(3_000 * MS, TREE, knowledge(100, 150, {}, None), "parent")  # answered at last
+    gd.event_arrived(3_100 * MS, TREE, knowledge(300, 400, {}, None), "parent")  # a new gap: (200, 300]
+    first, second, *_ = nacks_until(gd, 10_000 * MS, None)
+    assert first == 3_100 * MS + config.gap_curiosity_ns
+    assert second - first == config.nack_repeat_ns_min

@@ -123,6 +123,7 @@ class Istream:
         "limits",
         "nack_interval_ns",
         "nack_ns",
+        "nack_repeated",
         "origin",
         "pubend",
         "recalled",
@@ -160,6 +161,7 @@ class Istream:
         # restarted broker) replaces its ghost, since a new consumer holds 0 until it acks
         self.ghosts: list[tuple[str | int, int, int, int]] = []
         self.nack_ns: int | None = None  # when the last nack left
+        self.nack_repeated = False  # a nack was repeated since the gaps last closed (Karn: no round-trip sample)
         self.curious_ns: int | None = None  # when the nacked ticks were last forgotten (NRT counts from it)
         self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered and upstream is silent
         self.heard_ns: int | None = None  # when knowledge of this stream last came from upstream

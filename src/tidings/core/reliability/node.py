@@ -279,7 +279,9 @@ class ReliabilityNode:
             self._count_unwanted(tree, t, knowledge.records)
         if moved:
             if ist.nack_ns is not None:  # the answer to a nack: a round-trip sample, and NRT from it
-                ist.nack_interval_ns = self._round_trip(upstream, now - ist.nack_ns)
+                # (Karn's rule: after a repeated nack, the answer may be to an earlier one, or come
+                # from a pubend back from a crash; such a sample would hold NRT up for many rounds)
+                ist.nack_interval_ns = self._round_trip(upstream, None if ist.nack_repeated else now - ist.nack_ns)
             out += self._push(now, t, ist)
         elif knowledge.through <= ist.acked_sent:  # our ack may have been lost
             self._ack(upstream, tree, ist.pubend, ist.acked_sent, max(0, ist.released_sent),
@@ -422,6 +424,7 @@ class ReliabilityNode:
             if ist.waiting:  # a catchup's PFS read that is never answered must not hold its nacks for ever
                 self.timers.set(key, min(until for _, until in ist.waiting.values()))
             ist.nack_ns = ist.curious_ns = None
+            ist.nack_repeated = False
             ist.nack_interval_ns = self._round_trip(ist.upstream)
 
     # ---- tree membership -----------------------------------------------------------------------
@@ -835,6 +838,7 @@ class ReliabilityNode:
             ist.forget_curiosity()  # a new gap, or NRT passed: nack the same ticks again
             if ist.curious_ns is not None:  # unanswered for NRT
                 ist.nack_interval_ns = self._repeat_interval(ist, interval)
+                ist.nack_repeated = True
             ist.curious_ns = now
         ranges = ist.nack_ranges()
         if ranges:

@@ -5,7 +5,10 @@ round-trip response to previous nacks" (§3.2). Each upstream broker gets a `Rou
 the time from a nack to the knowledge that moved the stream past it; the smoothed round trip and
 its variation follow Jacobson and Karels (gains 1/8 and 1/4), and the threshold is
 srtt + 4 * rttvar, kept between the configured minimum and maximum. While nacks go unanswered the
-caller doubles the threshold (a pubend that is down); the next sample brings it back.
+caller doubles the threshold (a pubend that is down); the next answer brings it back to the estimate.
+As in TCP (Karn's rule), the caller takes no sample from an answer that follows a repeated nack: it
+may answer an earlier one, or end an outage, and one such sample of seconds held the threshold near
+its cap for many rounds.
 """
 
 from __future__ import annotations
