@@ -228,3 +228,23 @@ def test_a_new_forwarders_subscribe_carries_its_own_interest_and_the_lower_posit
     assert default == 40 and dict(positions) == {PUBEND: 55, "p-other": 7}
     assert epoch == gd.trees[TREE].epoch != 9  # its own, never the child's
     assert sorted(map(tuple, summary)) == [("nodes/a/#", ""), ("nodes/b/#", "")]
+
+
+def test_a_forwarder_made_root_doubts_its_filtered_silence_for_each_child_that_joins_earlier():
+    """Sim seed 1025. A forwarder with a narrow interest holds F for events its parent filtered out.
+    A repair makes it root; one child re-joins wanting everything after tick 8 (the interest widens:
+    F after 8 is doubted), then another wanting everything after 4. The F at 5 and 7 was silence
+    only for the narrow interest: it must be asked of the pubend again, never sent on as silence."""
+    gd, scribe = node("f", "parent", [])
+    gd.local_subscribe(0, 1, TREE, 0, pattern="nodes/a/#")
+    stamp = gd.trees[TREE].epoch
+    # 5 and 7 came as F; (0, 2] not yet (the stream's horizon and floor stay at 0)
+    gd.event_arrived(1, TREE, knowledge(2, 10, {3: EVENTS[3]}, stamp), "parent")
+    scribe._parent = None  # the parent died: this broker is the root now
+    scribe.kids = ["c1", "c2"]
+    gd.child_added(2, TREE, "c1", [0, [[PUBEND, 8]], [1, [["nodes/#", ""]]]])
+    gd.child_added(3, TREE, "c2", [0, [[PUBEND, 4]], [1, [["nodes/#", ""]]]])
+    out = gd.event_arrived(4, TREE, knowledge(0, 2, {}, None), "origin")  # the pubend fills (0, 2]
+    told = [(k.after, k.through, k.ticks) for k in sent_to(out, "c2")]
+    assert not [k for k in told if k[0] < 5 <= k[1] or k[0] < 7 <= k[1]], told
+    assert gd.trees[TREE].istreams[PUBEND].horizon == 4  # (4, 10] is asked of the pubend again

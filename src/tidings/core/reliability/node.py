@@ -33,7 +33,8 @@ widening's start back to Q (`Istream.doubt_after`), and (3) sends SUMMARY with t
 parent rewinds the child to it (as for a nack) and re-sends filtered by the wider summary, after
 doing the same one level up unless its own knowledge after that point was already filtered by a
 summary covering the new one (`valid_from`). The root takes everything from the pubend; a broker
-that a repair made root doubts too, once, what its old parent had filtered for it. A stale
+that a repair made root doubts too what its old parent had filtered for it: for the consumers that
+widened its interest, and for any that comes later with a position before theirs (`valid_from`). A stale
 stamp (a lost or reordered SUMMARY) makes the child send its SUMMARY again (at most once per GCT).
 
 Own events: a broker's own pubend's events reach its local subscriptions from its log (the
@@ -510,29 +511,35 @@ class ReliabilityNode:
         if self.config.best_effort:
             return []
         interest = self._interest(tree, t)
+        wider = not covers(t.sent, interest) or min([*positions.values(), TICK_MAX]) < t.valid_from
         if self.scribe.is_root(tree):
             # the pubend sends the root everything, but a root that was a forwarder before (a repair
             # made it root) holds knowledge its old parent filtered by `t.sent`: for a wider
             # interest its F ticks after the new consumers' positions prove nothing, and are asked
-            # of the pubend again
-            if not covers(t.sent, interest):
-                for pubend, ist in t.istreams.items():
-                    ist.doubt_after(positions.get(pubend, min(since, ist.horizon)))
+            # of the pubend again; so for a consumer that comes later with an earlier position
+            # (`valid_from`: a second child re-joining after the repair, sim seed 1025)
+            if wider:
+                self._doubt(t, positions, since)
                 t.sent = interest  # and knowledge its old parent still stamps with the old epoch (a
                 self._next_epoch(t)  # partition healing) is not believed: its F ticks prove nothing
             return []
-        wider = not covers(t.sent, interest) or min([*positions.values(), TICK_MAX]) < t.valid_from
         if interest == t.sent and not wider:
             return []
         t.sent = interest
         self._next_epoch(t)
         if not wider:
             return self._send_summary(now, tree, t, TICK_MAX)
+        return self._send_summary(now, tree, t, min([since, *self._doubt(t, positions, since)]))
+
+    @staticmethod
+    def _doubt(t: _Tree, positions: dict[str, int], since: int) -> list[int]:
+        """F ticks after the new consumers' positions (`since` for the other pubends) are Q again;
+        what this broker holds after the highest of those points is good for its interest."""
         points = [positions.get(pubend, min(since, ist.horizon)) for pubend, ist in t.istreams.items()]
         for point, ist in zip(points, t.istreams.values(), strict=True):
             ist.doubt_after(point)
         t.valid_from = max(points, default=0)  # no knowledge here yet: all of it will be good
-        return self._send_summary(now, tree, t, min([since, *points]))
+        return points
 
     def _next_epoch(self, t: _Tree) -> None:
         """Epochs increase, and start from the broker's clock (microseconds), so a SUMMARY from
