@@ -52,7 +52,7 @@ import logging
 import os
 import pathlib
 import threading
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from tidings.storage import record
@@ -163,6 +163,26 @@ class EventLog:
     def record_count(self) -> int:
         with self._lock:
             return self._record_count
+
+    def tick_marks(self, runs: int) -> tuple[int, ...]:
+        """At most `runs - 1` rising ticks that cut the retained records into `runs` runs of about
+        equal bytes: for each cut, the tick of the first indexed record at or past its offset. Taken
+        from the sparse index (nothing is read), so a cut is as fine as INDEX_INTERVAL_BYTES."""
+        marks: list[int] = []
+        with self._lock:
+            total = sum(s.size for s in self._segments)
+            targets = [total * i // runs for i in range(1, runs)] if runs > 1 else []
+            t, base = 0, 0
+            for segment in self._segments:
+                while t < len(targets) and targets[t] < base + segment.size:
+                    j = bisect_left(segment.index_offsets, targets[t] - base)
+                    if j == len(segment.index_ticks):
+                        break  # past its last entry: the next segment's first record is the mark
+                    if not marks or segment.index_ticks[j] > marks[-1]:
+                        marks.append(segment.index_ticks[j])
+                    t += 1
+                base += segment.size
+        return tuple(marks)
 
     def segments(self) -> list[SegmentInfo]:
         """A snapshot of every retained segment, oldest first (for status pages)."""
@@ -430,6 +450,9 @@ class _Collector:
 
     def take(self, scanner: record.RecordScanner) -> bool:
         """Add qualifying records from `scanner`; whether the read is complete."""
+        if not self.keys:
+            done, self.payload_bytes = scanner.take(self.out, self.through_tick, self.max_bytes, self.payload_bytes)
+            return done
         for _offset, _end, tick, payload in scanner:
             if tick <= self.after_tick:
                 continue

@@ -102,7 +102,8 @@ class RecordScanner:
     reader that seeks with the sparse index passes up to 64 KiB this way). With `payloads=False` the
     payload is not copied out (b""). Iteration stops at `end` or at the first invalid record. Once
     it is exhausted, `offset` is where the valid prefix ends, `previous_tick` the last tick in it,
-    and `problem` says why the scan stopped early (None when it reached `end`).
+    and `problem` says why the scan stopped early (None when it reached `end`). `take` is the same
+    walk for a log read, gathering `(tick, payload)` up to a tick and a byte budget in one loop.
     """
 
     __slots__ = ("_chunk_bytes", "_fd", "_keys", "_payloads", "_skip_through", "end", "offset", "previous_tick",
@@ -121,6 +122,26 @@ class RecordScanner:
         self.problem: str | None = None
 
     def __iter__(self) -> Iterator[tuple[int, int, int, bytes]]:
+        for buf in self._chunks():
+            yield from self._parse(buf)
+
+    def take(self, out: list[tuple[int, bytes]], through_tick: int | None, bytes_max: int,
+             taken: int) -> tuple[bool, int]:
+        """Append `(tick, payload)` to `out` for each valid record after `skip_through` (checksum
+        checked), up to `through_tick`, while the payloads fit in `bytes_max` with `taken` bytes
+        already in `out` (the first record goes in whatever its size). Returns whether the read is
+        complete (a record past `through_tick`, or the bytes spent) and the bytes now taken. The
+        hot path of every log read: one loop per record, where iterating and filtering would be two.
+        """
+        through = (1 << 64) if through_tick is None else through_tick
+        for buf in self._chunks():
+            done, taken = self._take(buf, out, through, bytes_max, taken)
+            if done:
+                return True, taken
+        return False, taken
+
+    def _chunks(self) -> Iterator[bytes]:
+        """The region in chunks, each starting at `offset`, which the parse of the chunk advances."""
         while self.offset < self.end and self.problem is None:
             # One chunk per round; a record larger than the chunk gets a read of its own size.
             buf = os.pread(self._fd, min(self.end - self.offset, self._chunk_bytes), self.offset)
@@ -131,9 +152,70 @@ class RecordScanner:
             if HEADER_BYTES + length > len(buf) and self.offset + HEADER_BYTES + length <= self.end:
                 buf = os.pread(self._fd, HEADER_BYTES + length, self.offset)
             before = self.offset
-            yield from self._parse(buf)
+            yield buf
             if self.offset == before and self.problem is None:
                 self.problem = "short read"  # the file is shorter than the region: no progress
+
+    def _take(self, buf: bytes, out: list[tuple[int, bytes]], through: int, bytes_max: int,
+              taken: int) -> tuple[bool, int]:
+        """`take` over one chunk: as `_parse`, stopping early once the read is complete."""
+        unpack = HEADER.unpack_from
+        crc32 = zlib.crc32
+        append = out.append
+        view = memoryview(buf)
+        size = len(buf)
+        base = self.offset
+        pos = 0
+        previous = self.previous_tick
+        skip_through = self._skip_through
+        problem = None
+        done = False
+        while pos + HEADER_BYTES <= size:
+            length, crc, tick = unpack(buf, pos)
+            keyed = length & KEYED
+            length &= LENGTH_MASK
+            record_end = pos + HEADER_BYTES + length
+            if record_end > size:
+                if base + record_end > self.end:
+                    problem = "record runs past the end"
+                break  # else the next chunk starts with this record
+            if tick <= previous:
+                problem = f"tick {tick} does not follow {previous}"
+                break
+            if tick > skip_through:
+                if tick > through:
+                    done = True
+                    break
+                if crc32(view[pos + 8:record_end]) != crc:  # the tick and payload are contiguous
+                    problem = "checksum mismatch"
+                    break
+                body_end = _body_end(buf, record_end, length) if keyed else record_end
+                if body_end < 0:
+                    problem = "key runs past its record"
+                    break
+                payload_bytes = body_end - pos - HEADER_BYTES
+                if out and taken + payload_bytes > bytes_max:
+                    done = True
+                    break
+                append((tick, buf[pos + HEADER_BYTES:body_end]))
+                taken += payload_bytes
+                if taken >= bytes_max:
+                    done = True
+                    previous, pos = tick, record_end
+                    break
+            previous = tick
+            pos = record_end
+        self._settle(view, base + pos, previous, problem)
+        return done and problem is None, taken
+
+    def _settle(self, view: memoryview, offset: int, previous: int, problem: str | None) -> None:
+        """End a chunk's parse: the scan stands at `offset`, after `previous`."""
+        view.release()
+        if problem is None and offset < self.end < offset + HEADER_BYTES:
+            problem = "torn header"  # (a parse that stopped on a whole header never meets this)
+        self.offset = offset
+        self.previous_tick = previous
+        self.problem = problem
 
     def _parse(self, buf: bytes) -> list[tuple[int, int, int, bytes]]:
         """The valid complete records at the start of `buf` (which begins at `self.offset`)."""
@@ -177,11 +259,5 @@ class RecordScanner:
                                 buf[pos + HEADER_BYTES:body_end] if payloads else b""))
             previous = tick
             pos = record_end
-        else:
-            if base + pos < self.end < base + pos + HEADER_BYTES:
-                problem = "torn header"
-        view.release()
-        self.offset = base + pos
-        self.previous_tick = previous
-        self.problem = problem
+        self._settle(view, base + pos, previous, problem)
         return out
