@@ -25,6 +25,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 HEADER = struct.Struct("<IIQ")
 HEADER_BYTES = HEADER.size
@@ -123,7 +124,9 @@ class RecordScanner:
 
     def __iter__(self) -> Iterator[tuple[int, int, int, bytes]]:
         for buf in self._chunks():
-            yield from self._parse(buf)
+            entries: list[Any] = []
+            self._walk(buf, entries, None, 0, 0)
+            yield from entries
 
     def take(self, out: list[tuple[int, bytes]], through_tick: int | None, bytes_max: int,
              taken: int) -> tuple[bool, int]:
@@ -135,7 +138,7 @@ class RecordScanner:
         """
         through = (1 << 64) if through_tick is None else through_tick
         for buf in self._chunks():
-            done, taken = self._take(buf, out, through, bytes_max, taken)
+            done, taken = self._walk(buf, out, through, bytes_max, taken)
             if done:
                 return True, taken
         return False, taken
@@ -156,19 +159,18 @@ class RecordScanner:
             if self.offset == before and self.problem is None:
                 self.problem = "short read"  # the file is shorter than the region: no progress
 
-    def _take(self, buf: bytes, out: list[tuple[int, bytes]], through: int, bytes_max: int,
+    def _walk(self, buf: bytes, out: list[Any], through: int | None, bytes_max: int,
               taken: int) -> tuple[bool, int]:
-        """`take` over one chunk: as `_parse`, stopping early once the read is complete."""
-        unpack = HEADER.unpack_from
-        crc32 = zlib.crc32
-        append = out.append
+        """The valid complete records at the start of `buf` (which begins at `offset`) into `out`:
+        for `take`, `(tick, payload)` up to tick `through` and `bytes_max` (then whether the read
+        is complete, and the bytes taken); for iteration (`through` None), `__iter__`'s tuples."""
+        entry = self._entry if through is None else None
+        through = (1 << 64) if through is None else through
+        unpack, crc32, append = HEADER.unpack_from, zlib.crc32, out.append
         view = memoryview(buf)
         size = len(buf)
-        base = self.offset
-        pos = 0
-        previous = self.previous_tick
-        skip_through = self._skip_through
-        problem = None
+        base, pos, previous, skip_through = self.offset, 0, self.previous_tick, self._skip_through
+        problem: str | None = None
         done = False
         while pos + HEADER_BYTES <= size:
             length, crc, tick = unpack(buf, pos)
@@ -193,6 +195,10 @@ class RecordScanner:
                 if body_end < 0:
                     problem = "key runs past its record"
                     break
+                if entry is not None:
+                    append(entry(buf, base, pos, record_end, tick, body_end))
+                    previous, pos = tick, record_end
+                    continue
                 payload_bytes = body_end - pos - HEADER_BYTES
                 if out and taken + payload_bytes > bytes_max:
                     done = True
@@ -208,6 +214,16 @@ class RecordScanner:
         self._settle(view, base + pos, previous, problem)
         return done and problem is None, taken
 
+    def _entry(self, buf: bytes, base: int, pos: int, record_end: int, tick: int,
+               body_end: int) -> tuple[int, int, int, bytes]:
+        """What iteration yields for the record at `pos` of `buf` (at `base`), its body ending at
+        `body_end`: its offsets, tick, and its key (b"" when unkeyed) or payload (b"" if not asked)."""
+        if self._keys:  # a keyed record's body ends before its record does
+            data = buf[body_end:record_end - _KEY_LENGTH.size] if body_end < record_end else b""
+        else:
+            data = buf[pos + HEADER_BYTES:body_end] if self._payloads else b""
+        return base + pos, base + record_end, tick, data
+
     def _settle(self, view: memoryview, offset: int, previous: int, problem: str | None) -> None:
         """End a chunk's parse: the scan stands at `offset`, after `previous`."""
         view.release()
@@ -216,48 +232,3 @@ class RecordScanner:
         self.offset = offset
         self.previous_tick = previous
         self.problem = problem
-
-    def _parse(self, buf: bytes) -> list[tuple[int, int, int, bytes]]:
-        """The valid complete records at the start of `buf` (which begins at `self.offset`)."""
-        unpack = HEADER.unpack_from
-        crc32 = zlib.crc32
-        view = memoryview(buf)
-        size = len(buf)
-        base = self.offset
-        pos = 0
-        previous = self.previous_tick
-        skip_through = self._skip_through
-        payloads = self._payloads
-        out: list[tuple[int, int, int, bytes]] = []
-        problem = None
-        keys = self._keys
-        while pos + HEADER_BYTES <= size:
-            length, crc, tick = unpack(buf, pos)
-            keyed = length & KEYED
-            length &= LENGTH_MASK
-            record_end = pos + HEADER_BYTES + length
-            if record_end > size:
-                if base + record_end > self.end:
-                    problem = "record runs past the end"
-                break  # else the next chunk starts with this record
-            if tick <= previous:
-                problem = f"tick {tick} does not follow {previous}"
-                break
-            if tick > skip_through:
-                # The tick and payload are contiguous, so one checksum call covers both.
-                if crc32(view[pos + 8:record_end]) != crc:
-                    problem = "checksum mismatch"
-                    break
-                body_end = _body_end(buf, record_end, length) if keyed else record_end
-                if body_end < 0:
-                    problem = "key runs past its record"
-                    break
-                if keys:
-                    out.append((base + pos, base + record_end, tick, buf[body_end:record_end - 2] if keyed else b""))
-                else:
-                    out.append((base + pos, base + record_end, tick,
-                                buf[pos + HEADER_BYTES:body_end] if payloads else b""))
-            previous = tick
-            pos = record_end
-        self._settle(view, base + pos, previous, problem)
-        return out
