@@ -184,6 +184,10 @@ def test_tick_marks_cut_the_log_into_runs_of_about_equal_bytes(tmp_path):
         for k, mark in enumerate(marks, 1):  # the first indexed record at or past each eighth
             past = ticks.index(mark) * 116 - log.size_bytes * k // 8
             assert 0 <= past < INDEX_INTERVAL_BYTES + 116, (k, past)
+        fill(log, 1000, size=100, per_batch=1000)  # a twentieth more: within half a run's share
+        assert log.tick_marks(8) is marks
+        fill(log, 3000, size=100, per_batch=1000)
+        assert log.tick_marks(8) != marks and log.tick_marks(8)[-1] > marks[-1]
 
 
 def test_reopen_recovers_state(tmp_path):
