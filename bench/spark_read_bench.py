@@ -9,7 +9,9 @@ lands the tidings read as Parquet (every column), then times the aggregation of
 tidings.spark.jobs.load_summary (per host: count, mean and max load) `--rounds` times over each
 source, alternating, and over a tidings read that starts after every tick (planned as the others,
 reading nothing: the fixed cost of a query). Prints one JSON line: the best and median seconds of
-each, rows/s, and the ratio of the medians (tidings over Parquet).
+each, rows/s, the ratio of the medians (tidings over Parquet), and the median CPU seconds each
+query cost the processes of the run (the broker, the JVM, Spark's Python workers): on a shared
+machine the wall times follow the other users' load, the CPU seconds much less.
 """
 
 from __future__ import annotations
@@ -35,6 +37,26 @@ def publish(address: str, events: int) -> None:
         for start in range(0, events, 1000):
             client.publish_many([(f"nodes/host{i % 100}/load", b"x" * 100, {"load": (i % 997) / 100.0})
                                  for i in range(start, min(events, start + 1000))])
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds (user and system) of this process and every live process below it: the broker,
+    the JVM, Spark's Python workers; on a shared machine a steadier figure than wall time."""
+    children: dict[int, list[tuple[int, float]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            cpu = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # with reaped children's
+            children.setdefault(int(fields[1]), []).append((int(entry), cpu))
+    total, pending = 0.0, [os.getpid()]
+    while pending:
+        for pid, cpu in children.get(pending.pop(), []):
+            total += cpu
+            pending.append(pid)
+    return total + time.process_time()
 
 
 def summary(df, F):  # the aggregation of tidings.spark.jobs.load_summary
@@ -77,11 +99,13 @@ def main() -> None:
                     .option("startTick", str(2**62)).load())
 
         times: dict[str, list[float]] = {"tidings": [], "parquet": [], "empty": []}
+        cpus: dict[str, list[float]] = {name: [] for name in times}
         for _ in range(args.rounds):
             for name, source in (("tidings", tidings), ("parquet", parquet), ("empty", empty)):
-                start = time.perf_counter()
+                cpu, start = tree_cpu_s(), time.perf_counter()
                 summary(source(), F)
                 times[name].append(time.perf_counter() - start)
+                cpus[name].append(tree_cpu_s() - cpu)
         spark.stop()
     median = {k: statistics.median(v) for k, v in times.items()}
     print(json.dumps({
@@ -92,6 +116,9 @@ def main() -> None:
         "parquet_rows_per_s": round(args.events / median["parquet"]),
         "ratio_median": round(median["tidings"] / median["parquet"], 2),
         "tidings_nothing_read_s_median": round(median["empty"], 3),
+        "tidings_cpu_s_median": round(statistics.median(cpus["tidings"]), 2),
+        "parquet_cpu_s_median": round(statistics.median(cpus["parquet"]), 2),
+        "cpu_ratio_median": round(statistics.median(cpus["tidings"]) / statistics.median(cpus["parquet"]), 2),
         "land_as_parquet_s": round(land_s, 2), "load_average": os.getloadavg()[0],
     }))
 

@@ -24,6 +24,9 @@ def test_a_corrupt_closed_segment_fails_its_readers_only(tmp_path):
             with pytest.raises(BrokerError) as info:
                 list(c.read("c/#", after=0))
             assert info.value.code == "log-unreadable"
+            with pytest.raises(BrokerError) as info:  # a bulk read (a Spark task's) checks every record too
+                list(c.read_records("c/#", after=0, end=int(c.status()["last_tick"])))
+            assert info.value.code == "log-unreadable"
             res = c.publish("c/x", b"still serving")
             got = list(c.read("c/#", after=res.tick - 1))
             assert [e.payload for e in got] == [b"still serving"]

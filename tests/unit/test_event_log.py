@@ -173,6 +173,23 @@ def test_sparse_index_seeks_inside_a_large_segment(tmp_path):
             assert log.read(after, 1000) == written[after:after + 10]
 
 
+def test_tick_marks_cut_the_log_into_runs_of_about_equal_bytes(tmp_path):
+    with EventLog.open(tmp_path, segment_bytes_max=1_000_000) as log:
+        assert log.tick_marks(8) == ()
+        written = fill(log, 20_000, size=100, per_batch=1000)  # 116 bytes each: 3 segments, 36 index entries
+        assert log.tick_marks(1) == ()
+        marks = log.tick_marks(8)
+        assert len(marks) == 7 and list(marks) == sorted(set(marks))
+        ticks = [tick for tick, _ in written]
+        for k, mark in enumerate(marks, 1):  # the first indexed record at or past each eighth
+            past = ticks.index(mark) * 116 - log.size_bytes * k // 8
+            assert 0 <= past < INDEX_INTERVAL_BYTES + 116, (k, past)
+        fill(log, 1000, size=100, per_batch=1000)  # a twentieth more: within half a run's share
+        assert log.tick_marks(8) is marks
+        fill(log, 3000, size=100, per_batch=1000)
+        assert log.tick_marks(8) != marks and log.tick_marks(8)[-1] > marks[-1]
+
+
 def test_reopen_recovers_state(tmp_path):
     with EventLog.open(tmp_path, segment_bytes_max=700) as log:
         written = fill(log, 100)
@@ -438,11 +455,11 @@ def test_a_read_keeps_a_segment_that_retention_removes_under_it(tmp_path, monkey
     removed = []
 
     class RetentionMidRead(record.RecordScanner):
-        def __iter__(self):
+        def _chunks(self):
             if not removed:  # the reader has pinned the segment: now retention runs
                 removed.append(log.enforce_retention(0, 0, HUGE))
                 assert not first.path.exists() and first.read_fd >= 0
-            return super().__iter__()
+            return super()._chunks()
 
     monkeypatch.setattr(log_module.record, "RecordScanner", RetentionMidRead)
     got = log.read(0, first.record_count * 40)

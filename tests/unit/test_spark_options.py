@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 
 from tidings.core.event import datetime_to_tick
 from tidings.spark.options import PARTITIONS_MAX, ReadOptions, parse_read_options
-from tidings.spark.planning import LogBounds, ReadError, bounds_from_status, plan_read, split_ticks
+from tidings.spark.overlay import read_status
+from tidings.spark.planning import (
+    LogBounds,
+    ReadError,
+    bounds_from_status,
+    plan_read,
+    split_at_marks,
+    split_ticks,
+)
 
 BASE = {"broker": "127.0.0.1:7400", "pattern": "nodes/+/load"}
 
@@ -211,6 +219,43 @@ def test_start_before_the_log_balances_over_the_retained_ticks() -> None:
     plan = plan_read(1, None, LogBounds(1001, 1100, None), 4)
     assert plan.lost is None
     assert plan.ranges == ((0, 1025), (1025, 1050), (1050, 1075), (1075, 1100))
+
+
+def test_tick_marks_balance_the_events_not_the_ticks() -> None:
+    # every event in ticks 101..200, then a quiet tail to the durable tail 10,000 (ticks follow the
+    # clock): cut by ticks, the first task would get every event; the marks cut the log's bytes
+    marks = tuple(range(111, 201, 10))  # 9 marks: 10 runs of about equal bytes
+    plan = plan_read(None, None, LogBounds(101, 10_000, 0, marks), 2)
+    assert plan.ranges == ((100, 150), (150, 10_000))  # the record at tick 151 begins the second
+    assert split_at_marks(100, 10_000, 5, marks) == ((100, 120), (120, 140), (140, 160), (160, 180), (180, 10_000))
+
+
+def test_tick_marks_outside_the_range_or_too_few_fall_back_to_ticks() -> None:
+    assert split_at_marks(100, 200, 3, (50, 150, 250)) == ()  # one mark inside: 2 runs for 3 tasks
+    assert split_at_marks(100, 200, 1, (150,)) == ()
+    plan = plan_read(121, None, LogBounds(101, 200, 0, (111, 131, 151, 171)), 2)
+    assert plan.ranges == ((120, 150), (150, 200))  # marks 131..171: cuts 130, 150, 170 -> the middle
+
+
+@given(st.integers(0, 10**6), st.integers(1, 10**6), st.integers(1, 40),
+       st.lists(st.integers(0, 3 * 10**6), max_size=40, unique=True))
+def test_split_at_marks_is_a_contiguous_tiling(after: int, width: int, parts: int, marks: list[int]) -> None:
+    end = after + width
+    ranges = split_at_marks(after, end, parts, tuple(sorted(marks)))
+    if ranges:
+        assert len(ranges) == parts and ranges[0][0] == after and ranges[-1][1] == end
+        assert all(a < e for a, e in ranges)
+        assert all(ranges[i][1] == ranges[i + 1][0] for i in range(len(ranges) - 1))
+        assert all(e + 1 in marks for _, e in ranges[:-1])  # each cut is just before a mark
+
+
+def test_status_tick_marks_are_checked() -> None:
+    status = {"pubend": "p1", "last_tick": 500, "released_through": 0, "first_tick": 100}
+    assert read_status("b:1", status)[1].marks == ()  # an older broker sends none
+    assert read_status("b:1", {**status, "tick_marks": [200, 300]})[1].marks == (200, 300)
+    for bad in ([300, 200], [1.5], "200", [-1], list(range(1, 1000))):
+        with pytest.raises(ReadError, match="tick_marks"):
+            read_status("b:1", {**status, "tick_marks": bad})
 
 
 def test_start_before_released_ticks_is_a_planning_time_gap() -> None:

@@ -98,7 +98,8 @@ def test_admission_takes_at_most_the_limit_and_always_progresses(
 def test_partitions_tile_each_pubends_ticks_once(moves: dict[str, tuple[int, int]], partitions: int) -> None:
     start = Offset.make(0, {p: a for p, (a, _) in moves.items()})
     end = start.moved({p: a + w for p, (a, w) in moves.items()})
-    ranges = plan_ranges(start, end, {p: f"h{p}:1" for p in moves}, partitions)
+    marks = {p: tuple(range(a + 1, a + w, max(1, w // 10))) for p, (a, w) in moves.items() if a % 2}
+    ranges = plan_ranges(start, end, {p: f"h{p}:1" for p in moves}, partitions, None, marks)
     for pubend in moves:
         mine = [(r.after, r.end) for r in ranges if r.pubend == pubend]
         assert all(r.address == f"h{pubend}:1" for r in ranges if r.pubend == pubend)
@@ -109,6 +110,13 @@ def test_partitions_tile_each_pubends_ticks_once(moves: dict[str, tuple[int, int
         else:
             assert not mine
     assert len(ranges) <= max(partitions, len(moves))
+
+
+def test_a_backlog_is_shared_out_at_the_tick_marks() -> None:
+    start = Offset.make(0, {"p": 100})
+    end = start.moved({"p": 10_000})  # the events in 101..200, the clock's ticks after them
+    ranges = plan_ranges(start, end, {"p": "a:1"}, 2, None, {"p": (121, 141, 161, 181)})
+    assert [(r.after, r.end) for r in ranges] == [(100, 140), (140, 10_000)]  # 2 and 3 of 5 runs
 
 
 def test_a_partition_of_a_pubend_nobody_reports_is_a_clear_error() -> None:

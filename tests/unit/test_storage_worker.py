@@ -2,7 +2,8 @@
 
 import threading
 
-from tidings.aio.storage_worker import StorageWorker
+from tidings.aio.storage_worker import StorageWorker, log_state
+from tidings.core.inputs import TICK_MARKS
 from tidings.storage import EventLog, StorageError
 
 
@@ -49,3 +50,11 @@ def test_a_failing_sync_is_reported_through_on_failed(tmp_path):
     assert failed.wait(10)
     worker.stop()
     assert len(failures) == 1 and "EIO" in str(failures[0])
+
+
+def test_the_log_state_carries_the_tick_marks(tmp_path):
+    with EventLog.open(tmp_path / "log") as log:
+        log.append([(tick, bytes(1000)) for tick in range(1, 1001)])  # about 1 MB: 15 index entries
+        log.sync()
+        state = log_state(log)
+        assert state.tick_marks == log.tick_marks(TICK_MARKS) and 8 <= len(state.tick_marks) < TICK_MARKS

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tidings.core.dedup import DedupWindow
-from tidings.core.inputs import LogState
+from tidings.core.inputs import TICK_MARKS, LogState
 from tidings.storage import EventLog
 from tidings.storage.files import StorageError, write_atomically
 
@@ -30,7 +30,7 @@ SAVE_WAIT_POLL_S = 1.0  # a waiting save looks this often whether the worker is 
 def log_state(log: EventLog) -> LogState:
     return LogState(last_tick=log.last_tick, first_tick=log.first_tick,
                     released_through=log.released_through, log_bytes=log.size_bytes,
-                    record_count=log.record_count)
+                    record_count=log.record_count, tick_marks=log.tick_marks(TICK_MARKS))
 
 
 logger = logging.getLogger(__name__)

@@ -890,6 +890,7 @@ class Broker:
             "released_through": log.released_through,
             "log_bytes": log.log_bytes,
             "log_records": log.record_count,
+            "tick_marks": list(log.tick_marks),
             "channels": self.traffic.top(),
             "connections": self._connections_status(),
             **self._cluster_status(),

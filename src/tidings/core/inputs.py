@@ -47,13 +47,20 @@ class SendDrained:
 
 @dataclass(frozen=True, slots=True)
 class LogState:
-    """What the pubend log holds, as the storage reports it."""
+    """What the pubend log holds, as the storage reports it. `tick_marks`: at most TICK_MARKS - 1
+    rising ticks of logged records that cut the retained log into TICK_MARKS runs of about equal
+    bytes (STATUS reports them, so a Spark read can give its tasks equal shares of the events,
+    however unevenly the events spread over the ticks)."""
 
     last_tick: int = 0
     first_tick: int | None = None
     released_through: int = 0
     log_bytes: int = 0
     record_count: int = 0
+    tick_marks: tuple[int, ...] = ()
+
+
+TICK_MARKS = 32  # the runs LogState.tick_marks cuts the retained log into
 
 
 @dataclass(frozen=True, slots=True)

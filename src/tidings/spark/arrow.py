@@ -117,13 +117,16 @@ def _records_to_batch(blob: bytes, count: int, schema: pa.Schema, pubend: str, a
     if set(map(type, rows)) != {list} or set(map(len, rows)) != {7}:
         raise RecordsError("RECORDS whose records are not 7-element arrays")
     pubends, ticks, channels, attributes, services, instances, payloads = zip(*rows, strict=True)
-    for column, kind, name in ((pubends, str, "pubend"), (ticks, int, "tick"), (channels, str, "channel"),
-                               (attributes, dict, "attributes"), (services, str, "service"),
-                               (instances, str, "instance"), (payloads, bytes, "payload")):
-        if set(map(type, column)) != {kind}:
-            raise RecordsError(f"RECORDS with a {name} that is not {kind.__name__}")
-    if pubends.count(pubend) != count:
+    if pubends.count(pubend) != count:  # (only a str equals a str: the column's type is checked too)
         raise RecordsError(f"RECORDS of another pubend than {pubend}")
+    # A frame's source is often one publisher: a column of one string is checked and built as one.
+    alike = {name: column.count(column[0]) == count and type(column[0]) is str
+             for name, column in (("source_service", services), ("source_instance", instances))}
+    for column, kind, name in ((ticks, int, "tick"), (channels, str, "channel"), (attributes, dict, "attributes"),
+                               (services, str, "service"), (instances, str, "instance"),
+                               (payloads, bytes, "payload")):
+        if not alike.get(f"source_{name}") and set(map(type, column)) != {kind}:
+            raise RecordsError(f"RECORDS with a {name} that is not {kind.__name__}")
     if not (after < ticks[0] and ticks[-1] <= end and all(map(operator.lt, ticks, ticks[1:]))):
         raise RecordsError(f"RECORDS with ticks {ticks[0]}..{ticks[-1]} out of order or outside ({after}, {end}]")
     keys = list(chain.from_iterable(attributes))
@@ -139,11 +142,11 @@ def _records_to_batch(blob: bytes, count: int, schema: pa.Schema, pubend: str, a
     tick_array = pa.array(ticks, type=pa.int64())
     columns: dict[str, Callable[[pa.DataType], pa.Array]] = {
         "channel": lambda t: pa.array(channels, type=t),
-        "pubend": lambda t: pa.array(pubends, type=t),
+        "pubend": lambda t: pa.repeat(pa.scalar(pubend, t), count),
         "tick": tick_array.cast,
         "time": tick_array.cast,  # a tick is microseconds since the epoch: the timestamp itself
-        "source_service": lambda t: pa.array(services, type=t),
-        "source_instance": lambda t: pa.array(instances, type=t),
+        "source_service": lambda t: _strings(services, t, alike["source_service"]),
+        "source_instance": lambda t: _strings(instances, t, alike["source_instance"]),
         "attributes": lambda t: _map_array(offsets, keys, values, t),
         "payload": lambda t: pa.array(payloads, type=t),
     }
@@ -152,6 +155,11 @@ def _records_to_batch(blob: bytes, count: int, schema: pa.Schema, pubend: str, a
     except (pa.ArrowException, OverflowError) as exc:  # a tick or value past 64 bits
         raise RecordsError(f"RECORDS that do not fit the read's columns: {exc}") from None
     return pa.RecordBatch.from_arrays(arrays, schema=schema), ticks[-1]
+
+
+def _strings(column: tuple[str, ...], string_type: pa.DataType, alike: bool) -> pa.Array:
+    """A string array of `column`; built from its first value when all are `alike`."""
+    return pa.repeat(pa.scalar(column[0], string_type), len(column)) if alike else pa.array(column, type=string_type)
 
 
 def _map_array(offsets: list[int], keys: list[str], values: list[str], map_type: pa.DataType) -> pa.Array:

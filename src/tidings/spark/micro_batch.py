@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from tidings.spark.offsets import Offset, OffsetError
 from tidings.spark.overlay import Head
-from tidings.spark.planning import ReadError, split_ticks
+from tidings.spark.planning import ReadError, split_at_marks, split_ticks
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +110,13 @@ def admit(start: Offset, end: Offset, ticks: Mapping[str, Sequence[int]], comple
 
 
 def plan_ranges(start: Offset, end: Offset, addresses: Mapping[str, str], partitions: int,
-                floor: Mapping[str, int] | None = None) -> list[StreamRange]:
+                floor: Mapping[str, int] | None = None,
+                marks: Mapping[str, tuple[int, ...]] | None = None) -> list[StreamRange]:
     """The ranges of the micro-batch (start, end]: each pubend's ticks split into at most
-    `partitions` // (pubends that moved) ranges, at least one. `floor` raises a pubend's start
-    (released ticks skipped); ReadError when a pubend that moved has no known broker."""
+    `partitions` // (pubends that moved) ranges, at least one, cut at its log's tick `marks` where
+    enough fall inside (planning.split_at_marks: a backlog read in one batch is shared out by
+    bytes, not by ticks). `floor` raises a pubend's start (released ticks skipped); ReadError when a
+    pubend that moved has no known broker."""
     assert partitions >= 1
     if end.default != start.default or not end.covers(start):
         raise OffsetError(f"the micro-batch ends before it starts: {start.to_json()} to {end.to_json()}")
@@ -128,5 +131,6 @@ def plan_ranges(start: Offset, end: Offset, addresses: Mapping[str, str], partit
         if address is None:
             raise ReadError(f"no broker of the overlay reports pubend {pubend}, whose ticks ({after}, {stop}] "
                             "this micro-batch reads: is its broker down?")
-        ranges += [StreamRange(pubend, address, a, e) for a, e in split_ticks(after, stop, share)]
+        split = split_at_marks(after, stop, share, (marks or {}).get(pubend, ())) or split_ticks(after, stop, share)
+        ranges += [StreamRange(pubend, address, a, e) for a, e in split]
     return ranges

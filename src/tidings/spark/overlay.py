@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,6 +36,7 @@ logger = logging.getLogger("tidings.spark")
 
 SERVICE = "spark"  # the source name the data source's connections present to the brokers
 MEMBERS_MAX = 1024  # brokers one discovery visits
+TICK_MARKS_MAX = 256  # tick marks accepted from one broker (a broker reports TICK_MARKS - 1 = 31)
 
 
 class Reach(Protocol):
@@ -62,6 +64,7 @@ class Head:
     last_tick: int  # its durable tail (0: nothing logged)
     released_through: int  # every tick at or below this was released (0: none)
     first_tick: int | None = None  # its oldest retained tick; None when nothing is retained
+    marks: tuple[int, ...] = ()  # ticks cutting its log into runs of about equal bytes (planning.split_at_marks)
 
 
 def connect(opts: Reach, address: str, instance: str) -> Any:
@@ -132,13 +135,18 @@ def read_status(address: str, status: dict[str, Any]) -> tuple[str, Head, list[s
     if first is not None and first > last:
         raise ReadError(f"the broker at {address} sent an inconsistent status: first_tick={first}, "
                         f"last_tick={last}")
+    marks = status.get("tick_marks", [])  # absent from an older broker
+    if (type(marks) is not list or len(marks) > TICK_MARKS_MAX or not all(map(_tick, marks))
+            or any(a >= b for a, b in pairwise(marks))):
+        raise ReadError(f"the broker at {address} sent malformed tick_marks {marks!r:.80} (expected at most "
+                        f"{TICK_MARKS_MAX} rising ticks)")
     overlay = status.get("overlay")
     members: list[str] = []
     if isinstance(overlay, dict):
         for item in [*overlay.get("leaf_set", []), *overlay.get("neighbours", [])]:
             if isinstance(item, list) and len(item) >= 2 and isinstance(item[1], str):
                 members.append(item[1])
-    return pubend, Head(address, last, released or 0, first), members
+    return pubend, Head(address, last, released or 0, first, tuple(marks)), members
 
 
 def _tick(value: object) -> bool:

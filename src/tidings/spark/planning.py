@@ -60,6 +60,7 @@ class LogBounds:
     first_tick: int | None  # oldest retained tick; None when nothing is retained
     last_tick: int | None  # durable tail; None when nothing was ever logged
     released_through: int | None  # every tick <= this was released; None when the broker does not say
+    marks: tuple[int, ...] = ()  # rising ticks cutting the retained log into runs of about equal bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +112,9 @@ def plan_read(start_tick: int | None, end_tick: int | None, bounds: LogBounds, p
     The first range starts where the user asked, not at the oldest retained tick, so that a gap the
     broker knows about is still met by the task that reads it. The split itself is balanced over
     the retained ticks only, so a start long before the log's first event does not pile every event
-    into the last task.
+    into the last task; and where the broker reports its log's tick marks, over its bytes rather
+    than its ticks (split_at_marks), so that neither a burst of events nor a quiet tail after the
+    last event (ticks follow the clock) piles them into one task.
     """
     assert partitions >= 1
     lost: tuple[int, int] | None = None
@@ -137,7 +140,7 @@ def plan_read(start_tick: int | None, end_tick: int | None, bounds: LogBounds, p
     floor = after if bounds.first_tick is None else max(after, bounds.first_tick - 1)
     if floor >= end:  # the range ends before the oldest retained event: one task asks the broker
         return ReadPlan(((after, end),), lost)
-    ranges = split_ticks(floor, end, partitions)
+    ranges = split_at_marks(floor, end, partitions, bounds.marks) or split_ticks(floor, end, partitions)
     first_end = ranges[0][1]
     return ReadPlan(((after, first_end), *ranges[1:]), lost)
 
@@ -160,6 +163,18 @@ def plan_overlay_read(start_tick: int | None, end_tick: int | None,
         ranges += [PubendRange(pubend, address, a, e)
                    for a, e in plan_read(start_tick, end_tick, bounds, share).ranges]
     return OverlayPlan(tuple(ranges), lost)
+
+
+def split_at_marks(after: int, end: int, parts: int, marks: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """Tile (after, end] with `parts` contiguous ranges cut just before tick marks (a range ends at
+    a mark's tick - 1, so the marked record begins the next), holding about equal shares of the
+    marked runs inside; () when fewer than `parts - 1` marks fall inside."""
+    cuts = [m - 1 for m in marks if after < m - 1 < end]
+    pieces = len(cuts) + 1
+    if parts < 2 or pieces < parts:
+        return ()
+    chosen = [after, *(cuts[i * pieces // parts - 1] for i in range(1, parts)), end]
+    return tuple((chosen[i], chosen[i + 1]) for i in range(parts))
 
 
 def split_ticks(after: int, end: int, parts: int) -> tuple[tuple[int, int], ...]:

@@ -74,7 +74,7 @@ class TidingsReader(ImportGuarded, DataSourceReader):
             return [TickRangePartition(0, "", "", 0, 0)]
         heads = discover(self.opts, self.connect_to, self._unreachable)
         wanted = self.narrowing.pubends
-        logs = {p: (h.address, LogBounds(h.first_tick, h.last_tick or None, h.released_through))
+        logs = {p: (h.address, LogBounds(h.first_tick, h.last_tick or None, h.released_through, h.marks))
                 for p, h in heads.items() if wanted is None or p in wanted}
         start, end = self.narrowing.bounds(self.opts.start_tick, self.opts.end_tick)
         if start is not None and end is not None and start > end:

@@ -207,7 +207,8 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
         if any(p not in self._heads for p in moved):  # a restarted driver replaying a batch
             self._discover()
         addresses = {p: h.address for p, h in self._heads.items()}
-        ranges = plan_ranges(begin, stop, addresses, self.opts.partitions, self._skipped.get(_key(stop)))
+        ranges = plan_ranges(begin, stop, addresses, self.opts.partitions, self._skipped.get(_key(stop)),
+                             {p: h.marks for p, h in self._heads.items()})
         return [TickRangePartition(i, r.pubend, r.address, r.after, r.end) for i, r in enumerate(ranges)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

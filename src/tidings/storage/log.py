@@ -52,7 +52,7 @@ import logging
 import os
 import pathlib
 import threading
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from tidings.storage import record
@@ -116,6 +116,7 @@ class EventLog:
         self._directory_dirty = False
         self._closed = False
         self._failure: str | None = None
+        self._marks: tuple[tuple[int | None, int, int], tuple[int, ...]] = ((None, 0, 0), ())  # (basis, marks)
 
     # ------------------------------------------------------------------ opening and recovery
 
@@ -163,6 +164,40 @@ class EventLog:
     def record_count(self) -> int:
         with self._lock:
             return self._record_count
+
+    def tick_marks(self, runs: int) -> tuple[int, ...]:
+        """At most `runs - 1` rising ticks that cut the retained records into `runs` runs of about
+        equal bytes: for each cut, the tick of the first indexed record at or past its offset. Taken
+        from the sparse index (nothing is read), so a cut is as fine as INDEX_INTERVAL_BYTES. The
+        storage worker asks at every sync: the marks are kept until the log's first segment changes
+        or its size moves by more than half a run's share of the bytes (a drift of less than one run
+        in `2 * runs`), which a sync of a large log rarely does."""
+        with self._lock:
+            first = self._first_ticks[0] if self._first_ticks else None
+            (basis_first, basis_size, basis_runs), marks = self._marks
+            drift = abs(self._size_bytes - basis_size)
+            if first == basis_first and runs == basis_runs and drift * runs * 2 < basis_size:
+                return marks
+            marks = self._cut(runs)
+            self._marks = ((first, self._size_bytes, runs), marks)
+            return marks
+
+    def _cut(self, runs: int) -> tuple[int, ...]:
+        """tick_marks, worked out afresh (under the lock)."""
+        marks: list[int] = []
+        total = sum(s.size for s in self._segments)
+        targets = [total * i // runs for i in range(1, runs)] if runs > 1 else []
+        t, base = 0, 0
+        for segment in self._segments:
+            while t < len(targets) and targets[t] < base + segment.size:
+                j = bisect_left(segment.index_offsets, targets[t] - base)
+                if j == len(segment.index_ticks):
+                    break  # past its last entry: the next segment's first record is the mark
+                if not marks or segment.index_ticks[j] > marks[-1]:
+                    marks.append(segment.index_ticks[j])
+                t += 1
+            base += segment.size
+        return tuple(marks)
 
     def segments(self) -> list[SegmentInfo]:
         """A snapshot of every retained segment, oldest first (for status pages)."""
@@ -430,6 +465,9 @@ class _Collector:
 
     def take(self, scanner: record.RecordScanner) -> bool:
         """Add qualifying records from `scanner`; whether the read is complete."""
+        if not self.keys:
+            done, self.payload_bytes = scanner.take(self.out, self.through_tick, self.max_bytes, self.payload_bytes)
+            return done
         for _offset, _end, tick, payload in scanner:
             if tick <= self.after_tick:
                 continue

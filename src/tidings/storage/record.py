@@ -25,6 +25,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 HEADER = struct.Struct("<IIQ")
 HEADER_BYTES = HEADER.size
@@ -102,7 +103,8 @@ class RecordScanner:
     reader that seeks with the sparse index passes up to 64 KiB this way). With `payloads=False` the
     payload is not copied out (b""). Iteration stops at `end` or at the first invalid record. Once
     it is exhausted, `offset` is where the valid prefix ends, `previous_tick` the last tick in it,
-    and `problem` says why the scan stopped early (None when it reached `end`).
+    and `problem` says why the scan stopped early (None when it reached `end`). `take` is the same
+    walk for a log read, gathering `(tick, payload)` up to a tick and a byte budget in one loop.
     """
 
     __slots__ = ("_chunk_bytes", "_fd", "_keys", "_payloads", "_skip_through", "end", "offset", "previous_tick",
@@ -121,6 +123,28 @@ class RecordScanner:
         self.problem: str | None = None
 
     def __iter__(self) -> Iterator[tuple[int, int, int, bytes]]:
+        for buf in self._chunks():
+            entries: list[Any] = []
+            self._walk(buf, entries, None, 0, 0)
+            yield from entries
+
+    def take(self, out: list[tuple[int, bytes]], through_tick: int | None, bytes_max: int,
+             taken: int) -> tuple[bool, int]:
+        """Append `(tick, payload)` to `out` for each valid record after `skip_through` (checksum
+        checked), up to `through_tick`, while the payloads fit in `bytes_max` with `taken` bytes
+        already in `out` (the first record goes in whatever its size). Returns whether the read is
+        complete (a record past `through_tick`, or the bytes spent) and the bytes now taken. The
+        hot path of every log read: one loop per record, where iterating and filtering would be two.
+        """
+        through = (1 << 64) if through_tick is None else through_tick
+        for buf in self._chunks():
+            done, taken = self._walk(buf, out, through, bytes_max, taken)
+            if done:
+                return True, taken
+        return False, taken
+
+    def _chunks(self) -> Iterator[bytes]:
+        """The region in chunks, each starting at `offset`, which the parse of the chunk advances."""
         while self.offset < self.end and self.problem is None:
             # One chunk per round; a record larger than the chunk gets a read of its own size.
             buf = os.pread(self._fd, min(self.end - self.offset, self._chunk_bytes), self.offset)
@@ -131,24 +155,23 @@ class RecordScanner:
             if HEADER_BYTES + length > len(buf) and self.offset + HEADER_BYTES + length <= self.end:
                 buf = os.pread(self._fd, HEADER_BYTES + length, self.offset)
             before = self.offset
-            yield from self._parse(buf)
+            yield buf
             if self.offset == before and self.problem is None:
                 self.problem = "short read"  # the file is shorter than the region: no progress
 
-    def _parse(self, buf: bytes) -> list[tuple[int, int, int, bytes]]:
-        """The valid complete records at the start of `buf` (which begins at `self.offset`)."""
-        unpack = HEADER.unpack_from
-        crc32 = zlib.crc32
+    def _walk(self, buf: bytes, out: list[Any], through: int | None, bytes_max: int,
+              taken: int) -> tuple[bool, int]:
+        """The valid complete records at the start of `buf` (which begins at `offset`) into `out`:
+        for `take`, `(tick, payload)` up to tick `through` and `bytes_max` (then whether the read
+        is complete, and the bytes taken); for iteration (`through` None), `__iter__`'s tuples."""
+        entry = self._entry if through is None else None
+        through = (1 << 64) if through is None else through
+        unpack, crc32, append = HEADER.unpack_from, zlib.crc32, out.append
         view = memoryview(buf)
         size = len(buf)
-        base = self.offset
-        pos = 0
-        previous = self.previous_tick
-        skip_through = self._skip_through
-        payloads = self._payloads
-        out: list[tuple[int, int, int, bytes]] = []
-        problem = None
-        keys = self._keys
+        base, pos, previous, skip_through = self.offset, 0, self.previous_tick, self._skip_through
+        problem: str | None = None
+        done = False
         while pos + HEADER_BYTES <= size:
             length, crc, tick = unpack(buf, pos)
             keyed = length & KEYED
@@ -162,26 +185,50 @@ class RecordScanner:
                 problem = f"tick {tick} does not follow {previous}"
                 break
             if tick > skip_through:
-                # The tick and payload are contiguous, so one checksum call covers both.
-                if crc32(view[pos + 8:record_end]) != crc:
+                if tick > through:
+                    done = True
+                    break
+                if crc32(view[pos + 8:record_end]) != crc:  # the tick and payload are contiguous
                     problem = "checksum mismatch"
                     break
                 body_end = _body_end(buf, record_end, length) if keyed else record_end
                 if body_end < 0:
                     problem = "key runs past its record"
                     break
-                if keys:
-                    out.append((base + pos, base + record_end, tick, buf[body_end:record_end - 2] if keyed else b""))
-                else:
-                    out.append((base + pos, base + record_end, tick,
-                                buf[pos + HEADER_BYTES:body_end] if payloads else b""))
+                if entry is not None:
+                    append(entry(buf, base, pos, record_end, tick, body_end))
+                    previous, pos = tick, record_end
+                    continue
+                payload_bytes = body_end - pos - HEADER_BYTES
+                if out and taken + payload_bytes > bytes_max:
+                    done = True
+                    break
+                append((tick, buf[pos + HEADER_BYTES:body_end]))
+                taken += payload_bytes
+                if taken >= bytes_max:
+                    done = True
+                    previous, pos = tick, record_end
+                    break
             previous = tick
             pos = record_end
+        self._settle(view, base + pos, previous, problem)
+        return done and problem is None, taken
+
+    def _entry(self, buf: bytes, base: int, pos: int, record_end: int, tick: int,
+               body_end: int) -> tuple[int, int, int, bytes]:
+        """What iteration yields for the record at `pos` of `buf` (at `base`), its body ending at
+        `body_end`: its offsets, tick, and its key (b"" when unkeyed) or payload (b"" if not asked)."""
+        if self._keys:  # a keyed record's body ends before its record does
+            data = buf[body_end:record_end - _KEY_LENGTH.size] if body_end < record_end else b""
         else:
-            if base + pos < self.end < base + pos + HEADER_BYTES:
-                problem = "torn header"
+            data = buf[pos + HEADER_BYTES:body_end] if self._payloads else b""
+        return base + pos, base + record_end, tick, data
+
+    def _settle(self, view: memoryview, offset: int, previous: int, problem: str | None) -> None:
+        """End a chunk's parse: the scan stands at `offset`, after `previous`."""
         view.release()
-        self.offset = base + pos
+        if problem is None and offset < self.end < offset + HEADER_BYTES:
+            problem = "torn header"  # (a parse that stopped on a whole header never meets this)
+        self.offset = offset
         self.previous_tick = previous
         self.problem = problem
-        return out
