@@ -10,6 +10,7 @@ from tidings.core.checkpoint import Checkpoint
 from tidings.core.effects import PfsAppend, PfsChop, ReadPfs
 from tidings.core.filters import parse_filter
 from tidings.core.inputs import PfsAnswered
+from tidings.core.registrations import Registration
 from tidings.core.reliability import istream
 from tidings.core.reliability.constream import Catchup, Constream, Recorded
 from tidings.core.reliability.istream import Istream, StreamLimits
@@ -83,7 +84,7 @@ def test_chops_follow_the_smallest_release_and_the_last_registration_takes_its_s
     c.add(TREE, 1, "nodes/#", None)
     c.add(TREE, 2, "nodes/#", None)
     c.recorded(Recorded(TREE, PUBEND, 0, 500, [], [], lost=False))
-    released = {1: Checkpoint(0, {PUBEND: 300}), 2: Checkpoint(0, {PUBEND: 200})}
+    released = {n: Registration(n, TREE, Checkpoint(0, {PUBEND: at}), None) for n, at in ((1, 300), (2, 200))}
     stream = Constream.stream(TREE, PUBEND)
     assert c.chop(released.get) == [PfsChop(stream, 200)]
     assert c.chop(released.get) == []  # no further
@@ -102,6 +103,57 @@ def test_a_matching_filter_is_required_to_use_the_recording():
     assert c.catchup(7, 1, token, "nodes/+/load", "") == []
     assert c.catchup(7, 1, token, "nodes/#", "load > 2") == []
     assert c.catchup(7, 2, token, "nodes/+/load", "load > 2") == []
+
+
+# ---- what the reliability node is told ---------------------------------------------------------------
+
+
+class FakeNode:
+    """The reliability node's side of the PFS (node.py), as a list of the calls it was given."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def record(self, now, tree, registration, pattern, filter_text):
+        self.calls.append(("record", registration))
+        return [f"recorded {registration}"]
+
+    def unrecord(self, now, tree, registration):
+        self.calls.append(("unrecord", registration))
+        return [f"unrecorded {registration}"]
+
+    def await_pfs(self, now, span):
+        self.calls.append(("await", span.key))
+
+    def pfs_answered(self, now, span, answer):
+        self.calls.append(("answered", span.key))
+        return 3, ["nacks"]
+
+
+def reg(number: int, flt: str = "") -> Registration:
+    return Registration(number, TREE, Checkpoint(0, {}), None, pattern="nodes/#", filter=flt)
+
+
+def test_registrations_are_recorded_only_in_an_overlay_with_durable_pfs_and_a_filter_that_parses():
+    carried: list[list] = []
+    outside = Constream()
+    outside.registered(0, [reg(1)], [reg(2)], carried.append)  # not in an overlay: nobody to tell
+    assert carried == [] and not outside.recording(TREE)
+    off, node = Constream(), FakeNode()
+    off.start(0, node, False, [reg(1)], carried.append)  # durable_pfs off: never recorded, still unrecorded
+    off.registered(0, [reg(2)], [reg(2)], carried.append)
+    assert node.calls == [("unrecord", 2)] and not off.recording(TREE)
+    c, node, carried = Constream(), FakeNode(), []
+    c.start(0, node, True, [reg(1), reg(2, "load >")], carried.append)  # 2's saved filter no longer parses
+    c.registered(0, [reg(3, "load > 2")], [reg(1)], carried.append)
+    c.recorded(Recorded(TREE, PUBEND, 100, 200, [], [], lost=False))
+    assert node.calls == [("record", 1), ("record", 3), ("unrecord", 1)]
+    assert carried == [["recorded 1"], ["recorded 3"], ["unrecorded 1"]]  # one call's effects at a time
+    assert c.resume(0, 7, None, Checkpoint(0, {PUBEND: 150}), "nodes/#", None) == []  # a new registration
+    reads = c.resume(0, 7, reg(3), Checkpoint(0, {PUBEND: 150}), "nodes/#", parse_filter("load > 2"))
+    assert [r.registration for r in reads] == [3] and node.calls[-1] == ("await", 7)
+    assert c.pfs_answered(PfsAnswered(0, reads[0].reader, (160,), 200, 0)) == ["nacks"]
+    assert c.ticks_silenced == 3 and c.pfs_answered(PfsAnswered(0, reads[0].reader, (), 200, 0)) == []
 
 
 # ---- the sparse catchup in the input stream ----------------------------------------------------------

@@ -13,6 +13,9 @@
 - `RemoteDelivery` (reliability/subend.py) picks each subend's share of other pubends' events;
 - `DurableSubscriptions` (durable.py) gives a durable subscription its start and registration,
   takes its acknowledgements, and saves and expires what this broker hosts;
+- `Constream` (reliability/constream.py) records in the PFS which ticks matched the durable
+  registrations it records, plans a resumed one's catchup reads, and tells the reliability node
+  both; the broker hands it the durable machine's outcomes and carries out what it returns;
 - `ClusterMember` (cluster.py) holds this broker's peer links (peers.py: one connection per pair
   of brokers), Pastry node, Scribe agent and `ReliabilityNode` (reliability/node.py), once
   `start_overlay` has been called; the runtime's inputs on peer connections go to it whole.
@@ -90,7 +93,7 @@ from tidings.core.multicast.trees import publish_trees, subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.peers import PeerLinks
-from tidings.core.registrations import Registration, Registrations
+from tidings.core.registrations import Registrations
 from tidings.core.reliability.constream import Constream, Recorded
 from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityNode
 from tidings.core.reliability.pubend import Pubend
@@ -198,7 +201,7 @@ class Broker:
         elif isinstance(inp, ReadFailed):
             self._read_failed(inp, out)
         elif isinstance(inp, PfsAnswered):
-            self._pfs_answered(inp, out)
+            self._reliability(self.constream.pfs_answered(inp), out)
         return out
 
     def next_deadline(self) -> int | None:
@@ -224,8 +227,8 @@ class Broker:
         self._reliability(self._gd().start(now, self.log.last_tick, self.registrations.held_trees), out)
         for tree, count in self.registrations.trees().items():  # away durable subscriptions hold their trees
             self.memberships.hold(tree, count)
-        for reg in self.registrations.all():  # and are recorded in the PFS (empty after a restart)
-            self._record(reg, out)
+        self.constream.start(now, self._gd(), self.config.durable_pfs, self.registrations.all(),
+                             lambda effects: self._reliability(effects, out))
         for tree in self.memberships.members:
             self._cluster_effects(self.cluster.subscribe(now, tree), out)
         self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
@@ -233,6 +236,8 @@ class Broker:
 
     def _reliability(self, effects: list[Any], out: list[Effect]) -> None:
         """Effects of the reliability node, once what they ask of Pastry and Scribe is carried out."""
+        if not effects:
+            return
         assert self.cluster is not None
         self._cluster_effects(self.cluster.settle(self.now, effects), out)
 
@@ -594,24 +599,16 @@ class Broker:
                        name: tuple[str, str] | None) -> None:
         outcome = self.durable.begin(s, checkpoint, self.memberships.tree_of[s.key], name, self._me())
         self._durable(outcome, out)
-        reg = outcome.resumed  # its catchup asks the PFS what matched it while it was away
-        if reg is not None and self.cluster is not None:
-            filter_text = "" if s.filter is None else s.filter.text
-            for read, span in self.constream.catchup(s.key, reg.number, checkpoint, s.pattern, filter_text):
-                self._gd().await_pfs(self.now, span)
-                out.append(read)
+        # a resumed one's catchup asks the PFS what matched it while it was away
+        out += self.constream.resume(self.now, s.key, outcome.resumed, checkpoint, s.pattern, s.filter)
         if DURABLE_SILENCE not in self.timers:
             self.timers.set(DURABLE_SILENCE, self.now + self.config.durable_silence_interval_ns)
 
     def _durable(self, outcome: Outcome, out: list[Effect]) -> None:
         """Carry out what the durable machine decided (core/durable.py)."""
         out += outcome.effects
-        for reg in outcome.added:
-            self._record(reg, out)
-        for reg in outcome.dropped:
-            out += self.constream.remove(reg.number)
-            if self.cluster is not None:
-                self._reliability(self._gd().unrecord(self.now, reg.tree, reg.number), out)
+        self.constream.registered(self.now, outcome.added, outcome.dropped,
+                                  lambda effects: self._reliability(effects, out))
         for tree in outcome.gone:
             self._member_gone(tree, out)
         for home in outcome.moved:
@@ -620,26 +617,7 @@ class Broker:
     def _durable_save(self, now: int, wall_us: int, out: list[Effect]) -> None:
         self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
         self._durable(self.durable.save(wall_us, self._gd().source.held_trees()), out)
-        out += self.constream.chop(lambda number: None if (r := self.registrations.get(number)) is None else r.released)
-
-    def _record(self, reg: Registration, out: list[Effect]) -> None:
-        """Registration `reg` is recorded in the PFS from now on (its filter parsed when it was saved)."""
-        if self.cluster is None or not self.config.durable_pfs:
-            return
-        try:
-            flt = parse_filter(reg.filter) if reg.filter else None
-        except TidingsError:
-            return  # (saved by a broker that parsed it): not recorded, its catchup refilters
-        self.constream.add(reg.tree, reg.number, reg.pattern, flt)
-        self._reliability(self._gd().record(self.now, reg.tree, reg.number, reg.pattern, reg.filter), out)
-
-    def _pfs_answered(self, inp: PfsAnswered, out: list[Effect]) -> None:
-        """A catchup's PFS read: the ticks that did not match it are not fetched."""
-        answered = self.constream.answered(inp)
-        if answered is not None and self.cluster is not None:
-            silenced, effects = self._gd().pfs_answered(inp.now, *answered)
-            self.constream.ticks_silenced += silenced
-            self._reliability(effects, out)
+        out += self.constream.chop(self.registrations.get)
 
     def _durable_silence(self, now: int, out: list[Effect]) -> None:
         durable = [s for s in self.subends.values() if s.durable]

@@ -25,20 +25,31 @@ read fails, the catchup nacks everything after T, as before (correct, only slowe
 
 Chopping: at each durable save, a stream's records at or below the smallest released tick of its
 tree's registrations go (`PfsChop`); a tree without registrations loses its streams.
+
+The reliability node (node.py) is this machine's only partner, once the broker is in an overlay
+(`start`). Which registrations are recorded is decided here: all of them, with `durable_pfs`, but
+for one whose saved filter no longer parses (its catchup refilters). This machine tells the node
+what it decided (`record`, `unrecord`, `await_pfs`, `pfs_answered`), and hands each of the node's
+answers to the broker's `carry_out` before the next call, so that a `Recorded` piece it causes is
+back here before the next registration is added (its coverage starts after that piece). Outside an
+overlay nothing is recorded, and nothing is asked of a node.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from tidings.core.channels import pattern_matches
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.effects import PfsAppend, PfsChop, ReadPfs
+from tidings.core.errors import TidingsError
 from tidings.core.event import record_routing_fields
-from tidings.core.filters import Filter
+from tidings.core.filters import Filter, parse_filter
 from tidings.core.inputs import PfsAnswered
+from tidings.core.registrations import Registration
 
 READ_TICKS_MAX = 10_000  # matched ticks one catchup read returns (after the last, its span is fetched whole)
 READS_MAX = 1024  # reads in flight
@@ -71,6 +82,18 @@ class Catchup:
     ticks: tuple[int, ...]
 
 
+class PfsNode(Protocol):
+    """What this machine tells the reliability node (node.py, its PFS consumer and catchups)."""
+
+    def record(self, now: int, tree: str, registration: int, pattern: str, filter_text: str) -> list[Any]: ...
+
+    def unrecord(self, now: int, tree: str, registration: int) -> list[Any]: ...
+
+    def await_pfs(self, now: int, span: Catchup) -> None: ...
+
+    def pfs_answered(self, now: int, span: Catchup, answer: Catchup | None) -> tuple[int, list[Any]]: ...
+
+
 @dataclass(slots=True)
 class _Coverage:
     through: int  # every tick up to here was recorded
@@ -88,6 +111,8 @@ class _Member:
 @dataclass(slots=True)
 class Constream:
     read_ticks_max: int = READ_TICKS_MAX
+    node: PfsNode | None = None  # the reliability node, once the broker is in an overlay
+    enabled: bool = False  # registrations are recorded (durable_pfs)
     _members: dict[int, _Member] = field(default_factory=dict)
     _trees: dict[str, set[int]] = field(default_factory=dict)
     _coverage: dict[tuple[str, str], _Coverage] = field(default_factory=dict)
@@ -104,6 +129,54 @@ class Constream:
 
     def recording(self, tree: str) -> bool:
         return tree in self._trees
+
+    # ---- with the reliability node: the broker's calls ---------------------------------------------
+
+    def start(self, now: int, node: PfsNode, enabled: bool, registrations: Iterable[Registration],
+              carry_out: Callable[[list[Any]], None]) -> None:
+        """The broker joined an overlay with `node`; with `enabled` (durable_pfs) its saved
+        `registrations` are recorded from now on (the PFS is empty after a restart)."""
+        self.node, self.enabled = node, enabled
+        self.registered(now, registrations, (), carry_out)
+
+    def registered(self, now: int, added: Iterable[Registration], dropped: Iterable[Registration],
+                   carry_out: Callable[[list[Any]], None]) -> None:
+        """Registrations `added` are recorded from now on (those this broker records), `dropped`
+        no longer are. The node's effects and the chops go to `carry_out`, one call's at a time."""
+        if self.node is None:
+            return
+        for reg in added if self.enabled else ():
+            try:
+                flt = parse_filter(reg.filter) if reg.filter else None
+            except TidingsError:
+                continue  # (saved by a broker that parsed it): not recorded, its catchup refilters
+            self.add(reg.tree, reg.number, reg.pattern, flt)
+            carry_out(self.node.record(now, reg.tree, reg.number, reg.pattern, reg.filter))
+        for reg in dropped:
+            carry_out([*self.remove(reg.number), *self.node.unrecord(now, reg.tree, reg.number)])
+
+    def resume(self, now: int, key: int, registration: Registration | None, start: Checkpoint, pattern: str,
+               flt: Filter | None) -> list[ReadPfs]:
+        """Local subscription `key` resumed `registration` (None: it made a new one) from `start`:
+        the PFS reads its catchup waits on (`catchup`), the node told to wait for them."""
+        if registration is None or self.node is None:
+            return []
+        out: list[ReadPfs] = []
+        for read, span in self.catchup(key, registration.number, start, pattern, "" if flt is None else flt.text):
+            self.node.await_pfs(now, span)
+            out.append(read)
+        return out
+
+    def pfs_answered(self, inp: PfsAnswered) -> list[Any]:
+        """A catchup's PFS read: the node fetches only the ticks that matched it (its effects)."""
+        answered = self.answered(inp)
+        if answered is None or self.node is None:
+            return []
+        silenced, effects = self.node.pfs_answered(inp.now, *answered)
+        self.ticks_silenced += silenced
+        return effects
+
+    # ---- the data: registrations, records, reads ---------------------------------------------------
 
     def add(self, tree: str, registration: int, pattern: str, flt: Filter | None) -> None:
         """Registration `registration` of `tree` is recorded from where each stream is now."""
@@ -206,11 +279,12 @@ class Constream:
         return span, Catchup(span.key, span.tree, span.pubend, after, inp.through,
                              tuple(t for t in inp.ticks if t > after))
 
-    def chop(self, released: Callable[[int], Checkpoint | None]) -> list[PfsChop]:
-        """Records every registration of a stream's tree released may go."""
+    def chop(self, registration: Callable[[int], Registration | None]) -> list[PfsChop]:
+        """Records every registration of a stream's tree released may go (`registration`: the
+        registration of a number, None when it ended)."""
         out: list[PfsChop] = []
         for (tree, pubend), cov in self._coverage.items():
-            points = [0 if (r := released(reg)) is None else r.positions.get(pubend, r.default)
+            points = [0 if (r := registration(reg)) is None else r.released.positions.get(pubend, r.released.default)
                       for reg in self._trees.get(tree, ())]
             point = min(points, default=0)
             if point > cov.chopped:
