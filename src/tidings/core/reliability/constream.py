@@ -42,12 +42,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tidings.core.channels import pattern_matches
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.effects import PfsAppend, PfsChop, ReadPfs
 from tidings.core.errors import TidingsError
 from tidings.core.event import record_routing_fields
 from tidings.core.filters import Filter, parse_filter
+from tidings.core.filters.index import SubscriptionIndex
 from tidings.core.inputs import PfsAnswered
 from tidings.core.registrations import Registration
 
@@ -114,7 +114,8 @@ class Constream:
     node: PfsNode | None = None  # the reliability node, once the broker is in an overlay
     enabled: bool = False  # registrations are recorded (durable_pfs)
     _members: dict[int, _Member] = field(default_factory=dict)
-    _trees: dict[str, set[int]] = field(default_factory=dict)
+    _trees: dict[str, dict[int, None]] = field(default_factory=dict)  # tree -> its registrations, in order
+    _index: dict[str, SubscriptionIndex] = field(default_factory=dict)  # tree -> which registrations an event matches
     _coverage: dict[tuple[str, str], _Coverage] = field(default_factory=dict)
     _reads: dict[int, Catchup] = field(default_factory=dict)  # reader -> the span its catchup waits on
     _next_reader: int = 0
@@ -183,7 +184,8 @@ class Constream:
         if registration in self._members:
             return
         self._members[registration] = _Member(tree, pattern, flt)
-        self._trees.setdefault(tree, set()).add(registration)
+        self._trees.setdefault(tree, {})[registration] = None
+        self._index.setdefault(tree, SubscriptionIndex()).add(registration, pattern, flt)
         for (t, _), cov in self._coverage.items():
             if t == tree:
                 cov.since[registration] = cov.through
@@ -194,7 +196,8 @@ class Constream:
         if member is None:
             return []
         regs = self._trees[member.tree]
-        regs.discard(registration)
+        del regs[registration]
+        self._index[member.tree].remove(registration)
         out: list[PfsChop] = []
         for key in [k for k in self._coverage if k[0] == member.tree]:
             self._coverage[key].since.pop(registration, None)
@@ -202,7 +205,7 @@ class Constream:
                 del self._coverage[key]
                 out.append(PfsChop(self.stream(*key), None))
         if not regs:
-            del self._trees[member.tree]
+            del self._trees[member.tree], self._index[member.tree]
         return out
 
     def recorded(self, rec: Recorded) -> list[PfsAppend]:
@@ -223,7 +226,7 @@ class Constream:
             cov.through = max(cov.through, rec.through)
             return []
         entries: list[tuple[int, list[int]]] = []
-        members = [(r, self._members[r]) for r in regs]  # (a record's ids are sorted as it is written)
+        match = self._index[rec.tree].match  # (ids ascending, as a record's are written)
         for tick, record in zip(rec.ticks, rec.records, strict=True):
             if tick <= cov.through:
                 continue  # recorded already (a rewound consumer)
@@ -231,8 +234,7 @@ class Constream:
             if fields is None or fields[0] != rec.pubend:
                 continue  # never delivered to anyone (subend.py): a match for nobody
             _, channel, attributes = fields
-            matched = [r for r, m in members
-                       if pattern_matches(m.pattern, channel) and (m.filter is None or m.filter.matches(attributes))]
+            matched = match(channel, attributes)
             if matched:
                 entries.append((tick, matched))
         if rec.through <= cov.through:
