@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from tests.unit.test_nack_repeat import gapped
-from tests.unit.test_reliability_filtering import PUBEND, TREE, knowledge, node
+from tests.unit.test_reliability_filtering import PUBEND, TREE, knowledge, node, peer_messages
 from tidings.core.config import BrokerConfig
-from tidings.core.overlay.envelope import PeerSend
 from tidings.core.reliability import messages
 
 MS = 1_000_000
@@ -20,13 +19,7 @@ GCT = BrokerConfig().gap_curiosity_ns
 
 
 def nacks(effects: list[Any]) -> list[messages.Nack]:
-    out = []
-    for e in effects:
-        if type(e) is PeerSend and e.message[0] == messages.NACK:
-            decoded = messages.decode(e.message)
-            assert type(decoded) is messages.Nack
-            out.append(decoded)
-    return out
+    return peer_messages(effects, messages.NACK, messages.Nack)
 
 
 def first_nack(gd: Any, effects: list[Any], end: int) -> tuple[int, messages.Nack] | None:

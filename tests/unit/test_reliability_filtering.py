@@ -82,14 +82,19 @@ def sent_to(effects: list[Any], child: str) -> list[messages.Knowledge]:
     return [e[2] for e in effects if type(e) is tuple and e[1] == child]
 
 
-def summaries(effects: list[Any]) -> list[messages.SummaryUpdate]:
+def peer_messages(effects: list[Any], code: int, kind: type) -> list[Any]:
+    """The messages of type `code` (decoded, each a `kind`) among `effects`' PeerSends."""
     out = []
     for e in effects:
-        if type(e) is PeerSend and e.message[0] == messages.SUMMARY:
+        if type(e) is PeerSend and e.message[0] == code:
             decoded = messages.decode(e.message)
-            assert type(decoded) is messages.SummaryUpdate
+            assert type(decoded) is kind
             out.append(decoded)
     return out
+
+
+def summaries(effects: list[Any]) -> list[messages.SummaryUpdate]:
+    return peer_messages(effects, messages.SUMMARY, messages.SummaryUpdate)
 
 
 def delivered(effects: list[Any], key: int) -> list[int]:
