@@ -94,6 +94,8 @@ class ReliabilityConfig:
     max_retain_us: int = 24 * 3600 * 1_000_000  # early release: older ticks go even if a durable subscriber is away
     release_hold_ns: int = 300 * 1_000_000_000  # a child that left holds release at its last value this long
     nack_merge_ticks: int = 100_000  # a durable catchup fetches matching ticks this close as one range
+    retransmit_window_bytes: int = 4 * 1024 * 1024  # a tree's nack answers in flight beyond its root's ack
+    retransmit_wait_ns: int = 200 * 1_000_000  # a window its root's acks have not moved this long starts again
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +191,8 @@ class ReliabilityNode:
         self.released = self.delivered = 0  # this pubend's Tr and Td when last computed (release.py)
         self.source = Source(pubend_id, me.address, SourceConfig(
             config.silence_interval_ns, config.stream_idle_ns, config.recovery_ns, config.read_bytes_max,
-            config.reads_max, config.trees_max, config.knowledge_bytes_max, config.release_hold_ns), trees_of,
+            config.reads_max, config.trees_max, config.knowledge_bytes_max, config.release_hold_ns,
+            config.retransmit_window_bytes, config.retransmit_wait_ns), trees_of,
             scribe.told_empty)
         self._limits = StreamLimits(config.stream_cache_bytes_max, config.nack_ranges_max,
                                     config.nack_range_ticks_max, config.knowledge_bytes_max, config.nack_merge_ticks)
@@ -278,8 +281,11 @@ class ReliabilityNode:
         if knowledge.records and not knowledge.retransmit:
             self._count_unwanted(tree, t, knowledge.records)
         if moved:
-            if ist.nack_ns is not None:  # the answer to a nack: a round-trip sample, and NRT from it
+            if ist.nack_ns is not None and (ist.moved_ns is None or ist.moved_ns < ist.nack_ns):
+                # the first answer to a nack: a round-trip sample, and NRT from it (the rest of a
+                # long answer arrives later, by how long it is, not by the round trip)
                 ist.nack_interval_ns = self._round_trip(upstream, now - ist.nack_ns)
+            ist.moved_ns = now
             out += self._push(now, t, ist)
         elif knowledge.through <= ist.acked_sent:  # our ack may have been lost
             self._ack(upstream, tree, ist.pubend, ist.acked_sent, max(0, ist.released_sent),
@@ -406,11 +412,15 @@ class ReliabilityNode:
         """Acknowledge what all consumers have, with the release point below, and watch the gaps."""
         released, delivered = ist.release_points(now, self._held(ist.tree, ist.pubend))
         point = ist.ack_point()
-        if ist.upstream is not None and (point > ist.acked_sent or released != ist.released_sent
+        # a consumer went back (a catchup, a child's nack): its progress is acknowledged again, below
+        # what was acknowledged before, so that the pubend can pace its answer (source.py)
+        ist.point_sent = min(ist.point_sent, point)
+        if ist.upstream is not None and (point > ist.point_sent or released != ist.released_sent
                                          or delivered != ist.delivered_sent):
             ist.acked_sent = max(point, ist.acked_sent)
+            ist.point_sent = point
             ist.released_sent, ist.delivered_sent = released, delivered
-            self._ack(ist.upstream, ist.tree, ist.pubend, ist.acked_sent, released, delivered)
+            self._ack(ist.upstream, ist.tree, ist.pubend, point, released, delivered)
         ist.bound_cache()
         ist.bound_memory()
         key = GapTimer(ist.tree, ist.pubend)
@@ -733,7 +743,8 @@ class ReliabilityNode:
                     ist.acked(sender, stream.through, stream.released, stream.delivered)
                     self._after_change(now, ist)
                 elif stream.pubend == self.pubend_id:
-                    self.source.acked(now, stream.tree, stream.through, sender, stream.released, stream.delivered)
+                    out += self._source(now, self.source.acked(now, stream.tree, stream.through, sender,
+                                                               stream.released, stream.delivered))
         elif type(decoded) is messages.Nack:
             out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
         elif type(decoded) is messages.Knowledge:  # straight from a pubend that takes us for the root
@@ -766,7 +777,7 @@ class ReliabilityNode:
             return out
         if pubend == self.pubend_id:
             synced, log = self._pubend_state()
-            return self._source(now, self.source.nacked(tree, ranges, synced, log, sender))
+            return self._source(now, self.source.nacked(now, tree, ranges, synced, log, sender))
         return []
 
     def _istream(self, tree: str, pubend: str) -> Istream | None:
@@ -828,8 +839,10 @@ class ReliabilityNode:
             self.timers.set(key, now + interval)  # repairing: ask once the tree has a parent again
             return []
         # NRT is counted from when the curiosity was last cleared, not from the last nack: gaps that
-        # keep appearing beyond an old one are nacked at once, and must not keep the old one quiet
-        if ist.curious_ns is None or now - ist.curious_ns >= interval:
+        # keep appearing beyond an old one are nacked at once, and must not keep the old one quiet.
+        # Nor while the horizon moves: a nack's answer is arriving (a long one takes seconds), and
+        # asking again would have the pubend read and send it twice
+        if ist.curious_ns is None or now - max(ist.curious_ns, ist.moved_ns or 0) >= interval:
             ist.forget_curiosity()  # a new gap, or NRT passed: nack the same ticks again
             if ist.curious_ns is not None:  # unanswered for NRT
                 ist.nack_interval_ns = self._repeat_interval(ist, interval)
