@@ -1,4 +1,5 @@
-"""How often an unanswered nack is repeated (NRT): backing off only while upstream is silent.
+"""How often an unanswered nack is repeated (NRT): backing off only while upstream is silent;
+and how a long answer is paced (acks that report a catchup's progress, congested links).
 
 A parent that keeps sending knowledge of a stream while a nack of it goes unanswered is alive: the
 nack or its answer was lost, and the nack is repeated at the round-trip estimate. A parent that
@@ -10,10 +11,13 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from tests.unit.test_reliability_filtering import TREE, knowledge, node, record
+from tests.unit.test_reliability_filtering import TREE, Scribe, knowledge, node, record, sent_to
 from tidings.core.config import BrokerConfig
+from tidings.core.inputs import LogState
 from tidings.core.overlay.envelope import PeerSend
+from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
+from tidings.core.reliability.node import ReliabilityNode
 
 MS = 1_000_000
 
@@ -131,3 +135,20 @@ def test_a_catchup_below_what_was_acknowledged_acknowledges_its_progress_from_th
                                                        None), "parent")
         progress += acks_to(out, "parent")
     assert progress == [300, 500, 700, 900]
+
+
+def test_a_child_whose_link_is_congested_is_sent_nothing_until_it_drains() -> None:
+    """A peer link's queue is bounded (past it messages are dropped): a retransmission pushed into
+    a congested link would be dropped and nacked again, so the child waits, and gets it all once
+    the link drains."""
+    congested = {"c"}
+    scribe = Scribe("parent", ["c"])
+    gd = ReliabilityNode(NodeRef(1, "f"), "p-f", BrokerConfig().reliability_config(), scribe,  # type: ignore[arg-type]
+                         lambda channel: [TREE], lambda: (0, LogState()), congested=congested.__contains__)
+    gd.child_added(0, TREE, "c", [0, []])
+    out = gd.event_arrived(0, TREE, knowledge(0, 100, {50: record(50, "nodes/a")}, None), "parent")
+    assert sent_to(out, "c") == []
+    assert gd.link_drained(1, "c") == []  # (a spurious drain: still congested, nothing sent)
+    congested.clear()
+    out = gd.link_drained(2, "c")
+    assert [(k.after, k.through, k.ticks) for k in sent_to(out, "c")] == [(0, 100, (50,))]

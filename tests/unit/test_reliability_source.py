@@ -183,3 +183,17 @@ def test_a_repeated_nack_rereads_only_what_the_read_answering_it_has_sent_so_far
     again = src.nacked(2, "a", ((40, 1200),), synced=10_000, log=log)
     assert reads(again) == [(40, 100), (1000, 1200)]
     assert src.status()["nack_ticks_in_flight"] == 900
+
+
+def test_a_nacks_first_range_is_read_even_when_the_window_is_full():
+    """The root's horizon stands at the first range it nacks: its acks cannot move before that is
+    answered, so waiting for them would wait for nothing."""
+    src = windowed(window_bytes=100)
+    log = LogState(last_tick=20_000, first_tick=1)
+    (read,) = src.nacked(0, "a", ((0, 10_000),), synced=20_000, log=log)
+    src.log_read(1, read.reader, [(t, record(t, "a")) for t in range(1, 101)], log)  # the window is full
+    (other,) = src.nacked(2, "b", ((0, 50),), synced=20_000, log=log)  # another tree has its own window
+    assert (other.after, other.through) == (0, 50)
+    again = src.nacked(3, "a", ((10_000, 10_040), (10_060, 10_080)), synced=20_000, log=log)
+    assert reads(again) == [(10_000, 10_040)]  # the second range waits for the window
+    assert src.status()["reads"] == 4  # a's waiting continuation and second range, and one each out

@@ -180,8 +180,10 @@ class MovedAway:
 class ReliabilityNode:
     def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, scribe: ScribeAgent,
                  trees_of: Callable[[str], list[str]], pubend_state: PubendState,
-                 held: Held = lambda tree, pubend: None) -> None:
+                 held: Held = lambda tree, pubend: None,
+                 congested: Callable[[str], bool] = lambda address: False) -> None:
         self.me = me
+        self._congested = congested  # the peer link to this address is past its high-water mark
         self.pubend_id = pubend_id
         self.config = config
         self.scribe = scribe
@@ -351,6 +353,8 @@ class ReliabilityNode:
         groups: dict[int, list[int]] = {}
         for key, consumer in ist.consumers.items():
             if type(key) is str:
+                if self._congested(key):  # its link's queue is bounded: what it took now would be dropped and
+                    continue              # nacked again; it is sent once the link drains (link_drained)
                 epoch, summary = t.children.get(key, (None, EVERYTHING)) if self.config.filtering else (None, None)
                 stamp = None if summary is None else epoch
                 checked = None if whole_tree(summary, ist.tree) else summary
@@ -685,6 +689,17 @@ class ReliabilityNode:
         out = self._push(now, t, ist)
         self._after_change(now, ist)
         return silenced, self._flush(now, out)
+
+    def link_drained(self, now: int, address: str) -> list[Any]:
+        """The peer link to `address` took what it held: send that child what it was held back."""
+        out: list[Any] = []
+        for t in self.trees.values():
+            for ist in t.istreams.values():
+                consumer = ist.consumers.get(address)
+                if consumer is not None and consumer.sent_through < ist.horizon:
+                    out += self._push(now, t, ist)
+                    self._after_change(now, ist)
+        return self._flush(now, out)
 
     def local_flow(self, now: int, key: int, tree: str, blocked: bool) -> list[Any]:
         t = self.trees.get(tree)
