@@ -160,16 +160,21 @@ def test_a_long_answer_reads_on_only_as_the_roots_acks_make_room_in_the_window()
 
 def test_a_window_the_roots_acks_do_not_move_starts_again_after_the_wait():
     """The root's ack point may be held below the answer by another consumer (a second catchup,
-    a slow child), or the root may be gone: its acks then say nothing of the answer, which goes on
-    a window per `retransmit_wait_ns` instead of stalling."""
+    a slow child): its acks then say nothing of the answer, which goes on a window per
+    `retransmit_wait_ns` instead of stalling. A root that sends no ack at all is only slow (its
+    subscriber's connection is full): its window waits ten times longer (it may be gone)."""
     src = windowed(window_bytes=100)
     log = LogState(last_tick=10_000, first_tick=1)
     (read,) = src.nacked(0, "a", ((1000, 10_000),), synced=10_000, log=log)
     assert reads(src.log_read(1, read.reader, [(t, record(t, "a")) for t in range(1001, 1011)], log)) == []
-    assert reads(src.acked(300, "a", 500, "root:7", 0, 0)) == []  # held below the answer
+    assert reads(src.acked(100, "a", 500, "root:7", 0, 0)) == []  # held below the answer
     assert reads(src.silence(400, 10_000)) == []
     assert reads(src.silence(600, 10_000)) == [(1010, 10_000)]
     assert src.status()["windows_restarted"] == 1
+    (read,) = src.nacked(700, "b", ((1000, 10_000),), synced=10_000, log=log)
+    assert reads(src.log_read(701, read.reader, [(t, record(t, "b")) for t in range(1001, 1011)], log)) == []
+    assert reads(src.silence(1300, 10_000)) == []  # no ack at all: slow, not held
+    assert reads(src.silence(5700, 10_000)) == [(1010, 10_000)]
 
 
 def test_a_repeated_nack_rereads_only_what_the_read_answering_it_has_sent_so_far():

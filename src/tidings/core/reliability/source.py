@@ -42,10 +42,13 @@ whose drops are gaps nacked (and read) again. So each tree's answers keep at mos
 root has acknowledged since the first of them was read: a read that would go past it waits
 (parked, still counted in `reads_max`) until the root's ACKs move on. The root acks only what all
 below it have, so this is end to end; a root whose consumer went back for the answer acks its
-progress from there (istream.py), below the stream's earlier acks. A window the root's ACKs have
-not moved for `retransmit_wait_ns` starts again empty: the root is gone, or another consumer of
-the tree holds its ack point below the answer, and its ACKs say nothing of it (the answer then
-goes on a window per wait, never stalls). A nack of ticks a read of the tree is already
+progress from there (istream.py), below the stream's earlier acks. A window that ACKs came for
+without moving it for `retransmit_wait_ns` starts again empty: another consumer of the tree holds
+the root's ack point below the answer, and its ACKs say nothing of it (the answer then goes on a
+window per wait, never stalls); one that no ACK came for in ten times that starts again too (the
+root may be gone). A nack's first range is read at once (the root's acks cannot move before it is
+answered), and what was sent past its start no longer counts as in flight (it was lost, or it
+waits at the root behind that range). A nack of ticks a read of the tree is already
 answering asks only for what that read has sent so far (it may have been lost): the rest is on its
 way, and is not read twice.
 
@@ -74,6 +77,7 @@ from tidings.core.reliability.messages import Knowledge as KnowledgeMessage
 from tidings.core.reliability.ticks import TICK_MAX
 
 MICROSECOND_NS = 1000
+STALLED_WAITS = 10  # a window no ack came for this many retransmit_wait_ns starts again
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +143,14 @@ class _Window:
     sent: list[tuple[int, int]]
     bytes: int = 0
     reading: int = 0  # reads of the tree out (each may return read_bytes_max)
+    held_ns: int | None = None  # when an ack came that did not move the window, since it last moved
 
     def ack(self, now: int, through: int) -> None:
         if through <= self.acked:  # (the root's acks are its ack point: lower while a catchup is below it)
+            if self.held_ns is None:
+                self.held_ns = now
             return
-        self.acked, self.acked_ns = through, now
+        self.acked, self.acked_ns, self.held_ns = through, now, None
         done = 0
         for tick, size in self.sent:
             if tick > through:
@@ -482,10 +489,15 @@ class Source:
         return window.bytes + window.reading * self.config.read_bytes_max < self.config.retransmit_window_bytes
 
     def _resume(self, now: int, tree: str, window: _Window) -> list[SourceEffect]:
-        """The parked reads of `tree` the window has room for now, oldest first; a window the
-        root's acks have not moved for `retransmit_wait_ns` is emptied first."""
-        if now - window.acked_ns >= self.config.retransmit_wait_ns and window.sent:
-            window.sent, window.bytes, window.acked_ns = [], 0, now
+        """The parked reads of `tree` the window has room for now, the lowest first; a window the
+        root's acks have not moved for `retransmit_wait_ns` though they came (the ack point is
+        held below the answer), or that heard nothing for ten times that (the root may be gone), is
+        emptied first. (A root that is only slow, its subscriber's connection full, sends no ack.)"""
+        stalled = now - window.acked_ns
+        wait = self.config.retransmit_wait_ns
+        held = window.held_ns is not None and now - window.held_ns >= wait
+        if window.sent and stalled >= wait and (held or stalled >= STALLED_WAITS * wait):
+            window.sent, window.bytes, window.acked_ns, window.held_ns = [], 0, now, None
             self.windows_restarted += 1
         out: list[SourceEffect] = []
         parked = sorted((r.after, reader) for reader, r in self._reads.items() if r.parked and r.tree == tree)
