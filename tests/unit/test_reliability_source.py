@@ -202,3 +202,18 @@ def test_a_nacks_first_range_is_read_even_when_the_window_is_full():
     again = src.nacked(3, "a", ((10_000, 10_040), (10_060, 10_080)), synced=20_000, log=log)
     assert reads(again) == [(10_000, 10_040)]  # the second range waits for the window
     assert src.status()["reads"] == 4  # a's waiting continuation and second range, and one each out
+
+
+def test_an_answer_waits_while_the_link_to_the_root_is_congested():
+    """Past its send buffer's high-water mark a peer link queues, boundedly, and drops: an answer
+    read into it would be nacked again, so the next read waits for the link to drain."""
+    congested = {"root:7"}
+    src = Source("p", "me:1", CONFIG, lambda channel: [channel, "#"], congested=congested.__contains__)
+    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    src.acked(0, "a", 5, "root:7", 5, 5)  # the root the answers go straight to
+    log = LogState(last_tick=10_000, first_tick=1)
+    (read,) = src.nacked(1, "a", ((0, 10_000),), synced=10_000, log=log, asker="root:7")  # the first, at once
+    assert reads(src.log_read(2, read.reader, [(t, record(t, "a")) for t in range(1, 11)], log)) == []
+    assert src.link_drained(3) == []
+    congested.clear()
+    assert reads(src.link_drained(4)) == [(10, 10_000)]

@@ -195,7 +195,7 @@ class ReliabilityNode:
             config.silence_interval_ns, config.stream_idle_ns, config.recovery_ns, config.read_bytes_max,
             config.reads_max, config.trees_max, config.knowledge_bytes_max, config.release_hold_ns,
             config.retransmit_window_bytes, config.retransmit_wait_ns), trees_of,
-            scribe.told_empty)
+            scribe.told_empty, congested)
         self._limits = StreamLimits(config.stream_cache_bytes_max, config.nack_ranges_max,
                                     config.nack_range_ticks_max, config.knowledge_bytes_max, config.nack_merge_ticks)
         self.trees: dict[str, _Tree] = {}
@@ -691,8 +691,9 @@ class ReliabilityNode:
         return silenced, self._flush(now, out)
 
     def link_drained(self, now: int, address: str) -> list[Any]:
-        """The peer link to `address` took what it held: send that child what it was held back."""
-        out: list[Any] = []
+        """The peer link to `address` took what it held: send that child what it was held back, and
+        read on for the nacks answered to it."""
+        out: list[Any] = self._source(now, self.source.link_drained(now))
         for t in self.trees.values():
             for ist in t.istreams.values():
                 consumer = ist.consumers.get(address)

@@ -46,7 +46,9 @@ progress from there (istream.py), below the stream's earlier acks. A window that
 without moving it for `retransmit_wait_ns` starts again empty: another consumer of the tree holds
 the root's ack point below the answer, and its ACKs say nothing of it (the answer then goes on a
 window per wait, never stalls); one that no ACK came for in ten times that starts again too (the
-root may be gone). A nack's first range is read at once (the root's acks cannot move before it is
+root may be gone). No read goes while the peer link to the root it answers is congested (past its
+send buffer's high-water mark: what it is sent waits in the link's bounded queue, and past it is
+dropped); it goes when the link drains. A nack's first range is read at once (the root's acks cannot move before it is
 answered), and what was sent past its start no longer counts as in flight (it was lost, or it
 waits at the root behind that range). A nack of ticks a read of the tree is already
 answering asks only for what that read has sent so far (it may have been lost): the rest is on its
@@ -173,8 +175,10 @@ class Source:
     `empty(now, tree)` says whether the tree's root said it has no members (Scribe's TREE_EMPTY)."""
 
     def __init__(self, pubend_id: str, address: str, config: SourceConfig, trees_of: Callable[[str], list[str]],
-                 empty: Callable[[int, str], bool] = lambda now, tree: False) -> None:
+                 empty: Callable[[int, str], bool] = lambda now, tree: False,
+                 congested: Callable[[str], bool] = lambda address: False) -> None:
         self.pubend_id = pubend_id
+        self._congested = congested  # the peer link to this root is past its high-water mark
         self.address = address
         self.config = config
         self._trees_of = trees_of
@@ -478,14 +482,17 @@ class Source:
             window = self._windows.get(tree)
             if window is None:
                 window = self._windows[tree] = _Window(after, now, [])
-            if not urgent and not self._room(window):
+            if not urgent and not self._room(window, asker):
                 read.parked = True
                 self.reads_parked += 1
                 return []
             window.reading += 1
         return [ReadLog(self._next_reader, after, through, self.config.read_bytes_max)]
 
-    def _room(self, window: _Window) -> bool:
+    def _room(self, window: _Window, asker: str | None) -> bool:
+        """Another read of the tree may go (to `asker`, when the answer goes straight to it)."""
+        if asker is not None and self._congested(asker):
+            return False  # its link's queue is bounded: the answer would be dropped there, and nacked again
         return window.bytes + window.reading * self.config.read_bytes_max < self.config.retransmit_window_bytes
 
     def _resume(self, now: int, tree: str, window: _Window) -> list[SourceEffect]:
@@ -502,9 +509,9 @@ class Source:
         out: list[SourceEffect] = []
         parked = sorted((r.after, reader) for reader, r in self._reads.items() if r.parked and r.tree == tree)
         for _, reader in parked:  # the lowest first: the root's acks move only from there
-            if not self._room(window):
-                break
             read = self._reads[reader]
+            if not self._room(window, read.asker):
+                break
             read.parked = False
             window.reading += 1
             out.append(ReadLog(reader, read.after, read.through, self.config.read_bytes_max))
@@ -546,6 +553,13 @@ class Source:
             out += self._read(now, read.tree, through, read.through, read.asker)
         else:
             self._read_done(read.tree)
+        return out
+
+    def link_drained(self, now: int) -> list[SourceEffect]:
+        """A peer link took what it held: reads that waited for it may go."""
+        out: list[SourceEffect] = []
+        for tree, window in self._windows.items():
+            out += self._resume(now, tree, window)
         return out
 
     def read_failed(self, reader: int) -> None:
