@@ -12,7 +12,13 @@ subscription's pattern and filter.
 Upstream, it sends ACK (consolidated per upstream broker within one input) and NACK (after the gap
 curiosity threshold, repeated with backoff) to the parent, or from the root to the pubend's broker.
 A NACK from a child rewinds that child's stream; one for this broker's own pubend goes to the
-`Source`, which answers from the log.
+`Source`, which answers from the log, paced by the root's ACKs (source.py). A NACK is not repeated
+while its answer keeps moving the doubt horizon (a long one arrives over seconds), and only the
+first answer after it is a round-trip sample.
+
+Flow control on the peer links: a child whose link is congested (`congested`, the link's send
+buffer past its high-water mark: what it is given waits in a bounded queue, then is dropped) is
+pushed nothing; its records wait in the stream's cache, and `link_drained` sends what it is owed.
 
 Tree membership changes carry positions. A broker that joins a tree, or repairs its place in it,
 puts in its SUBSCRIBE the horizon of each pubend it has heard of and a default for the others (the
