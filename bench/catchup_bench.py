@@ -5,9 +5,13 @@
 
 tidings: 2 brokers (`tidings.testing.Cluster`, default configuration). A durable subscriber on
 broker 1 subscribes (getting its checkpoint) and goes away; the publisher fills broker 0's log with
---events events of 250 bytes (acked, fsynced); then the subscriber resumes on broker 1 from its
-checkpoint and the clock runs until it has counted every event: they come from broker 0's log
-through the tree (nacks answered by log reads), as any catch-up after a disconnection does.
+--events events of 250 bytes (acked, fsynced); the run waits until broker 1 has heard of them all
+(its stream's doubt horizon reaches broker 0's last tick, and with the PFS every record is written:
+`settle_s`), as after any absence longer than that; then the subscriber resumes on broker 1 from
+its checkpoint and the clock runs until it has counted every event: they come from broker 0's log
+through the tree (nacks answered by log reads), as any catch-up after a disconnection does. The
+brokers' counters over the catch-up (nacks, records read back, reads that waited for the
+retransmission window, peer messages dropped) go with the result.
 NATS: one nats-server with JetStream (file storage), a stream filled with the same count by acked
 publishes, then a durable push consumer with explicit acks replays it from the start.
 
@@ -89,6 +93,25 @@ def drain(end: loads.Endpoint, count: int, limit_s: float) -> tuple[float, int]:
     return time.monotonic() - t0, got
 
 
+def settled(cluster: Cluster, origin: Any, home: Any, count: int, pfs: bool) -> bool:
+    """`home` knows every tick of `origin`'s log (and, with the PFS, has recorded every event)."""
+    mine, theirs = cluster.status(home), cluster.status(origin)
+    if mine is None or theirs is None or theirs.get("last_tick") is None:
+        return False
+    horizons = [s["horizon"] for s in mine["delivery"]["istreams"] if s["pubend"] == theirs["pubend"]]
+    return bool(horizons) and horizons[0] >= theirs["last_tick"] and (not pfs or mine["pfs_records_written"] >= count)
+
+
+def counters(cluster: Cluster, origin: Any, home: Any) -> dict[str, int]:
+    """The brokers' counters that tell what a catch-up cost."""
+    o, h = cluster.status(origin) or {}, cluster.status(home) or {}
+    source = o.get("delivery", {}).get("source", {})
+    out = {k: source.get(k, 0) for k in ("nacks_received", "records_read", "reads_parked", "nack_ticks_in_flight")}
+    out["nacks_sent_home"] = h.get("delivery", {}).get("nacks_sent", 0)
+    out["peer_dropped"] = sum(p.get("dropped", 0) for s in (o, h) for p in s.get("peers", []))
+    return out
+
+
 def tidings_round(count: int, limit_s: float, pfs: bool = True) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="catchup-") as tmp, \
             Cluster(Path(tmp), 2, None if pfs else {"durable_pfs": False}) as cluster:
@@ -99,7 +122,11 @@ def tidings_round(count: int, limit_s: float, pfs: bool = True) -> dict[str, Any
         adapter = loads.TidingsAdapter(origin.port, True, "x", 1)
         adapter.channel = "catchup/x"
         fill_s = fill(adapter.publisher(), count, limit_s)
+        t_fill = time.monotonic()
+        cluster.wait(lambda: settled(cluster, origin, home, count, pfs), limit_s, "broker 1 to hear of every event")
+        settle_s = time.monotonic() - t_fill
         pids = {"origin": origin.pid, "home": home.pid}
+        before = counters(cluster, origin, home)
         cpu0 = gd_bench.cpu_of(pids)
         back = tidings_client.TidingsConnection(home.port, "catchup-sub")
         t0 = time.monotonic()
@@ -108,10 +135,12 @@ def tidings_round(count: int, limit_s: float, pfs: bool = True) -> dict[str, Any
         seconds, got = drain(end, count, limit_s)
         seconds = time.monotonic() - t0
         cpu = {k: (v - cpu0[k]) / 100 for k, v in gd_bench.cpu_of(pids).items()}
+        after = counters(cluster, origin, home)
         back.close()
     return {"broker": "tidings" if pfs else "tidings-no-pfs", "events": count, "received": got,
-            "fill_s": round(fill_s, 2),
-            "catchup_s": round(seconds, 2), "events_per_s": round(got / seconds), "cpu_s": cpu}
+            "fill_s": round(fill_s, 2), "settle_s": round(settle_s, 2),
+            "catchup_s": round(seconds, 2), "events_per_s": round(got / seconds), "cpu_s": cpu,
+            "counters": {k: v - before[k] for k, v in after.items()}}
 
 
 def nats_round(count: int, limit_s: float) -> dict[str, Any]:

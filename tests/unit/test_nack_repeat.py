@@ -1,4 +1,5 @@
-"""How often an unanswered nack is repeated (NRT): backing off only while upstream is silent.
+"""How often an unanswered nack is repeated (NRT): backing off only while upstream is silent;
+and how a long answer is paced (acks that report a catchup's progress, congested links).
 
 A parent that keeps sending knowledge of a stream while a nack of it goes unanswered is alive: the
 nack or its answer was lost, and the nack is repeated at the round-trip estimate. A parent that
@@ -10,10 +11,13 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from tests.unit.test_reliability_filtering import TREE, knowledge, node, record
+from tests.unit.test_reliability_filtering import TREE, Scribe, knowledge, node, record, sent_to
 from tidings.core.config import BrokerConfig
+from tidings.core.inputs import LogState
 from tidings.core.overlay.envelope import PeerSend
+from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
+from tidings.core.reliability.node import ReliabilityNode
 
 MS = 1_000_000
 
@@ -94,3 +98,73 @@ def test_an_answer_that_comes_after_repeated_nacks_does_not_stretch_nrt() -> Non
     first, second, *_ = nacks_until(gd, 10_000 * MS, None)
     assert first == 3_100 * MS + config.gap_curiosity_ns
     assert second - first == config.nack_repeat_ns_min
+
+
+def test_a_nack_is_not_repeated_while_its_answer_is_arriving() -> None:
+    """A long absence is answered over seconds (one knowledge message per log read). While the
+    answers keep moving the doubt horizon the nack is being answered: repeating it would have the
+    pubend read and send the same ticks again. Once they stop short of the gap's end (a message
+    was lost), it is repeated after NRT: the answers' arrival times, seconds after the nack, are
+    not round-trip samples that would stretch NRT towards its cap."""
+    config = BrokerConfig()
+    gd, _ = node("f", "parent", [])
+    gd.local_subscribe(0, 1, TREE, 0)
+    gd.event_arrived(0, TREE, knowledge(0, 100, {}, None), "parent")
+    gd.event_arrived(0, TREE, knowledge(20_000, 20_100, {}, None), "parent")  # a gap of (100, 20_000]
+    sent: list[int] = []
+    horizon = 100
+    now = 0
+    for step in range(1, 161):  # answers of 200 ticks every 50 ms for 3 s, then nothing more for 5 s
+        now = step * 50 * MS
+        if step <= 60:
+            gd.event_arrived(now, TREE, knowledge(horizon, horizon + 200, {horizon + 1: record(horizon + 1, "nodes/a")},
+                                                  None), "parent")
+            horizon += 200
+        deadline = gd.next_deadline()
+        while deadline is not None and deadline <= now:
+            out = gd.handle_timeout(deadline)
+            sent += [deadline for e in out if type(e) is PeerSend and e.message[0] == messages.NACK]
+            deadline = gd.next_deadline()
+    answering = [t for t in sent if t <= 3000 * MS]
+    assert len(answering) == 1  # the first nack only, for the whole gap
+    assert [t for t in sent if t > 3000 * MS]  # repeated once the answers stopped
+    assert min(t for t in sent if t > 3000 * MS) <= 3000 * MS + 2 * config.nack_repeat_ns_min
+
+
+def acks_to(effects: list[Any], upstream: str) -> list[int]:
+    return [stream.through for e in effects if type(e) is PeerSend and e.address == upstream
+            and e.message[0] == messages.ACK for stream in messages.decode(e.message).streams]
+
+
+def test_a_catchup_below_what_was_acknowledged_acknowledges_its_progress_from_there() -> None:
+    """The pubend paces its answer to a catchup's nack by the acks (source.py): a stream whose ack
+    point a catchup took back below its earlier acks must report the catchup's progress, or the
+    pubend would hear nothing of it until the catchup passed the old ack."""
+    gd, _ = node("f", "parent", [])
+    gd.local_subscribe(0, 1, TREE, 0)
+    out = gd.event_arrived(0, TREE, knowledge(0, 1000, {500: record(500, "nodes/a")}, None), "parent")
+    assert acks_to(out, "parent") == [1000]
+    gd.local_subscribe(1, 2, TREE, 100)  # a catchup from tick 100: (100, 1000] is fetched again
+    progress = []
+    for n, through in enumerate(range(300, 1001, 200)):
+        out = gd.event_arrived(10 + n, TREE, knowledge(through - 200, through, {through: record(through, "nodes/a")},
+                                                       None), "parent")
+        progress += acks_to(out, "parent")
+    assert progress == [300, 500, 700, 900]
+
+
+def test_a_child_whose_link_is_congested_is_sent_nothing_until_it_drains() -> None:
+    """A peer link's queue is bounded (past it messages are dropped): a retransmission pushed into
+    a congested link would be dropped and nacked again, so the child waits, and gets it all once
+    the link drains."""
+    congested = {"c"}
+    scribe = Scribe("parent", ["c"])
+    gd = ReliabilityNode(NodeRef(1, "f"), "p-f", BrokerConfig().reliability_config(), scribe,  # type: ignore[arg-type]
+                         lambda channel: [TREE], lambda: (0, LogState()), congested=congested.__contains__)
+    gd.child_added(0, TREE, "c", [0, []])
+    out = gd.event_arrived(0, TREE, knowledge(0, 100, {50: record(50, "nodes/a")}, None), "parent")
+    assert sent_to(out, "c") == []
+    assert gd.link_drained(1, "c") == []  # (a spurious drain: still congested, nothing sent)
+    congested.clear()
+    out = gd.link_drained(2, "c")
+    assert [(k.after, k.through, k.ticks) for k in sent_to(out, "c")] == [(0, 100, (50,))]

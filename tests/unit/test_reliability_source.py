@@ -57,7 +57,7 @@ def test_first_time_data_goes_straight_to_the_root_its_acks_came_from_until_it_m
 def test_a_nack_is_read_back_and_answered_with_exactly_the_range_read():
     src = source()
     src.published(0, [(5, "a", {}, record(5, "a"))], 5)
-    reads = src.nacked("a", ((0, 3), (3, 50)), synced=20, log=LogState(last_tick=20, first_tick=1))
+    reads = src.nacked(0, "a", ((0, 3), (3, 50)), synced=20, log=LogState(last_tick=20, first_tick=1))
     assert [(r.after, r.through) for r in reads if isinstance(r, ReadLog)] == [(0, 3), (3, 20)]
     second = [r for r in reads if isinstance(r, ReadLog)][1]
     log = LogState(last_tick=20, first_tick=1)
@@ -70,7 +70,7 @@ def test_a_nack_is_read_back_and_answered_with_exactly_the_range_read():
 def test_what_the_log_released_is_answered_as_lost_never_as_silence():
     src = source()
     log = LogState(last_tick=40, first_tick=31, released_through=30)
-    out = src.nacked("a", ((0, 10), (10, 35)), synced=40, log=log)
+    out = src.nacked(0, "a", ((0, 10), (10, 35)), synced=40, log=log)
     lost = [knowledge(e) for e in out if isinstance(e, PublishOnTree)]
     assert [(k.after, k.through, k.lost, k.ticks) for k in lost] == [(0, 30, True, ())]  # all of it, at once
     assert [(r.after, r.through) for r in out if isinstance(r, ReadLog)] == [(30, 35)]  # the rest is read
@@ -78,7 +78,7 @@ def test_what_the_log_released_is_answered_as_lost_never_as_silence():
 
 def test_ticks_before_the_first_record_are_answered_as_silence_in_one_message():
     src = source()
-    out = src.nacked("a", ((0, 60), (60, 120)), synced=10**9, log=LogState(last_tick=10**9, first_tick=5000))
+    out = src.nacked(0, "a", ((0, 60), (60, 120)), synced=10**9, log=LogState(last_tick=10**9, first_tick=5000))
     sent = [knowledge(e) for e in out if isinstance(e, PublishOnTree)]
     assert [(k.after, k.through, k.lost) for k in sent] == [(0, 4999, False)]  # beyond the 120 asked
     assert not [r for r in out if isinstance(r, ReadLog)]
@@ -86,7 +86,7 @@ def test_ticks_before_the_first_record_are_answered_as_silence_in_one_message():
 
 def test_a_read_that_finds_its_start_released_meanwhile_reports_the_loss():
     src = source()
-    (read,) = src.nacked("a", ((0, 20),), synced=20, log=LogState(last_tick=20, first_tick=1))
+    (read,) = src.nacked(0, "a", ((0, 20),), synced=20, log=LogState(last_tick=20, first_tick=1))
     assert isinstance(read, ReadLog)
     out = src.log_read(1, read.reader, [(15, record(15, "a"))], LogState(last_tick=20, released_through=12))
     sent = [knowledge(e) for e in out if isinstance(e, PublishOnTree)]
@@ -102,10 +102,10 @@ def test_past_a_trees_last_event_nacks_are_silence_without_a_read_and_a_new_stre
     first = {e.tree: knowledge(e) for e in out if isinstance(e, PublishOnTree)}
     assert (first["a"].after, first["a"].through, first["a"].ticks) == (0, 55, (50,))  # silence before it
     log = LogState(last_tick=90, first_tick=1)
-    out = src.nacked("a", ((60, 80),), synced=90, log=log)
+    out = src.nacked(0, "a", ((60, 80),), synced=90, log=log)
     assert not [e for e in out if isinstance(e, ReadLog)]
     assert [(k.after, k.through, k.ticks) for k in map(knowledge, out)] == [(60, 80, ())]
-    out = src.nacked("a", ((40, 80),), synced=90, log=log)  # only up to its last event is read
+    out = src.nacked(0, "a", ((40, 80),), synced=90, log=log)  # only up to its last event is read
     assert [(r.after, r.through) for r in out if isinstance(r, ReadLog)] == [(40, 50)]
     assert [(knowledge(e).after, knowledge(e).through) for e in out if isinstance(e, PublishOnTree)] == [(50, 80)]
 
@@ -113,7 +113,7 @@ def test_past_a_trees_last_event_nacks_are_silence_without_a_read_and_a_new_stre
 def test_what_was_logged_before_this_run_is_read_not_assumed_silent():
     src = source()
     assert len(src.recover(100)) == 1  # the tail is read to find the trees
-    out = src.nacked("a", ((50, 200),), synced=300, log=LogState(last_tick=300, first_tick=1))
+    out = src.nacked(0, "a", ((50, 200),), synced=300, log=LogState(last_tick=300, first_tick=1))
     assert [(r.after, r.through) for r in out if isinstance(r, ReadLog)] == [(50, 100)]
     assert [(knowledge(e).after, knowledge(e).through) for e in out if isinstance(e, PublishOnTree)] == [(100, 200)]
     out = src.published(1, [(150, "b", {}, record(150, "b"))], 160)  # a tree's first stream reaches back to there
@@ -130,3 +130,90 @@ def test_a_records_trees_are_those_of_its_channel_whatever_its_encoding(pubend, 
     rec = msgpack.packb([pubend, tick, channel, {}, "s", "i", b"x"])
     assert src._record_trees(rec) == [channel, "#"]
     assert src._record_trees(rec) == [channel, "#"]  # again, the same
+
+
+def windowed(window_bytes: int) -> Source:
+    config = SourceConfig(silence_interval_ns=10, stream_idle_ns=1000, recovery_ns=10**9, read_bytes_max=1 << 20,
+                          reads_max=4, trees_max=100, knowledge_bytes_max=1 << 20,
+                          retransmit_window_bytes=window_bytes, retransmit_wait_ns=500)
+    return Source("p", "me:1", config, lambda channel: [channel, "#"])
+
+
+def reads(effects: list) -> list[tuple[int, int]]:
+    return [(r.after, r.through) for r in effects if isinstance(r, ReadLog)]
+
+
+def test_a_long_answer_reads_on_only_as_the_roots_acks_make_room_in_the_window():
+    """A log read returns in microseconds what the brokers below take far longer to deliver: read
+    back to back, the answer overruns their bounded queues, and what they drop is nacked again."""
+    src = windowed(window_bytes=1000)
+    log = LogState(last_tick=10_000, first_tick=1)
+    (read,) = src.nacked(0, "a", ((0, 10_000),), synced=10_000, log=log)
+    records = [(t, record(t, "a")) for t in range(1, 101)]  # about 2,000 bytes: past the window
+    out = src.log_read(1, read.reader, records, log)
+    assert [knowledge(e).through for e in out if isinstance(e, PublishOnTree)] == [100]
+    assert reads(out) == []  # parked, not read on
+    assert src.status()["reads"] == 1 and src.status()["reads_parked"] == 1
+    assert reads(src.acked(2, "a", 60, "root:7", 0, 0)) == []  # the answer is not all acknowledged yet
+    assert reads(src.acked(3, "a", 100, "root:7", 0, 0)) == [(100, 10_000)]
+
+
+def test_a_window_the_roots_acks_do_not_move_starts_again_after_the_wait():
+    """The root's ack point may be held below the answer by another consumer (a second catchup,
+    a slow child): its acks then say nothing of the answer, which goes on a window per
+    `retransmit_wait_ns` instead of stalling. A root that sends no ack at all is only slow (its
+    subscriber's connection is full): its window waits ten times longer (it may be gone)."""
+    src = windowed(window_bytes=100)
+    log = LogState(last_tick=10_000, first_tick=1)
+    (read,) = src.nacked(0, "a", ((1000, 10_000),), synced=10_000, log=log)
+    assert reads(src.log_read(1, read.reader, [(t, record(t, "a")) for t in range(1001, 1011)], log)) == []
+    assert reads(src.acked(100, "a", 500, "root:7", 0, 0)) == []  # held below the answer
+    assert reads(src.silence(400, 10_000)) == []
+    assert reads(src.silence(600, 10_000)) == [(1010, 10_000)]
+    assert src.status()["windows_restarted"] == 1
+    (read,) = src.nacked(700, "b", ((1000, 10_000),), synced=10_000, log=log)
+    assert reads(src.log_read(701, read.reader, [(t, record(t, "b")) for t in range(1001, 1011)], log)) == []
+    assert reads(src.silence(1300, 10_000)) == []  # no ack at all: slow, not held
+    assert reads(src.silence(5700, 10_000)) == [(1010, 10_000)]
+
+
+def test_a_repeated_nack_rereads_only_what_the_read_answering_it_has_sent_so_far():
+    """The same ticks must not be read and sent twice: what the read in progress still has to
+    read is on its way; what it has sent may have been lost, so that is read again."""
+    src = windowed(window_bytes=4 << 20)  # room for this read and three more (1 MiB each)
+    log = LogState(last_tick=10_000, first_tick=1)
+    (read,) = src.nacked(0, "a", ((0, 1000),), synced=10_000, log=log)
+    out = src.log_read(1, read.reader, [(t, record(t, "a")) for t in range(1, 101)], log)
+    assert reads(out) == [(100, 1000)]
+    again = src.nacked(2, "a", ((40, 1200),), synced=10_000, log=log)
+    assert reads(again) == [(40, 100), (1000, 1200)]
+    assert src.status()["nack_ticks_in_flight"] == 900
+
+
+def test_a_nacks_first_range_is_read_even_when_the_window_is_full():
+    """The root's horizon stands at the first range it nacks: its acks cannot move before that is
+    answered, so waiting for them would wait for nothing."""
+    src = windowed(window_bytes=100)
+    log = LogState(last_tick=20_000, first_tick=1)
+    (read,) = src.nacked(0, "a", ((0, 10_000),), synced=20_000, log=log)
+    src.log_read(1, read.reader, [(t, record(t, "a")) for t in range(1, 101)], log)  # the window is full
+    (other,) = src.nacked(2, "b", ((0, 50),), synced=20_000, log=log)  # another tree has its own window
+    assert (other.after, other.through) == (0, 50)
+    again = src.nacked(3, "a", ((10_000, 10_040), (10_060, 10_080)), synced=20_000, log=log)
+    assert reads(again) == [(10_000, 10_040)]  # the second range waits for the window
+    assert src.status()["reads"] == 4  # a's waiting continuation and second range, and one each out
+
+
+def test_an_answer_waits_while_the_link_to_the_root_is_congested():
+    """Past its send buffer's high-water mark a peer link queues, boundedly, and drops: an answer
+    read into it would be nacked again, so the next read waits for the link to drain."""
+    congested = {"root:7"}
+    src = Source("p", "me:1", CONFIG, lambda channel: [channel, "#"], congested=congested.__contains__)
+    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    src.acked(0, "a", 5, "root:7", 5, 5)  # the root the answers go straight to
+    log = LogState(last_tick=10_000, first_tick=1)
+    (read,) = src.nacked(1, "a", ((0, 10_000),), synced=10_000, log=log, asker="root:7")  # the first, at once
+    assert reads(src.log_read(2, read.reader, [(t, record(t, "a")) for t in range(1, 11)], log)) == []
+    assert src.link_drained(3) == []
+    congested.clear()
+    assert reads(src.link_drained(4)) == [(10, 10_000)]

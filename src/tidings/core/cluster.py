@@ -96,8 +96,10 @@ class ClusterMember:
         self.scribe = ScribeAgent(me, replace(scribe_config, forward_events=not gd))
         self.reliability: ReliabilityNode | None = None
         if reliability is not None:
+            links = peers
             self.reliability = ReliabilityNode(me, reliability.pubend_id, reliability.config, self.scribe,
-                                               reliability.trees_of, reliability.pubend_state, reliability.held)
+                                               reliability.trees_of, reliability.pubend_state, reliability.held,
+                                               (lambda address: False) if links is None else links.congested)
         self._before_join: deque[RouteTo] = deque(maxlen=ROUTES_BEFORE_JOIN_MAX)
 
     # ---- inputs ----------------------------------------------------------------------------------
@@ -159,7 +161,12 @@ class ClusterMember:
             return self._peer_output(now, peers.connected(now, inp.conn, inp.address))
         if isinstance(inp, ConnectFailed):
             return self._peer_output(now, peers.connect_failed(now, inp.address, inp.reason))
-        return list(peers.flow(now, inp.conn, isinstance(inp, SendBlocked)))  # its messages wait, bounded
+        blocked = isinstance(inp, SendBlocked)
+        out = list(peers.flow(now, inp.conn, blocked))  # its messages wait, bounded
+        address = peers.address_of(inp.conn)
+        if not blocked and address is not None and self.reliability is not None:  # the streams held back go on
+            out += self._settle(now, self.reliability.link_drained(now, address))
+        return out
 
     def adopt(self, now: int, conn: int, decoder: FrameDecoder, hello: bytes, rest: list[bytes]) -> list[Any]:
         """An accepted connection whose first frame was PEER_HELLO: the links take it over."""

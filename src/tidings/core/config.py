@@ -122,6 +122,8 @@ class BrokerConfig:
     nack_merge_ticks: int = 100_000  # a durable catchup fetches matching ticks this close as one range
     streams_max: int = 100_000  # (tree, pubend) streams on one broker
     nack_reads_max: int = 16  # log reads in flight answering nacks
+    retransmit_window_bytes: int = 4 * MIB  # a tree's nack answers sent beyond what its root acknowledged
+    retransmit_wait_ns: int = 200 * MILLISECOND_NS  # a window the root's acks have not moved this long starts again
     filter_summary_bytes_max: int = 64 * KIB  # a tree's filter summary sent to its parent; past it, "everything"
     filter_in_network: bool = True  # False, for measuring only: forwarders send every child everything
     clock_skew_allowance_ns: int = 1 * SECOND_NS  # a subscription starts this far before SUBSCRIBED
@@ -186,7 +188,8 @@ class BrokerConfig:
             trees_max=self.trees_max, best_effort=self.best_effort_delivery,
             summary_bytes_max=self.filter_summary_bytes_max, filtering=self.filter_in_network,
             release_keep_us=self.release_keep_ns // 1000, max_retain_us=self.max_retain_ns // 1000,
-            release_hold_ns=self.release_hold_ns,
+            release_hold_ns=self.release_hold_ns, retransmit_window_bytes=self.retransmit_window_bytes,
+            retransmit_wait_ns=self.retransmit_wait_ns,
         )
 
     def peer_config(self) -> PeerConfig:

@@ -213,6 +213,12 @@ class PeerLinks:
         self._enqueue(link, data)
         return out
 
+    def congested(self, address: str) -> bool:
+        """The link to `address` is OPEN but its connection's send buffer is past its high-water
+        mark: what is sent to it now waits in its bounded queue (and past that is dropped)."""
+        link = self._link(address)
+        return link is not None and link.state == OPEN and link.blocked
+
     def flow(self, now: int, conn: int, blocked: bool) -> list[Effect]:
         """The runtime's send buffer for `conn` passed its high-water mark (SendBlocked, `blocked`)
         or fell back under its low one (SendDrained): hold messages back, or send those held."""

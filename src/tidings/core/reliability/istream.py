@@ -26,7 +26,10 @@ record the cache dropped are forgotten back to Q when a consumer still needs the
 any gap: the cache is an optimisation, never the only copy (only the pubend's log is stable).
 
 Acks flow up too: the stream acknowledges the smallest tick every consumer has acknowledged
-(children) or been sent (local subscriptions), never past its horizon. Records below every
+(children) or been sent (local subscriptions), never past its horizon. A consumer sent back (a
+catchup, a child's nack) lowers that point below what was acknowledged before; its progress is
+acknowledged from there (upstream takes an ack that is lower than an earlier one as no news,
+while the pubend paces its answer to a nack by it: source.py). Records below every
 consumer's ack leave the cache. Beside each ack go the release point and the delivered point
 (release.py): the smallest tick released below, and the smallest tick delivered below, from each
 child's last ack (a child that has not acked yet holds them at 0), never past the ack point. A
@@ -121,10 +124,12 @@ class Istream:
         "heard_ns",
         "horizon",
         "limits",
+        "moved_ns",
         "nack_interval_ns",
         "nack_ns",
         "nack_repeated",
         "origin",
+        "point_sent",
         "pubend",
         "recalled",
         "released_sent",
@@ -154,7 +159,8 @@ class Istream:
         self.consumers: dict[str | int, Consumer] = {}
         self.upstream: str | None = None  # where nacks and acks go: the parent, or the pubend's broker
         self.origin = ""  # the pubend's broker (where the root sends nacks and acks)
-        self.acked_sent = floor  # the last ack sent upstream
+        self.acked_sent = floor  # the highest ack sent upstream
+        self.point_sent = floor  # the ack point the last ack carried (below acked_sent while a consumer catches up)
         self.released_sent = -1  # the release point that ack carried (-1: none sent yet)
         self.delivered_sent = -1  # and the delivered point
         # (child, delivered, released, until_ns) of children that left; a child that comes back (a
@@ -165,6 +171,7 @@ class Istream:
         self.curious_ns: int | None = None  # when the nacked ticks were last forgotten (NRT counts from it)
         self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered and upstream is silent
         self.heard_ns: int | None = None  # when knowledge of this stream last came from upstream
+        self.moved_ns: int | None = None  # when knowledge from upstream last moved the horizon
         self.sparse_through = 0  # F ticks up to here may be one consumer's (`sparsen`), not the stream's
         self._sparse: TickMap[bool] = TickMap(False)  # which F ticks are such (never sent to anyone)
         # catchups waiting for the PFS -> (nacks wait up to this tick, until this monotonic ns)

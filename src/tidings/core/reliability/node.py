@@ -12,7 +12,13 @@ subscription's pattern and filter.
 Upstream, it sends ACK (consolidated per upstream broker within one input) and NACK (after the gap
 curiosity threshold, repeated with backoff) to the parent, or from the root to the pubend's broker.
 A NACK from a child rewinds that child's stream; one for this broker's own pubend goes to the
-`Source`, which answers from the log.
+`Source`, which answers from the log, paced by the root's ACKs (source.py). A NACK is not repeated
+while its answer keeps moving the doubt horizon (a long one arrives over seconds), and only the
+first answer after it is a round-trip sample.
+
+Flow control on the peer links: a child whose link is congested (`congested`, the link's send
+buffer past its high-water mark: what it is given waits in a bounded queue, then is dropped) is
+pushed nothing; its records wait in the stream's cache, and `link_drained` sends what it is owed.
 
 Tree membership changes carry positions. A broker that joins a tree, or repairs its place in it,
 puts in its SUBSCRIBE the horizon of each pubend it has heard of and a default for the others (the
@@ -95,6 +101,8 @@ class ReliabilityConfig:
     max_retain_us: int = 24 * 3600 * 1_000_000  # early release: older ticks go even if a durable subscriber is away
     release_hold_ns: int = 300 * 1_000_000_000  # a child that left holds release at its last value this long
     nack_merge_ticks: int = 100_000  # a durable catchup fetches matching ticks this close as one range
+    retransmit_window_bytes: int = 4 * 1024 * 1024  # a tree's nack answers in flight beyond its root's ack
+    retransmit_wait_ns: int = 200 * 1_000_000  # a window its root's acks have not moved this long starts again
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +187,10 @@ class MovedAway:
 class ReliabilityNode:
     def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, scribe: ScribeAgent,
                  trees_of: Callable[[str], list[str]], pubend_state: PubendState,
-                 held: Held = lambda tree, pubend: None) -> None:
+                 held: Held = lambda tree, pubend: None,
+                 congested: Callable[[str], bool] = lambda address: False) -> None:
         self.me = me
+        self._congested = congested  # the peer link to this address is past its high-water mark
         self.pubend_id = pubend_id
         self.config = config
         self.scribe = scribe
@@ -190,8 +200,9 @@ class ReliabilityNode:
         self.released = self.delivered = 0  # this pubend's Tr and Td when last computed (release.py)
         self.source = Source(pubend_id, me.address, SourceConfig(
             config.silence_interval_ns, config.stream_idle_ns, config.recovery_ns, config.read_bytes_max,
-            config.reads_max, config.trees_max, config.knowledge_bytes_max, config.release_hold_ns), trees_of,
-            scribe.told_empty)
+            config.reads_max, config.trees_max, config.knowledge_bytes_max, config.release_hold_ns,
+            config.retransmit_window_bytes, config.retransmit_wait_ns), trees_of,
+            scribe.told_empty, congested)
         self._limits = StreamLimits(config.stream_cache_bytes_max, config.nack_ranges_max,
                                     config.nack_range_ticks_max, config.knowledge_bytes_max, config.nack_merge_ticks)
         self.trees: dict[str, _Tree] = {}
@@ -279,10 +290,13 @@ class ReliabilityNode:
         if knowledge.records and not knowledge.retransmit:
             self._count_unwanted(tree, t, knowledge.records)
         if moved:
-            if ist.nack_ns is not None:  # the answer to a nack: a round-trip sample, and NRT from it
-                # (Karn's rule: after a repeated nack, the answer may be to an earlier one, or come
-                # from a pubend back from a crash; such a sample would hold NRT up for many rounds)
+            if ist.nack_ns is not None and (ist.moved_ns is None or ist.moved_ns < ist.nack_ns):
+                # the first answer to a nack: a round-trip sample, and NRT from it (the rest of a
+                # long answer arrives later, by how long it is, not by the round trip); none after
+                # a repeated nack (Karn's rule: the answer may be to an earlier one, or come from a
+                # pubend back from a crash; such a sample would hold NRT up for many rounds)
                 ist.nack_interval_ns = self._round_trip(upstream, None if ist.nack_repeated else now - ist.nack_ns)
+            ist.moved_ns = now
             out += self._push(now, t, ist)
         elif knowledge.through <= ist.acked_sent:  # our ack may have been lost
             self._ack(upstream, tree, ist.pubend, ist.acked_sent, max(0, ist.released_sent),
@@ -348,6 +362,8 @@ class ReliabilityNode:
         groups: dict[int, list[int]] = {}
         for key, consumer in ist.consumers.items():
             if type(key) is str:
+                if self._congested(key):  # its link's queue is bounded: what it took now would be dropped and
+                    continue              # nacked again; it is sent once the link drains (link_drained)
                 epoch, summary = t.children.get(key, (None, EVERYTHING)) if self.config.filtering else (None, None)
                 stamp = None if summary is None else epoch
                 checked = None if whole_tree(summary, ist.tree) else summary
@@ -409,11 +425,15 @@ class ReliabilityNode:
         """Acknowledge what all consumers have, with the release point below, and watch the gaps."""
         released, delivered = ist.release_points(now, self._held(ist.tree, ist.pubend))
         point = ist.ack_point()
-        if ist.upstream is not None and (point > ist.acked_sent or released != ist.released_sent
+        # a consumer went back (a catchup, a child's nack): its progress is acknowledged again, below
+        # what was acknowledged before, so that the pubend can pace its answer (source.py)
+        ist.point_sent = min(ist.point_sent, point)
+        if ist.upstream is not None and (point > ist.point_sent or released != ist.released_sent
                                          or delivered != ist.delivered_sent):
             ist.acked_sent = max(point, ist.acked_sent)
+            ist.point_sent = point
             ist.released_sent, ist.delivered_sent = released, delivered
-            self._ack(ist.upstream, ist.tree, ist.pubend, ist.acked_sent, released, delivered)
+            self._ack(ist.upstream, ist.tree, ist.pubend, point, released, delivered)
         ist.bound_cache()
         ist.bound_memory()
         key = GapTimer(ist.tree, ist.pubend)
@@ -687,6 +707,18 @@ class ReliabilityNode:
         self._after_change(now, ist)
         return silenced, self._flush(now, out)
 
+    def link_drained(self, now: int, address: str) -> list[Any]:
+        """The peer link to `address` took what it held: send that child what it was held back, and
+        read on for the nacks answered to it."""
+        out: list[Any] = self._source(now, self.source.link_drained(now))
+        for t in self.trees.values():
+            for ist in t.istreams.values():
+                consumer = ist.consumers.get(address)
+                if consumer is not None and consumer.sent_through < ist.horizon:
+                    out += self._push(now, t, ist)
+                    self._after_change(now, ist)
+        return self._flush(now, out)
+
     def local_flow(self, now: int, key: int, tree: str, blocked: bool) -> list[Any]:
         t = self.trees.get(tree)
         if t is None:
@@ -744,7 +776,8 @@ class ReliabilityNode:
                     ist.acked(sender, stream.through, stream.released, stream.delivered)
                     self._after_change(now, ist)
                 elif stream.pubend == self.pubend_id:
-                    self.source.acked(now, stream.tree, stream.through, sender, stream.released, stream.delivered)
+                    out += self._source(now, self.source.acked(now, stream.tree, stream.through, sender,
+                                                               stream.released, stream.delivered))
         elif type(decoded) is messages.Nack:
             out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
         elif type(decoded) is messages.Knowledge:  # straight from a pubend that takes us for the root
@@ -777,7 +810,7 @@ class ReliabilityNode:
             return out
         if pubend == self.pubend_id:
             synced, log = self._pubend_state()
-            return self._source(now, self.source.nacked(tree, ranges, synced, log, sender))
+            return self._source(now, self.source.nacked(now, tree, ranges, synced, log, sender))
         return []
 
     def _istream(self, tree: str, pubend: str) -> Istream | None:
@@ -840,8 +873,10 @@ class ReliabilityNode:
             self.timers.set(key, now + interval)  # repairing: ask once the tree has a parent again
             return []
         # NRT is counted from when the curiosity was last cleared, not from the last nack: gaps that
-        # keep appearing beyond an old one are nacked at once, and must not keep the old one quiet
-        if ist.curious_ns is None or now - ist.curious_ns >= interval:
+        # keep appearing beyond an old one are nacked at once, and must not keep the old one quiet.
+        # Nor while the horizon moves: a nack's answer is arriving (a long one takes seconds), and
+        # asking again would have the pubend read and send it twice
+        if ist.curious_ns is None or now - max(ist.curious_ns, ist.moved_ns or 0) >= interval:
             ist.forget_curiosity()  # a new gap, or NRT passed: nack the same ticks again
             if ist.curious_ns is not None:  # unanswered for NRT
                 ist.nack_interval_ns = self._repeat_interval(ist, interval)

@@ -34,6 +34,26 @@ durable tail. Ticks the log no longer holds (released: by the release protocol o
 retention caps) are answered as L, a lost range, never as silence: whoever wanted them learns that
 events may be missing, and a subscriber gets an explicit gap.
 
+A nack's answer is paced by the tree's ACKs (the retransmission window). A log read returns in
+microseconds what a subscriber's broker takes tens of milliseconds to deliver; read back to back,
+a million-tick answer would overrun the peer link's bounded queue and the brokers' bounded caches,
+whose drops are gaps nacked (and read) again. So each tree's answers keep at most
+`retransmit_window_bytes` of records (reads in flight counted at `read_bytes_max`) beyond what its
+root has acknowledged since the first of them was read: a read that would go past it waits
+(parked, still counted in `reads_max`) until the root's ACKs move on. The root acks only what all
+below it have, so this is end to end; a root whose consumer went back for the answer acks its
+progress from there (istream.py), below the stream's earlier acks. A window that ACKs came for
+without moving it for `retransmit_wait_ns` starts again empty: another consumer of the tree holds
+the root's ack point below the answer, and its ACKs say nothing of it (the answer then goes on a
+window per wait, never stalls); one that no ACK came for in ten times that starts again too (the
+root may be gone). No read goes while the peer link to the root it answers is congested (past its
+send buffer's high-water mark: what it is sent waits in the link's bounded queue, and past it is
+dropped); it goes when the link drains. A nack's first range is read at once (the root's acks cannot move before it is
+answered), and what was sent past its start no longer counts as in flight (it was lost, or it
+waits at the root behind that range). A nack of ticks a read of the tree is already
+answering asks only for what that read has sent so far (it may have been lost): the rest is on its
+way, and is not read twice.
+
 A tree that gets members again after a while without (its rendez-vous point says TREE_ACTIVE to
 the publishers it told it was empty, or whose streams it had) is told at once that every tick
 after the last event this pubend published on it is silence (`activated`): the brokers that
@@ -59,6 +79,7 @@ from tidings.core.reliability.messages import Knowledge as KnowledgeMessage
 from tidings.core.reliability.ticks import TICK_MAX
 
 MICROSECOND_NS = 1000
+STALLED_WAITS = 10  # a window no ack came for this many retransmit_wait_ns starts again
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +92,8 @@ class SourceConfig:
     trees_max: int
     knowledge_bytes_max: int  # record bytes in one knowledge message
     release_hold_ns: int = 300 * 1_000_000_000  # a new root's release point is trusted after this long
+    retransmit_window_bytes: int = 4 * 1024 * 1024  # a tree's nack answers sent beyond its root's ack
+    retransmit_wait_ns: int = 200 * 1_000_000  # a window its root's acks have not moved this long starts again
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +132,39 @@ class _Read:
     after: int
     through: int
     asker: str | None = None  # the root whose nack it answers: the answer goes straight to it
+    parked: bool = False  # waiting for the tree's window (no ReadLog out)
+
+
+@dataclass(slots=True)
+class _Window:
+    """A tree's nack answers in flight: (last tick, record bytes) of each answer its root has not
+    acknowledged yet, oldest first, the reads out, and when the root last acknowledged more."""
+
+    acked: int
+    acked_ns: int
+    sent: list[tuple[int, int]]
+    bytes: int = 0
+    reading: int = 0  # reads of the tree out (each may return read_bytes_max)
+    held_ns: int | None = None  # when an ack came that did not move the window, since it last moved
+
+    def ack(self, now: int, through: int) -> None:
+        if through <= self.acked:  # (the root's acks are its ack point: lower while a catchup is below it)
+            if self.held_ns is None:
+                self.held_ns = now
+            return
+        self.acked, self.acked_ns, self.held_ns = through, now, None
+        done = 0
+        for tick, size in self.sent:
+            if tick > through:
+                break
+            done += 1
+            self.bytes -= size
+        del self.sent[:done]
+
+    def lost_after(self, tick: int) -> None:
+        """The root nacked from `tick`: what was sent past it is not in flight any more."""
+        kept = [(t, size) for t, size in self.sent if t <= tick]
+        self.sent, self.bytes = kept, sum(size for _, size in kept)
 
 
 SourceEffect = PublishOnTree | ReadLog
@@ -119,8 +175,10 @@ class Source:
     `empty(now, tree)` says whether the tree's root said it has no members (Scribe's TREE_EMPTY)."""
 
     def __init__(self, pubend_id: str, address: str, config: SourceConfig, trees_of: Callable[[str], list[str]],
-                 empty: Callable[[int, str], bool] = lambda now, tree: False) -> None:
+                 empty: Callable[[int, str], bool] = lambda now, tree: False,
+                 congested: Callable[[str], bool] = lambda address: False) -> None:
         self.pubend_id = pubend_id
+        self._congested = congested  # the peer link to this root is past its high-water mark
         self.address = address
         self.config = config
         self._trees_of = trees_of
@@ -128,10 +186,14 @@ class Source:
         self._streams: dict[str, _TreeStream] = {}
         self._record_prefix = own_record_prefix(pubend_id)  # [pubend, ... of each own record
         self._reads: dict[int, _Read] = {}
+        self._windows: dict[str, _Window] = {}  # trees with reads (at most reads_max)
         self._next_reader = 0
         self.nacks_received = 0
         self.ticks_retransmitted = 0  # events of the tree sent again in nack answers
         self.records_read = 0  # records read back from the log to answer nacks
+        self.reads_parked = 0  # reads that waited for the retransmission window
+        self.windows_restarted = 0  # windows the root's acks had not moved for retransmit_wait_ns
+        self.nack_ticks_in_flight = 0  # nacked ticks not read again: a read was answering them
         self.refused_from: int | None = None  # the first tick of a tree refused for trees_max
         self._last_data: dict[str, int] = {}  # tree -> its last event's tick, most recent trees last
         # records up to here may be on any tree: logged before this run (`recover`), or of a tree
@@ -230,6 +292,8 @@ class Source:
         """Periodic silence up to `synced` on each tree with recent data or unacknowledged ticks;
         forgets idle, fully acknowledged trees."""
         out: list[SourceEffect] = []
+        for tree, window in self._windows.items():  # (the acks may have stopped altogether)
+            out += self._resume(now, tree, window)
         idle = self.config.stream_idle_ns
         for tree, stream in list(self._streams.items()):
             recent = now - stream.data_ns < idle
@@ -242,13 +306,19 @@ class Source:
                 stream.sent_through = synced
         return out
 
-    def acked(self, now: int, tree: str, through: int, root: str, released: int, delivered: int) -> None:
+    def acked(self, now: int, tree: str, through: int, root: str, released: int,
+              delivered: int) -> list[SourceEffect]:
         """The rendez-vous point at `root` acknowledged the tree's stream through `through`; every
         durable subscription on the tree released it through `released`, and every subscriber that
-        keeps up has it through `delivered`."""
+        keeps up has it through `delivered`. Returns the reads the ack lets go on (the window)."""
+        window = self._windows.get(tree)
+        out: list[SourceEffect] = []
+        if window is not None:
+            window.ack(now, through)
+            out += self._resume(now, tree, window)
         stream = self._streams.get(tree)
         if stream is None:
-            return
+            return out
         if stream.root is not None and root != stream.root:  # a new root: hold while the brokers below find it
             stream.hold_at, stream.hold_delivered = stream.released_through, stream.delivered_through
             stream.hold_until = now + self.config.release_hold_ns
@@ -260,6 +330,7 @@ class Source:
         if now < stream.hold_until:
             stream.released_through = min(stream.released_through, stream.hold_at)
             stream.delivered_through = min(stream.delivered_through, stream.hold_delivered)
+        return out
 
     def released(self, now: int, held: int | None) -> int:
         """Tr: the tick through which every durable subscription released this pubend's stream, on
@@ -323,7 +394,7 @@ class Source:
 
     # ---- nacks and the log ---------------------------------------------------------------------
 
-    def nacked(self, tree: str, ranges: Sequence[tuple[int, int]], synced: int, log: LogState,
+    def nacked(self, now: int, tree: str, ranges: Sequence[tuple[int, int]], synced: int, log: LogState,
                asker: str | None = None) -> list[SourceEffect]:
         """Read the nacked ranges back (clamped to the durable tail). What the log released is
         answered at once as lost, and the ticks between that and its first record as silence,
@@ -332,13 +403,21 @@ class Source:
         is the root this pubend knows for the tree (its ACKs said so), the answers go straight to
         it: routed, they would reach whichever broker the overlay's routing takes for the root,
         which after a partition or a restart need not be the one asking, and it would ask for
-        ever. Otherwise (a root that has moved on) they are routed, to the root there is now."""
+        ever. Otherwise (a root that has moved on) they are routed, to the root there is now.
+        Ticks a read of the tree is answering are not read again, but those it has already sent
+        are (they may be what was lost); what was sent past the first tick asked for no longer
+        counts as in flight in the tree's window."""
         self.nacks_received += 1
         stream = self._streams.get(tree)
         asker = asker if stream is not None and stream.root == asker else None
         out: list[SourceEffect] = []
+        window = self._windows.get(tree)
+        if window is not None and ranges:
+            window.lost_after(ranges[0][0])
+            out += self._resume(now, tree, window)
         empty_through = synced if log.first_tick is None else min(synced, log.first_tick - 1)  # no record up to here
         done = 0  # answered through here already (the ranges are sorted)
+        first = True  # no read made for this nack yet
         for asked_after, asked in ranges:
             through = min(asked, synced)
             after = max(asked_after, done)
@@ -359,12 +438,31 @@ class Source:
                 through = quiet
                 if through <= after:
                     continue
-            if any(r.tree == tree and r.after <= after and through <= r.through for r in self._reads.values()):
-                continue  # the same ticks are being read already
-            if len(self._reads) >= self.config.reads_max:
-                break  # the nack will be repeated
-            out.append(self._read(tree, max(after, 0), through, asker))
+            for lo, hi in self._not_in_flight(tree, max(after, 0), through):
+                if len(self._reads) >= self.config.reads_max:
+                    return out  # the nack will be repeated
+                # the first range nacked is where the root's horizon stands: its acks cannot move
+                # before it is answered, so it never waits for them
+                out += self._read(now, tree, lo, hi, asker, urgent=first)
+                first = False
         return out
+
+    def _not_in_flight(self, tree: str, after: int, through: int) -> list[tuple[int, int]]:
+        """The parts of (after, through] no read of the tree still has to read (each read: from
+        its position to its end); what a read has sent already is read again."""
+        parts = [(after, through)]
+        for r in self._reads.values():
+            if r.tree != tree or r.after >= r.through:
+                continue
+            rest: list[tuple[int, int]] = []
+            for lo, hi in parts:
+                if hi <= r.after or r.through <= lo:
+                    rest.append((lo, hi))
+                    continue
+                self.nack_ticks_in_flight += min(hi, r.through) - max(lo, r.after)
+                rest += [part for part in ((lo, r.after), (r.through, hi)) if part[0] < part[1]]
+            parts = rest
+        return parts
 
     def recover(self, last_tick: int) -> list[SourceEffect]:
         """At start: read the log's recent tail to find the trees that may have undelivered events."""
@@ -372,12 +470,57 @@ class Source:
         if last_tick <= 0:
             return []
         after = max(0, last_tick - self.config.recovery_ns // MICROSECOND_NS)
-        return [self._read(None, after, last_tick)]
+        return list(self._read(0, None, after, last_tick))
 
-    def _read(self, tree: str | None, after: int, through: int, asker: str | None = None) -> ReadLog:
+    def _read(self, now: int, tree: str | None, after: int, through: int, asker: str | None = None,
+              urgent: bool = False) -> list[ReadLog]:
+        """Read (after, through] of the log; for a tree's nack, once its window has room (at once
+        when `urgent`)."""
         self._next_reader -= 1  # negative reader keys: the broker's subends use positive ones
-        self._reads[self._next_reader] = _Read(tree, after, through, asker)
-        return ReadLog(self._next_reader, after, through, self.config.read_bytes_max)
+        read = self._reads[self._next_reader] = _Read(tree, after, through, asker)
+        if tree is not None:
+            window = self._windows.get(tree)
+            if window is None:
+                window = self._windows[tree] = _Window(after, now, [])
+            if not urgent and not self._room(window, asker):
+                read.parked = True
+                self.reads_parked += 1
+                return []
+            window.reading += 1
+        return [ReadLog(self._next_reader, after, through, self.config.read_bytes_max)]
+
+    def _room(self, window: _Window, asker: str | None) -> bool:
+        """Another read of the tree may go (to `asker`, when the answer goes straight to it)."""
+        if asker is not None and self._congested(asker):
+            return False  # its link's queue is bounded: the answer would be dropped there, and nacked again
+        return window.bytes + window.reading * self.config.read_bytes_max < self.config.retransmit_window_bytes
+
+    def _resume(self, now: int, tree: str, window: _Window) -> list[SourceEffect]:
+        """The parked reads of `tree` the window has room for now, the lowest first; a window the
+        root's acks have not moved for `retransmit_wait_ns` though they came (the ack point is
+        held below the answer), or that heard nothing for ten times that (the root may be gone), is
+        emptied first. (A root that is only slow, its subscriber's connection full, sends no ack.)"""
+        stalled = now - window.acked_ns
+        wait = self.config.retransmit_wait_ns
+        held = window.held_ns is not None and now - window.held_ns >= wait
+        if window.sent and stalled >= wait and (held or stalled >= STALLED_WAITS * wait):
+            window.sent, window.bytes, window.acked_ns, window.held_ns = [], 0, now, None
+            self.windows_restarted += 1
+        out: list[SourceEffect] = []
+        parked = sorted((r.after, reader) for reader, r in self._reads.items() if r.parked and r.tree == tree)
+        for _, reader in parked:  # the lowest first: the root's acks move only from there
+            read = self._reads[reader]
+            if not self._room(window, read.asker):
+                break
+            read.parked = False
+            window.reading += 1
+            out.append(ReadLog(reader, read.after, read.through, self.config.read_bytes_max))
+        return out
+
+    def _read_done(self, tree: str | None) -> None:
+        """A read of `tree` ended: the tree's window goes with its last read."""
+        if tree is not None and not any(r.tree == tree for r in self._reads.values()):
+            self._windows.pop(tree, None)
 
     def owns_read(self, reader: int) -> bool:
         return reader in self._reads
@@ -393,18 +536,39 @@ class Source:
         if released > after:  # released since the nack came: those ticks are lost, not silent
             out.append(self._send(read.tree, after, released, [], retransmit=True, root=read.asker, lost=True))
             after = released
+        window = self._windows.get(read.tree)
+        if window is not None:
+            window.reading -= 1
         self.records_read += len(records)
         mine = [(tick, record) for tick, record in records
                 if tick > after and read.tree in self._record_trees(record)]
         self.ticks_retransmitted += len(mine)
         if through > after:
             out += self._send_chunked(read.tree, after, through, mine, retransmit=True, root=read.asker)
-        if through < read.through:  # cut short: read on
-            out.append(self._read(read.tree, through, read.through, read.asker))
+            if mine and window is not None and through > window.acked:
+                size = sum(len(record) for _, record in mine)
+                window.sent.append((through, size))
+                window.bytes += size
+        if through < read.through:  # cut short: read on (when the window has room)
+            out += self._read(now, read.tree, through, read.through, read.asker)
+        else:
+            self._read_done(read.tree)
+        return out
+
+    def link_drained(self, now: int) -> list[SourceEffect]:
+        """A peer link took what it held: reads that waited for it may go."""
+        out: list[SourceEffect] = []
+        for tree, window in self._windows.items():
+            out += self._resume(now, tree, window)
         return out
 
     def read_failed(self, reader: int) -> None:
-        self._reads.pop(reader, None)  # the nack will be repeated
+        read = self._reads.pop(reader, None)  # the nack will be repeated
+        if read is not None and read.tree is not None:
+            window = self._windows.get(read.tree)
+            if window is not None and not read.parked:
+                window.reading -= 1
+            self._read_done(read.tree)
 
     def _recovered(self, now: int, records: list[tuple[int, bytes]]) -> list[SourceEffect]:
         if not records:
@@ -439,4 +603,7 @@ class Source:
     def status(self) -> dict[str, Any]:
         return {"trees": len(self._streams), "roots_known": sum(1 for s in self._streams.values() if s.root),
                 "reads": len(self._reads), "nacks_received": self.nacks_received,
-                "ticks_retransmitted": self.ticks_retransmitted, "records_read": self.records_read}
+                "ticks_retransmitted": self.ticks_retransmitted, "records_read": self.records_read,
+                "reads_parked": self.reads_parked, "windows_restarted": self.windows_restarted,
+                "nack_ticks_in_flight": self.nack_ticks_in_flight,
+                "retransmit_bytes_unacked": sum(w.bytes for w in self._windows.values())}
