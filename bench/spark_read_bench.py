@@ -7,7 +7,9 @@ Starts a fresh broker process and publishes `--events` events (`nodes/host<i mod
 float `load` attribute, a 100-byte payload), starts a local[2] SparkSession, warms both reads up,
 lands the tidings read as Parquet (every column), then times the aggregation of
 tidings.spark.jobs.load_summary (per host: count, mean and max load) `--rounds` times over each
-source, alternating, and over a tidings read that starts after every tick (planned as the others,
+source, alternating: a tidings read of every column, one given the query's columns in its schema
+(`channel` and `attributes`: Parquet prunes the others itself, a Python data source is not told which
+a query uses), Parquet, and a tidings read that starts after every tick (planned as the others,
 reading nothing: the fixed cost of a query). Prints one JSON line: the best and median seconds of
 each, rows/s, the ratio of the medians (tidings over Parquet), and the median CPU seconds each
 query cost the processes of the run (the broker, the JVM, Spark's Python workers): on a shared
@@ -59,6 +61,9 @@ def tree_cpu_s() -> float:
     return total + time.process_time()
 
 
+QUERY_COLUMNS = "channel string, attributes map<string,string>"  # what summary() reads
+
+
 def summary(df, F):  # the aggregation of tidings.spark.jobs.load_summary
     load = F.col("attributes").getItem("load").try_cast("double")
     return (df.select(F.split(F.col("channel"), "/", -1).getItem(1).alias("host"), load.alias("load"))
@@ -79,9 +84,13 @@ def main() -> None:
         publish(broker.address, args.events)
         spark = local_session(Path(__file__).stem)
 
-        def tidings():
-            return (spark.read.format("tidings").option("broker", broker.address).option("pattern", "nodes/+/load")
+        def tidings(columns: str | None = None):
+            reader = spark.read.format("tidings") if columns is None else spark.read.format("tidings").schema(columns)
+            return (reader.option("broker", broker.address).option("pattern", "nodes/+/load")
                     .option("partitions", str(args.partitions)).load())
+
+        def tidings_columns():  # the read names the columns the query uses (Spark cannot tell it)
+            return tidings(QUERY_COLUMNS)
 
         landed = str(Path(tmp) / "events.parquet")
         start = time.perf_counter()
@@ -93,15 +102,17 @@ def main() -> None:
 
         expected = summary(tidings(), F)  # warm-up of both
         assert summary(parquet(), F) == expected, "the two sources disagree"
+        assert summary(tidings_columns(), F) == expected, "a read of the query's columns disagrees"
 
         def empty():  # planned like the others, past every tick: the fixed cost of a read
             return (spark.read.format("tidings").option("broker", broker.address).option("pattern", "nodes/+/load")
                     .option("startTick", str(2**62)).load())
 
-        times: dict[str, list[float]] = {"tidings": [], "parquet": [], "empty": []}
+        times: dict[str, list[float]] = {"tidings": [], "columns": [], "parquet": [], "empty": []}
         cpus: dict[str, list[float]] = {name: [] for name in times}
         for _ in range(args.rounds):
-            for name, source in (("tidings", tidings), ("parquet", parquet), ("empty", empty)):
+            for name, source in (("tidings", tidings), ("columns", tidings_columns), ("parquet", parquet),
+                                 ("empty", empty)):
                 cpu, start = tree_cpu_s(), time.perf_counter()
                 summary(source(), F)
                 times[name].append(time.perf_counter() - start)
@@ -115,6 +126,9 @@ def main() -> None:
         "tidings_rows_per_s": round(args.events / median["tidings"]),
         "parquet_rows_per_s": round(args.events / median["parquet"]),
         "ratio_median": round(median["tidings"] / median["parquet"], 2),
+        "tidings_columns_s_median": round(median["columns"], 3),
+        "columns_ratio_median": round(median["columns"] / median["parquet"], 2),
+        "columns_cpu_s_median": round(statistics.median(cpus["columns"]), 2),
         "tidings_nothing_read_s_median": round(median["empty"], 3),
         "tidings_cpu_s_median": round(statistics.median(cpus["tidings"]), 2),
         "parquet_cpu_s_median": round(statistics.median(cpus["parquet"]), 2),

@@ -161,6 +161,20 @@ def test_whole_log_by_default_and_time_range(spark: Any, published: Published) -
     ]
 
 
+def test_a_read_given_some_columns_builds_and_ships_only_those(spark: Any, published: Published) -> None:
+    """Spark's Python data sources are not told which columns a query uses: a job names them in
+    its own schema, in its own order, and gets those columns of the same rows."""
+    df = (spark.read.format("tidings").schema("tick bigint, channel string, attributes map<string,string>")
+          .option("broker", published.address).option("pattern", "nodes/#").load())
+    assert df.columns == ["tick", "channel", "attributes"]
+    rows = sorted((r.tick, r.channel, dict(r.attributes)) for r in df.collect())
+    want = [(row["tick"], row["channel"], row["attributes"]) for row in
+            (expected_row(e) for e in published.events if e.channel.startswith("nodes/"))]
+    assert rows == want
+    with pytest.raises(Exception, match="a read's schema takes some of the columns"):
+        spark.read.format("tidings").schema("host string").option("broker", published.address).load().collect()
+
+
 def test_load_summary(spark: Any, published: Published) -> None:
     from tidings.spark.jobs import load_summary
 

@@ -15,7 +15,7 @@ pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
-from pyspark.sql.types import LongType, StructField, StructType  # noqa: E402
+from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType  # noqa: E402
 
 from tidings.core.event import INT_MAX, INT_MIN, Event, datetime_to_tick  # noqa: E402
 from tidings.spark.arrow import (  # noqa: E402
@@ -66,13 +66,36 @@ def test_arrow_schema_is_sparks_own_derivation() -> None:
     assert not entries.key_field.nullable and not entries.item_field.nullable
 
 
-def test_check_schema_accepts_only_the_fixed_columns() -> None:
+def some_columns() -> StructType:
+    """A user's schema of two of the columns, in another order (`attributes map<string,string>, channel string`)."""
+    return StructType([StructField("attributes", MapType(StringType(), StringType())),
+                       StructField("channel", StringType())])
+
+
+def test_check_schema_accepts_the_event_columns_or_some_of_them_with_their_types() -> None:
     check_schema(EVENT_SCHEMA)
     check_schema(nullable_schema())  # nullable columns, same names and types: fine
-    with pytest.raises(ValueError, match="the schema of a tidings read is fixed"):
+    check_schema(StructType([StructField("tick", LongType())]))  # some of them, in any order
+    check_schema(some_columns())
+    with pytest.raises(ValueError, match=r"\(no column\)"):
         check_schema(StructType.fromJson({"type": "struct", "fields": []}))
-    with pytest.raises(ValueError, match="fixed"):
-        check_schema(StructType([StructField("tick", LongType())]))
+    with pytest.raises(ValueError, match=r"tick not as in the event schema"):
+        check_schema(StructType([StructField("channel", StringType()), StructField("tick", StringType())]))
+    with pytest.raises(ValueError, match=r"host not as in the event schema"):
+        check_schema(StructType([StructField("host", StringType())]))
+    with pytest.raises(ValueError, match="named twice"):
+        check_schema(StructType([StructField("tick", LongType()), StructField("tick", LongType())]))
+
+
+def test_a_batch_of_some_columns_holds_those_columns_in_the_schemas_order() -> None:
+    records = [["p-1", 10, "nodes/a/load", {"load": 1.5}, "svc", "i1", b"x" * 100],
+               ["p-1", 12, "nodes/b/load", {"load": 2}, "svc", "i2", b"y"]]
+    full, _ = records_to_batch(msgpack.packb(records), 2, arrow_schema(), "p-1", 0, 20)
+    some = some_columns()
+    batch, last = records_to_batch(msgpack.packb(records), 2, arrow_schema(some), "p-1", 0, 20)
+    assert last == 12 and batch.schema.names == ["attributes", "channel"]
+    assert batch.column(0).to_pylist() == full.column("attributes").to_pylist() == [[("load", "1.5")], [("load", "2")]]
+    assert batch.column(1).to_pylist() == full.column("channel").to_pylist()
 
 
 @pytest.mark.parametrize(

@@ -55,13 +55,18 @@ def arrow_schema(schema: StructType = EVENT_SCHEMA) -> pa.Schema:
 
 
 def check_schema(schema: StructType) -> None:
-    """Accept a user-given schema only if it names and types the columns as EVENT_SCHEMA does
-    (it may declare columns nullable); the columns of a tidings read are fixed."""
-    if schema.simpleString() != EVENT_SCHEMA.simpleString():
-        raise ValueError(
-            f"tidings: the schema of a tidings read is fixed: {EVENT_SCHEMA.simpleString()}; "
-            f"got {schema.simpleString()}"
-        )
+    """Accept a user-given schema (`spark.read.format("tidings").schema(...)`) that names some of
+    EVENT_SCHEMA's columns, each once and with its type, in any order (it may declare them
+    nullable): a read then builds and hands Spark only those columns. Spark's Python data sources
+    are not told which columns a query uses, so this is how a job leaves out, say, the payload."""
+    fixed = {f.name: f.dataType.simpleString() for f in EVENT_SCHEMA}
+    names = [f.name for f in schema]
+    wrong = [f.name for f in schema if fixed.get(f.name) != f.dataType.simpleString()]
+    if not names or wrong or len(set(names)) != len(names):
+        problem = ("no column" if not names else f"{', '.join(wrong)} not as in the event schema" if wrong
+                   else "a column named twice")
+        raise ValueError(f"tidings: a read's schema takes some of the columns {EVENT_SCHEMA.simpleString()}, "
+                         f"each once with its type; got {schema.simpleString()} ({problem})")
 
 
 def render_attribute(value: object) -> str:
