@@ -55,10 +55,11 @@ CONFIG = BrokerConfig(
     nack_repeat_ns_min=150 * MILLISECOND_NS,
     nack_repeat_ns_max=2 * SECOND_NS, silence_interval_ns=100 * MILLISECOND_NS,
     send_queue_bytes_max=4096, stream_cache_bytes_max=4096,  # small, so slow readers and caches hit them
-    # nack answers paced by a small window, so reads of a tree park and resume (46-229 reads parked
-    # per seed; at 4 KiB an answer whose root's ack another consumer held crawled one window per
-    # retransmit_wait_ns, and seeds 542 and 115 of the durable sweeps needed more than 8 s of quiet)
-    retransmit_window_bytes=65536, retransmit_wait_ns=300 * MILLISECOND_NS,
+    # nack answers paced by a small window, so reads of a tree park and resume (25-179 reads parked
+    # per seed), four log reads wide as the defaults are (4 MiB, 1 MiB): a window narrower than one
+    # read let a read go only when the window was empty or restarted, and an answer whose root's
+    # ack another consumer held crawled (durable-sweep seeds 115, 542, 579: more than 8 s of quiet)
+    retransmit_window_bytes=65536, retransmit_wait_ns=300 * MILLISECOND_NS, log_read_bytes_max=16384,
     # the release protocol at work: logs drop what is released at once (no replay margin), a new
     # root or a vanished subscriber broker holds release for 5 s (the faults restart brokers in 2)
     release_keep_ns=1, release_hold_ns=5 * SECOND_NS, durable_save_interval_ns=100 * MILLISECOND_NS,
