@@ -157,6 +157,9 @@ class BrokerConfig:
             raise ConfigError(f"lease_ns must be at least {LEASE_NS_MIN} (clients renew every third of it)")
         if cfg.leaf_set_size % 2:
             raise ConfigError("leaf_set_size must be even (half on each side of the node)")
+        if cfg.retransmit_window_bytes < cfg.log_read_bytes_max:  # else a read goes only into an empty window
+            raise ConfigError("retransmit_window_bytes must be at least log_read_bytes_max "
+                              "(the default window is four log reads)")
         return cfg
 
     def overlay_config(self) -> OverlayConfig:
