@@ -66,6 +66,9 @@ class PfsAgainstReference(RuleBasedStateMachine):
         if len(expected) > count_max:
             assert got.ticks == tuple(expected[:count_max])
             assert got.through_tick == expected[count_max - 1]
+        elif len(expected) == count_max:  # a full buffer may stop at its last match: a later match
+            assert got.ticks == tuple(expected)  # not synced yet says nothing of the ticks between
+            assert got.through_tick in (expected[-1], max(self.synced_through, after))
         else:
             assert got.ticks == tuple(expected)
             assert got.through_tick == max(self.synced_through, after)
