@@ -35,7 +35,7 @@ channel whose first segment starts with `$`.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from tidings.core.channels import pattern_matches, validate_pattern
@@ -94,6 +94,10 @@ class SubscriptionIndex:
 
     def __contains__(self, key: object) -> bool:
         return key in self._subscriptions
+
+    def __iter__(self) -> Iterator[int]:
+        """The subscription keys, in the order they were added."""
+        return iter(self._subscriptions)
 
     def add(self, key: int, pattern: str, flt: Filter | None) -> None:
         """Add subscription `key`; ValueError if the key is present, ChannelError if `pattern` is bad."""

@@ -114,8 +114,8 @@ class Constream:
     node: PfsNode | None = None  # the reliability node, once the broker is in an overlay
     enabled: bool = False  # registrations are recorded (durable_pfs)
     _members: dict[int, _Member] = field(default_factory=dict)
-    _trees: dict[str, dict[int, None]] = field(default_factory=dict)  # tree -> its registrations, in order
-    _index: dict[str, SubscriptionIndex] = field(default_factory=dict)  # tree -> which registrations an event matches
+    # tree -> its registrations (in the order they came), and which of them an event matches
+    _trees: dict[str, SubscriptionIndex] = field(default_factory=dict)
     _coverage: dict[tuple[str, str], _Coverage] = field(default_factory=dict)
     _reads: dict[int, Catchup] = field(default_factory=dict)  # reader -> the span its catchup waits on
     _next_reader: int = 0
@@ -184,8 +184,7 @@ class Constream:
         if registration in self._members:
             return
         self._members[registration] = _Member(tree, pattern, flt)
-        self._trees.setdefault(tree, {})[registration] = None
-        self._index.setdefault(tree, SubscriptionIndex()).add(registration, pattern, flt)
+        self._trees.setdefault(tree, SubscriptionIndex()).add(registration, pattern, flt)
         for (t, _), cov in self._coverage.items():
             if t == tree:
                 cov.since[registration] = cov.through
@@ -196,8 +195,7 @@ class Constream:
         if member is None:
             return []
         regs = self._trees[member.tree]
-        del regs[registration]
-        self._index[member.tree].remove(registration)
+        regs.remove(registration)
         out: list[PfsChop] = []
         for key in [k for k in self._coverage if k[0] == member.tree]:
             self._coverage[key].since.pop(registration, None)
@@ -205,7 +203,7 @@ class Constream:
                 del self._coverage[key]
                 out.append(PfsChop(self.stream(*key), None))
         if not regs:
-            del self._trees[member.tree], self._index[member.tree]
+            del self._trees[member.tree]
         return out
 
     def recorded(self, rec: Recorded) -> list[PfsAppend]:
@@ -226,7 +224,7 @@ class Constream:
             cov.through = max(cov.through, rec.through)
             return []
         entries: list[tuple[int, list[int]]] = []
-        match = self._index[rec.tree].match  # (ids ascending, as a record's are written)
+        match = regs.match  # (ids ascending, as a record's are written)
         for tick, record in zip(rec.ticks, rec.records, strict=True):
             if tick <= cov.through:
                 continue  # recorded already (a rewound consumer)
