@@ -1,6 +1,8 @@
 """Where the time of one Spark task's read goes, outside Spark: a bulk read (READ) of `--events`
-events from a fresh broker process, decoded into Arrow record batches as a task does, against the
-plain bounded read of the same events into `Event` objects.
+events from a fresh broker process, decoded into Arrow record batches as a task does, answered
+with the log's bytes (`spans`: SPAN frames the task checks and picks from, as a Spark task reads)
+and with the matching records (`bulk`: RECORDS frames), against the plain bounded read of the same
+events into `Event` objects (`events`).
 
     .venv/bin/python bench/bulk_read_parts.py [--events 100000] [--rounds 3]
 
@@ -22,7 +24,8 @@ import time
 from pathlib import Path
 
 from tidings import sync
-from tidings.spark.arrow import arrow_schema, records_to_batch
+from tidings.core.wire.messages import Span
+from tidings.spark.arrow import arrow_schema, records_to_batch, span_to_batch
 from tidings.testing import BrokerProcess
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -35,12 +38,15 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+PATTERN = "nodes/+/load"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    runs: dict[str, list[dict[str, float]]] = {"bulk": [], "events": []}
+    runs: dict[str, list[dict[str, float]]] = {"spans": [], "bulk": [], "events": []}
     with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "data") as broker:
         assert broker.proc is not None
         pid = broker.proc.pid
@@ -48,17 +54,22 @@ def main() -> None:
         with sync.connect(broker.address, service="bench", instance="parts", follow_advice=False) as client:
             end, pubend, schema = int(client.status()["last_tick"]), client.pubend or "", arrow_schema()
             for _ in range(args.rounds):
+                for name in ("spans", "bulk"):
+                    marks = (time.perf_counter(), time.process_time(), cpu_s(pid))
+                    decode_s, rows, position = 0.0, 0, 0
+                    for item in client.read_records(PATTERN, after=0, end=end, spans=name == "spans"):
+                        started = time.thread_time()  # this thread's: the client's loop thread runs meanwhile
+                        if isinstance(item, Span):
+                            lower, position = max(position, item.after), min(item.through, end)
+                            batch = span_to_batch(item.blob, schema, pubend, PATTERN, lower, position)
+                        else:
+                            batch, position = records_to_batch(item.blob, item.count, schema, pubend, position, end)
+                        decode_s += time.thread_time() - started
+                        rows += 0 if batch is None else batch.num_rows
+                    assert rows == args.events, rows
+                    runs[name].append(parts(marks, pid, decode_s))
                 marks = (time.perf_counter(), time.process_time(), cpu_s(pid))
-                decode_s, rows, position = 0.0, 0, 0
-                for records in client.read_records("nodes/+/load", after=0, end=end):
-                    started = time.thread_time()  # this thread's: the client's loop thread runs meanwhile
-                    batch, position = records_to_batch(records.blob, records.count, schema, pubend, position, end)
-                    decode_s += time.thread_time() - started
-                    rows += batch.num_rows
-                assert rows == args.events, rows
-                runs["bulk"].append(parts(marks, pid, decode_s))
-                marks = (time.perf_counter(), time.process_time(), cpu_s(pid))
-                assert sum(1 for _ in client.read("nodes/+/load", after=0, end=end)) == args.events
+                assert sum(1 for _ in client.read(PATTERN, after=0, end=end)) == args.events
                 runs["events"].append(parts(marks, pid, 0.0))
     out: dict[str, object] = {"bench": "bulk_read_parts", "events": args.events, "rounds": args.rounds}
     for name, samples in runs.items():

@@ -22,7 +22,7 @@ from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError, StartError
 from tidings.core.event import Event
 from tidings.core.session import Start
-from tidings.core.wire.messages import Records
+from tidings.core.wire.messages import Records, Span
 
 T = TypeVar("T")
 STOP_WAIT_S = 10.0  # for the loop's tasks to unwind, and then for its thread to end
@@ -189,11 +189,11 @@ class SyncClient:
                 yield item
 
     def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
-                     end: int) -> Iterator[Records]:
-        """As Client.read_records, blocking: the RECORDS of a bounded read in bulk of this broker's
-        own log, in tick order; GapError where retention released ticks. Closing the iterator ends
-        the broker's read."""
-        sub = self._call(self._client.read_records(pattern, filter=filter, after=after, end=end))
+                     end: int, spans: bool = False) -> Iterator[Records | Span]:
+        """As Client.read_records, blocking: the RECORDS (and with `spans`, SPAN) items of a bounded
+        read in bulk of this broker's own log, in tick order; GapError where retention released
+        ticks. Closing the iterator ends the broker's read."""
+        sub = self._call(self._client.read_records(pattern, filter=filter, after=after, end=end, spans=spans))
         with SyncSubscription(self, sub) as items:
             while (item := items.get(self.request_timeout)) is not None:
                 yield item  # type: ignore[misc]

@@ -112,6 +112,20 @@ def test_rules_refuse_publish_and_subscribe_and_nothing_is_logged(secured):
     assert status["auth"]["identities"]["admin"]["connections"] == 1  # the status call itself
 
 
+def test_only_a_reader_of_every_channel_is_sent_the_logs_own_bytes(secured):
+    """A READ's SPAN frames carry every channel's records: `viewer` (load/# only) gets RECORDS."""
+    broker, creds, _ = secured
+    with sync.connect(broker.address, service="loadmon", instance="host-1", credential=creds["loadmon"]) as pub:
+        for start in range(0, 12_000, 2000):
+            pub.publish_many([("load/h1", b"x" * 100, {"i": i}) for i in range(start, start + 2000)])
+        end = pub.status()["last_tick"]
+    kinds = {}
+    for who in ("viewer", "admin"):
+        with sync.connect(broker.address, credential=creds[who], follow_advice=False) as reader:
+            kinds[who] = {type(item) for item in reader.read_records("load/#", after=0, end=end, spans=True)}
+    assert kinds == {"viewer": {messages.Records}, "admin": {messages.Records, messages.Span}}
+
+
 def test_sighup_reloads_the_rules(tmp_path):
     auth = tmp_path / "auth.toml"
     cred = str(add_identity(auth, "svc", [], ["a/#"], [], FAST_KDF))

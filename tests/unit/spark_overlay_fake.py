@@ -49,7 +49,7 @@ class BulkReads:
         raise NotImplementedError
 
     def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
-                     end: int) -> Iterator[Records]:
+                     end: int, spans: bool = False) -> Iterator[Records]:  # RECORDS answer a reader of spans too
         return as_records(self.read(pattern, filter=filter, after=after, end=end))
 
 

@@ -17,6 +17,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType  # noqa: E402
 
+from tidings.core.channels import pattern_matches  # noqa: E402
 from tidings.core.event import INT_MAX, INT_MIN, Event, datetime_to_tick  # noqa: E402
 from tidings.spark.arrow import (  # noqa: E402
     EVENT_SCHEMA,
@@ -25,7 +26,9 @@ from tidings.spark.arrow import (  # noqa: E402
     check_schema,
     records_to_batch,
     render_attribute,
+    span_to_batch,
 )
+from tidings.storage import record  # noqa: E402
 
 SIMPLE = (
     "struct<channel:string,pubend:string,tick:bigint,time:timestamp,source_service:string,"
@@ -236,3 +239,47 @@ def test_records_outside_the_range_are_refused() -> None:
     for after, end in ((5, 10), (0, 5)):
         with pytest.raises(RecordsError, match="outside"):
             records_to_batch(blob, count, arrow_schema(), "pe-1", after, end)
+
+
+def span(events: list[Event]) -> bytes:
+    """`events` as a SPAN carries them: their records as the log holds them, headers and all."""
+    bodies = [msgpack.packb([e.pubend, e.tick, e.channel, e.attributes, e.service, e.instance, e.payload])
+              for e in events]
+    return record.encode([(e.tick, b) for e, b in zip(events, bodies, strict=True)], 0, 0, 1 << 62, 1 << 16)[0]
+
+
+@st.composite
+def spans_and_reads(draw: st.DrawFn) -> tuple[list[Event], str, int, int]:
+    """Events of a few channels, a pattern, and the (after, through] a reader keeps of them."""
+    ticks = sorted(draw(st.sets(st.integers(min_value=1, max_value=200), min_size=1, max_size=40)))
+    channels = st.sampled_from(["nodes/a/load", "nodes/b/load", "nodes/a/cpu", "query/x"])
+    events = [Event("pe-1", tick, draw(channels), {"load": draw(st.floats(allow_nan=False, allow_infinity=False))},
+                    "agent", draw(st.sampled_from(["a-1", "a-2"])), draw(st.binary(max_size=8))) for tick in ticks]
+    after = draw(st.integers(min_value=0, max_value=200))
+    return events, draw(st.sampled_from(["#", "nodes/+/load", "nodes/a/#", "query/#", "none/#"])), after, \
+        draw(st.integers(min_value=after, max_value=210))
+
+
+@settings(max_examples=200, deadline=None)
+@given(spans_and_reads())
+def test_a_span_gives_the_rows_of_its_range_that_match_the_pattern(case: tuple[list[Event], str, int, int]) -> None:
+    events, pattern, after, through = case
+    wanted = [e for e in events if after < e.tick <= through and pattern_matches(pattern, e.channel)]
+    batch = span_to_batch(span(events), arrow_schema(), "pe-1", pattern, after, through)
+    if not wanted:
+        assert batch is None
+    else:
+        assert batch is not None and batch.to_pydict() == reference_columns(wanted)
+
+
+def test_a_span_that_is_not_valid_records_fails_the_read_with_the_reason() -> None:
+    good = span([event(5, load=1), event(6)])
+    damaged = bytearray(good)
+    damaged[-1] ^= 1
+    for blob, problem in ((bytes(damaged), "tick 6 fails its checksum"), (good[:-3], "runs past its end"),
+                          (good + good, "has tick 5, after 6")):
+        with pytest.raises(RecordsError, match=f"a SPAN that is not whole valid records: .*{problem}"):
+            span_to_batch(blob, arrow_schema(), "pe-1", "#", 0, 100)
+    other = span([Event("pe-2", 5, "nodes/a/load", {}, "agent", "a-1", b"")])
+    with pytest.raises(RecordsError, match="another pubend than pe-1"):
+        span_to_batch(other, arrow_schema(), "pe-1", "#", 0, 100)

@@ -181,7 +181,7 @@ def test_out_of_range_event_from_the_broker_fails_the_read(broker: FakeBroker) -
 def test_gap_behind_the_read_position_fails_the_read(broker: FakeBroker) -> None:
     class Backwards(FakeClient):
         def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
-                         end: int) -> Iterator[Records]:
+                         end: int, spans: bool = False) -> Iterator[Records]:
             raise GapError(after - 10, after)
             yield  # a generator, as the real client's read
 

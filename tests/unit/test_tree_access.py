@@ -138,6 +138,18 @@ def test_only_the_first_creator_changes_the_list_and_a_change_goes_down_the_tree
     assert agent.admits(TREE, "x", "t/#") is True
 
 
+def test_an_identity_may_read_everything_only_where_every_list_admits_it_to_its_whole_tree():
+    """What lets a broker send a READ the log's own bytes (SPAN), which hold every channel."""
+    agent = root_with()
+    assert agent.admits_everywhere("owner") and not agent.admits_everywhere("x")
+    deliver(agent, m.Create(TREE, m.TreeMetadata("owner", (*OWNER_ONLY, Rule("x", SUBSCRIBE, True, "t/a")),
+                                                  A.address)))
+    assert not agent.admits_everywhere("x"), "t/a is not the whole tree t/#"
+    deliver(agent, m.Create(TREE, m.TreeMetadata("owner", (*OWNER_ONLY, Rule("x", SUBSCRIBE, True, "t/#")),
+                                                  A.address)))
+    assert agent.admits_everywhere("x") and ScribeAgent(ME).admits_everywhere("anyone")
+
+
 def test_a_member_keeps_the_list_from_its_parent_and_passes_it_to_its_children():
     agent = ScribeAgent(ME)
     agent.subscribe(0, TREE, None, (("owner", "t/#"),))

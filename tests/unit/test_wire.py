@@ -40,6 +40,15 @@ def test_events_frame_is_built_from_encoded_records():
     assert event_from_fields(msgpack.unpackb(recs[3])).attributes == {"k": 4}
 
 
+@pytest.mark.parametrize("size", [0, 10, 70_000])  # bin32 either way, however short
+def test_span_frame_carries_the_log_bytes_as_they_are(size):
+    blob = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    body = FrameDecoder(1 << 20).feed(messages.span(4, 10, 99, blob))[0]
+    assert messages.decode_broker_message(body) == messages.Span(4, 10, 99, blob)
+    with pytest.raises(ProtocolError, match="SPAN blob must be binary"):
+        messages.decode_broker_message(msgpack.packb([messages.SPAN, 4, 10, 99, "text"]))
+
+
 def test_array_header_sizes():
     for n in (0, 15, 16, 65535, 65536):
         recs = [msgpack.packb(1)] * n
@@ -52,6 +61,7 @@ def test_array_header_sizes():
     (msgpack.packb([messages.PUBLISH, -1, []]), "bad-message"), (msgpack.packb([messages.PUBLISH, 1]), "bad-message"),
     (msgpack.packb([messages.SUBSCRIBE, 1, "a", None, ["sometime"], None]), "bad-message"),
     (msgpack.packb([messages.SUBSCRIBE, 1, "a", 5, ["now"], None]), "bad-message"),
+    (msgpack.packb([messages.READ, 1, "a", None, 0, 9, "yes"]), "bad-message"),
 ])
 def test_malformed_client_messages_name_the_problem(body, code):
     with pytest.raises(ProtocolError) as info:
@@ -68,5 +78,7 @@ def test_client_messages_round_trip():
         (messages.subscribe(sub), sub),
         (messages.unsubscribe(3), messages.Unsubscribe(3)),
         (messages.status_request(9), messages.StatusRequest(9)),
+        (messages.read(messages.Read(5, "a/#", None, 7, 70)), messages.Read(5, "a/#", None, 7, 70)),
+        (messages.read(messages.Read(6, "#", None, 7, 70, True)), messages.Read(6, "#", None, 7, 70, True)),
     ]:
         assert messages.decode_client_message(dec.feed(wire)[0]) == expected

@@ -398,7 +398,7 @@ class BrokerServer:
             elif type(eff) is Sync:
                 worker.sync(eff.token)
             elif type(eff) is ReadLog:
-                worker.read(eff.after, eff.through, eff.max_bytes, *self._read_callbacks(eff.reader))
+                worker.read(eff.after, eff.through, eff.max_bytes, *self._read_callbacks(eff.reader), span=eff.span)
             elif type(eff) is ReleaseLog:
                 worker.release(eff.through)
             elif type(eff) is SaveDurable:
@@ -468,9 +468,9 @@ class BrokerServer:
         loop = self._loop
         assert loop is not None
 
-        def done(records: list[tuple[int, bytes]], state: LogState) -> None:
+        def done(records: list[tuple[int, bytes]], state: LogState, span: tuple[int, bytes] | None) -> None:
             loop.call_soon_threadsafe(
-                lambda: self.feed(LogRead(time.monotonic_ns(), reader, records, state))
+                lambda: self.feed(LogRead(time.monotonic_ns(), reader, records, state, span))
             )
 
         def failed(reason: str) -> None:

@@ -96,15 +96,17 @@ class StorageWorker:
             pass
 
     def read(self, after: int, through: int, max_bytes: int,
-             done: Callable[[list[tuple[int, bytes]], LogState], None],
-             failed: Callable[[str], None]) -> None:
+             done: Callable[[list[tuple[int, bytes]], LogState, tuple[int, bytes] | None], None],
+             failed: Callable[[str], None], span: bool = False) -> None:
+        """ReadLog: the records, or with `span` the log's bytes when it can cut them (LogRead)."""
         def work() -> None:
             try:
-                records = self.log.read(after, max_bytes, through)
+                found = self.log.read_span(after, max_bytes, through) if span else None
+                records = self.log.read(after, max_bytes, through) if found is None else []
             except Exception as exc:  # a corrupt or vanished segment: that reader must hear of it
                 failed(f"{type(exc).__name__}: {exc}")
                 return
-            done(records, log_state(self.log))
+            done(records, log_state(self.log), found)
 
         if self._stopping:
             return  # the broker is stopping: nobody will hear the answer (a nack is repeated elsewhere)

@@ -43,6 +43,7 @@ from tidings.core.session import ClientSession, Start
 from tidings.core.wire import messages
 
 BUFFER_EVENTS_MAX = 50_000
+SPAN_BYTES_PER_EVENT = 128  # a SPAN item counts as one event per this many bytes in the buffer
 ACK_INTERVAL_S = 1.0  # durable subscriptions acknowledge what the application took this often
 WELCOME_TIMEOUT_S = 3.0  # a broker answers HELLO at once; silence this long means something else listens
 FIRST_BYTES_SHOWN = 16  # of an answer that is not a tidings frame, quoted in NotABroker
@@ -170,6 +171,16 @@ def advance(checkpoint: Checkpoint | None, items: list[Any]) -> list[Event | Gap
     return out
 
 
+def bulk_events(item: Any) -> int:
+    """How many events an item of a bulk read stands for in the client's buffer: a RECORDS item
+    its count; a SPAN item, whose count the broker did not take, one per SPAN_BYTES_PER_EVENT."""
+    if type(item) is messages.Records:
+        return item.count
+    if type(item) is messages.Span:
+        return max(1, len(item.blob) // SPAN_BYTES_PER_EVENT)
+    return 1
+
+
 class Subscription:
     """An async iterator of Events (and Gap markers when `on_gap="event"`)."""
 
@@ -244,10 +255,10 @@ class Subscription:
         return items
 
     def _events_in(self, items: Collection[Any]) -> int:
-        """How many events `items` stand for in the client's buffer (a RECORDS item for many)."""
+        """How many events `items` stand for in the client's buffer (a RECORDS or SPAN item for many)."""
         if not self.bulk:
             return len(items)
-        return sum(i.count if type(i) is messages.Records else 1 for i in items)
+        return sum(bulk_events(i) for i in items)
 
     def ack(self, token: str | None = None) -> None:
         """A durable subscription: tell its broker that the application consumed everything up to
@@ -520,21 +531,23 @@ class Client:
         return sub
 
     async def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
-                           end: int) -> Subscription:
+                           end: int, spans: bool = False) -> Subscription:
         """A bounded read in bulk of this broker's own log: the events of its pubend with
         after < tick <= end (at most its durable tail) matching `pattern` and `filter`, as
         `messages.Records` items, each a msgpack array of many event records as logged (the reader
         decodes them: tidings.spark.arrow.records_to_batch), in tick order; Gap markers where
-        retention released ticks (iterating raises GapError). Returns once the broker confirmed.
-        For readers that turn records into columns; everyone else wants `subscribe`. BrokerError
-        at once from a broker of an older version, which cannot serve it."""
+        retention released ticks (iterating raises GapError). With `spans`, a broker that offers
+        them may also send `messages.Span` items: the log's own bytes, which the reader checks and
+        picks from itself (storage.record.records_in; core/reliability/subend.py). Returns once
+        the broker confirmed. For readers that turn records into columns; everyone else wants
+        `subscribe`. BrokerError at once from a broker of an older version, which cannot serve it."""
         self._check_open()
         if self._moving is not None:
             await asyncio.shield(self._moving)
         if not self.info.get("bulk_read"):
             raise BrokerError(f"the broker at {self.address} is of an older version, without bulk reads (READ): "
                               "upgrade it", errors.UNKNOWN_MESSAGE)
-        sub_id, frame = self._session.read(pattern, filter, after, end)
+        sub_id, frame = self._session.read(pattern, filter, after, end, spans and bool(self.info.get("read_spans")))
         sub = Subscription(self, sub_id, "raise", pattern, filter, bulk=True)
         self._subs[sub_id] = sub
         assert self._transport is not None
@@ -622,11 +635,11 @@ class Client:
         sub._push(items)
         self._buffer(len(items))
 
-    def _records(self, msg: messages.Records) -> None:
+    def _records(self, msg: messages.Records | messages.Span) -> None:
         sub = self._subs.get(msg.sub)
         if sub is not None and sub.bulk:
             sub._push([msg])
-            self._buffer(msg.count)
+            self._buffer(bulk_events(msg))
 
     def _buffer(self, n: int) -> None:
         """`n` more events wait for the application; past buffer_events_max, stop reading the socket."""
@@ -639,7 +652,7 @@ class Client:
     def _dispatch(self, msg: Any) -> None:  # noqa: PLR0912 - one branch per message type
         if isinstance(msg, messages.Events):
             self._events(msg)
-        elif isinstance(msg, messages.Records):
+        elif isinstance(msg, messages.Records | messages.Span):
             self._records(msg)
         elif isinstance(msg, messages.Ack):
             self._acked(msg)

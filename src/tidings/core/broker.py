@@ -146,7 +146,8 @@ class Broker:
         self.draining = False  # stopping: clients are advised to move (core/advice.py)
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
                          "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns,
-                         "bulk_read": True}  # READ is served (an older broker answers it unknown-message)
+                         "bulk_read": True,  # READ is served (an older broker answers it unknown-message)
+                         "read_spans": True}  # and may be answered with SPAN frames (reliability/subend.py)
         self._paused: dict[int, None] = {}  # connections not read until the pending bytes drain
         self.events_published = 0
         self.events_rejected = 0
@@ -359,7 +360,8 @@ class Broker:
                 self._subscribe(c, msg, inp.wall_us, out)
             elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
                 self._subscribe(c, messages.Subscribe(msg.sub, msg.pattern, msg.filter, messages.START_AFTER,
-                                                      msg.after, msg.end), inp.wall_us, out, bulk=True)
+                                                      msg.after, msg.end), inp.wall_us, out, bulk=True,
+                                spans=msg.spans and self._spans_allowed(c.identity))
             elif isinstance(msg, messages.Unsubscribe):
                 self._unsubscribe(c, msg.sub, msg.forget, out)
             elif isinstance(msg, messages.Renew):
@@ -532,7 +534,7 @@ class Broker:
     # ---- subscribing -----------------------------------------------------------------------------
 
     def _subscribe(self, c: ClientConnection, msg: messages.Subscribe, wall_us: int, out: list[Effect],
-                   bulk: bool = False) -> None:
+                   bulk: bool = False, spans: bool = False) -> None:
         def refuse(code: str, text: str) -> None:
             out.append(Send(c.conn, messages.error(code, text, sub=msg.sub)))
 
@@ -567,7 +569,7 @@ class Broker:
         self._next_key += 1
         total = msg.order == messages.ORDER_TOTAL
         s = Subend(self._next_key, c.conn, msg.sub, pattern, flt, position, end,
-                   from_oldest=msg.start == messages.START_OLDEST, total=total, bulk=bulk)
+                   from_oldest=msg.start == messages.START_OLDEST, total=total, bulk=bulk, spans=spans)
         self.subends[s.key] = s
         c.subs[msg.sub] = s
         if end is None:
@@ -689,7 +691,7 @@ class Broker:
         if s is None or s.reading is None:
             return  # the subscription ended while its read was in flight
         c = self.connections[s.conn]
-        effects, delivered = s.on_read(inp.records, inp.log, self.pubend.pubend_id)
+        effects, delivered = s.on_read(inp.records, inp.log, self.pubend.pubend_id, inp.span)
         self.events_delivered += delivered
         out += effects
         self._advance(c, s, out)
@@ -748,6 +750,16 @@ class Broker:
                 self.cluster.scribe.add_member(tree, (identity, s.pattern))
             self._reliability(effects, out)
         memberships.join(key, tree)
+
+    def _spans_allowed(self, identity: str) -> bool:
+        """Whether a READ by `identity` may be answered with SPAN frames. They carry the log's
+        records of every channel, for the reader to pick its pattern's: so `identity` must be one
+        that may read every channel here (its rules let it subscribe to `#`, and every tree's
+        access list held here admits it to the whole tree). And a span, up to SPAN_BYTES_FACTOR
+        log reads, must fit in a frame."""
+        return (messages.SPAN_BYTES_FACTOR * self.config.log_read_bytes_max <= self.config.frame_bytes_max
+                and self.guard.policy.rules.may_subscribe(identity, "#")
+                and (self.cluster is None or self.cluster.scribe.admits_everywhere(identity)))
 
     def _tree_refusal(self, identity: str, pattern: str) -> TidingsError | None:
         """The refusal when the access list this broker holds for the pattern's tree excludes it."""

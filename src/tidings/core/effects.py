@@ -54,12 +54,14 @@ class Sync:
 
 @dataclass(frozen=True, slots=True)
 class ReadLog:
-    """Read records with after < tick <= through, at most about max_bytes; report LogRead."""
+    """Read records with after < tick <= through, at most about max_bytes; report LogRead. With
+    `span`, the answer may be the log's own bytes for a prefix of the range (LogRead.span)."""
 
     reader: int
     after: int
     through: int
     max_bytes: int
+    span: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,12 +74,16 @@ class WriteSynced:
 
 @dataclass(frozen=True, slots=True)
 class LogRead:
-    """The answer to ReadLog: records with after < tick <= through, in order, possibly cut short."""
+    """The answer to ReadLog: records with after < tick <= through, in order, possibly cut short;
+    or, to a ReadLog with `span`, perhaps `span` instead (`records` then empty): `(covered, bytes)`,
+    a run of whole records as logged that holds every record with after < tick <= covered, among
+    others the reader must drop (storage/log.py `read_span`)."""
 
     now: int
     reader: int
     records: list[tuple[int, bytes]]
     log: LogState
+    span: tuple[int, bytes] | None = None
 
 
 @dataclass(frozen=True, slots=True)

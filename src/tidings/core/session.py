@@ -32,11 +32,7 @@ FRAME_MARGIN_BYTES = 1024 * 1024
 
 Start = str | int | _dt.datetime
 
-BrokerMessage = (
-    messages.Welcome | messages.Challenge | messages.Ack | messages.Events | messages.Records | messages.Subscribed
-    | messages.Gap
-    | messages.End | messages.StatusReply | messages.Error | messages.Advice | messages.Silence
-)
+BrokerMessage = messages.BrokerMessage
 
 
 def start_spec(start: Start) -> tuple[str, int]:
@@ -197,8 +193,9 @@ class ClientSession:
         msg = messages.Subscribe(self._next_sub, pattern, filter or None, kind, after, end, order, positions, home)
         return self._next_sub, messages.subscribe(msg)
 
-    def read(self, pattern: str, filter: str | None, after: int, end: int) -> tuple[int, bytes]:
-        """A READ: the ticks `(after, end]` of the broker's own pubend that match, in bulk."""
+    def read(self, pattern: str, filter: str | None, after: int, end: int, spans: bool = False) -> tuple[int, bytes]:
+        """A READ: the ticks `(after, end]` of the broker's own pubend that match, in bulk (with
+        `spans`, the broker may answer with the log's own bytes: messages.Span)."""
         validate_pattern(pattern)
         if filter:
             parse_filter(filter)
@@ -206,7 +203,7 @@ class ClientSession:
             if isinstance(tick, bool) or not isinstance(tick, int) or tick < 0:
                 raise StartError(f"a read's {name} must be a non-negative tick")
         self._next_sub += 1
-        return self._next_sub, messages.read(messages.Read(self._next_sub, pattern, filter or None, after, end))
+        return self._next_sub, messages.read(messages.Read(self._next_sub, pattern, filter or None, after, end, spans))
 
     @property
     def renew_interval_ns(self) -> int | None:

@@ -22,7 +22,8 @@ from __future__ import annotations
 import gc
 import operator
 from collections.abc import Callable
-from itertools import accumulate, chain
+from itertools import accumulate, chain, compress
+from typing import Any, TypeVar
 
 import msgpack
 import pyarrow as pa
@@ -36,6 +37,9 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from tidings.core.channels import pattern_matches
+from tidings.storage.record import SpanError, records_in
 
 EVENT_SCHEMA = StructType([
     StructField("channel", StringType(), nullable=False),
@@ -81,6 +85,7 @@ def render_attribute(value: object) -> str:
 
 
 _NUMBERS = {int, float}
+_T = TypeVar("_T")
 
 
 class RecordsError(ValueError):
@@ -89,23 +94,55 @@ class RecordsError(ValueError):
 
 def records_to_batch(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int, end: int
                      ) -> tuple[pa.RecordBatch, int]:
-    """As _records_to_batch, with the cyclic garbage collector paused: decoding makes thousands of
+    """One record batch of `schema`, and its last tick, from the RECORDS blob of a bulk read of
+    `pubend`'s ticks `(after, end]`: a msgpack array of `count` event records as logged (_decode)."""
+    batch, last = _without_collector(_decode, blob, count, schema, pubend, after, end, None)
+    assert batch is not None  # (only a pattern leaves rows out)
+    return batch, last
+
+
+def span_to_batch(span: bytes, schema: pa.Schema, pubend: str, pattern: str, after: int, through: int
+                  ) -> pa.RecordBatch | None:
+    """One record batch of `schema` from a SPAN of `pubend`'s log: its records with after < tick <=
+    through (storage.record.records_in checks their bounds, tick order and checksums) whose
+    channel matches `pattern` (the broker sent every channel's); None when none does."""
+    return _without_collector(_span_to_batch, span, schema, pubend, pattern, after, through)
+
+
+def _span_to_batch(span: bytes, schema: pa.Schema, pubend: str, pattern: str, after: int, through: int
+                   ) -> pa.RecordBatch | None:
+    try:
+        bodies = records_in(span, after, through)
+    except SpanError as exc:
+        raise RecordsError(f"a SPAN that is not whole valid records: {exc}") from None
+    if not bodies:
+        return None
+    blob = b"".join([_ARRAY32, len(bodies).to_bytes(4, "big"), *bodies])  # one msgpack array of them
+    return _decode(blob, len(bodies), schema, pubend, after, through, pattern)[0]
+
+
+_ARRAY32 = b"\xdd"  # msgpack: an array of a 32-bit count
+
+
+def _without_collector(decode: Callable[..., _T], *args: Any) -> _T:
+    """`decode(*args)` with the cyclic garbage collector paused: decoding makes thousands of
     containers, none in a cycle and all freed (by reference counting) before it resumes, so the
     collector would only walk them (about a third of the decoding time)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _records_to_batch(blob, count, schema, pubend, after, end)
+        return decode(*args)
     finally:
         if collecting:
             gc.enable()
 
 
-def _records_to_batch(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int, end: int
-                      ) -> tuple[pa.RecordBatch, int]:
-    """One record batch of `schema`, and its last tick, from the RECORDS blob of a bulk read of
-    `pubend`'s ticks `(after, end]`: a msgpack array of `count` event records as logged,
-    `[pubend, tick, channel, attributes, service, instance, payload]`.
+def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int, end: int,  # noqa: PLR0912
+            pattern: str | None) -> tuple[pa.RecordBatch | None, int]:
+    """One record batch of `schema` (None if no record is left), and the last tick, from a msgpack
+    array of `count` event records of `pubend`'s ticks `(after, end]` as logged,
+    `[pubend, tick, channel, attributes, service, instance, payload]`; with `pattern`, of those
+    whose channel matches it (tested once per distinct channel).
 
     The read's hot loop, done column by column rather than event by event: one msgpack call
     decodes the whole blob, the records are transposed into columns by `zip`, and every check a
@@ -114,14 +151,25 @@ def _records_to_batch(blob: bytes, count: int, schema: pa.Schema, pubend: str, a
     those that are not strings one by one. RecordsError names the first problem.
     """
     try:
-        rows = msgpack.unpackb(blob)
+        rows = msgpack.unpackb(blob, use_list=False)  # tuples: built in half the time of lists
     except Exception as exc:  # msgpack raises several types for garbage
         raise RecordsError(f"RECORDS that are not msgpack ({type(exc).__name__})") from None
-    if type(rows) is not list or len(rows) != count or not rows:
-        raise RecordsError(f"RECORDS said {count} records and held {len(rows) if type(rows) is list else rows!r}")
-    if set(map(type, rows)) != {list} or set(map(len, rows)) != {7}:
+    if type(rows) is not tuple or len(rows) != count or not rows:
+        raise RecordsError(f"RECORDS said {count} records and held {len(rows) if type(rows) is tuple else rows!r}")
+    if set(map(type, rows)) != {tuple} or set(map(len, rows)) != {7}:
         raise RecordsError("RECORDS whose records are not 7-element arrays")
     pubends, ticks, channels, attributes, services, instances, payloads = zip(*rows, strict=True)
+    last = ticks[-1]
+    if pattern is not None:
+        if set(map(type, channels)) != {str}:
+            raise RecordsError("RECORDS with a channel that is not str")
+        hits = {channel: pattern_matches(pattern, channel) for channel in set(channels)}
+        if not all(hits.values()):
+            rows = tuple(compress(rows, map(hits.__getitem__, channels)))
+            if not rows:
+                return None, last
+            count = len(rows)
+            pubends, ticks, channels, attributes, services, instances, payloads = zip(*rows, strict=True)
     if pubends.count(pubend) != count:  # (only a str equals a str: the column's type is checked too)
         raise RecordsError(f"RECORDS of another pubend than {pubend}")
     # A frame's source is often one publisher: a column of one string is checked and built as one.
@@ -159,7 +207,7 @@ def _records_to_batch(blob: bytes, count: int, schema: pa.Schema, pubend: str, a
         arrays = [columns[field.name](field.type) for field in schema]
     except (pa.ArrowException, OverflowError) as exc:  # a tick or value past 64 bits
         raise RecordsError(f"RECORDS that do not fit the read's columns: {exc}") from None
-    return pa.RecordBatch.from_arrays(arrays, schema=schema), ticks[-1]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema), last
 
 
 def _strings(column: tuple[str, ...], string_type: pa.DataType, alike: bool) -> pa.Array:

@@ -6,8 +6,12 @@ route advice, overlay.py), checks that it still logs that pubend, and asks for t
 of its range in bulk (READ); the broker sends their records as logged, in tick order, many to a
 RECORDS frame (at most about 1 MiB), then END; the task decodes each frame straight into one Arrow
 record batch (arrow.records_to_batch): no Event objects, nothing per event on the client's event
-loop. Only durable events are served and ticks only rise per pubend, so a retried task reads the
-same events: retries add no duplicates. Memory stays bounded: the client stops reading its socket
+loop. Where the broker may (no filter, a reader allowed every channel, a pattern that keeps most
+records), it sends the log's own bytes instead (SPAN, core/reliability/subend.py), and the task
+checks the records' checksums and tests the pattern itself (arrow.span_to_batch): that work then
+runs in every task at once, not one record after another in the broker for all of them. Only
+durable events are served and ticks only rise per pubend, so a retried task reads the same events:
+retries add no duplicates. Memory stays bounded: the client stops reading its socket
 while BUFFER_EVENTS_MAX events wait, and the broker stops reading its log for a blocked
 connection.
 
@@ -38,8 +42,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from tidings.core.errors import GapError
-from tidings.core.wire.messages import Records
-from tidings.spark.arrow import RecordsError, records_to_batch
+from tidings.core.wire.messages import Records, Span
+from tidings.spark.arrow import RecordsError, records_to_batch, span_to_batch
 from tidings.spark.overlay import Connect, check_pubend
 from tidings.spark.planning import DataLossError, ReadError
 
@@ -89,17 +93,12 @@ def read_batches(client: Any, opts: ReadSettings, pubend: str, after: int, end: 
     position = after
     skipped: list[tuple[int, int]] = []
     while position < end:
-        items = client.read_records(pattern, filter=opts.filter, after=position, end=end)
+        items = client.read_records(pattern, filter=opts.filter, after=position, end=end, spans=True)
         try:
-            for records in items:
-                if not isinstance(records, Records):
-                    raise ReadError(f"the broker sent {type(records).__name__} {records!r:.80} to a bulk read")
-                try:
-                    batch, position = records_to_batch(records.blob, records.count, schema, pubend, position, end)
-                except RecordsError as exc:
-                    raise ReadError(f"the broker sent {exc} while reading ({position}, {end}] of pubend "
-                                    f"{pubend}") from None
-                yield batch
+            for item in items:
+                batch, position = _decoded(item, schema, pubend, pattern, position, end)
+                if batch is not None:
+                    yield batch
         except GapError as gap:
             if opts.fail_on_data_loss:
                 raise DataLossError(pattern, gap.after_tick, gap.through_tick) from None
@@ -127,6 +126,21 @@ def read_batches(client: Any, opts: ReadSettings, pubend: str, after: int, end: 
             pattern, after, end, len(skipped), sum(b - a for a, b in skipped),
             ", ".join(f"({a}, {b}]" for a, b in skipped),
         )
+
+
+def _decoded(item: Any, schema: pa.Schema, pubend: str, pattern: str, position: int, end: int
+             ) -> tuple[pa.RecordBatch | None, int]:
+    """A bulk read's item (RECORDS, or SPAN: the log's bytes, ours to check and to pick from) as a
+    record batch (None: no row), and the read's position after it. ReadError if it is not right."""
+    try:
+        if isinstance(item, Records):
+            return records_to_batch(item.blob, item.count, schema, pubend, position, end)
+        if isinstance(item, Span):
+            through = min(item.through, end)
+            return span_to_batch(item.blob, schema, pubend, pattern, max(position, item.after), through), through
+    except RecordsError as exc:
+        raise ReadError(f"the broker sent {exc} while reading ({position}, {end}] of pubend {pubend}") from None
+    raise ReadError(f"the broker sent {type(item).__name__} {item!r:.80} to a bulk read")
 
 
 def read_range(

@@ -55,6 +55,7 @@ import threading
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
+from tidings.core.wire.messages import SPAN_BYTES_FACTOR
 from tidings.storage import record
 from tidings.storage.files import (
     TEMP_SUFFIX,
@@ -438,6 +439,47 @@ class EventLog:
                 segment, start, previous_tick = following[0], 0, 0
             end = following[1]
 
+    def read_span(self, after_tick: int, max_bytes: int, through_tick: int) -> tuple[int, bytes] | None:
+        """The log's own bytes for the records after `after_tick`: `(covered, span)`, where `span`
+        is a run of whole records of one segment, about `max_bytes` at most, holding every record
+        with after_tick < tick <= covered (covered <= through_tick). A span is cut where the sparse
+        index says a record begins, so finding it reads no record: it may begin with records at or
+        below after_tick (up to an index interval) and end with some past `covered` (perhaps not
+        yet synced), and whoever reads it keeps the ticks in (after_tick, covered]
+        (`record.records_in`, which also checks every checksum). It is at most SPAN_BYTES_FACTOR
+        times `max_bytes` (or an index interval, if more) long. `(through_tick, b"")`: nothing
+        is logged in the range. None: no record boundary is known near enough (a record that
+        large, or a segment read back without its summary), so read the range with `read`. As
+        `read` for retention."""
+        if through_tick <= after_tick:
+            return through_tick, b""
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"event log {self.directory} is closed")
+            i = max(bisect_right(self._first_ticks, after_tick + 1) - 1, 0)
+            while i < len(self._segments) and self._segments[i].last_tick <= after_tick:
+                i += 1
+            if i == len(self._segments) or self._segments[i].first_tick > through_tick:
+                return through_tick, b""
+            segment = self._segments[i]
+            start, _ = segment.start_for(after_tick)
+            end, covered = _span_end(segment, start, max_bytes, through_tick)
+            if end - start > SPAN_BYTES_FACTOR * max(max_bytes, INDEX_INTERVAL_BYTES):  # a large record, no index
+                return None
+            segment.pins += 1
+        try:
+            span = os.pread(segment.read_fd, end - start, start)
+        finally:
+            with self._lock:
+                segment.pins -= 1
+                fd = segment.release_fd_if_unused()
+            if fd is not None:
+                os.close(fd)
+        if len(span) != end - start:
+            raise LogCorruptError(f"{segment.path}: {len(span)} bytes at offset {start}, where the log holds "
+                                  f"{end - start}")
+        return covered, span
+
     def _following(self, segment: Segment, end: int) -> tuple[Segment, int] | None:
         """Where a read that reached `end` of `segment` goes on (under the lock); pins a new segment."""
         if segment.size > end:  # the writer published more since this read began
@@ -448,6 +490,21 @@ class EventLog:
         following = self._segments[j]
         following.pins += 1
         return following, following.size
+
+
+def _span_end(segment: Segment, start: int, max_bytes: int, through_tick: int) -> tuple[int, int]:
+    """Where a span of `segment` from `start` ends, and the last tick it covers: the last index
+    entry within `max_bytes` of `start` (else the first one past it: a large record), or the
+    segment's end; sooner where the index shows a record past `through_tick` (under the lock)."""
+    offsets, ticks = segment.index_offsets, segment.index_ticks
+    j = bisect_right(offsets, start + max_bytes)
+    if j > 0 and offsets[j - 1] > start:
+        j -= 1
+    end, covered = (offsets[j], ticks[j] - 1) if j < len(offsets) else (segment.size, segment.last_tick)
+    t = bisect_right(ticks, through_tick)  # the first entry past through_tick
+    if t < len(offsets) and offsets[t] < end:
+        end = offsets[t]
+    return end, min(covered, through_tick)
 
 
 class _Collector:

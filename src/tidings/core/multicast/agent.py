@@ -186,6 +186,12 @@ class ScribeAgent:
         held = None if entry is None else entry.held()
         return "" if held is None else held.creator
 
+    def admits_everywhere(self, identity: str) -> bool:
+        """Whether every access list this node holds lets `identity` subscribe to its whole tree
+        (a tree's name is the pattern of its channels)."""
+        return all(admits(held.acl, identity, tree) for tree, entry in self._trees.items()
+                   if (held := entry.held()) is not None)
+
     def admits(self, tree: str, identity: str, pattern: str) -> bool | None:
         """Whether the access list this node holds for `tree` admits `identity` subscribing to
         `pattern`; None when it holds none (an open tree, or none reached it yet)."""

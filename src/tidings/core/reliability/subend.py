@@ -18,6 +18,15 @@ up to `end` (at most the durable tail when it was created) and sends END. A bulk
 subend that sends the matching records as logged, many to a RECORDS frame, for the reader to decode
 in one go.
 
+Spans. A bulk read whose reader takes them (READ `spans`), without a filter, by an identity that
+could subscribe to every channel, may be answered with the log's own bytes instead (SPAN): runs of
+whole records cut at the log's sparse index, so the broker reads no record, tests no channel and
+checks no checksum; the reader does all three, in its own process (for Spark, in parallel tasks,
+where the broker would do them one record after another for every task). Spans carry every
+channel, so the broker sends them only while the pattern kept at least half of the records its
+reads have tested so far: the first read is always record by record, and a narrow pattern stays
+so. Events sent in spans are not counted as delivered: the broker did not look at them.
+
 A catch-up read tests each record's channel against the pattern without decoding the record when
 there is no filter: the channel's bytes are read in place (core/event.py) and the answer is kept
 per channel, at most CHANNELS_CACHED_MAX of them per subend (channels repeat).
@@ -49,12 +58,12 @@ CHANNELS_CACHED_MAX = 256
 
 
 class Subend:
-    __slots__ = ("bulk", "channels", "conn", "durable", "end", "filter", "from_oldest", "key", "live", "pattern",
-                 "position", "reading", "registration", "silenced", "sub", "total")
+    __slots__ = ("bulk", "channels", "conn", "durable", "end", "filter", "from_oldest", "kept", "key", "live",
+                 "pattern", "position", "reading", "registration", "silenced", "spans", "sub", "tested", "total")
 
     def __init__(self, key: int, conn: int, sub: int, pattern: str, flt: Filter | None,
                  position: int, end: int | None, from_oldest: bool = False, total: bool = False,
-                 bulk: bool = False) -> None:
+                 bulk: bool = False, spans: bool = False) -> None:
         self.key = key
         self.conn = conn
         self.sub = sub
@@ -70,6 +79,8 @@ class Subend:
         self.silenced: dict[str, int] = {}  # the positions the last SILENCE (or SUBSCRIBED) gave
         self.registration: int | None = None  # a durable one's, at this broker (core/registrations.py)
         self.bulk = bulk  # a READ: RECORDS frames, not EVENTS
+        self.spans = spans and bulk and flt is None  # it may be answered with SPAN frames (see above)
+        self.tested = self.kept = 0  # records its reads tested against the pattern, and those it kept
         self.channels: dict[bytes, bool] = {}  # whether a channel (its bytes) matches the pattern
 
     def _keeps(self, record: bytes, prefix: bytes) -> bool:
@@ -118,7 +129,8 @@ class Subend:
         if self.live or self.reading is not None:
             return []
         self.reading = self._target(synced_tick)
-        return [ReadLog(self.key, self.position, self.reading, max_bytes)]
+        span = self.spans and self.tested > 0 and 2 * self.kept >= self.tested
+        return [ReadLog(self.key, self.position, self.reading, max_bytes, span)]
 
     def status(self, synced_tick: int) -> dict[str, Any]:
         """What `tidings status` and the dashboard show: pattern, filter, mode and lag in ticks: how
@@ -134,9 +146,10 @@ class Subend:
     def caught_up(self, synced_tick: int) -> bool:
         return self.position >= self._target(synced_tick)
 
-    def on_read(self, records: list[tuple[int, bytes]], log: LogState, pubend: str) -> tuple[list[Effect], int]:
-        """Deliver what the read in flight of `pubend`'s log returned; also returns how many events
-        it delivered."""
+    def on_read(self, records: list[tuple[int, bytes]], log: LogState, pubend: str,
+                span: tuple[int, bytes] | None = None) -> tuple[list[Effect], int]:
+        """Deliver what the read in flight of `pubend`'s log returned (its records, or a span of the
+        log: LogRead); also returns how many events it delivered (a span's are not counted)."""
         through = self.reading
         assert through is not None and not self.live
         self.reading = None
@@ -146,6 +159,13 @@ class Subend:
                 out.append(Send(self.conn, messages.gap(self.sub, self.position, log.released_through, pubend)))
             self.position = log.released_through
         self.from_oldest = False
+        if span is not None:
+            covered, blob = span
+            if covered > self.position:
+                if blob:
+                    out.append(Send(self.conn, messages.span(self.sub, self.position, covered, blob)))
+                self.position = covered
+            return out, 0
         batch: list[bytes] = []
         position = self.position
         prefix = own_record_prefix(pubend)
@@ -156,6 +176,8 @@ class Subend:
             if keeps(record, prefix):
                 batch.append(record)
             position = tick
+        self.tested += len(records)
+        self.kept += len(batch)
         if batch:
             frames = messages.records_frames if self.bulk else messages.events_frames
             out.extend(Send(self.conn, frame) for frame in frames(self.sub, batch))

@@ -31,7 +31,7 @@ STATUS = 5
 AUTH = 6
 RENEW = 7  # [RENEW]: the client is alive; extends the lease on its subscriptions (core/leases.py)
 RELEASE = 8  # [RELEASE, sub, checkpoint]: a durable subscription consumed everything through it
-READ = 9  # [READ, sub, pattern, filter, after, end]: a bounded read of this broker's log, in bulk
+READ = 9  # [READ, sub, pattern, filter, after, end(, spans)]: a bounded read of this broker's log, in bulk
 # broker -> client
 WELCOME = 16
 ACK = 17
@@ -44,7 +44,10 @@ ERROR = 23
 CHALLENGE = 24
 SILENCE = 26  # [SILENCE, sub, [[pubend, tick], ...]]: a durable subscription's token moves up
 RECORDS = 27  # [RECORDS, sub, count, blob]: a READ's records, as logged (blob: a msgpack array of them)
+SPAN = 28  # [SPAN, sub, after, through, blob]: a READ's records as the log's own bytes (blob: a span of the log)
 ADVICE = 25  # [ADVICE, reason, [[address, rtt_us], ...]]: entry points that may serve better (core/advice.py)
+
+SPAN_BYTES_FACTOR = 2  # a SPAN holds at most this many log reads (log_read_bytes_max), or index intervals
 
 START_NOW = "now"
 START_OLDEST = "start"
@@ -107,6 +110,7 @@ class Read:
     filter: str | None
     after: int
     end: int
+    spans: bool = False  # the reader takes SPAN frames (the broker may still send RECORDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +163,19 @@ class Records:
     sub: int
     count: int  # how many records `blob` holds (the client's buffer counts them)
     blob: bytes  # a msgpack array of `count` event records, as logged; decoded by the reader
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A READ's records as the broker's log holds them: `blob` is a run of whole log records
+    (storage/record.py: header, checksum, tick, body) holding every one with after < tick <=
+    through, among others the reader drops; it checks every checksum (storage.record.records_in)
+    and tests the READ's pattern itself. Sent only to a reader that could read every channel."""
+
+    sub: int
+    after: int
+    through: int
+    blob: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +259,8 @@ def subscribe(msg: Subscribe) -> bytes:
 
 
 def read(msg: Read) -> bytes:
-    return _pack([READ, msg.sub, msg.pattern, msg.filter, msg.after, msg.end])
+    fields = [READ, msg.sub, msg.pattern, msg.filter, msg.after, msg.end]
+    return _pack([*fields, True] if msg.spans else fields)
 
 
 def release(sub: int, checkpoint: list[Any]) -> bytes:
@@ -320,6 +338,12 @@ def _records(sub: int, records: list[bytes]) -> bytes:
     blob_bytes = len(array_header) + sum(map(len, records))
     return _frame_of([b"\x94", msgpack.packb(RECORDS), msgpack.packb(sub), msgpack.packb(len(records)),
                       b"\xc6", struct.pack(">I", blob_bytes), array_header, *records])  # bin32: past 64 KiB
+
+
+def span(sub: int, after: int, through: int, blob: bytes) -> bytes:
+    """A SPAN frame: `blob` copied once, as a bin32 field (spans pass 64 KiB)."""
+    return _frame_of([b"\x95", msgpack.packb(SPAN), msgpack.packb(sub), msgpack.packb(after), msgpack.packb(through),
+                      b"\xc6", struct.pack(">I", len(blob)), blob])
 
 
 def _frame_of(parts: list[bytes]) -> bytes:
@@ -442,12 +466,15 @@ def _decode_subscribe(msg: list[Any]) -> Subscribe:
 
 
 def _decode_read(msg: list[Any]) -> Read:
+    spans = msg.pop() if len(msg) == 7 else False
     _arity(msg, 6, "READ")
     flt = msg[3]
     if flt is not None:
         _str(flt, "READ filter")
+    if type(spans) is not bool:
+        raise _bad("READ spans must be a boolean")
     return Read(_int(msg[1], "READ id"), _str(msg[2], "READ pattern"), flt, _int(msg[4], "READ after"),
-                _int(msg[5], "READ end"))
+                _int(msg[5], "READ end"), spans)
 
 
 def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message type
@@ -494,9 +521,11 @@ def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message ty
     raise ProtocolError(UNKNOWN_MESSAGE, f"unknown message type {kind}")
 
 
-def decode_broker_message(  # noqa: PLR0911, PLR0912 - one return per message type
-    body: bytes,
-) -> Welcome | Challenge | Ack | Events | Records | Subscribed | Gap | End | StatusReply | Error | Advice | Silence:
+BrokerMessage = (Welcome | Challenge | Ack | Events | Records | Span | Subscribed | Gap | End | StatusReply | Error
+                 | Advice | Silence)
+
+
+def decode_broker_message(body: bytes) -> BrokerMessage:  # noqa: PLR0911, PLR0912, PLR0915 - one return per type
     msg = _unpack(body)
     kind = msg[0]
     if kind == EVENTS:
@@ -509,6 +538,11 @@ def decode_broker_message(  # noqa: PLR0911, PLR0912 - one return per message ty
         if type(msg[3]) is not bytes:
             raise _bad("RECORDS blob must be binary")
         return Records(_int(msg[1], "RECORDS id"), _int(msg[2], "RECORDS count"), msg[3])
+    if kind == SPAN:
+        _arity(msg, 5, "SPAN")
+        if type(msg[4]) is not bytes:
+            raise _bad("SPAN blob must be binary")
+        return Span(_int(msg[1], "SPAN id"), _int(msg[2], "SPAN after"), _int(msg[3], "SPAN through"), msg[4])
     if kind == ACK:
         duplicates = msg.pop() if len(msg) == 5 else []
         _arity(msg, 4, "ACK")

@@ -1,0 +1,100 @@
+"""A READ answered with the log's own bytes (SPAN) by a real broker process: the reader gets exactly
+the events a READ answered record by record gives, once the first read showed the pattern keeps
+most records; a narrow pattern, a filter, or a reader that may not read every channel gets RECORDS
+only; and a reader that stops taking spans holds a bounded number of them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgpack
+import pytest
+
+from tidings import Client, sync
+from tidings.core.channels import pattern_matches
+from tidings.core.wire.messages import Records, Span
+from tidings.storage import record
+from tidings.testing import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+EVENTS = 12_000  # about 2 MiB of log: the first read (1 MiB) is tested record by record, then spans
+
+
+def decoded(items: list[Any], pattern: str) -> list[list[Any]]:
+    """The event records a reader keeps of a bulk read's items, as the Spark task does."""
+    rows: list[list[Any]] = []
+    position = 0
+    for item in items:
+        if isinstance(item, Records):
+            rows += msgpack.unpackb(item.blob)
+        else:
+            assert isinstance(item, Span) and item.after >= position
+            rows += [row for body in record.records_in(item.blob, item.after, item.through)
+                     if pattern_matches(pattern, (row := msgpack.unpackb(body))[2])]
+            position = item.through
+        if rows:
+            position = max(position, rows[-1][1])
+    return rows
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """A broker whose log holds EVENTS events, a third of them on b/y, the rest on a/x; their ticks."""
+    with BrokerProcess(tmp_path_factory.mktemp("spans") / "b") as broker:
+        ticks: dict[str, list[int]] = {"a/x": [], "b/y": []}
+        with sync.connect(broker.address, service="pub") as client:
+            for start in range(0, EVENTS, 1000):
+                batch = [("b/y" if i % 3 == 0 else "a/x", b"p" * 100, {"i": i}) for i in range(start, start + 1000)]
+                for (channel, _, _), result in zip(batch, client.publish_many(batch), strict=True):
+                    ticks[channel].append(result.tick)
+        yield broker, ticks
+
+
+def read(broker: BrokerProcess, pattern: str, spans: bool, filter: str | None = None) -> list[Any]:
+    with sync.connect(broker.address, service="reader", follow_advice=False) as client:
+        end = int(client.status()["last_tick"])
+        return list(client.read_records(pattern, filter=filter, after=0, end=end, spans=spans))
+
+
+def test_spans_give_the_events_records_give(published):
+    broker, ticks = published
+    items = read(broker, "a/#", spans=True)
+    kinds = [type(i).__name__ for i in items]
+    assert kinds[0] == "Records" and "Span" in kinds, kinds  # the first read shows the pattern keeps 2/3
+    rows = decoded(items, "a/#")
+    assert [r[1] for r in rows] == ticks["a/x"]
+    assert rows == decoded(read(broker, "a/#", spans=False), "a/#")
+
+
+@pytest.mark.parametrize(("pattern", "filter"), [("b/#", None), ("a/#", "i > 2")])
+def test_a_narrow_pattern_or_a_filter_is_answered_record_by_record(published, pattern, filter):
+    broker, ticks = published
+    items = read(broker, pattern, spans=True, filter=filter)
+    assert {type(i) for i in items} == {Records}
+    expected = ticks["b/y"] if filter is None else ticks["a/x"][2:]  # i = 1 and 2 fail the filter
+    assert [r[1] for r in decoded(items, pattern)] == expected
+
+
+def test_a_reader_of_spans_holds_a_bounded_number_of_them(published):
+    broker, ticks = published
+
+    async def main() -> None:
+        client = await Client.connect(broker.address, service="reader", follow_advice=False)
+        client.buffer_events_max = 4000
+        sub = await client.read_records("#", after=0, end=max(ticks["a/x"][-1], ticks["b/y"][-1]), spans=True)
+        for _ in range(200):  # the first frames arrive and fill the buffer; bounded wait
+            if client._reading_paused:
+                break
+            await asyncio.sleep(0.01)
+        assert client._reading_paused
+        waiting = sum(len(i.blob) if isinstance(i, Span) else i.count * 128 for i in sub._items)
+        assert waiting < 4000 * 128 + 2 * 1024 * 1024  # the buffer's worth, and the frame that filled it
+        items = []
+        while batch := await asyncio.wait_for(sub.next_batch(), 20):
+            items += batch
+        assert len(decoded(items, "#")) == EVENTS  # everything arrives once the reader takes it
+        await client.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
