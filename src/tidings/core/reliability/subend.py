@@ -24,8 +24,8 @@ whole records cut at the log's sparse index, so the broker reads no record, test
 checks no checksum; the reader does all three, in its own process (for Spark, in parallel tasks,
 where the broker would do them one record after another for every task). Spans carry every
 channel, so the broker sends them only while the pattern kept at least half of the records its
-reads have tested so far: the first read is always record by record, and a narrow pattern stays
-so. Events sent in spans are not counted as delivered: the broker did not look at them.
+reads have tested so far: the first read (SPAN_SAMPLE_BYTES) is always record by record, and a
+narrow pattern stays so, until the share its later reads keep passes half. Events sent in spans are not counted as delivered: the broker did not look at them.
 
 A catch-up read tests each record's channel against the pattern without decoding the record when
 there is no filter: the channel's bytes are read in place (core/event.py) and the answer is kept
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from tidings.core.reliability.node import Deliver
 
 CHANNELS_CACHED_MAX = 256
+SPAN_SAMPLE_BYTES = 64 * 1024  # the first read of a READ that may get spans: its records tested one by one
 
 
 class Subend:
@@ -130,6 +131,8 @@ class Subend:
             return []
         self.reading = self._target(synced_tick)
         span = self.spans and self.tested > 0 and 2 * self.kept >= self.tested
+        if self.spans and not self.tested:  # a first read only measures the pattern's share
+            max_bytes = min(max_bytes, SPAN_SAMPLE_BYTES)
         return [ReadLog(self.key, self.position, self.reading, max_bytes, span)]
 
     def status(self, synced_tick: int) -> dict[str, Any]:
