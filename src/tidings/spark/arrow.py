@@ -19,6 +19,7 @@ Attribute values are rendered as strings, so one map type holds them all:
 
 from __future__ import annotations
 
+import functools
 import gc
 import operator
 from collections.abc import Callable
@@ -85,6 +86,7 @@ def render_attribute(value: object) -> str:
 
 
 _NUMBERS = {int, float}
+_matches = functools.lru_cache(maxsize=4096)(pattern_matches)  # a read's frames share their channels
 _T = TypeVar("_T")
 
 
@@ -137,7 +139,7 @@ def _without_collector(decode: Callable[..., _T], *args: Any) -> _T:
             gc.enable()
 
 
-def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int, end: int,  # noqa: PLR0912
+def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int, end: int,
             pattern: str | None) -> tuple[pa.RecordBatch | None, int]:
     """One record batch of `schema` (None if no record is left), and the last tick, from a msgpack
     array of `count` event records of `pubend`'s ticks `(after, end]` as logged,
@@ -163,7 +165,7 @@ def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int,
     if pattern is not None:
         if set(map(type, channels)) != {str}:
             raise RecordsError("RECORDS with a channel that is not str")
-        hits = {channel: pattern_matches(pattern, channel) for channel in set(channels)}
+        hits = {channel: _matches(pattern, channel) for channel in set(channels)}
         if not all(hits.values()):
             rows = tuple(compress(rows, map(hits.__getitem__, channels)))
             if not rows:
@@ -175,23 +177,14 @@ def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int,
     # A frame's source is often one publisher: a column of one string is checked and built as one.
     alike = {name: column.count(column[0]) == count and type(column[0]) is str
              for name, column in (("source_service", services), ("source_instance", instances))}
+    built = set(schema.names)  # the other columns are not looked at, beyond the record's shape
     for column, kind, name in ((ticks, int, "tick"), (channels, str, "channel"), (attributes, dict, "attributes"),
-                               (services, str, "service"), (instances, str, "instance"),
+                               (services, str, "source_service"), (instances, str, "source_instance"),
                                (payloads, bytes, "payload")):
-        if not alike.get(f"source_{name}") and set(map(type, column)) != {kind}:
-            raise RecordsError(f"RECORDS with a {name} that is not {kind.__name__}")
+        if (name in built or name == "tick") and not alike.get(name) and set(map(type, column)) != {kind}:
+            raise RecordsError(f"RECORDS with a {name.removeprefix('source_')} that is not {kind.__name__}")
     if not (after < ticks[0] and ticks[-1] <= end and all(map(operator.lt, ticks, ticks[1:]))):
         raise RecordsError(f"RECORDS with ticks {ticks[0]}..{ticks[-1]} out of order or outside ({after}, {end}]")
-    keys = list(chain.from_iterable(attributes))
-    if keys and set(map(type, keys)) != {str}:
-        raise RecordsError("RECORDS with an attribute name that is not a string")
-    values = list(chain.from_iterable(map(dict.values, attributes)))
-    kinds = set(map(type, values))
-    if kinds <= _NUMBERS:  # rendered by repr (a bool is neither)
-        values = list(map(repr, values))
-    elif kinds != {str}:
-        values = [v if type(v) is str else render_attribute(v) for v in values]
-    offsets = list(accumulate(map(len, attributes), initial=0))
     tick_array = pa.array(ticks, type=pa.int64())
     columns: dict[str, Callable[[pa.DataType], pa.Array]] = {
         "channel": lambda t: pa.array(channels, type=t),
@@ -200,7 +193,7 @@ def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int,
         "time": tick_array.cast,  # a tick is microseconds since the epoch: the timestamp itself
         "source_service": lambda t: _strings(services, t, alike["source_service"]),
         "source_instance": lambda t: _strings(instances, t, alike["source_instance"]),
-        "attributes": lambda t: _map_array(offsets, keys, values, t),
+        "attributes": lambda t: _attributes_array(attributes, t),
         "payload": lambda t: pa.array(payloads, type=t),
     }
     try:
@@ -215,8 +208,20 @@ def _strings(column: tuple[str, ...], string_type: pa.DataType, alike: bool) -> 
     return pa.repeat(pa.scalar(column[0], string_type), len(column)) if alike else pa.array(column, type=string_type)
 
 
-def _map_array(offsets: list[int], keys: list[str], values: list[str], map_type: pa.DataType) -> pa.Array:
-    """A map array of `map_type` (its key and value types, its nullability) from flat lists."""
+def _attributes_array(attributes: tuple[dict[Any, Any], ...], map_type: pa.DataType) -> pa.Array:
+    """The map array of `map_type` (its key and value types, its nullability) of the attribute
+    maps, every value rendered as a string (render_attribute): flat lists of keys, values and
+    offsets, each made by one pass. RecordsError for a name that is not a string."""
+    keys = list(chain.from_iterable(attributes))
+    if keys and set(map(type, keys)) != {str}:
+        raise RecordsError("RECORDS with an attribute name that is not a string")
+    values = list(chain.from_iterable(map(dict.values, attributes)))
+    kinds = set(map(type, values))
+    if kinds <= _NUMBERS:  # rendered by repr (a bool is neither)
+        values = list(map(repr, values))
+    elif kinds != {str}:
+        values = [v if type(v) is str else render_attribute(v) for v in values]
+    offsets = list(accumulate(map(len, attributes), initial=0))
     array = pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(keys, type=map_type.key_type),
                                     pa.array(values, type=map_type.item_type))
     return array.cast(map_type)
