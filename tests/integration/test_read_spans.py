@@ -98,3 +98,35 @@ def test_a_reader_of_spans_holds_a_bounded_number_of_them(published):
         await client.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_span_holding_a_corrupt_record_fails_the_reader_naming_it(tmp_path):
+    """The broker no longer checks a span's records: the reader does, and fails its read."""
+    pytest.importorskip("pyarrow")
+    from types import SimpleNamespace
+
+    from tidings.spark.arrow import arrow_schema
+    from tidings.spark.planning import ReadError
+    from tidings.spark.reading import read_batches
+
+    broker = BrokerProcess(tmp_path / "b", {"segment_bytes_max": 32 * 1024}).start()
+    try:
+        with sync.connect(broker.address) as c:
+            for k in range(20):
+                c.publish_many([("c/x", b"p" * 60, {"i": i}) for i in range(500)])
+        broker.stop()
+        segments = sorted((tmp_path / "b" / "log").glob("*.seg"))
+        victim = segments[len(segments) * 3 // 4]  # well past the first read, which the broker tests
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        victim.write_bytes(bytes(data))
+        broker.start()
+        opts = SimpleNamespace(pattern="c/#", filter=None, fail_on_data_loss=True)
+        with sync.connect(broker.address, follow_advice=False) as c:
+            end = int(c.status()["last_tick"])
+            with pytest.raises(ReadError, match=r"a SPAN that is not whole valid records: .*"):
+                for _ in read_batches(c, opts, c.pubend or "", 0, end, arrow_schema()):
+                    pass
+            assert c.publish("c/x", b"still serving").tick > end
+    finally:
+        broker.stop()

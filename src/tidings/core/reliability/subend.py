@@ -25,7 +25,8 @@ checks no checksum; the reader does all three, in its own process (for Spark, in
 where the broker would do them one record after another for every task). Spans carry every
 channel, so the broker sends them only while the pattern kept at least half of the records its
 reads have tested so far: the first read (SPAN_SAMPLE_BYTES) is always record by record, and a
-narrow pattern stays so, until the share its later reads keep passes half. Events sent in spans are not counted as delivered: the broker did not look at them.
+narrow pattern stays so, until the share its later reads keep passes half. Events sent in spans
+are not counted as delivered: the broker did not look at them.
 
 A catch-up read tests each record's channel against the pattern without decoding the record when
 there is no filter: the channel's bytes are read in place (core/event.py) and the answer is kept
