@@ -112,7 +112,7 @@ def test_a_span_holding_a_corrupt_record_fails_the_reader_naming_it(tmp_path):
     broker = BrokerProcess(tmp_path / "b", {"segment_bytes_max": 32 * 1024}).start()
     try:
         with sync.connect(broker.address) as c:
-            for k in range(20):
+            for _ in range(20):
                 c.publish_many([("c/x", b"p" * 60, {"i": i}) for i in range(500)])
         broker.stop()
         segments = sorted((tmp_path / "b" / "log").glob("*.seg"))
