@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tidings import sync
+from tidings.spark.jobs import SUMMARY_COLUMNS
 from tidings.testing import BrokerProcess
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -63,7 +64,7 @@ def tree_cpu_s() -> float:
     return total + time.process_time()
 
 
-QUERY_COLUMNS = "channel string, attributes map<string,string>"  # what summary() reads
+QUERY_COLUMNS = SUMMARY_COLUMNS  # what summary() reads, as the job names them
 
 
 def summary(df, F):  # the aggregation of tidings.spark.jobs.load_summary

@@ -32,6 +32,12 @@ HEALTH_AVOID_BELOW = 50.0  # a site whose health is below this is to be avoided
 RECOMMEND_PREFIX = "pldb/recommend/"
 
 
+# The columns each job reads (Spark does not tell a Python source which columns a query uses, and
+# a read that names them leaves the others out: docs/spark.md#schema)
+SUMMARY_COLUMNS = "channel string, attributes map<string,string>"
+ARCHIVE_COLUMNS = "channel string, pubend string, tick bigint, attributes map<string,string>"
+
+
 def host_segment(pattern: str) -> int | None:
     """The channel segment that names the host: the one the pattern's first `+` stands for."""
     segments = validate_pattern(pattern).split("/")
@@ -55,7 +61,8 @@ def load_summary(
 
     register(spark)
     segment = host_segment(pattern)
-    reader = spark.read.format("tidings").option("broker", broker).option("pattern", pattern)
+    reader = (spark.read.format("tidings").schema(SUMMARY_COLUMNS).option("broker", broker)
+              .option("pattern", pattern))
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
     events = reader.load()
@@ -138,7 +145,8 @@ def archive_plots(spark: Any, broker: str, out: Any, deliveries: list[tuple[str,
     from tidings.spark.source import register  # noqa: PLC0415
 
     register(spark)
-    archive = (spark.read.format("tidings").option("broker", broker).option("pattern", "#").load()
+    archive = (spark.read.format("tidings").schema(ARCHIVE_COLUMNS).option("broker", broker).option("pattern", "#")
+               .load()
                .where(F.coalesce(F.col("attributes").getItem("punctuation"), F.lit("false")) != "true").cache())
     second = F.floor(F.col("tick") / 1_000_000).cast("long")
     parts = F.split("channel", "/")
