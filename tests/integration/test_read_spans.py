@@ -60,9 +60,14 @@ def read(broker: BrokerProcess, pattern: str, spans: bool, filter: str | None = 
 
 def test_spans_give_the_events_records_give(published):
     broker, ticks = published
+    before = broker.status()
     items = read(broker, "a/#", spans=True)
     kinds = [type(i).__name__ for i in items]
     assert kinds[0] == "Records" and "Span" in kinds, kinds  # the first read shows the pattern keeps 2/3
+    after = broker.status()  # the first read's events are counted, the spans' bytes (not their events)
+    assert after["read_span_bytes"] - before["read_span_bytes"] == sum(len(i.blob) for i in items
+                                                                        if isinstance(i, Span))
+    assert after["events_delivered"] - before["events_delivered"] == items[0].count
     rows = decoded(items, "a/#")
     assert [r[1] for r in rows] == ticks["a/x"]
     assert rows == decoded(read(broker, "a/#", spans=False), "a/#")

@@ -30,6 +30,8 @@ COUNTERS = {
     "events_published": ("events_published", "events logged by this broker's pubend (acknowledged)"),
     "events_rejected": ("events_rejected", "published events this broker refused"),
     "events_delivered": ("events_delivered", "events delivered to this broker's subscribers"),
+    "read_span_bytes": ("read_span_bytes", "bytes of the log sent to bulk readers as they are (SPAN), whose events "
+                        "are not counted in events_delivered"),
     "events_remote_delivered": ("events_remote_delivered",
                                 "events from other brokers' pubends delivered to this broker's subscribers"),
     "peer_messages_rejected": ("peer_messages_rejected", "malformed messages from other brokers"),

@@ -152,6 +152,7 @@ class Broker:
         self.events_published = 0
         self.events_rejected = 0
         self.events_delivered = 0
+        self.read_span_bytes = 0  # the log's bytes read for READs as spans (their events are not counted)
         self.traffic = ChannelTraffic()  # events published per channel (core/traffic.py)
         self.now = 0
         self.cluster: ClusterMember | None = None
@@ -693,6 +694,7 @@ class Broker:
         c = self.connections[s.conn]
         effects, delivered = s.on_read(inp.records, inp.log, self.pubend.pubend_id, inp.span)
         self.events_delivered += delivered
+        self.read_span_bytes += 0 if inp.span is None else len(inp.span[1])
         out += effects
         self._advance(c, s, out)
 
@@ -871,6 +873,7 @@ class Broker:
             "events_published": self.events_published,
             "events_rejected": self.events_rejected,
             "events_delivered": self.events_delivered,
+            "read_span_bytes": self.read_span_bytes,
             "pending_sync_batches": self.pubend.pending_batches,
             "pending_sync_bytes": self.pubend.pending_bytes,
             "paused_publishers": len(self._paused),
