@@ -146,12 +146,6 @@ class BrokerConfig:
                 raise ConfigError(f"configuration key {key!r} must be a positive integer, got {value!r}")
             values[key] = value
         cfg = cls(**values)
-        cfg._check_fit()
-        return cfg
-
-    def _check_fit(self) -> None:
-        """ConfigError naming the keys when values that depend on each other do not fit."""
-        cfg = self
         if cfg.event_bytes_max + 4 * KIB > cfg.frame_bytes_max:
             raise ConfigError("frame_bytes_max must exceed event_bytes_max by at least 4 KiB")
         for shorter, longer in (("heartbeat_interval_ns", "parent_timeout_ns"),
@@ -166,6 +160,7 @@ class BrokerConfig:
         if cfg.retransmit_window_bytes < cfg.log_read_bytes_max:  # else a read goes only into an empty window
             raise ConfigError("retransmit_window_bytes must be at least log_read_bytes_max "
                               "(the default window is four log reads)")
+        return cfg
 
     def overlay_config(self) -> OverlayConfig:
         return OverlayConfig(
