@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from tidings import sync
-from tidings.core.wire.messages import Span
-from tidings.spark.arrow import arrow_schema, records_to_batch, span_to_batch
+from tidings.spark.arrow import arrow_schema
+from tidings.spark.reading import batch_of
 from tidings.testing import BrokerProcess
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -59,11 +59,7 @@ def main() -> None:
                     decode_s, rows, position = 0.0, 0, 0
                     for item in client.read_records(PATTERN, after=0, end=end, spans=name == "spans"):
                         started = time.thread_time()  # this thread's: the client's loop thread runs meanwhile
-                        if isinstance(item, Span):
-                            lower, position = max(position, item.after), min(item.through, end)
-                            batch = span_to_batch(item.blob, schema, pubend, PATTERN, lower, position)
-                        else:
-                            batch, position = records_to_batch(item.blob, item.count, schema, pubend, position, end)
+                        batch, position = batch_of(item, schema, pubend, PATTERN, position, end)
                         decode_s += time.thread_time() - started
                         rows += 0 if batch is None else batch.num_rows
                     assert rows == args.events, rows

@@ -150,3 +150,25 @@ def test_token_bucket_arithmetic_is_exact():
 def test_the_auth_file_is_checked(data, message):
     with pytest.raises(AuthFileError, match=message):
         AuthPolicy.from_mapping(data)
+
+
+class _Lists:
+    """Trees' access lists a node holds, admitting only `admitted` everywhere."""
+
+    def __init__(self, admitted: str) -> None:
+        self.admitted = admitted
+
+    def admits_everywhere(self, identity: str) -> bool:
+        return identity == self.admitted
+
+
+def test_only_an_identity_that_may_read_every_channel_may_read_everything():
+    """What lets a broker answer a READ with the log's own bytes (SPAN), which hold every channel."""
+    from tidings.core.auth.rules import SUBSCRIBE, Rule
+
+    rules = AccessRules([Rule("admin", SUBSCRIBE, True, "#"), Rule("viewer", SUBSCRIBE, True, "load/#")])
+    guard = Guard(AuthPolicy({}, rules, None, True, NO_LIMITS), nonces)
+    assert guard.may_read_everything("admin", None) and not guard.may_read_everything("viewer", None)
+    assert not guard.may_read_everything("admin", _Lists("someone else")), "a tree's list refuses it"
+    assert guard.may_read_everything("admin", _Lists("admin"))
+    assert Guard(policy(), nonces).may_read_everything("anyone", None), "without rules, everyone may"

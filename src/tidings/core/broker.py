@@ -362,7 +362,8 @@ class Broker:
             elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
                 self._subscribe(c, messages.Subscribe(msg.sub, msg.pattern, msg.filter, messages.START_AFTER,
                                                       msg.after, msg.end), inp.wall_us, out, bulk=True,
-                                spans=msg.spans and self._spans_allowed(c.identity))
+                                spans=msg.spans and self.config.spans_fit_frames and self.guard.may_read_everything(
+                                    c.identity, None if self.cluster is None else self.cluster.scribe))
             elif isinstance(msg, messages.Unsubscribe):
                 self._unsubscribe(c, msg.sub, msg.forget, out)
             elif isinstance(msg, messages.Renew):
@@ -752,16 +753,6 @@ class Broker:
                 self.cluster.scribe.add_member(tree, (identity, s.pattern))
             self._reliability(effects, out)
         memberships.join(key, tree)
-
-    def _spans_allowed(self, identity: str) -> bool:
-        """Whether a READ by `identity` may be answered with SPAN frames. They carry the log's
-        records of every channel, for the reader to pick its pattern's: so `identity` must be one
-        that may read every channel here (its rules let it subscribe to `#`, and every tree's
-        access list held here admits it to the whole tree). And a span, up to SPAN_BYTES_FACTOR
-        log reads, must fit in a frame."""
-        return (messages.SPAN_BYTES_FACTOR * self.config.log_read_bytes_max <= self.config.frame_bytes_max
-                and self.guard.policy.rules.may_subscribe(identity, "#")
-                and (self.cluster is None or self.cluster.scribe.admits_everywhere(identity)))
 
     def _tree_refusal(self, identity: str, pattern: str) -> TidingsError | None:
         """The refusal when the access list this broker holds for the pattern's tree excludes it."""

@@ -16,6 +16,7 @@ from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.overlay.node import OverlayConfig
 from tidings.core.peers import PeerConfig
 from tidings.core.reliability.node import ReliabilityConfig
+from tidings.core.wire.messages import SPAN_BYTES_FACTOR
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -161,6 +162,12 @@ class BrokerConfig:
             raise ConfigError("retransmit_window_bytes must be at least log_read_bytes_max "
                               "(the default window is four log reads)")
         return cfg
+
+    @property
+    def spans_fit_frames(self) -> bool:
+        """Whether a READ's SPAN, up to SPAN_BYTES_FACTOR log reads long, fits in a frame (if not,
+        READs are answered record by record)."""
+        return SPAN_BYTES_FACTOR * self.log_read_bytes_max <= self.frame_bytes_max
 
     def overlay_config(self) -> OverlayConfig:
         return OverlayConfig(

@@ -96,7 +96,7 @@ def read_batches(client: Any, opts: ReadSettings, pubend: str, after: int, end: 
         items = client.read_records(pattern, filter=opts.filter, after=position, end=end, spans=True)
         try:
             for item in items:
-                batch, position = _decoded(item, schema, pubend, pattern, position, end)
+                batch, position = batch_of(item, schema, pubend, pattern, position, end)
                 if batch is not None:
                     yield batch
         except GapError as gap:
@@ -128,7 +128,7 @@ def read_batches(client: Any, opts: ReadSettings, pubend: str, after: int, end: 
         )
 
 
-def _decoded(item: Any, schema: pa.Schema, pubend: str, pattern: str, position: int, end: int
+def batch_of(item: Any, schema: pa.Schema, pubend: str, pattern: str, position: int, end: int
              ) -> tuple[pa.RecordBatch | None, int]:
     """A bulk read's item (RECORDS, or SPAN: the log's bytes, ours to check and to pick from) as a
     record batch (None: no row), and the read's position after it. ReadError if it is not right."""

@@ -427,8 +427,7 @@ class EventLog:
                     following = None if done or self._closed else self._following(segment, end)
                     fd = None
                     if following is None or following[0] is not segment:
-                        segment.pins -= 1
-                        fd = segment.release_fd_if_unused()
+                        fd = segment.unpin()
                 if fd is not None:
                     os.close(fd)
             if following is None:
@@ -471,8 +470,7 @@ class EventLog:
             span = os.pread(segment.read_fd, end - start, start)
         finally:
             with self._lock:
-                segment.pins -= 1
-                fd = segment.release_fd_if_unused()
+                fd = segment.unpin()
             if fd is not None:
                 os.close(fd)
         if len(span) != end - start:

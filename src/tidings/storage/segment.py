@@ -111,6 +111,12 @@ class Segment:
             return 0, 0
         return self.index_offsets[i], self.index_ticks[i] - 1
 
+    def unpin(self) -> int | None:
+        """A reader is done with the segment: the descriptor to close, if that was the last use of a
+        retired segment (call under the lock)."""
+        self.pins -= 1
+        return self.release_fd_if_unused()
+
     def release_fd_if_unused(self) -> int | None:
         """The descriptor to close once the segment is retired and unpinned (call under the lock)."""
         assert self.pins >= 0, "a segment was unpinned more often than pinned"

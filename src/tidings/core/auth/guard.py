@@ -62,6 +62,12 @@ class _Account:
         self.refusals = 0
 
 
+class TreeLists(Protocol):
+    """The trees' access lists a node holds (core/multicast/agent.py ScribeAgent)."""
+
+    def admits_everywhere(self, identity: str) -> bool: ...
+
+
 class Guard:
     @classmethod
     def open(cls) -> Guard:
@@ -179,6 +185,12 @@ class Guard:
         if account.events is not None and not account.events.take(now, 1):
             return False
         return account.bytes is None or account.bytes.take(now, size)
+
+    def may_read_everything(self, identity: str, trees: TreeLists | None) -> bool:
+        """Whether `identity` may read every channel here: its rules let it subscribe to `#`, and
+        every tree's access list the node holds (`trees`, in an overlay) admits it to the whole
+        tree. A READ's SPAN frames carry every channel's records, for the reader to pick from."""
+        return self.policy.rules.may_subscribe(identity, "#") and (trees is None or trees.admits_everywhere(identity))
 
     def check_subscribe(self, identity: str, pattern: str) -> TidingsError | None:
         account = self._account(identity)
