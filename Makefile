@@ -7,7 +7,7 @@ STAMP   = $(VENV)/.installed
 
 .PHONY: run test lint bench clean browser
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/tidings/spark/_columns.c
 	@echo "== creating $(VENV) and installing tidings with its dependencies (PySpark is large: a minute or more the first time)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
@@ -37,4 +37,4 @@ bench: $(STAMP)
 	$(PY) bench/run.py
 
 clean:
-	rm -rf $(VENV) data build *.egg-info
+	rm -rf $(VENV) data build *.egg-info src/tidings/spark/*.so

@@ -10,8 +10,9 @@ tidings.spark.jobs.load_summary (per host: count, mean and max load) `--rounds` 
 source, alternating: a tidings read of every column, one given the query's columns in its schema
 (`channel` and `attributes`: Parquet prunes the others itself, a Python data source is not told which
 a query uses), Parquet, and a tidings read that starts after every tick (planned as the others,
-reading nothing: the fixed cost of a query). Prints one JSON line: the best and median seconds of
-each, rows/s, the ratio of the medians (tidings over Parquet), and the median CPU seconds each
+reading nothing: the fixed cost of a query). TIDINGS_NATIVE_DECODE=0 runs it with the tasks'
+Python decoder alone (docs/spark.md). Prints one JSON line: the decoder, the best and median
+seconds of each, rows/s, the ratio of the medians (tidings over Parquet), and the median CPU seconds each
 query cost the processes of the run (the broker, the JVM, Spark's Python workers): on a shared
 machine the wall times follow the other users' load, the CPU seconds much less.
 """
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tidings import sync
+from tidings.spark import arrow
 from tidings.spark.jobs import SUMMARY_COLUMNS
 from tidings.testing import BrokerProcess
 
@@ -133,7 +135,8 @@ def main() -> None:
         spark.stop()
     median = {k: statistics.median(v) for k, v in times.items()}
     print(json.dumps({
-        "bench": "spark_read", "events": args.events, "partitions": args.partitions, "rounds": args.rounds,
+        "bench": "spark_read", "decoder": "python" if arrow._columns is None else "compiled",
+        "events": args.events, "partitions": args.partitions, "rounds": args.rounds,
         "tidings_s_median": round(median["tidings"], 3), "tidings_s_best": round(min(times["tidings"]), 3),
         "parquet_s_median": round(median["parquet"], 3), "parquet_s_best": round(min(times["parquet"]), 3),
         "tidings_rows_per_s": round(args.events / median["tidings"]),

@@ -1,9 +1,12 @@
 """The fixed schema of the `tidings` data source and the decoding of a bulk read's records into Arrow,
-without a JVM."""
+without a JVM; every test runs with the compiled decoder (when built) and with the Python one alone."""
 
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
+import shutil
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -19,6 +22,7 @@ from pyspark.sql.types import LongType, MapType, StringType, StructField, Struct
 
 from tidings.core.channels import pattern_matches  # noqa: E402
 from tidings.core.event import INT_MAX, INT_MIN, Event, datetime_to_tick  # noqa: E402
+from tidings.spark import arrow  # noqa: E402
 from tidings.spark.arrow import (  # noqa: E402
     EVENT_SCHEMA,
     RecordsError,
@@ -34,6 +38,26 @@ SIMPLE = (
     "struct<channel:string,pubend:string,tick:bigint,time:timestamp,source_service:string,"
     "source_instance:string,attributes:map<string,string>,payload:binary>"
 )
+
+
+@pytest.fixture(scope="module", autouse=True, params=["compiled", "python"])
+def decoder(request: pytest.FixtureRequest) -> Any:
+    """The module's tests once through the compiled fast path (arrow._compiled, which leaves what is
+    unusual to the Python decoder) and once through the Python decoder alone."""
+    built = arrow._columns
+    if request.param == "compiled" and built is None:
+        pytest.skip("the compiled decoder is not built here (setup.py: no C compiler or zlib headers)")
+    arrow._columns = built if request.param == "compiled" else None
+    yield request.param
+    arrow._columns = built
+
+
+def test_the_compiled_decoder_is_built_where_it_can_be() -> None:
+    """setup.py builds it where a C compiler and zlib's headers are found; a build that broke there
+    must not pass unseen as a slower read."""
+    buildable = shutil.which("cc") is not None and Path("/usr/include/zlib.h").exists()
+    built = importlib.util.find_spec("tidings.spark._columns") is not None
+    assert built or not buildable, "the compiled decoder (setup.py) failed to build: see pip install's output"
 
 
 def nullable_schema() -> StructType:

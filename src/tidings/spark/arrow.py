@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import gc
 import operator
+import os
 from collections.abc import Callable
 from itertools import accumulate, chain, compress
 from typing import Any, TypeVar
@@ -41,6 +42,13 @@ from pyspark.sql.types import (
 
 from tidings.core.channels import pattern_matches
 from tidings.storage.record import SpanError, records_in
+
+try:
+    from tidings.spark import _columns  # the compiled fast path (setup.py): optional
+except ImportError:  # built where no C compiler was found: every record is decoded in Python
+    _columns = None
+if os.environ.get("TIDINGS_NATIVE_DECODE") == "0":  # the Python decoder alone (docs/spark.md)
+    _columns = None
 
 EVENT_SCHEMA = StructType([
     StructField("channel", StringType(), nullable=False),
@@ -98,7 +106,8 @@ def records_to_batch(blob: bytes, count: int, schema: pa.Schema, pubend: str, af
                      ) -> tuple[pa.RecordBatch, int]:
     """One record batch of `schema`, and its last tick, from the RECORDS blob of a bulk read of
     `pubend`'s ticks `(after, end]`: a msgpack array of `count` event records as logged (_decode)."""
-    batch, last = _without_collector(_decode, blob, count, schema, pubend, after, end, None)
+    decoded = _compiled(blob, count, schema, pubend, after, end, None)
+    batch, last = decoded or _without_collector(_decode, blob, count, schema, pubend, after, end, None)
     assert batch is not None  # (only a pattern leaves rows out)
     return batch, last
 
@@ -108,7 +117,60 @@ def span_to_batch(span: bytes, schema: pa.Schema, pubend: str, pattern: str, aft
     """One record batch of `schema` from a SPAN of `pubend`'s log: its records with after < tick <=
     through (storage.record.records_in checks their bounds, tick order and checksums) whose
     channel matches `pattern` (the broker sent every channel's); None when none does."""
-    return _without_collector(_span_to_batch, span, schema, pubend, pattern, after, through)
+    decoded = _compiled(span, -1, schema, pubend, after, through, pattern)
+    return decoded[0] if decoded else _without_collector(_span_to_batch, span, schema, pubend, pattern, after, through)
+
+
+_WANT = {"attributes": 1, "source_service": 2, "source_instance": 4, "payload": 8}  # _columns.decode's bits
+_TICK_MAX = 2**63 - 1
+
+
+def _compiled(buffer: bytes, count: int, schema: pa.Schema, pubend: str, after: int, through: int,
+              pattern: str | None) -> tuple[pa.RecordBatch | None, int] | None:
+    """What _decode (count >= 0: RECORDS) or _span_to_batch (count < 0: a SPAN) gives, from the
+    compiled decoder (_columns.c): the column buffers it fills are wrapped as Arrow arrays without
+    a copy. None when it is not built, or leaves these records to the Python decoder (anything but
+    the usual valid records): that one then decides, and names any problem."""
+    if _columns is None or not 0 <= after <= through <= _TICK_MAX:
+        return None
+    names = set(schema.names)
+    decoded = _columns.decode(buffer, count, pubend, after, through,
+                              sum(bit for name, bit in _WANT.items() if name in names))
+    if decoded is None:
+        return None
+    rows, last, ticks, *buffers = decoded
+    if not rows:
+        return None, last
+    pairs = buffers.pop()  # each event's end in the attribute names and values
+    channels, services, instances, keys, values, payloads = zip(buffers[::2], buffers[1::2], strict=True)
+
+    def array(kind: pa.DataType, offsets_and_data: tuple[bytes, bytes], length: int = rows) -> pa.Array:
+        return pa.Array.from_buffers(kind, length, [None, *map(pa.py_buffer, offsets_and_data)])
+
+    channel = array(pa.string(), channels)
+    tick = pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(ticks)])
+    columns: dict[str, Callable[[pa.DataType], pa.Array]] = {
+        "channel": channel.cast,
+        "pubend": lambda t: pa.repeat(pa.scalar(pubend, t), rows),
+        "tick": tick.cast,
+        "time": tick.cast,  # a tick is microseconds since the epoch: the timestamp itself
+        "source_service": lambda t: array(pa.string(), services).cast(t),
+        "source_instance": lambda t: array(pa.string(), instances).cast(t),
+        "attributes": lambda t: pa.MapArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), rows + 1, [None, pa.py_buffer(pairs)]),
+            array(pa.string(), keys, len(keys[0]) // 4 - 1), array(pa.string(), values, len(values[0]) // 4 - 1),
+        ).cast(t),
+        "payload": lambda t: array(pa.binary(), payloads).cast(t),
+    }
+    batch = pa.RecordBatch.from_arrays([columns[field.name](field.type) for field in schema], schema=schema)
+    if pattern is not None:  # tested once per distinct channel
+        distinct = channel.dictionary_encode()
+        hits = pa.array([_matches(pattern, name) for name in distinct.dictionary.to_pylist()], pa.bool_())
+        if hits.false_count:
+            batch = batch.filter(hits.take(distinct.indices))
+            if not batch.num_rows:
+                return None, last
+    return batch, last
 
 
 def _span_to_batch(span: bytes, schema: pa.Schema, pubend: str, pattern: str, after: int, through: int
