@@ -80,6 +80,7 @@ def drain(end: loads.Endpoint, count: int, limit_s: float) -> tuple[float, int]:
     sel = selectors.DefaultSelector()
     sel.register(end.sock, selectors.EVENT_READ)
     while got < count and time.monotonic() - t0 < limit_s:
+        end.renew()
         if not sel.select(timeout=0.1):
             continue
         data = end.sock.recv(RECV_BYTES)
@@ -131,7 +132,8 @@ def tidings_round(count: int, limit_s: float, pfs: bool = True) -> dict[str, Any
         back = tidings_client.TidingsConnection(home.port, "catchup-sub")
         t0 = time.monotonic()
         back.subscribe(1, "catchup/#", checkpoint=checkpoint)
-        end = loads.Endpoint(back.sock, tidings_client.EventsCounter(), leftover=back.leftover())
+        end = loads.Endpoint(back.sock, tidings_client.EventsCounter(), leftover=back.leftover(),
+                             renew=back.renew_lease)
         seconds, got = drain(end, count, limit_s)
         seconds = time.monotonic() - t0
         cpu = {k: (v - cpu0[k]) / 100 for k, v in gd_bench.cpu_of(pids).items()}

@@ -38,6 +38,7 @@ import select
 import selectors
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,12 +56,17 @@ RECV_BYTES = 1 << 18
 # ---- protocol adapters: how to open a publisher and a subscriber for each broker kind ----------
 
 
+def _no_lease() -> None:
+    """The brokers without leases on subscriptions: nothing to renew."""
+
+
 @dataclass
 class Endpoint:
     sock: Any
     parser: Any  # feed(bytes) -> (count, reply bytes or None)
     build: Any = None  # publishers: build(count, payload) -> bytes
     leftover: bytes = b""  # data-path bytes already read during the handshake
+    renew: Callable[[], None] = _no_lease  # subscribers: keeps the broker's lease, called in the read loop
 
 
 class MqttAdapter:
@@ -169,7 +175,8 @@ class TidingsAdapter:
 
         conn = self._connect(f"sub-{index}")
         conn.subscribe(1, self.channel)
-        return Endpoint(conn.sock, tidings_client.EventsCounter(want_stamps), leftover=conn.leftover())
+        return Endpoint(conn.sock, tidings_client.EventsCounter(want_stamps), leftover=conn.leftover(),
+                        renew=conn.renew_lease)
 
     def publisher(self) -> Endpoint:
         import tidings_client
@@ -241,6 +248,8 @@ def _subscriber_worker(adapter: Any, indices: list[int], cfg: dict[str, Any], sh
     hard_stop = time.monotonic() + cfg["duration_s"] + cfg["drain_s"]
     while sel.get_map():
         now = time.monotonic()
+        for end in ends:
+            end.renew()
         for key, _ in sel.select(timeout=0.05):
             i, end = key.data
             try:
@@ -486,6 +495,7 @@ def run_latency(adapter: Any, cfg: dict[str, Any], sampler: netutil.ServerSample
         if sent >= count and (received >= count or time.monotonic() - last_rx > cfg["idle_s"]):
             break
         timeout = max(0.0, (due - now) / 1e9) if sent < count else 0.05
+        sub.renew()
         readable, _, _ = select.select(socks, [], [], timeout)
         for s in readable:
             data = s.recv(RECV_BYTES)

@@ -23,6 +23,7 @@ import contextlib
 import os
 import ssl
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,18 @@ class TidingsConnection:
             else:
                 raise ConnectionError(f"expected WELCOME, got {reply!r}")
         self.info = reply.info
+        self._session = session
+        every_ns = session.renew_interval_ns  # a third of the broker's lease on subscriptions
+        self._renew_every_s = None if every_ns is None else every_ns / 1e9
+        self._renew_at = time.monotonic() + (self._renew_every_s or 0.0)
+
+    def renew_lease(self) -> None:
+        """RENEW the broker's lease on this connection's subscriptions when a third of it has passed
+        since the last one (as tidings.client does): without it a subscriber that only reads, for
+        longer than the lease (a long catch-up), loses its subscription. Call it from the read loop."""
+        if self._renew_every_s is not None and time.monotonic() >= self._renew_at:
+            self.sock.sendall(self._session.renew())
+            self._renew_at = time.monotonic() + self._renew_every_s
 
     def subscribe(self, sub: int, pattern: str, checkpoint: list[Any] | None = None,
                   durable: bool = False) -> list[Any] | None:
