@@ -1,10 +1,12 @@
 """The broker core: a thin composer routing inputs between the machines of one broker.
 
 - `ClientConnection` (connection.py) turns bytes into messages and owns the handshake;
+- `Intake` (intake.py) checks each published event, gives the good ones ticks, logs them as one
+  batch, and pauses a publisher while too much waits for the disk; with `DedupWindow` (dedup.py)
+  it sorts out an idempotent PUBLISH (one carrying a producer id): events logged before are
+  answered with their tick, once it is durable, and not logged again;
 - `Pubend` (reliability/pubend.py) gives ticks, and holds batches until the runtime reports them
   synced; only then are publishers acknowledged and events fanned out (knowledge is durable);
-- `DedupWindow` (dedup.py) sorts out an idempotent PUBLISH (one carrying a producer id): events
-  logged before are answered with their tick, once it is durable, and not logged again;
 - `SubscriptionIndex` (filters/) finds the subscriptions an event matches without testing each;
 - `Subend` (reliability/subend.py) delivers one subscription's own-pubend events in tick order,
   live or catching up from the log;
@@ -29,44 +31,37 @@ each subscription's pattern and filter, and the broker sends it. This broker's o
 its publisher-order subscriptions from its own fan-out and log. Clients and peers share the
 listening port; a connection whose first frame is PEER_HELLO belongs to the peer links.
 
-The broker holds no protocol rule beyond checking published events (channel, attributes, size),
-which every path shares. It never blocks: each `handle` returns effects for the runtime to apply.
+Beyond checking a SUBSCRIBE (its pattern, filter and access), the broker holds no protocol rule.
+It never blocks: each `handle` returns effects for the runtime to apply.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import msgpack
-
 from tidings.core import advice, errors
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy
-from tidings.core.channels import validate_channel, validate_pattern
+from tidings.core.channels import validate_pattern
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
 from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, PeerHandover
 from tidings.core.deadlines import Deadlines
-from tidings.core.dedup import DedupWindow, Verdict
+from tidings.core.dedup import DedupWindow
 from tidings.core.durable import DurableSubscriptions, Outcome
 from tidings.core.effects import (
-    Append,
     Connect,
     Disconnect,
     Effect,
-    PauseReading,
     PfsAppend,
     PfsChop,
     ReadLog,
     ReadPfs,
     ReleaseLog,
-    ResumeReading,
     Send,
-    Sync,
 )
-from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.event import validate_attributes
+from tidings.core.errors import TidingsError
 from tidings.core.filters import Filter, SubscriptionIndex, parse_filter
 from tidings.core.inputs import (
     Accepted,
@@ -85,11 +80,12 @@ from tidings.core.inputs import (
     TimerFired,
     WriteSynced,
 )
+from tidings.core.intake import Intake
 from tidings.core.leases import Leases
 from tidings.core.memberships import TreeMemberships
 from tidings.core.multicast.access import admits
 from tidings.core.multicast.effects import AccessChanged
-from tidings.core.multicast.trees import publish_trees, subscription_tree
+from tidings.core.multicast.trees import subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.peers import PeerLinks
@@ -98,10 +94,8 @@ from tidings.core.reliability.constream import Constream, Recorded
 from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityNode
 from tidings.core.reliability.pubend import Pubend
 from tidings.core.reliability.subend import RemoteDelivery, Subend
-from tidings.core.traffic import ChannelTraffic
 from tidings.core.wire import messages
 
-CHANNEL_CACHE_MAX = 65_536
 CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status()`
 # what the cluster member asks of the runtime
 RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs)
@@ -139,21 +133,14 @@ class Broker:
         self.index = SubscriptionIndex()
         self._next_key = 0
         self.timers: Deadlines[BrokerTimer] = Deadlines()
-        # channels seen valid, each with the trees its events go to (bounded: cleared when full)
-        self._channel_trees: dict[str, list[str]] = {}
-        self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
         self.leases = Leases(config.lease_ns)
         self.draining = False  # stopping: clients are advised to move (core/advice.py)
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
                          "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns,
                          "bulk_read": True,  # READ is served (an older broker answers it unknown-message)
                          "read_spans": True}  # and may be answered with SPAN frames (reliability/subend.py)
-        self._paused: dict[int, None] = {}  # connections not read until the pending bytes drain
-        self.events_published = 0
-        self.events_rejected = 0
         self.events_delivered = 0
         self.read_span_bytes = 0  # the log's bytes read for READs as spans (their events are not counted)
-        self.traffic = ChannelTraffic()  # events published per channel (core/traffic.py)
         self.now = 0
         self.cluster: ClusterMember | None = None
         self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
@@ -161,6 +148,7 @@ class Broker:
         expiry_us = config.durable_expiry_ns // 1000
         self.dedup = DedupWindow(config.dedup_window_ns // 1000, config.dedup_entries_max,
                                  config.dedup_producers_max)  # idempotent publish (core/dedup.py)
+        self.intake = Intake(config, self.guard, self.pubend, self.dedup)  # PUBLISH to the log (core/intake.py)
         self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
         self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable.py
@@ -220,7 +208,7 @@ class Broker:
         self.now = now
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
         peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
-        reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self._trees_of,
+        reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self.intake.trees_of,
                                   lambda: (self.pubend.synced_tick, self.log), self.registrations.held)
         self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng,
                                      reliability, peers)
@@ -261,7 +249,7 @@ class Broker:
         self.timers.set(HandshakeTimer(inp.conn), deadline)
 
     def _lost(self, conn: int, out: list[Effect]) -> None:
-        self._paused.pop(conn, None)
+        self.intake.lost(conn)
         self.timers.cancel(HandshakeTimer(conn))
         c = self.connections.pop(conn, None)
         self.leases.release(conn)
@@ -356,7 +344,7 @@ class Broker:
             if isinstance(msg, PeerHandover):
                 self._adopt_peer(c, msg, out)
             elif isinstance(msg, messages.Publish):
-                self._publish(c, msg, inp.wall_us, out)
+                self.intake.publish(self.now, c, msg, inp.wall_us, out)
             elif isinstance(msg, messages.Subscribe):
                 self._subscribe(c, msg, inp.wall_us, out)
             elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
@@ -375,124 +363,6 @@ class Broker:
 
     # ---- publishing ------------------------------------------------------------------------------
 
-    def _check_event(self, ev: Any) -> tuple[str, dict[str, Any], bytes]:
-        if type(ev) is not list or len(ev) != 3:
-            raise ProtocolError(errors.BAD_MESSAGE, "a published event is [channel, attributes, payload]")
-        channel, attributes, payload = ev
-        if type(channel) is not str:
-            raise ProtocolError(errors.BAD_CHANNEL, "the channel must be a string")
-        if channel not in self._channel_trees:
-            self._trees_of(validate_channel(channel))
-        if type(payload) is not bytes:
-            raise ProtocolError(errors.BAD_MESSAGE, "the payload must be binary")
-        if len(payload) > self.config.event_bytes_max:
-            raise TidingsError(f"payload of {len(payload)} bytes exceeds event_bytes_max="
-                               f"{self.config.event_bytes_max}", errors.EVENT_TOO_LARGE)
-        return channel, validate_attributes(attributes) if attributes else {}, payload
-
-    def _publish(self, c: ClientConnection, msg: messages.Publish, wall_us: int, out: list[Effect]) -> None:
-        """Check each event, give the good ones consecutive ticks, encode each once, log the batch."""
-        if msg.producer is not None:
-            self._publish_idempotent(c, msg, wall_us, out)
-            return
-        valid: list[tuple[str, dict[str, Any], bytes]] = []
-        rejected: set[int] = set()
-        known_channels = self._channel_trees
-        size_max = self.config.event_bytes_max
-        refused = self.guard.check_publish(c.identity, c.conn, msg.events, self.now, out)  # rules, rates
-        for i, ev in enumerate(msg.events):
-            # fast path: a well-formed event on a channel seen before, without attributes to check
-            if type(ev) is list and len(ev) == 3 and not refused:
-                channel, attributes, payload = ev
-                if (type(channel) is str and channel in known_channels and type(payload) is bytes
-                        and len(payload) <= size_max and attributes == {}):
-                    valid.append((channel, attributes, payload))
-                    continue
-            try:
-                if i in refused:
-                    raise refused[i]
-                valid.append(self._check_event(ev))
-            except TidingsError as exc:
-                rejected.add(i)
-                out.append(Send(c.conn, messages.error(exc.code, str(exc), seq=msg.seq + i)))
-        pubend = self.pubend
-        pid = pubend.pubend_id
-        self.events_rejected += len(rejected)
-        if not valid:
-            out.append(Send(c.conn, messages.ack(msg.seq, pid, [None] * len(msg.events))))
-            return
-        first = pubend.reserve(len(valid), wall_us)
-        tick = first + len(valid)
-        if rejected:
-            it = iter(range(first, tick))
-            ticks: list[int | None] = [None if i in rejected else next(it) for i in range(len(msg.events))]
-        else:
-            ticks = list(range(first, tick))
-        self._log(c, msg.seq, valid, first, ticks, out)
-
-    def _log(self, c: ClientConnection, seq: int, valid: list[tuple[str, dict[str, Any], bytes]], first: int,
-             ticks: list[int | None], out: list[Effect], keys: list[bytes] | None = None,
-             duplicates: list[int] | None = None) -> None:
-        """Encode each event once and log the batch under ticks `first`, `first + 1`, ...; `ticks`
-        is what its ACK will say, per event of the PUBLISH."""
-        pubend = self.pubend
-        pid = pubend.pubend_id
-        pack = self._packer.pack
-        service, instance = c.service, c.instance
-        records = [(t, pack([pid, t, ch, at, service, instance, pl]))
-                   for t, (ch, at, pl) in zip(range(first, first + len(valid)), valid, strict=True)]
-        deliveries = [(t, ch, at, rec) for (t, rec), (ch, at, _) in zip(records, valid, strict=True)]
-        self.events_published += len(records)
-        self.traffic.count([ch for ch, _, _ in valid])
-        token = pubend.log(c.conn, seq, ticks, deliveries, sum(len(rec) for _, rec in records), duplicates)
-        if pubend.pending_bytes > self.config.pending_sync_bytes_max and c.conn not in self._paused:
-            self._paused[c.conn] = None  # intake waits for the disk: memory stays bounded
-            out.append(PauseReading(c.conn))
-        out.append(Append(token, records, keys))
-        out.append(Sync(token))
-
-    def _publish_idempotent(self, c: ClientConnection, msg: messages.Publish, wall_us: int,
-                            out: list[Effect]) -> None:
-        """A PUBLISH with a producer id: the dedup window (core/dedup.py) sorts its events out; the
-        new ones are logged with their (producer, pseq) in the record, the others are answered with
-        the tick they were logged with, once that tick is durable."""
-        screen = self.dedup.screen(msg.producer, msg.events, wall_us, c.service)
-        verdicts, ticks = screen.verdicts, screen.ticks
-        refused = self.guard.check_publish(c.identity, c.conn, screen.events, self.now, out)
-        valid: list[tuple[str, dict[str, Any], bytes]] = []
-        at: list[int] = []
-        known_channels, size_max = self._channel_trees, self.config.event_bytes_max
-        new = Verdict.NEW  # bound once for the loop
-        for i, (verdict, ev) in enumerate(zip(verdicts, screen.events, strict=True)):
-            # fast path, as in _publish: a new event on a channel seen before, without attributes
-            if (verdict is new and not refused and type(ev[0]) is str and ev[0] in known_channels
-                    and type(ev[2]) is bytes and len(ev[2]) <= size_max and ev[1] == {}):
-                valid.append(ev)
-                at.append(i)
-                continue
-            try:
-                if verdict is Verdict.REJECTED:
-                    raise screen.problems[i]
-                if i in refused:
-                    raise refused[i]
-                if verdict is new:
-                    valid.append(self._check_event(ev))
-                    at.append(i)
-            except TidingsError as exc:
-                verdicts[i] = Verdict.REJECTED
-                out.append(Send(c.conn, messages.error(exc.code, str(exc), seq=msg.seq + i)))
-        first = self.pubend.reserve(len(valid), wall_us) if valid else 0
-        keys = self.dedup.logged(screen, at, first)
-        duplicates, orphans = self.dedup.answer(screen, len(valid))
-        for i in orphans:
-            out.append(Send(c.conn, messages.error(errors.BAD_MESSAGE, "the event with the same producer "
-                                                   "sequence earlier in this PUBLISH was rejected", seq=msg.seq + i)))
-        self.events_rejected += len(verdicts) - len(valid) - len(duplicates)
-        if valid:
-            self._log(c, msg.seq, valid, first, ticks, out, keys, duplicates)
-        elif not self.pubend.wait(c.conn, msg.seq, ticks, duplicates):  # nothing waits: all durable
-            out.append(Send(c.conn, messages.ack(msg.seq, self.pubend.pubend_id, ticks, duplicates)))
-
     def _synced(self, token: int, out: list[Effect]) -> None:
         """Acknowledge the batches now durable and fan their events out to live subends."""
         pid = self.pubend.pubend_id
@@ -501,9 +371,7 @@ class Broker:
         subends = self.subends
         by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
         batches = self.pubend.synced(token)
-        if self._paused and self.pubend.pending_bytes <= self.config.pending_sync_bytes_max // 2:
-            out.extend(ResumeReading(conn) for conn in self._paused)
-            self._paused.clear()
+        self.intake.synced(out)
         for batch in batches:
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
@@ -806,16 +674,6 @@ class Broker:
         if deliveries:
             self._reliability(self._gd().published(self.now, deliveries, self.pubend.synced_tick), out)
 
-    def _trees_of(self, channel: str) -> list[str]:
-        """The trees of a valid channel, from the cache (which a publish filled unless it was
-        cleared since)."""
-        trees = self._channel_trees.get(channel)
-        if trees is None:
-            if len(self._channel_trees) >= CHANNEL_CACHE_MAX:
-                self._channel_trees.clear()
-            trees = self._channel_trees[channel] = publish_trees(channel)
-        return trees
-
     def _adopt_peer(self, c: ClientConnection, msg: PeerHandover, out: list[Effect]) -> None:
         del self.connections[c.conn]
         if self.cluster is None:  # not in an overlay (yet): nobody to talk to
@@ -861,13 +719,13 @@ class Broker:
             "leases_expired": self.leases.expired_total,
             "lease_ns": self.leases.lease_ns,
             "blocked_connections": sum(1 for c in self.connections.values() if c.blocked),
-            "events_published": self.events_published,
-            "events_rejected": self.events_rejected,
+            "events_published": self.intake.events_published,
+            "events_rejected": self.intake.events_rejected,
             "events_delivered": self.events_delivered,
             "read_span_bytes": self.read_span_bytes,
             "pending_sync_batches": self.pubend.pending_batches,
             "pending_sync_bytes": self.pubend.pending_bytes,
-            "paused_publishers": len(self._paused),
+            "paused_publishers": len(self.intake.paused),
             **self.dedup.status(),
             "first_tick": log.first_tick,
             "last_tick": self.pubend.synced_tick,
@@ -875,7 +733,7 @@ class Broker:
             "log_bytes": log.log_bytes,
             "log_records": log.record_count,
             "tick_marks": list(log.tick_marks),
-            "channels": self.traffic.top(),
+            "channels": self.intake.traffic.top(),
             "connections": self._connections_status(),
             **self._cluster_status(),
             **self.guard.status(),

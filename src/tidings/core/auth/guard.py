@@ -132,7 +132,7 @@ class Guard:
     def check_publish(self, identity: str, conn: int, events: list[Any], now: int,
                       out: list[Effect]) -> dict[int, TidingsError]:
         """Refusals by index into `events`: channels the rules deny, then what exceeds the rates
-        (which also pauses `conn`). Malformed events are left to the broker's own checks."""
+        (which also pauses `conn`). Malformed events are left to the intake's own checks (core/intake.py)."""
         policy = self.policy
         limits = policy.limits_of(identity)
         rules = policy.rules

@@ -1,0 +1,195 @@
+"""The publish intake of one broker: a PUBLISH checked event by event, its good events given
+consecutive ticks of this broker's pubend, encoded once and logged as one batch.
+
+Theory of operation (Gryphon: only the publisher's broker logs, DESIGN §2). A published event is
+good when it is `[channel, attributes, payload]` with a valid channel, valid attributes and a
+payload of at most `event_bytes_max` bytes, and the guard (core/auth/) lets its publisher publish
+it (access rules, rates). Every bad or refused event gets its own ERROR, numbered `seq + i` for the
+PUBLISH's `seq` and the event's index `i`; the good ones are given consecutive ticks
+(`Pubend.reserve`), encoded once into the record the log keeps and every stream carries
+(`[pubend, tick, channel, attributes, service, instance, payload]`), and appended as one batch
+(`Append`, then `Sync`). The ACK, one tick per event (None where refused), waits in the `Pubend`
+until that batch is durable (group commit). An event on a channel seen before, without
+attributes, is checked on a fast path: a channel once validated stays valid, and its trees are
+cached beside it (`trees_of`, also the reliability node's).
+
+A PUBLISH with a producer id is idempotent: the dedup window (core/dedup.py) sorts its events into
+new, duplicate (logged before: answered with that tick, once durable) and repeated within the
+PUBLISH; only the new ones are checked and logged, with their (producer, pseq) key in the record.
+
+Memory stays bounded while the disk is slow: a publisher whose PUBLISH leaves more than
+`pending_sync_bytes_max` bytes waiting for a sync is not read (`PauseReading`) until half of them
+are durable (`synced`), and then every paused publisher is read again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from tidings.core import errors
+from tidings.core.auth.guard import Guard
+from tidings.core.channels import validate_channel
+from tidings.core.config import BrokerConfig
+from tidings.core.connection import ClientConnection
+from tidings.core.dedup import DedupWindow, Verdict
+from tidings.core.effects import Append, Effect, PauseReading, ResumeReading, Send, Sync
+from tidings.core.errors import ProtocolError, TidingsError
+from tidings.core.event import validate_attributes
+from tidings.core.multicast.trees import publish_trees
+from tidings.core.reliability.pubend import Pubend
+from tidings.core.traffic import ChannelTraffic
+from tidings.core.wire import messages
+
+CHANNEL_CACHE_MAX = 65_536  # channels whose trees are kept; the cache is emptied when full
+
+Good = tuple[str, dict[str, Any], bytes]  # a checked event: channel, attributes, payload
+
+
+class Intake:
+    __slots__ = ("_packer", "_trees", "config", "dedup", "events_published", "events_rejected", "guard", "paused",
+                 "pubend", "traffic")
+
+    def __init__(self, config: BrokerConfig, guard: Guard, pubend: Pubend, dedup: DedupWindow) -> None:
+        self.config = config
+        self.guard = guard
+        self.pubend = pubend
+        self.dedup = dedup
+        self._trees: dict[str, list[str]] = {}  # channels seen valid, each with its trees
+        self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
+        self.paused: dict[int, None] = {}  # connections not read until the pending bytes drain
+        self.events_published = 0
+        self.events_rejected = 0
+        self.traffic = ChannelTraffic()  # events published per channel (core/traffic.py)
+
+    def trees_of(self, channel: str) -> list[str]:
+        """The trees of a valid channel, from the cache (which a publish filled unless it was
+        cleared since)."""
+        trees = self._trees.get(channel)
+        if trees is None:
+            if len(self._trees) >= CHANNEL_CACHE_MAX:
+                self._trees.clear()
+            trees = self._trees[channel] = publish_trees(channel)
+        return trees
+
+    def publish(self, now: int, c: ClientConnection, msg: messages.Publish, wall_us: int, out: list[Effect]) -> None:
+        """Check each event of `msg`, give the good ones consecutive ticks, log them as one batch."""
+        if msg.producer is not None:
+            self._publish_idempotent(now, c, msg, wall_us, out)
+            return
+        valid, bad = self._check(now, c, msg.seq, msg.events, None, None, out)
+        self.events_rejected += len(bad)
+        if not valid:
+            out.append(Send(c.conn, messages.ack(msg.seq, self.pubend.pubend_id, [None] * len(msg.events))))
+            return
+        first = self.pubend.reserve(len(valid), wall_us)
+        if bad:
+            it = iter(range(first, first + len(valid)))
+            ticks: list[int | None] = [None if i in bad else next(it) for i in range(len(msg.events))]
+        else:
+            ticks = list(range(first, first + len(valid)))
+        self._log(c, msg.seq, valid, first, ticks, out)
+
+    def synced(self, out: list[Effect]) -> None:
+        """A sync made pending bytes durable: read the paused publishers again once half are."""
+        if self.paused and self.pubend.pending_bytes <= self.config.pending_sync_bytes_max // 2:
+            out.extend(ResumeReading(conn) for conn in self.paused)
+            self.paused.clear()
+
+    def lost(self, conn: int) -> None:
+        """The connection `conn` is gone."""
+        self.paused.pop(conn, None)
+
+    def _publish_idempotent(self, now: int, c: ClientConnection, msg: messages.Publish, wall_us: int,
+                            out: list[Effect]) -> None:
+        """A PUBLISH with a producer id: the dedup window sorts its events out; the new ones are
+        logged with their (producer, pseq) in the record, the others are answered with the tick
+        they were logged with, once that tick is durable."""
+        screen = self.dedup.screen(msg.producer, msg.events, wall_us, c.service)
+        verdicts, ticks = screen.verdicts, screen.ticks
+        valid, _ = self._check(now, c, msg.seq, screen.events, verdicts, screen.problems, out)
+        at = [i for i, verdict in enumerate(verdicts) if verdict is Verdict.NEW]  # where the valid ones are
+        first = self.pubend.reserve(len(valid), wall_us) if valid else 0
+        keys = self.dedup.logged(screen, at, first)
+        duplicates, orphans = self.dedup.answer(screen, len(valid))
+        for i in orphans:
+            out.append(Send(c.conn, messages.error(errors.BAD_MESSAGE, "the event with the same producer "
+                                                   "sequence earlier in this PUBLISH was rejected", seq=msg.seq + i)))
+        self.events_rejected += len(verdicts) - len(valid) - len(duplicates)
+        if valid:
+            self._log(c, msg.seq, valid, first, ticks, out, keys, duplicates)
+        elif not self.pubend.wait(c.conn, msg.seq, ticks, duplicates):  # nothing waits: all durable
+            out.append(Send(c.conn, messages.ack(msg.seq, self.pubend.pubend_id, ticks, duplicates)))
+
+    def _check(self, now: int, c: ClientConnection, seq: int, events: list[Any], verdicts: list[Verdict] | None,
+               problems: dict[int, TidingsError] | None, out: list[Effect]) -> tuple[list[Good], set[int]]:
+        """The good events of `events`, and the indexes of those refused. With `verdicts` (an
+        idempotent PUBLISH screened by the dedup window, which names its `problems`), only the new
+        ones are checked, and each refused one is marked rejected there. Each refused event gets an
+        ERROR numbered `seq` + its index."""
+        valid: list[Good] = []
+        bad: set[int] = set()
+        refused = self.guard.check_publish(c.identity, c.conn, events, now, out)  # rules, rates
+        known_channels, size_max, new = self._trees, self.config.event_bytes_max, Verdict.NEW
+        for i, ev in enumerate(events):
+            if verdicts is not None and verdicts[i] is not new:  # logged before, or rejected by the window
+                problem = (problems or {}).get(i) if verdicts[i] is Verdict.REJECTED else refused.get(i)
+                if problem is not None:
+                    bad.add(i)
+                    verdicts[i] = Verdict.REJECTED
+                    out.append(Send(c.conn, messages.error(problem.code, str(problem), seq=seq + i)))
+                continue
+            # fast path: a well-formed event on a channel seen before, without attributes to check
+            if not refused and type(ev) is list and len(ev) == 3:
+                channel, attributes, payload = ev
+                if (type(channel) is str and channel in known_channels and type(payload) is bytes
+                        and len(payload) <= size_max and attributes == {}):
+                    valid.append((channel, attributes, payload))
+                    continue
+            try:
+                if i in refused:
+                    raise refused[i]
+                valid.append(self._checked(ev))
+            except TidingsError as exc:
+                bad.add(i)
+                if verdicts is not None:
+                    verdicts[i] = Verdict.REJECTED
+                out.append(Send(c.conn, messages.error(exc.code, str(exc), seq=seq + i)))
+        return valid, bad
+
+    def _checked(self, ev: Any) -> Good:
+        """A published event checked whole (ProtocolError or TidingsError if it is not good)."""
+        if type(ev) is not list or len(ev) != 3:
+            raise ProtocolError(errors.BAD_MESSAGE, "a published event is [channel, attributes, payload]")
+        channel, attributes, payload = ev
+        if type(channel) is not str:
+            raise ProtocolError(errors.BAD_CHANNEL, "the channel must be a string")
+        if channel not in self._trees:
+            self.trees_of(validate_channel(channel))
+        if type(payload) is not bytes:
+            raise ProtocolError(errors.BAD_MESSAGE, "the payload must be binary")
+        if len(payload) > self.config.event_bytes_max:
+            raise TidingsError(f"payload of {len(payload)} bytes exceeds event_bytes_max="
+                               f"{self.config.event_bytes_max}", errors.EVENT_TOO_LARGE)
+        return channel, validate_attributes(attributes) if attributes else {}, payload
+
+    def _log(self, c: ClientConnection, seq: int, valid: list[Good], first: int, ticks: list[int | None],
+             out: list[Effect], keys: list[bytes] | None = None, duplicates: list[int] | None = None) -> None:
+        """Encode each event once and log the batch under ticks `first`, `first + 1`, ...; `ticks`
+        is what its ACK will say, per event of the PUBLISH."""
+        pubend = self.pubend
+        pid = pubend.pubend_id
+        pack = self._packer.pack
+        service, instance = c.service, c.instance
+        records = [(t, pack([pid, t, ch, at, service, instance, pl]))
+                   for t, (ch, at, pl) in zip(range(first, first + len(valid)), valid, strict=True)]
+        deliveries = [(t, ch, at, rec) for (t, rec), (ch, at, _) in zip(records, valid, strict=True)]
+        self.events_published += len(records)
+        self.traffic.count([ch for ch, _, _ in valid])
+        token = pubend.log(c.conn, seq, ticks, deliveries, sum(len(rec) for _, rec in records), duplicates)
+        if pubend.pending_bytes > self.config.pending_sync_bytes_max and c.conn not in self.paused:
+            self.paused[c.conn] = None  # intake waits for the disk: memory stays bounded
+            out.append(PauseReading(c.conn))
+        out.append(Append(token, records, keys))
+        out.append(Sync(token))
