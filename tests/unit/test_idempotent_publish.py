@@ -1,12 +1,21 @@
 """Idempotent publish through the broker core: duplicates answered with the original tick, never
-before it is durable; bad producer ids and sequences refused per event; the window in time."""
+before it is durable; bad producer ids and sequences refused per event; the window in time; and any
+mix of good and bad events, with or without a producer, answered event by event."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.unit.core_harness import Harness, of_type
+from tidings.core.auth.guard import Guard
+from tidings.core.auth.policy import AuthPolicy, Limits
+from tidings.core.auth.rules import AccessRules
+from tidings.core.broker import Broker
 from tidings.core.config import BrokerConfig
+from tidings.core.inputs import LogState
 from tidings.core.wire import messages
 
 
@@ -125,3 +134,60 @@ def test_producer_ids_are_scoped_by_the_clients_service() -> None:
     h.sync()
     got = acks(h, 3)[again]
     assert got.ticks == a2.ticks and got.duplicates == [0]
+
+
+GOOD_CHANNELS = ["a/b", "a/c", "x"]
+EVENT_SHAPES = st.one_of(
+    st.tuples(st.sampled_from(GOOD_CHANNELS), st.sampled_from([{}, {"k": 1}]), st.binary(max_size=4)).map(list),
+    st.tuples(st.sampled_from(["a/+", "", "a//b"]), st.just({}), st.just(b"")).map(list),  # bad channel
+    st.tuples(st.sampled_from(GOOD_CHANNELS), st.sampled_from([{"k": [1]}, {"": 1}]), st.just(b"")).map(list),
+    st.tuples(st.sampled_from(GOOD_CHANNELS), st.just({}), st.just(b"x" * 65)).map(list),  # too large
+    st.sampled_from([None, 7, ["a/b"], ["a/b", {}, "text"]]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(EVENT_SHAPES, st.integers(0, 6)), min_size=1, max_size=12), st.booleans())
+def test_any_mix_of_events_is_logged_once_each_and_answered_event_by_event(
+        batch: list[tuple[Any, int]], idempotent: bool) -> None:
+    """The intake (core/intake.py) on any PUBLISH, plain or with a producer: one tick or None per
+    event in the ACK, an ERROR for each event without a tick (but duplicates, which get the tick
+    they were logged with), new events logged once each under consecutive ticks, in order."""
+    h = Harness(BrokerConfig(event_bytes_max=64))
+    h.connect(1)
+    h.inbox(1)
+    events = [[*e, pseq] if idempotent and isinstance(e, list) else e for e, pseq in batch]
+    seq = publish(h, 1, "p1" if idempotent else None, *events)
+    h.sync()
+    msgs = h.inbox(1)
+    (ack,) = of_type(msgs, messages.Ack)
+    assert len(ack.ticks) == len(events)
+    refused = sorted(e.context["seq"] - seq for e in of_type(msgs, messages.Error))
+    assert refused == [i for i, t in enumerate(ack.ticks) if t is None]
+    logged = [t for t, _ in h.records]
+    assert logged == list(range(logged[0], logged[0] + len(logged))) if logged else True
+    firsts = [t for i, t in enumerate(ack.ticks) if t is not None and t not in ack.ticks[:i]]
+    assert firsts == logged  # each new event logged once, in the order of the PUBLISH
+    if not idempotent:
+        assert ack.duplicates == [] and len(set(firsts)) == len(firsts) == len(
+            [t for t in ack.ticks if t is not None])
+
+
+def test_a_duplicate_past_the_publishers_rate_is_refused_as_any_event() -> None:
+    """The guard's rate limit refuses a PUBLISH's excess whatever the dedup window says of it: a
+    duplicate past the rate gets an ERROR and no tick, as a new event does."""
+    h = Harness()
+    rates = Limits(publish_events_per_s=2, publish_burst_s=1)
+    h.broker = Broker(BrokerConfig(), "p-test", LogState(),
+                      Guard(AuthPolicy({}, AccessRules([]), None, True, rates), lambda: b"n" * 24))
+    h.connect(1)
+    h.inbox(1)
+    first = publish(h, 1, "p1", ev(0), ev(1))
+    h.sync()
+    assert None not in acks(h, 1)[first].ticks
+    again = publish(h, 1, "p1", ev(0), ev(1), ev(2))  # the same second: the bucket is empty
+    h.sync()
+    msgs = h.inbox(1)
+    assert of_type(msgs, messages.Ack)[0].ticks == [None, None, None]
+    assert sorted(e.context["seq"] - again for e in of_type(msgs, messages.Error)) == [0, 1, 2]
+    assert len(h.records) == 2

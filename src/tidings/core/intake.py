@@ -108,7 +108,9 @@ class Intake:
         they were logged with, once that tick is durable."""
         screen = self.dedup.screen(msg.producer, msg.events, wall_us, c.service)
         verdicts, ticks = screen.verdicts, screen.ticks
-        valid, _ = self._check(now, c, msg.seq, screen.events, verdicts, screen.problems, out)
+        valid, bad = self._check(now, c, msg.seq, screen.events, verdicts, screen.problems, out)
+        for i in bad:  # refused (a duplicate too, past the rate): an ERROR and no tick, never both
+            ticks[i] = None
         at = [i for i, verdict in enumerate(verdicts) if verdict is Verdict.NEW]  # where the valid ones are
         first = self.pubend.reserve(len(valid), wall_us) if valid else 0
         keys = self.dedup.logged(screen, at, first)
