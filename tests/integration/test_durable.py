@@ -33,6 +33,25 @@ def start_consumer(address, out):
     return proc
 
 
+def progress_report(cluster, publishers, out, consumer):
+    """Where things stand when the consumer stops making progress (seen once in a fresh clone, on
+    a quiet machine, and not again in 35 runs): are the publishers still acknowledged, is the
+    consumer alive, and what each broker holds."""
+    brokers = {}
+    for address, st in cluster.statuses().items():
+        brokers[address] = None if st is None else {
+            key: st.get(key) for key in ("last_tick", "subscriptions", "subscriptions_live", "durable_registrations",
+                                         "durable_away", "paused_publishers", "pending_sync_bytes")} | {
+            "nacks_sent": st.get("delivery", {}).get("nacks_sent"),
+            "trees": [(t.get("name"), t.get("role"), t.get("parent"), t.get("children"))
+                      for t in st.get("trees", [])][:4]}
+    got = lines(out)
+    return json.dumps({"publishers_acked": [len(p.acked) for p in publishers],
+                       "publisher_failures": [p.failures for p in publishers],
+                       "consumer_exit": consumer.poll(), "consumer_lines": len(got),
+                       "last_line": got[-1] if got else None, "brokers": brokers}, default=str)
+
+
 def test_a_durable_subscriber_killed_over_and_over_resumes_on_other_brokers_exactly_once(tmp_path):
     out = tmp_path / "consumer.jsonl"
     with Cluster(tmp_path / "cluster", 5, LOCAL_LIVENESS) as cluster:
@@ -44,7 +63,11 @@ def test_a_durable_subscriber_killed_over_and_over_resumes_on_other_brokers_exac
         try:
             for round_ in range(1, ROUNDS + 1):
                 seen = len(lines(out))
-                wait_for(lambda seen=seen: len(lines(out)) >= seen + 50, 30, what="the consumer made progress")
+                try:
+                    wait_for(lambda seen=seen: len(lines(out)) >= seen + 50, 30, what="the consumer made progress")
+                except TimeoutError as exc:
+                    raise TimeoutError(f"{exc} in round {round_}: "
+                                       f"{progress_report(cluster, publishers, out, consumer)}") from None
                 consumer.send_signal(signal.SIGKILL)
                 consumer.wait(10)
                 home = homes[round_ % len(homes)]
