@@ -132,15 +132,20 @@ class Intake:
         ERROR numbered `seq` + its index."""
         valid: list[Good] = []
         bad: set[int] = set()
+
+        def refuse(i: int, problem: TidingsError) -> None:
+            bad.add(i)
+            if verdicts is not None:
+                verdicts[i] = Verdict.REJECTED
+            out.append(Send(c.conn, messages.error(problem.code, str(problem), seq=seq + i)))
+
         refused = self.guard.check_publish(c.identity, c.conn, events, now, out)  # rules, rates
         known_channels, size_max, new = self._trees, self.config.event_bytes_max, Verdict.NEW
         for i, ev in enumerate(events):
             if verdicts is not None and verdicts[i] is not new:  # logged before, or rejected by the window
                 problem = (problems or {}).get(i) if verdicts[i] is Verdict.REJECTED else refused.get(i)
-                if problem is not None:
-                    bad.add(i)
-                    verdicts[i] = Verdict.REJECTED
-                    out.append(Send(c.conn, messages.error(problem.code, str(problem), seq=seq + i)))
+                if problem is not None:  # (a duplicate too: past the rate, it is refused as a new event is)
+                    refuse(i, problem)
                 continue
             # fast path: a well-formed event on a channel seen before, without attributes to check
             if not refused and type(ev) is list and len(ev) == 3:
@@ -154,10 +159,7 @@ class Intake:
                     raise refused[i]
                 valid.append(self._checked(ev))
             except TidingsError as exc:
-                bad.add(i)
-                if verdicts is not None:
-                    verdicts[i] = Verdict.REJECTED
-                out.append(Send(c.conn, messages.error(exc.code, str(exc), seq=seq + i)))
+                refuse(i, exc)
         return valid, bad
 
     def _checked(self, ev: Any) -> Good:

@@ -69,7 +69,9 @@ static int column_end_value(Column *c) {
     return buf_put(&c->offsets, &end, sizeof end);
 }
 
+/* A value appended to `c`; none (only checked) when `c` is NULL: a column the read does not build. */
 static int column_put(Column *c, const uint8_t *bytes, size_t n) {
+    if (c == NULL) return OK;
     int r = buf_put(&c->data, bytes, n);
     return r == OK ? column_end_value(c) : r;
 }
@@ -80,7 +82,6 @@ typedef struct {
     Buf ticks;
     Column col[COLUMNS]; /* ATTRIBUTE_OFFSETS uses only .offsets: pairs per event */
     int32_t pairs;       /* attribute pairs so far */
-    Column scratch;      /* an attribute value checked, not kept */
     Py_ssize_t count;
     int64_t last;
     int want;
@@ -92,8 +93,6 @@ static void out_free(Out *o) {
         PyMem_Free(o->col[i].offsets.data);
         PyMem_Free(o->col[i].data.data);
     }
-    PyMem_Free(o->scratch.offsets.data);
-    PyMem_Free(o->scratch.data.data);
 }
 
 /* ---- msgpack, big-endian, only the encodings an event's fields use ---- */
@@ -222,7 +221,7 @@ static int read_int(Reader *r, int *negative, uint64_t *value) {
     return OK;
 }
 
-/* An attribute value, rendered into `c` as arrow.render_attribute would. */
+/* An attribute value, rendered into `c` as arrow.render_attribute would (NULL: only checked). */
 static int put_value(Reader *r, Column *c) {
     if (!has(r, 1)) return DEFER;
     uint8_t t = r->p[0];
@@ -250,6 +249,7 @@ static int put_value(Reader *r, Column *c) {
             memcpy(&d, &bits, sizeof d);
             r->p += 9;
         }
+        if (c == NULL) return OK;
         char *text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL); /* repr(float) */
         if (text == NULL) return FAILED;
         int ok = column_put(c, (const uint8_t *)text, strlen(text));
@@ -259,7 +259,7 @@ static int put_value(Reader *r, Column *c) {
     int negative;
     uint64_t v;
     int ok = read_int(r, &negative, &v);
-    if (ok != OK) return ok;
+    if (ok != OK || c == NULL) return ok;
     char text[24];
     int len = negative ? snprintf(text, sizeof text, "%lld", (long long)(int64_t)v)
                        : snprintf(text, sizeof text, "%llu", (unsigned long long)v);
@@ -274,8 +274,7 @@ static int put_attributes(Reader *r, Out *o) {
         for (uint32_t i = 0; i < pairs; i++) {
             const uint8_t *s;
             size_t n;
-            o->scratch.offsets.len = o->scratch.data.len = 0;
-            if ((ok = read_str(r, &s, &n)) != OK || (ok = put_value(r, &o->scratch)) != OK) return ok;
+            if ((ok = read_str(r, &s, &n)) != OK || (ok = put_value(r, NULL)) != OK) return ok;
         }
         return OK;
     }
@@ -297,12 +296,15 @@ static int put_attributes(Reader *r, Out *o) {
     return buf_put(&o->col[ATTRIBUTE_OFFSETS].offsets, &o->pairs, sizeof o->pairs);
 }
 
-static int put_string(Reader *r, Column *c, int wanted) {
+static int put_string(Reader *r, Column *c) {
     const uint8_t *s;
     size_t n;
     int ok = read_str(r, &s, &n);
-    return ok != OK || !wanted ? ok : column_put(c, s, n);
+    return ok != OK ? ok : column_put(c, s, n);
 }
+
+/* Column `which` of `o`, or NULL when the read does not build it (`bit` not wanted). */
+static Column *built(Out *o, int which, int bit) { return o->want & bit ? &o->col[which] : NULL; }
 
 /* One event body read from `r`: of `pubend`, its tick in (after, through] and above the
  * previous one. */
@@ -316,12 +318,11 @@ static int put_event(Out *o, Reader *r, const char *pubend, size_t pubend_len, i
     if (read_str(r, &s, &n) != OK || n != pubend_len || memcmp(s, pubend, n) != 0) return DEFER;
     if (read_int(r, &negative, &tick) != OK || negative || tick > INT64_MAX) return DEFER;
     if ((int64_t)tick <= after || (int64_t)tick > through || (o->count && (int64_t)tick <= o->last)) return DEFER;
-    if ((ok = put_string(r, &o->col[CHANNEL], 1)) != OK) return ok;
+    if ((ok = put_string(r, &o->col[CHANNEL])) != OK) return ok;
     if ((ok = put_attributes(r, o)) != OK) return ok;
-    if ((ok = put_string(r, &o->col[SERVICE], o->want & WANT_SERVICE)) != OK) return ok;
-    if ((ok = put_string(r, &o->col[INSTANCE], o->want & WANT_INSTANCE)) != OK) return ok;
-    if ((ok = read_bin(r, &s, &n)) != OK) return ok;
-    if ((o->want & WANT_PAYLOAD) && (ok = column_put(&o->col[PAYLOAD], s, n)) != OK) return ok;
+    if ((ok = put_string(r, built(o, SERVICE, WANT_SERVICE))) != OK) return ok;
+    if ((ok = put_string(r, built(o, INSTANCE, WANT_INSTANCE))) != OK) return ok;
+    if ((ok = read_bin(r, &s, &n)) != OK || (ok = column_put(built(o, PAYLOAD, WANT_PAYLOAD), s, n)) != OK) return ok;
     int64_t t = (int64_t)tick;
     o->last = t, o->count += 1;
     return buf_put(&o->ticks, &t, sizeof t);

@@ -41,6 +41,7 @@ from pyspark.sql.types import (
 )
 
 from tidings.core.channels import pattern_matches
+from tidings.core.reliability.ticks import TICK_MAX
 from tidings.storage.record import SpanError, records_in
 
 try:
@@ -122,7 +123,6 @@ def span_to_batch(span: bytes, schema: pa.Schema, pubend: str, pattern: str, aft
 
 
 _WANT = {"attributes": 1, "source_service": 2, "source_instance": 4, "payload": 8}  # _columns.decode's bits
-_TICK_MAX = 2**63 - 1
 
 
 def _compiled(buffer: bytes, count: int, schema: pa.Schema, pubend: str, after: int, through: int,
@@ -131,7 +131,7 @@ def _compiled(buffer: bytes, count: int, schema: pa.Schema, pubend: str, after: 
     compiled decoder (_columns.c): the column buffers it fills are wrapped as Arrow arrays without
     a copy. None when it is not built, or leaves these records to the Python decoder (anything but
     the usual valid records): that one then decides, and names any problem."""
-    if _columns is None or not 0 <= after <= through <= _TICK_MAX:
+    if _columns is None or not 0 <= after <= through <= TICK_MAX:
         return None
     names = set(schema.names)
     decoded = _columns.decode(buffer, count, pubend, after, through,
@@ -149,11 +149,8 @@ def _compiled(buffer: bytes, count: int, schema: pa.Schema, pubend: str, after: 
 
     channel = array(pa.string(), channels)
     tick = pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(ticks)])
-    columns: dict[str, Callable[[pa.DataType], pa.Array]] = {
+    batch = _batch(schema, pubend, tick, {
         "channel": channel.cast,
-        "pubend": lambda t: pa.repeat(pa.scalar(pubend, t), rows),
-        "tick": tick.cast,
-        "time": tick.cast,  # a tick is microseconds since the epoch: the timestamp itself
         "source_service": lambda t: array(pa.string(), services).cast(t),
         "source_instance": lambda t: array(pa.string(), instances).cast(t),
         "attributes": lambda t: pa.MapArray.from_arrays(
@@ -161,8 +158,7 @@ def _compiled(buffer: bytes, count: int, schema: pa.Schema, pubend: str, after: 
             array(pa.string(), keys, len(keys[0]) // 4 - 1), array(pa.string(), values, len(values[0]) // 4 - 1),
         ).cast(t),
         "payload": lambda t: array(pa.binary(), payloads).cast(t),
-    }
-    batch = pa.RecordBatch.from_arrays([columns[field.name](field.type) for field in schema], schema=schema)
+    })
     if pattern is not None:  # tested once per distinct channel
         distinct = channel.dictionary_encode()
         hits = pa.array([_matches(pattern, name) for name in distinct.dictionary.to_pylist()], pa.bool_())
@@ -247,22 +243,30 @@ def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int,
             raise RecordsError(f"RECORDS with a {name.removeprefix('source_')} that is not {kind.__name__}")
     if not (after < ticks[0] and ticks[-1] <= end and all(map(operator.lt, ticks, ticks[1:]))):
         raise RecordsError(f"RECORDS with ticks {ticks[0]}..{ticks[-1]} out of order or outside ({after}, {end}]")
-    tick_array = pa.array(ticks, type=pa.int64())
-    columns: dict[str, Callable[[pa.DataType], pa.Array]] = {
-        "channel": lambda t: pa.array(channels, type=t),
-        "pubend": lambda t: pa.repeat(pa.scalar(pubend, t), count),
-        "tick": tick_array.cast,
-        "time": tick_array.cast,  # a tick is microseconds since the epoch: the timestamp itself
-        "source_service": lambda t: _strings(services, t, alike["source_service"]),
-        "source_instance": lambda t: _strings(instances, t, alike["source_instance"]),
-        "attributes": lambda t: _attributes_array(attributes, t),
-        "payload": lambda t: pa.array(payloads, type=t),
-    }
     try:
-        arrays = [columns[field.name](field.type) for field in schema]
+        return _batch(schema, pubend, pa.array(ticks, type=pa.int64()), {
+            "channel": lambda t: pa.array(channels, type=t),
+            "source_service": lambda t: _strings(services, t, alike["source_service"]),
+            "source_instance": lambda t: _strings(instances, t, alike["source_instance"]),
+            "attributes": lambda t: _attributes_array(attributes, t),
+            "payload": lambda t: pa.array(payloads, type=t),
+        }), last
     except (pa.ArrowException, OverflowError) as exc:  # a tick or value past 64 bits
         raise RecordsError(f"RECORDS that do not fit the read's columns: {exc}") from None
-    return pa.RecordBatch.from_arrays(arrays, schema=schema), last
+
+
+def _batch(schema: pa.Schema, pubend: str, ticks: pa.Array,
+           columns: dict[str, Callable[[pa.DataType], pa.Array]]) -> pa.RecordBatch:
+    """The record batch of `schema` for events of `pubend` with `ticks` (int64), both decoders'
+    last step: `columns` makes each event column the schema names from its Arrow type; the pubend,
+    tick and time columns are made here."""
+    fixed: dict[str, Callable[[pa.DataType], pa.Array]] = {
+        "pubend": lambda t: pa.repeat(pa.scalar(pubend, t), len(ticks)),
+        "tick": ticks.cast,
+        "time": ticks.cast,  # a tick is microseconds since the epoch: the timestamp itself
+    }
+    return pa.RecordBatch.from_arrays([(fixed.get(f.name) or columns[f.name])(f.type) for f in schema],
+                                      schema=schema)
 
 
 def _strings(column: tuple[str, ...], string_type: pa.DataType, alike: bool) -> pa.Array:

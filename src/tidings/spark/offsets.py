@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidings.core.checkpoint import POSITIONS_MAX, Checkpoint
-
-TICK_MAX = 2**63 - 1
+from tidings.core.reliability.ticks import TICK_MAX  # a tick is a Spark long
 
 
 class OffsetError(ValueError):

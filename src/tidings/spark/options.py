@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from tidings.core.channels import validate_pattern
 from tidings.core.event import datetime_to_tick
+from tidings.core.reliability.ticks import TICK_MAX  # a tick is a Spark long
 
 PARTITIONS_MAX = 10_000
-TICK_MAX = 2**63 - 1  # a tick is a Spark long
 
 EVENTS_PER_TRIGGER_MAX = 10_000_000
 

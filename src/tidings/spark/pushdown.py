@@ -37,8 +37,8 @@ from pyspark.sql.datasource import (
 
 from tidings.core.channels import pattern_matches, validate_pattern
 from tidings.core.event import datetime_to_tick
+from tidings.core.reliability.ticks import TICK_MAX  # a tick is a Spark long
 
-TICK_MAX = 2**63 - 1
 _RANGE = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
 
 
