@@ -1,11 +1,12 @@
 # make run   : create .venv, install tidings, run the PLDB pipeline (3 brokers, monitors, tuple store, Spark health stream, plots; a broker and the tuple store killed and restarted mid-run), print a summary
 # make test  : create .venv, install tidings with test extras (and Chromium for the dashboard test), run the whole suite
+# make soak  : the long sweeps and soaks (tests marked soak), skipped by make test
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test lint bench clean browser
+.PHONY: run test soak lint bench clean browser
 
 $(STAMP): pyproject.toml setup.py src/tidings/spark/_columns.c
 	@echo "== creating $(VENV) and installing tidings with its dependencies (PySpark is large: a minute or more the first time)"
@@ -28,6 +29,10 @@ test: $(STAMP) browser
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
 	$(PY) -m pytest -q --durations=25
+
+# long sweeps and soaks (the tests marked soak, and the long forms of bounded tests): run before resolving an issue
+soak: $(STAMP)
+	TIDINGS_SOAK=1 $(PY) -m pytest -q -m soak --timeout=14400 --durations=0
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench
