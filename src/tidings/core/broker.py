@@ -46,7 +46,7 @@ from tidings.core.channels import validate_pattern
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
-from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, PeerHandover
+from tidings.core.connection import AWAITING_HELLO, CLOSED, OPEN, PEER, ClientConnection, PeerHandover
 from tidings.core.deadlines import Deadlines
 from tidings.core.dedup import DedupWindow
 from tidings.core.durable import DurableSubscriptions, Outcome
@@ -54,11 +54,13 @@ from tidings.core.effects import (
     Connect,
     Disconnect,
     Effect,
+    PauseReading,
     PfsAppend,
     PfsChop,
     ReadLog,
     ReadPfs,
     ReleaseLog,
+    ResumeReading,
     Send,
 )
 from tidings.core.errors import TidingsError
@@ -95,6 +97,7 @@ from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityN
 from tidings.core.reliability.pubend import Pubend
 from tidings.core.reliability.subend import RemoteDelivery, Subend
 from tidings.core.wire import messages
+from tidings.core.wire.frames import PartialFrames
 
 CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status()`
 # what the cluster member asks of the runtime
@@ -129,6 +132,9 @@ class Broker:
         self.pubend = Pubend(pubend_id, log.last_tick)
         self.log = log
         self.connections: dict[int, ClientConnection] = {}
+        # the bytes held in partial frames by every connection, client or peer (wire/frames.py)
+        self.partials = PartialFrames(config.partial_frames_bytes_max, config.frame_progress_timeout_ns)
+        self.send_blocked: set[int] = set()  # client connections over send_queue_bytes_max: not read
         self.subends: dict[int, Subend] = {}
         self.index = SubscriptionIndex()
         self._next_key = 0
@@ -166,11 +172,16 @@ class Broker:
                 and self.cluster is not None and self.cluster.owns(inp.conn)):
             assert self.cluster is not None  # only the peer links dial
             self._cluster_effects(self.cluster.peer_input(inp), out)
+            if type(inp) is Received:
+                self._peer_partial(inp.now, inp.conn, out)
+            elif type(inp) is ConnectionLost:
+                self.partials.forget(inp.conn)
         elif isinstance(inp, Received):
             self._received(inp, out)
         elif isinstance(inp, WriteSynced):
             self.log = inp.log
             self._synced(inp.token, out)
+            self._hold_blocked(out)
         elif isinstance(inp, LogRead):
             self._log_read(inp, out)
         elif isinstance(inp, Accepted):
@@ -182,7 +193,9 @@ class Broker:
         elif isinstance(inp, TimerFired):
             self._timers(inp.now, inp.wall_us, out)
             self._leases_expired(inp.now, out)
+            self._frames_overdue(inp.now, out)
             self.guard.handle_timeout(inp.now, out)  # throttled publishers read again
+            self._hold_blocked(out)
             if self.cluster is not None:
                 self.pubend.declare_silence(inp.wall_us)
                 self._cluster_effects(self.cluster.handle_timeout(inp.now), out)
@@ -195,7 +208,8 @@ class Broker:
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [self.timers.next_deadline(), self.guard.next_deadline(), self.leases.next_deadline()]
+        deadlines = [self.timers.next_deadline(), self.guard.next_deadline(), self.leases.next_deadline(),
+                     self.partials.next_deadline()]
         if self.cluster is not None:
             deadlines.append(self.cluster.next_deadline())
         live = [d for d in deadlines if d is not None]
@@ -244,13 +258,16 @@ class Broker:
             out.append(Disconnect(inp.conn, "connections_max reached"))
             return
         deadline = inp.now + self.config.handshake_timeout_ns
-        self.connections[inp.conn] = ClientConnection(inp.conn, self.config.frame_bytes_max, deadline,
-                                                      self.guard)
+        cfg = self.config
+        self.connections[inp.conn] = ClientConnection(inp.conn, cfg.frame_bytes_max, deadline, self.guard,
+                                                      cfg.hello_frame_bytes_max, cfg.send_queue_overflow_bytes_max)
         self.timers.set(HandshakeTimer(inp.conn), deadline)
 
     def _lost(self, conn: int, out: list[Effect]) -> None:
         self.intake.lost(conn)
         self.timers.cancel(HandshakeTimer(conn))
+        self.partials.forget(conn)
+        self.send_blocked.discard(conn)
         c = self.connections.pop(conn, None)
         self.leases.release(conn)
         if c is not None:
@@ -333,6 +350,8 @@ class Broker:
         c = self.connections.get(inp.conn)
         if c is None:
             return
+        if not c.blocked:  # read only while its send queue is under the high-water mark
+            c.owed = 0
         opening = c.state != OPEN
         msgs, effects = c.receive(inp.data, self._welcome_info() if opening else self._welcome)
         out += effects
@@ -341,25 +360,78 @@ class Broker:
         if opening and c.state == OPEN:
             out += self._advise([c.conn])
         for msg in msgs:
-            if isinstance(msg, PeerHandover):
-                self._adopt_peer(c, msg, out)
-            elif isinstance(msg, messages.Publish):
-                self.intake.publish(self.now, c, msg, inp.wall_us, out)
-            elif isinstance(msg, messages.Subscribe):
-                self._subscribe(c, msg, inp.wall_us, out)
-            elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
-                self._subscribe(c, messages.Subscribe(msg.sub, msg.pattern, msg.filter, messages.START_AFTER,
-                                                      msg.after, msg.end), inp.wall_us, out, bulk=True,
-                                spans=msg.spans and self.config.spans_fit_frames and self.guard.may_read_everything(
-                                    c.identity, None if self.cluster is None else self.cluster.scribe))
-            elif isinstance(msg, messages.Unsubscribe):
-                self._unsubscribe(c, msg.sub, msg.forget, out)
-            elif isinstance(msg, messages.Renew):
-                self.leases.renew(inp.now, c.conn)
-            elif isinstance(msg, messages.Release):
-                out += self.durable.release(c.subs.get(msg.sub), msg.sub, c.conn, msg.checkpoint)
-            else:
-                out.append(Send(c.conn, messages.status_reply(msg.req, self.status())))
+            if c.state == CLOSED:
+                break  # its replies overflowed its send queue: the rest is not read
+            mark = len(out)
+            self._request(c, msg, inp, out)
+            out += c.charge(sum(len(e.data) for e in out[mark:] if type(e) is Send and e.conn == c.conn))
+        if c.state == PEER:
+            if self.cluster is not None and self.cluster.owns(c.conn):
+                self._peer_partial(inp.now, c.conn, out)
+        elif c.state == CLOSED:
+            self.partials.forget(c.conn)
+        elif not self.partials.update(inp.now, c.conn, c.decoder.held_bytes):
+            out += c.fail(errors.PARTIAL_FRAMES_BUDGET, self._over_budget(c.decoder.held_bytes))
+
+    def _request(self, c: ClientConnection, msg: Any, inp: Received, out: list[Effect]) -> None:
+        """One message of an open client connection (or the PEER_HELLO handing it to the peer links)."""
+        if isinstance(msg, PeerHandover):
+            self._adopt_peer(c, msg, out)
+        elif isinstance(msg, messages.Publish):
+            self.intake.publish(self.now, c, msg, inp.wall_us, out)
+        elif isinstance(msg, messages.Subscribe):
+            self._subscribe(c, msg, inp.wall_us, out)
+        elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
+            self._subscribe(c, messages.Subscribe(msg.sub, msg.pattern, msg.filter, messages.START_AFTER,
+                                                  msg.after, msg.end), inp.wall_us, out, bulk=True,
+                            spans=msg.spans and self.config.spans_fit_frames and self.guard.may_read_everything(
+                                c.identity, None if self.cluster is None else self.cluster.scribe))
+        elif isinstance(msg, messages.Unsubscribe):
+            self._unsubscribe(c, msg.sub, msg.forget, out)
+        elif isinstance(msg, messages.Renew):
+            self.leases.renew(inp.now, c.conn)
+        elif isinstance(msg, messages.Release):
+            out += self.durable.release(c.subs.get(msg.sub), msg.sub, c.conn, msg.checkpoint)
+        else:
+            out.append(Send(c.conn, messages.status_reply(msg.req, self.status())))
+
+    # ---- what a connection may make the broker hold (docs/security.md) ----------------------------
+
+    def _over_budget(self, held: int) -> str:
+        return (f"a partial frame of {held} bytes would take the bytes held in partial frames past "
+                f"partial_frames_bytes_max={self.config.partial_frames_bytes_max}; retry")
+
+    def _peer_partial(self, now: int, conn: int, out: list[Effect]) -> None:
+        """Bytes arrived on a peer connection: charge its partial frame to the common budget."""
+        assert self.cluster is not None
+        held = self.cluster.peers_held_bytes(conn)
+        if not self.partials.update(now, conn, held):
+            self.partials.forget(conn)
+            self._cluster_effects(self.cluster.refuse(now, conn, errors.PARTIAL_FRAMES_BUDGET,
+                                                      self._over_budget(held)), out)
+
+    def _frames_overdue(self, now: int, out: list[Effect]) -> None:
+        """Connections whose partial frame stopped arriving are closed; those the broker itself is
+        not reading (backpressure) wait on."""
+        for conn in self.partials.overdue(now):
+            c = self.connections.get(conn)
+            if c is not None and (c.blocked or conn in self.intake.paused or self.guard.throttling(conn)):
+                self.partials.wait(now, conn)
+                continue
+            self.partials.forget(conn)
+            text = (f"a partial frame got no byte for frame_progress_timeout_ns="
+                    f"{self.config.frame_progress_timeout_ns}")
+            if c is not None:
+                out += c.fail(errors.FRAME_STALLED, text)
+            elif self.cluster is not None and self.cluster.owns(conn):
+                self._cluster_effects(self.cluster.refuse(now, conn, errors.FRAME_STALLED, text), out)
+
+    def _hold_blocked(self, out: list[Effect]) -> None:
+        """Connections over their send queue stay unread, whatever else would read them again (the
+        intake once the disk caught up, the guard once rates allow): SendDrained resumes them."""
+        if self.send_blocked:
+            blocked = self.send_blocked
+            out[:] = [e for e in out if type(e) is not ResumeReading or e.conn not in blocked]
 
     # ---- publishing ------------------------------------------------------------------------------
 
@@ -582,10 +654,20 @@ class Broker:
         self._drop_subend(c, s, out, ended=False)  # a durable one may resume elsewhere
 
     def _flow(self, conn: int, blocked: bool, out: list[Effect]) -> None:
+        """The connection's send queue passed send_queue_bytes_max (`blocked`) or drained: its live
+        events turn into log reads, and it is not read meanwhile (its requests would queue replies)."""
         c = self.connections.get(conn)
         if c is None or c.blocked == blocked:
             return
         c.blocked = blocked
+        if blocked:
+            self.send_blocked.add(conn)
+            out.append(PauseReading(conn))
+        else:
+            self.send_blocked.discard(conn)
+            c.owed = 0
+            if conn not in self.intake.paused and not self.guard.throttling(conn):
+                out.append(ResumeReading(conn))
         synced = self.pubend.synced_tick
         for s in list(c.subs.values()):
             if blocked:

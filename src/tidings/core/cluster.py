@@ -168,6 +168,15 @@ class ClusterMember:
             out += self._settle(now, self.reliability.link_drained(now, address))
         return out
 
+    def peers_held_bytes(self, conn: int) -> int:
+        """The bytes a peer connection holds in a partial frame (charged to the broker's budget)."""
+        return 0 if self.peers is None else self.peers.held_bytes(conn)
+
+    def refuse(self, now: int, conn: int, code: str, text: str) -> list[Any]:
+        """Close a peer connection that broke one of the broker's limits (PEER_ERROR `code`)."""
+        assert self.peers is not None
+        return self._peer_output(now, ([], self.peers.refuse(conn, code, text)))
+
     def adopt(self, now: int, conn: int, decoder: FrameDecoder, hello: bytes, rest: list[bytes]) -> list[Any]:
         """An accepted connection whose first frame was PEER_HELLO: the links take it over."""
         assert self.peers is not None

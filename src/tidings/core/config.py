@@ -41,6 +41,17 @@ class BrokerConfig:
     frame_bytes_max: int = 8 * MIB
     event_bytes_max: int = 1 * MIB
     handshake_timeout_ns: int = 5 * SECOND_NS
+    # what a connection can make the broker hold (docs/security.md): frames before the handshake is
+    # done (HELLO, AUTH, PEER_HELLO, PEER_AUTH) are at most this long
+    hello_frame_bytes_max: int = 16 * KIB
+    # a partial frame must keep arriving: no byte for this long (while the broker reads) closes the connection
+    frame_progress_timeout_ns: int = 10 * SECOND_NS
+    # the bytes held in partial frames across all connections; a connection whose partial frame
+    # would take the total past it is closed
+    partial_frames_bytes_max: int = 16 * MIB
+    # replies (of every kind) queued to a connection past send_queue_bytes_max, or within one read
+    # of its bytes, before it is closed (it is not read while its queue is over send_queue_bytes_max)
+    send_queue_overflow_bytes_max: int = 1 * MIB
     # a durable subscription's checkpoint token moves up by SILENCE this often while nothing matches
     durable_silence_interval_ns: int = 1 * SECOND_NS
     # a connection's subscriptions end when it has not renewed (RENEW or SUBSCRIBE) for this long
@@ -149,7 +160,8 @@ class BrokerConfig:
         cfg = cls(**values)
         if cfg.event_bytes_max + 4 * KIB > cfg.frame_bytes_max:
             raise ConfigError("frame_bytes_max must exceed event_bytes_max by at least 4 KiB")
-        for shorter, longer in (("heartbeat_interval_ns", "parent_timeout_ns"),
+        for shorter, longer in (("hello_frame_bytes_max", "frame_bytes_max"),
+                                ("heartbeat_interval_ns", "parent_timeout_ns"),
                                 ("refresh_interval_ns", "child_timeout_ns"),
                                 ("keepalive_interval_ns", "failure_timeout_ns")):
             if getattr(cfg, shorter) >= getattr(cfg, longer):
@@ -204,6 +216,7 @@ class BrokerConfig:
 
     def peer_config(self) -> PeerConfig:
         return PeerConfig(
-            frame_bytes_max=self.frame_bytes_max, handshake_timeout_ns=self.handshake_timeout_ns,
-            peer_queue_bytes_max=self.peer_queue_bytes_max, ping_interval_ns=self.ping_interval_ns,
+            frame_bytes_max=self.frame_bytes_max, hello_frame_bytes_max=self.hello_frame_bytes_max,
+            handshake_timeout_ns=self.handshake_timeout_ns, peer_queue_bytes_max=self.peer_queue_bytes_max,
+            ping_interval_ns=self.ping_interval_ns,
         )

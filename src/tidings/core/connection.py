@@ -12,6 +12,16 @@ every event, so a client cannot choose another's.
 Bytes that break framing (a frame over frame_bytes_max) or the handshake are fatal: an ERROR
 frame, then Disconnect. A well-framed but malformed or unknown message is answered with an ERROR
 and the connection goes on: the frame boundary is intact, so nothing else is lost.
+
+What a connection makes the broker hold is bounded (docs/security.md). Until the handshake is done
+its frames are at most `hello_frame_bytes_max` long (the frames behind a PEER_HELLO too: the peer
+links raise the limit once the peer is admitted). Every reply counts against the connection's send
+queue: `owed` is what was queued to it since its queue was last known under the high-water mark
+(`send_queue_bytes_max`: the runtime's SendBlocked and SendDrained, and the start of each read,
+since a connection over the mark is not read), and once `owed` passes `overflow_bytes_max` the
+connection is closed (send-queue-overflow), whatever remains of its bytes unread. So one read of
+bytes costs at most that much in replies, and a connection that does not read its replies holds
+at most send_queue_bytes_max + overflow_bytes_max (+ one reply) in the runtime's buffer.
 """
 
 from __future__ import annotations
@@ -61,12 +71,19 @@ ClientMessage = (
 
 
 class ClientConnection:
-    __slots__ = ("blocked", "conn", "decoder", "guard", "handshake", "handshake_deadline", "identity", "instance",
-                 "service", "state", "subs")
+    __slots__ = ("blocked", "conn", "decoder", "frame_bytes_max", "guard", "handshake", "handshake_deadline",
+                 "identity", "instance", "overflow_bytes_max", "owed", "service", "state", "subs")
 
-    def __init__(self, conn: int, frame_bytes_max: int, handshake_deadline: int, guard: Guard) -> None:
+    def __init__(self, conn: int, frame_bytes_max: int, handshake_deadline: int, guard: Guard,
+                 hello_frame_bytes_max: int | None = None, overflow_bytes_max: int = 1 << 20) -> None:
         self.conn = conn
-        self.decoder = FrameDecoder(frame_bytes_max)
+        self.frame_bytes_max = frame_bytes_max
+        if hello_frame_bytes_max is None:
+            self.decoder = FrameDecoder(frame_bytes_max)
+        else:
+            self.decoder = FrameDecoder(min(hello_frame_bytes_max, frame_bytes_max), "hello_frame_bytes_max")
+        self.overflow_bytes_max = overflow_bytes_max
+        self.owed = 0  # reply bytes queued since the send queue was last known under its high-water mark
         self.state: ConnState = AWAITING_HELLO
         self.handshake_deadline = handshake_deadline
         self.guard = guard
@@ -81,41 +98,57 @@ class ClientConnection:
         self.state = TRANSITIONS.move(self.state, CLOSED)
         return [Send(self.conn, messages.error(code, message)), Disconnect(self.conn, message)]
 
+    def charge(self, nbytes: int) -> list[Effect]:
+        """`nbytes` more were queued to this connection: the close, if that overflows its queue."""
+        self.owed += nbytes
+        if self.owed <= self.overflow_bytes_max or self.state not in (AWAITING_HELLO, OPEN):
+            return []
+        return self.fail(errors.SEND_QUEUE_OVERFLOW,
+                         f"the connection does not read its replies: more than {self.overflow_bytes_max} bytes "
+                         "queued past send_queue_bytes_max (send_queue_overflow_bytes_max)")
+
     def receive(self, data: bytes, welcome_info: dict[str, Any]) -> tuple[list[ClientMessage], list[Effect]]:
         """Split `data` into messages for the broker, answering protocol errors directly."""
         if self.state == CLOSED:
             return [], []
-        bodies = self.decoder.feed(data)
+        decoder = self.decoder
+        decoder.push(data)
         out: list[ClientMessage] = []
         effects: list[Effect] = []
-        for i, body in enumerate(bodies):
+        while (body := decoder.pull()) is not None:
             if (self.state == AWAITING_HELLO and self.handshake is None
                     and messages.message_type(body) == PEER_HELLO):
                 self.state = TRANSITIONS.move(self.state, PEER)
-                out.append(PeerHandover(body, bodies[i + 1:]))
+                rest: list[bytes] = []  # judged by the handshake's limit too (a dialler waits for WELCOME)
+                while (more := decoder.pull()) is not None:
+                    rest.append(more)
+                out.append(PeerHandover(body, rest))
                 return out, effects
-            try:
-                msg = messages.decode_client_message(body)
-            except ProtocolError as exc:
-                if self.state == AWAITING_HELLO:
-                    effects += self.fail(errors.HANDSHAKE, f"expected HELLO first: {exc}")
-                    return out, effects
-                effects.append(Send(self.conn, messages.error(exc.code, str(exc))))
-                continue
-            if isinstance(msg, messages.Hello | messages.Auth):
-                effects += self._hello(msg, welcome_info) if isinstance(msg, messages.Hello) else \
-                    self._auth(msg, welcome_info)
-                if self.state == CLOSED:
-                    return out, effects
-            elif self.state == AWAITING_HELLO:
-                effects += self.fail(errors.HANDSHAKE, "expected HELLO first")
+            effects += self._frame(body, out, welcome_info)
+            if self.state == CLOSED:
                 return out, effects
-            else:
-                out.append(msg)
         failure = self.decoder.failure
         if failure is not None:
             effects += self.fail(failure.code, str(failure))
         return out, effects
+
+    def _frame(self, body: bytes, out: list[ClientMessage], welcome_info: dict[str, Any]) -> list[Effect]:
+        """One frame: the handshake's, a message for the broker (into `out`), or an ERROR."""
+        try:
+            msg = messages.decode_client_message(body)
+        except ProtocolError as exc:
+            if self.state == AWAITING_HELLO:
+                return self.fail(errors.HANDSHAKE, f"expected HELLO first: {exc}")
+            reply = messages.error(exc.code, str(exc))
+            return [Send(self.conn, reply), *self.charge(len(reply))]
+        if isinstance(msg, messages.Hello | messages.Auth):
+            replies = self._hello(msg, welcome_info) if isinstance(msg, messages.Hello) else \
+                self._auth(msg, welcome_info)
+            return replies + self.charge(sum(len(e.data) for e in replies if type(e) is Send))
+        if self.state == AWAITING_HELLO:
+            return self.fail(errors.HANDSHAKE, "expected HELLO first")
+        out.append(msg)
+        return []
 
     def _hello(self, msg: messages.Hello, welcome_info: dict[str, Any]) -> list[Effect]:
         if self.state == OPEN:
@@ -161,4 +194,5 @@ class ClientConnection:
         self.instance = principal.instance
         self.identity = principal.identity
         self.state = TRANSITIONS.move(self.state, OPEN)
+        self.decoder.limit(self.frame_bytes_max, "frame_bytes_max")
         return [Send(self.conn, messages.welcome(welcome_info))]

@@ -39,6 +39,11 @@ LEASE_EXPIRED = "lease-expired"
 BAD_ADDRESS = "bad-address"
 UNREACHABLE = "unreachable"
 NOT_A_BROKER = "not-a-broker"
+# what a connection may make the broker hold (docs/security.md#limits-on-what-a-connection-can-make-a-broker-hold):
+# each closes the connection, after an ERROR with this code
+SEND_QUEUE_OVERFLOW = "send-queue-overflow"  # replies past send_queue_bytes_max + send_queue_overflow_bytes_max
+FRAME_STALLED = "frame-stalled"  # a partial frame got no byte for frame_progress_timeout_ns
+PARTIAL_FRAMES_BUDGET = "partial-frames-budget"  # partial frames of all connections past partial_frames_bytes_max
 
 
 class TidingsError(Exception):

@@ -30,6 +30,14 @@ dropped connection to a live broker costs a reconnect, not a repair, while a kil
 the redial and is reported within one connect attempt. A failed dial, a handshake timeout, a
 PEER_ERROR from the peer, or garbage on the link also drop the queue and report the peer.
 
+Memory. Until a connection's handshake is done (PEER_HELLO, PEER_CHALLENGE, PEER_AUTH,
+PEER_WELCOME) its frames are at most hello_frame_bytes_max long; an admitted peer's, frame_bytes_max.
+A PING is answered only while the link's connection is not blocked (a peer that does not read its
+PONGs gets no more of them); every other message waits in the bounded queue, so nothing a peer
+sends makes this broker queue unbounded replies. The broker charges each connection's partial frame
+to its budget and progress deadline (wire/frames.py PartialFrames) and closes one that breaks them
+with `refuse`.
+
 Cluster credential. With a ClusterAuth (auth/peer_auth.py) an accepted PEER_HELLO is first
 challenged: the connection is kept apart from the links (`unproven`, under the handshake timeout)
 and only a right PEER_AUTH hands its HELLO to the handshake above; until then nothing it carries
@@ -101,6 +109,7 @@ class PeerConfig:
     """The limits of the peer links (BrokerConfig.peer_config() fills them from the broker's)."""
 
     frame_bytes_max: int = 8 * MIB
+    hello_frame_bytes_max: int = 16 * 1024  # frames before the handshake is done
     handshake_timeout_ns: int = 5 * SECOND_NS
     peer_queue_bytes_max: int = 4 * MIB  # per link, while it is not open; beyond, messages are dropped
     ping_interval_ns: int = 5 * SECOND_NS
@@ -191,6 +200,19 @@ class PeerLinks:
     def owns(self, conn: int) -> bool:
         return conn in self._conns
 
+    def held_bytes(self, conn: int) -> int:
+        """The bytes `conn` holds in a partial frame (0 once it is closing)."""
+        c = self._conns.get(conn)
+        return 0 if c is None or c.closing else c.decoder.held_bytes
+
+    def refuse(self, conn: int, code: str, text: str) -> list[Effect]:
+        """Close `conn` for breaking one of the broker's limits: PEER_ERROR, and the link it carried dropped."""
+        c = self._conns.get(conn)
+        if c is None or c.closing:
+            return []
+        link = self._links.get(c.address)
+        return self._close(c, code, text) if link is None else self._fail(c, link, code, text)
+
     def address_of(self, conn: int) -> str | None:
         """The peer a connection of ours leads to (as far as its handshake has told)."""
         c = self._conns.get(conn)
@@ -247,7 +269,8 @@ class PeerLinks:
         link = self._links.get(address)
         if link is None or link.state != DIALLING:
             return [], [Disconnect(conn, "a connection to this broker already exists")]
-        c = self._conns[conn] = _Conn(conn, FrameDecoder(self.config.frame_bytes_max), True, address)
+        decoder = FrameDecoder(self.config.hello_frame_bytes_max, "hello_frame_bytes_max")
+        c = self._conns[conn] = _Conn(conn, decoder, True, address)
         c.nonce = None if self.cluster is None else self.cluster.nonce()
         link.move(HANDSHAKE)
         link.conn = conn
@@ -271,6 +294,7 @@ class PeerLinks:
             return [], [Send(conn, messages.error(errors.HANDSHAKE, f"bad PEER_HELLO: {exc}")),
                         Disconnect(conn, "bad PEER_HELLO")]
         c = self._conns[conn] = _Conn(conn, decoder, False, hello.node.address)
+        decoder.limit(self.config.hello_frame_bytes_max, "hello_frame_bytes_max")  # until admitted
         if hello.version != peer.PEER_VERSION:
             return [], self._close(c, errors.VERSION, f"peer protocol version {hello.version} is not "
                                                       f"supported; this broker speaks {peer.PEER_VERSION}")
@@ -385,6 +409,8 @@ class PeerLinks:
 
     def _open(self, now: int, link: _Link) -> list[Effect]:
         """The link is usable: flush its queue in order and take a first RTT sample."""
+        assert link.conn is not None
+        self._conns[link.conn].decoder.limit(self.config.frame_bytes_max, "frame_bytes_max")
         link.move(OPEN)
         link.heard_at = now
         link.blocked = False
@@ -508,8 +534,8 @@ class PeerLinks:
         if link.state != OPEN or isinstance(msg, peer.PeerHello | peer.PeerWelcome | peer.PeerChallenge
                                                 | peer.PeerAuth):
             raise ProtocolError(errors.HANDSHAKE, f"unexpected {type(msg).__name__} in state {link.state}")
-        if isinstance(msg, peer.Ping):
-            return [Send(c.conn, peer.pong(msg.seq))]
+        if isinstance(msg, peer.Ping):  # unanswered while blocked: PONGs never pile up unread
+            return [] if link.blocked else [Send(c.conn, peer.pong(msg.seq))]
         if msg.seq == link.ping_seq:
             link.rtt_ns = now - link.ping_sent_at
             self._reports.append(RttMeasured(link.address, link.rtt_ns))

@@ -167,6 +167,10 @@ class Guard:
     def next_deadline(self) -> int | None:
         return self._throttled[0][0] if self._throttled else None
 
+    def throttling(self, conn: int) -> bool:
+        """Whether `conn` is not read until its rates allow (a partial frame of it cannot move)."""
+        return any(c == conn for _, c in self._throttled)
+
     def handle_timeout(self, now: int, out: list[Effect]) -> None:
         """Read the throttled connections whose buckets have refilled again."""
         heap = self._throttled

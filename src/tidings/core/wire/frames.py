@@ -1,16 +1,26 @@
 """Framing: a 4-byte big-endian body length, then a msgpack body.
 
-`FrameDecoder` is sans-IO: feed it whatever bytes arrived and it returns the complete bodies.
-A length over `frame_bytes_max` is fatal for the stream (the peer may be sending garbage, and we will
-not buffer it): `feed` still returns the frames completed before it, then sets `failure` (a
-ProtocolError with `fatal=True`) and ignores everything after; the caller handles the frames, then
-answers the failure and closes.
+`FrameDecoder` is sans-IO: `push` whatever bytes arrived, then `pull` the complete bodies one at a
+time (or `feed`, which does both and returns them all). The length limit is read at each `pull`,
+so a connection can raise it once its handshake is done and the frames behind the HELLO are judged
+by the limit of the state they arrive in. A length over the limit is fatal for the stream (the
+peer may be sending garbage, and we will not buffer it): `pull` then returns None, sets `failure`
+(a ProtocolError with `fatal=True`) and drops everything held; the caller answers the failure and
+closes. The buffer grows only with the bytes that arrived, never by a declared length, so what a
+connection pins is what it sent: `held_bytes`, which the broker charges to its global budget for
+partial frames (`PartialFrames` below).
+
+`PartialFrames` is that budget: the bytes every connection holds in a partial frame, against
+`partial_frames_bytes_max`, and each such connection's progress deadline (a partial frame must
+keep arriving: no byte for `frame_progress_timeout_ns` and the connection is overdue). It is pure
+bookkeeping; the broker decides what an overdue or over-budget connection gets (docs/security.md).
 """
 
 from __future__ import annotations
 
 import struct
 
+from tidings.core.deadlines import Deadlines
 from tidings.core.errors import FRAME_TOO_LARGE, ProtocolError
 
 HEADER = struct.Struct(">I")
@@ -22,41 +32,123 @@ def frame(body: bytes) -> bytes:
 
 
 class FrameDecoder:
-    """Split a byte stream into frame bodies; holds at most one partial frame."""
+    """Split a byte stream into frame bodies; holds the bytes not yet pulled (at most one partial
+    frame once every complete one is pulled)."""
 
-    __slots__ = ("_buffer", "failure", "frame_bytes_max")
+    __slots__ = ("_buffer", "_pos", "failure", "frame_bytes_max", "limit_name")
 
-    def __init__(self, frame_bytes_max: int) -> None:
+    def __init__(self, frame_bytes_max: int, limit_name: str = "frame_bytes_max") -> None:
         self.frame_bytes_max = frame_bytes_max
+        self.limit_name = limit_name  # named in the failure: which limit the frame broke
         self._buffer = bytearray()
+        self._pos = 0  # bytes of _buffer already pulled
         self.failure: ProtocolError | None = None
 
+    def limit(self, frame_bytes_max: int, limit_name: str) -> None:
+        """Judge the frames pulled from now on by `frame_bytes_max` (e.g. after the handshake)."""
+        self.frame_bytes_max = frame_bytes_max
+        self.limit_name = limit_name
+
     @property
-    def buffered_bytes(self) -> int:
-        return len(self._buffer)
+    def held_bytes(self) -> int:
+        """The bytes received and not yet pulled as a frame."""
+        return len(self._buffer) - self._pos
+
+    buffered_bytes = held_bytes
+
+    def push(self, data: bytes) -> None:
+        if self.failure is not None:
+            return
+        if self._pos:
+            del self._buffer[:self._pos]
+            self._pos = 0
+        self._buffer += data
+
+    def pull(self) -> bytes | None:
+        """The next complete frame body, or None (then see `failure`)."""
+        buf = self._buffer
+        pos = self._pos
+        if self.failure is not None or len(buf) - pos < HEADER_BYTES:
+            return None
+        (length,) = HEADER.unpack_from(buf, pos)
+        if length > self.frame_bytes_max:
+            del buf[:]
+            self._pos = 0
+            self.failure = ProtocolError(
+                FRAME_TOO_LARGE, f"frame of {length} bytes exceeds {self.limit_name}={self.frame_bytes_max}",
+                fatal=True)
+            return None
+        stop = pos + HEADER_BYTES + length
+        if stop > len(buf):
+            return None
+        self._pos = stop
+        return bytes(buf[pos + HEADER_BYTES:stop])
 
     def feed(self, data: bytes) -> list[bytes]:
-        if self.failure is not None:
-            return []
-        buf = self._buffer
-        buf += data
+        """`push(data)`, then every complete frame body; see `failure` afterwards."""
+        self.push(data)
         out: list[bytes] = []
-        pos = 0
-        end = len(buf)
-        limit = self.frame_bytes_max
-        while end - pos >= HEADER_BYTES:
-            (length,) = HEADER.unpack_from(buf, pos)
-            if length > limit:
-                del buf[:]
-                self.failure = ProtocolError(
-                    FRAME_TOO_LARGE, f"frame of {length} bytes exceeds frame_bytes_max={limit}", fatal=True
-                )
-                return out
-            stop = pos + HEADER_BYTES + length
-            if stop > end:
-                break
-            out.append(bytes(buf[pos + HEADER_BYTES : stop]))
-            pos = stop
-        if pos:
-            del buf[:pos]
+        while (body := self.pull()) is not None:
+            out.append(body)
+        if self._pos:
+            del self._buffer[:self._pos]
+            self._pos = 0
         return out
+
+
+class PartialFrames:
+    """The bytes held in partial frames by every connection, against one budget, with each
+    holder's progress deadline. One timer entry per holder, moved on only when it fires (bytes
+    arriving just note the time), so a stream of small reads costs no timer churn."""
+
+    __slots__ = ("bytes_max", "deadlines", "held", "held_bytes", "progress_at", "progress_ns", "refused_total")
+
+    def __init__(self, bytes_max: int, progress_ns: int) -> None:
+        self.bytes_max = bytes_max
+        self.progress_ns = progress_ns
+        self.held: dict[int, int] = {}  # conn -> bytes its decoder holds (only connections holding some)
+        self.progress_at: dict[int, int] = {}  # conn -> when bytes last arrived while it held some
+        self.held_bytes = 0
+        self.deadlines: Deadlines[int] = Deadlines()
+        self.refused_total = 0  # connections refused for the budget or for no progress
+
+    def update(self, now: int, conn: int, held: int) -> bool:
+        """Bytes arrived on `conn`, whose decoder now holds `held`: False when that growth would
+        take the total past the budget (the caller closes the connection, then `forget`s it)."""
+        before = self.held.get(conn, 0)
+        if held > before and self.held_bytes - before + held > self.bytes_max:
+            self.refused_total += 1
+            return False
+        self.held_bytes += held - before
+        if held:
+            self.held[conn] = held
+            self.progress_at[conn] = now  # bytes arrived: the frame moves on
+            if conn not in self.deadlines:
+                self.deadlines.set(conn, now + self.progress_ns)
+        elif before:
+            self.forget(conn)
+        return True
+
+    def forget(self, conn: int) -> None:
+        self.held_bytes -= self.held.pop(conn, 0)
+        self.progress_at.pop(conn, None)
+        self.deadlines.cancel(conn)
+
+    def wait(self, now: int, conn: int) -> None:
+        """`conn` is not read by our choice (backpressure): its frame cannot move; look again later."""
+        self.progress_at[conn] = now
+        self.deadlines.set(conn, now + self.progress_ns)
+
+    def overdue(self, now: int) -> list[int]:
+        """The connections whose partial frame got no byte within `progress_ns`, earliest first."""
+        out: list[int] = []
+        for conn in self.deadlines.pop_due(now):
+            due = self.progress_at[conn] + self.progress_ns
+            if due <= now:
+                out.append(conn)
+            else:
+                self.deadlines.set(conn, due)
+        return out
+
+    def next_deadline(self) -> int | None:
+        return self.deadlines.next_deadline()
