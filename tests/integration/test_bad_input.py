@@ -1,5 +1,14 @@
-"""Garbage on the wire: an error to the sender, a closed connection, a broker that serves on."""
+"""Garbage on the wire: an error to the sender, a closed connection, a broker that serves on.
 
+The fuzz sends any bytes, on the client path (before or after HELLO) and on the peer path (after a
+PEER_HELLO), without closing its end: each connection gets its answer (its bytes framed whole, then a
+probe answered in order) or is closed within the deadlines (a partial frame by
+frame_progress_timeout_ns, a partial HELLO by handshake_timeout_ns), the broker's resident memory
+stays within ATTACK_RSS_BYTES_MAX of where it started, and the subscriber beside it gets every event
+published meanwhile. `make soak` runs it longer (TIDINGS_SOAK=1).
+"""
+
+import random
 import socket
 import struct
 import time
@@ -9,14 +18,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import SOAK
 from tidings import sync
-from tidings.core.wire import messages
+from tidings.core.overlay.node_id import NodeRef
+from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import FrameDecoder, frame
 from tidings.testing import BrokerProcess
 
-from .wire_io import exchange
+from .test_memory_bounds import ATTACK_RSS_BYTES_MAX, vm
+from .wire_io import converse, exchange
 
 pytestmark = pytest.mark.integration
+DEADLINE_NS = 300_000_000  # the fuzz broker's handshake and frame progress deadlines
+ANSWER_S = 3.0  # a connection neither answered nor closed by then hangs
+FUZZ_EXAMPLES = 3000 if SOAK else 120  # each path: about 25 s for both in make test, 10 min under soak
+PROBE_REQ = 4242
 
 VALID = [
     messages.publish(0, [["a/b", {"k": 1}, b"x"]]),
@@ -40,11 +56,12 @@ def mutate(data: bytes, flips: list[tuple[int, int]]) -> bytes:
 
 @pytest.fixture(scope="module")
 def fuzz_broker(tmp_path_factory):
-    cfg = {"frame_bytes_max": 65536, "event_bytes_max": 4096}
+    cfg = {"frame_bytes_max": 65536, "event_bytes_max": 4096, "handshake_timeout_ns": DEADLINE_NS,
+           "frame_progress_timeout_ns": DEADLINE_NS}
     with BrokerProcess(tmp_path_factory.mktemp("fuzz") / "b", cfg) as broker:
         with sync.connect(broker.address) as sub_client, sync.connect(broker.address) as pub_client:
             sub = sub_client.subscribe("steady/#")
-            state = {"published": []}
+            state = {"published": [], "rss": vm(broker.pid, "VmRSS")}
             yield broker, sub, pub_client, state
             got = []
             while len(got) < len(state["published"]):
@@ -103,3 +120,74 @@ def test_silent_client_is_dropped_after_the_handshake_timeout(tmp_path):
         (body,) = FrameDecoder(1 << 20).feed(data)
         assert messages.decode_broker_message(body).code == "handshake-timeout"
         assert 0.2 < waited < 5
+
+
+# any bytes, and frames left partial (a length within the limits, fewer bytes than it says)
+hostile = st.one_of(garbage, st.builds(lambda n, k: struct.pack(">I", n) + b"x" * min(k, max(n - 1, 0)),
+                                       st.integers(1, 70_000), st.integers(0, 3000)))
+
+
+def framed_whole(data: bytes) -> bool:
+    decoder = FrameDecoder(65536)
+    decoder.feed(data)
+    return decoder.failure is None and decoder.held_bytes == 0
+
+
+def served_on(broker, state) -> None:
+    """The broker kept its memory, and serves the publisher beside the fuzz."""
+    assert vm(broker.pid, "VmRSS") - state["rss"] <= ATTACK_RSS_BYTES_MAX
+    state["published"].append(broker_publish(state))
+
+
+def broker_publish(state) -> int:
+    return state["pub"].publish("steady/x", b"still here").tick
+
+
+def probe_answered(bodies: list[bytes]) -> bool:
+    for body in bodies:
+        msg = messages.decode_broker_message(body)
+        if isinstance(msg, messages.StatusReply) and msg.req == PROBE_REQ:
+            return True
+    return False
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=hostile, hello=st.booleans())
+def test_any_bytes_from_a_client_get_an_answer_or_a_close_in_time(fuzz_broker, data, hello):
+    """The client decoder: the connection is not closed on our side, so only the broker's own
+    rules (an ERROR and a close, the deadlines) end it; when the bytes are whole frames a STATUS
+    probe behind them is answered, in order, or the connection is closed."""
+    broker, _, pub_client, state = fuzz_broker
+    sent = greeted(data, hello)
+    whole = framed_whole(sent)
+    bodies, closed = converse(broker.address, sent + (messages.status_request(PROBE_REQ) if whole else b""),
+                              probe_answered, ANSWER_S)
+    msgs = [messages.decode_broker_message(b) for b in bodies]  # whatever the broker says is well-formed
+    assert closed or whole, "a connection holding a partial frame was answered but not closed"
+    if closed and msgs and not whole:
+        assert isinstance(msgs[-1], messages.Error), "closed with a reason"
+    state["pub"] = pub_client
+    served_on(broker, state)
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=hostile, node=st.integers(1, (1 << 128) - 1))
+def test_any_bytes_from_a_peer_get_an_answer_or_a_close_in_time(fuzz_broker, data, node):
+    """The peer decoder, behind a PEER_HELLO: whole frames are followed by a PING, which gets its
+    PONG unless the link was refused (PEER_ERROR, close); a partial frame is closed in time."""
+    broker, _, pub_client, state = fuzz_broker
+    whole = framed_whole(data)
+    seq = random.randrange(1 << 30)
+
+    def ponged(bodies: list[bytes]) -> bool:
+        return any(peer.unpack(b)[:2] == [peer.PONG, seq] for b in bodies)
+
+    hello = peer.hello(NodeRef(node, "127.0.0.1:1"))
+    bodies, closed = converse(broker.address, hello + data + (peer.ping(seq) if whole else b""), ponged, ANSWER_S)
+    assert closed or whole, "a peer connection holding a partial frame was answered but not closed"
+    kinds = [peer.unpack(b)[0] for b in bodies]
+    assert not kinds or kinds[0] in (peer.PEER_WELCOME, peer.PEER_ERROR)
+    if closed and len(kinds) > 1 and not whole:
+        assert kinds[-1] == peer.PEER_ERROR, "closed with a reason"
+    state["pub"] = pub_client
+    served_on(broker, state)

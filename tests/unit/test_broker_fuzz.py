@@ -3,7 +3,8 @@
 Hypothesis drives one broker in an overlay with small limits (trees_max=2, three subscriptions per
 connection) through random schedules of client actions (HELLO, subscribes with good and bad
 patterns, filters, starts and orders, bulk reads (READ) good and malformed, unsubscribes, publishes
-of good and malformed events, random frames and raw bytes, flow control, lost connections) and peer
+of good and malformed events, random frames and raw bytes, partial frames, flow control, lost
+connections) and peer
 connections carrying random messages, with timers, syncs and log reads in between. After every
 input the broker's bookkeeping still agrees with itself: each connection's subscriptions are the
 broker's, each open subscription is in exactly one tree, the tree counts are the sums, and a
@@ -13,6 +14,7 @@ refused subscribe (trees_max) left nothing behind.
 from __future__ import annotations
 
 import random
+import struct
 from typing import Any
 
 import msgpack
@@ -94,6 +96,10 @@ actions = st.one_of(
     st.tuples(st.just("send"), st.sampled_from(CONNS), client_frames),
     st.tuples(st.just("send"), st.sampled_from(CONNS), client_frames),
     st.tuples(st.just("block"), st.sampled_from(CONNS), st.booleans()),
+    # a partial frame (held against the budget, under its progress deadline), then maybe more of it
+    st.tuples(st.just("send"), st.sampled_from((*CONNS, PEER_CONN)),
+              st.builds(lambda n, k: struct.pack(">I", n) + b"x" * k, st.integers(0, 4096), st.integers(0, 1500))),
+    st.tuples(st.just("send"), st.sampled_from((*CONNS, PEER_CONN)), st.binary(min_size=1, max_size=1500)),
     st.tuples(st.just("lost"), st.sampled_from((*CONNS, PEER_CONN))),
     st.tuples(st.just("peer"), st.lists(st.tuples(st.integers(60, 160), st.lists(values, max_size=5)),
                                         max_size=3)),
@@ -113,6 +119,8 @@ def check_bookkeeping(h: Harness) -> None:
         counts[tree] = counts.get(tree, 0) + 1
     assert counts == b.memberships.members
     assert len(counts) <= 2  # trees_max: a subscribe past it was refused and left nothing
+    partials = b.partials
+    assert partials.held_bytes == sum(partials.held.values()) <= partials.bytes_max
     b.status()
 
 
@@ -146,7 +154,10 @@ def apply(h: Harness, action: tuple[Any, ...]) -> None:
 @settings(max_examples=300, deadline=None)
 @given(schedule=st.lists(actions, min_size=1, max_size=30))
 def test_no_client_or_peer_input_raises_out_of_handle(schedule):
-    h = Harness(BrokerConfig(trees_max=2, subscriptions_per_connection_max=3))
+    # small memory bounds (docs/security.md), so that schedules reach each of them
+    h = Harness(BrokerConfig(trees_max=2, subscriptions_per_connection_max=3, hello_frame_bytes_max=512,
+                             partial_frames_bytes_max=3000, frame_progress_timeout_ns=2 * 10**9,
+                             handshake_timeout_ns=10**9, send_queue_overflow_bytes_max=8192))
     h.apply(h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
     for conn in CONNS[:2]:
         h.connect(conn)

@@ -286,6 +286,7 @@ class Broker:
             assert type(key) is HandshakeTimer
             c = self.connections.get(key.conn)
             if c is not None and c.state == AWAITING_HELLO:
+                self.partials.forget(c.conn)
                 out += c.fail(errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
 
     def _open_clients(self) -> int:
@@ -371,6 +372,7 @@ class Broker:
         elif c.state == CLOSED:
             self.partials.forget(c.conn)
         elif not self.partials.update(inp.now, c.conn, c.decoder.held_bytes):
+            self.partials.forget(c.conn)
             out += c.fail(errors.PARTIAL_FRAMES_BUDGET, self._over_budget(c.decoder.held_bytes))
 
     def _request(self, c: ClientConnection, msg: Any, inp: Received, out: list[Effect]) -> None:
@@ -422,7 +424,8 @@ class Broker:
             text = (f"a partial frame got no byte for frame_progress_timeout_ns="
                     f"{self.config.frame_progress_timeout_ns}")
             if c is not None:
-                out += c.fail(errors.FRAME_STALLED, text)
+                if c.state in (AWAITING_HELLO, OPEN):  # else closing already
+                    out += c.fail(errors.FRAME_STALLED, text)
             elif self.cluster is not None and self.cluster.owns(conn):
                 self._cluster_effects(self.cluster.refuse(now, conn, errors.FRAME_STALLED, text), out)
 

@@ -119,8 +119,8 @@ class PartialFrames:
         if held > before and self.held_bytes - before + held > self.bytes_max:
             self.refused_total += 1
             return False
-        self.held_bytes += held - before
         if held:
+            self.held_bytes += held - before
             self.held[conn] = held
             self.progress_at[conn] = now  # bytes arrived: the frame moves on
             if conn not in self.deadlines:
