@@ -96,6 +96,7 @@ class ClientConnection:
 
     def fail(self, code: str, message: str) -> list[Effect]:
         self.state = TRANSITIONS.move(self.state, CLOSED)
+        self.decoder.clear()  # nothing more is read
         return [Send(self.conn, messages.error(code, message)), Disconnect(self.conn, message)]
 
     def charge(self, nbytes: int) -> list[Effect]:

@@ -615,6 +615,7 @@ class PeerLinks:
 
     def _close(self, c: _Conn, code: str, text: str) -> list[Effect]:
         c.closing = True
+        c.decoder.clear()  # nothing more is read
         return [Send(c.conn, peer.peer_error(code, text)), Disconnect(c.conn, text)]
 
     def _fail(self, c: _Conn, link: _Link, code: str, text: str) -> list[Effect]:

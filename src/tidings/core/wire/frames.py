@@ -56,6 +56,11 @@ class FrameDecoder:
 
     buffered_bytes = held_bytes
 
+    def clear(self) -> None:
+        """Drop what is held (the connection is closing: its bytes are freed now, not at its loss)."""
+        self._buffer = bytearray()
+        self._pos = 0
+
     def push(self, data: bytes) -> None:
         if self.failure is not None:
             return
