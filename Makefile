@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml setup.py src/tidings/spark/_columns.c
 	@echo "== creating $(VENV) and installing tidings with its dependencies (PySpark is large: a minute or more the first time)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --disable-pip-version-check --progress-bar on -e '.[spark,plot,test]'
+	$(PY) -m pip install --disable-pip-version-check --progress-bar on -e '.[spark,plot,sim,test]'
 	touch $(STAMP)
 	@echo "== installed; the tidings command is $(VENV)/bin/tidings (or run: . $(VENV)/bin/activate)"
 

@@ -1,4 +1,7 @@
-"""`tidings sim pastry` and `tidings sim delivery`: simulator experiments from the command line.
+"""`tidings sim pastry`, `sim delivery` and `sim scribe`: simulator experiments from the command line.
+
+`sim scribe` runs the Scribe paper's experiment (src/tidings/sim/overlay/scribe_experiment.py) and
+prints one JSON summary line; `--out` keeps the distributions, `--plot` draws them.
 
 `sim delivery` runs guaranteed-delivery scenarios (src/tidings/sim/delivery_scenario.py): one seed,
 or a sweep of seeds as CI runs (`--seeds 1000` for the large sweep on demand); it prints each failing
@@ -50,6 +53,19 @@ def add_parser(subparsers: Any) -> None:
     d.add_argument("--brokers", type=int, default=24, help="brokers per scenario (default %(default)s)")
     d.add_argument("--quiet", action="store_true", help="no line per passing seed")
     d.set_defaults(func=cmd_sim_delivery)
+    s = experiments.add_parser("scribe",
+                               help="the Scribe paper's groups on a transit-stub Internet, beside IP multicast")
+    s.add_argument("--nodes", type=int, required=True, help="brokers (end nodes of the topology)")
+    s.add_argument("--groups", type=int, default=1500,
+                   help="groups; rank r has about N*r^-1.25 members (default %(default)s)")
+    s.add_argument("--seed", type=int, default=1, help="the run's seed (default %(default)s)")
+    s.add_argument("--children-max", type=int, metavar="K",
+                   help="Scribe's children_per_tree_max (default: unbounded, as the paper's Scribe)")
+    s.add_argument("--out", metavar="FILE.json", help="write the summary and every distribution to FILE.json")
+    s.add_argument("--plot", metavar="PREFIX",
+                   help="draw PREFIX-delay.png, PREFIX-node-stress.png and PREFIX-link-stress.png")
+    s.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    s.set_defaults(func=cmd_sim_scribe)
 
 
 def cmd_sim_delivery(args: argparse.Namespace) -> int:
@@ -74,6 +90,36 @@ def cmd_sim_delivery(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     print(f"{args.seeds - failed} passed, {failed} failed ({time.monotonic() - started:.0f} s)")
     return 1 if failed else 0
+
+
+def cmd_sim_scribe(args: argparse.Namespace) -> int:
+    from tidings.sim.overlay.scribe_experiment import ScribeExperiment
+
+    try:
+        experiment = ScribeExperiment(args.nodes, args.groups, args.seed, children_max=args.children_max)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_INPUT) from None
+    started = time.monotonic()
+    phases: dict[str, float] = {}
+    show = None if args.quiet else _progress(started)
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if done == total:
+            phases[phase] = round(time.monotonic() - started - sum(phases.values()), 1)
+        if show is not None:
+            show(phase, done, total)
+
+    summary, distributions = experiment.run(progress)
+    summary["phases_wall_s"] = phases
+    summary["wall_s"] = round(time.monotonic() - started, 1)
+    summary["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"summary": summary, "distributions": distributions}, f, separators=(",", ":"))
+    if args.plot:
+        plot_scribe(summary, distributions, args.plot)
+    sys.stdout.write(json.dumps(summary, separators=(",", ":")) + "\n")
+    return 1 if summary["members_missed"] or summary["duplicates"] else 0
 
 
 def cmd_sim_pastry(args: argparse.Namespace) -> int:
@@ -167,3 +213,64 @@ def plot_hops(report: dict[str, Any], path: str) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def plot_scribe(summary: dict[str, Any], dist: dict[str, Any], prefix: str) -> None:
+    """The Scribe experiment's figures, drawn as the paper draws them: PREFIX-delay.png (cumulative
+    groups against RMD and RAD), PREFIX-node-stress.png (nodes against their children tables and
+    children entries), PREFIX-link-stress.png (links against copies, Scribe beside IP multicast)."""
+    from collections import Counter
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.stderr.write("tidings: --plot needs matplotlib (pip install 'tidings[plot]')\n")
+        return
+    title = f"N={summary['nodes']:,}, {summary['groups']:,} groups, seed {summary['seed']}"
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label in (("rmd", "RMD (max delay / IP multicast's)"), ("rad", "RAD (mean delay / IP multicast's)")):
+        values = sorted(dist[key])
+        ax.plot(values, [100.0 * (k + 1) / len(values) for k in range(len(values))], label=label)
+    ax.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("delay penalty")
+    ax.set_ylabel("groups (cumulative %)")
+    ax.set_title(f"Scribe delay penalty against IP multicast, {title}")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(f"{prefix}-delay.png", dpi=120)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, xlabel in ((axes[0], "node_tables", "children tables (trees it forwards in)"),
+                            (axes[1], "node_children", "children entries, all trees")):
+        counts = Counter(dist[key])
+        xs = sorted(counts)
+        ax.bar(xs, [counts[x] for x in xs], width=1.0)
+        ax.set_yscale("log")
+        if key == "node_children":
+            ax.set_xscale("symlog")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("nodes")
+    fig.suptitle(f"Scribe node stress, {title}")
+    fig.tight_layout()
+    fig.savefig(f"{prefix}-node-stress.png", dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label in (("link_stress_scribe", "Scribe"), ("link_stress_ip", "IP multicast")):
+        counts = Counter(dist[key])
+        xs = sorted(counts)
+        ax.plot(xs, [counts[x] for x in xs], marker=".", linestyle="none", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("link stress (copies of one event per group)")
+    ax.set_ylabel("physical links")
+    ax.set_title(f"Link stress, {title}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(f"{prefix}-link-stress.png", dpi=120)
+    plt.close(fig)

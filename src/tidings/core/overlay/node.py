@@ -178,6 +178,17 @@ class OverlayNode:
             self._ask_to_join(now, out)
         return self._finish(now, out)
 
+    def leaf_set_known(self, now: int) -> list[OverlayEffect]:
+        """The leaf set was filled from outside with the state the joins converge to (the
+        simulator's steady state), so every leaf already knows its neighbours: track their liveness
+        and tell the layers above, without the exchange `_finish` makes for new leaves."""
+        assert self._joined, "a founder or a joined node only"
+        self._leaf_version = self.leaf_set.version
+        members = self.leaf_set.members()
+        self._heard_ns = {n.address: now for n in members}
+        self._arm_silence()
+        return [LeafSetChanged(tuple(members))]
+
     def _ask_to_join(self, now: int, out: list[OverlayEffect]) -> None:
         assert self._bootstrap is not None
         out.append(PeerSend(self._bootstrap, m.JoinRequest(self.me).to_wire()))

@@ -71,6 +71,8 @@ class MessageNet:
         self.messages_sent = 0
         self.messages_lost = 0
         self.messages_dropped = 0  # arrived at a host that was not there to read them
+        # An experiment's view of every message sent (link stress counts copies per physical link).
+        self.on_send: Callable[[int, int, list[Any]], None] | None = None
 
     def one_way_ns(self, src: int, dst: int) -> int:
         half = self.topology.rtt_ns(src, dst) // 2
@@ -78,6 +80,8 @@ class MessageNet:
 
     def send(self, src: int, dst: int, message: list[Any]) -> None:
         self.messages_sent += 1
+        if self.on_send is not None:
+            self.on_send(src, dst, message)
         if self.loss_probability and self.rng.random() < self.loss_probability:
             self.messages_lost += 1
             self.world.trace(f"n{src}", "lost", dst, message[0])
