@@ -27,6 +27,7 @@ from tidings.spark.failover import NoBrokerError
 from tidings.spark.micro_batch import Head, admit, find_losses, latest, plan_ranges, skip
 from tidings.spark.offsets import Offset, OffsetError
 from tidings.spark.options import check_options, parse_read_options, parse_stream_options
+from tidings.spark.planning import ReadError
 from tidings.spark.reading import TickRangePartition
 from tidings.spark.stream import READ_RETRY_BACKOFF_S, PubendOutageError, StreamDataLossError, TidingsStreamReader
 
@@ -544,3 +545,21 @@ def test_the_progress_counts_the_events_admission_control_left_behind(overlay: F
     end2 = r.latestOffset(end, ReadMaxRows(5))
     assert Offset.from_json(end2).position("p2") == 8
     assert r.reportLatestOffset()["pubends"]["p2"]["behind_events"] == 0  # type: ignore[index]
+
+
+def test_a_replayed_batch_waits_a_little_for_its_pubends_broker(overlay: FakeOverlay) -> None:
+    r = reader()
+    start = r.initialOffset()
+    overlay.brokers["b2:1"].publish(5)
+    end = r.latestOffset(start, ReadAllAvailable())
+    pauses: list[float] = []
+    restarted = TidingsStreamReader(r.opts, EVENT_SCHEMA, fake_connect, sleep=pauses.append)
+    overlay.down.add("b2:1")
+    with pytest.raises(ReadError, match="no broker of the overlay reports pubend p2"):
+        restarted.partitions(start, end)  # down for good: the batch cannot be planned
+    assert pauses == list(READ_RETRY_BACKOFF_S)
+    pauses.clear()
+    restarted = TidingsStreamReader(r.opts, EVENT_SCHEMA, fake_connect, sleep=lambda s: (pauses.append(s),
+                                                                                          overlay.down.clear()))
+    overlay.down.add("b2:1")
+    assert read_batch(restarted, start, end) == [("p2", 5)] and pauses == [READ_RETRY_BACKOFF_S[0]]

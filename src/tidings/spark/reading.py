@@ -15,6 +15,11 @@ retries add no duplicates. Memory stays bounded: the client stops reading its so
 while BUFFER_EVENTS_MAX events wait, and the broker stops reading its log for a blocked
 connection.
 
+A lost broker. A read that cannot connect, or whose connection breaks, may be resumed
+(`retry_backoff_s`: the streaming read's tasks do) after the last row it handed on, at the same
+broker once it answers again: the rows before are not read twice, and the range still ends where
+it was planned.
+
 Gaps. If retention released part of the range, the broker says so with a GAP instead of silently
 sending less. With failOnDataLoss=true the task fails with DataLossError; with false it logs the
 tick range it skipped and reads on after it.

@@ -12,11 +12,24 @@ executors read:
   process or a restarted driver) reads the subscription's position back. Until the first commit
   that position is the start itself.
 - **Ends** (`latestOffset`): each pubend's durable tail over the whole overlay, found by walking
-  the brokers' leaf sets from `broker` and asking each for its status; pulled back by admission
-  control and capped under AvailableNow (micro_batch.py).
+  the brokers' leaf sets from `broker` (or another broker when it is down: failover.py) and asking
+  each for its status; pulled back by admission control and capped under AvailableNow
+  (micro_batch.py).
+- **No empty micro-batches.** A tail follows the clock while nothing is published, so an end at
+  the tails would make a micro-batch at every trigger. The end moves only when some pubend has a
+  matching event after the start: its newest event (`last_event_tick`) says whether it logged
+  anything, and if so the driver asks its broker for the first matching one. The tick up to which
+  nothing matched is kept (`_clear`): the next trigger asks only after it, and tasks never read
+  those ticks. Since the offset is also what the durable subscription releases (one batch late),
+  it still moves to the tails every `idleAdvanceIntervalMs` while only other channels' events
+  are logged.
+- **Outages** (outages.py): a pubend the query knows that the overlay does not report is said once
+  (WARN), held back (its broker keeps its events for the query) and reported in the progress
+  (`reportLatestOffset`) with every pubend's lag; past `maxPubendOutageMs` it fails the query.
 - **Reads** (`partitions`, `read`): each pubend's ticks of the micro-batch are split into ranges;
   a task makes one bounded read of its range at the broker that logged it, which serves only
-  durable events in tick order, so a retried task reads the same events again.
+  durable events in tick order, so a retried task reads the same events again. A task that loses
+  its broker reads on after its last row when it is back (READ_RETRY_BACKOFF_S, reading.py).
 - **Release** (`commit`): only once Spark has committed a micro-batch does the source acknowledge
   its end to the durable subscription, which lets the pubends release those events. Spark calls
   commit one batch late or not at all (AvailableNow's last batch, a stop): the subscription then
@@ -302,8 +315,16 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, stop = Offset.from_json(start), Offset.from_json(end)
         moved = [p for p in stop.positions if stop.position(p) > begin.position(p)]
-        if any(p not in self._heads for p in moved):  # a restarted driver replaying a batch
-            self._discover()
+        for pause in (*READ_RETRY_BACKOFF_S, None):  # a restarted driver replaying a batch: where are they?
+            if all(p in self._heads for p in moved):
+                break
+            try:
+                self._discover()
+            except NoBrokerError:
+                if pause is None:
+                    raise
+            if pause is not None and any(p not in self._heads for p in moved):
+                self.sleep(pause)  # a pubend of the batch is unreachable: it must be read, so wait a little
         addresses = {p: h.address for p, h in self._heads.items()}
         ranges = plan_ranges(begin, stop, addresses, self.opts.partitions, self._floors.get(_key(stop)),
                              {p: h.marks for p, h in self._heads.items()})
