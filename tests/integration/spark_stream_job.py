@@ -4,8 +4,8 @@
 
 It reads `in/#` from the overlay of SOURCE_BROKER (durable subscription "driver-kill", from the
 earliest retained event) and republishes every event on `out/<channel>` through the exactly-once
-sink at SINK_BROKER, with a 0.5 s trigger, its state in CHECKPOINT_DIR. When the query fails (a
-broker of the overlay is down: the source cannot plan, or the sink's tasks cannot publish), the
+sink at SINK_BROKER, with a 0.5 s trigger, its state in CHECKPOINT_DIR. When the query fails (the
+sink's broker is down, so its tasks cannot publish; the source rides through a broker's loss), the
 job starts it again from the checkpoint, as a supervisor would, at most RESTARTS_MAX times. It
 prints one line per query start ("query started N") and per failure, and runs until it is killed.
 """

@@ -20,14 +20,16 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from tests.unit.spark_overlay_fake import BulkReads, FakeBroker
 from tidings.core.channels import pattern_matches
 from tidings.core.checkpoint import Checkpoint
-from tidings.core.errors import GapError
+from tidings.core.errors import ConnectionClosed, GapError
 from tidings.core.event import Event
 from tidings.spark.arrow import EVENT_SCHEMA
+from tidings.spark.failover import NoBrokerError
 from tidings.spark.micro_batch import Head, admit, find_losses, latest, plan_ranges, skip
 from tidings.spark.offsets import Offset, OffsetError
-from tidings.spark.options import check_options, parse_stream_options
+from tidings.spark.options import check_options, parse_read_options, parse_stream_options
+from tidings.spark.planning import ReadError
 from tidings.spark.reading import TickRangePartition
-from tidings.spark.stream import StreamDataLossError, TidingsStreamReader
+from tidings.spark.stream import READ_RETRY_BACKOFF_S, PubendOutageError, StreamDataLossError, TidingsStreamReader
 
 # ---- offsets -------------------------------------------------------------------------------------
 
@@ -143,32 +145,35 @@ def test_losses_are_found_above_the_start_and_counted_when_skipped() -> None:
 class FakeOverlay:
     brokers: dict[str, FakeBroker]
     down: set[str] = field(default_factory=set)
-    registrations: dict[str, Checkpoint] = field(default_factory=dict)
+    registrations: dict[tuple[str, str], Checkpoint] = field(default_factory=dict)  # (broker, name)
     reads: list[tuple[str, int, int]] = field(default_factory=list)
+    clock: int = 0  # the tick the brokers' durable tails follow while nothing is published
+    break_reads_after: int | None = None  # a broker lost after sending this many frames of a read
 
 
 OVERLAY: dict[str, FakeOverlay] = {}  # by test: the connect function must pickle by reference
 
 
 def fake_connect(opts: Any, address: str, instance: str) -> FakeClient:
-    if address in OVERLAY["now"].down:
+    if address in OVERLAY["now"].down or address not in OVERLAY["now"].brokers:
         raise ConnectionRefusedError(f"{address} is down")
     return FakeClient(OVERLAY["now"].brokers[address], OVERLAY["now"])
 
 
 class FakeSub:
-    def __init__(self, overlay: FakeOverlay, name: str) -> None:
-        self.overlay, self.name = overlay, name
+    def __init__(self, overlay: FakeOverlay, key: tuple[str, str]) -> None:
+        self.overlay, self.key = overlay, key
 
     @property
     def token(self) -> str:
-        return self.overlay.registrations[self.name].encode()
+        return self.overlay.registrations[self.key].encode()
 
     def ack(self, token: str) -> None:
-        self.overlay.registrations[self.name].release(Checkpoint.decode(token))
+        self.overlay.registrations[self.key].release(Checkpoint.decode(token))
 
-    def close(self) -> None:
-        return None
+    def close(self, forget: bool = False) -> None:
+        if forget:
+            del self.overlay.registrations[self.key]
 
 
 class FakeClient(BulkReads):
@@ -183,13 +188,22 @@ class FakeClient(BulkReads):
 
     def status(self) -> dict[str, Any]:
         b = self.broker
-        return {"pubend": b.pubend, "last_tick": max((e.tick for e in b.events), default=0),
+        newest = max((e.tick for e in b.events), default=0)
+        return {"pubend": b.pubend, "last_tick": max(newest, self.overlay.clock), "last_event_tick": newest,
                 "released_through": b.released_through,
                 "overlay": {"address": b.address, "leaf_set": [["id", a] for a in b.leaf_set]}}
 
     def subscribe(self, pattern: str, *, filter: str | None, start: int, durable: str) -> FakeSub:
-        self.overlay.registrations.setdefault(durable, Checkpoint(start, {self.pubend: start}))
-        return FakeSub(self.overlay, durable)
+        self.overlay.registrations.setdefault((self.broker.address, durable), Checkpoint(start, {self.pubend: start}))
+        return FakeSub(self.overlay, (self.broker.address, durable))
+
+    def read_records(self, pattern: str, *, filter: str | None = None, after: int = 0,
+                     end: int, spans: bool = False) -> Iterator[Any]:
+        for count, frame in enumerate(super().read_records(pattern, filter=filter, after=after, end=end)):
+            if self.overlay.break_reads_after is not None and count >= self.overlay.break_reads_after:
+                self.overlay.break_reads_after = None  # once
+                raise ConnectionClosed("the broker went away")
+            yield frame
 
 
     def read(self, pattern: str, *, filter: str | None = None, after: int = 0, end: int | None = None,
@@ -214,9 +228,9 @@ def overlay() -> Iterator[FakeOverlay]:
     OVERLAY.clear()
 
 
-def reader(**options: str) -> TidingsStreamReader:
+def reader(clock: Any = None, **options: str) -> TidingsStreamReader:
     opts = parse_stream_options({"broker": "b1:1", "pattern": "load/#", "durableName": "q", **options}, 4)
-    return TidingsStreamReader(opts, EVENT_SCHEMA, fake_connect)
+    return TidingsStreamReader(opts, EVENT_SCHEMA, fake_connect, clock=clock or Clock(), sleep=lambda s: None)
 
 
 def read_batch(r: TidingsStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[str, int]]:
@@ -276,7 +290,7 @@ def test_commit_releases_only_forward_and_is_idempotent(overlay: FakeOverlay) ->
     r.commit(end)
     r.commit(end)
     r.commit(start)  # an older offset: nothing moves back
-    assert overlay.registrations["q"].position("p2") == 200
+    assert overlay.registrations["b1:1", "q"].position("p2") == 200
     assert Offset.from_json(reader().initialOffset()).position("p2") == 200  # what a new query would resume
 
 
@@ -333,23 +347,145 @@ def test_the_reader_pickles_after_planning(overlay: FakeOverlay) -> None:
     assert sum(b.num_rows for part in parts for b in clone.read(part)) == 1
 
 
-def test_a_broker_that_is_down_holds_its_pubend_back_and_a_commit_waits_for_the_next(
+class Clock:
+    """The driver's monotonic clock, in ns, moved by the test."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> int:
+    return sum(text in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+def test_an_outage_is_said_once_shows_in_the_progress_and_the_others_go_on(
+    overlay: FakeOverlay, caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    r = reader(clock=clock)
+    start = r.initialOffset()
+    rows, start, _ = run(r, start, ReadAllAvailable())  # every pubend seen once
+    p2 = [overlay.brokers["b2:1"].publish(t) for t in (5, 7)]
+    p3 = [overlay.brokers["b3:1"].publish(6)]
+    overlay.down.add("b2:1")
+    overlay.brokers["b1:1"].leaf_set.append("b3:1")  # its neighbour on the other side of the ring
+    rows = []
+    for second in range(1, 4):  # three triggers during the outage
+        clock.ns = second * 10**9
+        overlay.clock = 100 * second  # the overlay's tails go on with the clock
+        p3.append(overlay.brokers["b3:1"].publish(100 * second))
+        end = r.latestOffset(start, ReadAllAvailable())
+        rows += read_batch(r, start, end)
+        start = end
+        progress = r.reportLatestOffset()
+        assert progress is not None
+        assert progress["unreachable"] == ["p2"]
+        assert progress["pubends"]["p2"] == {"broker": "b2:1", "reachable": False, "tail": 0, "behind_events": None,
+                                             "behind_ticks": 100 * second, "unreachable_ms": (second - 1) * 1000}
+        assert progress["pubends"]["p3"]["behind_ticks"] == 0 and progress["pubends"]["p3"]["behind_events"] == 0
+        assert progress["positions"]["p3"] == 100 * second
+    assert sorted(rows) == [(e.pubend, e.tick) for e in p3]
+    assert warnings_about(caplog, "pubend p2 at b2:1 is not reachable") == 1
+    overlay.down.clear()
+    clock.ns = 5 * 10**9
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert sorted(read_batch(r, start, end)) == [(e.pubend, e.tick) for e in p2]
+    assert warnings_about(caplog, "pubend p2 at b2:1 is reachable again after 4.0 s") == 1
+    assert r.reportLatestOffset()["unreachable"] == []  # type: ignore[index]
+
+
+def test_an_outage_longer_than_the_bound_fails_the_query_in_one_line(overlay: FakeOverlay) -> None:
+    clock = Clock()
+    r = reader(clock=clock, maxPubendOutageMs="30000")
+    start = r.initialOffset()
+    overlay.down.add("b2:1")
+    overlay.brokers["b1:1"].leaf_set.append("b3:1")
+    for second in (0, 10, 30):
+        clock.ns = second * 10**9
+        r.latestOffset(start, ReadAllAvailable())  # within the bound
+    clock.ns = 30 * 10**9 + 1
+    with pytest.raises(PubendOutageError) as failed:
+        r.latestOffset(start, ReadAllAvailable())
+    message = str(failed.value)
+    assert "\n" not in message
+    assert "pubend p2 at b2:1 has been unreachable for 30.0 s, longer than maxPubendOutageMs=30000" in message
+
+
+def test_the_query_moves_off_its_lost_broker_and_back_with_its_position(
     overlay: FakeOverlay, caplog: pytest.LogCaptureFixture,
 ) -> None:
     r = reader()
     start = r.initialOffset()
-    overlay.brokers["b2:1"].publish(5)
-    overlay.brokers["b3:1"].publish(6)
-    overlay.down.add("b2:1")
-    overlay.brokers["b1:1"].leaf_set.append("b3:1")  # its neighbour on the other side of the ring
-    end = r.latestOffset(start, ReadAllAvailable())
-    assert Offset.from_json(end).positions == {"p3": 6}
-    assert "b2:1 of the overlay is not reachable" in caplog.text
-    overlay.down = {"b1:1"}
-    r.commit(end)  # the registration's broker is down: logged, not raised
-    assert "could not acknowledge" in caplog.text
+    start = run(r, start, ReadAllAvailable())[1]  # the overlay seen: b2 and b3 learned
+    overlay.down.add("b1:1")  # the query's own broker
+    published = [overlay.brokers["b2:1"].publish(5), overlay.brokers["b3:1"].publish(6)]
+    rows, start, _ = run(r, start, ReadAllAvailable())  # planned from b2, committed there
+    assert sorted(rows) == [(e.pubend, e.tick) for e in published]
+    assert overlay.registrations["b2:1", "q"].position("p3") == 6
+    overlay.down.clear()
+    published = [overlay.brokers["b1:1"].publish(8), overlay.brokers["b3:1"].publish(9)]
+    rows, start, _ = run(r, start, ReadAllAvailable())
+    assert sorted(rows) == [(e.pubend, e.tick) for e in published]
+    assert overlay.registrations["b1:1", "q"].position("p3") == 9  # back at the named broker
+    assert ("b2:1", "q") not in overlay.registrations  # the one held meanwhile is ended
+    assert warnings_about(caplog, "ended the one held at b2:1 meanwhile") == 1
+
+
+def test_a_query_starts_from_the_brokers_option_when_its_broker_is_down(overlay: FakeOverlay) -> None:
+    overlay.down.add("b1:1")
+    overlay.brokers["b3:1"].leaf_set.append("b2:1")
+    overlay.brokers["b3:1"].publish(4)
+    with pytest.raises(NoBrokerError, match=r"no broker answers.*b1:1.*\.option\(\"brokers\""):
+        reader(clock=Clock()).initialOffset()
+    r = reader(brokers="b9:1, b3:1")
+    start = r.initialOffset()
+    assert Offset.from_json(start).position("p3") == 4 and ("b3:1", "q") in overlay.registrations
+    published = [overlay.brokers["b2:1"].publish(5)]
+    assert run(r, start, ReadAllAvailable())[0] == [(e.pubend, e.tick) for e in published]
+
+
+def test_an_idle_stream_makes_no_micro_batch_and_moves_only_for_release(overlay: FakeOverlay) -> None:
+    clock = Clock()
+    r = reader(clock=clock, idleAdvanceIntervalMs="60000")
+    start = r.initialOffset()
+
+    def trigger(second: int, other: bool = False) -> dict[str, Any]:
+        clock.ns, overlay.clock = second * 10**9, second * 10  # the tails follow the clock
+        if other:  # an event on a channel the query does not read
+            overlay.brokers["b2:1"].publish(second * 10, channel="other/x")
+        return r.latestOffset(start, ReadAllAvailable())
+
+    assert all(trigger(second) == start for second in range(1, 100))  # nothing logged: nothing to release
+    assert overlay.reads == []  # the brokers' status said so: nothing was read
+    end = trigger(100, other=True)  # over a minute since the query moved: once, for release only
+    assert Offset.from_json(end).position("p2") == 1000 and read_batch(r, start, end) == []
+    r.commit(end)
+    assert overlay.registrations["b1:1", "q"].position("p2") == 1000
+    start, asked = end, len(overlay.reads)
+    assert overlay.reads == [("p2", 990, 1000)]  # asked once, and the empty batch read nothing
+    assert all(trigger(second, other=True) == start for second in range(101, 160))
+    assert [(a, e) for _, a, e in overlay.reads[asked:]] == [(10 * s, 10 * s + 10) for s in range(100, 159)]
+    assert Offset.from_json(trigger(160, other=True)).position("p2") == 1600
+    overlay.brokers["b3:1"].publish(1605)
+    end = trigger(161)
+    assert read_batch(r, start, end) == [("p3", 1605)]
+
+
+def test_a_read_whose_broker_is_lost_reads_on_after_its_last_row(overlay: FakeOverlay) -> None:
+    published = [overlay.brokers["b2:1"].publish(t) for t in range(1, 30)]
+    pauses: list[float] = []
+    r = TidingsStreamReader(reader().opts, EVENT_SCHEMA, fake_connect, sleep=pauses.append)
+    overlay.break_reads_after = 2  # after two frames of 7 events
+    rows = [t for b in r.read(TickRangePartition(0, "p2", "b2:1", 0, 29)) for t in b.column("tick").to_pylist()]
+    assert rows == [e.tick for e in published] and pauses == [READ_RETRY_BACKOFF_S[0]]
+    assert [after for _, after, _ in overlay.reads] == [0, 14]
+    overlay.down.add("b2:1")  # down for good: the task fails after its bounded retries
     with pytest.raises(ConnectionRefusedError):
-        r.latestOffset(end, ReadAllAvailable())  # planning starts at the named broker
+        list(r.read(TickRangePartition(0, "p2", "b2:1", 0, 29)))
+    assert len(pauses) == 1 + len(READ_RETRY_BACKOFF_S)
 
 
 def test_a_task_refuses_a_broker_that_logs_another_pubend(overlay: FakeOverlay) -> None:
@@ -376,3 +512,54 @@ def test_stream_options() -> None:
     check_options({"broker": "a:1", "pattern": "#", "startTick": "5"})
     opts = parse_stream_options({"BROKER": "a:1", "pattern": "#", "durablename": "q"})
     assert (opts.starting, opts.events_per_trigger_max, opts.fail_on_data_loss) == ("latest", None, True)
+
+
+def test_failover_outage_and_idle_options() -> None:
+    base = {"broker": "a:1", "pattern": "#", "durableName": "q"}
+    opts = parse_stream_options({**base, "brokers": " b:2, c:3,b:2 ", "maxPubendOutageMs": "30000",
+                                 "idleAdvanceIntervalMs": "1000"})
+    assert (opts.failover, opts.pubend_outage_ms_max, opts.idle_advance_interval_ms) == (("b:2", "c:3"), 30000, 1000)
+    opts = parse_stream_options(base)
+    assert (opts.failover, opts.pubend_outage_ms_max, opts.idle_advance_interval_ms) == ((), None, 300_000)
+    with pytest.raises(ValueError, match=r'"brokers" must be HOST:PORT,HOST:PORT'):
+        parse_stream_options({**base, "brokers": "b:2,c"})
+    with pytest.raises(ValueError, match='"maxPubendOutageMs" must be between 1'):
+        parse_stream_options({**base, "maxPubendOutageMs": "0"})
+    with pytest.raises(ValueError, match='"idleAdvanceIntervalMs" must be between 1 and 3600000'):
+        parse_stream_options({**base, "idleAdvanceIntervalMs": "86400000"})
+    with pytest.raises(ValueError, match=r'"brokers" is an option of spark\.readStream'):
+        parse_read_options({"broker": "a:1", "pattern": "#", "brokers": "b:2"})
+
+
+def test_the_progress_counts_the_events_admission_control_left_behind(overlay: FakeOverlay) -> None:
+    r = reader(maxEventsPerTrigger="5")
+    start = r.initialOffset()
+    for tick in range(1, 9):
+        overlay.brokers["b2:1"].publish(tick)
+    end = r.latestOffset(start, ReadMaxRows(5))
+    assert Offset.from_json(end).position("p2") == 5
+    progress = r.reportLatestOffset()
+    assert progress is not None and progress["positions"]["p2"] == 8
+    assert progress["pubends"]["p2"]["behind_events"] is None  # only the first 5 were read: 3 more unseen
+    assert progress["pubends"]["p2"]["behind_ticks"] == 3
+    end2 = r.latestOffset(end, ReadMaxRows(5))
+    assert Offset.from_json(end2).position("p2") == 8
+    assert r.reportLatestOffset()["pubends"]["p2"]["behind_events"] == 0  # type: ignore[index]
+
+
+def test_a_replayed_batch_waits_a_little_for_its_pubends_broker(overlay: FakeOverlay) -> None:
+    r = reader()
+    start = r.initialOffset()
+    overlay.brokers["b2:1"].publish(5)
+    end = r.latestOffset(start, ReadAllAvailable())
+    pauses: list[float] = []
+    restarted = TidingsStreamReader(r.opts, EVENT_SCHEMA, fake_connect, sleep=pauses.append)
+    overlay.down.add("b2:1")
+    with pytest.raises(ReadError, match="no broker of the overlay reports pubend p2"):
+        restarted.partitions(start, end)  # down for good: the batch cannot be planned
+    assert pauses == list(READ_RETRY_BACKOFF_S)
+    pauses.clear()
+    restarted = TidingsStreamReader(r.opts, EVENT_SCHEMA, fake_connect, sleep=lambda s: (pauses.append(s),
+                                                                                          overlay.down.clear()))
+    overlay.down.add("b2:1")
+    assert read_batch(restarted, start, end) == [("p2", 5)] and pauses == [READ_RETRY_BACKOFF_S[0]]

@@ -814,6 +814,7 @@ class Broker:
             **self.dedup.status(),
             "first_tick": log.first_tick,
             "last_tick": self.pubend.synced_tick,
+            "last_event_tick": log.last_tick,  # the newest logged event's (Spark: is there anything to read?)
             "released_through": log.released_through,
             "log_bytes": log.log_bytes,
             "log_records": log.record_count,

@@ -134,3 +134,27 @@ def plan_ranges(start: Offset, end: Offset, addresses: Mapping[str, str], partit
         split = split_at_marks(after, stop, share, (marks or {}).get(pubend, ())) or split_ticks(after, stop, share)
         ranges += [StreamRange(pubend, address, a, e) for a, e in split]
     return ranges
+
+
+def to_read(start: Offset, end: Offset, heads: Mapping[str, Head], clear: Mapping[str, int],
+            match_all: bool) -> tuple[list[str], list[str]]:
+    """Which pubends may hold events of the micro-batch (start, end]: (those that surely do, those
+    whose log must be asked), in pubend order. A pubend whose broker says its newest event is at or
+    below the start (or below `clear`, the tick up to which the driver found nothing matching) has
+    none; one whose newest event is inside surely has some when the read takes every channel
+    (`match_all`)."""
+    sure: list[str] = []
+    ask: list[str] = []
+    for pubend in sorted(heads):
+        after = max(start.position(pubend), clear.get(pubend, 0))
+        newest = heads[pubend].last_event
+        if end.position(pubend) <= after or (newest is not None and newest <= after):
+            continue
+        (sure if match_all and newest is not None and newest <= end.position(pubend) else ask).append(pubend)
+    return sure, ask
+
+
+def logged_after(start: Offset, heads: Mapping[str, Head]) -> bool:
+    """Whether any pubend logged events (matching or not) after the start: then only moving the
+    offset lets the query's durable subscription release them."""
+    return any(h.last_event is None or h.last_event > start.position(p) for p, h in heads.items())

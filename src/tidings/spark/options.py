@@ -30,8 +30,13 @@ _OPTION_NAMES = {
     name.lower(): name for name in (*_COMMON, "startTick", "endTick", "startTime", "endTime")
 }
 _STREAM_OPTION_NAMES = {
-    name.lower(): name for name in (*_COMMON, "durableName", "startingOffsets", "maxEventsPerTrigger")
+    name.lower(): name for name in (*_COMMON, "durableName", "startingOffsets", "maxEventsPerTrigger", "brokers",
+                                    "maxPubendOutageMs", "idleAdvanceIntervalMs")
 }
+FAILOVER_BROKERS_MAX = 64  # the `brokers` option's addresses
+PUBEND_OUTAGE_MS_MAX = 7 * 24 * 3600 * 1000  # a week: the broker forgets an away durable subscription then
+IDLE_ADVANCE_INTERVAL_MS_DEFAULT = 5 * 60 * 1000
+IDLE_ADVANCE_INTERVAL_MS_MAX = 3600 * 1000  # well below max_retain_ns (24 h), past which idle ticks may go early
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,9 @@ class StreamOptions:
     fail_on_data_loss: bool
     credential: str | None = None
     tls_ca: str | None = None
+    failover: tuple[str, ...] = ()  # other brokers to plan from and to hold the durable subscription at
+    pubend_outage_ms_max: int | None = None  # fail the query when a pubend is unreachable longer; None: never
+    idle_advance_interval_ms: int = IDLE_ADVANCE_INTERVAL_MS_DEFAULT  # see stream.py, "No empty micro-batches"
 
 
 def parse_stream_options(options: Mapping[str, str], default_partitions: int = 2) -> StreamOptions:
@@ -102,6 +110,7 @@ def parse_stream_options(options: Mapping[str, str], default_partitions: int = 2
             'until Spark commits them), e.g. .option("durableName", "load-alerts")'
         )
     limit = opts.get("maxeventspertrigger")
+    outage, idle = opts.get("maxpubendoutagems"), opts.get("idleadvanceintervalms")
     return StreamOptions(
         broker=_broker(opts.get("broker")),
         pattern=_pattern(opts.get("pattern")),
@@ -113,7 +122,25 @@ def parse_stream_options(options: Mapping[str, str], default_partitions: int = 2
         fail_on_data_loss=_boolean(opts.get("failondataloss"), "failOnDataLoss", default=True),
         credential=_credential(opts.get("credential")),
         tls_ca=opts.get("tlsca") or None,
+        failover=_brokers(opts.get("brokers")),
+        pubend_outage_ms_max=None if outage is None else _count(outage, "maxPubendOutageMs", PUBEND_OUTAGE_MS_MAX),
+        idle_advance_interval_ms=(IDLE_ADVANCE_INTERVAL_MS_DEFAULT if idle is None else
+                                  _count(idle, "idleAdvanceIntervalMs", IDLE_ADVANCE_INTERVAL_MS_MAX)),
     )
+
+
+def _brokers(text: str | None) -> tuple[str, ...]:
+    """The `brokers` option: HOST:PORT,HOST:PORT (each checked as "broker" is)."""
+    if text is None or not text.strip():
+        return ()
+    addresses = [a.strip() for a in text.split(",") if a.strip()]
+    if len(addresses) > FAILOVER_BROKERS_MAX:
+        raise ValueError(f'tidings: option "brokers" names at most {FAILOVER_BROKERS_MAX} brokers, '
+                         f"got {len(addresses)}")
+    try:
+        return tuple(dict.fromkeys(_broker(a) for a in addresses))
+    except ValueError:
+        raise ValueError(f'tidings: option "brokers" must be HOST:PORT,HOST:PORT,..., got {text!r}') from None
 
 
 def check_options(options: Mapping[str, str]) -> None:

@@ -65,6 +65,7 @@ class Head:
     released_through: int  # every tick at or below this was released (0: none)
     first_tick: int | None = None  # its oldest retained tick; None when nothing is retained
     marks: tuple[int, ...] = ()  # ticks cutting its log into runs of about equal bytes (planning.split_at_marks)
+    last_event: int | None = None  # its newest logged event's tick (None: a broker that does not say)
 
 
 def connect(opts: Reach, address: str, instance: str) -> Any:
@@ -146,7 +147,9 @@ def read_status(address: str, status: dict[str, Any]) -> tuple[str, Head, list[s
         for item in [*overlay.get("leaf_set", []), *overlay.get("neighbours", [])]:
             if isinstance(item, list) and len(item) >= 2 and isinstance(item[1], str):
                 members.append(item[1])
-    return pubend, Head(address, last, released or 0, first, tuple(marks)), members
+    last_event = status.get("last_event_tick")
+    return pubend, Head(address, last, released or 0, first, tuple(marks),
+                        last_event if _tick(last_event) else None), members
 
 
 def _tick(value: object) -> bool:

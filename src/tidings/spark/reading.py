@@ -15,6 +15,11 @@ retries add no duplicates. Memory stays bounded: the client stops reading its so
 while BUFFER_EVENTS_MAX events wait, and the broker stops reading its log for a blocked
 connection.
 
+A lost broker. A read that cannot connect, or whose connection breaks, may be resumed
+(`retry_backoff_s`: the streaming read's tasks do) after the last row it handed on, at the same
+broker once it answers again: the rows before are not read twice, and the range still ends where
+it was planned.
+
 Gaps. If retention released part of the range, the broker says so with a GAP instead of silently
 sending less. With failOnDataLoss=true the task fails with DataLossError; with false it logs the
 tick range it skipped and reads on after it.
@@ -35,13 +40,14 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from tidings.core.errors import GapError
+from tidings.core.errors import ConnectionClosed, GapError
 from tidings.core.wire.messages import Records, Span
 from tidings.spark.arrow import RecordsError, records_to_batch, span_to_batch
 from tidings.spark.overlay import Connect, check_pubend
@@ -50,6 +56,7 @@ from tidings.spark.planning import DataLossError, ReadError
 logger = logging.getLogger("tidings.spark")
 
 OUTPUT_LOST = (BrokenPipeError, ConnectionResetError)  # the worker's socket to Spark is gone
+TRANSIENT = (ConnectionClosed, OSError, TimeoutError)  # a broker lost or restarting: worth another attempt
 
 
 class ReadSettings(Protocol):
@@ -78,8 +85,16 @@ class TickRangePartition(InputPartition):
         self.end = end
 
 
+class Progress:
+    """How far a read has gone: every event of its range up to `tick` was handed on (or did not
+    match), so a read resumed after it neither loses nor repeats a row."""
+
+    def __init__(self, tick: int) -> None:
+        self.tick = tick
+
+
 def read_batches(client: Any, opts: ReadSettings, pubend: str, after: int, end: int, schema: pa.Schema,
-                 pattern: str | None = None) -> Iterator[pa.RecordBatch]:
+                 pattern: str | None = None, progress: Progress | None = None) -> Iterator[pa.RecordBatch]:
     """The events of `pubend` in `(after, end]` matching the read's pattern (or `pattern`) and
     filter, in tick order, as record batches of `schema`: one bulk read (READ) at the broker
     `client` is connected to, each RECORDS frame decoded straight into one batch.
@@ -87,10 +102,11 @@ def read_batches(client: Any, opts: ReadSettings, pubend: str, after: int, end: 
     A gap either fails the read (DataLossError) or, with failOnDataLoss=false, is logged and read
     past. The broker is a peer: records outside the range, out of order, of another pubend or
     malformed fail the read rather than risk a wrong row. Closing this generator closes the
-    broker's read.
+    broker's read. `progress` follows the position after each batch handed on.
     """
     pattern = opts.pattern if pattern is None else pattern
     position = after
+    progress = progress or Progress(after)
     skipped: list[tuple[int, int]] = []
     while position < end:
         items = client.read_records(pattern, filter=opts.filter, after=position, end=end, spans=True)
@@ -99,6 +115,7 @@ def read_batches(client: Any, opts: ReadSettings, pubend: str, after: int, end: 
                 batch, position = batch_of(item, schema, pubend, pattern, position, end)
                 if batch is not None:
                     yield batch
+                progress.tick = position
         except GapError as gap:
             if opts.fail_on_data_loss:
                 raise DataLossError(pattern, gap.after_tick, gap.through_tick) from None
@@ -113,7 +130,7 @@ def read_batches(client: Any, opts: ReadSettings, pubend: str, after: int, end: 
                 "read (failOnDataLoss=false)", pattern, *lost,
             )
             skipped.append(lost)
-            position = lost[1]
+            position = progress.tick = lost[1]
             continue
         finally:
             close = getattr(items, "close", None)
@@ -146,26 +163,43 @@ def batch_of(item: Any, schema: pa.Schema, pubend: str, pattern: str, position: 
 def read_range(
     opts: Any, connect_to: Connect, address: str, instance: str, pubend: str, after: int, end: int,
     schema: pa.Schema, pattern: str | None = None, leave: Callable[[], None] | None = None,
+    retry_backoff_s: Sequence[float] = (), sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[pa.RecordBatch]:
     """A task's rows: the events of `pubend` in `(after, end]`, read at `address`, as record
-    batches of `schema`. An empty range connects to nothing."""
+    batches of `schema`. An empty range connects to nothing.
+
+    With `retry_backoff_s`, a read that loses its broker (it cannot connect, or the connection
+    breaks) waits that long and goes on after the last row it handed on, once per entry: a broker
+    being restarted costs a pause, not the task. Errors in what the broker says are not retried."""
     if end <= after:
         return
     output_lost = False
+    progress = Progress(after)
     try:
-        with connect_to(opts, address, instance) as client:
-            check_pubend(client, pubend, address)
-            batches = read_batches(client, opts, pubend, after, end, schema, pattern)
+        for attempt in range(len(retry_backoff_s) + 1):
             try:
-                yield from batches
-            except GeneratorExit as stop:
-                output_lost = isinstance(stop.__context__, OUTPUT_LOST)
-                raise
-            finally:
-                batches.close()
+                with connect_to(opts, address, instance) as client:
+                    check_pubend(client, pubend, address)
+                    batches = read_batches(client, opts, pubend, progress.tick, end, schema, pattern, progress)
+                    try:
+                        yield from batches
+                    except GeneratorExit as stop:
+                        output_lost = isinstance(stop.__context__, OUTPUT_LOST)
+                        raise
+                    finally:
+                        batches.close()
+                return
+            except TRANSIENT as exc:
+                if attempt == len(retry_backoff_s):
+                    raise
+                logger.warning("tidings read of pubend %s at %s: %s; reading on after tick %d in %g s (attempt %d "
+                               "of %d)", pubend, address, exc, progress.tick, retry_backoff_s[attempt], attempt + 2,
+                               len(retry_backoff_s) + 1)
+                sleep(retry_backoff_s[attempt])
     finally:
         if output_lost:  # the connection is closed by now
             (leave or leave_quietly)()
+
 
 def leave_quietly() -> None:
     """End this Python worker without a word, if it runs a Spark task: Spark dropped its output

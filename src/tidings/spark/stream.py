@@ -12,11 +12,24 @@ executors read:
   process or a restarted driver) reads the subscription's position back. Until the first commit
   that position is the start itself.
 - **Ends** (`latestOffset`): each pubend's durable tail over the whole overlay, found by walking
-  the brokers' leaf sets from `broker` and asking each for its status; pulled back by admission
-  control and capped under AvailableNow (micro_batch.py).
+  the brokers' leaf sets from `broker` (or another broker when it is down: failover.py) and asking
+  each for its status; pulled back by admission control and capped under AvailableNow
+  (micro_batch.py).
+- **No empty micro-batches.** A tail follows the clock while nothing is published, so an end at
+  the tails would make a micro-batch at every trigger. The end moves only when some pubend has a
+  matching event after the start: its newest event (`last_event_tick`) says whether it logged
+  anything, and if so the driver asks its broker for the first matching one. The tick up to which
+  nothing matched is kept (`_clear`): the next trigger asks only after it, and tasks never read
+  those ticks. Since the offset is also what the durable subscription releases (one batch late),
+  it still moves to the tails every `idleAdvanceIntervalMs` while only other channels' events
+  are logged.
+- **Outages** (outages.py): a pubend the query knows that the overlay does not report is said once
+  (WARN), held back (its broker keeps its events for the query) and reported in the progress
+  (`reportLatestOffset`) with every pubend's lag; past `maxPubendOutageMs` it fails the query.
 - **Reads** (`partitions`, `read`): each pubend's ticks of the micro-batch are split into ranges;
   a task makes one bounded read of its range at the broker that logged it, which serves only
-  durable events in tick order, so a retried task reads the same events again.
+  durable events in tick order, so a retried task reads the same events again. A task that loses
+  its broker reads on after its last row when it is back (READ_RETRY_BACKOFF_S, reading.py).
 - **Release** (`commit`): only once Spark has committed a micro-batch does the source acknowledge
   its end to the durable subscription, which lets the pubends release those events. Spark calls
   commit one batch late or not at all (AvailableNow's last batch, a stop): the subscription then
@@ -29,10 +42,9 @@ connections are opened and closed inside each call. Log lines go to the logger `
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -42,18 +54,22 @@ from pyspark.sql.types import StructType
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError, TidingsError
 from tidings.spark.arrow import RecordsError, arrow_schema, records_to_batch
+from tidings.spark.failover import NoBrokerError, discover_any, pin, release
 from tidings.spark.guard import ImportGuarded
-from tidings.spark.micro_batch import Loss, admit, find_losses, latest, plan_ranges, skip
+from tidings.spark.micro_batch import Loss, admit, find_losses, latest, logged_after, plan_ranges, skip, to_read
 from tidings.spark.offsets import Offset
 from tidings.spark.options import StreamOptions
-from tidings.spark.overlay import Connect, Head, check_pubend, connect, discover
+from tidings.spark.outages import Outage, OutageWatch, lag_report, missing_pubends
+from tidings.spark.overlay import Connect, Head, check_pubend, connect
 from tidings.spark.planning import ReadError
-from tidings.spark.reading import TickRangePartition, read_range
+from tidings.spark.reading import TRANSIENT, TickRangePartition, read_range
 
 logger = logging.getLogger("tidings.spark")
 
-REGISTRATION_BUSY_S_MAX = 10.0  # the broker may still hold our previous connection's use of the name
-REGISTRATION_RETRY_S = 0.1
+# a task's pauses before it reads on at a broker it lost (about 20 s in all: a restart fits), and the
+# driver's before it pins the start when no broker answers
+READ_RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0)
+MATCH_ALL = "#"
 
 
 class StreamDataLossError(ReadError):
@@ -70,60 +86,58 @@ class StreamDataLossError(ReadError):
         self.losses = losses
 
 
-# ---- the durable subscription that pins the start and takes the releases ----------------------
+class PubendOutageError(ReadError):
+    """A pubend was unreachable for longer than maxPubendOutageMs."""
 
-@contextlib.contextmanager
-def registration(opts: StreamOptions, create_at: int, connect_to: Connect = connect) -> Iterator[tuple[Any, Any]]:
-    """(client, subscription) of the query's named durable subscription at `opts.broker`, created
-    after tick `create_at` if it does not exist; closed (away, still holding) on exit."""
-    deadline = time.monotonic() + REGISTRATION_BUSY_S_MAX
-    with connect_to(opts, opts.broker, "registration") as client:
-        while True:
-            try:
-                sub = client.subscribe(opts.pattern, filter=opts.filter, start=create_at, durable=opts.durable_name)
-                break
-            except TidingsError as exc:  # "in use by another connection": our last one, closing
-                if "in use" not in str(exc) or time.monotonic() > deadline:
-                    raise
-            time.sleep(REGISTRATION_RETRY_S)
-        try:
-            yield client, sub
-        finally:
-            sub.close()
+    code = "unreachable"
 
-
-def pin(opts: StreamOptions, want: Offset, connect_to: Connect = connect) -> Offset:
-    """The query's start: `want` when this call creates its durable subscription, else the
-    subscription's position (the start pinned by an earlier call, or the last commit)."""
-    with registration(opts, want.default, connect_to) as (client, sub):
-        held = Checkpoint.decode(sub.token)
-        if held.default == want.default and held.positions == {client.pubend: want.default}:
-            sub.ack(want.token())  # new: it holds from `want` on
-            return want
-        return Offset.from_checkpoint(held)
-
-
-def release(opts: StreamOptions, end: Offset, connect_to: Connect = connect) -> None:
-    """Acknowledge `end` to the query's durable subscription (only ever forward)."""
-    with registration(opts, end.default, connect_to) as (_client, sub):
-        sub.ack(end.token())
+    def __init__(self, pattern: str, outage: Outage, down_ns: int, position: int, bound_ms: int) -> None:
+        super().__init__(
+            f"tidings stream of {pattern!r}: {outage.describe()} has been unreachable for {down_ns / 1e9:.1f} s, "
+            f"longer than maxPubendOutageMs={bound_ms}; its events after tick {position} are held for the query "
+            "(nothing is lost): restart the query from its checkpoint once its broker is back, or raise "
+            "maxPubendOutageMs"
+        )
 
 
 # ---- the reader --------------------------------------------------------------------------------
 
 class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, opts: StreamOptions, schema: StructType, connect_to: Connect = connect) -> None:
+    def __init__(self, opts: StreamOptions, schema: StructType, connect_to: Connect = connect,
+                 clock: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep) -> None:
         self.opts = opts
         self.schema = schema
         self.connect_to = connect_to
+        self.clock = clock  # monotonic ns: outages and the idle advance
+        self.sleep = sleep
         self._initial: dict[str, Any] | None = None
         self._cap: dict[str, int] | None = None  # AvailableNow: the tails when the query started
         self._heads: dict[str, Head] = {}  # the last discovery
-        self._skipped: dict[str, dict[str, int]] = {}  # end offset (JSON) -> ticks skipped below it
+        self._seen: dict[str, Head] = {}  # every pubend this driver has seen, as last seen
+        self._unreachable: dict[str, str] = {}  # brokers the last discovery could not reach, and why
+        self._floors: dict[str, dict[str, int]] = {}  # end offset (key) -> per pubend, the ticks not to read again
+        self._clear: dict[str, int] = {}  # per pubend: no matching event above the query's position up to this
+        self._watch = OutageWatch(None if opts.pubend_outage_ms_max is None else opts.pubend_outage_ms_max * 10**6)
+        self._silent: set[str] = set()  # unreachable brokers already reported (their pubend unknown)
+        self._homes: set[str] = set()  # brokers other than `broker` holding the durable subscription
+        self._advanced_ns: int | None = None  # when the offset last moved (planning's first trigger at first)
+        self._report: dict[str, Any] | None = None  # what reportLatestOffset says
+
+    # ---- the start --------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
         if self._initial is None:
-            self._initial = pin(self.opts, self._wanted_start(), self.connect_to).to_json()
+            for pause in (*READ_RETRY_BACKOFF_S, None):
+                try:
+                    offset, home = pin(self.opts, self._wanted_start(), self.connect_to, self._learned())
+                    break
+                except NoBrokerError:
+                    if pause is None:
+                        raise
+                    self.sleep(pause)
+            if home != self.opts.broker:
+                self._homes.add(home)
+            self._initial = offset.to_json()
         return self._initial
 
     def _wanted_start(self) -> Offset:
@@ -138,8 +152,18 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
         tails = {p: h.last_tick for p, h in heads.items()}
         return Offset.make(min(tails.values(), default=0), tails)
 
+    def _learned(self) -> set[str]:
+        return {h.address for h in self._seen.values()}
+
     def _discover(self) -> dict[str, Head]:
-        self._heads = discover(self.opts, self.connect_to)
+        unreachable: dict[str, str] = {}
+
+        def note(address: str, exc: BaseException) -> None:
+            unreachable.setdefault(address, str(exc))
+
+        self._heads = discover_any(self.opts, self.connect_to, self._learned(), note)
+        self._unreachable = unreachable
+        self._seen.update(self._heads)
         return self._heads
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -149,10 +173,20 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
     def prepareForTriggerAvailableNow(self) -> None:
         self._cap = {p: h.last_tick for p, h in self._discover().items()}
 
+    # ---- the end of a micro-batch -----------------------------------------------------------------
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The next micro-batch's end: the tails of the pubends with events to read (held back by
+        admission control), the start itself when there is nothing to read (Spark then runs no
+        micro-batch), and now and then the tails when only other channels' events were logged
+        (idleAdvanceIntervalMs, so that the durable subscription lets them go)."""
+        now = self.clock()
+        if self._advanced_ns is None:
+            self._advanced_ns = now
         begin = Offset.from_json(start)
-        heads = self._discover()
-        losses = find_losses(begin, heads)
+        heads = self._reachable(now, begin)
+        floor = begin.moved(self._clear)
+        losses = find_losses(floor, heads)
         if losses:
             if self.opts.fail_on_data_loss:
                 raise StreamDataLossError(self.opts.pattern, losses)
@@ -160,24 +194,99 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
             logger.warning("tidings stream of %r: skipped %s (failOnDataLoss=false); %d ranges, %d ticks "
                            "skipped since the query started", self.opts.pattern, "; ".join(map(str, losses)),
                            begin.lost_ranges, begin.lost_ticks)
-        end = latest(begin, heads, self._cap)
-        if isinstance(limit, ReadMaxRows) and end != begin:
-            end = self._admit(begin, end, limit.max_rows)
-        if losses:
-            self._skipped = {_key(end): {loss.pubend: loss.through for loss in losses}}
+        tails = latest(begin, heads, self._cap)
+        events_max = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        ticks, complete, behind = self._unread(begin, tails, heads, events_max)
+        end = latest(begin, {p: h for p, h in heads.items() if p in complete}, self._cap)
+        if any(ticks.values()):
+            if events_max is not None:
+                end = admit(begin, end, ticks, complete, events_max)
+                behind = {**behind, **{p: sum(t > end.position(p) for t in ts) if complete[p] else None
+                                       for p, ts in ticks.items()}}
+        elif not losses and not (self._cap is None and now - self._advanced_ns >= self._idle_ns
+                                 and logged_after(begin, heads)):
+            end = begin  # nothing to read: no micro-batch
+        if end != Offset.from_json(start):
+            self._advanced_ns = now
+        self._floors = {_key(end): {p: max(self._clear.get(p, 0), begin.position(p)) for p in heads}}
+        self._report = lag_report(end, self._seen, heads, self._watch.outages, self._clear, behind, now)
         return end.to_json()
 
-    def _admit(self, begin: Offset, end: Offset, events_max: int) -> Offset:
-        """`end` pulled back to at most `events_max` events: the first matching ticks of each pubend
-        that moved, read from its broker (micro_batch.admit)."""
-        ticks: dict[str, list[int]] = {}
-        complete: dict[str, bool] = {}
-        for pubend in sorted(end.positions):
-            after, stop = begin.position(pubend), end.position(pubend)
-            if stop <= after:
+    @property
+    def _idle_ns(self) -> int:
+        return self.opts.idle_advance_interval_ms * 10**6
+
+    def _reachable(self, now: int, begin: Offset) -> dict[str, Head]:
+        """The pubends the overlay reports now; outages of the others said once, and failed past
+        maxPubendOutageMs."""
+        try:
+            heads = self._discover()
+        except NoBrokerError as exc:
+            if "" not in self._silent:
+                logger.warning("%s; the query waits for one", exc)
+                self._silent.add("")
+            heads, self._heads, self._unreachable = {}, {}, {}
+        else:
+            self._silent.discard("")
+        known = dict.fromkeys(begin.positions) | {p: h.address for p, h in self._seen.items()}
+        started, ended = self._watch.observe(now, missing_pubends(known, heads))
+        for outage in started:
+            logger.warning("tidings stream of %r: %s is not reachable: its events after tick %d are held back (its "
+                           "broker keeps them for the query) and read when it is back; the other pubends' events "
+                           "go on", self.opts.pattern, outage.describe(), begin.position(outage.pubend))
+        for outage, down_ns in ended:
+            logger.warning("tidings stream of %r: %s is reachable again after %.1f s: its events are read on from "
+                           "tick %d", self.opts.pattern, outage.describe(), down_ns / 1e9,
+                           begin.position(outage.pubend))
+        addresses = {o.address for o in self._watch.outages.values()} | {h.address for h in heads.values()}
+        for address in sorted(set(self._unreachable) - addresses - self._silent):
+            logger.warning("tidings stream of %r: broker %s of the overlay is not reachable (%s): the events its "
+                           "pubend logged are read when it is back", self.opts.pattern, address,
+                           self._unreachable[address])
+        self._silent = (self._silent & (set(self._unreachable) | {""})) | (set(self._unreachable) - addresses)
+        overdue = self._watch.overdue(now)
+        if overdue is not None:
+            assert self.opts.pubend_outage_ms_max is not None
+            raise PubendOutageError(self.opts.pattern, overdue, now - overdue.since_ns,
+                                    begin.position(overdue.pubend), self.opts.pubend_outage_ms_max)
+        return heads
+
+    def _unread(self, begin: Offset, tails: Offset, heads: Mapping[str, Head], events_max: int | None
+                ) -> tuple[dict[str, list[int]], dict[str, bool], dict[str, int | None]]:
+        """Per pubend with events after the start (up to `tails`): the first of their ticks (a tick
+        of an event for one surely there but not asked), whether they are all, and how many events
+        are behind; pubends with none are complete and 0 behind, and remembered as clear up to their
+        tails. A pubend whose broker was lost meanwhile is left out (held back)."""
+        match_all = self.opts.pattern == MATCH_ALL and self.opts.filter is None
+        sure, ask = to_read(begin, tails, heads, self._clear, match_all)
+        if events_max is not None:
+            sure, ask = [], sorted({*sure, *ask})
+        ticks: dict[str, list[int]] = {p: [tails.position(p)] for p in sure}
+        complete = dict.fromkeys(heads, True)
+        behind: dict[str, int | None] = dict.fromkeys(sure)
+        for pubend in ask:
+            after = max(begin.position(pubend), self._clear.get(pubend, 0))
+            try:
+                found, done = self._first_ticks(pubend, after, tails.position(pubend), events_max or 1)
+            except TRANSIENT as exc:
+                logger.info("tidings stream of %r: pubend %s lost while planning (%s): held back", self.opts.pattern,
+                            pubend, exc)
+                del complete[pubend]
                 continue
-            ticks[pubend], complete[pubend] = self._first_ticks(pubend, after, stop, events_max)
-        return admit(begin, end, ticks, complete, events_max)
+            ticks[pubend], complete[pubend] = found, done
+            behind[pubend] = len(found) if done else None
+            if done and not found:
+                self._clear[pubend] = tails.position(pubend)
+        for pubend in heads:
+            if pubend not in ticks and pubend in complete:
+                self._clear[pubend] = max(self._clear.get(pubend, 0), tails.position(pubend))
+                behind[pubend] = 0
+        return ticks, complete, behind
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """For the query's progress (`latestOffset`): every pubend at its tail, and per pubend its
+        broker, whether it is reachable, and what the query has not read yet (outages.lag_report)."""
+        return self._report
 
     def _first_ticks(self, pubend: str, after: int, end: int, count: int) -> tuple[list[int], bool]:
         """The first `count` matching ticks of `pubend` in (after, end], and whether that is all."""
@@ -201,30 +310,40 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
                 items.close()
         return found, True
 
+    # ---- reading ----------------------------------------------------------------------------------
+
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, stop = Offset.from_json(start), Offset.from_json(end)
         moved = [p for p in stop.positions if stop.position(p) > begin.position(p)]
-        if any(p not in self._heads for p in moved):  # a restarted driver replaying a batch
-            self._discover()
+        for pause in (*READ_RETRY_BACKOFF_S, None):  # a restarted driver replaying a batch: where are they?
+            if all(p in self._heads for p in moved):
+                break
+            try:
+                self._discover()
+            except NoBrokerError:
+                if pause is None:
+                    raise
+            if pause is not None and any(p not in self._heads for p in moved):
+                self.sleep(pause)  # a pubend of the batch is unreachable: it must be read, so wait a little
         addresses = {p: h.address for p, h in self._heads.items()}
-        ranges = plan_ranges(begin, stop, addresses, self.opts.partitions, self._skipped.get(_key(stop)),
+        ranges = plan_ranges(begin, stop, addresses, self.opts.partitions, self._floors.get(_key(stop)),
                              {p: h.marks for p, h in self._heads.items()})
         return [TickRangePartition(i, r.pubend, r.address, r.after, r.end) for i, r in enumerate(ranges)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TickRangePartition), partition
         yield from read_range(self.opts, self.connect_to, partition.address, f"stream-{partition.index}",
-                              partition.pubend, partition.after, partition.end, arrow_schema(self.schema))
+                              partition.pubend, partition.after, partition.end, arrow_schema(self.schema),
+                              retry_backoff_s=READ_RETRY_BACKOFF_S, sleep=self.sleep)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed everything up to `end`: the durable subscription may let it go. A broker
         that cannot be reached now is told at the next commit (a release is a maximum, not a step)."""
         try:
-            release(self.opts, Offset.from_json(end), self.connect_to)
+            release(self.opts, Offset.from_json(end), self.connect_to, self._learned(), self._homes)
         except (OSError, TimeoutError, TidingsError) as exc:
             logger.warning("tidings stream of %r: could not acknowledge offset %s to durable subscription %r "
-                           "at %s (%s); the next commit will", self.opts.pattern, end, self.opts.durable_name,
-                           self.opts.broker, exc)
+                           "(%s); the next commit will", self.opts.pattern, end, self.opts.durable_name, exc)
 
     def stop(self) -> None:
         """Nothing to free: no connection outlives a call (and Spark may never call this)."""
