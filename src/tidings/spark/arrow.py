@@ -5,9 +5,9 @@ Every column is NOT NULL, because every event has every field: a channel, its pu
 its time), the source (service, instance) and whether it authenticated (false for a record without
 the flag: an anonymous source's, and every record logged before the flag existed), an attribute map
 (perhaps empty) whose values are never missing, and a payload (perhaps empty). Saying so lets
-Spark drop null checks, and it is what the Arrow batches carry: Spark rejects a batch whose Arrow schema is not exactly the one
-it derives from the declared schema, so that Arrow schema is derived with Spark's own
-`to_arrow_schema`, never written by hand.
+Spark drop null checks, and it is what the Arrow batches carry: Spark rejects a batch whose Arrow
+schema is not exactly the one it derives from the declared schema, so that Arrow schema is derived
+with Spark's own `to_arrow_schema`, never written by hand.
 
 Attribute values are rendered as strings, so one map type holds them all:
 
