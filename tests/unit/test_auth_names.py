@@ -15,7 +15,11 @@ from tidings.core.auth.handshake import AuthError, Principal
 from tidings.core.auth.names import NAME_CHARS, NAME_CHARS_MAX, NameIndex, NameRuleError, check_name, name_keys
 from tidings.core.auth.policy import AuthFileError, AuthPolicy, Identity
 from tidings.core.auth.rules import AccessRules
+from tidings.core.connection import ClientConnection
+from tidings.core.effects import Disconnect, Send
 from tidings.core.errors import TidingsError
+from tidings.core.wire import messages
+from tidings.core.wire.frames import FrameDecoder
 
 VERIFIER = make_verifier(b"s" * 32, b"salt" * 4, KdfParams(n=1 << 8))
 COUNTER = itertools.count()
@@ -61,6 +65,21 @@ def test_look_alikes_of_an_identity_are_refused_with_the_rule(claim, code, messa
     if code == "bad-name":
         assert "1 to 64 ASCII letters, digits, '_', '.' or '-'" in str(err.value)
     assert g.refusals == 1
+
+
+def test_the_issues_five_end_the_handshake_with_an_error_naming_the_rule():
+    g = guard("loadmon")
+    for n, claim in enumerate(THE_ISSUES_FIVE):
+        conn = ClientConnection(n, 1 << 20, 10**9, g)
+        _, effects = conn.receive(messages.hello(claim, "i"), {})
+        [reply] = [messages.decode_broker_message(body) for e in effects if isinstance(e, Send)
+                   for body in FrameDecoder(1 << 20).feed(e.data)]
+        assert isinstance(reply, messages.Error) and reply.code in ("bad-name", "auth-required")
+        assert ("ASCII letters" if reply.code == "bad-name" else "reads as") in reply.message
+        assert isinstance(effects[-1], Disconnect) and not conn.service and not conn.authenticated
+    conn = ClientConnection(9, 1 << 20, 10**9, g)
+    _, effects = conn.receive(messages.hello("visitor", "i"), {})
+    assert conn.service == "visitor" and conn.identity == "anonymous" and not conn.authenticated
 
 
 def test_names_of_no_one_are_let_in_as_typed():
