@@ -189,3 +189,54 @@ def test_garbage_in_the_middle_of_the_handshake(secured, data):
     assert isinstance(replies[0], messages.Challenge)
     assert all(isinstance(r, messages.Error) for r in replies[1:])
     assert broker.running
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """A broker with an auth file (one identity, no rules) that also lets anonymous clients in."""
+    root = tmp_path_factory.mktemp("mixed")
+    auth = root / "auth.toml"
+    cred = str(add_identity(auth, "loadmon", [], [], [], FAST_KDF))
+    with BrokerProcess(root / "broker", args=["--auth", str(auth), "--allow-anonymous"], credential=cred) as broker:
+        yield broker, cred
+
+
+THE_ISSUES_LOOK_ALIKES = {  # as an anonymous client's service, beside the identity `loadmon`
+    "LoadMon": ("auth-required", "reads as the registered identity 'loadmon'"),
+    "loadmon ": ("bad-name", "a space (U+0020) at index 7"),
+    "l\u043eadmon": ("bad-name", "outside ASCII (U+043E CYRILLIC SMALL LETTER O)"),
+    "load\u200bmon": ("bad-name", "an invisible format character (U+200B ZERO WIDTH SPACE)"),
+    "anonymous": ("auth-required", "reads as 'anonymous'"),
+}
+
+
+@pytest.mark.parametrize("claim", sorted(THE_ISSUES_LOOK_ALIKES))
+def test_look_alikes_of_an_identity_are_refused_to_anonymous_clients(mixed, claim):
+    broker, _ = mixed
+    code, message = THE_ISSUES_LOOK_ALIKES[claim]
+    with pytest.raises(BrokerError) as err:
+        sync.connect(broker.address, service=claim)
+    assert err.value.code == code and message in str(err.value)
+    out = subprocess.run([sys.executable, "-m", "tidings.cli.main", "pub", "--broker", broker.address,
+                          "--service", claim, "load/h1", "x"], check=False, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and message in out.stderr
+    with sync.connect(broker.address, service="loadmon2") as other:  # a name of no one's is let in
+        assert other.status()["auth"]["anonymous_allowed"]
+
+
+def test_events_say_whether_their_source_authenticated(mixed):
+    broker, cred = mixed
+    with sync.connect(broker.address, service="watcher") as watcher, watcher.subscribe("flag/#") as sub:
+        with sync.connect(broker.address, service="visitor") as anonymous:
+            first = anonymous.publish("flag/a", b"anonymous")
+        with sync.connect(broker.address, credential=cred) as proved:
+            second = proved.publish("flag/a", b"proved")
+        events = [sub.get(10), sub.get(10)]
+    assert [(e.tick, e.service, e.authenticated) for e in events] == [
+        (first.tick, "visitor", False), (second.tick, "loadmon", True)]
+    out = subprocess.run([sys.executable, "-m", "tidings.cli.main", "sub", "--broker", broker.address, "flag/#",
+                          "--from", "start", "--count", "2", "--timeout", "20"],
+                         check=False, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    sources = [json.loads(line)["source"] for line in out.stdout.splitlines()]
+    assert [(s["service"], s["authenticated"]) for s in sources] == [("visitor", False), ("loadmon", True)]

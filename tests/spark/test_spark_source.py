@@ -90,7 +90,7 @@ def render(value: object) -> str:
 def expected_row(e: Event) -> dict[str, Any]:
     return {
         "channel": e.channel, "pubend": e.pubend, "tick": e.tick, "time_us": e.tick,
-        "source_service": e.service, "source_instance": e.instance,
+        "source_service": e.service, "source_instance": e.instance, "source_authenticated": e.authenticated,
         "attributes": {k: render(v) for k, v in e.attributes.items()}, "payload": e.payload,
     }
 
@@ -231,7 +231,7 @@ def test_released_events_fail_the_read_or_are_skipped(
 
 def test_a_secured_broker_over_tls_with_a_credential(spark: Any, tmp_path: Any) -> None:
     """The read authenticates and checks the broker's certificate; the rows' source is the
-    authenticated publisher; a pattern outside the reader's rules fails the read on the driver."""
+    authenticated publisher, and says so; a pattern outside the reader's rules fails the read on the driver."""
     from tidings.aio.auth_file import add_identity
     from tidings.aio.tls import client_context, make_dev_certs
     from tidings.core.auth.credentials import KdfParams
@@ -248,6 +248,6 @@ def test_a_secured_broker_over_tls_with_a_credential(spark: Any, tmp_path: Any) 
         secured = {"credential": reader, "tlsCa": str(certs["ca_pem"])}
         rows = read(spark, broker.address, "load/#", **secured).collect()
         assert sorted(r["tick"] for r in rows) == ticks
-        assert {r["source_service"] for r in rows} == {"loadmon"}
+        assert {(r["source_service"], r["source_authenticated"]) for r in rows} == {("loadmon", True)}
         with pytest.raises(Exception, match="may not subscribe"):
             read(spark, broker.address, "#", **secured).collect()

@@ -40,7 +40,7 @@ def handshake(pol, credential=CRED, instance="i1", client_nonce=b"c" * 24):
 def test_the_right_secret_authenticates_both_ways():
     client, server = handshake(policy())
     principal, signature = server.finish(client.answer(server.challenge))
-    assert principal == Principal("svc", "i1", "svc")
+    assert principal == Principal("svc", "i1", "svc", authenticated=True)
     client.check_welcome(signature)  # the broker proved it holds the verifier
 
 
@@ -79,7 +79,7 @@ def test_instances_and_anonymous_clients():
     assert err.value.code == "auth-required"
     guard = Guard(policy(anonymous=True), nonces)
     assert guard.hello("anyone", "i", None) == Principal("anyone", "i", "anonymous")
-    with pytest.raises(TidingsError, match="registered identity"):
+    with pytest.raises(TidingsError, match="reads as the registered identity 'svc'"):
         guard.hello("svc", "i", None)  # an anonymous client cannot take an identity's name
 
 

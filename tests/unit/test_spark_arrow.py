@@ -36,7 +36,7 @@ from tidings.storage import record  # noqa: E402
 
 SIMPLE = (
     "struct<channel:string,pubend:string,tick:bigint,time:timestamp,source_service:string,"
-    "source_instance:string,attributes:map<string,string>,payload:binary>"
+    "source_instance:string,source_authenticated:boolean,attributes:map<string,string>,payload:binary>"
 )
 
 
@@ -73,7 +73,7 @@ def nullable_schema() -> StructType:
 def event(tick: int, **attributes: object) -> Event:
     return Event(
         pubend="pe-1", tick=tick, channel=f"nodes/h{tick % 3}/load", attributes=dict(attributes),  # type: ignore[arg-type]
-        service="agent", instance=f"i{tick}", payload=bytes([tick % 256]) * (tick % 4),
+        service="agent", instance=f"i{tick}", payload=bytes([tick % 256]) * (tick % 4), authenticated=tick % 5 == 0,
     )
 
 
@@ -155,7 +155,8 @@ def test_float_rendering_round_trips() -> None:
 def records(events: list[Event]) -> tuple[bytes, int]:
     """A RECORDS blob of `events` as the broker sends it (a msgpack array of their records as
     logged), and its count."""
-    return msgpack.packb([[e.pubend, e.tick, e.channel, e.attributes, e.service, e.instance, e.payload]
+    return msgpack.packb([[e.pubend, e.tick, e.channel, e.attributes, e.service, e.instance, e.payload,
+                           *([True] if e.authenticated else [])]  # as the broker stamps it (core/intake.py)
                           for e in events]), len(events)
 
 
@@ -177,6 +178,7 @@ def reference_columns(events: list[Event]) -> dict[str, list[object]]:
         "time": [e.time for e in events],
         "source_service": [e.service for e in events],
         "source_instance": [e.instance for e in events],
+        "source_authenticated": [e.authenticated for e in events],
         "attributes": [[(k, render_attribute(v)) for k, v in e.attributes.items()] for e in events],
         "payload": [e.payload for e in events],
     }
@@ -187,7 +189,7 @@ def test_batch_has_every_column_right() -> None:
     tick = datetime_to_tick(when)
     events = [
         Event("pe-1", tick, "nodes/a/load", {"load": 2.5, "up": True, "n": 7, "loc": "NY"}, "agent", "a-1",
-              b"\x00\xffpayload"),
+              b"\x00\xffpayload", authenticated=True),
         Event("pe-1", tick + 1, "nodes/b/load", {}, "agent", "b-1", b""),
     ]
     batch = decode(events)
@@ -200,10 +202,11 @@ def test_batch_has_every_column_right() -> None:
         "time": when,
         "source_service": "agent",
         "source_instance": "a-1",
+        "source_authenticated": True,
         "attributes": [("load", "2.5"), ("up", "true"), ("n", "7"), ("loc", "NY")],
         "payload": b"\x00\xffpayload",
     }
-    assert rows[1]["attributes"] == [] and rows[1]["payload"] == b""
+    assert rows[1]["attributes"] == [] and rows[1]["payload"] == b"" and rows[1]["source_authenticated"] is False
     assert rows[1]["time"] == when + dt.timedelta(microseconds=1)
     assert batch.column("time").null_count == 0
 
@@ -307,3 +310,23 @@ def test_a_span_that_is_not_valid_records_fails_the_read_with_the_reason() -> No
     other = span([Event("pe-2", 5, "nodes/a/load", {}, "agent", "a-1", b"")])
     with pytest.raises(RecordsError, match="another pubend than pe-1"):
         span_to_batch(other, arrow_schema(), "pe-1", "#", 0, 100)
+
+
+@pytest.mark.parametrize("flags", [[[], []], [[True], [True]], [[], [True]], [[False], []], [[True], [False]]])
+def test_the_authenticated_column_reads_old_and_new_records(flags: list[list[bool]]) -> None:
+    """A record without the flag (logged before it existed, or from an anonymous source) reads as
+    false, beside records with it; only the column is built when the schema asks for it alone."""
+    bodies = [["pe-1", tick, "c", {}, "s", "i", b"", *flag] for tick, flag in zip((1, 2), flags, strict=True)]
+    expected = [bool(flag and flag[0]) for flag in flags]
+    for schema in (arrow_schema(), arrow_schema(StructType([EVENT_SCHEMA["source_authenticated"]]))):
+        batch, _ = records_to_batch(msgpack.packb(bodies), 2, schema, "pe-1", 0, 9)
+        assert batch.column("source_authenticated").to_pylist() == expected
+        span = record.encode([(b[1], msgpack.packb(b)) for b in bodies], 0, 0, 1 << 62, 1 << 16)[0]
+        assert span_to_batch(span, schema, "pe-1", "#", 0, 9).column("source_authenticated").to_pylist() == expected
+
+
+@pytest.mark.parametrize("flag", [1, None, "true", b"\x01"])
+def test_an_authenticated_flag_that_is_not_bool_is_refused(flag: object) -> None:
+    blob = msgpack.packb([["pe-1", 1, "c", {}, "s", "i", b"", flag]])
+    with pytest.raises(RecordsError, match="authenticated flag that is not bool"):
+        records_to_batch(blob, 1, arrow_schema(), "pe-1", 0, 9)

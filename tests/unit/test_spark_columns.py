@@ -58,7 +58,8 @@ def both(read: Any) -> tuple[Any, Any]:
 @st.composite
 def bodies(draw: st.DrawFn, usual: bool) -> tuple[list[bytes], list[int]]:
     """Event bodies as logged, and their ticks; `usual`: what brokers log (str, int, float and bool
-    attributes, a bytes payload), else now and then anything msgpack holds, in any of its forms."""
+    attributes, a bytes payload, the authenticated flag or not: records of both kinds side by side),
+    else now and then anything msgpack holds, in any of its forms, and a ninth element."""
     ticks = sorted(draw(st.sets(st.integers(min_value=1, max_value=60), min_size=1, max_size=12)))
     out = []
     for tick in ticks:
@@ -68,8 +69,11 @@ def bodies(draw: st.DrawFn, usual: bool) -> tuple[list[bytes], list[int]]:
         attributes = draw(st.dictionaries(st.text(max_size=4), values, max_size=4))
         fields: list[Any] = ["pe-1", tick, draw(st.sampled_from(["nodes/a/load", "nodes/b/cpu", "q/é"])), attributes,
                              "agent", draw(st.sampled_from(["a-1", "ü" * 40])), draw(st.binary(max_size=300))]
+        fields += draw(st.sampled_from([[], [True], [False]]))  # stamped by the broker: absent is false
+        if not usual and draw(st.integers(0, 19)) == 0:
+            fields.append(draw(st.sampled_from([True, 0, None])))  # one element too many
         if not usual and draw(st.integers(0, 9)) == 0:  # one field of another type or value
-            at = draw(st.integers(0, 6))
+            at = draw(st.integers(0, len(fields) - 1))
             fields[at] = draw(st.one_of(st.text(max_size=3), st.integers(-3, 2**64 - 1), st.binary(max_size=3),
                                         st.none(), st.floats(width=32),
                                         st.dictionaries(st.integers(0, 3), st.text(), max_size=2)))
@@ -141,10 +145,12 @@ def test_the_compiled_decoder_takes_usual_records_itself(case: tuple[list[bytes]
     pytest.param({"a": [1]}, id="a list value"),
     pytest.param({str(n): n for n in range(65)}, id="more than 64 attributes"),
 ])
-def test_what_the_compiled_decoder_leaves_to_python(odd: dict[str, Any]) -> None:
-    body = msgpack.packb(["pe-1", 1, "c", odd, "s", "i", b""])
+@pytest.mark.parametrize(("flag", "usual"), [([], True), ([True], True), ([False], True), ([1], False),
+                                             ([None], False), ([True, True], False)])
+def test_what_the_compiled_decoder_leaves_to_python(odd: dict[str, Any], flag: list[Any], usual: bool) -> None:
+    body = msgpack.packb(["pe-1", 1, "c", odd, "s", "i", b"", *flag])
     taken = arrow._compiled(records_blob([body]), 1, arrow_schema(), "pe-1", 0, 9, None)
-    assert (taken is not None) == (odd == {"a": 1, "b": 2})
+    assert (taken is not None) == (odd == {"a": 1, "b": 2} and usual)
 
 
 def test_a_repeated_attribute_name_or_bad_utf8_is_left_to_python() -> None:

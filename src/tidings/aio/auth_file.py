@@ -20,10 +20,10 @@ from tidings.core.auth.credentials import (
     Credential,
     KdfParams,
     b64,
-    check_name,
     make_verifier,
 )
-from tidings.core.auth.policy import ANONYMOUS, AuthFileError, AuthPolicy
+from tidings.core.auth.names import ANONYMOUS, check_name
+from tidings.core.auth.policy import AuthFileError, AuthPolicy
 from tidings.core.channels import validate_pattern
 
 
@@ -49,19 +49,24 @@ def add_identity(path: Path, name: str, instances: list[str], publish: list[str]
     check_name(name)
     for pattern in (*publish, *subscribe):
         validate_pattern(pattern)
-    if name == ANONYMOUS:
-        raise AuthFileError(f"{ANONYMOUS!r} is reserved for clients that do not authenticate")
     text = ""
-    if path.exists():
-        policy = load_policy(path)
-        if name in policy.identities:
-            raise AuthFileError(f"identity {name!r} already exists in {path}")
-    else:
+    exists = path.exists()
+    policy = load_policy(path) if exists else AuthPolicy.open()
+    owner = policy.reserved_by(name)
+    if owner == name:
+        raise AuthFileError(f"identity {name!r} already exists in {path}")
+    if owner == ANONYMOUS:
+        raise AuthFileError(f"{name!r} reads as {ANONYMOUS!r}, reserved for clients that do not authenticate")
+    if owner is not None:
+        raise AuthFileError(f"{name!r} reads as identity {owner!r} of {path} (names are compared ignoring case "
+                            f"and look-alike characters): choose another name")
+    if not exists:
         text = f"[cluster]\nsecret = \"{b64(secrets.token_bytes(SECRET_BYTES))}\"\n"
     kdf = kdf or KdfParams()
     credential = Credential(name, secrets.token_bytes(SECRET_BYTES))
     v = make_verifier(credential.secret, secrets.token_bytes(SALT_BYTES), kdf)
-    text += (f"\n[identities.{name}]\nsalt = \"{b64(v.salt)}\"\nscrypt = [{kdf.n}, {kdf.r}, {kdf.p}]\n"
+    # the key quoted: a '.' in a bare TOML key would make a nested table
+    text += (f"\n[identities.\"{name}\"]\nsalt = \"{b64(v.salt)}\"\nscrypt = [{kdf.n}, {kdf.r}, {kdf.p}]\n"
              f"stored_key = \"{b64(v.stored_key)}\"\nserver_key = \"{b64(v.server_key)}\"\n"
              f"instances = {_toml_list(instances or ['*'])}\n")
     for action, patterns in (("publish", publish), ("subscribe", subscribe)):

@@ -24,7 +24,9 @@ def add_parser(sub: Any) -> None:
     au = sub.add_parser("auth", help="manage identities in an auth file (add NAME)")
     asub = au.add_subparsers(dest="action", required=True)
     add = asub.add_parser("add", help="create an identity and print its credential once")
-    add.add_argument("name", help="the identity: the service stamped on the events it publishes")
+    add.add_argument("name", help="the identity: the service stamped on the events it publishes (1 to 64 ASCII "
+                     "letters, digits, '_', '.' or '-'; not one that reads as another of the file's, "
+                     "ignoring case and look-alikes, nor as 'anonymous')")
     add.add_argument("--file", default=DEFAULT_AUTH_FILE, help="the auth file (default %(default)s; "
                      "created mode 0600 with a fresh cluster secret when missing)")
     add.add_argument("--instance", action="append", default=[], metavar="NAME|PREFIX*",

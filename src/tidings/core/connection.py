@@ -7,8 +7,9 @@ handed, with its decoder and the frames that followed the PEER_HELLO, to the bro
 (core/peers.py). Who the client is, is the guard's decision (core/auth/guard.py): an anonymous HELLO
 is admitted or refused at once; a HELLO with a nonce gets a CHALLENGE, and the connection stays
 AWAITING_HELLO (under the same deadline) until its AUTH proves the identity
-(core/auth/handshake.py). Only then are service and instance set: they are what the broker stamps on
-every event, so a client cannot choose another's.
+(core/auth/handshake.py). Only then are service, instance and `authenticated` set: they are what the
+broker stamps on every event, so a client cannot choose another's, nor claim to have authenticated.
+A service that breaks the name rule (core/auth/names.py) ends the handshake with `bad-name`.
 Bytes that break framing (a frame over frame_bytes_max) or the handshake are fatal: an ERROR
 frame, then Disconnect. A well-framed but malformed or unknown message is answered with an ERROR
 and the connection goes on: the frame boundary is intact, so nothing else is lost.
@@ -33,6 +34,7 @@ from typing import Any
 from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.handshake import Principal, ServerHandshake
+from tidings.core.auth.policy import INSTANCE_CHARS_MAX
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.states import Transitions
@@ -71,8 +73,8 @@ ClientMessage = (
 
 
 class ClientConnection:
-    __slots__ = ("blocked", "conn", "decoder", "frame_bytes_max", "guard", "handshake", "handshake_deadline",
-                 "identity", "instance", "overflow_bytes_max", "owed", "service", "state", "subs")
+    __slots__ = ("authenticated", "blocked", "conn", "decoder", "frame_bytes_max", "guard", "handshake",
+                 "handshake_deadline", "identity", "instance", "overflow_bytes_max", "owed", "service", "state", "subs")
 
     def __init__(self, conn: int, frame_bytes_max: int, handshake_deadline: int, guard: Guard,
                  hello_frame_bytes_max: int | None = None, overflow_bytes_max: int = 1 << 20) -> None:
@@ -91,6 +93,7 @@ class ClientConnection:
         self.service = ""
         self.instance = ""
         self.identity = ""  # whose rules and limits apply (auth/policy.py)
+        self.authenticated = False  # whether the identity proved itself: stamped on every event
         self.blocked = False
         self.subs: dict[int, Any] = {}  # client's subscription id -> Subend
 
@@ -160,8 +163,8 @@ class ClientConnection:
             if msg.version != messages.PROTOCOL_VERSION:
                 raise TidingsError(f"protocol version {msg.version} is not supported; this broker speaks "
                                    f"{messages.PROTOCOL_VERSION}", errors.VERSION)
-            if not msg.service or len(msg.service) > 256 or len(msg.instance) > 256:
-                raise TidingsError("service must be 1 to 256 characters, instance at most 256", errors.HANDSHAKE)
+            if len(msg.instance) > INSTANCE_CHARS_MAX:
+                raise TidingsError(f"the instance is at most {INSTANCE_CHARS_MAX} characters", errors.HANDSHAKE)
             admitted = self.guard.hello(msg.service, msg.instance, msg.nonce)
         except TidingsError as exc:
             return self.fail(exc.code, str(exc))
@@ -194,6 +197,7 @@ class ClientConnection:
         self.service = principal.service
         self.instance = principal.instance
         self.identity = principal.identity
+        self.authenticated = principal.authenticated
         self.state = TRANSITIONS.move(self.state, OPEN)
         self.decoder.limit(self.frame_bytes_max, "frame_bytes_max")
         return [Send(self.conn, messages.welcome(welcome_info))]

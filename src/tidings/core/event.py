@@ -2,11 +2,18 @@
 
 An event is logged once, at its publisher's broker, as a msgpack array
 
-    [pubend, tick, channel, attributes, service, instance, payload]
+    [pubend, tick, channel, attributes, service, instance, payload]            (an anonymous source)
+    [pubend, tick, channel, attributes, service, instance, payload, true]      (an authenticated one)
 
 and the very same bytes travel in EVENTS frames to every subscriber: the broker never re-encodes an
 event on the way out. The tick is the pubend's stream time: microseconds since the Unix epoch,
 strictly increasing per pubend, so `time` is derived from it.
+
+The eighth element says that the source (service, instance) authenticated: the publisher's broker
+stamps it from the connection's handshake, never from anything the client sends. Absent means not
+authenticated, so an anonymous source's record is byte for byte what brokers wrote before the flag
+existed, and logs written then read as they are (their sources were not vouched for). Readers take
+a boolean there, `false` as absence; nothing else.
 """
 
 from __future__ import annotations
@@ -91,6 +98,7 @@ class Event:
     service: str
     instance: str
     payload: bytes
+    authenticated: bool = False  # whether the source proved its identity to its broker
 
     @property
     def time(self) -> _dt.datetime:
@@ -103,7 +111,7 @@ class Event:
             "pubend": self.pubend,
             "tick": self.tick,
             "time": self.time.isoformat().replace("+00:00", "Z"),
-            "source": {"service": self.service, "instance": self.instance},
+            "source": {"service": self.service, "instance": self.instance, "authenticated": self.authenticated},
             "attributes": self.attributes,
         }
         try:
@@ -116,28 +124,34 @@ class Event:
 
 def event_from_fields(fields: list[Any]) -> Event:
     """Build an Event from a decoded record; raises ValueError if the shape is wrong."""
-    if not isinstance(fields, list) or len(fields) != 7:
-        raise ValueError("an event record is a 7-element array")
-    pubend, tick, channel, attributes, service, instance, payload = fields
+    if not isinstance(fields, list) or len(fields) not in RECORD_LENGTHS:
+        raise ValueError("an event record is a 7-element array, or 8 with the authenticated flag")
+    pubend, tick, channel, attributes, service, instance, payload = fields[:7]
+    authenticated = fields[7] if len(fields) == 8 else False
     if not (isinstance(pubend, str) and isinstance(tick, int) and isinstance(channel, str)
             and isinstance(attributes, dict) and isinstance(service, str)
-            and isinstance(instance, str) and isinstance(payload, bytes)):
+            and isinstance(instance, str) and isinstance(payload, bytes) and type(authenticated) is bool):
         raise ValueError("an event record has a field of the wrong type")
-    return Event(pubend, tick, channel, attributes, service, instance, payload)
+    return Event(pubend, tick, channel, attributes, service, instance, payload, authenticated)
+
+
+RECORD_LENGTHS = (7, 8)  # without and with the authenticated flag
+_ARRAY_HEADERS = (0x97, 0x98)  # msgpack's fixarray of 7 and of 8
 
 
 def own_record_prefix(pubend: str) -> bytes:
-    """The first bytes of every record `pubend` logs: the array header and the pubend."""
-    return b"\x97" + msgpack.packb(pubend)
+    """The bytes that follow the array header of every record `pubend` logs: its pubend."""
+    return bytes(msgpack.packb(pubend))
 
 
 def record_channel_bytes(record: bytes, prefix: bytes) -> bytes | None:
-    """The UTF-8 bytes of the channel of a record that `prefix` (own_record_prefix) begins, read in
-    place without decoding the record: a broker sorting thousands of its own records needs only
-    their channels. Only the usual layout is read so (a tick past 2**32, so a uint64; a channel
-    under 256 bytes); None for any other, which the caller decodes in full."""
-    at = len(prefix) + 9  # the channel follows the tick: 0xCF and 8 bytes
-    if not record.startswith(prefix) or len(record) <= at + 1 or record[at - 9] != 0xCF:
+    """The UTF-8 bytes of the channel of a record whose pubend is `prefix` (own_record_prefix), read
+    in place without decoding the record: a broker sorting thousands of its own records needs only
+    their channels. Only the usual layout is read so (a 7- or 8-element array, a tick past 2**32, so
+    a uint64; a channel under 256 bytes); None for any other, which the caller decodes in full."""
+    at = 1 + len(prefix) + 9  # the channel follows the tick: 0xCF and 8 bytes
+    if (len(record) <= at + 1 or record[0] not in _ARRAY_HEADERS or not record.startswith(prefix, 1)
+            or record[at - 9] != 0xCF):
         return None
     head = record[at]
     if 0xA0 <= head <= 0xBF:  # fixstr
@@ -156,10 +170,11 @@ def record_routing_fields(record: object) -> tuple[str, str, dict[str, AttrValue
         fields = msgpack.unpackb(record)
     except Exception:  # msgpack raises several types for garbage
         return None
-    if type(fields) is not list or len(fields) != 7:
+    if type(fields) is not list or len(fields) not in RECORD_LENGTHS:
         return None
     pubend, tick, channel, attributes = fields[:4]
-    if type(pubend) is not str or type(tick) is not int or type(fields[6]) is not bytes:
+    if (type(pubend) is not str or type(tick) is not int or type(fields[6]) is not bytes
+            or (len(fields) == 8 and type(fields[7]) is not bool)):
         return None
     try:
         return pubend, validate_channel(channel), validate_attributes(attributes)

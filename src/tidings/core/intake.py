@@ -7,7 +7,8 @@ payload of at most `event_bytes_max` bytes, and the guard (core/auth/) lets its 
 it (access rules, rates). Every bad or refused event gets its own ERROR, numbered `seq + i` for the
 PUBLISH's `seq` and the event's index `i`; the good ones are given consecutive ticks
 (`Pubend.reserve`), encoded once into the record the log keeps and every stream carries
-(`[pubend, tick, channel, attributes, service, instance, payload]`), and appended as one batch
+(`[pubend, tick, channel, attributes, service, instance, payload]`, then `true` when the publisher
+authenticated: core/event.py), and appended as one batch
 (`Append`, then `Sync`). The ACK, one tick per event (None where refused), waits in the `Pubend`
 until that batch is durable (group commit). An event on a channel seen before, without
 attributes, is checked on a fast path: a channel once validated stays valid, and its trees are
@@ -186,8 +187,11 @@ class Intake:
         pid = pubend.pubend_id
         pack = self._packer.pack
         service, instance = c.service, c.instance
-        records = [(t, pack([pid, t, ch, at, service, instance, pl]))
-                   for t, (ch, at, pl) in zip(range(first, first + len(valid)), valid, strict=True)]
+        stamped = zip(range(first, first + len(valid)), valid, strict=True)
+        if c.authenticated:  # the flag, or nothing: not authenticated (core/event.py)
+            records = [(t, pack([pid, t, ch, at, service, instance, pl, True])) for t, (ch, at, pl) in stamped]
+        else:  # (two loops: the per-event cost of building the list with or without it is measurable)
+            records = [(t, pack([pid, t, ch, at, service, instance, pl])) for t, (ch, at, pl) in stamped]
         deliveries = [(t, ch, at, rec) for (t, rec), (ch, at, _) in zip(records, valid, strict=True)]
         self.events_published += len(records)
         self.traffic.count([ch for ch, _, _ in valid])

@@ -3,8 +3,10 @@
  *
  * Theory of operation. A read's records come either as a SPAN (whole log records: a 16-byte
  * header, then the body; storage/record.py) or as RECORDS (one msgpack array of bodies). A body is
- * the msgpack array [pubend, tick, channel, attributes, service, instance, payload]. `decode` walks
- * the bytes once and appends every field to a growable buffer: the ticks as int64, each string or
+ * the msgpack array [pubend, tick, channel, attributes, service, instance, payload], with `true` or
+ * `false` after it when the source's authentication is stamped (core/event.py; absent: false).
+ * `decode` walks the bytes once and appends every field to a growable buffer: the ticks as int64,
+ * the flags as a bitmap (Arrow's boolean layout), each string or
  * payload to its column's data with an int32 offset, each attribute value rendered as the string
  * the `attributes` map holds (arrow.render_attribute: a float as Python's repr of it, through the
  * same CPython routine). Python then wraps the buffers as Arrow arrays without copying them.
@@ -28,7 +30,7 @@
 #define LENGTH_MASK 0x7fffffffu
 #define ATTRIBUTES_MAX 64 /* more in one event: deferred (the repeated-name check is quadratic) */
 
-enum { WANT_ATTRIBUTES = 1, WANT_SERVICE = 2, WANT_INSTANCE = 4, WANT_PAYLOAD = 8 };
+enum { WANT_ATTRIBUTES = 1, WANT_SERVICE = 2, WANT_INSTANCE = 4, WANT_PAYLOAD = 8, WANT_AUTHENTICATED = 16 };
 enum { DEFER = 0, OK = 1, FAILED = -1 }; /* FAILED: a Python exception is set (memory) */
 
 typedef struct {
@@ -80,6 +82,7 @@ enum { CHANNEL, SERVICE, INSTANCE, KEYS, VALUES, PAYLOAD, ATTRIBUTE_OFFSETS, COL
 
 typedef struct {
     Buf ticks;
+    Buf authenticated; /* one bit per event, least significant first */
     Column col[COLUMNS]; /* ATTRIBUTE_OFFSETS uses only .offsets: pairs per event */
     int32_t pairs;       /* attribute pairs so far */
     Py_ssize_t count;
@@ -89,6 +92,7 @@ typedef struct {
 
 static void out_free(Out *o) {
     PyMem_Free(o->ticks.data);
+    PyMem_Free(o->authenticated.data);
     for (int i = 0; i < COLUMNS; i++) {
         PyMem_Free(o->col[i].offsets.data);
         PyMem_Free(o->col[i].data.data);
@@ -306,6 +310,22 @@ static int put_string(Reader *r, Column *c) {
 /* Column `which` of `o`, or NULL when the read does not build it (`bit` not wanted). */
 static Column *built(Out *o, int which, int bit) { return o->want & bit ? &o->col[which] : NULL; }
 
+/* The authenticated flag of event number `o->count`, the 8th element of a body that has one. */
+static int put_flag(Out *o, Reader *r, uint32_t fields) {
+    int flag = 0;
+    if (fields == 8) {
+        if (!has(r, 1) || (r->p[0] != 0xc2 && r->p[0] != 0xc3)) return DEFER; /* false, true */
+        flag = r->p[0] == 0xc3, r->p += 1;
+    }
+    if (!(o->want & WANT_AUTHENTICATED)) return OK;
+    if (o->count % 8 == 0) {
+        uint8_t zero = 0;
+        if (buf_put(&o->authenticated, &zero, 1) != OK) return FAILED;
+    }
+    if (flag) o->authenticated.data[o->count / 8] |= (char)(1u << (o->count % 8));
+    return OK;
+}
+
 /* One event body read from `r`: of `pubend`, its tick in (after, through] and above the
  * previous one. */
 static int put_event(Out *o, Reader *r, const char *pubend, size_t pubend_len, int64_t after, int64_t through) {
@@ -314,7 +334,7 @@ static int put_event(Out *o, Reader *r, const char *pubend, size_t pubend_len, i
     size_t n;
     int negative, ok;
     uint64_t tick;
-    if (read_count(r, 0x90, 0xdc, &fields) != OK || fields != 7) return DEFER;
+    if (read_count(r, 0x90, 0xdc, &fields) != OK || (fields != 7 && fields != 8)) return DEFER;
     if (read_str(r, &s, &n) != OK || n != pubend_len || memcmp(s, pubend, n) != 0) return DEFER;
     if (read_int(r, &negative, &tick) != OK || negative || tick > INT64_MAX) return DEFER;
     if ((int64_t)tick <= after || (int64_t)tick > through || (o->count && (int64_t)tick <= o->last)) return DEFER;
@@ -323,6 +343,7 @@ static int put_event(Out *o, Reader *r, const char *pubend, size_t pubend_len, i
     if ((ok = put_string(r, built(o, SERVICE, WANT_SERVICE))) != OK) return ok;
     if ((ok = put_string(r, built(o, INSTANCE, WANT_INSTANCE))) != OK) return ok;
     if ((ok = read_bin(r, &s, &n)) != OK || (ok = column_put(built(o, PAYLOAD, WANT_PAYLOAD), s, n)) != OK) return ok;
+    if ((ok = put_flag(o, r, fields)) != OK) return ok;
     int64_t t = (int64_t)tick;
     o->last = t, o->count += 1;
     return buf_put(&o->ticks, &t, sizeof t);
@@ -379,9 +400,9 @@ PyDoc_STRVAR(decode_doc,
 "The events of a SPAN (count < 0: whole log records, those with after < tick <= through) or of\n"
 "RECORDS (a msgpack array of `count` event bodies, every tick in (after, through]) of `pubend`,\n"
 "as column buffers: (count, last tick, ticks as int64, then offsets and data of channel, service,\n"
-"instance, attribute names, attribute values and payload, then the attribute offsets). `want`\n"
-"says which of attributes (1), service (2), instance (4) and payload (8) to build. None: not the\n"
-"usual records; the Python decoder decides.");
+"instance, attribute names, attribute values and payload, then the attribute offsets, then the\n"
+"authenticated flags as a bitmap). `want` says which of attributes (1), service (2), instance (4),\n"
+"payload (8) and authenticated (16) to build. None: not the usual records; the Python decoder decides.");
 
 static PyObject *decode(PyObject *module, PyObject *args) {
     Py_buffer view;
@@ -407,8 +428,8 @@ static PyObject *decode(PyObject *module, PyObject *args) {
     }
     PyBuffer_Release(&view);
     PyObject *result = NULL;
-    if (ok == OK) { /* (count, last, ticks, then offsets and data of each column, attribute offsets) */
-        result = PyTuple_New(3 + 2 * ATTRIBUTE_OFFSETS + 1);
+    if (ok == OK) { /* (count, last, ticks, then offsets and data of each column, attribute offsets, flags) */
+        result = PyTuple_New(3 + 2 * ATTRIBUTE_OFFSETS + 2);
         PyObject **item = result ? &PyTuple_GET_ITEM(result, 0) : NULL;
         if (item != NULL) {
             item[0] = PyLong_FromSsize_t(o.count);
@@ -419,6 +440,7 @@ static PyObject *decode(PyObject *module, PyObject *args) {
                 item[4 + 2 * i] = as_bytes(&o.col[i].data);
             }
             item[3 + 2 * ATTRIBUTE_OFFSETS] = as_bytes(&o.col[ATTRIBUTE_OFFSETS].offsets);
+            item[4 + 2 * ATTRIBUTE_OFFSETS] = as_bytes(&o.authenticated);
             int missing = 0;
             for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(result); i++) missing |= item[i] == NULL;
             if (missing) Py_CLEAR(result); /* (a tuple frees the items it has) */

@@ -2,11 +2,12 @@
 batches.
 
 Every column is NOT NULL, because every event has every field: a channel, its pubend and tick (so
-its time), the authenticated source (service, instance), an attribute map (perhaps empty) whose
-values are never missing, and a payload (perhaps empty). Saying so lets Spark drop null checks, and
-it is what the Arrow batches carry: Spark rejects a batch whose Arrow schema is not exactly the one
-it derives from the declared schema, so that Arrow schema is derived with Spark's own
-`to_arrow_schema`, never written by hand.
+its time), the source (service, instance) and whether it authenticated (false for a record without
+the flag: an anonymous source's, and every record logged before the flag existed), an attribute map
+(perhaps empty) whose values are never missing, and a payload (perhaps empty). Saying so lets
+Spark drop null checks, and it is what the Arrow batches carry: Spark rejects a batch whose Arrow
+schema is not exactly the one it derives from the declared schema, so that Arrow schema is derived
+with Spark's own `to_arrow_schema`, never written by hand.
 
 Attribute values are rendered as strings, so one map type holds them all:
 
@@ -32,6 +33,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
+    BooleanType,
     LongType,
     MapType,
     StringType,
@@ -58,6 +60,7 @@ EVENT_SCHEMA = StructType([
     StructField("time", TimestampType(), nullable=False),
     StructField("source_service", StringType(), nullable=False),
     StructField("source_instance", StringType(), nullable=False),
+    StructField("source_authenticated", BooleanType(), nullable=False),
     StructField("attributes", MapType(StringType(), StringType(), valueContainsNull=False), nullable=False),
     StructField("payload", BinaryType(), nullable=False),
 ])
@@ -122,7 +125,8 @@ def span_to_batch(span: bytes, schema: pa.Schema, pubend: str, pattern: str, aft
     return decoded[0] if decoded else _without_collector(_span_to_batch, span, schema, pubend, pattern, after, through)
 
 
-_WANT = {"attributes": 1, "source_service": 2, "source_instance": 4, "payload": 8}  # _columns.decode's bits
+_WANT = {"attributes": 1, "source_service": 2, "source_instance": 4, "payload": 8,  # _columns.decode's bits
+         "source_authenticated": 16}
 
 
 def _compiled(buffer: bytes, count: int, schema: pa.Schema, pubend: str, after: int, through: int,
@@ -141,6 +145,7 @@ def _compiled(buffer: bytes, count: int, schema: pa.Schema, pubend: str, after: 
     rows, last, ticks, *buffers = decoded
     if not rows:
         return None, last
+    flags = buffers.pop()  # a bitmap
     pairs = buffers.pop()  # each event's end in the attribute names and values
     channels, services, instances, keys, values, payloads = zip(buffers[::2], buffers[1::2], strict=True)
 
@@ -153,6 +158,7 @@ def _compiled(buffer: bytes, count: int, schema: pa.Schema, pubend: str, after: 
         "channel": channel.cast,
         "source_service": lambda t: array(pa.string(), services).cast(t),
         "source_instance": lambda t: array(pa.string(), instances).cast(t),
+        "source_authenticated": lambda t: pa.Array.from_buffers(pa.bool_(), rows, [None, pa.py_buffer(flags)]),
         "attributes": lambda t: pa.MapArray.from_arrays(
             pa.Array.from_buffers(pa.int32(), rows + 1, [None, pa.py_buffer(pairs)]),
             array(pa.string(), keys, len(keys[0]) // 4 - 1), array(pa.string(), values, len(values[0]) // 4 - 1),
@@ -201,8 +207,8 @@ def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int,
             pattern: str | None) -> tuple[pa.RecordBatch | None, int]:
     """One record batch of `schema` (None if no record is left), and the last tick, from a msgpack
     array of `count` event records of `pubend`'s ticks `(after, end]` as logged,
-    `[pubend, tick, channel, attributes, service, instance, payload]`; with `pattern`, of those
-    whose channel matches it (tested once per distinct channel).
+    `[pubend, tick, channel, attributes, service, instance, payload]` and perhaps the authenticated
+    flag; with `pattern`, of those whose channel matches it (tested once per distinct channel).
 
     The read's hot loop, done column by column rather than event by event: one msgpack call
     decodes the whole blob, the records are transposed into columns by `zip`, and every check a
@@ -216,9 +222,9 @@ def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int,
         raise RecordsError(f"RECORDS that are not msgpack ({type(exc).__name__})") from None
     if type(rows) is not tuple or len(rows) != count or not rows:
         raise RecordsError(f"RECORDS said {count} records and held {len(rows) if type(rows) is tuple else rows!r}")
-    if set(map(type, rows)) != {tuple} or set(map(len, rows)) != {7}:
-        raise RecordsError("RECORDS whose records are not 7-element arrays")
-    pubends, ticks, channels, attributes, services, instances, payloads = zip(*rows, strict=True)
+    if set(map(type, rows)) != {tuple} or not set(map(len, rows)) <= {7, 8}:
+        raise RecordsError("RECORDS whose records are not 7-element arrays (8 with the authenticated flag)")
+    pubends, ticks, channels, attributes, services, instances, payloads, flags = _transpose(rows)
     last = ticks[-1]
     if pattern is not None:
         if set(map(type, channels)) != {str}:
@@ -229,7 +235,7 @@ def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int,
             if not rows:
                 return None, last
             count = len(rows)
-            pubends, ticks, channels, attributes, services, instances, payloads = zip(*rows, strict=True)
+            pubends, ticks, channels, attributes, services, instances, payloads, flags = _transpose(rows)
     if pubends.count(pubend) != count:  # (only a str equals a str: the column's type is checked too)
         raise RecordsError(f"RECORDS of another pubend than {pubend}")
     # A frame's source is often one publisher: a column of one string is checked and built as one.
@@ -248,11 +254,30 @@ def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int,
             "channel": lambda t: pa.array(channels, type=t),
             "source_service": lambda t: _strings(services, t, alike["source_service"]),
             "source_instance": lambda t: _strings(instances, t, alike["source_instance"]),
+            "source_authenticated": lambda t: (pa.repeat(pa.scalar(False, t), count) if flags is None
+                                               else pa.array(flags, type=t)),
             "attributes": lambda t: _attributes_array(attributes, t),
             "payload": lambda t: pa.array(payloads, type=t),
         }), last
     except (pa.ArrowException, OverflowError) as exc:  # a tick or value past 64 bits
         raise RecordsError(f"RECORDS that do not fit the read's columns: {exc}") from None
+
+
+def _transpose(rows: tuple[tuple[Any, ...], ...]) -> tuple[Any, ...]:
+    """The columns of records of 7 or 8 elements: the eighth, the authenticated flags, is None when
+    no record has one (all false), else False where a record lacks it. RecordsError for a flag that
+    is not a bool."""
+    lengths = set(map(len, rows))
+    if lengths == {7}:
+        return (*zip(*rows, strict=True), None)
+    if lengths == {8}:
+        columns = tuple(zip(*rows, strict=True))
+    else:
+        columns = (*zip(*(row[:7] for row in rows), strict=True), tuple(row[7] if len(row) == 8 else False
+                                                                       for row in rows))
+    if not set(map(type, columns[7])) <= {bool}:
+        raise RecordsError("RECORDS with an authenticated flag that is not bool")
+    return columns
 
 
 def _batch(schema: pa.Schema, pubend: str, ticks: pa.Array,

@@ -28,6 +28,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
+from tidings.core.auth.names import check_name
 from tidings.core.errors import TidingsError
 
 SECRET_BYTES = 32
@@ -40,8 +41,6 @@ SCRYPT_R = 8
 SCRYPT_P = 1
 SCRYPT_N_MAX = 1 << 20  # what a broker may ask a client to spend (and at most 1 GiB of memory)
 SCRYPT_MEMORY_BYTES_MAX = 1 << 30
-NAME_CHARS_MAX = 64
-NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 BAD_CREDENTIAL = "bad-credential"
 
@@ -102,13 +101,6 @@ def unb64(text: str, what: str) -> bytes:
         raise CredentialError(f"{what} is not URL-safe base64") from None
 
 
-def check_name(name: object) -> str:
-    if not isinstance(name, str) or not 1 <= len(name) <= NAME_CHARS_MAX or not set(name) <= NAME_CHARS:
-        raise CredentialError(f"an identity name is 1 to {NAME_CHARS_MAX} letters, digits, '_', '.' or "
-                              f"'-', not {name!r}")
-    return name
-
-
 def parse_credential(text: str) -> Credential:
     """`NAME:SECRET` as `tidings auth add` printed it."""
     name, sep, secret = text.strip().partition(":")
@@ -117,7 +109,10 @@ def parse_credential(text: str) -> Credential:
     raw = unb64(secret, "the credential's secret")
     if len(raw) < 16:
         raise CredentialError("the credential's secret is too short")
-    return Credential(check_name(name), raw)
+    try:
+        return Credential(check_name(name, "the credential's name"), raw)
+    except TidingsError as exc:
+        raise CredentialError(str(exc)) from None
 
 
 def _hmac(key: bytes, data: bytes) -> bytes:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from tidings.core.auth.handshake import AuthError, Principal, ServerHandshake, admit_anonymous
 from tidings.core.auth.limits import TokenBucket
+from tidings.core.auth.names import NAME_CHARS_MAX, NameRuleError, check_name
 from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.effects import Effect, PauseReading, ResumeReading
@@ -99,7 +100,14 @@ class Guard:
     # ---- the handshake ---------------------------------------------------------------------------
 
     def hello(self, service: str, instance: str, client_nonce: bytes | None) -> Principal | ServerHandshake:
-        """An anonymous client's principal, or the challenge for one that authenticates."""
+        """An anonymous client's principal, or the challenge for one that authenticates. The service
+        (an identity's name when authenticating) must follow names.py's rule, so that it cannot
+        look like another's."""
+        try:
+            check_name(service, "a service name")
+        except NameRuleError as exc:
+            self.refused(ascii(service[:NAME_CHARS_MAX]), exc)  # (escaped: the runtime logs it)
+            raise
         try:
             if client_nonce is None:
                 return admit_anonymous(self.policy, service, instance)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import msgpack
 
 from tidings.core.auth import credentials as cred
-from tidings.core.auth.policy import ANONYMOUS, AuthPolicy
+from tidings.core.auth.names import ANONYMOUS
+from tidings.core.auth.policy import AuthPolicy
 from tidings.core.errors import TidingsError
 
 AUTH_REQUIRED = "auth-required"
@@ -43,6 +44,7 @@ class Principal:
     service: str
     instance: str
     identity: str
+    authenticated: bool = False  # stamped on every event it publishes (core/event.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +71,13 @@ def admit_anonymous(policy: AuthPolicy, service: str, instance: str) -> Principa
     if not policy.anonymous:
         raise AuthError("this broker requires authentication: connect with a credential "
                         "(tidings auth add NAME)", AUTH_REQUIRED)
-    if service in policy.identities:
-        raise AuthError(f"service {service!r} is a registered identity: authenticate to publish as it",
-                        AUTH_REQUIRED)
+    owner = policy.reserved_by(service)
+    if owner == ANONYMOUS:
+        raise AuthError(f"service {service!r} reads as {ANONYMOUS!r}, the name of every client that does not "
+                        f"authenticate: choose a service name of your own", AUTH_REQUIRED)
+    if owner is not None:
+        raise AuthError(f"service {service!r} reads as the registered identity {owner!r} (names are compared "
+                        f"ignoring case and look-alike characters): authenticate to publish as it", AUTH_REQUIRED)
     return Principal(service, instance, ANONYMOUS)
 
 
@@ -99,7 +105,7 @@ class ServerHandshake:
         if not cred.proof_valid(verifier, self._message, proof):
             raise AuthError("authentication failed: unknown identity or wrong secret")
         name = self.identity.name
-        return (Principal(name, self.instance, name),
+        return (Principal(name, self.instance, name, authenticated=True),
                 cred.server_signature(verifier.server_key, self._message))
 
 

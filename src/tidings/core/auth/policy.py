@@ -20,6 +20,9 @@
 `AuthPolicy.from_mapping` takes the parsed TOML and rejects unknown keys, wrong types and bad
 values with a message naming them, so a typo never leaves a door open. Clients that do not
 authenticate are the identity `anonymous` (a reserved name) when the broker lets them in.
+Identity names follow names.py's rule and are compared by its key: two identities that read alike
+(`LoadMon` beside `loadmon`) are refused, and a rule naming an identity in another spelling
+applies to that identity.
 """
 
 from __future__ import annotations
@@ -28,12 +31,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from tidings.core.auth.credentials import KdfParams, Verifier, check_name, unb64
+from tidings.core.auth.credentials import KdfParams, Verifier, unb64
+from tidings.core.auth.names import ANONYMOUS, NameIndex, check_name
 from tidings.core.auth.rules import ACTIONS, ANY_IDENTITY, AccessRules, Rule
 from tidings.core.channels import validate_pattern
 from tidings.core.errors import ChannelError, TidingsError
 
-ANONYMOUS = "anonymous"
 INSTANCE_CHARS_MAX = 256
 
 
@@ -84,6 +87,17 @@ class AuthPolicy:
     cluster_secret: bytes | None
     anonymous: bool  # whether clients that do not authenticate are let in
     anonymous_limits: Limits
+    _names: NameIndex = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        names = NameIndex()
+        for name in self.identities:
+            names.add(name)
+        object.__setattr__(self, "_names", names)
+
+    def reserved_by(self, service: str) -> str | None:
+        """The identity (or `anonymous`) that `service` reads as (names.py); None if no one's."""
+        return self._names.owner(service)
 
     @classmethod
     def open(cls) -> AuthPolicy:
@@ -108,11 +122,23 @@ class AuthPolicy:
         identities = data.get("identities", {})
         if not isinstance(identities, Mapping):
             raise AuthFileError("[identities] must be a table of identities")
-        parsed = {name: _identity(name, value, limits) for name, value in identities.items()}
+        parsed: dict[str, Identity] = {}
+        names = NameIndex()
+        for name, value in identities.items():
+            try:
+                check_name(name)
+            except TidingsError as exc:
+                raise AuthFileError(f"[identities.{name}]: {exc}") from None
+            other = names.add(name)
+            if other is not None:
+                raise AuthFileError(f"[identities.{name}]: reads as {other!r} (names are compared ignoring case "
+                                    f"and look-alike characters), " + ("which is reserved for clients that do "
+                                    "not authenticate" if other == ANONYMOUS else "another identity of this file"))
+            parsed[name] = _identity(name, value, limits)
         rules = data.get("rules", [])
         if not isinstance(rules, list):
             raise AuthFileError("rules must be an array of tables ([[rules]])")
-        return cls(parsed, AccessRules([r for i, r in enumerate(rules) for r in _rules(i, r)]), secret,
+        return cls(parsed, AccessRules([r for i, r in enumerate(rules) for r in _rules(i, r, names)]), secret,
                    anonymous, limits)
 
 
@@ -132,12 +158,6 @@ def _str(value: Any, where: str) -> str:
 
 def _identity(name: str, data: Any, limits: Limits) -> Identity:
     where = f"[identities.{name}]"
-    try:
-        check_name(name)
-    except TidingsError as exc:
-        raise AuthFileError(f"{where}: {exc}") from None
-    if name == ANONYMOUS:
-        raise AuthFileError(f"{where}: {ANONYMOUS!r} is reserved for clients that do not authenticate")
     _known(data, {"salt", "stored_key", "server_key", "scrypt", "instances", "limits"}, where)
     for key in ("salt", "stored_key", "server_key", "scrypt"):
         if key not in data:
@@ -159,7 +179,9 @@ def _identity(name: str, data: Any, limits: Limits) -> Identity:
     return Identity(name, verifier, tuple(instances), own)
 
 
-def _rules(index: int, data: Any) -> list[Rule]:
+def _rules(index: int, data: Any, names: NameIndex) -> list[Rule]:
+    """The rules of `data`; an identity written in another spelling is the one of `names` it reads
+    as (`anonymous` included), so the rule is not silently left to no one."""
     where = f"rule {index + 1}"
     _known(data, {"identity", "allow", "deny", "pattern"}, where)
     identity = _str(data.get("identity"), f"{where} identity")
@@ -168,6 +190,7 @@ def _rules(index: int, data: Any) -> list[Rule]:
             check_name(identity)
         except TidingsError as exc:
             raise AuthFileError(f"{where}: {exc}") from None
+        identity = names.owner(identity) or identity
     if ("allow" in data) == ("deny" in data):
         raise AuthFileError(f"{where} needs exactly one of allow = ACTION or deny = ACTION")
     action = _str(data.get("allow", data.get("deny")), f"{where} action")
