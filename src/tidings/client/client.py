@@ -25,10 +25,12 @@ from typing import Any, NamedTuple
 
 from tidings.core import advice, errors
 from tidings.core.auth.credentials import NONCE_BYTES, Credential, parse_credential
+from tidings.core.auth.handshake import AUTH_FAILED
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import (
     AddressError,
     BrokerError,
+    BrokerNotProven,
     BrokerUnreachable,
     ConnectionClosed,
     EventError,
@@ -344,7 +346,8 @@ class Client:
                       failover: Sequence[str] = ()) -> Client:
         """Connect and handshake within `timeout` seconds. Raises BrokerUnreachable when no connection
         can be made, NotABroker when what answers is not a tidings broker (it must answer HELLO
-        within WELCOME_TIMEOUT_S), BrokerError when the broker refuses the client.
+        within WELCOME_TIMEOUT_S), BrokerError when the broker refuses the client, BrokerNotProven
+        when, with a credential, the broker's signature does not verify.
 
         `credential`: NAME:SECRET as `tidings auth add` printed it (the command line also reads
         it from $TIDINGS_CREDENTIAL; the library never reads the environment); with it the client
@@ -391,6 +394,8 @@ class Client:
             client._abort()
             if exc.code == errors.VERSION:  # a tidings broker, of another version
                 raise
+            if isinstance(exc, ProtocolError) and exc.code == AUTH_FAILED:  # our check of the broker failed
+                raise BrokerNotProven(f"refused {address}: {exc}") from None
             raise NotABroker(f"{address} is not a tidings broker: {client._first_answer()}") from None
         except BaseException:
             client._abort()
