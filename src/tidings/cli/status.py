@@ -98,6 +98,12 @@ def _summary(st: dict[str, Any]) -> list[str]:
         rows.append(("draining", "yes: clients are advised to move, then the broker stops"))
     if st.get("peer_messages_rejected"):
         rows.append(("rejected", f"{st['peer_messages_rejected']} malformed messages from other brokers"))
+    refusals = st.get("peer_refusals") or {}
+    said = [f"{whom}: " + ", ".join(f"{reason} {count}" for reason, count in refusals[side].items())
+            for side, whom in (("acceptor", "refused brokers that dialled it"),
+                               ("dialler", "refused by brokers it dialled")) if refusals.get(side)]
+    if said:
+        rows.append(("refusals", "; ".join(said) + " (peer handshakes, see the log)"))
     width = max(len(k) for k, _ in rows)
     return [f"{k:<{width}}  {v}" for k, v in rows]
 

@@ -54,6 +54,7 @@ from tidings.core.effects import (
     Connect,
     Disconnect,
     Effect,
+    PeerRefused,
     PfsAppend,
     PfsChop,
     ReadLog,
@@ -98,7 +99,7 @@ from tidings.core.wire import messages
 
 CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status()`
 # what the cluster member asks of the runtime
-RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs)
+RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs, PeerRefused)
 
 
 class HandshakeTimer(NamedTuple):
