@@ -10,7 +10,8 @@
 Errors: every one is a TidingsError with a `code`. Bad input, refused before anything is sent:
 ChannelError, FilterError, AttributesError, EventError, StartError, AddressError (also ValueErrors).
 ConnectionClosed: the connection is closed or lost; its subclass BrokerUnreachable: none could be
-made; and NotABroker: what answered is not a tidings broker. BrokerError: the broker refused a
+made; and NotABroker: what answered is not a tidings broker; BrokerNotProven: a client with a
+credential refused a broker whose signature did not verify. BrokerError: the broker refused a
 request. GapError: retention released events a subscription asked for.
 """
 
@@ -28,6 +29,7 @@ _EXPORTS = {
     "AddressError": "tidings.core.errors",
     "AttributesError": "tidings.core.errors",
     "BrokerError": "tidings.core.errors",
+    "BrokerNotProven": "tidings.core.errors",
     "BrokerUnreachable": "tidings.core.errors",
     "ChannelError": "tidings.core.errors",
     "ConnectionClosed": "tidings.core.errors",

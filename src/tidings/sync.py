@@ -13,7 +13,7 @@ import contextlib
 import ssl
 import threading
 import time
-from collections.abc import Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from tidings.aio.loop import new_event_loop
@@ -150,6 +150,16 @@ class SyncClient:
     @property
     def moves(self) -> int:
         return self._client.moves
+
+    @property
+    def on_move(self) -> Callable[[str, str, str], None] | None:
+        """As Client.on_move: called (old address, new address, why) on each move, on the
+        client's own thread."""
+        return self._client.on_move
+
+    @on_move.setter
+    def on_move(self, callback: Callable[[str, str, str], None] | None) -> None:
+        self._client.on_move = callback
 
     def publish(self, channel: str, payload: bytes | str = b"", attributes: dict[str, Any] | None = None,
                 *, producer: str | None = None, seq: int | None = None) -> PublishResult:

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tidings import BrokerUnreachable, ConnectionClosed, NotABroker, sync
+from tidings import BrokerError, BrokerUnreachable, ConnectionClosed, NotABroker, sync
 from tidings.testing import wait_for
 
 pytestmark = pytest.mark.integration
@@ -234,6 +234,115 @@ def test_help_texts():
     assert "stamped on published events" in pub_help and "empty ones" in pub_help
     top = tidings("--help").stdout
     assert "run a broker, a monitoring" not in top and "PLDB pipeline" in top
-    assert "--join-timeout SECONDS" in tidings("broker", "--help").stdout
+    broker_help = " ".join(tidings("broker", "--help").stdout.split())
+    assert "--join-timeout SECONDS" in broker_help
+    assert "--log-level {debug,info,warning,error} the least severe log lines" in broker_help
+    assert "(default info)" in broker_help
     assert "restart I" in top or "restart" in tidings("cluster", "--help").stdout
 
+
+
+def test_tls_dev_certs_keeps_an_existing_ca_unless_forced_and_checks_days(tmp_path):
+    made = tidings("tls", "dev-certs", "--dir", str(tmp_path / "tls"))
+    assert made.returncode == 0, made.stderr
+    ca = (tmp_path / "tls" / "ca.pem").read_bytes()
+    again = tidings("tls", "dev-certs", "--dir", str(tmp_path / "tls"))
+    assert again.returncode == 2 and "ca.pem exists already" in again.stderr and "--force" in again.stderr
+    assert (tmp_path / "tls" / "ca.pem").read_bytes() == ca  # untouched
+    forced = tidings("tls", "dev-certs", "--dir", str(tmp_path / "tls"), "--force")
+    assert forced.returncode == 0 and "replacing the CA" in forced.stderr
+    assert (tmp_path / "tls" / "ca.pem").read_bytes() != ca
+    for days in ("-1", "0", "x", "1.5"):
+        bad = tidings("tls", "dev-certs", "--dir", str(tmp_path / "other"), "--days", days)
+        assert bad.returncode == 2 and "--days: must be a whole number of days" in bad.stderr, bad.stderr
+        assert "openssl" not in bad.stderr.lower() and not (tmp_path / "other").exists()
+
+
+def test_auth_add_writes_deny_rules_and_limits_and_auth_remove_takes_an_identity_out(tmp_path):
+    from tidings.aio.auth_file import load_policy
+
+    path = tmp_path / "auth.toml"
+    added = tidings("auth", "add", "loadmon", "--file", str(path), "--publish", "load/#", "--deny-publish",
+                    "load/secret/#", "--subscribe", "#", "--deny-subscribe", "private/#",
+                    "--limit", "publish_events_per_s=50", "--limit", "connections_max=3")
+    assert added.returncode == 0, added.stderr
+    loadmon = json.loads(added.stdout)["credential"]
+    other = json.loads(tidings("auth", "add", "viewer", "--file", str(path), "--subscribe", "load/#").stdout)
+    policy = load_policy(path)
+    limits = policy.identities["loadmon"].limits
+    assert (limits.publish_events_per_s, limits.connections_max) == (50, 3)
+    for args, words in ((["--limit", "nope=1"], "KEY one of connections_max"),
+                        (["--limit", "connections_max=0"], "must be a positive integer"),
+                        (["--limit", "connections_max"], "KEY=VALUE"),
+                        (["--deny-publish", "a/#/b"], "'#' must be the last segment")):
+        bad = tidings("auth", "add", "x", "--file", str(path), *args)
+        assert bad.returncode == 2 and words in bad.stderr, bad.stderr
+    assert "x" not in load_policy(path).identities  # nothing half written
+
+    from tidings.testing import BrokerProcess
+
+    with BrokerProcess(tmp_path / "b", args=["--auth", str(path)], credential=loadmon) as broker:
+        with sync.connect(broker.address, credential=loadmon) as client:
+            client.publish("load/h1", b"1")
+            with pytest.raises(BrokerError) as denied:
+                client.publish("load/secret/h1", b"2")
+            assert denied.value.code == "forbidden"
+            with pytest.raises(BrokerError) as denied:
+                client.subscribe("#")  # shares private/# with the deny rule
+            assert denied.value.code == "forbidden"
+        removed = tidings("auth", "remove", "loadmon", "--file", str(path))
+        assert removed.returncode == 0 and json.loads(removed.stdout) == {
+            "removed": "loadmon", "rules_removed": 4, "file": str(path)}
+        assert set(load_policy(path).identities) == {"viewer"} and "loadmon" not in path.read_text()
+        broker.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: refused(broker.address, loadmon), 20, what="loadmon refused after the reload")
+        with sync.connect(broker.address, credential=other["credential"]) as viewer:
+            viewer.subscribe("load/#").close()
+    unknown = tidings("auth", "remove", "loadmon", "--file", str(path))
+    assert unknown.returncode == 2 and "no identity 'loadmon'" in unknown.stderr and "viewer" in unknown.stderr
+
+
+def refused(address, credential):
+    try:
+        sync.connect(address, credential=credential, timeout=5).close()
+    except BrokerError as exc:
+        return exc.code == "auth-failed"
+    return False
+
+
+def test_pub_says_when_service_is_overridden_by_the_identity(tmp_path):
+    from tidings.aio.auth_file import add_identity
+    from tidings.core.auth.credentials import KdfParams
+    from tidings.testing import BrokerProcess
+
+    path = tmp_path / "auth.toml"
+    cred = str(add_identity(path, "loadmon", [], ["#"], ["#"], KdfParams(n=1 << 10)))
+    with BrokerProcess(tmp_path / "b", args=["--auth", str(path)], credential=cred) as broker:
+        out = tidings("pub", "--broker", broker.address, "--credential", cred, "--service", "forged", "c", "x")
+        assert out.returncode == 0, out.stderr
+        assert out.stderr.count("the events' source is the authenticated identity loadmon, not --service forged") == 1
+        quiet = tidings("pub", "--broker", broker.address, "--credential", cred, "c", "y")
+        assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_the_cli_says_when_it_moves_to_another_broker(tmp_path):
+    from tidings.testing import LOCAL_LIVENESS, Cluster
+
+    with Cluster(tmp_path, 2, LOCAL_LIVENESS) as cluster:
+        leaving, staying = cluster[0], cluster[1]
+        proc = subprocess.Popen([*TIDINGS, "pub", "--broker", leaving.address, "moves/x"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            proc.stdin.write("before\n")
+            proc.stdin.flush()
+            assert json.loads(read_line(proc.stdout))["pubend"] == leaving.pubend
+            leaving.proc.send_signal(signal.SIGTERM)  # it drains: its clients are advised to move
+            said = read_line(proc.stderr, 20)
+            assert said == f"tidings: moved from broker {leaving.address} to {staying.address} " \
+                           f"(route advice: draining)\n"
+            proc.stdin.write("after\n")
+            proc.stdin.flush()
+            assert json.loads(read_line(proc.stdout))["pubend"] == staying.pubend
+        finally:
+            proc.kill()
+            proc.wait(10)

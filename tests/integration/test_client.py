@@ -119,3 +119,25 @@ def test_rejected_publish_raises_broker_error(tmp_path):
                 assert (await c.publish("a", b"ok")).tick > 0
 
         run(main())
+
+
+def readme_python_block(containing):
+    """The README's ```python block that contains `containing`, dedented (it may sit in a list)."""
+    import re
+    import textwrap
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = [textwrap.dedent(b) for b in re.findall(r"^ *```python\n(.*?)^ *```", text, re.S | re.M)]
+    (block,) = [b for b in blocks if containing in b]
+    return block
+
+
+def test_the_readme_read_records_example_runs(broker):
+    """The README's read_records example, run as it is written, counts what was published."""
+    namespace = {}
+    exec(compile(readme_python_block("read_records("), "README.md", "exec"), namespace)
+    with sync.connect(broker.address) as client:
+        client.publish_many([("readme/a", b"1", {})] * 120 + [("other/b", b"2", {})] * 5)
+    assert run(namespace["count_logged"](broker.address, "readme/#")) == 120
+    assert run(namespace["count_logged"](broker.address, "#")) == 125

@@ -220,3 +220,33 @@ def test_cluster_restart_one_member_under_publishing(cluster_dir):
     assert out.returncode == 0 and json.loads(out.stdout) == {"stopped": 3, "killed": 0, "already_gone": 0}
     out = tidings("cluster", "restart", "0", "--data", str(cluster_dir))
     assert out.returncode == 1 and "no cluster under" in out.stderr
+
+
+def test_cluster_up_with_auth_says_at_once_what_credential_is_missing_or_refused(cluster_dir, tmp_path):
+    from tidings.aio.auth_file import add_identity
+    from tidings.core.auth.credentials import KdfParams
+
+    auth = tmp_path / "auth.toml"
+    add_identity(auth, "ops", [], [], [], KdfParams(n=1 << 10))
+    env = {k: v for k, v in os.environ.items() if k != "TIDINGS_CREDENTIAL"}
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "tidings.cli.main", "cluster", "up", "2", "--data", str(cluster_dir),
+                          "--base-port", "0", "--auth", str(auth)], capture_output=True, text=True, timeout=60,
+                         check=False, env=env)
+    assert out.returncode == 2, out.stderr
+    assert "needs a credential" in out.stderr and "--credential NAME:SECRET" in out.stderr
+    assert "TIDINGS_CREDENTIAL" in out.stderr and "tidings auth add" in out.stderr
+    assert not list(cluster_dir.glob("broker-*"))  # nothing was started
+    out = tidings("cluster", "up", "2", "--data", str(cluster_dir), "--base-port", "0", "--auth", str(auth),
+                  "--credential", "nobody:" + "x" * 43)
+    assert out.returncode == 1 and "broker 0" in out.stderr and "refused the credential" in out.stderr, out.stderr
+    assert "authentication failed" in out.stderr and "did not join" not in out.stderr
+    assert time.monotonic() - start < 30  # not --timeout's 60 s
+    assert not (cluster_dir / "cluster.json").exists()
+    assert all(holder(d) is None for d in cluster_dir.glob("broker-*"))  # stopped again
+
+
+def test_cluster_timeouts_show_their_defaults():
+    for action, default in (("up", "60.0"), ("down", "15.0"), ("restart", "60.0")):
+        out = tidings("cluster", action, "--help")
+        assert out.returncode == 0 and f"(default {default})" in " ".join(out.stdout.split()), out.stdout

@@ -16,6 +16,7 @@ from tidings.aio.auth_file import add_identity
 from tidings.core.auth.credentials import KdfParams
 from tidings.core.wire import messages, peer
 from tidings.testing import BrokerProcess, Cluster
+from tidings.testing.broker_process import wait_for
 
 from .test_cluster_bad_input import fake_node, garbage, link_messages, replies, wait_in_tree
 
@@ -115,3 +116,54 @@ def test_the_cli_sees_the_cluster_with_a_credential(secured_pair):
                              text=True, timeout=60)
         return out.returncode == 0 and '"identities"' in out.stdout
     cluster.wait(ok, 20, what="status with the new credential")
+
+
+def join_once(data, join, args, timeout_s=4):
+    """`tidings broker --join` with a short --join-timeout: it stops and says why it could not join."""
+    return subprocess.run([sys.executable, "-m", "tidings.cli.main", "broker", "--data", str(data), "--listen",
+                           "127.0.0.1:0", "--join", join, "--join-timeout", str(timeout_s), *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_refused_broker_is_told_why_and_the_member_logs_and_counts_it(tmp_path):
+    """A broker without the cluster credential, and one with another secret, try to join a member:
+    each stops naming what is wrong; the member counts each refusal by reason (in /status and
+    /metrics) and logs them with the remote address, at most once a second per host, saying how
+    many it held back."""
+    auth, other = tmp_path / "auth.toml", tmp_path / "other.toml"
+    admin = str(add_identity(auth, "admin", [], ["#"], ["#"], FAST_KDF))
+    add_identity(other, "admin", [], ["#"], ["#"], FAST_KDF)
+    log = tmp_path / "member.log"
+    with BrokerProcess(tmp_path / "member", args=["--auth", str(auth)], credential=admin, http=True,
+                       log=log) as member:
+        bare = join_once(tmp_path / "bare", member.address, [])
+        assert bare.returncode != 0
+        assert f"{member.address} requires a cluster credential" in bare.stderr, bare.stderr
+        wrong = join_once(tmp_path / "wrong", member.address, ["--auth", str(other)])
+        assert wrong.returncode != 0
+        assert f"{member.address} holds another cluster credential" in wrong.stderr, wrong.stderr
+
+        refused = member.status()["peer_refusals"]["acceptor"]
+        assert refused["missing-credential"] >= 1 and refused["bad-proof"] >= 1
+        burst = 30  # bare PEER_HELLOs as fast as they go: counted each, logged about once a second
+        began = time.monotonic()
+        for _ in range(burst):
+            (body,) = replies(member.address, peer.hello(fake_node()))
+            assert link_messages([body]) == [peer.PeerError("auth-failed", link_messages([body])[0].message)]
+        seconds = time.monotonic() - began
+        after = member.status()["peer_refusals"]["acceptor"]
+        assert after["missing-credential"] == refused["missing-credential"] + burst
+
+        from .test_http import scrape
+        m = scrape(member.http_address)
+        assert m[("tidings_peer_refusals_total", (("reason", "missing-credential"), ("side", "acceptor")))] \
+            == after["missing-credential"]
+        assert m[("tidings_peer_refusals_total", (("reason", "bad-proof"), ("side", "acceptor")))] == after["bad-proof"]
+
+        def lines():
+            return [ln for ln in log.read_text().splitlines() if "refused a peer link from 127.0.0.1:" in ln]
+        wait_for(lambda: any("held back" in ln for ln in lines()), 10, what="a log line saying what it held back")
+        text = lines()
+        assert any("(missing-credential)" in ln and "requires its credential" in ln for ln in text)
+        assert any("(bad-proof)" in ln and "secrets differ" in ln for ln in text)
+        assert len([ln for ln in text if "announcing '127.0.0." in ln and ":9'" in ln]) <= seconds + 2

@@ -2,16 +2,20 @@
 parser) and /status as JSON, from real brokers in one overlay after real publishing."""
 
 import json
+import socket
 import subprocess
 import sys
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidings import sync
-from tidings.testing import Cluster
+from tidings.testing import BrokerProcess, Cluster
+from tidings.testing.broker_process import wait_for
 
 pytestmark = pytest.mark.integration
 EVENTS = 25
@@ -92,3 +96,56 @@ def test_http_is_off_by_default_and_checked(tmp_path, broker):
     out = subprocess.run([sys.executable, "-m", "tidings.cli.main", "broker", "--data", str(tmp_path / "x"),
                           "--http", "nowhere"], capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 2 and out.stderr.startswith("tidings: error: --http: broker address must be HOST:PORT")
+
+
+# ---- the dashboard's inspector: a closed page gives back its slot, connection and subscription ----
+
+INSPECT_WAIT_S = 20
+
+
+def open_inspector(address, pattern="quiet/#"):
+    """An inspector stream over a real HTTP connection: the socket once the broker says
+    `subscribed`, or the status line it answered instead (the socket closed)."""
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=INSPECT_WAIT_S)
+    sock.sendall(f"GET /dashboard/inspect?pattern={urllib.parse.quote(pattern)} HTTP/1.1\r\n"
+                 f"Host: {address}\r\n\r\n".encode())
+    seen = b""
+    deadline = time.monotonic() + INSPECT_WAIT_S
+    while b"event: subscribed" not in seen:
+        chunk = sock.recv(4096)
+        if not chunk or time.monotonic() > deadline:
+            sock.close()
+            return seen.split(b"\r\n", 1)[0].decode()
+        seen += chunk
+        if seen.startswith(b"HTTP/1.1 503"):
+            sock.close()
+            return seen.split(b"\r\n", 1)[0].decode()
+    return sock
+
+
+def inspectors_gone(broker):
+    st = broker.status()
+    return st["subscriptions"] == 0 and not any(c["service"] == "tidings-dashboard" for c in st["connections"])
+
+
+def test_closed_inspector_pages_give_back_their_slots(tmp_path):
+    """Three rounds of INSPECTORS_MAX pages on a pattern nobody publishes on, each closed: every
+    round gets its eight (24 in all), a ninth beside eight open ones is refused, and after each
+    close the broker's subscriptions and the dashboard's client connections are back to before."""
+    from tidings.aio.dashboard import INSPECTORS_MAX
+
+    with BrokerProcess(tmp_path / "b", http=True) as b:
+        assert inspectors_gone(b)
+        for _ in range(3):
+            pages = [open_inspector(b.http_address) for _ in range(INSPECTORS_MAX)]
+            assert all(isinstance(p, socket.socket) for p in pages), pages
+            assert b.status()["subscriptions"] == INSPECTORS_MAX
+            assert open_inspector(b.http_address) == "HTTP/1.1 503 Service Unavailable"
+            for p in pages:
+                p.close()
+            wait_for(lambda: inspectors_gone(b), INSPECT_WAIT_S, interval=0.1,
+                     what="the closed inspectors' subscriptions and connections gone")
+        last = open_inspector(b.http_address)
+        assert isinstance(last, socket.socket)
+        last.close()

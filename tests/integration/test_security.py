@@ -3,10 +3,13 @@ events is the authenticated identity, wrong and replayed credentials are refused
 publishes and subscriptions outside them (and nothing is logged), SIGHUP reloads the rules, and a
 broker off loopback refuses to start without --auth or --allow-anonymous."""
 
+import contextlib
 import json
 import signal
+import socket
 import subprocess
 import sys
+import threading
 
 import msgpack
 import pytest
@@ -16,7 +19,7 @@ from hypothesis import strategies as st
 from tidings import sync
 from tidings.aio.auth_file import add_identity
 from tidings.core.auth.credentials import KdfParams, parse_credential
-from tidings.core.errors import BrokerError, TidingsError
+from tidings.core.errors import BrokerError, BrokerNotProven, TidingsError
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder, frame
 from tidings.testing import BrokerProcess
@@ -240,3 +243,62 @@ def test_events_say_whether_their_source_authenticated(mixed):
     assert out.returncode == 0, out.stderr
     sources = [json.loads(line)["source"] for line in out.stdout.splitlines()]
     assert [(s["service"], s["authenticated"]) for s in sources] == [("visitor", False), ("loadmon", True)]
+class TamperingProxy:
+    """Between a client and the broker, on loopback: passes every byte, except that it flips one
+    bit of the server signature in the broker's WELCOME, as an attacker on the path could."""
+
+    def __init__(self, broker_address):
+        self.broker = broker_address
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.tampered = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        with contextlib.suppress(OSError):  # closed by close()
+            while True:
+                client, _ = self.listener.accept()
+                host, port = self.broker.rsplit(":", 1)
+                upstream = socket.create_connection((host, int(port)), timeout=10)
+                threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+                threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, src, dst, from_broker):
+        decoder = FrameDecoder(1 << 20)
+        with contextlib.suppress(OSError), src, dst:
+            while chunk := src.recv(65536):
+                if not from_broker:
+                    dst.sendall(chunk)
+                    continue
+                for body in decoder.feed(chunk):
+                    msg = msgpack.unpackb(body)
+                    if msg[0] == messages.WELCOME and "server_signature" in msg[2]:
+                        signature = bytearray(msg[2]["server_signature"])
+                        signature[0] ^= 1
+                        msg[2]["server_signature"] = bytes(signature)
+                        self.tampered.set()
+                    dst.sendall(frame(msgpack.packb(msg)))
+
+    def close(self):
+        self.listener.close()
+
+
+def test_a_tampered_server_signature_is_named_as_such(secured):
+    broker, creds, _ = secured
+    proxy = TamperingProxy(broker.address)
+    try:
+        with pytest.raises(BrokerNotProven, match="WELCOME signature does not verify") as err:
+            sync.connect(proxy.address, credential=creds["viewer"], timeout=10)
+        assert proxy.tampered.is_set() and err.value.code == "auth-failed"
+        assert "not a tidings broker" not in str(err.value)
+        out = subprocess.run([sys.executable, "-m", "tidings.cli.main", "status", "--broker", proxy.address,
+                              "--credential", creds["viewer"]], capture_output=True, text=True, timeout=60,
+                             check=False)
+        assert out.returncode == 1, out.stderr  # not 3 (unreachable): a broker answered, and failed the check
+        assert "did not prove it knows identity 'viewer'" in out.stderr and "tampered" in out.stderr
+        assert f"refused {proxy.address}" in out.stderr
+    finally:
+        proxy.close()
+    with sync.connect(broker.address, credential=creds["viewer"]) as direct:  # the broker itself is fine
+        assert direct.status()["pubend"] == broker.pubend

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidings.core.auth.peer_auth import ClusterAuth
-from tidings.core.effects import Disconnect
-from tidings.core.peers import OPEN, PeerLinks
+from tidings.core.effects import Disconnect, PeerRefused
+from tidings.core.peers import OPEN, PeerLinks, valid_address
 from tidings.core.wire import peer
 from tidings.core.wire.frames import FrameDecoder
 
@@ -51,6 +51,64 @@ def test_without_the_same_secret_there_is_no_link(dialler, acceptor):
     assert net.got == {SMALL.address: [], LARGE.address: []}
     assert net.unreachable[SMALL.address] == [LARGE.address]
     assert net.links(LARGE.address) == {} or net.links(LARGE.address)[SMALL.address]["state"] != OPEN
+
+
+@pytest.mark.parametrize(("dialler", "acceptor", "reasons", "says"), [
+    (None, SECRET, ("missing-credential", "missing-credential"), f"{LARGE.address} requires a cluster credential"),
+    (SECRET, None, ("unexpected-credential", "unexpected-credential"), f"{LARGE.address} has no cluster credential"),
+    (b"o" * 32, SECRET, ("bad-proof", "bad-proof"), f"{LARGE.address} holds another cluster credential"),
+])
+def test_a_refused_link_is_counted_and_named_at_both_ends(dialler, acceptor, reasons, says):
+    """Both ends count the refusal by reason and hand the runtime a PeerRefused to log; the
+    dialler's says in its own words what is wrong, which is what a failed join reports."""
+    net = secured(SMALL, LARGE, secrets=[dialler, acceptor])
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.run()
+    ends = {side: [e for e in net.effects[ref.address] if isinstance(e, PeerRefused)]
+            for side, ref in (("dialler", SMALL), ("acceptor", LARGE))}
+    assert [(e.side, e.reason) for e in ends["dialler"]] == [("dialler", reasons[0])]
+    assert ends["dialler"][0].address == LARGE.address and ends["dialler"][0].detail.startswith(says)
+    assert [(e.side, e.reason, e.address) for e in ends["acceptor"]] == [("acceptor", reasons[1], SMALL.address)]
+    assert net.nodes[SMALL.address].refusals_status() == {"acceptor": {}, "dialler": {reasons[0]: 1}}
+    assert net.nodes[LARGE.address].refusals_status() == {"acceptor": {reasons[1]: 1}, "dialler": {}}
+    assert net.nodes[SMALL.address].last_failure == f"{LARGE.address}: {ends['dialler'][0].detail}"
+
+
+def test_a_wrong_peer_auth_is_a_bad_proof_and_the_dialler_hears_its_credential_was_refused():
+    links = PeerLinks(LARGE, CFG, ClusterAuth(SECRET, nonce))
+    _, effects = adopt(links, peer.hello(SMALL, nonce=b"n" * 24) + peer.auth(b"\x00" * 32))
+    assert peer_errors(effects) == ["auth-failed"]
+    assert [(e.side, e.reason) for e in effects if isinstance(e, PeerRefused)] == [("acceptor", "bad-proof")]
+    # the dialler's side of the same: it answered the challenge, then the acceptor refused its proof
+    dialler = PeerLinks(SMALL, CFG, ClusterAuth(SECRET, nonce))
+    net = Net(SMALL, LARGE)
+    net.nodes[SMALL.address] = dialler
+    net.nodes[LARGE.address] = PeerLinks(LARGE, CFG, ClusterAuth(SECRET, lambda n: b"\x01" * n))
+    real_valid = ClusterAuth.valid
+    net.nodes[LARGE.address].cluster.valid = lambda proof, role, *rest: role != b"dialler" and real_valid(
+        net.nodes[LARGE.address].cluster, proof, role, *rest)
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.run()
+    refused = [e for e in net.effects[SMALL.address] if isinstance(e, PeerRefused)]
+    assert [(e.reason, e.detail) for e in refused] == [("bad-proof", f"cluster credential refused by {LARGE.address}")]
+
+
+@pytest.mark.parametrize("address", ["not an address", "host", "host:", ":7400", "host:0", "host:65536", "h st:1",
+                                     "host:\uff11\uff12", "host:-1"])
+def test_an_announced_address_that_is_not_host_port_is_refused(address):
+    from tidings.core.overlay.node_id import NodeRef
+
+    assert not valid_address(address)
+    links = PeerLinks(LARGE, CFG)
+    _, effects = adopt(links, peer.hello(NodeRef(SMALL.node_id, address)))
+    assert peer_errors(effects) == ["handshake"] and isinstance(effects[-1], Disconnect)
+    assert [(e.side, e.reason) for e in effects if isinstance(e, PeerRefused)] == [("acceptor", "bad-address")]
+    assert links.status() == [] and links.refusals_status()["acceptor"] == {"bad-address": 1}
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:7400", "broker-1.example.org:1", "[::1]:65535", "b0:7000"])
+def test_host_port_addresses_are_valid(address):
+    assert valid_address(address)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)

@@ -14,13 +14,15 @@ from tidings.core.session import ClientSession
 def test_every_error_is_exported_and_in_one_hierarchy():
     for name in ("TidingsError", "ChannelError", "FilterError", "AttributesError", "EventError", "StartError",
                  "AddressError", "ConnectionClosed", "BrokerUnreachable", "NotABroker", "BrokerError",
-                 "GapError", "ProtocolError"):
+                 "GapError", "ProtocolError", "BrokerNotProven"):
         cls = getattr(tidings, name)
         assert issubclass(cls, tidings.TidingsError) and name in dir(tidings)
     for name in ("ChannelError", "FilterError", "AttributesError", "EventError", "StartError", "AddressError"):
         assert issubclass(getattr(tidings, name), ValueError)
     assert issubclass(tidings.NotABroker, tidings.BrokerUnreachable)
     assert issubclass(tidings.BrokerUnreachable, tidings.ConnectionClosed)
+    assert issubclass(tidings.BrokerNotProven, tidings.ConnectionClosed)
+    assert not issubclass(tidings.BrokerNotProven, tidings.BrokerUnreachable)  # it answered, as a broker
     assert not hasattr(tidings, "AttributeError_")
     with pytest.raises(AttributeError):
         tidings.NoSuchThing  # noqa: B018

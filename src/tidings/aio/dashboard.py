@@ -19,6 +19,11 @@ the serving broker and, for the others, the reason they could not be read.
 The inspector subscribes through this broker's own client port, like any subscriber: what it
 shows is exactly what a client of this broker receives, and the broker's flow control applies to
 it (a page that cannot keep up makes its subscription read back from the log, never memory grow).
+A page that goes away is noticed even when no event flows: every `HEARTBEAT_S` the inspector
+writes an SSE comment line, which fails once the page has closed its connection (aiohttp then
+has no transport), and the inspector's slot, its client connection and its subscription are
+released at once (before, a quiet pattern kept all three until the broker stopped, and after
+`INSPECTORS_MAX` closed pages every inspector request got 503).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ STATUS_TIMEOUT_S = 2.0  # for connecting to another broker and for its status re
 TIMELINE_SAMPLES = 120  # rate samples kept per channel (two minutes at REFRESH_S)
 TIMELINE_CHANNELS_MAX = 8  # channels drawn in the traffic timeline, the busiest
 INSPECTORS_MAX = 8  # inspector streams open at once on one broker
+HEARTBEAT_S = 2.0  # an inspector writes a comment line this often, to notice a closed page
+HEARTBEAT = b": heartbeat\n\n"  # an SSE comment: EventSource ignores it
 PAYLOAD_SHOWN_BYTES_MAX = 2048  # an inspected event's payload beyond this is cut
 SERVICE = "tidings-dashboard"  # how the dashboard's own connections show in status
 
@@ -212,9 +219,11 @@ def _trees(statuses: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 class Dashboard:
     """The dashboard's routes on an aiohttp application."""
 
-    def __init__(self, view: ClusterView, client_tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, view: ClusterView, client_tls: ssl.SSLContext | None = None,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
         self.view = view
         self._tls = client_tls
+        self.heartbeat_s = heartbeat_s
         self._inspectors = 0
         self._page = resources.files("tidings.aio").joinpath("dashboard.html").read_bytes()
 
@@ -243,11 +252,26 @@ class Dashboard:
             response = await _sse(request)
             pattern = request.query.get("pattern") or "#"
             flt = request.query.get("filter") or None
-            with contextlib.suppress(ConnectionResetError):  # the page was closed
-                await self._relay(response, pattern, flt)
+            relay = asyncio.ensure_future(self._relay(response, pattern, flt))
+            try:
+                with contextlib.suppress(ConnectionResetError):  # the page was closed
+                    await self._beat(response, relay)
+            finally:  # the page went (or the broker stops): unsubscribe and close the client now
+                relay.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ConnectionResetError):
+                    await relay
             return response
         finally:
             self._inspectors -= 1
+
+    async def _beat(self, response: web.StreamResponse, relay: asyncio.Future[None]) -> None:
+        """Wait for `relay` to end, writing a heartbeat whenever it has been quiet for
+        `heartbeat_s`: the write raises ConnectionResetError once the page has gone."""
+        while not relay.done():
+            done, _ = await asyncio.wait({relay}, timeout=self.heartbeat_s)
+            if not done:
+                await response.write(HEARTBEAT)
+        relay.result()  # its ConnectionResetError (the page closed while an event was written)
 
     async def _relay(self, response: web.StreamResponse, pattern: str, flt: str | None) -> None:
         try:

@@ -88,6 +88,8 @@ class BrokerCollector(Collector):
         yield InfoMetricFamily(PREFIX + "broker", "this broker's pubend, node id and address", value=info)
         if "peers" in st:
             yield from _peers(st["peers"])
+        if "peer_refusals" in st:
+            yield _peer_refusals(st["peer_refusals"])
         if "trees" in st:
             yield from _trees(st["trees"])
         if "delivery" in st:
@@ -131,6 +133,17 @@ def _peers(peers: list[dict[str, Any]]) -> Iterator[Metric]:
     for state, count in sorted(by_state.items()):
         states.add_metric([state], count)
     yield from (rtt, queued, sent, received, states)
+
+
+def _peer_refusals(refusals: dict[str, dict[str, int]]) -> Metric:
+    """Peer handshakes refused (core/peers.py), by the side this broker played and the reason."""
+    family = CounterMetricFamily(PREFIX + "peer_refusals", "peer handshakes that ended without a link: side "
+                                 "acceptor (this broker refused a broker that dialled it) or dialler (the broker "
+                                 "it dialled refused it, or failed its check), and why", labels=["side", "reason"])
+    for side, reasons in sorted(refusals.items()):
+        for reason, count in sorted(reasons.items()):
+            family.add_metric([side, reason], count)
+    return family
 
 
 def _trees(trees: list[dict[str, Any]]) -> Iterator[Metric]:

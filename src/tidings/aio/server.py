@@ -8,7 +8,10 @@ dial is refused or takes longer than handshake_timeout_ns. Once listening, the b
 the overlay as the address it advertises (by default the bound host and port): it starts a new
 overlay, or joins the one the `join` address belongs to. Each failed attempt to reach the join
 address is logged (the core retries with backoff), and a broker not in the overlay after
-`join_timeout_s` stops with JoinFailed rather than run on alone.
+`join_timeout_s` stops with JoinFailed rather than run on alone, naming the last failure: a
+connection error, or the join address refusing the link (e.g. "HOST:PORT requires a cluster
+credential"). Every peer handshake refused at either end (PeerRefused, counted in the core's
+status) is logged as a warning, at most once a second per remote host.
 
 Sends to one connection within one input are joined into a single write, so a burst of events
 leaves in few syscalls, while a lone event is written immediately (no added latency). The
@@ -34,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 from tidings.aio.auth_file import load_policy
 from tidings.aio.loop import new_event_loop
 from tidings.aio.pfs_worker import PfsWorker
+from tidings.aio.ratelog import RateLimitedLog
 from tidings.aio.storage_worker import StorageWorker, log_state, restore_dedup
 from tidings.aio.tls import TlsFiles
 from tidings.core.auth.guard import Guard
@@ -46,6 +50,7 @@ from tidings.core.effects import (
     Disconnect,
     Effect,
     PauseReading,
+    PeerRefused,
     PfsAppend,
     PfsChop,
     ReadLog,
@@ -76,6 +81,7 @@ from tidings.core.inputs import (
     WriteSynced,
 )
 from tidings.core.overlay.node_id import id_hex
+from tidings.core.peers import DIALLER_SIDE
 from tidings.storage import DataDirectoryLock, EventLog, load_or_create_identity
 from tidings.storage.files import read_small_file
 
@@ -151,6 +157,7 @@ class BrokerServer:
         self.join_timeout_s = join_timeout_s
         self._join_attempts_failed = 0
         self._join_failure = "no answer"
+        self._refusals_log = RateLimitedLog(log)  # refused peer handshakes, per remote host
         self._join_watch: asyncio.TimerHandle | None = None
         self.failure: TidingsError | None = None  # why the broker stopped on its own, if it did
         self._advertise = advertise
@@ -231,8 +238,8 @@ class BrokerServer:
         if self.joined:
             return
         self.failure = JoinFailed(f"could not join the overlay through {self.join} within "
-                                  f"{self.join_timeout_s:g} s ({self._join_attempts_failed} failed attempts to "
-                                  f"reach it; last: {self._join_failure})")
+                                  f"{self.join_timeout_s:g} s ({self._join_attempts_failed} failed attempts; "
+                                  f"last: {self._join_failure})")
         log.error("%s; stopping", self.failure)
         self._stopping = asyncio.ensure_future(self.stop())
 
@@ -413,6 +420,29 @@ class BrokerServer:
                     transport.close()
             elif type(eff) is PauseReading or type(eff) is ResumeReading:
                 self._reading(eff.conn, type(eff) is ResumeReading)
+            elif type(eff) is PeerRefused:
+                self._peer_refused(eff)
+
+    def _peer_refused(self, eff: PeerRefused) -> None:
+        """Log a refused peer handshake, at most once a second per remote host; a refusal by the
+        broker we join through is also what a failed join reports."""
+        if eff.side == DIALLER_SIDE:
+            if eff.address == self.join and not self.joined:
+                self._join_attempts_failed += 1
+                self._join_failure = eff.detail
+                self._refusals_log.log(logging.WARNING, eff.address, "cannot join the overlay through %s: %s; "
+                                       "retrying", eff.address, eff.detail)
+            else:
+                self._refusals_log.log(logging.WARNING, eff.address, "peer link to %s refused (%s): %s",
+                                       eff.address, eff.reason, eff.detail)
+            return
+        transport = self.transports.get(eff.conn)
+        peername = None if transport is None else transport.get_extra_info("peername")
+        host = str(peername[0]) if peername else "?"
+        remote = f"{host}:{peername[1]}" if peername else "an unknown address"
+        announced = f" announcing {eff.address!r}" if eff.address else ""
+        self._refusals_log.log(logging.WARNING, host, "refused a peer link from %s%s (%s): %s", remote, announced,
+                               eff.reason, eff.detail)
 
     def _reading(self, conn: int, on: bool) -> None:
         transport = self.transports.get(conn)

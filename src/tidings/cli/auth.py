@@ -1,4 +1,5 @@
-"""`tidings auth add NAME`: create an identity in an auth file and print its credential once.
+"""`tidings auth add NAME`: create an identity in an auth file and print its credential once;
+`tidings auth remove NAME`: remove an identity and the rules naming it.
 
 The credential (NAME:SECRET) is printed on stdout as one JSON line and stored nowhere: the file
 keeps only a salted scrypt verifier (aio/auth_file.py). Give it to the client as `--credential`
@@ -11,17 +12,20 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from tidings.cli.common import EXIT_INPUT, CliError, emit
+from tidings.core.auth.policy import Limits
 from tidings.core.errors import TidingsError
 
 DEFAULT_AUTH_FILE = "tidings-auth.toml"
+LIMIT_KEYS = tuple(f.name for f in fields(Limits))
 
 
 def add_parser(sub: Any) -> None:
-    au = sub.add_parser("auth", help="manage identities in an auth file (add NAME)")
+    au = sub.add_parser("auth", help="manage identities in an auth file (add NAME / remove NAME)")
     asub = au.add_subparsers(dest="action", required=True)
     add = asub.add_parser("add", help="create an identity and print its credential once")
     add.add_argument("name", help="the identity: the service stamped on the events it publishes (1 to 64 ASCII "
@@ -35,17 +39,58 @@ def add_parser(sub: Any) -> None:
                      help="allow publishing on channels matching PATTERN (repeatable)")
     add.add_argument("--subscribe", action="append", default=[], metavar="PATTERN",
                      help="allow subscribing within PATTERN (repeatable)")
+    add.add_argument("--deny-publish", action="append", default=[], metavar="PATTERN",
+                     help="deny publishing on channels matching PATTERN, whatever else allows it (repeatable)")
+    add.add_argument("--deny-subscribe", action="append", default=[], metavar="PATTERN",
+                     help="deny subscribing to patterns that share a channel with PATTERN (repeatable)")
+    add.add_argument("--limit", action="append", default=[], metavar="KEY=VALUE",
+                     help="one of the identity's own limits, a positive integer (repeatable): "
+                          f"{', '.join(LIMIT_KEYS)} (docs/security.md)")
     add.set_defaults(func=cmd_add)
+    rm = asub.add_parser("remove", help="remove an identity and the rules naming it (then SIGHUP the brokers)")
+    rm.add_argument("name", help="the identity to remove")
+    rm.add_argument("--file", default=DEFAULT_AUTH_FILE, help="the auth file (default %(default)s)")
+    rm.set_defaults(func=cmd_remove)
+
+
+def _limits(items: list[str]) -> dict[str, int]:
+    limits: dict[str, int] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in LIMIT_KEYS:
+            raise CliError(f"--limit expects KEY=VALUE with KEY one of {', '.join(LIMIT_KEYS)}, got {item!r}",
+                           EXIT_INPUT)
+        if not value.strip().isdigit() or int(value) <= 0:
+            raise CliError(f"--limit {key} must be a positive integer, got {value!r}", EXIT_INPUT)
+        if key in limits:
+            raise CliError(f"--limit {key} is given twice", EXIT_INPUT)
+        limits[key] = int(value)
+    return limits
 
 
 def cmd_add(args: argparse.Namespace) -> int:
     from tidings.aio.auth_file import add_identity
 
+    limits = _limits(args.limit)
     try:
-        credential = add_identity(Path(args.file), args.name, args.instance, args.publish, args.subscribe)
+        credential = add_identity(Path(args.file), args.name, args.instance, args.publish, args.subscribe,
+                                  deny_publish=tuple(args.deny_publish), deny_subscribe=tuple(args.deny_subscribe),
+                                  limits=limits)
     except (TidingsError, OSError) as exc:
         raise CliError(str(exc), EXIT_INPUT) from None
     emit({"identity": args.name, "credential": str(credential), "file": args.file})
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    from tidings.aio.auth_file import remove_identity
+
+    try:
+        rules = remove_identity(Path(args.file), args.name)
+    except (TidingsError, OSError) as exc:
+        raise CliError(str(exc), EXIT_INPUT) from None
+    emit({"removed": args.name, "rules_removed": rules, "file": args.file})
     return 0
 
 

@@ -4,7 +4,10 @@
 in DIR/broker-I, where its ready line goes to ready.json and its log to broker.log; the first one
 starts a new overlay and the others join through it. It waits, with one deadline, for each ready
 line and then for each broker to report itself joined, and writes DIR/cluster.json: each member's
-index, pid, address, node id, data directory and join target, for `down` and `restart`.
+index, pid, address, node id, data directory and join target, for `down` and `restart`. With
+`--auth FILE` the brokers require a credential of every client, the status checks of `up` and
+`restart` included: without one (`--credential` or $TIDINGS_CREDENTIAL) they stop at once saying
+so, and a credential the brokers refuse ends the wait at once with their reason.
 
 Which process runs a member is never taken from cluster.json alone: a member may have been
 restarted by hand since. Every broker holds an exclusive lock on its data directory and writes its
@@ -50,11 +53,12 @@ def add_parser(sub: Any) -> None:
     up.add_argument("--auth", metavar="FILE", help="auth file given to every broker (docs/security.md)")
     up.add_argument("--credential", metavar="NAME:SECRET", default=os.environ.get(CREDENTIAL_ENV),
                     help="what `up` checks the brokers with when they have --auth (default $TIDINGS_CREDENTIAL)")
-    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster")
+    up.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds to wait for the cluster (default %(default)s)")
     up.set_defaults(func=cmd_up)
     down = csub.add_parser("down", help="stop every broker of the cluster, also members restarted by hand")
     _data_option(down)
-    down.add_argument("--timeout", type=float, default=15.0, help="seconds before SIGKILL")
+    down.add_argument("--timeout", type=float, default=15.0, help="seconds before SIGKILL (default %(default)s)")
     down.set_defaults(func=cmd_down)
     restart = csub.add_parser("restart", help="stop member I (if running) and start it again")
     restart.add_argument("index", type=int, help="the member's index (0 is the first broker)")
@@ -62,7 +66,8 @@ def add_parser(sub: Any) -> None:
                          help="what `restart` checks the broker with when it has --auth (default $TIDINGS_CREDENTIAL)")
     _data_option(restart)
     restart.add_argument("--timeout", type=float, default=60.0,
-                         help="seconds to stop it (then SIGKILL) and, again, to have it back and joined")
+                         help="seconds to stop it (then SIGKILL) and, again, to have it back and joined "
+                              "(default %(default)s)")
     restart.set_defaults(func=cmd_restart)
 
 
@@ -80,6 +85,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise CliError("--base-port must leave room for every broker's port", EXIT_INPUT)
     if args.timeout <= 0:
         raise CliError("--timeout must be positive", EXIT_INPUT)
+    _need_credential(args.auth, args.credential, "up")
     root = Path(args.data)
     running = _running(_member_dirs(root, _read_cluster(root)))
     if running:
@@ -107,6 +113,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     emit({"addresses": [b["address"] for b in brokers], "node_ids": [b["node_id"] for b in brokers],
           "cluster": str(root / CLUSTER_FILE)})
     return 0
+
+
+def _need_credential(auth: str | None, credential: str | None, action: str) -> None:
+    """Brokers with an auth file answer no anonymous status request: `up` and `restart` could
+    never see them joined, so say what is missing now rather than after --timeout."""
+    if auth and not credential:
+        raise CliError(f"cluster {action}: the brokers have --auth {auth}, so checking that they joined needs a "
+                       f"credential: give --credential NAME:SECRET or set ${CREDENTIAL_ENV} (`tidings auth add NAME "
+                       f"--file {auth}` creates one)", EXIT_INPUT)
 
 
 def _port(args: argparse.Namespace, index: int) -> int:
@@ -160,6 +175,7 @@ def _ready(b: dict[str, Any], deadline: float) -> None:
 def _wait_joined(b: dict[str, Any], deadline: float, credential: str | None) -> None:
     """Wait until the broker reports itself part of the overlay (a broker without one counts)."""
     from tidings import sync
+    from tidings.core.auth.handshake import AUTH_FAILED, AUTH_REQUIRED
     from tidings.core.errors import TidingsError
 
     while True:
@@ -167,7 +183,10 @@ def _wait_joined(b: dict[str, Any], deadline: float, credential: str | None) -> 
             with sync.connect(b["address"], service="tidings-cluster", timeout=5, credential=credential,
                               follow_advice=False) as client:
                 overlay = client.status().get("overlay")
-        except (TidingsError, OSError):  # not serving yet: wait on
+        except (TidingsError, OSError) as exc:  # not serving yet: wait on, unless the credential is refused
+            if isinstance(exc, TidingsError) and exc.code in (AUTH_FAILED, AUTH_REQUIRED):
+                raise CliError(f"broker {b['index']} ({b['address']}) refused the credential that checks it: "
+                               f"{exc} ({exc.code})", EXIT_BROKER) from None
             overlay = {}
         if overlay is None or overlay.get("joined"):
             return
@@ -216,6 +235,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
         raise CliError(f"the cluster under {root} has members 0 to {len(brokers) - 1}, not {args.index}",
                        EXIT_INPUT)
     member = brokers[args.index]
+    _need_credential(info.get("auth"), args.credential, "restart")
     _stop([Path(member["data"])], args.timeout)
     running = _running([Path(b["data"]) for b in brokers])
     up = [b["address"] for b in brokers if b is not member and Path(b["data"]) in running]

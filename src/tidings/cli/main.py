@@ -45,6 +45,7 @@ from tidings.core.event import validate_attributes
 from tidings.core.filters.lexer import bare_name
 
 DEFAULT_BROKER = os.environ.get("TIDINGS_BROKER", "127.0.0.1:7400")
+DEFAULT_SERVICE = "tidings-cli"
 WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 def attr_value(text: str) -> Any:
@@ -172,9 +173,26 @@ def _connect(args: argparse.Namespace, follow_advice: bool = True, failover: Seq
 
     if not args.connect_timeout > 0:
         raise CliError("--connect-timeout must be a positive number of seconds", EXIT_INPUT)
-    return sync.connect(args.broker, service=args.service, instance=args.instance, timeout=args.connect_timeout,
-                        credential=args.credential, tls=tls_cli.client_tls(args), follow_advice=follow_advice,
-                        failover=failover)
+    client = sync.connect(args.broker, service=args.service or DEFAULT_SERVICE, instance=args.instance,
+                          timeout=args.connect_timeout, credential=args.credential, tls=tls_cli.client_tls(args),
+                          follow_advice=follow_advice, failover=failover)
+    client.on_move = _say_move
+    return client
+
+
+def _note_service(args: argparse.Namespace) -> None:
+    """Once authenticated, the broker stamps the identity on every event: say so when --service
+    asked for another source, rather than let it be overridden silently."""
+    identity = (args.credential or "").partition(":")[0]
+    if args.service is not None and args.credential and args.service != identity:
+        sys.stderr.write(f"tidings: note: the events' source is the authenticated identity {identity}, not "
+                         f"--service {args.service}: the broker stamps the identity it authenticated\n")
+
+
+def _say_move(old: str, new: str, why: str) -> None:
+    """One line on stderr each time the client goes on at another broker."""
+    sys.stderr.write(f"tidings: moved from broker {old} to {new} ({why})\n")
+    sys.stderr.flush()
 
 
 def cmd_pub(args: argparse.Namespace) -> int:
@@ -184,6 +202,7 @@ def cmd_pub(args: argparse.Namespace) -> int:
         raise CliError("--producer and --seq go together (idempotent publish)", EXIT_INPUT)
     # idempotent publish: a route-advice move would take the repeats to another broker's window
     with _connect(args, follow_advice=args.producer is None) as client:
+        _note_service(args)
         if args.payload is not None:
             res = client.publish(args.channel, args.payload, attrs, producer=args.producer, seq=args.seq)
             emit(_ack_line(res))
@@ -348,7 +367,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _client_options(sp: argparse.ArgumentParser, publishes: bool = False) -> None:
     sp.add_argument("--broker", default=DEFAULT_BROKER, help="HOST:PORT (default %(default)s, or $TIDINGS_BROKER)")
     what = "stamped on published events as their source" if publishes else "this client gives the broker"
-    sp.add_argument("--service", default="tidings-cli", help=f"service name {what} (default %(default)s)")
+    sp.add_argument("--service", default=None, help=f"service name {what} (default {DEFAULT_SERVICE}; with "
+                    f"--credential the broker stamps the identity instead)")
     sp.add_argument("--instance", default=None, help=f"instance name {what} (default HOSTNAME-PID)")
     sp.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
                     help="give up connecting after this long (default %(default)s)")
@@ -422,7 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--http", metavar="HOST:PORT", help="serve /metrics (Prometheus) and /status (JSON) over "
                    "HTTP here (port 0: a free one, given in the ready line); off by default")
     b.add_argument("--config", help="TOML file setting limits and timers (see docs/configuration.md)")
-    b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="the least severe log lines the broker writes to stderr (default %(default)s)")
     auth_cli.broker_options(b)
     tls_cli.broker_options(b)
     b.set_defaults(func=cmd_broker)

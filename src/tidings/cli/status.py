@@ -13,7 +13,8 @@ from tidings.core.event import tick_to_datetime
 SUMMARY_KEYS = {"pubend", "clients", "subscriptions", "subscriptions_live", "catchup_readers", "blocked_connections",
                 "events_published", "events_rejected", "events_delivered", "events_remote_delivered",
                 "read_span_bytes",
-                "peer_messages_rejected", "pending_sync_batches", "pending_sync_bytes", "paused_publishers",
+                "peer_messages_rejected", "peer_refusals", "pending_sync_batches", "pending_sync_bytes",
+                "paused_publishers",
                 "first_tick", "last_tick", "released_through", "log_bytes", "log_records", "leases_held",
                 "leases_expired", "lease_ns", "draining", "durable_registrations", "durable_away",
                 "durable_expired", "durable_moved"}
@@ -98,6 +99,12 @@ def _summary(st: dict[str, Any]) -> list[str]:
         rows.append(("draining", "yes: clients are advised to move, then the broker stops"))
     if st.get("peer_messages_rejected"):
         rows.append(("rejected", f"{st['peer_messages_rejected']} malformed messages from other brokers"))
+    refusals = st.get("peer_refusals") or {}
+    said = [f"{whom}: " + ", ".join(f"{reason} {count}" for reason, count in refusals[side].items())
+            for side, whom in (("acceptor", "refused brokers that dialled it"),
+                               ("dialler", "refused by brokers it dialled")) if refusals.get(side)]
+    if said:
+        rows.append(("refusals", "; ".join(said) + " (peer handshakes, see the log)"))
     width = max(len(k) for k, _ in rows)
     return [f"{k:<{width}}  {v}" for k, v in rows]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,33 @@ def add_parser(sub: Any) -> None:
                      "(default %(default)s)")
     dev.add_argument("--host", action="append", default=[], metavar="NAME|IP",
                      help="a host name or IP the certificate is for (repeatable; default 127.0.0.1 and localhost)")
-    dev.add_argument("--days", type=int, default=30, help="validity (default %(default)s)")
+    dev.add_argument("--days", type=_days, default=30, help="validity in days, a positive integer "
+                     "(default %(default)s)")
+    dev.add_argument("--force", action="store_true", help="replace the CA and certificate already in --dir "
+                     "(what the old CA signed is then no longer trusted by whoever takes the new ca.pem)")
     dev.set_defaults(func=cmd_dev_certs)
+
+
+DAYS_MAX = 36_500  # openssl takes more; a development CA has no use for it
+
+
+def _days(text: str) -> int:
+    if not text.strip().isdigit() or not 1 <= int(text) <= DAYS_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number of days from 1 to {DAYS_MAX}, got {text!r}")
+    return int(text)
 
 
 def cmd_dev_certs(args: argparse.Namespace) -> int:
     from tidings.aio.tls import make_dev_certs
 
+    existing = [p for p in (Path(args.dir) / name for name in ("ca.pem", "ca.key", "cert.pem", "cert.key"))
+                if p.exists()]
+    if existing and not args.force:
+        raise CliError(f"{existing[0]} exists already: give --force to replace the CA and certificate in "
+                       f"{args.dir} (brokers and clients holding the old ca.pem stop trusting the new ones)",
+                       EXIT_INPUT)
+    if existing:
+        sys.stderr.write(f"tidings: replacing the CA and certificate in {args.dir}\n")
     try:
         paths = make_dev_certs(Path(args.dir), args.host or ["127.0.0.1", "localhost"], args.days)
     except OSError as exc:

@@ -19,16 +19,18 @@ import os
 import secrets
 import socket
 import ssl
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tidings.core import advice, errors
 from tidings.core.auth.credentials import NONCE_BYTES, Credential, parse_credential
+from tidings.core.auth.handshake import AUTH_FAILED
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import (
     AddressError,
     BrokerError,
+    BrokerNotProven,
     BrokerUnreachable,
     ConnectionClosed,
     EventError,
@@ -330,6 +332,9 @@ class Client:
         self.info: dict[str, Any] = {}  # the broker's WELCOME info
         self.follow_advice = True  # move to a broker the current one advises (core/advice.py)
         self.moves = 0
+        # called (old address, new address, why) each time the client goes on at another broker:
+        # route advice ("route advice: closer") or failover; the `tidings` command says it on stderr
+        self.on_move: Callable[[str, str, str], None] | None = None
         self._moving: asyncio.Future[None] | None = None
         self._following: asyncio.Task[None] | None = None
         self._advice_held: tuple[advice.Reason, list[advice.Candidate]] | None = None  # see _advised
@@ -344,7 +349,8 @@ class Client:
                       failover: Sequence[str] = ()) -> Client:
         """Connect and handshake within `timeout` seconds. Raises BrokerUnreachable when no connection
         can be made, NotABroker when what answers is not a tidings broker (it must answer HELLO
-        within WELCOME_TIMEOUT_S), BrokerError when the broker refuses the client.
+        within WELCOME_TIMEOUT_S), BrokerError when the broker refuses the client, BrokerNotProven
+        when, with a credential, the broker's signature does not verify.
 
         `credential`: NAME:SECRET as `tidings auth add` printed it (the command line also reads
         it from $TIDINGS_CREDENTIAL; the library never reads the environment); with it the client
@@ -391,6 +397,8 @@ class Client:
             client._abort()
             if exc.code == errors.VERSION:  # a tidings broker, of another version
                 raise
+            if isinstance(exc, ProtocolError) and exc.code == AUTH_FAILED:  # our check of the broker failed
+                raise BrokerNotProven(f"refused {address}: {exc}") from None
             raise NotABroker(f"{address} is not a tidings broker: {client._first_answer()}") from None
         except BaseException:
             client._abort()
@@ -733,7 +741,7 @@ class Client:
             rtt = self.rtt_ns if current is None else min(self.rtt_ns, current.rtt_ns)
             target = advice.choose(reason, rtt, [p for p in probes if p is not None], self.address)
             if target is not None and self._movable(reason) and self._closed is None:
-                await self._move(target)
+                await self._move(target, f"route advice: {reason.value}")
         finally:
             self._following = None
             self._follow_held()
@@ -750,7 +758,7 @@ class Client:
         return advice.Probe(address, other.rtt_ns, bool(other.info.get("overloaded")),
                             bool(other.info.get("draining")))
 
-    async def _move(self, address: str) -> None:
+    async def _move(self, address: str, why: str = "route advice") -> None:
         """Go on at `address`: requests in flight here are answered first, new ones wait, and the
         application sees one client throughout (later events carry the new broker's pubend)."""
         self._moving = moving = self._loop.create_future()
@@ -762,7 +770,7 @@ class Client:
                     await asyncio.wait([*pending, *self._status.values()])
                 other = await Client.connect(address, **self._connect_args, follow_advice=False)
             if self._closed is None:
-                self._switch(address, other)
+                self._switch(address, other, why)
                 self._resubscribe()
             else:
                 await other.close()
@@ -775,12 +783,13 @@ class Client:
                 self._flush_scheduled = True
                 self._loop.call_soon(self._flush)
 
-    def _switch(self, address: str, other: Client) -> None:
+    def _switch(self, address: str, other: Client, why: str) -> None:
         """Take over `other`'s connection and session; the old connection is closed quietly."""
         if other._renewal is not None:
             other._renewal.cancel()
         old = self._transport
         assert old is not None and other._transport is not None
+        moved_from = self.address
         protocol = old.get_protocol()  # (None once the connection was lost: a failover)
         if protocol is not None:
             protocol.client = _Detached()  # type: ignore[attr-defined]
@@ -790,6 +799,8 @@ class Client:
         self._advice_held = other._advice_held  # the new broker's; what the old one advised is moot
         self.moves += 1
         old.close()
+        if self.on_move is not None:
+            self.on_move(moved_from, address, why)
 
     def _resubscribe(self) -> None:
         """After a move: each subscription again on the new connection, the application's iterator
@@ -972,7 +983,7 @@ class Client:
                     if self._closed is not None:
                         await other.close()
                         break
-                    self._switch(address, other)
+                    self._switch(address, other, f"failover: {lost}")
                     self.failover = [a for a in candidates if a != address]
                     self.failovers += 1
                     self._resubscribe()

@@ -55,6 +55,7 @@ from tidings.core.effects import (
     Disconnect,
     Effect,
     PauseReading,
+    PeerRefused,
     PfsAppend,
     PfsChop,
     ReadLog,
@@ -101,7 +102,7 @@ from tidings.core.wire.frames import PartialFrames
 
 CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status()`
 # what the cluster member asks of the runtime
-RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs)
+RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs, PeerRefused)
 
 
 class HandshakeTimer(NamedTuple):

@@ -233,6 +233,7 @@ class ClusterMember:
             status["delivery"] = self.reliability.status()
         if self.peers is not None:
             status["peers"] = self.peers.status()
+            status["peer_refusals"] = self.peers.refusals_status()
         return status
 
     # ---- glue ------------------------------------------------------------------------------------

@@ -123,8 +123,23 @@ class Connect:
     address: str
 
 
+@dataclass(frozen=True, slots=True)
+class PeerRefused:
+    """A peer link was refused in its handshake (core/peers.py), already counted in the status:
+    for the runtime to log, rate-limited. `side` is "acceptor" when this broker refused the
+    connection `conn` that dialled it (`address`: what the dialler announced, "" if nothing
+    readable), "dialler" when the broker we dialled at `address` refused us or failed our check.
+    `reason` is one of peers.REFUSAL_REASONS; `detail` says it in a sentence."""
+
+    conn: int
+    address: str
+    side: str
+    reason: str
+    detail: str
+
+
 Effect = (Send | Disconnect | PauseReading | ResumeReading | Append | Sync | ReadLog | ReleaseLog | SaveDurable
-          | Connect | PfsAppend | PfsChop | ReadPfs)
+          | Connect | PfsAppend | PfsChop | ReadPfs | PeerRefused)
 
 
 def coalesce_sends(effects: list[Effect]) -> list[Effect]:

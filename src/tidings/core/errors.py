@@ -10,6 +10,7 @@ What users catch (all exported by `tidings`), every one a TidingsError with a `c
     ConnectionClosed the connection is closed or was lost (pending publishes may or may not be logged)
       BrokerUnreachable  no connection could be made (refused, timed out, no route)
         NotABroker       something answered there, but not a tidings broker
+      BrokerNotProven    the broker failed the client's check of its signature (with a credential)
     BrokerError      the broker refused a request (its ERROR frame's code and message)
     GapError         retention released events a subscription asked for
     ProtocolError    a peer broke the wire protocol
@@ -102,6 +103,14 @@ class NotABroker(BrokerUnreachable):
     """Something accepted the connection but did not answer as a tidings broker."""
 
     code = NOT_A_BROKER
+
+
+class BrokerNotProven(ConnectionClosed):
+    """A client with a credential refused the broker: its WELCOME signature (or its challenge)
+    does not verify, so it does not hold this identity's verifier: the reply was tampered with in
+    transit, or this is not the broker meant. The client closed the connection."""
+
+    code = "auth-failed"
 
 
 class FilterError(TidingsError, ValueError):

@@ -44,6 +44,17 @@ and only a right PEER_AUTH hands its HELLO to the handshake above; until then no
 is acted on and no link is touched. A dialler answers the acceptor's PEER_CHALLENGE only if the
 acceptor proved the secret, and takes no PEER_WELCOME before that.
 
+Refusals. Every handshake that ends without a link, at either end, is counted by side and reason
+(`refusals`, in the status as `peer_refusals`) and handed to the runtime as a `PeerRefused` effect
+to log: as acceptor, a HELLO that is malformed, of another version, announcing an address that is
+not HOST:PORT, without the cluster credential's nonce (`missing-credential`) or with one where
+there is no credential (`unexpected-credential`), a wrong PEER_AUTH or a dialler that refused our
+proof (`bad-proof`: the secrets differ), no PEER_AUTH in time, or too many handshakes at once; as
+dialler, the acceptor's PEER_ERROR, a challenge whose proof fails, a WELCOME without a challenge,
+or no WELCOME in time. The acceptor's PEER_ERROR says why, and the dialler reads it against its
+own state: `auth-failed` to a dialler without a credential means the acceptor requires one;
+before its challenge, that the acceptor has none; after it, that our proof was refused.
+
 RTT. An OPEN link sends PING at once and then every ping_interval_ns; the matching PONG gives
 `RttMeasured` (both ends of the measure are `now` values) for proximity neighbour selection.
 `probe` measures a node on request.
@@ -70,7 +81,7 @@ from tidings.core import errors
 from tidings.core.auth.handshake import AUTH_FAILED
 from tidings.core.auth.peer_auth import ACCEPTOR, DIALLER, ClusterAuth
 from tidings.core.deadlines import Deadlines
-from tidings.core.effects import Connect, Disconnect, Effect, Send
+from tidings.core.effects import Connect, Disconnect, Effect, PeerRefused, Send
 from tidings.core.errors import ProtocolError
 from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES, RELIABILITY_TYPES
 from tidings.core.overlay.node_id import NodeRef, id_hex
@@ -101,6 +112,31 @@ SECOND_NS = 1_000_000_000
 PING_MISSES_MAX = 3  # an OPEN link silent for this many ping intervals is down
 ALIASES_MAX = 1024
 UNPROVEN_MAX = 256  # accepted connections awaiting PEER_AUTH at once; more are refused
+
+ACCEPTOR_SIDE = "acceptor"  # this broker refused a connection that dialled it
+DIALLER_SIDE = "dialler"  # the broker this one dialled refused it, or failed its check
+# why a handshake ended without a link (the `reason` of PeerRefused and of the refusal counts)
+MISSING_CREDENTIAL = "missing-credential"  # the dialler has no cluster credential, the acceptor does
+UNEXPECTED_CREDENTIAL = "unexpected-credential"  # the dialler has one, the acceptor none
+BAD_PROOF = "bad-proof"  # a cluster proof did not verify: the two hold different secrets
+HANDSHAKE_TIMEOUT = "handshake-timeout"
+BAD_ADDRESS = "bad-address"  # the announced address is not HOST:PORT
+VERSION = "version"
+MALFORMED = "malformed"  # a bad or unexpected frame in the handshake
+BUSY = "busy"  # UNPROVEN_MAX handshakes in progress already
+REFUSED = "refused"  # the acceptor's PEER_ERROR with another code
+REFUSAL_REASONS = (MISSING_CREDENTIAL, UNEXPECTED_CREDENTIAL, BAD_PROOF, HANDSHAKE_TIMEOUT, BAD_ADDRESS, VERSION,
+                   MALFORMED, BUSY, REFUSED)
+HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:[]")
+PORT_MAX = 65535
+
+
+def valid_address(address: str) -> bool:
+    """HOST:PORT as a broker announces itself: a host of letters, digits, `.-_` (or a bracketed
+    IPv6 address) and a port from 1 to 65535."""
+    host, sep, port = address.rpartition(":")
+    return (bool(sep) and bool(host) and set(host) <= HOST_CHARS and port.isascii() and port.isdigit()
+            and 0 < int(port) <= PORT_MAX)
 
 
 
@@ -194,6 +230,7 @@ class PeerLinks:
         self._ping_seq = 0
         self.messages_dropped = 0  # on every link, also those since forgotten
         self.last_failure = ""  # the last link dropped and why, for status and logs
+        self.refusals: dict[tuple[str, str], int] = {}  # (side, reason) -> handshakes refused
 
     # ---- the composer's interface ----------------------------------------------------------------
 
@@ -292,17 +329,30 @@ class PeerLinks:
             hello = peer.decode_hello(hello_body)
         except ProtocolError as exc:  # not yet a peer: answer in the client protocol
             return [], [Send(conn, messages.error(errors.HANDSHAKE, f"bad PEER_HELLO: {exc}")),
+                        self._refused(conn, "", ACCEPTOR_SIDE, MALFORMED, f"bad PEER_HELLO: {exc}"),
                         Disconnect(conn, "bad PEER_HELLO")]
         c = self._conns[conn] = _Conn(conn, decoder, False, hello.node.address)
         decoder.limit(self.config.hello_frame_bytes_max, "hello_frame_bytes_max")  # until admitted
-        if hello.version != peer.PEER_VERSION:
-            return [], self._close(c, errors.VERSION, f"peer protocol version {hello.version} is not "
-                                                      f"supported; this broker speaks {peer.PEER_VERSION}")
-        if hello.node.node_id == self.me.node_id or hello.node.address == self.me.address:
-            return [], self._close(c, errors.HANDSHAKE, "PEER_HELLO names this very broker")
+        refusal = self._hello_refusal(hello)
+        if refusal is not None:
+            return [], self._refuse(c, *refusal)
         if self.cluster is not None:
             return self._challenge(now, c, hello, rest_bodies)
         return self._accepted(now, c, hello.node, rest_bodies, [])
+
+    def _hello_refusal(self, hello: peer.PeerHello) -> tuple[str, str, str] | None:
+        """Why a well-formed PEER_HELLO is refused before any credential is checked (the PEER_ERROR
+        code, the refusal reason, the text), or None."""
+        if hello.version != peer.PEER_VERSION:
+            return (errors.VERSION, VERSION, f"peer protocol version {hello.version} is not supported; this "
+                                             f"broker speaks {peer.PEER_VERSION}")
+        if not valid_address(hello.node.address):
+            return errors.HANDSHAKE, BAD_ADDRESS, f"PEER_HELLO announces {hello.node.address!r}, not HOST:PORT"
+        if hello.node.node_id == self.me.node_id or hello.node.address == self.me.address:
+            return errors.HANDSHAKE, MALFORMED, "PEER_HELLO names this very broker"
+        if self.cluster is None and hello.nonce is not None:
+            return AUTH_FAILED, UNEXPECTED_CREDENTIAL, "this broker has no cluster credential (PEER_HELLO with nonce)"
+        return None
 
     def _accepted(self, now: int, c: _Conn, node: NodeRef, bodies: list[bytes], out: list[Effect]) -> PeerOutput:
         out += self._accept(now, c, node)
@@ -370,6 +420,13 @@ class PeerLinks:
                  "dropped": link.dropped}
                 for link in sorted(self._links.values(), key=lambda lk: lk.address)]
 
+    def refusals_status(self) -> dict[str, dict[str, int]]:
+        """Handshakes refused since start, by side (ACCEPTOR_SIDE, DIALLER_SIDE) and reason."""
+        out: dict[str, dict[str, int]] = {ACCEPTOR_SIDE: {}, DIALLER_SIDE: {}}
+        for (side, reason), count in sorted(self.refusals.items()):
+            out[side][reason] = count
+        return out
+
     # ---- handshake -------------------------------------------------------------------------------
 
     def _accept(self, now: int, c: _Conn, node: NodeRef) -> list[Effect]:
@@ -397,11 +454,19 @@ class PeerLinks:
 
     def _welcomed(self, now: int, c: _Conn, link: _Link, msg: peer.PeerWelcome) -> list[Effect]:
         if c.nonce is not None:
-            return self._fail(c, link, AUTH_FAILED, "the peer welcomed us without proving the cluster credential")
+            return self._refuse_dialled(c, link, AUTH_FAILED, UNEXPECTED_CREDENTIAL,
+                                        f"{link.address} has no cluster credential (it welcomed us without "
+                                        f"proving one)")
         if msg.version != peer.PEER_VERSION:
-            return self._fail(c, link, errors.VERSION, f"peer protocol version {msg.version} is not supported")
+            return self._refuse_dialled(c, link, errors.VERSION, VERSION,
+                                        f"{link.address} speaks peer protocol version {msg.version}, "
+                                        f"not {peer.PEER_VERSION}")
+        if not valid_address(msg.node.address):
+            return self._refuse_dialled(c, link, errors.HANDSHAKE, BAD_ADDRESS,
+                                        f"{link.address} announces {msg.node.address!r}, not HOST:PORT")
         if msg.node.node_id == self.me.node_id:
-            return self._fail(c, link, errors.HANDSHAKE, "PEER_WELCOME names this very broker")
+            return self._refuse_dialled(c, link, errors.HANDSHAKE, MALFORMED,
+                                        f"{link.address}'s PEER_WELCOME names this very broker")
         link.node = msg.node
         if msg.node.address != link.address and msg.node.address not in self._links:
             self._rename(link, msg.node.address)
@@ -448,9 +513,10 @@ class PeerLinks:
         """An accepted PEER_HELLO in a cluster with a credential: challenge it; no link yet."""
         assert self.cluster is not None
         if hello.nonce is None:
-            return [], self._close(c, AUTH_FAILED, "this cluster requires its credential (PEER_HELLO without nonce)")
+            return [], self._refuse(c, AUTH_FAILED, MISSING_CREDENTIAL,
+                                    "this cluster requires its credential (PEER_HELLO without nonce)")
         if len(self._unproven) >= UNPROVEN_MAX:
-            return [], self._close(c, errors.HANDSHAKE, "too many peer handshakes in progress")
+            return [], self._refuse(c, errors.HANDSHAKE, BUSY, "too many peer handshakes in progress")
         c.unproven = hello
         c.nonce = self.cluster.nonce()
         self._unproven[c.conn] = None
@@ -466,26 +532,30 @@ class PeerLinks:
         for i, body in enumerate(bodies):
             try:
                 raw = peer.unpack(body)
-                if raw[0] != peer.PEER_AUTH:
-                    raise ProtocolError(errors.HANDSHAKE, "expected PEER_AUTH")
-                msg = peer.decode_link_message(raw)
+                msg = peer.decode_link_message(raw) if raw[0] in (peer.PEER_AUTH, peer.PEER_ERROR) else None
             except ProtocolError as exc:
-                return [], out + self._close(c, exc.code, str(exc))
-            assert isinstance(msg, peer.PeerAuth)
+                return [], out + self._refuse(c, exc.code, MALFORMED, str(exc))
+            if isinstance(msg, peer.PeerError):  # the dialler checked our proof and refused it, or gave up
+                reason = BAD_PROOF if msg.code == AUTH_FAILED else MALFORMED
+                why = "refused this broker's cluster proof: the secrets differ" if reason == BAD_PROOF else "gave up"
+                return [], out + self._refuse(c, msg.code, reason, f"the dialler {why} ({msg.message})", tell=False)
+            if not isinstance(msg, peer.PeerAuth):
+                return [], out + self._refuse(c, errors.HANDSHAKE, MALFORMED, "expected PEER_AUTH")
             if not self.cluster.valid(msg.proof, DIALLER, hello.nonce, c.nonce, hello.node):
-                self.last_failure = f"{hello.node.address}: wrong cluster credential"
-                return [], out + self._close(c, AUTH_FAILED, "wrong cluster credential")
+                return [], out + self._refuse(c, AUTH_FAILED, BAD_PROOF, "wrong cluster credential")
             c.unproven = None
             return self._accepted(now, c, hello.node, bodies[i + 1:], out)
         if c.decoder.failure is not None:
-            out += self._close(c, c.decoder.failure.code, str(c.decoder.failure))
+            out += self._refuse(c, c.decoder.failure.code, MALFORMED, str(c.decoder.failure))
         return [], out
 
     def _answer(self, c: _Conn, link: _Link, msg: peer.PeerChallenge) -> list[Effect]:
         """The acceptor proved the cluster credential: prove it back (then PEER_WELCOME comes)."""
         assert self.cluster is not None and c.nonce is not None
         if not self.cluster.valid(msg.proof, ACCEPTOR, c.nonce, msg.nonce, self.me):
-            return self._fail(c, link, AUTH_FAILED, "the peer does not hold the cluster credential")
+            return self._refuse_dialled(c, link, AUTH_FAILED, BAD_PROOF,
+                                        f"{link.address} holds another cluster credential (its proof does not "
+                                        f"verify with ours)")
         proof = self.cluster.proof(DIALLER, c.nonce, msg.nonce, self.me)
         c.nonce = None
         return [Send(c.conn, peer.auth(proof))]
@@ -495,7 +565,7 @@ class PeerLinks:
         c = self._conns.get(conn)
         if c is None or c.unproven is None or c.closing:
             return []
-        return self._close(c, errors.HANDSHAKE_TIMEOUT, "no PEER_AUTH within the handshake timeout")
+        return self._refuse(c, errors.HANDSHAKE_TIMEOUT, HANDSHAKE_TIMEOUT, "no PEER_AUTH within the handshake timeout")
 
     # ---- messages --------------------------------------------------------------------------------
 
@@ -544,7 +614,11 @@ class PeerLinks:
     def _peer_error(self, now: int, c: _Conn, link: _Link, msg: peer.PeerError) -> list[Effect]:
         c.closing = True
         out: list[Effect] = [Disconnect(c.conn, f"peer error: {msg.code}")]
-        if msg.code != peer.DUPLICATE_LINK:
+        if msg.code != peer.DUPLICATE_LINK and link.state == HANDSHAKE and link.conn == c.conn:
+            reason, detail = self._refusal_of(c, link.address, msg)
+            out.insert(0, self._refused(c.conn, link.address, DIALLER_SIDE, reason, detail))  # then Disconnect
+            self._drop(link, detail)
+        elif msg.code != peer.DUPLICATE_LINK:
             self._drop(link, f"peer error {msg.code}: {msg.message}")
         elif link.state == HANDSHAKE:
             link.move(WAITING)  # the peer keeps its own dial to us: wait for its HELLO
@@ -553,6 +627,20 @@ class PeerLinks:
         else:  # the peer closed an open link as superseded: it is alive, so connect afresh
             out += self._redial(link)
         return out
+
+    def _refusal_of(self, c: _Conn, address: str, msg: peer.PeerError) -> tuple[str, str]:
+        """What the acceptor's PEER_ERROR in our handshake means, read against what we sent."""
+        if msg.code == AUTH_FAILED and self.cluster is None:
+            return MISSING_CREDENTIAL, f"{address} requires a cluster credential"
+        if msg.code == AUTH_FAILED and c.nonce is not None:  # refused before it challenged us
+            return UNEXPECTED_CREDENTIAL, f"{address} has no cluster credential (this broker has one)"
+        if msg.code == AUTH_FAILED:
+            return BAD_PROOF, f"cluster credential refused by {address}"
+        if msg.code == errors.HANDSHAKE_TIMEOUT:
+            return HANDSHAKE_TIMEOUT, f"{address} timed out our handshake ({msg.message})"
+        if msg.code == errors.VERSION:
+            return VERSION, f"{address}: {msg.message}"
+        return REFUSED, f"{address} refused the link ({msg.code}: {msg.message})"
 
     def _check_decoder(self, c: _Conn, out: list[Effect]) -> None:
         failure = c.decoder.failure
@@ -600,11 +688,12 @@ class PeerLinks:
 
     def _wake(self, now: int, link: _Link) -> list[Effect]:
         if link.state in (HANDSHAKE, WAITING):
-            out: list[Effect] = []
+            detail = f"no handshake with {link.address} within handshake_timeout_ns ({link.state})"
+            out: list[Effect] = [self._refused(link.conn or 0, link.address, DIALLER_SIDE, HANDSHAKE_TIMEOUT, detail)]
             if link.conn is not None:
-                out = self._close(self._conns[link.conn], errors.HANDSHAKE_TIMEOUT,
-                                  "no PEER_WELCOME within the handshake timeout")
-            self._drop(link, f"no handshake within handshake_timeout_ns ({link.state})")
+                out += self._close(self._conns[link.conn], errors.HANDSHAKE_TIMEOUT,
+                                   "no PEER_WELCOME within the handshake timeout")
+            self._drop(link, detail)
             return out
         assert link.state == OPEN and link.conn is not None
         if now - link.heard_at >= PING_MISSES_MAX * self.config.ping_interval_ns:
@@ -617,6 +706,30 @@ class PeerLinks:
         c.closing = True
         c.decoder.clear()  # nothing more is read
         return [Send(c.conn, peer.peer_error(code, text)), Disconnect(c.conn, text)]
+
+    def _refused(self, conn: int, address: str, side: str, reason: str, detail: str) -> PeerRefused:
+        """Count one refused handshake; the effect tells the runtime, which logs it."""
+        key = (side, reason)
+        self.refusals[key] = self.refusals.get(key, 0) + 1
+        return PeerRefused(conn, address, side, reason, detail)
+
+    def _refuse(self, c: _Conn, code: str, reason: str, text: str, tell: bool = True) -> list[Effect]:
+        """Refuse the connection `c` that dialled us: count and report it, tell the dialler why
+        (unless it told us first: `tell`), and close."""
+        refused = self._refused(c.conn, c.address, ACCEPTOR_SIDE, reason, text)
+        self.last_failure = f"{c.address}: refused ({reason}): {text}"
+        c.closing = True
+        c.decoder.clear()  # nothing more is read
+        # each list: what the dialler is told, the refusal for the runtime, the close
+        return [*([Send(c.conn, peer.peer_error(code, text))] if tell else []), refused, Disconnect(c.conn, text)]
+
+    def _refuse_dialled(self, c: _Conn, link: _Link, code: str, reason: str, detail: str) -> list[Effect]:
+        """The broker we dialled failed our check in the handshake: count, report, close, drop."""
+        send, close = self._close(c, code, detail)
+        refused = self._refused(c.conn, link.address, DIALLER_SIDE, reason, detail)
+        if link.conn == c.conn:
+            self._drop(link, detail)
+        return [send, refused, close]
 
     def _fail(self, c: _Conn, link: _Link, code: str, text: str) -> list[Effect]:
         """`c` broke the protocol: tell the peer, close, and drop the link if `c` carried it."""

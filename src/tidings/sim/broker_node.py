@@ -40,6 +40,7 @@ from tidings.core.effects import (
     Disconnect,
     Effect,
     PauseReading,
+    PeerRefused,
     PfsAppend,
     PfsChop,
     ReadLog,
@@ -301,6 +302,8 @@ class BrokerNode(Listener):
             elif isinstance(eff, ReadPfs):
                 self._trace_effect("ReadPfs", eff.reader, eff.after)
                 self.pfs.read(eff.stream, eff.registration, eff.after, eff.count_max, self._pfs_answer(eff.reader))
+            elif isinstance(eff, PeerRefused):
+                continue  # counted in the core's status; only the network runtime logs it
             elif isinstance(eff, Connect):
                 self._trace_effect("Connect", eff.address)
                 self._next_conn += 1

@@ -5,7 +5,8 @@ port) and prints a JSON ready line, which `start` waits for with a deadline inst
 `spawn` and `wait_ready` are the two halves of `start`, so several brokers can start at once.
 With `join` the broker joins the overlay of the broker at that address; with `http` it serves
 /metrics and /status on a free port of 127.0.0.1 (`http_address`); `args` adds options (such
-as `--auth FILE`), and `credential` and `tls` are what `status` connects with.
+as `--auth FILE`), and `credential` and `tls` are what `status` connects with. With `log` the
+broker's log (its stderr) is appended to that file instead of the test's stderr.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ class BrokerProcess:
     def __init__(self, data: Path, config: dict[str, int] | None = None, port: int = 0,
                  start_timeout: float = 30.0, join: str | None = None, http: bool = False,
                  args: list[str] | None = None, credential: str | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, log: Path | None = None) -> None:
         self.data = Path(data)
+        self.log = log
         self.args = args or []  # more `tidings broker` options, e.g. ["--auth", FILE]
         self.credential = credential  # what `status` authenticates with
         self.tls = tls  # and the TLS it connects with
@@ -81,8 +83,13 @@ class BrokerProcess:
             path.write_text("".join(f"{k} = {str(v).lower() if type(v) is bool else v}\n"
                                     for k, v in self.config.items()))
             cmd += ["--config", str(path)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        if self.log is None:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            return
+        with open(self.log, "ab") as err:  # the child holds its own copy of the descriptor
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def wait_ready(self) -> BrokerProcess:
         assert self.proc is not None and self.proc.stdout is not None

@@ -134,4 +134,6 @@ class ClientHandshake:
         """The broker proves it holds this identity's verifier (not an impostor's broker)."""
         if (self._expected is None or not isinstance(signature, bytes)
                 or not cred.signatures_equal(signature, self._expected)):
-            raise AuthError("the broker did not prove it knows this identity: not the broker you meant?")
+            raise AuthError(f"the broker did not prove it knows identity {self.credential.name!r}: its WELCOME "
+                            f"signature does not verify (the reply was tampered with in transit, or this is not "
+                            f"the broker you meant)")
