@@ -65,6 +65,7 @@ class Head:
     released_through: int  # every tick at or below this was released (0: none)
     first_tick: int | None = None  # its oldest retained tick; None when nothing is retained
     marks: tuple[int, ...] = ()  # ticks cutting its log into runs of about equal bytes (planning.split_at_marks)
+    records: int | None = None  # records its log retains (None: not reported); planning.balance cuts by them
 
 
 def connect(opts: Reach, address: str, instance: str) -> Any:
@@ -140,13 +141,16 @@ def read_status(address: str, status: dict[str, Any]) -> tuple[str, Head, list[s
             or any(a >= b for a, b in pairwise(marks))):
         raise ReadError(f"the broker at {address} sent malformed tick_marks {marks!r:.80} (expected at most "
                         f"{TICK_MARKS_MAX} rising ticks)")
+    records = status.get("log_records")  # absent from an older broker
+    if records is not None and not _tick(records):
+        raise ReadError(f"the broker at {address} sent a malformed status (log_records={records!r})")
     overlay = status.get("overlay")
     members: list[str] = []
     if isinstance(overlay, dict):
         for item in [*overlay.get("leaf_set", []), *overlay.get("neighbours", [])]:
             if isinstance(item, list) and len(item) >= 2 and isinstance(item[1], str):
                 members.append(item[1])
-    return pubend, Head(address, last, released or 0, first, tuple(marks)), members
+    return pubend, Head(address, last, released or 0, first, tuple(marks), records), members
 
 
 def _tick(value: object) -> bool:
