@@ -357,7 +357,8 @@ def test_batch_offsets_take_earliest_latest_json_offsets_and_tokens() -> None:
         ({"endingOffsets": '{"default": 1, "lost": {}, "positions": {}}'}, r'"endingOffsets" is not a valid offset'),
         ({"startingOffsets": '{"pa": 5}', "startTick": "3"}, r'"startingOffsets" or startTick/startTime, not both'),
         ({"endingOffsets": '{"pa": 5}', "endTime": "2026-11-22T10:00:00Z"}, r'"endingOffsets" or endTick/endTime'),
-        ({"startingOffsets": '{"pa": 50}', "endingOffsets": '{"pa": 40}'}, "start after tick 50 and end at tick 40 for pubend pa"),
+        ({"startingOffsets": '{"pa": 50}', "endingOffsets": '{"pa": 40}'},
+         "start after tick 50 and end at tick 40 for pubend pa"),
         ({"startingOffsets": '{"pa": 50}', "endTick": "40"}, "for pubend pa"),
         ({"startTick": "60", "endingOffsets": '{"pb": 50}'}, "for pubend pb"),
     ],
@@ -436,7 +437,7 @@ def test_balanced_tasks_tile_every_log_and_stay_near_the_mean(sizes: list[int], 
     logs = skewed_logs(seed, tuple(sizes))
     plan = plan_overlay_read(None, None, {p: (f"{p}:1", fake_log(t)) for p, t in logs.items()}, partitions)
     rows = task_rows(plan, logs)
-    assert len(rows) <= partitions and all(0 < r.end - r.after for task in plan.tasks for r in task)
+    assert len(rows) <= partitions and all(r.end - r.after > 0 for task in plan.tasks for r in task)
     total = sum(sizes)
     if total >= 256 * partitions:  # every task is many runs of the marks wide: within 2x the mean
         assert max(rows) <= 2 * total / len(rows), rows
@@ -454,3 +455,25 @@ def test_per_pubend_bounds_from_offsets() -> None:
     logs = {"pa": ("a:1", fake_log(list(range(101, 201)))), "pb": ("b:1", fake_log(list(range(101, 201))))}
     plan = plan_overlay_read(None, None, logs, 1, {"pa": (151, 180), "pb": (None, 120)})
     assert [(r.pubend, r.after, r.end) for r in plan.ranges] == [("pa", 150, 180), ("pb", 100, 120)]
+
+
+def test_a_streaming_read_with_bad_options_fails_at_its_first_call_naming_the_option() -> None:
+    """PySpark 4.3 answers an exception from streamReader() with its own UnboundLocalError
+    ('reader'), so the refusal comes from the reader's first call, with the option's name."""
+    import pickle
+
+    from tidings.spark.arrow import EVENT_SCHEMA
+    from tidings.spark.source import RefusedStreamReader, TidingsDataSource
+
+    for options, message in (({**BASE}, '"durableName" is required'),
+                             ({**BASE, "durableName": "q", "startingOffsets": "tk1.xx"}, "not a valid checkpoint")):
+        reader = TidingsDataSource(options).streamReader(EVENT_SCHEMA)
+        assert isinstance(reader, RefusedStreamReader)
+        restored = pickle.loads(pickle.dumps(reader))
+        with pytest.raises(ValueError, match=message):
+            restored.initialOffset()
+        with pytest.raises(ValueError, match=message):
+            restored.latestOffset({}, None)
+        with pytest.raises(ValueError, match=message):
+            restored.partitions({}, {})
+        restored.stop()

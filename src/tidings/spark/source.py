@@ -148,6 +148,22 @@ class TidingsPushdownReader(TidingsReader):
         return remaining
 
 
+class RefusedStreamReader(ImportGuarded, DataSourceStreamReader):
+    """A streaming read whose options or schema are wrong: every call raises the ValueError that
+    names the problem (stop() does nothing)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def _refuse(self, *_: Any) -> Any:
+        raise ValueError(self.message)
+
+    initialOffset = latestOffset = partitions = read = commit = _refuse
+
+    def stop(self) -> None:
+        pass
+
+
 class TidingsDataSource(ImportGuarded, DataSource):
     """`spark.read`, `spark.readStream`, `df.write` and `df.writeStream` `.format("tidings")`; see
     docs/spark.md."""
@@ -182,8 +198,15 @@ class TidingsDataSource(ImportGuarded, DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from tidings.spark.stream import TidingsStreamReader  # noqa: PLC0415
 
-        check_schema(schema)
-        return TidingsStreamReader(parse_stream_options(self.options, self.default_partitions), schema)
+        try:
+            check_schema(schema)
+            opts = parse_stream_options(self.options, self.default_partitions)
+        except ValueError as exc:
+            # PySpark 4.3's streaming runner calls reader.stop() after streamReader() raised, and
+            # so reports "UnboundLocalError: cannot access local variable 'reader'" in place of the
+            # error: the refusal is raised from the reader's first call instead
+            return RefusedStreamReader(str(exc))
+        return TidingsStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """The sink (sink.py); the options and columns are checked here, on the driver."""
