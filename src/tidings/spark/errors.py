@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -39,7 +40,12 @@ QUIET_LOGGERS = (
     "org.apache.spark.sql.execution.datasources.v2",  # ERROR ... Data source write ... aborting / aborted
     "org.apache.spark.sql.execution.python.PythonStreamingSourceRunner",
     "org.apache.spark.api.python.PythonRunner",
+    "org.apache.spark.util.Utils",  # ERROR Utils: Aborting task (+ the worker's traceback)
 )
+
+# a log4j2 configuration for the driver's JVM: Spark's own at level error, QUIET_LOGGERS off, and
+# none of the default profile's start-up lines ("Using Spark's default log4j profile", ...)
+QUIET_LOG4J2 = Path(__file__).with_name("log4j2-quiet.properties")
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -84,6 +90,13 @@ def one_line_hook(previous: ExceptHook) -> ExceptHook:
 
     hook.tidings_one_line = True  # type: ignore[attr-defined]
     return hook
+
+
+def quiet_java_options() -> str:
+    """`spark.driver.extraJavaOptions` that start the driver's JVM with QUIET_LOG4J2 (set it on the
+    builder before the session starts: `builder.config("spark.driver.extraJavaOptions",
+    quiet_java_options())`)."""
+    return f"-Dlog4j2.configurationFile={QUIET_LOG4J2}"
 
 
 def quiet_errors(spark: Any = None) -> None:
