@@ -134,3 +134,40 @@ def test_demo_without_java_says_so_in_one_line_and_runs_the_rest(tmp_path):
     assert "Traceback" not in out.stdout + out.stderr and "Spark health stream" not in out.stdout
     stages = [line for line in out.stdout.splitlines() if " received " in line]
     assert len(stages) == 3 and all("(exactly once, in order)" in line for line in stages)
+
+
+def test_durable_list_and_forget(broker):
+    """A named durable subscription left behind (as by a stopped Spark query) is listed, and
+    forgotten for good through the CLI; the name is refused when ambiguous, unknown or in use."""
+    from tidings import sync
+
+    b = ["--broker", broker.address]
+    with sync.connect(broker.address, service="spark") as spark:
+        spark.subscribe("load/#", filter="v > 1", durable="alerts").close()  # away, still held
+    with sync.connect(broker.address, service="other") as other:
+        other.subscribe("a/b", durable="alerts").close()
+        held = other.subscribe("x/#", durable="busy")  # in use while this connection lives
+        out = tidings("durable", "list", *b, "--json")
+        assert out.returncode == 0, out.stderr
+        listed = sorted((e["owner"], e["name"], e["pattern"], e["filter"], e["connected"])
+                        for e in map(json.loads, out.stdout.splitlines()))
+        assert listed == [("other", "alerts", "a/b", "", False), ("other", "busy", "x/#", "", True),
+                          ("spark", "alerts", "load/#", "v > 1", False)]
+        table = tidings("durable", "list", *b).stdout.splitlines()
+        assert table[0].split() == ["owner", "name", "pattern", "filter", "state"] and len(table) == 4
+        assert re.search(r"spark\s+alerts\s+load/#\s+v > 1\s+away since \d{4}-", "\n".join(table))
+        out = tidings("durable", "forget", *b, "alerts")
+        assert out.returncode == 2 and "several services (other, spark)" in out.stderr
+        assert len(out.stderr.splitlines()) == 1
+        out = tidings("durable", "forget", *b, "busy")
+        assert out.returncode == 2 and "in use by a connection" in out.stderr
+        out = tidings("durable", "forget", *b, "nothing-here")
+        assert out.returncode == 2 and "no durable subscription named 'nothing-here'" in out.stderr
+        out = tidings("durable", "forget", *b, "alerts", "--owner", "spark")
+        assert out.returncode == 0, out.stderr
+        assert "forgot durable subscription 'alerts' of 'spark'" in out.stdout
+        held.close()
+    out = tidings("durable", "list", *b, "--json")
+    assert sorted((e["owner"], e["name"]) for e in map(json.loads, out.stdout.splitlines())) == [
+        ("other", "alerts"), ("other", "busy")]
+    assert broker.status()["durable_registrations"] == 2

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
+import collections
 import datetime as dt
+import json
+import random
 
 import pytest
 from hypothesis import given
@@ -13,8 +17,10 @@ from tidings.spark.options import PARTITIONS_MAX, ReadOptions, parse_read_option
 from tidings.spark.overlay import read_status
 from tidings.spark.planning import (
     LogBounds,
+    OverlayPlan,
     ReadError,
     bounds_from_status,
+    plan_overlay_read,
     plan_read,
     split_at_marks,
     split_ticks,
@@ -317,3 +323,157 @@ def test_plan_reads_every_requested_retained_tick_once(
         assert plan.lost == (after, released)
     else:
         assert after is None or released is None or after >= released
+
+
+# --- startingOffsets / endingOffsets of a batch read ----------------------------------------------
+
+
+def test_batch_offsets_take_earliest_latest_json_offsets_and_tokens() -> None:
+    from tidings.core.checkpoint import Checkpoint
+    from tidings.spark.offsets import Offset
+    from tidings.spark.options import TickVector
+
+    assert parse(startingOffsets="earliest", endingOffsets="LATEST").starting is None
+    opts = parse(startingOffsets='{"pa": 100, "pb": 7}', endingOffsets='{"pa": 200}')
+    assert opts.starting == TickVector(None, {"pa": 100, "pb": 7}) and opts.ending == TickVector(None, {"pa": 200})
+    assert (opts.starting.get("pc"), opts.ending.get("pb")) == (None, None)
+    token = Checkpoint(50, {"pa": 120}).encode()
+    assert parse(startingOffsets=token).starting == TickVector(50, {"pa": 120})
+    offset = json.dumps(Offset.make(60, {"pa": 150}, 1, 5).to_json())
+    assert parse(endingOffsets=offset).ending == TickVector(60, {"pa": 150})
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"startingOffsets": "latest"}, r'"startingOffsets" of a batch read cannot be "latest".*"durableName"'),
+        ({"endingOffsets": "earliest"}, r'"endingOffsets" of a batch read cannot be "earliest"'),
+        ({"startingOffsets": "tk1.AAAA"}, r'"startingOffsets" is not a valid checkpoint token'),
+        ({"endingOffsets": "{nope"}, r'"endingOffsets" must be "latest" or a checkpoint token'),
+        ({"endingOffsets": "{}"}, r'"endingOffsets" must be .*1 to \d+ pubends'),
+        ({"startingOffsets": '{"pa": -1}'}, r'"startingOffsets" maps each pubend to a tick'),
+        ({"startingOffsets": '{"pa": true}'}, r'"startingOffsets" maps each pubend to a tick'),
+        ({"startingOffsets": '{"": 5}'}, r'"startingOffsets" maps each pubend to a tick'),
+        ({"endingOffsets": '{"default": 1, "lost": {}, "positions": {}}'}, r'"endingOffsets" is not a valid offset'),
+        ({"startingOffsets": '{"pa": 5}', "startTick": "3"}, r'"startingOffsets" or startTick/startTime, not both'),
+        ({"endingOffsets": '{"pa": 5}', "endTime": "2026-11-22T10:00:00Z"}, r'"endingOffsets" or endTick/endTime'),
+        ({"startingOffsets": '{"pa": 50}', "endingOffsets": '{"pa": 40}'},
+         "start after tick 50 and end at tick 40 for pubend pa"),
+        ({"startingOffsets": '{"pa": 50}', "endTick": "40"}, "for pubend pa"),
+        ({"startTick": "60", "endingOffsets": '{"pb": 50}'}, "for pubend pb"),
+    ],
+)
+def test_bad_batch_offsets_name_the_option(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message) as caught:
+        parse(**options)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_read_may_end_where_it_starts() -> None:
+    assert parse(startingOffsets='{"pa": 50}', endingOffsets='{"pa": 50}').ending is not None
+
+
+# --- balanced partitions -----------------------------------------------------------------------------
+
+
+def fake_log(ticks: list[int], runs: int = 256) -> LogBounds:
+    """The bounds a broker reports for a log of these ticks (records of one size): its tick marks
+    cut it into `runs` runs of equal bytes, as EventLog.tick_marks does (deduplicated)."""
+    marks = sorted({ticks[len(ticks) * i // runs] for i in range(1, runs)} - {ticks[0]})
+    return LogBounds(ticks[0], ticks[-1], 0, tuple(marks), len(ticks))
+
+
+def task_rows(plan: OverlayPlan, logs: dict[str, list[int]]) -> list[int]:
+    """Rows per task, checking that the tasks' ranges read every tick of every log exactly once."""
+    seen: collections.Counter[tuple[str, int]] = collections.Counter()
+    rows = []
+    for task in plan.tasks:
+        count = 0
+        for r in task:
+            ticks = logs[r.pubend]
+            inside = ticks[bisect.bisect_right(ticks, r.after):bisect.bisect_right(ticks, r.end)]
+            seen.update((r.pubend, t) for t in inside)
+            count += len(inside)
+        rows.append(count)
+    assert seen == collections.Counter((p, t) for p, ticks in logs.items() for t in ticks)
+    return rows
+
+
+def skewed_logs(seed: int, sizes: tuple[int, ...]) -> dict[str, list[int]]:
+    """Logs of these sizes whose events come in bursts separated by quiet spells (ticks are
+    microseconds, so a quiet minute is 60,000,000 ticks holding nothing)."""
+    rng = random.Random(seed)
+    logs = {}
+    for i, size in enumerate(sizes):
+        tick, ticks = 1_000_000 + rng.randrange(1000), []
+        while len(ticks) < size:
+            tick += rng.choice((1, 1, 2, 5, 60_000_000)) if rng.random() < 0.001 else rng.randint(1, 3)
+            ticks.append(tick)
+        logs[f"p{i}"] = ticks
+    return logs
+
+
+def test_partitions_are_cut_by_events_across_pubends_of_skewed_sizes() -> None:
+    """The issue's overlay: one pubend with 2/3 of the events, one 1/3, one a sliver; with 2
+    partitions one task read 705,400 of 1,051,902 rows, with 8 they ranged from 2,444 to 373,058."""
+    logs = skewed_logs(1, (70_540, 34_406, 244))
+    bounds = {p: (f"b{p}:1", fake_log(t)) for p, t in logs.items()}
+    for partitions in (2, 3, 8, 16):
+        plan = plan_overlay_read(None, None, bounds, partitions)
+        rows = task_rows(plan, logs)
+        mean = sum(rows) / len(rows)
+        assert len(rows) == partitions and max(rows) <= 1.1 * mean, (partitions, rows)
+    # a range of each log: the counts inside it, not the logs' sizes, decide
+    lo, hi = logs["p1"][10_000], logs["p1"][20_000]
+    plan = plan_overlay_read(lo, hi, bounds, 8)
+    inside = {p: [t for t in ticks if lo <= t <= hi] for p, ticks in logs.items()}
+    rows = task_rows(plan, {p: t for p, t in inside.items() if t})
+    assert max(rows) <= 2 * sum(rows) / len(rows), rows
+
+
+@given(sizes=st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=6),
+       partitions=st.integers(min_value=1, max_value=40), seed=st.integers(min_value=0, max_value=1000))
+def test_balanced_tasks_tile_every_log_and_stay_near_the_mean(sizes: list[int], partitions: int, seed: int) -> None:
+    logs = skewed_logs(seed, tuple(sizes))
+    plan = plan_overlay_read(None, None, {p: (f"{p}:1", fake_log(t)) for p, t in logs.items()}, partitions)
+    rows = task_rows(plan, logs)
+    assert len(rows) <= partitions and all(r.end - r.after > 0 for task in plan.tasks for r in task)
+    total = sum(sizes)
+    if total >= 256 * partitions:  # every task is many runs of the marks wide: within 2x the mean
+        assert max(rows) <= 2 * total / len(rows), rows
+
+
+def test_a_broker_without_record_counts_falls_back_to_a_share_per_pubend() -> None:
+    logs = {"pa": ("a:1", LogBounds(101, 200, 0)), "pb": ("b:1", LogBounds(101, 400, 0))}
+    plan = plan_overlay_read(None, None, logs, 4)
+    assert [(r.pubend, r.after, r.end) for r in plan.ranges] == [
+        ("pa", 100, 150), ("pa", 150, 200), ("pb", 100, 250), ("pb", 250, 400)]
+    assert plan.tasks == tuple((r,) for r in plan.ranges)
+
+
+def test_per_pubend_bounds_from_offsets() -> None:
+    logs = {"pa": ("a:1", fake_log(list(range(101, 201)))), "pb": ("b:1", fake_log(list(range(101, 201))))}
+    plan = plan_overlay_read(None, None, logs, 1, {"pa": (151, 180), "pb": (None, 120)})
+    assert [(r.pubend, r.after, r.end) for r in plan.ranges] == [("pa", 150, 180), ("pb", 100, 120)]
+
+
+def test_a_streaming_read_with_bad_options_fails_at_its_first_call_naming_the_option() -> None:
+    """PySpark 4.3 answers an exception from streamReader() with its own UnboundLocalError
+    ('reader'), so the refusal comes from the reader's first call, with the option's name."""
+    import pickle
+
+    from tidings.spark.arrow import EVENT_SCHEMA
+    from tidings.spark.source import RefusedStreamReader, TidingsDataSource
+
+    for options, message in (({**BASE}, '"durableName" is required'),
+                             ({**BASE, "durableName": "q", "startingOffsets": "tk1.xx"}, "not a valid checkpoint")):
+        reader = TidingsDataSource(options).streamReader(EVENT_SCHEMA)
+        assert isinstance(reader, RefusedStreamReader)
+        restored = pickle.loads(pickle.dumps(reader))
+        with pytest.raises(ValueError, match=message):
+            restored.initialOffset()
+        with pytest.raises(ValueError, match=message):
+            restored.latestOffset({}, None)
+        with pytest.raises(ValueError, match=message):
+            restored.partitions({}, {})
+        restored.stop()

@@ -1,4 +1,4 @@
-"""The `tidings` command: broker, pub, sub, status and demo. Thin: it parses, calls, prints.
+"""The `tidings` command: broker, pub, sub, status, durable and demo. Thin: it parses, calls, prints.
 
 Exit codes: 0 success (`sub`: it reached --count, or its subscription ended), 1 an error reported
 by the broker or a lost connection, 2 bad input (usage, channel, pattern, filter, attribute, start;
@@ -23,6 +23,7 @@ from typing import Any
 
 from tidings.cli import auth as auth_cli
 from tidings.cli import cluster as cluster_cli
+from tidings.cli import durable as durable_cli
 from tidings.cli import sim as sim_cli
 from tidings.cli import tls as tls_cli
 from tidings.cli import tuple_store as tuple_store_cli
@@ -460,6 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     _client_options(st)
     st.add_argument("--json", action="store_true", help="one JSON object")
     st.set_defaults(func=cmd_status)
+    durable_cli.add_parser(sub, _client_options, _connect)
 
     dm = sub.add_parser("demo", help="run the PLDB pipeline on brokers in one overlay (--brokers, default 3): "
                         "monitors, subscribers, the tuple store, the Spark health stream and plots; print a summary")

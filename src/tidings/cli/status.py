@@ -18,7 +18,8 @@ SUMMARY_KEYS = {"pubend", "clients", "subscriptions", "subscriptions_live", "cat
                 "first_tick", "last_tick", "released_through", "log_bytes", "log_records", "leases_held",
                 "leases_expired", "lease_ns", "draining", "durable_registrations", "durable_away",
                 "durable_expired", "durable_moved"}
-SECTION_KEYS = ("connections", "channels", "overlay", "peers", "trees", "delivery", "auth")
+SECTION_KEYS = ("connections", "channels", "overlay", "peers", "trees", "delivery", "auth",
+                "durable_named")  # durable_named: `tidings durable list`
 
 
 def render_status(status: dict[str, Any]) -> str:

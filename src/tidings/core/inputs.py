@@ -60,7 +60,7 @@ class LogState:
     tick_marks: tuple[int, ...] = ()
 
 
-TICK_MARKS = 32  # the runs LogState.tick_marks cuts the retained log into
+TICK_MARKS = 256  # the runs LogState.tick_marks cuts the retained log into (a Spark read's cuts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ class StateError(TidingsError):
 
 
 NAME_BYTES_MAX = 256
+NAMED_REPORTED_MAX = 1000  # named registrations listed in the status (`tidings durable list`)
 
 
 @dataclass(slots=True)
@@ -229,5 +230,16 @@ class Registrations:
 
     def status(self) -> dict[str, Any]:
         away = sum(1 for r in self._regs.values() if r.key is None)
+        named = sorted((r for r in self._regs.values() if r.name is not None), key=lambda r: r.name or ("", ""))
         return {"durable_registrations": len(self._regs), "durable_away": away,
-                "durable_expired": self.expired_total, "durable_moved": self.moved_total}
+                "durable_expired": self.expired_total, "durable_moved": self.moved_total,
+                "durable_named": [_named_status(r) for r in named[:NAMED_REPORTED_MAX]]}
+
+
+def _named_status(reg: Registration) -> dict[str, Any]:
+    """A named registration as `tidings durable list` shows it: who owns it, what it reads, whether
+    a connection uses it (else since when it is away, wall-clock microseconds) and what it released."""
+    assert reg.name is not None
+    return {"owner": reg.name[0], "name": reg.name[1], "pattern": reg.pattern, "filter": reg.filter,
+            "connected": reg.key is not None, "away_us": reg.away_us if reg.key is None else None,
+            "released": reg.released.to_wire()}

@@ -6,13 +6,16 @@
     df.select("channel", "payload").write.format("tidings").mode("append").option("broker", "127.0.0.1:7400").save()
 
 Importing this package does not import PySpark; `register` and `TidingsDataSource` do.
+`quiet_errors(spark)` makes a job that dies of a tidings error print its one line (errors.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TidingsDataSource", "register"]
+from tidings.spark.errors import quiet_errors
+
+__all__ = ["TidingsDataSource", "quiet_errors", "register"]
 
 
 def register(spark: Any, default_partitions: int | None = None, *, pushdown: bool = False) -> Any:

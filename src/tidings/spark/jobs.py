@@ -175,22 +175,41 @@ def archive_plots(spark: Any, broker: str, out: Any, deliveries: list[tuple[str,
             (PLOTS[0], rates, "channel", "events per second"),
             (PLOTS[1], site_load, "site", "mean load"),
             (PLOTS[2], latency, None, "publish to subscriber, ms")):
-        fig, ax = plt.subplots(figsize=(8, 4))
-        if frame is not None and len(frame):
-            t0 = frame["s"].min()
-            if series is None:
-                for col in ("p50", "p99"):
-                    ax.plot(frame["s"] - t0, frame[col], label=col)
-            else:
-                value = "count" if "count" in frame else "load"
-                for key, rows in frame.groupby(series):
-                    ax.plot(rows["s"] - t0, rows[value], label=str(key))
-            ax.legend(fontsize="small")
-        ax.set_xlabel("seconds since the first event")
-        ax.set_ylabel(ylabel)
-        ax.set_title(name.removesuffix(".png").replace("_", " "))
+        if name == PLOTS[0] and frame is not None and len(frame):
+            fig = _small_multiples(plt, frame, series, "count", ylabel)
+        else:
+            fig, ax = plt.subplots(figsize=(8, 4))
+            if frame is not None and len(frame):
+                t0 = frame["s"].min()
+                if series is None:
+                    for col in ("p50", "p99"):
+                        ax.plot(frame["s"] - t0, frame[col], label=col)
+                else:
+                    for key, rows in frame.groupby(series):
+                        ax.plot(rows["s"] - t0, rows["load"], label=str(key))
+                ax.legend(fontsize="small")
+            ax.set_xlabel("seconds since the first event")
+            ax.set_ylabel(ylabel)
+        fig.suptitle(name.removesuffix(".png").replace("_", " "))
         fig.tight_layout()
         fig.savefig(out / name)
         plt.close(fig)
         paths.append(out / name)
     return paths
+
+
+def _small_multiples(plt: Any, frame: Any, series: str, value: str, ylabel: str) -> Any:
+    """One panel per series, sharing the time axis, each with its own y range: series of very
+    different rates (thousands of load reports a second, a few recommendations) each show, and
+    two that run at the same rate do not hide each other, as they did on one axis."""
+    groups = list(frame.groupby(series))
+    t0 = frame["s"].min()
+    fig, axes = plt.subplots(len(groups), 1, figsize=(8, 1.3 + 1.4 * len(groups)), sharex=True, squeeze=False)
+    for ax, (key, rows) in zip(axes[:, 0], groups, strict=True):
+        ax.plot(rows["s"] - t0, rows[value], marker=".", markersize=3)
+        ax.set_ylim(bottom=0, top=max(1.0, float(rows[value].max())) * 1.15)
+        ax.set_title(f"{key}  (peak {int(rows[value].max()):,}/s)", loc="left", fontsize="small")
+        ax.tick_params(labelsize="small")
+    axes[-1, 0].set_xlabel("seconds since the first event")
+    fig.supylabel(ylabel)
+    return fig

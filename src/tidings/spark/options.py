@@ -13,6 +13,7 @@ half-open `(after, end]` ranges the broker reads.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -27,7 +28,8 @@ EVENTS_PER_TRIGGER_MAX = 10_000_000
 _COMMON = ("broker", "pattern", "filter", "partitions", "failOnDataLoss", "credential", "tlsCa")
 # lower-cased key -> the spelling used in messages and docs
 _OPTION_NAMES = {
-    name.lower(): name for name in (*_COMMON, "startTick", "endTick", "startTime", "endTime")
+    name.lower(): name for name in (*_COMMON, "startTick", "endTick", "startTime", "endTime", "startingOffsets",
+                                    "endingOffsets")
 }
 _STREAM_OPTION_NAMES = {
     name.lower(): name for name in (*_COMMON, "durableName", "startingOffsets", "maxEventsPerTrigger", "brokers",
@@ -37,6 +39,18 @@ FAILOVER_BROKERS_MAX = 64  # the `brokers` option's addresses
 PUBEND_OUTAGE_MS_MAX = 7 * 24 * 3600 * 1000  # a week: the broker forgets an away durable subscription then
 IDLE_ADVANCE_INTERVAL_MS_DEFAULT = 5 * 60 * 1000
 IDLE_ADVANCE_INTERVAL_MS_MAX = 3600 * 1000  # well below max_retain_ns (24 h), past which idle ticks may go early
+
+
+@dataclass(frozen=True, slots=True)
+class TickVector:
+    """A batch read's startingOffsets or endingOffsets: a tick per pubend (a checkpoint token's
+    vector), `default` for the pubends it does not name (None: no bound for them)."""
+
+    default: int | None
+    positions: Mapping[str, int]
+
+    def get(self, pubend: str) -> int | None:
+        return self.positions.get(pubend, self.default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +64,8 @@ class ReadOptions:
     fail_on_data_loss: bool
     credential: str | None = None  # NAME:SECRET, for a broker with an auth file (docs/security.md)
     tls_ca: str | None = None  # connect with TLS, checking the broker against this CA file
+    starting: TickVector | None = None  # startingOffsets: each pubend read after its tick
+    ending: TickVector | None = None  # endingOffsets: each pubend read through its tick
 
 
 def parse_read_options(options: Mapping[str, str], default_partitions: int = 2) -> ReadOptions:
@@ -65,6 +81,13 @@ def parse_read_options(options: Mapping[str, str], default_partitions: int = 2) 
             f"tidings: the start of the range (tick {start_tick}) is after its end (tick {end_tick}); "
             "check startTick/startTime and endTick/endTime"
         )
+    starting = _offsets(opts.get("startingoffsets"), "startingOffsets", "earliest", "latest")
+    ending = _offsets(opts.get("endingoffsets"), "endingOffsets", "latest", "earliest")
+    for vector, name, bound in ((starting, "startingOffsets", "startTick/startTime"),
+                                (ending, "endingOffsets", "endTick/endTime")):
+        if vector is not None and (start_tick if name == "startingOffsets" else end_tick) is not None:
+            raise ValueError(f'tidings: give option "{name}" or {bound}, not both')
+    _check_order(starting, ending, start_tick, end_tick)
     return ReadOptions(
         broker=broker,
         pattern=pattern,
@@ -75,7 +98,67 @@ def parse_read_options(options: Mapping[str, str], default_partitions: int = 2) 
         fail_on_data_loss=_boolean(opts.get("failondataloss"), "failOnDataLoss", default=True),
         credential=_credential(opts.get("credential")),
         tls_ca=opts.get("tlsca") or None,
+        starting=starting,
+        ending=ending,
     )
+
+
+OFFSETS_FORMS = ('a checkpoint token (tk1.…), a streaming query\'s offset JSON, or JSON naming a tick per '
+                 'pubend such as {"p3f2a09…": 1764000000123456}')
+
+
+def _offsets(text: str | None, name: str, open_word: str, refused_word: str) -> TickVector | None:
+    """startingOffsets / endingOffsets of a batch read: None for `open_word` (no bound), else the
+    vector of a checkpoint token, a streaming offset's JSON or a JSON {pubend: tick}."""
+    if text is None or text.strip().lower() == open_word:
+        return None
+    value = text.strip()
+    if value.lower() == refused_word:
+        hint = (' A streaming read (spark.readStream) starts at "latest" and needs option "durableName".'
+                if refused_word == "latest" else "")
+        raise ValueError(f'tidings: option "{name}" of a batch read cannot be "{refused_word}" (the read would '
+                         f'hold nothing); give "{open_word}" or {OFFSETS_FORMS}.{hint}')
+    from tidings.core.checkpoint import POSITIONS_MAX, Checkpoint  # noqa: PLC0415
+    from tidings.spark.offsets import Offset, OffsetError  # noqa: PLC0415
+
+    if value.startswith("tk"):
+        try:
+            token = Checkpoint.decode(value)
+        except ValueError as exc:
+            raise ValueError(f'tidings: option "{name}" is not a valid checkpoint token: {exc}') from None
+        return TickVector(token.default, dict(token.positions))
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        raise ValueError(f'tidings: option "{name}" must be "{open_word}" or {OFFSETS_FORMS}, got {text!r:.200}'
+                         ) from None
+    if type(parsed) is dict and set(parsed) == {"default", "lost", "positions"}:
+        try:
+            offset = Offset.from_json(parsed)
+        except OffsetError as exc:
+            raise ValueError(f'tidings: option "{name}" is not a valid offset: {exc}') from None
+        return TickVector(offset.default, dict(offset.positions))
+    if type(parsed) is not dict or not parsed or len(parsed) > POSITIONS_MAX:
+        raise ValueError(f'tidings: option "{name}" must be "{open_word}" or {OFFSETS_FORMS} (1 to '
+                         f"{POSITIONS_MAX} pubends), got {text!r:.200}")
+    for pubend, tick in parsed.items():
+        if not pubend or type(tick) is not int or not 0 <= tick <= TICK_MAX:
+            raise ValueError(f'tidings: option "{name}" maps each pubend to a tick (an integer from 0 to '
+                             f"{TICK_MAX}), got {pubend!r}: {tick!r:.80}")
+    return TickVector(None, dict(parsed))
+
+
+def _check_order(starting: TickVector | None, ending: TickVector | None, start_tick: int | None,
+                 end_tick: int | None) -> None:
+    """No pubend may start after it ends (a position equal to the end reads nothing)."""
+    after = starting or TickVector(None if start_tick is None else start_tick - 1, {})
+    through = ending or TickVector(end_tick, {})
+    for pubend in sorted({*after.positions, *through.positions, ""}):
+        first, last = after.get(pubend) if pubend else after.default, through.get(pubend) if pubend else through.default
+        if first is not None and last is not None and first > last:
+            which = f"for pubend {pubend}" if pubend else "for the pubends they do not name"
+            raise ValueError(f"tidings: the read would start after tick {first} and end at tick {last} {which}: "
+                             "check startingOffsets/startTick/startTime against endingOffsets/endTick/endTime")
 
 
 @dataclass(frozen=True, slots=True)

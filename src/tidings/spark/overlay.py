@@ -66,6 +66,7 @@ class Head:
     first_tick: int | None = None  # its oldest retained tick; None when nothing is retained
     marks: tuple[int, ...] = ()  # ticks cutting its log into runs of about equal bytes (planning.split_at_marks)
     last_event: int | None = None  # its newest logged event's tick (None: a broker that does not say)
+    records: int | None = None  # records its log retains (None: not reported); planning.balance cuts by them
 
 
 def connect(opts: Reach, address: str, instance: str) -> Any:
@@ -141,6 +142,9 @@ def read_status(address: str, status: dict[str, Any]) -> tuple[str, Head, list[s
             or any(a >= b for a, b in pairwise(marks))):
         raise ReadError(f"the broker at {address} sent malformed tick_marks {marks!r:.80} (expected at most "
                         f"{TICK_MARKS_MAX} rising ticks)")
+    records = status.get("log_records")  # absent from an older broker
+    if records is not None and not _tick(records):
+        raise ReadError(f"the broker at {address} sent a malformed status (log_records={records!r})")
     overlay = status.get("overlay")
     members: list[str] = []
     if isinstance(overlay, dict):
@@ -149,7 +153,7 @@ def read_status(address: str, status: dict[str, Any]) -> tuple[str, Head, list[s
                 members.append(item[1])
     last_event = status.get("last_event_tick")
     return pubend, Head(address, last, released or 0, first, tuple(marks),
-                        last_event if _tick(last_event) else None), members
+                        last_event if _tick(last_event) else None, records), members
 
 
 def _tick(value: object) -> bool:

@@ -23,11 +23,16 @@ Pure functions: no Spark, no broker, no clock.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import pairwise
+from math import ceil
 from typing import Any
 
 from tidings.core.errors import TidingsError
+
+FILL_SLACK = 1e-9  # a task this close to its share is full (float sums of shares)
 
 
 class ReadError(TidingsError, RuntimeError):
@@ -61,6 +66,7 @@ class LogBounds:
     last_tick: int | None  # durable tail; None when nothing was ever logged
     released_through: int | None  # every tick <= this was released; None when the broker does not say
     marks: tuple[int, ...] = ()  # rising ticks cutting the retained log into runs of about equal bytes
+    records: int | None = None  # records retained (the status's log_records); None when not reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,7 @@ class PubendRange:
 class OverlayPlan:
     ranges: tuple[PubendRange, ...]  # per pubend contiguous, each end > after
     lost: tuple[tuple[str, int, int], ...]  # (pubend, after, through) released before the read
+    tasks: tuple[tuple[PubendRange, ...], ...] = ()  # the ranges grouped into Spark tasks, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,23 +153,117 @@ def plan_read(start_tick: int | None, end_tick: int | None, bounds: LogBounds, p
 
 
 def plan_overlay_read(start_tick: int | None, end_tick: int | None,
-                      logs: Mapping[str, tuple[str, LogBounds]], partitions: int) -> OverlayPlan:
+                      logs: Mapping[str, tuple[str, LogBounds]], partitions: int,
+                      per_pubend: Mapping[str, tuple[int | None, int | None]] | None = None) -> OverlayPlan:
     """The read of every pubend of the overlay: `logs` maps each pubend to the address of the
     broker that logs it and its log bounds. The inclusive request [start_tick, end_tick] applies
     to each pubend as a checkpoint token's vector does: pubend p is read over
-    (start_tick - 1, min(end_tick, p's durable tail)]. The partitions are shared out evenly among
-    the pubends with something to read, at least one range each."""
+    (start_tick - 1, min(end_tick, p's durable tail)]; `per_pubend` gives some pubends bounds of
+    their own (a read from or to a token).
+
+    Where every broker reports its log's record count, the ranges are cut by events
+    (`balance`): `partitions` tasks of about equal counts, a task reading one or several
+    ranges, so a pubend holding most of the events gets most of the tasks and small pubends
+    share one. Otherwise the partitions are shared out evenly among the pubends with something
+    to read, at least one range (one task) each."""
     assert partitions >= 1
-    plans = {p: plan_read(start_tick, end_tick, bounds, partitions) for p, (_, bounds) in sorted(logs.items())}
+
+    def bounds_of(pubend: str) -> tuple[int | None, int | None]:
+        return (per_pubend or {}).get(pubend, (start_tick, end_tick))
+
+    plans = {p: plan_read(*bounds_of(p), bounds, 1) for p, (_, bounds) in sorted(logs.items())}
     lost = tuple((p, *plan.lost) for p, plan in plans.items() if plan.lost is not None)
     reading = [p for p, plan in plans.items() if plan.ranges]
+    if reading and all(logs[p][1].records is not None for p in reading):
+        spans = [(p, logs[p][0], plans[p].ranges[0][0], plans[p].ranges[-1][1], logs[p][1]) for p in reading]
+        tasks = balance(spans, partitions)
+        return OverlayPlan(tuple(r for task in tasks for r in task), lost, tasks)
     share = max(1, partitions // max(1, len(reading)))
     ranges: list[PubendRange] = []
     for pubend in reading:
         address, bounds = logs[pubend]
         ranges += [PubendRange(pubend, address, a, e)
-                   for a, e in plan_read(start_tick, end_tick, bounds, share).ranges]
-    return OverlayPlan(tuple(ranges), lost)
+                   for a, e in plan_read(*bounds_of(pubend), bounds, share).ranges]
+    return OverlayPlan(tuple(ranges), lost, tuple((r,) for r in ranges))
+
+
+def record_knots(bounds: LogBounds) -> list[tuple[int, float]]:
+    """The log's cumulative record count as knots (tick, records at or below it), rising in both:
+    the tick marks cut the retained log into runs of about equal bytes, so, for events of similar
+    size, of about `records / runs` records each. Between knots the count is taken as linear in
+    the tick. Empty when the log holds nothing or does not report its count."""
+    first, last, records = bounds.first_tick, bounds.last_tick, bounds.records
+    if first is None or last is None or not records:
+        return []
+    marks = [m for m in bounds.marks if first < m <= last]
+    per_run = records / (len(marks) + 1)
+    knots = [(first - 1, 0.0), *((m - 1, (i + 1) * per_run) for i, m in enumerate(marks)), (last, float(records))]
+    out: list[tuple[int, float]] = []
+    for tick, count in knots:
+        if out and tick <= out[-1][0]:
+            out[-1] = (out[-1][0], max(out[-1][1], count))
+        else:
+            out.append((tick, count))
+    return out
+
+
+def records_through(knots: list[tuple[int, float]], tick: int) -> float:
+    """About how many records of the log have ticks at or below `tick` (`record_knots`)."""
+    if not knots or tick <= knots[0][0]:
+        return 0.0
+    if tick >= knots[-1][0]:
+        return knots[-1][1]
+    i = bisect_right([t for t, _ in knots], tick)
+    (t0, c0), (t1, c1) = knots[i - 1], knots[i]
+    return c0 + (c1 - c0) * (tick - t0) / (t1 - t0)
+
+
+def tick_holding(knots: list[tuple[int, float]], count: float) -> int:
+    """The smallest tick at or below which about `count` records lie (the inverse of
+    records_through); the last knot's tick when the log holds fewer."""
+    for (t0, c0), (t1, c1) in pairwise(knots):
+        if c1 >= count:
+            return t0 + max(0, ceil((count - c0) * (t1 - t0) / (c1 - c0))) if c1 > c0 else t1
+    return knots[-1][0] if knots else 0
+
+
+def balance(spans: list[tuple[str, str, int, int, LogBounds]], tasks: int) -> tuple[tuple[PubendRange, ...], ...]:
+    """Cut each span (pubend, address, after, end, its log's bounds) into ranges and group them
+    into at most `tasks` tasks of about equal record counts.
+
+    The spans are laid end to end, in the order given, and cut every `total / tasks` records
+    (by `record_knots`: the count is known at the tick marks and taken as linear in between), so
+    a task is a run of whole spans and parts of at most two: each pubend's ranges still tile its
+    (after, end], so each event is read by one task. A task reading several ranges reads them one
+    after another. The estimate errs by at most about one run of a log (1/256 of it, from the
+    broker's marks) per cut, which is what keeps every task near the mean."""
+    assert tasks >= 1 and spans
+    counted = [(p, a, after, end, record_knots(b)) for p, a, after, end, b in spans]
+    total = sum(records_through(k, end) - records_through(k, after) for _, _, after, end, k in counted)
+    count = max(1, min(tasks, int(total)))
+    target = total / count
+    done: list[tuple[PubendRange, ...]] = []
+    current: list[PubendRange] = []
+    fill = 0.0
+    for pubend, address, after, end, knots in counted:
+        position, at, stop = after, records_through(knots, after), records_through(knots, end)
+        while position < end:
+            room = target - fill
+            if stop - at <= room or len(done) == count - 1:  # the rest of the span fits (the last task: takes all)
+                current.append(PubendRange(pubend, address, position, end))
+                fill += stop - at
+                if fill >= target * (1 - FILL_SLACK) and len(done) < count - 1:
+                    done.append(tuple(current))
+                    current, fill = [], 0.0
+                break
+            cut = min(max(tick_holding(knots, at + room), position + 1), end)
+            current.append(PubendRange(pubend, address, position, cut))
+            done.append(tuple(current))
+            current, fill = [], 0.0
+            position, at = cut, records_through(knots, cut)
+    if current:
+        done.append(tuple(current))
+    return tuple(done)
 
 
 def split_at_marks(after: int, end: int, parts: int, marks: tuple[int, ...]) -> tuple[tuple[int, int], ...]:

@@ -28,7 +28,7 @@ one fails `load()` on the driver rather than a task. Log lines go to the logger 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from pyspark.sql.datasource import (
@@ -52,7 +52,7 @@ from tidings.spark.options import (
     parse_write_options,
 )
 from tidings.spark.overlay import SERVICE, Connect, connect, discover
-from tidings.spark.planning import DataLossError, LogBounds, ReadError, plan_overlay_read
+from tidings.spark.planning import DataLossError, LogBounds, PubendRange, ReadError, plan_overlay_read
 from tidings.spark.pushdown import Narrowing, narrow
 from tidings.spark.reading import TickRangePartition, read_batches, read_range
 from tidings.spark.workers import worker_python
@@ -74,12 +74,13 @@ class TidingsReader(ImportGuarded, DataSourceReader):
             return [TickRangePartition(0, "", "", 0, 0)]
         heads = discover(self.opts, self.connect_to, self._unreachable)
         wanted = self.narrowing.pubends
-        logs = {p: (h.address, LogBounds(h.first_tick, h.last_tick or None, h.released_through, h.marks))
+        logs = {p: (h.address, LogBounds(h.first_tick, h.last_tick or None, h.released_through, h.marks,
+                                         h.records))
                 for p, h in heads.items() if wanted is None or p in wanted}
         start, end = self.narrowing.bounds(self.opts.start_tick, self.opts.end_tick)
         if start is not None and end is not None and start > end:
             return [TickRangePartition(0, "", "", 0, 0)]
-        plan = plan_overlay_read(start, end, logs, self.opts.partitions)
+        plan = plan_overlay_read(start, end, logs, self.opts.partitions, self._per_pubend(logs))
         for pubend, lost_after, lost_through in plan.lost:
             if self.opts.fail_on_data_loss:
                 raise DataLossError(self.opts.pattern, lost_after, lost_through, pubend)
@@ -90,7 +91,24 @@ class TidingsReader(ImportGuarded, DataSourceReader):
             )
         if not plan.ranges:
             return [TickRangePartition(0, "", "", 0, 0)]
-        return [TickRangePartition(i, r.pubend, r.address, r.after, r.end) for i, r in enumerate(plan.ranges)]
+        return [TickRangesPartition(i, task) if len(task) > 1 else
+                TickRangePartition(i, task[0].pubend, task[0].address, task[0].after, task[0].end)
+                for i, task in enumerate(plan.tasks)]
+
+    def _per_pubend(self, logs: Mapping[str, object]) -> dict[str, tuple[int | None, int | None]] | None:
+        """Each pubend's inclusive bounds where startingOffsets or endingOffsets name positions
+        (a token's vector: events after its tick, through its tick), else None: the read's bounds
+        apply to every pubend."""
+        starting, ending = self.opts.starting, self.opts.ending
+        if starting is None and ending is None:
+            return None
+        out = {}
+        for pubend in logs:
+            after = None if starting is None else starting.get(pubend)
+            start = self.opts.start_tick if starting is None else None if after is None else after + 1
+            end = self.opts.end_tick if ending is None else ending.get(pubend)
+            out[pubend] = self.narrowing.bounds(start, end)
+        return out
 
     def _unreachable(self, address: str, exc: BaseException) -> None:
         if self.opts.fail_on_data_loss:
@@ -104,9 +122,22 @@ class TidingsReader(ImportGuarded, DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TickRangePartition), partition
-        yield from read_range(self.opts, self.connect_to, partition.address, f"read-{partition.index}",
-                              partition.pubend, partition.after, partition.end, arrow_schema(self.schema),
-                              self.narrowing.channel)
+        ranges = partition.ranges if isinstance(partition, TickRangesPartition) else (
+            (partition.pubend, partition.address, partition.after, partition.end),)
+        for pubend, address, after, end in ranges:
+            yield from read_range(self.opts, self.connect_to, address, f"read-{partition.index}", pubend, after,
+                                  end, arrow_schema(self.schema), self.narrowing.channel)
+
+
+class TickRangesPartition(TickRangePartition):
+    """One task of a balanced batch read (planning.balance) that reads several ranges, of one
+    pubend or several, one after another; its first range is its TickRangePartition's."""
+
+    def __init__(self, index: int, ranges: tuple[PubendRange, ...]) -> None:
+        first = ranges[0]
+        super().__init__(index, first.pubend, first.address, first.after, first.end)
+        self.ranges = tuple((r.pubend, r.address, r.after, r.end) for r in ranges)
+        self.value = tuple((r.pubend, r.after, r.end) for r in ranges)
 
 
 class TidingsPushdownReader(TidingsReader):
@@ -115,6 +146,22 @@ class TidingsPushdownReader(TidingsReader):
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         self.narrowing, remaining = narrow(filters, self.opts.pattern)
         return remaining
+
+
+class RefusedStreamReader(ImportGuarded, DataSourceStreamReader):
+    """A streaming read whose options or schema are wrong: every call raises the ValueError that
+    names the problem (stop() does nothing)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def _refuse(self, *_: Any) -> Any:
+        raise ValueError(self.message)
+
+    initialOffset = latestOffset = partitions = read = commit = _refuse
+
+    def stop(self) -> None:
+        pass
 
 
 class TidingsDataSource(ImportGuarded, DataSource):
@@ -151,8 +198,15 @@ class TidingsDataSource(ImportGuarded, DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from tidings.spark.stream import TidingsStreamReader  # noqa: PLC0415
 
-        check_schema(schema)
-        return TidingsStreamReader(parse_stream_options(self.options, self.default_partitions), schema)
+        try:
+            check_schema(schema)
+            opts = parse_stream_options(self.options, self.default_partitions)
+        except ValueError as exc:
+            # PySpark 4.3's streaming runner calls reader.stop() after streamReader() raised, and
+            # so reports "UnboundLocalError: cannot access local variable 'reader'" in place of the
+            # error: the refusal is raised from the reader's first call instead
+            return RefusedStreamReader(str(exc))
+        return TidingsStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """The sink (sink.py); the options and columns are checked here, on the driver."""
