@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from tests.unit.core_harness import Harness
 from tidings.core import errors
-from tidings.core.config import BrokerConfig
+from tidings.core.config import BrokerConfig, ConfigError
 from tidings.core.effects import Disconnect, PauseReading, ResumeReading, Send
 from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained, TimerFired, WriteSynced
 from tidings.core.overlay.node_id import NodeRef
@@ -318,3 +318,13 @@ def test_effects_are_well_formed_after_any_limit():
     closes = [e for e in effects if type(e) is Disconnect]
     assert len(closes) == 1 and type(effects[-2]) is Send
     h.feed(TimerFired(10**12))
+
+
+def test_the_limits_are_configuration_keys():
+    cfg = BrokerConfig.from_mapping({"hello_frame_bytes_max": 4096, "frame_progress_timeout_ns": 10**9,
+                                     "partial_frames_bytes_max": 32 * MIB, "send_queue_overflow_bytes_max": MIB})
+    assert (cfg.hello_frame_bytes_max, cfg.peer_config().hello_frame_bytes_max) == (4096, 4096)
+    small = BrokerConfig.from_mapping({"frame_bytes_max": 8192, "event_bytes_max": 100})
+    assert small.peer_config().hello_frame_bytes_max == 8192  # the smaller of the two applies
+    with pytest.raises(ConfigError, match="partial_frames_bytes_max"):
+        BrokerConfig.from_mapping({"partial_frames_bytes_max": 0})
