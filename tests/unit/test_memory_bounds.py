@@ -22,10 +22,12 @@ from hypothesis import strategies as st
 
 from tests.unit.core_harness import Harness
 from tidings.core import errors
-from tidings.core.config import BrokerConfig
-from tidings.core.effects import Disconnect, PauseReading, ResumeReading, Send
+from tidings.core.config import BrokerConfig, ConfigError
+from tidings.core.effects import Connect, Disconnect, PauseReading, ResumeReading, Send
 from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained, TimerFired, WriteSynced
+from tidings.core.overlay.envelope import OVERLAY_TYPES
 from tidings.core.overlay.node_id import NodeRef
+from tidings.core.peers import PeerConfig, PeerLinks
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder, PartialFrames, frame
 
@@ -318,3 +320,26 @@ def test_effects_are_well_formed_after_any_limit():
     closes = [e for e in effects if type(e) is Disconnect]
     assert len(closes) == 1 and type(effects[-2]) is Send
     h.feed(TimerFired(10**12))
+
+
+def test_the_limits_are_configuration_keys():
+    cfg = BrokerConfig.from_mapping({"hello_frame_bytes_max": 4096, "frame_progress_timeout_ns": 10**9,
+                                     "partial_frames_bytes_max": 32 * MIB, "send_queue_overflow_bytes_max": MIB})
+    assert (cfg.hello_frame_bytes_max, cfg.peer_config().hello_frame_bytes_max) == (4096, 4096)
+    small = BrokerConfig.from_mapping({"frame_bytes_max": 8192, "event_bytes_max": 100})
+    assert small.peer_config().hello_frame_bytes_max == 8192  # the smaller of the two applies
+    with pytest.raises(ConfigError, match="partial_frames_bytes_max"):
+        BrokerConfig.from_mapping({"partial_frames_bytes_max": 0})
+
+
+def test_a_dialler_reads_large_frames_right_behind_the_welcome():
+    """The acceptor flushes what waited for the link right after its PEER_WELCOME: the dialler judges
+    those frames by frame_bytes_max, though the WELCOME came under the handshake's limit."""
+    me, other = NodeRef(1, "10.0.0.1:1"), NodeRef(2**127, "10.0.0.2:2")
+    links = PeerLinks(me, PeerConfig(frame_bytes_max=1 << 20, hello_frame_bytes_max=1024))
+    message = [min(OVERLAY_TYPES), "x" * 20_000]
+    assert links.send(0, other.address, message) == [Connect(other.address)]
+    links.connected(0, 5, other.address)
+    items, effects = links.received(0, 5, peer.welcome(other) + peer.encode(message))
+    assert (other, message) in items
+    assert not [e for e in effects if type(e) is Disconnect]

@@ -51,6 +51,7 @@ GAUGES = {
     "subscriptions_live": ("subscriptions_live", "subscriptions receiving live events"),
     "catchup_readers": ("subscriptions_catching_up", "subscriptions reading the log to catch up"),
     "blocked_connections": ("connections_blocked", "connections whose send queue is full"),
+    "partial_frame_bytes": ("partial_frame_bytes", "bytes held in partial frames, of partial_frames_bytes_max"),
     "pending_sync_batches": ("pending_sync_batches", "publish batches written but not yet fsynced"),
     "pending_sync_bytes": ("pending_sync_bytes", "bytes written but not yet fsynced"),
     "paused_publishers": ("publishers_paused", "publishers not read until the disk catches up"),

@@ -805,6 +805,7 @@ class Broker:
             "leases_expired": self.leases.expired_total,
             "lease_ns": self.leases.lease_ns,
             "blocked_connections": sum(1 for c in self.connections.values() if c.blocked),
+            "partial_frame_bytes": self.partials.held_bytes,  # against partial_frames_bytes_max
             "events_published": self.intake.events_published,
             "events_rejected": self.intake.events_rejected,
             "events_delivered": self.events_delivered,

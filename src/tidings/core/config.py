@@ -42,7 +42,7 @@ class BrokerConfig:
     event_bytes_max: int = 1 * MIB
     handshake_timeout_ns: int = 5 * SECOND_NS
     # what a connection can make the broker hold (docs/security.md): frames before the handshake is
-    # done (HELLO, AUTH, PEER_HELLO, PEER_AUTH) are at most this long
+    # done (HELLO, AUTH, PEER_HELLO, PEER_AUTH) are at most this long (or frame_bytes_max, if smaller)
     hello_frame_bytes_max: int = 16 * KIB
     # a partial frame must keep arriving: no byte for this long (while the broker reads) closes the connection
     frame_progress_timeout_ns: int = 10 * SECOND_NS
@@ -160,8 +160,7 @@ class BrokerConfig:
         cfg = cls(**values)
         if cfg.event_bytes_max + 4 * KIB > cfg.frame_bytes_max:
             raise ConfigError("frame_bytes_max must exceed event_bytes_max by at least 4 KiB")
-        for shorter, longer in (("hello_frame_bytes_max", "frame_bytes_max"),
-                                ("heartbeat_interval_ns", "parent_timeout_ns"),
+        for shorter, longer in (("heartbeat_interval_ns", "parent_timeout_ns"),
                                 ("refresh_interval_ns", "child_timeout_ns"),
                                 ("keepalive_interval_ns", "failure_timeout_ns")):
             if getattr(cfg, shorter) >= getattr(cfg, longer):
@@ -216,7 +215,8 @@ class BrokerConfig:
 
     def peer_config(self) -> PeerConfig:
         return PeerConfig(
-            frame_bytes_max=self.frame_bytes_max, hello_frame_bytes_max=self.hello_frame_bytes_max,
+            frame_bytes_max=self.frame_bytes_max,
+            hello_frame_bytes_max=min(self.hello_frame_bytes_max, self.frame_bytes_max),
             handshake_timeout_ns=self.handshake_timeout_ns, peer_queue_bytes_max=self.peer_queue_bytes_max,
             ping_interval_ns=self.ping_interval_ns,
         )

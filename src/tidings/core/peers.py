@@ -73,6 +73,7 @@ connection it brings, unused).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -88,6 +89,14 @@ from tidings.core.overlay.node_id import NodeRef, id_hex
 from tidings.core.states import Transitions
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder
+
+
+def _pulled(decoder: FrameDecoder) -> Iterator[bytes]:
+    """The decoder's frames, each pulled only when the previous one was handled: a frame is judged
+    by the limit in force when its turn comes (the handshake's, until PEER_WELCOME or PEER_AUTH
+    raises it), and the rest stays unread once the connection closes."""
+    while (body := decoder.pull()) is not None:
+        yield body
 
 
 class LinkState(StrEnum):
@@ -354,7 +363,7 @@ class PeerLinks:
             return AUTH_FAILED, UNEXPECTED_CREDENTIAL, "this broker has no cluster credential (PEER_HELLO with nonce)"
         return None
 
-    def _accepted(self, now: int, c: _Conn, node: NodeRef, bodies: list[bytes], out: list[Effect]) -> PeerOutput:
+    def _accepted(self, now: int, c: _Conn, node: NodeRef, bodies: Iterable[bytes], out: list[Effect]) -> PeerOutput:
         out += self._accept(now, c, node)
         if c.closing:
             return self._output([], out)
@@ -368,9 +377,11 @@ class PeerLinks:
         if c is None or c.closing:
             return [], []
         if c.unproven is not None:
-            return self._prove(now, c, c.decoder.feed(data))
+            c.decoder.push(data)
+            return self._prove(now, c, _pulled(c.decoder))
         out: list[Effect] = []
-        msgs = self._bodies(now, c, c.decoder.feed(data), out)
+        c.decoder.push(data)
+        msgs = self._bodies(now, c, _pulled(c.decoder), out)
         self._check_decoder(c, out)
         return self._output(msgs, out)
 
@@ -524,12 +535,13 @@ class PeerLinks:
         proof = self.cluster.proof(ACCEPTOR, hello.nonce, c.nonce, hello.node)
         return self._prove(now, c, rest, [Send(c.conn, peer.challenge(c.nonce, proof))])
 
-    def _prove(self, now: int, c: _Conn, bodies: list[bytes], out: list[Effect] | None = None) -> PeerOutput:
+    def _prove(self, now: int, c: _Conn, bodies: Iterable[bytes], out: list[Effect] | None = None) -> PeerOutput:
         """Frames on an accepted connection not yet proven: only a right PEER_AUTH is acted on."""
         out = out or []
         hello = c.unproven
         assert hello is not None and hello.nonce is not None and c.nonce is not None and self.cluster is not None
-        for i, body in enumerate(bodies):
+        frames = iter(bodies)
+        for body in frames:
             try:
                 raw = peer.unpack(body)
                 msg = peer.decode_link_message(raw) if raw[0] in (peer.PEER_AUTH, peer.PEER_ERROR) else None
@@ -544,7 +556,7 @@ class PeerLinks:
             if not self.cluster.valid(msg.proof, DIALLER, hello.nonce, c.nonce, hello.node):
                 return [], out + self._refuse(c, AUTH_FAILED, BAD_PROOF, "wrong cluster credential")
             c.unproven = None
-            return self._accepted(now, c, hello.node, bodies[i + 1:], out)
+            return self._accepted(now, c, hello.node, frames, out)
         if c.decoder.failure is not None:
             out += self._refuse(c, c.decoder.failure.code, MALFORMED, str(c.decoder.failure))
         return [], out
@@ -569,7 +581,7 @@ class PeerLinks:
 
     # ---- messages --------------------------------------------------------------------------------
 
-    def _bodies(self, now: int, c: _Conn, bodies: list[bytes], out: list[Effect]) -> list[PeerMessage]:
+    def _bodies(self, now: int, c: _Conn, bodies: Iterable[bytes], out: list[Effect]) -> list[PeerMessage]:
         """Handle each frame on `c` in order; stop at the first that closes the link."""
         msgs: list[PeerMessage] = []
         link = self._links[c.address]
