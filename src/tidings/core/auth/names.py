@@ -1,4 +1,4 @@
-"""Identity and service names: one rule for what a name may be, one key for when two are the same.
+"""Identity and service names: one rule for what a name may be, two keys for when two read alike.
 
 A name is what a subscriber reads as an event's source: an identity in the auth file, and the
 service every client claims in its HELLO (an authenticated client's service is its identity). So
@@ -7,21 +7,21 @@ digits, `_`, `.` or `-`, everywhere (auth file, `tidings auth add`, HELLO, with 
 
 - no whitespace, control or invisible code point (a trailing space, U+200B ZERO WIDTH SPACE, a
   BOM) can hide in it;
-- no letter of another script can stand in for a Latin one (a Cyrillic `o`, U+043E, for the Latin one). NFKC does
-  not remove those (they are distinct letters, not compatibility forms), and Unicode TR39's full
-  confusable data is large and changes with Unicode versions; a name that can hold only ASCII
-  cannot be written with them at all. Names are identifiers chosen by operators and programs, not
-  prose, so ASCII costs nothing real.
+- no letter of another script can stand in for a Latin one (U+043E CYRILLIC SMALL LETTER O for
+  `o`). NFKC does not remove those (they are distinct letters, not compatibility forms), and
+  Unicode TR39's full confusable data is large and changes with Unicode versions; a name that can
+  hold only ASCII cannot be written with them at all. Names are identifiers chosen by operators
+  and programs, not prose, so ASCII costs nothing real.
 
 Names are kept as typed (a name that passes the rule needs no rewriting) and compared by two keys
 (`name_keys`): the name NFKC-normalised and case-folded, and its skeleton: the look-alikes within
 ASCII that TR39's confusables list for these characters replaced (`I` and `1` by `l`, `0` by `o`;
 `rn` by `m`, `vv` by `w`, `cl` by `d`), then case-folded. Two names read alike when either key is
-equal: `LoadMon` (case), `Ioadmon` and `l0adrnon` (look-alikes) all read as `loadmon`, while `mail`
-and `MAIL` are alike by the first key though a capital `I` is read as `l` by the second. Two
-identities of one auth file may not read alike, and an anonymous client may not claim a service
-that reads as an identity or as `anonymous` (`NameIndex`). The keys are only ever compared, never
-shown or stored.
+equal: `LoadMon` (case), `Ioadmon` and `l0adrnon` (look-alikes) all read as `loadmon`. Two keys,
+not one: the skeleton reads a capital `I` as `l` but leaves a small `i` alone, so `MAIL` reads as
+`mail` by the first key only. Two identities of one auth file may not read alike, and an anonymous
+client may not claim a service that reads as an identity or as `anonymous` (`NameIndex`). The keys
+are only ever compared, never shown or stored.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@
 `AuthPolicy.from_mapping` takes the parsed TOML and rejects unknown keys, wrong types and bad
 values with a message naming them, so a typo never leaves a door open. Clients that do not
 authenticate are the identity `anonymous` (a reserved name) when the broker lets them in.
-Identity names follow names.py's rule and are compared by its key: two identities that read alike
+Identity names follow names.py's rule and are compared by its keys: two identities that read alike
 (`LoadMon` beside `loadmon`) are refused, and a rule naming an identity in another spelling
 applies to that identity.
 """
