@@ -142,3 +142,19 @@ def test_random_bytes_after_the_hello(pair, data):
     for msg in link_messages(replies(cluster[0].address, peer.hello(fake_node()) + data)):
         assert isinstance(msg, peer.PeerWelcome | peer.Ping | peer.Pong | peer.PeerError)
     assert cluster[0].running
+
+
+@pytest.mark.parametrize("address", ["not an address", "127.0.0.1", "127.0.0.1:0", "host:99999", "a b:1"])
+def test_a_hello_announcing_what_is_not_host_port_is_refused_with_the_reason(pair, address):
+    """A broker without a cluster credential still takes no address but HOST:PORT into its tables."""
+    cluster = pair[0]
+    before = cluster.status(cluster[0])
+    counted = before["peer_refusals"]["acceptor"].get("bad-address", 0)
+    hello = peer.hello(NodeRef(fake_node().node_id, address))
+    msgs = link_messages(replies(cluster[0].address, hello + peer.encode([64, "join"])))
+    assert msgs == [peer.PeerError("handshake", f"PEER_HELLO announces {address!r}, not HOST:PORT")]
+    status = cluster.status(cluster[0])
+    assert status["peer_refusals"]["acceptor"]["bad-address"] == counted + 1
+    assert address not in {p["address"] for p in status["peers"]}
+    assert status["peer_messages_rejected"] == before["peer_messages_rejected"]  # it reached no layer
+    still_serving(pair)

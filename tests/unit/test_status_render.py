@@ -34,3 +34,12 @@ def test_a_status_reads_as_sentences_and_tables():
     assert row.split() == ["4", "1", "a/#", "n", ">", "2", "catching", "up", "1500000", "ticks", "(1.500", "s)"]
     assert "3 of its entries filled, in 2 of 4 rows" in text
     assert "something new: 7" in text and "draining" not in text
+    assert "refusals" not in text  # none: not a line
+
+
+def test_peer_refusals_read_as_one_line():
+    text = render_status({"pubend": "p1", "peer_refusals": {
+        "acceptor": {"bad-proof": 2, "missing-credential": 5}, "dialler": {"handshake-timeout": 1}}})
+    line = next(ln for ln in text.splitlines() if ln.startswith("refusals"))
+    assert "refused brokers that dialled it: bad-proof 2, missing-credential 5" in line
+    assert "refused by brokers it dialled: handshake-timeout 1" in line and "{" not in text
