@@ -444,7 +444,12 @@ def test_a_query_starts_from_the_brokers_option_when_its_broker_is_down(overlay:
     start = r.initialOffset()
     assert Offset.from_json(start).position("p3") == 4 and ("b3:1", "q") in overlay.registrations
     published = [overlay.brokers["b2:1"].publish(5)]
-    assert run(r, start, ReadAllAvailable())[0] == [(e.pubend, e.tick) for e in published]
+    rows, end, _ = run(r, start, ReadAllAvailable())
+    assert rows == [(e.pubend, e.tick) for e in published]
+    assert overlay.registrations["b3:1", "q"].position("p2") == 5
+    overlay.down.clear()  # the named broker is back: it takes the next commit, the other holder is ended
+    r.commit(end)
+    assert overlay.registrations["b1:1", "q"].position("p2") == 5 and ("b3:1", "q") not in overlay.registrations
 
 
 def test_an_idle_stream_makes_no_micro_batch_and_moves_only_for_release(overlay: FakeOverlay) -> None:
