@@ -23,7 +23,7 @@ from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import ConnectionClosed, GapError
 from tidings.core.event import Event
 from tidings.spark.arrow import EVENT_SCHEMA
-from tidings.spark.failover import NoBrokerError
+from tidings.spark.failover import ENTRY_DEMOTED_NS, NoBrokerError
 from tidings.spark.micro_batch import Head, admit, find_losses, latest, plan_ranges, skip
 from tidings.spark.offsets import Offset, OffsetError
 from tidings.spark.options import check_options, parse_read_options, parse_stream_options
@@ -417,7 +417,8 @@ def test_an_outage_longer_than_the_bound_fails_the_query_in_one_line(overlay: Fa
 def test_the_query_moves_off_its_lost_broker_and_back_with_its_position(
     overlay: FakeOverlay, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    r = reader()
+    clock = Clock()
+    r = reader(clock=clock)
     start = r.initialOffset()
     start = run(r, start, ReadAllAvailable())[1]  # the overlay seen: b2 and b3 learned
     overlay.down.add("b1:1")  # the query's own broker
@@ -426,6 +427,7 @@ def test_the_query_moves_off_its_lost_broker_and_back_with_its_position(
     assert sorted(rows) == [(e.pubend, e.tick) for e in published]
     assert overlay.registrations["b2:1", "q"].position("p3") == 6
     overlay.down.clear()
+    clock.ns += ENTRY_DEMOTED_NS  # tried first again (until then, after the others)
     published = [overlay.brokers["b1:1"].publish(8), overlay.brokers["b3:1"].publish(9)]
     rows, start, _ = run(r, start, ReadAllAvailable())
     assert sorted(rows) == [(e.pubend, e.tick) for e in published]
@@ -440,11 +442,18 @@ def test_a_query_starts_from_the_brokers_option_when_its_broker_is_down(overlay:
     overlay.brokers["b3:1"].publish(4)
     with pytest.raises(NoBrokerError, match=r"no broker answers.*b1:1.*\.option\(\"brokers\""):
         reader(clock=Clock()).initialOffset()
-    r = reader(brokers="b9:1, b3:1")
+    clock = Clock()
+    r = reader(clock=clock, brokers="b9:1, b3:1")
     start = r.initialOffset()
     assert Offset.from_json(start).position("p3") == 4 and ("b3:1", "q") in overlay.registrations
     published = [overlay.brokers["b2:1"].publish(5)]
-    assert run(r, start, ReadAllAvailable())[0] == [(e.pubend, e.tick) for e in published]
+    rows, end, _ = run(r, start, ReadAllAvailable())
+    assert rows == [(e.pubend, e.tick) for e in published]
+    assert overlay.registrations["b3:1", "q"].position("p2") == 5
+    overlay.down.clear()  # the named broker is back: it takes the next commit, the other holder is ended
+    clock.ns += ENTRY_DEMOTED_NS
+    r.commit(end)
+    assert overlay.registrations["b1:1", "q"].position("p2") == 5 and ("b3:1", "q") not in overlay.registrations
 
 
 def test_an_idle_stream_makes_no_micro_batch_and_moves_only_for_release(overlay: FakeOverlay) -> None:

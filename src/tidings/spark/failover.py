@@ -9,8 +9,8 @@ So when the named broker (`broker`) is lost, the driver moves on:
 
 - **Entries.** The brokers it may start from, in order: `broker`, the `brokers` option, then every
   broker this driver has seen log a pubend. Planning walks the overlay from the first that answers
-  (`discover_any`); the named broker is tried first at every trigger, so the query goes back to it
-  when it is back.
+  (`discover_any`); the named broker is tried first again 30 s after it last failed to answer, so
+  the query goes back to it when it is back.
 - **The durable subscription** is named `durableName` at whichever broker holds it. The start is
   pinned at the first entry that answers (`pin`). Each commit acknowledges at the first entry that
   answers (`release`): where the subscription did not exist yet it is created there, at the
@@ -31,7 +31,8 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidings.core.checkpoint import Checkpoint
@@ -47,6 +48,7 @@ logger = logging.getLogger("tidings.spark")
 REGISTRATION_BUSY_S_MAX = 10.0  # the broker may still hold our previous connection's use of the name
 REGISTRATION_RETRY_S = 0.1
 UNREACHABLE = TRANSIENT  # an entry that cannot serve: try the next (a refusal is the user's to see)
+ENTRY_DEMOTED_NS = 30 * 10**9  # a broker that did not answer is tried after the others for this long
 
 
 class NoBrokerError(ReadError):
@@ -55,33 +57,51 @@ class NoBrokerError(ReadError):
     code = "unreachable"
 
 
-def entries(opts: StreamOptions, learned: Iterable[str] = ()) -> list[str]:
-    """The brokers to try, in order: the named one, the `brokers` option, those learned."""
-    return list(dict.fromkeys([opts.broker, *opts.failover, *sorted(learned)]))
+@dataclass
+class Entries:
+    """The brokers to try, in order: the named one, the `brokers` option, those learned (seen
+    logging a pubend). One that did not answer goes after the others for ENTRY_DEMOTED_NS: a
+    crashed host costs a connection timeout at each try, not a refusal."""
+
+    learned: set[str] = field(default_factory=set)
+    failed_ns: dict[str, int] = field(default_factory=dict)  # address -> when it last did not answer
+    clock: Callable[[], int] = time.monotonic_ns
+
+    def order(self, opts: StreamOptions) -> list[str]:
+        now = self.clock()
+        every = list(dict.fromkeys([opts.broker, *opts.failover, *sorted(self.learned)]))
+        demoted = {a for a, at in self.failed_ns.items() if now - at < ENTRY_DEMOTED_NS}
+        return [a for a in every if a not in demoted] + [a for a in every if a in demoted]
 
 
 def _at(opts: StreamOptions, address: str) -> StreamOptions:
     return opts if address == opts.broker else dataclasses.replace(opts, broker=address)
 
 
-def first_answering(opts: StreamOptions, tried: list[str], call: Callable[[StreamOptions], Any], what: str) -> Any:
-    """`call` with the options pointed at the first of `tried` for which it does not fail with an
+def first_answering(opts: StreamOptions, entries: Entries | None, call: Callable[[StreamOptions], Any],
+                    what: str) -> Any:
+    """`call` with the options pointed at the first entry for which it does not fail with an
     unreachable broker; NoBrokerError naming them all otherwise."""
+    entries = entries or Entries()
     errors = []
-    for address in tried:
+    for address in entries.order(opts):
         try:
-            return call(_at(opts, address))
+            answer = call(_at(opts, address))
         except UNREACHABLE as exc:
             errors.append(f"{address}: {exc}")
+            entries.failed_ns[address] = entries.clock()
+            continue
+        entries.failed_ns.pop(address, None)
+        return answer
     raise NoBrokerError(f"tidings stream of {opts.pattern!r}: no broker answers to {what} "
                         f"({'; '.join(errors)}); give more brokers of the overlay with .option(\"brokers\", "
                         '"host:port,host:port")')
 
 
-def discover_any(opts: StreamOptions, connect_to: Connect, learned: Iterable[str],
+def discover_any(opts: StreamOptions, connect_to: Connect, entries: Entries | None,
                  unreachable: Unreachable) -> dict[str, Head]:
     """Every pubend of the overlay, walked from the first entry that answers."""
-    heads: dict[str, Head] = first_answering(opts, entries(opts, learned),
+    heads: dict[str, Head] = first_answering(opts, entries,
                                              lambda o: discover(o, connect_to, unreachable), "plan the micro-batch")
     return heads
 
@@ -108,7 +128,7 @@ def registration(opts: StreamOptions, create_at: int, connect_to: Connect,
             sub.close(forget=end_it)
 
 
-def pin(opts: StreamOptions, want: Offset, connect_to: Connect, learned: Iterable[str] = ()) -> tuple[Offset, str]:
+def pin(opts: StreamOptions, want: Offset, connect_to: Connect, entries: Entries | None = None) -> tuple[Offset, str]:
     """The query's start, and the broker that holds it: `want` when this call creates its durable
     subscription, else the subscription's position (the start pinned by an earlier call, or the
     last commit)."""
@@ -120,10 +140,10 @@ def pin(opts: StreamOptions, want: Offset, connect_to: Connect, learned: Iterabl
                 return want, o.broker
             return Offset.from_checkpoint(held), o.broker
 
-    return first_answering(opts, entries(opts, learned), at, "hold the durable subscription")  # type: ignore[no-any-return]
+    return first_answering(opts, entries, at, "hold the durable subscription")  # type: ignore[no-any-return]
 
 
-def release(opts: StreamOptions, end: Offset, connect_to: Connect, learned: Iterable[str] = (),
+def release(opts: StreamOptions, end: Offset, connect_to: Connect, entries: Entries | None = None,
             homes: set[str] | None = None) -> str:
     """Acknowledge `end` to the query's durable subscription (only ever forward) at the first entry
     that answers, and return it. `homes` (updated) are the brokers that hold the subscription for
@@ -133,7 +153,7 @@ def release(opts: StreamOptions, end: Offset, connect_to: Connect, learned: Iter
             sub.ack(end.token())
         return o.broker
 
-    home = first_answering(opts, entries(opts, learned), at, "take the commit")
+    home = first_answering(opts, entries, at, "take the commit")
     if homes is None:
         return home  # type: ignore[no-any-return]
     if home != opts.broker:

@@ -54,7 +54,7 @@ from pyspark.sql.types import StructType
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError, TidingsError
 from tidings.spark.arrow import RecordsError, arrow_schema, records_to_batch
-from tidings.spark.failover import NoBrokerError, discover_any, pin, release
+from tidings.spark.failover import Entries, NoBrokerError, discover_any, pin, release
 from tidings.spark.guard import ImportGuarded
 from tidings.spark.micro_batch import Loss, admit, find_losses, latest, logged_after, plan_ranges, skip, to_read
 from tidings.spark.offsets import Offset
@@ -120,6 +120,7 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
         self._watch = OutageWatch(None if opts.pubend_outage_ms_max is None else opts.pubend_outage_ms_max * 10**6)
         self._silent: set[str] = set()  # unreachable brokers already reported (their pubend unknown)
         self._homes: set[str] = set()  # brokers other than `broker` holding the durable subscription
+        self._brokers = Entries(clock=clock)  # the brokers the driver may talk to (failover.py)
         self._advanced_ns: int | None = None  # when the offset last moved (planning's first trigger at first)
         self._report: dict[str, Any] | None = None  # what reportLatestOffset says
 
@@ -129,7 +130,7 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
         if self._initial is None:
             for pause in (*READ_RETRY_BACKOFF_S, None):
                 try:
-                    offset, home = pin(self.opts, self._wanted_start(), self.connect_to, self._learned())
+                    offset, home = pin(self.opts, self._wanted_start(), self.connect_to, self._entries())
                     break
                 except NoBrokerError:
                     if pause is None:
@@ -152,8 +153,9 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
         tails = {p: h.last_tick for p, h in heads.items()}
         return Offset.make(min(tails.values(), default=0), tails)
 
-    def _learned(self) -> set[str]:
-        return {h.address for h in self._seen.values()}
+    def _entries(self) -> Entries:
+        self._brokers.learned = {h.address for h in self._seen.values()}
+        return self._brokers
 
     def _discover(self) -> dict[str, Head]:
         unreachable: dict[str, str] = {}
@@ -161,7 +163,7 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
         def note(address: str, exc: BaseException) -> None:
             unreachable.setdefault(address, str(exc))
 
-        self._heads = discover_any(self.opts, self.connect_to, self._learned(), note)
+        self._heads = discover_any(self.opts, self.connect_to, self._entries(), note)
         self._unreachable = unreachable
         self._seen.update(self._heads)
         return self._heads
@@ -340,7 +342,7 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
         """Spark committed everything up to `end`: the durable subscription may let it go. A broker
         that cannot be reached now is told at the next commit (a release is a maximum, not a step)."""
         try:
-            release(self.opts, Offset.from_json(end), self.connect_to, self._learned(), self._homes)
+            release(self.opts, Offset.from_json(end), self.connect_to, self._entries(), self._homes)
         except (OSError, TimeoutError, TidingsError) as exc:
             logger.warning("tidings stream of %r: could not acknowledge offset %s to durable subscription %r "
                            "(%s); the next commit will", self.opts.pattern, end, self.opts.durable_name, exc)
