@@ -76,3 +76,47 @@ def test_partitions_8_over_a_skewed_overlay_give_no_task_twice_the_mean(tmp_path
 @pytest.mark.soak
 def test_partitions_8_over_a_million_event_overlay(tmp_path: Path) -> None:
     check_balanced(tmp_path, 1_000_000)
+
+
+def test_a_batch_read_from_and_to_offsets(tmp_path: Path) -> None:
+    """startingOffsets / endingOffsets bound each pubend on its own: a JSON {pubend: tick}, a
+    checkpoint token (whose default covers the pubends it does not name) and a streaming offset."""
+    import json
+
+    from tidings.core.checkpoint import Checkpoint
+    from tidings.spark.offsets import Offset
+
+    with Cluster(tmp_path, 2) as cluster:
+        ticks: dict[str, list[int]] = {}
+        for i, broker in enumerate(cluster.brokers):
+            with sync.connect(broker.address, service="test", instance=f"pub-{i}") as client:
+                for r in client.publish_many([(f"load/h{k % 3}", b"x", {}) for k in range(300)]):
+                    ticks.setdefault(r.pubend, []).append(r.tick)
+        (pa, a), (pb, b) = sorted(ticks.items())
+
+        def read(**options: str) -> collections.Counter[tuple[str, int]]:
+            from tidings.spark.arrow import EVENT_SCHEMA
+            from tidings.spark.options import parse_read_options
+            from tidings.spark.source import TidingsReader
+
+            reader = TidingsReader(parse_read_options({"broker": cluster[0].address, "pattern": "load/#",
+                                                       "partitions": "3", **options}), EVENT_SCHEMA)
+            got: collections.Counter[tuple[str, int]] = collections.Counter()
+            for part in reader.partitions():
+                for batch in reader.read(part):
+                    got.update(zip(batch.column("pubend").to_pylist(), batch.column("tick").to_pylist(), strict=True))
+            return got
+
+        def rows(pubend: str, chosen: list[int]) -> collections.Counter[tuple[str, int]]:
+            return collections.Counter((pubend, t) for t in chosen)
+
+        # after a[99] and through a[199] for pa; pb not named: from its first event to its tail
+        got = read(startingOffsets=json.dumps({pa: a[99]}), endingOffsets=json.dumps({pa: a[199]}))
+        assert got == rows(pa, a[100:200]) + rows(pb, b)
+        # a token: pb after b[249], every other pubend (pa) after the default a[9]
+        got = read(startingOffsets=Checkpoint(a[9], {pb: b[249]}).encode(), endingOffsets="latest")
+        assert got == rows(pa, a[10:]) + rows(pb, b[250:])
+        # a streaming query's offset as the end, from the earliest
+        end = Offset.make(0, {pa: a[4], pb: b[0]}).to_json()
+        assert read(startingOffsets="earliest", endingOffsets=json.dumps(end)) == rows(pa, a[:5]) + rows(pb, b[:1])
+        assert read(startingOffsets=json.dumps({pa: a[-1], pb: b[-1]})) == collections.Counter()

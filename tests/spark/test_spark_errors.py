@@ -85,7 +85,7 @@ def stream(spark: Any, tmp_path: Path, broker: str = UNREACHABLE, **options: str
     ("options", "problem"),
     [
         ({"partitions": "0"}, 'option "partitions" must be between 1 and 10000, got 0'),
-        ({"endTik": "5"}, "unknown option 'endTik'"),
+        ({"endTik": "5"}, "unknown option 'endtik'"),  # Spark lower-cases the keys
         ({"startingOffsets": "latest"}, 'option "startingOffsets" of a batch read cannot be "latest"'),
         ({"endingOffsets": '{"p1": "soon"}'}, 'option "endingOffsets" maps each pubend to a tick'),
     ],

@@ -79,3 +79,14 @@ def test_the_hook_prints_one_line_for_tidings_and_defers_otherwise(monkeypatch: 
     hook(KeyError, other, None)
     assert err.getvalue() == 'ValueError: tidings: option "durableName" is required for a streaming read\n'
     assert calls == [other]
+
+
+def test_the_quiet_log4j2_file_turns_off_every_quiet_logger() -> None:
+    from tidings.spark.errors import QUIET_LOG4J2, QUIET_LOGGERS, quiet_java_options
+
+    settings = dict(line.split(" = ", 1) for line in QUIET_LOG4J2.read_text().splitlines()
+                    if line and not line.startswith("#"))
+    off = {settings[key.replace(".level", ".name")] for key, value in settings.items()
+           if key.startswith("logger.") and key.endswith(".level") and value == "off"}
+    assert off == set(QUIET_LOGGERS) and settings["rootLogger.level"] == "error"
+    assert quiet_java_options() == f"-Dlog4j2.configurationFile={QUIET_LOG4J2}"

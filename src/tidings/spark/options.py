@@ -113,11 +113,12 @@ def _offsets(text: str | None, name: str, open_word: str, refused_word: str) -> 
     if text is None or text.strip().lower() == open_word:
         return None
     value = text.strip()
+    # a streaming read without durableName is parsed as a batch read: say what the stream needs too
+    hint = ('; a streaming read (spark.readStream) also takes "latest" or a time, and needs option "durableName"'
+            if name == "startingOffsets" else "")
     if value.lower() == refused_word:
-        hint = (' A streaming read (spark.readStream) starts at "latest" and needs option "durableName".'
-                if refused_word == "latest" else "")
         raise ValueError(f'tidings: option "{name}" of a batch read cannot be "{refused_word}" (the read would '
-                         f'hold nothing); give "{open_word}" or {OFFSETS_FORMS}.{hint}')
+                         f'hold nothing); give "{open_word}" or {OFFSETS_FORMS}{hint}')
     from tidings.core.checkpoint import POSITIONS_MAX, Checkpoint  # noqa: PLC0415
     from tidings.spark.offsets import Offset, OffsetError  # noqa: PLC0415
 
@@ -130,8 +131,8 @@ def _offsets(text: str | None, name: str, open_word: str, refused_word: str) -> 
     try:
         parsed = json.loads(value)
     except ValueError:
-        raise ValueError(f'tidings: option "{name}" must be "{open_word}" or {OFFSETS_FORMS}, got {text!r:.200}'
-                         ) from None
+        raise ValueError(f'tidings: option "{name}" of a batch read must be "{open_word}" or {OFFSETS_FORMS}, got '
+                         f"{text!r:.200}{hint}") from None
     if type(parsed) is dict and set(parsed) == {"default", "lost", "positions"}:
         try:
             offset = Offset.from_json(parsed)
