@@ -245,15 +245,19 @@ def plot_scribe(summary: dict[str, Any], dist: dict[str, Any], prefix: str) -> N
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, xlabel in ((axes[0], "node_tables", "children tables (trees it forwards in)"),
-                            (axes[1], "node_children", "children entries, all trees")):
-        counts = Counter(dist[key])
-        xs = sorted(counts)
-        ax.bar(xs, [counts[x] for x in xs], width=1.0)
+    tables = Counter(dist["node_tables"])
+    xs = sorted(tables)
+    axes[0].bar(xs, [tables[x] for x in xs], width=1.0)
+    axes[0].set_xlabel("children tables (trees it forwards in)")
+    entries = Counter(dist["node_children"])
+    xs = sorted(x for x in entries if x)
+    axes[1].plot(xs, [entries[x] for x in xs], marker=".", linestyle="none",
+                 label=f"{entries[0]:,} nodes have none")
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("children entries, all trees")
+    axes[1].legend()
+    for ax in axes:
         ax.set_yscale("log")
-        if key == "node_children":
-            ax.set_xscale("symlog")
-        ax.set_xlabel(xlabel)
         ax.set_ylabel("nodes")
     fig.suptitle(f"Scribe node stress, {title}")
     fig.tight_layout()
