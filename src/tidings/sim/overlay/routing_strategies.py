@@ -149,6 +149,7 @@ def _tree_use(adj: dict[int, list[int]], publisher: int, subscribers: list[int],
 
 @dataclass
 class StrategyResult:
+    delivered: float  # the fraction of subscribing brokers the event reached, before any churn
     messages_per_event: float
     delay_ms_mean: float
     stretch_mean: float
@@ -186,7 +187,8 @@ def broadcast(work: Workload, lat: Any, brokers: int, dead: set[int], joiners: i
              for s in subs if s != p]
     delay, stretch, p90 = _stretch(pairs)
     return StrategyResult(
-        messages_per_event=float(brokers - 1), delay_ms_mean=delay, stretch_mean=stretch, stretch_p90=p90,
+        delivered=1.0, messages_per_event=float(brokers - 1), delay_ms_mean=delay, stretch_mean=stretch,
+        stretch_p90=p90,
         state_mean=float(brokers - 1), state_max=brokers - 1, build_messages=brokers * (brokers - 1) // 2,
         delivered_right_after=1.0 if channels else 0.0,
         repair_messages=joiners * (brokers - 1), delivered_after_repair=1.0,
@@ -223,6 +225,7 @@ def spanning_tree(work: Workload, lat: Any, brokers: int, dead: set[int], joiner
     changed = len({frozenset(e) for e in new_edges} - {frozenset(e) for e in edges})
     repair = joiners * (len(live) - 1) + changed + len(new_interest - interest)
     return StrategyResult(
+        delivered=_tree_delivery(work, lambda c: adj, lat, set()),
         messages_per_event=messages / len(work.publisher), delay_ms_mean=delay, stretch_mean=stretch,
         stretch_p90=p90, state_mean=float(state.mean()), state_max=int(state.max()),
         build_messages=pings + len(edges) + len(interest), delivered_right_after=right_after,
@@ -293,6 +296,7 @@ def tree_per_channel(work: Workload, lat: Any, brokers: int, dead: set[int], joi
     pings = brokers * (brokers - 1) // 2
     live = brokers + joiners - len(dead)
     return StrategyResult(
+        delivered=_tree_delivery(work, lambda c: adjs[c], lat, set()),
         messages_per_event=messages / len(work.publisher), delay_ms_mean=delay, stretch_mean=stretch,
         stretch_p90=p90, state_mean=float(state[:brokers].mean()), state_max=int(state.max()),
         build_messages=pings + sum(len(e) for e in trees), delivered_right_after=right_after,
@@ -394,7 +398,7 @@ def scribe(work: Workload, topology: TransitStub, lat: Any, brokers: int, seed: 
            joiners: int, settle_ns: int = 30 * SECOND_NS) -> StrategyResult:
     run = ScribeRun(work, topology, lat, brokers, seed, joiners)
     build, per_broker_s, state = run.build()
-    _, pairs, carried = run.publish(0, set())
+    delivered, pairs, carried = run.publish(0, set())
     delay, stretch, p90 = _stretch(pairs)
     control = run.sent["control"]
     run.churn(dead, joiners)
@@ -403,7 +407,8 @@ def scribe(work: Workload, topology: TransitStub, lat: Any, brokers: int, seed: 
     repair = run.sent["control"] - control  # joins, leaf-set and row repairs, re-SUBSCRIBEs
     after, _, _ = run.publish(2, dead)
     return StrategyResult(
-        messages_per_event=carried / len(work.publisher), delay_ms_mean=delay, stretch_mean=stretch,
+        delivered=delivered, messages_per_event=carried / len(work.publisher), delay_ms_mean=delay,
+        stretch_mean=stretch,
         stretch_p90=p90, state_mean=sum(state) / len(state), state_max=max(state), build_messages=build,
         delivered_right_after=right_after, repair_messages=repair, delivered_after_repair=after,
         extra={"periodic_messages_per_broker_s": round(per_broker_s, 2)})
