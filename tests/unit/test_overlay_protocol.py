@@ -355,3 +355,25 @@ def test_a_partition_that_heals_merges_the_two_overlays_again():
     pump.side = {}
     pump.advance(len(addresses) * config.revive_interval_ns // 4)
     assert_consistent(pump)
+
+
+def test_a_leaf_set_installed_as_known_is_tracked_without_being_sent_again():
+    """The steady-state builder fills a founder's leaf set from outside and calls leaf_set_known:
+    the layers above hear of the leaves, their liveness is tracked, and no LeafSetReply goes out
+    on the next input (an input without it would send each new leaf our leaf set)."""
+
+    def installed(known: bool) -> tuple[OverlayNode, list[Any], list[Any]]:
+        node = OverlayNode(NodeRef(node_id_from("me"), "me:1"), CONFIG, random.Random(1))
+        node.start(0, None)
+        leaves = [NodeRef(node_id_from(f"leaf-{k}"), f"leaf:{k}") for k in range(4)]
+        for leaf in leaves:
+            node.leaf_set.add(leaf)
+        told = node.leaf_set_known(0) if known else []
+        return node, told, node.handle(1, "leaf:0", m.KeepAlive(leaves[0]).to_wire())
+
+    node, told, after = installed(known=True)
+    assert [type(e) for e in told] == [LeafSetChanged] and len(told[0].members) == 4
+    assert not any(isinstance(e, PeerSend) and e.message[0] == m.LEAF_SET_REPLY for e in after)
+    assert node.next_deadline() is not None
+    _, _, fresh = installed(known=False)
+    assert sum(isinstance(e, PeerSend) and e.message[0] == m.LEAF_SET_REPLY for e in fresh) == 4

@@ -66,6 +66,18 @@ def add_parser(subparsers: Any) -> None:
                    help="draw PREFIX-delay.png, PREFIX-node-stress.png and PREFIX-link-stress.png")
     s.add_argument("--quiet", action="store_true", help="no progress on stderr")
     s.set_defaults(func=cmd_sim_scribe)
+    r = experiments.add_parser("routing", help="PsEPR's routing strategies and Scribe on one PLDB-like workload")
+    r.add_argument("--brokers", type=int, required=True, help="brokers (end nodes of the topology)")
+    r.add_argument("--seed", type=int, default=1, help="the run's seed (default %(default)s)")
+    r.add_argument("--channels", type=int, default=500, help="monitored hosts, one channel each (default %(default)s)")
+    r.add_argument("--subscribers-max", type=int, default=5,
+                   help="subscribing brokers per channel, 1 to this (default %(default)s)")
+    r.add_argument("--no-archive", action="store_true", help="no tuple-store broker subscribed to every channel")
+    r.add_argument("--churn", type=int, default=50,
+                   help="brokers that fail, and as many that join (default %(default)s)")
+    r.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    r.add_argument("--plot", metavar="FILE.png", help="draw the strategies side by side")
+    r.set_defaults(func=cmd_sim_routing)
 
 
 def cmd_sim_delivery(args: argparse.Namespace) -> int:
@@ -120,6 +132,79 @@ def cmd_sim_scribe(args: argparse.Namespace) -> int:
         plot_scribe(summary, distributions, args.plot)
     sys.stdout.write(json.dumps(summary, separators=(",", ":")) + "\n")
     return 1 if summary["members_missed"] or summary["duplicates"] else 0
+
+
+def cmd_sim_routing(args: argparse.Namespace) -> int:
+    from tidings.sim.overlay.routing_strategies import RoutingExperiment
+
+    try:
+        experiment = RoutingExperiment(args.brokers, args.seed, channels=args.channels,
+                                       subscribers_max=args.subscribers_max, archive=not args.no_archive,
+                                       churn=args.churn)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_INPUT) from None
+    started = time.monotonic()
+    report = experiment.run()
+    report["wall_s"] = round(time.monotonic() - started, 1)
+    report["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if args.plot:
+        plot_routing(report, args.plot)
+    if args.json:
+        sys.stdout.write(json.dumps(report, separators=(",", ":")) + "\n")
+    else:
+        sys.stdout.write(format_routing(report))
+    return 0
+
+
+ROUTING_COLUMNS = (
+    ("messages_per_event", "messages/event", "{:.1f}"), ("delay_ms_mean", "delay ms", "{:.0f}"),
+    ("stretch_mean", "stretch", "{:.2f}"), ("stretch_p90", "stretch p90", "{:.2f}"),
+    ("state_mean", "state/broker", "{:.1f}"), ("state_max", "state max", "{}"),
+    ("build_messages", "build msgs", "{:,}"), ("delivered_right_after", "reached after churn", "{:.1%}"),
+    ("repair_messages", "repair msgs", "{:,}"), ("delivered_after_repair", "reached after repair", "{:.1%}"),
+)
+
+
+def format_routing(report: dict[str, Any]) -> str:
+    lines = [f"routing: {report['brokers']} brokers, {report['channels']} channels, {report['subscriptions']} "
+             f"subscriptions, {report['churn']} fail and {report['churn']} join, seed {report['seed']}"]
+    names = list(report["strategies"])
+    lines.append(f"  {'':<22}" + "".join(f"{n:>18}" for n in names))
+    for key, label, fmt in ROUTING_COLUMNS:
+        cells = "".join(f"{fmt.format(report['strategies'][n][key]):>18}" for n in names)
+        lines.append(f"  {label:<22}{cells}")
+    for name in names:
+        if report["strategies"][name]["extra"]:
+            lines.append(f"  {name}: {report['strategies'][name]['extra']}")
+    lines.append(f"  wall {report['wall_s']} s, peak RSS {report['peak_rss_mib']} MiB")
+    return "\n".join(lines) + "\n"
+
+
+def plot_routing(report: dict[str, Any], path: str) -> None:
+    """Four panels, the strategies side by side: messages per event, stretch, state, repair."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.stderr.write("tidings: --plot needs matplotlib (pip install 'tidings[plot]')\n")
+        return
+    names = list(report["strategies"])
+    panels = (("messages_per_event", "messages per event", True), ("stretch_mean", "delay / direct delay", False),
+              ("state_mean", "state per broker (mean)", True), ("repair_messages", "repair messages after churn", True))
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.8))
+    for ax, (key, title, log) in zip(axes, panels, strict=True):
+        ax.bar(range(len(names)), [report["strategies"][n][key] for n in names],
+               color=["#999999", "#1f77b4", "#2ca02c", "#d62728"])
+        ax.set_xticks(range(len(names)), [n.replace("-", "\n") for n in names], fontsize=8)
+        ax.set_title(title, fontsize=10)
+        if log:
+            ax.set_yscale("log")
+    fig.suptitle(f"{report['brokers']:,} brokers, {report['channels']} channels, {report['churn']} fail and join")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def cmd_sim_pastry(args: argparse.Namespace) -> int:
@@ -245,15 +330,19 @@ def plot_scribe(summary: dict[str, Any], dist: dict[str, Any], prefix: str) -> N
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, xlabel in ((axes[0], "node_tables", "children tables (trees it forwards in)"),
-                            (axes[1], "node_children", "children entries, all trees")):
-        counts = Counter(dist[key])
-        xs = sorted(counts)
-        ax.bar(xs, [counts[x] for x in xs], width=1.0)
+    tables = Counter(dist["node_tables"])
+    xs = sorted(tables)
+    axes[0].bar(xs, [tables[x] for x in xs], width=1.0)
+    axes[0].set_xlabel("children tables (trees it forwards in)")
+    entries = Counter(dist["node_children"])
+    xs = sorted(x for x in entries if x)
+    axes[1].plot(xs, [entries[x] for x in xs], marker=".", linestyle="none",
+                 label=f"{entries[0]:,} nodes have none")
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("children entries, all trees")
+    axes[1].legend()
+    for ax in axes:
         ax.set_yscale("log")
-        if key == "node_children":
-            ax.set_xscale("symlog")
-        ax.set_xlabel(xlabel)
         ax.set_ylabel("nodes")
     fig.suptitle(f"Scribe node stress, {title}")
     fig.tight_layout()

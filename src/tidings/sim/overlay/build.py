@@ -68,16 +68,18 @@ def _start_one(sim: OverlaySim, host: int, joined: list[int], rng: random.Random
 
 
 def install_steady(sim: OverlaySim, config: OverlayConfig, rng: random.Random, sample_max: int = 16,
-                   progress: Progress | None = None, announce: bool = True) -> None:
+                   progress: Progress | None = None, announce: bool = True, hosts: range | None = None) -> None:
     """Give every host a member holding the converged Pastry state (see the module docstring);
     `config` is the members' overlay configuration (leaf set and neighbourhood sizes). Without
     `announce`, members take their leaf sets as already known to their leaves (`leaf_set_known`)
-    and skip the exchange of leaf sets on their first input."""
-    state = SteadyState(sim.ids, range(sim.n), sim.topology, rng, leaf_set_size=config.leaf_set_size,
+    and skip the exchange of leaf sets on their first input. `hosts` (all by default) are the
+    hosts that take part; the others stay down (to join later by the protocol)."""
+    hosts = range(sim.n) if hosts is None else hosts
+    state = SteadyState(sim.ids, hosts, sim.topology, rng, leaf_set_size=config.leaf_set_size,
                         sample_max=sample_max, neighbourhood_size=config.neighbourhood_size)
     now, refs, rtt = sim.world.now, sim.refs, sim.topology.rtt_ns
-    step = max(1, sim.n // 20)
-    for host in range(sim.n):
+    step = max(1, len(hosts) // 20)
+    for done, host in enumerate(hosts, start=1):
         member = sim.make_member(refs[host], sim.members_rng)
         sim.members[host] = member
         sim.net.bring_up(host)
@@ -96,5 +98,5 @@ def install_steady(sim: OverlaySim, config: OverlayConfig, rng: random.Random, s
             settle = getattr(member, "settle", None)
             effects += known if settle is None else settle(now, known)
         sim.apply(host, effects)
-        if progress is not None and (host + 1) % step == 0:
-            progress(host + 1, sim.n)
+        if progress is not None and done % step == 0:
+            progress(done, len(hosts))
