@@ -43,6 +43,8 @@ def test_a_durable_subscriber_fails_over_to_another_broker_when_its_own_is_kille
                 publisher.stop()
             sub.kill()
             sub.wait(10)
+        said = sub.stderr.read()
+    assert f"tidings: moved from broker {home.address} to {other.address} (failover: " in said, said
     got = [(e["pubend"], e["tick"]) for e in lines(out)]
     assert len(got) == len(set(got)), f"{len(got) - len(set(got))} events printed twice"
     assert got == sorted(got), "events out of order"

@@ -86,8 +86,12 @@ def test_a_client_that_moved_onto_a_broker_that_began_draining_since_its_probe_m
         a, a_address, _ = await serve(lambda n: welcome("pA", draining=n > 1) + (
             messages.advice("draining", [[b_address, 100]]) if n == 1 else b""))
         async with client_of(a_address, a, b, c) as client:
+            moved: list[tuple[str, str, str]] = []
+            client.on_move = lambda *move: moved.append(move)  # before the probes can have answered
             await until(lambda: client.address == c_address)
             assert client.moves == 2 and client.pubend == "pC"
+            assert moved == [(a_address, b_address, "route advice: draining"),
+                             (b_address, c_address, "route advice: draining")]
 
     asyncio.run(scenario())
 

@@ -1,21 +1,25 @@
 """Log lines rate-limited per key: at most one a second per remote address, say, however fast a
 misconfigured or hostile peer retries, with the number held back told in the next line.
 
-The keys kept are bounded (`keys_max`): when full, those quiet for longer than the interval are
-forgotten, and if none is, all are (a flood from many addresses then logs at most `keys_max` lines
-per interval)."""
+The keys kept are bounded (`keys_max`): when the table is full, keys quiet for longer than the
+interval are forgotten, and if none is, a new key shares one budget with every other such key
+(OVERFLOW), so a flood from many addresses logs at most `keys_max + 1` lines per interval."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 KEYS_MAX = 1024
+OVERFLOW = "(other keys)"  # the budget new keys share while the table is full of recent ones
 
 
 class RateLimitedLog:
-    def __init__(self, logger: logging.Logger, interval_s: float = 1.0, keys_max: int = KEYS_MAX) -> None:
+    def __init__(self, logger: logging.Logger, interval_s: float = 1.0, keys_max: int = KEYS_MAX,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._log = logger
+        self._clock = clock
         self.interval_s = interval_s
         self.keys_max = keys_max
         self._keys: dict[str, tuple[float, int]] = {}  # key -> (when last logged, lines held back since)
@@ -23,13 +27,15 @@ class RateLimitedLog:
     def log(self, level: int, key: str, msg: str, *args: object) -> bool:
         """Log `msg % args` unless a line for `key` was logged within the interval (then count it);
         True when logged."""
-        now = time.monotonic()
+        now = self._clock()
+        if key not in self._keys and len(self._keys) >= self.keys_max:
+            self._forget(now)
+            if len(self._keys) >= self.keys_max:
+                key = OVERFLOW
         last = self._keys.get(key)
         if last is not None and now - last[0] < self.interval_s:
             self._keys[key] = (last[0], last[1] + 1)
             return False
-        if last is None and len(self._keys) >= self.keys_max:
-            self._forget(now)
         held = 0 if last is None else last[1]
         self._keys[key] = (now, 0)
         if held:
@@ -39,8 +45,5 @@ class RateLimitedLog:
         return True
 
     def _forget(self, now: float) -> None:
-        quiet = [k for k, (when, _) in self._keys.items() if now - when >= self.interval_s]
-        for k in quiet:
+        for k in [k for k, (when, _) in self._keys.items() if now - when >= self.interval_s]:
             del self._keys[k]
-        if not quiet:
-            self._keys.clear()

@@ -81,7 +81,7 @@ from tidings.core.inputs import (
     WriteSynced,
 )
 from tidings.core.overlay.node_id import id_hex
-from tidings.core.peers import DIALLER_SIDE
+from tidings.core.peer_refusals import DIALLER_SIDE
 from tidings.storage import DataDirectoryLock, EventLog, load_or_create_identity
 from tidings.storage.files import read_small_file
 

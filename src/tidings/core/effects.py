@@ -129,7 +129,7 @@ class PeerRefused:
     for the runtime to log, rate-limited. `side` is "acceptor" when this broker refused the
     connection `conn` that dialled it (`address`: what the dialler announced, "" if nothing
     readable), "dialler" when the broker we dialled at `address` refused us or failed our check.
-    `reason` is one of peers.REFUSAL_REASONS; `detail` says it in a sentence."""
+    `reason` is one of peer_refusals.REFUSAL_REASONS; `detail` says it in a sentence."""
 
     conn: int
     address: str

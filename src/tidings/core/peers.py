@@ -86,6 +86,20 @@ from tidings.core.effects import Connect, Disconnect, Effect, PeerRefused, Send
 from tidings.core.errors import ProtocolError
 from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES, RELIABILITY_TYPES
 from tidings.core.overlay.node_id import NodeRef, id_hex
+from tidings.core.peer_refusals import (
+    ACCEPTOR_SIDE,
+    BAD_ADDRESS,
+    BAD_PROOF,
+    BUSY,
+    DIALLER_SIDE,
+    HANDSHAKE_TIMEOUT,
+    MALFORMED,
+    MISSING_CREDENTIAL,
+    UNEXPECTED_CREDENTIAL,
+    VERSION,
+    dialler_reading,
+    valid_address,
+)
 from tidings.core.states import Transitions
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder
@@ -121,32 +135,6 @@ SECOND_NS = 1_000_000_000
 PING_MISSES_MAX = 3  # an OPEN link silent for this many ping intervals is down
 ALIASES_MAX = 1024
 UNPROVEN_MAX = 256  # accepted connections awaiting PEER_AUTH at once; more are refused
-
-ACCEPTOR_SIDE = "acceptor"  # this broker refused a connection that dialled it
-DIALLER_SIDE = "dialler"  # the broker this one dialled refused it, or failed its check
-# why a handshake ended without a link (the `reason` of PeerRefused and of the refusal counts)
-MISSING_CREDENTIAL = "missing-credential"  # the dialler has no cluster credential, the acceptor does
-UNEXPECTED_CREDENTIAL = "unexpected-credential"  # the dialler has one, the acceptor none
-BAD_PROOF = "bad-proof"  # a cluster proof did not verify: the two hold different secrets
-HANDSHAKE_TIMEOUT = "handshake-timeout"
-BAD_ADDRESS = "bad-address"  # the announced address is not HOST:PORT
-VERSION = "version"
-MALFORMED = "malformed"  # a bad or unexpected frame in the handshake
-BUSY = "busy"  # UNPROVEN_MAX handshakes in progress already
-REFUSED = "refused"  # the acceptor's PEER_ERROR with another code
-REFUSAL_REASONS = (MISSING_CREDENTIAL, UNEXPECTED_CREDENTIAL, BAD_PROOF, HANDSHAKE_TIMEOUT, BAD_ADDRESS, VERSION,
-                   MALFORMED, BUSY, REFUSED)
-HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:[]")
-PORT_MAX = 65535
-
-
-def valid_address(address: str) -> bool:
-    """HOST:PORT as a broker announces itself: a host of letters, digits, `.-_` (or a bracketed
-    IPv6 address) and a port from 1 to 65535."""
-    host, sep, port = address.rpartition(":")
-    return (bool(sep) and bool(host) and set(host) <= HOST_CHARS and port.isascii() and port.isdigit()
-            and 0 < int(port) <= PORT_MAX)
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -627,7 +615,8 @@ class PeerLinks:
         c.closing = True
         out: list[Effect] = [Disconnect(c.conn, f"peer error: {msg.code}")]
         if msg.code != peer.DUPLICATE_LINK and link.state == HANDSHAKE and link.conn == c.conn:
-            reason, detail = self._refusal_of(c, link.address, msg)
+            reason, detail = dialler_reading(msg.code, msg.message, link.address, self.cluster is not None,
+                                             challenged=c.nonce is None)
             out.insert(0, self._refused(c.conn, link.address, DIALLER_SIDE, reason, detail))  # then Disconnect
             self._drop(link, detail)
         elif msg.code != peer.DUPLICATE_LINK:
@@ -639,20 +628,6 @@ class PeerLinks:
         else:  # the peer closed an open link as superseded: it is alive, so connect afresh
             out += self._redial(link)
         return out
-
-    def _refusal_of(self, c: _Conn, address: str, msg: peer.PeerError) -> tuple[str, str]:
-        """What the acceptor's PEER_ERROR in our handshake means, read against what we sent."""
-        if msg.code == AUTH_FAILED and self.cluster is None:
-            return MISSING_CREDENTIAL, f"{address} requires a cluster credential"
-        if msg.code == AUTH_FAILED and c.nonce is not None:  # refused before it challenged us
-            return UNEXPECTED_CREDENTIAL, f"{address} has no cluster credential (this broker has one)"
-        if msg.code == AUTH_FAILED:
-            return BAD_PROOF, f"cluster credential refused by {address}"
-        if msg.code == errors.HANDSHAKE_TIMEOUT:
-            return HANDSHAKE_TIMEOUT, f"{address} timed out our handshake ({msg.message})"
-        if msg.code == errors.VERSION:
-            return VERSION, f"{address}: {msg.message}"
-        return REFUSED, f"{address} refused the link ({msg.code}: {msg.message})"
 
     def _check_decoder(self, c: _Conn, out: list[Effect]) -> None:
         failure = c.decoder.failure

@@ -1,0 +1,57 @@
+"""Why a peer handshake ended without a link: the vocabulary both ends count and log it in
+(core/peers.py: `refusals`, the runtime's PeerRefused log lines, `tidings_peer_refusals_total`),
+the check of an announced address, and how a dialler reads the acceptor's PEER_ERROR.
+
+The acceptor's PEER_ERROR code alone does not say what a dialler must fix: `auth-failed` is the
+answer both to a HELLO without the cluster credential's nonce and to a wrong PEER_AUTH. The dialler
+knows what it sent, so it reads the code against that: without a credential of its own, the
+acceptor requires one; with one, refused before any PEER_CHALLENGE, the acceptor has none; after
+answering the challenge, our proof was refused.
+"""
+
+from __future__ import annotations
+
+from tidings.core import errors
+from tidings.core.auth.handshake import AUTH_FAILED
+
+ACCEPTOR_SIDE = "acceptor"  # this broker refused a connection that dialled it
+DIALLER_SIDE = "dialler"  # the broker this one dialled refused it, or failed its check
+# why a handshake ended without a link (the `reason` of PeerRefused and of the refusal counts)
+MISSING_CREDENTIAL = "missing-credential"  # the dialler has no cluster credential, the acceptor does
+UNEXPECTED_CREDENTIAL = "unexpected-credential"  # the dialler has one, the acceptor none
+BAD_PROOF = "bad-proof"  # a cluster proof did not verify: the two hold different secrets
+HANDSHAKE_TIMEOUT = "handshake-timeout"
+BAD_ADDRESS = "bad-address"  # the announced address is not HOST:PORT
+VERSION = "version"
+MALFORMED = "malformed"  # a bad or unexpected frame in the handshake
+BUSY = "busy"  # UNPROVEN_MAX handshakes in progress already
+REFUSED = "refused"  # the acceptor's PEER_ERROR with another code
+REFUSAL_REASONS = (MISSING_CREDENTIAL, UNEXPECTED_CREDENTIAL, BAD_PROOF, HANDSHAKE_TIMEOUT, BAD_ADDRESS, VERSION,
+                   MALFORMED, BUSY, REFUSED)
+HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:[]")
+PORT_MAX = 65535
+
+
+def valid_address(address: str) -> bool:
+    """HOST:PORT as a broker announces itself: a host of letters, digits, `.-_` (or a bracketed
+    IPv6 address) and a port from 1 to 65535."""
+    host, sep, port = address.rpartition(":")
+    return (bool(sep) and bool(host) and set(host) <= HOST_CHARS and port.isascii() and port.isdigit()
+            and 0 < int(port) <= PORT_MAX)
+
+
+def dialler_reading(code: str, message: str, address: str, has_credential: bool, challenged: bool) -> tuple[str, str]:
+    """The reason and the sentence for the PEER_ERROR `code` (`message`) with which the broker at
+    `address` ended our handshake, given whether we hold a cluster credential and whether it had
+    challenged us (we answered its PEER_CHALLENGE)."""
+    if code == AUTH_FAILED and not has_credential:
+        return MISSING_CREDENTIAL, f"{address} requires a cluster credential"
+    if code == AUTH_FAILED and not challenged:
+        return UNEXPECTED_CREDENTIAL, f"{address} has no cluster credential (this broker has one)"
+    if code == AUTH_FAILED:
+        return BAD_PROOF, f"cluster credential refused by {address}"
+    if code == errors.HANDSHAKE_TIMEOUT:
+        return HANDSHAKE_TIMEOUT, f"{address} timed out our handshake ({message})"
+    if code == errors.VERSION:
+        return VERSION, f"{address}: {message}"
+    return REFUSED, f"{address} refused the link ({code}: {message})"
