@@ -181,7 +181,8 @@ def format_routing(report: dict[str, Any]) -> str:
 
 
 def plot_routing(report: dict[str, Any], path: str) -> None:
-    """Four panels, the strategies side by side: messages per event, stretch, state, repair."""
+    """Six panels, the strategies side by side: messages per event, stretch, state, build cost,
+    delivery right after churn, repair cost."""
     try:
         import matplotlib
 
@@ -192,9 +193,11 @@ def plot_routing(report: dict[str, Any], path: str) -> None:
         return
     names = list(report["strategies"])
     panels = (("messages_per_event", "messages per event", True), ("stretch_mean", "delay / direct delay", False),
-              ("state_mean", "state per broker (mean)", True), ("repair_messages", "repair messages after churn", True))
-    fig, axes = plt.subplots(1, 4, figsize=(14, 3.8))
-    for ax, (key, title, log) in zip(axes, panels, strict=True):
+              ("state_mean", "state per broker (mean)", True), ("build_messages", "build messages", True),
+              ("delivered_right_after", "reached right after churn", False),
+              ("repair_messages", "repair messages after churn", True))
+    fig, axes = plt.subplots(2, 3, figsize=(12, 7))
+    for ax, (key, title, log) in zip(axes.flat, panels, strict=True):
         ax.bar(range(len(names)), [report["strategies"][n][key] for n in names],
                color=["#999999", "#1f77b4", "#2ca02c", "#d62728"])
         ax.set_xticks(range(len(names)), [n.replace("-", "\n") for n in names], fontsize=8)
