@@ -79,6 +79,7 @@ def test_an_idle_stream_runs_no_micro_batch(
     with streaming(spark, broker.address, tmp_path / "cp", "idle") as (collected, query):
         wait_for(lambda: query.lastProgress is not None, timeout=COLLECT_S_MAX, what="the query's first trigger")
         first = publish((broker,), 20, "a")
+        assert broker.status()["last_event_tick"] == max(tick for _, tick in first)  # what says "nothing new"
         collects(query, collected, first, "the first events")
         batches = len(collected.batches)
         with sync.connect(broker.address, service="test", instance="other") as client:

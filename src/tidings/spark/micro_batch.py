@@ -17,6 +17,11 @@ Theory of operation. Spark asks the source for the end of the next micro-batch g
   them. With failOnDataLoss=true that fails the query, naming the pubend and the ticks; with false
   the end moves past them and the offset counts them (`lost`), so they are skipped once, counted
   once, and never silently.
+- **Nothing to read** (`to_read`, `logged_after`): a durable tail follows the clock, so the tails
+  move at every trigger while nothing is published. A pubend has something to read only if its
+  newest logged event is above the start (and above the tick up to which nothing matched); the
+  caller asks those brokers for a matching event, and ends the micro-batch at the start (no
+  micro-batch) when none has one.
 - **Partitions** split each pubend's ticks `(start, end]` into contiguous ranges, so executors
   read in parallel, each range from the broker that logged it. The ranges tile the micro-batch
   without overlap: each event is read by one task.
