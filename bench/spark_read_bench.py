@@ -20,8 +20,8 @@ machine the wall times follow the other users' load, the CPU seconds much less.
 `--brokers N` starts an overlay of N brokers (tidings.testing.Cluster) and publishes the events
 through all of them in turn (two in three through the first, the rest spread over the others, as
 uneven as real publishers), so the read plans over N pubends and its tasks read from N brokers.
-`--minority` publishes as many again on `nodes/host<i>/mem` (no `load`), so the pattern matches
-a minority (one in three) of each log: the broker, not the task, then tests most records.
+`--minority` publishes two events on `nodes/host<i>/mem` (no `load`) after each matching one, so
+the pattern matches a minority (one in three) of each log, spread through it.
 """
 
 from __future__ import annotations
@@ -56,12 +56,12 @@ def publish(addresses: str | list[str], events: int, minority: bool = False) -> 
         for n, start in enumerate(range(0, events, 1000)):
             client = clients[0 if n % 3 or len(clients) == 1 else 1 + (n // 3) % (len(clients) - 1)]
             stop = min(events, start + 1000)
-            client.publish_many([(f"nodes/host{i % 100}/load", b"x" * 100, {"load": (i % 997) / 100.0})
-                                 for i in range(start, stop)])
-            if minority:
-                for _ in range(2):
-                    client.publish_many([(f"nodes/host{i % 100}/mem", b"x" * 100, {"mem": i % 997})
-                                         for i in range(start, stop)])
+            items = []
+            for i in range(start, stop):
+                items.append((f"nodes/host{i % 100}/load", b"x" * 100, {"load": (i % 997) / 100.0}))
+                if minority:  # interleaved, as a log of several kinds of report holds them
+                    items += [(f"nodes/host{i % 100}/mem", b"x" * 100, {"mem": i % 997})] * 2
+            client.publish_many(items)
     finally:
         for client in clients:
             client.close()
