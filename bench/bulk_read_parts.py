@@ -4,12 +4,13 @@ with the log's bytes (`spans`: SPAN frames the task checks and picks from, as a 
 and with the matching records (`bulk`: RECORDS frames), against the plain bounded read of the same
 events into `Event` objects (`events`).
 
-    .venv/bin/python bench/bulk_read_parts.py [--events 100000] [--rounds 3]
+    .venv/bin/python bench/bulk_read_parts.py [--events 100000] [--rounds 3] [--minority]
 
 The events are those of bench/spark_read_bench.py (`nodes/host<i mod 100>/load`, a float `load`
 attribute, a 100-byte payload). Per round and read: wall time, the client process's CPU (its event
 loop thread included), the decoding thread's CPU in records_to_batch, and the broker process's CPU
-(from /proc). Prints one JSON line with the medians.
+(from /proc). Prints one JSON line with the medians. `--minority` adds twice as many events on
+`nodes/host<i>/mem`, so the pattern keeps a third of the log (bench/spark_read_bench.py).
 """
 
 from __future__ import annotations
@@ -45,12 +46,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--minority", action="store_true", help="the pattern keeps one event in three")
     args = ap.parse_args()
     runs: dict[str, list[dict[str, float]]] = {"spans": [], "bulk": [], "events": []}
     with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "data") as broker:
         assert broker.proc is not None
         pid = broker.proc.pid
-        publish(broker.address, args.events)
+        publish(broker.address, args.events, args.minority)
         with sync.connect(broker.address, service="bench", instance="parts", follow_advice=False) as client:
             end, pubend, schema = int(client.status()["last_tick"]), client.pubend or "", arrow_schema()
             for _ in range(args.rounds):
@@ -67,7 +69,8 @@ def main() -> None:
                 marks = (time.perf_counter(), time.process_time(), cpu_s(pid))
                 assert sum(1 for _ in client.read(PATTERN, after=0, end=end)) == args.events
                 runs["events"].append(parts(marks, pid, 0.0))
-    out: dict[str, object] = {"bench": "bulk_read_parts", "events": args.events, "rounds": args.rounds}
+    out: dict[str, object] = {"bench": "bulk_read_parts", "events": args.events, "rounds": args.rounds,
+                              "minority": args.minority}
     for name, samples in runs.items():
         for key in samples[0]:
             out[f"{name}_{key}_median"] = round(statistics.median(s[key] for s in samples), 3)

@@ -2,6 +2,7 @@
 `spark.read.format("tidings")` and from the same rows landed as Parquet, in one run.
 
     .venv/bin/python bench/spark_read_bench.py [--events 200000] [--rounds 3] [--partitions 2]
+        [--brokers 3] [--minority]
 
 Starts a fresh broker process and publishes `--events` events (`nodes/host<i mod 100>/load`, a
 float `load` attribute, a 100-byte payload), starts a local[2] SparkSession, warms both reads up,
@@ -15,11 +16,18 @@ Python decoder alone (docs/spark.md). Prints one JSON line: the decoder, the bes
 seconds of each, rows/s, the ratio of the medians (tidings over Parquet), and the median CPU seconds each
 query cost the processes of the run (the broker, the JVM, Spark's Python workers): on a shared
 machine the wall times follow the other users' load, the CPU seconds much less.
+
+`--brokers N` starts an overlay of N brokers (tidings.testing.Cluster) and publishes the events
+through all of them in turn (two in three through the first, the rest spread over the others, as
+uneven as real publishers), so the read plans over N pubends and its tasks read from N brokers.
+`--minority` publishes two events on `nodes/host<i>/mem` (no `load`) after each matching one, so
+the pattern matches a minority (one in three) of each log, spread through it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -33,17 +41,30 @@ from typing import Any
 from tidings import sync
 from tidings.spark import arrow
 from tidings.spark.jobs import SUMMARY_COLUMNS
-from tidings.testing import BrokerProcess
+from tidings.testing import BrokerProcess, Cluster
 
 sys.path.insert(0, str(Path(__file__).parent))
 from spark_local import local_session
 
 
-def publish(address: str, events: int) -> None:
-    with sync.connect(address, service="bench", instance="read") as client:
-        for start in range(0, events, 1000):
-            client.publish_many([(f"nodes/host{i % 100}/load", b"x" * 100, {"load": (i % 997) / 100.0})
-                                 for i in range(start, min(events, start + 1000))])
+def publish(addresses: str | list[str], events: int, minority: bool = False) -> None:
+    """`events` matching events (and with `minority`, twice as many that do not match), 1000 to a
+    publish_many, two batches in three through the first broker, the rest through the others."""
+    clients = [sync.connect(a, service="bench", instance="read")
+               for a in ([addresses] if isinstance(addresses, str) else addresses)]
+    try:
+        for n, start in enumerate(range(0, events, 1000)):
+            client = clients[0 if n % 3 or len(clients) == 1 else 1 + (n // 3) % (len(clients) - 1)]
+            stop = min(events, start + 1000)
+            items = []
+            for i in range(start, stop):
+                items.append((f"nodes/host{i % 100}/load", b"x" * 100, {"load": (i % 997) / 100.0}))
+                if minority:  # interleaved, as a log of several kinds of report holds them
+                    items += [(f"nodes/host{i % 100}/mem", b"x" * 100, {"mem": i % 997})] * 2
+            client.publish_many(items)
+    finally:
+        for client in clients:
+            client.close()
 
 
 def tree_cpu_s() -> float:
@@ -92,11 +113,18 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--brokers", type=int, default=1, help="brokers in the overlay (1: one broker process)")
+    ap.add_argument("--minority", action="store_true", help="the pattern matches one event in three")
     args = ap.parse_args()
     from pyspark.sql import functions as F
 
-    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "data") as broker:
-        publish(broker.address, args.events)
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        if args.brokers > 1:
+            brokers = stack.enter_context(Cluster(Path(tmp) / "overlay", args.brokers)).brokers
+        else:
+            brokers = [stack.enter_context(BrokerProcess(Path(tmp) / "data"))]
+        broker = brokers[0]
+        publish([b.address for b in brokers], args.events, args.minority)
         spark = local_session(Path(__file__).stem)
 
         def tidings(columns: str | None = None):
@@ -136,7 +164,8 @@ def main() -> None:
     median = {k: statistics.median(v) for k, v in times.items()}
     print(json.dumps({
         "bench": "spark_read", "decoder": "python" if arrow._columns is None else "compiled",
-        "events": args.events, "partitions": args.partitions, "rounds": args.rounds,
+        "events": args.events, "partitions": args.partitions, "brokers": args.brokers,
+        "minority": args.minority, "rounds": args.rounds,
         "tidings_s_median": round(median["tidings"], 3), "tidings_s_best": round(min(times["tidings"]), 3),
         "parquet_s_median": round(median["parquet"], 3), "parquet_s_best": round(min(times["parquet"]), 3),
         "tidings_rows_per_s": round(args.events / median["tidings"]),

@@ -24,13 +24,18 @@ UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1
 @pytest.fixture(scope="module")
 def quiet(spark: Any) -> Iterator[Any]:
     from tidings.spark import quiet_errors
+    from tidings.spark.errors import QUIET_LOGGERS
 
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+    levels = {name: log4j.LogManager.getLogger(name).getLevel() for name in QUIET_LOGGERS}
     saved = sys.excepthook
     quiet_errors(spark)
     try:
         yield spark
     finally:
         sys.excepthook = saved
+        for name, level in levels.items():  # the later tests' failures keep their logs
+            log4j.core.config.Configurator.setLevel(name, level)
 
 
 def last_words(spark: Any, spark_stderr: Any, action: Callable[[], object]) -> tuple[str, list[str]]:
@@ -138,8 +143,11 @@ def test_a_forbidden_read(quiet: Any, spark_stderr: Any, tmp_path: Path) -> None
     from tidings.core.auth.credentials import KdfParams
 
     auth, kdf = tmp_path / "auth.toml", KdfParams(n=1 << 10)
+    writer = str(add_identity(auth, "loadmon", [], ["load/#"], [], kdf))
     reader = str(add_identity(auth, "reader", [], [], ["load/h1"], kdf))
     with BrokerProcess(tmp_path / "b", args=["--auth", str(auth)], credential=reader) as broker:
+        with sync.connect(broker.address, credential=writer) as client:  # a read of nothing asks nothing
+            client.publish_many([("load/h1", b"1"), ("load/h2", b"2")])
         printed, jvm = last_words(quiet, spark_stderr, lambda: batch(quiet, broker.address, credential=reader)
                                   .load().collect())
     check_one_line(printed, jvm, "may not subscribe")

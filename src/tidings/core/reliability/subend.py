@@ -23,9 +23,13 @@ could subscribe to every channel, may be answered with the log's own bytes inste
 whole records cut at the log's sparse index, so the broker reads no record, tests no channel and
 checks no checksum; the reader does all three, in its own process (for Spark, in parallel tasks,
 where the broker would do them one record after another for every task). Spans carry every
-channel, so the broker sends them only while the pattern kept at least half of the records its
-reads have tested so far: the first read (SPAN_SAMPLE_BYTES) is always record by record, and a
-narrow pattern stays so, until the share its later reads keep passes half. Events sent in spans
+channel, so the broker sends them only while the pattern kept at least one in
+SPAN_RECORDS_PER_KEPT_MAX (4) of the records its reads have tested so far: the first read
+(SPAN_SAMPLE_BYTES) is always record by record, and a narrow pattern stays so, until the share its
+later reads keep passes that. (The reader's work per record, in C and in parallel tasks, is a
+fraction of the broker's in Python, one record after another for every reader: a reader given four
+records per kept one still costs less than the broker testing them; a narrower pattern would ship
+too many bytes.) Events sent in spans
 are not counted as delivered: the broker did not look at them.
 
 A catch-up read tests each record's channel against the pattern without decoding the record when
@@ -57,6 +61,7 @@ if TYPE_CHECKING:
 
 CHANNELS_CACHED_MAX = 256
 SPAN_SAMPLE_BYTES = 64 * 1024  # the first read of a READ that may get spans: its records tested one by one
+SPAN_RECORDS_PER_KEPT_MAX = 4  # spans while the pattern keeps at least one record in this many
 
 
 class Subend:
@@ -131,7 +136,7 @@ class Subend:
         if self.live or self.reading is not None:
             return []
         self.reading = self._target(synced_tick)
-        span = self.spans and self.tested > 0 and 2 * self.kept >= self.tested
+        span = self.spans and self.tested > 0 and SPAN_RECORDS_PER_KEPT_MAX * self.kept >= self.tested
         if self.spans and not self.tested:  # a first read only measures the pattern's share
             max_bytes = min(max_bytes, SPAN_SAMPLE_BYTES)
         return [ReadLog(self.key, self.position, self.reading, max_bytes, span)]
