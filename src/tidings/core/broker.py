@@ -59,6 +59,7 @@ from tidings.core.effects import (
     ReadLog,
     ReadPfs,
     ReleaseLog,
+    SaveDirectory,
     Send,
 )
 from tidings.core.errors import TidingsError
@@ -98,7 +99,7 @@ from tidings.core.wire import messages
 
 CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status()`
 # what the cluster member asks of the runtime
-RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs)
+RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs, SaveDirectory)
 
 
 class HandshakeTimer(NamedTuple):
@@ -122,8 +123,10 @@ BrokerTimer = HandshakeTimer | DurableSilenceTimer | DurableSaveTimer
 
 class Broker:
     def __init__(self, config: BrokerConfig, pubend_id: str, log: LogState, guard: Guard | None = None,
-                 durable: bytes | None = None) -> None:
-        """`durable`: the state the last SaveDurable saved (StateError when it does not decode)."""
+                 durable: bytes | None = None, directory: bytes | None = None) -> None:
+        """`durable`: the state the last SaveDurable saved (StateError when it does not decode);
+        `directory`: the pubend directory the last SaveDirectory saved (core/directory.py)."""
+        self._directory_saved = directory
         self.config = config
         self.guard = guard or Guard.open()  # identities, access rules and limits (core/auth/)
         self.pubend = Pubend(pubend_id, log.last_tick)
@@ -209,7 +212,8 @@ class Broker:
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
         peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
         reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self.intake.trees_of,
-                                  lambda: (self.pubend.synced_tick, self.log), self.registrations.held)
+                                  lambda: (self.pubend.synced_tick, self.log), self.registrations.held,
+                                  self._directory_saved)
         self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng,
                                      reliability, peers)
         out: list[Effect] = []

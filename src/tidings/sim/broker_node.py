@@ -46,6 +46,7 @@ from tidings.core.effects import (
     ReadPfs,
     ReleaseLog,
     ResumeReading,
+    SaveDirectory,
     SaveDurable,
     Send,
     Sync,
@@ -184,7 +185,8 @@ class BrokerNode(Listener):
         self.incarnation += 1
         self._next_conn = 0
         log: LogState = self.disk.state()
-        self.core = Broker(self.config, self.pubend_id, log, durable=self.disk.durable_state)
+        self.core = Broker(self.config, self.pubend_id, log, durable=self.disk.durable_state,
+                           directory=self.disk.directory_state)
         wall_us = self.wall_us()  # the dedup window comes back from the log's tail, as in aio/server.py
         self.core.dedup.restore(self.disk.keyed_since(wall_us - self.core.dedup.window_us), wall_us)
         self.disk.attach(self._synced, self._read)
@@ -294,6 +296,8 @@ class BrokerNode(Listener):
             elif isinstance(eff, SaveDurable):
                 self._trace_effect("SaveDurable", len(eff.data))
                 disk.save(eff.data)
+            elif isinstance(eff, SaveDirectory):
+                disk.directory_state = eff.data
             elif isinstance(eff, PfsAppend):
                 self.pfs.append(eff.stream, eff.entries, eff.through)
             elif isinstance(eff, PfsChop):
