@@ -41,12 +41,13 @@ from pyspark.sql.types import StructType
 
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError, TidingsError
+from tidings.spark import coverage
 from tidings.spark.arrow import RecordsError, arrow_schema, records_to_batch
 from tidings.spark.guard import ImportGuarded
 from tidings.spark.micro_batch import Loss, admit, find_losses, latest, plan_ranges, skip
 from tidings.spark.offsets import Offset
 from tidings.spark.options import StreamOptions
-from tidings.spark.overlay import Connect, Head, check_pubend, connect, discover
+from tidings.spark.overlay import Connect, Head, Missing, check_pubend, connect, log_missing, survey
 from tidings.spark.planning import ReadError
 from tidings.spark.reading import TickRangePartition, read_range
 
@@ -119,6 +120,8 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
         self._initial: dict[str, Any] | None = None
         self._cap: dict[str, int] | None = None  # AvailableNow: the tails when the query started
         self._heads: dict[str, Head] = {}  # the last discovery
+        self._missing: dict[str, Missing] = {}  # pubends the directory lists that it did not reach
+        self.unreached: dict[str, coverage.Unread] = {}  # AvailableNow: pubends skipped (failOnDataLoss=false)
         self._skipped: dict[str, dict[str, int]] = {}  # end offset (JSON) -> ticks skipped below it
 
     def initialOffset(self) -> dict[str, Any]:
@@ -139,8 +142,20 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
         return Offset.make(min(tails.values(), default=0), tails)
 
     def _discover(self) -> dict[str, Head]:
-        self._heads = discover(self.opts, self.connect_to)
+        found = survey(self.opts, self.connect_to)
+        self._heads, self._missing = found.heads, found.missing
+        if self._cap is None:
+            log_missing(found)
         return self._heads
+
+    def _check_reach(self, begin: Offset) -> None:
+        """AvailableNow: a pubend that cannot be read and holds events after the query's position
+        fails the run naming it, or (failOnDataLoss=false) is skipped, warned of once and counted
+        (coverage.py); it stays at its position, for a later run."""
+        found = coverage.unread_all(self._missing, {p: begin.position(p) for p in self._missing}, None)
+        new = [u for u in found if u.pubend not in self.unreached]
+        for u in coverage.check(f"stream of {self.opts.pattern!r} (AvailableNow)", new, self.opts.fail_on_data_loss):
+            self.unreached[u.pubend] = u
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.opts.events_per_trigger_max
@@ -160,6 +175,8 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
             logger.warning("tidings stream of %r: skipped %s (failOnDataLoss=false); %d ranges, %d ticks "
                            "skipped since the query started", self.opts.pattern, "; ".join(map(str, losses)),
                            begin.lost_ranges, begin.lost_ticks)
+        if self._cap is not None:
+            self._check_reach(begin)
         end = latest(begin, heads, self._cap)
         if isinstance(limit, ReadMaxRows) and end != begin:
             end = self._admit(begin, end, limit.max_rows)
