@@ -6,7 +6,10 @@ data source's planner called without a SparkSession (tests/spark has the Spark r
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -144,3 +147,31 @@ def test_an_available_now_run_fails_or_skips_a_dead_brokers_pubend(
     assert list(reader.unreached) == [dead_pubend]
     skipping = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
     assert len(skipping) == 1 and dead_pubend in skipping[0] and "AvailableNow" in skipping[0], skipping
+
+
+def test_an_operator_forgets_a_decommissioned_brokers_pubend_and_reads_are_whole_without_it(
+    overlay: tuple[Cluster, dict[str, list[int]]],
+) -> None:
+    cluster, ticks = overlay
+    retired, retired_pubend = cluster[2], pubend_of(cluster, 2)
+    cluster.kill(retired)  # decommissioned: it never comes back
+    with pytest.raises(PubendUnreachableError, match=retired_pubend):
+        plan(cluster[0].address).partitions()
+    tidings = [sys.executable, "-m", "tidings.cli.main", "directory", "forget"]
+    refused = subprocess.run([*tidings, "--data", str(cluster[1].data), retired_pubend], capture_output=True,
+                             text=True, timeout=60, check=False)
+    assert refused.returncode != 0 and "stop that broker first" in refused.stderr  # it is running
+    cluster[1].stop()
+    done = subprocess.run([*tidings, "--data", str(cluster[1].data), retired_pubend], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0 and json.loads(done.stdout)["forgotten"] == retired_pubend, done.stderr
+    cluster[1].join = cluster[0].address
+    cluster[1].start()
+
+    def forgotten() -> bool:
+        return all(retired_pubend not in {e["pubend"] for e in (cluster.status(b) or {}).get("directory", [])}
+                   for b in cluster.brokers[:2])
+
+    cluster.wait(forgotten, what="every running broker forgot the retired pubend")
+    assert sorted(rows(plan(cluster[0].address))) == sorted(
+        (p, t) for p, ts in ticks.items() if p != retired_pubend for t in ts)

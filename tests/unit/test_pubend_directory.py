@@ -17,6 +17,7 @@ from tidings.core.directory import (
     DirectoryError,
     EntryState,
     PubendDirectory,
+    forget_saved,
     merge,
 )
 from tidings.core.effects import SaveDirectory
@@ -266,3 +267,21 @@ def test_own_entry_is_reissued_on_a_change_and_otherwise_only_each_refresh_inter
     assert sent and sent[0].message[1][0][3] == WALL0 + 31_000_000  # (then the 30 s anti-entropy sync)
     later = d.handle_timeout(92 * S, WALL0 + 92_000_000)
     assert any(isinstance(e, PeerSend) for e in later)  # refresh_interval_ns (60 s) passed
+
+
+def test_forgetting_through_a_stopped_brokers_saved_directory() -> None:
+    ring = Ring(3, leaf=1)
+    for _ in range(3):
+        ring.round()
+    retired = f"p{2:016x}"
+    ring.crash(2)
+    ring.crash(1)  # stopped by the operator, who forgets the retired pubend in its saved directory
+    ring.saved[1] = forget_saved(ring.saved[1], retired, f"p{1:016x}", ring.wall)
+    with pytest.raises(DirectoryError, match="own"):
+        forget_saved(ring.saved[1], f"p{1:016x}", f"p{1:016x}", ring.wall)
+    with pytest.raises(DirectoryError, match="not in the directory"):
+        forget_saved(ring.saved[1], retired, f"p{1:016x}", ring.wall)  # already forgotten
+    ring.restart(1)
+    for _ in range(2):
+        ring.round()
+    assert ring.listed(0) == ring.listed(1) == [f"p{0:016x}", f"p{1:016x}"]

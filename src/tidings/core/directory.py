@@ -235,12 +235,7 @@ class PubendDirectory:
 
     def forget(self, now: int, wall_us: int, pubend: str) -> list[Any]:
         """An operator removes `pubend` (its broker was decommissioned): a tombstone, gossiped."""
-        entry = self._entries.get(pubend)
-        if pubend == self.pubend:
-            raise DirectoryError(f"pubend {pubend} is this broker's own: it cannot be forgotten here")
-        if entry is None or not entry.listed:
-            raise DirectoryError(f"pubend {pubend} is not in the directory")
-        self._put(replace(entry, version=max(entry.version + 1, wall_us), state=EntryState.FORGOTTEN), None)
+        self._put(tombstone(self._entries, pubend, self.pubend, wall_us), None)
         return self._send_changes()
 
     # ---- what the directory holds ----------------------------------------------------------------
@@ -265,7 +260,7 @@ class PubendDirectory:
                 "directory_aged_out": self.aged_out}
 
     def encode(self) -> bytes:
-        return msgpack.packb([FORMAT, [e.to_wire() for _, e in sorted(self._entries.items())]])
+        return encode(self._entries)
 
     # ---- inside ----------------------------------------------------------------------------------
 
@@ -332,6 +327,31 @@ class PubendDirectory:
         wire = [e.to_wire() for e in entries]
         step = self.config.message_entries_max
         return [PeerSend(address, [DIRECTORY, wire[i:i + step]]) for i in range(0, len(wire), step)]
+
+
+def tombstone(entries: dict[str, DirectoryEntry], pubend: str, own: str, wall_us: int) -> DirectoryEntry:
+    """The FORGOTTEN entry that removes `pubend` from a directory holding `entries` (of the broker
+    whose pubend is `own`); DirectoryError when it is not listed, or is `own`."""
+    entry = entries.get(pubend)
+    if pubend == own:
+        raise DirectoryError(f"pubend {pubend} is this broker's own: it cannot be forgotten here")
+    if entry is None or not entry.listed:
+        raise DirectoryError(f"pubend {pubend} is not in the directory")
+    return replace(entry, version=max(entry.version + 1, wall_us), state=EntryState.FORGOTTEN)
+
+
+def forget_saved(data: bytes | None, pubend: str, own: str, wall_us: int) -> bytes:
+    """A stopped broker's saved directory with `pubend` forgotten: started again, the broker
+    gossips the tombstone and every broker drops the pubend (the operator's `tidings directory
+    forget`). DirectoryError when it is not listed, or is the broker's own."""
+    entries = {} if data is None else decode(data)
+    entries[pubend] = tombstone(entries, pubend, own, wall_us)
+    return encode(entries)
+
+
+def encode(entries: dict[str, DirectoryEntry]) -> bytes:
+    """The saved form of a directory (SaveDirectory), which `decode` reads back."""
+    return msgpack.packb([FORMAT, [e.to_wire() for _, e in sorted(entries.items())]])
 
 
 def decode(data: bytes) -> dict[str, DirectoryEntry]:
