@@ -255,7 +255,7 @@ def test_the_directory_is_bounded() -> None:
 
 
 def test_own_entry_is_reissued_on_a_change_and_otherwise_only_each_refresh_interval() -> None:
-    d, log = machine(1)
+    d, log = machine(1, config=DirectoryConfig(refresh_interval_ns=60 * S, sync_interval_ns=1000 * S))
     d.start(0)
     d.leaf_set_changed(0, [node(2)])
     first = d.handle_timeout(0, WALL0)
@@ -264,9 +264,10 @@ def test_own_entry_is_reissued_on_a_change_and_otherwise_only_each_refresh_inter
     assert all(not any(isinstance(e, PeerSend) for e in effects) for effects in quiet)
     log.publish(WALL0 + 31_000_000)
     sent = [e for e in d.handle_timeout(31 * S, WALL0 + 31_000_000) if isinstance(e, PeerSend)]
-    assert sent and sent[0].message[1][0][3] == WALL0 + 31_000_000  # (then the 30 s anti-entropy sync)
-    later = d.handle_timeout(92 * S, WALL0 + 92_000_000)
-    assert any(isinstance(e, PeerSend) for e in later)  # refresh_interval_ns (60 s) passed
+    assert len(sent) == 1 and sent[0].message[1][0][3] == WALL0 + 31_000_000
+    assert not any(isinstance(e, PeerSend) for e in d.handle_timeout(80 * S, WALL0 + 80_000_000))
+    later = [e for e in d.handle_timeout(92 * S, WALL0 + 92_000_000) if isinstance(e, PeerSend)]
+    assert len(later) == 1 and later[0].message[1][0][7] == WALL0 + 92_000_000  # refresh_interval_ns passed
 
 
 def test_forgetting_through_a_stopped_brokers_saved_directory() -> None:

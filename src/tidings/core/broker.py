@@ -213,7 +213,7 @@ class Broker:
         peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
         reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self.intake.trees_of,
                                   lambda: (self.pubend.synced_tick, self.log), self.registrations.held,
-                                  self._directory_saved)
+                                  self._directory_saved, self.config.directory_config())
         self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng,
                                      reliability, peers)
         out: list[Effect] = []

@@ -65,6 +65,7 @@ TICK_MAX = 2**63 - 1
 FORMAT = 1  # of the saved directory
 
 NS_PER_DAY = 86_400 * 10**9
+REFRESH_INTERVAL_NS = 3600 * 10**9  # an hour: well within the age bound, and little traffic for a quiet overlay
 
 
 class EntryState(Enum):
@@ -141,8 +142,8 @@ class DirectoryError(TidingsError):
 @dataclass(frozen=True, slots=True)
 class DirectoryConfig:
     announce_interval_ns: int = 1_000_000_000  # a gossip round: own entry refreshed, changes sent on
-    refresh_interval_ns: int = 60_000_000_000  # an unchanged own entry is re-issued this often anyway
-    sync_interval_ns: int = 30_000_000_000  # the whole directory to one leaf-set member in turn
+    refresh_interval_ns: int = REFRESH_INTERVAL_NS  # an unchanged own entry is re-issued this often (the age bound)
+    sync_interval_ns: int = 60_000_000_000  # the whole directory to one leaf-set member in turn
     save_interval_ns: int = 1_000_000_000  # at most one SaveDirectory per interval, when it changed
     entry_age_ns_max: int = 30 * NS_PER_DAY  # an entry (or tombstone) not re-issued for this long goes
     entries_max: int = 4096  # pubends held; a new one beyond is refused (and counted)
