@@ -57,6 +57,7 @@ from tidings.core.effects import (
     ReadPfs,
     ReleaseLog,
     ResumeReading,
+    SaveDirectory,
     SaveDurable,
     Send,
     Sync,
@@ -93,6 +94,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidings.broker")
 GIL_SWITCH_INTERVAL_S = 0.0005
 DURABLE_FILE = "durable.state"  # the durable subscriptions this broker hosts (core/registrations.py)
+DIRECTORY_FILE = "directory.state"  # the overlay's pubends as this broker knows them (core/directory.py)
 JOIN_TIMEOUT_S = 60.0  # default bound on joining the overlay through --join
 DRAIN_TIMEOUT_S = 5.0  # default bound on waiting for advised clients to move after SIGTERM
 
@@ -191,11 +193,12 @@ class BrokerServer:
         try:
             pubend = load_or_create_identity(self.data_dir, lambda: "p" + secrets.token_hex(8))
             durable = read_small_file(self.data_dir / DURABLE_FILE)
+            directory = read_small_file(self.data_dir / DIRECTORY_FILE)
             event_log = await asyncio.to_thread(
                 EventLog.open, self.data_dir / "log", segment_bytes_max=self.config.segment_bytes_max
             )
             self.core = Broker(self.config, pubend, log_state(event_log), Guard(self._policy(), secrets.token_bytes),
-                               durable)
+                               durable, directory)
             restored = await asyncio.to_thread(restore_dedup, self.core.dedup, event_log, time.time_ns() // 1000)
         except BaseException:
             self._lock.release()
@@ -410,6 +413,8 @@ class BrokerServer:
                 worker.release(eff.through)
             elif type(eff) is SaveDurable:
                 worker.save(self.data_dir / DURABLE_FILE, eff.data, wait=eff.before_replies)
+            elif type(eff) is SaveDirectory:
+                worker.save(self.data_dir / DIRECTORY_FILE, eff.data)
             elif type(eff) is PfsAppend or type(eff) is PfsChop or type(eff) is ReadPfs:
                 self._pfs_apply(eff)
             elif type(eff) is Connect:

@@ -23,6 +23,7 @@ from typing import Any
 
 from tidings.cli import auth as auth_cli
 from tidings.cli import cluster as cluster_cli
+from tidings.cli import directory as directory_cli
 from tidings.cli import durable as durable_cli
 from tidings.cli import sim as sim_cli
 from tidings.cli import tls as tls_cli
@@ -456,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     tls_cli.add_parser(sub)
     sim_cli.add_parser(sub)
     tuple_store_cli.add_parser(sub)
+    directory_cli.add_parser(sub)
 
     st = sub.add_parser("status", help="print the broker's counters, overlay, peers and trees")
     _client_options(st)

@@ -62,6 +62,7 @@ from tidings.core.effects import (
     ReadPfs,
     ReleaseLog,
     ResumeReading,
+    SaveDirectory,
     Send,
 )
 from tidings.core.errors import TidingsError
@@ -102,7 +103,8 @@ from tidings.core.wire.frames import PartialFrames
 
 CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status()`
 # what the cluster member asks of the runtime
-RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs, PeerRefused)
+RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs, PeerRefused,
+                   SaveDirectory)
 
 
 class HandshakeTimer(NamedTuple):
@@ -126,8 +128,10 @@ BrokerTimer = HandshakeTimer | DurableSilenceTimer | DurableSaveTimer
 
 class Broker:
     def __init__(self, config: BrokerConfig, pubend_id: str, log: LogState, guard: Guard | None = None,
-                 durable: bytes | None = None) -> None:
-        """`durable`: the state the last SaveDurable saved (StateError when it does not decode)."""
+                 durable: bytes | None = None, directory: bytes | None = None) -> None:
+        """`durable`: the state the last SaveDurable saved (StateError when it does not decode);
+        `directory`: the pubend directory the last SaveDirectory saved (core/directory.py)."""
+        self._directory_saved = directory
         self.config = config
         self.guard = guard or Guard.open()  # identities, access rules and limits (core/auth/)
         self.pubend = Pubend(pubend_id, log.last_tick)
@@ -224,7 +228,8 @@ class Broker:
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
         peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
         reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self.intake.trees_of,
-                                  lambda: (self.pubend.synced_tick, self.log), self.registrations.held)
+                                  lambda: (self.pubend.synced_tick, self.log), self.registrations.held,
+                                  self._directory_saved, self.config.directory_config())
         self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng,
                                      reliability, peers)
         out: list[Effect] = []

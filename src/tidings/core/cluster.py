@@ -21,6 +21,9 @@ implies, and nothing more:
   answered on its link (`peer_messages_rejected`), RTT samples and unreachable peers go to Pastry,
   and every `PeerSend` and `Probe` leaves through the links as runtime effects (Send, Connect,
   Disconnect). A peer message thus never leaves this object before it is handled;
+- with guaranteed delivery, the pubend directory (core/directory.py) hears the leaf set's changes,
+  gets DIRECTORY messages and the timer, and sends through the same links: every member knows
+  every pubend of the overlay, also those whose broker is down;
 - what is left (Deliver, ReadLog, AccessChanged, and the runtime effects) goes to the broker; without links
   (the message-level simulator) PeerSend and Probe go to the caller as well.
 
@@ -39,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from tidings.core.directory import DIRECTORY_TYPES, DirectoryConfig, PubendDirectory
 from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError, TidingsError
 from tidings.core.inputs import Connected, ConnectFailed, ConnectionLost, LogState, Received, SendBlocked, SendDrained
 from tidings.core.multicast import messages as multicast_messages
@@ -77,8 +81,12 @@ class Reliability:
     released (for the release protocol)."""
 
     def __init__(self, pubend_id: str, config: ReliabilityConfig, trees_of: Callable[[str], list[str]],
-                 pubend_state: Callable[[], tuple[int, LogState]], held: Held = lambda tree, pubend: None) -> None:
+                 pubend_state: Callable[[], tuple[int, LogState]], held: Held = lambda tree, pubend: None,
+                 directory: bytes | None = None, directory_config: DirectoryConfig | None = None) -> None:
+        """`directory`: the pubend directory the last SaveDirectory saved."""
         self.pubend_id = pubend_id
+        self.directory = directory
+        self.directory_config = directory_config or DirectoryConfig()
         self.config = config
         self.trees_of = trees_of
         self.pubend_state = pubend_state
@@ -95,7 +103,10 @@ class ClusterMember:
         gd = reliability is not None
         self.scribe = ScribeAgent(me, replace(scribe_config, forward_events=not gd))
         self.reliability: ReliabilityNode | None = None
+        self.directory: PubendDirectory | None = None
         if reliability is not None:
+            self.directory = PubendDirectory(me, reliability.pubend_id, reliability.directory_config,
+                                             reliability.pubend_state, reliability.directory)
             links = peers
             self.reliability = ReliabilityNode(me, reliability.pubend_id, reliability.config, self.scribe,
                                                reliability.trees_of, reliability.pubend_state, reliability.held,
@@ -105,6 +116,8 @@ class ClusterMember:
     # ---- inputs ----------------------------------------------------------------------------------
 
     def start(self, now: int, bootstrap: str | None) -> list[Any]:
+        if self.directory is not None:
+            self.directory.start(now)
         return self._settle(now, self.overlay.start(now, bootstrap))
 
     def received(self, now: int, sender: str, message: list[Any]) -> list[Any]:
@@ -118,6 +131,8 @@ class ClusterMember:
             return self._settle(now, self.scribe.handle(now, sender, message))
         if kind in RELIABILITY_TYPES and self.reliability is not None:
             return self._settle(now, self.reliability.received(now, sender, message))
+        if kind in DIRECTORY_TYPES and self.directory is not None and self.reliability is not None:
+            return self._settle(now, self.directory.received(now, sender, message, self.reliability.wall_us))
         raise ProtocolError(UNKNOWN_MESSAGE, f"unknown peer message type {kind!r}")
 
     def rtt_measured(self, now: int, address: str, rtt_ns: int) -> list[Any]:
@@ -131,12 +146,16 @@ class ClusterMember:
         effects = [*self.overlay.handle_timeout(now), *self.scribe.handle_timeout(now)]
         if self.reliability is not None:
             effects += self.reliability.handle_timeout(now)
+        if self.directory is not None and self.reliability is not None:
+            effects += self.directory.handle_timeout(now, self.reliability.wall_us)
         return out + self._settle(now, effects)
 
     def next_deadline(self) -> int | None:
         machines = [self.overlay.next_deadline(), self.scribe.next_deadline()]
         if self.reliability is not None:
             machines.append(self.reliability.next_deadline())
+        if self.directory is not None:
+            machines.append(self.directory.next_deadline())
         if self.peers is not None:
             machines.append(self.peers.next_deadline())
         deadlines = [d for d in machines if d is not None]
@@ -227,8 +246,16 @@ class ClusterMember:
         log reads), with what they ask of Pastry and Scribe carried out."""
         return self._settle(now, effects)
 
+    def forget_pubend(self, now: int, pubend: str) -> list[Any]:
+        """An operator removes a decommissioned broker's pubend from the directory (DirectoryError
+        when it is not listed, or is this broker's own)."""
+        assert self.directory is not None and self.reliability is not None
+        return self._settle(now, self.directory.forget(now, self.reliability.wall_us, pubend))
+
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = {"overlay": self.overlay.status(), "trees": self.scribe.status()}
+        if self.directory is not None:
+            status.update(self.directory.status())
         if self.reliability is not None:
             status["delivery"] = self.reliability.status()
         if self.peers is not None:
@@ -263,6 +290,8 @@ class ClusterMember:
                 self._before_join.clear()
             elif type(eff) is LeafSetChanged:
                 queue.extend(self.scribe.leaf_set_changed(now, eff.members))
+                if self.directory is not None:
+                    queue.extend(self.directory.leaf_set_changed(now, eff.members))
             elif type(eff) is NodeFailed:
                 queue.extend(self.scribe.node_failed(now, eff.node))
             elif self.reliability is not None and type(eff) in RELIABILITY_UPCALLS:

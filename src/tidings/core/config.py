@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from tidings.core.directory import REFRESH_INTERVAL_NS, DirectoryConfig
 from tidings.core.errors import TidingsError
 from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.overlay.node import OverlayConfig
@@ -117,6 +118,10 @@ class BrokerConfig:
     empty_tree_hold_ns: int = 10 * SECOND_NS
     trees_max: int = 10_000
     children_per_tree_max: int = 64
+    # the pubend directory (core/directory.py, docs/cluster.md#the-pubend-directory)
+    directory_announce_interval_ns: int = 1 * SECOND_NS  # a gossip round: own entry, then changes to the leaf set
+    directory_sync_interval_ns: int = 60 * SECOND_NS  # the whole directory to one leaf-set member in turn
+    directory_entry_age_ns_max: int = 30 * 86_400 * SECOND_NS  # an entry not re-issued this long is dropped
     # links between brokers
     peer_queue_bytes_max: int = 4 * MIB
     ping_interval_ns: int = 5 * SECOND_NS
@@ -188,6 +193,12 @@ class BrokerConfig:
             routing_repair_interval_ns=self.routing_repair_interval_ns,
             revive_interval_ns=self.revive_interval_ns,
         )
+
+    def directory_config(self) -> DirectoryConfig:
+        age = self.directory_entry_age_ns_max
+        return DirectoryConfig(announce_interval_ns=self.directory_announce_interval_ns,
+                               sync_interval_ns=self.directory_sync_interval_ns, entry_age_ns_max=age,
+                               refresh_interval_ns=min(REFRESH_INTERVAL_NS, max(1, age // 4)))
 
     def scribe_config(self) -> ScribeConfig:
         return ScribeConfig(

@@ -84,6 +84,14 @@ class SaveDurable:
 
 
 @dataclass(frozen=True, slots=True)
+class SaveDirectory:
+    """Replace the saved pubend directory (core/directory.py) with `data` (atomically, in the data
+    directory); handed back to the broker when it starts again."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class PfsAppend:
     """Record in the persistent filtering subsystem's stream `stream` that each (tick, registrations)
     of `entries` matched those durable registrations and nothing else did, through tick `through`
@@ -139,7 +147,7 @@ class PeerRefused:
 
 
 Effect = (Send | Disconnect | PauseReading | ResumeReading | Append | Sync | ReadLog | ReleaseLog | SaveDurable
-          | Connect | PfsAppend | PfsChop | ReadPfs | PeerRefused)
+          | SaveDirectory | Connect | PfsAppend | PfsChop | ReadPfs | PeerRefused)
 
 
 def coalesce_sends(effects: list[Effect]) -> list[Effect]:

@@ -47,6 +47,7 @@ from tidings.core.effects import (
     ReadPfs,
     ReleaseLog,
     ResumeReading,
+    SaveDirectory,
     SaveDurable,
     Send,
     Sync,
@@ -185,7 +186,8 @@ class BrokerNode(Listener):
         self.incarnation += 1
         self._next_conn = 0
         log: LogState = self.disk.state()
-        self.core = Broker(self.config, self.pubend_id, log, durable=self.disk.durable_state)
+        self.core = Broker(self.config, self.pubend_id, log, durable=self.disk.durable_state,
+                           directory=self.disk.directory_state)
         wall_us = self.wall_us()  # the dedup window comes back from the log's tail, as in aio/server.py
         self.core.dedup.restore(self.disk.keyed_since(wall_us - self.core.dedup.window_us), wall_us)
         self.disk.attach(self._synced, self._read)
@@ -295,13 +297,10 @@ class BrokerNode(Listener):
             elif isinstance(eff, SaveDurable):
                 self._trace_effect("SaveDurable", len(eff.data))
                 disk.save(eff.data)
-            elif isinstance(eff, PfsAppend):
-                self.pfs.append(eff.stream, eff.entries, eff.through)
-            elif isinstance(eff, PfsChop):
-                self.pfs.chop(eff.stream, eff.through)
-            elif isinstance(eff, ReadPfs):
-                self._trace_effect("ReadPfs", eff.reader, eff.after)
-                self.pfs.read(eff.stream, eff.registration, eff.after, eff.count_max, self._pfs_answer(eff.reader))
+            elif isinstance(eff, SaveDirectory):
+                disk.directory_state = eff.data
+            elif isinstance(eff, PfsAppend | PfsChop | ReadPfs):
+                self._pfs_effect(eff)
             elif isinstance(eff, PeerRefused):
                 continue  # counted in the core's status; only the network runtime logs it
             elif isinstance(eff, Connect):
@@ -310,6 +309,15 @@ class BrokerNode(Listener):
                 self.network.connect(eff.address, _ClientSide(self, self._next_conn, eff.address))
             else:
                 self._socket_effect(eff)
+
+    def _pfs_effect(self, eff: PfsAppend | PfsChop | ReadPfs) -> None:
+        if isinstance(eff, PfsAppend):
+            self.pfs.append(eff.stream, eff.entries, eff.through)
+        elif isinstance(eff, PfsChop):
+            self.pfs.chop(eff.stream, eff.through)
+        else:
+            self._trace_effect("ReadPfs", eff.reader, eff.after)
+            self.pfs.read(eff.stream, eff.registration, eff.after, eff.count_max, self._pfs_answer(eff.reader))
 
     def _socket_effect(self, eff: Send | Disconnect | PauseReading | ResumeReading) -> None:
         sock = self.sockets.get(eff.conn)

@@ -78,6 +78,7 @@ class Disk:
         self.released_through = 0
         self.released_records: list[tuple[int, bytes]] = []  # what release dropped (for checkers)
         self.durable_state: bytes | None = None  # what the broker last saved (SaveDurable)
+        self.directory_state: bytes | None = None  # its pubend directory (SaveDirectory)
 
     # ---- the owner's interface (effects Append, Sync, ReadLog) -----------------------------------
 

@@ -9,7 +9,7 @@ So when the named broker (`broker`) is lost, the driver moves on:
 
 - **Entries.** The brokers it may start from, in order: `broker`, the `brokers` option, then every
   broker this driver has seen log a pubend. Planning walks the overlay from the first that answers
-  (`discover_any`); the named broker is tried first again 30 s after it last failed to answer, so
+  (`survey_any`); the named broker is tried first again 30 s after it last failed to answer, so
   the query goes back to it when it is back.
 - **The durable subscription** is named `durableName` at whichever broker holds it. The start is
   pinned at the first entry that answers (`pin`). Each commit acknowledges at the first entry that
@@ -39,7 +39,7 @@ from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import TidingsError
 from tidings.spark.offsets import Offset
 from tidings.spark.options import StreamOptions
-from tidings.spark.overlay import Connect, Head, Unreachable, discover
+from tidings.spark.overlay import Connect, Survey, Unreachable, survey
 from tidings.spark.planning import ReadError
 from tidings.spark.reading import TRANSIENT
 
@@ -98,12 +98,12 @@ def first_answering(opts: StreamOptions, entries: Entries | None, call: Callable
                         '"host:port,host:port")')
 
 
-def discover_any(opts: StreamOptions, connect_to: Connect, entries: Entries | None,
-                 unreachable: Unreachable) -> dict[str, Head]:
-    """Every pubend of the overlay, walked from the first entry that answers."""
-    heads: dict[str, Head] = first_answering(opts, entries,
-                                             lambda o: discover(o, connect_to, unreachable), "plan the micro-batch")
-    return heads
+def survey_any(opts: StreamOptions, connect_to: Connect, entries: Entries | None, unreachable: Unreachable) -> Survey:
+    """Every pubend of the overlay, walked from the first entry that answers: those reached, and
+    those the pubend directory lists that were not."""
+    found: Survey = first_answering(opts, entries, lambda o: survey(o, connect_to, unreachable),
+                                    "plan the micro-batch")
+    return found
 
 
 @contextlib.contextmanager

@@ -6,17 +6,25 @@ and a bounded read `(after, end]` at a broker serves that broker's own pubend lo
 whole overlay needs, per pubend, the address of the broker that logs it:
 
 - **Discovery** walks the brokers' leaf sets from the broker the user named. Each broker's leaf set
-  holds its neighbours on both sides of the id ring, so the walk reaches every member; each broker
-  answers STATUS with its pubend, its durable tail (`last_tick`), its oldest retained tick
+  holds its neighbours on both sides of the id ring, so the walk reaches every live member; each
+  broker answers STATUS with its pubend, its durable tail (`last_tick`), its oldest retained tick
   (`first_tick`) and its released prefix (`released_through`): a `Head`.
+- **The directory.** A leaf set drops a crashed broker within a second, so the walk alone cannot
+  tell a pubend whose broker is down from no pubend at all. Every broker also holds the overlay's
+  pubend directory (core/directory.py): every pubend, the address that logs it, and what its log
+  held when last heard of, also while its broker is down. The walk visits the addresses it lists
+  too, and `survey` returns, beside the Heads, each listed pubend that could not be reached at its
+  address (`Missing`, with the directory's view of its log), for the caller to judge
+  (spark/coverage.py).
 - **Connections stay put.** A broker may advise a client to move to a closer broker (route advice).
   A read that followed it would be served by another broker's log, so another pubend's events:
   silently wrong rows. Every connection here is opened with `follow_advice=False`, and a reader
   checks, once connected, that the broker still logs the pubend it planned for (a broker replaced
   under the same address starts a new pubend).
 
-A broker that cannot be reached is the caller's to judge (`unreachable`): the streaming read holds
-its pubend back until it is back, the batch read fails rather than return a snapshot without it.
+A broker that cannot be reached and that no directory lists is the caller's to judge
+(`unreachable`): the streaming read holds its pubend back until it is back, the batch read fails
+rather than return a snapshot without it.
 The walk is bounded by MEMBERS_MAX brokers. Log lines go to the logger `tidings.spark`.
 """
 
@@ -24,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol
@@ -89,13 +97,58 @@ def check_pubend(client: Any, pubend: str, address: str) -> None:
                         "was it replaced? its old events cannot be read there")
 
 
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """A pubend the directory lists that could not be read at its address: its broker is down,
+    or the broker there now logs another pubend. The rest is the directory's view of its log when
+    its broker last announced it."""
+
+    pubend: str
+    address: str
+    why: str  # "not reachable (...)", "the broker there now logs pubend ..."
+    tail: int  # its durable tail then
+    last_event_tick: int  # its newest event then (0: none)
+    first_tick: int | None  # its oldest retained event then (None: none)
+    released_through: int  # what retention had released then
+    records: int  # the events its log retained then
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """The overlay's pubends at one moment: those reached, and those the directory lists that
+    were not."""
+
+    heads: dict[str, Head]
+    missing: dict[str, Missing]
+
+
 def discover(opts: Reach, connect_to: Connect = connect, unreachable: Unreachable | None = None) -> dict[str, Head]:
-    """Every pubend of the overlay `opts.broker` belongs to, with its Head.
+    """Every pubend of the overlay `opts.broker` belongs to that could be reached, with its Head
+    (each listed pubend that could not be is logged; `survey` returns them)."""
+    found = survey(opts, connect_to, unreachable)
+    log_missing(found)
+    return found.heads
+
+
+def log_missing(found: Survey) -> None:
+    for m in found.missing.values():
+        logger.warning("tidings: pubend %s at %s is %s: its events are read when it is back", m.pubend,
+                       m.address, m.why)
+
+
+def survey(opts: Reach, connect_to: Connect = connect, unreachable: Unreachable | None = None) -> Survey:
+    """Every pubend of the overlay `opts.broker` belongs to: those reached with their Heads, and
+    those the pubend directory lists that were not.
 
     `opts.broker` itself must answer (its error is raised). Another broker that cannot be reached
-    is passed to `unreachable`, which may raise; by default it is logged and left out.
+    and whose pubend no directory names is passed to `unreachable`, which may raise; by default it
+    is logged and left out.
     """
     pending, seen, heads = [opts.broker], set[str](), dict[str, Head]()
+    listed: dict[str, Missing] = {}  # the directories' entries, the newest version of each pubend
+    versions: dict[str, int] = {}
+    failed: dict[str, str] = {}  # address -> why it could not be reached
+    at: dict[str, str] = {}  # address -> the pubend it logs (reached)
     while pending:
         address = pending.pop(0)
         if address in seen:
@@ -109,15 +162,31 @@ def discover(opts: Reach, connect_to: Connect = connect, unreachable: Unreachabl
         except (OSError, TimeoutError, TidingsError) as exc:
             if address == opts.broker:
                 raise
-            (unreachable or _log_unreachable)(address, exc)
+            failed[address] = f"not reachable ({exc})"
             continue
         pubend, head, members = read_status(address, status)
         heads.setdefault(pubend, head)
+        at[address] = pubend
         overlay = status.get("overlay")
         if isinstance(overlay, dict) and isinstance(overlay.get("address"), str):
             seen.add(overlay["address"])
+            at[overlay["address"]] = pubend
+        for version, entry in read_directory(address, status):
+            if version > versions.get(entry.pubend, -1):
+                versions[entry.pubend], listed[entry.pubend] = version, entry
+                pending.append(entry.address)
         pending += members
-    return heads
+    missing = {}
+    for pubend, entry in sorted(listed.items()):
+        if pubend in heads:
+            continue
+        why = failed.get(entry.address) or f"gone: the broker there now logs pubend {at.get(entry.address)}"
+        missing[pubend] = replace(entry, why=why)
+    named = {m.address for m in missing.values()}
+    for address, why in failed.items():
+        if address not in named and address not in at:
+            (unreachable or _log_unreachable)(address, OSError(why))
+    return Survey(heads, missing)
 
 
 def _log_unreachable(address: str, exc: BaseException) -> None:
@@ -154,6 +223,24 @@ def read_status(address: str, status: dict[str, Any]) -> tuple[str, Head, list[s
     last_event = status.get("last_event_tick")
     return pubend, Head(address, last, released or 0, first, tuple(marks),
                         last_event if _tick(last_event) else None, records), members
+
+
+def read_directory(address: str, status: dict[str, Any]) -> list[tuple[int, Missing]]:
+    """The pubend directory in a broker's status, checked: (version, entry) for each pubend listed
+    (an older broker has none)."""
+    items = status.get("directory", [])
+    out = []
+    for item in items if type(items) is list else [None]:
+        fields = [item.get(k) if isinstance(item, dict) else None for k in
+                  ("pubend", "address", "tail", "last_event_tick", "first_tick", "released_through", "records",
+                   "version")]
+        pubend, where, tail, last, first, released, records, version = fields
+        ticks_ok = all(map(_tick, (tail, last, released, records, version))) and (first is None or _tick(first))
+        if type(pubend) is not str or not pubend or type(where) is not str or not where or not ticks_ok:
+            raise ReadError(f"the broker at {address} sent a malformed pubend directory entry {item!r:.200}")
+        assert isinstance(version, int)
+        out.append((version, Missing(pubend, where, "", tail, last, first, released, records)))  # type: ignore[arg-type]
+    return out
 
 
 def _tick(value: object) -> bool:

@@ -12,9 +12,11 @@ still logs that pubend, and makes one bounded read of its range (reading.py). A 
 the same range again and gets the same events, so retries add no duplicates.
 
 Gaps and missing brokers. If retention released part of a range, the broker says so with a GAP
-instead of silently sending less, and a broker of the overlay that cannot be reached would leave
-its pubend out of the snapshot. With failOnDataLoss=true (the default) either fails the read; with
-false it is logged and the rest is read.
+instead of silently sending less. A pubend whose broker cannot be reached is still listed by the
+overlay's pubend directory, with what its log held when last heard of (coverage.py): if that holds
+events in the read's range, its absence would leave them out of the snapshot. With
+failOnDataLoss=true (the default) either fails the read; with false it is logged and the rest is
+read.
 
 Pushdown. `register(spark, pushdown=True)` installs a reader that takes Spark's simple predicates on
 tick, time, channel and pubend (pushdown.py); Spark's own check then requires
@@ -42,6 +44,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from tidings.spark import coverage
 from tidings.spark.arrow import EVENT_SCHEMA, arrow_schema, check_schema
 from tidings.spark.guard import ImportGuarded
 from tidings.spark.options import (
@@ -51,7 +54,7 @@ from tidings.spark.options import (
     parse_stream_options,
     parse_write_options,
 )
-from tidings.spark.overlay import SERVICE, Connect, connect, discover
+from tidings.spark.overlay import SERVICE, Connect, connect, survey
 from tidings.spark.planning import DataLossError, LogBounds, PubendRange, ReadError, plan_overlay_read
 from tidings.spark.pushdown import Narrowing, narrow
 from tidings.spark.reading import TickRangePartition, read_batches, read_range
@@ -68,18 +71,24 @@ class TidingsReader(ImportGuarded, DataSourceReader):
         self.schema = schema
         self.connect_to = connect_to
         self.narrowing = Narrowing()
+        self.skipped: list[coverage.Unread] = []  # pubends the last planning skipped (failOnDataLoss=false)
 
     def partitions(self) -> list[InputPartition]:
         if self.narrowing.empty:
             return [TickRangePartition(0, "", "", 0, 0)]
-        heads = discover(self.opts, self.connect_to, self._unreachable)
+        found = survey(self.opts, self.connect_to, self._unreachable)
         wanted = self.narrowing.pubends
         logs = {p: (h.address, LogBounds(h.first_tick, h.last_tick or None, h.released_through, h.marks,
                                          h.records))
-                for p, h in heads.items() if wanted is None or p in wanted}
+                for p, h in found.heads.items() if wanted is None or p in wanted}
         start, end = self.narrowing.bounds(self.opts.start_tick, self.opts.end_tick)
         if start is not None and end is not None and start > end:
             return [TickRangePartition(0, "", "", 0, 0)]
+        missing = {p: m for p, m in found.missing.items() if wanted is None or p in wanted}
+        bounds = self._per_pubend(missing) or dict.fromkeys(missing, (start, end))  # each one's own range
+        unread = [u for p, (low, high) in sorted(bounds.items())
+                  for u in coverage.unread_all({p: missing[p]}, 0 if low is None else max(low - 1, 0), high)]
+        self.skipped = coverage.check(f"read of {self.opts.pattern!r}", unread, self.opts.fail_on_data_loss)
         plan = plan_overlay_read(start, end, logs, self.opts.partitions, self._per_pubend(logs))
         for pubend, lost_after, lost_through in plan.lost:
             if self.opts.fail_on_data_loss:

@@ -53,14 +53,15 @@ from pyspark.sql.types import StructType
 
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.errors import GapError, TidingsError
+from tidings.spark import coverage
 from tidings.spark.arrow import RecordsError, arrow_schema, records_to_batch
-from tidings.spark.failover import Entries, NoBrokerError, discover_any, pin, release
+from tidings.spark.failover import Entries, NoBrokerError, pin, release, survey_any
 from tidings.spark.guard import ImportGuarded
 from tidings.spark.micro_batch import Loss, admit, find_losses, latest, logged_after, plan_ranges, skip, to_read
 from tidings.spark.offsets import Offset
 from tidings.spark.options import StreamOptions
 from tidings.spark.outages import Outage, OutageWatch, lag_report, missing_pubends
-from tidings.spark.overlay import Connect, Head, check_pubend, connect
+from tidings.spark.overlay import Connect, Head, Missing, check_pubend, connect
 from tidings.spark.planning import ReadError
 from tidings.spark.reading import TRANSIENT, TickRangePartition, read_range
 
@@ -123,6 +124,8 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
         self._brokers = Entries(clock=clock)  # the brokers the driver may talk to (failover.py)
         self._advanced_ns: int | None = None  # when the offset last moved (planning's first trigger at first)
         self._report: dict[str, Any] | None = None  # what reportLatestOffset says
+        self._missing: dict[str, Missing] = {}  # pubends the directory lists that the last discovery did not reach
+        self.unreached: dict[str, coverage.Unread] = {}  # AvailableNow: pubends skipped (failOnDataLoss=false)
 
     # ---- the start --------------------------------------------------------------------------------
 
@@ -163,10 +166,20 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
         def note(address: str, exc: BaseException) -> None:
             unreachable.setdefault(address, str(exc))
 
-        self._heads = discover_any(self.opts, self.connect_to, self._entries(), note)
+        found = survey_any(self.opts, self.connect_to, self._entries(), note)
+        self._heads, self._missing = found.heads, found.missing
         self._unreachable = unreachable
         self._seen.update(self._heads)
         return self._heads
+
+    def _check_reach(self, begin: Offset) -> None:
+        """AvailableNow: a pubend that cannot be read and holds events after the query's position
+        fails the run naming it, or (failOnDataLoss=false) is skipped, warned of once and counted
+        (coverage.py); it stays at its position, for a later run."""
+        found = coverage.unread_all(self._missing, {p: begin.position(p) for p in self._missing}, None)
+        new = [u for u in found if u.pubend not in self.unreached]
+        for u in coverage.check(f"stream of {self.opts.pattern!r} (AvailableNow)", new, self.opts.fail_on_data_loss):
+            self.unreached[u.pubend] = u
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.opts.events_per_trigger_max
@@ -196,6 +209,8 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
             logger.warning("tidings stream of %r: skipped %s (failOnDataLoss=false); %d ranges, %d ticks "
                            "skipped since the query started", self.opts.pattern, "; ".join(map(str, losses)),
                            begin.lost_ranges, begin.lost_ticks)
+        if self._cap is not None:
+            self._check_reach(begin)
         tails = latest(begin, heads, self._cap)
         events_max = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         ticks, complete, behind = self._unread(begin, tails, heads, events_max)
@@ -230,7 +245,8 @@ class TidingsStreamReader(ImportGuarded, DataSourceStreamReader, SupportsTrigger
             heads, self._heads, self._unreachable = {}, {}, {}
         else:
             self._silent.discard("")
-        known = dict.fromkeys(begin.positions) | {p: h.address for p, h in self._seen.items()}
+        known = (dict.fromkeys(begin.positions) | {p: m.address for p, m in self._missing.items()}
+                 | {p: h.address for p, h in self._seen.items()})
         started, ended = self._watch.observe(now, missing_pubends(known, heads))
         for outage in started:
             logger.warning("tidings stream of %r: %s is not reachable: its events after tick %d are held back (its "
