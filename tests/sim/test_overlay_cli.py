@@ -1,4 +1,5 @@
-"""`tidings sim pastry` and `sim delivery`: reports, progress kept off stdout, bad input refused with exit 2."""
+"""`tidings sim pastry`, `sim delivery`, `sim scribe` and `sim routing`: reports, progress kept off stdout,
+bad input refused with exit 2."""
 
 from __future__ import annotations
 
@@ -41,3 +42,26 @@ def test_the_delivery_command_runs_seeds_and_counts_them(capsys):
     assert "seed 2: ok" in out and "seed 3: ok" in out
     assert out.rstrip().splitlines()[-1].startswith("2 passed, 0 failed")
     assert main(["sim", "delivery", "--seeds", "0"]) == 2
+
+
+def test_the_scribe_command_prints_one_summary_line_and_writes_the_distributions(capsys, tmp_path):
+    out_file = tmp_path / "scribe.json"
+    assert main(["sim", "scribe", "--nodes", "200", "--groups", "20", "--quiet", "--out", str(out_file)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.count("\n") == 1
+    summary = json.loads(out)
+    assert summary["members_missed"] == summary["duplicates"] == 0
+    assert summary["topology"]["routers"] == 5050 and summary["rad"]["median"] >= 1.0
+    saved = json.loads(out_file.read_text())
+    assert len(saved["distributions"]["rad"]) <= 20 and saved["summary"]["nodes"] == 200
+    assert main(["sim", "scribe", "--nodes", "1", "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith("tidings: error: ")
+
+
+def test_the_routing_command_prints_the_strategies_side_by_side(capsys):
+    assert main(["sim", "routing", "--brokers", "60", "--channels", "10", "--churn", "3"]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[1]
+    assert all(name in header for name in ("broadcast", "spanning-tree", "tree-per-channel", "scribe"))
+    assert "messages/event" in out and "reached after repair" in out
+    assert main(["sim", "routing", "--brokers", "10", "--churn", "5"]) == 2

@@ -85,6 +85,25 @@ def summarise(values: Any) -> dict[str, float]:
             "p90": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3), "max": round(ordered[-1], 3)}
 
 
+class _Deliveries:
+    """When each member first delivered its group's event locally, and how many came twice."""
+
+    def __init__(self, sim: OverlaySim, names: list[str]) -> None:
+        self.sim = sim
+        self.at: dict[str, dict[int, int]] = {name: {} for name in names}
+        self.duplicates = 0
+
+    def effect(self, host: int, eff: Any) -> None:
+        if type(eff) is DeliverLocal:
+            got = self.at[eff.tree]
+            if host in got:
+                self.duplicates += 1
+            else:
+                got[host] = self.sim.world.now
+        elif not isinstance(eff, UPCALLS):
+            raise AssertionError(f"n{host}: unexpected effect {eff!r}")
+
+
 @dataclass
 class ScribeExperiment:
     nodes: int
@@ -121,25 +140,37 @@ class ScribeExperiment:
         sizes = group_sizes(self.nodes, self.groups)
         members_rng = random.Random(f"{self.seed}/members")
         members = [array("i", sorted(members_rng.sample(range(self.nodes), size))) for size in sizes]
-        deliveries: dict[str, dict[int, int]] = {name: {} for name in names}
-        duplicates = [0]
-
-        def effect(host: int, eff: Any) -> None:
-            if type(eff) is DeliverLocal:
-                got = deliveries[eff.tree]
-                if host in got:
-                    duplicates[0] += 1
-                else:
-                    got[host] = sim.world.now
-            elif not isinstance(eff, UPCALLS):
-                raise AssertionError(f"n{host}: unexpected effect {eff!r}")
-
-        sim.on_effect = effect
+        deliveries = _Deliveries(sim, names)
+        sim.on_effect = deliveries.effect
         self._subscribe_all(sim, names, members, rng_root, say)
         tables, children, largest_table = self._node_stress(sim)
-
         hosts, ids = sim.sorted_live()
         roots = [closest_live(tree_key(name), hosts, ids) for name in names]
+        published_ns, sources, destinations = self._publish_all(sim, names, roots)
+        say("publish", 1, 1)
+
+        penalties, missed = self._delay_penalties(topology, names, members, roots, deliveries.at, published_ns)
+        scribe_links = self._scribe_link_stress(topology, sources, destinations)
+        ip_links = self._ip_link_stress(topology, members, roots)
+        say("measure", 1, 1)
+        summary = self._summary(topology, sim, sizes, penalties, tables, children, scribe_links, ip_links,
+                                missed, deliveries.duplicates, len(sources))
+        summary["largest_children_table"] = largest_table
+        distributions = {
+            "group_sizes": sizes,
+            "rmd": [p[0] for p in penalties], "rad": [p[1] for p in penalties],
+            "node_tables": list(tables), "node_children": list(children),
+            "link_stress_scribe": [int(v) for v in scribe_links if v],
+            "link_stress_ip": [int(v) for v in ip_links if v],
+        }
+        return summary, distributions
+
+    # ---- phases --------------------------------------------------------------------------------
+
+    def _publish_all(self, sim: OverlaySim, names: list[str],
+                     roots: list[int]) -> tuple[int, array[int], array[int]]:
+        """Each root publishes its group's event at one instant: (that instant, the sender and the
+        receiver of every EVENT message sent)."""
         sources: array[int] = array("i")
         destinations: array[int] = array("i")
 
@@ -155,25 +186,7 @@ class ScribeExperiment:
             sim.apply(roots[g], member.publish(published_ns, name, [g]))  # type: ignore[union-attr]
         sim.run(self.settle_ns)
         sim.net.on_send = None
-        say("publish", 1, 1)
-
-        penalties, missed = self._delay_penalties(topology, names, members, roots, deliveries, published_ns)
-        scribe_links = self._scribe_link_stress(topology, sources, destinations)
-        ip_links = self._ip_link_stress(topology, members, roots)
-        say("measure", 1, 1)
-        summary = self._summary(topology, sim, sizes, penalties, tables, children, scribe_links, ip_links,
-                                missed, duplicates[0], len(sources))
-        summary["largest_children_table"] = largest_table
-        distributions = {
-            "group_sizes": sizes,
-            "rmd": [p[0] for p in penalties], "rad": [p[1] for p in penalties],
-            "node_tables": list(tables), "node_children": list(children),
-            "link_stress_scribe": [int(v) for v in scribe_links if v],
-            "link_stress_ip": [int(v) for v in ip_links if v],
-        }
-        return summary, distributions
-
-    # ---- phases --------------------------------------------------------------------------------
+        return published_ns, sources, destinations
 
     def _subscribe_all(self, sim: OverlaySim, names: list[str], members: list[array[int]],
                        rng: random.Random, say: Progress) -> None:
