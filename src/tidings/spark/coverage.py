@@ -16,7 +16,7 @@ broker's address (PubendUnreachableError); with false it is skipped, with one wa
 it, and counted (`metrics`, for a stream's progress).
 
 What a read cannot see: events a pubend logged after its broker's last announcement reached the
-directory (at most `announce_interval_ns`, 1 s, before a crash), while that broker is down. They
+directory (at most `directory_announce_interval_ns`, 1 s, before a crash), while that broker is down. They
 are above the tail the directory holds, so above the end of this read for that pubend: a later
 read, once the broker is back, gets them.
 
