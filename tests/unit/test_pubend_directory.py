@@ -258,7 +258,7 @@ def test_own_entry_is_reissued_on_a_change_and_otherwise_only_each_refresh_inter
     d, log = machine(1, config=DirectoryConfig(refresh_interval_ns=60 * S, sync_interval_ns=1000 * S))
     d.start(0)
     d.leaf_set_changed(0, [node(2)])
-    first = d.handle_timeout(0, WALL0)  # the new member gets everything (its own entry), once
+    first = d.handle_timeout(0, WALL0)
     assert [type(e) for e in first] == [PeerSend, SaveDirectory]
     quiet = [d.handle_timeout(k * S, WALL0 + k * 1_000_000) for k in range(1, 30)]
     assert all(not any(isinstance(e, PeerSend) for e in effects) for effects in quiet)

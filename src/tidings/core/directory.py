@@ -24,7 +24,7 @@ in its leaf set so that it outlives the root:
   passed) and sends each entry that changed since the last round (its own and the ones it learnt)
   to the members of its leaf set, in DIRECTORY messages of at most `message_entries_max` entries.
   The leaf sets chain the ring, so an entry reaches every broker. A member new to the leaf set
-  gets the whole directory at the next round, and every `sync_interval_ns` one leaf-set member in turn gets
+  gets the whole directory at once, and every `sync_interval_ns` one leaf-set member in turn gets
   it again (anti-entropy: what a dropped link lost comes back).
 - **Crashes.** The directory is saved (SaveDirectory, atomically, in the data directory) at most
   every `save_interval_ns` when it changed, and handed back at start: a restarted broker forgets
@@ -170,7 +170,6 @@ class PubendDirectory:
         self._entries: dict[str, DirectoryEntry] = {} if saved is None else decode(saved)
         self._dirty: dict[str, str | None] = {}  # pubend -> the address it was learnt from (not sent back)
         self._leaf: tuple[str, ...] = ()  # addresses of the leaf set's members, by nodeId
-        self._welcome: list[str] = []  # members new to the leaf set, owed the whole directory
         self._next_round: int | None = None
         self._next_sync = 0
         self._sync_turn = 0
@@ -192,12 +191,11 @@ class PubendDirectory:
         self._issued = False
 
     def leaf_set_changed(self, now: int, members: Sequence[NodeRef]) -> list[Any]:
-        """Members new to the leaf set get the whole directory, at the next round (not amid the
-        overlay's own repair messages)."""
+        """Members new to the leaf set get the whole directory."""
         addresses = tuple(m.address for m in members if m.address != self.me.address)
-        self._welcome += [a for a in addresses if a not in self._leaf and a not in self._welcome]
+        new = [a for a in addresses if a not in self._leaf]
         self._leaf = addresses
-        return []
+        return [send for address in new for send in self._send_all(address)]
 
     def received(self, now: int, sender: str, message: list[Any], wall_us: int) -> list[Any]:
         """A DIRECTORY message from the peer at `sender`; ProtocolError when it is malformed."""
@@ -222,9 +220,7 @@ class PubendDirectory:
         self._next_round = now + self.config.announce_interval_ns
         self._age_out(wall_us)
         self._refresh(wall_us)
-        welcome, self._welcome = [a for a in self._welcome if a in self._leaf], []
-        out: list[Any] = [send for address in welcome for send in self._send_all(address)]
-        out += self._send_changes(skip=welcome)  # (they just got everything)
+        out: list[Any] = self._send_changes()
         if now >= self._next_sync and self._leaf:
             self._next_sync = now + self.config.sync_interval_ns
             self._sync_turn = (self._sync_turn + 1) % len(self._leaf)
@@ -314,13 +310,13 @@ class PubendDirectory:
             self.aged_out += 1
             self._changed = True
 
-    def _send_changes(self, skip: Sequence[str] = ()) -> list[Any]:
+    def _send_changes(self) -> list[Any]:
         """The entries changed since the last round, to every leaf-set member but their source."""
         if not self._dirty:
             return []
         dirty, self._dirty = self._dirty, {}
         out: list[Any] = []
-        for address in [a for a in self._leaf if a not in skip]:
+        for address in self._leaf:
             out += self._messages(address, (self._entries[p] for p in sorted(dirty)
                                             if p in self._entries and dirty[p] != address))
         return out
