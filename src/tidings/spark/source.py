@@ -6,9 +6,10 @@ Theory of operation. The read is planned once, on the driver. `partitions()` fin
 the overlay, with the broker that logs it and its log bounds, by walking the brokers' leaf sets
 from the broker the user named (overlay.py); fixes the end of the read per pubend at its durable
 tail; and cuts each pubend's requested ticks into contiguous half-open ranges (planning.py says
-why that makes the read a consistent snapshot that sees each event once). Each Spark task opens its
-own connection to the broker that logs its pubend, never redirected elsewhere, checks that it
-still logs that pubend, and makes one bounded read of its range (reading.py). A retried task reads
+why that makes the read a consistent snapshot that sees each event once), grouped into tasks of
+about equal event counts (planning.balance: a task may read ranges of several pubends). For each
+range, a Spark task opens its own connection to the broker that logs its pubend, never redirected
+elsewhere, checks that it still logs that pubend, and makes one bounded read (reading.py). A retried task reads
 the same range again and gets the same events, so retries add no duplicates.
 
 Gaps and missing brokers. If retention released part of a range, the broker says so with a GAP
