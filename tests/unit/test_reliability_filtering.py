@@ -253,3 +253,31 @@ def test_a_forwarder_made_root_doubts_its_filtered_silence_for_each_child_that_j
     told = [(k.after, k.through, k.ticks) for k in sent_to(out, "c2")]
     assert not [k for k in told if k[0] < 5 <= k[1] or k[0] < 7 <= k[1]], told
     assert gd.trees[TREE].istreams[PUBEND].horizon == 4  # (4, 10] is asked of the pubend again
+
+
+def test_a_childs_nack_from_before_where_the_roots_knowledge_became_good_is_asked_of_the_pubend_again():
+    """Total-order sim seeds 2, 3, 5, 6, 8, 10. A forwarder made root (its narrow child c0 holds
+    its stream's floor down) adopts a child wanting everything at tick 8 (F after 8 is doubted);
+    the child later goes back (its total-order merge waited, its cache dropped the records) and
+    nacks from 2. The F at 5 and 7 was silence only for the old narrow interest: it must be asked
+    of the pubend again, never sent as the nack's answer; once the pubend has answered, the same
+    nack is answered from what came."""
+    gd, scribe = node("f", "parent", ["c0"])
+    gd.child_added(0, TREE, "c0", [0, [], [1, [["nodes/a/#", ""]]]])  # a narrow child that has not acked
+    stamp = gd.trees[TREE].epoch
+    gd.event_arrived(1, TREE, knowledge(0, 10, {}, stamp), "parent")  # 5 and 7 came as F
+    scribe._parent = None  # the parent died: this broker is the root now
+    scribe.kids = ["c0", "c1"]
+    gd.child_added(2, TREE, "c1", [0, [[PUBEND, 8]], [1, [["nodes/#", ""]]]])
+    gd.event_arrived(3, TREE, knowledge(8, 10, {}, None), "origin")  # the pubend: nothing in (8, 10]
+    ist = gd.trees[TREE].istreams[PUBEND]
+    assert ist.horizon == 10
+    nack = messages.Nack(TREE, PUBEND, ((2, 10),)).to_wire()
+    out = gd.received(4, "c1", nack)
+    told = [(k.after, k.through, k.ticks) for k in sent_to(out, "c1")]
+    assert not [k for k in told if k[0] < 5 <= k[1] or k[0] < 7 <= k[1]], told
+    assert ist.horizon == 2  # (2, 8] is asked of the pubend again
+    out = gd.event_arrived(5, TREE, knowledge(2, 8, {5: EVENTS[5], 7: EVENTS[7]}, None), "origin")
+    assert [t for k in sent_to(out, "c1") for t in k.ticks] == [5, 7]
+    out = gd.received(6, "c1", nack)  # the same nack again: answered from what the pubend sent, not doubted
+    assert [t for k in sent_to(out, "c1") for t in k.ticks] == [5, 7] and ist.horizon == 10

@@ -404,13 +404,14 @@ class Istream:
             fields = self._fields[tick] = None if routing is None else (routing[1], routing[2])
         return fields is None or summary.matches(*fields)
 
-    def doubt_after(self, position: int) -> None:
-        """F ticks after `position` become Q again (and the floor comes down to it): they may have
-        been silence for a narrower filter than this broker now wants, so they are fetched again."""
+    def doubt_after(self, position: int, through: int = TICK_MAX) -> None:
+        """F ticks after `position` (through `through`) become Q again (and the floor comes down to
+        it): they may have been silence for a narrower filter than this broker now wants, so they
+        are fetched again."""
         if position < self.floor:
             self._lower_floor(position)
-        if position < self.top:
-            self._known.assign_where(position, self.top, frozenset({Knowledge.F}), Knowledge.Q)
+        if position < min(self.top, through):
+            self._known.assign_where(position, min(self.top, through), frozenset({Knowledge.F}), Knowledge.Q)
             self.horizon = min(self.horizon, position)
             self._advance_horizon()
             self.forget_curiosity()

@@ -40,7 +40,8 @@ parent rewinds the child to it (as for a nack) and re-sends filtered by the wide
 doing the same one level up unless its own knowledge after that point was already filtered by a
 summary covering the new one (`valid_from`). The root takes everything from the pubend; a broker
 that a repair made root doubts too what its old parent had filtered for it: for the consumers that
-widened its interest, and for any that comes later with a position before theirs (`valid_from`). A stale
+widened its interest, and for any that comes later with a position before theirs (`valid_from`); a
+child's nack from before `valid_from` doubts likewise (its F ticks there are fetched again). A stale
 stamp (a lost or reordered SUMMARY) makes the child send its SUMMARY again (at most once per GCT).
 
 Own events: a broker's own pubend's events reach its local subscriptions from its log (the
@@ -155,6 +156,9 @@ class _Tree:
     sent: Summary | None = EVERYTHING  # this broker's interest, as last told to its parent
     epoch: int = 0  # of `sent`: knowledge stamped otherwise gives D ticks only
     valid_from: int = 0  # knowledge after this tick came filtered by summaries covering `sent`
+    # pubend -> F ticks after this were made Q again for a child's nack below `valid_from` (what came
+    # since was filtered by `sent`, or is the pubend's own at the root): a repeated nack needs no new doubt
+    redoubted: dict[str, int] = field(default_factory=dict)
     resent_ns: int | None = None  # when SUMMARY was last sent again after a stale stamp
     # where a durable local subscription wants the pubends it names, overriding its start for them
     # (its checkpoint token's vector, core/checkpoint.py)
@@ -559,6 +563,7 @@ class ReliabilityNode:
         for point, ist in zip(points, t.istreams.values(), strict=True):
             ist.doubt_after(point)
         t.valid_from = max(points, default=0)  # no knowledge here yet: all of it will be good
+        t.redoubted.clear()
         return points
 
     def _next_epoch(self, t: _Tree) -> None:
@@ -803,7 +808,22 @@ class ReliabilityNode:
                 ranges: tuple[tuple[int, int], ...]) -> list[Any]:
         ist = self._istream(tree, pubend)
         if ist is not None and sender in ist.consumers:
-            ist.rewind(sender, ranges[0][0])
+            t = self.trees[tree]
+            after = ranges[0][0]
+            good = min(t.valid_from, t.redoubted.get(pubend, TICK_MAX))  # knowledge after it is good for it
+            if after < good:
+                # the child wants ticks from before the point where this broker's knowledge became
+                # good for its interest (`valid_from`): its F ticks there may be silence for a
+                # narrower summary (an old parent's filtering, before a widening or a repair made
+                # this broker root). The child's SUBSCRIBE position was past them, but a child can
+                # go back later: a total-order subscription's merge waits a clock-skew allowance,
+                # its records leave the small stream cache meanwhile, and the stream forgets them
+                # and nacks (Istream._forget_from). Answering with those F ticks turned its events
+                # into silence, lost for good (sim seeds 2, 3, 5, 6, 8, 10 of the total-order
+                # scenario with a root crash: 59-119 events). They are fetched again instead.
+                ist.doubt_after(after, good)
+                t.redoubted[pubend] = after
+            ist.rewind(sender, after)
             self.retransmissions_sent += 1
             out = self._push(now, self.trees[tree], ist)
             self._after_change(now, ist)
