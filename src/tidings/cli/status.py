@@ -14,11 +14,12 @@ SUMMARY_KEYS = {"pubend", "clients", "subscriptions", "subscriptions_live", "cat
                 "events_published", "events_rejected", "events_delivered", "events_remote_delivered",
                 "read_span_bytes", "peer_refusals",
                 "peer_messages_rejected", "pending_sync_batches", "pending_sync_bytes", "paused_publishers",
-                "first_tick", "last_tick", "released_through", "log_bytes", "log_records", "leases_held",
+                "first_tick", "last_tick", "last_event_tick", "tick_marks", "released_through", "log_bytes",
+                "log_records", "leases_held",
                 "leases_expired", "lease_ns", "draining", "durable_registrations", "durable_away",
                 "durable_expired", "durable_moved"}
 SECTION_KEYS = ("connections", "channels", "overlay", "peers", "trees", "delivery", "auth",
-                "durable_named")  # durable_named: `tidings durable list`
+                "durable_named", "directory")  # durable_named: `tidings durable list`
 
 
 def render_status(status: dict[str, Any]) -> str:
@@ -45,6 +46,12 @@ def render_status(status: dict[str, Any]) -> str:
         lines += _delivery(status["delivery"])
     if "auth" in status:
         lines += _auth_lines(status["auth"])
+    if status.get("directory"):
+        lines += _table(f"pubend directory ({len(status['directory'])})",
+                        ["pubend", "address", "durable through", "newest event", "released through", "events"],
+                        [[d.get("pubend"), d.get("address"), iso_tick(d.get("tail")),
+                          iso_tick(d.get("last_event_tick")), iso_tick(d.get("released_through")), d.get("records")]
+                         for d in status["directory"]])
     return "\n".join(lines) + "\n"
 
 
@@ -81,7 +88,8 @@ def _summary(st: dict[str, Any]) -> list[str]:
                    f"{st.get('events_delivered')} delivered" + ("" if remote is None else
                                                                 f", {remote} of them from other brokers")),
         ("log", f"{st.get('log_records')} events, {size(st.get('log_bytes'))}" + (
-            f", from {iso_tick(st.get('first_tick'))}" if st.get("log_records") else "")
+            f", from {iso_tick(st.get('first_tick'))} to {iso_tick(st.get('last_event_tick'))}"
+            if st.get("log_records") else "")
          + f"; durable through {iso_tick(st.get('last_tick'))}"),
         ("released", f"through {iso_tick(st.get('released_through'))} (release protocol and retention)"),
         ("awaiting fsync", f"{st.get('pending_sync_batches')} batches, {size(st.get('pending_sync_bytes'))}; "
