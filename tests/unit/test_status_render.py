@@ -43,3 +43,15 @@ def test_peer_refusals_read_as_one_line():
     line = next(ln for ln in text.splitlines() if ln.startswith("refusals"))
     assert "refused brokers that dialled it: bad-proof 2, missing-credential 5" in line
     assert "refused by brokers it dialled: handshake-timeout 1" in line and "{" not in text
+
+
+def test_the_pubend_directory_is_a_table_of_times_and_tick_marks_stay_out():
+    st = {"pubend": "p1", "first_tick": TICK, "last_tick": TICK + 9, "last_event_tick": TICK + 5, "log_records": 3,
+          "tick_marks": [TICK, TICK + 5],
+          "directory": [{"pubend": "p2", "address": "h:2", "tail": TICK + 9, "last_event_tick": TICK + 5,
+                         "first_tick": TICK, "released_through": 0, "records": 3, "version": TICK + 9}]}
+    text = render_status(st)
+    assert "from 2026-11-23T22:16:54.518Z to 2026-11-23T22:16:54.518Z" in text
+    row = next(line for line in text.splitlines() if line.startswith("p2"))
+    assert row.split() == ["p2", "h:2", "2026-11-23T22:16:54.518Z", "2026-11-23T22:16:54.518Z", "none", "3"]
+    assert "pubend directory (1)" in text and str(TICK) not in text and "tick marks" not in text
