@@ -338,7 +338,7 @@ class Broker:
 
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
-        for conn in self.leases.expired(now):
+        for conn in self.leases.expired(now, self.send_blocked):  # a blocked one's RENEWs wait unread
             c = self.connections.get(conn)
             if c is None:
                 continue
