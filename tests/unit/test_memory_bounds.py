@@ -76,6 +76,13 @@ def test_the_limit_in_force_when_a_frame_is_pulled_judges_it():
     assert decoder.pull() == b"hello"
     decoder.limit(8 * MIB, "frame_bytes_max")  # the handshake is done
     assert decoder.pull() == b"p" * 20_000
+    streaming = FrameDecoder(16 * KIB, "hello_frame_bytes_max", final=False)
+    streaming.push(frame(b"hello") + big + big)
+    got = []
+    for body in streaming.frames():  # one at a time until the handshake raises the limit
+        got.append(body)
+        streaming.limit(8 * MIB, "frame_bytes_max")
+    assert got == [b"hello", b"p" * 20_000, b"p" * 20_000] and streaming.failure is None
     refused = FrameDecoder(16 * KIB, "hello_frame_bytes_max")
     assert refused.feed(big) == [] and refused.held_bytes == 0
     assert refused.failure is not None and refused.failure.code == errors.FRAME_TOO_LARGE

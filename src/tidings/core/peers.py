@@ -62,7 +62,7 @@ connection it brings, unused).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -78,14 +78,6 @@ from tidings.core.overlay.node_id import NodeRef, id_hex
 from tidings.core.states import Transitions
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder
-
-
-def _pulled(decoder: FrameDecoder) -> Iterator[bytes]:
-    """The decoder's frames, each pulled only when the previous one was handled: a frame is judged
-    by the limit in force when its turn comes (the handshake's, until PEER_WELCOME or PEER_AUTH
-    raises it), and the rest stays unread once the connection closes."""
-    while (body := decoder.pull()) is not None:
-        yield body
 
 
 class LinkState(StrEnum):
@@ -278,7 +270,7 @@ class PeerLinks:
         link = self._links.get(address)
         if link is None or link.state != DIALLING:
             return [], [Disconnect(conn, "a connection to this broker already exists")]
-        decoder = FrameDecoder(self.config.hello_frame_bytes_max, "hello_frame_bytes_max")
+        decoder = FrameDecoder(self.config.hello_frame_bytes_max, "hello_frame_bytes_max", final=False)
         c = self._conns[conn] = _Conn(conn, decoder, True, address)
         c.nonce = None if self.cluster is None else self.cluster.nonce()
         link.move(HANDSHAKE)
@@ -303,7 +295,7 @@ class PeerLinks:
             return [], [Send(conn, messages.error(errors.HANDSHAKE, f"bad PEER_HELLO: {exc}")),
                         Disconnect(conn, "bad PEER_HELLO")]
         c = self._conns[conn] = _Conn(conn, decoder, False, hello.node.address)
-        decoder.limit(self.config.hello_frame_bytes_max, "hello_frame_bytes_max")  # until admitted
+        decoder.limit(self.config.hello_frame_bytes_max, "hello_frame_bytes_max", final=False)  # until admitted
         if hello.version != peer.PEER_VERSION:
             return [], self._close(c, errors.VERSION, f"peer protocol version {hello.version} is not "
                                                       f"supported; this broker speaks {peer.PEER_VERSION}")
@@ -328,10 +320,10 @@ class PeerLinks:
             return [], []
         if c.unproven is not None:
             c.decoder.push(data)
-            return self._prove(now, c, _pulled(c.decoder))
+            return self._prove(now, c, c.decoder.frames())
         out: list[Effect] = []
         c.decoder.push(data)
-        msgs = self._bodies(now, c, _pulled(c.decoder), out)
+        msgs = self._bodies(now, c, c.decoder.frames(), out)
         self._check_decoder(c, out)
         return self._output(msgs, out)
 
