@@ -76,6 +76,13 @@ def test_the_limit_in_force_when_a_frame_is_pulled_judges_it():
     assert decoder.pull() == b"hello"
     decoder.limit(8 * MIB, "frame_bytes_max")  # the handshake is done
     assert decoder.pull() == b"p" * 20_000
+    streaming = FrameDecoder(16 * KIB, "hello_frame_bytes_max", final=False)
+    streaming.push(frame(b"hello") + big + big)
+    got = []
+    for body in streaming.frames():  # one at a time until the handshake raises the limit
+        got.append(body)
+        streaming.limit(8 * MIB, "frame_bytes_max")
+    assert got == [b"hello", b"p" * 20_000, b"p" * 20_000] and streaming.failure is None
     refused = FrameDecoder(16 * KIB, "hello_frame_bytes_max")
     assert refused.feed(big) == [] and refused.held_bytes == 0
     assert refused.failure is not None and refused.failure.code == errors.FRAME_TOO_LARGE
@@ -343,3 +350,18 @@ def test_a_dialler_reads_large_frames_right_behind_the_welcome():
     items, effects = links.received(0, 5, peer.welcome(other) + peer.encode(message))
     assert (other, message) in items
     assert not [e for e in effects if type(e) is Disconnect]
+
+
+def test_a_blocked_connections_lease_runs_on_while_its_renewals_wait_unread():
+    h = Harness(small(lease_ns=10**9))
+    h.connect(1)
+    h.subscribe(1, "a/#")
+    h.connect(2)
+    h.subscribe(2, "b/#")
+    h.broker.handle(SendBlocked(0, 1))
+    h.timer(2 * 10**9)
+    assert errors_to(h, 2)[-1] == errors.LEASE_EXPIRED
+    assert errors.LEASE_EXPIRED not in errors_to(h, 1) and h.broker.leases.expired_total == 1
+    h.broker.handle(SendDrained(h.now, 1))
+    h.timer(h.now + 2 * 10**9)  # read again, it renews or loses its lease as usual
+    assert errors_to(h, 1)[-1] == errors.LEASE_EXPIRED

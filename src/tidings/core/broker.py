@@ -339,7 +339,7 @@ class Broker:
 
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
-        for conn in self.leases.expired(now):
+        for conn in self.leases.expired(now, self.send_blocked):  # a blocked one's RENEWs wait unread
             c = self.connections.get(conn)
             if c is None:
                 continue
@@ -361,12 +361,18 @@ class Broker:
             self.timers.cancel(HandshakeTimer(c.conn))
         if opening and c.state == OPEN:
             out += self._advise([c.conn])
+        conn = c.conn
         for msg in msgs:
-            if c.state == CLOSED:
-                break  # its replies overflowed its send queue: the rest is not read
             mark = len(out)
             self._request(c, msg, inp, out)
-            out += c.charge(sum(len(e.data) for e in out[mark:] if type(e) is Send and e.conn == c.conn))
+            replied = 0  # what it was answered at once counts against its send queue
+            for i in range(mark, len(out)):
+                e = out[i]
+                if type(e) is Send and e.conn == conn:
+                    replied += len(e.data)
+            if replied and (closed := c.charge(replied)):
+                out += closed
+                break  # its replies overflowed its send queue: the rest is not read
         if c.state == PEER:
             if self.cluster is not None and self.cluster.owns(c.conn):
                 self._peer_partial(inp.now, c.conn, out)

@@ -83,7 +83,8 @@ class ClientConnection:
         if hello_frame_bytes_max is None:
             self.decoder = FrameDecoder(frame_bytes_max)
         else:
-            self.decoder = FrameDecoder(min(hello_frame_bytes_max, frame_bytes_max), "hello_frame_bytes_max")
+            self.decoder = FrameDecoder(min(hello_frame_bytes_max, frame_bytes_max), "hello_frame_bytes_max",
+                                        final=False)
         self.overflow_bytes_max = overflow_bytes_max
         self.owed = 0  # reply bytes queued since the send queue was last known under its high-water mark
         self.state: ConnState = AWAITING_HELLO
@@ -119,16 +120,28 @@ class ClientConnection:
         decoder.push(data)
         out: list[ClientMessage] = []
         effects: list[Effect] = []
-        while (body := decoder.pull()) is not None:
-            if (self.state == AWAITING_HELLO and self.handshake is None
+        decode = messages.decode_client_message
+        for body in decoder.frames():
+            if self.state == OPEN:  # the common case, kept short: a request for the broker
+                try:
+                    msg = decode(body)
+                except ProtocolError as exc:
+                    reply = messages.error(exc.code, str(exc))
+                    effects.append(Send(self.conn, reply))
+                    effects += self.charge(len(reply))
+                else:
+                    if not isinstance(msg, messages.Hello | messages.Auth):
+                        out.append(msg)
+                        continue
+                    effects += self._handshake(msg, welcome_info)
+            elif (self.state == AWAITING_HELLO and self.handshake is None
                     and messages.message_type(body) == PEER_HELLO):
                 self.state = TRANSITIONS.move(self.state, PEER)
-                rest: list[bytes] = []  # judged by the handshake's limit too (a dialler waits for WELCOME)
-                while (more := decoder.pull()) is not None:
-                    rest.append(more)
-                out.append(PeerHandover(body, rest))
+                # the frames behind it, judged by the handshake's limit too (a dialler waits for WELCOME)
+                out.append(PeerHandover(body, decoder.take()))
                 return out, effects
-            effects += self._frame(body, out, welcome_info)
+            else:
+                effects += self._frame(body, out, welcome_info)
             if self.state == CLOSED:
                 return out, effects
         failure = self.decoder.failure
@@ -146,13 +159,15 @@ class ClientConnection:
             reply = messages.error(exc.code, str(exc))
             return [Send(self.conn, reply), *self.charge(len(reply))]
         if isinstance(msg, messages.Hello | messages.Auth):
-            replies = self._hello(msg, welcome_info) if isinstance(msg, messages.Hello) else \
-                self._auth(msg, welcome_info)
-            return replies + self.charge(sum(len(e.data) for e in replies if type(e) is Send))
+            return self._handshake(msg, welcome_info)
         if self.state == AWAITING_HELLO:
             return self.fail(errors.HANDSHAKE, "expected HELLO first")
         out.append(msg)
         return []
+
+    def _handshake(self, msg: messages.Hello | messages.Auth, welcome_info: dict[str, Any]) -> list[Effect]:
+        replies = self._hello(msg, welcome_info) if isinstance(msg, messages.Hello) else self._auth(msg, welcome_info)
+        return replies + self.charge(sum(len(e.data) for e in replies if type(e) is Send))
 
     def _hello(self, msg: messages.Hello, welcome_info: dict[str, Any]) -> list[Effect]:
         if self.state == OPEN:
