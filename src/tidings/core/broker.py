@@ -46,7 +46,7 @@ from tidings.core.channels import validate_pattern
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
-from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, PeerHandover
+from tidings.core.connection import AWAITING_HELLO, OPEN, ClientConnection, ClientMessage, Hold, PeerHandover
 from tidings.core.deadlines import Deadlines
 from tidings.core.dedup import DedupWindow
 from tidings.core.durable import DurableSubscriptions, Outcome
@@ -89,6 +89,7 @@ from tidings.core.multicast.trees import subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.peers import PeerLinks
+from tidings.core.refusals import ClientErrors
 from tidings.core.registrations import Registrations
 from tidings.core.reliability.constream import Constream, Recorded
 from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityNode
@@ -107,6 +108,13 @@ class HandshakeTimer(NamedTuple):
     conn: int
 
 
+class ReadTimer(NamedTuple):
+    """The client connection `conn` is no longer held for `hold` (its rate, a refusal)."""
+
+    conn: int
+    hold: Hold
+
+
 class DurableSilenceTimer(NamedTuple):
     """Durable subscriptions are due a SILENCE (core/checkpoint.py)."""
 
@@ -117,7 +125,7 @@ class DurableSaveTimer(NamedTuple):
 
 DURABLE_SILENCE = DurableSilenceTimer()
 DURABLE_SAVE = DurableSaveTimer()
-BrokerTimer = HandshakeTimer | DurableSilenceTimer | DurableSaveTimer
+BrokerTimer = HandshakeTimer | ReadTimer | DurableSilenceTimer | DurableSaveTimer
 
 
 class Broker:
@@ -142,6 +150,8 @@ class Broker:
         self.events_delivered = 0
         self.read_span_bytes = 0  # the log's bytes read for READs as spans (their events are not counted)
         self.now = 0
+        self.wall_us = 0  # the last wall clock an input brought, for messages handled without one
+        self.client_errors = ClientErrors()  # what clients were refused, by reason (core/refusals.py)
         self.cluster: ClusterMember | None = None
         self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
         self.remote = RemoteDelivery()  # other pubends' events for local subscriptions
@@ -159,8 +169,10 @@ class Broker:
     def handle(self, inp: Input) -> list[Effect]:  # noqa: PLR0912 - one branch per input type
         out: list[Effect] = []
         self.now = inp.now
-        if self.cluster is not None and isinstance(inp, Received | TimerFired):
-            self._gd().wall_us = inp.wall_us
+        if isinstance(inp, Received | TimerFired) and inp.wall_us:
+            self.wall_us = inp.wall_us
+            if self.cluster is not None:
+                self._gd().wall_us = inp.wall_us
         if isinstance(inp, Connected | ConnectFailed) or (
                 isinstance(inp, Received | ConnectionLost | SendBlocked | SendDrained)
                 and self.cluster is not None and self.cluster.owns(inp.conn)):
@@ -182,7 +194,6 @@ class Broker:
         elif isinstance(inp, TimerFired):
             self._timers(inp.now, inp.wall_us, out)
             self._leases_expired(inp.now, out)
-            self.guard.handle_timeout(inp.now, out)  # throttled publishers read again
             if self.cluster is not None:
                 self.pubend.declare_silence(inp.wall_us)
                 self._cluster_effects(self.cluster.handle_timeout(inp.now), out)
@@ -195,7 +206,7 @@ class Broker:
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [self.timers.next_deadline(), self.guard.next_deadline(), self.leases.next_deadline()]
+        deadlines = [self.timers.next_deadline(), self.leases.next_deadline()]
         if self.cluster is not None:
             deadlines.append(self.cluster.next_deadline())
         live = [d for d in deadlines if d is not None]
@@ -240,12 +251,13 @@ class Broker:
     def _accepted(self, inp: Accepted, out: list[Effect]) -> None:
         assert inp.conn not in self.connections
         if len(self.connections) >= self.config.connections_max:
+            self.client_errors.refused(inp.now, inp.conn, "", errors.HANDSHAKE, "too many connections")
             out.append(Send(inp.conn, messages.error(errors.HANDSHAKE, "too many connections")))
             out.append(Disconnect(inp.conn, "connections_max reached"))
             return
         deadline = inp.now + self.config.handshake_timeout_ns
         self.connections[inp.conn] = ClientConnection(inp.conn, self.config.frame_bytes_max, deadline,
-                                                      self.guard)
+                                                      self.guard, self.client_errors, self.config.refusal_window_ns)
         self.timers.set(HandshakeTimer(inp.conn), deadline)
 
     def _lost(self, conn: int, out: list[Effect]) -> None:
@@ -253,7 +265,10 @@ class Broker:
         self.timers.cancel(HandshakeTimer(conn))
         c = self.connections.pop(conn, None)
         self.leases.release(conn)
+        self.client_errors.lost(conn, "" if c is None else c.identity)
         if c is not None:
+            self.timers.cancel(ReadTimer(conn, Hold.RATE))
+            self.timers.cancel(ReadTimer(conn, Hold.REFUSED))
             self.guard.left(c.identity, conn)
             for s in list(c.subs.values()):
                 self._drop_subend(c, s, out, ended=False)
@@ -266,10 +281,16 @@ class Broker:
             if type(key) is DurableSaveTimer:
                 self._durable_save(now, wall_us, out)
                 continue
+            if type(key) is ReadTimer:
+                c = self.connections.get(key.conn)
+                if c is not None and key.hold is Hold.REFUSED:
+                    c.flush_refusals(now, out)  # one ERROR per reason for what the window held
+                self._release(key.conn, key.hold, out)
+                continue
             assert type(key) is HandshakeTimer
             c = self.connections.get(key.conn)
             if c is not None and c.state == AWAITING_HELLO:
-                out += c.fail(errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
+                out += c.fail(now, errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
 
     def _open_clients(self) -> int:
         return sum(1 for c in self.connections.values() if c.state == OPEN)
@@ -331,35 +352,74 @@ class Broker:
 
     def _received(self, inp: Received, out: list[Effect]) -> None:
         c = self.connections.get(inp.conn)
-        if c is None:
-            return
-        opening = c.state != OPEN
-        msgs, effects = c.receive(inp.data, self._welcome_info() if opening else self._welcome)
-        out += effects
-        if c.state != AWAITING_HELLO:
-            self.timers.cancel(HandshakeTimer(c.conn))
-        if opening and c.state == OPEN:
-            out += self._advise([c.conn])
-        for msg in msgs:
-            if isinstance(msg, PeerHandover):
-                self._adopt_peer(c, msg, out)
-            elif isinstance(msg, messages.Publish):
-                self.intake.publish(self.now, c, msg, inp.wall_us, out)
-            elif isinstance(msg, messages.Subscribe):
-                self._subscribe(c, msg, inp.wall_us, out)
-            elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
-                self._subscribe(c, messages.Subscribe(msg.sub, msg.pattern, msg.filter, messages.START_AFTER,
-                                                      msg.after, msg.end), inp.wall_us, out, bulk=True,
-                                spans=msg.spans and self.config.spans_fit_frames and self.guard.may_read_everything(
-                                    c.identity, None if self.cluster is None else self.cluster.scribe))
-            elif isinstance(msg, messages.Unsubscribe):
-                self._unsubscribe(c, msg.sub, msg.forget, out)
-            elif isinstance(msg, messages.Renew):
-                self.leases.renew(inp.now, c.conn)
-            elif isinstance(msg, messages.Release):
-                out += self.durable.release(c.subs.get(msg.sub), msg.sub, c.conn, msg.checkpoint)
-            else:
-                out.append(Send(c.conn, messages.status_reply(msg.req, self.status())))
+        if c is not None:
+            c.feed(inp.data)
+            self._serve(c, out)
+
+    def _serve(self, c: ClientConnection, out: list[Effect]) -> None:
+        """Handle the connection's pending messages in order while nothing holds it (connection.py
+        Hold): a PUBLISH its rate cannot take yet waits at their head; a refusal within the refusal
+        window of another is held with the connection until the window ends (core/refusals.py), so
+        a flood of refused requests is handled at most two messages a window, at next to no cost."""
+        now = self.now
+        while c.ready:
+            opening = c.state != OPEN
+            msg, effects = c.next_message(now, self._welcome_info() if opening else self._welcome)
+            out += effects
+            if opening and c.state != AWAITING_HELLO:
+                self.timers.cancel(HandshakeTimer(c.conn))
+                if c.state == OPEN:
+                    out += self._advise([c.conn])
+            if msg is not None:
+                self._dispatch(c, msg, out)
+            self._hold_refusals(c, out)
+        out += c.framing_failure(now)
+        c.sync_reading(out)
+
+    def _hold(self, c: ClientConnection, hold: Hold, until: int) -> None:
+        c.hold(hold)
+        self.timers.set(ReadTimer(c.conn, hold), until)
+
+    def _hold_refusals(self, c: ClientConnection, out: list[Effect]) -> None:
+        """Refusals held for the end of their window (core/refusals.py): the connection waits too."""
+        if c.window.holding and Hold.REFUSED not in c.holds and c.window.until is not None:
+            self._hold(c, Hold.REFUSED, c.window.until)
+            c.sync_reading(out)
+
+    def _release(self, conn: int, hold: Hold, out: list[Effect]) -> None:
+        """`hold` no longer holds `conn`: what waited is handled, and it is read again unless
+        something else holds it."""
+        c = self.connections.get(conn)
+        if c is not None and c.release(hold):
+            self._serve(c, out)
+
+    def _dispatch(self, c: ClientConnection, msg: ClientMessage, out: list[Effect]) -> None:
+        wall_us = self.wall_us
+        if isinstance(msg, PeerHandover):
+            self._adopt_peer(c, msg, out)
+        elif isinstance(msg, messages.Publish):
+            wait_ns = self.intake.publish(self.now, c, msg, wall_us, out)
+            if wait_ns:  # over its rate: the PUBLISH waits unread, and so does the connection
+                c.put_back(msg)
+                self._hold(c, Hold.RATE, self.now + max(wait_ns, self.config.publish_wait_ns_min))
+        elif isinstance(msg, messages.Subscribe):
+            self._subscribe(c, msg, wall_us, out)
+        elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
+            self._subscribe(c, messages.Subscribe(msg.sub, msg.pattern, msg.filter, messages.START_AFTER,
+                                                  msg.after, msg.end), wall_us, out, bulk=True,
+                            spans=msg.spans and self.config.spans_fit_frames and self.guard.may_read_everything(
+                                c.identity, None if self.cluster is None else self.cluster.scribe))
+        elif isinstance(msg, messages.Unsubscribe):
+            self._unsubscribe(c, msg.sub, msg.forget, out)
+        elif isinstance(msg, messages.Renew):
+            self.leases.renew(self.now, c.conn)
+        elif isinstance(msg, messages.Release):
+            try:
+                self.durable.release(c.subs.get(msg.sub), msg.sub, msg.checkpoint)
+            except TidingsError as exc:
+                c.refuse(self.now, exc.code, str(exc), out, sub=msg.sub)
+        else:
+            out.append(Send(c.conn, messages.status_reply(msg.req, self.status())))
 
     # ---- publishing ------------------------------------------------------------------------------
 
@@ -371,11 +431,12 @@ class Broker:
         subends = self.subends
         by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
         batches = self.pubend.synced(token)
-        self.intake.synced(out)
+        for conn in self.intake.synced():  # publishers paused for the disk
+            self._release(conn, Hold.DISK, out)
         for batch in batches:
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
-                out.append(Send(batch.conn, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates)))
+                c.reply(messages.ack(batch.seq, pid, batch.ticks, batch.duplicates), out)  # after held ERRORs
             for tick, channel, attributes, record in batch.deliveries:
                 if attributes:
                     keys = match(channel, attributes)
@@ -406,7 +467,7 @@ class Broker:
     def _subscribe(self, c: ClientConnection, msg: messages.Subscribe, wall_us: int, out: list[Effect],
                    bulk: bool = False, spans: bool = False) -> None:
         def refuse(code: str, text: str) -> None:
-            out.append(Send(c.conn, messages.error(code, text, sub=msg.sub)))
+            c.refuse(self.now, code, text, out, sub=msg.sub)
 
         try:
             self._check_subscribe(c, msg)
@@ -518,8 +579,7 @@ class Broker:
         `forget` ends it for good."""
         s = c.subs.get(sub)
         if s is None:
-            out.append(Send(c.conn, messages.error(errors.UNKNOWN_SUBSCRIPTION, f"no subscription {sub}",
-                                                   sub=sub)))
+            c.refuse(self.now, errors.UNKNOWN_SUBSCRIPTION, f"no subscription {sub}", out, sub=sub)
             return
         self._drop_subend(c, s, out, ended=forget)
 
@@ -639,8 +699,9 @@ class Broker:
             if s is None or c is None or admits(acl, c.identity, s.pattern):
                 continue
             error = self.guard.tree_refusal(c.identity, s.pattern, eff.tree, eff.metadata.creator)
-            out.append(Send(c.conn, messages.error(error.code, str(error), sub=s.sub)))
+            c.refuse(self.now, error.code, str(error), out, sub=s.sub)
             self._drop_subend(c, s, out)
+            self._hold_refusals(c, out)
 
     def reload_auth(self, now: int, guard_policy: AuthPolicy) -> list[Effect]:
         """SIGHUP: the new rules apply to the next request, and to the access lists of the trees
@@ -736,6 +797,7 @@ class Broker:
             "channels": self.intake.traffic.top(),
             "connections": self._connections_status(),
             **self._cluster_status(),
+            **self.client_errors.status(),
             **self.guard.status(),
         }
 
