@@ -16,8 +16,10 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from tidings import sync
 from tidings.aio.auth_file import add_identity
 from tidings.core.auth.credentials import NONCE_BYTES, Credential, KdfParams
+from tidings.core.errors import BrokerError
 from tidings.core.session import ClientSession
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder, frame
@@ -177,3 +179,21 @@ def status_counts(b: BrokerProcess) -> dict[str, int]:
     counts: dict[str, int] = json.loads(text)["client_errors"]
     assert counts == b.status()["client_errors"]  # the same through STATUS
     return counts
+
+
+def test_the_client_learns_why_each_event_was_refused_even_when_its_errors_are_coalesced(broker):
+    """A client library publishing batches with forbidden events in them, faster than the refusal
+    window: one ERROR per reason and PUBLISH, later ones held and coalesced, and still every event
+    answered, the refused ones with `forbidden` (not a bare rejection), the others logged."""
+    b, creds, _ = broker
+    with sync.connect(b.address, credential=str(creds["one"])) as client:
+        t0 = time.monotonic()
+        for _ in range(3):  # the 2nd and 3rd within the window of the 1st: held, then coalesced
+            with pytest.raises(BrokerError) as err:
+                client.publish_many([("a/ok", b"1"), ("x/no", b"2"), ("x/no", b"3"), ("a/ok", b"4"),
+                                     ("x/no", b"5")])
+            results = err.value.results
+            assert [isinstance(r, BrokerError) for r in results] == [False, True, True, False, True]
+            assert {r.code for r in results if isinstance(r, BrokerError)} == {"forbidden"}
+            assert all(r.tick for r in results if not isinstance(r, BrokerError))
+        assert time.monotonic() - t0 >= 0.2  # the 2nd and 3rd waited for their windows (100 ms each)

@@ -34,3 +34,11 @@ def test_a_status_reads_as_sentences_and_tables():
     assert row.split() == ["4", "1", "a/#", "n", ">", "2", "catching", "up", "1500000", "ticks", "(1.500", "s)"]
     assert "3 of its entries filled, in 2 of 4 rows" in text
     assert "something new: 7" in text and "draining" not in text
+
+
+def test_client_refusals_read_by_reason():
+    base = {"pubend": "p1", "clients": 0}
+    lines = render_status({**base, "client_errors": {"bad-message": 3, "limit-exceeded": 12}}).splitlines()
+    assert "refused clients: 3 bad-message, 12 limit-exceeded" in [" ".join(line.split()) for line in lines]
+    assert "no client was refused" in render_status({**base, "client_errors": {}})
+    assert "refused" not in render_status(base)  # an older broker: no such line
