@@ -185,33 +185,35 @@ def test_a_flood_over_its_rate_waits_unread_and_every_publish_is_answered():
     assert h.broker.status()["client_errors"] == {}
 
 
-def test_a_publisher_held_by_the_disk_is_not_read_again_when_its_rate_allows_it():
-    """Two owners hold one connection: the rate's timer releasing it does not read it while the
-    intake still waits for the disk, and the last to let go reads it (one ResumeReading)."""
-    h = limited(2, BrokerConfig(pending_sync_bytes_max=100))
+def test_a_connection_held_for_two_reasons_is_read_again_only_when_both_let_go():
+    """The intake (disk) and the refusal window hold one connection at once: the sync that lets
+    the disk go reads nothing and resumes nothing; the end of the window does both, once, and the
+    ACK held behind the coalesced ERROR comes after it."""
+    h = limited(2, BrokerConfig(pending_sync_bytes_max=100, refusal_window_ns=10 * SECOND))
     s = h.connect(1)
     h.inbox(1)
-    frames = [s.publish([s.check_event("a", b"x" * 200)])[0][2] for _ in range(4)]
-    h.apply(h.broker.handle(Received(0, 10**6, 1, b"".join(frames))))
-    c = h.broker.connections[1]
-    assert set(c.holds) == {Hold.DISK}  # the first PUBLISH went past pending_sync_bytes_max
-    h.run_until(SECOND)
-    assert set(c.holds) == {Hold.DISK} and len(c.pending) == 3
-    effects = h.broker.handle(WriteSynced(SECOND, 1, h.state()))  # the disk lets go: one more fits the rate
+    wire = b"".join(s.publish([s.check_event("a", b"x" * 200)] * 3)[0][2] for _ in range(2))
+    effects = h.broker.handle(Received(0, 10**6, 1, wire))  # two PUBLISHes of 3 events; a full bucket holds 2
     h.apply(effects)
-    assert ResumeReading(1) not in effects and set(c.holds) == {Hold.DISK}  # the next went past it again
-    resumes = 0
-    for _ in range(10):
-        if not c.pending and not c.holds:
-            break
-        h.now = max(h.now, h.broker.next_deadline() or h.now)
-        effects = h.broker.handle(TimerFired(h.now, 10**6))
-        effects += h.broker.handle(WriteSynced(h.now, max(h.unsynced, default=0) or 1, h.state()))
-        h.apply(effects)
-        resumes += effects.count(ResumeReading(1))
-        pauses = effects.count(PauseReading(1))
-        assert pauses <= resumes + 1
-    assert not c.holds and not c.pending and resumes >= 1
+    c = h.broker.connections[1]
+    assert PauseReading(1) in effects and set(c.holds) == {Hold.DISK} and len(c.pending) == 1
+    h.sync()  # the disk lets go; the second PUBLISH waits for its rate
+    assert set(c.holds) == {Hold.RATE}
+    (first,) = of_type(h.inbox(1), messages.Error)
+    assert first.code == "limit-exceeded" and first.context["count"] == 1  # what a full bucket cannot hold
+    h.run_until(SECOND)  # the rate lets go: 2 logged (the disk holds), 1 refused inside the window (held)
+    assert set(c.holds) == {Hold.DISK, Hold.REFUSED} and not c.pending
+    effects = h.broker.handle(WriteSynced(SECOND, max(h.unsynced), h.state()))
+    h.unsynced.clear()
+    h.apply(effects)
+    assert ResumeReading(1) not in effects and set(c.holds) == {Hold.REFUSED}
+    assert h.inbox(1) == []  # its ACK waits behind the held ERROR
+    effects = h.broker.handle(TimerFired(10 * SECOND, 10**6))
+    h.apply(effects)
+    assert effects.count(ResumeReading(1)) == 1 and not c.holds
+    error, ack = h.inbox(1)
+    assert isinstance(error, messages.Error) and isinstance(ack, messages.Ack)
+    assert error.context["seqs"] == [[ack.seq + 2, ack.seq + 2]] and ack.ticks[2] is None
 
 
 @settings(max_examples=60, deadline=None)
@@ -230,11 +232,13 @@ def test_every_publish_is_answered_whatever_holds_the_connection(publishes, driv
     wire, expected = [], {}
     for n, kind in publishes:
         events = [[{"ok": "ok/a", "forbidden": "no/a", "bad": "a/+"}[kind], {}, b"x" * 50] for _ in range(n)]
-        seq = s._next_seq
+        seq = s._next_seq  # numbered as the session would (it refuses bad channels before sending)
         s._next_seq += n
         wire.append(frame(msgpack.packb([messages.PUBLISH, seq, events])))
         expected[seq] = n
-    chunks = [b"".join(wire[i::3]) for i in range(3)]  # any split would do: three reads
+    joined = b"".join(wire)
+    cut = [0, len(joined) // 3, 2 * len(joined) // 3, len(joined)]
+    chunks = [joined[cut[k]:cut[k + 1]] for k in range(3)]  # three reads, cut anywhere (mid-frame too)
     reading, got = True, []
 
     def step(effects):
