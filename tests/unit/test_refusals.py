@@ -16,7 +16,7 @@ from tidings.core.config import BrokerConfig
 from tidings.core.connection import Hold
 from tidings.core.effects import PauseReading, ResumeReading
 from tidings.core.inputs import LogState, Received, TimerFired, WriteSynced
-from tidings.core.refusals import ClientErrors, RefusalWindow, seq_ranges
+from tidings.core.refusals import LOG_LINES_KEPT_MAX, ClientErrors, RefusalWindow, seq_ranges
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder, frame
 
@@ -133,18 +133,23 @@ def test_refusals_are_counted_by_reason_and_logged_once_a_second_per_connection(
     errors.refused(1, 1, "svc", "bad-message", "junk")
     errors.refused(2, 2, "other", "bad-message", "junk")
     errors.refused(SECOND - 1, 1, "svc", "forbidden", "no")
-    (a, b) = errors.take_log()
+    (a, b), dropped = errors.take_log()
+    assert dropped == 0
     assert (a.conn, a.code, a.count, a.suppressed) == (1, "forbidden", 3, 0)
     assert (b.conn, b.who, b.suppressed) == (2, "other", 0)
     errors.refused(SECOND, 1, "svc", "forbidden", "no")  # a new second: a line, with what it did not log
-    (line,) = errors.take_log()
+    (line,), _ = errors.take_log()
     assert (line.count, line.suppressed) == (1, 2)
     errors.refused(SECOND + 1, 1, "svc", "forbidden", "no", 5)
     errors.lost(1, "svc")
     errors.lost(2, "other")  # nothing unlogged
-    (gone,) = errors.take_log()
+    (gone,), _ = errors.take_log()
     assert (gone.conn, gone.count, gone.suppressed) == (1, 0, 5)
     assert errors.status() == {"client_errors": {"bad-message": 2, "forbidden": 10}}
+    for conn in range(3, 3 + LOG_LINES_KEPT_MAX + 5):  # many connections refused at once
+        errors.refused(2 * SECOND, conn, "", "handshake-timeout", "late")
+    lines, dropped = errors.take_log()
+    assert len(lines) == LOG_LINES_KEPT_MAX and dropped == 5 and errors.take_log() == ([], 0)
 
 
 # ---- the broker: backpressure on a publisher's rate, and the disk ----------------------------------

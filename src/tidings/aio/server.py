@@ -385,11 +385,13 @@ class BrokerServer:
             self._drain_wake.set_result(None)  # a connection may have gone: the drain looks again
         for identity, code, message in core.guard.take_notes():
             log.warning("%s: %s (%s)", identity, message, code)
-        self._log_refusals(core.client_errors.take_log())
+        self._log_refusals(*core.client_errors.take_log())
         self._arm_timer()
 
-    def _log_refusals(self, lines: list[RefusalLine]) -> None:
+    def _log_refusals(self, lines: list[RefusalLine], dropped: int) -> None:
         """The core's refusal lines (core/refusals.py: at most one per connection and second)."""
+        if dropped:
+            log.warning("%d more lines about refused clients were not logged (too many at once)", dropped)
         for line in lines:
             remote = self.remotes.get(line.conn, f"connection {line.conn}")
             who = line.who or "-"

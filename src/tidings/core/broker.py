@@ -431,8 +431,6 @@ class Broker:
         subends = self.subends
         by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
         batches = self.pubend.synced(token)
-        for conn in self.intake.synced():  # publishers paused for the disk
-            self._release(conn, Hold.DISK, out)
         for batch in batches:
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
@@ -454,6 +452,8 @@ class Broker:
         self._fan_out(fan, out)
         if self.cluster is not None:
             self._publish_to_trees(batches, out)
+        for conn in self.intake.synced():  # publishers paused for the disk: read again
+            self._release(conn, Hold.DISK, out)
 
     def _fan_out(self, fan: dict[int, list[bytes]], out: list[Effect]) -> None:
         subends = self.subends

@@ -100,11 +100,13 @@ class ClientErrors:
         else:
             self._lines.append(line)
 
-    def take_log(self) -> list[RefusalLine]:
-        """The lines since the last call, for the runtime's log."""
-        out = list(self._lines)
+    def take_log(self) -> tuple[list[RefusalLine], int]:
+        """The lines since the last call, for the runtime's log, and how many more there were
+        (past LOG_LINES_KEPT_MAX: thousands of connections refused at once, say)."""
+        out, dropped = list(self._lines), self.lines_dropped
         self._lines.clear()
-        return out
+        self.lines_dropped = 0
+        return out, dropped
 
     def status(self) -> dict[str, Any]:
         return {"client_errors": dict(sorted(self.by_reason.items()))}
