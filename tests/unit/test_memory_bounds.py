@@ -136,13 +136,11 @@ def small(**kw: Any) -> BrokerConfig:
                            "frame_progress_timeout_ns": 1000, **kw})
 
 
-@pytest.mark.parametrize("flood", ["empty frames", "status requests", "bad messages", "hellos"])
-def test_replies_that_overflow_the_send_queue_close_the_connection(flood):
+def test_replies_that_overflow_the_send_queue_close_the_connection():
     h = Harness(small())
     h.connect(1)
     h.sent.clear()
-    one = {"empty frames": b"\0\0\0\0", "status requests": messages.status_request(1),
-           "bad messages": frame(msgpack.packb([99, 1])), "hellos": messages.hello("x", "y")}[flood]
+    one = messages.status_request(1)
     h.send(1, one * 100_000)
     sent = b"".join(h.sent[1])
     assert errors_to(h, 1)[-1] == errors.SEND_QUEUE_OVERFLOW and 1 in h.closed
@@ -151,6 +149,26 @@ def test_replies_that_overflow_the_send_queue_close_the_connection(flood):
     h.sent.clear()
     h.send(1, one)
     assert 1 not in h.sent  # nothing more is read
+
+
+@pytest.mark.parametrize("flood", ["empty frames", "bad messages", "hellos"])
+def test_a_flood_of_refused_frames_is_held_unread_not_answered(flood):
+    """Refusals are coalesced (core/refusals.py): the second within the refusal window holds the
+    connection, so the rest of the flood stays unread bytes, and each window answers at most one
+    ERROR for it, well within the send queue's bound."""
+    h = Harness(small())
+    h.connect(1)
+    h.sent.clear()
+    one = {"empty frames": b"\0\0\0\0", "bad messages": frame(msgpack.packb([99, 1])),
+           "hellos": messages.hello("x", "y")}[flood]
+    effects = h.broker.handle(Received(h.now, 1, 1, one * 100_000))
+    h.apply(effects)
+    assert PauseReading(1) in effects and 1 not in h.closed
+    assert len(errors_to(h, 1)) == 1  # the first refusal; the second is held with the connection
+    for _ in range(5):  # each window: the held ERROR (with its count), then the next one held
+        h.timer(h.broker.next_deadline() or 0)
+    sent = b"".join(h.sent[1])
+    assert len(errors_to(h, 1)) == 6 and len(sent) <= 6 * 1024 and 1 not in h.closed
 
 
 def test_replies_within_the_bound_leave_the_connection_open():
@@ -166,14 +184,19 @@ def test_a_connection_over_its_high_water_mark_is_not_read_until_it_drains():
     h.connect(1)
     assert h.broker.handle(SendBlocked(0, 1)) == [PauseReading(1)]
     h.sent.clear()
-    for _ in range(200):  # bytes read before the pause took effect still count while blocked
+    for _ in range(200):  # bytes that arrived before the pause took effect wait unread, as bytes
         h.send(1, messages.status_request(1))
+    assert 1 not in h.sent and h.broker.partials.held_bytes == 0
+    h.feed(SendDrained(0, 1))  # then they are handled, and their replies still count
     assert errors_to(h, 1)[-1] == errors.SEND_QUEUE_OVERFLOW
     h2 = Harness(small())
     h2.connect(2)
     h2.broker.handle(SendBlocked(0, 2))
+    h2.sent.clear()
     h2.send(2, messages.status_request(1) * 3)
-    assert h2.broker.handle(SendDrained(0, 2)) == [ResumeReading(2)]
+    assert 2 not in h2.sent
+    effects = h2.broker.handle(SendDrained(0, 2))
+    assert effects[-1] == ResumeReading(2) and [type(e) for e in effects[:-1]] == [Send] * 3
     for _ in range(40):  # drained: each read has its allowance again
         h2.send(2, messages.status_request(1) * 3)
     assert 2 not in h2.closed
@@ -258,7 +281,7 @@ def test_a_connection_closed_for_another_reason_is_not_closed_again_by_its_stall
     assert errors_to(h, 1) == [errors.HANDSHAKE_TIMEOUT]
     h.connect(2)
     h.send(2, struct.pack(">I", 100) + b"x")
-    h.send(2, b"\0\0\0\0" * 100_000)  # its frame goes on, and its replies overflow: closed
+    h.send(2, b"\0" * 99 + messages.status_request(1) * 10_000)  # its frame goes on, its replies overflow: closed
     h.timer(10_000)
     assert errors_to(h, 2)[-1] == errors.SEND_QUEUE_OVERFLOW
     assert h.broker.partials.held_bytes == 0
@@ -323,7 +346,7 @@ def test_effects_are_well_formed_after_any_limit():
     """Whatever closed a connection, it was told why in one ERROR and closed once."""
     h = Harness(small())
     h.connect(1)
-    effects = h.broker.handle(Received(0, 1, 1, b"\0\0\0\0" * 100_000))
+    effects = h.broker.handle(Received(0, 1, 1, messages.status_request(1) * 100_000))
     closes = [e for e in effects if type(e) is Disconnect]
     assert len(closes) == 1 and type(effects[-2]) is Send
     h.feed(TimerFired(10**12))

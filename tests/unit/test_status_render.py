@@ -43,3 +43,11 @@ def test_peer_refusals_read_as_one_line():
     line = next(ln for ln in text.splitlines() if ln.startswith("refusals"))
     assert "refused brokers that dialled it: bad-proof 2, missing-credential 5" in line
     assert "refused by brokers it dialled: handshake-timeout 1" in line and "{" not in text
+
+
+def test_client_refusals_read_by_reason():
+    base = {"pubend": "p1", "clients": 0}
+    lines = render_status({**base, "client_errors": {"bad-message": 3, "limit-exceeded": 12}}).splitlines()
+    assert "refused clients: 3 bad-message, 12 limit-exceeded" in [" ".join(line.split()) for line in lines]
+    assert "no client was refused" in render_status({**base, "client_errors": {}})
+    assert "refused" not in render_status(base)  # an older broker: no such line

@@ -8,8 +8,10 @@ rise, and takes the rest at once after (the fast path of an open connection). A 
 limit is fatal for the stream (the peer may be sending garbage, and we will not buffer it): `pull`
 then returns None (`take` stops), sets `failure` (a ProtocolError with `fatal=True`) and drops
 everything held; the caller answers the failure and closes. The buffer grows only with the bytes
-that arrived, never by a declared length, so what a connection pins is what it sent: `held_bytes`,
-which the broker charges to its global budget for partial frames (`PartialFrames` below).
+that arrived, never by a declared length, so what a connection pins is what it sent: `held_bytes`.
+Whole frames not pulled yet (a connection the broker holds unread, core/connection.py) stay there
+as bytes; the frame not yet whole, `partial_bytes`, is what the broker charges to its global budget
+for partial frames (`PartialFrames` below).
 
 `PartialFrames` is that budget: the bytes every connection holds in a partial frame, against
 `partial_frames_bytes_max`, and each such connection's progress deadline (a partial frame must
@@ -60,6 +62,21 @@ class FrameDecoder:
         return len(self._buffer) - self._pos
 
     buffered_bytes = held_bytes
+
+    @property
+    def partial_bytes(self) -> int:
+        """The bytes held of a frame not yet whole, behind the whole frames not pulled yet (a held
+        connection's, core/connection.py): what counts against the budget for partial frames."""
+        buf = self._buffer
+        pos = self._pos
+        end = len(buf)
+        while end - pos >= HEADER_BYTES:
+            (length,) = HEADER.unpack_from(buf, pos)
+            stop = pos + HEADER_BYTES + length
+            if stop > end:
+                break
+            pos = stop
+        return end - pos
 
     def clear(self) -> None:
         """Drop what is held (the connection is closing: its bytes are freed now, not at its loss)."""
