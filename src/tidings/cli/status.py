@@ -12,7 +12,7 @@ from tidings.core.event import tick_to_datetime
 
 SUMMARY_KEYS = {"pubend", "clients", "subscriptions", "subscriptions_live", "catchup_readers", "blocked_connections",
                 "events_published", "events_rejected", "events_delivered", "events_remote_delivered",
-                "read_span_bytes", "peer_refusals",
+                "read_span_bytes", "peer_refusals", "tick_marks", "last_event_tick",  # (the last two: for readers)
                 "peer_messages_rejected", "pending_sync_batches", "pending_sync_bytes", "paused_publishers",
                 "first_tick", "last_tick", "released_through", "log_bytes", "log_records", "leases_held",
                 "leases_expired", "lease_ns", "draining", "durable_registrations", "durable_away",
