@@ -138,7 +138,7 @@ class ClientConnection:
                 out.append(PeerHandover(body, decoder.take()))
                 return out, effects
             else:
-                effects += self._frame(body, out, welcome_info)
+                effects += self._before_welcome(body, welcome_info)
             if self.state == CLOSED:
                 return out, effects
         failure = self.decoder.failure
@@ -146,21 +146,15 @@ class ClientConnection:
             effects += self.fail(failure.code, str(failure))
         return out, effects
 
-    def _frame(self, body: bytes, out: list[ClientMessage], welcome_info: dict[str, Any]) -> list[Effect]:
-        """One frame: the handshake's, a message for the broker (into `out`), or an ERROR."""
+    def _before_welcome(self, body: bytes, welcome_info: dict[str, Any]) -> list[Effect]:
+        """A frame while the handshake is not done: HELLO or AUTH, else the connection fails."""
         try:
             msg = messages.decode_client_message(body)
         except ProtocolError as exc:
-            if self.state == AWAITING_HELLO:
-                return self.fail(errors.HANDSHAKE, f"expected HELLO first: {exc}")
-            reply = messages.error(exc.code, str(exc))
-            return [Send(self.conn, reply), *self.charge(len(reply))]
+            return self.fail(errors.HANDSHAKE, f"expected HELLO first: {exc}")
         if isinstance(msg, messages.Hello | messages.Auth):
             return self._handshake(msg, welcome_info)
-        if self.state == AWAITING_HELLO:
-            return self.fail(errors.HANDSHAKE, "expected HELLO first")
-        out.append(msg)
-        return []
+        return self.fail(errors.HANDSHAKE, "expected HELLO first")
 
     def _handshake(self, msg: messages.Hello | messages.Auth, welcome_info: dict[str, Any]) -> list[Effect]:
         replies = self._hello(msg, welcome_info) if isinstance(msg, messages.Hello) else self._auth(msg, welcome_info)
