@@ -456,7 +456,10 @@ class Broker:
         for batch in batches:
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
-                out.append(Send(batch.conn, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates)))
+                ack = messages.ack(batch.seq, pid, batch.ticks, batch.duplicates)
+                out.append(Send(batch.conn, ack))
+                if c.blocked:  # over its high-water mark: an ACK it does not read counts like any reply
+                    out += c.charge(len(ack))
             for tick, channel, attributes, record in batch.deliveries:
                 if attributes:
                     keys = match(channel, attributes)
