@@ -388,3 +388,21 @@ def test_a_blocked_connections_lease_runs_on_while_its_renewals_wait_unread():
     h.broker.handle(SendDrained(h.now, 1))
     h.timer(h.now + 2 * 10**9)  # read again, it renews or loses its lease as usual
     assert errors_to(h, 1)[-1] == errors.LEASE_EXPIRED
+
+
+def test_acks_a_blocked_publisher_does_not_read_count_against_its_queue():
+    h = Harness(small(send_queue_overflow_bytes_max=4 * KIB))
+    h.connect(1)
+    s = h.sessions[1]
+    for _ in range(400):  # pipelined before its queue filled, acknowledged after
+        h.send(1, s.publish([s.check_event("a/b", b"x", {})])[0][2])
+    h.broker.handle(SendBlocked(0, 1))
+    h.sync()
+    assert errors_to(h, 1)[-1] == errors.SEND_QUEUE_OVERFLOW and 1 in h.closed
+    h2 = Harness(small(send_queue_overflow_bytes_max=4 * KIB))
+    h2.connect(1)
+    s2 = h2.sessions[1]
+    for _ in range(400):  # the same, read by a client that keeps up: no limit meets it
+        h2.send(1, s2.publish([s2.check_event("a/b", b"x", {})])[0][2])
+    h2.sync()
+    assert 1 not in h2.closed

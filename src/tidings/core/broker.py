@@ -521,7 +521,7 @@ class Broker:
         for batch in batches:
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
-                c.reply(messages.ack(batch.seq, pid, batch.ticks, batch.duplicates), out)  # after held ERRORs
+                self._ack(c, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates), out)
             for tick, channel, attributes, record in batch.deliveries:
                 if attributes:
                     keys = match(channel, attributes)
@@ -541,6 +541,12 @@ class Broker:
             self._publish_to_trees(batches, out)
         for conn in self.intake.synced():  # publishers paused for the disk: read again
             self._release(conn, Hold.DISK, out)
+
+    def _ack(self, c: ClientConnection, ack: bytes, out: list[Effect]) -> None:
+        """An ACK, after the ERRORs held for the refusal window (charged with them when they go);
+        sent now to a blocked connection, which does not read it, it counts like any reply."""
+        if c.reply(ack, out) and c.blocked:
+            out += c.charge(self.now, len(ack))
 
     def _fan_out(self, fan: dict[int, list[bytes]], out: list[Effect]) -> None:
         subends = self.subends

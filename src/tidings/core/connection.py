@@ -164,11 +164,13 @@ class ClientConnection:
             if frame is not None:
                 out.append(Send(self.conn, frame))
 
-    def reply(self, frame: bytes, out: list[Effect]) -> None:
-        """An answer about events a held ERROR may name (an ACK): sent after it."""
+    def reply(self, frame: bytes, out: list[Effect]) -> bool:
+        """An answer about events a held ERROR may name (an ACK): sent after it. True when sent now."""
         held = self.window.reply(frame)
-        if held is not None:
-            out.append(Send(self.conn, held))
+        if held is None:
+            return False
+        out.append(Send(self.conn, held))
+        return True
 
     def flush_refusals(self, now: int, out: list[Effect]) -> None:
         """The refusal window ended: the held ERRORs, coalesced, and the replies behind them, charged
