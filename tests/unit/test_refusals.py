@@ -4,17 +4,20 @@ held unread (backpressure) rather than read and refused, and every publish still
 
 from __future__ import annotations
 
+import struct
+
 import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.auth.rules import ANY_IDENTITY, PUBLISH, SUBSCRIBE, AccessRules, Rule
 from tidings.core.broker import Broker
 from tidings.core.config import BrokerConfig
-from tidings.core.connection import Hold
-from tidings.core.effects import PauseReading, ResumeReading
+from tidings.core.connection import OPEN, ClientConnection, Hold
+from tidings.core.effects import Disconnect, PauseReading, ResumeReading, Send
 from tidings.core.inputs import LogState, Received, TimerFired, WriteSynced
 from tidings.core.refusals import LOG_LINES_KEPT_MAX, ClientErrors, RefusalWindow, seq_ranges
 from tidings.core.wire import messages
@@ -304,3 +307,50 @@ def test_a_refused_subscription_flood_is_answered_at_most_once_a_window():
     rest = of_type(h.inbox(1), messages.Error)
     assert sorted(sub for e in rest for sub in e.context.get("subs", [e.context["sub"]])) == list(range(3, 11))
     assert h.broker.status()["client_errors"] == {"bad-pattern": 10}
+
+
+# ---- holds and the memory bounds together (core/connection.py, docs/security.md) -----------------
+
+
+def test_the_coalesced_errors_and_the_acks_behind_them_count_against_the_send_queue():
+    """What a refusal window flushes is charged like any reply: past the overflow bound the
+    connection is closed, and that close is counted under its own code."""
+    c = ClientConnection(1, 1 << 20, 10, Guard.open(), overflow_bytes_max=40)
+    c.decoder.push(messages.hello("svc", "i"))
+    assert c.next_message(0, {}) is not None and c.state == OPEN
+    out: list = []
+    c.refuse(0, "bad-message", "first", out)
+    c.refuse(1, "bad-message", "second", out)  # inside the window: held
+    assert len(out) == 1 and not c.reply(messages.ack(0, "p", [1]), out) and len(out) == 1
+    c.owed = 0
+    flushed: list = []
+    c.flush_refusals(WINDOW, flushed)
+    sends = [e for e in flushed if isinstance(e, Send)]
+    assert len(sends) == 3 and isinstance(flushed[-1], Disconnect)  # the held ERROR, the ACK, the close
+    closing = messages.decode_broker_message(FrameDecoder(1 << 20).feed(sends[-1].data)[0])
+    assert isinstance(closing, messages.Error) and closing.code == errors.SEND_QUEUE_OVERFLOW
+    assert c.errors.by_reason == {"bad-message": 2, errors.SEND_QUEUE_OVERFLOW: 1}
+
+
+def test_a_held_connections_unread_frames_are_bytes_and_only_its_partial_frame_stalls():
+    """A flood over its rate waits unread in the decoder; only the partial frame behind it counts
+    against the budget, and its progress deadline waits while the broker holds the connection;
+    once everything whole is handled the partial frame must move again, or the connection is
+    closed (frame-stalled), counted by its code."""
+    h = limited(10, BrokerConfig(frame_progress_timeout_ns=WINDOW))
+    s = h.connect(1)
+    h.inbox(1)
+    wire = b"".join(s.publish([s.check_event("a", b"x")])[0][2] for _ in range(30))
+    h.apply(h.broker.handle(Received(0, 10**6, 1, wire + struct.pack(">I", 500) + b"p" * 100)))
+    c = h.broker.connections[1]
+    assert c.holds == {Hold.RATE: None} and c.decoder.held_bytes > 104
+    assert h.broker.partials.held_bytes == 104  # the header and the 100 bytes of the partial frame
+    h.timer(h.broker.partials.next_deadline() or 0)  # held: its frame cannot move, it waits on
+    assert 1 not in h.closed
+    for _ in range(200):  # the rate lets the 20 waiting PUBLISHes through (2 s), then the frame stalls
+        if 1 in h.closed:
+            break
+        h.timer(h.broker.next_deadline() or 0)
+        h.sync()
+    assert 1 in h.closed and len(of_type(h.inbox(1), messages.Ack)) == 30
+    assert h.broker.status()["client_errors"] == {errors.FRAME_STALLED: 1}

@@ -447,6 +447,8 @@ class Broker:
             self._serve(c, out)
             if c.state == CLOSED:
                 self.partials.forget(conn)
+            elif c.readable and conn in self.partials.held:  # read again: its partial frame's clock starts anew
+                self.partials.wait(self.now, conn)
 
     def _dispatch(self, c: ClientConnection, msg: ClientMessage, out: list[Effect]) -> None:
         wall_us = self.wall_us

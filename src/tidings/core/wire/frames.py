@@ -191,7 +191,8 @@ class PartialFrames:
         self.deadlines.cancel(conn)
 
     def wait(self, now: int, conn: int) -> None:
-        """`conn` is not read by our choice (backpressure): its frame cannot move; look again later."""
+        """`conn` is not read by our choice (backpressure), or read again just now: its frame could
+        not move until now; it has `progress_ns` from now."""
         self.progress_at[conn] = now
         self.deadlines.set(conn, now + self.progress_ns)
 
