@@ -51,6 +51,7 @@ from tidings.core.connection import (
     CLOSED,
     OPEN,
     PEER,
+    READ,
     ClientConnection,
     ClientMessage,
     Hold,
@@ -376,7 +377,7 @@ class Broker:
 
     def _received(self, inp: Received, out: list[Effect]) -> None:
         c = self.connections.get(inp.conn)
-        if c is None or c.state not in (AWAITING_HELLO, OPEN):
+        if c is None or c.state not in READ:
             return
         c.decoder.push(inp.data)
         self._serve(c, out)
@@ -402,17 +403,19 @@ class Broker:
         conn = c.conn
         if not c.blocked:  # read only while its send queue is under the high-water mark
             c.owed = 0
-        while c.readable:
-            opening = c.state != OPEN
+        holds, window, welcome = c.holds, c.window, self._welcome  # (the loop is the intake's hot path)
+        while not holds and c.state in READ:  # c.readable
+            opening = c.state is not OPEN
             mark = len(out)
-            got = c.next_message(now, self._welcome_info() if opening else self._welcome)
+            got = c.next_message(now, self._welcome_info() if opening else welcome)
             if got is None:
                 break
             msg, effects = got
-            out += effects
-            if opening and c.state != AWAITING_HELLO:
+            if effects:
+                out += effects
+            if opening and c.state is not AWAITING_HELLO:
                 self.timers.cancel(HandshakeTimer(conn))
-                if c.state == OPEN:
+                if c.state is OPEN:
                     out += self._advise([conn])
             if msg is not None:
                 self._dispatch(c, msg, out)
@@ -423,7 +426,8 @@ class Broker:
                     replied += len(e.data)
             if replied:
                 out += c.charge(now, replied)  # its replies overflowed its send queue: closed, the rest unread
-            self._hold_refusals(c, out)
+            if window.until is not None:
+                self._hold_refusals(c, out)
         if not c.holds:
             out += c.framing_failure(now)
         c.sync_reading(out)
