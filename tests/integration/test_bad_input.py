@@ -5,7 +5,7 @@ PEER_HELLO), without closing its end: each connection gets its answer (its bytes
 probe answered in order) or is closed within the deadlines (a partial frame by
 frame_progress_timeout_ns, a partial HELLO by handshake_timeout_ns), the broker's resident memory
 stays within ATTACK_RSS_BYTES_MAX of where it started, and the subscriber beside it gets every event
-published meanwhile. `make soak` runs it longer (TIDINGS_SOAK=1).
+published meanwhile. `make soak` runs it longer (the tests marked soak).
 """
 
 import random
@@ -18,7 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import SOAK
 from tidings import sync
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.wire import messages, peer
@@ -31,7 +30,8 @@ from .wire_io import converse, exchange
 pytestmark = pytest.mark.integration
 DEADLINE_NS = 300_000_000  # the fuzz broker's handshake and frame progress deadlines
 ANSWER_S = 3.0  # a connection neither answered nor closed by then hangs
-FUZZ_EXAMPLES = 3000 if SOAK else 120  # each path: about 25 s for both in make test, 10 min under soak
+FUZZ_EXAMPLES = 120  # each path: about 25 s for both in make test
+SOAK_FUZZ_EXAMPLES = 3000  # each path under make soak: about 10 min for both
 PROBE_REQ = 4242
 
 VALID = [
@@ -151,9 +151,7 @@ def probe_answered(bodies: list[bytes]) -> bool:
     return False
 
 
-@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=hostile, hello=st.booleans())
-def test_any_bytes_from_a_client_get_an_answer_or_a_close_in_time(fuzz_broker, data, hello):
+def client_case(fuzz_broker, data: bytes, hello: bool) -> None:
     """The client decoder: the connection is not closed on our side, so only the broker's own
     rules (an ERROR and a close, the deadlines) end it; when the bytes are whole frames a STATUS
     probe behind them is answered, in order, or the connection is closed."""
@@ -170,9 +168,7 @@ def test_any_bytes_from_a_client_get_an_answer_or_a_close_in_time(fuzz_broker, d
     served_on(broker, state)
 
 
-@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=hostile, node=st.integers(1, (1 << 128) - 1))
-def test_any_bytes_from_a_peer_get_an_answer_or_a_close_in_time(fuzz_broker, data, node):
+def peer_case(fuzz_broker, data: bytes, node: int) -> None:
     """The peer decoder, behind a PEER_HELLO: whole frames are followed by a PING, which gets its
     PONG unless the link was refused (PEER_ERROR, close); a partial frame is closed in time."""
     broker, _, pub_client, state = fuzz_broker
@@ -191,3 +187,34 @@ def test_any_bytes_from_a_peer_get_an_answer_or_a_close_in_time(fuzz_broker, dat
         assert kinds[-1] == peer.PEER_ERROR, "closed with a reason"
     state["pub"] = pub_client
     served_on(broker, state)
+
+
+FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+clients = given(data=hostile, hello=st.booleans())
+peers = given(data=hostile, node=st.integers(1, (1 << 128) - 1))
+
+
+@settings(FUZZ, max_examples=FUZZ_EXAMPLES)
+@clients
+def test_any_bytes_from_a_client_get_an_answer_or_a_close_in_time(fuzz_broker, data, hello):
+    client_case(fuzz_broker, data, hello)
+
+
+@settings(FUZZ, max_examples=FUZZ_EXAMPLES)
+@peers
+def test_any_bytes_from_a_peer_get_an_answer_or_a_close_in_time(fuzz_broker, data, node):
+    peer_case(fuzz_broker, data, node)
+
+
+@pytest.mark.soak
+@settings(FUZZ, max_examples=SOAK_FUZZ_EXAMPLES)
+@clients
+def test_any_bytes_from_a_client_for_long(fuzz_broker, data, hello):
+    client_case(fuzz_broker, data, hello)
+
+
+@pytest.mark.soak
+@settings(FUZZ, max_examples=SOAK_FUZZ_EXAMPLES)
+@peers
+def test_any_bytes_from_a_peer_for_long(fuzz_broker, data, node):
+    peer_case(fuzz_broker, data, node)

@@ -101,6 +101,12 @@ class Harness:
         self.now = now
         self.feed(TimerFired(now))
 
+    def run_until(self, now: int) -> None:
+        """Fire each timer due up to `now`, at its time, in order; then the clock reads `now`."""
+        while (due := self.broker.next_deadline()) is not None and due <= now:
+            self.timer(max(due, self.now))
+        self.now = now
+
     def inbox(self, conn: int) -> list[Any]:
         """Decode and clear what was sent to `conn`."""
         data = b"".join(self.sent.pop(conn, []))
@@ -123,6 +129,17 @@ class Harness:
 def delivered(msgs: list[Any]) -> list[tuple[int, int]]:
     """(subscription, tick) for every event in EVENTS messages."""
     return [(m.sub, f[1]) for m in msgs if isinstance(m, messages.Events) for f in m.records]
+
+
+def refused(msgs: list[Any]) -> dict[int, Any]:
+    """Each refused event's seq -> the ERROR naming it (one ERROR per reason and PUBLISH names
+    its events' seqs as ranges: core/refusals.py)."""
+    out: dict[int, Any] = {}
+    for e in of_type(msgs, messages.Error):
+        ranges = e.context.get("seqs") or [[e.context["seq"], e.context["seq"]]]
+        assert e.context.get("count", 1) == sum(hi - lo + 1 for lo, hi in ranges)
+        out.update(dict.fromkeys((s for lo, hi in ranges for s in range(lo, hi + 1)), e))
+    return out
 
 
 def of_type(msgs: list[Any], kind: type) -> list[Any]:

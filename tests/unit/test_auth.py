@@ -4,6 +4,8 @@ the token buckets, and the auth file's validation."""
 import itertools
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidings.core.auth.credentials import Credential, KdfParams, make_verifier
 from tidings.core.auth.guard import Guard
@@ -11,7 +13,6 @@ from tidings.core.auth.handshake import ClientHandshake, Principal, ServerHandsh
 from tidings.core.auth.limits import SECOND_NS, TokenBucket
 from tidings.core.auth.policy import AuthFileError, AuthPolicy, Identity, Limits
 from tidings.core.auth.rules import AccessRules
-from tidings.core.effects import PauseReading, ResumeReading
 from tidings.core.errors import TidingsError
 
 KDF = KdfParams(n=1 << 8)
@@ -104,30 +105,56 @@ def test_connection_and_subscription_limits_per_identity():
     assert guard.check_subscribe("svc", "x/#") is None
     guard.admitted(who, Member(4))
     assert guard.status()["auth"]["identities"]["svc"] == {"connections": 2, "refusals": 2}
-    assert [(who, code) for who, code, _ in guard.take_refusals()] == [("svc", "limit-exceeded")] * 2
-    assert guard.take_refusals() == []  # each is handed to the runtime's log once
+    assert guard.take_notes() == []  # refusals are logged by their connection (core/refusals.py)
 
 
-def test_publish_rates_with_a_burst_refuse_only_the_excess():
+def test_publish_rates_hold_a_publish_back_until_the_buckets_hold_it():
+    """A PUBLISH waits (unread) until the buckets hold all it needs, or a full bucket; only what a
+    full bucket cannot hold is refused."""
     guard = Guard(policy(limits=Limits(publish_events_per_s=10, publish_bytes_per_s=1000, publish_burst_s=2)),
                   nonces)
     events = [["a", {}, b"x" * 10] for _ in range(25)]
-    out = []
-    refused = guard.check_publish("svc", 7, events, 0, out)
-    assert sorted(refused) == list(range(20, 25))  # a burst of 2 s at 10 events/s
+    assert guard.publish_wait_ns("svc", events, 0) == 0  # a full bucket: check it now
+    refused = guard.check_publish("svc", events, 0)
+    assert sorted(refused) == list(range(20, 25))  # a burst of 2 s at 10 events/s: no more fits ever
     assert {e.code for e in refused.values()} == {"limit-exceeded"}
-    assert out == [PauseReading(7)] and guard.next_deadline() == SECOND_NS // 2  # 5 events refill in 0.5 s
-    guard.handle_timeout(SECOND_NS // 2 - 1, out)
-    assert out == [PauseReading(7)]
-    guard.handle_timeout(SECOND_NS // 2, out)
-    assert out == [PauseReading(7), ResumeReading(7)] and guard.next_deadline() is None
-    assert guard.check_publish("svc", 7, events[:5], SECOND_NS // 2, out) == {}
+    assert guard.publish_wait_ns("svc", events[:5], 0) == SECOND_NS // 2  # 5 events refill in 0.5 s
+    assert guard.publish_wait_ns("svc", events[:5], SECOND_NS // 2 - 1) == 1
+    assert guard.publish_wait_ns("svc", events[:5], SECOND_NS // 2) == 0
+    assert guard.check_publish("svc", events[:5], SECOND_NS // 2) == {}
+    assert guard.publish_wait_ns("svc", events, SECOND_NS // 2) == 2 * SECOND_NS  # up to a full bucket
     big = [["a", {}, b"x" * 1500]]
-    assert guard.check_publish("svc", 7, big, 100 * SECOND_NS, out) == {}  # 2000 bytes of burst
-    assert list(guard.check_publish("svc", 7, big, 100 * SECOND_NS, out)) == [0]
-    logged = guard.take_refusals()
-    assert len(logged) == 2 and logged[0][2].endswith("(and 4 more)")  # one line per PUBLISH frame
+    assert guard.publish_wait_ns("svc", big, 100 * SECOND_NS) == 0
+    assert guard.check_publish("svc", big, 100 * SECOND_NS) == {}  # 2000 bytes of burst
+    assert guard.publish_wait_ns("svc", big, 100 * SECOND_NS) == SECOND_NS  # 500 bytes left, 1000 to come at 1000/s
+    assert guard.status()["auth"]["identities"]["svc"]["refusals"] == 5
+    assert guard.publish_wait_ns("other", events, 0) == 0  # another identity's own buckets
 
+
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 400), st.integers(0, SECOND_NS)), max_size=40))
+def test_what_waited_for_its_rate_is_never_refused_for_it(publishes):
+    """Whatever PUBLISHes come, at whatever pace: one that waited until `publish_wait_ns` says 0 is
+    refused for its rate only beyond a full bucket, and the events taken never exceed the burst
+    plus the rate over the time elapsed."""
+    rate, burst = 10, 2
+    guard = Guard(policy(limits=Limits(publish_events_per_s=rate, publish_bytes_per_s=100 * rate,
+                                       publish_burst_s=burst)), nonces)
+    now = taken = 0
+    for count, size, gap in publishes:
+        now += gap
+        events = [["a", {}, b"x" * (size // max(count, 1))] for _ in range(count)]
+        now += guard.publish_wait_ns("svc", events, now)
+        assert guard.publish_wait_ns("svc", events, now) == 0
+        refused = guard.check_publish("svc", events, now)
+        fits = 0
+        room_events, room_bytes = rate * burst, 100 * rate * burst
+        for ev in events:
+            if fits < room_events and room_bytes >= len(ev[2]):
+                fits += 1
+                room_bytes -= len(ev[2])
+        assert len(refused) == len(events) - fits  # only what a full bucket cannot hold
+        taken += len(events) - len(refused)
+        assert taken <= rate * burst + rate * now // SECOND_NS
 
 def test_token_bucket_arithmetic_is_exact():
     bucket = TokenBucket(3, 1, now=0)

@@ -16,7 +16,7 @@ from tidings.core.auth.names import NAME_CHARS, NAME_CHARS_MAX, NameIndex, NameR
 from tidings.core.auth.policy import AuthFileError, AuthPolicy, Identity
 from tidings.core.auth.rules import AccessRules
 from tidings.core.connection import ClientConnection
-from tidings.core.effects import Disconnect, Send
+from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.errors import TidingsError
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
@@ -67,18 +67,26 @@ def test_look_alikes_of_an_identity_are_refused_with_the_rule(claim, code, messa
     assert g.refusals == 1
 
 
+def hello_to(conn: ClientConnection, claim: str) -> list[Effect]:
+    """What the connection answers a HELLO claiming `claim` (core/connection.py, without a broker)."""
+    conn.decoder.push(messages.hello(claim, "i"))
+    got = conn.next_message(0, {})
+    assert got is not None
+    return got[1]
+
+
 def test_the_issues_five_end_the_handshake_with_an_error_naming_the_rule():
     g = guard("loadmon")
     for n, claim in enumerate(THE_ISSUES_FIVE):
         conn = ClientConnection(n, 1 << 20, 10**9, g)
-        _, effects = conn.receive(messages.hello(claim, "i"), {})
+        effects = hello_to(conn, claim)
         [reply] = [messages.decode_broker_message(body) for e in effects if isinstance(e, Send)
                    for body in FrameDecoder(1 << 20).feed(e.data)]
         assert isinstance(reply, messages.Error) and reply.code in ("bad-name", "auth-required")
         assert ("ASCII letters" if reply.code == "bad-name" else "reads as") in reply.message
         assert isinstance(effects[-1], Disconnect) and not conn.service and not conn.authenticated
     conn = ClientConnection(9, 1 << 20, 10**9, g)
-    _, effects = conn.receive(messages.hello("visitor", "i"), {})
+    hello_to(conn, "visitor")
     assert conn.service == "visitor" and conn.identity == "anonymous" and not conn.authenticated
 
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.core_harness import Harness, of_type
+from tests.unit.core_harness import refused as refused_seqs
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.auth.rules import AccessRules
@@ -65,7 +66,7 @@ def test_a_mixed_batch_logs_only_what_is_new_and_refuses_bad_events() -> None:
     t6, t8 = ack.ticks[1], ack.ticks[6]
     assert t6 is not None and t8 is not None
     assert ack.ticks == [t5, t6, t6, None, None, None, t8, None] and ack.duplicates == [0, 2]
-    assert sorted(e.context["seq"] - seq for e in of_type(msgs, messages.Error)) == [3, 4, 5, 7]
+    assert sorted(s - seq for s in refused_seqs(msgs)) == [3, 4, 5, 7]
     assert len(h.records) == 3  # 5, 6 and 8, once each
 
 
@@ -75,10 +76,11 @@ def test_bad_producer_ids_are_refused_per_event_and_the_broker_serves_on() -> No
     h.inbox(1)
     for producer in (7, "", "x" * 257, ["p"]):
         seq = publish(h, 1, producer, ev(1), ev(2))
+        h.run_until(h.now + 1_000_000_000)  # past the refusal window: each PUBLISH answered at once
         msgs = h.inbox(1)
         assert of_type(msgs, messages.Ack)[0].ticks == [None, None]
-        errors = of_type(msgs, messages.Error)
-        assert [e.context["seq"] - seq for e in errors] == [0, 1] and "producer id" in errors[0].message
+        (error,) = of_type(msgs, messages.Error)  # one per reason, naming both events
+        assert sorted(refused_seqs(msgs)) == [seq, seq + 1] and "producer id" in error.message
     h.send(1, messages.publish(900, [["a/b", {}, b"plain"]]))
     h.sync()
     assert of_type(h.inbox(1), messages.Ack)[0].ticks[0] is not None
@@ -112,7 +114,7 @@ def test_events_of_any_shape_are_refused_without_an_exception() -> None:
     seq = publish(h, 1, "p1", *shapes)
     msgs = h.inbox(1)
     assert of_type(msgs, messages.Ack)[0].ticks == [None] * len(shapes)
-    assert sorted(e.context["seq"] - seq for e in of_type(msgs, messages.Error)) == list(range(len(shapes)))
+    assert sorted(s - seq for s in refused_seqs(msgs)) == list(range(len(shapes)))
 
 
 def test_producer_ids_are_scoped_by_the_clients_service() -> None:
@@ -162,7 +164,7 @@ def test_any_mix_of_events_is_logged_once_each_and_answered_event_by_event(
     msgs = h.inbox(1)
     (ack,) = of_type(msgs, messages.Ack)
     assert len(ack.ticks) == len(events)
-    refused = sorted(e.context["seq"] - seq for e in of_type(msgs, messages.Error))
+    refused = sorted(s - seq for s in refused_seqs(msgs))
     assert refused == [i for i, t in enumerate(ack.ticks) if t is None]
     logged = [t for t, _ in h.records]
     assert logged == list(range(logged[0], logged[0] + len(logged))) if logged else True
@@ -174,8 +176,9 @@ def test_any_mix_of_events_is_logged_once_each_and_answered_event_by_event(
 
 
 def test_a_duplicate_past_the_publishers_rate_is_refused_as_any_event() -> None:
-    """The guard's rate limit refuses a PUBLISH's excess whatever the dedup window says of it: a
-    duplicate past the rate gets an ERROR and no tick, as a new event does."""
+    """The guard's rate limit holds a PUBLISH back until its bucket refills, and refuses what a
+    full bucket cannot hold, whatever the dedup window says of it: a duplicate past that gets an
+    ERROR and no tick, as a new event does."""
     h = Harness()
     rates = Limits(publish_events_per_s=2, publish_burst_s=1)
     h.broker = Broker(BrokerConfig(), "p-test", LogState(),
@@ -185,9 +188,12 @@ def test_a_duplicate_past_the_publishers_rate_is_refused_as_any_event() -> None:
     first = publish(h, 1, "p1", ev(0), ev(1))
     h.sync()
     assert None not in acks(h, 1)[first].ticks
-    again = publish(h, 1, "p1", ev(0), ev(1), ev(2))  # the same second: the bucket is empty
+    again = publish(h, 1, "p1", ev(5), ev(6), ev(0))  # the same second: the bucket is empty
+    assert h.inbox(1) == [] and h.broker.next_deadline() == 1_000_000_000  # waits, unread, for a full bucket
+    h.run_until(1_000_000_000)
     h.sync()
     msgs = h.inbox(1)
-    assert of_type(msgs, messages.Ack)[0].ticks == [None, None, None]
-    assert sorted(e.context["seq"] - again for e in of_type(msgs, messages.Error)) == [0, 1, 2]
-    assert len(h.records) == 2
+    ack = of_type(msgs, messages.Ack)[0]
+    assert ack.ticks[2] is None and None not in ack.ticks[:2]  # a full bucket holds two: the duplicate is third
+    assert sorted(refused_seqs(msgs)) == [again + 2] and refused_seqs(msgs)[again + 2].code == "limit-exceeded"
+    assert len(h.records) == 4

@@ -76,6 +76,13 @@ def test_the_limit_in_force_when_a_frame_is_pulled_judges_it():
     assert decoder.pull() == b"hello"
     decoder.limit(8 * MIB, "frame_bytes_max")  # the handshake is done
     assert decoder.pull() == b"p" * 20_000
+    streaming = FrameDecoder(16 * KIB, "hello_frame_bytes_max", final=False)
+    streaming.push(frame(b"hello") + big + big)
+    got = []
+    for body in streaming.frames():  # one at a time until the handshake raises the limit
+        got.append(body)
+        streaming.limit(8 * MIB, "frame_bytes_max")
+    assert got == [b"hello", b"p" * 20_000, b"p" * 20_000] and streaming.failure is None
     refused = FrameDecoder(16 * KIB, "hello_frame_bytes_max")
     assert refused.feed(big) == [] and refused.held_bytes == 0
     assert refused.failure is not None and refused.failure.code == errors.FRAME_TOO_LARGE
@@ -129,13 +136,11 @@ def small(**kw: Any) -> BrokerConfig:
                            "frame_progress_timeout_ns": 1000, **kw})
 
 
-@pytest.mark.parametrize("flood", ["empty frames", "status requests", "bad messages", "hellos"])
-def test_replies_that_overflow_the_send_queue_close_the_connection(flood):
+def test_replies_that_overflow_the_send_queue_close_the_connection():
     h = Harness(small())
     h.connect(1)
     h.sent.clear()
-    one = {"empty frames": b"\0\0\0\0", "status requests": messages.status_request(1),
-           "bad messages": frame(msgpack.packb([99, 1])), "hellos": messages.hello("x", "y")}[flood]
+    one = messages.status_request(1)
     h.send(1, one * 100_000)
     sent = b"".join(h.sent[1])
     assert errors_to(h, 1)[-1] == errors.SEND_QUEUE_OVERFLOW and 1 in h.closed
@@ -144,6 +149,26 @@ def test_replies_that_overflow_the_send_queue_close_the_connection(flood):
     h.sent.clear()
     h.send(1, one)
     assert 1 not in h.sent  # nothing more is read
+
+
+@pytest.mark.parametrize("flood", ["empty frames", "bad messages", "hellos"])
+def test_a_flood_of_refused_frames_is_held_unread_not_answered(flood):
+    """Refusals are coalesced (core/refusals.py): the second within the refusal window holds the
+    connection, so the rest of the flood stays unread bytes, and each window answers at most one
+    ERROR for it, well within the send queue's bound."""
+    h = Harness(small())
+    h.connect(1)
+    h.sent.clear()
+    one = {"empty frames": b"\0\0\0\0", "bad messages": frame(msgpack.packb([99, 1])),
+           "hellos": messages.hello("x", "y")}[flood]
+    effects = h.broker.handle(Received(h.now, 1, 1, one * 100_000))
+    h.apply(effects)
+    assert PauseReading(1) in effects and 1 not in h.closed
+    assert len(errors_to(h, 1)) == 1  # the first refusal; the second is held with the connection
+    for _ in range(5):  # each window: the held ERROR (with its count), then the next one held
+        h.timer(h.broker.next_deadline() or 0)
+    sent = b"".join(h.sent[1])
+    assert len(errors_to(h, 1)) == 6 and len(sent) <= 6 * 1024 and 1 not in h.closed
 
 
 def test_replies_within_the_bound_leave_the_connection_open():
@@ -159,14 +184,19 @@ def test_a_connection_over_its_high_water_mark_is_not_read_until_it_drains():
     h.connect(1)
     assert h.broker.handle(SendBlocked(0, 1)) == [PauseReading(1)]
     h.sent.clear()
-    for _ in range(200):  # bytes read before the pause took effect still count while blocked
+    for _ in range(200):  # bytes that arrived before the pause took effect wait unread, as bytes
         h.send(1, messages.status_request(1))
+    assert 1 not in h.sent and h.broker.partials.held_bytes == 0
+    h.feed(SendDrained(0, 1))  # then they are handled, and their replies still count
     assert errors_to(h, 1)[-1] == errors.SEND_QUEUE_OVERFLOW
     h2 = Harness(small())
     h2.connect(2)
     h2.broker.handle(SendBlocked(0, 2))
+    h2.sent.clear()
     h2.send(2, messages.status_request(1) * 3)
-    assert h2.broker.handle(SendDrained(0, 2)) == [ResumeReading(2)]
+    assert 2 not in h2.sent
+    effects = h2.broker.handle(SendDrained(0, 2))
+    assert effects[-1] == ResumeReading(2) and [type(e) for e in effects[:-1]] == [Send] * 3
     for _ in range(40):  # drained: each read has its allowance again
         h2.send(2, messages.status_request(1) * 3)
     assert 2 not in h2.closed
@@ -251,7 +281,7 @@ def test_a_connection_closed_for_another_reason_is_not_closed_again_by_its_stall
     assert errors_to(h, 1) == [errors.HANDSHAKE_TIMEOUT]
     h.connect(2)
     h.send(2, struct.pack(">I", 100) + b"x")
-    h.send(2, b"\0\0\0\0" * 100_000)  # its frame goes on, and its replies overflow: closed
+    h.send(2, b"\0" * 99 + messages.status_request(1) * 10_000)  # its frame goes on, its replies overflow: closed
     h.timer(10_000)
     assert errors_to(h, 2)[-1] == errors.SEND_QUEUE_OVERFLOW
     assert h.broker.partials.held_bytes == 0
@@ -316,7 +346,7 @@ def test_effects_are_well_formed_after_any_limit():
     """Whatever closed a connection, it was told why in one ERROR and closed once."""
     h = Harness(small())
     h.connect(1)
-    effects = h.broker.handle(Received(0, 1, 1, b"\0\0\0\0" * 100_000))
+    effects = h.broker.handle(Received(0, 1, 1, messages.status_request(1) * 100_000))
     closes = [e for e in effects if type(e) is Disconnect]
     assert len(closes) == 1 and type(effects[-2]) is Send
     h.feed(TimerFired(10**12))
@@ -343,3 +373,36 @@ def test_a_dialler_reads_large_frames_right_behind_the_welcome():
     items, effects = links.received(0, 5, peer.welcome(other) + peer.encode(message))
     assert (other, message) in items
     assert not [e for e in effects if type(e) is Disconnect]
+
+
+def test_a_blocked_connections_lease_runs_on_while_its_renewals_wait_unread():
+    h = Harness(small(lease_ns=10**9))
+    h.connect(1)
+    h.subscribe(1, "a/#")
+    h.connect(2)
+    h.subscribe(2, "b/#")
+    h.broker.handle(SendBlocked(0, 1))
+    h.timer(2 * 10**9)
+    assert errors_to(h, 2)[-1] == errors.LEASE_EXPIRED
+    assert errors.LEASE_EXPIRED not in errors_to(h, 1) and h.broker.leases.expired_total == 1
+    h.broker.handle(SendDrained(h.now, 1))
+    h.timer(h.now + 2 * 10**9)  # read again, it renews or loses its lease as usual
+    assert errors_to(h, 1)[-1] == errors.LEASE_EXPIRED
+
+
+def test_acks_a_blocked_publisher_does_not_read_count_against_its_queue():
+    h = Harness(small(send_queue_overflow_bytes_max=4 * KIB))
+    h.connect(1)
+    s = h.sessions[1]
+    for _ in range(400):  # pipelined before its queue filled, acknowledged after
+        h.send(1, s.publish([s.check_event("a/b", b"x", {})])[0][2])
+    h.broker.handle(SendBlocked(0, 1))
+    h.sync()
+    assert errors_to(h, 1)[-1] == errors.SEND_QUEUE_OVERFLOW and 1 in h.closed
+    h2 = Harness(small(send_queue_overflow_bytes_max=4 * KIB))
+    h2.connect(1)
+    s2 = h2.sessions[1]
+    for _ in range(400):  # the same, read by a client that keeps up: no limit meets it
+        h2.send(1, s2.publish([s2.check_event("a/b", b"x", {})])[0][2])
+    h2.sync()
+    assert 1 not in h2.closed

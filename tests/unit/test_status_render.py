@@ -55,3 +55,9 @@ def test_the_pubend_directory_is_a_table_of_times_and_tick_marks_stay_out():
     row = next(line for line in text.splitlines() if line.split()[:1] == ["p2"])
     assert row.split() == ["p2", "h:2", "2026-11-23T22:16:54.518Z", "2026-11-23T22:16:54.518Z", "none", "3"]
     assert "pubend directory (1)" in text and str(TICK) not in text and "tick marks" not in text
+def test_client_refusals_read_by_reason():
+    base = {"pubend": "p1", "clients": 0}
+    lines = render_status({**base, "client_errors": {"bad-message": 3, "limit-exceeded": 12}}).splitlines()
+    assert "refused clients: 3 bad-message, 12 limit-exceeded" in [" ".join(line.split()) for line in lines]
+    assert "no client was refused" in render_status({**base, "client_errors": {}})
+    assert "refused" not in render_status(base)  # an older broker: no such line

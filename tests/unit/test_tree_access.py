@@ -238,8 +238,10 @@ def test_a_reload_at_the_creator_ends_the_subscriptions_its_new_list_excludes():
     assert "access list of tree 't/#'" in error.message
     assert [s["sub"] for c in h.broker.status()["connections"] for s in c["subscriptions"]] == [narrow]
     again = h.subscribe(1, "t/#")
+    assert of_type(h.inbox(1), messages.Error) == []  # a second forbidden within the refusal window waits
+    h.run_until(2 * h.broker.config.refusal_window_ns)
     (error,) = of_type(h.inbox(1), messages.Error)
-    assert (error.code, error.context.get("sub")) == ("forbidden", again)
+    assert (error.code, error.context.get("sub"), error.context.get("subs")) == ("forbidden", again, [again])
 
 
 def test_without_rules_a_broker_creates_nothing_and_every_tree_stays_open():

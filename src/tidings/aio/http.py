@@ -97,6 +97,7 @@ class BrokerCollector(Collector):
             yield from _delivery(st["delivery"])
         yield from _connections(st.get("connections") or [])
         yield from _channels(st.get("channels") or {})
+        yield _client_errors(st.get("client_errors") or {})
 
 
 def _overlay(overlay: dict[str, Any]) -> Iterator[Metric]:
@@ -219,6 +220,18 @@ def _channels(channels: dict[str, int]) -> Iterator[Metric]:
     for channel, count in channels.items():
         family.add_metric([channel], count)
     yield family
+
+
+def _client_errors(by_reason: dict[str, int]) -> Metric:
+    """Every refusal of a client, by its error code (core/refusals.py): a code added later is a
+    new label value, counted with no change here."""
+    family = CounterMetricFamily(PREFIX + "client_errors", "refusals of clients (an ERROR about what the client "
+                                 "sent: bad frames and messages, handshakes, auth, limits, access), by error code",
+                                 labels=["reason"])
+    for reason, count in by_reason.items():
+        if isinstance(count, int):
+            family.add_metric([str(reason)], count)
+    return family
 
 
 class HttpEndpoint:

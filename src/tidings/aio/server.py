@@ -18,6 +18,11 @@ leaves in few syscalls, while a lone event is written immediately (no added late
 transport's write-buffer high-water mark is `send_queue_bytes_max`: past it the core hears
 SendBlocked and stops queueing live events for that connection (they are read back from the log
 later), which keeps memory bounded however slow a subscriber is.
+
+Reading follows the core: PauseReading and ResumeReading (core/connection.py Hold: the disk, the
+identity's publish rate, a refusal window) stop and resume the transport's reads. Every refusal of
+a client the core reports (core/refusals.py, at most one line per connection and second) is logged
+as a warning with the client's remote address and how many refusals went unlogged before it.
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ from tidings.core.inputs import (
 )
 from tidings.core.overlay.node_id import id_hex
 from tidings.core.peer_refusals import DIALLER_SIDE
+from tidings.core.refusals import RefusalLine
 from tidings.storage import DataDirectoryLock, EventLog, load_or_create_identity
 from tidings.storage.files import read_small_file
 
@@ -112,6 +118,10 @@ class _Connection(asyncio.Protocol):
         transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
         self.transport = transport
         sock = transport.get_extra_info("socket")
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            host = str(peer[0])
+            self.server.remotes[self.conn] = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
         if sock is not None:  # acks and events are small frames: never wait for Nagle
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         high = self.server.config.send_queue_bytes_max
@@ -128,6 +138,8 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.transports.pop(self.conn, None)
         self.server.feed(ConnectionLost(time.monotonic_ns(), self.conn))
+        # its address is kept until the lines the core owes about it are logged
+        asyncio.get_running_loop().call_soon(self.server.remotes.pop, self.conn, None)
 
     def pause_writing(self) -> None:
         self.server.feed(SendBlocked(time.monotonic_ns(), self.conn))
@@ -165,6 +177,7 @@ class BrokerServer:
         self._advertise = advertise
         self._dials: set[asyncio.Task[None]] = set()
         self.transports: dict[int, asyncio.Transport] = {}
+        self.remotes: dict[int, str] = {}  # each connection's remote address, for the log
         self._next_conn = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -380,9 +393,26 @@ class BrokerServer:
             self._applying = False
         if self._drain_wake is not None and not self._drain_wake.done():
             self._drain_wake.set_result(None)  # a connection may have gone: the drain looks again
-        for identity, code, message in core.guard.take_refusals():
-            log.warning("refused %s: %s (%s)", identity, message, code)
+        for identity, code, message in core.guard.take_notes():
+            log.warning("%s: %s (%s)", identity, message, code)
+        self._log_refusals(*core.client_errors.take_log())
         self._arm_timer()
+
+    def _log_refusals(self, lines: list[RefusalLine], dropped: int) -> None:
+        """The core's refusal lines (core/refusals.py: at most one per connection and second)."""
+        if dropped:
+            log.warning("%d more lines about refused clients were not logged (too many at once)", dropped)
+        for line in lines:
+            remote = self.remotes.get(line.conn, f"connection {line.conn}")
+            who = (line.who if line.who.isascii() and line.who.isprintable() else ascii(line.who)) or "-"  # a claim
+            unlogged = (f"; {line.suppressed} earlier refusals of this connection were not logged"
+                        if line.suppressed else "")
+            if not line.count:
+                log.warning("client %s (%s) gone%s", remote, who, unlogged)
+            else:
+                many = f" [{line.count} refusals]" if line.count > 1 else ""
+                log.warning("refused client %s (%s): %s (%s)%s%s", remote, who, line.message, line.code, many,
+                            unlogged)
 
     def _synced(self, token: int, state: LogState) -> None:
         self.feed(WriteSynced(time.monotonic_ns(), token, state))

@@ -17,7 +17,7 @@ SUMMARY_KEYS = {"pubend", "clients", "subscriptions", "subscriptions_live", "cat
                 "first_tick", "last_tick", "last_event_tick", "tick_marks", "released_through", "log_bytes",
                 "log_records", "leases_held",
                 "leases_expired", "lease_ns", "draining", "durable_registrations", "durable_away",
-                "durable_expired", "durable_moved"}
+                "durable_expired", "durable_moved", "client_errors"}
 SECTION_KEYS = ("connections", "channels", "overlay", "peers", "trees", "delivery", "auth",
                 "durable_named", "directory")  # durable_named: `tidings durable list`
 
@@ -105,6 +105,10 @@ def _summary(st: dict[str, Any]) -> list[str]:
                                 f"{st.get('durable_expired')} expired"))
     if st.get("draining"):
         rows.append(("draining", "yes: clients are advised to move, then the broker stops"))
+    refused = st.get("client_errors")
+    if isinstance(refused, dict):  # core/refusals.py: by error code
+        told = ", ".join(f"{n} {code}" for code, n in refused.items())
+        rows.append(("refused", f"clients: {told}" if told else "no client was refused"))
     if st.get("peer_messages_rejected"):
         rows.append(("rejected", f"{st['peer_messages_rejected']} malformed messages from other brokers"))
     refusals = st.get("peer_refusals") or {}

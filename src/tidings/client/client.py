@@ -894,13 +894,17 @@ class Client:
 
     def _error(self, msg: messages.Error) -> None:
         exc = BrokerError(msg.message, msg.code)
-        if "seq" in msg.context:
-            self._rejections[int(msg.context["seq"])] = exc
-        elif "sub" in msg.context:
-            sub = self._subs.pop(int(msg.context["sub"]), None)
-            if sub is not None:
-                sub._fail(exc)
-        else:
+        context = msg.context  # a coalesced ERROR may name several events and subscriptions (core/refusals.py)
+        if "seq" in context and self._frames:  # refused events of a PUBLISH; its ACK, after this, answers them
+            for seq in self._session.refused_seqs(context, next(iter(self._frames))):
+                self._rejections[seq] = exc
+        if "sub" in context:
+            subs = context.get("subs")
+            for key in subs if isinstance(subs, list) else [context["sub"]]:
+                sub = self._subs.pop(key, None) if type(key) is int else None
+                if sub is not None:
+                    sub._fail(exc)
+        if "seq" not in context and "sub" not in context:
             self._closed = exc
             if not self._welcome.done():
                 self._welcome.set_exception(exc)

@@ -46,7 +46,17 @@ from tidings.core.channels import validate_pattern
 from tidings.core.checkpoint import Checkpoint
 from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
-from tidings.core.connection import AWAITING_HELLO, CLOSED, OPEN, PEER, ClientConnection, PeerHandover
+from tidings.core.connection import (
+    AWAITING_HELLO,
+    CLOSED,
+    OPEN,
+    PEER,
+    READ,
+    ClientConnection,
+    ClientMessage,
+    Hold,
+    PeerHandover,
+)
 from tidings.core.deadlines import Deadlines
 from tidings.core.dedup import DedupWindow
 from tidings.core.durable import DurableSubscriptions, Outcome
@@ -54,14 +64,12 @@ from tidings.core.effects import (
     Connect,
     Disconnect,
     Effect,
-    PauseReading,
     PeerRefused,
     PfsAppend,
     PfsChop,
     ReadLog,
     ReadPfs,
     ReleaseLog,
-    ResumeReading,
     SaveDirectory,
     Send,
 )
@@ -93,6 +101,7 @@ from tidings.core.multicast.trees import subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.peers import PeerLinks
+from tidings.core.refusals import ClientErrors
 from tidings.core.registrations import Registrations
 from tidings.core.reliability.constream import Constream, Recorded
 from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityNode
@@ -113,6 +122,13 @@ class HandshakeTimer(NamedTuple):
     conn: int
 
 
+class ReadTimer(NamedTuple):
+    """The client connection `conn` is no longer held for `hold` (its rate, a refusal)."""
+
+    conn: int
+    hold: Hold
+
+
 class DurableSilenceTimer(NamedTuple):
     """Durable subscriptions are due a SILENCE (core/checkpoint.py)."""
 
@@ -123,7 +139,7 @@ class DurableSaveTimer(NamedTuple):
 
 DURABLE_SILENCE = DurableSilenceTimer()
 DURABLE_SAVE = DurableSaveTimer()
-BrokerTimer = HandshakeTimer | DurableSilenceTimer | DurableSaveTimer
+BrokerTimer = HandshakeTimer | ReadTimer | DurableSilenceTimer | DurableSaveTimer
 
 
 class Broker:
@@ -153,6 +169,8 @@ class Broker:
         self.events_delivered = 0
         self.read_span_bytes = 0  # the log's bytes read for READs as spans (their events are not counted)
         self.now = 0
+        self.wall_us = 0  # the last wall clock an input brought, for messages handled without one
+        self.client_errors = ClientErrors()  # what clients were refused, by reason (core/refusals.py)
         self.cluster: ClusterMember | None = None
         self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
         self.remote = RemoteDelivery()  # other pubends' events for local subscriptions
@@ -170,8 +188,10 @@ class Broker:
     def handle(self, inp: Input) -> list[Effect]:  # noqa: PLR0912 - one branch per input type
         out: list[Effect] = []
         self.now = inp.now
-        if self.cluster is not None and isinstance(inp, Received | TimerFired):
-            self._gd().wall_us = inp.wall_us
+        if isinstance(inp, Received | TimerFired) and inp.wall_us:
+            self.wall_us = inp.wall_us
+            if self.cluster is not None:
+                self._gd().wall_us = inp.wall_us
         if isinstance(inp, Connected | ConnectFailed) or (
                 isinstance(inp, Received | ConnectionLost | SendBlocked | SendDrained)
                 and self.cluster is not None and self.cluster.owns(inp.conn)):
@@ -186,7 +206,6 @@ class Broker:
         elif isinstance(inp, WriteSynced):
             self.log = inp.log
             self._synced(inp.token, out)
-            self._hold_blocked(out)
         elif isinstance(inp, LogRead):
             self._log_read(inp, out)
         elif isinstance(inp, Accepted):
@@ -199,8 +218,6 @@ class Broker:
             self._timers(inp.now, inp.wall_us, out)
             self._leases_expired(inp.now, out)
             self._frames_overdue(inp.now, out)
-            self.guard.handle_timeout(inp.now, out)  # throttled publishers read again
-            self._hold_blocked(out)
             if self.cluster is not None:
                 self.pubend.declare_silence(inp.wall_us)
                 self._cluster_effects(self.cluster.handle_timeout(inp.now), out)
@@ -213,8 +230,7 @@ class Broker:
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [self.timers.next_deadline(), self.guard.next_deadline(), self.leases.next_deadline(),
-                     self.partials.next_deadline()]
+        deadlines = [self.timers.next_deadline(), self.leases.next_deadline(), self.partials.next_deadline()]
         if self.cluster is not None:
             deadlines.append(self.cluster.next_deadline())
         live = [d for d in deadlines if d is not None]
@@ -260,13 +276,15 @@ class Broker:
     def _accepted(self, inp: Accepted, out: list[Effect]) -> None:
         assert inp.conn not in self.connections
         if len(self.connections) >= self.config.connections_max:
+            self.client_errors.refused(inp.now, inp.conn, "", errors.HANDSHAKE, "too many connections")
             out.append(Send(inp.conn, messages.error(errors.HANDSHAKE, "too many connections")))
             out.append(Disconnect(inp.conn, "connections_max reached"))
             return
         deadline = inp.now + self.config.handshake_timeout_ns
         cfg = self.config
         self.connections[inp.conn] = ClientConnection(inp.conn, cfg.frame_bytes_max, deadline, self.guard,
-                                                      cfg.hello_frame_bytes_max, cfg.send_queue_overflow_bytes_max)
+                                                      cfg.hello_frame_bytes_max, cfg.send_queue_overflow_bytes_max,
+                                                      self.client_errors, cfg.refusal_window_ns)
         self.timers.set(HandshakeTimer(inp.conn), deadline)
 
     def _lost(self, conn: int, out: list[Effect]) -> None:
@@ -276,7 +294,10 @@ class Broker:
         self.send_blocked.discard(conn)
         c = self.connections.pop(conn, None)
         self.leases.release(conn)
+        self.client_errors.lost(conn, "" if c is None else c.identity)
         if c is not None:
+            self.timers.cancel(ReadTimer(conn, Hold.RATE))
+            self.timers.cancel(ReadTimer(conn, Hold.REFUSED))
             self.guard.left(c.identity, conn)
             for s in list(c.subs.values()):
                 self._drop_subend(c, s, out, ended=False)
@@ -289,11 +310,17 @@ class Broker:
             if type(key) is DurableSaveTimer:
                 self._durable_save(now, wall_us, out)
                 continue
+            if type(key) is ReadTimer:
+                c = self.connections.get(key.conn)
+                if c is not None and key.hold is Hold.REFUSED:
+                    c.flush_refusals(now, out)  # one ERROR per reason for what the window held
+                self._release(key.conn, key.hold, out)
+                continue
             assert type(key) is HandshakeTimer
             c = self.connections.get(key.conn)
             if c is not None and c.state == AWAITING_HELLO:
                 self.partials.forget(c.conn)
-                out += c.fail(errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
+                out += c.fail(now, errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
 
     def _open_clients(self) -> int:
         return sum(1 for c in self.connections.values() if c.state == OPEN)
@@ -344,7 +371,7 @@ class Broker:
 
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
-        for conn in self.leases.expired(now):
+        for conn in self.leases.expired(now, self.send_blocked):  # a blocked one's RENEWs wait unread
             c = self.connections.get(conn)
             if c is None:
                 continue
@@ -355,51 +382,108 @@ class Broker:
 
     def _received(self, inp: Received, out: list[Effect]) -> None:
         c = self.connections.get(inp.conn)
-        if c is None:
+        if c is None or c.state not in READ:
             return
-        if not c.blocked:  # read only while its send queue is under the high-water mark
-            c.owed = 0
-        opening = c.state != OPEN
-        msgs, effects = c.receive(inp.data, self._welcome_info() if opening else self._welcome)
-        out += effects
-        if c.state != AWAITING_HELLO:
-            self.timers.cancel(HandshakeTimer(c.conn))
-        if opening and c.state == OPEN:
-            out += self._advise([c.conn])
-        for msg in msgs:
-            if c.state == CLOSED:
-                break  # its replies overflowed its send queue: the rest is not read
-            mark = len(out)
-            self._request(c, msg, inp, out)
-            out += c.charge(sum(len(e.data) for e in out[mark:] if type(e) is Send and e.conn == c.conn))
+        c.decoder.push(inp.data)
+        self._serve(c, out)
         if c.state == PEER:
             if self.cluster is not None and self.cluster.owns(c.conn):
                 self._peer_partial(inp.now, c.conn, out)
         elif c.state == CLOSED:
             self.partials.forget(c.conn)
-        elif not self.partials.update(inp.now, c.conn, c.decoder.held_bytes):
-            self.partials.forget(c.conn)
-            out += c.fail(errors.PARTIAL_FRAMES_BUDGET, self._over_budget(c.decoder.held_bytes))
+        else:  # a held connection's whole frames wait unread, as bytes: only the partial one counts
+            held = c.decoder.partial_bytes if c.holds else c.decoder.held_bytes
+            if not self.partials.update(inp.now, c.conn, held):
+                self.partials.forget(c.conn)
+                out += c.fail(inp.now, errors.PARTIAL_FRAMES_BUDGET, self._over_budget(held))
 
-    def _request(self, c: ClientConnection, msg: Any, inp: Received, out: list[Effect]) -> None:
-        """One message of an open client connection (or the PEER_HELLO handing it to the peer links)."""
+    def _serve(self, c: ClientConnection, out: list[Effect]) -> None:
+        """Handle the connection's messages in order, pulled one at a time from its decoder, while
+        nothing holds it (connection.py Hold): a PUBLISH its rate cannot take yet waits for it; a
+        refusal within the refusal window of another is held with the connection until the window
+        ends (core/refusals.py), so a flood of refused requests is handled at most two messages a
+        window, at next to no cost. What each message is answered at once counts against the
+        connection's send queue (`charge`): past send_queue_overflow_bytes_max it is closed."""
+        now = self.now
+        conn = c.conn
+        if not c.blocked:  # read only while its send queue is under the high-water mark
+            c.owed = 0
+        holds, window, welcome = c.holds, c.window, self._welcome  # (the loop is the intake's hot path)
+        while not holds and c.state in READ:  # c.readable
+            opening = c.state is not OPEN
+            mark = len(out)
+            got = c.next_message(now, self._welcome_info() if opening else welcome)
+            if got is None:
+                break
+            msg, effects = got
+            if effects:
+                out += effects
+            if opening and c.state is not AWAITING_HELLO:
+                self.timers.cancel(HandshakeTimer(conn))
+                if c.state is OPEN:
+                    out += self._advise([conn])
+            if msg is not None:
+                self._dispatch(c, msg, out)
+            replied = 0  # what it was answered at once counts against its send queue
+            for i in range(mark, len(out)):
+                e = out[i]
+                if type(e) is Send and e.conn == conn:
+                    replied += len(e.data)
+            if replied:
+                out += c.charge(now, replied)  # its replies overflowed its send queue: closed, the rest unread
+            if window.until is not None:
+                self._hold_refusals(c, out)
+        if not c.holds:
+            out += c.framing_failure(now)
+        c.sync_reading(out)
+
+    def _hold(self, c: ClientConnection, hold: Hold, until: int) -> None:
+        c.hold(hold)
+        self.timers.set(ReadTimer(c.conn, hold), until)
+
+    def _hold_refusals(self, c: ClientConnection, out: list[Effect]) -> None:
+        """Refusals held for the end of their window (core/refusals.py): the connection waits too."""
+        until = c.window.until
+        if until is not None and self.timers.when(ReadTimer(c.conn, Hold.REFUSED)) != until:
+            self._hold(c, Hold.REFUSED, until)  # (a later refusal of another reason: its window's end)
+            c.sync_reading(out)
+
+    def _release(self, conn: int, hold: Hold, out: list[Effect]) -> None:
+        """`hold` no longer holds `conn`: what waited is handled, and it is read again unless
+        something else holds it."""
+        c = self.connections.get(conn)
+        if c is not None and c.release(hold):
+            self._serve(c, out)
+            if c.state == CLOSED:
+                self.partials.forget(conn)
+            elif c.readable and conn in self.partials.held:  # read again: its partial frame's clock starts anew
+                self.partials.wait(self.now, conn)
+
+    def _dispatch(self, c: ClientConnection, msg: ClientMessage, out: list[Effect]) -> None:
+        wall_us = self.wall_us
         if isinstance(msg, PeerHandover):
             self._adopt_peer(c, msg, out)
         elif isinstance(msg, messages.Publish):
-            self.intake.publish(self.now, c, msg, inp.wall_us, out)
+            wait_ns = self.intake.publish(self.now, c, msg, wall_us, out)
+            if wait_ns:  # over its rate: the PUBLISH waits unread, and so does the connection
+                c.put_back(msg)
+                self._hold(c, Hold.RATE, self.now + max(wait_ns, self.config.publish_wait_ns_min))
         elif isinstance(msg, messages.Subscribe):
-            self._subscribe(c, msg, inp.wall_us, out)
+            self._subscribe(c, msg, wall_us, out)
         elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
             self._subscribe(c, messages.Subscribe(msg.sub, msg.pattern, msg.filter, messages.START_AFTER,
-                                                  msg.after, msg.end), inp.wall_us, out, bulk=True,
+                                                  msg.after, msg.end), wall_us, out, bulk=True,
                             spans=msg.spans and self.config.spans_fit_frames and self.guard.may_read_everything(
                                 c.identity, None if self.cluster is None else self.cluster.scribe))
         elif isinstance(msg, messages.Unsubscribe):
             self._unsubscribe(c, msg.sub, msg.forget, out)
         elif isinstance(msg, messages.Renew):
-            self.leases.renew(inp.now, c.conn)
+            self.leases.renew(self.now, c.conn)
         elif isinstance(msg, messages.Release):
-            out += self.durable.release(c.subs.get(msg.sub), msg.sub, c.conn, msg.checkpoint)
+            try:
+                self.durable.release(c.subs.get(msg.sub), msg.sub, msg.checkpoint)
+            except TidingsError as exc:
+                c.refuse(self.now, exc.code, str(exc), out, sub=msg.sub)
         else:
             out.append(Send(c.conn, messages.status_reply(msg.req, self.status())))
 
@@ -420,10 +504,10 @@ class Broker:
 
     def _frames_overdue(self, now: int, out: list[Effect]) -> None:
         """Connections whose partial frame stopped arriving are closed; those the broker itself is
-        not reading (backpressure) wait on."""
+        not reading (held, for any reason: connection.py Hold) wait on."""
         for conn in self.partials.overdue(now):
             c = self.connections.get(conn)
-            if c is not None and (c.blocked or conn in self.intake.paused or self.guard.throttling(conn)):
+            if c is not None and c.holds:
                 self.partials.wait(now, conn)
                 continue
             self.partials.forget(conn)
@@ -431,16 +515,9 @@ class Broker:
                     f"{self.config.frame_progress_timeout_ns}")
             if c is not None:
                 if c.state in (AWAITING_HELLO, OPEN):  # else closing already
-                    out += c.fail(errors.FRAME_STALLED, text)
+                    out += c.fail(now, errors.FRAME_STALLED, text)
             elif self.cluster is not None and self.cluster.owns(conn):
                 self._cluster_effects(self.cluster.refuse(now, conn, errors.FRAME_STALLED, text), out)
-
-    def _hold_blocked(self, out: list[Effect]) -> None:
-        """Connections over their send queue stay unread, whatever else would read them again (the
-        intake once the disk caught up, the guard once rates allow): SendDrained resumes them."""
-        if self.send_blocked:
-            blocked = self.send_blocked
-            out[:] = [e for e in out if type(e) is not ResumeReading or e.conn not in blocked]
 
     # ---- publishing ------------------------------------------------------------------------------
 
@@ -452,11 +529,10 @@ class Broker:
         subends = self.subends
         by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
         batches = self.pubend.synced(token)
-        self.intake.synced(out)
         for batch in batches:
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
-                out.append(Send(batch.conn, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates)))
+                self._ack(c, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates), out)
             for tick, channel, attributes, record in batch.deliveries:
                 if attributes:
                     keys = match(channel, attributes)
@@ -474,6 +550,14 @@ class Broker:
         self._fan_out(fan, out)
         if self.cluster is not None:
             self._publish_to_trees(batches, out)
+        for conn in self.intake.synced():  # publishers paused for the disk: read again
+            self._release(conn, Hold.DISK, out)
+
+    def _ack(self, c: ClientConnection, ack: bytes, out: list[Effect]) -> None:
+        """An ACK, after the ERRORs held for the refusal window (charged with them when they go);
+        sent now to a blocked connection, which does not read it, it counts like any reply."""
+        if c.reply(ack, out) and c.blocked:
+            out += c.charge(self.now, len(ack))
 
     def _fan_out(self, fan: dict[int, list[bytes]], out: list[Effect]) -> None:
         subends = self.subends
@@ -487,7 +571,7 @@ class Broker:
     def _subscribe(self, c: ClientConnection, msg: messages.Subscribe, wall_us: int, out: list[Effect],
                    bulk: bool = False, spans: bool = False) -> None:
         def refuse(code: str, text: str) -> None:
-            out.append(Send(c.conn, messages.error(code, text, sub=msg.sub)))
+            c.refuse(self.now, code, text, out, sub=msg.sub)
 
         try:
             self._check_subscribe(c, msg)
@@ -599,8 +683,7 @@ class Broker:
         `forget` ends it for good."""
         s = c.subs.get(sub)
         if s is None:
-            out.append(Send(c.conn, messages.error(errors.UNKNOWN_SUBSCRIPTION, f"no subscription {sub}",
-                                                   sub=sub)))
+            c.refuse(self.now, errors.UNKNOWN_SUBSCRIPTION, f"no subscription {sub}", out, sub=sub)
             return
         self._drop_subend(c, s, out, ended=forget)
 
@@ -664,19 +747,19 @@ class Broker:
 
     def _flow(self, conn: int, blocked: bool, out: list[Effect]) -> None:
         """The connection's send queue passed send_queue_bytes_max (`blocked`) or drained: its live
-        events turn into log reads, and it is not read meanwhile (its requests would queue replies)."""
+        events turn into log reads, and it is not read meanwhile (Hold.SEND: its requests would
+        queue replies); once drained, what waited unread is handled, unless something else holds it."""
         c = self.connections.get(conn)
         if c is None or c.blocked == blocked:
             return
         c.blocked = blocked
         if blocked:
             self.send_blocked.add(conn)
-            out.append(PauseReading(conn))
+            c.hold(Hold.SEND)
+            c.sync_reading(out)
         else:
             self.send_blocked.discard(conn)
             c.owed = 0
-            if conn not in self.intake.paused and not self.guard.throttling(conn):
-                out.append(ResumeReading(conn))
         synced = self.pubend.synced_tick
         for s in list(c.subs.values()):
             if blocked:
@@ -686,6 +769,8 @@ class Broker:
             tree = self.memberships.tree_of.get(s.key)
             if tree is not None and self.cluster is not None:
                 self._reliability(self._gd().local_flow(self.now, s.key, tree, blocked), out)
+        if not blocked:
+            self._release(conn, Hold.SEND, out)
 
     # ---- across brokers --------------------------------------------------------------------------
 
@@ -730,8 +815,9 @@ class Broker:
             if s is None or c is None or admits(acl, c.identity, s.pattern):
                 continue
             error = self.guard.tree_refusal(c.identity, s.pattern, eff.tree, eff.metadata.creator)
-            out.append(Send(c.conn, messages.error(error.code, str(error), sub=s.sub)))
+            c.refuse(self.now, error.code, str(error), out, sub=s.sub)
             self._drop_subend(c, s, out)
+            self._hold_refusals(c, out)
 
     def reload_auth(self, now: int, guard_policy: AuthPolicy) -> list[Effect]:
         """SIGHUP: the new rules apply to the next request, and to the access lists of the trees
@@ -829,6 +915,7 @@ class Broker:
             "channels": self.intake.traffic.top(),
             "connections": self._connections_status(),
             **self._cluster_status(),
+            **self.client_errors.status(),
             **self.guard.status(),
         }
 

@@ -66,6 +66,12 @@ class BrokerConfig:
     clients_advised_above: int = 8_000
     # events accepted but not yet synced: past this, publishers are not read until the disk catches up
     pending_sync_bytes_max: int = 64 * MIB
+    # after refusing a client something, its connection is not read again for this long (at most
+    # one refused message, so one ERROR per reason, per window: core/refusals.py)
+    refusal_window_ns: int = 100 * MILLISECOND_NS
+    # a PUBLISH over its identity's rate waits unread at least this long (so a flooder of small
+    # PUBLISHes is resumed a few dozen times a second, not once per event)
+    publish_wait_ns_min: int = 20 * MILLISECOND_NS
     # reading the log for catching-up subscriptions
     log_read_bytes_max: int = 1 * MIB
     # pubend log

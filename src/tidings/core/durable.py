@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from tidings.core import errors
 from tidings.core.checkpoint import Checkpoint, Home
-from tidings.core.effects import Effect, SaveDurable, Send
+from tidings.core.effects import Effect, SaveDurable
 from tidings.core.errors import TidingsError
 from tidings.core.registrations import Registration, Registrations
 from tidings.core.reliability.subend import Subend
@@ -126,17 +126,14 @@ class DurableSubscriptions:
                 s.registration = None  # resumed elsewhere while still connected here: served, not held
         return out
 
-    def release(self, s: Subend | None, sub: int, conn: int, checkpoint: list[object]) -> list[Effect]:
-        """RELEASE: the application consumed everything through `checkpoint` (sub.ack)."""
+    def release(self, s: Subend | None, sub: int, checkpoint: list[object]) -> None:
+        """RELEASE: the application consumed everything through `checkpoint` (sub.ack); a
+        TidingsError for the client when `sub` is no durable subscription or `checkpoint` no token."""
         if s is None or not s.durable:
-            return [Send(conn, messages.error(errors.UNKNOWN_SUBSCRIPTION, f"no durable subscription {sub}", sub=sub))]
-        try:
-            released = Checkpoint.from_wire(checkpoint)
-        except TidingsError as exc:
-            return [Send(conn, messages.error(exc.code, str(exc), sub=sub))]
+            raise TidingsError(f"no durable subscription {sub}", errors.UNKNOWN_SUBSCRIPTION)
+        released = Checkpoint.from_wire(checkpoint)
         if s.registration is not None:
             self.registrations.release(s.registration, released)
-        return []
 
     def save(self, wall_us: int, held_trees: dict[str, int]) -> Outcome:
         """Expire registrations away too long; save the durable state (with the pubend's

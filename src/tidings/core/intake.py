@@ -4,8 +4,11 @@ consecutive ticks of this broker's pubend, encoded once and logged as one batch.
 Theory of operation (Gryphon: only the publisher's broker logs, DESIGN §2). A published event is
 good when it is `[channel, attributes, payload]` with a valid channel, valid attributes and a
 payload of at most `event_bytes_max` bytes, and the guard (core/auth/) lets its publisher publish
-it (access rules, rates). Every bad or refused event gets its own ERROR, numbered `seq + i` for the
-PUBLISH's `seq` and the event's index `i`; the good ones are given consecutive ticks
+it (access rules, rates). A PUBLISH its identity's rates cannot take yet is not checked at all:
+`publish` says how long it must wait, and the broker keeps it unread at the head of its connection
+meanwhile (core/connection.py Hold.RATE). Every bad or refused event is named in an ERROR, one per
+reason and PUBLISH, numbered `seq + i` for the PUBLISH's `seq` and the event's index `i`
+(core/refusals.py: the first such number, their count and their ranges); the good ones are given consecutive ticks
 (`Pubend.reserve`), encoded once into the record the log keeps and every stream carries
 (`[pubend, tick, channel, attributes, service, instance, payload]`, then `true` when the publisher
 authenticated: core/event.py), and appended as one batch
@@ -19,8 +22,8 @@ new, duplicate (logged before: answered with that tick, once durable) and repeat
 PUBLISH; only the new ones are checked and logged, with their (producer, pseq) key in the record.
 
 Memory stays bounded while the disk is slow: a publisher whose PUBLISH leaves more than
-`pending_sync_bytes_max` bytes waiting for a sync is not read (`PauseReading`) until half of them
-are durable (`synced`), and then every paused publisher is read again.
+`pending_sync_bytes_max` bytes waiting for a sync is not read (Hold.DISK) until half of them
+are durable (`synced`), and then every paused publisher is released again.
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.channels import validate_channel
 from tidings.core.config import BrokerConfig
-from tidings.core.connection import ClientConnection
+from tidings.core.connection import ClientConnection, Hold
 from tidings.core.dedup import DedupWindow, Verdict
-from tidings.core.effects import Append, Effect, PauseReading, ResumeReading, Send, Sync
+from tidings.core.effects import Append, Effect, Sync
 from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.event import validate_attributes
 from tidings.core.multicast.trees import publish_trees
@@ -74,16 +77,22 @@ class Intake:
             trees = self._trees[channel] = publish_trees(channel)
         return trees
 
-    def publish(self, now: int, c: ClientConnection, msg: messages.Publish, wall_us: int, out: list[Effect]) -> None:
-        """Check each event of `msg`, give the good ones consecutive ticks, log them as one batch."""
+    def publish(self, now: int, c: ClientConnection, msg: messages.Publish, wall_us: int, out: list[Effect]) -> int:
+        """Check each event of `msg`, give the good ones consecutive ticks, log them as one batch;
+        or, when its identity's rates cannot take it yet, do nothing and say how long it must wait."""
+        wait_ns = self.guard.publish_wait_ns(c.identity, msg.events, now)
+        if wait_ns:
+            return wait_ns
         if msg.producer is not None:
             self._publish_idempotent(now, c, msg, wall_us, out)
-            return
-        valid, bad = self._check(now, c, msg.seq, msg.events, None, None, out)
+            return 0
+        valid, bad = self._check(now, c, msg.events, None, None)
+        if bad:
+            c.refuse_events(now, msg.seq, bad, out)
         self.events_rejected += len(bad)
         if not valid:
-            out.append(Send(c.conn, messages.ack(msg.seq, self.pubend.pubend_id, [None] * len(msg.events))))
-            return
+            c.reply(messages.ack(msg.seq, self.pubend.pubend_id, [None] * len(msg.events)), out)
+            return 0
         first = self.pubend.reserve(len(valid), wall_us)
         if bad:
             it = iter(range(first, first + len(valid)))
@@ -91,12 +100,15 @@ class Intake:
         else:
             ticks = list(range(first, first + len(valid)))
         self._log(c, msg.seq, valid, first, ticks, out)
+        return 0
 
-    def synced(self, out: list[Effect]) -> None:
-        """A sync made pending bytes durable: read the paused publishers again once half are."""
-        if self.paused and self.pubend.pending_bytes <= self.config.pending_sync_bytes_max // 2:
-            out.extend(ResumeReading(conn) for conn in self.paused)
-            self.paused.clear()
+    def synced(self) -> list[int]:
+        """A sync made pending bytes durable: the paused publishers, to be released once half are."""
+        if not self.paused or self.pubend.pending_bytes > self.config.pending_sync_bytes_max // 2:
+            return []
+        conns = list(self.paused)
+        self.paused.clear()
+        return conns
 
     def lost(self, conn: int) -> None:
         """The connection `conn` is gone."""
@@ -109,38 +121,37 @@ class Intake:
         they were logged with, once that tick is durable."""
         screen = self.dedup.screen(msg.producer, msg.events, wall_us, c.service)
         verdicts, ticks = screen.verdicts, screen.ticks
-        valid, bad = self._check(now, c, msg.seq, screen.events, verdicts, screen.problems, out)
+        valid, bad = self._check(now, c, screen.events, verdicts, screen.problems)
         for i in bad:  # refused (a duplicate too, past the rate): an ERROR and no tick, never both
             ticks[i] = None
         at = [i for i, verdict in enumerate(verdicts) if verdict is Verdict.NEW]  # where the valid ones are
         first = self.pubend.reserve(len(valid), wall_us) if valid else 0
         keys = self.dedup.logged(screen, at, first)
         duplicates, orphans = self.dedup.answer(screen, len(valid))
-        for i in orphans:
-            out.append(Send(c.conn, messages.error(errors.BAD_MESSAGE, "the event with the same producer "
-                                                   "sequence earlier in this PUBLISH was rejected", seq=msg.seq + i)))
+        orphaned = TidingsError("the event with the same producer sequence earlier in this PUBLISH was rejected",
+                                errors.BAD_MESSAGE)
+        if bad or orphans:
+            c.refuse_events(now, msg.seq, {**bad, **dict.fromkeys(orphans, orphaned)}, out)
         self.events_rejected += len(verdicts) - len(valid) - len(duplicates)
         if valid:
             self._log(c, msg.seq, valid, first, ticks, out, keys, duplicates)
         elif not self.pubend.wait(c.conn, msg.seq, ticks, duplicates):  # nothing waits: all durable
-            out.append(Send(c.conn, messages.ack(msg.seq, self.pubend.pubend_id, ticks, duplicates)))
+            c.reply(messages.ack(msg.seq, self.pubend.pubend_id, ticks, duplicates), out)
 
-    def _check(self, now: int, c: ClientConnection, seq: int, events: list[Any], verdicts: list[Verdict] | None,
-               problems: dict[int, TidingsError] | None, out: list[Effect]) -> tuple[list[Good], set[int]]:
-        """The good events of `events`, and the indexes of those refused. With `verdicts` (an
-        idempotent PUBLISH screened by the dedup window, which names its `problems`), only the new
-        ones are checked, and each refused one is marked rejected there. Each refused event gets an
-        ERROR numbered `seq` + its index."""
+    def _check(self, now: int, c: ClientConnection, events: list[Any], verdicts: list[Verdict] | None,
+               problems: dict[int, TidingsError] | None) -> tuple[list[Good], dict[int, TidingsError]]:
+        """The good events of `events`, and why each refused one was (by its index). With `verdicts`
+        (an idempotent PUBLISH screened by the dedup window, which names its `problems`), only the
+        new ones are checked, and each refused one is marked rejected there."""
         valid: list[Good] = []
-        bad: set[int] = set()
+        problems_of: dict[int, TidingsError] = {}
 
         def refuse(i: int, problem: TidingsError) -> None:
-            bad.add(i)
+            problems_of[i] = problem
             if verdicts is not None:
                 verdicts[i] = Verdict.REJECTED
-            out.append(Send(c.conn, messages.error(problem.code, str(problem), seq=seq + i)))
 
-        refused = self.guard.check_publish(c.identity, c.conn, events, now, out)  # rules, rates
+        refused = self.guard.check_publish(c.identity, events, now)  # rules, what a full bucket cannot hold
         known_channels, size_max, new = self._trees, self.config.event_bytes_max, Verdict.NEW
         for i, ev in enumerate(events):
             if verdicts is not None and verdicts[i] is not new:  # logged before, or rejected by the window
@@ -161,7 +172,7 @@ class Intake:
                 valid.append(self._checked(ev))
             except TidingsError as exc:
                 refuse(i, exc)
-        return valid, bad
+        return valid, problems_of
 
     def _checked(self, ev: Any) -> Good:
         """A published event checked whole (ProtocolError or TidingsError if it is not good)."""
@@ -198,6 +209,6 @@ class Intake:
         token = pubend.log(c.conn, seq, ticks, deliveries, sum(len(rec) for _, rec in records), duplicates)
         if pubend.pending_bytes > self.config.pending_sync_bytes_max and c.conn not in self.paused:
             self.paused[c.conn] = None  # intake waits for the disk: memory stays bounded
-            out.append(PauseReading(c.conn))
+            c.hold(Hold.DISK)
         out.append(Append(token, records, keys))
         out.append(Sync(token))

@@ -18,6 +18,7 @@ so one deadline says the same thing with one timer.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import NamedTuple
 
 from tidings.core.deadlines import Deadlines
@@ -57,9 +58,15 @@ class Leases:
     def next_deadline(self) -> int | None:
         return self._timers.next_deadline()
 
-    def expired(self, now: int) -> list[int]:
-        """The connections whose lease ran out by `now`, earliest first; they hold none now."""
-        conns = [key.conn for key in self._timers.pop_due(now)]
+    def expired(self, now: int, spared: Container[int] = ()) -> list[int]:
+        """The connections whose lease ran out by `now`, earliest first; they hold none now. Those
+        in `spared` (whose RENEWs the broker is not reading: their send queue is full) run on."""
+        conns = []
+        for key in self._timers.pop_due(now):
+            if key.conn in spared:
+                self.hold(now, key.conn)
+            else:
+                conns.append(key.conn)
         self.expired_total += len(conns)
         return conns
 

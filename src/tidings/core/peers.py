@@ -73,7 +73,7 @@ connection it brings, unused).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -103,14 +103,6 @@ from tidings.core.peer_refusals import (
 from tidings.core.states import Transitions
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder
-
-
-def _pulled(decoder: FrameDecoder) -> Iterator[bytes]:
-    """The decoder's frames, each pulled only when the previous one was handled: a frame is judged
-    by the limit in force when its turn comes (the handshake's, until PEER_WELCOME or PEER_AUTH
-    raises it), and the rest stays unread once the connection closes."""
-    while (body := decoder.pull()) is not None:
-        yield body
 
 
 class LinkState(StrEnum):
@@ -303,7 +295,7 @@ class PeerLinks:
         link = self._links.get(address)
         if link is None or link.state != DIALLING:
             return [], [Disconnect(conn, "a connection to this broker already exists")]
-        decoder = FrameDecoder(self.config.hello_frame_bytes_max, "hello_frame_bytes_max")
+        decoder = FrameDecoder(self.config.hello_frame_bytes_max, "hello_frame_bytes_max", final=False)
         c = self._conns[conn] = _Conn(conn, decoder, True, address)
         c.nonce = None if self.cluster is None else self.cluster.nonce()
         link.move(HANDSHAKE)
@@ -329,7 +321,7 @@ class PeerLinks:
                         self._refused(conn, "", ACCEPTOR_SIDE, MALFORMED, f"bad PEER_HELLO: {exc}"),
                         Disconnect(conn, "bad PEER_HELLO")]
         c = self._conns[conn] = _Conn(conn, decoder, False, hello.node.address)
-        decoder.limit(self.config.hello_frame_bytes_max, "hello_frame_bytes_max")  # until admitted
+        decoder.limit(self.config.hello_frame_bytes_max, "hello_frame_bytes_max", final=False)  # until admitted
         refusal = self._hello_refusal(hello)
         if refusal is not None:
             return [], self._refuse(c, *refusal)
@@ -366,10 +358,10 @@ class PeerLinks:
             return [], []
         if c.unproven is not None:
             c.decoder.push(data)
-            return self._prove(now, c, _pulled(c.decoder))
+            return self._prove(now, c, c.decoder.frames())
         out: list[Effect] = []
         c.decoder.push(data)
-        msgs = self._bodies(now, c, _pulled(c.decoder), out)
+        msgs = self._bodies(now, c, c.decoder.frames(), out)
         self._check_decoder(c, out)
         return self._output(msgs, out)
 

@@ -169,6 +169,20 @@ class ClientSession:
             return seq, len(chunk), messages.publish(seq, chunk)
         return seq, len(chunk), messages.publish(seq, [ev[:4] for ev in chunk], producer)
 
+    def refused_seqs(self, context: dict[str, Any], lo: int) -> list[int]:
+        """The sequence numbers of the events an ERROR's `context` names as refused: its `seq`,
+        or with `seqs` the inclusive ranges of a coalesced one (core/refusals.py); only those at
+        or above `lo` (the oldest still unanswered) that this session issued."""
+        ranges = context.get("seqs")
+        if not isinstance(ranges, list):
+            seq = context.get("seq")
+            return [seq] if type(seq) is int and lo <= seq < self._next_seq else []
+        out: list[int] = []
+        for r in ranges:
+            if type(r) is list and len(r) == 2 and type(r[0]) is int and type(r[1]) is int:
+                out.extend(range(max(r[0], lo), min(r[1] + 1, self._next_seq)))
+        return out
+
     def subscribe(self, pattern: str, filter: str | None = None, start: Start = "now",
                   end: int | None = None, order: str = messages.ORDER_PUBLISHER,
                   positions: list[Any] | None = None, home: list[Any] | str | None = None) -> tuple[int, bytes]:

@@ -11,6 +11,7 @@ broker's log (its stderr) is appended to that file instead of the test's stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -47,7 +48,7 @@ class BrokerProcess:
                  args: list[str] | None = None, credential: str | None = None,
                  tls: ssl.SSLContext | None = None, log: Path | None = None) -> None:
         self.data = Path(data)
-        self.log = log
+        self.log = log  # where the broker's log (its stderr) goes; None: this process's stderr
         self.args = args or []  # more `tidings broker` options, e.g. ["--auth", FILE]
         self.credential = credential  # what `status` authenticates with
         self.tls = tls  # and the TLS it connects with
@@ -83,12 +84,9 @@ class BrokerProcess:
             path.write_text("".join(f"{k} = {str(v).lower() if type(v) is bool else v}\n"
                                     for k, v in self.config.items()))
             cmd += ["--config", str(path)]
-        if self.log is None:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            return
-        with open(self.log, "ab") as err:  # the child holds its own copy of the descriptor
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+        with contextlib.ExitStack() as stack:
+            log = None if self.log is None else stack.enter_context(self.log.open("a"))
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def wait_ready(self) -> BrokerProcess:
@@ -128,6 +126,12 @@ class BrokerProcess:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
         return 0
+
+    def cpu_seconds(self) -> float:
+        """The CPU time the broker process has used, all its threads, user and system (utime +
+        stime in /proc/PID/stat): a cost measure the machine's other load does not inflate."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14 and 15 of stat(5)
 
     def kill(self) -> None:
         """kill -9: no cleanup, no final fsync."""

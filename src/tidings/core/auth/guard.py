@@ -5,7 +5,8 @@ joined: the handshake (connection.py: `hello`, then the proof to handshake.py's 
 `admitted`, which also counts the identity's connections against connections_max), each PUBLISH
 (`check_publish`: the rules for each event's channel, then the identity's publish rates) and each
 SUBSCRIBE (`check_subscribe`: the rules for the pattern and subscriptions_max). Each refusal is
-a TidingsError for the broker to send to the client, counted per identity for `tidings status`.
+a TidingsError for the broker to send to the client, counted per identity for `tidings status`
+(the connection counts and logs it by reason: core/refusals.py).
 `reload` swaps in a new policy (SIGHUP): rules and limits apply to the next request, connections
 already open keep their identity.
 
@@ -15,25 +16,26 @@ of a tree's list, held by this broker for a tree it is in (`tree_refusal`), so t
 counted and logged with the identity.
 
 The guard keeps the open connections of each identity (their subscription tables are the count
-subscriptions_max is held against) and one pair of token buckets per identity and broker. A
-PUBLISH past the rates has its excess refused, and its connection is not read again until the
-buckets hold what was refused (PauseReading now, ResumeReading at `next_deadline`): a flooder
-meets TCP backpressure, so it slows itself down and costs the broker about nothing meanwhile.
+subscriptions_max is held against) and one pair of token buckets per identity and broker. Rates
+meet backpressure, not refusal: before a PUBLISH is checked the broker asks `publish_wait_ns`, and
+while the buckets lack what it needs (all its events and payload bytes, at most a full bucket) the
+PUBLISH waits unread at the head of its connection, which is not read meanwhile (core/connection.py
+Hold.RATE): a flooder meets TCP backpressure, so its excess is never read, it slows itself down and
+costs the broker about nothing. Only what a full bucket cannot hold (a PUBLISH of more events or
+bytes than `rate * publish_burst_s`) is refused by `check_publish`.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from tidings.core.auth.handshake import AuthError, Principal, ServerHandshake, admit_anonymous
 from tidings.core.auth.limits import TokenBucket
-from tidings.core.auth.names import NAME_CHARS_MAX, NameRuleError, check_name
+from tidings.core.auth.names import NameRuleError, check_name
 from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.auth.policy import AuthPolicy, Limits
-from tidings.core.effects import Effect, PauseReading, ResumeReading
 from tidings.core.errors import TidingsError
 from tidings.core.multicast.access import Acl, AclTooLarge, acl_for
 
@@ -41,7 +43,7 @@ FORBIDDEN = "forbidden"
 LIMIT = "limit-exceeded"
 NonceSource = Callable[[int], bytes]  # n -> n unpredictable bytes (the runtime's secrets.token_bytes)
 SERVER_NONCE_BYTES = 24
-REFUSALS_KEPT_MAX = 64  # refusals waiting for the runtime's log
+NOTES_KEPT_MAX = 64  # notes waiting for the runtime's log
 
 
 class Member(Protocol):
@@ -84,8 +86,7 @@ class Guard:
         self._accounts: dict[str, _Account] = {}
         self.refusals = 0
         self.acl_too_large = 0  # trees left open: the rules bearing on them exceed ACL_ENTRIES_MAX
-        self._throttled: list[tuple[int, int]] = []  # heap of (resume at, conn)
-        self._unlogged: deque[tuple[str, str, str]] = deque(maxlen=REFUSALS_KEPT_MAX)
+        self._unlogged: deque[tuple[str, str, str]] = deque(maxlen=NOTES_KEPT_MAX)
 
     def reload(self, policy: AuthPolicy) -> None:
         self.policy = policy
@@ -105,16 +106,16 @@ class Guard:
         look like another's."""
         try:
             check_name(service, "a service name")
-        except NameRuleError as exc:
-            self.refused(ascii(service[:NAME_CHARS_MAX]), exc)  # (escaped: the runtime logs it)
+        except NameRuleError:
+            self.refused()  # the connection counts and logs it, by reason (core/refusals.py)
             raise
         try:
             if client_nonce is None:
                 return admit_anonymous(self.policy, service, instance)
             return ServerHandshake(self.policy, service, instance, client_nonce,
                                    lambda: self.nonce(SERVER_NONCE_BYTES))
-        except AuthError as exc:
-            self.refused(service, exc)
+        except AuthError:
+            self.refused()
             raise
 
     def admitted(self, principal: Principal, member: Member) -> None:
@@ -124,7 +125,7 @@ class Guard:
         if limit is not None and len(account.conns) >= limit:
             error = TidingsError(f"identity {principal.identity!r} already has connections_max={limit} "
                                  f"connections to this broker", LIMIT)
-            self.refused(principal.identity, error, account)
+            self.refused(account)
             raise error
         account.conns[member.conn] = member
 
@@ -137,10 +138,26 @@ class Guard:
 
     # ---- requests --------------------------------------------------------------------------------
 
-    def check_publish(self, identity: str, conn: int, events: list[Any], now: int,
-                      out: list[Effect]) -> dict[int, TidingsError]:
+    def publish_wait_ns(self, identity: str, events: list[Any], now: int) -> int:
+        """How long a PUBLISH of `events` must wait before its identity's buckets hold what it
+        needs (0: it may be checked now). A PUBLISH larger than a full bucket waits for a full one."""
+        limits = self.policy.limits_of(identity)
+        if limits.publish_events_per_s is None and limits.publish_bytes_per_s is None:
+            return 0
+        account = self._account(identity)
+        self._fill(account, limits, now)
+        count = size = 0
+        for ev in events:  # [channel, attributes, payload], and an idempotent one's producer sequence
+            if type(ev) is list and 3 <= len(ev) <= 4 and type(ev[0]) is str:
+                count += 1
+                size += len(ev[2]) if type(ev[2]) is bytes else 0
+        return max(0 if account.events is None else account.events.wait_ns(now, count),
+                   0 if account.bytes is None else account.bytes.wait_ns(now, size))
+
+    def check_publish(self, identity: str, events: list[Any], now: int) -> dict[int, TidingsError]:
         """Refusals by index into `events`: channels the rules deny, then what exceeds the rates
-        (which also pauses `conn`). Malformed events are left to the intake's own checks (core/intake.py)."""
+        (what a PUBLISH that waited for `publish_wait_ns` holds beyond a full bucket). Malformed
+        events are left to the intake's own checks (core/intake.py)."""
         policy = self.policy
         limits = policy.limits_of(identity)
         rules = policy.rules
@@ -148,7 +165,6 @@ class Guard:
             return {}
         account = self._account(identity)
         refused: dict[int, TidingsError] = {}
-        over_events = over_bytes = 0
         for i, ev in enumerate(events):
             channel = ev[0] if type(ev) is list and len(ev) == 3 and type(ev[0]) is str else None
             if channel is None:
@@ -157,40 +173,23 @@ class Guard:
                 refused[i] = TidingsError(f"identity {identity!r} may not publish on {channel!r}", FORBIDDEN)
             elif not self._within_rates(account, limits, ev, now):
                 refused[i] = TidingsError(f"identity {identity!r} is over its publish rate "
-                                          f"(publish_events_per_s / publish_bytes_per_s): retry later", LIMIT)
-                over_events += 1
-                over_bytes += len(ev[2]) if type(ev[2]) is bytes else 0
-        if over_events:
-            self._throttle(account, conn, now, over_events, over_bytes, out)
+                                          f"(publish_events_per_s / publish_bytes_per_s, publish_burst_s): "
+                                          f"a PUBLISH may hold at most a full bucket", LIMIT)
         if refused:
-            self.refused(identity, next(iter(refused.values())), account, len(refused))
+            self.refused(account, len(refused))
         return refused
 
-    def _throttle(self, account: _Account, conn: int, now: int, events: int, size: int, out: list[Effect]) -> None:
-        wait = max(0 if account.events is None else account.events.wait_ns(now, events),
-                   0 if account.bytes is None else account.bytes.wait_ns(now, size))
-        heapq.heappush(self._throttled, (now + max(wait, 1), conn))
-        out.append(PauseReading(conn))
-
-    def next_deadline(self) -> int | None:
-        return self._throttled[0][0] if self._throttled else None
-
-    def throttling(self, conn: int) -> bool:
-        """Whether `conn` is not read until its rates allow (a partial frame of it cannot move)."""
-        return any(c == conn for _, c in self._throttled)
-
-    def handle_timeout(self, now: int, out: list[Effect]) -> None:
-        """Read the throttled connections whose buckets have refilled again."""
-        heap = self._throttled
-        while heap and heap[0][0] <= now:
-            out.append(ResumeReading(heapq.heappop(heap)[1]))
-
     @staticmethod
-    def _within_rates(account: _Account, limits: Limits, ev: list[Any], now: int) -> bool:
+    def _fill(account: _Account, limits: Limits, now: int) -> None:
+        """The identity's buckets, full, the first time its rates apply."""
         if limits.publish_events_per_s is not None and account.events is None:
             account.events = TokenBucket(limits.publish_events_per_s, limits.publish_burst_s, now)
         if limits.publish_bytes_per_s is not None and account.bytes is None:
             account.bytes = TokenBucket(limits.publish_bytes_per_s, limits.publish_burst_s, now)
+
+    @classmethod
+    def _within_rates(cls, account: _Account, limits: Limits, ev: list[Any], now: int) -> bool:
+        cls._fill(account, limits, now)
         size = len(ev[2]) if type(ev[2]) is bytes else 0
         if account.bytes is not None and account.bytes.available(now) < size:
             return False
@@ -214,7 +213,7 @@ class Guard:
             error = TidingsError(f"identity {identity!r} has subscriptions_max={limit} subscriptions at "
                                  f"this broker", LIMIT)
         if error is not None:
-            self.refused(identity, error, account)
+            self.refused(account)
         return error
 
     # ---- trees' access lists ---------------------------------------------------------------------
@@ -247,7 +246,7 @@ class Guard:
         """The refusal of a subscription that tree `tree`'s access list excludes, counted."""
         error = TidingsError(f"identity {identity!r} may not subscribe to {pattern!r}: the access list of tree "
                              f"{tree!r}, created by {creator!r}, does not allow it", FORBIDDEN)
-        self.refused(identity, error, self._account(identity))
+        self.refused(self._account(identity))
         return error
 
     # ---- observation -----------------------------------------------------------------------------
@@ -258,18 +257,17 @@ class Guard:
             account = self._accounts[identity] = _Account()
         return account
 
-    def refused(self, who: str, error: TidingsError, account: _Account | None = None, count: int = 1) -> None:
-        """Count a refusal (of `count` requests, `error` the first) and keep it for the runtime's
-        log. Handshake refusals name who the client claimed to be and count in no account, so
-        made-up names cost no memory."""
+    def refused(self, account: _Account | None = None, count: int = 1) -> None:
+        """Count `count` refusals, in `account` too when the identity is known; the connection
+        that sends it counts and logs it by reason (core/refusals.py). Handshake refusals name who
+        the client claimed to be and count in no account, so made-up names cost no memory."""
         self.refusals += count
         if account is not None:
             account.refusals += count
-        self._unlogged.append((who, error.code, str(error) if count == 1 else f"{error} (and {count - 1} more)"))
 
-    def take_refusals(self) -> list[tuple[str, str, str]]:
-        """The refusals since the last call, (identity, code, message), for the runtime to log
-        (at most REFUSALS_KEPT_MAX: a flood of refusals is counted whole but logged in part)."""
+    def take_notes(self) -> list[tuple[str, str, str]]:
+        """What the guard decided on its own since the last call, (identity, code, message), for
+        the runtime to log (at most NOTES_KEPT_MAX): trees left open by acl-too-large."""
         if not self._unlogged:
             return []
         out = list(self._unlogged)

@@ -1,14 +1,17 @@
 """Framing: a 4-byte big-endian body length, then a msgpack body.
 
 `FrameDecoder` is sans-IO: `push` whatever bytes arrived, then `pull` the complete bodies one at a
-time (or `feed`, which does both and returns them all). The length limit is read at each `pull`,
-so a connection can raise it once its handshake is done and the frames behind the HELLO are judged
-by the limit of the state they arrive in. A length over the limit is fatal for the stream (the
-peer may be sending garbage, and we will not buffer it): `pull` then returns None, sets `failure`
-(a ProtocolError with `fatal=True`) and drops everything held; the caller answers the failure and
-closes. The buffer grows only with the bytes that arrived, never by a declared length, so what a
-connection pins is what it sent: `held_bytes`, which the broker charges to its global budget for
-partial frames (`PartialFrames` below).
+time, or `take` them all (`feed` does push and take). The length limit is read at each `pull`, so
+a connection can raise it once its handshake is done and the frames behind the HELLO are judged
+by the limit of the state they arrive in; `frames` pulls one at a time while the limit may still
+rise, and takes the rest at once after (the fast path of an open connection). A length over the
+limit is fatal for the stream (the peer may be sending garbage, and we will not buffer it): `pull`
+then returns None (`take` stops), sets `failure` (a ProtocolError with `fatal=True`) and drops
+everything held; the caller answers the failure and closes. The buffer grows only with the bytes
+that arrived, never by a declared length, so what a connection pins is what it sent: `held_bytes`.
+Whole frames not pulled yet (a connection the broker holds unread, core/connection.py) stay there
+as bytes; the frame not yet whole, `partial_bytes`, is what the broker charges to its global budget
+for partial frames (`PartialFrames` below).
 
 `PartialFrames` is that budget: the bytes every connection holds in a partial frame, against
 `partial_frames_bytes_max`, and each such connection's progress deadline (a partial frame must
@@ -19,6 +22,7 @@ bookkeeping; the broker decides what an overdue or over-budget connection gets (
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 from tidings.core.deadlines import Deadlines
 from tidings.core.errors import FRAME_TOO_LARGE, ProtocolError
@@ -33,21 +37,24 @@ def frame(body: bytes) -> bytes:
 
 class FrameDecoder:
     """Split a byte stream into frame bodies; holds the bytes not yet pulled (at most one partial
-    frame once every complete one is pulled)."""
+    frame once every complete one is pulled). While `final` is False (a handshake may still raise
+    the limit) `frames` hands out one frame at a time; after, all complete frames at once."""
 
-    __slots__ = ("_buffer", "_pos", "failure", "frame_bytes_max", "limit_name")
+    __slots__ = ("_buffer", "_pos", "failure", "final", "frame_bytes_max", "limit_name")
 
-    def __init__(self, frame_bytes_max: int, limit_name: str = "frame_bytes_max") -> None:
+    def __init__(self, frame_bytes_max: int, limit_name: str = "frame_bytes_max", final: bool = True) -> None:
         self.frame_bytes_max = frame_bytes_max
         self.limit_name = limit_name  # named in the failure: which limit the frame broke
+        self.final = final
         self._buffer = bytearray()
         self._pos = 0  # bytes of _buffer already pulled
         self.failure: ProtocolError | None = None
 
-    def limit(self, frame_bytes_max: int, limit_name: str) -> None:
+    def limit(self, frame_bytes_max: int, limit_name: str, final: bool = True) -> None:
         """Judge the frames pulled from now on by `frame_bytes_max` (e.g. after the handshake)."""
         self.frame_bytes_max = frame_bytes_max
         self.limit_name = limit_name
+        self.final = final
 
     @property
     def held_bytes(self) -> int:
@@ -55,6 +62,21 @@ class FrameDecoder:
         return len(self._buffer) - self._pos
 
     buffered_bytes = held_bytes
+
+    @property
+    def partial_bytes(self) -> int:
+        """The bytes held of a frame not yet whole, behind the whole frames not pulled yet (a held
+        connection's, core/connection.py): what counts against the budget for partial frames."""
+        buf = self._buffer
+        pos = self._pos
+        end = len(buf)
+        while end - pos >= HEADER_BYTES:
+            (length,) = HEADER.unpack_from(buf, pos)
+            stop = pos + HEADER_BYTES + length
+            if stop > end:
+                break
+            pos = stop
+        return end - pos
 
     def clear(self) -> None:
         """Drop what is held (the connection is closing: its bytes are freed now, not at its loss)."""
@@ -69,6 +91,11 @@ class FrameDecoder:
             self._pos = 0
         self._buffer += data
 
+    def _too_large(self, length: int) -> None:
+        self.clear()
+        self.failure = ProtocolError(
+            FRAME_TOO_LARGE, f"frame of {length} bytes exceeds {self.limit_name}={self.frame_bytes_max}", fatal=True)
+
     def pull(self) -> bytes | None:
         """The next complete frame body, or None (then see `failure`)."""
         buf = self._buffer
@@ -77,11 +104,7 @@ class FrameDecoder:
             return None
         (length,) = HEADER.unpack_from(buf, pos)
         if length > self.frame_bytes_max:
-            del buf[:]
-            self._pos = 0
-            self.failure = ProtocolError(
-                FRAME_TOO_LARGE, f"frame of {length} bytes exceeds {self.limit_name}={self.frame_bytes_max}",
-                fatal=True)
+            self._too_large(length)
             return None
         stop = pos + HEADER_BYTES + length
         if stop > len(buf):
@@ -89,16 +112,44 @@ class FrameDecoder:
         self._pos = stop
         return bytes(buf[pos + HEADER_BYTES:stop])
 
+    def take(self) -> list[bytes]:
+        """Every complete frame body held, judged by the current limit; see `failure` afterwards."""
+        if self.failure is not None:
+            return []
+        buf = self._buffer
+        out: list[bytes] = []
+        pos = self._pos
+        end = len(buf)
+        limit = self.frame_bytes_max
+        while end - pos >= HEADER_BYTES:
+            (length,) = HEADER.unpack_from(buf, pos)
+            if length > limit:
+                self._too_large(length)
+                return out
+            stop = pos + HEADER_BYTES + length
+            if stop > end:
+                break
+            out.append(bytes(buf[pos + HEADER_BYTES:stop]))
+            pos = stop
+        if pos:
+            del buf[:pos]
+        self._pos = 0
+        return out
+
+    def frames(self) -> Iterator[bytes]:
+        """The complete frames held, each pulled only once the one before was handled while the
+        limit is not final (so a frame behind a HELLO meets the limit the HELLO set)."""
+        while not self.final:
+            body = self.pull()
+            if body is None:
+                return
+            yield body
+        yield from self.take()
+
     def feed(self, data: bytes) -> list[bytes]:
         """`push(data)`, then every complete frame body; see `failure` afterwards."""
         self.push(data)
-        out: list[bytes] = []
-        while (body := self.pull()) is not None:
-            out.append(body)
-        if self._pos:
-            del self._buffer[:self._pos]
-            self._pos = 0
-        return out
+        return self.take()
 
 
 class PartialFrames:
@@ -140,7 +191,8 @@ class PartialFrames:
         self.deadlines.cancel(conn)
 
     def wait(self, now: int, conn: int) -> None:
-        """`conn` is not read by our choice (backpressure): its frame cannot move; look again later."""
+        """`conn` is not read by our choice (backpressure), or read again just now: its frame could
+        not move until now; it has `progress_ns` from now."""
         self.progress_at[conn] = now
         self.deadlines.set(conn, now + self.progress_ns)
 
