@@ -61,14 +61,21 @@ class Collected:
         return [row for batch in self.batches for row in batch]
 
 
-def run_available_now(spark: Any, broker: str, checkpoint: Path, name: str, **options: str) -> tuple[Collected, Any]:
+def start_query(spark: Any, broker: str, checkpoint: Path, name: str, trigger: dict[str, Any],
+                **options: str) -> tuple[Collected, Any]:
+    """A query of `load/#` through `broker` under durable name `name`, its batches collected."""
     reader = (spark.readStream.format("tidings").option("broker", broker).option("pattern", "load/#")
               .option("durableName", name))
     for key, value in options.items():
         reader = reader.option(key, value)
     collected = Collected()
     query = (reader.load().writeStream.foreachBatch(collected).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+             .trigger(**trigger).start())
+    return collected, query
+
+
+def run_available_now(spark: Any, broker: str, checkpoint: Path, name: str, **options: str) -> tuple[Collected, Any]:
+    collected, query = start_query(spark, broker, checkpoint, name, {"availableNow": True}, **options)
     try:
         assert query.awaitTermination(QUERY_S_MAX), "the AvailableNow query did not end"
     finally:

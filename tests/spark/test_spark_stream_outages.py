@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.spark.conftest import SparkStderr
-from tests.spark.test_spark_stream import Collected, publish
+from tests.spark.test_spark_stream import Collected, publish, start_query
 from tidings import sync
 from tidings.testing import BrokerProcess, wait_for
 
@@ -30,13 +30,7 @@ IDLE_S = 3.0  # about 15 triggers
 
 @contextmanager
 def streaming(spark: Any, broker: str, checkpoint: Path, name: str, **options: str) -> Iterator[tuple[Collected, Any]]:
-    reader = (spark.readStream.format("tidings").option("broker", broker).option("pattern", "load/#")
-              .option("durableName", name))
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    collected = Collected()
-    query = (reader.load().writeStream.foreachBatch(collected).option("checkpointLocation", str(checkpoint))
-             .trigger(processingTime=TRIGGER).start())
+    collected, query = start_query(spark, broker, checkpoint, name, {"processingTime": TRIGGER}, **options)
     try:
         yield collected, query
     finally:

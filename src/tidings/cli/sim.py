@@ -145,14 +145,7 @@ def cmd_sim_routing(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_INPUT) from None
     started = time.monotonic()
     report = experiment.run()
-    report["wall_s"] = round(time.monotonic() - started, 1)
-    report["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    if args.plot:
-        plot_routing(report, args.plot)
-    if args.json:
-        sys.stdout.write(json.dumps(report, separators=(",", ":")) + "\n")
-    else:
-        sys.stdout.write(format_routing(report))
+    _emit(report, started, args, plot_routing, format_routing)
     return 0
 
 
@@ -225,16 +218,22 @@ def cmd_sim_pastry(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_INPUT) from None
     except RuntimeError as exc:  # the overlay could not be built
         raise CliError(str(exc), EXIT_BROKER) from None
+    _emit(report, started, args, plot_hops, format_report)
+    wrong = sum(phase["wrong"] + phase["lost"] for phase in report["phases"].values())
+    return 1 if wrong else 0
+
+
+def _emit(report: dict[str, Any], started: float, args: argparse.Namespace, plot: Any, text: Any) -> None:
+    """An experiment's report with its cost (wall time, peak RSS), plotted if asked, then printed
+    as one JSON line (--json) or as text."""
     report["wall_s"] = round(time.monotonic() - started, 1)
     report["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     if args.plot:
-        plot_hops(report, args.plot)
+        plot(report, args.plot)
     if args.json:
         sys.stdout.write(json.dumps(report, separators=(",", ":")) + "\n")
     else:
-        sys.stdout.write(format_report(report))
-    wrong = sum(phase["wrong"] + phase["lost"] for phase in report["phases"].values())
-    return 1 if wrong else 0
+        sys.stdout.write(text(report))
 
 
 def _progress(started: float) -> Any:
