@@ -155,7 +155,6 @@ class Broker:
         self.connections: dict[int, ClientConnection] = {}
         # the bytes held in partial frames by every connection, client or peer (wire/frames.py)
         self.partials = PartialFrames(config.partial_frames_bytes_max, config.frame_progress_timeout_ns)
-        self.send_blocked: set[int] = set()  # client connections over send_queue_bytes_max: not read
         self.subends: dict[int, Subend] = {}
         self.index = SubscriptionIndex()
         self._next_key = 0
@@ -291,7 +290,6 @@ class Broker:
         self.intake.lost(conn)
         self.timers.cancel(HandshakeTimer(conn))
         self.partials.forget(conn)
-        self.send_blocked.discard(conn)
         c = self.connections.pop(conn, None)
         self.leases.release(conn)
         self.client_errors.lost(conn, "" if c is None else c.identity)
@@ -371,7 +369,8 @@ class Broker:
 
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
-        for conn in self.leases.expired(now, self.send_blocked):  # a blocked one's RENEWs wait unread
+        unread = {conn for conn, c in self.connections.items() if c.holds}  # their RENEWs wait unread
+        for conn in self.leases.expired(now, unread):
             c = self.connections.get(conn)
             if c is None:
                 continue
@@ -754,11 +753,9 @@ class Broker:
             return
         c.blocked = blocked
         if blocked:
-            self.send_blocked.add(conn)
             c.hold(Hold.SEND)
             c.sync_reading(out)
         else:
-            self.send_blocked.discard(conn)
             c.owed = 0
         synced = self.pubend.synced_tick
         for s in list(c.subs.values()):

@@ -60,7 +60,8 @@ class Leases:
 
     def expired(self, now: int, spared: Container[int] = ()) -> list[int]:
         """The connections whose lease ran out by `now`, earliest first; they hold none now. Those
-        in `spared` (whose RENEWs the broker is not reading: their send queue is full) run on."""
+        in `spared` (whose RENEWs the broker is not reading: held for their send queue, their
+        rate, the disk or a refusal window) run on."""
         conns = []
         for key in self._timers.pop_due(now):
             if key.conn in spared:
