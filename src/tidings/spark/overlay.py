@@ -122,20 +122,6 @@ class Survey:
     missing: dict[str, Missing]
 
 
-def discover(opts: Reach, connect_to: Connect = connect, unreachable: Unreachable | None = None) -> dict[str, Head]:
-    """Every pubend of the overlay `opts.broker` belongs to that could be reached, with its Head
-    (each listed pubend that could not be is logged; `survey` returns them)."""
-    found = survey(opts, connect_to, unreachable)
-    log_missing(found)
-    return found.heads
-
-
-def log_missing(found: Survey) -> None:
-    for m in found.missing.values():
-        logger.warning("tidings: pubend %s at %s is %s: its events are read when it is back", m.pubend,
-                       m.address, m.why)
-
-
 def survey(opts: Reach, connect_to: Connect = connect, unreachable: Unreachable | None = None) -> Survey:
     """Every pubend of the overlay `opts.broker` belongs to: those reached with their Heads, and
     those the pubend directory lists that were not.
