@@ -32,7 +32,7 @@ import msgpack
 from netutil import LOOPBACK, connect_loopback
 from tidings.aio.tls import client_context
 from tidings.core.auth.credentials import NONCE_BYTES, parse_credential
-from tidings.core.session import ClientSession
+from tidings.core.session.client_session import ClientSession
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
 

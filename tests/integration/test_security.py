@@ -78,7 +78,7 @@ def test_wrong_credentials_are_refused(secured, which):
 def test_a_replayed_proof_fails(secured):
     """Record a whole successful handshake's bytes, play them again on a new connection."""
     broker, creds, _ = secured
-    from tidings.core.session import ClientSession
+    from tidings.core.session.client_session import ClientSession
 
     session = ClientSession("x", "host-1", parse_credential(creds["loadmon"]), b"n" * 24)
     import socket

@@ -14,8 +14,8 @@ from dataclasses import replace
 import pytest
 
 from tidings.core.config import BrokerConfig, ConfigError
-from tidings.core.registrations import Registrations
-from tidings.core.reliability.constream import Constream
+from tidings.core.durable.constream import Constream
+from tidings.core.durable.registrations import Registrations
 from tidings.core.reliability.istream import Istream
 from tidings.sim.delivery_scenario import CONFIG, FAULTS, DeliveryRun, DeliveryScenario, run_delivery, sweep_scenario
 

@@ -1,6 +1,6 @@
 """Route advice: the broker's candidates and the client's rule for moving."""
 
-from tidings.core.advice import Candidate, Probe, Reason, candidates, choose, decode, host_of
+from tidings.core.broker.advice import Candidate, Probe, Reason, candidates, choose, decode, host_of
 
 MS = 1_000_000
 

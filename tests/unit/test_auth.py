@@ -105,7 +105,7 @@ def test_connection_and_subscription_limits_per_identity():
     assert guard.check_subscribe("svc", "x/#") is None
     guard.admitted(who, Member(4))
     assert guard.status()["auth"]["identities"]["svc"] == {"connections": 2, "refusals": 2}
-    assert guard.take_notes() == []  # refusals are logged by their connection (core/refusals.py)
+    assert guard.take_notes() == []  # refusals are logged by their connection (core/broker/refusals.py)
 
 
 def test_publish_rates_hold_a_publish_back_until_the_buckets_hold_it():

@@ -294,7 +294,7 @@ def test_a_big_group_commit_reaches_a_live_subscriber_in_bounded_frames():
 
 
 def test_the_client_accepts_frames_up_to_the_brokers_limit():
-    from tidings.core.session import ClientSession
+    from tidings.core.session.client_session import ClientSession
 
     s = ClientSession("svc", "i")
     s.receive(messages.welcome({"pubend": "p", "frame_bytes_max": 64 << 20, "event_bytes_max": 32 << 20}))

@@ -45,7 +45,7 @@ events = st.one_of(
               st.binary(max_size=40)).map(list),
     values)
 
-# idempotent publish (core/dedup.py): events with a producer sequence, good and bad
+# idempotent publish (core/publish/dedup.py): events with a producer sequence, good and bad
 keyed_events = st.builds(lambda ev, pseq: [*ev, pseq] if type(ev) is list and len(ev) == 3 else ev,
                          events, st.one_of(st.integers(0, 3), st.integers(0, 3), values))
 producers = st.one_of(st.sampled_from(("p", "q", "", "x" * 300)), values)

@@ -14,7 +14,7 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidings.core.cluster import ClusterMember, Reliability
+from tidings.core.broker.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
 from tidings.core.errors import TidingsError
 from tidings.core.inputs import LogState

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import msgpack
 
-from tidings.core.checkpoint import Checkpoint
+from tidings.core.durable.checkpoint import Checkpoint
+from tidings.core.durable.constream import Catchup, Constream, Recorded
+from tidings.core.durable.registrations import Registration
 from tidings.core.effects import PfsAppend, PfsChop, ReadPfs
 from tidings.core.filters import parse_filter
 from tidings.core.inputs import PfsAnswered
-from tidings.core.registrations import Registration
 from tidings.core.reliability import istream
-from tidings.core.reliability.constream import Catchup, Constream, Recorded
 from tidings.core.reliability.istream import Istream, StreamLimits
 from tidings.core.reliability.ticks import Knowledge
 

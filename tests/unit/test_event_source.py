@@ -13,7 +13,7 @@ from tidings.core.auth.credentials import Credential, KdfParams, make_verifier
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy, Identity
 from tidings.core.auth.rules import AccessRules
-from tidings.core.broker import Broker
+from tidings.core.broker.broker import Broker
 from tidings.core.config import BrokerConfig
 from tidings.core.event import (
     event_from_fields,
@@ -22,7 +22,7 @@ from tidings.core.event import (
     record_routing_fields,
 )
 from tidings.core.inputs import Accepted, LogState
-from tidings.core.session import ClientSession
+from tidings.core.session.client_session import ClientSession
 from tidings.core.wire import messages
 
 from .core_harness import Harness

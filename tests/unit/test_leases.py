@@ -2,8 +2,8 @@
 
 from tests.unit.core_harness import Harness, delivered, of_type
 from tidings.core.config import BrokerConfig
-from tidings.core.leases import Leases
-from tidings.core.session import ClientSession
+from tidings.core.session.client_session import ClientSession
+from tidings.core.subscription.leases import Leases
 from tidings.core.wire import messages
 
 SECOND = 1_000_000_000

@@ -25,9 +25,9 @@ from tidings.core import errors
 from tidings.core.config import BrokerConfig, ConfigError
 from tidings.core.effects import Connect, Disconnect, PauseReading, ResumeReading, Send
 from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained, TimerFired, WriteSynced
+from tidings.core.links.peer_links import PeerConfig, PeerLinks
 from tidings.core.overlay.envelope import OVERLAY_TYPES
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.peers import PeerConfig, PeerLinks
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder, PartialFrames, frame
 
@@ -153,7 +153,7 @@ def test_replies_that_overflow_the_send_queue_close_the_connection():
 
 @pytest.mark.parametrize("flood", ["empty frames", "bad messages", "hellos"])
 def test_a_flood_of_refused_frames_is_held_unread_not_answered(flood):
-    """Refusals are coalesced (core/refusals.py): the second within the refusal window holds the
+    """Refusals are coalesced (core/broker/refusals.py): the second within the refusal window holds the
     connection, so the rest of the flood stays unread bytes, and each window answers at most one
     ERROR for it, well within the send queue's bound."""
     h = Harness(small())

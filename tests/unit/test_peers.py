@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from tidings.core.effects import Connect, Disconnect, Send, coalesce_sends
 from tidings.core.errors import ProtocolError
+from tidings.core.links.peer_links import DIALLING, OPEN, WAITING, PeerConfig, PeerLinks, RttMeasured
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.peers import DIALLING, OPEN, WAITING, PeerConfig, PeerLinks, RttMeasured
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import FrameDecoder, frame
 

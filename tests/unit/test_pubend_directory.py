@@ -1,4 +1,4 @@
-"""The pubend directory (core/directory.py): merges that commute, gossip that reaches every broker,
+"""The pubend directory (core/broker/directory.py): merges that commute, gossip that reaches every broker,
 nothing forgotten on a crash, and a pubend whose broker is gone staying listed."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidings.core.directory import (
+from tidings.core.broker.directory import (
     DIRECTORY,
     DirectoryConfig,
     DirectoryEntry,

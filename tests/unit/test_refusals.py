@@ -14,12 +14,12 @@ from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.auth.rules import ANY_IDENTITY, PUBLISH, SUBSCRIBE, AccessRules, Rule
-from tidings.core.broker import Broker
+from tidings.core.broker.broker import Broker
+from tidings.core.broker.connection import OPEN, ClientConnection, Hold
+from tidings.core.broker.refusals import LOG_LINES_KEPT_MAX, ClientErrors, RefusalWindow, seq_ranges
 from tidings.core.config import BrokerConfig
-from tidings.core.connection import OPEN, ClientConnection, Hold
 from tidings.core.effects import Disconnect, PauseReading, ResumeReading, Send
 from tidings.core.inputs import LogState, Received, TimerFired, WriteSynced
-from tidings.core.refusals import LOG_LINES_KEPT_MAX, ClientErrors, RefusalWindow, seq_ranges
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder, frame
 
@@ -309,7 +309,7 @@ def test_a_refused_subscription_flood_is_answered_at_most_once_a_window():
     assert h.broker.status()["client_errors"] == {"bad-pattern": 10}
 
 
-# ---- holds and the memory bounds together (core/connection.py, docs/security.md) -----------------
+# ---- holds and the memory bounds together (core/broker/connection.py, docs/security.md) -----------------
 
 
 def test_the_coalesced_errors_and_the_acks_behind_them_count_against_the_send_queue():

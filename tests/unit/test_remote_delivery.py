@@ -8,7 +8,7 @@ import msgpack
 
 from tidings.core.filters import parse_filter
 from tidings.core.reliability.node import Deliver
-from tidings.core.reliability.subend import RemoteDelivery, Subend
+from tidings.core.subscription.subend import RemoteDelivery, Subend
 
 
 def record(tick: int, channel: str, attributes: dict, pubend: str = "p-remote") -> bytes:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.auth.rules import ANY_IDENTITY, PUBLISH, SUBSCRIBE, AccessRules, Rule
-from tidings.core.cluster import ClusterMember
+from tidings.core.broker.cluster import ClusterMember
 from tidings.core.errors import TidingsError
 from tidings.core.multicast import messages as m
 from tidings.core.multicast.access import ACL_ENTRIES_MAX, AclTooLarge, acl_for, admits

@@ -138,7 +138,7 @@ def _peers(peers: list[dict[str, Any]]) -> Iterator[Metric]:
 
 
 def _peer_refusals(refusals: dict[str, dict[str, int]]) -> Metric:
-    """Peer handshakes refused (core/peers.py), by the side this broker played and the reason."""
+    """Peer handshakes refused (core/links/peer_links.py), by the side this broker played and the reason."""
     family = CounterMetricFamily(PREFIX + "peer_refusals", "peer handshakes that ended without a link: side "
                                  "acceptor (this broker refused a broker that dialled it) or dialler (the broker "
                                  "it dialled refused it, or failed its check), and why", labels=["side", "reason"])
@@ -223,7 +223,7 @@ def _channels(channels: dict[str, int]) -> Iterator[Metric]:
 
 
 def _client_errors(by_reason: dict[str, int]) -> Metric:
-    """Every refusal of a client, by its error code (core/refusals.py): a code added later is a
+    """Every refusal of a client, by its error code (core/broker/refusals.py): a code added later is a
     new label value, counted with no change here."""
     family = CounterMetricFamily(PREFIX + "client_errors", "refusals of clients (an ERROR about what the client "
                                  "sent: bad frames and messages, handshakes, auth, limits, access), by error code",

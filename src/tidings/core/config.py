@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from tidings.core.directory import REFRESH_INTERVAL_NS, DirectoryConfig
+from tidings.core.broker.directory import REFRESH_INTERVAL_NS, DirectoryConfig
 from tidings.core.errors import TidingsError
+from tidings.core.links.peer_links import PeerConfig
 from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.overlay.node import OverlayConfig
-from tidings.core.peers import PeerConfig
 from tidings.core.reliability.node import ReliabilityConfig
 from tidings.core.wire.messages import SPAN_BYTES_FACTOR
 
@@ -62,12 +62,12 @@ class BrokerConfig:
     send_queue_bytes_max: int = 4 * MIB
     subscriptions_per_connection_max: int = 1024
     connections_max: int = 10_000
-    # past this many client connections the broker advises new clients to move (core/advice.py)
+    # past this many client connections the broker advises new clients to move (core/broker/advice.py)
     clients_advised_above: int = 8_000
     # events accepted but not yet synced: past this, publishers are not read until the disk catches up
     pending_sync_bytes_max: int = 64 * MIB
     # after refusing a client something, its connection is not read again for this long (at most
-    # one refused message, so one ERROR per reason, per window: core/refusals.py)
+    # one refused message, so one ERROR per reason, per window: core/broker/refusals.py)
     refusal_window_ns: int = 100 * MILLISECOND_NS
     # a PUBLISH over its identity's rate waits unread at least this long (so a flooder of small
     # PUBLISHes is resumed a few dozen times a second, not once per event)
@@ -99,7 +99,7 @@ class BrokerConfig:
     # record which ticks matched each durable registration (the PFS, <data>/pfs), so that one that comes
     # back to this broker fetches only what matched it while away (docs/durable.md)
     durable_pfs: bool = True
-    # idempotent publish (core/dedup.py, docs/delivery.md#idempotent-publish): a (producer, pseq)
+    # idempotent publish (core/publish/dedup.py, docs/delivery.md#idempotent-publish): a (producer, pseq)
     # is logged at most once while its original is younger than dedup_window_ns, and among the
     # newest dedup_entries_max entries (runs of consecutive pseqs logged together) of the newest
     # dedup_producers_max producers; past that it is logged again
@@ -124,7 +124,7 @@ class BrokerConfig:
     empty_tree_hold_ns: int = 10 * SECOND_NS
     trees_max: int = 10_000
     children_per_tree_max: int = 64
-    # the pubend directory (core/directory.py, docs/cluster.md#the-pubend-directory)
+    # the pubend directory (core/broker/directory.py, docs/cluster.md#the-pubend-directory)
     directory_announce_interval_ns: int = 1 * SECOND_NS  # a gossip round: own entry, then changes to the leaf set
     directory_sync_interval_ns: int = 60 * SECOND_NS  # the whole directory to one leaf-set member in turn
     directory_entry_age_ns_max: int = 30 * 86_400 * SECOND_NS  # an entry not re-issued this long is dropped

@@ -27,8 +27,8 @@ import random
 from typing import Any
 
 from tidings.core import errors
-from tidings.core.checkpoint import Checkpoint
-from tidings.core.session import ClientSession
+from tidings.core.durable.checkpoint import Checkpoint
+from tidings.core.session.client_session import ClientSession
 from tidings.core.wire import messages
 from tidings.sim.network import Endpoint, Network, Socket
 from tidings.sim.world import MILLISECOND_NS, Timer, World

@@ -61,7 +61,8 @@ class Disk:
         self.read_ns_max = read_ns_max
         self.ticks: list[int] = []  # every written record's tick, for reads
         self.records: list[tuple[int, bytes]] = []  # written: durable prefix, then volatile tail
-        self.keys: list[tuple[int, bytes]] = []  # (tick, dedup key) of the keyed records written (core/dedup.py)
+        # (tick, dedup key) of the keyed records written (core/publish/dedup.py)
+        self.keys: list[tuple[int, bytes]] = []
         self.durable_count = 0
         self.log_bytes = 0
         self._queue: deque[tuple[str, Any]] = deque()

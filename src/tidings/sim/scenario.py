@@ -39,7 +39,7 @@ class PublisherSpec:
     start_at_ns: int = 0
     window: int = 4
     batch_max: int = 6
-    idempotent: bool = False  # publish with a producer id and re-send what was in doubt (core/dedup.py)
+    idempotent: bool = False  # publish with a producer id and re-send what was in doubt (core/publish/dedup.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidings.core.checkpoint import Checkpoint
+from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.errors import TidingsError
 from tidings.spark.offsets import Offset
 from tidings.spark.options import StreamOptions

@@ -51,7 +51,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from tidings.core.checkpoint import Checkpoint
+from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.errors import GapError, TidingsError
 from tidings.spark import coverage
 from tidings.spark.arrow import RecordsError, arrow_schema, records_to_batch

@@ -6,7 +6,7 @@ joined: the handshake (connection.py: `hello`, then the proof to handshake.py's 
 (`check_publish`: the rules for each event's channel, then the identity's publish rates) and each
 SUBSCRIBE (`check_subscribe`: the rules for the pattern and subscriptions_max). Each refusal is
 a TidingsError for the broker to send to the client, counted per identity for `tidings status`
-(the connection counts and logs it by reason: core/refusals.py).
+(the connection counts and logs it by reason: core/broker/refusals.py).
 `reload` swaps in a new policy (SIGHUP): rules and limits apply to the next request, connections
 already open keep their identity.
 
@@ -19,7 +19,7 @@ The guard keeps the open connections of each identity (their subscription tables
 subscriptions_max is held against) and one pair of token buckets per identity and broker. Rates
 meet backpressure, not refusal: before a PUBLISH is checked the broker asks `publish_wait_ns`, and
 while the buckets lack what it needs (all its events and payload bytes, at most a full bucket) the
-PUBLISH waits unread at the head of its connection, which is not read meanwhile (core/connection.py
+PUBLISH waits unread at the head of its connection, which is not read meanwhile (core/broker/connection.py
 Hold.RATE): a flooder meets TCP backpressure, so its excess is never read, it slows itself down and
 costs the broker about nothing. Only what a full bucket cannot hold (a PUBLISH of more events or
 bytes than `rate * publish_burst_s`) is refused by `check_publish`.
@@ -107,7 +107,7 @@ class Guard:
         try:
             check_name(service, "a service name")
         except NameRuleError:
-            self.refused()  # the connection counts and logs it, by reason (core/refusals.py)
+            self.refused()  # the connection counts and logs it, by reason (core/broker/refusals.py)
             raise
         try:
             if client_nonce is None:
@@ -157,7 +157,7 @@ class Guard:
     def check_publish(self, identity: str, events: list[Any], now: int) -> dict[int, TidingsError]:
         """Refusals by index into `events`: channels the rules deny, then what exceeds the rates
         (what a PUBLISH that waited for `publish_wait_ns` holds beyond a full bucket). Malformed
-        events are left to the intake's own checks (core/intake.py)."""
+        events are left to the intake's own checks (core/publish/intake.py)."""
         policy = self.policy
         limits = policy.limits_of(identity)
         rules = policy.rules
@@ -259,7 +259,7 @@ class Guard:
 
     def refused(self, account: _Account | None = None, count: int = 1) -> None:
         """Count `count` refusals, in `account` too when the identity is known; the connection
-        that sends it counts and logs it by reason (core/refusals.py). Handshake refusals name who
+        that sends it counts and logs it by reason (core/broker/refusals.py). Handshake refusals name who
         the client claimed to be and count in no account, so made-up names cost no memory."""
         self.refusals += count
         if account is not None:

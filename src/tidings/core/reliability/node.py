@@ -55,6 +55,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from tidings.core.deadlines import Deadlines
+from tidings.core.durable.constream import READ_WAIT_NS, Catchup, Recorded
+from tidings.core.durable.release import release_through
 from tidings.core.effects import ReleaseLog
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
 from tidings.core.event import record_routing_fields
@@ -63,9 +65,7 @@ from tidings.core.multicast.agent import ScribeAgent
 from tidings.core.overlay.envelope import PeerSend, RouteTo
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
-from tidings.core.reliability.constream import READ_WAIT_NS, Catchup, Recorded
 from tidings.core.reliability.istream import Istream, StreamLimits
-from tidings.core.reliability.release import release_through
 from tidings.core.reliability.round_trip import RoundTrip
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
 from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge, of_subscription, whole_tree
@@ -161,7 +161,7 @@ class _Tree:
     redoubted: dict[str, int] = field(default_factory=dict)
     resent_ns: int | None = None  # when SUMMARY was last sent again after a stale stamp
     # where a durable local subscription wants the pubends it names, overriding its start for them
-    # (its checkpoint token's vector, core/checkpoint.py)
+    # (its checkpoint token's vector, core/durable/checkpoint.py)
     positions: dict[int, dict[str, int]] = field(default_factory=dict)
     # durable registrations recorded in the PFS (connected or away) -> their summary, part of the interest
     recorded: dict[int, Summary | None] = field(default_factory=dict)

@@ -29,7 +29,7 @@ ORDERS = (ORDER_PUBLISHER, ORDER_TOTAL)
 UNSUBSCRIBE = 4
 STATUS = 5
 AUTH = 6
-RENEW = 7  # [RENEW]: the client is alive; extends the lease on its subscriptions (core/leases.py)
+RENEW = 7  # [RENEW]: the client is alive; extends the lease on its subscriptions (core/subscription/leases.py)
 RELEASE = 8  # [RELEASE, sub, checkpoint]: a durable subscription consumed everything through it
 READ = 9  # [READ, sub, pattern, filter, after, end(, spans)]: a bounded read of this broker's log, in bulk
 # broker -> client
@@ -45,7 +45,7 @@ CHALLENGE = 24
 SILENCE = 26  # [SILENCE, sub, [[pubend, tick], ...]]: a durable subscription's token moves up
 RECORDS = 27  # [RECORDS, sub, count, blob]: a READ's records, as logged (blob: a msgpack array of them)
 SPAN = 28  # [SPAN, sub, after, through, blob]: a READ's records as the log's own bytes (blob: a span of the log)
-ADVICE = 25  # [ADVICE, reason, [[address, rtt_us], ...]]: entry points that may serve better (core/advice.py)
+ADVICE = 25  # [ADVICE, reason, [[address, rtt_us], ...]]: entry points that may serve better (core/broker/advice.py)
 
 SPAN_BYTES_FACTOR = 2  # a SPAN holds at most this many log reads (log_read_bytes_max), or index intervals
 
@@ -78,7 +78,7 @@ class Challenge:
 class Publish:
     seq: int
     events: list[Any]  # [[channel, attributes, payload], ...]; each checked by the broker
-    # idempotent publish (core/dedup.py): with a producer id, each event is [channel, attributes,
+    # idempotent publish (core/publish/dedup.py): with a producer id, each event is [channel, attributes,
     # payload, pseq] and is logged at most once per (producer, pseq); checked by the broker
     producer: Any = None
 
@@ -92,7 +92,7 @@ class Subscribe:
     after: int  # with START_AFTER: deliver ticks > after
     end: int | None  # deliver ticks <= end, then END
     order: str = ORDER_PUBLISHER  # ORDER_PUBLISHER or ORDER_TOTAL (one interleaving per tree)
-    # durable (core/checkpoint.py): None for a plain subscription, else the positions per pubend
+    # durable (core/durable/checkpoint.py): None for a plain subscription, else the positions per pubend
     # ([[pubend, tick], ...], maybe empty) that override `after` (the default) for the pubends named
     positions: list[Any] | None = None
     # a token's home, [address, pubend, registration]; or the name of a broker-held durable subscription
@@ -149,7 +149,7 @@ class Ack:
     seq: int
     pubend: str
     ticks: list[int | None]
-    duplicates: list[int] = field(default_factory=list)  # indexes of events logged before (core/dedup.py)
+    duplicates: list[int] = field(default_factory=list)  # indexes of events logged before (core/publish/dedup.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,7 +447,7 @@ def _decode_subscribe(msg: list[Any]) -> Subscribe:
         home = msg.pop()
         if not (type(home) is list and len(home) == 3) and type(home) is not str:
             raise _bad("SUBSCRIBE home must be [address, pubend, registration] or a name")
-    if len(msg) == 8:  # durable: the positions per pubend (core/checkpoint.py), optional
+    if len(msg) == 8:  # durable: the positions per pubend (core/durable/checkpoint.py), optional
         positions = msg.pop()
         if type(positions) is not list:
             raise _bad("SUBSCRIBE positions must be an array")

@@ -16,7 +16,7 @@ field, its nonce; the acceptor answers PEER_CHALLENGE, the dialler checks it and
 and only then does the acceptor treat the HELLO as above (PEER_WELCOME or a tie-break refusal).
 
 The first frame of every accepted connection tells a broker from a client: any array starting with
-128, even a malformed one, goes to the peer layer (core/peers.py), which answers it. Decoders check
+128, even a malformed one, goes to the peer layer (core/links/peer_links.py), which answers it. Decoders check
 every field and raise ProtocolError naming the problem; messages of the other layers (overlay
 64..95, multicast 96..127, the broker's own 135..159) stay raw lists here and are checked by the
 layer that owns them.

@@ -15,13 +15,13 @@ implies, and nothing more:
 - with guaranteed delivery (`reliability` given), Scribe hands every event that reaches this node to
   the `ReliabilityNode` (`EventArrived`), as well as `ChildAdded`, and the repair SUBSCRIBE after a
   `ParentSuspected` carries the node's stream positions; ACK and NACK from peers go to it too;
-- with peer links (`PeerLinks`, core/peers.py, given in a broker), the member owns them: the
+- with peer links (`PeerLinks`, core/links/peer_links.py, given in a broker), the member owns them: the
   runtime's inputs on peer connections come here (`peer_input`, `adopt`), each message a link yields
   is dispatched by its type number to Pastry, Scribe or the reliability node, a malformed one is
   answered on its link (`peer_messages_rejected`), RTT samples and unreachable peers go to Pastry,
   and every `PeerSend` and `Probe` leaves through the links as runtime effects (Send, Connect,
   Disconnect). A peer message thus never leaves this object before it is handled;
-- with guaranteed delivery, the pubend directory (core/directory.py) hears the leaf set's changes,
+- with guaranteed delivery, the pubend directory (core/broker/directory.py) hears the leaf set's changes,
   gets DIRECTORY messages and the timer, and sends through the same links: every member knows
   every pubend of the overlay, also those whose broker is down;
 - what is left (Deliver, ReadLog, AccessChanged, and the runtime effects) goes to the broker; without links
@@ -42,9 +42,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tidings.core.directory import DIRECTORY_TYPES, DirectoryConfig, PubendDirectory
+from tidings.core.broker.directory import DIRECTORY_TYPES, DirectoryConfig, PubendDirectory
 from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError, TidingsError
 from tidings.core.inputs import Connected, ConnectFailed, ConnectionLost, LogState, Received, SendBlocked, SendDrained
+from tidings.core.links.peer_links import PeerLinks, PeerOutput, RttMeasured
 from tidings.core.multicast import messages as multicast_messages
 from tidings.core.multicast.access import Acl, Member
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
@@ -63,7 +64,6 @@ from tidings.core.overlay.envelope import (
 from tidings.core.overlay.events import Probe
 from tidings.core.overlay.node import JoinCompleted, LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.peers import PeerLinks, PeerOutput, RttMeasured
 from tidings.core.reliability.node import Held, ReliabilityConfig, ReliabilityNode
 from tidings.core.wire.frames import FrameDecoder
 

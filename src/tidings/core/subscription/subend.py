@@ -84,7 +84,7 @@ class Subend:
         self.total = total  # total order: the reliability node delivers every pubend's events
         self.durable = False  # its client holds a checkpoint token, advanced by SILENCE
         self.silenced: dict[str, int] = {}  # the positions the last SILENCE (or SUBSCRIBED) gave
-        self.registration: int | None = None  # a durable one's, at this broker (core/registrations.py)
+        self.registration: int | None = None  # a durable one's, at this broker (core/durable/registrations.py)
         self.bulk = bulk  # a READ: RECORDS frames, not EVENTS
         self.spans = spans and bulk and flt is None  # it may be answered with SPAN frames (see above)
         self.tested = self.kept = 0  # records its reads tested against the pattern, and those it kept

@@ -84,9 +84,7 @@ from tidings.core.auth.peer_auth import ACCEPTOR, DIALLER, ClusterAuth
 from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Connect, Disconnect, Effect, PeerRefused, Send
 from tidings.core.errors import ProtocolError
-from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES, RELIABILITY_TYPES
-from tidings.core.overlay.node_id import NodeRef, id_hex
-from tidings.core.peer_refusals import (
+from tidings.core.links.refusals import (
     ACCEPTOR_SIDE,
     BAD_ADDRESS,
     BAD_PROOF,
@@ -100,6 +98,8 @@ from tidings.core.peer_refusals import (
     dialler_reading,
     valid_address,
 )
+from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES, RELIABILITY_TYPES
+from tidings.core.overlay.node_id import NodeRef, id_hex
 from tidings.core.states import Transitions
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder

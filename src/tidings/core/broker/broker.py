@@ -39,14 +39,12 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from tidings.core import advice, errors
+from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy
-from tidings.core.channels import validate_pattern
-from tidings.core.checkpoint import Checkpoint
-from tidings.core.cluster import ClusterMember, Reliability
-from tidings.core.config import BrokerConfig
-from tidings.core.connection import (
+from tidings.core.broker import advice
+from tidings.core.broker.cluster import ClusterMember, Reliability
+from tidings.core.broker.connection import (
     AWAITING_HELLO,
     CLOSED,
     OPEN,
@@ -57,9 +55,14 @@ from tidings.core.connection import (
     Hold,
     PeerHandover,
 )
+from tidings.core.broker.refusals import ClientErrors
+from tidings.core.channels import validate_pattern
+from tidings.core.config import BrokerConfig
 from tidings.core.deadlines import Deadlines
-from tidings.core.dedup import DedupWindow
-from tidings.core.durable import DurableSubscriptions, Outcome
+from tidings.core.durable.checkpoint import Checkpoint
+from tidings.core.durable.constream import Constream, Recorded
+from tidings.core.durable.registrations import Registrations
+from tidings.core.durable.subscriptions import DurableSubscriptions, Outcome
 from tidings.core.effects import (
     Connect,
     Disconnect,
@@ -92,21 +95,19 @@ from tidings.core.inputs import (
     TimerFired,
     WriteSynced,
 )
-from tidings.core.intake import Intake
-from tidings.core.leases import Leases
-from tidings.core.memberships import TreeMemberships
+from tidings.core.links.peer_links import PeerLinks
 from tidings.core.multicast.access import admits
 from tidings.core.multicast.effects import AccessChanged
 from tidings.core.multicast.trees import subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
-from tidings.core.peers import PeerLinks
-from tidings.core.refusals import ClientErrors
-from tidings.core.registrations import Registrations
-from tidings.core.reliability.constream import Constream, Recorded
+from tidings.core.publish.dedup import DedupWindow
+from tidings.core.publish.intake import Intake
+from tidings.core.publish.pubend import Pubend
 from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityNode
-from tidings.core.reliability.pubend import Pubend
-from tidings.core.reliability.subend import RemoteDelivery, Subend
+from tidings.core.subscription.leases import Leases
+from tidings.core.subscription.memberships import TreeMemberships
+from tidings.core.subscription.subend import RemoteDelivery, Subend
 from tidings.core.wire import messages
 from tidings.core.wire.frames import PartialFrames
 
@@ -130,11 +131,11 @@ class ReadTimer(NamedTuple):
 
 
 class DurableSilenceTimer(NamedTuple):
-    """Durable subscriptions are due a SILENCE (core/checkpoint.py)."""
+    """Durable subscriptions are due a SILENCE (core/durable/checkpoint.py)."""
 
 
 class DurableSaveTimer(NamedTuple):
-    """The durable state may be due saving, and registrations expiring (core/registrations.py)."""
+    """The durable state may be due saving, and registrations expiring (core/durable/registrations.py)."""
 
 
 DURABLE_SILENCE = DurableSilenceTimer()
@@ -146,7 +147,7 @@ class Broker:
     def __init__(self, config: BrokerConfig, pubend_id: str, log: LogState, guard: Guard | None = None,
                  durable: bytes | None = None, directory: bytes | None = None) -> None:
         """`durable`: the state the last SaveDurable saved (StateError when it does not decode);
-        `directory`: the pubend directory the last SaveDirectory saved (core/directory.py)."""
+        `directory`: the pubend directory the last SaveDirectory saved (core/broker/directory.py)."""
         self._directory_saved = directory
         self.config = config
         self.guard = guard or Guard.open()  # identities, access rules and limits (core/auth/)
@@ -160,7 +161,7 @@ class Broker:
         self._next_key = 0
         self.timers: Deadlines[BrokerTimer] = Deadlines()
         self.leases = Leases(config.lease_ns)
-        self.draining = False  # stopping: clients are advised to move (core/advice.py)
+        self.draining = False  # stopping: clients are advised to move (core/broker/advice.py)
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
                          "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns,
                          "bulk_read": True,  # READ is served (an older broker answers it unknown-message)
@@ -169,17 +170,17 @@ class Broker:
         self.read_span_bytes = 0  # the log's bytes read for READs as spans (their events are not counted)
         self.now = 0
         self.wall_us = 0  # the last wall clock an input brought, for messages handled without one
-        self.client_errors = ClientErrors()  # what clients were refused, by reason (core/refusals.py)
+        self.client_errors = ClientErrors()  # what clients were refused, by reason (core/broker/refusals.py)
         self.cluster: ClusterMember | None = None
         self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
         self.remote = RemoteDelivery()  # other pubends' events for local subscriptions
         expiry_us = config.durable_expiry_ns // 1000
         self.dedup = DedupWindow(config.dedup_window_ns // 1000, config.dedup_entries_max,
-                                 config.dedup_producers_max)  # idempotent publish (core/dedup.py)
-        self.intake = Intake(config, self.guard, self.pubend, self.dedup)  # PUBLISH to the log (core/intake.py)
+                                 config.dedup_producers_max)  # idempotent publish (core/publish/dedup.py)
+        self.intake = Intake(config, self.guard, self.pubend, self.dedup)  # PUBLISH to the log (core/publish/intake.py)
         self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
-        self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable.py
+        self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable/subscriptions.py
         self.constream = Constream()  # what matched the durable registrations (reliability/constream.py)
 
     # ---- the runtime's interface -----------------------------------------------------------------
@@ -330,7 +331,7 @@ class Broker:
                 "overloaded": clients > self.config.clients_advised_above}
 
     def _advise(self, conns: list[int]) -> list[Effect]:
-        """ADVICE to `conns` (core/advice.py): this broker's nearest neighbours, and why to move."""
+        """ADVICE to `conns` (core/broker/advice.py): this broker's nearest neighbours, and why to move."""
         if self.cluster is None or not self.cluster.overlay.joined:
             return []
         overlay = self.cluster.overlay
@@ -400,7 +401,7 @@ class Broker:
         """Handle the connection's messages in order, pulled one at a time from its decoder, while
         nothing holds it (connection.py Hold): a PUBLISH its rate cannot take yet waits for it; a
         refusal within the refusal window of another is held with the connection until the window
-        ends (core/refusals.py), so a flood of refused requests is handled at most two messages a
+        ends (core/broker/refusals.py), so a flood of refused requests is handled at most two messages a
         window, at next to no cost. What each message is answered at once counts against the
         connection's send queue (`charge`): past send_queue_overflow_bytes_max it is closed."""
         now = self.now
@@ -441,7 +442,7 @@ class Broker:
         self.timers.set(ReadTimer(c.conn, hold), until)
 
     def _hold_refusals(self, c: ClientConnection, out: list[Effect]) -> None:
-        """Refusals held for the end of their window (core/refusals.py): the connection waits too."""
+        """Refusals held for the end of their window (core/broker/refusals.py): the connection waits too."""
         until = c.window.until
         if until is not None and self.timers.when(ReadTimer(c.conn, Hold.REFUSED)) != until:
             self._hold(c, Hold.REFUSED, until)  # (a later refusal of another reason: its window's end)
@@ -641,7 +642,7 @@ class Broker:
             self.timers.set(DURABLE_SILENCE, self.now + self.config.durable_silence_interval_ns)
 
     def _durable(self, outcome: Outcome, out: list[Effect]) -> None:
-        """Carry out what the durable machine decided (core/durable.py)."""
+        """Carry out what the durable machine decided (core/durable/subscriptions.py)."""
         out += outcome.effects
         self.constream.registered(self.now, outcome.added, outcome.dropped,
                                   lambda effects: self._reliability(effects, out))
@@ -829,7 +830,7 @@ class Broker:
 
     def _leave_tree(self, key: int, out: list[Effect], held: bool = False) -> None:
         """Subend `key` leaves its tree (`held`: its durable registration is a member in its place);
-        the broker leaves the tree with its last member (core/memberships.py)."""
+        the broker leaves the tree with its last member (core/subscription/memberships.py)."""
         tree, last = self.memberships.leave(key, held)
         if self.cluster is not None:
             self._reliability(self._gd().local_unsubscribe(self.now, key, tree), out)
