@@ -1,0 +1,522 @@
+#!/usr/bin/env python3
+"""One event's path, and one nack's, through the simulator: the modules each broker's code passes.
+
+  python bench/path_trace.py [--seed 1] [--brokers 16] [--json]
+
+What it runs. An overlay of `--brokers` real broker cores in the deterministic simulator, built by
+`tidings.sim.delivery_scenario.DeliveryRun` (its guaranteed-delivery configuration, no faults,
+every chunk handed whole to its receiver). It looks for a subscriber's broker (SHB) whose place in
+the tree of `nodes/#` is below a forwarder (F): SHB's parent is not the rendez-vous point (RP).
+Candidates are tried in broker order, each in a fresh overlay built from the same seed, so the
+choice is deterministic; the roles are read from the brokers' status and asserted. The publisher's
+broker (PHB) is the first broker that is none of the three. A subscriber to `nodes/#` joins at
+the SHB, a publisher (one event per PUBLISH, one every 300 ms) at the PHB. Event 0 warms the path
+up (the PHB learns its rendez-vous points); event 1 is traced; event 2's knowledge message from F
+to the SHB is dropped (once), so the SHB's curiosity timer nacks it, and the nack and its answer
+are traced.
+
+How frames are attributed. The simulator runs one action at a time (`World.step`), and in it hands
+a broker's core one input at a time through the core's `handle(input)`. The script drives the
+steps itself under `sys.setprofile`. A segment starts at the call of `handle` on a broker's core
+(recognised by the object, not by a module name): from there until the next such call or the end
+of the step, every frame belongs to that broker's handling of that input (its runtime's `apply`
+of the effects included); what ran in the step before the first `handle` (the network's delivery,
+the runtime's `feed`) is put at the head of that first segment. A step without any `handle` (a
+client's action) is one segment of its own. Which segments are on the path is decided by
+causality, backwards from the end: a `Received` input was caused by the `Send` effect, written on
+the same simulated connection by the broker at its other end, whose bytes it holds (the one that
+carries the event's payload when there are several); a `WriteSynced` by the `Sync` with its token;
+a `LogRead` by the `ReadLog` with its reader. The event's path ends at the SHB's input that carries
+the event (then the subscriber's client reading it) and goes back to the PHB's `Received` of the
+PUBLISH (then the publisher's client writing it); the nack's path ends at the SHB's input that
+carries the answer and goes back to the SHB's `TimerFired` that sent the nack.
+
+What is counted. Every Python frame event of the profiler (`call`, and `return`, which includes a
+generator's `yield` and resumption's call) gives a location: for a call, the file of the function
+called; for a return, the file of the frame returned to. Locations are files under `src/tidings`,
+written relative to it (for example `core/broker/broker.py`); anything else (the standard library,
+msgpack) is skipped. A **module change** is two consecutive locations, in one segment, in different
+files; a broker's figure is the sum over its segments on the path. The review's "room changes"
+(`../shared/CORE-REVIEW.md` section 1) are the same count: broker → intake → broker is two. Two
+views are counted:
+
+- **core**: only files under `src/tidings/core` (the sans-IO machines, what the redesign changes;
+  the client's session codec is there too). Other locations are skipped, so a runtime call between
+  two core files does not count as two changes. The issue's targets (at most 12 module changes on
+  the PHB, at most 16 distinct files on the whole path) are compared with this view.
+- **all**: every file under `src/tidings`, the simulator's runtime (`sim/`: network, disk, the
+  broker node's driver, the simulated clients, the world's scheduler) included. The production
+  runtime's files (aio/server.py, storage, client/) have their simulated counterparts here.
+
+The ordered list of modules of a segment (its walk) is its locations with repeats in a row
+collapsed; its module changes are the walk's length less one. Files are discovered as the code
+runs, so the script names no module of the project: it goes on working when modules move.
+
+Output: a table per path (per broker: inputs, module changes, distinct files; then the whole
+path's distinct files) and the core walk of every segment; `--json` prints one line instead. The
+same seed gives the same figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import tidings
+from tidings.sim.broker_node import BrokerNode
+from tidings.sim.clients import Publisher, Subscriber
+from tidings.sim.delivery_scenario import MAIN_TREE, DeliveryRun, DeliveryScenario
+from tidings.sim.peer_faults import PeerFaults, _frames
+from tidings.sim.world import MILLISECOND_NS, SECOND_NS
+
+SRC = Path(tidings.__file__).resolve().parent  # src/tidings
+CORE = "core/"
+HANDLE = "handle"  # the core's one entry for an input: Broker.handle(input) -> effects
+PATTERN = MAIN_TREE  # the subscription, and so the tree
+PUBLISHER = "path-trace-publisher"  # its events' payloads are "<name>:<n>": the markers followed in bytes
+INTERVAL_NS = 300 * MILLISECOND_NS  # between events: each one's path is over before the next
+EVENTS_MAX = 12  # published at most: the traced one is the first to repeat an earlier one's channel
+DEADLINE_NS = 5 * SECOND_NS  # for each phase, in virtual time
+STEPS_MAX = 200_000  # for each phase
+
+
+def marker(n: int) -> bytes:
+    return f"{PUBLISHER}:{n}".encode()
+
+
+# ---- recording -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Segment:
+    """One broker's handling of one input (or one step without a broker: a client's action)."""
+
+    index: int
+    now: int
+    node: str | None  # the broker's name; None for a step in which no core handled anything
+    inp: Any = None
+    effects: list[Any] = field(default_factory=list)
+    received_on: object | None = None  # the simulated connection a Received input came on
+    sends: list[tuple[object | None, bytes]] = field(default_factory=list)  # (connection, bytes)
+    # (is a call, location) per profiler event: a call's location is the callee's file, a return's
+    # the file returned to; None outside src/tidings
+    events: list[tuple[bool, str | None]] = field(default_factory=list)
+    handle_span: tuple[int, int] = (0, 0)  # the events of the core's handle call, its return included
+    label: str = ""  # "publisher" / "subscriber" for the client steps on the path
+
+    @property
+    def kind(self) -> str:
+        return type(self.inp).__name__ if self.inp is not None else (self.label or "step")
+
+
+class PathTracer:
+    """Drives the world step by step under a profiler and cuts what runs into `Segment`s."""
+
+    def __init__(self, run: DeliveryRun) -> None:
+        self.run = run
+        self.segments: list[Segment] = []
+        self._where: dict[str, str | None] = {}
+        self._cores: dict[int, BrokerNode] = {}
+        self._current: Segment | None = None
+        self._handle_frame: FrameType | None = None
+        self._step_segments: list[Segment] = []
+
+    def location(self, filename: str) -> str | None:
+        where = self._where.get(filename)
+        if where is None and filename not in self._where:
+            path = Path(os.path.realpath(filename))
+            where = path.relative_to(SRC).as_posix() if path.is_relative_to(SRC) else None
+            self._where[filename] = where
+        return where
+
+    def step(self) -> list[Segment]:
+        """Run one action of the world under the profiler; the segments it made."""
+        self._cores = {id(node.core): node for node in self.run.nodes if node.core is not None}
+        self._step_segments = []
+        self._current = Segment(len(self.segments), self.run.world.now, None)
+        self._handle_frame = None
+        sys.setprofile(self._profile)
+        try:
+            self.run.world.step()
+        finally:
+            sys.setprofile(None)
+        if not self._step_segments:  # nothing but runtime or client code ran
+            self._step_segments.append(self._current)
+        self.segments.extend(self._step_segments)
+        return self._step_segments
+
+    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            code = frame.f_code
+            if self._handle_frame is None and code.co_name == HANDLE:
+                node = self._cores.get(id(frame.f_locals.get("self")))
+                if node is not None:
+                    self._begin(node, frame)
+            assert self._current is not None
+            self._current.events.append((True, self.location(code.co_filename)))
+        elif event == "return":
+            back = frame.f_back
+            assert self._current is not None
+            self._current.events.append((False, None if back is None else self.location(back.f_code.co_filename)))
+            if frame is self._handle_frame:
+                self._end(arg)
+
+    def _begin(self, node: BrokerNode, frame: FrameType) -> None:
+        inp = frame.f_locals[frame.f_code.co_varnames[1]]
+        if self._step_segments:  # a later input in the same step: a segment of its own
+            seg = Segment(len(self.segments) + len(self._step_segments), self.run.world.now, node.name)
+        else:  # the first: what the runtime did to get here is its head
+            seg = self._current
+            assert seg is not None
+            seg.node = node.name
+        seg.inp = inp
+        if type(inp).__name__ == "Received":
+            sock = node.sockets.get(inp.conn)
+            seg.received_on = None if sock is None else sock.conn
+        self._step_segments.append(seg)
+        self._current = seg
+        self._handle_frame = frame
+        seg.handle_span = (len(seg.events), len(seg.events))
+
+    def _end(self, effects: Any) -> None:
+        self._handle_frame = None
+        seg = self._current
+        assert seg is not None and seg.node is not None
+        seg.handle_span = (seg.handle_span[0], len(seg.events))
+        node = next(n for n in self.run.nodes if n.name == seg.node)
+        seg.effects = list(effects or ())
+        for eff in seg.effects:
+            if type(eff).__name__ == "Send":
+                sock = node.sockets.get(eff.conn)
+                seg.sends.append((None if sock is None else sock.conn, bytes(eff.data)))
+
+    def run_until(self, condition: Callable[[], bool], what: str) -> Segment:
+        """Step until `condition()` holds; the (one) segment of the step that made it hold."""
+        assert not condition(), f"{what} happened before the trace began"
+        deadline = self.run.world.now + DEADLINE_NS
+        for _ in range(STEPS_MAX):
+            upcoming = self.run.world.next_time()
+            if upcoming is None or upcoming > deadline:
+                break
+            made = self.step()
+            if condition():
+                assert len(made) == 1, f"{what}: {len(made)} segments in one step"
+                return made[0]
+        raise SystemExit(f"path_trace: {what} did not happen within {DEADLINE_NS} ns")
+
+
+# ---- causality -----------------------------------------------------------------------------------
+
+
+def cause(segments: list[Segment], seg: Segment, mark: bytes | None) -> Segment | None:
+    """The earlier segment whose effect `seg`'s input answers, or None (a timer, a client's bytes)."""
+    kind = seg.kind
+    earlier = segments[: seg.index]
+    if kind == "Received":
+        data = bytes(seg.inp.data)
+        found = [s for s in earlier if s.node is not None and s.node != seg.node
+                 and any(conn is seg.received_on and (sent in data or data in sent) for conn, sent in s.sends)]
+        if mark is not None:
+            marked = [s for s in found if any(mark in sent for _, sent in s.sends)]
+            found = marked or found
+        return found[-1] if found else None
+    if kind == "WriteSynced":
+        return next((s for s in reversed(earlier) if s.node == seg.node and any(
+            type(e).__name__ == "Sync" and e.token == seg.inp.token for e in s.effects)), None)
+    if kind == "LogRead":
+        return next((s for s in reversed(earlier) if s.node == seg.node and any(
+            type(e).__name__ == "ReadLog" and e.reader == seg.inp.reader for e in s.effects)), None)
+    return None
+
+
+def chain_back(segments: list[Segment], last: Segment, mark: bytes | None) -> list[Segment]:
+    chain = [last]
+    while (before := cause(segments, chain[-1], mark)) is not None:
+        chain.append(before)
+    return chain[::-1]
+
+
+def carries(seg: Segment, mark: bytes) -> bool:
+    return seg.kind == "Received" and mark in bytes(seg.inp.data)
+
+
+# ---- the cluster ---------------------------------------------------------------------------------
+
+
+class DropOnce(PeerFaults):
+    """A broker's peer faults that drop, once, the frames towards `address` carrying `mark`."""
+
+    def __init__(self, base: PeerFaults, address: str) -> None:
+        super().__init__(base.rng)
+        self.address = address
+        self.mark: bytes | None = None
+        self.dropped = 0
+
+    def filter(self, conn: int, data: bytes, address: str | None = None) -> bytes:
+        out = super().filter(conn, data, address)
+        mark = self.mark
+        if mark is None or address != self.address or mark not in out:
+            return out
+        frames = _frames(out)
+        kept = [frame for frame in frames if mark not in frame]
+        self.dropped += len(frames) - len(kept)
+        self.mark = None
+        return b"".join(kept)
+
+
+def index_of(address: str) -> int:
+    return int(address.partition(":")[0][1:])
+
+
+def tree_chain(run: DeliveryRun, i: int) -> list[int]:
+    """Broker i and its ancestors in the tree, up to the root, from the brokers' status."""
+    chain = [i]
+    while (st := run.tree_status(chain[-1], MAIN_TREE)) and st.get("parent") and len(chain) <= len(run.nodes):
+        chain.append(index_of(st["parent"]))
+    return chain
+
+
+@dataclass
+class Cluster:
+    run: DeliveryRun
+    roles: dict[str, int]  # PHB, RP, F, SHB -> broker index
+    subscriber: Subscriber
+    publisher: Publisher | None = None
+
+
+def build(seed: int, brokers: int) -> Cluster:
+    """The first SHB candidate (in broker order) that has a forwarder between it and the RP."""
+    scenario = DeliveryScenario(seed=seed, brokers=brokers, coalesce_probability=1.0)
+    for shb in range(1, brokers):
+        run = DeliveryRun(scenario)
+        rp = run.rendezvous(MAIN_TREE)
+        if shb == rp:
+            continue
+        sub = Subscriber(run.world, run.net, run.nodes[shb].address, "path-trace-subscriber", PATTERN)
+        sub.start(run.world.now)
+        run.run(SECOND_NS)
+        chain = tree_chain(run, shb)
+        if len(chain) >= 3 and chain[-1] == rp:
+            phb = next(i for i in range(brokers) if i not in chain)
+            return Cluster(run, {"PHB": phb, "RP": rp, "F": chain[1], "SHB": shb}, sub)
+    raise SystemExit(f"path_trace: no broker of {brokers} has a forwarder between it and the RP (seed {seed})")
+
+
+# ---- figures -------------------------------------------------------------------------------------
+
+
+def in_core(where: str | None) -> bool:
+    return where is not None and where.startswith(CORE)
+
+
+def leaves(events: list[tuple[bool, str | None]]) -> set[int]:
+    """The calls (event indexes) of core frames whose whole subtree ran in no other core file."""
+    out: set[int] = set()
+    stack: list[tuple[int, str | None, set[str]]] = []  # (call index, file, core files below)
+    for i, (call, where) in enumerate(events):
+        if call:
+            stack.append((i, where, set()))
+            continue
+        if not stack:
+            continue  # the return of a frame entered before the segment began
+        at, mine, below = stack.pop()
+        if in_core(mine) and below <= {mine}:
+            out.add(at)
+        if stack:
+            stack[-1][2].update(below)
+            if in_core(mine):
+                stack[-1][2].add(mine)  # type: ignore[arg-type]
+    return out
+
+
+def walk(events: list[tuple[bool, str | None]], view: str) -> list[str]:
+    """The segment's modules in order, repeats in a row collapsed. `view`: "all" (every file under
+    src/tidings), "core" (files under core/), "folded" (core/, each leaf visit folded into its caller)."""
+    folded = leaves(events) if view == "folded" else set()
+    out: list[str] = []
+    skipping = 0  # inside a folded leaf: its depth
+    for i, (call, where) in enumerate(events):
+        if skipping:
+            skipping += 1 if call else -1
+            continue
+        if i in folded:
+            skipping = 1
+            continue
+        if where is None or (view != "all" and not in_core(where)):
+            continue
+        if not out or out[-1] != where:
+            out.append(where)
+    return out
+
+
+def changes(steps: list[str]) -> int:
+    return max(len(steps) - 1, 0)
+
+
+def figures(path: list[Segment], names: dict[str, str]) -> dict[str, Any]:
+    """Per broker (in path order) and for the whole path: inputs, module changes, files, walks."""
+    stops: list[dict[str, Any]] = []
+    for seg in path:
+        who = seg.label or seg.node or "?"
+        if not stops or stops[-1]["node"] != who:
+            stops.append({"role": names.get(who, "hop" if seg.node else who), "node": who, "inputs": [],
+                          "changes_all": 0, "changes_core": 0, "changes_folded": 0, "changes_folded_handle": 0,
+                          "files_core": set(), "files_all": set(), "walks_folded": []})
+        stop = stops[-1]
+        every, core, folded = (walk(seg.events, view) for view in ("all", "core", "folded"))
+        begin, end = seg.handle_span
+        stop["inputs"].append(seg.kind)
+        stop["changes_all"] += changes(every)
+        stop["changes_core"] += changes(core)
+        stop["changes_folded"] += changes(folded)
+        stop["changes_folded_handle"] += changes(walk(seg.events[begin:end], "folded"))
+        stop["files_core"].update(core)
+        stop["files_all"].update(every)
+        stop["walks_folded"].append(folded)
+    files_core = set().union(*(s["files_core"] for s in stops))
+    files_all = set().union(*(s["files_all"] for s in stops))
+    for stop in stops:
+        stop["files_core"], stop["files_all"] = sorted(stop["files_core"]), sorted(stop["files_all"])
+    return {"stops": stops, "files_core": sorted(files_core), "files_all": sorted(files_all)}
+
+
+# ---- the run -------------------------------------------------------------------------------------
+
+
+def trace(seed: int = 1, brokers: int = 16) -> dict[str, Any]:
+    cluster = build(seed, brokers)
+    run, roles, sub = cluster.run, cluster.roles, cluster.subscriber
+    nodes = run.nodes
+    names = {nodes[i].name: role for role, i in roles.items()}
+    names |= {PUBLISHER: "publisher", sub.name: "subscriber"}
+    forwarder = nodes[roles["F"]]
+    assert forwarder.peer_faults is not None
+    drop = DropOnce(forwarder.peer_faults, nodes[roles["SHB"]].address)
+    forwarder.peer_faults = drop
+    pub = Publisher(run.world, run.net, nodes[roles["PHB"]].address, PUBLISHER, EVENTS_MAX, hosts=1, batch_max=1,
+                    window=1, interval_ns=(INTERVAL_NS, INTERVAL_NS), bad_event_probability=0)
+    pub.start(run.world.now)
+    got = lambda n: any(marker(n) == f[-1] for _, f in sub.received)  # noqa: E731
+    run.world.run_until(lambda: got(0), run.world.now + DEADLINE_NS)
+    assert got(0), "the first event did not reach the subscriber"
+
+    tracer = PathTracer(run)
+    # the event: the first whose channel an earlier event used (its trees' rendez-vous points are
+    # known at the PHB, and those of trees without members have said so), from its PUBLISH to the
+    # subscriber's reading it
+    for n in range(1, EVENTS_MAX - 1):
+        published = tracer.run_until(lambda n=n: pub.produced > n, f"event {n}'s publishing")
+        channel = pub.sent[marker(n).decode()][0]
+        warm = any(pub.sent[marker(m).decode()][0] == channel for m in range(n))
+        if warm:
+            drop.mark = marker(n + 1)  # the next event's knowledge to the SHB is dropped once
+        read = tracer.run_until(lambda n=n: got(n), f"event {n}'s delivery")
+        if warm:
+            break
+    else:
+        raise SystemExit(f"path_trace: no event of {EVENTS_MAX} repeats an earlier one's channel")
+    assert published.node is None and read.node is None, "a client's step ran inside a broker's input"
+    published.label, read.label = pub.name, sub.name
+    event_path = [published, *_event_path(tracer, roles, nodes, marker(n)), read]
+    # the nack: from the SHB's timer that sends it to the answer's arrival at the SHB
+    tracer.run_until(lambda: got(n + 1), "the nacked event's delivery")
+    assert drop.dropped >= 1, "nothing was dropped towards the SHB"
+    nack_path = _nack_path(tracer, roles, nodes, marker(n + 1))
+    return {
+        "seed": seed, "brokers": brokers, "event_number": n,
+        "roles": {role: nodes[i].name for role, i in roles.items()},
+        "event": figures(event_path, names), "nack": figures(nack_path, names),
+    }
+
+
+def delivered_by(tracer: PathTracer, node: str, mark: bytes) -> Segment:
+    """The broker's input during which it sent the event's bytes to a client (the subscriber)."""
+    return next(s for s in tracer.segments if s.node == node and carries(s, mark)
+                and any(mark in sent for _, sent in s.sends))
+
+
+def _event_path(tracer: PathTracer, roles: dict[str, int], nodes: list[BrokerNode], mark: bytes) -> list[Segment]:
+    path = chain_back(tracer.segments, delivered_by(tracer, nodes[roles["SHB"]].name, mark), mark)
+    first = path[0]
+    assert first.node == nodes[roles["PHB"]].name and carries(first, mark), \
+        f"the event's path goes back to {first.node} {first.kind}, not to the PHB's PUBLISH"
+    brokers = [s.node for s in path]
+    order = [nodes[roles[r]].name for r in ("PHB", "RP", "F", "SHB")]
+    assert [b for b in dict.fromkeys(brokers) if b in order] == order, f"path {brokers}, roles {order}"
+    return path
+
+
+def _nack_path(tracer: PathTracer, roles: dict[str, int], nodes: list[BrokerNode], mark: bytes) -> list[Segment]:
+    shb = nodes[roles["SHB"]].name
+    path = chain_back(tracer.segments, delivered_by(tracer, shb, mark), mark)
+    first = path[0]
+    assert first.node == shb and first.kind == "TimerFired", \
+        f"the nack's path goes back to {first.node} {first.kind}, not to the SHB's timer"
+    return path
+
+
+# ---- output --------------------------------------------------------------------------------------
+
+
+def table(result: dict[str, Any]) -> str:
+    roles = result["roles"]
+    lines = [f"path_trace seed={result['seed']} brokers={result['brokers']}: "
+             + ", ".join(f"{role} {name}" for role, name in roles.items())
+             + f"; the traced event is the publisher's number {result['event_number']}"]
+    for title, key in (("event: publisher -> PHB -> RP -> F -> SHB -> subscriber", "event"),
+                       ("nack and its answer: the SHB's timer -> ... -> the answer's arrival at the SHB", "nack")):
+        fig = result[key]
+        lines += ["", title,
+                  "  module changes: all = every file under src/tidings, core = files under core/, folded = "
+                  "core/ with leaf visits folded (in the core's handle + in the runtime's part)",
+                  f"  {'role':<11}{'node':<23}{'all':>6}{'core':>6}{'folded':>14}{'files core':>11}"
+                  f"{'files all':>10}  inputs"]
+        for stop in fig["stops"]:
+            handle = stop["changes_folded_handle"]
+            folded = f"{stop['changes_folded']} ({handle}+{stop['changes_folded'] - handle})"
+            lines.append(f"  {stop['role']:<11}{stop['node']:<23}{stop['changes_all']:>6}{stop['changes_core']:>6}"
+                         f"{folded:>14}{len(stop['files_core']):>11}{len(stop['files_all']):>10}  "
+                         f"{', '.join(stop['inputs'])}")
+        lines.append(f"  whole path: {len(fig['files_core'])} distinct files under core/, "
+                     f"{len(fig['files_all'])} under src/tidings")
+        lines.append("  walks (core/, leaf visits folded):")
+        for stop in fig["stops"]:
+            for inp, steps in zip(stop["inputs"], stop["walks_folded"], strict=True):
+                lines.append(f"    {stop['role']} {inp}: {' > '.join(s.removeprefix(CORE) for s in steps) or '-'}")
+        lines.append("  files under core/: " + ", ".join(f.removeprefix(CORE) for f in fig["files_core"]))
+        lines.append("  files outside core/: " + ", ".join(f for f in fig["files_all"] if not f.startswith(CORE)))
+    return "\n".join(lines)
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The one-line JSON: per path, per stop, the counts (no walks)."""
+    out: dict[str, Any] = {k: result[k] for k in ("seed", "brokers", "roles", "event_number")}
+    for key in ("event", "nack"):
+        fig = result[key]
+        out[key] = {
+            "stops": [{k: (len(v) if k.startswith("files") else v) for k, v in stop.items() if k != "walks_folded"}
+                      for stop in fig["stops"]],
+            "files_core": len(fig["files_core"]), "files_all": len(fig["files_all"]),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--brokers", type=int, default=16)
+    parser.add_argument("--json", action="store_true", help="one line of JSON instead of the table")
+    args = parser.parse_args(argv)
+    result = trace(args.seed, args.brokers)
+    print(json.dumps(summary(result), sort_keys=True) if args.json else table(result))
+
+
+if __name__ == "__main__":
+    main()
