@@ -31,30 +31,39 @@ the event (then the subscriber's client reading it) and goes back to the PHB's `
 PUBLISH (then the publisher's client writing it); the nack's path ends at the SHB's input that
 carries the answer and goes back to the SHB's `TimerFired` that sent the nack.
 
-What is counted. Every Python frame event of the profiler (`call`, and `return`, which includes a
-generator's `yield` and resumption's call) gives a location: for a call, the file of the function
-called; for a return, the file of the frame returned to. Locations are files under `src/tidings`,
-written relative to it (for example `core/broker/broker.py`); anything else (the standard library,
-msgpack) is skipped. A **module change** is two consecutive locations, in one segment, in different
-files; a broker's figure is the sum over its segments on the path. The review's "room changes"
-(`../shared/CORE-REVIEW.md` section 1) are the same count: broker → intake → broker is two. Two
-views are counted:
+What is counted. Every Python frame event of the profiler (`call`, and `return`; a generator's
+resumption is a call and its `yield` a return) gives a location: for a call, the file of the
+function called; for a return, the file of the frame returned to. Locations are files under
+`src/tidings`, written relative to it (for example `core/broker/broker.py`); anything else (the
+standard library, msgpack) is skipped. A segment's **walk** is its locations in order with repeats
+in a row collapsed: the ordered list of modules it passes through. A **module change** is one step
+of a walk (two consecutive locations in different files, counting returns as well as calls:
+broker → intake → broker is two); a broker's figure is the sum over its segments on the path.
+Three views, each a walk:
 
-- **core**: only files under `src/tidings/core` (the sans-IO machines, what the redesign changes;
-  the client's session codec is there too). Other locations are skipped, so a runtime call between
-  two core files does not count as two changes. The issue's targets (at most 12 module changes on
-  the PHB, at most 16 distinct files on the whole path) are compared with this view.
-- **all**: every file under `src/tidings`, the simulator's runtime (`sim/`: network, disk, the
-  broker node's driver, the simulated clients, the world's scheduler) included. The production
-  runtime's files (aio/server.py, storage, client/) have their simulated counterparts here.
+- **all**: every file under `src/tidings`, the simulator's runtime included (`sim/`: the network,
+  the disk, the broker node's driver, the simulated clients, the world's scheduler: the simulated
+  counterparts of aio/server.py, storage/ and client/).
+- **core**: only files under `src/tidings/core` (the sans-IO machines, and the client's session
+  codec); other locations are skipped, so a runtime call between two core files is one change.
+- **folded**: the core view in which a *leaf visit* is folded into its caller: a call into a core
+  file whose whole subtree runs in no other core file (a codec, a data structure, a deadline
+  helper, a machine's method that needs no other machine) is not a stop. This is the grain of the
+  review's "room changes" (`../shared/CORE-REVIEW.md` section 1a, which follows the machines and
+  leaves out frames.py, node_id.py, deadlines.py and the like). Its changes are also given for the
+  span of the core's `handle` call alone (the review's span, "from Broker.handle to the runtime"),
+  the rest being the runtime's part (`apply`, and `next_deadline()` across every machine to arm
+  the timer).
 
-The ordered list of modules of a segment (its walk) is its locations with repeats in a row
-collapsed; its module changes are the walk's length less one. Files are discovered as the code
-runs, so the script names no module of the project: it goes on working when modules move.
+The issue's targets are compared with the folded view: at most 12 module changes in the PHB's
+`handle` calls, at most 16 distinct files in the folded walks of the whole event path; the other
+views are printed beside them for the full cost. Files are discovered as the code runs, so the
+script names no module of the project and keeps working when modules move between folders.
 
-Output: a table per path (per broker: inputs, module changes, distinct files; then the whole
-path's distinct files) and the core walk of every segment; `--json` prints one line instead. The
-same seed gives the same figures.
+Output: a table per path (per broker: inputs, module changes and distinct files in each view; the
+whole path's distinct files) and the folded walk of every segment; `--json` prints one line of
+counts instead. The same seed gives the same figures (the test runs it twice, in two processes
+with different hash seeds).
 """
 
 from __future__ import annotations
@@ -368,7 +377,7 @@ def figures(path: list[Segment], names: dict[str, str]) -> dict[str, Any]:
         if not stops or stops[-1]["node"] != who:
             stops.append({"role": names.get(who, "hop" if seg.node else who), "node": who, "inputs": [],
                           "changes_all": 0, "changes_core": 0, "changes_folded": 0, "changes_folded_handle": 0,
-                          "files_core": set(), "files_all": set(), "walks_folded": []})
+                          "files_all": set(), "files_core": set(), "files_folded": set(), "walks_folded": []})
         stop = stops[-1]
         every, core, folded = (walk(seg.events, view) for view in ("all", "core", "folded"))
         begin, end = seg.handle_span
@@ -377,14 +386,16 @@ def figures(path: list[Segment], names: dict[str, str]) -> dict[str, Any]:
         stop["changes_core"] += changes(core)
         stop["changes_folded"] += changes(folded)
         stop["changes_folded_handle"] += changes(walk(seg.events[begin:end], "folded"))
-        stop["files_core"].update(core)
         stop["files_all"].update(every)
+        stop["files_core"].update(core)
+        stop["files_folded"].update(folded)
         stop["walks_folded"].append(folded)
-    files_core = set().union(*(s["files_core"] for s in stops))
-    files_all = set().union(*(s["files_all"] for s in stops))
-    for stop in stops:
-        stop["files_core"], stop["files_all"] = sorted(stop["files_core"]), sorted(stop["files_all"])
-    return {"stops": stops, "files_core": sorted(files_core), "files_all": sorted(files_all)}
+    out: dict[str, Any] = {"stops": stops}
+    for view in ("all", "core", "folded"):
+        out[f"files_{view}"] = sorted(set().union(*(stop[f"files_{view}"] for stop in stops)))
+        for stop in stops:
+            stop[f"files_{view}"] = sorted(stop[f"files_{view}"])
+    return out
 
 
 # ---- the run -------------------------------------------------------------------------------------
@@ -474,23 +485,28 @@ def table(result: dict[str, Any]) -> str:
                        ("nack and its answer: the SHB's timer -> ... -> the answer's arrival at the SHB", "nack")):
         fig = result[key]
         lines += ["", title,
-                  "  module changes: all = every file under src/tidings, core = files under core/, folded = "
-                  "core/ with leaf visits folded (in the core's handle + in the runtime's part)",
-                  f"  {'role':<11}{'node':<23}{'all':>6}{'core':>6}{'folded':>14}{'files core':>11}"
-                  f"{'files all':>10}  inputs"]
+                  "  all = every file under src/tidings, core = files under core/, folded = core/ with leaf "
+                  "visits folded (changes: in the core's handle + in the runtime's part)",
+                  f"  {'':<34}{'module changes':^26}{'distinct files':^22}",
+                  f"  {'role':<11}{'node':<23}{'all':>6}{'core':>6}{'folded':>14}{'all':>8}{'core':>7}{'folded':>7}"
+                  "  inputs"]
         for stop in fig["stops"]:
             handle = stop["changes_folded_handle"]
-            folded = f"{stop['changes_folded']} ({handle}+{stop['changes_folded'] - handle})"
+            folded = f"{stop['changes_folded']}" + (f" ({handle}+{stop['changes_folded'] - handle})"
+                                                     if stop["node"] in result["roles"].values() else "")
             lines.append(f"  {stop['role']:<11}{stop['node']:<23}{stop['changes_all']:>6}{stop['changes_core']:>6}"
-                         f"{folded:>14}{len(stop['files_core']):>11}{len(stop['files_all']):>10}  "
+                         f"{folded:>14}{len(stop['files_all']):>8}{len(stop['files_core']):>7}"
+                         f"{len(stop['files_folded']):>7}  "
                          f"{', '.join(stop['inputs'])}")
-        lines.append(f"  whole path: {len(fig['files_core'])} distinct files under core/, "
-                     f"{len(fig['files_all'])} under src/tidings")
+        lines.append(f"  whole path: {len(fig['files_all'])} distinct files under src/tidings, "
+                     f"{len(fig['files_core'])} under core/, {len(fig['files_folded'])} in the folded walks")
         lines.append("  walks (core/, leaf visits folded):")
         for stop in fig["stops"]:
             for inp, steps in zip(stop["inputs"], stop["walks_folded"], strict=True):
                 lines.append(f"    {stop['role']} {inp}: {' > '.join(s.removeprefix(CORE) for s in steps) or '-'}")
-        lines.append("  files under core/: " + ", ".join(f.removeprefix(CORE) for f in fig["files_core"]))
+        lines.append("  files in the folded walks: " + ", ".join(f.removeprefix(CORE) for f in fig["files_folded"]))
+        lines.append("  other files under core/: " + ", ".join(f.removeprefix(CORE) for f in fig["files_core"]
+                                                          if f not in fig["files_folded"]))
         lines.append("  files outside core/: " + ", ".join(f for f in fig["files_all"] if not f.startswith(CORE)))
     return "\n".join(lines)
 
@@ -503,7 +519,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         out[key] = {
             "stops": [{k: (len(v) if k.startswith("files") else v) for k, v in stop.items() if k != "walks_folded"}
                       for stop in fig["stops"]],
-            "files_core": len(fig["files_core"]), "files_all": len(fig["files_all"]),
+            **{f"files_{view}": len(fig[f"files_{view}"]) for view in ("all", "core", "folded")},
         }
     return out
 

@@ -51,12 +51,14 @@ def test_the_counts_are_positive_and_nest(result: dict[str, Any]) -> None:
         for stop in fig["stops"]:
             assert 0 <= stop["changes_folded_handle"] <= stop["changes_folded"] <= stop["changes_core"], stop
             assert stop["changes_core"] <= stop["changes_all"], stop
-            assert 0 < len(stop["files_core"]) <= len(stop["files_all"]), stop
-            assert set(stop["files_core"]) <= set(fig["files_core"]) and set(stop["files_all"]) <= set(fig["files_all"])
+            assert set(stop["files_folded"]) <= set(stop["files_core"]) <= set(stop["files_all"]), stop
+            assert stop["files_core"], stop
+            for view in ("all", "core", "folded"):
+                assert set(stop[f"files_{view}"]) <= set(fig[f"files_{view}"])
             assert all(not f.startswith(("/", "..")) and f.endswith(".py") for f in stop["files_all"])
             if stop["role"] not in ("publisher", "subscriber"):
                 assert stop["changes_folded_handle"] > 0, stop
-        assert set(fig["files_core"]) <= set(fig["files_all"])
+        assert set(fig["files_folded"]) <= set(fig["files_core"]) <= set(fig["files_all"])
         assert all(f.startswith(path_trace.CORE) for f in fig["files_core"])
 
 
