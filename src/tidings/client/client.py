@@ -225,6 +225,11 @@ class Subscription:
         return item
 
     @property
+    def buffered(self) -> list[Any]:
+        """What arrived and waits to be taken, oldest first (a copy; a bulk read's are RECORDS)."""
+        return list(self._items)
+
+    @property
     def token(self) -> str:
         """A durable subscription's checkpoint token after the items returned so far: store it with
         what they produced, and pass it to `subscribe(..., token=...)` on any broker to go on."""
@@ -419,6 +424,16 @@ class Client:
     def event_bytes_max(self) -> int:
         """The largest payload the broker accepts (from its WELCOME); a larger one is refused."""
         return self._session.event_bytes_max
+
+    @property
+    def reading_paused(self) -> bool:
+        """True while the connection is not read: the subscriptions hold more than buffer_events_max."""
+        return self._reading_paused
+
+    @property
+    def advice_held(self) -> bool:
+        """True while a route advice waits for the client to weigh where to go (see _advised)."""
+        return self._advice_held is not None
 
     # ---- publishing ------------------------------------------------------------------------------
 
