@@ -186,9 +186,8 @@ class PathTracer:
             assert seg is not None
             seg.node = node.name
         seg.inp = inp
-        if type(inp).__name__ == "Received":
-            sock = node.sockets.get(inp.conn)
-            seg.received_on = None if sock is None else sock.conn
+        if has_bytes(inp):
+            seg.received_on = connection(node, inp.conn)
         self._step_segments.append(seg)
         self._current = seg
         self._handle_frame = frame
@@ -202,9 +201,8 @@ class PathTracer:
         node = next(n for n in self.run.nodes if n.name == seg.node)
         seg.effects = list(effects or ())
         for eff in seg.effects:
-            if type(eff).__name__ == "Send":
-                sock = node.sockets.get(eff.conn)
-                seg.sends.append((None if sock is None else sock.conn, bytes(eff.data)))
+            if has_bytes(eff):
+                seg.sends.append((connection(node, eff.conn), bytes(eff.data)))
 
     def run_until(self, condition: Callable[[], bool], what: str) -> Segment:
         """Step until `condition()` holds; the (one) segment of the step that made it hold."""
@@ -222,26 +220,37 @@ class PathTracer:
 
 
 # ---- causality -----------------------------------------------------------------------------------
+# Inputs and effects are recognised by their fields, not by their class names: bytes on a connection
+# (Received, Send), a token (Sync -> WriteSynced), a reader (ReadLog -> LogRead).
+
+
+def has_bytes(obj: object) -> bool:
+    return hasattr(obj, "conn") and isinstance(getattr(obj, "data", None), bytes | bytearray | memoryview)
+
+
+def connection(node: BrokerNode, conn: int) -> object | None:
+    """The simulated connection behind a broker's connection number (None if it is gone)."""
+    sock = getattr(node, "sockets", {}).get(conn)
+    return getattr(sock, "conn", None)
 
 
 def cause(segments: list[Segment], seg: Segment, mark: bytes | None) -> Segment | None:
     """The earlier segment whose effect `seg`'s input answers, or None (a timer, a client's bytes)."""
-    kind = seg.kind
+    inp = seg.inp
     earlier = segments[: seg.index]
-    if kind == "Received":
-        data = bytes(seg.inp.data)
+    if has_bytes(inp):
+        data = bytes(inp.data)
         found = [s for s in earlier if s.node is not None and s.node != seg.node
                  and any(conn is seg.received_on and (sent in data or data in sent) for conn, sent in s.sends)]
         if mark is not None:
             marked = [s for s in found if any(mark in sent for _, sent in s.sends)]
             found = marked or found
         return found[-1] if found else None
-    if kind == "WriteSynced":
-        return next((s for s in reversed(earlier) if s.node == seg.node and any(
-            type(e).__name__ == "Sync" and e.token == seg.inp.token for e in s.effects)), None)
-    if kind == "LogRead":
-        return next((s for s in reversed(earlier) if s.node == seg.node and any(
-            type(e).__name__ == "ReadLog" and e.reader == seg.inp.reader for e in s.effects)), None)
+    for field_name in ("token", "reader"):  # a completion: the request with the same token or reader
+        if hasattr(inp, field_name):
+            value = getattr(inp, field_name)
+            return next((s for s in reversed(earlier) if s.node == seg.node and any(
+                not has_bytes(e) and getattr(e, field_name, None) == value for e in s.effects)), None)
     return None
 
 
@@ -253,7 +262,7 @@ def chain_back(segments: list[Segment], last: Segment, mark: bytes | None) -> li
 
 
 def carries(seg: Segment, mark: bytes) -> bool:
-    return seg.kind == "Received" and mark in bytes(seg.inp.data)
+    return has_bytes(seg.inp) and mark in bytes(seg.inp.data)
 
 
 # ---- the cluster ---------------------------------------------------------------------------------
@@ -468,7 +477,7 @@ def _nack_path(tracer: PathTracer, roles: dict[str, int], nodes: list[BrokerNode
     shb = nodes[roles["SHB"]].name
     path = chain_back(tracer.segments, delivered_by(tracer, shb, mark), mark)
     first = path[0]
-    assert first.node == shb and first.kind == "TimerFired", \
+    assert first.node == shb and cause(tracer.segments, first, mark) is None and not has_bytes(first.inp), \
         f"the nack's path goes back to {first.node} {first.kind}, not to the SHB's timer"
     return path
 

@@ -35,13 +35,13 @@ def test_the_event_goes_through_the_roles_it_claims(result: dict[str, Any]) -> N
     brokers = [s["role"] for s in stops[1:-1]]
     assert [r for r in brokers if r != "hop"] == ["PHB", "RP", "F", "SHB"], brokers
     assert [s["node"] for s in stops if s["role"] in roles] == [roles[r] for r in ("PHB", "RP", "F", "SHB")]
-    assert "WriteSynced" in stops[1]["inputs"]  # the PHB sent the event on once it was durable
+    assert any("Synced" in i for i in stops[1]["inputs"])  # the PHB sent the event on once it was durable
 
 
 def test_the_nack_goes_from_the_shbs_timer_to_the_answer(result: dict[str, Any]) -> None:
     stops = result["nack"]["stops"]
-    assert stops[0]["role"] == "SHB" and stops[0]["inputs"] == ["TimerFired"]
-    assert stops[-1]["role"] == "SHB" and stops[-1]["inputs"][-1] == "Received"
+    assert stops[0]["role"] == "SHB" and len(stops[0]["inputs"]) == 1 and "Timer" in stops[0]["inputs"][0]
+    assert stops[-1]["role"] == "SHB" and stops[-1]["inputs"][-1] == stops[1]["inputs"][0]  # bytes from a peer
     assert len(stops) >= 3  # someone upstream answered
 
 
