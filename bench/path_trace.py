@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One event's path, and one nack's, through the simulator: the modules each broker's code passes.
 
-  python bench/path_trace.py [--seed 1] [--brokers 16] [--json]
+  python bench/path_trace.py [--seed 1] [--brokers 16] [--drop-at SHB|RP] [--json]
 
 What it runs. An overlay of `--brokers` real broker cores in the deterministic simulator, built by
 `tidings.sim.delivery_scenario.DeliveryRun` (its guaranteed-delivery configuration, no faults,
@@ -13,7 +13,8 @@ broker (PHB) is the first broker that is none of the three. A subscriber to `nod
 the SHB, a publisher (one event per PUBLISH, one every 300 ms) at the PHB. Event 0 warms the path
 up (the PHB learns its rendez-vous points); event 1 is traced; event 2's knowledge message from F
 to the SHB is dropped (once), so the SHB's curiosity timer nacks it, and the nack and its answer
-are traced.
+are traced (F answers from its cache). With `--drop-at RP` the PHB's message to the RP is dropped
+instead: the RP nacks, the PHB answers from its log (a log read), and the answer goes down the tree.
 
 How frames are attributed. The simulator runs one action at a time (`World.step`), and in it hands
 a broker's core one input at a time through the core's `handle(input)`. The script drives the
@@ -23,13 +24,14 @@ of the step, every frame belongs to that broker's handling of that input (its ru
 of the effects included); what ran in the step before the first `handle` (the network's delivery,
 the runtime's `feed`) is put at the head of that first segment. A step without any `handle` (a
 client's action) is one segment of its own. Which segments are on the path is decided by
-causality, backwards from the end: a `Received` input was caused by the `Send` effect, written on
+causality, backwards from the end (inputs and effects recognised by their fields, not their class
+names): a `Received` input was caused by the `Send` effect, written on
 the same simulated connection by the broker at its other end, whose bytes it holds (the one that
 carries the event's payload when there are several); a `WriteSynced` by the `Sync` with its token;
 a `LogRead` by the `ReadLog` with its reader. The event's path ends at the SHB's input that carries
 the event (then the subscriber's client reading it) and goes back to the PHB's `Received` of the
 PUBLISH (then the publisher's client writing it); the nack's path ends at the SHB's input that
-carries the answer and goes back to the SHB's `TimerFired` that sent the nack.
+carries the answer and goes back to the `TimerFired` that sent the nack (the SHB's, or the RP's).
 
 What is counted. Every Python frame event of the profiler (`call`, and `return`; a generator's
 resumption is a call and its `yield` a return) gives a location: for a call, the file of the
@@ -410,16 +412,21 @@ def figures(path: list[Segment], names: dict[str, str]) -> dict[str, Any]:
 # ---- the run -------------------------------------------------------------------------------------
 
 
-def trace(seed: int = 1, brokers: int = 16) -> dict[str, Any]:
+DROPS = {"SHB": "F", "RP": "PHB"}  # where the nacked event's knowledge is dropped -> who sends it there
+
+
+def trace(seed: int = 1, brokers: int = 16, drop_at: str = "SHB") -> dict[str, Any]:
+    """Both paths' figures. `drop_at`: the broker that misses the nacked event and nacks it (SHB: F
+    answers from its cache; RP: the PHB answers from its log)."""
     cluster = build(seed, brokers)
     run, roles, sub = cluster.run, cluster.roles, cluster.subscriber
     nodes = run.nodes
     names = {nodes[i].name: role for role, i in roles.items()}
     names |= {PUBLISHER: "publisher", sub.name: "subscriber"}
-    forwarder = nodes[roles["F"]]
-    assert forwarder.peer_faults is not None
-    drop = DropOnce(forwarder.peer_faults, nodes[roles["SHB"]].address)
-    forwarder.peer_faults = drop
+    sender = nodes[roles[DROPS[drop_at]]]
+    assert sender.peer_faults is not None
+    drop = DropOnce(sender.peer_faults, nodes[roles[drop_at]].address)
+    sender.peer_faults = drop
     pub = Publisher(run.world, run.net, nodes[roles["PHB"]].address, PUBLISHER, EVENTS_MAX, hosts=1, batch_max=1,
                     window=1, interval_ns=(INTERVAL_NS, INTERVAL_NS), bad_event_probability=0)
     pub.start(run.world.now)
@@ -436,7 +443,7 @@ def trace(seed: int = 1, brokers: int = 16) -> dict[str, Any]:
         channel = pub.sent[marker(n).decode()][0]
         warm = any(pub.sent[marker(m).decode()][0] == channel for m in range(n))
         if warm:
-            drop.mark = marker(n + 1)  # the next event's knowledge to the SHB is dropped once
+            drop.mark = marker(n + 1)  # the next event's knowledge to `drop_at` is dropped once
         read = tracer.run_until(lambda n=n: got(n), f"event {n}'s delivery")
         if warm:
             break
@@ -445,12 +452,12 @@ def trace(seed: int = 1, brokers: int = 16) -> dict[str, Any]:
     assert published.node is None and read.node is None, "a client's step ran inside a broker's input"
     published.label, read.label = pub.name, sub.name
     event_path = [published, *_event_path(tracer, roles, nodes, marker(n)), read]
-    # the nack: from the SHB's timer that sends it to the answer's arrival at the SHB
+    # the nack: from the timer that sends it to the answer's arrival at the SHB
     tracer.run_until(lambda: got(n + 1), "the nacked event's delivery")
-    assert drop.dropped >= 1, "nothing was dropped towards the SHB"
-    nack_path = _nack_path(tracer, roles, nodes, marker(n + 1))
+    assert drop.dropped >= 1, f"nothing was dropped towards the {drop_at}"
+    nack_path = _nack_path(tracer, nodes[roles[drop_at]].name, nodes[roles["SHB"]].name, marker(n + 1))
     return {
-        "seed": seed, "brokers": brokers, "event_number": n,
+        "seed": seed, "brokers": brokers, "event_number": n, "drop_at": drop_at,
         "roles": {role: nodes[i].name for role, i in roles.items()},
         "event": figures(event_path, names), "nack": figures(nack_path, names),
     }
@@ -473,12 +480,11 @@ def _event_path(tracer: PathTracer, roles: dict[str, int], nodes: list[BrokerNod
     return path
 
 
-def _nack_path(tracer: PathTracer, roles: dict[str, int], nodes: list[BrokerNode], mark: bytes) -> list[Segment]:
-    shb = nodes[roles["SHB"]].name
+def _nack_path(tracer: PathTracer, nacker: str, shb: str, mark: bytes) -> list[Segment]:
     path = chain_back(tracer.segments, delivered_by(tracer, shb, mark), mark)
     first = path[0]
-    assert first.node == shb and cause(tracer.segments, first, mark) is None and not has_bytes(first.inp), \
-        f"the nack's path goes back to {first.node} {first.kind}, not to the SHB's timer"
+    assert first.node == nacker and cause(tracer.segments, first, mark) is None and not has_bytes(first.inp), \
+        f"the nack's path goes back to {first.node} {first.kind}, not to {nacker}'s timer"
     return path
 
 
@@ -490,8 +496,8 @@ def table(result: dict[str, Any]) -> str:
     lines = [f"path_trace seed={result['seed']} brokers={result['brokers']}: "
              + ", ".join(f"{role} {name}" for role, name in roles.items())
              + f"; the traced event is the publisher's number {result['event_number']}"]
-    for title, key in (("event: publisher -> PHB -> RP -> F -> SHB -> subscriber", "event"),
-                       ("nack and its answer: the SHB's timer -> ... -> the answer's arrival at the SHB", "nack")):
+    nack = f"nack and its answer: the {result['drop_at']}'s timer -> ... -> the answer's arrival at the SHB"
+    for title, key in (("event: publisher -> PHB -> RP -> F -> SHB -> subscriber", "event"), (nack, "nack")):
         fig = result[key]
         lines += ["", title,
                   "  all = every file under src/tidings, core = files under core/, folded = core/ with leaf "
@@ -522,7 +528,7 @@ def table(result: dict[str, Any]) -> str:
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
     """The one-line JSON: per path, per stop, the counts (no walks)."""
-    out: dict[str, Any] = {k: result[k] for k in ("seed", "brokers", "roles", "event_number")}
+    out: dict[str, Any] = {k: result[k] for k in ("seed", "brokers", "roles", "event_number", "drop_at")}
     for key in ("event", "nack"):
         fig = result[key]
         out[key] = {
@@ -537,9 +543,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--brokers", type=int, default=16)
+    parser.add_argument("--drop-at", choices=sorted(DROPS), default="SHB",
+                        help="who misses the nacked event: SHB (F answers from its cache) or RP (the PHB's log)")
     parser.add_argument("--json", action="store_true", help="one line of JSON instead of the table")
     args = parser.parse_args(argv)
-    result = trace(args.seed, args.brokers)
+    result = trace(args.seed, args.brokers, args.drop_at)
     print(json.dumps(summary(result), sort_keys=True) if args.json else table(result))
 
 

@@ -77,3 +77,12 @@ def test_the_table_names_each_stop(result: dict[str, Any]) -> None:
     for role in ("publisher", "PHB", "RP", "F", "SHB", "subscriber"):
         assert f"  {role} " in text
     assert "whole path:" in text
+
+
+def test_a_nack_at_the_rp_is_answered_from_the_phbs_log() -> None:
+    result = path_trace.trace(seed=1, brokers=16, drop_at="RP")
+    stops = result["nack"]["stops"]
+    assert [s["role"] for s in stops] == ["RP", "PHB", "RP", "F", "SHB"]
+    assert "Timer" in stops[0]["inputs"][0]
+    assert len(stops[1]["inputs"]) == 2  # the nack's bytes, then the log's answer to the read it asked for
+    assert result["event"] == path_trace.trace(seed=1, brokers=16)["event"]  # the event's path is the same
