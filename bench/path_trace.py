@@ -28,10 +28,12 @@ causality, backwards from the end (inputs and effects recognised by their fields
 names): a `Received` input was caused by the `Send` effect, written on
 the same simulated connection by the broker at its other end, whose bytes it holds (the one that
 carries the event's payload when there are several); a `WriteSynced` by the `Sync` with its token;
-a `LogRead` by the `ReadLog` with its reader. The event's path ends at the SHB's input that carries
-the event (then the subscriber's client reading it) and goes back to the PHB's `Received` of the
-PUBLISH (then the publisher's client writing it); the nack's path ends at the SHB's input that
-carries the answer and goes back to the `TimerFired` that sent the nack (the SHB's, or the RP's).
+a `LogRead` by the `ReadLog` with its reader; any other input that the runtime handed the same
+broker in the same step, right after another (a deferred input), by that other one. The event's
+path ends at the SHB's input that sends the event to the subscriber (then the subscriber's client
+reading it) and goes back to the PHB's `Received` of the PUBLISH (then the publisher's client
+writing it); the nack's path ends at the SHB's input that sends the answered event to the
+subscriber and goes back to the `TimerFired` that sent the nack (the SHB's, or the RP's).
 
 What is counted. Every Python frame event of the profiler (`call`, and `return`; a generator's
 resumption is a call and its `yield` a return) gives a location: for a call, the file of the
@@ -111,6 +113,7 @@ class Segment:
 
     index: int
     now: int
+    step: int  # the world's step it ran in
     node: str | None  # the broker's name; None for a step in which no core handled anything
     inp: Any = None
     effects: list[Any] = field(default_factory=list)
@@ -138,6 +141,7 @@ class PathTracer:
         self._current: Segment | None = None
         self._handle_frame: FrameType | None = None
         self._step_segments: list[Segment] = []
+        self._steps = 0
 
     def location(self, filename: str) -> str | None:
         where = self._where.get(filename)
@@ -151,7 +155,8 @@ class PathTracer:
         """Run one action of the world under the profiler; the segments it made."""
         self._cores = {id(node.core): node for node in self.run.nodes if node.core is not None}
         self._step_segments = []
-        self._current = Segment(len(self.segments), self.run.world.now, None)
+        self._steps += 1
+        self._current = Segment(len(self.segments), self.run.world.now, self._steps, None)
         self._handle_frame = None
         sys.setprofile(self._profile)
         try:
@@ -182,7 +187,7 @@ class PathTracer:
     def _begin(self, node: BrokerNode, frame: FrameType) -> None:
         inp = frame.f_locals[frame.f_code.co_varnames[1]]
         if self._step_segments:  # a later input in the same step: a segment of its own
-            seg = Segment(len(self.segments) + len(self._step_segments), self.run.world.now, node.name)
+            seg = Segment(len(self.segments) + len(self._step_segments), self.run.world.now, self._steps, node.name)
         else:  # the first: what the runtime did to get here is its head
             seg = self._current
             assert seg is not None
@@ -253,6 +258,9 @@ def cause(segments: list[Segment], seg: Segment, mark: bytes | None) -> Segment 
             value = getattr(inp, field_name)
             return next((s for s in reversed(earlier) if s.node == seg.node and any(
                 not has_bytes(e) and getattr(e, field_name, None) == value for e in s.effects)), None)
+    before = earlier[-1] if earlier else None  # an input the runtime queued while applying the one before
+    if before is not None and before.step == seg.step and before.node == seg.node:
+        return before
     return None
 
 
@@ -465,8 +473,7 @@ def trace(seed: int = 1, brokers: int = 16, drop_at: str = "SHB") -> dict[str, A
 
 def delivered_by(tracer: PathTracer, node: str, mark: bytes) -> Segment:
     """The broker's input during which it sent the event's bytes to a client (the subscriber)."""
-    return next(s for s in tracer.segments if s.node == node and carries(s, mark)
-                and any(mark in sent for _, sent in s.sends))
+    return next(s for s in tracer.segments if s.node == node and any(mark in sent for _, sent in s.sends))
 
 
 def _event_path(tracer: PathTracer, roles: dict[str, int], nodes: list[BrokerNode], mark: bytes) -> list[Segment]:
