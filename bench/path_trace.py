@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One event's path, and one nack's, through the simulator: the modules each broker's code passes.
 
-  python bench/path_trace.py [--seed 1] [--brokers 16] [--drop-at SHB|RP] [--json]
+  python bench/path_trace.py [--seed 1] [--brokers 16] [--drop-at SHB|RP] [--walks folded|core|all] [--json]
 
 What it runs. An overlay of `--brokers` real broker cores in the deterministic simulator, built by
 `tidings.sim.delivery_scenario.DeliveryRun` (its guaranteed-delivery configuration, no faults,
@@ -65,9 +65,9 @@ views are printed beside them for the full cost. Files are discovered as the cod
 script names no module of the project and keeps working when modules move between folders.
 
 Output: a table per path (per broker: inputs, module changes and distinct files in each view; the
-whole path's distinct files) and the folded walk of every segment; `--json` prints one line of
-counts instead. The same seed gives the same figures (the test runs it twice, in two processes
-with different hash seeds).
+whole path's distinct files) and the walk of every segment in one view (`--walks`, folded by
+default); `--json` prints one line of counts instead. The same seed gives the same figures (the
+test runs it twice, in two processes with different hash seeds).
 """
 
 from __future__ import annotations
@@ -396,7 +396,8 @@ def figures(path: list[Segment], names: dict[str, str]) -> dict[str, Any]:
         if not stops or stops[-1]["node"] != who:
             stops.append({"role": names.get(who, "hop" if seg.node else who), "node": who, "inputs": [],
                           "changes_all": 0, "changes_core": 0, "changes_folded": 0, "changes_folded_handle": 0,
-                          "files_all": set(), "files_core": set(), "files_folded": set(), "walks_folded": []})
+                          "files_all": set(), "files_core": set(), "files_folded": set(),
+                          "walks_all": [], "walks_core": [], "walks_folded": []})
         stop = stops[-1]
         every, core, folded = (walk(seg.events, view) for view in ("all", "core", "folded"))
         begin, end = seg.handle_span
@@ -408,6 +409,8 @@ def figures(path: list[Segment], names: dict[str, str]) -> dict[str, Any]:
         stop["files_all"].update(every)
         stop["files_core"].update(core)
         stop["files_folded"].update(folded)
+        stop["walks_all"].append(every)
+        stop["walks_core"].append(core)
         stop["walks_folded"].append(folded)
     out: dict[str, Any] = {"stops": stops}
     for view in ("all", "core", "folded"):
@@ -498,7 +501,10 @@ def _nack_path(tracer: PathTracer, nacker: str, shb: str, mark: bytes) -> list[S
 # ---- output --------------------------------------------------------------------------------------
 
 
-def table(result: dict[str, Any]) -> str:
+WALKS = {"all": "every file", "core": "core/ only", "folded": "core/, leaf visits folded"}
+
+
+def table(result: dict[str, Any], walks: str = "folded") -> str:
     roles = result["roles"]
     lines = [f"path_trace seed={result['seed']} brokers={result['brokers']}: "
              + ", ".join(f"{role} {name}" for role, name in roles.items())
@@ -522,12 +528,12 @@ def table(result: dict[str, Any]) -> str:
                          f"{', '.join(stop['inputs'])}")
         lines.append(f"  whole path: {len(fig['files_all'])} distinct files under src/tidings, "
                      f"{len(fig['files_core'])} under core/, {len(fig['files_folded'])} in the folded walks")
-        lines.append("  walks (core/, leaf visits folded):")
+        lines.append(f"  walks ({WALKS[walks]}), paths under src/tidings:")
         for stop in fig["stops"]:
-            for inp, steps in zip(stop["inputs"], stop["walks_folded"], strict=True):
-                lines.append(f"    {stop['role']} {inp}: {' > '.join(s.removeprefix(CORE) for s in steps) or '-'}")
-        lines.append("  files in the folded walks: " + ", ".join(f.removeprefix(CORE) for f in fig["files_folded"]))
-        lines.append("  other files under core/: " + ", ".join(f.removeprefix(CORE) for f in fig["files_core"]
+            for inp, steps in zip(stop["inputs"], stop[f"walks_{walks}"], strict=True):
+                lines.append(f"    {stop['role']} {inp}: {' > '.join(steps) or '-'}")
+        lines.append("  files in the folded walks: " + ", ".join(fig["files_folded"]))
+        lines.append("  other files under core/: " + ", ".join(f for f in fig["files_core"]
                                                           if f not in fig["files_folded"]))
         lines.append("  files outside core/: " + ", ".join(f for f in fig["files_all"] if not f.startswith(CORE)))
     return "\n".join(lines)
@@ -539,8 +545,8 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     for key in ("event", "nack"):
         fig = result[key]
         out[key] = {
-            "stops": [{k: (len(v) if k.startswith("files") else v) for k, v in stop.items() if k != "walks_folded"}
-                      for stop in fig["stops"]],
+            "stops": [{k: (len(v) if k.startswith("files") else v) for k, v in stop.items()
+                       if not k.startswith("walks")} for stop in fig["stops"]],
             **{f"files_{view}": len(fig[f"files_{view}"]) for view in ("all", "core", "folded")},
         }
     return out
@@ -552,10 +558,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--brokers", type=int, default=16)
     parser.add_argument("--drop-at", choices=sorted(DROPS), default="SHB",
                         help="who misses the nacked event: SHB (F answers from its cache) or RP (the PHB's log)")
+    parser.add_argument("--walks", choices=sorted(WALKS), default="folded", help="which view's walks the table prints")
     parser.add_argument("--json", action="store_true", help="one line of JSON instead of the table")
     args = parser.parse_args(argv)
     result = trace(args.seed, args.brokers, args.drop_at)
-    print(json.dumps(summary(result), sort_keys=True) if args.json else table(result))
+    print(json.dumps(summary(result), sort_keys=True) if args.json else table(result, args.walks))
 
 
 if __name__ == "__main__":
