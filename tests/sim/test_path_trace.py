@@ -78,7 +78,7 @@ def test_the_table_names_each_stop(result: dict[str, Any]) -> None:
         assert f"  {role} " in text
     assert "whole path:" in text
     every = path_trace.table(result, walks="all")  # the walks with the runtime's files
-    assert "sim/" in every.split("walks (every file)")[1] and "core/broker/" in every
+    assert "sim/" in every.split("walks (every file)")[1] and "core/" in every
 
 
 def test_a_nack_at_the_rp_is_answered_from_the_phbs_log() -> None:
