@@ -2,8 +2,8 @@
 
 from tests.unit.core_harness import Harness, delivered, of_type
 from tidings.core.config import BrokerConfig
-from tidings.core.session.client_session import ClientSession
 from tidings.core.effects import Send
+from tidings.core.session.client_session import ClientSession
 from tidings.core.subscription.leases import EndSubscription, Leases
 from tidings.core.wire import messages
 

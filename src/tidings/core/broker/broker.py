@@ -1,38 +1,29 @@
-"""The broker core: a thin composer routing inputs between the machines of one broker.
+"""The broker core: the composer of one broker's machines. It hands each input to the machine that
+owns it, dispatches each client message by type, routes each effect by type, gives the runtime the
+earliest deadline and reports the machines' figures (metrics.py). It never blocks: each `handle`
+returns effects for the runtime to apply.
 
-- `ClientConnection` (connection.py) turns bytes into messages and owns the handshake;
-- `Intake` (intake.py) checks each published event, gives the good ones ticks, logs them as one
-  batch, and pauses a publisher while too much waits for the disk; with `DedupWindow` (dedup.py)
-  it sorts out an idempotent PUBLISH (one carrying a producer id): events logged before are
-  answered with their tick, once it is durable, and not logged again;
-- `Pubend` (reliability/pubend.py) gives ticks, and holds batches until the runtime reports them
-  synced; only then are publishers acknowledged and events fanned out (knowledge is durable);
-- `SubscriptionIndex` (filters/) finds the subscriptions an event matches without testing each;
-- `Subend` (reliability/subend.py) delivers one subscription's own-pubend events in tick order,
-  live or catching up from the log;
-- `TreeMemberships` (memberships.py) says when this broker joins a tree (its first local member)
-  and leaves it (its last, away durable registrations counting);
-- `RemoteDelivery` (reliability/subend.py) picks each subend's share of other pubends' events;
-- `DurableSubscriptions` (durable.py) gives a durable subscription its start and registration,
-  takes its acknowledgements, and saves and expires what this broker hosts;
-- `Constream` (reliability/constream.py) records in the PFS which ticks matched the durable
-  registrations it records, plans a resumed one's catchup reads, and tells the reliability node
-  both; the broker hands it the durable machine's outcomes and carries out what it returns;
-- `ClusterMember` (cluster.py) holds this broker's peer links (peers.py: one connection per pair
-  of brokers), Pastry node, Scribe agent and `ReliabilityNode` (reliability/node.py), once
-  `start_overlay` has been called; the runtime's inputs on peer connections go to it whole.
+- `Reading` (reading.py) reads the client connections (`ClientConnection`, connection.py: framing
+  and the handshake): the one owner of whether a connection is read, and of what it may cost;
+- `RouteAdvice` (advice.py): WELCOME's info and the route advice to clients;
+- `Intake` (publish/intake.py) checks, ticks and logs each PUBLISH (`DedupWindow`: idempotent ones),
+  and `Pubend` holds batches until the runtime reports them synced: only then are publishers
+  acknowledged and events fanned out; `SubscriptionIndex` (filters/) finds the matching subscriptions;
+- `Subend` and `RemoteDelivery` (subscription/subend.py) deliver a subscription's own-pubend events
+  (live or from the log) and its share of other pubends' events; `Leases` (subscription/leases.py)
+  end the subscriptions of a client that stopped renewing;
+- `LocalTrees` (multicast/local_trees.py, over subscription/memberships.py) joins and leaves the
+  trees for the local subscriptions under the trees' access lists;
+- `DurableSubscriptions`, `Registrations` and `Constream` (durable/): durable subscriptions, their
+  registrations and the PFS;
+- `ClusterMember` (cluster.py) holds the peer links, the Pastry node, the Scribe agent and the
+  `ReliabilityNode` once `start_overlay` has been called; the runtime's inputs on peer connections
+  go to it whole. Clients and peers share the listening port: a connection whose first frame is
+  PEER_HELLO is handed to the peer links.
 
-Across brokers (DESIGN §2, docs/delivery.md): each sync's durable events become knowledge of this
-pubend's stream on the trees of their channels (`a/b/c`, `a/b/c/#`, `a/b/#`, `a/#`, `#`:
-multicast/trees.py); each live subscription makes this broker a member of one tree, and the
-reliability node hands the broker other pubends' events of that tree (`Deliver`) in tick order,
-exactly once, for the subscriptions that consume them; `RemoteDelivery` matches each against
-each subscription's pattern and filter, and the broker sends it. This broker's own events reach
-its publisher-order subscriptions from its own fan-out and log. Clients and peers share the
-listening port; a connection whose first frame is PEER_HELLO belongs to the peer links.
-
-Beyond checking a SUBSCRIBE (its pattern, filter and access), the broker holds no protocol rule.
-It never blocks: each `handle` returns effects for the runtime to apply.
+Across brokers (DESIGN §2, docs/delivery.md) each sync's durable events become knowledge of this
+pubend's stream on the trees of their channels, and the reliability node hands the broker other
+pubends' events of the trees it is a member of (`Deliver`), in tick order, exactly once.
 """
 
 from __future__ import annotations
@@ -42,10 +33,11 @@ from typing import Any, NamedTuple
 from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy
+from tidings.core.broker import metrics
 from tidings.core.broker.advice import RouteAdvice
 from tidings.core.broker.cluster import ClusterMember, Reliability
 from tidings.core.broker.connection import OPEN, ClientConnection, ClientMessage, Hold, PeerHandover
-from tidings.core.broker.reading import Opened, Reading, Served
+from tidings.core.broker.reading import Reading, Served
 from tidings.core.broker.refusals import ClientErrors
 from tidings.core.channels import validate_pattern
 from tidings.core.config import BrokerConfig
@@ -87,8 +79,8 @@ from tidings.core.inputs import (
     WriteSynced,
 )
 from tidings.core.links.peer_links import PeerLinks
-from tidings.core.multicast.access import admits
 from tidings.core.multicast.effects import AccessChanged
+from tidings.core.multicast.local_trees import JoinTree, LocalTrees, NameMembers, TreeEffect
 from tidings.core.multicast.trees import subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
@@ -146,6 +138,7 @@ class Broker:
         self.wall_us = 0  # the last wall clock an input brought, for messages handled without one
         self.cluster: ClusterMember | None = None
         self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
+        self.trees = LocalTrees(self.guard, self.memberships)  # joining them under access lists (multicast/)
         self.remote = RemoteDelivery()  # other pubends' events for local subscriptions
         expiry_us = config.durable_expiry_ns // 1000
         self.dedup = DedupWindow(config.dedup_window_ns // 1000, config.dedup_entries_max,
@@ -164,7 +157,7 @@ class Broker:
         if isinstance(inp, Received | TimerFired) and inp.wall_us:
             self.wall_us = inp.wall_us
             if self.cluster is not None:
-                self._gd().wall_us = inp.wall_us
+                self.cluster.wall_clock(inp.wall_us)
         if isinstance(inp, Connected | ConnectFailed) or (
                 isinstance(inp, Received | ConnectionLost | SendBlocked | SendDrained)
                 and self.cluster is not None and self.cluster.owns(inp.conn)):
@@ -175,7 +168,10 @@ class Broker:
             elif type(inp) is ConnectionLost:
                 self.reading.lost(inp.conn)
         elif isinstance(inp, Received):
-            self._serve(self.reading.received(inp.now, inp.conn, inp.data, out), out)
+            c = self.reading.received(inp.conn, inp.data)
+            if c is not None:
+                self._serve(self.reading.serve(inp.now, c, out), out)
+                self.reading.read_done(inp.now, c, out)
             if self.cluster is not None and self.cluster.owns(inp.conn):  # it was another broker's
                 self._peer_partial(inp.now, inp.conn, out)
         elif isinstance(inp, WriteSynced):
@@ -232,8 +228,7 @@ class Broker:
             self.memberships.hold(tree, count)
         self.constream.start(now, self._gd(), self.config.durable_pfs, self.registrations.all(),
                              lambda effects: self._reliability(effects, out))
-        for tree in self.memberships.members:
-            self._cluster_effects(self.cluster.subscribe(now, tree), out)
+        self._cluster_effects(self._tree_effects(self.trees.start(self.cluster.access_lists)), out)
         self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
         return out
 
@@ -293,10 +288,7 @@ class Broker:
         not yet synced, trees whose root has not acknowledged this pubend's stream); 0 when stopping
         now delays no logged event until a restart."""
         self.now = now
-        owed = self.pubend.pending_batches
-        if self.cluster is not None:
-            owed += self._gd().source.unacknowledged(now)
-        return owed
+        return self.pubend.pending_batches + (0 if self.cluster is None else self.cluster.unacknowledged(now))
 
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
@@ -310,7 +302,7 @@ class Broker:
     def _serve(self, served: Served, out: list[Effect]) -> None:
         """Each message the reading machine pulls, to the machine that owns it (core/broker/reading.py)."""
         for c, msg in served:
-            if isinstance(msg, Opened):
+            if msg is None:  # its handshake is done
                 out += self._advise([c.conn])
             else:
                 self._dispatch(c, msg, out)
@@ -329,8 +321,8 @@ class Broker:
         elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
             self._subscribe(c, messages.Subscribe(msg.sub, msg.pattern, msg.filter, messages.START_AFTER,
                                                   msg.after, msg.end), wall_us, out, bulk=True,
-                            spans=msg.spans and self.config.spans_fit_frames and self.guard.may_read_everything(
-                                c.identity, None if self.cluster is None else self.cluster.scribe))
+                            spans=msg.spans and self.config.spans_fit_frames and self.trees.may_read_everything(
+                                c.identity))
         elif isinstance(msg, messages.Unsubscribe):
             self._unsubscribe(c, msg.sub, msg.forget, out)
         elif isinstance(msg, messages.Renew):
@@ -602,42 +594,29 @@ class Broker:
         """Make subscription `s` a member of `tree` (from `positions` for the pubends a durable
         subscription's token names); TidingsError (and nothing changed) when this
         broker cannot join one more tree."""
-        key = s.key
-        memberships = self.memberships
-        if self.cluster is not None:
-            gd = self._gd()
-            effects = gd.local_subscribe(self.now, key, tree, start, s.total, s.pattern,
-                                         "" if s.filter is None else s.filter.text, positions)
-            identity = self.connections[s.conn].identity
-            if memberships.first(tree):
-                try:  # with rules, this broker creates the trees it joins first (multicast/access.py)
-                    effects += self.cluster.subscribe(self.now, tree, ((identity, s.pattern),),
-                                                      self.guard.creation(identity, tree))
-                except TidingsError:
-                    gd.local_unsubscribe(self.now, key, tree)
-                    raise
-            else:
-                self.cluster.scribe.add_member(tree, (identity, s.pattern))
-            self._reliability(effects, out)
-        memberships.join(key, tree)
+        joins = self.trees.join(s.key, tree, (self.connections[s.conn].identity, s.pattern))
+        if self.cluster is None:
+            return
+        gd = self._gd()
+        effects = gd.local_subscribe(self.now, s.key, tree, start, s.total, s.pattern,
+                                     "" if s.filter is None else s.filter.text, positions)
+        try:
+            effects += self._tree_effects(joins)
+        except TidingsError:
+            gd.local_unsubscribe(self.now, s.key, tree)
+            self.trees.undo(s.key)
+            raise
+        self._reliability(effects, out)
 
     def _tree_refusal(self, identity: str, pattern: str) -> TidingsError | None:
-        """The refusal when the access list this broker holds for the pattern's tree excludes it."""
-        tree = subscription_tree(pattern)
-        if self.cluster is None or self.cluster.scribe.admits(tree, identity, pattern) is not False:
-            return None
-        return self.guard.tree_refusal(identity, pattern, tree, self.cluster.scribe.creator(tree))
+        return self.trees.refusal(identity, pattern)
 
     def _access_changed(self, eff: AccessChanged, out: list[Effect]) -> None:
         """A tree's access list reached this broker: its subscriptions there that the list does
         not admit end, each with a `forbidden` error to its client."""
-        acl = eff.metadata.acl
-        for key in self.memberships.subends_on(eff.tree):
-            s = self.subends.get(key)
-            c = None if s is None else self.connections.get(s.conn)
-            if s is None or c is None or admits(acl, c.identity, s.pattern):
-                continue
-            error = self.guard.tree_refusal(c.identity, s.pattern, eff.tree, eff.metadata.creator)
+        for key, error in self.trees.excluded(eff.tree, eff.metadata.acl, eff.metadata.creator):
+            s = self.subends[key]
+            c = self.connections[s.conn]
             c.refuse(self.now, error.code, str(error), out, sub=s.sub)
             self._drop_subend(c, s, out)
             self.reading.hold_refusals(c, out)
@@ -649,23 +628,33 @@ class Broker:
         self.guard.reload(guard_policy)
         out: list[Effect] = []
         if self.cluster is not None:
-            for tree, creator, acl in self.guard.recreations(self.cluster.scribe.created()):
+            for tree, creator, acl in self.trees.recreations():
                 self._cluster_effects(self.cluster.create(now, tree, creator, acl), out)
         return out
 
     def _leave_tree(self, key: int, out: list[Effect], held: bool = False) -> None:
-        """Subend `key` leaves its tree (`held`: its durable registration is a member in its place);
-        the broker leaves the tree with its last member (core/subscription/memberships.py)."""
-        tree, last = self.memberships.leave(key, held)
+        """Subend `key` leaves its tree (`held`: its durable registration is a member in its place)."""
+        tree, effects = self.trees.leave(key, held)
         if self.cluster is not None:
             self._reliability(self._gd().local_unsubscribe(self.now, key, tree), out)
-            if last:
-                self._cluster_effects(self.cluster.unsubscribe(self.now, tree), out)
+            self._cluster_effects(self._tree_effects(effects), out)
 
     def _member_gone(self, tree: str, out: list[Effect]) -> None:
         """An away durable registration of `tree` ended (or its subscriber is back on a subend)."""
-        if self.memberships.member_gone(tree) and self.cluster is not None:
-            self._cluster_effects(self.cluster.unsubscribe(self.now, tree), out)
+        self._cluster_effects(self._tree_effects(self.trees.member_gone(tree)), out)
+
+    def _tree_effects(self, effects: list[TreeEffect]) -> list[Any]:
+        """Carry out what the local trees decided (core/multicast/local_trees.py): the cluster member's output."""
+        out: list[Any] = []
+        for eff in effects:
+            assert self.cluster is not None  # (only in an overlay do they decide anything)
+            if isinstance(eff, JoinTree):
+                out += self.cluster.subscribe(self.now, eff.tree, eff.members, eff.creation)
+            elif isinstance(eff, NameMembers):
+                self.cluster.name_members(eff.tree, eff.gone, eff.members)
+            else:
+                out += self.cluster.unsubscribe(self.now, eff.tree)
+        return out
 
     def _publish_to_trees(self, batches: list[Any], out: list[Effect]) -> None:
         """Each durable event goes to the trees that may hold its subscribers, as knowledge of this
@@ -705,39 +694,19 @@ class Broker:
     # ---- observation -----------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
+        """The machines' figures (core/broker/metrics.py) and what else an operator reads."""
         log = self.log
         return {
             "pubend": self.pubend.pubend_id,
-            "clients": self.reading.open_clients(),
             "draining": self.advice.draining,
-            "subscriptions": len(self.subends),
-            "subscriptions_live": sum(1 for s in self.subends.values() if s.live),
-            "catchup_readers": sum(1 for s in self.subends.values() if not s.live),
+            **metrics.read(self),
             **self.registrations.status(),
-            **self.constream.status(),
-            "leases_held": len(self.leases),
-            "leases_expired": self.leases.expired_total,
             "lease_ns": self.leases.lease_ns,
-            "blocked_connections": self.reading.blocked(),
-            "partial_frame_bytes": self.reading.partials.held_bytes,  # against partial_frames_bytes_max
-            "events_published": self.intake.events_published,
-            "events_rejected": self.intake.events_rejected,
-            "events_delivered": self.events_delivered,
-            "read_span_bytes": self.read_span_bytes,
-            "pending_sync_batches": self.pubend.pending_batches,
-            "pending_sync_bytes": self.pubend.pending_bytes,
-            "paused_publishers": len(self.intake.paused),
-            **self.dedup.status(),
-            "first_tick": log.first_tick,
-            "last_tick": self.pubend.synced_tick,
             "last_event_tick": log.last_tick,  # the newest logged event's (Spark: is there anything to read?)
-            "released_through": log.released_through,
-            "log_bytes": log.log_bytes,
-            "log_records": log.record_count,
             "tick_marks": list(log.tick_marks),
             "channels": self.intake.traffic.top(),
             "connections": self._connections_status(),
-            **self._cluster_status(),
+            **({} if self.cluster is None else self.cluster.status()),
             **self.client_errors.status(),
             **self.guard.status(),
         }
@@ -762,9 +731,3 @@ class Broker:
         if isinstance(status["lag_ticks"], int):
             lags[self.pubend.pubend_id] = status["lag_ticks"]
         return {**status, "lag_by_pubend": lags, "lag_ticks": max(lags.values(), default=status["lag_ticks"])}
-
-    def _cluster_status(self) -> dict[str, Any]:
-        if self.cluster is None:
-            return {}
-        return {**self.cluster.status(), "events_remote_delivered": self.remote.events_delivered,
-                "peer_messages_rejected": self.remote.records_rejected + self.cluster.peer_messages_rejected}

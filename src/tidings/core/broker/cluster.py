@@ -265,6 +265,16 @@ class ClusterMember:
         assert self.directory is not None and self.reliability is not None
         return self._settle(now, self.directory.forget(now, self.reliability.wall_us, pubend))
 
+    def wall_clock(self, wall_us: int) -> None:
+        """The broker's wall clock at its latest input that had one (the reliability node's merge
+        points and release use it)."""
+        if self.reliability is not None:
+            self.reliability.wall_us = wall_us
+
+    def unacknowledged(self, now: int) -> int:
+        """Trees whose root has not acknowledged this pubend's stream (0 without guaranteed delivery)."""
+        return 0 if self.reliability is None else self.reliability.source.unacknowledged(now)
+
     def neighbours(self) -> tuple[list[tuple[str, int]], list[str]] | None:
         """For route advice (core/broker/advice.py): the brokers nearest this one, (address, RTT in ns)
         nearest first, and the leaf set's addresses; None until the overlay join completed."""

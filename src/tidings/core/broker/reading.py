@@ -70,12 +70,9 @@ class ReadTimer(NamedTuple):
 ReadingTimer = HandshakeTimer | ReadTimer
 
 
-class Opened(NamedTuple):
-    """The connection finished its handshake (its WELCOME is out): the composer may advise it."""
-
-
-OPENED = Opened()
-Served = Iterator[tuple[ClientConnection, ClientMessage | Opened]]  # each message, for the composer to dispatch
+# each message, for the composer to dispatch; None once the handshake is done (WELCOME is out: the
+# composer may advise the client)
+Served = Iterator[tuple[ClientConnection, ClientMessage | None]]
 
 
 class Reading:
@@ -131,13 +128,17 @@ class Reading:
 
     # ---- reading ---------------------------------------------------------------------------------
 
-    def received(self, now: int, conn: int, data: bytes, out: list[Effect]) -> Served:
-        """Bytes from client connection `conn`: its messages, then its partial frame charged to the budget."""
+    def received(self, conn: int, data: bytes) -> ClientConnection | None:
+        """Bytes from client connection `conn`: the connection to `serve`, then `read_done`; None
+        when it is not read."""
         c = self.connections.get(conn)
         if c is None or c.state not in READ:
-            return
+            return None
         c.decoder.push(data)
-        yield from self.serve(now, c, out)
+        return c
+
+    def read_done(self, now: int, c: ClientConnection, out: list[Effect]) -> None:
+        """After serving what arrived: its partial frame charged to the budget."""
         if c.state == CLOSED:
             self.partials.forget(c.conn)
         elif c.state in READ:  # a held connection's whole frames wait unread, as bytes: only the partial one counts
@@ -169,7 +170,7 @@ class Reading:
             if opening and c.state is not AWAITING_HELLO:
                 self.timers.cancel(HandshakeTimer(conn))
                 if c.state is OPEN:
-                    yield c, OPENED
+                    yield c, None
             if msg is not None:
                 yield c, msg
             replied = 0  # what it was answered at once counts against its send queue

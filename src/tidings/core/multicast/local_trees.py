@@ -30,7 +30,6 @@ Invariant: `named[tree]` counts, for each pair, the subscriptions in `TreeMember
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import NamedTuple, Protocol
 
 from tidings.core.auth.guard import Guard
@@ -48,6 +47,8 @@ class AccessLists(Protocol):
     def creator(self, tree: str) -> str: ...
 
     def admits_everywhere(self, identity: str) -> bool: ...
+
+    def created(self) -> list[tuple[str, str]]: ...
 
 
 class JoinTree(NamedTuple):
@@ -75,25 +76,34 @@ TreeEffect = JoinTree | NameMembers | LeaveTree
 
 
 class LocalTrees:
-    __slots__ = ("_member_of", "guard", "memberships", "named")
+    __slots__ = ("_member_of", "guard", "lists", "memberships", "named")
 
     def __init__(self, guard: Guard, memberships: TreeMemberships) -> None:
         self.guard = guard
         self.memberships = memberships
+        self.lists: AccessLists | None = None  # in an overlay: the lists this node holds (`start`)
         self.named: dict[str, dict[Member, int]] = {}  # tree -> pair -> its subscriptions, in the order named
         self._member_of: dict[int, Member] = {}  # subscription key -> the pair it stands for
 
-    def join(self, key: int, tree: str, member: Member) -> TreeEffect:
-        """Subscription `key`, for `member`, joins `tree`. A JoinTree the composer cannot carry out
-        (a local limit) is taken back with `undo`."""
+    def start(self, lists: AccessLists) -> list[TreeEffect]:
+        """The broker takes part in the overlay: it joins the trees it is a member of already
+        (away durable registrations count from the start)."""
+        self.lists = lists
+        return [JoinTree(tree, (), None) for tree in self.memberships.members]
+
+    def join(self, key: int, tree: str, member: Member) -> list[TreeEffect]:
+        """Subscription `key`, for `member`, joins `tree`: nothing to do outside an overlay. A
+        JoinTree the composer cannot carry out (a local limit) is taken back with `undo`."""
         first = self.memberships.first(tree)
         self.memberships.join(key, tree)
         named = self.named.setdefault(tree, {})
         named[member] = named.get(member, 0) + 1
         self._member_of[key] = member
+        if self.lists is None:
+            return []
         if first:  # with rules, this broker creates the trees it joins first (multicast/access.py)
-            return JoinTree(tree, (member,), self.guard.creation(member[0], tree))
-        return NameMembers(tree, None, (member,))
+            return [JoinTree(tree, (member,), self.guard.creation(member[0], tree))]
+        return [NameMembers(tree, None, (member,))]
 
     def undo(self, key: int) -> None:
         """The JoinTree of `key` failed: nothing of it stays."""
@@ -106,24 +116,32 @@ class LocalTrees:
         its place): the tree, and what the broker's SUBSCRIBE and membership become."""
         tree, last = self.memberships.leave(key, held)
         gone = self._unname(key, tree)
-        effects: list[TreeEffect] = [] if gone is None else [NameMembers(tree, gone, self._names(tree))]
-        if last:
+        effects: list[TreeEffect] = []
+        if self.lists is not None and gone is not None:
+            effects.append(NameMembers(tree, gone, self._names(tree)))
+        if last and self.lists is not None:
             effects.append(LeaveTree(tree))
         return tree, effects
 
     def member_gone(self, tree: str) -> list[TreeEffect]:
         """An away durable registration of `tree` ended (or its subscriber is back on a subend)."""
-        return [LeaveTree(tree)] if self.memberships.member_gone(tree) else []
-
-    def trees(self) -> Iterable[str]:
-        """The trees this broker is a member of."""
-        return self.memberships.members
+        return [LeaveTree(tree)] if self.memberships.member_gone(tree) and self.lists is not None else []
 
     # ---- the access lists ----------------------------------------------------------------------
 
-    def refusal(self, lists: AccessLists | None, identity: str, pattern: str) -> TidingsError | None:
+    def may_read_everything(self, identity: str) -> bool:
+        """Whether `identity` may read every channel here (a READ's SPAN frames carry them all)."""
+        return self.guard.may_read_everything(identity, self.lists)
+
+    def recreations(self) -> list[tuple[str, str, Acl | None]]:
+        """After the guard's rules were reloaded: (tree, creator, access list) for each tree this
+        broker created, to CREATE again (the rendez-vous point passes the new list down)."""
+        return [] if self.lists is None else self.guard.recreations(self.lists.created())
+
+    def refusal(self, identity: str, pattern: str) -> TidingsError | None:
         """The refusal when the access list this broker holds for the pattern's tree excludes it."""
         tree = subscription_tree(pattern)
+        lists = self.lists
         if lists is None or lists.admits(tree, identity, pattern) is not False:
             return None
         return self.guard.tree_refusal(identity, pattern, tree, lists.creator(tree))
