@@ -120,6 +120,10 @@ class RouteAdvice:
             "bulk_read": True,  # READ is served (an older broker answers it unknown-message)
             "read_spans": True}  # and may be answered with SPAN frames (reliability/subend.py)
 
+    def drain(self) -> None:
+        """The broker is stopping: from now on every advice says `draining`, and so does WELCOME."""
+        self.draining = True
+
     def welcome_info(self, clients: int) -> dict[str, Any]:
         """WELCOME's info, with the load a client probing this broker for route advice reads."""
         return {**self.features, "clients": clients, "draining": self.draining,

@@ -93,7 +93,6 @@ from tidings.core.subscription.memberships import TreeMemberships
 from tidings.core.subscription.subend import RemoteDelivery, Subend
 from tidings.core.wire import messages
 
-CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status()`
 # what the cluster member asks of the runtime
 RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs, PeerRefused,
                    SaveDirectory)
@@ -275,7 +274,7 @@ class Broker:
     def drain(self, now: int) -> list[Effect]:
         """The broker is stopping: every client is advised to move to a neighbour."""
         self.now = now
-        self.advice.draining = True
+        self.advice.drain()
         return self._advise([c.conn for c in self.connections.values() if c.state == OPEN])
 
     def movable_clients(self) -> int:
@@ -705,25 +704,17 @@ class Broker:
             "last_event_tick": log.last_tick,  # the newest logged event's (Spark: is there anything to read?)
             "tick_marks": list(log.tick_marks),
             "channels": self.intake.traffic.top(),
-            "connections": self._connections_status(),
+            "connections": self.reading.status(self._subscription_status),
             **({} if self.cluster is None else self.cluster.status()),
             **self.client_errors.status(),
             **self.guard.status(),
         }
 
-    def _connections_status(self) -> list[dict[str, Any]]:
-        """Each open client connection (the first CONNECTIONS_REPORTED_MAX) with its subscriptions."""
-        synced = self.pubend.synced_tick
-        open_ = [c for c in self.connections.values() if c.state == OPEN][:CONNECTIONS_REPORTED_MAX]
-        return [{"conn": c.conn, "service": c.service, "instance": c.instance, "identity": c.identity,
-                 "blocked": c.blocked, "subscriptions": [self._subscription_status(s, synced) for s in c.subs.values()]}
-                for c in open_]
-
-    def _subscription_status(self, s: Subend, synced: int) -> dict[str, Any]:
+    def _subscription_status(self, s: Subend) -> dict[str, Any]:
         """The subend's status, with its lag on other brokers' streams: `lag_by_pubend` (ticks known
         here but not yet handed to it, per pubend, its own pubend's included) and `lag_ticks`, the
         largest of them."""
-        status = s.status(synced)
+        status = s.status(self.pubend.synced_tick)
         tree = self.memberships.tree_of.get(s.key)
         if self.cluster is None or tree is None:
             return status

@@ -31,27 +31,21 @@ States: a connection's own (connection.py `ConnState`); this machine adds only t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.broker.advice import RouteAdvice
-from tidings.core.broker.connection import (
-    AWAITING_HELLO,
-    CLOSED,
-    OPEN,
-    READ,
-    ClientConnection,
-    ClientMessage,
-    Hold,
-)
+from tidings.core.broker.connection import AWAITING_HELLO, CLOSED, OPEN, READ, ClientConnection, ClientMessage, Hold
 from tidings.core.broker.refusals import ClientErrors
 from tidings.core.config import BrokerConfig
 from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.wire import messages
 from tidings.core.wire.frames import PartialFrames
+
+CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status`
 
 
 class HandshakeTimer(NamedTuple):
@@ -272,6 +266,14 @@ class Reading:
         return peers
 
     # ---- observation -----------------------------------------------------------------------------
+
+    def status(self, subscription: Callable[[Any], dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each open client connection (the first CONNECTIONS_REPORTED_MAX) with its subscriptions'
+        `subscription` status."""
+        open_ = [c for c in self.connections.values() if c.state == OPEN][:CONNECTIONS_REPORTED_MAX]
+        return [{"conn": c.conn, "service": c.service, "instance": c.instance, "identity": c.identity,
+                 "blocked": c.blocked, "subscriptions": [subscription(s) for s in c.subs.values()]}
+                for c in open_]
 
     def open_clients(self) -> int:
         return sum(1 for c in self.connections.values() if c.state == OPEN)
