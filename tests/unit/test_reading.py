@@ -2,6 +2,10 @@
 only while nothing holds it, each hold is released by its owner alone, and what it sent waits, in
 order, until then."""
 
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
 from tidings.core.auth.guard import Guard
 from tidings.core.broker.advice import RouteAdvice
 from tidings.core.broker.connection import Hold
@@ -72,3 +76,83 @@ def test_a_stalled_partial_frame_waits_while_held_and_closes_once_read():
     list(r.release(150, 1, Hold.RATE, out))
     assert r.frames_overdue(250, out) == [] and out[-1] == Disconnect(1, out[-1].reason)
     assert r.partials.held_bytes == 0
+
+
+class ReadingMachine(RuleBasedStateMachine):
+    """Random holds, releases, send-queue flow, bytes and time on one open connection, against a
+    reference: what it sent is served in order, only while no owner holds it, and the runtime is
+    told to pause and resume reading once each way, exactly when the hold set changes."""
+
+    def __init__(self):
+        super().__init__()
+        self.r = reading()
+        self.session = opened(self.r)
+        self.c = self.r.connections[1]
+        self.now = 1
+        self.holds: set[Hold] = set()  # the reference
+        self.until: dict[Hold, int] = {}  # the holds that end at a deadline
+        self.sent = 0  # RENEWs sent
+        self.served = 0  # RENEWs served
+        self.paused = False  # what the runtime was last told
+
+    def _take(self, out, served):
+        for e in out:
+            if isinstance(e, PauseReading | ResumeReading):
+                assert self.paused == isinstance(e, ResumeReading)  # once each way
+                self.paused = isinstance(e, PauseReading)
+        for _, msg in served:
+            assert isinstance(msg, messages.Renew) and not self.holds
+            self.served += 1
+
+    @rule(count=st.integers(1, 3))
+    def send(self, count):
+        out = []
+        self.sent += count
+        c = self.r.received(1, self.session.renew() * count)
+        assert c is self.c
+        served = list(self.r.serve(self.now, c, out))
+        self.r.read_done(self.now, c, out)
+        self._take(out, served)
+
+    @rule(why=st.sampled_from([Hold.RATE, Hold.REFUSED]), after=st.integers(1, 50))
+    def hold(self, why, after):
+        self.r.hold(self.c, why, self.now + after)
+        self.holds.add(why)
+        self.until[why] = self.now + after
+        out = []
+        self.c.sync_reading(out)
+        self._take(out, [])
+
+    @rule(blocked=st.booleans())
+    def flow(self, blocked):
+        out = []
+        changed = self.r.flow(1, blocked, out)
+        assert (changed is not None) == (blocked != (Hold.SEND in self.holds))
+        served = []
+        if blocked:
+            self.holds.add(Hold.SEND)
+        elif changed is not None:
+            self.holds.discard(Hold.SEND)
+            served = list(self.r.release(self.now, 1, Hold.SEND, out))
+        self._take(out, served)
+
+    @rule(step=st.integers(1, 60))
+    def tick(self, step):
+        self.now += step
+        for why in [why for why, until in self.until.items() if until <= self.now]:
+            del self.until[why]
+            self.holds.discard(why)
+        out = []
+        self._take(out, list(self.r.handle_timeout(self.now, out)))
+
+    @invariant()
+    def read_only_when_nothing_holds(self):
+        assert set(self.c.holds) == self.holds
+        assert self.r.unread() == ({1} if self.holds else set())
+        if not self.holds:
+            assert self.served == self.sent  # nothing waits on a connection that is read
+        assert self.paused == bool(self.holds)
+
+
+TestReadingMachine = ReadingMachine.TestCase
+TestReadingMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
