@@ -88,7 +88,7 @@ from tidings.core.publish.dedup import DedupWindow
 from tidings.core.publish.intake import Intake
 from tidings.core.publish.pubend import Pubend
 from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityNode
-from tidings.core.subscription.leases import EndSubscription, Leases
+from tidings.core.subscription.leases import EndSubscription, Leases, lapsed
 from tidings.core.subscription.memberships import TreeMemberships
 from tidings.core.subscription.subend import RemoteDelivery, Subend
 from tidings.core.wire import messages
@@ -291,12 +291,15 @@ class Broker:
 
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
-        for eff in self.leases.lapse(now, self.connections, self.reading.unread()):
-            if isinstance(eff, EndSubscription):
-                c = self.connections[eff.conn]
-                self._drop_subend(c, c.subs[eff.sub], out, ended=eff.ended)
-            else:
-                out.append(eff)
+        for conn in self.leases.expired(now, self.reading.unread()):  # (those not read run on)
+            c = self.connections.get(conn)
+            if c is None:
+                continue
+            for eff in lapsed(conn, list(c.subs)):
+                if isinstance(eff, EndSubscription):
+                    self._drop_subend(c, c.subs[eff.sub], out, ended=eff.ended)
+                else:
+                    out.append(eff)
 
     def _serve(self, served: Served, out: list[Effect]) -> None:
         """Each message the reading machine pulls, to the machine that owns it (core/broker/reading.py)."""

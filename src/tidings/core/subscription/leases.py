@@ -6,23 +6,21 @@ is written to it, and with it subscriptions that keep their trees joined, their 
 and their queues growing. So every connection that holds at least one subscription holds a lease
 of `lease_ns`, granted in WELCOME (`lease_ns` in its info map). A SUBSCRIBE starts or extends the
 lease; a RENEW frame, which the client library sends every third of the lease while it is
-connected, extends it. A lease that runs out ends every subscription of its connection (`lapse`:
+connected, extends it. A lease that runs out ends every subscription of its connection (`lapsed`:
 each gets an ERROR `lease-expired`, so a client that was only late learns why, then an
-`EndSubscription` for the subscription side) and the broker's composer removes them everywhere: the
-index, the local streams, the trees (a pruning UNSUBSCRIBE goes up each tree). The connection
-itself stays open: it may still publish, and a late client may subscribe again.
-A connection without subscriptions holds no lease and costs no timer.
+`EndSubscription` for the subscription side) and the broker's composer removes them everywhere:
+the index, the local streams, the trees (a pruning UNSUBSCRIBE goes up each tree). The connection
+itself stays open: it may still publish, and a late client may subscribe again. A connection
+without subscriptions holds no lease and costs no timer.
 
 One lease per connection rather than per subscription: renewals come from the client as a whole,
-so one deadline says the same thing with one timer. A connection the broker is not reading (held
-for its send queue, its rate, the disk or a refusal window: core/broker/reading.py) keeps its
-lease, since its RENEWs wait unread.
+so one deadline says the same thing with one timer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
-from typing import NamedTuple, Protocol
+from collections.abc import Container, Iterable
+from typing import NamedTuple
 
 from tidings.core import errors
 from tidings.core.deadlines import Deadlines
@@ -32,25 +30,6 @@ from tidings.core.wire import messages
 
 class LeaseTimer(NamedTuple):
     conn: int
-
-
-class EndSubscription(NamedTuple):
-    """For the subscription side: subscription `sub` of connection `conn` ends here (`ended`: for
-    good; else a durable one stays registered, away)."""
-
-    conn: int
-    sub: int
-    ended: bool
-
-
-class Subscriber(Protocol):
-    """What a lease needs of a client connection: its subscriptions, by the client's id."""
-
-    @property
-    def subs(self) -> Mapping[int, object]: ...
-
-
-LeaseEffect = Send | EndSubscription
 
 
 class Leases:
@@ -96,17 +75,28 @@ class Leases:
         self.expired_total += len(conns)
         return conns
 
-    def lapse(self, now: int, connections: Mapping[int, Subscriber], unread: Container[int]) -> list[LeaseEffect]:
-        """The connections that stopped renewing (those in `unread` run on): each of their
-        subscriptions is told why, then ends (a durable one is away, not ended)."""
-        out: list[LeaseEffect] = []
-        for conn in self.expired(now, unread):
-            c = connections.get(conn)
-            for sub in () if c is None else list(c.subs):
-                out.append(Send(conn, messages.error(errors.LEASE_EXPIRED, "the subscription's lease expired: "
-                                                     "the client did not renew it in time", sub=sub)))
-                out.append(EndSubscription(conn, sub, ended=False))
-        return out
-
     def __len__(self) -> int:
         return len(self._timers)
+
+
+class EndSubscription(NamedTuple):
+    """For the subscription side: subscription `sub` of connection `conn` ends here (`ended`: for
+    good; else a durable one stays registered, away)."""
+
+    conn: int
+    sub: int
+    ended: bool
+
+
+LeaseEffect = Send | EndSubscription
+
+
+def lapsed(conn: int, subs: Iterable[int]) -> list[LeaseEffect]:
+    """The lease of `conn` ran out: each of its subscriptions `subs` is told why, then ends (a
+    durable one is away, not ended)."""
+    out: list[LeaseEffect] = []
+    for sub in subs:
+        out.append(Send(conn, messages.error(errors.LEASE_EXPIRED, "the subscription's lease expired: "
+                                             "the client did not renew it in time", sub=sub)))
+        out.append(EndSubscription(conn, sub, ended=False))
+    return out
