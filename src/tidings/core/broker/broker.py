@@ -275,7 +275,7 @@ class Broker:
         """The broker is stopping: every client is advised to move to a neighbour."""
         self.now = now
         self.advice.drain()
-        return self._advise([c.conn for c in self.connections.values() if c.state == OPEN])
+        return self._advise(self.reading.open_conns())
 
     def movable_clients(self) -> int:
         """Open client connections: on drain, the client library moves every one, its durable

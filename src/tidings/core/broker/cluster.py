@@ -50,6 +50,7 @@ from tidings.core.multicast import messages as multicast_messages
 from tidings.core.multicast.access import Acl, Member
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.multicast.effects import ChildAdded, EventArrived, ParentSuspected, TreeActivated
+from tidings.core.multicast.local_trees import AccessLists
 from tidings.core.overlay import messages as overlay_messages
 from tidings.core.overlay.envelope import (
     MULTICAST_TYPES,
@@ -241,7 +242,7 @@ class ClusterMember:
             self.scribe.add_member(tree, member)
 
     @property
-    def access_lists(self) -> ScribeAgent:
+    def access_lists(self) -> AccessLists:
         """The trees' access lists this node holds (Scribe's), for the broker's checks."""
         return self.scribe
 

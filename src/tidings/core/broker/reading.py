@@ -275,6 +275,9 @@ class Reading:
                  "blocked": c.blocked, "subscriptions": [subscription(s) for s in c.subs.values()]}
                 for c in open_]
 
+    def open_conns(self) -> list[int]:
+        return [c.conn for c in self.connections.values() if c.state == OPEN]
+
     def open_clients(self) -> int:
         return sum(1 for c in self.connections.values() if c.state == OPEN)
 
