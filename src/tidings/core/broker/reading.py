@@ -1,10 +1,11 @@
 """Reading the broker's client connections: the one owner of whether a connection is read, and of
 what reading it may cost (docs/security.md).
 
-Theory of operation. The runtime hands the broker bytes (`received`); this machine pushes them into
-the connection's decoder and serves the connection: it pulls its messages one at a time, in order,
-while nothing holds it (connection.py `Hold`), and yields each to the composer, which dispatches it
-to the machine that owns it (`Served`). A connection is read only while its hold set is empty; each
+Theory of operation. The runtime hands the broker bytes; this machine pushes them into the
+connection's decoder (`received`) and serves the connection (`serve`, then `read_done`): it pulls
+its messages one at a time, in order, while nothing holds it (connection.py `Hold`), and yields each
+to the composer, which dispatches it to the machine that owns it (`Served`); a release (`release`,
+`handle_timeout`) serves what waited the same way. A connection is read only while its hold set is empty; each
 owner holds it for its own reason and only that owner releases it:
 
 - SEND: the runtime's SendBlocked until SendDrained (`flow`): its requests would queue replies;
