@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
+from tidings.core.auth.guard import Guard
 from tidings.core.broker.broker import Broker
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Append, Disconnect, ReadLog, Send, Sync
@@ -24,8 +25,9 @@ from tidings.core.wire import messages
 
 
 class Harness:
-    def __init__(self, config: BrokerConfig | None = None, wall_us: int = 1_000_000) -> None:
-        self.broker = Broker(config or BrokerConfig(), "p-test", LogState())
+    def __init__(self, config: BrokerConfig | None = None, wall_us: int = 1_000_000,
+                 guard: Guard | None = None) -> None:
+        self.broker = Broker(config or BrokerConfig(), "p-test", LogState(), guard)
         self.now = 0
         self.wall_us = wall_us
         self.records: list[tuple[int, bytes]] = []

@@ -119,7 +119,7 @@ def check_bookkeeping(h: Harness) -> None:
         counts[tree] = counts.get(tree, 0) + 1
     assert counts == b.memberships.members
     assert len(counts) <= 2  # trees_max: a subscribe past it was refused and left nothing
-    partials = b.partials
+    partials = b.reading.partials
     assert partials.held_bytes == sum(partials.held.values()) <= partials.bytes_max
     b.status()
 

@@ -186,7 +186,7 @@ def test_a_connection_over_its_high_water_mark_is_not_read_until_it_drains():
     h.sent.clear()
     for _ in range(200):  # bytes that arrived before the pause took effect wait unread, as bytes
         h.send(1, messages.status_request(1))
-    assert 1 not in h.sent and h.broker.partials.held_bytes == 0
+    assert 1 not in h.sent and h.broker.reading.partials.held_bytes == 0
     h.feed(SendDrained(0, 1))  # then they are handled, and their replies still count
     assert errors_to(h, 1)[-1] == errors.SEND_QUEUE_OVERFLOW
     h2 = Harness(small())
@@ -239,7 +239,7 @@ def test_partial_frames_past_the_budget_close_the_connection_that_grows():
     assert 1 not in h.closed and 2 not in h.closed
     h.send(2, b"x" * 10 * KIB)  # 70 KiB held in all: over 64 KiB
     assert errors_to(h, 2) == [errors.PARTIAL_FRAMES_BUDGET] and 2 in h.closed
-    assert h.broker.partials.held_bytes == 40 * KIB + HEADER_BYTES
+    assert h.broker.reading.partials.held_bytes == 40 * KIB + HEADER_BYTES
     h.send(3, struct.pack(">I", 1 * MIB) + b"x" * 20 * KIB)  # what 2 held is free again
     assert 3 not in h.closed
 
@@ -266,11 +266,11 @@ def test_a_partial_hello_is_bounded_and_closed_by_the_handshake_timeout():
     h = Harness(small(handshake_timeout_ns=5000))
     h.feed(Accepted(0, 1))
     h.send(1, struct.pack(">I", 16 * KIB) + b"x" * 1000)
-    assert h.broker.partials.held_bytes == 1004
+    assert h.broker.reading.partials.held_bytes == 1004
     h.timer(1000)
     assert errors_to(h, 1) == [errors.FRAME_STALLED]
     h.lost(1)
-    assert h.broker.partials.held_bytes == 0
+    assert h.broker.reading.partials.held_bytes == 0
 
 
 def test_a_connection_closed_for_another_reason_is_not_closed_again_by_its_stalled_frame():
@@ -284,7 +284,7 @@ def test_a_connection_closed_for_another_reason_is_not_closed_again_by_its_stall
     h.send(2, b"\0" * 99 + messages.status_request(1) * 10_000)  # its frame goes on, its replies overflow: closed
     h.timer(10_000)
     assert errors_to(h, 2)[-1] == errors.SEND_QUEUE_OVERFLOW
-    assert h.broker.partials.held_bytes == 0
+    assert h.broker.reading.partials.held_bytes == 0
 
 
 # ---- peer connections ---------------------------------------------------------------------------
@@ -309,7 +309,7 @@ def test_a_peers_partial_frames_count_against_the_same_budget():
     h.send(1, struct.pack(">I", 1 * MIB) + b"x" * 40 * KIB)
     h.send(9, struct.pack(">I", 1 * MIB) + b"x" * 30 * KIB)
     assert peer_errors(h, 9) == [errors.PARTIAL_FRAMES_BUDGET] and 9 in h.closed
-    assert h.broker.partials.held_bytes == 40 * KIB + HEADER_BYTES
+    assert h.broker.reading.partials.held_bytes == 40 * KIB + HEADER_BYTES
 
 
 def test_a_peers_stalled_frame_is_closed():
@@ -318,7 +318,7 @@ def test_a_peers_stalled_frame_is_closed():
     h.send(9, struct.pack(">I", 100) + b"x")
     h.timer(10_000)
     assert peer_errors(h, 9) == [errors.FRAME_STALLED] and 9 in h.closed
-    assert h.broker.partials.held_bytes == 0
+    assert h.broker.reading.partials.held_bytes == 0
 
 
 def test_frames_behind_a_peer_hello_are_judged_by_the_hello_limit_until_admitted():

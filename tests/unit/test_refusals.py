@@ -267,7 +267,7 @@ def test_every_publish_is_answered_whatever_holds_the_connection(publishes, driv
     for action in [*drive, *["more", "timer", "sync"] * 200]:
         if action == "more" and wire_in and reading:
             step(h.broker.handle(Received(h.now, 10**6, 1, wire_in.pop(0))))
-        elif action == "timer" and h.broker.next_deadline() not in (None, h.broker.partials.next_deadline()):
+        elif action == "timer" and h.broker.next_deadline() not in (None, h.broker.reading.partials.next_deadline()):
             h.now = max(h.now, h.broker.next_deadline())
             step(h.broker.handle(TimerFired(h.now, 10**6)))
         elif action == "sync" and h.unsynced:
@@ -344,8 +344,8 @@ def test_a_held_connections_unread_frames_are_bytes_and_only_its_partial_frame_s
     h.apply(h.broker.handle(Received(0, 10**6, 1, wire + struct.pack(">I", 500) + b"p" * 100)))
     c = h.broker.connections[1]
     assert c.holds == {Hold.RATE: None} and c.decoder.held_bytes > 104
-    assert h.broker.partials.held_bytes == 104  # the header and the 100 bytes of the partial frame
-    h.timer(h.broker.partials.next_deadline() or 0)  # held: its frame cannot move, it waits on
+    assert h.broker.reading.partials.held_bytes == 104  # the header and the 100 bytes of the partial frame
+    h.timer(h.broker.reading.partials.next_deadline() or 0)  # held: its frame cannot move, it waits on
     assert 1 not in h.closed
     for _ in range(200):  # the rate lets the 20 waiting PUBLISHes through (2 s), then the frame stalls
         if 1 in h.closed:

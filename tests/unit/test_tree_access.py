@@ -15,7 +15,7 @@ from tidings.core.auth.rules import ANY_IDENTITY, PUBLISH, SUBSCRIBE, AccessRule
 from tidings.core.broker.cluster import ClusterMember
 from tidings.core.errors import TidingsError
 from tidings.core.multicast import messages as m
-from tidings.core.multicast.access import ACL_ENTRIES_MAX, AclTooLarge, acl_for, admits
+from tidings.core.multicast.access import ACL_ENTRIES_MAX, MEMBERS_PER_SUBSCRIBE_MAX, AclTooLarge, acl_for, admits
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.multicast.effects import AccessChanged, ParentSuspected
 from tidings.core.multicast.trees import subscription_tree, tree_key
@@ -225,8 +225,7 @@ def test_a_reload_at_the_creator_ends_the_subscriptions_its_new_list_excludes():
     """A lone broker is the rendez-vous point of every tree and their creator: after a reload its
     CREATE changes the list, and the subscription the list now excludes gets `forbidden` and ends
     (the guard alone checks only new subscriptions); one it still admits goes on."""
-    h = Harness()
-    h.broker.guard = Guard(anonymous_with("t/#"), lambda n: b"n" * n)
+    h = Harness(guard=Guard(anonymous_with("t/#"), lambda n: b"n" * n))
     h.apply(h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
     h.connect(1)
     wide, narrow = h.subscribe(1, "t/#"), h.subscribe(1, "t/+/x")
@@ -253,6 +252,26 @@ def test_without_rules_a_broker_creates_nothing_and_every_tree_stays_open():
     (tree,) = h.broker.status()["trees"]
     assert tree["creator"] is None and tree["acl_rules"] is None
     assert h.broker.cluster.scribe.created() == []
+
+
+def test_a_broker_names_in_its_subscribe_only_the_members_that_still_stand():
+    """The pairs a broker's SUBSCRIBE names (at most MEMBERS_PER_SUBSCRIBE_MAX) are its standing
+    subscriptions': one that ended is no longer named, and a pair beyond the bound takes its place
+    (else the bound fills with ended ones, and a root whose list admits none of them refuses the
+    branch)."""
+    h = Harness()
+    h.apply(h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    h.connect(1)
+    subs = [h.subscribe(1, f"t/+/p{i}") for i in range(MEMBERS_PER_SUBSCRIBE_MAX + 1)]
+    h.subscribe(1, "t/+/p1")  # a second subscription for one pair
+    h.inbox(1)
+    named = h.broker.cluster.scribe.members
+    assert len(named(TREE)) == MEMBERS_PER_SUBSCRIBE_MAX and ("anonymous", "t/+/p64") not in named(TREE)
+    for sub in subs[:2]:
+        h.send(1, h.sessions[1].unsubscribe(sub))
+    assert of_type(h.inbox(1), messages.Error) == []
+    assert ("anonymous", "t/+/p0") not in named(TREE) and ("anonymous", "t/+/p1") in named(TREE)
+    assert named(TREE)[-1] == ("anonymous", "t/+/p64") and len(named(TREE)) == MEMBERS_PER_SUBSCRIBE_MAX
 
 
 # ---- untrusted peers ----------------------------------------------------------------------------

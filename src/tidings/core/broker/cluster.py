@@ -50,6 +50,7 @@ from tidings.core.multicast import messages as multicast_messages
 from tidings.core.multicast.access import Acl, Member
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.multicast.effects import ChildAdded, EventArrived, ParentSuspected, TreeActivated
+from tidings.core.multicast.local_trees import AccessLists
 from tidings.core.overlay import messages as overlay_messages
 from tidings.core.overlay.envelope import (
     MULTICAST_TYPES,
@@ -232,6 +233,19 @@ class ClusterMember:
             effects = self.scribe.create(now, tree, *creation) + effects
         return self._settle(now, effects)
 
+    def name_members(self, tree: str, gone: Member | None, members: tuple[Member, ...]) -> None:
+        """The broker's next SUBSCRIBE to `tree` names `members` too, and no longer `gone`
+        (core/multicast/local_trees.py)."""
+        if gone is not None:
+            self.scribe.remove_member(tree, gone)
+        for member in members:
+            self.scribe.add_member(tree, member)
+
+    @property
+    def access_lists(self) -> AccessLists:
+        """The trees' access lists this node holds (Scribe's), for the broker's checks."""
+        return self.scribe
+
     def create(self, now: int, tree: str, creator: str, acl: Acl | None) -> list[Any]:
         return self._settle(now, self.scribe.create(now, tree, creator, acl))
 
@@ -251,6 +265,25 @@ class ClusterMember:
         when it is not listed, or is this broker's own)."""
         assert self.directory is not None and self.reliability is not None
         return self._settle(now, self.directory.forget(now, self.reliability.wall_us, pubend))
+
+    def wall_clock(self, wall_us: int) -> None:
+        """The broker's wall clock at its latest input that had one (the reliability node's merge
+        points and release use it)."""
+        if self.reliability is not None:
+            self.reliability.wall_us = wall_us
+
+    def unacknowledged(self, now: int) -> int:
+        """Trees whose root has not acknowledged this pubend's stream (0 without guaranteed delivery)."""
+        return 0 if self.reliability is None else self.reliability.source.unacknowledged(now)
+
+    def neighbours(self) -> tuple[list[tuple[str, int]], list[str]] | None:
+        """For route advice (core/broker/advice.py): the brokers nearest this one, (address, RTT in ns)
+        nearest first, and the leaf set's addresses; None until the overlay join completed."""
+        overlay = self.overlay
+        if not overlay.joined:
+            return None
+        return ([(n.address, rtt) for n, rtt in overlay.neighbourhood.with_rtt()],
+                [n.address for n in overlay.leaf_set.members()])
 
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = {"overlay": self.overlay.status(), "trees": self.scribe.status()}

@@ -180,6 +180,19 @@ class ScribeAgent:
         if entry is not None and member not in entry.members and len(entry.members) < MEMBERS_PER_SUBSCRIBE_MAX:
             entry.members += (member,)
 
+    def remove_member(self, tree: str, member: Member) -> None:
+        """No local subscription stands for (identity, pattern) in `tree` any more: its next
+        SUBSCRIBE no longer names it (else the bound fills with ended members, and a list that
+        admits none of them refuses the branch)."""
+        entry = self._trees.get(tree)
+        if entry is not None and member in entry.members:
+            entry.members = tuple(m for m in entry.members if m != member)
+
+    def members(self, tree: str) -> tuple[Member, ...]:
+        """The (identity, pattern) pairs this node's SUBSCRIBE to `tree` names."""
+        entry = self._trees.get(tree)
+        return () if entry is None else entry.members
+
     def creator(self, tree: str) -> str:
         """The creator named by the metadata this node holds for `tree` ("" when none)."""
         entry = self._trees.get(tree)
