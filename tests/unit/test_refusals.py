@@ -22,6 +22,7 @@ from tidings.core.effects import Disconnect, PauseReading, ResumeReading, Send
 from tidings.core.inputs import LogState, Received, TimerFired, WriteSynced
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder, frame
+from tidings.core.wire.types import ClientType
 
 from .core_harness import Harness, of_type, refused
 
@@ -246,7 +247,7 @@ def test_every_publish_is_answered_whatever_holds_the_connection(publishes, driv
         events = [[{"ok": "ok/a", "forbidden": "no/a", "bad": "a/+"}[kind], {}, b"x" * 50] for _ in range(n)]
         seq = s._next_seq  # numbered as the session would (it refuses bad channels before sending)
         s._next_seq += n
-        wire.append(frame(msgpack.packb([messages.PUBLISH, seq, events])))
+        wire.append(frame(msgpack.packb([ClientType.PUBLISH, seq, events])))
         expected[seq] = n
     joined = b"".join(wire)
     cut = [0, len(joined) // 3, 2 * len(joined) // 3, len(joined)]

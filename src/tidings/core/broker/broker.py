@@ -25,7 +25,7 @@
 Across brokers (DESIGN §2, docs/delivery.md): each sync's durable events become knowledge of this
 pubend's stream on the trees of their channels (`a/b/c`, `a/b/c/#`, `a/b/#`, `a/#`, `#`:
 multicast/trees.py); each live subscription makes this broker a member of one tree, and the
-reliability node hands the broker other pubends' events of that tree (`Deliver`) in tick order,
+reliability node hands the broker other pubends' events of that tree (`DeliverRecords`) in tick order,
 exactly once, for the subscriptions that consume them; `RemoteDelivery` matches each against
 each subscription's pattern and filter, and the broker sends it. This broker's own events reach
 its publisher-order subscriptions from its own fan-out and log. Clients and peers share the
@@ -104,7 +104,7 @@ from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.publish.dedup import DedupWindow
 from tidings.core.publish.intake import Intake
 from tidings.core.publish.pubend import Pubend
-from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityNode
+from tidings.core.reliability.node import DeliverRecords, Lost, MovedAway, ReliabilityNode
 from tidings.core.subscription.leases import Leases
 from tidings.core.subscription.memberships import TreeMemberships
 from tidings.core.subscription.subend import RemoteDelivery, Subend
@@ -860,7 +860,7 @@ class Broker:
     def _cluster_effects(self, effects: list[Any], out: list[Effect]) -> None:
         """The cluster member's output: remote events for local subscriptions, effects for the runtime."""
         for eff in effects:
-            if type(eff) is Deliver:
+            if type(eff) is DeliverRecords:
                 self._fan_out(self.remote.fan(eff, self.subends), out)
             elif type(eff) is Lost:
                 for key in eff.keys:

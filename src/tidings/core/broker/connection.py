@@ -56,7 +56,7 @@ from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.states import Transitions
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
-from tidings.core.wire.peer import PEER_HELLO
+from tidings.core.wire.types import LinkType
 
 
 class ConnState(StrEnum):
@@ -259,7 +259,7 @@ class ClientConnection:
     def _opening(self, now: int, body: bytes, welcome_info: dict[str, Any]) -> tuple[ClientMessage | None,
                                                                                       list[Effect]]:
         """A frame before the handshake is over: HELLO, AUTH, or another broker's PEER_HELLO."""
-        if self.handshake is None and messages.message_type(body) == PEER_HELLO:
+        if self.handshake is None and messages.message_type(body) == LinkType.PEER_HELLO:
             self.state = TRANSITIONS.move(self.state, PEER)
             # the frames behind it, judged by the handshake's limit too (a dialler waits for WELCOME)
             return PeerHandover(body, self.decoder.take()), []

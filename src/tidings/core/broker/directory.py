@@ -57,9 +57,8 @@ from tidings.core.overlay.envelope import PeerSend
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability.messages import PUBEND_BYTES_MAX
 from tidings.core.wire.typed import name
+from tidings.core.wire.types import BrokerType
 
-DIRECTORY = 140  # [DIRECTORY, [entry, ...]]: pubend directory entries (BROKER_TYPES, core/overlay/envelope.py)
-DIRECTORY_TYPES = (DIRECTORY,)
 ADDRESS_BYTES_MAX = 300  # host:port, an IPv6 literal in brackets included
 TICK_MAX = 2**63 - 1
 FORMAT = 1  # of the saved directory
@@ -199,7 +198,8 @@ class PubendDirectory:
 
     def received(self, now: int, sender: str, message: list[Any], wall_us: int) -> list[Any]:
         """A DIRECTORY message from the peer at `sender`; ProtocolError when it is malformed."""
-        if type(message) is not list or len(message) != 2 or message[0] != DIRECTORY or type(message[1]) is not list:
+        if (type(message) is not list or len(message) != 2 or message[0] != BrokerType.DIRECTORY
+                or type(message[1]) is not list):
             self.rejected += 1
             raise _bad("a DIRECTORY message is [DIRECTORY, [entry, ...]]")
         if len(message[1]) > self.config.message_entries_max:
@@ -327,7 +327,7 @@ class PubendDirectory:
     def _messages(self, address: str, entries: Iterable[DirectoryEntry]) -> list[Any]:
         wire = [e.to_wire() for e in entries]
         step = self.config.message_entries_max
-        return [PeerSend(address, [DIRECTORY, wire[i:i + step]]) for i in range(0, len(wire), step)]
+        return [PeerSend(address, [BrokerType.DIRECTORY, wire[i:i + step]]) for i in range(0, len(wire), step)]
 
 
 def tombstone(entries: dict[str, DirectoryEntry], pubend: str, own: str, wall_us: int) -> DirectoryEntry:

@@ -98,11 +98,11 @@ from tidings.core.links.refusals import (
     dialler_reading,
     valid_address,
 )
-from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES, RELIABILITY_TYPES
 from tidings.core.overlay.node_id import NodeRef, id_hex
 from tidings.core.states import Transitions
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder
+from tidings.core.wire.types import Layer, LinkType
 
 
 class LinkState(StrEnum):
@@ -524,7 +524,7 @@ class PeerLinks:
         for body in frames:
             try:
                 raw = peer.unpack(body)
-                msg = peer.decode_link_message(raw) if raw[0] in (peer.PEER_AUTH, peer.PEER_ERROR) else None
+                msg = peer.decode_link_message(raw) if raw[0] in (LinkType.PEER_AUTH, LinkType.PEER_ERROR) else None
             except ProtocolError as exc:
                 return [], out + self._refuse(c, exc.code, MALFORMED, str(exc))
             if isinstance(msg, peer.PeerError):  # the dialler checked our proof and refused it, or gave up
@@ -569,12 +569,12 @@ class PeerLinks:
         for body in bodies:
             try:
                 msg = peer.unpack(body)
-                if msg[0] in peer.PEER_LINK_TYPES:
+                if msg[0] in Layer.LINK:
                     out += self._link_message(now, c, link, peer.decode_link_message(msg))
                 elif link.state != OPEN:
                     raise ProtocolError(errors.HANDSHAKE, "expected PEER_WELCOME first")
-                elif (msg[0] in OVERLAY_TYPES or msg[0] in MULTICAST_TYPES or msg[0] in BROKER_TYPES
-                      or msg[0] in RELIABILITY_TYPES):
+                elif (msg[0] in Layer.OVERLAY or msg[0] in Layer.MULTICAST or msg[0] in Layer.BROKER
+                      or msg[0] in Layer.RELIABILITY):
                     assert link.node is not None
                     link.received += 1
                     msgs.append((link.node, msg))

@@ -6,7 +6,7 @@ broker's parent, or, at the rendez-vous point, from the pubend's broker. The mac
 `Istream` per (tree, pubend) whose consumers are the broker's children in the tree and its local
 subscriptions of that tree, and forwards per consumer what its stream lets it (istream.py): to a
 child as a Scribe EVENT (`ScribeAgent.send_event`, which also keeps Scribe's liveness), to local
-subscriptions as a `Deliver` effect for the broker, which matches each record against each
+subscriptions as a `DeliverRecords` effect for the broker, which matches each record against each
 subscription's pattern and filter.
 
 Upstream, it sends ACK (consolidated per upstream broker within one input) and NACK (after the gap
@@ -107,7 +107,7 @@ class ReliabilityConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class Deliver:
+class DeliverRecords:
     """Records of `tree` in delivery order for the local subscriptions `keys` (each gets those that
     match its pattern and filter): one pubend's in tick order, or for total-order subscriptions
     several pubends' merged on (tick, pubend). `pubends[i]` is the pubend of `records[i]`."""
@@ -308,7 +308,7 @@ class ReliabilityNode:
         self._after_change(now, ist)
         return self._flush(now, out)
 
-    def _best_effort(self, now: int, tree: str, event: Any, knowledge: messages.Knowledge) -> list[Any]:
+    def _best_effort(self, now: int, tree: str, event: Any, knowledge: messages.KnowledgeMessage) -> list[Any]:
         """The comparison mode: every event to every child and to every local subscription of the
         tree; nothing is acknowledged, nacked or retransmitted."""
         out: list[Any] = []
@@ -316,7 +316,7 @@ class ReliabilityNode:
             out += self.scribe.send_event(now, tree, child, event)
         t = self.trees.get(tree)
         if t is not None and t.locals and knowledge.ticks and knowledge.pubend != self.pubend_id:
-            out.append(Deliver(tree, tuple(t.locals), (knowledge.pubend,) * len(knowledge.records),
+            out.append(DeliverRecords(tree, tuple(t.locals), (knowledge.pubend,) * len(knowledge.records),
                                list(knowledge.records)))
         return out
 
@@ -389,7 +389,7 @@ class ReliabilityNode:
                 if piece.lost:
                     out.append(Lost(ist.tree, tuple(keys), ist.pubend, piece.after, piece.through))
                 elif piece.ticks:
-                    out.append(Deliver(ist.tree, tuple(keys), (ist.pubend,) * len(piece.records), piece.records))
+                    out.append(DeliverRecords(ist.tree, tuple(keys), (ist.pubend,) * len(piece.records), piece.records))
         return out + self._merge(t)
 
     def _merge(self, t: _Tree) -> list[Any]:
@@ -421,7 +421,7 @@ class ReliabilityNode:
             items.sort()
             self.total_order_late += sum(1 for tick, _, _ in items if tick <= merged)
             t.total[key] = max(merged, items[-1][0])
-            out.append(Deliver(next(iter(t.istreams.values())).tree, (key,), tuple(p for _, p, _ in items),
+            out.append(DeliverRecords(next(iter(t.istreams.values())).tree, (key,), tuple(p for _, p, _ in items),
                                [r for _, _, r in items]))
         return out
 
@@ -774,7 +774,7 @@ class ReliabilityNode:
     def received(self, now: int, sender: str, message: Any) -> list[Any]:
         decoded = messages.decode(message)
         out: list[Any] = []
-        if type(decoded) is messages.Ack:
+        if type(decoded) is messages.StreamAcks:
             for stream in decoded.streams:
                 ist = self._istream(stream.tree, stream.pubend)
                 if ist is not None and sender in ist.consumers:
@@ -785,7 +785,7 @@ class ReliabilityNode:
                                                                stream.released, stream.delivered))
         elif type(decoded) is messages.Nack:
             out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
-        elif type(decoded) is messages.Knowledge:  # straight from a pubend that takes us for the root
+        elif type(decoded) is messages.KnowledgeMessage:  # straight from a pubend that takes us for the root
             if self.scribe.is_root(decoded.tree):
                 out += self.event_arrived(now, decoded.tree, [sender, message], sender)
             else:
@@ -944,7 +944,7 @@ class ReliabilityNode:
             for address, entries in acks.items():
                 for i in range(0, len(entries), messages.ACK_ENTRIES_MAX):
                     chunk = tuple(entries[i:i + messages.ACK_ENTRIES_MAX])
-                    out += self._to(now, address, messages.Ack(chunk).to_wire())
+                    out += self._to(now, address, messages.StreamAcks(chunk).to_wire())
         return out
 
     def _to(self, now: int, address: str, message: list[Any]) -> list[Any]:
@@ -964,11 +964,11 @@ class ReliabilityNode:
                              for tree, t in self.trees.items() for ist in t.istreams.values()][:64]}
 
 
-def _decode_event(tree: str, event: Any) -> tuple[str, messages.Knowledge]:
+def _decode_event(tree: str, event: Any) -> tuple[str, messages.KnowledgeMessage]:
     if type(event) is not list or len(event) != 2 or type(event[0]) is not str:
         raise ProtocolError(BAD_MESSAGE, "a tree event is [origin address, knowledge]")
     knowledge = messages.decode(event[1])
-    if type(knowledge) is not messages.Knowledge or knowledge.tree != tree:
+    if type(knowledge) is not messages.KnowledgeMessage or knowledge.tree != tree:
         raise ProtocolError(BAD_MESSAGE, "a tree event carries knowledge of its own tree")
     return event[0], knowledge
 
@@ -996,4 +996,4 @@ def _decode_extra(extra: Any) -> tuple[int | None, dict[str, int], tuple[int, Su
     return None if extra[0] is None else max(0, extra[0]), positions, asked
 
 
-__all__ = ["Deliver", "Lost", "MovedAway", "ReliabilityConfig", "ReliabilityNode", "RouteTo"]
+__all__ = ["DeliverRecords", "Lost", "MovedAway", "ReliabilityConfig", "ReliabilityNode", "RouteTo"]

@@ -75,7 +75,7 @@ from tidings.core.effects import ReadLog
 from tidings.core.event import own_record_prefix, record_channel_bytes, record_routing_fields
 from tidings.core.inputs import LogState
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
-from tidings.core.reliability.messages import Knowledge as KnowledgeMessage
+from tidings.core.reliability.messages import KnowledgeMessage
 from tidings.core.reliability.ticks import TICK_MAX
 
 MICROSECOND_NS = 1000

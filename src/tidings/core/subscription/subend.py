@@ -38,7 +38,7 @@ per channel, at most CHANNELS_CACHED_MAX of them per subend (channels repeat).
 
 Other pubends' events reach subends through the reliability node (reliability/node.py), which
 hands over each tree's records in delivery order, exactly once, below the doubt horizon
-(`Deliver`); `RemoteDelivery` picks each subend's share. A record that does not name the pubend
+(`DeliverRecords`); `RemoteDelivery` picks each subend's share. A record that does not name the pubend
 whose stream carried it is a peer's error: counted and dropped, never delivered.
 """
 
@@ -57,7 +57,7 @@ from tidings.core.inputs import LogState
 from tidings.core.wire import messages
 
 if TYPE_CHECKING:
-    from tidings.core.reliability.node import Deliver
+    from tidings.core.reliability.node import DeliverRecords
 
 CHANNELS_CACHED_MAX = 256
 SPAN_SAMPLE_BYTES = 64 * 1024  # the first read of a READ that may get spans: its records tested one by one
@@ -205,7 +205,7 @@ class RemoteDelivery:
         self.events_delivered = 0
         self.records_rejected = 0  # malformed records in knowledge from peers
 
-    def fan(self, deliver: Deliver, subends: Mapping[int, Subend]) -> dict[int, list[bytes]]:
+    def fan(self, deliver: DeliverRecords, subends: Mapping[int, Subend]) -> dict[int, list[bytes]]:
         """The records of `deliver` each of its subends (`deliver.keys`, those still in `subends`)
         gets: those matching its pattern and filter, in delivery order."""
         fan: dict[int, list[bytes]] = {}
