@@ -77,15 +77,15 @@ def expected(sub: Subscriber, publishers: list[Publisher], after_tick: int = 0) 
 
 
 def received(sub: Subscriber) -> list[bytes]:
-    return [fields[6] for _, fields in sub.received]
+    return [fields.payload for _, fields in sub.received]
 
 
 def in_pubend_order(sub: Subscriber) -> bool:
     last: dict[str, int] = {}
     for tick, fields in sub.received:
-        if tick <= last.get(fields[0], 0):
+        if tick <= last.get(fields.pubend, 0):
             return False
-        last[fields[0]] = tick
+        last[fields.pubend] = tick
     return True
 
 

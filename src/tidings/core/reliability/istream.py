@@ -401,7 +401,7 @@ class Istream:
             fields = self._fields[tick]
         else:
             routing = record_routing_fields(record)
-            fields = self._fields[tick] = None if routing is None else (routing[1], routing[2])
+            fields = self._fields[tick] = None if routing is None else (routing.channel, routing.attributes)
         return fields is None or summary.matches(*fields)
 
     def doubt_after(self, position: int, through: int = TICK_MAX) -> None:

@@ -523,7 +523,7 @@ class ReliabilityNode:
             return
         for record in records:
             fields = record_routing_fields(record)
-            if fields is not None and not wanted.matches(fields[1], fields[2]):
+            if fields is not None and not wanted.matches(fields.channel, fields.attributes):
                 self.records_unwanted += 1
 
     def _resummarize(self, now: int, tree: str, t: _Tree, positions: dict[str, int], since: int) -> list[Any]:

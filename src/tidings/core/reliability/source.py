@@ -592,7 +592,7 @@ class Source:
         if raw is not None:
             return self._trees_of(raw.decode())
         fields = record_routing_fields(record)
-        return [] if fields is None else self._trees_of(fields[1])
+        return [] if fields is None else self._trees_of(fields.channel)
 
     def _send(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
               retransmit: bool, root: str | None = None, past_empty: bool = False, lost: bool = False) -> PublishOnTree:

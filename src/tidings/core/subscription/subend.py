@@ -51,7 +51,7 @@ import msgpack
 
 from tidings.core.channels import pattern_matches
 from tidings.core.effects import Effect, ReadLog, Send
-from tidings.core.event import own_record_prefix, record_channel_bytes, record_routing_fields
+from tidings.core.event import ATTRIBUTES, CHANNEL, own_record_prefix, record_channel_bytes, record_routing_fields
 from tidings.core.filters import Filter
 from tidings.core.inputs import LogState
 from tidings.core.wire import messages
@@ -102,7 +102,7 @@ class Subend:
                     hit = self.channels[raw] = pattern_matches(self.pattern, raw.decode())
                 return hit
         fields = msgpack.unpackb(record)
-        return self.matches(fields[2], fields[3])
+        return self.matches(fields[CHANNEL], fields[ATTRIBUTES])
 
     def matches(self, channel: str, attributes: dict[str, Any]) -> bool:
         if not pattern_matches(self.pattern, channel):
@@ -211,10 +211,10 @@ class RemoteDelivery:
         fan: dict[int, list[bytes]] = {}
         for pubend, record in zip(deliver.pubends, deliver.records, strict=True):
             fields = record_routing_fields(record)
-            if fields is None or fields[0] != pubend:
+            if fields is None or fields.pubend != pubend:
                 self.records_rejected += 1
                 continue
-            _, channel, attributes = fields
+            channel, attributes = fields.channel, fields.attributes
             for key in deliver.keys:
                 s = subends.get(key)
                 if s is not None and s.matches(channel, attributes):
