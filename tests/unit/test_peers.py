@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidings.core import errors
 from tidings.core.effects import Connect, Disconnect, Send, coalesce_sends
 from tidings.core.errors import ProtocolError
 from tidings.core.links.peer_links import DIALLING, OPEN, WAITING, PeerConfig, PeerLinks, RttMeasured
@@ -582,7 +583,7 @@ def test_a_peer_error_from_the_peer_drops_the_link():
 def test_an_open_link_the_peer_calls_superseded_is_redialled():
     net, end = open_pair()
     net.output(LARGE.address, net.nodes[LARGE.address].received(0, end.conn, peer.peer_error(
-        peer.DUPLICATE_LINK, "replaced by a newer connection")))
+        errors.DUPLICATE_LINK, "replaced by a newer connection")))
     net.run()
     assert net.unreachable[LARGE.address] == [] and net.links(LARGE.address)[SMALL.address]["state"] == OPEN
     assert len(net.live_conns(LARGE.address)) == 1

@@ -4,10 +4,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
+from tidings.core.event import TICK_MAX
 from tidings.core.multicast.messages import TREE_BYTES_MAX
 from tidings.core.reliability import messages as m
 from tidings.core.reliability.summary import SUMMARY_ENTRIES_MAX, Summary
-from tidings.core.reliability.ticks import TICK_MAX
 from tidings.core.wire.types import REGISTRY, Layer, ReliabilityType
 
 NUMBERS = [number for kind, _, number in REGISTRY if kind == "ReliabilityType"]

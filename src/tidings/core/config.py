@@ -17,18 +17,10 @@ from tidings.core.links.peer_links import PeerConfig
 from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.overlay.node import OverlayConfig
 from tidings.core.reliability.node import ReliabilityConfig
+from tidings.core.units import GIB, KIB, MIB, MILLISECOND_NS, SECOND_NS
 from tidings.core.wire.messages import SPAN_BYTES_FACTOR
 
-KIB = 1024
-MIB = 1024 * KIB
-GIB = 1024 * MIB
-SECOND_NS = 1_000_000_000
-MILLISECOND_NS = 1_000_000
-
-
 SWITCHES = frozenset({"best_effort_delivery"})  # the keys that take true or false
-
-
 LEASE_NS_MIN = 300 * MILLISECOND_NS
 
 

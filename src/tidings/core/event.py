@@ -41,6 +41,7 @@ ATTRIBUTE_KEY_BYTES_MAX = 128
 ATTRIBUTE_STRING_BYTES_MAX = 4096
 INT_MIN = -(2**63)
 INT_MAX = 2**64 - 1
+TICK_MAX = 2**63 - 1  # the last tick ("forever"): a tick is a signed 64-bit integer (a Spark long)
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 

@@ -30,9 +30,10 @@ from tidings.core import errors
 from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.event import EventRecord
 from tidings.core.session.client_session import ClientSession
+from tidings.core.units import MILLISECOND_NS
 from tidings.core.wire import messages
 from tidings.sim.network import Endpoint, Network, Socket
-from tidings.sim.world import MILLISECOND_NS, Timer, World
+from tidings.sim.world import Timer, World
 
 DOWN = "down"
 CONNECTING = "connecting"

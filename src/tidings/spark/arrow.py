@@ -43,8 +43,7 @@ from pyspark.sql.types import (
 )
 
 from tidings.core.channels import pattern_matches
-from tidings.core.event import AUTHENTICATED, RECORD_LENGTHS
-from tidings.core.reliability.ticks import TICK_MAX
+from tidings.core.event import AUTHENTICATED, RECORD_LENGTHS, TICK_MAX
 from tidings.storage.record import SpanError, records_in
 
 try:

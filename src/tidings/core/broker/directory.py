@@ -52,6 +52,7 @@ import msgpack
 
 from tidings.core.effects import SaveDirectory
 from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
+from tidings.core.event import TICK_MAX
 from tidings.core.inputs import LogState
 from tidings.core.overlay.envelope import PeerSend
 from tidings.core.overlay.node_id import NodeRef
@@ -60,7 +61,6 @@ from tidings.core.wire.typed import name
 from tidings.core.wire.types import BrokerType
 
 ADDRESS_BYTES_MAX = 300  # host:port, an IPv6 literal in brackets included
-TICK_MAX = 2**63 - 1
 FORMAT = 1  # of the saved directory
 
 NS_PER_DAY = 86_400 * 10**9

@@ -79,11 +79,10 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from tidings.core import errors
-from tidings.core.auth.handshake import AUTH_FAILED
 from tidings.core.auth.peer_auth import ACCEPTOR, DIALLER, ClusterAuth
 from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Connect, Disconnect, Effect, PeerRefused, Send
-from tidings.core.errors import ProtocolError
+from tidings.core.errors import AUTH_FAILED, ProtocolError
 from tidings.core.links.refusals import (
     ACCEPTOR_SIDE,
     BAD_ADDRESS,
@@ -100,6 +99,7 @@ from tidings.core.links.refusals import (
 )
 from tidings.core.overlay.node_id import NodeRef, id_hex
 from tidings.core.states import Transitions
+from tidings.core.units import MIB, SECOND_NS
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder
 from tidings.core.wire.types import Layer, LinkType
@@ -122,8 +122,6 @@ TRANSITIONS = Transitions[LinkState]("peer link", {
     OPEN: frozenset({OPEN, DIALLING}),
 })
 
-MIB = 1024 * 1024
-SECOND_NS = 1_000_000_000
 PING_MISSES_MAX = 3  # an OPEN link silent for this many ping intervals is down
 ALIASES_MAX = 1024
 UNPROVEN_MAX = 256  # accepted connections awaiting PEER_AUTH at once; more are refused
@@ -427,7 +425,7 @@ class PeerLinks:
             link.state in (DIALLING, HANDSHAKE)
             or (link.state == OPEN and link.conn is not None and self._conns[link.conn].outbound))
         if link is not None and ours and self.me.node_id < node.node_id:
-            refused = self._close(c, peer.DUPLICATE_LINK, "both brokers dialled; keeping the dial of "
+            refused = self._close(c, errors.DUPLICATE_LINK, "both brokers dialled; keeping the dial of "
                                                           "the smaller nodeId")
             if link.state == OPEN:  # the peer may have restarted: a write shows whether ours is dead
                 refused.append(self._ping(now, link))
@@ -436,7 +434,7 @@ class PeerLinks:
         if link is None:
             link = self._links[node.address] = _Link(node.address)
         elif link.conn is not None:
-            out += self._close(self._conns[link.conn], peer.DUPLICATE_LINK, "replaced by a newer connection")
+            out += self._close(self._conns[link.conn], errors.DUPLICATE_LINK, "replaced by a newer connection")
         link.node = node
         link.conn = c.conn
         out.append(Send(c.conn, peer.welcome(self.me)))
@@ -606,12 +604,12 @@ class PeerLinks:
     def _peer_error(self, now: int, c: _Conn, link: _Link, msg: peer.PeerError) -> list[Effect]:
         c.closing = True
         out: list[Effect] = [Disconnect(c.conn, f"peer error: {msg.code}")]
-        if msg.code != peer.DUPLICATE_LINK and link.state == HANDSHAKE and link.conn == c.conn:
+        if msg.code != errors.DUPLICATE_LINK and link.state == HANDSHAKE and link.conn == c.conn:
             reason, detail = dialler_reading(msg.code, msg.message, link.address, self.cluster is not None,
                                              challenged=c.nonce is None)
             out.insert(0, self._refused(c.conn, link.address, DIALLER_SIDE, reason, detail))  # then Disconnect
             self._drop(link, detail)
-        elif msg.code != peer.DUPLICATE_LINK:
+        elif msg.code != errors.DUPLICATE_LINK:
             self._drop(link, f"peer error {msg.code}: {msg.message}")
         elif link.state == HANDSHAKE:
             link.move(WAITING)  # the peer keeps its own dial to us: wait for its HELLO

@@ -48,7 +48,7 @@ from enum import Enum
 from typing import Any
 
 from tidings.core.deadlines import Deadlines
-from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
+from tidings.core.errors import BAD_MESSAGE, TOO_MANY_TREES, ProtocolError, TidingsError
 from tidings.core.multicast.access import MEMBERS_PER_SUBSCRIBE_MAX, Acl, Member, admits, admitted
 from tidings.core.multicast.effects import (
     AccessChanged,
@@ -82,6 +82,7 @@ from tidings.core.multicast.messages import (
 from tidings.core.multicast.trees import tree_key
 from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteMessage, RouteTo
 from tidings.core.overlay.node_id import NodeRef, closer, id_hex, ring_distance
+from tidings.core.units import SECOND_NS
 
 __all__ = [
     "AccessChanged",
@@ -95,8 +96,6 @@ __all__ = [
     "ScribeEffect",
 ]
 
-SECOND_NS = 1_000_000_000
-TOO_MANY_TREES = "too-many-trees"
 
 
 class ScribeTimer(Enum):

@@ -70,6 +70,7 @@ from tidings.core.overlay.leaf_set import LeafSet
 from tidings.core.overlay.neighbourhood import NeighbourhoodSet
 from tidings.core.overlay.node_id import DIGITS, HALF_RING, RING, NodeRef, closer, id_hex, shared_prefix_digits
 from tidings.core.overlay.routing_table import RoutingTable
+from tidings.core.units import SECOND_NS
 
 __all__ = [
     "JoinCompleted",
@@ -82,7 +83,6 @@ __all__ = [
     "Rng",
 ]
 
-SECOND_NS = 1_000_000_000
 
 
 class Rng(Protocol):

@@ -52,11 +52,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
+from tidings.core.event import TICK_MAX
 from tidings.core.multicast.messages import TREE_BYTES_MAX
 from tidings.core.reliability.summary import Summary
 from tidings.core.reliability.summary import decode as decode_summary
 from tidings.core.reliability.summary import to_wire as summary_wire
-from tidings.core.reliability.ticks import TICK_MAX
 from tidings.core.wire.typed import decode_typed, name
 from tidings.core.wire.types import ReliabilityType
 

@@ -59,7 +59,7 @@ from tidings.core.durable.constream import READ_WAIT_NS, Catchup, Recorded
 from tidings.core.durable.release import release_through
 from tidings.core.effects import ReleaseLog
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
-from tidings.core.event import record_routing_fields
+from tidings.core.event import TICK_MAX, record_routing_fields
 from tidings.core.inputs import LogState
 from tidings.core.multicast.agent import ScribeAgent
 from tidings.core.overlay.envelope import PeerSend, RouteTo
@@ -71,7 +71,6 @@ from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig,
 from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge, of_subscription, whole_tree
 from tidings.core.reliability.summary import decode as decode_summary
 from tidings.core.reliability.summary import to_wire as summary_wire
-from tidings.core.reliability.ticks import TICK_MAX
 
 PFS_CONSUMER = -1  # the consumer key of the PFS consumer on a recorded tree's streams (constream.py)
 POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name

@@ -72,13 +72,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.core.effects import ReadLog
-from tidings.core.event import own_record_prefix, record_channel_bytes, record_routing_fields
+from tidings.core.event import TICK_MAX, own_record_prefix, record_channel_bytes, record_routing_fields
 from tidings.core.inputs import LogState
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
 from tidings.core.reliability.messages import KnowledgeMessage
-from tidings.core.reliability.ticks import TICK_MAX
+from tidings.core.units import MICROSECOND_NS
 
-MICROSECOND_NS = 1000
 STALLED_WAITS = 10  # a window no ack came for this many retransmit_wait_ns starts again
 
 

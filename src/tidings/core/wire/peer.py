@@ -38,8 +38,6 @@ PEER_VERSION = 1
 
 NONCE_BYTES_MAX = 64
 
-# PEER_ERROR codes of this layer (the rest are the shared codes in core/errors.py)
-DUPLICATE_LINK = "duplicate-link"  # simultaneous dials: the one the smaller nodeId opened is kept
 SEQ_MAX = (1 << 63) - 1
 TEXT_CHARS_MAX = 1024
 

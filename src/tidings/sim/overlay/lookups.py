@@ -36,9 +36,9 @@ from tidings.core.overlay import messages as m
 from tidings.core.overlay.envelope import Deliver, RouteMessage
 from tidings.core.overlay.node import OverlayConfig, OverlayNode
 from tidings.core.overlay.node_id import NodeRef
+from tidings.core.units import SECOND_NS
 from tidings.core.wire.types import OverlayType
 from tidings.sim.overlay.sim import OverlaySim, closest_live
-from tidings.sim.world import SECOND_NS
 
 
 @dataclass(frozen=True, slots=True)

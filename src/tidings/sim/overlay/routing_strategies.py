@@ -43,12 +43,12 @@ from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.multicast.effects import DeliverLocal
 from tidings.core.overlay import messages as overlay_messages
 from tidings.core.overlay.node import OverlayConfig
+from tidings.core.units import SECOND_NS
 from tidings.core.wire.types import OverlayType, ScribeType
 from tidings.sim.overlay.build import install_steady
 from tidings.sim.overlay.scribe import UPCALLS, cluster_members
 from tidings.sim.overlay.sim import OverlaySim
 from tidings.sim.overlay.transit_stub import TransitStub, TransitStubShape
-from tidings.sim.world import SECOND_NS
 
 STRATEGIES = ("broadcast", "spanning-tree", "tree-per-channel", "scribe")
 PERIODIC = frozenset({OverlayType.KEEP_ALIVE, OverlayType.KEEP_ALIVE_ACK, ScribeType.HEARTBEAT, ScribeType.REFRESH})
