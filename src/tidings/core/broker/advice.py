@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from tidings.core.units import us_to_ns
+
 
 class Reason(Enum):
     CLOSER = "closer"
@@ -90,6 +92,6 @@ def decode(reason: object, entries: object) -> tuple[Reason, list[Candidate]] | 
         return None
     if type(entries) is not list:
         return None
-    out = [Candidate(e[0], e[1] * 1000) for e in entries[:CANDIDATES_MAX]
+    out = [Candidate(e[0], us_to_ns(e[1])) for e in entries[:CANDIDATES_MAX]
            if type(e) is list and len(e) == 2 and type(e[0]) is str and type(e[1]) is int]
     return parsed, out

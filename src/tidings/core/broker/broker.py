@@ -108,6 +108,7 @@ from tidings.core.reliability.node import DeliverRecords, Lost, MovedAway, Relia
 from tidings.core.subscription.leases import Leases
 from tidings.core.subscription.memberships import TreeMemberships
 from tidings.core.subscription.subend import RemoteDelivery, Subend
+from tidings.core.units import ns_to_us
 from tidings.core.wire import messages
 from tidings.core.wire.frames import PartialFrames
 
@@ -174,8 +175,8 @@ class Broker:
         self.cluster: ClusterMember | None = None
         self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
         self.remote = RemoteDelivery()  # other pubends' events for local subscriptions
-        expiry_us = config.durable_expiry_ns // 1000
-        self.dedup = DedupWindow(config.dedup_window_ns // 1000, config.dedup_entries_max,
+        expiry_us = ns_to_us(config.durable_expiry_ns)
+        self.dedup = DedupWindow(ns_to_us(config.dedup_window_ns), config.dedup_entries_max,
                                  config.dedup_producers_max)  # idempotent publish (core/publish/dedup.py)
         self.intake = Intake(config, self.guard, self.pubend, self.dedup)  # PUBLISH to the log (core/publish/intake.py)
         self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
@@ -339,7 +340,7 @@ class Broker:
         if self.draining:  # every live broker it knows will do, nearest first (RTT unknown: last)
             known = {address for address, _ in near}
             near += [(n.address, advice.RTT_UNKNOWN_NS) for n in overlay.leaf_set.members() if n.address not in known]
-        entries = [[c.address, c.rtt_ns // 1000] for c in advice.candidates(near, overlay.me.address)]
+        entries = [[c.address, ns_to_us(c.rtt_ns)] for c in advice.candidates(near, overlay.me.address)]
         if not entries:
             return []
         reason = (advice.Reason.DRAINING if self.draining else advice.Reason.OVERLOADED
@@ -593,7 +594,7 @@ class Broker:
         # other brokers' events: every tick after this, whichever pubend (clocks may differ by
         # up to the skew allowance); this broker's own from `position`, exactly
         remote_start = position if msg.start != messages.START_NOW else max(
-            0, wall_us - self.config.clock_skew_allowance_ns // 1000)
+            0, wall_us - ns_to_us(self.config.clock_skew_allowance_ns))
         try:
             checkpoint = self.durable.checkpoint(c.service, msg, position, remote_start, self._me())
         except TidingsError as exc:

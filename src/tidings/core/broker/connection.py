@@ -50,7 +50,8 @@ from tidings.core.auth.guard import Guard
 from tidings.core.auth.handshake import Principal, ServerHandshake
 from tidings.core.auth.names import NAME_CHARS_MAX
 from tidings.core.auth.policy import INSTANCE_CHARS_MAX
-from tidings.core.broker.refusals import REFUSAL_WINDOW_NS, ClientErrors, RefusalWindow
+from tidings.core.broker.refusals import ClientErrors, RefusalWindow
+from tidings.core.defaults import REFUSAL_WINDOW_NS
 from tidings.core.effects import Disconnect, Effect, PauseReading, ResumeReading, Send
 from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.states import Transitions

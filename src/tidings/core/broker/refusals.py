@@ -38,7 +38,6 @@ from typing import Any
 from tidings.core.units import SECOND_NS
 from tidings.core.wire import messages
 
-REFUSAL_WINDOW_NS = 100_000_000  # BrokerConfig.refusal_window_ns's default
 LOG_LINES_KEPT_MAX = 256  # lines waiting for the runtime's log; one per connection and window
 
 

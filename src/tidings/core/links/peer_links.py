@@ -78,7 +78,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from tidings.core import errors
+from tidings.core import defaults, errors
 from tidings.core.auth.peer_auth import ACCEPTOR, DIALLER, ClusterAuth
 from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Connect, Disconnect, Effect, PeerRefused, Send
@@ -99,7 +99,6 @@ from tidings.core.links.refusals import (
 )
 from tidings.core.overlay.node_id import NodeRef, id_hex
 from tidings.core.states import Transitions
-from tidings.core.units import MIB, SECOND_NS
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder
 from tidings.core.wire.types import Layer, LinkType
@@ -131,11 +130,12 @@ UNPROVEN_MAX = 256  # accepted connections awaiting PEER_AUTH at once; more are 
 class PeerConfig:
     """The limits of the peer links (BrokerConfig.peer_config() fills them from the broker's)."""
 
-    frame_bytes_max: int = 8 * MIB
-    hello_frame_bytes_max: int = 16 * 1024  # frames before the handshake is done
-    handshake_timeout_ns: int = 5 * SECOND_NS
-    peer_queue_bytes_max: int = 4 * MIB  # per link, while it is not open; beyond, messages are dropped
-    ping_interval_ns: int = 5 * SECOND_NS
+    frame_bytes_max: int = defaults.FRAME_BYTES_MAX
+    hello_frame_bytes_max: int = defaults.HELLO_FRAME_BYTES_MAX  # frames before the handshake is done
+    handshake_timeout_ns: int = defaults.HANDSHAKE_TIMEOUT_NS
+    # per link, while it is not open; beyond, messages are dropped
+    peer_queue_bytes_max: int = defaults.PEER_QUEUE_BYTES_MAX
+    ping_interval_ns: int = defaults.PING_INTERVAL_NS
 
 
 class LinkTimer(NamedTuple):

@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from tidings.core import defaults
 from tidings.core.deadlines import Deadlines
 from tidings.core.errors import BAD_MESSAGE, TOO_MANY_TREES, ProtocolError, TidingsError
 from tidings.core.multicast.access import MEMBERS_PER_SUBSCRIBE_MAX, Acl, Member, admits, admitted
@@ -82,7 +83,6 @@ from tidings.core.multicast.messages import (
 from tidings.core.multicast.trees import tree_key
 from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteMessage, RouteTo
 from tidings.core.overlay.node_id import NodeRef, closer, id_hex, ring_distance
-from tidings.core.units import SECOND_NS
 
 __all__ = [
     "AccessChanged",
@@ -107,14 +107,14 @@ TICK = ScribeTimer.TICK
 
 @dataclass(frozen=True, slots=True)
 class ScribeConfig:
-    heartbeat_interval_ns: int = SECOND_NS
-    parent_timeout_ns: int = 3 * SECOND_NS
-    refresh_interval_ns: int = 10 * SECOND_NS
-    child_timeout_ns: int = 30 * SECOND_NS
-    replicas: int = 3  # k: leaf-set nodes holding a copy of a root's tree metadata
-    empty_hold_ns: int = 10 * SECOND_NS  # a publisher's node sends nothing to an empty tree this long
-    trees_max: int = 10_000  # tree entries on this node (member, forwarder or root)
-    children_per_tree_max: int = 64
+    heartbeat_interval_ns: int = defaults.HEARTBEAT_INTERVAL_NS
+    parent_timeout_ns: int = defaults.PARENT_TIMEOUT_NS
+    refresh_interval_ns: int = defaults.TREE_REFRESH_INTERVAL_NS
+    child_timeout_ns: int = defaults.CHILD_TIMEOUT_NS
+    replicas: int = defaults.TREE_REPLICAS  # k: leaf-set nodes holding a copy of a root's tree metadata
+    empty_hold_ns: int = defaults.EMPTY_TREE_HOLD_NS  # a publisher's node sends nothing to an empty tree this long
+    trees_max: int = defaults.TREES_MAX  # tree entries on this node (member, forwarder or root)
+    children_per_tree_max: int = defaults.CHILDREN_PER_TREE_MAX
     replicas_max: int = 10_000  # metadata replicas held for nearby roots
     publisher_memory_max: int = 4096  # (tree, publisher node) pairs a root told TREE_EMPTY
     empty_trees_max: int = 10_000  # trees this node was told are empty

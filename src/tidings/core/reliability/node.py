@@ -54,6 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from tidings.core import defaults
 from tidings.core.deadlines import Deadlines
 from tidings.core.durable.constream import READ_WAIT_NS, Catchup, Recorded
 from tidings.core.durable.release import release_through
@@ -71,6 +72,7 @@ from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig,
 from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge, of_subscription, whole_tree
 from tidings.core.reliability.summary import decode as decode_summary
 from tidings.core.reliability.summary import to_wire as summary_wire
+from tidings.core.units import ns_to_us
 
 PFS_CONSUMER = -1  # the consumer key of the PFS consumer on a recorded tree's streams (constream.py)
 POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
@@ -95,14 +97,19 @@ class ReliabilityConfig:
     reads_max: int
     trees_max: int
     best_effort: bool = False  # measurement only: forward and deliver what arrives, track nothing
-    summary_bytes_max: int = 64 * 1024  # a tree's filter summary to the parent; past it, "everything"
+    # a tree's filter summary to the parent; past it, "everything"
+    summary_bytes_max: int = defaults.FILTER_SUMMARY_BYTES_MAX
     filtering: bool = True  # measurement only when False: summaries travel, children are sent everything
-    release_keep_us: int = 3600 * 1_000_000  # released events stay in the log this long (release.py)
-    max_retain_us: int = 24 * 3600 * 1_000_000  # early release: older ticks go even if a durable subscriber is away
-    release_hold_ns: int = 300 * 1_000_000_000  # a child that left holds release at its last value this long
-    nack_merge_ticks: int = 100_000  # a durable catchup fetches matching ticks this close as one range
-    retransmit_window_bytes: int = 4 * 1024 * 1024  # a tree's nack answers in flight beyond its root's ack
-    retransmit_wait_ns: int = 200 * 1_000_000  # a window its root's acks have not moved this long starts again
+    release_keep_us: int = ns_to_us(defaults.RELEASE_KEEP_NS)  # released events stay in the log this long (release.py)
+    # early release: older ticks go even if a durable subscriber is away
+    max_retain_us: int = ns_to_us(defaults.MAX_RETAIN_NS)
+    release_hold_ns: int = defaults.RELEASE_HOLD_NS  # a child that left holds release at its last value this long
+    # a durable catchup fetches matching ticks this close as one range
+    nack_merge_ticks: int = defaults.NACK_MERGE_TICKS
+    # a tree's nack answers in flight beyond its root's ack
+    retransmit_window_bytes: int = defaults.RETRANSMIT_WINDOW_BYTES
+    # a window its root's acks have not moved this long starts again
+    retransmit_wait_ns: int = defaults.RETRANSMIT_WAIT_NS
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.core import defaults
 from tidings.core.effects import ReadLog
 from tidings.core.event import TICK_MAX, own_record_prefix, record_channel_bytes, record_routing_fields
 from tidings.core.inputs import LogState
@@ -90,9 +91,10 @@ class SourceConfig:
     reads_max: int  # log reads in flight answering nacks
     trees_max: int
     knowledge_bytes_max: int  # record bytes in one knowledge message
-    release_hold_ns: int = 300 * 1_000_000_000  # a new root's release point is trusted after this long
-    retransmit_window_bytes: int = 4 * 1024 * 1024  # a tree's nack answers sent beyond its root's ack
-    retransmit_wait_ns: int = 200 * 1_000_000  # a window its root's acks have not moved this long starts again
+    release_hold_ns: int = defaults.RELEASE_HOLD_NS  # a new root's release point is trusted after this long
+    retransmit_window_bytes: int = defaults.RETRANSMIT_WINDOW_BYTES  # a tree's nack answers sent beyond its root's ack
+    # a window its root's acks have not moved this long starts again
+    retransmit_wait_ns: int = defaults.RETRANSMIT_WAIT_NS
 
 
 @dataclass(frozen=True, slots=True)
