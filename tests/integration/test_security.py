@@ -22,6 +22,7 @@ from tidings.core.auth.credentials import KdfParams, parse_credential
 from tidings.core.errors import BrokerError, BrokerNotProven, TidingsError
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder, frame
+from tidings.core.wire.types import ClientType
 from tidings.testing import BrokerProcess
 from tidings.testing.broker_process import wait_for
 
@@ -273,7 +274,7 @@ class TamperingProxy:
                     continue
                 for body in decoder.feed(chunk):
                     msg = msgpack.unpackb(body)
-                    if msg[0] == messages.WELCOME and "server_signature" in msg[2]:
+                    if msg[0] == ClientType.WELCOME and "server_signature" in msg[2]:
                         signature = bytearray(msg[2]["server_signature"])
                         signature[0] ^= 1
                         msg[2]["server_signature"] = bytes(signature)

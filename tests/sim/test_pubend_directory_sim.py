@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from tests.sim.test_cluster import Cluster
+from tidings.core.units import SECOND_NS
 from tidings.sim.clients import Publisher
-from tidings.sim.world import SECOND_NS
 
 BROKERS = 8
 

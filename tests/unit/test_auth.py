@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from tidings.core.auth.credentials import Credential, KdfParams, make_verifier
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.handshake import ClientHandshake, Principal, ServerHandshake
-from tidings.core.auth.limits import SECOND_NS, TokenBucket
+from tidings.core.auth.limits import TokenBucket
 from tidings.core.auth.policy import AuthFileError, AuthPolicy, Identity, Limits
 from tidings.core.auth.rules import AccessRules
 from tidings.core.errors import TidingsError
+from tidings.core.units import SECOND_NS
 
 KDF = KdfParams(n=1 << 8)
 CRED = Credential("svc", b"s" * 32)

@@ -9,6 +9,7 @@ from tidings.core.session.client_session import ClientSession
 from tidings.core.subscription.leases import EndSubscription, Leases, lapsed
 from tidings.core.wire import messages
 from tidings.core.wire.frames import frame
+from tidings.core.wire.types import ClientType
 
 SECOND = 1_000_000_000
 
@@ -92,7 +93,7 @@ def test_renew_with_fields_is_a_protocol_error_for_that_frame_only():
     h = Harness()
     h.connect(1)
     h.inbox(1)
-    h.send(1, frame(msgpack.packb([messages.RENEW, 1])))
+    h.send(1, frame(msgpack.packb([ClientType.RENEW, 1])))
     assert of_type(h.inbox(1), messages.Error)[0].code == "bad-message"
     h.subscribe(1, "a")
     assert of_type(h.inbox(1), messages.Subscribed)

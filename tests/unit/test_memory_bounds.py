@@ -26,10 +26,10 @@ from tidings.core.config import BrokerConfig, ConfigError
 from tidings.core.effects import Connect, Disconnect, PauseReading, ResumeReading, Send
 from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained, TimerFired, WriteSynced
 from tidings.core.links.peer_links import PeerConfig, PeerLinks
-from tidings.core.overlay.envelope import OVERLAY_TYPES
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder, PartialFrames, frame
+from tidings.core.wire.types import Layer, LinkType
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -299,7 +299,7 @@ def peered(h: Harness, conn: int) -> None:
 
 def peer_errors(h: Harness, conn: int) -> list[str]:
     return [peer.unpack(b)[1] for b in bodies_of(b"".join(h.sent.get(conn, [])))
-            if peer.unpack(b)[0] == peer.PEER_ERROR]
+            if peer.unpack(b)[0] == LinkType.PEER_ERROR]
 
 
 def test_a_peers_partial_frames_count_against_the_same_budget():
@@ -335,7 +335,7 @@ def test_a_blocked_peer_link_answers_no_ping():
     peered(h, 9)
     h.sent.clear()
     h.send(9, peer.ping(1))
-    assert [peer.unpack(b)[0] for b in bodies_of(b"".join(h.sent[9]))] == [peer.PONG]
+    assert [peer.unpack(b)[0] for b in bodies_of(b"".join(h.sent[9]))] == [LinkType.PONG]
     h.feed(SendBlocked(0, 9))
     h.sent.clear()
     h.send(9, peer.ping(2) * 1000)
@@ -367,7 +367,7 @@ def test_a_dialler_reads_large_frames_right_behind_the_welcome():
     those frames by frame_bytes_max, though the WELCOME came under the handshake's limit."""
     me, other = NodeRef(1, "10.0.0.1:1"), NodeRef(2**127, "10.0.0.2:2")
     links = PeerLinks(me, PeerConfig(frame_bytes_max=1 << 20, hello_frame_bytes_max=1024))
-    message = [min(OVERLAY_TYPES), "x" * 20_000]
+    message = [min(Layer.OVERLAY), "x" * 20_000]
     assert links.send(0, other.address, message) == [Connect(other.address)]
     links.connected(0, 5, other.address)
     items, effects = links.received(0, 5, peer.welcome(other) + peer.encode(message))

@@ -24,9 +24,9 @@ def source() -> Source:
     return Source("p", "me:1", CONFIG, lambda channel: [channel, "#"])
 
 
-def knowledge(effect: PublishOnTree) -> messages.Knowledge:
+def knowledge(effect: PublishOnTree) -> messages.KnowledgeMessage:
     decoded = messages.decode(effect.event[1])
-    assert isinstance(decoded, messages.Knowledge)
+    assert isinstance(decoded, messages.KnowledgeMessage)
     return decoded
 
 

@@ -25,10 +25,10 @@ from typing import Any, NamedTuple
 
 from tidings.core import errors
 from tidings.core.auth.credentials import NONCE_BYTES, Credential, parse_credential
-from tidings.core.auth.handshake import AUTH_FAILED
 from tidings.core.broker import advice
 from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.errors import (
+    AUTH_FAILED,
     AddressError,
     BrokerError,
     BrokerNotProven,

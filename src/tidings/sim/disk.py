@@ -38,7 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tidings.core.inputs import LogState
-from tidings.sim.world import MICROSECOND_NS, Timer, World
+from tidings.core.units import MICROSECOND_NS
+from tidings.sim.world import Timer, World
 
 SURVIVE_NONE = "none"
 SURVIVE_PREFIX = "prefix"

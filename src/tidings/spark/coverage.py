@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.core.reliability.ticks import TICK_MAX
+from tidings.core.event import TICK_MAX
 from tidings.spark.overlay import Missing
 from tidings.spark.planning import ReadError
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidings.core.durable.checkpoint import POSITIONS_MAX, Checkpoint
-from tidings.core.reliability.ticks import TICK_MAX  # a tick is a Spark long
+from tidings.core.event import TICK_MAX  # a tick is a Spark long
 
 
 class OffsetError(ValueError):

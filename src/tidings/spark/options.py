@@ -18,8 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tidings.core.channels import validate_pattern
-from tidings.core.event import datetime_to_tick
-from tidings.core.reliability.ticks import TICK_MAX  # a tick is a Spark long
+from tidings.core.event import (
+    TICK_MAX,  # a tick is a Spark long
+    datetime_to_tick,
+)
 
 PARTITIONS_MAX = 10_000
 

@@ -36,8 +36,10 @@ from pyspark.sql.datasource import (
 )
 
 from tidings.core.channels import pattern_matches, validate_pattern
-from tidings.core.event import datetime_to_tick
-from tidings.core.reliability.ticks import TICK_MAX  # a tick is a Spark long
+from tidings.core.event import (
+    TICK_MAX,  # a tick is a Spark long
+    datetime_to_tick,
+)
 
 _Comparison = EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual
 

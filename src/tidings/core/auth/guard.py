@@ -36,11 +36,9 @@ from tidings.core.auth.limits import TokenBucket
 from tidings.core.auth.names import NameRuleError, check_name
 from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.auth.policy import AuthPolicy, Limits
-from tidings.core.errors import TidingsError
+from tidings.core.errors import FORBIDDEN, LIMIT_EXCEEDED, TidingsError
 from tidings.core.multicast.access import Acl, AclTooLarge, acl_for
 
-FORBIDDEN = "forbidden"
-LIMIT = "limit-exceeded"
 NonceSource = Callable[[int], bytes]  # n -> n unpredictable bytes (the runtime's secrets.token_bytes)
 SERVER_NONCE_BYTES = 24
 NOTES_KEPT_MAX = 64  # notes waiting for the runtime's log
@@ -124,7 +122,7 @@ class Guard:
         limit = self.policy.limits_of(principal.identity).connections_max
         if limit is not None and len(account.conns) >= limit:
             error = TidingsError(f"identity {principal.identity!r} already has connections_max={limit} "
-                                 f"connections to this broker", LIMIT)
+                                 f"connections to this broker", LIMIT_EXCEEDED)
             self.refused(account)
             raise error
         account.conns[member.conn] = member
@@ -174,7 +172,7 @@ class Guard:
             elif not self._within_rates(account, limits, ev, now):
                 refused[i] = TidingsError(f"identity {identity!r} is over its publish rate "
                                           f"(publish_events_per_s / publish_bytes_per_s, publish_burst_s): "
-                                          f"a PUBLISH may hold at most a full bucket", LIMIT)
+                                          f"a PUBLISH may hold at most a full bucket", LIMIT_EXCEEDED)
         if refused:
             self.refused(account, len(refused))
         return refused
@@ -211,7 +209,7 @@ class Guard:
             error = TidingsError(f"identity {identity!r} may not subscribe to {pattern!r}", FORBIDDEN)
         elif limit is not None and sum(len(m.subs) for m in account.conns.values()) >= limit:
             error = TidingsError(f"identity {identity!r} has subscriptions_max={limit} subscriptions at "
-                                 f"this broker", LIMIT)
+                                 f"this broker", LIMIT_EXCEEDED)
         if error is not None:
             self.refused(account)
         return error

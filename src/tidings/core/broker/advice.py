@@ -38,6 +38,8 @@ from tidings.core.wire import messages
 if TYPE_CHECKING:
     from tidings.core.config import BrokerConfig
 
+from tidings.core.units import ns_to_us, us_to_ns
+
 
 class Reason(Enum):
     CLOSER = "closer"
@@ -101,7 +103,7 @@ def decode(reason: object, entries: object) -> tuple[Reason, list[Candidate]] | 
         return None
     if type(entries) is not list:
         return None
-    out = [Candidate(e[0], e[1] * 1000) for e in entries[:CANDIDATES_MAX]
+    out = [Candidate(e[0], us_to_ns(e[1])) for e in entries[:CANDIDATES_MAX]
            if type(e) is list and len(e) == 2 and type(e[0]) is str and type(e[1]) is int]
     return parsed, out
 
@@ -144,7 +146,7 @@ class RouteAdvice:
         if self.draining:  # every live broker it knows will do, nearest first (RTT unknown: last)
             known = {address for address, _ in near}
             near = near + [(address, RTT_UNKNOWN_NS) for address in leaf_set if address not in known]
-        entries = [[c.address, c.rtt_ns // 1000] for c in candidates(near, me)]
+        entries = [[c.address, ns_to_us(c.rtt_ns)] for c in candidates(near, me)]
         if not entries:
             return []
         frame = messages.advice(self.reason(clients).value, entries)

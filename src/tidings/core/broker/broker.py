@@ -23,7 +23,7 @@ returns effects for the runtime to apply.
 
 Across brokers (DESIGN §2, docs/delivery.md) each sync's durable events become knowledge of this
 pubend's stream on the trees of their channels, and the reliability node hands the broker other
-pubends' events of the trees it is a member of (`Deliver`), in tick order, exactly once.
+pubends' events of the trees it is a member of (`DeliverRecords`), in tick order, exactly once.
 """
 
 from __future__ import annotations
@@ -87,10 +87,11 @@ from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.publish.dedup import DedupWindow
 from tidings.core.publish.intake import Intake
 from tidings.core.publish.pubend import Pubend
-from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityNode
+from tidings.core.reliability.node import DeliverRecords, Lost, MovedAway, ReliabilityNode
 from tidings.core.subscription.leases import EndSubscription, Leases, lapsed
 from tidings.core.subscription.memberships import TreeMemberships
 from tidings.core.subscription.subend import RemoteDelivery, Subend
+from tidings.core.units import ns_to_us
 from tidings.core.wire import messages
 
 # what the cluster member asks of the runtime
@@ -139,8 +140,8 @@ class Broker:
         self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
         self.trees = LocalTrees(self.guard, self.memberships)  # joining them under access lists (multicast/)
         self.remote = RemoteDelivery()  # other pubends' events for local subscriptions
-        expiry_us = config.durable_expiry_ns // 1000
-        self.dedup = DedupWindow(config.dedup_window_ns // 1000, config.dedup_entries_max,
+        expiry_us = ns_to_us(config.durable_expiry_ns)
+        self.dedup = DedupWindow(ns_to_us(config.dedup_window_ns), config.dedup_entries_max,
                                  config.dedup_producers_max)  # idempotent publish (core/publish/dedup.py)
         self.intake = Intake(config, self.guard, self.pubend, self.dedup)  # PUBLISH to the log (core/publish/intake.py)
         self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
@@ -418,7 +419,7 @@ class Broker:
         # other brokers' events: every tick after this, whichever pubend (clocks may differ by
         # up to the skew allowance); this broker's own from `position`, exactly
         remote_start = position if msg.start != messages.START_NOW else max(
-            0, wall_us - self.config.clock_skew_allowance_ns // 1000)
+            0, wall_us - ns_to_us(self.config.clock_skew_allowance_ns))
         try:
             checkpoint = self.durable.checkpoint(c.service, msg, position, remote_start, self._me())
         except TidingsError as exc:
@@ -676,7 +677,7 @@ class Broker:
     def _cluster_effects(self, effects: list[Any], out: list[Effect]) -> None:
         """The cluster member's output: remote events for local subscriptions, effects for the runtime."""
         for eff in effects:
-            if type(eff) is Deliver:
+            if type(eff) is DeliverRecords:
                 self._fan_out(self.remote.fan(eff, self.subends), out)
             elif type(eff) is Lost:
                 for key in eff.keys:

@@ -24,7 +24,7 @@ implies, and nothing more:
 - with guaranteed delivery, the pubend directory (core/broker/directory.py) hears the leaf set's changes,
   gets DIRECTORY messages and the timer, and sends through the same links: every member knows
   every pubend of the overlay, also those whose broker is down;
-- what is left (Deliver, ReadLog, AccessChanged, and the runtime effects) goes to the broker; without links
+- what is left (DeliverRecords, ReadLog, AccessChanged, and the runtime effects) goes to the broker; without links
   (the message-level simulator) PeerSend and Probe go to the caller as well.
 
 Until Pastry reports `JoinCompleted`, its state is partial and a route could end at the wrong node,
@@ -42,20 +42,16 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tidings.core.broker.directory import DIRECTORY_TYPES, DirectoryConfig, PubendDirectory
+from tidings.core.broker.directory import DirectoryConfig, PubendDirectory
 from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError, TidingsError
 from tidings.core.inputs import Connected, ConnectFailed, ConnectionLost, LogState, Received, SendBlocked, SendDrained
 from tidings.core.links.peer_links import PeerLinks, PeerOutput, RttMeasured
-from tidings.core.multicast import messages as multicast_messages
 from tidings.core.multicast.access import Acl, Member
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.multicast.effects import ChildAdded, EventArrived, ParentSuspected, TreeActivated
 from tidings.core.multicast.local_trees import AccessLists
 from tidings.core.overlay import messages as overlay_messages
 from tidings.core.overlay.envelope import (
-    MULTICAST_TYPES,
-    OVERLAY_TYPES,
-    RELIABILITY_TYPES,
     Deliver,
     Forward,
     PeerSend,
@@ -67,6 +63,7 @@ from tidings.core.overlay.node import JoinCompleted, LeafSetChanged, NodeFailed,
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability.node import Held, ReliabilityConfig, ReliabilityNode
 from tidings.core.wire.frames import FrameDecoder
+from tidings.core.wire.types import BrokerType, Layer, OverlayType, ScribeType
 
 ROUTES_BEFORE_JOIN_MAX = 10_000
 
@@ -124,15 +121,15 @@ class ClusterMember:
     def received(self, now: int, sender: str, message: list[Any]) -> list[Any]:
         """A message from the peer at `sender`; raises ProtocolError when it is malformed."""
         kind = message[0] if type(message) is list and message and type(message[0]) is int else None
-        if kind == overlay_messages.ROUTE:
+        if kind == OverlayType.ROUTE:
             return self._route(now, overlay_messages.decode_route(message))
-        if kind in OVERLAY_TYPES:
+        if kind in Layer.OVERLAY:
             return self._settle(now, self.overlay.handle(now, sender, message))
-        if kind in MULTICAST_TYPES:
+        if kind in Layer.MULTICAST:
             return self._settle(now, self.scribe.handle(now, sender, message))
-        if kind in RELIABILITY_TYPES and self.reliability is not None:
+        if kind in Layer.RELIABILITY and self.reliability is not None:
             return self._settle(now, self.reliability.received(now, sender, message))
-        if kind in DIRECTORY_TYPES and self.directory is not None and self.reliability is not None:
+        if kind == BrokerType.DIRECTORY and self.directory is not None and self.reliability is not None:
             return self._settle(now, self.directory.received(now, sender, message, self.reliability.wall_us))
         raise ProtocolError(UNKNOWN_MESSAGE, f"unknown peer message type {kind!r}")
 
@@ -348,7 +345,7 @@ class ClusterMember:
         elif type(eff) is ChildAdded:
             queue.extend(gd.child_added(now, eff.tree, eff.child.address, eff.subscribe_extra))
             for i, item in enumerate(queue):  # a new forwarder's own SUBSCRIBE: its own interest
-                if (type(item) is RouteTo and item.payload[0] == multicast_messages.SUBSCRIBE
+                if (type(item) is RouteTo and item.payload[0] == ScribeType.SUBSCRIBE
                         and item.payload[1] == eff.tree and item.payload[2] == self.me.to_wire()):
                     own = [*item.payload[:3], gd.forwarder_extra(eff.tree, eff.subscribe_extra), *item.payload[4:]]
                     queue[i] = RouteTo(item.key, own)

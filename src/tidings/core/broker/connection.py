@@ -50,13 +50,14 @@ from tidings.core.auth.guard import Guard
 from tidings.core.auth.handshake import Principal, ServerHandshake
 from tidings.core.auth.names import NAME_CHARS_MAX
 from tidings.core.auth.policy import INSTANCE_CHARS_MAX
-from tidings.core.broker.refusals import REFUSAL_WINDOW_NS, ClientErrors, RefusalWindow
+from tidings.core.broker.refusals import ClientErrors, RefusalWindow
+from tidings.core.defaults import REFUSAL_WINDOW_NS
 from tidings.core.effects import Disconnect, Effect, PauseReading, ResumeReading, Send
 from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.states import Transitions
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
-from tidings.core.wire.peer import PEER_HELLO
+from tidings.core.wire.types import LinkType
 
 
 class ConnState(StrEnum):
@@ -259,7 +260,7 @@ class ClientConnection:
     def _opening(self, now: int, body: bytes, welcome_info: dict[str, Any]) -> tuple[ClientMessage | None,
                                                                                       list[Effect]]:
         """A frame before the handshake is over: HELLO, AUTH, or another broker's PEER_HELLO."""
-        if self.handshake is None and messages.message_type(body) == PEER_HELLO:
+        if self.handshake is None and messages.message_type(body) == LinkType.PEER_HELLO:
             self.state = TRANSITIONS.move(self.state, PEER)
             # the frames behind it, judged by the handshake's limit too (a dialler waits for WELCOME)
             return PeerHandover(body, self.decoder.take()), []

@@ -35,10 +35,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.core.units import SECOND_NS
 from tidings.core.wire import messages
 
-SECOND_NS = 1_000_000_000
-REFUSAL_WINDOW_NS = 100_000_000  # BrokerConfig.refusal_window_ns's default
 LOG_LINES_KEPT_MAX = 256  # lines waiting for the runtime's log; one per connection and window
 
 

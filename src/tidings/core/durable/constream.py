@@ -229,10 +229,9 @@ class Constream:
             if tick <= cov.through:
                 continue  # recorded already (a rewound consumer)
             fields = record_routing_fields(record)
-            if fields is None or fields[0] != rec.pubend:
+            if fields is None or fields.pubend != rec.pubend:
                 continue  # never delivered to anyone (subend.py): a match for nobody
-            _, channel, attributes = fields
-            matched = match(channel, attributes)
+            matched = match(fields.channel, fields.attributes)
             if matched:
                 entries.append((tick, matched))
         if rec.through <= cov.through:

@@ -12,7 +12,7 @@ answering the challenge, our proof was refused.
 from __future__ import annotations
 
 from tidings.core import errors
-from tidings.core.auth.handshake import AUTH_FAILED
+from tidings.core.errors import AUTH_FAILED
 
 ACCEPTOR_SIDE = "acceptor"  # this broker refused a connection that dialled it
 DIALLER_SIDE = "dialler"  # the broker this one dialled refused it, or failed its check

@@ -40,7 +40,7 @@ from tidings.core.channels import validate_channel
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Append, Effect, Sync
 from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.event import validate_attributes
+from tidings.core.event import encode_records, validate_attributes
 from tidings.core.multicast.trees import publish_trees
 from tidings.core.publish.dedup import DedupWindow, Verdict
 from tidings.core.publish.pubend import Pubend
@@ -196,14 +196,8 @@ class Intake:
         """Encode each event once and log the batch under ticks `first`, `first + 1`, ...; `ticks`
         is what its ACK will say, per event of the PUBLISH."""
         pubend = self.pubend
-        pid = pubend.pubend_id
-        pack = self._packer.pack
-        service, instance = c.service, c.instance
-        stamped = zip(range(first, first + len(valid)), valid, strict=True)
-        if c.authenticated:  # the flag, or nothing: not authenticated (core/event.py)
-            records = [(t, pack([pid, t, ch, at, service, instance, pl, True])) for t, (ch, at, pl) in stamped]
-        else:  # (two loops: the per-event cost of building the list with or without it is measurable)
-            records = [(t, pack([pid, t, ch, at, service, instance, pl])) for t, (ch, at, pl) in stamped]
+        records = encode_records(self._packer.pack, pubend.pubend_id, first, valid, c.service, c.instance,
+                                 c.authenticated)
         deliveries = [(t, ch, at, rec) for (t, rec), (ch, at, _) in zip(records, valid, strict=True)]
         self.events_published += len(records)
         self.traffic.count([ch for ch, _, _ in valid])

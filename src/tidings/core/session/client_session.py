@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
-from tidings.core import errors
+from tidings.core import defaults, errors
 from tidings.core.auth.credentials import Credential, KdfParams
 from tidings.core.auth.handshake import Challenge, ClientHandshake
 from tidings.core.channels import validate_channel, validate_pattern
@@ -23,8 +23,6 @@ from tidings.core.publish.dedup import producer_problem, pseq_problem
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
 
-FRAME_BYTES_MAX_DEFAULT = 8 * 1024 * 1024
-EVENT_BYTES_MAX_DEFAULT = 1024 * 1024
 PUBLISH_FRAME_EVENTS_MAX = 4096
 FRAME_OVERHEAD_BYTES = 64
 VALID_CHANNELS_CACHED_MAX = 4096
@@ -63,10 +61,10 @@ class ClientSession:
         self.instance = instance
         self._auth = None if credential is None else ClientHandshake(credential, instance, nonce)
         self.pubend: str | None = None
-        self.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
-        self.event_bytes_max = EVENT_BYTES_MAX_DEFAULT
+        self.frame_bytes_max = defaults.FRAME_BYTES_MAX
+        self.event_bytes_max = defaults.EVENT_BYTES_MAX
         self.lease_ns: int | None = None  # the broker's lease on subscriptions (core/subscription/leases.py)
-        self._decoder = FrameDecoder(FRAME_BYTES_MAX_DEFAULT + FRAME_MARGIN_BYTES)
+        self._decoder = FrameDecoder(defaults.FRAME_BYTES_MAX + FRAME_MARGIN_BYTES)
         self._valid_channels: set[str] = set()
         self._next_seq = 0
         self._next_sub = 0
