@@ -162,6 +162,7 @@ class SubscriptionMachine(RuleBasedStateMachine):
         self.delivered: dict[str, list[int]] = {OWN: [], OTHER: []}
         self.skipped: list[tuple[int, int]] = []  # GAPs, and what a start at the oldest skipped
         self.start = 0
+        self.from_oldest = False
         self.ends = 0
         self.silenced: dict[str, int] = {}
 
@@ -207,6 +208,7 @@ class SubscriptionMachine(RuleBasedStateMachine):
         msg = messages.Subscribe(1, PATTERN, None, kind, after, self.synced if bounded else None)
         begin = resolve_start(msg, self.synced, self.released, 0, 0)
         self.start = begin.position
+        self.from_oldest = begin.from_oldest
         self.s = Subscription(1, 7, 1, OWN, PATTERN, None, begin.position, begin.end, from_oldest=begin.from_oldest)
         self.mode = self.s.mode
         self.positions = dict(self.s.positions)
@@ -227,8 +229,9 @@ class SubscriptionMachine(RuleBasedStateMachine):
         s = self.s
         assert s.reading is not None
         position, through = s.position, s.reading
-        if self.released > position:  # the log no longer holds these: a GAP, or skipped from the oldest
+        if self.released > position and self.from_oldest:  # skipped without a GAP by a start at the oldest
             self.skipped.append((position, self.released))
+        self.from_oldest = False  # (later releases: a GAP, which `_take` records)
         floor = max(position, self.released)
         records = [(t, record(OWN, t, c)) for t, c in self.log if floor < t <= through][:max(1, count)]
         effects, _ = s.on_read(records, log_state(self.released + 1, self.synced, self.released))
