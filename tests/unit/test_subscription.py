@@ -78,7 +78,12 @@ def test_a_subscribe_the_connection_may_not_open_is_refused_with_its_reason():
     with pytest.raises(TidingsError, match="overlay"):
         check_subscribe(messages.Subscribe(1, "a", None, messages.START_NOW, 0, None, messages.ORDER_TOTAL), {}, 10,
                         False)
-    check_subscribe(plain, {}, 10, False)
+    with pytest.raises(TidingsError):
+        check_subscribe(messages.Subscribe(1, "a/#/b", None, messages.START_NOW, 0, None), {}, 10, False)
+    with pytest.raises(TidingsError):
+        check_subscribe(messages.Subscribe(1, "a", "x >", messages.START_NOW, 0, None), {}, 10, False)
+    pattern, flt = check_subscribe(messages.Subscribe(1, "a/#", "x > 1", messages.START_NOW, 0, None), {}, 10, False)
+    assert pattern == "a/#" and flt is not None and flt.matches({"x": 2}) and not flt.matches({"x": 0})
 
 
 def test_a_read_is_a_bounded_subscribe_of_the_same_ticks():
@@ -131,6 +136,13 @@ def test_silence_moves_the_checkpoint_over_every_pubend_of_the_position_map():
     assert s.silence(synced_tick=180) == []  # nothing moved since
     s.passed({OTHER: 60})  # a position never goes back
     assert s.positions[OTHER] == 70
+
+
+def test_ticks_the_trees_lost_are_a_gap_and_move_the_position_map():
+    s = Subscription(1, 7, 2, OWN, PATTERN, None, 100, None)
+    (gap,) = decoded(s.lost(OTHER, 10, 40))
+    assert (gap.sub, gap.after, gap.through, gap.pubend) == (2, 10, 40, OTHER)
+    assert s.positions == {OWN: 100, OTHER: 40}
 
 
 def test_the_durable_machine_binds_a_subscription_by_its_outcome_never_by_touching_it():

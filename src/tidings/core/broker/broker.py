@@ -57,7 +57,6 @@ from tidings.core.broker.connection import (
     PeerHandover,
 )
 from tidings.core.broker.refusals import ClientErrors
-from tidings.core.channels import validate_pattern
 from tidings.core.config import BrokerConfig
 from tidings.core.deadlines import Deadlines
 from tidings.core.durable.checkpoint import Checkpoint
@@ -78,7 +77,7 @@ from tidings.core.effects import (
     Send,
 )
 from tidings.core.errors import TidingsError
-from tidings.core.filters import Filter, SubscriptionIndex, parse_filter
+from tidings.core.filters import SubscriptionIndex
 from tidings.core.inputs import (
     Accepted,
     Connected,
@@ -581,9 +580,8 @@ class Broker:
             c.refuse(self.now, code, text, out, sub=msg.sub)
 
         try:
-            check_subscribe(msg, c.subs, self.config.subscriptions_per_connection_max, self.cluster is not None)
-            pattern = validate_pattern(msg.pattern)
-            flt: Filter | None = parse_filter(msg.filter) if msg.filter else None
+            pattern, flt = check_subscribe(msg, c.subs, self.config.subscriptions_per_connection_max,
+                                           self.cluster is not None)
         except TidingsError as exc:
             return refuse(exc.code, str(exc))
         denied = (self.guard.check_subscribe(c.identity, pattern)  # access rules, subscriptions_max
@@ -855,7 +853,7 @@ class Broker:
                 for key in eff.keys:
                     s = self.subends.get(key)
                     if s is not None:
-                        out.append(Send(s.conn, messages.gap(s.sub, eff.after, eff.through, eff.pubend)))
+                        out += s.lost(eff.pubend, eff.after, eff.through)
             elif type(eff) is AccessChanged:
                 self._access_changed(eff, out)
             elif type(eff) is Recorded:

@@ -10,6 +10,9 @@ starts at a tick takes theirs after the same tick. A bounded subscription (`end`
 or the durable tail, whichever is lower, and never goes live. A durable one's checkpoint token then
 overrides these per pubend (core/durable/subscriptions.py).
 
+Its pattern and filter are checked and parsed here too: a SUBSCRIBE that fails any check is refused
+with the reason, and nothing is opened.
+
 A READ is a bounded subscription answered in bulk: `from_read` turns it into its SUBSCRIBE.
 
 Total order (one interleaving per tree, merged by the reliability node) starts now and has no end,
@@ -22,7 +25,9 @@ from collections.abc import Collection
 from typing import NamedTuple
 
 from tidings.core import errors
+from tidings.core.channels import validate_pattern
 from tidings.core.errors import TidingsError
+from tidings.core.filters import Filter, parse_filter
 from tidings.core.wire import messages
 
 
@@ -48,8 +53,9 @@ def resolve_start(msg: messages.Subscribe, synced_tick: int, released_through: i
 
 
 def check_subscribe(msg: messages.Subscribe, open_subs: Collection[int], subscriptions_max: int,
-          in_overlay: bool) -> None:
-    """TidingsError when a connection holding `open_subs` (client ids) may not open `msg`."""
+          in_overlay: bool) -> tuple[str, Filter | None]:
+    """The pattern and the parsed filter of `msg`; TidingsError when a connection holding
+    `open_subs` (client ids) may not open it, or they do not parse."""
     if msg.sub in open_subs:
         raise TidingsError(f"subscription {msg.sub} already exists", errors.SUBSCRIPTION_EXISTS)
     if len(open_subs) >= subscriptions_max:
@@ -59,6 +65,7 @@ def check_subscribe(msg: messages.Subscribe, open_subs: Collection[int], subscri
             raise TidingsError("a total-order subscription starts now and has no end", errors.BAD_START)
         if not in_overlay:
             raise TidingsError("total order needs the broker to be in an overlay", errors.BAD_START)
+    return validate_pattern(msg.pattern), parse_filter(msg.filter) if msg.filter else None
 
 
 def from_read(msg: messages.Read) -> messages.Subscribe:

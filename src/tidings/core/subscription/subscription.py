@@ -215,6 +215,13 @@ class Subscription:
             if pubend != own and tick > mine.get(pubend, -1):
                 mine[pubend] = tick
 
+    def lost(self, pubend: str, after: int, through: int) -> list[Effect]:
+        """Ticks (after, through] of another pubend were released before the trees gave them to it:
+        a GAP, never a silent skip."""
+        if pubend != self.own and through > self.positions.get(pubend, -1):
+            self.positions[pubend] = through
+        return [Send(self.conn, messages.gap(self.sub, after, through, pubend))]
+
     def _keeps(self, record: bytes, prefix: bytes) -> bool:
         """Whether a record of this broker's log (its records begin with `prefix`) matches."""
         if self.filter is None:
