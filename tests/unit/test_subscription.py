@@ -282,6 +282,14 @@ class SubscriptionMachine(RuleBasedStateMachine):
         self._take(self.s.deliver(records))
         self.s.passed({OTHER: self.other_tick})
 
+    @precondition(lambda self: self.s.mode in OPEN and self.s.end is None)
+    @rule(ticks=st.integers(1, 5))
+    def lost_in_the_trees(self, ticks: int) -> None:
+        after, self.other_tick = self.other_tick, self.other_tick + ticks
+        (gap,) = decoded(self.s.lost(OTHER, after, self.other_tick))
+        assert (gap.after, gap.through, gap.pubend) == (after, self.other_tick, OTHER)
+        assert self.s.positions[OTHER] == self.other_tick
+
     @precondition(lambda self: self.s.mode in OPEN and not self.s.durable and self.s.end is None)
     @rule()
     def bind(self) -> None:
