@@ -230,7 +230,7 @@ class Constream:
                 continue  # recorded already (a rewound consumer)
             fields = record_routing_fields(record)
             if fields is None or fields[0] != rec.pubend:
-                continue  # never delivered to anyone (subend.py): a match for nobody
+                continue  # never delivered to anyone (core/subscription/subscription.py): a match for nobody
             _, channel, attributes = fields
             matched = match(channel, attributes)
             if matched:
