@@ -1,4 +1,4 @@
-"""RemoteDelivery: each local subend's share of another pubend's records (reliability/subend.py).
+"""RemoteDelivery: each local subend's share of another pubend's records (core/subscription/remote.py).
 Records come from untrusted peers: one that does not name the pubend whose stream carried it is
 counted and dropped."""
 
@@ -8,17 +8,18 @@ import msgpack
 
 from tidings.core.filters import parse_filter
 from tidings.core.reliability.node import DeliverRecords
-from tidings.core.subscription.subend import RemoteDelivery, Subend
+from tidings.core.subscription.remote import RemoteDelivery
+from tidings.core.subscription.subscription import Subscription
 
 
 def record(tick: int, channel: str, attributes: dict, pubend: str = "p-remote") -> bytes:
     return msgpack.packb([pubend, tick, channel, attributes, "svc", "i", b"x"])
 
 
-def subends() -> dict[int, Subend]:
-    return {1: Subend(1, 10, 1, "nodes/#", None, 0, None),
-            2: Subend(2, 10, 2, "nodes/+/load", parse_filter("value > 5"), 0, None),
-            3: Subend(3, 11, 1, "other/#", None, 0, None)}
+def subends() -> dict[int, Subscription]:
+    return {1: Subscription(1, 10, 1, "p-local", "nodes/#", None, 0, None),
+            2: Subscription(2, 10, 2, "p-local", "nodes/+/load", parse_filter("value > 5"), 0, None),
+            3: Subscription(3, 11, 1, "p-local", "other/#", None, 0, None)}
 
 
 def test_each_subend_gets_the_records_matching_its_pattern_and_filter_in_order():

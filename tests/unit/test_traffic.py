@@ -2,7 +2,7 @@
 
 from tidings.core.filters import parse_filter
 from tidings.core.publish.traffic import OTHER, ChannelTraffic
-from tidings.core.subscription.subend import Subend
+from tidings.core.subscription.subscription import Subscription
 
 
 def test_counts_rank_busiest_first_and_sum_the_rest():
@@ -20,13 +20,13 @@ def test_channels_past_the_limit_are_counted_together():
 
 
 def test_subend_status_reports_pattern_filter_mode_and_lag():
-    s = Subend(1, conn=7, sub=3, pattern="a/#", flt=parse_filter("n > 2"), position=100, end=None)
+    s = Subscription(1, conn=7, sub=3, own="p", pattern="a/#", flt=parse_filter("n > 2"), position=100, end=None)
     assert s.status(synced_tick=160) == {"sub": 3, "pattern": "a/#", "filter": "n > 2", "mode": "catching up",
                                          "position": 100, "lag_ticks": 60}
-    s.go_live(160)
+    assert s.advance(100, blocked=False, read_bytes_max=1) == ([], False)  # caught up: live
     assert s.status(synced_tick=500)["mode"] == "live" and s.status(synced_tick=500)["lag_ticks"] == 0
-    bounded = Subend(2, conn=7, sub=4, pattern="a", flt=None, position=10, end=40)
+    bounded = Subscription(2, conn=7, sub=4, own="p", pattern="a", flt=None, position=10, end=40)
     assert bounded.status(synced_tick=500) == {"sub": 4, "pattern": "a", "filter": None, "mode": "bounded",
                                                     "position": 10, "lag_ticks": 30}
-    total = Subend(3, conn=7, sub=5, pattern="a", flt=None, position=0, end=None, total=True)
+    total = Subscription(3, conn=7, sub=5, own="p", pattern="a", flt=None, position=0, end=None, total=True)
     assert total.status(500)["mode"] == "total order" and total.status(500)["lag_ticks"] is None

@@ -562,7 +562,7 @@ class Client:
         decodes them: tidings.spark.arrow.records_to_batch), in tick order; Gap markers where
         retention released ticks (iterating raises GapError). With `spans`, a broker that offers
         them may also send `messages.Span` items: the log's own bytes, which the reader checks and
-        picks from itself (storage.record.records_in; core/subscription/subend.py). Returns once
+        picks from itself (storage.record.records_in; core/subscription/subscription.py). Returns once
         the broker confirmed. For readers that turn records into columns; everyone else wants
         `subscribe`. BrokerError at once from a broker of an older version, which cannot serve it."""
         self._check_open()

@@ -7,7 +7,7 @@ of its range in bulk (READ); the broker sends their records as logged, in tick o
 RECORDS frame (at most about 1 MiB), then END; the task decodes each frame straight into one Arrow
 record batch (arrow.records_to_batch): no Event objects, nothing per event on the client's event
 loop. Where the broker may (no filter, a reader allowed every channel, a pattern that keeps most
-records), it sends the log's own bytes instead (SPAN, core/subscription/subend.py), and the task
+records), it sends the log's own bytes instead (SPAN, core/subscription/subscription.py), and the task
 checks the records' checksums and tests the pattern itself (arrow.span_to_batch): that work then
 runs in every task at once, not one record after another in the broker for all of them. Only
 durable events are served and ticks only rise per pubend, so a retried task reads the same events:

@@ -9,9 +9,11 @@ returns effects for the runtime to apply.
 - `Intake` (publish/intake.py) checks, ticks and logs each PUBLISH (`DedupWindow`: idempotent ones),
   and `Pubend` holds batches until the runtime reports them synced: only then are publishers
   acknowledged and events fanned out; `SubscriptionIndex` (filters/) finds the matching subscriptions;
-- `Subend` and `RemoteDelivery` (subscription/subend.py) deliver a subscription's own-pubend events
-  (live or from the log) and its share of other pubends' events; `Leases` (subscription/leases.py)
-  end the subscriptions of a client that stopped renewing;
+- `Subscription` (subscription/subscription.py) is one subscription: its start (subscription/start.py),
+  its mode (catching up from the log, live, blocked, ended, away), its position per pubend and its
+  durable binding; `RemoteDelivery` (subscription/remote.py) picks each one's share of other
+  pubends' events; `Leases` (subscription/leases.py) end the subscriptions of a client that stopped
+  renewing;
 - `LocalTrees` (multicast/local_trees.py, over subscription/memberships.py) joins and leaves the
   trees for the local subscriptions under the trees' access lists;
 - `DurableSubscriptions`, `Registrations` and `Constream` (durable/): durable subscriptions, their
@@ -39,7 +41,6 @@ from tidings.core.broker.cluster import ClusterMember, Reliability
 from tidings.core.broker.connection import OPEN, ClientConnection, ClientMessage, Hold, PeerHandover
 from tidings.core.broker.reading import Reading, Served
 from tidings.core.broker.refusals import ClientErrors
-from tidings.core.channels import validate_pattern
 from tidings.core.config import BrokerConfig
 from tidings.core.deadlines import Deadlines
 from tidings.core.durable.checkpoint import Checkpoint
@@ -60,7 +61,7 @@ from tidings.core.effects import (
     Send,
 )
 from tidings.core.errors import TidingsError
-from tidings.core.filters import Filter, SubscriptionIndex, parse_filter
+from tidings.core.filters import SubscriptionIndex
 from tidings.core.inputs import (
     Accepted,
     Connected,
@@ -90,7 +91,9 @@ from tidings.core.publish.pubend import Pubend
 from tidings.core.reliability.node import DeliverRecords, Lost, MovedAway, ReliabilityNode
 from tidings.core.subscription.leases import EndSubscription, Leases, lapsed
 from tidings.core.subscription.memberships import TreeMemberships
-from tidings.core.subscription.subend import RemoteDelivery, Subend
+from tidings.core.subscription.remote import RemoteDelivery
+from tidings.core.subscription.start import check_subscribe, from_read, resolve_start
+from tidings.core.subscription.subscription import Subscription
 from tidings.core.units import ns_to_us
 from tidings.core.wire import messages
 
@@ -127,7 +130,7 @@ class Broker:
         # reading the client connections, what it may cost, and who holds them (core/broker/reading.py)
         self.reading = Reading(config, self.guard, self.client_errors, self.advice)
         self.connections = self.reading.connections
-        self.subends: dict[int, Subend] = {}
+        self.subends: dict[int, Subscription] = {}
         self.index = SubscriptionIndex()
         self._next_key = 0
         self.timers: Deadlines[BrokerTimer] = Deadlines()
@@ -322,8 +325,7 @@ class Broker:
         elif isinstance(msg, messages.Subscribe):
             self._subscribe(c, msg, wall_us, out)
         elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
-            self._subscribe(c, messages.Subscribe(msg.sub, msg.pattern, msg.filter, messages.START_AFTER,
-                                                  msg.after, msg.end), wall_us, out, bulk=True,
+            self._subscribe(c, from_read(msg), wall_us, out, bulk=True,
                             spans=msg.spans and self.config.spans_fit_frames and self.trees.may_read_everything(
                                 c.identity))
         elif isinstance(msg, messages.Unsubscribe):
@@ -332,7 +334,9 @@ class Broker:
             self.leases.renew(self.now, c.conn)
         elif isinstance(msg, messages.Release):
             try:
-                self.durable.release(c.subs.get(msg.sub), msg.sub, msg.checkpoint)
+                s = c.subs.get(msg.sub)
+                self.durable.release(s is not None and s.durable, None if s is None else s.registration, msg.sub,
+                                     msg.checkpoint)
             except TidingsError as exc:
                 c.refuse(self.now, exc.code, str(exc), out, sub=msg.sub)
         else:
@@ -373,7 +377,7 @@ class Broker:
                             fan[key].append(record)
                         else:
                             fan[key] = [record]
-        self._fan_out(fan, out)
+        self._fan_out(fan, out, pid, self.pubend.synced_tick)  # (live ones: every tick to the tail passed)
         if self.cluster is not None:
             self._publish_to_trees(batches, out)
         for conn in self.intake.synced():  # publishers paused for the disk: read again
@@ -385,58 +389,49 @@ class Broker:
         if c.reply(ack, out) and c.blocked:
             out += c.charge(self.now, len(ack))
 
-    def _fan_out(self, fan: dict[int, list[bytes]], out: list[Effect]) -> None:
+    def _fan_out(self, fan: dict[int, list[bytes]], out: list[Effect], pubend: str | None = None,
+                 through: int | None = None) -> None:
+        """Records for subscriptions, from this broker's fan-out (`pubend` passed `through`) or the trees."""
         subends = self.subends
         for key, records in fan.items():
-            s = subends[key]
             self.events_delivered += len(records)
-            out.extend(Send(s.conn, frame) for frame in messages.events_frames(s.sub, records))
+            out += subends[key].deliver(records, pubend, through)
 
     # ---- subscribing -----------------------------------------------------------------------------
 
     def _subscribe(self, c: ClientConnection, msg: messages.Subscribe, wall_us: int, out: list[Effect],
                    bulk: bool = False, spans: bool = False) -> None:
+        """Open subscription `msg` (core/subscription/): its machine, its tree, its index entry, its
+        lease and its durable binding; SUBSCRIBED, then its first move."""
         def refuse(code: str, text: str) -> None:
             c.refuse(self.now, code, text, out, sub=msg.sub)
 
         try:
-            self._check_subscribe(c, msg)
-            pattern = validate_pattern(msg.pattern)
-            flt: Filter | None = parse_filter(msg.filter) if msg.filter else None
+            pattern, flt = check_subscribe(msg, c.subs, self.config.subscriptions_per_connection_max,
+                                           self.cluster is not None)
         except TidingsError as exc:
             return refuse(exc.code, str(exc))
         denied = (self.guard.check_subscribe(c.identity, pattern)  # access rules, subscriptions_max
                   or self._tree_refusal(c.identity, pattern))  # the tree's creator's, when held here
         if denied is not None:
             return refuse(denied.code, str(denied))
-        synced = self.pubend.synced_tick
-        if msg.start == messages.START_NOW:
-            position = synced
-        elif msg.start == messages.START_OLDEST:
-            position = self.log.released_through
-        else:
-            position = msg.after
-        # other brokers' events: every tick after this, whichever pubend (clocks may differ by
-        # up to the skew allowance); this broker's own from `position`, exactly
-        remote_start = position if msg.start != messages.START_NOW else max(
-            0, wall_us - ns_to_us(self.config.clock_skew_allowance_ns))
+        begin = resolve_start(msg, self.pubend.synced_tick, self.log.released_through, wall_us,
+                              self.config.clock_skew_allowance_ns)
         try:
-            checkpoint = self.durable.checkpoint(c.service, msg, position, remote_start, self._me())
+            checkpoint = self.durable.checkpoint(c.service, msg, begin.position, begin.remote, self._me())
         except TidingsError as exc:
             return refuse(exc.code, str(exc))
-        if checkpoint is not None:
-            position = checkpoint.position(self.pubend.pubend_id)
-        end = None if msg.end is None else min(msg.end, synced)
+        position = begin.position if checkpoint is None else checkpoint.position(self.pubend.pubend_id)
         self._next_key += 1
         total = msg.order == messages.ORDER_TOTAL
-        s = Subend(self._next_key, c.conn, msg.sub, pattern, flt, position, end,
-                   from_oldest=msg.start == messages.START_OLDEST, total=total, bulk=bulk, spans=spans)
+        s = Subscription(self._next_key, c.conn, msg.sub, self.pubend.pubend_id, pattern, flt, position, begin.end,
+                         from_oldest=begin.from_oldest, total=total, bulk=bulk, spans=spans)
         self.subends[s.key] = s
         c.subs[msg.sub] = s
-        if end is None:
+        if begin.end is None:
             remote = None if checkpoint is None else checkpoint.positions
             try:
-                self._join_tree(s, subscription_tree(pattern), remote_start, out, remote)
+                self._join_tree(s, subscription_tree(pattern), begin.remote, out, remote)
             except TidingsError as exc:  # a local limit reached on the client's behalf
                 del self.subends[s.key], c.subs[msg.sub]
                 return refuse(exc.code, str(exc))
@@ -458,9 +453,12 @@ class Broker:
     def _me(self) -> str | None:
         return None if self.cluster is None else self.cluster.me.address
 
-    def _start_durable(self, s: Subend, checkpoint: Checkpoint, out: list[Effect],
+    def _start_durable(self, s: Subscription, checkpoint: Checkpoint, out: list[Effect],
                        name: tuple[str, str] | None) -> None:
-        outcome = self.durable.begin(s, checkpoint, self.memberships.tree_of[s.key], name, self._me())
+        positions = dict(checkpoint.positions)
+        outcome = self.durable.begin(s.key, s.pattern, "" if s.filter is None else s.filter.text, checkpoint,
+                                     self.memberships.tree_of[s.key], name, self._me())
+        s.bind(outcome.registration, positions)
         self._durable(outcome, out)
         # a resumed one's catchup asks the PFS what matched it while it was away
         out += self.constream.resume(self.now, s.key, outcome.resumed, checkpoint, s.pattern, s.filter)
@@ -470,6 +468,10 @@ class Broker:
     def _durable(self, outcome: Outcome, out: list[Effect]) -> None:
         """Carry out what the durable machine decided (core/durable/subscriptions.py)."""
         out += outcome.effects
+        for key in outcome.unbound:
+            bound = self.subends.get(key)
+            if bound is not None:
+                bound.unbind()
         self.constream.registered(self.now, outcome.added, outcome.dropped,
                                   lambda effects: self._reliability(effects, out))
         for tree in outcome.gone:
@@ -483,26 +485,17 @@ class Broker:
         out += self.constream.chop(self.registrations.get)
 
     def _durable_silence(self, now: int, out: list[Effect]) -> None:
+        """Each durable subscription's SILENCE, with what the trees passed it (reliability/node.py)."""
         durable = [s for s in self.subends.values() if s.durable]
         if durable:
             self.timers.set(DURABLE_SILENCE, now + self.config.durable_silence_interval_ns)
-        out += self.durable.silence(durable, self.pubend.synced_tick, self._delivered_through)
-
-    def _delivered_through(self, s: Subend) -> dict[str, int]:
-        tree = self.memberships.tree_of.get(s.key)
-        return {} if tree is None or self.cluster is None else self._gd().delivered_through(s.key, tree)
-
-    def _check_subscribe(self, c: ClientConnection, msg: messages.Subscribe) -> None:
-        """TidingsError when this connection may not open the subscription `msg` asks for."""
-        if msg.sub in c.subs:
-            raise TidingsError(f"subscription {msg.sub} already exists", errors.SUBSCRIPTION_EXISTS)
-        if len(c.subs) >= self.config.subscriptions_per_connection_max:
-            raise TidingsError("subscriptions_per_connection_max reached", errors.TOO_MANY_SUBSCRIPTIONS)
-        if msg.order == messages.ORDER_TOTAL:
-            if msg.start != messages.START_NOW or msg.end is not None:
-                raise TidingsError("a total-order subscription starts now and has no end", errors.BAD_START)
-            if self.cluster is None:
-                raise TidingsError("total order needs the broker to be in an overlay", errors.BAD_START)
+        synced = self.pubend.synced_tick
+        tree_of = self.memberships.tree_of
+        for s in durable:
+            tree = tree_of.get(s.key)
+            if tree is not None and self.cluster is not None:
+                s.passed(self._gd().delivered_through(s.key, tree))
+            out += s.silence(synced)
 
     def _unsubscribe(self, c: ClientConnection, sub: int, forget: bool, out: list[Effect]) -> None:
         """A durable subscription is away after UNSUBSCRIBE, as after a closed connection, unless
@@ -513,34 +506,29 @@ class Broker:
             return
         self._drop_subend(c, s, out, ended=forget)
 
-    def _drop_subend(self, c: ClientConnection, s: Subend, out: list[Effect], ended: bool = True) -> None:
+    def _drop_subend(self, c: ClientConnection, s: Subscription, out: list[Effect], ended: bool = True) -> None:
         """Subscription `s` ends (`ended`: unsubscribed, refused, expired), or its connection went
         (a durable one's registration then holds its place in the tree while it is away)."""
         del c.subs[s.sub]
         if not c.subs:
             self.leases.release(c.conn)
         del self.subends[s.key]
+        away = False
         if s.end is None:
             if not s.total:
                 self.index.remove(s.key)
-            away, outcome = self.durable.end(s, ended, self._gd().wall_us if self.cluster else 0, self.subends)
+            away, outcome = self.durable.end(s.key, s.registration, ended,
+                                             self._gd().wall_us if self.cluster else 0)
             self._durable(outcome, out)
             self._leave_tree(s.key, out, held=away)
+        s.close(away)
 
-    def _advance(self, c: ClientConnection, s: Subend, out: list[Effect]) -> None:
-        """Move a subend that is not live on: finish it, turn it live, or read the log further."""
-        if s.total:
-            return  # the reliability node delivers all of it, this broker's own events included
-        synced = self.pubend.synced_tick
-        if s.caught_up(synced) and s.end is not None:
-            out.append(Send(c.conn, messages.end(s.sub, s.end)))
+    def _advance(self, c: ClientConnection, s: Subscription, out: list[Effect]) -> None:
+        """Move a subscription that is not live on (core/subscription/subscription.py `advance`)."""
+        effects, ended = s.advance(self.pubend.synced_tick, c.blocked, self.config.log_read_bytes_max)
+        out += effects
+        if ended:
             self._drop_subend(c, s, out)
-        elif c.blocked:
-            return  # a blocked connection gets nothing more; SendDrained brings us back here
-        elif s.caught_up(synced):
-            s.go_live(synced)
-        else:
-            out += s.next_read(synced, self.config.log_read_bytes_max)
 
     def _log_read(self, inp: LogRead, out: list[Effect]) -> None:
         if inp.reader < 0:  # the pubend answering a nack
@@ -551,7 +539,7 @@ class Broker:
         if s is None or s.reading is None:
             return  # the subscription ended while its read was in flight
         c = self.connections[s.conn]
-        effects, delivered = s.on_read(inp.records, inp.log, self.pubend.pubend_id, inp.span)
+        effects, delivered = s.on_read(inp.records, inp.log, inp.span)
         self.events_delivered += delivered
         self.read_span_bytes += 0 if inp.span is None else len(inp.span[1])
         out += effects
@@ -581,7 +569,7 @@ class Broker:
         synced = self.pubend.synced_tick
         for s in list(c.subs.values()):
             if blocked:
-                s.fall_behind(synced)
+                s.blocked(synced)
             elif not s.live:
                 self._advance(c, s, out)
             tree = self.memberships.tree_of.get(s.key)
@@ -592,7 +580,7 @@ class Broker:
 
     # ---- across brokers --------------------------------------------------------------------------
 
-    def _join_tree(self, s: Subend, tree: str, start: int, out: list[Effect],
+    def _join_tree(self, s: Subscription, tree: str, start: int, out: list[Effect],
                    positions: dict[str, int] | None = None) -> None:
         """Make subscription `s` a member of `tree` (from `positions` for the pubends a durable
         subscription's token names); TidingsError (and nothing changed) when this
@@ -683,14 +671,14 @@ class Broker:
                 for key in eff.keys:
                     s = self.subends.get(key)
                     if s is not None:
-                        out.append(Send(s.conn, messages.gap(s.sub, eff.after, eff.through, eff.pubend)))
+                        out += s.lost(eff.pubend, eff.after, eff.through)
             elif type(eff) is AccessChanged:
                 self._access_changed(eff, out)
             elif type(eff) is Recorded:
                 out += self.constream.recorded(eff)
             elif type(eff) is MovedAway:
                 self.registrations.moved_total += 1
-                self._durable(self.durable.forget(eff.registration, self.subends), out)
+                self._durable(self.durable.forget(eff.registration), out)
             elif type(eff) in RUNTIME_EFFECTS:
                 out.append(eff)
 
@@ -714,7 +702,7 @@ class Broker:
             **self.guard.status(),
         }
 
-    def _subscription_status(self, s: Subend) -> dict[str, Any]:
+    def _subscription_status(self, s: Subscription) -> dict[str, Any]:
         """The subend's status, with its lag on other brokers' streams: `lag_by_pubend` (ticks known
         here but not yet handed to it, per pubend, its own pubend's included) and `lag_ticks`, the
         largest of them."""

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from tidings.core.publish.intake import Intake
     from tidings.core.publish.pubend import Pubend
     from tidings.core.subscription.leases import Leases
-    from tidings.core.subscription.subend import RemoteDelivery, Subend
+    from tidings.core.subscription.remote import RemoteDelivery
+    from tidings.core.subscription.subscription import Subscription
 
 
 class Broker(Protocol):
@@ -50,7 +51,7 @@ class Broker(Protocol):
     @property
     def leases(self) -> Leases: ...
     @property
-    def subends(self) -> dict[int, Subend]: ...
+    def subends(self) -> dict[int, Subscription]: ...
     @property
     def constream(self) -> Constream: ...
     @property
@@ -126,9 +127,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("subscriptions", "subscriptions", GAUGE, "subscriptions of this broker's clients", "Broker (subends)",
            lambda b: len(b.subends)),
     Figure("subscriptions_live", "subscriptions_live", GAUGE, "subscriptions receiving live events",
-           "Subend", lambda b: sum(1 for s in b.subends.values() if s.live)),
+           "Subscription", lambda b: sum(1 for s in b.subends.values() if s.live)),
     Figure("catchup_readers", "subscriptions_catching_up", GAUGE, "subscriptions reading the log to catch up",
-           "Subend", lambda b: sum(1 for s in b.subends.values() if not s.live)),
+           "Subscription", lambda b: sum(1 for s in b.subends.values() if not s.live)),
     Figure("blocked_connections", "connections_blocked", GAUGE, "connections whose send queue is full",
            "Reading", lambda b: b.reading.blocked()),
     Figure("partial_frame_bytes", "partial_frame_bytes", GAUGE,

@@ -230,7 +230,7 @@ class Constream:
                 continue  # recorded already (a rewound consumer)
             fields = record_routing_fields(record)
             if fields is None or fields.pubend != rec.pubend:
-                continue  # never delivered to anyone (subend.py): a match for nobody
+                continue  # never delivered to anyone (core/subscription/subscription.py): a match for nobody
             matched = match(fields.channel, fields.attributes)
             if matched:
                 entries.append((tick, matched))

@@ -14,13 +14,14 @@ delivered to it or did not match. `end` says whether a subscription that leaves 
 registration holds its place) or ended; `save`, every `durable_save_interval_ns`, ends the
 registrations away longer than `durable_expiry_ns` and saves the state when it changed.
 
-The machine owns no connection, tree or stream: each call returns an `Outcome` the broker carries
-out (effects for the runtime, trees whose away member is gone, old homes to tell).
+The machine owns no connection, tree, stream or subscription: each call returns an `Outcome` the
+broker carries out (effects for the runtime, trees whose away member is gone, old homes to tell, the
+registration a subscription is bound to or no longer held by: `Subscription.bind` / `unbind`,
+core/subscription/subscription.py). SILENCE is the subscription's own (`Subscription.silence`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from tidings.core import errors
@@ -28,7 +29,6 @@ from tidings.core.durable.checkpoint import Checkpoint, Home
 from tidings.core.durable.registrations import Registration, Registrations
 from tidings.core.effects import Effect, SaveDurable
 from tidings.core.errors import TidingsError
-from tidings.core.subscription.subend import Subend
 from tidings.core.wire import messages
 
 
@@ -40,6 +40,8 @@ class Outcome:
     added: list[Registration] = field(default_factory=list)  # new registrations (recorded in the PFS)
     dropped: list[Registration] = field(default_factory=list)  # registrations that ended
     resumed: Registration | None = None  # the registration a subscription resumed (its catchup may use the PFS)
+    registration: int | None = None  # the registration `begin` bound the subscription to
+    unbound: list[int] = field(default_factory=list)  # subscriptions (keys) no longer held by a registration
 
 
 class DurableSubscriptions:
@@ -69,12 +71,11 @@ class DurableSubscriptions:
         checkpoint.positions.setdefault(self.pubend_id, position)
         return checkpoint
 
-    def begin(self, s: Subend, checkpoint: Checkpoint, tree: str, name: tuple[str, str] | None,
-              me: str | None) -> Outcome:
-        """Durable subscription `s` of `tree` starts at `checkpoint` (named `name`); the checkpoint
-        returned to the client then names its home here. TidingsError past the registrations limit."""
-        s.durable = True
-        s.silenced = dict(checkpoint.positions)
+    def begin(self, key: int, pattern: str, filter_text: str, checkpoint: Checkpoint, tree: str,
+              name: tuple[str, str] | None, me: str | None) -> Outcome:
+        """Durable subscription `key` of `tree` (`pattern`, `filter_text`) starts at `checkpoint`
+        (named `name`); the checkpoint returned to the client then names its home here, and the
+        outcome the registration it is bound to. TidingsError past the registrations limit."""
         out = Outcome()
         if me is None:
             return out  # not in an overlay (a measurement setup): nothing to hold release for
@@ -83,35 +84,35 @@ class DurableSubscriptions:
         reg = None
         if home is not None and home.pubend == self.pubend_id:
             away = regs.get(home.registration)
-            reg = regs.resume(home.registration, tree, s.key)
+            reg = regs.resume(home.registration, tree, key)
             if reg is not None:
                 out.resumed = reg
                 regs.release(reg.number, checkpoint)
                 if away is not None and away.key is None:
-                    out.gone.append(tree)  # the subend counts for the tree again
+                    out.gone.append(tree)  # the subscription counts for the tree again
         if reg is None:
-            reg = regs.register(tree, checkpoint, s.key, name, s.pattern, "" if s.filter is None else s.filter.text)
+            reg = regs.register(tree, checkpoint, key, name, pattern, filter_text)
             out.added.append(reg)
             out.effects.append(SaveDurable(regs.take_save() or regs.encode(), before_replies=True))
             if home is not None and home.pubend != self.pubend_id:
                 out.moved.append(home)
-        s.registration = reg.number
+        out.registration = reg.number
         checkpoint.home = Home(me, self.pubend_id, reg.number)
         return out
 
-    def end(self, s: Subend, ended: bool, wall_us: int, subends: Mapping[int, Subend]) -> tuple[bool, Outcome]:
-        """Subscription `s` leaves: ended for good (`ended`), or its connection went. Returns
-        whether its registration now holds its place in the tree (its subscriber is away)."""
-        reg = None if s.registration is None else self.registrations.get(s.registration)
-        mine = reg is not None and reg.key == s.key  # (not resumed on another connection since)
-        if reg is None or not mine:
+    def end(self, key: int, registration: int | None, ended: bool, wall_us: int) -> tuple[bool, Outcome]:
+        """Subscription `key` (bound to `registration`) leaves: ended for good (`ended`), or its
+        connection went. Returns whether its registration now holds its place in the tree (its
+        subscriber is away)."""
+        reg = None if registration is None else self.registrations.get(registration)
+        if reg is None or reg.key != key:  # (resumed on another connection since)
             return False, Outcome()
         if not ended:
-            self.registrations.left(reg.number, s.key, wall_us)
+            self.registrations.left(reg.number, key, wall_us)
             return True, Outcome()
-        return False, self.forget(reg.number, subends)
+        return False, self.forget(reg.number)
 
-    def forget(self, number: int, subends: Mapping[int, Subend]) -> Outcome:
+    def forget(self, number: int) -> Outcome:
         """Registration `number` ends; while its subscriber was away it held a place in its tree."""
         reg = self.registrations.drop(number)
         out = Outcome()
@@ -121,19 +122,18 @@ class DurableSubscriptions:
         if reg.key is None:
             out.gone.append(reg.tree)
         else:
-            s = subends.get(reg.key)
-            if s is not None:
-                s.registration = None  # resumed elsewhere while still connected here: served, not held
+            out.unbound.append(reg.key)  # resumed elsewhere while still connected here: served, not held
         return out
 
-    def release(self, s: Subend | None, sub: int, checkpoint: list[object]) -> None:
-        """RELEASE: the application consumed everything through `checkpoint` (sub.ack); a
-        TidingsError for the client when `sub` is no durable subscription or `checkpoint` no token."""
-        if s is None or not s.durable:
+    def release(self, durable: bool, registration: int | None, sub: int, checkpoint: list[object]) -> None:
+        """RELEASE: the application consumed everything through `checkpoint` (sub.ack) of
+        subscription `sub` (`durable`, bound to `registration`); a TidingsError for the client
+        when `sub` is no durable subscription or `checkpoint` no token."""
+        if not durable:
             raise TidingsError(f"no durable subscription {sub}", errors.UNKNOWN_SUBSCRIPTION)
         released = Checkpoint.from_wire(checkpoint)
-        if s.registration is not None:
-            self.registrations.release(s.registration, released)
+        if registration is not None:
+            self.registrations.release(registration, released)
 
     def save(self, wall_us: int, held_trees: dict[str, int]) -> Outcome:
         """Expire registrations away too long; save the durable state (with the pubend's
@@ -147,16 +147,4 @@ class DurableSubscriptions:
         data = regs.take_save()
         if data is not None:
             out.effects.append(SaveDurable(data))
-        return out
-
-    def silence(self, durable: list[Subend], synced: int,
-                remote: Callable[[Subend], dict[str, int]]) -> list[Effect]:
-        """Every durable subscription's checkpoint moves up to what has been delivered to it or did
-        not match: its own pubend's log position (the durable tail `synced` for a live one) and
-        each other pubend's delivered-through tick (`remote`)."""
-        out: list[Effect] = []
-        for s in durable:
-            positions = {self.pubend_id: max(s.position, synced) if s.live else s.position}
-            positions.update(remote(s))
-            out += s.silence(positions)
         return out
