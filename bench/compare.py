@@ -246,13 +246,12 @@ def report(lines: list[dict[str, Any]], compare_id: str | None, tolerance_pct: f
     if compare_id is None:
         return "no comparison in these lines", EXIT_MISSING
     meta = metas[-1] if metas else {}
-    end = next((x for x in reversed(lines) if x.get("test") == "compare-end" and x.get("compare_id") == compare_id),
-               {})
+    ends = [x for x in lines if x.get("test") == "compare-end" and x.get("compare_id") == compare_id]
+    end: dict[str, Any] = ends[-1] if ends else {}
     tol = tolerance_pct if tolerance_pct is not None else float(meta.get("tolerance_pct", 5.0))
     revs = {t[1]: t[2] for t in map(side_of, lines) if t is not None and t[0] == compare_id}
-    labels = [meta.get(f"{s}_label", revs.get(s, "?")) for s in SIDES]
-    ctx = Context(compare_id, *labels,
-                  int(meta.get("rounds", 0)), tol, int(meta.get("cpus") or os.cpu_count() or 1),
+    base, head = (str(meta.get(f"{s}_label", revs.get(s, "?"))) for s in SIDES)
+    ctx = Context(compare_id, base, head, int(meta.get("rounds", 0)), tol, int(meta.get("cpus") or os.cpu_count() or 1),
                   meta.get("loadavg_before", [None])[0], end.get("loadavg_after", [None])[0],
                   [*meta.get("notes", []), *end.get("notes", []), *lossy(lines, compare_id)])
     rows = judge(collect(lines, compare_id), tol, ignore)
