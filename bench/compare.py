@@ -101,15 +101,22 @@ def figures(line: dict[str, Any]) -> Iterator[tuple[Figure, float]]:
             if line.get(key) is not None:
                 yield Figure(f"{prefix} {key[:3]}", "us", False), float(line[key])
     # CPU per event: less at the mercy of a shared machine than wall-clock rates
-    per_event = line.get("broker_cpu_us_per_event")
-    if isinstance(per_event, dict):
-        for who, us in per_event.items():
-            if us is not None:
-                yield Figure(f"{prefix} CPU {who}", "us/event", False), float(us)
-    elif unit == "events/s" and line.get("server_cpu_pct") is not None and line["value"] > 0:
-        # bench/run.py: the broker's CPU over the same span as the rate
+    for who, us in cpu_us_per_event(line).items():
+        yield Figure(f"{prefix} CPU {who}", "us/event", False), us
+    if unit == "events/s" and line.get("server_cpu_pct") is not None and line["value"] > 0:
+        # bench/run.py: the broker's CPU over the same span as the rate (gd_bench's lines have none)
         us = 1e6 * line["server_cpu_pct"] / 100 / line["value"]
         yield Figure(f"{prefix} CPU broker", "us/event", False), round(us, 3)
+
+
+def cpu_us_per_event(line: dict[str, Any]) -> dict[str, float]:
+    """bench/gd_bench.py's CPU per event published of each broker, from its CPU share, the span and
+    the count (its own `broker_cpu_us_per_event` is rounded to 0.1 us, too coarse near 1 us)."""
+    shares, span_s, sent = line.get("broker_cpu_pct"), line.get("span_s"), line.get("sent")
+    if isinstance(shares, dict) and span_s and sent:
+        return {who: round(1e6 * pct / 100 * span_s / sent, 4) for who, pct in shares.items() if pct is not None}
+    rounded = line.get("broker_cpu_us_per_event")
+    return {who: float(us) for who, us in rounded.items() if us is not None} if isinstance(rounded, dict) else {}
 
 
 def side_of(line: dict[str, Any]) -> tuple[str, str, str] | None:
@@ -365,6 +372,13 @@ def schedule(rounds: int, order: str) -> list[str]:
     return [s for pair in pairs for s in pair]
 
 
+def runs(benches: list[tuple[str, str]], rounds: int, order: str) -> list[tuple[str, str, str]]:
+    """(side, bench, tests) of every run in turn. gd_bench runs once per test: its cross test
+    raises when nats-server is missing (after its tidings line), which must not cost the others."""
+    each = [(k, one) for k, t in benches for one in (t.split(",") if k == "gd" else [t])]
+    return [(s, k, t) for s in schedule(rounds, order) for k, t in each]
+
+
 def stop(proc: subprocess.Popen[str]) -> None:
     """Let a bench that is stopping (Ctrl-C reaches the whole process group) stop its brokers;
     else ask it to (it stops them on SIGTERM); kill it last."""
@@ -441,7 +455,7 @@ def compare(args: argparse.Namespace, benches: list[tuple[str, str]], ignore: li
                           "loadavg_before": [round(x, 2) for x in load_before], "notes": notes,
                           "command": "python bench/compare.py " + " ".join(sys.argv[1:]),
                           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}])
-            plan = [(s, k, t) for s in schedule(args.rounds, args.order) for k, t in benches]
+            plan = runs(benches, args.rounds, args.order)
             t_all = time.monotonic()
             for n, (name, kind, tests) in enumerate(plan, 1):
                 side = sides[name]

@@ -66,6 +66,10 @@ def test_the_figures_of_each_recorded_line() -> None:
     assert named(GD_LINES[1])["gd overhead-cpu best-effort p99"] == ("us", False, 24817.9)
     assert named(GD_LINES[2])["gd cross events/s"] == ("events/s", True, 58386.0)
     assert named(GD_LINES[3])["gd latency CPU root"] == ("us/event", False, 198.2)
+    # with its CPU share, span and count, a gd line's CPU per event is not rounded to 0.1 us
+    precise = named({**GD_LINES[0], "sent": 841300, "span_s": 5.28,
+                     "broker_cpu_pct": {"phb": 67.0, "intermediate": 17.2, "shb": 53.2}})
+    assert precise["gd overhead-throughput gd CPU intermediate"][2] == pytest.approx(1.0794, abs=1e-4)
     for line in NOT_FIGURES:
         assert named(line) == {}, line
 
@@ -93,6 +97,12 @@ def test_the_verdict_at_the_edge_of_the_tolerance(base: float, head: float, high
 def test_schedule_alternates_the_sides() -> None:
     assert compare.schedule(3, "alternate") == ["base", "head"] * 3
     assert compare.schedule(2, "abba") == ["base", "head", "head", "base"]
+    benches = compare.parse_benches(["run:a,d", "gd:cross,latency"])
+    assert compare.runs(benches, 1, "alternate") == [
+        ("base", "run", "a,d"), ("base", "gd", "cross"), ("base", "gd", "latency"),
+        ("head", "run", "a,d"), ("head", "gd", "cross"), ("head", "gd", "latency")]
+    with pytest.raises(SystemExit):
+        compare.parse_benches(["gd:overhead,nope"])
 
 
 def write_comparison(path: Path, head_scale: dict[str, float], loadavg: float = 0.5,
