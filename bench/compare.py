@@ -301,7 +301,7 @@ def progress(text: str) -> None:
 
 def checkout(name: str, rev: str, tmp: Path) -> Side:
     if rev == "worktree":
-        dirty = git("status", "--porcelain", "--", "src", "bench")
+        dirty = git("status", "--porcelain", "--", "src", "bench", ":!bench/results")  # results are not code
         return Side(name, rev, git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else ""), REPO)
     commit = git("rev-parse", "--verify", f"{rev}^{{commit}}")
     root = tmp / name
@@ -431,7 +431,7 @@ def compare(args: argparse.Namespace, benches: list[tuple[str, str]], ignore: li
     cpus = os.cpu_count() or 1
     load_before = os.getloadavg()
     sides: dict[str, Side] = {}
-    notes: list[str] = []
+    notes: list[str] = []  # of the runs, for the end line (the meta line has the instrument's)
     with tempfile.TemporaryDirectory(prefix="tidings-compare-") as tmp_name:
         tmp = Path(tmp_name)
         try:
@@ -444,15 +444,15 @@ def compare(args: argparse.Namespace, benches: list[tuple[str, str]], ignore: li
             base, head = sides["base"], sides["head"]
             differ = git("diff", "--name-only", base.rev, *([] if head.rev == "worktree" else [head.rev]),
                          "--", *INSTRUMENT).split()
-            if differ:
-                notes.append("note: the bench scripts differ between the sides (each runs its own): "
-                             + ", ".join(differ))
-                progress(notes[-1])
+            instrument = ["note: the bench scripts differ between the sides (each runs its own): "
+                          + ", ".join(differ)] if differ else []
+            for note in instrument:
+                progress(note)
             record(out, [{"test": "compare-meta", "compare_id": compare_id, "base": base.rev, "head": head.rev,
                           "base_label": base.label, "head_label": head.label, "rounds": args.rounds,
                           "benches": [f"{k}:{t}" for k, t in benches], "order": args.order,
                           "duration_s": args.duration_s, "tolerance_pct": args.tolerance_pct, "cpus": cpus,
-                          "loadavg_before": [round(x, 2) for x in load_before], "notes": notes,
+                          "loadavg_before": [round(x, 2) for x in load_before], "notes": instrument,
                           "command": "python bench/compare.py " + " ".join(sys.argv[1:]),
                           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}])
             plan = runs(benches, args.rounds, args.order)
