@@ -114,7 +114,7 @@ def test_each_child_gets_only_the_data_its_summary_matches_and_silence_for_the_r
     gd.child_added(0, TREE, "a", extra(1, ("nodes/a/#", "")))
     gd.child_added(0, TREE, "b", extra(4, ("nodes/b/+", "x > 1")))
     gd.child_added(0, TREE, "c", [0, []])  # an old peer: no summary, everything, unstamped
-    stamp = gd.trees[TREE].epoch
+    stamp = gd.interest(TREE).epoch
     out = gd.event_arrived(1, TREE, knowledge(0, 10, EVENTS, stamp), "parent")
     for child, ticks, epoch in (("a", [3], 1), ("b", [5], 4), ("c", [3, 5, 7, 9], None)):
         got = sent_to(out, child)
@@ -122,14 +122,14 @@ def test_each_child_gets_only_the_data_its_summary_matches_and_silence_for_the_r
         assert got[0].after == 0 and got[-1].through == 10  # every tick is known to the child
         assert {k.epoch for k in got} == {epoch}
     # the forwarder's own interest went up: the union, which covers each child's
-    up = gd.trees[TREE].sent
+    up = gd.interest(TREE).sent
     assert up is EVERYTHING  # c takes everything
 
 
 def test_a_widening_local_subscription_loses_nothing_silenced_upstream_or_in_flight():
     gd, _ = node("f", "parent", [])
     gd.local_subscribe(0, 1, TREE, 0, pattern="nodes/a/#")
-    first = gd.trees[TREE].epoch
+    first = gd.interest(TREE).epoch
     a3, b6, b12, a15 = (record(3, "nodes/a/x"), record(6, "nodes/b/x"), record(12, "nodes/b/x"),
                         record(15, "nodes/a/x"))
     # the parent filters by nodes/a/#: the nodes/b event at 6 came as silence
@@ -162,13 +162,13 @@ def test_a_parent_resends_from_a_widening_childs_start_filtered_by_the_new_summa
     assert {k.epoch for k in again} == {2}
     # a stale (reordered) narrower summary changes nothing
     out = gd.received(3, "f", messages.SummaryUpdate(TREE, 1, Summary(frozenset({("nodes/a/#", "")})), 0).to_wire())
-    assert out == [] and gd.trees[TREE].children["f"][0] == 2
+    assert out == [] and gd.interest(TREE).filter_for("f")[0] == 2
 
 
 def test_a_forwarder_passes_a_widening_up_when_its_own_summary_does_not_cover_it():
     gd, _ = node("f", "parent", ["a"])
     gd.child_added(0, TREE, "a", extra(1, ("nodes/a/#", "")))
-    stamp = gd.trees[TREE].epoch
+    stamp = gd.interest(TREE).epoch
     gd.event_arrived(1, TREE, knowledge(0, 10, {3: EVENTS[3]}, stamp), "parent")
     out = gd.received(2, "a", messages.SummaryUpdate(TREE, 2, Summary(frozenset({("nodes/#", "")})), 4).to_wire())
     [update] = summaries(out)
@@ -184,7 +184,7 @@ def test_stale_stamps_make_the_child_send_its_summary_again():
     out = gd.event_arrived(1, TREE, knowledge(0, 10, {1: record(1, "nodes/a/x"), 3: EVENTS[3]}, 0), "parent")
     assert delivered(out, 1) == [1]  # data is always good; its silence (2) proves nothing
     [update] = summaries(out)
-    assert update.epoch == gd.trees[TREE].epoch
+    assert update.epoch == gd.interest(TREE).epoch
     assert summaries(gd.event_arrived(2, TREE, knowledge(10, 11, {}, 0), "parent")) == []  # once per GCT
 
 
@@ -225,13 +225,13 @@ def test_a_new_forwarders_subscribe_carries_its_own_interest_and_the_lower_posit
     gd, scribe = node("f", None, [])
     gd.local_subscribe(0, 1, TREE, 50, pattern="nodes/a/#")
     scribe._parent = "parent"  # the forwarder is on its way into the tree
-    gd.event_arrived(1, TREE, knowledge(50, 60, {}, gd.trees[TREE].epoch), "parent")
+    gd.event_arrived(1, TREE, knowledge(50, 60, {}, gd.interest(TREE).epoch), "parent")
     scribe.kids.append("a")  # Scribe adopts, then tells
     gd.child_added(2, TREE, "a", [40, [[PUBEND, 55], ["p-other", 7]], [9, [["nodes/b/#", ""]]]])
     default, positions, (epoch, summary) = gd.forwarder_extra(TREE, [40, [[PUBEND, 55], ["p-other", 7]],
                                                                       [9, [["nodes/b/#", ""]]]])
     assert default == 40 and dict(positions) == {PUBEND: 55, "p-other": 7}
-    assert epoch == gd.trees[TREE].epoch != 9  # its own, never the child's
+    assert epoch == gd.interest(TREE).epoch != 9  # its own, never the child's
     assert sorted(map(tuple, summary)) == [("nodes/a/#", ""), ("nodes/b/#", "")]
 
 
@@ -242,7 +242,7 @@ def test_a_forwarder_made_root_doubts_its_filtered_silence_for_each_child_that_j
     only for the narrow interest: it must be asked of the pubend again, never sent on as silence."""
     gd, scribe = node("f", "parent", [])
     gd.local_subscribe(0, 1, TREE, 0, pattern="nodes/a/#")
-    stamp = gd.trees[TREE].epoch
+    stamp = gd.interest(TREE).epoch
     # 5 and 7 came as F; (0, 2] not yet (the stream's horizon and floor stay at 0)
     gd.event_arrived(1, TREE, knowledge(2, 10, {3: EVENTS[3]}, stamp), "parent")
     scribe._parent = None  # the parent died: this broker is the root now
@@ -264,7 +264,7 @@ def test_a_childs_nack_from_before_where_the_roots_knowledge_became_good_is_aske
     nack is answered from what came."""
     gd, scribe = node("f", "parent", ["c0"])
     gd.child_added(0, TREE, "c0", [0, [], [1, [["nodes/a/#", ""]]]])  # a narrow child that has not acked
-    stamp = gd.trees[TREE].epoch
+    stamp = gd.interest(TREE).epoch
     gd.event_arrived(1, TREE, knowledge(0, 10, {}, stamp), "parent")  # 5 and 7 came as F
     scribe._parent = None  # the parent died: this broker is the root now
     scribe.kids = ["c0", "c1"]

@@ -16,12 +16,11 @@ consumer is the same operation: a child's NACK lowers its `sent_through` to what
 stream re-sends from there (only down the paths that asked: the others are past it already).
 
 Curiosity flows up. Q ticks between the horizon and the highest known tick, and between the lowest
-consumer and the floor the stream knows from, are a gap; once a gap has lasted `gap_curiosity_ns`
-(GCT) the stream nacks the ticks not already nacked (the `Curiosity` map: C ticks are not nacked
-again until `nack_repeat_ns`, NRT, so nacks from many children are consolidated). GCT is for
-ticks that may still be on their way; ticks the stream had been past and needs again (`recalled`:
-a catchup's or a rewound child's position below the floor, silence doubted, a record the cache
-dropped) are not, and their gap is nacked at once. D ticks whose
+consumer and the floor the stream knows from, are a gap (`gaps`); when and how often the stream
+nacks them (GCT, NRT, backoff, Karn) is curiosity.py's: the stream holds its `StreamCuriosity` and
+marks there the ticks it had been past and needs again (`recall`: a catchup's or a rewound child's
+position below the floor, silence doubted, a record the cache dropped), whose gap is nacked at
+once. D ticks whose
 record the cache dropped are forgotten back to Q when a consumer still needs them, and nacked like
 any gap: the cache is an optimisation, never the only copy (only the pubend's log is stable).
 
@@ -59,9 +58,10 @@ from itertools import islice
 from typing import cast
 
 from tidings.core.event import record_routing_fields
+from tidings.core.reliability.curiosity import StreamCuriosity
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
 from tidings.core.reliability.summary import Summary
-from tidings.core.reliability.ticks import TICK_MAX, Curiosity, CuriosityMap, Knowledge, KnowledgeMap, TickMap
+from tidings.core.reliability.ticks import TICK_MAX, Curiosity, Knowledge, KnowledgeMap, TickMap
 
 KNOWN = frozenset({Knowledge.D, Knowledge.F, Knowledge.L})
 SPARSE_RANGES_MAX = 1024  # ranges one catchup's sparsen leaves unknown (each run costs every gap scan)
@@ -111,27 +111,20 @@ class Istream:
     __slots__ = (
         "_cache",
         "_cache_bytes",
-        "_curiosity",
         "_fields",
         "_known",
         "_sparse",
         "acked_sent",
         "consumers",
-        "curious_ns",
+        "curiosity",
         "delivered_sent",
         "floor",
         "ghosts",
-        "heard_ns",
         "horizon",
         "limits",
-        "moved_ns",
-        "nack_interval_ns",
-        "nack_ns",
-        "nack_repeated",
         "origin",
         "point_sent",
         "pubend",
-        "recalled",
         "released_sent",
         "sparse_through",
         "top",
@@ -145,7 +138,7 @@ class Istream:
         self.pubend = pubend
         self.limits = limits
         self._known = KnowledgeMap()
-        self._curiosity = CuriosityMap()
+        self.curiosity = StreamCuriosity()  # when its gaps are nacked (curiosity.py)
         self.floor = floor  # nothing at or before it is wanted by any consumer
         if floor > 0:
             self._known.assign(0, floor, Knowledge.F)
@@ -166,19 +159,10 @@ class Istream:
         # (child, delivered, released, until_ns) of children that left; a child that comes back (a
         # restarted broker) replaces its ghost, since a new consumer holds 0 until it acks
         self.ghosts: list[tuple[str | int, int, int, int]] = []
-        self.nack_ns: int | None = None  # when the last nack left
-        self.nack_repeated = False  # a nack was repeated since the gaps last closed (Karn: no round-trip sample)
-        self.curious_ns: int | None = None  # when the nacked ticks were last forgotten (NRT counts from it)
-        self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered and upstream is silent
-        self.heard_ns: int | None = None  # when knowledge of this stream last came from upstream
-        self.moved_ns: int | None = None  # when knowledge from upstream last moved the horizon
         self.sparse_through = 0  # F ticks up to here may be one consumer's (`sparsen`), not the stream's
         self._sparse: TickMap[bool] = TickMap(False)  # which F ticks are such (never sent to anyone)
         # catchups waiting for the PFS -> (nacks wait up to this tick, until this monotonic ns)
         self.waiting: dict[str | int, tuple[int, int]] = {}
-        # ticks up to here became unknown again after the stream was past them (a lowered floor,
-        # doubted silence, a forgotten record): not in flight, so their gap is nacked without GCT
-        self.recalled = 0
 
     # ---- consumers -----------------------------------------------------------------------------
 
@@ -267,7 +251,7 @@ class Istream:
             self._known.assign_where(lo, hi, frozenset({Knowledge.F}), Knowledge.Q)
             self._sparse.assign(lo, hi, False)
         if doubted:
-            self.recalled = max(self.recalled, doubted[-1][1])
+            self.curiosity.recall(doubted[-1][1])
             self.horizon = min(self.horizon, doubted[0][0])
             self._advance_horizon()
 
@@ -276,7 +260,7 @@ class Istream:
         self._known.assign(floor, self.floor, Knowledge.Q)
         if self.sparse_through:
             self._sparse.assign(floor, self.floor, False)
-        self.recalled = max(self.recalled, self.floor)
+        self.curiosity.recall(self.floor)
         self.floor = floor
         self.horizon = min(self.horizon, floor)
 
@@ -414,7 +398,7 @@ class Istream:
             self._known.assign_where(position, min(self.top, through), frozenset({Knowledge.F}), Knowledge.Q)
             self.horizon = min(self.horizon, position)
             self._advance_horizon()
-            self.forget_curiosity()
+            self.curiosity.forget()
 
     @staticmethod
     def _close(pieces: list[Piece], piece: Piece) -> list[Piece]:
@@ -431,7 +415,7 @@ class Istream:
             for t in range(lo + 1, hi + 1):
                 if t not in self._cache:
                     self._known.assign(t - 1, t, Knowledge.Q)
-        self.recalled = max(self.recalled, self.horizon)
+        self.curiosity.recall(self.horizon)
         self.horizon = min(self.horizon, tick - 1)
 
     # ---- cache ---------------------------------------------------------------------------------
@@ -539,17 +523,6 @@ class Istream:
                 return out[: self.limits.nack_ranges_max]
         return out
 
-    def nack_ranges(self) -> list[tuple[int, int]]:
-        """The gaps not nacked since the last `forget_curiosity`: nack these upstream (C)."""
-        fresh: list[tuple[int, int]] = []
-        for after, through in self.gaps():
-            fresh += self._curiosity.curious(after, through)
-        return fresh[: self.limits.nack_ranges_max]
-
-    def forget_curiosity(self) -> None:
-        """NRT passed: ticks nacked without an answer may be nacked again."""
-        self._curiosity = CuriosityMap()
-
     def bound_memory(self) -> None:
         """Every consumer is past the ack point: it becomes the floor, and the prefix one F run. A
         consumer that later asks for less (a repaired child) lowers the floor again, and the ticks
@@ -557,7 +530,7 @@ class Istream:
         point = min(self.ack_point(), self.horizon)
         if point > self.floor:
             self._known.assign(0, point, Knowledge.F)
-            self._curiosity.ack_through(point)
+            self.curiosity.acked_through(point)
             self.floor = point
             if self.sparse_through:
                 self._sparse.assign(0, point, False)

@@ -59,18 +59,20 @@ from tidings.core.durable.constream import READ_WAIT_NS, Catchup, Recorded
 from tidings.core.durable.release import release_through
 from tidings.core.effects import ReleaseLog
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
-from tidings.core.event import record_routing_fields
 from tidings.core.inputs import LogState
 from tidings.core.multicast.agent import ScribeAgent
 from tidings.core.overlay.envelope import PeerSend, RouteTo
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
+from tidings.core.reliability.acks import AckBatcher
+from tidings.core.reliability.curiosity import Curiosity, CuriosityConfig, SendNack
+from tidings.core.reliability.effects import Deliver, Lost, MovedAway
+from tidings.core.reliability.interest import Interest, SendSummary
 from tidings.core.reliability.istream import Istream, StreamLimits
-from tidings.core.reliability.round_trip import RoundTrip
+from tidings.core.reliability.merge import TotalOrderMerge
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
-from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge, of_subscription, whole_tree
+from tidings.core.reliability.summary import Summary, of_subscription, whole_tree
 from tidings.core.reliability.summary import decode as decode_summary
-from tidings.core.reliability.summary import to_wire as summary_wire
 from tidings.core.reliability.ticks import TICK_MAX
 
 PFS_CONSUMER = -1  # the consumer key of the PFS consumer on a recorded tree's streams (constream.py)
@@ -106,41 +108,11 @@ class ReliabilityConfig:
     retransmit_wait_ns: int = 200 * 1_000_000  # a window its root's acks have not moved this long starts again
 
 
-@dataclass(frozen=True, slots=True)
-class Deliver:
-    """Records of `tree` in delivery order for the local subscriptions `keys` (each gets those that
-    match its pattern and filter): one pubend's in tick order, or for total-order subscriptions
-    several pubends' merged on (tick, pubend). `pubends[i]` is the pubend of `records[i]`."""
-
-    tree: str
-    keys: tuple[int, ...]
-    pubends: tuple[str, ...]
-    records: list[bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class Lost:
-    """Ticks (after, through] of `pubend` were released before the local subscriptions `keys` were
-    given them: events they wanted may be missing, and each is told so (a GAP), never skipped."""
-
-    tree: str
-    keys: tuple[int, ...]
-    pubend: str
-    after: int
-    through: int
-
-
-class GapTimer(NamedTuple):
-    tree: str
-    pubend: str
-
-
 class SilenceTimer(NamedTuple):
     pass
 
 
 SILENCE = SilenceTimer()
-Timer = GapTimer | SilenceTimer
 
 
 @dataclass(slots=True)
@@ -150,16 +122,8 @@ class _Tree:
     # (None: from wherever the stream is when it first reaches this broker)
     locals: dict[int, int]  # local subscription key -> start
     total: dict[int, int]  # total-order subscriptions (also in locals) -> the merge point delivered
+    interest: Interest  # the filter-summary epoch protocol of the tree (interest.py)
     interests: dict[int, Summary | None] = field(default_factory=dict)  # local subscription -> its summary
-    # child address -> (epoch, summary) it asked for; a child absent here gets everything, unstamped
-    children: dict[str, tuple[int, Summary | None]] = field(default_factory=dict)
-    sent: Summary | None = EVERYTHING  # this broker's interest, as last told to its parent
-    epoch: int = 0  # of `sent`: knowledge stamped otherwise gives D ticks only
-    valid_from: int = 0  # knowledge after this tick came filtered by summaries covering `sent`
-    # pubend -> F ticks after this were made Q again for a child's nack below `valid_from` (what came
-    # since was filtered by `sent`, or is the pubend's own at the root): a repeated nack needs no new doubt
-    redoubted: dict[str, int] = field(default_factory=dict)
-    resent_ns: int | None = None  # when SUMMARY was last sent again after a stale stamp
     # where a durable local subscription wants the pubends it names, overriding its start for them
     # (its checkpoint token's vector, core/durable/checkpoint.py)
     positions: dict[int, dict[str, int]] = field(default_factory=dict)
@@ -179,13 +143,6 @@ PubendState = Callable[[], tuple[int, LogState]]  # the durable tail and the log
 # the smallest tick this broker's own durable subscriptions released of a pubend, on a tree (None:
 # on any tree); None when none of them wants that pubend (release.py)
 Held = Callable[[str | None, str], int | None]
-
-
-@dataclass(frozen=True, slots=True)
-class MovedAway:
-    """The durable subscription this broker hosted as `registration` resumed on another broker."""
-
-    registration: int
 
 
 class ReliabilityNode:
@@ -211,15 +168,14 @@ class ReliabilityNode:
                                     config.nack_range_ticks_max, config.knowledge_bytes_max, config.nack_merge_ticks)
         self.trees: dict[str, _Tree] = {}
         self._streams = 0
-        self.timers: Deadlines[Timer] = Deadlines()
-        self._acks: dict[str, list[messages.StreamAck]] = {}
-        self.nacks_sent = 0
-        self.nack_ticks_sent = 0
+        self.timers: Deadlines[SilenceTimer] = Deadlines()  # the pubend's silence, release and the merges
+        self.curiosity = Curiosity(CuriosityConfig(config.gap_curiosity_ns, config.nack_repeat_ns_min,
+                                                   config.nack_repeat_ns_max), self._pruned)
+        self._acks = AckBatcher()
         self.retransmissions_sent = 0
         self.peer_errors = 0
-        self.total_order_late = 0
+        self._total_order = TotalOrderMerge(config.clock_skew_allowance_us)
         self.records_unwanted = 0  # first-time data that reached this broker though nothing here or below wanted it
-        self._round_trips: dict[str, RoundTrip] = {}  # upstream broker -> its nack round trips
         self.wall_us = 0  # the broker's clock at the latest input that had one (for the merge point)
 
     # ---- the pubend's side ---------------------------------------------------------------------
@@ -274,37 +230,31 @@ class ReliabilityNode:
             if ist is None:  # nobody here consumes it: acknowledge it so upstream is not held up
                 held = self._held(tree, knowledge.pubend)  # (a disconnected durable subscription may hold release)
                 through = knowledge.through
-                self._ack(upstream, tree, knowledge.pubend, through, through if held is None else min(held, through),
-                          through)
+                self._acks.ack(upstream, tree, knowledge.pubend, through,
+                               through if held is None else min(held, through), through)
                 return self._flush(now, out)
         ist.upstream = upstream
         ist.origin = origin
-        ist.heard_ns = now
+        self.curiosity.heard(now, ist)
         t = self.trees[tree]
         out += self._sync_children(now, t, ist)
         if knowledge.lost:  # released at the pubend: L whatever the summary was
             moved = ist.lose(knowledge.after, knowledge.through)
-        elif knowledge.epoch is None or knowledge.epoch == t.epoch:
+        elif knowledge.epoch is None or knowledge.epoch == t.interest.epoch:
             moved = ist.accumulate(knowledge.after, knowledge.through, knowledge.ticks, knowledge.records)
         else:  # filtered by a summary the parent should no longer hold: its F ticks prove nothing
             moved = False
             for tick, record in zip(knowledge.ticks, knowledge.records, strict=True):
                 moved = ist.accumulate(tick - 1, tick, (tick,), (record,)) or moved
-            out += self._summary_again(now, tree, t, upstream, knowledge.epoch)
+            out += self._summaries(now, t.interest.stale_stamp(now, upstream, knowledge.epoch, t.istreams))
         if knowledge.records and not knowledge.retransmit:
             self._count_unwanted(tree, t, knowledge.records)
         if moved:
-            if ist.nack_ns is not None and (ist.moved_ns is None or ist.moved_ns < ist.nack_ns):
-                # the first answer to a nack: a round-trip sample, and NRT from it (the rest of a
-                # long answer arrives later, by how long it is, not by the round trip); none after
-                # a repeated nack (Karn's rule: the answer may be to an earlier one, or come from a
-                # pubend back from a crash; such a sample would hold NRT up for many rounds)
-                ist.nack_interval_ns = self._round_trip(upstream, None if ist.nack_repeated else now - ist.nack_ns)
-            ist.moved_ns = now
+            self.curiosity.moved(now, ist)  # (a nack's answer: its round trip, curiosity.py)
             out += self._push(now, t, ist)
         elif knowledge.through <= ist.acked_sent:  # our ack may have been lost
-            self._ack(upstream, tree, ist.pubend, ist.acked_sent, max(0, ist.released_sent),
-                      max(0, ist.released_sent, ist.delivered_sent))
+            self._acks.ack(upstream, tree, ist.pubend, ist.acked_sent, max(0, ist.released_sent),
+                           max(0, ist.released_sent, ist.delivered_sent))
         self._after_change(now, ist)
         return self._flush(now, out)
 
@@ -325,7 +275,7 @@ class ReliabilityNode:
         if t is None:
             if not self.scribe.children(tree):
                 return None
-            t = self.trees[tree] = _Tree({}, {}, {}, {})
+            t = self.trees[tree] = self._new_tree(tree)
         positions = [_or(t.defaults.get(child), after) for child in self.scribe.children(tree)]
         positions += [t.start_of(key, pubend, start) for key, start in t.locals.items()
                       if t.wants(key, pubend, self.pubend_id)]
@@ -335,6 +285,7 @@ class ReliabilityNode:
         if not positions or self._streams >= self.config.streams_max:
             return None
         ist = t.istreams[pubend] = Istream(tree, pubend, min(positions), self._limits)
+        self.curiosity.watch(ist)
         self._streams += 1
         if t.recorded and pubend != self.pubend_id:  # the PFS then covers what they may come back for
             ist.attach(PFS_CONSUMER, ist.floor)
@@ -355,7 +306,7 @@ class ReliabilityNode:
         for key in gone:
             ist.detach(key, now, self.config.release_hold_ns)
             t.defaults.pop(key, None)
-            t.children.pop(key, None)
+            t.interest.child_left(key)
         if not added and not gone:
             return []
         return self._resummarize(now, ist.tree, t, {}, TICK_MAX)
@@ -368,7 +319,7 @@ class ReliabilityNode:
             if type(key) is str:
                 if self._congested(key):  # its link's queue is bounded: what it took now would be dropped and
                     continue              # nacked again; it is sent once the link drains (link_drained)
-                epoch, summary = t.children.get(key, (None, EVERYTHING)) if self.config.filtering else (None, None)
+                epoch, summary = t.interest.filter_for(key) if self.config.filtering else (None, None)
                 stamp = None if summary is None else epoch
                 checked = None if whole_tree(summary, ist.tree) else summary
                 for piece in ist.pieces_for(consumer, summary=checked):
@@ -393,37 +344,8 @@ class ReliabilityNode:
         return out + self._merge(t)
 
     def _merge(self, t: _Tree) -> list[Any]:
-        """Total order: every total-order subscription of the tree is given the D ticks of all its
-        streams up to the merge point, the smallest doubt horizon of the tree's streams (and no
-        later than the present less the clock-skew allowance, so a pubend not heard of yet cannot
-        publish below it unless its knowledge is late by more than that), in (tick, pubend) order.
-        A stream heard of only after the merge point passed its first ticks delivers them late,
-        counted in `total_order_late`: never dropped."""
-        if not t.total or not t.istreams:
-            return []
-        present = self.wall_us - self.config.clock_skew_allowance_us if self.wall_us else TICK_MAX
-        out: list[Any] = []
-        for key, merged in t.total.items():
-            streams = [(p, t.istreams[p], t.istreams[p].consumers.get(key)) for p in sorted(t.istreams)]
-            bound = present
-            for _, ist, consumer in streams:  # the merge point: every stream can supply up to it
-                bound = min(bound, ist.horizon if consumer is None else ist.ready_through(consumer, bound))
-            items: list[tuple[int, str, bytes]] = []
-            for pubend, ist, consumer in streams:
-                if consumer is None:
-                    continue
-                for piece in ist.pieces_for(consumer, bound):
-                    if piece.lost:
-                        out.append(Lost(ist.tree, (key,), pubend, piece.after, piece.through))
-                    items += [(tick, pubend, r) for tick, r in zip(piece.ticks, piece.records, strict=True)]
-            if not items:
-                continue
-            items.sort()
-            self.total_order_late += sum(1 for tick, _, _ in items if tick <= merged)
-            t.total[key] = max(merged, items[-1][0])
-            out.append(Deliver(next(iter(t.istreams.values())).tree, (key,), tuple(p for _, p, _ in items),
-                               [r for _, _, r in items]))
-        return out
+        """Total order: the tree's total-order subscriptions get what the merge point allows (merge.py)."""
+        return list(self._total_order.merge(t.total, t.istreams, self.wall_us))
 
     def _after_change(self, now: int, ist: Istream) -> None:
         """Acknowledge what all consumers have, with the release point below, and watch the gaps."""
@@ -437,20 +359,10 @@ class ReliabilityNode:
             ist.acked_sent = max(point, ist.acked_sent)
             ist.point_sent = point
             ist.released_sent, ist.delivered_sent = released, delivered
-            self._ack(ist.upstream, ist.tree, ist.pubend, point, released, delivered)
+            self._acks.ack(ist.upstream, ist.tree, ist.pubend, point, released, delivered)
         ist.bound_cache()
         ist.bound_memory()
-        key = GapTimer(ist.tree, ist.pubend)
-        gaps = ist.gaps()
-        if gaps:  # (a gap of ticks recalled is not in flight: nacked at once)
-            self.timers.set_earliest(key, now if gaps[0][0] < ist.recalled else now + self.config.gap_curiosity_ns)
-        else:
-            self.timers.cancel(key)
-            if ist.waiting:  # a catchup's PFS read that is never answered must not hold its nacks for ever
-                self.timers.set(key, min(until for _, until in ist.waiting.values()))
-            ist.nack_ns = ist.curious_ns = None
-            ist.nack_repeated = False
-            ist.nack_interval_ns = self._round_trip(ist.upstream)
+        self.curiosity.changed(now, ist)
 
     # ---- tree membership -----------------------------------------------------------------------
 
@@ -468,11 +380,7 @@ class ReliabilityNode:
                     horizons[p] = min(tick, horizons.get(p, tick))
         positions = [[p, tick] for p, tick in list(horizons.items())[:POSITIONS_PER_SUBSCRIBE_MAX]]
         wanted = [w for w in [*t.locals.values(), *t.defaults.values()] if w is not None]
-        interest = self._interest(tree, t)
-        if interest != t.sent:  # (a root's is not kept up to date: nobody filters for it)
-            t.sent = interest
-            self._next_epoch(t)
-        return [min(wanted) if wanted else None, positions, [t.epoch, summary_wire(t.sent)]]
+        return [min(wanted) if wanted else None, positions, t.interest.for_join(self._interest(tree, t), self.wall_us)]
 
     def forwarder_extra(self, tree: str, child_extra: Any) -> list[Any]:
         """The SUBSCRIBE of a broker that becomes a forwarder of `tree` for its first child: the
@@ -490,12 +398,9 @@ class ReliabilityNode:
         default, positions, asked = _decode_extra(extra)
         t = self.trees.get(tree)
         if t is None:
-            t = self.trees[tree] = _Tree({}, {}, {}, {})
+            t = self.trees[tree] = self._new_tree(tree)
         t.defaults[child] = default
-        if asked is None:
-            t.children.pop(child, None)
-        else:
-            t.children[child] = asked
+        t.interest.child_joined(child, asked)
         attached = {pubend: ist.attach(child, positions.get(pubend, _or(default, ist.horizon))).sent_through
                     for pubend, ist in t.istreams.items()}
         out = self._resummarize(now, tree, t, attached, _or(default, TICK_MAX))
@@ -506,87 +411,39 @@ class ReliabilityNode:
 
     # ---- filter summaries ---------------------------------------------------------------------
 
+    def interest(self, tree: str) -> Interest | None:
+        """The filter-summary state of `tree` here (read it only: its epoch, what was sent up)."""
+        t = self.trees.get(tree)
+        return None if t is None else t.interest
+
+    def _new_tree(self, tree: str) -> _Tree:
+        return _Tree({}, {}, {}, {}, Interest(tree, self.config.summary_bytes_max, self.config.gap_curiosity_ns))
+
     def _interest(self, tree: str, t: _Tree, bytes_max: int | None = None) -> Summary | None:
-        """What this broker's local subscriptions and children of `tree` want, merged (within
-        `bytes_max`, the summary limit unless given)."""
-        parts = [*t.interests.values(), *t.recorded.values(),
-                 *(t.children.get(c, (0, EVERYTHING))[1] for c in self.scribe.children(tree))]
-        return merge(parts, self.config.summary_bytes_max if bytes_max is None else bytes_max)
+        """What this broker's local subscriptions and children of `tree` want, merged."""
+        return t.interest.wanted([*t.interests.values(), *t.recorded.values()], self.scribe.children(tree), bytes_max)
 
     def _count_unwanted(self, tree: str, t: _Tree, records: tuple[bytes, ...]) -> None:
         """The filtering's measure: first-time data records no subscription here or below matches
         (exactly: no size limit), counted in `records_unwanted` (not at the root)."""
         if self.scribe.is_root(tree):  # the root is sent everything by design
             return
-        wanted = self._interest(tree, t, TICK_MAX)
-        if wanted is None or whole_tree(wanted, tree):  # every record is wanted: no need to look at any
-            return
-        for record in records:
-            fields = record_routing_fields(record)
-            if fields is not None and not wanted.matches(fields[1], fields[2]):
-                self.records_unwanted += 1
+        self.records_unwanted += t.interest.unwanted(records, self._interest(tree, t, TICK_MAX))
 
     def _resummarize(self, now: int, tree: str, t: _Tree, positions: dict[str, int], since: int) -> list[Any]:
-        """The tree's interest may have changed; `positions` (per pubend, `since` for the others)
-        are where consumers whose wants grew resume. A narrowing is told to the parent; a widening
-        not covered by what this broker already holds doubts its F ticks after those positions and
-        tells the parent to send from there again. The root has no parent to tell, and is sent
-        everything, but doubts too when what it holds was filtered while it was a forwarder."""
+        """The tree's interest may have changed (interest.py); `positions` (per pubend, `since` for
+        the others) are where consumers whose wants grew resume."""
         if self.config.best_effort:
             return []
-        interest = self._interest(tree, t)
-        wider = not covers(t.sent, interest) or min([*positions.values(), TICK_MAX]) < t.valid_from
-        if self.scribe.is_root(tree):
-            # the pubend sends the root everything, but a root that was a forwarder before (a repair
-            # made it root) holds knowledge its old parent filtered by `t.sent`: for a wider
-            # interest its F ticks after the new consumers' positions prove nothing, and are asked
-            # of the pubend again; so for a consumer that comes later with an earlier position
-            # (`valid_from`: a second child re-joining after the repair, sim seed 1025)
-            if wider:
-                self._doubt(t, positions, since)
-                t.sent = interest  # and knowledge its old parent still stamps with the old epoch (a
-                self._next_epoch(t)  # partition healing) is not believed: its F ticks prove nothing
-            return []
-        if interest == t.sent and not wider:
-            return []
-        t.sent = interest
-        self._next_epoch(t)
-        if not wider:
-            return self._send_summary(now, tree, t, TICK_MAX)
-        return self._send_summary(now, tree, t, min([since, *self._doubt(t, positions, since)]))
+        return self._summaries(now, t.interest.resummarize(self._interest(tree, t), self.scribe.is_root(tree),
+                                                           self.scribe.parent(tree), t.istreams, positions, since,
+                                                           self.wall_us))
 
-    @staticmethod
-    def _doubt(t: _Tree, positions: dict[str, int], since: int) -> list[int]:
-        """F ticks after the new consumers' positions (`since` for the other pubends) are Q again;
-        what this broker holds after the highest of those points is good for its interest."""
-        points = [positions.get(pubend, min(since, ist.horizon)) for pubend, ist in t.istreams.items()]
-        for point, ist in zip(points, t.istreams.values(), strict=True):
-            ist.doubt_after(point)
-        t.valid_from = max(points, default=0)  # no knowledge here yet: all of it will be good
-        t.redoubted.clear()
-        return points
-
-    def _next_epoch(self, t: _Tree) -> None:
-        """Epochs increase, and start from the broker's clock (microseconds), so a SUMMARY from
-        before a restart, arriving late, never names an epoch the restarted broker uses again."""
-        t.epoch = max(t.epoch + 1, self.wall_us)
-
-    def _send_summary(self, now: int, tree: str, t: _Tree, since: int) -> list[Any]:
-        """SUMMARY to the parent: after a widening, `since` is the tick after which it must send
-        again (TICK_MAX: nothing; pubends this broker has no stream of resume where they are)."""
-        parent = self.scribe.parent(tree)
-        if parent is None:  # joining: the SUBSCRIBE carries the interest
-            return []
-        return self._to(now, parent, messages.SummaryUpdate(tree, t.epoch, t.sent, since).to_wire())
-
-    def _summary_again(self, now: int, tree: str, t: _Tree, upstream: str, stamp: int) -> list[Any]:
-        """Knowledge came filtered by another epoch than ours: SUMMARY again (at most once per GCT)."""
-        if t.resent_ns is not None and now - t.resent_ns < self.config.gap_curiosity_ns:
-            return []
-        t.resent_ns = now
-        t.epoch = max(t.epoch, stamp + 1)  # past any epoch the parent holds
-        since = min([TICK_MAX, *(ist.horizon for ist in t.istreams.values())])  # where our doubt starts
-        return self._to(now, upstream, messages.SummaryUpdate(tree, t.epoch, t.sent, since).to_wire())
+    def _summaries(self, now: int, sends: list[SendSummary]) -> list[Any]:
+        out: list[Any] = []
+        for send in sends:
+            out += self._to(now, send.address, send.message.to_wire())
+        return out
 
     def _summary_received(self, now: int, child: str, update: messages.SummaryUpdate) -> list[Any]:
         """A child's interest in a tree: filter by it from now on; after a widening, send the child
@@ -594,19 +451,10 @@ class ReliabilityNode:
         t = self.trees.get(update.tree)
         if t is None or child not in self.scribe.children(update.tree):
             return []
-        held = t.children.get(child)
-        if held is not None and update.epoch <= held[0]:
-            return []  # stale, or a duplicate
-        t.children[child] = (update.epoch, update.summary)
-        positions: dict[str, int] = {}
-        widened = not covers(EVERYTHING if held is None else held[1], update.summary)
-        if widened:
-            for pubend, ist in t.istreams.items():
-                ist.rewind(child, update.since)
-                consumer = ist.consumers.get(child)
-                if consumer is not None:
-                    positions[pubend] = consumer.sent_through
-        out = self._resummarize(now, update.tree, t, positions, update.since if widened else TICK_MAX)
+        grown = t.interest.child_summary(child, update, t.istreams)
+        if grown is None:
+            return []
+        out = self._resummarize(now, update.tree, t, *grown)
         for ist in t.istreams.values():
             out += self._push(now, t, ist)
             self._after_change(now, ist)
@@ -623,7 +471,7 @@ class ReliabilityNode:
         rest (see `_merge`)."""
         t = self.trees.get(tree)
         if t is None:
-            t = self.trees[tree] = _Tree({}, {}, {}, {})
+            t = self.trees[tree] = self._new_tree(tree)
         t.locals[key] = start
         t.interests[key] = of_subscription(pattern, filter_text, self.config.summary_bytes_max)
         if positions:
@@ -662,7 +510,7 @@ class ReliabilityNode:
         tree's while its subscriber is away."""
         t = self.trees.get(tree)
         if t is None:
-            t = self.trees[tree] = _Tree({}, {}, {}, {})
+            t = self.trees[tree] = self._new_tree(tree)
         first = not t.recorded
         t.recorded[registration] = of_subscription(pattern, filter_text, self.config.summary_bytes_max)
         wants_from: dict[str, int] = {}
@@ -697,7 +545,7 @@ class ReliabilityNode:
         ist = self._istream(span.tree, span.pubend)
         if ist is not None and span.key in ist.consumers:
             ist.waiting[span.key] = (span.through, now + READ_WAIT_NS)
-            self.timers.set_earliest(GapTimer(span.tree, span.pubend), now + READ_WAIT_NS)
+            self.curiosity.wake(span.tree, span.pubend, now + READ_WAIT_NS)
 
     def pfs_answered(self, now: int, span: Catchup, answer: Catchup | None) -> tuple[int, list[Any]]:
         """The PFS answered the catchup waiting on `span`: of its range it needs only the matched
@@ -764,7 +612,7 @@ class ReliabilityNode:
         if not t.locals and not t.recorded and not self.scribe.children(tree):
             self._streams -= len(t.istreams)
             for pubend, ist in t.istreams.items():
-                self.timers.cancel(GapTimer(tree, pubend))
+                self.curiosity.unwatch(tree, pubend)
                 if ist.origin:  # when the tree has members again (TREE_ACTIVE), its pubends announce
                     self.scribe.remember_publisher(tree, ist.origin)
             del self.trees[tree]
@@ -808,21 +656,8 @@ class ReliabilityNode:
                 ranges: tuple[tuple[int, int], ...]) -> list[Any]:
         ist = self._istream(tree, pubend)
         if ist is not None and sender in ist.consumers:
-            t = self.trees[tree]
+            self.trees[tree].interest.nacked_before(ist, ranges[0][0])
             after = ranges[0][0]
-            good = min(t.valid_from, t.redoubted.get(pubend, TICK_MAX))  # knowledge after it is good for it
-            if after < good:
-                # the child wants ticks from before the point where this broker's knowledge became
-                # good for its interest (`valid_from`): its F ticks there may be silence for a
-                # narrower summary (an old parent's filtering, before a widening or a repair made
-                # this broker root). The child's SUBSCRIBE position was past them, but a child can
-                # go back later: a total-order subscription's merge waits a clock-skew allowance,
-                # its records leave the small stream cache meanwhile, and the stream forgets them
-                # and nacks (Istream._forget_from). Answering with those F ticks turned its events
-                # into silence, lost for good (sim seeds 2, 3, 5, 6, 8, 10 of the total-order
-                # scenario with a root crash: 59-119 events). They are fetched again instead.
-                ist.doubt_after(after, good)
-                t.redoubted[pubend] = after
             ist.rewind(sender, after)
             self.retransmissions_sent += 1
             out = self._push(now, self.trees[tree], ist)
@@ -840,24 +675,41 @@ class ReliabilityNode:
     # ---- timers --------------------------------------------------------------------------------
 
     def next_deadline(self) -> int | None:
-        return self.timers.next_deadline()
+        deadlines = [d for d in (self.timers.next_deadline(), self.curiosity.next_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None
 
     def handle_timeout(self, now: int) -> list[Any]:
-        out: list[Any] = []
-        for key in self.timers.pop_due(now):
-            if type(key) is SilenceTimer:
-                if self.config.best_effort:
-                    continue
-                synced, _ = self._pubend_state()
-                out += self._source(now, self.source.silence(now, synced))
-                out += self._release(now, synced)
-                self.timers.set(SILENCE, now + self.config.silence_interval_ns)
-                for t in self.trees.values():  # the present moved: total-order merges may go on
-                    out += self._merge(t)
-            else:
-                assert isinstance(key, GapTimer)
-                out += self._gap_due(now, key)
+        """The silence timer and the streams' curiosity, the one due earlier first (gaps on a tie)."""
+        gaps_at, silence_at = self.curiosity.next_deadline(), self.timers.next_deadline()
+        gaps_first = gaps_at is not None and (silence_at is None or gaps_at <= silence_at)
+        out = self._curious(now) if gaps_first else []
+        if self.timers.pop_due(now) and not self.config.best_effort:
+            synced, _ = self._pubend_state()
+            out += self._source(now, self.source.silence(now, synced))
+            out += self._release(now, synced)
+            self.timers.set(SILENCE, now + self.config.silence_interval_ns)
+            for t in self.trees.values():  # the present moved: total-order merges may go on
+                out += self._merge(t)
+        if not gaps_first:
+            out += self._curious(now)
         return self._flush(now, out)
+
+    def _curious(self, now: int) -> list[Any]:
+        """Nacks whose time came (curiosity.py), and trees Scribe pruned here dropped."""
+        out: list[Any] = []
+        for eff in self.curiosity.handle_timeout(now):
+            if isinstance(eff, SendNack):
+                out += self._to(now, eff.address, eff.message.to_wire())
+            else:
+                t = self.trees.get(eff.tree)
+                if t is not None:
+                    self._drop_if_unused(eff.tree, t)
+        return out
+
+    def _pruned(self, tree: str) -> bool:
+        """Scribe pruned `tree` here (its children left) and no local subscription has it."""
+        t = self.trees.get(tree)
+        return t is not None and not t.locals and not self.scribe.has_tree(tree)
 
     def _release(self, now: int, synced: int) -> list[Any]:
         """The pubend's log may release a longer prefix (release.py): ask the runtime to."""
@@ -873,78 +725,13 @@ class ReliabilityNode:
         self.release_asked = through
         return [ReleaseLog(through)]
 
-    def _gap_due(self, now: int, key: GapTimer) -> list[Any]:
-        ist = self._istream(key.tree, key.pubend)
-        if ist is None:
-            return []
-        ist.lapse_waits(now)
-        # Scribe pruned the tree here (its children left, none local): no knowledge comes to say
-        # so, since the pubends' publishes are answered TREE_EMPTY; nobody here wants the gaps
-        t = self.trees[key.tree]
-        if not t.locals and not self.scribe.has_tree(key.tree):
-            self._drop_if_unused(key.tree, t)
-            return []
-        if not ist.gaps():
-            return []
-        ist.recalled = 0  # (from now on GCT again, until more ticks are recalled)
-        out: list[Any] = []
-        interval = max(ist.nack_interval_ns, self.config.nack_repeat_ns_min)
-        if ist.upstream is None:
-            self.timers.set(key, now + interval)  # repairing: ask once the tree has a parent again
-            return []
-        # NRT is counted from when the curiosity was last cleared, not from the last nack: gaps that
-        # keep appearing beyond an old one are nacked at once, and must not keep the old one quiet.
-        # Nor while the horizon moves: a nack's answer is arriving (a long one takes seconds), and
-        # asking again would have the pubend read and send it twice
-        if ist.curious_ns is None or now - max(ist.curious_ns, ist.moved_ns or 0) >= interval:
-            ist.forget_curiosity()  # a new gap, or NRT passed: nack the same ticks again
-            if ist.curious_ns is not None:  # unanswered for NRT
-                ist.nack_interval_ns = self._repeat_interval(ist, interval)
-                ist.nack_repeated = True
-            ist.curious_ns = now
-        ranges = ist.nack_ranges()
-        if ranges:
-            ist.nack_ns = now
-            self.nacks_sent += 1
-            self.nack_ticks_sent += sum(through - after for after, through in ranges)
-            out += self._to(now, ist.upstream, messages.Nack(key.tree, key.pubend, tuple(ranges)).to_wire())
-        self.timers.set(key, now + max(ist.nack_interval_ns, self.config.nack_repeat_ns_min))
-        return out
-
-    def _repeat_interval(self, ist: Istream, interval: int) -> int:
-        """NRT after a nack went unanswered for `interval`. Upstream silent on this stream since
-        the nack: it (or the pubend above it) may be down, so back off. Upstream heard since: it
-        is alive, and the nack or its answer was lost; backing off would only stretch the wait (three
-        lost nacks at 10 % loss cost 6 s at a 2 s NRT), so repeat at the round-trip estimate."""
-        if ist.nack_ns is not None and ist.heard_ns is not None and ist.heard_ns > ist.nack_ns:
-            return self._round_trip(ist.upstream)
-        return min(2 * interval, self.config.nack_repeat_ns_max)
-
-    def _round_trip(self, upstream: str | None, sample_ns: int | None = None) -> int:
-        """The NRT for nacks to `upstream`, after taking in `sample_ns` if given."""
-        if upstream is None:
-            return self.config.nack_repeat_ns_min
-        estimate = self._round_trips.pop(upstream, None) or RoundTrip()
-        self._round_trips[upstream] = estimate  # most recently used last: the oldest is dropped first
-        if len(self._round_trips) > ROUND_TRIPS_MAX:
-            del self._round_trips[next(iter(self._round_trips))]
-        if sample_ns is not None:
-            estimate.sample(sample_ns)
-        return estimate.threshold(self.config.nack_repeat_ns_min, self.config.nack_repeat_ns_max)
-
     # ---- sending -------------------------------------------------------------------------------
-
-    def _ack(self, upstream: str, tree: str, pubend: str, through: int, released: int, delivered: int) -> None:
-        self._acks.setdefault(upstream, []).append(messages.StreamAck(tree, pubend, through, released, delivered))
 
     def _flush(self, now: int, out: list[Any]) -> list[Any]:
         """`out` and then the acks gathered while producing it, one ACK per upstream broker."""
         while self._acks:
-            acks, self._acks = self._acks, {}
-            for address, entries in acks.items():
-                for i in range(0, len(entries), messages.ACK_ENTRIES_MAX):
-                    chunk = tuple(entries[i:i + messages.ACK_ENTRIES_MAX])
-                    out += self._to(now, address, messages.Ack(chunk).to_wire())
+            for send in self._acks.drain():
+                out += self._to(now, send.address, send.message.to_wire())
         return out
 
     def _to(self, now: int, address: str, message: list[Any]) -> list[Any]:
@@ -954,11 +741,11 @@ class ReliabilityNode:
         return self.received(now, address, message)
 
     def status(self) -> dict[str, Any]:
-        return {"streams": self._streams, "peer_errors": self.peer_errors, "total_order_late": self.total_order_late,
+        return {"streams": self._streams, "peer_errors": self.peer_errors, "total_order_late": self._total_order.late,
                 "release_asked": self.release_asked, "released": self.released, "delivered": self.delivered,
                 "records_unwanted": self.records_unwanted,
-                "nacks_sent": self.nacks_sent,
-                "nack_ticks_sent": self.nack_ticks_sent,
+                "nacks_sent": self.curiosity.nacks_sent,
+                "nack_ticks_sent": self.curiosity.nack_ticks_sent,
                 "retransmissions_sent": self.retransmissions_sent, "source": self.source.status(),
                 "istreams": [ist.status() | {"tree": tree}
                              for tree, t in self.trees.items() for ist in t.istreams.values()][:64]}
