@@ -7,6 +7,7 @@ is in flight as silence; summaries merge without ever dropping a match.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -17,9 +18,11 @@ from tidings.core.channels import pattern_matches
 from tidings.core.config import BrokerConfig
 from tidings.core.filters import parse_filter
 from tidings.core.inputs import LogState
+from tidings.core.multicast.effects import TreeShape
 from tidings.core.overlay.envelope import PeerSend
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
+from tidings.core.reliability.effects import SendToChild
 from tidings.core.reliability.node import Deliver, ReliabilityNode
 from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge
 
@@ -28,44 +31,55 @@ PUBEND = "p-far"
 
 
 class Scribe:
-    """What the reliability node asks of Scribe: the tree's shape, and EVENTs it sends."""
+    """A stand-in for Scribe: the tree's shape, told to the reliability node whenever a test changes
+    it (as the cluster member hands it Scribe's `TreeShape`s); what the node asks of Scribe comes
+    back as effects (SendToChild, RememberPublisher)."""
 
-    def __init__(self, parent: str | None, children: list[str]) -> None:
+    def __init__(self, gd: ReliabilityNode, parent: str | None, children: list[str]) -> None:
+        self.gd = gd
         self._parent = parent
-        self.kids = children
-        self.publishers: list[tuple[str, str]] = []  # told TREE_ACTIVE when the tree has members again
-        self.on_tree = True  # False: Scribe pruned the tree here
+        self._kids = list(children)
+        self._on_tree = True  # False: Scribe pruned the tree here
+        self.tell()
 
-    def children(self, tree: str) -> list[str]:
-        return list(self.kids)
+    def tell(self) -> None:
+        self.gd.tree_changed(TreeShape(TREE, self._on_tree, self._parent is None, self._parent, tuple(self._kids))
+                             if self._on_tree else TreeShape(TREE))
 
-    def has_tree(self, tree: str) -> bool:
-        return self.on_tree
-
-    def is_root(self, tree: str) -> bool:
-        return self._parent is None
-
-    def parent(self, tree: str) -> str | None:
+    @property
+    def parent(self) -> str | None:
         return self._parent
 
-    def told_empty(self, now: int, tree: str) -> bool:
-        return False
+    @parent.setter
+    def parent(self, value: str | None) -> None:
+        self._parent = value
+        self.tell()
 
-    def send_event(self, now: int, tree: str, child: str, event: list[Any]) -> list[Any]:
-        return [("event", child, messages.decode(event[1]))]
+    @property
+    def kids(self) -> list[str]:
+        return list(self._kids)
 
-    def publish(self, now: int, tree: str, event: list[Any], even_if_empty: bool = False) -> list[Any]:
-        return []
+    @kids.setter
+    def kids(self, value: list[str]) -> None:
+        self._kids = list(value)
+        self.tell()
 
-    def remember_publisher(self, tree: str, publisher: str) -> None:
-        self.publishers.append((tree, publisher))
+    @property
+    def on_tree(self) -> bool:
+        return self._on_tree
+
+    @on_tree.setter
+    def on_tree(self, value: bool) -> None:
+        self._on_tree = value
+        self.tell()
 
 
-def node(address: str, parent: str | None, children: list[str]) -> tuple[ReliabilityNode, Scribe]:
-    scribe = Scribe(parent, children)
-    gd = ReliabilityNode(NodeRef(1, address), f"p-{address}", BrokerConfig().reliability_config(), scribe,  # type: ignore[arg-type]
-                         lambda channel: [TREE], lambda: (0, LogState()))
-    return gd, scribe
+def node(address: str, parent: str | None, children: list[str],
+         congested: Callable[[str], bool] = lambda address: False) -> tuple[ReliabilityNode, Scribe]:
+    gd = ReliabilityNode(NodeRef(1, address), f"p-{address}", BrokerConfig().reliability_config(),
+                         lambda now, tree: False, lambda channel: [TREE], lambda: (0, LogState()),
+                         congested=congested)
+    return gd, Scribe(gd, parent, children)
 
 
 def record(tick: int, channel: str, **attributes: Any) -> bytes:
@@ -79,7 +93,7 @@ def knowledge(after: int, through: int, data: dict[int, bytes], epoch: int | Non
 
 
 def sent_to(effects: list[Any], child: str) -> list[messages.Knowledge]:
-    return [e[2] for e in effects if type(e) is tuple and e[1] == child]
+    return [messages.decode(e.event[1]) for e in effects if type(e) is SendToChild and e.child == child]
 
 
 def peer_messages(effects: list[Any], code: int, kind: type) -> list[Any]:
@@ -224,9 +238,9 @@ def test_covers_is_sound(wide, narrow, events):
 def test_a_new_forwarders_subscribe_carries_its_own_interest_and_the_lower_positions():
     gd, scribe = node("f", None, [])
     gd.local_subscribe(0, 1, TREE, 50, pattern="nodes/a/#")
-    scribe._parent = "parent"  # the forwarder is on its way into the tree
+    scribe.parent = "parent"  # the forwarder is on its way into the tree
     gd.event_arrived(1, TREE, knowledge(50, 60, {}, gd.interest(TREE).epoch), "parent")
-    scribe.kids.append("a")  # Scribe adopts, then tells
+    scribe.kids = [*scribe.kids, "a"]  # Scribe adopts, then tells
     gd.child_added(2, TREE, "a", [40, [[PUBEND, 55], ["p-other", 7]], [9, [["nodes/b/#", ""]]]])
     default, positions, (epoch, summary) = gd.forwarder_extra(TREE, [40, [[PUBEND, 55], ["p-other", 7]],
                                                                       [9, [["nodes/b/#", ""]]]])
@@ -245,7 +259,7 @@ def test_a_forwarder_made_root_doubts_its_filtered_silence_for_each_child_that_j
     stamp = gd.interest(TREE).epoch
     # 5 and 7 came as F; (0, 2] not yet (the stream's horizon and floor stay at 0)
     gd.event_arrived(1, TREE, knowledge(2, 10, {3: EVENTS[3]}, stamp), "parent")
-    scribe._parent = None  # the parent died: this broker is the root now
+    scribe.parent = None  # the parent died: this broker is the root now
     scribe.kids = ["c1", "c2"]
     gd.child_added(2, TREE, "c1", [0, [[PUBEND, 8]], [1, [["nodes/#", ""]]]])
     gd.child_added(3, TREE, "c2", [0, [[PUBEND, 4]], [1, [["nodes/#", ""]]]])
@@ -266,7 +280,7 @@ def test_a_childs_nack_from_before_where_the_roots_knowledge_became_good_is_aske
     gd.child_added(0, TREE, "c0", [0, [], [1, [["nodes/a/#", ""]]]])  # a narrow child that has not acked
     stamp = gd.interest(TREE).epoch
     gd.event_arrived(1, TREE, knowledge(0, 10, {}, stamp), "parent")  # 5 and 7 came as F
-    scribe._parent = None  # the parent died: this broker is the root now
+    scribe.parent = None  # the parent died: this broker is the root now
     scribe.kids = ["c0", "c1"]
     gd.child_added(2, TREE, "c1", [0, [[PUBEND, 8]], [1, [["nodes/#", ""]]]])
     gd.event_arrived(3, TREE, knowledge(8, 10, {}, None), "origin")  # the pubend: nothing in (8, 10]

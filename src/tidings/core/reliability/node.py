@@ -60,13 +60,13 @@ from tidings.core.durable.release import release_through
 from tidings.core.effects import ReleaseLog
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
 from tidings.core.inputs import LogState
-from tidings.core.multicast.agent import ScribeAgent
+from tidings.core.multicast.effects import TreeShape
 from tidings.core.overlay.envelope import PeerSend, RouteTo
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
 from tidings.core.reliability.acks import AckBatcher
 from tidings.core.reliability.curiosity import Curiosity, CuriosityConfig, SendNack
-from tidings.core.reliability.effects import Deliver, Lost, MovedAway
+from tidings.core.reliability.effects import Deliver, Lost, MovedAway, PublishRouted, RememberPublisher, SendToChild
 from tidings.core.reliability.interest import Interest, SendSummary
 from tidings.core.reliability.istream import Istream, StreamLimits
 from tidings.core.reliability.merge import TotalOrderMerge
@@ -143,10 +143,11 @@ PubendState = Callable[[], tuple[int, LogState]]  # the durable tail and the log
 # the smallest tick this broker's own durable subscriptions released of a pubend, on a tree (None:
 # on any tree); None when none of them wants that pubend (release.py)
 Held = Callable[[str | None, str], int | None]
+ToldEmpty = Callable[[int, str], bool]  # the rendez-vous point of a tree said it has no members (the source's)
 
 
 class ReliabilityNode:
-    def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, scribe: ScribeAgent,
+    def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, told_empty: ToldEmpty,
                  trees_of: Callable[[str], list[str]], pubend_state: PubendState,
                  held: Held = lambda tree, pubend: None,
                  congested: Callable[[str], bool] = lambda address: False) -> None:
@@ -154,7 +155,7 @@ class ReliabilityNode:
         self._congested = congested  # the peer link to this address is past its high-water mark
         self.pubend_id = pubend_id
         self.config = config
-        self.scribe = scribe
+        self._shapes: dict[str, TreeShape] = {}  # the trees as Scribe last told them (tree_changed)
         self._pubend_state = pubend_state
         self._held = held
         self.release_asked = 0  # the log was last asked to release through this tick
@@ -163,7 +164,7 @@ class ReliabilityNode:
             config.silence_interval_ns, config.stream_idle_ns, config.recovery_ns, config.read_bytes_max,
             config.reads_max, config.trees_max, config.knowledge_bytes_max, config.release_hold_ns,
             config.retransmit_window_bytes, config.retransmit_wait_ns), trees_of,
-            scribe.told_empty, congested)
+            told_empty, congested)
         self._limits = StreamLimits(config.stream_cache_bytes_max, config.nack_ranges_max,
                                     config.nack_range_ticks_max, config.knowledge_bytes_max, config.nack_merge_ticks)
         self.trees: dict[str, _Tree] = {}
@@ -211,7 +212,7 @@ class ReliabilityNode:
             elif eff.root is not None:
                 out.append(PeerSend(eff.root, eff.event[1]))
             else:
-                out += self.scribe.publish(now, eff.tree, eff.event, even_if_empty=eff.past_empty)
+                out.append(PublishRouted(eff.tree, eff.event, eff.past_empty))
         return out
 
     # ---- knowledge arriving on a tree -----------------------------------------------------------
@@ -262,8 +263,8 @@ class ReliabilityNode:
         """The comparison mode: every event to every child and to every local subscription of the
         tree; nothing is acknowledged, nacked or retransmitted."""
         out: list[Any] = []
-        for child in self.scribe.children(tree):
-            out += self.scribe.send_event(now, tree, child, event)
+        for child in self._children(tree):
+            out.append(SendToChild(tree, child, event))
         t = self.trees.get(tree)
         if t is not None and t.locals and knowledge.ticks and knowledge.pubend != self.pubend_id:
             out.append(Deliver(tree, tuple(t.locals), (knowledge.pubend,) * len(knowledge.records),
@@ -273,10 +274,10 @@ class ReliabilityNode:
     def _new_istream(self, tree: str, pubend: str, after: int) -> Istream | None:
         t = self.trees.get(tree)
         if t is None:
-            if not self.scribe.children(tree):
+            if not self._children(tree):
                 return None
             t = self.trees[tree] = self._new_tree(tree)
-        positions = [_or(t.defaults.get(child), after) for child in self.scribe.children(tree)]
+        positions = [_or(t.defaults.get(child), after) for child in self._children(tree)]
         positions += [t.start_of(key, pubend, start) for key, start in t.locals.items()
                       if t.wants(key, pubend, self.pubend_id)]
         if t.recorded and pubend != self.pubend_id:  # from where its durable registrations released it
@@ -298,7 +299,7 @@ class ReliabilityNode:
         """Consumers follow Scribe's children table: new children at their default (ChildAdded
         attached them to the streams there were then; this is a new stream), gone ones out (the
         tree's interest follows)."""
-        children = self.scribe.children(ist.tree)
+        children = self._children(ist.tree)
         added = [child for child in children if child not in ist.consumers]
         for child in added:  # on a stream just heard of: its knowledge is all from this message
             ist.attach(child, _or(t.defaults.get(child), ist.horizon))
@@ -325,7 +326,7 @@ class ReliabilityNode:
                 for piece in ist.pieces_for(consumer, summary=checked):
                     wire = messages.knowledge_wire(ist.tree, ist.pubend, piece.after, piece.through, piece.ticks,
                                                    piece.records, False, stamp, piece.lost)
-                    out += self.scribe.send_event(now, ist.tree, key, [ist.origin, wire])
+                    out.append(SendToChild(ist.tree, key, [ist.origin, wire]))
             elif key == PFS_CONSUMER:
                 out += [Recorded(ist.tree, ist.pubend, piece.after, piece.through, piece.ticks, piece.records,
                                  piece.lost) for piece in ist.pieces_for(consumer)]
@@ -421,12 +422,12 @@ class ReliabilityNode:
 
     def _interest(self, tree: str, t: _Tree, bytes_max: int | None = None) -> Summary | None:
         """What this broker's local subscriptions and children of `tree` want, merged."""
-        return t.interest.wanted([*t.interests.values(), *t.recorded.values()], self.scribe.children(tree), bytes_max)
+        return t.interest.wanted([*t.interests.values(), *t.recorded.values()], self._children(tree), bytes_max)
 
     def _count_unwanted(self, tree: str, t: _Tree, records: tuple[bytes, ...]) -> None:
         """The filtering's measure: first-time data records no subscription here or below matches
         (exactly: no size limit), counted in `records_unwanted` (not at the root)."""
-        if self.scribe.is_root(tree):  # the root is sent everything by design
+        if self._is_root(tree):  # the root is sent everything by design
             return
         self.records_unwanted += t.interest.unwanted(records, self._interest(tree, t, TICK_MAX))
 
@@ -435,8 +436,8 @@ class ReliabilityNode:
         the others) are where consumers whose wants grew resume."""
         if self.config.best_effort:
             return []
-        return self._summaries(now, t.interest.resummarize(self._interest(tree, t), self.scribe.is_root(tree),
-                                                           self.scribe.parent(tree), t.istreams, positions, since,
+        return self._summaries(now, t.interest.resummarize(self._interest(tree, t), self._is_root(tree),
+                                                           self._parent(tree), t.istreams, positions, since,
                                                            self.wall_us))
 
     def _summaries(self, now: int, sends: list[SendSummary]) -> list[Any]:
@@ -449,7 +450,7 @@ class ReliabilityNode:
         """A child's interest in a tree: filter by it from now on; after a widening, send the child
         everything after `since` again (once this broker's own knowledge is good for it)."""
         t = self.trees.get(update.tree)
-        if t is None or child not in self.scribe.children(update.tree):
+        if t is None or child not in self._children(update.tree):
             return []
         grown = t.interest.child_summary(child, update, t.istreams)
         if grown is None:
@@ -499,7 +500,7 @@ class ReliabilityNode:
             ist.detach(key)
             self._after_change(now, ist)
         out = self._resummarize(now, tree, t, {}, TICK_MAX)
-        self._drop_if_unused(tree, t)
+        out += self._drop_if_unused(tree, t)
         return self._flush(now, out)
 
     # ---- the persistent filtering subsystem's consumer (constream.py) -------------------------------
@@ -536,7 +537,7 @@ class ReliabilityNode:
                 ist.detach(PFS_CONSUMER)
                 self._after_change(now, ist)
         out = self._resummarize(now, tree, t, {}, TICK_MAX)
-        self._drop_if_unused(tree, t)
+        out += self._drop_if_unused(tree, t)
         return self._flush(now, out)
 
     def await_pfs(self, now: int, span: Catchup) -> None:
@@ -608,14 +609,16 @@ class ReliabilityNode:
         return {pubend: max(0, ist.top - consumer.sent_through) for pubend, ist in t.istreams.items()
                 if (consumer := ist.consumers.get(key)) is not None}
 
-    def _drop_if_unused(self, tree: str, t: _Tree) -> None:
-        if not t.locals and not t.recorded and not self.scribe.children(tree):
+    def _drop_if_unused(self, tree: str, t: _Tree) -> list[RememberPublisher]:
+        out: list[RememberPublisher] = []
+        if not t.locals and not t.recorded and not self._children(tree):
             self._streams -= len(t.istreams)
             for pubend, ist in t.istreams.items():
                 self.curiosity.unwatch(tree, pubend)
                 if ist.origin:  # when the tree has members again (TREE_ACTIVE), its pubends announce
-                    self.scribe.remember_publisher(tree, ist.origin)
+                    out.append(RememberPublisher(tree, ist.origin))
             del self.trees[tree]
+        return out
 
     # ---- acks and nacks from peers -------------------------------------------------------------
 
@@ -634,7 +637,7 @@ class ReliabilityNode:
         elif type(decoded) is messages.Nack:
             out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
         elif type(decoded) is messages.Knowledge:  # straight from a pubend that takes us for the root
-            if self.scribe.is_root(decoded.tree):
+            if self._is_root(decoded.tree):
                 out += self.event_arrived(now, decoded.tree, [sender, message], sender)
             else:
                 out += self._to(now, sender, messages.RootMoved(decoded.tree).to_wire())
@@ -703,13 +706,34 @@ class ReliabilityNode:
             else:
                 t = self.trees.get(eff.tree)
                 if t is not None:
-                    self._drop_if_unused(eff.tree, t)
+                    out += self._drop_if_unused(eff.tree, t)
         return out
+
+    # ---- the trees as Scribe tells them ------------------------------------------------------------
+
+    def tree_changed(self, shape: TreeShape) -> None:
+        """Scribe's word on a tree's shape here (presence, root, parent, children): kept, never asked."""
+        if shape.present:
+            self._shapes[shape.tree] = shape
+        else:
+            self._shapes.pop(shape.tree, None)
+
+    def _children(self, tree: str) -> tuple[str, ...]:
+        shape = self._shapes.get(tree)
+        return () if shape is None else shape.children
+
+    def _is_root(self, tree: str) -> bool:
+        shape = self._shapes.get(tree)
+        return shape is not None and shape.root
+
+    def _parent(self, tree: str) -> str | None:
+        shape = self._shapes.get(tree)
+        return None if shape is None else shape.parent
 
     def _pruned(self, tree: str) -> bool:
         """Scribe pruned `tree` here (its children left) and no local subscription has it."""
         t = self.trees.get(tree)
-        return t is not None and not t.locals and not self.scribe.has_tree(tree)
+        return t is not None and not t.locals and tree not in self._shapes
 
     def _release(self, now: int, synced: int) -> list[Any]:
         """The pubend's log may release a longer prefix (release.py): ask the runtime to."""
