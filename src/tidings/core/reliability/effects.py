@@ -14,6 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.core.durable.constream import Recorded
+from tidings.core.reliability.curiosity import SendNack
+from tidings.core.reliability.interest import SendSummary
+
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
@@ -75,5 +79,8 @@ class RememberPublisher:
 
 
 ScribeRequest = SendToChild | PublishRouted | RememberPublisher
+# what the tree streams hand the reliability node for one input (their acks wait in its AckBatcher)
+StreamEffect = SendToChild | RememberPublisher | Deliver | Lost | Recorded | SendSummary | SendNack
 
-__all__ = ["Deliver", "Lost", "MovedAway", "PublishRouted", "RememberPublisher", "ScribeRequest", "SendToChild"]
+__all__ = ["Deliver", "Lost", "MovedAway", "PublishRouted", "RememberPublisher", "ScribeRequest", "SendToChild",
+           "StreamEffect"]
