@@ -13,8 +13,12 @@ implies, and nothing more:
 - Pastry's notifications about the leaf set and failed nodes are handed to Scribe (root metadata
   replication and tree repair);
 - with guaranteed delivery (`reliability` given), Scribe hands every event that reaches this node to
-  the `ReliabilityNode` (`EventArrived`), as well as `ChildAdded`, and the repair SUBSCRIBE after a
-  `ParentSuspected` carries the node's stream positions; ACK and NACK from peers go to it too;
+  the `ReliabilityNode` (`EventArrived`), as well as `ChildAdded`; ACK and NACK from peers go to it
+  too. The two talk only through values: after each Scribe call the node is told the shapes of the
+  trees it changed (`TreeShape`), what the node asks of Scribe (`SendToChild`, `PublishRouted`,
+  `RememberPublisher`) is carried to Scribe at once, in order, and Scribe's typed `Join` (a repair,
+  a new forwarder's SUBSCRIBE) is completed with the node's extra (`join_extra`, `forwarder_extra`)
+  and routed where it stands;
 - with peer links (`PeerLinks`, core/links/peer_links.py, given in a broker), the member owns them: the
   runtime's inputs on peer connections come here (`peer_input`, `adopt`), each message a link yields
   is dispatched by its type number to Pastry, Scribe or the reliability node, a malformed one is
@@ -48,7 +52,15 @@ from tidings.core.inputs import Connected, ConnectFailed, ConnectionLost, LogSta
 from tidings.core.links.peer_links import PeerLinks, PeerOutput, RttMeasured
 from tidings.core.multicast.access import Acl, Member
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
-from tidings.core.multicast.effects import ChildAdded, EventArrived, Join, JoinPurpose, ParentSuspected, TreeActivated
+from tidings.core.multicast.effects import (
+    ChildAdded,
+    EventArrived,
+    Join,
+    JoinPurpose,
+    ParentSuspected,
+    ScribeEffect,
+    TreeActivated,
+)
 from tidings.core.overlay import messages as overlay_messages
 from tidings.core.overlay.envelope import (
     MULTICAST_TYPES,
@@ -64,7 +76,7 @@ from tidings.core.overlay.events import Probe
 from tidings.core.overlay.node import JoinCompleted, LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability.effects import PublishRouted, RememberPublisher, SendToChild
-from tidings.core.reliability.node import Held, ReliabilityConfig, ReliabilityNode
+from tidings.core.reliability.node import Held, NodeEffect, ReliabilityConfig, ReliabilityNode
 from tidings.core.wire.frames import FrameDecoder
 
 ROUTES_BEFORE_JOIN_MAX = 10_000
@@ -143,7 +155,7 @@ class ClusterMember:
 
     def handle_timeout(self, now: int) -> list[Any]:
         out: list[Any] = [] if self.peers is None else self._peer_output(now, self.peers.handle_timeout(now))
-        effects = [*self.overlay.handle_timeout(now), *self._told(self.scribe.handle_timeout(now))]
+        effects: list[Any] = [*self.overlay.handle_timeout(now), *self._told(self.scribe.handle_timeout(now))]
         if self.reliability is not None:
             effects += self._asked(now, self.reliability.handle_timeout(now))
         if self.directory is not None and self.reliability is not None:
@@ -324,7 +336,7 @@ class ClusterMember:
             queue.appendleft(RouteTo(eff.key, replace(eff.subscribe, extra=extra).to_wire()))
         # (ParentSuspected: the Join right after it carries the repair)
 
-    def _told(self, effects: list[Any]) -> list[Any]:
+    def _told(self, effects: list[ScribeEffect]) -> list[ScribeEffect]:
         """Scribe's `effects` of one call, once the reliability node has been told the shapes of
         the trees that call changed (it keeps them; it never asks Scribe)."""
         if self.reliability is not None:
@@ -332,10 +344,10 @@ class ClusterMember:
                 self.reliability.tree_changed(shape)
         return effects
 
-    def _asked(self, now: int, effects: list[Any]) -> list[Any]:
+    def _asked(self, now: int, effects: list[NodeEffect]) -> list[NodeEffect | ScribeEffect]:
         """The reliability node's `effects`, with what it asks of Scribe (SendToChild, PublishRouted,
         RememberPublisher) carried out at once, in order, each replaced by Scribe's own effects."""
-        out: list[Any] = []
+        out: list[NodeEffect | ScribeEffect] = []
         for eff in effects:
             if type(eff) is SendToChild:
                 out += self.scribe.send_event(now, eff.tree, eff.child, eff.event)
