@@ -50,6 +50,7 @@ from tidings.core.auth.policy import AuthFileError, AuthPolicy
 from tidings.core.broker.broker import Broker
 from tidings.core.broker.refusals import RefusalLine
 from tidings.core.config import BrokerConfig
+from tidings.core.drive import Driver, Handlers
 from tidings.core.effects import (
     Append,
     Connect,
@@ -67,7 +68,6 @@ from tidings.core.effects import (
     SaveDurable,
     Send,
     Sync,
-    coalesce_sends,
 )
 from tidings.core.errors import TidingsError
 from tidings.core.inputs import (
@@ -84,7 +84,6 @@ from tidings.core.inputs import (
     RetentionApplied,
     SendBlocked,
     SendDrained,
-    TimerFired,
     WriteSynced,
 )
 from tidings.core.links.refusals import DIALLER_SIDE
@@ -182,15 +181,13 @@ class BrokerServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: int | None = None
         self._retention: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
         self._stopping: asyncio.Future[None] | None = None
         self._stop_began: float | None = None
         self._drain_wake: asyncio.Future[None] | None = None  # woken by each input while draining
         self.core: Broker | None = None
-        self._applying = False
-        self._deferred: list[Input] = []
+        self.driver: Driver | None = None  # feeds the core, applies its effects, arms its timer (core/drive.py)
         self.worker: StorageWorker | None = None
         self.pfs_worker: PfsWorker | None = None
         self._lock: DataDirectoryLock | None = None
@@ -223,6 +220,7 @@ class BrokerServer:
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
         )
         self.worker.start()
+        self.driver = Driver(self.core.handle, self.core.next_deadline, self._handlers(self.worker), self)
         self.pfs_worker = PfsWorker(self.data_dir / "pfs")
         self.pfs_worker.start()
         self._server = await loop.create_server(self._new_connection, self.host, self.port,
@@ -372,31 +370,26 @@ class BrokerServer:
     # ---- driving the core ------------------------------------------------------------------------
 
     def feed(self, inp: Input) -> None:
-        """Hand one input to the core and apply its effects. Inputs raised while effects are being
-        applied (asyncio calls pause_writing from inside transport.write) wait their turn."""
-        assert self.core is not None
-        if self._applying:
-            self._deferred.append(inp)
-            return
-        self._run(self.core.handle(inp))
+        """Hand one input to the core through the driver (core/drive.py): an input raised while
+        effects are being applied (asyncio calls pause_writing from inside transport.write) waits
+        its turn."""
+        assert self.driver is not None
+        self.driver.feed(inp)
 
     def _run(self, effects: list[Effect]) -> None:
-        """Apply `effects`, then every input they raised, in order; then rearm the timer."""
+        """Apply what a call on the core other than `handle` returned, through the driver."""
+        assert self.driver is not None
+        self.driver.run(effects)
+
+    def settled(self) -> None:
+        """The driver handled every queued input: wake a drain, log what the core noted."""
         core = self.core
-        assert core is not None and not self._applying
-        self._applying = True
-        try:
-            self.apply(effects)
-            while self._deferred:
-                self.apply(core.handle(self._deferred.pop(0)))
-        finally:
-            self._applying = False
+        assert core is not None
         if self._drain_wake is not None and not self._drain_wake.done():
             self._drain_wake.set_result(None)  # a connection may have gone: the drain looks again
         for identity, code, message in core.guard.take_notes():
             log.warning("%s: %s (%s)", identity, message, code)
         self._log_refusals(*core.client_errors.take_log())
-        self._arm_timer()
 
     def _log_refusals(self, lines: list[RefusalLine], dropped: int) -> None:
         """The core's refusal lines (core/broker/refusals.py: at most one per connection and second)."""
@@ -425,38 +418,32 @@ class BrokerServer:
         log.critical("the event log failed: %r; stopping", exc)
         self._stopping = asyncio.ensure_future(self.stop())
 
-    def apply(self, effects: list[Effect]) -> None:  # noqa: PLR0912 - one branch per effect type
-        worker = self.worker
-        assert worker is not None
-        for eff in coalesce_sends(effects):
-            if type(eff) is Send:
-                transport = self.transports.get(eff.conn)
-                if transport is not None and not transport.is_closing():
-                    transport.write(eff.data)
-            elif type(eff) is Append:
-                worker.append(eff.records, eff.keys)
-            elif type(eff) is Sync:
-                worker.sync(eff.token)
-            elif type(eff) is ReadLog:
-                worker.read(eff.after, eff.through, eff.max_bytes, *self._read_callbacks(eff.reader), span=eff.span)
-            elif type(eff) is ReleaseLog:
-                worker.release(eff.through)
-            elif type(eff) is SaveDurable:
-                worker.save(self.data_dir / DURABLE_FILE, eff.data, wait=eff.before_replies)
-            elif type(eff) is SaveDirectory:
-                worker.save(self.data_dir / DIRECTORY_FILE, eff.data)
-            elif type(eff) is PfsAppend or type(eff) is PfsChop or type(eff) is ReadPfs:
-                self._pfs_apply(eff)
-            elif type(eff) is Connect:
-                self._dial(eff.address)
-            elif type(eff) is Disconnect:
-                transport = self.transports.get(eff.conn)
-                if transport is not None:
-                    transport.close()
-            elif type(eff) is PauseReading or type(eff) is ResumeReading:
-                self._reading(eff.conn, type(eff) is ResumeReading)
-            elif type(eff) is PeerRefused:
-                self._peer_refused(eff)
+    def _handlers(self, worker: StorageWorker) -> Handlers:
+        """The I/O of each effect the core asks for (core/drive.py checks every one has its own)."""
+        return {
+            Send: self._send, Append: lambda eff: worker.append(eff.records, eff.keys),
+            Sync: lambda eff: worker.sync(eff.token),
+            ReadLog: lambda eff: worker.read(eff.after, eff.through, eff.max_bytes, *self._read_callbacks(eff.reader),
+                                             span=eff.span),
+            ReleaseLog: lambda eff: worker.release(eff.through),
+            SaveDurable: lambda eff: worker.save(self.data_dir / DURABLE_FILE, eff.data, wait=eff.before_replies),
+            SaveDirectory: lambda eff: worker.save(self.data_dir / DIRECTORY_FILE, eff.data),
+            PfsAppend: self._pfs_apply, PfsChop: self._pfs_apply, ReadPfs: self._pfs_apply,
+            Connect: lambda eff: self._dial(eff.address), Disconnect: self._disconnect,
+            PauseReading: lambda eff: self._reading(eff.conn, False),
+            ResumeReading: lambda eff: self._reading(eff.conn, True),
+            PeerRefused: self._peer_refused,
+        }
+
+    def _send(self, eff: Send) -> None:
+        transport = self.transports.get(eff.conn)
+        if transport is not None and not transport.is_closing():
+            transport.write(eff.data)
+
+    def _disconnect(self, eff: Disconnect) -> None:
+        transport = self.transports.get(eff.conn)
+        if transport is not None:
+            transport.close()
 
     def _peer_refused(self, eff: PeerRefused) -> None:
         """Log a refused peer handshake, at most once a second per remote host; a refusal by the
@@ -544,23 +531,20 @@ class BrokerServer:
 
         return done, failed
 
-    def _arm_timer(self) -> None:
-        assert self.core is not None and self._loop is not None
-        deadline = self.core.next_deadline()
-        if deadline == self._timer_at:
-            return
+    def arm(self, deadline: int | None) -> None:
+        """The driver's one timer, at the core's next deadline (monotonic ns)."""
+        assert self._loop is not None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._timer_at = deadline
         if deadline is not None:
             delay = max(0.0, (deadline - time.monotonic_ns()) / 1e9)
             self._timer = self._loop.call_later(delay, self._fire)
 
     def _fire(self) -> None:
         self._timer = None
-        self._timer_at = None
-        self.feed(TimerFired(time.monotonic_ns(), time.time_ns() // 1000))
+        assert self.driver is not None
+        self.driver.fired(time.monotonic_ns(), time.time_ns() // 1000)
 
     def _schedule_retention(self) -> None:
         assert self._loop is not None

@@ -64,16 +64,8 @@ from tidings.core.durable.constream import Constream, Recorded
 from tidings.core.durable.registrations import Registrations
 from tidings.core.durable.subscriptions import DurableSubscriptions, Outcome
 from tidings.core.effects import (
-    Connect,
     Disconnect,
     Effect,
-    PeerRefused,
-    PfsAppend,
-    PfsChop,
-    ReadLog,
-    ReadPfs,
-    ReleaseLog,
-    SaveDirectory,
     Send,
 )
 from tidings.core.errors import TidingsError
@@ -112,9 +104,6 @@ from tidings.core.wire import messages
 from tidings.core.wire.frames import PartialFrames
 
 CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status()`
-# what the cluster member asks of the runtime
-RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs, PeerRefused,
-                   SaveDirectory)
 
 
 class HandshakeTimer(NamedTuple):
@@ -874,7 +863,7 @@ class Broker:
             elif type(eff) is MovedAway:
                 self.registrations.moved_total += 1
                 self._durable(self.durable.forget(eff.registration, self.subends), out)
-            elif type(eff) in RUNTIME_EFFECTS:
+            else:  # for the runtime; the driver fails loudly on one no runtime carries out (core/drive.py)
                 out.append(eff)
 
     # ---- observation -----------------------------------------------------------------------------
