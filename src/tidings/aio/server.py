@@ -53,9 +53,12 @@ from tidings.core.config import BrokerConfig
 from tidings.core.drive import Driver, Handlers
 from tidings.core.effects import (
     Append,
+    ApplyRetention,
     Connect,
     Disconnect,
+    Drained,
     Effect,
+    JoinTimedOut,
     PauseReading,
     PeerRefused,
     PfsAppend,
@@ -75,6 +78,7 @@ from tidings.core.inputs import (
     Connected,
     ConnectFailed,
     ConnectionLost,
+    DrainRequested,
     Input,
     LogRead,
     LogState,
@@ -92,7 +96,6 @@ from tidings.storage import DataDirectoryLock, EventLog, load_or_create_identity
 from tidings.storage.files import read_small_file
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from tidings.aio.http import HttpEndpoint
 
@@ -168,10 +171,7 @@ class BrokerServer:
         self.config = config or BrokerConfig()
         self.join = join  # a member's address to join the overlay through; None starts a new one
         self.join_timeout_s = join_timeout_s
-        self._join_attempts_failed = 0
-        self._join_failure = "no answer"
         self._refusals_log = RateLimitedLog(log)  # refused peer handshakes, per remote host
-        self._join_watch: asyncio.TimerHandle | None = None
         self.failure: TidingsError | None = None  # why the broker stopped on its own, if it did
         self._advertise = advertise
         self._dials: set[asyncio.Task[None]] = set()
@@ -181,11 +181,10 @@ class BrokerServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._retention: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
         self._stopping: asyncio.Future[None] | None = None
         self._stop_began: float | None = None
-        self._drain_wake: asyncio.Future[None] | None = None  # woken by each input while draining
+        self._drained: asyncio.Future[None] | None = None  # a drain's end (the core's Drained)
         self.core: Broker | None = None
         self.driver: Driver | None = None  # feeds the core, applies its effects, arms its timer (core/drive.py)
         self.worker: StorageWorker | None = None
@@ -220,6 +219,7 @@ class BrokerServer:
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
         )
         self.worker.start()
+        self.core.start(time.monotonic_ns())
         self.driver = Driver(self.core.handle, self.core.next_deadline, self._handlers(self.worker), self)
         self.pfs_worker = PfsWorker(self.data_dir / "pfs")
         self.pfs_worker.start()
@@ -228,7 +228,6 @@ class BrokerServer:
                                                ssl=None if self.tls is None else self.tls.server_context())
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
-        self._schedule_retention()
         if self._http_at is not None:
             from tidings.aio.http import HttpEndpoint  # noqa: PLC0415 - only a broker asked to serve HTTP loads aiohttp
 
@@ -239,21 +238,17 @@ class BrokerServer:
         log.info("broker %s listening on %s:%d, log holds %d events (%d in the dedup window)", pubend, self.host,
                  self.port, event_log.record_count, restored)
         self._run(self.core.start_overlay(time.monotonic_ns(), self.advertised, self.join,
-                                          random.Random(secrets.randbits(64))))
-        if self.join is not None:
-            self._join_watch = loop.call_later(self.join_timeout_s, self._join_overdue)
+                                          random.Random(secrets.randbits(64)), round(self.join_timeout_s * 1e9)))
 
     @property
     def joined(self) -> bool:
-        cluster = self.core.cluster if self.core is not None else None
-        return cluster is not None and cluster.overlay.joined
+        return self.core is not None and self.core.joined
 
-    def _join_overdue(self) -> None:
-        if self.joined:
-            return
-        self.failure = JoinFailed(f"could not join the overlay through {self.join} within "
-                                  f"{self.join_timeout_s:g} s ({self._join_attempts_failed} failed attempts; "
-                                  f"last: {self._join_failure})")
+    def _join_timed_out(self, eff: JoinTimedOut) -> None:
+        """The core's join deadline passed (core/broker/lifecycle.py): stop, saying why."""
+        self.failure = JoinFailed(f"could not join the overlay through {eff.address} within "
+                                  f"{eff.timeout_ns / 1e9:g} s ({eff.attempts_failed} failed attempts; "
+                                  f"last: {eff.last_failure})")
         log.error("%s; stopping", self.failure)
         self._stopping = asyncio.ensure_future(self.stop())
 
@@ -305,29 +300,20 @@ class BrokerServer:
         await self._stopped.wait()
 
     async def drain(self, timeout_s: float) -> None:
-        """SIGTERM: advise every client to move to a neighbour (core/broker/advice.py), wait until those that
-        can move have gone and the trees have acknowledged what this pubend logged (at most
-        `timeout_s` in all), then stop."""
-        if self.core is not None and self._stop_began is None and timeout_s > 0:
-            started = time.monotonic()
-            advised = self.core.drain(time.monotonic_ns())  # none without neighbours to advise
-            self._run(advised)
-            deadline = started + timeout_s
-            await self._drain_while(lambda: bool(advised and self.core and self.core.movable_clients()), deadline)
-            # then what this pubend logged reaches the other brokers before it stops, not at its restart
-            await self._drain_while(lambda: bool(self.core and self.core.undelivered(time.monotonic_ns())), deadline)
-            log.info("drained in %.3f s; %d clients that could move did not; %d trees or batches still owed",
-                     time.monotonic() - started, self.core.movable_clients(),
-                     self.core.undelivered(time.monotonic_ns()))
+        """SIGTERM: the core advises every client to move to a neighbour (core/broker/advice.py) and
+        says Drained once those that can move have gone and the trees have acknowledged what this
+        pubend logged, at most `timeout_s` later (core/broker/lifecycle.py); then stop."""
+        if self.core is not None and self._stop_began is None and self._drained is None and timeout_s > 0:
+            self._drained = asyncio.get_running_loop().create_future()
+            self.feed(DrainRequested(time.monotonic_ns(), round(timeout_s * 1e9)))
+            await self._drained
         await self.stop()
 
-    async def _drain_while(self, waiting: Callable[[], bool], deadline: float) -> None:
-        """Wait while `waiting()` holds, looking again after each input, until `deadline` (monotonic s)."""
-        loop = asyncio.get_running_loop()
-        while waiting() and time.monotonic() < deadline:
-            self._drain_wake = loop.create_future()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._drain_wake, deadline - time.monotonic())
+    def _drain_over(self, eff: Drained) -> None:
+        log.info("drained in %.3f s; %d clients that could move did not; %d trees or batches still owed",
+                 eff.elapsed_ns / 1e9, eff.clients_left, eff.owed)
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
 
     async def stop(self) -> None:
         """Stop accepting, close every connection, finish pending syncs, close the log; log one final
@@ -344,12 +330,8 @@ class BrokerServer:
             task.cancel()
         for transport in list(self.transports.values()):
             transport.close()
-        if self._retention is not None:
-            self._retention.cancel()
         if self._timer is not None:
             self._timer.cancel()
-        if self._join_watch is not None:
-            self._join_watch.cancel()
         if self.worker is not None:
             await asyncio.to_thread(self.worker.stop)
             self.worker.log.close()
@@ -382,11 +364,9 @@ class BrokerServer:
         self.driver.run(effects)
 
     def settled(self) -> None:
-        """The driver handled every queued input: wake a drain, log what the core noted."""
+        """The driver handled every queued input: log what the core noted."""
         core = self.core
         assert core is not None
-        if self._drain_wake is not None and not self._drain_wake.done():
-            self._drain_wake.set_result(None)  # a connection may have gone: the drain looks again
         for identity, code, message in core.guard.take_notes():
             log.warning("%s: %s (%s)", identity, message, code)
         self._log_refusals(*core.client_errors.take_log())
@@ -433,6 +413,8 @@ class BrokerServer:
             PauseReading: lambda eff: self._reading(eff.conn, False),
             ResumeReading: lambda eff: self._reading(eff.conn, True),
             PeerRefused: self._peer_refused,
+            ApplyRetention: lambda eff: worker.retain(eff.now_us, eff.bytes_max, eff.age_us),
+            JoinTimedOut: self._join_timed_out, Drained: self._drain_over,
         }
 
     def _send(self, eff: Send) -> None:
@@ -450,8 +432,6 @@ class BrokerServer:
         broker we join through is also what a failed join reports."""
         if eff.side == DIALLER_SIDE:
             if eff.address == self.join and not self.joined:
-                self._join_attempts_failed += 1
-                self._join_failure = eff.detail
                 self._refusals_log.log(logging.WARNING, eff.address, "cannot join the overlay through %s: %s; "
                                        "retrying", eff.address, eff.detail)
             else:
@@ -493,8 +473,6 @@ class BrokerServer:
         except (OSError, ValueError, TimeoutError) as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             if address == self.join and not self.joined:
-                self._join_attempts_failed += 1
-                self._join_failure = reason
                 log.warning("cannot reach %s to join the overlay (%s); retrying", address, reason)
             self.feed(ConnectFailed(time.monotonic_ns(), address, reason))
 
@@ -545,18 +523,6 @@ class BrokerServer:
         self._timer = None
         assert self.driver is not None
         self.driver.fired(time.monotonic_ns(), time.time_ns() // 1000)
-
-    def _schedule_retention(self) -> None:
-        assert self._loop is not None
-        cfg = self.config
-
-        def run() -> None:
-            if self.worker is not None:
-                self.worker.retain(time.time_ns() // 1000, cfg.retention_bytes_max,
-                                   cfg.retention_age_ns // 1000)
-            self._schedule_retention()
-
-        self._retention = self._loop.call_later(cfg.retention_check_interval_ns / 1e9, run)
 
 
 def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,

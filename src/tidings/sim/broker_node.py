@@ -35,9 +35,12 @@ from tidings.core.config import BrokerConfig
 from tidings.core.drive import Driver, Handlers
 from tidings.core.effects import (
     Append,
+    ApplyRetention,
     Connect,
     Disconnect,
+    Drained,
     Effect,
+    JoinTimedOut,
     PauseReading,
     PeerRefused,
     PfsAppend,
@@ -56,17 +59,20 @@ from tidings.core.inputs import (
     Connected,
     ConnectFailed,
     ConnectionLost,
+    DrainRequested,
     Input,
     LogRead,
     LogState,
     PfsAnswered,
+    ReadFailed,
     Received,
+    RetentionApplied,
     SendBlocked,
     SendDrained,
     TimerFired,
     WriteSynced,
 )
-from tidings.sim.disk import SURVIVE_NONE, Disk
+from tidings.sim.disk import SURVIVE_ALL, SURVIVE_NONE, Disk
 from tidings.sim.network import Endpoint, Listener, Network, Socket
 from tidings.sim.peer_faults import PeerFaults
 from tidings.sim.pfs import SimPfs
@@ -135,8 +141,11 @@ class _ClientSide(_ServerSide):
 class BrokerNode(Listener):
     def __init__(self, world: World, network: Network, disk: Disk, address: str,
                  config: BrokerConfig | None = None, pubend_id: str = "p-sim", name: str = "broker",
-                 overlay: bool = False, join: str | None = None, clock_skew_us: int = 0) -> None:
+                 overlay: bool = False, join: str | None = None, clock_skew_us: int = 0,
+                 join_timeout_ns: int | None = None) -> None:
         self.world = world
+        self.join_timeout_ns = join_timeout_ns  # as `tidings broker --join-timeout` (None: no bound)
+        self.stopped: JoinTimedOut | Drained | None = None  # why the node stopped on its own, if it did
         self.clock_skew_us = clock_skew_us  # this broker's wall clock runs this far ahead of the world's
         self.peer_faults: PeerFaults | None = None  # loss, duplication, reordering, stalls towards peers
         self.overlay = overlay
@@ -186,15 +195,17 @@ class BrokerNode(Listener):
                            directory=self.disk.directory_state)
         wall_us = self.wall_us()  # the dedup window comes back from the log's tail, as in aio/server.py
         self.core.dedup.restore(self.disk.keyed_since(wall_us - self.core.dedup.window_us), wall_us)
+        self.core.start(self.world.now)
         self.driver = Driver(self._handle, self._next_deadline, self._handlers(), self)
-        self.disk.attach(self._synced, self._read)
+        self.disk.attach(self._synced, self._read, self._read_failed, self._retained)
         self.pfs.clear()  # as the runtime clears <data>/pfs at start
         self.network.listen(self.address, self)
         self.world.trace(self.name, "start", self.incarnation, log.last_tick, log.record_count)
         self._count("start")
         if self.overlay:
             rng = self.world.derive_rng(f"{self.name}/{self.incarnation}")
-            self.driver.run(self.core.start_overlay(self.world.now, self.address, self.join, rng))
+            self.driver.run(self.core.start_overlay(self.world.now, self.address, self.join, rng,
+                                                    self.join_timeout_ns))
 
     def crash(self, survive: str = SURVIVE_NONE) -> None:
         assert self.core is not None
@@ -219,6 +230,17 @@ class BrokerNode(Listener):
     def restart(self) -> None:
         self.start()
 
+    def drain(self, timeout_ns: int) -> None:
+        """SIGTERM: the core drains (core/broker/lifecycle.py) and the node stops when it says Drained."""
+        self.feed(DrainRequested(self.world.now, timeout_ns))
+
+    def _stop(self, why: JoinTimedOut | Drained) -> None:
+        """The core asked the process to stop: it exits cleanly, so what it wrote survives (the page
+        cache is flushed as the process's files close)."""
+        self.world.trace(self.name, "stop", type(why).__name__)
+        self.stopped = why
+        self.crash(SURVIVE_ALL)
+
     # ---- the network's and the disk's callbacks --------------------------------------------------
 
     def accept(self, sock: Socket) -> Endpoint:
@@ -233,8 +255,15 @@ class BrokerNode(Listener):
     def _synced(self, token: int, state: LogState) -> None:
         self.feed(WriteSynced(self.world.now, token, state))
 
-    def _read(self, reader: int, records: list[tuple[int, bytes]], state: LogState) -> None:
-        self.feed(LogRead(self.world.now, reader, records, state))
+    def _read(self, reader: int, records: list[tuple[int, bytes]], state: LogState,
+              span: tuple[int, bytes] | None = None) -> None:
+        self.feed(LogRead(self.world.now, reader, records, state, span))
+
+    def _read_failed(self, reader: int, reason: str) -> None:
+        self.feed(ReadFailed(self.world.now, reader, reason))
+
+    def _retained(self, state: LogState) -> None:
+        self.feed(RetentionApplied(self.world.now, state))
 
     def _pfs_answer(self, reader: int) -> Callable[[tuple[int, ...], int, int], None]:
         incarnation = self.incarnation
@@ -294,6 +323,7 @@ class BrokerNode(Listener):
             Connect: self._connect,
             Send: self._send, Disconnect: self._socket_effect, PauseReading: self._socket_effect,
             ResumeReading: self._socket_effect,
+            ApplyRetention: self._retain, JoinTimedOut: self._stop, Drained: self._stop,
         }
 
     def _append(self, eff: Append) -> None:
@@ -306,11 +336,15 @@ class BrokerNode(Listener):
 
     def _read_log(self, eff: ReadLog) -> None:
         self._trace_effect("ReadLog", eff.reader, eff.after, eff.through)
-        self.disk.read(eff.reader, eff.after, eff.through, eff.max_bytes)
+        self.disk.read(eff.reader, eff.after, eff.through, eff.max_bytes, eff.span)
 
     def _release(self, eff: ReleaseLog) -> None:
         self._trace_effect("ReleaseLog", eff.through)
         self.disk.release(eff.through)
+
+    def _retain(self, eff: ApplyRetention) -> None:
+        self._trace_effect("ApplyRetention", eff.bytes_max, eff.age_us)
+        self.disk.retain(eff.now_us, eff.bytes_max, eff.age_us)
 
     def _save_durable(self, eff: SaveDurable) -> None:
         self._trace_effect("SaveDurable", len(eff.data))

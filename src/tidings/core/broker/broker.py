@@ -55,6 +55,7 @@ from tidings.core.broker.connection import (
     Hold,
     PeerHandover,
 )
+from tidings.core.broker.lifecycle import Lifecycle, Retention
 from tidings.core.broker.refusals import ClientErrors
 from tidings.core.channels import validate_pattern
 from tidings.core.config import BrokerConfig
@@ -66,6 +67,7 @@ from tidings.core.durable.subscriptions import DurableSubscriptions, Outcome
 from tidings.core.effects import (
     Disconnect,
     Effect,
+    PeerRefused,
     Send,
 )
 from tidings.core.errors import TidingsError
@@ -75,6 +77,7 @@ from tidings.core.inputs import (
     Connected,
     ConnectFailed,
     ConnectionLost,
+    DrainRequested,
     Input,
     LogRead,
     LogState,
@@ -171,6 +174,9 @@ class Broker:
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
         self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable/subscriptions.py
         self.constream = Constream()  # what matched the durable registrations (reliability/constream.py)
+        # the join deadline, the drain and the retention cadence (core/broker/lifecycle.py)
+        self.lifecycle = Lifecycle(self, Retention(config.retention_bytes_max, config.retention_age_ns,
+                                                   config.retention_check_interval_ns))
 
     # ---- the runtime's interface -----------------------------------------------------------------
 
@@ -185,6 +191,8 @@ class Broker:
                 isinstance(inp, Received | ConnectionLost | SendBlocked | SendDrained)
                 and self.cluster is not None and self.cluster.owns(inp.conn)):
             assert self.cluster is not None  # only the peer links dial
+            if type(inp) is ConnectFailed:
+                self.lifecycle.join_attempt_failed(inp.address, inp.reason)
             self._cluster_effects(self.cluster.peer_input(inp), out)
             if type(inp) is Received:
                 self._peer_partial(inp.now, inp.conn, out)
@@ -210,26 +218,42 @@ class Broker:
             if self.cluster is not None:
                 self.pubend.declare_silence(inp.wall_us)
                 self._cluster_effects(self.cluster.handle_timeout(inp.now), out)
+            out += self.lifecycle.handle_timeout(inp.now)
         elif isinstance(inp, RetentionApplied):
             self.log = inp.log
         elif isinstance(inp, ReadFailed):
             self._read_failed(inp, out)
         elif isinstance(inp, PfsAnswered):
             self._reliability(self.constream.pfs_answered(inp), out)
+        elif isinstance(inp, DrainRequested):
+            advice = self.drain(inp.now)
+            out += advice
+            out += self.lifecycle.drain_requested(inp.now, inp.timeout_ns, bool(advice))
+        if self.lifecycle.draining:  # the drain looks again after every input
+            out += self.lifecycle.look(inp.now)
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [self.timers.next_deadline(), self.leases.next_deadline(), self.partials.next_deadline()]
+        deadlines = [self.timers.next_deadline(), self.leases.next_deadline(), self.partials.next_deadline(),
+                     self.lifecycle.next_deadline()]
         if self.cluster is not None:
             deadlines.append(self.cluster.next_deadline())
         live = [d for d in deadlines if d is not None]
         return min(live) if live else None
 
-    def start_overlay(self, now: int, address: str, bootstrap: str | None, rng: Rng) -> list[Effect]:
+    def start(self, now: int) -> None:
+        """The broker process is up (a runtime calls this once, before any input): the deadlines
+        of the process's life begin (core/broker/lifecycle.py: retention)."""
+        self.lifecycle.start(now)
+
+    def start_overlay(self, now: int, address: str, bootstrap: str | None, rng: Rng,
+                      join_timeout_ns: int | None = None) -> list[Effect]:
         """Take part in the overlay as `address` (what peers connect to): start a new overlay, or
-        join the one `bootstrap` (any member's address) belongs to. `rng` is a seeded random.Random."""
+        join the one `bootstrap` (any member's address) belongs to, giving up (JoinTimedOut) after
+        `join_timeout_ns` (None: never). `rng` is a seeded random.Random."""
         assert self.cluster is None
         self.now = now
+        self.lifecycle.join_through(now, bootstrap, join_timeout_ns)
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
         peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
         reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self.intake.trees_of,
@@ -341,6 +365,11 @@ class Broker:
         self.now = now
         self.draining = True
         return self._advise([c.conn for c in self.connections.values() if c.state == OPEN])
+
+    @property
+    def joined(self) -> bool:
+        """Whether this broker is in an overlay (its Pastry join completed)."""
+        return self.cluster is not None and self.cluster.overlay.joined
 
     def movable_clients(self) -> int:
         """Open client connections: on drain, the client library moves every one, its durable
@@ -864,6 +893,8 @@ class Broker:
                 self.registrations.moved_total += 1
                 self._durable(self.durable.forget(eff.registration, self.subends), out)
             else:  # for the runtime; the driver fails loudly on one no runtime carries out (core/drive.py)
+                if type(eff) is PeerRefused:
+                    self.lifecycle.peer_refused(eff)
                 out.append(eff)
 
     # ---- observation -----------------------------------------------------------------------------
