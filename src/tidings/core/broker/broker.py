@@ -135,6 +135,10 @@ DURABLE_SAVE = DurableSaveTimer()
 BrokerTimer = HandshakeTimer | ReadTimer | DurableSilenceTimer | DurableSaveTimer
 
 
+def _due(deadline: int | None, now: int) -> bool:
+    return deadline is not None and deadline <= now
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, pubend_id: str, log: LogState, guard: Guard | None = None,
                  durable: bytes | None = None, directory: bytes | None = None) -> None:
@@ -152,7 +156,7 @@ class Broker:
         self.index = SubscriptionIndex()
         self._next_key = 0
         self.timers: Deadlines[BrokerTimer] = Deadlines()
-        self.leases = Leases(config.lease_ns)
+        self.leases = Leases(config.lease_ns, self._unread)
         self.draining = False  # stopping: clients are advised to move (core/broker/advice.py)
         self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
                          "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns,
@@ -212,13 +216,7 @@ class Broker:
         elif isinstance(inp, SendBlocked | SendDrained):
             self._flow(inp.conn, isinstance(inp, SendBlocked), out)
         elif isinstance(inp, TimerFired):
-            self._timers(inp.now, inp.wall_us, out)
-            self._leases_expired(inp.now, out)
-            self._frames_overdue(inp.now, out)
-            if self.cluster is not None:
-                self.pubend.declare_silence(inp.wall_us)
-                self._cluster_effects(self.cluster.handle_timeout(inp.now), out)
-            out += self.lifecycle.handle_timeout(inp.now)
+            self._timeouts(inp.now, inp.wall_us, out)
         elif isinstance(inp, RetentionApplied):
             self.log = inp.log
         elif isinstance(inp, ReadFailed):
@@ -232,6 +230,20 @@ class Broker:
         if self.lifecycle.draining:  # the drain looks again after every input
             out += self.lifecycle.look(inp.now)
         return out
+
+    def _timeouts(self, now: int, wall_us: int, out: list[Effect]) -> None:
+        """TimerFired: the handle_timeout of each machine whose deadline is due, in a fixed order."""
+        if _due(self.timers.next_deadline(), now):
+            self._timers(now, wall_us, out)
+        if _due(self.leases.next_deadline(), now):
+            self._leases_expired(now, out)
+        if _due(self.partials.next_deadline(), now):
+            self._frames_overdue(now, out)
+        if self.cluster is not None and _due(self.cluster.next_deadline(), now):
+            self.pubend.declare_silence(wall_us)  # what the streams' timers announce runs to the present
+            self._cluster_effects(self.cluster.handle_timeout(now), out)
+        if _due(self.lifecycle.next_deadline(), now):
+            out += self.lifecycle.handle_timeout(now)
 
     def next_deadline(self) -> int | None:
         deadlines = [self.timers.next_deadline(), self.leases.next_deadline(), self.partials.next_deadline(),
@@ -388,8 +400,8 @@ class Broker:
 
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
-        unread = {conn for conn, c in self.connections.items() if c.holds}  # their RENEWs wait unread
-        for conn in self.leases.expired(now, unread):
+        for expired in self.leases.handle_timeout(now):
+            conn = expired.conn
             c = self.connections.get(conn)
             if c is None:
                 continue
@@ -397,6 +409,11 @@ class Broker:
                 out.append(Send(conn, messages.error(errors.LEASE_EXPIRED, "the subscription's lease expired: "
                                                      "the client did not renew it in time", sub=s.sub)))
                 self._drop_subend(c, s, out, ended=False)  # a durable one is away, not ended
+
+    def _unread(self, conn: int) -> bool:
+        """Whether something holds `conn` unread (its RENEWs wait with the rest: connection.py Hold)."""
+        c = self.connections.get(conn)
+        return c is not None and bool(c.holds)
 
     def _received(self, inp: Received, out: list[Effect]) -> None:
         c = self.connections.get(inp.conn)
