@@ -167,3 +167,23 @@ def test_a_drain_without_clients_stops_once_nothing_is_owed():
     world.run_until(lambda: not b.up, world.now + 6 * SECOND_NS)
     assert isinstance(b.stopped, Drained) and b.stopped.clients_left == 0 and b.stopped.owed == 0
     assert b.stopped.elapsed_ns < 5 * SECOND_NS
+
+
+def test_two_brokers_restarted_together_each_joining_through_the_other_form_one_overlay():
+    """Each dials the other and asks to join; neither is in an overlay, so neither could answer and
+    both waited for their join deadline. The one with the smaller nodeId now founds the overlay."""
+    world = World(7)
+    network = Network(world)
+    a = BrokerNode(world, network, Disk(world, "disk-a"), "a:7000", CONFIG, pubend_id="p-a", name="a", overlay=True,
+                   join="b:7000", join_timeout_ns=10 * SECOND_NS)
+    b = BrokerNode(world, network, Disk(world, "disk-b"), "b:7000", CONFIG, pubend_id="p-b", name="b", overlay=True,
+                   join="a:7000", join_timeout_ns=10 * SECOND_NS)
+    a.start()
+    b.start()
+    world.run_until(lambda: a.core is not None and b.core is not None and a.core.joined and b.core.joined,
+                    5 * SECOND_NS)
+    assert a.up and b.up and a.stopped is None and b.stopped is None
+    assert a.core is not None and b.core is not None and a.core.joined and b.core.joined
+    world.run_until(lambda: False, world.now + 2 * SECOND_NS)
+    leaves = {node.name: [n.address for n in node.core.cluster.overlay.leaf_set.members()] for node in (a, b)}
+    assert leaves == {"a": ["b:7000"], "b": ["a:7000"]}, "one overlay, not two"
