@@ -10,8 +10,13 @@ overlay, or joins the one the `join` address belongs to. Each failed attempt to 
 address is logged (the core retries with backoff), and a broker not in the overlay after
 `join_timeout_s` stops with JoinFailed rather than run on alone, naming the last failure: a
 connection error, or the join address refusing the link (e.g. "HOST:PORT requires a cluster
-credential"). Every peer handshake refused at either end (PeerRefused, counted in the core's
-status) is logged as a warning, at most once a second per remote host.
+credential"). That bound, the drain on SIGTERM and the retention cadence are the core's deadlines
+(core/broker/lifecycle.py: JoinTimedOut, Drained, ApplyRetention); this runtime does their I/O.
+Every peer handshake refused at either end (PeerRefused, counted in the core's status) is logged as
+a warning, at most once a second per remote host.
+
+The core is driven by the one driver both runtimes share (core/drive.py): this module supplies a
+handler per effect type and the timer (an asyncio TimerHandle), nothing of the loop itself.
 
 Sends to one connection within one input are joined into a single write, so a burst of events
 leaves in few syscalls, while a lone event is written immediately (no added latency). The

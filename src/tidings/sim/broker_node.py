@@ -18,6 +18,8 @@ With `overlay=True` the node takes part in an overlay of simulated brokers exact
 starting a new overlay), and a `Connect` effect opens a simulated connection whose end reports
 Connected (or ConnectFailed), then Received / ConnectionLost like an accepted one.
 
+`drain(timeout_ns)` is SIGTERM (DrainRequested), and `join_timeout_ns` the `--join-timeout`: when
+the core says Drained or JoinTimedOut the node stops (`stopped` says why) as a clean exit does.
 `crash()` is kill -9 plus power loss: the core object and every connection are discarded (peers hear
 a reset), queued disk work is lost, and the disk keeps what its crash model says survives.
 `restart()` builds a fresh core from what the disk holds (`LogState`, whose `last_tick` keeps ticks
