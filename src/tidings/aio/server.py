@@ -327,6 +327,8 @@ class BrokerServer:
             await self._stopped.wait()
             return
         self._stop_began = time.monotonic()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)  # stopped before the drain ended (a second signal, a failure)
         if self.http is not None:
             await self.http.stop()
         if self._server is not None:
