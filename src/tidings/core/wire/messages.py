@@ -32,6 +32,7 @@ AUTH = 6
 RENEW = 7  # [RENEW]: the client is alive; extends the lease on its subscriptions (core/subscription/leases.py)
 RELEASE = 8  # [RELEASE, sub, checkpoint]: a durable subscription consumed everything through it
 READ = 9  # [READ, sub, pattern, filter, after, end(, spans)]: a bounded read of this broker's log, in bulk
+HEARTBEAT = 10  # [HEARTBEAT]: answer HEARTBEAT_REPLY at once (a client checks that a silent broker is still there)
 # broker -> client
 WELCOME = 16
 ACK = 17
@@ -45,6 +46,7 @@ CHALLENGE = 24
 SILENCE = 26  # [SILENCE, sub, [[pubend, tick], ...]]: a durable subscription's token moves up
 RECORDS = 27  # [RECORDS, sub, count, blob]: a READ's records, as logged (blob: a msgpack array of them)
 SPAN = 28  # [SPAN, sub, after, through, blob]: a READ's records as the log's own bytes (blob: a span of the log)
+HEARTBEAT_REPLY = 29  # [HEARTBEAT_REPLY]: the answer to HEARTBEAT (sent only to a client that sent one)
 ADVICE = 25  # [ADVICE, reason, [[address, rtt_us], ...]]: entry points that may serve better (core/broker/advice.py)
 
 SPAN_BYTES_FACTOR = 2  # a SPAN holds at most this many log reads (log_read_bytes_max), or index intervals
@@ -136,6 +138,16 @@ class Renew:
 @dataclass(frozen=True, slots=True)
 class StatusRequest:
     req: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +291,14 @@ def status_request(req: int) -> bytes:
 
 def renew() -> bytes:
     return _pack([RENEW])
+
+
+def heartbeat() -> bytes:
+    return _pack([HEARTBEAT])
+
+
+def heartbeat_reply() -> bytes:
+    return _pack([HEARTBEAT_REPLY])
 
 
 def welcome(info: dict[str, Any]) -> bytes:
@@ -479,7 +499,7 @@ def _decode_read(msg: list[Any]) -> Read:
 
 def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message type
     body: bytes,
-) -> Hello | Auth | Publish | Subscribe | Read | Unsubscribe | StatusRequest | Renew | Release:
+) -> Hello | Auth | Publish | Subscribe | Read | Unsubscribe | StatusRequest | Renew | Release | Heartbeat:
     msg = _unpack(body)
     kind = msg[0]
     if kind == PUBLISH:
@@ -501,6 +521,9 @@ def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message ty
     if kind == RENEW:
         _arity(msg, 1, "RENEW")
         return Renew()
+    if kind == HEARTBEAT:
+        _arity(msg, 1, "HEARTBEAT")
+        return Heartbeat()
     if kind == RELEASE:
         _arity(msg, 3, "RELEASE")
         if type(msg[2]) is not list:
@@ -522,7 +545,7 @@ def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message ty
 
 
 BrokerMessage = (Welcome | Challenge | Ack | Events | Records | Span | Subscribed | Gap | End | StatusReply | Error
-                 | Advice | Silence)
+                 | Advice | Silence | HeartbeatReply)
 
 
 def decode_broker_message(body: bytes) -> BrokerMessage:  # noqa: PLR0911, PLR0912, PLR0915 - one return per type
@@ -585,6 +608,9 @@ def decode_broker_message(body: bytes) -> BrokerMessage:  # noqa: PLR0911, PLR09
     if kind == ADVICE:
         _arity(msg, 3, "ADVICE")
         return Advice(msg[1], msg[2])
+    if kind == HEARTBEAT_REPLY:
+        _arity(msg, 1, "HEARTBEAT_REPLY")
+        return HeartbeatReply()
     if kind == CHALLENGE:
         _arity(msg, 4, "CHALLENGE")
         kdf = msg[2]
