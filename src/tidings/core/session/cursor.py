@@ -153,6 +153,12 @@ class Cursor:
         """`wire` ([default, positions]) was acknowledged (RELEASE)."""
         self._acked = wire
 
+    def rewind(self, checkpoint: Checkpoint) -> None:
+        """The application goes back to an older token of this subscription (it lost its later
+        state): both checkpoints are that token; what came after it must come again."""
+        self.checkpoint = checkpoint
+        self.received = _copy(checkpoint)
+
     def resume(self) -> Resume:
         """After a move: a durable subscription after every item received; a plain one from now,
         dropping what it saw already."""
