@@ -41,7 +41,7 @@ from tidings.core.event import event_from_fields
 from tidings.core.session.client_session import ClientSession
 from tidings.core.session.cursor import Cursor, Gap, silence_of
 from tidings.core.session.publish_tracker import DuplicateResult, PublishTracker
-from tidings.core.session.roaming import AckDurable, Mode, Roamer, SendRenew
+from tidings.core.session.roaming import AckDurable, GiveUp, Mode, RoamEffect, Roamer, SendRenew, SubKind, TryBroker
 from tidings.core.wire import messages
 from tidings.sim.network import Endpoint, Network, Socket
 from tidings.sim.world import MILLISECOND_NS, Timer, World
@@ -50,7 +50,8 @@ from tidings.sim.world import MILLISECOND_NS, Timer, World
 class SimClient(Endpoint):
     def __init__(self, world: World, network: Network, address: str, name: str,
                  read_rate_bytes_per_s: int | None = None,
-                 backoff_ns: tuple[int, int] = (5 * MILLISECOND_NS, 50 * MILLISECOND_NS)) -> None:
+                 backoff_ns: tuple[int, int] = (5 * MILLISECOND_NS, 50 * MILLISECOND_NS),
+                 failover: tuple[str, ...] = ()) -> None:
         self.world = world
         self.network = network
         self.address = address
@@ -59,7 +60,12 @@ class SimClient(Endpoint):
         self.read_rate_bytes_per_s = read_rate_bytes_per_s
         self.backoff_ns = backoff_ns
         self.dialing = False  # a connection is being made
-        self.roamer: Roamer | None = None  # the connection's, from connection_made to its loss
+        # the connection's roaming machine, from connection_made to its loss, or to the end of the
+        # failover it starts (to the `failover` brokers, as the client library's `failover`)
+        self.roamer: Roamer | None = None
+        self.failover = failover
+        self.failovers = 0
+        self._trying: str | None = None  # the broker a failover connects to
         self._timer: Timer | None = None  # at the roamer's next deadline
         self.renews = False  # RENEW the broker's lease as the client library does (a subscriber)
         self.ack_interval_ns: int | None = None  # a durable subscriber's automatic ack
@@ -94,18 +100,31 @@ class SimClient(Endpoint):
         self.world.call_later(self.rng.randint(*self.backoff_ns) if delay_ns is None else delay_ns, self._connect)
 
     def connection_refused(self, address: str) -> None:
-        if self.dialing:
+        if not self.dialing:
+            return
+        if self._failing_over():
+            self.dialing = False
+            self._apply(self.roamer.attempt_failed(self.world.now) if self.roamer is not None else [])
+        else:
             self._retry()
 
+    def _failing_over(self) -> bool:
+        return self.roamer is not None and self.roamer.mode is Mode.FAILING_OVER
+
     def connection_made(self, sock: Socket) -> None:
-        assert self.dialing and self.roamer is None
+        assert self.dialing and (self.roamer is None or self._failing_over())
         self.dialing = False
         self.sock = sock
         self.connections += 1
         self.session = ClientSession("sim", self.name)
-        self.roamer = Roamer(self.address, (), False, None, **({} if self.ack_interval_ns is None
-                                                              else {"ack_interval_ns": self.ack_interval_ns}))
+        if self.roamer is None:
+            self.roamer = Roamer(self.address, self.failover, False, None,
+                                 **({} if self.ack_interval_ns is None else {"ack_interval_ns": self.ack_interval_ns}))
         sock.write(self.session.hello())
+
+    def kinds(self) -> list[SubKind]:
+        """The kinds of its subscriptions (roaming's movability rule): a publisher holds none."""
+        return []
 
     def connection_lost(self, sock: Socket, reset: bool) -> None:
         if sock is not self.sock:
@@ -115,6 +134,12 @@ class SimClient(Endpoint):
         self.sock = None
         self.session = None
         self.on_down()
+        if self.roamer is not None and self.failover:
+            failing = self._failing_over()  # (a failover's own connection, lost before its WELCOME)
+            self._apply(self.roamer.attempt_failed(self.world.now) if failing
+                        else self.roamer.lost(self.world.now, self.kinds(), "the connection was lost"))
+            if self._failing_over():
+                return
         self._retry()
 
     def drop(self, away_ns: int | None = None) -> None:
@@ -138,7 +163,14 @@ class SimClient(Endpoint):
                 return  # dropped while handling an earlier message
             if isinstance(msg, messages.Welcome):
                 assert self.roamer is not None
-                self.roamer.welcomed(self.world.now, self.session.renew_interval_ns if self.renewing() else None)
+                renew_ns = self.session.renew_interval_ns if self.renewing() else None
+                if self._failing_over():
+                    assert self._trying is not None
+                    self._apply(self.roamer.switched(self.world.now, self._trying, renew_ns, None, self.kinds()))
+                    self.world.trace(self.name, "failover", self._trying)
+                    self.address, self.failovers = self._trying, self.failovers + 1
+                else:
+                    self.roamer.welcomed(self.world.now, renew_ns)
                 self.world.trace(self.name, "welcome")
                 self.on_ready()
                 self._arm()
@@ -166,12 +198,22 @@ class SimClient(Endpoint):
 
     def _timeout(self) -> None:
         self._timer = None
-        if self.roamer is None:
-            return
-        for effect in self.roamer.handle_timeout(self.world.now):
-            if self.sock is None or self.session is None:
-                break
-            if isinstance(effect, SendRenew):
+        if self.roamer is not None:
+            self._apply(self.roamer.handle_timeout(self.world.now))
+        self._arm()
+
+    def _apply(self, effects: list[RoamEffect]) -> None:
+        for effect in effects:
+            if isinstance(effect, TryBroker):  # (the simulated network refuses a dead broker at once)
+                self._trying = effect.address
+                self.dialing = True
+                self.network.connect(effect.address, self, server_rate_bytes_per_s=self.read_rate_bytes_per_s)
+            elif isinstance(effect, GiveUp):
+                self.violations.append(f"{self.name}: {effect.message}")
+                self._retry()
+            elif self.sock is None or self.session is None:
+                continue
+            elif isinstance(effect, SendRenew):
                 self.on_renew()
             elif isinstance(effect, AckDurable):
                 self.on_ack()
@@ -377,6 +419,9 @@ class Subscriber(SimClient):
     def renewing(self) -> bool:
         return self.renews and self.quit_at is None  # (one that quit subscribes no more)
 
+    def kinds(self) -> list[SubKind]:
+        return [SubKind.DURABLE if self.durable else SubKind.PLAIN]
+
     def on_down(self) -> None:
         self._sub = None
 
@@ -414,8 +459,10 @@ class DurableSubscriber(Subscriber):
     the first carries a checkpoint: it must be the token it sent."""
 
     def __init__(self, world: World, network: Network, address: str, name: str, pattern: str,
-                 filter: str | None = None, ack_interval_ns: int = 200_000_000) -> None:
+                 filter: str | None = None, ack_interval_ns: int = 200_000_000,
+                 failover: tuple[str, ...] = ()) -> None:
         super().__init__(world, network, address, name, pattern, filter)
+        self.failover = failover  # when its broker dies: go on at one of these, from its token
         self.durable = True
         self.gaps_judged = True
         self.cursor = Cursor()

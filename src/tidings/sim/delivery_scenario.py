@@ -100,6 +100,9 @@ class DeliveryScenario:
     # each move returns to the broker it left after DURABLE_RETURN_NS away: its catchup there asks
     # the persistent filtering subsystem (PFS) which ticks matched it meanwhile
     durable_returns: bool = False
+    # the durable subscriber fails over, as the client library does (core/session/roaming.py), to
+    # two other brokers when its broker dies (the `durable-home` fault), rather than waiting for it
+    durable_failover: bool = False
 
 
 @dataclass
@@ -223,7 +226,9 @@ class DeliveryRun:
         if not self.scenario.durable_moves:
             return None
         pattern, flt = DURABLE_SUBSCRIPTION
-        sub = DurableSubscriber(self.world, self.net, f"b{homes[0]}:7000", "durable", pattern, filter=flt)
+        failover = tuple(f"b{h}:7000" for h in homes[1:3]) if self.scenario.durable_failover else ()
+        sub = DurableSubscriber(self.world, self.net, f"b{homes[0]}:7000", "durable", pattern, filter=flt,
+                                failover=failover)
         sub.start(self.world.now)
         self.subscribers.append(sub)
         return sub
@@ -335,3 +340,10 @@ def sweep_scenario(seed: int, brokers: int = 24) -> DeliveryScenario:
         seed=seed, brokers=brokers, loss=rng.choice([0.0, 0.01, 0.05, 0.1]), duplication=rng.choice([0.0, 0.01]),
         reordering=rng.choice([0.0, 0.02]), clock_skew_us_max=rng.choice([0, 200_000]),
         faults=tuple(rng.sample(FAULTS + DURABLE_FAULTS, rng.randint(0, 3))), durable_moves=rng.choice([2, 6]))
+
+
+def failover_scenario(seed: int, brokers: int = 8) -> DeliveryScenario:
+    """A seed of the sweep whose durable subscriber fails over as the client library does (its
+    roaming machine): its broker is always among the brokers killed."""
+    base = sweep_scenario(seed, brokers)
+    return replace(base, faults=tuple(dict.fromkeys(("durable-home", *base.faults))), durable_failover=True)
