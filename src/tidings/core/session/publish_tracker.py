@@ -91,22 +91,22 @@ class PublishTracker(Generic[K]):
         if entry is None:
             return None
         count, key = entry
-        refusals = self._refusals
-        results: list[Result] = []
-        for k, tick in enumerate(ack.ticks):
-            if tick is not None:
-                results.append(PublishResult(ack.pubend, tick))
-            else:
-                refusal = refusals.pop(ack.seq + k, None)
-                results.append(BrokerError("event rejected", REJECTED) if refusal is None else refusal)
+        pubend, seq = ack.pubend, ack.seq
+        results: list[Result] = [PublishResult(pubend, tick) if tick is not None else self._refusal(seq + k)
+                                 for k, tick in enumerate(ack.ticks)]
         for k in ack.duplicates:
             res = results[k] if 0 <= k < len(results) else None
             if isinstance(res, PublishResult):
                 results[k] = DuplicateResult(*res)
-        if refusals:
-            for seq in range(ack.seq, ack.seq + count):
-                refusals.pop(seq, None)
+        if self._refusals:
+            for n in range(seq, seq + count):
+                self._refusals.pop(n, None)
         return key, results
+
+    def _refusal(self, seq: int) -> BrokerError:
+        """Why event `seq` was refused: what an ERROR named, else a bare rejection."""
+        refusal = self._refusals.pop(seq, None)
+        return BrokerError("event rejected", REJECTED) if refusal is None else refusal
 
     def refused(self, context: dict[str, Any], error: BrokerError) -> None:
         """An ERROR naming refused events (its `seq`, or the inclusive ranges `seqs` of a coalesced
