@@ -66,7 +66,7 @@ def test_a_bulk_read_stops_reading_the_socket_while_its_records_wait(tmp_path):
                     break
                 await asyncio.sleep(0.01)
             assert client.reading_paused
-            waiting = sum(r.count for r in sub._items)
+            waiting = sum(r.count for r in sub.buffered)
             assert 4000 < waiting < 4000 + 7000  # the buffer, and the frame that filled it
             got = []
             while batch := await asyncio.wait_for(sub.next_batch(), 20):

@@ -97,7 +97,7 @@ def test_a_reader_of_spans_holds_a_bounded_number_of_them(published):
                 break
             await asyncio.sleep(0.01)
         assert client.reading_paused
-        waiting = sum(len(i.blob) if isinstance(i, Span) else i.count * 128 for i in sub._items)
+        waiting = sum(len(i.blob) if isinstance(i, Span) else i.count * 128 for i in sub.buffered)
         assert waiting < 4000 * 128 + 2 * 1024 * 1024  # the buffer's worth, and the frame that filled it
         items = []
         while batch := await asyncio.wait_for(sub.next_batch(), 20):

@@ -1,10 +1,13 @@
 """Leases on subscriptions: a client that stops renewing loses its subscriptions, everywhere."""
 
+import msgpack
+
 from tests.unit.core_harness import Harness, delivered, of_type
 from tidings.core.config import BrokerConfig
 from tidings.core.session.client_session import ClientSession
 from tidings.core.subscription.leases import Leases
 from tidings.core.wire import messages
+from tidings.core.wire.frames import frame
 
 SECOND = 1_000_000_000
 
@@ -76,7 +79,7 @@ def test_renew_with_fields_is_a_protocol_error_for_that_frame_only():
     h = Harness()
     h.connect(1)
     h.inbox(1)
-    h.send(1, messages._pack([messages.RENEW, 1]))
+    h.send(1, frame(msgpack.packb([messages.RENEW, 1])))
     assert of_type(h.inbox(1), messages.Error)[0].code == "bad-message"
     h.subscribe(1, "a")
     assert of_type(h.inbox(1), messages.Subscribed)

@@ -128,8 +128,8 @@ def test_a_records_trees_are_those_of_its_channel_whatever_its_encoding(pubend, 
     decoding it, and any other layout is decoded."""
     src = Source(pubend, "me:1", CONFIG, lambda ch: [ch, "#"])
     rec = msgpack.packb([pubend, tick, channel, {}, "s", "i", b"x"])
-    assert src._record_trees(rec) == [channel, "#"]
-    assert src._record_trees(rec) == [channel, "#"]  # again, the same
+    assert src.record_trees(rec) == [channel, "#"]
+    assert src.record_trees(rec) == [channel, "#"]  # again, the same
 
 
 def windowed(window_bytes: int) -> Source:

@@ -199,6 +199,11 @@ class Subscription:
         return item
 
     @property
+    def buffered(self) -> list[Any]:
+        """What arrived and waits to be taken, oldest first (a copy; a bulk read's are RECORDS)."""
+        return list(self._items)
+
+    @property
     def token(self) -> str:
         """A durable subscription's checkpoint token after the items returned so far: store it with
         what they produced, and pass it to `subscribe(..., token=...)` on any broker to go on."""

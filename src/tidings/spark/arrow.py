@@ -29,7 +29,7 @@ from itertools import accumulate, chain, compress
 from typing import Any, TypeVar
 
 import msgpack
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no stubs (pyarrow-stubs is not a dependency)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,

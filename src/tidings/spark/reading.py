@@ -41,10 +41,10 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Protocol
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no stubs (pyarrow-stubs is not a dependency)
 from pyspark.sql.datasource import InputPartition
 
 from tidings.core.errors import ConnectionClosed, GapError
@@ -94,7 +94,7 @@ class Progress:
 
 
 def read_batches(client: Any, opts: ReadSettings, pubend: str, after: int, end: int, schema: pa.Schema,
-                 pattern: str | None = None, progress: Progress | None = None) -> Iterator[pa.RecordBatch]:
+                 pattern: str | None = None, progress: Progress | None = None) -> Generator[pa.RecordBatch, None, None]:
     """The events of `pubend` in `(after, end]` matching the read's pattern (or `pattern`) and
     filter, in tick order, as record batches of `schema`: one bulk read (READ) at the broker
     `client` is connected to, each RECORDS frame decoded straight into one batch.

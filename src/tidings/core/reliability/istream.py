@@ -476,6 +476,14 @@ class Istream:
     def cache_bytes(self) -> int:
         return self._cache_bytes
 
+    def cached(self) -> list[tuple[int, bytes]]:
+        """The records the cache holds, (tick, record), in its order: oldest arrival first."""
+        return list(self._cache.items())
+
+    def knowledge(self, tick: int) -> Knowledge:
+        """What the stream knows of `tick` (Q, D, S, F or L)."""
+        return self._known.get(tick)
+
     # ---- acks ----------------------------------------------------------------------------------
 
     def ack_point(self) -> int:

@@ -541,7 +541,7 @@ class Source:
             window.reading -= 1
         self.records_read += len(records)
         mine = [(tick, record) for tick, record in records
-                if tick > after and read.tree in self._record_trees(record)]
+                if tick > after and read.tree in self.record_trees(record)]
         self.ticks_retransmitted += len(mine)
         if through > after:
             out += self._send_chunked(read.tree, after, through, mine, retransmit=True, root=read.asker)
@@ -575,7 +575,7 @@ class Source:
             return []
         last = records[-1][0]
         for _, record in records:
-            for tree in self._record_trees(record):
+            for tree in self.record_trees(record):
                 if tree not in self._streams:
                     self._new_stream(tree, last, now)
                     stream = self._streams.get(tree)
@@ -584,7 +584,7 @@ class Source:
                         stream.hold_until = now + self.config.release_hold_ns
         return []
 
-    def _record_trees(self, record: bytes) -> list[str]:
+    def record_trees(self, record: bytes) -> list[str]:
         """The trees of one of this pubend's own records. A nack's answer sorts thousands of them,
         so the usual layout (a tick past 2**32, a channel under 256 bytes) is read in place: the
         channel's bytes follow a fixed prefix (`trees_of` caches the trees of a channel)."""
