@@ -359,12 +359,12 @@ class Client:
         except (OSError, TimeoutError) as exc:
             reason = str(exc) or f"no connection within {timeout:g} s"
             raise BrokerUnreachable(f"cannot connect to broker at {address}: {reason}") from None
-        client._transport = transport  # type: ignore[assignment]
+        client._transport = transport
         wait_s = max(0.0, min(WELCOME_TIMEOUT_S, timeout - (loop.time() - started)))
         try:
             async with asyncio.timeout(wait_s):
                 hello_at = loop.time()
-                transport.write(client._session.hello())  # type: ignore[attr-defined]
+                transport.write(client._session.hello())
                 await client._welcome
                 client.rtt_ns = int((loop.time() - hello_at) * NS_PER_S)
         except TimeoutError:
