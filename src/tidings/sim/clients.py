@@ -25,26 +25,80 @@ which is how a durable subscriber continues its stream across broker crashes. It
 the position of its first SUBSCRIBED. A slow subscriber reads its connection at a low rate. A
 `DurableSubscriber` keeps its token with the library's `Cursor`.
 
-Not simulated yet: moves on route advice and failover (the roaming machine's `Follow`, `MoveTo`
-and `TryBroker`); a simulated client reconnects to the broker it was told to.
+With `failover` brokers a client keeps its roaming machine across a lost connection and goes on at
+the first of them that answers (`TryBroker`; the simulated network refuses a dead broker at once,
+so no attempt needs a timeout); with `follow_advice` it weighs route advice as the library does,
+probing the candidates and its own broker alike (`Prober`: HELLO to WELCOME), and moves where the
+machine chooses (`MoveTo`: it drops its connection first, having no request in flight to wait
+for). Without either (the default), a client reconnects to the broker it was told to.
 """
 
 from __future__ import annotations
 
+import functools
 import random
+from collections.abc import Callable
 from typing import Any
 
 from tidings.core import errors
+from tidings.core.broker import advice
 from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.errors import BrokerError
 from tidings.core.event import event_from_fields
 from tidings.core.session.client_session import ClientSession
 from tidings.core.session.cursor import Cursor, Gap, silence_of
 from tidings.core.session.publish_tracker import DuplicateResult, PublishTracker
-from tidings.core.session.roaming import AckDurable, GiveUp, Mode, RoamEffect, Roamer, SendRenew, SubKind, TryBroker
+from tidings.core.session.roaming import (
+    PROBE_TIMEOUT_NS,
+    AckDurable,
+    Follow,
+    GiveUp,
+    Mode,
+    MoveTo,
+    RoamEffect,
+    Roamer,
+    SendRenew,
+    SubKind,
+    TryBroker,
+)
 from tidings.core.wire import messages
 from tidings.sim.network import Endpoint, Network, Socket
 from tidings.sim.world import MILLISECOND_NS, Timer, World
+
+
+class Prober(Endpoint):
+    """One probe of route advice, as the client library makes it: connect, HELLO, time the WELCOME,
+    read its load, close; `done(probe or None)` once."""
+
+    def __init__(self, client: SimClient, address: str, done: Callable[[advice.Probe | None], None]) -> None:
+        self.client, self.address, self.done = client, address, done
+        self.session = ClientSession("sim", f"{client.name}-probe")
+        self.sent_at = 0
+        self.finished = False
+        client.network.connect(address, self)
+
+    def _finish(self, probe: advice.Probe | None) -> None:
+        if not self.finished:
+            self.finished = True
+            self.done(probe)
+
+    def connection_refused(self, address: str) -> None:
+        self._finish(None)
+
+    def connection_made(self, sock: Socket) -> None:
+        self.sent_at = self.client.world.now
+        sock.write(self.session.hello())
+
+    def data_received(self, sock: Socket, data: bytes) -> None:
+        for msg in self.session.receive(data):
+            if isinstance(msg, messages.Welcome) and not self.finished:
+                sock.abort(notify_self=False)
+                self._finish(advice.Probe(self.address, self.client.world.now - self.sent_at,
+                                          bool(msg.info.get("overloaded")), bool(msg.info.get("draining"))))
+                return
+
+    def connection_lost(self, sock: Socket, reset: bool) -> None:
+        self._finish(None)
 
 
 class SimClient(Endpoint):
@@ -65,7 +119,11 @@ class SimClient(Endpoint):
         self.roamer: Roamer | None = None
         self.failover = failover
         self.failovers = 0
-        self._trying: str | None = None  # the broker a failover connects to
+        self.advice_moves = 0  # moves on route advice
+        self._trying: str | None = None  # the broker a failover or a move connects to
+        self.follow_advice = False  # follow route advice with the roaming machine (the library's default)
+        self.rtt_ns = 0  # HELLO to WELCOME of the connection
+        self._hello_at = 0
         self._timer: Timer | None = None  # at the roamer's next deadline
         self.renews = False  # RENEW the broker's lease as the client library does (a subscriber)
         self.ack_interval_ns: int | None = None  # a durable subscriber's automatic ack
@@ -105,21 +163,27 @@ class SimClient(Endpoint):
         if self._failing_over():
             self.dialing = False
             self._apply(self.roamer.attempt_failed(self.world.now) if self.roamer is not None else [])
+        elif self._moving():
+            self._move_failed()
         else:
             self._retry()
 
     def _failing_over(self) -> bool:
         return self.roamer is not None and self.roamer.mode is Mode.FAILING_OVER
 
+    def _moving(self) -> bool:
+        return self.roamer is not None and self.roamer.mode is Mode.MOVING
+
     def connection_made(self, sock: Socket) -> None:
-        assert self.dialing and (self.roamer is None or self._failing_over())
+        assert self.dialing and (self.roamer is None or self._trying is not None)
         self.dialing = False
         self.sock = sock
         self.connections += 1
         self.session = ClientSession("sim", self.name)
         if self.roamer is None:
-            self.roamer = Roamer(self.address, self.failover, False, None,
+            self.roamer = Roamer(self.address, self.failover, self.follow_advice, None,
                                  **({} if self.ack_interval_ns is None else {"ack_interval_ns": self.ack_interval_ns}))
+        self._hello_at = self.world.now
         sock.write(self.session.hello())
 
     def kinds(self) -> list[SubKind]:
@@ -134,6 +198,9 @@ class SimClient(Endpoint):
         self.sock = None
         self.session = None
         self.on_down()
+        if self._moving():  # the connection a move made, lost before its WELCOME
+            self._move_failed()
+            return
         if self.roamer is not None and self.failover:
             failing = self._failing_over()  # (a failover's own connection, lost before its WELCOME)
             self._apply(self.roamer.attempt_failed(self.world.now) if failing
@@ -164,11 +231,14 @@ class SimClient(Endpoint):
             if isinstance(msg, messages.Welcome):
                 assert self.roamer is not None
                 renew_ns = self.session.renew_interval_ns if self.renewing() else None
-                if self._failing_over():
+                self.rtt_ns = self.world.now - self._hello_at
+                if self._failing_over() or self._moving():
                     assert self._trying is not None
-                    self._apply(self.roamer.switched(self.world.now, self._trying, renew_ns, None, self.kinds()))
-                    self.world.trace(self.name, "failover", self._trying)
-                    self.address, self.failovers = self._trying, self.failovers + 1
+                    self.world.trace(self.name, "failover" if self._failing_over() else "moved", self._trying)
+                    self.failovers += self._failing_over()
+                    self.advice_moves += self._moving()
+                    self.address, self._trying = self._trying, None
+                    self._apply(self.roamer.switched(self.world.now, self.address, renew_ns, None, self.kinds()))
                 else:
                     self.roamer.welcomed(self.world.now, renew_ns)
                 self.world.trace(self.name, "welcome")
@@ -179,7 +249,10 @@ class SimClient(Endpoint):
                 self.errors.append((msg.code, msg.context))
                 self.on_error(msg)
             elif isinstance(msg, messages.Advice):
-                self.world.trace(self.name, "advice", msg.reason)  # simulated clients stay put
+                self.world.trace(self.name, "advice", msg.reason)
+                decoded = advice.decode(msg.reason, msg.entries)
+                if self.follow_advice and self.roamer is not None and decoded is not None:
+                    self._apply(self.roamer.advised(self.world.now, *decoded, self.kinds()))
             else:
                 self.on_message(msg)
 
@@ -208,6 +281,18 @@ class SimClient(Endpoint):
                 self._trying = effect.address
                 self.dialing = True
                 self.network.connect(effect.address, self, server_rate_bytes_per_s=self.read_rate_bytes_per_s)
+            elif isinstance(effect, Follow):
+                self._follow(effect)
+            elif isinstance(effect, MoveTo):  # (the simulated clients have nothing in flight to wait for)
+                self.world.trace(self.name, "move", effect.address)
+                self._trying = effect.address
+                sock = self.sock
+                if sock is not None:
+                    self.sock, self.session = None, None
+                    sock.abort(notify_self=False)
+                    self.on_down()
+                self.dialing = True
+                self.network.connect(effect.address, self, server_rate_bytes_per_s=self.read_rate_bytes_per_s)
             elif isinstance(effect, GiveUp):
                 self.violations.append(f"{self.name}: {effect.message}")
                 self._retry()
@@ -218,6 +303,36 @@ class SimClient(Endpoint):
             elif isinstance(effect, AckDurable):
                 self.on_ack()
         self._arm()
+
+    def _follow(self, follow: Follow) -> None:
+        """Probe the candidates and the current broker alike, then let the roaming machine choose."""
+        addresses = [c.address for c in follow.candidates] + [self.address]
+        probes: dict[str, advice.Probe | None] = {}
+        roamer = self.roamer
+
+        def done(address: str, probe: advice.Probe | None) -> None:
+            probes.setdefault(address, probe)
+            if len(probes) == len(addresses) and roamer is self.roamer and roamer is not None:
+                current = probes[self.address]
+                rtt = self.rtt_ns if current is None else min(self.rtt_ns, current.rtt_ns)
+                answered = [probes[a] for a in addresses[:-1]]
+                self._apply(roamer.probed(self.world.now, follow.reason, rtt,
+                                          [p for p in answered if p is not None], self.kinds()))
+
+        def expire() -> None:
+            for address in addresses:
+                done(address, None)
+
+        for address in addresses:
+            Prober(self, address, functools.partial(done, address))
+        self.world.call_later(PROBE_TIMEOUT_NS, expire)
+
+    def _move_failed(self) -> None:
+        """The broker a move chose did not answer: back to the one it left."""
+        assert self.roamer is not None
+        self.dialing, self._trying = False, None
+        self.roamer.move_failed(self.kinds())
+        self._retry()
 
     # ---- for subclasses --------------------------------------------------------------------------
 
