@@ -31,6 +31,6 @@ def test_failover_sweep(seed):
 
 
 @pytest.mark.soak
-def test_failover_soak():
-    for seed in range(SEEDS, SEEDS + SOAK_SEEDS):
-        failed_over_cleanly(seed)
+@pytest.mark.parametrize("seed", range(SEEDS, SEEDS + SOAK_SEEDS))
+def test_failover_soak(seed):
+    failed_over_cleanly(seed)

@@ -306,16 +306,19 @@ class SimClient(Endpoint):
 
     def _follow(self, follow: Follow) -> None:
         """Probe the candidates and the current broker alike, then let the roaming machine choose."""
-        addresses = [c.address for c in follow.candidates] + [self.address]
+        here = self.address
+        addresses = list(dict.fromkeys([*(c.address for c in follow.candidates), here]))
         probes: dict[str, advice.Probe | None] = {}
         roamer = self.roamer
 
         def done(address: str, probe: advice.Probe | None) -> None:
+            if len(probes) == len(addresses):
+                return  # weighed already (the rest are the timeout's)
             probes.setdefault(address, probe)
             if len(probes) == len(addresses) and roamer is self.roamer and roamer is not None:
-                current = probes[self.address]
+                current = probes[here]
                 rtt = self.rtt_ns if current is None else min(self.rtt_ns, current.rtt_ns)
-                answered = [probes[a] for a in addresses[:-1]]
+                answered = [probes[a] for a in addresses if a != here]
                 self._apply(roamer.probed(self.world.now, follow.reason, rtt,
                                           [p for p in answered if p is not None], self.kinds()))
 
