@@ -369,6 +369,8 @@ class Broker:
             self._unsubscribe(c, msg.sub, msg.forget, out)
         elif isinstance(msg, messages.Renew):
             self.leases.renew(self.now, c.conn)
+        elif isinstance(msg, messages.Heartbeat):  # a client checks that its broker is there (core/session/roaming.py)
+            out.append(Send(c.conn, messages.heartbeat_reply()))
         elif isinstance(msg, messages.Release):
             try:
                 s = c.subs.get(msg.sub)
