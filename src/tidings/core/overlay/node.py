@@ -58,24 +58,26 @@ from the node itself always does. Every `revive_interval_ns` one of the last `lo
 failed nodes is asked for its leaf set: one that was only cut off answers, which is how the two
 sides of a partition find each other again once it heals; its answer clears the failed memory, so
 the rest of the other side comes back through the leaf sets exchanged.
+
+Where each part lives: the node (this module) joins, learns nodes, routes and tracks leaf liveness;
+the failed-node memory, leaf-set and routing-table repair and reviving are `repair.Repair`; the
+parameters, timers and random source are in `settings.py`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Protocol
+from typing import Any
 
-from tidings.core import defaults
 from tidings.core.deadlines import Deadlines
 from tidings.core.overlay import messages as m
 from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteDecision, RouteMessage
 from tidings.core.overlay.events import JoinCompleted, LeafSetChanged, NodeFailed, OverlayEffect, Probe
 from tidings.core.overlay.leaf_set import LeafSet
 from tidings.core.overlay.neighbourhood import NeighbourhoodSet
-from tidings.core.overlay.node_id import DIGITS, HALF_RING, RING, NodeRef, closer, id_hex, shared_prefix_digits
+from tidings.core.overlay.node_id import DIGITS, NodeRef, closer, id_hex, shared_prefix_digits
+from tidings.core.overlay.repair import Repair
 from tidings.core.overlay.routing_table import RoutingTable
-from tidings.core.units import SECOND_NS
+from tidings.core.overlay.settings import OverlayConfig, OverlayTimer, Rng
 
 __all__ = [
     "JoinCompleted",
@@ -89,53 +91,16 @@ __all__ = [
 ]
 
 
-
-class Rng(Protocol):
-    """What the node draws from its injected `random.Random` (typed by shape: cores never import
-    `random`, so nothing can reach for the global generator)."""
-
-    def randrange(self, stop: int, /) -> int: ...
-
-
-class OverlayTimer(Enum):
-    JOIN = "join"  # the join's answer is overdue (or the bootstrap's retry is due)
-    KEEPALIVE = "keepalive"  # KEEPALIVE to the leaf set
-    LEAF_SILENCE = "leaf-silence"  # a leaf may have been silent for failure_timeout_ns
-    REPAIR = "repair"  # lazy routing-table and leaf-set maintenance
-    REVIVE = "revive"  # ask a failed node for its leaf set
-
-
-@dataclass(frozen=True, slots=True)
-class OverlayConfig:
-    """Pastry's parameters (b = 4 is fixed by node_id.py) and the node's limits."""
-
-    leaf_set_size: int = defaults.LEAF_SET_SIZE
-    neighbourhood_size: int = defaults.NEIGHBOURHOOD_SIZE
-    keepalive_interval_ns: int = defaults.KEEPALIVE_INTERVAL_NS
-    failure_timeout_ns: int = defaults.FAILURE_TIMEOUT_NS
-    join_timeout_ns: int = defaults.JOIN_TIMEOUT_NS
-    join_retry_interval_ns_min: int = SECOND_NS // 10  # first retry after an unreachable bootstrap
-    route_hops_max: int = defaults.ROUTE_HOPS_MAX
-    routing_repair_interval_ns: int = defaults.ROUTING_REPAIR_INTERVAL_NS
-    failed_memory_ns: int = 60 * SECOND_NS  # third-party mentions of a failed node are ignored
-    failed_memory_max: int = 1024
-    probes_pending_max: int = 128  # RTT measurements asked of the runtime and not yet answered
-    row_repair_helpers: int = 3  # nodes asked for a replacement when a routing-table entry fails
-    revive_interval_ns: int = defaults.REVIVE_INTERVAL_NS  # one node declared failed is asked for its leaf set
-    lost_nodes_max: int = 64  # failed nodes remembered for that, newest kept
-
-
 class OverlayNode:
     __slots__ = (
         "_bootstrap",
-        "_failed",
         "_heard_ns",
         "_join_retry_ns",
         "_joined",
         "_leaf_version",
-        "_lost",
         "_probing",
         "_ref_pool",
+        "_repair",
         "_rng",
         "config",
         "leaf_set",
@@ -160,8 +125,8 @@ class OverlayNode:
         self._join_retry_ns = config.join_retry_interval_ns_min
         self.timers: Deadlines[OverlayTimer] = Deadlines()
         self._heard_ns: dict[str, int] = {}  # leaf address -> last sign of life
-        self._failed: dict[int, int] = {}  # nodeId -> end of its failed memory (insertion order = age)
-        self._lost: dict[int, NodeRef] = {}  # failed nodes to ask again now and then (order = next asked)
+        self._repair = Repair(me, config, rng, self.leaf_set, self.routing_table, self.neighbourhood,
+                              self.timers, self._known)
         self._probing: dict[str, NodeRef] = {}  # address -> node awaiting an RTT (insertion order = age)
         self._leaf_version = self.leaf_set.version
         self.routes_over_hops_max = 0
@@ -316,15 +281,8 @@ class OverlayNode:
         are not re-measured every second)."""
         if node.node_id == self.me.node_id:
             return
-        if node.node_id in self._failed:
-            if not heard:
-                return
-            del self._failed[node.node_id]
-        if heard and self._lost.pop(node.node_id, None) is not None:
-            # a node we had declared failed speaks: a partition healed, so what we declared failed
-            # may be alive too; third parties may name those again (they still answer a keep-alive
-            # before they enter the leaf set), which merges the two sides in a few exchanges
-            self._failed.clear()
+        if not self._repair.may_learn(node.node_id, heard):
+            return
         if self._ref_pool is not None:
             pooled = self._ref_pool.setdefault(node.node_id, node)
             if pooled == node:
@@ -399,7 +357,7 @@ class OverlayNode:
         """The runtime measured the round-trip time to `address` (after a Probe, or on its own)."""
         out: list[OverlayEffect] = []
         node = self._probing.pop(address, None) or self._find(address)
-        if node is not None and node.node_id not in self._failed:
+        if node is not None and not self._repair.is_failed(node.node_id):
             if address in self._heard_ns:
                 self._heard_ns[address] = now
             self.routing_table.add(node, rtt_ns)
@@ -423,72 +381,8 @@ class OverlayNode:
 
     def _fail(self, now: int, node: NodeRef, out: list[OverlayEffect]) -> None:
         """Forget `node` everywhere and start repairing what it leaves empty."""
-        node_id = node.node_id
-        on_sides = self.leaf_set.sides_of(node_id)
-        was_leaf = self.leaf_set.remove(node_id)
-        row = None
-        if self.routing_table.holds(node_id):
-            row = self.routing_table.slot_of(node_id)[0]
-            self.routing_table.remove(node_id)
-        was_neighbour = self.neighbourhood.remove(node_id)
         self._probing.pop(node.address, None)
-        self._failed.pop(node_id, None)
-        self._failed[node_id] = now + self.config.failed_memory_ns
-        if len(self._failed) > self.config.failed_memory_max:
-            del self._failed[next(iter(self._failed))]
-        self._lost.pop(node_id, None)
-        self._lost[node_id] = node
-        if len(self._lost) > self.config.lost_nodes_max:
-            del self._lost[next(iter(self._lost))]
-        if OverlayTimer.REVIVE not in self.timers:
-            self.timers.set(OverlayTimer.REVIVE, now + self.config.revive_interval_ns)
-        if was_leaf or was_neighbour or row is not None:
-            out.append(NodeFailed(node))
-        if was_leaf:
-            self._repair_leaves(on_sides, out)
-        if row is not None:
-            self._repair_row(row, self.config.row_repair_helpers, out)
-
-    def _repair_leaves(self, on_sides: tuple[bool, bool], out: list[OverlayEffect]) -> None:
-        """Ask the farthest live leaf of each side that lost a member for its leaf set: it knows
-        the nodes just beyond ours."""
-        self._ask_for_leaves([larger for larger, lost in zip((False, True), on_sides, strict=True) if lost], out)
-
-    def _ask_for_leaves(self, sides: list[bool], out: list[OverlayEffect]) -> None:
-        asked: list[str] = []
-        for larger in sides:
-            helper = self._side_helper(larger) or self._side_helper(not larger)
-            if helper is not None and helper.address not in asked:
-                asked.append(helper.address)
-                out.append(PeerSend(helper.address, m.LeafSetRequest(self.me).to_wire()))
-
-    def _side_helper(self, larger: bool) -> NodeRef | None:
-        """The farthest leaf on one side; if that whole side failed (more than half a leaf set of
-        adjacent nodes at once), the nearest node on that side that we know of at all."""
-        helper = self.leaf_set.extreme(larger)
-        if helper is None:
-            me = self.me.node_id
-
-            def away(n: NodeRef) -> int:
-                return (n.node_id - me) % RING if larger else (me - n.node_id) % RING
-
-            known = [n for n in self._known() if away(n) < HALF_RING]
-            helper = min(known, key=lambda n: (away(n), n.node_id), default=None)
-        return helper
-
-    def _repair_row(self, row: int, helpers: int, out: list[OverlayEffect]) -> None:
-        """Ask up to `helpers` other nodes of `row` (or, if none, of the next row) for their own row
-        `row`: its entries share as long a prefix with us and may fill the gap. More than one,
-        because a helper may still hold the very node that failed."""
-        for source in (row, row + 1):
-            candidates = self.routing_table.row(source) if source < DIGITS else []
-            if candidates:
-                request = m.RowRequest(self.me, row).to_wire()
-                for i in range(min(helpers, len(candidates))):
-                    pick = i + self._rng.randrange(len(candidates) - i)
-                    candidates[i], candidates[pick] = candidates[pick], candidates[i]
-                    out.append(PeerSend(candidates[i].address, request))
-                return
+        self._repair.fail(now, node, out)
 
     # -- timers --------------------------------------------------------------------------------
 
@@ -499,7 +393,7 @@ class OverlayNode:
             if OverlayTimer.JOIN in due:
                 self._ask_to_join(now, out)
             return self._finish(now, out)
-        self._forget_old_failures(now)
+        self._repair.forget_old_failures(now)
         if OverlayTimer.KEEPALIVE in due:
             self.timers.set(OverlayTimer.KEEPALIVE, now + self.config.keepalive_interval_ns)
             keepalive = m.KeepAlive(self.me).to_wire()
@@ -511,37 +405,10 @@ class OverlayNode:
                     self._fail(now, node, out)
         if OverlayTimer.REPAIR in due:
             self.timers.set(OverlayTimer.REPAIR, now + self.config.routing_repair_interval_ns)
-            self._maintain(out)
+            self._repair.maintain(out)
         if OverlayTimer.REVIVE in due:
-            self._revive(now, out)
+            self._repair.revive(now, out)
         return self._finish(now, out)
-
-    def _revive(self, now: int, out: list[OverlayEffect]) -> None:
-        """Ask the longest-unasked failed node for its leaf set. A node that was only cut off (a
-        partition that healed) answers, and both sides learn each other and their neighbours again:
-        without this, two halves of an overlay that each repaired around the other stay apart."""
-        if not self._lost:
-            return
-        self.timers.set(OverlayTimer.REVIVE, now + self.config.revive_interval_ns)
-        node_id, node = next(iter(self._lost.items()))
-        del self._lost[node_id]
-        self._lost[node_id] = node  # to the back: the next round asks another
-        out.append(PeerSend(node.address, m.LeafSetRequest(self.me).to_wire()))
-
-    def _maintain(self, out: list[OverlayEffect]) -> None:
-        """Periodic lazy maintenance: refresh one random routing-table row, and ask the farthest
-        leaf of each side for its leaf set (it would know of any node we missed in between)."""
-        depth = self.routing_table.depth()
-        if depth:
-            self._repair_row(self._rng.randrange(depth), 1, out)
-        self._ask_for_leaves([False, True], out)
-
-    def _forget_old_failures(self, now: int) -> None:
-        while self._failed:
-            oldest = next(iter(self._failed))
-            if self._failed[oldest] > now:
-                return
-            del self._failed[oldest]
 
     def next_deadline(self) -> int | None:
         return self.timers.next_deadline()
