@@ -75,7 +75,8 @@ SCALE_TIMERS = {
 }
 # a publisher's pace: batches of 1 to 6 events every 2 to 20 ms (Publisher's defaults)
 PUBLISH_NS_PER_EVENT = 3 * MILLISECOND_NS
-RESTART_AFTER_NS = 2 * SECOND_NS  # a crashed broker comes back from its disk this much later
+RESTART_AFTER_NS = 2 * SECOND_NS
+QUIET_AFTER_COMPLETE_NS = 2 * SECOND_NS  # a crashed broker comes back from its disk this much later
 EARLY_RELEASE_NS = 1500 * MILLISECOND_NS  # maxRetain when a scenario asks for early release
 DURABLE_AWAY_NS = 7 * SECOND_NS  # a durable subscriber's long absence: past release_hold_ns and maxRetain
 
@@ -122,6 +123,8 @@ class DeliveryScenario:
     crashes: int = 0
     joins: int = 0
     scale_timers: bool = False  # the liveness timers of SCALE_TIMERS instead of the config's
+    # quiet after publishing: 0 for a fixed 8 s; else checked every second until complete, at most this
+    quiet_max_ns: int = 0
 
 
 @dataclass
@@ -217,16 +220,15 @@ class DeliveryRun:
         for fault in s.faults:
             self._inject(fault, clients | set(self.victims), pub_at)
         self._until_published(60 * SECOND_NS)
-        self.run(8 * SECOND_NS)  # quiet: repairs finish, nacks are answered
+        published_at = self.world.now
+        complete_after_ns = None
+        if s.quiet_max_ns:
+            complete_after_ns = self._until_complete(s.quiet_max_ns)
+        else:
+            self.run(8 * SECOND_NS)  # quiet: repairs finish, nacks are answered
         if s.slow_subscriber:
             self._until_delivered(self.subscribers[0], 120 * SECOND_NS)
-        for sub in self.subscribers:  # the start point each broker gave (its clock at SUBSCRIBED, less the allowance)
-            node = self.nodes[int(sub.address[1:].split(":")[0])]
-            if sub.subscribed_at is not None:
-                sub.start_tick = (node.wall_us() - (self.world.now - sub.subscribed_at) // 1000
-                                  - self.config.clock_skew_allowance_ns // 1000)
-        problems = check_overlay_delivery(self.publishers, self.subscribers,
-                                          [node.disk.durable_records() for node in self.nodes], s.early_release)
+        problems = self._check()
         for pub in self.publishers:
             problems += pub.violations
         acked = sum(len(p.acked) for p in self.publishers)
@@ -242,7 +244,33 @@ class DeliveryRun:
                  **{key: sum(getattr(nd.core.constream, attr) for nd in self.nodes if nd.core is not None)
                     for key, attr in (("pfs_records", "records_written"), ("pfs_catchups", "catchups"),
                                       ("pfs_ticks_silenced", "ticks_silenced"))}}
+        if s.quiet_max_ns:
+            stats["complete_after_s"] = (None if complete_after_ns is None
+                                         else round((complete_after_ns - published_at) / SECOND_NS, 1))
         return DeliveryResult(problems, delivered, acked, self.faults_done, stats)
+
+    def _check(self) -> list[str]:
+        """What the overlay-wide checker finds now."""
+        for sub in self.subscribers:  # the start point each broker gave (its clock at SUBSCRIBED, less the allowance)
+            node = self.nodes[int(sub.address[1:].split(":")[0])]
+            if sub.subscribed_at is not None:
+                sub.start_tick = (node.wall_us() - (self.world.now - sub.subscribed_at) // 1000
+                                  - self.config.clock_skew_allowance_ns // 1000)
+        return check_overlay_delivery(self.publishers, self.subscribers,
+                                      [node.disk.durable_records() for node in self.nodes], self.scenario.early_release)
+
+    def _until_complete(self, limit_ns: int) -> int | None:
+        """Quiet, checked every second until every subscriber has all it was promised (then
+        QUIET_AFTER_COMPLETE_NS more, in which a late duplicate would show), at most `limit_ns`;
+        returns when it was complete, or None."""
+        deadline = self.world.now + limit_ns
+        while self.world.now < deadline:
+            self.run(SECOND_NS)
+            if not self._check():
+                complete_at = self.world.now
+                self.run(QUIET_AFTER_COMPLETE_NS)
+                return complete_at
+        return None
 
     def _durables(self, homes: list[int]) -> list[DurableSubscriber]:
         if not self.scenario.durable_moves:
@@ -430,4 +458,4 @@ def churn_scenario(seed: int, brokers: int = 1000) -> DeliveryScenario:
         subscribers=max(6, brokers // 40), publishers=max(2, brokers // 250), durables=max(1, brokers // 250),
         durable_moves=rng.choice([2, 6]), churn=max(2, brokers // 100), crashes=rng.randint(k, 2 * k),
         joins=rng.randint(k, 2 * k), coalesce_probability=0.95, join_interval_ns=5 * MILLISECOND_NS,
-        scale_timers=True)
+        scale_timers=True, quiet_max_ns=30 * SECOND_NS)
