@@ -34,7 +34,8 @@ def wire_messages(count: int, events: int, run: int, gap: int) -> list[object]:
     out, tick = [], 0
     for _ in range(count):
         ticks = [tick + 1 + (k // run) * (run + gap) + k % run for k in range(events)]
-        knowledge = messages.Knowledge("bench/#", "p1", tick, ticks[-1] + 1, tuple(ticks), (record,) * events, False)
+        knowledge = messages.KnowledgeMessage("bench/#", "p1", tick, ticks[-1] + 1, tuple(ticks), (record,) * events,
+                                              False)
         out.append(msgpack.unpackb(msgpack.packb(knowledge.to_wire())))  # as a peer's frame decodes
         tick = ticks[-1] + 1
     return out
@@ -62,7 +63,7 @@ def main() -> None:
         pieces = ist.pieces_for(child)
         t3 = clock()
         for p in pieces:
-            msgpack.packb(["origin", messages.Knowledge(ist.tree, ist.pubend, p.after, p.through, tuple(p.ticks),
+            msgpack.packb(["origin", messages.KnowledgeMessage(ist.tree, ist.pubend, p.after, p.through, tuple(p.ticks),
                                                         tuple(p.records), False, None, p.lost).to_wire()]
                           if not hasattr(messages, "knowledge_wire") else  # (before it existed)
                           ["origin", messages.knowledge_wire(ist.tree, ist.pubend, p.after, p.through, p.ticks,

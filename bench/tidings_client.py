@@ -32,9 +32,10 @@ import msgpack
 from netutil import LOOPBACK, connect_loopback
 from tidings.aio.tls import client_context
 from tidings.core.auth.credentials import NONCE_BYTES, parse_credential
-from tidings.core.session import ClientSession
+from tidings.core.session.client_session import ClientSession
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
+from tidings.core.wire.types import ClientType
 
 FRAME_BYTES_MAX = 64 << 20
 _U16 = struct.Struct(">H")
@@ -197,7 +198,7 @@ class AckCounter:
 
 def _count_events(body: bytes) -> int | None:
     """Number of events in an EVENTS body without decoding them; None if it is something else."""
-    if len(body) < 4 or body[0] != 0x93 or body[1] != messages.EVENTS:
+    if len(body) < 4 or body[0] != 0x93 or body[1] != ClientType.EVENTS:
         return None
     pos = 2
     tag = body[pos]  # the subscription id: a positive fixint or uint 8/16/32
@@ -232,9 +233,9 @@ class EventsCounter:
                 count += n
                 continue
             msg = msgpack.unpackb(body)
-            if msg[0] == messages.EVENTS:
+            if msg[0] == ClientType.EVENTS:
                 count += len(msg[2])
                 self.stamps.extend(int.from_bytes(record[6][:8], "big") for record in msg[2])
-            elif msg[0] in (messages.ERROR, messages.GAP, messages.END) and len(self.errors) < 5:
+            elif msg[0] in (ClientType.ERROR, ClientType.GAP, ClientType.END) and len(self.errors) < 5:
                 self.errors.append(repr(msg)[:200])
         return count, None

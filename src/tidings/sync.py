@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 
 from tidings.aio.loop import new_event_loop
 from tidings.client.client import ACK_INTERVAL_S, Client, Gap, PublishResult, Subscription, advance
-from tidings.core.checkpoint import Checkpoint
+from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.errors import GapError, StartError
 from tidings.core.event import Event
-from tidings.core.session import Start
+from tidings.core.session.client_session import Start
 from tidings.core.wire.messages import Records, Span
 
 T = TypeVar("T")

@@ -22,6 +22,7 @@ from tidings import sync
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import FrameDecoder, frame
+from tidings.core.wire.types import LinkType
 from tidings.testing import BrokerProcess
 
 from .test_memory_bounds import ATTACK_RSS_BYTES_MAX, vm
@@ -176,15 +177,15 @@ def peer_case(fuzz_broker, data: bytes, node: int) -> None:
     seq = random.randrange(1 << 30)
 
     def ponged(bodies: list[bytes]) -> bool:
-        return any(peer.unpack(b)[:2] == [peer.PONG, seq] for b in bodies)
+        return any(peer.unpack(b)[:2] == [LinkType.PONG, seq] for b in bodies)
 
     hello = peer.hello(NodeRef(node, "127.0.0.1:1"))
     bodies, closed = converse(broker.address, hello + data + (peer.ping(seq) if whole else b""), ponged, ANSWER_S)
     assert closed or whole, "a peer connection holding a partial frame was answered but not closed"
     kinds = [peer.unpack(b)[0] for b in bodies]
-    assert not kinds or kinds[0] in (peer.PEER_WELCOME, peer.PEER_ERROR)
+    assert not kinds or kinds[0] in (LinkType.PEER_WELCOME, LinkType.PEER_ERROR)
     if closed and len(kinds) > 1 and not whole:
-        assert kinds[-1] == peer.PEER_ERROR, "closed with a reason"
+        assert kinds[-1] == LinkType.PEER_ERROR, "closed with a reason"
     state["pub"] = pub_client
     served_on(broker, state)
 

@@ -1,6 +1,6 @@
 """Every kind of client refusal is visible to an operator: a real broker counts it under its reason
 in `tidings_client_errors_total{reason}` (/metrics) and `client_errors` (/status), and logs it,
-rate-limited, with the client's remote address (core/refusals.py)."""
+rate-limited, with the client's remote address (core/broker/refusals.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tidings import sync
 from tidings.aio.auth_file import add_identity
 from tidings.core.auth.credentials import NONCE_BYTES, Credential, KdfParams
 from tidings.core.errors import BrokerError
-from tidings.core.session import ClientSession
+from tidings.core.session.client_session import ClientSession
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder, frame
 from tidings.testing import BrokerProcess

@@ -13,6 +13,7 @@ from tidings import sync
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import FrameDecoder, frame
+from tidings.core.wire.types import ClientType, LinkType
 from tidings.testing import Cluster
 
 from .wire_io import exchange
@@ -81,9 +82,9 @@ def test_hello_then_garbage_gets_a_peer_error_and_a_close(pair):
 
 @pytest.mark.parametrize(("after_hello", "code"), [
     (struct.pack(">I", 1 << 30) + b"xx", "frame-too-large"),
-    (frame(msgpack.packb([peer.PING])), "bad-message"),
+    (frame(msgpack.packb([LinkType.PING])), "bad-message"),
     (frame(msgpack.packb([200, 1])), "unknown-message"),
-    (frame(msgpack.packb([messages.PUBLISH, 1, []])), "unknown-message"),  # a client message
+    (frame(msgpack.packb([ClientType.PUBLISH, 1, []])), "unknown-message"),  # a client message
     (peer.hello(NodeRef(7, "127.0.0.1:9")), "handshake"),  # a second HELLO
 ])
 def test_malformed_frames_after_the_hello(pair, after_hello, code):
@@ -103,11 +104,11 @@ def test_a_malformed_overlay_message_is_refused_by_its_layer(pair):
 
 
 @pytest.mark.parametrize("hello", [
-    msgpack.packb([peer.PEER_HELLO]),
-    msgpack.packb([peer.PEER_HELLO, 1, "junk"]),
-    msgpack.packb([peer.PEER_HELLO, 1, [b"short", "127.0.0.1:9"]]),
-    msgpack.packb([peer.PEER_HELLO, 1, [b"\x01" * 16, ""]]),
-    msgpack.packb([peer.PEER_HELLO, 1, [b"\x01" * 16, "x" * 1000]]),
+    msgpack.packb([LinkType.PEER_HELLO]),
+    msgpack.packb([LinkType.PEER_HELLO, 1, "junk"]),
+    msgpack.packb([LinkType.PEER_HELLO, 1, [b"short", "127.0.0.1:9"]]),
+    msgpack.packb([LinkType.PEER_HELLO, 1, [b"\x01" * 16, ""]]),
+    msgpack.packb([LinkType.PEER_HELLO, 1, [b"\x01" * 16, "x" * 1000]]),
 ])
 def test_a_malformed_peer_hello_gets_a_client_error_and_a_close(pair, hello):
     cluster = pair[0]

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from tidings import sync
+from tidings.core.durable.registrations import Registrations
 from tidings.core.errors import BrokerError
-from tidings.core.registrations import Registrations
 from tidings.testing import LOCAL_LIVENESS, Cluster, wait_for
 
 pytestmark = pytest.mark.integration

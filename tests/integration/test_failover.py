@@ -92,7 +92,7 @@ def test_a_move_resumes_after_what_the_blocking_client_holds_but_has_not_returne
             ticks = [r.tick for r in client.publish_many([("mv/x", b"e")] * 20)]
             assert sub.get(timeout=10).tick == ticks[0]  # the other 19 wait in the blocking client
             client._call(client._client._move(other.address))
-            assert client._client.address == other.address
+            assert client.address == other.address
             client.publish_many([("mv/x", b"after")] * 5)  # now through the other broker
             got = [ticks[0]] + [sub.get(timeout=10).tick for _ in range(24)]
             assert len(got) == len(set(got)), "an event came again after the move"

@@ -62,11 +62,11 @@ def test_a_bulk_read_stops_reading_the_socket_while_its_records_wait(tmp_path):
             client.buffer_events_max = 4000
             sub = await client.read_records("bulk/#", after=0, end=ticks[-1])
             for _ in range(200):  # the first frames arrive and fill the buffer; bounded wait
-                if client._reading_paused:
+                if client.reading_paused:
                     break
                 await asyncio.sleep(0.01)
-            assert client._reading_paused
-            waiting = sum(r.count for r in sub._items)
+            assert client.reading_paused
+            waiting = sum(r.count for r in sub.buffered)
             assert 4000 < waiting < 4000 + 7000  # the buffer, and the frame that filled it
             got = []
             while batch := await asyncio.wait_for(sub.next_batch(), 20):

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tidings import sync
-from tidings.core.session import ClientSession
+from tidings.core.session.client_session import ClientSession
 from tidings.testing import LOCAL_LIVENESS, Cluster
 
 pytestmark = pytest.mark.integration

@@ -40,7 +40,7 @@ FLOOD_CPU_MAX = 0.05  # of one core
 FLOODER = r"""
 import os, select, socket, struct, sys, time
 from tidings.core.auth.credentials import NONCE_BYTES, parse_credential
-from tidings.core.session import ClientSession
+from tidings.core.session.client_session import ClientSession
 from tidings.core.wire import messages
 address, credential, rate, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 host, port = address.rsplit(":", 1)

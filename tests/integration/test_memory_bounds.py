@@ -38,7 +38,7 @@ from tidings.aio.auth_file import add_identity, load_policy
 from tidings.core.auth.credentials import KdfParams, parse_credential
 from tidings.core.auth.peer_auth import DIALLER, ClusterAuth
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.session import ClientSession
+from tidings.core.session.client_session import ClientSession
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import FrameDecoder
 from tidings.testing import BrokerProcess

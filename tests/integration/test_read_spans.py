@@ -93,11 +93,11 @@ def test_a_reader_of_spans_holds_a_bounded_number_of_them(published):
         client.buffer_events_max = 4000
         sub = await client.read_records("#", after=0, end=max(t[-1] for t in ticks.values()), spans=True)
         for _ in range(200):  # the first frames arrive and fill the buffer; bounded wait
-            if client._reading_paused:
+            if client.reading_paused:
                 break
             await asyncio.sleep(0.01)
-        assert client._reading_paused
-        waiting = sum(len(i.blob) if isinstance(i, Span) else i.count * 128 for i in sub._items)
+        assert client.reading_paused
+        waiting = sum(len(i.blob) if isinstance(i, Span) else i.count * 128 for i in sub.buffered)
         assert waiting < 4000 * 128 + 2 * 1024 * 1024  # the buffer's worth, and the frame that filled it
         items = []
         while batch := await asyncio.wait_for(sub.next_batch(), 20):

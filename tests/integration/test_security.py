@@ -22,6 +22,7 @@ from tidings.core.auth.credentials import KdfParams, parse_credential
 from tidings.core.errors import BrokerError, BrokerNotProven, TidingsError
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder, frame
+from tidings.core.wire.types import ClientType
 from tidings.testing import BrokerProcess
 from tidings.testing.broker_process import wait_for
 
@@ -78,7 +79,7 @@ def test_wrong_credentials_are_refused(secured, which):
 def test_a_replayed_proof_fails(secured):
     """Record a whole successful handshake's bytes, play them again on a new connection."""
     broker, creds, _ = secured
-    from tidings.core.session import ClientSession
+    from tidings.core.session.client_session import ClientSession
 
     session = ClientSession("x", "host-1", parse_credential(creds["loadmon"]), b"n" * 24)
     import socket
@@ -273,7 +274,7 @@ class TamperingProxy:
                     continue
                 for body in decoder.feed(chunk):
                     msg = msgpack.unpackb(body)
-                    if msg[0] == messages.WELCOME and "server_signature" in msg[2]:
+                    if msg[0] == ClientType.WELCOME and "server_signature" in msg[2]:
                         signature = bytearray(msg[2]["server_signature"])
                         signature[0] ^= 1
                         msg[2]["server_signature"] = bytes(signature)

@@ -83,7 +83,7 @@ def test_a_batch_read_from_and_to_offsets(tmp_path: Path) -> None:
     checkpoint token (whose default covers the pubends it does not name) and a streaming offset."""
     import json
 
-    from tidings.core.checkpoint import Checkpoint
+    from tidings.core.durable.checkpoint import Checkpoint
     from tidings.spark.offsets import Offset
 
     with Cluster(tmp_path, 2) as cluster:

@@ -21,11 +21,12 @@ from tidings.core.config import BrokerConfig
 from tidings.core.filters import parse_filter
 from tidings.core.multicast.trees import tree_key
 from tidings.core.overlay.node_id import closer, node_id_from
+from tidings.core.units import MILLISECOND_NS, SECOND_NS
 from tidings.sim.broker_node import BrokerNode
 from tidings.sim.clients import Publisher, Subscriber
 from tidings.sim.disk import Disk
 from tidings.sim.network import Network
-from tidings.sim.world import MILLISECOND_NS, SECOND_NS, World
+from tidings.sim.world import World
 
 # a small leaf set, so that a dozen brokers already route in several hops and trees have forwarders
 CONFIG = BrokerConfig(leaf_set_size=4, keepalive_interval_ns=200 * MILLISECOND_NS,
@@ -77,15 +78,15 @@ def expected(sub: Subscriber, publishers: list[Publisher], after_tick: int = 0) 
 
 
 def received(sub: Subscriber) -> list[bytes]:
-    return [fields[6] for _, fields in sub.received]
+    return [fields.payload for _, fields in sub.received]
 
 
 def in_pubend_order(sub: Subscriber) -> bool:
     last: dict[str, int] = {}
     for tick, fields in sub.received:
-        if tick <= last.get(fields[0], 0):
+        if tick <= last.get(fields.pubend, 0):
             return False
-        last[fields[0]] = tick
+        last[fields.pubend] = tick
     return True
 
 

@@ -10,8 +10,8 @@ import dataclasses
 
 import pytest
 
+from tidings.core.units import MILLISECOND_NS
 from tidings.sim.scenario import SIM_BROKER_CONFIG, PublisherSpec, Scenario, Simulation
-from tidings.sim.world import MILLISECOND_NS
 
 SEEDS = range(20)
 

@@ -15,8 +15,8 @@ import pytest
 
 from tests.conftest import SOAK
 from tidings.core.config import BrokerConfig, ConfigError
-from tidings.core.registrations import Registrations
-from tidings.core.reliability.constream import Constream
+from tidings.core.durable.constream import Constream
+from tidings.core.durable.registrations import Registrations
 from tidings.core.reliability.istream import Istream
 from tidings.sim.delivery_scenario import (
     CONFIG,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from tidings.core.overlay.node import OverlayConfig
+from tidings.core.units import MILLISECOND_NS, SECOND_NS
 from tidings.sim.overlay.build import install_steady
 from tidings.sim.overlay.lookups import LookupRun, lookup_members
 from tidings.sim.overlay.net import MessageNet
 from tidings.sim.overlay.sim import OverlaySim
 from tidings.sim.overlay.topology import MatrixTopology
-from tidings.sim.world import MILLISECOND_NS, SECOND_NS, World
+from tidings.sim.world import World
 
 
 def three_hosts(**options) -> tuple[World, MessageNet, list[tuple[int, int, int, object]]]:

@@ -8,12 +8,12 @@ Replay a failing case with the same arguments; `leaf_set_errors(sim)` names the 
 from __future__ import annotations
 
 from tidings.core.overlay.node import OverlayConfig
+from tidings.core.units import MILLISECOND_NS, SECOND_NS
 from tidings.sim.overlay.build import install_steady, join_all
 from tidings.sim.overlay.experiment import PastryExperiment
 from tidings.sim.overlay.hops_model import HopsModel
 from tidings.sim.overlay.lookups import LookupRun, lookup_members
 from tidings.sim.overlay.sim import OverlaySim, leaf_set_errors
-from tidings.sim.world import MILLISECOND_NS, SECOND_NS
 
 CONFIG = OverlayConfig()
 

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from tidings.core.units import MILLISECOND_NS
 from tidings.sim.overlay.topology import (
     ACCESS_RTT_MS,
     MatrixTopology,
@@ -14,7 +15,6 @@ from tidings.sim.overlay.topology import (
     TopologyError,
     make_topology,
 )
-from tidings.sim.world import MILLISECOND_NS
 
 
 def test_plane_and_sphere_rtts_are_symmetric_bounded_and_zero_to_oneself():

@@ -1,4 +1,4 @@
-"""The pubend directory (core/directory.py) in the byte-level simulator: real Broker cores on
+"""The pubend directory (core/broker/directory.py) in the byte-level simulator: real Broker cores on
 simulated disks and TCP, leaf sets of 4 so that entries travel several hops; every broker lists
 every pubend, a crashed broker's pubend stays listed with its last known log, and the crashed
 broker comes back with its directory from its disk."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from tests.sim.test_cluster import Cluster
+from tidings.core.units import SECOND_NS
 from tidings.sim.clients import Publisher
-from tidings.sim.world import SECOND_NS
 
 BROKERS = 8
 

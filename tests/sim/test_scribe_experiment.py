@@ -9,9 +9,9 @@ import pytest
 pytest.importorskip("numpy")
 pytest.importorskip("scipy")
 
+from tidings.core.units import SECOND_NS
 from tidings.sim.overlay.scribe_experiment import ScribeExperiment, group_sizes
 from tidings.sim.overlay.transit_stub import TransitStubShape
-from tidings.sim.world import SECOND_NS
 
 SMALL = TransitStubShape(transit_domains=4, transit_routers=3, stubs_per_transit=3, stub_routers=6)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.overlay.node import OverlayConfig
+from tidings.core.units import MILLISECOND_NS, SECOND_NS
 from tidings.sim.overlay.build import install_steady
 from tidings.sim.overlay.scribe import TreeWatch, cluster_members, tree_entries, tree_problems
 from tidings.sim.overlay.sim import OverlaySim
-from tidings.sim.world import MILLISECOND_NS, SECOND_NS
 
 OVERLAY = OverlayConfig()
 SCRIBE = ScribeConfig()

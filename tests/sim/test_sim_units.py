@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from tidings.core.inputs import LogState
+from tidings.core.units import MILLISECOND_NS
 from tidings.core.wire.frames import FrameDecoder, frame
 from tidings.sim.disk import SURVIVE_ALL, SURVIVE_NONE, SURVIVE_PREFIX, Disk
 from tidings.sim.network import Endpoint, LatencyModel, Listener, Network, Socket
-from tidings.sim.world import MILLISECOND_NS, World
+from tidings.sim.world import World
 
 # ---- world ---------------------------------------------------------------------------------------
 

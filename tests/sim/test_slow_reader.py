@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tidings.core.units import MILLISECOND_NS
 from tidings.sim.scenario import SIM_BROKER_CONFIG, PublisherSpec, Scenario, Simulation, SubscriberSpec
-from tidings.sim.world import MILLISECOND_NS
 
 RECORD_BYTES_MAX = 200  # an encoded event of the simulated workload is about 90 bytes
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from tidings.core.broker import Broker
+from tidings.core.auth.guard import Guard
+from tidings.core.broker.broker import Broker
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Append, Disconnect, ReadLog, Send, Sync
 from tidings.core.inputs import (
@@ -19,13 +20,14 @@ from tidings.core.inputs import (
     TimerFired,
     WriteSynced,
 )
-from tidings.core.session import ClientSession
+from tidings.core.session.client_session import ClientSession
 from tidings.core.wire import messages
 
 
 class Harness:
-    def __init__(self, config: BrokerConfig | None = None, wall_us: int = 1_000_000) -> None:
-        self.broker = Broker(config or BrokerConfig(), "p-test", LogState())
+    def __init__(self, config: BrokerConfig | None = None, wall_us: int = 1_000_000,
+                 guard: Guard | None = None) -> None:
+        self.broker = Broker(config or BrokerConfig(), "p-test", LogState(), guard)
         self.now = 0
         self.wall_us = wall_us
         self.records: list[tuple[int, bytes]] = []
@@ -133,7 +135,7 @@ def delivered(msgs: list[Any]) -> list[tuple[int, int]]:
 
 def refused(msgs: list[Any]) -> dict[int, Any]:
     """Each refused event's seq -> the ERROR naming it (one ERROR per reason and PUBLISH names
-    its events' seqs as ranges: core/refusals.py)."""
+    its events' seqs as ranges: core/broker/refusals.py)."""
     out: dict[int, Any] = {}
     for e in of_type(msgs, messages.Error):
         ranges = e.context.get("seqs") or [[e.context["seq"], e.context["seq"]]]

@@ -1,5 +1,5 @@
 """The dedup window's rule spelled out on a plain list, for the Hypothesis test of
-`tidings.core.dedup`: every keyed event logged, in tick order, and a horizon. A pair is a duplicate
+`tidings.core.publish.dedup`: every keyed event logged, in tick order, and a horizon. A pair is a duplicate
 when some record above the horizon holds it; an entry is a run of records where each follows the
 one before with the same producer, the next pseq and the next tick."""
 

@@ -1,6 +1,9 @@
 """Route advice: the broker's candidates and the client's rule for moving."""
 
-from tidings.core.advice import Candidate, Probe, Reason, candidates, choose, decode, host_of
+from tidings.core.broker.advice import Candidate, Probe, Reason, RouteAdvice, candidates, choose, decode, host_of
+from tidings.core.config import BrokerConfig
+from tidings.core.effects import Send
+from tidings.core.wire import messages
 
 MS = 1_000_000
 
@@ -50,3 +53,22 @@ def test_overloaded_and_draining_move_to_any_healthy_candidate():
 def test_advice_the_client_cannot_read_is_ignored():
     assert decode("closer", [["b:1", 250], "junk", ["b:2"], [3, 4]]) == (Reason.CLOSER, [Candidate("b:1", 250_000)])
     assert decode("elsewhere", []) is None and decode("closer", {}) is None
+
+
+def test_the_broker_advises_its_nearest_neighbours_and_says_why():
+    advice = RouteAdvice("p", BrokerConfig(clients_advised_above=2))
+    near = [("b1:1", 3 * MS), ("b2:1", 5 * MS)]
+    assert advice.advise([7], 1, "me:1", None) == []  # not in an overlay (yet): nothing to advise
+    assert advice.advise([7], 1, "me:1", ([], ["b1:1"])) == []  # nobody timed, not draining
+    (sent,) = advice.advise([7], 1, "me:1", (near, ["b1:1", "b3:1"]))
+    assert isinstance(sent, Send) and sent.conn == 7
+    got = messages.decode_broker_message(sent.data[4:])
+    assert isinstance(got, messages.Advice)
+    assert (got.reason, got.entries) == ("closer", [["b1:1", 3000], ["b2:1", 5000]])
+    assert advice.reason(3) is Reason.OVERLOADED and advice.welcome_info(3)["overloaded"]
+    advice.drain()
+    (sent,) = advice.advise([7], 1, "me:1", (near, ["b1:1", "b3:1"]))  # every broker it knows, untimed last
+    got = messages.decode_broker_message(sent.data[4:])
+    assert got.reason == "draining" and [e[0] for e in got.entries] == ["b1:1", "b2:1", "b3:1"]
+    assert advice.welcome_info(0) | {"clients": 0} == {**advice.features, "clients": 0, "draining": True,
+                                                       "overloaded": False}

@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from tidings.core.auth.credentials import Credential, KdfParams, make_verifier
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.handshake import ClientHandshake, Principal, ServerHandshake
-from tidings.core.auth.limits import SECOND_NS, TokenBucket
+from tidings.core.auth.limits import TokenBucket
 from tidings.core.auth.policy import AuthFileError, AuthPolicy, Identity, Limits
 from tidings.core.auth.rules import AccessRules
 from tidings.core.errors import TidingsError
+from tidings.core.units import SECOND_NS
 
 KDF = KdfParams(n=1 << 8)
 CRED = Credential("svc", b"s" * 32)
@@ -105,7 +106,7 @@ def test_connection_and_subscription_limits_per_identity():
     assert guard.check_subscribe("svc", "x/#") is None
     guard.admitted(who, Member(4))
     assert guard.status()["auth"]["identities"]["svc"] == {"connections": 2, "refusals": 2}
-    assert guard.take_notes() == []  # refusals are logged by their connection (core/refusals.py)
+    assert guard.take_notes() == []  # refusals are logged by their connection (core/broker/refusals.py)
 
 
 def test_publish_rates_hold_a_publish_back_until_the_buckets_hold_it():

@@ -15,7 +15,7 @@ from tidings.core.auth.handshake import AuthError, Principal
 from tidings.core.auth.names import NAME_CHARS, NAME_CHARS_MAX, NameIndex, NameRuleError, check_name, name_keys
 from tidings.core.auth.policy import AuthFileError, AuthPolicy, Identity
 from tidings.core.auth.rules import AccessRules
-from tidings.core.connection import ClientConnection
+from tidings.core.broker.connection import ClientConnection
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.errors import TidingsError
 from tidings.core.wire import messages
@@ -68,7 +68,7 @@ def test_look_alikes_of_an_identity_are_refused_with_the_rule(claim, code, messa
 
 
 def hello_to(conn: ClientConnection, claim: str) -> list[Effect]:
-    """What the connection answers a HELLO claiming `claim` (core/connection.py, without a broker)."""
+    """What the connection answers a HELLO claiming `claim` (core/broker/connection.py, without a broker)."""
     conn.decoder.push(messages.hello(claim, "i"))
     got = conn.next_message(0, {})
     assert got is not None

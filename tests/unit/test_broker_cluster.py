@@ -18,7 +18,7 @@ from tidings.core.errors import TidingsError
 from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained, TimerFired
 from tidings.core.multicast.effects import EventArrived
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.reliability.messages import Knowledge
+from tidings.core.reliability.messages import KnowledgeMessage
 from tidings.core.wire import messages, peer
 
 
@@ -35,7 +35,7 @@ def remote_record(tick: int, channel: str, attributes: dict, pubend: str = "p-re
 def knowledge(tree: str, after: int, through: int, records: list[bytes], pubend: str = "p-remote") -> list:
     """A knowledge message of `pubend` on `tree` as a parent sends it: D at the records' ticks."""
     ticks = tuple(msgpack.unpackb(r)[1] for r in records)
-    return [PARENT, Knowledge(tree, pubend, after, through, ticks, tuple(records), False).to_wire()]
+    return [PARENT, KnowledgeMessage(tree, pubend, after, through, ticks, tuple(records), False).to_wire()]
 
 
 PARENT = "127.0.0.1:7999"
@@ -101,7 +101,8 @@ def test_malformed_tree_events_are_counted_and_dropped():
     bad = [b"\xc1", remote_record(3, "nodes/+", {}), remote_record(4, "x", {"": 1}),
            remote_record(8, "nodes/a", {}, pubend="p-other")]
     ticks = (2, 3, 4, 8, 9)
-    come_down(h, "nodes/#", [PARENT, Knowledge("nodes/#", "p-remote", 0, 10, ticks, (*bad, good), False).to_wire()])
+    message = KnowledgeMessage("nodes/#", "p-remote", 0, 10, ticks, (*bad, good), False)
+    come_down(h, "nodes/#", [PARENT, message.to_wire()])
     assert delivered(h.inbox(1)) == [(sub, 9)]
     assert h.broker.status()["peer_messages_rejected"] == 3  # the record on channel "x" just matches nothing
 
@@ -111,7 +112,7 @@ def test_own_events_coming_back_down_a_tree_are_skipped_without_decoding():
     h.connect(1)
     h.subscribe(1, "nodes/#")
     h.inbox(1)
-    come_down(h, "nodes/#", [PARENT, Knowledge("nodes/#", "p-test", 0, 10, (5,), (b"not even a record",),
+    come_down(h, "nodes/#", [PARENT, KnowledgeMessage("nodes/#", "p-test", 0, 10, (5,), (b"not even a record",),
                                                False).to_wire()])
     assert h.inbox(1) == []
     assert h.broker.status()["peer_messages_rejected"] == 0

@@ -6,6 +6,7 @@ from tidings.core.config import BrokerConfig
 from tidings.core.inputs import LogRead, Received, WriteSynced
 from tidings.core.wire import messages
 from tidings.core.wire.frames import frame
+from tidings.core.wire.types import ClientType
 
 from .core_harness import Harness, delivered, of_type, refused
 
@@ -144,7 +145,7 @@ def test_bad_events_are_rejected_one_by_one_and_the_rest_is_logged():
     h = Harness(BrokerConfig(event_bytes_max=10))
     h.connect(1)
     h.inbox(1)
-    body = msgpack.packb([messages.PUBLISH, 7, [["a/+", {}, b""], ["ok", {}, b""], ["ok", {}, b"x" * 11],
+    body = msgpack.packb([ClientType.PUBLISH, 7, [["a/+", {}, b""], ["ok", {}, b""], ["ok", {}, b"x" * 11],
                                                 ["ok", {"k": [1]}, b""], "junk", ["ok", {}, "text"]]])
     h.send(1, frame(body))
     h.sync()
@@ -294,7 +295,7 @@ def test_a_big_group_commit_reaches_a_live_subscriber_in_bounded_frames():
 
 
 def test_the_client_accepts_frames_up_to_the_brokers_limit():
-    from tidings.core.session import ClientSession
+    from tidings.core.session.client_session import ClientSession
 
     s = ClientSession("svc", "i")
     s.receive(messages.welcome({"pubend": "p", "frame_bytes_max": 64 << 20, "event_bytes_max": 32 << 20}))
@@ -370,9 +371,9 @@ def test_malformed_bulk_reads_get_a_clear_error_and_the_broker_serves_on():
     h.publish(1, ("a", b"", {}))
     h.sync()
     h.inbox(1)
-    bad = [[messages.READ, 1, "a", None, 0], [messages.READ, 1, "a", None, -1, 5], [messages.READ, 1, 7, None, 0, 5],
-           [messages.READ, "1", "a", None, 0, 5], [messages.READ, 1, "a", 3, 0, 5],
-           [messages.READ, 1, "a", None, 0, "end"]]
+    read = ClientType.READ
+    bad = [[read, 1, "a", None, 0], [read, 1, "a", None, -1, 5], [read, 1, 7, None, 0, 5],
+           [read, "1", "a", None, 0, 5], [read, 1, "a", 3, 0, 5], [read, 1, "a", None, 0, "end"]]
     for body in bad:
         h.send(1, frame(msgpack.packb(body)))
     assert len(of_type(h.inbox(1), messages.Error)) == 1  # the next bad one is held for the refusal window

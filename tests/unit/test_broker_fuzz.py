@@ -27,6 +27,7 @@ from tidings.core.inputs import Accepted
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import frame
+from tidings.core.wire.types import ClientType
 
 CONNS = (1, 2, 3)
 PEER_CONN = 9
@@ -45,26 +46,26 @@ events = st.one_of(
               st.binary(max_size=40)).map(list),
     values)
 
-# idempotent publish (core/dedup.py): events with a producer sequence, good and bad
+# idempotent publish (core/publish/dedup.py): events with a producer sequence, good and bad
 keyed_events = st.builds(lambda ev, pseq: [*ev, pseq] if type(ev) is list and len(ev) == 3 else ev,
                          events, st.one_of(st.integers(0, 3), st.integers(0, 3), values))
 producers = st.one_of(st.sampled_from(("p", "q", "", "x" * 300)), values)
 
 subscribe = st.builds(
     lambda sub, pattern, flt, start, end, order: frame(msgpack.packb(
-        [messages.SUBSCRIBE, sub, pattern, flt, start, end, *order])),
+        [ClientType.SUBSCRIBE, sub, pattern, flt, start, end, *order])),
     st.integers(0, 4), st.sampled_from(PATTERNS), st.sampled_from(FILTERS), st.sampled_from(STARTS),
     st.sampled_from((None, 0, 10**12, "x")), st.sampled_from(ORDERS))
 good_subscribe = st.builds(
     lambda sub, pattern, flt, start, order: frame(msgpack.packb(
-        [messages.SUBSCRIBE, sub, pattern, flt, start, None, order])),
+        [ClientType.SUBSCRIBE, sub, pattern, flt, start, None, order])),
     st.integers(0, 4), st.sampled_from(("a/#", "b/#", "c/#", "d/x", "a/+/y", "#")),
     st.sampled_from((None, "load > 2")), st.sampled_from((["now"], ["start"], ["after", 1])),
     st.sampled_from(("publisher", "total")))
 # bulk reads (READ): good ones, and any field of the wrong type or range, or a field too many
 read = st.builds(
     lambda sub, pattern, flt, after, end, extra: frame(msgpack.packb(
-        [messages.READ, sub, pattern, flt, after, end, *extra])),
+        [ClientType.READ, sub, pattern, flt, after, end, *extra])),
     st.integers(0, 4), st.sampled_from(PATTERNS), st.sampled_from(FILTERS),
     st.sampled_from((0, 1, -5, "x", None, 10**12)), st.sampled_from((None, 0, 10**12, "x", 2**64 - 1, -1)),
     st.sampled_from(((), (), (1,))))
@@ -79,9 +80,9 @@ client_frames = st.one_of(
     good_read,
     read,
     st.integers(0, 5).map(messages.unsubscribe),
-    st.builds(lambda seq, evs: frame(msgpack.packb([messages.PUBLISH, seq, evs])),
+    st.builds(lambda seq, evs: frame(msgpack.packb([ClientType.PUBLISH, seq, evs])),
               st.integers(-1, 3), st.lists(events, max_size=4)),
-    st.builds(lambda seq, evs, producer: frame(msgpack.packb([messages.PUBLISH, seq, evs, producer])),
+    st.builds(lambda seq, evs, producer: frame(msgpack.packb([ClientType.PUBLISH, seq, evs, producer])),
               st.integers(-1, 3), st.lists(keyed_events, max_size=4), producers),
     st.integers(0, 3).map(messages.status_request),
     st.just(messages.hello("svc", "i")),
@@ -119,7 +120,7 @@ def check_bookkeeping(h: Harness) -> None:
         counts[tree] = counts.get(tree, 0) + 1
     assert counts == b.memberships.members
     assert len(counts) <= 2  # trees_max: a subscribe past it was refused and left nothing
-    partials = b.partials
+    partials = b.reading.partials
     assert partials.held_bytes == sum(partials.held.values()) <= partials.bytes_max
     b.status()
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.core.checkpoint import PREFIX, Checkpoint, TokenError
+from tidings.core.durable.checkpoint import PREFIX, Checkpoint, TokenError
 
 ticks = st.integers(min_value=0, max_value=2**62)
 checkpoints = st.builds(Checkpoint, ticks, st.dictionaries(st.text(min_size=1, max_size=20), ticks, max_size=20))

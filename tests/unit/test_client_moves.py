@@ -112,7 +112,7 @@ def test_draining_advice_that_arrives_while_the_client_weighs_a_closer_hint_is_f
             first = a_connections[0].transport
             assert first is not None
             first.write(messages.advice("draining", [[c_address, 100]]))
-            await until(lambda: client._advice_held is not None)  # read while the closer hint is weighed
+            await until(lambda: client.advice_held)  # read while the closer hint is weighed
             release.set()
             await until(lambda: client.address == c_address)
             assert client.moves == 1 and client.pubend == "pC"

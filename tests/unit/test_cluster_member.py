@@ -14,7 +14,7 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidings.core.cluster import ClusterMember, Reliability
+from tidings.core.broker.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
 from tidings.core.errors import TidingsError
 from tidings.core.inputs import LogState
@@ -23,9 +23,8 @@ from tidings.core.multicast.trees import publish_trees
 from tidings.core.overlay.envelope import Deliver
 from tidings.core.overlay.node import OverlayConfig
 from tidings.core.overlay.node_id import NodeRef, id_to_wire
-from tidings.core.reliability.messages import Knowledge
-from tidings.core.reliability.node import Deliver as DeliverRecords
-from tidings.core.reliability.node import ReliabilityNode
+from tidings.core.reliability.messages import KnowledgeMessage
+from tidings.core.reliability.node import DeliverRecords, ReliabilityNode
 
 ME = NodeRef(7 << 120, "127.0.0.1:7400")
 
@@ -99,6 +98,6 @@ def test_guaranteed_delivery_garbage_from_peers_raises_only_tidings_errors_and_s
             with contextlib.suppress(TidingsError):
                 m.settle(1, gd.event_arrived(1, TREE, message[2], PARENT))
     record = msgpack.packb(["p-good", 5, "nodes/a", {}, "s", "i", b"x"])
-    good = Knowledge(TREE, "p-good", 0, 10, (5,), (record,), False).to_wire()
+    good = KnowledgeMessage(TREE, "p-good", 0, 10, (5,), (record,), False).to_wire()
     out = m.settle(2, gd.event_arrived(2, TREE, [PARENT, good], PARENT))
     assert [e.records for e in out if isinstance(e, DeliverRecords)] == [[record]]

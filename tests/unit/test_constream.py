@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import msgpack
 
-from tidings.core.checkpoint import Checkpoint
+from tidings.core.durable.checkpoint import Checkpoint
+from tidings.core.durable.constream import Catchup, Constream, Recorded
+from tidings.core.durable.registrations import Registration
 from tidings.core.effects import PfsAppend, PfsChop, ReadPfs
 from tidings.core.filters import parse_filter
 from tidings.core.inputs import PfsAnswered
-from tidings.core.registrations import Registration
 from tidings.core.reliability import istream
-from tidings.core.reliability.constream import Catchup, Constream, Recorded
 from tidings.core.reliability.istream import Istream, StreamLimits
 from tidings.core.reliability.ticks import Knowledge
 
@@ -191,13 +191,13 @@ def test_a_catchup_leaves_at_most_so_many_ranges_unknown_and_the_rest_as_it_was(
     ist = caught_up_stream()
     ist.attach(7, 0)
     assert ist.sparsen(7, 0, 100, wanted) == 100 - 14
-    assert ist._known.get(93) is Knowledge.Q and ist._known.get(94) is Knowledge.F
+    assert ist.knowledge(93) is Knowledge.Q and ist.knowledge(94) is Knowledge.F
     assert len(ist.gaps()) == LIMITS.nack_ranges_max  # (a nack's worth at a time)
     monkeypatch.setattr(istream, "SPARSE_RANGES_MAX", 3)
     ist = caught_up_stream()
     ist.attach(7, 0)
     assert ist.sparsen(7, 0, 100, wanted) == 22 - 3  # up to the 4th wanted tick (23); from it, as it was
-    assert ist._known.get(22) is Knowledge.F and ist._known.get(23) is Knowledge.Q
+    assert ist.knowledge(22) is Knowledge.F and ist.knowledge(23) is Knowledge.Q
 
 
 def test_a_catchup_waiting_for_the_pfs_nacks_nothing_of_its_span_until_answered_or_too_late():
@@ -220,6 +220,6 @@ def test_the_silence_a_catchup_implies_misleads_nobody_else():
     ist.attach(7, 20)
     ist.attach(8, 60)  # another subscription from 60: below it, 7's silence is not the stream's
     assert ist.sparsen(7, 20, 100, (40,)) == 40 - 1
-    assert ist.gaps()[0] == (39, 40) and ist._known.get(70) is Knowledge.Q
+    assert ist.gaps()[0] == (39, 40) and ist.knowledge(70) is Knowledge.Q
     ist.rewind("child", 30)  # a child that asks again for what followed 30 doubts 7's silence there
-    assert ist._known.get(50) is Knowledge.Q and ist._known.get(25) is Knowledge.F
+    assert ist.knowledge(50) is Knowledge.Q and ist.knowledge(25) is Knowledge.F

@@ -1,4 +1,4 @@
-"""The dedup window (core/dedup.py) against the plain reference in dedup_reference.py, and the
+"""The dedup window (core/publish/dedup.py) against the plain reference in dedup_reference.py, and the
 screening of one idempotent PUBLISH."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.dedup_reference import ReferenceWindow
-from tidings.core.dedup import PRODUCER_BYTES_MAX, DedupWindow, Verdict, decode_key, encode_key
 from tidings.core.errors import EventError
-from tidings.core.session import ClientSession
+from tidings.core.publish.dedup import PRODUCER_BYTES_MAX, DedupWindow, Verdict, decode_key, encode_key
+from tidings.core.session.client_session import ClientSession
 
 # (producer, pseq, tick step, clock step): publish one event, or ("", 0, 0, step) just to let time pass
 OPS = st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d", ""]), st.integers(0, 12),

@@ -7,7 +7,7 @@ import os
 import pathlib
 
 from tidings.aio.storage_worker import restore_dedup
-from tidings.core.dedup import DedupWindow, encode_key
+from tidings.core.publish.dedup import DedupWindow, encode_key
 from tidings.storage import EventLog, record
 from tidings.storage.segment import SUFFIX
 

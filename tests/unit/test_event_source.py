@@ -13,16 +13,17 @@ from tidings.core.auth.credentials import Credential, KdfParams, make_verifier
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy, Identity
 from tidings.core.auth.rules import AccessRules
-from tidings.core.broker import Broker
+from tidings.core.broker.broker import Broker
 from tidings.core.config import BrokerConfig
 from tidings.core.event import (
+    EventRecord,
     event_from_fields,
     own_record_prefix,
     record_channel_bytes,
     record_routing_fields,
 )
 from tidings.core.inputs import Accepted, LogState
-from tidings.core.session import ClientSession
+from tidings.core.session.client_session import ClientSession
 from tidings.core.wire import messages
 
 from .core_harness import Harness
@@ -82,7 +83,10 @@ def test_every_reader_takes_records_with_and_without_the_flag(record):
     event = event_from_fields(fields)
     assert event.authenticated is (len(fields) == 8 and fields[7])
     assert event.to_json()["source"] == {"service": fields[4], "instance": "i", "authenticated": event.authenticated}
-    assert record_routing_fields(record) == ("p-1", fields[2], fields[3])
+    checked = record_routing_fields(record)
+    assert checked == EventRecord.decode(record) == EventRecord.of(fields)
+    assert (checked.pubend, checked.channel, checked.attributes) == ("p-1", fields[2], fields[3])
+    assert checked.encode() == msgpack.packb(fields[:7] + ([True] if event.authenticated else []))  # false: absent
     raw = record_channel_bytes(record, own_record_prefix("p-1"))
     assert raw is None or raw == fields[2].encode()
     assert raw is not None or len(fields[2]) >= 256  # the usual layout is read in place, flag or not

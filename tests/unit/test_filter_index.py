@@ -166,22 +166,15 @@ def test_cache_follows_layout_changes() -> None:
     assert index.match("a/b", {}) == [3, 5]
     for key, expected in [(3, [1, 2, 4, 5]), (4, [1, 2, 5]), (5, [1, 2]), (2, [1])]:
         index.remove(key)
-        check_cache(index)
+        index.check()
         assert index.match("a/b", {"x": 1, "y": 2, "z": 1}) == expected
     index.add(6, "a/#", parse_filter("y > 1"))                # a new pattern matching a cached channel
     assert index.match("a/b", {"x": 1, "y": 2}) == [1, 6]
-    check_cache(index)
+    index.check()
 
 
 # -- the index against brute force -------------------------------------------------------------------
 
-def check_cache(index: SubscriptionIndex) -> None:
-    """Every cached plan is the plan built now, and groups know the channels that cache them."""
-    for channel, plan in index._cache.items():
-        assert plan == index._build_plan(channel), channel
-    for group in index._groups.values():
-        expected = [c for c, plan in index._cache.items() if any(g is group for g in plan.groups)]
-        assert sorted(group.cached_channels) == sorted(expected)
 
 
 _ops = st.lists(
@@ -217,11 +210,11 @@ def test_index_equals_brute_force(ops: list[tuple[Any, ...]], scan_max: int, cac
         else:
             assert index.match(op[1], op[2]) == reference.match(op[1], op[2]), op
         assert len(index) == len(reference.subscriptions)
-        check_cache(index)
+        index.check()
     for key in sorted(reference.subscriptions):
         index.remove(key)
-    assert index._root.is_empty()
-    assert not index._groups
+    assert len(index) == 0
+    index.check()  # nothing left behind: no group, no trie node
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -309,7 +302,7 @@ def test_collisions(text: str, attributes: dict[str, object], expected: bool, sc
     # Neighbours sharing the name, so the probes run over non-trivial tables.
     for key, other in enumerate(["x = 1", "x = true", 'x = "1"', "x > 0", "x < 1.5", "exists(x)"], 100):
         index.add(key, "c", parse_filter(other))
-    expected_keys = sorted(k for k in index._subscriptions
+    expected_keys = sorted(k for k in index
                            if evaluate(index.subscription(k)[1].ast, attributes))  # type: ignore[union-attr]
     assert (7 in index.match("c", attributes)) is expected
     assert index.match("c", attributes) == expected_keys
@@ -358,13 +351,13 @@ def test_cache_follows_new_and_removed_patterns() -> None:
     assert index.match("a/b", {}) == [1, 3]
     for channel in ["a/c", "a/d", "a/e", "a/b"]:    # evictions
         assert index.match(channel, {}) == ([1, 3] if channel == "a/b" else [3])
-    assert len(index._cache) == 2
+    assert index.channels_cached == 2
     index.remove(1)
     assert index.match("a/b", {}) == [3]
     index.remove(3)
     index.remove(2)
     assert index.match("a/b", {"x": 1}) == []
-    assert index._root.is_empty()
+    index.check()  # nothing left behind
 
 
 def test_match_order_is_ascending_across_groups() -> None:

@@ -13,13 +13,14 @@ from tests.unit.test_nack_repeat import gapped
 from tests.unit.test_reliability_filtering import PUBEND, TREE, knowledge, node, peer_messages
 from tidings.core.config import BrokerConfig
 from tidings.core.reliability import messages
+from tidings.core.wire.types import ReliabilityType
 
 MS = 1_000_000
 GCT = BrokerConfig().gap_curiosity_ns
 
 
 def nacks(effects: list[Any]) -> list[messages.Nack]:
-    return peer_messages(effects, messages.NACK, messages.Nack)
+    return peer_messages(effects, ReliabilityType.NACK, messages.Nack)
 
 
 def first_nack(gd: Any, effects: list[Any], end: int) -> tuple[int, messages.Nack] | None:
@@ -46,7 +47,7 @@ def past_stream(children: list[str]) -> Any:
         gd.child_added(0, TREE, child, [0, []])
     gd.event_arrived(1 * MS, TREE, knowledge(0, 1000, {}, None), "parent")
     for child in children:  # each child has it all too
-        gd.received(2 * MS, child, messages.Ack((messages.StreamAck(TREE, PUBEND, 1000, 1000, 1000),)).to_wire())
+        gd.received(2 * MS, child, messages.StreamAcks((messages.StreamAck(TREE, PUBEND, 1000, 1000, 1000),)).to_wire())
     return gd
 
 

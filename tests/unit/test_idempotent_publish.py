@@ -14,7 +14,7 @@ from tests.unit.core_harness import refused as refused_seqs
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.auth.rules import AccessRules
-from tidings.core.broker import Broker
+from tidings.core.broker.broker import Broker
 from tidings.core.config import BrokerConfig
 from tidings.core.inputs import LogState
 from tidings.core.wire import messages
@@ -152,7 +152,7 @@ EVENT_SHAPES = st.one_of(
 @given(st.lists(st.tuples(EVENT_SHAPES, st.integers(0, 6)), min_size=1, max_size=12), st.booleans())
 def test_any_mix_of_events_is_logged_once_each_and_answered_event_by_event(
         batch: list[tuple[Any, int]], idempotent: bool) -> None:
-    """The intake (core/intake.py) on any PUBLISH, plain or with a producer: one tick or None per
+    """The intake (core/publish/intake.py) on any PUBLISH, plain or with a producer: one tick or None per
     event in the ACK, an ERROR for each event without a tick (but duplicates, which get the tick
     they were logged with), new events logged once each under consecutive ticks, in order."""
     h = Harness(BrokerConfig(event_bytes_max=64))

@@ -89,9 +89,9 @@ def test_an_ack_empties_the_cache_as_the_record_by_record_loop_did(messages, ack
     ist.accumulate(resent_from, after, resent, [b"r%d" % t for t in resent])
     ist.pieces_for(child)
     for ack in sorted(acks):
-        before = OrderedDict(ist._cache)
+        before = OrderedDict(ist.cached())
         ist.acked("child:1", ack, 0, 0)
         if ack > resent_from:  # (an ack at or below what it had acked changes nothing)
             wanted = min(child.sent_through, child.acked_through)
-            assert list(ist._cache) == dropped_by_the_old_loop(before, wanted, size_max)
-        assert ist.cache_bytes == sum(map(len, ist._cache.values()))
+            assert [tick for tick, _ in ist.cached()] == dropped_by_the_old_loop(before, wanted, size_max)
+        assert ist.cache_bytes == sum(len(record) for _, record in ist.cached())

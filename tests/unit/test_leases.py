@@ -1,10 +1,15 @@
 """Leases on subscriptions: a client that stops renewing loses its subscriptions, everywhere."""
 
+import msgpack
+
 from tests.unit.core_harness import Harness, delivered, of_type
 from tidings.core.config import BrokerConfig
-from tidings.core.leases import Leases
-from tidings.core.session import ClientSession
+from tidings.core.effects import Send
+from tidings.core.session.client_session import ClientSession
+from tidings.core.subscription.leases import EndSubscription, Leases, lapsed
 from tidings.core.wire import messages
+from tidings.core.wire.frames import frame
+from tidings.core.wire.types import ClientType
 
 SECOND = 1_000_000_000
 
@@ -21,6 +26,18 @@ def test_a_lease_runs_from_the_last_renewal_and_ends_once():
     leases.hold(0, 3)
     leases.release(3)
     assert leases.expired(100) == [] and leases.next_deadline() is None
+
+
+def test_a_lapsed_lease_tells_each_subscription_why_then_ends_it():
+    effects = lapsed(1, [7, 8])
+    assert [type(e) for e in effects] == [Send, EndSubscription, Send, EndSubscription]
+    assert [e for e in effects if isinstance(e, EndSubscription)] == [EndSubscription(1, 7, ended=False),
+                                                                      EndSubscription(1, 8, ended=False)]
+    first = effects[0]
+    assert isinstance(first, Send) and first.conn == 1
+    error = messages.decode_broker_message(first.data[4:])
+    assert isinstance(error, messages.Error) and error.code == "lease-expired" and error.context["sub"] == 7
+    assert lapsed(2, []) == []
 
 
 def test_the_broker_grants_a_lease_and_the_session_renews_at_a_third():
@@ -76,7 +93,7 @@ def test_renew_with_fields_is_a_protocol_error_for_that_frame_only():
     h = Harness()
     h.connect(1)
     h.inbox(1)
-    h.send(1, messages._pack([messages.RENEW, 1]))
+    h.send(1, frame(msgpack.packb([ClientType.RENEW, 1])))
     assert of_type(h.inbox(1), messages.Error)[0].code == "bad-message"
     h.subscribe(1, "a")
     assert of_type(h.inbox(1), messages.Subscribed)

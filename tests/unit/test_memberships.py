@@ -1,12 +1,12 @@
 """TreeMemberships: the broker joins a tree with its first local member and leaves it with its
-last, away durable registrations counting as members (core/memberships.py)."""
+last, away durable registrations counting as members (core/subscription/memberships.py)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.core.memberships import TreeMemberships
+from tidings.core.subscription.memberships import TreeMemberships
 
 
 def test_the_first_member_joins_the_tree_and_the_last_leaves_it():

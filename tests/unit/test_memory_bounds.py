@@ -25,11 +25,11 @@ from tidings.core import errors
 from tidings.core.config import BrokerConfig, ConfigError
 from tidings.core.effects import Connect, Disconnect, PauseReading, ResumeReading, Send
 from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained, TimerFired, WriteSynced
-from tidings.core.overlay.envelope import OVERLAY_TYPES
+from tidings.core.links.peer_links import PeerConfig, PeerLinks
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.peers import PeerConfig, PeerLinks
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder, PartialFrames, frame
+from tidings.core.wire.types import Layer, LinkType
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -153,7 +153,7 @@ def test_replies_that_overflow_the_send_queue_close_the_connection():
 
 @pytest.mark.parametrize("flood", ["empty frames", "bad messages", "hellos"])
 def test_a_flood_of_refused_frames_is_held_unread_not_answered(flood):
-    """Refusals are coalesced (core/refusals.py): the second within the refusal window holds the
+    """Refusals are coalesced (core/broker/refusals.py): the second within the refusal window holds the
     connection, so the rest of the flood stays unread bytes, and each window answers at most one
     ERROR for it, well within the send queue's bound."""
     h = Harness(small())
@@ -186,7 +186,7 @@ def test_a_connection_over_its_high_water_mark_is_not_read_until_it_drains():
     h.sent.clear()
     for _ in range(200):  # bytes that arrived before the pause took effect wait unread, as bytes
         h.send(1, messages.status_request(1))
-    assert 1 not in h.sent and h.broker.partials.held_bytes == 0
+    assert 1 not in h.sent and h.broker.reading.partials.held_bytes == 0
     h.feed(SendDrained(0, 1))  # then they are handled, and their replies still count
     assert errors_to(h, 1)[-1] == errors.SEND_QUEUE_OVERFLOW
     h2 = Harness(small())
@@ -239,7 +239,7 @@ def test_partial_frames_past_the_budget_close_the_connection_that_grows():
     assert 1 not in h.closed and 2 not in h.closed
     h.send(2, b"x" * 10 * KIB)  # 70 KiB held in all: over 64 KiB
     assert errors_to(h, 2) == [errors.PARTIAL_FRAMES_BUDGET] and 2 in h.closed
-    assert h.broker.partials.held_bytes == 40 * KIB + HEADER_BYTES
+    assert h.broker.reading.partials.held_bytes == 40 * KIB + HEADER_BYTES
     h.send(3, struct.pack(">I", 1 * MIB) + b"x" * 20 * KIB)  # what 2 held is free again
     assert 3 not in h.closed
 
@@ -266,11 +266,11 @@ def test_a_partial_hello_is_bounded_and_closed_by_the_handshake_timeout():
     h = Harness(small(handshake_timeout_ns=5000))
     h.feed(Accepted(0, 1))
     h.send(1, struct.pack(">I", 16 * KIB) + b"x" * 1000)
-    assert h.broker.partials.held_bytes == 1004
+    assert h.broker.reading.partials.held_bytes == 1004
     h.timer(1000)
     assert errors_to(h, 1) == [errors.FRAME_STALLED]
     h.lost(1)
-    assert h.broker.partials.held_bytes == 0
+    assert h.broker.reading.partials.held_bytes == 0
 
 
 def test_a_connection_closed_for_another_reason_is_not_closed_again_by_its_stalled_frame():
@@ -284,7 +284,7 @@ def test_a_connection_closed_for_another_reason_is_not_closed_again_by_its_stall
     h.send(2, b"\0" * 99 + messages.status_request(1) * 10_000)  # its frame goes on, its replies overflow: closed
     h.timer(10_000)
     assert errors_to(h, 2)[-1] == errors.SEND_QUEUE_OVERFLOW
-    assert h.broker.partials.held_bytes == 0
+    assert h.broker.reading.partials.held_bytes == 0
 
 
 # ---- peer connections ---------------------------------------------------------------------------
@@ -299,7 +299,7 @@ def peered(h: Harness, conn: int) -> None:
 
 def peer_errors(h: Harness, conn: int) -> list[str]:
     return [peer.unpack(b)[1] for b in bodies_of(b"".join(h.sent.get(conn, [])))
-            if peer.unpack(b)[0] == peer.PEER_ERROR]
+            if peer.unpack(b)[0] == LinkType.PEER_ERROR]
 
 
 def test_a_peers_partial_frames_count_against_the_same_budget():
@@ -309,7 +309,7 @@ def test_a_peers_partial_frames_count_against_the_same_budget():
     h.send(1, struct.pack(">I", 1 * MIB) + b"x" * 40 * KIB)
     h.send(9, struct.pack(">I", 1 * MIB) + b"x" * 30 * KIB)
     assert peer_errors(h, 9) == [errors.PARTIAL_FRAMES_BUDGET] and 9 in h.closed
-    assert h.broker.partials.held_bytes == 40 * KIB + HEADER_BYTES
+    assert h.broker.reading.partials.held_bytes == 40 * KIB + HEADER_BYTES
 
 
 def test_a_peers_stalled_frame_is_closed():
@@ -318,7 +318,7 @@ def test_a_peers_stalled_frame_is_closed():
     h.send(9, struct.pack(">I", 100) + b"x")
     h.timer(10_000)
     assert peer_errors(h, 9) == [errors.FRAME_STALLED] and 9 in h.closed
-    assert h.broker.partials.held_bytes == 0
+    assert h.broker.reading.partials.held_bytes == 0
 
 
 def test_frames_behind_a_peer_hello_are_judged_by_the_hello_limit_until_admitted():
@@ -335,7 +335,7 @@ def test_a_blocked_peer_link_answers_no_ping():
     peered(h, 9)
     h.sent.clear()
     h.send(9, peer.ping(1))
-    assert [peer.unpack(b)[0] for b in bodies_of(b"".join(h.sent[9]))] == [peer.PONG]
+    assert [peer.unpack(b)[0] for b in bodies_of(b"".join(h.sent[9]))] == [LinkType.PONG]
     h.feed(SendBlocked(0, 9))
     h.sent.clear()
     h.send(9, peer.ping(2) * 1000)
@@ -367,7 +367,7 @@ def test_a_dialler_reads_large_frames_right_behind_the_welcome():
     those frames by frame_bytes_max, though the WELCOME came under the handshake's limit."""
     me, other = NodeRef(1, "10.0.0.1:1"), NodeRef(2**127, "10.0.0.2:2")
     links = PeerLinks(me, PeerConfig(frame_bytes_max=1 << 20, hello_frame_bytes_max=1024))
-    message = [min(OVERLAY_TYPES), "x" * 20_000]
+    message = [min(Layer.OVERLAY), "x" * 20_000]
     assert links.send(0, other.address, message) == [Connect(other.address)]
     links.connected(0, 5, other.address)
     items, effects = links.received(0, 5, peer.welcome(other) + peer.encode(message))

@@ -18,6 +18,7 @@ from tidings.core.overlay.envelope import PeerSend
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
 from tidings.core.reliability.node import ReliabilityNode
+from tidings.core.wire.types import ReliabilityType
 
 MS = 1_000_000
 
@@ -38,7 +39,7 @@ def nacks_until(gd: Any, end: int, alive_every: int | None) -> list[int]:
             next_alive += alive_every  # type: ignore[operator]
             continue
         out = gd.handle_timeout(deadline)
-        sent += [deadline for e in out if type(e) is PeerSend and e.message[0] == messages.NACK]
+        sent += [deadline for e in out if type(e) is PeerSend and e.message[0] == ReliabilityType.NACK]
     return sent
 
 
@@ -123,7 +124,7 @@ def test_a_nack_is_not_repeated_while_its_answer_is_arriving() -> None:
         deadline = gd.next_deadline()
         while deadline is not None and deadline <= now:
             out = gd.handle_timeout(deadline)
-            sent += [deadline for e in out if type(e) is PeerSend and e.message[0] == messages.NACK]
+            sent += [deadline for e in out if type(e) is PeerSend and e.message[0] == ReliabilityType.NACK]
             deadline = gd.next_deadline()
     answering = [t for t in sent if t <= 3000 * MS]
     assert len(answering) == 1  # the first nack only, for the whole gap
@@ -133,7 +134,7 @@ def test_a_nack_is_not_repeated_while_its_answer_is_arriving() -> None:
 
 def acks_to(effects: list[Any], upstream: str) -> list[int]:
     return [stream.through for e in effects if type(e) is PeerSend and e.address == upstream
-            and e.message[0] == messages.ACK for stream in messages.decode(e.message).streams]
+            and e.message[0] == ReliabilityType.ACK for stream in messages.decode(e.message).streams]
 
 
 def test_a_catchup_below_what_was_acknowledged_acknowledges_its_progress_from_there() -> None:

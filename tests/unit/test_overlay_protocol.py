@@ -18,6 +18,7 @@ from tidings.core.overlay.envelope import Deliver, PeerSend
 from tidings.core.overlay.events import JoinCompleted, LeafSetChanged, NodeFailed, Probe
 from tidings.core.overlay.node import OverlayConfig, OverlayNode
 from tidings.core.overlay.node_id import NodeRef, node_id_from
+from tidings.core.wire.types import OverlayType
 
 from .overlay_reference import closest, leaf_members
 
@@ -307,7 +308,7 @@ def test_a_failed_routing_table_entry_is_replaced_lazily():
     slot = node.routing_table.slot_of(gone.node_id)
     pump.dead.add(gone.address)
     effects = node.peer_unreachable(pump.now, gone.address)
-    asked = [e for e in effects if isinstance(e, PeerSend) and e.message[0] == m.ROW_REQUEST]
+    asked = [e for e in effects if isinstance(e, PeerSend) and e.message[0] == OverlayType.ROW_REQUEST]
     assert len(asked) == CONFIG.row_repair_helpers and all(e.message[2] == 0 for e in asked)
     pump.apply(node.me.address, effects)
     pump.run()
@@ -373,7 +374,7 @@ def test_a_leaf_set_installed_as_known_is_tracked_without_being_sent_again():
 
     node, told, after = installed(known=True)
     assert [type(e) for e in told] == [LeafSetChanged] and len(told[0].members) == 4
-    assert not any(isinstance(e, PeerSend) and e.message[0] == m.LEAF_SET_REPLY for e in after)
+    assert not any(isinstance(e, PeerSend) and e.message[0] == OverlayType.LEAF_SET_REPLY for e in after)
     assert node.next_deadline() is not None
     _, _, fresh = installed(known=False)
-    assert sum(isinstance(e, PeerSend) and e.message[0] == m.LEAF_SET_REPLY for e in fresh) == 4
+    assert sum(isinstance(e, PeerSend) and e.message[0] == OverlayType.LEAF_SET_REPLY for e in fresh) == 4

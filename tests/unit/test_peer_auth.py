@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 
 from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.effects import Disconnect, PeerRefused
-from tidings.core.peer_refusals import valid_address
-from tidings.core.peers import OPEN, PeerLinks
+from tidings.core.links.peer_links import OPEN, PeerLinks
+from tidings.core.links.refusals import valid_address
 from tidings.core.wire import peer
 from tidings.core.wire.frames import FrameDecoder
+from tidings.core.wire.types import LinkType
 
 from .test_peers import ACTIONS, CFG, LARGE, MID, SMALL, Net, check_simultaneous_dials, msg, play
 
@@ -142,7 +143,7 @@ def adopt(links, data):
 
 def peer_errors(effects):
     return [peer.unpack(b)[1] for e in effects if hasattr(e, "data")
-            for b in FrameDecoder(1 << 20).feed(e.data) if peer.unpack(b)[0] == peer.PEER_ERROR]
+            for b in FrameDecoder(1 << 20).feed(e.data) if peer.unpack(b)[0] == LinkType.PEER_ERROR]
 
 
 def test_an_unproven_connection_is_never_acted_on_and_times_out():
@@ -152,7 +153,7 @@ def test_an_unproven_connection_is_never_acted_on_and_times_out():
     assert items == [] and peer_errors(effects) == ["handshake"]  # the first non-PEER_AUTH closes it
     assert links.status() == []
     items, effects = adopt(links, peer.hello(SMALL, nonce=b"n" * 24))  # a challenge, then silence
-    assert items == [] and peer.unpack(FrameDecoder(1 << 20).feed(effects[0].data)[0])[0] == peer.PEER_CHALLENGE
+    assert items == [] and peer.unpack(FrameDecoder(1 << 20).feed(effects[0].data)[0])[0] == LinkType.PEER_CHALLENGE
     deadline = links.next_deadline()
     assert deadline == CFG.handshake_timeout_ns
     items, effects = links.handle_timeout(deadline)
@@ -166,7 +167,8 @@ def test_a_replayed_peer_auth_fails():
     net.send(SMALL.address, LARGE.address, msg(1))
     net.run()
     sent = [e.data for e in net.effects[SMALL.address] if hasattr(e, "data")]
-    hello, auth = sent[0], next(d for d in sent if peer.unpack(FrameDecoder(1 << 20).feed(d)[0])[0] == peer.PEER_AUTH)
+    auth_type = LinkType.PEER_AUTH
+    hello, auth = sent[0], next(d for d in sent if peer.unpack(FrameDecoder(1 << 20).feed(d)[0])[0] == auth_type)
     victim = PeerLinks(LARGE, CFG, ClusterAuth(SECRET, nonce))
     items, effects = adopt(victim, hello + auth)
     assert items == [] and peer_errors(effects) == ["auth-failed"]

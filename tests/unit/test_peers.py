@@ -18,12 +18,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidings.core import errors
 from tidings.core.effects import Connect, Disconnect, Send, coalesce_sends
 from tidings.core.errors import ProtocolError
+from tidings.core.links.peer_links import DIALLING, OPEN, WAITING, PeerConfig, PeerLinks, RttMeasured
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.peers import DIALLING, OPEN, WAITING, PeerConfig, PeerLinks, RttMeasured
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import FrameDecoder, frame
+from tidings.core.wire.types import LinkType
 
 MS = 1_000_000
 CFG = PeerConfig(frame_bytes_max=1 << 16, handshake_timeout_ns=1000 * MS, peer_queue_bytes_max=4096,
@@ -142,7 +144,7 @@ class Net:
             return
         bodies = end.decoder.feed(data)
         if bodies:  # the broker's part: the first frame decides who owns the connection
-            assert peer.unpack(bodies[0])[0] == peer.PEER_HELLO, "a peer connection starts with PEER_HELLO"
+            assert peer.unpack(bodies[0])[0] == LinkType.PEER_HELLO, "a peer connection starts with PEER_HELLO"
             end.adopted = True
             self.output(end.owner, node.adopt(self.now, end.conn, end.decoder, bodies[0], bodies[1:]))
 
@@ -485,9 +487,9 @@ def answers(net, address):
 @pytest.mark.parametrize(("data", "code"), [
     (b"\x00\x00\x00\x03\xc1\xc1\xc1", "bad-message"),  # a frame that is not msgpack
     (frame(msgpack.packb({"a": 1})), "bad-message"),  # not an array
-    (frame(msgpack.packb([peer.PING])), "bad-message"),  # PING without its seq
-    (frame(msgpack.packb([peer.PONG, -1])), "bad-message"),
-    (frame(msgpack.packb([peer.PEER_HELLO, 1, SMALL.to_wire()])), "handshake"),  # a second HELLO
+    (frame(msgpack.packb([LinkType.PING])), "bad-message"),  # PING without its seq
+    (frame(msgpack.packb([LinkType.PONG, -1])), "bad-message"),
+    (frame(msgpack.packb([LinkType.PEER_HELLO, 1, SMALL.to_wire()])), "handshake"),  # a second HELLO
     (frame(msgpack.packb([200, 1])), "unknown-message"),
     (frame(msgpack.packb([7, 1])), "unknown-message"),  # a client message type
     (b"\x7f\xff\xff\xff" + b"garbage", "frame-too-large"),
@@ -497,7 +499,7 @@ def test_garbage_on_a_peer_link_gets_a_peer_error_and_a_close(data, code):
     net.effects[LARGE.address] = []
     net.output(LARGE.address, net.nodes[LARGE.address].received(0, end.conn, data))
     sent, closed = answers(net, LARGE.address)
-    assert closed and sent[-1][0] == peer.PEER_ERROR and sent[-1][1] == code
+    assert closed and sent[-1][0] == LinkType.PEER_ERROR and sent[-1][1] == code
     assert net.unreachable[LARGE.address] == [SMALL.address]
     assert net.nodes[LARGE.address].received(0, end.conn, peer.ping(1)) == ([], [])  # closing: ignored
 
@@ -519,15 +521,15 @@ def test_a_message_before_the_welcome_is_a_handshake_error():
     _, effects = net.nodes[SMALL.address].received(0, conn, peer.encode([70, 1]))
     assert isinstance(effects[-1], Disconnect)
     body = FrameDecoder(1 << 20).feed(effects[0].data)[0]
-    assert peer.unpack(body)[:2] == [peer.PEER_ERROR, "handshake"]
+    assert peer.unpack(body)[:2] == [LinkType.PEER_ERROR, "handshake"]
 
 
 @pytest.mark.parametrize("hello", [
-    msgpack.packb([peer.PEER_HELLO]),
-    msgpack.packb([peer.PEER_HELLO, 1, [b"short", "a:1"]]),
-    msgpack.packb([peer.PEER_HELLO, 1, [b"\x00" * 16, ""]]),
-    msgpack.packb([peer.PEER_HELLO, "1", SMALL.to_wire()]),
-    msgpack.packb([peer.PEER_HELLO, 1, SMALL.to_wire(), "extra"]),
+    msgpack.packb([LinkType.PEER_HELLO]),
+    msgpack.packb([LinkType.PEER_HELLO, 1, [b"short", "a:1"]]),
+    msgpack.packb([LinkType.PEER_HELLO, 1, [b"\x00" * 16, ""]]),
+    msgpack.packb([LinkType.PEER_HELLO, "1", SMALL.to_wire()]),
+    msgpack.packb([LinkType.PEER_HELLO, 1, SMALL.to_wire(), "extra"]),
 ])
 def test_a_malformed_hello_gets_a_client_error_frame(hello):
     links = PeerLinks(LARGE, CFG)
@@ -548,7 +550,7 @@ def test_a_hello_we_cannot_accept_gets_a_peer_error(hello, code):
     (body,) = FrameDecoder(1 << 20).feed(hello)
     _, effects = links.adopt(0, 9, FrameDecoder(CFG.frame_bytes_max), body, [])
     assert isinstance(effects[-1], Disconnect)
-    assert peer.unpack(FrameDecoder(1 << 20).feed(effects[0].data)[0])[:2] == [peer.PEER_ERROR, code]
+    assert peer.unpack(FrameDecoder(1 << 20).feed(effects[0].data)[0])[:2] == [LinkType.PEER_ERROR, code]
 
 
 def test_frames_after_the_hello_are_handled_on_adoption():
@@ -556,9 +558,9 @@ def test_frames_after_the_hello_are_handled_on_adoption():
     rest = [msgpack.packb([70, i]) for i in range(3)]
     decoder = FrameDecoder(CFG.frame_bytes_max)
     decoder.feed(peer.encode([70, 3])[:5])  # a partial frame waits in the decoder
-    items, effects = links.adopt(0, 9, decoder, msgpack.packb([peer.PEER_HELLO, 1, SMALL.to_wire()]), rest)
+    items, effects = links.adopt(0, 9, decoder, msgpack.packb([LinkType.PEER_HELLO, 1, SMALL.to_wire()]), rest)
     assert [m for _, m in items] == [[70, 0], [70, 1], [70, 2]]
-    assert peer.unpack(FrameDecoder(1 << 20).feed(effects[0].data)[0])[0] == peer.PEER_WELCOME
+    assert peer.unpack(FrameDecoder(1 << 20).feed(effects[0].data)[0])[0] == LinkType.PEER_WELCOME
     items, _ = links.received(0, 9, peer.encode([70, 3])[5:])
     assert [m for _, m in items] == [[70, 3]]
 
@@ -581,7 +583,7 @@ def test_a_peer_error_from_the_peer_drops_the_link():
 def test_an_open_link_the_peer_calls_superseded_is_redialled():
     net, end = open_pair()
     net.output(LARGE.address, net.nodes[LARGE.address].received(0, end.conn, peer.peer_error(
-        peer.DUPLICATE_LINK, "replaced by a newer connection")))
+        errors.DUPLICATE_LINK, "replaced by a newer connection")))
     net.run()
     assert net.unreachable[LARGE.address] == [] and net.links(LARGE.address)[SMALL.address]["state"] == OPEN
     assert len(net.live_conns(LARGE.address)) == 1
@@ -623,6 +625,6 @@ def test_the_decoders_raise_only_protocol_errors(value):
         with contextlib.suppress(ProtocolError):
             decode()
     if isinstance(value, list) and value and type(value[0]) is int:
-        value[0] = peer.PEER_HELLO if len(value) % 2 else peer.PONG
+        value[0] = LinkType.PEER_HELLO if len(value) % 2 else LinkType.PONG
         with contextlib.suppress(ProtocolError):
             peer.decode_link_message(value)

@@ -1,4 +1,4 @@
-"""The pubend directory (core/directory.py): merges that commute, gossip that reaches every broker,
+"""The pubend directory (core/broker/directory.py): merges that commute, gossip that reaches every broker,
 nothing forgotten on a crash, and a pubend whose broker is gone staying listed."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidings.core.directory import (
-    DIRECTORY,
+from tidings.core.broker.directory import (
     DirectoryConfig,
     DirectoryEntry,
     DirectoryError,
@@ -25,6 +24,7 @@ from tidings.core.errors import ProtocolError
 from tidings.core.inputs import LogState
 from tidings.core.overlay.envelope import PeerSend
 from tidings.core.overlay.node_id import NodeRef, node_id_from
+from tidings.core.wire.types import BrokerType
 
 S = 1_000_000_000  # ns
 WALL0 = 1_764_000_000_000_000  # µs: November 2025
@@ -202,7 +202,7 @@ def test_brokers_that_heard_the_same_entries_in_any_order_agree(heard: list[Dire
     rng.shuffle(shuffled)
     for d, order in ((a, heard), (b, shuffled)):
         for e in order:
-            d.received(0, "127.0.0.1:9", [DIRECTORY, [e.to_wire()]], 50)
+            d.received(0, "127.0.0.1:9", [BrokerType.DIRECTORY, [e.to_wire()]], 50)
     for p in ("pA", "pB", "pC"):
         assert a.get(p) == b.get(p)
 
@@ -229,13 +229,13 @@ def test_forget_removes_a_decommissioned_pubend_everywhere_but_not_a_live_one() 
 
 
 @pytest.mark.parametrize("message", [
-    [DIRECTORY], [DIRECTORY, "x"], [DIRECTORY, [["pA"]]],
-    [DIRECTORY, [["pA", "h:1", -1, 0, None, 0, 0, 1, False]]],
-    [DIRECTORY, [["pA", "h:1", 5, 3, 4, 0, 0, 1, "no"]]],
-    [DIRECTORY, [["", "h:1", 5, 3, None, 0, 0, 1, False]]],
-    [DIRECTORY, [["pA", "h:1", 5, 3, 4, 0, 0, 1, False]]],  # first tick after the last
-    [DIRECTORY, [["pA", "h" * 400, 5, 3, None, 0, 0, 1, False]]],
-    [DIRECTORY, [["pA", "h:1", 5, 3, None, 0, 0, 1, False]] * (CONFIG.message_entries_max + 1)],
+    [BrokerType.DIRECTORY], [BrokerType.DIRECTORY, "x"], [BrokerType.DIRECTORY, [["pA"]]],
+    [BrokerType.DIRECTORY, [["pA", "h:1", -1, 0, None, 0, 0, 1, False]]],
+    [BrokerType.DIRECTORY, [["pA", "h:1", 5, 3, 4, 0, 0, 1, "no"]]],
+    [BrokerType.DIRECTORY, [["", "h:1", 5, 3, None, 0, 0, 1, False]]],
+    [BrokerType.DIRECTORY, [["pA", "h:1", 5, 3, 4, 0, 0, 1, False]]],  # first tick after the last
+    [BrokerType.DIRECTORY, [["pA", "h" * 400, 5, 3, None, 0, 0, 1, False]]],
+    [BrokerType.DIRECTORY, [["pA", "h:1", 5, 3, None, 0, 0, 1, False]] * (CONFIG.message_entries_max + 1)],
 ])
 def test_a_malformed_message_is_refused_and_changes_nothing(message: list[Any]) -> None:
     d, _ = machine(1)
@@ -247,10 +247,10 @@ def test_a_malformed_message_is_refused_and_changes_nothing(message: list[Any]) 
 def test_the_directory_is_bounded() -> None:
     d, _ = machine(1, config=DirectoryConfig(entries_max=3))
     wire = [DirectoryEntry(f"p{i}", f"h:{i}", 10, 5, 1, 0, 1, WALL0).to_wire() for i in range(5)]
-    d.received(0, "127.0.0.1:9", [DIRECTORY, wire], WALL0)
+    d.received(0, "127.0.0.1:9", [BrokerType.DIRECTORY, wire], WALL0)
     assert [e.pubend for e in d.entries()] == ["p0", "p1", "p2"] and d.refused == 2
-    d.received(0, "127.0.0.1:9", [DIRECTORY, [replace(DirectoryEntry.from_wire(wire[0]), version=WALL0 + 1).to_wire()]],
-               WALL0)
+    newer = replace(DirectoryEntry.from_wire(wire[0]), version=WALL0 + 1).to_wire()
+    d.received(0, "127.0.0.1:9", [BrokerType.DIRECTORY, [newer]], WALL0)
     assert d.get("p0").version == WALL0 + 1  # type: ignore[union-attr]
 
 

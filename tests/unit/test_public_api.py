@@ -8,7 +8,7 @@ import pytest
 import tidings
 from tidings.cli import stdin_lines
 from tidings.core.filters.lexer import bare_name
-from tidings.core.session import ClientSession
+from tidings.core.session.client_session import ClientSession
 
 
 def test_every_error_is_exported_and_in_one_hierarchy():

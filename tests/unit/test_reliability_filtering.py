@@ -20,8 +20,9 @@ from tidings.core.inputs import LogState
 from tidings.core.overlay.envelope import PeerSend
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
-from tidings.core.reliability.node import Deliver, ReliabilityNode
+from tidings.core.reliability.node import DeliverRecords, ReliabilityNode
 from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge
+from tidings.core.wire.types import ReliabilityType
 
 TREE = "nodes/#"
 PUBEND = "p-far"
@@ -74,11 +75,11 @@ def record(tick: int, channel: str, **attributes: Any) -> bytes:
 
 def knowledge(after: int, through: int, data: dict[int, bytes], epoch: int | None) -> list[Any]:
     ticks = tuple(sorted(data))
-    return ["origin", messages.Knowledge(TREE, PUBEND, after, through, ticks, tuple(data[t] for t in ticks),
+    return ["origin", messages.KnowledgeMessage(TREE, PUBEND, after, through, ticks, tuple(data[t] for t in ticks),
                                          False, epoch).to_wire()]
 
 
-def sent_to(effects: list[Any], child: str) -> list[messages.Knowledge]:
+def sent_to(effects: list[Any], child: str) -> list[messages.KnowledgeMessage]:
     return [e[2] for e in effects if type(e) is tuple and e[1] == child]
 
 
@@ -94,11 +95,11 @@ def peer_messages(effects: list[Any], code: int, kind: type) -> list[Any]:
 
 
 def summaries(effects: list[Any]) -> list[messages.SummaryUpdate]:
-    return peer_messages(effects, messages.SUMMARY, messages.SummaryUpdate)
+    return peer_messages(effects, ReliabilityType.SUMMARY, messages.SummaryUpdate)
 
 
 def delivered(effects: list[Any], key: int) -> list[int]:
-    return [msgpack.unpackb(r)[1] for e in effects if type(e) is Deliver and key in e.keys for r in e.records]
+    return [msgpack.unpackb(r)[1] for e in effects if type(e) is DeliverRecords and key in e.keys for r in e.records]
 
 
 def extra(epoch: int, *entries: tuple[str, str]) -> list[Any]:

@@ -4,13 +4,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
+from tidings.core.event import TICK_MAX
 from tidings.core.multicast.messages import TREE_BYTES_MAX
-from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES, RELIABILITY_TYPES
 from tidings.core.reliability import messages as m
 from tidings.core.reliability.summary import SUMMARY_ENTRIES_MAX, Summary
-from tidings.core.reliability.ticks import TICK_MAX
+from tidings.core.wire.types import REGISTRY, Layer, ReliabilityType
 
-NUMBERS = [m.KNOWLEDGE, m.ACK, m.NACK, m.ROOT_MOVED, m.SUMMARY, m.MOVED]
+NUMBERS = [number for kind, _, number in REGISTRY if kind == "ReliabilityType"]
 
 
 def round_trip(message: m.ReliabilityMessage) -> m.ReliabilityMessage:
@@ -19,21 +19,21 @@ def round_trip(message: m.ReliabilityMessage) -> m.ReliabilityMessage:
 
 def test_type_numbers_are_distinct_and_in_their_own_range():
     assert len(set(NUMBERS)) == len(NUMBERS)
-    assert all(n in RELIABILITY_TYPES for n in NUMBERS)
-    for other in (OVERLAY_TYPES, MULTICAST_TYPES, BROKER_TYPES):
-        assert not set(RELIABILITY_TYPES) & set(other)
+    assert all(n in Layer.RELIABILITY for n in NUMBERS)
+    for other in (Layer.OVERLAY, Layer.MULTICAST, Layer.BROKER):
+        assert not set(Layer.RELIABILITY) & set(other)
 
 
 EXAMPLES = [
-    m.Knowledge("a/b", "p0123456789abcdef", 10, 20, (15,), (b"record",), False),
-    m.Knowledge("a/#", "p", 0, TICK_MAX, (), (), True),
-    m.Knowledge("a", "p", 5, 8, (6, 7, 8), (b"x", b"y", b"z"), True),
-    m.Ack((m.StreamAck("a/b", "p1", 0, 0, 0), m.StreamAck("c", "p2", TICK_MAX, 5, 7))),
+    m.KnowledgeMessage("a/b", "p0123456789abcdef", 10, 20, (15,), (b"record",), False),
+    m.KnowledgeMessage("a/#", "p", 0, TICK_MAX, (), (), True),
+    m.KnowledgeMessage("a", "p", 5, 8, (6, 7, 8), (b"x", b"y", b"z"), True),
+    m.StreamAcks((m.StreamAck("a/b", "p1", 0, 0, 0), m.StreamAck("c", "p2", TICK_MAX, 5, 7))),
     m.Moved("p0123456789abcdef", 7),
     m.Nack("a/b", "p1", ((0, 5), (5, 9), (100, 100 + m.NACK_RANGE_TICKS_MAX))),
     m.RootMoved("a/b"),
-    m.Knowledge("a", "p", 5, 8, (6,), (b"x",), False, 7),
-    m.Knowledge("a", "p", 5, 8, (), (), True, None, True),
+    m.KnowledgeMessage("a", "p", 5, 8, (6,), (b"x",), False, 7),
+    m.KnowledgeMessage("a", "p", 5, 8, (), (), True, None, True),
     m.SummaryUpdate("a/#", 3, None, 0),
     m.SummaryUpdate("a", 1, Summary(frozenset({("a/+", "x > 1"), ("a/b", "")})), TICK_MAX),
 ]
@@ -54,7 +54,7 @@ def knowledge_messages(draw):
     through = draw(st.integers(after + 1, min(TICK_MAX, after + 10**6)))
     ticks = sorted(draw(st.sets(st.integers(after + 1, through), max_size=8)))
     records = tuple(draw(st.binary(min_size=1, max_size=30)) for _ in ticks)
-    return m.Knowledge(draw(NAMES), draw(NAMES), after, through, tuple(ticks), records, draw(st.booleans()),
+    return m.KnowledgeMessage(draw(NAMES), draw(NAMES), after, through, tuple(ticks), records, draw(st.booleans()),
                        draw(st.none() | TICK_VALUES), not ticks and draw(st.booleans()))
 
 
@@ -73,7 +73,8 @@ def nacks(draw):
 
 MESSAGES = st.one_of(
     knowledge_messages(),
-    st.builds(m.Ack, st.lists(st.tuples(NAMES, NAMES, st.lists(TICK_VALUES, min_size=3, max_size=3).map(sorted)).map(
+    st.builds(m.StreamAcks, st.lists(st.tuples(NAMES, NAMES, st.lists(TICK_VALUES, min_size=3, max_size=3)
+                                                          .map(sorted)).map(
         lambda t: m.StreamAck(t[0], t[1], t[2][2], t[2][0], t[2][1])), min_size=1, max_size=5).map(tuple)),
     nacks(),
 )
@@ -87,7 +88,7 @@ def test_every_message_round_trips(message):
     assert round_trip(message) == message
 
 
-K, A, N, S = m.KNOWLEDGE, m.ACK, m.NACK, m.SUMMARY
+K, A, N, S = ReliabilityType.KNOWLEDGE, ReliabilityType.ACK, ReliabilityType.NACK, ReliabilityType.SUMMARY
 LONG = "x" * (TREE_BYTES_MAX + 1)
 
 

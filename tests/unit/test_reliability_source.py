@@ -24,9 +24,9 @@ def source() -> Source:
     return Source("p", "me:1", CONFIG, lambda channel: [channel, "#"])
 
 
-def knowledge(effect: PublishOnTree) -> messages.Knowledge:
+def knowledge(effect: PublishOnTree) -> messages.KnowledgeMessage:
     decoded = messages.decode(effect.event[1])
-    assert isinstance(decoded, messages.Knowledge)
+    assert isinstance(decoded, messages.KnowledgeMessage)
     return decoded
 
 
@@ -128,8 +128,8 @@ def test_a_records_trees_are_those_of_its_channel_whatever_its_encoding(pubend, 
     decoding it, and any other layout is decoded."""
     src = Source(pubend, "me:1", CONFIG, lambda ch: [ch, "#"])
     rec = msgpack.packb([pubend, tick, channel, {}, "s", "i", b"x"])
-    assert src._record_trees(rec) == [channel, "#"]
-    assert src._record_trees(rec) == [channel, "#"]  # again, the same
+    assert src.record_trees(rec) == [channel, "#"]
+    assert src.record_trees(rec) == [channel, "#"]  # again, the same
 
 
 def windowed(window_bytes: int) -> Source:

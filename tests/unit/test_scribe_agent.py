@@ -14,6 +14,7 @@ from tidings.core.multicast.effects import ChildAdded, DeliverLocal, ParentSuspe
 from tidings.core.multicast.trees import tree_key
 from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteMessage, RouteTo
 from tidings.core.overlay.node_id import NodeRef, ring_distance
+from tidings.core.wire.types import ScribeType
 
 from .scribe_harness import SECOND, node
 
@@ -51,61 +52,61 @@ def joined_child(parent=B) -> ScribeAgent:
 def test_subscribe_routes_a_subscribe_and_its_own_forward_passes_through():
     agent = ScribeAgent(ME)
     (route,) = agent.subscribe(0, TREE, extra=[7])
-    assert route == RouteTo(KEY, m.Subscribe(TREE, ME, [7]).to_wire())
+    assert route == RouteTo(KEY, m.ScribeSubscribe(TREE, ME, [7]).to_wire())
     effects, onward = agent.on_forward(0, Forward(RouteMessage(KEY, ME, 0, route.payload), A))
     assert effects == [] and onward is not None
 
 
 def test_forward_adopts_the_child_and_joins_when_not_yet_in_the_tree():
     agent = ScribeAgent(ME)
-    effects, onward = forward(agent, m.Subscribe(TREE, A, "x"))
+    effects, onward = forward(agent, m.ScribeSubscribe(TREE, A, "x"))
     assert onward is None
     assert effects == [
         PeerSend(A.address, m.Heartbeat((TREE,)).to_wire()),
         ChildAdded(TREE, A, "x"),
-        RouteTo(KEY, m.Subscribe(TREE, ME, "x").to_wire()),  # a new forwarder passes its child's extra on
+        RouteTo(KEY, m.ScribeSubscribe(TREE, ME, "x").to_wire()),  # a new forwarder passes its child's extra on
     ]
-    effects, onward = forward(agent, m.Subscribe(TREE, C))
+    effects, onward = forward(agent, m.ScribeSubscribe(TREE, C))
     assert onward is None and not [e for e in effects if type(e) is RouteTo]
     assert agent.status()[0]["children"] == [A.address, C.address]
 
 
 def test_forward_lets_publish_create_and_the_parents_own_subscribe_pass():
     agent = joined_child(parent=B)
-    for message in (m.Publish(TREE, ["e"]), m.Create(TREE, m.TreeMetadata("x")), m.Subscribe(TREE, B)):
+    for message in (m.ScribePublish(TREE, ["e"]), m.Create(TREE, m.TreeMetadata("x")), m.ScribeSubscribe(TREE, B)):
         effects, onward = forward(agent, message)
         assert effects == [] and onward is not None
 
 
 def test_event_goes_to_children_and_local_members_only_from_the_parent():
     agent = joined_child(parent=B)
-    forward(agent, m.Subscribe(TREE, A))
+    forward(agent, m.ScribeSubscribe(TREE, A))
     effects = agent.handle(1, B, m.TreeEvent(TREE, ["e"]).to_wire())
     assert DeliverLocal(TREE, ["e"]) in effects
     assert sends(effects) == [(A.address, m.TreeEvent(TREE, ["e"]))]
     stranger = agent.handle(2, C, m.TreeEvent(TREE, ["e"]).to_wire())
-    assert stranger == [PeerSend(C.address, m.Unsubscribe(TREE).to_wire())]
+    assert stranger == [PeerSend(C.address, m.ScribeUnsubscribe(TREE).to_wire())]
     assert agent.handle(2, C, m.Heartbeat((TREE, "other")).to_wire()) == [
-        PeerSend(C.address, m.Unsubscribe(TREE).to_wire()),
-        PeerSend(C.address, m.Unsubscribe("other").to_wire()),
+        PeerSend(C.address, m.ScribeUnsubscribe(TREE).to_wire()),
+        PeerSend(C.address, m.ScribeUnsubscribe("other").to_wire()),
     ]
 
 
 def test_heartbeats_are_skipped_for_children_that_just_got_an_event():
     agent = joined_child(parent=B)
-    forward(agent, m.Subscribe(TREE, A))
-    forward(agent, m.Subscribe(TREE, C))
+    forward(agent, m.ScribeSubscribe(TREE, A))
+    forward(agent, m.ScribeSubscribe(TREE, C))
     assert agent.next_deadline() == SECOND
     agent.handle(SECOND // 2, B, m.TreeEvent(TREE, ["e"]).to_wire())
-    assert sends(agent.handle_timeout(SECOND), m.HEARTBEAT) == []
-    beats = sends(agent.handle_timeout(2 * SECOND), m.HEARTBEAT)
+    assert sends(agent.handle_timeout(SECOND), ScribeType.HEARTBEAT) == []
+    beats = sends(agent.handle_timeout(2 * SECOND), ScribeType.HEARTBEAT)
     assert beats == [(A.address, m.Heartbeat((TREE,))), (C.address, m.Heartbeat((TREE,)))]
 
 
 def test_refresh_goes_to_the_parent_and_keeps_the_child():
     config = ScribeConfig()
     agent = joined_child(parent=B)
-    forward(agent, m.Subscribe(TREE, A))
+    forward(agent, m.ScribeSubscribe(TREE, A))
     now = 0
     for _ in range(40):
         now += SECOND
@@ -123,19 +124,19 @@ def test_a_silent_parent_is_suspected_and_the_repair_can_carry_extra():
     assert agent.handle_timeout(2 * SECOND) == []
     effects = agent.handle_timeout(3 * SECOND)
     suspected, route = [e for e in effects if type(e) in (ParentSuspected, RouteTo)]
-    assert suspected == ParentSuspected(TREE, m.Subscribe(TREE, ME))
+    assert suspected == ParentSuspected(TREE, m.ScribeSubscribe(TREE, ME))
     assert route == RouteTo(KEY, suspected.subscribe.to_wire())
     (_, extended) = extend_repairs([suspected, route], lambda upcall: {"since": 9})
-    assert m.decode(extended.payload) == m.Subscribe(TREE, ME, {"since": 9})
+    assert m.decode(extended.payload) == m.ScribeSubscribe(TREE, ME, {"since": 9})
 
 
 def test_extend_repairs_touches_only_the_route_right_after_the_upcall():
-    other = RouteTo(KEY, m.Subscribe(TREE, A).to_wire())
-    suspected = ParentSuspected(TREE, m.Subscribe(TREE, ME))
+    other = RouteTo(KEY, m.ScribeSubscribe(TREE, A).to_wire())
+    suspected = ParentSuspected(TREE, m.ScribeSubscribe(TREE, ME))
     effects = [other, suspected, RouteTo(KEY, suspected.subscribe.to_wire()), other]
     out = extend_repairs(effects, lambda upcall: 5)
     assert out[0] == other and out[1] == suspected and out[3] == other
-    assert m.decode(out[2].payload) == m.Subscribe(TREE, ME, 5)
+    assert m.decode(out[2].payload) == m.ScribeSubscribe(TREE, ME, 5)
 
 
 def test_unsubscribing_before_the_parent_is_known_prunes_the_late_parent():
@@ -144,12 +145,12 @@ def test_unsubscribing_before_the_parent_is_known_prunes_the_late_parent():
     assert agent.unsubscribe(0, TREE) == []
     assert agent.status() == []
     late = agent.handle(1, B, m.Heartbeat((TREE,)).to_wire())
-    assert late == [PeerSend(B.address, m.Unsubscribe(TREE).to_wire())]
+    assert late == [PeerSend(B.address, m.ScribeUnsubscribe(TREE).to_wire())]
 
 
 def test_node_failed_repairs_a_parent_at_once_and_drops_a_child():
     agent = joined_child(parent=B)
-    forward(agent, m.Subscribe(TREE, A))
+    forward(agent, m.ScribeSubscribe(TREE, A))
     assert [type(e) for e in agent.node_failed(0, A)] == []
     assert agent.status()[0]["children"] == []
     assert [type(e) for e in agent.node_failed(0, B)] == [ParentSuspected, RouteTo]
@@ -158,10 +159,11 @@ def test_node_failed_repairs_a_parent_at_once_and_drops_a_child():
 
 def test_unsubscribe_waits_for_the_children_then_tells_the_parent():
     agent = joined_child(parent=B)
-    forward(agent, m.Subscribe(TREE, A))
+    forward(agent, m.ScribeSubscribe(TREE, A))
     assert agent.unsubscribe(0, TREE) == []
     assert agent.status()[0]["role"] == "forwarder"
-    assert agent.handle(0, A, m.Unsubscribe(TREE).to_wire()) == [PeerSend(B.address, m.Unsubscribe(TREE).to_wire())]
+    leave = m.ScribeUnsubscribe(TREE).to_wire()
+    assert agent.handle(0, A, leave) == [PeerSend(B.address, leave)]
     assert agent.status() == []
     assert agent.handle_timeout(SECOND) == [] and agent.next_deadline() is None
 
@@ -181,29 +183,29 @@ def test_the_root_keeps_and_replicates_metadata_to_the_k_nearest():
 def test_a_node_becoming_root_takes_the_metadata_from_its_replica():
     agent = ScribeAgent(ME)
     agent.handle(0, A, m.Replica(TREE, m.TreeMetadata("alice")).to_wire())
-    deliver(agent, m.Subscribe(TREE, B))
+    deliver(agent, m.ScribeSubscribe(TREE, B))
     (entry,) = agent.status()
     assert entry["role"] == "root" and entry["creator"] == "alice" and entry["children"] == [B.address]
 
 
 def test_a_forwarder_that_becomes_root_leaves_its_old_parent():
     agent = joined_child(parent=B)
-    effects = deliver(agent, m.Subscribe(TREE, C))
-    assert sends(effects, m.UNSUBSCRIBE) == [(B.address, m.Unsubscribe(TREE))]
+    effects = deliver(agent, m.ScribeSubscribe(TREE, C))
+    assert sends(effects, ScribeType.UNSUBSCRIBE) == [(B.address, m.ScribeUnsubscribe(TREE))]
     assert agent.status()[0]["role"] == "root+member"
 
 
 def test_publish_to_an_empty_root_answers_tree_empty_and_a_join_answers_tree_active():
     root = ScribeAgent(ME)
-    assert deliver(root, m.Publish(TREE, ["e"]), source=A) == [PeerSend(A.address, m.TreeEmpty(TREE).to_wire())]
+    assert deliver(root, m.ScribePublish(TREE, ["e"]), source=A) == [PeerSend(A.address, m.TreeEmpty(TREE).to_wire())]
     assert root.status() == []
-    effects = deliver(root, m.Subscribe(TREE, B))
+    effects = deliver(root, m.ScribeSubscribe(TREE, B))
     assert (A.address, m.TreeActive(TREE)) in sends(effects)
     publisher = ScribeAgent(A)
     publisher.handle(0, ME, m.TreeEmpty(TREE).to_wire())
     assert publisher.publish(1, TREE, ["e"]) == []
     publisher.handle(2, ME, m.TreeActive(TREE).to_wire())
-    assert publisher.publish(3, TREE, ["e"]) == [RouteTo(KEY, m.Publish(TREE, ["e"]).to_wire())]
+    assert publisher.publish(3, TREE, ["e"]) == [RouteTo(KEY, m.ScribePublish(TREE, ["e"]).to_wire())]
 
 
 def test_limits_trees_children_and_remembered_publishers():
@@ -214,14 +216,14 @@ def test_limits_trees_children_and_remembered_publishers():
     with pytest.raises(TidingsError) as info:
         agent.subscribe(0, "z")
     assert info.value.code == "too-many-trees"
-    assert forward(agent, m.Subscribe("z", A))[1] is not None, "full: a node further on takes it"
-    forward(agent, m.Subscribe("x", A))
-    assert forward(agent, m.Subscribe("x", B))[1] is not None, "children table full"
+    assert forward(agent, m.ScribeSubscribe("z", A))[1] is not None, "full: a node further on takes it"
+    forward(agent, m.ScribeSubscribe("x", A))
+    assert forward(agent, m.ScribeSubscribe("x", B))[1] is not None, "children table full"
 
     root = ScribeAgent(ME, config)
     for publisher in (A, B, C):
-        deliver(root, m.Publish(TREE, ["e"]), source=publisher)
-    actives = sends(deliver(root, m.Subscribe(TREE, node("d"))), m.TREE_ACTIVE)
+        deliver(root, m.ScribePublish(TREE, ["e"]), source=publisher)
+    actives = sends(deliver(root, m.ScribeSubscribe(TREE, node("d"))), ScribeType.TREE_ACTIVE)
     assert [address for address, _ in actives] == [B.address, C.address]
 
     publisher = ScribeAgent(A, config)
@@ -233,12 +235,12 @@ def test_limits_trees_children_and_remembered_publishers():
 def test_wrong_kinds_and_garbage_raise_protocol_error():
     agent = ScribeAgent(ME)
     bad = [
-        lambda: agent.handle(0, A, m.Subscribe(TREE, A).to_wire()),
-        lambda: agent.handle(0, A, [m.EVENT, TREE]),
+        lambda: agent.handle(0, A, m.ScribeSubscribe(TREE, A).to_wire()),
+        lambda: agent.handle(0, A, [ScribeType.EVENT, TREE]),
         lambda: agent.handle(0, A, "garbage"),
         lambda: agent.on_forward(0, Forward(routed(m.TreeEvent(TREE, [])), B)),
         lambda: agent.on_deliver(0, Deliver(routed(m.Heartbeat((TREE,))))),
-        lambda: agent.on_deliver(0, Deliver(RouteMessage(KEY, A, 0, [m.SUBSCRIBE, TREE, "x", None]))),
+        lambda: agent.on_deliver(0, Deliver(RouteMessage(KEY, A, 0, [ScribeType.SUBSCRIBE, TREE, "x", None]))),
     ]
     for call in bad:
         with pytest.raises(ProtocolError) as info:
@@ -249,7 +251,7 @@ def test_wrong_kinds_and_garbage_raise_protocol_error():
 PEERS = st.sampled_from([A, B, C])
 TREES = st.sampled_from([TREE, "u", "v"])
 DIRECT = st.one_of(
-    st.builds(m.Unsubscribe, TREES),
+    st.builds(m.ScribeUnsubscribe, TREES),
     st.builds(m.TreeEvent, TREES, st.just(["e"])),
     st.builds(m.Heartbeat, st.lists(TREES, min_size=1, max_size=3).map(tuple)),
     st.builds(m.Refresh, st.lists(TREES, min_size=1, max_size=3).map(tuple)),
@@ -258,8 +260,8 @@ DIRECT = st.one_of(
     st.builds(m.TreeActive, TREES),
 )
 ROUTED = st.one_of(
-    st.builds(m.Subscribe, TREES, PEERS, st.none()),
-    st.builds(m.Publish, TREES, st.just(["e"])),
+    st.builds(m.ScribeSubscribe, TREES, PEERS, st.none()),
+    st.builds(m.ScribePublish, TREES, st.just(["e"])),
     st.builds(m.Create, TREES, st.just(m.TreeMetadata("z"))),
 )
 STEP = st.one_of(

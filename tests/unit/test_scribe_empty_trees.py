@@ -45,7 +45,7 @@ def test_a_root_whose_key_moves_away_releases_its_empty_tree_publishers():
     key = tree_key("t")
     root = ScribeAgent(NodeRef(key + 10, "root:7000"))
     pub = node("pub")
-    effects = root.on_deliver(0, Deliver(RouteMessage(key, pub, 2, m.Publish("t", ["e"]).to_wire())))
+    effects = root.on_deliver(0, Deliver(RouteMessage(key, pub, 2, m.ScribePublish("t", ["e"]).to_wire())))
     assert effects == [PeerSend(pub.address, m.TreeEmpty("t").to_wire())]
     assert root.leaf_set_changed(SECOND, [NodeRef(key + 20, "far:7000")]) == []
     moved = root.leaf_set_changed(SECOND, [NodeRef(key + 1, "closer:7000")])

@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 
 from tidings.core.auth.rules import Rule
 from tidings.core.channels import pattern_matches
-from tidings.core.multicast import messages as m
 from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.multicast.effects import ChildAdded, EventForwarded, ParentSuspected
 from tidings.core.multicast.trees import publish_trees, subscription_tree, tree_key
 from tidings.core.overlay.node_id import closer
+from tidings.core.wire.types import ScribeType
 
 from .scribe_harness import SECOND, Network, node
 
@@ -315,7 +315,8 @@ def test_one_heartbeat_message_per_child_carries_all_shared_trees():
         net.subscribe(child, tree)
     net.trace.clear()
     net.advance(2 * SECOND)
-    beats = [item for _, kind, to, item in net.trace if kind == "direct" and to == child and item[1][0] == m.HEARTBEAT]
+    beats = [item for _, kind, to, item in net.trace
+             if kind == "direct" and to == child and item[1][0] == ScribeType.HEARTBEAT]
     parents = {net.tree_status(t)[child]["parent"] for t in trees}
     assert len(beats) <= 2 * len(parents)
     assert sum(len(item[1][1]) for item in beats) == 2 * len(trees)

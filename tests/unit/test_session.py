@@ -4,7 +4,7 @@ import pytest
 
 from tidings.core.errors import ChannelError, FilterError, TidingsError
 from tidings.core.event import datetime_to_tick
-from tidings.core.session import ClientSession, start_spec
+from tidings.core.session.client_session import ClientSession, start_spec
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
 

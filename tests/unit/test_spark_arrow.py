@@ -156,7 +156,7 @@ def records(events: list[Event]) -> tuple[bytes, int]:
     """A RECORDS blob of `events` as the broker sends it (a msgpack array of their records as
     logged), and its count."""
     return msgpack.packb([[e.pubend, e.tick, e.channel, e.attributes, e.service, e.instance, e.payload,
-                           *([True] if e.authenticated else [])]  # as the broker stamps it (core/intake.py)
+                           *([True] if e.authenticated else [])]  # as the broker stamps it (core/publish/intake.py)
                           for e in events]), len(events)
 
 

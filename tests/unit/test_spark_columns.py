@@ -160,3 +160,19 @@ def test_a_repeated_attribute_name_or_bad_utf8_is_left_to_python() -> None:
         compiled, python = both(lambda raw=raw: arrow.records_to_batch(records_blob([raw]), 1, arrow_schema(),
                                                                        "pe-1", 0, 9))
         assert compiled == python
+
+
+def test_the_compiled_decoder_reads_the_one_record_definition() -> None:
+    """_columns.c keeps its own reading of an event body; its field list and its two lengths are
+    EventRecord's (core/event.py)."""
+    import re
+    from pathlib import Path
+
+    from tidings.core.event import RECORD_LENGTHS, EventRecord
+
+    source = (Path(arrow.__file__).parent / "_columns.c").read_text()
+    listed = re.search(r"the msgpack array \[([^\]]+)\]", source)
+    assert listed is not None and [f.strip() for f in listed[1].split(",")] == list(EventRecord._fields[:-1])
+    lengths = {name: int(value) for name, value in re.findall(r"#define (RECORD_FIELDS\w*) (\d+)", source)}
+    assert (lengths["RECORD_FIELDS"], lengths["RECORD_FIELDS_FLAGGED"]) == RECORD_LENGTHS
+    assert EventRecord._fields[-1] == "authenticated"

@@ -329,7 +329,7 @@ def test_plan_reads_every_requested_retained_tick_once(
 
 
 def test_batch_offsets_take_earliest_latest_json_offsets_and_tokens() -> None:
-    from tidings.core.checkpoint import Checkpoint
+    from tidings.core.durable.checkpoint import Checkpoint
     from tidings.spark.offsets import Offset
     from tidings.spark.options import TickVector
 

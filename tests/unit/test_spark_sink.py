@@ -29,8 +29,8 @@ from pyspark.sql.types import (  # noqa: E402
 
 from tidings.client.client import DuplicateResult, PublishResult  # noqa: E402
 from tidings.core.channels import validate_channel  # noqa: E402
-from tidings.core.dedup import PSEQ_MAX  # noqa: E402
 from tidings.core.errors import BrokerError, EventError  # noqa: E402
+from tidings.core.publish.dedup import PSEQ_MAX  # noqa: E402
 from tidings.spark.options import ROWS_PER_PUBLISH_MAX, WriteOptions, parse_write_options  # noqa: E402
 from tidings.spark.producer import (  # noqa: E402
     BATCHES_MAX,

@@ -19,7 +19,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from tests.unit.spark_overlay_fake import BulkReads, FakeBroker
 from tidings.core.channels import pattern_matches
-from tidings.core.checkpoint import Checkpoint
+from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.errors import ConnectionClosed, GapError
 from tidings.core.event import Event
 from tidings.spark.arrow import EVENT_SCHEMA

@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from tidings.core import connection, peers
 from tidings.core.auth.guard import Guard
+from tidings.core.broker import connection
+from tidings.core.links import peer_links as peers
 from tidings.core.states import ForbiddenTransition
 from tidings.core.wire import messages
 

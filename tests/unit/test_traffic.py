@@ -1,8 +1,8 @@
-"""ChannelTraffic (core/traffic.py): bounded per-channel counts; and what a subend reports of itself."""
+"""ChannelTraffic (core/publish/traffic.py): bounded per-channel counts; and what a subend reports of itself."""
 
 from tidings.core.filters import parse_filter
-from tidings.core.reliability.subend import Subend
-from tidings.core.traffic import OTHER, ChannelTraffic
+from tidings.core.publish.traffic import OTHER, ChannelTraffic
+from tidings.core.subscription.subend import Subend
 
 
 def test_counts_rank_busiest_first_and_sum_the_rest():

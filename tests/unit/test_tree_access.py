@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.auth.rules import ANY_IDENTITY, PUBLISH, SUBSCRIBE, AccessRules, Rule
-from tidings.core.cluster import ClusterMember
+from tidings.core.broker.cluster import ClusterMember
 from tidings.core.errors import TidingsError
 from tidings.core.multicast import messages as m
-from tidings.core.multicast.access import ACL_ENTRIES_MAX, AclTooLarge, acl_for, admits
+from tidings.core.multicast.access import ACL_ENTRIES_MAX, MEMBERS_PER_SUBSCRIBE_MAX, AclTooLarge, acl_for, admits
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.multicast.effects import AccessChanged, ParentSuspected
 from tidings.core.multicast.trees import subscription_tree, tree_key
@@ -23,6 +23,7 @@ from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteMessa
 from tidings.core.overlay.node import OverlayConfig
 from tidings.core.overlay.node_id import id_to_wire
 from tidings.core.wire import messages
+from tidings.core.wire.types import ScribeType
 
 from .core_harness import Harness, of_type
 from .scribe_harness import SECOND, Network, node
@@ -94,47 +95,47 @@ def test_a_creator_with_too_many_rules_on_a_tree_makes_no_list():
 
 def test_the_root_refuses_a_subscribe_whose_members_it_admits_none_of():
     agent = root_with()
-    effects = deliver(agent, m.Subscribe(TREE, B, None, (("x", "t/#"), ("x", "t/+/a"))))
+    effects = deliver(agent, m.ScribeSubscribe(TREE, B, None, (("x", "t/#"), ("x", "t/+/a"))))
     assert sends(effects) == [(B.address, m.Access(TREE, META))]
     assert agent.children(TREE) == []
 
 
 def test_the_root_adopts_a_subscribe_it_admits_one_member_of_and_sends_the_list_after_the_heartbeat():
     agent = root_with()
-    effects = deliver(agent, m.Subscribe(TREE, B, None, (("x", "t/#"), ("owner", "t/a"))))
+    effects = deliver(agent, m.ScribeSubscribe(TREE, B, None, (("x", "t/#"), ("owner", "t/a"))))
     assert sends(effects) == [(B.address, m.Heartbeat((TREE,))), (B.address, m.Access(TREE, META))]
     assert agent.children(TREE) == [B.address]
 
 
 def test_a_subscribe_naming_no_member_is_a_forwarders_and_is_adopted():
     agent = root_with()
-    deliver(agent, m.Subscribe(TREE, B))
+    deliver(agent, m.ScribeSubscribe(TREE, B))
     assert agent.children(TREE) == [B.address]
 
 
 def test_a_child_that_asks_again_for_excluded_members_only_is_dropped():
     agent = root_with()
-    deliver(agent, m.Subscribe(TREE, B))
-    effects = deliver(agent, m.Subscribe(TREE, B, None, (("x", "t/#"),)))
+    deliver(agent, m.ScribeSubscribe(TREE, B))
+    effects = deliver(agent, m.ScribeSubscribe(TREE, B, None, (("x", "t/#"),)))
     assert sends(effects) == [(B.address, m.Access(TREE, META))] and agent.children(TREE) == []
 
 
 def test_an_open_tree_refuses_nobody():
     agent = root_with(m.TreeMetadata("owner", None, A.address))
-    deliver(agent, m.Subscribe(TREE, B, None, (("x", "t/#"),)))
+    deliver(agent, m.ScribeSubscribe(TREE, B, None, (("x", "t/#"),)))
     assert agent.children(TREE) == [B.address]
 
 
 def test_only_the_first_creator_changes_the_list_and_a_change_goes_down_the_tree():
     agent = root_with()
-    deliver(agent, m.Subscribe(TREE, B))
+    deliver(agent, m.ScribeSubscribe(TREE, B))
     looser = m.TreeMetadata("other", (Rule("x", SUBSCRIBE, True, "#"),), C.address)
-    assert sends(deliver(agent, m.Create(TREE, looser), source=C), m.ACCESS) == []
+    assert sends(deliver(agent, m.Create(TREE, looser), source=C), ScribeType.ACCESS) == []
     assert agent.admits(TREE, "x", "t/#") is False and agent.creator(TREE) == "owner"
     wider = m.TreeMetadata("owner", (*OWNER_ONLY, Rule("x", SUBSCRIBE, True, "t/#")), A.address)
     effects = deliver(agent, m.Create(TREE, wider))
     assert AccessChanged(TREE, wider) in effects
-    assert sends(effects, m.ACCESS) == [(B.address, m.Access(TREE, wider))]
+    assert sends(effects, ScribeType.ACCESS) == [(B.address, m.Access(TREE, wider))]
     assert agent.admits(TREE, "x", "t/#") is True
 
 
@@ -154,7 +155,7 @@ def test_a_member_keeps_the_list_from_its_parent_and_passes_it_to_its_children()
     agent = ScribeAgent(ME)
     agent.subscribe(0, TREE, None, (("owner", "t/#"),))
     agent.handle(0, B, m.Heartbeat((TREE,)).to_wire())
-    forward(agent, m.Subscribe(TREE, C))
+    forward(agent, m.ScribeSubscribe(TREE, C))
     assert agent.admits(TREE, "x", "t/#") is None, "no list reached it yet"
     effects = agent.handle(0, B, m.Access(TREE, META).to_wire())
     assert effects[0] == AccessChanged(TREE, META, refused=False)
@@ -162,7 +163,7 @@ def test_a_member_keeps_the_list_from_its_parent_and_passes_it_to_its_children()
     assert agent.admits(TREE, "x", "t/#") is False and agent.admits(TREE, "owner", "t/a") is True
     assert agent.handle(0, A, m.Access(TREE, m.TreeMetadata("forged", None)).to_wire()) == [], \
         "only the parent's list counts once there is one"
-    adopted = forward(agent, m.Subscribe(TREE, A))[0]
+    adopted = forward(agent, m.ScribeSubscribe(TREE, A))[0]
     assert sends(adopted) == [(A.address, m.Heartbeat((TREE,))), (A.address, m.Access(TREE, META))]
 
 
@@ -225,8 +226,7 @@ def test_a_reload_at_the_creator_ends_the_subscriptions_its_new_list_excludes():
     """A lone broker is the rendez-vous point of every tree and their creator: after a reload its
     CREATE changes the list, and the subscription the list now excludes gets `forbidden` and ends
     (the guard alone checks only new subscriptions); one it still admits goes on."""
-    h = Harness()
-    h.broker.guard = Guard(anonymous_with("t/#"), lambda n: b"n" * n)
+    h = Harness(guard=Guard(anonymous_with("t/#"), lambda n: b"n" * n))
     h.apply(h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
     h.connect(1)
     wide, narrow = h.subscribe(1, "t/#"), h.subscribe(1, "t/+/x")
@@ -255,6 +255,26 @@ def test_without_rules_a_broker_creates_nothing_and_every_tree_stays_open():
     assert h.broker.cluster.scribe.created() == []
 
 
+def test_a_broker_names_in_its_subscribe_only_the_members_that_still_stand():
+    """The pairs a broker's SUBSCRIBE names (at most MEMBERS_PER_SUBSCRIBE_MAX) are its standing
+    subscriptions': one that ended is no longer named, and a pair beyond the bound takes its place
+    (else the bound fills with ended ones, and a root whose list admits none of them refuses the
+    branch)."""
+    h = Harness()
+    h.apply(h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    h.connect(1)
+    subs = [h.subscribe(1, f"t/+/p{i}") for i in range(MEMBERS_PER_SUBSCRIBE_MAX + 1)]
+    h.subscribe(1, "t/+/p1")  # a second subscription for one pair
+    h.inbox(1)
+    named = h.broker.cluster.scribe.members
+    assert len(named(TREE)) == MEMBERS_PER_SUBSCRIBE_MAX and ("anonymous", "t/+/p64") not in named(TREE)
+    for sub in subs[:2]:
+        h.send(1, h.sessions[1].unsubscribe(sub))
+    assert of_type(h.inbox(1), messages.Error) == []
+    assert ("anonymous", "t/+/p0") not in named(TREE) and ("anonymous", "t/+/p1") in named(TREE)
+    assert named(TREE)[-1] == ("anonymous", "t/+/p64") and len(named(TREE)) == MEMBERS_PER_SUBSCRIBE_MAX
+
+
 # ---- untrusted peers ----------------------------------------------------------------------------
 
 NEAR_PATTERNS = st.sampled_from(["t/#", "t/+/x", "#", "a/#/b", "", "t/a+", 5, None])
@@ -265,12 +285,12 @@ members = st.one_of(st.lists(st.tuples(st.sampled_from(["x", "", "y" * 400]), NE
                     st.just([["x", "t/#"]] * 65), st.none())
 brokers = st.sampled_from(["", "127.0.0.1:9", None, "b" * 400])
 shaped = st.one_of(
-    st.tuples(acls, brokers).map(lambda t: [m.ACCESS, TREE, "owner", t[0], t[1]]),
-    st.tuples(acls, brokers).map(lambda t: [m.REPLICA, TREE, "owner", t[0], t[1]]),
+    st.tuples(acls, brokers).map(lambda t: [ScribeType.ACCESS, TREE, "owner", t[0], t[1]]),
+    st.tuples(acls, brokers).map(lambda t: [ScribeType.REPLICA, TREE, "owner", t[0], t[1]]),
     st.tuples(acls, brokers).map(lambda t: [64, id_to_wire(KEY), [id_to_wire(9), "127.0.0.1:9"], 1,
-                                            [m.CREATE, TREE, "owner", t[0], t[1]]]),
+                                            [ScribeType.CREATE, TREE, "owner", t[0], t[1]]]),
     members.map(lambda ms: [64, id_to_wire(KEY), [id_to_wire(9), "127.0.0.1:9"], 1,
-                            [m.SUBSCRIBE, TREE, [id_to_wire(9), "127.0.0.1:9"], None, ms]]),
+                            [ScribeType.SUBSCRIBE, TREE, [id_to_wire(9), "127.0.0.1:9"], None, ms]]),
 )
 
 

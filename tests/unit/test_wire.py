@@ -7,6 +7,7 @@ from tidings.core.errors import ProtocolError
 from tidings.core.event import event_from_fields
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder, frame
+from tidings.core.wire.types import ClientType
 
 
 @settings(max_examples=200, deadline=None)
@@ -46,7 +47,7 @@ def test_span_frame_carries_the_log_bytes_as_they_are(size):
     body = FrameDecoder(1 << 20).feed(messages.span(4, 10, 99, blob))[0]
     assert messages.decode_broker_message(body) == messages.Span(4, 10, 99, blob)
     with pytest.raises(ProtocolError, match="SPAN blob must be binary"):
-        messages.decode_broker_message(msgpack.packb([messages.SPAN, 4, 10, 99, "text"]))
+        messages.decode_broker_message(msgpack.packb([ClientType.SPAN, 4, 10, 99, "text"]))
 
 
 def test_array_header_sizes():
@@ -58,10 +59,11 @@ def test_array_header_sizes():
 
 @pytest.mark.parametrize(("body", "code"), [
     (b"\xc1", "bad-message"), (msgpack.packb({"a": 1}), "bad-message"), (msgpack.packb([99]), "unknown-message"),
-    (msgpack.packb([messages.PUBLISH, -1, []]), "bad-message"), (msgpack.packb([messages.PUBLISH, 1]), "bad-message"),
-    (msgpack.packb([messages.SUBSCRIBE, 1, "a", None, ["sometime"], None]), "bad-message"),
-    (msgpack.packb([messages.SUBSCRIBE, 1, "a", 5, ["now"], None]), "bad-message"),
-    (msgpack.packb([messages.READ, 1, "a", None, 0, 9, "yes"]), "bad-message"),
+    (msgpack.packb([ClientType.PUBLISH, -1, []]), "bad-message"),
+    (msgpack.packb([ClientType.PUBLISH, 1]), "bad-message"),
+    (msgpack.packb([ClientType.SUBSCRIBE, 1, "a", None, ["sometime"], None]), "bad-message"),
+    (msgpack.packb([ClientType.SUBSCRIBE, 1, "a", 5, ["now"], None]), "bad-message"),
+    (msgpack.packb([ClientType.READ, 1, "a", None, 0, 9, "yes"]), "bad-message"),
 ])
 def test_malformed_client_messages_name_the_problem(body, code):
     with pytest.raises(ProtocolError) as info:

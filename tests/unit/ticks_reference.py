@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidings.core.reliability.ticks import TICK_MAX, Curiosity, Knowledge
+from tidings.core.event import TICK_MAX
+from tidings.core.reliability.ticks import Curiosity, Knowledge
 
 LOW_MAX = 200
 HIGH_MIN = TICK_MAX - 200

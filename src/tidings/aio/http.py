@@ -5,8 +5,9 @@ aiohttp serves it on the broker's own event loop, so a request reads the core's 
 inputs, never in the middle of one: no locks, no torn counters, and nothing on the hot path (the
 counters already exist in the core; this module only reads them). `/metrics` is written by
 prometheus_client from a registry holding one collector, `BrokerCollector`, which turns the broker's
-status into typed metric families at scrape time: counters end in `_total`, gauges carry their unit
-in their name, peers and trees carry labels. A status key the core does not report (a broker
+status into typed metric families at scrape time: each figure as core/broker/metrics.py declares it
+(counters end in `_total`, gauges carry their unit in their name); peers, trees, connections,
+channels and refusals carry labels. A status key the core does not report (a broker
 outside any overlay has no peers) is simply absent from the scrape.
 """
 
@@ -23,48 +24,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from tidings.aio.dashboard import ClusterView, Dashboard
+from tidings.core.broker import metrics
 
 PREFIX = "tidings_"
-# status key -> (metric name without prefix, help); each a count since the broker started
-COUNTERS = {
-    "events_published": ("events_published", "events logged by this broker's pubend (acknowledged)"),
-    "events_rejected": ("events_rejected", "published events this broker refused"),
-    "events_delivered": ("events_delivered", "events delivered to this broker's subscribers"),
-    "read_span_bytes": ("read_span_bytes", "bytes of the log sent to bulk readers as they are (SPAN), whose events "
-                        "are not counted in events_delivered"),
-    "events_remote_delivered": ("events_remote_delivered",
-                                "events from other brokers' pubends delivered to this broker's subscribers"),
-    "peer_messages_rejected": ("peer_messages_rejected", "malformed messages from other brokers"),
-    "leases_expired": ("leases_expired", "subscription leases that ran out (their subscriptions were removed)"),
-    "dedup_duplicates": ("publish_duplicates", "idempotent publishes answered with an earlier tick, not logged"),
-    "dedup_forgotten_early": ("dedup_entries_evicted",
-                              "dedup entries forgotten before their time by dedup_entries_max or dedup_producers_max"),
-    "pfs_records_written": ("pfs_records_written", "PFS records: ticks that matched a durable registration here"),
-    "pfs_catchups": ("pfs_catchups", "durable catchups the PFS told which ticks matched them"),
-    "pfs_ticks_silenced": ("pfs_ticks_silenced", "ticks durable catchups did not fetch (the PFS said no match)"),
-}
-# status key -> (metric name without prefix, help); each a current value
-GAUGES = {
-    "clients": ("clients", "client connections open"),
-    "leases_held": ("leases_held", "client connections holding a subscription lease"),
-    "subscriptions": ("subscriptions", "subscriptions of this broker's clients"),
-    "subscriptions_live": ("subscriptions_live", "subscriptions receiving live events"),
-    "catchup_readers": ("subscriptions_catching_up", "subscriptions reading the log to catch up"),
-    "blocked_connections": ("connections_blocked", "connections whose send queue is full"),
-    "partial_frame_bytes": ("partial_frame_bytes", "bytes held in partial frames, of partial_frames_bytes_max"),
-    "pending_sync_batches": ("pending_sync_batches", "publish batches written but not yet fsynced"),
-    "pending_sync_bytes": ("pending_sync_bytes", "bytes written but not yet fsynced"),
-    "paused_publishers": ("publishers_paused", "publishers not read until the disk catches up"),
-    "log_bytes": ("log_bytes", "size of the pubend log on disk"),
-    "log_records": ("log_records", "events held in the pubend log"),
-    "first_tick": ("log_first_tick", "the oldest retained tick (microseconds since the epoch)"),
-    "last_tick": ("log_last_tick", "the newest durable tick (microseconds since the epoch)"),
-    "released_through": ("log_released_through_tick", "ticks up to this one were released by retention"),
-    "dedup_producers": ("dedup_producers", "producers with entries in the idempotent-publish window"),
-    "dedup_entries": ("dedup_entries", "entries (runs of consecutive producer sequences) in the window"),
-    "dedup_horizon": ("dedup_horizon_tick", "idempotent publishes logged at or below this tick are forgotten"),
-    "pfs_streams": ("pfs_streams", "(tree, pubend) streams the PFS records"),
-}
 
 
 class BrokerCollector(Collector):
@@ -75,12 +37,9 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         st = self._status()
-        for key, (name, text) in COUNTERS.items():
-            if isinstance(st.get(key), int):
-                yield CounterMetricFamily(PREFIX + name, text, value=st[key])
-        for key, (name, text) in GAUGES.items():
-            if isinstance(st.get(key), int):
-                yield GaugeMetricFamily(PREFIX + name, text, value=st[key])
+        for figure, value in metrics.reported(st):  # each declared once (core/broker/metrics.py)
+            family = CounterMetricFamily if figure.kind is metrics.COUNTER else GaugeMetricFamily
+            yield family(PREFIX + figure.name, figure.help, value=value)
         overlay = st.get("overlay")
         info = {"pubend": str(st.get("pubend", ""))}
         if overlay:
@@ -94,7 +53,7 @@ class BrokerCollector(Collector):
         if "trees" in st:
             yield from _trees(st["trees"])
         if "delivery" in st:
-            yield from _delivery(st["delivery"])
+            yield from _streams(st["delivery"])
         yield from _connections(st.get("connections") or [])
         yield from _channels(st.get("channels") or {})
         yield _client_errors(st.get("client_errors") or {})
@@ -138,7 +97,7 @@ def _peers(peers: list[dict[str, Any]]) -> Iterator[Metric]:
 
 
 def _peer_refusals(refusals: dict[str, dict[str, int]]) -> Metric:
-    """Peer handshakes refused (core/peers.py), by the side this broker played and the reason."""
+    """Peer handshakes refused (core/links/peer_links.py), by the side this broker played and the reason."""
     family = CounterMetricFamily(PREFIX + "peer_refusals", "peer handshakes that ended without a link: side "
                                  "acceptor (this broker refused a broker that dialled it) or dialler (the broker "
                                  "it dialled refused it, or failed its check), and why", labels=["side", "reason"])
@@ -158,27 +117,7 @@ def _trees(trees: list[dict[str, Any]]) -> Iterator[Metric]:
     yield roles
 
 
-# reliability node status key -> (metric name without prefix, help); counts since the broker started
-DELIVERY_COUNTERS = {
-    "nacks_sent": ("nacks_sent", "nacks this broker sent upstream for ticks it lacked"),
-    "nack_ticks_sent": ("nack_ticks_sent", "ticks asked for in the nacks this broker sent"),
-    "retransmissions_sent": ("retransmissions_sent", "knowledge this broker retransmitted from its cache"),
-    "peer_errors": ("delivery_messages_rejected", "malformed delivery messages from other brokers"),
-    "total_order_late": ("total_order_late_events", "events that reached a total-order merge too late"),
-}
-SOURCE_COUNTERS = {
-    "nacks_received": ("nacks_received", "nacks this broker's pubend received"),
-    "ticks_retransmitted": ("ticks_retransmitted", "ticks this broker's pubend re-sent from its log"),
-    "records_read": ("nack_records_read", "records this broker's pubend read back from its log to answer nacks"),
-}
-
-
-def _delivery(delivery: dict[str, Any]) -> Iterator[Metric]:
-    source = delivery.get("source") or {}
-    for values, table in ((delivery, DELIVERY_COUNTERS), (source, SOURCE_COUNTERS)):
-        for key, (name, text) in table.items():
-            if isinstance(values.get(key), int):
-                yield CounterMetricFamily(PREFIX + name, text, value=values[key])
+def _streams(delivery: dict[str, Any]) -> Iterator[Metric]:
     lag = GaugeMetricFamily(PREFIX + "stream_doubt_ticks", "ticks between what a stream delivered (its horizon) "
                             "and the newest tick it knows of, per tree and pubend", labels=["tree", "pubend"])
     cache = GaugeMetricFamily(PREFIX + "stream_cache_bytes", "knowledge cached for retransmission, per tree and "
@@ -223,7 +162,7 @@ def _channels(channels: dict[str, int]) -> Iterator[Metric]:
 
 
 def _client_errors(by_reason: dict[str, int]) -> Metric:
-    """Every refusal of a client, by its error code (core/refusals.py): a code added later is a
+    """Every refusal of a client, by its error code (core/broker/refusals.py): a code added later is a
     new label value, counted with no change here."""
     family = CounterMetricFamily(PREFIX + "client_errors", "refusals of clients (an ERROR about what the client "
                                  "sent: bad frames and messages, handshakes, auth, limits, access), by error code",

@@ -24,6 +24,11 @@ class RateLimitedLog:
         self.keys_max = keys_max
         self._keys: dict[str, tuple[float, int]] = {}  # key -> (when last logged, lines held back since)
 
+    @property
+    def keys(self) -> list[str]:
+        """The keys remembered now, oldest first (at most keys_max, and one shared by the rest)."""
+        return list(self._keys)
+
     def log(self, level: int, key: str, msg: str, *args: object) -> bool:
         """Log `msg % args` unless a line for `key` was logged within the interval (then count it);
         True when logged."""

@@ -19,9 +19,9 @@ transport's write-buffer high-water mark is `send_queue_bytes_max`: past it the 
 SendBlocked and stops queueing live events for that connection (they are read back from the log
 later), which keeps memory bounded however slow a subscriber is.
 
-Reading follows the core: PauseReading and ResumeReading (core/connection.py Hold: the disk, the
+Reading follows the core: PauseReading and ResumeReading (core/broker/connection.py Hold: the disk, the
 identity's publish rate, a refusal window) stop and resume the transport's reads. Every refusal of
-a client the core reports (core/refusals.py, at most one line per connection and second) is logged
+a client the core reports (core/broker/refusals.py, at most one line per connection and second) is logged
 as a warning with the client's remote address and how many refusals went unlogged before it.
 """
 
@@ -47,7 +47,8 @@ from tidings.aio.storage_worker import StorageWorker, log_state, restore_dedup
 from tidings.aio.tls import TlsFiles
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthFileError, AuthPolicy
-from tidings.core.broker import Broker
+from tidings.core.broker.broker import Broker
+from tidings.core.broker.refusals import RefusalLine
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import (
     Append,
@@ -86,9 +87,8 @@ from tidings.core.inputs import (
     TimerFired,
     WriteSynced,
 )
+from tidings.core.links.refusals import DIALLER_SIDE
 from tidings.core.overlay.node_id import id_hex
-from tidings.core.peer_refusals import DIALLER_SIDE
-from tidings.core.refusals import RefusalLine
 from tidings.storage import DataDirectoryLock, EventLog, load_or_create_identity
 from tidings.storage.files import read_small_file
 
@@ -99,8 +99,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidings.broker")
 GIL_SWITCH_INTERVAL_S = 0.0005
-DURABLE_FILE = "durable.state"  # the durable subscriptions this broker hosts (core/registrations.py)
-DIRECTORY_FILE = "directory.state"  # the overlay's pubends as this broker knows them (core/directory.py)
+DURABLE_FILE = "durable.state"  # the durable subscriptions this broker hosts (core/durable/registrations.py)
+DIRECTORY_FILE = "directory.state"  # the overlay's pubends as this broker knows them (core/broker/directory.py)
 JOIN_TIMEOUT_S = 60.0  # default bound on joining the overlay through --join
 DRAIN_TIMEOUT_S = 5.0  # default bound on waiting for advised clients to move after SIGTERM
 
@@ -307,7 +307,7 @@ class BrokerServer:
         await self._stopped.wait()
 
     async def drain(self, timeout_s: float) -> None:
-        """SIGTERM: advise every client to move to a neighbour (core/advice.py), wait until those that
+        """SIGTERM: advise every client to move to a neighbour (core/broker/advice.py), wait until those that
         can move have gone and the trees have acknowledged what this pubend logged (at most
         `timeout_s` in all), then stop."""
         if self.core is not None and self._stop_began is None and timeout_s > 0:
@@ -399,7 +399,7 @@ class BrokerServer:
         self._arm_timer()
 
     def _log_refusals(self, lines: list[RefusalLine], dropped: int) -> None:
-        """The core's refusal lines (core/refusals.py: at most one per connection and second)."""
+        """The core's refusal lines (core/broker/refusals.py: at most one per connection and second)."""
         if dropped:
             log.warning("%d more lines about refused clients were not logged (too many at once)", dropped)
         for line in lines:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tidings.core.dedup import DedupWindow
 from tidings.core.inputs import TICK_MARKS, LogState
+from tidings.core.publish.dedup import DedupWindow
 from tidings.storage import EventLog
 from tidings.storage.files import StorageError, write_atomically
 
@@ -39,7 +39,7 @@ DEDUP_READ_BYTES = 1 << 20  # keys read per step while rebuilding the dedup wind
 
 def restore_dedup(window: DedupWindow, log: EventLog, now_us: int) -> int:
     """Rebuild the idempotent-publish window from the log's keyed records younger than the window
-    (core/dedup.py), before the broker serves; returns the records replayed. The read is bounded
+    (core/publish/dedup.py), before the broker serves; returns the records replayed. The read is bounded
     by the window: ticks are microseconds of wall clock. A segment that cannot be read (corrupt)
     is skipped with a warning, as its readers fail and the broker serves on: repeats of the events
     it holds are logged again."""

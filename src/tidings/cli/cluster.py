@@ -175,8 +175,7 @@ def _ready(b: dict[str, Any], deadline: float) -> None:
 def _wait_joined(b: dict[str, Any], deadline: float, credential: str | None) -> None:
     """Wait until the broker reports itself part of the overlay (a broker without one counts)."""
     from tidings import sync
-    from tidings.core.auth.handshake import AUTH_FAILED, AUTH_REQUIRED
-    from tidings.core.errors import TidingsError
+    from tidings.core.errors import AUTH_FAILED, AUTH_REQUIRED, TidingsError
 
     while True:
         try:

@@ -93,8 +93,11 @@ def _plan(cluster: Cluster) -> tuple[BrokerProcess | None, list[str]]:
         return None, [cluster[0].address]
     key = tree_key(subscription_tree(SUBSCRIPTIONS[0][1]))
     ids = {b.address: int(b.node_id or "0", 16) for b in cluster.brokers}
-    victim = min(cluster.brokers, key=functools.cmp_to_key(
-        lambda a, b: -1 if closer(key, ids[a.address], ids[b.address]) else 1))
+
+    def nearer(a: BrokerProcess, b: BrokerProcess) -> int:
+        return -1 if closer(key, ids[a.address], ids[b.address]) else 1
+
+    victim = min(cluster.brokers, key=functools.cmp_to_key(nearer))
     return victim, [b.address for b in cluster.brokers if b is not victim]
 
 

@@ -1,5 +1,5 @@
 """`tidings directory forget`: remove a decommissioned broker's pubend from the overlay's pubend
-directory (core/directory.py, docs/cluster.md#the-pubend-directory).
+directory (core/broker/directory.py, docs/cluster.md#the-pubend-directory).
 
 The directory keeps a pubend whose broker is down, so that a Spark read knows it is incomplete; a
 broker retired for good would then fail every read of its range. The operator forgets its pubend
@@ -20,7 +20,7 @@ from typing import Any
 
 from tidings.aio.server import DIRECTORY_FILE
 from tidings.cli.common import EXIT_INPUT, CliError, emit
-from tidings.core.directory import DirectoryError, forget_saved
+from tidings.core.broker.directory import DirectoryError, forget_saved
 from tidings.storage import DataDirectoryLock, DataDirectoryLocked
 from tidings.storage.files import read_small_file, write_atomically
 from tidings.storage.identity import IDENTITY_FILE

@@ -255,9 +255,9 @@ def plot_routing(report: dict[str, Any], path: str) -> None:
 
 
 def cmd_sim_pastry(args: argparse.Namespace) -> int:
+    from tidings.core.units import SECOND_NS
     from tidings.sim.overlay.experiment import PastryExperiment
     from tidings.sim.overlay.topology import TopologyError
-    from tidings.sim.world import SECOND_NS
 
     try:
         experiment = PastryExperiment(args.nodes, args.seed, lookups=args.lookups, model=args.model,

@@ -106,7 +106,7 @@ def _summary(st: dict[str, Any]) -> list[str]:
     if st.get("draining"):
         rows.append(("draining", "yes: clients are advised to move, then the broker stops"))
     refused = st.get("client_errors")
-    if isinstance(refused, dict):  # core/refusals.py: by error code
+    if isinstance(refused, dict):  # core/broker/refusals.py: by error code
         told = ", ".join(f"{n} {code}" for code, n in refused.items())
         rows.append(("refused", f"clients: {told}" if told else "no client was refused"))
     if st.get("peer_messages_rejected"):

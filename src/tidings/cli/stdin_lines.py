@@ -17,9 +17,11 @@ import os
 import queue
 import threading
 
+from tidings.core.defaults import FRAME_BYTES_MAX
+
 BATCH_LINES_MAX = 1000
 READ_BYTES_MAX = 64 * 1024  # per os.read
-LINE_BYTES_MAX = 8 * 1024 * 1024  # the default frame_bytes_max: no longer line can be an event
+LINE_BYTES_MAX = FRAME_BYTES_MAX  # the default frame_bytes_max: no longer line can be an event
 
 
 class LineTooLong:

@@ -23,11 +23,12 @@ from collections.abc import AsyncIterator, Callable, Collection, Iterable, Seque
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tidings.core import advice, errors
+from tidings.core import errors
 from tidings.core.auth.credentials import NONCE_BYTES, Credential, parse_credential
-from tidings.core.auth.handshake import AUTH_FAILED
-from tidings.core.checkpoint import Checkpoint
+from tidings.core.broker import advice
+from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.errors import (
+    AUTH_FAILED,
     AddressError,
     BrokerError,
     BrokerNotProven,
@@ -41,7 +42,7 @@ from tidings.core.errors import (
     TidingsError,
 )
 from tidings.core.event import Event, event_from_fields
-from tidings.core.session import ClientSession, Start
+from tidings.core.session.client_session import ClientSession, Start
 from tidings.core.wire import messages
 
 BUFFER_EVENTS_MAX = 50_000
@@ -196,7 +197,7 @@ class Subscription:
         self._seen: dict[str, int] = {}  # a plain one's newest tick per pubend (a moved one drops repeats)
         self._floor: dict[str, int] | None = None  # after a move: what it had before, per pubend
         self.position: int | None = None
-        self.checkpoint: Checkpoint | None = None  # a durable subscription's (core/checkpoint.py)
+        self.checkpoint: Checkpoint | None = None  # a durable subscription's (core/durable/checkpoint.py)
         # a durable one's checkpoint after every item received, taken by the application or not
         # (the blocking client's buffer included): where a move or failover resumes it
         self._received: Checkpoint | None = None
@@ -222,6 +223,11 @@ class Subscription:
         if isinstance(item, Gap) and self.on_gap == "raise":
             raise GapError(item.after, item.through, item.pubend)
         return item
+
+    @property
+    def buffered(self) -> list[Any]:
+        """What arrived and waits to be taken, oldest first (a copy; a bulk read's are RECORDS)."""
+        return list(self._items)
 
     @property
     def token(self) -> str:
@@ -330,7 +336,7 @@ class Client:
         self.address = ""
         self.rtt_ns = 0  # HELLO to WELCOME when this connection was made
         self.info: dict[str, Any] = {}  # the broker's WELCOME info
-        self.follow_advice = True  # move to a broker the current one advises (core/advice.py)
+        self.follow_advice = True  # move to a broker the current one advises (core/broker/advice.py)
         self.moves = 0
         # called (old address, new address, why) each time the client goes on at another broker:
         # route advice ("route advice: closer") or failover; the `tidings` command says it on stderr
@@ -418,6 +424,16 @@ class Client:
     def event_bytes_max(self) -> int:
         """The largest payload the broker accepts (from its WELCOME); a larger one is refused."""
         return self._session.event_bytes_max
+
+    @property
+    def reading_paused(self) -> bool:
+        """True while the connection is not read: the subscriptions hold more than buffer_events_max."""
+        return self._reading_paused
+
+    @property
+    def advice_held(self) -> bool:
+        """True while a route advice waits for the client to weigh where to go (see _advised)."""
+        return self._advice_held is not None
 
     # ---- publishing ------------------------------------------------------------------------------
 
@@ -546,7 +562,7 @@ class Client:
         decodes them: tidings.spark.arrow.records_to_batch), in tick order; Gap markers where
         retention released ticks (iterating raises GapError). With `spans`, a broker that offers
         them may also send `messages.Span` items: the log's own bytes, which the reader checks and
-        picks from itself (storage.record.records_in; core/reliability/subend.py). Returns once
+        picks from itself (storage.record.records_in; core/subscription/subend.py). Returns once
         the broker confirmed. For readers that turn records into columns; everyone else wants
         `subscribe`. BrokerError at once from a broker of an older version, which cannot serve it."""
         self._check_open()
@@ -698,7 +714,7 @@ class Client:
                 self._lost(None)
                 self._abort()
 
-    # ---- route advice (core/advice.py) ----------------------------------------------------------
+    # ---- route advice (core/broker/advice.py) ----------------------------------------------------------
 
     def _advised(self, msg: messages.Advice) -> None:
         decoded = advice.decode(msg.reason, msg.entries)
@@ -825,7 +841,7 @@ class Client:
             self._transport.write(frame)
 
     def _renew(self) -> None:
-        """Keep the broker's lease on this connection's subscriptions (core/leases.py) while the
+        """Keep the broker's lease on this connection's subscriptions (core/subscription/leases.py) while the
         connection is open: whether the application reads or not, the client is alive."""
         interval = self._session.renew_interval_ns
         if interval is None or self._closed is not None or self._transport is None:
@@ -894,7 +910,7 @@ class Client:
 
     def _error(self, msg: messages.Error) -> None:
         exc = BrokerError(msg.message, msg.code)
-        context = msg.context  # a coalesced ERROR may name several events and subscriptions (core/refusals.py)
+        context = msg.context  # a coalesced ERROR may name several events and subscriptions (core/broker/refusals.py)
         if "seq" in context and self._frames:  # refused events of a PUBLISH; its ACK, after this, answers them
             for seq in self._session.refused_seqs(context, next(iter(self._frames))):
                 self._rejections[seq] = exc

@@ -11,24 +11,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from tidings.core.directory import REFRESH_INTERVAL_NS, DirectoryConfig
+from tidings.core import defaults
+from tidings.core.broker.directory import REFRESH_INTERVAL_NS, DirectoryConfig
 from tidings.core.errors import TidingsError
+from tidings.core.links.peer_links import PeerConfig
 from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.overlay.node import OverlayConfig
-from tidings.core.peers import PeerConfig
 from tidings.core.reliability.node import ReliabilityConfig
+from tidings.core.units import GIB, KIB, MIB, MILLISECOND_NS, SECOND_NS, ns_to_us
 from tidings.core.wire.messages import SPAN_BYTES_FACTOR
 
-KIB = 1024
-MIB = 1024 * KIB
-GIB = 1024 * MIB
-SECOND_NS = 1_000_000_000
-MILLISECOND_NS = 1_000_000
-
-
 SWITCHES = frozenset({"best_effort_delivery"})  # the keys that take true or false
-
-
 LEASE_NS_MIN = 300 * MILLISECOND_NS
 
 
@@ -39,12 +32,12 @@ class ConfigError(TidingsError, ValueError):
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     # wire
-    frame_bytes_max: int = 8 * MIB
-    event_bytes_max: int = 1 * MIB
-    handshake_timeout_ns: int = 5 * SECOND_NS
+    frame_bytes_max: int = defaults.FRAME_BYTES_MAX
+    event_bytes_max: int = defaults.EVENT_BYTES_MAX
+    handshake_timeout_ns: int = defaults.HANDSHAKE_TIMEOUT_NS
     # what a connection can make the broker hold (docs/security.md): frames before the handshake is
     # done (HELLO, AUTH, PEER_HELLO, PEER_AUTH) are at most this long (or frame_bytes_max, if smaller)
-    hello_frame_bytes_max: int = 16 * KIB
+    hello_frame_bytes_max: int = defaults.HELLO_FRAME_BYTES_MAX
     # a partial frame must keep arriving: no byte for this long (while the broker reads) closes the connection
     frame_progress_timeout_ns: int = 10 * SECOND_NS
     # the bytes held in partial frames across all connections; a connection whose partial frame
@@ -62,13 +55,13 @@ class BrokerConfig:
     send_queue_bytes_max: int = 4 * MIB
     subscriptions_per_connection_max: int = 1024
     connections_max: int = 10_000
-    # past this many client connections the broker advises new clients to move (core/advice.py)
+    # past this many client connections the broker advises new clients to move (core/broker/advice.py)
     clients_advised_above: int = 8_000
     # events accepted but not yet synced: past this, publishers are not read until the disk catches up
     pending_sync_bytes_max: int = 64 * MIB
     # after refusing a client something, its connection is not read again for this long (at most
-    # one refused message, so one ERROR per reason, per window: core/refusals.py)
-    refusal_window_ns: int = 100 * MILLISECOND_NS
+    # one refused message, so one ERROR per reason, per window: core/broker/refusals.py)
+    refusal_window_ns: int = defaults.REFUSAL_WINDOW_NS
     # a PUBLISH over its identity's rate waits unread at least this long (so a flooder of small
     # PUBLISHes is resumed a few dozen times a second, not once per event)
     publish_wait_ns_min: int = 20 * MILLISECOND_NS
@@ -81,14 +74,14 @@ class BrokerConfig:
     retention_check_interval_ns: int = 60 * SECOND_NS
     # the release protocol (docs/durable.md#release): events every durable subscriber released are
     # removed once older than release_keep_ns (kept meanwhile for replays: --from, Spark batch reads)
-    release_keep_ns: int = 3600 * SECOND_NS
+    release_keep_ns: int = defaults.RELEASE_KEEP_NS
     # early release (Gryphon's maxRetain): events older than this are released even if a
     # disconnected durable subscriber has not consumed them (it gets a gap); connected subscribers
     # that keep up never do
-    max_retain_ns: int = 24 * 3600 * SECOND_NS
+    max_retain_ns: int = defaults.MAX_RETAIN_NS
     # a child broker that leaves a tree holds release at its last value this long (a failed
     # forwarder's subtree repairs meanwhile)
-    release_hold_ns: int = 300 * SECOND_NS
+    release_hold_ns: int = defaults.RELEASE_HOLD_NS
     # a durable subscription disconnected this long is forgotten by its broker (it no longer holds
     # release); its token still resumes it, from what the pubends retain
     durable_expiry_ns: int = 7 * 24 * 3600 * SECOND_NS
@@ -99,7 +92,7 @@ class BrokerConfig:
     # record which ticks matched each durable registration (the PFS, <data>/pfs), so that one that comes
     # back to this broker fetches only what matched it while away (docs/durable.md)
     durable_pfs: bool = True
-    # idempotent publish (core/dedup.py, docs/delivery.md#idempotent-publish): a (producer, pseq)
+    # idempotent publish (core/publish/dedup.py, docs/delivery.md#idempotent-publish): a (producer, pseq)
     # is logged at most once while its original is younger than dedup_window_ns, and among the
     # newest dedup_entries_max entries (runs of consecutive pseqs logged together) of the newest
     # dedup_producers_max producers; past that it is logged again
@@ -107,30 +100,32 @@ class BrokerConfig:
     dedup_entries_max: int = 100_000
     dedup_producers_max: int = 10_000
     # the overlay (Pastry): see docs/cluster.md
-    leaf_set_size: int = 16
-    neighbourhood_size: int = 32
-    keepalive_interval_ns: int = 1 * SECOND_NS
-    failure_timeout_ns: int = 3 * SECOND_NS
-    join_timeout_ns: int = 5 * SECOND_NS
-    route_hops_max: int = 40
-    routing_repair_interval_ns: int = 30 * SECOND_NS
-    revive_interval_ns: int = 10 * SECOND_NS  # a failed broker is asked again: partitions heal
+    leaf_set_size: int = defaults.LEAF_SET_SIZE
+    neighbourhood_size: int = defaults.NEIGHBOURHOOD_SIZE
+    keepalive_interval_ns: int = defaults.KEEPALIVE_INTERVAL_NS
+    failure_timeout_ns: int = defaults.FAILURE_TIMEOUT_NS
+    join_timeout_ns: int = defaults.JOIN_TIMEOUT_NS
+    route_hops_max: int = defaults.ROUTE_HOPS_MAX
+    routing_repair_interval_ns: int = defaults.ROUTING_REPAIR_INTERVAL_NS
+    revive_interval_ns: int = defaults.REVIVE_INTERVAL_NS  # a failed broker is asked again: partitions heal
     # multicast trees (Scribe)
-    heartbeat_interval_ns: int = 1 * SECOND_NS
-    parent_timeout_ns: int = 3 * SECOND_NS
-    refresh_interval_ns: int = 10 * SECOND_NS
-    child_timeout_ns: int = 30 * SECOND_NS
-    tree_replicas: int = 3
-    empty_tree_hold_ns: int = 10 * SECOND_NS
-    trees_max: int = 10_000
-    children_per_tree_max: int = 64
-    # the pubend directory (core/directory.py, docs/cluster.md#the-pubend-directory)
-    directory_announce_interval_ns: int = 1 * SECOND_NS  # a gossip round: own entry, then changes to the leaf set
-    directory_sync_interval_ns: int = 60 * SECOND_NS  # the whole directory to one leaf-set member in turn
-    directory_entry_age_ns_max: int = 30 * 86_400 * SECOND_NS  # an entry not re-issued this long is dropped
+    heartbeat_interval_ns: int = defaults.HEARTBEAT_INTERVAL_NS
+    parent_timeout_ns: int = defaults.PARENT_TIMEOUT_NS
+    refresh_interval_ns: int = defaults.TREE_REFRESH_INTERVAL_NS
+    child_timeout_ns: int = defaults.CHILD_TIMEOUT_NS
+    tree_replicas: int = defaults.TREE_REPLICAS
+    empty_tree_hold_ns: int = defaults.EMPTY_TREE_HOLD_NS
+    trees_max: int = defaults.TREES_MAX
+    children_per_tree_max: int = defaults.CHILDREN_PER_TREE_MAX
+    # the pubend directory (core/broker/directory.py, docs/cluster.md#the-pubend-directory)
+    # a gossip round: own entry, then changes to the leaf set
+    directory_announce_interval_ns: int = defaults.DIRECTORY_ANNOUNCE_INTERVAL_NS
+    # the whole directory to one leaf-set member in turn
+    directory_sync_interval_ns: int = defaults.DIRECTORY_SYNC_INTERVAL_NS
+    directory_entry_age_ns_max: int = defaults.DIRECTORY_ENTRY_AGE_NS_MAX  # an entry not re-issued this long is dropped
     # links between brokers
-    peer_queue_bytes_max: int = 4 * MIB
-    ping_interval_ns: int = 5 * SECOND_NS
+    peer_queue_bytes_max: int = defaults.PEER_QUEUE_BYTES_MAX
+    ping_interval_ns: int = defaults.PING_INTERVAL_NS
     # guaranteed delivery across brokers (Gryphon's streams): see docs/delivery.md
     gap_curiosity_ns: int = 100 * MILLISECOND_NS  # GCT: a gap this old is nacked
     nack_repeat_ns_min: int = 300 * MILLISECOND_NS  # NRT: an unanswered nack is repeated after this
@@ -142,12 +137,16 @@ class BrokerConfig:
     knowledge_bytes_max: int = 1 * MIB  # records in one knowledge message (one larger event goes alone)
     nack_ranges_max: int = 64  # ranges in one NACK
     nack_range_ticks_max: int = 60_000_000  # width of one nacked range, in ticks (microseconds)
-    nack_merge_ticks: int = 100_000  # a durable catchup fetches matching ticks this close as one range
+    # a durable catchup fetches matching ticks this close as one range
+    nack_merge_ticks: int = defaults.NACK_MERGE_TICKS
     streams_max: int = 100_000  # (tree, pubend) streams on one broker
     nack_reads_max: int = 16  # log reads in flight answering nacks
-    retransmit_window_bytes: int = 4 * MIB  # a tree's nack answers sent beyond what its root acknowledged
-    retransmit_wait_ns: int = 200 * MILLISECOND_NS  # a window the root's acks have not moved this long starts again
-    filter_summary_bytes_max: int = 64 * KIB  # a tree's filter summary sent to its parent; past it, "everything"
+    # a tree's nack answers sent beyond what its root acknowledged
+    retransmit_window_bytes: int = defaults.RETRANSMIT_WINDOW_BYTES
+    # a window the root's acks have not moved this long starts again
+    retransmit_wait_ns: int = defaults.RETRANSMIT_WAIT_NS
+    # a tree's filter summary sent to its parent; past it, "everything"
+    filter_summary_bytes_max: int = defaults.FILTER_SUMMARY_BYTES_MAX
     filter_in_network: bool = True  # False, for measuring only: forwarders send every child everything
     clock_skew_allowance_ns: int = 1 * SECOND_NS  # a subscription starts this far before SUBSCRIBED
     # for measuring the protocol's cost only: events cross brokers best effort, without streams
@@ -221,11 +220,11 @@ class BrokerConfig:
             stream_idle_ns=self.stream_idle_ns, recovery_ns=self.stream_recovery_ns,
             stream_cache_bytes_max=self.stream_cache_bytes_max, nack_ranges_max=self.nack_ranges_max,
             nack_range_ticks_max=self.nack_range_ticks_max, knowledge_bytes_max=self.knowledge_bytes_max,
-            nack_merge_ticks=self.nack_merge_ticks, clock_skew_allowance_us=self.clock_skew_allowance_ns // 1000,
+            nack_merge_ticks=self.nack_merge_ticks, clock_skew_allowance_us=ns_to_us(self.clock_skew_allowance_ns),
             streams_max=self.streams_max, read_bytes_max=self.log_read_bytes_max, reads_max=self.nack_reads_max,
             trees_max=self.trees_max, best_effort=self.best_effort_delivery,
             summary_bytes_max=self.filter_summary_bytes_max, filtering=self.filter_in_network,
-            release_keep_us=self.release_keep_ns // 1000, max_retain_us=self.max_retain_ns // 1000,
+            release_keep_us=ns_to_us(self.release_keep_ns), max_retain_us=ns_to_us(self.max_retain_ns),
             release_hold_ns=self.release_hold_ns, retransmit_window_bytes=self.retransmit_window_bytes,
             retransmit_wait_ns=self.retransmit_wait_ns,
         )

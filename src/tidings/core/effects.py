@@ -38,7 +38,7 @@ class ResumeReading:
 @dataclass(frozen=True, slots=True)
 class Append:
     """Write these records (tick, encoded event) to the pubend log; not durable until Sync.
-    `keys`, when given, holds one dedup key per record, stored beside it (core/dedup.py)."""
+    `keys`, when given, holds one dedup key per record, stored beside it (core/publish/dedup.py)."""
 
     token: int
     records: list[tuple[int, bytes]]
@@ -85,7 +85,7 @@ class SaveDurable:
 
 @dataclass(frozen=True, slots=True)
 class SaveDirectory:
-    """Replace the saved pubend directory (core/directory.py) with `data` (atomically, in the data
+    """Replace the saved pubend directory (core/broker/directory.py) with `data` (atomically, in the data
     directory); handed back to the broker when it starts again."""
 
     data: bytes
@@ -133,7 +133,7 @@ class Connect:
 
 @dataclass(frozen=True, slots=True)
 class PeerRefused:
-    """A peer link was refused in its handshake (core/peers.py), already counted in the status:
+    """A peer link was refused in its handshake (core/links/peer_links.py), already counted in the status:
     for the runtime to log, rate-limited. `side` is "acceptor" when this broker refused the
     connection `conn` that dialled it (`address`: what the dialler announced, "" if nothing
     readable), "dialler" when the broker we dialled at `address` refused us or failed our check.

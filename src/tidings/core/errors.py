@@ -45,6 +45,19 @@ NOT_A_BROKER = "not-a-broker"
 SEND_QUEUE_OVERFLOW = "send-queue-overflow"  # replies past send_queue_bytes_max + send_queue_overflow_bytes_max
 FRAME_STALLED = "frame-stalled"  # a partial frame got no byte for frame_progress_timeout_ns
 PARTIAL_FRAMES_BUDGET = "partial-frames-budget"  # partial frames of all connections past partial_frames_bytes_max
+CONNECTION_CLOSED = "connection-closed"
+# security (docs/security.md)
+AUTH_REQUIRED = "auth-required"
+AUTH_FAILED = "auth-failed"
+BAD_NAME = "bad-name"  # a HELLO's service breaks the name rule (core/auth/names.py)
+BAD_CREDENTIAL = "bad-credential"
+FORBIDDEN = "forbidden"  # an access rule refused a publish, a subscription or a tree
+LIMIT_EXCEEDED = "limit-exceeded"  # a limit of the identity: connections, subscriptions, a publish bucket
+# between brokers
+DUPLICATE_LINK = "duplicate-link"  # simultaneous dials: the one the smaller nodeId opened is kept
+TOO_MANY_TREES = "too-many-trees"  # a node is in ScribeConfig.trees_max trees already
+# readers (the Spark source)
+DATA_LOSS = "data-loss"  # events a read must return were released before it read them
 
 
 class TidingsError(Exception):
@@ -90,7 +103,7 @@ class ConnectionClosed(TidingsError):
     """The connection to the broker is closed or was lost; publishes still pending may or may not
     have been logged (republish, or check with a read)."""
 
-    code = "connection-closed"
+    code = CONNECTION_CLOSED
 
 
 class BrokerUnreachable(ConnectionClosed):
@@ -110,7 +123,7 @@ class BrokerNotProven(ConnectionClosed):
     does not verify, so it does not hold this identity's verifier: the reply was tampered with in
     transit, or this is not the broker meant. The client closed the connection."""
 
-    code = "auth-failed"
+    code = AUTH_FAILED
 
 
 class FilterError(TidingsError, ValueError):

@@ -14,6 +14,11 @@ stamps it from the connection's handshake, never from anything the client sends.
 authenticated, so an anonymous source's record is byte for byte what brokers wrote before the flag
 existed, and logs written then read as they are (their sources were not vouched for). Readers take
 a boolean there, `false` as absence; nothing else.
+
+`EventRecord` is the record's one definition: its fields in their logged order. Code that has a
+record's fields reads them by name (an `EventRecord`) or, where a decoded record is a raw list on
+a hot path, by the positions below (`CHANNEL`, ...), which are taken from the same definition.
+`encode_records` and `EventRecord.encode` write a record, `EventRecord.decode` reads one.
 """
 
 from __future__ import annotations
@@ -21,9 +26,9 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 import msgpack
 
@@ -36,8 +41,62 @@ ATTRIBUTE_KEY_BYTES_MAX = 128
 ATTRIBUTE_STRING_BYTES_MAX = 4096
 INT_MIN = -(2**63)
 INT_MAX = 2**64 - 1
+TICK_MAX = 2**63 - 1  # the last tick ("forever"): a tick is a signed 64-bit integer (a Spark long)
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+class EventRecord(NamedTuple):
+    """The fields of a logged event record, in their order on the log and on the wire."""
+
+    pubend: str
+    tick: int
+    channel: str
+    attributes: dict[str, AttrValue]
+    service: str
+    instance: str
+    payload: bytes
+    authenticated: bool = False  # encoded only when true (an anonymous record has seven fields)
+
+    def encode(self, pack: Callable[[object], bytes] = msgpack.packb) -> bytes:
+        return pack(self if self.authenticated else self[:PAYLOAD + 1])
+
+    @classmethod
+    def decode(cls, record: bytes) -> EventRecord:
+        """The record's fields; raises ValueError (msgpack's errors are ValueErrors too) when the
+        bytes are not a record. The field types are not checked (`event_from_fields` does)."""
+        return cls.of(msgpack.unpackb(record, use_list=False))
+
+    @classmethod
+    def of(cls, fields: Sequence[Any]) -> EventRecord:
+        """The record whose decoded array is `fields` (7 or 8 elements; else ValueError)."""
+        if not isinstance(fields, list | tuple) or len(fields) not in RECORD_LENGTHS:
+            raise ValueError("an event record is a 7-element array, or 8 with the authenticated flag")
+        return tuple.__new__(cls, fields if len(fields) == len(cls._fields) else (*fields, False))
+
+
+# positions of the fields in a decoded record (a raw list), for the hot paths that index one
+PUBEND: Final = EventRecord._fields.index("pubend")
+TICK: Final = EventRecord._fields.index("tick")
+CHANNEL: Final = EventRecord._fields.index("channel")
+ATTRIBUTES: Final = EventRecord._fields.index("attributes")
+SERVICE: Final = EventRecord._fields.index("service")
+INSTANCE: Final = EventRecord._fields.index("instance")
+PAYLOAD: Final = EventRecord._fields.index("payload")
+AUTHENTICATED: Final = EventRecord._fields.index("authenticated")
+RECORD_LENGTHS = (PAYLOAD + 1, AUTHENTICATED + 1)  # without and with the authenticated flag
+
+
+def encode_records(pack: Callable[[object], bytes], pubend: str, first: int,
+                   events: Iterable[tuple[str, dict[str, AttrValue], bytes]], service: str, instance: str,
+                   authenticated: bool) -> list[tuple[int, bytes]]:
+    """(tick, record) for each (channel, attributes, payload) of `events`, at ticks `first`,
+    `first + 1`, ...: the intake's one encoding of what it logs."""
+    stamped = enumerate(events, first)
+    if authenticated:  # the flag, or nothing: not authenticated
+        return [(t, pack([pubend, t, ch, at, service, instance, pl, True])) for t, (ch, at, pl) in stamped]
+    # (two loops: the per-event cost of building the list with or without the flag is measurable)
+    return [(t, pack([pubend, t, ch, at, service, instance, pl])) for t, (ch, at, pl) in stamped]
 
 
 def validate_attributes(attributes: object) -> dict[str, AttrValue]:
@@ -126,8 +185,8 @@ def event_from_fields(fields: list[Any]) -> Event:
     """Build an Event from a decoded record; raises ValueError if the shape is wrong."""
     if not isinstance(fields, list) or len(fields) not in RECORD_LENGTHS:
         raise ValueError("an event record is a 7-element array, or 8 with the authenticated flag")
-    pubend, tick, channel, attributes, service, instance, payload = fields[:7]
-    authenticated = fields[7] if len(fields) == 8 else False
+    pubend, tick, channel, attributes, service, instance, payload = fields[:PAYLOAD + 1]
+    authenticated = fields[AUTHENTICATED] if len(fields) > AUTHENTICATED else False
     if not (isinstance(pubend, str) and isinstance(tick, int) and isinstance(channel, str)
             and isinstance(attributes, dict) and isinstance(service, str)
             and isinstance(instance, str) and isinstance(payload, bytes) and type(authenticated) is bool):
@@ -135,7 +194,6 @@ def event_from_fields(fields: list[Any]) -> Event:
     return Event(pubend, tick, channel, attributes, service, instance, payload, authenticated)
 
 
-RECORD_LENGTHS = (7, 8)  # without and with the authenticated flag
 _ARRAY_HEADERS = (0x97, 0x98)  # msgpack's fixarray of 7 and of 8
 
 
@@ -161,22 +219,31 @@ def record_channel_bytes(record: bytes, prefix: bytes) -> bytes | None:
     return None
 
 
-def record_routing_fields(record: object) -> tuple[str, str, dict[str, AttrValue]] | None:
-    """(pubend, channel, attributes) of an encoded event record that came from another broker, or
-    None when it is not a well-formed record: peers are checked like clients."""
+def record_routing_fields(record: object) -> EventRecord | None:
+    """The fields of an encoded event record that came from another broker, with what routing reads
+    (pubend, tick, channel, attributes, payload, the flag) checked, or None when it is not a
+    well-formed record: peers are checked like clients. (A subscriber's broker runs this for every
+    record it delivers, so the positions are literals here, held to EventRecord's below.)"""
     if type(record) is not bytes:
         return None
     try:
-        fields = msgpack.unpackb(record)
+        fields = msgpack.unpackb(record, use_list=False)
     except Exception:  # msgpack raises several types for garbage
         return None
-    if type(fields) is not list or len(fields) not in RECORD_LENGTHS:
+    if type(fields) is not tuple or len(fields) not in RECORD_LENGTHS:
         return None
-    pubend, tick, channel, attributes = fields[:4]
-    if (type(pubend) is not str or type(tick) is not int or type(fields[6]) is not bytes
+    if (type(fields[0]) is not str or type(fields[1]) is not int or type(fields[6]) is not bytes
             or (len(fields) == 8 and type(fields[7]) is not bool)):
         return None
     try:
-        return pubend, validate_channel(channel), validate_attributes(attributes)
+        validate_channel(fields[2])
+        validate_attributes(fields[3])  # a decoded map is a plain dict already: kept as it is
     except TidingsError:
         return None
+    if fields[3] is None:  # nil reads as no attributes
+        fields = (*fields[:3], {}, *fields[4:])
+    return tuple.__new__(EventRecord, fields if len(fields) == 8 else fields + _FLAG_ABSENT)
+
+
+_FLAG_ABSENT = (False,)
+assert (PUBEND, TICK, CHANNEL, ATTRIBUTES, PAYLOAD, AUTHENTICATED, RECORD_LENGTHS) == (0, 1, 2, 3, 6, 7, (7, 8))

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from tidings.core.broker import Broker
+from tidings.core.broker.broker import Broker
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import (
     Append,

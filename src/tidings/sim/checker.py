@@ -21,21 +21,19 @@ per kind), empty when all is well.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-import msgpack
 
 from tidings.core.channels import pattern_matches
+from tidings.core.event import EventRecord
 from tidings.core.filters import parse_filter
 from tidings.sim.clients import Publisher, Subscriber
 
 REPORT_PER_CHECK_MAX = 5
 
-LogEntry = tuple[int, list[Any]]  # tick, decoded record [pubend, tick, channel, attrs, service, instance, payload]
+LogEntry = tuple[int, EventRecord]  # tick, decoded record
 
 
 def decode_log(records: Sequence[tuple[int, bytes]]) -> list[LogEntry]:
-    return [(tick, msgpack.unpackb(record)) for tick, record in records]
+    return [(tick, EventRecord.decode(record)) for tick, record in records]
 
 
 def _capped(problems: list[str], what: str) -> list[str]:
@@ -50,8 +48,8 @@ def check_log_order(log: list[LogEntry]) -> list[str]:
     for tick, fields in log:
         if tick <= previous:
             problems.append(f"log: tick {tick} follows {previous}")
-        if fields[1] != tick:
-            problems.append(f"log: record at tick {tick} says tick {fields[1]}")
+        if fields.tick != tick:
+            problems.append(f"log: record at tick {tick} says tick {fields.tick}")
         previous = tick
     return _capped(problems, "log order problems")
 
@@ -60,7 +58,7 @@ def check_acked_durable(publishers: Sequence[Publisher], log: list[LogEntry]) ->
     """(a): ACKed events are in the log exactly once, as published; rejected ones are absent."""
     by_payload: dict[bytes, list[LogEntry]] = {}
     for entry in log:
-        by_payload.setdefault(entry[1][6], []).append(entry)
+        by_payload.setdefault(entry[1].payload, []).append(entry)
     problems = []
     for pub in publishers:
         for ident, tick in pub.acked.items():
@@ -72,8 +70,9 @@ def check_acked_durable(publishers: Sequence[Publisher], log: list[LogEntry]) ->
             channel, attributes, payload = pub.sent[ident]
             if log_tick != tick:
                 problems.append(f"{ident} ACKed at tick {tick} is logged at tick {log_tick}")
-            if fields[2:7] != [channel, attributes, "sim", pub.name, payload]:
-                problems.append(f"{ident} is logged as {fields[2:7]!r}")
+            logged = (fields.channel, fields.attributes, fields.service, fields.instance, fields.payload)
+            if logged != (channel, attributes, "sim", pub.name, payload):
+                problems.append(f"{ident} is logged as {logged!r}")
         for ident in pub.rejected:
             if ident.encode() in by_payload:
                 problems.append(f"{ident} was rejected but is in the log")
@@ -86,8 +85,8 @@ def expected_for(sub: Subscriber, log: list[LogEntry]) -> list[LogEntry]:
     flt = parse_filter(sub.filter) if sub.filter else None
     return [
         (tick, fields) for tick, fields in log
-        if tick > sub.interval_start and pattern_matches(sub.pattern, fields[2])
-        and (flt is None or flt.matches(fields[3]))
+        if tick > sub.interval_start and pattern_matches(sub.pattern, fields.channel)
+        and (flt is None or flt.matches(fields.attributes))
     ]
 
 

@@ -27,11 +27,13 @@ import random
 from typing import Any
 
 from tidings.core import errors
-from tidings.core.checkpoint import Checkpoint
-from tidings.core.session import ClientSession
+from tidings.core.durable.checkpoint import Checkpoint
+from tidings.core.event import EventRecord
+from tidings.core.session.client_session import ClientSession
+from tidings.core.units import MILLISECOND_NS
 from tidings.core.wire import messages
 from tidings.sim.network import Endpoint, Network, Socket
-from tidings.sim.world import MILLISECOND_NS, Timer, World
+from tidings.sim.world import Timer, World
 
 DOWN = "down"
 CONNECTING = "connecting"
@@ -291,7 +293,7 @@ class Subscriber(SimClient):
         self.interval_start: int | None = None  # the position of the first SUBSCRIBED
         self.subscribed_at: int | None = None  # when the first SUBSCRIBED arrived (virtual ns)
         self.position: int | None = None  # resume point: every tick <= it was seen to
-        self.received: list[tuple[int, list[Any]]] = []
+        self.received: list[tuple[int, EventRecord]] = []
         self.gaps: list[tuple[str | None, int, int, int]] = []  # pubend, after, through, when
         self.gaps_judged = False  # the checker judges GAPs (the overlay's release protocol); else each is a violation
         self.subscriptions = 0
@@ -338,8 +340,8 @@ class Subscriber(SimClient):
 
     def on_message(self, msg: Any) -> None:
         if isinstance(msg, messages.Events) and msg.sub == self._sub:
-            for fields in msg.records:
-                tick = fields[1]
+            for fields in map(EventRecord.of, msg.records):
+                tick = fields.tick
                 self.received.append((tick, fields))
                 if self.position is None or tick > self.position:
                     self.position = tick
@@ -389,7 +391,7 @@ class DurableSubscriber(Subscriber):
             self.kept = Checkpoint(ck.default, dict(ck.positions), ck.home)
         if rewind and self.kept is not None and ck is not None:
             old = self.kept
-            kept = [(tick, f) for tick, f in self.received if tick <= old.position(f[0])]
+            kept = [(tick, f) for tick, f in self.received if tick <= old.position(f.pubend)]
             self.forgotten += len(self.received) - len(kept)
             self.received = kept
             self.gaps = [g for g in self.gaps if g[0] is None or g[2] <= old.position(g[0])]
@@ -426,9 +428,9 @@ class DurableSubscriber(Subscriber):
     def on_message(self, msg: Any) -> None:
         ck = self.checkpoint
         if isinstance(msg, messages.Events) and msg.sub == self._sub and ck is not None:
-            for fields in msg.records:
-                self.received.append((fields[1], fields))
-                ck.delivered(fields[0], fields[1])
+            for fields in map(EventRecord.of, msg.records):
+                self.received.append((fields.tick, fields))
+                ck.delivered(fields.pubend, fields.tick)
             self.world.trace(self.name, "events", len(msg.records))
         elif isinstance(msg, messages.Subscribed) and msg.sub == self._sub:
             start = Checkpoint.from_wire(msg.checkpoint)

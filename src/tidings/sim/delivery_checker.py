@@ -40,9 +40,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import msgpack
-
 from tidings.core.channels import pattern_matches
+from tidings.core.event import EventRecord
 from tidings.core.filters import parse_filter
 from tidings.core.multicast.trees import subscription_tree
 from tidings.sim.clients import Publisher, Subscriber
@@ -65,11 +64,12 @@ def check_overlay_delivery(publishers: Sequence[Publisher], subscribers: Sequenc
             published[ident] = (channel, attributes, payload, tick, pub.acked_at[ident])
     for records in durable_logs:  # logged, though the ACK never reached the publisher
         for tick, record in records:
-            fields = msgpack.unpackb(record)
-            ident = fields[6].decode(errors="replace")
-            if ident in sent and ident not in published and sent[ident] == (fields[2], fields[3], fields[6]):
+            fields = EventRecord.decode(record)
+            ident = fields.payload.decode(errors="replace")
+            if ident in sent and ident not in published and sent[ident] == (fields.channel, fields.attributes,
+                                                                            fields.payload):
                 published[ident] = (*sent[ident], tick, NEVER_ACKED)
-                pubends[ident] = fields[0]
+                pubends[ident] = fields.pubend
     problems: list[str] = []
     for sub in subscribers:  # durable subscribers are checked across their reconnections
         if (sub.downs and not sub.durable) or sub.subscribed_at is None:
@@ -85,8 +85,8 @@ def _check_total_order(subscribers: Sequence[Subscriber]) -> list[str]:
         for b in subscribers[i + 1:]:
             if subscription_tree(a.pattern) != subscription_tree(b.pattern):
                 continue
-            seq_a = [fields[6] for _, fields in a.received]
-            seq_b = [fields[6] for _, fields in b.received]
+            seq_a = [fields.payload for _, fields in a.received]
+            seq_b = [fields.payload for _, fields in b.received]
             common = set(seq_a) & set(seq_b)
             order_a = [x for x in seq_a if x in common]
             order_b = [x for x in seq_b if x in common]
@@ -113,7 +113,7 @@ def _check_one(sub: Subscriber, published: dict[str, tuple[str, dict[str, Any], 
     seen: set[str] = set()
     last_tick: dict[str, int] = {}
     for tick, fields in sub.received:
-        pubend, _, channel, attributes, _, _, payload = fields
+        pubend, channel, attributes, payload = fields.pubend, fields.channel, fields.attributes, fields.payload
         ident = payload.decode(errors="replace")
         if ident in seen:
             kinds["duplicate"].append(f"{ident} at tick {tick}")

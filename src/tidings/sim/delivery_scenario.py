@@ -23,13 +23,14 @@ from typing import Any
 from tidings.core.config import BrokerConfig
 from tidings.core.multicast.trees import tree_key
 from tidings.core.overlay.node_id import closer, node_id_from
+from tidings.core.units import MILLISECOND_NS, SECOND_NS
 from tidings.sim.broker_node import BrokerNode
 from tidings.sim.clients import DurableSubscriber, Publisher, Subscriber
 from tidings.sim.delivery_checker import check_overlay_delivery
 from tidings.sim.disk import Disk
 from tidings.sim.network import Network
 from tidings.sim.peer_faults import PeerFaults
-from tidings.sim.world import MILLISECOND_NS, SECOND_NS, World
+from tidings.sim.world import World
 
 FAULTS = ("forwarder", "root", "parent", "publisher", "stall", "partition")
 DURABLE_FAULTS = ("durable-home",)  # only with a durable subscriber

@@ -38,7 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tidings.core.inputs import LogState
-from tidings.sim.world import MICROSECOND_NS, Timer, World
+from tidings.core.units import MICROSECOND_NS
+from tidings.sim.world import Timer, World
 
 SURVIVE_NONE = "none"
 SURVIVE_PREFIX = "prefix"
@@ -61,7 +62,8 @@ class Disk:
         self.read_ns_max = read_ns_max
         self.ticks: list[int] = []  # every written record's tick, for reads
         self.records: list[tuple[int, bytes]] = []  # written: durable prefix, then volatile tail
-        self.keys: list[tuple[int, bytes]] = []  # (tick, dedup key) of the keyed records written (core/dedup.py)
+        # (tick, dedup key) of the keyed records written (core/publish/dedup.py)
+        self.keys: list[tuple[int, bytes]] = []
         self.durable_count = 0
         self.log_bytes = 0
         self._queue: deque[tuple[str, Any]] = deque()

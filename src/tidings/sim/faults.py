@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from tidings.core.units import MILLISECOND_NS
 from tidings.sim.broker_node import BrokerNode
 from tidings.sim.clients import SimClient
 from tidings.sim.disk import SURVIVE_ALL, SURVIVE_NONE, SURVIVE_PREFIX
-from tidings.sim.world import MILLISECOND_NS, Timer, World
+from tidings.sim.world import Timer, World
 
 
 class CrashInjector:

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidings.sim.world import MICROSECOND_NS, SECOND_NS, Timer, World
+from tidings.core.units import MICROSECOND_NS, SECOND_NS
+from tidings.sim.world import Timer, World
 
 CLIENT = 0
 SERVER = 1

@@ -23,8 +23,8 @@ import random
 
 import msgpack
 
-from tidings.core.overlay.envelope import MULTICAST_TYPES, RELIABILITY_TYPES
 from tidings.core.wire.frames import HEADER, HEADER_BYTES
+from tidings.core.wire.types import Layer
 
 
 class PeerFaults:
@@ -107,4 +107,4 @@ def _faultable(frame: bytes) -> bool:
         kind = unpacker.unpack()
     except (msgpack.OutOfData, msgpack.ExtraData, ValueError):
         return False
-    return type(kind) is int and (kind in MULTICAST_TYPES or kind in RELIABILITY_TYPES)
+    return type(kind) is int and (kind in Layer.MULTICAST or kind in Layer.RELIABILITY)

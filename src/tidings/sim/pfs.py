@@ -13,7 +13,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 
-from tidings.sim.world import MICROSECOND_NS, World
+from tidings.core.units import MICROSECOND_NS
+from tidings.sim.world import World
 
 Answer = Callable[[tuple[int, ...], int, int], None]  # ticks, through, released_through
 

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tidings.core.config import KIB, BrokerConfig
+from tidings.core.config import BrokerConfig
+from tidings.core.units import KIB, MICROSECOND_NS, MILLISECOND_NS, SECOND_NS
 from tidings.sim.broker_node import BrokerNode
 from tidings.sim.checker import check_acked_durable, check_no_phantoms, check_run, decode_log
 from tidings.sim.clients import Publisher, Subscriber
 from tidings.sim.disk import Disk
 from tidings.sim.faults import CrashInjector, DropInjector
 from tidings.sim.network import SERVER, Endpoint, LatencyModel, Network, Socket
-from tidings.sim.world import MICROSECOND_NS, MILLISECOND_NS, SECOND_NS, World
+from tidings.sim.world import World
 
 BROKER_ADDRESS = "broker:7000"
 
@@ -39,7 +40,7 @@ class PublisherSpec:
     start_at_ns: int = 0
     window: int = 4
     batch_max: int = 6
-    idempotent: bool = False  # publish with a producer id and re-send what was in doubt (core/dedup.py)
+    idempotent: bool = False  # publish with a producer id and re-send what was in doubt (core/publish/dedup.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,9 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-SECOND_NS = 1_000_000_000
-MILLISECOND_NS = 1_000_000
-MICROSECOND_NS = 1_000
+from tidings.core.units import MICROSECOND_NS
 
 # The wall clock the world shows to runtimes that need one (the pubend derives ticks from it):
 # 2024-01-01T00:00:00Z in microseconds, plus virtual time.

@@ -4,7 +4,10 @@
  * Theory of operation. A read's records come either as a SPAN (whole log records: a 16-byte
  * header, then the body; storage/record.py) or as RECORDS (one msgpack array of bodies). A body is
  * the msgpack array [pubend, tick, channel, attributes, service, instance, payload], with `true` or
- * `false` after it when the source's authentication is stamped (core/event.py; absent: false).
+ * `false` after it when the source's authentication is stamped (absent: false). That is
+ * `EventRecord` of core/event.py, the record's one definition; this file reads its fields in that
+ * order with its own code, and tests/unit/test_spark_columns.py holds this list and the two
+ * lengths below equal to it.
  * `decode` walks the bytes once and appends every field to a growable buffer: the ticks as int64,
  * the flags as a bitmap (Arrow's boolean layout), each string or
  * payload to its column's data with an int32 offset, each attribute value rendered as the string
@@ -29,6 +32,8 @@
 #define KEYED 0x80000000u
 #define LENGTH_MASK 0x7fffffffu
 #define ATTRIBUTES_MAX 64 /* more in one event: deferred (the repeated-name check is quadratic) */
+#define RECORD_FIELDS 7 /* an event body's elements without the authenticated flag (EventRecord) */
+#define RECORD_FIELDS_FLAGGED 8 /* and with it */
 
 enum { WANT_ATTRIBUTES = 1, WANT_SERVICE = 2, WANT_INSTANCE = 4, WANT_PAYLOAD = 8, WANT_AUTHENTICATED = 16 };
 enum { DEFER = 0, OK = 1, FAILED = -1 }; /* FAILED: a Python exception is set (memory) */
@@ -313,7 +318,7 @@ static Column *built(Out *o, int which, int bit) { return o->want & bit ? &o->co
 /* The authenticated flag of event number `o->count`, the 8th element of a body that has one. */
 static int put_flag(Out *o, Reader *r, uint32_t fields) {
     int flag = 0;
-    if (fields == 8) {
+    if (fields == RECORD_FIELDS_FLAGGED) {
         if (!has(r, 1) || (r->p[0] != 0xc2 && r->p[0] != 0xc3)) return DEFER; /* false, true */
         flag = r->p[0] == 0xc3, r->p += 1;
     }
@@ -334,7 +339,9 @@ static int put_event(Out *o, Reader *r, const char *pubend, size_t pubend_len, i
     size_t n;
     int negative, ok;
     uint64_t tick;
-    if (read_count(r, 0x90, 0xdc, &fields) != OK || (fields != 7 && fields != 8)) return DEFER;
+    if (read_count(r, 0x90, 0xdc, &fields) != OK || (fields != RECORD_FIELDS && fields != RECORD_FIELDS_FLAGGED)) {
+        return DEFER;
+    }
     if (read_str(r, &s, &n) != OK || n != pubend_len || memcmp(s, pubend, n) != 0) return DEFER;
     if (read_int(r, &negative, &tick) != OK || negative || tick > INT64_MAX) return DEFER;
     if ((int64_t)tick <= after || (int64_t)tick > through || (o->count && (int64_t)tick <= o->last)) return DEFER;

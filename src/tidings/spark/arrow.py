@@ -29,7 +29,7 @@ from itertools import accumulate, chain, compress
 from typing import Any, TypeVar
 
 import msgpack
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no stubs (pyarrow-stubs is not a dependency)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
@@ -43,7 +43,7 @@ from pyspark.sql.types import (
 )
 
 from tidings.core.channels import pattern_matches
-from tidings.core.reliability.ticks import TICK_MAX
+from tidings.core.event import AUTHENTICATED, RECORD_LENGTHS, TICK_MAX
 from tidings.storage.record import SpanError, records_in
 
 try:
@@ -222,7 +222,7 @@ def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int,
         raise RecordsError(f"RECORDS that are not msgpack ({type(exc).__name__})") from None
     if type(rows) is not tuple or len(rows) != count or not rows:
         raise RecordsError(f"RECORDS said {count} records and held {len(rows) if type(rows) is tuple else rows!r}")
-    if set(map(type, rows)) != {tuple} or not set(map(len, rows)) <= {7, 8}:
+    if set(map(type, rows)) != {tuple} or not set(map(len, rows)) <= set(RECORD_LENGTHS):
         raise RecordsError("RECORDS whose records are not 7-element arrays (8 with the authenticated flag)")
     pubends, ticks, channels, attributes, services, instances, payloads, flags = _transpose(rows)
     last = ticks[-1]
@@ -264,18 +264,18 @@ def _decode(blob: bytes, count: int, schema: pa.Schema, pubend: str, after: int,
 
 
 def _transpose(rows: tuple[tuple[Any, ...], ...]) -> tuple[Any, ...]:
-    """The columns of records of 7 or 8 elements: the eighth, the authenticated flags, is None when
-    no record has one (all false), else False where a record lacks it. RecordsError for a flag that
-    is not a bool."""
+    """The columns of records of 7 or 8 elements, in EventRecord's order (core/event.py): the
+    eighth, the authenticated flags, is None when no record has one (all false), else False where a
+    record lacks it. RecordsError for a flag that is not a bool."""
     lengths = set(map(len, rows))
-    if lengths == {7}:
+    if lengths == {RECORD_LENGTHS[0]}:  # none has the flag
         return (*zip(*rows, strict=True), None)
-    if lengths == {8}:
+    if lengths == {RECORD_LENGTHS[1]}:  # every one has it
         columns = tuple(zip(*rows, strict=True))
     else:
-        columns = (*zip(*(row[:7] for row in rows), strict=True), tuple(row[7] if len(row) == 8 else False
-                                                                       for row in rows))
-    if not set(map(type, columns[7])) <= {bool}:
+        columns = (*zip(*(row[:AUTHENTICATED] for row in rows), strict=True),
+                   tuple(row[AUTHENTICATED] if len(row) > AUTHENTICATED else False for row in rows))
+    if not set(map(type, columns[AUTHENTICATED])) <= {bool}:
         raise RecordsError("RECORDS with an authenticated flag that is not bool")
     return columns
 

@@ -2,7 +2,7 @@
 
 Theory of operation. A read of the overlay (a batch read, an AvailableNow run, a micro-batch) is
 complete only if it reads every pubend that holds events in its range. The pubend directory
-(core/directory.py) lists every pubend, also those whose broker is down, with what its log held
+(core/broker/directory.py) lists every pubend, also those whose broker is down, with what its log held
 when its broker last announced it: its newest event (`last_event_tick`), its oldest retained one
 (`first_tick`) and its released prefix. overlay.survey() returns the pubends listed but not
 reached (`Missing`); `unread` says which of their ticks in a read's range hold events by that view:
@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.core.reliability.ticks import TICK_MAX
+from tidings.core.event import TICK_MAX
 from tidings.spark.overlay import Missing
 from tidings.spark.planning import ReadError
 

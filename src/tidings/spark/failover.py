@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidings.core.checkpoint import Checkpoint
+from tidings.core import errors
+from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.errors import TidingsError
 from tidings.spark.offsets import Offset
 from tidings.spark.options import StreamOptions
@@ -54,7 +55,7 @@ ENTRY_DEMOTED_NS = 30 * 10**9  # a broker that did not answer is tried after the
 class NoBrokerError(ReadError):
     """No broker the query may start from answers."""
 
-    code = "unreachable"
+    code = errors.UNREACHABLE
 
 
 @dataclass

@@ -50,13 +50,15 @@ class ImportGuarded:
         from pyspark import cloudpickle  # noqa: PLC0415  (on the driver only)
 
         cls = next((c for c in type(self).__mro__ if c.__qualname__ == self._guard_class), type(self))
-        return (restore, (cls.__module__, cls.__qualname__, cloudpickle.dumps(self._guard_state())))
+        # pyspark's vendored cloudpickle has no annotations, so strict mypy refuses calls into it
+        state = cloudpickle.dumps(self._guard_state())  # type: ignore[no-untyped-call]
+        return (restore, (cls.__module__, cls.__qualname__, state))
 
 
 def _register() -> None:
     from pyspark import cloudpickle  # noqa: PLC0415
 
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]  # unannotated, as above
 
 
 _register()

@@ -175,7 +175,7 @@ def archive_plots(spark: Any, broker: str, out: Any, deliveries: list[tuple[str,
             (PLOTS[0], rates, "channel", "events per second"),
             (PLOTS[1], site_load, "site", "mean load"),
             (PLOTS[2], latency, None, "publish to subscriber, ms")):
-        if name == PLOTS[0] and frame is not None and len(frame):
+        if name == PLOTS[0] and series is not None and frame is not None and len(frame):
             fig = _small_multiples(plt, frame, series, "count", ylabel)
         else:
             fig, ax = plt.subplots(figsize=(8, 4))

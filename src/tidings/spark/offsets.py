@@ -1,7 +1,7 @@
 """The streaming read's offset: a checkpoint token's vector, as the JSON Spark stores.
 
 Theory of operation. A durable subscription's position is the checkpoint token's vector
-{pubend: tick} with a `default` tick for pubends it does not name (core/checkpoint.py): "every
+{pubend: tick} with a `default` tick for pubends it does not name (core/durable/checkpoint.py): "every
 event of that pubend up to that tick was read, or did not match". A micro-batch is the events
 between two such vectors, so the vector is the offset as it is. Spark writes it to its offset log
 and compares offsets *as JSON strings*, so the JSON must be canonical: keys sorted at every level,
@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidings.core.checkpoint import POSITIONS_MAX, Checkpoint
-from tidings.core.reliability.ticks import TICK_MAX  # a tick is a Spark long
+from tidings.core.durable.checkpoint import POSITIONS_MAX, Checkpoint
+from tidings.core.event import TICK_MAX  # a tick is a Spark long
 
 
 class OffsetError(ValueError):

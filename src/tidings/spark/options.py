@@ -18,8 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tidings.core.channels import validate_pattern
-from tidings.core.event import datetime_to_tick
-from tidings.core.reliability.ticks import TICK_MAX  # a tick is a Spark long
+from tidings.core.event import (
+    TICK_MAX,  # a tick is a Spark long
+    datetime_to_tick,
+)
 
 PARTITIONS_MAX = 10_000
 
@@ -119,7 +121,7 @@ def _offsets(text: str | None, name: str, open_word: str, refused_word: str) -> 
     if value.lower() == refused_word:
         raise ValueError(f'tidings: option "{name}" of a batch read cannot be "{refused_word}" (the read would '
                          f'hold nothing); give "{open_word}" or {OFFSETS_FORMS}{hint}')
-    from tidings.core.checkpoint import POSITIONS_MAX, Checkpoint  # noqa: PLC0415
+    from tidings.core.durable.checkpoint import POSITIONS_MAX, Checkpoint  # noqa: PLC0415
     from tidings.spark.offsets import Offset, OffsetError  # noqa: PLC0415
 
     if value.startswith("tk"):
@@ -264,7 +266,7 @@ def _starting(text: str | None) -> str | int:
     if value.lower() == "earliest":
         return "earliest"
     if value.startswith("tk"):
-        from tidings.core.checkpoint import Checkpoint  # noqa: PLC0415
+        from tidings.core.durable.checkpoint import Checkpoint  # noqa: PLC0415
 
         try:
             Checkpoint.decode(value)

@@ -11,7 +11,7 @@ whole overlay needs, per pubend, the address of the broker that logs it:
   (`first_tick`) and its released prefix (`released_through`): a `Head`.
 - **The directory.** A leaf set drops a crashed broker within a second, so the walk alone cannot
   tell a pubend whose broker is down from no pubend at all. Every broker also holds the overlay's
-  pubend directory (core/directory.py): every pubend, the address that logs it, and what its log
+  pubend directory (core/broker/directory.py): every pubend, the address that logs it, and what its log
   held when last heard of, also while its broker is down. The walk visits the addresses it lists
   too, and `survey` returns, beside the Heads, each listed pubend that could not be reached at its
   address (`Missing`, with the directory's view of its log), for the caller to judge

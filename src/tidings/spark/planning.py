@@ -30,7 +30,7 @@ from itertools import pairwise
 from math import ceil
 from typing import Any
 
-from tidings.core.errors import TidingsError
+from tidings.core.errors import DATA_LOSS, TidingsError
 
 FILL_SLACK = 1e-9  # a task this close to its share is full (float sums of shares)
 
@@ -44,7 +44,7 @@ class ReadError(TidingsError, RuntimeError):
 class DataLossError(ReadError):
     """Events in the requested range were released by retention before the read got them."""
 
-    code = "data-loss"
+    code = DATA_LOSS
 
     def __init__(self, pattern: str, after_tick: int, through_tick: int, pubend: str | None = None) -> None:
         of = "" if pubend is None else f" of pubend {pubend}"

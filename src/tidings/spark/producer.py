@@ -2,7 +2,7 @@
 
 Theory of operation. A broker logs each `(producer, seq)` of an idempotent publish at most once
 within its dedup window and answers a repeat with the original (pubend, tick) (docs/delivery.md,
-core/dedup.py). So the sink is exactly-once if every attempt to write a row names it with the same
+core/publish/dedup.py). So the sink is exactly-once if every attempt to write a row names it with the same
 `(producer, seq)`, and two different rows never share one. Spark re-runs writes in three ways:
 
 - a **task retry** (or a speculative copy) writes the same partition of the same job again;
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 
-from tidings.core.dedup import PRODUCER_BYTES_MAX, PSEQ_MAX
+from tidings.core.publish.dedup import PRODUCER_BYTES_MAX, PSEQ_MAX
 
 WRITE_ID_BYTES_MAX = 200  # leaves room in the producer id for "spark/", "/" and a partition id
 ROW_BITS = 32

@@ -36,10 +36,12 @@ from pyspark.sql.datasource import (
 )
 
 from tidings.core.channels import pattern_matches, validate_pattern
-from tidings.core.event import datetime_to_tick
-from tidings.core.reliability.ticks import TICK_MAX  # a tick is a Spark long
+from tidings.core.event import (
+    TICK_MAX,  # a tick is a Spark long
+    datetime_to_tick,
+)
 
-_RANGE = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
+_Comparison = EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,21 +84,20 @@ def narrow(filters: Iterable[Filter], pattern: str) -> tuple[Narrowing, list[Fil
 
 
 def _take(now: Narrowing, item: Filter, pattern: str) -> tuple[Narrowing | None, bool]:
-    column = item.attribute
     if isinstance(item, IsNotNull):
         return now, True
-    if column in (("tick",), ("time",)) and isinstance(item, _RANGE):
+    if isinstance(item, _Comparison) and item.attribute in (("tick",), ("time",)):
         return _range(now, item)
-    if column == ("channel",) and isinstance(item, EqualTo) and isinstance(item.value, str):
+    if isinstance(item, EqualTo) and item.attribute == ("channel",) and isinstance(item.value, str):
         return _channel(now, item.value, pattern), True
-    if column == ("pubend",) and isinstance(item, EqualTo | In):
+    if isinstance(item, EqualTo | In) and item.attribute == ("pubend",):
         return _pubends(now, (item.value,) if isinstance(item, EqualTo) else tuple(item.value))
     return None, False
 
 
-def _range(now: Narrowing, item: Filter) -> tuple[Narrowing | None, bool]:
+def _range(now: Narrowing, item: _Comparison) -> tuple[Narrowing | None, bool]:
     """A comparison on `tick` (exact) or on an aware `time` (Spark checks it again)."""
-    value = getattr(item, "value", None)
+    value = item.value
     if item.attribute == ("tick",):
         return (_ticks(now, item, value), True) if type(value) is int else (None, False)
     if isinstance(value, _dt.datetime) and value.tzinfo is not None:
@@ -112,7 +113,7 @@ def _pubends(now: Narrowing, values: tuple[object, ...]) -> tuple[Narrowing | No
     return replace(now, pubends=pubends, empty=now.empty or not pubends), True
 
 
-def _ticks(now: Narrowing, item: Filter, tick: int) -> Narrowing:
+def _ticks(now: Narrowing, item: _Comparison, tick: int) -> Narrowing:
     start, end = now.start_tick, now.end_tick
     if isinstance(item, EqualTo):
         start, end = _max(start, tick), _min(end, tick)

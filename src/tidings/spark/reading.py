@@ -7,7 +7,7 @@ of its range in bulk (READ); the broker sends their records as logged, in tick o
 RECORDS frame (at most about 1 MiB), then END; the task decodes each frame straight into one Arrow
 record batch (arrow.records_to_batch): no Event objects, nothing per event on the client's event
 loop. Where the broker may (no filter, a reader allowed every channel, a pattern that keeps most
-records), it sends the log's own bytes instead (SPAN, core/reliability/subend.py), and the task
+records), it sends the log's own bytes instead (SPAN, core/subscription/subend.py), and the task
 checks the records' checksums and tests the pattern itself (arrow.span_to_batch): that work then
 runs in every task at once, not one record after another in the broker for all of them. Only
 durable events are served and ticks only rise per pubend, so a retried task reads the same events:
@@ -41,10 +41,10 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Protocol
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no stubs (pyarrow-stubs is not a dependency)
 from pyspark.sql.datasource import InputPartition
 
 from tidings.core.errors import ConnectionClosed, GapError
@@ -94,7 +94,7 @@ class Progress:
 
 
 def read_batches(client: Any, opts: ReadSettings, pubend: str, after: int, end: int, schema: pa.Schema,
-                 pattern: str | None = None, progress: Progress | None = None) -> Iterator[pa.RecordBatch]:
+                 pattern: str | None = None, progress: Progress | None = None) -> Generator[pa.RecordBatch, None, None]:
     """The events of `pubend` in `(after, end]` matching the read's pattern (or `pattern`) and
     filter, in tick order, as record batches of `schema`: one bulk read (READ) at the broker
     `client` is connected to, each RECORDS frame decoded straight into one batch.

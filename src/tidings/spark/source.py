@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -165,7 +165,7 @@ class RefusedStreamReader(ImportGuarded, DataSourceStreamReader):
     def __init__(self, message: str) -> None:
         self.message = message
 
-    def _refuse(self, *_: Any) -> Any:
+    def _refuse(self, *_: object, **__: object) -> NoReturn:
         raise ValueError(self.message)
 
     initialOffset = latestOffset = partitions = read = commit = _refuse

@@ -51,8 +51,8 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from tidings.core.checkpoint import Checkpoint
-from tidings.core.errors import GapError, TidingsError
+from tidings.core.durable.checkpoint import Checkpoint
+from tidings.core.errors import DATA_LOSS, UNREACHABLE, GapError, TidingsError
 from tidings.spark import coverage
 from tidings.spark.arrow import RecordsError, arrow_schema, records_to_batch
 from tidings.spark.failover import Entries, NoBrokerError, pin, release, survey_any
@@ -76,7 +76,7 @@ MATCH_ALL = "#"
 class StreamDataLossError(ReadError):
     """Retention released ticks the query had not read yet."""
 
-    code = "data-loss"
+    code = DATA_LOSS
 
     def __init__(self, pattern: str, losses: list[Loss]) -> None:
         super().__init__(
@@ -90,7 +90,7 @@ class StreamDataLossError(ReadError):
 class PubendOutageError(ReadError):
     """A pubend was unreachable for longer than maxPubendOutageMs."""
 
-    code = "unreachable"
+    code = UNREACHABLE
 
     def __init__(self, pattern: str, outage: Outage, down_ns: int, position: int, bound_ms: int) -> None:
         super().__init__(

@@ -7,7 +7,7 @@ A record is a 16-byte header followed by its payload, all little-endian:
     offset 8   u64  tick     the event's tick, >= 1
     offset 16  ...  body     the payload: opaque bytes (the broker's msgpack event array)
 
-A keyed record (an idempotent publish, core/dedup.py) has the top bit of `length` set and its body
+A keyed record (an idempotent publish, core/publish/dedup.py) has the top bit of `length` set and its body
 is the payload, then the key, then the key's length as a u16: readers get the payload alone, and
 recovery reads the keys of the log's tail without decoding any event.
 

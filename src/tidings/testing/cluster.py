@@ -11,6 +11,7 @@ the brokers holds. `restart` stops one broker with a drain and waits until it is
 
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -63,7 +64,7 @@ class Cluster:
 
     def start(self) -> Cluster:
         for i, pubend in enumerate(self.identities or []):
-            load_or_create_identity(self.root / f"broker-{i}", lambda pubend=pubend: pubend)
+            load_or_create_identity(self.root / f"broker-{i}", functools.partial(str, pubend))
         try:
             first = BrokerProcess(self.root / "broker-0", self.config, start_timeout=self.start_timeout,
                                   http=self.http, args=self.args, credential=self.credential, tls=self.tls)

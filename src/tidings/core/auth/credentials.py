@@ -29,7 +29,7 @@ import hmac
 from dataclasses import dataclass
 
 from tidings.core.auth.names import check_name
-from tidings.core.errors import TidingsError
+from tidings.core.errors import BAD_CREDENTIAL, TidingsError
 
 SECRET_BYTES = 32
 SALT_BYTES = 16
@@ -42,7 +42,6 @@ SCRYPT_P = 1
 SCRYPT_N_MAX = 1 << 20  # what a broker may ask a client to spend (and at most 1 GiB of memory)
 SCRYPT_MEMORY_BYTES_MAX = 1 << 30
 
-BAD_CREDENTIAL = "bad-credential"
 
 
 class CredentialError(TidingsError, ValueError):

@@ -6,7 +6,7 @@ joined: the handshake (connection.py: `hello`, then the proof to handshake.py's 
 (`check_publish`: the rules for each event's channel, then the identity's publish rates) and each
 SUBSCRIBE (`check_subscribe`: the rules for the pattern and subscriptions_max). Each refusal is
 a TidingsError for the broker to send to the client, counted per identity for `tidings status`
-(the connection counts and logs it by reason: core/refusals.py).
+(the connection counts and logs it by reason: core/broker/refusals.py).
 `reload` swaps in a new policy (SIGHUP): rules and limits apply to the next request, connections
 already open keep their identity.
 
@@ -19,7 +19,7 @@ The guard keeps the open connections of each identity (their subscription tables
 subscriptions_max is held against) and one pair of token buckets per identity and broker. Rates
 meet backpressure, not refusal: before a PUBLISH is checked the broker asks `publish_wait_ns`, and
 while the buckets lack what it needs (all its events and payload bytes, at most a full bucket) the
-PUBLISH waits unread at the head of its connection, which is not read meanwhile (core/connection.py
+PUBLISH waits unread at the head of its connection, which is not read meanwhile (core/broker/connection.py
 Hold.RATE): a flooder meets TCP backpressure, so its excess is never read, it slows itself down and
 costs the broker about nothing. Only what a full bucket cannot hold (a PUBLISH of more events or
 bytes than `rate * publish_burst_s`) is refused by `check_publish`.
@@ -36,11 +36,9 @@ from tidings.core.auth.limits import TokenBucket
 from tidings.core.auth.names import NameRuleError, check_name
 from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.auth.policy import AuthPolicy, Limits
-from tidings.core.errors import TidingsError
+from tidings.core.errors import FORBIDDEN, LIMIT_EXCEEDED, TidingsError
 from tidings.core.multicast.access import Acl, AclTooLarge, acl_for
 
-FORBIDDEN = "forbidden"
-LIMIT = "limit-exceeded"
 NonceSource = Callable[[int], bytes]  # n -> n unpredictable bytes (the runtime's secrets.token_bytes)
 SERVER_NONCE_BYTES = 24
 NOTES_KEPT_MAX = 64  # notes waiting for the runtime's log
@@ -107,7 +105,7 @@ class Guard:
         try:
             check_name(service, "a service name")
         except NameRuleError:
-            self.refused()  # the connection counts and logs it, by reason (core/refusals.py)
+            self.refused()  # the connection counts and logs it, by reason (core/broker/refusals.py)
             raise
         try:
             if client_nonce is None:
@@ -124,7 +122,7 @@ class Guard:
         limit = self.policy.limits_of(principal.identity).connections_max
         if limit is not None and len(account.conns) >= limit:
             error = TidingsError(f"identity {principal.identity!r} already has connections_max={limit} "
-                                 f"connections to this broker", LIMIT)
+                                 f"connections to this broker", LIMIT_EXCEEDED)
             self.refused(account)
             raise error
         account.conns[member.conn] = member
@@ -157,7 +155,7 @@ class Guard:
     def check_publish(self, identity: str, events: list[Any], now: int) -> dict[int, TidingsError]:
         """Refusals by index into `events`: channels the rules deny, then what exceeds the rates
         (what a PUBLISH that waited for `publish_wait_ns` holds beyond a full bucket). Malformed
-        events are left to the intake's own checks (core/intake.py)."""
+        events are left to the intake's own checks (core/publish/intake.py)."""
         policy = self.policy
         limits = policy.limits_of(identity)
         rules = policy.rules
@@ -174,7 +172,7 @@ class Guard:
             elif not self._within_rates(account, limits, ev, now):
                 refused[i] = TidingsError(f"identity {identity!r} is over its publish rate "
                                           f"(publish_events_per_s / publish_bytes_per_s, publish_burst_s): "
-                                          f"a PUBLISH may hold at most a full bucket", LIMIT)
+                                          f"a PUBLISH may hold at most a full bucket", LIMIT_EXCEEDED)
         if refused:
             self.refused(account, len(refused))
         return refused
@@ -211,7 +209,7 @@ class Guard:
             error = TidingsError(f"identity {identity!r} may not subscribe to {pattern!r}", FORBIDDEN)
         elif limit is not None and sum(len(m.subs) for m in account.conns.values()) >= limit:
             error = TidingsError(f"identity {identity!r} has subscriptions_max={limit} subscriptions at "
-                                 f"this broker", LIMIT)
+                                 f"this broker", LIMIT_EXCEEDED)
         if error is not None:
             self.refused(account)
         return error
@@ -259,7 +257,7 @@ class Guard:
 
     def refused(self, account: _Account | None = None, count: int = 1) -> None:
         """Count `count` refusals, in `account` too when the identity is known; the connection
-        that sends it counts and logs it by reason (core/refusals.py). Handshake refusals name who
+        that sends it counts and logs it by reason (core/broker/refusals.py). Handshake refusals name who
         the client claimed to be and count in no account, so made-up names cost no memory."""
         self.refusals += count
         if account is not None:

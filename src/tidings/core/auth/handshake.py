@@ -24,10 +24,8 @@ import msgpack
 from tidings.core.auth import credentials as cred
 from tidings.core.auth.names import ANONYMOUS
 from tidings.core.auth.policy import AuthPolicy
-from tidings.core.errors import TidingsError
+from tidings.core.errors import AUTH_FAILED, AUTH_REQUIRED, TidingsError
 
-AUTH_REQUIRED = "auth-required"
-AUTH_FAILED = "auth-failed"
 NONCE_BYTES_MIN = 16
 NONCE_BYTES_MAX = 64
 

@@ -8,7 +8,7 @@ own bucket and nobody else's.
 
 from __future__ import annotations
 
-SECOND_NS = 1_000_000_000
+from tidings.core.units import SECOND_NS
 
 
 class TokenBucket:

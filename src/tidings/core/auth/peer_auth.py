@@ -4,7 +4,7 @@
     PEER_HELLO [.., node, nonce_d]        ->
                                           <-  PEER_CHALLENGE [nonce_a, proof_a]
     PEER_AUTH [proof_d]                   ->
-                                          <-  PEER_WELCOME (the handshake of core/peers.py)
+                                          <-  PEER_WELCOME (the handshake of core/links/peer_links.py)
 
 proof_a = HMAC(secret, "acceptor", nonce_d, nonce_a, dialler's NodeRef) and proof_d the same with
 "dialler": each side proves the secret over a nonce the other just drew, so a recorded exchange

@@ -128,6 +128,22 @@ class SubscriptionIndex:
         """The (pattern, filter) of subscription `key`; KeyError if absent."""
         return self._subscriptions[key]
 
+    @property
+    def channels_cached(self) -> int:
+        """How many channels' plans the cache holds (at most channel_cache_entries_max)."""
+        return len(self._cache)
+
+    def check(self) -> None:
+        """Assert the invariants (the tests call it after every change): each cached plan is the
+        plan built now, each group knows exactly the channels whose cached plans hold it, and an
+        index without subscriptions keeps no group and no trie node."""
+        for channel, plan in self._cache.items():
+            assert plan == self._build_plan(channel), channel
+        for group in self._groups.values():
+            holders = [c for c, plan in self._cache.items() if any(g is group for g in plan.groups)]
+            assert sorted(group.cached_channels) == sorted(holders)
+        assert self._subscriptions or (not self._groups and self._root.is_empty())
+
     def match(self, channel: str, attributes: Mapping[str, object]) -> list[int]:
         """Keys, ascending, whose pattern matches the (valid) `channel` and whose filter matches."""
         plan = self._cache.get(channel)

@@ -47,8 +47,9 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from tidings.core import defaults
 from tidings.core.deadlines import Deadlines
-from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
+from tidings.core.errors import BAD_MESSAGE, TOO_MANY_TREES, ProtocolError, TidingsError
 from tidings.core.multicast.access import MEMBERS_PER_SUBSCRIBE_MAX, Acl, Member, admits, admitted
 from tidings.core.multicast.effects import (
     AccessChanged,
@@ -67,15 +68,15 @@ from tidings.core.multicast.messages import (
     Access,
     Create,
     Heartbeat,
-    Publish,
     Refresh,
     Replica,
-    Subscribe,
+    ScribePublish,
+    ScribeSubscribe,
+    ScribeUnsubscribe,
     TreeActive,
     TreeEmpty,
     TreeEvent,
     TreeMetadata,
-    Unsubscribe,
     decode,
     decode_routed,
 )
@@ -95,8 +96,6 @@ __all__ = [
     "ScribeEffect",
 ]
 
-SECOND_NS = 1_000_000_000
-TOO_MANY_TREES = "too-many-trees"
 
 
 class ScribeTimer(Enum):
@@ -108,14 +107,14 @@ TICK = ScribeTimer.TICK
 
 @dataclass(frozen=True, slots=True)
 class ScribeConfig:
-    heartbeat_interval_ns: int = SECOND_NS
-    parent_timeout_ns: int = 3 * SECOND_NS
-    refresh_interval_ns: int = 10 * SECOND_NS
-    child_timeout_ns: int = 30 * SECOND_NS
-    replicas: int = 3  # k: leaf-set nodes holding a copy of a root's tree metadata
-    empty_hold_ns: int = 10 * SECOND_NS  # a publisher's node sends nothing to an empty tree this long
-    trees_max: int = 10_000  # tree entries on this node (member, forwarder or root)
-    children_per_tree_max: int = 64
+    heartbeat_interval_ns: int = defaults.HEARTBEAT_INTERVAL_NS
+    parent_timeout_ns: int = defaults.PARENT_TIMEOUT_NS
+    refresh_interval_ns: int = defaults.TREE_REFRESH_INTERVAL_NS
+    child_timeout_ns: int = defaults.CHILD_TIMEOUT_NS
+    replicas: int = defaults.TREE_REPLICAS  # k: leaf-set nodes holding a copy of a root's tree metadata
+    empty_hold_ns: int = defaults.EMPTY_TREE_HOLD_NS  # a publisher's node sends nothing to an empty tree this long
+    trees_max: int = defaults.TREES_MAX  # tree entries on this node (member, forwarder or root)
+    children_per_tree_max: int = defaults.CHILDREN_PER_TREE_MAX
     replicas_max: int = 10_000  # metadata replicas held for nearby roots
     publisher_memory_max: int = 4096  # (tree, publisher node) pairs a root told TREE_EMPTY
     empty_trees_max: int = 10_000  # trees this node was told are empty
@@ -180,6 +179,19 @@ class ScribeAgent:
         if entry is not None and member not in entry.members and len(entry.members) < MEMBERS_PER_SUBSCRIBE_MAX:
             entry.members += (member,)
 
+    def remove_member(self, tree: str, member: Member) -> None:
+        """No local subscription stands for (identity, pattern) in `tree` any more: its next
+        SUBSCRIBE no longer names it (else the bound fills with ended members, and a list that
+        admits none of them refuses the branch)."""
+        entry = self._trees.get(tree)
+        if entry is not None and member in entry.members:
+            entry.members = tuple(m for m in entry.members if m != member)
+
+    def members(self, tree: str) -> tuple[Member, ...]:
+        """The (identity, pattern) pairs this node's SUBSCRIBE to `tree` names."""
+        entry = self._trees.get(tree)
+        return () if entry is None else entry.members
+
     def creator(self, tree: str) -> str:
         """The creator named by the metadata this node holds for `tree` ("" when none)."""
         entry = self._trees.get(tree)
@@ -211,14 +223,14 @@ class ScribeAgent:
         `even_if_empty` is not set: the reliability layer knows someone needs it)."""
         if not even_if_empty and self._suppressed.suppressed(now, tree):
             return []
-        return [RouteTo(tree_key(tree), Publish(tree, event).to_wire())]
+        return [RouteTo(tree_key(tree), ScribePublish(tree, event).to_wire())]
 
     # -- Pastry upcalls ----------------------------------------------------------------------
 
     def on_forward(self, now: int, decision: Forward) -> tuple[list[ScribeEffect], RouteMessage | None]:
         """The paper's forward(): only a SUBSCRIBE from another node may stop here."""
         message = decode_routed(decision.message.payload)
-        if type(message) is not Subscribe or message.subscriber.address == self.me.address:
+        if type(message) is not ScribeSubscribe or message.subscriber.address == self.me.address:
             return [], decision.message
         entry = self._trees.get(message.tree)
         if entry is None:
@@ -236,13 +248,13 @@ class ScribeAgent:
     def on_deliver(self, now: int, decision: Deliver) -> list[ScribeEffect]:
         """The paper's deliver(): this node is the rendez-vous point of the message's tree."""
         message = decode_routed(decision.message.payload)
-        if type(message) is Publish:
+        if type(message) is ScribePublish:
             return self._root_publish(now, message, decision.message.source)
         # the creating broker is the node the CREATE came from, whatever its payload says
         created = (replace(message.metadata, broker=decision.message.source.address) if type(message) is Create
                    else None)
         entry, effects = self._become_root(now, message.tree, created)
-        if entry is None or type(message) is not Subscribe:
+        if entry is None or type(message) is not ScribeSubscribe:
             return effects
         if message.subscriber.address == self.me.address or not self._accepts(entry, message):
             return effects + self._prune(entry)
@@ -256,7 +268,7 @@ class ScribeAgent:
             return self._on_event(now, address, decoded)
         if type(decoded) is Heartbeat:
             return self._on_heartbeat(now, address, decoded)
-        if type(decoded) is Unsubscribe:
+        if type(decoded) is ScribeUnsubscribe:
             return self._on_unsubscribe(address, decoded)
         if type(decoded) is Refresh:
             self._on_refresh(now, address, decoded)
@@ -404,10 +416,10 @@ class ScribeAgent:
         """Route a SUBSCRIBE of this node's own towards the key; the first tree node adopts us."""
         entry.parent = None
         entry.heard_ns = now
-        return [RouteTo(entry.key, Subscribe(entry.name, self.me, extra, entry.members).to_wire())]
+        return [RouteTo(entry.key, ScribeSubscribe(entry.name, self.me, extra, entry.members).to_wire())]
 
     def _repair(self, now: int, entry: TreeEntry) -> list[ScribeEffect]:
-        subscribe = Subscribe(entry.name, self.me, members=entry.members)
+        subscribe = ScribeSubscribe(entry.name, self.me, members=entry.members)
         entry.parent = None
         entry.heard_ns = now
         return [ParentSuspected(entry.name, subscribe), RouteTo(entry.key, subscribe.to_wire())]
@@ -419,15 +431,15 @@ class ScribeAgent:
         del self._trees[entry.name]
         if entry.parent is None:
             return []
-        return [PeerSend(entry.parent, Unsubscribe(entry.name).to_wire())]
+        return [PeerSend(entry.parent, ScribeUnsubscribe(entry.name).to_wire())]
 
-    def _accepts(self, entry: TreeEntry, subscribe: Subscribe) -> bool:
+    def _accepts(self, entry: TreeEntry, subscribe: ScribeSubscribe) -> bool:
         address = subscribe.subscriber.address
         if address == entry.parent:
             return False  # adopting our own parent would close a loop; let a node further on take it
         return address in entry.children or len(entry.children) < self.config.children_per_tree_max
 
-    def _adopt(self, now: int, entry: TreeEntry, subscribe: Subscribe) -> list[ScribeEffect]:
+    def _adopt(self, now: int, entry: TreeEntry, subscribe: ScribeSubscribe) -> list[ScribeEffect]:
         address = subscribe.subscriber.address
         entry.children[address] = ChildEntry(subscribe.subscriber, now, now)
         held = entry.held()
@@ -439,7 +451,7 @@ class ScribeAgent:
             *self._activated(entry.name),
         ]
 
-    def _refuse(self, entry: TreeEntry, subscribe: Subscribe) -> list[ScribeEffect]:
+    def _refuse(self, entry: TreeEntry, subscribe: ScribeSubscribe) -> list[ScribeEffect]:
         """ACCESS instead of adoption when the list held here admits none of the SUBSCRIBE's
         members (a child that asks so again is dropped); [] when the SUBSCRIBE may be adopted."""
         held = entry.held()
@@ -497,7 +509,7 @@ class ScribeAgent:
         effects: list[ScribeEffect] = []
         before = entry.held()
         if entry.parent is not None:
-            effects.append(PeerSend(entry.parent, Unsubscribe(tree).to_wire()))
+            effects.append(PeerSend(entry.parent, ScribeUnsubscribe(tree).to_wire()))
         entry.root = True
         entry.parent = None
         if entry.metadata is None and tree in self._replicas:
@@ -508,7 +520,7 @@ class ScribeAgent:
             entry.replicated_to = ()
         return entry, effects + self._access_changed(entry, before) + self._replicate(entry)
 
-    def _root_publish(self, now: int, publish: Publish, publisher: NodeRef) -> list[ScribeEffect]:
+    def _root_publish(self, now: int, publish: ScribePublish, publisher: NodeRef) -> list[ScribeEffect]:
         entry: TreeEntry | None = None
         effects: list[ScribeEffect] = []
         if publish.tree in self._trees or publish.tree in self._replicas:
@@ -612,12 +624,12 @@ class ScribeAgent:
     def _on_event(self, now: int, address: str, message: TreeEvent) -> list[ScribeEffect]:
         entry = self._heard_from_parent(now, message.tree, address)
         if entry is None:
-            return [PeerSend(address, Unsubscribe(message.tree).to_wire())]
+            return [PeerSend(address, ScribeUnsubscribe(message.tree).to_wire())]
         return self._multicast(now, entry, message.event, address)
 
     def _on_heartbeat(self, now: int, address: str, message: Heartbeat) -> list[ScribeEffect]:
         return [
-            PeerSend(address, Unsubscribe(tree).to_wire())
+            PeerSend(address, ScribeUnsubscribe(tree).to_wire())
             for tree in message.trees
             if self._heard_from_parent(now, tree, address) is None
         ]
@@ -629,7 +641,7 @@ class ScribeAgent:
             if child is not None:
                 child.heard_ns = now
 
-    def _on_unsubscribe(self, address: str, message: Unsubscribe) -> list[ScribeEffect]:
+    def _on_unsubscribe(self, address: str, message: ScribeUnsubscribe) -> list[ScribeEffect]:
         entry = self._trees.get(message.tree)
         if entry is None or entry.children.pop(address, None) is None:
             return []

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tidings.core.multicast.messages import Subscribe, TreeMetadata
+from tidings.core.multicast.messages import ScribeSubscribe, TreeMetadata
 from tidings.core.overlay.envelope import PeerSend, RouteTo
 from tidings.core.overlay.node_id import NodeRef
 
@@ -82,7 +82,7 @@ class TreeActivated:
 @dataclass(frozen=True, slots=True)
 class ParentSuspected:
     tree: str
-    subscribe: Subscribe
+    subscribe: ScribeSubscribe
 
 
 ScribeEffect = (PeerSend | RouteTo | DeliverLocal | EventArrived | EventForwarded | ChildAdded | ParentSuspected

@@ -24,18 +24,7 @@ from tidings.core.errors import BAD_MESSAGE, ProtocolError
 from tidings.core.multicast.access import Acl, Member, acl_from_wire, acl_to_wire, members_from_wire, members_to_wire
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.wire.typed import decode_typed, name
-
-SUBSCRIBE = 96
-UNSUBSCRIBE = 97
-CREATE = 98
-PUBLISH = 99
-EVENT = 100
-HEARTBEAT = 101
-REFRESH = 102
-REPLICA = 103
-TREE_EMPTY = 104
-TREE_ACTIVE = 105
-ACCESS = 106
+from tidings.core.wire.types import ScribeType
 
 TREE_BYTES_MAX = 1100  # a channel (1024 bytes) plus "/#", with room to spare
 CREATOR_BYTES_MAX = 300
@@ -55,7 +44,7 @@ class TreeMetadata:
 
 
 @dataclass(frozen=True, slots=True)
-class Subscribe:
+class ScribeSubscribe:
     """Routed to the tree key; `subscriber` asks the first node already in the tree to adopt it,
     for the (identity, pattern) `members` its broker joins for (none: a forwarder's own)."""
 
@@ -65,15 +54,15 @@ class Subscribe:
     members: tuple[Member, ...] = ()
 
     def to_wire(self) -> list[Any]:
-        return [SUBSCRIBE, self.tree, self.subscriber.to_wire(), self.extra, members_to_wire(self.members)]
+        return [ScribeType.SUBSCRIBE, self.tree, self.subscriber.to_wire(), self.extra, members_to_wire(self.members)]
 
 
 @dataclass(frozen=True, slots=True)
-class Unsubscribe:
+class ScribeUnsubscribe:
     tree: str
 
     def to_wire(self) -> list[Any]:
-        return [UNSUBSCRIBE, self.tree]
+        return [ScribeType.UNSUBSCRIBE, self.tree]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,18 +71,18 @@ class Create:
     metadata: TreeMetadata
 
     def to_wire(self) -> list[Any]:
-        return [CREATE, self.tree, *_metadata_to_wire(self.metadata)]
+        return [ScribeType.CREATE, self.tree, *_metadata_to_wire(self.metadata)]
 
 
 @dataclass(frozen=True, slots=True)
-class Publish:
+class ScribePublish:
     """Routed to the tree key; the rendez-vous point multicasts `event` down the tree."""
 
     tree: str
     event: list[Any]
 
     def to_wire(self) -> list[Any]:
-        return [PUBLISH, self.tree, self.event]
+        return [ScribeType.PUBLISH, self.tree, self.event]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +93,7 @@ class TreeEvent:
     event: list[Any]
 
     def to_wire(self) -> list[Any]:
-        return [EVENT, self.tree, self.event]
+        return [ScribeType.EVENT, self.tree, self.event]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +103,7 @@ class Heartbeat:
     trees: tuple[str, ...]
 
     def to_wire(self) -> list[Any]:
-        return [HEARTBEAT, list(self.trees)]
+        return [ScribeType.HEARTBEAT, list(self.trees)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +113,7 @@ class Refresh:
     trees: tuple[str, ...]
 
     def to_wire(self) -> list[Any]:
-        return [REFRESH, list(self.trees)]
+        return [ScribeType.REFRESH, list(self.trees)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +122,7 @@ class Replica:
     metadata: TreeMetadata
 
     def to_wire(self) -> list[Any]:
-        return [REPLICA, self.tree, *_metadata_to_wire(self.metadata)]
+        return [ScribeType.REPLICA, self.tree, *_metadata_to_wire(self.metadata)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +134,7 @@ class Access:
     metadata: TreeMetadata
 
     def to_wire(self) -> list[Any]:
-        return [ACCESS, self.tree, *_metadata_to_wire(self.metadata)]
+        return [ScribeType.ACCESS, self.tree, *_metadata_to_wire(self.metadata)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +142,7 @@ class TreeEmpty:
     tree: str
 
     def to_wire(self) -> list[Any]:
-        return [TREE_EMPTY, self.tree]
+        return [ScribeType.TREE_EMPTY, self.tree]
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,11 +150,11 @@ class TreeActive:
     tree: str
 
     def to_wire(self) -> list[Any]:
-        return [TREE_ACTIVE, self.tree]
+        return [ScribeType.TREE_ACTIVE, self.tree]
 
 
-RoutedMessage = Subscribe | Create | Publish
-DirectMessage = Unsubscribe | TreeEvent | Heartbeat | Refresh | Replica | Access | TreeEmpty | TreeActive
+RoutedMessage = ScribeSubscribe | Create | ScribePublish
+DirectMessage = ScribeUnsubscribe | TreeEvent | Heartbeat | Refresh | Replica | Access | TreeEmpty | TreeActive
 ScribeMessage = RoutedMessage | DirectMessage
 
 
@@ -204,17 +193,18 @@ def _metadata(creator: object, acl: object, broker: object) -> TreeMetadata:
 
 
 _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ScribeMessage]]] = {
-    SUBSCRIBE: (4, lambda f: Subscribe(_tree(f[0]), NodeRef.from_wire(f[1]), f[2], members_from_wire(f[3], _bad))),
-    UNSUBSCRIBE: (1, lambda f: Unsubscribe(_tree(f[0]))),
-    CREATE: (4, lambda f: Create(_tree(f[0]), _metadata(f[1], f[2], f[3]))),
-    PUBLISH: (2, lambda f: Publish(_tree(f[0]), _event(f[1]))),
-    EVENT: (2, lambda f: TreeEvent(_tree(f[0]), _event(f[1]))),
-    HEARTBEAT: (1, lambda f: Heartbeat(_trees(f[0]))),
-    REFRESH: (1, lambda f: Refresh(_trees(f[0]))),
-    REPLICA: (4, lambda f: Replica(_tree(f[0]), _metadata(f[1], f[2], f[3]))),
-    ACCESS: (4, lambda f: Access(_tree(f[0]), _metadata(f[1], f[2], f[3]))),
-    TREE_EMPTY: (1, lambda f: TreeEmpty(_tree(f[0]))),
-    TREE_ACTIVE: (1, lambda f: TreeActive(_tree(f[0]))),
+    ScribeType.SUBSCRIBE: (4, lambda f: ScribeSubscribe(_tree(f[0]), NodeRef.from_wire(f[1]), f[2],
+                                                  members_from_wire(f[3], _bad))),
+    ScribeType.UNSUBSCRIBE: (1, lambda f: ScribeUnsubscribe(_tree(f[0]))),
+    ScribeType.CREATE: (4, lambda f: Create(_tree(f[0]), _metadata(f[1], f[2], f[3]))),
+    ScribeType.PUBLISH: (2, lambda f: ScribePublish(_tree(f[0]), _event(f[1]))),
+    ScribeType.EVENT: (2, lambda f: TreeEvent(_tree(f[0]), _event(f[1]))),
+    ScribeType.HEARTBEAT: (1, lambda f: Heartbeat(_trees(f[0]))),
+    ScribeType.REFRESH: (1, lambda f: Refresh(_trees(f[0]))),
+    ScribeType.REPLICA: (4, lambda f: Replica(_tree(f[0]), _metadata(f[1], f[2], f[3]))),
+    ScribeType.ACCESS: (4, lambda f: Access(_tree(f[0]), _metadata(f[1], f[2], f[3]))),
+    ScribeType.TREE_EMPTY: (1, lambda f: TreeEmpty(_tree(f[0]))),
+    ScribeType.TREE_ACTIVE: (1, lambda f: TreeActive(_tree(f[0]))),
 }
 
 
@@ -226,6 +216,6 @@ def decode(message: object) -> ScribeMessage:
 def decode_routed(message: object) -> RoutedMessage:
     """The routed Scribe message in a route's payload; ProtocolError if malformed or direct."""
     decoded = decode(message)
-    if not isinstance(decoded, Subscribe | Create | Publish):
+    if not isinstance(decoded, ScribeSubscribe | Create | ScribePublish):
         raise _bad("a direct message arrived through a route")
     return decoded

@@ -8,9 +8,8 @@ payload, or stop the route (Scribe's subscribe stops at the first node already i
 then does the composer send the envelope on. `PeerSend` is Pastry's send(msg, node): one wire
 message (a msgpack-able list whose first element is the message type) to one address.
 
-Message type numbers are split by layer, so the composer dispatches on the number alone:
-64..95 overlay (Pastry), 96..127 multicast (Scribe), 128..159 the broker's own peer messages,
-160..191 guaranteed delivery (the reliability layer's knowledge, ack and nack messages).
+Message type numbers are split by layer, so the composer dispatches on the number alone; the
+numbers and the layers' ranges are in core/wire/types.py.
 """
 
 from __future__ import annotations
@@ -19,11 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.core.overlay.node_id import NodeRef
-
-OVERLAY_TYPES = range(64, 96)
-MULTICAST_TYPES = range(96, 128)
-BROKER_TYPES = range(128, 160)
-RELIABILITY_TYPES = range(160, 192)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,18 +28,7 @@ from typing import Any
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
 from tidings.core.overlay.envelope import RouteMessage
 from tidings.core.overlay.node_id import BASE, DIGITS, NodeRef, id_from_wire, id_to_wire
-
-ROUTE = 64
-JOIN_REQUEST = 65
-JOIN = 66
-JOIN_STATE = 67
-ANNOUNCE = 68
-KEEP_ALIVE = 69
-KEEP_ALIVE_ACK = 70
-LEAF_SET_REQUEST = 71
-LEAF_SET_REPLY = 72
-ROW_REQUEST = 73
-ROW_REPLY = 74
+from tidings.core.wire.types import OverlayType
 
 HOPS_MAX = 1 << 16  # beyond any sane route_hops_max; bigger counts are garbage
 NODES_PER_LIST_MAX = 256  # leaf sets and neighbourhood sets on the wire
@@ -50,7 +39,7 @@ class JoinRequest:
     newcomer: NodeRef
 
     def to_wire(self) -> list[Any]:
-        return [JOIN_REQUEST, self.newcomer.to_wire()]
+        return [OverlayType.JOIN_REQUEST, self.newcomer.to_wire()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +48,7 @@ class Join:
     hops: int
 
     def to_wire(self) -> list[Any]:
-        return [JOIN, self.newcomer.to_wire(), self.hops]
+        return [OverlayType.JOIN, self.newcomer.to_wire(), self.hops]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +63,7 @@ class JoinState:
 
     def to_wire(self) -> list[Any]:
         return [
-            JOIN_STATE,
+            OverlayType.JOIN_STATE,
             self.sender.to_wire(),
             [[i, _refs_to_wire(row)] for i, row in self.rows],
             None if self.leaf_set is None else _refs_to_wire(self.leaf_set),
@@ -87,7 +76,7 @@ class Announce:
     node: NodeRef
 
     def to_wire(self) -> list[Any]:
-        return [ANNOUNCE, self.node.to_wire()]
+        return [OverlayType.ANNOUNCE, self.node.to_wire()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +84,7 @@ class KeepAlive:
     sender: NodeRef
 
     def to_wire(self) -> list[Any]:
-        return [KEEP_ALIVE, self.sender.to_wire()]
+        return [OverlayType.KEEP_ALIVE, self.sender.to_wire()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +92,7 @@ class KeepAliveAck:
     sender: NodeRef
 
     def to_wire(self) -> list[Any]:
-        return [KEEP_ALIVE_ACK, self.sender.to_wire()]
+        return [OverlayType.KEEP_ALIVE_ACK, self.sender.to_wire()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +100,7 @@ class LeafSetRequest:
     sender: NodeRef
 
     def to_wire(self) -> list[Any]:
-        return [LEAF_SET_REQUEST, self.sender.to_wire()]
+        return [OverlayType.LEAF_SET_REQUEST, self.sender.to_wire()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +109,7 @@ class LeafSetReply:
     leaves: tuple[NodeRef, ...]
 
     def to_wire(self) -> list[Any]:
-        return [LEAF_SET_REPLY, self.sender.to_wire(), _refs_to_wire(self.leaves)]
+        return [OverlayType.LEAF_SET_REPLY, self.sender.to_wire(), _refs_to_wire(self.leaves)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +118,7 @@ class RowRequest:
     row: int
 
     def to_wire(self) -> list[Any]:
-        return [ROW_REQUEST, self.sender.to_wire(), self.row]
+        return [OverlayType.ROW_REQUEST, self.sender.to_wire(), self.row]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +128,7 @@ class RowReply:
     nodes: tuple[NodeRef, ...]
 
     def to_wire(self) -> list[Any]:
-        return [ROW_REPLY, self.sender.to_wire(), self.row, _refs_to_wire(self.nodes)]
+        return [OverlayType.ROW_REPLY, self.sender.to_wire(), self.row, _refs_to_wire(self.nodes)]
 
 
 OverlayMessage = (
@@ -158,7 +147,7 @@ OverlayMessage = (
 
 
 def encode_route(message: RouteMessage) -> list[Any]:
-    return [ROUTE, id_to_wire(message.key), message.source.to_wire(), message.hops, message.payload]
+    return [OverlayType.ROUTE, id_to_wire(message.key), message.source.to_wire(), message.hops, message.payload]
 
 
 def _refs_to_wire(nodes: tuple[NodeRef, ...]) -> list[Any]:
@@ -203,17 +192,17 @@ def _decode_route(m: list[Any]) -> RouteMessage:
 
 
 _LENGTHS = {
-    ROUTE: 5,
-    JOIN_REQUEST: 2,
-    JOIN: 3,
-    JOIN_STATE: 5,
-    ANNOUNCE: 2,
-    KEEP_ALIVE: 2,
-    KEEP_ALIVE_ACK: 2,
-    LEAF_SET_REQUEST: 2,
-    LEAF_SET_REPLY: 3,
-    ROW_REQUEST: 3,
-    ROW_REPLY: 4,
+    OverlayType.ROUTE: 5,
+    OverlayType.JOIN_REQUEST: 2,
+    OverlayType.JOIN: 3,
+    OverlayType.JOIN_STATE: 5,
+    OverlayType.ANNOUNCE: 2,
+    OverlayType.KEEP_ALIVE: 2,
+    OverlayType.KEEP_ALIVE_ACK: 2,
+    OverlayType.LEAF_SET_REQUEST: 2,
+    OverlayType.LEAF_SET_REPLY: 3,
+    OverlayType.ROW_REQUEST: 3,
+    OverlayType.ROW_REPLY: 4,
 }
 
 
@@ -226,20 +215,20 @@ def decode(message: object) -> OverlayMessage:
         raise _bad(f"unknown type {kind!r}")
     if len(message) != _LENGTHS[kind]:
         raise _bad(f"type {kind} has {_LENGTHS[kind]} fields")
-    if kind == ROUTE:
+    if kind == OverlayType.ROUTE:
         return _decode_route(message)
     sender = NodeRef.from_wire(message[1])
     result: OverlayMessage
-    if kind == JOIN:
+    if kind == OverlayType.JOIN:
         result = Join(sender, _int(message[2], 0, HOPS_MAX, "hops"))
-    elif kind == JOIN_STATE:
+    elif kind == OverlayType.JOIN_STATE:
         leaves = _optional_refs(message[3], "a leaf set")
         result = JoinState(sender, _rows(message[2]), leaves, _optional_refs(message[4], "a neighbourhood set"))
-    elif kind == LEAF_SET_REPLY:
+    elif kind == OverlayType.LEAF_SET_REPLY:
         result = LeafSetReply(sender, _refs(message[2], NODES_PER_LIST_MAX, "a leaf set"))
-    elif kind == ROW_REQUEST:
+    elif kind == OverlayType.ROW_REQUEST:
         result = RowRequest(sender, _int(message[2], 0, DIGITS, "a row index"))
-    elif kind == ROW_REPLY:
+    elif kind == OverlayType.ROW_REPLY:
         result = RowReply(sender, _int(message[2], 0, DIGITS, "a row index"), _refs(message[3], BASE, "a row"))
     else:
         result = _SIMPLE[kind](sender)
@@ -255,9 +244,9 @@ def decode_route(message: object) -> RouteMessage:
 
 
 _SIMPLE: dict[int, type[JoinRequest | Announce | KeepAlive | KeepAliveAck | LeafSetRequest]] = {
-    JOIN_REQUEST: JoinRequest,
-    ANNOUNCE: Announce,
-    KEEP_ALIVE: KeepAlive,
-    KEEP_ALIVE_ACK: KeepAliveAck,
-    LEAF_SET_REQUEST: LeafSetRequest,
+    OverlayType.JOIN_REQUEST: JoinRequest,
+    OverlayType.ANNOUNCE: Announce,
+    OverlayType.KEEP_ALIVE: KeepAlive,
+    OverlayType.KEEP_ALIVE_ACK: KeepAliveAck,
+    OverlayType.LEAF_SET_REQUEST: LeafSetRequest,
 }

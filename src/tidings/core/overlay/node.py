@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
+from tidings.core import defaults
 from tidings.core.deadlines import Deadlines
 from tidings.core.overlay import messages as m
 from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteDecision, RouteMessage
@@ -70,6 +71,7 @@ from tidings.core.overlay.leaf_set import LeafSet
 from tidings.core.overlay.neighbourhood import NeighbourhoodSet
 from tidings.core.overlay.node_id import DIGITS, HALF_RING, RING, NodeRef, closer, id_hex, shared_prefix_digits
 from tidings.core.overlay.routing_table import RoutingTable
+from tidings.core.units import SECOND_NS
 
 __all__ = [
     "JoinCompleted",
@@ -82,7 +84,6 @@ __all__ = [
     "Rng",
 ]
 
-SECOND_NS = 1_000_000_000
 
 
 class Rng(Protocol):
@@ -104,19 +105,19 @@ class OverlayTimer(Enum):
 class OverlayConfig:
     """Pastry's parameters (b = 4 is fixed by node_id.py) and the node's limits."""
 
-    leaf_set_size: int = 16
-    neighbourhood_size: int = 32
-    keepalive_interval_ns: int = SECOND_NS
-    failure_timeout_ns: int = 3 * SECOND_NS
-    join_timeout_ns: int = 5 * SECOND_NS
+    leaf_set_size: int = defaults.LEAF_SET_SIZE
+    neighbourhood_size: int = defaults.NEIGHBOURHOOD_SIZE
+    keepalive_interval_ns: int = defaults.KEEPALIVE_INTERVAL_NS
+    failure_timeout_ns: int = defaults.FAILURE_TIMEOUT_NS
+    join_timeout_ns: int = defaults.JOIN_TIMEOUT_NS
     join_retry_interval_ns_min: int = SECOND_NS // 10  # first retry after an unreachable bootstrap
-    route_hops_max: int = 40
-    routing_repair_interval_ns: int = 30 * SECOND_NS
+    route_hops_max: int = defaults.ROUTE_HOPS_MAX
+    routing_repair_interval_ns: int = defaults.ROUTING_REPAIR_INTERVAL_NS
     failed_memory_ns: int = 60 * SECOND_NS  # third-party mentions of a failed node are ignored
     failed_memory_max: int = 1024
     probes_pending_max: int = 128  # RTT measurements asked of the runtime and not yet answered
     row_repair_helpers: int = 3  # nodes asked for a replacement when a routing-table entry fails
-    revive_interval_ns: int = 10 * SECOND_NS  # one node declared failed is asked for its leaf set
+    revive_interval_ns: int = defaults.REVIVE_INTERVAL_NS  # one node declared failed is asked for its leaf set
     lost_nodes_max: int = 64  # failed nodes remembered for that, newest kept
 
 

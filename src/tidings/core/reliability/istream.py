@@ -58,10 +58,10 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import cast
 
-from tidings.core.event import record_routing_fields
+from tidings.core.event import TICK_MAX, record_routing_fields
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
 from tidings.core.reliability.summary import Summary
-from tidings.core.reliability.ticks import TICK_MAX, Curiosity, CuriosityMap, Knowledge, KnowledgeMap, TickMap
+from tidings.core.reliability.ticks import Curiosity, CuriosityMap, Knowledge, KnowledgeMap, TickMap
 
 KNOWN = frozenset({Knowledge.D, Knowledge.F, Knowledge.L})
 SPARSE_RANGES_MAX = 1024  # ranges one catchup's sparsen leaves unknown (each run costs every gap scan)
@@ -401,7 +401,7 @@ class Istream:
             fields = self._fields[tick]
         else:
             routing = record_routing_fields(record)
-            fields = self._fields[tick] = None if routing is None else (routing[1], routing[2])
+            fields = self._fields[tick] = None if routing is None else (routing.channel, routing.attributes)
         return fields is None or summary.matches(*fields)
 
     def doubt_after(self, position: int, through: int = TICK_MAX) -> None:
@@ -475,6 +475,14 @@ class Istream:
     @property
     def cache_bytes(self) -> int:
         return self._cache_bytes
+
+    def cached(self) -> list[tuple[int, bytes]]:
+        """The records the cache holds, (tick, record), in its order: oldest arrival first."""
+        return list(self._cache.items())
+
+    def knowledge(self, tick: int) -> Knowledge:
+        """What the stream knows of `tick` (Q, D, S, F or L)."""
+        return self._known.get(tick)
 
     # ---- acks ----------------------------------------------------------------------------------
 

@@ -52,19 +52,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
+from tidings.core.event import TICK_MAX
 from tidings.core.multicast.messages import TREE_BYTES_MAX
 from tidings.core.reliability.summary import Summary
 from tidings.core.reliability.summary import decode as decode_summary
 from tidings.core.reliability.summary import to_wire as summary_wire
-from tidings.core.reliability.ticks import TICK_MAX
 from tidings.core.wire.typed import decode_typed, name
+from tidings.core.wire.types import ReliabilityType
 
-KNOWLEDGE = 160
-ACK = 161
-NACK = 162
-ROOT_MOVED = 163
-SUMMARY = 164
-MOVED = 165
 REGISTRATION_MAX = 2**63 - 1
 
 PUBEND_BYTES_MAX = 128  # pubend ids are "p" and 16 hex digits today; room for other schemes
@@ -76,7 +71,7 @@ NACK_RANGE_TICKS_MAX = 60_000_000  # ticks in one nack range: 60 s of microsecon
 
 
 @dataclass(frozen=True, slots=True)
-class Knowledge:
+class KnowledgeMessage:
     """Ticks (after, through] are known: D at `ticks` with `records`, F elsewhere."""
 
     tree: str
@@ -98,7 +93,7 @@ def knowledge_wire(tree: str, pubend: str, after: int, through: int, ticks: list
                    retransmit: bool, epoch: int | None = None, lost: bool = False) -> list[Any]:
     """A Knowledge message's wire form straight from lists the caller hands over (no copies: a
     forwarder sends every event it forwards through here)."""
-    return [KNOWLEDGE, tree, pubend, after, through, ticks, records, retransmit, epoch, lost]
+    return [ReliabilityType.KNOWLEDGE, tree, pubend, after, through, ticks, records, retransmit, epoch, lost]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +110,11 @@ class StreamAck:
 
 
 @dataclass(frozen=True, slots=True)
-class Ack:
+class StreamAcks:
     streams: tuple[StreamAck, ...]
 
     def to_wire(self) -> list[Any]:
-        return [ACK, [[s.tree, s.pubend, s.through, s.released, s.delivered] for s in self.streams]]
+        return [ReliabilityType.ACK, [[s.tree, s.pubend, s.through, s.released, s.delivered] for s in self.streams]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +126,7 @@ class Nack:
     ranges: tuple[tuple[int, int], ...]
 
     def to_wire(self) -> list[Any]:
-        return [NACK, self.tree, self.pubend, [[after, through] for after, through in self.ranges]]
+        return [ReliabilityType.NACK, self.tree, self.pubend, [[after, through] for after, through in self.ranges]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +137,7 @@ class RootMoved:
     tree: str
 
     def to_wire(self) -> list[Any]:
-        return [ROOT_MOVED, self.tree]
+        return [ReliabilityType.ROOT_MOVED, self.tree]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +151,7 @@ class SummaryUpdate:
     since: int
 
     def to_wire(self) -> list[Any]:
-        return [SUMMARY, self.tree, self.epoch, summary_wire(self.summary), self.since]
+        return [ReliabilityType.SUMMARY, self.tree, self.epoch, summary_wire(self.summary), self.since]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,10 +162,10 @@ class Moved:
     registration: int
 
     def to_wire(self) -> list[Any]:
-        return [MOVED, self.home, self.registration]
+        return [ReliabilityType.MOVED, self.home, self.registration]
 
 
-ReliabilityMessage = Knowledge | Ack | Nack | RootMoved | SummaryUpdate | Moved
+ReliabilityMessage = KnowledgeMessage | StreamAcks | Nack | RootMoved | SummaryUpdate | Moved
 
 
 def _bad(what: str) -> ProtocolError:
@@ -197,7 +192,7 @@ def _list(value: object, size_max: int, what: str) -> list[Any]:
     raise _bad(f"{what} is a list of at most {size_max} entries")
 
 
-def _knowledge(f: list[Any]) -> Knowledge:
+def _knowledge(f: list[Any]) -> KnowledgeMessage:
     tree, pubend = _stream(f[0], f[1])
     after, through = _tick(f[2], "after"), _tick(f[3], "through")
     if after >= through:
@@ -218,7 +213,7 @@ def _knowledge(f: list[Any]) -> Knowledge:
         raise _bad("retransmit and lost are booleans")
     if f[8] and ticks:
         raise _bad("a lost range carries no data ticks")
-    return Knowledge(tree, pubend, after, through, tuple(ticks), tuple(records), f[6], _epoch(f[7], True), f[8])
+    return KnowledgeMessage(tree, pubend, after, through, tuple(ticks), tuple(records), f[6], _epoch(f[7], True), f[8])
 
 
 def _epoch(value: object, nullable: bool) -> int | None:
@@ -234,7 +229,7 @@ def _summary(f: list[Any]) -> SummaryUpdate:
     return SummaryUpdate(tree, epoch, decode_summary(f[2]), _tick(f[3], "from"))
 
 
-def _ack(f: list[Any]) -> Ack:
+def _ack(f: list[Any]) -> StreamAcks:
     entries = _list(f[0], ACK_ENTRIES_MAX, "an ack's stream list")
     if not entries:
         raise _bad("an ack names at least one stream")
@@ -247,7 +242,7 @@ def _ack(f: list[Any]) -> Ack:
         if not released <= delivered <= through:
             raise _bad("an ack's released is at most its delivered, which is at most its through")
         streams.append(StreamAck(*_stream(entry[0], entry[1]), through, released, delivered))
-    return Ack(tuple(streams))
+    return StreamAcks(tuple(streams))
 
 
 def _nack(f: list[Any]) -> Nack:
@@ -270,12 +265,12 @@ def _nack(f: list[Any]) -> Nack:
 
 
 _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ReliabilityMessage]]] = {
-    KNOWLEDGE: (9, _knowledge),
-    ACK: (1, _ack),
-    NACK: (3, _nack),
-    ROOT_MOVED: (1, lambda f: RootMoved(_name(f[0], TREE_BYTES_MAX, "a tree name"))),
-    SUMMARY: (4, _summary),
-    MOVED: (2, lambda f: Moved(_name(f[0], PUBEND_BYTES_MAX, "a pubend id"), _registration(f[1]))),
+    ReliabilityType.KNOWLEDGE: (9, _knowledge),
+    ReliabilityType.ACK: (1, _ack),
+    ReliabilityType.NACK: (3, _nack),
+    ReliabilityType.ROOT_MOVED: (1, lambda f: RootMoved(_name(f[0], TREE_BYTES_MAX, "a tree name"))),
+    ReliabilityType.SUMMARY: (4, _summary),
+    ReliabilityType.MOVED: (2, lambda f: Moved(_name(f[0], PUBEND_BYTES_MAX, "a pubend id"), _registration(f[1]))),
 }
 
 

@@ -6,7 +6,7 @@ broker's parent, or, at the rendez-vous point, from the pubend's broker. The mac
 `Istream` per (tree, pubend) whose consumers are the broker's children in the tree and its local
 subscriptions of that tree, and forwards per consumer what its stream lets it (istream.py): to a
 child as a Scribe EVENT (`ScribeAgent.send_event`, which also keeps Scribe's liveness), to local
-subscriptions as a `Deliver` effect for the broker, which matches each record against each
+subscriptions as a `DeliverRecords` effect for the broker, which matches each record against each
 subscription's pattern and filter.
 
 Upstream, it sends ACK (consolidated per upstream broker within one input) and NACK (after the gap
@@ -54,24 +54,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from tidings.core import defaults
 from tidings.core.deadlines import Deadlines
+from tidings.core.durable.constream import READ_WAIT_NS, Catchup, Recorded
+from tidings.core.durable.release import release_through
 from tidings.core.effects import ReleaseLog
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
-from tidings.core.event import record_routing_fields
+from tidings.core.event import TICK_MAX, record_routing_fields
 from tidings.core.inputs import LogState
 from tidings.core.multicast.agent import ScribeAgent
 from tidings.core.overlay.envelope import PeerSend, RouteTo
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
-from tidings.core.reliability.constream import READ_WAIT_NS, Catchup, Recorded
 from tidings.core.reliability.istream import Istream, StreamLimits
-from tidings.core.reliability.release import release_through
 from tidings.core.reliability.round_trip import RoundTrip
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
 from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge, of_subscription, whole_tree
 from tidings.core.reliability.summary import decode as decode_summary
 from tidings.core.reliability.summary import to_wire as summary_wire
-from tidings.core.reliability.ticks import TICK_MAX
+from tidings.core.units import ns_to_us
 
 PFS_CONSUMER = -1  # the consumer key of the PFS consumer on a recorded tree's streams (constream.py)
 POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
@@ -96,18 +97,23 @@ class ReliabilityConfig:
     reads_max: int
     trees_max: int
     best_effort: bool = False  # measurement only: forward and deliver what arrives, track nothing
-    summary_bytes_max: int = 64 * 1024  # a tree's filter summary to the parent; past it, "everything"
+    # a tree's filter summary to the parent; past it, "everything"
+    summary_bytes_max: int = defaults.FILTER_SUMMARY_BYTES_MAX
     filtering: bool = True  # measurement only when False: summaries travel, children are sent everything
-    release_keep_us: int = 3600 * 1_000_000  # released events stay in the log this long (release.py)
-    max_retain_us: int = 24 * 3600 * 1_000_000  # early release: older ticks go even if a durable subscriber is away
-    release_hold_ns: int = 300 * 1_000_000_000  # a child that left holds release at its last value this long
-    nack_merge_ticks: int = 100_000  # a durable catchup fetches matching ticks this close as one range
-    retransmit_window_bytes: int = 4 * 1024 * 1024  # a tree's nack answers in flight beyond its root's ack
-    retransmit_wait_ns: int = 200 * 1_000_000  # a window its root's acks have not moved this long starts again
+    release_keep_us: int = ns_to_us(defaults.RELEASE_KEEP_NS)  # released events stay in the log this long (release.py)
+    # early release: older ticks go even if a durable subscriber is away
+    max_retain_us: int = ns_to_us(defaults.MAX_RETAIN_NS)
+    release_hold_ns: int = defaults.RELEASE_HOLD_NS  # a child that left holds release at its last value this long
+    # a durable catchup fetches matching ticks this close as one range
+    nack_merge_ticks: int = defaults.NACK_MERGE_TICKS
+    # a tree's nack answers in flight beyond its root's ack
+    retransmit_window_bytes: int = defaults.RETRANSMIT_WINDOW_BYTES
+    # a window its root's acks have not moved this long starts again
+    retransmit_wait_ns: int = defaults.RETRANSMIT_WAIT_NS
 
 
 @dataclass(frozen=True, slots=True)
-class Deliver:
+class DeliverRecords:
     """Records of `tree` in delivery order for the local subscriptions `keys` (each gets those that
     match its pattern and filter): one pubend's in tick order, or for total-order subscriptions
     several pubends' merged on (tick, pubend). `pubends[i]` is the pubend of `records[i]`."""
@@ -161,7 +167,7 @@ class _Tree:
     redoubted: dict[str, int] = field(default_factory=dict)
     resent_ns: int | None = None  # when SUMMARY was last sent again after a stale stamp
     # where a durable local subscription wants the pubends it names, overriding its start for them
-    # (its checkpoint token's vector, core/checkpoint.py)
+    # (its checkpoint token's vector, core/durable/checkpoint.py)
     positions: dict[int, dict[str, int]] = field(default_factory=dict)
     # durable registrations recorded in the PFS (connected or away) -> their summary, part of the interest
     recorded: dict[int, Summary | None] = field(default_factory=dict)
@@ -308,7 +314,7 @@ class ReliabilityNode:
         self._after_change(now, ist)
         return self._flush(now, out)
 
-    def _best_effort(self, now: int, tree: str, event: Any, knowledge: messages.Knowledge) -> list[Any]:
+    def _best_effort(self, now: int, tree: str, event: Any, knowledge: messages.KnowledgeMessage) -> list[Any]:
         """The comparison mode: every event to every child and to every local subscription of the
         tree; nothing is acknowledged, nacked or retransmitted."""
         out: list[Any] = []
@@ -316,7 +322,7 @@ class ReliabilityNode:
             out += self.scribe.send_event(now, tree, child, event)
         t = self.trees.get(tree)
         if t is not None and t.locals and knowledge.ticks and knowledge.pubend != self.pubend_id:
-            out.append(Deliver(tree, tuple(t.locals), (knowledge.pubend,) * len(knowledge.records),
+            out.append(DeliverRecords(tree, tuple(t.locals), (knowledge.pubend,) * len(knowledge.records),
                                list(knowledge.records)))
         return out
 
@@ -389,7 +395,7 @@ class ReliabilityNode:
                 if piece.lost:
                     out.append(Lost(ist.tree, tuple(keys), ist.pubend, piece.after, piece.through))
                 elif piece.ticks:
-                    out.append(Deliver(ist.tree, tuple(keys), (ist.pubend,) * len(piece.records), piece.records))
+                    out.append(DeliverRecords(ist.tree, tuple(keys), (ist.pubend,) * len(piece.records), piece.records))
         return out + self._merge(t)
 
     def _merge(self, t: _Tree) -> list[Any]:
@@ -421,7 +427,7 @@ class ReliabilityNode:
             items.sort()
             self.total_order_late += sum(1 for tick, _, _ in items if tick <= merged)
             t.total[key] = max(merged, items[-1][0])
-            out.append(Deliver(next(iter(t.istreams.values())).tree, (key,), tuple(p for _, p, _ in items),
+            out.append(DeliverRecords(next(iter(t.istreams.values())).tree, (key,), tuple(p for _, p, _ in items),
                                [r for _, _, r in items]))
         return out
 
@@ -523,7 +529,7 @@ class ReliabilityNode:
             return
         for record in records:
             fields = record_routing_fields(record)
-            if fields is not None and not wanted.matches(fields[1], fields[2]):
+            if fields is not None and not wanted.matches(fields.channel, fields.attributes):
                 self.records_unwanted += 1
 
     def _resummarize(self, now: int, tree: str, t: _Tree, positions: dict[str, int], since: int) -> list[Any]:
@@ -774,7 +780,7 @@ class ReliabilityNode:
     def received(self, now: int, sender: str, message: Any) -> list[Any]:
         decoded = messages.decode(message)
         out: list[Any] = []
-        if type(decoded) is messages.Ack:
+        if type(decoded) is messages.StreamAcks:
             for stream in decoded.streams:
                 ist = self._istream(stream.tree, stream.pubend)
                 if ist is not None and sender in ist.consumers:
@@ -785,7 +791,7 @@ class ReliabilityNode:
                                                                stream.released, stream.delivered))
         elif type(decoded) is messages.Nack:
             out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
-        elif type(decoded) is messages.Knowledge:  # straight from a pubend that takes us for the root
+        elif type(decoded) is messages.KnowledgeMessage:  # straight from a pubend that takes us for the root
             if self.scribe.is_root(decoded.tree):
                 out += self.event_arrived(now, decoded.tree, [sender, message], sender)
             else:
@@ -944,7 +950,7 @@ class ReliabilityNode:
             for address, entries in acks.items():
                 for i in range(0, len(entries), messages.ACK_ENTRIES_MAX):
                     chunk = tuple(entries[i:i + messages.ACK_ENTRIES_MAX])
-                    out += self._to(now, address, messages.Ack(chunk).to_wire())
+                    out += self._to(now, address, messages.StreamAcks(chunk).to_wire())
         return out
 
     def _to(self, now: int, address: str, message: list[Any]) -> list[Any]:
@@ -964,11 +970,11 @@ class ReliabilityNode:
                              for tree, t in self.trees.items() for ist in t.istreams.values()][:64]}
 
 
-def _decode_event(tree: str, event: Any) -> tuple[str, messages.Knowledge]:
+def _decode_event(tree: str, event: Any) -> tuple[str, messages.KnowledgeMessage]:
     if type(event) is not list or len(event) != 2 or type(event[0]) is not str:
         raise ProtocolError(BAD_MESSAGE, "a tree event is [origin address, knowledge]")
     knowledge = messages.decode(event[1])
-    if type(knowledge) is not messages.Knowledge or knowledge.tree != tree:
+    if type(knowledge) is not messages.KnowledgeMessage or knowledge.tree != tree:
         raise ProtocolError(BAD_MESSAGE, "a tree event carries knowledge of its own tree")
     return event[0], knowledge
 
@@ -996,4 +1002,4 @@ def _decode_extra(extra: Any) -> tuple[int | None, dict[str, int], tuple[int, Su
     return None if extra[0] is None else max(0, extra[0]), positions, asked
 
 
-__all__ = ["Deliver", "Lost", "MovedAway", "ReliabilityConfig", "ReliabilityNode", "RouteTo"]
+__all__ = ["DeliverRecords", "Lost", "MovedAway", "ReliabilityConfig", "ReliabilityNode", "RouteTo"]

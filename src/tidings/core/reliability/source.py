@@ -71,14 +71,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.core import defaults
 from tidings.core.effects import ReadLog
-from tidings.core.event import own_record_prefix, record_channel_bytes, record_routing_fields
+from tidings.core.event import TICK_MAX, own_record_prefix, record_channel_bytes, record_routing_fields
 from tidings.core.inputs import LogState
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
-from tidings.core.reliability.messages import Knowledge as KnowledgeMessage
-from tidings.core.reliability.ticks import TICK_MAX
+from tidings.core.reliability.messages import KnowledgeMessage
+from tidings.core.units import MICROSECOND_NS
 
-MICROSECOND_NS = 1000
 STALLED_WAITS = 10  # a window no ack came for this many retransmit_wait_ns starts again
 
 
@@ -91,9 +91,10 @@ class SourceConfig:
     reads_max: int  # log reads in flight answering nacks
     trees_max: int
     knowledge_bytes_max: int  # record bytes in one knowledge message
-    release_hold_ns: int = 300 * 1_000_000_000  # a new root's release point is trusted after this long
-    retransmit_window_bytes: int = 4 * 1024 * 1024  # a tree's nack answers sent beyond its root's ack
-    retransmit_wait_ns: int = 200 * 1_000_000  # a window its root's acks have not moved this long starts again
+    release_hold_ns: int = defaults.RELEASE_HOLD_NS  # a new root's release point is trusted after this long
+    retransmit_window_bytes: int = defaults.RETRANSMIT_WINDOW_BYTES  # a tree's nack answers sent beyond its root's ack
+    # a window its root's acks have not moved this long starts again
+    retransmit_wait_ns: int = defaults.RETRANSMIT_WAIT_NS
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,7 +542,7 @@ class Source:
             window.reading -= 1
         self.records_read += len(records)
         mine = [(tick, record) for tick, record in records
-                if tick > after and read.tree in self._record_trees(record)]
+                if tick > after and read.tree in self.record_trees(record)]
         self.ticks_retransmitted += len(mine)
         if through > after:
             out += self._send_chunked(read.tree, after, through, mine, retransmit=True, root=read.asker)
@@ -575,7 +576,7 @@ class Source:
             return []
         last = records[-1][0]
         for _, record in records:
-            for tree in self._record_trees(record):
+            for tree in self.record_trees(record):
                 if tree not in self._streams:
                     self._new_stream(tree, last, now)
                     stream = self._streams.get(tree)
@@ -584,7 +585,7 @@ class Source:
                         stream.hold_until = now + self.config.release_hold_ns
         return []
 
-    def _record_trees(self, record: bytes) -> list[str]:
+    def record_trees(self, record: bytes) -> list[str]:
         """The trees of one of this pubend's own records. A nack's answer sorts thousands of them,
         so the usual layout (a tick past 2**32, a channel under 256 bytes) is read in place: the
         channel's bytes follow a fixed prefix (`trees_of` caches the trees of a channel)."""
@@ -592,7 +593,7 @@ class Source:
         if raw is not None:
             return self._trees_of(raw.decode())
         fields = record_routing_fields(record)
-        return [] if fields is None else self._trees_of(fields[1])
+        return [] if fields is None else self._trees_of(fields.channel)
 
     def _send(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
               retransmit: bool, root: str | None = None, past_empty: bool = False, lost: bool = False) -> PublishOnTree:

@@ -28,7 +28,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Generic, NamedTuple, TypeVar
 
-TICK_MAX = 2**63 - 1  # the last tick ("forever"): a tick is a signed 64-bit integer elsewhere
+from tidings.core.event import TICK_MAX
 
 V = TypeVar("V")
 

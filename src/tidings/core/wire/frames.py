@@ -9,7 +9,7 @@ limit is fatal for the stream (the peer may be sending garbage, and we will not 
 then returns None (`take` stops), sets `failure` (a ProtocolError with `fatal=True`) and drops
 everything held; the caller answers the failure and closes. The buffer grows only with the bytes
 that arrived, never by a declared length, so what a connection pins is what it sent: `held_bytes`.
-Whole frames not pulled yet (a connection the broker holds unread, core/connection.py) stay there
+Whole frames not pulled yet (a connection the broker holds unread, core/broker/connection.py) stay there
 as bytes; the frame not yet whole, `partial_bytes`, is what the broker charges to its global budget
 for partial frames (`PartialFrames` below).
 
@@ -66,7 +66,7 @@ class FrameDecoder:
     @property
     def partial_bytes(self) -> int:
         """The bytes held of a frame not yet whole, behind the whole frames not pulled yet (a held
-        connection's, core/connection.py): what counts against the budget for partial frames."""
+        connection's, core/broker/connection.py): what counts against the budget for partial frames."""
         buf = self._buffer
         pos = self._pos
         end = len(buf)

@@ -16,36 +16,13 @@ import msgpack
 
 from tidings.core.errors import BAD_MESSAGE, UNKNOWN_MESSAGE, ProtocolError
 from tidings.core.wire.frames import HEADER, frame
+from tidings.core.wire.types import ClientType
 
 PROTOCOL_VERSION = 1
 
-# client -> broker
-HELLO = 1
-PUBLISH = 2
-SUBSCRIBE = 3
 ORDER_PUBLISHER = "publisher"  # each pubend's events in tick order, pubends interleaved as they come
 ORDER_TOTAL = "total"  # every total-order subscriber of a tree sees one interleaving: (tick, pubend)
 ORDERS = (ORDER_PUBLISHER, ORDER_TOTAL)
-UNSUBSCRIBE = 4
-STATUS = 5
-AUTH = 6
-RENEW = 7  # [RENEW]: the client is alive; extends the lease on its subscriptions (core/leases.py)
-RELEASE = 8  # [RELEASE, sub, checkpoint]: a durable subscription consumed everything through it
-READ = 9  # [READ, sub, pattern, filter, after, end(, spans)]: a bounded read of this broker's log, in bulk
-# broker -> client
-WELCOME = 16
-ACK = 17
-EVENTS = 18
-SUBSCRIBED = 19
-GAP = 20
-END = 21
-STATUS_REPLY = 22
-ERROR = 23
-CHALLENGE = 24
-SILENCE = 26  # [SILENCE, sub, [[pubend, tick], ...]]: a durable subscription's token moves up
-RECORDS = 27  # [RECORDS, sub, count, blob]: a READ's records, as logged (blob: a msgpack array of them)
-SPAN = 28  # [SPAN, sub, after, through, blob]: a READ's records as the log's own bytes (blob: a span of the log)
-ADVICE = 25  # [ADVICE, reason, [[address, rtt_us], ...]]: entry points that may serve better (core/advice.py)
 
 SPAN_BYTES_FACTOR = 2  # a SPAN holds at most this many log reads (log_read_bytes_max), or index intervals
 
@@ -78,7 +55,7 @@ class Challenge:
 class Publish:
     seq: int
     events: list[Any]  # [[channel, attributes, payload], ...]; each checked by the broker
-    # idempotent publish (core/dedup.py): with a producer id, each event is [channel, attributes,
+    # idempotent publish (core/publish/dedup.py): with a producer id, each event is [channel, attributes,
     # payload, pseq] and is logged at most once per (producer, pseq); checked by the broker
     producer: Any = None
 
@@ -92,7 +69,7 @@ class Subscribe:
     after: int  # with START_AFTER: deliver ticks > after
     end: int | None  # deliver ticks <= end, then END
     order: str = ORDER_PUBLISHER  # ORDER_PUBLISHER or ORDER_TOTAL (one interleaving per tree)
-    # durable (core/checkpoint.py): None for a plain subscription, else the positions per pubend
+    # durable (core/durable/checkpoint.py): None for a plain subscription, else the positions per pubend
     # ([[pubend, tick], ...], maybe empty) that override `after` (the default) for the pubends named
     positions: list[Any] | None = None
     # a token's home, [address, pubend, registration]; or the name of a broker-held durable subscription
@@ -149,7 +126,7 @@ class Ack:
     seq: int
     pubend: str
     ticks: list[int | None]
-    duplicates: list[int] = field(default_factory=list)  # indexes of events logged before (core/dedup.py)
+    duplicates: list[int] = field(default_factory=list)  # indexes of events logged before (core/publish/dedup.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,25 +209,25 @@ def _pack(body: list[Any]) -> bytes:
 
 
 def hello(service: str, instance: str, version: int = PROTOCOL_VERSION, nonce: bytes | None = None) -> bytes:
-    return _pack([HELLO, version, service, instance] + ([] if nonce is None else [nonce]))
+    return _pack([ClientType.HELLO, version, service, instance] + ([] if nonce is None else [nonce]))
 
 
 def auth(proof: bytes) -> bytes:
-    return _pack([AUTH, proof])
+    return _pack([ClientType.AUTH, proof])
 
 
 def challenge(salt: bytes, kdf: list[int], nonce: bytes) -> bytes:
-    return _pack([CHALLENGE, salt, kdf, nonce])
+    return _pack([ClientType.CHALLENGE, salt, kdf, nonce])
 
 
 def publish(seq: int, events: list[list[Any]], producer: str | None = None) -> bytes:
     """With `producer`, each event is [channel, attributes, payload, pseq]: an idempotent publish."""
-    return _pack([PUBLISH, seq, events] if producer is None else [PUBLISH, seq, events, producer])
+    return _pack([ClientType.PUBLISH, seq, events] if producer is None else [ClientType.PUBLISH, seq, events, producer])
 
 
 def subscribe(msg: Subscribe) -> bytes:
     start: list[Any] = [msg.start] if msg.start != START_AFTER else [START_AFTER, msg.after]
-    fields = [SUBSCRIBE, msg.sub, msg.pattern, msg.filter, start, msg.end]
+    fields = [ClientType.SUBSCRIBE, msg.sub, msg.pattern, msg.filter, start, msg.end]
     if msg.home is not None:
         return _pack([*fields, msg.order, msg.positions or [], msg.home])
     if msg.positions is not None:
@@ -259,35 +236,36 @@ def subscribe(msg: Subscribe) -> bytes:
 
 
 def read(msg: Read) -> bytes:
-    fields = [READ, msg.sub, msg.pattern, msg.filter, msg.after, msg.end]
+    fields = [ClientType.READ, msg.sub, msg.pattern, msg.filter, msg.after, msg.end]
     return _pack([*fields, True] if msg.spans else fields)
 
 
 def release(sub: int, checkpoint: list[Any]) -> bytes:
-    return _pack([RELEASE, sub, checkpoint])
+    return _pack([ClientType.RELEASE, sub, checkpoint])
 
 
 def unsubscribe(sub: int, forget: bool = False) -> bytes:
     """`forget`: a durable subscription ends for good (its broker stops holding events for it);
     without it, it is only away, like a closed connection."""
-    return _pack([UNSUBSCRIBE, sub, True] if forget else [UNSUBSCRIBE, sub])
+    return _pack([ClientType.UNSUBSCRIBE, sub, True] if forget else [ClientType.UNSUBSCRIBE, sub])
 
 
 def status_request(req: int) -> bytes:
-    return _pack([STATUS, req])
+    return _pack([ClientType.STATUS, req])
 
 
 def renew() -> bytes:
-    return _pack([RENEW])
+    return _pack([ClientType.RENEW])
 
 
 def welcome(info: dict[str, Any]) -> bytes:
-    return _pack([WELCOME, PROTOCOL_VERSION, info])
+    return _pack([ClientType.WELCOME, PROTOCOL_VERSION, info])
 
 
 def ack(seq: int, pubend: str, ticks: list[int | None], duplicates: list[int] | None = None) -> bytes:
     """`duplicates`: the indexes of events answered with the tick they were logged with before."""
-    return _pack([ACK, seq, pubend, ticks, duplicates] if duplicates else [ACK, seq, pubend, ticks])
+    head = [ClientType.ACK, seq, pubend, ticks]
+    return _pack([*head, duplicates] if duplicates else head)
 
 
 def _array_header(n: int) -> bytes:
@@ -324,7 +302,8 @@ def events_frames(sub: int, records: list[bytes]) -> list[bytes]:
 
 def events(sub: int, records: list[bytes]) -> bytes:
     """An EVENTS frame from already-encoded event records."""
-    return _frame_of([b"\x93", msgpack.packb(EVENTS), msgpack.packb(sub), _array_header(len(records)), *records])
+    return _frame_of([b"\x93", msgpack.packb(ClientType.EVENTS), msgpack.packb(sub), _array_header(len(records)),
+                      *records])
 
 
 def records_frames(sub: int, records: list[bytes]) -> list[bytes]:
@@ -336,13 +315,14 @@ def records_frames(sub: int, records: list[bytes]) -> list[bytes]:
 def _records(sub: int, records: list[bytes]) -> bytes:
     array_header = _array_header(len(records))
     blob_bytes = len(array_header) + sum(map(len, records))
-    return _frame_of([b"\x94", msgpack.packb(RECORDS), msgpack.packb(sub), msgpack.packb(len(records)),
+    return _frame_of([b"\x94", msgpack.packb(ClientType.RECORDS), msgpack.packb(sub), msgpack.packb(len(records)),
                       b"\xc6", struct.pack(">I", blob_bytes), array_header, *records])  # bin32: past 64 KiB
 
 
 def span(sub: int, after: int, through: int, blob: bytes) -> bytes:
     """A SPAN frame: `blob` copied once, as a bin32 field (spans pass 64 KiB)."""
-    return _frame_of([b"\x95", msgpack.packb(SPAN), msgpack.packb(sub), msgpack.packb(after), msgpack.packb(through),
+    return _frame_of([b"\x95", msgpack.packb(ClientType.SPAN), msgpack.packb(sub), msgpack.packb(after),
+                      msgpack.packb(through),
                       b"\xc6", struct.pack(">I", len(blob)), blob])
 
 
@@ -352,32 +332,33 @@ def _frame_of(parts: list[bytes]) -> bytes:
 
 
 def subscribed(sub: int, position: int, checkpoint: list[Any] | None = None) -> bytes:
-    return _pack([SUBSCRIBED, sub, position] if checkpoint is None else [SUBSCRIBED, sub, position, checkpoint])
+    head = [ClientType.SUBSCRIBED, sub, position]
+    return _pack(head if checkpoint is None else [*head, checkpoint])
 
 
 def silence(sub: int, positions: list[list[Any]]) -> bytes:
-    return _pack([SILENCE, sub, positions])
+    return _pack([ClientType.SILENCE, sub, positions])
 
 
 def advice(reason: str, entries: list[list[Any]]) -> bytes:
-    return _pack([ADVICE, reason, entries])
+    return _pack([ClientType.ADVICE, reason, entries])
 
 
 def gap(sub: int, after: int, through: int, pubend: str) -> bytes:
     """Events of `pubend` after `after` up to `through` may have matched but were released."""
-    return _pack([GAP, sub, after, through, pubend])
+    return _pack([ClientType.GAP, sub, after, through, pubend])
 
 
 def end(sub: int, through: int) -> bytes:
-    return _pack([END, sub, through])
+    return _pack([ClientType.END, sub, through])
 
 
 def status_reply(req: int, status: dict[str, Any]) -> bytes:
-    return _pack([STATUS_REPLY, req, status])
+    return _pack([ClientType.STATUS_REPLY, req, status])
 
 
 def error(code: str, message: str, **context: Any) -> bytes:
-    return _pack([ERROR, code, message, context])
+    return _pack([ClientType.ERROR, code, message, context])
 
 
 # ---- decoders ------------------------------------------------------------------------------------
@@ -447,7 +428,7 @@ def _decode_subscribe(msg: list[Any]) -> Subscribe:
         home = msg.pop()
         if not (type(home) is list and len(home) == 3) and type(home) is not str:
             raise _bad("SUBSCRIBE home must be [address, pubend, registration] or a name")
-    if len(msg) == 8:  # durable: the positions per pubend (core/checkpoint.py), optional
+    if len(msg) == 8:  # durable: the positions per pubend (core/durable/checkpoint.py), optional
         positions = msg.pop()
         if type(positions) is not list:
             raise _bad("SUBSCRIBE positions must be an array")
@@ -482,40 +463,40 @@ def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message ty
 ) -> Hello | Auth | Publish | Subscribe | Read | Unsubscribe | StatusRequest | Renew | Release:
     msg = _unpack(body)
     kind = msg[0]
-    if kind == PUBLISH:
+    if kind == ClientType.PUBLISH:
         producer = msg.pop() if len(msg) == 4 else None  # optional: idempotent publish
         _arity(msg, 3, "PUBLISH")
         if not isinstance(msg[2], list):
             raise _bad("PUBLISH events must be an array")
         return Publish(_int(msg[1], "PUBLISH seq"), msg[2], producer)
-    if kind == SUBSCRIBE:
+    if kind == ClientType.SUBSCRIBE:
         return _decode_subscribe(msg)
-    if kind == READ:
+    if kind == ClientType.READ:
         return _decode_read(msg)
-    if kind == UNSUBSCRIBE:
+    if kind == ClientType.UNSUBSCRIBE:
         if len(msg) != 2:
             _arity(msg, 3, "UNSUBSCRIBE")
             if type(msg[2]) is not bool:
                 raise _bad("UNSUBSCRIBE forget must be a boolean")
         return Unsubscribe(_int(msg[1], "UNSUBSCRIBE id"), len(msg) == 3 and msg[2])
-    if kind == RENEW:
+    if kind == ClientType.RENEW:
         _arity(msg, 1, "RENEW")
         return Renew()
-    if kind == RELEASE:
+    if kind == ClientType.RELEASE:
         _arity(msg, 3, "RELEASE")
         if type(msg[2]) is not list:
             raise _bad("RELEASE checkpoint must be an array")
         return Release(_int(msg[1], "RELEASE id"), msg[2])
-    if kind == STATUS:
+    if kind == ClientType.STATUS:
         _arity(msg, 2, "STATUS")
         return StatusRequest(_int(msg[1], "STATUS id"))
-    if kind == HELLO:
+    if kind == ClientType.HELLO:
         if len(msg) != 5:
             _arity(msg, 4, "HELLO")
         nonce = _bytes(msg[4], "HELLO nonce") if len(msg) == 5 else None
         return Hello(_int(msg[1], "HELLO version"), _str(msg[2], "HELLO service"),
                      _str(msg[3], "HELLO instance"), nonce)
-    if kind == AUTH:
+    if kind == ClientType.AUTH:
         _arity(msg, 2, "AUTH")
         return Auth(_bytes(msg[1], "AUTH proof"))
     raise ProtocolError(UNKNOWN_MESSAGE, f"unknown message type {kind}")
@@ -528,22 +509,22 @@ BrokerMessage = (Welcome | Challenge | Ack | Events | Records | Span | Subscribe
 def decode_broker_message(body: bytes) -> BrokerMessage:  # noqa: PLR0911, PLR0912, PLR0915 - one return per type
     msg = _unpack(body)
     kind = msg[0]
-    if kind == EVENTS:
+    if kind == ClientType.EVENTS:
         _arity(msg, 3, "EVENTS")
         if not isinstance(msg[2], list):
             raise _bad("EVENTS records must be an array")
         return Events(_int(msg[1], "EVENTS id"), msg[2])
-    if kind == RECORDS:
+    if kind == ClientType.RECORDS:
         _arity(msg, 4, "RECORDS")
         if type(msg[3]) is not bytes:
             raise _bad("RECORDS blob must be binary")
         return Records(_int(msg[1], "RECORDS id"), _int(msg[2], "RECORDS count"), msg[3])
-    if kind == SPAN:
+    if kind == ClientType.SPAN:
         _arity(msg, 5, "SPAN")
         if type(msg[4]) is not bytes:
             raise _bad("SPAN blob must be binary")
         return Span(_int(msg[1], "SPAN id"), _int(msg[2], "SPAN after"), _int(msg[3], "SPAN through"), msg[4])
-    if kind == ACK:
+    if kind == ClientType.ACK:
         duplicates = msg.pop() if len(msg) == 5 else []
         _arity(msg, 4, "ACK")
         if not isinstance(msg[3], list):
@@ -551,41 +532,41 @@ def decode_broker_message(body: bytes) -> BrokerMessage:  # noqa: PLR0911, PLR09
         if type(duplicates) is not list or not all(type(i) is int for i in duplicates):
             raise _bad("ACK duplicates must be an array of indexes")
         return Ack(_int(msg[1], "ACK seq"), _str(msg[2], "ACK pubend"), msg[3], duplicates)
-    if kind == SUBSCRIBED:
+    if kind == ClientType.SUBSCRIBED:
         checkpoint = msg.pop() if len(msg) == 4 else None
         _arity(msg, 3, "SUBSCRIBED")
         return Subscribed(_int(msg[1], "SUBSCRIBED id"), _int(msg[2], "SUBSCRIBED position"), checkpoint)
-    if kind == SILENCE:
+    if kind == ClientType.SILENCE:
         _arity(msg, 3, "SILENCE")
         if not isinstance(msg[2], list):
             raise _bad("SILENCE positions must be an array")
         return Silence(_int(msg[1], "SILENCE id"), msg[2])
-    if kind == GAP:
+    if kind == ClientType.GAP:
         if len(msg) != 4:
             _arity(msg, 5, "GAP")
         return Gap(_int(msg[1], "GAP id"), _int(msg[2], "GAP after"), _int(msg[3], "GAP through"),
                    _str(msg[4], "GAP pubend") if len(msg) == 5 else None)
-    if kind == END:
+    if kind == ClientType.END:
         _arity(msg, 3, "END")
         return End(_int(msg[1], "END id"), _int(msg[2], "END through"))
-    if kind == STATUS_REPLY:
+    if kind == ClientType.STATUS_REPLY:
         _arity(msg, 3, "STATUS_REPLY")
         if not isinstance(msg[2], dict):
             raise _bad("STATUS_REPLY status must be a map")
         return StatusReply(_int(msg[1], "STATUS_REPLY id"), msg[2])
-    if kind == ERROR:
+    if kind == ClientType.ERROR:
         _arity(msg, 4, "ERROR")
         ctx = msg[3] if isinstance(msg[3], dict) else {}
         return Error(_str(msg[1], "ERROR code"), _str(msg[2], "ERROR message"), ctx)
-    if kind == WELCOME:
+    if kind == ClientType.WELCOME:
         _arity(msg, 3, "WELCOME")
         if not isinstance(msg[2], dict):
             raise _bad("WELCOME info must be a map")
         return Welcome(_int(msg[1], "WELCOME version"), msg[2])
-    if kind == ADVICE:
+    if kind == ClientType.ADVICE:
         _arity(msg, 3, "ADVICE")
         return Advice(msg[1], msg[2])
-    if kind == CHALLENGE:
+    if kind == ClientType.CHALLENGE:
         _arity(msg, 4, "CHALLENGE")
         kdf = msg[2]
         if not isinstance(kdf, list) or len(kdf) != 3 or not all(type(k) is int for k in kdf):

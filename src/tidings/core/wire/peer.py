@@ -16,9 +16,9 @@ field, its nonce; the acceptor answers PEER_CHALLENGE, the dialler checks it and
 and only then does the acceptor treat the HELLO as above (PEER_WELCOME or a tie-break refusal).
 
 The first frame of every accepted connection tells a broker from a client: any array starting with
-128, even a malformed one, goes to the peer layer (core/peers.py), which answers it. Decoders check
+128, even a malformed one, goes to the peer layer (core/links/peer_links.py), which answers it. Decoders check
 every field and raise ProtocolError naming the problem; messages of the other layers (overlay
-64..95, multicast 96..127, the broker's own 135..159) stay raw lists here and are checked by the
+64..95, multicast 96..127, the broker's own 135..159; core/wire/types.py) stay raw lists here and are checked by the
 layer that owns them.
 """
 
@@ -32,21 +32,12 @@ import msgpack
 from tidings.core.errors import BAD_MESSAGE, UNKNOWN_MESSAGE, ProtocolError
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.wire.frames import frame
+from tidings.core.wire.types import LinkType
 
 PEER_VERSION = 1
 
-PEER_HELLO = 128
-PEER_WELCOME = 129
-PING = 130
-PONG = 131
-PEER_ERROR = 132
-PEER_CHALLENGE = 133
-PEER_AUTH = 134
-PEER_LINK_TYPES = range(PEER_HELLO, PEER_AUTH + 1)
 NONCE_BYTES_MAX = 64
 
-# PEER_ERROR codes of this layer (the rest are the shared codes in core/errors.py)
-DUPLICATE_LINK = "duplicate-link"  # simultaneous dials: the one the smaller nodeId opened is kept
 SEQ_MAX = (1 << 63) - 1
 TEXT_CHARS_MAX = 1024
 
@@ -103,31 +94,31 @@ def encode(message: list[Any]) -> bytes:
 
 
 def hello(node: NodeRef, version: int = PEER_VERSION, nonce: bytes | None = None) -> bytes:
-    return encode([PEER_HELLO, version, node.to_wire()] + ([] if nonce is None else [nonce]))
+    return encode([LinkType.PEER_HELLO, version, node.to_wire()] + ([] if nonce is None else [nonce]))
 
 
 def challenge(nonce: bytes, proof: bytes) -> bytes:
-    return encode([PEER_CHALLENGE, nonce, proof])
+    return encode([LinkType.PEER_CHALLENGE, nonce, proof])
 
 
 def auth(proof: bytes) -> bytes:
-    return encode([PEER_AUTH, proof])
+    return encode([LinkType.PEER_AUTH, proof])
 
 
 def welcome(node: NodeRef) -> bytes:
-    return encode([PEER_WELCOME, PEER_VERSION, node.to_wire()])
+    return encode([LinkType.PEER_WELCOME, PEER_VERSION, node.to_wire()])
 
 
 def ping(seq: int) -> bytes:
-    return encode([PING, seq])
+    return encode([LinkType.PING, seq])
 
 
 def pong(seq: int) -> bytes:
-    return encode([PONG, seq])
+    return encode([LinkType.PONG, seq])
 
 
 def peer_error(code: str, message: str) -> bytes:
-    return encode([PEER_ERROR, code, message[:TEXT_CHARS_MAX]])
+    return encode([LinkType.PEER_ERROR, code, message[:TEXT_CHARS_MAX]])
 
 
 # ---- decoders ------------------------------------------------------------------------------------
@@ -187,23 +178,23 @@ def _hello(msg: list[Any]) -> PeerHello:
 def decode_link_message(msg: list[Any]) -> PeerLinkMessage:  # noqa: PLR0911 - one return per type
     """Decode an unpacked message of this layer (type 128..132); ProtocolError otherwise."""
     kind = msg[0]
-    if kind == PING:
+    if kind == LinkType.PING:
         _arity(msg, 2, "PING")
         return Ping(_seq(msg[1], "PING"))
-    if kind == PONG:
+    if kind == LinkType.PONG:
         _arity(msg, 2, "PONG")
         return Pong(_seq(msg[1], "PONG"))
-    if kind == PEER_HELLO:
+    if kind == LinkType.PEER_HELLO:
         return _hello(msg)
-    if kind == PEER_CHALLENGE:
+    if kind == LinkType.PEER_CHALLENGE:
         _arity(msg, 3, "PEER_CHALLENGE")
         return PeerChallenge(_binary(msg[1], "PEER_CHALLENGE nonce"), _binary(msg[2], "PEER_CHALLENGE proof"))
-    if kind == PEER_AUTH:
+    if kind == LinkType.PEER_AUTH:
         _arity(msg, 2, "PEER_AUTH")
         return PeerAuth(_binary(msg[1], "PEER_AUTH proof"))
-    if kind == PEER_WELCOME:
+    if kind == LinkType.PEER_WELCOME:
         return PeerWelcome(*_greeting(msg, "PEER_WELCOME"))
-    if kind == PEER_ERROR:
+    if kind == LinkType.PEER_ERROR:
         _arity(msg, 3, "PEER_ERROR")
         return PeerError(_text(msg[1], "PEER_ERROR code"), _text(msg[2], "PEER_ERROR message"))
     raise ProtocolError(UNKNOWN_MESSAGE, f"unknown peer message type {kind}")
@@ -212,6 +203,6 @@ def decode_link_message(msg: list[Any]) -> PeerLinkMessage:  # noqa: PLR0911 - o
 def decode_hello(body: bytes) -> PeerHello:
     """The first frame of an accepted peer connection, which must be a well-formed PEER_HELLO."""
     msg = unpack(body)
-    if msg[0] != PEER_HELLO:
+    if msg[0] != LinkType.PEER_HELLO:
         raise _bad("a peer connection starts with PEER_HELLO")
     return _hello(msg)

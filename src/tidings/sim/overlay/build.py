@@ -27,9 +27,9 @@ import random
 from collections.abc import Callable
 
 from tidings.core.overlay.node import OverlayConfig
+from tidings.core.units import MILLISECOND_NS, SECOND_NS
 from tidings.sim.overlay.sim import OverlaySim
 from tidings.sim.overlay.steady import SteadyState
-from tidings.sim.world import MILLISECOND_NS, SECOND_NS
 
 Progress = Callable[[int, int], None]
 

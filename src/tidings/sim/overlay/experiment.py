@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidings.core.overlay.node import OverlayConfig
+from tidings.core.units import SECOND_NS
 from tidings.sim.overlay.build import install_steady, join_all
 from tidings.sim.overlay.lookups import LookupRun, lookup_members
 from tidings.sim.overlay.sim import OverlaySim, leaf_set_errors
-from tidings.sim.world import SECOND_NS
 
 PAPER_HOPS_100K = {"mean": 3.98, "max": 5, "percent": {1: 0.06, 2: 1.56, 3: 16.43, 4: 64.49, 5: 17.45}}
 PAPER_FAILURES_5K = {"nodes": 5000, "failed": 500, "before": 2.73, "right_after": 2.96, "after_repair": 2.74}

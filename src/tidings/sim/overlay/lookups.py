@@ -36,8 +36,9 @@ from tidings.core.overlay import messages as m
 from tidings.core.overlay.envelope import Deliver, RouteMessage
 from tidings.core.overlay.node import OverlayConfig, OverlayNode
 from tidings.core.overlay.node_id import NodeRef
+from tidings.core.units import SECOND_NS
+from tidings.core.wire.types import OverlayType
 from tidings.sim.overlay.sim import OverlaySim, closest_live
-from tidings.sim.world import SECOND_NS
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,7 @@ class LookupMember:
         return list(self.overlay.start(now, bootstrap))
 
     def received(self, now: int, sender: str, message: list[Any]) -> list[Any]:
-        if message[0] == m.ROUTE:
+        if message[0] == OverlayType.ROUTE:
             return self._step(now, m.decode_route(message))
         return list(self.overlay.handle(now, sender, message))
 
@@ -85,7 +86,7 @@ class LookupMember:
 
     def undelivered(self, now: int, message: list[Any]) -> list[Any]:
         """A message this node sent never reached a live node: re-route a lookup from here."""
-        if message[0] != m.ROUTE:
+        if message[0] != OverlayType.ROUTE:
             return []
         sent = m.decode_route(message)
         back = RouteMessage(sent.key, sent.source, sent.hops - 1, sent.payload)

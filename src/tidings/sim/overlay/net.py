@@ -36,8 +36,9 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+from tidings.core.units import SECOND_NS
 from tidings.sim.overlay.topology import Topology
-from tidings.sim.world import SECOND_NS, World
+from tidings.sim.world import World
 
 UP = 1
 SILENT = 2

@@ -41,17 +41,17 @@ import numpy as np
 
 from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.multicast.effects import DeliverLocal
-from tidings.core.multicast.messages import EVENT, HEARTBEAT, PUBLISH, REFRESH
 from tidings.core.overlay import messages as overlay_messages
 from tidings.core.overlay.node import OverlayConfig
+from tidings.core.units import SECOND_NS
+from tidings.core.wire.types import OverlayType, ScribeType
 from tidings.sim.overlay.build import install_steady
 from tidings.sim.overlay.scribe import UPCALLS, cluster_members
 from tidings.sim.overlay.sim import OverlaySim
 from tidings.sim.overlay.transit_stub import TransitStub, TransitStubShape
-from tidings.sim.world import SECOND_NS
 
 STRATEGIES = ("broadcast", "spanning-tree", "tree-per-channel", "scribe")
-PERIODIC = frozenset({overlay_messages.KEEP_ALIVE, overlay_messages.KEEP_ALIVE_ACK, HEARTBEAT, REFRESH})
+PERIODIC = frozenset({OverlayType.KEEP_ALIVE, OverlayType.KEEP_ALIVE_ACK, ScribeType.HEARTBEAT, ScribeType.REFRESH})
 
 
 @dataclass
@@ -331,8 +331,8 @@ class ScribeRun:
 
     def _count(self, src: int, dst: int, message: list[Any]) -> None:
         kind = message[0]
-        if kind == EVENT or (kind == overlay_messages.ROUTE
-                             and overlay_messages.decode_route(message).payload[0] == PUBLISH):
+        if kind == ScribeType.EVENT or (kind == OverlayType.ROUTE
+                                        and overlay_messages.decode_route(message).payload[0] == ScribeType.PUBLISH):
             self.sent["event"] += 1
         elif kind in PERIODIC:
             self.sent["periodic"] += 1

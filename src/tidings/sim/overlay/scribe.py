@@ -1,7 +1,7 @@
 """Scribe trees on the overlay simulator: brokers running the real composer, and an outside view.
 
 Theory of operation. For the tree experiments every host runs the broker's own `ClusterMember`
-(Pastry and Scribe composed, core/cluster.py); the simulation carries its wire effects, and the
+(Pastry and Scribe composed, core/broker/cluster.py); the simulation carries its wire effects, and the
 `TreeWatch` here takes the rest: it counts each `DeliverLocal` per host and event, and ignores the
 reliability upcalls (`EventForwarded`, `ChildAdded`, `ParentSuspected`), which have no consumer in
 these tests.
@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tidings.core.cluster import ClusterMember
+from tidings.core.broker.cluster import ClusterMember
 from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.multicast.effects import ChildAdded, DeliverLocal, EventForwarded, ParentSuspected
 from tidings.core.multicast.trees import tree_key

@@ -45,14 +45,14 @@ import numpy as np
 
 from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.multicast.effects import DeliverLocal
-from tidings.core.multicast.messages import EVENT
 from tidings.core.multicast.trees import tree_key
 from tidings.core.overlay.node import OverlayConfig
+from tidings.core.units import SECOND_NS
+from tidings.core.wire.types import ScribeType
 from tidings.sim.overlay.build import install_steady
 from tidings.sim.overlay.scribe import UPCALLS, cluster_members
 from tidings.sim.overlay.sim import OverlaySim, closest_live
 from tidings.sim.overlay.transit_stub import TransitStub, TransitStubShape
-from tidings.sim.world import SECOND_NS
 
 HOUR_NS = 3600 * SECOND_NS
 ZIPF_EXPONENT = 1.25
@@ -175,7 +175,7 @@ class ScribeExperiment:
         destinations: array[int] = array("i")
 
         def count(src: int, dst: int, message: list[Any]) -> None:
-            if message[0] == EVENT:
+            if message[0] == ScribeType.EVENT:
                 sources.append(src)
                 destinations.append(dst)
 

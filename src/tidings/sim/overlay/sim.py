@@ -37,9 +37,10 @@ from typing import Any, Protocol
 from tidings.core.overlay.envelope import PeerSend
 from tidings.core.overlay.events import JoinCompleted, LeafSetChanged, NodeFailed, Probe
 from tidings.core.overlay.node_id import NodeRef, closer, node_id_from
+from tidings.core.units import SECOND_NS
 from tidings.sim.overlay.net import SILENT, MessageNet
 from tidings.sim.overlay.topology import Topology, make_topology
-from tidings.sim.world import SECOND_NS, Timer, World
+from tidings.sim.world import Timer, World
 
 PROBE_TIMEOUT_NS = 2 * SECOND_NS
 NO_DEADLINE = -1

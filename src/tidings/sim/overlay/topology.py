@@ -32,7 +32,7 @@ from array import array
 from collections.abc import Iterable
 from pathlib import Path
 
-from tidings.sim.world import MILLISECOND_NS
+from tidings.core.units import MILLISECOND_NS
 
 EARTH_RADIUS_KM = 6371.0
 FIBRE_KM_PER_MS = 200.0

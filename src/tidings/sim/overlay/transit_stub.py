@@ -43,9 +43,8 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
+from tidings.core.units import MICROSECOND_NS
 from tidings.sim.overlay.topology import Topology
-
-MICROSECOND_NS = 1_000
 
 
 @dataclass(frozen=True)

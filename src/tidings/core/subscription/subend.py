@@ -38,7 +38,7 @@ per channel, at most CHANNELS_CACHED_MAX of them per subend (channels repeat).
 
 Other pubends' events reach subends through the reliability node (reliability/node.py), which
 hands over each tree's records in delivery order, exactly once, below the doubt horizon
-(`Deliver`); `RemoteDelivery` picks each subend's share. A record that does not name the pubend
+(`DeliverRecords`); `RemoteDelivery` picks each subend's share. A record that does not name the pubend
 whose stream carried it is a peer's error: counted and dropped, never delivered.
 """
 
@@ -51,13 +51,13 @@ import msgpack
 
 from tidings.core.channels import pattern_matches
 from tidings.core.effects import Effect, ReadLog, Send
-from tidings.core.event import own_record_prefix, record_channel_bytes, record_routing_fields
+from tidings.core.event import ATTRIBUTES, CHANNEL, own_record_prefix, record_channel_bytes, record_routing_fields
 from tidings.core.filters import Filter
 from tidings.core.inputs import LogState
 from tidings.core.wire import messages
 
 if TYPE_CHECKING:
-    from tidings.core.reliability.node import Deliver
+    from tidings.core.reliability.node import DeliverRecords
 
 CHANNELS_CACHED_MAX = 256
 SPAN_SAMPLE_BYTES = 64 * 1024  # the first read of a READ that may get spans: its records tested one by one
@@ -84,7 +84,7 @@ class Subend:
         self.total = total  # total order: the reliability node delivers every pubend's events
         self.durable = False  # its client holds a checkpoint token, advanced by SILENCE
         self.silenced: dict[str, int] = {}  # the positions the last SILENCE (or SUBSCRIBED) gave
-        self.registration: int | None = None  # a durable one's, at this broker (core/registrations.py)
+        self.registration: int | None = None  # a durable one's, at this broker (core/durable/registrations.py)
         self.bulk = bulk  # a READ: RECORDS frames, not EVENTS
         self.spans = spans and bulk and flt is None  # it may be answered with SPAN frames (see above)
         self.tested = self.kept = 0  # records its reads tested against the pattern, and those it kept
@@ -102,7 +102,7 @@ class Subend:
                     hit = self.channels[raw] = pattern_matches(self.pattern, raw.decode())
                 return hit
         fields = msgpack.unpackb(record)
-        return self.matches(fields[2], fields[3])
+        return self.matches(fields[CHANNEL], fields[ATTRIBUTES])
 
     def matches(self, channel: str, attributes: dict[str, Any]) -> bool:
         if not pattern_matches(self.pattern, channel):
@@ -205,16 +205,16 @@ class RemoteDelivery:
         self.events_delivered = 0
         self.records_rejected = 0  # malformed records in knowledge from peers
 
-    def fan(self, deliver: Deliver, subends: Mapping[int, Subend]) -> dict[int, list[bytes]]:
+    def fan(self, deliver: DeliverRecords, subends: Mapping[int, Subend]) -> dict[int, list[bytes]]:
         """The records of `deliver` each of its subends (`deliver.keys`, those still in `subends`)
         gets: those matching its pattern and filter, in delivery order."""
         fan: dict[int, list[bytes]] = {}
         for pubend, record in zip(deliver.pubends, deliver.records, strict=True):
             fields = record_routing_fields(record)
-            if fields is None or fields[0] != pubend:
+            if fields is None or fields.pubend != pubend:
                 self.records_rejected += 1
                 continue
-            _, channel, attributes = fields
+            channel, attributes = fields.channel, fields.attributes
             for key in deliver.keys:
                 s = subends.get(key)
                 if s is not None and s.matches(channel, attributes):

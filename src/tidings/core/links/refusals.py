@@ -1,5 +1,5 @@
 """Why a peer handshake ended without a link: the vocabulary both ends count and log it in
-(core/peers.py: `refusals`, the runtime's PeerRefused log lines, `tidings_peer_refusals_total`),
+(core/links/peer_links.py: `refusals`, the runtime's PeerRefused log lines, `tidings_peer_refusals_total`),
 the check of an announced address, and how a dialler reads the acceptor's PEER_ERROR.
 
 The acceptor's PEER_ERROR code alone does not say what a dialler must fix: `auth-failed` is the
@@ -12,7 +12,7 @@ answering the challenge, our proof was refused.
 from __future__ import annotations
 
 from tidings.core import errors
-from tidings.core.auth.handshake import AUTH_FAILED
+from tidings.core.errors import AUTH_FAILED
 
 ACCEPTOR_SIDE = "acceptor"  # this broker refused a connection that dialled it
 DIALLER_SIDE = "dialler"  # the broker this one dialled refused it, or failed its check

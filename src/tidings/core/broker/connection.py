@@ -4,7 +4,7 @@ States (`ConnState`, each move checked against `TRANSITIONS`): AWAITING_HELLO (u
 or the handshake deadline) -> OPEN -> CLOSED, or AWAITING_HELLO -> PEER when the first frame is
 another broker's PEER_HELLO: clients and brokers share the listening port, and such a connection is
 handed, with its decoder and the frames that followed the PEER_HELLO, to the broker's peer links
-(core/peers.py). Who the client is, is the guard's decision (core/auth/guard.py): an anonymous HELLO
+(core/links/peer_links.py). Who the client is, is the guard's decision (core/auth/guard.py): an anonymous HELLO
 is admitted or refused at once; a HELLO with a nonce gets a CHALLENGE, and the connection stays
 AWAITING_HELLO (under the same deadline) until its AUTH proves the identity
 (core/auth/handshake.py). Only then are service, instance and `authenticated` set: they are what the
@@ -14,7 +14,7 @@ Bytes that break framing (a frame over frame_bytes_max) or the handshake are fat
 frame, then Disconnect. A well-framed but malformed or unknown message is answered with an ERROR
 and the connection goes on: the frame boundary is intact, so nothing else is lost. Every such ERROR,
 and every close for a reason of the client's making, is a refusal, counted and logged by its error
-code (`refuse`, `fail`: core/refusals.py).
+code (`refuse`, `fail`: core/broker/refusals.py).
 
 Reading (`Hold`): the connection is read only while nothing holds it. Four owners may hold it,
 each for its own reason and each releasing only its own: its send queue while it is over
@@ -50,13 +50,14 @@ from tidings.core.auth.guard import Guard
 from tidings.core.auth.handshake import Principal, ServerHandshake
 from tidings.core.auth.names import NAME_CHARS_MAX
 from tidings.core.auth.policy import INSTANCE_CHARS_MAX
+from tidings.core.broker.refusals import ClientErrors, RefusalWindow
+from tidings.core.defaults import REFUSAL_WINDOW_NS
 from tidings.core.effects import Disconnect, Effect, PauseReading, ResumeReading, Send
 from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.refusals import REFUSAL_WINDOW_NS, ClientErrors, RefusalWindow
 from tidings.core.states import Transitions
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
-from tidings.core.wire.peer import PEER_HELLO
+from tidings.core.wire.types import LinkType
 
 
 class ConnState(StrEnum):
@@ -93,9 +94,9 @@ class Hold(StrEnum):
     """Why a connection is not read (each owner releases only its own)."""
 
     SEND = "send"  # its send queue is over send_queue_bytes_max (the runtime's SendBlocked)
-    DISK = "disk"  # the intake: too many bytes wait for a sync (core/intake.py)
+    DISK = "disk"  # the intake: too many bytes wait for a sync (core/publish/intake.py)
     RATE = "rate"  # the identity's publish buckets lack what the next PUBLISH needs (core/auth/guard.py)
-    REFUSED = "refused"  # refusals are held for the end of the refusal window (core/refusals.py)
+    REFUSED = "refused"  # refusals are held for the end of the refusal window (core/broker/refusals.py)
 
 
 class ClientConnection:
@@ -141,7 +142,7 @@ class ClientConnection:
                who: str | None = None, sub: int | None = None) -> None:
         """An ERROR for `count` refusals under `code` (about subscription `sub`, or none), counted
         and logged under `who` (by default the identity, or the one a handshake under way claims);
-        sent now, or held for the end of the refusal window (core/refusals.py)."""
+        sent now, or held for the end of the refusal window (core/broker/refusals.py)."""
         self.refusals += count
         self.errors.refused(now, self.conn, self._who() if who is None else who, code, message, count)
         frame = self.window.error(now, code, message, count, sub=sub)
@@ -150,7 +151,7 @@ class ClientConnection:
 
     def refuse_events(self, now: int, seq: int, refused: dict[int, TidingsError], out: list[Effect]) -> None:
         """The refused events of the PUBLISH numbered from `seq` (each event's index in it -> why):
-        one ERROR per reason, naming the `seqs` it stands for (core/refusals.py)."""
+        one ERROR per reason, naming the `seqs` it stands for (core/broker/refusals.py)."""
         by_code: dict[str, list[int]] = {}
         first: dict[str, TidingsError] = {}
         for i in sorted(refused):
@@ -259,7 +260,7 @@ class ClientConnection:
     def _opening(self, now: int, body: bytes, welcome_info: dict[str, Any]) -> tuple[ClientMessage | None,
                                                                                       list[Effect]]:
         """A frame before the handshake is over: HELLO, AUTH, or another broker's PEER_HELLO."""
-        if self.handshake is None and messages.message_type(body) == PEER_HELLO:
+        if self.handshake is None and messages.message_type(body) == LinkType.PEER_HELLO:
             self.state = TRANSITIONS.move(self.state, PEER)
             # the frames behind it, judged by the handshake's limit too (a dialler waits for WELCOME)
             return PeerHandover(body, self.decoder.take()), []

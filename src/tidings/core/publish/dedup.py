@@ -48,7 +48,7 @@ from tidings.core import errors
 from tidings.core.errors import TidingsError
 
 PRODUCER_BYTES_MAX = 256  # UTF-8 bytes of a producer id
-SCOPE_CHARS_MAX = 256  # a client's service name (core/connection.py), the scope of its producer ids
+SCOPE_CHARS_MAX = 256  # a client's service name (core/broker/connection.py), the scope of its producer ids
 KEY_PRODUCER_BYTES_MAX = PRODUCER_BYTES_MAX + 4 * SCOPE_CHARS_MAX + 8  # a scoped id, as the log keeps it
 PSEQ_MAX = 2**64 - 1  # a pseq fits msgpack's unsigned 64-bit integer
 

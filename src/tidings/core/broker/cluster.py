@@ -15,16 +15,16 @@ implies, and nothing more:
 - with guaranteed delivery (`reliability` given), Scribe hands every event that reaches this node to
   the `ReliabilityNode` (`EventArrived`), as well as `ChildAdded`, and the repair SUBSCRIBE after a
   `ParentSuspected` carries the node's stream positions; ACK and NACK from peers go to it too;
-- with peer links (`PeerLinks`, core/peers.py, given in a broker), the member owns them: the
+- with peer links (`PeerLinks`, core/links/peer_links.py, given in a broker), the member owns them: the
   runtime's inputs on peer connections come here (`peer_input`, `adopt`), each message a link yields
   is dispatched by its type number to Pastry, Scribe or the reliability node, a malformed one is
   answered on its link (`peer_messages_rejected`), RTT samples and unreachable peers go to Pastry,
   and every `PeerSend` and `Probe` leaves through the links as runtime effects (Send, Connect,
   Disconnect). A peer message thus never leaves this object before it is handled;
-- with guaranteed delivery, the pubend directory (core/directory.py) hears the leaf set's changes,
+- with guaranteed delivery, the pubend directory (core/broker/directory.py) hears the leaf set's changes,
   gets DIRECTORY messages and the timer, and sends through the same links: every member knows
   every pubend of the overlay, also those whose broker is down;
-- what is left (Deliver, ReadLog, AccessChanged, and the runtime effects) goes to the broker; without links
+- what is left (DeliverRecords, ReadLog, AccessChanged, and the runtime effects) goes to the broker; without links
   (the message-level simulator) PeerSend and Probe go to the caller as well.
 
 Until Pastry reports `JoinCompleted`, its state is partial and a route could end at the wrong node,
@@ -42,18 +42,16 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tidings.core.directory import DIRECTORY_TYPES, DirectoryConfig, PubendDirectory
+from tidings.core.broker.directory import DirectoryConfig, PubendDirectory
 from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError, TidingsError
 from tidings.core.inputs import Connected, ConnectFailed, ConnectionLost, LogState, Received, SendBlocked, SendDrained
-from tidings.core.multicast import messages as multicast_messages
+from tidings.core.links.peer_links import PeerLinks, PeerOutput, RttMeasured
 from tidings.core.multicast.access import Acl, Member
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.multicast.effects import ChildAdded, EventArrived, ParentSuspected, TreeActivated
+from tidings.core.multicast.local_trees import AccessLists
 from tidings.core.overlay import messages as overlay_messages
 from tidings.core.overlay.envelope import (
-    MULTICAST_TYPES,
-    OVERLAY_TYPES,
-    RELIABILITY_TYPES,
     Deliver,
     Forward,
     PeerSend,
@@ -63,9 +61,9 @@ from tidings.core.overlay.envelope import (
 from tidings.core.overlay.events import Probe
 from tidings.core.overlay.node import JoinCompleted, LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.peers import PeerLinks, PeerOutput, RttMeasured
 from tidings.core.reliability.node import Held, ReliabilityConfig, ReliabilityNode
 from tidings.core.wire.frames import FrameDecoder
+from tidings.core.wire.types import BrokerType, Layer, OverlayType, ScribeType
 
 ROUTES_BEFORE_JOIN_MAX = 10_000
 
@@ -123,15 +121,15 @@ class ClusterMember:
     def received(self, now: int, sender: str, message: list[Any]) -> list[Any]:
         """A message from the peer at `sender`; raises ProtocolError when it is malformed."""
         kind = message[0] if type(message) is list and message and type(message[0]) is int else None
-        if kind == overlay_messages.ROUTE:
+        if kind == OverlayType.ROUTE:
             return self._route(now, overlay_messages.decode_route(message))
-        if kind in OVERLAY_TYPES:
+        if kind in Layer.OVERLAY:
             return self._settle(now, self.overlay.handle(now, sender, message))
-        if kind in MULTICAST_TYPES:
+        if kind in Layer.MULTICAST:
             return self._settle(now, self.scribe.handle(now, sender, message))
-        if kind in RELIABILITY_TYPES and self.reliability is not None:
+        if kind in Layer.RELIABILITY and self.reliability is not None:
             return self._settle(now, self.reliability.received(now, sender, message))
-        if kind in DIRECTORY_TYPES and self.directory is not None and self.reliability is not None:
+        if kind == BrokerType.DIRECTORY and self.directory is not None and self.reliability is not None:
             return self._settle(now, self.directory.received(now, sender, message, self.reliability.wall_us))
         raise ProtocolError(UNKNOWN_MESSAGE, f"unknown peer message type {kind!r}")
 
@@ -232,6 +230,19 @@ class ClusterMember:
             effects = self.scribe.create(now, tree, *creation) + effects
         return self._settle(now, effects)
 
+    def name_members(self, tree: str, gone: Member | None, members: tuple[Member, ...]) -> None:
+        """The broker's next SUBSCRIBE to `tree` names `members` too, and no longer `gone`
+        (core/multicast/local_trees.py)."""
+        if gone is not None:
+            self.scribe.remove_member(tree, gone)
+        for member in members:
+            self.scribe.add_member(tree, member)
+
+    @property
+    def access_lists(self) -> AccessLists:
+        """The trees' access lists this node holds (Scribe's), for the broker's checks."""
+        return self.scribe
+
     def create(self, now: int, tree: str, creator: str, acl: Acl | None) -> list[Any]:
         return self._settle(now, self.scribe.create(now, tree, creator, acl))
 
@@ -251,6 +262,25 @@ class ClusterMember:
         when it is not listed, or is this broker's own)."""
         assert self.directory is not None and self.reliability is not None
         return self._settle(now, self.directory.forget(now, self.reliability.wall_us, pubend))
+
+    def wall_clock(self, wall_us: int) -> None:
+        """The broker's wall clock at its latest input that had one (the reliability node's merge
+        points and release use it)."""
+        if self.reliability is not None:
+            self.reliability.wall_us = wall_us
+
+    def unacknowledged(self, now: int) -> int:
+        """Trees whose root has not acknowledged this pubend's stream (0 without guaranteed delivery)."""
+        return 0 if self.reliability is None else self.reliability.source.unacknowledged(now)
+
+    def neighbours(self) -> tuple[list[tuple[str, int]], list[str]] | None:
+        """For route advice (core/broker/advice.py): the brokers nearest this one, (address, RTT in ns)
+        nearest first, and the leaf set's addresses; None until the overlay join completed."""
+        overlay = self.overlay
+        if not overlay.joined:
+            return None
+        return ([(n.address, rtt) for n, rtt in overlay.neighbourhood.with_rtt()],
+                [n.address for n in overlay.leaf_set.members()])
 
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = {"overlay": self.overlay.status(), "trees": self.scribe.status()}
@@ -315,7 +345,7 @@ class ClusterMember:
         elif type(eff) is ChildAdded:
             queue.extend(gd.child_added(now, eff.tree, eff.child.address, eff.subscribe_extra))
             for i, item in enumerate(queue):  # a new forwarder's own SUBSCRIBE: its own interest
-                if (type(item) is RouteTo and item.payload[0] == multicast_messages.SUBSCRIBE
+                if (type(item) is RouteTo and item.payload[0] == ScribeType.SUBSCRIBE
                         and item.payload[1] == eff.tree and item.payload[2] == self.me.to_wire()):
                     own = [*item.payload[:3], gd.forwarder_extra(eff.tree, eff.subscribe_extra), *item.payload[4:]]
                     queue[i] = RouteTo(item.key, own)

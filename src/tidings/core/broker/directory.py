@@ -50,21 +50,21 @@ from typing import Any
 
 import msgpack
 
+from tidings.core import defaults
 from tidings.core.effects import SaveDirectory
 from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
+from tidings.core.event import TICK_MAX
 from tidings.core.inputs import LogState
 from tidings.core.overlay.envelope import PeerSend
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability.messages import PUBEND_BYTES_MAX
+from tidings.core.units import ns_to_us
 from tidings.core.wire.typed import name
+from tidings.core.wire.types import BrokerType
 
-DIRECTORY = 140  # [DIRECTORY, [entry, ...]]: pubend directory entries (BROKER_TYPES, core/overlay/envelope.py)
-DIRECTORY_TYPES = (DIRECTORY,)
 ADDRESS_BYTES_MAX = 300  # host:port, an IPv6 literal in brackets included
-TICK_MAX = 2**63 - 1
 FORMAT = 1  # of the saved directory
 
-NS_PER_DAY = 86_400 * 10**9
 REFRESH_INTERVAL_NS = 3600 * 10**9  # an hour: well within the age bound, and little traffic for a quiet overlay
 
 
@@ -141,11 +141,13 @@ class DirectoryError(TidingsError):
 
 @dataclass(frozen=True, slots=True)
 class DirectoryConfig:
-    announce_interval_ns: int = 1_000_000_000  # a gossip round: own entry refreshed, changes sent on
+    # a gossip round: own entry refreshed, changes sent on
+    announce_interval_ns: int = defaults.DIRECTORY_ANNOUNCE_INTERVAL_NS
     refresh_interval_ns: int = REFRESH_INTERVAL_NS  # an unchanged own entry is re-issued this often (the age bound)
-    sync_interval_ns: int = 60_000_000_000  # the whole directory to one leaf-set member in turn
+    sync_interval_ns: int = defaults.DIRECTORY_SYNC_INTERVAL_NS  # the whole directory to one leaf-set member in turn
     save_interval_ns: int = 1_000_000_000  # at most one SaveDirectory per interval, when it changed
-    entry_age_ns_max: int = 30 * NS_PER_DAY  # an entry (or tombstone) not re-issued for this long goes
+    # an entry (or tombstone) not re-issued for this long goes
+    entry_age_ns_max: int = defaults.DIRECTORY_ENTRY_AGE_NS_MAX
     entries_max: int = 4096  # pubends held; a new one beyond is refused (and counted)
     message_entries_max: int = 256  # entries per DIRECTORY message
 
@@ -199,7 +201,8 @@ class PubendDirectory:
 
     def received(self, now: int, sender: str, message: list[Any], wall_us: int) -> list[Any]:
         """A DIRECTORY message from the peer at `sender`; ProtocolError when it is malformed."""
-        if type(message) is not list or len(message) != 2 or message[0] != DIRECTORY or type(message[1]) is not list:
+        if (type(message) is not list or len(message) != 2 or message[0] != BrokerType.DIRECTORY
+                or type(message[1]) is not list):
             self.rejected += 1
             raise _bad("a DIRECTORY message is [DIRECTORY, [entry, ...]]")
         if len(message[1]) > self.config.message_entries_max:
@@ -272,7 +275,7 @@ class PubendDirectory:
         old = self._entries.get(self.pubend)
         fresh = DirectoryEntry(self.pubend, self.me.address, tail, log.last_tick, log.first_tick,
                                log.released_through, log.record_count, 0)
-        due = not self._issued or wall_us - self._last_issued_us >= self.config.refresh_interval_ns // 1000
+        due = not self._issued or wall_us - self._last_issued_us >= ns_to_us(self.config.refresh_interval_ns)
         if (old is not None and old.listed and not due
                 and replace(old, tail=0, version=0) == replace(fresh, tail=0)):
             return
@@ -301,7 +304,7 @@ class PubendDirectory:
         self._changed = True
 
     def _aged(self, entry: DirectoryEntry, wall_us: int) -> bool:
-        return entry.pubend != self.pubend and wall_us - entry.version > self.config.entry_age_ns_max // 1000
+        return entry.pubend != self.pubend and wall_us - entry.version > ns_to_us(self.config.entry_age_ns_max)
 
     def _age_out(self, wall_us: int) -> None:
         for pubend in [p for p, e in self._entries.items() if self._aged(e, wall_us)]:
@@ -327,7 +330,7 @@ class PubendDirectory:
     def _messages(self, address: str, entries: Iterable[DirectoryEntry]) -> list[Any]:
         wire = [e.to_wire() for e in entries]
         step = self.config.message_entries_max
-        return [PeerSend(address, [DIRECTORY, wire[i:i + step]]) for i in range(0, len(wire), step)]
+        return [PeerSend(address, [BrokerType.DIRECTORY, wire[i:i + step]]) for i in range(0, len(wire), step)]
 
 
 def tombstone(entries: dict[str, DirectoryEntry], pubend: str, own: str, wall_us: int) -> DirectoryEntry:

@@ -8,7 +8,7 @@ until everyone who may still want it has it. Two values per pubend p decide:
   broker acknowledges a tick once every consumer below it (children, local subscriptions) has it.
 - Tr(p), released: the tick through which every durable subscription has consumed and acknowledged
   the stream, connected or not. A subscriber's broker holds, per durable subscription it hosts,
-  what the application acknowledged (`sub.ack`, core/registrations.py); each broker on a tree sends
+  what the application acknowledged (`sub.ack`, core/durable/registrations.py); each broker on a tree sends
   up, beside its ack point, the smallest of its own durable subscriptions' releases and its
   children's (never above its ack point); the root sends that to the pubend's broker with its ACK.
   A child that left the tree holds its last value for `release_hold_ns`, and one that has not

@@ -20,12 +20,25 @@ The client side is `choose`: the client library connects to each candidate (at m
 own connection, and reads the candidate's load from its WELCOME (`clients`, `overloaded`,
 `draining`). Moving is the client library's business (tidings.client); this module holds only the
 rules, so the broker, the client and the tests share them.
+
+The broker's side is `RouteAdvice`: what its WELCOME says (the features it serves, its lease, and
+the load a probing client reads), the reason of its advice, and the ADVICE frames; the composer
+hands it the client count and the overlay's neighbours (ClusterMember.neighbours).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from tidings.core.effects import Send
+from tidings.core.wire import messages
+
+if TYPE_CHECKING:
+    from tidings.core.config import BrokerConfig
+
+from tidings.core.units import ns_to_us, us_to_ns
 
 
 class Reason(Enum):
@@ -90,6 +103,51 @@ def decode(reason: object, entries: object) -> tuple[Reason, list[Candidate]] | 
         return None
     if type(entries) is not list:
         return None
-    out = [Candidate(e[0], e[1] * 1000) for e in entries[:CANDIDATES_MAX]
+    out = [Candidate(e[0], us_to_ns(e[1])) for e in entries[:CANDIDATES_MAX]
            if type(e) is list and len(e) == 2 and type(e[0]) is str and type(e[1]) is int]
     return parsed, out
+
+
+class RouteAdvice:
+    """The broker's WELCOME info and route advice (see the module's docstring)."""
+
+    __slots__ = ("clients_advised_above", "draining", "features")
+
+    def __init__(self, pubend_id: str, config: BrokerConfig) -> None:
+        self.clients_advised_above = config.clients_advised_above
+        self.draining = False  # stopping: clients are advised to move
+        self.features: dict[str, Any] = {  # WELCOME's info that does not change
+            "pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
+            "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns,
+            "bulk_read": True,  # READ is served (an older broker answers it unknown-message)
+            "read_spans": True}  # and may be answered with SPAN frames (reliability/subend.py)
+
+    def drain(self) -> None:
+        """The broker is stopping: from now on every advice says `draining`, and so does WELCOME."""
+        self.draining = True
+
+    def welcome_info(self, clients: int) -> dict[str, Any]:
+        """WELCOME's info, with the load a client probing this broker for route advice reads."""
+        return {**self.features, "clients": clients, "draining": self.draining,
+                "overloaded": clients > self.clients_advised_above}
+
+    def reason(self, clients: int) -> Reason:
+        if self.draining:
+            return Reason.DRAINING
+        return Reason.OVERLOADED if clients > self.clients_advised_above else Reason.CLOSER
+
+    def advise(self, conns: list[int], clients: int, me: str,
+               neighbours: tuple[list[tuple[str, int]], list[str]] | None) -> list[Send]:
+        """ADVICE to `conns`: this broker's nearest `neighbours` ((address, RTT) nearest first, and
+        the leaf set's addresses; None outside a joined overlay), and why to move."""
+        if neighbours is None:
+            return []
+        near, leaf_set = neighbours
+        if self.draining:  # every live broker it knows will do, nearest first (RTT unknown: last)
+            known = {address for address, _ in near}
+            near = near + [(address, RTT_UNKNOWN_NS) for address in leaf_set if address not in known]
+        entries = [[c.address, ns_to_us(c.rtt_ns)] for c in candidates(near, me)]
+        if not entries:
+            return []
+        frame = messages.advice(self.reason(clients).value, entries)
+        return [Send(conn, frame) for conn in conns]

@@ -27,7 +27,7 @@ class PendingBatch:
     ticks: list[int | None]
     deliveries: list[tuple[int, str, dict[str, Any], bytes]]  # tick, channel, attributes, record
     size: int  # encoded bytes, counted against pending_sync_bytes_max
-    duplicates: list[int] | None = None  # indexes answered with an earlier tick (core/dedup.py)
+    duplicates: list[int] | None = None  # indexes answered with an earlier tick (core/publish/dedup.py)
 
 
 class Pubend:

@@ -8,7 +8,7 @@ advances with each delivered event (its pubend's entry becomes its tick) and wit
 broker sends (entries move up while nothing matches, so a token never lags far behind).
 
 The token also names the subscription's *home*: the broker that hosts it (its address and pubend
-id) and the registration there (core/registrations.py), which holds release back while the
+id) and the registration there (core/durable/registrations.py), which holds release back while the
 subscriber is away. Resuming on another broker moves the home there, and the new home tells the old
 one to forget the registration.
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import msgpack
 
-from tidings.core.checkpoint import Checkpoint, TokenError
+from tidings.core.durable.checkpoint import Checkpoint, TokenError
 from tidings.core.errors import TidingsError
 
 FORMAT = 1

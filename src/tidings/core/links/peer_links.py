@@ -78,15 +78,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from tidings.core import errors
-from tidings.core.auth.handshake import AUTH_FAILED
+from tidings.core import defaults, errors
 from tidings.core.auth.peer_auth import ACCEPTOR, DIALLER, ClusterAuth
 from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Connect, Disconnect, Effect, PeerRefused, Send
-from tidings.core.errors import ProtocolError
-from tidings.core.overlay.envelope import BROKER_TYPES, MULTICAST_TYPES, OVERLAY_TYPES, RELIABILITY_TYPES
-from tidings.core.overlay.node_id import NodeRef, id_hex
-from tidings.core.peer_refusals import (
+from tidings.core.errors import AUTH_FAILED, ProtocolError
+from tidings.core.links.refusals import (
     ACCEPTOR_SIDE,
     BAD_ADDRESS,
     BAD_PROOF,
@@ -100,9 +97,11 @@ from tidings.core.peer_refusals import (
     dialler_reading,
     valid_address,
 )
+from tidings.core.overlay.node_id import NodeRef, id_hex
 from tidings.core.states import Transitions
 from tidings.core.wire import messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder
+from tidings.core.wire.types import Layer, LinkType
 
 
 class LinkState(StrEnum):
@@ -122,8 +121,6 @@ TRANSITIONS = Transitions[LinkState]("peer link", {
     OPEN: frozenset({OPEN, DIALLING}),
 })
 
-MIB = 1024 * 1024
-SECOND_NS = 1_000_000_000
 PING_MISSES_MAX = 3  # an OPEN link silent for this many ping intervals is down
 ALIASES_MAX = 1024
 UNPROVEN_MAX = 256  # accepted connections awaiting PEER_AUTH at once; more are refused
@@ -133,11 +130,12 @@ UNPROVEN_MAX = 256  # accepted connections awaiting PEER_AUTH at once; more are 
 class PeerConfig:
     """The limits of the peer links (BrokerConfig.peer_config() fills them from the broker's)."""
 
-    frame_bytes_max: int = 8 * MIB
-    hello_frame_bytes_max: int = 16 * 1024  # frames before the handshake is done
-    handshake_timeout_ns: int = 5 * SECOND_NS
-    peer_queue_bytes_max: int = 4 * MIB  # per link, while it is not open; beyond, messages are dropped
-    ping_interval_ns: int = 5 * SECOND_NS
+    frame_bytes_max: int = defaults.FRAME_BYTES_MAX
+    hello_frame_bytes_max: int = defaults.HELLO_FRAME_BYTES_MAX  # frames before the handshake is done
+    handshake_timeout_ns: int = defaults.HANDSHAKE_TIMEOUT_NS
+    # per link, while it is not open; beyond, messages are dropped
+    peer_queue_bytes_max: int = defaults.PEER_QUEUE_BYTES_MAX
+    ping_interval_ns: int = defaults.PING_INTERVAL_NS
 
 
 class LinkTimer(NamedTuple):
@@ -427,7 +425,7 @@ class PeerLinks:
             link.state in (DIALLING, HANDSHAKE)
             or (link.state == OPEN and link.conn is not None and self._conns[link.conn].outbound))
         if link is not None and ours and self.me.node_id < node.node_id:
-            refused = self._close(c, peer.DUPLICATE_LINK, "both brokers dialled; keeping the dial of "
+            refused = self._close(c, errors.DUPLICATE_LINK, "both brokers dialled; keeping the dial of "
                                                           "the smaller nodeId")
             if link.state == OPEN:  # the peer may have restarted: a write shows whether ours is dead
                 refused.append(self._ping(now, link))
@@ -436,7 +434,7 @@ class PeerLinks:
         if link is None:
             link = self._links[node.address] = _Link(node.address)
         elif link.conn is not None:
-            out += self._close(self._conns[link.conn], peer.DUPLICATE_LINK, "replaced by a newer connection")
+            out += self._close(self._conns[link.conn], errors.DUPLICATE_LINK, "replaced by a newer connection")
         link.node = node
         link.conn = c.conn
         out.append(Send(c.conn, peer.welcome(self.me)))
@@ -524,7 +522,7 @@ class PeerLinks:
         for body in frames:
             try:
                 raw = peer.unpack(body)
-                msg = peer.decode_link_message(raw) if raw[0] in (peer.PEER_AUTH, peer.PEER_ERROR) else None
+                msg = peer.decode_link_message(raw) if raw[0] in (LinkType.PEER_AUTH, LinkType.PEER_ERROR) else None
             except ProtocolError as exc:
                 return [], out + self._refuse(c, exc.code, MALFORMED, str(exc))
             if isinstance(msg, peer.PeerError):  # the dialler checked our proof and refused it, or gave up
@@ -569,12 +567,12 @@ class PeerLinks:
         for body in bodies:
             try:
                 msg = peer.unpack(body)
-                if msg[0] in peer.PEER_LINK_TYPES:
+                if msg[0] in Layer.LINK:
                     out += self._link_message(now, c, link, peer.decode_link_message(msg))
                 elif link.state != OPEN:
                     raise ProtocolError(errors.HANDSHAKE, "expected PEER_WELCOME first")
-                elif (msg[0] in OVERLAY_TYPES or msg[0] in MULTICAST_TYPES or msg[0] in BROKER_TYPES
-                      or msg[0] in RELIABILITY_TYPES):
+                elif (msg[0] in Layer.OVERLAY or msg[0] in Layer.MULTICAST or msg[0] in Layer.BROKER
+                      or msg[0] in Layer.RELIABILITY):
                     assert link.node is not None
                     link.received += 1
                     msgs.append((link.node, msg))
@@ -606,12 +604,12 @@ class PeerLinks:
     def _peer_error(self, now: int, c: _Conn, link: _Link, msg: peer.PeerError) -> list[Effect]:
         c.closing = True
         out: list[Effect] = [Disconnect(c.conn, f"peer error: {msg.code}")]
-        if msg.code != peer.DUPLICATE_LINK and link.state == HANDSHAKE and link.conn == c.conn:
+        if msg.code != errors.DUPLICATE_LINK and link.state == HANDSHAKE and link.conn == c.conn:
             reason, detail = dialler_reading(msg.code, msg.message, link.address, self.cluster is not None,
                                              challenged=c.nonce is None)
             out.insert(0, self._refused(c.conn, link.address, DIALLER_SIDE, reason, detail))  # then Disconnect
             self._drop(link, detail)
-        elif msg.code != peer.DUPLICATE_LINK:
+        elif msg.code != errors.DUPLICATE_LINK:
             self._drop(link, f"peer error {msg.code}: {msg.message}")
         elif link.state == HANDSHAKE:
             link.move(WAITING)  # the peer keeps its own dial to us: wait for its HELLO

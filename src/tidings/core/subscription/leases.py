@@ -6,11 +6,12 @@ is written to it, and with it subscriptions that keep their trees joined, their 
 and their queues growing. So every connection that holds at least one subscription holds a lease
 of `lease_ns`, granted in WELCOME (`lease_ns` in its info map). A SUBSCRIBE starts or extends the
 lease; a RENEW frame, which the client library sends every third of the lease while it is
-connected, extends it. A lease that runs out ends every subscription of its connection (each gets an
-ERROR `lease-expired`, so a client that was only late learns why) and the broker's composer removes
-them everywhere: the index, the local streams, the trees (a pruning UNSUBSCRIBE goes up each
-tree). The connection itself stays open: it may still publish, and a late client may subscribe
-again. A connection without subscriptions holds no lease and costs no timer.
+connected, extends it. A lease that runs out ends every subscription of its connection (`lapsed`:
+each gets an ERROR `lease-expired`, so a client that was only late learns why, then an
+`EndSubscription` for the subscription side) and the broker's composer removes them everywhere:
+the index, the local streams, the trees (a pruning UNSUBSCRIBE goes up each tree). The connection
+itself stays open: it may still publish, and a late client may subscribe again. A connection
+without subscriptions holds no lease and costs no timer.
 
 One lease per connection rather than per subscription: renewals come from the client as a whole,
 so one deadline says the same thing with one timer.
@@ -18,10 +19,13 @@ so one deadline says the same thing with one timer.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from typing import NamedTuple
 
+from tidings.core import errors
 from tidings.core.deadlines import Deadlines
+from tidings.core.effects import Send
+from tidings.core.wire import messages
 
 
 class LeaseTimer(NamedTuple):
@@ -73,3 +77,26 @@ class Leases:
 
     def __len__(self) -> int:
         return len(self._timers)
+
+
+class EndSubscription(NamedTuple):
+    """For the subscription side: subscription `sub` of connection `conn` ends here (`ended`: for
+    good; else a durable one stays registered, away)."""
+
+    conn: int
+    sub: int
+    ended: bool
+
+
+LeaseEffect = Send | EndSubscription
+
+
+def lapsed(conn: int, subs: Iterable[int]) -> list[LeaseEffect]:
+    """The lease of `conn` ran out: each of its subscriptions `subs` is told why, then ends (a
+    durable one is away, not ended)."""
+    out: list[LeaseEffect] = []
+    for sub in subs:
+        out.append(Send(conn, messages.error(errors.LEASE_EXPIRED, "the subscription's lease expired: "
+                                             "the client did not renew it in time", sub=sub)))
+        out.append(EndSubscription(conn, sub, ended=False))
+    return out

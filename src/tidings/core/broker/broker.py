@@ -1,65 +1,51 @@
-"""The broker core: a thin composer routing inputs between the machines of one broker.
+"""The broker core: the composer of one broker's machines. It hands each input to the machine that
+owns it, dispatches each client message by type, routes each effect by type, gives the runtime the
+earliest deadline and reports the machines' figures (metrics.py). It never blocks: each `handle`
+returns effects for the runtime to apply.
 
-- `ClientConnection` (connection.py) turns bytes into messages and owns the handshake;
-- `Intake` (intake.py) checks each published event, gives the good ones ticks, logs them as one
-  batch, and pauses a publisher while too much waits for the disk; with `DedupWindow` (dedup.py)
-  it sorts out an idempotent PUBLISH (one carrying a producer id): events logged before are
-  answered with their tick, once it is durable, and not logged again;
-- `Pubend` (reliability/pubend.py) gives ticks, and holds batches until the runtime reports them
-  synced; only then are publishers acknowledged and events fanned out (knowledge is durable);
-- `SubscriptionIndex` (filters/) finds the subscriptions an event matches without testing each;
-- `Subend` (reliability/subend.py) delivers one subscription's own-pubend events in tick order,
-  live or catching up from the log;
-- `TreeMemberships` (memberships.py) says when this broker joins a tree (its first local member)
-  and leaves it (its last, away durable registrations counting);
-- `RemoteDelivery` (reliability/subend.py) picks each subend's share of other pubends' events;
-- `DurableSubscriptions` (durable.py) gives a durable subscription its start and registration,
-  takes its acknowledgements, and saves and expires what this broker hosts;
-- `Constream` (reliability/constream.py) records in the PFS which ticks matched the durable
-  registrations it records, plans a resumed one's catchup reads, and tells the reliability node
-  both; the broker hands it the durable machine's outcomes and carries out what it returns;
-- `ClusterMember` (cluster.py) holds this broker's peer links (peers.py: one connection per pair
-  of brokers), Pastry node, Scribe agent and `ReliabilityNode` (reliability/node.py), once
-  `start_overlay` has been called; the runtime's inputs on peer connections go to it whole.
+- `Reading` (reading.py) reads the client connections (`ClientConnection`, connection.py: framing
+  and the handshake): the one owner of whether a connection is read, and of what it may cost;
+- `RouteAdvice` (advice.py): WELCOME's info and the route advice to clients;
+- `Intake` (publish/intake.py) checks, ticks and logs each PUBLISH (`DedupWindow`: idempotent ones),
+  and `Pubend` holds batches until the runtime reports them synced: only then are publishers
+  acknowledged and events fanned out; `SubscriptionIndex` (filters/) finds the matching subscriptions;
+- `Subend` and `RemoteDelivery` (subscription/subend.py) deliver a subscription's own-pubend events
+  (live or from the log) and its share of other pubends' events; `Leases` (subscription/leases.py)
+  end the subscriptions of a client that stopped renewing;
+- `LocalTrees` (multicast/local_trees.py, over subscription/memberships.py) joins and leaves the
+  trees for the local subscriptions under the trees' access lists;
+- `DurableSubscriptions`, `Registrations` and `Constream` (durable/): durable subscriptions, their
+  registrations and the PFS;
+- `ClusterMember` (cluster.py) holds the peer links, the Pastry node, the Scribe agent and the
+  `ReliabilityNode` once `start_overlay` has been called; the runtime's inputs on peer connections
+  go to it whole. Clients and peers share the listening port: a connection whose first frame is
+  PEER_HELLO is handed to the peer links.
 
-Across brokers (DESIGN §2, docs/delivery.md): each sync's durable events become knowledge of this
-pubend's stream on the trees of their channels (`a/b/c`, `a/b/c/#`, `a/b/#`, `a/#`, `#`:
-multicast/trees.py); each live subscription makes this broker a member of one tree, and the
-reliability node hands the broker other pubends' events of that tree (`Deliver`) in tick order,
-exactly once, for the subscriptions that consume them; `RemoteDelivery` matches each against
-each subscription's pattern and filter, and the broker sends it. This broker's own events reach
-its publisher-order subscriptions from its own fan-out and log. Clients and peers share the
-listening port; a connection whose first frame is PEER_HELLO belongs to the peer links.
-
-Beyond checking a SUBSCRIBE (its pattern, filter and access), the broker holds no protocol rule.
-It never blocks: each `handle` returns effects for the runtime to apply.
+Across brokers (DESIGN §2, docs/delivery.md) each sync's durable events become knowledge of this
+pubend's stream on the trees of their channels, and the reliability node hands the broker other
+pubends' events of the trees it is a member of (`DeliverRecords`), in tick order, exactly once.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from tidings.core import advice, errors
+from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy
+from tidings.core.broker import metrics
+from tidings.core.broker.advice import RouteAdvice
+from tidings.core.broker.cluster import ClusterMember, Reliability
+from tidings.core.broker.connection import OPEN, ClientConnection, ClientMessage, Hold, PeerHandover
+from tidings.core.broker.reading import Reading, Served
+from tidings.core.broker.refusals import ClientErrors
 from tidings.core.channels import validate_pattern
-from tidings.core.checkpoint import Checkpoint
-from tidings.core.cluster import ClusterMember, Reliability
 from tidings.core.config import BrokerConfig
-from tidings.core.connection import (
-    AWAITING_HELLO,
-    CLOSED,
-    OPEN,
-    PEER,
-    READ,
-    ClientConnection,
-    ClientMessage,
-    Hold,
-    PeerHandover,
-)
 from tidings.core.deadlines import Deadlines
-from tidings.core.dedup import DedupWindow
-from tidings.core.durable import DurableSubscriptions, Outcome
+from tidings.core.durable.checkpoint import Checkpoint
+from tidings.core.durable.constream import Constream, Recorded
+from tidings.core.durable.registrations import Registrations
+from tidings.core.durable.subscriptions import DurableSubscriptions, Outcome
 from tidings.core.effects import (
     Connect,
     Disconnect,
@@ -92,94 +78,75 @@ from tidings.core.inputs import (
     TimerFired,
     WriteSynced,
 )
-from tidings.core.intake import Intake
-from tidings.core.leases import Leases
-from tidings.core.memberships import TreeMemberships
-from tidings.core.multicast.access import admits
+from tidings.core.links.peer_links import PeerLinks
 from tidings.core.multicast.effects import AccessChanged
+from tidings.core.multicast.local_trees import JoinTree, LocalTrees, NameMembers, TreeEffect
 from tidings.core.multicast.trees import subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
-from tidings.core.peers import PeerLinks
-from tidings.core.refusals import ClientErrors
-from tidings.core.registrations import Registrations
-from tidings.core.reliability.constream import Constream, Recorded
-from tidings.core.reliability.node import Deliver, Lost, MovedAway, ReliabilityNode
-from tidings.core.reliability.pubend import Pubend
-from tidings.core.reliability.subend import RemoteDelivery, Subend
+from tidings.core.publish.dedup import DedupWindow
+from tidings.core.publish.intake import Intake
+from tidings.core.publish.pubend import Pubend
+from tidings.core.reliability.node import DeliverRecords, Lost, MovedAway, ReliabilityNode
+from tidings.core.subscription.leases import EndSubscription, Leases, lapsed
+from tidings.core.subscription.memberships import TreeMemberships
+from tidings.core.subscription.subend import RemoteDelivery, Subend
+from tidings.core.units import ns_to_us
 from tidings.core.wire import messages
-from tidings.core.wire.frames import PartialFrames
 
-CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status()`
 # what the cluster member asks of the runtime
 RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs, PeerRefused,
                    SaveDirectory)
 
 
-class HandshakeTimer(NamedTuple):
-    """The client connection `conn` owes its HELLO (and AUTH) by now."""
-
-    conn: int
-
-
-class ReadTimer(NamedTuple):
-    """The client connection `conn` is no longer held for `hold` (its rate, a refusal)."""
-
-    conn: int
-    hold: Hold
-
-
 class DurableSilenceTimer(NamedTuple):
-    """Durable subscriptions are due a SILENCE (core/checkpoint.py)."""
+    """Durable subscriptions are due a SILENCE (core/durable/checkpoint.py)."""
 
 
 class DurableSaveTimer(NamedTuple):
-    """The durable state may be due saving, and registrations expiring (core/registrations.py)."""
+    """The durable state may be due saving, and registrations expiring (core/durable/registrations.py)."""
 
 
 DURABLE_SILENCE = DurableSilenceTimer()
 DURABLE_SAVE = DurableSaveTimer()
-BrokerTimer = HandshakeTimer | ReadTimer | DurableSilenceTimer | DurableSaveTimer
+BrokerTimer = DurableSilenceTimer | DurableSaveTimer
 
 
 class Broker:
     def __init__(self, config: BrokerConfig, pubend_id: str, log: LogState, guard: Guard | None = None,
                  durable: bytes | None = None, directory: bytes | None = None) -> None:
         """`durable`: the state the last SaveDurable saved (StateError when it does not decode);
-        `directory`: the pubend directory the last SaveDirectory saved (core/directory.py)."""
+        `directory`: the pubend directory the last SaveDirectory saved (core/broker/directory.py)."""
         self._directory_saved = directory
         self.config = config
         self.guard = guard or Guard.open()  # identities, access rules and limits (core/auth/)
         self.pubend = Pubend(pubend_id, log.last_tick)
         self.log = log
-        self.connections: dict[int, ClientConnection] = {}
-        # the bytes held in partial frames by every connection, client or peer (wire/frames.py)
-        self.partials = PartialFrames(config.partial_frames_bytes_max, config.frame_progress_timeout_ns)
+        self.client_errors = ClientErrors()  # what clients were refused, by reason (core/broker/refusals.py)
+        self.advice = RouteAdvice(pubend_id, config)  # WELCOME's info and route advice (core/broker/advice.py)
+        # reading the client connections, what it may cost, and who holds them (core/broker/reading.py)
+        self.reading = Reading(config, self.guard, self.client_errors, self.advice)
+        self.connections = self.reading.connections
         self.subends: dict[int, Subend] = {}
         self.index = SubscriptionIndex()
         self._next_key = 0
         self.timers: Deadlines[BrokerTimer] = Deadlines()
         self.leases = Leases(config.lease_ns)
-        self.draining = False  # stopping: clients are advised to move (core/advice.py)
-        self._welcome = {"pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
-                         "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns,
-                         "bulk_read": True,  # READ is served (an older broker answers it unknown-message)
-                         "read_spans": True}  # and may be answered with SPAN frames (reliability/subend.py)
         self.events_delivered = 0
         self.read_span_bytes = 0  # the log's bytes read for READs as spans (their events are not counted)
         self.now = 0
         self.wall_us = 0  # the last wall clock an input brought, for messages handled without one
-        self.client_errors = ClientErrors()  # what clients were refused, by reason (core/refusals.py)
         self.cluster: ClusterMember | None = None
         self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
+        self.trees = LocalTrees(self.guard, self.memberships)  # joining them under access lists (multicast/)
         self.remote = RemoteDelivery()  # other pubends' events for local subscriptions
-        expiry_us = config.durable_expiry_ns // 1000
-        self.dedup = DedupWindow(config.dedup_window_ns // 1000, config.dedup_entries_max,
-                                 config.dedup_producers_max)  # idempotent publish (core/dedup.py)
-        self.intake = Intake(config, self.guard, self.pubend, self.dedup)  # PUBLISH to the log (core/intake.py)
+        expiry_us = ns_to_us(config.durable_expiry_ns)
+        self.dedup = DedupWindow(ns_to_us(config.dedup_window_ns), config.dedup_entries_max,
+                                 config.dedup_producers_max)  # idempotent publish (core/publish/dedup.py)
+        self.intake = Intake(config, self.guard, self.pubend, self.dedup)  # PUBLISH to the log (core/publish/intake.py)
         self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
-        self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable.py
+        self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable/subscriptions.py
         self.constream = Constream()  # what matched the durable registrations (reliability/constream.py)
 
     # ---- the runtime's interface -----------------------------------------------------------------
@@ -190,7 +157,7 @@ class Broker:
         if isinstance(inp, Received | TimerFired) and inp.wall_us:
             self.wall_us = inp.wall_us
             if self.cluster is not None:
-                self._gd().wall_us = inp.wall_us
+                self.cluster.wall_clock(inp.wall_us)
         if isinstance(inp, Connected | ConnectFailed) or (
                 isinstance(inp, Received | ConnectionLost | SendBlocked | SendDrained)
                 and self.cluster is not None and self.cluster.owns(inp.conn)):
@@ -199,16 +166,21 @@ class Broker:
             if type(inp) is Received:
                 self._peer_partial(inp.now, inp.conn, out)
             elif type(inp) is ConnectionLost:
-                self.partials.forget(inp.conn)
+                self.reading.lost(inp.conn)
         elif isinstance(inp, Received):
-            self._received(inp, out)
+            c = self.reading.received(inp.conn, inp.data)
+            if c is not None:
+                self._serve(self.reading.serve(inp.now, c, out), out)
+                self.reading.read_done(inp.now, c, out)
+            if self.cluster is not None and self.cluster.owns(inp.conn):  # it was another broker's
+                self._peer_partial(inp.now, inp.conn, out)
         elif isinstance(inp, WriteSynced):
             self.log = inp.log
             self._synced(inp.token, out)
         elif isinstance(inp, LogRead):
             self._log_read(inp, out)
         elif isinstance(inp, Accepted):
-            self._accepted(inp, out)
+            self.reading.accept(inp.now, inp.conn, out)
         elif isinstance(inp, ConnectionLost):
             self._lost(inp.conn, out)
         elif isinstance(inp, SendBlocked | SendDrained):
@@ -216,7 +188,9 @@ class Broker:
         elif isinstance(inp, TimerFired):
             self._timers(inp.now, inp.wall_us, out)
             self._leases_expired(inp.now, out)
-            self._frames_overdue(inp.now, out)
+            for conn, text in self.reading.frames_overdue(inp.now, out):
+                if self.cluster is not None and self.cluster.owns(conn):
+                    self._cluster_effects(self.cluster.refuse(inp.now, conn, errors.FRAME_STALLED, text), out)
             if self.cluster is not None:
                 self.pubend.declare_silence(inp.wall_us)
                 self._cluster_effects(self.cluster.handle_timeout(inp.now), out)
@@ -229,7 +203,7 @@ class Broker:
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [self.timers.next_deadline(), self.leases.next_deadline(), self.partials.next_deadline()]
+        deadlines = [self.timers.next_deadline(), self.leases.next_deadline(), self.reading.next_deadline()]
         if self.cluster is not None:
             deadlines.append(self.cluster.next_deadline())
         live = [d for d in deadlines if d is not None]
@@ -254,8 +228,7 @@ class Broker:
             self.memberships.hold(tree, count)
         self.constream.start(now, self._gd(), self.config.durable_pfs, self.registrations.all(),
                              lambda effects: self._reliability(effects, out))
-        for tree in self.memberships.members:
-            self._cluster_effects(self.cluster.subscribe(now, tree), out)
+        self._cluster_effects(self._tree_effects(self.trees.start(self.cluster.access_lists)), out)
         self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
         return out
 
@@ -272,31 +245,11 @@ class Broker:
 
     # ---- connections -----------------------------------------------------------------------------
 
-    def _accepted(self, inp: Accepted, out: list[Effect]) -> None:
-        assert inp.conn not in self.connections
-        if len(self.connections) >= self.config.connections_max:
-            self.client_errors.refused(inp.now, inp.conn, "", errors.HANDSHAKE, "too many connections")
-            out.append(Send(inp.conn, messages.error(errors.HANDSHAKE, "too many connections")))
-            out.append(Disconnect(inp.conn, "connections_max reached"))
-            return
-        deadline = inp.now + self.config.handshake_timeout_ns
-        cfg = self.config
-        self.connections[inp.conn] = ClientConnection(inp.conn, cfg.frame_bytes_max, deadline, self.guard,
-                                                      cfg.hello_frame_bytes_max, cfg.send_queue_overflow_bytes_max,
-                                                      self.client_errors, cfg.refusal_window_ns)
-        self.timers.set(HandshakeTimer(inp.conn), deadline)
-
     def _lost(self, conn: int, out: list[Effect]) -> None:
         self.intake.lost(conn)
-        self.timers.cancel(HandshakeTimer(conn))
-        self.partials.forget(conn)
-        c = self.connections.pop(conn, None)
         self.leases.release(conn)
-        self.client_errors.lost(conn, "" if c is None else c.identity)
+        c = self.reading.lost(conn)
         if c is not None:
-            self.timers.cancel(ReadTimer(conn, Hold.RATE))
-            self.timers.cancel(ReadTimer(conn, Hold.REFUSED))
-            self.guard.left(c.identity, conn)
             for s in list(c.subs.values()):
                 self._drop_subend(c, s, out, ended=False)
 
@@ -304,159 +257,58 @@ class Broker:
         for key in self.timers.pop_due(now):
             if type(key) is DurableSilenceTimer:
                 self._durable_silence(now, out)
-                continue
-            if type(key) is DurableSaveTimer:
+            else:
                 self._durable_save(now, wall_us, out)
-                continue
-            if type(key) is ReadTimer:
-                c = self.connections.get(key.conn)
-                if c is not None and key.hold is Hold.REFUSED:
-                    c.flush_refusals(now, out)  # one ERROR per reason for what the window held
-                self._release(key.conn, key.hold, out)
-                continue
-            assert type(key) is HandshakeTimer
-            c = self.connections.get(key.conn)
-            if c is not None and c.state == AWAITING_HELLO:
-                self.partials.forget(c.conn)
-                out += c.fail(now, errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
-
-    def _open_clients(self) -> int:
-        return sum(1 for c in self.connections.values() if c.state == OPEN)
-
-    def _welcome_info(self) -> dict[str, Any]:
-        """WELCOME's info, with the load a client probing this broker for route advice reads."""
-        clients = self._open_clients()
-        return {**self._welcome, "clients": clients, "draining": self.draining,
-                "overloaded": clients > self.config.clients_advised_above}
+        self._serve(self.reading.handle_timeout(now, out), out)
 
     def _advise(self, conns: list[int]) -> list[Effect]:
-        """ADVICE to `conns` (core/advice.py): this broker's nearest neighbours, and why to move."""
-        if self.cluster is None or not self.cluster.overlay.joined:
+        """ADVICE to `conns` (core/broker/advice.py): this broker's nearest neighbours, and why to move."""
+        if self.cluster is None:
             return []
-        overlay = self.cluster.overlay
-        near = [(n.address, rtt) for n, rtt in overlay.neighbourhood.with_rtt()]
-        if self.draining:  # every live broker it knows will do, nearest first (RTT unknown: last)
-            known = {address for address, _ in near}
-            near += [(n.address, advice.RTT_UNKNOWN_NS) for n in overlay.leaf_set.members() if n.address not in known]
-        entries = [[c.address, c.rtt_ns // 1000] for c in advice.candidates(near, overlay.me.address)]
-        if not entries:
-            return []
-        reason = (advice.Reason.DRAINING if self.draining else advice.Reason.OVERLOADED
-                  if self._open_clients() > self.config.clients_advised_above else advice.Reason.CLOSER)
-        frame = messages.advice(reason.value, entries)
-        return [Send(conn, frame) for conn in conns]
+        return list(self.advice.advise(conns, self.reading.open_clients(), self.cluster.me.address,
+                                       self.cluster.neighbours()))
+
+    @property
+    def draining(self) -> bool:
+        return self.advice.draining
 
     def drain(self, now: int) -> list[Effect]:
         """The broker is stopping: every client is advised to move to a neighbour."""
         self.now = now
-        self.draining = True
-        return self._advise([c.conn for c in self.connections.values() if c.state == OPEN])
+        self.advice.drain()
+        return self._advise(self.reading.open_conns())
 
     def movable_clients(self) -> int:
         """Open client connections: on drain, the client library moves every one, its durable
         subscriptions with their tokens and its plain ones from "now" (tidings.client)."""
-        return sum(1 for c in self.connections.values() if c.state == OPEN)
+        return self.reading.open_clients()
 
     def undelivered(self, now: int) -> int:
         """While draining, once the clients have gone: what is still owed to other brokers (batches
         not yet synced, trees whose root has not acknowledged this pubend's stream); 0 when stopping
         now delays no logged event until a restart."""
         self.now = now
-        owed = self.pubend.pending_batches
-        if self.cluster is not None:
-            owed += self._gd().source.unacknowledged(now)
-        return owed
+        return self.pubend.pending_batches + (0 if self.cluster is None else self.cluster.unacknowledged(now))
 
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
-        unread = {conn for conn, c in self.connections.items() if c.holds}  # their RENEWs wait unread
-        for conn in self.leases.expired(now, unread):
+        for conn in self.leases.expired(now, self.reading.unread()):  # (those not read run on)
             c = self.connections.get(conn)
             if c is None:
                 continue
-            for s in list(c.subs.values()):
-                out.append(Send(conn, messages.error(errors.LEASE_EXPIRED, "the subscription's lease expired: "
-                                                     "the client did not renew it in time", sub=s.sub)))
-                self._drop_subend(c, s, out, ended=False)  # a durable one is away, not ended
+            for eff in lapsed(conn, list(c.subs)):
+                if isinstance(eff, EndSubscription):
+                    self._drop_subend(c, c.subs[eff.sub], out, ended=eff.ended)
+                else:
+                    out.append(eff)
 
-    def _received(self, inp: Received, out: list[Effect]) -> None:
-        c = self.connections.get(inp.conn)
-        if c is None or c.state not in READ:
-            return
-        c.decoder.push(inp.data)
-        self._serve(c, out)
-        if c.state == PEER:
-            if self.cluster is not None and self.cluster.owns(c.conn):
-                self._peer_partial(inp.now, c.conn, out)
-        elif c.state == CLOSED:
-            self.partials.forget(c.conn)
-        else:  # a held connection's whole frames wait unread, as bytes: only the partial one counts
-            held = c.decoder.partial_bytes if c.holds else c.decoder.held_bytes
-            if not self.partials.update(inp.now, c.conn, held):
-                self.partials.forget(c.conn)
-                out += c.fail(inp.now, errors.PARTIAL_FRAMES_BUDGET, self._over_budget(held))
-
-    def _serve(self, c: ClientConnection, out: list[Effect]) -> None:
-        """Handle the connection's messages in order, pulled one at a time from its decoder, while
-        nothing holds it (connection.py Hold): a PUBLISH its rate cannot take yet waits for it; a
-        refusal within the refusal window of another is held with the connection until the window
-        ends (core/refusals.py), so a flood of refused requests is handled at most two messages a
-        window, at next to no cost. What each message is answered at once counts against the
-        connection's send queue (`charge`): past send_queue_overflow_bytes_max it is closed."""
-        now = self.now
-        conn = c.conn
-        if not c.blocked:  # read only while its send queue is under the high-water mark
-            c.owed = 0
-        holds, window, welcome = c.holds, c.window, self._welcome  # (the loop is the intake's hot path)
-        while not holds and c.state in READ:  # c.readable
-            opening = c.state is not OPEN
-            mark = len(out)
-            got = c.next_message(now, self._welcome_info() if opening else welcome)
-            if got is None:
-                break
-            msg, effects = got
-            if effects:
-                out += effects
-            if opening and c.state is not AWAITING_HELLO:
-                self.timers.cancel(HandshakeTimer(conn))
-                if c.state is OPEN:
-                    out += self._advise([conn])
-            if msg is not None:
+    def _serve(self, served: Served, out: list[Effect]) -> None:
+        """Each message the reading machine pulls, to the machine that owns it (core/broker/reading.py)."""
+        for c, msg in served:
+            if msg is None:  # its handshake is done
+                out += self._advise([c.conn])
+            else:
                 self._dispatch(c, msg, out)
-            replied = 0  # what it was answered at once counts against its send queue
-            for i in range(mark, len(out)):
-                e = out[i]
-                if type(e) is Send and e.conn == conn:
-                    replied += len(e.data)
-            if replied:
-                out += c.charge(now, replied)  # its replies overflowed its send queue: closed, the rest unread
-            if window.until is not None:
-                self._hold_refusals(c, out)
-        if not c.holds:
-            out += c.framing_failure(now)
-        c.sync_reading(out)
-
-    def _hold(self, c: ClientConnection, hold: Hold, until: int) -> None:
-        c.hold(hold)
-        self.timers.set(ReadTimer(c.conn, hold), until)
-
-    def _hold_refusals(self, c: ClientConnection, out: list[Effect]) -> None:
-        """Refusals held for the end of their window (core/refusals.py): the connection waits too."""
-        until = c.window.until
-        if until is not None and self.timers.when(ReadTimer(c.conn, Hold.REFUSED)) != until:
-            self._hold(c, Hold.REFUSED, until)  # (a later refusal of another reason: its window's end)
-            c.sync_reading(out)
-
-    def _release(self, conn: int, hold: Hold, out: list[Effect]) -> None:
-        """`hold` no longer holds `conn`: what waited is handled, and it is read again unless
-        something else holds it."""
-        c = self.connections.get(conn)
-        if c is not None and c.release(hold):
-            self._serve(c, out)
-            if c.state == CLOSED:
-                self.partials.forget(conn)
-            elif c.readable and conn in self.partials.held:  # read again: its partial frame's clock starts anew
-                self.partials.wait(self.now, conn)
 
     def _dispatch(self, c: ClientConnection, msg: ClientMessage, out: list[Effect]) -> None:
         wall_us = self.wall_us
@@ -466,14 +318,14 @@ class Broker:
             wait_ns = self.intake.publish(self.now, c, msg, wall_us, out)
             if wait_ns:  # over its rate: the PUBLISH waits unread, and so does the connection
                 c.put_back(msg)
-                self._hold(c, Hold.RATE, self.now + max(wait_ns, self.config.publish_wait_ns_min))
+                self.reading.hold(c, Hold.RATE, self.now + max(wait_ns, self.config.publish_wait_ns_min))
         elif isinstance(msg, messages.Subscribe):
             self._subscribe(c, msg, wall_us, out)
         elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
             self._subscribe(c, messages.Subscribe(msg.sub, msg.pattern, msg.filter, messages.START_AFTER,
                                                   msg.after, msg.end), wall_us, out, bulk=True,
-                            spans=msg.spans and self.config.spans_fit_frames and self.guard.may_read_everything(
-                                c.identity, None if self.cluster is None else self.cluster.scribe))
+                            spans=msg.spans and self.config.spans_fit_frames and self.trees.may_read_everything(
+                                c.identity))
         elif isinstance(msg, messages.Unsubscribe):
             self._unsubscribe(c, msg.sub, msg.forget, out)
         elif isinstance(msg, messages.Renew):
@@ -486,37 +338,12 @@ class Broker:
         else:
             out.append(Send(c.conn, messages.status_reply(msg.req, self.status())))
 
-    # ---- what a connection may make the broker hold (docs/security.md) ----------------------------
-
-    def _over_budget(self, held: int) -> str:
-        return (f"a partial frame of {held} bytes would take the bytes held in partial frames past "
-                f"partial_frames_bytes_max={self.config.partial_frames_bytes_max}; retry")
-
     def _peer_partial(self, now: int, conn: int, out: list[Effect]) -> None:
         """Bytes arrived on a peer connection: charge its partial frame to the common budget."""
         assert self.cluster is not None
-        held = self.cluster.peers_held_bytes(conn)
-        if not self.partials.update(now, conn, held):
-            self.partials.forget(conn)
-            self._cluster_effects(self.cluster.refuse(now, conn, errors.PARTIAL_FRAMES_BUDGET,
-                                                      self._over_budget(held)), out)
-
-    def _frames_overdue(self, now: int, out: list[Effect]) -> None:
-        """Connections whose partial frame stopped arriving are closed; those the broker itself is
-        not reading (held, for any reason: connection.py Hold) wait on."""
-        for conn in self.partials.overdue(now):
-            c = self.connections.get(conn)
-            if c is not None and c.holds:
-                self.partials.wait(now, conn)
-                continue
-            self.partials.forget(conn)
-            text = (f"a partial frame got no byte for frame_progress_timeout_ns="
-                    f"{self.config.frame_progress_timeout_ns}")
-            if c is not None:
-                if c.state in (AWAITING_HELLO, OPEN):  # else closing already
-                    out += c.fail(now, errors.FRAME_STALLED, text)
-            elif self.cluster is not None and self.cluster.owns(conn):
-                self._cluster_effects(self.cluster.refuse(now, conn, errors.FRAME_STALLED, text), out)
+        refusal = self.reading.peer_partial(now, conn, self.cluster.peers_held_bytes(conn))
+        if refusal is not None:
+            self._cluster_effects(self.cluster.refuse(now, conn, errors.PARTIAL_FRAMES_BUDGET, refusal), out)
 
     # ---- publishing ------------------------------------------------------------------------------
 
@@ -550,7 +377,7 @@ class Broker:
         if self.cluster is not None:
             self._publish_to_trees(batches, out)
         for conn in self.intake.synced():  # publishers paused for the disk: read again
-            self._release(conn, Hold.DISK, out)
+            self._serve(self.reading.release(self.now, conn, Hold.DISK, out), out)
 
     def _ack(self, c: ClientConnection, ack: bytes, out: list[Effect]) -> None:
         """An ACK, after the ERRORs held for the refusal window (charged with them when they go);
@@ -592,7 +419,7 @@ class Broker:
         # other brokers' events: every tick after this, whichever pubend (clocks may differ by
         # up to the skew allowance); this broker's own from `position`, exactly
         remote_start = position if msg.start != messages.START_NOW else max(
-            0, wall_us - self.config.clock_skew_allowance_ns // 1000)
+            0, wall_us - ns_to_us(self.config.clock_skew_allowance_ns))
         try:
             checkpoint = self.durable.checkpoint(c.service, msg, position, remote_start, self._me())
         except TidingsError as exc:
@@ -641,7 +468,7 @@ class Broker:
             self.timers.set(DURABLE_SILENCE, self.now + self.config.durable_silence_interval_ns)
 
     def _durable(self, outcome: Outcome, out: list[Effect]) -> None:
-        """Carry out what the durable machine decided (core/durable.py)."""
+        """Carry out what the durable machine decided (core/durable/subscriptions.py)."""
         out += outcome.effects
         self.constream.registered(self.now, outcome.added, outcome.dropped,
                                   lambda effects: self._reliability(effects, out))
@@ -746,17 +573,11 @@ class Broker:
 
     def _flow(self, conn: int, blocked: bool, out: list[Effect]) -> None:
         """The connection's send queue passed send_queue_bytes_max (`blocked`) or drained: its live
-        events turn into log reads, and it is not read meanwhile (Hold.SEND: its requests would
-        queue replies); once drained, what waited unread is handled, unless something else holds it."""
-        c = self.connections.get(conn)
-        if c is None or c.blocked == blocked:
+        events turn into log reads, and it is not read meanwhile (core/broker/reading.py); once
+        drained, what waited unread is handled, unless something else holds it."""
+        c = self.reading.flow(conn, blocked, out)
+        if c is None:
             return
-        c.blocked = blocked
-        if blocked:
-            c.hold(Hold.SEND)
-            c.sync_reading(out)
-        else:
-            c.owed = 0
         synced = self.pubend.synced_tick
         for s in list(c.subs.values()):
             if blocked:
@@ -767,7 +588,7 @@ class Broker:
             if tree is not None and self.cluster is not None:
                 self._reliability(self._gd().local_flow(self.now, s.key, tree, blocked), out)
         if not blocked:
-            self._release(conn, Hold.SEND, out)
+            self._serve(self.reading.release(self.now, conn, Hold.SEND, out), out)
 
     # ---- across brokers --------------------------------------------------------------------------
 
@@ -776,45 +597,32 @@ class Broker:
         """Make subscription `s` a member of `tree` (from `positions` for the pubends a durable
         subscription's token names); TidingsError (and nothing changed) when this
         broker cannot join one more tree."""
-        key = s.key
-        memberships = self.memberships
-        if self.cluster is not None:
-            gd = self._gd()
-            effects = gd.local_subscribe(self.now, key, tree, start, s.total, s.pattern,
-                                         "" if s.filter is None else s.filter.text, positions)
-            identity = self.connections[s.conn].identity
-            if memberships.first(tree):
-                try:  # with rules, this broker creates the trees it joins first (multicast/access.py)
-                    effects += self.cluster.subscribe(self.now, tree, ((identity, s.pattern),),
-                                                      self.guard.creation(identity, tree))
-                except TidingsError:
-                    gd.local_unsubscribe(self.now, key, tree)
-                    raise
-            else:
-                self.cluster.scribe.add_member(tree, (identity, s.pattern))
-            self._reliability(effects, out)
-        memberships.join(key, tree)
+        joins = self.trees.join(s.key, tree, (self.connections[s.conn].identity, s.pattern))
+        if self.cluster is None:
+            return
+        gd = self._gd()
+        effects = gd.local_subscribe(self.now, s.key, tree, start, s.total, s.pattern,
+                                     "" if s.filter is None else s.filter.text, positions)
+        try:
+            effects += self._tree_effects(joins)
+        except TidingsError:
+            gd.local_unsubscribe(self.now, s.key, tree)
+            self.trees.undo(s.key)
+            raise
+        self._reliability(effects, out)
 
     def _tree_refusal(self, identity: str, pattern: str) -> TidingsError | None:
-        """The refusal when the access list this broker holds for the pattern's tree excludes it."""
-        tree = subscription_tree(pattern)
-        if self.cluster is None or self.cluster.scribe.admits(tree, identity, pattern) is not False:
-            return None
-        return self.guard.tree_refusal(identity, pattern, tree, self.cluster.scribe.creator(tree))
+        return self.trees.refusal(identity, pattern)
 
     def _access_changed(self, eff: AccessChanged, out: list[Effect]) -> None:
         """A tree's access list reached this broker: its subscriptions there that the list does
         not admit end, each with a `forbidden` error to its client."""
-        acl = eff.metadata.acl
-        for key in self.memberships.subends_on(eff.tree):
-            s = self.subends.get(key)
-            c = None if s is None else self.connections.get(s.conn)
-            if s is None or c is None or admits(acl, c.identity, s.pattern):
-                continue
-            error = self.guard.tree_refusal(c.identity, s.pattern, eff.tree, eff.metadata.creator)
+        for key, error in self.trees.excluded(eff.tree, eff.metadata.acl, eff.metadata.creator):
+            s = self.subends[key]
+            c = self.connections[s.conn]
             c.refuse(self.now, error.code, str(error), out, sub=s.sub)
             self._drop_subend(c, s, out)
-            self._hold_refusals(c, out)
+            self.reading.hold_refusals(c, out)
 
     def reload_auth(self, now: int, guard_policy: AuthPolicy) -> list[Effect]:
         """SIGHUP: the new rules apply to the next request, and to the access lists of the trees
@@ -823,23 +631,33 @@ class Broker:
         self.guard.reload(guard_policy)
         out: list[Effect] = []
         if self.cluster is not None:
-            for tree, creator, acl in self.guard.recreations(self.cluster.scribe.created()):
+            for tree, creator, acl in self.trees.recreations():
                 self._cluster_effects(self.cluster.create(now, tree, creator, acl), out)
         return out
 
     def _leave_tree(self, key: int, out: list[Effect], held: bool = False) -> None:
-        """Subend `key` leaves its tree (`held`: its durable registration is a member in its place);
-        the broker leaves the tree with its last member (core/memberships.py)."""
-        tree, last = self.memberships.leave(key, held)
+        """Subend `key` leaves its tree (`held`: its durable registration is a member in its place)."""
+        tree, effects = self.trees.leave(key, held)
         if self.cluster is not None:
             self._reliability(self._gd().local_unsubscribe(self.now, key, tree), out)
-            if last:
-                self._cluster_effects(self.cluster.unsubscribe(self.now, tree), out)
+            self._cluster_effects(self._tree_effects(effects), out)
 
     def _member_gone(self, tree: str, out: list[Effect]) -> None:
         """An away durable registration of `tree` ended (or its subscriber is back on a subend)."""
-        if self.memberships.member_gone(tree) and self.cluster is not None:
-            self._cluster_effects(self.cluster.unsubscribe(self.now, tree), out)
+        self._cluster_effects(self._tree_effects(self.trees.member_gone(tree)), out)
+
+    def _tree_effects(self, effects: list[TreeEffect]) -> list[Any]:
+        """Carry out what the local trees decided (core/multicast/local_trees.py): the cluster member's output."""
+        out: list[Any] = []
+        for eff in effects:
+            assert self.cluster is not None  # (only in an overlay do they decide anything)
+            if isinstance(eff, JoinTree):
+                out += self.cluster.subscribe(self.now, eff.tree, eff.members, eff.creation)
+            elif isinstance(eff, NameMembers):
+                self.cluster.name_members(eff.tree, eff.gone, eff.members)
+            else:
+                out += self.cluster.unsubscribe(self.now, eff.tree)
+        return out
 
     def _publish_to_trees(self, batches: list[Any], out: list[Effect]) -> None:
         """Each durable event goes to the trees that may hold its subscribers, as knowledge of this
@@ -849,7 +667,7 @@ class Broker:
             self._reliability(self._gd().published(self.now, deliveries, self.pubend.synced_tick), out)
 
     def _adopt_peer(self, c: ClientConnection, msg: PeerHandover, out: list[Effect]) -> None:
-        del self.connections[c.conn]
+        self.reading.handed_over(c)
         if self.cluster is None:  # not in an overlay (yet): nobody to talk to
             out.append(Send(c.conn, messages.error(errors.HANDSHAKE, "this broker is not in an overlay")))
             out.append(Disconnect(c.conn, "peer before overlay start"))
@@ -859,7 +677,7 @@ class Broker:
     def _cluster_effects(self, effects: list[Any], out: list[Effect]) -> None:
         """The cluster member's output: remote events for local subscriptions, effects for the runtime."""
         for eff in effects:
-            if type(eff) is Deliver:
+            if type(eff) is DeliverRecords:
                 self._fan_out(self.remote.fan(eff, self.subends), out)
             elif type(eff) is Lost:
                 for key in eff.keys:
@@ -879,56 +697,28 @@ class Broker:
     # ---- observation -----------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
+        """The machines' figures (core/broker/metrics.py) and what else an operator reads."""
         log = self.log
         return {
             "pubend": self.pubend.pubend_id,
-            "clients": self._open_clients(),
-            "draining": self.draining,
-            "subscriptions": len(self.subends),
-            "subscriptions_live": sum(1 for s in self.subends.values() if s.live),
-            "catchup_readers": sum(1 for s in self.subends.values() if not s.live),
+            "draining": self.advice.draining,
+            **metrics.read(self),
             **self.registrations.status(),
-            **self.constream.status(),
-            "leases_held": len(self.leases),
-            "leases_expired": self.leases.expired_total,
             "lease_ns": self.leases.lease_ns,
-            "blocked_connections": sum(1 for c in self.connections.values() if c.blocked),
-            "partial_frame_bytes": self.partials.held_bytes,  # against partial_frames_bytes_max
-            "events_published": self.intake.events_published,
-            "events_rejected": self.intake.events_rejected,
-            "events_delivered": self.events_delivered,
-            "read_span_bytes": self.read_span_bytes,
-            "pending_sync_batches": self.pubend.pending_batches,
-            "pending_sync_bytes": self.pubend.pending_bytes,
-            "paused_publishers": len(self.intake.paused),
-            **self.dedup.status(),
-            "first_tick": log.first_tick,
-            "last_tick": self.pubend.synced_tick,
             "last_event_tick": log.last_tick,  # the newest logged event's (Spark: is there anything to read?)
-            "released_through": log.released_through,
-            "log_bytes": log.log_bytes,
-            "log_records": log.record_count,
             "tick_marks": list(log.tick_marks),
             "channels": self.intake.traffic.top(),
-            "connections": self._connections_status(),
-            **self._cluster_status(),
+            "connections": self.reading.status(self._subscription_status),
+            **({} if self.cluster is None else self.cluster.status()),
             **self.client_errors.status(),
             **self.guard.status(),
         }
 
-    def _connections_status(self) -> list[dict[str, Any]]:
-        """Each open client connection (the first CONNECTIONS_REPORTED_MAX) with its subscriptions."""
-        synced = self.pubend.synced_tick
-        open_ = [c for c in self.connections.values() if c.state == OPEN][:CONNECTIONS_REPORTED_MAX]
-        return [{"conn": c.conn, "service": c.service, "instance": c.instance, "identity": c.identity,
-                 "blocked": c.blocked, "subscriptions": [self._subscription_status(s, synced) for s in c.subs.values()]}
-                for c in open_]
-
-    def _subscription_status(self, s: Subend, synced: int) -> dict[str, Any]:
+    def _subscription_status(self, s: Subend) -> dict[str, Any]:
         """The subend's status, with its lag on other brokers' streams: `lag_by_pubend` (ticks known
         here but not yet handed to it, per pubend, its own pubend's included) and `lag_ticks`, the
         largest of them."""
-        status = s.status(synced)
+        status = s.status(self.pubend.synced_tick)
         tree = self.memberships.tree_of.get(s.key)
         if self.cluster is None or tree is None:
             return status
@@ -936,9 +726,3 @@ class Broker:
         if isinstance(status["lag_ticks"], int):
             lags[self.pubend.pubend_id] = status["lag_ticks"]
         return {**status, "lag_by_pubend": lags, "lag_ticks": max(lags.values(), default=status["lag_ticks"])}
-
-    def _cluster_status(self) -> dict[str, Any]:
-        if self.cluster is None:
-            return {}
-        return {**self.cluster.status(), "events_remote_delivered": self.remote.events_delivered,
-                "peer_messages_rejected": self.remote.records_rejected + self.cluster.peer_messages_rejected}

@@ -42,14 +42,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tidings.core.checkpoint import Checkpoint
+from tidings.core.durable.checkpoint import Checkpoint
+from tidings.core.durable.registrations import Registration
 from tidings.core.effects import PfsAppend, PfsChop, ReadPfs
 from tidings.core.errors import TidingsError
 from tidings.core.event import record_routing_fields
 from tidings.core.filters import Filter, parse_filter
 from tidings.core.filters.index import SubscriptionIndex
 from tidings.core.inputs import PfsAnswered
-from tidings.core.registrations import Registration
 
 READ_TICKS_MAX = 10_000  # matched ticks one catchup read returns (after the last, its span is fetched whole)
 READS_MAX = 1024  # reads in flight
@@ -229,10 +229,9 @@ class Constream:
             if tick <= cov.through:
                 continue  # recorded already (a rewound consumer)
             fields = record_routing_fields(record)
-            if fields is None or fields[0] != rec.pubend:
+            if fields is None or fields.pubend != rec.pubend:
                 continue  # never delivered to anyone (subend.py): a match for nobody
-            _, channel, attributes = fields
-            matched = match(channel, attributes)
+            matched = match(fields.channel, fields.attributes)
             if matched:
                 entries.append((tick, matched))
         if rec.through <= cov.through:

@@ -5,7 +5,7 @@ docs/durable.md).
 Theory of operation. A SUBSCRIBE that carries positions is durable. `checkpoint` gives its start:
 the token's positions, this broker's own pubend at the subscription's own start unless the token
 names it; for a named (broker-held) one, the positions it last acknowledged here, or now when the
-name is new. `begin` binds the subscription to a registration (core/registrations.py): the one the
+name is new. `begin` binds the subscription to a registration (core/durable/registrations.py): the one the
 token names when it is this broker's (resumed: its away place in the tree ends), else a new one,
 saved before SUBSCRIBED names it (a crash right after must not forget what it holds); a token of
 another broker makes that broker its old home, to be told (MOVED) to forget it. RELEASE (sub.ack)
@@ -24,11 +24,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from tidings.core import errors
-from tidings.core.checkpoint import Checkpoint, Home
+from tidings.core.durable.checkpoint import Checkpoint, Home
+from tidings.core.durable.registrations import Registration, Registrations
 from tidings.core.effects import Effect, SaveDurable
 from tidings.core.errors import TidingsError
-from tidings.core.registrations import Registration, Registrations
-from tidings.core.reliability.subend import Subend
+from tidings.core.subscription.subend import Subend
 from tidings.core.wire import messages
 
 

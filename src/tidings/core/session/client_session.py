@@ -12,19 +12,17 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
-from tidings.core import errors
+from tidings.core import defaults, errors
 from tidings.core.auth.credentials import Credential, KdfParams
 from tidings.core.auth.handshake import Challenge, ClientHandshake
 from tidings.core.channels import validate_channel, validate_pattern
-from tidings.core.dedup import producer_problem, pseq_problem
 from tidings.core.errors import EventError, ProtocolError, StartError, TidingsError
 from tidings.core.event import datetime_to_tick, validate_attributes
 from tidings.core.filters import parse_filter
+from tidings.core.publish.dedup import producer_problem, pseq_problem
 from tidings.core.wire import messages
 from tidings.core.wire.frames import FrameDecoder
 
-FRAME_BYTES_MAX_DEFAULT = 8 * 1024 * 1024
-EVENT_BYTES_MAX_DEFAULT = 1024 * 1024
 PUBLISH_FRAME_EVENTS_MAX = 4096
 FRAME_OVERHEAD_BYTES = 64
 VALID_CHANNELS_CACHED_MAX = 4096
@@ -63,10 +61,10 @@ class ClientSession:
         self.instance = instance
         self._auth = None if credential is None else ClientHandshake(credential, instance, nonce)
         self.pubend: str | None = None
-        self.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
-        self.event_bytes_max = EVENT_BYTES_MAX_DEFAULT
-        self.lease_ns: int | None = None  # the broker's lease on subscriptions (core/leases.py)
-        self._decoder = FrameDecoder(FRAME_BYTES_MAX_DEFAULT + FRAME_MARGIN_BYTES)
+        self.frame_bytes_max = defaults.FRAME_BYTES_MAX
+        self.event_bytes_max = defaults.EVENT_BYTES_MAX
+        self.lease_ns: int | None = None  # the broker's lease on subscriptions (core/subscription/leases.py)
+        self._decoder = FrameDecoder(defaults.FRAME_BYTES_MAX + FRAME_MARGIN_BYTES)
         self._valid_channels: set[str] = set()
         self._next_seq = 0
         self._next_sub = 0
@@ -115,7 +113,7 @@ class ClientSession:
     def check_event(self, channel: str, payload: bytes | str = b"", attributes: Any = None,
                     producer: str | None = None, seq: int | None = None) -> list[Any]:
         """The event as `publish` takes it: [channel, attributes, payload], and for an idempotent
-        publish (core/dedup.py) its producer sequence and producer after those."""
+        publish (core/publish/dedup.py) its producer sequence and producer after those."""
         if producer is not None or seq is not None:
             problem = producer_problem(producer) or pseq_problem(seq)
             if problem is not None:
@@ -171,7 +169,7 @@ class ClientSession:
 
     def refused_seqs(self, context: dict[str, Any], lo: int) -> list[int]:
         """The sequence numbers of the events an ERROR's `context` names as refused: its `seq`,
-        or with `seqs` the inclusive ranges of a coalesced one (core/refusals.py); only those at
+        or with `seqs` the inclusive ranges of a coalesced one (core/broker/refusals.py); only those at
         or above `lo` (the oldest still unanswered) that this session issued."""
         ranges = context.get("seqs")
         if not isinstance(ranges, list):
@@ -186,7 +184,7 @@ class ClientSession:
     def subscribe(self, pattern: str, filter: str | None = None, start: Start = "now",
                   end: int | None = None, order: str = messages.ORDER_PUBLISHER,
                   positions: list[Any] | None = None, home: list[Any] | str | None = None) -> tuple[int, bytes]:
-        """`positions` makes the subscription durable (core/checkpoint.py): [[pubend, tick], ...]
+        """`positions` makes the subscription durable (core/durable/checkpoint.py): [[pubend, tick], ...]
         overriding the start for the pubends named; `home` is the token's [address, pubend,
         registration], where the subscription was registered, or the name of a broker-held one."""
         validate_pattern(pattern)

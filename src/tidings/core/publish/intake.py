@@ -6,9 +6,10 @@ good when it is `[channel, attributes, payload]` with a valid channel, valid att
 payload of at most `event_bytes_max` bytes, and the guard (core/auth/) lets its publisher publish
 it (access rules, rates). A PUBLISH its identity's rates cannot take yet is not checked at all:
 `publish` says how long it must wait, and the broker keeps it unread at the head of its connection
-meanwhile (core/connection.py Hold.RATE). Every bad or refused event is named in an ERROR, one per
-reason and PUBLISH, numbered `seq + i` for the PUBLISH's `seq` and the event's index `i`
-(core/refusals.py: the first such number, their count and their ranges); the good ones are given consecutive ticks
+meanwhile (core/broker/connection.py Hold.RATE). Every bad or refused event is named in an ERROR,
+one per reason and PUBLISH, numbered `seq + i` for the PUBLISH's `seq` and the event's index `i`
+(core/broker/refusals.py: the first such number, their count and their ranges); the good ones are
+given consecutive ticks
 (`Pubend.reserve`), encoded once into the record the log keeps and every stream carries
 (`[pubend, tick, channel, attributes, service, instance, payload]`, then `true` when the publisher
 authenticated: core/event.py), and appended as one batch
@@ -17,7 +18,7 @@ until that batch is durable (group commit). An event on a channel seen before, w
 attributes, is checked on a fast path: a channel once validated stays valid, and its trees are
 cached beside it (`trees_of`, also the reliability node's).
 
-A PUBLISH with a producer id is idempotent: the dedup window (core/dedup.py) sorts its events into
+A PUBLISH with a producer id is idempotent: the dedup window (core/publish/dedup.py) sorts its events into
 new, duplicate (logged before: answered with that tick, once durable) and repeated within the
 PUBLISH; only the new ones are checked and logged, with their (producer, pseq) key in the record.
 
@@ -34,16 +35,16 @@ import msgpack
 
 from tidings.core import errors
 from tidings.core.auth.guard import Guard
+from tidings.core.broker.connection import ClientConnection, Hold
 from tidings.core.channels import validate_channel
 from tidings.core.config import BrokerConfig
-from tidings.core.connection import ClientConnection, Hold
-from tidings.core.dedup import DedupWindow, Verdict
 from tidings.core.effects import Append, Effect, Sync
 from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.event import validate_attributes
+from tidings.core.event import encode_records, validate_attributes
 from tidings.core.multicast.trees import publish_trees
-from tidings.core.reliability.pubend import Pubend
-from tidings.core.traffic import ChannelTraffic
+from tidings.core.publish.dedup import DedupWindow, Verdict
+from tidings.core.publish.pubend import Pubend
+from tidings.core.publish.traffic import ChannelTraffic
 from tidings.core.wire import messages
 
 CHANNEL_CACHE_MAX = 65_536  # channels whose trees are kept; the cache is emptied when full
@@ -65,7 +66,7 @@ class Intake:
         self.paused: dict[int, None] = {}  # connections not read until the pending bytes drain
         self.events_published = 0
         self.events_rejected = 0
-        self.traffic = ChannelTraffic()  # events published per channel (core/traffic.py)
+        self.traffic = ChannelTraffic()  # events published per channel (core/publish/traffic.py)
 
     def trees_of(self, channel: str) -> list[str]:
         """The trees of a valid channel, from the cache (which a publish filled unless it was
@@ -195,14 +196,8 @@ class Intake:
         """Encode each event once and log the batch under ticks `first`, `first + 1`, ...; `ticks`
         is what its ACK will say, per event of the PUBLISH."""
         pubend = self.pubend
-        pid = pubend.pubend_id
-        pack = self._packer.pack
-        service, instance = c.service, c.instance
-        stamped = zip(range(first, first + len(valid)), valid, strict=True)
-        if c.authenticated:  # the flag, or nothing: not authenticated (core/event.py)
-            records = [(t, pack([pid, t, ch, at, service, instance, pl, True])) for t, (ch, at, pl) in stamped]
-        else:  # (two loops: the per-event cost of building the list with or without it is measurable)
-            records = [(t, pack([pid, t, ch, at, service, instance, pl])) for t, (ch, at, pl) in stamped]
+        records = encode_records(self._packer.pack, pubend.pubend_id, first, valid, c.service, c.instance,
+                                 c.authenticated)
         deliveries = [(t, ch, at, rec) for (t, rec), (ch, at, _) in zip(records, valid, strict=True)]
         self.events_published += len(records)
         self.traffic.count([ch for ch, _, _ in valid])

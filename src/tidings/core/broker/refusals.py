@@ -4,7 +4,7 @@ the shape of a coalesced ERROR.
 Every ERROR the broker sends a client because of what the client sent (a frame past
 frame_bytes_max or one that does not decode, an unknown message, a failed or late handshake, a
 proof that does not verify, a limit, a forbidden channel, a bad pattern or filter, ...) is a
-refusal. The connection (core/connection.py `refuse`, `fail`) counts each here under its error code
+refusal. The connection (core/broker/connection.py `refuse`, `fail`) counts each here under its error code
 (core/errors.py): the code is the reason, so a code added later is counted, shown in `/status`
 (`client_errors`) and in `/metrics` (`tidings_client_errors_total{reason}`) with no change here.
 Errors that are not the client's doing (`log-unreadable`, `lease-expired` after a lost renewal,
@@ -18,7 +18,7 @@ connection and second, and says how big it was.
 
 Coalescing (`RefusalWindow`, one per connection): a refusal opens a window of `refusal_window_ns`
 for its reason, and its ERROR goes at once. A refusal for the same reason while that window is
-open is held, and so is the connection (the broker reads nothing more from it, core/connection.py
+open is held, and so is the connection (the broker reads nothing more from it, core/broker/connection.py
 Hold.REFUSED), until the window ends: then one ERROR per reason stands for every refusal held, with
 their `count`, and a new window opens. A connection is thus sent at most one ERROR per reason and
 window however fast it sends what is refused, and has at most two messages refused for one reason
@@ -35,10 +35,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.core.units import SECOND_NS
 from tidings.core.wire import messages
 
-SECOND_NS = 1_000_000_000
-REFUSAL_WINDOW_NS = 100_000_000  # BrokerConfig.refusal_window_ns's default
 LOG_LINES_KEPT_MAX = 256  # lines waiting for the runtime's log; one per connection and window
 
 

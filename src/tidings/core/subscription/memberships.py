@@ -4,7 +4,7 @@ Theory of operation. A subscription that is not bounded (a subend without `end`)
 tree, its pattern's (multicast/trees.py). The broker is one Scribe member of that tree for all its
 local subscriptions on it: it joins the tree (SUBSCRIBE towards the rendez-vous point) when the
 first of them arrives and leaves it (UNSUBSCRIBE) when the last one is gone; the ones between only
-change the count. A durable subscription whose subscriber is away (core/registrations.py) still
+change the count. A durable subscription whose subscriber is away (core/durable/registrations.py) still
 counts, in its subend's place, so the tree keeps carrying its events and the pubends keep holding
 release for it: its registration is one member until it resumes here (its new subend then counts
 instead), moves to another broker, is unsubscribed or expires. Registrations loaded at start count

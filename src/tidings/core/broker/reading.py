@@ -1,0 +1,287 @@
+"""Reading the broker's client connections: the one owner of whether a connection is read, and of
+what reading it may cost (docs/security.md).
+
+Theory of operation. The runtime hands the broker bytes; this machine pushes them into the
+connection's decoder (`received`) and serves the connection (`serve`, then `read_done`): it pulls
+its messages one at a time, in order, while nothing holds it (connection.py `Hold`), and yields each
+to the composer, which dispatches it to the machine that owns it (`Served`); a release (`release`,
+`handle_timeout`) serves what waited the same way. A connection is read only while its hold set is empty; each
+owner holds it for its own reason and only that owner releases it:
+
+- SEND: the runtime's SendBlocked until SendDrained (`flow`): its requests would queue replies;
+- DISK: the intake, while too many bytes wait for the disk (released through `release`);
+- RATE: the identity's publish rate; the PUBLISH waits, decoded, at the connection's head, and the
+  hold ends at a deadline (`hold`, a `ReadTimer`);
+- REFUSED: a refusal within the refusal window of another (core/broker/refusals.py): the
+  connection is not read until the window ends, when its held ERRORs go, coalesced (`ReadTimer`).
+
+`unread` says which connections are held, for the machines that must not punish a client for what
+the broker did not read (leases run on, a stalled partial frame waits on).
+
+Costs. What each message is answered at once counts against the connection's send queue
+(`ClientConnection.charge`): past `send_queue_overflow_bytes_max` it is closed, whatever remains
+unread. Bytes held in partial frames, by client and peer connections alike, count against one
+budget, `partial_frames_bytes_max` (wire/frames.py `PartialFrames`), and a partial frame that gets
+no byte for `frame_progress_timeout_ns` while the connection is read closes it (`frames_overdue`);
+a held connection's whole frames wait unread as bytes, so only its partial one counts. A
+connection owes its HELLO (and AUTH) within `handshake_timeout_ns` (`HandshakeTimer`), and the
+broker accepts at most `connections_max` of them.
+
+States: a connection's own (connection.py `ConnState`); this machine adds only the holds and timers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+from tidings.core import errors
+from tidings.core.auth.guard import Guard
+from tidings.core.broker.advice import RouteAdvice
+from tidings.core.broker.connection import AWAITING_HELLO, CLOSED, OPEN, READ, ClientConnection, ClientMessage, Hold
+from tidings.core.broker.refusals import ClientErrors
+from tidings.core.config import BrokerConfig
+from tidings.core.deadlines import Deadlines
+from tidings.core.effects import Disconnect, Effect, Send
+from tidings.core.wire import messages
+from tidings.core.wire.frames import PartialFrames
+
+CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status`
+
+
+class HandshakeTimer(NamedTuple):
+    """The client connection `conn` owes its HELLO (and AUTH) by now."""
+
+    conn: int
+
+
+class ReadTimer(NamedTuple):
+    """The client connection `conn` is no longer held for `hold` (its rate, a refusal)."""
+
+    conn: int
+    hold: Hold
+
+
+ReadingTimer = HandshakeTimer | ReadTimer
+
+
+# each message, for the composer to dispatch; None once the handshake is done (WELCOME is out: the
+# composer may advise the client)
+Served = Iterator[tuple[ClientConnection, ClientMessage | None]]
+
+
+class Reading:
+    __slots__ = ("advice", "client_errors", "config", "connections", "guard", "partials", "timers")
+
+    def __init__(self, config: BrokerConfig, guard: Guard, client_errors: ClientErrors, advice: RouteAdvice) -> None:
+        self.config = config
+        self.guard = guard
+        self.client_errors = client_errors
+        self.advice = advice  # what WELCOME says of this broker (core/broker/advice.py)
+        self.connections: dict[int, ClientConnection] = {}
+        # the bytes held in partial frames by every connection, client or peer (wire/frames.py)
+        self.partials = PartialFrames(config.partial_frames_bytes_max, config.frame_progress_timeout_ns)
+        self.timers: Deadlines[ReadingTimer] = Deadlines()
+
+    def next_deadline(self) -> int | None:
+        deadlines = [d for d in (self.timers.next_deadline(), self.partials.next_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    # ---- a connection's life ---------------------------------------------------------------------
+
+    def accept(self, now: int, conn: int, out: list[Effect]) -> None:
+        """A new connection: read until its handshake deadline, unless connections_max is reached."""
+        assert conn not in self.connections
+        cfg = self.config
+        if len(self.connections) >= cfg.connections_max:
+            self.client_errors.refused(now, conn, "", errors.HANDSHAKE, "too many connections")
+            out.append(Send(conn, messages.error(errors.HANDSHAKE, "too many connections")))
+            out.append(Disconnect(conn, "connections_max reached"))
+            return
+        deadline = now + cfg.handshake_timeout_ns
+        self.connections[conn] = ClientConnection(conn, cfg.frame_bytes_max, deadline, self.guard,
+                                                  cfg.hello_frame_bytes_max, cfg.send_queue_overflow_bytes_max,
+                                                  self.client_errors, cfg.refusal_window_ns)
+        self.timers.set(HandshakeTimer(conn), deadline)
+
+    def lost(self, conn: int) -> ClientConnection | None:
+        """The connection is gone (client or peer): what it held is freed; the client connection it
+        was, if any, for the composer to end its subscriptions."""
+        self.timers.cancel(HandshakeTimer(conn))
+        self.partials.forget(conn)
+        c = self.connections.pop(conn, None)
+        self.client_errors.lost(conn, "" if c is None else c.identity)
+        if c is not None:
+            self.timers.cancel(ReadTimer(conn, Hold.RATE))
+            self.timers.cancel(ReadTimer(conn, Hold.REFUSED))
+            self.guard.left(c.identity, conn)
+        return c
+
+    def handed_over(self, c: ClientConnection) -> None:
+        """The connection turned out to be another broker's: the peer links read it from now."""
+        del self.connections[c.conn]
+
+    # ---- reading ---------------------------------------------------------------------------------
+
+    def received(self, conn: int, data: bytes) -> ClientConnection | None:
+        """Bytes from client connection `conn`: the connection to `serve`, then `read_done`; None
+        when it is not read."""
+        c = self.connections.get(conn)
+        if c is None or c.state not in READ:
+            return None
+        c.decoder.push(data)
+        return c
+
+    def read_done(self, now: int, c: ClientConnection, out: list[Effect]) -> None:
+        """After serving what arrived: its partial frame charged to the budget."""
+        if c.state == CLOSED:
+            self.partials.forget(c.conn)
+        elif c.state in READ:  # a held connection's whole frames wait unread, as bytes: only the partial one counts
+            held = c.decoder.partial_bytes if c.holds else c.decoder.held_bytes
+            if not self.partials.update(now, c.conn, held):
+                self.partials.forget(c.conn)
+                out += c.fail(now, errors.PARTIAL_FRAMES_BUDGET, self.over_budget(held))
+
+    def serve(self, now: int, c: ClientConnection, out: list[Effect]) -> Served:
+        """The connection's messages in order, pulled one at a time from its decoder, while nothing
+        holds it (connection.py Hold): a PUBLISH its rate cannot take yet waits for it; a refusal
+        within the refusal window of another is held with the connection until the window ends
+        (core/broker/refusals.py), so a flood of refused requests is handled at most two messages a
+        window, at next to no cost. What each message is answered at once counts against the
+        connection's send queue (`charge`): past send_queue_overflow_bytes_max it is closed."""
+        conn = c.conn
+        if not c.blocked:  # read only while its send queue is under the high-water mark
+            c.owed = 0
+        holds, window, welcome = c.holds, c.window, self.advice.features  # (the loop is the intake's hot path)
+        while not holds and c.state in READ:  # c.readable
+            opening = c.state is not OPEN
+            mark = len(out)
+            got = c.next_message(now, self.advice.welcome_info(self.open_clients()) if opening else welcome)
+            if got is None:
+                break
+            msg, effects = got
+            if effects:
+                out += effects
+            if opening and c.state is not AWAITING_HELLO:
+                self.timers.cancel(HandshakeTimer(conn))
+                if c.state is OPEN:
+                    yield c, None
+            if msg is not None:
+                yield c, msg
+            replied = 0  # what it was answered at once counts against its send queue
+            for i in range(mark, len(out)):
+                e = out[i]
+                if type(e) is Send and e.conn == conn:
+                    replied += len(e.data)
+            if replied:
+                out += c.charge(now, replied)  # its replies overflowed its send queue: closed, the rest unread
+            if window.until is not None:
+                self.hold_refusals(c, out)
+        if not c.holds:
+            out += c.framing_failure(now)
+        c.sync_reading(out)
+
+    def hold(self, c: ClientConnection, hold: Hold, until: int) -> None:
+        """`c` is not read until `until` (or until released) for `hold`."""
+        c.hold(hold)
+        self.timers.set(ReadTimer(c.conn, hold), until)
+
+    def hold_refusals(self, c: ClientConnection, out: list[Effect]) -> None:
+        """Refusals held for the end of their window (core/broker/refusals.py): the connection waits too."""
+        until = c.window.until
+        if until is not None and self.timers.when(ReadTimer(c.conn, Hold.REFUSED)) != until:
+            self.hold(c, Hold.REFUSED, until)  # (a later refusal of another reason: its window's end)
+            c.sync_reading(out)
+
+    def release(self, now: int, conn: int, hold: Hold, out: list[Effect]) -> Served:
+        """`hold` no longer holds `conn`: what waited is handled, and it is read again unless
+        something else holds it."""
+        c = self.connections.get(conn)
+        if c is not None and c.release(hold):
+            yield from self.serve(now, c, out)
+            if c.state == CLOSED:
+                self.partials.forget(conn)
+            elif c.readable and conn in self.partials.held:  # read again: its partial frame's clock starts anew
+                self.partials.wait(now, conn)
+
+    def flow(self, conn: int, blocked: bool, out: list[Effect]) -> ClientConnection | None:
+        """The connection's send queue passed send_queue_bytes_max (`blocked`: held, Hold.SEND) or
+        drained (the composer then `release`s it): the connection, or None when nothing changed."""
+        c = self.connections.get(conn)
+        if c is None or c.blocked == blocked:
+            return None
+        c.blocked = blocked
+        if blocked:
+            c.hold(Hold.SEND)
+            c.sync_reading(out)
+        else:
+            c.owed = 0
+        return c
+
+    def unread(self) -> set[int]:
+        """The connections held for any reason: what they sent (a RENEW too) waits unread."""
+        return {conn for conn, c in self.connections.items() if c.holds}
+
+    def handle_timeout(self, now: int, out: list[Effect]) -> Served:
+        """Holds that ended (a refusal window's held ERRORs go first) and handshakes not done in time."""
+        for key in self.timers.pop_due(now):
+            c = self.connections.get(key.conn)
+            if type(key) is ReadTimer:
+                if c is not None and key.hold is Hold.REFUSED:
+                    c.flush_refusals(now, out)  # one ERROR per reason for what the window held
+                yield from self.release(now, key.conn, key.hold, out)
+            elif c is not None and c.state == AWAITING_HELLO:
+                self.partials.forget(c.conn)
+                out += c.fail(now, errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
+
+    # ---- partial frames (docs/security.md) --------------------------------------------------------
+
+    def over_budget(self, held: int) -> str:
+        return (f"a partial frame of {held} bytes would take the bytes held in partial frames past "
+                f"partial_frames_bytes_max={self.config.partial_frames_bytes_max}; retry")
+
+    def peer_partial(self, now: int, conn: int, held: int) -> str | None:
+        """A peer connection holds `held` bytes in a partial frame: the refusal, when that is past the budget."""
+        if self.partials.update(now, conn, held):
+            return None
+        self.partials.forget(conn)
+        return self.over_budget(held)
+
+    def frames_overdue(self, now: int, out: list[Effect]) -> list[tuple[int, str]]:
+        """Client connections whose partial frame stopped arriving are closed; those held (for any
+        reason: connection.py Hold) wait on. Returns the other connections overdue (peers', for the
+        composer to close), with the reason."""
+        peers: list[tuple[int, str]] = []
+        for conn in self.partials.overdue(now):
+            c = self.connections.get(conn)
+            if c is not None and c.holds:
+                self.partials.wait(now, conn)
+                continue
+            self.partials.forget(conn)
+            text = (f"a partial frame got no byte for frame_progress_timeout_ns="
+                    f"{self.config.frame_progress_timeout_ns}")
+            if c is None:
+                peers.append((conn, text))
+            elif c.state in (AWAITING_HELLO, OPEN):  # else closing already
+                out += c.fail(now, errors.FRAME_STALLED, text)
+        return peers
+
+    # ---- observation -----------------------------------------------------------------------------
+
+    def status(self, subscription: Callable[[Any], dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each open client connection (the first CONNECTIONS_REPORTED_MAX) with its subscriptions'
+        `subscription` status."""
+        open_ = [c for c in self.connections.values() if c.state == OPEN][:CONNECTIONS_REPORTED_MAX]
+        return [{"conn": c.conn, "service": c.service, "instance": c.instance, "identity": c.identity,
+                 "blocked": c.blocked, "subscriptions": [subscription(s) for s in c.subs.values()]}
+                for c in open_]
+
+    def open_conns(self) -> list[int]:
+        return [c.conn for c in self.connections.values() if c.state == OPEN]
+
+    def open_clients(self) -> int:
+        return sum(1 for c in self.connections.values() if c.state == OPEN)
+
+    def blocked(self) -> int:
+        """Connections whose send queue is full."""
+        return sum(1 for c in self.connections.values() if c.blocked)

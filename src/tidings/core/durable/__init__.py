@@ -1,0 +1,3 @@
+"""Durable subscriptions: checkpoint tokens, registrations, the persistent filtering subsystem's
+constream and release.
+"""

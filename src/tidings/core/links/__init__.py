@@ -1,0 +1,1 @@
+"""Peer links between brokers: handshake, cluster credential, queues and round trips."""

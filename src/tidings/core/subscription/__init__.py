@@ -1,0 +1,1 @@
+"""A local subscription at its subscriber's broker: subend, lease, tree memberships."""

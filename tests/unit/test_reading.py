@@ -1,0 +1,158 @@
+"""Reading client connections (core/broker/reading.py), as a machine of its own: a connection is read
+only while nothing holds it, each hold is released by its owner alone, and what it sent waits, in
+order, until then."""
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from tidings.core.auth.guard import Guard
+from tidings.core.broker.advice import RouteAdvice
+from tidings.core.broker.connection import Hold
+from tidings.core.broker.reading import Reading
+from tidings.core.broker.refusals import ClientErrors
+from tidings.core.config import BrokerConfig
+from tidings.core.effects import Disconnect, PauseReading, ResumeReading, Send
+from tidings.core.session.client_session import ClientSession
+from tidings.core.wire import messages
+
+
+def reading(**config):
+    cfg = BrokerConfig(**config)
+    return Reading(cfg, Guard.open(), ClientErrors(), RouteAdvice("p", cfg))
+
+
+def opened(r, conn=1):
+    """A connection through its handshake: its session, and the messages served (None: opened)."""
+    out = []
+    r.accept(0, conn, out)
+    session = ClientSession("svc", "i")
+    c = r.received(conn, session.hello())
+    served = [msg for _, msg in r.serve(0, c, out)]
+    r.read_done(0, c, out)
+    assert served == [None] and isinstance(messages.decode_broker_message(out[0].data[4:]), messages.Welcome)
+    return session
+
+
+def test_a_connection_is_read_only_once_every_owner_released_it():
+    r = reading()
+    session = opened(r)
+    c = r.connections[1]
+    out = []
+    r.hold(c, Hold.RATE, until=50)
+    assert r.flow(1, True, out) is c and out == [PauseReading(1)]  # its send queue is full too
+    assert r.unread() == {1}
+    c2 = r.received(1, session.renew() + session.renew())
+    assert c2 is c and list(r.serve(1, c, out)) == []  # held: nothing is read
+    assert list(r.release(2, 1, Hold.SEND, out)) == []  # the rate still holds it
+    assert r.flow(1, False, out) is c and r.flow(1, False, out) is None  # (once)
+    served = list(r.handle_timeout(50, out))  # the rate's hold ends: both RENEWs, in order
+    assert [type(msg) for _, msg in served] == [messages.Renew, messages.Renew]
+    assert out[-1] == ResumeReading(1) and r.unread() == set()
+
+
+def test_connections_max_and_the_handshake_deadline():
+    r = reading(connections_max=1, handshake_timeout_ns=10)
+    out = []
+    r.accept(0, 1, out)
+    r.accept(0, 2, out)
+    assert [type(e) for e in out] == [Send, Disconnect] and list(r.connections) == [1]
+    assert r.next_deadline() == 10
+    out.clear()
+    assert list(r.handle_timeout(10, out)) == []
+    assert [type(e) for e in out] == [Send, Disconnect] and r.lost(1) is not None and r.next_deadline() is None
+
+
+def test_a_stalled_partial_frame_waits_while_held_and_closes_once_read():
+    r = reading(frame_progress_timeout_ns=100)
+    session = opened(r)
+    c = r.connections[1]
+    out = []
+    part = session.renew()[:2]
+    r.read_done(0, r.received(1, part) or c, out)
+    assert r.partials.held_bytes == 2 and r.next_deadline() == 100
+    r.hold(c, Hold.RATE, until=10**6)
+    assert r.frames_overdue(100, out) == [] and out == []  # held: its frame could not move
+    list(r.release(150, 1, Hold.RATE, out))
+    assert r.frames_overdue(250, out) == [] and out[-1] == Disconnect(1, out[-1].reason)
+    assert r.partials.held_bytes == 0
+
+
+class ReadingMachine(RuleBasedStateMachine):
+    """Random holds, releases, send-queue flow, bytes and time on one open connection, against a
+    reference: what it sent is served in order, only while no owner holds it, and the runtime is
+    told to pause and resume reading once each way, exactly when the hold set changes."""
+
+    def __init__(self):
+        super().__init__()
+        self.r = reading()
+        self.session = opened(self.r)
+        self.c = self.r.connections[1]
+        self.now = 1
+        self.holds: set[Hold] = set()  # the reference
+        self.until: dict[Hold, int] = {}  # the holds that end at a deadline
+        self.sent = 0  # RENEWs sent
+        self.served = 0  # RENEWs served
+        self.paused = False  # what the runtime was last told
+
+    def _take(self, out, served):
+        for e in out:
+            if isinstance(e, PauseReading | ResumeReading):
+                assert self.paused == isinstance(e, ResumeReading)  # once each way
+                self.paused = isinstance(e, PauseReading)
+        for _, msg in served:
+            assert isinstance(msg, messages.Renew) and not self.holds
+            self.served += 1
+
+    @rule(count=st.integers(1, 3))
+    def send(self, count):
+        out = []
+        self.sent += count
+        c = self.r.received(1, self.session.renew() * count)
+        assert c is self.c
+        served = list(self.r.serve(self.now, c, out))
+        self.r.read_done(self.now, c, out)
+        self._take(out, served)
+
+    @rule(why=st.sampled_from([Hold.RATE, Hold.REFUSED]), after=st.integers(1, 50))
+    def hold(self, why, after):
+        self.r.hold(self.c, why, self.now + after)
+        self.holds.add(why)
+        self.until[why] = self.now + after
+        out = []
+        self.c.sync_reading(out)
+        self._take(out, [])
+
+    @rule(blocked=st.booleans())
+    def flow(self, blocked):
+        out = []
+        changed = self.r.flow(1, blocked, out)
+        assert (changed is not None) == (blocked != (Hold.SEND in self.holds))
+        served = []
+        if blocked:
+            self.holds.add(Hold.SEND)
+        elif changed is not None:
+            self.holds.discard(Hold.SEND)
+            served = list(self.r.release(self.now, 1, Hold.SEND, out))
+        self._take(out, served)
+
+    @rule(step=st.integers(1, 60))
+    def tick(self, step):
+        self.now += step
+        for why in [why for why, until in self.until.items() if until <= self.now]:
+            del self.until[why]
+            self.holds.discard(why)
+        out = []
+        self._take(out, list(self.r.handle_timeout(self.now, out)))
+
+    @invariant()
+    def read_only_when_nothing_holds(self):
+        assert set(self.c.holds) == self.holds
+        assert self.r.unread() == ({1} if self.holds else set())
+        if not self.holds:
+            assert self.served == self.sent  # nothing waits on a connection that is read
+        assert self.paused == bool(self.holds)
+
+
+TestReadingMachine = ReadingMachine.TestCase
+TestReadingMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
