@@ -13,13 +13,25 @@ from dataclasses import replace
 
 import pytest
 
+from tests.conftest import SOAK
 from tidings.core.config import BrokerConfig, ConfigError
 from tidings.core.durable.constream import Constream
 from tidings.core.durable.registrations import Registrations
 from tidings.core.reliability.istream import Istream
-from tidings.sim.delivery_scenario import CONFIG, FAULTS, DeliveryRun, DeliveryScenario, run_delivery, sweep_scenario
+from tidings.sim.delivery_scenario import (
+    CONFIG,
+    FAULTS,
+    DeliveryRun,
+    DeliveryScenario,
+    churn_scenario,
+    run_delivery,
+    sweep_scenario,
+)
 
 SWEEP_SEEDS = int(os.environ.get("TIDINGS_DELIVERY_SEEDS", "50"))
+# the 1,000-broker sweep under `make soak`: about 10 minutes of CPU; `tidings sim delivery --brokers
+# 1000 --churn --seeds 1..100` runs the hundred on demand
+CHURN_SEEDS_AT_SCALE = int(os.environ.get("TIDINGS_CHURN_SEEDS", "4"))
 
 
 def assert_clean(scenario: DeliveryScenario) -> None:
@@ -81,6 +93,36 @@ def test_nacks_to_a_live_upstream_are_not_backed_off(seed):
 def test_seed_sweep(seed):
     # 16 brokers keep CI's 50 seeds in budget; `tidings sim delivery --seeds 1000` sweeps 24 each
     assert_clean(sweep_scenario(seed, brokers=16))
+
+
+def assert_churned_clean(scenario: DeliveryScenario) -> None:
+    """The run passes the checker, brokers did crash or leave, and the subscribers on brokers that
+    joined meanwhile (and stayed connected) received events."""
+    run = DeliveryRun(scenario)
+    result = run.execute()
+    assert not result.problems, f"{scenario}: {result.faults_done}\n" + "\n".join(result.problems)
+    assert any(f.startswith(("crash:", "leave:")) for f in result.faults_done), result.faults_done
+    assert len(run.nodes) == scenario.brokers + scenario.joins
+    joined = [sub for sub in run.subscribers if sub.name.startswith("joined")]
+    assert joined and all(sub.subscribed_at is not None for sub in joined if not sub.downs)
+    assert sum(len(sub.received) for sub in joined) > 0
+    assert result.stats["lost"] > 0 and result.delivered > 0
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_brokers_crashing_leaving_and_joining_under_loss_at_two_hundred_brokers(seed):
+    """The churn sweep's scenario at 200 brokers: 2 to 4 brokers crash (restarting, or leaving for
+    good) and as many join while events flow, with loss on every link, role failures on top."""
+    assert_churned_clean(churn_scenario(seed, brokers=200))
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("seed", range(1, 1 + CHURN_SEEDS_AT_SCALE))
+def test_guaranteed_delivery_at_a_thousand_brokers_under_churn_and_loss(seed):
+    """10 to 20 brokers crash or leave and as many join, 25 subscribers, 4 publishers and 4 durable
+    subscribers spread over 1,000 brokers, loss on every link (docs/experiments.md)."""
+    assert SOAK
+    assert_churned_clean(churn_scenario(seed, brokers=1000))
 
 
 def test_a_forwarder_that_acks_what_it_did_not_forward_is_caught(monkeypatch):

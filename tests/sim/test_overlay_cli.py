@@ -42,6 +42,15 @@ def test_the_delivery_command_runs_seeds_and_counts_them(capsys):
     assert "seed 2: ok" in out and "seed 3: ok" in out
     assert out.rstrip().splitlines()[-1].startswith("2 passed, 0 failed")
     assert main(["sim", "delivery", "--seeds", "0"]) == 2
+    assert main(["sim", "delivery", "--seeds", "3..2"]) == 2
+
+
+def test_the_churn_sweep_takes_a_range_of_seeds_and_reports_each_ones_cost(capsys):
+    assert main(["sim", "delivery", "--churn", "--brokers", "40", "--seeds", "5..6"]) == 0
+    out = capsys.readouterr().out.rstrip().splitlines()
+    assert [line.split(":")[0] for line in out[:2]] == ["seed 5", "seed 6"]
+    assert all(" s CPU, " in line and " MiB)" in line for line in out[:2])
+    assert out[-1].startswith("2 passed, 0 failed") and "peak memory max" in out[-1]
 
 
 def test_the_scribe_command_prints_one_summary_line_and_writes_the_distributions(capsys, tmp_path):

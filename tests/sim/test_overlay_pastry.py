@@ -11,6 +11,7 @@ from tidings.core.overlay.node import OverlayConfig
 from tidings.core.units import MILLISECOND_NS, SECOND_NS
 from tidings.sim.overlay.build import install_steady, join_all
 from tidings.sim.overlay.experiment import PastryExperiment
+from tidings.sim.overlay.hops_model import HopsModel
 from tidings.sim.overlay.lookups import LookupRun, lookup_members
 from tidings.sim.overlay.sim import OverlaySim, leaf_set_errors
 
@@ -80,3 +81,18 @@ def test_the_same_seed_gives_the_same_trace_and_another_seed_another():
     first = digest(21)
     assert digest(21) == first
     assert digest(22) != first
+
+
+def test_the_simulator_routes_in_as_few_hops_as_ideal_pastry_with_its_leaf_set():
+    """The overlay (real OverlayNodes, steady-state tables) against HopsModel, which routes from
+    the sorted ids alone with full tables: the same mean and distribution, for two leaf-set sizes
+    (the 5,000-broker gap to the paper in docs/experiments.md rests on this agreement)."""
+    for leaf_set_size in (16, 32):
+        config = OverlayConfig(leaf_set_size=leaf_set_size)
+        ours = PastryExperiment(1000, 5, lookups=3000, config=config).run()["phases"]["before"]
+        ideal = HopsModel(1000, leaf_set_size, seed=5).run(30_000)
+        assert ours["wrong"] == ours["lost"] == 0
+        assert abs(ours["mean_hops"] - ideal["mean_hops"]) < 0.05, (leaf_set_size, ours, ideal)
+        for hops, percent in ideal["hops_percent"].items():
+            assert abs(ours["hops_percent"].get(str(hops), 0.0) - percent) < 2.5, (leaf_set_size, ours, ideal)
+    assert HopsModel(2000, 32).run(20_000)["mean_hops"] < HopsModel(2000, 16).run(20_000)["mean_hops"]

@@ -4,8 +4,11 @@
 prints one JSON summary line; `--out` keeps the distributions, `--plot` draws them.
 
 `sim delivery` runs guaranteed-delivery scenarios (src/tidings/sim/delivery_scenario.py): one seed,
-or a sweep of seeds as CI runs (`--seeds 1000` for the large sweep on demand); it prints each failing
-seed with its scenario and problems, and exits 1 if any seed failed. A seed replays exactly.
+or a sweep of seeds as CI runs (`--seeds 1000` for the large sweep on demand; `--seeds 1..100` names
+a range); it prints each failing seed with its scenario and problems, and exits 1 if any seed failed.
+`--churn` sweeps the scenarios at scale (brokers leaving and joining, loss on every link; `--brokers
+1000`). Each seed runs in a forked child, so its CPU time and peak memory are its own; they are
+printed per seed with the wall time, and summed up at the end. A seed replays exactly.
 
 Thin: it parses, runs `PastryExperiment` (src/tidings/sim/overlay/experiment.py), and prints a
 table (or one JSON object with --json) beside the paper's figures. Progress goes to stderr. Wall
@@ -49,8 +52,11 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_sim_pastry)
     d = experiments.add_parser("delivery", help="guaranteed-delivery scenarios under faults, checked end to end")
     d.add_argument("--seed", type=int, default=0, help="the first seed (default %(default)s)")
-    d.add_argument("--seeds", type=int, default=1, help="how many seeds from --seed (default %(default)s)")
+    d.add_argument("--seeds", default="1", metavar="N|A..B",
+                   help="how many seeds from --seed, or the range A..B (default %(default)s)")
     d.add_argument("--brokers", type=int, default=24, help="brokers per scenario (default %(default)s)")
+    d.add_argument("--churn", action="store_true",
+                   help="the sweep at scale: brokers crash, leave and join, loss on links (with --brokers 1000)")
     d.add_argument("--quiet", action="store_true", help="no line per passing seed")
     d.set_defaults(func=cmd_sim_delivery)
     s = experiments.add_parser("scribe",
@@ -80,27 +86,72 @@ def add_parser(subparsers: Any) -> None:
     r.set_defaults(func=cmd_sim_routing)
 
 
-def cmd_sim_delivery(args: argparse.Namespace) -> int:
-    from tidings.sim.delivery_scenario import run_delivery, sweep_scenario
+def parse_seeds(first: int, spec: str) -> range:
+    """`--seeds N` (N seeds from `first`) or `--seeds A..B` (A to B, both included)."""
+    try:
+        if ".." in spec:
+            a, b = spec.split("..", 1)
+            seeds = range(int(a), int(b) + 1)
+        else:
+            seeds = range(first, first + int(spec))
+    except ValueError:
+        raise CliError(f"--seeds takes a count N or a range A..B, not {spec!r}", EXIT_INPUT) from None
+    if len(seeds) < 1:
+        raise CliError("--seeds must name at least one seed", EXIT_INPUT)
+    return seeds
 
-    if args.seeds < 1 or args.brokers < 4:
-        raise CliError("--seeds must be at least 1 and --brokers at least 4", EXIT_INPUT)
+
+def run_delivery_seed(seed: int, brokers: int, churn: bool) -> dict[str, Any]:
+    """One seed of the sweep (in a forked child): its outcome, CPU time and peak resident set."""
+    from tidings.sim.delivery_scenario import churn_scenario, run_delivery, sweep_scenario
+
+    scenario = churn_scenario(seed, brokers) if churn else sweep_scenario(seed, brokers)
+    result = run_delivery(scenario)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {"seed": seed, "scenario": repr(scenario), "problems": result.problems, "acked": result.acked,
+            "delivered": result.delivered, "faults": result.faults_done,
+            "records_unwanted": result.stats.get("records_unwanted", 0),
+            "complete_after_s": result.stats.get("complete_after_s"),
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "peak_rss_mib": round(usage.ru_maxrss / 1024)}
+
+
+def cmd_sim_delivery(args: argparse.Namespace) -> int:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    seeds = parse_seeds(args.seed, args.seeds)
+    if args.brokers < 4:
+        raise CliError("--brokers must be at least 4", EXIT_INPUT)
     started = time.monotonic()
     failed = 0
-    for seed in range(args.seed, args.seed + args.seeds):
-        scenario = sweep_scenario(seed, args.brokers)
-        result = run_delivery(scenario)
-        if result.problems:
+    cpu: list[float] = []
+    walls: list[float] = []
+    peak = 0
+    fork = multiprocessing.get_context("fork")
+    for seed in seeds:  # one child per seed: its ru_maxrss is that seed's own peak
+        seed_started = time.monotonic()
+        with ProcessPoolExecutor(1, mp_context=fork) as pool:
+            r = pool.submit(run_delivery_seed, seed, args.brokers, args.churn).result()
+        wall = time.monotonic() - seed_started
+        cpu.append(r["cpu_s"])
+        walls.append(wall)
+        peak = max(peak, r["peak_rss_mib"])
+        cost = f"{r['cpu_s']:.1f} s CPU, {wall:.0f} s wall, peak {r['peak_rss_mib']} MiB"
+        if r["complete_after_s"] is not None:  # the churn sweep's quiet: when every subscriber had it all
+            cost = f"complete {r['complete_after_s']} virtual s after publishing; {cost}"
+        if r["problems"]:
             failed += 1
-            print(f"seed {seed}: FAILED {scenario} {result.faults_done}")
-            for problem in result.problems:
+            print(f"seed {seed}: FAILED ({cost}) {r['scenario']} {r['faults']}")
+            for problem in r["problems"]:
                 print(f"  {problem}")
         elif not args.quiet:
-            print(f"seed {seed}: ok, {result.acked} acknowledged, {result.delivered} delivered, "
-                  f"{result.stats.get('records_unwanted', 0)} records to brokers that did not want them, "
-                  f"faults {result.faults_done or 'none'}")
+            print(f"seed {seed}: ok, {r['acked']} acknowledged, {r['delivered']} delivered, "
+                  f"{r['records_unwanted']} records to brokers that did not want them, "
+                  f"faults {r['faults'] or 'none'} ({cost})")
         sys.stdout.flush()
-    print(f"{args.seeds - failed} passed, {failed} failed ({time.monotonic() - started:.0f} s)")
+    print(f"{len(seeds) - failed} passed, {failed} failed ({time.monotonic() - started:.0f} s; per seed "
+          f"CPU mean {sum(cpu) / len(cpu):.1f} s, max {max(cpu):.1f} s; wall mean {sum(walls) / len(walls):.0f} s; "
+          f"peak memory max {peak} MiB)")
     return 1 if failed else 0
 
 

@@ -65,6 +65,19 @@ CONFIG = BrokerConfig(
     # root or a vanished subscriber broker holds release for 5 s (the faults restart brokers in 2)
     release_keep_ns=1, release_hold_ns=5 * SECOND_NS, durable_save_interval_ns=100 * MILLISECOND_NS,
 )
+# The liveness timers of the runs at scale (churn_scenario): 1,000 brokers' keep-alives, heartbeats and
+# link pings at CONFIG's rates are most of a run's work. Failures are noticed after 1.5 s here (0.6 s
+# in CONFIG), still well inside the 8 s of quiet; the link pings (RTT measurement, and a link's own
+# liveness, which keep-alives and resets already cover) every 30 s, the directory's gossip every 5 s.
+SCALE_TIMERS = {
+    "keepalive_interval_ns": 500 * MILLISECOND_NS, "failure_timeout_ns": 1500 * MILLISECOND_NS,
+    "heartbeat_interval_ns": 500 * MILLISECOND_NS, "parent_timeout_ns": 1500 * MILLISECOND_NS,
+    "ping_interval_ns": 30 * SECOND_NS, "directory_announce_interval_ns": 5 * SECOND_NS,
+}
+# a publisher's pace: batches of 1 to 6 events every 2 to 20 ms (Publisher's defaults)
+PUBLISH_NS_PER_EVENT = 3 * MILLISECOND_NS
+RESTART_AFTER_NS = 2 * SECOND_NS
+QUIET_AFTER_COMPLETE_NS = 2 * SECOND_NS  # a crashed broker comes back from its disk this much later
 EARLY_RELEASE_NS = 1500 * MILLISECOND_NS  # maxRetain when a scenario asks for early release
 DRAIN_NS = SECOND_NS  # a drained broker stops this long after it advised its clients to move
 DURABLE_AWAY_NS = 7 * SECOND_NS  # a durable subscriber's long absence: past release_hold_ns and maxRetain
@@ -106,6 +119,18 @@ class DeliveryScenario:
     # two other brokers when its broker dies (the `durable-home` fault), rather than waiting for it,
     # and follows route advice (the `durable-drain` fault drains its broker, then stops it)
     durable_failover: bool = False
+    join_interval_ns: int = 20 * MILLISECOND_NS  # between the brokers' starts as the overlay is built
+    publishers: int = 2
+    durables: int = 1  # durable subscribers, when durable_moves: each moves on its own
+    # churn of brokers while events flow (the 1,000-broker sweep): `crashes` brokers that host no
+    # client crash at random instants, and each either restarts from its disk 2 s later or leaves
+    # for good (one in two, drawn); `joins` new brokers join the overlay, the first half of them
+    # with a late subscriber each, subscribing while its broker joins
+    crashes: int = 0
+    joins: int = 0
+    scale_timers: bool = False  # the liveness timers of SCALE_TIMERS instead of the config's
+    # quiet after publishing: 0 for a fixed 8 s; else checked every second until complete, at most this
+    quiet_max_ns: int = 0
 
 
 @dataclass
@@ -122,25 +147,32 @@ class DeliveryRun:
         self.scenario = scenario
         if scenario.early_release:
             config = replace(config, max_retain_ns=EARLY_RELEASE_NS)
+        if scenario.scale_timers:
+            config = replace(config, **SCALE_TIMERS)
         self.config = config
         self.world = World(scenario.seed)
         self.net = Network(self.world, coalesce_probability=scenario.coalesce_probability)
         rng = self.world.derive_rng("scenario")
         self.rng = rng
         self.nodes: list[BrokerNode] = []
+        self.victims: list[int] = []
         for i in range(scenario.brokers):
-            skew = rng.randint(-scenario.clock_skew_us_max, scenario.clock_skew_us_max)
-            node = BrokerNode(self.world, self.net, Disk(self.world, f"disk{i}"), f"b{i}:7000", config,
-                              pubend_id=f"p{i}", name=f"b{i}", overlay=True,
-                              join=None if i == 0 else "b0:7000", clock_skew_us=skew)
-            node.peer_faults = PeerFaults(self.world.derive_rng(f"faults{i}"), scenario.loss,
-                                          scenario.duplication, scenario.reordering)
-            self.nodes.append(node)
-            self.world.call_at(i * 20 * MILLISECOND_NS, node.start)
-        self.run(scenario.brokers * 20 * MILLISECOND_NS + 2 * SECOND_NS)
+            self.world.call_at(i * scenario.join_interval_ns, self._add_node(None if i == 0 else "b0:7000").start)
+        self.run(scenario.brokers * scenario.join_interval_ns + 2 * SECOND_NS)
         self.subscribers: list[Subscriber] = []
         self.publishers: list[Publisher] = []
         self.faults_done: list[str] = []
+
+    def _add_node(self, join: str | None) -> BrokerNode:
+        """Broker i (the next), not started yet, with its own disk, clock skew and link faults."""
+        s = self.scenario
+        i = len(self.nodes)
+        skew = self.rng.randint(-s.clock_skew_us_max, s.clock_skew_us_max)
+        node = BrokerNode(self.world, self.net, Disk(self.world, f"disk{i}"), f"b{i}:7000", self.config,
+                          pubend_id=f"p{i}", name=f"b{i}", overlay=True, join=join, clock_skew_us=skew)
+        node.peer_faults = PeerFaults(self.world.derive_rng(f"faults{i}"), s.loss, s.duplication, s.reordering)
+        self.nodes.append(node)
+        return node
 
     def run(self, duration_ns: int) -> None:
         self.world.run(until_ns=self.world.now + duration_ns)
@@ -149,6 +181,8 @@ class DeliveryRun:
         key = tree_key(tree)
         best = 0
         for i in range(1, len(self.nodes)):
+            if i >= self.scenario.brokers and not self.nodes[i].up:
+                continue  # a broker that joined later counts once it runs
             if closer(key, node_id_from(f"p{i}"), node_id_from(f"p{best}")):
                 best = i
         return best
@@ -164,7 +198,10 @@ class DeliveryRun:
         n = len(self.nodes)
         order = list(range(1, n))
         self.rng.shuffle(order)
-        sub_at, pub_at = order[: s.subscribers], order[s.subscribers: s.subscribers + 2]
+        sub_at, pub_at = order[: s.subscribers], order[s.subscribers: s.subscribers + s.publishers]
+        rest = order[s.subscribers + s.publishers:]
+        self.victims = rest[: s.crashes]  # brokers that crash at random (broker churn)
+        homes = rest[s.crashes:] or order  # where durable subscribers live and move
         clients = set(sub_at) | set(pub_at)
         for k, i in enumerate(sub_at):
             pattern, flt = SUBSCRIPTIONS[k % len(SUBSCRIPTIONS)]
@@ -174,40 +211,30 @@ class DeliveryRun:
             sub.gaps_judged = True
             sub.start(self.world.now)
             self.subscribers.append(sub)
-        durable = self._durable(order[s.subscribers + 2:] or order)
+        durables = self._durables(homes)
         self.run(SECOND_NS)
         for k, i in enumerate(pub_at):
             pub = Publisher(self.world, self.net, f"b{i}:7000", f"pub{k}@b{i}", s.events_per_publisher,
                             bad_event_probability=0, interval_ns=(2 * MILLISECOND_NS, 20 * MILLISECOND_NS))
             pub.start(self.world.now)
             self.publishers.append(pub)
-        if durable is not None:
-            homes = order[s.subscribers + 2:] or order
-            away = DURABLE_AWAY_NS if s.durable_away else 0
-            for m in range(s.durable_moves):
-                home = durable.address if s.durable_returns else f"b{self.rng.choice(homes)}:7000"
-                rewind = s.durable_rewind and m == s.durable_moves - 1
-                if s.durable_returns:
-                    self.world.call_later(DURABLE_MOVE_EVERY_NS + m * (DURABLE_MOVE_EVERY_NS + DURABLE_RETURN_NS),
-                                          durable.move, home, DURABLE_RETURN_NS, rewind)
-                    continue
-                self.world.call_later((m + 1) * DURABLE_MOVE_EVERY_NS + (away if m else 0), durable.move, home,
-                                      away if m == 0 else None, rewind)
+        for durable in durables:
+            self._moves(durable, homes)
         self.run(300 * MILLISECOND_NS)
         self._churn(sub_at, pub_at)
+        self._broker_churn(sub_at)
         for fault in s.faults:
-            self._inject(fault, clients, pub_at)
+            self._inject(fault, clients | set(self.victims), pub_at)
         self._until_published(60 * SECOND_NS)
-        self.run(8 * SECOND_NS)  # quiet: repairs finish, nacks are answered
+        published_at = self.world.now
+        complete_after_ns = None
+        if s.quiet_max_ns:
+            complete_after_ns = self._until_complete(s.quiet_max_ns)
+        else:
+            self.run(8 * SECOND_NS)  # quiet: repairs finish, nacks are answered
         if s.slow_subscriber:
             self._until_delivered(self.subscribers[0], 120 * SECOND_NS)
-        for sub in self.subscribers:  # the start point each broker gave (its clock at SUBSCRIBED, less the allowance)
-            node = self.nodes[int(sub.address[1:].split(":")[0])]
-            if sub.subscribed_at is not None:
-                sub.start_tick = (node.wall_us() - (self.world.now - sub.subscribed_at) // 1000
-                                  - self.config.clock_skew_allowance_ns // 1000)
-        problems = check_overlay_delivery(self.publishers, self.subscribers,
-                                          [node.disk.durable_records() for node in self.nodes], s.early_release)
+        problems = self._check()
         for pub in self.publishers:
             problems += pub.violations
         acked = sum(len(p.acked) for p in self.publishers)
@@ -223,27 +250,106 @@ class DeliveryRun:
                  **{key: sum(getattr(nd.core.constream, attr) for nd in self.nodes if nd.core is not None)
                     for key, attr in (("pfs_records", "records_written"), ("pfs_catchups", "catchups"),
                                       ("pfs_ticks_silenced", "ticks_silenced"))}}
+        if s.quiet_max_ns:
+            stats["complete_after_s"] = (None if complete_after_ns is None
+                                         else round((complete_after_ns - published_at) / SECOND_NS, 1))
         return DeliveryResult(problems, delivered, acked, self.faults_done, stats)
 
-    def _durable(self, homes: list[int]) -> DurableSubscriber | None:
+    def _check(self) -> list[str]:
+        """What the overlay-wide checker finds now."""
+        for sub in self.subscribers:  # the start point each broker gave (its clock at SUBSCRIBED, less the allowance)
+            node = self.nodes[int(sub.address[1:].split(":")[0])]
+            if sub.subscribed_at is not None:
+                sub.start_tick = (node.wall_us() - (self.world.now - sub.subscribed_at) // 1000
+                                  - self.config.clock_skew_allowance_ns // 1000)
+        return check_overlay_delivery(self.publishers, self.subscribers,
+                                      [node.disk.durable_records() for node in self.nodes], self.scenario.early_release)
+
+    def _until_complete(self, limit_ns: int) -> int | None:
+        """Quiet, checked every second until every subscriber has all it was promised (then
+        QUIET_AFTER_COMPLETE_NS more, in which a late duplicate would show), at most `limit_ns`;
+        returns when it was complete, or None."""
+        deadline = self.world.now + limit_ns
+        while self.world.now < deadline:
+            self.run(SECOND_NS)
+            if not self._check():
+                complete_at = self.world.now
+                self.run(QUIET_AFTER_COMPLETE_NS)
+                return complete_at
+        return None
+
+    def _durables(self, homes: list[int]) -> list[DurableSubscriber]:
         if not self.scenario.durable_moves:
-            return None
+            return []
         pattern, flt = DURABLE_SUBSCRIPTION
-        failover = tuple(f"b{h}:7000" for h in homes[1:3]) if self.scenario.durable_failover else ()
-        sub = DurableSubscriber(self.world, self.net, f"b{homes[0]}:7000", "durable", pattern, filter=flt,
-                                failover=failover)
-        sub.follow_advice = self.scenario.durable_failover
-        sub.start(self.world.now)
-        self.subscribers.append(sub)
-        return sub
+        s = self.scenario
+        subs = []
+        for k in range(s.durables):
+            home = homes[0] if k == 0 else self.rng.choice(homes)
+            # the first fails over with the client library's rules (core/session/roaming.py), when asked
+            failover = tuple(f"b{h}:7000" for h in homes[1:3]) if s.durable_failover and k == 0 else ()
+            sub = DurableSubscriber(self.world, self.net, f"b{home}:7000", "durable" if k == 0 else f"durable{k}",
+                                    pattern, filter=flt, failover=failover)
+            sub.follow_advice = s.durable_failover and k == 0
+            sub.start(self.world.now)
+            self.subscribers.append(sub)
+            subs.append(sub)
+        return subs
+
+    def _moves(self, durable: DurableSubscriber, homes: list[int]) -> None:
+        """Schedule the durable subscriber's moves between brokers (or away and back)."""
+        s = self.scenario
+        away = DURABLE_AWAY_NS if s.durable_away else 0
+        for m in range(s.durable_moves):
+            home = durable.address if s.durable_returns else f"b{self.rng.choice(homes)}:7000"
+            rewind = s.durable_rewind and m == s.durable_moves - 1
+            if s.durable_returns:
+                self.world.call_later(DURABLE_MOVE_EVERY_NS + m * (DURABLE_MOVE_EVERY_NS + DURABLE_RETURN_NS),
+                                      durable.move, home, DURABLE_RETURN_NS, rewind)
+                continue
+            self.world.call_later((m + 1) * DURABLE_MOVE_EVERY_NS + (away if m else 0), durable.move, home,
+                                  away if m == 0 else None, rewind)
+
+    def _broker_churn(self, sub_at: list[int]) -> None:
+        """Brokers leaving and joining while events flow: each victim crashes at a random instant
+        of the publishing window and restarts from its disk RESTART_AFTER_NS later, or leaves for
+        good; each new broker joins through a subscriber's broker (never crashed), and the first
+        half of them get a late subscriber, connecting while the broker joins."""
+        s = self.scenario
+        window_ns = s.events_per_publisher * PUBLISH_NS_PER_EVENT
+        for i in self.victims:
+            leaves = self.rng.random() < 0.5
+            self.world.call_at(self.world.now + self.rng.randrange(window_ns), self._crash, i, leaves)
+        for k in range(s.joins):
+            node = self._add_node(f"b{self.rng.choice(sub_at)}:7000")
+            at = self.world.now + self.rng.randrange(window_ns)
+            self.world.call_at(at, node.start)
+            if k < (s.joins + 1) // 2:
+                pattern, flt = SUBSCRIPTIONS[self.rng.randrange(len(SUBSCRIPTIONS))]
+                sub = Subscriber(self.world, self.net, node.address, f"joined{k}@{node.name}", pattern, filter=flt,
+                                 order="total" if s.total_order else "publisher")
+                sub.gaps_judged = True
+                sub.start(at + 100 * MILLISECOND_NS)
+                self.subscribers.append(sub)
+
+    def _crash(self, i: int, leaves: bool) -> None:
+        node = self.nodes[i]
+        if not node.up:
+            return
+        node.crash()
+        self.faults_done.append(f"{'leave' if leaves else 'crash'}: b{i}")
+        if not leaves:
+            self.world.call_later(RESTART_AFTER_NS, node.restart)
 
     def _churn(self, sub_at: list[int], pub_at: list[int]) -> None:
         """Late subscribers on brokers drawn at random (publishers' and others'), starting while
         events flow, and as many early subscribers (never the slow reader) unsubscribing."""
         s = self.scenario
         window_ns = s.events_per_publisher * 11 * MILLISECOND_NS  # about the publishing time
+        victims = set(self.victims)
+        candidates = [i for i in range(1, len(self.nodes)) if i not in victims]
         for k in range(s.churn):
-            i = self.rng.randrange(1, len(self.nodes))
+            i = self.rng.choice(candidates)  # the same draw as randrange(1, n) when nothing churns
             pattern, flt = SUBSCRIPTIONS[self.rng.randrange(len(SUBSCRIPTIONS))]
             sub = Subscriber(self.world, self.net, f"b{i}:7000", f"late{k}@b{i}", pattern, filter=flt,
                              order="total" if s.total_order else "publisher")
@@ -323,7 +429,7 @@ class DeliveryRun:
         if node.up:  # (a drained one stopped by itself)
             node.crash()
         self.faults_done.append(f"{fault}: b{target}")
-        self.world.call_later(2 * SECOND_NS, node.restart)
+        self.world.call_later(RESTART_AFTER_NS, node.restart)
         self.run(400 * MILLISECOND_NS)
 
     def _pick(self, want: Any, clients: set[int]) -> int | None:
@@ -357,3 +463,22 @@ def failover_scenario(seed: int, brokers: int = 8) -> DeliveryScenario:
     base = sweep_scenario(seed, brokers)
     home_fault = "durable-drain" if seed % 2 else "durable-home"  # a drain (and a move) or a kill (and a failover)
     return replace(base, faults=tuple(dict.fromkeys((home_fault, *base.faults))), durable_failover=True)
+
+
+def churn_scenario(seed: int, brokers: int = 1000) -> DeliveryScenario:
+    """The scenario of one seed of the sweep at scale (`tidings sim delivery --churn`): brokers
+    leaving and joining while events flow (1 to 2 in 100 crash, each restarting or leaving for good,
+    and as many new ones join), loss of 1 to 5 % on every link between brokers, up to two failures
+    by role (forwarder, root, ...) on top, publishers, plain subscribers (some of them late, some
+    quitting, some on the new brokers) and durable subscribers moving between brokers, spread over
+    the overlay; all drawn from the seed."""
+    rng = random.Random(f"churn/{seed}")
+    k = max(1, brokers // 100)
+    return DeliveryScenario(
+        seed=seed, brokers=brokers, loss=rng.choice([0.01, 0.02, 0.05]), duplication=rng.choice([0.0, 0.01]),
+        reordering=rng.choice([0.0, 0.01]), clock_skew_us_max=rng.choice([0, 200_000]),
+        faults=tuple(rng.sample(FAULTS + DURABLE_FAULTS, rng.randint(0, 2))), events_per_publisher=300,
+        subscribers=max(6, brokers // 40), publishers=max(2, brokers // 250), durables=max(1, brokers // 250),
+        durable_moves=rng.choice([2, 6]), churn=max(2, brokers // 100), crashes=rng.randint(k, 2 * k),
+        joins=rng.randint(k, 2 * k), coalesce_probability=0.95, join_interval_ns=5 * MILLISECOND_NS,
+        scale_timers=True, quiet_max_ns=30 * SECOND_NS)
