@@ -82,7 +82,7 @@ from tidings.core.inputs import (
 )
 from tidings.core.links.peer_links import PeerLinks
 from tidings.core.multicast.effects import AccessChanged
-from tidings.core.multicast.local_trees import JoinTree, NameMembers, TreeEffect
+from tidings.core.multicast.local_trees import JoinTree, LeaveTree, NameMembers, TreeEffect
 from tidings.core.multicast.trees import subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
@@ -478,7 +478,7 @@ class Broker:
             away, outcome = self.durable.end(s.key, s.registration, ended,
                                              self._gd().wall_us if self.cluster else 0)
             self._durable(outcome, out)
-            self._leave_tree(s.key, out, held=away)
+            self._carry(self.local.leave(self.now, s.key, away, self._positions()), out)
         s.close(away)
 
     def _advance(self, c: ClientConnection, s: Subscription, out: list[Effect]) -> None:
@@ -493,6 +493,8 @@ class Broker:
             elif isinstance(eff, EndSubscription):
                 c = self.connections[eff.conn]
                 self._drop_subend(c, c.subs[eff.sub], out, ended=eff.ended)
+            elif isinstance(eff, JoinTree | NameMembers | LeaveTree):
+                self._cluster_effects(self._tree_effects([eff]), out)
             else:
                 out.append(eff)
 
@@ -569,13 +571,6 @@ class Broker:
             for tree, creator, acl in self.trees.recreations():
                 self._cluster_effects(self.cluster.create(now, tree, creator, acl), out)
         return out
-
-    def _leave_tree(self, key: int, out: list[Effect], held: bool = False) -> None:
-        """Subend `key` leaves its tree (`held`: its durable registration is a member in its place)."""
-        tree, effects = self.trees.leave(key, held)
-        if self.cluster is not None:
-            self._reliability(self._gd().local_unsubscribe(self.now, key, tree), out)
-            self._cluster_effects(self._tree_effects(effects), out)
 
     def _member_gone(self, tree: str, out: list[Effect]) -> None:
         """An away durable registration of `tree` ended (or its subscriber is back on a subend)."""

@@ -38,7 +38,7 @@ from tidings.core.auth.guard import Guard
 from tidings.core.effects import Effect, Send
 from tidings.core.filters import Filter, SubscriptionIndex
 from tidings.core.inputs import LogRead
-from tidings.core.multicast.local_trees import LocalTrees
+from tidings.core.multicast.local_trees import LocalTrees, TreeEffect
 from tidings.core.publish.pubend import PendingBatch
 from tidings.core.subscription.leases import EndSubscription
 from tidings.core.subscription.memberships import TreeMemberships
@@ -64,6 +64,8 @@ class TreeStreams(Protocol):
 
     def local_flow(self, now: int, key: int, tree: str, blocked: bool) -> list[Any]: ...
 
+    def local_unsubscribe(self, now: int, key: int, tree: str) -> list[Any]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Settle:
@@ -73,7 +75,7 @@ class Settle:
     effects: list[Any]
 
 
-TableEffect = Effect | Settle | EndSubscription
+TableEffect = Effect | Settle | EndSubscription | TreeEffect
 
 
 class LocalSubscriptions:
@@ -115,6 +117,14 @@ class LocalSubscriptions:
         if not s.total:
             self.index.remove(s.key)
         return True
+
+    def leave(self, now: int, key: int, held: bool, streams: TreeStreams | None) -> list[TableEffect]:
+        """Subscription `key` leaves its tree (`held`: its durable registration is a member in its
+        place): its streams there, then what the broker's SUBSCRIBE and membership become."""
+        tree, effects = self.trees.leave(key, held)
+        if streams is None:
+            return []
+        return [Settle(streams.local_unsubscribe(now, key, tree)), *effects]
 
     def durable(self) -> list[Subscription]:
         return [s for s in self.subends.values() if s.durable]
