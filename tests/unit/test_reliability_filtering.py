@@ -7,6 +7,7 @@ is in flight as silence; summaries merge without ever dropping a match.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -17,9 +18,11 @@ from tidings.core.channels import pattern_matches
 from tidings.core.config import BrokerConfig
 from tidings.core.filters import parse_filter
 from tidings.core.inputs import LogState
+from tidings.core.multicast.effects import TreeShape
 from tidings.core.overlay.envelope import PeerSend
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability import messages
+from tidings.core.reliability.effects import SendToChild
 from tidings.core.reliability.node import DeliverRecords, ReliabilityNode
 from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge
 from tidings.core.wire.types import ReliabilityType
@@ -29,44 +32,55 @@ PUBEND = "p-far"
 
 
 class Scribe:
-    """What the reliability node asks of Scribe: the tree's shape, and EVENTs it sends."""
+    """A stand-in for Scribe: the tree's shape, told to the reliability node whenever a test changes
+    it (as the cluster member hands it Scribe's `TreeShape`s); what the node asks of Scribe comes
+    back as effects (SendToChild, RememberPublisher)."""
 
-    def __init__(self, parent: str | None, children: list[str]) -> None:
+    def __init__(self, gd: ReliabilityNode, parent: str | None, children: list[str]) -> None:
+        self.gd = gd
         self._parent = parent
-        self.kids = children
-        self.publishers: list[tuple[str, str]] = []  # told TREE_ACTIVE when the tree has members again
-        self.on_tree = True  # False: Scribe pruned the tree here
+        self._kids = list(children)
+        self._on_tree = True  # False: Scribe pruned the tree here
+        self.tell()
 
-    def children(self, tree: str) -> list[str]:
-        return list(self.kids)
+    def tell(self) -> None:
+        self.gd.tree_changed(TreeShape(TREE, self._on_tree, self._parent is None, self._parent, tuple(self._kids))
+                             if self._on_tree else TreeShape(TREE))
 
-    def has_tree(self, tree: str) -> bool:
-        return self.on_tree
-
-    def is_root(self, tree: str) -> bool:
-        return self._parent is None
-
-    def parent(self, tree: str) -> str | None:
+    @property
+    def parent(self) -> str | None:
         return self._parent
 
-    def told_empty(self, now: int, tree: str) -> bool:
-        return False
+    @parent.setter
+    def parent(self, value: str | None) -> None:
+        self._parent = value
+        self.tell()
 
-    def send_event(self, now: int, tree: str, child: str, event: list[Any]) -> list[Any]:
-        return [("event", child, messages.decode(event[1]))]
+    @property
+    def kids(self) -> list[str]:
+        return list(self._kids)
 
-    def publish(self, now: int, tree: str, event: list[Any], even_if_empty: bool = False) -> list[Any]:
-        return []
+    @kids.setter
+    def kids(self, value: list[str]) -> None:
+        self._kids = list(value)
+        self.tell()
 
-    def remember_publisher(self, tree: str, publisher: str) -> None:
-        self.publishers.append((tree, publisher))
+    @property
+    def on_tree(self) -> bool:
+        return self._on_tree
+
+    @on_tree.setter
+    def on_tree(self, value: bool) -> None:
+        self._on_tree = value
+        self.tell()
 
 
-def node(address: str, parent: str | None, children: list[str]) -> tuple[ReliabilityNode, Scribe]:
-    scribe = Scribe(parent, children)
-    gd = ReliabilityNode(NodeRef(1, address), f"p-{address}", BrokerConfig().reliability_config(), scribe,  # type: ignore[arg-type]
-                         lambda channel: [TREE], lambda: (0, LogState()))
-    return gd, scribe
+def node(address: str, parent: str | None, children: list[str],
+         congested: Callable[[str], bool] = lambda address: False) -> tuple[ReliabilityNode, Scribe]:
+    gd = ReliabilityNode(NodeRef(1, address), f"p-{address}", BrokerConfig().reliability_config(),
+                         lambda now, tree: False, lambda channel: [TREE], lambda: (0, LogState()),
+                         congested=congested)
+    return gd, Scribe(gd, parent, children)
 
 
 def record(tick: int, channel: str, **attributes: Any) -> bytes:
@@ -80,7 +94,7 @@ def knowledge(after: int, through: int, data: dict[int, bytes], epoch: int | Non
 
 
 def sent_to(effects: list[Any], child: str) -> list[messages.KnowledgeMessage]:
-    return [e[2] for e in effects if type(e) is tuple and e[1] == child]
+    return [messages.decode(e.event[1]) for e in effects if type(e) is SendToChild and e.child == child]
 
 
 def peer_messages(effects: list[Any], code: int, kind: type) -> list[Any]:
@@ -115,7 +129,7 @@ def test_each_child_gets_only_the_data_its_summary_matches_and_silence_for_the_r
     gd.child_added(0, TREE, "a", extra(1, ("nodes/a/#", "")))
     gd.child_added(0, TREE, "b", extra(4, ("nodes/b/+", "x > 1")))
     gd.child_added(0, TREE, "c", [0, []])  # an old peer: no summary, everything, unstamped
-    stamp = gd.trees[TREE].epoch
+    stamp = gd.interest(TREE).epoch
     out = gd.event_arrived(1, TREE, knowledge(0, 10, EVENTS, stamp), "parent")
     for child, ticks, epoch in (("a", [3], 1), ("b", [5], 4), ("c", [3, 5, 7, 9], None)):
         got = sent_to(out, child)
@@ -123,14 +137,14 @@ def test_each_child_gets_only_the_data_its_summary_matches_and_silence_for_the_r
         assert got[0].after == 0 and got[-1].through == 10  # every tick is known to the child
         assert {k.epoch for k in got} == {epoch}
     # the forwarder's own interest went up: the union, which covers each child's
-    up = gd.trees[TREE].sent
+    up = gd.interest(TREE).sent
     assert up is EVERYTHING  # c takes everything
 
 
 def test_a_widening_local_subscription_loses_nothing_silenced_upstream_or_in_flight():
     gd, _ = node("f", "parent", [])
     gd.local_subscribe(0, 1, TREE, 0, pattern="nodes/a/#")
-    first = gd.trees[TREE].epoch
+    first = gd.interest(TREE).epoch
     a3, b6, b12, a15 = (record(3, "nodes/a/x"), record(6, "nodes/b/x"), record(12, "nodes/b/x"),
                         record(15, "nodes/a/x"))
     # the parent filters by nodes/a/#: the nodes/b event at 6 came as silence
@@ -163,13 +177,13 @@ def test_a_parent_resends_from_a_widening_childs_start_filtered_by_the_new_summa
     assert {k.epoch for k in again} == {2}
     # a stale (reordered) narrower summary changes nothing
     out = gd.received(3, "f", messages.SummaryUpdate(TREE, 1, Summary(frozenset({("nodes/a/#", "")})), 0).to_wire())
-    assert out == [] and gd.trees[TREE].children["f"][0] == 2
+    assert out == [] and gd.interest(TREE).filter_for("f")[0] == 2
 
 
 def test_a_forwarder_passes_a_widening_up_when_its_own_summary_does_not_cover_it():
     gd, _ = node("f", "parent", ["a"])
     gd.child_added(0, TREE, "a", extra(1, ("nodes/a/#", "")))
-    stamp = gd.trees[TREE].epoch
+    stamp = gd.interest(TREE).epoch
     gd.event_arrived(1, TREE, knowledge(0, 10, {3: EVENTS[3]}, stamp), "parent")
     out = gd.received(2, "a", messages.SummaryUpdate(TREE, 2, Summary(frozenset({("nodes/#", "")})), 4).to_wire())
     [update] = summaries(out)
@@ -185,7 +199,7 @@ def test_stale_stamps_make_the_child_send_its_summary_again():
     out = gd.event_arrived(1, TREE, knowledge(0, 10, {1: record(1, "nodes/a/x"), 3: EVENTS[3]}, 0), "parent")
     assert delivered(out, 1) == [1]  # data is always good; its silence (2) proves nothing
     [update] = summaries(out)
-    assert update.epoch == gd.trees[TREE].epoch
+    assert update.epoch == gd.interest(TREE).epoch
     assert summaries(gd.event_arrived(2, TREE, knowledge(10, 11, {}, 0), "parent")) == []  # once per GCT
 
 
@@ -225,14 +239,14 @@ def test_covers_is_sound(wide, narrow, events):
 def test_a_new_forwarders_subscribe_carries_its_own_interest_and_the_lower_positions():
     gd, scribe = node("f", None, [])
     gd.local_subscribe(0, 1, TREE, 50, pattern="nodes/a/#")
-    scribe._parent = "parent"  # the forwarder is on its way into the tree
-    gd.event_arrived(1, TREE, knowledge(50, 60, {}, gd.trees[TREE].epoch), "parent")
-    scribe.kids.append("a")  # Scribe adopts, then tells
+    scribe.parent = "parent"  # the forwarder is on its way into the tree
+    gd.event_arrived(1, TREE, knowledge(50, 60, {}, gd.interest(TREE).epoch), "parent")
+    scribe.kids = [*scribe.kids, "a"]  # Scribe adopts, then tells
     gd.child_added(2, TREE, "a", [40, [[PUBEND, 55], ["p-other", 7]], [9, [["nodes/b/#", ""]]]])
     default, positions, (epoch, summary) = gd.forwarder_extra(TREE, [40, [[PUBEND, 55], ["p-other", 7]],
                                                                       [9, [["nodes/b/#", ""]]]])
     assert default == 40 and dict(positions) == {PUBEND: 55, "p-other": 7}
-    assert epoch == gd.trees[TREE].epoch != 9  # its own, never the child's
+    assert epoch == gd.interest(TREE).epoch != 9  # its own, never the child's
     assert sorted(map(tuple, summary)) == [("nodes/a/#", ""), ("nodes/b/#", "")]
 
 
@@ -243,10 +257,10 @@ def test_a_forwarder_made_root_doubts_its_filtered_silence_for_each_child_that_j
     only for the narrow interest: it must be asked of the pubend again, never sent on as silence."""
     gd, scribe = node("f", "parent", [])
     gd.local_subscribe(0, 1, TREE, 0, pattern="nodes/a/#")
-    stamp = gd.trees[TREE].epoch
+    stamp = gd.interest(TREE).epoch
     # 5 and 7 came as F; (0, 2] not yet (the stream's horizon and floor stay at 0)
     gd.event_arrived(1, TREE, knowledge(2, 10, {3: EVENTS[3]}, stamp), "parent")
-    scribe._parent = None  # the parent died: this broker is the root now
+    scribe.parent = None  # the parent died: this broker is the root now
     scribe.kids = ["c1", "c2"]
     gd.child_added(2, TREE, "c1", [0, [[PUBEND, 8]], [1, [["nodes/#", ""]]]])
     gd.child_added(3, TREE, "c2", [0, [[PUBEND, 4]], [1, [["nodes/#", ""]]]])
@@ -265,9 +279,9 @@ def test_a_childs_nack_from_before_where_the_roots_knowledge_became_good_is_aske
     nack is answered from what came."""
     gd, scribe = node("f", "parent", ["c0"])
     gd.child_added(0, TREE, "c0", [0, [], [1, [["nodes/a/#", ""]]]])  # a narrow child that has not acked
-    stamp = gd.trees[TREE].epoch
+    stamp = gd.interest(TREE).epoch
     gd.event_arrived(1, TREE, knowledge(0, 10, {}, stamp), "parent")  # 5 and 7 came as F
-    scribe._parent = None  # the parent died: this broker is the root now
+    scribe.parent = None  # the parent died: this broker is the root now
     scribe.kids = ["c0", "c1"]
     gd.child_added(2, TREE, "c1", [0, [[PUBEND, 8]], [1, [["nodes/#", ""]]]])
     gd.event_arrived(3, TREE, knowledge(8, 10, {}, None), "origin")  # the pubend: nothing in (8, 10]

@@ -13,8 +13,12 @@ implies, and nothing more:
 - Pastry's notifications about the leaf set and failed nodes are handed to Scribe (root metadata
   replication and tree repair);
 - with guaranteed delivery (`reliability` given), Scribe hands every event that reaches this node to
-  the `ReliabilityNode` (`EventArrived`), as well as `ChildAdded`, and the repair SUBSCRIBE after a
-  `ParentSuspected` carries the node's stream positions; ACK and NACK from peers go to it too;
+  the `ReliabilityNode` (`EventArrived`), as well as `ChildAdded`; ACK and NACK from peers go to it
+  too. The two talk only through values: after each Scribe call the node is told the shapes of the
+  trees it changed (`TreeShape`), what the node asks of Scribe (`SendToChild`, `PublishRouted`,
+  `RememberPublisher`) is carried to Scribe at once, in order, and Scribe's typed `Join` (a repair,
+  a new forwarder's SUBSCRIBE) is completed with the node's extra (`join_extra`, `forwarder_extra`)
+  and routed where it stands;
 - with peer links (`PeerLinks`, core/links/peer_links.py, given in a broker), the member owns them: the
   runtime's inputs on peer connections come here (`peer_input`, `adopt`), each message a link yields
   is dispatched by its type number to Pastry, Scribe or the reliability node, a malformed one is
@@ -48,7 +52,15 @@ from tidings.core.inputs import Connected, ConnectFailed, ConnectionLost, LogSta
 from tidings.core.links.peer_links import PeerLinks, PeerOutput, RttMeasured
 from tidings.core.multicast.access import Acl, Member
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
-from tidings.core.multicast.effects import ChildAdded, EventArrived, ParentSuspected, TreeActivated
+from tidings.core.multicast.effects import (
+    ChildAdded,
+    EventArrived,
+    Join,
+    JoinPurpose,
+    ParentSuspected,
+    ScribeEffect,
+    TreeActivated,
+)
 from tidings.core.multicast.local_trees import AccessLists
 from tidings.core.overlay import messages as overlay_messages
 from tidings.core.overlay.envelope import (
@@ -61,14 +73,15 @@ from tidings.core.overlay.envelope import (
 from tidings.core.overlay.events import Probe
 from tidings.core.overlay.node import JoinCompleted, LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.reliability.node import Held, ReliabilityConfig, ReliabilityNode
+from tidings.core.reliability.effects import PublishRouted, RememberPublisher, SendToChild
+from tidings.core.reliability.node import Held, NodeEffect, ReliabilityConfig, ReliabilityNode
 from tidings.core.wire.frames import FrameDecoder
-from tidings.core.wire.types import BrokerType, Layer, OverlayType, ScribeType
+from tidings.core.wire.types import BrokerType, Layer, OverlayType
 
 ROUTES_BEFORE_JOIN_MAX = 10_000
 
 
-RELIABILITY_UPCALLS = (EventArrived, ChildAdded, ParentSuspected, TreeActivated)
+RELIABILITY_UPCALLS = (EventArrived, ChildAdded, ParentSuspected, TreeActivated, Join)
 
 PeerInput = Received | ConnectionLost | Connected | ConnectFailed | SendBlocked | SendDrained
 
@@ -106,7 +119,7 @@ class ClusterMember:
             self.directory = PubendDirectory(me, reliability.pubend_id, reliability.directory_config,
                                              reliability.pubend_state, reliability.directory)
             links = peers
-            self.reliability = ReliabilityNode(me, reliability.pubend_id, reliability.config, self.scribe,
+            self.reliability = ReliabilityNode(me, reliability.pubend_id, reliability.config, self.scribe.told_empty,
                                                reliability.trees_of, reliability.pubend_state, reliability.held,
                                                (lambda address: False) if links is None else links.congested)
         self._before_join: deque[RouteTo] = deque(maxlen=ROUTES_BEFORE_JOIN_MAX)
@@ -126,9 +139,9 @@ class ClusterMember:
         if kind in Layer.OVERLAY:
             return self._settle(now, self.overlay.handle(now, sender, message))
         if kind in Layer.MULTICAST:
-            return self._settle(now, self.scribe.handle(now, sender, message))
+            return self._settle(now, self._told(self.scribe.handle(now, sender, message)))
         if kind in Layer.RELIABILITY and self.reliability is not None:
-            return self._settle(now, self.reliability.received(now, sender, message))
+            return self._settle(now, self._asked(now, self.reliability.received(now, sender, message)))
         if kind == BrokerType.DIRECTORY and self.directory is not None and self.reliability is not None:
             return self._settle(now, self.directory.received(now, sender, message, self.reliability.wall_us))
         raise ProtocolError(UNKNOWN_MESSAGE, f"unknown peer message type {kind!r}")
@@ -141,9 +154,9 @@ class ClusterMember:
 
     def handle_timeout(self, now: int) -> list[Any]:
         out: list[Any] = [] if self.peers is None else self._peer_output(now, self.peers.handle_timeout(now))
-        effects = [*self.overlay.handle_timeout(now), *self.scribe.handle_timeout(now)]
+        effects: list[Any] = [*self.overlay.handle_timeout(now), *self._told(self.scribe.handle_timeout(now))]
         if self.reliability is not None:
-            effects += self.reliability.handle_timeout(now)
+            effects += self._asked(now, self.reliability.handle_timeout(now))
         if self.directory is not None and self.reliability is not None:
             effects += self.directory.handle_timeout(now, self.reliability.wall_us)
         return out + self._settle(now, effects)
@@ -182,7 +195,7 @@ class ClusterMember:
         out = list(peers.flow(now, inp.conn, blocked))  # its messages wait, bounded
         address = peers.address_of(inp.conn)
         if not blocked and address is not None and self.reliability is not None:  # the streams held back go on
-            out += self._settle(now, self.reliability.link_drained(now, address))
+            out += self._settle(now, self._asked(now, self.reliability.link_drained(now, address)))
         return out
 
     def peers_held_bytes(self, conn: int) -> int:
@@ -225,9 +238,9 @@ class ClusterMember:
         """Join `tree` for `members` (identity, pattern); with `creation` (creator, access list),
         CREATE it first (multicast/access.py)."""
         extra = None if self.reliability is None else self.reliability.join_extra(tree)
-        effects = self.scribe.subscribe(now, tree, extra, members)
+        effects = self._told(self.scribe.subscribe(now, tree, extra, members))
         if creation is not None:
-            effects = self.scribe.create(now, tree, *creation) + effects
+            effects = self._told(self.scribe.create(now, tree, *creation)) + effects
         return self._settle(now, effects)
 
     def name_members(self, tree: str, gone: Member | None, members: tuple[Member, ...]) -> None:
@@ -244,18 +257,18 @@ class ClusterMember:
         return self.scribe
 
     def create(self, now: int, tree: str, creator: str, acl: Acl | None) -> list[Any]:
-        return self._settle(now, self.scribe.create(now, tree, creator, acl))
+        return self._settle(now, self._told(self.scribe.create(now, tree, creator, acl)))
 
     def unsubscribe(self, now: int, tree: str) -> list[Any]:
-        return self._settle(now, self.scribe.unsubscribe(now, tree))
+        return self._settle(now, self._told(self.scribe.unsubscribe(now, tree)))
 
     def publish(self, now: int, tree: str, event: list[Any]) -> list[Any]:
-        return self._settle(now, self.scribe.publish(now, tree, event))
+        return self._settle(now, self._told(self.scribe.publish(now, tree, event)))
 
     def settle(self, now: int, effects: list[Any]) -> list[Any]:
         """The reliability node's effects for the broker's requests (publish, local subscriptions,
         log reads), with what they ask of Pastry and Scribe carried out."""
-        return self._settle(now, effects)
+        return self._settle(now, self._asked(now, effects))
 
     def forget_pubend(self, now: int, pubend: str) -> list[Any]:
         """An operator removes a decommissioned broker's pubend from the directory (DirectoryError
@@ -298,8 +311,9 @@ class ClusterMember:
     def _route(self, now: int, message: RouteMessage) -> list[Any]:
         decision = self.overlay.route_step(now, message)
         if isinstance(decision, Deliver):
-            return self._settle(now, self.scribe.on_deliver(now, decision))
+            return self._settle(now, self._told(self.scribe.on_deliver(now, decision)))
         effects, onward = self.scribe.on_forward(now, decision)
+        self._told(effects)
         if onward is not None:
             effects.append(self.overlay.forward(Forward(onward, decision.next_hop)))
         return self._settle(now, effects)
@@ -319,11 +333,11 @@ class ClusterMember:
                 queue.extend(self._before_join)
                 self._before_join.clear()
             elif type(eff) is LeafSetChanged:
-                queue.extend(self.scribe.leaf_set_changed(now, eff.members))
+                queue.extend(self._told(self.scribe.leaf_set_changed(now, eff.members)))
                 if self.directory is not None:
                     queue.extend(self.directory.leaf_set_changed(now, eff.members))
             elif type(eff) is NodeFailed:
-                queue.extend(self.scribe.node_failed(now, eff.node))
+                queue.extend(self._told(self.scribe.node_failed(now, eff.node)))
             elif self.reliability is not None and type(eff) in RELIABILITY_UPCALLS:
                 self._reliability_upcall(now, eff, queue)
             elif self.peers is not None and type(eff) is PeerSend:
@@ -339,18 +353,39 @@ class ClusterMember:
         assert gd is not None
         if type(eff) is EventArrived:
             try:
-                queue.extend(gd.event_arrived(now, eff.tree, eff.event, eff.sender))
+                queue.extend(self._asked(now, gd.event_arrived(now, eff.tree, eff.event, eff.sender)))
             except ProtocolError:
                 gd.peer_errors += 1  # a malformed event is dropped; the stream nacks what it lacks
         elif type(eff) is ChildAdded:
-            queue.extend(gd.child_added(now, eff.tree, eff.child.address, eff.subscribe_extra))
-            for i, item in enumerate(queue):  # a new forwarder's own SUBSCRIBE: its own interest
-                if (type(item) is RouteTo and item.payload[0] == ScribeType.SUBSCRIBE
-                        and item.payload[1] == eff.tree and item.payload[2] == self.me.to_wire()):
-                    own = [*item.payload[:3], gd.forwarder_extra(eff.tree, eff.subscribe_extra), *item.payload[4:]]
-                    queue[i] = RouteTo(item.key, own)
+            queue.extend(self._asked(now, gd.child_added(now, eff.tree, eff.child.address, eff.subscribe_extra)))
         elif type(eff) is TreeActivated:
-            queue.extend(gd.tree_activated(now, eff.tree))
-        elif type(eff) is ParentSuspected and queue and type(queue[0]) is RouteTo:
-            repaired = replace(eff.subscribe, extra=gd.join_extra(eff.tree))
-            queue[0] = RouteTo(queue[0].key, repaired.to_wire())
+            queue.extend(self._asked(now, gd.tree_activated(now, eff.tree)))
+        elif type(eff) is Join:  # this node's SUBSCRIBE carries its stream positions and interest
+            tree = eff.subscribe.tree
+            extra = (gd.join_extra(tree) if eff.purpose is JoinPurpose.OWN
+                     else gd.forwarder_extra(tree, eff.subscribe.extra))
+            queue.appendleft(RouteTo(eff.key, replace(eff.subscribe, extra=extra).to_wire()))
+        # (ParentSuspected: the Join right after it carries the repair)
+
+    def _told(self, effects: list[ScribeEffect]) -> list[ScribeEffect]:
+        """Scribe's `effects` of one call, once the reliability node has been told the shapes of
+        the trees that call changed (it keeps them; it never asks Scribe)."""
+        if self.reliability is not None:
+            for shape in self.scribe.shape_changes():
+                self.reliability.tree_changed(shape)
+        return effects
+
+    def _asked(self, now: int, effects: list[NodeEffect]) -> list[NodeEffect | ScribeEffect]:
+        """The reliability node's `effects`, with what it asks of Scribe (SendToChild, PublishRouted,
+        RememberPublisher) carried out at once, in order, each replaced by Scribe's own effects."""
+        out: list[NodeEffect | ScribeEffect] = []
+        for eff in effects:
+            if type(eff) is SendToChild:
+                out += self.scribe.send_event(now, eff.tree, eff.child, eff.event)
+            elif type(eff) is PublishRouted:
+                out += self._told(self.scribe.publish(now, eff.tree, eff.event, eff.even_if_empty))
+            elif type(eff) is RememberPublisher:
+                self.scribe.remember_publisher(eff.tree, eff.publisher)
+            else:
+                out.append(eff)
+        return out

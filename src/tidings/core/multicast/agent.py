@@ -57,9 +57,12 @@ from tidings.core.multicast.effects import (
     DeliverLocal,
     EventArrived,
     EventForwarded,
+    Join,
+    JoinPurpose,
     ParentSuspected,
     ScribeEffect,
     TreeActivated,
+    TreeShape,
 )
 from tidings.core.multicast.empty_trees import EmptyTreeMemory, Suppressions
 from tidings.core.multicast.entry import ChildEntry, TreeEntry
@@ -140,6 +143,9 @@ class ScribeAgent:
         self._told_empty = EmptyTreeMemory(self.config.publisher_memory_max)
         self._suppressed = Suppressions(self.config.empty_trees_max, self.config.empty_hold_ns)
         self.timers: Deadlines[ScribeTimer] = Deadlines()  # the tick, set while there are trees
+        # with the reliability layer (forward_events off): trees whose shape (presence, root, parent,
+        # children) changed since `shape_changes` was last asked, in the order they first changed
+        self._reshaped: dict[str, None] | None = None if self.config.forward_events else {}
 
     # -- local API ---------------------------------------------------------------------------
 
@@ -239,7 +245,15 @@ class ScribeAgent:
                 return [], decision.message
             # a new forwarder wants what its first child wants: it passes the child's extra on
             entry.members = message.members
-            return self._adopt(now, entry, message) + self._join(now, entry, message.extra), None
+            adopted = self._adopt(now, entry, message)
+            if self._reshaped is None:
+                return adopted + self._join(now, entry, message.extra), None
+            # the reliability layer makes the forwarder's own extra of its child's (Join)
+            route = self._join(now, entry, message.extra)[0]
+            assert type(route) is RouteTo
+            subscribe = ScribeSubscribe(entry.name, self.me, message.extra, entry.members)
+            join = Join(route.key, subscribe, JoinPurpose.FORWARDER)
+            return [*adopted, join], None
         if not self._accepts(entry, message):
             return [], decision.message
         refusal = self._refuse(entry, message)
@@ -291,6 +305,8 @@ class ScribeAgent:
         effects: list[ScribeEffect] = []
         for entry in list(self._trees.values()):
             dropped = entry.children.pop(node.address, None) is not None
+            if dropped:
+                self._touch(entry.name)
             if entry.parent == node.address:
                 effects += self._repair(now, entry)
             elif dropped:
@@ -368,6 +384,23 @@ class ScribeAgent:
             })
         return out
 
+    def shape_changes(self) -> list[TreeShape]:
+        """The shape now of each tree whose presence, root, parent or children changed since this
+        was last asked (with the reliability layer; always [] without), in the order they changed."""
+        if not self._reshaped:
+            return []
+        trees, self._reshaped = self._reshaped, {}
+        out: list[TreeShape] = []
+        for tree in trees:
+            entry = self._trees.get(tree)
+            out.append(TreeShape(tree) if entry is None else
+                       TreeShape(tree, True, entry.root, entry.parent, tuple(entry.children)))
+        return out
+
+    def _touch(self, tree: str) -> None:
+        if self._reshaped is not None:
+            self._reshaped[tree] = None
+
     def children(self, tree: str) -> list[str]:
         """The addresses of this node's children in `tree`, in the order they were adopted."""
         entry = self._trees.get(tree)
@@ -408,6 +441,7 @@ class ScribeAgent:
             return None
         entry = TreeEntry(tree, tree_key(tree), heard_ns=now)
         self._trees[tree] = entry
+        self._touch(tree)
         if TICK not in self.timers:
             self.timers.set(TICK, now + self.config.heartbeat_interval_ns)
         return entry
@@ -416,12 +450,16 @@ class ScribeAgent:
         """Route a SUBSCRIBE of this node's own towards the key; the first tree node adopts us."""
         entry.parent = None
         entry.heard_ns = now
+        self._touch(entry.name)
         return [RouteTo(entry.key, ScribeSubscribe(entry.name, self.me, extra, entry.members).to_wire())]
 
     def _repair(self, now: int, entry: TreeEntry) -> list[ScribeEffect]:
         subscribe = ScribeSubscribe(entry.name, self.me, members=entry.members)
         entry.parent = None
         entry.heard_ns = now
+        self._touch(entry.name)
+        if self._reshaped is not None:  # the reliability layer puts its positions and interest in it
+            return [ParentSuspected(entry.name, subscribe), Join(entry.key, subscribe, JoinPurpose.OWN)]
         return [ParentSuspected(entry.name, subscribe), RouteTo(entry.key, subscribe.to_wire())]
 
     def _prune(self, entry: TreeEntry) -> list[ScribeEffect]:
@@ -429,6 +467,7 @@ class ScribeAgent:
         if entry.needed():
             return []
         del self._trees[entry.name]
+        self._touch(entry.name)
         if entry.parent is None:
             return []
         return [PeerSend(entry.parent, ScribeUnsubscribe(entry.name).to_wire())]
@@ -442,6 +481,7 @@ class ScribeAgent:
     def _adopt(self, now: int, entry: TreeEntry, subscribe: ScribeSubscribe) -> list[ScribeEffect]:
         address = subscribe.subscriber.address
         entry.children[address] = ChildEntry(subscribe.subscriber, now, now)
+        self._touch(entry.name)
         held = entry.held()
         access: list[ScribeEffect] = [] if held is None else [PeerSend(address, Access(entry.name, held).to_wire())]
         return [
@@ -460,6 +500,7 @@ class ScribeAgent:
         address = subscribe.subscriber.address
         effects: list[ScribeEffect] = [PeerSend(address, Access(entry.name, held).to_wire())]
         if entry.children.pop(address, None) is not None:
+            self._touch(entry.name)
             effects += self._prune(entry)
         return effects
 
@@ -493,6 +534,7 @@ class ScribeAgent:
             return []
         for address in stale:
             del entry.children[address]
+        self._touch(entry.name)
         return self._prune(entry)
 
     # -- the rendez-vous point ---------------------------------------------------------------
@@ -512,6 +554,7 @@ class ScribeAgent:
             effects.append(PeerSend(entry.parent, ScribeUnsubscribe(tree).to_wire()))
         entry.root = True
         entry.parent = None
+        self._touch(tree)
         if entry.metadata is None and tree in self._replicas:
             entry.metadata = self._replicas.pop(tree)
         if created is not None and created != entry.metadata and (
@@ -583,6 +626,7 @@ class ScribeAgent:
             effects.append(PeerSend(successor.address, Replica(entry.name, entry.metadata).to_wire()))
             self._store_replica(entry.name, entry.metadata)
         entry.root = False
+        self._touch(entry.name)
         entry.access = entry.metadata  # held until the new root's ACCESS replaces it
         entry.metadata = None
         entry.replicated_to = ()
@@ -615,6 +659,7 @@ class ScribeAgent:
             return None  # a child of ours as our parent would close a loop
         if entry.parent is None:
             entry.parent = address
+            self._touch(tree)
             entry.refresh_due_ns = now + self.config.refresh_interval_ns
         elif entry.parent != address:
             return None
@@ -645,6 +690,7 @@ class ScribeAgent:
         entry = self._trees.get(message.tree)
         if entry is None or entry.children.pop(address, None) is None:
             return []
+        self._touch(entry.name)
         return self._prune(entry)
 
 

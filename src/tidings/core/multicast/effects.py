@@ -14,12 +14,18 @@ for a reliability layer, returned as values in the order Scribe would have calle
 - `ParentSuspected(tree, subscribe)` is always immediately followed by the `RouteTo` that carries
   exactly `subscribe` towards the tree key, to repair the tree. A composer that wants to add to the
   SUBSCRIBE rewrites that `RouteTo`; `extend_repairs` does so for a whole list of effects.
+
+With the reliability layer (`forward_events` off) Scribe emits, in place of the SUBSCRIBE routes
+whose extra is that layer's (a repair, a new forwarder's for its first child), a typed `Join` the
+composer completes and routes; and `ScribeAgent.shape_changes` gives `TreeShape`s, the trees'
+presence, root, parent and children, which the composer hands to that layer as they change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 from tidings.core.multicast.messages import ScribeSubscribe, TreeMetadata
@@ -85,8 +91,37 @@ class ParentSuspected:
     subscribe: ScribeSubscribe
 
 
+class JoinPurpose(StrEnum):
+    OWN = "own"  # this node's repair SUBSCRIBE: the layer above puts in its own extra
+    FORWARDER = "forwarder"  # a new forwarder's SUBSCRIBE for its first child, whose extra it carries
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """With `ScribeConfig.forward_events` off: route `subscribe` towards `key` once the layer above
+    has put its own extra in it (Scribe carries the extra without reading it): for `OWN`, its
+    positions and interest; for `FORWARDER`, those merged with the first child's
+    (`subscribe.extra`). Stands where Scribe would route the SUBSCRIBE as it is."""
+
+    key: int
+    subscribe: ScribeSubscribe
+    purpose: JoinPurpose
+
+
+@dataclass(frozen=True, slots=True)
+class TreeShape:
+    """With `ScribeConfig.forward_events` off: `tree` as this node now takes part in it (`present`
+    False: not at all), for the reliability layer, which keeps what it is told and never asks."""
+
+    tree: str
+    present: bool = False
+    root: bool = False
+    parent: str | None = None
+    children: tuple[str, ...] = ()
+
+
 ScribeEffect = (PeerSend | RouteTo | DeliverLocal | EventArrived | EventForwarded | ChildAdded | ParentSuspected
-                | TreeActivated | AccessChanged)
+                | TreeActivated | AccessChanged | Join)
 
 
 def extend_repairs(

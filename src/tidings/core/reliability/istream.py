@@ -16,34 +16,27 @@ consumer is the same operation: a child's NACK lowers its `sent_through` to what
 stream re-sends from there (only down the paths that asked: the others are past it already).
 
 Curiosity flows up. Q ticks between the horizon and the highest known tick, and between the lowest
-consumer and the floor the stream knows from, are a gap; once a gap has lasted `gap_curiosity_ns`
-(GCT) the stream nacks the ticks not already nacked (the `Curiosity` map: C ticks are not nacked
-again until `nack_repeat_ns`, NRT, so nacks from many children are consolidated). GCT is for
-ticks that may still be on their way; ticks the stream had been past and needs again (`recalled`:
-a catchup's or a rewound child's position below the floor, silence doubted, a record the cache
-dropped) are not, and their gap is nacked at once. D ticks whose
-record the cache dropped are forgotten back to Q when a consumer still needs them, and nacked like
-any gap: the cache is an optimisation, never the only copy (only the pubend's log is stable).
+consumer and the floor the stream knows from, are a gap (`gaps`); when and how often the stream
+nacks them (GCT, NRT, backoff, Karn) is curiosity.py's: the stream holds its `StreamCuriosity` and
+marks there the ticks it had been past and needs again (`recall`: a catchup's or a rewound child's
+position below the floor, silence doubted, a record the cache dropped), whose gap is nacked at
+once. D ticks whose record the cache dropped are forgotten back to Q when a consumer still needs
+them, and nacked like any gap: the cache is an optimisation, never the only copy.
 
 Acks flow up too: the stream acknowledges the smallest tick every consumer has acknowledged
 (children) or been sent (local subscriptions), never past its horizon. A consumer sent back (a
-catchup, a child's nack) lowers that point below what was acknowledged before; its progress is
-acknowledged from there (upstream takes an ack that is lower than an earlier one as no news,
-while the pubend paces its answer to a nack by it: source.py). Records below every
+catchup, a child's nack) lowers that point; its progress is acknowledged from there (upstream takes
+a lower ack as no news; the pubend paces its answer to a nack by it, source.py). Records below every
 consumer's ack leave the cache. Beside each ack go the release point and the delivered point
 (release.py): the smallest tick released below, and the smallest tick delivered below, from each
 child's last ack (a child that has not acked yet holds them at 0), never past the ack point. A
-child that left holds both at its last values for `release_hold_ns` (a *ghost*): a failing
-forwarder, or a partition, must not let the pubend release, early or not, what the brokers below
-still need while they repair; the same child coming back (a restarted broker) replaces its ghost.
-(Ghosts hold only these two: the ack itself, which drives caches and
-retransmission, follows the consumers there are.)
+child that left holds both at its last values for `release_hold_ns` (a *ghost*, ghosts.py); F
+ticks that are one catchup's silence only are kept apart (sparse.py).
 
-Filtering (node.py has the protocol): `pieces_for` may be given a child's filter summary; a D tick
-whose record the summary does not match goes to that child as F. A record's channel and attributes
-are decoded once, when a summary first needs them, and kept alongside the cached record.
-`doubt_after` turns F ticks after a position back into Q: they may have been silence for a
-narrower summary than the one this broker now asks for, so they are fetched again.
+Filtering (interest.py has the protocol): `pieces_for` may be given a child's filter summary; a D
+tick whose record it does not match goes to that child as F (a record's channel and attributes are
+decoded once, kept beside the cached record). `doubt_after` turns F ticks after a position back
+into Q: they may have been silence for a narrower summary than this broker now asks for.
 
 Invariants: `horizon` only moves with the knowledge (it drops only when ticks are forgotten);
 every consumer's `sent_through` <= `horizon` unless it started after it; the cache holds at most
@@ -59,9 +52,12 @@ from itertools import islice
 from typing import cast
 
 from tidings.core.event import TICK_MAX, record_routing_fields
+from tidings.core.reliability.curiosity import StreamCuriosity
+from tidings.core.reliability.ghosts import Ghosts
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
+from tidings.core.reliability.sparse import SparseSilence
 from tidings.core.reliability.summary import Summary
-from tidings.core.reliability.ticks import Curiosity, CuriosityMap, Knowledge, KnowledgeMap, TickMap
+from tidings.core.reliability.ticks import Curiosity, Knowledge, KnowledgeMap
 
 KNOWN = frozenset({Knowledge.D, Knowledge.F, Knowledge.L})
 SPARSE_RANGES_MAX = 1024  # ranges one catchup's sparsen leaves unknown (each run costs every gap scan)
@@ -108,44 +104,16 @@ class StreamLimits:
 
 
 class Istream:
-    __slots__ = (
-        "_cache",
-        "_cache_bytes",
-        "_curiosity",
-        "_fields",
-        "_known",
-        "_sparse",
-        "acked_sent",
-        "consumers",
-        "curious_ns",
-        "delivered_sent",
-        "floor",
-        "ghosts",
-        "heard_ns",
-        "horizon",
-        "limits",
-        "moved_ns",
-        "nack_interval_ns",
-        "nack_ns",
-        "nack_repeated",
-        "origin",
-        "point_sent",
-        "pubend",
-        "recalled",
-        "released_sent",
-        "sparse_through",
-        "top",
-        "tree",
-        "upstream",
-        "waiting",
-    )
+    __slots__ = ("_cache", "_cache_bytes", "_fields", "_known", "acked_sent", "consumers", "curiosity",
+                 "delivered_sent", "floor", "ghosts", "horizon", "limits", "origin", "point_sent", "pubend",
+                 "released_sent", "sparse", "top", "tree", "upstream", "waiting")
 
     def __init__(self, tree: str, pubend: str, floor: int, limits: StreamLimits) -> None:
         self.tree = tree
         self.pubend = pubend
         self.limits = limits
         self._known = KnowledgeMap()
-        self._curiosity = CuriosityMap()
+        self.curiosity = StreamCuriosity()  # when its gaps are nacked (curiosity.py)
         self.floor = floor  # nothing at or before it is wanted by any consumer
         if floor > 0:
             self._known.assign(0, floor, Knowledge.F)
@@ -163,22 +131,10 @@ class Istream:
         self.point_sent = floor  # the ack point the last ack carried (below acked_sent while a consumer catches up)
         self.released_sent = -1  # the release point that ack carried (-1: none sent yet)
         self.delivered_sent = -1  # and the delivered point
-        # (child, delivered, released, until_ns) of children that left; a child that comes back (a
-        # restarted broker) replaces its ghost, since a new consumer holds 0 until it acks
-        self.ghosts: list[tuple[str | int, int, int, int]] = []
-        self.nack_ns: int | None = None  # when the last nack left
-        self.nack_repeated = False  # a nack was repeated since the gaps last closed (Karn: no round-trip sample)
-        self.curious_ns: int | None = None  # when the nacked ticks were last forgotten (NRT counts from it)
-        self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered and upstream is silent
-        self.heard_ns: int | None = None  # when knowledge of this stream last came from upstream
-        self.moved_ns: int | None = None  # when knowledge from upstream last moved the horizon
-        self.sparse_through = 0  # F ticks up to here may be one consumer's (`sparsen`), not the stream's
-        self._sparse: TickMap[bool] = TickMap(False)  # which F ticks are such (never sent to anyone)
+        self.ghosts = Ghosts()  # children that left, holding release a moment longer (ghosts.py)
+        self.sparse = SparseSilence()  # F ticks that are one consumer's silence (`sparsen`), not the stream's
         # catchups waiting for the PFS -> (nacks wait up to this tick, until this monotonic ns)
         self.waiting: dict[str | int, tuple[int, int]] = {}
-        # ticks up to here became unknown again after the stream was past them (a lowered floor,
-        # doubted silence, a forgotten record): not in flight, so their gap is nacked without GCT
-        self.recalled = 0
 
     # ---- consumers -----------------------------------------------------------------------------
 
@@ -188,8 +144,7 @@ class Istream:
         if consumer is None:
             first = position if start is None else start
             consumer = self.consumers[key] = Consumer(key, first, position, position)
-            if self.ghosts:
-                self.ghosts = [g for g in self.ghosts if g[0] != key]
+            self.ghosts.back(key)
         else:
             consumer.sent_through = position
             consumer.acked_through = min(consumer.acked_through, position)
@@ -204,7 +159,7 @@ class Istream:
         consumer = self.consumers.pop(key, None)
         self.waiting.pop(key, None)
         if consumer is not None and not consumer.local and hold_ns > 0:
-            self.ghosts.append((key, consumer.delivered_through, consumer.released_through, now + hold_ns))
+            self.ghosts.left(key, consumer.delivered_through, consumer.released_through, now + hold_ns)
 
     def rewind(self, key: str | int, position: int) -> None:
         """A consumer lacks ticks after `position` (a child's nack): send them again."""
@@ -225,7 +180,7 @@ class Istream:
         and filtered for it. Wanted ticks closer than `nack_merge_ticks` stay Q as one range (the
         ticks between them are fetched, and filtered on arrival): at most SPARSE_RANGES_MAX ranges,
         after which the rest stays Q. Only below every other consumer's position, whom those F
-        ticks would mislead; one that later asks for ticks below `sparse_through` (attach, rewind)
+        ticks would mislead; one that later asks for ticks below `sparse.through` (attach, rewind)
         doubts them again. Returns how many ticks became F."""
         through = min([through, *(c.sent_through for k, c in self.consumers.items() if k != key)])
         ranges: list[tuple[int, int]] = []
@@ -242,14 +197,9 @@ class Istream:
         if through <= after:
             return 0
         made = self._known.sparsen(after, through, ranges)
-        self._mark_sparse(made)
+        self.sparse.mark(made)
         self._advance_horizon()
         return sum(hi - lo for lo, hi in made)
-
-    def _mark_sparse(self, ranges: list[tuple[int, int]]) -> None:
-        for lo, hi in ranges:
-            self._sparse.assign(lo, hi, True)
-            self.sparse_through = max(self.sparse_through, hi)
 
     def lapse_waits(self, now: int) -> None:
         """Catchups that waited for the PFS past their time nack like any other (a read lost)."""
@@ -259,24 +209,19 @@ class Istream:
     def _doubt_sparse(self, position: int, through: int = TICK_MAX) -> None:
         """A consumer wants the ticks of (position, through]: the F ticks there that were only
         another consumer's silence (`sparsen`) are Q again, to be fetched."""
-        through = min(through, self.sparse_through)
-        if position >= through:
-            return
-        doubted = [(lo, hi) for lo, hi, sparse in self._sparse.runs(position, through) if sparse]
+        doubted = self.sparse.take(position, through)
         for lo, hi in doubted:
             self._known.assign_where(lo, hi, frozenset({Knowledge.F}), Knowledge.Q)
-            self._sparse.assign(lo, hi, False)
         if doubted:
-            self.recalled = max(self.recalled, doubted[-1][1])
+            self.curiosity.recall(doubted[-1][1])
             self.horizon = min(self.horizon, doubted[0][0])
             self._advance_horizon()
 
     def _lower_floor(self, floor: int) -> None:
         """A consumer wants ticks this stream had written off: they become unknown (a gap)."""
         self._known.assign(floor, self.floor, Knowledge.Q)
-        if self.sparse_through:
-            self._sparse.assign(floor, self.floor, False)
-        self.recalled = max(self.recalled, self.floor)
+        self.sparse.unmark(floor, self.floor)
+        self.curiosity.recall(self.floor)
         self.floor = floor
         self.horizon = min(self.horizon, floor)
 
@@ -370,7 +315,7 @@ class Istream:
                 record = self._cache.get(tick)
                 if record is None:
                     self._forget_from(tick)
-                    return self._close(pieces, piece)
+                    return _closed(pieces, piece)
                 if tick > start and (summary is None or self._matches(tick, record, summary)):
                     if piece.ticks and (size + len(record) > limit or len(piece.ticks) >= RECORDS_MAX):
                         pieces.append(piece)
@@ -379,7 +324,7 @@ class Istream:
                     piece.records.append(record)
                     size += len(record)
                 piece.through = tick
-        return self._close(pieces, piece)
+        return _closed(pieces, piece)
 
     def ready_through(self, consumer: Consumer, bound: int) -> int:
         """How far `consumer` could be sent now, up to `bound`: the horizon, or just before the
@@ -414,13 +359,7 @@ class Istream:
             self._known.assign_where(position, min(self.top, through), frozenset({Knowledge.F}), Knowledge.Q)
             self.horizon = min(self.horizon, position)
             self._advance_horizon()
-            self.forget_curiosity()
-
-    @staticmethod
-    def _close(pieces: list[Piece], piece: Piece) -> list[Piece]:
-        if piece.through > piece.after:
-            pieces.append(piece)
-        return pieces
+            self.curiosity.forget()
 
     def _forget_from(self, tick: int) -> None:
         """The record of D tick `tick` is gone and a consumer needs it: every D tick from there on
@@ -431,7 +370,7 @@ class Istream:
             for t in range(lo + 1, hi + 1):
                 if t not in self._cache:
                     self._known.assign(t - 1, t, Knowledge.Q)
-        self.recalled = max(self.recalled, self.horizon)
+        self.curiosity.recall(self.horizon)
         self.horizon = min(self.horizon, tick - 1)
 
     # ---- cache ---------------------------------------------------------------------------------
@@ -510,8 +449,6 @@ class Istream:
         pubend, None when it hosts none), and through which every subscriber below that keeps up
         has it; at most the ack point, the first at most the second. Ghosts past their time are
         forgotten first."""
-        if self.ghosts:
-            self.ghosts = [g for g in self.ghosts if g[3] > now]
         delivered = self.ack_point()
         for c in self.consumers.values():
             if not c.local:
@@ -520,10 +457,7 @@ class Istream:
         for c in self.consumers.values():
             if not c.local:
                 released = min(released, c.released_through)
-        for _, ghost_delivered, ghost_released, _ in self.ghosts:
-            delivered = min(delivered, ghost_delivered)
-            released = min(released, ghost_released, ghost_delivered)
-        return released, delivered
+        return self.ghosts.hold(now, released, delivered)
 
     # ---- gaps and nacks -----------------------------------------------------------------------
 
@@ -547,17 +481,6 @@ class Istream:
                 return out[: self.limits.nack_ranges_max]
         return out
 
-    def nack_ranges(self) -> list[tuple[int, int]]:
-        """The gaps not nacked since the last `forget_curiosity`: nack these upstream (C)."""
-        fresh: list[tuple[int, int]] = []
-        for after, through in self.gaps():
-            fresh += self._curiosity.curious(after, through)
-        return fresh[: self.limits.nack_ranges_max]
-
-    def forget_curiosity(self) -> None:
-        """NRT passed: ticks nacked without an answer may be nacked again."""
-        self._curiosity = CuriosityMap()
-
     def bound_memory(self) -> None:
         """Every consumer is past the ack point: it becomes the floor, and the prefix one F run. A
         consumer that later asks for less (a repaired child) lowers the floor again, and the ticks
@@ -565,18 +488,21 @@ class Istream:
         point = min(self.ack_point(), self.horizon)
         if point > self.floor:
             self._known.assign(0, point, Knowledge.F)
-            self._curiosity.ack_through(point)
+            self.curiosity.acked_through(point)
             self.floor = point
-            if self.sparse_through:
-                self._sparse.assign(0, point, False)
-                if point >= self.sparse_through:
-                    self.sparse_through = 0
+            self.sparse.release_below(point)
 
     def status(self) -> dict[str, object]:
         return {"pubend": self.pubend, "horizon": self.horizon, "top": self.top, "floor": self.floor,
                 "cache_bytes": self._cache_bytes, "acked": self.acked_sent, "released": self.released_sent,
                 "upstream": self.upstream,
                 "consumers": len(self.consumers)}
+
+
+def _closed(pieces: list[Piece], piece: Piece) -> list[Piece]:
+    if piece.through > piece.after:
+        pieces.append(piece)
+    return pieces
 
 
 __all__ = ["TICK_MAX", "Consumer", "Curiosity", "Istream", "Piece", "StreamLimits"]
