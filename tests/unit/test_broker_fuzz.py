@@ -112,8 +112,8 @@ actions = st.one_of(
 def check_bookkeeping(h: Harness) -> None:
     b = h.broker
     subs = {s.key for c in b.connections.values() for s in c.subs.values()}
-    assert subs == set(b.subends)
-    open_ = {key for key, s in b.subends.items() if s.end is None}
+    assert subs == set(b.local.subends)
+    open_ = {key for key, s in b.local.subends.items() if s.end is None}
     assert open_ == set(b.memberships.tree_of)
     counts: dict[str, int] = {}
     for tree in b.memberships.tree_of.values():

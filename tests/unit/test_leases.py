@@ -74,7 +74,7 @@ def test_a_subscription_not_renewed_ends_with_an_error_and_the_connection_goes_o
     assert [(e.code, e.context.get("sub")) for e in errors] == [("lease-expired", sub)]
     status = h.broker.status()
     assert status["subscriptions"] == 1 and status["leases_held"] == 1 and status["leases_expired"] == 1
-    assert len(h.broker.index) == 1
+    assert len(h.broker.local.index) == 1
     h.publish(1, ("a/b", b"x", {}))  # the expired client may still publish, and subscribe again
     h.sync()
     assert delivered(h.inbox(2)) and not delivered(h.inbox(1))

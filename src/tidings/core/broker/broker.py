@@ -8,7 +8,9 @@ returns effects for the runtime to apply.
 - `RouteAdvice` (advice.py): WELCOME's info and the route advice to clients;
 - `Intake` (publish/intake.py) checks, ticks and logs each PUBLISH (`DedupWindow`: idempotent ones),
   and `Pubend` holds batches until the runtime reports them synced: only then are publishers
-  acknowledged and events fanned out; `SubscriptionIndex` (filters/) finds the matching subscriptions;
+  acknowledged and events fanned out;
+- `LocalSubscriptions` (subscription/table.py) is the table of the local subscriptions: their index,
+  their trees, the fan-outs and catch-up reads that reach them, their moves on flow control;
 - `Subscription` (subscription/subscription.py) is one subscription: its start (subscription/start.py),
   its mode (catching up from the log, live, blocked, ended, away), its position per pubend and its
   durable binding; `RemoteDelivery` (subscription/remote.py) picks each one's share of other
@@ -55,7 +57,6 @@ from tidings.core.effects import (
     Send,
 )
 from tidings.core.errors import TidingsError
-from tidings.core.filters import SubscriptionIndex
 from tidings.core.inputs import (
     Accepted,
     Connected,
@@ -76,7 +77,7 @@ from tidings.core.inputs import (
 )
 from tidings.core.links.peer_links import PeerLinks
 from tidings.core.multicast.effects import AccessChanged
-from tidings.core.multicast.local_trees import JoinTree, LocalTrees, NameMembers, TreeEffect
+from tidings.core.multicast.local_trees import JoinTree, LeaveTree, NameMembers, TreeEffect
 from tidings.core.multicast.trees import subscription_tree
 from tidings.core.overlay.node import Rng
 from tidings.core.overlay.node_id import NodeRef, node_id_from
@@ -85,10 +86,9 @@ from tidings.core.publish.intake import Intake
 from tidings.core.publish.pubend import Pubend
 from tidings.core.reliability.node import DeliverRecords, Lost, MovedAway, ReliabilityNode
 from tidings.core.subscription.leases import EndSubscription, Leases, lapsed
-from tidings.core.subscription.memberships import TreeMemberships
-from tidings.core.subscription.remote import RemoteDelivery
 from tidings.core.subscription.start import check_subscribe, from_read, resolve_start
 from tidings.core.subscription.subscription import Subscription
+from tidings.core.subscription.table import LocalSubscriptions, Reader, Settle, TableEffect
 from tidings.core.units import ns_to_us
 from tidings.core.wire import messages
 
@@ -125,19 +125,14 @@ class Broker:
         # reading the client connections, what it may cost, and who holds them (core/broker/reading.py)
         self.reading = Reading(config, self.guard, self.client_errors, self.advice)
         self.connections = self.reading.connections
-        self.subends: dict[int, Subscription] = {}
-        self.index = SubscriptionIndex()
-        self._next_key = 0
+        self.local = LocalSubscriptions(self.guard)  # the subends, their index and trees (core/subscription/table.py)
+        self.subends = self.local.subends
+        self.memberships, self.trees = self.local.memberships, self.local.trees
         self.timers: Deadlines[BrokerTimer] = Deadlines()
         self.leases = Leases(config.lease_ns, self._unread)
-        self.events_delivered = 0
-        self.read_span_bytes = 0  # the log's bytes read for READs as spans (their events are not counted)
         self.now = 0
         self.wall_us = 0  # the last wall clock an input brought, for messages handled without one
         self.cluster: ClusterMember | None = None
-        self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
-        self.trees = LocalTrees(self.guard, self.memberships)  # joining them under access lists (multicast/)
-        self.remote = RemoteDelivery()  # other pubends' events for local subscriptions
         expiry_us = ns_to_us(config.durable_expiry_ns)
         self.dedup = DedupWindow(ns_to_us(config.dedup_window_ns), config.dedup_entries_max,
                                  config.dedup_producers_max)  # idempotent publish (core/publish/dedup.py)
@@ -393,30 +388,12 @@ class Broker:
     def _synced(self, token: int, out: list[Effect]) -> None:
         """Acknowledge the batches now durable and fan their events out to live subends."""
         pid = self.pubend.pubend_id
-        fan: dict[int, list[bytes]] = {}
-        match = self.index.match
-        subends = self.subends
-        by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
         batches = self.pubend.synced(token)
         for batch in batches:
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
                 self._ack(c, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates), out)
-            for tick, channel, attributes, record in batch.deliveries:
-                if attributes:
-                    keys = match(channel, attributes)
-                elif channel in by_channel:
-                    keys = by_channel[channel]
-                else:
-                    keys = by_channel[channel] = match(channel, attributes)
-                for key in keys:
-                    s = subends[key]
-                    if s.live and tick > s.position:
-                        if key in fan:
-                            fan[key].append(record)
-                        else:
-                            fan[key] = [record]
-        self._fan_out(fan, out, pid, self.pubend.synced_tick)  # (live ones: every tick to the tail passed)
+        out += self.local.synced(batches, pid, self.pubend.synced_tick)
         if self.cluster is not None:
             self._publish_to_trees(batches, out)
         for conn in self.intake.synced():  # publishers paused for the disk: read again
@@ -427,14 +404,6 @@ class Broker:
         sent now to a blocked connection, which does not read it, it counts like any reply."""
         if c.reply(ack, out) and c.blocked:
             out += c.charge(self.now, len(ack))
-
-    def _fan_out(self, fan: dict[int, list[bytes]], out: list[Effect], pubend: str | None = None,
-                 through: int | None = None) -> None:
-        """Records for subscriptions, from this broker's fan-out (`pubend` passed `through`) or the trees."""
-        subends = self.subends
-        for key, records in fan.items():
-            self.events_delivered += len(records)
-            out += subends[key].deliver(records, pubend, through)
 
     # ---- subscribing -----------------------------------------------------------------------------
 
@@ -461,11 +430,8 @@ class Broker:
         except TidingsError as exc:
             return refuse(exc.code, str(exc))
         position = begin.position if checkpoint is None else checkpoint.position(self.pubend.pubend_id)
-        self._next_key += 1
-        total = msg.order == messages.ORDER_TOTAL
-        s = Subscription(self._next_key, c.conn, msg.sub, self.pubend.pubend_id, pattern, flt, position, begin.end,
-                         from_oldest=begin.from_oldest, total=total, bulk=bulk, spans=spans)
-        self.subends[s.key] = s
+        s = self.local.open(c.conn, msg.sub, self.pubend.pubend_id, pattern, flt, position, begin.end,
+                            begin.from_oldest, msg.order == messages.ORDER_TOTAL, bulk, spans)
         c.subs[msg.sub] = s
         if begin.end is None:
             remote = None if checkpoint is None else checkpoint.positions
@@ -474,8 +440,7 @@ class Broker:
             except TidingsError as exc:  # a local limit reached on the client's behalf
                 del self.subends[s.key], c.subs[msg.sub]
                 return refuse(exc.code, str(exc))
-            if not total:  # total order takes this broker's own events through the merge too
-                self.index.add(s.key, pattern, flt)
+            self.local.joined(s)
         self.leases.hold(self.now, c.conn)
         if checkpoint is not None:
             try:
@@ -525,25 +490,21 @@ class Broker:
 
     def _durable_silence(self, now: int, out: list[Effect]) -> None:
         """Each durable subscription's SILENCE, with what the trees passed it (reliability/node.py)."""
-        durable = [s for s in self.subends.values() if s.durable]
-        if durable:
+        if self.local.durable():
             self.timers.set(DURABLE_SILENCE, now + self.config.durable_silence_interval_ns)
-        synced = self.pubend.synced_tick
-        tree_of = self.memberships.tree_of
-        for s in durable:
-            tree = tree_of.get(s.key)
-            if tree is not None and self.cluster is not None:
-                s.passed(self._gd().delivered_through(s.key, tree))
-            out += s.silence(synced)
+        out += self.local.silence(self.pubend.synced_tick, self._positions())
+
+    def _positions(self) -> ReliabilityNode | None:
+        """What the trees know of the local subscriptions (None outside an overlay)."""
+        return None if self.cluster is None else self._gd()
 
     def _unsubscribe(self, c: ClientConnection, sub: int, forget: bool, out: list[Effect]) -> None:
         """A durable subscription is away after UNSUBSCRIBE, as after a closed connection, unless
-        `forget` ends it for good."""
+        `forget` ends it for good. One that is not open (the broker ended it, or it never was) is
+        left as it is, unanswered: what the client asks for holds already."""
         s = c.subs.get(sub)
-        if s is None:
-            c.refuse(self.now, errors.UNKNOWN_SUBSCRIPTION, f"no subscription {sub}", out, sub=sub)
-            return
-        self._drop_subend(c, s, out, ended=forget)
+        if s is not None:
+            self._drop_subend(c, s, out, ended=forget)
 
     def _drop_subend(self, c: ClientConnection, s: Subscription, out: list[Effect], ended: bool = True) -> None:
         """Subscription `s` ends (`ended`: unsubscribed, refused, expired), or its connection went
@@ -551,52 +512,47 @@ class Broker:
         del c.subs[s.sub]
         if not c.subs:
             self.leases.release(c.conn)
-        del self.subends[s.key]
         away = False
-        if s.end is None:
-            if not s.total:
-                self.index.remove(s.key)
+        if self.local.drop(s):
             away, outcome = self.durable.end(s.key, s.registration, ended,
                                              self._gd().wall_us if self.cluster else 0)
             self._durable(outcome, out)
-            self._leave_tree(s.key, out, held=away)
+            self._carry(self.local.leave(self.now, s.key, away, self._positions()), out)
         s.close(away)
 
     def _advance(self, c: ClientConnection, s: Subscription, out: list[Effect]) -> None:
         """Move a subscription that is not live on (core/subscription/subscription.py `advance`)."""
-        effects, ended = s.advance(self.pubend.synced_tick, c.blocked, self.config.log_read_bytes_max)
-        out += effects
-        if ended:
-            self._drop_subend(c, s, out)
+        self._carry(self.local.advance(s, c.blocked, self.pubend.synced_tick, self.config.log_read_bytes_max), out)
+
+    def _carry(self, effects: list[TableEffect], out: list[Effect]) -> None:
+        """Carry out, in order, what the local subscriptions decided (core/subscription/table.py)."""
+        for eff in effects:
+            if isinstance(eff, Settle):
+                self._reliability(eff.effects, out)
+            elif isinstance(eff, EndSubscription):
+                c = self.connections[eff.conn]
+                self._drop_subend(c, c.subs[eff.sub], out, ended=eff.ended)
+            elif isinstance(eff, JoinTree | NameMembers | LeaveTree):
+                self._cluster_effects(self._tree_effects([eff]), out)
+            else:
+                out.append(eff)
 
     def _log_read(self, inp: LogRead, out: list[Effect]) -> None:
-        if inp.reader < 0:  # the pubend answering a nack
+        if self.local.reader(inp.reader) is Reader.PUBEND:  # the pubend answering a nack
             if self.cluster is not None:
                 self._reliability(self._gd().log_read(inp.now, inp.reader, inp.records, inp.log), out)
             return
-        s = self.subends.get(inp.reader)
-        if s is None or s.reading is None:
-            return  # the subscription ended while its read was in flight
-        c = self.connections[s.conn]
-        effects, delivered = s.on_read(inp.records, inp.log, inp.span)
-        self.events_delivered += delivered
-        self.read_span_bytes += 0 if inp.span is None else len(inp.span[1])
+        effects, s = self.local.log_read(inp)
         out += effects
-        self._advance(c, s, out)
+        if s is not None:
+            self._advance(self.connections[s.conn], s, out)
 
     def _read_failed(self, inp: ReadFailed, out: list[Effect]) -> None:
-        """The log cannot serve this subscription: say so and end it, rather than stall or skip."""
-        if inp.reader < 0:
+        if self.local.reader(inp.reader) is Reader.PUBEND:
             if self.cluster is not None:
                 self._gd().source.read_failed(inp.reader)  # the nack will be repeated
             return
-        s = self.subends.get(inp.reader)
-        if s is None:
-            return
-        c = self.connections[s.conn]
-        out.append(Send(c.conn, messages.error(errors.LOG_UNREADABLE, f"cannot read the log: {inp.reason}",
-                                               sub=s.sub)))
-        self._drop_subend(c, s, out, ended=False)  # a durable one may resume elsewhere
+        self._carry(self.local.read_failed(inp.reader, inp.reason), out)
 
     def _flow(self, conn: int, blocked: bool, out: list[Effect]) -> None:
         """The connection's send queue passed send_queue_bytes_max (`blocked`) or drained: its live
@@ -605,15 +561,8 @@ class Broker:
         c = self.reading.flow(conn, blocked, out)
         if c is None:
             return
-        synced = self.pubend.synced_tick
-        for s in list(c.subs.values()):
-            if blocked:
-                s.blocked(synced)
-            elif not s.live:
-                self._advance(c, s, out)
-            tree = self.memberships.tree_of.get(s.key)
-            if tree is not None and self.cluster is not None:
-                self._reliability(self._gd().local_flow(self.now, s.key, tree, blocked), out)
+        self._carry(self.local.flow(self.now, list(c.subs.values()), blocked, self.pubend.synced_tick,
+                                    self.config.log_read_bytes_max, self._positions()), out)
         if not blocked:
             self._serve(self.reading.release(self.now, conn, Hold.SEND, out), out)
 
@@ -662,13 +611,6 @@ class Broker:
                 self._cluster_effects(self.cluster.create(now, tree, creator, acl), out)
         return out
 
-    def _leave_tree(self, key: int, out: list[Effect], held: bool = False) -> None:
-        """Subend `key` leaves its tree (`held`: its durable registration is a member in its place)."""
-        tree, effects = self.trees.leave(key, held)
-        if self.cluster is not None:
-            self._reliability(self._gd().local_unsubscribe(self.now, key, tree), out)
-            self._cluster_effects(self._tree_effects(effects), out)
-
     def _member_gone(self, tree: str, out: list[Effect]) -> None:
         """An away durable registration of `tree` ended (or its subscriber is back on a subend)."""
         self._cluster_effects(self._tree_effects(self.trees.member_gone(tree)), out)
@@ -705,12 +647,9 @@ class Broker:
         """The cluster member's output: remote events for local subscriptions, effects for the runtime."""
         for eff in effects:
             if type(eff) is DeliverRecords:
-                self._fan_out(self.remote.fan(eff, self.subends), out)
+                out += self.local.fan_out(self.local.remote.fan(eff, self.subends))
             elif type(eff) is Lost:
-                for key in eff.keys:
-                    s = self.subends.get(key)
-                    if s is not None:
-                        out += s.lost(eff.pubend, eff.after, eff.through)
+                out += self.local.lost(eff.keys, eff.pubend, eff.after, eff.through)
             elif type(eff) is AccessChanged:
                 self._access_changed(eff, out)
             elif type(eff) is Recorded:
@@ -744,14 +683,4 @@ class Broker:
         }
 
     def _subscription_status(self, s: Subscription) -> dict[str, Any]:
-        """The subend's status, with its lag on other brokers' streams: `lag_by_pubend` (ticks known
-        here but not yet handed to it, per pubend, its own pubend's included) and `lag_ticks`, the
-        largest of them."""
-        status = s.status(self.pubend.synced_tick)
-        tree = self.memberships.tree_of.get(s.key)
-        if self.cluster is None or tree is None:
-            return status
-        lags = self._gd().lag(s.key, tree)
-        if isinstance(status["lag_ticks"], int):
-            lags[self.pubend.pubend_id] = status["lag_ticks"]
-        return {**status, "lag_by_pubend": lags, "lag_ticks": max(lags.values(), default=status["lag_ticks"])}
+        return self.local.status(s, self.pubend.pubend_id, self.pubend.synced_tick, self._positions())

@@ -31,8 +31,7 @@ if TYPE_CHECKING:
     from tidings.core.publish.intake import Intake
     from tidings.core.publish.pubend import Pubend
     from tidings.core.subscription.leases import Leases
-    from tidings.core.subscription.remote import RemoteDelivery
-    from tidings.core.subscription.subscription import Subscription
+    from tidings.core.subscription.table import LocalSubscriptions
 
 
 class Broker(Protocol):
@@ -51,17 +50,11 @@ class Broker(Protocol):
     @property
     def leases(self) -> Leases: ...
     @property
-    def subends(self) -> dict[int, Subscription]: ...
+    def local(self) -> LocalSubscriptions: ...
     @property
     def constream(self) -> Constream: ...
     @property
-    def remote(self) -> RemoteDelivery: ...
-    @property
     def cluster(self) -> ClusterMember | None: ...
-    @property
-    def events_delivered(self) -> int: ...
-    @property
-    def read_span_bytes(self) -> int: ...
 
 
 class Kind(StrEnum):
@@ -94,15 +87,17 @@ FIGURES: tuple[Figure, ...] = (
     Figure("events_rejected", "events_rejected", COUNTER, "published events this broker refused",
            "Intake", lambda b: b.intake.events_rejected),
     Figure("events_delivered", "events_delivered", COUNTER, "events delivered to this broker's subscribers",
-           "Broker (fan-out and log reads)", lambda b: b.events_delivered),
+           "LocalSubscriptions (fan-out and log reads)", lambda b: b.local.events_delivered),
     Figure("read_span_bytes", "read_span_bytes", COUNTER, "bytes of the log sent to bulk readers as they are (SPAN), "
-           "whose events are not counted in events_delivered", "Broker (log reads)", lambda b: b.read_span_bytes),
+           "whose events are not counted in events_delivered", "LocalSubscriptions (log reads)",
+           lambda b: b.local.read_span_bytes),
     Figure("events_remote_delivered", "events_remote_delivered", COUNTER,
            "events from other brokers' pubends delivered to this broker's subscribers",
-           "RemoteDelivery", lambda b: b.remote.events_delivered, overlay=True),
+           "RemoteDelivery", lambda b: b.local.remote.events_delivered, overlay=True),
     Figure("peer_messages_rejected", "peer_messages_rejected", COUNTER, "malformed messages from other brokers",
            "RemoteDelivery, ClusterMember",
-           lambda b: b.remote.records_rejected + (b.cluster.peer_messages_rejected if b.cluster else 0), overlay=True),
+           lambda b: b.local.remote.records_rejected + (b.cluster.peer_messages_rejected if b.cluster else 0),
+           overlay=True),
     Figure("leases_expired", "leases_expired", COUNTER,
            "subscription leases that ran out (their subscriptions were removed)", "Leases",
            lambda b: b.leases.expired_total),
@@ -124,12 +119,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure("clients", "clients", GAUGE, "client connections open", "Reading", lambda b: b.reading.open_clients()),
     Figure("leases_held", "leases_held", GAUGE, "client connections holding a subscription lease", "Leases",
            lambda b: len(b.leases)),
-    Figure("subscriptions", "subscriptions", GAUGE, "subscriptions of this broker's clients", "Broker (subends)",
-           lambda b: len(b.subends)),
+    Figure("subscriptions", "subscriptions", GAUGE, "subscriptions of this broker's clients", "LocalSubscriptions",
+           lambda b: len(b.local.subends)),
     Figure("subscriptions_live", "subscriptions_live", GAUGE, "subscriptions receiving live events",
-           "Subscription", lambda b: sum(1 for s in b.subends.values() if s.live)),
+           "Subscription", lambda b: sum(1 for s in b.local.subends.values() if s.live)),
     Figure("catchup_readers", "subscriptions_catching_up", GAUGE, "subscriptions reading the log to catch up",
-           "Subscription", lambda b: sum(1 for s in b.subends.values() if not s.live)),
+           "Subscription", lambda b: sum(1 for s in b.local.subends.values() if not s.live)),
     Figure("blocked_connections", "connections_blocked", GAUGE, "connections whose send queue is full",
            "Reading", lambda b: b.reading.blocked()),
     Figure("partial_frame_bytes", "partial_frame_bytes", GAUGE,

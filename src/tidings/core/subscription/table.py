@@ -1,0 +1,258 @@
+"""The local subscriptions: the table of the subends a subscriber's broker serves (Gryphon's
+subends, one `Subscription` machine each), and the fan-outs that reach them.
+
+Theory of operation. The broker hands every local subscription to this table: it gives each a
+broker-wide key (also the reader id of its catch-up reads of this broker's log), enters an
+unbounded one that is not in total order in the `SubscriptionIndex` (which finds the subscriptions
+an event of this broker's own pubend matches), and keeps the tree memberships (`LocalTrees` over
+`TreeMemberships`: which tree each subscription belongs to, under the trees' access lists). Events
+reach subscriptions by three ways, all ending in `Subscription.deliver`:
+
+- the fan-out of this broker's own pubend as each batch becomes durable (`synced`): the live
+  subscriptions the index matches, each event past its position;
+- the trees, for other pubends' events (`DeliverRecords`, picked per subscription by
+  `RemoteDelivery`), and their lost ticks (`Lost`: a GAP each);
+- the subscription's own catch-up reads of this broker's log (`log_read`).
+
+Readers. A ReadLog's reader id names who reads this broker's log: a subscription (its key) or the
+pubend answering a nack (reliability/source.py). `reader` answers which, from the keys this table
+gave out, so that the broker routes each LogRead and ReadFailed by its owner.
+
+The table decides nothing about the trees or the durable registrations: joining and leaving trees
+and binding durable subscriptions are the broker's to carry out through the cluster member
+(core/broker/broker.py), since a tree join may be refused by a local limit only the cluster knows.
+
+Invariants: a key is given once; `subends[key]` is in the index exactly when it is unbounded, not
+in total order and not ended; counts only grow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from tidings.core import errors
+from tidings.core.auth.guard import Guard
+from tidings.core.effects import Effect, Send
+from tidings.core.filters import Filter, SubscriptionIndex
+from tidings.core.inputs import LogRead
+from tidings.core.multicast.local_trees import LocalTrees, TreeEffect
+from tidings.core.publish.pubend import PendingBatch
+from tidings.core.subscription.leases import EndSubscription
+from tidings.core.subscription.memberships import TreeMemberships
+from tidings.core.subscription.remote import RemoteDelivery
+from tidings.core.subscription.subscription import Subscription
+from tidings.core.wire import messages
+
+
+class Reader(StrEnum):
+    """Who a log read (ReadLog / LogRead / ReadFailed) is for."""
+
+    SUBSCRIPTION = "subscription"  # a key this table gave: a subscription's catch-up read
+    GONE = "gone"  # one of its keys whose subscription ended while its read was in flight
+    PUBEND = "pubend"  # not this table's: the pubend answering a nack (reliability/source.py)
+
+
+class TreeStreams(Protocol):
+    """The trees' streams for local subscriptions (reliability/node.py ReliabilityNode)."""
+
+    def delivered_through(self, key: int, tree: str) -> dict[str, int]: ...
+
+    def lag(self, key: int, tree: str) -> dict[str, int]: ...
+
+    def local_flow(self, now: int, key: int, tree: str, blocked: bool) -> list[Any]: ...
+
+    def local_unsubscribe(self, now: int, key: int, tree: str) -> list[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """The trees' streams answered a call of this table: their effects, for the cluster member
+    to carry out (core/broker/cluster.py `settle`) where they stand in the table's output."""
+
+    effects: list[Any]
+
+
+TableEffect = Effect | Settle | EndSubscription | TreeEffect
+
+
+class LocalSubscriptions:
+    __slots__ = ("_next_key", "events_delivered", "index", "memberships", "read_span_bytes", "remote", "subends",
+                 "trees")
+
+    def __init__(self, guard: Guard) -> None:
+        self.subends: dict[int, Subscription] = {}
+        self.index = SubscriptionIndex()  # this broker's own events: which subscriptions they match
+        self._next_key = 0
+        self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
+        self.trees = LocalTrees(guard, self.memberships)  # joining them under access lists (multicast/)
+        self.remote = RemoteDelivery()  # other pubends' events for local subscriptions
+        self.events_delivered = 0
+        self.read_span_bytes = 0  # the log's bytes read for READs as spans (their events are not counted)
+
+    # ---- the table -------------------------------------------------------------------------------
+
+    def open(self, conn: int, sub: int, own: str, pattern: str, flt: Filter | None, position: int,
+             end: int | None, from_oldest: bool, total: bool, bulk: bool, spans: bool) -> Subscription:
+        """A new subscription `sub` of connection `conn`, under a key of its own."""
+        self._next_key += 1
+        s = Subscription(self._next_key, conn, sub, own, pattern, flt, position, end, from_oldest=from_oldest,
+                         total=total, bulk=bulk, spans=spans)
+        self.subends[s.key] = s
+        return s
+
+    def joined(self, s: Subscription) -> None:
+        """`s` joined its tree: unless in total order (the merge takes this broker's own events
+        too), the index finds it for this broker's own events."""
+        if not s.total:
+            self.index.add(s.key, s.pattern, s.filter)
+
+    def drop(self, s: Subscription) -> bool:
+        """`s` leaves the table; whether it had a tree to leave (it was not bounded)."""
+        del self.subends[s.key]
+        if s.end is not None:
+            return False
+        if not s.total:
+            self.index.remove(s.key)
+        return True
+
+    def leave(self, now: int, key: int, held: bool, streams: TreeStreams | None) -> list[TableEffect]:
+        """Subscription `key` leaves its tree (`held`: its durable registration is a member in its
+        place): its streams there, then what the broker's SUBSCRIBE and membership become."""
+        tree, effects = self.trees.leave(key, held)
+        if streams is None:
+            return []
+        return [Settle(streams.local_unsubscribe(now, key, tree)), *effects]
+
+    def durable(self) -> list[Subscription]:
+        return [s for s in self.subends.values() if s.durable]
+
+    def tree_of(self, key: int) -> str | None:
+        return self.memberships.tree_of.get(key)
+
+    def reader(self, reader: int) -> Reader:
+        """Who read `reader` is for (keys are given from 1 up; the pubend's readers are not)."""
+        if not 1 <= reader <= self._next_key:
+            return Reader.PUBEND
+        s = self.subends.get(reader)
+        return Reader.GONE if s is None else Reader.SUBSCRIPTION
+
+    # ---- moves -----------------------------------------------------------------------------------
+
+    def advance(self, s: Subscription, blocked: bool, synced_tick: int, read_bytes_max: int) -> list[TableEffect]:
+        """Move a subscription that is not live on (`Subscription.advance`); one that finished ends."""
+        effects: list[TableEffect] = []
+        moves, ended = s.advance(synced_tick, blocked, read_bytes_max)
+        effects += moves
+        if ended:
+            effects.append(EndSubscription(s.conn, s.sub, ended=True))
+        return effects
+
+    def flow(self, now: int, subs: Iterable[Subscription], blocked: bool, synced_tick: int, read_bytes_max: int,
+             streams: TreeStreams | None) -> list[TableEffect]:
+        """The connection of `subs` blocked (its live events turn into log reads) or drained (those
+        not live move on); the trees' streams hold or push their events alike."""
+        out: list[TableEffect] = []
+        for s in subs:
+            if blocked:
+                s.blocked(synced_tick)
+            elif not s.live:
+                out += self.advance(s, blocked, synced_tick, read_bytes_max)
+            tree = self.memberships.tree_of.get(s.key)
+            if tree is not None and streams is not None:
+                out.append(Settle(streams.local_flow(now, s.key, tree, blocked)))
+        return out
+
+    # ---- delivery --------------------------------------------------------------------------------
+
+    def synced(self, batches: Iterable[PendingBatch], pubend: str, synced_tick: int) -> list[Effect]:
+        """This broker's own events, durable now: to each live subscription they match, past its
+        position (live ones: every tick to the durable tail passed)."""
+        fan: dict[int, list[bytes]] = {}
+        match = self.index.match
+        subends = self.subends
+        by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
+        for batch in batches:
+            for tick, channel, attributes, record in batch.deliveries:
+                if attributes:
+                    keys = match(channel, attributes)
+                elif channel in by_channel:
+                    keys = by_channel[channel]
+                else:
+                    keys = by_channel[channel] = match(channel, attributes)
+                for key in keys:
+                    s = subends[key]
+                    if s.live and tick > s.position:
+                        if key in fan:
+                            fan[key].append(record)
+                        else:
+                            fan[key] = [record]
+        return self.fan_out(fan, pubend, synced_tick)
+
+    def fan_out(self, fan: Mapping[int, list[bytes]], pubend: str | None = None,
+                through: int | None = None) -> list[Effect]:
+        """Records for subscriptions, from this broker's fan-out (`pubend` passed `through`) or the trees."""
+        out: list[Effect] = []
+        subends = self.subends
+        for key, records in fan.items():
+            self.events_delivered += len(records)
+            out += subends[key].deliver(records, pubend, through)
+        return out
+
+    def lost(self, keys: Iterable[int], pubend: str, after: int, through: int) -> list[Effect]:
+        """Ticks (after, through] of `pubend` were released before the trees gave them to `keys`."""
+        out: list[Effect] = []
+        for key in keys:
+            s = self.subends.get(key)
+            if s is not None:
+                out += s.lost(pubend, after, through)
+        return out
+
+    def log_read(self, inp: LogRead) -> tuple[list[Effect], Subscription | None]:
+        """A subscription's catch-up read came back: what it delivers, and the subscription (to
+        move on), None when it ended while its read was in flight."""
+        s = self.subends.get(inp.reader)
+        if s is None or s.reading is None:
+            return [], None
+        effects, delivered = s.on_read(inp.records, inp.log, inp.span)
+        self.events_delivered += delivered
+        self.read_span_bytes += 0 if inp.span is None else len(inp.span[1])
+        return effects, s
+
+    def read_failed(self, reader: int, reason: str) -> list[TableEffect]:
+        """The log cannot serve subscription `reader`: it is told so and ends (away, when durable: it
+        may resume elsewhere), rather than stall or skip."""
+        s = self.subends.get(reader)
+        if s is None:
+            return []
+        return [Send(s.conn, messages.error(errors.LOG_UNREADABLE, f"cannot read the log: {reason}", sub=s.sub)),
+                EndSubscription(s.conn, s.sub, ended=False)]
+
+    def silence(self, synced_tick: int, positions: TreeStreams | None) -> list[Effect]:
+        """Each durable subscription's SILENCE, with what the trees passed it."""
+        out: list[Effect] = []
+        tree_of = self.memberships.tree_of
+        for s in self.durable():
+            tree = tree_of.get(s.key)
+            if tree is not None and positions is not None:
+                s.passed(positions.delivered_through(s.key, tree))
+            out += s.silence(synced_tick)
+        return out
+
+    # ---- observation -----------------------------------------------------------------------------
+
+    def status(self, s: Subscription, own: str, synced_tick: int, positions: TreeStreams | None) -> dict[str, Any]:
+        """The subend's status, with its lag on other brokers' streams: `lag_by_pubend` (ticks known
+        here but not yet handed to it, per pubend, its own pubend's included) and `lag_ticks`, the
+        largest of them."""
+        status = s.status(synced_tick)
+        tree = self.memberships.tree_of.get(s.key)
+        if positions is None or tree is None:
+            return status
+        lags = positions.lag(s.key, tree)
+        if isinstance(status["lag_ticks"], int):
+            lags[own] = status["lag_ticks"]
+        return {**status, "lag_by_pubend": lags, "lag_ticks": max(lags.values(), default=status["lag_ticks"])}
+
