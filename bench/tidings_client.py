@@ -33,7 +33,7 @@ from netutil import LOOPBACK, connect_loopback
 from tidings.aio.tls import client_context
 from tidings.core.auth.credentials import NONCE_BYTES, parse_credential
 from tidings.core.session.client_session import ClientSession
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import FrameDecoder
 from tidings.core.wire.types import ClientType
 
@@ -52,7 +52,7 @@ def _read_frame(sock: Any, decoder: FrameDecoder, pending: list[bytes]) -> bytes
 
 
 def _read_message(sock: Any, decoder: FrameDecoder, pending: list[bytes]) -> Any:
-    return messages.decode_broker_message(_read_frame(sock, decoder, pending))
+    return decoders.decode_broker_message(_read_frame(sock, decoder, pending))
 
 
 class TlsSocket:
@@ -182,7 +182,7 @@ class AckCounter:
     def feed(self, data: bytes) -> tuple[int, bytes | None]:
         acked = 0
         for body in self._decoder.feed(data):
-            msg = messages.decode_broker_message(body)
+            msg = decoders.decode_broker_message(body)
             if isinstance(msg, messages.Ack):
                 good = sum(1 for t in msg.ticks if t is not None)
                 acked += good

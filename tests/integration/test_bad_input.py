@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from tidings import sync
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.wire import messages, peer
+from tidings.core.wire import decoders, messages, peer
 from tidings.core.wire.frames import FrameDecoder, frame
 from tidings.core.wire.types import LinkType
 from tidings.testing import BrokerProcess
@@ -93,7 +93,7 @@ def test_random_and_mutated_frames(fuzz_broker, data, hello):
     reply = exchange(broker.address, greeted(data, hello))
     bodies = FrameDecoder(1 << 20).feed(reply)
     for body in bodies:
-        msg = messages.decode_broker_message(body)  # whatever the broker says is well-formed
+        msg = decoders.decode_broker_message(body)  # whatever the broker says is well-formed
         # a mutation can make a valid request: a bounded SUBSCRIBE is rightly answered with END
         assert isinstance(msg, messages.Welcome | messages.Error | messages.Ack | messages.Subscribed
                           | messages.StatusReply | messages.Events | messages.End | messages.Gap)
@@ -104,7 +104,7 @@ def test_random_and_mutated_frames(fuzz_broker, data, hello):
 def test_oversized_frame_gets_an_error_then_close(fuzz_broker):
     broker = fuzz_broker[0]
     reply = exchange(broker.address, greeted(struct.pack(">I", 70000) + b"x" * 100, hello=True))
-    msgs = [messages.decode_broker_message(b) for b in FrameDecoder(1 << 20).feed(reply)]
+    msgs = [decoders.decode_broker_message(b) for b in FrameDecoder(1 << 20).feed(reply)]
     assert isinstance(msgs[0], messages.Welcome)
     assert msgs[1].code == "frame-too-large" and "frame_bytes_max" in msgs[1].message
 
@@ -119,7 +119,7 @@ def test_silent_client_is_dropped_after_the_handshake_timeout(tmp_path):
                 data += chunk
             waited = time.monotonic() - start
         (body,) = FrameDecoder(1 << 20).feed(data)
-        assert messages.decode_broker_message(body).code == "handshake-timeout"
+        assert decoders.decode_broker_message(body).code == "handshake-timeout"
         assert 0.2 < waited < 5
 
 
@@ -146,7 +146,7 @@ def broker_publish(state) -> int:
 
 def probe_answered(bodies: list[bytes]) -> bool:
     for body in bodies:
-        msg = messages.decode_broker_message(body)
+        msg = decoders.decode_broker_message(body)
         if isinstance(msg, messages.StatusReply) and msg.req == PROBE_REQ:
             return True
     return False
@@ -161,7 +161,7 @@ def client_case(fuzz_broker, data: bytes, hello: bool) -> None:
     whole = framed_whole(sent)
     bodies, closed = converse(broker.address, sent + (messages.status_request(PROBE_REQ) if whole else b""),
                               probe_answered, ANSWER_S)
-    msgs = [messages.decode_broker_message(b) for b in bodies]  # whatever the broker says is well-formed
+    msgs = [decoders.decode_broker_message(b) for b in bodies]  # whatever the broker says is well-formed
     assert closed or whole, "a connection holding a partial frame was answered but not closed"
     if closed and msgs and not whole:
         assert isinstance(msgs[-1], messages.Error), "closed with a reason"

@@ -21,7 +21,7 @@ from tidings.aio.auth_file import add_identity
 from tidings.core.auth.credentials import NONCE_BYTES, Credential, KdfParams
 from tidings.core.errors import BrokerError
 from tidings.core.session.client_session import ClientSession
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import FrameDecoder, frame
 from tidings.testing import BrokerProcess
 
@@ -74,7 +74,7 @@ class Raw:
             if time.monotonic() > deadline:
                 raise AssertionError(f"no answer in time; got {self.got}")
             self.closed = not data
-            self.got += [messages.decode_broker_message(b) for b in self.decoder.feed(data)]
+            self.got += [decoders.decode_broker_message(b) for b in self.decoder.feed(data)]
         return self.got
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tidings import sync
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.wire import messages, peer
+from tidings.core.wire import decoders, messages, peer
 from tidings.core.wire.frames import FrameDecoder, frame
 from tidings.core.wire.types import ClientType, LinkType
 from tidings.testing import Cluster
@@ -113,7 +113,7 @@ def test_a_malformed_overlay_message_is_refused_by_its_layer(pair):
 def test_a_malformed_peer_hello_gets_a_client_error_and_a_close(pair, hello):
     cluster = pair[0]
     (body,) = replies(cluster[0].address, frame(hello) + peer.ping(1))
-    err = messages.decode_broker_message(body)
+    err = decoders.decode_broker_message(body)
     assert isinstance(err, messages.Error) and err.code == "handshake" and "PEER_HELLO" in err.message
     still_serving(pair)
 

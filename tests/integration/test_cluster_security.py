@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from tidings import sync
 from tidings.aio.auth_file import add_identity
 from tidings.core.auth.credentials import KdfParams
-from tidings.core.wire import messages, peer
+from tidings.core.wire import decoders, messages, peer
 from tidings.testing import BrokerProcess, Cluster
 from tidings.testing.broker_process import wait_for
 
@@ -99,7 +99,7 @@ def test_the_peer_fuzz_without_the_credential_is_never_acted_on(secured_pair, da
 def test_client_messages_on_a_secured_cluster_need_a_credential_too(secured_pair):
     cluster = secured_pair[0]
     (body,) = replies(cluster[0].address, messages.hello("x", "y") + msgpack.packb([1]))
-    err = messages.decode_broker_message(body)
+    err = decoders.decode_broker_message(body)
     assert isinstance(err, messages.Error) and err.code == "auth-required"
 
 

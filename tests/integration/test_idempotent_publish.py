@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tidings import EventError, sync
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import FrameDecoder
 from tidings.testing import BrokerProcess
 
@@ -59,7 +59,7 @@ def test_bad_producer_ids_and_sequences_get_an_error_and_the_broker_serves_on(tm
     with BrokerProcess(tmp_path / "b") as broker:
         out = exchange(broker.address, messages.hello("fuzz", "1") + b"".join(bad))
         decoder = FrameDecoder(1 << 20)
-        replies = [messages.decode_broker_message(body) for body in decoder.feed(out)]
+        replies = [decoders.decode_broker_message(body) for body in decoder.feed(out)]
         errors = {e.context["seq"]: e.message for e in replies if isinstance(e, messages.Error)}
         assert sorted(errors) == [1, 2, 3, 4, 5]
         assert "producer id" in errors[1] and "producer sequence" in errors[2] and "pseq" in errors[5]

@@ -39,7 +39,7 @@ from tidings.core.auth.credentials import KdfParams, parse_credential
 from tidings.core.auth.peer_auth import DIALLER, ClusterAuth
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.session.client_session import ClientSession
-from tidings.core.wire import messages, peer
+from tidings.core.wire import decoders, messages, peer
 from tidings.core.wire.frames import FrameDecoder
 from tidings.testing import BrokerProcess
 from tidings.testing.broker_process import wait_for
@@ -129,7 +129,7 @@ def attacker(address: str, hello: bool, credential: str | None) -> socket.socket
         decoder = FrameDecoder(1 << 20)
         while True:
             (body, *_) = wait_for(lambda: decoder.feed(s.recv(65536)), 10, what="a handshake reply")
-            msg = messages.decode_broker_message(body)
+            msg = decoders.decode_broker_message(body)
             if isinstance(msg, messages.Challenge):
                 s.sendall(session.answer(msg))
                 continue

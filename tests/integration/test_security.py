@@ -20,7 +20,7 @@ from tidings import sync
 from tidings.aio.auth_file import add_identity
 from tidings.core.auth.credentials import KdfParams, parse_credential
 from tidings.core.errors import BrokerError, BrokerNotProven, TidingsError
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import FrameDecoder, frame
 from tidings.core.wire.types import ClientType
 from tidings.testing import BrokerProcess
@@ -87,13 +87,13 @@ def test_a_replayed_proof_fails(secured):
     with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
         sock.sendall(session.hello())
         decoder = FrameDecoder(1 << 20)
-        challenge = messages.decode_broker_message(wait_for(lambda: decoder.feed(sock.recv(65536)), 10)[0])
+        challenge = decoders.decode_broker_message(wait_for(lambda: decoder.feed(sock.recv(65536)), 10)[0])
         proof = session.answer(challenge)
         sock.sendall(proof)
-        welcome = messages.decode_broker_message(wait_for(lambda: decoder.feed(sock.recv(65536)), 10)[0])
+        welcome = decoders.decode_broker_message(wait_for(lambda: decoder.feed(sock.recv(65536)), 10)[0])
         assert isinstance(welcome, messages.Welcome) and welcome.info["identity"] == "loadmon"
     bodies = FrameDecoder(1 << 20).feed(exchange(broker.address, session.hello() + proof, timeout=10.0))
-    replies = [messages.decode_broker_message(b) for b in bodies]
+    replies = [decoders.decode_broker_message(b) for b in bodies]
     assert isinstance(replies[0], messages.Challenge) and replies[0].nonce != challenge.nonce
     assert isinstance(replies[-1], messages.Error) and replies[-1].code == "auth-failed"
 
@@ -189,7 +189,7 @@ def test_garbage_in_the_middle_of_the_handshake(secured, data):
     broker = secured[0]
     hello = messages.hello("loadmon", "host-1", nonce=b"n" * 24)
     bodies = FrameDecoder(1 << 20).feed(exchange(broker.address, hello + data, timeout=10.0))
-    replies = [messages.decode_broker_message(b) for b in bodies]
+    replies = [decoders.decode_broker_message(b) for b in bodies]
     assert isinstance(replies[0], messages.Challenge)
     assert all(isinstance(r, messages.Error) for r in replies[1:])
     assert broker.running

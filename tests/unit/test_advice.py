@@ -3,7 +3,7 @@
 from tidings.core.broker.advice import Candidate, Probe, Reason, RouteAdvice, candidates, choose, decode, host_of
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Send
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 
 MS = 1_000_000
 
@@ -62,13 +62,13 @@ def test_the_broker_advises_its_nearest_neighbours_and_says_why():
     assert advice.advise([7], 1, "me:1", ([], ["b1:1"])) == []  # nobody timed, not draining
     (sent,) = advice.advise([7], 1, "me:1", (near, ["b1:1", "b3:1"]))
     assert isinstance(sent, Send) and sent.conn == 7
-    got = messages.decode_broker_message(sent.data[4:])
+    got = decoders.decode_broker_message(sent.data[4:])
     assert isinstance(got, messages.Advice)
     assert (got.reason, got.entries) == ("closer", [["b1:1", 3000], ["b2:1", 5000]])
     assert advice.reason(3) is Reason.OVERLOADED and advice.welcome_info(3)["overloaded"]
     advice.drain()
     (sent,) = advice.advise([7], 1, "me:1", (near, ["b1:1", "b3:1"]))  # every broker it knows, untimed last
-    got = messages.decode_broker_message(sent.data[4:])
+    got = decoders.decode_broker_message(sent.data[4:])
     assert got.reason == "draining" and [e[0] for e in got.entries] == ["b1:1", "b2:1", "b3:1"]
     assert advice.welcome_info(0) | {"clients": 0} == {**advice.features, "clients": 0, "draining": True,
                                                        "overloaded": False}

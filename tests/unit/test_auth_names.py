@@ -18,7 +18,7 @@ from tidings.core.auth.rules import AccessRules
 from tidings.core.broker.connection import ClientConnection
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.errors import TidingsError
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import FrameDecoder
 
 VERIFIER = make_verifier(b"s" * 32, b"salt" * 4, KdfParams(n=1 << 8))
@@ -80,7 +80,7 @@ def test_the_issues_five_end_the_handshake_with_an_error_naming_the_rule():
     for n, claim in enumerate(THE_ISSUES_FIVE):
         conn = ClientConnection(n, 1 << 20, 10**9, g)
         effects = hello_to(conn, claim)
-        [reply] = [messages.decode_broker_message(body) for e in effects if isinstance(e, Send)
+        [reply] = [decoders.decode_broker_message(body) for e in effects if isinstance(e, Send)
                    for body in FrameDecoder(1 << 20).feed(e.data)]
         assert isinstance(reply, messages.Error) and reply.code in ("bad-name", "auth-required")
         assert ("ASCII letters" if reply.code == "bad-name" else "reads as") in reply.message

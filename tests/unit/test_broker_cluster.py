@@ -19,7 +19,7 @@ from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained, Ti
 from tidings.core.multicast.effects import EventArrived
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability.messages import KnowledgeMessage
-from tidings.core.wire import messages, peer
+from tidings.core.wire import decoders, messages, peer
 
 
 def in_overlay() -> Harness:
@@ -123,7 +123,7 @@ def test_a_peer_hello_to_a_broker_outside_any_overlay_is_refused_and_clients_go_
     h.feed(Accepted(0, 7))
     h.feed(Received(0, 1, 7, peer.hello(NodeRef(1, "127.0.0.1:9"))))
     assert 7 in h.closed
-    error = messages.decode_broker_message(b"".join(h.sent[7])[4:])
+    error = decoders.decode_broker_message(b"".join(h.sent[7])[4:])
     assert isinstance(error, messages.Error) and "not in an overlay" in error.message
     assert h.broker.handle(Received(0, 2, 7, b"more")) == []  # the connection is gone
     h.connect(8)

@@ -10,7 +10,7 @@ from tests.unit.test_client_moves import until
 from tidings.client import Client
 from tidings.core import errors
 from tidings.core.session.roaming import Mode
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import FrameDecoder
 from tidings.core.wire.types import ClientType
 
@@ -33,7 +33,7 @@ class OldBroker(asyncio.Protocol):
                 self.seen.append("heartbeat")
                 self.transport.write(messages.error(errors.UNKNOWN_MESSAGE, "unknown message type 10"))
                 continue
-            msg = messages.decode_client_message(body)
+            msg = decoders.decode_client_message(body)
             self.seen.append(type(msg).__name__)
             if isinstance(msg, messages.Hello):
                 self.transport.write(messages.welcome({"pubend": "old"}))

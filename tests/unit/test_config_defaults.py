@@ -9,7 +9,7 @@ import pytest
 
 from tidings.core.broker.directory import DirectoryConfig
 from tidings.core.config import BrokerConfig
-from tidings.core.links.peer_links import PeerConfig
+from tidings.core.links.link import PeerConfig
 from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.overlay.node import OverlayConfig
 from tidings.core.reliability.node import ReliabilityConfig

@@ -7,7 +7,7 @@ from tidings.core.config import BrokerConfig
 from tidings.core.effects import Send
 from tidings.core.session.client_session import ClientSession
 from tidings.core.subscription.leases import EndSubscription, LeaseExpired, Leases, lapsed
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import frame
 from tidings.core.wire.types import ClientType
 
@@ -44,7 +44,7 @@ def test_a_lapsed_lease_tells_each_subscription_why_then_ends_it():
                                                                       EndSubscription(1, 8, ended=False)]
     first = effects[0]
     assert isinstance(first, Send) and first.conn == 1
-    error = messages.decode_broker_message(first.data[4:])
+    error = decoders.decode_broker_message(first.data[4:])
     assert isinstance(error, messages.Error) and error.code == "lease-expired" and error.context["sub"] == 7
     assert lapsed(2, []) == []
 

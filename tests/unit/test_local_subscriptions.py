@@ -6,7 +6,7 @@ from tidings.core.auth.guard import Guard
 from tidings.core.effects import Send
 from tidings.core.subscription.leases import EndSubscription
 from tidings.core.subscription.table import LocalSubscriptions, Reader
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 
 
 def _open(table: LocalSubscriptions, sub: int, end: int | None = None) -> int:
@@ -31,7 +31,7 @@ def test_a_failed_read_tells_the_client_and_ends_the_subscription_away():
     key = _open(table, 4)
     effects = table.read_failed(key, "disk on fire")
     assert isinstance(effects[0], Send) and effects[1] == EndSubscription(7, 4, ended=False)
-    error = messages.decode_broker_message(effects[0].data[4:])
+    error = decoders.decode_broker_message(effects[0].data[4:])
     assert isinstance(error, messages.Error) and error.code == "log-unreadable" and error.context["sub"] == 4
     assert table.read_failed(key + 1, "unknown") == []
 

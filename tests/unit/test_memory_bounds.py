@@ -25,9 +25,10 @@ from tidings.core import errors
 from tidings.core.config import BrokerConfig, ConfigError
 from tidings.core.effects import Connect, Disconnect, PauseReading, ResumeReading, Send
 from tidings.core.inputs import Accepted, Received, SendBlocked, SendDrained, TimerFired, WriteSynced
-from tidings.core.links.peer_links import PeerConfig, PeerLinks
+from tidings.core.links.link import PeerConfig
+from tidings.core.links.peer_links import PeerLinks
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.wire import messages, peer
+from tidings.core.wire import decoders, messages, peer
 from tidings.core.wire.frames import HEADER_BYTES, FrameDecoder, PartialFrames, frame
 from tidings.core.wire.types import Layer, LinkType
 
@@ -40,7 +41,7 @@ def bodies_of(data: bytes) -> list[bytes]:
 
 
 def errors_to(h: Harness, conn: int) -> list[str]:
-    return [m.code for m in map(messages.decode_broker_message, bodies_of(b"".join(h.sent.get(conn, []))))
+    return [m.code for m in map(decoders.decode_broker_message, bodies_of(b"".join(h.sent.get(conn, []))))
             if isinstance(m, messages.Error)]
 
 
@@ -219,7 +220,7 @@ def test_a_frame_larger_than_a_hello_is_refused_before_the_handshake():
     h.feed(Accepted(0, 1))
     h.send(1, struct.pack(">I", 16 * KIB + 1) + b"x")
     assert errors_to(h, 1) == [errors.FRAME_TOO_LARGE] and 1 in h.closed
-    assert "hello_frame_bytes_max" in messages.decode_broker_message(bodies_of(h.sent[1][0])[0]).message
+    assert "hello_frame_bytes_max" in decoders.decode_broker_message(bodies_of(h.sent[1][0])[0]).message
     # after HELLO (in the same read) the connection's frames may be frame_bytes_max long
     h.connect(2, hello=False)
     s = h.sessions[2]

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.effects import Disconnect, PeerRefused
-from tidings.core.links.peer_links import OPEN, PeerLinks
+from tidings.core.links.link import OPEN
+from tidings.core.links.peer_links import PeerLinks
 from tidings.core.links.refusals import valid_address
 from tidings.core.wire import peer
 from tidings.core.wire.frames import FrameDecoder

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from tidings.core import errors
 from tidings.core.effects import Connect, Disconnect, Send, coalesce_sends
 from tidings.core.errors import ProtocolError
-from tidings.core.links.peer_links import DIALLING, OPEN, WAITING, PeerConfig, PeerLinks, RttMeasured
+from tidings.core.links.link import DIALLING, OPEN, WAITING, PeerConfig, PeerUnreachable, RttMeasured
+from tidings.core.links.peer_links import PeerLinks
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.wire import messages, peer
+from tidings.core.wire import decoders, messages, peer
 from tidings.core.wire.frames import FrameDecoder, frame
 from tidings.core.wire.types import LinkType
 
@@ -73,8 +74,8 @@ class Net:
         for item in items:
             if isinstance(item, RttMeasured):
                 self.rtts[address].append(item)
-            elif isinstance(item, str):
-                self.unreachable[address].append(item)
+            elif isinstance(item, PeerUnreachable):
+                self.unreachable[address].append(item.address)
             else:
                 sender, msg = item
                 self.got[address].append((sender.address, msg))
@@ -536,7 +537,7 @@ def test_a_malformed_hello_gets_a_client_error_frame(hello):
     items, effects = links.adopt(0, 9, FrameDecoder(CFG.frame_bytes_max), hello, [])
     assert items == [] and isinstance(effects[-1], Disconnect)
     (body,) = FrameDecoder(1 << 20).feed(effects[0].data)
-    err = messages.decode_broker_message(body)
+    err = decoders.decode_broker_message(body)
     assert isinstance(err, messages.Error) and err.code == "handshake" and "PEER_HELLO" in err.message
     assert links.status() == []
 

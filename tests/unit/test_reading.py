@@ -14,7 +14,7 @@ from tidings.core.broker.refusals import ClientErrors
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Disconnect, PauseReading, ResumeReading, Send
 from tidings.core.session.client_session import ClientSession
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 
 
 def reading(**config):
@@ -30,7 +30,7 @@ def opened(r, conn=1):
     c = r.received(conn, session.hello())
     served = [msg for _, msg in r.serve(0, c, out)]
     r.read_done(0, c, out)
-    assert served == [None] and isinstance(messages.decode_broker_message(out[0].data[4:]), messages.Welcome)
+    assert served == [None] and isinstance(decoders.decode_broker_message(out[0].data[4:]), messages.Welcome)
     return session
 
 

@@ -19,7 +19,7 @@ from tidings.core.broker.refusals import LOG_LINES_KEPT_MAX, ClientErrors, Refus
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Disconnect, PauseReading, ResumeReading, Send
 from tidings.core.inputs import LogState, Received, TimerFired, WriteSynced
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import FrameDecoder
 
 from .core_harness import Harness, of_type, refused
@@ -32,7 +32,7 @@ CODES = ("bad-message", "forbidden", "limit-exceeded")
 def decode(frames: list[bytes]) -> list[messages.Error | messages.Ack]:
     out = []
     for body in FrameDecoder(1 << 20).feed(b"".join(frames)):
-        msg = messages.decode_broker_message(body)
+        msg = decoders.decode_broker_message(body)
         assert isinstance(msg, messages.Error | messages.Ack)
         out.append(msg)
     return out
@@ -327,7 +327,7 @@ def test_the_coalesced_errors_and_the_acks_behind_them_count_against_the_send_qu
     c.flush_refusals(WINDOW, flushed)
     sends = [e for e in flushed if isinstance(e, Send)]
     assert len(sends) == 3 and isinstance(flushed[-1], Disconnect)  # the held ERROR, the ACK, the close
-    closing = messages.decode_broker_message(FrameDecoder(1 << 20).feed(sends[-1].data)[0])
+    closing = decoders.decode_broker_message(FrameDecoder(1 << 20).feed(sends[-1].data)[0])
     assert isinstance(closing, messages.Error) and closing.code == errors.SEND_QUEUE_OVERFLOW
     assert c.errors.by_reason == {"bad-message": 2, errors.SEND_QUEUE_OVERFLOW: 1}
 

@@ -5,7 +5,7 @@ import pytest
 from tidings.core.errors import ChannelError, FilterError, TidingsError
 from tidings.core.event import datetime_to_tick
 from tidings.core.session.client_session import ClientSession, start_spec
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import FrameDecoder
 
 
@@ -44,7 +44,7 @@ def test_large_batches_split_into_frames_with_consecutive_seqs():
     dec = FrameDecoder(1 << 20)
     for first, count, wire in frames:
         assert first == seq and len(wire) <= s.frame_bytes_max
-        msg = messages.decode_client_message(dec.feed(wire)[0])
+        msg = decoders.decode_client_message(dec.feed(wire)[0])
         assert msg.seq == first and len(msg.events) == count
         seq += count
     assert seq == 200

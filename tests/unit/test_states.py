@@ -8,7 +8,7 @@ import pytest
 
 from tidings.core.auth.guard import Guard
 from tidings.core.broker import connection
-from tidings.core.links import peer_links as peers
+from tidings.core.links import link as peers
 from tidings.core.states import ForbiddenTransition
 from tidings.core.wire import messages
 

@@ -27,7 +27,7 @@ from tidings.core.inputs import LogState
 from tidings.core.states import ForbiddenTransition
 from tidings.core.subscription.start import check_subscribe, from_read, resolve_start
 from tidings.core.subscription.subscription import MOVES, OPEN, Cause, Mode, Subscription
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import FrameDecoder
 
 OWN, OTHER = "p-own", "p-other"
@@ -46,7 +46,7 @@ def decoded(effects: list[Effect]) -> list[Any]:
             continue
         d = FrameDecoder(1 << 30)
         d.push(e.data)
-        out += [messages.decode_broker_message(body) for body in d.take()]
+        out += [decoders.decode_broker_message(body) for body in d.take()]
     return out
 
 

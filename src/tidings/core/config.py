@@ -14,7 +14,7 @@ from typing import Any
 from tidings.core import defaults
 from tidings.core.broker.directory import REFRESH_INTERVAL_NS, DirectoryConfig
 from tidings.core.errors import TidingsError
-from tidings.core.links.peer_links import PeerConfig
+from tidings.core.links.link import PeerConfig
 from tidings.core.multicast.agent import ScribeConfig
 from tidings.core.overlay.node import OverlayConfig
 from tidings.core.reliability.node import ReliabilityConfig

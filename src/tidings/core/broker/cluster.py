@@ -49,7 +49,8 @@ from typing import Any
 from tidings.core.broker.directory import DirectoryConfig, PubendDirectory
 from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError, TidingsError
 from tidings.core.inputs import Connected, ConnectFailed, ConnectionLost, LogState, Received, SendBlocked, SendDrained
-from tidings.core.links.peer_links import PeerLinks, PeerOutput, RttMeasured
+from tidings.core.links.link import PeerOutput, PeerUnreachable, RttMeasured
+from tidings.core.links.peer_links import PeerLinks
 from tidings.core.multicast.access import Acl, Member
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.multicast.effects import (
@@ -219,8 +220,8 @@ class ClusterMember:
         for item in items:
             if isinstance(item, RttMeasured):
                 out += self.rtt_measured(now, item.address, item.rtt_ns)
-            elif isinstance(item, str):  # an address found unreachable
-                out += self.peer_unreachable(now, item)
+            elif isinstance(item, PeerUnreachable):
+                out += self.peer_unreachable(now, item.address)
             else:
                 sender, message = item
                 try:

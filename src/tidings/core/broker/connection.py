@@ -55,7 +55,7 @@ from tidings.core.defaults import REFUSAL_WINDOW_NS
 from tidings.core.effects import Disconnect, Effect, PauseReading, ResumeReading, Send
 from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.states import Transitions
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import FrameDecoder
 from tidings.core.wire.types import LinkType
 
@@ -248,7 +248,7 @@ class ClientConnection:
         if self.state == AWAITING_HELLO:
             return self._opening(now, body, welcome_info)
         try:
-            msg = messages.decode_client_message(body)
+            msg = decoders.decode_client_message(body)
         except ProtocolError as exc:
             effects: list[Effect] = []
             self.refuse(now, exc.code, str(exc), effects)
@@ -260,12 +260,12 @@ class ClientConnection:
     def _opening(self, now: int, body: bytes, welcome_info: dict[str, Any]) -> tuple[ClientMessage | None,
                                                                                       list[Effect]]:
         """A frame before the handshake is over: HELLO, AUTH, or another broker's PEER_HELLO."""
-        if self.handshake is None and messages.message_type(body) == LinkType.PEER_HELLO:
+        if self.handshake is None and decoders.message_type(body) == LinkType.PEER_HELLO:
             self.state = TRANSITIONS.move(self.state, PEER)
             # the frames behind it, judged by the handshake's limit too (a dialler waits for WELCOME)
             return PeerHandover(body, self.decoder.take()), []
         try:
-            msg = messages.decode_client_message(body)
+            msg = decoders.decode_client_message(body)
         except ProtocolError as exc:
             return None, self.fail(now, errors.HANDSHAKE, f"expected HELLO first: {exc}")
         if isinstance(msg, messages.Hello | messages.Auth):

@@ -1,6 +1,15 @@
 """Why a peer handshake ended without a link: the vocabulary both ends count and log it in
 (core/links/peer_links.py: `refusals`, the runtime's PeerRefused log lines, `tidings_peer_refusals_total`),
-the check of an announced address, and how a dialler reads the acceptor's PEER_ERROR.
+the checks of a PEER_HELLO and a PEER_WELCOME, and how a dialler reads the acceptor's PEER_ERROR.
+
+Every handshake that ends without a link, at either end, is counted by side and reason and handed
+to the runtime as a `PeerRefused` effect to log: as acceptor, a HELLO that is malformed, of another
+version, announcing an address that is not HOST:PORT, without the cluster credential's nonce
+(`missing-credential`) or with one where there is no credential (`unexpected-credential`), a wrong
+PEER_AUTH or a dialler that refused our proof (`bad-proof`: the secrets differ), no PEER_AUTH in
+time, or too many handshakes at once; as dialler, the acceptor's PEER_ERROR, a challenge whose
+proof fails, a WELCOME without a challenge, or no WELCOME in time. A `Refusal` is what a check
+decides: the PEER_ERROR code the other end is told (unless it told us first), the reason, the text.
 
 The acceptor's PEER_ERROR code alone does not say what a dialler must fix: `auth-failed` is the
 answer both to a HELLO without the cluster credential's nonce and to a wrong PEER_AUTH. The dialler
@@ -11,8 +20,12 @@ answering the challenge, our proof was refused.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from tidings.core import errors
 from tidings.core.errors import AUTH_FAILED
+from tidings.core.overlay.node_id import NodeRef
+from tidings.core.wire import peer
 
 ACCEPTOR_SIDE = "acceptor"  # this broker refused a connection that dialled it
 DIALLER_SIDE = "dialler"  # the broker this one dialled refused it, or failed its check
@@ -28,6 +41,18 @@ BUSY = "busy"  # UNPROVEN_MAX handshakes in progress already
 REFUSED = "refused"  # the acceptor's PEER_ERROR with another code
 REFUSAL_REASONS = (MISSING_CREDENTIAL, UNEXPECTED_CREDENTIAL, BAD_PROOF, HANDSHAKE_TIMEOUT, BAD_ADDRESS, VERSION,
                    MALFORMED, BUSY, REFUSED)
+
+
+class Refusal(NamedTuple):
+    """A handshake ends here: PEER_ERROR `code` (sent unless `tell` is False: the peer told us
+    first), counted and logged under `reason`, with `text`."""
+
+    code: str
+    reason: str
+    text: str
+    tell: bool = True
+
+
 HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:[]")
 PORT_MAX = 65535
 
@@ -55,3 +80,34 @@ def dialler_reading(code: str, message: str, address: str, has_credential: bool,
     if code == errors.VERSION:
         return VERSION, f"{address}: {message}"
     return REFUSED, f"{address} refused the link ({code}: {message})"
+
+
+def hello_refusal(hello: peer.PeerHello, me: NodeRef, has_credential: bool) -> Refusal | None:
+    """Why a well-formed PEER_HELLO is refused before any credential is checked, or None."""
+    if hello.version != peer.PEER_VERSION:
+        return Refusal(errors.VERSION, VERSION, f"peer protocol version {hello.version} is not supported; this "
+                                                f"broker speaks {peer.PEER_VERSION}")
+    if not valid_address(hello.node.address):
+        return Refusal(errors.HANDSHAKE, BAD_ADDRESS, f"PEER_HELLO announces {hello.node.address!r}, not HOST:PORT")
+    if hello.node.node_id == me.node_id or hello.node.address == me.address:
+        return Refusal(errors.HANDSHAKE, MALFORMED, "PEER_HELLO names this very broker")
+    if not has_credential and hello.nonce is not None:
+        return Refusal(AUTH_FAILED, UNEXPECTED_CREDENTIAL,
+                       "this broker has no cluster credential (PEER_HELLO with nonce)")
+    return None
+
+
+def welcome_refusal(msg: peer.PeerWelcome, me: NodeRef, address: str, awaiting_challenge: bool) -> Refusal | None:
+    """Why the PEER_WELCOME of the broker we dialled at `address` is refused, or None;
+    `awaiting_challenge`: we hold a credential and it has not yet proved its own."""
+    if awaiting_challenge:
+        return Refusal(AUTH_FAILED, UNEXPECTED_CREDENTIAL,
+                       f"{address} has no cluster credential (it welcomed us without proving one)")
+    if msg.version != peer.PEER_VERSION:
+        return Refusal(errors.VERSION, VERSION,
+                       f"{address} speaks peer protocol version {msg.version}, not {peer.PEER_VERSION}")
+    if not valid_address(msg.node.address):
+        return Refusal(errors.HANDSHAKE, BAD_ADDRESS, f"{address} announces {msg.node.address!r}, not HOST:PORT")
+    if msg.node.node_id == me.node_id:
+        return Refusal(errors.HANDSHAKE, MALFORMED, f"{address}'s PEER_WELCOME names this very broker")
+    return None

@@ -20,7 +20,7 @@ from tidings.core.errors import EventError, ProtocolError, StartError, TidingsEr
 from tidings.core.event import datetime_to_tick, validate_attributes
 from tidings.core.filters import parse_filter
 from tidings.core.publish.dedup import producer_problem, pseq_problem
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import FrameDecoder
 
 PUBLISH_FRAME_EVENTS_MAX = 4096
@@ -30,7 +30,7 @@ FRAME_MARGIN_BYTES = 1024 * 1024
 
 Start = str | int | _dt.datetime
 
-BrokerMessage = messages.BrokerMessage
+BrokerMessage = decoders.BrokerMessage
 
 
 def start_spec(start: Start) -> tuple[str, int]:
@@ -92,7 +92,7 @@ class ClientSession:
         if self._decoder.failure is not None:
             raise self._decoder.failure
         for body in bodies:
-            msg = messages.decode_broker_message(body)
+            msg = decoders.decode_broker_message(body)
             if isinstance(msg, messages.Welcome):
                 if msg.version != messages.PROTOCOL_VERSION:
                     raise ProtocolError(errors.VERSION, f"broker speaks protocol {msg.version}", fatal=True)
