@@ -217,3 +217,29 @@ def test_an_answer_waits_while_the_link_to_the_root_is_congested():
     assert src.link_drained(3) == []
     congested.clear()
     assert reads(src.link_drained(4)) == [(10, 10_000)]
+
+
+def test_a_tree_that_never_had_members_does_not_hold_release():
+    """A prefix tree of the channel nobody subscribes to (its root answered TREE_EMPTY, and no
+    root ever acknowledged its stream) has nobody below to wait for: it must not hold Tr and Td
+    at its stream's start for `release_hold_ns` (issue 20: phantom prefix trees)."""
+    empty: set[str] = set()
+    src = Source("p", "me:1", CONFIG, lambda channel: [channel, "#"], empty=lambda now, tree: tree in empty)
+    src.published(0, [(5, "a", {}, record(5, "a"))], 5)  # streams of a and # begin at 4
+    src.acked(1, "#", 5, "root:1", 5, 5)  # "#" has members: they have it all
+    empty.add("a")  # a's root said it has no members; none ever acked
+    assert (src.released(2, None), src.delivered(2)) == (5, 5)
+    assert (src.released(CONFIG.release_hold_ns, None), src.delivered(CONFIG.release_hold_ns)) == (5, 5)
+
+
+def test_a_tree_that_lost_its_members_holds_release_for_the_hold():
+    """A tree whose only subscriber broker failed looks empty too: its release point holds for
+    `release_hold_ns`, then it stops counting."""
+    empty: set[str] = set()
+    src = Source("p", "me:1", CONFIG, lambda channel: [channel, "#"], empty=lambda now, tree: tree in empty)
+    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    src.acked(1, "#", 5, "root:1", 5, 5)
+    src.acked(1, "a", 5, "root:2", 3, 4)  # a durable subscription below released through 3
+    empty.add("a")
+    assert (src.released(2, None), src.delivered(2)) == (3, 4)
+    assert (src.released(2 + CONFIG.release_hold_ns, None), src.delivered(2 + CONFIG.release_hold_ns)) == (5, 5)

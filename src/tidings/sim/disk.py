@@ -210,12 +210,14 @@ class Disk:
             done_at = self.world.now + latency
             covered = len(self.records)
             self.world.trace(self.name, "sync-start", token, covered)
-            self._sync_timer = self.world.call_at(done_at, self._sync_done, token, covered)
+            self._sync_timer = self.world.call_at(done_at, self._sync_done, token, covered,
+                                                  len(self.released_records))
             for hook in list(self.on_sync_started):
                 hook(done_at)
 
-    def _sync_done(self, token: int, covered: int) -> None:
+    def _sync_done(self, token: int, covered: int, released_before: int) -> None:
         self._sync_timer = None
+        covered -= len(self.released_records) - released_before  # records a release dropped meanwhile
         self.syncs += 1
         assert covered >= self.durable_count
         self.durable_count = covered

@@ -14,7 +14,10 @@ Holds. A root the pubend has not heard from before on a tree (the old one failed
 restarted) may report before the brokers below have found it: for `release_hold_ns` the tree's
 release and delivered points stay where they were (`hold_at`, `hold_delivered`). A tree whose only
 subscriber broker failed looks empty: a tree that loses its members still counts for
-`release_hold_ns` after the pubend first found it empty (`empty_since`).
+`release_hold_ns` after the pubend first found it empty (`empty_since`). A tree that never had
+members (no root ever reported for it: a prefix tree of the channel nobody subscribes to, whose
+root answered TREE_EMPTY) has nobody below to wait for, and stops counting as soon as it is found
+empty.
 
 After a restart the trees whose release was held when the broker's durable state was last saved
 (`held_trees`) come back with their release points (`restore`); trees found in the log's recent
@@ -43,6 +46,9 @@ class TreeStream:
     hold_delivered: int = 0  # and its delivered point at most this
     hold_until: int = 0
     empty_since: int | None = None  # when the pubend first found the tree without members
+    # a root reported for the tree (or, after a restart, it may have had members): it may have had
+    # members, and an empty tree that never had any holds nothing
+    reported: bool = False
 
     @property
     def owed(self) -> bool:
@@ -98,6 +104,7 @@ class SourceStreams:
                 stream.acked_through = stream.delivered_through = stream.hold_delivered = 0
                 stream.released_through = stream.hold_at = min(released, last_tick)
                 stream.hold_until = now + self._release_hold_ns
+                stream.reported = True  # (whether it had members is not known: it may have)
 
     def recovered(self, now: int, tree: str, last: int) -> None:
         """At start, `tree` was found in the log's tail through `last`: unknown, so silence goes on
@@ -108,6 +115,7 @@ class SourceStreams:
             if stream is not None:
                 stream.acked_through = stream.released_through = stream.delivered_through = 0
                 stream.hold_until = now + self._release_hold_ns
+                stream.reported = True  # (whether it had members is not known: it may have)
 
     def acked(self, now: int, tree: str, through: int, root: str, released: int, delivered: int) -> None:
         """The root at `root` acknowledged the stream through `through` and reported its release
@@ -119,6 +127,7 @@ class SourceStreams:
             stream.hold_at, stream.hold_delivered = stream.released_through, stream.delivered_through
             stream.hold_until = now + self._release_hold_ns
         stream.root = root
+        stream.reported = True
         if through > stream.acked_through:
             stream.acked_through = min(through, stream.sent_through)
         stream.released_through = min(released, stream.sent_through)
@@ -148,14 +157,15 @@ class SourceStreams:
     def _counted(self, now: int) -> list[TreeStream]:
         """The streams whose trees count for release: those with members, and for
         `release_hold_ns` those that lost them (a tree whose only subscriber broker failed looks
-        empty too)."""
+        empty too); an empty tree that never had members does not count."""
         out = []
         for tree, stream in self._streams.items():
             if not self._empty(now, tree):
                 stream.empty_since = None
             elif stream.empty_since is None:
                 stream.empty_since = now
-            if stream.empty_since is None or now - stream.empty_since < self._release_hold_ns:
+            # members, or lost them lately (a tree that never had any holds nothing once found empty)
+            if stream.empty_since is None or (stream.reported and now - stream.empty_since < self._release_hold_ns):
                 out.append(stream)
         return out
 
