@@ -83,11 +83,11 @@ from types import FrameType
 from typing import Any
 
 import tidings
+from tidings.core.units import MILLISECOND_NS, SECOND_NS
 from tidings.sim.broker_node import BrokerNode
 from tidings.sim.clients import Publisher, Subscriber
 from tidings.sim.delivery_scenario import MAIN_TREE, DeliveryRun, DeliveryScenario
 from tidings.sim.peer_faults import PeerFaults, _frames
-from tidings.sim.world import MILLISECOND_NS, SECOND_NS
 
 SRC = Path(tidings.__file__).resolve().parent  # src/tidings
 CORE = "core/"
@@ -441,7 +441,7 @@ def trace(seed: int = 1, brokers: int = 16, drop_at: str = "SHB") -> dict[str, A
     pub = Publisher(run.world, run.net, nodes[roles["PHB"]].address, PUBLISHER, EVENTS_MAX, hosts=1, batch_max=1,
                     window=1, interval_ns=(INTERVAL_NS, INTERVAL_NS), bad_event_probability=0)
     pub.start(run.world.now)
-    got = lambda n: any(marker(n) == f[-1] for _, f in sub.received)  # noqa: E731
+    got = lambda n: any(marker(n) == f.payload for _, f in sub.received)  # noqa: E731
     run.world.run_until(lambda: got(0), run.world.now + DEADLINE_NS)
     assert got(0), "the first event did not reach the subscriber"
 

@@ -161,6 +161,10 @@ class SyncClient:
     def on_move(self, callback: Callable[[str, str, str], None] | None) -> None:
         self._client.on_move = callback
 
+    def move(self, address: str) -> bool:
+        """As Client.move: go on at the broker at `address` now."""
+        return self._call(self._client.move(address))
+
     def publish(self, channel: str, payload: bytes | str = b"", attributes: dict[str, Any] | None = None,
                 *, producer: str | None = None, seq: int | None = None) -> PublishResult:
         """As Client.publish: with `producer` and `seq`, an idempotent publish."""

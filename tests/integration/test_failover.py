@@ -2,13 +2,18 @@
 whose broker is killed with kill -9 goes on at another broker from its token, by itself, and
 prints every acknowledged event exactly once and in each publisher's order."""
 
+import asyncio
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from tests.integration.publisher import Publisher
+from tidings.client import Client
+from tidings.core.errors import ConnectionClosed
 from tidings.testing import LOCAL_LIVENESS, Cluster, wait_for
 
 pytestmark = pytest.mark.integration
@@ -55,10 +60,6 @@ def test_a_plain_subscription_is_not_failed_over_and_closing_is_not_a_loss(tmp_p
     """Only durable subscriptions resume elsewhere (a plain one would silently skip what was
     published meanwhile): a plain one ends with ConnectionClosed; and an application's own close
     starts no failover."""
-    import asyncio
-
-    from tidings.client import Client
-    from tidings.core.errors import ConnectionClosed
 
     async def scenario(home, other):
         client = await Client.connect(home.address, failover=[other.address])
@@ -91,10 +92,81 @@ def test_a_move_resumes_after_what_the_blocking_client_holds_but_has_not_returne
                 client.subscribe("mv/#", durable=True) as sub:
             ticks = [r.tick for r in client.publish_many([("mv/x", b"e")] * 20)]
             assert sub.get(timeout=10).tick == ticks[0]  # the other 19 wait in the blocking client
-            client._call(client._client._move(other.address))
+            assert client.move(other.address)
             assert client.address == other.address
             client.publish_many([("mv/x", b"after")] * 5)  # now through the other broker
             got = [ticks[0]] + [sub.get(timeout=10).tick for _ in range(24)]
             assert len(got) == len(set(got)), "an event came again after the move"
             with pytest.raises(TimeoutError):
                 sub.get(timeout=1)
+
+
+SILENCE_S = 2.0  # the subscriber's broker_silence in the test below
+FAILOVER_SLACK_S = 3.0  # beyond it, for the failover's own connection on a loaded machine
+
+
+def test_a_durable_subscriber_fails_over_when_its_broker_goes_silent(tmp_path):
+    """SIGSTOP leaves the subscriber's connection open and silent (no RST): without a heartbeat the
+    client would hold it until its lease ran out at the broker (30 s). With `failover`, the client
+    sends a quiet broker HEARTBEAT and fails over once it heard nothing for `broker_silence`: within that
+    bound (plus the new connection), and missing nothing acknowledged meanwhile."""
+
+    async def scenario(origin, home, other):
+        client = await Client.connect(home.address, failover=[other.address], broker_silence=SILENCE_S,
+                                      follow_advice=False)
+        moved = asyncio.Event()
+        client.on_move = lambda *_: moved.set()
+        sub = await client.subscribe("si/#", durable=True)
+        got = []
+        async with await Client.connect(origin.address, follow_advice=False) as pub:
+            acked = [await pub.publish("si/x", b"before") for _ in range(20)]
+            while len(got) < 20:
+                got += await asyncio.wait_for(sub.next_batch(), 10)
+            home.proc.send_signal(signal.SIGSTOP)
+            stopped = time.monotonic()
+            acked += [await pub.publish("si/x", f"during{i}") for i in range(20)]
+            await asyncio.wait_for(moved.wait(), SILENCE_S + FAILOVER_SLACK_S)
+            took = time.monotonic() - stopped
+            acked += [await pub.publish("si/x", f"after{i}") for i in range(20)]
+            want = {(r.pubend, r.tick) for r in acked}
+            async with asyncio.timeout(30):
+                while not want <= {(e.pubend, e.tick) for e in got}:
+                    got += await sub.next_batch()
+        assert client.address == other.address and client.failovers == 1
+        await client.close()
+        keys = [(e.pubend, e.tick) for e in got]
+        assert len(keys) == len(set(keys)), "an event came twice"
+        assert keys == sorted(keys), "events out of order"
+        return took
+
+    with Cluster(tmp_path / "cluster", 3, LOCAL_LIVENESS) as cluster:
+        origin, home, other = cluster[0], cluster[1], cluster[2]
+        try:
+            took = asyncio.run(scenario(origin, home, other))
+        finally:
+            home.proc.send_signal(signal.SIGCONT)  # before the cluster stops it
+    print(f"failed over {took:.2f} s after the broker went silent (broker_silence={SILENCE_S:g} s)")
+
+
+def test_a_publisher_only_client_fails_over(tmp_path):
+    """A client with no subscription (a publisher) and `failover` goes on at another broker when its
+    own is killed: publishes in flight then fail (their outcome is unknown), later ones go to the
+    other broker. (It used to end with ConnectionClosed.)"""
+
+    async def scenario(home, other):
+        client = await Client.connect(home.address, failover=[other.address], follow_advice=False)
+        first = await client.publish("po/x", b"first")
+        home.kill()
+        async with asyncio.timeout(20):
+            while client.failovers == 0:
+                try:
+                    await client.publish("po/x", b"in doubt")  # fails while the loss is noticed
+                except ConnectionClosed:
+                    await asyncio.sleep(0.05)
+            later = await client.publish("po/x", b"later")
+        await client.close()
+        return first, later
+
+    with Cluster(tmp_path / "cluster", 2, LOCAL_LIVENESS) as cluster:
+        first, later = asyncio.run(scenario(cluster[0], cluster[1]))
+        assert first.pubend != later.pubend and later.tick > 0

@@ -6,7 +6,7 @@ from tests.unit.core_harness import Harness, delivered, of_type
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Send
 from tidings.core.session.client_session import ClientSession
-from tidings.core.subscription.leases import EndSubscription, Leases, lapsed
+from tidings.core.subscription.leases import EndSubscription, LeaseExpired, Leases, lapsed
 from tidings.core.wire import messages
 from tidings.core.wire.frames import frame
 from tidings.core.wire.types import ClientType
@@ -20,12 +20,21 @@ def test_a_lease_runs_from_the_last_renewal_and_ends_once():
     leases.hold(0, 1)
     leases.hold(5, 2)
     assert leases.renew(8, 1) and leases.expires_at(1) == 18
-    assert leases.expired(14) == []
-    assert leases.expired(15) == [2] and leases.expired(100) == [1]
+    assert leases.handle_timeout(14) == []
+    assert leases.handle_timeout(15) == [LeaseExpired(2)] and leases.handle_timeout(100) == [LeaseExpired(1)]
     assert len(leases) == 0 and leases.expired_total == 2
     leases.hold(0, 3)
     leases.release(3)
-    assert leases.expired(100) == [] and leases.next_deadline() is None
+    assert leases.handle_timeout(100) == [] and leases.next_deadline() is None
+
+
+def test_a_lease_of_a_connection_not_read_runs_on():
+    unread = {1}
+    leases = Leases(10, unread.__contains__)
+    leases.hold(0, 1)
+    assert leases.handle_timeout(10) == [] and leases.expires_at(1) == 20  # its RENEWs wait unread
+    unread.clear()
+    assert leases.handle_timeout(20) == [LeaseExpired(1)] and leases.expired_total == 1
 
 
 def test_a_lapsed_lease_tells_each_subscription_why_then_ends_it():

@@ -10,8 +10,13 @@ overlay, or joins the one the `join` address belongs to. Each failed attempt to 
 address is logged (the core retries with backoff), and a broker not in the overlay after
 `join_timeout_s` stops with JoinFailed rather than run on alone, naming the last failure: a
 connection error, or the join address refusing the link (e.g. "HOST:PORT requires a cluster
-credential"). Every peer handshake refused at either end (PeerRefused, counted in the core's
-status) is logged as a warning, at most once a second per remote host.
+credential"). That bound, the drain on SIGTERM and the retention cadence are the core's deadlines
+(core/broker/lifecycle.py: JoinTimedOut, Drained, ApplyRetention); this runtime does their I/O.
+Every peer handshake refused at either end (PeerRefused, counted in the core's status) is logged as
+a warning, at most once a second per remote host.
+
+The core is driven by the one driver both runtimes share (core/drive.py): this module supplies a
+handler per effect type and the timer (an asyncio TimerHandle), nothing of the loop itself.
 
 Sends to one connection within one input are joined into a single write, so a burst of events
 leaves in few syscalls, while a lone event is written immediately (no added latency). The
@@ -50,11 +55,15 @@ from tidings.core.auth.policy import AuthFileError, AuthPolicy
 from tidings.core.broker.broker import Broker
 from tidings.core.broker.refusals import RefusalLine
 from tidings.core.config import BrokerConfig
+from tidings.core.drive import Driver, Handlers
 from tidings.core.effects import (
     Append,
+    ApplyRetention,
     Connect,
     Disconnect,
+    Drained,
     Effect,
+    JoinTimedOut,
     PauseReading,
     PeerRefused,
     PfsAppend,
@@ -67,7 +76,6 @@ from tidings.core.effects import (
     SaveDurable,
     Send,
     Sync,
-    coalesce_sends,
 )
 from tidings.core.errors import TidingsError
 from tidings.core.inputs import (
@@ -75,6 +83,7 @@ from tidings.core.inputs import (
     Connected,
     ConnectFailed,
     ConnectionLost,
+    DrainRequested,
     Input,
     LogRead,
     LogState,
@@ -84,7 +93,6 @@ from tidings.core.inputs import (
     RetentionApplied,
     SendBlocked,
     SendDrained,
-    TimerFired,
     WriteSynced,
 )
 from tidings.core.links.refusals import DIALLER_SIDE
@@ -93,7 +101,6 @@ from tidings.storage import DataDirectoryLock, EventLog, load_or_create_identity
 from tidings.storage.files import read_small_file
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from tidings.aio.http import HttpEndpoint
 
@@ -169,10 +176,7 @@ class BrokerServer:
         self.config = config or BrokerConfig()
         self.join = join  # a member's address to join the overlay through; None starts a new one
         self.join_timeout_s = join_timeout_s
-        self._join_attempts_failed = 0
-        self._join_failure = "no answer"
         self._refusals_log = RateLimitedLog(log)  # refused peer handshakes, per remote host
-        self._join_watch: asyncio.TimerHandle | None = None
         self.failure: TidingsError | None = None  # why the broker stopped on its own, if it did
         self._advertise = advertise
         self._dials: set[asyncio.Task[None]] = set()
@@ -182,15 +186,12 @@ class BrokerServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: int | None = None
-        self._retention: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
         self._stopping: asyncio.Future[None] | None = None
         self._stop_began: float | None = None
-        self._drain_wake: asyncio.Future[None] | None = None  # woken by each input while draining
+        self._drained: asyncio.Future[None] | None = None  # a drain's end (the core's Drained)
         self.core: Broker | None = None
-        self._applying = False
-        self._deferred: list[Input] = []
+        self.driver: Driver | None = None  # feeds the core, applies its effects, arms its timer (core/drive.py)
         self.worker: StorageWorker | None = None
         self.pfs_worker: PfsWorker | None = None
         self._lock: DataDirectoryLock | None = None
@@ -223,6 +224,8 @@ class BrokerServer:
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
         )
         self.worker.start()
+        self.core.start(time.monotonic_ns())
+        self.driver = Driver(self.core.handle, self.core.next_deadline, self._handlers(self.worker), self)
         self.pfs_worker = PfsWorker(self.data_dir / "pfs")
         self.pfs_worker.start()
         self._server = await loop.create_server(self._new_connection, self.host, self.port,
@@ -230,7 +233,6 @@ class BrokerServer:
                                                ssl=None if self.tls is None else self.tls.server_context())
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
-        self._schedule_retention()
         if self._http_at is not None:
             from tidings.aio.http import HttpEndpoint  # noqa: PLC0415 - only a broker asked to serve HTTP loads aiohttp
 
@@ -241,21 +243,17 @@ class BrokerServer:
         log.info("broker %s listening on %s:%d, log holds %d events (%d in the dedup window)", pubend, self.host,
                  self.port, event_log.record_count, restored)
         self._run(self.core.start_overlay(time.monotonic_ns(), self.advertised, self.join,
-                                          random.Random(secrets.randbits(64))))
-        if self.join is not None:
-            self._join_watch = loop.call_later(self.join_timeout_s, self._join_overdue)
+                                          random.Random(secrets.randbits(64)), round(self.join_timeout_s * 1e9)))
 
     @property
     def joined(self) -> bool:
-        cluster = self.core.cluster if self.core is not None else None
-        return cluster is not None and cluster.overlay.joined
+        return self.core is not None and self.core.joined
 
-    def _join_overdue(self) -> None:
-        if self.joined:
-            return
-        self.failure = JoinFailed(f"could not join the overlay through {self.join} within "
-                                  f"{self.join_timeout_s:g} s ({self._join_attempts_failed} failed attempts; "
-                                  f"last: {self._join_failure})")
+    def _join_timed_out(self, eff: JoinTimedOut) -> None:
+        """The core's join deadline passed (core/broker/lifecycle.py): stop, saying why."""
+        self.failure = JoinFailed(f"could not join the overlay through {eff.address} within "
+                                  f"{eff.timeout_ns / 1e9:g} s ({eff.attempts_failed} failed attempts; "
+                                  f"last: {eff.last_failure})")
         log.error("%s; stopping", self.failure)
         self._stopping = asyncio.ensure_future(self.stop())
 
@@ -307,29 +305,20 @@ class BrokerServer:
         await self._stopped.wait()
 
     async def drain(self, timeout_s: float) -> None:
-        """SIGTERM: advise every client to move to a neighbour (core/broker/advice.py), wait until those that
-        can move have gone and the trees have acknowledged what this pubend logged (at most
-        `timeout_s` in all), then stop."""
-        if self.core is not None and self._stop_began is None and timeout_s > 0:
-            started = time.monotonic()
-            advised = self.core.drain(time.monotonic_ns())  # none without neighbours to advise
-            self._run(advised)
-            deadline = started + timeout_s
-            await self._drain_while(lambda: bool(advised and self.core and self.core.movable_clients()), deadline)
-            # then what this pubend logged reaches the other brokers before it stops, not at its restart
-            await self._drain_while(lambda: bool(self.core and self.core.undelivered(time.monotonic_ns())), deadline)
-            log.info("drained in %.3f s; %d clients that could move did not; %d trees or batches still owed",
-                     time.monotonic() - started, self.core.movable_clients(),
-                     self.core.undelivered(time.monotonic_ns()))
+        """SIGTERM: the core advises every client to move to a neighbour (core/broker/advice.py) and
+        says Drained once those that can move have gone and the trees have acknowledged what this
+        pubend logged, at most `timeout_s` later (core/broker/lifecycle.py); then stop."""
+        if self.core is not None and self._stop_began is None and self._drained is None and timeout_s > 0:
+            self._drained = asyncio.get_running_loop().create_future()
+            self.feed(DrainRequested(time.monotonic_ns(), round(timeout_s * 1e9)))
+            await self._drained
         await self.stop()
 
-    async def _drain_while(self, waiting: Callable[[], bool], deadline: float) -> None:
-        """Wait while `waiting()` holds, looking again after each input, until `deadline` (monotonic s)."""
-        loop = asyncio.get_running_loop()
-        while waiting() and time.monotonic() < deadline:
-            self._drain_wake = loop.create_future()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._drain_wake, deadline - time.monotonic())
+    def _drain_over(self, eff: Drained) -> None:
+        log.info("drained in %.3f s; %d clients that could move did not; %d trees or batches still owed",
+                 eff.elapsed_ns / 1e9, eff.clients_left, eff.owed)
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
 
     async def stop(self) -> None:
         """Stop accepting, close every connection, finish pending syncs, close the log; log one final
@@ -338,6 +327,8 @@ class BrokerServer:
             await self._stopped.wait()
             return
         self._stop_began = time.monotonic()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)  # stopped before the drain ended (a second signal, a failure)
         if self.http is not None:
             await self.http.stop()
         if self._server is not None:
@@ -346,12 +337,8 @@ class BrokerServer:
             task.cancel()
         for transport in list(self.transports.values()):
             transport.close()
-        if self._retention is not None:
-            self._retention.cancel()
         if self._timer is not None:
             self._timer.cancel()
-        if self._join_watch is not None:
-            self._join_watch.cancel()
         if self.worker is not None:
             await asyncio.to_thread(self.worker.stop)
             self.worker.log.close()
@@ -372,31 +359,24 @@ class BrokerServer:
     # ---- driving the core ------------------------------------------------------------------------
 
     def feed(self, inp: Input) -> None:
-        """Hand one input to the core and apply its effects. Inputs raised while effects are being
-        applied (asyncio calls pause_writing from inside transport.write) wait their turn."""
-        assert self.core is not None
-        if self._applying:
-            self._deferred.append(inp)
-            return
-        self._run(self.core.handle(inp))
+        """Hand one input to the core through the driver (core/drive.py): an input raised while
+        effects are being applied (asyncio calls pause_writing from inside transport.write) waits
+        its turn."""
+        assert self.driver is not None
+        self.driver.feed(inp)
 
     def _run(self, effects: list[Effect]) -> None:
-        """Apply `effects`, then every input they raised, in order; then rearm the timer."""
+        """Apply what a call on the core other than `handle` returned, through the driver."""
+        assert self.driver is not None
+        self.driver.run(effects)
+
+    def settled(self) -> None:
+        """The driver handled every queued input: log what the core noted."""
         core = self.core
-        assert core is not None and not self._applying
-        self._applying = True
-        try:
-            self.apply(effects)
-            while self._deferred:
-                self.apply(core.handle(self._deferred.pop(0)))
-        finally:
-            self._applying = False
-        if self._drain_wake is not None and not self._drain_wake.done():
-            self._drain_wake.set_result(None)  # a connection may have gone: the drain looks again
+        assert core is not None
         for identity, code, message in core.guard.take_notes():
             log.warning("%s: %s (%s)", identity, message, code)
         self._log_refusals(*core.client_errors.take_log())
-        self._arm_timer()
 
     def _log_refusals(self, lines: list[RefusalLine], dropped: int) -> None:
         """The core's refusal lines (core/broker/refusals.py: at most one per connection and second)."""
@@ -425,46 +405,40 @@ class BrokerServer:
         log.critical("the event log failed: %r; stopping", exc)
         self._stopping = asyncio.ensure_future(self.stop())
 
-    def apply(self, effects: list[Effect]) -> None:  # noqa: PLR0912 - one branch per effect type
-        worker = self.worker
-        assert worker is not None
-        for eff in coalesce_sends(effects):
-            if type(eff) is Send:
-                transport = self.transports.get(eff.conn)
-                if transport is not None and not transport.is_closing():
-                    transport.write(eff.data)
-            elif type(eff) is Append:
-                worker.append(eff.records, eff.keys)
-            elif type(eff) is Sync:
-                worker.sync(eff.token)
-            elif type(eff) is ReadLog:
-                worker.read(eff.after, eff.through, eff.max_bytes, *self._read_callbacks(eff.reader), span=eff.span)
-            elif type(eff) is ReleaseLog:
-                worker.release(eff.through)
-            elif type(eff) is SaveDurable:
-                worker.save(self.data_dir / DURABLE_FILE, eff.data, wait=eff.before_replies)
-            elif type(eff) is SaveDirectory:
-                worker.save(self.data_dir / DIRECTORY_FILE, eff.data)
-            elif type(eff) is PfsAppend or type(eff) is PfsChop or type(eff) is ReadPfs:
-                self._pfs_apply(eff)
-            elif type(eff) is Connect:
-                self._dial(eff.address)
-            elif type(eff) is Disconnect:
-                transport = self.transports.get(eff.conn)
-                if transport is not None:
-                    transport.close()
-            elif type(eff) is PauseReading or type(eff) is ResumeReading:
-                self._reading(eff.conn, type(eff) is ResumeReading)
-            elif type(eff) is PeerRefused:
-                self._peer_refused(eff)
+    def _handlers(self, worker: StorageWorker) -> Handlers:
+        """The I/O of each effect the core asks for (core/drive.py checks every one has its own)."""
+        return {
+            Send: self._send, Append: lambda eff: worker.append(eff.records, eff.keys),
+            Sync: lambda eff: worker.sync(eff.token),
+            ReadLog: lambda eff: worker.read(eff.after, eff.through, eff.max_bytes, *self._read_callbacks(eff.reader),
+                                             span=eff.span),
+            ReleaseLog: lambda eff: worker.release(eff.through),
+            SaveDurable: lambda eff: worker.save(self.data_dir / DURABLE_FILE, eff.data, wait=eff.before_replies),
+            SaveDirectory: lambda eff: worker.save(self.data_dir / DIRECTORY_FILE, eff.data),
+            PfsAppend: self._pfs_apply, PfsChop: self._pfs_apply, ReadPfs: self._pfs_apply,
+            Connect: lambda eff: self._dial(eff.address), Disconnect: self._disconnect,
+            PauseReading: lambda eff: self._reading(eff.conn, False),
+            ResumeReading: lambda eff: self._reading(eff.conn, True),
+            PeerRefused: self._peer_refused,
+            ApplyRetention: lambda eff: worker.retain(eff.now_us, eff.bytes_max, eff.age_us),
+            JoinTimedOut: self._join_timed_out, Drained: self._drain_over,
+        }
+
+    def _send(self, eff: Send) -> None:
+        transport = self.transports.get(eff.conn)
+        if transport is not None and not transport.is_closing():
+            transport.write(eff.data)
+
+    def _disconnect(self, eff: Disconnect) -> None:
+        transport = self.transports.get(eff.conn)
+        if transport is not None:
+            transport.close()
 
     def _peer_refused(self, eff: PeerRefused) -> None:
         """Log a refused peer handshake, at most once a second per remote host; a refusal by the
         broker we join through is also what a failed join reports."""
         if eff.side == DIALLER_SIDE:
             if eff.address == self.join and not self.joined:
-                self._join_attempts_failed += 1
-                self._join_failure = eff.detail
                 self._refusals_log.log(logging.WARNING, eff.address, "cannot join the overlay through %s: %s; "
                                        "retrying", eff.address, eff.detail)
             else:
@@ -506,8 +480,6 @@ class BrokerServer:
         except (OSError, ValueError, TimeoutError) as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             if address == self.join and not self.joined:
-                self._join_attempts_failed += 1
-                self._join_failure = reason
                 log.warning("cannot reach %s to join the overlay (%s); retrying", address, reason)
             self.feed(ConnectFailed(time.monotonic_ns(), address, reason))
 
@@ -544,35 +516,20 @@ class BrokerServer:
 
         return done, failed
 
-    def _arm_timer(self) -> None:
-        assert self.core is not None and self._loop is not None
-        deadline = self.core.next_deadline()
-        if deadline == self._timer_at:
-            return
+    def arm(self, deadline: int | None) -> None:
+        """The driver's one timer, at the core's next deadline (monotonic ns)."""
+        assert self._loop is not None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._timer_at = deadline
         if deadline is not None:
             delay = max(0.0, (deadline - time.monotonic_ns()) / 1e9)
             self._timer = self._loop.call_later(delay, self._fire)
 
     def _fire(self) -> None:
         self._timer = None
-        self._timer_at = None
-        self.feed(TimerFired(time.monotonic_ns(), time.time_ns() // 1000))
-
-    def _schedule_retention(self) -> None:
-        assert self._loop is not None
-        cfg = self.config
-
-        def run() -> None:
-            if self.worker is not None:
-                self.worker.retain(time.time_ns() // 1000, cfg.retention_bytes_max,
-                                   cfg.retention_age_ns // 1000)
-            self._schedule_retention()
-
-        self._retention = self._loop.call_later(cfg.retention_check_interval_ns / 1e9, run)
+        assert self.driver is not None
+        self.driver.fired(time.monotonic_ns(), time.time_ns() // 1000)
 
 
 def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,

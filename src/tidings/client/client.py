@@ -1,4 +1,11 @@
-"""The asyncio client, driving `core.session.ClientSession` over one TCP connection.
+"""The asyncio client: a driver over the client's sans-IO machines, on one TCP connection at a time.
+
+The protocol's rules live in `core/session/`: the session (handshake, checks, framing), publish
+tracking (which ACK or refusal answers which event), each subscription's cursor (its checkpoint,
+and where it resumes after a move) and roaming (route advice, moves, failover, the lease's renewal,
+the automatic ack, the heartbeat that notices a silent broker). This module does their I/O: it
+writes their frames, turns answers into the application's futures, arms one timer for roaming's
+next deadline, and runs the connections a move, a probe or a failover makes.
 
 Publishing is pipelined: every `publish` call made in the same event-loop iteration goes out in one
 PUBLISH frame and one write, at the end of that iteration, so concurrent publishers share frames
@@ -14,14 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import os
 import secrets
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from tidings.core import errors
 from tidings.core.auth.credentials import NONCE_BYTES, Credential, parse_credential
@@ -42,52 +47,25 @@ from tidings.core.errors import (
     TidingsError,
 )
 from tidings.core.event import Event, event_from_fields
+from tidings.core.session import roaming
 from tidings.core.session.client_session import ClientSession, Start
+from tidings.core.session.cursor import Cursor, Gap, advance, silence_of
+from tidings.core.session.publish_tracker import DuplicateResult, PublishResult, PublishTracker, Result
+from tidings.core.session.roaming import Mode, Roamer, SubKind
 from tidings.core.wire import messages
 
+__all__ = ["Client", "DuplicateResult", "Gap", "PublishResult", "Subscription", "advance", "parse_address"]
+
+NS_PER_S = 1e9
 BUFFER_EVENTS_MAX = 50_000
 SPAN_BYTES_PER_EVENT = 128  # a SPAN item counts as one event per this many bytes in the buffer
-ACK_INTERVAL_S = 1.0  # durable subscriptions acknowledge what the application took this often
+ACK_INTERVAL_S = roaming.ACK_INTERVAL_NS / NS_PER_S  # durable subscriptions acknowledge what the application took
 WELCOME_TIMEOUT_S = 3.0  # a broker answers HELLO at once; silence this long means something else listens
 FIRST_BYTES_SHOWN = 16  # of an answer that is not a tidings frame, quoted in NotABroker
-PROBE_TIMEOUT_S = 3.0  # to connect to one advised broker and get its WELCOME
+PROBE_TIMEOUT_S = roaming.PROBE_TIMEOUT_NS / NS_PER_S  # to connect to one advised broker and get its WELCOME
 MOVE_WAIT_S = 10.0  # for the requests in flight on the old connection to be answered before a move
-FAILOVER_S = 60.0  # a lost connection's durable subscriptions are resumed on another broker within this
-FAILOVER_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)  # between rounds over the failover brokers (then the last)
-
-
-class PublishResult(NamedTuple):
-    """Where an event was logged: its pubend and tick."""
-
-    pubend: str
-    tick: int
-
-    @property
-    def duplicate(self) -> bool:
-        """True when an idempotent publish was logged before (within the broker's dedup window)
-        and this is the original's pubend and tick: nothing was logged this time."""
-        return False
-
-
-class DuplicateResult(PublishResult):
-    """The PublishResult of an idempotent publish the broker had logged before: equal to the
-    original's, with `duplicate` True."""
-
-    __slots__ = ()
-
-    @property
-    def duplicate(self) -> bool:
-        return True
-
-
-@dataclass(frozen=True, slots=True)
-class Gap:
-    """Events of `pubend` after tick `after` up to tick `through` may have matched but were released
-    before this subscription read them (a durable subscription's token moves past them)."""
-
-    after: int
-    through: int
-    pubend: str | None = None
+FAILOVER_S = roaming.FAILOVER_NS / NS_PER_S  # a lost connection's subscriptions resume elsewhere within this
+BROKER_SILENCE_S = roaming.BROKER_SILENCE_NS / NS_PER_S  # with failover brokers: a broker silent this long is gone
 
 
 class _PendingFrame:
@@ -96,13 +74,29 @@ class _PendingFrame:
     __slots__ = ("batch", "futures")
 
     def __init__(self, futures: list[asyncio.Future[PublishResult]] | None = None,
-                 batch: asyncio.Future[list[PublishResult | BrokerError]] | None = None) -> None:
+                 batch: asyncio.Future[list[Result]] | None = None) -> None:
         self.futures = futures
         self.batch = batch
 
+    def waiting(self) -> list[asyncio.Future[Any]]:
+        return [self.batch] if self.batch is not None else list(self.futures or [])
+
+    def resolve(self, results: list[Result]) -> None:
+        if self.batch is not None:
+            if not self.batch.done():
+                self.batch.set_result(results)
+            return
+        for fut, res in zip(self.futures or [], results, strict=False):
+            if fut.done():
+                continue
+            if isinstance(res, BrokerError):
+                fut.set_exception(res)
+            else:
+                fut.set_result(res)
+
     def fail(self, exc: BaseException) -> None:
-        for fut in self.futures or [self.batch]:
-            if fut is not None and not fut.done():
+        for fut in self.waiting():
+            if not fut.done():
                 fut.set_exception(exc)
 
 
@@ -150,30 +144,6 @@ class _Protocol(asyncio.Protocol):
         self.client._lost(exc)
 
 
-class _Silence(NamedTuple):
-    """A SILENCE for a durable subscription, in line with its events: applied, never returned."""
-
-    positions: dict[str, int]
-
-
-def advance(checkpoint: Checkpoint | None, items: list[Any]) -> list[Event | Gap]:
-    """Apply `items` (as the application takes them) to a durable subscription's `checkpoint`;
-    the items without the SILENCE markers."""
-    if checkpoint is None:
-        return items
-    out: list[Event | Gap] = []
-    for item in items:
-        if type(item) is _Silence:
-            checkpoint.silence(item.positions)
-            continue
-        if type(item) is Event:
-            checkpoint.delivered(item.pubend, item.tick)
-        elif type(item) is Gap and item.pubend is not None:
-            checkpoint.delivered(item.pubend, item.through)
-        out.append(item)
-    return out
-
-
 def bulk_events(item: Any) -> int:
     """How many events an item of a bulk read stands for in the client's buffer: a RECORDS item
     its count; a SPAN item, whose count the broker did not take, one per SPAN_BYTES_PER_EVENT."""
@@ -194,23 +164,27 @@ class Subscription:
         self.bulk = bulk  # a bulk read (Client.read_records): its items are RECORDS, each of many events
         self.on_gap = on_gap
         self.pattern, self.filter, self.order = pattern, filter, order  # to subscribe again after a move
-        self._seen: dict[str, int] = {}  # a plain one's newest tick per pubend (a moved one drops repeats)
-        self._floor: dict[str, int] | None = None  # after a move: what it had before, per pubend
+        self.cursor = Cursor()  # its checkpoints (durable), or what it saw (plain): core/session/cursor.py
         self.position: int | None = None
-        self.checkpoint: Checkpoint | None = None  # a durable subscription's (core/durable/checkpoint.py)
-        # a durable one's checkpoint after every item received, taken by the application or not
-        # (the blocking client's buffer included): where a move or failover resumes it
-        self._received: Checkpoint | None = None
         # a durable one acknowledges, every ACK_INTERVAL_S, what the application had taken before it
         # last asked for more (it asked again: it is done with those)
         self.auto_ack = True
-        self._done: list[Any] | None = None  # that checkpoint
-        self._acked: list[Any] | None = None  # the checkpoint last acknowledged
         self._items: collections.deque[Any] = collections.deque()
         self._wakeup = asyncio.Event()
         self._ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.ended = False
         self._error: BaseException | None = None
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """A durable subscription's checkpoint (core/durable/checkpoint.py) after the items returned so far."""
+        return self.cursor.checkpoint
+
+    @property
+    def kind(self) -> SubKind:
+        if self.bulk:
+            return SubKind.BULK
+        return SubKind.DURABLE if self.cursor.durable else SubKind.PLAIN
 
     def __aiter__(self) -> AsyncIterator[Event | Gap]:
         return self
@@ -233,18 +207,17 @@ class Subscription:
     def token(self) -> str:
         """A durable subscription's checkpoint token after the items returned so far: store it with
         what they produced, and pass it to `subscribe(..., token=...)` on any broker to go on."""
-        if self.checkpoint is None:
+        if self.cursor.checkpoint is None:
             raise StartError("only a durable subscription has a checkpoint token (subscribe with durable=True)")
-        return self.checkpoint.encode()
+        return self.cursor.checkpoint.encode()
 
     async def next_batch(self, max_items: int = 4096) -> list[Event | Gap]:
         """Wait for at least one item and return up to `max_items` (raw Gap markers included);
         an empty list means the subscription ended."""
-        if self.checkpoint is not None:
-            self._done = self.checkpoint.to_wire()[:2]
+        self.cursor.taking()
         while True:
             raw = await self._take(max_items)
-            items = advance(self.checkpoint, raw)
+            items = self.cursor.taken(raw)
             if items or not raw:  # only SILENCE: the token moved, wait for an event
                 return items
 
@@ -273,14 +246,15 @@ class Subscription:
         `token` (default: `self.token`, after the items returned so far), so the events before it
         need not be kept for this subscription any more (docs/durable.md#release). An older token
         than one acknowledged before changes nothing."""
-        if self.checkpoint is None:
+        if self.cursor.checkpoint is None:
             raise StartError("only a durable subscription is acknowledged (subscribe with durable=True)")
-        checkpoint = self.checkpoint if token is None else Checkpoint.decode(token)
+        checkpoint = self.cursor.checkpoint if token is None else Checkpoint.decode(token)
         self._client._release(self, checkpoint.to_wire()[:2])
 
     def _auto_ack(self) -> None:
-        if self.auto_ack and self._done is not None and self._done != self._acked and not self.ended:
-            self._client._release(self, self._done)
+        due = self.cursor.ack_due()
+        if self.auto_ack and due is not None and not self.ended:
+            self._client._release(self, due)
 
     async def close(self, forget: bool = False) -> None:
         """Stop receiving. A durable subscription is then away: its broker keeps holding its events
@@ -298,8 +272,7 @@ class Subscription:
 
     # called by the client
     def _push(self, items: list[Any]) -> None:
-        if self._received is not None:
-            advance(self._received, items)
+        self.cursor.received_items(items)
         self._items.extend(items)
         self._wakeup.set()
 
@@ -313,13 +286,13 @@ class Subscription:
 class Client:
     """A connection to one tidings broker. Use `await Client.connect(...)`."""
 
-    def __init__(self, session: ClientSession) -> None:
+    def __init__(self, session: ClientSession, roamer: Roamer | None = None) -> None:
         self._session = session
+        self.roamer = roamer or Roamer(follow_advice=False)  # core/session/roaming.py
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._welcome: asyncio.Future[None] = self._loop.create_future()
-        self._frames: dict[int, _PendingFrame] = {}  # by the frame's first sequence number
-        self._rejections: dict[int, BrokerError] = {}
+        self._publishes: PublishTracker[_PendingFrame] = PublishTracker()
         self._outbox: list[list[Any]] = []
         self._outbox_futures: list[asyncio.Future[PublishResult]] = []
         self._flush_scheduled = False
@@ -328,31 +301,27 @@ class Client:
         self._buffered = 0
         self._reading_paused = False
         self._closed: BaseException | None = None
+        self._refused: BrokerError | None = None  # an ERROR about the connection: why it may close
         self.buffer_events_max = BUFFER_EVENTS_MAX
         self._first_bytes = b""  # what arrived before WELCOME, to say what answered instead
-        self._renewal: asyncio.TimerHandle | None = None  # the next RENEW of the broker's lease
-        self._acking: asyncio.TimerHandle | None = None  # the next automatic ack of durable subscriptions
+        self._timer: asyncio.TimerHandle | None = None  # at roaming's next deadline
+        self._timer_at: int | None = None
+        self._task: asyncio.Task[None] | None = None  # the follow, move or failover attempt under way
+        self._settled: asyncio.Future[None] | None = None  # requests waiting for a move or failover to end
+        self._lost_error: ConnectionClosed | None = None  # the loss a failover is for
+        self._silent: str | None = None  # why the client dropped the connection itself (a silent broker)
         self._connect_args: dict[str, Any] = {}
-        self.address = ""
         self.rtt_ns = 0  # HELLO to WELCOME when this connection was made
         self.info: dict[str, Any] = {}  # the broker's WELCOME info
-        self.follow_advice = True  # move to a broker the current one advises (core/broker/advice.py)
-        self.moves = 0
         # called (old address, new address, why) each time the client goes on at another broker:
         # route advice ("route advice: closer") or failover; the `tidings` command says it on stderr
         self.on_move: Callable[[str, str, str], None] | None = None
-        self._moving: asyncio.Future[None] | None = None
-        self._following: asyncio.Task[None] | None = None
-        self._advice_held: tuple[advice.Reason, list[advice.Candidate]] | None = None  # see _advised
-        self.failover: list[str] = []  # brokers a lost connection's durable subscriptions resume on
-        self._failing_over: asyncio.Task[None] | None = None
-        self.failovers = 0
 
     @classmethod
     async def connect(cls, address: str, *, service: str = "tidings-client", instance: str | None = None,
                       timeout: float = 10.0, credential: str | Credential | None = None,
                       tls: ssl.SSLContext | bool = False, follow_advice: bool = True,
-                      failover: Sequence[str] = ()) -> Client:
+                      failover: Sequence[str] = (), broker_silence: float | None = BROKER_SILENCE_S) -> Client:
         """Connect and handshake within `timeout` seconds. Raises BrokerUnreachable when no connection
         can be made, NotABroker when what answers is not a tidings broker (it must answer HELLO
         within WELCOME_TIMEOUT_S), BrokerError when the broker refuses the client, BrokerNotProven
@@ -366,16 +335,19 @@ class Client:
         application noticing, to a broker the current one advises (closer, or less loaded, or
         because it is stopping) while the connection holds no subscription; see docs/operations.md.
         `failover`: other brokers' addresses. When the connection is lost (the broker was killed,
-        the network cut) and every subscription is durable, they resume on the first of these (or
-        `address` again) that answers, from their tokens, within FAILOVER_S: the application's
-        iterators go on, with nothing lost and nothing twice; see docs/durable.md#failover."""
+        the network cut) and every subscription is durable (or there is none: a publisher), the
+        client goes on at the first of these (or `address` again) that answers, within FAILOVER_S:
+        the application's iterators go on, with nothing lost and nothing twice; see
+        docs/durable.md#failover. `broker_silence` (seconds; with `failover`): a broker that sends
+        nothing for this long although the client asked (HEARTBEAT) is taken as gone, and the client
+        fails over; None never judges a broker by its silence."""
         host, port = parse_address(address)
         if isinstance(credential, str):
             credential = parse_credential(credential)
         instance = instance or f"{socket.gethostname()}-{os.getpid()}"
-        client = cls(ClientSession(service, instance, credential, secrets.token_bytes(NONCE_BYTES)))
-        client.address, client.follow_advice = address, follow_advice
-        client.failover = [a for a in failover if a != address]
+        silence_ns = None if broker_silence is None else max(1, int(broker_silence * NS_PER_S))
+        client = cls(ClientSession(service, instance, credential, secrets.token_bytes(NONCE_BYTES)),
+                     Roamer(address, failover, follow_advice, silence_ns))
         client._connect_args = {"service": service, "instance": instance, "timeout": timeout,
                                 "credential": credential, "tls": tls}
         loop = asyncio.get_running_loop()
@@ -387,14 +359,14 @@ class Client:
         except (OSError, TimeoutError) as exc:
             reason = str(exc) or f"no connection within {timeout:g} s"
             raise BrokerUnreachable(f"cannot connect to broker at {address}: {reason}") from None
-        client._transport = transport  # type: ignore[assignment]
+        client._transport = transport
         wait_s = max(0.0, min(WELCOME_TIMEOUT_S, timeout - (loop.time() - started)))
         try:
             async with asyncio.timeout(wait_s):
                 hello_at = loop.time()
-                transport.write(client._session.hello())  # type: ignore[attr-defined]
+                transport.write(client._session.hello())
                 await client._welcome
-                client.rtt_ns = int((loop.time() - hello_at) * 1e9)
+                client.rtt_ns = int((loop.time() - hello_at) * NS_PER_S)
         except TimeoutError:
             client._abort()
             raise NotABroker(f"{address} is not a tidings broker: it accepted the connection but did not "
@@ -426,14 +398,52 @@ class Client:
         return self._session.event_bytes_max
 
     @property
+    def address(self) -> str:
+        """The broker this client is connected to now (route advice or failover may have moved it)."""
+        return self.roamer.address
+
+    @property
+    def follow_advice(self) -> bool:
+        """Move to a broker the current one advises (core/broker/advice.py)."""
+        return self.roamer.follow_advice
+
+    @follow_advice.setter
+    def follow_advice(self, value: bool) -> None:
+        self.roamer.follow_advice = value
+
+    @property
+    def failover(self) -> list[str]:
+        """The brokers a lost connection goes on at (docs/durable.md#failover)."""
+        return self.roamer.failover
+
+    @failover.setter
+    def failover(self, brokers: Sequence[str]) -> None:
+        self.roamer.failover_to(self._now(), brokers)
+        self._arm()
+
+    @property
+    def moves(self) -> int:
+        """How many times the client went on at another broker (route advice or failover)."""
+        return self.roamer.moves
+
+    @property
+    def failovers(self) -> int:
+        return self.roamer.failovers
+
+    @property
+    def mode(self) -> Mode:
+        """What the client is doing: serving, following advice, moving, failing over, closed."""
+        return self.roamer.mode
+
+    @property
     def reading_paused(self) -> bool:
-        """True while the connection is not read: the subscriptions hold more than buffer_events_max."""
+        """Whether the client stopped reading its connection (more than `buffer_events_max` events wait)."""
         return self._reading_paused
 
     @property
     def advice_held(self) -> bool:
-        """True while a route advice waits for the client to weigh where to go (see _advised)."""
-        return self._advice_held is not None
+        """Whether route advice that arrived while the client was busy waits to be followed."""
+        return self.roamer.held is not None
 
     # ---- publishing ------------------------------------------------------------------------------
 
@@ -464,8 +474,7 @@ class Client:
         PublishResult or a BrokerError per item.
         """
         self._check_open()
-        if self._moving is not None:
-            await asyncio.shield(self._moving)
+        await self._settle_wait()
         check = self._session.check_event
         if producer is None:
             events = [check(*item) for item in items]
@@ -474,15 +483,14 @@ class Client:
                       else _not_idempotent(item) for item in items]
         if self._outbox:
             self._flush()  # keep the order of earlier single publishes
-        batches: list[asyncio.Future[list[PublishResult | BrokerError]]] = []
+        batches: list[asyncio.Future[list[Result]]] = []
         frames = self._session.publish(events)
-        for seq, _, _ in frames:
-            fut: asyncio.Future[list[PublishResult | BrokerError]] = self._loop.create_future()
-            self._frames[seq] = _PendingFrame(batch=fut)
+        for seq, count, _ in frames:
+            fut: asyncio.Future[list[Result]] = self._loop.create_future()
+            self._publishes.sent(seq, count, _PendingFrame(batch=fut))
             batches.append(fut)
-        assert self._transport is not None
-        self._transport.write(b"".join(wire for _, _, wire in frames))
-        results: list[PublishResult | BrokerError] = []
+        self._write(b"".join(wire for _, _, wire in frames))
+        results: list[Result] = []
         for fut in batches:
             results += await fut
         for r in results:
@@ -493,7 +501,7 @@ class Client:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if self._moving is not None:
+        if self.roamer.waiting:
             return  # the move flushes the outbox to the new connection
         events, futures = self._outbox, self._outbox_futures
         self._outbox, self._outbox_futures = [], []
@@ -505,10 +513,9 @@ class Client:
         frames = self._session.publish(events)
         i = 0
         for seq, count, _ in frames:
-            self._frames[seq] = _PendingFrame(futures=futures[i:i + count])
+            self._publishes.sent(seq, count, _PendingFrame(futures=futures[i:i + count]))
             i += count
-        assert self._transport is not None
-        self._transport.write(b"".join(f for _, _, f in frames))
+        self._write(b"".join(f for _, _, f in frames))
 
     # ---- subscribing -----------------------------------------------------------------------------
 
@@ -534,8 +541,7 @@ class Client:
         if on_gap not in ("raise", "event"):
             raise StartError("on_gap must be 'raise' or 'event'")
         self._check_open()
-        if self._moving is not None:
-            await asyncio.shield(self._moving)
+        await self._settle_wait()
         positions: list[Any] | None = None
         home: list[Any] | str | None = None
         if token is not None:
@@ -549,8 +555,7 @@ class Client:
         sub_id, frame = self._session.subscribe(pattern, filter, start, end, order, positions, home)
         sub = Subscription(self, sub_id, on_gap, pattern, filter, order)
         self._subs[sub_id] = sub
-        assert self._transport is not None
-        self._transport.write(frame)
+        self._write(frame)
         sub.position = await sub._ready
         return sub
 
@@ -566,16 +571,14 @@ class Client:
         the broker confirmed. For readers that turn records into columns; everyone else wants
         `subscribe`. BrokerError at once from a broker of an older version, which cannot serve it."""
         self._check_open()
-        if self._moving is not None:
-            await asyncio.shield(self._moving)
+        await self._settle_wait()
         if not self.info.get("bulk_read"):
             raise BrokerError(f"the broker at {self.address} is of an older version, without bulk reads (READ): "
                               "upgrade it", errors.UNKNOWN_MESSAGE)
         sub_id, frame = self._session.read(pattern, filter, after, end, spans and bool(self.info.get("read_spans")))
         sub = Subscription(self, sub_id, "raise", pattern, filter, bulk=True)
         self._subs[sub_id] = sub
-        assert self._transport is not None
-        self._transport.write(frame)
+        self._write(frame)
         sub.position = await sub._ready
         return sub
 
@@ -583,42 +586,42 @@ class Client:
         self._subs.pop(sub.id, None)
         self._consumed(sub._events_in(sub._items))
         sub._items.clear()
-        if self._closed is None and self._transport is not None:
-            self._transport.write(self._session.unsubscribe(sub.id, forget))
+        if self._closed is None:
+            self._write(self._session.unsubscribe(sub.id, forget))
 
     def _release(self, sub: Subscription, checkpoint: list[Any]) -> None:
         if self._closed is None and self._transport is not None and sub.id in self._subs:
             self._transport.write(self._session.release(sub.id, checkpoint))
-            sub._acked = checkpoint
-
-    def _ack_durable(self) -> None:
-        """Every ACK_INTERVAL_S while the connection is open: durable subscriptions acknowledge
-        what the application has taken since the last time."""
-        if self._closed is not None:
-            return
-        for sub in list(self._subs.values()):
-            sub._auto_ack()
-        self._acking = self._loop.call_later(ACK_INTERVAL_S, self._ack_durable)
+            sub.cursor.acked(checkpoint)
 
     async def status(self) -> dict[str, Any]:
         self._check_open()
-        if self._moving is not None:
-            await asyncio.shield(self._moving)
+        await self._settle_wait()
         req, frame = self._session.status()
         fut: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._status[req] = fut
-        assert self._transport is not None
-        self._transport.write(frame)
+        self._write(frame)
         return await fut
+
+    async def move(self, address: str) -> bool:
+        """Go on at the broker at `address` now, as a move on route advice does (requests in flight
+        answered first, subscriptions resubscribed from their cursors: a plain one from now, without
+        repeats). False when the client was busy moving, or that broker did not answer."""
+        self._check_open()
+        self._apply(self.roamer.move_asked(address))
+        await self._settle_wait()
+        return self.address == address
 
     async def close(self) -> None:
         if self._outbox:
             self._flush()
-        if self._failing_over is not None:
-            self._failing_over.cancel()
+        if self._task is not None:
+            self._task.cancel()
         closing = self._closed is None
         if closing:  # (so that losing the connection now is no reason to fail over)
             self._closed = ConnectionClosed("the connection to the broker is closed")
+        self.roamer.close()
+        self._arm()
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
         if closing:
@@ -633,6 +636,7 @@ class Client:
     # ---- incoming --------------------------------------------------------------------------------
 
     def _data(self, data: bytes) -> None:
+        self.roamer.heard(self._now())
         if not self._welcome.done() and len(self._first_bytes) < FIRST_BYTES_SHOWN:
             self._first_bytes += data[:FIRST_BYTES_SHOWN]
         try:
@@ -648,14 +652,7 @@ class Client:
         sub = self._subs.get(msg.sub)
         if sub is None:
             return
-        items = [event_from_fields(f) for f in msg.records]
-        if sub.checkpoint is None:
-            if sub._floor:  # moved: what came from the old broker does not come twice
-                floor = sub._floor
-                items = [e for e in items if e.tick > floor.get(e.pubend, -1)]
-            seen = sub._seen
-            for e in items:
-                seen[e.pubend] = e.tick
+        items = sub.cursor.arrived([event_from_fields(f) for f in msg.records])
         sub._push(items)
         self._buffer(len(items))
 
@@ -665,6 +662,13 @@ class Client:
             sub._push([msg])
             self._buffer(bulk_events(msg))
 
+    def _marker(self, sub_id: int, item: Any) -> None:
+        """A GAP or SILENCE, in line with the subscription's events."""
+        sub = self._subs.get(sub_id)
+        if sub is not None:
+            sub._push([item])
+            self._buffered += 1
+
     def _buffer(self, n: int) -> None:
         """`n` more events wait for the application; past buffer_events_max, stop reading the socket."""
         self._buffered += n
@@ -672,6 +676,17 @@ class Client:
             self._reading_paused = True
             assert self._transport is not None
             self._transport.pause_reading()
+            self.roamer.reading_paused(self._now())
+            self._arm()
+
+    def _consumed(self, n: int) -> None:
+        self._buffered -= n
+        if self._reading_paused and self._buffered <= self.buffer_events_max // 2:
+            self._reading_paused = False
+            if self._transport is not None and not self._transport.is_closing():
+                self._transport.resume_reading()
+            self.roamer.reading_resumed(self._now())
+            self._arm()
 
     def _dispatch(self, msg: Any) -> None:  # noqa: PLR0912 - one branch per message type
         if isinstance(msg, messages.Events):
@@ -679,16 +694,17 @@ class Client:
         elif isinstance(msg, messages.Records | messages.Span):
             self._records(msg)
         elif isinstance(msg, messages.Ack):
-            self._acked(msg)
+            answered = self._publishes.acked(msg)
+            if answered is not None:
+                answered[0].resolve(answered[1])
         elif isinstance(msg, messages.Subscribed):
             self._subscribed(msg)
         elif isinstance(msg, messages.Silence):
-            self._silence(msg)
-        elif isinstance(msg, messages.Gap):
             sub = self._subs.get(msg.sub)
-            if sub is not None:
-                sub._push([Gap(msg.after, msg.through, msg.pubend)])
-                self._buffered += 1
+            if sub is not None and sub.cursor.durable:  # the token moves up, in line with its events
+                self._marker(msg.sub, silence_of(msg))
+        elif isinstance(msg, messages.Gap):
+            self._marker(msg.sub, Gap(msg.after, msg.through, msg.pubend))
         elif isinstance(msg, messages.End):
             sub = self._subs.pop(msg.sub, None)
             if sub is not None:
@@ -703,9 +719,12 @@ class Client:
         elif isinstance(msg, messages.Welcome) and not self._welcome.done():
             self.info = msg.info
             self._welcome.set_result(None)
-            self._renew()
+            self.roamer.welcomed(self._now(), self._session.renew_interval_ns)
+            self._arm()
         elif isinstance(msg, messages.Advice):
-            self._advised(msg)
+            decoded = advice.decode(msg.reason, msg.entries)
+            if decoded is not None:
+                self._apply(self.roamer.advised(self._now(), *decoded, self._kinds()))
         elif isinstance(msg, messages.Challenge) and self._transport is not None:
             try:
                 self._transport.write(self._session.answer(msg))
@@ -714,53 +733,97 @@ class Client:
                 self._lost(None)
                 self._abort()
 
-    # ---- route advice (core/broker/advice.py) ----------------------------------------------------------
-
-    def _advised(self, msg: messages.Advice) -> None:
-        decoded = advice.decode(msg.reason, msg.entries)
-        if decoded is None or not decoded[1] or self._closed is not None:
+    def _subscribed(self, msg: messages.Subscribed) -> None:
+        sub = self._subs.get(msg.sub)
+        if sub is None:
             return
-        if self._following is not None or not self.follow_advice:
-            # Busy following earlier advice, or this is the connection a move is making: a broker
-            # says `draining` (or `overloaded`) once, right after WELCOME, so the newest such advice
-            # is held and acted on once the move is done (_follow_held), never dropped: a client
-            # that moved onto a broker which began draining after it was probed would otherwise
-            # stay there until the drain timeout disconnects it. A `closer` hint was just measured.
-            if decoded[0] is not advice.Reason.CLOSER:
-                self._advice_held = decoded
+        if sub._ready.done():  # subscribed again after a move: its new home
+            sub.cursor.rehomed(msg.checkpoint)
             return
-        if self._movable(decoded[0]):
-            self._following = self._loop.create_task(self._follow(*decoded))
-
-    def _follow_held(self) -> None:
-        """After a move (or a failover), or a follow that stayed: the advice held meanwhile."""
-        held, self._advice_held = self._advice_held, None
-        if (held is not None and self.follow_advice and self._closed is None and self._following is None
-                and self._failing_over is None and self._movable(held[0])):
-            self._following = self._loop.create_task(self._follow(*held))
-
-    def _movable(self, reason: advice.Reason) -> bool:
-        """Durable subscriptions move with their tokens (exactly once); plain ones only when the
-        broker is draining (they go on from "now" at the new broker: docs/operations.md); a bulk
-        read never."""
-        subs = self._subs.values()
-        if any(s.bulk for s in subs):
-            return False  # a bulk read is of this broker's own log
-        return reason is advice.Reason.DRAINING or all(s.checkpoint is not None for s in subs)
-
-    async def _follow(self, reason: advice.Reason, candidates: list[advice.Candidate]) -> None:
         try:
-            # the current broker is timed again beside the candidates, the same way and at the same
-            # moment: a busy host's connect-time RTT alone would make any candidate look closer
-            *probes, current = await asyncio.gather(*(self._probe(c.address) for c in candidates),
-                                                    self._probe(self.address))
-            rtt = self.rtt_ns if current is None else min(self.rtt_ns, current.rtt_ns)
-            target = advice.choose(reason, rtt, [p for p in probes if p is not None], self.address)
-            if target is not None and self._movable(reason) and self._closed is None:
-                await self._move(target, f"route advice: {reason.value}")
-        finally:
-            self._following = None
-            self._follow_held()
+            sub.cursor.confirmed(msg.checkpoint)
+        except TidingsError as exc:
+            sub._fail(exc)
+            return
+        if sub.cursor.durable:
+            self.roamer.durable_confirmed(self._now())
+            self._arm()
+        sub._ready.set_result(msg.position)
+
+    def _error(self, msg: messages.Error) -> None:
+        exc = BrokerError(msg.message, msg.code)
+        context = msg.context  # a coalesced ERROR may name several events and subscriptions (core/broker/refusals.py)
+        if "seq" in context:  # refused events of a PUBLISH; its ACK, after this, answers them
+            self._publishes.refused(context, exc)
+        if "sub" in context:
+            subs = context.get("subs")
+            for key in subs if isinstance(subs, list) else [context["sub"]]:
+                sub = self._subs.pop(key, None) if type(key) is int else None
+                if sub is not None:
+                    sub._fail(exc)
+        if "seq" not in context and "sub" not in context:
+            if not self._welcome.done():  # the broker refuses the client
+                self._closed = exc
+                self._welcome.set_exception(exc)
+            elif msg.code == errors.UNKNOWN_MESSAGE:  # a broker older than HEARTBEAT: not fatal (core/session)
+                self._session.unknown_to_broker()
+            else:  # about the connection: why it may close next
+                self._refused = exc
+
+    # ---- roaming (core/session/roaming.py) -------------------------------------------------------
+
+    def _now(self) -> int:
+        return int(self._loop.time() * NS_PER_S)
+
+    def _kinds(self) -> list[SubKind]:
+        return [sub.kind for sub in self._subs.values()]
+
+    def _arm(self) -> None:
+        """One timer, at roaming's next deadline."""
+        at = self.roamer.next_deadline()
+        if at == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = None if at is None else self._loop.call_at(at / NS_PER_S, self._timeout)
+
+    def _timeout(self) -> None:
+        self._timer, self._timer_at = None, None
+        self._apply(self.roamer.handle_timeout(self._now()))
+
+    def _apply(self, effects: list[roaming.RoamEffect]) -> None:
+        for effect in effects:
+            if isinstance(effect, roaming.SendRenew):
+                if self._subs:
+                    self._write(self._session.renew())
+            elif isinstance(effect, roaming.AckDurable):
+                for sub in list(self._subs.values()):
+                    sub._auto_ack()
+            elif isinstance(effect, roaming.SendHeartbeat):
+                self._write(self._session.heartbeat())
+            elif isinstance(effect, roaming.Abandon):
+                self._silent = effect.reason
+                self._abort()
+            elif isinstance(effect, roaming.Follow):
+                self._task = self._loop.create_task(self._follow(effect))
+            elif isinstance(effect, roaming.MoveTo):
+                self._task = self._loop.create_task(self._move(effect))
+            elif isinstance(effect, roaming.TryBroker):
+                self._task = self._loop.create_task(self._try(effect))
+            else:
+                self._end(ConnectionClosed(effect.message))
+        self._arm()
+
+    async def _follow(self, follow: roaming.Follow) -> None:
+        # the current broker is timed again beside the candidates, the same way and at the same
+        # moment: a busy host's connect-time RTT alone would make any candidate look closer
+        *probes, current = await asyncio.gather(*(self._probe(c.address) for c in follow.candidates),
+                                                self._probe(self.address))
+        rtt = self.rtt_ns if current is None else min(self.rtt_ns, current.rtt_ns)
+        self._task = None
+        self._apply(self.roamer.probed(self._now(), follow.reason, rtt, [p for p in probes if p is not None],
+                                       self._kinds()))
 
     async def _probe(self, address: str) -> advice.Probe | None:
         """Connect to an advised broker as this client would, timing HELLO to WELCOME."""
@@ -774,35 +837,48 @@ class Client:
         return advice.Probe(address, other.rtt_ns, bool(other.info.get("overloaded")),
                             bool(other.info.get("draining")))
 
-    async def _move(self, address: str, why: str = "route advice") -> None:
-        """Go on at `address`: requests in flight here are answered first, new ones wait, and the
-        application sees one client throughout (later events carry the new broker's pubend)."""
-        self._moving = moving = self._loop.create_future()
+    async def _move(self, move: roaming.MoveTo) -> None:
+        """Go on at `move.address`: requests in flight here are answered first, new ones wait, and
+        the application sees one client throughout (later events carry the new broker's pubend)."""
         try:
             async with asyncio.timeout(MOVE_WAIT_S):
-                while self._frames or self._status:
-                    pending = [f for frame in self._frames.values()
-                               for f in ([frame.batch] if frame.batch is not None else frame.futures or [])]
+                while self._publishes or self._status:
+                    pending = [f for frame in self._publishes.pending() for f in frame.waiting()]
                     await asyncio.wait([*pending, *self._status.values()])
-                other = await Client.connect(address, **self._connect_args, follow_advice=False)
-            if self._closed is None:
-                self._switch(address, other, why)
-                self._resubscribe()
-            else:
-                await other.close()
+                other = await Client.connect(move.address, **self._connect_args, follow_advice=False)
         except (TidingsError, OSError, TimeoutError):
-            pass  # stay here
-        finally:
-            self._moving = None
-            moving.set_result(None)
-            if self._outbox and not self._flush_scheduled:
-                self._flush_scheduled = True
-                self._loop.call_soon(self._flush)
+            self._task = None
+            self._apply(self.roamer.move_failed(self._kinds()))  # stay here
+            self._settle()
+            return
+        self._task = None
+        if self.roamer.mode is not Mode.MOVING:  # closed meanwhile
+            await other.close()
+            return
+        self._switch(move.address, other, move.why)
+
+    async def _try(self, attempt: roaming.TryBroker) -> None:
+        """One broker of a failover."""
+        try:
+            other = await Client.connect(attempt.address, **{**self._connect_args,
+                                                             "timeout": attempt.timeout_ns / NS_PER_S},
+                                         follow_advice=False)
+        except (TidingsError, OSError, TimeoutError):
+            self._task = None
+            self._apply(self.roamer.attempt_failed(self._now()))
+            return
+        self._task = None
+        if self.roamer.mode is not Mode.FAILING_OVER:  # closed meanwhile
+            await other.close()
+            return
+        self._switch(attempt.address, other, f"failover: {self._lost_error}")
 
     def _switch(self, address: str, other: Client, why: str) -> None:
-        """Take over `other`'s connection and session; the old connection is closed quietly."""
-        if other._renewal is not None:
-            other._renewal.cancel()
+        """Take over `other`'s connection and session; the old connection is closed quietly. Each
+        subscription subscribes again on the new connection, the application's iterator unchanged,
+        from where its cursor says (core/session/cursor.py)."""
+        other.roamer.close()
+        other._arm()
         old = self._transport
         assert old is not None and other._transport is not None
         moved_from = self.address
@@ -811,126 +887,44 @@ class Client:
             protocol.client = _Detached()  # type: ignore[attr-defined]
         other._transport.get_protocol().client = self  # type: ignore[attr-defined]
         self._session, self._transport = other._session, other._transport
-        self.address, self.rtt_ns, self.info = address, other.rtt_ns, other.info
-        self._advice_held = other._advice_held  # the new broker's; what the old one advised is moot
-        self.moves += 1
+        self.rtt_ns, self.info = other.rtt_ns, other.info
+        self._refused = None
         old.close()
+        effects = self.roamer.switched(self._now(), address, self._session.renew_interval_ns,
+                                       other.roamer.take_held(), self._kinds())
+        if self._reading_paused:
+            self._transport.pause_reading()
         if self.on_move is not None:
             self.on_move(moved_from, address, why)
-
-    def _resubscribe(self) -> None:
-        """After a move: each subscription again on the new connection, the application's iterator
-        unchanged. A durable one resumes after every item received, buffered here or in the
-        blocking client's own buffer (the old broker is forgotten in the middle of its stream, the
-        new one starts where the buffers end: nothing lost, nothing twice); a plain one from now,
-        repeats dropped."""
         for old_id, sub in list(self._subs.items()):
-            if sub.checkpoint is not None:
-                received = sub._received or sub.checkpoint
-                after = Checkpoint(received.default, dict(received.positions), received.home)
-                home = None if after.home is None else list(after.home)
-                new_id, frame = self._session.subscribe(sub.pattern, sub.filter, after.default, None, sub.order,
-                                                        after.to_wire()[1], home)
-            else:
-                sub._floor = dict(sub._seen)
-                new_id, frame = self._session.subscribe(sub.pattern, sub.filter, "now", None, sub.order)
+            start, positions, home = sub.cursor.resume()
+            new_id, frame = self._session.subscribe(sub.pattern, sub.filter, start, None, sub.order, positions, home)
             del self._subs[old_id]
             sub.id = new_id
             self._subs[new_id] = sub
-            assert self._transport is not None
             self._transport.write(frame)
+        self._apply(effects)
+        self._settle()
 
-    def _renew(self) -> None:
-        """Keep the broker's lease on this connection's subscriptions (core/subscription/leases.py) while the
-        connection is open: whether the application reads or not, the client is alive."""
-        interval = self._session.renew_interval_ns
-        if interval is None or self._closed is not None or self._transport is None:
+    async def _settle_wait(self) -> None:
+        """While the client moves or fails over, new requests wait for it."""
+        while self.roamer.waiting:
+            if self._settled is None:
+                self._settled = self._loop.create_future()
+            await asyncio.shield(self._settled)
+
+    def _settle(self) -> None:
+        """A move or failover ended: requests that waited go on."""
+        if self.roamer.waiting:
             return
-        if self._subs:
-            self._transport.write(self._session.renew())
-        self._renewal = self._loop.call_later(interval / 1e9, self._renew)
+        settled, self._settled = self._settled, None
+        if settled is not None and not settled.done():
+            settled.set_result(None)
+        if self._outbox and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
 
-    def _subscribed(self, msg: messages.Subscribed) -> None:
-        sub = self._subs.get(msg.sub)
-        if sub is None:
-            return
-        if sub._ready.done():  # subscribed again after a move: its new home
-            if msg.checkpoint is not None and sub.checkpoint is not None:
-                with contextlib.suppress(TidingsError):
-                    sub.checkpoint.home = Checkpoint.from_wire(msg.checkpoint).home
-                    if sub._received is not None:
-                        sub._received.home = sub.checkpoint.home
-            return
-        if msg.checkpoint is not None:
-            try:
-                sub.checkpoint = Checkpoint.from_wire(msg.checkpoint)
-            except TidingsError as exc:
-                sub._fail(exc)
-                return
-            sub._acked = sub.checkpoint.to_wire()[:2]  # what it starts from is released already
-            sub._received = Checkpoint(sub.checkpoint.default, dict(sub.checkpoint.positions), sub.checkpoint.home)
-            if self._acking is None:
-                self._acking = self._loop.call_later(ACK_INTERVAL_S, self._ack_durable)
-        sub._ready.set_result(msg.position)
-
-    def _silence(self, msg: messages.Silence) -> None:
-        """A durable subscription's token moves up, in line with its events."""
-        sub = self._subs.get(msg.sub)
-        if sub is not None and sub.checkpoint is not None:
-            positions = {p[0]: p[1] for p in msg.positions
-                         if type(p) is list and len(p) == 2 and type(p[0]) is str and type(p[1]) is int}
-            sub._push([_Silence(positions)])
-            self._buffered += 1
-
-    def _acked(self, msg: messages.Ack) -> None:
-        frame = self._frames.pop(msg.seq, None)
-        if frame is None:
-            return
-        pubend = msg.pubend
-        results: list[PublishResult | BrokerError] = [
-            PublishResult(pubend, tick) if tick is not None
-            else self._rejections.pop(msg.seq + k, None) or BrokerError("event rejected", "rejected")
-            for k, tick in enumerate(msg.ticks)
-        ]
-        for k in msg.duplicates:
-            res = results[k] if 0 <= k < len(results) else None
-            if isinstance(res, PublishResult):
-                results[k] = DuplicateResult(*res)
-        if frame.batch is not None:
-            if not frame.batch.done():
-                frame.batch.set_result(results)
-            return
-        for fut, res in zip(frame.futures or [], results, strict=False):
-            if fut.done():
-                continue
-            if isinstance(res, BrokerError):
-                fut.set_exception(res)
-            else:
-                fut.set_result(res)
-
-    def _error(self, msg: messages.Error) -> None:
-        exc = BrokerError(msg.message, msg.code)
-        context = msg.context  # a coalesced ERROR may name several events and subscriptions (core/broker/refusals.py)
-        if "seq" in context and self._frames:  # refused events of a PUBLISH; its ACK, after this, answers them
-            for seq in self._session.refused_seqs(context, next(iter(self._frames))):
-                self._rejections[seq] = exc
-        if "sub" in context:
-            subs = context.get("subs")
-            for key in subs if isinstance(subs, list) else [context["sub"]]:
-                sub = self._subs.pop(key, None) if type(key) is int else None
-                if sub is not None:
-                    sub._fail(exc)
-        if "seq" not in context and "sub" not in context:
-            self._closed = exc
-            if not self._welcome.done():
-                self._welcome.set_exception(exc)
-
-    def _consumed(self, n: int) -> None:
-        self._buffered -= n
-        if self._reading_paused and self._buffered <= self.buffer_events_max // 2:
-            self._reading_paused = False
-            if self._transport is not None and not self._transport.is_closing():
-                self._transport.resume_reading()
+    # ---- loss --------------------------------------------------------------------------------
 
     def _closed_error(self) -> BaseException:
         if isinstance(self._closed, TidingsError):
@@ -938,23 +932,27 @@ class Client:
         return ConnectionClosed("the connection to the broker is closed")
 
     def _lost(self, exc: Exception | None) -> None:
-        if self._following is not None:
-            self._following.cancel()
-        if self._renewal is not None:
-            self._renewal.cancel()
-            self._renewal = None
-        if self._acking is not None:
-            self._acking.cancel()
-            self._acking = None
-        lost = ConnectionClosed(f"the connection to the broker was lost: {exc}" if exc
-                                else "the connection to the broker is closed")
-        if self._closed is None and self._can_fail_over():
-            self._fail_requests(lost)  # their outcome is unknown: the application decides
-            self._moving = self._loop.create_future()  # new requests wait for the new connection
-            self._failing_over = self._loop.create_task(self._fail_over(lost, self._moving))
-            return
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        lost = ConnectionClosed(self._silent or (f"the connection to the broker was lost: {exc}" if exc
+                                                 else "the connection to the broker is closed"))
+        self._silent = None
+        if self._closed is None and self._refused is None:
+            effects = self.roamer.lost(self._now(), self._kinds(), str(lost))
+            if self.roamer.mode is Mode.FAILING_OVER:
+                self._lost_error = lost
+                self._fail_requests(lost)  # their outcome is unknown: the application decides
+                self._apply(effects)
+                return
+        self._end(self._refused or lost)
+
+    def _end(self, exc: BaseException) -> None:
+        """The client is closed: everything waiting gets `exc` (or why it was closed before)."""
         if self._closed is None:
-            self._closed = lost
+            self._closed = exc
+        self.roamer.close()
+        self._arm()
         err = self._closed_error()
         if not self._welcome.done():
             self._welcome.set_exception(err)
@@ -962,72 +960,20 @@ class Client:
         for sub in self._subs.values():
             sub._fail(err)
         self._subs.clear()
+        self._settle()
 
     def _fail_requests(self, err: BaseException) -> None:
         """Publishes and status requests in flight get `err`."""
-        for frame in self._frames.values():
+        for frame in self._publishes.clear():
             frame.fail(err)
-        self._frames.clear()
         for fut in self._status.values():
             if not fut.done():
                 fut.set_exception(err)
         self._status.clear()
 
-    # ---- failover ----------------------------------------------------------------------------
-
-    def _can_fail_over(self) -> bool:
-        """Durable subscriptions resume exactly where their tokens say on any broker; a plain one
-        cannot, so a connection holding one fails as before."""
-        return (self._welcome.done() and bool(self.failover) and bool(self._subs) and self._failing_over is None
-                and all(sub.checkpoint is not None for sub in self._subs.values()))
-
-    async def _fail_over(self, lost: ConnectionClosed, moving: asyncio.Future[None]) -> None:
-        """Resume every subscription on the first failover broker (or the lost one, restarted) that
-        answers; new requests wait (`moving`) meanwhile. After FAILOVER_S, fail as a lost
-        connection does."""
-        dead = self.address
-        candidates = [*self.failover, dead]
-        deadline = self._loop.time() + FAILOVER_S
-        try:
-            for attempt in range(10_000):
-                for address in candidates:
-                    left = deadline - self._loop.time()
-                    if left <= 0 or self._closed is not None:
-                        break
-                    try:
-                        other = await Client.connect(address, **{**self._connect_args,
-                                                                 "timeout": min(left, PROBE_TIMEOUT_S)},
-                                                     follow_advice=False)
-                    except (TidingsError, OSError, TimeoutError):
-                        continue
-                    if self._closed is not None:
-                        await other.close()
-                        break
-                    self._switch(address, other, f"failover: {lost}")
-                    self.failover = [a for a in candidates if a != address]
-                    self.failovers += 1
-                    self._resubscribe()
-                    self._renew()
-                    if self._acking is None:
-                        self._acking = self._loop.call_later(ACK_INTERVAL_S, self._ack_durable)
-                    self._loop.call_soon(self._follow_held)  # once failing over has ended
-                    return
-                if self._closed is not None or self._loop.time() >= deadline:
-                    break
-                await asyncio.sleep(FAILOVER_BACKOFF_S[min(attempt, len(FAILOVER_BACKOFF_S) - 1)])
-            self._closed = self._closed or ConnectionClosed(f"{lost}; no broker of {candidates} answered "
-                                                            f"within {FAILOVER_S:g} s")
-            err = self._closed_error()
-            for sub in self._subs.values():
-                sub._fail(err)
-            self._subs.clear()
-        finally:
-            self._failing_over = None
-            self._moving = None
-            moving.set_result(None)
-            if self._outbox and not self._flush_scheduled:
-                self._flush_scheduled = True
-                self._loop.call_soon(self._flush)
+    def _write(self, frame: bytes) -> None:
+        assert self._transport is not None
+        self._transport.write(frame)
 
     def _abort(self) -> None:
         if self._transport is not None:

@@ -146,8 +146,41 @@ class PeerRefused:
     detail: str
 
 
+@dataclass(frozen=True, slots=True)
+class ApplyRetention:
+    """Drop the log's oldest whole segments while it holds more than `bytes_max` or their newest
+    record is older than `age_us` before `now_us` (wall clock); report RetentionApplied
+    (core/broker/lifecycle.py)."""
+
+    now_us: int
+    bytes_max: int
+    age_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class JoinTimedOut:
+    """The broker is not in the overlay `timeout_ns` after it began joining through `address`: stop
+    rather than run on alone. `attempts_failed` reaches of the address failed, the last for `last_failure`."""
+
+    address: str
+    timeout_ns: int
+    attempts_failed: int
+    last_failure: str
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """The drain is over (its waits ended, or its deadline passed) after `elapsed_ns`: stop now.
+    `clients_left`: clients that could move and did not; `owed`: trees or batches still owed."""
+
+    elapsed_ns: int
+    clients_left: int
+    owed: int
+
+
 Effect = (Send | Disconnect | PauseReading | ResumeReading | Append | Sync | ReadLog | ReleaseLog | SaveDurable
-          | SaveDirectory | Connect | PfsAppend | PfsChop | ReadPfs | PeerRefused)
+          | SaveDirectory | Connect | PfsAppend | PfsChop | ReadPfs | PeerRefused | ApplyRetention | JoinTimedOut
+          | Drained)
 
 
 def coalesce_sends(effects: list[Effect]) -> list[Effect]:

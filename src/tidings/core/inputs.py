@@ -140,7 +140,16 @@ class ConnectFailed:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class DrainRequested:
+    """Stop after draining (SIGTERM): advise every client to move, wait for them and for what is
+    owed to other brokers, at most `timeout_ns`; then the core says `Drained` (core/broker/lifecycle.py)."""
+
+    now: int
+    timeout_ns: int
+
+
 Input = (
     Accepted | Received | ConnectionLost | SendBlocked | SendDrained | WriteSynced | LogRead
-    | ReadFailed | RetentionApplied | TimerFired | Connected | ConnectFailed | PfsAnswered
+    | ReadFailed | RetentionApplied | TimerFired | Connected | ConnectFailed | PfsAnswered | DrainRequested
 )

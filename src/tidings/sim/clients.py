@@ -1,50 +1,112 @@
 """Simulated clients: publishers and subscribers driving the real `ClientSession` over the network.
 
-Theory of operation. A `SimClient` owns one connection at a time and a fresh `ClientSession` for it:
-it connects, sends HELLO, and once WELCOME arrives it is ready. When the connection is lost (the
+Theory of operation. A `SimClient` owns one connection at a time, with a fresh `ClientSession` and
+a fresh roaming machine (core/session/roaming.py) for it, as the client library has: it connects,
+sends HELLO (the machine is `connecting`), and once WELCOME arrives it is `serving`; the machine's
+deadlines (one world timer at `next_deadline()`) renew the lease and acknowledge a durable
+subscription, and the connection's loss closes it. When the connection is lost (the
 broker crashed, closed it, or the client dropped it on purpose) it waits a seeded backoff and
 connects again; a refused connection (the broker is down) is retried the same way. Everything a
 client learns is recorded for the checker; a client never decides whether the broker was right.
 
 A `Publisher` publishes seeded random monitoring events (channels `nodes/h<k>/load|mem`, attributes
-host, site, load) in batches, pipelined up to `window` unacknowledged frames. Each event's payload
-is a unique id (`<publisher>:<n>`), so the checker can find it in the log. An ACK records id -> tick;
-a batch outstanding when its connection is lost is in doubt (it may or may not be in the log) and is
-not published again: at-most-once from the publisher's side keeps "an ACKed event is in the log
-exactly once" checkable. A few events are malformed on purpose (a wildcard in the channel, bypassing
-the session's checks) and must be rejected with a nil tick.
+host, site, load) in batches, its frames tracked by the library's `PublishTracker`, pipelined up to
+`window` unacknowledged frames. Each event's payload is a unique id (`<publisher>:<n>`), so the
+checker can find it in the log. An ACK records id -> tick; a batch outstanding when its connection
+is lost is in doubt (it may or may not be in the log) and is not published again: at-most-once from
+the publisher's side keeps "an ACKed event is in the log exactly once" checkable. A few events are
+malformed on purpose (a wildcard in the channel, bypassing the session's checks) and must be
+rejected with a nil tick.
 
 A `Subscriber` subscribes with a pattern, an optional filter and a start (`now` or `start`), and
 records every event it receives. Its resume point is the last tick it received (or the position the
 broker confirmed in SUBSCRIBED): after a reconnection it subscribes again with start = that tick,
 which is how a durable subscriber continues its stream across broker crashes. Its interval begins at
-the position of its first SUBSCRIBED. A slow subscriber reads its connection at a low rate.
+the position of its first SUBSCRIBED. A slow subscriber reads its connection at a low rate. A
+`DurableSubscriber` keeps its token with the library's `Cursor`.
+
+With `failover` brokers a client keeps its roaming machine across a lost connection and goes on at
+the first of them that answers (`TryBroker`; the simulated network refuses a dead broker at once,
+so no attempt needs a timeout); with `follow_advice` it weighs route advice as the library does,
+probing the candidates and its own broker alike (`Prober`: HELLO to WELCOME), and moves where the
+machine chooses (`MoveTo`: it drops its connection first, having no request in flight to wait
+for). Without either (the default), a client reconnects to the broker it was told to.
 """
 
 from __future__ import annotations
 
+import functools
 import random
+from collections.abc import Callable
 from typing import Any
 
 from tidings.core import errors
+from tidings.core.broker import advice
 from tidings.core.durable.checkpoint import Checkpoint
-from tidings.core.event import EventRecord
+from tidings.core.errors import BrokerError
+from tidings.core.event import EventRecord, event_from_fields
 from tidings.core.session.client_session import ClientSession
+from tidings.core.session.cursor import Cursor, Gap, silence_of
+from tidings.core.session.publish_tracker import DuplicateResult, PublishTracker
+from tidings.core.session.roaming import (
+    PROBE_TIMEOUT_NS,
+    AckDurable,
+    Follow,
+    GiveUp,
+    Mode,
+    MoveTo,
+    RoamEffect,
+    Roamer,
+    SendRenew,
+    SubKind,
+    TryBroker,
+)
 from tidings.core.units import MILLISECOND_NS
 from tidings.core.wire import messages
 from tidings.sim.network import Endpoint, Network, Socket
 from tidings.sim.world import Timer, World
 
-DOWN = "down"
-CONNECTING = "connecting"
-HELLO_SENT = "hello-sent"
-READY = "ready"
+
+class Prober(Endpoint):
+    """One probe of route advice, as the client library makes it: connect, HELLO, time the WELCOME,
+    read its load, close; `done(probe or None)` once."""
+
+    def __init__(self, client: SimClient, address: str, done: Callable[[advice.Probe | None], None]) -> None:
+        self.client, self.address, self.done = client, address, done
+        self.session = ClientSession("sim", f"{client.name}-probe")
+        self.sent_at = 0
+        self.finished = False
+        client.network.connect(address, self)
+
+    def _finish(self, probe: advice.Probe | None) -> None:
+        if not self.finished:
+            self.finished = True
+            self.done(probe)
+
+    def connection_refused(self, address: str) -> None:
+        self._finish(None)
+
+    def connection_made(self, sock: Socket) -> None:
+        self.sent_at = self.client.world.now
+        sock.write(self.session.hello())
+
+    def data_received(self, sock: Socket, data: bytes) -> None:
+        for msg in self.session.receive(data):
+            if isinstance(msg, messages.Welcome) and not self.finished:
+                sock.abort(notify_self=False)
+                self._finish(advice.Probe(self.address, self.client.world.now - self.sent_at,
+                                          bool(msg.info.get("overloaded")), bool(msg.info.get("draining"))))
+                return
+
+    def connection_lost(self, sock: Socket, reset: bool) -> None:
+        self._finish(None)
 
 
 class SimClient(Endpoint):
     def __init__(self, world: World, network: Network, address: str, name: str,
                  read_rate_bytes_per_s: int | None = None,
-                 backoff_ns: tuple[int, int] = (5 * MILLISECOND_NS, 50 * MILLISECOND_NS)) -> None:
+                 backoff_ns: tuple[int, int] = (5 * MILLISECOND_NS, 50 * MILLISECOND_NS),
+                 failover: tuple[str, ...] = ()) -> None:
         self.world = world
         self.network = network
         self.address = address
@@ -52,7 +114,20 @@ class SimClient(Endpoint):
         self.rng: random.Random = world.derive_rng(name)
         self.read_rate_bytes_per_s = read_rate_bytes_per_s
         self.backoff_ns = backoff_ns
-        self.state = DOWN
+        self.dialing = False  # a connection is being made
+        # the connection's roaming machine, from connection_made to its loss, or to the end of the
+        # failover it starts (to the `failover` brokers, as the client library's `failover`)
+        self.roamer: Roamer | None = None
+        self.failover = failover
+        self.failovers = 0
+        self.advice_moves = 0  # moves on route advice
+        self._trying: str | None = None  # the broker a failover or a move connects to
+        self.follow_advice = False  # follow route advice with the roaming machine (the library's default)
+        self.rtt_ns = 0  # HELLO to WELCOME of the connection
+        self._hello_at = 0
+        self._timer: Timer | None = None  # at the roamer's next deadline
+        self.renews = False  # RENEW the broker's lease as the client library does (a subscriber)
+        self.ack_interval_ns: int | None = None  # a durable subscriber's automatic ack
         self.sock: Socket | None = None
         self.session: ClientSession | None = None
         self.connections = 0
@@ -65,27 +140,56 @@ class SimClient(Endpoint):
     def start(self, at_ns: int = 0) -> None:
         self.world.call_at(max(at_ns, self.world.now), self._connect)
 
+    @property
+    def ready(self) -> bool:
+        return self.roamer is not None and self.roamer.mode is Mode.SERVING
+
     def _connect(self) -> None:
-        if self.state != DOWN:
+        if self.dialing or self.roamer is not None:
             return
-        self.state = CONNECTING
+        self.dialing = True
         self.network.connect(self.address, self, server_rate_bytes_per_s=self.read_rate_bytes_per_s)
 
     def _retry(self, delay_ns: int | None = None) -> None:
-        self.state = DOWN
+        self.dialing = False
+        if self.roamer is not None:
+            self.roamer.close()
+            self.roamer = None
+            self._arm()
         self.world.call_later(self.rng.randint(*self.backoff_ns) if delay_ns is None else delay_ns, self._connect)
 
     def connection_refused(self, address: str) -> None:
-        if self.state == CONNECTING:
+        if not self.dialing:
+            return
+        if self._failing_over():
+            self.dialing = False
+            self._apply(self.roamer.attempt_failed(self.world.now) if self.roamer is not None else [])
+        elif self._moving():
+            self._move_failed()
+        else:
             self._retry()
 
+    def _failing_over(self) -> bool:
+        return self.roamer is not None and self.roamer.mode is Mode.FAILING_OVER
+
+    def _moving(self) -> bool:
+        return self.roamer is not None and self.roamer.mode is Mode.MOVING
+
     def connection_made(self, sock: Socket) -> None:
-        assert self.state == CONNECTING
+        assert self.dialing and (self.roamer is None or self._trying is not None)
+        self.dialing = False
         self.sock = sock
         self.connections += 1
         self.session = ClientSession("sim", self.name)
-        self.state = HELLO_SENT
+        if self.roamer is None:
+            self.roamer = Roamer(self.address, self.failover, self.follow_advice, None,
+                                 **({} if self.ack_interval_ns is None else {"ack_interval_ns": self.ack_interval_ns}))
+        self._hello_at = self.world.now
         sock.write(self.session.hello())
+
+    def kinds(self) -> list[SubKind]:
+        """The kinds of its subscriptions (roaming's movability rule): a publisher holds none."""
+        return []
 
     def connection_lost(self, sock: Socket, reset: bool) -> None:
         if sock is not self.sock:
@@ -95,6 +199,15 @@ class SimClient(Endpoint):
         self.sock = None
         self.session = None
         self.on_down()
+        if self._moving():  # the connection a move made, lost before its WELCOME
+            self._move_failed()
+            return
+        if self.roamer is not None and self.failover:
+            failing = self._failing_over()  # (a failover's own connection, lost before its WELCOME)
+            self._apply(self.roamer.attempt_failed(self.world.now) if failing
+                        else self.roamer.lost(self.world.now, self.kinds(), "the connection was lost"))
+            if self._failing_over():
+                return
         self._retry()
 
     def drop(self, away_ns: int | None = None) -> None:
@@ -117,15 +230,30 @@ class SimClient(Endpoint):
             if self.sock is not sock:
                 return  # dropped while handling an earlier message
             if isinstance(msg, messages.Welcome):
-                self.state = READY
+                assert self.roamer is not None
+                renew_ns = self.session.renew_interval_ns if self.renewing() else None
+                self.rtt_ns = self.world.now - self._hello_at
+                if self._failing_over() or self._moving():
+                    assert self._trying is not None
+                    self.world.trace(self.name, "failover" if self._failing_over() else "moved", self._trying)
+                    self.failovers += self._failing_over()
+                    self.advice_moves += self._moving()
+                    self.address, self._trying = self._trying, None
+                    self._apply(self.roamer.switched(self.world.now, self.address, renew_ns, None, self.kinds()))
+                else:
+                    self.roamer.welcomed(self.world.now, renew_ns)
                 self.world.trace(self.name, "welcome")
                 self.on_ready()
+                self._arm()
             elif isinstance(msg, messages.Error):
                 self.world.trace(self.name, "error", msg.code)
                 self.errors.append((msg.code, msg.context))
                 self.on_error(msg)
             elif isinstance(msg, messages.Advice):
-                self.world.trace(self.name, "advice", msg.reason)  # simulated clients stay put
+                self.world.trace(self.name, "advice", msg.reason)
+                decoded = advice.decode(msg.reason, msg.entries)
+                if self.follow_advice and self.roamer is not None and decoded is not None:
+                    self._apply(self.roamer.advised(self.world.now, *decoded, self.kinds()))
             else:
                 self.on_message(msg)
 
@@ -133,12 +261,100 @@ class SimClient(Endpoint):
         assert self.sock is not None
         self.sock.write(frame)
 
+    def _arm(self) -> None:
+        """One world timer, at the roaming machine's next deadline."""
+        at = None if self.roamer is None else self.roamer.next_deadline()
+        if self._timer is not None and (at is None or self._timer.when != at):
+            self._timer.cancel()
+            self._timer = None
+        if at is not None and self._timer is None:
+            self._timer = self.world.call_at(max(at, self.world.now), self._timeout)
+
+    def _timeout(self) -> None:
+        self._timer = None
+        if self.roamer is not None:
+            self._apply(self.roamer.handle_timeout(self.world.now))
+        self._arm()
+
+    def _apply(self, effects: list[RoamEffect]) -> None:
+        for effect in effects:
+            if isinstance(effect, TryBroker):  # (the simulated network refuses a dead broker at once)
+                self._trying = effect.address
+                self.dialing = True
+                self.network.connect(effect.address, self, server_rate_bytes_per_s=self.read_rate_bytes_per_s)
+            elif isinstance(effect, Follow):
+                self._follow(effect)
+            elif isinstance(effect, MoveTo):  # (the simulated clients have nothing in flight to wait for)
+                self.world.trace(self.name, "move", effect.address)
+                self._trying = effect.address
+                sock = self.sock
+                if sock is not None:
+                    self.sock, self.session = None, None
+                    sock.abort(notify_self=False)
+                    self.on_down()
+                self.dialing = True
+                self.network.connect(effect.address, self, server_rate_bytes_per_s=self.read_rate_bytes_per_s)
+            elif isinstance(effect, GiveUp):
+                self.violations.append(f"{self.name}: {effect.message}")
+                self._retry()
+            elif self.sock is None or self.session is None:
+                continue
+            elif isinstance(effect, SendRenew):
+                self.on_renew()
+            elif isinstance(effect, AckDurable):
+                self.on_ack()
+        self._arm()
+
+    def _follow(self, follow: Follow) -> None:
+        """Probe the candidates and the current broker alike, then let the roaming machine choose."""
+        here = self.address
+        addresses = list(dict.fromkeys([*(c.address for c in follow.candidates), here]))
+        probes: dict[str, advice.Probe | None] = {}
+        roamer = self.roamer
+
+        def done(address: str, probe: advice.Probe | None) -> None:
+            if len(probes) == len(addresses):
+                return  # weighed already (the rest are the timeout's)
+            probes.setdefault(address, probe)
+            if len(probes) == len(addresses) and roamer is self.roamer and roamer is not None:
+                current = probes[here]
+                rtt = self.rtt_ns if current is None else min(self.rtt_ns, current.rtt_ns)
+                answered = [probes[a] for a in addresses if a != here]
+                self._apply(roamer.probed(self.world.now, follow.reason, rtt,
+                                          [p for p in answered if p is not None], self.kinds()))
+
+        def expire() -> None:
+            for address in addresses:
+                done(address, None)
+
+        for address in addresses:
+            Prober(self, address, functools.partial(done, address))
+        self.world.call_later(PROBE_TIMEOUT_NS, expire)
+
+    def _move_failed(self) -> None:
+        """The broker a move chose did not answer: back to the one it left."""
+        assert self.roamer is not None
+        self.dialing, self._trying = False, None
+        self.roamer.move_failed(self.kinds())
+        self._retry()
+
     # ---- for subclasses --------------------------------------------------------------------------
 
     def on_ready(self) -> None:
         pass
 
     def on_down(self) -> None:
+        pass
+
+    def renewing(self) -> bool:
+        """Whether this connection renews the broker's lease."""
+        return self.renews
+
+    def on_renew(self) -> None:
+        assert self.session is not None
+        self.send(self.session.renew())
+
+    def on_ack(self) -> None:
         pass
 
     def on_message(self, msg: Any) -> None:
@@ -171,13 +387,13 @@ class Publisher(SimClient):
         self.pubend_of: dict[str, str] = {}  # id -> the pubend its ACK named
         self.rejected: list[str] = []
         self.in_doubt: list[str] = []
-        self._outstanding: dict[int, list[str]] = {}  # first seq of a frame -> its event ids
+        self.tracker: PublishTracker[tuple[str, ...]] = PublishTracker()  # each frame's event ids
         self._last_tick = 0  # of the last event ACKed, over every connection (ticks only grow)
-        self._timer: Timer | None = None
+        self._publishing: Timer | None = None
 
     @property
     def finished(self) -> bool:
-        return self.produced >= self.events_total and not self._outstanding
+        return self.produced >= self.events_total and not self.tracker
 
     def on_ready(self) -> None:
         if self.idempotent and self.in_doubt:
@@ -186,16 +402,15 @@ class Publisher(SimClient):
         self._schedule(0)
 
     def on_down(self) -> None:
-        for ids in self._outstanding.values():
+        for ids in self.tracker.clear():
             self.in_doubt.extend(ids)
-        self._outstanding.clear()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._publishing is not None:
+            self._publishing.cancel()
+            self._publishing = None
 
     def _schedule(self, delay_ns: int) -> None:
-        if self._timer is None and self.produced < self.events_total:
-            self._timer = self.world.call_later(delay_ns, self._publish_some)
+        if self._publishing is None and self.produced < self.events_total:
+            self._publishing = self.world.call_later(delay_ns, self._publish_some)
 
     def _event(self) -> tuple[str, list[Any]]:
         rng = self.rng
@@ -219,10 +434,10 @@ class Publisher(SimClient):
         return ident, self.session.check_event(f"nodes/h{k}/{kind}", payload, attributes)
 
     def _publish_some(self) -> None:
-        self._timer = None
-        if self.state != READY or self.session is None:
+        self._publishing = None
+        if not self.ready or self.session is None:
             return
-        if len(self._outstanding) < self.window:
+        if len(self.tracker) < self.window:
             count = min(self.rng.randint(1, self.batch_max), self.events_total - self.produced)
             batch = [self._event() for _ in range(count)]
             for ident, ev in batch:
@@ -235,7 +450,7 @@ class Publisher(SimClient):
         ids = [ident for ident, _ in batch]
         done = 0
         for seq, n, frame in self.session.publish([ev for _, ev in batch]):
-            self._outstanding[seq] = ids[done : done + n]
+            self.tracker.sent(seq, n, tuple(ids[done : done + n]))
             done += n
             self.world.trace(self.name, "publish", seq, n)
             self.send(frame)
@@ -245,36 +460,34 @@ class Publisher(SimClient):
             super().on_message(msg)
             return
         self.world.trace(self.name, "ack", msg.seq, len(msg.ticks))
-        ids = self._outstanding.pop(msg.seq, None)
-        if ids is None:
+        answered = self.tracker.acked(msg)
+        if answered is None:
             self.violations.append(f"{self.name}: ACK for seq {msg.seq}, which is not outstanding")
             return
+        ids, results = answered
         if len(ids) != len(msg.ticks):
             self.violations.append(f"{self.name}: ACK {msg.seq} has {len(msg.ticks)} ticks for {len(ids)}")
         # ACKs may overtake one another (a batch rejected whole is answered at once, before the
         # sync of earlier batches), but the ticks of logged events follow publish order
-        duplicates = set(msg.duplicates)
-        for k, (ident, tick) in enumerate(zip(ids, msg.ticks, strict=False)):
-            if tick is None:
+        for ident, res in zip(ids, results, strict=False):
+            if isinstance(res, BrokerError):
                 self.rejected.append(ident)
                 continue
-            if k in duplicates:  # logged before the crash: the original's tick, older than new ones
+            if isinstance(res, DuplicateResult):  # logged before the crash: the original's tick, older than new ones
                 self.duplicates += 1
-                self.acked[ident] = tick
-                self.acked_at[ident] = self.world.now
-                self.pubend_of[ident] = msg.pubend
-                continue
-            if tick <= self._last_tick:
-                self.violations.append(f"{self.name}: {ident} ACKed at tick {tick} after {self._last_tick}")
-            self._last_tick = tick
-            self.acked[ident] = tick
+            else:
+                if res.tick <= self._last_tick:
+                    self.violations.append(f"{self.name}: {ident} ACKed at tick {res.tick} after {self._last_tick}")
+                self._last_tick = res.tick
+            self.acked[ident] = res.tick
             self.acked_at[ident] = self.world.now
-            self.pubend_of[ident] = msg.pubend
-        if self.state == READY:
+            self.pubend_of[ident] = res.pubend
+        if self.ready:
             self._schedule(0)
 
     def on_error(self, msg: messages.Error) -> None:
         seq = msg.context.get("seq")
+        self.tracker.refused(msg.context, BrokerError(msg.message, msg.code))
         if msg.code == errors.BAD_CHANNEL and isinstance(seq, int):
             return  # the event made malformed on purpose; its ACK carries nil
         super().on_error(msg)
@@ -321,19 +534,12 @@ class Subscriber(SimClient):
         self.subscriptions += 1
         self.world.trace(self.name, "subscribe", start)
         self.send(frame)
-        self._renew_later(self.sock)
 
-    def _renew_later(self, sock: Socket | None) -> None:
-        """Renew the broker's lease on the subscription, as the client library does, while this
-        connection lasts."""
-        interval = None if self.session is None else self.session.renew_interval_ns
-        if interval is not None and self.renews:
-            self.world.call_later(interval, self._renew, sock)
+    def renewing(self) -> bool:
+        return self.renews and self.quit_at is None  # (one that quit subscribes no more)
 
-    def _renew(self, sock: Socket | None) -> None:
-        if sock is self.sock and self.session is not None:
-            self.send(self.session.renew())
-            self._renew_later(sock)
+    def kinds(self) -> list[SubKind]:
+        return [SubKind.DURABLE if self.durable else SubKind.PLAIN]
 
     def on_down(self) -> None:
         self._sub = None
@@ -365,21 +571,28 @@ class Subscriber(SimClient):
 
 
 class DurableSubscriber(Subscriber):
-    """A durable subscriber (docs/durable.md) that keeps its checkpoint as the client library does
-    (SUBSCRIBED's start, each event, each SILENCE) and, when told to `move`, drops its connection
-    and subscribes at another broker with its token. Each SUBSCRIBED after the first carries a
-    checkpoint: it must be the token it sent."""
+    """A durable subscriber (docs/durable.md) that keeps its checkpoint with the client library's
+    `Cursor` (SUBSCRIBED's start, each event, each GAP and SILENCE, taken as they arrive) and
+    acknowledges it on the roaming machine's AUTO_ACK deadline; when told to `move`, it drops its
+    connection and subscribes at another broker from where the cursor says. Each SUBSCRIBED after
+    the first carries a checkpoint: it must be the token it sent."""
 
     def __init__(self, world: World, network: Network, address: str, name: str, pattern: str,
-                 filter: str | None = None, ack_interval_ns: int = 200_000_000) -> None:
+                 filter: str | None = None, ack_interval_ns: int = 200_000_000,
+                 failover: tuple[str, ...] = ()) -> None:
         super().__init__(world, network, address, name, pattern, filter)
+        self.failover = failover  # when its broker dies: go on at one of these, from its token
         self.durable = True
         self.gaps_judged = True
-        self.checkpoint: Checkpoint | None = None
+        self.cursor = Cursor()
         self.moves = 0
         self.ack_interval_ns = ack_interval_ns  # RELEASE of its checkpoint this often, as the library does
         self.kept: Checkpoint | None = None  # the token it had at its first move: an older one to rewind to
         self.forgotten = 0  # events a rewind dropped from its records (they must come again, or a gap)
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        return self.cursor.checkpoint
 
     def move(self, address: str, away_ns: int | None = None, rewind: bool = False) -> None:
         """Drop the connection and subscribe at `address` with the token (after `away_ns`); with
@@ -395,7 +608,7 @@ class DurableSubscriber(Subscriber):
             self.forgotten += len(self.received) - len(kept)
             self.received = kept
             self.gaps = [g for g in self.gaps if g[0] is None or g[2] <= old.position(g[0])]
-            self.checkpoint = Checkpoint(old.default, dict(old.positions), ck.home)
+            self.cursor.rewind(Checkpoint(old.default, dict(old.positions), ck.home))
             self.rewound = True
             self.world.trace(self.name, "rewind")
         self.address = address
@@ -404,47 +617,49 @@ class DurableSubscriber(Subscriber):
         self.drop(away_ns)
 
     def on_ready(self) -> None:
-        assert self.session is not None
-        ck = self.checkpoint
-        if ck is None:
+        assert self.session is not None and self.roamer is not None
+        if not self.cursor.durable:
             self._sub, frame = self.session.subscribe(self.pattern, self.filter, "now", positions=[])
         else:
-            self._sub, frame = self.session.subscribe(self.pattern, self.filter, ck.default, positions=ck.to_wire()[1],
-                                                      home=None if ck.home is None else list(ck.home))
+            start, positions, home = self.cursor.resume()
+            self._sub, frame = self.session.subscribe(self.pattern, self.filter, start, positions=positions, home=home)
         self.subscriptions += 1
-        self.world.trace(self.name, "subscribe", "token" if ck else "now")
+        self.world.trace(self.name, "subscribe", "token" if self.cursor.durable else "now")
         self.send(frame)
-        self._renew_later(self.sock)
-        self.world.call_later(self.ack_interval_ns, self._ack, self.sock)
+        self.roamer.durable_confirmed(self.world.now)  # its acks run while connected, as the library's
 
-    def _ack(self, sock: Socket | None) -> None:
-        """RELEASE what it has consumed (it consumes each event as it arrives), while connected."""
-        if sock is not self.sock or self.session is None:
-            return
-        if self._sub is not None and self.checkpoint is not None:
-            self.send(self.session.release(self._sub, self.checkpoint.to_wire()[:2]))
-        self.world.call_later(self.ack_interval_ns, self._ack, sock)
+    def on_ack(self) -> None:
+        """RELEASE what it has consumed (it consumes each item as it arrives)."""
+        ck = self.checkpoint
+        if self._sub is not None and ck is not None and self.session is not None:
+            wire = ck.to_wire()[:2]
+            self.send(self.session.release(self._sub, wire))
+            self.cursor.acked(wire)
+
+    def _took(self, items: list[Any]) -> None:
+        self.cursor.received_items(items)
+        self.cursor.taken(items)
 
     def on_message(self, msg: Any) -> None:
         ck = self.checkpoint
         if isinstance(msg, messages.Events) and msg.sub == self._sub and ck is not None:
-            for fields in map(EventRecord.of, msg.records):
-                self.received.append((fields.tick, fields))
-                ck.delivered(fields.pubend, fields.tick)
+            records = [EventRecord.of(fields) for fields in msg.records]
+            self.received += [(r.tick, r) for r in records]
+            self._took([event_from_fields(fields) for fields in msg.records])
             self.world.trace(self.name, "events", len(msg.records))
         elif isinstance(msg, messages.Subscribed) and msg.sub == self._sub:
             start = Checkpoint.from_wire(msg.checkpoint)
             if ck is None:
-                self.checkpoint = start
+                self.cursor.confirmed(msg.checkpoint)
                 self.subscribed_at = self.world.now
             elif start.default != ck.default or any(start.positions.get(p) != t for p, t in ck.positions.items()):
                 self.violations.append(f"{self.name}: resumed at {start} for the token {ck}")
             else:
-                ck.home = start.home  # its home is where it is now
+                self.cursor.rehomed(msg.checkpoint)  # its home is where it is now
         elif isinstance(msg, messages.Silence) and msg.sub == self._sub and ck is not None:
-            ck.silence(dict(msg.positions))
+            self._took([silence_of(msg)])
         elif isinstance(msg, messages.Gap) and msg.sub == self._sub and ck is not None and msg.pubend is not None:
             self.gaps.append((msg.pubend, msg.after, msg.through, self.world.now))
-            ck.delivered(msg.pubend, msg.through)
+            self._took([Gap(msg.after, msg.through, msg.pubend)])
         else:
             super().on_message(msg)

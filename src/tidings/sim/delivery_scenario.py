@@ -66,6 +66,7 @@ CONFIG = BrokerConfig(
     release_keep_ns=1, release_hold_ns=5 * SECOND_NS, durable_save_interval_ns=100 * MILLISECOND_NS,
 )
 EARLY_RELEASE_NS = 1500 * MILLISECOND_NS  # maxRetain when a scenario asks for early release
+DRAIN_NS = SECOND_NS  # a drained broker stops this long after it advised its clients to move
 DURABLE_AWAY_NS = 7 * SECOND_NS  # a durable subscriber's long absence: past release_hold_ns and maxRetain
 
 
@@ -101,6 +102,10 @@ class DeliveryScenario:
     # each move returns to the broker it left after DURABLE_RETURN_NS away: its catchup there asks
     # the persistent filtering subsystem (PFS) which ticks matched it meanwhile
     durable_returns: bool = False
+    # the durable subscriber fails over, as the client library does (core/session/roaming.py), to
+    # two other brokers when its broker dies (the `durable-home` fault), rather than waiting for it,
+    # and follows route advice (the `durable-drain` fault drains its broker, then stops it)
+    durable_failover: bool = False
 
 
 @dataclass
@@ -224,7 +229,10 @@ class DeliveryRun:
         if not self.scenario.durable_moves:
             return None
         pattern, flt = DURABLE_SUBSCRIPTION
-        sub = DurableSubscriber(self.world, self.net, f"b{homes[0]}:7000", "durable", pattern, filter=flt)
+        failover = tuple(f"b{h}:7000" for h in homes[1:3]) if self.scenario.durable_failover else ()
+        sub = DurableSubscriber(self.world, self.net, f"b{homes[0]}:7000", "durable", pattern, filter=flt,
+                                failover=failover)
+        sub.follow_advice = self.scenario.durable_failover
         sub.start(self.world.now)
         self.subscribers.append(sub)
         return sub
@@ -287,7 +295,7 @@ class DeliveryRun:
         durable = [sub for sub in self.subscribers if sub.durable]
         if fault == "publisher":
             target: int | None = pub_at[0]
-        elif fault == "durable-home":  # the broker hosting the durable subscriber (its registration)
+        elif fault in ("durable-home", "durable-drain"):  # the broker hosting the durable subscriber
             target = int(durable[0].address[1:-5]) if durable else None
         elif fault == "root":
             target = root if root not in clients else None
@@ -304,12 +312,16 @@ class DeliveryRun:
             self.faults_done.append(f"{fault}: no candidate")
             return
         node = self.nodes[target]
+        if fault == "durable-drain":  # SIGTERM: its clients are advised to move, then it stops by itself
+            node.drain(DRAIN_NS)
+            self.run(DRAIN_NS + 100 * MILLISECOND_NS)
         if fault == "stall":
             assert node.peer_faults is not None
             node.peer_faults.stalled = True
             self.run(1500 * MILLISECOND_NS)
             node.peer_faults.stalled = False
-        node.crash()
+        if node.up:  # (a drained one stopped by itself)
+            node.crash()
         self.faults_done.append(f"{fault}: b{target}")
         self.world.call_later(2 * SECOND_NS, node.restart)
         self.run(400 * MILLISECOND_NS)
@@ -336,3 +348,12 @@ def sweep_scenario(seed: int, brokers: int = 24) -> DeliveryScenario:
         seed=seed, brokers=brokers, loss=rng.choice([0.0, 0.01, 0.05, 0.1]), duplication=rng.choice([0.0, 0.01]),
         reordering=rng.choice([0.0, 0.02]), clock_skew_us_max=rng.choice([0, 200_000]),
         faults=tuple(rng.sample(FAULTS + DURABLE_FAULTS, rng.randint(0, 3))), durable_moves=rng.choice([2, 6]))
+
+
+def failover_scenario(seed: int, brokers: int = 8) -> DeliveryScenario:
+    """A seed of the sweep whose durable subscriber roams as the client library does (its roaming
+    machine): its broker is always killed (it fails over) or, on odd seeds, drained and then stopped
+    (it follows the draining advice to another broker)."""
+    base = sweep_scenario(seed, brokers)
+    home_fault = "durable-drain" if seed % 2 else "durable-home"  # a drain (and a move) or a kill (and a failover)
+    return replace(base, faults=tuple(dict.fromkeys((home_fault, *base.faults))), durable_failover=True)

@@ -14,12 +14,20 @@ page cache, not yet synced). The disk works through its requests in order, like
 
 Reads (`read`) run beside the writer, as the real worker's reader pool does: after a latency they
 answer with the records after < tick <= through (whatever is written by then), adding records while
-their sizes fit in max_bytes and always at least one.
+their sizes fit in max_bytes and always at least one. A read that asks for a span (ReadLog.span)
+is answered, as storage/log.py `read_span` answers it, with the log's own bytes (storage/record.py's
+format) for a run of whole records holding every record with after < tick <= covered; like a span
+cut at an index entry, it starts with the record before `after` when there is one, which the reader
+drops. A read that touches a record marked corrupt (`corrupt(tick)`, a fault a scenario injects)
+fails instead, as a read of a corrupt segment does: the owner hears `read_failed(reader, reason)`.
 
 `release(through)` drops the durable records at or below `through` (the release protocol's
-ReleaseLog; at once, as whole segments would be) and remembers `released_through`; `save(data)`
-keeps the broker's durable state (SaveDurable: an atomic replace, so a crash keeps the old or the
-new one whole).
+ReleaseLog; at once, as whole segments would be) and remembers `released_through`; `retain(now_us,
+bytes_max, age_us)` (ApplyRetention) drops the oldest durable records while the log holds more than
+`bytes_max` or they are older than `age_us`, keeping the newest record as the active segment
+stays. Either one that dropped something reports `retained(state)` (RetentionApplied), as the real
+worker does. `save(data)` keeps the broker's durable state (SaveDurable: an atomic replace, so a
+crash keeps the old or the new one whole).
 
 `crash()` is what a power cut leaves: queued requests vanish, pending completions never fire, and
 of the volatile tail either nothing, all of it (a process crash: the page cache survives) or any
@@ -40,13 +48,16 @@ from typing import Any
 from tidings.core.inputs import LogState
 from tidings.core.units import MICROSECOND_NS
 from tidings.sim.world import Timer, World
+from tidings.storage.record import encode
 
 SURVIVE_NONE = "none"
 SURVIVE_PREFIX = "prefix"
 SURVIVE_ALL = "all"
 
 SyncedCallback = Callable[[int, LogState], None]
-ReadCallback = Callable[[int, list[tuple[int, bytes]], LogState], None]
+ReadCallback = Callable[[int, list[tuple[int, bytes]], LogState, tuple[int, bytes] | None], None]
+ReadFailedCallback = Callable[[int, str], None]
+RetainedCallback = Callable[[LogState], None]
 
 
 class Disk:
@@ -71,6 +82,11 @@ class Disk:
         self._reads: list[Timer] = []
         self.on_synced: SyncedCallback | None = None
         self.on_read: ReadCallback | None = None
+        self.on_read_failed: ReadFailedCallback | None = None
+        self.on_retained: RetainedCallback | None = None
+        self.corrupt_ticks: set[int] = set()  # records a read fails on (a fault: `corrupt`)
+        self.reads_failed = 0
+        self.retained_records = 0  # records retention dropped
         self.on_sync_started: list[Callable[[int], None]] = []  # fault hooks: called with done_at
         self.syncs = 0
         self.reads = 0
@@ -84,9 +100,12 @@ class Disk:
 
     # ---- the owner's interface (effects Append, Sync, ReadLog) -----------------------------------
 
-    def attach(self, on_synced: SyncedCallback, on_read: ReadCallback) -> None:
+    def attach(self, on_synced: SyncedCallback, on_read: ReadCallback,
+               on_read_failed: ReadFailedCallback | None = None, on_retained: RetainedCallback | None = None) -> None:
         self.on_synced = on_synced
         self.on_read = on_read
+        self.on_read_failed = on_read_failed
+        self.on_retained = on_retained
 
     def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
         self._queue.append(("append", (records, keys)))
@@ -99,25 +118,58 @@ class Disk:
     def release(self, through: int) -> None:
         """Drop the durable records at or below `through`."""
         count = bisect.bisect_right(self.ticks, through, 0, self.durable_count)
-        if count == 0:
-            return
+        if self._drop(count):
+            self.world.trace(self.name, "release", through, count)
+            self._report_retained()
+
+    def retain(self, now_us: int, bytes_max: int, age_us: int) -> None:
+        """Retention: drop the oldest durable records while the log holds more than `bytes_max` or
+        they are older than `age_us` (ticks are wall-clock microseconds); the newest stays."""
+        horizon = now_us - age_us
+        count, size = 0, self.log_bytes
+        keep_from = min(self.durable_count, len(self.records) - 1)
+        while count < keep_from and (size > bytes_max or self.ticks[count] < horizon):
+            size -= len(self.records[count][1])
+            count += 1
+        self.retained_records += count
+        self.world.trace(self.name, "retain", count)
+        self._drop(count)
+        self._report_retained()
+
+    def _drop(self, count: int) -> bool:
+        """Drop the first `count` (durable) records; whether there were any."""
+        if count <= 0:
+            return False
         self.released_through = max(self.released_through, self.ticks[count - 1])
         self.released_records += self.records[:count]
+        through = self.ticks[count - 1]
         self.keys = [k for k in self.keys if k[0] > through]
         for _, record in self.records[:count]:
             self.log_bytes -= len(record)
         del self.records[:count]
         del self.ticks[:count]
         self.durable_count -= count
-        self.world.trace(self.name, "release", through, count)
+        return True
+
+    def _report_retained(self) -> None:
+        if self.on_retained is not None:
+            self.world.call_soon(self._report, self.on_retained, self.state())
+
+    def _report(self, callback: RetainedCallback, state: LogState) -> None:
+        if callback is self.on_retained:  # not if the owner crashed in between
+            callback(state)
+
+    def corrupt(self, tick: int) -> None:
+        """A fault: the record of `tick` (logged or to be) fails every read that reaches it."""
+        self.corrupt_ticks.add(tick)
 
     def save(self, data: bytes) -> None:
         self.durable_state = data
 
-    def read(self, reader: int, after: int, through: int, max_bytes: int) -> None:
+    def read(self, reader: int, after: int, through: int, max_bytes: int, span: bool = False) -> None:
         delay = self.rng.randint(self.read_ns_min, self.read_ns_max)
         self._reads = [t for t in self._reads if not t.cancelled]
-        self._reads.append(self.world.call_later(delay, self._read_done, reader, after, through, max_bytes))
+        self._reads.append(self.world.call_later(delay, self._read_done, reader, after, through, max_bytes, span))
 
     # ---- what is on the disk ---------------------------------------------------------------------
 
@@ -153,7 +205,7 @@ class Disk:
         for t in self._reads:
             t.cancel()
         self._reads = []
-        self.on_synced = self.on_read = None
+        self.on_synced = self.on_read = self.on_read_failed = self.on_retained = None
         tail = self.volatile_count
         if survive == SURVIVE_ALL:
             kept = tail
@@ -210,17 +262,18 @@ class Disk:
             done_at = self.world.now + latency
             covered = len(self.records)
             self.world.trace(self.name, "sync-start", token, covered)
-            self._sync_timer = self.world.call_at(done_at, self._sync_done, token, covered,
-                                                  len(self.released_records))
+            # what it covers, by tick: release and retention may drop records from the front meanwhile
+            covered_tick = self.ticks[-1] if self.ticks else 0
+            self._sync_timer = self.world.call_at(done_at, self._sync_done, token, covered, covered_tick)
             for hook in list(self.on_sync_started):
                 hook(done_at)
 
-    def _sync_done(self, token: int, covered: int, released_before: int) -> None:
+    def _sync_done(self, token: int, covered: int, covered_tick: int) -> None:
         self._sync_timer = None
-        covered -= len(self.released_records) - released_before  # records a release dropped meanwhile
         self.syncs += 1
-        assert covered >= self.durable_count
-        self.durable_count = covered
+        durable = bisect.bisect_right(self.ticks, covered_tick)
+        assert durable >= self.durable_count
+        self.durable_count = durable
         state = self.state()
         self.world.trace(self.name, "synced", token, covered)
         self._work()  # the writer goes on at once; the owner hears of the sync on its own loop turn
@@ -231,20 +284,35 @@ class Disk:
         if callback is self.on_synced:  # not if the owner crashed in between
             callback(token, state)
 
-    def _read_done(self, reader: int, after: int, through: int, max_bytes: int) -> None:
+    def _read_done(self, reader: int, after: int, through: int, max_bytes: int, span: bool) -> None:
         self.reads += 1
         out: list[tuple[int, bytes]] = []
+        i = bisect.bisect_right(self.ticks, after)
         if through > after:
-            i = bisect.bisect_right(self.ticks, after)
             total = 0
             records = self.records
-            while i < len(records) and records[i][0] <= through:
-                size = len(records[i][1])
+            while i + len(out) < len(records) and records[i + len(out)][0] <= through:
+                size = len(records[i + len(out)][1])
                 if out and total + size > max_bytes:
                     break
-                out.append(records[i])
+                out.append(records[i + len(out)])
                 total += size
-                i += 1
+        bad = [tick for tick, _ in out if tick in self.corrupt_ticks]
+        if bad:
+            self.reads_failed += 1
+            self.world.trace(self.name, "read-failed", reader, after, through, bad[0])
+            if self.on_read_failed is not None:
+                self.on_read_failed(reader, f"LogCorruptError: the record of tick {bad[0]} fails its checksum")
+            return
         self.world.trace(self.name, "read", reader, after, through, len(out))
-        if self.on_read is not None:
-            self.on_read(reader, out, self.state())
+        if self.on_read is None:
+            return
+        if not span:
+            self.on_read(reader, out, self.state(), None)
+            return
+        # the log's bytes, from the record before `after` (a span begins where the index says a record does)
+        before = [self.records[i - 1]] if i > 0 and out else []
+        run = before + out
+        blob = encode(run, 0, 0, 1 << 62, 1 << 62)[0] if run else b""
+        covered = out[-1][0] if out else through
+        self.on_read(reader, [], self.state(), (covered, blob))

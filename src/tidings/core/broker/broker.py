@@ -39,6 +39,7 @@ from tidings.core.broker import metrics
 from tidings.core.broker.advice import RouteAdvice
 from tidings.core.broker.cluster import ClusterMember, Reliability
 from tidings.core.broker.connection import OPEN, ClientConnection, ClientMessage, Hold, PeerHandover
+from tidings.core.broker.lifecycle import Lifecycle, Retention
 from tidings.core.broker.reading import Reading, Served
 from tidings.core.broker.refusals import ClientErrors
 from tidings.core.config import BrokerConfig
@@ -48,16 +49,9 @@ from tidings.core.durable.constream import Constream, Recorded
 from tidings.core.durable.registrations import Registrations
 from tidings.core.durable.subscriptions import DurableSubscriptions, Outcome
 from tidings.core.effects import (
-    Connect,
     Disconnect,
     Effect,
     PeerRefused,
-    PfsAppend,
-    PfsChop,
-    ReadLog,
-    ReadPfs,
-    ReleaseLog,
-    SaveDirectory,
     Send,
 )
 from tidings.core.errors import TidingsError
@@ -67,6 +61,7 @@ from tidings.core.inputs import (
     Connected,
     ConnectFailed,
     ConnectionLost,
+    DrainRequested,
     Input,
     LogRead,
     LogState,
@@ -97,10 +92,6 @@ from tidings.core.subscription.subscription import Subscription
 from tidings.core.units import ns_to_us
 from tidings.core.wire import messages
 
-# what the cluster member asks of the runtime
-RUNTIME_EFFECTS = (Send, Disconnect, Connect, ReadLog, ReleaseLog, PfsAppend, PfsChop, ReadPfs, PeerRefused,
-                   SaveDirectory)
-
 
 class DurableSilenceTimer(NamedTuple):
     """Durable subscriptions are due a SILENCE (core/durable/checkpoint.py)."""
@@ -113,6 +104,10 @@ class DurableSaveTimer(NamedTuple):
 DURABLE_SILENCE = DurableSilenceTimer()
 DURABLE_SAVE = DurableSaveTimer()
 BrokerTimer = DurableSilenceTimer | DurableSaveTimer
+
+
+def _due(deadline: int | None, now: int) -> bool:
+    return deadline is not None and deadline <= now
 
 
 class Broker:
@@ -134,7 +129,7 @@ class Broker:
         self.index = SubscriptionIndex()
         self._next_key = 0
         self.timers: Deadlines[BrokerTimer] = Deadlines()
-        self.leases = Leases(config.lease_ns)
+        self.leases = Leases(config.lease_ns, self._unread)
         self.events_delivered = 0
         self.read_span_bytes = 0  # the log's bytes read for READs as spans (their events are not counted)
         self.now = 0
@@ -151,6 +146,9 @@ class Broker:
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
         self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable/subscriptions.py
         self.constream = Constream()  # what matched the durable registrations (reliability/constream.py)
+        # the join deadline, the drain and the retention cadence (core/broker/lifecycle.py)
+        self.lifecycle = Lifecycle(self, Retention(config.retention_bytes_max, config.retention_age_ns,
+                                                   config.retention_check_interval_ns))
 
     # ---- the runtime's interface -----------------------------------------------------------------
 
@@ -165,6 +163,8 @@ class Broker:
                 isinstance(inp, Received | ConnectionLost | SendBlocked | SendDrained)
                 and self.cluster is not None and self.cluster.owns(inp.conn)):
             assert self.cluster is not None  # only the peer links dial
+            if type(inp) is ConnectFailed:
+                self.lifecycle.join_attempt_failed(inp.address, inp.reason)
             self._cluster_effects(self.cluster.peer_input(inp), out)
             if type(inp) is Received:
                 self._peer_partial(inp.now, inp.conn, out)
@@ -189,34 +189,61 @@ class Broker:
         elif isinstance(inp, SendBlocked | SendDrained):
             self._flow(inp.conn, isinstance(inp, SendBlocked), out)
         elif isinstance(inp, TimerFired):
-            self._timers(inp.now, inp.wall_us, out)
-            self._leases_expired(inp.now, out)
-            for conn, text in self.reading.frames_overdue(inp.now, out):
-                if self.cluster is not None and self.cluster.owns(conn):
-                    self._cluster_effects(self.cluster.refuse(inp.now, conn, errors.FRAME_STALLED, text), out)
-            if self.cluster is not None:
-                self.pubend.declare_silence(inp.wall_us)
-                self._cluster_effects(self.cluster.handle_timeout(inp.now), out)
+            self._timeouts(inp.now, inp.wall_us, out)
         elif isinstance(inp, RetentionApplied):
             self.log = inp.log
         elif isinstance(inp, ReadFailed):
             self._read_failed(inp, out)
         elif isinstance(inp, PfsAnswered):
             self._reliability(self.constream.pfs_answered(inp), out)
+        elif isinstance(inp, DrainRequested):
+            advice = self.drain(inp.now)
+            out += advice
+            out += self.lifecycle.drain_requested(inp.now, inp.timeout_ns, bool(advice))
+        if self.lifecycle.draining:  # the drain looks again after every input
+            out += self.lifecycle.look(inp.now)
         return out
 
+    def _timeouts(self, now: int, wall_us: int, out: list[Effect]) -> None:
+        """TimerFired: the handle_timeout of each machine whose deadline is due, in a fixed order."""
+        if _due(self.timers.next_deadline(), now):
+            self._timers(now, wall_us, out)
+        reading_due = _due(self.reading.next_deadline(), now)
+        if reading_due:
+            self._serve(self.reading.handle_timeout(now, out), out)
+        if _due(self.leases.next_deadline(), now):
+            self._leases_expired(now, out)
+        if reading_due:
+            for conn, text in self.reading.frames_overdue(now, out):
+                if self.cluster is not None and self.cluster.owns(conn):
+                    self._cluster_effects(self.cluster.refuse(now, conn, errors.FRAME_STALLED, text), out)
+        if self.cluster is not None and _due(self.cluster.next_deadline(), now):
+            self.pubend.declare_silence(wall_us)  # what the streams' timers announce runs to the present
+            self._cluster_effects(self.cluster.handle_timeout(now), out)
+        if _due(self.lifecycle.next_deadline(), now):
+            out += self.lifecycle.handle_timeout(now)
+
     def next_deadline(self) -> int | None:
-        deadlines = [self.timers.next_deadline(), self.leases.next_deadline(), self.reading.next_deadline()]
+        deadlines = [self.timers.next_deadline(), self.leases.next_deadline(), self.reading.next_deadline(),
+                     self.lifecycle.next_deadline()]
         if self.cluster is not None:
             deadlines.append(self.cluster.next_deadline())
         live = [d for d in deadlines if d is not None]
         return min(live) if live else None
 
-    def start_overlay(self, now: int, address: str, bootstrap: str | None, rng: Rng) -> list[Effect]:
+    def start(self, now: int) -> None:
+        """The broker process is up (a runtime calls this once, before any input): the deadlines
+        of the process's life begin (core/broker/lifecycle.py: retention)."""
+        self.lifecycle.start(now)
+
+    def start_overlay(self, now: int, address: str, bootstrap: str | None, rng: Rng,
+                      join_timeout_ns: int | None = None) -> list[Effect]:
         """Take part in the overlay as `address` (what peers connect to): start a new overlay, or
-        join the one `bootstrap` (any member's address) belongs to. `rng` is a seeded random.Random."""
+        join the one `bootstrap` (any member's address) belongs to, giving up (JoinTimedOut) after
+        `join_timeout_ns` (None: never). `rng` is a seeded random.Random."""
         assert self.cluster is None
         self.now = now
+        self.lifecycle.join_through(now, bootstrap, join_timeout_ns)
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
         peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
         reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self.intake.trees_of,
@@ -262,7 +289,6 @@ class Broker:
                 self._durable_silence(now, out)
             else:
                 self._durable_save(now, wall_us, out)
-        self._serve(self.reading.handle_timeout(now, out), out)
 
     def _advise(self, conns: list[int]) -> list[Effect]:
         """ADVICE to `conns` (core/broker/advice.py): this broker's nearest neighbours, and why to move."""
@@ -281,6 +307,11 @@ class Broker:
         self.advice.drain()
         return self._advise(self.reading.open_conns())
 
+    @property
+    def joined(self) -> bool:
+        """Whether this broker is in an overlay (its Pastry join completed)."""
+        return self.cluster is not None and self.cluster.overlay.joined
+
     def movable_clients(self) -> int:
         """Open client connections: on drain, the client library moves every one, its durable
         subscriptions with their tokens and its plain ones from "now" (tidings.client)."""
@@ -295,7 +326,8 @@ class Broker:
 
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         """Connections that stopped renewing: each of their subscriptions ends, everywhere."""
-        for conn in self.leases.expired(now, self.reading.unread()):  # (those not read run on)
+        for expired in self.leases.handle_timeout(now):
+            conn = expired.conn
             c = self.connections.get(conn)
             if c is None:
                 continue
@@ -304,6 +336,11 @@ class Broker:
                     self._drop_subend(c, c.subs[eff.sub], out, ended=eff.ended)
                 else:
                     out.append(eff)
+
+    def _unread(self, conn: int) -> bool:
+        """Whether something holds `conn` unread (its RENEWs wait with the rest: connection.py Hold)."""
+        c = self.connections.get(conn)
+        return c is not None and bool(c.holds)
 
     def _serve(self, served: Served, out: list[Effect]) -> None:
         """Each message the reading machine pulls, to the machine that owns it (core/broker/reading.py)."""
@@ -332,6 +369,8 @@ class Broker:
             self._unsubscribe(c, msg.sub, msg.forget, out)
         elif isinstance(msg, messages.Renew):
             self.leases.renew(self.now, c.conn)
+        elif isinstance(msg, messages.Heartbeat):  # a client checks that its broker is there (core/session/roaming.py)
+            out.append(Send(c.conn, messages.heartbeat_reply()))
         elif isinstance(msg, messages.Release):
             try:
                 s = c.subs.get(msg.sub)
@@ -679,7 +718,9 @@ class Broker:
             elif type(eff) is MovedAway:
                 self.registrations.moved_total += 1
                 self._durable(self.durable.forget(eff.registration), out)
-            elif type(eff) in RUNTIME_EFFECTS:
+            else:  # for the runtime; the driver fails loudly on one no runtime carries out (core/drive.py)
+                if type(eff) is PeerRefused:
+                    self.lifecycle.peer_refused(eff)
                 out.append(eff)
 
     # ---- observation -----------------------------------------------------------------------------

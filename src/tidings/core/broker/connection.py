@@ -85,7 +85,7 @@ class PeerHandover:
 
 ClientMessage = (
     messages.Publish | messages.Subscribe | messages.Unsubscribe | messages.StatusRequest | messages.Renew
-    | messages.Release | messages.Read
+    | messages.Release | messages.Read | messages.Heartbeat
     | PeerHandover
 )
 

@@ -40,7 +40,11 @@ enters a leaf set once it has answered a keep-alive, so stale lists cannot plant
 join that has not completed after `join_timeout_ns` is asked again; when the bootstrap cannot even
 be reached, sooner: after `join_retry_interval_ns_min`, doubling at each unreachable attempt up to
 `join_timeout_ns` (backoff, so a bootstrap that is not up yet is found quickly and a dead one is not
-hammered).
+hammered). A node still joining does not answer a join; but when two nodes each ask to join
+through the other (two brokers restarted together, each given the other to join), the one with the
+smaller nodeId founds the overlay on receiving the other's request and answers it, so exactly one
+of them founds and they form one overlay (were others still up, they meet them through the failed
+nodes they revive, as after a partition).
 
 Failure: leaves exchange keep-alives every `keepalive_interval_ns` (and any message is a sign of
 life); a leaf silent for `failure_timeout_ns`, or one the transport reports unreachable, is failed:
@@ -195,6 +199,13 @@ class OverlayNode:
         out.append(PeerSend(self._bootstrap, m.JoinRequest(self.me).to_wire()))
         self.timers.set(OverlayTimer.JOIN, now + self.config.join_timeout_ns)
 
+    def _joins_through_us(self, newcomer: NodeRef, sender_address: str) -> bool:
+        """Whether `newcomer` asks to join through this node while this node, not yet joined, asks to
+        join through it, and this node's id is the smaller: two brokers restarted together, each
+        with the other as its bootstrap, would otherwise each wait for the other for ever."""
+        return (not self._joined and self._bootstrap in (newcomer.address, sender_address)
+                and self.me.node_id < newcomer.node_id)
+
     def _join_hop(self, join: m.Join, first: bool, out: list[OverlayEffect]) -> None:
         """This node is on the route of `join`: send the newcomer its share, pass the join on."""
         newcomer = join.newcomer
@@ -252,6 +263,8 @@ class OverlayNode:
         if isinstance(msg, m.JoinState):
             self._absorb_join_state(now, msg, out)
         elif isinstance(msg, m.JoinRequest | m.Join):
+            if isinstance(msg, m.JoinRequest) and self._joins_through_us(msg.newcomer, sender_address):
+                self._complete_join(now, out)  # the smaller of two nodes joining through each other founds
             if self._joined:
                 self._join_hop(m.Join(msg.newcomer, 0) if isinstance(msg, m.JoinRequest) else msg,
                                isinstance(msg, m.JoinRequest), out)

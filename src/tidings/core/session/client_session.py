@@ -64,6 +64,7 @@ class ClientSession:
         self.frame_bytes_max = defaults.FRAME_BYTES_MAX
         self.event_bytes_max = defaults.EVENT_BYTES_MAX
         self.lease_ns: int | None = None  # the broker's lease on subscriptions (core/subscription/leases.py)
+        self.pings = True  # the broker answers HEARTBEAT (until it answers unknown-message: an older one)
         self._decoder = FrameDecoder(defaults.FRAME_BYTES_MAX + FRAME_MARGIN_BYTES)
         self._valid_channels: set[str] = set()
         self._next_seq = 0
@@ -167,20 +168,6 @@ class ClientSession:
             return seq, len(chunk), messages.publish(seq, chunk)
         return seq, len(chunk), messages.publish(seq, [ev[:4] for ev in chunk], producer)
 
-    def refused_seqs(self, context: dict[str, Any], lo: int) -> list[int]:
-        """The sequence numbers of the events an ERROR's `context` names as refused: its `seq`,
-        or with `seqs` the inclusive ranges of a coalesced one (core/broker/refusals.py); only those at
-        or above `lo` (the oldest still unanswered) that this session issued."""
-        ranges = context.get("seqs")
-        if not isinstance(ranges, list):
-            seq = context.get("seq")
-            return [seq] if type(seq) is int and lo <= seq < self._next_seq else []
-        out: list[int] = []
-        for r in ranges:
-            if type(r) is list and len(r) == 2 and type(r[0]) is int and type(r[1]) is int:
-                out.extend(range(max(r[0], lo), min(r[1] + 1, self._next_seq)))
-        return out
-
     def subscribe(self, pattern: str, filter: str | None = None, start: Start = "now",
                   end: int | None = None, order: str = messages.ORDER_PUBLISHER,
                   positions: list[Any] | None = None, home: list[Any] | str | None = None) -> tuple[int, bytes]:
@@ -225,6 +212,16 @@ class ClientSession:
 
     def renew(self) -> bytes:
         return messages.renew()
+
+    def heartbeat(self) -> bytes:
+        """A frame the broker answers at once (core/session/roaming.py): HEARTBEAT, or for
+        a broker older than HEARTBEAT a STATUS request, whose reply nobody awaits."""
+        return messages.heartbeat() if self.pings else self.status()[1]
+
+    def unknown_to_broker(self) -> None:
+        """The broker answered unknown-message to what this session sent unasked for: a HEARTBEAT (the
+        only message it sends without the broker's WELCOME saying it is served). STATUS from now on."""
+        self.pings = False
 
     def unsubscribe(self, sub: int, forget: bool = False) -> bytes:
         return messages.unsubscribe(sub, forget)

@@ -14,12 +14,15 @@ itself stays open: it may still publish, and a late client may subscribe again. 
 without subscriptions holds no lease and costs no timer.
 
 One lease per connection rather than per subscription: renewals come from the client as a whole,
-so one deadline says the same thing with one timer.
+so one deadline says the same thing with one timer. A connection whose RENEWs the broker is not
+reading (held for its send queue, its rate, the disk or a refusal window: `unread`) cannot renew,
+so its lease runs on from the moment it would have expired. Time follows the one timer contract:
+`next_deadline()`, and `handle_timeout(now)` returns a `LeaseExpired` for each lease that ran out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from tidings.core import errors
@@ -32,11 +35,23 @@ class LeaseTimer(NamedTuple):
     conn: int
 
 
-class Leases:
-    __slots__ = ("_timers", "expired_total", "lease_ns")
+class LeaseExpired(NamedTuple):
+    """`conn` did not renew its lease in time: its subscriptions end (it holds no lease now)."""
 
-    def __init__(self, lease_ns: int) -> None:
+    conn: int
+
+
+def _all_read(conn: int) -> bool:
+    return False
+
+
+class Leases:
+    __slots__ = ("_timers", "_unread", "expired_total", "lease_ns")
+
+    def __init__(self, lease_ns: int, unread: Callable[[int], bool] = _all_read) -> None:
+        """`unread(conn)`: whether the broker is not reading `conn` now (its RENEWs wait unread)."""
         self.lease_ns = lease_ns
+        self._unread = unread
         self._timers: Deadlines[LeaseTimer] = Deadlines()
         self.expired_total = 0
 
@@ -62,18 +77,16 @@ class Leases:
     def next_deadline(self) -> int | None:
         return self._timers.next_deadline()
 
-    def expired(self, now: int, spared: Container[int] = ()) -> list[int]:
-        """The connections whose lease ran out by `now`, earliest first; they hold none now. Those
-        in `spared` (whose RENEWs the broker is not reading: held for their send queue, their
-        rate, the disk or a refusal window) run on."""
-        conns = []
+    def handle_timeout(self, now: int) -> list[LeaseExpired]:
+        """The leases that ran out by `now`, earliest first; those of connections not read run on."""
+        out: list[LeaseExpired] = []
         for key in self._timers.pop_due(now):
-            if key.conn in spared:
+            if self._unread(key.conn):
                 self.hold(now, key.conn)
             else:
-                conns.append(key.conn)
-        self.expired_total += len(conns)
-        return conns
+                out.append(LeaseExpired(key.conn))
+        self.expired_total += len(out)
+        return out
 
     def __len__(self) -> int:
         return len(self._timers)

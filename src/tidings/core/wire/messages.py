@@ -116,6 +116,16 @@ class StatusRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Heartbeat:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
 class Welcome:
     version: int
     info: dict[str, Any]
@@ -256,6 +266,14 @@ def status_request(req: int) -> bytes:
 
 def renew() -> bytes:
     return _pack([ClientType.RENEW])
+
+
+def heartbeat() -> bytes:
+    return _pack([ClientType.HEARTBEAT])
+
+
+def heartbeat_reply() -> bytes:
+    return _pack([ClientType.HEARTBEAT_REPLY])
 
 
 def welcome(info: dict[str, Any]) -> bytes:
@@ -460,7 +478,7 @@ def _decode_read(msg: list[Any]) -> Read:
 
 def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message type
     body: bytes,
-) -> Hello | Auth | Publish | Subscribe | Read | Unsubscribe | StatusRequest | Renew | Release:
+) -> Hello | Auth | Publish | Subscribe | Read | Unsubscribe | StatusRequest | Renew | Release | Heartbeat:
     msg = _unpack(body)
     kind = msg[0]
     if kind == ClientType.PUBLISH:
@@ -482,6 +500,9 @@ def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message ty
     if kind == ClientType.RENEW:
         _arity(msg, 1, "RENEW")
         return Renew()
+    if kind == ClientType.HEARTBEAT:
+        _arity(msg, 1, "HEARTBEAT")
+        return Heartbeat()
     if kind == ClientType.RELEASE:
         _arity(msg, 3, "RELEASE")
         if type(msg[2]) is not list:
@@ -503,7 +524,7 @@ def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message ty
 
 
 BrokerMessage = (Welcome | Challenge | Ack | Events | Records | Span | Subscribed | Gap | End | StatusReply | Error
-                 | Advice | Silence)
+                 | Advice | Silence | HeartbeatReply)
 
 
 def decode_broker_message(body: bytes) -> BrokerMessage:  # noqa: PLR0911, PLR0912, PLR0915 - one return per type
@@ -566,6 +587,9 @@ def decode_broker_message(body: bytes) -> BrokerMessage:  # noqa: PLR0911, PLR09
     if kind == ClientType.ADVICE:
         _arity(msg, 3, "ADVICE")
         return Advice(msg[1], msg[2])
+    if kind == ClientType.HEARTBEAT_REPLY:
+        _arity(msg, 1, "HEARTBEAT_REPLY")
+        return HeartbeatReply()
     if kind == ClientType.CHALLENGE:
         _arity(msg, 4, "CHALLENGE")
         kdf = msg[2]

@@ -46,6 +46,7 @@ class ClientType:
     RENEW: Final = 7  # [RENEW]: the client is alive; extends the lease on its subscriptions
     RELEASE: Final = 8  # [RELEASE, sub, checkpoint]: a durable subscription consumed everything through it
     READ: Final = 9  # [READ, sub, pattern, filter, after, end(, spans)]: a bounded read of this broker's log
+    HEARTBEAT: Final = 10  # [HEARTBEAT]: answer HEARTBEAT_REPLY at once (is a silent broker still there?)
     WELCOME: Final = 16
     ACK: Final = 17
     EVENTS: Final = 18
@@ -59,6 +60,7 @@ class ClientType:
     SILENCE: Final = 26  # [SILENCE, sub, [[pubend, tick], ...]]: a durable subscription's token moves up
     RECORDS: Final = 27  # [RECORDS, sub, count, blob]: a READ's records, as logged
     SPAN: Final = 28  # [SPAN, sub, after, through, blob]: a READ's records as the log's own bytes
+    HEARTBEAT_REPLY: Final = 29  # [HEARTBEAT_REPLY]: the answer to HEARTBEAT (only to a client that sent one)
 
 
 class OverlayType:
