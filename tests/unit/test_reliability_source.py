@@ -4,6 +4,7 @@ silence up to the present, and nacks answered from the log."""
 from __future__ import annotations
 
 import msgpack
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -219,6 +220,8 @@ def test_an_answer_waits_while_the_link_to_the_root_is_congested():
     assert reads(src.link_drained(4)) == [(10, 10_000)]
 
 
+@pytest.mark.xfail(strict=True, reason="not counting such a tree gave an away durable subscriber gaps "
+                   "(tests/sim/test_delivery.py away-durable test, seed 0): reverted pending diagnosis")
 def test_a_tree_that_never_had_members_does_not_hold_release():
     """A prefix tree of the channel nobody subscribes to (its root answered TREE_EMPTY, and no
     root ever acknowledged its stream) has nobody below to wait for: it must not hold Tr and Td
