@@ -121,6 +121,26 @@ def test_one_sync_covers_every_append_issued_before_it_started():
     assert disk.syncs == 2 and disk.durable_records() == recs(1, 2, 3)
 
 
+def test_a_release_while_a_sync_is_in_flight_makes_only_what_the_sync_covered_durable():
+    """The sync counts its records when it starts; a release that drops durable records before it
+    ends must not shift that count onto records appended after the sync started."""
+    world = World(3)
+    disk = Disk(world, sync_ns_min=MILLISECOND_NS, sync_ns_max=MILLISECOND_NS)
+    DiskOwner(disk)
+    disk.append(recs(1, 2))
+    disk.sync(1)
+    world.run()
+    disk.append(recs(3))
+    disk.sync(2)  # covers 3
+    disk.release(2)  # while it is in flight
+    disk.append(recs(4))  # after it started: volatile until the next sync
+    world.run()
+    assert disk.durable_records() == recs(1, 2, 3) and disk.volatile_count == 1
+    disk.sync(3)
+    world.run()
+    assert disk.durable_records() == recs(1, 2, 3, 4) and disk.volatile_count == 0
+
+
 @pytest.mark.parametrize("survive", [SURVIVE_NONE, SURVIVE_PREFIX, SURVIVE_ALL])
 def test_a_crash_keeps_the_durable_log_and_at_most_a_prefix_of_the_unsynced_tail(survive):
     kept_counts = set()
