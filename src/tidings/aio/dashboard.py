@@ -37,7 +37,7 @@ import logging
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import replace
 from importlib import resources
 from typing import Any
@@ -80,7 +80,7 @@ class ClusterView:
         self._fresh = asyncio.Event()
         self._history: deque[tuple[float, dict[str, int]]] = deque(maxlen=TIMELINE_SAMPLES + 1)
 
-    async def snapshots(self) -> AsyncIterator[dict[str, Any]]:
+    async def snapshots(self) -> AsyncGenerator[dict[str, Any], None]:
         """Each new snapshot while the caller iterates (close it with contextlib.aclosing)."""
         self._viewers += 1
         if self._poller is None:

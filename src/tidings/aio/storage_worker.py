@@ -59,8 +59,8 @@ def restore_dedup(window: DedupWindow, log: EventLog, now_us: int) -> int:
 
 
 class StorageWorker:
-    def __init__(self, log: EventLog, on_synced: Callable[[int, LogState], None],
-                 on_retained: Callable[[LogState], None], on_failed: Callable[[BaseException], None]) -> None:
+    def __init__(self, log: EventLog, on_synced: Callable[[int, LogState], object],
+                 on_retained: Callable[[LogState], object], on_failed: Callable[[BaseException], object]) -> None:
         self.log = log
         self._on_synced = on_synced
         self._on_retained = on_retained

@@ -69,7 +69,7 @@ CONFIG = BrokerConfig(
 # link pings at CONFIG's rates are most of a run's work. Failures are noticed after 1.5 s here (0.6 s
 # in CONFIG), still well inside the 8 s of quiet; the link pings (RTT measurement, and a link's own
 # liveness, which keep-alives and resets already cover) every 30 s, the directory's gossip every 5 s.
-SCALE_TIMERS = {
+SCALE_TIMERS: dict[str, Any] = {
     "keepalive_interval_ns": 500 * MILLISECOND_NS, "failure_timeout_ns": 1500 * MILLISECOND_NS,
     "heartbeat_interval_ns": 500 * MILLISECOND_NS, "parent_timeout_ns": 1500 * MILLISECOND_NS,
     "ping_interval_ns": 30 * SECOND_NS, "directory_announce_interval_ns": 5 * SECOND_NS,

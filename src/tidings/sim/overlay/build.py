@@ -48,7 +48,10 @@ def join_all(sim: OverlaySim, rng: random.Random, spacing_ns: int = 5 * MILLISEC
     done = 0
     while done < sim.n:
         target = min(sim.n, done + step)
-        if not world.run_until(lambda t=target: sim.counts["joins"] >= t, deadline):
+        def all_joined(t: int = target) -> bool:
+            return bool(sim.counts["joins"] >= t)
+
+        if not world.run_until(all_joined, deadline):
             return False
         done = sim.counts["joins"]
         if progress is not None:

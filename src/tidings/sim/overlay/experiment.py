@@ -30,7 +30,7 @@ from tidings.sim.overlay.build import install_steady, join_all
 from tidings.sim.overlay.lookups import LookupRun, lookup_members
 from tidings.sim.overlay.sim import OverlaySim, leaf_set_errors
 
-PAPER_HOPS_100K = {"mean": 3.98, "max": 5, "percent": {1: 0.06, 2: 1.56, 3: 16.43, 4: 64.49, 5: 17.45}}
+PAPER_HOPS_100K: dict[str, Any] = {"mean": 3.98, "max": 5, "percent": {1: 0.06, 2: 1.56, 3: 16.43, 4: 64.49, 5: 17.45}}
 PAPER_FAILURES_5K = {"nodes": 5000, "failed": 500, "before": 2.73, "right_after": 2.96, "after_repair": 2.74}
 
 Progress = Callable[[str, int, int], None]

@@ -175,7 +175,11 @@ class LookupRun:
         result, step = self.result, max(1, self.count // 20)
         while result.delivered < self.count:
             target = min(self.count, result.delivered + step)
-            if not self.sim.world.run_until(lambda t=target: result.delivered >= t, deadline_ns):
+
+            def reached(t: int = target) -> bool:
+                return result.delivered >= t
+
+            if not self.sim.world.run_until(reached, deadline_ns):
                 return  # lost lookups (message loss): counted, not waited for
             if self.progress is not None:
                 self.progress(result.delivered, self.count)

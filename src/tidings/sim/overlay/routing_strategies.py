@@ -112,7 +112,7 @@ def _adjacency(edges: list[tuple[int, int]]) -> dict[int, list[int]]:
     return adj
 
 
-def _rooted(adj: dict[int, list[int]], root: int, dead: set[int],
+def _rooted(adj: dict[int, list[int]], root: int, dead: frozenset[int] | set[int],
             lat: Any = None) -> tuple[dict[int, int], dict[int, int]]:
     """BFS from `root` avoiding `dead`: parent and (with `lat`) path delay (us) of every reached
     broker, in BFS order."""

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
+from scipy.sparse import csr_matrix  # type: ignore[import-untyped]  # scipy ships no stubs
+from scipy.sparse.csgraph import dijkstra  # type: ignore[import-untyped]
 
 from tidings.core.units import MICROSECOND_NS
 from tidings.sim.overlay.topology import Topology
@@ -120,7 +120,7 @@ class TransitStub(Topology):
         if a == b:
             return 0
         ra, rb = self.host_router[a], self.host_router[b]
-        return 2 * self.lan_us + self._flat[ra * self.routers + rb]
+        return 2 * self.lan_us + int(self._flat[ra * self.routers + rb])
 
     def rtt_ms(self, i: int, j: int) -> float:
         return 2 * self.one_way_us(i, j) / 1000.0
