@@ -246,34 +246,3 @@ def test_a_tree_that_lost_its_members_holds_release_for_the_hold():
     empty.add("a")
     assert (src.released(2, None), src.delivered(2)) == (3, 4)
     assert (src.released(2 + CONFIG.release_hold_ns, None), src.delivered(2 + CONFIG.release_hold_ns)) == (5, 5)
-
-
-def test_an_empty_tree_that_never_had_members_is_sent_nothing_until_it_has_some():
-    """The trees of a channel nobody subscribes to: their roots answer TREE_EMPTY and nobody
-    acknowledges the first event. The stream owes it to nobody, so it is not routed past "empty"
-    with every event (4 Pastry routes per event at the publisher's broker); a member that joins
-    later hears of it (`activated`) and nacks what it wants from its start."""
-    empty: set[str] = set()
-    src = Source("p", "me:1", CONFIG, lambda channel: [channel, "#"], empty=lambda now, tree: tree in empty)
-    assert {e.tree for e in src.published(0, [(5, "a", {}, record(5, "a"))], 5)} == {"a", "#"}
-    src.acked(1, "#", 5, "root:1", 5, 5)
-    empty.add("a")  # a's root said it has no members; nobody acked a
-    assert [e.tree for e in src.published(2, [(9, "a", {}, record(9, "a"))], 9)] == ["#"]
-    assert [e.past_empty for e in src.silence(3, 12) if e.tree == "a"] == [False]  # nor silence past "empty"
-    empty.clear()  # a member joined: the tree is told of everything after the last event, and nacks the rest
-    (told,) = src.activated("a", 12)
-    assert (knowledge(told).after, knowledge(told).through, told.past_empty) == (9, 12, True)
-    log = LogState(last_tick=12, first_tick=1)
-    assert reads(src.nacked(4, "a", ((4, 9),), synced=12, log=log)) == [(4, 9)]
-
-
-def test_a_tree_whose_root_acknowledged_is_still_sent_past_empty_while_it_is_owed():
-    """A root that said "empty" may be a stale one of a partition, or have lost its members since:
-    what a tree that had members was not acknowledged is still sent to it."""
-    empty: set[str] = set()
-    src = Source("p", "me:1", CONFIG, lambda channel: [channel, "#"], empty=lambda now, tree: tree in empty)
-    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
-    src.acked(1, "a", 4, "root:2", 4, 4)  # it had members; 5 is not acknowledged
-    empty.add("a")
-    out = src.published(2, [(9, "a", {}, record(9, "a"))], 9)
-    assert [(e.tree, e.past_empty) for e in out if e.tree == "a"] == [("a", True)]

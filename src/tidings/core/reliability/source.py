@@ -18,11 +18,6 @@ for `stream_idle_ns` is forgotten: an idle pubend costs nothing. A stream whose 
 durable subscriptions below have not released everything sent is kept, with its periodic
 silence, so their brokers' acks keep reporting how far they released (release.py).
 
-A tree that no root ever acknowledged (a prefix tree of the channel nobody subscribes to: its
-root answered TREE_EMPTY) is sent nothing while it is said empty, neither events nor silence:
-nobody below is owed anything. One that had members is still sent what its root has not
-acknowledged, past "empty" (that root may be a stale one, or have lost its members since).
-
 A tree that gets members again after a while without (its rendez-vous point says TREE_ACTIVE to
 the publishers it told it was empty, or whose streams it had) is told at once that every tick
 after the last event this pubend published on it is silence (`activated`): the brokers that
@@ -85,7 +80,6 @@ class Source:
         self.pubend_id = pubend_id
         self.address = address
         self.config = config
-        self._empty = empty
         self._writer = KnowledgeWriter(pubend_id, address, config.knowledge_bytes_max, trees_of)
         self._tails = EventTails(config.trees_max)
         self._streams = SourceStreams(config.trees_max, config.release_hold_ns, empty)
@@ -103,8 +97,8 @@ class Source:
             quiet = self._tails.quiet_after(tree)
             self._tails.published(tree, records[-1][0])
             stream = self._streams.get(tree)
-            owed = stream is not None and stream.owed_below
-            if self._empty(now, tree) and not owed:  # no members: nobody to tell; a member that
+            owed = stream is not None and stream.owed
+            if self._streams.empty(now, tree) and not owed:  # no members: nobody to tell; a member that
                 if stream is not None:  # joins later nacks what it wants from its start
                     stream.sent_through = synced
                 continue
@@ -139,7 +133,7 @@ class Source:
                 continue
             if synced > stream.sent_through:
                 out.append(self._writer.send(tree, stream.sent_through, synced, [], retransmit=False,
-                                             past_empty=stream.owed_below))
+                                             past_empty=stream.owed))
                 stream.sent_through = synced
         return out
 

@@ -53,14 +53,6 @@ class TreeStream:
         """The root has not acknowledged all the knowledge sent on the tree."""
         return self.acked_through < self.sent_through
 
-    @property
-    def owed_below(self) -> bool:
-        """Owed to someone below a root that reported: sent even past a root that says the tree is
-        empty (it may be a stale one of a partition, or have lost its members since). A tree no
-        root ever reported for never had members to owe it to: it is sent nothing while it is
-        said empty, and a member that joins later nacks what it wants (Source.activated)."""
-        return self.owed and self.reported
-
 
 class SourceStreams:
     """The pubend's streams by tree; `empty(now, tree)` says whether the tree's root said it has
@@ -87,6 +79,9 @@ class SourceStreams:
 
     def forget(self, tree: str) -> None:
         del self._streams[tree]
+
+    def empty(self, now: int, tree: str) -> bool:
+        return self._empty(now, tree)
 
     def new(self, tree: str, sent_through: int, now: int) -> TreeStream | None:
         if len(self._streams) >= self._trees_max:  # the limit: knowledge for this tree reaches
