@@ -129,7 +129,7 @@ class Broker:
         self.subends = self.local.subends
         self.memberships, self.trees = self.local.memberships, self.local.trees
         self.timers: Deadlines[BrokerTimer] = Deadlines()
-        self.leases = Leases(config.lease_ns, self._unread)
+        self.leases = Leases(config.lease_ns, self.reading.unread)
         self.now = 0
         self.wall_us = 0  # the last wall clock an input brought, for messages handled without one
         self.cluster: ClusterMember | None = None
@@ -331,11 +331,6 @@ class Broker:
                     self._drop_subend(c, c.subs[eff.sub], out, ended=eff.ended)
                 else:
                     out.append(eff)
-
-    def _unread(self, conn: int) -> bool:
-        """Whether something holds `conn` unread (its RENEWs wait with the rest: connection.py Hold)."""
-        c = self.connections.get(conn)
-        return c is not None and bool(c.holds)
 
     def _serve(self, served: Served, out: list[Effect]) -> None:
         """Each message the reading machine pulls, to the machine that owns it (core/broker/reading.py)."""

@@ -218,9 +218,10 @@ class Reading:
             c.owed = 0
         return c
 
-    def unread(self) -> set[int]:
-        """The connections held for any reason: what they sent (a RENEW too) waits unread."""
-        return {conn for conn, c in self.connections.items() if c.holds}
+    def unread(self, conn: int) -> bool:
+        """Whether something holds `conn` (connection.py Hold): what it sent (a RENEW too) waits unread."""
+        c = self.connections.get(conn)
+        return c is not None and bool(c.holds)
 
     def handle_timeout(self, now: int, out: list[Effect]) -> Served:
         """Holds that ended (a refusal window's held ERRORs go first) and handshakes not done in time."""
