@@ -96,4 +96,9 @@ def test_a_nack_at_the_rp_is_answered_from_the_phbs_log() -> None:
     assert [s["role"] for s in stops] == ["RP", "PHB", "RP", "F", "SHB"]
     assert "Timer" in stops[0]["inputs"][0]
     assert len(stops[1]["inputs"]) == 2  # the nack's bytes, then the log's answer to the read it asked for
-    assert result["event"] == path_trace.trace(seed=1, brokers=16)["event"]  # the event's path is the same
+    # the event's path is the same brokers in the same roles (its counts may differ in this process:
+    # caches that earlier runs warmed take shorter walks; test_same_seed_same_figures_in_another_process
+    # holds the counts)
+    plain = path_trace.trace(seed=1, brokers=16)
+    assert [(s["role"], s["node"]) for s in result["event"]["stops"]] == \
+        [(s["role"], s["node"]) for s in plain["event"]["stops"]]
