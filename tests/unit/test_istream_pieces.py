@@ -27,7 +27,7 @@ def cut(bulk_min: int, piece_bytes: int, messages: list[tuple[int, list[int]]], 
             after = through
         for tick in drop:
             records.pop(tick, None)
-        out, dropped = pieces.cut(known, records, 0, known.prefix_end(0, KNOWN), start, piece_bytes)
+        out, dropped = pieces.cut(known.runs(0, known.prefix_end(0, KNOWN)), records, 0, start, piece_bytes)
         return [(p.after, p.through, p.ticks, p.records, p.lost) for p in out], dropped
     finally:
         pieces.BULK_TICKS_MIN = saved

@@ -1,4 +1,4 @@
-"""The consumers of an input stream and the points the stream derives from their positions.
+"""The consumers of an input stream: where each one is, from which the stream derives its points.
 
 Theory of operation (Gryphon exactly-once, §3; release, §4). Downstream of an `Istream`
 (istream.py) are its `Consumer`s: the broker's children in the tree (output streams, keyed by the
@@ -10,13 +10,14 @@ child also has an `acked_through` (what it acknowledged), and from its last ack 
 what every subscriber below it that keeps up has). A consumer sent back (a catchup, a child's nack)
 lowers its positions (`back_to`), so the stream sends again from there.
 
-Acks flow up: the stream acknowledges the smallest tick every consumer has acknowledged (children)
-or been sent (local subscriptions), never past its horizon (`ack_point`). Beside each ack go the
-release point and the delivered point (`release_points`, release.py): the smallest tick released
-below, and the smallest delivered below, from each child's last ack (a child that has not acked
-yet holds them at 0), never past the ack point, the release point never past the delivered point.
-Records are cached only after the lowest tick some consumer still wants (`lowest_wanted`): a
-child's unacknowledged ticks, a local subscription's unsent ones.
+From these positions the stream (istream.py) derives its points: it acknowledges upstream the
+smallest tick every consumer has acknowledged (children) or been sent (local subscriptions), never
+past its horizon (`Istream.ack_point`); beside each ack go the release point and the delivered point
+(`Istream.release_points`, release.py): the smallest tick released below, and the smallest
+delivered below, from each child's last ack (a child that has not acked yet holds them at 0), never
+past the ack point; and it caches records only after the lowest tick some consumer still wants: a
+child's unacknowledged ticks, a local subscription's unsent ones. Those loops stay in the stream,
+over this plain data, so that they run in one module.
 
 Invariants: an ack never sets `acked_through` above max(`sent_through`, horizon) at that moment; a
 move back leaves `acked_through` and `start` at most the new `sent_through`.
@@ -24,8 +25,7 @@ move back leaves `acked_through` and `start` at most the new `sent_through`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
@@ -39,10 +39,10 @@ class Consumer:
     blocked: bool = False  # a local subscription whose connection cannot take more now
     released_through: int = 0  # a child's: what every durable subscription below it released
     delivered_through: int = 0  # a child's: what every subscriber below it that keeps up has
+    local: bool = field(init=False)  # a local subscription's (an int key), not a child's
 
-    @property
-    def local(self) -> bool:
-        return type(self.key) is int
+    def __post_init__(self) -> None:
+        self.local = type(self.key) is int
 
     def back_to(self, position: int) -> None:
         """The consumer lacks the ticks after `position`: they are sent again (and wanted)."""
@@ -62,32 +62,4 @@ class Consumer:
         return False
 
 
-def lowest_wanted(consumers: Iterable[Consumer], otherwise: int) -> int:
-    """Records at or before this are needed by no consumer (`otherwise` when there is none)."""
-    return min((c.sent_through if c.local else min(c.sent_through, c.acked_through) for c in consumers),
-               default=otherwise)
-
-
-def ack_point(consumers: Iterable[Consumer], horizon: int) -> int:
-    """The tick through which every consumer has what it needs (children's acks, local
-    subscriptions' deliveries), at most the horizon."""
-    point = horizon
-    for c in consumers:
-        point = min(point, c.sent_through if c.local else c.acked_through)
-    return point
-
-
-def release_points(consumers: Iterable[Consumer], point: int, held: int | None) -> tuple[int, int]:
-    """(released, delivered) below the ack point `point`, from the children's last acks, with
-    `held` (this broker's own durable subscriptions' smallest release, None when it hosts none)."""
-    children = [c for c in consumers if not c.local]
-    delivered = point
-    for c in children:
-        delivered = min(delivered, c.delivered_through)
-    released = delivered if held is None else min(delivered, held)
-    for c in children:
-        released = min(released, c.released_through)
-    return released, delivered
-
-
-__all__ = ["Consumer", "ack_point", "lowest_wanted", "release_points"]
+__all__ = ["Consumer"]

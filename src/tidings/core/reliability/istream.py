@@ -24,13 +24,15 @@ position below the floor, silence doubted, a record the cache dropped), whose ga
 once. D ticks whose record the cache dropped are forgotten back to Q when a consumer still needs
 them, and nacked like any gap: the cache is an optimisation, never the only copy.
 
-Acks flow up too (consumers.py has the points): the stream acknowledges what every consumer has,
-never past its horizon, with the release and delivered points below. A consumer sent back (a
+Acks flow up too: the stream acknowledges the smallest tick every consumer has acknowledged
+(children) or been sent (local subscriptions), never past its horizon. A consumer sent back (a
 catchup, a child's nack) lowers that point; its progress is acknowledged from there (upstream takes
 a lower ack as no news; the pubend paces its answer to a nack by it, source.py). Records below every
-consumer's ack leave the cache. A child that left holds the release and delivered points at its
-last values for `release_hold_ns` (a *ghost*, ghosts.py); F ticks that are one catchup's silence
-only are kept apart (sparse.py).
+consumer's ack leave the cache. Beside each ack go the release point and the delivered point
+(release.py): the smallest tick released below, and the smallest tick delivered below, from each
+child's last ack (a child that has not acked yet holds them at 0), never past the ack point. A
+child that left holds both at its last values for `release_hold_ns` (a *ghost*, ghosts.py); F
+ticks that are one catchup's silence only are kept apart (sparse.py).
 
 Filtering (interest.py has the protocol): `pieces_for` may be given a child's filter summary; a D
 tick whose record it does not match goes to that child as F (the cache decodes a record's channel
@@ -50,7 +52,6 @@ from functools import partial
 from itertools import islice
 
 from tidings.core.event import TICK_MAX
-from tidings.core.reliability import consumers as positions
 from tidings.core.reliability import pieces
 from tidings.core.reliability.consumers import Consumer
 from tidings.core.reliability.curiosity import StreamCuriosity
@@ -240,7 +241,7 @@ class Istream:
         """Knowledge of (after, upper] (all known) for a consumer that starts at `start`, as
         `pieces_for` describes (pieces.py); it stops before a D tick whose record was dropped."""
         matches = None if summary is None else partial(self._cache.matches, summary)
-        out, dropped = pieces.cut(self._known, self._cache.records, after, upper, start,
+        out, dropped = pieces.cut(self._known.runs(after, upper), self._cache.records, after, start,
                                   self.limits.piece_bytes_max, matches)
         if dropped is not None:
             self._forget_from(dropped)
@@ -251,7 +252,8 @@ class Istream:
         first D tick whose record was dropped (that tick is forgotten, to be nacked); never less
         than what it has already been sent."""
         upper = min(self.horizon, bound)
-        dropped = pieces.first_dropped(self._known, self._cache.records, consumer.sent_through, upper)
+        after = consumer.sent_through
+        dropped = pieces.first_dropped(self._known.runs(after, upper) if after < upper else (), self._cache.records)
         if dropped is not None:
             self._forget_from(dropped)
             return max(consumer.sent_through, dropped - 1)
@@ -286,7 +288,10 @@ class Istream:
 
     def _lowest_wanted(self) -> int:
         """Records at or before this are needed by no consumer."""
-        return positions.lowest_wanted(self.consumers.values(), self.top)
+        if not self.consumers:
+            return self.top
+        return min(c.sent_through if c.local else min(c.sent_through, c.acked_through)
+                   for c in self.consumers.values())
 
     def bound_cache(self) -> None:
         """Drop what nobody needs, then, past the byte limit, the oldest records (record_cache.py).
@@ -311,7 +316,10 @@ class Istream:
     def ack_point(self) -> int:
         """The tick through which every consumer has what it needs (children's acks, local
         subscriptions' deliveries), at most the horizon."""
-        return positions.ack_point(self.consumers.values(), self.horizon)
+        point = self.horizon
+        for c in self.consumers.values():
+            point = min(point, c.sent_through if c.local else c.acked_through)
+        return point
 
     def acked(self, key: str, through: int, released: int, delivered: int) -> None:
         consumer = self.consumers.get(key)
@@ -324,7 +332,14 @@ class Istream:
         pubend, None when it hosts none), and through which every subscriber below that keeps up
         has it; at most the ack point, the first at most the second. Ghosts past their time are
         forgotten first."""
-        released, delivered = positions.release_points(self.consumers.values(), self.ack_point(), held)
+        delivered = self.ack_point()
+        for c in self.consumers.values():
+            if not c.local:
+                delivered = min(delivered, c.delivered_through)
+        released = delivered if held is None else min(delivered, held)
+        for c in self.consumers.values():
+            if not c.local:
+                released = min(released, c.released_through)
         return self.ghosts.hold(now, released, delivered)
 
     # ---- gaps and nacks -----------------------------------------------------------------------

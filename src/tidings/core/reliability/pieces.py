@@ -15,7 +15,9 @@ what it has without waiting. `cut` turns such a range into `Piece`s, one message
   which: the stream forgets it back to Q and nacks it, so the consumer is sent it later, in order.
 
 A run of at least BULK_TICKS_MIN D ticks, unfiltered and past the start, is taken whole when it
-fits the piece (the same piece the tick-by-tick loop would make, for less work per tick).
+fits the piece (the same piece the tick-by-tick loop would make, for less work per tick). The
+stream hands over its runs of knowledge and its cached records: cutting reads nothing else, so on
+an unfiltered path it is a leaf of the stream.
 
 Invariants: the pieces are contiguous from `after` (each one's `after` is the previous one's
 `through`) and end at most at `upper`; a piece that is not `lost` holds only D ticks after the start.
@@ -23,12 +25,12 @@ Invariants: the pieces are contiguous from `after` (each one's `after` is the pr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
-from tidings.core.reliability.ticks import Knowledge, KnowledgeMap
+from tidings.core.reliability.ticks import Knowledge, Run
 
 BULK_TICKS_MIN = 8  # a run of D this long is taken into a piece at once (shorter: tick by tick is cheaper)
 
@@ -47,15 +49,15 @@ class Piece:
     lost: bool = False
 
 
-def cut(known: KnowledgeMap, records: Mapping[int, bytes], after: int, upper: int, start: int,
+def cut(runs: Iterable[Run[Knowledge]], records: Mapping[int, bytes], after: int, start: int,
         piece_bytes_max: int, matches: Matches | None = None) -> tuple[list[Piece], int | None]:
-    """Knowledge of (after, upper] (all known) for a consumer that starts at `start`, as the module
-    says; with it the first D tick whose record is not in `records` (the cut stopped before it),
-    or None."""
+    """Knowledge of (after, upper] (all known: its `runs`, KnowledgeMap.runs) for a consumer that
+    starts at `start`, as the module says; with it the first D tick whose record is not in
+    `records` (the cut stopped before it), or None."""
     pieces: list[Piece] = []
     piece = Piece(after, after)
     size = 0
-    for lo, hi, value in known.runs(after, upper):
+    for lo, hi, value in runs:
         if value is Knowledge.L and hi > start:
             piece.through = max(lo, start)  # what it does not want is silence to it
             if piece.through > piece.after:
@@ -93,9 +95,9 @@ def cut(known: KnowledgeMap, records: Mapping[int, bytes], after: int, upper: in
     return _closed(pieces, piece), None
 
 
-def first_dropped(known: KnowledgeMap, records: Mapping[int, bytes], after: int, upper: int) -> int | None:
-    """The first D tick of (after, upper] whose record is not in `records`, or None."""
-    for lo, hi, value in known.runs(after, upper) if after < upper else ():
+def first_dropped(runs: Iterable[Run[Knowledge]], records: Mapping[int, bytes]) -> int | None:
+    """The first D tick of `runs` whose record is not in `records`, or None."""
+    for lo, hi, value in runs:
         if value is Knowledge.D:
             for tick in range(lo + 1, hi + 1):
                 if tick not in records:
