@@ -16,7 +16,7 @@ joins, leaves, blocks; a registration is recorded; the PFS answered) and carries
 effects (`StreamEffect`: DeliverRecords, Lost, Recorded, SendToChild, nacks and summaries) as it
 does the tree streams'; the acks they cause leave with the node's flush, as every input's do. It
 uses the tree streams (`TreeStreams`, composed, not inherited) through their consumer hooks: the
-tree's state (`tree`, `istream`), its interest once its consumers changed (`resummarize`), a
+tree's state (`tree`), its interest once its consumers changed (`resummarize`), a
 stream's push and ack after a consumer moved (`serve`) and the drop of a tree nothing needs
 (`drop_if_unused`).
 
@@ -124,7 +124,8 @@ class LocalConsumers:
     def await_pfs(self, now: int, span: Catchup) -> None:
         """The catchup `span.key` asked the PFS which ticks of `span` it needs: its stream nacks
         nothing up to `span.through` until the answer (`pfs_answered`), or READ_WAIT_NS."""
-        ist = self._streams.istream(span.tree, span.pubend)
+        t = self._streams.trees.get(span.tree)
+        ist = None if t is None else t.istreams.get(span.pubend)
         if ist is not None and span.key in ist.consumers:
             ist.waiting[span.key] = (span.through, now + READ_WAIT_NS)
             self._streams.curiosity.wake(span.tree, span.pubend, now + READ_WAIT_NS)

@@ -416,9 +416,6 @@ class TreeStreams:
             t = self.trees[tree] = self._new_tree(tree)
         return t
 
-    def istream(self, tree: str, pubend: str) -> Istream | None:
-        return self._istream(tree, pubend)
-
     def resummarize(self, now: int, tree: str, t: Tree, positions: dict[str, int], since: int) -> list[StreamEffect]:
         """A local consumer of `tree` came or went: its interest may have changed (`_resummarize`)."""
         return self._resummarize(now, tree, t, positions, since)
