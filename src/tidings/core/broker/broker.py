@@ -43,20 +43,8 @@ from tidings.core.broker.refusals import ClientErrors
 from tidings.core.config import BrokerConfig
 from tidings.core.durable.constream import Constream, Recorded
 from tidings.core.durable.registrations import Registrations
-from tidings.core.durable.subscriptions import (
-    DURABLE_SAVE,
-    DurableSilenceTimer,
-    DurableSubscriptions,
-    Registered,
-    Resume,
-    TellHome,
-)
-from tidings.core.effects import (
-    Disconnect,
-    Effect,
-    PeerRefused,
-    Send,
-)
+from tidings.core.durable.subscriptions import DurableSilenceTimer, DurableSubscriptions, Registered, Resume, TellHome
+from tidings.core.effects import Disconnect, Effect, PeerRefused, Send
 from tidings.core.errors import TidingsError
 from tidings.core.inputs import (
     Accepted,
@@ -85,18 +73,8 @@ from tidings.core.publish.dedup import DedupWindow
 from tidings.core.publish.intake import Intake
 from tidings.core.publish.pubend import Pubend
 from tidings.core.reliability.node import DeliverRecords, Lost, MovedAway, ReliabilityNode
+from tidings.core.subscription import subscribers as sub
 from tidings.core.subscription.leases import EndSubscription, Leases
-from tidings.core.subscription.start import from_read
-from tidings.core.subscription.subscribers import (
-    Admitted,
-    Advance,
-    At,
-    HoldRefusals,
-    JoinStreams,
-    Refuse,
-    SubscriberEffect,
-    Subscribers,
-)
 from tidings.core.subscription.table import LeaveStreams, LocalSubscriptions, Reader, Settle
 from tidings.core.units import ns_to_us
 from tidings.core.wire import messages
@@ -134,7 +112,7 @@ class Broker:
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
         self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable/subscriptions.py
         # admission, endings and the durable binding of the local subscriptions (core/subscription/subscribers.py)
-        self.subscribers = Subscribers(config, self.guard, self.local, self.leases, self.durable)
+        self.subscribers = sub.Subscribers(config, self.guard, self.local, self.leases, self.durable)
         self.timers = self.subscribers.timers  # its SILENCE and durable save
         self.constream = Constream()  # what matched the durable registrations (reliability/constream.py)
         # the join deadline, the drain and the retention cadence (core/broker/lifecycle.py)
@@ -245,12 +223,10 @@ class Broker:
         out: list[Effect] = []
         self._cluster_effects(self.cluster.start(now, bootstrap), out)
         self._reliability(self._gd().start(now, self.log.last_tick, self.registrations.held_trees), out)
-        for tree, count in self.registrations.trees().items():  # away durable subscriptions hold their trees
-            self.local.memberships.hold(tree, count)
+        joins = self.subscribers.start(now, self.cluster.access_lists)  # away durable subscriptions hold their trees
         self.constream.start(now, self._gd(), self.config.durable_pfs, self.registrations.all(),
                              lambda effects: self._reliability(effects, out))
-        self._cluster_effects(self._tree_effects(self.local.trees.start(self.cluster.access_lists)), out)
-        self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
+        self._cluster_effects(self._tree_effects(joins), out)
         return out
 
     def settle(self, now: int, effects: list[Any]) -> list[Effect]:
@@ -341,19 +317,11 @@ class Broker:
             if wait_ns:  # over its rate: the PUBLISH waits unread, and so does the connection
                 c.put_back(msg)
                 self.reading.hold(c, Hold.RATE, self.now + max(wait_ns, self.config.publish_wait_ns_min))
-        elif isinstance(msg, messages.Subscribe):
-            self._subscribe(c, msg, out)
-        elif isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
-            self._subscribe(c, from_read(msg), out, bulk=True, spans=msg.spans and self.config.spans_fit_frames
-                            and self.local.trees.may_read_everything(c.identity))
-        elif isinstance(msg, messages.Unsubscribe):
-            self._carry(self.subscribers.unsubscribe(self._at(), c, msg.sub, msg.forget), out)
-        elif isinstance(msg, messages.Renew):
-            self.leases.renew(self.now, c.conn)
+        elif isinstance(msg, messages.Subscribe | messages.Read | messages.Unsubscribe | messages.Renew
+                        | messages.Release):
+            self._carry(self.subscribers.message(self._at(), c, msg), out)
         elif isinstance(msg, messages.Heartbeat):  # a client checks that its broker is there (core/session/roaming.py)
             out.append(Send(c.conn, messages.heartbeat_reply()))
-        elif isinstance(msg, messages.Release):
-            self._carry(self.subscribers.release(c, msg), out)
         else:
             out.append(Send(c.conn, messages.status_reply(msg.req, self.status())))
 
@@ -373,49 +341,32 @@ class Broker:
         for batch in batches:
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
-                self._ack(c, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates), out)
+                c.ack(self.now, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates), out)
         out += self.local.synced(batches, pid, self.pubend.synced_tick)
         if self.cluster is not None:
             self._publish_to_trees(batches, out)
         for conn in self.intake.synced():  # publishers paused for the disk: read again
             self._serve(self.reading.release(self.now, conn, Hold.DISK, out), out)
 
-    def _ack(self, c: ClientConnection, ack: bytes, out: list[Effect]) -> None:
-        """An ACK, after the ERRORs held for the refusal window (charged with them when they go);
-        sent now to a blocked connection, which does not read it, it counts like any reply."""
-        if c.reply(ack, out) and c.blocked:
-            out += c.charge(self.now, len(ack))
-
     # ---- subscribing (core/subscription/subscribers.py) --------------------------------------------
 
-    def _at(self) -> At:
+    def _at(self) -> sub.At:
         gd = None if self.cluster is None else self._gd()
-        return At(self.now, self.wall_us, self.pubend.synced_tick, self.log.released_through,
-                  None if self.cluster is None else self.cluster.me.address, gd)
+        return sub.At(self.now, self.wall_us, self.pubend.synced_tick, self.log.released_through,
+                      None if self.cluster is None else self.cluster.me.address, gd)
 
-    def _subscribe(self, c: ClientConnection, msg: messages.Subscribe, out: list[Effect], bulk: bool = False,
-                   spans: bool = False) -> None:
-        """Admit and open subscription `msg`; its tree's join, which Scribe may refuse, between the two."""
-        at = self._at()
-        a = self.subscribers.admit(at, c, msg, bulk, spans)
-        if isinstance(a, Admitted) and a.join is not None:
-            try:
-                self._join(a.join, out)
-            except TidingsError as exc:  # a local limit reached on the client's behalf
-                a = self.subscribers.join_refused(c, a, exc)
-        self._carry([a] if isinstance(a, Refuse) else self.subscribers.opened(at, c, a), out)
-
-    def _join(self, j: JoinStreams, out: list[Effect]) -> None:
-        """A subscription's streams in the reliability node, and the broker's membership of its tree;
-        TidingsError (and nothing changed) when this broker cannot join one more tree."""
-        gd = self._gd()
+    def _join(self, j: sub.JoinStreams, out: list[Effect]) -> list[sub.SubscriberEffect]:
+        """A subscription's streams in the reliability node and the broker's membership of its tree,
+        then its opening; refused, with nothing changed, when this broker cannot join one more tree."""
+        gd, c = self._gd(), self.connections[j.then.s.conn]
         effects = gd.local_subscribe(self.now, j.key, j.tree, j.start, j.total, j.pattern, j.filter_text, j.positions)
         try:
             effects += self._tree_effects(j.joins)
-        except TidingsError:
+        except TidingsError as exc:  # a local limit reached on the client's behalf
             gd.local_unsubscribe(self.now, j.key, j.tree)
-            raise
+            return [self.subscribers.join_refused(c, j.then, exc)]
         self._reliability(effects, out)
+        return self.subscribers.opened(self._at(), c, j.then)
 
     def _durable_save(self, now: int, wall_us: int, out: list[Effect]) -> None:
         self._carry(self.subscribers.save(now, wall_us, self._gd().source.held_trees()), out)
@@ -424,7 +375,7 @@ class Broker:
     def _durable_silence(self, now: int, out: list[Effect]) -> None:
         out += self.subscribers.silence(self._at())
 
-    def _carry(self, effects: Sequence[SubscriberEffect], out: list[Effect]) -> None:
+    def _carry(self, effects: Sequence[sub.SubscriberEffect], out: list[Effect]) -> None:  # noqa: PLR0912 - by type
         """Carry out, in order, what the subscriber's side decided, each effect by its owner."""
         for eff in effects:
             if isinstance(eff, Settle):
@@ -432,7 +383,9 @@ class Broker:
             elif isinstance(eff, EndSubscription):
                 c = self.connections[eff.conn]
                 self._carry(self.subscribers.drop(self._at(), c, c.subs[eff.sub], ended=eff.ended), out)
-            elif isinstance(eff, Advance):
+            elif isinstance(eff, sub.JoinStreams):
+                self._carry(self._join(eff, out), out)
+            elif isinstance(eff, sub.Advance):
                 blocked = self.connections[eff.s.conn].blocked
                 self._carry(self.subscribers.advance(eff.s, blocked, self.pubend.synced_tick), out)
             elif isinstance(eff, JoinTree | NameMembers | LeaveTree | CreateTree):
@@ -446,9 +399,9 @@ class Broker:
             elif isinstance(eff, Resume):
                 out += self.constream.resume(self.now, eff.key, eff.registration, eff.checkpoint, eff.pattern,
                                              eff.filter)
-            elif isinstance(eff, Refuse):
+            elif isinstance(eff, sub.Refuse):
                 self.connections[eff.conn].refuse(self.now, eff.code, eff.text, out, sub=eff.sub)
-            elif isinstance(eff, HoldRefusals):
+            elif isinstance(eff, sub.HoldRefusals):
                 self.reading.hold_refusals(self.connections[eff.conn], out)
             else:
                 out.append(eff)
@@ -461,7 +414,7 @@ class Broker:
         effects, s = self.local.log_read(inp)
         out += effects
         if s is not None:
-            self._carry([Advance(s)], out)
+            self._carry([sub.Advance(s)], out)
 
     def _read_failed(self, inp: ReadFailed, out: list[Effect]) -> None:
         if self.local.reader(inp.reader) is Reader.PUBEND:

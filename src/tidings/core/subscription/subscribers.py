@@ -64,10 +64,10 @@ from tidings.core.durable.subscriptions import (
 from tidings.core.effects import Effect, Send
 from tidings.core.errors import TidingsError
 from tidings.core.multicast.effects import AccessChanged
-from tidings.core.multicast.local_trees import CreateTree, TreeEffect
+from tidings.core.multicast.local_trees import AccessLists, CreateTree, TreeEffect
 from tidings.core.multicast.trees import subscription_tree
 from tidings.core.subscription.leases import EndSubscription, LeaseEffect, Leases, lapsed
-from tidings.core.subscription.start import check_subscribe, resolve_start
+from tidings.core.subscription.start import check_subscribe, from_read, resolve_start
 from tidings.core.subscription.subscription import Subscription
 from tidings.core.subscription.table import LocalSubscriptions, TableEffect, TreeStreams
 from tidings.core.wire import messages
@@ -84,10 +84,19 @@ class At(NamedTuple):
     streams: TreeStreams | None  # what the trees know of the local subscriptions (None outside an overlay)
 
 
+@dataclass(slots=True)
+class Admitted:
+    """A subscription `subscribe` opened: its checkpoint (durable), for `opened` once it joined."""
+
+    s: Subscription
+    checkpoint: Checkpoint | None
+    name: tuple[str, str] | None  # a named durable subscription's (service, name)
+
+
 class JoinStreams(NamedTuple):
     """Subscription `key` joins `tree` in the reliability node (from `start` for other pubends,
-    from `positions` for those a durable token names), and the broker's membership does `joins`.
-    Scribe may refuse it (TidingsError): `Subscribers.join_refused`."""
+    from `positions` for those a durable token names), and the broker's membership does `joins`;
+    then `opened(then)`. Scribe may refuse it (TidingsError): `join_refused(then)` instead."""
 
     key: int
     tree: str
@@ -97,6 +106,7 @@ class JoinStreams(NamedTuple):
     filter_text: str
     positions: dict[str, int] | None
     joins: list[TreeEffect]
+    then: Admitted
 
 
 class Refuse(NamedTuple):
@@ -120,18 +130,9 @@ class Advance(NamedTuple):
     s: Subscription
 
 
-SubscriberEffect = (TableEffect | LeaseEffect | Refuse | HoldRefusals | Advance | Registered | Resume | TellHome
-                    | CreateTree)
-
-
-@dataclass(slots=True)
-class Admitted:
-    """A subscription `admit` opened: its checkpoint (durable), and the join the composer carries out."""
-
-    s: Subscription
-    checkpoint: Checkpoint | None
-    name: tuple[str, str] | None  # a named durable subscription's (service, name)
-    join: JoinStreams | None
+SubscriberEffect = (TableEffect | LeaseEffect | JoinStreams | Refuse | HoldRefusals | Advance | Registered | Resume
+                    | TellHome | CreateTree)
+SubscriberMessage = messages.Subscribe | messages.Read | messages.Unsubscribe | messages.Renew | messages.Release
 
 
 class Subscribers:
@@ -146,41 +147,63 @@ class Subscribers:
         self.durable = durable
         self.timers: Deadlines[DurableTimer] = Deadlines()  # SILENCE and the durable save
 
+    def start(self, now: int, lists: AccessLists) -> list[TreeEffect]:
+        """The broker takes part in an overlay: the away durable registrations it saved hold their
+        trees, which it joins under `lists` (Scribe's); the durable state is saved from now on."""
+        for tree, count in self.durable.registrations.trees().items():
+            self.local.memberships.hold(tree, count)
+        self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
+        return self.local.trees.start(lists)
+
+    def message(self, at: At, c: ClientConnection, msg: SubscriberMessage) -> list[SubscriberEffect]:
+        """A client's SUBSCRIBE, READ, UNSUBSCRIBE, RENEW or RELEASE."""
+        if isinstance(msg, messages.Subscribe):
+            return self._subscribe(at, c, msg)
+        if isinstance(msg, messages.Read):  # a bounded subscription that answers in bulk
+            spans = msg.spans and self.config.spans_fit_frames and self.local.trees.may_read_everything(c.identity)
+            return self._subscribe(at, c, from_read(msg), bulk=True, spans=spans)
+        if isinstance(msg, messages.Unsubscribe):
+            return self.unsubscribe(at, c, msg.sub, msg.forget)
+        if isinstance(msg, messages.Renew):
+            self.leases.renew(at.now, c.conn)
+            return []
+        return self.release(c, msg)
+
     # ---- admission -------------------------------------------------------------------------------
 
-    def admit(self, at: At, c: ClientConnection, msg: messages.Subscribe, bulk: bool = False,
-              spans: bool = False) -> Admitted | Refuse:
-        """Subscription `msg` of `c` passes the checks and opens, or is refused."""
+    def _subscribe(self, at: At, c: ClientConnection, msg: messages.Subscribe, bulk: bool = False,
+                   spans: bool = False) -> list[SubscriberEffect]:
+        """Subscription `msg` of `c` passes the checks and opens (once it joined its tree), or is refused."""
         try:
             pattern, flt = check_subscribe(msg, c.subs, self.config.subscriptions_per_connection_max,
                                            at.streams is not None)
         except TidingsError as exc:
-            return Refuse(c.conn, msg.sub, exc.code, str(exc))
+            return [Refuse(c.conn, msg.sub, exc.code, str(exc))]
         denied = (self.guard.check_subscribe(c.identity, pattern)  # access rules, subscriptions_max
                   or self.local.trees.refusal(c.identity, pattern))  # the tree's creator's, when held here
         if denied is not None:
-            return Refuse(c.conn, msg.sub, denied.code, str(denied))
+            return [Refuse(c.conn, msg.sub, denied.code, str(denied))]
         begin = resolve_start(msg, at.synced_tick, at.released_through, at.wall_us,
                               self.config.clock_skew_allowance_ns)
         own = self.durable.pubend_id
         try:
             checkpoint = self.durable.checkpoint(c.service, msg, begin.position, begin.remote, at.me)
         except TidingsError as exc:
-            return Refuse(c.conn, msg.sub, exc.code, str(exc))
+            return [Refuse(c.conn, msg.sub, exc.code, str(exc))]
         position = begin.position if checkpoint is None else checkpoint.position(own)
         s = self.local.open(c.conn, msg.sub, own, pattern, flt, position, begin.end, begin.from_oldest,
                             msg.order == messages.ORDER_TOTAL, bulk, spans)
         c.subs[msg.sub] = s
-        join = None
+        name = (c.service, msg.home) if checkpoint is not None and type(msg.home) is str else None
+        admitted = Admitted(s, checkpoint, name)
         if begin.end is None:
             tree = subscription_tree(pattern)
             joins = self.local.trees.join(s.key, tree, (c.identity, s.pattern))
             if at.streams is not None:
-                join = JoinStreams(s.key, tree, begin.remote, s.total, s.pattern,
-                                   "" if s.filter is None else s.filter.text,
-                                   None if checkpoint is None else checkpoint.positions, joins)
-        name = (c.service, msg.home) if checkpoint is not None and type(msg.home) is str else None
-        return Admitted(s, checkpoint, name, join)
+                return [JoinStreams(s.key, tree, begin.remote, s.total, s.pattern,
+                                    "" if s.filter is None else s.filter.text,
+                                    None if checkpoint is None else checkpoint.positions, joins, admitted)]
+        return self.opened(at, c, admitted)
 
     def join_refused(self, c: ClientConnection, a: Admitted, exc: TidingsError) -> Refuse:
         """Scribe refused the join of `a` (the reliability node's streams are taken back already):
@@ -251,7 +274,7 @@ class Subscribers:
         self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
         return self.outcome(self.durable.save(wall_us, held_trees))
 
-    def release(self, c: ClientConnection, msg: messages.Release) -> list[Refuse]:
+    def release(self, c: ClientConnection, msg: messages.Release) -> list[SubscriberEffect]:
         """RELEASE: the application consumed everything through the checkpoint of durable
         subscription `msg.sub`; refused when it is no durable subscription or no token."""
         s = c.subs.get(msg.sub)
