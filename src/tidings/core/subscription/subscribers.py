@@ -89,6 +89,7 @@ class Admitted:
     """A subscription `subscribe` opened: its checkpoint (durable), for `opened` once it joined."""
 
     s: Subscription
+    position: int  # where it starts on this broker's own pubend (SUBSCRIBED says so)
     checkpoint: Checkpoint | None
     name: tuple[str, str] | None  # a named durable subscription's (service, name)
 
@@ -195,7 +196,7 @@ class Subscribers:
                             msg.order == messages.ORDER_TOTAL, bulk, spans)
         c.subs[msg.sub] = s
         name = (c.service, msg.home) if checkpoint is not None and type(msg.home) is str else None
-        admitted = Admitted(s, checkpoint, name)
+        admitted = Admitted(s, position, checkpoint, name)
         if begin.end is None:
             tree = subscription_tree(pattern)
             joins = self.local.trees.join(s.key, tree, (c.identity, s.pattern))
@@ -227,7 +228,7 @@ class Subscribers:
                 out += self.drop(at, c, s)
                 out.append(Refuse(c.conn, s.sub, exc.code, str(exc)))
                 return out
-        out.append(Send(c.conn, messages.subscribed(s.sub, s.position,
+        out.append(Send(c.conn, messages.subscribed(s.sub, a.position,
                                                     None if checkpoint is None else checkpoint.to_wire())))
         out.append(Advance(s))
         return out
