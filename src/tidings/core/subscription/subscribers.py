@@ -2,7 +2,8 @@
 subscription across its connection, its tree, its lease and its durable binding (Gryphon's subends
 and durable subscriptions §2-§4, Scribe §2.2 with access lists, PsEPR §3.3 leases).
 
-Theory of operation. A SUBSCRIBE (or a READ, a bounded SUBSCRIBE answered in bulk) is admitted in
+Theory of operation. The composer hands this side each SUBSCRIBE, READ, UNSUBSCRIBE, RENEW and
+RELEASE (`message`). A SUBSCRIBE (or a READ, a bounded SUBSCRIBE answered in bulk) is admitted in
 this order, and the first check that fails refuses it with its reason (`Refuse`, an ERROR to the
 client that names the subscription) and opens nothing:
 
@@ -12,15 +13,16 @@ client that names the subscription) and opens nothing:
 3. its start, with the clock-skew allowance for other pubends (`resolve_start`), and for a durable
    one its checkpoint (core/durable/subscriptions.py `checkpoint`: a bad token is refused here).
 
-`admit` then opens the subscription in the table (subscription/table.py) and, unless bounded, makes
-it a member of its pattern's tree (`LocalTrees.join`). In an overlay it also returns the
-`JoinStreams` for the composer to carry out: the reliability node's streams for it and the broker's
-SUBSCRIBE (CREATE first when the broker creates the tree). Scribe may refuse that join synchronously
-(`trees_max`, a local limit reached on the client's behalf): `join_refused` then takes back
-everything `admit` did and refuses. Once joined, `opened` takes the subscription into the index, its
-connection's lease and, for a durable one, its binding (`DurableSubscriptions.begin`: a registration,
-saved before SUBSCRIBED names it; a refusal past `durable_registrations_max` ends it again), then
-answers SUBSCRIBED and asks (`Advance`) that it move on once all that is carried out.
+The subscription then opens in the table (subscription/table.py) and, unless bounded, becomes a
+member of its pattern's tree (`LocalTrees.join`). In an overlay the answer is a `JoinStreams` for
+the composer to carry out: the reliability node's streams for it and the broker's SUBSCRIBE (CREATE
+first when the broker creates the tree). Scribe may refuse that join synchronously (`trees_max`, a
+local limit reached on the client's behalf): the composer then hands back `join_refused`, which
+takes back everything the admission did and refuses; else `opened`, which takes the subscription
+into the index, its connection's lease and, for a durable one, its binding
+(`DurableSubscriptions.begin`: a registration, saved before SUBSCRIBED names it; a refusal past
+`durable_registrations_max` ends it again), then answers SUBSCRIBED and asks (`Advance`) that it
+move on once all that is carried out.
 
 A subscription ends (`drop`) when unsubscribed, refused, expired, when its connection goes or when a
 tree's access list stops admitting it (`access_changed`: a `forbidden` ERROR each, then the
@@ -86,7 +88,7 @@ class At(NamedTuple):
 
 @dataclass(slots=True)
 class Admitted:
-    """A subscription `subscribe` opened: its checkpoint (durable), for `opened` once it joined."""
+    """A subscription the admission opened, for `opened` once it joined its tree (or `join_refused`)."""
 
     s: Subscription
     position: int  # where it starts on this broker's own pubend (SUBSCRIBED says so)
