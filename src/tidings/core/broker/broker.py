@@ -96,8 +96,7 @@ class Broker:
         self.log = log
         self.client_errors = ClientErrors()  # what clients were refused, by reason (core/broker/refusals.py)
         self.advice = RouteAdvice(pubend_id, config)  # WELCOME's info and route advice (core/broker/advice.py)
-        # reading the client connections, what it may cost, and who holds them (core/broker/reading.py)
-        self.reading = Reading(config, self.guard, self.client_errors, self.advice)
+        self.reading = Reading(config, self.guard, self.client_errors, self.advice)  # core/broker/reading.py
         self.connections = self.reading.connections
         self.local = LocalSubscriptions(self.guard)  # the subends, their index and trees (core/subscription/table.py)
         self.leases = Leases(config.lease_ns, self.reading.unread)
@@ -111,8 +110,7 @@ class Broker:
         self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
         self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable/subscriptions.py
-        # admission, endings and the durable binding of the local subscriptions (core/subscription/subscribers.py)
-        self.subscribers = sub.Subscribers(config, self.guard, self.local, self.leases, self.durable)
+        self.subscribers = sub.Subscribers(config, self.guard, self.local, self.leases, self.durable)  # the side
         self.timers = self.subscribers.timers  # its SILENCE and durable save
         self.constream = Constream()  # what matched the durable registrations (reliability/constream.py)
         # the join deadline, the drain and the retention cadence (core/broker/lifecycle.py)
@@ -166,7 +164,8 @@ class Broker:
         elif isinstance(inp, PfsAnswered):
             self._reliability(self.constream.pfs_answered(inp), out)
         elif isinstance(inp, DrainRequested):
-            advice = self.drain(inp.now)
+            self.advice.drain()  # the broker is stopping: every client is advised to move to a neighbour
+            advice = self._advise(self.reading.open_conns())
             out += advice
             out += self.lifecycle.drain_requested(inp.now, inp.timeout_ns, bool(advice))
         if self.lifecycle.draining:  # the drain looks again after every input
@@ -275,12 +274,6 @@ class Broker:
     def draining(self) -> bool:
         return self.advice.draining
 
-    def drain(self, now: int) -> list[Effect]:
-        """The broker is stopping: every client is advised to move to a neighbour."""
-        self.now = now
-        self.advice.drain()
-        return self._advise(self.reading.open_conns())
-
     @property
     def joined(self) -> bool:
         """Whether this broker is in an overlay (its Pastry join completed)."""
@@ -335,7 +328,8 @@ class Broker:
     # ---- publishing ------------------------------------------------------------------------------
 
     def _synced(self, token: int, out: list[Effect]) -> None:
-        """Acknowledge the batches now durable and fan their events out to live subends."""
+        """Acknowledge the batches now durable, fan their events out to live subends and send each
+        durable event to the trees that may hold its subscribers (reliability/source.py)."""
         pid = self.pubend.pubend_id
         batches = self.pubend.synced(token)
         for batch in batches:
@@ -343,8 +337,9 @@ class Broker:
             if c is not None and c.state == OPEN:
                 c.ack(self.now, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates), out)
         out += self.local.synced(batches, pid, self.pubend.synced_tick)
-        if self.cluster is not None:
-            self._publish_to_trees(batches, out)
+        deliveries = [d for batch in batches for d in batch.deliveries]
+        if self.cluster is not None and deliveries:  # as knowledge of this pubend's stream on their trees
+            self._reliability(self._gd().published(self.now, deliveries, self.pubend.synced_tick), out)
         for conn in self.intake.synced():  # publishers paused for the disk: read again
             self._serve(self.reading.release(self.now, conn, Hold.DISK, out), out)
 
@@ -411,10 +406,7 @@ class Broker:
             if self.cluster is not None:
                 self._reliability(self._gd().log_read(inp.now, inp.reader, inp.records, inp.log), out)
             return
-        effects, s = self.local.log_read(inp)
-        out += effects
-        if s is not None:
-            self._carry([sub.Advance(s)], out)
+        self._carry(self.subscribers.log_read(inp), out)
 
     def _read_failed(self, inp: ReadFailed, out: list[Effect]) -> None:
         if self.local.reader(inp.reader) is Reader.PUBEND:
@@ -458,13 +450,6 @@ class Broker:
                 out += self.cluster.unsubscribe(self.now, eff.tree)
         return out
 
-    def _publish_to_trees(self, batches: list[Any], out: list[Effect]) -> None:
-        """Each durable event goes to the trees that may hold its subscribers, as knowledge of this
-        pubend's stream on each (reliability/source.py)."""
-        deliveries = [d for batch in batches for d in batch.deliveries]
-        if deliveries:
-            self._reliability(self._gd().published(self.now, deliveries, self.pubend.synced_tick), out)
-
     def _adopt_peer(self, c: ClientConnection, msg: PeerHandover, out: list[Effect]) -> None:
         self.reading.handed_over(c)
         if self.cluster is None:  # not in an overlay (yet): nobody to talk to
@@ -495,18 +480,5 @@ class Broker:
 
     def status(self) -> dict[str, Any]:
         """The machines' figures (core/broker/metrics.py) and what else an operator reads."""
-        log, at = self.log, self._at()
-        return {
-            "pubend": self.pubend.pubend_id,
-            "draining": self.advice.draining,
-            **metrics.read(self),
-            **self.registrations.status(),
-            "lease_ns": self.leases.lease_ns,
-            "last_event_tick": log.last_tick,  # the newest logged event's (Spark: is there anything to read?)
-            "tick_marks": list(log.tick_marks),
-            "channels": self.intake.traffic.top(),
-            "connections": self.reading.status(lambda s: self.subscribers.status(at, s)),
-            **({} if self.cluster is None else self.cluster.status()),
-            **self.client_errors.status(),
-            **self.guard.status(),
-        }
+        at = self._at()
+        return metrics.status(self, lambda s: self.subscribers.status(at, s))

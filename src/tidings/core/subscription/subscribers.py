@@ -65,6 +65,7 @@ from tidings.core.durable.subscriptions import (
 )
 from tidings.core.effects import Effect, Send
 from tidings.core.errors import TidingsError
+from tidings.core.inputs import LogRead
 from tidings.core.multicast.effects import AccessChanged
 from tidings.core.multicast.local_trees import AccessLists, CreateTree, TreeEffect
 from tidings.core.multicast.trees import subscription_tree
@@ -294,6 +295,12 @@ class Subscribers:
         return self.outcome(self.durable.forget(registration))
 
     # ---- moves -----------------------------------------------------------------------------------
+
+    def log_read(self, inp: LogRead) -> list[SubscriberEffect]:
+        """A subscription's catch-up read came back: what it delivers, then its next move."""
+        effects, s = self.local.log_read(inp)
+        out: list[SubscriberEffect] = list(effects)
+        return out if s is None else [*out, Advance(s)]
 
     def advance(self, s: Subscription, blocked: bool, synced_tick: int) -> list[TableEffect]:
         """Move a subscription that is not live on (`Subscription.advance`); one that finished ends."""
