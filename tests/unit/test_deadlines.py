@@ -2,8 +2,8 @@
 
 from typing import NamedTuple
 
-from tidings.core.broker.broker import DURABLE_SAVE, DURABLE_SILENCE
 from tidings.core.deadlines import Deadlines
+from tidings.core.durable.subscriptions import DURABLE_SAVE, DURABLE_SILENCE
 
 
 class Save(NamedTuple):
