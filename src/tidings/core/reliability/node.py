@@ -63,6 +63,7 @@ from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig,
 from tidings.core.reliability.tree import PFS_CONSUMER, Held, Tree
 from tidings.core.reliability.tree_streams import TreeStreams
 from tidings.core.units import ns_to_us
+from tidings.core.wire.packable import Packable, WireArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,13 +204,13 @@ class ReliabilityNode:
         """Scribe's word on a tree's shape here (presence, root, parent, children)."""
         self.streams.tree_changed(shape)
 
-    def join_extra(self, tree: str) -> list[Any]:
+    def join_extra(self, tree: str) -> WireArray:
         return self.streams.join_extra(tree)
 
-    def forwarder_extra(self, tree: str, child_extra: Any) -> list[Any]:
+    def forwarder_extra(self, tree: str, child_extra: Packable) -> WireArray:
         return self.streams.forwarder_extra(tree, child_extra)
 
-    def child_added(self, now: int, tree: str, child: str, extra: Any) -> list[NodeEffect]:
+    def child_added(self, now: int, tree: str, child: str, extra: Packable) -> list[NodeEffect]:
         return self._flush(now, self._out(now, self.streams.child_added(now, tree, child, extra)))
 
     def interest(self, tree: str) -> Interest | None:
@@ -354,7 +355,7 @@ class ReliabilityNode:
                 out += self._to(now, send.address, send.message.to_wire())
         return out
 
-    def _to(self, now: int, address: str, message: list[Any]) -> list[NodeEffect]:
+    def _to(self, now: int, address: str, message: WireArray) -> list[NodeEffect]:
         """A message to a peer; to this broker itself (its own pubend's root), handled at once."""
         if address != self.me.address:
             return [PeerSend(address, message)]
