@@ -86,7 +86,7 @@ class Screen:
 
     producer: str
     verdicts: list[Verdict]
-    events: list[Any]  # the [channel, attributes, payload] of each event; None when rejected
+    events: list[object]  # the [channel, attributes, payload] of each event (unchecked); None when rejected
     pseqs: list[int]  # each event's pseq (0 when rejected)
     ticks: list[int | None]  # DUPLICATE: the original's tick; REPEATED: None until resolved
     first_of: dict[int, int] = field(default_factory=dict)  # REPEATED index -> first index
@@ -153,7 +153,7 @@ class DedupWindow:
 
     # ---- the composer's interface ------------------------------------------------------------
 
-    def screen(self, producer: Any, events: list[Any], now_us: int, scope: str = "") -> Screen:
+    def screen(self, producer: Any, events: list[object], now_us: int, scope: str = "") -> Screen:
         """Sort out the events of one PUBLISH carrying `producer` from a client of service `scope`:
         each is [channel, attributes, payload, pseq]. Moves the horizon up to `now_us - window_us`
         first."""
