@@ -183,14 +183,14 @@ class ReliabilityNode:
 
     # ---- knowledge arriving on a tree; the trees' shape and membership ---------------------------------
 
-    def event_arrived(self, now: int, tree: str, event: Any, sender: str) -> list[NodeEffect]:
+    def event_arrived(self, now: int, tree: str, event: WireArray, sender: str) -> list[NodeEffect]:
         """Knowledge of one pubend came down `tree` from `sender` (ProtocolError if malformed)."""
         origin, knowledge = _decode_event(tree, event)
         if self.config.best_effort:
             return self._best_effort(tree, event, knowledge)
         return self._flush(now, self._out(now, self.streams.arrived(now, tree, origin, knowledge, sender)))
 
-    def _best_effort(self, tree: str, event: Any, knowledge: messages.KnowledgeMessage) -> list[NodeEffect]:
+    def _best_effort(self, tree: str, event: WireArray, knowledge: messages.KnowledgeMessage) -> list[NodeEffect]:
         """The comparison mode: every event to every child and to every local subscription of the
         tree; nothing is acknowledged, nacked or retransmitted."""
         out: list[NodeEffect] = [SendToChild(tree, child, event) for child in self.streams.children(tree)]
@@ -279,6 +279,8 @@ class ReliabilityNode:
             out += self._out(now, self.streams.summary_received(now, sender, decoded))
         elif type(decoded) is messages.Moved and decoded.home == self.pubend_id:
             out.append(MovedAway(decoded.registration))
+        elif type(decoded) is not messages.Moved:  # (a MOVED for another home is not this broker's)
+            raise AssertionError(f"reliability: no route for the message {decoded!r}")
         return self._flush(now, out)
 
     def moved(self, home_address: str, home: str, registration: int) -> list[NodeEffect]:
@@ -373,7 +375,7 @@ class ReliabilityNode:
                 "istreams": streams.status()}
 
 
-def _decode_event(tree: str, event: Any) -> tuple[str, messages.KnowledgeMessage]:
+def _decode_event(tree: str, event: object) -> tuple[str, messages.KnowledgeMessage]:
     if type(event) is not list or len(event) != 2 or type(event[0]) is not str:
         raise ProtocolError(BAD_MESSAGE, "a tree event is [origin address, knowledge]")
     knowledge = messages.decode(event[1])

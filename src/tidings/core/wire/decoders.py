@@ -72,8 +72,8 @@ def _str(v: Any, what: str) -> str:
     return v
 
 
-# The decoders' boundary: `_unpack` gives the message as msgpack decoded it (list[Any], unchecked); the
-# decoders below check each field they read before they build a typed message, and nothing else sees it.
+# The decoders' boundary: `_unpack` gives the message as msgpack decoded it (a list of Any, unchecked);
+# the decoders below check each field they read before they build a typed message, and nothing else sees it.
 def _unpack(body: bytes) -> list[Any]:
     try:
         msg = msgpack.unpackb(body, strict_map_key=True)

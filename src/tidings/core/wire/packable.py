@@ -7,9 +7,10 @@ one opaque application value carried inside another: a msgpack array (a message'
 its type, core/wire/types.py).
 
 These are the types of what we send. What arrives is a decoded msgpack value of unknown shape: each
-layer's decoder (`decode_typed` and the `_DECODERS` tables beside it) takes it as `list[Any]` and
+layer's decoder (`decode_typed` and the `_DECODERS` tables beside it) takes it as a list of Any and
 checks every field it reads before it builds a typed message, so nothing past a decoder holds an
-unchecked `list[Any]`.
+unchecked list. A client message's field that the decoder leaves to the broker to check (a
+PUBLISH's events) is a `list[object]`, which nothing can read without checking it first.
 """
 
 from __future__ import annotations
