@@ -178,8 +178,8 @@ class Subscribed:
 
 @dataclass(frozen=True, slots=True)
 class Advice:
-    reason: Any
-    entries: Any  # checked by core.advice.decode: a client ignores advice it cannot read
+    reason: object
+    entries: object  # checked by core.advice.decode: a client ignores advice it cannot read
 
 
 @dataclass(frozen=True, slots=True)

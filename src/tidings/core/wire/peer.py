@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import msgpack
 
@@ -145,19 +144,19 @@ def _arity(msg: list[object], n: int, name: str) -> None:
         raise _bad(f"{name} has {len(msg) - 1} fields, expected {n - 1}")
 
 
-def _seq(value: Any, name: str) -> int:
+def _seq(value: object, name: str) -> int:
     if type(value) is not int or not 0 <= value <= SEQ_MAX:
         raise _bad(f"{name} seq must be an integer from 0 to 2**63-1")
     return value
 
 
-def _text(value: Any, what: str) -> str:
+def _text(value: object, what: str) -> str:
     if type(value) is not str or len(value) > TEXT_CHARS_MAX:
         raise _bad(f"{what} must be a string of at most {TEXT_CHARS_MAX} characters")
     return value
 
 
-def _binary(value: Any, what: str) -> bytes:
+def _binary(value: object, what: str) -> bytes:
     if type(value) is not bytes or not 0 < len(value) <= NONCE_BYTES_MAX:
         raise _bad(f"{what} must be 1 to {NONCE_BYTES_MAX} bytes")
     return value
