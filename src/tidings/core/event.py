@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -68,7 +68,7 @@ class EventRecord(NamedTuple):
         return cls.of(msgpack.unpackb(record, use_list=False))
 
     @classmethod
-    def of(cls, fields: Sequence[Any]) -> EventRecord:
+    def of(cls, fields: object) -> EventRecord:
         """The record whose decoded array is `fields` (7 or 8 elements; else ValueError)."""
         if not isinstance(fields, list | tuple) or len(fields) not in RECORD_LENGTHS:
             raise ValueError("an event record is a 7-element array, or 8 with the authenticated flag")
@@ -181,7 +181,7 @@ class Event:
         return out
 
 
-def event_from_fields(fields: list[Any]) -> Event:
+def event_from_fields(fields: object) -> Event:
     """Build an Event from a decoded record; raises ValueError if the shape is wrong."""
     if not isinstance(fields, list) or len(fields) not in RECORD_LENGTHS:
         raise ValueError("an event record is a 7-element array, or 8 with the authenticated flag")

@@ -136,7 +136,7 @@ class Guard:
 
     # ---- requests --------------------------------------------------------------------------------
 
-    def publish_wait_ns(self, identity: str, events: list[Any], now: int) -> int:
+    def publish_wait_ns(self, identity: str, events: list[object], now: int) -> int:
         """How long a PUBLISH of `events` must wait before its identity's buckets hold what it
         needs (0: it may be checked now). A PUBLISH larger than a full bucket waits for a full one."""
         limits = self.policy.limits_of(identity)
@@ -152,7 +152,7 @@ class Guard:
         return max(0 if account.events is None else account.events.wait_ns(now, count),
                    0 if account.bytes is None else account.bytes.wait_ns(now, size))
 
-    def check_publish(self, identity: str, events: list[Any], now: int) -> dict[int, TidingsError]:
+    def check_publish(self, identity: str, events: list[object], now: int) -> dict[int, TidingsError]:
         """Refusals by index into `events`: channels the rules deny, then what exceeds the rates
         (what a PUBLISH that waited for `publish_wait_ns` holds beyond a full bucket). Malformed
         events are left to the intake's own checks (core/publish/intake.py)."""
@@ -164,9 +164,9 @@ class Guard:
         account = self._account(identity)
         refused: dict[int, TidingsError] = {}
         for i, ev in enumerate(events):
-            channel = ev[0] if type(ev) is list and len(ev) == 3 and type(ev[0]) is str else None
-            if channel is None:
+            if type(ev) is not list or len(ev) != 3 or type(ev[0]) is not str:
                 continue
+            channel = ev[0]
             if not rules.may_publish(identity, channel):
                 refused[i] = TidingsError(f"identity {identity!r} may not publish on {channel!r}", FORBIDDEN)
             elif not self._within_rates(account, limits, ev, now):
@@ -186,7 +186,7 @@ class Guard:
             account.bytes = TokenBucket(limits.publish_bytes_per_s, limits.publish_burst_s, now)
 
     @classmethod
-    def _within_rates(cls, account: _Account, limits: Limits, ev: list[Any], now: int) -> bool:
+    def _within_rates(cls, account: _Account, limits: Limits, ev: list[object], now: int) -> bool:
         cls._fill(account, limits, now)
         size = len(ev[2]) if type(ev[2]) is bytes else 0
         if account.bytes is not None and account.bytes.available(now) < size:

@@ -30,6 +30,7 @@ import msgpack
 
 from tidings.core import errors
 from tidings.core.errors import TidingsError
+from tidings.core.wire.packable import WireArray
 
 PREFIX = "tk1."
 POSITIONS_MAX = 4096  # pubends one token names; SUBSCRIBE and SUBSCRIBED carry at most this many
@@ -78,12 +79,16 @@ class Checkpoint:
         for pubend, tick in other.positions.items():
             self.delivered(pubend, tick)
 
-    def to_wire(self) -> list[Any]:
-        body = [self.default, [[p, t] for p, t in sorted(self.positions.items())]]
+    def to_wire(self) -> list[Any]:  # Any: core/session/cursor.py reads to_wire()[1] (positions_wire)
+        body: WireArray = [self.default, self.positions_wire()]
         return body if self.home is None else [*body, list(self.home)]
 
+    def positions_wire(self) -> WireArray:
+        """The [[pubend, tick], ...] of `to_wire` (a SUBSCRIBE's positions)."""
+        return [[p, t] for p, t in sorted(self.positions.items())]
+
     @classmethod
-    def from_wire(cls, value: Any) -> Checkpoint:
+    def from_wire(cls, value: object) -> Checkpoint:
         """From [default, [[pubend, tick], ...]] or [default, [[pubend, tick], ...], [address,
         pubend, registration]]; TokenError when it is anything else."""
         if (type(value) is not list or len(value) not in (2, 3) or type(value[0]) is not int or value[0] < 0
@@ -124,7 +129,7 @@ class Checkpoint:
         return cls.from_wire(value)
 
 
-def _home(value: Any) -> Home:
+def _home(value: object) -> Home:
     if (type(value) is list and len(value) == 3 and all(type(v) is str and 0 < len(v) <= HOME_BYTES_MAX
                                                         for v in value[:2])
             and type(value[2]) is int and 0 < value[2] < 2**63):

@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.durable.registrations import Registration
@@ -50,6 +50,9 @@ from tidings.core.event import record_routing_fields
 from tidings.core.filters import Filter, parse_filter
 from tidings.core.filters.index import SubscriptionIndex
 from tidings.core.inputs import PfsAnswered
+
+if TYPE_CHECKING:  # the node's effects, which the broker carries out (the node imports this module)
+    from tidings.core.reliability.node import NodeEffect
 
 READ_TICKS_MAX = 10_000  # matched ticks one catchup read returns (after the last, its span is fetched whole)
 READS_MAX = 1024  # reads in flight
@@ -85,13 +88,13 @@ class Catchup:
 class PfsNode(Protocol):
     """What this machine tells the reliability node (node.py, its PFS consumer and catchups)."""
 
-    def record(self, now: int, tree: str, registration: int, pattern: str, filter_text: str) -> list[Any]: ...
+    def record(self, now: int, tree: str, registration: int, pattern: str, filter_text: str) -> list[NodeEffect]: ...
 
-    def unrecord(self, now: int, tree: str, registration: int) -> list[Any]: ...
+    def unrecord(self, now: int, tree: str, registration: int) -> list[NodeEffect]: ...
 
     def await_pfs(self, now: int, span: Catchup) -> None: ...
 
-    def pfs_answered(self, now: int, span: Catchup, answer: Catchup | None) -> tuple[int, list[Any]]: ...
+    def pfs_answered(self, now: int, span: Catchup, answer: Catchup | None) -> tuple[int, list[NodeEffect]]: ...
 
 
 @dataclass(slots=True)
@@ -134,14 +137,14 @@ class Constream:
     # ---- with the reliability node: the broker's calls ---------------------------------------------
 
     def start(self, now: int, node: PfsNode, enabled: bool, registrations: Iterable[Registration],
-              carry_out: Callable[[list[Any]], None]) -> None:
+              carry_out: Callable[[list[NodeEffect | PfsChop]], None]) -> None:
         """The broker joined an overlay with `node`; with `enabled` (durable_pfs) its saved
         `registrations` are recorded from now on (the PFS is empty after a restart)."""
         self.node, self.enabled = node, enabled
         self.registered(now, registrations, (), carry_out)
 
     def registered(self, now: int, added: Iterable[Registration], dropped: Iterable[Registration],
-                   carry_out: Callable[[list[Any]], None]) -> None:
+                   carry_out: Callable[[list[NodeEffect | PfsChop]], None]) -> None:
         """Registrations `added` are recorded from now on (those this broker records), `dropped`
         no longer are. The node's effects and the chops go to `carry_out`, one call's at a time."""
         if self.node is None:
@@ -152,7 +155,7 @@ class Constream:
             except TidingsError:
                 continue  # (saved by a broker that parsed it): not recorded, its catchup refilters
             self.add(reg.tree, reg.number, reg.pattern, flt)
-            carry_out(self.node.record(now, reg.tree, reg.number, reg.pattern, reg.filter))
+            carry_out([*self.node.record(now, reg.tree, reg.number, reg.pattern, reg.filter)])
         for reg in dropped:
             carry_out([*self.remove(reg.number), *self.node.unrecord(now, reg.tree, reg.number)])
 
@@ -168,7 +171,7 @@ class Constream:
             out.append(read)
         return out
 
-    def pfs_answered(self, inp: PfsAnswered) -> list[Any]:
+    def pfs_answered(self, inp: PfsAnswered) -> list[NodeEffect]:
         """A catchup's PFS read: the node fetches only the ticks that matched it (its effects)."""
         answered = self.answered(inp)
         if answered is None or self.node is None:

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from tidings.core.auth.rules import SUBSCRIBE, AccessRules, Rule, intersects
 from tidings.core.channels import validate_pattern
 from tidings.core.errors import ChannelError, ProtocolError
+from tidings.core.wire.packable import WireArray
 from tidings.core.wire.typed import name
 
 ACL_ENTRIES_MAX = 256  # rules in one tree's access list
@@ -83,7 +83,7 @@ def admitted(acl: Acl | None, members: Sequence[Member]) -> tuple[Member, ...]:
 
 # ---- wire -----------------------------------------------------------------------------------------
 
-def acl_to_wire(acl: Acl | None) -> list[Any] | None:
+def acl_to_wire(acl: Acl | None) -> WireArray | None:
     return None if acl is None else [[r.identity, r.allow, r.pattern] for r in acl]
 
 

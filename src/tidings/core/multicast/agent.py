@@ -91,6 +91,7 @@ from tidings.core.multicast.table import TreeTable
 from tidings.core.multicast.trees import tree_key
 from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteMessage, RouteTo
 from tidings.core.overlay.node_id import NodeRef
+from tidings.core.wire.packable import Packable, WireArray
 
 __all__ = [
     "AccessChanged",
@@ -131,7 +132,8 @@ class ScribeAgent:
         """(tree, creator) of the trees this node created, oldest first (bounded by trees_max)."""
         return list(self._created.items())
 
-    def subscribe(self, now: int, tree: str, extra: Any = None, members: tuple[Member, ...] = ()) -> list[ScribeEffect]:
+    def subscribe(self, now: int, tree: str, extra: Packable = None,
+                  members: tuple[Member, ...] = ()) -> list[ScribeEffect]:
         """Make this node a member of `tree` for `members`; `extra` rides in its SUBSCRIBE (see
         ChildAdded)."""
         entry = self._table.trees.get(tree)
@@ -193,7 +195,7 @@ class ScribeAgent:
         entry.member = False
         return self._table.prune(entry)
 
-    def publish(self, now: int, tree: str, event: list[Any], even_if_empty: bool = False) -> list[ScribeEffect]:
+    def publish(self, now: int, tree: str, event: WireArray, even_if_empty: bool = False) -> list[ScribeEffect]:
         """Route `event` to the rendez-vous point, unless it said the tree is empty (and
         `even_if_empty` is not set: the reliability layer knows someone needs it)."""
         if not even_if_empty and self._root.suppressed.suppressed(now, tree):
@@ -320,7 +322,7 @@ class ScribeAgent:
         entry = self._table.trees.get(tree)
         return entry is not None and entry.root
 
-    def send_event(self, now: int, tree: str, child: str, event: list[Any]) -> list[ScribeEffect]:
+    def send_event(self, now: int, tree: str, child: str, event: WireArray) -> list[ScribeEffect]:
         """EVENT to one child of `tree` (the reliability layer's per-child forwarding); nothing if
         `child` is no longer a child there."""
         entry = self._table.trees.get(tree)
@@ -398,7 +400,7 @@ class ScribeAgent:
 
     # -- direct messages ---------------------------------------------------------------------
 
-    def _multicast(self, now: int, entry: TreeEntry, event: list[Any], sender: str) -> list[ScribeEffect]:
+    def _multicast(self, now: int, entry: TreeEntry, event: WireArray, sender: str) -> list[ScribeEffect]:
         if not self.config.forward_events:
             return [EventArrived(entry.name, event, sender)]
         effects: list[ScribeEffect] = []

@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
 
 from tidings.core.multicast.messages import ScribeSubscribe, TreeMetadata
 from tidings.core.overlay.envelope import PeerSend, RouteTo
 from tidings.core.overlay.node_id import NodeRef
+from tidings.core.wire.packable import Packable, WireArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class DeliverLocal:
     """An event of `tree` for this node's own (member) subscriptions."""
 
     tree: str
-    event: list[Any]
+    event: WireArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,14 +58,14 @@ class EventArrived:
     with `ScribeAgent.send_event` and delivers it to local members itself."""
 
     tree: str
-    event: list[Any]
+    event: WireArray
     sender: str
 
 
 @dataclass(frozen=True, slots=True)
 class EventForwarded:
     tree: str
-    event: list[Any]
+    event: WireArray
     children: tuple[NodeRef, ...]
 
 
@@ -73,7 +73,7 @@ class EventForwarded:
 class ChildAdded:
     tree: str
     child: NodeRef
-    subscribe_extra: Any
+    subscribe_extra: Packable
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +125,7 @@ ScribeEffect = (PeerSend | RouteTo | DeliverLocal | EventArrived | EventForwarde
 
 
 def extend_repairs(
-    effects: list[ScribeEffect], extra_for: Callable[[ParentSuspected], Any]
+    effects: list[ScribeEffect], extra_for: Callable[[ParentSuspected], Packable]
 ) -> list[ScribeEffect]:
     """`effects` with the repair SUBSCRIBE after each ParentSuspected carrying `extra_for(upcall)`
     as its `extra`; every other effect unchanged and in order."""

@@ -23,6 +23,7 @@ from typing import Any
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
 from tidings.core.multicast.access import Acl, Member, acl_from_wire, acl_to_wire, members_from_wire, members_to_wire
 from tidings.core.overlay.node_id import NodeRef
+from tidings.core.wire.packable import Packable, WireArray
 from tidings.core.wire.typed import decode_typed, name
 from tidings.core.wire.types import ScribeType
 
@@ -50,10 +51,10 @@ class ScribeSubscribe:
 
     tree: str
     subscriber: NodeRef
-    extra: Any = None
+    extra: Packable = None
     members: tuple[Member, ...] = ()
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ScribeType.SUBSCRIBE, self.tree, self.subscriber.to_wire(), self.extra, members_to_wire(self.members)]
 
 
@@ -61,7 +62,7 @@ class ScribeSubscribe:
 class ScribeUnsubscribe:
     tree: str
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ScribeType.UNSUBSCRIBE, self.tree]
 
 
@@ -70,7 +71,7 @@ class Create:
     tree: str
     metadata: TreeMetadata
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ScribeType.CREATE, self.tree, *_metadata_to_wire(self.metadata)]
 
 
@@ -79,9 +80,9 @@ class ScribePublish:
     """Routed to the tree key; the rendez-vous point multicasts `event` down the tree."""
 
     tree: str
-    event: list[Any]
+    event: WireArray
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ScribeType.PUBLISH, self.tree, self.event]
 
 
@@ -90,9 +91,9 @@ class TreeEvent:
     """An EVENT: one hop of the multicast, parent to child."""
 
     tree: str
-    event: list[Any]
+    event: WireArray
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ScribeType.EVENT, self.tree, self.event]
 
 
@@ -102,7 +103,7 @@ class Heartbeat:
 
     trees: tuple[str, ...]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ScribeType.HEARTBEAT, list(self.trees)]
 
 
@@ -112,7 +113,7 @@ class Refresh:
 
     trees: tuple[str, ...]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ScribeType.REFRESH, list(self.trees)]
 
 
@@ -121,7 +122,7 @@ class Replica:
     tree: str
     metadata: TreeMetadata
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ScribeType.REPLICA, self.tree, *_metadata_to_wire(self.metadata)]
 
 
@@ -133,7 +134,7 @@ class Access:
     tree: str
     metadata: TreeMetadata
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ScribeType.ACCESS, self.tree, *_metadata_to_wire(self.metadata)]
 
 
@@ -141,7 +142,7 @@ class Access:
 class TreeEmpty:
     tree: str
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ScribeType.TREE_EMPTY, self.tree]
 
 
@@ -149,7 +150,7 @@ class TreeEmpty:
 class TreeActive:
     tree: str
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ScribeType.TREE_ACTIVE, self.tree]
 
 
@@ -158,7 +159,7 @@ DirectMessage = ScribeUnsubscribe | TreeEvent | Heartbeat | Refresh | Replica | 
 ScribeMessage = RoutedMessage | DirectMessage
 
 
-def _metadata_to_wire(metadata: TreeMetadata) -> list[Any]:
+def _metadata_to_wire(metadata: TreeMetadata) -> WireArray:
     return [metadata.creator, acl_to_wire(metadata.acl), metadata.broker]
 
 
@@ -180,7 +181,7 @@ def _trees(value: object) -> tuple[str, ...]:
     return tuple(_tree(name) for name in value)
 
 
-def _event(value: object) -> list[Any]:
+def _event(value: object) -> WireArray:
     if type(value) is not list:
         raise _bad("an event is a list")
     return value
@@ -192,6 +193,8 @@ def _metadata(creator: object, acl: object, broker: object) -> TreeMetadata:
     return TreeMetadata(name, acl_from_wire(acl, _bad), address)
 
 
+# the decoders' boundary: each takes a message's fields as msgpack decoded them (unchecked) and checks
+# every one it reads before it builds the typed message
 _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ScribeMessage]]] = {
     ScribeType.SUBSCRIBE: (4, lambda f: ScribeSubscribe(_tree(f[0]), NodeRef.from_wire(f[1]), f[2],
                                                   members_from_wire(f[3], _bad))),

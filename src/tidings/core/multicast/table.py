@@ -36,6 +36,7 @@ from tidings.core.multicast.settings import TICK, ScribeConfig, ScribeTimer
 from tidings.core.multicast.trees import tree_key
 from tidings.core.overlay.envelope import PeerSend, RouteTo
 from tidings.core.overlay.node_id import NodeRef, id_hex
+from tidings.core.wire.packable import Packable
 
 
 class TreeTable:
@@ -66,7 +67,7 @@ class TreeTable:
         if self.reshaped is not None:
             self.reshaped[tree] = None
 
-    def join(self, now: int, entry: TreeEntry, extra: Any) -> list[ScribeEffect]:
+    def join(self, now: int, entry: TreeEntry, extra: Packable) -> list[ScribeEffect]:
         """Route a SUBSCRIBE of this node's own towards the key; the first tree node adopts us."""
         entry.parent = None
         entry.heard_ns = now

@@ -15,9 +15,9 @@ numbers and the layers' ranges are in core/wire/types.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from tidings.core.overlay.node_id import NodeRef
+from tidings.core.wire.packable import WireArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class RouteMessage:
     key: int
     source: NodeRef
     hops: int
-    payload: list[Any]
+    payload: WireArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,7 @@ class PeerSend:
     """Send one wire message to the node at `address` (over the one connection of that pair)."""
 
     address: str
-    message: list[Any]
+    message: WireArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,4 +61,4 @@ class RouteTo:
     """An application asks the composer to route `payload` towards `key` through the overlay."""
 
     key: int
-    payload: list[Any]
+    payload: WireArray

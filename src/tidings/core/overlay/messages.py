@@ -28,6 +28,7 @@ from typing import Any
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
 from tidings.core.overlay.envelope import RouteMessage
 from tidings.core.overlay.node_id import BASE, DIGITS, NodeRef, id_from_wire, id_to_wire
+from tidings.core.wire.packable import WireArray
 from tidings.core.wire.types import OverlayType
 
 HOPS_MAX = 1 << 16  # beyond any sane route_hops_max; bigger counts are garbage
@@ -38,7 +39,7 @@ NODES_PER_LIST_MAX = 256  # leaf sets and neighbourhood sets on the wire
 class JoinRequest:
     newcomer: NodeRef
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [OverlayType.JOIN_REQUEST, self.newcomer.to_wire()]
 
 
@@ -47,7 +48,7 @@ class Join:
     newcomer: NodeRef
     hops: int
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [OverlayType.JOIN, self.newcomer.to_wire(), self.hops]
 
 
@@ -61,7 +62,7 @@ class JoinState:
     leaf_set: tuple[NodeRef, ...] | None
     neighbours: tuple[NodeRef, ...] | None
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [
             OverlayType.JOIN_STATE,
             self.sender.to_wire(),
@@ -75,7 +76,7 @@ class JoinState:
 class Announce:
     node: NodeRef
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [OverlayType.ANNOUNCE, self.node.to_wire()]
 
 
@@ -83,7 +84,7 @@ class Announce:
 class KeepAlive:
     sender: NodeRef
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [OverlayType.KEEP_ALIVE, self.sender.to_wire()]
 
 
@@ -91,7 +92,7 @@ class KeepAlive:
 class KeepAliveAck:
     sender: NodeRef
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [OverlayType.KEEP_ALIVE_ACK, self.sender.to_wire()]
 
 
@@ -99,7 +100,7 @@ class KeepAliveAck:
 class LeafSetRequest:
     sender: NodeRef
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [OverlayType.LEAF_SET_REQUEST, self.sender.to_wire()]
 
 
@@ -108,7 +109,7 @@ class LeafSetReply:
     sender: NodeRef
     leaves: tuple[NodeRef, ...]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [OverlayType.LEAF_SET_REPLY, self.sender.to_wire(), _refs_to_wire(self.leaves)]
 
 
@@ -117,7 +118,7 @@ class RowRequest:
     sender: NodeRef
     row: int
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [OverlayType.ROW_REQUEST, self.sender.to_wire(), self.row]
 
 
@@ -127,7 +128,7 @@ class RowReply:
     row: int
     nodes: tuple[NodeRef, ...]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [OverlayType.ROW_REPLY, self.sender.to_wire(), self.row, _refs_to_wire(self.nodes)]
 
 
@@ -146,11 +147,11 @@ OverlayMessage = (
 )
 
 
-def encode_route(message: RouteMessage) -> list[Any]:
+def encode_route(message: RouteMessage) -> WireArray:
     return [OverlayType.ROUTE, id_to_wire(message.key), message.source.to_wire(), message.hops, message.payload]
 
 
-def _refs_to_wire(nodes: tuple[NodeRef, ...]) -> list[Any]:
+def _refs_to_wire(nodes: tuple[NodeRef, ...]) -> WireArray:
     return [n.to_wire() for n in nodes]
 
 
@@ -185,7 +186,7 @@ def _rows(data: object) -> tuple[tuple[int, tuple[NodeRef, ...]], ...]:
     return tuple(rows)
 
 
-def _decode_route(m: list[Any]) -> RouteMessage:
+def _decode_route(m: list[Any]) -> RouteMessage:  # m: a decoded message, unchecked until here
     if type(m[4]) is not list:
         raise _bad("a route payload is a list")
     return RouteMessage(id_from_wire(m[1]), NodeRef.from_wire(m[2]), _int(m[3], 0, HOPS_MAX, "hops"), m[4])

@@ -78,6 +78,7 @@ from tidings.core.overlay.node_id import DIGITS, NodeRef, closer, id_hex, shared
 from tidings.core.overlay.repair import Repair
 from tidings.core.overlay.routing_table import RoutingTable
 from tidings.core.overlay.settings import OverlayConfig, OverlayTimer, Rng
+from tidings.core.wire.packable import WireArray
 
 __all__ = [
     "JoinCompleted",
@@ -217,7 +218,7 @@ class OverlayNode:
 
     # -- messages ------------------------------------------------------------------------------
 
-    def handle(self, now: int, sender_address: str, message: list[Any]) -> list[OverlayEffect]:
+    def handle(self, now: int, sender_address: str, message: object) -> list[OverlayEffect]:
         """React to one overlay message (not ROUTE: that goes to `route_step`) from `sender_address`.
         Raises ProtocolError(BAD_MESSAGE) on a malformed message, before changing anything."""
         msg = m.decode(message)
@@ -312,7 +313,7 @@ class OverlayNode:
 
     # -- routing -------------------------------------------------------------------------------
 
-    def route(self, key: int, payload: list[Any]) -> RouteMessage:
+    def route(self, key: int, payload: WireArray) -> RouteMessage:
         return RouteMessage(key, self.me, 0, payload)
 
     def route_step(self, now: int, message: RouteMessage) -> RouteDecision:
@@ -323,7 +324,7 @@ class OverlayNode:
         next_hop = self._next_hop(message.key)
         return Deliver(message) if next_hop is None else Forward(message, next_hop)
 
-    def forward(self, decision: Forward, payload: list[Any] | None = None) -> PeerSend:
+    def forward(self, decision: Forward, payload: WireArray | None = None) -> PeerSend:
         sent = decision.message
         onward = RouteMessage(sent.key, sent.source, sent.hops + 1, sent.payload if payload is None else payload)
         return PeerSend(decision.next_hop.address, m.encode_route(onward))

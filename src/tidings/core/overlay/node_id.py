@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import dataclass
 
 from tidings.core.errors import BAD_MESSAGE, ProtocolError
+from tidings.core.wire.packable import WireArray
 
 ID_BITS = 128
 DIGIT_BITS = 4  # b
@@ -77,7 +78,7 @@ class NodeRef:
     node_id: int
     address: str
 
-    def to_wire(self) -> list[object]:
+    def to_wire(self) -> WireArray:
         return [id_to_wire(self.node_id), self.address]
 
     @staticmethod

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -86,14 +87,14 @@ class Screen:
 
     producer: str
     verdicts: list[Verdict]
-    events: list[Any]  # the [channel, attributes, payload] of each event; None when rejected
+    events: list[object]  # the [channel, attributes, payload] of each event (unchecked); None when rejected
     pseqs: list[int]  # each event's pseq (0 when rejected)
     ticks: list[int | None]  # DUPLICATE: the original's tick; REPEATED: None until resolved
     first_of: dict[int, int] = field(default_factory=dict)  # REPEATED index -> first index
     problems: dict[int, TidingsError] = field(default_factory=dict)  # REJECTED index -> why
 
 
-def producer_problem(producer: Any, bytes_max: int = PRODUCER_BYTES_MAX) -> str | None:
+def producer_problem(producer: object, bytes_max: int = PRODUCER_BYTES_MAX) -> str | None:
     """Why `producer` is not a valid producer id (at most `bytes_max` bytes), or None."""
     if type(producer) is not str or not producer:
         return "the producer id must be a non-empty string"
@@ -106,7 +107,7 @@ def producer_problem(producer: Any, bytes_max: int = PRODUCER_BYTES_MAX) -> str 
     return None
 
 
-def pseq_problem(pseq: Any) -> str | None:
+def pseq_problem(pseq: object) -> str | None:
     if type(pseq) is not int or not 0 <= pseq <= PSEQ_MAX:
         return f"the producer sequence must be an integer from 0 to {PSEQ_MAX}"
     return None
@@ -153,7 +154,7 @@ class DedupWindow:
 
     # ---- the composer's interface ------------------------------------------------------------
 
-    def screen(self, producer: Any, events: list[Any], now_us: int, scope: str = "") -> Screen:
+    def screen(self, producer: Any, events: list[object], now_us: int, scope: str = "") -> Screen:
         """Sort out the events of one PUBLISH carrying `producer` from a client of service `scope`:
         each is [channel, attributes, payload, pseq]. Moves the horizon up to `now_us - window_us`
         first."""
@@ -266,7 +267,7 @@ class DedupWindow:
         """Forget what is older than the window at wall time `now_us` (microseconds)."""
         self.forget_through(now_us - self.window_us)
 
-    def restore(self, records: Any, now_us: int) -> int:
+    def restore(self, records: Iterable[tuple[int, bytes]], now_us: int) -> int:
         """Rebuild the window from the log's keyed records `(tick, key)` in tick order (what
         the runtime reads with `EventLog.read(..., keys=True)` past `now_us - window_us`, see
         aio/storage_worker.py); returns how many were used.

@@ -139,7 +139,7 @@ class Intake:
         elif not self.pubend.wait(c.conn, msg.seq, ticks, duplicates):  # nothing waits: all durable
             c.reply(messages.ack(msg.seq, self.pubend.pubend_id, ticks, duplicates), out)
 
-    def _check(self, now: int, c: ClientConnection, events: list[Any], verdicts: list[Verdict] | None,
+    def _check(self, now: int, c: ClientConnection, events: list[object], verdicts: list[Verdict] | None,
                problems: dict[int, TidingsError] | None) -> tuple[list[Good], dict[int, TidingsError]]:
         """The good events of `events`, and why each refused one was (by its index). With `verdicts`
         (an idempotent PUBLISH screened by the dedup window, which names its `problems`), only the
@@ -175,7 +175,7 @@ class Intake:
                 refuse(i, exc)
         return valid, problems_of
 
-    def _checked(self, ev: Any) -> Good:
+    def _checked(self, ev: object) -> Good:
         """A published event checked whole (ProtocolError or TidingsError if it is not good)."""
         if type(ev) is not list or len(ev) != 3:
             raise ProtocolError(errors.BAD_MESSAGE, "a published event is [channel, attributes, payload]")

@@ -12,11 +12,11 @@ members again).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from tidings.core.durable.constream import Recorded
 from tidings.core.reliability.curiosity import SendNack
 from tidings.core.reliability.interest import SendSummary
+from tidings.core.wire.packable import WireArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class SendToChild:
 
     tree: str
     child: str
-    event: list[Any]
+    event: WireArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ class PublishRouted:
     tree is empty and `even_if_empty` is not set."""
 
     tree: str
-    event: list[Any]
+    event: WireArray
     even_if_empty: bool = False
 
 

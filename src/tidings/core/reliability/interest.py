@@ -38,13 +38,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tidings.core.event import TICK_MAX, record_routing_fields
 from tidings.core.reliability.istream import Istream
 from tidings.core.reliability.messages import SummaryUpdate
 from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge, whole_tree
 from tidings.core.reliability.summary import to_wire as summary_wire
+from tidings.core.wire.packable import WireArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +118,7 @@ class Interest:
         parts = [*own, *(self._children.get(c, (0, EVERYTHING))[1] for c in children)]
         return merge(parts, self.summary_bytes_max if bytes_max is None else bytes_max)
 
-    def for_join(self, interest: Summary | None, wall_us: int) -> list[Any]:
+    def for_join(self, interest: Summary | None, wall_us: int) -> WireArray:
         """[epoch, summary] for a SUBSCRIBE carrying `interest` (what the new parent filters by)."""
         if interest != self.sent:  # (a root's is not kept up to date: nobody filters for it)
             self.sent = interest

@@ -57,6 +57,7 @@ from tidings.core.multicast.messages import TREE_BYTES_MAX
 from tidings.core.reliability.summary import Summary
 from tidings.core.reliability.summary import decode as decode_summary
 from tidings.core.reliability.summary import to_wire as summary_wire
+from tidings.core.wire.packable import WireArray
 from tidings.core.wire.typed import decode_typed, name
 from tidings.core.wire.types import ReliabilityType
 
@@ -84,13 +85,13 @@ class KnowledgeMessage:
     epoch: int | None = None  # the filter summary's epoch it was filtered by; None: not filtered
     lost: bool = False  # every tick of the range is L (released at the pubend): no data
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return knowledge_wire(self.tree, self.pubend, self.after, self.through, list(self.ticks),
                               list(self.records), self.retransmit, self.epoch, self.lost)
 
 
 def knowledge_wire(tree: str, pubend: str, after: int, through: int, ticks: list[int], records: list[bytes],
-                   retransmit: bool, epoch: int | None = None, lost: bool = False) -> list[Any]:
+                   retransmit: bool, epoch: int | None = None, lost: bool = False) -> WireArray:
     """A Knowledge message's wire form straight from lists the caller hands over (no copies: a
     forwarder sends every event it forwards through here)."""
     return [ReliabilityType.KNOWLEDGE, tree, pubend, after, through, ticks, records, retransmit, epoch, lost]
@@ -113,7 +114,7 @@ class StreamAck:
 class StreamAcks:
     streams: tuple[StreamAck, ...]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ReliabilityType.ACK, [[s.tree, s.pubend, s.through, s.released, s.delivered] for s in self.streams]]
 
 
@@ -125,7 +126,7 @@ class Nack:
     pubend: str
     ranges: tuple[tuple[int, int], ...]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ReliabilityType.NACK, self.tree, self.pubend, [[after, through] for after, through in self.ranges]]
 
 
@@ -136,7 +137,7 @@ class RootMoved:
 
     tree: str
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ReliabilityType.ROOT_MOVED, self.tree]
 
 
@@ -150,7 +151,7 @@ class SummaryUpdate:
     summary: Summary | None
     since: int
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ReliabilityType.SUMMARY, self.tree, self.epoch, summary_wire(self.summary), self.since]
 
 
@@ -161,7 +162,7 @@ class Moved:
     home: str
     registration: int
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> WireArray:
         return [ReliabilityType.MOVED, self.home, self.registration]
 
 
@@ -264,6 +265,8 @@ def _nack(f: list[Any]) -> Nack:
     return Nack(tree, pubend, tuple(ranges))
 
 
+# the decoders' boundary: `_knowledge` ... take a message's fields as msgpack decoded them (unchecked),
+# and check every one they read before they build the typed message
 _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ReliabilityMessage]]] = {
     ReliabilityType.KNOWLEDGE: (9, _knowledge),
     ReliabilityType.ACK: (1, _ack),

@@ -65,6 +65,7 @@ from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig,
 from tidings.core.reliability.tree import PFS_CONSUMER, Held, Tree
 from tidings.core.reliability.tree_streams import TreeStreams
 from tidings.core.units import ns_to_us
+from tidings.core.wire.packable import Packable, WireArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,14 +186,14 @@ class ReliabilityNode:
 
     # ---- knowledge arriving on a tree; the trees' shape and membership ---------------------------------
 
-    def event_arrived(self, now: int, tree: str, event: Any, sender: str) -> list[NodeEffect]:
+    def event_arrived(self, now: int, tree: str, event: WireArray, sender: str) -> list[NodeEffect]:
         """Knowledge of one pubend came down `tree` from `sender` (ProtocolError if malformed)."""
         origin, knowledge = _decode_event(tree, event)
         if self.config.best_effort:
             return self._best_effort(tree, event, knowledge)
         return self._flush(now, self._out(now, self.streams.arrived(now, tree, origin, knowledge, sender)))
 
-    def _best_effort(self, tree: str, event: Any, knowledge: messages.KnowledgeMessage) -> list[NodeEffect]:
+    def _best_effort(self, tree: str, event: WireArray, knowledge: messages.KnowledgeMessage) -> list[NodeEffect]:
         """The comparison mode: every event to every child and to every local subscription of the
         tree; nothing is acknowledged, nacked or retransmitted."""
         out: list[NodeEffect] = [SendToChild(tree, child, event) for child in self.streams.children(tree)]
@@ -206,13 +207,13 @@ class ReliabilityNode:
         """Scribe's word on a tree's shape here (presence, root, parent, children)."""
         self.streams.tree_changed(shape)
 
-    def join_extra(self, tree: str) -> list[Any]:
+    def join_extra(self, tree: str) -> WireArray:
         return self.streams.join_extra(tree)
 
-    def forwarder_extra(self, tree: str, child_extra: Any) -> list[Any]:
+    def forwarder_extra(self, tree: str, child_extra: Packable) -> WireArray:
         return self.streams.forwarder_extra(tree, child_extra)
 
-    def child_added(self, now: int, tree: str, child: str, extra: Any) -> list[NodeEffect]:
+    def child_added(self, now: int, tree: str, child: str, extra: Packable) -> list[NodeEffect]:
         return self._flush(now, self._out(now, self.streams.child_added(now, tree, child, extra)))
 
     def interest(self, tree: str) -> Interest | None:
@@ -281,6 +282,8 @@ class ReliabilityNode:
             out += self._out(now, self.streams.summary_received(now, sender, decoded))
         elif type(decoded) is messages.Moved and decoded.home == self.pubend_id:
             out.append(MovedAway(decoded.registration))
+        elif type(decoded) is not messages.Moved:  # (a MOVED for another home is not this broker's)
+            raise AssertionError(f"reliability: no route for the message {decoded!r}")
         return self._flush(now, out)
 
     def moved(self, home_address: str, home: str, registration: int) -> list[NodeEffect]:
@@ -357,7 +360,7 @@ class ReliabilityNode:
                 out += self._to(now, send.address, send.message.to_wire())
         return out
 
-    def _to(self, now: int, address: str, message: list[Any]) -> list[NodeEffect]:
+    def _to(self, now: int, address: str, message: WireArray) -> list[NodeEffect]:
         """A message to a peer; to this broker itself (its own pubend's root), handled at once."""
         if address != self.me.address:
             return [PeerSend(address, message)]
@@ -375,7 +378,7 @@ class ReliabilityNode:
                 "istreams": streams.status()}
 
 
-def _decode_event(tree: str, event: Any) -> tuple[str, messages.KnowledgeMessage]:
+def _decode_event(tree: str, event: object) -> tuple[str, messages.KnowledgeMessage]:
     if type(event) is not list or len(event) != 2 or type(event[0]) is not str:
         raise ProtocolError(BAD_MESSAGE, "a tree event is [origin address, knowledge]")
     knowledge = messages.decode(event[1])

@@ -30,7 +30,7 @@ stream's cache, and `link_drained` sends what it is owed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tidings.core.durable.constream import Recorded
 from tidings.core.errors import ProtocolError
@@ -47,6 +47,7 @@ from tidings.core.reliability.merge import TotalOrderMerge
 from tidings.core.reliability.summary import Summary, whole_tree
 from tidings.core.reliability.summary import decode as decode_summary
 from tidings.core.reliability.tree import PFS_CONSUMER, Held, Tree
+from tidings.core.wire.packable import Packable, WireArray
 
 if TYPE_CHECKING:
     from tidings.core.reliability.node import ReliabilityConfig
@@ -221,35 +222,40 @@ class TreeStreams:
 
     # ---- tree membership -----------------------------------------------------------------------
 
-    def join_extra(self, tree: str) -> list[Any]:
+    def join_extra(self, tree: str) -> WireArray:
         """What this broker's SUBSCRIBE to `tree` carries: [default, [[pubend, horizon], ...],
         [epoch, summary]], the default (None: "from now on") for the pubends it has not heard of,
         and its interest in the tree with its epoch (what the new parent filters by)."""
+        default, positions, interest = self._join_parts(tree)
+        return [default, [[p, tick] for p, tick in positions], interest]
+
+    def _join_parts(self, tree: str) -> tuple[int | None, list[tuple[str, int]], WireArray | None]:
+        """`join_extra`'s three parts, typed: the default, the positions, the interest."""
         t = self.trees.get(tree)
         if t is None:
-            return [None, [], None]
+            return None, [], None
         horizons = {p: ist.horizon for p, ist in t.istreams.items()}
         for named in t.positions.values():  # pubends a durable subscription wants from a position
             for p, tick in named.items():      # and this broker has not heard of yet
                 if p not in t.istreams:
                     horizons[p] = min(tick, horizons.get(p, tick))
-        positions = [[p, tick] for p, tick in list(horizons.items())[:POSITIONS_PER_SUBSCRIBE_MAX]]
+        positions = list(horizons.items())[:POSITIONS_PER_SUBSCRIBE_MAX]
         wanted = [w for w in [*t.locals.values(), *t.defaults.values()] if w is not None]
-        return [min(wanted) if wanted else None, positions, t.interest.for_join(self._interest(tree, t), self.wall_us)]
+        return min(wanted) if wanted else None, positions, t.interest.for_join(self._interest(tree, t), self.wall_us)
 
-    def forwarder_extra(self, tree: str, child_extra: Any) -> list[Any]:
+    def forwarder_extra(self, tree: str, child_extra: Packable) -> WireArray:
         """The SUBSCRIBE of a broker that becomes a forwarder of `tree` for its first child: the
         child's positions (the lower where both name a pubend) and this broker's own interest (its
         epoch and summary: the child's would be stamped as this broker's own)."""
         default, positions, _ = _decode_extra(child_extra)
-        mine = self.join_extra(tree)
-        for pubend, horizon in mine[1]:
+        my_default, my_positions, my_interest = self._join_parts(tree)
+        for pubend, horizon in my_positions:
             positions[pubend] = min(horizon, positions.get(pubend, horizon))
-        defaults = [d for d in (default, mine[0]) if d is not None]
+        defaults = [d for d in (default, my_default) if d is not None]
         return [min(defaults) if defaults else None,
-                [[p, h] for p, h in list(positions.items())[:POSITIONS_PER_SUBSCRIBE_MAX]], mine[2]]
+                [[p, h] for p, h in list(positions.items())[:POSITIONS_PER_SUBSCRIBE_MAX]], my_interest]
 
-    def child_added(self, now: int, tree: str, child: str, extra: Any) -> list[StreamEffect]:
+    def child_added(self, now: int, tree: str, child: str, extra: Packable) -> list[StreamEffect]:
         default, positions, asked = _decode_extra(extra)
         t = self.trees.get(tree)
         if t is None:
@@ -439,7 +445,7 @@ def _or(position: int | None, otherwise: int) -> int:
     return otherwise if position is None else position
 
 
-def _decode_extra(extra: Any) -> tuple[int | None, dict[str, int], tuple[int, Summary | None] | None]:
+def _decode_extra(extra: object) -> tuple[int | None, dict[str, int], tuple[int, Summary | None] | None]:
     """A SUBSCRIBE's [default, [[pubend, horizon], ...], [epoch, summary]] (the last may be absent
     or null: an old peer, filtered by nothing); anything else means "from now on", unfiltered."""
     if (type(extra) is not list or len(extra) not in (2, 3) or not (extra[0] is None or type(extra[0]) is int)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from tidings.core import errors
 from tidings.core.auth.guard import Guard
@@ -46,6 +46,9 @@ from tidings.core.subscription.memberships import TreeMemberships
 from tidings.core.subscription.remote import RemoteDelivery
 from tidings.core.subscription.subscription import Subscription
 from tidings.core.wire import messages
+
+if TYPE_CHECKING:  # what the trees' streams answer (reliability/node.py imports what this table does)
+    from tidings.core.reliability.node import NodeEffect
 
 
 class Reader(StrEnum):
@@ -63,7 +66,7 @@ class TreeStreams(Protocol):
 
     def lag(self, key: int, tree: str) -> dict[str, int]: ...
 
-    def local_flow(self, now: int, key: int, tree: str, blocked: bool) -> list[Any]: ...
+    def local_flow(self, now: int, key: int, tree: str, blocked: bool) -> list[NodeEffect]: ...
 
     @property
     def wall_us(self) -> int: ...
@@ -74,7 +77,7 @@ class Settle:
     """The trees' streams answered a call of this table: their effects, for the cluster member
     to carry out (core/broker/cluster.py `settle`) where they stand in the table's output."""
 
-    effects: list[Any]
+    effects: list[NodeEffect]
 
 
 class LeaveStreams(NamedTuple):

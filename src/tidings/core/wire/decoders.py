@@ -54,24 +54,26 @@ def _bad(what: str) -> ProtocolError:
     return ProtocolError(BAD_MESSAGE, what)
 
 
-def _int(v: Any, what: str, lo: int = 0) -> int:
+def _int(v: object, what: str, lo: int = 0) -> int:
     if type(v) is not int or v < lo:
         raise _bad(f"{what} must be an integer >= {lo}")
     return v
 
 
-def _bytes(v: Any, what: str, size_max: int = 256) -> bytes:
+def _bytes(v: object, what: str, size_max: int = 256) -> bytes:
     if type(v) is not bytes or len(v) > size_max:
         raise _bad(f"{what} must be binary, at most {size_max} bytes")
     return v
 
 
-def _str(v: Any, what: str) -> str:
+def _str(v: object, what: str) -> str:
     if not isinstance(v, str):
         raise _bad(f"{what} must be a string")
     return v
 
 
+# The decoders' boundary: `_unpack` gives the message as msgpack decoded it (a list of Any, unchecked);
+# the decoders below check each field they read before they build a typed message, and nothing else sees it.
 def _unpack(body: bytes) -> list[Any]:
     try:
         msg = msgpack.unpackb(body, strict_map_key=True)

@@ -12,12 +12,14 @@ with its checks of every field, is decoders.py. The full table of messages is in
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
 from tidings.core.wire.frames import HEADER, frame
+from tidings.core.wire.packable import Packable, WireArray
 from tidings.core.wire.types import ClientType
 
 PROTOCOL_VERSION = 1
@@ -56,10 +58,10 @@ class Challenge:
 @dataclass(frozen=True, slots=True)
 class Publish:
     seq: int
-    events: list[Any]  # [[channel, attributes, payload], ...]; each checked by the broker
+    events: list[object]  # [[channel, attributes, payload], ...]; each checked by the broker (publish/intake.py)
     # idempotent publish (core/publish/dedup.py): with a producer id, each event is [channel, attributes,
     # payload, pseq] and is logged at most once per (producer, pseq); checked by the broker
-    producer: Any = None
+    producer: object = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +75,9 @@ class Subscribe:
     order: str = ORDER_PUBLISHER  # ORDER_PUBLISHER or ORDER_TOTAL (one interleaving per tree)
     # durable (core/durable/checkpoint.py): None for a plain subscription, else the positions per pubend
     # ([[pubend, tick], ...], maybe empty) that override `after` (the default) for the pubends named
-    positions: list[Any] | None = None
+    positions: WireArray | None = None  # unchecked as decoded: Checkpoint.from_wire checks them
     # a token's home, [address, pubend, registration]; or the name of a broker-held durable subscription
-    home: list[Any] | str | None = None
+    home: WireArray | str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +100,7 @@ class Release:
     ([default, [[pubend, tick], ...]], as a token holds it)."""
 
     sub: int
-    checkpoint: list[Any]
+    checkpoint: list[object]  # unchecked as decoded: Checkpoint.from_wire checks it
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +146,7 @@ class Ack:
 @dataclass(frozen=True, slots=True)
 class Events:
     sub: int
-    records: list[list[Any]]  # decoded event arrays, see core.event.event_from_fields
+    records: list[object]  # decoded event arrays, unchecked: core.event.event_from_fields checks each
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,14 +178,14 @@ class Subscribed:
 
 @dataclass(frozen=True, slots=True)
 class Advice:
-    reason: Any
-    entries: Any  # checked by core.advice.decode: a client ignores advice it cannot read
+    reason: object
+    entries: object  # checked by core.advice.decode: a client ignores advice it cannot read
 
 
 @dataclass(frozen=True, slots=True)
 class Silence:
     sub: int
-    positions: list[Any]  # [[pubend, tick], ...]: delivered or not matching up to each tick
+    positions: list[object]  # [[pubend, tick], ...]: delivered or not matching up to each tick; unchecked
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +215,7 @@ class Error:
     context: dict[str, Any] = field(default_factory=dict)
 
 
-def _pack(body: list[Any]) -> bytes:
+def _pack(body: Sequence[object]) -> bytes:  # a message array: msgpack packs what the encoders give
     return frame(msgpack.packb(body))
 
 
@@ -232,13 +234,13 @@ def challenge(salt: bytes, kdf: list[int], nonce: bytes) -> bytes:
     return _pack([ClientType.CHALLENGE, salt, kdf, nonce])
 
 
-def publish(seq: int, events: list[list[Any]], producer: str | None = None) -> bytes:
+def publish(seq: int, events: Sequence[Packable], producer: str | None = None) -> bytes:
     """With `producer`, each event is [channel, attributes, payload, pseq]: an idempotent publish."""
     return _pack([ClientType.PUBLISH, seq, events] if producer is None else [ClientType.PUBLISH, seq, events, producer])
 
 
 def subscribe(msg: Subscribe) -> bytes:
-    start: list[Any] = [msg.start] if msg.start != START_AFTER else [START_AFTER, msg.after]
+    start: WireArray = [msg.start] if msg.start != START_AFTER else [START_AFTER, msg.after]
     fields = [ClientType.SUBSCRIBE, msg.sub, msg.pattern, msg.filter, start, msg.end]
     if msg.home is not None:
         return _pack([*fields, msg.order, msg.positions or [], msg.home])
@@ -252,7 +254,7 @@ def read(msg: Read) -> bytes:
     return _pack([*fields, True] if msg.spans else fields)
 
 
-def release(sub: int, checkpoint: list[Any]) -> bytes:
+def release(sub: int, checkpoint: WireArray) -> bytes:
     return _pack([ClientType.RELEASE, sub, checkpoint])
 
 
@@ -351,16 +353,16 @@ def _frame_of(parts: list[bytes]) -> bytes:
     return b"".join([HEADER.pack(sum(map(len, parts))), *parts])
 
 
-def subscribed(sub: int, position: int, checkpoint: list[Any] | None = None) -> bytes:
+def subscribed(sub: int, position: int, checkpoint: WireArray | None = None) -> bytes:
     head = [ClientType.SUBSCRIBED, sub, position]
     return _pack(head if checkpoint is None else [*head, checkpoint])
 
 
-def silence(sub: int, positions: list[list[Any]]) -> bytes:
+def silence(sub: int, positions: Sequence[Sequence[object]]) -> bytes:
     return _pack([ClientType.SILENCE, sub, positions])
 
 
-def advice(reason: str, entries: list[list[Any]]) -> bytes:
+def advice(reason: str, entries: Sequence[Sequence[object]]) -> bytes:
     return _pack([ClientType.ADVICE, reason, entries])
 
 

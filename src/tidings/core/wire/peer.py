@@ -24,8 +24,8 @@ layer that owns them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import msgpack
 
@@ -88,7 +88,7 @@ PeerLinkMessage = PeerHello | PeerWelcome | Ping | Pong | PeerError | PeerChalle
 # ---- encoders (return whole frames) -------------------------------------------------------------
 
 
-def encode(message: list[Any]) -> bytes:
+def encode(message: Sequence[object]) -> bytes:
     """One frame holding `message` (a list whose first element is its type)."""
     return frame(msgpack.packb(message))
 
@@ -128,7 +128,7 @@ def _bad(what: str) -> ProtocolError:
     return ProtocolError(BAD_MESSAGE, what)
 
 
-def unpack(body: bytes) -> list[Any]:
+def unpack(body: bytes) -> list[object]:
     """The message array of a frame body: a non-empty array starting with an integer type."""
     try:
         msg = msgpack.unpackb(body, strict_map_key=True)
@@ -139,43 +139,43 @@ def unpack(body: bytes) -> list[Any]:
     return msg
 
 
-def _arity(msg: list[Any], n: int, name: str) -> None:
+def _arity(msg: list[object], n: int, name: str) -> None:
     if len(msg) != n:
         raise _bad(f"{name} has {len(msg) - 1} fields, expected {n - 1}")
 
 
-def _seq(value: Any, name: str) -> int:
+def _seq(value: object, name: str) -> int:
     if type(value) is not int or not 0 <= value <= SEQ_MAX:
         raise _bad(f"{name} seq must be an integer from 0 to 2**63-1")
     return value
 
 
-def _text(value: Any, what: str) -> str:
+def _text(value: object, what: str) -> str:
     if type(value) is not str or len(value) > TEXT_CHARS_MAX:
         raise _bad(f"{what} must be a string of at most {TEXT_CHARS_MAX} characters")
     return value
 
 
-def _binary(value: Any, what: str) -> bytes:
+def _binary(value: object, what: str) -> bytes:
     if type(value) is not bytes or not 0 < len(value) <= NONCE_BYTES_MAX:
         raise _bad(f"{what} must be 1 to {NONCE_BYTES_MAX} bytes")
     return value
 
 
-def _greeting(msg: list[Any], name: str) -> tuple[int, NodeRef]:
+def _greeting(msg: list[object], name: str) -> tuple[int, NodeRef]:
     _arity(msg, 3, name)
     if type(msg[1]) is not int:
         raise _bad(f"{name} version must be an integer")
     return msg[1], NodeRef.from_wire(msg[2])
 
 
-def _hello(msg: list[Any]) -> PeerHello:
+def _hello(msg: list[object]) -> PeerHello:
     if len(msg) == 4:
         return PeerHello(*_greeting(msg[:3], "PEER_HELLO"), _binary(msg[3], "PEER_HELLO nonce"))
     return PeerHello(*_greeting(msg, "PEER_HELLO"))
 
 
-def decode_link_message(msg: list[Any]) -> PeerLinkMessage:  # noqa: PLR0911 - one return per type
+def decode_link_message(msg: list[object]) -> PeerLinkMessage:  # noqa: PLR0911 - one return per type
     """Decode an unpacked message of this layer (type 128..132); ProtocolError otherwise."""
     kind = msg[0]
     if kind == LinkType.PING:

@@ -17,6 +17,8 @@ T = TypeVar("T")
 Bad = Callable[[str], ProtocolError]
 
 
+# The decoders' boundary: each builder takes a message's fields as msgpack decoded them (a list of
+# Any, unchecked) and checks every field it reads before it builds the typed message it returns.
 def decode_typed(message: object, decoders: Mapping[int, tuple[int, Callable[[list[Any]], T]]], bad: Bad) -> T:
     if type(message) is not list or not message or type(message[0]) is not int:
         raise bad("a message is a list starting with its type")

@@ -90,13 +90,19 @@ class LookupMember:
             return []
         sent = m.decode_route(message)
         back = RouteMessage(sent.key, sent.source, sent.hops - 1, sent.payload)
-        return [LookupDetour(sent.payload[0]), *self._step(now, back)]
+        return [LookupDetour(_lookup_id(sent)), *self._step(now, back)]
 
     def _step(self, now: int, message: RouteMessage) -> list[Any]:
         decision = self.overlay.route_step(now, message)
         if isinstance(decision, Deliver):
-            return [LookupDelivered(message.payload[0], message.hops)]
+            return [LookupDelivered(_lookup_id(message), message.hops)]
         return [self.overlay.forward(decision)]
+
+
+def _lookup_id(message: RouteMessage) -> int:
+    lookup = message.payload[0]
+    assert type(lookup) is int, "a lookup routes [its id]"
+    return lookup
 
 
 def lookup_members(config: OverlayConfig) -> Callable[[NodeRef, random.Random], LookupMember]:

@@ -325,7 +325,9 @@ class ScribeRun:
 
     def _effect(self, host: int, eff: Any) -> None:
         if type(eff) is DeliverLocal:
-            self.delivered.setdefault((host, eff.event[0], eff.event[1]), self.sim.world.now)
+            channel, round_ = eff.event[0], eff.event[1]
+            assert type(channel) is int and type(round_) is int, "this sim publishes [channel, round]"
+            self.delivered.setdefault((host, channel, round_), self.sim.world.now)
         elif not isinstance(eff, UPCALLS):
             raise AssertionError(f"n{host}: unexpected effect {eff!r}")
 
