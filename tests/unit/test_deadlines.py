@@ -1,9 +1,18 @@
-"""The one deadline structure (core/deadlines.py): typed keys, replacement, cancellation, order."""
+"""The one deadline structure (core/deadlines.py): typed keys, replacement, cancellation, order; the
+earliest deadline of several machines kept as they move (`Alarm`); the one timer contract."""
 
+import importlib
+import inspect
+import pkgutil
 from typing import NamedTuple
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tidings.core
+from tidings.core.broker import timed
 from tidings.core.broker.broker import DURABLE_SAVE, DURABLE_SILENCE
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines, TimedMachine
 
 
 class Save(NamedTuple):
@@ -53,3 +62,81 @@ def test_a_key_set_again_moves_and_ties_fire_in_the_order_they_were_set():
     d.set_earliest(Conn(3), 5)
     assert d.next_deadline() == 5
     assert d.pop_due(10) == [Conn(3), Conn(2)] and d.pop_due(20) == [Conn(1)] and d.next_deadline() is None
+
+
+# ---- the earliest deadline of several machines, kept as they move (Alarm) ------------------------
+
+
+def ask(alarm: Alarm, machines: list[Deadlines[Conn]]) -> int | None:
+    """What a composer does after every input: walk the machines only when the alarm does not know."""
+    if not alarm.known:
+        alarm.walked(walk(machines))
+    return alarm.earliest
+
+
+def walk(machines: list[Deadlines[Conn]]) -> int | None:
+    live = [d for d in (m.next_deadline() for m in machines) if d is not None]
+    return min(live) if live else None
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["set", "set_earliest", "cancel", "pop_due"]), st.integers(0, 2),
+                         st.integers(0, 5), st.integers(0, 40)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPS)
+def test_the_alarm_always_gives_what_a_walk_of_the_machines_gives(ops):
+    alarm = Alarm()
+    machines: list[Deadlines[Conn]] = [Deadlines(alarm) for _ in range(3)]
+    now = 0
+    for op, m, conn, when in ops:
+        d = machines[m]
+        if op == "set":
+            d.set(Conn(conn), now + when)
+        elif op == "set_earliest":
+            d.set_earliest(Conn(conn), now + when)
+        elif op == "cancel":
+            d.cancel(Conn(conn))
+        else:
+            now += when
+            d.pop_due(now)
+        assert ask(alarm, machines) == walk(machines)
+
+
+def test_an_input_that_moves_no_earliest_timer_walks_nothing():
+    alarm = Alarm()
+    a: Deadlines[Conn] = Deadlines(alarm)
+    b: Deadlines[Conn] = Deadlines(alarm)
+    a.set(Conn(1), 10)
+    assert ask(alarm, [a, b]) == 10 and alarm.walks == 1
+    b.set(Conn(2), 50)  # later: the earliest holds
+    b.set(Conn(2), 40)  # moved, but was not the earliest
+    b.cancel(Conn(2))
+    a.set(Conn(3), 5)  # earlier: known at once
+    assert ask(alarm, [a, b]) == 5 and alarm.walks == 1
+    a.cancel(Conn(3))  # the earliest left: the next ask walks
+    assert ask(alarm, [a, b]) == 10 and alarm.walks == 2
+    assert a.pop_due(10) == [Conn(1)] and ask(alarm, [a, b]) is None and alarm.walks == 3
+
+
+# ---- the one timer contract ----------------------------------------------------------------------
+
+
+def classes_with_timers() -> set[type]:
+    """Every class under tidings.core that defines handle_timeout itself (the contract's Protocol aside)."""
+    found: set[type] = set()
+    for info in pkgutil.walk_packages(tidings.core.__path__, "tidings.core."):
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if (inspect.isclass(value) and value.__module__ == info.name and "handle_timeout" in vars(value)
+                    and value is not TimedMachine):
+                found.add(value)
+    return found
+
+
+def test_every_machine_with_timers_is_checked_against_the_one_contract():
+    listed = set(timed.MACHINES)
+    assert classes_with_timers() == listed  # a new one is added to core/broker/timed.py, where mypy checks it
+    for machine in listed:
+        assert list(inspect.signature(machine.handle_timeout).parameters) == ["self", "now"], machine
+        assert list(inspect.signature(machine.next_deadline).parameters) == ["self"], machine

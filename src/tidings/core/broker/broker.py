@@ -45,7 +45,7 @@ from tidings.core.broker.lifecycle import Lifecycle, Retention
 from tidings.core.broker.reading import Reading, Served
 from tidings.core.broker.refusals import ClientErrors
 from tidings.core.config import BrokerConfig
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.durable.constream import Constream, Recorded
 from tidings.core.durable.registrations import Registrations
@@ -122,14 +122,15 @@ class Broker:
         self.log = log
         self.client_errors = ClientErrors()  # what clients were refused, by reason (core/broker/refusals.py)
         self.advice = RouteAdvice(pubend_id, config)  # WELCOME's info and route advice (core/broker/advice.py)
+        self.alarm = Alarm()  # the earliest deadline of every machine, kept as their timers move (core/deadlines.py)
         # reading the client connections, what it may cost, and who holds them (core/broker/reading.py)
-        self.reading = Reading(config, self.guard, self.client_errors, self.advice)
+        self.reading = Reading(config, self.guard, self.client_errors, self.advice, self.alarm)
         self.connections = self.reading.connections
         self.local = LocalSubscriptions(self.guard)  # the subends, their index and trees (core/subscription/table.py)
         self.subends = self.local.subends
         self.memberships, self.trees = self.local.memberships, self.local.trees
-        self.timers: Deadlines[BrokerTimer] = Deadlines()
-        self.leases = Leases(config.lease_ns, self.reading.unread)
+        self.timers: Deadlines[BrokerTimer] = Deadlines(self.alarm)
+        self.leases = Leases(config.lease_ns, self.reading.unread, self.alarm)
         self.now = 0
         self.wall_us = 0  # the last wall clock an input brought, for messages handled without one
         self.cluster: ClusterMember | None = None
@@ -143,7 +144,7 @@ class Broker:
         self.constream = Constream()  # what matched the durable registrations (reliability/constream.py)
         # the join deadline, the drain and the retention cadence (core/broker/lifecycle.py)
         self.lifecycle = Lifecycle(self, Retention(config.retention_bytes_max, config.retention_age_ns,
-                                                   config.retention_check_interval_ns))
+                                                   config.retention_check_interval_ns), self.alarm)
 
     # ---- the runtime's interface -----------------------------------------------------------------
 
@@ -205,7 +206,8 @@ class Broker:
             self._timers(now, wall_us, out)
         reading_due = _due(self.reading.next_deadline(), now)
         if reading_due:
-            self._serve(self.reading.handle_timeout(now, out), out)
+            for eff in self.reading.handle_timeout(now):
+                self._serve(self.reading.carry_out(now, eff, out), out)
         if _due(self.leases.next_deadline(), now):
             self._leases_expired(now, out)
         if reading_due:
@@ -219,6 +221,15 @@ class Broker:
             out += self.lifecycle.handle_timeout(now)
 
     def next_deadline(self) -> int | None:
+        """The earliest deadline of the machines: known without asking them unless one that was at
+        the earliest moved or fell due since (core/deadlines.py `Alarm`)."""
+        alarm = self.alarm
+        if not alarm.known:
+            alarm.walked(self.walk_deadlines())
+        return alarm.earliest
+
+    def walk_deadlines(self) -> int | None:
+        """The earliest deadline, asked of every machine (what `alarm` holds while it is known)."""
         deadlines = [self.timers.next_deadline(), self.leases.next_deadline(), self.reading.next_deadline(),
                      self.lifecycle.next_deadline()]
         if self.cluster is not None:
@@ -240,12 +251,12 @@ class Broker:
         self.now = now
         self.lifecycle.join_through(now, bootstrap, join_timeout_ns)
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
-        peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
+        peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth(), self.alarm)
         reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self.intake.trees_of,
                                   lambda: (self.pubend.synced_tick, self.log), self.registrations.held,
                                   self._directory_saved, self.config.directory_config())
         self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng,
-                                     reliability, peers)
+                                     reliability, peers, self.alarm)
         out: list[Effect] = []
         self._cluster_effects(self.cluster.start(now, bootstrap), out)
         self._reliability(self._gd().start(now, self.log.last_tick, self.registrations.held_trees), out)
