@@ -93,6 +93,11 @@ class Deadlines(Generic[K]):
         self._seq = 0
         self._alarm = alarm
 
+    @property
+    def alarm(self) -> Alarm | None:
+        """The alarm told of every change, if any."""
+        return self._alarm
+
     def set(self, key: K, when: int) -> None:
         """Fire `key` at `when` (replacing any earlier setting of the same key)."""
         self._seq += 1
