@@ -1,5 +1,6 @@
 """A consumer's pieces: a run of D ticks taken into a piece at once is what taking it tick by tick
-gives (the same pieces, the same forgotten ticks), whatever the limits and the cache dropped."""
+gives (the same pieces, stopping before the same dropped record), whatever the limits and the
+cache dropped."""
 
 from __future__ import annotations
 
@@ -8,26 +9,28 @@ from collections import OrderedDict
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tidings.core.reliability import istream
-from tidings.core.reliability.istream import Istream, StreamLimits
+from tidings.core.reliability import pieces
+from tidings.core.reliability.istream import KNOWN, Istream, StreamLimits
+from tidings.core.reliability.ticks import KnowledgeMap
 
 
-def pieces(bulk_min: int, limits: StreamLimits, messages: list[tuple[int, list[int]]], start: int,
-           drop: list[int]) -> tuple[list[tuple[int, int, list[int], list[bytes], bool]], int, int]:
-    saved, istream.BULK_TICKS_MIN = istream.BULK_TICKS_MIN, bulk_min
+def cut(bulk_min: int, piece_bytes: int, messages: list[tuple[int, list[int]]], start: int,
+        drop: list[int]) -> tuple[list[tuple[int, int, list[int], list[bytes], bool]], int | None]:
+    """A consumer's pieces of what `messages` made known, its records but those of `drop` (which
+    a bounded cache lost), and the first tick the cut stopped before."""
+    saved, pieces.BULK_TICKS_MIN = pieces.BULK_TICKS_MIN, bulk_min
     try:
-        ist = Istream("t", "p", 0, limits)
-        child = ist.attach("child:1", 0, start)
-        after = 0
+        known, records, after = KnowledgeMap(), {}, 0
         for through, ticks in messages:
-            ist.accumulate(after, through, ticks, [b"r%d" % t * (1 + t % 3) for t in ticks])
+            known.accumulate(after, through, ticks)
+            records.update((t, b"r%d" % t * (1 + t % 3)) for t in ticks)
             after = through
-        for tick in drop:  # records the cache lost (bounded), as the loop and the bulk path must see them
-            ist._cache.pop(tick, None)
-        out = [(p.after, p.through, p.ticks, p.records, p.lost) for p in ist.pieces_for(child)]
-        return out, child.sent_through, ist.horizon
+        for tick in drop:
+            records.pop(tick, None)
+        out, dropped = pieces.cut(known.runs(0, known.prefix_end(0, KNOWN)), records, 0, start, piece_bytes)
+        return [(p.after, p.through, p.ticks, p.records, p.lost) for p in out], dropped
     finally:
-        istream.BULK_TICKS_MIN = saved
+        pieces.BULK_TICKS_MIN = saved
 
 
 @st.composite
@@ -46,10 +49,7 @@ def bursts(draw):
 @settings(max_examples=300)
 @given(bursts(), st.integers(0, 40), st.integers(4, 400), st.lists(st.integers(1, 200), max_size=3))
 def test_a_run_taken_whole_is_what_tick_by_tick_gives(messages, start, piece_bytes, drop):
-    limits = StreamLimits(cache_bytes_max=1 << 20, nack_ranges_max=8, nack_range_ticks_max=1000,
-                          piece_bytes_max=piece_bytes)
-    assert pieces(1, limits, messages, start, drop) == pieces(10**9, limits, messages, start, drop)
-
+    assert cut(1, piece_bytes, messages, start, drop) == cut(10**9, piece_bytes, messages, start, drop)
 
 
 def dropped_by_the_old_loop(cache: OrderedDict[int, bytes], wanted: int, size_max: int) -> list[int]:

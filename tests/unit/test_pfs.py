@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tidings.storage import LogCorruptError
+from tidings.storage.log import EventLog
 from tidings.storage.pfs import Pfs, PfsStream, back_delta_of, encode_record
 
 SUBSCRIBERS = list(range(6))
@@ -146,9 +147,14 @@ def test_paper_figure_2_example(tmp_path):
 def test_a_hole_in_a_subscribers_chain_is_an_error(tmp_path):
     """A record that does not point at the one the read saw before it means records went missing."""
     stream = PfsStream.open(tmp_path / "p")
+    stream.append(10, {1})
+    stream.sync()
+    stream.close()
+    with EventLog.open(tmp_path / "p") as log:  # the stream's own log, written past the stream
+        log.append([(20, encode_record([(1, 5)]))])  # points at 15, which was never written
+        log.sync()
+    stream = PfsStream.open(tmp_path / "p")
     try:
-        stream.append(10, {1})
-        stream._log.append([(20, encode_record([(1, 5)]))])  # points at 15, which was never written
         stream.append(30, {1})
         stream.sync()
         with pytest.raises(LogCorruptError, match="points at 15"):

@@ -2,18 +2,19 @@
 
 Theory of operation (Gryphon exactly-once, §2-§3, on a Scribe tree). Every broker on a tree keeps,
 per pubend whose knowledge reached it, an `Istream`: what it knows of each tick (a `KnowledgeMap`:
-Q unknown, D data, F silence or no longer needed) and a bounded cache of the D ticks' records.
-Downstream of it are `Consumer`s: the broker's children in the tree (output streams, keyed by the
-child's address) and its local subscriptions (keyed by subscription key). Each consumer has a
-`sent_through`: every tick up to it has been sent to that consumer (or is before its start).
+Q unknown, D data, F silence or no longer needed) and a bounded cache of the D ticks' records
+(record_cache.py). Downstream of it are `Consumer`s (consumers.py): the broker's children in the
+tree and its local subscriptions, each with a `sent_through`: every tick up to it has been sent to
+that consumer (or is before its start).
 
 Knowledge flows down contiguously. A consumer is sent the ticks (sent_through, horizon] as soon as
-the doubt horizon (the end of the known prefix) passes its `sent_through`, as one message of F and D
-ticks. A hop with a gap therefore holds later ticks back (in the bounded cache) instead of passing
-them on: subscribers could not deliver past the gap anyway in tick order, and the gap is nacked
-once, by the first broker that sees it, so nack consolidation is exact. Retransmission to one
-consumer is the same operation: a child's NACK lowers its `sent_through` to what it lacks and the
-stream re-sends from there (only down the paths that asked: the others are past it already).
+the doubt horizon (the end of the known prefix) passes its `sent_through`, as messages of F and D
+ticks (`pieces_for`; pieces.py cuts them). A hop with a gap therefore holds later ticks back (in
+the bounded cache) instead of passing them on: subscribers could not deliver past the gap anyway in
+tick order, and the gap is nacked once, by the first broker that sees it, so nack consolidation is
+exact. Retransmission to one consumer is the same operation: a child's NACK lowers its
+`sent_through` to what it lacks and the stream re-sends from there (only down the paths that asked:
+the others are past it already).
 
 Curiosity flows up. Q ticks between the horizon and the highest known tick, and between the lowest
 consumer and the floor the stream knows from, are a gap (`gaps`); when and how often the stream
@@ -34,9 +35,9 @@ child that left holds both at its last values for `release_hold_ns` (a *ghost*, 
 ticks that are one catchup's silence only are kept apart (sparse.py).
 
 Filtering (interest.py has the protocol): `pieces_for` may be given a child's filter summary; a D
-tick whose record it does not match goes to that child as F (a record's channel and attributes are
-decoded once, kept beside the cached record). `doubt_after` turns F ticks after a position back
-into Q: they may have been silence for a narrower summary than this broker now asks for.
+tick whose record it does not match goes to that child as F (the cache decodes a record's channel
+and attributes once). `doubt_after` turns F ticks after a position back into Q: they may have been
+silence for a narrower summary than this broker now asks for.
 
 Invariants: `horizon` only moves with the knowledge (it drops only when ticks are forgotten);
 every consumer's `sent_through` <= `horizon` unless it started after it; the cache holds at most
@@ -45,16 +46,18 @@ every consumer's `sent_through` <= `horizon` unless it started after it; the cac
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
 from itertools import islice
-from typing import cast
 
-from tidings.core.event import TICK_MAX, record_routing_fields
+from tidings.core.event import TICK_MAX
+from tidings.core.reliability import pieces
+from tidings.core.reliability.consumers import Consumer
 from tidings.core.reliability.curiosity import StreamCuriosity
 from tidings.core.reliability.ghosts import Ghosts
-from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
+from tidings.core.reliability.pieces import Piece
+from tidings.core.reliability.record_cache import RecordCache
 from tidings.core.reliability.sparse import SparseSilence
 from tidings.core.reliability.summary import Summary
 from tidings.core.reliability.ticks import Curiosity, Knowledge, KnowledgeMap
@@ -62,36 +65,6 @@ from tidings.core.reliability.ticks import Curiosity, Knowledge, KnowledgeMap
 KNOWN = frozenset({Knowledge.D, Knowledge.F, Knowledge.L})
 SPARSE_RANGES_MAX = 1024  # ranges one catchup's sparsen leaves unknown (each run costs every gap scan)
 GAP = frozenset({Knowledge.Q})
-BULK_TICKS_MIN = 8  # a run of D this long is taken into a piece at once (shorter: tick by tick is cheaper)
-
-
-@dataclass(slots=True)
-class Consumer:
-    """A child (`key` is its address) or a local subscription (`key` is its subscription key)."""
-
-    key: str | int
-    start: int  # ticks at or before this are not wanted
-    sent_through: int
-    acked_through: int
-    blocked: bool = False  # a local subscription whose connection cannot take more now
-    released_through: int = 0  # a child's: what every durable subscription below it released
-    delivered_through: int = 0  # a child's: what every subscriber below it that keeps up has
-
-    @property
-    def local(self) -> bool:
-        return type(self.key) is int
-
-
-@dataclass(slots=True)
-class Piece:
-    """Knowledge of (after, through] for one consumer: D at `ticks` (records alongside), F elsewhere;
-    or, when `lost`, L everywhere (the pubend released those ticks: a gap for a subscriber)."""
-
-    after: int
-    through: int
-    ticks: list[int] = field(default_factory=list)
-    records: list[bytes] = field(default_factory=list)
-    lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +77,9 @@ class StreamLimits:
 
 
 class Istream:
-    __slots__ = ("_cache", "_cache_bytes", "_fields", "_known", "acked_sent", "consumers", "curiosity",
-                 "delivered_sent", "floor", "ghosts", "horizon", "limits", "origin", "point_sent", "pubend",
-                 "released_sent", "sparse", "top", "tree", "upstream", "waiting")
+    __slots__ = ("_cache", "_known", "acked_sent", "consumers", "curiosity", "delivered_sent", "floor", "ghosts",
+                 "horizon", "limits", "origin", "point_sent", "pubend", "released_sent", "sparse", "top", "tree",
+                 "upstream", "waiting")
 
     def __init__(self, tree: str, pubend: str, floor: int, limits: StreamLimits) -> None:
         self.tree = tree
@@ -119,11 +92,7 @@ class Istream:
             self._known.assign(0, floor, Knowledge.F)
         self.horizon = floor
         self.top = floor  # the highest tick known
-        # insertion order, oldest first: an OrderedDict drops its oldest entry in O(1), where a dict
-        # would walk past every slot already deleted from its front (measured: 18-20 us an eviction)
-        self._cache: OrderedDict[int, bytes] = OrderedDict()
-        self._cache_bytes = 0
-        self._fields: dict[int, tuple[str, Mapping[str, object]] | None] = {}  # decoded (channel, attributes)
+        self._cache = RecordCache(limits.cache_bytes_max)  # the D ticks' records consumers may need (record_cache.py)
         self.consumers: dict[str | int, Consumer] = {}
         self.upstream: str | None = None  # where nacks and acks go: the parent, or the pubend's broker
         self.origin = ""  # the pubend's broker (where the root sends nacks and acks)
@@ -146,9 +115,7 @@ class Istream:
             consumer = self.consumers[key] = Consumer(key, first, position, position)
             self.ghosts.back(key)
         else:
-            consumer.sent_through = position
-            consumer.acked_through = min(consumer.acked_through, position)
-            consumer.start = min(consumer.start, position)
+            consumer.back_to(position)
         if position < self.floor:
             self._lower_floor(position)
         self._doubt_sparse(position)
@@ -166,9 +133,7 @@ class Istream:
         consumer = self.consumers.get(key)
         if consumer is None or position >= consumer.sent_through:
             return
-        consumer.sent_through = position
-        consumer.acked_through = min(consumer.acked_through, position)
-        consumer.start = min(consumer.start, position)
+        consumer.back_to(position)
         if position < self.floor:
             self._lower_floor(position)
         self._doubt_sparse(position)
@@ -239,16 +204,7 @@ class Istream:
             after = self.floor
         self._known.accumulate(after, through, ticks)
         self.top = max(self.top, through)
-        wanted = self._lowest_wanted()
-        cache = self._cache
-        if ticks and ticks[0] > wanted and not any(map(cache.__contains__, ticks)):  # first-time news: all in
-            cache.update(zip(ticks, records, strict=True))
-            self._cache_bytes += sum(map(len, records))
-        else:
-            for tick, record in zip(ticks, records, strict=True):
-                if tick > wanted and tick not in cache:
-                    cache[tick] = record
-                    self._cache_bytes += len(record)
+        self._cache.add(ticks, records, self._lowest_wanted())
         return self._advance_horizon()  # the cache is bounded after the consumers were served
 
     def lose(self, after: int, through: int) -> bool:
@@ -276,78 +232,32 @@ class Istream:
         upper = min(self.horizon, bound)
         if consumer.blocked or consumer.sent_through >= upper:
             return []
-        pieces = self._pieces(consumer.sent_through, upper, consumer.start, summary)
-        if pieces:
-            consumer.sent_through = pieces[-1].through
-        return pieces
+        out = self._pieces(consumer.sent_through, upper, consumer.start, summary)
+        if out:
+            consumer.sent_through = out[-1].through
+        return out
 
     def _pieces(self, after: int, upper: int, start: int, summary: Summary | None) -> list[Piece]:
         """Knowledge of (after, upper] (all known) for a consumer that starts at `start`, as
-        `pieces_for` describes; it stops before a D tick whose record was dropped."""
-        pieces: list[Piece] = []
-        piece = Piece(after, after)
-        limit = self.limits.piece_bytes_max
-        size = 0
-        for lo, hi, value in self._known.runs(after, upper):
-            if value is Knowledge.L and hi > start:
-                piece.through = max(lo, start)  # what it does not want is silence to it
-                if piece.through > piece.after:
-                    pieces.append(piece)
-                pieces.append(Piece(piece.through, hi, lost=True))
-                piece, size = Piece(hi, hi), 0
-                continue
-            if value is not Knowledge.D:
-                piece.through = hi
-                continue
-            if (summary is None and hi - lo >= BULK_TICKS_MIN and lo >= start
-                    and len(piece.ticks) + hi - lo <= RECORDS_MAX):
-                # the whole run at once when it fits the piece (as the loop below would take it)
-                got = list(map(self._cache.get, range(lo + 1, hi + 1)))
-                records = cast(list[bytes], got)  # when None is not in it (else the loop finds the drop)
-                run_bytes = 0 if None in got else sum(map(len, records))
-                if run_bytes and size + run_bytes <= limit:
-                    piece.ticks.extend(range(lo + 1, hi + 1))
-                    piece.records.extend(records)
-                    size += run_bytes
-                    piece.through = hi
-                    continue
-            for tick in range(lo + 1, hi + 1):
-                record = self._cache.get(tick)
-                if record is None:
-                    self._forget_from(tick)
-                    return _closed(pieces, piece)
-                if tick > start and (summary is None or self._matches(tick, record, summary)):
-                    if piece.ticks and (size + len(record) > limit or len(piece.ticks) >= RECORDS_MAX):
-                        pieces.append(piece)
-                        piece, size = Piece(piece.through, piece.through), 0
-                    piece.ticks.append(tick)
-                    piece.records.append(record)
-                    size += len(record)
-                piece.through = tick
-        return _closed(pieces, piece)
+        `pieces_for` describes (pieces.py); it stops before a D tick whose record was dropped."""
+        matches = None if summary is None else partial(self._cache.matches, summary)
+        out, dropped = pieces.cut(self._known.runs(after, upper), self._cache.records, after, start,
+                                  self.limits.piece_bytes_max, matches)
+        if dropped is not None:
+            self._forget_from(dropped)
+        return out
 
     def ready_through(self, consumer: Consumer, bound: int) -> int:
         """How far `consumer` could be sent now, up to `bound`: the horizon, or just before the
         first D tick whose record was dropped (that tick is forgotten, to be nacked); never less
         than what it has already been sent."""
         upper = min(self.horizon, bound)
-        for lo, hi, value in self._known.runs(consumer.sent_through, upper) if consumer.sent_through < upper else ():
-            if value is Knowledge.D:
-                for tick in range(lo + 1, hi + 1):
-                    if tick not in self._cache:
-                        self._forget_from(tick)
-                        return max(consumer.sent_through, tick - 1)
+        after = consumer.sent_through
+        dropped = pieces.first_dropped(self._known.runs(after, upper) if after < upper else (), self._cache.records)
+        if dropped is not None:
+            self._forget_from(dropped)
+            return max(consumer.sent_through, dropped - 1)
         return max(consumer.sent_through, upper)
-
-    def _matches(self, tick: int, record: bytes, summary: Summary) -> bool:
-        """The summary matches the record of `tick`; a record that does not decode goes on (the
-        subscriber's broker rejects it), never silenced."""
-        if tick in self._fields:
-            fields = self._fields[tick]
-        else:
-            routing = record_routing_fields(record)
-            fields = self._fields[tick] = None if routing is None else (routing.channel, routing.attributes)
-        return fields is None or summary.matches(*fields)
 
     def doubt_after(self, position: int, through: int = TICK_MAX) -> None:
         """F ticks after `position` (through `through`) become Q again (and the floor comes down to
@@ -364,11 +274,12 @@ class Istream:
     def _forget_from(self, tick: int) -> None:
         """The record of D tick `tick` is gone and a consumer needs it: every D tick from there on
         whose record is gone becomes unknown again, so the gap logic fetches it from upstream."""
+        records = self._cache.records
         for lo, hi, value in self._known.runs(tick - 1, max(tick, self.horizon)):
             if value is not Knowledge.D:
                 continue
             for t in range(lo + 1, hi + 1):
-                if t not in self._cache:
+                if t not in records:
                     self._known.assign(t - 1, t, Knowledge.Q)
         self.curiosity.recall(self.horizon)
         self.horizon = min(self.horizon, tick - 1)
@@ -383,41 +294,18 @@ class Istream:
                    for c in self.consumers.values())
 
     def bound_cache(self) -> None:
-        """Drop what nobody needs, then, past the byte limit, the oldest records (their ticks stay
-        known; a consumer that still needs one gets it through a nack). Called once the consumers
-        have been sent what arrived: bounding before would drop a retransmission larger than the
-        cache before the consumer that asked for it got it, and it would be asked for again and
-        again."""
-        cache = self._cache
-        if not cache:
-            return
-        wanted = self._lowest_wanted()
-        # every consumer past all of it (a child acked all it was sent): the newest first, O(1), since
-        # the cache is in arrival order (mostly tick order; a retransmission may append older ticks)
-        if next(reversed(cache)) <= wanted and max(cache) <= wanted:
-            cache.clear()
-            self._fields.clear()
-            self._cache_bytes = 0
-            return
-        size, size_max, fields = self._cache_bytes, self.limits.cache_bytes_max, self._fields
-        while cache:
-            oldest, record = cache.popitem(last=False)
-            if oldest > wanted and size <= size_max:
-                cache[oldest] = record
-                cache.move_to_end(oldest, last=False)
-                break
-            size -= len(record)
-            if fields:
-                fields.pop(oldest, None)
-        self._cache_bytes = size
+        """Drop what nobody needs, then, past the byte limit, the oldest records (record_cache.py).
+        Called once the consumers have been sent what arrived."""
+        if self._cache:
+            self._cache.bound(self._lowest_wanted())
 
     @property
     def cache_bytes(self) -> int:
-        return self._cache_bytes
+        return self._cache.size_bytes
 
     def cached(self) -> list[tuple[int, bytes]]:
         """The records the cache holds, (tick, record), in its order: oldest arrival first."""
-        return list(self._cache.items())
+        return self._cache.items()
 
     def knowledge(self, tick: int) -> Knowledge:
         """What the stream knows of `tick` (Q, D, S, F or L)."""
@@ -435,12 +323,7 @@ class Istream:
 
     def acked(self, key: str, through: int, released: int, delivered: int) -> None:
         consumer = self.consumers.get(key)
-        if consumer is None:
-            return
-        consumer.released_through = min(released, max(consumer.sent_through, self.horizon))
-        consumer.delivered_through = min(delivered, max(consumer.sent_through, self.horizon))
-        if through > consumer.acked_through:
-            consumer.acked_through = min(through, max(consumer.sent_through, self.horizon))
+        if consumer is not None and consumer.acked(through, released, delivered, self.horizon):
             self.bound_cache()
 
     def release_points(self, now: int, held: int | None) -> tuple[int, int]:
@@ -494,15 +377,9 @@ class Istream:
 
     def status(self) -> dict[str, object]:
         return {"pubend": self.pubend, "horizon": self.horizon, "top": self.top, "floor": self.floor,
-                "cache_bytes": self._cache_bytes, "acked": self.acked_sent, "released": self.released_sent,
+                "cache_bytes": self._cache.size_bytes, "acked": self.acked_sent, "released": self.released_sent,
                 "upstream": self.upstream,
                 "consumers": len(self.consumers)}
-
-
-def _closed(pieces: list[Piece], piece: Piece) -> list[Piece]:
-    if piece.through > piece.after:
-        pieces.append(piece)
-    return pieces
 
 
 __all__ = ["TICK_MAX", "Consumer", "Curiosity", "Istream", "Piece", "StreamLimits"]

@@ -6,8 +6,9 @@ tree, an input stream per pubend whose consumers are its children and its local 
 (`TreeStreams`, tree_streams.py; istream.py). The machines of the reliability layer, each with
 its rules and state in one file:
 
-- tree_streams.py: the streams, their consumers, and the push of knowledge to children (local and
-  PFS consumers: local_consumers.py, as they were);
+- tree_streams.py: the streams, their consumers, and the push of knowledge to children;
+- local_consumers.py: the local subscriptions and the PFS consumer on the streams (`LocalConsumers`,
+  composed with the tree streams, the one writer of a tree's local part);
 - curiosity.py: when a stream nacks its gaps and repeats a nack (GCT, NRT, backoff, Karn);
 - interest.py: per tree, the filter-summary epoch protocol (widen, narrow, doubt, re-send);
 - merge.py: the total-order merge for total-order subscriptions;
@@ -59,6 +60,7 @@ from tidings.core.reliability.effects import (
     StreamEffect,
 )
 from tidings.core.reliability.interest import Interest, SendSummary
+from tidings.core.reliability.local_consumers import LocalConsumers
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
 from tidings.core.reliability.tree import PFS_CONSUMER, Held, Tree
 from tidings.core.reliability.tree_streams import TreeStreams
@@ -131,6 +133,7 @@ class ReliabilityNode:
         self.streams = TreeStreams(me, pubend_id, config, held, congested, alarm)
         self.timers: Deadlines[SilenceTimer] = Deadlines(alarm)  # the pubend's silence, release and the merges
         self.peer_errors = 0
+        self.locals = LocalConsumers(self.streams)  # local subscriptions and the PFS on the streams
 
     @property
     def wall_us(self) -> int:
@@ -221,33 +224,33 @@ class ReliabilityNode:
     def local_subscribe(self, now: int, key: int, tree: str, start: int, total: bool = False,
                         pattern: str = "#", filter_text: str = "",
                         positions: dict[str, int] | None = None) -> list[NodeEffect]:
-        effects = self.streams.local_subscribe(now, key, tree, start, total, pattern, filter_text, positions)
+        effects = self.locals.local_subscribe(now, key, tree, start, total, pattern, filter_text, positions)
         return self._flush(now, self._out(now, effects))
 
     def local_unsubscribe(self, now: int, key: int, tree: str) -> list[NodeEffect]:
-        return self._flush(now, self._out(now, self.streams.local_unsubscribe(now, key, tree)))
+        return self._flush(now, self._out(now, self.locals.local_unsubscribe(now, key, tree)))
 
     def record(self, now: int, tree: str, registration: int, pattern: str, filter_text: str) -> list[NodeEffect]:
-        return self._flush(now, self._out(now, self.streams.record(now, tree, registration, pattern, filter_text)))
+        return self._flush(now, self._out(now, self.locals.record(now, tree, registration, pattern, filter_text)))
 
     def unrecord(self, now: int, tree: str, registration: int) -> list[NodeEffect]:
-        return self._flush(now, self._out(now, self.streams.unrecord(now, tree, registration)))
+        return self._flush(now, self._out(now, self.locals.unrecord(now, tree, registration)))
 
     def await_pfs(self, now: int, span: Catchup) -> None:
-        self.streams.await_pfs(now, span)
+        self.locals.await_pfs(now, span)
 
     def pfs_answered(self, now: int, span: Catchup, answer: Catchup | None) -> tuple[int, list[NodeEffect]]:
-        silenced, effects = self.streams.pfs_answered(now, span, answer)
+        silenced, effects = self.locals.pfs_answered(now, span, answer)
         return silenced, self._flush(now, self._out(now, effects))
 
     def local_flow(self, now: int, key: int, tree: str, blocked: bool) -> list[NodeEffect]:
-        return self._flush(now, self._out(now, self.streams.local_flow(now, key, tree, blocked)))
+        return self._flush(now, self._out(now, self.locals.local_flow(now, key, tree, blocked)))
 
     def delivered_through(self, key: int, tree: str) -> dict[str, int]:
-        return self.streams.delivered_through(key, tree)
+        return self.locals.delivered_through(key, tree)
 
     def lag(self, key: int, tree: str) -> dict[str, int]:
-        return self.streams.lag(key, tree)
+        return self.locals.lag(key, tree)
 
     def link_drained(self, now: int, address: str) -> list[NodeEffect]:
         """The peer link to `address` took what it held: send that child what it was held back, and

@@ -2,8 +2,9 @@
 
 `Tree` is plain data shared by the tree streams (tree_streams.py) and the local and PFS consumers
 (local_consumers.py): the istreams per pubend, where each child wants pubends it has not heard of,
-the tree's interest (interest.py), and the local subscriptions' starts, total-order merge points,
-summaries, checkpoint positions and the durable registrations recorded in the PFS.
+the tree's interest (interest.py), and its local part: the local subscriptions' starts, total-order
+merge points, summaries, checkpoint positions and the durable registrations recorded in the PFS,
+written only by `LocalConsumers` and read by the tree streams.
 """
 
 from __future__ import annotations

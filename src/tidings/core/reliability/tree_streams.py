@@ -44,7 +44,6 @@ from tidings.core.reliability.curiosity import Curiosity, CuriosityConfig, TreeP
 from tidings.core.reliability.effects import DeliverRecords, Lost, RememberPublisher, SendToChild, StreamEffect
 from tidings.core.reliability.interest import Interest
 from tidings.core.reliability.istream import Istream, StreamLimits
-from tidings.core.reliability.local_consumers import LocalConsumers
 from tidings.core.reliability.merge import TotalOrderMerge
 from tidings.core.reliability.summary import Summary, whole_tree
 from tidings.core.reliability.summary import decode as decode_summary
@@ -56,7 +55,7 @@ if TYPE_CHECKING:
 POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
 
 
-class TreeStreams(LocalConsumers):
+class TreeStreams:
     def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, held: Held,
                  congested: Callable[[str], bool], alarm: Alarm | None = None) -> None:
         self.me = me
@@ -408,6 +407,30 @@ class TreeStreams(LocalConsumers):
         """Scribe pruned `tree` here (its children left) and no local subscription has it."""
         t = self.trees.get(tree)
         return t is not None and not t.locals and tree not in self._shapes
+
+    # ---- the hooks of the local and PFS consumers (local_consumers.py) -----------------------------
+
+    def tree(self, tree: str) -> Tree:
+        """The state of `tree` here, made when it has none yet."""
+        t = self.trees.get(tree)
+        if t is None:
+            t = self.trees[tree] = self._new_tree(tree)
+        return t
+
+    def resummarize(self, now: int, tree: str, t: Tree, positions: dict[str, int], since: int) -> list[StreamEffect]:
+        """A local consumer of `tree` came or went: its interest may have changed (`_resummarize`)."""
+        return self._resummarize(now, tree, t, positions, since)
+
+    def serve(self, now: int, t: Tree, ist: Istream, push: bool = True) -> list[StreamEffect]:
+        """A local consumer of `ist` moved: push what every consumer can have now (unless not
+        `push`), then acknowledge what all have and watch the gaps."""
+        out = self._push(now, t, ist) if push else []
+        self._after_change(now, ist)
+        return out
+
+    def drop_if_unused(self, tree: str, t: Tree) -> list[StreamEffect]:
+        """`tree` is dropped here when nothing needs it any more (`_drop_if_unused`)."""
+        return self._drop_if_unused(tree, t)
 
     def status(self) -> list[dict[str, object]]:
         return [ist.status() | {"tree": tree} for tree, t in self.trees.items() for ist in t.istreams.values()][:64]
