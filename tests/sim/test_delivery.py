@@ -225,12 +225,16 @@ def test_an_away_durable_subscribers_registration_holds_release_and_early_releas
     """Logs drop what is released at once here. A durable subscriber away for 7 s (longer than a
     departed child's hold) still gets everything back: its registration holds release. With early
     release (maxRetain 1.5 s) it may come back to gaps instead, and they must cover exactly what is
-    missing, while every subscriber that stayed connected gets none."""
+    missing, while every subscriber that stayed connected gets none. (A late plain subscriber
+    starts a clock-skew allowance back, before it subscribed: what of that was released it gets as
+    a GAP, which the checker allows since nothing there was promised to it.)"""
     gaps = 0
     for seed in (0, 1, 3, 4):
         base = replace(sweep_scenario(seed, brokers=16), durable_moves=2, durable_away=True)
-        held = run_delivery(base)
-        assert not held.problems and held.stats["gaps"] == 0, (base, held.problems)
+        run = DeliveryRun(base)
+        held = run.execute()
+        (durable,) = [s for s in run.subscribers if s.durable]
+        assert not held.problems and durable.gaps == [], (base, held.problems, durable.gaps)
         assert held.stats["released"] > 0  # release did run
         early = run_delivery(replace(base, early_release=True))
         assert not early.problems, (base, early.problems)

@@ -43,9 +43,7 @@ PARENT = "127.0.0.1:7999"
 
 def come_down(h: Harness, tree: str, event: object) -> None:
     """What Scribe hands the reliability layer when an event arrives from this broker's parent."""
-    out: list = []
-    h.broker._cluster_effects(h.broker.cluster.settle(h.now, [EventArrived(tree, event, PARENT)]), out)
-    h.apply(out)
+    h.apply(h.broker.settle(h.now, [EventArrived(tree, event, PARENT)]))
 
 
 def test_a_lone_broker_delivers_its_own_events_once_although_they_also_go_down_its_trees():

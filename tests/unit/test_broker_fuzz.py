@@ -114,11 +114,11 @@ def check_bookkeeping(h: Harness) -> None:
     subs = {s.key for c in b.connections.values() for s in c.subs.values()}
     assert subs == set(b.local.subends)
     open_ = {key for key, s in b.local.subends.items() if s.end is None}
-    assert open_ == set(b.memberships.tree_of)
+    assert open_ == set(b.local.memberships.tree_of)
     counts: dict[str, int] = {}
-    for tree in b.memberships.tree_of.values():
+    for tree in b.local.memberships.tree_of.values():
         counts[tree] = counts.get(tree, 0) + 1
-    assert counts == b.memberships.members
+    assert counts == b.local.memberships.members
     assert len(counts) <= 2  # trees_max: a subscribe past it was refused and left nothing
     partials = b.reading.partials
     assert partials.held_bytes == sum(partials.held.values()) <= partials.bytes_max

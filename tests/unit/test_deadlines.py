@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import tidings.core
 from tidings.core.broker import timed
-from tidings.core.broker.broker import DURABLE_SAVE, DURABLE_SILENCE
 from tidings.core.deadlines import Alarm, Deadlines, TimedMachine
+from tidings.core.durable.subscriptions import DURABLE_SAVE, DURABLE_SILENCE
 
 
 class Save(NamedTuple):
@@ -67,11 +67,12 @@ def test_a_key_set_again_moves_and_ties_fire_in_the_order_they_were_set():
 # ---- the earliest deadline of several machines, kept as they move (Alarm) ------------------------
 
 
-def ask(alarm: Alarm, machines: list[Deadlines[Conn]]) -> int | None:
-    """What a composer does after every input: walk the machines only when the alarm does not know."""
-    if not alarm.known:
-        alarm.walked(walk(machines))
-    return alarm.earliest
+def watched(count: int) -> tuple[Alarm, list[Deadlines[Conn]]]:
+    """`count` machines' deadlines telling one alarm, which walks them when it does not know."""
+    alarm = Alarm()
+    machines: list[Deadlines[Conn]] = [Deadlines(alarm) for _ in range(count)]
+    alarm.watch(*machines)
+    return alarm, machines
 
 
 def walk(machines: list[Deadlines[Conn]]) -> int | None:
@@ -88,8 +89,7 @@ OPS = st.lists(st.tuples(st.sampled_from(["set", "set_earliest", "cancel", "pop_
 def test_the_alarm_always_gives_what_a_walk_of_the_machines_gives(ops):
     """Any timer operations on three machines, asked between any of them (an input moves several
     timers, or none, before the runtime asks)."""
-    alarm = Alarm()
-    machines: list[Deadlines[Conn]] = [Deadlines(alarm) for _ in range(3)]
+    alarm, machines = watched(3)
     now = 0
     for op, m, conn, when in [*ops, ("ask", 0, 0, 0)]:
         d = machines[m]
@@ -103,23 +103,21 @@ def test_the_alarm_always_gives_what_a_walk_of_the_machines_gives(ops):
             now += when
             d.pop_due(now)
         else:
-            assert ask(alarm, machines) == walk(machines)
+            assert alarm.next_deadline() == walk(machines) == alarm.walk()
 
 
 def test_an_input_that_moves_no_earliest_timer_walks_nothing():
-    alarm = Alarm()
-    a: Deadlines[Conn] = Deadlines(alarm)
-    b: Deadlines[Conn] = Deadlines(alarm)
+    alarm, (a, b) = watched(2)
     a.set(Conn(1), 10)
-    assert ask(alarm, [a, b]) == 10 and alarm.walks == 1
+    assert alarm.next_deadline() == 10 and alarm.walks == 1
     b.set(Conn(2), 50)  # later: the earliest holds
     b.set(Conn(2), 40)  # moved, but was not the earliest
     b.cancel(Conn(2))
     a.set(Conn(3), 5)  # earlier: known at once
-    assert ask(alarm, [a, b]) == 5 and alarm.walks == 1
+    assert alarm.next_deadline() == 5 and alarm.walks == 1
     a.cancel(Conn(3))  # the earliest left: the next ask walks
-    assert ask(alarm, [a, b]) == 10 and alarm.walks == 2
-    assert a.pop_due(10) == [Conn(1)] and ask(alarm, [a, b]) is None and alarm.walks == 3
+    assert alarm.next_deadline() == 10 and alarm.walks == 2
+    assert a.pop_due(10) == [Conn(1)] and alarm.next_deadline() is None and alarm.walks == 3
 
 
 # ---- the one timer contract ----------------------------------------------------------------------

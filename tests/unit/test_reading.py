@@ -25,7 +25,7 @@ def reading(**config):
 def timed_out(r, now, out):
     """The reading machine's timers at `now`, carried out in order as the broker does: what each
     serves (connection, message)."""
-    return [served for eff in r.handle_timeout(now) for served in r.carry_out(now, eff, out)]
+    return list(r.timed_out(now, out))
 
 
 def opened(r, conn=1):

@@ -4,11 +4,11 @@ silence up to the present, and nacks answered from the log."""
 from __future__ import annotations
 
 import msgpack
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.core.effects import ReadLog
+from tidings.core.event import TICK_MAX
 from tidings.core.inputs import LogState
 from tidings.core.reliability import messages
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig
@@ -23,6 +23,16 @@ def record(tick: int, channel: str) -> bytes:
 
 def source() -> Source:
     return Source("p", "me:1", CONFIG, lambda channel: [channel, "#"])
+
+
+def emptying() -> tuple[Source, set[str]]:
+    """A source and the set of trees whose roots said they are empty (Scribe's TREE_EMPTY)."""
+    empty: set[str] = set()
+    return Source("p", "me:1", CONFIG, lambda channel: [channel, "#"], empty=lambda now, tree: tree in empty), empty
+
+
+def sent(effects: list) -> list[tuple[str, bool]]:
+    return [(e.tree, e.past_empty) for e in effects if isinstance(e, PublishOnTree)]
 
 
 def knowledge(effect: PublishOnTree) -> messages.KnowledgeMessage:
@@ -220,8 +230,6 @@ def test_an_answer_waits_while_the_link_to_the_root_is_congested():
     assert reads(src.link_drained(4)) == [(10, 10_000)]
 
 
-@pytest.mark.xfail(strict=True, reason="not counting such a tree gave an away durable subscriber gaps "
-                   "(tests/sim/test_delivery.py away-durable test, seed 0): reverted pending diagnosis")
 def test_a_tree_that_never_had_members_does_not_hold_release():
     """A prefix tree of the channel nobody subscribes to (its root answered TREE_EMPTY, and no
     root ever acknowledged its stream) has nobody below to wait for: it must not hold Tr and Td
@@ -246,3 +254,75 @@ def test_a_tree_that_lost_its_members_holds_release_for_the_hold():
     empty.add("a")
     assert (src.released(2, None), src.delivered(2)) == (3, 4)
     assert (src.released(2 + CONFIG.release_hold_ns, None), src.delivered(2 + CONFIG.release_hold_ns)) == (5, 5)
+
+
+def test_an_empty_tree_that_never_had_members_is_sent_nothing_until_it_has_some():
+    """The trees of a channel nobody subscribes to: their roots answer TREE_EMPTY and nobody
+    acknowledges the first event. The stream owes it to nobody, so it is not routed past "empty"
+    with every event (4 Pastry routes per event at the publisher's broker); a member that joins
+    later hears of it (`activated`) and nacks what it wants from its start."""
+    src, empty = emptying()
+    assert src.recover(0) == []  # an empty log: every record of this run is seen by `published`
+    assert {e.tree for e in src.published(0, [(5, "a", {}, record(5, "a"))], 5)} == {"a", "#"}
+    src.acked(1, "#", 5, "root:1", 5, 5)
+    empty.add("a")  # a's root said it has no members; nobody acked a
+    assert sent(src.published(2, [(9, "a", {}, record(9, "a"))], 9)) == [("#", False)]
+    assert [tree for tree, _ in sent(src.silence(3, 12))] == ["#"]  # nor silence
+    assert src.active_trees == 1  # a's stream is gone
+    empty.clear()  # a member joined: the tree is told of everything after the last event, and nacks the rest
+    (told,) = src.activated("a", 12)
+    assert (knowledge(told).after, knowledge(told).through, told.past_empty) == (9, 12, True)
+    log = LogState(last_tick=12, first_tick=1)
+    assert reads(src.nacked(4, "a", ((4, 9),), synced=12, log=log)) == [(4, 9)]
+    src.acked(4, "#", 12, "root:1", 12, 12)
+    out = src.published(5, [(15, "a", {}, record(15, "a"))], 15)  # its next event starts a stream again
+    assert [(knowledge(e).after, knowledge(e).ticks) for e in out if e.tree == "a"] == [(9, (15,))]
+    assert (src.released(6, None), src.delivered(6)) == (9, 9)  # held where it starts until its root reports
+
+
+def test_a_tree_whose_root_acknowledged_is_still_sent_past_empty_while_it_is_owed():
+    """A root that said "empty" may be a stale one of a partition, or have lost its members since:
+    what a tree that had members was not acknowledged is still sent to it, for `release_hold_ns`;
+    after that it neither counts nor is sent anything."""
+    src, empty = emptying()
+    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    src.acked(1, "a", 4, "root:2", 4, 4)  # it had members; 5 is not acknowledged
+    src.acked(1, "#", 5, "root:1", 5, 5)
+    empty.add("a")
+    assert ("a", True) in sent(src.published(2, [(9, "a", {}, record(9, "a"))], 9))
+    assert ("a", True) in sent(src.silence(3, 12))
+    assert src.released(3, None) == 4  # a's root reported 4
+    later = 2 + CONFIG.release_hold_ns
+    assert [tree for tree, _ in sent(src.published(later, [(20, "a", {}, record(20, "a"))], 20))] == ["#"]
+    assert src.active_trees == 1 and src.released(later, None) == 5  # what "#"'s root reported
+
+
+def test_a_tree_that_had_members_when_its_idle_stream_was_forgotten_holds_release_when_found_empty():
+    """A tree whose subscriber broker fails after the pubend forgot the tree's idle stream: the
+    next stream on it may find it empty, but it had members, so it holds release for the hold
+    (its broker, restarted meanwhile, rejoins and reports its durable subscriptions)."""
+    src, empty = emptying()
+    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    src.acked(1, "a", 5, "root:2", 5, 5)
+    src.acked(1, "#", 5, "root:1", 5, 5)
+    src.silence(2000, 5)  # idle, everything acknowledged and released: both streams forgotten
+    assert src.active_trees == 0
+    src.published(2001, [(3000, "a", {}, record(3000, "a"))], 3000)
+    src.acked(2002, "#", 3000, "root:1", 3000, 3000)
+    empty.add("a")
+    assert src.released(2003, None) == 2999  # where its new stream starts: all before was released
+    assert src.released(2003 + CONFIG.release_hold_ns, None) == 3000
+
+
+def test_a_tree_found_in_the_log_after_a_restart_holds_release_for_the_hold_then_is_dropped_if_empty():
+    """After a restart the pubend does not know which trees had members: each tree of the log's
+    tail counts for the hold, then, if its root says it is empty, it is sent nothing more."""
+    src, empty = emptying()
+    (read,) = src.recover(100)
+    src.log_read(0, read.reader, [(100, record(100, "a"))], LogState(last_tick=100, first_tick=1))
+    empty.update({"a", "#"})
+    assert src.released(1, None) == 0
+    assert ("a", True) in sent(src.silence(1, 120))
+    later = 1 + CONFIG.release_hold_ns
+    assert src.released(later, None) == TICK_MAX  # nothing holds it
+    assert sent(src.silence(later, 130)) == [] and src.active_trees == 0

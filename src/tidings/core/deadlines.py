@@ -25,8 +25,8 @@ would walk them all (a dozen machines, through two composers) although most inpu
 So every `Deadlines` of a broker's machines is given the broker's one `Alarm`, and tells it when an
 entry is set, replaced, cancelled or popped: a deadline set earlier than the known minimum lowers
 it at once; an entry that leaves at or below the minimum (replaced, cancelled, due) makes the
-minimum unknown, and only then does the next ask walk the machines (`known`, `walked`). The
-walk is the composers' `next_deadline()` as before, so the minimum is exactly what the walk would
+minimum unknown, and only then does the next ask walk the machines (`watch`, `walk`). The
+walk asks each machine's `next_deadline()` as before, so the minimum is exactly what the walk would
 give after every input (a test compares both after every input of a simulated run), at the cost
 of one comparison per timer operation.
 """
@@ -53,17 +53,40 @@ class TimedMachine(Protocol[E]):
         cluster member calls each of its machines at any of their deadlines: core/broker/cluster.py)."""
 
 
+class HasDeadline(Protocol):
+    def next_deadline(self) -> int | None: ...
+
+
 class Alarm:
     """The earliest deadline of a broker's machines, kept as their `Deadlines` change (see the
-    module doc): `earliest` holds while `known`; when not, the composer walks its machines and
-    says what it found (`walked`). `walks` counts those walks."""
+    module doc): `earliest` holds while `known`; when not, `next_deadline` walks the machines the
+    composer named (`watch`). `walks` counts those walks."""
 
-    __slots__ = ("earliest", "known", "walks")
+    __slots__ = ("_watched", "earliest", "known", "walks")
 
     def __init__(self) -> None:
         self.earliest: int | None = None
         self.known = False  # nothing is known before the first walk
         self.walks = 0
+        self._watched: list[HasDeadline] = []
+
+    def watch(self, *machines: HasDeadline) -> None:
+        """Walk `machines` too (each of their `Deadlines` was given this alarm)."""
+        self._watched += machines
+        self.known = False
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline of the machines watched: walked only when not known."""
+        if not self.known:
+            self.earliest = self.walk()
+            self.known = True
+            self.walks += 1
+        return self.earliest
+
+    def walk(self) -> int | None:
+        """The earliest deadline, asked of every machine watched (what `earliest` holds while known)."""
+        live = [d for d in (m.next_deadline() for m in self._watched) if d is not None]
+        return min(live) if live else None
 
     def set_at(self, when: int) -> None:
         """An entry was set at `when`: it may be the earliest now."""
@@ -75,12 +98,6 @@ class Alarm:
         is unknown until the next walk."""
         if self.known and self.earliest is not None and when <= self.earliest:
             self.known = False
-
-    def walked(self, earliest: int | None) -> None:
-        """The machines' own minimum, asked of each of them: known again."""
-        self.earliest = earliest
-        self.known = True
-        self.walks += 1
 
 
 class Deadlines(Generic[K]):

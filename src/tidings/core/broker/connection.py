@@ -173,6 +173,12 @@ class ClientConnection:
         out.append(Send(self.conn, held))
         return True
 
+    def ack(self, now: int, ack: bytes, out: list[Effect]) -> None:
+        """An ACK, after the ERRORs held for the refusal window (charged with them when they go);
+        sent now to a blocked connection, which does not read it, it counts like any reply."""
+        if self.reply(ack, out) and self.blocked:
+            out += self.charge(now, len(ack))
+
     def flush_refusals(self, now: int, out: list[Effect]) -> None:
         """The refusal window ended: the held ERRORs, coalesced, and the replies behind them, charged
         against the send queue (which may close the connection)."""

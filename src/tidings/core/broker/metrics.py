@@ -11,7 +11,8 @@ status, under `delivery`). A figure whose owner is absent (a broker outside any 
 remote deliveries) is left out of both. Figures with labels (per peer, tree, connection, channel,
 error code) are families of their own, written by aio/http.py from the status's lists.
 
-The owner named is the machine whose field it is, for whoever looks for where a figure comes from.
+`status` composes the whole of the broker's status, these figures first among what its machines
+report. The owner named is the machine whose field it is, for whoever looks for where a figure comes from.
 Reading a figure changes nothing; `status()` runs between two inputs, never in the middle of one.
 """
 
@@ -23,9 +24,13 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from tidings.core.auth.guard import Guard
+    from tidings.core.broker.advice import RouteAdvice
     from tidings.core.broker.cluster import ClusterMember
     from tidings.core.broker.reading import Reading
+    from tidings.core.broker.refusals import ClientErrors
     from tidings.core.durable.constream import Constream
+    from tidings.core.durable.registrations import Registrations
     from tidings.core.inputs import LogState
     from tidings.core.publish.dedup import DedupWindow
     from tidings.core.publish.intake import Intake
@@ -55,6 +60,14 @@ class Broker(Protocol):
     def constream(self) -> Constream: ...
     @property
     def cluster(self) -> ClusterMember | None: ...
+    @property
+    def advice(self) -> RouteAdvice: ...
+    @property
+    def registrations(self) -> Registrations: ...
+    @property
+    def client_errors(self) -> ClientErrors: ...
+    @property
+    def guard(self) -> Guard: ...
 
 
 class Kind(StrEnum):
@@ -182,6 +195,26 @@ def read(broker: Broker) -> dict[str, int | None]:
     joined = broker.cluster is not None
     return {figure.key: figure.read(broker) for figure in FIGURES
             if figure.read is not None and (joined or not figure.overlay)}
+
+
+def status(broker: Broker, subscription: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+    """The broker's status: its own figures, what its machines report (each subscription's by
+    `subscription`) and what else an operator reads."""
+    log, cluster = broker.log, broker.cluster
+    return {
+        "pubend": broker.pubend.pubend_id,
+        "draining": broker.advice.draining,
+        **read(broker),
+        **broker.registrations.status(),
+        "lease_ns": broker.leases.lease_ns,
+        "last_event_tick": log.last_tick,  # the newest logged event's (Spark: is there anything to read?)
+        "tick_marks": list(log.tick_marks),
+        "channels": broker.intake.traffic.top(),
+        "connections": broker.reading.status(subscription),
+        **({} if cluster is None else cluster.status()),
+        **broker.client_errors.status(),
+        **broker.guard.status(),
+    }
 
 
 def reported(status: dict[str, Any]) -> Iterator[tuple[Figure, int]]:

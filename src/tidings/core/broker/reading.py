@@ -253,6 +253,11 @@ class Reading:
         return [EndHold(key.conn, key.hold) if type(key) is ReadTimer else ExpireHandshake(key.conn)
                 for key in self.timers.pop_due(now)]
 
+    def timed_out(self, now: int, out: list[Effect]) -> Served:
+        """`handle_timeout`, each effect carried out in order (`carry_out`): what it serves."""
+        for eff in self.handle_timeout(now):
+            yield from self.carry_out(now, eff, out)
+
     def carry_out(self, now: int, eff: ReadingEffect, out: list[Effect]) -> Served:
         """What a timer decided (`handle_timeout`): a hold that ended serves what waited (a refusal
         window's held ERRORs go first); a handshake not done in time closes its connection."""

@@ -18,18 +18,66 @@ The machine owns no connection, tree, stream or subscription: each call returns 
 broker carries out (effects for the runtime, trees whose away member is gone, old homes to tell, the
 registration a subscription is bound to or no longer held by: `Subscription.bind` / `unbind`,
 core/subscription/subscription.py). SILENCE is the subscription's own (`Subscription.silence`).
+
+The subscriber's side (core/subscription/subscribers.py) carries each outcome out as typed effects,
+in order: the runtime's (SaveDurable), `Registered` for the constream (the PFS records the added
+registrations and no longer the dropped ones), `Resume` for a resumed subscription's catchup from
+the PFS, `TellHome` for an old home that must forget a registration (MOVED, through the reliability
+node). Two timers pace the machine (`DURABLE_SILENCE`, `DURABLE_SAVE`): each durable
+subscription's SILENCE every `durable_silence_interval_ns` while there is one, and `save` every
+`durable_save_interval_ns` once the broker is in an overlay.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tidings.core import errors
 from tidings.core.durable.checkpoint import Checkpoint, Home
 from tidings.core.durable.registrations import Registration, Registrations
 from tidings.core.effects import Effect, SaveDurable
 from tidings.core.errors import TidingsError
+from tidings.core.filters import Filter
 from tidings.core.wire import messages
+
+
+class DurableSilenceTimer(NamedTuple):
+    """Durable subscriptions are due a SILENCE (core/durable/checkpoint.py)."""
+
+
+class DurableSaveTimer(NamedTuple):
+    """The durable state may be due saving, and registrations expiring (core/durable/registrations.py)."""
+
+
+DURABLE_SILENCE = DurableSilenceTimer()
+DURABLE_SAVE = DurableSaveTimer()
+DurableTimer = DurableSilenceTimer | DurableSaveTimer
+
+
+class Registered(NamedTuple):
+    """For the constream (core/durable/constream.py): registrations `added` are recorded from
+    now on, `dropped` no longer are."""
+
+    added: list[Registration]
+    dropped: list[Registration]
+
+
+class Resume(NamedTuple):
+    """For the constream: local subscription `key` (`pattern`, `filter`) resumed `registration`
+    (None: it has a new one) from `checkpoint`; its catchup asks the PFS what matched it while away."""
+
+    key: int
+    registration: Registration | None
+    checkpoint: Checkpoint
+    pattern: str
+    filter: Filter | None
+
+
+class TellHome(NamedTuple):
+    """Old home `home` must forget the registration it held (MOVED, through the reliability node)."""
+
+    home: Home
 
 
 @dataclass(slots=True)

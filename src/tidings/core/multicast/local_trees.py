@@ -72,6 +72,14 @@ class LeaveTree(NamedTuple):
     tree: str
 
 
+class CreateTree(NamedTuple):
+    """CREATE `tree` again, as `creator`, with access list `acl` (the guard's rules were reloaded)."""
+
+    tree: str
+    creator: str
+    acl: Acl | None
+
+
 TreeEffect = JoinTree | NameMembers | LeaveTree
 
 
@@ -133,10 +141,10 @@ class LocalTrees:
         """Whether `identity` may read every channel here (a READ's SPAN frames carry them all)."""
         return self.guard.may_read_everything(identity, self.lists)
 
-    def recreations(self) -> list[tuple[str, str, Acl | None]]:
-        """After the guard's rules were reloaded: (tree, creator, access list) for each tree this
-        broker created, to CREATE again (the rendez-vous point passes the new list down)."""
-        return [] if self.lists is None else self.guard.recreations(self.lists.created())
+    def recreations(self) -> list[CreateTree]:
+        """After the guard's rules were reloaded: each tree this broker created, to CREATE again
+        with its new list (the rendez-vous point passes it down)."""
+        return [] if self.lists is None else [CreateTree(*r) for r in self.guard.recreations(self.lists.created())]
 
     def refusal(self, identity: str, pattern: str) -> TidingsError | None:
         """The refusal when the access list this broker holds for the pattern's tree excludes it."""

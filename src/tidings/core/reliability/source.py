@@ -18,6 +18,13 @@ for `stream_idle_ns` is forgotten: an idle pubend costs nothing. A stream whose 
 durable subscriptions below have not released everything sent is kept, with its periodic
 silence, so their brokers' acks keep reporting how far they released (release.py).
 
+A tree whose root said it has no members (TREE_EMPTY) is sent, past "empty", only what its root
+has not acknowledged, and only while it counts for release (source_streams.py `counts`: the pubend
+knew it to have members, and it has been empty for less than `release_hold_ns`; that root may be a
+stale one of a partition, or the broker below may be restarting). Any other tree said empty (a
+prefix tree of the channel nobody subscribes to) is sent nothing, events or silence, and its stream
+is dropped: no route per event to a tree nobody is on.
+
 A tree that gets members again after a while without (its rendez-vous point says TREE_ACTIVE to
 the publishers it told it was empty, or whose streams it had) is told at once that every tick
 after the last event this pubend published on it is silence (`activated`): the brokers that
@@ -80,6 +87,7 @@ class Source:
         self.pubend_id = pubend_id
         self.address = address
         self.config = config
+        self._empty = empty
         self._writer = KnowledgeWriter(pubend_id, address, config.knowledge_bytes_max, trees_of)
         self._tails = EventTails(config.trees_max)
         self._streams = SourceStreams(config.trees_max, config.release_hold_ns, empty)
@@ -97,9 +105,13 @@ class Source:
             quiet = self._tails.quiet_after(tree)
             self._tails.published(tree, records[-1][0])
             stream = self._streams.get(tree)
+            empty = self._empty(now, tree)
+            if empty and stream is not None and not self._streams.counts(now, stream, empty):
+                self._streams.drop(tree)  # nobody below to wait for or to send to
+                stream = None
             owed = stream is not None and stream.owed
-            if self._streams.empty(now, tree) and not owed:  # no members: nobody to tell; a member that
-                if stream is not None:  # joins later nacks what it wants from its start
+            if empty and not owed:  # no members: nobody to tell; a member that joins later
+                if stream is not None:  # nacks what it wants from its start
                     stream.sent_through = synced
                 continue
             if stream is None:  # its first message says the ticks since the tree's previous event are silence,
@@ -127,6 +139,9 @@ class Source:
         out += self._answers.resume_all(now)  # (the acks may have stopped altogether)
         idle = self.config.stream_idle_ns
         for tree, stream in self._streams.items():
+            if not self._streams.counts(now, stream, self._empty(now, tree)):
+                self._streams.drop(tree)  # said empty, and nobody below to wait for: sent nothing
+                continue
             recent = now - stream.data_ns < idle
             if not recent and stream.acked_through >= stream.sent_through <= stream.released_through:
                 self._streams.forget(tree)

@@ -12,10 +12,23 @@ for good from its first tick (`refused_from`), since nobody reports for it.
 
 Holds. A root the pubend has not heard from before on a tree (the old one failed, or the pubend
 restarted) may report before the brokers below have found it: for `release_hold_ns` the tree's
-release and delivered points stay where they were (`hold_at`, `hold_delivered`). A tree whose only
-subscriber broker failed looks empty: a tree that loses its members still counts for
-`release_hold_ns` after the pubend first found it empty (`empty_since`); so does, for now, a
-tree that never had members (`reported` false), though nobody below waits for it.
+release and delivered points stay where they were (`hold_at`, `hold_delivered`).
+
+Empty trees (`counts`). A tree whose root says it has no members (Scribe's TREE_EMPTY) counts for
+release, and is sent what its root has not acknowledged past "empty", only while brokers below may
+still need it: for `release_hold_ns` after the pubend first found it empty, and only if the pubend
+knew it to have members (`reported`: a root acknowledged its stream, or the stream it replaced,
+which was forgotten idle with everything acknowledged and released; or a restart left it unknown).
+A tree whose only subscriber broker failed looks empty: that broker, restarted within the hold,
+rejoins and its acks report its durable subscriptions' release before the tree stops counting. A
+tree said empty that the pubend never knew to have members (a prefix tree of the channel nobody
+subscribes to) has nobody below to wait for or send to: it neither holds release nor is sent
+anything, and its stream is dropped (`drop`), as is one empty for longer than the hold. When it gets
+members, its root says TREE_ACTIVE (Source.activated) and its next event starts a new stream.
+
+What this cannot know: a durable subscription whose broker is down when the pubend first sends on
+its tree (no stream, or one forgotten past `known_max`) is not waited for; its broker, back,
+nacks what it lacks from the log, which keeps released events `release_keep_ns` (1 h by default).
 
 After a restart the trees whose release was held when the broker's durable state was last saved
 (`held_trees`) come back with their release points (`restore`); trees found in the log's recent
@@ -44,8 +57,8 @@ class TreeStream:
     hold_delivered: int = 0  # and its delivered point at most this
     hold_until: int = 0
     empty_since: int | None = None  # when the pubend first found the tree without members
-    # a root reported for the tree (or, after a restart, it may have had members): it may have had
-    # members, and an empty tree that never had any holds nothing
+    # the pubend knew the tree to have members (a root reported for it; or, after a restart, it may
+    # have had some): said empty, it still counts for `release_hold_ns` (SourceStreams.counts)
     reported: bool = False
 
     @property
@@ -63,6 +76,10 @@ class SourceStreams:
         self._release_hold_ns = release_hold_ns
         self._empty = empty
         self._streams: dict[str, TreeStream] = {}
+        # trees whose streams were forgotten idle while they had members (oldest first, at most
+        # `known_max`): the next stream of one is `reported` from its start
+        self._known: dict[str, None] = {}
+        self.known_max = trees_max
         self.refused_from: int | None = None  # the first tick of a tree refused for trees_max
 
     def __len__(self) -> int:
@@ -78,10 +95,27 @@ class SourceStreams:
         return list(self._streams.items())
 
     def forget(self, tree: str) -> None:
+        """The stream is idle, everything acknowledged and released: gone, its members remembered."""
+        if self._streams.pop(tree).reported:
+            self._known.pop(tree, None)
+            if len(self._known) >= self.known_max:
+                del self._known[next(iter(self._known))]
+            self._known[tree] = None
+
+    def drop(self, tree: str) -> None:
+        """The tree no longer counts (`counts`): its stream goes, with nothing remembered."""
         del self._streams[tree]
 
-    def empty(self, now: int, tree: str) -> bool:
-        return self._empty(now, tree)
+    def counts(self, now: int, stream: TreeStream, empty: bool) -> bool:
+        """Whether `stream`'s tree counts for release and is sent past its root's "empty", its root
+        having said it is `empty` (or not): it does while it may have members, and for
+        `release_hold_ns` after it was found empty if the pubend knew it to have had some."""
+        if not empty:
+            stream.empty_since = None
+            return True
+        if stream.empty_since is None:
+            stream.empty_since = now
+        return stream.reported and now - stream.empty_since < self._release_hold_ns
 
     def new(self, tree: str, sent_through: int, now: int) -> TreeStream | None:
         if len(self._streams) >= self._trees_max:  # the limit: knowledge for this tree reaches
@@ -90,6 +124,9 @@ class SourceStreams:
             return None
         stream = self._streams[tree] = TreeStream(sent_through, sent_through, now, released_through=sent_through,
                                                   delivered_through=sent_through)
+        if tree in self._known:
+            del self._known[tree]
+            stream.reported = True
         return stream
 
     def restore(self, now: int, held: dict[str, int], last_tick: int) -> None:
@@ -153,20 +190,8 @@ class SourceStreams:
         return min((s.delivered_through for s in self._counted(now)), default=TICK_MAX)
 
     def _counted(self, now: int) -> list[TreeStream]:
-        """The streams whose trees count for release: those with members, and for
-        `release_hold_ns` those that lost them (a tree whose only subscriber broker failed looks
-        empty too); an empty tree that never had members does not count."""
-        out = []
-        for tree, stream in self._streams.items():
-            if not self._empty(now, tree):
-                stream.empty_since = None
-            elif stream.empty_since is None:
-                stream.empty_since = now
-            # members, or lost them lately (holding a tree that never had any too, for now: not
-            # counting it gave an away durable subscriber gaps, tests/sim/test_delivery.py seed 0)
-            if stream.empty_since is None or now - stream.empty_since < self._release_hold_ns:
-                out.append(stream)
-        return out
+        """The streams whose trees count for release (`counts`)."""
+        return [stream for tree, stream in self._streams.items() if self.counts(now, stream, self._empty(now, tree))]
 
     def held_trees(self) -> dict[str, int]:
         """The trees whose durable subscriptions have not released all that was sent, with their

@@ -18,9 +18,10 @@ Readers. A ReadLog's reader id names who reads this broker's log: a subscription
 pubend answering a nack (reliability/source.py). `reader` answers which, from the keys this table
 gave out, so that the broker routes each LogRead and ReadFailed by its owner.
 
-The table decides nothing about the trees or the durable registrations: joining and leaving trees
-and binding durable subscriptions are the broker's to carry out through the cluster member
-(core/broker/broker.py), since a tree join may be refused by a local limit only the cluster knows.
+The table decides nothing about the durable registrations, and asks the trees' streams nothing but
+what they know: admitting, binding and ending subscriptions are the subscriber's side's
+(subscription/subscribers.py), and a subscription's streams leave with `LeaveStreams`, which the
+composer carries out in its place among the effects.
 
 Invariants: a key is given once; `subends[key]` is in the index exactly when it is unbounded, not
 in total order and not ended; counts only grow.
@@ -31,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from tidings.core import errors
 from tidings.core.auth.guard import Guard
@@ -64,7 +65,8 @@ class TreeStreams(Protocol):
 
     def local_flow(self, now: int, key: int, tree: str, blocked: bool) -> list[Any]: ...
 
-    def local_unsubscribe(self, now: int, key: int, tree: str) -> list[Any]: ...
+    @property
+    def wall_us(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,14 @@ class Settle:
     effects: list[Any]
 
 
-TableEffect = Effect | Settle | EndSubscription | TreeEffect
+class LeaveStreams(NamedTuple):
+    """Subscription `key` leaves the trees' streams of `tree` (reliability/node.py `local_unsubscribe`)."""
+
+    key: int
+    tree: str
+
+
+TableEffect = Effect | Settle | EndSubscription | TreeEffect | LeaveStreams
 
 
 class LocalSubscriptions:
@@ -118,13 +127,13 @@ class LocalSubscriptions:
             self.index.remove(s.key)
         return True
 
-    def leave(self, now: int, key: int, held: bool, streams: TreeStreams | None) -> list[TableEffect]:
+    def leave(self, key: int, held: bool, in_overlay: bool) -> list[TableEffect]:
         """Subscription `key` leaves its tree (`held`: its durable registration is a member in its
         place): its streams there, then what the broker's SUBSCRIBE and membership become."""
         tree, effects = self.trees.leave(key, held)
-        if streams is None:
+        if not in_overlay:
             return []
-        return [Settle(streams.local_unsubscribe(now, key, tree)), *effects]
+        return [LeaveStreams(key, tree), *effects]
 
     def durable(self) -> list[Subscription]:
         return [s for s in self.subends.values() if s.durable]
