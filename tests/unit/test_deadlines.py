@@ -1,8 +1,17 @@
-"""The one deadline structure (core/deadlines.py): typed keys, replacement, cancellation, order."""
+"""The one deadline structure (core/deadlines.py): typed keys, replacement, cancellation, order; the
+earliest deadline of several machines kept as they move (`Alarm`); the one timer contract."""
 
+import importlib
+import inspect
+import pkgutil
 from typing import NamedTuple
 
-from tidings.core.deadlines import Deadlines
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tidings.core
+from tidings.core.broker import timed
+from tidings.core.deadlines import Alarm, Deadlines, TimedMachine
 from tidings.core.durable.subscriptions import DURABLE_SAVE, DURABLE_SILENCE
 
 
@@ -53,3 +62,82 @@ def test_a_key_set_again_moves_and_ties_fire_in_the_order_they_were_set():
     d.set_earliest(Conn(3), 5)
     assert d.next_deadline() == 5
     assert d.pop_due(10) == [Conn(3), Conn(2)] and d.pop_due(20) == [Conn(1)] and d.next_deadline() is None
+
+
+# ---- the earliest deadline of several machines, kept as they move (Alarm) ------------------------
+
+
+def watched(count: int) -> tuple[Alarm, list[Deadlines[Conn]]]:
+    """`count` machines' deadlines telling one alarm, which walks them when it does not know."""
+    alarm = Alarm()
+    machines: list[Deadlines[Conn]] = [Deadlines(alarm) for _ in range(count)]
+    alarm.watch(*machines)
+    return alarm, machines
+
+
+def walk(machines: list[Deadlines[Conn]]) -> int | None:
+    live = [d for d in (m.next_deadline() for m in machines) if d is not None]
+    return min(live) if live else None
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["set", "set_earliest", "cancel", "pop_due", "ask"]), st.integers(0, 2),
+                         st.integers(0, 5), st.integers(0, 40)), max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPS)
+def test_the_alarm_always_gives_what_a_walk_of_the_machines_gives(ops):
+    """Any timer operations on three machines, asked between any of them (an input moves several
+    timers, or none, before the runtime asks)."""
+    alarm, machines = watched(3)
+    now = 0
+    for op, m, conn, when in [*ops, ("ask", 0, 0, 0)]:
+        d = machines[m]
+        if op == "set":
+            d.set(Conn(conn), now + when)
+        elif op == "set_earliest":
+            d.set_earliest(Conn(conn), now + when)
+        elif op == "cancel":
+            d.cancel(Conn(conn))
+        elif op == "pop_due":
+            now += when
+            d.pop_due(now)
+        else:
+            assert alarm.next_deadline() == walk(machines) == alarm.walk()
+
+
+def test_an_input_that_moves_no_earliest_timer_walks_nothing():
+    alarm, (a, b) = watched(2)
+    a.set(Conn(1), 10)
+    assert alarm.next_deadline() == 10 and alarm.walks == 1
+    b.set(Conn(2), 50)  # later: the earliest holds
+    b.set(Conn(2), 40)  # moved, but was not the earliest
+    b.cancel(Conn(2))
+    a.set(Conn(3), 5)  # earlier: known at once
+    assert alarm.next_deadline() == 5 and alarm.walks == 1
+    a.cancel(Conn(3))  # the earliest left: the next ask walks
+    assert alarm.next_deadline() == 10 and alarm.walks == 2
+    assert a.pop_due(10) == [Conn(1)] and alarm.next_deadline() is None and alarm.walks == 3
+
+
+# ---- the one timer contract ----------------------------------------------------------------------
+
+
+def classes_with_timers() -> set[type]:
+    """Every class under tidings.core that defines handle_timeout itself (the contract's Protocol aside)."""
+    found: set[type] = set()
+    for info in pkgutil.walk_packages(tidings.core.__path__, "tidings.core."):
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if (inspect.isclass(value) and value.__module__ == info.name and "handle_timeout" in vars(value)
+                    and value is not TimedMachine):
+                found.add(value)
+    return found
+
+
+def test_every_machine_with_timers_is_checked_against_the_one_contract():
+    listed = set(timed.MACHINES)
+    assert classes_with_timers() == listed  # a new one is added to core/broker/timed.py, where mypy checks it
+    for machine in listed:
+        assert list(inspect.signature(machine.handle_timeout).parameters) == ["self", "now"], machine
+        assert list(inspect.signature(machine.next_deadline).parameters) == ["self"], machine

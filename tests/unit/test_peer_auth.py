@@ -17,7 +17,7 @@ from tidings.core.wire import peer
 from tidings.core.wire.frames import FrameDecoder
 from tidings.core.wire.types import LinkType
 
-from .test_peers import ACTIONS, CFG, LARGE, MID, SMALL, Net, check_simultaneous_dials, msg, play
+from .test_peers import ACTIONS, CFG, LARGE, MID, SMALL, Net, check_simultaneous_dials, msg, play, split
 
 SECRET = b"k" * 32
 COUNTER = itertools.count()
@@ -139,7 +139,7 @@ def test_any_schedule_with_the_credential_settles_on_one_link_per_pair(seed, act
 
 def adopt(links, data):
     bodies = FrameDecoder(1 << 20).feed(data)
-    return links.adopt(0, 9, FrameDecoder(CFG.frame_bytes_max), bodies[0], bodies[1:])
+    return split(links.adopt(0, 9, FrameDecoder(CFG.frame_bytes_max), bodies[0], bodies[1:]))
 
 
 def peer_errors(effects):
@@ -157,7 +157,7 @@ def test_an_unproven_connection_is_never_acted_on_and_times_out():
     assert items == [] and peer.unpack(FrameDecoder(1 << 20).feed(effects[0].data)[0])[0] == LinkType.PEER_CHALLENGE
     deadline = links.next_deadline()
     assert deadline == CFG.handshake_timeout_ns
-    items, effects = links.handle_timeout(deadline)
+    items, effects = split(links.handle_timeout(deadline))
     assert peer_errors(effects) == ["handshake-timeout"] and isinstance(effects[-1], Disconnect)
     assert links.next_deadline() is None
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from tidings.core import errors
 from tidings.core.effects import Connect, Disconnect, Send, coalesce_sends
 from tidings.core.errors import ProtocolError
-from tidings.core.links.link import DIALLING, OPEN, WAITING, PeerConfig, PeerUnreachable, RttMeasured
+from tidings.core.links.link import DIALLING, OPEN, WAITING, PeerConfig, PeerMessage, PeerUnreachable, RttMeasured
 from tidings.core.links.peer_links import PeerLinks
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.wire import decoders, messages, peer
@@ -34,6 +34,15 @@ CFG = PeerConfig(frame_bytes_max=1 << 16, handshake_timeout_ns=1000 * MS, peer_q
 SMALL = NodeRef(1, "10.0.0.1:1")
 LARGE = NodeRef(2**127, "10.0.0.2:2")
 MID = NodeRef(2**126, "10.0.0.3:3")
+
+
+def split(output):
+    """A PeerLinks output (one typed list: the runtime's effects first, then the items for the
+    composer, in order) as (items, effects)."""
+    kinds = [isinstance(x, PeerMessage | RttMeasured | PeerUnreachable) for x in output]
+    assert kinds == sorted(kinds), "the effects come before the items"
+    return [x for x, item in zip(output, kinds, strict=True) if item], [x for x, item in zip(output, kinds, strict=True)
+                                                                       if not item]
 
 
 class End:
@@ -70,15 +79,14 @@ class Net:
 
     def output(self, address, result):
         assert address not in self.dead
-        items, effects = result
+        items, effects = split(result)
         for item in items:
             if isinstance(item, RttMeasured):
                 self.rtts[address].append(item)
             elif isinstance(item, PeerUnreachable):
                 self.unreachable[address].append(item.address)
             else:
-                sender, msg = item
-                self.got[address].append((sender.address, msg))
+                self.got[address].append((item.sender.address, item.message))
         self.apply(address, effects)
 
     def apply(self, address, effects):
@@ -502,14 +510,14 @@ def test_garbage_on_a_peer_link_gets_a_peer_error_and_a_close(data, code):
     sent, closed = answers(net, LARGE.address)
     assert closed and sent[-1][0] == LinkType.PEER_ERROR and sent[-1][1] == code
     assert net.unreachable[LARGE.address] == [SMALL.address]
-    assert net.nodes[LARGE.address].received(0, end.conn, peer.ping(1)) == ([], [])  # closing: ignored
+    assert net.nodes[LARGE.address].received(0, end.conn, peer.ping(1)) == []  # closing: ignored
 
 
 def test_messages_of_other_layers_pass_through_raw():
     net, end = open_pair()
     data = b"".join(peer.encode(m) for m in ([64, "x"], [96, {"k": 1}], [140, None], [127]))
-    items, effects = net.nodes[LARGE.address].received(0, end.conn, data)
-    assert [(s, m) for s, m in items] == [(SMALL, [64, "x"]), (SMALL, [96, {"k": 1}]), (SMALL, [140, None]),
+    items, effects = split(net.nodes[LARGE.address].received(0, end.conn, data))
+    assert [(i.sender, i.message) for i in items] == [(SMALL, [64, "x"]), (SMALL, [96, {"k": 1}]), (SMALL, [140, None]),
                                           (SMALL, [127])]
     assert effects == []
 
@@ -519,7 +527,7 @@ def test_a_message_before_the_welcome_is_a_handshake_error():
     net.send(SMALL.address, LARGE.address, msg(0))
     net.step()
     (conn,) = [e.conn for e in net.ends.values() if e.owner == SMALL.address]
-    _, effects = net.nodes[SMALL.address].received(0, conn, peer.encode([70, 1]))
+    _, effects = split(net.nodes[SMALL.address].received(0, conn, peer.encode([70, 1])))
     assert isinstance(effects[-1], Disconnect)
     body = FrameDecoder(1 << 20).feed(effects[0].data)[0]
     assert peer.unpack(body)[:2] == [LinkType.PEER_ERROR, "handshake"]
@@ -534,7 +542,7 @@ def test_a_message_before_the_welcome_is_a_handshake_error():
 ])
 def test_a_malformed_hello_gets_a_client_error_frame(hello):
     links = PeerLinks(LARGE, CFG)
-    items, effects = links.adopt(0, 9, FrameDecoder(CFG.frame_bytes_max), hello, [])
+    items, effects = split(links.adopt(0, 9, FrameDecoder(CFG.frame_bytes_max), hello, []))
     assert items == [] and isinstance(effects[-1], Disconnect)
     (body,) = FrameDecoder(1 << 20).feed(effects[0].data)
     err = decoders.decode_broker_message(body)
@@ -549,7 +557,7 @@ def test_a_malformed_hello_gets_a_client_error_frame(hello):
 def test_a_hello_we_cannot_accept_gets_a_peer_error(hello, code):
     links = PeerLinks(LARGE, CFG)
     (body,) = FrameDecoder(1 << 20).feed(hello)
-    _, effects = links.adopt(0, 9, FrameDecoder(CFG.frame_bytes_max), body, [])
+    _, effects = split(links.adopt(0, 9, FrameDecoder(CFG.frame_bytes_max), body, []))
     assert isinstance(effects[-1], Disconnect)
     assert peer.unpack(FrameDecoder(1 << 20).feed(effects[0].data)[0])[:2] == [LinkType.PEER_ERROR, code]
 
@@ -559,11 +567,11 @@ def test_frames_after_the_hello_are_handled_on_adoption():
     rest = [msgpack.packb([70, i]) for i in range(3)]
     decoder = FrameDecoder(CFG.frame_bytes_max)
     decoder.feed(peer.encode([70, 3])[:5])  # a partial frame waits in the decoder
-    items, effects = links.adopt(0, 9, decoder, msgpack.packb([LinkType.PEER_HELLO, 1, SMALL.to_wire()]), rest)
-    assert [m for _, m in items] == [[70, 0], [70, 1], [70, 2]]
+    items, effects = split(links.adopt(0, 9, decoder, msgpack.packb([LinkType.PEER_HELLO, 1, SMALL.to_wire()]), rest))
+    assert [i.message for i in items] == [[70, 0], [70, 1], [70, 2]]
     assert peer.unpack(FrameDecoder(1 << 20).feed(effects[0].data)[0])[0] == LinkType.PEER_WELCOME
-    items, _ = links.received(0, 9, peer.encode([70, 3])[5:])
-    assert [m for _, m in items] == [[70, 3]]
+    items, _ = split(links.received(0, 9, peer.encode([70, 3])[5:]))
+    assert [i.message for i in items] == [[70, 3]]
 
 
 def test_reject_closes_the_link_without_reporting_it():

@@ -64,6 +64,22 @@ def node(i: int) -> NodeRef:
     return NodeRef(node_id_from(f"p{i:016x}"), f"127.0.0.1:{7000 + i}")
 
 
+def timeout(d: PubendDirectory, now: int, wall_us: int) -> list[Any]:
+    """The directory's timer at `now`, its broker's wall clock at `wall_us` (an input of its own)."""
+    d.wall_clock(wall_us)
+    return d.handle_timeout(now)
+
+
+def hear(d: PubendDirectory, now: int, sender: str, message: list[Any], wall_us: int) -> list[Any]:
+    d.wall_clock(wall_us)
+    return d.received(now, sender, message)
+
+
+def forget(d: PubendDirectory, now: int, wall_us: int, pubend: str) -> list[Any]:
+    d.wall_clock(wall_us)
+    return d.forget(now, pubend)
+
+
 def machine(i: int, saved: bytes | None = None, log: Log | None = None,
             config: DirectoryConfig = CONFIG) -> tuple[PubendDirectory, Log]:
     log = log or Log()
@@ -104,11 +120,11 @@ class Ring:
         for i, d in enumerate(self.dirs):
             self.logs[i].tail = self.wall
             if i not in self.down:
-                self.take(i, d.handle_timeout(self.now, self.wall))
+                self.take(i, timeout(d, self.now, self.wall))
         inbox, self.inbox = self.inbox, []
         for to, sender, message in inbox:
             if to not in self.down and self.by_address[sender] not in self.down:
-                self.take(to, self.dirs[to].received(self.now, sender, message, self.wall))
+                self.take(to, hear(self.dirs[to], self.now, sender, message, self.wall))
 
     def crash(self, i: int) -> None:
         self.down.add(i)
@@ -202,7 +218,7 @@ def test_brokers_that_heard_the_same_entries_in_any_order_agree(heard: list[Dire
     rng.shuffle(shuffled)
     for d, order in ((a, heard), (b, shuffled)):
         for e in order:
-            d.received(0, "127.0.0.1:9", [BrokerType.DIRECTORY, [e.to_wire()]], 50)
+            hear(d, 0, "127.0.0.1:9", [BrokerType.DIRECTORY, [e.to_wire()]], 50)
     for p in ("pA", "pB", "pC"):
         assert a.get(p) == b.get(p)
 
@@ -212,20 +228,20 @@ def test_forget_removes_a_decommissioned_pubend_everywhere_but_not_a_live_one() 
     for _ in range(3):
         ring.round()
     ring.crash(1)
-    ring.take(0, ring.dirs[0].forget(ring.now, ring.wall, f"p{1:016x}"))
+    ring.take(0, forget(ring.dirs[0], ring.now, ring.wall, f"p{1:016x}"))
     ring.round()
     ring.round()
     assert all(f"p{1:016x}" not in ring.listed(i) for i in (0, 2, 3))
     assert ring.dirs[2].status()["directory_forgotten"] == 1
     # a live broker's pubend comes back: its broker re-issues its entry above the tombstone
-    ring.take(0, ring.dirs[0].forget(ring.now, ring.wall, f"p{3:016x}"))
+    ring.take(0, forget(ring.dirs[0], ring.now, ring.wall, f"p{3:016x}"))
     for _ in range(3):
         ring.round()
     assert all(f"p{3:016x}" in ring.listed(i) for i in (0, 2, 3))
     with pytest.raises(DirectoryError, match="own"):
-        ring.dirs[0].forget(ring.now, ring.wall, f"p{0:016x}")
+        forget(ring.dirs[0], ring.now, ring.wall, f"p{0:016x}")
     with pytest.raises(DirectoryError, match="not in the directory"):
-        ring.dirs[0].forget(ring.now, ring.wall, "pnope")
+        forget(ring.dirs[0], ring.now, ring.wall, "pnope")
 
 
 @pytest.mark.parametrize("message", [
@@ -240,17 +256,17 @@ def test_forget_removes_a_decommissioned_pubend_everywhere_but_not_a_live_one() 
 def test_a_malformed_message_is_refused_and_changes_nothing(message: list[Any]) -> None:
     d, _ = machine(1)
     with pytest.raises(ProtocolError):
-        d.received(0, "127.0.0.1:9", message, WALL0)
+        hear(d, 0, "127.0.0.1:9", message, WALL0)
     assert d.entries() == [] and d.rejected == 1
 
 
 def test_the_directory_is_bounded() -> None:
     d, _ = machine(1, config=DirectoryConfig(entries_max=3))
     wire = [DirectoryEntry(f"p{i}", f"h:{i}", 10, 5, 1, 0, 1, WALL0).to_wire() for i in range(5)]
-    d.received(0, "127.0.0.1:9", [BrokerType.DIRECTORY, wire], WALL0)
+    hear(d, 0, "127.0.0.1:9", [BrokerType.DIRECTORY, wire], WALL0)
     assert [e.pubend for e in d.entries()] == ["p0", "p1", "p2"] and d.refused == 2
     newer = replace(DirectoryEntry.from_wire(wire[0]), version=WALL0 + 1).to_wire()
-    d.received(0, "127.0.0.1:9", [BrokerType.DIRECTORY, [newer]], WALL0)
+    hear(d, 0, "127.0.0.1:9", [BrokerType.DIRECTORY, [newer]], WALL0)
     assert d.get("p0").version == WALL0 + 1  # type: ignore[union-attr]
 
 
@@ -258,15 +274,15 @@ def test_own_entry_is_reissued_on_a_change_and_otherwise_only_each_refresh_inter
     d, log = machine(1, config=DirectoryConfig(refresh_interval_ns=60 * S, sync_interval_ns=1000 * S))
     d.start(0)
     d.leaf_set_changed(0, [node(2)])
-    first = d.handle_timeout(0, WALL0)
+    first = timeout(d, 0, WALL0)
     assert [type(e) for e in first] == [PeerSend, SaveDirectory]
-    quiet = [d.handle_timeout(k * S, WALL0 + k * 1_000_000) for k in range(1, 30)]
+    quiet = [timeout(d, k * S, WALL0 + k * 1_000_000) for k in range(1, 30)]
     assert all(not any(isinstance(e, PeerSend) for e in effects) for effects in quiet)
     log.publish(WALL0 + 31_000_000)
-    sent = [e for e in d.handle_timeout(31 * S, WALL0 + 31_000_000) if isinstance(e, PeerSend)]
+    sent = [e for e in timeout(d, 31 * S, WALL0 + 31_000_000) if isinstance(e, PeerSend)]
     assert len(sent) == 1 and sent[0].message[1][0][3] == WALL0 + 31_000_000
-    assert not any(isinstance(e, PeerSend) for e in d.handle_timeout(80 * S, WALL0 + 80_000_000))
-    later = [e for e in d.handle_timeout(92 * S, WALL0 + 92_000_000) if isinstance(e, PeerSend)]
+    assert not any(isinstance(e, PeerSend) for e in timeout(d, 80 * S, WALL0 + 80_000_000))
+    later = [e for e in timeout(d, 92 * S, WALL0 + 92_000_000) if isinstance(e, PeerSend)]
     assert len(later) == 1 and later[0].message[1][0][7] == WALL0 + 92_000_000  # refresh_interval_ns passed
 
 

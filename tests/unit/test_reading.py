@@ -22,6 +22,12 @@ def reading(**config):
     return Reading(cfg, Guard.open(), ClientErrors(), RouteAdvice("p", cfg))
 
 
+def timed_out(r, now, out):
+    """The reading machine's timers at `now`, carried out in order as the broker does: what each
+    serves (connection, message)."""
+    return list(r.timed_out(now, out))
+
+
 def opened(r, conn=1):
     """A connection through its handshake: its session, and the messages served (None: opened)."""
     out = []
@@ -46,7 +52,7 @@ def test_a_connection_is_read_only_once_every_owner_released_it():
     assert c2 is c and list(r.serve(1, c, out)) == []  # held: nothing is read
     assert list(r.release(2, 1, Hold.SEND, out)) == []  # the rate still holds it
     assert r.flow(1, False, out) is c and r.flow(1, False, out) is None  # (once)
-    served = list(r.handle_timeout(50, out))  # the rate's hold ends: both RENEWs, in order
+    served = timed_out(r, 50, out)  # the rate's hold ends: both RENEWs, in order
     assert [type(msg) for _, msg in served] == [messages.Renew, messages.Renew]
     assert out[-1] == ResumeReading(1) and not r.unread(1)
 
@@ -59,7 +65,7 @@ def test_connections_max_and_the_handshake_deadline():
     assert [type(e) for e in out] == [Send, Disconnect] and list(r.connections) == [1]
     assert r.next_deadline() == 10
     out.clear()
-    assert list(r.handle_timeout(10, out)) == []
+    assert timed_out(r, 10, out) == []
     assert [type(e) for e in out] == [Send, Disconnect] and r.lost(1) is not None and r.next_deadline() is None
 
 
@@ -143,7 +149,7 @@ class ReadingMachine(RuleBasedStateMachine):
             del self.until[why]
             self.holds.discard(why)
         out = []
-        self._take(out, list(self.r.handle_timeout(self.now, out)))
+        self._take(out, timed_out(self.r, self.now, out))
 
     @invariant()
     def read_only_when_nothing_holds(self):

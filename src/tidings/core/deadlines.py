@@ -11,32 +11,121 @@ order (no dependence on hashing).
 Keys are typed: a key is told from another by its type as well as its value, so two key types
 whose values compare equal (two field-less NamedTuples are both `()`) are two timers, not one.
 
-The one timer contract: every machine with time-driven rules holds one `Deadlines` of its typed
-keys and exposes `next_deadline() -> int | None` and `handle_timeout(now) -> list[<its effects>]`;
-its composer calls `handle_timeout` only when its deadline is due.
+The one timer contract (`TimedMachine`): every machine with time-driven rules holds its timers in
+`Deadlines` of its typed keys and exposes `next_deadline() -> int | None` and
+`handle_timeout(now: int) -> list[<its typed effects>]`; nothing else (a wall clock, an output
+list) is passed to `handle_timeout`: what a machine needs besides `now` is an input it was given
+before. Its composer calls `handle_timeout` when its deadline is due, in a fixed order (the broker
+calls only the due ones; the cluster member all of its machines at any of their deadlines, as it
+always did).
+
+The earliest deadline, kept as it changes (`Alarm`). A runtime arms one timer at the broker's
+earliest deadline after every input. Asking each machine for its `next_deadline()` after every input
+would walk them all (a dozen machines, through two composers) although most inputs move no timer.
+So every `Deadlines` of a broker's machines is given the broker's one `Alarm`, and tells it when an
+entry is set, replaced, cancelled or popped: a deadline set earlier than the known minimum lowers
+it at once; an entry that leaves at or below the minimum (replaced, cancelled, due) makes the
+minimum unknown, and only then does the next ask walk the machines (`watch`, `walk`). The
+walk asks each machine's `next_deadline()` as before, so the minimum is exactly what the walk would
+give after every input (a test compares both after every input of a simulated run), at the cost
+of one comparison per timer operation.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Hashable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
+E = TypeVar("E")
+
+
+class TimedMachine(Protocol[E]):
+    """The one timer contract; `E` is the machine's typed effect union (core/broker/timed.py
+    names every machine of a broker with its `E`, for mypy to check)."""
+
+    def next_deadline(self) -> int | None:
+        """When the machine next needs `handle_timeout` (monotonic ns), or None."""
+
+    def handle_timeout(self, now: int) -> list[E]:
+        """What the timers due at `now` do; a composer calls it when `next_deadline()` is due (the
+        cluster member calls each of its machines at any of their deadlines: core/broker/cluster.py)."""
+
+
+class HasDeadline(Protocol):
+    def next_deadline(self) -> int | None: ...
+
+
+class Alarm:
+    """The earliest deadline of a broker's machines, kept as their `Deadlines` change (see the
+    module doc): `earliest` holds while `known`; when not, `next_deadline` walks the machines the
+    composer named (`watch`). `walks` counts those walks."""
+
+    __slots__ = ("_watched", "earliest", "known", "walks")
+
+    def __init__(self) -> None:
+        self.earliest: int | None = None
+        self.known = False  # nothing is known before the first walk
+        self.walks = 0
+        self._watched: list[HasDeadline] = []
+
+    def watch(self, *machines: HasDeadline) -> None:
+        """Walk `machines` too (each of their `Deadlines` was given this alarm)."""
+        self._watched += machines
+        self.known = False
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline of the machines watched: walked only when not known."""
+        if not self.known:
+            self.earliest = self.walk()
+            self.known = True
+            self.walks += 1
+        return self.earliest
+
+    def walk(self) -> int | None:
+        """The earliest deadline, asked of every machine watched (what `earliest` holds while known)."""
+        live = [d for d in (m.next_deadline() for m in self._watched) if d is not None]
+        return min(live) if live else None
+
+    def set_at(self, when: int) -> None:
+        """An entry was set at `when`: it may be the earliest now."""
+        if self.known and (self.earliest is None or when < self.earliest):
+            self.earliest = when
+
+    def left(self, when: int) -> None:
+        """An entry at `when` left (replaced, cancelled, due): at or below the minimum, the minimum
+        is unknown until the next walk."""
+        if self.known and self.earliest is not None and when <= self.earliest:
+            self.known = False
 
 
 class Deadlines(Generic[K]):
-    __slots__ = ("_due", "_heap", "_seq")
+    __slots__ = ("_alarm", "_due", "_heap", "_seq")
 
-    def __init__(self) -> None:
+    def __init__(self, alarm: Alarm | None = None) -> None:
+        """`alarm`: told of every change (the broker's earliest deadline), if any."""
         self._heap: list[tuple[int, int, K]] = []
         self._due: dict[tuple[type[Any], K], tuple[int, int]] = {}  # (type, key) -> (when, seq) of its live entry
         self._seq = 0
+        self._alarm = alarm
+
+    @property
+    def alarm(self) -> Alarm | None:
+        """The alarm told of every change, if any."""
+        return self._alarm
 
     def set(self, key: K, when: int) -> None:
         """Fire `key` at `when` (replacing any earlier setting of the same key)."""
         self._seq += 1
-        self._due[key.__class__, key] = (when, self._seq)
+        typed = key.__class__, key
+        alarm = self._alarm
+        if alarm is not None:
+            old = self._due.get(typed)
+            if old is not None:
+                alarm.left(old[0])
+            alarm.set_at(when)
+        self._due[typed] = (when, self._seq)
         heapq.heappush(self._heap, (when, self._seq, key))
 
     def set_earliest(self, key: K, when: int) -> None:
@@ -46,7 +135,9 @@ class Deadlines(Generic[K]):
             self.set(key, when)
 
     def cancel(self, key: K) -> None:
-        self._due.pop((key.__class__, key), None)
+        old = self._due.pop((key.__class__, key), None)
+        if old is not None and self._alarm is not None:
+            self._alarm.left(old[0])
 
     def when(self, key: K) -> int | None:
         current = self._due.get((key.__class__, key))
@@ -71,10 +162,15 @@ class Deadlines(Generic[K]):
         """The keys due at or before `now`, earliest first; they are no longer set."""
         out: list[K] = []
         heap = self._heap
+        first = None
         while heap and heap[0][0] <= now:
             when, seq, key = heapq.heappop(heap)
             typed = key.__class__, key
             if self._due.get(typed) == (when, seq):
                 del self._due[typed]
                 out.append(key)
+                if first is None:
+                    first = when
+        if first is not None and self._alarm is not None:
+            self._alarm.left(first)  # (the earliest entry that left: the others are later)
         return out

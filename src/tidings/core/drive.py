@@ -16,7 +16,9 @@ written once so that both runtimes drive the core the same way:
   sees an input while it is inside `handle`, and the order does not depend on the runtime;
 - **arm**: once the queue is empty the core's `next_deadline()` is compared with the timer the
   runtime holds, and the runtime is told to move it only when it changed (`Runtime.arm`); when it
-  fires, the runtime calls `fired(now, wall_us)` and the core hears `TimerFired`.
+  fires, the runtime calls `fired(now, wall_us)` and the core hears `TimerFired`. Asking costs
+  next to nothing: the core keeps its earliest deadline as its machines' timers move, and walks
+  them only when one at the earliest moved or fell due (core/deadlines.py `Alarm`).
 
 `close()` ends a driver for good (the simulator's crash: the core object is discarded): queued inputs
 are dropped, later ones are ignored, and the timer is disarmed.

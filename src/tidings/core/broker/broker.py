@@ -41,6 +41,7 @@ from tidings.core.broker.lifecycle import Lifecycle, Retention
 from tidings.core.broker.reading import Reading, Served
 from tidings.core.broker.refusals import ClientErrors
 from tidings.core.config import BrokerConfig
+from tidings.core.deadlines import Alarm
 from tidings.core.durable.constream import Constream, Recorded
 from tidings.core.durable.registrations import Registrations
 from tidings.core.durable.subscriptions import DurableSilenceTimer, DurableSubscriptions, Registered, Resume, TellHome
@@ -96,10 +97,11 @@ class Broker:
         self.log = log
         self.client_errors = ClientErrors()  # what clients were refused, by reason (core/broker/refusals.py)
         self.advice = RouteAdvice(pubend_id, config)  # WELCOME's info and route advice (core/broker/advice.py)
-        self.reading = Reading(config, self.guard, self.client_errors, self.advice)  # core/broker/reading.py
+        self.alarm = Alarm()  # the earliest deadline of every machine, kept as their timers move (core/deadlines.py)
+        self.reading = Reading(config, self.guard, self.client_errors, self.advice, self.alarm)  # broker/reading.py
         self.connections = self.reading.connections
         self.local = LocalSubscriptions(self.guard)  # the subends, their index and trees (core/subscription/table.py)
-        self.leases = Leases(config.lease_ns, self.reading.unread)
+        self.leases = Leases(config.lease_ns, self.reading.unread, self.alarm)
         self.now = 0
         self.wall_us = 0  # the last wall clock an input brought, for messages handled without one
         self.cluster: ClusterMember | None = None
@@ -110,12 +112,13 @@ class Broker:
         self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
         self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable/subscriptions.py
-        self.subscribers = sub.Subscribers(config, self.guard, self.local, self.leases, self.durable)  # the side
+        self.subscribers = sub.Subscribers(config, self.guard, self.local, self.leases, self.durable, self.alarm)
         self.timers = self.subscribers.timers  # its SILENCE and durable save
         self.constream = Constream()  # what matched the durable registrations (reliability/constream.py)
         # the join deadline, the drain and the retention cadence (core/broker/lifecycle.py)
         self.lifecycle = Lifecycle(self, Retention(config.retention_bytes_max, config.retention_age_ns,
-                                                   config.retention_check_interval_ns))
+                                                   config.retention_check_interval_ns), self.alarm)
+        self.alarm.watch(self.timers, self.leases, self.reading, self.lifecycle)  # (and the cluster, once started)
 
     # ---- the runtime's interface -----------------------------------------------------------------
 
@@ -178,7 +181,7 @@ class Broker:
             self._timers(now, wall_us, out)
         reading_due = _due(self.reading.next_deadline(), now)
         if reading_due:
-            self._serve(self.reading.handle_timeout(now, out), out)
+            self._serve(self.reading.timed_out(now, out), out)
         if _due(self.leases.next_deadline(), now):
             self._leases_expired(now, out)
         if reading_due:
@@ -192,12 +195,8 @@ class Broker:
             out += self.lifecycle.handle_timeout(now)
 
     def next_deadline(self) -> int | None:
-        deadlines = [self.timers.next_deadline(), self.leases.next_deadline(), self.reading.next_deadline(),
-                     self.lifecycle.next_deadline()]
-        if self.cluster is not None:
-            deadlines.append(self.cluster.next_deadline())
-        live = [d for d in deadlines if d is not None]
-        return min(live) if live else None
+        alarm = self.alarm  # the machines' earliest deadline, kept as their timers move (core/deadlines.py)
+        return alarm.earliest if alarm.known else alarm.next_deadline()
 
     def start(self, now: int) -> None:
         """The broker process is up (a runtime calls this once, before any input): the deadlines
@@ -213,12 +212,13 @@ class Broker:
         self.now = now
         self.lifecycle.join_through(now, bootstrap, join_timeout_ns)
         me = NodeRef(node_id_from(self.pubend.pubend_id), address)
-        peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth())
+        peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth(), self.alarm)
         reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self.intake.trees_of,
                                   lambda: (self.pubend.synced_tick, self.log), self.registrations.held,
                                   self._directory_saved, self.config.directory_config())
         self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng,
-                                     reliability, peers)
+                                     reliability, peers, self.alarm)
+        self.alarm.watch(self.cluster)
         out: list[Effect] = []
         self._cluster_effects(self.cluster.start(now, bootstrap), out)
         self._reliability(self._gd().start(now, self.log.last_tick, self.registrations.held_trees), out)

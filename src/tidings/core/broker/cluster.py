@@ -26,10 +26,17 @@ implies, and nothing more:
   and every `PeerSend` and `Probe` leaves through the links as runtime effects (Send, Connect,
   Disconnect). A peer message thus never leaves this object before it is handled;
 - with guaranteed delivery, the pubend directory (core/broker/directory.py) hears the leaf set's changes,
-  gets DIRECTORY messages and the timer, and sends through the same links: every member knows
-  every pubend of the overlay, also those whose broker is down;
-- what is left (DeliverRecords, ReadLog, AccessChanged, and the runtime effects) goes to the broker; without links
-  (the message-level simulator) PeerSend and Probe go to the caller as well.
+  gets DIRECTORY messages, the wall clock and the timer, and sends through the same links: every
+  member knows every pubend of the overlay, also those whose broker is down;
+- what is left (`ClusterEffect`: DeliverRecords, Lost, Recorded, MovedAway and AccessChanged for
+  the broker, and the runtime effects) goes to the broker; without links (the message-level
+  simulator) PeerSend and Probe go to the caller as well, and without guaranteed delivery Scribe's
+  upcalls.
+
+Time: the member is one `TimedMachine` (core/deadlines.py) over its machines: `next_deadline()` is
+the earliest of theirs, and `handle_timeout(now)` gives each its `handle_timeout(now)` in a fixed
+order (the links, Pastry, Scribe, the reliability node, the directory), then settles their effects
+as above. Given the broker's `Alarm`, every machine's `Deadlines` tells it when a deadline moves.
 
 Until Pastry reports `JoinCompleted`, its state is partial and a route could end at the wrong node,
 so messages Scribe routes before then (a broker's subscriptions at start) wait, at most
@@ -42,20 +49,26 @@ simulator and the message-level simulator at scale all drive this same object.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from tidings.core.broker.directory import DirectoryConfig, PubendDirectory
+from tidings.core.broker.directory import DirectoryConfig, DirectoryEffect, PubendDirectory
+from tidings.core.deadlines import Alarm
+from tidings.core.durable.constream import Recorded
+from tidings.core.effects import Effect
 from tidings.core.errors import UNKNOWN_MESSAGE, ProtocolError, TidingsError
 from tidings.core.inputs import Connected, ConnectFailed, ConnectionLost, LogState, Received, SendBlocked, SendDrained
-from tidings.core.links.link import PeerOutput, PeerUnreachable, RttMeasured
+from tidings.core.links.link import LinkOutput, PeerMessage, PeerUnreachable, RttMeasured
 from tidings.core.links.peer_links import PeerLinks
 from tidings.core.multicast.access import Acl, Member
 from tidings.core.multicast.agent import ScribeAgent, ScribeConfig
 from tidings.core.multicast.effects import (
+    AccessChanged,
     ChildAdded,
+    DeliverLocal,
     EventArrived,
+    EventForwarded,
     Join,
     JoinPurpose,
     ParentSuspected,
@@ -71,10 +84,17 @@ from tidings.core.overlay.envelope import (
     RouteMessage,
     RouteTo,
 )
-from tidings.core.overlay.events import Probe
+from tidings.core.overlay.events import OverlayEffect, Probe
 from tidings.core.overlay.node import JoinCompleted, LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.reliability.effects import PublishRouted, RememberPublisher, SendToChild
+from tidings.core.reliability.effects import (
+    DeliverRecords,
+    Lost,
+    MovedAway,
+    PublishRouted,
+    RememberPublisher,
+    SendToChild,
+)
 from tidings.core.reliability.node import Held, NodeEffect, ReliabilityConfig, ReliabilityNode
 from tidings.core.wire.frames import FrameDecoder
 from tidings.core.wire.types import BrokerType, Layer, OverlayType
@@ -85,6 +105,16 @@ ROUTES_BEFORE_JOIN_MAX = 10_000
 RELIABILITY_UPCALLS = (EventArrived, ChildAdded, ParentSuspected, TreeActivated, Join)
 
 PeerInput = Received | ConnectionLost | Connected | ConnectFailed | SendBlocked | SendDrained
+
+# the reliability node's effects once what it asks of Scribe is carried out (`_asked`)
+Asked = PeerSend | DeliverRecords | Lost | Recorded | MovedAway | Effect
+# what the machines hand the member to settle (`_settle`)
+Settled = OverlayEffect | ScribeEffect | Asked | DirectoryEffect
+# what the member hands on: to the broker (remote events, their losses, PFS records, durable moves,
+# access lists) and to the runtime (Effect); without links (the message-level simulator) the
+# peers' sends and probes, and without guaranteed delivery Scribe's upcalls and deliveries, too
+ClusterEffect = (Effect | DeliverRecords | Lost | Recorded | MovedAway | AccessChanged | PeerSend | Probe
+                 | DeliverLocal | EventArrived | EventForwarded | ChildAdded | ParentSuspected | TreeActivated | Join)
 
 
 class Reliability:
@@ -107,32 +137,36 @@ class Reliability:
 
 class ClusterMember:
     def __init__(self, me: NodeRef, overlay_config: OverlayConfig, scribe_config: ScribeConfig,
-                 rng: Rng, reliability: Reliability | None = None, peers: PeerLinks | None = None) -> None:
+                 rng: Rng, reliability: Reliability | None = None, peers: PeerLinks | None = None,
+                 alarm: Alarm | None = None) -> None:
+        """`alarm`: the broker's earliest deadline, which every machine's timers tell when they move
+        (`peers` were given it by the broker)."""
         self.me = me
         self.peers = peers
         self.peer_messages_rejected = 0
-        self.overlay = OverlayNode(me, overlay_config, rng)
+        self.overlay = OverlayNode(me, overlay_config, rng, alarm=alarm)
         gd = reliability is not None
-        self.scribe = ScribeAgent(me, replace(scribe_config, forward_events=not gd))
+        self.scribe = ScribeAgent(me, replace(scribe_config, forward_events=not gd), alarm=alarm)
         self.reliability: ReliabilityNode | None = None
         self.directory: PubendDirectory | None = None
         if reliability is not None:
             self.directory = PubendDirectory(me, reliability.pubend_id, reliability.directory_config,
-                                             reliability.pubend_state, reliability.directory)
+                                             reliability.pubend_state, reliability.directory, alarm)
             links = peers
             self.reliability = ReliabilityNode(me, reliability.pubend_id, reliability.config, self.scribe.told_empty,
                                                reliability.trees_of, reliability.pubend_state, reliability.held,
-                                               (lambda address: False) if links is None else links.congested)
+                                               (lambda address: False) if links is None else links.congested,
+                                               alarm=alarm)
         self._before_join: deque[RouteTo] = deque(maxlen=ROUTES_BEFORE_JOIN_MAX)
 
     # ---- inputs ----------------------------------------------------------------------------------
 
-    def start(self, now: int, bootstrap: str | None) -> list[Any]:
+    def start(self, now: int, bootstrap: str | None) -> list[ClusterEffect]:
         if self.directory is not None:
             self.directory.start(now)
         return self._settle(now, self.overlay.start(now, bootstrap))
 
-    def received(self, now: int, sender: str, message: list[Any]) -> list[Any]:
+    def received(self, now: int, sender: str, message: list[Any]) -> list[ClusterEffect]:
         """A message from the peer at `sender`; raises ProtocolError when it is malformed."""
         kind = message[0] if type(message) is list and message and type(message[0]) is int else None
         if kind == OverlayType.ROUTE:
@@ -143,23 +177,23 @@ class ClusterMember:
             return self._settle(now, self._told(self.scribe.handle(now, sender, message)))
         if kind in Layer.RELIABILITY and self.reliability is not None:
             return self._settle(now, self._asked(now, self.reliability.received(now, sender, message)))
-        if kind == BrokerType.DIRECTORY and self.directory is not None and self.reliability is not None:
-            return self._settle(now, self.directory.received(now, sender, message, self.reliability.wall_us))
+        if kind == BrokerType.DIRECTORY and self.directory is not None:
+            return self._settle(now, self.directory.received(now, sender, message))
         raise ProtocolError(UNKNOWN_MESSAGE, f"unknown peer message type {kind!r}")
 
-    def rtt_measured(self, now: int, address: str, rtt_ns: int) -> list[Any]:
+    def rtt_measured(self, now: int, address: str, rtt_ns: int) -> list[ClusterEffect]:
         return self._settle(now, self.overlay.rtt_measured(now, address, rtt_ns))
 
-    def peer_unreachable(self, now: int, address: str) -> list[Any]:
+    def peer_unreachable(self, now: int, address: str) -> list[ClusterEffect]:
         return self._settle(now, self.overlay.peer_unreachable(now, address))
 
-    def handle_timeout(self, now: int) -> list[Any]:
-        out: list[Any] = [] if self.peers is None else self._peer_output(now, self.peers.handle_timeout(now))
-        effects: list[Any] = [*self.overlay.handle_timeout(now), *self._told(self.scribe.handle_timeout(now))]
+    def handle_timeout(self, now: int) -> list[ClusterEffect]:
+        out = [] if self.peers is None else self._peer_output(now, self.peers.handle_timeout(now))
+        effects: list[Settled] = [*self.overlay.handle_timeout(now), *self._told(self.scribe.handle_timeout(now))]
         if self.reliability is not None:
             effects += self._asked(now, self.reliability.handle_timeout(now))
-        if self.directory is not None and self.reliability is not None:
-            effects += self.directory.handle_timeout(now, self.reliability.wall_us)
+        if self.directory is not None:
+            effects += self.directory.handle_timeout(now)
         return out + self._settle(now, effects)
 
     def next_deadline(self) -> int | None:
@@ -179,7 +213,7 @@ class ClusterMember:
         """Whether `conn` is a connection of the peer links."""
         return self.peers is not None and self.peers.owns(conn)
 
-    def peer_input(self, inp: PeerInput) -> list[Any]:
+    def peer_input(self, inp: PeerInput) -> list[ClusterEffect]:
         """The runtime's report on a peer connection (or on a dial of the links)."""
         peers = self.peers
         assert peers is not None  # only the peer links own connections and dial
@@ -193,7 +227,7 @@ class ClusterMember:
         if isinstance(inp, ConnectFailed):
             return self._peer_output(now, peers.connect_failed(now, inp.address, inp.reason))
         blocked = isinstance(inp, SendBlocked)
-        out = list(peers.flow(now, inp.conn, blocked))  # its messages wait, bounded
+        out: list[ClusterEffect] = [*peers.flow(now, inp.conn, blocked)]  # its messages wait, bounded
         address = peers.address_of(inp.conn)
         if not blocked and address is not None and self.reliability is not None:  # the streams held back go on
             out += self._settle(now, self._asked(now, self.reliability.link_drained(now, address)))
@@ -203,39 +237,39 @@ class ClusterMember:
         """The bytes a peer connection holds in a partial frame (charged to the broker's budget)."""
         return 0 if self.peers is None else self.peers.held_bytes(conn)
 
-    def refuse(self, now: int, conn: int, code: str, text: str) -> list[Any]:
+    def refuse(self, now: int, conn: int, code: str, text: str) -> list[ClusterEffect]:
         """Close a peer connection that broke one of the broker's limits (PEER_ERROR `code`)."""
         assert self.peers is not None
-        return self._peer_output(now, ([], self.peers.refuse(conn, code, text)))
+        return self._peer_output(now, self.peers.refuse(conn, code, text))
 
-    def adopt(self, now: int, conn: int, decoder: FrameDecoder, hello: bytes, rest: list[bytes]) -> list[Any]:
+    def adopt(self, now: int, conn: int, decoder: FrameDecoder, hello: bytes, rest: list[bytes]) -> list[ClusterEffect]:
         """An accepted connection whose first frame was PEER_HELLO: the links take it over."""
         assert self.peers is not None
         return self._peer_output(now, self.peers.adopt(now, conn, decoder, hello, rest))
 
-    def _peer_output(self, now: int, output: PeerOutput) -> list[Any]:
+    def _peer_output(self, now: int, output: Sequence[LinkOutput]) -> list[ClusterEffect]:
         """The links' effects, then each message, measurement and failure they report, handled."""
-        items, effects = output
-        out: list[Any] = list(effects)
-        for item in items:
-            if isinstance(item, RttMeasured):
+        out: list[ClusterEffect] = []
+        for item in output:
+            if isinstance(item, PeerMessage):
+                try:
+                    out += self.received(now, item.sender.address, item.message)
+                except TidingsError as exc:
+                    self.peer_messages_rejected += 1
+                    assert self.peers is not None
+                    out += self.peers.reject(now, item.sender.address, str(exc))
+            elif isinstance(item, RttMeasured):
                 out += self.rtt_measured(now, item.address, item.rtt_ns)
             elif isinstance(item, PeerUnreachable):
                 out += self.peer_unreachable(now, item.address)
             else:
-                sender, message = item
-                try:
-                    out += self.received(now, sender.address, message)
-                except TidingsError as exc:
-                    self.peer_messages_rejected += 1
-                    assert self.peers is not None
-                    out += self.peers.reject(now, sender.address, str(exc))
+                out.append(item)
         return out
 
     # ---- the broker's requests -------------------------------------------------------------------
 
     def subscribe(self, now: int, tree: str, members: tuple[Member, ...] = (),
-                  creation: tuple[str, Acl | None] | None = None) -> list[Any]:
+                  creation: tuple[str, Acl | None] | None = None) -> list[ClusterEffect]:
         """Join `tree` for `members` (identity, pattern); with `creation` (creator, access list),
         CREATE it first (multicast/access.py)."""
         extra = None if self.reliability is None else self.reliability.join_extra(tree)
@@ -257,31 +291,33 @@ class ClusterMember:
         """The trees' access lists this node holds (Scribe's), for the broker's checks."""
         return self.scribe
 
-    def create(self, now: int, tree: str, creator: str, acl: Acl | None) -> list[Any]:
+    def create(self, now: int, tree: str, creator: str, acl: Acl | None) -> list[ClusterEffect]:
         return self._settle(now, self._told(self.scribe.create(now, tree, creator, acl)))
 
-    def unsubscribe(self, now: int, tree: str) -> list[Any]:
+    def unsubscribe(self, now: int, tree: str) -> list[ClusterEffect]:
         return self._settle(now, self._told(self.scribe.unsubscribe(now, tree)))
 
-    def publish(self, now: int, tree: str, event: list[Any]) -> list[Any]:
+    def publish(self, now: int, tree: str, event: list[Any]) -> list[ClusterEffect]:
         return self._settle(now, self._told(self.scribe.publish(now, tree, event)))
 
-    def settle(self, now: int, effects: list[Any]) -> list[Any]:
+    def settle(self, now: int, effects: list[NodeEffect]) -> list[ClusterEffect]:
         """The reliability node's effects for the broker's requests (publish, local subscriptions,
         log reads), with what they ask of Pastry and Scribe carried out."""
         return self._settle(now, self._asked(now, effects))
 
-    def forget_pubend(self, now: int, pubend: str) -> list[Any]:
+    def forget_pubend(self, now: int, pubend: str) -> list[ClusterEffect]:
         """An operator removes a decommissioned broker's pubend from the directory (DirectoryError
         when it is not listed, or is this broker's own)."""
-        assert self.directory is not None and self.reliability is not None
-        return self._settle(now, self.directory.forget(now, self.reliability.wall_us, pubend))
+        assert self.directory is not None
+        return self._settle(now, self.directory.forget(now, pubend))
 
     def wall_clock(self, wall_us: int) -> None:
         """The broker's wall clock at its latest input that had one (the reliability node's merge
-        points and release use it)."""
+        points and release use it, the directory its versions and ages)."""
         if self.reliability is not None:
             self.reliability.wall_us = wall_us
+        if self.directory is not None:
+            self.directory.wall_clock(wall_us)
 
     def unacknowledged(self, now: int) -> int:
         """Trees whose root has not acknowledged this pubend's stream (0 without guaranteed delivery)."""
@@ -309,7 +345,7 @@ class ClusterMember:
 
     # ---- glue ------------------------------------------------------------------------------------
 
-    def _route(self, now: int, message: RouteMessage) -> list[Any]:
+    def _route(self, now: int, message: RouteMessage) -> list[ClusterEffect]:
         decision = self.overlay.route_step(now, message)
         if isinstance(decision, Deliver):
             return self._settle(now, self._told(self.scribe.on_deliver(now, decision)))
@@ -319,25 +355,25 @@ class ClusterMember:
             effects.append(self.overlay.forward(Forward(onward, decision.next_hop)))
         return self._settle(now, effects)
 
-    def _settle(self, now: int, effects: list[Any]) -> list[Any]:
+    def _settle(self, now: int, effects: Sequence[Settled]) -> list[ClusterEffect]:
         """Hand the machines' effects meant for each other across; return the rest, in order."""
-        out: list[Any] = []
-        queue = deque(effects)
+        out: list[ClusterEffect] = []
+        queue: deque[Settled] = deque(effects)
         while queue:
             eff = queue.popleft()
-            if type(eff) is RouteTo:
+            if isinstance(eff, RouteTo):
                 if self.overlay.joined:
                     out += self._route(now, self.overlay.route(eff.key, eff.payload))
                 else:
                     self._before_join.append(eff)
-            elif type(eff) is JoinCompleted:
+            elif isinstance(eff, JoinCompleted):
                 queue.extend(self._before_join)
                 self._before_join.clear()
-            elif type(eff) is LeafSetChanged:
+            elif isinstance(eff, LeafSetChanged):
                 queue.extend(self._told(self.scribe.leaf_set_changed(now, eff.members)))
                 if self.directory is not None:
                     queue.extend(self.directory.leaf_set_changed(now, eff.members))
-            elif type(eff) is NodeFailed:
+            elif isinstance(eff, NodeFailed):
                 queue.extend(self._told(self.scribe.node_failed(now, eff.node)))
             elif self.reliability is not None and type(eff) in RELIABILITY_UPCALLS:
                 self._reliability_upcall(now, eff, queue)
@@ -349,7 +385,7 @@ class ClusterMember:
                 out.append(eff)
         return out
 
-    def _reliability_upcall(self, now: int, eff: Any, queue: deque[Any]) -> None:
+    def _reliability_upcall(self, now: int, eff: Settled, queue: deque[Settled]) -> None:
         gd = self.reliability
         assert gd is not None
         if type(eff) is EventArrived:
@@ -376,16 +412,16 @@ class ClusterMember:
                 self.reliability.tree_changed(shape)
         return effects
 
-    def _asked(self, now: int, effects: list[NodeEffect]) -> list[NodeEffect | ScribeEffect]:
+    def _asked(self, now: int, effects: list[NodeEffect]) -> list[Asked | ScribeEffect]:
         """The reliability node's `effects`, with what it asks of Scribe (SendToChild, PublishRouted,
         RememberPublisher) carried out at once, in order, each replaced by Scribe's own effects."""
-        out: list[NodeEffect | ScribeEffect] = []
+        out: list[Asked | ScribeEffect] = []
         for eff in effects:
-            if type(eff) is SendToChild:
+            if isinstance(eff, SendToChild):
                 out += self.scribe.send_event(now, eff.tree, eff.child, eff.event)
-            elif type(eff) is PublishRouted:
+            elif isinstance(eff, PublishRouted):
                 out += self._told(self.scribe.publish(now, eff.tree, eff.event, eff.even_if_empty))
-            elif type(eff) is RememberPublisher:
+            elif isinstance(eff, RememberPublisher):
                 self.scribe.remember_publisher(eff.tree, eff.publisher)
             else:
                 out.append(eff)

@@ -38,7 +38,9 @@ in its leaf set so that it outlives the root:
 
 Invariants: a broker's own entry is LISTED and its version never goes down; `entries_max` bounds
 the directory (a pubend beyond it is refused and counted, never one already held); nothing here
-reads a clock: `now` (monotonic) drives the timers and `wall_us` (wall clock) the versions and ages.
+reads a clock: `now` (monotonic) drives the round's timer (one `Deadlines`, the one timer contract
+of core/deadlines.py) and the wall clock, an input of its own (`wall_clock`, given with every input
+of the broker that carries one), the versions and ages.
 """
 
 from __future__ import annotations
@@ -46,11 +48,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
 from tidings.core import defaults
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.effects import SaveDirectory
 from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
 from tidings.core.event import TICK_MAX
@@ -157,14 +160,23 @@ class DirectoryConfig:
 
 
 LocalState = Callable[[], tuple[int, LogState]]  # this broker's pubend: (durable tail, its log)
+DirectoryEffect = PeerSend | SaveDirectory
+
+
+class RoundTimer(NamedTuple):
+    """The next gossip round is due (and with it the anti-entropy turn and the save, when due)."""
+
+
+ROUND = RoundTimer()
 
 
 class PubendDirectory:
     """The directory one broker holds, and its part in the gossip (see the module doc)."""
 
     def __init__(self, me: NodeRef, pubend: str, config: DirectoryConfig, local: LocalState,
-                 saved: bytes | None = None) -> None:
-        """`saved`: what the last SaveDirectory saved (DirectoryError when it does not decode)."""
+                 saved: bytes | None = None, alarm: Alarm | None = None) -> None:
+        """`saved`: what the last SaveDirectory saved (DirectoryError when it does not decode);
+        `alarm`: the broker's earliest deadline, told when the round's timer moves (core/deadlines.py)."""
         self.me = me
         self.pubend = pubend
         self.config = config
@@ -172,7 +184,8 @@ class PubendDirectory:
         self._entries: dict[str, DirectoryEntry] = {} if saved is None else decode(saved)
         self._dirty: dict[str, str | None] = {}  # pubend -> the address it was learnt from (not sent back)
         self._leaf: tuple[str, ...] = ()  # addresses of the leaf set's members, by nodeId
-        self._next_round: int | None = None
+        self.timers: Deadlines[RoundTimer] = Deadlines(alarm)  # the next round, once started
+        self.wall_us = 0  # the broker's wall clock at its latest input that had one (`wall_clock`)
         self._next_sync = 0
         self._sync_turn = 0
         self._next_save = 0
@@ -188,18 +201,23 @@ class PubendDirectory:
     def start(self, now: int) -> None:
         """Start the rounds; the first issues this broker's own entry, above any saved one (the
         wall clock comes with the timer)."""
-        self._next_round = now
+        self.timers.set(ROUND, now)
         self._next_sync = now + self.config.sync_interval_ns
         self._issued = False
 
-    def leaf_set_changed(self, now: int, members: Sequence[NodeRef]) -> list[Any]:
+    def wall_clock(self, wall_us: int) -> None:
+        """The broker's wall clock at its latest input that had one: versions are issued, and
+        entries aged, by it."""
+        self.wall_us = wall_us
+
+    def leaf_set_changed(self, now: int, members: Sequence[NodeRef]) -> list[DirectoryEffect]:
         """Members new to the leaf set get the whole directory."""
         addresses = tuple(m.address for m in members if m.address != self.me.address)
         new = [a for a in addresses if a not in self._leaf]
         self._leaf = addresses
         return [send for address in new for send in self._send_all(address)]
 
-    def received(self, now: int, sender: str, message: list[Any], wall_us: int) -> list[Any]:
+    def received(self, now: int, sender: str, message: list[Any]) -> list[DirectoryEffect]:
         """A DIRECTORY message from the peer at `sender`; ProtocolError when it is malformed."""
         if (type(message) is not list or len(message) != 2 or message[0] != BrokerType.DIRECTORY
                 or type(message[1]) is not list):
@@ -214,16 +232,20 @@ class PubendDirectory:
             self.rejected += 1
             raise
         for entry in entries:
-            self._learn(entry, sender, wall_us)
+            self._learn(entry, sender, self.wall_us)
         return []
 
-    def handle_timeout(self, now: int, wall_us: int) -> list[Any]:
-        if self._next_round is None or now < self._next_round:
+    def handle_timeout(self, now: int) -> list[DirectoryEffect]:
+        """A gossip round: entries aged out, this broker's own refreshed, the changes sent on, a
+        leaf-set member's anti-entropy turn and the save, when they are due."""
+        if not self.timers.pop_due(now):
             return []
-        self._next_round = now + self.config.announce_interval_ns
+        wall_us = self.wall_us
+        self.timers.set(ROUND, now + self.config.announce_interval_ns)
         self._age_out(wall_us)
         self._refresh(wall_us)
-        out: list[Any] = self._send_changes()
+        out: list[DirectoryEffect] = []
+        out += self._send_changes()
         if now >= self._next_sync and self._leaf:
             self._next_sync = now + self.config.sync_interval_ns
             self._sync_turn = (self._sync_turn + 1) % len(self._leaf)
@@ -235,11 +257,11 @@ class PubendDirectory:
         return out
 
     def next_deadline(self) -> int | None:
-        return self._next_round
+        return self.timers.next_deadline()
 
-    def forget(self, now: int, wall_us: int, pubend: str) -> list[Any]:
+    def forget(self, now: int, pubend: str) -> list[PeerSend]:
         """An operator removes `pubend` (its broker was decommissioned): a tombstone, gossiped."""
-        self._put(tombstone(self._entries, pubend, self.pubend, wall_us), None)
+        self._put(tombstone(self._entries, pubend, self.pubend, self.wall_us), None)
         return self._send_changes()
 
     # ---- what the directory holds ----------------------------------------------------------------
@@ -313,21 +335,21 @@ class PubendDirectory:
             self.aged_out += 1
             self._changed = True
 
-    def _send_changes(self) -> list[Any]:
+    def _send_changes(self) -> list[PeerSend]:
         """The entries changed since the last round, to every leaf-set member but their source."""
         if not self._dirty:
             return []
         dirty, self._dirty = self._dirty, {}
-        out: list[Any] = []
+        out: list[PeerSend] = []
         for address in self._leaf:
             out += self._messages(address, (self._entries[p] for p in sorted(dirty)
                                             if p in self._entries and dirty[p] != address))
         return out
 
-    def _send_all(self, address: str) -> list[Any]:
+    def _send_all(self, address: str) -> list[PeerSend]:
         return self._messages(address, (e for _, e in sorted(self._entries.items())))
 
-    def _messages(self, address: str, entries: Iterable[DirectoryEntry]) -> list[Any]:
+    def _messages(self, address: str, entries: Iterable[DirectoryEntry]) -> list[PeerSend]:
         wire = [e.to_wire() for e in entries]
         step = self.config.message_entries_max
         return [PeerSend(address, [BrokerType.DIRECTORY, wire[i:i + step]]) for i in range(0, len(wire), step)]

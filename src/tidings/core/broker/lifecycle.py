@@ -30,7 +30,7 @@ from __future__ import annotations
 from enum import Enum, StrEnum
 from typing import NamedTuple, Protocol
 
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.effects import ApplyRetention, Drained, JoinTimedOut, PeerRefused
 from tidings.core.links.refusals import DIALLER_SIDE
 from tidings.core.states import Transitions
@@ -86,10 +86,10 @@ class Lifecycle:
     __slots__ = ("_broker", "_drain_began", "_join", "_timers", "drain", "join_attempts_failed", "join_failure",
                  "join_timeout_ns", "retention")
 
-    def __init__(self, broker: BrokerView, retention: Retention) -> None:
+    def __init__(self, broker: BrokerView, retention: Retention, alarm: Alarm | None = None) -> None:
         self._broker = broker
         self.retention = retention
-        self._timers: Deadlines[LifecycleTimer] = Deadlines()
+        self._timers: Deadlines[LifecycleTimer] = Deadlines(alarm)  # (alarm: the broker's, core/deadlines.py)
         self._join: str | None = None  # the address joined through, while the join is bounded
         self.join_timeout_ns = 0
         self.join_attempts_failed = 0

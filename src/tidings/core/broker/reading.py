@@ -5,7 +5,8 @@ Theory of operation. The runtime hands the broker bytes; this machine pushes the
 connection's decoder (`received`) and serves the connection (`serve`, then `read_done`): it pulls
 its messages one at a time, in order, while nothing holds it (connection.py `Hold`), and yields each
 to the composer, which dispatches it to the machine that owns it (`Served`); a release (`release`,
-`handle_timeout`) serves what waited the same way. A connection is read only while its hold set is empty; each
+or a timer's: `handle_timeout` says which hold ended, as a `ReadingEffect`, and `carry_out` serves
+it) serves what waited the same way. A connection is read only while its hold set is empty; each
 owner holds it for its own reason and only that owner releases it:
 
 - SEND: the runtime's SendBlocked until SendDrained (`flow`): its requests would queue replies;
@@ -33,6 +34,7 @@ States: a connection's own (connection.py `ConnState`); this machine adds only t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tidings.core import errors
@@ -41,7 +43,7 @@ from tidings.core.broker.advice import RouteAdvice
 from tidings.core.broker.connection import AWAITING_HELLO, CLOSED, OPEN, READ, ClientConnection, ClientMessage, Hold
 from tidings.core.broker.refusals import ClientErrors
 from tidings.core.config import BrokerConfig
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.wire import messages
 from tidings.core.wire.frames import PartialFrames
@@ -65,6 +67,26 @@ class ReadTimer(NamedTuple):
 ReadingTimer = HandshakeTimer | ReadTimer
 
 
+@dataclass(frozen=True, slots=True)
+class EndHold:
+    """Read `conn` again as far as `hold` goes (a refusal window's held ERRORs go first)."""
+
+    conn: int
+    hold: Hold
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireHandshake:
+    """Close `conn` if it still owes its HELLO (or AUTH)."""
+
+    conn: int
+
+
+# what the timers decided, for the composer to carry out in order (`carry_out`): each may serve a
+# connection, whose messages the composer dispatches as they come
+ReadingEffect = EndHold | ExpireHandshake
+
+
 # each message, for the composer to dispatch; None once the handshake is done (WELCOME is out: the
 # composer may advise the client)
 Served = Iterator[tuple[ClientConnection, ClientMessage | None]]
@@ -73,15 +95,17 @@ Served = Iterator[tuple[ClientConnection, ClientMessage | None]]
 class Reading:
     __slots__ = ("advice", "client_errors", "config", "connections", "guard", "partials", "timers")
 
-    def __init__(self, config: BrokerConfig, guard: Guard, client_errors: ClientErrors, advice: RouteAdvice) -> None:
+    def __init__(self, config: BrokerConfig, guard: Guard, client_errors: ClientErrors, advice: RouteAdvice,
+                 alarm: Alarm | None = None) -> None:
+        """`alarm`: the broker's earliest deadline, told when a timer of this machine moves."""
         self.config = config
         self.guard = guard
         self.client_errors = client_errors
         self.advice = advice  # what WELCOME says of this broker (core/broker/advice.py)
         self.connections: dict[int, ClientConnection] = {}
         # the bytes held in partial frames by every connection, client or peer (wire/frames.py)
-        self.partials = PartialFrames(config.partial_frames_bytes_max, config.frame_progress_timeout_ns)
-        self.timers: Deadlines[ReadingTimer] = Deadlines()
+        self.partials = PartialFrames(config.partial_frames_bytes_max, config.frame_progress_timeout_ns, alarm)
+        self.timers: Deadlines[ReadingTimer] = Deadlines(alarm)
 
     def next_deadline(self) -> int | None:
         deadlines = [d for d in (self.timers.next_deadline(), self.partials.next_deadline()) if d is not None]
@@ -223,17 +247,28 @@ class Reading:
         c = self.connections.get(conn)
         return c is not None and bool(c.holds)
 
-    def handle_timeout(self, now: int, out: list[Effect]) -> Served:
-        """Holds that ended (a refusal window's held ERRORs go first) and handshakes not done in time."""
-        for key in self.timers.pop_due(now):
-            c = self.connections.get(key.conn)
-            if type(key) is ReadTimer:
-                if c is not None and key.hold is Hold.REFUSED:
-                    c.flush_refusals(now, out)  # one ERROR per reason for what the window held
-                yield from self.release(now, key.conn, key.hold, out)
-            elif c is not None and c.state == AWAITING_HELLO:
-                self.partials.forget(c.conn)
-                out += c.fail(now, errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
+    def handle_timeout(self, now: int) -> list[ReadingEffect]:
+        """Holds that ended and handshakes due by `now`, earliest first, for `carry_out`. (The
+        partial frames' deadlines are `frames_overdue`'s.)"""
+        return [EndHold(key.conn, key.hold) if type(key) is ReadTimer else ExpireHandshake(key.conn)
+                for key in self.timers.pop_due(now)]
+
+    def timed_out(self, now: int, out: list[Effect]) -> Served:
+        """`handle_timeout`, each effect carried out in order (`carry_out`): what it serves."""
+        for eff in self.handle_timeout(now):
+            yield from self.carry_out(now, eff, out)
+
+    def carry_out(self, now: int, eff: ReadingEffect, out: list[Effect]) -> Served:
+        """What a timer decided (`handle_timeout`): a hold that ended serves what waited (a refusal
+        window's held ERRORs go first); a handshake not done in time closes its connection."""
+        c = self.connections.get(eff.conn)
+        if type(eff) is EndHold:
+            if c is not None and eff.hold is Hold.REFUSED:
+                c.flush_refusals(now, out)  # one ERROR per reason for what the window held
+            yield from self.release(now, eff.conn, eff.hold, out)
+        elif c is not None and c.state == AWAITING_HELLO:
+            self.partials.forget(c.conn)
+            out += c.fail(now, errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
 
     # ---- partial frames (docs/security.md) --------------------------------------------------------
 

@@ -8,9 +8,10 @@ dropped and counted), its counters and its RTT. A `PeerConn` is one TCP connecti
 peer, dialled or accepted: its frame decoder, which link it carries, whether we already closed it,
 and what the cluster credential's challenge holds for it (links/challenge.py).
 
-The outputs of PeerLinks are typed here too: for the composer, in order, each message of another
-layer with its sender (`PeerMessage`), each RTT sample (`RttMeasured`) and each peer found
-unreachable (`PeerUnreachable`); and the two timer keys the links arm.
+The outputs of PeerLinks are typed here too (`LinkOutput`): effects for the runtime, then, for the
+composer, in order, each message of another layer with its sender (`PeerMessage`), each RTT sample
+(`RttMeasured`) and each peer found unreachable (`PeerUnreachable`); and the two timer keys the
+links arm.
 """
 
 from __future__ import annotations
@@ -82,9 +83,18 @@ class PeerUnreachable:
     address: str
 
 
-PeerMessage = tuple[NodeRef, list[Any]]
+@dataclass(frozen=True, slots=True)
+class PeerMessage:
+    """A message of another layer from `sender`: the decoded frame, which that layer validates."""
+
+    sender: NodeRef
+    message: list[Any]  # raw msgpack, as the peer codec decoded it (wire/peer.py unpack)
+
+
 PeerItem = PeerMessage | RttMeasured | PeerUnreachable
-PeerOutput = tuple[list[PeerItem], list[Effect]]
+# what every entry point of PeerLinks driven by an input or a timer returns: the runtime's effects
+# first, then the items for the composer, in order
+LinkOutput = Effect | PeerItem
 
 
 class PeerConn:

@@ -45,11 +45,11 @@ reason (`refusals`, in the status as `peer_refusals`) and handed to the runtime 
 effects to log, are in refusals.py; the PING/PONG pinger that measures RTT and notices a silent
 peer is rtt.py. `probe` measures a node on request.
 
-Outputs. The entry points driven by inputs return `(items, effects)`: effects for the runtime, and
-items for the composer, in order: `(sender, message)` for each message of another layer (a raw
-list, which that layer validates; `reject` answers one it finds malformed), `RttMeasured`, and
-`PeerUnreachable` for each peer found unreachable. `send`, `probe`, `flow` and `reject` return
-effects.
+Outputs. The entry points driven by inputs, and `handle_timeout`, return one typed list
+(`LinkOutput`, link.py): the effects for the runtime first, then the items for the composer, in
+order: a `PeerMessage` (sender, message) for each message of another layer (a raw list, which that
+layer validates; `reject` answers one it finds malformed), `RttMeasured`, and `PeerUnreachable` for
+each peer found unreachable. `send`, `probe`, `flow` and `reject` return effects only.
 
 Invariants: a link's `conn` is set exactly in HANDSHAKE and OPEN; every connection in `_conns`
 that is not closing carries the link its `address` names; at most one Connect per address is
@@ -64,6 +64,7 @@ from typing import Any
 
 from tidings.core import errors
 from tidings.core.auth.peer_auth import ClusterAuth
+from tidings.core.deadlines import Alarm
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.errors import ProtocolError
 from tidings.core.links.challenge import Challenges
@@ -74,10 +75,10 @@ from tidings.core.links.link import (
     WAITING,
     AuthTimer,
     Link,
+    LinkOutput,
     PeerConfig,
     PeerConn,
     PeerMessage,
-    PeerOutput,
 )
 from tidings.core.links.refusals import (
     ACCEPTOR_SIDE,
@@ -98,8 +99,9 @@ from tidings.core.wire.types import Layer
 
 
 class PeerLinks(LinkTable):
-    def __init__(self, me: NodeRef, config: PeerConfig, cluster: ClusterAuth | None = None) -> None:
-        super().__init__(me, config)
+    def __init__(self, me: NodeRef, config: PeerConfig, cluster: ClusterAuth | None = None,
+                 alarm: Alarm | None = None) -> None:
+        super().__init__(me, config, alarm)
         self.cluster = cluster  # the cluster credential every peer must prove, if any
         self._challenges = None if cluster is None else Challenges(me, cluster, self.timers,
                                                                    config.handshake_timeout_ns)
@@ -154,21 +156,21 @@ class PeerLinks(LinkTable):
             return [self._pinger.ping(now, link)]
         return []
 
-    def connected(self, now: int, conn: int, address: str) -> PeerOutput:
+    def connected(self, now: int, conn: int, address: str) -> list[LinkOutput]:
         """Our Connect(address) succeeded as `conn`: say PEER_HELLO, unless no longer needed."""
         self._dialling.discard(address)
         link = self._links.get(address)
         if link is None or link.state != DIALLING:
-            return [], [Disconnect(conn, "a connection to this broker already exists")]
+            return [Disconnect(conn, "a connection to this broker already exists")]
         decoder = FrameDecoder(self.config.hello_frame_bytes_max, "hello_frame_bytes_max", final=False)
         c = self._conns[conn] = PeerConn(conn, decoder, True, address)
         c.nonce = None if self.cluster is None else self.cluster.nonce()
         link.move(HANDSHAKE)
         link.conn = conn
         self._arm(link, now + self.config.handshake_timeout_ns)
-        return [], [Send(conn, peer.hello(self.me, nonce=c.nonce))]
+        return [Send(conn, peer.hello(self.me, nonce=c.nonce))]
 
-    def connect_failed(self, now: int, address: str, reason: str) -> PeerOutput:
+    def connect_failed(self, now: int, address: str, reason: str) -> list[LinkOutput]:
         self._dialling.discard(address)
         link = self._links.get(address)
         if link is not None and link.state == DIALLING:
@@ -176,25 +178,26 @@ class PeerLinks(LinkTable):
         return self._output([], [])
 
     def adopt(self, now: int, conn: int, decoder: FrameDecoder, hello_body: bytes,
-              rest_bodies: list[bytes]) -> PeerOutput:
+              rest_bodies: list[bytes]) -> list[LinkOutput]:
         """Take over an accepted connection whose first frame is a PEER_HELLO (`hello_body`);
         `rest_bodies` are the frames that came with it, `decoder` holds any partial frame."""
         try:
             hello = peer.decode_hello(hello_body)
         except ProtocolError as exc:  # not yet a peer: answer in the client protocol
-            return [], [Send(conn, messages.error(errors.HANDSHAKE, f"bad PEER_HELLO: {exc}")),
+            return [Send(conn, messages.error(errors.HANDSHAKE, f"bad PEER_HELLO: {exc}")),
                         self._refused(conn, "", ACCEPTOR_SIDE, MALFORMED, f"bad PEER_HELLO: {exc}"),
                         Disconnect(conn, "bad PEER_HELLO")]
         c = self._conns[conn] = PeerConn(conn, decoder, False, hello.node.address)
         decoder.limit(self.config.hello_frame_bytes_max, "hello_frame_bytes_max", final=False)  # until admitted
         refusal = hello_refusal(hello, self.me, self.cluster is not None)
         if refusal is not None:
-            return [], self._refuse(c, refusal)
+            return [*self._refuse(c, refusal)]
         if self.cluster is not None:
             return self._challenge(now, c, hello, rest_bodies)
         return self._accepted(now, c, hello.node, rest_bodies, [])
 
-    def _accepted(self, now: int, c: PeerConn, node: NodeRef, bodies: Iterable[bytes], out: list[Effect]) -> PeerOutput:
+    def _accepted(self, now: int, c: PeerConn, node: NodeRef, bodies: Iterable[bytes],
+                  out: list[Effect]) -> list[LinkOutput]:
         out += self._accept(now, c, node)
         if c.closing:
             return self._output([], out)
@@ -202,11 +205,11 @@ class PeerLinks(LinkTable):
         self._check_decoder(c, out)
         return self._output(msgs, out)
 
-    def received(self, now: int, conn: int, data: bytes) -> PeerOutput:
+    def received(self, now: int, conn: int, data: bytes) -> list[LinkOutput]:
         """Bytes on a peer connection: the messages for other layers, each with its sender."""
         c = self._conns.get(conn)
         if c is None or c.closing:
-            return [], []
+            return []
         if c.unproven is not None:
             c.decoder.push(data)
             return self._prove(now, c, c.decoder.frames())
@@ -216,18 +219,18 @@ class PeerLinks(LinkTable):
         self._check_decoder(c, out)
         return self._output(msgs, out)
 
-    def lost(self, now: int, conn: int) -> PeerOutput:
+    def lost(self, now: int, conn: int) -> list[LinkOutput]:
         """A peer connection closed. An OPEN link is redialled (the peer is reported unreachable
         only if that fails); a link still in its handshake is dropped and reported at once."""
         c = self._conns.pop(conn, None)
         if c is None or c.closing or c.unproven is not None:
-            return [], []
+            return []
         link = self._links[c.address]
         assert link.conn == conn
         if link.state == HANDSHAKE:
             self._drop(link, "the connection closed during the handshake")
             return self._output([], [])
-        return [], self._redial(link)
+        return [*self._redial(link)]
 
     def reject(self, now: int, address: str, reason: str) -> list[Effect]:
         """Another layer found a message from the peer at `address` malformed: tell the peer and
@@ -239,7 +242,7 @@ class PeerLinks(LinkTable):
         self._drop(link, f"sent a malformed message: {reason}", report=False)
         return out
 
-    def handle_timeout(self, now: int) -> PeerOutput:
+    def handle_timeout(self, now: int) -> list[LinkOutput]:
         out: list[Effect] = []
         for key in self.timers.pop_due(now):
             if isinstance(key, AuthTimer):
@@ -293,15 +296,16 @@ class PeerLinks(LinkTable):
 
     # ---- the cluster credential (links/challenge.py) ---------------------------------------------
 
-    def _challenge(self, now: int, c: PeerConn, hello: peer.PeerHello, rest: list[bytes]) -> PeerOutput:
+    def _challenge(self, now: int, c: PeerConn, hello: peer.PeerHello, rest: list[bytes]) -> list[LinkOutput]:
         """An accepted PEER_HELLO in a cluster with a credential: challenge it; no link yet."""
         assert self._challenges is not None
         step = self._challenges.challenge(now, c, hello)
         if isinstance(step, Refusal):
-            return [], self._refuse(c, step)
+            return [*self._refuse(c, step)]
         return self._prove(now, c, rest, [Send(c.conn, step)])
 
-    def _prove(self, now: int, c: PeerConn, bodies: Iterable[bytes], out: list[Effect] | None = None) -> PeerOutput:
+    def _prove(self, now: int, c: PeerConn, bodies: Iterable[bytes],
+               out: list[Effect] | None = None) -> list[LinkOutput]:
         """Frames on an accepted connection not yet proven: only a right PEER_AUTH is acted on."""
         out = out or []
         hello = c.unproven
@@ -310,11 +314,11 @@ class PeerLinks(LinkTable):
         for body in frames:
             refusal = self._challenges.verdict(c, body)
             if refusal is not None:
-                return [], out + self._refuse(c, refusal)
+                return [*out, *self._refuse(c, refusal)]
             return self._accepted(now, c, hello.node, frames, out)
         if c.decoder.failure is not None:
             out += self._refuse(c, Refusal(c.decoder.failure.code, MALFORMED, str(c.decoder.failure)))
-        return [], out
+        return [*out]
 
     def _auth_overdue(self, conn: int) -> list[Effect]:
         assert self._challenges is not None
@@ -343,7 +347,7 @@ class PeerLinks(LinkTable):
                       or msg[0] in Layer.RELIABILITY):
                     assert link.node is not None
                     link.received += 1
-                    msgs.append((link.node, msg))
+                    msgs.append(PeerMessage(link.node, msg))
                 else:
                     raise ProtocolError(errors.UNKNOWN_MESSAGE, f"unknown peer message type {msg[0]}")
             except ProtocolError as exc:

@@ -17,19 +17,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.effects import Connect, Disconnect, Effect, PeerRefused, Send
 from tidings.core.links.link import (
     DIALLING,
     OPEN,
     AuthTimer,
     Link,
+    LinkOutput,
     LinkTimer,
     PeerConfig,
     PeerConn,
-    PeerItem,
     PeerMessage,
-    PeerOutput,
     PeerUnreachable,
     RttMeasured,
 )
@@ -41,7 +40,7 @@ ALIASES_MAX = 1024
 
 
 class LinkTable:
-    def __init__(self, me: NodeRef, config: PeerConfig) -> None:
+    def __init__(self, me: NodeRef, config: PeerConfig, alarm: Alarm | None = None) -> None:
         self.me = me
         self.config = config
         self._links: dict[str, Link] = {}
@@ -50,7 +49,7 @@ class LinkTable:
         self._aliases: dict[str, str] = {}  # dialled address -> the address the peer advertises
         # a link's one live timer (its handshake deadline or its next ping), and each challenged
         # connection's PEER_AUTH deadline
-        self.timers: Deadlines[LinkTimer | AuthTimer] = Deadlines()
+        self.timers: Deadlines[LinkTimer | AuthTimer] = Deadlines(alarm)  # (alarm: the broker's, core/deadlines.py)
         self._reports: list[RttMeasured | PeerUnreachable] = []  # handed out with the next output
         self.messages_dropped = 0  # on every link, also those since forgotten
         self.last_failure = ""  # the last link dropped and why, for status and logs
@@ -182,7 +181,8 @@ class LinkTable:
         if report:
             self._reports.append(PeerUnreachable(link.address))
 
-    def _output(self, msgs: list[PeerMessage], effects: list[Effect]) -> PeerOutput:
-        items: list[PeerItem] = [*msgs, *self._reports]
+    def _output(self, msgs: list[PeerMessage], effects: list[Effect]) -> list[LinkOutput]:
+        """The effects, then the messages, then the reports held since the last output."""
+        out: list[LinkOutput] = [*effects, *msgs, *self._reports]
         self._reports = []
-        return items, effects
+        return out

@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.errors import BAD_MESSAGE, TOO_MANY_TREES, ProtocolError, TidingsError
 from tidings.core.multicast.access import MEMBERS_PER_SUBSCRIBE_MAX, Acl, Member, admits, admitted
 from tidings.core.multicast.effects import (
@@ -109,10 +109,10 @@ __all__ = [
 class ScribeAgent:
     """Scribe on one node. Every input returns the effects to carry out, in order."""
 
-    def __init__(self, me: NodeRef, config: ScribeConfig | None = None) -> None:
+    def __init__(self, me: NodeRef, config: ScribeConfig | None = None, alarm: Alarm | None = None) -> None:
         self.me = me
         self.config = config or ScribeConfig()
-        self._table = TreeTable(me, self.config)
+        self._table = TreeTable(me, self.config, alarm)
         self._root = RendezVous(me, self.config, self._table)
         self._created: dict[str, str] = {}  # tree -> creator identity: trees this node created
         self.timers: Deadlines[ScribeTimer] = self._table.timers  # the tick, set while there are trees

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.multicast.effects import Join, JoinPurpose, ParentSuspected, ScribeEffect, TreeShape
 from tidings.core.multicast.entry import TreeEntry
 from tidings.core.multicast.messages import (
@@ -42,11 +42,11 @@ from tidings.core.wire.packable import Packable
 class TreeTable:
     """This node's tree entries, their parent/child links and the liveness tick that keeps them."""
 
-    def __init__(self, me: NodeRef, config: ScribeConfig) -> None:
+    def __init__(self, me: NodeRef, config: ScribeConfig, alarm: Alarm | None = None) -> None:
         self.me = me
         self.config = config
         self.trees: dict[str, TreeEntry] = {}
-        self.timers: Deadlines[ScribeTimer] = Deadlines()  # the tick, set while there are trees
+        self.timers: Deadlines[ScribeTimer] = Deadlines(alarm)  # the tick, set while there are trees
         # with the reliability layer (forward_events off): trees whose shape (presence, root, parent,
         # children) changed since `shape_changes` was last asked, in the order they first changed
         self.reshaped: dict[str, None] | None = None if config.forward_events else {}

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.overlay import messages as m
 from tidings.core.overlay.envelope import Deliver, Forward, PeerSend, RouteDecision, RouteMessage
 from tidings.core.overlay.events import JoinCompleted, LeafSetChanged, NodeFailed, OverlayEffect, Probe
@@ -113,7 +113,7 @@ class OverlayNode:
     )
 
     def __init__(self, me: NodeRef, config: OverlayConfig, rng: Rng,
-                 ref_pool: dict[int, NodeRef] | None = None) -> None:
+                 ref_pool: dict[int, NodeRef] | None = None, alarm: Alarm | None = None) -> None:
         self.me = me
         self._ref_pool = ref_pool
         self.config = config
@@ -124,7 +124,7 @@ class OverlayNode:
         self._joined = False
         self._bootstrap: str | None = None
         self._join_retry_ns = config.join_retry_interval_ns_min
-        self.timers: Deadlines[OverlayTimer] = Deadlines()
+        self.timers: Deadlines[OverlayTimer] = Deadlines(alarm)  # (alarm: core/deadlines.py)
         self._heard_ns: dict[str, int] = {}  # leaf address -> last sign of life
         self._repair = Repair(me, config, rng, self.leaf_set, self.routing_table, self.neighbourhood,
                               self.timers, self._known)

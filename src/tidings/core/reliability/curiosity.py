@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, NamedTuple
 
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.reliability.messages import Nack
 from tidings.core.reliability.round_trip import RoundTrip
 from tidings.core.reliability.ticks import CuriosityMap, Range
@@ -159,11 +159,11 @@ class Curiosity:
 
     __slots__ = ("_pruned", "_round_trips", "_streams", "config", "nack_ticks_sent", "nacks_sent", "timers")
 
-    def __init__(self, config: CuriosityConfig, pruned: Callable[[str], bool]) -> None:
+    def __init__(self, config: CuriosityConfig, pruned: Callable[[str], bool], alarm: Alarm | None = None) -> None:
         self.config = config
         self._pruned = pruned  # Scribe pruned this tree here and nothing local has it
         self._streams: dict[GapTimer, Istream] = {}
-        self.timers: Deadlines[GapTimer] = Deadlines()
+        self.timers: Deadlines[GapTimer] = Deadlines(alarm)
         self._round_trips: dict[str, RoundTrip] = {}  # upstream broker -> its nack round trips
         self.nacks_sent = 0
         self.nack_ticks_sent = 0

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tidings.core import defaults
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.durable.constream import Catchup, Recorded
 from tidings.core.durable.release import release_through
 from tidings.core.effects import ReadLog, ReleaseLog
@@ -117,7 +117,8 @@ class ReliabilityNode:
     def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, told_empty: ToldEmpty,
                  trees_of: Callable[[str], list[str]], pubend_state: PubendState,
                  held: Held = lambda tree, pubend: None,
-                 congested: Callable[[str], bool] = lambda address: False) -> None:
+                 congested: Callable[[str], bool] = lambda address: False, alarm: Alarm | None = None) -> None:
+        """`alarm`: the broker's earliest deadline, told when a timer moves (core/deadlines.py)."""
         self.me = me
         self.pubend_id = pubend_id
         self.config = config
@@ -130,8 +131,8 @@ class ReliabilityNode:
             config.reads_max, config.trees_max, config.knowledge_bytes_max, config.release_hold_ns,
             config.retransmit_window_bytes, config.retransmit_wait_ns), trees_of,
             told_empty, congested)
-        self.streams = TreeStreams(me, pubend_id, config, held, congested)
-        self.timers: Deadlines[SilenceTimer] = Deadlines()  # the pubend's silence, release and the merges
+        self.streams = TreeStreams(me, pubend_id, config, held, congested, alarm)
+        self.timers: Deadlines[SilenceTimer] = Deadlines(alarm)  # the pubend's silence, release and the merges
         self.peer_errors = 0
         self.locals = LocalConsumers(self.streams)  # local subscriptions and the PFS on the streams
 

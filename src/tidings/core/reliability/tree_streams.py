@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tidings.core.deadlines import Alarm
 from tidings.core.durable.constream import Recorded
 from tidings.core.errors import ProtocolError
 from tidings.core.event import TICK_MAX
@@ -57,7 +58,7 @@ POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
 
 class TreeStreams:
     def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, held: Held,
-                 congested: Callable[[str], bool]) -> None:
+                 congested: Callable[[str], bool], alarm: Alarm | None = None) -> None:
         self.me = me
         self.pubend_id = pubend_id
         self.config = config
@@ -71,7 +72,7 @@ class TreeStreams:
         self._shapes: dict[str, TreeShape] = {}  # the trees as Scribe last told them (tree_changed)
         self.acks = AckBatcher()  # drained by the reliability node when its input is handled
         self.curiosity = Curiosity(CuriosityConfig(config.gap_curiosity_ns, config.nack_repeat_ns_min,
-                                                   config.nack_repeat_ns_max), self._pruned)
+                                                   config.nack_repeat_ns_max), self._pruned, alarm)
         self.total_order = TotalOrderMerge(config.clock_skew_allowance_us)
         self.records_unwanted = 0  # first-time data that reached this broker though nothing here or below wanted it
         self.retransmissions_sent = 0

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from tidings.core import errors
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.effects import Send
 from tidings.core.wire import messages
 
@@ -48,11 +48,12 @@ def _all_read(conn: int) -> bool:
 class Leases:
     __slots__ = ("_timers", "_unread", "expired_total", "lease_ns")
 
-    def __init__(self, lease_ns: int, unread: Callable[[int], bool] = _all_read) -> None:
-        """`unread(conn)`: whether the broker is not reading `conn` now (its RENEWs wait unread)."""
+    def __init__(self, lease_ns: int, unread: Callable[[int], bool] = _all_read, alarm: Alarm | None = None) -> None:
+        """`unread(conn)`: whether the broker is not reading `conn` now (its RENEWs wait unread);
+        `alarm`: the broker's earliest deadline (core/deadlines.py)."""
         self.lease_ns = lease_ns
         self._unread = unread
-        self._timers: Deadlines[LeaseTimer] = Deadlines()
+        self._timers: Deadlines[LeaseTimer] = Deadlines(alarm)
         self.expired_total = 0
 
     def hold(self, now: int, conn: int) -> None:

@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 from tidings.core.auth.guard import Guard
 from tidings.core.broker.connection import ClientConnection
 from tidings.core.config import BrokerConfig
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.durable.subscriptions import (
     DURABLE_SAVE,
@@ -143,13 +143,14 @@ class Subscribers:
     __slots__ = ("config", "durable", "guard", "leases", "local", "timers")
 
     def __init__(self, config: BrokerConfig, guard: Guard, local: LocalSubscriptions, leases: Leases,
-                 durable: DurableSubscriptions) -> None:
+                 durable: DurableSubscriptions, alarm: Alarm | None = None) -> None:
+        """`alarm`: the broker's earliest deadline, told when a timer moves (core/deadlines.py)."""
         self.config = config
         self.guard = guard
         self.local = local
         self.leases = leases
         self.durable = durable
-        self.timers: Deadlines[DurableTimer] = Deadlines()  # SILENCE and the durable save
+        self.timers: Deadlines[DurableTimer] = Deadlines(alarm)  # SILENCE and the durable save
 
     def start(self, now: int, lists: AccessLists) -> list[TreeEffect]:
         """The broker takes part in an overlay: the away durable registrations it saved hold their

@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from tidings.core.deadlines import Deadlines
+from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.errors import FRAME_TOO_LARGE, ProtocolError
 
 HEADER = struct.Struct(">I")
@@ -159,13 +159,14 @@ class PartialFrames:
 
     __slots__ = ("bytes_max", "deadlines", "held", "held_bytes", "progress_at", "progress_ns", "refused_total")
 
-    def __init__(self, bytes_max: int, progress_ns: int) -> None:
+    def __init__(self, bytes_max: int, progress_ns: int, alarm: Alarm | None = None) -> None:
+        """`alarm`: the broker's earliest deadline (core/deadlines.py), told when a deadline moves."""
         self.bytes_max = bytes_max
         self.progress_ns = progress_ns
         self.held: dict[int, int] = {}  # conn -> bytes its decoder holds (only connections holding some)
         self.progress_at: dict[int, int] = {}  # conn -> when bytes last arrived while it held some
         self.held_bytes = 0
-        self.deadlines: Deadlines[int] = Deadlines()
+        self.deadlines: Deadlines[int] = Deadlines(alarm)
         self.refused_total = 0  # connections refused for the budget or for no progress
 
     def update(self, now: int, conn: int, held: int) -> bool:
