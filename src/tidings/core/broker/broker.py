@@ -28,14 +28,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy
 from tidings.core.broker import metrics
 from tidings.core.broker.advice import RouteAdvice
-from tidings.core.broker.cluster import ClusterMember, Reliability
+from tidings.core.broker.cluster import ClusterEffect, ClusterMember, Reliability, Settleable
 from tidings.core.broker.connection import OPEN, ClientConnection, ClientMessage, Hold, PeerHandover
 from tidings.core.broker.lifecycle import Lifecycle, Retention
 from tidings.core.broker.reading import Reading, Served
@@ -228,14 +228,14 @@ class Broker:
         self._cluster_effects(self._tree_effects(joins), out)
         return out
 
-    def settle(self, now: int, effects: list[Any]) -> list[Effect]:
+    def settle(self, now: int, effects: Sequence[Settleable]) -> list[Effect]:
         """The reliability node's `effects` (an event from a parent, say) carried out across the broker."""
         out: list[Effect] = []
         self.now = now
         self._reliability(effects, out)
         return out
 
-    def _reliability(self, effects: list[Any], out: list[Effect]) -> None:
+    def _reliability(self, effects: Sequence[Settleable], out: list[Effect]) -> None:
         """Effects of the reliability node, once what they ask of Pastry and Scribe is carried out."""
         if not effects:
             return
@@ -354,7 +354,8 @@ class Broker:
         """A subscription's streams in the reliability node and the broker's membership of its tree,
         then its opening; refused, with nothing changed, when this broker cannot join one more tree."""
         gd, c = self._gd(), self.connections[j.then.s.conn]
-        effects = gd.local_subscribe(self.now, j.key, j.tree, j.start, j.total, j.pattern, j.filter_text, j.positions)
+        effects: list[Settleable] = [
+            *gd.local_subscribe(self.now, j.key, j.tree, j.start, j.total, j.pattern, j.filter_text, j.positions)]
         try:
             effects += self._tree_effects(j.joins)
         except TidingsError as exc:  # a local limit reached on the client's behalf
@@ -435,9 +436,9 @@ class Broker:
         self._carry(self.local.trees.recreations(), out)  # (none outside an overlay)
         return out
 
-    def _tree_effects(self, effects: Sequence[TreeEffect | CreateTree]) -> list[Any]:
+    def _tree_effects(self, effects: Sequence[TreeEffect | CreateTree]) -> list[ClusterEffect]:
         """Carry out what the local trees decided (core/multicast/local_trees.py): the cluster member's output."""
-        out: list[Any] = []
+        out: list[ClusterEffect] = []
         for eff in effects:
             assert self.cluster is not None  # (only in an overlay do they decide anything)
             if isinstance(eff, JoinTree):
@@ -458,7 +459,7 @@ class Broker:
             return
         self._cluster_effects(self.cluster.adopt(self.now, c.conn, c.decoder, msg.hello, msg.rest), out)
 
-    def _cluster_effects(self, effects: list[Any], out: list[Effect]) -> None:
+    def _cluster_effects(self, effects: list[ClusterEffect], out: list[Effect]) -> None:
         """The cluster member's output: remote events for local subscriptions, effects for the runtime."""
         for eff in effects:
             if type(eff) is DeliverRecords:
@@ -474,7 +475,7 @@ class Broker:
             else:  # for the runtime; the driver fails loudly on one no runtime carries out (core/drive.py)
                 if type(eff) is PeerRefused:
                     self.lifecycle.peer_refused(eff)
-                out.append(eff)
+                out.append(cast(Effect, eff))  # (peer sends, probes and Scribe's upcalls stay in the member)
 
     # ---- observation -----------------------------------------------------------------------------
 

@@ -115,6 +115,9 @@ Settled = OverlayEffect | ScribeEffect | Asked | DirectoryEffect
 # peers' sends and probes, and without guaranteed delivery Scribe's upcalls and deliveries, too
 ClusterEffect = (Effect | DeliverRecords | Lost | Recorded | MovedAway | AccessChanged | PeerSend | Probe
                  | DeliverLocal | EventArrived | EventForwarded | ChildAdded | ParentSuspected | TreeActivated | Join)
+# what the broker hands `settle`: the reliability node's effects, with what the member already
+# output for the same request (a tree joined beside a subscription's streams) to pass on in order
+Settleable = NodeEffect | ClusterEffect
 
 
 class Reliability:
@@ -300,7 +303,7 @@ class ClusterMember:
     def publish(self, now: int, tree: str, event: list[Any]) -> list[ClusterEffect]:
         return self._settle(now, self._told(self.scribe.publish(now, tree, event)))
 
-    def settle(self, now: int, effects: list[NodeEffect]) -> list[ClusterEffect]:
+    def settle(self, now: int, effects: Sequence[Settleable]) -> list[ClusterEffect]:
         """The reliability node's effects for the broker's requests (publish, local subscriptions,
         log reads), with what they ask of Pastry and Scribe carried out."""
         return self._settle(now, self._asked(now, effects))
@@ -412,10 +415,10 @@ class ClusterMember:
                 self.reliability.tree_changed(shape)
         return effects
 
-    def _asked(self, now: int, effects: list[NodeEffect]) -> list[Asked | ScribeEffect]:
+    def _asked(self, now: int, effects: Sequence[Settleable]) -> list[Settled]:
         """The reliability node's `effects`, with what it asks of Scribe (SendToChild, PublishRouted,
         RememberPublisher) carried out at once, in order, each replaced by Scribe's own effects."""
-        out: list[Asked | ScribeEffect] = []
+        out: list[Settled] = []
         for eff in effects:
             if isinstance(eff, SendToChild):
                 out += self.scribe.send_event(now, eff.tree, eff.child, eff.event)
