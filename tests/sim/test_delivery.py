@@ -33,7 +33,7 @@ from tidings.sim.delivery_scenario import (
 # fault kind, loss level, skew and move count (test_the_quick_sweep_draws_every_fault_and_loss);
 # `make soak` runs the rest up to SWEEP_SEEDS
 SWEEP_SEEDS = int(os.environ.get("TIDINGS_DELIVERY_SEEDS", "50"))
-QUICK_SWEEP_SEEDS = 12
+QUICK_SWEEP_SEEDS = 10
 SWEEP_BROKERS = 16  # keeps the soak's 50 seeds in minutes; `tidings sim delivery --seeds 1000` sweeps 24 each
 # the 1,000-broker sweep under `make soak`: about 10 minutes of CPU; `tidings sim delivery --brokers
 # 1000 --churn --seeds 1..100` runs the hundred on demand
@@ -291,8 +291,17 @@ def test_a_durable_subscriber_resuming_from_an_older_token_gets_what_followed_it
     """An application that lost its latest state resumes from a token it kept earlier: everything
     after that token comes again, exactly once more and in order, or is covered by a gap where its
     acknowledgment let the pubends release it meanwhile."""
+    resumed_from_older_tokens((0, 5))
+
+
+@pytest.mark.soak
+def test_a_durable_subscriber_resuming_from_an_older_token_on_more_seeds():
+    resumed_from_older_tokens((0, 2, 5))
+
+
+def resumed_from_older_tokens(seeds: tuple[int, ...]) -> None:
     forgotten = 0
-    for seed in (0, 2, 5):
+    for seed in seeds:
         run = DeliveryRun(replace(sweep_scenario(seed, brokers=16), durable_moves=4, durable_rewind=True))
         result = run.execute()
         assert not result.problems, result.problems
