@@ -217,7 +217,8 @@ def test_sub_ending_at_timeout_exits_4(broker):
     (["demo", "--hosts", "0"], "--hosts must be at least 1"),
     (["demo", "--brokers", "-1"], "--brokers must be at least 1"),
 ])
-def test_input_checks(broker, args, words):
+def test_input_checks(shared_broker, args, words):
+    broker = shared_broker
     if args[0] == "demo":
         args = [*args[:1], "--data", str(broker.data.parent / "demo"), *args[1:]]
     out = tidings(*args[:1], *([] if args[0] == "demo" else ["--broker", broker.address]), *args[1:])
