@@ -40,10 +40,12 @@ SWEEP_BROKERS = 16  # keeps the soak's 50 seeds in minutes; `tidings sim deliver
 CHURN_SEEDS_AT_SCALE = int(os.environ.get("TIDINGS_CHURN_SEEDS", "4"))
 
 
-def assert_clean(scenario: DeliveryScenario) -> None:
+def assert_clean(scenario: DeliveryScenario) -> list[str]:
+    """The run passes the checker; returns the faults done."""
     result = run_delivery(scenario)
     assert not result.problems, f"{scenario}: {result.faults_done}\n" + "\n".join(result.problems)
     assert result.delivered > 0
+    return result.faults_done
 
 
 def test_no_faults_every_subscriber_gets_every_matching_event_once_in_order():
@@ -57,7 +59,9 @@ def test_lost_duplicated_and_reordered_messages_between_brokers(loss):
 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_each_kind_of_broker_failure_under_steady_publishing(fault):
-    assert_clean(DeliveryScenario(seed=3, faults=(fault,), loss=0.01))
+    # seed 3's tree has no forwarder without clients (the crash found "no candidate"); seed 1's has
+    (done,) = assert_clean(DeliveryScenario(seed=1 if fault == "forwarder" else 3, faults=(fault,), loss=0.01))
+    assert done.startswith(f"{fault}: ") and "no candidate" not in done, done
 
 
 def test_clock_skew_between_brokers_within_the_allowance():
