@@ -1,6 +1,7 @@
 # make run   : create .venv, install tidings, run the PLDB pipeline (3 brokers, monitors, tuple store, Spark health stream, plots; a broker and the tuple store killed and restarted mid-run), print a summary
 # make test  : create .venv, install tidings with test extras (and Chromium for the dashboard test), run the whole suite
-# make soak  : the long sweeps and soaks (tests marked soak), skipped by make test
+#              but the tests marked soak (about 14 minutes on CI's 2 cores, whose limit is 20; docs/testing.md)
+# make soak  : the long sweeps and soaks (tests marked soak: the long forms and full seed counts), skipped by make test
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python

@@ -17,6 +17,12 @@ settings.load_profile("ci" if os.environ.get("CI") else "tidings")
 SOAK = os.environ.get("TIDINGS_SOAK") == "1"
 
 
+def soak_params(*values: object) -> list[object]:
+    """Parameter sets that run under `make soak` only: more seeds of a case that `make test` plays
+    with the others of the list (docs/testing.md)."""
+    return [pytest.param(*v if isinstance(v, tuple) else (v,), marks=pytest.mark.soak) for v in values]
+
+
 def pytest_collection_modifyitems(config: object, items: list[pytest.Item]) -> None:
     if SOAK:
         return

@@ -11,6 +11,14 @@ def broker(tmp_path):
         yield proc
 
 
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory):
+    """One broker for the tests of a module that only need an address to talk to (input refused
+    before anything is published or subscribed), instead of a process started and stopped for each."""
+    with BrokerProcess(tmp_path_factory.mktemp("shared") / "broker") as proc:
+        yield proc
+
+
 @pytest.fixture
 def free_port():
     """A loopback port nothing listens on (bound, then released)."""

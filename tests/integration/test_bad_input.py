@@ -31,7 +31,7 @@ from .wire_io import converse, exchange
 pytestmark = pytest.mark.integration
 DEADLINE_NS = 300_000_000  # the fuzz broker's handshake and frame progress deadlines
 ANSWER_S = 3.0  # a connection neither answered nor closed by then hangs
-FUZZ_EXAMPLES = 120  # each path: about 25 s for both in make test
+FUZZ_EXAMPLES = 60  # each path: about 10 s for both in make test
 SOAK_FUZZ_EXAMPLES = 3000  # each path under make soak: about 10 min for both
 PROBE_REQ = 4242
 

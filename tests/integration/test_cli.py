@@ -82,8 +82,8 @@ def test_status(broker):
     (["sub", "a", "--from", "yesterday", "--timeout", "1"], 2, "--from"),
     (["pub", "a", "x", "--attr", "novalue"], 2, "KEY=VALUE"),
 ])
-def test_bad_input_is_one_clear_line_and_a_nonzero_exit(broker, args, code, words):
-    out = tidings(*args[:1], "--broker", broker.address, *args[1:])
+def test_bad_input_is_one_clear_line_and_a_nonzero_exit(shared_broker, args, code, words):
+    out = tidings(*args[:1], "--broker", shared_broker.address, *args[1:])
     assert out.returncode == code
     assert words in out.stderr and out.stderr.count("\n") == 1 and out.stderr.startswith("tidings: error:")
 

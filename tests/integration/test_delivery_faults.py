@@ -36,10 +36,12 @@ from tidings import sync
 from tidings.client.client import Client
 from tidings.core.channels import pattern_matches
 from tidings.core.filters import parse_filter
+from tidings.core.multicast.trees import tree_key
+from tidings.core.overlay.node_id import digit
 from tidings.testing import Cluster
 
 from .test_cluster_delivery import CONFIG as LIVENESS
-from .test_cluster_delivery import in_tree, root_of, shape
+from .test_cluster_delivery import in_tree, leaf_sets_unsettled, root_of, routing_rows_short, shape
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +62,7 @@ PUBLISHERS = (0, 1)
 SUBSCRIBERS = (2, 3, 4)
 CLIENTLESS = (5, 6)
 SLOW_AT = 3
-CANDIDATES = 30  # trees tried until one has a clientless root and a clientless forwarder (fewer missed under load)
+CANDIDATES = 30  # trees tried, half rooted at each clientless broker, until one has a clientless forwarder
 NAMES_MAX = 2000
 RATE_PER_PUBLISHER = 150  # events/s
 PERIOD_S = 0.02
@@ -303,23 +305,73 @@ class Workload:
 
 def clientless_tree(cluster: Cluster, stack: contextlib.ExitStack) -> str:
     """A tree prefix whose root and one forwarder are the two brokers without clients, found by
-    subscribing from the subscribers' brokers to candidate trees and reading the shapes."""
-    clientless = {cluster[i].address for i in CLIENTLESS}
-    names = [f"gd{i}" for i in range(NAMES_MAX) if root_of(cluster, f"gd{i}/#").address in clientless][:CANDIDATES]
-    probe = [stack.enter_context(sync.connect(cluster[i].address, service="gd-test-probe")) for i in SUBSCRIBERS]
+    subscribing from the subscribers' brokers to candidate trees and reading the shapes.
+
+    A forwarder comes from Pastry's first hop: a subscriber's broker sends a SUBSCRIBE for a key
+    with the clientless brokers' first digit to the one broker its routing table holds for that
+    digit, which is the other clientless broker for about half the trees rooted at one of them. So
+    the candidates are such trees, half rooted at each, and they are joined only once the overlay
+    has settled: every leaf set holds the brokers nearest it (before that `root_of` may name a
+    broker that is not the root yet), and at least one subscriber's broker has every routing-table
+    row the ids allow (else its SUBSCRIBE may go round through client brokers). Scribe keeps the
+    path a tree was joined along, so a tree joined earlier may never get a clientless forwarder
+    however long the test waits. On a timeout the error says what the overlay and each candidate
+    looked like."""
+    label = {b.address: f"b{i}" for i, b in enumerate(cluster.brokers)}
+    subscribers = [cluster[i] for i in SUBSCRIBERS]
+    unsettled: list[str] = []
+
+    def settled() -> bool:
+        statuses = cluster.statuses()
+        unsettled[:] = leaf_sets_unsettled(cluster, statuses)
+        rows = {label[b.address]: routing_rows_short(cluster, statuses, b) for b in subscribers}
+        if all(rows.values()):
+            unsettled.append(f"no subscriber's broker has every routing-table row: {rows}")
+        return not unsettled
+
+    try:
+        cluster.wait(settled, RECOVERY_S, what="the overlay settled")
+    except TimeoutError:
+        raise AssertionError(f"the overlay did not settle within {RECOVERY_S} s: {unsettled} "
+                             f"(brokers {label})") from None
+    (first_digit,) = {digit(int(cluster[i].node_id, 16), 0) for i in CLIENTLESS}  # (IDENTITIES)
+    by_root: dict[str, list[str]] = {cluster[i].address: [] for i in CLIENTLESS}
+    for i in range(NAMES_MAX):
+        tree = f"gd{i}/#"
+        root = root_of(cluster, tree).address
+        if root in by_root and len(by_root[root]) < CANDIDATES // 2 and digit(tree_key(tree), 0) == first_digit:
+            by_root[root].append(f"gd{i}")
+    names = [p for found in by_root.values() for p in found]
+    clientless = set(by_root)
+    probe = [stack.enter_context(sync.connect(b.address, service="gd-test-probe")) for b in subscribers]
     subs = [c.subscribe(f"{p}/#") for c in probe for p in names]
+    seen: dict[str, str] = {}
 
     def found() -> str | None:
+        statuses = cluster.statuses()  # one snapshot for every candidate
         for p in names:
-            entries = shape(cluster, f"{p}/#")
+            entries = shape(cluster, f"{p}/#", statuses)
             fwd = [a for a in clientless if a in entries and "forwarder" in entries[a]["role"]]
-            roots = [a for a, e in entries.items() if "root" in e["role"]]
-            if fwd and roots and set(roots) <= clientless and len(roots) == 1 \
-                    and in_tree(cluster, f"{p}/#", [cluster[i] for i in SUBSCRIBERS]):
+            roots = sorted(a for a, e in entries.items() if "root" in e["role"])
+            absent = [b for b in subscribers if not in_tree(cluster, f"{p}/#", [b], statuses)]
+            if fwd and len(roots) == 1 and set(roots) <= clientless and not absent:
                 return p
+            seen[p] = (f"roots {[label[a] for a in roots]}, forwarders "
+                       f"{sorted(label[a] for a, e in entries.items() if 'forwarder' in e['role'])}, "
+                       f"subscribers' brokers not in it {[label[b.address] for b in absent]}")
         return None
 
-    prefix = cluster.wait(found, 30, what="a tree with a clientless root and forwarder")
+    try:
+        prefix = cluster.wait(found, RECOVERY_S, what="a tree with a clientless root and forwarder")
+    except TimeoutError:
+        statuses = cluster.statuses()
+        overlay = leaf_sets_unsettled(cluster, statuses) + [
+            f"{label[b.address]} routing table rows short {routing_rows_short(cluster, statuses, b)}"
+            for b in subscribers]
+        raise AssertionError(
+            f"none of {len(names)} trees rooted (by the nodeIds) at {sorted(label[a] for a in clientless)} got "
+            f"a clientless root and forwarder within {RECOVERY_S} s (brokers {label}; subscribers' brokers "
+            f"{[label[b.address] for b in subscribers]}; overlay now {overlay}): {seen}") from None
     for s in subs:
         s.close()
     return prefix

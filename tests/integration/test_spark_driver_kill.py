@@ -33,7 +33,8 @@ from tidings.testing import BrokerProcess, wait_for
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 JOB = Path(__file__).with_name("spark_stream_job.py")
-DRIVER_KILLS = 3
+DRIVER_KILLS = 2  # in make test: each job start is a JVM's (10-15 s on CI); make soak kills it 6 times
+SOAK_DRIVER_KILLS = 6
 PROGRESS_S_MAX = 60.0  # a job's JVM start, its first micro-batch and one more, on a loaded machine
 DRAIN_S_MAX = 45.0
 EVENTS_PER_ROUND = 10
@@ -113,6 +114,17 @@ class Job:
 
 
 def test_a_streaming_job_killed_with_kill_9_again_and_again_writes_each_event_once(tmp_path: Path) -> None:
+    killed_again_and_again(tmp_path, DRIVER_KILLS)
+
+
+@pytest.mark.soak
+def test_a_streaming_job_killed_with_kill_9_many_times_writes_each_event_once(tmp_path: Path) -> None:
+    killed_again_and_again(tmp_path, SOAK_DRIVER_KILLS)
+
+
+def killed_again_and_again(tmp_path: Path, kills: int) -> None:
+    """`kills` runs of the job killed once its output grew (the sink's broker killed and restarted
+    in the second), then a last run that drains."""
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
         pytest.skip("Java is not installed (PySpark needs a JVM, Java 17)")
     pytest.importorskip("pyspark")
@@ -140,7 +152,7 @@ def test_a_streaming_job_killed_with_kill_9_again_and_again_writes_each_event_on
                  what="the second broker in the first one's leaf set")
         for publisher in publishers:
             publisher.start()
-        for run in range(DRIVER_KILLS):
+        for run in range(kills):
             job.start()
             grows(f"the sink's output growing in run {run}")
             if run == 1:  # the sink's broker (also a pubend of the source) dies and comes back
@@ -176,4 +188,4 @@ def test_a_streaming_job_killed_with_kill_9_again_and_again_writes_each_event_on
         f"{sum((written - published).values())} written twice or never published, "
         f"{sum((published - written).values())} never written"
     )
-    assert job.runs == DRIVER_KILLS + 1
+    assert job.runs == kills + 1

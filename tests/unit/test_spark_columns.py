@@ -102,9 +102,26 @@ def mangled(data: bytes, draw: st.DrawFn) -> bytes:
     return data[:at] + bytes([data[at] ^ draw(st.integers(1, 255))]) + data[at + 1:]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# examples per comparison: about 1.4 s of CPU each in make test (5 s at 400), 4,000 in make soak
+EXAMPLES = 150
+SOAK_EXAMPLES = 4000
+SLOW_OK = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@settings(SLOW_OK, max_examples=EXAMPLES)
 @given(st.data())
 def test_a_span_reads_the_same_with_and_without_the_compiled_decoder(data: st.DataObject) -> None:
+    span_reads_the_same(data)
+
+
+@pytest.mark.soak
+@settings(SLOW_OK, max_examples=SOAK_EXAMPLES)
+@given(st.data())
+def test_a_span_reads_the_same_with_and_without_the_compiled_decoder_for_long(data: st.DataObject) -> None:
+    span_reads_the_same(data)
+
+
+def span_reads_the_same(data: st.DataObject) -> None:
     items, ticks = data.draw(bodies(usual=data.draw(st.booleans())))
     blob = mangled(span_of(items, ticks, data.draw(st.booleans())), data.draw)
     after = data.draw(st.integers(0, 61))
@@ -115,9 +132,20 @@ def test_a_span_reads_the_same_with_and_without_the_compiled_decoder(data: st.Da
     assert compiled == python
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(SLOW_OK, max_examples=EXAMPLES)
 @given(st.data())
 def test_records_read_the_same_with_and_without_the_compiled_decoder(data: st.DataObject) -> None:
+    records_read_the_same(data)
+
+
+@pytest.mark.soak
+@settings(SLOW_OK, max_examples=SOAK_EXAMPLES)
+@given(st.data())
+def test_records_read_the_same_with_and_without_the_compiled_decoder_for_long(data: st.DataObject) -> None:
+    records_read_the_same(data)
+
+
+def records_read_the_same(data: st.DataObject) -> None:
     items, _ = data.draw(bodies(usual=data.draw(st.booleans())))
     blob = mangled(records_blob(items), data.draw)
     count = len(items) + data.draw(st.sampled_from([0, 0, 0, -1, 1]))
