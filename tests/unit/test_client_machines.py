@@ -78,12 +78,68 @@ def event(pubend: str, tick: int) -> Event:
 
 
 def test_a_plain_cursor_drops_after_a_move_what_it_had_from_each_pubend():
-    cursor = Cursor()
+    cursor = Cursor(total_order=True)  # (total order resumes from now)
     assert cursor.arrived([event("a", 1), event("a", 2), event("b", 5)]) == [event("a", 1), event("a", 2),
                                                                               event("b", 5)]
     assert cursor.resume() == (messages.START_NOW, None, None)
     assert cursor.arrived([event("a", 2), event("b", 5), event("a", 3), event("c", 1)]) == [event("a", 3),
                                                                                             event("c", 1)]
+
+
+US = 1_000  # ns in a tick (a microsecond)
+T0 = 1_700_000_000_000_000  # a tick: a publisher's clock in microseconds
+
+
+def test_a_moved_plain_cursor_starts_after_the_last_tick_of_each_pubend_and_misses_nothing():
+    """The move window: what was published while the client changed brokers (and what was still
+    on its way to the old broker) comes from the new one, what it had is dropped."""
+    cursor = Cursor()
+    cursor.confirmed(None, T0, 0)  # SUBSCRIBED at the old broker's clock T0, at now = 0
+    assert cursor.arrived([event("a", T0 + 10), event("b", T0 + 2_000_000)], 2 * S) == [
+        event("a", T0 + 10), event("b", T0 + 2_000_000)]
+    # 0.5 s later it moves: a's events after T0+10 may be on their way; b's clock is T0+2.5 s by now;
+    # pubends never heard from start a clock-skew allowance (1 s) before that
+    start, positions, home = cursor.resume(2 * S + S // 2)
+    assert (start, positions, home) == (T0 + 10, None, None)
+    # the new broker sends everything after it, from both connections while the old one still serves
+    again = [event("a", T0 + 10), event("a", T0 + 20), event("b", T0 + 2_000_000), event("b", T0 + 2_400_000),
+             event("c", T0 + 1_600_000)]
+    assert cursor.arrived(again, 3 * S) == again[1:2] + again[3:]
+    assert cursor.arrived([event("a", T0 + 20), event("a", T0 + 30)], 3 * S) == [event("a", T0 + 30)]
+
+
+def test_a_moved_plain_cursor_reaches_back_by_time_for_pubends_it_never_heard_from():
+    cursor = Cursor()
+    cursor.confirmed(None, T0, 0)
+    assert cursor.resume(3 * S) == (T0 + 2_000_000, None, None)  # now = T0 + 3 s, less the 1 s allowance
+    quiet = Cursor(clock_skew_allowance_ns=S // 2, reach_back_ns=10 * S)
+    quiet.confirmed(None, T0, 0)
+    quiet.arrived([event("a", T0 + 5)], 0)
+    # a failover: the connection was lost at 100 s, the next broker answered at 103 s; a was heard
+    # from 100 s ago: it reaches back 10 s at most, and what is older than that it presumes it had
+    quiet.lost(100 * S)
+    quiet.lost(101 * S)  # (the first loss counts)
+    assert quiet.resume(103 * S) == (T0 + 90_000_005, None, None)
+    assert quiet.gap(Gap(T0, T0 + 90_000_005, "a")) is None  # what it presumes it had
+    assert quiet.gap(Gap(T0, T0 + 95_000_000, "a")) == Gap(T0 + 90_000_005, T0 + 95_000_000, "a")
+    assert quiet.gap(Gap(T0, T0 + 99_000_000, "c")) is None  # c was never heard from: by time
+    assert quiet.gap(Gap(T0, T0 + 99_600_000, "c")) == Gap(T0 + 99_500_005, T0 + 99_600_000, "c")
+
+
+def test_a_moved_plain_cursor_keeps_of_a_gap_only_what_it_did_not_have():
+    cursor = Cursor()
+    cursor.confirmed(None, T0, 0)
+    cursor.arrived([event("a", T0 + 100), event("b", T0 + 900_000)], S)
+    assert cursor.gap(Gap(T0, T0 + 200, "a")) == Gap(T0, T0 + 200, "a")  # before a move: as it came
+    assert cursor.resume(S) == (T0 - 100_000, None, None)  # b's clock T0+0.9 s, less the 1 s allowance
+    assert cursor.gap(Gap(T0 + 50, T0 + 100, "a")) is None  # it had those
+    assert cursor.gap(Gap(T0 + 50, T0 + 300, "a")) == Gap(T0 + 100, T0 + 300, "a")
+    assert cursor.gap(Gap(T0 - 300_000, T0 - 200_000, "z")) is None  # a pubend it never heard from: by time
+    assert cursor.gap(Gap(T0, T0 + 5)) == Gap(T0, T0 + 5)  # (an older broker names no pubend)
+
+
+def test_a_plain_cursor_moved_before_its_first_subscribed_starts_now():
+    assert Cursor().resume(S) == (messages.START_NOW, None, None)
 
 
 def test_a_durable_cursor_resumes_after_what_arrived_and_its_token_follows_what_was_taken():
@@ -153,7 +209,8 @@ def test_no_failover_brokers_no_heartbeat_and_a_loss_closes():
 @pytest.mark.parametrize(("kinds", "fails_over"), [
     ([], True),  # a publisher (it used not to)
     ([SubKind.DURABLE, SubKind.DURABLE], True),
-    ([SubKind.DURABLE, SubKind.PLAIN], False),
+    ([SubKind.DURABLE, SubKind.PLAIN], True),  # a plain one resumes after what it received (it used not to)
+    ([SubKind.DURABLE, SubKind.TOTAL], False),  # total order starts again from now only
     ([SubKind.BULK], False),
 ])
 def test_who_fails_over(kinds, fails_over):
@@ -188,8 +245,8 @@ def test_a_failover_goes_on_at_the_broker_that_answered_and_keeps_the_others():
 def test_advice_is_followed_when_movable_and_held_while_busy():
     r = serving()
     b = (Candidate("b:1", 1000),)
-    assert r.advised(0, Reason.CLOSER, b, [SubKind.PLAIN]) == []  # a plain subscription stays for closer
-    assert r.advised(0, Reason.DRAINING, b, [SubKind.PLAIN]) == [roaming.Follow(Reason.DRAINING, b)]
+    assert r.advised(0, Reason.CLOSER, b, [SubKind.TOTAL]) == []  # total order stays for closer
+    assert r.advised(0, Reason.DRAINING, b, [SubKind.TOTAL]) == [roaming.Follow(Reason.DRAINING, b)]
     c = (Candidate("c:1", 1000),)
     assert r.advised(0, Reason.OVERLOADED, c, []) == [] and r.held == (Reason.OVERLOADED, c)
     moves = r.probed(0, Reason.DRAINING, 5000, [Probe("b:1", 4000, False, False)], [])

@@ -164,7 +164,8 @@ class Subscription:
         self.bulk = bulk  # a bulk read (Client.read_records): its items are RECORDS, each of many events
         self.on_gap = on_gap
         self.pattern, self.filter, self.order = pattern, filter, order  # to subscribe again after a move
-        self.cursor = Cursor()  # its checkpoints (durable), or what it saw (plain): core/session/cursor.py
+        # its checkpoints (durable), or what it saw (plain): core/session/cursor.py
+        self.cursor = Cursor(total_order=order == messages.ORDER_TOTAL)
         self.position: int | None = None
         # a durable one acknowledges, every ACK_INTERVAL_S, what the application had taken before it
         # last asked for more (it asked again: it is done with those)
@@ -184,7 +185,9 @@ class Subscription:
     def kind(self) -> SubKind:
         if self.bulk:
             return SubKind.BULK
-        return SubKind.DURABLE if self.cursor.durable else SubKind.PLAIN
+        if self.cursor.durable:
+            return SubKind.DURABLE
+        return SubKind.TOTAL if self.cursor.total_order else SubKind.PLAIN
 
     def __aiter__(self) -> AsyncIterator[Event | Gap]:
         return self
@@ -652,7 +655,7 @@ class Client:
         sub = self._subs.get(msg.sub)
         if sub is None:
             return
-        items = sub.cursor.arrived([event_from_fields(f) for f in msg.records])
+        items = sub.cursor.arrived([event_from_fields(f) for f in msg.records], self._now())
         sub._push(items)
         self._buffer(len(items))
 
@@ -704,7 +707,10 @@ class Client:
             if sub is not None and sub.cursor.durable:  # the token moves up, in line with its events
                 self._marker(msg.sub, silence_of(msg))
         elif isinstance(msg, messages.Gap):
-            self._marker(msg.sub, Gap(msg.after, msg.through, msg.pubend))
+            sub = self._subs.get(msg.sub)
+            gap = None if sub is None else sub.cursor.gap(Gap(msg.after, msg.through, msg.pubend))
+            if gap is not None:  # (after a move, a plain subscription drops what it had)
+                self._marker(msg.sub, gap)
         elif isinstance(msg, messages.End):
             sub = self._subs.pop(msg.sub, None)
             if sub is not None:
@@ -741,7 +747,7 @@ class Client:
             sub.cursor.rehomed(msg.checkpoint)
             return
         try:
-            sub.cursor.confirmed(msg.checkpoint)
+            sub.cursor.confirmed(msg.checkpoint, msg.position, self._now())
         except TidingsError as exc:
             sub._fail(exc)
             return
@@ -897,7 +903,7 @@ class Client:
         if self.on_move is not None:
             self.on_move(moved_from, address, why)
         for old_id, sub in list(self._subs.items()):
-            start, positions, home = sub.cursor.resume()
+            start, positions, home = sub.cursor.resume(self._now())
             new_id, frame = self._session.subscribe(sub.pattern, sub.filter, start, None, sub.order, positions, home)
             del self._subs[old_id]
             sub.id = new_id
@@ -942,6 +948,8 @@ class Client:
             effects = self.roamer.lost(self._now(), self._kinds(), str(lost))
             if self.roamer.mode is Mode.FAILING_OVER:
                 self._lost_error = lost
+                for sub in self._subs.values():  # a plain one resumes after what this connection served
+                    sub.cursor.lost(self._now())
                 self._fail_requests(lost)  # their outcome is unknown: the application decides
                 self._apply(effects)
                 return
