@@ -1,7 +1,9 @@
-"""The simulator's durable subscriber roams as the client library does, with the same roaming
-machine (core/session/roaming.py): it rotates over its failover brokers when its broker is killed,
-and follows draining advice (probing the candidates) when its broker is drained and then stopped;
-the overlay-wide checker finds nothing lost, repeated or out of order. A sweep over seeds that also
+"""The simulator's durable subscriber and two plain ones roam as the client library does, with the
+same roaming machine (core/session/roaming.py) and cursor (core/session/cursor.py): they rotate over
+their failover brokers when their broker is killed, and follow draining advice (probing the
+candidates, dialling the chosen broker before they leave the old one) when their broker is drained
+and then stopped; the overlay-wide checker finds nothing lost, repeated or out of order, the plain
+ones' included across their moves. A sweep over seeds that also
 draw loss, duplication, reordering, clock skew, partitions, other kills and the subscriber's own
 moves with its token (sweep_scenario): 20 seeds in `make test`, 200 in `make soak`."""
 
@@ -23,6 +25,10 @@ def failed_over_cleanly(seed: int) -> None:
     if any(f.startswith("durable-drain: b") for f in result.faults_done):  # it moved on the advice, or failed over
         assert durable.advice_moves + durable.failovers >= 1, (seed, result.faults_done)
     assert durable.received
+    roamers = [sub for sub in run.subscribers if sub.roams]
+    assert len(roamers) == 2 and all(sub.received for sub in roamers)
+    if any(f.startswith(("roamers-home: b", "roamers-drain: b")) for f in result.faults_done):
+        assert all(sub.advice_moves + sub.failovers >= 1 for sub in roamers), (seed, result.faults_done)
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
