@@ -338,8 +338,9 @@ class Client:
         application noticing, to a broker the current one advises (closer, or less loaded, or
         because it is stopping) while the connection holds no subscription; see docs/operations.md.
         `failover`: other brokers' addresses. When the connection is lost (the broker was killed,
-        the network cut) and every subscription is durable (or there is none: a publisher), the
-        client goes on at the first of these (or `address` again) that answers, within FAILOVER_S:
+        the network cut) and every subscription is durable or plain in publisher order (or there is
+        none: a publisher), the client goes on at the first of these (or `address` again) that
+        answers, within FAILOVER_S:
         the application's iterators go on, with nothing lost and nothing twice; see
         docs/durable.md#failover. `broker_silence` (seconds; with `failover`): a broker that sends
         nothing for this long although the client asked (HEARTBEAT) is taken as gone, and the client
@@ -608,8 +609,9 @@ class Client:
 
     async def move(self, address: str) -> bool:
         """Go on at the broker at `address` now, as a move on route advice does (requests in flight
-        answered first, subscriptions resubscribed from their cursors: a plain one from now, without
-        repeats). False when the client was busy moving, or that broker did not answer."""
+        answered first, subscriptions resubscribed from their cursors: a plain one after what it
+        received from each pubend, without repeats). False when the client was busy moving, or that
+        broker did not answer."""
         self._check_open()
         self._apply(self.roamer.move_asked(address))
         await self._settle_wait()
