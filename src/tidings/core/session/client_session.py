@@ -170,7 +170,8 @@ class ClientSession:
 
     def subscribe(self, pattern: str, filter: str | None = None, start: Start = "now",
                   end: int | None = None, order: str = messages.ORDER_PUBLISHER,
-                  positions: list[Any] | None = None, home: list[Any] | str | None = None) -> tuple[int, bytes]:
+                  positions: list[list[str | int]] | None = None,
+                  home: list[str | int] | str | None = None) -> tuple[int, bytes]:
         """`positions` makes the subscription durable (core/durable/checkpoint.py): [[pubend, tick], ...]
         overriding the start for the pubends named; `home` is the token's [address, pubend,
         registration], where the subscription was registered, or the name of a broker-held one."""
@@ -226,7 +227,8 @@ class ClientSession:
     def unsubscribe(self, sub: int, forget: bool = False) -> bytes:
         return messages.unsubscribe(sub, forget)
 
-    def release(self, sub: int, checkpoint: list[Any]) -> bytes:
+    def release(self, sub: int, checkpoint: list[object]) -> bytes:
+        """RELEASE of a durable subscription's checkpoint, [default, [[pubend, tick], ...]]."""
         return messages.release(sub, checkpoint)
 
     def status(self) -> tuple[int, bytes]:
