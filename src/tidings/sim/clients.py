@@ -649,8 +649,9 @@ class RoamingSubscriber(Subscriber):
     connections, as a durable subscriber."""
 
     def __init__(self, world: World, network: Network, address: str, name: str, pattern: str,
-                 filter: str | None = None, failover: tuple[str, ...] = ()) -> None:
-        super().__init__(world, network, address, name, pattern, filter)
+                 filter: str | None = None, failover: tuple[str, ...] = (),
+                 read_rate_bytes_per_s: int | None = None) -> None:
+        super().__init__(world, network, address, name, pattern, filter, read_rate_bytes_per_s=read_rate_bytes_per_s)
         self.failover = failover
         self.follow_advice = True
         self.roams = True

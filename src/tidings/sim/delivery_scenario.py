@@ -48,6 +48,8 @@ DURABLE_SUBSCRIPTION = ("nodes/+/load", "load > 2")
 DURABLE_MOVE_EVERY_NS = 250 * MILLISECOND_NS
 DURABLE_RETURN_NS = 300 * MILLISECOND_NS
 SLOW_READER_BYTES_PER_S = 8_000  # a few dozen events a second: far below the publishing rate
+# the second roaming subscriber reads slower than its events come: its broker holds some back when it moves
+ROAMER_BYTES_PER_S = 1_500
 
 CONFIG = BrokerConfig(
     leaf_set_size=4, keepalive_interval_ns=200 * MILLISECOND_NS, failure_timeout_ns=600 * MILLISECOND_NS,
@@ -306,7 +308,7 @@ class DeliveryRun:
         for k in range(self.scenario.plain_roamers):
             pattern, flt = SUBSCRIPTIONS[k % len(SUBSCRIPTIONS)]
             sub = RoamingSubscriber(self.world, self.net, f"b{homes[0]}:7000", f"roamer{k}", pattern, filter=flt,
-                                    failover=failover)
+                                    failover=failover, read_rate_bytes_per_s=ROAMER_BYTES_PER_S if k else None)
             sub.start(self.world.now)
             self.subscribers.append(sub)
 
