@@ -48,7 +48,7 @@ from tidings.core.errors import (
 )
 from tidings.core.event import Event, event_from_fields
 from tidings.core.session import roaming
-from tidings.core.session.client_session import ClientSession, Start
+from tidings.core.session.client_session import ClientSession, PublishEvent, Start
 from tidings.core.session.cursor import Cursor, Gap, advance, silence_of
 from tidings.core.session.publish_tracker import DuplicateResult, PublishResult, PublishTracker, Result
 from tidings.core.session.roaming import Mode, Roamer, SubKind
@@ -100,7 +100,7 @@ class _PendingFrame:
                 fut.set_exception(exc)
 
 
-def _not_idempotent(item: tuple[Any, ...]) -> list[Any]:
+def _not_idempotent(item: tuple[Any, ...]) -> PublishEvent:
     raise EventError(f"with a producer, each item is (channel, payload, attributes, seq), got {len(item)} fields")
 
 
@@ -296,7 +296,7 @@ class Client:
         self._loop = asyncio.get_running_loop()
         self._welcome: asyncio.Future[None] = self._loop.create_future()
         self._publishes: PublishTracker[_PendingFrame] = PublishTracker()
-        self._outbox: list[list[Any]] = []
+        self._outbox: list[PublishEvent] = []
         self._outbox_futures: list[asyncio.Future[PublishResult]] = []
         self._flush_scheduled = False
         self._subs: dict[int, Subscription] = {}

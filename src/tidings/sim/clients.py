@@ -52,7 +52,7 @@ from tidings.core.broker import advice
 from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.errors import BrokerError
 from tidings.core.event import EventRecord, event_from_fields
-from tidings.core.session.client_session import ClientSession
+from tidings.core.session.client_session import ClientSession, PlainEvent, PublishEvent
 from tidings.core.session.cursor import Cursor, Gap, silence_of
 from tidings.core.session.publish_tracker import DuplicateResult, PublishTracker
 from tidings.core.session.roaming import (
@@ -457,7 +457,7 @@ class Publisher(SimClient):
     def on_ready(self) -> None:
         if self.idempotent and self.in_doubt:
             retry, self.in_doubt = self.in_doubt, []
-            self._send([(ident, [*self.sent[ident], int(ident.rsplit(":", 1)[1]), self.name]) for ident in retry])
+            self._send([(ident, (*self.sent[ident], int(ident.rsplit(":", 1)[1]), self.name)) for ident in retry])
         self._schedule(0)
 
     def on_down(self) -> None:
@@ -471,15 +471,15 @@ class Publisher(SimClient):
         if self._publishing is None and self.produced < self.events_total:
             self._publishing = self.world.call_later(delay_ns, self._publish_some)
 
-    def _event(self) -> tuple[str, list[Any]]:
+    def _event(self) -> tuple[str, PublishEvent]:
         rng = self.rng
         n = self.produced
         self.produced += 1
         ident = f"{self.name}:{n}"
         payload = ident.encode()
         if rng.random() < self.bad_event_probability:
-            bad = ["nodes/+/bad", {}, payload]  # the broker must reject it
-            return ident, [*bad, n, self.name] if self.idempotent else bad
+            bad: PlainEvent = ("nodes/+/bad", {}, payload)  # the broker must reject it
+            return ident, (*bad, n, self.name) if self.idempotent else bad
         k = rng.randrange(self.hosts)
         kind = rng.choice(("load", "mem"))
         attributes: dict[str, Any] = {"host": f"h{k}", "site": f"s{k % 3}"}
@@ -504,7 +504,7 @@ class Publisher(SimClient):
             self._send(batch)
         self._schedule(self.rng.randint(*self.interval_ns))
 
-    def _send(self, batch: list[tuple[str, list[Any]]]) -> None:
+    def _send(self, batch: list[tuple[str, PublishEvent]]) -> None:
         assert self.session is not None
         ids = [ident for ident, _ in batch]
         done = 0

@@ -12,6 +12,7 @@ with its checks of every field, is decoders.py. The full table of messages is in
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -232,7 +233,7 @@ def challenge(salt: bytes, kdf: list[int], nonce: bytes) -> bytes:
     return _pack([ClientType.CHALLENGE, salt, kdf, nonce])
 
 
-def publish(seq: int, events: list[list[Any]], producer: str | None = None) -> bytes:
+def publish(seq: int, events: Sequence[Sequence[object]], producer: str | None = None) -> bytes:
     """With `producer`, each event is [channel, attributes, payload, pseq]: an idempotent publish."""
     return _pack([ClientType.PUBLISH, seq, events] if producer is None else [ClientType.PUBLISH, seq, events, producer])
 
