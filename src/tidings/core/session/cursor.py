@@ -20,20 +20,24 @@ pubend, as the wire has it), chosen so that nothing published in the move window
 
 - each pubend it heard from resumes after the last tick it received from it (`seen`), so an
   event that was still on its way to the old broker comes from the new one;
-- a pubend it never heard from has no position: its start is by time, the present less the
-  clock-skew allowance (as a subscription that starts now reaches back for other brokers' events,
-  core/subscription/start.py). The present is the newest tick received plus the time since it
-  arrived, up to the moment the old connection stopped serving (`lost`, or the resume itself
-  while the old connection still serves during a move);
-- no pubend pulls the start further back than `reach_back_ns` before the present: one heard from
-  long ago (a rare match) would otherwise have the new broker replay everything since.
+- a pubend it never heard from has no position: its start is by time, the newest tick it
+  received from any pubend (or its start, SUBSCRIBED's position) less the clock-skew allowance
+  (as a subscription that starts now reaches back for other brokers' events,
+  core/subscription/start.py). An event of that pubend that had not come yet reached the old
+  broker after the newest one that came (its broker sends in the order events reach it) and within
+  the allowance of its publishing, so it is after that tick, even when the old broker held back a
+  backlog for a subscriber that read slowly;
+- no pubend pulls the start further back than `reach_back_ns` before the present (the newest tick
+  received plus the time since it arrived, up to the moment the old connection stopped serving:
+  `lost`, or the resume itself while the old connection still serves during a move): one heard
+  from long ago (a rare match) would otherwise have the new broker replay everything since.
 
 The new broker delivers from the lowest of these, and the cursor drops every event at or below
 what it received from its pubend (`arrived`, across the move and while the old connection still
 delivers beside the new one), and the part of a GAP it knows it had (`gap`). So the move is exactly
 once while the events are still in the publishers' logs (a GAP says when they were not) and each
-reached the old broker within the allowance of its publishing when its pubend had sent nothing
-since the resume point. A total-order subscription starts now and nowhere else: it resumes from now,
+reached the old broker within the allowance of its publishing, and the client had fallen no more
+than `reach_back_ns` behind. A total-order subscription starts now and nowhere else: it resumes from now,
 with the same dropping. A plain subscription moved before its first SUBSCRIBED starts now.
 
 `resume()` gives the start of the new SUBSCRIBE after a move. Pure data, no I/O.
@@ -240,8 +244,8 @@ class Cursor:
             return messages.START_NOW
         tick, at = clock
         present = tick + ns_to_us(max(0, (now if cut is None else min(cut, now)) - at))  # (a tick is a microsecond)
-        by_time = present - ns_to_us(self.clock_skew_allowance_ns)
         reach = present - ns_to_us(self.reach_back_ns)
+        by_time = max(reach, tick - ns_to_us(self.clock_skew_allowance_ns))
         floors = {p: max(t, reach) for p, t in self.seen.items()}
         self._floors = (floors, by_time)
         return max(0, min([by_time, *floors.values()]))
