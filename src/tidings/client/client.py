@@ -128,9 +128,48 @@ class _Detached:
         pass
 
 
+class _Leaving:
+    """A move's old connection: it goes on serving the plain subscriptions (their events and GAPs,
+    which their cursors take as from the new connection, dropping what comes twice) until each has
+    its SUBSCRIBED at the new broker, or MOVE_WAIT_S passed; then the client closes it."""
+
+    def __init__(self, client: Client, session: ClientSession, transport: asyncio.Transport,
+                 subs: dict[int, Subscription]) -> None:
+        self.client, self.session, self.transport = client, session, transport
+        self.subs = subs  # by their ids on this connection
+        self.waiting: set[int] = set()  # their ids at the new broker, until SUBSCRIBED
+
+    def _data(self, data: bytes) -> None:
+        try:
+            msgs = self.session.receive(data)
+        except ProtocolError:
+            self.close()
+            return
+        for msg in msgs:
+            if isinstance(msg, messages.Events | messages.Gap):
+                sub = self.subs.get(msg.sub)
+                if sub is not None and not sub.ended:
+                    self.client._arrived(sub, msg)
+
+    def _lost(self, exc: Exception | None) -> None:
+        self.subs.clear()
+
+    def subscribed(self, sub_id: int) -> bool:
+        """A subscription has its SUBSCRIBED at the new broker; True once all have (it is closed)."""
+        self.waiting.discard(sub_id)
+        if not self.waiting:
+            self.close()
+        return not self.waiting
+
+    def close(self) -> None:
+        self.subs.clear()
+        self.waiting.clear()
+        self.transport.close()
+
+
 class _Protocol(asyncio.Protocol):
     def __init__(self, client: Client) -> None:
-        self.client: Client | _Detached = client
+        self.client: Client | _Detached | _Leaving = client
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         sock = transport.get_extra_info("socket")
@@ -313,6 +352,7 @@ class Client:
         self._settled: asyncio.Future[None] | None = None  # requests waiting for a move or failover to end
         self._lost_error: ConnectionClosed | None = None  # the loss a failover is for
         self._silent: str | None = None  # why the client dropped the connection itself (a silent broker)
+        self._leaving: _Leaving | None = None  # a move's old connection, serving until the new one does
         self._connect_args: dict[str, Any] = {}
         self.rtt_ns = 0  # HELLO to WELCOME when this connection was made
         self.info: dict[str, Any] = {}  # the broker's WELCOME info
@@ -627,6 +667,7 @@ class Client:
             self._closed = ConnectionClosed("the connection to the broker is closed")
         self.roamer.close()
         self._arm()
+        self._close_leaving()
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
         if closing:
@@ -655,7 +696,16 @@ class Client:
 
     def _events(self, msg: messages.Events) -> None:
         sub = self._subs.get(msg.sub)
-        if sub is None:
+        if sub is not None:
+            self._arrived(sub, msg)
+
+    def _arrived(self, sub: Subscription, msg: messages.Events | messages.Gap) -> None:
+        """Events, or a GAP, for `sub` (from its connection, or from a move's old one)."""
+        if isinstance(msg, messages.Gap):
+            gap = sub.cursor.gap(Gap(msg.after, msg.through, msg.pubend))
+            if gap is not None:  # (after a move, a plain subscription drops what it had)
+                sub._push([gap])
+                self._buffered += 1
             return
         items = sub.cursor.arrived([event_from_fields(f) for f in msg.records], self._now())
         sub._push(items)
@@ -710,9 +760,8 @@ class Client:
                 self._marker(msg.sub, silence_of(msg))
         elif isinstance(msg, messages.Gap):
             sub = self._subs.get(msg.sub)
-            gap = None if sub is None else sub.cursor.gap(Gap(msg.after, msg.through, msg.pubend))
-            if gap is not None:  # (after a move, a plain subscription drops what it had)
-                self._marker(msg.sub, gap)
+            if sub is not None:
+                self._arrived(sub, msg)
         elif isinstance(msg, messages.End):
             sub = self._subs.pop(msg.sub, None)
             if sub is not None:
@@ -747,6 +796,8 @@ class Client:
             return
         if sub._ready.done():  # subscribed again after a move: its new home
             sub.cursor.rehomed(msg.checkpoint)
+            if self._leaving is not None and self._leaving.subscribed(msg.sub):
+                self._leaving = None
             return
         try:
             sub.cursor.confirmed(msg.checkpoint, msg.position, self._now())
@@ -882,22 +933,29 @@ class Client:
         self._switch(attempt.address, other, f"failover: {self._lost_error}")
 
     def _switch(self, address: str, other: Client, why: str) -> None:
-        """Take over `other`'s connection and session; the old connection is closed quietly. Each
-        subscription subscribes again on the new connection, the application's iterator unchanged,
-        from where its cursor says (core/session/cursor.py)."""
+        """Take over `other`'s connection and session. Each subscription subscribes again on the new
+        connection, the application's iterator unchanged, from where its cursor says
+        (core/session/cursor.py). On a move, the old connection serves the plain subscriptions on
+        until the new broker confirmed them (`_Leaving`); otherwise it is closed quietly."""
         other.roamer.close()
         other._arm()
         old = self._transport
         assert old is not None and other._transport is not None
         moved_from = self.address
+        self._close_leaving()
+        plain = {i: sub for i, sub in self._subs.items() if sub.kind in (SubKind.PLAIN, SubKind.TOTAL)}
         protocol = old.get_protocol()  # (None once the connection was lost: a failover)
+        leaving = (_Leaving(self, self._session, old, plain)
+                   if plain and protocol is not None and not old.is_closing() and self.roamer.mode is Mode.MOVING
+                   else None)
         if protocol is not None:
-            protocol.client = _Detached()  # type: ignore[attr-defined]
+            protocol.client = leaving or _Detached()  # type: ignore[attr-defined]
         other._transport.get_protocol().client = self  # type: ignore[attr-defined]
         self._session, self._transport = other._session, other._transport
         self.rtt_ns, self.info = other.rtt_ns, other.info
         self._refused = None
-        old.close()
+        if leaving is None:
+            old.close()
         effects = self.roamer.switched(self._now(), address, self._session.renew_interval_ns,
                                        other.roamer.take_held(), self._kinds())
         if self._reading_paused:
@@ -911,8 +969,17 @@ class Client:
             sub.id = new_id
             self._subs[new_id] = sub
             self._transport.write(frame)
+        if leaving is not None:
+            leaving.waiting = {sub.id for sub in plain.values()}
+            self._leaving = leaving
+            self._loop.call_later(MOVE_WAIT_S, leaving.close)  # (a refused one never confirms)
         self._apply(effects)
         self._settle()
+
+    def _close_leaving(self) -> None:
+        if self._leaving is not None:
+            self._leaving.close()
+            self._leaving = None
 
     async def _settle_wait(self) -> None:
         """While the client moves or fails over, new requests wait for it."""
@@ -959,6 +1026,7 @@ class Client:
 
     def _end(self, exc: BaseException) -> None:
         """The client is closed: everything waiting gets `exc` (or why it was closed before)."""
+        self._close_leaving()
         if self._closed is None:
             self._closed = exc
         self.roamer.close()
