@@ -35,10 +35,11 @@ pubend, as the wire has it), chosen so that nothing published in the move window
 The new broker delivers from the lowest of these, and the cursor drops every event at or below
 what it received from its pubend (`arrived`, across the move and while the old connection still
 delivers beside the new one), and the part of a GAP it knows it had (`gap`). So the move is exactly
-once while the events are still in the publishers' logs (a GAP says when they were not) and each
-reached the old broker within the allowance of its publishing, and the client had fallen no more
-than `reach_back_ns` behind. A total-order subscription starts now and nowhere else: it resumes from now,
-with the same dropping. A plain subscription moved before its first SUBSCRIBED starts now.
+once while the events are still in the publishers' logs (a GAP says when they were not), the
+client had fallen no more than `reach_back_ns` behind, and the events of a pubend it had not heard
+from reached the old broker within the allowance of their publishing. A total-order subscription
+starts now and nowhere else: it resumes from now, with the same dropping. A plain subscription
+moved before its first SUBSCRIBED starts now.
 
 `resume()` gives the start of the new SUBSCRIBE after a move. Pure data, no I/O.
 """
