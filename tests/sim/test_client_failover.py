@@ -42,3 +42,24 @@ def test_failover_sweep(seed):
 @pytest.mark.parametrize("seed", range(SEEDS, SEEDS + SOAK_SEEDS))
 def test_failover_soak(seed):
     failed_over_cleanly(seed)
+
+
+def test_a_move_to_a_broker_that_does_not_answer_stays_on_the_old_connection():
+    """Dial first: the old connection serves on while the client dials, so a move whose broker
+    refuses leaves the subscriber and the publisher where they were, connected and served."""
+    from tests.sim.test_runtime_paths import ADDRESS, one_broker
+    from tidings.core.units import SECOND_NS
+    from tidings.sim.clients import RoamingSubscriber
+
+    world, network, _, publisher = one_broker(3, events=400)
+    sub = RoamingSubscriber(world, network, ADDRESS, "roamer", "#", failover=("nowhere:7000",))
+    sub.start(world.now)
+    assert world.run_until(lambda: sub.subscribed_at is not None and publisher.ready, world.now + 5 * SECOND_NS)
+    for client in (sub, publisher):
+        assert client.roamer is not None
+        client._apply(client.roamer.move_asked("nowhere:7000"))  # the application asks; refused at once
+    world.run_until(lambda: publisher.finished, world.now + 30 * SECOND_NS)
+    world.run(until_ns=world.now + SECOND_NS)
+    assert publisher.finished and sub.connections == 1 and publisher.connections == 1
+    assert sub.address == ADDRESS and not sub.downs and sub.roamer is not None and sub.roamer.mode == "serving"
+    assert sorted(tick for tick, _ in sub.received) == sorted(publisher.acked.values())

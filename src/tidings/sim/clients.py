@@ -467,6 +467,9 @@ class Publisher(SimClient):
             self._publishing.cancel()
             self._publishing = None
 
+    def on_stayed(self) -> None:
+        self._schedule(0)  # (it paused while the move was under way)
+
     def _schedule(self, delay_ns: int) -> None:
         if self._publishing is None and self.produced < self.events_total:
             self._publishing = self.world.call_later(delay_ns, self._publish_some)
