@@ -56,14 +56,14 @@ def test_a_durable_subscriber_fails_over_to_another_broker_when_its_own_is_kille
     assert set(got) == acked
 
 
-def test_a_plain_subscription_is_not_failed_over_and_closing_is_not_a_loss(tmp_path):
-    """Only durable subscriptions resume elsewhere (a plain one would silently skip what was
-    published meanwhile): a plain one ends with ConnectionClosed; and an application's own close
-    starts no failover."""
+def test_a_total_order_subscription_is_not_failed_over_and_closing_is_not_a_loss(tmp_path):
+    """A total-order subscription starts again only from now (it would silently skip what was
+    published meanwhile): it ends with ConnectionClosed; and an application's own close starts no
+    failover. (Durable subscriptions and plain ones in publisher order fail over.)"""
 
     async def scenario(home, other):
         client = await Client.connect(home.address, failover=[other.address])
-        plain = await client.subscribe("pl/#")
+        plain = await client.subscribe("pl/#", order="total")
         home.kill()
         with pytest.raises(ConnectionClosed):
             async with asyncio.timeout(10):
@@ -170,3 +170,30 @@ def test_a_publisher_only_client_fails_over(tmp_path):
     with Cluster(tmp_path / "cluster", 2, LOCAL_LIVENESS) as cluster:
         first, later = asyncio.run(scenario(cluster[0], cluster[1]))
         assert first.pubend != later.pubend and later.tick > 0
+
+
+def test_a_plain_subscriber_fails_over_and_misses_nothing(tmp_path):
+    """A plain subscription in publisher order fails over as a durable one does (kill -9 of its
+    broker): it resumes after what it received from each pubend (core/session/cursor.py), so what
+    was published while it was away comes, once and in order. (It used to end with ConnectionClosed.)"""
+    from tests.integration.test_route_advice import received_once_in_order
+
+    async def scenario(origin, home, other):
+        client = await Client.connect(home.address, failover=[other.address], follow_advice=False)
+        moved = asyncio.Event()
+        client.on_move = lambda *_: moved.set()
+        sub = await client.subscribe("pf/#")
+        got = []
+        async with await Client.connect(origin.address, follow_advice=False) as pub:
+            acked = [await pub.publish("pf/x", b"before") for _ in range(20)]
+            await received_once_in_order(sub, acked, got)
+            home.kill()
+            acked += [await pub.publish("pf/x", f"during{i}") for i in range(50)]
+            await asyncio.wait_for(moved.wait(), 20)
+            acked += [await pub.publish("pf/x", f"after{i}") for i in range(20)]
+            await received_once_in_order(sub, acked, got)
+        assert client.address == other.address and client.failovers == 1
+        await client.close()
+
+    with Cluster(tmp_path / "cluster", 3, LOCAL_LIVENESS) as cluster:
+        asyncio.run(scenario(cluster[0], cluster[1], cluster[2]))

@@ -2,6 +2,7 @@
 advised, with publishes in flight, and nothing it published is lost or duplicated."""
 
 import asyncio
+import contextlib
 import signal
 import time
 
@@ -108,3 +109,72 @@ def test_a_stopped_root_is_replaced_long_before_the_failure_timeout(tmp_path):
             assert repaired_s < 5  # the keep-alive and parent timeouts are 10 s
             for status in (sub_at.status(), pub_at.status()):
                 assert root.address not in {leaf[1] for leaf in status["overlay"]["leaf_set"]}
+
+
+
+async def received_once_in_order(sub, acked, got, timeout_s=30):
+    """Take from `sub` into `got` until it holds every event of `acked` (PublishResults); each must
+    have come once, in its pubend's order."""
+    want = {(r.pubend, r.tick) for r in acked}
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not want <= {(e.pubend, e.tick) for e in got}:
+                got += await sub.next_batch()
+    except TimeoutError:
+        missing = want - {(e.pubend, e.tick) for e in got}
+        raise AssertionError(f"{len(missing)} of {len(want)} acknowledged events never came") from None
+    keys = [(e.pubend, e.tick) for e in got]
+    assert len(keys) == len(set(keys)), f"{len(keys) - len(set(keys))} events came twice"
+    for pubend in {p for p, _ in keys}:
+        ticks = [t for p, t in keys if p == pubend]
+        assert ticks == sorted(ticks), f"events of {pubend} out of order"
+
+
+
+def test_a_plain_subscriber_moved_by_a_drain_misses_nothing_published_during_the_move(tmp_path):
+    """The move window of a plain subscription (core/session/cursor.py): the subscriber's broker is
+    drained while it is behind (it stopped reading: what the old broker has not sent yet is the
+    window) and a publisher on the broker it moves to goes on publishing. It used to subscribe
+    again from "now" there, and missed everything of that broker's pubend it had not received."""
+
+    async def scenario(leaving, staying):
+        client = await Client.connect(leaving.address)  # follows advice
+        client.buffer_events_max = 50  # past it, the client stops reading its connection
+        sub = await client.subscribe("pm/#")
+        got, acked = [], []
+        payload = "x" * 16_000  # what the old broker holds back must exceed the sockets' buffers
+        async with await Client.connect(staying.address, follow_advice=False) as pub:
+            async def publish(until):
+                while not until() and len(acked) < 50_000:
+                    acked.extend(await asyncio.gather(*(pub.publish("pm/x", payload) for _ in range(20))))
+
+            await publish(lambda: len(acked) >= 20)
+            await received_once_in_order(sub, acked, got)
+            await publish(lambda: len(acked) >= 3000)  # the subscriber takes nothing meanwhile
+            leaving.proc.send_signal(signal.SIGTERM)
+            moved, seen = asyncio.Event(), {}
+
+            def on_move(*_):
+                seen.update(sub.cursor.seen)  # what it had received from each pubend
+                moved.set()
+
+            client.on_move = on_move
+            async with asyncio.timeout(20):
+                while client.mode == "serving":  # it reads again until the advice comes; then stops
+                    with contextlib.suppress(TimeoutError):
+                        got += await asyncio.wait_for(sub.next_batch(10), 0.1)
+                await moved.wait()
+            behind = sum(1 for r in acked if r.tick > seen.get(r.pubend, -1))
+            await publish(lambda: len(acked) >= 3200)
+            await received_once_in_order(sub, acked, got)
+        address = client.address
+        await client.close()
+        return address, behind
+
+    # a small clock-skew allowance: "now" at the new broker reaches back less than the move takes
+    with Cluster(tmp_path, 2, {**LOCAL_LIVENESS, "clock_skew_allowance_ns": 50_000_000}) as cluster:
+        leaving, staying = cluster[0], cluster[1]
+        address, behind = asyncio.run(asyncio.wait_for(scenario(leaving, staying), 60))
+        assert address == staying.address
+        assert leaving.proc.wait(timeout=10) == 0
+        print(f"moved {behind} events behind the publisher, none missed or repeated")

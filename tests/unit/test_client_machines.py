@@ -4,7 +4,7 @@ their public interface; roaming also as a Hypothesis rule-based state machine.""
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -78,12 +78,90 @@ def event(pubend: str, tick: int) -> Event:
 
 
 def test_a_plain_cursor_drops_after_a_move_what_it_had_from_each_pubend():
-    cursor = Cursor()
+    cursor = Cursor(total_order=True)  # (total order resumes from now)
     assert cursor.arrived([event("a", 1), event("a", 2), event("b", 5)]) == [event("a", 1), event("a", 2),
                                                                               event("b", 5)]
     assert cursor.resume() == (messages.START_NOW, None, None)
     assert cursor.arrived([event("a", 2), event("b", 5), event("a", 3), event("c", 1)]) == [event("a", 3),
                                                                                             event("c", 1)]
+
+
+US = 1_000  # ns in a tick (a microsecond)
+T0 = 1_700_000_000_000_000  # a tick: a publisher's clock in microseconds
+
+
+def test_a_moved_plain_cursor_starts_after_the_last_tick_of_each_pubend_and_misses_nothing():
+    """The move window: what was published while the client changed brokers (and what was still
+    on its way to the old broker) comes from the new one, what it had is dropped."""
+    cursor = Cursor()
+    cursor.confirmed(None, T0, 0)  # SUBSCRIBED at the old broker's clock T0, at now = 0
+    assert cursor.arrived([event("a", T0 + 10), event("b", T0 + 2_000_000)], 2 * S) == [
+        event("a", T0 + 10), event("b", T0 + 2_000_000)]
+    # 0.5 s later it moves: a's events after T0+10 may be on their way (or held back for it); pubends
+    # never heard from start a clock-skew allowance (1 s) before the newest tick, b's
+    start, positions, home = cursor.resume(2 * S + S // 2)
+    assert (start, positions, home) == (T0 + 10, None, None)
+    # the new broker sends everything after it, from both connections while the old one still serves
+    again = [event("a", T0 + 10), event("a", T0 + 20), event("b", T0 + 2_000_000), event("b", T0 + 2_400_000),
+             event("c", T0 + 1_600_000)]
+    assert cursor.arrived(again, 3 * S) == again[1:2] + again[3:]
+    assert cursor.arrived([event("a", T0 + 20), event("a", T0 + 30)], 3 * S) == [event("a", T0 + 30)]
+
+
+def test_a_moved_plain_cursor_reaches_back_by_time_for_pubends_it_never_heard_from():
+    cursor = Cursor()
+    cursor.confirmed(None, T0, 0)
+    assert cursor.resume(3 * S) == (T0 - 1_000_000, None, None)  # its start, less the 1 s allowance
+    quiet = Cursor(clock_skew_allowance_ns=S // 2, reach_back_ns=10 * S)
+    quiet.confirmed(None, T0, 0)
+    quiet.arrived([event("a", T0 + 5)], 0)
+    # a failover: the connection was lost at 100 s, the next broker answered at 103 s; a was heard
+    # from 100 s ago: it reaches back 10 s at most, and what is older than that it presumes it had
+    quiet.lost(100 * S)
+    quiet.lost(101 * S)  # (the first loss counts)
+    assert quiet.resume(103 * S) == (T0 + 90_000_005, None, None)
+    assert quiet.gap(Gap(T0, T0 + 90_000_005, "a")) is None  # what it presumes it had
+    assert quiet.gap(Gap(T0, T0 + 95_000_000, "a")) == Gap(T0 + 90_000_005, T0 + 95_000_000, "a")
+    assert quiet.gap(Gap(T0, T0 + 80_000_000, "c")) is None  # c was never heard from: 10 s back at most
+    assert quiet.gap(Gap(T0, T0 + 99_000_000, "c")) == Gap(T0 + 90_000_005, T0 + 99_000_000, "c")
+
+
+def test_a_moved_plain_cursor_keeps_of_a_gap_only_what_it_did_not_have():
+    cursor = Cursor()
+    cursor.confirmed(None, T0, 0)
+    cursor.arrived([event("a", T0 + 100), event("b", T0 + 900_000)], S)
+    assert cursor.gap(Gap(T0, T0 + 200, "a")) == Gap(T0, T0 + 200, "a")  # before a move: as it came
+    assert cursor.resume(S) == (T0 - 100_000, None, None)  # b's clock T0+0.9 s, less the 1 s allowance
+    assert cursor.gap(Gap(T0 + 50, T0 + 100, "a")) is None  # it had those
+    assert cursor.gap(Gap(T0 + 50, T0 + 300, "a")) == Gap(T0 + 100, T0 + 300, "a")
+    assert cursor.gap(Gap(T0 - 300_000, T0 - 200_000, "z")) is None  # a pubend it never heard from: by time
+    assert cursor.gap(Gap(T0, T0 + 5)) == Gap(T0, T0 + 5)  # (an older broker names no pubend)
+
+
+def test_a_moved_plain_cursor_catches_up_a_late_event_of_a_pubend_it_heard_from():
+    cursor = Cursor()
+    cursor.confirmed(None, T0, 0)
+    # a's event of T0+0.5 s came; its next, of T0+1 s, was held up (a repair) while b's of T0+3 s came
+    cursor.arrived([event("a", T0 + 500_000)], S // 2)
+    cursor.arrived([event("b", T0 + 3_000_000)], 3 * S)
+    assert cursor.resume(3 * S + S // 5).start == T0 + 500_000  # not b's tick less the allowance
+    assert cursor.arrived([event("a", T0 + 1_000_000), event("b", T0 + 3_000_000)], 4 * S) == [
+        event("a", T0 + 1_000_000)]
+
+
+def test_a_moved_plain_cursor_that_was_behind_reaches_back_from_the_newest_tick_it_received():
+    """A subscriber that read slowly: its old broker held back a backlog, in which an event of a
+    pubend it never heard from waited behind the newest one it received."""
+    cursor = Cursor()
+    cursor.confirmed(None, T0, 0)
+    cursor.arrived([event("a", T0 + 3_000_000)], 10 * S)  # 7 s after its publishing
+    # it stopped reading for 2 s, then moved: c's event of T0+2.5 s, held back, must come
+    assert cursor.resume(12 * S).start == T0 + 2_000_000  # a's tick less the allowance, not "now" less it
+    assert cursor.arrived([event("c", T0 + 2_500_000)], 13 * S) == [event("c", T0 + 2_500_000)]
+
+
+def test_a_plain_cursor_moved_before_its_first_subscribed_starts_now():
+    assert Cursor().resume(S) == (messages.START_NOW, None, None)
 
 
 def test_a_durable_cursor_resumes_after_what_arrived_and_its_token_follows_what_was_taken():
@@ -153,7 +231,8 @@ def test_no_failover_brokers_no_heartbeat_and_a_loss_closes():
 @pytest.mark.parametrize(("kinds", "fails_over"), [
     ([], True),  # a publisher (it used not to)
     ([SubKind.DURABLE, SubKind.DURABLE], True),
-    ([SubKind.DURABLE, SubKind.PLAIN], False),
+    ([SubKind.DURABLE, SubKind.PLAIN], True),  # a plain one resumes after what it received (it used not to)
+    ([SubKind.DURABLE, SubKind.TOTAL], False),  # total order starts again from now only
     ([SubKind.BULK], False),
 ])
 def test_who_fails_over(kinds, fails_over):
@@ -188,8 +267,8 @@ def test_a_failover_goes_on_at_the_broker_that_answered_and_keeps_the_others():
 def test_advice_is_followed_when_movable_and_held_while_busy():
     r = serving()
     b = (Candidate("b:1", 1000),)
-    assert r.advised(0, Reason.CLOSER, b, [SubKind.PLAIN]) == []  # a plain subscription stays for closer
-    assert r.advised(0, Reason.DRAINING, b, [SubKind.PLAIN]) == [roaming.Follow(Reason.DRAINING, b)]
+    assert r.advised(0, Reason.CLOSER, b, [SubKind.TOTAL]) == []  # total order stays for closer
+    assert r.advised(0, Reason.DRAINING, b, [SubKind.TOTAL]) == [roaming.Follow(Reason.DRAINING, b)]
     c = (Candidate("c:1", 1000),)
     assert r.advised(0, Reason.OVERLOADED, c, []) == [] and r.held == (Reason.OVERLOADED, c)
     moves = r.probed(0, Reason.DRAINING, 5000, [Probe("b:1", 4000, False, False)], [])
@@ -307,3 +386,72 @@ class RoamingMachine(RuleBasedStateMachine):
 
 TestRoaming = RoamingMachine.TestCase
 TestRoaming.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+
+SKEW_US = 1_000_000
+
+
+@st.composite
+def move_window(draw):
+    """Events of up to three pubends (ticks: microseconds of one clock), each reaching the old broker
+    within the clock-skew allowance of its publishing (or, `late`, up to three times that: a repair);
+    the old broker sends them to the client in the order they reached it, the client taking them as
+    slowly as drawn (a backlog builds at the broker). The old connection serves until `cut`; then
+    the client resumes (a failover: `lost` at the cut; or a move whose old connection serves on
+    beside the new one, `overlap` longer)."""
+    pubends = draw(st.lists(st.sampled_from("abc"), min_size=1, max_size=3, unique=True))
+    late = draw(st.booleans())
+    reached = []  # (at the old broker, pubend, tick)
+    for p in pubends:
+        at = 0
+        for t in sorted(draw(st.sets(st.integers(1, 5_000_000), max_size=12))):
+            at = max(at, t + draw(st.integers(0, 3 * SKEW_US if late else SKEW_US - 1)))  # in its pubend's order
+            reached.append((at, p, t))
+    events, received = [], 0  # (received by the client, pubend, tick)
+    for at, p, t in sorted(reached):
+        received = max(received, at) + draw(st.integers(0, 2_000_000))
+        events.append((received, p, t))
+    cut = draw(st.integers(0, 6_000_000))
+    overlap = 0 if draw(st.booleans()) else draw(st.integers(1, 1_000_000))
+    mix = draw(st.lists(st.booleans(), max_size=80))  # which connection's message comes next
+    turns = draw(st.permutations(range(len(events))))  # the new broker's interleaving of the pubends
+    return events, cut, overlap, mix, turns, late
+
+
+@settings(max_examples=300, deadline=None)
+@given(move_window())
+def test_a_moved_plain_cursor_gets_every_event_once_in_order(window):
+    """The move window, as a property: whatever the old connection delivered before the cut and
+    beside the new one after it, and the new broker after the resume tick, the application gets
+    every event once, each pubend's in order. Late events are caught up by the position of their
+    pubend: exactly once for a pubend it had heard from (the others rely on the allowance)."""
+    events, cut, overlap, mix, turns, late = window
+    heard = {p for received, p, _ in events if received <= cut}
+    assume(not late or heard == {p for _, p, _ in events})
+    cursor = Cursor(clock_skew_allowance_ns=SKEW_US * US)
+    cursor.confirmed(None, 0, 0)  # SUBSCRIBED before the first tick, at its clock's 0
+    got = []
+    for received, p, t in events:
+        if received <= cut:
+            got += cursor.arrived([event(p, t)], received * US)
+    if not overlap:
+        cursor.lost(cut * US)  # a failover: the connection was lost
+    start, positions, _ = cursor.resume((cut + overlap // 2) * US)
+    assert positions is None and isinstance(start, int)
+    # the new broker: every tick after `start`, each pubend's in order, the pubends interleaved
+    after = sorted((p, t) for _, p, t in events if t > start)
+    pubend_turns = [after[i][0] for i in sorted(range(len(after)), key=lambda i: turns[i])]
+    queues = {p: [t for q, t in after if q == p] for p in "abc"}
+    new = [(p, queues[p].pop(0)) for p in pubend_turns]
+    old = [(p, t) for received, p, t in events if cut < received <= cut + overlap]
+    flags = iter(mix)
+    while new or old:
+        source = old if old and (not new or next(flags, False)) else new
+        p, t = source.pop(0)
+        got += cursor.arrived([event(p, t)], (cut + overlap) * US)
+    keys_got = [(e.pubend, e.tick) for e in got]
+    assert sorted(keys_got) == sorted((p, t) for _, p, t in events)  # every one, once
+    for p in "abc":
+        ticks = [t for q, t in keys_got if q == p]
+        assert ticks == sorted(ticks)

@@ -8,7 +8,10 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from tidings.client import Client
+from tidings.core.event import EventRecord
 from tidings.core.wire import messages
+from tidings.core.wire.decoders import decode_client_message
+from tidings.core.wire.frames import FrameDecoder
 
 WAIT_S = 5.0  # for a move, or any step of one
 
@@ -116,5 +119,76 @@ def test_draining_advice_that_arrives_while_the_client_weighs_a_closer_hint_is_f
             release.set()
             await until(lambda: client.address == c_address)
             assert client.moves == 1 and client.pubend == "pC"
+
+    asyncio.run(scenario())
+
+
+class SubscribingBroker(asyncio.Protocol):
+    """A fake broker that answers HELLO with WELCOME and records each SUBSCRIBE; the test writes
+    the rest (SUBSCRIBED, EVENTS) itself, in the order it wants."""
+
+    def __init__(self, name: str, connections: list[SubscribingBroker]) -> None:
+        self.name = name
+        self.decoder = FrameDecoder(1 << 20)
+        self.subscribes: list[messages.Subscribe] = []
+        self.transport: asyncio.Transport | None = None
+        self.closed = asyncio.Event()
+        connections.append(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        for body in self.decoder.feed(data):
+            msg = decode_client_message(body)
+            if isinstance(msg, messages.Hello):
+                self.transport.write(welcome(self.name))
+            elif isinstance(msg, messages.Subscribe):
+                self.subscribes.append(msg)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+
+    def send(self, frame: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(frame)
+
+
+def record(pubend: str, tick: int) -> bytes:
+    return EventRecord(pubend, tick, "m/x", {}, "svc", "i", b"").encode()
+
+
+def test_a_moved_plain_subscription_is_served_by_the_old_connection_until_the_new_subscribed():
+    """Dial first, leave after SUBSCRIBED: on a move the old connection goes on delivering a plain
+    subscription's events until the new broker confirmed it there; what comes from both once is
+    taken once; then the old connection is closed."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        olds: list[SubscribingBroker] = []
+        news: list[SubscribingBroker] = []
+        a = await loop.create_server(lambda: SubscribingBroker("pA", olds), "127.0.0.1", 0)
+        b = await loop.create_server(lambda: SubscribingBroker("pB", news), "127.0.0.1", 0)
+        a_address = f"127.0.0.1:{a.sockets[0].getsockname()[1]}"
+        b_address = f"127.0.0.1:{b.sockets[0].getsockname()[1]}"
+        async with client_of(a_address, a, b) as client:
+            subscribing = asyncio.ensure_future(client.subscribe("m/#"))
+            await until(lambda: olds and olds[0].subscribes)
+            old = olds[0]
+            old.send(messages.subscribed(1, 1_000) + messages.events(1, [record("p", 1_001)]))
+            sub = await asyncio.wait_for(subscribing, WAIT_S)
+            assert [e.tick for e in await asyncio.wait_for(sub.next_batch(), WAIT_S)] == [1_001]
+            moving = asyncio.ensure_future(client.move(b_address))
+            await until(lambda: news and news[-1].subscribes)
+            new = news[-1]
+            assert new.subscribes[0].start == messages.START_AFTER and new.subscribes[0].after <= 1_001
+            old.send(messages.events(1, [record("p", 1_002)]))  # the old connection still serves
+            assert [e.tick for e in await asyncio.wait_for(sub.next_batch(), WAIT_S)] == [1_002]
+            assert not old.closed.is_set()
+            new.send(messages.subscribed(1, 1_001) + messages.events(1, [record("p", t) for t in (1_002, 1_003)]))
+            assert [e.tick for e in await asyncio.wait_for(sub.next_batch(), WAIT_S)] == [1_003]  # 1_002 once
+            await asyncio.wait_for(old.closed.wait(), WAIT_S)  # confirmed at the new broker: the old one goes
+            assert await asyncio.wait_for(moving, WAIT_S) and client.address == b_address
 
     asyncio.run(scenario())

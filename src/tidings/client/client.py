@@ -48,7 +48,7 @@ from tidings.core.errors import (
 )
 from tidings.core.event import Event, event_from_fields
 from tidings.core.session import roaming
-from tidings.core.session.client_session import ClientSession, Start
+from tidings.core.session.client_session import ClientSession, PublishEvent, Start
 from tidings.core.session.cursor import Cursor, Gap, advance, silence_of
 from tidings.core.session.publish_tracker import DuplicateResult, PublishResult, PublishTracker, Result
 from tidings.core.session.roaming import Mode, Roamer, SubKind
@@ -100,7 +100,7 @@ class _PendingFrame:
                 fut.set_exception(exc)
 
 
-def _not_idempotent(item: tuple[Any, ...]) -> list[Any]:
+def _not_idempotent(item: tuple[Any, ...]) -> PublishEvent:
     raise EventError(f"with a producer, each item is (channel, payload, attributes, seq), got {len(item)} fields")
 
 
@@ -128,9 +128,48 @@ class _Detached:
         pass
 
 
+class _Leaving:
+    """A move's old connection: it goes on serving the plain subscriptions (their events and GAPs,
+    which their cursors take as from the new connection, dropping what comes twice) until each has
+    its SUBSCRIBED at the new broker, or MOVE_WAIT_S passed; then the client closes it."""
+
+    def __init__(self, client: Client, session: ClientSession, transport: asyncio.Transport,
+                 subs: dict[int, Subscription]) -> None:
+        self.client, self.session, self.transport = client, session, transport
+        self.subs = subs  # by their ids on this connection
+        self.waiting: set[int] = set()  # their ids at the new broker, until SUBSCRIBED
+
+    def _data(self, data: bytes) -> None:
+        try:
+            msgs = self.session.receive(data)
+        except ProtocolError:
+            self.close()
+            return
+        for msg in msgs:
+            if isinstance(msg, messages.Events | messages.Gap):
+                sub = self.subs.get(msg.sub)
+                if sub is not None and not sub.ended:
+                    self.client._arrived(sub, msg)
+
+    def _lost(self, exc: Exception | None) -> None:
+        self.subs.clear()
+
+    def subscribed(self, sub_id: int) -> bool:
+        """A subscription has its SUBSCRIBED at the new broker; True once all have (it is closed)."""
+        self.waiting.discard(sub_id)
+        if not self.waiting:
+            self.close()
+        return not self.waiting
+
+    def close(self) -> None:
+        self.subs.clear()
+        self.waiting.clear()
+        self.transport.close()
+
+
 class _Protocol(asyncio.Protocol):
     def __init__(self, client: Client) -> None:
-        self.client: Client | _Detached = client
+        self.client: Client | _Detached | _Leaving = client
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         sock = transport.get_extra_info("socket")
@@ -164,7 +203,8 @@ class Subscription:
         self.bulk = bulk  # a bulk read (Client.read_records): its items are RECORDS, each of many events
         self.on_gap = on_gap
         self.pattern, self.filter, self.order = pattern, filter, order  # to subscribe again after a move
-        self.cursor = Cursor()  # its checkpoints (durable), or what it saw (plain): core/session/cursor.py
+        # its checkpoints (durable), or what it saw (plain): core/session/cursor.py
+        self.cursor = Cursor(total_order=order == messages.ORDER_TOTAL)
         self.position: int | None = None
         # a durable one acknowledges, every ACK_INTERVAL_S, what the application had taken before it
         # last asked for more (it asked again: it is done with those)
@@ -184,7 +224,9 @@ class Subscription:
     def kind(self) -> SubKind:
         if self.bulk:
             return SubKind.BULK
-        return SubKind.DURABLE if self.cursor.durable else SubKind.PLAIN
+        if self.cursor.durable:
+            return SubKind.DURABLE
+        return SubKind.TOTAL if self.cursor.total_order else SubKind.PLAIN
 
     def __aiter__(self) -> AsyncIterator[Event | Gap]:
         return self
@@ -293,7 +335,7 @@ class Client:
         self._loop = asyncio.get_running_loop()
         self._welcome: asyncio.Future[None] = self._loop.create_future()
         self._publishes: PublishTracker[_PendingFrame] = PublishTracker()
-        self._outbox: list[list[Any]] = []
+        self._outbox: list[PublishEvent] = []
         self._outbox_futures: list[asyncio.Future[PublishResult]] = []
         self._flush_scheduled = False
         self._subs: dict[int, Subscription] = {}
@@ -310,6 +352,7 @@ class Client:
         self._settled: asyncio.Future[None] | None = None  # requests waiting for a move or failover to end
         self._lost_error: ConnectionClosed | None = None  # the loss a failover is for
         self._silent: str | None = None  # why the client dropped the connection itself (a silent broker)
+        self._leaving: _Leaving | None = None  # a move's old connection, serving until the new one does
         self._connect_args: dict[str, Any] = {}
         self.rtt_ns = 0  # HELLO to WELCOME when this connection was made
         self.info: dict[str, Any] = {}  # the broker's WELCOME info
@@ -335,8 +378,9 @@ class Client:
         application noticing, to a broker the current one advises (closer, or less loaded, or
         because it is stopping) while the connection holds no subscription; see docs/operations.md.
         `failover`: other brokers' addresses. When the connection is lost (the broker was killed,
-        the network cut) and every subscription is durable (or there is none: a publisher), the
-        client goes on at the first of these (or `address` again) that answers, within FAILOVER_S:
+        the network cut) and every subscription is durable or plain in publisher order (or there is
+        none: a publisher), the client goes on at the first of these (or `address` again) that
+        answers, within FAILOVER_S:
         the application's iterators go on, with nothing lost and nothing twice; see
         docs/durable.md#failover. `broker_silence` (seconds; with `failover`): a broker that sends
         nothing for this long although the client asked (HEARTBEAT) is taken as gone, and the client
@@ -605,8 +649,9 @@ class Client:
 
     async def move(self, address: str) -> bool:
         """Go on at the broker at `address` now, as a move on route advice does (requests in flight
-        answered first, subscriptions resubscribed from their cursors: a plain one from now, without
-        repeats). False when the client was busy moving, or that broker did not answer."""
+        answered first, subscriptions resubscribed from their cursors: a plain one after what it
+        received from each pubend, without repeats). False when the client was busy moving, or that
+        broker did not answer."""
         self._check_open()
         self._apply(self.roamer.move_asked(address))
         await self._settle_wait()
@@ -622,6 +667,7 @@ class Client:
             self._closed = ConnectionClosed("the connection to the broker is closed")
         self.roamer.close()
         self._arm()
+        self._close_leaving()
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
         if closing:
@@ -650,9 +696,18 @@ class Client:
 
     def _events(self, msg: messages.Events) -> None:
         sub = self._subs.get(msg.sub)
-        if sub is None:
+        if sub is not None:
+            self._arrived(sub, msg)
+
+    def _arrived(self, sub: Subscription, msg: messages.Events | messages.Gap) -> None:
+        """Events, or a GAP, for `sub` (from its connection, or from a move's old one)."""
+        if isinstance(msg, messages.Gap):
+            gap = sub.cursor.gap(Gap(msg.after, msg.through, msg.pubend))
+            if gap is not None:  # (after a move, a plain subscription drops what it had)
+                sub._push([gap])
+                self._buffered += 1
             return
-        items = sub.cursor.arrived([event_from_fields(f) for f in msg.records])
+        items = sub.cursor.arrived([event_from_fields(f) for f in msg.records], self._now())
         sub._push(items)
         self._buffer(len(items))
 
@@ -704,7 +759,9 @@ class Client:
             if sub is not None and sub.cursor.durable:  # the token moves up, in line with its events
                 self._marker(msg.sub, silence_of(msg))
         elif isinstance(msg, messages.Gap):
-            self._marker(msg.sub, Gap(msg.after, msg.through, msg.pubend))
+            sub = self._subs.get(msg.sub)
+            if sub is not None:
+                self._arrived(sub, msg)
         elif isinstance(msg, messages.End):
             sub = self._subs.pop(msg.sub, None)
             if sub is not None:
@@ -739,9 +796,11 @@ class Client:
             return
         if sub._ready.done():  # subscribed again after a move: its new home
             sub.cursor.rehomed(msg.checkpoint)
+            if self._leaving is not None and self._leaving.subscribed(msg.sub):
+                self._leaving = None
             return
         try:
-            sub.cursor.confirmed(msg.checkpoint)
+            sub.cursor.confirmed(msg.checkpoint, msg.position, self._now())
         except TidingsError as exc:
             sub._fail(exc)
             return
@@ -874,22 +933,29 @@ class Client:
         self._switch(attempt.address, other, f"failover: {self._lost_error}")
 
     def _switch(self, address: str, other: Client, why: str) -> None:
-        """Take over `other`'s connection and session; the old connection is closed quietly. Each
-        subscription subscribes again on the new connection, the application's iterator unchanged,
-        from where its cursor says (core/session/cursor.py)."""
+        """Take over `other`'s connection and session. Each subscription subscribes again on the new
+        connection, the application's iterator unchanged, from where its cursor says
+        (core/session/cursor.py). On a move, the old connection serves the plain subscriptions on
+        until the new broker confirmed them (`_Leaving`); otherwise it is closed quietly."""
         other.roamer.close()
         other._arm()
         old = self._transport
         assert old is not None and other._transport is not None
         moved_from = self.address
+        self._close_leaving()
+        plain = {i: sub for i, sub in self._subs.items() if sub.kind in (SubKind.PLAIN, SubKind.TOTAL)}
         protocol = old.get_protocol()  # (None once the connection was lost: a failover)
+        leaving = (_Leaving(self, self._session, old, plain)
+                   if plain and protocol is not None and not old.is_closing() and self.roamer.mode is Mode.MOVING
+                   else None)
         if protocol is not None:
-            protocol.client = _Detached()  # type: ignore[attr-defined]
+            protocol.client = leaving or _Detached()  # type: ignore[attr-defined]
         other._transport.get_protocol().client = self  # type: ignore[attr-defined]
         self._session, self._transport = other._session, other._transport
         self.rtt_ns, self.info = other.rtt_ns, other.info
         self._refused = None
-        old.close()
+        if leaving is None:
+            old.close()
         effects = self.roamer.switched(self._now(), address, self._session.renew_interval_ns,
                                        other.roamer.take_held(), self._kinds())
         if self._reading_paused:
@@ -897,14 +963,23 @@ class Client:
         if self.on_move is not None:
             self.on_move(moved_from, address, why)
         for old_id, sub in list(self._subs.items()):
-            start, positions, home = sub.cursor.resume()
+            start, positions, home = sub.cursor.resume(self._now())
             new_id, frame = self._session.subscribe(sub.pattern, sub.filter, start, None, sub.order, positions, home)
             del self._subs[old_id]
             sub.id = new_id
             self._subs[new_id] = sub
             self._transport.write(frame)
+        if leaving is not None:
+            leaving.waiting = {sub.id for sub in plain.values()}
+            self._leaving = leaving
+            self._loop.call_later(MOVE_WAIT_S, leaving.close)  # (a refused one never confirms)
         self._apply(effects)
         self._settle()
+
+    def _close_leaving(self) -> None:
+        if self._leaving is not None:
+            self._leaving.close()
+            self._leaving = None
 
     async def _settle_wait(self) -> None:
         """While the client moves or fails over, new requests wait for it."""
@@ -942,6 +1017,8 @@ class Client:
             effects = self.roamer.lost(self._now(), self._kinds(), str(lost))
             if self.roamer.mode is Mode.FAILING_OVER:
                 self._lost_error = lost
+                for sub in self._subs.values():  # a plain one resumes after what this connection served
+                    sub.cursor.lost(self._now())
                 self._fail_requests(lost)  # their outcome is unknown: the application decides
                 self._apply(effects)
                 return
@@ -949,6 +1026,7 @@ class Client:
 
     def _end(self, exc: BaseException) -> None:
         """The client is closed: everything waiting gets `exc` (or why it was closed before)."""
+        self._close_leaving()
         if self._closed is None:
             self._closed = exc
         self.roamer.close()

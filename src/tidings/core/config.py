@@ -148,7 +148,7 @@ class BrokerConfig:
     # a tree's filter summary sent to its parent; past it, "everything"
     filter_summary_bytes_max: int = defaults.FILTER_SUMMARY_BYTES_MAX
     filter_in_network: bool = True  # False, for measuring only: forwarders send every child everything
-    clock_skew_allowance_ns: int = 1 * SECOND_NS  # a subscription starts this far before SUBSCRIBED
+    clock_skew_allowance_ns: int = defaults.CLOCK_SKEW_ALLOWANCE_NS  # a subscription starts this far before SUBSCRIBED
     # for measuring the protocol's cost only: events cross brokers best effort, without streams
     best_effort_delivery: bool = False
 

@@ -56,3 +56,5 @@ MAX_RETAIN_NS: Final = 24 * HOUR_NS
 RELEASE_HOLD_NS: Final = 300 * SECOND_NS
 RETRANSMIT_WINDOW_BYTES: Final = 4 * MIB
 RETRANSMIT_WAIT_NS: Final = 200 * MILLISECOND_NS
+# a subscription starts this far back for other brokers' events (clocks differ); a moved plain one too
+CLOCK_SKEW_ALLOWANCE_NS: Final = 1 * SECOND_NS

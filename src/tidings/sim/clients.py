@@ -29,8 +29,15 @@ With `failover` brokers a client keeps its roaming machine across a lost connect
 the first of them that answers (`TryBroker`; the simulated network refuses a dead broker at once,
 so no attempt needs a timeout); with `follow_advice` it weighs route advice as the library does,
 probing the candidates and its own broker alike (`Prober`: HELLO to WELCOME), and moves where the
-machine chooses (`MoveTo`: it drops its connection first, having no request in flight to wait
-for). Without either (the default), a client reconnects to the broker it was told to.
+machine chooses (`MoveTo`) as the client library does: it dials the new broker while the old
+connection goes on serving, and drops the old one only once the new one serves (a subscriber: at
+its SUBSCRIBED there; what comes twice meanwhile its cursor drops); a new broker that does not
+answer leaves it where it was. Without either (the default), a client reconnects to the broker it
+was told to.
+
+A `RoamingSubscriber` is a plain subscriber that roams so (route advice, drains, failover) with the
+library's `Cursor`: after a move it subscribes after what it received (core/session/cursor.py),
+and the checker holds it to the same promise across its connections as a durable one.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from tidings.core.broker import advice
 from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.errors import BrokerError
 from tidings.core.event import EventRecord, event_from_fields
-from tidings.core.session.client_session import ClientSession
+from tidings.core.session.client_session import ClientSession, PlainEvent, PublishEvent
 from tidings.core.session.cursor import Cursor, Gap, silence_of
 from tidings.core.session.publish_tracker import DuplicateResult, PublishTracker
 from tidings.core.session.roaming import (
@@ -122,6 +129,8 @@ class SimClient(Endpoint):
         self.failovers = 0
         self.advice_moves = 0  # moves on route advice
         self._trying: str | None = None  # the broker a failover or a move connects to
+        # a move's old connection, serving until the new one does: its socket and session
+        self._old: tuple[Socket, ClientSession] | None = None
         self.follow_advice = False  # follow route advice with the roaming machine (the library's default)
         self.rtt_ns = 0  # HELLO to WELCOME of the connection
         self._hello_at = 0
@@ -192,6 +201,11 @@ class SimClient(Endpoint):
         return []
 
     def connection_lost(self, sock: Socket, reset: bool) -> None:
+        if self._old is not None and sock is self._old[0]:  # a move's old connection: the new one is coming
+            self.world.trace(self.name, "lost-old", int(reset))
+            self._old = None
+            self.on_old_down(now=self.world.now)
+            return
         if sock is not self.sock:
             return
         self.downs += 1
@@ -223,7 +237,16 @@ class SimClient(Endpoint):
         self.on_down()
         self._retry(away_ns)
 
+    def _old_data(self, sock: Socket, session: ClientSession, data: bytes) -> None:
+        for msg in session.receive(data):
+            if self._old is None or self._old[0] is not sock:
+                return  # dropped while handling an earlier message
+            self.on_old_message(msg)
+
     def data_received(self, sock: Socket, data: bytes) -> None:
+        if self._old is not None and sock is self._old[0]:
+            self._old_data(sock, self._old[1], data)
+            return
         if sock is not self.sock or self.session is None:
             return
         for msg in self.session.receive(data):
@@ -239,6 +262,8 @@ class SimClient(Endpoint):
                     self.failovers += self._failing_over()
                     self.advice_moves += self._moving()
                     self.address, self._trying = self._trying, None
+                    if not self.keeps_old():
+                        self.drop_old()
                     self._apply(self.roamer.switched(self.world.now, self.address, renew_ns, None, self.kinds()))
                 else:
                     self.roamer.welcomed(self.world.now, renew_ns)
@@ -287,11 +312,10 @@ class SimClient(Endpoint):
             elif isinstance(effect, MoveTo):  # (the simulated clients have nothing in flight to wait for)
                 self.world.trace(self.name, "move", effect.address)
                 self._trying = effect.address
-                sock = self.sock
-                if sock is not None:
+                if self.sock is not None and self.session is not None:  # it serves on until the new one does
+                    self._old = (self.sock, self.session)
                     self.sock, self.session = None, None
-                    sock.abort(notify_self=False)
-                    self.on_down()
+                    self.on_moving()
                 self.dialing = True
                 self.network.connect(effect.address, self, server_rate_bytes_per_s=self.read_rate_bytes_per_s)
             elif isinstance(effect, GiveUp):
@@ -332,16 +356,51 @@ class SimClient(Endpoint):
         self.world.call_later(PROBE_TIMEOUT_NS, expire)
 
     def _move_failed(self) -> None:
-        """The broker a move chose did not answer: back to the one it left."""
+        """The broker a move chose did not answer: it stays on the old connection; when that one
+        was lost meanwhile, as after any loss."""
         assert self.roamer is not None
         self.dialing, self._trying = False, None
-        self.roamer.move_failed(self.kinds())
+        effects = self.roamer.move_failed(self.kinds())
+        if self._old is not None:
+            (self.sock, self.session), self._old = self._old, None
+            self.on_stayed()
+            self._apply(effects)
+            return
+        if self.failover:
+            self._apply(self.roamer.lost(self.world.now, self.kinds(), "the connection was lost during a move"))
+            if self._failing_over():
+                return
         self._retry()
+
+    def drop_old(self) -> None:
+        """A move's new connection serves: the old one goes."""
+        if self._old is not None:
+            sock, self._old = self._old[0], None
+            self.world.trace(self.name, "drop-old")
+            sock.abort(notify_self=False)
+            self.on_old_down(now=self.world.now)
 
     # ---- for subclasses --------------------------------------------------------------------------
 
     def on_ready(self) -> None:
         pass
+
+    def keeps_old(self) -> bool:
+        """Whether a move's old connection serves on past the new one's WELCOME (until `drop_old`)."""
+        return False
+
+    def on_moving(self) -> None:
+        """A move began: the connection is the old one now."""
+
+    def on_stayed(self) -> None:
+        """A move failed: the old connection is the connection again."""
+
+    def on_old_message(self, msg: Any) -> None:
+        """What a move's old connection still brings (only a roaming subscriber reads it)."""
+
+    def on_old_down(self, now: int) -> None:
+        """A move's old connection is gone (what was in flight on it is in doubt)."""
+        self.on_down()
 
     def on_down(self) -> None:
         pass
@@ -398,7 +457,7 @@ class Publisher(SimClient):
     def on_ready(self) -> None:
         if self.idempotent and self.in_doubt:
             retry, self.in_doubt = self.in_doubt, []
-            self._send([(ident, [*self.sent[ident], int(ident.rsplit(":", 1)[1]), self.name]) for ident in retry])
+            self._send([(ident, (*self.sent[ident], int(ident.rsplit(":", 1)[1]), self.name)) for ident in retry])
         self._schedule(0)
 
     def on_down(self) -> None:
@@ -408,19 +467,22 @@ class Publisher(SimClient):
             self._publishing.cancel()
             self._publishing = None
 
+    def on_stayed(self) -> None:
+        self._schedule(0)  # (it paused while the move was under way)
+
     def _schedule(self, delay_ns: int) -> None:
         if self._publishing is None and self.produced < self.events_total:
             self._publishing = self.world.call_later(delay_ns, self._publish_some)
 
-    def _event(self) -> tuple[str, list[Any]]:
+    def _event(self) -> tuple[str, PublishEvent]:
         rng = self.rng
         n = self.produced
         self.produced += 1
         ident = f"{self.name}:{n}"
         payload = ident.encode()
         if rng.random() < self.bad_event_probability:
-            bad = ["nodes/+/bad", {}, payload]  # the broker must reject it
-            return ident, [*bad, n, self.name] if self.idempotent else bad
+            bad: PlainEvent = ("nodes/+/bad", {}, payload)  # the broker must reject it
+            return ident, (*bad, n, self.name) if self.idempotent else bad
         k = rng.randrange(self.hosts)
         kind = rng.choice(("load", "mem"))
         attributes: dict[str, Any] = {"host": f"h{k}", "site": f"s{k % 3}"}
@@ -445,7 +507,7 @@ class Publisher(SimClient):
             self._send(batch)
         self._schedule(self.rng.randint(*self.interval_ns))
 
-    def _send(self, batch: list[tuple[str, list[Any]]]) -> None:
+    def _send(self, batch: list[tuple[str, PublishEvent]]) -> None:
         assert self.session is not None
         ids = [ident for ident, _ in batch]
         done = 0
@@ -513,6 +575,8 @@ class Subscriber(SimClient):
         self.quit_at: int | None = None  # when it unsubscribed for good
         self.start_tick: int | None = None  # the broker's start point for other pubends, as the scenario knows it
         self._sub: int | None = None
+        self._old_sub: int | None = None  # its id on a move's old connection
+        self.roams = False  # RoamingSubscriber: resumes with its cursor, checked across connections
         self.durable = False  # DurableSubscriber: reconnects with its token, checked across them
         self.rewound = False  # a DurableSubscriber that resumed from an older token than it acknowledged
 
@@ -544,6 +608,15 @@ class Subscriber(SimClient):
     def on_down(self) -> None:
         self._sub = None
 
+    def on_moving(self) -> None:
+        self._old_sub, self._sub = self._sub, None
+
+    def on_stayed(self) -> None:
+        self._sub, self._old_sub = self._old_sub, None
+
+    def on_old_down(self, now: int) -> None:
+        self._old_sub = None
+
     def on_message(self, msg: Any) -> None:
         if isinstance(msg, messages.Events) and msg.sub == self._sub:
             for fields in map(EventRecord.of, msg.records):
@@ -568,6 +641,72 @@ class Subscriber(SimClient):
                 self.violations.append(f"{self.name}: GAP ({msg.after}, {msg.through}] without retention")
         else:
             super().on_message(msg)
+
+
+class RoamingSubscriber(Subscriber):
+    """A plain subscriber that roams as the client library does: it follows route advice (a drain's
+    among it), fails over to its `failover` brokers when its own dies, and keeps its place with the
+    library's `Cursor` (core/session/cursor.py): after a move it subscribes after what it received
+    from each pubend, and drops what comes twice, from the new broker or from the old connection
+    that serves on until the new SUBSCRIBED. The checker holds it to its promise across its
+    connections, as a durable subscriber."""
+
+    def __init__(self, world: World, network: Network, address: str, name: str, pattern: str,
+                 filter: str | None = None, failover: tuple[str, ...] = (),
+                 read_rate_bytes_per_s: int | None = None) -> None:
+        super().__init__(world, network, address, name, pattern, filter, read_rate_bytes_per_s=read_rate_bytes_per_s)
+        self.failover = failover
+        self.follow_advice = True
+        self.roams = True
+        self.gaps_judged = True
+        self.cursor = Cursor()
+        self.repeats_dropped = 0  # events that came again after a move, dropped by the cursor
+
+    def keeps_old(self) -> bool:
+        return True
+
+    def on_ready(self) -> None:
+        assert self.session is not None
+        if self.quit_at is not None:
+            return
+        start = self.cursor.resume(self.world.now).start if self.subscribed_at is not None else self.start_spec
+        self._sub, frame = self.session.subscribe(self.pattern, self.filter, start)
+        self.subscriptions += 1
+        self.world.trace(self.name, "subscribe", start)
+        self.send(frame)
+
+    def on_down(self) -> None:
+        self.cursor.lost(self.world.now)  # it resumes after what this connection served
+        super().on_down()
+
+    def _arrived(self, msg: messages.Events | messages.Gap) -> None:
+        if isinstance(msg, messages.Gap):
+            gap = self.cursor.gap(Gap(msg.after, msg.through, msg.pubend))
+            if gap is not None:
+                self.gaps.append((gap.pubend, gap.after, gap.through, self.world.now))
+            return
+        records = [EventRecord.of(fields) for fields in msg.records]
+        kept = {(e.pubend, e.tick) for e in self.cursor.arrived([event_from_fields(f) for f in msg.records],
+                                                                self.world.now)}
+        self.repeats_dropped += len(records) - len(kept)
+        self.received += [(r.tick, r) for r in records if (r.pubend, r.tick) in kept]
+        self.world.trace(self.name, "events", len(records), len(kept))
+
+    def on_message(self, msg: Any) -> None:
+        if isinstance(msg, messages.Events | messages.Gap) and msg.sub == self._sub:
+            self._arrived(msg)
+        elif isinstance(msg, messages.Subscribed) and msg.sub == self._sub:
+            self.world.trace(self.name, "subscribed", msg.position)
+            if self.subscribed_at is None:
+                self.interval_start, self.subscribed_at = msg.position, self.world.now
+                self.cursor.confirmed(None, msg.position, self.world.now)
+            self.drop_old()  # the new connection serves
+        else:
+            super().on_message(msg)
+
+    def on_old_message(self, msg: Any) -> None:
+        if isinstance(msg, messages.Events | messages.Gap) and msg.sub == self._old_sub:
+            self._arrived(msg)
 
 
 class DurableSubscriber(Subscriber):

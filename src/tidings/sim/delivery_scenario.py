@@ -25,7 +25,7 @@ from tidings.core.multicast.trees import tree_key
 from tidings.core.overlay.node_id import closer, node_id_from
 from tidings.core.units import MILLISECOND_NS, SECOND_NS
 from tidings.sim.broker_node import BrokerNode
-from tidings.sim.clients import DurableSubscriber, Publisher, Subscriber
+from tidings.sim.clients import DurableSubscriber, Publisher, RoamingSubscriber, Subscriber
 from tidings.sim.delivery_checker import check_overlay_delivery
 from tidings.sim.disk import Disk
 from tidings.sim.network import Network
@@ -48,6 +48,8 @@ DURABLE_SUBSCRIPTION = ("nodes/+/load", "load > 2")
 DURABLE_MOVE_EVERY_NS = 250 * MILLISECOND_NS
 DURABLE_RETURN_NS = 300 * MILLISECOND_NS
 SLOW_READER_BYTES_PER_S = 8_000  # a few dozen events a second: far below the publishing rate
+# the second roaming subscriber reads slower than its events come: its broker holds some back when it moves
+ROAMER_BYTES_PER_S = 1_500
 
 CONFIG = BrokerConfig(
     leaf_set_size=4, keepalive_interval_ns=200 * MILLISECOND_NS, failure_timeout_ns=600 * MILLISECOND_NS,
@@ -74,6 +76,8 @@ SCALE_TIMERS: dict[str, Any] = {
     "heartbeat_interval_ns": 500 * MILLISECOND_NS, "parent_timeout_ns": 1500 * MILLISECOND_NS,
     "ping_interval_ns": 30 * SECOND_NS, "directory_announce_interval_ns": 5 * SECOND_NS,
 }
+# the replay margin of the runs with roaming plain subscribers: longer than a run, as the default's hour is
+ROAMERS_KEEP_NS = 60 * SECOND_NS
 # a publisher's pace: batches of 1 to 6 events every 2 to 20 ms (Publisher's defaults)
 PUBLISH_NS_PER_EVENT = 3 * MILLISECOND_NS
 RESTART_AFTER_NS = 2 * SECOND_NS
@@ -119,6 +123,15 @@ class DeliveryScenario:
     # two other brokers when its broker dies (the `durable-home` fault), rather than waiting for it,
     # and follows route advice (the `durable-drain` fault drains its broker, then stops it)
     durable_failover: bool = False
+    # plain subscribers that roam as the client library does (RoamingSubscriber: route advice,
+    # failover to two other brokers), on the durable subscriber's first broker; the `roamers-home`
+    # fault kills their broker, `roamers-drain` drains and then stops it
+    plain_roamers: int = 0
+    # how long the pubends keep released events (None: CONFIG's, which keeps nothing). A plain
+    # subscriber that moves resumes after the last tick it got, which is exactly once only while
+    # the logs still hold what followed (a GAP says what they dropped): the roaming runs keep a
+    # replay margin, as the default's hour does
+    release_keep_ns: int | None = None
     join_interval_ns: int = 20 * MILLISECOND_NS  # between the brokers' starts as the overlay is built
     publishers: int = 2
     durables: int = 1  # durable subscribers, when durable_moves: each moves on its own
@@ -149,6 +162,8 @@ class DeliveryRun:
             config = replace(config, max_retain_ns=EARLY_RELEASE_NS)
         if scenario.scale_timers:
             config = replace(config, **SCALE_TIMERS)
+        if scenario.release_keep_ns is not None:
+            config = replace(config, release_keep_ns=scenario.release_keep_ns)
         self.config = config
         self.world = World(scenario.seed)
         self.net = Network(self.world, coalesce_probability=scenario.coalesce_probability)
@@ -212,6 +227,7 @@ class DeliveryRun:
             sub.start(self.world.now)
             self.subscribers.append(sub)
         durables = self._durables(homes)
+        self._roamers(homes)
         self.run(SECOND_NS)
         for k, i in enumerate(pub_at):
             pub = Publisher(self.world, self.net, f"b{i}:7000", f"pub{k}@b{i}", s.events_per_publisher,
@@ -295,6 +311,15 @@ class DeliveryRun:
             self.subscribers.append(sub)
             subs.append(sub)
         return subs
+
+    def _roamers(self, homes: list[int]) -> None:
+        failover = tuple(f"b{h}:7000" for h in homes[1:3])
+        for k in range(self.scenario.plain_roamers):
+            pattern, flt = SUBSCRIPTIONS[k % len(SUBSCRIPTIONS)]
+            sub = RoamingSubscriber(self.world, self.net, f"b{homes[0]}:7000", f"roamer{k}", pattern, filter=flt,
+                                    failover=failover, read_rate_bytes_per_s=ROAMER_BYTES_PER_S if k else None)
+            sub.start(self.world.now)
+            self.subscribers.append(sub)
 
     def _moves(self, durable: DurableSubscriber, homes: list[int]) -> None:
         """Schedule the durable subscriber's moves between brokers (or away and back)."""
@@ -403,6 +428,9 @@ class DeliveryRun:
             target: int | None = pub_at[0]
         elif fault in ("durable-home", "durable-drain"):  # the broker hosting the durable subscriber
             target = int(durable[0].address[1:-5]) if durable else None
+        elif fault in ("roamers-home", "roamers-drain"):  # the broker hosting the first roaming subscriber
+            roamers = [sub for sub in self.subscribers if sub.roams]
+            target = int(roamers[0].address[1:-5]) if roamers else None
         elif fault == "root":
             target = root if root not in clients else None
         elif fault == "forwarder":
@@ -418,7 +446,7 @@ class DeliveryRun:
             self.faults_done.append(f"{fault}: no candidate")
             return
         node = self.nodes[target]
-        if fault == "durable-drain":  # SIGTERM: its clients are advised to move, then it stops by itself
+        if fault in ("durable-drain", "roamers-drain"):  # SIGTERM: its clients are advised to move, then it stops
             node.drain(DRAIN_NS)
             self.run(DRAIN_NS + 100 * MILLISECOND_NS)
         if fault == "stall":
@@ -456,13 +484,17 @@ def sweep_scenario(seed: int, brokers: int = 24) -> DeliveryScenario:
         faults=tuple(rng.sample(FAULTS + DURABLE_FAULTS, rng.randint(0, 3))), durable_moves=rng.choice([2, 6]))
 
 
-def failover_scenario(seed: int, brokers: int = 8) -> DeliveryScenario:
-    """A seed of the sweep whose durable subscriber roams as the client library does (its roaming
-    machine): its broker is always killed (it fails over) or, on odd seeds, drained and then stopped
-    (it follows the draining advice to another broker)."""
+def failover_scenario(seed: int, brokers: int = 8, plain_roamers: int = 2) -> DeliveryScenario:
+    """A seed of the sweep whose durable subscriber and `plain_roamers` plain subscribers roam as
+    the client library does (its roaming machine and cursor): the durable one's broker is killed
+    (it fails over) or, on odd seeds, drained and then stopped (it follows the draining advice to
+    another broker); the plain ones' broker the other way round."""
     base = sweep_scenario(seed, brokers)
     home_fault = "durable-drain" if seed % 2 else "durable-home"  # a drain (and a move) or a kill (and a failover)
-    return replace(base, faults=tuple(dict.fromkeys((home_fault, *base.faults))), durable_failover=True)
+    roamer_fault = ("roamers-home" if seed % 2 else "roamers-drain",) if plain_roamers else ()
+    return replace(base, faults=tuple(dict.fromkeys((home_fault, *roamer_fault, *base.faults))),
+                   durable_failover=True, plain_roamers=plain_roamers,
+                   release_keep_ns=ROAMERS_KEEP_NS if plain_roamers else None)
 
 
 def churn_scenario(seed: int, brokers: int = 1000) -> DeliveryScenario:

@@ -10,6 +10,7 @@ I/O: the asyncio client (tidings.client) pairs requests with answers.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from typing import Any
 
 from tidings.core import defaults, errors
@@ -17,7 +18,7 @@ from tidings.core.auth.credentials import Credential, KdfParams
 from tidings.core.auth.handshake import Challenge, ClientHandshake
 from tidings.core.channels import validate_channel, validate_pattern
 from tidings.core.errors import EventError, ProtocolError, StartError, TidingsError
-from tidings.core.event import datetime_to_tick, validate_attributes
+from tidings.core.event import AttrValue, datetime_to_tick, validate_attributes
 from tidings.core.filters import parse_filter
 from tidings.core.publish.dedup import producer_problem, pseq_problem
 from tidings.core.wire import decoders, messages
@@ -29,6 +30,11 @@ VALID_CHANNELS_CACHED_MAX = 4096
 FRAME_MARGIN_BYTES = 1024 * 1024
 
 Start = str | int | _dt.datetime
+# an event as PUBLISH carries it, checked (`check_event`): (channel, attributes, payload), and for an
+# idempotent publish (core/publish/dedup.py) (channel, attributes, payload, producer seq, producer)
+PlainEvent = tuple[str, dict[str, AttrValue], bytes]
+IdempotentEvent = tuple[str, dict[str, AttrValue], bytes, int, str]
+PublishEvent = PlainEvent | IdempotentEvent
 
 BrokerMessage = decoders.BrokerMessage
 
@@ -112,17 +118,17 @@ class ClientSession:
         return out
 
     def check_event(self, channel: str, payload: bytes | str = b"", attributes: Any = None,
-                    producer: str | None = None, seq: int | None = None) -> list[Any]:
-        """The event as `publish` takes it: [channel, attributes, payload], and for an idempotent
+                    producer: str | None = None, seq: int | None = None) -> PublishEvent:
+        """The event as `publish` takes it: (channel, attributes, payload), and for an idempotent
         publish (core/publish/dedup.py) its producer sequence and producer after those."""
         if producer is not None or seq is not None:
             problem = producer_problem(producer) or pseq_problem(seq)
-            if problem is not None:
+            if problem is not None or producer is None or seq is None:
                 raise EventError(f"idempotent publish: {problem}")
-            return [*self._check_event(channel, payload, attributes), seq, producer]
+            return (*self._check_event(channel, payload, attributes), seq, producer)
         return self._check_event(channel, payload, attributes)
 
-    def _check_event(self, channel: str, payload: bytes | str = b"", attributes: Any = None) -> list[Any]:
+    def _check_event(self, channel: str, payload: bytes | str = b"", attributes: Any = None) -> PlainEvent:
         if channel not in self._valid_channels:
             validate_channel(channel)
             if len(self._valid_channels) >= VALID_CHANNELS_CACHED_MAX:
@@ -137,14 +143,14 @@ class ClientSession:
         if len(payload) > self.event_bytes_max:
             raise EventError(f"payload of {len(payload)} bytes exceeds event_bytes_max="
                              f"{self.event_bytes_max}", errors.EVENT_TOO_LARGE)
-        return [channel, validate_attributes(attributes) if attributes else {}, payload]
+        return (channel, validate_attributes(attributes) if attributes else {}, payload)
 
-    def publish(self, events: list[list[Any]]) -> list[tuple[int, int, bytes]]:
+    def publish(self, events: Sequence[PublishEvent]) -> list[tuple[int, int, bytes]]:
         """Frames for checked events: a list of (first seq, event count, frame). Events of one
         producer share a frame; a frame never mixes producers (nor idempotent and plain events)."""
         out: list[tuple[int, int, bytes]] = []
         budget = self.frame_bytes_max // 2
-        chunk: list[list[Any]] = []
+        chunk: list[PublishEvent] = []
         size = 0
         producer = None
         for ev in events:
@@ -161,7 +167,7 @@ class ClientSession:
             out.append(self._publish_frame(chunk, producer))
         return out
 
-    def _publish_frame(self, chunk: list[list[Any]], producer: str | None) -> tuple[int, int, bytes]:
+    def _publish_frame(self, chunk: list[PublishEvent], producer: str | None) -> tuple[int, int, bytes]:
         seq = self._next_seq
         self._next_seq += len(chunk)
         if producer is None:
@@ -170,7 +176,8 @@ class ClientSession:
 
     def subscribe(self, pattern: str, filter: str | None = None, start: Start = "now",
                   end: int | None = None, order: str = messages.ORDER_PUBLISHER,
-                  positions: list[Any] | None = None, home: list[Any] | str | None = None) -> tuple[int, bytes]:
+                  positions: list[list[str | int]] | None = None,
+                  home: list[str | int] | str | None = None) -> tuple[int, bytes]:
         """`positions` makes the subscription durable (core/durable/checkpoint.py): [[pubend, tick], ...]
         overriding the start for the pubends named; `home` is the token's [address, pubend,
         registration], where the subscription was registered, or the name of a broker-held one."""
@@ -226,7 +233,8 @@ class ClientSession:
     def unsubscribe(self, sub: int, forget: bool = False) -> bytes:
         return messages.unsubscribe(sub, forget)
 
-    def release(self, sub: int, checkpoint: list[Any]) -> bytes:
+    def release(self, sub: int, checkpoint: list[object]) -> bytes:
+        """RELEASE of a durable subscription's checkpoint, [default, [[pubend, tick], ...]]."""
         return messages.release(sub, checkpoint)
 
     def status(self) -> tuple[int, bytes]:

@@ -16,13 +16,15 @@ that broker in two ways (docs/operations.md, docs/durable.md#failover):
   that answers gets the subscriptions again (`TryBroker`, `switched`), else everything ends
   (`GiveUp`).
 
-**The movability rule.** A durable subscription resumes exactly where its token says on any broker,
-so a client whose subscriptions are all durable follows every kind of advice and fails over. A
-plain one resumes from "now" and may miss what was published meanwhile: such a client moves only
-when its broker is draining (it would lose the connection anyway) and never fails over. A bulk
-read is of its broker's own log: a client reading one never moves. A client without subscriptions
-(a publisher) moves and fails over; its publishes in flight when the connection broke fail (their
-outcome is unknown), later ones go to the new broker.
+**The movability rule.** A durable subscription resumes exactly where its token says on any broker;
+a plain one in publisher order resumes after what it received from each pubend, dropping what
+comes twice (core/session/cursor.py): a client whose subscriptions are all of these follows every
+kind of advice and fails over. A plain one in total order can only start again from now and may
+miss what was published meanwhile: a client holding one moves only when its broker is draining (it
+would lose the connection anyway) and never fails over. A bulk read is of its broker's own log: a
+client reading one never moves. A client without subscriptions (a publisher) moves and fails over;
+its publishes in flight when the connection broke fail (their outcome is unknown), later ones go to
+the new broker.
 
 **A broker that went silent.** A broker whose host froze or whose link was cut without a reset
 leaves a TCP connection that looks open. With `failover` brokers to go to, the client expects to
@@ -97,7 +99,8 @@ LIVE = (Mode.SERVING, Mode.FOLLOWING, Mode.MOVING)  # the connection serves the 
 
 
 class SubKind(StrEnum):
-    PLAIN = "plain"
+    PLAIN = "plain"  # in publisher order: resumes after what it received (core/session/cursor.py)
+    TOTAL = "total"  # plain, in total order: resumes from now
     DURABLE = "durable"
     BULK = "bulk"  # a bulk read of the broker's own log
 
@@ -166,16 +169,19 @@ RoamEffect = SendRenew | AckDurable | SendHeartbeat | Abandon | Follow | MoveTo 
 Advice = tuple[advice.Reason, tuple[advice.Candidate, ...]]
 
 
+RESUMABLE = (SubKind.PLAIN, SubKind.DURABLE)  # resume on another broker with nothing lost or twice
+
+
 def movable(reason: advice.Reason, kinds: Collection[SubKind]) -> bool:
     """Whether a client holding subscriptions of `kinds` may follow advice for `reason`."""
     if SubKind.BULK in kinds:
         return False
-    return reason is advice.Reason.DRAINING or all(k is SubKind.DURABLE for k in kinds)
+    return reason is advice.Reason.DRAINING or resumable(kinds)
 
 
 def resumable(kinds: Collection[SubKind]) -> bool:
     """Whether a lost connection holding subscriptions of `kinds` may fail over (none: a publisher)."""
-    return all(k is SubKind.DURABLE for k in kinds)
+    return all(k in RESUMABLE for k in kinds)
 
 
 class Roamer:

@@ -75,9 +75,9 @@ class Subscribe:
     order: str = ORDER_PUBLISHER  # ORDER_PUBLISHER or ORDER_TOTAL (one interleaving per tree)
     # durable (core/durable/checkpoint.py): None for a plain subscription, else the positions per pubend
     # ([[pubend, tick], ...], maybe empty) that override `after` (the default) for the pubends named
-    positions: WireArray | None = None  # unchecked as decoded: Checkpoint.from_wire checks them
+    positions: Sequence[Packable] | None = None  # unchecked as decoded: Checkpoint.from_wire checks them
     # a token's home, [address, pubend, registration]; or the name of a broker-held durable subscription
-    home: WireArray | str | None = None
+    home: Sequence[Packable] | str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +234,7 @@ def challenge(salt: bytes, kdf: list[int], nonce: bytes) -> bytes:
     return _pack([ClientType.CHALLENGE, salt, kdf, nonce])
 
 
-def publish(seq: int, events: Sequence[Packable], producer: str | None = None) -> bytes:
+def publish(seq: int, events: Sequence[Sequence[object]], producer: str | None = None) -> bytes:
     """With `producer`, each event is [channel, attributes, payload, pseq]: an idempotent publish."""
     return _pack([ClientType.PUBLISH, seq, events] if producer is None else [ClientType.PUBLISH, seq, events, producer])
 
@@ -254,7 +254,7 @@ def read(msg: Read) -> bytes:
     return _pack([*fields, True] if msg.spans else fields)
 
 
-def release(sub: int, checkpoint: WireArray) -> bytes:
+def release(sub: int, checkpoint: Sequence[object]) -> bytes:
     return _pack([ClientType.RELEASE, sub, checkpoint])
 
 
