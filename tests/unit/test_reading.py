@@ -33,9 +33,7 @@ def opened(r, conn=1):
     out = []
     r.accept(0, conn, out)
     session = ClientSession("svc", "i")
-    c = r.received(conn, session.hello())
-    served = [msg for _, msg in r.serve(0, c, out)]
-    r.read_done(0, c, out)
+    served = [msg for _, msg in r.received(0, conn, session.hello(), out)]
     assert served == [None] and isinstance(decoders.decode_broker_message(out[0].data[4:]), messages.Welcome)
     return session
 
@@ -48,8 +46,7 @@ def test_a_connection_is_read_only_once_every_owner_released_it():
     r.hold(c, Hold.RATE, until=50)
     assert r.flow(1, True, out) is c and out == [PauseReading(1)]  # its send queue is full too
     assert r.unread(1) and not r.unread(2)
-    c2 = r.received(1, session.renew() + session.renew())
-    assert c2 is c and list(r.serve(1, c, out)) == []  # held: nothing is read
+    assert list(r.received(1, 1, session.renew() + session.renew(), out)) == []  # held: nothing is read
     assert list(r.release(2, 1, Hold.SEND, out)) == []  # the rate still holds it
     assert r.flow(1, False, out) is c and r.flow(1, False, out) is None  # (once)
     served = timed_out(r, 50, out)  # the rate's hold ends: both RENEWs, in order
@@ -75,7 +72,7 @@ def test_a_stalled_partial_frame_waits_while_held_and_closes_once_read():
     c = r.connections[1]
     out = []
     part = session.renew()[:2]
-    r.read_done(0, r.received(1, part) or c, out)
+    assert list(r.received(0, 1, part, out)) == []
     assert r.partials.held_bytes == 2 and r.next_deadline() == 100
     r.hold(c, Hold.RATE, until=10**6)
     assert r.frames_overdue(100, out) == [] and out == []  # held: its frame could not move
@@ -114,10 +111,7 @@ class ReadingMachine(RuleBasedStateMachine):
     def send(self, count):
         out = []
         self.sent += count
-        c = self.r.received(1, self.session.renew() * count)
-        assert c is self.c
-        served = list(self.r.serve(self.now, c, out))
-        self.r.read_done(self.now, c, out)
+        served = list(self.r.received(self.now, 1, self.session.renew() * count, out))
         self._take(out, served)
 
     @rule(why=st.sampled_from([Hold.RATE, Hold.REFUSED]), after=st.integers(1, 50))

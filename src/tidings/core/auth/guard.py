@@ -152,6 +152,12 @@ class Guard:
         return max(0 if account.events is None else account.events.wait_ns(now, count),
                    0 if account.bytes is None else account.bytes.wait_ns(now, size))
 
+    def admit_publish(self, identity: str, events: list[object], now: int) -> tuple[int, dict[int, TidingsError]]:
+        """One look at a PUBLISH: how long it must wait (`publish_wait_ns`; then nothing is checked),
+        or else, 0 and its refusals by index (`check_publish`)."""
+        wait_ns = self.publish_wait_ns(identity, events, now)
+        return (wait_ns, {}) if wait_ns else (0, self.check_publish(identity, events, now))
+
     def check_publish(self, identity: str, events: list[object], now: int) -> dict[int, TidingsError]:
         """Refusals by index into `events`: channels the rules deny, then what exceeds the rates
         (what a PUBLISH that waited for `publish_wait_ns` holds beyond a full bucket). Malformed

@@ -127,26 +127,26 @@ class Broker:
         self.now = inp.now
         if isinstance(inp, Received | TimerFired) and inp.wall_us:
             self.wall_us = inp.wall_us
-            if self.cluster is not None:
-                self.cluster.wall_clock(inp.wall_us)
-        if isinstance(inp, Connected | ConnectFailed) or (
+            if self.cluster is not None:  # the clock its machines read (core/clock.py): no call through them
+                self.cluster.clock.us = inp.wall_us
+        peer = None  # a client's connection is in the table; the cluster member is asked about the others
+        if self.cluster is not None and (isinstance(inp, Connected | ConnectFailed) or (
                 isinstance(inp, Received | ConnectionLost | SendBlocked | SendDrained)
-                and self.cluster is not None and self.cluster.owns(inp.conn)):
-            assert self.cluster is not None  # only the peer links dial
+                and inp.conn not in self.connections)):
             if type(inp) is ConnectFailed:
                 self.lifecycle.join_attempt_failed(inp.address, inp.reason)
-            self._cluster_effects(self.cluster.peer_input(inp), out)
+            peer = self.cluster.peer_input(inp)  # None: not a peer connection either
+        if peer is not None:
+            self._cluster_effects(peer.effects, out)
             if type(inp) is Received:
-                self._peer_partial(inp.now, inp.conn, out)
+                self._peer_partial(inp.now, inp.conn, peer.held_bytes, out)
             elif type(inp) is ConnectionLost:
                 self.reading.lost(inp.conn)
         elif isinstance(inp, Received):
-            c = self.reading.received(inp.conn, inp.data)
-            if c is not None:
-                self._serve(self.reading.serve(inp.now, c, out), out)
-                self.reading.read_done(inp.now, c, out)
-            if self.cluster is not None and self.cluster.owns(inp.conn):  # it was another broker's
-                self._peer_partial(inp.now, inp.conn, out)
+            self._serve(self.reading.received(inp.now, inp.conn, inp.data, out), out)
+            if inp.conn not in self.connections and self.cluster is not None and self.cluster.owns(inp.conn):
+                # it was another broker's (PEER_HELLO): the peer links took it over
+                self._peer_partial(inp.now, inp.conn, self.cluster.peers_held_bytes(inp.conn), out)
         elif isinstance(inp, WriteSynced):
             self.log = inp.log
             self._synced(inp.token, out)
@@ -318,10 +318,10 @@ class Broker:
         else:
             out.append(Send(c.conn, messages.status_reply(msg.req, self.status())))
 
-    def _peer_partial(self, now: int, conn: int, out: list[Effect]) -> None:
-        """Bytes arrived on a peer connection: charge its partial frame to the common budget."""
+    def _peer_partial(self, now: int, conn: int, held: int, out: list[Effect]) -> None:
+        """Bytes arrived on a peer connection: charge its partial frame (`held` bytes) to the common budget."""
         assert self.cluster is not None
-        refusal = self.reading.peer_partial(now, conn, self.cluster.peers_held_bytes(conn))
+        refusal = self.reading.peer_partial(now, conn, held)
         if refusal is not None:
             self._cluster_effects(self.cluster.refuse(now, conn, errors.PARTIAL_FRAMES_BUDGET, refusal), out)
 

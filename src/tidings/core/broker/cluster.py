@@ -51,9 +51,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from tidings.core.broker.directory import DirectoryConfig, DirectoryEffect, PubendDirectory
+from tidings.core.clock import WallClock
 from tidings.core.deadlines import Alarm
 from tidings.core.durable.constream import Recorded
 from tidings.core.effects import Effect
@@ -138,6 +139,14 @@ class Reliability:
         self.held = held
 
 
+class PeerOutput(NamedTuple):
+    """What the member made of a report on a peer connection: its output, and (Received) the bytes
+    the connection holds in a partial frame now, which the broker charges to its budget."""
+
+    effects: list[ClusterEffect]
+    held_bytes: int = 0
+
+
 class ClusterMember:
     def __init__(self, me: NodeRef, overlay_config: OverlayConfig, scribe_config: ScribeConfig,
                  rng: Rng, reliability: Reliability | None = None, peers: PeerLinks | None = None,
@@ -146,6 +155,7 @@ class ClusterMember:
         (`peers` were given it by the broker)."""
         self.me = me
         self.peers = peers
+        self.clock = WallClock()  # the broker's, which it sets on each input that has one (core/clock.py)
         self.peer_messages_rejected = 0
         self.overlay = OverlayNode(me, overlay_config, rng, alarm=alarm)
         gd = reliability is not None
@@ -160,6 +170,7 @@ class ClusterMember:
                                                reliability.trees_of, reliability.pubend_state, reliability.held,
                                                (lambda address: False) if links is None else links.congested,
                                                alarm=alarm)
+            self.directory.clock = self.reliability.streams.clock = self.clock
         self._before_join: deque[RouteTo] = deque(maxlen=ROUTES_BEFORE_JOIN_MAX)
 
     # ---- inputs ----------------------------------------------------------------------------------
@@ -216,25 +227,30 @@ class ClusterMember:
         """Whether `conn` is a connection of the peer links."""
         return self.peers is not None and self.peers.owns(conn)
 
-    def peer_input(self, inp: PeerInput) -> list[ClusterEffect]:
-        """The runtime's report on a peer connection (or on a dial of the links)."""
+    def peer_input(self, inp: PeerInput) -> PeerOutput | None:
+        """The runtime's report on a peer connection (or on a dial of the links); None when the
+        connection is not the links' (a client's, for the broker)."""
         peers = self.peers
-        assert peers is not None  # only the peer links own connections and dial
+        if isinstance(inp, Connected | ConnectFailed):
+            assert peers is not None  # only the peer links dial
+        elif peers is None or not peers.owns(inp.conn):
+            return None
         now = inp.now
         if isinstance(inp, Received):
-            return self._peer_output(now, peers.received(now, inp.conn, inp.data))
+            effects = self._peer_output(now, peers.received(now, inp.conn, inp.data))
+            return PeerOutput(effects, peers.held_bytes(inp.conn))
         if isinstance(inp, ConnectionLost):
-            return self._peer_output(now, peers.lost(now, inp.conn))
+            return PeerOutput(self._peer_output(now, peers.lost(now, inp.conn)))
         if isinstance(inp, Connected):
-            return self._peer_output(now, peers.connected(now, inp.conn, inp.address))
+            return PeerOutput(self._peer_output(now, peers.connected(now, inp.conn, inp.address)))
         if isinstance(inp, ConnectFailed):
-            return self._peer_output(now, peers.connect_failed(now, inp.address, inp.reason))
+            return PeerOutput(self._peer_output(now, peers.connect_failed(now, inp.address, inp.reason)))
         blocked = isinstance(inp, SendBlocked)
         out: list[ClusterEffect] = [*peers.flow(now, inp.conn, blocked)]  # its messages wait, bounded
         address = peers.address_of(inp.conn)
         if not blocked and address is not None and self.reliability is not None:  # the streams held back go on
             out += self._settle(now, self._asked(now, self.reliability.link_drained(now, address)))
-        return out
+        return PeerOutput(out)
 
     def peers_held_bytes(self, conn: int) -> int:
         """The bytes a peer connection holds in a partial frame (charged to the broker's budget)."""
@@ -317,10 +333,7 @@ class ClusterMember:
     def wall_clock(self, wall_us: int) -> None:
         """The broker's wall clock at its latest input that had one (the reliability node's merge
         points and release use it, the directory its versions and ages)."""
-        if self.reliability is not None:
-            self.reliability.wall_us = wall_us
-        if self.directory is not None:
-            self.directory.wall_clock(wall_us)
+        self.clock.us = wall_us  # (the reliability node's and the directory's)
 
     def unacknowledged(self, now: int) -> int:
         """Trees whose root has not acknowledged this pubend's stream (0 without guaranteed delivery)."""

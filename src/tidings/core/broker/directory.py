@@ -53,6 +53,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from tidings.core import defaults
+from tidings.core.clock import WallClock
 from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.effects import SaveDirectory
 from tidings.core.errors import BAD_MESSAGE, ProtocolError, TidingsError
@@ -185,7 +186,7 @@ class PubendDirectory:
         self._dirty: dict[str, str | None] = {}  # pubend -> the address it was learnt from (not sent back)
         self._leaf: tuple[str, ...] = ()  # addresses of the leaf set's members, by nodeId
         self.timers: Deadlines[RoundTimer] = Deadlines(alarm)  # the next round, once started
-        self.wall_us = 0  # the broker's wall clock at its latest input that had one (`wall_clock`)
+        self.clock = WallClock()  # the broker's, at its latest input that had one (`wall_clock`; core/clock.py)
         self._next_sync = 0
         self._sync_turn = 0
         self._next_save = 0
@@ -205,10 +206,14 @@ class PubendDirectory:
         self._next_sync = now + self.config.sync_interval_ns
         self._issued = False
 
+    @property
+    def wall_us(self) -> int:
+        return self.clock.us
+
     def wall_clock(self, wall_us: int) -> None:
         """The broker's wall clock at its latest input that had one: versions are issued, and
         entries aged, by it."""
-        self.wall_us = wall_us
+        self.clock.us = wall_us
 
     def leaf_set_changed(self, now: int, members: Sequence[NodeRef]) -> list[DirectoryEffect]:
         """Members new to the leaf set get the whole directory."""

@@ -2,7 +2,7 @@
 what reading it may cost (docs/security.md).
 
 Theory of operation. The runtime hands the broker bytes; this machine pushes them into the
-connection's decoder (`received`) and serves the connection (`serve`, then `read_done`): it pulls
+connection's decoder and serves the connection (`received`: `serve`, then `read_done`): it pulls
 its messages one at a time, in order, while nothing holds it (connection.py `Hold`), and yields each
 to the composer, which dispatches it to the machine that owns it (`Served`); a release (`release`,
 or a timer's: `handle_timeout` says which hold ended, as a `ReadingEffect`, and `carry_out` serves
@@ -147,14 +147,15 @@ class Reading:
 
     # ---- reading ---------------------------------------------------------------------------------
 
-    def received(self, conn: int, data: bytes) -> ClientConnection | None:
-        """Bytes from client connection `conn`: the connection to `serve`, then `read_done`; None
-        when it is not read."""
+    def received(self, now: int, conn: int, data: bytes, out: list[Effect]) -> Served:
+        """Bytes from client connection `conn` (nothing when it is not read): its messages served
+        (`serve`), then its partial frame charged to the budget (`read_done`)."""
         c = self.connections.get(conn)
         if c is None or c.state not in READ:
-            return None
+            return
         c.decoder.push(data)
-        return c
+        yield from self.serve(now, c, out)
+        self.read_done(now, c, out)
 
     def read_done(self, now: int, c: ClientConnection, out: list[Effect]) -> None:
         """After serving what arrived: its partial frame charged to the budget."""
@@ -177,7 +178,9 @@ class Reading:
         if not c.blocked:  # read only while its send queue is under the high-water mark
             c.owed = 0
         holds, window, welcome = c.holds, c.window, self.advice.features  # (the loop is the intake's hot path)
-        while not holds and c.state in READ:  # c.readable
+        decoder = c.decoder
+        # while c.readable, and something waits to be pulled (else next_message would find nothing)
+        while not holds and c.state in READ and (decoder.held_bytes or c.waiting is not None):
             opening = c.state is not OPEN
             mark = len(out)
             got = c.next_message(now, self.advice.welcome_info(self.open_clients()) if opening else welcome)

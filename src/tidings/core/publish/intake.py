@@ -81,13 +81,15 @@ class Intake:
     def publish(self, now: int, c: ClientConnection, msg: messages.Publish, wall_us: int, out: list[Effect]) -> int:
         """Check each event of `msg`, give the good ones consecutive ticks, log them as one batch;
         or, when its identity's rates cannot take it yet, do nothing and say how long it must wait."""
-        wait_ns = self.guard.publish_wait_ns(c.identity, msg.events, now)
+        if msg.producer is not None:  # the rates first; the rules once the dedup window sorted its events out
+            wait_ns = self.guard.publish_wait_ns(c.identity, msg.events, now)
+            if not wait_ns:
+                self._publish_idempotent(now, c, msg, wall_us, out)
+            return wait_ns
+        wait_ns, refused = self.guard.admit_publish(c.identity, msg.events, now)  # the rates, then the rules
         if wait_ns:
             return wait_ns
-        if msg.producer is not None:
-            self._publish_idempotent(now, c, msg, wall_us, out)
-            return 0
-        valid, bad = self._check(now, c, msg.events, None, None)
+        valid, bad = self._check(now, c, msg.events, None, None, refused)
         if bad:
             c.refuse_events(now, msg.seq, bad, out)
         self.events_rejected += len(bad)
@@ -140,10 +142,12 @@ class Intake:
             c.reply(messages.ack(msg.seq, self.pubend.pubend_id, ticks, duplicates), out)
 
     def _check(self, now: int, c: ClientConnection, events: list[object], verdicts: list[Verdict] | None,
-               problems: dict[int, TidingsError] | None) -> tuple[list[Good], dict[int, TidingsError]]:
+               problems: dict[int, TidingsError] | None, refused: dict[int, TidingsError] | None = None,
+               ) -> tuple[list[Good], dict[int, TidingsError]]:
         """The good events of `events`, and why each refused one was (by its index). With `verdicts`
         (an idempotent PUBLISH screened by the dedup window, which names its `problems`), only the
-        new ones are checked, and each refused one is marked rejected there."""
+        new ones are checked, and each refused one is marked rejected there. `refused`: what the
+        guard refused already (`Guard.admit_publish`); None: the guard is asked here."""
         valid: list[Good] = []
         problems_of: dict[int, TidingsError] = {}
 
@@ -152,7 +156,8 @@ class Intake:
             if verdicts is not None:
                 verdicts[i] = Verdict.REJECTED
 
-        refused = self.guard.check_publish(c.identity, events, now)  # rules, what a full bucket cannot hold
+        if refused is None:
+            refused = self.guard.check_publish(c.identity, events, now)  # rules, what a full bucket cannot hold
         known_channels, size_max, new = self._trees, self.config.event_bytes_max, Verdict.NEW
         for i, ev in enumerate(events):
             if verdicts is not None and verdicts[i] is not new:  # logged before, or rejected by the window

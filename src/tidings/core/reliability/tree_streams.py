@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tidings.core.clock import WallClock
 from tidings.core.deadlines import Alarm
 from tidings.core.durable.constream import Recorded
 from tidings.core.errors import ProtocolError
@@ -76,7 +77,15 @@ class TreeStreams:
         self.total_order = TotalOrderMerge(config.clock_skew_allowance_us)
         self.records_unwanted = 0  # first-time data that reached this broker though nothing here or below wanted it
         self.retransmissions_sent = 0
-        self.wall_us = 0  # the broker's clock at the latest input that had one (merge point, epochs)
+        self.clock = WallClock()  # the broker's, at the latest input that had one (merge point, epochs; core/clock.py)
+
+    @property
+    def wall_us(self) -> int:
+        return self.clock.us
+
+    @wall_us.setter
+    def wall_us(self, value: int) -> None:
+        self.clock.us = value
 
     # ---- knowledge arriving on a tree -----------------------------------------------------------
 
