@@ -35,11 +35,12 @@ from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy
 from tidings.core.broker import metrics
 from tidings.core.broker.advice import RouteAdvice
-from tidings.core.broker.cluster import ClusterEffect, ClusterMember, Reliability, Settleable
+from tidings.core.broker.cluster import ClusterEffect, ClusterMember, Reliability, Settleable, broker_member
 from tidings.core.broker.connection import OPEN, ClientConnection, ClientMessage, Hold, PeerHandover
-from tidings.core.broker.lifecycle import Lifecycle, Retention
+from tidings.core.broker.lifecycle import BrokerMachines, Lifecycle, Retention
 from tidings.core.broker.reading import Reading, Served
 from tidings.core.broker.refusals import ClientErrors
+from tidings.core.clock import WallClock
 from tidings.core.config import BrokerConfig
 from tidings.core.deadlines import Alarm
 from tidings.core.durable.constream import Constream, Recorded
@@ -65,11 +66,9 @@ from tidings.core.inputs import (
     TimerFired,
     WriteSynced,
 )
-from tidings.core.links.peer_links import PeerLinks
 from tidings.core.multicast.effects import AccessChanged
-from tidings.core.multicast.local_trees import CreateTree, JoinTree, LeaveTree, NameMembers, TreeEffect
+from tidings.core.multicast.local_trees import CreateTree, JoinTree, LeaveTree, NameMembers
 from tidings.core.overlay.node import Rng
-from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.publish.dedup import DedupWindow
 from tidings.core.publish.intake import Intake
 from tidings.core.publish.pubend import Pubend
@@ -103,7 +102,7 @@ class Broker:
         self.local = LocalSubscriptions(self.guard)  # the subends, their index and trees (core/subscription/table.py)
         self.leases = Leases(config.lease_ns, self.reading.unread, self.alarm)
         self.now = 0
-        self.wall_us = 0  # the last wall clock an input brought, for messages handled without one
+        self.clock = WallClock()  # the last wall clock an input brought, for messages handled without one
         self.cluster: ClusterMember | None = None
         expiry_us = ns_to_us(config.durable_expiry_ns)
         self.dedup = DedupWindow(ns_to_us(config.dedup_window_ns), config.dedup_entries_max,
@@ -116,7 +115,8 @@ class Broker:
         self.timers = self.subscribers.timers  # its SILENCE and durable save
         self.constream = Constream()  # what matched the durable registrations (reliability/constream.py)
         # the join deadline, the drain and the retention cadence (core/broker/lifecycle.py)
-        self.lifecycle = Lifecycle(self, Retention(config.retention_bytes_max, config.retention_age_ns,
+        self.machines = BrokerMachines(self.clock, self.reading, self.pubend)  # what the lifecycle reads
+        self.lifecycle = Lifecycle(self.machines, Retention(config.retention_bytes_max, config.retention_age_ns,
                                                    config.retention_check_interval_ns), self.alarm)
         self.alarm.watch(self.timers, self.leases, self.reading, self.lifecycle)  # (and the cluster, once started)
 
@@ -126,7 +126,7 @@ class Broker:
         out: list[Effect] = []
         self.now = inp.now
         if isinstance(inp, Received | TimerFired) and inp.wall_us:
-            self.wall_us = inp.wall_us
+            self.clock.us = inp.wall_us
             if self.cluster is not None:  # the clock its machines read (core/clock.py): no call through them
                 self.cluster.clock.us = inp.wall_us
         peer = None  # a client's connection is in the table; the cluster member is asked about the others
@@ -211,13 +211,11 @@ class Broker:
         assert self.cluster is None
         self.now = now
         self.lifecycle.join_through(now, bootstrap, join_timeout_ns)
-        me = NodeRef(node_id_from(self.pubend.pubend_id), address)
-        peers = PeerLinks(me, self.config.peer_config(), self.guard.cluster_auth(), self.alarm)
         reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self.intake.trees_of,
                                   lambda: (self.pubend.synced_tick, self.log), self.registrations.held,
                                   self._directory_saved, self.config.directory_config())
-        self.cluster = ClusterMember(me, self.config.overlay_config(), self.config.scribe_config(), rng,
-                                     reliability, peers, self.alarm)
+        self.cluster = broker_member(address, self.config, self.guard.cluster_auth(), rng, reliability, self.alarm)
+        self.machines.cluster = self.cluster
         self.alarm.watch(self.cluster)
         out: list[Effect] = []
         self._cluster_effects(self.cluster.start(now, bootstrap), out)
@@ -225,7 +223,7 @@ class Broker:
         joins = self.subscribers.start(now, self.cluster.access_lists)  # away durable subscriptions hold their trees
         self.constream.start(now, self._gd(), self.config.durable_pfs, self.registrations.all(),
                              lambda effects: self._reliability(effects, out))
-        self._cluster_effects(self._tree_effects(joins), out)
+        self._cluster_effects(self.cluster.trees(now, joins), out)
         return out
 
     def settle(self, now: int, effects: Sequence[Settleable]) -> list[Effect]:
@@ -277,19 +275,7 @@ class Broker:
     @property
     def joined(self) -> bool:
         """Whether this broker is in an overlay (its Pastry join completed)."""
-        return self.cluster is not None and self.cluster.overlay.joined
-
-    def movable_clients(self) -> int:
-        """Open client connections: on drain, the client library moves every one, its durable
-        subscriptions with their tokens and its plain ones from "now" (tidings.client)."""
-        return self.reading.open_clients()
-
-    def undelivered(self, now: int) -> int:
-        """While draining, once the clients have gone: what is still owed to other brokers (batches
-        not yet synced, trees whose root has not acknowledged this pubend's stream); 0 when stopping
-        now delays no logged event until a restart."""
-        self.now = now
-        return self.pubend.pending_batches + (0 if self.cluster is None else self.cluster.unacknowledged(now))
+        return self.machines.joined
 
     def _leases_expired(self, now: int, out: list[Effect]) -> None:
         self._carry(self.subscribers.leases_expired(now, self.connections), out)
@@ -306,7 +292,7 @@ class Broker:
         if isinstance(msg, PeerHandover):
             self._adopt_peer(c, msg, out)
         elif isinstance(msg, messages.Publish):
-            wait_ns = self.intake.publish(self.now, c, msg, self.wall_us, out)
+            wait_ns = self.intake.publish(self.now, c, msg, self.clock.us, out)
             if wait_ns:  # over its rate: the PUBLISH waits unread, and so does the connection
                 c.put_back(msg)
                 self.reading.hold(c, Hold.RATE, self.now + max(wait_ns, self.config.publish_wait_ns_min))
@@ -347,17 +333,18 @@ class Broker:
 
     def _at(self) -> sub.At:
         gd = None if self.cluster is None else self._gd()
-        return sub.At(self.now, self.wall_us, self.pubend.synced_tick, self.log.released_through,
+        return sub.At(self.now, self.clock.us, self.pubend.synced_tick, self.log.released_through,
                       None if self.cluster is None else self.cluster.me.address, gd)
 
     def _join(self, j: sub.JoinStreams, out: list[Effect]) -> list[sub.SubscriberEffect]:
         """A subscription's streams in the reliability node and the broker's membership of its tree,
         then its opening; refused, with nothing changed, when this broker cannot join one more tree."""
         gd, c = self._gd(), self.connections[j.then.s.conn]
+        assert self.cluster is not None
         effects: list[Settleable] = [
             *gd.local_subscribe(self.now, j.key, j.tree, j.start, j.total, j.pattern, j.filter_text, j.positions)]
         try:
-            effects += self._tree_effects(j.joins)
+            effects += self.cluster.trees(self.now, j.joins)
         except TidingsError as exc:  # a local limit reached on the client's behalf
             gd.local_unsubscribe(self.now, j.key, j.tree)
             return [self.subscribers.join_refused(c, j.then, exc)]
@@ -385,7 +372,8 @@ class Broker:
                 blocked = self.connections[eff.s.conn].blocked
                 self._carry(self.subscribers.advance(eff.s, blocked, self.pubend.synced_tick), out)
             elif isinstance(eff, JoinTree | NameMembers | LeaveTree | CreateTree):
-                self._cluster_effects(self._tree_effects([eff]), out)
+                assert self.cluster is not None  # (only in an overlay do the trees decide anything)
+                self._cluster_effects(self.cluster.trees(self.now, [eff]), out)
             elif isinstance(eff, LeaveStreams):
                 self._reliability(self._gd().local_unsubscribe(self.now, eff.key, eff.tree), out)
             elif isinstance(eff, TellHome):
@@ -434,21 +422,6 @@ class Broker:
         self.guard.reload(guard_policy)
         out: list[Effect] = []
         self._carry(self.local.trees.recreations(), out)  # (none outside an overlay)
-        return out
-
-    def _tree_effects(self, effects: Sequence[TreeEffect | CreateTree]) -> list[ClusterEffect]:
-        """Carry out what the local trees decided (core/multicast/local_trees.py): the cluster member's output."""
-        out: list[ClusterEffect] = []
-        for eff in effects:
-            assert self.cluster is not None  # (only in an overlay do they decide anything)
-            if isinstance(eff, JoinTree):
-                out += self.cluster.subscribe(self.now, eff.tree, eff.members, eff.creation)
-            elif isinstance(eff, NameMembers):
-                self.cluster.name_members(eff.tree, eff.gone, eff.members)
-            elif isinstance(eff, CreateTree):
-                out += self.cluster.create(self.now, eff.tree, eff.creator, eff.acl)
-            else:
-                out += self.cluster.unsubscribe(self.now, eff.tree)
         return out
 
     def _adopt_peer(self, c: ClientConnection, msg: PeerHandover, out: list[Effect]) -> None:

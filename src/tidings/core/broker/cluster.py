@@ -53,8 +53,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.broker.directory import DirectoryConfig, DirectoryEffect, PubendDirectory
 from tidings.core.clock import WallClock
+from tidings.core.config import BrokerConfig
 from tidings.core.deadlines import Alarm
 from tidings.core.durable.constream import Recorded
 from tidings.core.effects import Effect
@@ -76,7 +78,7 @@ from tidings.core.multicast.effects import (
     ScribeEffect,
     TreeActivated,
 )
-from tidings.core.multicast.local_trees import AccessLists
+from tidings.core.multicast.local_trees import AccessLists, CreateTree, JoinTree, NameMembers, TreeEffect
 from tidings.core.overlay import messages as overlay_messages
 from tidings.core.overlay.envelope import (
     Deliver,
@@ -87,7 +89,7 @@ from tidings.core.overlay.envelope import (
 )
 from tidings.core.overlay.events import OverlayEffect, Probe
 from tidings.core.overlay.node import JoinCompleted, LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
-from tidings.core.overlay.node_id import NodeRef
+from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.reliability.effects import (
     DeliverRecords,
     Lost,
@@ -137,6 +139,15 @@ class Reliability:
         self.trees_of = trees_of
         self.pubend_state = pubend_state
         self.held = held
+
+
+def broker_member(address: str, config: BrokerConfig, auth: ClusterAuth | None, rng: Rng, reliability: Reliability,
+                  alarm: Alarm) -> ClusterMember:
+    """A broker's member at `address` (its node id its pubend's), with peer links proving `auth`
+    and guaranteed delivery; `rng` is a seeded random.Random, `alarm` the broker's earliest deadline."""
+    me = NodeRef(node_id_from(reliability.pubend_id), address)
+    peers = PeerLinks(me, config.peer_config(), auth, alarm)
+    return ClusterMember(me, config.overlay_config(), config.scribe_config(), rng, reliability, peers, alarm)
 
 
 class PeerOutput(NamedTuple):
@@ -315,6 +326,21 @@ class ClusterMember:
 
     def unsubscribe(self, now: int, tree: str) -> list[ClusterEffect]:
         return self._settle(now, self._told(self.scribe.unsubscribe(now, tree)))
+
+    def trees(self, now: int, effects: Sequence[TreeEffect | CreateTree]) -> list[ClusterEffect]:
+        """What the broker's local trees decided (core/multicast/local_trees.py), carried out in order
+        (a TidingsError when a local limit refuses a join)."""
+        out: list[ClusterEffect] = []
+        for eff in effects:
+            if isinstance(eff, JoinTree):
+                out += self.subscribe(now, eff.tree, eff.members, eff.creation)
+            elif isinstance(eff, NameMembers):
+                self.name_members(eff.tree, eff.gone, eff.members)
+            elif isinstance(eff, CreateTree):
+                out += self.create(now, eff.tree, eff.creator, eff.acl)
+            else:
+                out += self.unsubscribe(now, eff.tree)
+        return out
 
     def publish(self, now: int, tree: str, event: list[Any]) -> list[ClusterEffect]:
         return self._settle(now, self._told(self.scribe.publish(now, tree, event)))

@@ -28,12 +28,18 @@ it reads through `BrokerView`, the broker's own read-only accessors.
 from __future__ import annotations
 
 from enum import Enum, StrEnum
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.effects import ApplyRetention, Drained, JoinTimedOut, PeerRefused
 from tidings.core.links.refusals import DIALLER_SIDE
 from tidings.core.states import Transitions
+
+if TYPE_CHECKING:
+    from tidings.core.broker.cluster import ClusterMember
+    from tidings.core.broker.reading import Reading
+    from tidings.core.clock import WallClock
+    from tidings.core.publish.pubend import Pubend
 
 LifecycleEffect = JoinTimedOut | Drained | ApplyRetention
 
@@ -50,6 +56,39 @@ class BrokerView(Protocol):
     def movable_clients(self) -> int: ...
 
     def undelivered(self, now: int) -> int: ...
+
+
+class BrokerMachines:
+    """The `BrokerView` of a broker's machines: its wall clock, its client connections, its pubend
+    and, once the broker is in an overlay (`cluster`, set then), its cluster member."""
+
+    __slots__ = ("clock", "cluster", "pubend", "reading")
+
+    def __init__(self, clock: WallClock, reading: Reading, pubend: Pubend) -> None:
+        self.clock = clock
+        self.reading = reading
+        self.pubend = pubend
+        self.cluster: ClusterMember | None = None
+
+    @property
+    def joined(self) -> bool:
+        """Whether the broker is in an overlay (its Pastry join completed)."""
+        return self.cluster is not None and self.cluster.overlay.joined
+
+    @property
+    def wall_us(self) -> int:
+        return self.clock.us
+
+    def movable_clients(self) -> int:
+        """Open client connections: on drain, the client library moves every one, its durable
+        subscriptions with their tokens and its plain ones from "now" (tidings.client)."""
+        return self.reading.open_clients()
+
+    def undelivered(self, now: int) -> int:
+        """While draining, once the clients have gone: what is still owed to other brokers (batches
+        not yet synced, trees whose root has not acknowledged this pubend's stream); 0 when stopping
+        now delays no logged event until a restart."""
+        return self.pubend.pending_batches + (0 if self.cluster is None else self.cluster.unacknowledged(now))
 
 
 class Retention(NamedTuple):
