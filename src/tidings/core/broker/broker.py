@@ -26,7 +26,7 @@ pubends' events of the trees it is a member of (`DeliverRecords`), in tick order
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any, cast
 
@@ -45,7 +45,7 @@ from tidings.core.config import BrokerConfig
 from tidings.core.deadlines import Alarm
 from tidings.core.durable.constream import Constream, Recorded
 from tidings.core.durable.registrations import Registrations
-from tidings.core.durable.subscriptions import DurableSilenceTimer, DurableSubscriptions, Registered, Resume, TellHome
+from tidings.core.durable.subscriptions import DurableSubscriptions, Registered, Resume, TellHome
 from tidings.core.effects import Disconnect, Effect, PeerRefused, Send
 from tidings.core.errors import TidingsError
 from tidings.core.inputs import (
@@ -177,13 +177,13 @@ class Broker:
 
     def _timeouts(self, now: int, wall_us: int, out: list[Effect]) -> None:
         """TimerFired: the handle_timeout of each machine whose deadline is due, in a fixed order."""
-        if _due(self.timers.next_deadline(), now):
-            self._timers(now, wall_us, out)
+        if _due(self.timers.next_deadline(), now):  # SILENCE and the durable save
+            self._carry(self.subscribers.timed_out(self._at(), wall_us), out)
         reading_due = _due(self.reading.next_deadline(), now)
         if reading_due:
             self._serve(self.reading.timed_out(now, out), out)
         if _due(self.leases.next_deadline(), now):
-            self._leases_expired(now, out)
+            self._carry(self.subscribers.leases_expired(now, self.connections), out)
         if reading_due:
             for conn, text in self.reading.frames_overdue(now, out):
                 if self.cluster is not None and self.cluster.owns(conn):
@@ -220,7 +220,8 @@ class Broker:
         out: list[Effect] = []
         self._cluster_effects(self.cluster.start(now, bootstrap), out)
         self._reliability(self._gd().start(now, self.log.last_tick, self.registrations.held_trees), out)
-        joins = self.subscribers.start(now, self.cluster.access_lists)  # away durable subscriptions hold their trees
+        # away durable subscriptions hold their trees
+        joins = self.subscribers.start(now, self.cluster.access_lists, self._gd().source.held_trees)
         self.constream.start(now, self._gd(), self.config.durable_pfs, self.registrations.all(),
                              lambda effects: self._reliability(effects, out))
         self._cluster_effects(self.cluster.trees(now, joins), out)
@@ -254,13 +255,6 @@ class Broker:
             for s in list(c.subs.values()):
                 self._carry(self.subscribers.drop(self._at(), c, s, ended=False), out)
 
-    def _timers(self, now: int, wall_us: int, out: list[Effect]) -> None:
-        for key in self.timers.pop_due(now):
-            if type(key) is DurableSilenceTimer:
-                self._durable_silence(now, out)
-            else:
-                self._durable_save(now, wall_us, out)
-
     def _advise(self, conns: list[int]) -> list[Effect]:
         """ADVICE to `conns` (core/broker/advice.py): this broker's nearest neighbours, and why to move."""
         if self.cluster is None:
@@ -276,9 +270,6 @@ class Broker:
     def joined(self) -> bool:
         """Whether this broker is in an overlay (its Pastry join completed)."""
         return self.machines.joined
-
-    def _leases_expired(self, now: int, out: list[Effect]) -> None:
-        self._carry(self.subscribers.leases_expired(now, self.connections), out)
 
     def _serve(self, served: Served, out: list[Effect]) -> None:
         """Each message the reading machine pulls, to the machine that owns it (core/broker/reading.py)."""
@@ -351,14 +342,7 @@ class Broker:
         self._reliability(effects, out)
         return self.subscribers.opened(self._at(), c, j.then)
 
-    def _durable_save(self, now: int, wall_us: int, out: list[Effect]) -> None:
-        self._carry(self.subscribers.save(now, wall_us, self._gd().source.held_trees()), out)
-        out += self.constream.chop(self.registrations.get)
-
-    def _durable_silence(self, now: int, out: list[Effect]) -> None:
-        out += self.subscribers.silence(self._at())
-
-    def _carry(self, effects: Sequence[sub.SubscriberEffect], out: list[Effect]) -> None:  # noqa: PLR0912 - by type
+    def _carry(self, effects: Iterable[sub.SubscriberEffect], out: list[Effect]) -> None:  # noqa: PLR0912 - by type
         """Carry out, in order, what the subscriber's side decided, each effect by its owner."""
         for eff in effects:
             if isinstance(eff, Settle):
@@ -387,6 +371,8 @@ class Broker:
                 self.connections[eff.conn].refuse(self.now, eff.code, eff.text, out, sub=eff.sub)
             elif isinstance(eff, sub.HoldRefusals):
                 self.reading.hold_refusals(self.connections[eff.conn], out)
+            elif isinstance(eff, sub.Chop):  # after a durable save
+                out += self.constream.chop(self.registrations.get)
             else:
                 out.append(eff)
 

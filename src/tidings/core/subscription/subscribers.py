@@ -44,7 +44,7 @@ ends leaves its tree once, and its lease goes with the connection's last subscri
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -56,6 +56,7 @@ from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.durable.subscriptions import (
     DURABLE_SAVE,
     DURABLE_SILENCE,
+    DurableSilenceTimer,
     DurableSubscriptions,
     DurableTimer,
     Outcome,
@@ -134,13 +135,18 @@ class Advance(NamedTuple):
     s: Subscription
 
 
+class Chop(NamedTuple):
+    """The durable state was saved: the constream drops what no registration needs any longer
+    (durable/constream.py)."""
+
+
 SubscriberEffect = (TableEffect | LeaseEffect | JoinStreams | Refuse | HoldRefusals | Advance | Registered | Resume
-                    | TellHome | CreateTree)
+                    | TellHome | CreateTree | Chop)
 SubscriberMessage = messages.Subscribe | messages.Read | messages.Unsubscribe | messages.Renew | messages.Release
 
 
 class Subscribers:
-    __slots__ = ("config", "durable", "guard", "leases", "local", "timers")
+    __slots__ = ("_held_trees", "config", "durable", "guard", "leases", "local", "timers")
 
     def __init__(self, config: BrokerConfig, guard: Guard, local: LocalSubscriptions, leases: Leases,
                  durable: DurableSubscriptions, alarm: Alarm | None = None) -> None:
@@ -151,10 +157,13 @@ class Subscribers:
         self.leases = leases
         self.durable = durable
         self.timers: Deadlines[DurableTimer] = Deadlines(alarm)  # SILENCE and the durable save
+        self._held_trees: Callable[[], dict[str, int]] = dict  # the pubend's, saved with the state (`start`)
 
-    def start(self, now: int, lists: AccessLists) -> list[TreeEffect]:
+    def start(self, now: int, lists: AccessLists, held_trees: Callable[[], dict[str, int]] = dict) -> list[TreeEffect]:
         """The broker takes part in an overlay: the away durable registrations it saved hold their
-        trees, which it joins under `lists` (Scribe's); the durable state is saved from now on."""
+        trees, which it joins under `lists` (Scribe's); the durable state is saved from now on, with
+        the trees the pubend holds (`held_trees`: reliability/source.py)."""
+        self._held_trees = held_trees
         for tree, count in self.durable.registrations.trees().items():
             self.local.memberships.hold(tree, count)
         self.timers.set(DURABLE_SAVE, now + self.config.durable_save_interval_ns)
@@ -266,6 +275,16 @@ class Subscribers:
             out += self.local.trees.member_gone(tree)
         out += [TellHome(home) for home in outcome.moved]
         return out
+
+    def timed_out(self, at: At, wall_us: int) -> Iterator[SubscriberEffect]:
+        """The SILENCE and save timers due by `at.now`, in order: each one's effects are yielded
+        and carried out before the next one is handled; a save is followed by a `Chop`."""
+        for key in self.timers.pop_due(at.now):
+            if type(key) is DurableSilenceTimer:
+                yield from self.silence(at)
+            else:
+                yield from self.save(at.now, wall_us, self._held_trees())
+                yield Chop()
 
     def silence(self, at: At) -> list[Effect]:
         """Each durable subscription's SILENCE, with what the trees passed it (reliability/node.py)."""
