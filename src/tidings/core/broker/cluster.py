@@ -177,7 +177,8 @@ class ClusterMember:
             self.directory = PubendDirectory(me, reliability.pubend_id, reliability.directory_config,
                                              reliability.pubend_state, reliability.directory, alarm)
             links = peers
-            self.reliability = ReliabilityNode(me, reliability.pubend_id, reliability.config, self.scribe.told_empty,
+            self.reliability = ReliabilityNode(me, reliability.pubend_id, reliability.config,
+                                               self.scribe.said_empty.suppressed,
                                                reliability.trees_of, reliability.pubend_state, reliability.held,
                                                (lambda address: False) if links is None else links.congested,
                                                alarm=alarm)

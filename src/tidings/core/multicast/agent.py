@@ -68,6 +68,7 @@ from tidings.core.multicast.effects import (
     TreeActivated,
     TreeShape,
 )
+from tidings.core.multicast.empty_trees import Suppressions
 from tidings.core.multicast.entry import ChildEntry, TreeEntry
 from tidings.core.multicast.messages import (
     Access,
@@ -313,9 +314,13 @@ class ScribeAgent:
         entry = self._table.trees.get(tree)
         return None if entry is None else entry.parent
 
-    def told_empty(self, now: int, tree: str) -> bool:
-        """The rendez-vous point of `tree` said it has no members (and has not said otherwise since)."""
-        return self._root.suppressed.suppressed(now, tree)
+    @property
+    def said_empty(self) -> Suppressions:
+        """This node's memory of the trees whose rendez-vous point said they have no members
+        (TREE_EMPTY), lapsing after `empty_hold_ns` (empty_trees.py): written here on TREE_EMPTY,
+        TREE_ACTIVE and a root's failure, read by the pubend's source on its own (a leaf), so a
+        sync's publish asks no question of the agent per tree."""
+        return self._root.suppressed
 
     def is_root(self, tree: str) -> bool:
         """This node is the rendez-vous point of `tree` (as far as it knows)."""

@@ -7,6 +7,11 @@ sends TREE_ACTIVE to every node it remembers. The publisher's node holds the tre
 "empty" is reported dead, or `hold_ns` passes. The memory is bounded (oldest forgotten first) and
 soft: a forgotten publisher or a rendez-vous point that moved costs at most `hold_ns` of events
 withheld from a tree that gained members meanwhile, never a publisher silenced for good.
+
+The publisher's node's memory has two readers: the Scribe agent's `publish` (a routed PUBLISH not
+sent past "empty"), and, with guaranteed delivery, the pubend's source, which reads it directly
+(`ScribeAgent.said_empty`): a sync's publish asks it about each tree of its events without a call
+into the agent, and both see the same memory lapse at the same `now`.
 """
 
 from __future__ import annotations

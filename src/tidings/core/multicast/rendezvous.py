@@ -11,7 +11,8 @@ towards the key like any child.
 A root with nothing to multicast to answers a publish with TREE_EMPTY (`answer_empty`) and remembers
 the publisher's node; when the tree gains a member or child, or its key moves to a closer node,
 `activated` sends those publishers TREE_ACTIVE. The publishing side's memory (`suppressed`) holds a
-tree this node was told is empty (see empty_trees.py). Both memories and the replicas are bounded.
+tree this node was told is empty (see empty_trees.py; the pubend's source reads it too). Both
+memories and the replicas are bounded.
 """
 
 from __future__ import annotations
