@@ -20,10 +20,12 @@ from tidings.core.config import BrokerConfig
 from tidings.core.errors import TidingsError
 from tidings.core.inputs import LogState
 from tidings.core.multicast.agent import ScribeConfig
+from tidings.core.multicast.messages import TreeActive, TreeEmpty
 from tidings.core.multicast.trees import publish_trees
 from tidings.core.overlay.envelope import Deliver
 from tidings.core.overlay.node import OverlayConfig
 from tidings.core.overlay.node_id import NodeRef, id_to_wire
+from tidings.core.reliability.effects import PublishRouted
 from tidings.core.reliability.messages import KnowledgeMessage
 from tidings.core.reliability.node import DeliverRecords, ReliabilityNode
 
@@ -133,3 +135,31 @@ def gd_garbage_goes_on(batch):
     good = KnowledgeMessage(TREE, "p-good", 0, 10, (5,), (record,), False).to_wire()
     out = m.settle(2, gd.event_arrived(2, TREE, [PARENT, good], PARENT))
     assert [e.records for e in out if isinstance(e, DeliverRecords)] == [[record]]
+
+
+def test_the_pubend_reads_its_nodes_memory_of_tree_empty_with_its_lapse_and_tree_active():
+    """The source asks no question of the agent: it reads the node's own memory of TREE_EMPTY
+    (ScribeAgent.said_empty), so what it publishes on follows TREE_EMPTY, its lapse after
+    `empty_hold_ns`, and TREE_ACTIVE, as the agent sees them."""
+    config = BrokerConfig()
+    m = ClusterMember(ME, OverlayConfig(), ScribeConfig(empty_hold_ns=1000), random.Random(1),
+                      Reliability("p-me", config.reliability_config(), publish_trees, lambda: (0, LogState())))
+    m.start(0, None)
+    gd = m.reliability
+    assert gd is not None
+    root = "127.0.0.1:7500"
+
+    def trees(now: int, tick: int) -> list[str]:
+        record = msgpack.packb(["p-me", tick, "nodes/a", {}, "s", "i", b"x"])
+        out = gd.published(now, [(tick, "nodes/a", {}, record)], tick)
+        return [e.tree for e in out if isinstance(e, PublishRouted)]
+
+    everyone = ["nodes/a", "nodes/a/#", "nodes/#", "#"]
+    m.received(0, root, TreeEmpty("nodes/a").to_wire())
+    assert m.scribe.said_empty.suppressed(1, "nodes/a")
+    assert trees(1, 5) == everyone[1:], "said empty, never known to have members: sent nothing"
+    assert trees(1000, 6) == everyone, "the memory lapsed at empty_hold_ns"
+    m.received(1001, root, TreeEmpty("nodes/a").to_wire())
+    assert trees(1002, 7) == everyone[1:]
+    m.received(1003, root, TreeActive("nodes/a").to_wire())
+    assert trees(1004, 8) == everyone
