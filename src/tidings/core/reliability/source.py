@@ -80,7 +80,7 @@ SourceEffect = PublishOnTree | ReadLog
 class Source:
     """The pubend `pubend_id` at `address`; `trees_of(channel)` names the trees of a channel, and
     `empty(now, tree)` says whether the tree's root said it has no members (Scribe's TREE_EMPTY):
-    the broker's reads its node's memory of TREE_EMPTY (empty_trees.py `Suppressions.suppressed`,
+    a broker's source reads its node's memory of TREE_EMPTY (empty_trees.py `Suppressions.suppressed`,
     `ScribeAgent.said_empty`), which lapses after `empty_hold_ns`, without a call into the agent."""
 
     def __init__(self, pubend_id: str, address: str, config: SourceConfig, trees_of: Callable[[str], list[str]],
