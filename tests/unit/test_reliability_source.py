@@ -270,14 +270,36 @@ def test_an_empty_tree_that_never_had_members_is_sent_nothing_until_it_has_some(
     assert [tree for tree, _ in sent(src.silence(3, 12))] == ["#"]  # nor silence
     assert src.active_trees == 1  # a's stream is gone
     empty.clear()  # a member joined: the tree is told of everything after the last event, and nacks the rest
-    (told,) = src.activated("a", 12)
+    (told,) = src.activated(0, "a", 12)
     assert (knowledge(told).after, knowledge(told).through, told.past_empty) == (9, 12, True)
     log = LogState(last_tick=12, first_tick=1)
     assert reads(src.nacked(4, "a", ((4, 9),), synced=12, log=log)) == [(4, 9)]
+    assert src.active_trees == 2  # a has a stream again, from its last event: its silence goes on
     src.acked(4, "#", 12, "root:1", 12, 12)
-    out = src.published(5, [(15, "a", {}, record(15, "a"))], 15)  # its next event starts a stream again
-    assert [(knowledge(e).after, knowledge(e).ticks) for e in out if e.tree == "a"] == [(9, (15,))]
+    out = src.published(5, [(15, "a", {}, record(15, "a"))], 15)  # its next event goes on after the silence told
+    assert [(knowledge(e).after, knowledge(e).ticks) for e in out if e.tree == "a"] == [(12, (15,))]
     assert (src.released(6, None), src.delivered(6)) == (9, 9)  # held where it starts until its root reports
+
+
+def test_a_tree_activated_before_anything_after_its_last_event_is_durable_is_told_by_the_next_silence():
+    """TREE_ACTIVE may come while the pubend's last event on the tree is its newest durable tick:
+    there is no silence to tell yet, and the memberless tree's stream was dropped. It gets a stream
+    again, so the next periodic silence tells the new members of this pubend (they then nack its
+    events from their start), and its root goes on hearing of it: when the tree loses its members
+    and gets new ones again, it tells this pubend once more (tests/integration/test_from_start_overlay.py:
+    a second from-start reader through another broker got nothing of the first reader's pubend)."""
+    src, empty = emptying()
+    assert src.recover(0) == []
+    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    src.acked(1, "#", 5, "root:1", 5, 5)
+    empty.add("a")
+    src.silence(2, 5)
+    assert src.active_trees == 1  # a's stream is dropped: said empty, never known to have members
+    empty.clear()
+    assert src.activated(3, "a", 5) == []  # nothing durable after tick 5 yet
+    assert src.active_trees == 2
+    told = [knowledge(e) for e in src.silence(4, 8) if e.tree == "a"]
+    assert [(k.after, k.through) for k in told] == [(5, 8)]
 
 
 def test_a_tree_whose_root_acknowledged_is_still_sent_past_empty_while_it_is_owed():

@@ -167,7 +167,7 @@ class ReliabilityNode:
         """`tree` has members again: tell it of this pubend's stream (release of history to joiners
         that want it: Source.activated)."""
         synced, _ = self._pubend_state()
-        return self._source(now, self.source.activated(tree, synced))
+        return self._source(now, self.source.activated(now, tree, synced))
 
     def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState) -> list[NodeEffect]:
         return self._source(now, self.source.log_read(now, reader, records, log))

@@ -127,11 +127,21 @@ class Source:
             stream.data_ns = now
         return out
 
-    def activated(self, tree: str, synced: int) -> list[SourceEffect]:
-        """`tree` has members again: every tick after this pubend's last event on it is silence."""
+    def activated(self, now: int, tree: str, synced: int) -> list[SourceEffect]:
+        """`tree` has members again: every tick after this pubend's last event on it is silence.
+        A tree whose stream was dropped while it had no members gets one again, from that event
+        on: its periodic silence keeps the root hearing of this pubend, so that when the tree
+        loses its members and gets new ones again, its root tells this pubend so once more (a
+        pubend that went quiet on the tree was forgotten by its root, and the new members never
+        heard of its events until it published on the tree again)."""
         last = self._tails.last(tree)
-        if last is None or synced <= last:
+        if last is None:
             return []
+        renewed = self._streams.new(tree, last, now) if self._streams.get(tree) is None else None
+        if synced <= last:  # nothing durable after it yet: the next periodic silence tells it
+            return []
+        if renewed is not None:
+            renewed.sent_through = synced
         return [self._writer.send(tree, last, synced, [], retransmit=True)]
 
     def silence(self, now: int, synced: int) -> list[SourceEffect]:
