@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from tidings.core.subscription.table import LocalSubscriptions
 
 
-class Broker(Protocol):
+class Observed(Protocol):
     """The machines a broker's figures are read from (core/broker/broker.py Broker)."""
 
     @property
@@ -85,7 +85,7 @@ class Figure:
     kind: Kind
     help: str
     owner: str  # the machine that keeps it
-    read: Callable[[Broker], int | None] | None = None  # the broker's own: from its owner
+    read: Callable[[Observed], int | None] | None = None  # the broker's own: from its owner
     under: tuple[str, ...] = ()  # else: where in the status its owner reports it
     overlay: bool = False  # of the broker's part in an overlay: absent outside one
 
@@ -189,7 +189,7 @@ FIGURES: tuple[Figure, ...] = (
 )
 
 
-def read(broker: Broker) -> dict[str, int | None]:
+def read(broker: Observed) -> dict[str, int | None]:
     """The broker's own figures, by status key, read from the machines that keep them (None:
     not known yet, as a fresh log's first tick)."""
     joined = broker.cluster is not None
@@ -197,7 +197,7 @@ def read(broker: Broker) -> dict[str, int | None]:
             if figure.read is not None and (joined or not figure.overlay)}
 
 
-def status(broker: Broker, subscription: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+def status(broker: Observed, subscription: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
     """The broker's status: its own figures, what its machines report (each subscription's by
     `subscription`) and what else an operator reads."""
     log, cluster = broker.log, broker.cluster
