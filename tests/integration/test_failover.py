@@ -1,6 +1,6 @@
-"""Client failover with real processes: a durable subscriber (`tidings sub --token FILE --failover`)
-whose broker is killed with kill -9 goes on at another broker from its token, by itself, and
-prints every acknowledged event exactly once and in each publisher's order."""
+"""Client failover with real processes: a subscriber (`tidings sub --failover`, durable with
+`--token FILE` or plain) whose broker is killed with kill -9 goes on at another broker, by itself,
+and prints every acknowledged event exactly once and in each publisher's order."""
 
 import asyncio
 import json
@@ -24,12 +24,15 @@ def lines(path):
     return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
 
 
-def test_a_durable_subscriber_fails_over_to_another_broker_when_its_own_is_killed(tmp_path):
+@pytest.mark.parametrize("kind", ["token", "plain"])
+def test_a_subscriber_fails_over_to_another_broker_when_its_own_is_killed(tmp_path, kind):
+    """`--token FILE` resumes from the token; a plain subscription after the last event printed."""
     out, token = tmp_path / "sub.jsonl", tmp_path / "token"
+    durable = ["--token", str(token)] if kind == "token" else []
     with Cluster(tmp_path / "cluster", 3, LOCAL_LIVENESS) as cluster, open(out, "w") as sink:
         origin, home, other = cluster[0], cluster[1], cluster[2]
         sub = subprocess.Popen([sys.executable, "-m", "tidings.cli.main", "sub", "fo/#", "--broker", home.address,
-                                "--token", str(token), "--failover", other.address],
+                                *durable, "--failover", other.address],
                                stdout=sink, stderr=subprocess.PIPE, text=True)
         publisher = Publisher(origin.address, "fo/x")
         try:

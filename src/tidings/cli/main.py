@@ -278,7 +278,7 @@ def cmd_sub(args: argparse.Namespace) -> int:
     token = _read_token(token_file)
     durable: dict[str, Any] = ({"durable": True, "token": token} if token_file is not None
                                else {"durable": args.durable} if args.durable else {})
-    failover = _failover(args.failover, token_file is not None)
+    failover = _failover(args.failover, args)
     with _connect(args, failover=failover) as client, client.subscribe(args.pattern, filter=args.filter, start=start,
                                                     on_gap=on_gap, order=args.order, **durable) as sub:
         _say_ready(args, sub.position)
@@ -304,12 +304,16 @@ def cmd_sub(args: argparse.Namespace) -> int:
     return 0
 
 
-def _failover(option: str | None, token: bool) -> list[str]:
-    """The --failover addresses, checked."""
+def _failover(option: str | None, args: argparse.Namespace) -> list[str]:
+    """The --failover addresses, checked: a subscription held at one broker (--durable NAME) cannot
+    go on at another, nor can a total-order one (it starts from now, so it would skip events)."""
     addresses = [a.strip() for a in (option or "").split(",") if a.strip()]
-    if addresses and not token:
-        raise CliError("--failover resumes a subscription from its token on another broker: give --token FILE",
-                       EXIT_INPUT)
+    if addresses and args.durable:
+        raise CliError("--failover cannot take a --durable NAME to another broker (its position is kept by "
+                       "the broker that holds the name): use --token FILE", EXIT_INPUT)
+    if addresses and args.order == "total":
+        raise CliError("--failover cannot resume a total-order subscription (it starts from now at another "
+                       "broker and would skip what was published meanwhile)", EXIT_INPUT)
     for address in addresses:
         try:
             parse_address(address)
@@ -413,8 +417,9 @@ def _add_pub_and_sub(sub: Any) -> None:
                          "run again with the same NAME, pattern and filter on the same broker to go on after "
                          "the last line printed (see docs/durable.md)")
     sb.add_argument("--failover", metavar="HOST:PORT,...",
-                    help="with --token: when the connection to --broker is lost (the broker killed), resume on the "
-                         "first of these brokers (or --broker again) that answers within 60 s, from the token")
+                    help="when the connection to --broker is lost (the broker killed or silent), resume on the "
+                         "first of these brokers (or --broker again) that answers within 60 s, after the last "
+                         "event printed (from the token with --token); not with --durable or --order total")
     sb.add_argument("--count", type=int, metavar="N", help="exit (code 0) after N events")
     sb.add_argument("--timeout", type=float, metavar="SECONDS", help="exit (code 4) after SECONDS")
     sb.add_argument("--ready-file", metavar="PATH",
