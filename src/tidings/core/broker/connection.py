@@ -167,6 +167,9 @@ class ClientConnection:
 
     def reply(self, frame: bytes, out: list[Effect]) -> bool:
         """An answer about events a held ERROR may name (an ACK): sent after it. True when sent now."""
+        if self.window.until is None:  # no ERROR held (the window's end is set while one is)
+            out.append(Send(self.conn, frame))
+            return True
         held = self.window.reply(frame)
         if held is None:
             return False
