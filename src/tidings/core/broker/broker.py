@@ -316,7 +316,7 @@ class Broker:
         out += self.local.synced(batches, pid, self.pubend.synced_tick)
         deliveries = [d for batch in batches for d in batch.deliveries]
         if self.cluster is not None and deliveries:  # as knowledge of this pubend's stream on their trees
-            self._reliability(self._gd().published(self.now, deliveries, self.pubend.synced_tick), out)
+            self._cluster_effects(self.cluster.published(self.now, deliveries, self.pubend.synced_tick), out)
         for conn in self.intake.synced():  # publishers paused for the disk: read again
             self._serve(self.reading.release(self.now, conn, Hold.DISK, out), out)
 
