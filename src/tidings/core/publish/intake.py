@@ -38,6 +38,7 @@ from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.broker.connection import ClientConnection, Hold
 from tidings.core.channels import validate_channel
+from tidings.core.clock import WallClock
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Append, Effect, Sync
 from tidings.core.errors import ProtocolError, TidingsError
@@ -67,11 +68,14 @@ class ChannelTrees(dict[str, list[str]]):
 
 
 class Intake:
-    __slots__ = ("_packer", "_trees", "config", "dedup", "events_published", "events_rejected", "guard", "paused",
-                 "pubend", "traffic", "trees_of")
+    __slots__ = ("_packer", "_trees", "clock", "config", "dedup", "events_published", "events_rejected", "guard",
+                 "paused", "pubend", "traffic", "trees_of")
 
-    def __init__(self, config: BrokerConfig, guard: Guard, pubend: Pubend, dedup: DedupWindow) -> None:
+    def __init__(self, config: BrokerConfig, guard: Guard, pubend: Pubend, dedup: DedupWindow,
+                 clock: WallClock) -> None:
+        """`clock`: the broker's wall clock, from which the pubend's ticks are drawn."""
         self.config = config
+        self.clock = clock
         self.guard = guard
         self.pubend = pubend
         self.dedup = dedup
@@ -84,9 +88,11 @@ class Intake:
         self.events_rejected = 0
         self.traffic = ChannelTraffic()  # events published per channel (core/publish/traffic.py)
 
-    def publish(self, now: int, c: ClientConnection, msg: messages.Publish, wall_us: int, out: list[Effect]) -> int:
+    def publish(self, now: int, c: ClientConnection, msg: messages.Publish, out: list[Effect]) -> int:
         """Check each event of `msg`, give the good ones consecutive ticks, log them as one batch;
-        or, when its identity's rates cannot take it yet, do nothing and say how long it must wait."""
+        or, when its identity's rates cannot take it yet, do nothing and say how long it must wait
+        (the reading machine, which hands each PUBLISH over as it is read, then holds it: Hold.RATE)."""
+        wall_us = self.clock.us
         if msg.producer is not None:  # the rates first; the rules once the dedup window sorted its events out
             wait_ns = self.guard.publish_wait_ns(c.identity, msg.events, now)
             if not wait_ns:
