@@ -324,6 +324,8 @@ class Reading:
 
     def peer_partial(self, now: int, conn: int, held: int) -> str | None:
         """A peer connection holds `held` bytes in a partial frame: the refusal, when that is past the budget."""
+        if not held and conn not in self.partials.held:  # (the usual read: whole frames, and none held before)
+            return None
         if self.partials.update(now, conn, held):
             return None
         self.partials.forget(conn)
