@@ -180,3 +180,26 @@ class ReadingMachine(RuleBasedStateMachine):
 
 TestReadingMachine = ReadingMachine.TestCase
 TestReadingMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+def test_a_publish_its_owner_cannot_take_yet_waits_at_the_head_and_holds_the_connection():
+    """Each message goes to its type's owner as it is read; a PUBLISH whose owner says "wait" is
+    put back at the head and the connection held (RATE) until then, at least publish_wait_ns_min:
+    what follows it is not read meanwhile, and the PUBLISH is handed over again first."""
+    r, owner = reading(publish_wait_ns_min=20)
+    opened(r, owner)
+    waits = [5, 0]  # the owner's answers: wait 5 ns (less than the minimum), then take it
+    publishes = []
+
+    def intake(now, c, msg, out):
+        publishes.append((now, msg.seq))
+        return waits.pop(0)
+
+    r.serve_to(owner, {messages.Publish: intake})
+    out = []
+    r.received(1, 1, messages.publish(7, [["a", {}, b"x"]]) + messages.renew(), out)
+    assert publishes == [(1, 7)] and owner.take() == [] and out == [PauseReading(1)]
+    assert r.unread(1) and r.next_deadline() == 21  # now + publish_wait_ns_min
+    served = timed_out(r, owner, 21, out)
+    assert publishes == [(1, 7), (21, 7)] and [type(msg) for _, msg in served] == [messages.Renew]
+    assert out[-1] == ResumeReading(1) and not r.unread(1)
