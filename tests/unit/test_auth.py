@@ -12,7 +12,7 @@ from tidings.core.auth.guard import Guard
 from tidings.core.auth.handshake import ClientHandshake, Principal, ServerHandshake
 from tidings.core.auth.limits import TokenBucket
 from tidings.core.auth.policy import AuthFileError, AuthPolicy, Identity, Limits
-from tidings.core.auth.rules import AccessRules
+from tidings.core.auth.rules import ANY_IDENTITY, PUBLISH, AccessRules, Rule
 from tidings.core.errors import TidingsError
 from tidings.core.units import SECOND_NS
 
@@ -200,3 +200,22 @@ def test_only_an_identity_that_may_read_every_channel_may_read_everything():
     assert not guard.may_read_everything("admin", _Lists("someone else")), "a tree's list refuses it"
     assert guard.may_read_everything("admin", _Lists("admin"))
     assert Guard(policy(), nonces).may_read_everything("anyone", None), "without rules, everyone may"
+
+
+def test_admit_publish_looks_at_rules_and_rates_only_while_the_policy_has_some():
+    """Without a rule or a publish rate a PUBLISH is admitted at once; a reload that brings either
+    applies to the next PUBLISH, and one that takes them away lets it through again."""
+    events = [["a", {}, b"x"], ["b", {}, b"y"]]
+    guard = Guard(policy(), nonces)
+    assert guard.admit_publish("svc", events, 0) == (0, {})
+    only_a = AccessRules([Rule(ANY_IDENTITY, PUBLISH, True, "a")])  # "b" is not allowed
+    denied = AuthPolicy({}, only_a, None, True, NO_LIMITS)
+    guard.reload(denied)
+    wait_ns, refused = guard.admit_publish("svc", events, 0)
+    assert wait_ns == 0 and list(refused) == [1] and refused[1].code == "forbidden"
+    guard.reload(policy(limits=Limits(publish_events_per_s=1, publish_burst_s=1)))
+    wait_ns, refused = guard.admit_publish("svc", events, 0)  # a full bucket holds one event
+    assert wait_ns == 0 and list(refused) == [1] and refused[1].code == "limit-exceeded"
+    assert guard.admit_publish("svc", events[:1], 0) == (SECOND_NS, {})  # the bucket is empty now: wait
+    guard.reload(policy())
+    assert guard.admit_publish("svc", events, 0) == (0, {})

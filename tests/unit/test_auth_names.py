@@ -70,9 +70,9 @@ def test_look_alikes_of_an_identity_are_refused_with_the_rule(claim, code, messa
 def hello_to(conn: ClientConnection, claim: str) -> list[Effect]:
     """What the connection answers a HELLO claiming `claim` (core/broker/connection.py, without a broker)."""
     conn.decoder.push(messages.hello(claim, "i"))
-    got = conn.next_message(0, {})
-    assert got is not None
-    return got[1]
+    body = conn.decoder.pull()
+    assert body is not None
+    return conn.opening(0, body, {})[1]
 
 
 def test_the_issues_five_end_the_handshake_with_an_error_naming_the_rule():

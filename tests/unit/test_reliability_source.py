@@ -36,7 +36,7 @@ def sent(effects: list) -> list[tuple[str, bool]]:
 
 
 def knowledge(effect: PublishOnTree) -> messages.KnowledgeMessage:
-    decoded = messages.decode(effect.event[1])
+    decoded = messages.decode(effect.message.to_wire())  # as the reliability node sends it
     assert isinstance(decoded, messages.KnowledgeMessage)
     return decoded
 

@@ -8,6 +8,10 @@ import pytest
 
 from tidings.core.auth.guard import Guard
 from tidings.core.broker import connection
+from tidings.core.broker.advice import RouteAdvice
+from tidings.core.broker.reading import Reading
+from tidings.core.broker.refusals import ClientErrors
+from tidings.core.config import BrokerConfig
 from tidings.core.links import link as peers
 from tidings.core.states import ForbiddenTransition
 from tidings.core.wire import messages
@@ -28,12 +32,14 @@ def test_states_read_as_text_in_status():
 def test_a_connection_refuses_a_second_state_change_out_of_closed_whatever_the_bytes():
     """Random bytes after a HELLO never make the connection move where its table forbids."""
     rng = random.Random(5)
+    cfg = BrokerConfig(frame_bytes_max=4096)
     for _ in range(200):
-        c = connection.ClientConnection(1, 4096, 10, Guard.open())
+        r = Reading(cfg, Guard.open(), ClientErrors(), RouteAdvice("p", cfg))
+        r.serve_to(lambda now, c, msg, out: 0, {})  # whatever is read is taken
+        out: list = []
+        r.accept(0, 1, out)
+        c = r.connections[1]
         chunks = [messages.hello("svc", "i"), rng.randbytes(rng.randrange(40)), rng.randbytes(rng.randrange(40))]
         for chunk in chunks:
-            c.decoder.push(chunk)
-            while c.readable and c.next_message(0, {}) is not None:  # a forbidden move would raise here
-                pass
-            c.framing_failure(0)
+            r.received(0, 1, chunk, out)  # every frame pulled and judged: a forbidden move would raise here
         assert c.state in set(connection.ConnState)

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 from tidings.core.channels import pattern_matches, validate_channel, validate_pattern
 from tidings.core.multicast.trees import publish_trees, subscription_tree, tree_key
 from tidings.core.overlay.node_id import node_id_from
+from tidings.core.publish import intake
 
 
 def test_publish_trees_of_a_channel():
@@ -60,3 +61,15 @@ def test_any_pattern_any_channel(channel, segments, tail):
     if pattern_matches(validate_pattern(pattern), validate_channel(channel)):
         assert subscription_tree(pattern) in publish_trees(channel)
     assert len(publish_trees(channel)) == channel.count("/") + 3
+
+
+def test_the_intakes_channel_trees_fill_on_a_miss_and_empty_when_full(monkeypatch):
+    """The intake's cache (publish/intake.py ChannelTrees), which the pubend's source reads too: a
+    channel's trees are publish_trees', worked out on the first lookup; a full cache starts again."""
+    monkeypatch.setattr(intake, "CHANNEL_CACHE_MAX", 2)
+    trees = intake.ChannelTrees()
+    assert trees["a/b"] == publish_trees("a/b") and list(trees) == ["a/b"]
+    assert trees["a/b"] is trees["a/b"]  # (looked up, not worked out again)
+    trees["c"]
+    assert list(trees) == ["a/b", "c"]
+    assert trees["d"] == publish_trees("d") and list(trees) == ["d"]

@@ -29,6 +29,8 @@ TYPED: dict[str, set[str]] = {
     "reliability/interest.py": set(),
     "reliability/messages.py": {"_list", "_knowledge", "_summary", "_ack", "_nack", "_DECODERS"},
     "reliability/node.py": set(),
+    "reliability/source.py": set(),
+    "reliability/source_knowledge.py": set(),
     "reliability/tree_streams.py": set(),
     "durable/constream.py": set(),
     "publish/dedup.py": set(),
@@ -43,7 +45,7 @@ TYPED: dict[str, set[str]] = {
     "wire/typed.py": {"decode_typed"},
 }
 # list[Any] annotations elsewhere under core/, at this commit: lower it as machines get typed
-ELSEWHERE_MAX = 9
+ELSEWHERE_MAX = 8
 
 
 def any_lists(path: Path) -> list[tuple[int, str]]:

@@ -69,6 +69,13 @@ class TreeLists(Protocol):
     def admits_everywhere(self, identity: str) -> bool: ...
 
 
+def _publish_unchecked(policy: AuthPolicy) -> bool:
+    """No access rule and no identity's publish rate: a PUBLISH never waits and is never refused by the guard."""
+    limits = [policy.anonymous_limits, *(identity.limits for identity in policy.identities.values())]
+    return not policy.rules.enabled and all(
+        lim.publish_events_per_s is None and lim.publish_bytes_per_s is None for lim in limits)
+
+
 class Guard:
     @classmethod
     def open(cls) -> Guard:
@@ -80,6 +87,7 @@ class Guard:
 
     def __init__(self, policy: AuthPolicy, nonce: NonceSource) -> None:
         self.policy = policy
+        self._publish_unchecked = _publish_unchecked(policy)
         self.nonce = nonce
         self._accounts: dict[str, _Account] = {}
         self.refusals = 0
@@ -88,6 +96,7 @@ class Guard:
 
     def reload(self, policy: AuthPolicy) -> None:
         self.policy = policy
+        self._publish_unchecked = _publish_unchecked(policy)
         for account in self._accounts.values():  # rates may have changed: start full again
             account.events = account.bytes = None
 
@@ -139,6 +148,8 @@ class Guard:
     def publish_wait_ns(self, identity: str, events: list[object], now: int) -> int:
         """How long a PUBLISH of `events` must wait before its identity's buckets hold what it
         needs (0: it may be checked now). A PUBLISH larger than a full bucket waits for a full one."""
+        if self._publish_unchecked:
+            return 0
         limits = self.policy.limits_of(identity)
         if limits.publish_events_per_s is None and limits.publish_bytes_per_s is None:
             return 0
@@ -154,7 +165,10 @@ class Guard:
 
     def admit_publish(self, identity: str, events: list[object], now: int) -> tuple[int, dict[int, TidingsError]]:
         """One look at a PUBLISH: how long it must wait (`publish_wait_ns`; then nothing is checked),
-        or else, 0 and its refusals by index (`check_publish`)."""
+        or else, 0 and its refusals by index (`check_publish`). Without a rule or a publish rate in
+        the policy, nothing is looked up: the intake's one call is answered here."""
+        if self._publish_unchecked:
+            return 0, {}
         wait_ns = self.publish_wait_ns(identity, events, now)
         return (wait_ns, {}) if wait_ns else (0, self.check_publish(identity, events, now))
 
@@ -162,6 +176,8 @@ class Guard:
         """Refusals by index into `events`: channels the rules deny, then what exceeds the rates
         (what a PUBLISH that waited for `publish_wait_ns` holds beyond a full bucket). Malformed
         events are left to the intake's own checks (core/publish/intake.py)."""
+        if self._publish_unchecked:
+            return {}
         policy = self.policy
         limits = policy.limits_of(identity)
         rules = policy.rules

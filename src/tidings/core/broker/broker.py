@@ -36,9 +36,9 @@ from tidings.core.auth.policy import AuthPolicy
 from tidings.core.broker import metrics
 from tidings.core.broker.advice import RouteAdvice
 from tidings.core.broker.cluster import ClusterEffect, ClusterMember, Reliability, Settleable, broker_member
-from tidings.core.broker.connection import OPEN, ClientConnection, ClientMessage, Hold, PeerHandover
+from tidings.core.broker.connection import OPEN, ClientConnection, ClientMessage, Hold, Opened, PeerHandover
 from tidings.core.broker.lifecycle import BrokerMachines, Lifecycle, Retention
-from tidings.core.broker.reading import Reading, Served
+from tidings.core.broker.reading import Reading
 from tidings.core.broker.refusals import ClientErrors
 from tidings.core.clock import WallClock
 from tidings.core.config import BrokerConfig
@@ -107,7 +107,8 @@ class Broker:
         expiry_us = ns_to_us(config.durable_expiry_ns)
         self.dedup = DedupWindow(ns_to_us(config.dedup_window_ns), config.dedup_entries_max,
                                  config.dedup_producers_max)  # idempotent publish (core/publish/dedup.py)
-        self.intake = Intake(config, self.guard, self.pubend, self.dedup)  # PUBLISH to the log (core/publish/intake.py)
+        self.intake = Intake(config, self.guard, self.pubend, self.dedup, self.clock)  # PUBLISH to the log (publish/)
+        self.reading.serve_to(self._dispatch, {messages.Publish: self.intake.publish})  # each message as it is read
         self.registrations = (Registrations(expiry_us, config.durable_registrations_max) if durable is None
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
         self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable/subscriptions.py
@@ -143,7 +144,7 @@ class Broker:
             elif type(inp) is ConnectionLost:
                 self.reading.lost(inp.conn)
         elif isinstance(inp, Received):
-            self._serve(self.reading.received(inp.now, inp.conn, inp.data, out), out)
+            self.reading.received(inp.now, inp.conn, inp.data, out)  # each message to its owner (serve_to)
             if inp.conn not in self.connections and self.cluster is not None and self.cluster.owns(inp.conn):
                 # it was another broker's (PEER_HELLO): the peer links took it over
                 self._peer_partial(inp.now, inp.conn, self.cluster.peers_held_bytes(inp.conn), out)
@@ -181,7 +182,7 @@ class Broker:
             self._carry(self.subscribers.timed_out(self._at(), wall_us), out)
         reading_due = _due(self.reading.next_deadline(), now)
         if reading_due:
-            self._serve(self.reading.timed_out(now, out), out)
+            self.reading.timed_out(now, out)
         if _due(self.leases.next_deadline(), now):
             self._carry(self.subscribers.leases_expired(now, self.connections), out)
         if reading_due:
@@ -271,29 +272,22 @@ class Broker:
         """Whether this broker is in an overlay (its Pastry join completed)."""
         return self.machines.joined
 
-    def _serve(self, served: Served, out: list[Effect]) -> None:
-        """Each message the reading machine pulls, to the machine that owns it (core/broker/reading.py)."""
-        for c, msg in served:
-            if msg is None:  # its handshake is done
-                out += self._advise([c.conn])
-            else:
-                self._dispatch(c, msg, out)
-
-    def _dispatch(self, c: ClientConnection, msg: ClientMessage, out: list[Effect]) -> None:
-        if isinstance(msg, PeerHandover):
+    def _dispatch(self, now: int, c: ClientConnection, msg: ClientMessage, out: list[Effect]) -> int:
+        """A client's message the reading machine read (core/broker/reading.py: a PUBLISH goes to the
+        intake), to the machine that owns it; 0: it never waits."""
+        if isinstance(msg, Opened):  # its handshake is done
+            out += self._advise([c.conn])
+        elif isinstance(msg, PeerHandover):
             self._adopt_peer(c, msg, out)
-        elif isinstance(msg, messages.Publish):
-            wait_ns = self.intake.publish(self.now, c, msg, self.clock.us, out)
-            if wait_ns:  # over its rate: the PUBLISH waits unread, and so does the connection
-                c.put_back(msg)
-                self.reading.hold(c, Hold.RATE, self.now + max(wait_ns, self.config.publish_wait_ns_min))
         elif isinstance(msg, messages.Subscribe | messages.Read | messages.Unsubscribe | messages.Renew
                         | messages.Release):
             self._carry(self.subscribers.message(self._at(), c, msg), out)
         elif isinstance(msg, messages.Heartbeat):  # a client checks that its broker is there (core/session/roaming.py)
             out.append(Send(c.conn, messages.heartbeat_reply()))
-        else:
+        else:  # (a PUBLISH is the intake's: serve_to)
+            assert isinstance(msg, messages.StatusRequest), msg
             out.append(Send(c.conn, messages.status_reply(msg.req, self.status())))
+        return 0
 
     def _peer_partial(self, now: int, conn: int, held: int, out: list[Effect]) -> None:
         """Bytes arrived on a peer connection: charge its partial frame (`held` bytes) to the common budget."""
@@ -316,9 +310,9 @@ class Broker:
         out += self.local.synced(batches, pid, self.pubend.synced_tick)
         deliveries = [d for batch in batches for d in batch.deliveries]
         if self.cluster is not None and deliveries:  # as knowledge of this pubend's stream on their trees
-            self._reliability(self._gd().published(self.now, deliveries, self.pubend.synced_tick), out)
+            self._cluster_effects(self.cluster.published(self.now, deliveries, self.pubend.synced_tick), out)
         for conn in self.intake.synced():  # publishers paused for the disk: read again
-            self._serve(self.reading.release(self.now, conn, Hold.DISK, out), out)
+            self.reading.release(self.now, conn, Hold.DISK, out)
 
     # ---- subscribing (core/subscription/subscribers.py) --------------------------------------------
 
@@ -397,7 +391,7 @@ class Broker:
         if c is not None:
             self._carry(self.subscribers.flow(self._at(), c, blocked), out)
             if not blocked:
-                self._serve(self.reading.release(self.now, conn, Hold.SEND, out), out)
+                self.reading.release(self.now, conn, Hold.SEND, out)
 
     # ---- across brokers --------------------------------------------------------------------------
 

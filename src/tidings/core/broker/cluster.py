@@ -351,6 +351,12 @@ class ClusterMember:
         log reads), with what they ask of Pastry and Scribe carried out."""
         return self._settle(now, self._asked(now, effects))
 
+    def published(self, now: int, deliveries: list[tuple[int, str, Any, bytes]], synced: int) -> list[ClusterEffect]:
+        """A sync made this pubend's `deliveries` (tick, channel, attributes, record) and every tick
+        up to `synced` durable: the reliability node's knowledge of them on their trees, sent."""
+        assert self.reliability is not None
+        return self._settle(now, self._asked(now, self.reliability.published(now, deliveries, synced)))
+
     def forget_pubend(self, now: int, pubend: str) -> list[ClusterEffect]:
         """An operator removes a decommissioned broker's pubend from the directory (DirectoryError
         when it is not listed, or is this broker's own)."""

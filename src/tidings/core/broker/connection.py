@@ -1,4 +1,5 @@
-"""The broker's side of one client connection: framing, the handshake, and message decoding.
+"""The broker's side of one client connection: its frame decoder, the handshake, refusals and holds.
+(The reading machine, core/broker/reading.py, pulls its frames and decodes what follows the handshake.)
 
 States (`ConnState`, each move checked against `TRANSITIONS`): AWAITING_HELLO (until a valid HELLO,
 or the handshake deadline) -> OPEN -> CLOSED, or AWAITING_HELLO -> PEER when the first frame is
@@ -22,7 +23,7 @@ each for its own reason and each releasing only its own: its send queue while it
 many of its bytes wait for the disk (DISK), the identity's publish rate while its buckets lack what
 the next PUBLISH needs (RATE), and a refusal, after which the connection is not read again until
 the refusal window ends (REFUSED). The frames that arrived but are not handled yet stay as bytes in
-the decoder, which hands them out one at a time (`next_message`): at most what arrived before the
+the decoder, which the reading machine pulls one at a time (core/broker/reading.py): at most what arrived before the
 runtime was told to stop reading. A PUBLISH that must wait for its rate is kept, decoded, as
 `waiting`, and handled first when the connection is released: a held connection's excess is not
 read at all, rather than read and refused. `sync_reading` turns the holds into PauseReading and
@@ -76,6 +77,11 @@ TRANSITIONS = Transitions[ConnState]("client connection", {
 
 
 @dataclass(frozen=True, slots=True)
+class Opened:
+    """The handshake is done: WELCOME is on its way (the composer may advise the client)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PeerHandover:
     """The connection belongs to another broker: its PEER_HELLO and every frame after it."""
 
@@ -86,7 +92,7 @@ class PeerHandover:
 ClientMessage = (
     messages.Publish | messages.Subscribe | messages.Unsubscribe | messages.StatusRequest | messages.Renew
     | messages.Release | messages.Read | messages.Heartbeat
-    | PeerHandover
+    | PeerHandover | Opened
 )
 
 
@@ -167,6 +173,9 @@ class ClientConnection:
 
     def reply(self, frame: bytes, out: list[Effect]) -> bool:
         """An answer about events a held ERROR may name (an ACK): sent after it. True when sent now."""
+        if self.window.until is None:  # no ERROR held (the window's end is set while one is)
+            out.append(Send(self.conn, frame))
+            return True
         held = self.window.reply(frame)
         if held is None:
             return False
@@ -239,33 +248,10 @@ class ClientConnection:
             self.paused = False
             out.append(ResumeReading(self.conn))
 
-    def next_message(self, now: int, welcome_info: dict[str, Any]) -> tuple[ClientMessage | None,
-                                                                            list[Effect]] | None:
-        """The next message for the broker (None when it was the handshake's, or refused), with the
-        effects of handling it here; None when no whole frame is held (or the stream broke:
-        `framing_failure`). The frame is pulled only now, so it meets the limit in force now."""
-        waiting = self.waiting
-        if waiting is not None:
-            self.waiting = None
-            return waiting, []
-        body = self.decoder.pull()
-        if body is None:
-            return None
-        if self.state == AWAITING_HELLO:
-            return self._opening(now, body, welcome_info)
-        try:
-            msg = decoders.decode_client_message(body)
-        except ProtocolError as exc:
-            effects: list[Effect] = []
-            self.refuse(now, exc.code, str(exc), effects)
-            return None, effects
-        if isinstance(msg, messages.Hello | messages.Auth):
-            return None, self._handshake(now, msg, welcome_info)
-        return msg, []
-
-    def _opening(self, now: int, body: bytes, welcome_info: dict[str, Any]) -> tuple[ClientMessage | None,
-                                                                                      list[Effect]]:
-        """A frame before the handshake is over: HELLO, AUTH, or another broker's PEER_HELLO."""
+    def opening(self, now: int, body: bytes, welcome_info: dict[str, Any]) -> tuple[ClientMessage | None,
+                                                                                     list[Effect]]:
+        """A frame before the handshake is over: HELLO, AUTH, or another broker's PEER_HELLO (then
+        the handover, the only message of this state), with the effects of handling it here."""
         if self.handshake is None and decoders.message_type(body) == LinkType.PEER_HELLO:
             self.state = TRANSITIONS.move(self.state, PEER)
             # the frames behind it, judged by the handshake's limit too (a dialler waits for WELCOME)
@@ -275,7 +261,8 @@ class ClientConnection:
         except ProtocolError as exc:
             return None, self.fail(now, errors.HANDSHAKE, f"expected HELLO first: {exc}")
         if isinstance(msg, messages.Hello | messages.Auth):
-            return None, self._handshake(now, msg, welcome_info)
+            effects = self.handshake_message(now, msg, welcome_info)
+            return (Opened() if self.state is OPEN else None), effects
         return None, self.fail(now, errors.HANDSHAKE, "expected HELLO first")
 
     def framing_failure(self, now: int) -> list[Effect]:
@@ -288,7 +275,9 @@ class ClientConnection:
 
     # ---- the handshake ---------------------------------------------------------------------------
 
-    def _handshake(self, now: int, msg: messages.Hello | messages.Auth, welcome_info: dict[str, Any]) -> list[Effect]:
+    def handshake_message(self, now: int, msg: messages.Hello | messages.Auth,
+                          welcome_info: dict[str, Any]) -> list[Effect]:
+        """HELLO or AUTH (refused once the connection is open)."""
         if isinstance(msg, messages.Hello):
             return self._hello(now, msg, welcome_info)
         return self._auth(now, msg, welcome_info)

@@ -3,11 +3,16 @@ what reading it may cost (docs/security.md).
 
 Theory of operation. The runtime hands the broker bytes; this machine pushes them into the
 connection's decoder and serves the connection (`received`: `serve`, then `read_done`): it pulls
-its messages one at a time, in order, while nothing holds it (connection.py `Hold`), and yields each
-to the composer, which dispatches it to the machine that owns it (`Served`); a release (`release`,
-or a timer's: `handle_timeout` says which hold ended, as a `ReadingEffect`, and `carry_out` serves
-it) serves what waited the same way. A connection is read only while its hold set is empty; each
-owner holds it for its own reason and only that owner releases it:
+its frames one at a time, in order, while nothing holds it (connection.py `Hold`), decodes each
+(the connection judges the handshake's frames: `ClientConnection.opening`) and hands the message,
+as soon as it is read, to the machine that owns it: its type's owner in the table the composer
+gives (`serve_to`: a PUBLISH goes straight to the intake), else the composer's dispatch. So what a
+message changes (a hold, a refusal, a close) bears on the next one. An owner that cannot take a
+PUBLISH yet (its identity's rate) says how long it must wait: the PUBLISH is put back and the
+connection held (RATE). A release (`release`, or a timer's: `handle_timeout` says which hold
+ended, as a `ReadingEffect`, and `carry_out` serves it) serves what waited the same way. A
+connection is read only while its hold set is empty; each owner holds it for its own reason and
+only that owner releases it:
 
 - SEND: the runtime's SendBlocked until SendDrained (`flow`): its requests would queue replies;
 - DISK: the intake, while too many bytes wait for the disk (released through `release`);
@@ -33,7 +38,7 @@ States: a connection's own (connection.py `ConnState`); this machine adds only t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -45,7 +50,8 @@ from tidings.core.broker.refusals import ClientErrors
 from tidings.core.config import BrokerConfig
 from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.effects import Disconnect, Effect, Send
-from tidings.core.wire import messages
+from tidings.core.errors import ProtocolError
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import PartialFrames
 
 CONNECTIONS_REPORTED_MAX = 256  # client connections listed one by one in `status`
@@ -82,18 +88,23 @@ class ExpireHandshake:
     conn: int
 
 
-# what the timers decided, for the composer to carry out in order (`carry_out`): each may serve a
-# connection, whose messages the composer dispatches as they come
+# what the timers decided, carried out in order (`carry_out`): each may serve a connection, whose
+# messages go to their owners as they come
 ReadingEffect = EndHold | ExpireHandshake
 
 
-# each message, for the composer to dispatch; None once the handshake is done (WELCOME is out: the
-# composer may advise the client)
-Served = Iterator[tuple[ClientConnection, ClientMessage | None]]
+# the owner of a message type: handles the message read on the connection at `now` (its effects
+# appended to `out`), and returns 0, or how long it must wait unread (a PUBLISH over its rate)
+Owner = Callable[[int, ClientConnection, Any, list[Effect]], int]
+
+
+def _unowned(now: int, c: ClientConnection, msg: ClientMessage, out: list[Effect]) -> int:
+    raise AssertionError(f"a {type(msg).__name__} was read before the composer said who owns it (serve_to)")
 
 
 class Reading:
-    __slots__ = ("advice", "client_errors", "config", "connections", "guard", "partials", "timers")
+    __slots__ = ("advice", "client_errors", "config", "connections", "dispatch", "guard", "owners", "partials",
+                 "timers")
 
     def __init__(self, config: BrokerConfig, guard: Guard, client_errors: ClientErrors, advice: RouteAdvice,
                  alarm: Alarm | None = None) -> None:
@@ -106,6 +117,14 @@ class Reading:
         # the bytes held in partial frames by every connection, client or peer (wire/frames.py)
         self.partials = PartialFrames(config.partial_frames_bytes_max, config.frame_progress_timeout_ns, alarm)
         self.timers: Deadlines[ReadingTimer] = Deadlines(alarm)
+        self.owners: Mapping[type, Owner] = {}  # by message type (`serve_to`)
+        self.dispatch: Owner = _unowned  # every other message: the composer's
+
+    def serve_to(self, dispatch: Owner, owners: Mapping[type, Owner]) -> None:
+        """Who handles what is read: the owner of each type in `owners`, every other message (an
+        `Opened` connection, a `PeerHandover`) `dispatch`."""
+        self.dispatch = dispatch
+        self.owners = owners
 
     def next_deadline(self) -> int | None:
         deadlines = [d for d in (self.timers.next_deadline(), self.partials.next_deadline()) if d is not None]
@@ -147,14 +166,14 @@ class Reading:
 
     # ---- reading ---------------------------------------------------------------------------------
 
-    def received(self, now: int, conn: int, data: bytes, out: list[Effect]) -> Served:
+    def received(self, now: int, conn: int, data: bytes, out: list[Effect]) -> None:
         """Bytes from client connection `conn` (nothing when it is not read): its messages served
         (`serve`), then its partial frame charged to the budget (`read_done`)."""
         c = self.connections.get(conn)
         if c is None or c.state not in READ:
             return
         c.decoder.push(data)
-        yield from self.serve(now, c, out)
+        self.serve(now, c, out)
         self.read_done(now, c, out)
 
     def read_done(self, now: int, c: ClientConnection, out: list[Effect]) -> None:
@@ -167,34 +186,36 @@ class Reading:
                 self.partials.forget(c.conn)
                 out += c.fail(now, errors.PARTIAL_FRAMES_BUDGET, self.over_budget(held))
 
-    def serve(self, now: int, c: ClientConnection, out: list[Effect]) -> Served:
-        """The connection's messages in order, pulled one at a time from its decoder, while nothing
-        holds it (connection.py Hold): a PUBLISH its rate cannot take yet waits for it; a refusal
-        within the refusal window of another is held with the connection until the window ends
-        (core/broker/refusals.py), so a flood of refused requests is handled at most two messages a
-        window, at next to no cost. What each message is answered at once counts against the
-        connection's send queue (`charge`): past send_queue_overflow_bytes_max it is closed."""
+    def serve(self, now: int, c: ClientConnection, out: list[Effect]) -> None:
+        """The connection's messages in order, pulled one at a time from its decoder while nothing
+        holds it (connection.py Hold), each handed to its owner as it is read: a PUBLISH its rate
+        cannot take yet waits for it; a refusal within the refusal window of another is held with
+        the connection until the window ends (core/broker/refusals.py), so a flood of refused
+        requests is handled at most two messages a window, at next to no cost. What each message
+        is answered at once counts against the connection's send queue (`charge`): past
+        send_queue_overflow_bytes_max it is closed."""
         conn = c.conn
         if not c.blocked:  # read only while its send queue is under the high-water mark
             c.owed = 0
         holds, window, welcome = c.holds, c.window, self.advice.features  # (the loop is the intake's hot path)
-        decoder = c.decoder
-        # while c.readable, and something waits to be pulled (else next_message would find nothing)
+        decoder, owners, dispatch = c.decoder, self.owners, self.dispatch
+        # while c.readable, and something waits to be pulled
         while not holds and c.state in READ and (decoder.held_bytes or c.waiting is not None):
-            opening = c.state is not OPEN
             mark = len(out)
-            got = c.next_message(now, self.advice.welcome_info(self.open_clients()) if opening else welcome)
-            if got is None:
-                break
-            msg, effects = got
-            if effects:
-                out += effects
-            if opening and c.state is not AWAITING_HELLO:
-                self.timers.cancel(HandshakeTimer(conn))
-                if c.state is OPEN:
-                    yield c, None
+            msg: ClientMessage | None = c.waiting  # a PUBLISH that waited for its rate goes first
             if msg is not None:
-                yield c, msg
+                c.waiting = None
+            else:
+                body = decoder.pull()
+                if body is None:
+                    break
+                msg = self._message(now, c, body, welcome, out)
+            if msg is not None:
+                wait_ns = owners.get(type(msg), dispatch)(now, c, msg, out)
+                if wait_ns:  # over its rate: the PUBLISH waits unread, and so does the connection
+                    assert isinstance(msg, messages.Publish), "only a PUBLISH waits (its identity's rates)"
+                    c.put_back(msg)
+                    self.hold(c, Hold.RATE, now + max(wait_ns, self.config.publish_wait_ns_min))
             replied = 0  # what it was answered at once counts against its send queue
             for i in range(mark, len(out)):
                 e = out[i]
@@ -208,6 +229,28 @@ class Reading:
             out += c.framing_failure(now)
         c.sync_reading(out)
 
+    def _message(self, now: int, c: ClientConnection, body: bytes, welcome: dict[str, Any],
+                 out: list[Effect]) -> ClientMessage | None:
+        """What a frame says, for its owner; None when there is nothing to hand over: it did not
+        decode (refused: the frame boundary is intact, the connection goes on), or it was HELLO or
+        AUTH (the connection's: during the handshake, whose frames it judges, and refused after)."""
+        if c.state is not OPEN:
+            msg, effects = c.opening(now, body, self.advice.welcome_info(self.open_clients()))
+            if effects:
+                out += effects
+            if c.state is not AWAITING_HELLO:
+                self.timers.cancel(HandshakeTimer(c.conn))
+            return msg
+        try:
+            decoded = decoders.decode_client_message(body)
+        except ProtocolError as exc:
+            c.refuse(now, exc.code, str(exc), out)
+            return None
+        if isinstance(decoded, messages.Hello | messages.Auth):
+            out += c.handshake_message(now, decoded, welcome)
+            return None
+        return decoded
+
     def hold(self, c: ClientConnection, hold: Hold, until: int) -> None:
         """`c` is not read until `until` (or until released) for `hold`."""
         c.hold(hold)
@@ -220,12 +263,12 @@ class Reading:
             self.hold(c, Hold.REFUSED, until)  # (a later refusal of another reason: its window's end)
             c.sync_reading(out)
 
-    def release(self, now: int, conn: int, hold: Hold, out: list[Effect]) -> Served:
+    def release(self, now: int, conn: int, hold: Hold, out: list[Effect]) -> None:
         """`hold` no longer holds `conn`: what waited is handled, and it is read again unless
         something else holds it."""
         c = self.connections.get(conn)
         if c is not None and c.release(hold):
-            yield from self.serve(now, c, out)
+            self.serve(now, c, out)
             if c.state == CLOSED:
                 self.partials.forget(conn)
             elif c.readable and conn in self.partials.held:  # read again: its partial frame's clock starts anew
@@ -256,19 +299,19 @@ class Reading:
         return [EndHold(key.conn, key.hold) if type(key) is ReadTimer else ExpireHandshake(key.conn)
                 for key in self.timers.pop_due(now)]
 
-    def timed_out(self, now: int, out: list[Effect]) -> Served:
-        """`handle_timeout`, each effect carried out in order (`carry_out`): what it serves."""
+    def timed_out(self, now: int, out: list[Effect]) -> None:
+        """`handle_timeout`, each effect carried out in order (`carry_out`)."""
         for eff in self.handle_timeout(now):
-            yield from self.carry_out(now, eff, out)
+            self.carry_out(now, eff, out)
 
-    def carry_out(self, now: int, eff: ReadingEffect, out: list[Effect]) -> Served:
+    def carry_out(self, now: int, eff: ReadingEffect, out: list[Effect]) -> None:
         """What a timer decided (`handle_timeout`): a hold that ended serves what waited (a refusal
         window's held ERRORs go first); a handshake not done in time closes its connection."""
         c = self.connections.get(eff.conn)
         if type(eff) is EndHold:
             if c is not None and eff.hold is Hold.REFUSED:
                 c.flush_refusals(now, out)  # one ERROR per reason for what the window held
-            yield from self.release(now, eff.conn, eff.hold, out)
+            self.release(now, eff.conn, eff.hold, out)
         elif c is not None and c.state == AWAITING_HELLO:
             self.partials.forget(c.conn)
             out += c.fail(now, errors.HANDSHAKE_TIMEOUT, "no HELLO within the handshake timeout")
@@ -281,6 +324,8 @@ class Reading:
 
     def peer_partial(self, now: int, conn: int, held: int) -> str | None:
         """A peer connection holds `held` bytes in a partial frame: the refusal, when that is past the budget."""
+        if not held and conn not in self.partials.held:  # (the usual read: whole frames, and none held before)
+            return None
         if self.partials.update(now, conn, held):
             return None
         self.partials.forget(conn)

@@ -29,6 +29,7 @@ are durable (`synced`), and then every paused publisher is released again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -37,6 +38,7 @@ from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.broker.connection import ClientConnection, Hold
 from tidings.core.channels import validate_channel
+from tidings.core.clock import WallClock
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Append, Effect, Sync
 from tidings.core.errors import ProtocolError, TidingsError
@@ -52,35 +54,45 @@ CHANNEL_CACHE_MAX = 65_536  # channels whose trees are kept; the cache is emptie
 Good = tuple[str, dict[str, Any], bytes]  # a checked event: channel, attributes, payload
 
 
-class Intake:
-    __slots__ = ("_packer", "_trees", "config", "dedup", "events_published", "events_rejected", "guard", "paused",
-                 "pubend", "traffic")
+class ChannelTrees(dict[str, list[str]]):
+    """The trees of each valid channel seen (multicast/trees.py `publish_trees`), at most
+    CHANNEL_CACHE_MAX of them (emptied when full). `trees[channel]` of a channel seen before is a
+    plain lookup, no call: the intake's check of every event and the pubend's sort of each sync's
+    events onto trees (reliability/source_knowledge.py) both read it."""
 
-    def __init__(self, config: BrokerConfig, guard: Guard, pubend: Pubend, dedup: DedupWindow) -> None:
+    def __missing__(self, channel: str) -> list[str]:
+        if len(self) >= CHANNEL_CACHE_MAX:
+            self.clear()
+        trees = self[channel] = publish_trees(channel)
+        return trees
+
+
+class Intake:
+    __slots__ = ("_packer", "_trees", "clock", "config", "dedup", "events_published", "events_rejected", "guard",
+                 "paused", "pubend", "traffic", "trees_of")
+
+    def __init__(self, config: BrokerConfig, guard: Guard, pubend: Pubend, dedup: DedupWindow,
+                 clock: WallClock) -> None:
+        """`clock`: the broker's wall clock, from which the pubend's ticks are drawn."""
         self.config = config
+        self.clock = clock
         self.guard = guard
         self.pubend = pubend
         self.dedup = dedup
-        self._trees: dict[str, list[str]] = {}  # channels seen valid, each with its trees
+        self._trees = ChannelTrees()  # channels seen valid, each with its trees
+        # the trees of a valid channel, from the cache (which a publish filled unless it was cleared since)
+        self.trees_of: Callable[[str], list[str]] = self._trees.__getitem__
         self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
         self.paused: dict[int, None] = {}  # connections not read until the pending bytes drain
         self.events_published = 0
         self.events_rejected = 0
         self.traffic = ChannelTraffic()  # events published per channel (core/publish/traffic.py)
 
-    def trees_of(self, channel: str) -> list[str]:
-        """The trees of a valid channel, from the cache (which a publish filled unless it was
-        cleared since)."""
-        trees = self._trees.get(channel)
-        if trees is None:
-            if len(self._trees) >= CHANNEL_CACHE_MAX:
-                self._trees.clear()
-            trees = self._trees[channel] = publish_trees(channel)
-        return trees
-
-    def publish(self, now: int, c: ClientConnection, msg: messages.Publish, wall_us: int, out: list[Effect]) -> int:
+    def publish(self, now: int, c: ClientConnection, msg: messages.Publish, out: list[Effect]) -> int:
         """Check each event of `msg`, give the good ones consecutive ticks, log them as one batch;
-        or, when its identity's rates cannot take it yet, do nothing and say how long it must wait."""
+        or, when its identity's rates cannot take it yet, do nothing and say how long it must wait
+        (the reading machine, which hands each PUBLISH over as it is read, then holds it: Hold.RATE)."""
+        wall_us = self.clock.us
         if msg.producer is not None:  # the rates first; the rules once the dedup window sorted its events out
             wait_ns = self.guard.publish_wait_ns(c.identity, msg.events, now)
             if not wait_ns:

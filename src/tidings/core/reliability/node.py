@@ -178,11 +178,11 @@ class ReliabilityNode:
             if not isinstance(eff, PublishOnTree):
                 out.append(eff)
             elif eff.root == self.me.address:
-                out += self.event_arrived(now, eff.tree, eff.event, self.me.address)
+                out += self.event_arrived(now, eff.tree, [eff.origin, eff.message.to_wire()], self.me.address)
             elif eff.root is not None:
-                out.append(PeerSend(eff.root, eff.event[1]))
+                out.append(PeerSend(eff.root, eff.message.to_wire()))
             else:
-                out.append(PublishRouted(eff.tree, eff.event, eff.past_empty))
+                out.append(PublishRouted(eff.tree, [eff.origin, eff.message.to_wire()], eff.past_empty))
         return out
 
     # ---- knowledge arriving on a tree; the trees' shape and membership ---------------------------------

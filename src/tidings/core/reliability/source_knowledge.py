@@ -29,11 +29,13 @@ from tidings.core.reliability.messages import KnowledgeMessage
 
 @dataclass(frozen=True, slots=True)
 class PublishOnTree:
-    """Send `event` (the originating broker's address and a knowledge message) to `tree`'s root:
-    straight to `root` when the pubend knows it, else routed towards the tree's key."""
+    """Send `message` (from the pubend's broker at `origin`) to `tree`'s root: straight to `root`
+    when the pubend knows it, else routed towards the tree's key. The message is written for the
+    wire (`[origin, message.to_wire()]`, a Scribe event) by the reliability node, which sends it."""
 
     tree: str
-    event: list[Any]
+    origin: str
+    message: KnowledgeMessage
     root: str | None = None
     # sent even if the root said the tree is empty: someone below asked for it (a retransmission)
     # or has not acknowledged what it had (a root that said "empty" may be a stale one of a
@@ -104,7 +106,7 @@ class KnowledgeWriter:
              retransmit: bool, root: str | None = None, past_empty: bool = False, lost: bool = False) -> PublishOnTree:
         message = KnowledgeMessage(tree, self.pubend_id, after, through, tuple(t for t, _ in records),
                                    tuple(r for _, r in records), retransmit, lost=lost)
-        return PublishOnTree(tree, [self.address, message.to_wire()], root, past_empty or retransmit)
+        return PublishOnTree(tree, self.address, message, root, past_empty or retransmit)
 
 
 class EventTails:

@@ -182,6 +182,8 @@ class LocalSubscriptions:
     def synced(self, batches: Iterable[PendingBatch], pubend: str, synced_tick: int) -> list[Effect]:
         """This broker's own events, durable now: to each live subscription they match, past its
         position (live ones: every tick to the durable tail passed)."""
+        if not self.subends:  # a publishers' broker: nothing to match
+            return []
         fan: dict[int, list[bytes]] = {}
         match = self.index.match
         subends = self.subends

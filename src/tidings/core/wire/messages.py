@@ -18,7 +18,7 @@ from typing import Any
 
 import msgpack
 
-from tidings.core.wire.frames import HEADER, frame
+from tidings.core.wire.frames import HEADER
 from tidings.core.wire.packable import Packable, WireArray
 from tidings.core.wire.types import ClientType
 
@@ -216,7 +216,8 @@ class Error:
 
 
 def _pack(body: Sequence[object]) -> bytes:  # a message array: msgpack packs what the encoders give
-    return frame(msgpack.packb(body))
+    packed = msgpack.packb(body)  # framed here (frames.py's header), as _frame_of does: an encoder is one call
+    return HEADER.pack(len(packed)) + packed
 
 
 # ---- encoders (return whole frames) -------------------------------------------------------------
