@@ -26,8 +26,7 @@ pubends' events of the trees it is a member of (`DeliverRecords`), in tick order
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from functools import partial
+from collections.abc import Sequence
 from typing import Any, cast
 
 from tidings.core import errors
@@ -45,9 +44,8 @@ from tidings.core.config import BrokerConfig
 from tidings.core.deadlines import Alarm
 from tidings.core.durable.constream import Constream, Recorded
 from tidings.core.durable.registrations import Registrations
-from tidings.core.durable.subscriptions import DurableSubscriptions, Registered, Resume, TellHome
+from tidings.core.durable.subscriptions import DurableSubscriptions
 from tidings.core.effects import Disconnect, Effect, PeerRefused, Send
-from tidings.core.errors import TidingsError
 from tidings.core.inputs import (
     Accepted,
     Connected,
@@ -67,15 +65,15 @@ from tidings.core.inputs import (
     WriteSynced,
 )
 from tidings.core.multicast.effects import AccessChanged
-from tidings.core.multicast.local_trees import CreateTree, JoinTree, LeaveTree, NameMembers
 from tidings.core.overlay.node import Rng
 from tidings.core.publish.dedup import DedupWindow
 from tidings.core.publish.intake import Intake
 from tidings.core.publish.pubend import Pubend
 from tidings.core.reliability.node import DeliverRecords, Lost, MovedAway, ReliabilityNode
 from tidings.core.subscription import subscribers as sub
-from tidings.core.subscription.leases import EndSubscription, Leases
-from tidings.core.subscription.table import LeaveStreams, LocalSubscriptions, Reader, Settle
+from tidings.core.subscription.leases import Leases
+from tidings.core.subscription.router import SubscriberRouter
+from tidings.core.subscription.table import LocalSubscriptions
 from tidings.core.units import ns_to_us
 from tidings.core.wire import messages
 
@@ -114,6 +112,7 @@ class Broker:
         self.subscribers = sub.Subscribers(config, self.guard, self.local, self.leases, self.durable, self.alarm)
         self.timers = self.subscribers.timers  # its SILENCE and durable save
         self.constream = Constream()  # what matched the durable registrations (reliability/constream.py)
+        self.router = SubscriberRouter(self, self._reliability, self._cluster_effects)  # subscription/router.py
         # the join deadline, the drain and the retention cadence (core/broker/lifecycle.py)
         self.machines = BrokerMachines(self.clock, self.reading, self.pubend)  # what the lifecycle reads
         self.lifecycle = Lifecycle(self.machines, Retention(config.retention_bytes_max, config.retention_age_ns,
@@ -151,7 +150,7 @@ class Broker:
             self.log = inp.log
             self._synced(inp.token, out)
         elif isinstance(inp, LogRead):
-            self._log_read(inp, out)
+            self.router.log_read(inp, out)
         elif isinstance(inp, Accepted):
             self.reading.accept(inp.now, inp.conn, out)
         elif isinstance(inp, ConnectionLost):
@@ -163,7 +162,7 @@ class Broker:
         elif isinstance(inp, RetentionApplied):
             self.log = inp.log
         elif isinstance(inp, ReadFailed):
-            self._read_failed(inp, out)
+            self.router.read_failed(inp, out)
         elif isinstance(inp, PfsAnswered):
             self._reliability(self.constream.pfs_answered(inp), out)
         elif isinstance(inp, DrainRequested):
@@ -178,12 +177,12 @@ class Broker:
     def _timeouts(self, now: int, wall_us: int, out: list[Effect]) -> None:
         """TimerFired: the handle_timeout of each machine whose deadline is due, in a fixed order."""
         if _due(self.timers.next_deadline(), now):  # SILENCE and the durable save
-            self._carry(self.subscribers.timed_out(self._at(), wall_us), out)
+            self.router.carry(self.subscribers.timed_out(self.router.at(), wall_us), out)
         reading_due = _due(self.reading.next_deadline(), now)
         if reading_due:
             self._serve(self.reading.timed_out(now, out), out)
         if _due(self.leases.next_deadline(), now):
-            self._carry(self.subscribers.leases_expired(now, self.connections), out)
+            self.router.carry(self.subscribers.leases_expired(now, self.connections), out)
         if reading_due:
             for conn, text in self.reading.frames_overdue(now, out):
                 if self.cluster is not None and self.cluster.owns(conn):
@@ -221,10 +220,7 @@ class Broker:
         self._cluster_effects(self.cluster.start(now, bootstrap), out)
         self._reliability(self._gd().start(now, self.log.last_tick, self.registrations.held_trees), out)
         # away durable subscriptions hold their trees
-        joins = self.subscribers.start(now, self.cluster.access_lists, self._gd().source.held_trees)
-        self.constream.start(now, self._gd(), self.config.durable_pfs, self.registrations.all(),
-                             lambda effects: self._reliability(effects, out))
-        self._cluster_effects(self.cluster.trees(now, joins), out)
+        self.router.start(now, out)
         return out
 
     def settle(self, now: int, effects: Sequence[Settleable]) -> list[Effect]:
@@ -249,11 +245,7 @@ class Broker:
 
     def _lost(self, conn: int, out: list[Effect]) -> None:
         self.intake.lost(conn)
-        self.leases.release(conn)
-        c = self.reading.lost(conn)
-        if c is not None:  # each of its subscriptions ends here, one after the other (a durable one is away)
-            for s in list(c.subs.values()):
-                self._carry(self.subscribers.drop(self._at(), c, s, ended=False), out)
+        self.router.lost(conn, out)  # its lease, its reading, its subscriptions (core/subscription/router.py)
 
     def _advise(self, conns: list[int]) -> list[Effect]:
         """ADVICE to `conns` (core/broker/advice.py): this broker's nearest neighbours, and why to move."""
@@ -289,7 +281,7 @@ class Broker:
                 self.reading.hold(c, Hold.RATE, self.now + max(wait_ns, self.config.publish_wait_ns_min))
         elif isinstance(msg, messages.Subscribe | messages.Read | messages.Unsubscribe | messages.Renew
                         | messages.Release):
-            self._carry(self.subscribers.message(self._at(), c, msg), out)
+            self.router.carry(self.subscribers.message(self.router.at(), c, msg), out)
         elif isinstance(msg, messages.Heartbeat):  # a client checks that its broker is there (core/session/roaming.py)
             out.append(Send(c.conn, messages.heartbeat_reply()))
         else:
@@ -320,82 +312,12 @@ class Broker:
         for conn in self.intake.synced():  # publishers paused for the disk: read again
             self._serve(self.reading.release(self.now, conn, Hold.DISK, out), out)
 
-    # ---- subscribing (core/subscription/subscribers.py) --------------------------------------------
-
-    def _at(self) -> sub.At:
-        gd = None if self.cluster is None else self._gd()
-        return sub.At(self.now, self.clock.us, self.pubend.synced_tick, self.log.released_through,
-                      None if self.cluster is None else self.cluster.me.address, gd)
-
-    def _join(self, j: sub.JoinStreams, out: list[Effect]) -> list[sub.SubscriberEffect]:
-        """A subscription's streams in the reliability node and the broker's membership of its tree,
-        then its opening; refused, with nothing changed, when this broker cannot join one more tree."""
-        gd, c = self._gd(), self.connections[j.then.s.conn]
-        assert self.cluster is not None
-        effects: list[Settleable] = [
-            *gd.local_subscribe(self.now, j.key, j.tree, j.start, j.total, j.pattern, j.filter_text, j.positions)]
-        try:
-            effects += self.cluster.trees(self.now, j.joins)
-        except TidingsError as exc:  # a local limit reached on the client's behalf
-            gd.local_unsubscribe(self.now, j.key, j.tree)
-            return [self.subscribers.join_refused(c, j.then, exc)]
-        self._reliability(effects, out)
-        return self.subscribers.opened(self._at(), c, j.then)
-
-    def _carry(self, effects: Iterable[sub.SubscriberEffect], out: list[Effect]) -> None:  # noqa: PLR0912 - by type
-        """Carry out, in order, what the subscriber's side decided, each effect by its owner."""
-        for eff in effects:
-            if isinstance(eff, Settle):
-                self._reliability(eff.effects, out)
-            elif isinstance(eff, EndSubscription):
-                c = self.connections[eff.conn]
-                self._carry(self.subscribers.drop(self._at(), c, c.subs[eff.sub], ended=eff.ended), out)
-            elif isinstance(eff, sub.JoinStreams):
-                self._carry(self._join(eff, out), out)
-            elif isinstance(eff, sub.Advance):
-                blocked = self.connections[eff.s.conn].blocked
-                self._carry(self.subscribers.advance(eff.s, blocked, self.pubend.synced_tick), out)
-            elif isinstance(eff, JoinTree | NameMembers | LeaveTree | CreateTree):
-                assert self.cluster is not None  # (only in an overlay do the trees decide anything)
-                self._cluster_effects(self.cluster.trees(self.now, [eff]), out)
-            elif isinstance(eff, LeaveStreams):
-                self._reliability(self._gd().local_unsubscribe(self.now, eff.key, eff.tree), out)
-            elif isinstance(eff, TellHome):
-                self._reliability(self._gd().moved(eff.home.address, eff.home.pubend, eff.home.registration), out)
-            elif isinstance(eff, Registered):
-                self.constream.registered(self.now, eff.added, eff.dropped, partial(self._reliability, out=out))
-            elif isinstance(eff, Resume):
-                out += self.constream.resume(self.now, eff.key, eff.registration, eff.checkpoint, eff.pattern,
-                                             eff.filter)
-            elif isinstance(eff, sub.Refuse):
-                self.connections[eff.conn].refuse(self.now, eff.code, eff.text, out, sub=eff.sub)
-            elif isinstance(eff, sub.HoldRefusals):
-                self.reading.hold_refusals(self.connections[eff.conn], out)
-            elif isinstance(eff, sub.Chop):  # after a durable save
-                out += self.constream.chop(self.registrations.get)
-            else:
-                out.append(eff)
-
-    def _log_read(self, inp: LogRead, out: list[Effect]) -> None:
-        if self.local.reader(inp.reader) is Reader.PUBEND:  # the pubend answering a nack
-            if self.cluster is not None:
-                self._reliability(self._gd().log_read(inp.now, inp.reader, inp.records, inp.log), out)
-            return
-        self._carry(self.subscribers.log_read(inp), out)
-
-    def _read_failed(self, inp: ReadFailed, out: list[Effect]) -> None:
-        if self.local.reader(inp.reader) is Reader.PUBEND:
-            if self.cluster is not None:
-                self._gd().source.read_failed(inp.reader)  # the nack will be repeated
-            return
-        self._carry(self.local.read_failed(inp.reader, inp.reason), out)
-
     def _flow(self, conn: int, blocked: bool, out: list[Effect]) -> None:
         """The connection's send queue passed send_queue_bytes_max (`blocked`) or drained: it is not
         read meanwhile (core/broker/reading.py); once drained, what waited unread is handled."""
         c = self.reading.flow(conn, blocked, out)
         if c is not None:
-            self._carry(self.subscribers.flow(self._at(), c, blocked), out)
+            self.router.carry(self.subscribers.flow(self.router.at(), c, blocked), out)
             if not blocked:
                 self._serve(self.reading.release(self.now, conn, Hold.SEND, out), out)
 
@@ -407,7 +329,7 @@ class Broker:
         self.now = now
         self.guard.reload(guard_policy)
         out: list[Effect] = []
-        self._carry(self.local.trees.recreations(), out)  # (none outside an overlay)
+        self.router.carry(self.local.trees.recreations(), out)  # (none outside an overlay)
         return out
 
     def _adopt_peer(self, c: ClientConnection, msg: PeerHandover, out: list[Effect]) -> None:
@@ -426,11 +348,11 @@ class Broker:
             elif type(eff) is Lost:
                 out += self.local.lost(eff.keys, eff.pubend, eff.after, eff.through)
             elif type(eff) is AccessChanged:
-                self._carry(self.subscribers.access_changed(eff), out)
+                self.router.carry(self.subscribers.access_changed(eff), out)
             elif type(eff) is Recorded:
                 out += self.constream.recorded(eff)
             elif type(eff) is MovedAway:
-                self._carry(self.subscribers.moved_away(eff.registration), out)
+                self.router.carry(self.subscribers.moved_away(eff.registration), out)
             else:  # for the runtime; the driver fails loudly on one no runtime carries out (core/drive.py)
                 if type(eff) is PeerRefused:
                     self.lifecycle.peer_refused(eff)
@@ -440,5 +362,5 @@ class Broker:
 
     def status(self) -> dict[str, Any]:
         """The machines' figures (core/broker/metrics.py) and what else an operator reads."""
-        at = self._at()
+        at = self.router.at()
         return metrics.status(self, lambda s: self.subscribers.status(at, s))
