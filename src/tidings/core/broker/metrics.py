@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from tidings.core.broker.advice import RouteAdvice
     from tidings.core.broker.cluster import ClusterMember
     from tidings.core.broker.reading import Reading
-    from tidings.core.broker.refusals import ClientErrors
     from tidings.core.durable.constream import Constream
     from tidings.core.durable.registrations import Registrations
     from tidings.core.inputs import LogState
@@ -64,8 +63,6 @@ class Observed(Protocol):
     def advice(self) -> RouteAdvice: ...
     @property
     def registrations(self) -> Registrations: ...
-    @property
-    def client_errors(self) -> ClientErrors: ...
     @property
     def guard(self) -> Guard: ...
 
@@ -212,7 +209,7 @@ def status(broker: Observed, subscription: Callable[[Any], dict[str, Any]]) -> d
         "channels": broker.intake.traffic.top(),
         "connections": broker.reading.status(subscription),
         **({} if cluster is None else cluster.status()),
-        **broker.client_errors.status(),
+        **broker.reading.client_errors.status(),
         **broker.guard.status(),
     }
 

@@ -4,7 +4,7 @@ subscriptions' table (table.py) decide, carried out in order, each effect by the
 Theory of operation. The composer (core/broker/broker.py) hands the subscriber's side its inputs (a
 client's SUBSCRIBE, READ, UNSUBSCRIBE, RENEW and RELEASE, a connection that went or whose send queue
 filled or drained, the SILENCE, save and lease timers, a tree's new access list, MOVED) and gives
-what comes back to `carry`, which looks each effect's owner up in a table by type (`_routes`) and
+what comes back to `carry`, which looks each effect's owner up in a table by type (`routes`) and
 carries the effects out one after the other, since each may change what the next one reads:
 
 - the reliability node's (`Settle`, `LeaveStreams`, `TellHome`): its calls, whose effects the
@@ -19,6 +19,10 @@ carries the effects out one after the other, since each may change what the next
   else `opened`;
 - any other effect is the runtime's, and goes out in its place.
 
+The composer routes what the cluster member hands it for the local subscriptions (a tree's lost
+ticks, a tree's new access list, a PFS record, MOVED) by the same table; a remote event goes
+straight to the fan-out (table.py), since that is the event's path.
+
 A log read (or its failure) is the pubend's, answering a nack (the reliability node's), or a
 subscription's catch-up read: whose it is, the table says by the reader's number
 (`LocalSubscriptions.reader`), and the router hands it to that owner.
@@ -32,11 +36,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from tidings.core.durable.constream import Recorded
 from tidings.core.durable.subscriptions import Registered, Resume, TellHome
 from tidings.core.effects import Effect
 from tidings.core.errors import TidingsError
 from tidings.core.inputs import LogRead, LogState, ReadFailed
+from tidings.core.multicast.effects import AccessChanged
 from tidings.core.multicast.local_trees import CreateTree, JoinTree, LeaveTree, NameMembers
+from tidings.core.reliability.node import Lost, MovedAway
 from tidings.core.subscription.leases import EndSubscription
 from tidings.core.subscription.subscribers import (
     Advance,
@@ -48,6 +55,7 @@ from tidings.core.subscription.subscribers import (
     SubscriberEffect,
     Subscribers,
 )
+from tidings.core.subscription.subscription import Subscription
 from tidings.core.subscription.table import LeaveStreams, LocalSubscriptions, Reader, Settle
 
 if TYPE_CHECKING:
@@ -94,13 +102,13 @@ class Composer(Protocol):
     def registrations(self) -> Registrations: ...
 
 
-Settles = Callable[[Sequence["Settleable"], list[Effect]], None]  # the composer's settling of the node's effects
+Settles = Callable[[Sequence["Settleable"], list[Effect]], list[Effect]]  # the composer settles the node's effects
 Routes = Callable[[list["ClusterEffect"], list[Effect]], None]  # the composer's routing of the cluster's output
 Route = Callable[[Any, list[Effect]], None]  # (each route takes the one effect type it is filed under)
 
 
 class SubscriberRouter:
-    __slots__ = ("_broker", "_cluster_effects", "_routes", "_settle")
+    __slots__ = ("_broker", "_cluster_effects", "_settle", "routes")
 
     def __init__(self, broker: Composer, settle: Settles, cluster_effects: Routes) -> None:
         """`settle`: how the composer carries out the reliability node's effects across the broker;
@@ -108,11 +116,32 @@ class SubscriberRouter:
         self._broker = broker
         self._settle = settle
         self._cluster_effects = cluster_effects
-        self._routes: dict[type, Route] = {
-            Settle: self._node, EndSubscription: self._end, JoinStreams: self._join, Advance: self._advance,
-            JoinTree: self._trees, NameMembers: self._trees, LeaveTree: self._trees, CreateTree: self._trees,
-            LeaveStreams: self._leave_streams, TellHome: self._tell_home, Registered: self._registered,
-            Resume: self._resume, Refuse: self._refuse, HoldRefusals: self._hold_refusals, Chop: self._chop,
+        self.routes: dict[type, Route] = {
+            # what the subscriber's side decides, by owner: the reliability node's,
+            Settle: self._node,
+            LeaveStreams: self._leave_streams,
+            TellHome: self._tell_home,
+            # the trees' (the cluster member's),
+            JoinTree: self._trees,
+            NameMembers: self._trees,
+            LeaveTree: self._trees,
+            CreateTree: self._trees,
+            # the constream's,
+            Registered: self._registered,
+            Resume: self._resume,
+            Chop: self._chop,
+            # the client connection's,
+            Refuse: self._refuse,
+            HoldRefusals: self._hold_refusals,
+            # and the subscriber's side's again, once what precedes them is carried out;
+            EndSubscription: self._end,
+            Advance: self._advance,
+            JoinStreams: self._join,
+            # what the cluster member hands the broker for its subscriptions (the composer reads this table)
+            Lost: self._lost_ticks,
+            AccessChanged: self._access_changed,
+            Recorded: self._recorded,
+            MovedAway: self._moved,
         }
 
     def at(self) -> At:
@@ -122,23 +151,29 @@ class SubscriberRouter:
         return At(b.now, b.clock.us, b.pubend.synced_tick, b.log.released_through,
                   None if cluster is None else cluster.me.address, None if cluster is None else self._gd())
 
-    def carry(self, effects: Iterable[SubscriberEffect], out: list[Effect]) -> None:
-        """Carry out, in order, what the subscriber's side decided, each effect by its owner."""
-        routes = self._routes
+    def status(self, s: Subscription) -> dict[str, Any]:
+        """What `/status` shows of subscription `s` (`Subscribers.status`)."""
+        return self._broker.subscribers.status(self.at(), s)
+
+    def carry(self, effects: Iterable[SubscriberEffect], out: list[Effect]) -> list[Effect]:
+        """Carry out, in order, what the subscriber's side decided, each effect by its owner (into `out`)."""
+        routes = self.routes
         for eff in effects:
             route = routes.get(type(eff))
             if route is None:  # the runtime's
                 out.append(cast(Effect, eff))
             else:
                 route(eff, out)
+        return out
 
     # ---- inputs ----------------------------------------------------------------------------------
 
     def start(self, now: int, out: list[Effect]) -> None:
-        """The broker takes part in an overlay: the away durable registrations it saved hold their
-        trees, and the constream records them (durable_pfs)."""
+        """The broker takes part in an overlay: the reliability node starts with what the durable
+        registrations hold, the away ones it saved hold their trees, the constream records them (durable_pfs)."""
         b, gd = self._broker, self._gd()
         cluster = self._member()
+        self._settle(gd.start(now, b.log.last_tick, b.registrations.held_trees), out)
         joins = b.subscribers.start(now, cluster.access_lists, gd.source.held_trees)
         b.constream.start(now, gd, b.config.durable_pfs, b.registrations.all(),
                           lambda effects: self._settle(effects, out))
@@ -232,6 +267,18 @@ class SubscriberRouter:
         """After a durable save."""
         b = self._broker
         out += b.constream.chop(b.registrations.get)
+
+    def _lost_ticks(self, eff: Lost, out: list[Effect]) -> None:
+        out += self._broker.local.lost(eff.keys, eff.pubend, eff.after, eff.through)
+
+    def _access_changed(self, eff: AccessChanged, out: list[Effect]) -> None:
+        self.carry(self._broker.subscribers.access_changed(eff), out)
+
+    def _recorded(self, eff: Recorded, out: list[Effect]) -> None:
+        out += self._broker.constream.recorded(eff)
+
+    def _moved(self, eff: MovedAway, out: list[Effect]) -> None:
+        self.carry(self._broker.subscribers.moved_away(eff.registration), out)
 
     def _member(self) -> ClusterMember:
         cluster = self._broker.cluster
