@@ -44,14 +44,11 @@ from tidings.core.links.refusals import DIALLER_SIDE
 from tidings.core.states import Transitions
 
 if TYPE_CHECKING:
-    from tidings.core.auth.guard import Guard
+    from tidings.core.broker.parts import BrokerParts
     from tidings.core.broker.reading import Reading
     from tidings.core.clock import WallClock
     from tidings.core.config import BrokerConfig
-    from tidings.core.durable.registrations import Registrations
-    from tidings.core.inputs import LogState
     from tidings.core.overlay.node import Rng
-    from tidings.core.publish.intake import Intake
     from tidings.core.publish.pubend import Pubend
 
 LifecycleEffect = JoinTimedOut | Drained | ApplyRetention
@@ -104,34 +101,7 @@ class BrokerMachines:
         return self.pubend.pending_batches + (0 if self.cluster is None else self.cluster.unacknowledged(now))
 
 
-class Joining(Protocol):
-    """What the broker's member of an overlay is built over (`join_overlay`)."""
-
-    @property
-    def config(self) -> BrokerConfig: ...
-    @property
-    def guard(self) -> Guard: ...
-    @property
-    def alarm(self) -> Alarm: ...
-    @property
-    def pubend(self) -> Pubend: ...
-    @property
-    def intake(self) -> Intake: ...
-    @property
-    def log(self) -> LogState: ...
-    @property
-    def registrations(self) -> Registrations: ...
-    @property
-    def directory_saved(self) -> bytes | None: ...
-    @property
-    def cluster(self) -> ClusterMember | None: ...
-    @property
-    def machines(self) -> BrokerMachines: ...
-    @property
-    def lifecycle(self) -> Lifecycle: ...
-
-
-def join_overlay(broker: Joining, now: int, address: str, join: str | None, rng: Rng,
+def join_overlay(broker: BrokerParts, now: int, address: str, join: str | None, rng: Rng,
                  join_timeout_ns: int | None) -> ClusterMember:
     """The broker's member of an overlay at `address` (`rng`: a seeded random.Random), joining
     through `join` (None: a new overlay) for at most `join_timeout_ns` (None: unbounded): the

@@ -28,19 +28,19 @@ subscription's catch-up read: whose it is, the table says by the reader's number
 (`LocalSubscriptions.reader`), and the router hands it to that owner.
 
 The router holds no state and no rule of its own: it reads the broker's present (`At`, the wall
-clock, the synced tick, the log) through the `Composer` view, and knows only who owns each effect.
+clock, the synced tick, the log) through the broker's parts (core/broker/parts.py), and knows only who owns each effect.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from tidings.core.durable.constream import Recorded
 from tidings.core.durable.subscriptions import Registered, Resume, TellHome
 from tidings.core.effects import Effect
 from tidings.core.errors import TidingsError
-from tidings.core.inputs import LogRead, LogState, ReadFailed
+from tidings.core.inputs import LogRead, ReadFailed
 from tidings.core.multicast.effects import AccessChanged
 from tidings.core.multicast.local_trees import CreateTree, JoinTree, LeaveTree, NameMembers
 from tidings.core.reliability.node import Lost, MovedAway
@@ -53,53 +53,14 @@ from tidings.core.subscription.subscribers import (
     JoinStreams,
     Refuse,
     SubscriberEffect,
-    Subscribers,
 )
 from tidings.core.subscription.subscription import Subscription
-from tidings.core.subscription.table import LeaveStreams, LocalSubscriptions, Reader, Settle
+from tidings.core.subscription.table import LeaveStreams, Reader, Settle
 
 if TYPE_CHECKING:
     from tidings.core.broker.cluster import ClusterEffect, ClusterMember, Settleable
-    from tidings.core.broker.connection import ClientConnection
-    from tidings.core.broker.reading import Reading
-    from tidings.core.clock import WallClock
-    from tidings.core.config import BrokerConfig
-    from tidings.core.durable.constream import Constream
-    from tidings.core.durable.registrations import Registrations
-    from tidings.core.publish.pubend import Pubend
+    from tidings.core.broker.parts import BrokerParts
     from tidings.core.reliability.node import ReliabilityNode
-    from tidings.core.subscription.leases import Leases
-
-
-class Composer(Protocol):
-    """What the router reads of the broker it routes for (core/broker/broker.py Broker)."""
-
-    @property
-    def config(self) -> BrokerConfig: ...
-    @property
-    def now(self) -> int: ...
-    @property
-    def clock(self) -> WallClock: ...
-    @property
-    def pubend(self) -> Pubend: ...
-    @property
-    def log(self) -> LogState: ...
-    @property
-    def cluster(self) -> ClusterMember | None: ...
-    @property
-    def connections(self) -> Mapping[int, ClientConnection]: ...
-    @property
-    def reading(self) -> Reading: ...
-    @property
-    def local(self) -> LocalSubscriptions: ...
-    @property
-    def leases(self) -> Leases: ...
-    @property
-    def subscribers(self) -> Subscribers: ...
-    @property
-    def constream(self) -> Constream: ...
-    @property
-    def registrations(self) -> Registrations: ...
 
 
 Settles = Callable[[Sequence["Settleable"], list[Effect]], list[Effect]]  # the composer settles the node's effects
@@ -110,7 +71,7 @@ Route = Callable[[Any, list[Effect]], None]  # (each route takes the one effect 
 class SubscriberRouter:
     __slots__ = ("_broker", "_cluster_effects", "_settle", "routes")
 
-    def __init__(self, broker: Composer, settle: Settles, cluster_effects: Routes) -> None:
+    def __init__(self, broker: BrokerParts, settle: Settles, cluster_effects: Routes) -> None:
         """`settle`: how the composer carries out the reliability node's effects across the broker;
         `cluster_effects`: how it routes the cluster member's output."""
         self._broker = broker
