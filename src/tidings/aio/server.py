@@ -247,7 +247,7 @@ class BrokerServer:
 
     @property
     def joined(self) -> bool:
-        return self.core is not None and self.core.joined
+        return self.core is not None and self.core.machines.joined
 
     def _join_timed_out(self, eff: JoinTimedOut) -> None:
         """The core's join deadline passed (core/broker/lifecycle.py): stop, saying why."""
@@ -299,7 +299,7 @@ class BrokerServer:
 
     @property
     def draining(self) -> bool:
-        return self.core is not None and self.core.draining
+        return self.core is not None and self.core.advice.draining
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -376,7 +376,7 @@ class BrokerServer:
         assert core is not None
         for identity, code, message in core.guard.take_notes():
             log.warning("%s: %s (%s)", identity, message, code)
-        self._log_refusals(*core.client_errors.take_log())
+        self._log_refusals(*core.reading.client_errors.take_log())
 
     def _log_refusals(self, lines: list[RefusalLine], dropped: int) -> None:
         """The core's refusal lines (core/broker/refusals.py: at most one per connection and second)."""

@@ -1,53 +1,34 @@
-"""The broker core: the composer of one broker's machines. It hands each input to the machine that
-owns it, dispatches each client message by type, routes each effect by type, gives the runtime the
-earliest deadline and reports the machines' figures (metrics.py). It never blocks: each `handle`
-returns effects for the runtime to apply.
-
-- `Reading` (reading.py) reads the client connections (`ClientConnection`, connection.py: framing
-  and the handshake): the one owner of whether a connection is read, and of what it may cost;
-- `RouteAdvice` (advice.py): WELCOME's info and the route advice to clients;
-- `Intake` (publish/intake.py) checks, ticks and logs each PUBLISH (`DedupWindow`: idempotent ones),
-  and `Pubend` holds batches until the runtime reports them synced: only then are publishers
-  acknowledged and events fanned out;
-- `Subscribers` (subscription/subscribers.py) admits SUBSCRIBE and READ and ends subscriptions,
-  over `LocalSubscriptions` (subscription/table.py: the subscriptions, their index, their trees
-  under the access lists, the fan-outs and reads that reach them), `Leases` and the durable binding
-  (`DurableSubscriptions`, durable/); `Constream` (durable/) records in the PFS what matched the
-  durable registrations;
-- `ClusterMember` (cluster.py) holds the peer links, the Pastry node, the Scribe agent and the
-  `ReliabilityNode` once `start_overlay` has been called; the runtime's inputs on peer connections
-  go to it whole. Clients and peers share the listening port: a connection whose first frame is
-  PEER_HELLO is handed to the peer links.
-
-Across brokers (DESIGN §2, docs/delivery.md) each sync's durable events become knowledge of this
-pubend's stream on the trees of their channels, and the reliability node hands the broker other
-pubends' events of the trees it is a member of (`DeliverRecords`), in tick order, exactly once.
+"""The broker core: the composer of one broker's machines (DESIGN §4; docs/architecture.md draws them
+and the event's path). It keeps the connection table, hands each input to the machine that owns it,
+dispatches each client message by type, routes each effect by type (the subscriber side's by the table
+of core/subscription/router.py), gives the runtime the earliest deadline (core/deadlines.py `Alarm`) and
+reports the machines' figures (metrics.py). It holds no protocol rule and never blocks: each `handle`
+returns effects for the runtime to apply (core/drive.py). The inputs of peer connections go whole to the
+`ClusterMember` (cluster.py) that `start_overlay` made (core/broker/lifecycle.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from functools import partial
+from collections.abc import Sequence
 from typing import Any, cast
 
 from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy
-from tidings.core.broker import metrics
+from tidings.core.broker import metrics, refusals
 from tidings.core.broker.advice import RouteAdvice
-from tidings.core.broker.cluster import ClusterEffect, ClusterMember, Reliability, Settleable, broker_member
+from tidings.core.broker.cluster import ClusterEffect, ClusterMember, Settleable
 from tidings.core.broker.connection import OPEN, ClientConnection, ClientMessage, Hold, Opened, PeerHandover
-from tidings.core.broker.lifecycle import BrokerMachines, Lifecycle, Retention
+from tidings.core.broker.lifecycle import BrokerMachines, Lifecycle, Retention, join_overlay
 from tidings.core.broker.reading import Reading
 from tidings.core.broker.refusals import ClientErrors
 from tidings.core.clock import WallClock
 from tidings.core.config import BrokerConfig
 from tidings.core.deadlines import Alarm
-from tidings.core.durable.constream import Constream, Recorded
+from tidings.core.durable.constream import Constream
 from tidings.core.durable.registrations import Registrations
-from tidings.core.durable.subscriptions import DurableSubscriptions, Registered, Resume, TellHome
-from tidings.core.effects import Disconnect, Effect, PeerRefused, Send
-from tidings.core.errors import TidingsError
+from tidings.core.durable.subscriptions import DurableSubscriptions
+from tidings.core.effects import Effect, PeerRefused, Send
 from tidings.core.inputs import (
     Accepted,
     Connected,
@@ -66,16 +47,15 @@ from tidings.core.inputs import (
     TimerFired,
     WriteSynced,
 )
-from tidings.core.multicast.effects import AccessChanged
-from tidings.core.multicast.local_trees import CreateTree, JoinTree, LeaveTree, NameMembers
 from tidings.core.overlay.node import Rng
 from tidings.core.publish.dedup import DedupWindow
 from tidings.core.publish.intake import Intake
 from tidings.core.publish.pubend import Pubend
-from tidings.core.reliability.node import DeliverRecords, Lost, MovedAway, ReliabilityNode
+from tidings.core.reliability.node import DeliverRecords
 from tidings.core.subscription import subscribers as sub
-from tidings.core.subscription.leases import EndSubscription, Leases
-from tidings.core.subscription.table import LeaveStreams, LocalSubscriptions, Reader, Settle
+from tidings.core.subscription.leases import Leases
+from tidings.core.subscription.router import SubscriberRouter
+from tidings.core.subscription.table import LocalSubscriptions
 from tidings.core.units import ns_to_us
 from tidings.core.wire import messages
 
@@ -89,15 +69,14 @@ class Broker:
                  durable: bytes | None = None, directory: bytes | None = None) -> None:
         """`durable`: the state the last SaveDurable saved (StateError when it does not decode);
         `directory`: the pubend directory the last SaveDirectory saved (core/broker/directory.py)."""
-        self._directory_saved = directory
+        self.directory_saved = directory  # (for the overlay's member, core/broker/lifecycle.py)
         self.config = config
         self.guard = guard or Guard.open()  # identities, access rules and limits (core/auth/)
         self.pubend = Pubend(pubend_id, log.last_tick)
         self.log = log
-        self.client_errors = ClientErrors()  # what clients were refused, by reason (core/broker/refusals.py)
         self.advice = RouteAdvice(pubend_id, config)  # WELCOME's info and route advice (core/broker/advice.py)
         self.alarm = Alarm()  # the earliest deadline of every machine, kept as their timers move (core/deadlines.py)
-        self.reading = Reading(config, self.guard, self.client_errors, self.advice, self.alarm)  # broker/reading.py
+        self.reading = Reading(config, self.guard, ClientErrors(), self.advice, self.alarm)  # broker/reading.py
         self.connections = self.reading.connections
         self.local = LocalSubscriptions(self.guard)  # the subends, their index and trees (core/subscription/table.py)
         self.leases = Leases(config.lease_ns, self.reading.unread, self.alarm)
@@ -113,15 +92,11 @@ class Broker:
                               else Registrations.decode(durable, expiry_us, config.durable_registrations_max))
         self.durable = DurableSubscriptions(pubend_id, self.registrations)  # core/durable/subscriptions.py
         self.subscribers = sub.Subscribers(config, self.guard, self.local, self.leases, self.durable, self.alarm)
-        self.timers = self.subscribers.timers  # its SILENCE and durable save
         self.constream = Constream()  # what matched the durable registrations (reliability/constream.py)
-        # the join deadline, the drain and the retention cadence (core/broker/lifecycle.py)
+        self.router = SubscriberRouter(self, self._reliability, self._cluster_effects)  # subscription/router.py
         self.machines = BrokerMachines(self.clock, self.reading, self.pubend)  # what the lifecycle reads
-        self.lifecycle = Lifecycle(self.machines, Retention(config.retention_bytes_max, config.retention_age_ns,
-                                                   config.retention_check_interval_ns), self.alarm)
-        self.alarm.watch(self.timers, self.leases, self.reading, self.lifecycle)  # (and the cluster, once started)
-
-    # ---- the runtime's interface -----------------------------------------------------------------
+        self.lifecycle = Lifecycle(self.machines, Retention.of(config), self.alarm)  # join, drain, retention
+        self.alarm.watch(self.subscribers.timers, self.leases, self.reading, self.lifecycle)  # (the cluster's later)
 
     def handle(self, inp: Input) -> list[Effect]:  # noqa: PLR0912 - one branch per input type
         out: list[Effect] = []
@@ -152,7 +127,7 @@ class Broker:
             self.log = inp.log
             self._synced(inp.token, out)
         elif isinstance(inp, LogRead):
-            self._log_read(inp, out)
+            self.router.log_read(inp, out)
         elif isinstance(inp, Accepted):
             self.reading.accept(inp.now, inp.conn, out)
         elif isinstance(inp, ConnectionLost):
@@ -164,7 +139,7 @@ class Broker:
         elif isinstance(inp, RetentionApplied):
             self.log = inp.log
         elif isinstance(inp, ReadFailed):
-            self._read_failed(inp, out)
+            self.router.read_failed(inp, out)
         elif isinstance(inp, PfsAnswered):
             self._reliability(self.constream.pfs_answered(inp), out)
         elif isinstance(inp, DrainRequested):
@@ -178,13 +153,13 @@ class Broker:
 
     def _timeouts(self, now: int, wall_us: int, out: list[Effect]) -> None:
         """TimerFired: the handle_timeout of each machine whose deadline is due, in a fixed order."""
-        if _due(self.timers.next_deadline(), now):  # SILENCE and the durable save
-            self._carry(self.subscribers.timed_out(self._at(), wall_us), out)
+        if _due(self.subscribers.timers.next_deadline(), now):  # SILENCE and the durable save
+            self.router.carry(self.subscribers.timed_out(self.router.at(), wall_us), out)
         reading_due = _due(self.reading.next_deadline(), now)
         if reading_due:
             self.reading.timed_out(now, out)
         if _due(self.leases.next_deadline(), now):
-            self._carry(self.subscribers.leases_expired(now, self.connections), out)
+            self.router.carry(self.subscribers.leases_expired(now, self.connections), out)
         if reading_due:
             for conn, text in self.reading.frames_overdue(now, out):
                 if self.cluster is not None and self.cluster.owns(conn):
@@ -196,65 +171,38 @@ class Broker:
             out += self.lifecycle.handle_timeout(now)
 
     def next_deadline(self) -> int | None:
-        alarm = self.alarm  # the machines' earliest deadline, kept as their timers move (core/deadlines.py)
-        return alarm.earliest if alarm.known else alarm.next_deadline()
+        return self.alarm.earliest if self.alarm.known else self.alarm.next_deadline()  # (kept as timers move)
 
     def start(self, now: int) -> None:
-        """The broker process is up (a runtime calls this once, before any input): the deadlines
-        of the process's life begin (core/broker/lifecycle.py: retention)."""
+        """The broker process is up (a runtime calls this once, before any input): retention's cadence begins."""
         self.lifecycle.start(now)
 
     def start_overlay(self, now: int, address: str, bootstrap: str | None, rng: Rng,
                       join_timeout_ns: int | None = None) -> list[Effect]:
-        """Take part in the overlay as `address` (what peers connect to): start a new overlay, or
-        join the one `bootstrap` (any member's address) belongs to, giving up (JoinTimedOut) after
-        `join_timeout_ns` (None: never). `rng` is a seeded random.Random."""
-        assert self.cluster is None
+        """Take part in an overlay as `address` (what peers connect to): a new one, or the one of `bootstrap` (any
+        member's address), given up (JoinTimedOut) after `join_timeout_ns` (None: never); `rng`: a seeded Random."""
         self.now = now
-        self.lifecycle.join_through(now, bootstrap, join_timeout_ns)
-        reliability = Reliability(self.pubend.pubend_id, self.config.reliability_config(), self.intake.trees_of,
-                                  lambda: (self.pubend.synced_tick, self.log), self.registrations.held,
-                                  self._directory_saved, self.config.directory_config())
-        self.cluster = broker_member(address, self.config, self.guard.cluster_auth(), rng, reliability, self.alarm)
-        self.machines.cluster = self.cluster
-        self.alarm.watch(self.cluster)
+        self.cluster = join_overlay(self, now, address, bootstrap, rng, join_timeout_ns)  # core/broker/lifecycle.py
         out: list[Effect] = []
         self._cluster_effects(self.cluster.start(now, bootstrap), out)
-        self._reliability(self._gd().start(now, self.log.last_tick, self.registrations.held_trees), out)
-        # away durable subscriptions hold their trees
-        joins = self.subscribers.start(now, self.cluster.access_lists, self._gd().source.held_trees)
-        self.constream.start(now, self._gd(), self.config.durable_pfs, self.registrations.all(),
-                             lambda effects: self._reliability(effects, out))
-        self._cluster_effects(self.cluster.trees(now, joins), out)
+        self.router.start(now, out)  # the reliability node and the durable registrations' trees, the constream
         return out
 
     def settle(self, now: int, effects: Sequence[Settleable]) -> list[Effect]:
         """The reliability node's `effects` (an event from a parent, say) carried out across the broker."""
-        out: list[Effect] = []
         self.now = now
-        self._reliability(effects, out)
+        return self._reliability(effects, [])
+
+    def _reliability(self, effects: Sequence[Settleable], out: list[Effect]) -> list[Effect]:
+        """Effects of the reliability node, once what they ask of Pastry and Scribe is carried out (into `out`)."""
+        if effects:
+            assert self.cluster is not None
+            self._cluster_effects(self.cluster.settle(self.now, effects), out)
         return out
-
-    def _reliability(self, effects: Sequence[Settleable], out: list[Effect]) -> None:
-        """Effects of the reliability node, once what they ask of Pastry and Scribe is carried out."""
-        if not effects:
-            return
-        assert self.cluster is not None
-        self._cluster_effects(self.cluster.settle(self.now, effects), out)
-
-    def _gd(self) -> ReliabilityNode:
-        assert self.cluster is not None and self.cluster.reliability is not None
-        return self.cluster.reliability
-
-    # ---- connections -----------------------------------------------------------------------------
 
     def _lost(self, conn: int, out: list[Effect]) -> None:
         self.intake.lost(conn)
-        self.leases.release(conn)
-        c = self.reading.lost(conn)
-        if c is not None:  # each of its subscriptions ends here, one after the other (a durable one is away)
-            for s in list(c.subs.values()):
-                self._carry(self.subscribers.drop(self._at(), c, s, ended=False), out)
+        self.router.lost(conn, out)  # its lease, its reading, its subscriptions (core/subscription/router.py)
 
     def _advise(self, conns: list[int]) -> list[Effect]:
         """ADVICE to `conns` (core/broker/advice.py): this broker's nearest neighbours, and why to move."""
@@ -262,15 +210,6 @@ class Broker:
             return []
         return list(self.advice.advise(conns, self.reading.open_clients(), self.cluster.me.address,
                                        self.cluster.neighbours()))
-
-    @property
-    def draining(self) -> bool:
-        return self.advice.draining
-
-    @property
-    def joined(self) -> bool:
-        """Whether this broker is in an overlay (its Pastry join completed)."""
-        return self.machines.joined
 
     def _dispatch(self, now: int, c: ClientConnection, msg: ClientMessage, out: list[Effect]) -> int:
         """A client's message the reading machine read (core/broker/reading.py: a PUBLISH goes to the
@@ -281,7 +220,7 @@ class Broker:
             self._adopt_peer(c, msg, out)
         elif isinstance(msg, messages.Subscribe | messages.Read | messages.Unsubscribe | messages.Renew
                         | messages.Release):
-            self._carry(self.subscribers.message(self._at(), c, msg), out)
+            self.router.carry(self.subscribers.message(self.router.at(), c, msg), out)
         elif isinstance(msg, messages.Heartbeat):  # a client checks that its broker is there (core/session/roaming.py)
             out.append(Send(c.conn, messages.heartbeat_reply()))
         else:  # (a PUBLISH is the intake's: serve_to)
@@ -295,8 +234,6 @@ class Broker:
         refusal = self.reading.peer_partial(now, conn, held)
         if refusal is not None:
             self._cluster_effects(self.cluster.refuse(now, conn, errors.PARTIAL_FRAMES_BUDGET, refusal), out)
-
-    # ---- publishing ------------------------------------------------------------------------------
 
     def _synced(self, token: int, out: list[Effect]) -> None:
         """Acknowledge the batches now durable, fan their events out to live subends and send each
@@ -314,125 +251,40 @@ class Broker:
         for conn in self.intake.synced():  # publishers paused for the disk: read again
             self.reading.release(self.now, conn, Hold.DISK, out)
 
-    # ---- subscribing (core/subscription/subscribers.py) --------------------------------------------
-
-    def _at(self) -> sub.At:
-        gd = None if self.cluster is None else self._gd()
-        return sub.At(self.now, self.clock.us, self.pubend.synced_tick, self.log.released_through,
-                      None if self.cluster is None else self.cluster.me.address, gd)
-
-    def _join(self, j: sub.JoinStreams, out: list[Effect]) -> list[sub.SubscriberEffect]:
-        """A subscription's streams in the reliability node and the broker's membership of its tree,
-        then its opening; refused, with nothing changed, when this broker cannot join one more tree."""
-        gd, c = self._gd(), self.connections[j.then.s.conn]
-        assert self.cluster is not None
-        effects: list[Settleable] = [
-            *gd.local_subscribe(self.now, j.key, j.tree, j.start, j.total, j.pattern, j.filter_text, j.positions)]
-        try:
-            effects += self.cluster.trees(self.now, j.joins)
-        except TidingsError as exc:  # a local limit reached on the client's behalf
-            gd.local_unsubscribe(self.now, j.key, j.tree)
-            return [self.subscribers.join_refused(c, j.then, exc)]
-        self._reliability(effects, out)
-        return self.subscribers.opened(self._at(), c, j.then)
-
-    def _carry(self, effects: Iterable[sub.SubscriberEffect], out: list[Effect]) -> None:  # noqa: PLR0912 - by type
-        """Carry out, in order, what the subscriber's side decided, each effect by its owner."""
-        for eff in effects:
-            if isinstance(eff, Settle):
-                self._reliability(eff.effects, out)
-            elif isinstance(eff, EndSubscription):
-                c = self.connections[eff.conn]
-                self._carry(self.subscribers.drop(self._at(), c, c.subs[eff.sub], ended=eff.ended), out)
-            elif isinstance(eff, sub.JoinStreams):
-                self._carry(self._join(eff, out), out)
-            elif isinstance(eff, sub.Advance):
-                blocked = self.connections[eff.s.conn].blocked
-                self._carry(self.subscribers.advance(eff.s, blocked, self.pubend.synced_tick), out)
-            elif isinstance(eff, JoinTree | NameMembers | LeaveTree | CreateTree):
-                assert self.cluster is not None  # (only in an overlay do the trees decide anything)
-                self._cluster_effects(self.cluster.trees(self.now, [eff]), out)
-            elif isinstance(eff, LeaveStreams):
-                self._reliability(self._gd().local_unsubscribe(self.now, eff.key, eff.tree), out)
-            elif isinstance(eff, TellHome):
-                self._reliability(self._gd().moved(eff.home.address, eff.home.pubend, eff.home.registration), out)
-            elif isinstance(eff, Registered):
-                self.constream.registered(self.now, eff.added, eff.dropped, partial(self._reliability, out=out))
-            elif isinstance(eff, Resume):
-                out += self.constream.resume(self.now, eff.key, eff.registration, eff.checkpoint, eff.pattern,
-                                             eff.filter)
-            elif isinstance(eff, sub.Refuse):
-                self.connections[eff.conn].refuse(self.now, eff.code, eff.text, out, sub=eff.sub)
-            elif isinstance(eff, sub.HoldRefusals):
-                self.reading.hold_refusals(self.connections[eff.conn], out)
-            elif isinstance(eff, sub.Chop):  # after a durable save
-                out += self.constream.chop(self.registrations.get)
-            else:
-                out.append(eff)
-
-    def _log_read(self, inp: LogRead, out: list[Effect]) -> None:
-        if self.local.reader(inp.reader) is Reader.PUBEND:  # the pubend answering a nack
-            if self.cluster is not None:
-                self._reliability(self._gd().log_read(inp.now, inp.reader, inp.records, inp.log), out)
-            return
-        self._carry(self.subscribers.log_read(inp), out)
-
-    def _read_failed(self, inp: ReadFailed, out: list[Effect]) -> None:
-        if self.local.reader(inp.reader) is Reader.PUBEND:
-            if self.cluster is not None:
-                self._gd().source.read_failed(inp.reader)  # the nack will be repeated
-            return
-        self._carry(self.local.read_failed(inp.reader, inp.reason), out)
-
     def _flow(self, conn: int, blocked: bool, out: list[Effect]) -> None:
-        """The connection's send queue passed send_queue_bytes_max (`blocked`) or drained: it is not
-        read meanwhile (core/broker/reading.py); once drained, what waited unread is handled."""
+        """The connection's send queue passed send_queue_bytes_max (`blocked`) or drained (reading.py)."""
         c = self.reading.flow(conn, blocked, out)
         if c is not None:
-            self._carry(self.subscribers.flow(self._at(), c, blocked), out)
+            self.router.carry(self.subscribers.flow(self.router.at(), c, blocked), out)
             if not blocked:
                 self.reading.release(self.now, conn, Hold.SEND, out)
 
-    # ---- across brokers --------------------------------------------------------------------------
-
     def reload_auth(self, now: int, guard_policy: AuthPolicy) -> list[Effect]:
-        """SIGHUP: the new rules apply to the next request, and to the access lists of the trees
-        this broker created (CREATE again; the rendez-vous point passes them down)."""
+        """SIGHUP: the new rules apply to the next request, and to the trees this broker created (CREATE again)."""
         self.now = now
         self.guard.reload(guard_policy)
-        out: list[Effect] = []
-        self._carry(self.local.trees.recreations(), out)  # (none outside an overlay)
-        return out
+        return self.router.carry(self.local.trees.recreations(), [])  # (none outside an overlay)
 
     def _adopt_peer(self, c: ClientConnection, msg: PeerHandover, out: list[Effect]) -> None:
         self.reading.handed_over(c)
         if self.cluster is None:  # not in an overlay (yet): nobody to talk to
-            out.append(Send(c.conn, messages.error(errors.HANDSHAKE, "this broker is not in an overlay")))
-            out.append(Disconnect(c.conn, "peer before overlay start"))
-            return
-        self._cluster_effects(self.cluster.adopt(self.now, c.conn, c.decoder, msg.hello, msg.rest), out)
+            out += refusals.not_in_overlay(c.conn)
+        else:
+            self._cluster_effects(self.cluster.adopt(self.now, c.conn, c.decoder, msg.hello, msg.rest), out)
 
     def _cluster_effects(self, effects: list[ClusterEffect], out: list[Effect]) -> None:
-        """The cluster member's output: remote events for local subscriptions, effects for the runtime."""
+        """The cluster member's output: remote events to the fan-out, the subscriber side's (router.py), the rest."""
+        routes = self.router.routes
         for eff in effects:
             if type(eff) is DeliverRecords:
                 out += self.local.fan_out(self.local.remote.fan(eff, self.local.subends))
-            elif type(eff) is Lost:
-                out += self.local.lost(eff.keys, eff.pubend, eff.after, eff.through)
-            elif type(eff) is AccessChanged:
-                self._carry(self.subscribers.access_changed(eff), out)
-            elif type(eff) is Recorded:
-                out += self.constream.recorded(eff)
-            elif type(eff) is MovedAway:
-                self._carry(self.subscribers.moved_away(eff.registration), out)
+            elif type(eff) in routes:  # a tree's lost ticks, its new access list, a PFS record, MOVED
+                routes[type(eff)](eff, out)
             else:  # for the runtime; the driver fails loudly on one no runtime carries out (core/drive.py)
                 if type(eff) is PeerRefused:
                     self.lifecycle.peer_refused(eff)
                 out.append(cast(Effect, eff))  # (peer sends, probes and Scribe's upcalls stay in the member)
 
-    # ---- observation -----------------------------------------------------------------------------
-
     def status(self) -> dict[str, Any]:
         """The machines' figures (core/broker/metrics.py) and what else an operator reads."""
-        at = self._at()
-        return metrics.status(self, lambda s: self.subscribers.status(at, s))
+        return metrics.status(self, self.router.status)

@@ -1,4 +1,5 @@
-"""The broker's life as a process: the join deadline, the drain before a stop, the retention cadence.
+"""The broker's life as a process: the join deadline, the drain before a stop, the retention cadence,
+and the member it takes part in an overlay as.
 
 Theory of operation. These three rules are about time and about when a broker stops, so they used
 to live in the asyncio runtime, where the simulator could not play them. Here they are a machine
@@ -19,6 +20,12 @@ like the others: inputs in, typed effects out, time as an argument, one deadline
   storage to drop the log's oldest whole segments past `retention_bytes_max` or older than
   `retention_age_ns`; the storage answers `RetentionApplied`.
 
+- **Taking part in an overlay** (`join_overlay`): the broker's cluster member (core/broker/cluster.py)
+  is built over the broker's machines as they stand when `start_overlay` is called: guaranteed
+  delivery of its pubend (the trees of a channel, the durable tail and the log for answering nacks,
+  what its durable registrations hold, the pubend directory it saved), peer links proving its cluster
+  credential, every timer telling the broker's `Alarm`.
+
 The drain's states form a table (`DRAIN_MOVES`): serving -> moving (clients advised) -> delivering
 -> drained, where a broker without clients to advise skips moving, and the deadline may end either
 wait. What it observes of the broker (joined, clients that can move, what is owed, the wall clock)
@@ -30,15 +37,18 @@ from __future__ import annotations
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from tidings.core.broker.cluster import ClusterMember, Reliability, broker_member
 from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.effects import ApplyRetention, Drained, JoinTimedOut, PeerRefused
 from tidings.core.links.refusals import DIALLER_SIDE
 from tidings.core.states import Transitions
 
 if TYPE_CHECKING:
-    from tidings.core.broker.cluster import ClusterMember
+    from tidings.core.broker.parts import BrokerParts
     from tidings.core.broker.reading import Reading
     from tidings.core.clock import WallClock
+    from tidings.core.config import BrokerConfig
+    from tidings.core.overlay.node import Rng
     from tidings.core.publish.pubend import Pubend
 
 LifecycleEffect = JoinTimedOut | Drained | ApplyRetention
@@ -91,10 +101,30 @@ class BrokerMachines:
         return self.pubend.pending_batches + (0 if self.cluster is None else self.cluster.unacknowledged(now))
 
 
+def join_overlay(broker: BrokerParts, now: int, address: str, join: str | None, rng: Rng,
+                 join_timeout_ns: int | None) -> ClusterMember:
+    """The broker's member of an overlay at `address` (`rng`: a seeded random.Random), joining
+    through `join` (None: a new overlay) for at most `join_timeout_ns` (None: unbounded): the
+    lifecycle and the alarm watch it from now on."""
+    b = broker
+    assert b.cluster is None
+    b.lifecycle.join_through(now, join, join_timeout_ns)
+    reliability = Reliability(b.pubend.pubend_id, b.config.reliability_config(), b.intake.trees_of,
+                              lambda: (b.pubend.synced_tick, b.log), b.registrations.held,
+                              b.directory_saved, b.config.directory_config())
+    member = b.machines.cluster = broker_member(address, b.config, b.guard.cluster_auth(), rng, reliability, b.alarm)
+    b.alarm.watch(member)
+    return member
+
+
 class Retention(NamedTuple):
     bytes_max: int
     age_ns: int
     check_interval_ns: int
+
+    @classmethod
+    def of(cls, config: BrokerConfig) -> Retention:
+        return cls(config.retention_bytes_max, config.retention_age_ns, config.retention_check_interval_ns)
 
 
 class DrainState(StrEnum):

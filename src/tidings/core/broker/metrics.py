@@ -21,53 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tidings.core.auth.guard import Guard
-    from tidings.core.broker.advice import RouteAdvice
-    from tidings.core.broker.cluster import ClusterMember
-    from tidings.core.broker.reading import Reading
-    from tidings.core.broker.refusals import ClientErrors
-    from tidings.core.durable.constream import Constream
-    from tidings.core.durable.registrations import Registrations
-    from tidings.core.inputs import LogState
-    from tidings.core.publish.dedup import DedupWindow
-    from tidings.core.publish.intake import Intake
-    from tidings.core.publish.pubend import Pubend
-    from tidings.core.subscription.leases import Leases
-    from tidings.core.subscription.table import LocalSubscriptions
-
-
-class Observed(Protocol):
-    """The machines a broker's figures are read from (core/broker/broker.py Broker)."""
-
-    @property
-    def intake(self) -> Intake: ...
-    @property
-    def pubend(self) -> Pubend: ...
-    @property
-    def log(self) -> LogState: ...
-    @property
-    def dedup(self) -> DedupWindow: ...
-    @property
-    def reading(self) -> Reading: ...
-    @property
-    def leases(self) -> Leases: ...
-    @property
-    def local(self) -> LocalSubscriptions: ...
-    @property
-    def constream(self) -> Constream: ...
-    @property
-    def cluster(self) -> ClusterMember | None: ...
-    @property
-    def advice(self) -> RouteAdvice: ...
-    @property
-    def registrations(self) -> Registrations: ...
-    @property
-    def client_errors(self) -> ClientErrors: ...
-    @property
-    def guard(self) -> Guard: ...
+    from tidings.core.broker.parts import BrokerParts as Observed  # the machines the figures are read from
 
 
 class Kind(StrEnum):
@@ -212,7 +169,7 @@ def status(broker: Observed, subscription: Callable[[Any], dict[str, Any]]) -> d
         "channels": broker.intake.traffic.top(),
         "connections": broker.reading.status(subscription),
         **({} if cluster is None else cluster.status()),
-        **broker.client_errors.status(),
+        **broker.reading.client_errors.status(),
         **broker.guard.status(),
     }
 

@@ -35,6 +35,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.core import errors
+from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.units import SECOND_NS
 from tidings.core.wire import messages
 
@@ -204,3 +206,10 @@ class RefusalWindow:
         self._replies.clear()
         self.until = None
         return out
+
+
+def not_in_overlay(conn: int) -> list[Effect]:
+    """A PEER_HELLO reached a broker that is in no overlay (yet): nobody to talk to. (Not counted:
+    the peer is not a client, and did nothing wrong.)"""
+    return [Send(conn, messages.error(errors.HANDSHAKE, "this broker is not in an overlay")),
+            Disconnect(conn, "peer before overlay start")]

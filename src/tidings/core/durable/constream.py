@@ -137,14 +137,14 @@ class Constream:
     # ---- with the reliability node: the broker's calls ---------------------------------------------
 
     def start(self, now: int, node: PfsNode, enabled: bool, registrations: Iterable[Registration],
-              carry_out: Callable[[list[NodeEffect | PfsChop]], None]) -> None:
+              carry_out: Callable[[list[NodeEffect | PfsChop]], object]) -> None:
         """The broker joined an overlay with `node`; with `enabled` (durable_pfs) its saved
         `registrations` are recorded from now on (the PFS is empty after a restart)."""
         self.node, self.enabled = node, enabled
         self.registered(now, registrations, (), carry_out)
 
     def registered(self, now: int, added: Iterable[Registration], dropped: Iterable[Registration],
-                   carry_out: Callable[[list[NodeEffect | PfsChop]], None]) -> None:
+                   carry_out: Callable[[list[NodeEffect | PfsChop]], object]) -> None:
         """Registrations `added` are recorded from now on (those this broker records), `dropped`
         no longer are. The node's effects and the chops go to `carry_out`, one call's at a time."""
         if self.node is None:
