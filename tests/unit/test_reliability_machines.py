@@ -178,6 +178,9 @@ def test_a_childs_summary_filters_from_its_epoch_on_and_a_widening_rewinds_it() 
 def test_the_unwanted_records_are_those_no_summary_matches() -> None:
     interest = Interest(TREE, 64 * 1024, GCT)
     records = [record("p", 1, "nodes/a/x"), record("p", 2, "nodes/b/x"), record("p", 3, "nodes/b/y")]
-    assert interest.unwanted(records, narrow()) == 2
-    assert interest.unwanted(records, EVERYTHING) == 0
+    assert interest.unwanted(records, [narrow()], []) == 2
+    assert interest.unwanted(records, [EVERYTHING], []) == 0
+    interest.child_joined("c", (5, narrow()))
+    assert interest.unwanted(records, [], ["c"]) == 2  # the children's summaries count too
+    assert interest.unwanted(records, [narrow()], ["other"]) == 0  # a child that sent none wants everything
     assert interest.next_deadline() is None and interest.handle_timeout(0) == []

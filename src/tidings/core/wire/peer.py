@@ -31,7 +31,7 @@ import msgpack
 
 from tidings.core.errors import BAD_MESSAGE, UNKNOWN_MESSAGE, ProtocolError
 from tidings.core.overlay.node_id import NodeRef
-from tidings.core.wire.frames import frame
+from tidings.core.wire.frames import HEADER
 from tidings.core.wire.types import LinkType
 
 PEER_VERSION = 1
@@ -89,8 +89,10 @@ PeerLinkMessage = PeerHello | PeerWelcome | Ping | Pong | PeerError | PeerChalle
 
 
 def encode(message: Sequence[object]) -> bytes:
-    """One frame holding `message` (a list whose first element is its type)."""
-    return frame(msgpack.packb(message))
+    """One frame holding `message` (a list whose first element is its type): frames.py's `frame`,
+    written out, since every message to a peer passes here (a codec that calls no other module)."""
+    body = msgpack.packb(message)
+    return HEADER.pack(len(body)) + body
 
 
 def hello(node: NodeRef, version: int = PEER_VERSION, nonce: bytes | None = None) -> bytes:
