@@ -36,7 +36,10 @@ implies, and nothing more:
 Time: the member is one `TimedMachine` (core/deadlines.py) over its machines: `next_deadline()` is
 the earliest of theirs, and `handle_timeout(now)` gives each its `handle_timeout(now)` in a fixed
 order (the links, Pastry, Scribe, the reliability node, the directory), then settles their effects
-as above. Given the broker's `Alarm`, every machine's `Deadlines` tells it when a deadline moves.
+as above. A broker's member keeps that earliest deadline in an `Alarm` of its own, whose parent is
+the broker's (`broker_member`): every machine's `Deadlines` tells it when a deadline moves, so
+`next_deadline()` (which the broker asks at every timer) walks the five machines only when their
+minimum is unknown.
 
 Until Pastry reports `JoinCompleted`, its state is partial and a route could end at the wrong node,
 so messages Scribe routes before then (a broker's subscriptions at start) wait, at most
@@ -144,10 +147,12 @@ class Reliability:
 def broker_member(address: str, config: BrokerConfig, auth: ClusterAuth | None, rng: Rng, reliability: Reliability,
                   alarm: Alarm) -> ClusterMember:
     """A broker's member at `address` (its node id its pubend's), with peer links proving `auth`
-    and guaranteed delivery; `rng` is a seeded random.Random, `alarm` the broker's earliest deadline."""
+    and guaranteed delivery; `rng` is a seeded random.Random, `alarm` the broker's earliest deadline
+    (the member's machines tell an alarm of the member's own, whose parent it is)."""
     me = NodeRef(node_id_from(reliability.pubend_id), address)
-    peers = PeerLinks(me, config.peer_config(), auth, alarm)
-    return ClusterMember(me, config.overlay_config(), config.scribe_config(), rng, reliability, peers, alarm)
+    member_alarm = Alarm(alarm)
+    peers = PeerLinks(me, config.peer_config(), auth, member_alarm)
+    return ClusterMember(me, config.overlay_config(), config.scribe_config(), rng, reliability, peers, member_alarm)
 
 
 class PeerOutput(NamedTuple):
@@ -162,9 +167,13 @@ class ClusterMember:
     def __init__(self, me: NodeRef, overlay_config: OverlayConfig, scribe_config: ScribeConfig,
                  rng: Rng, reliability: Reliability | None = None, peers: PeerLinks | None = None,
                  alarm: Alarm | None = None) -> None:
-        """`alarm`: the broker's earliest deadline, which every machine's timers tell when they move
-        (`peers` were given it by the broker)."""
+        """`alarm`: the member's own earliest deadline (its parent the broker's, `broker_member`),
+        which every machine's timers tell when they move (`peers` were given it too), and which
+        `next_deadline` reads; a member given none keeps one with no parent."""
+        alarm = Alarm() if alarm is None else alarm
+        assert peers is None or peers.timers.alarm is alarm, "the links' timers tell the member's alarm"
         self.me = me
+        self.alarm = alarm
         self.peers = peers
         self.clock = WallClock()  # the broker's, which it sets on each input that has one (core/clock.py)
         self.peer_messages_rejected = 0
@@ -184,6 +193,7 @@ class ClusterMember:
                                                alarm=alarm)
             self.directory.clock = self.reliability.streams.clock = self.clock
         self._before_join: deque[RouteTo] = deque(maxlen=ROUTES_BEFORE_JOIN_MAX)
+        alarm.watch(*[m for m in (self.overlay, self.scribe, self.reliability, self.directory, peers) if m is not None])
 
     # ---- inputs ----------------------------------------------------------------------------------
 
@@ -223,15 +233,9 @@ class ClusterMember:
         return out + self._settle(now, effects)
 
     def next_deadline(self) -> int | None:
-        machines = [self.overlay.next_deadline(), self.scribe.next_deadline()]
-        if self.reliability is not None:
-            machines.append(self.reliability.next_deadline())
-        if self.directory is not None:
-            machines.append(self.directory.next_deadline())
-        if self.peers is not None:
-            machines.append(self.peers.next_deadline())
-        deadlines = [d for d in machines if d is not None]
-        return min(deadlines) if deadlines else None
+        """The earliest deadline of the member's machines (walked by its alarm only when not known)."""
+        alarm = self.alarm
+        return alarm.earliest if alarm.known else alarm.next_deadline()
 
     # ---- the peer links (a broker's member only) --------------------------------------------------
 

@@ -250,7 +250,8 @@ class Curiosity:
         return out
 
     def _gap_due(self, now: int, key: GapTimer, ist: Istream) -> list[CuriosityEffect]:
-        if not ist.gaps():
+        gaps = ist.gaps()  # (what follows changes the curiosity only, not the stream's knowledge)
+        if not gaps:
             return []
         c = ist.curiosity
         c.recalled = 0  # (from now on GCT again, until more ticks are recalled)
@@ -270,7 +271,7 @@ class Curiosity:
             c.move(CuriosityEvent.REPEAT)
             c.curious_ns = now
         out: list[CuriosityEffect] = []
-        ranges = c.fresh(ist.gaps(), ist.limits.nack_ranges_max)
+        ranges = c.fresh(gaps, ist.limits.nack_ranges_max)
         if ranges:
             c.nack_ns = now
             self.nacks_sent += 1
