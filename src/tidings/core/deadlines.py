@@ -16,8 +16,8 @@ The one timer contract (`TimedMachine`): every machine with time-driven rules ho
 `handle_timeout(now: int) -> list[<its typed effects>]`; nothing else (a wall clock, an output
 list) is passed to `handle_timeout`: what a machine needs besides `now` is an input it was given
 before. Its composer calls `handle_timeout` when its deadline is due, in a fixed order (the broker
-calls only the due ones; the cluster member all of its machines at any of their deadlines, as it
-always did).
+calls only the due ones, and so does the cluster member, but for Pastry and the links, which it
+calls at any of its deadlines).
 
 The earliest deadline, kept as it changes (`Alarm`). A runtime arms one timer at the broker's
 earliest deadline after every input. Asking each machine for its `next_deadline()` after every input
@@ -55,7 +55,7 @@ class TimedMachine(Protocol[E]):
 
     def handle_timeout(self, now: int) -> list[E]:
         """What the timers due at `now` do; a composer calls it when `next_deadline()` is due (the
-        cluster member calls each of its machines at any of their deadlines: core/broker/cluster.py)."""
+        cluster member calls Pastry and the links at any of its deadlines: core/broker/cluster.py)."""
 
 
 class HasDeadline(Protocol):
