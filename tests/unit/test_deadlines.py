@@ -141,3 +141,47 @@ def test_every_machine_with_timers_is_checked_against_the_one_contract():
     for machine in listed:
         assert list(inspect.signature(machine.handle_timeout).parameters) == ["self", "now"], machine
         assert list(inspect.signature(machine.next_deadline).parameters) == ["self"], machine
+
+
+class Composer:
+    """Machines kept by an alarm of the composer's own, under the broker's (as the cluster member's)."""
+
+    def __init__(self, parent: Alarm, count: int) -> None:
+        self.alarm = Alarm(parent)
+        self.machines: list[Deadlines[Conn]] = [Deadlines(self.alarm) for _ in range(count)]
+        self.alarm.watch(*self.machines)
+
+    def next_deadline(self) -> int | None:
+        return self.alarm.next_deadline()
+
+
+NESTED_OPS = st.lists(st.tuples(st.sampled_from(["set", "set_earliest", "cancel", "pop_due", "ask", "ask_below"]),
+                                st.integers(0, 2), st.integers(0, 5), st.integers(0, 40)), max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(NESTED_OPS)
+def test_a_composers_own_alarm_and_the_one_above_it_give_what_walks_give(ops):
+    """Two machines under a composer's alarm, one beside it under the broker's: both alarms give
+    what a walk of their machines gives, whichever is asked when."""
+    top = Alarm()
+    composer = Composer(top, 2)
+    beside: Deadlines[Conn] = Deadlines(top)
+    top.watch(composer, beside)
+    machines = [*composer.machines, beside]
+    now = 0
+    for op, m, conn, when in [*ops, ("ask", 0, 0, 0), ("ask_below", 0, 0, 0)]:
+        d = machines[m]
+        if op == "set":
+            d.set(Conn(conn), now + when)
+        elif op == "set_earliest":
+            d.set_earliest(Conn(conn), now + when)
+        elif op == "cancel":
+            d.cancel(Conn(conn))
+        elif op == "pop_due":
+            now += when
+            d.pop_due(now)
+        elif op == "ask_below":
+            assert composer.next_deadline() == walk(composer.machines)
+        else:
+            assert top.next_deadline() == walk(machines) == top.walk()

@@ -178,6 +178,25 @@ def test_a_childs_summary_filters_from_its_epoch_on_and_a_widening_rewinds_it() 
 def test_the_unwanted_records_are_those_no_summary_matches() -> None:
     interest = Interest(TREE, 64 * 1024, GCT)
     records = [record("p", 1, "nodes/a/x"), record("p", 2, "nodes/b/x"), record("p", 3, "nodes/b/y")]
-    assert interest.unwanted(records, narrow()) == 2
-    assert interest.unwanted(records, EVERYTHING) == 0
+    assert interest.unwanted(records, [narrow()], []) == 2
+    assert interest.unwanted(records, [EVERYTHING], []) == 0
+    interest.child_joined("c", (5, narrow()))
+    assert interest.unwanted(records, [], ["c"]) == 2  # the children's summaries count too
+    assert interest.unwanted(records, [narrow()], ["other"]) == 0  # a child that sent none wants everything
     assert interest.next_deadline() is None and interest.handle_timeout(0) == []
+
+
+def test_a_stream_settles_in_one_call_an_ack_only_when_it_tells_something_new() -> None:
+    """Istream.settle: the ack to send once the consumers were served (none without an upstream,
+    none twice), then the cache bounded and the served prefix made the floor."""
+    ist = stream("p", {1: record("p", 1), 2: record("p", 2)}, 5)
+    assert ist.settle(0, None) is None  # no upstream yet: nothing to acknowledge to
+    ist.upstream = "parent:1"
+    consumer = ist.consumers[1]
+    assert ist.settle(0, None) == (0, 0, 0)  # the first ack tells the release points, though nothing was served
+    assert ist.settle(0, None) is None  # nothing new
+    assert [p.ticks for p in ist.pieces_for(consumer)] == [[1, 2]]
+    assert ist.settle(0, None) == (5, 5, 5) and ist.acked_sent == 5
+    assert ist.settle(0, None) is None  # told already
+    assert ist.cached() == [] and ist.floor == 5  # nobody needs the records, nor the prefix
+    assert ist.settle(0, 3) == (5, 3, 5)  # this broker's durable subscriptions released less: news

@@ -16,8 +16,8 @@ The one timer contract (`TimedMachine`): every machine with time-driven rules ho
 `handle_timeout(now: int) -> list[<its typed effects>]`; nothing else (a wall clock, an output
 list) is passed to `handle_timeout`: what a machine needs besides `now` is an input it was given
 before. Its composer calls `handle_timeout` when its deadline is due, in a fixed order (the broker
-calls only the due ones; the cluster member all of its machines at any of their deadlines, as it
-always did).
+calls only the due ones, and so does the cluster member, but for Pastry and the links, which it
+calls at any of its deadlines).
 
 The earliest deadline, kept as it changes (`Alarm`). A runtime arms one timer at the broker's
 earliest deadline after every input. Asking each machine for its `next_deadline()` after every input
@@ -29,6 +29,11 @@ minimum unknown, and only then does the next ask walk the machines (`watch`, `wa
 walk asks each machine's `next_deadline()` as before, so the minimum is exactly what the walk would
 give after every input (a test compares both after every input of a simulated run), at the cost
 of one comparison per timer operation.
+
+A composer of machines may keep their earliest deadline in an alarm of its own whose `parent` is
+the broker's (the cluster member's five machines, core/broker/cluster.py): every change is told to
+both, so the composer answers `next_deadline()` from its alarm and walks its machines only when
+that minimum is unknown, while the broker's alarm stays exact.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ class TimedMachine(Protocol[E]):
 
     def handle_timeout(self, now: int) -> list[E]:
         """What the timers due at `now` do; a composer calls it when `next_deadline()` is due (the
-        cluster member calls each of its machines at any of their deadlines: core/broker/cluster.py)."""
+        cluster member calls Pastry and the links at any of its deadlines: core/broker/cluster.py)."""
 
 
 class HasDeadline(Protocol):
@@ -62,9 +67,11 @@ class Alarm:
     module doc): `earliest` holds while `known`; when not, `next_deadline` walks the machines the
     composer named (`watch`). `walks` counts those walks."""
 
-    __slots__ = ("_watched", "earliest", "known", "walks")
+    __slots__ = ("_watched", "earliest", "known", "parent", "walks")
 
-    def __init__(self) -> None:
+    def __init__(self, parent: Alarm | None = None) -> None:
+        """`parent`: the alarm above, told of every change too (see the module doc)."""
+        self.parent = parent
         self.earliest: int | None = None
         self.known = False  # nothing is known before the first walk
         self.walks = 0
@@ -92,12 +99,16 @@ class Alarm:
         """An entry was set at `when`: it may be the earliest now."""
         if self.known and (self.earliest is None or when < self.earliest):
             self.earliest = when
+        if self.parent is not None:
+            self.parent.set_at(when)
 
     def left(self, when: int) -> None:
         """An entry at `when` left (replaced, cancelled, due): at or below the minimum, the minimum
         is unknown until the next walk."""
         if self.known and self.earliest is not None and when <= self.earliest:
             self.known = False
+        if self.parent is not None:
+            self.parent.left(when)
 
 
 class Deadlines(Generic[K]):

@@ -36,7 +36,13 @@ implies, and nothing more:
 Time: the member is one `TimedMachine` (core/deadlines.py) over its machines: `next_deadline()` is
 the earliest of theirs, and `handle_timeout(now)` gives each its `handle_timeout(now)` in a fixed
 order (the links, Pastry, Scribe, the reliability node, the directory), then settles their effects
-as above. Given the broker's `Alarm`, every machine's `Deadlines` tells it when a deadline moves.
+as above. A broker's member keeps that earliest deadline in an `Alarm` of its own, whose parent is
+the broker's (`broker_member`): every machine's `Deadlines` tells it when a deadline moves, so
+`next_deadline()` (which the broker asks at every timer) walks the five machines only when their
+minimum is unknown. Scribe, the reliability node and the directory each keep theirs in an alarm
+under the member's, which says whether it is due: `handle_timeout` calls them only then (with
+nothing due, theirs do nothing), Pastry and the links at every deadline of the member (Pastry
+forgets old failures on any call, the links hand out their pending reports).
 
 Until Pastry reports `JoinCompleted`, its state is partial and a route could end at the wrong node,
 so messages Scribe routes before then (a broker's subscriptions at start) wait, at most
@@ -144,10 +150,12 @@ class Reliability:
 def broker_member(address: str, config: BrokerConfig, auth: ClusterAuth | None, rng: Rng, reliability: Reliability,
                   alarm: Alarm) -> ClusterMember:
     """A broker's member at `address` (its node id its pubend's), with peer links proving `auth`
-    and guaranteed delivery; `rng` is a seeded random.Random, `alarm` the broker's earliest deadline."""
+    and guaranteed delivery; `rng` is a seeded random.Random, `alarm` the broker's earliest deadline
+    (the member's machines tell an alarm of the member's own, whose parent it is)."""
     me = NodeRef(node_id_from(reliability.pubend_id), address)
-    peers = PeerLinks(me, config.peer_config(), auth, alarm)
-    return ClusterMember(me, config.overlay_config(), config.scribe_config(), rng, reliability, peers, alarm)
+    member_alarm = Alarm(alarm)
+    peers = PeerLinks(me, config.peer_config(), auth, member_alarm)
+    return ClusterMember(me, config.overlay_config(), config.scribe_config(), rng, reliability, peers, member_alarm)
 
 
 class PeerOutput(NamedTuple):
@@ -158,32 +166,58 @@ class PeerOutput(NamedTuple):
     held_bytes: int = 0
 
 
+class _DueAlarms(NamedTuple):
+    """The earliest deadlines of the machines the member calls only when due."""
+
+    scribe: Alarm
+    reliability: Alarm
+    directory: Alarm
+
+
+def _is_due(alarm: Alarm, now: int) -> bool:
+    when = alarm.earliest if alarm.known else alarm.next_deadline()
+    return when is not None and when <= now
+
+
 class ClusterMember:
     def __init__(self, me: NodeRef, overlay_config: OverlayConfig, scribe_config: ScribeConfig,
                  rng: Rng, reliability: Reliability | None = None, peers: PeerLinks | None = None,
                  alarm: Alarm | None = None) -> None:
-        """`alarm`: the broker's earliest deadline, which every machine's timers tell when they move
-        (`peers` were given it by the broker)."""
+        """`alarm`: the member's own earliest deadline (its parent the broker's, `broker_member`),
+        which every machine's timers tell when they move (`peers` were given it too), and which
+        `next_deadline` reads; a member given none keeps one with no parent."""
+        alarm = Alarm() if alarm is None else alarm
+        assert peers is None or peers.timers.alarm is alarm, "the links' timers tell the member's alarm"
         self.me = me
+        self.alarm = alarm
         self.peers = peers
         self.clock = WallClock()  # the broker's, which it sets on each input that has one (core/clock.py)
         self.peer_messages_rejected = 0
+        # Scribe's, the reliability node's and the directory's earliest deadlines, each in an alarm
+        # under the member's: `handle_timeout` calls those three only when due (Pastry and the links
+        # at every deadline: Pastry forgets old failures then, the links hand out their reports)
+        self._due = _DueAlarms(Alarm(alarm), Alarm(alarm), Alarm(alarm))
         self.overlay = OverlayNode(me, overlay_config, rng, alarm=alarm)
         gd = reliability is not None
-        self.scribe = ScribeAgent(me, replace(scribe_config, forward_events=not gd), alarm=alarm)
+        self.scribe = ScribeAgent(me, replace(scribe_config, forward_events=not gd), alarm=self._due.scribe)
         self.reliability: ReliabilityNode | None = None
         self.directory: PubendDirectory | None = None
         if reliability is not None:
             self.directory = PubendDirectory(me, reliability.pubend_id, reliability.directory_config,
-                                             reliability.pubend_state, reliability.directory, alarm)
+                                             reliability.pubend_state, reliability.directory, self._due.directory)
             links = peers
             self.reliability = ReliabilityNode(me, reliability.pubend_id, reliability.config,
                                                self.scribe.said_empty.suppressed,
                                                reliability.trees_of, reliability.pubend_state, reliability.held,
                                                (lambda address: False) if links is None else links.congested,
-                                               alarm=alarm)
+                                               alarm=self._due.reliability)
             self.directory.clock = self.reliability.streams.clock = self.clock
         self._before_join: deque[RouteTo] = deque(maxlen=ROUTES_BEFORE_JOIN_MAX)
+        self._due.scribe.watch(self.scribe)
+        if self.reliability is not None and self.directory is not None:
+            self._due.reliability.watch(self.reliability)
+            self._due.directory.watch(self.directory)
+        alarm.watch(self.overlay, *self._due, *([] if peers is None else [peers]))
 
     # ---- inputs ----------------------------------------------------------------------------------
 
@@ -215,23 +249,20 @@ class ClusterMember:
 
     def handle_timeout(self, now: int) -> list[ClusterEffect]:
         out = [] if self.peers is None else self._peer_output(now, self.peers.handle_timeout(now))
-        effects: list[Settled] = [*self.overlay.handle_timeout(now), *self._told(self.scribe.handle_timeout(now))]
-        if self.reliability is not None:
+        effects: list[Settled] = [*self.overlay.handle_timeout(now)]
+        due = self._due
+        if _is_due(due.scribe, now):
+            effects += self._told(self.scribe.handle_timeout(now))
+        if self.reliability is not None and _is_due(due.reliability, now):
             effects += self._asked(now, self.reliability.handle_timeout(now))
-        if self.directory is not None:
+        if self.directory is not None and _is_due(due.directory, now):
             effects += self.directory.handle_timeout(now)
         return out + self._settle(now, effects)
 
     def next_deadline(self) -> int | None:
-        machines = [self.overlay.next_deadline(), self.scribe.next_deadline()]
-        if self.reliability is not None:
-            machines.append(self.reliability.next_deadline())
-        if self.directory is not None:
-            machines.append(self.directory.next_deadline())
-        if self.peers is not None:
-            machines.append(self.peers.next_deadline())
-        deadlines = [d for d in machines if d is not None]
-        return min(deadlines) if deadlines else None
+        """The earliest deadline of the member's machines (walked by its alarm only when not known)."""
+        alarm = self.alarm
+        return alarm.earliest if alarm.known else alarm.next_deadline()
 
     # ---- the peer links (a broker's member only) --------------------------------------------------
 

@@ -297,8 +297,9 @@ class ScribeAgent:
 
     def shape_changes(self) -> list[TreeShape]:
         """The shape now of each tree whose presence, root, parent or children changed since this
-        was last asked (with the reliability layer; always [] without), in the order they changed."""
-        return self._table.shape_changes()
+        was last asked (with the reliability layer; always [] without), in the order they changed.
+        Asked after every Scribe call: most change none, and are answered here."""
+        return self._table.shape_changes() if self._table.reshaped else []
 
     def children(self, tree: str) -> list[str]:
         """The addresses of this node's children in `tree`, in the order they were adopted."""

@@ -11,7 +11,10 @@ trees at once, so one message per pair of nodes carries the liveness of all the 
 
 An event and a subscribe's `extra` are opaque to Scribe: the broker and its reliability layer fill
 them with msgpack-able values. Peers are untrusted, so `decode` checks every field Scribe reads and
-raises ProtocolError (bad-message) on anything else; the agent never sees a malformed message.
+raises ProtocolError (bad-message) on anything else; the agent never sees a malformed message. A
+decode runs in this module alone (its checks are written here, not called from a shared helper;
+access lists and members excepted, access.py): every hop of every event decodes an EVENT, and
+bench/path_trace.py counts a codec that calls out as a stop.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from tidings.core.errors import BAD_MESSAGE, ProtocolError
 from tidings.core.multicast.access import Acl, Member, acl_from_wire, acl_to_wire, members_from_wire, members_to_wire
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.wire.packable import Packable, WireArray
-from tidings.core.wire.typed import decode_typed, name
 from tidings.core.wire.types import ScribeType
 
 TREE_BYTES_MAX = 1100  # a channel (1024 bytes) plus "/#", with room to spare
@@ -168,7 +170,11 @@ def _bad(what: str) -> ProtocolError:
 
 
 def _string(value: object, bytes_max: int, what: str) -> str:
-    return name(value, bytes_max, what, _bad)
+    """A non-empty string of at most `bytes_max` UTF-8 bytes (as wire/typed.py's `name`)."""
+    # a string never has more characters than UTF-8 bytes, so a long one is refused before encoding
+    if type(value) is str and 0 < len(value) <= bytes_max and len(value.encode("utf-8", "surrogatepass")) <= bytes_max:
+        return value
+    raise _bad(f"{what} is a non-empty string of at most {bytes_max} bytes")
 
 
 def _tree(value: object) -> str:
@@ -213,7 +219,15 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], ScribeMessage]]] = {
 
 def decode(message: object) -> ScribeMessage:
     """The Scribe message in `message` (a decoded msgpack value); ProtocolError if malformed."""
-    return decode_typed(message, _DECODERS, _bad)
+    if type(message) is not list or not message or type(message[0]) is not int:
+        raise _bad("a message is a list starting with its type")
+    shape = _DECODERS.get(message[0])
+    if shape is None:
+        raise _bad(f"unknown message type {message[0]}")
+    count, build = shape
+    if len(message) != count + 1:
+        raise _bad(f"message type {message[0]} has {count} fields")
+    return build(message[1:])
 
 
 def decode_routed(message: object) -> RoutedMessage:

@@ -114,11 +114,13 @@ CuriosityEffect = SendNack | TreePruned
 class StreamCuriosity:
     """One stream's curiosity: its state, the ticks it asked for (C), and the times the rules use."""
 
-    __slots__ = ("_asked", "curious_ns", "heard_ns", "moved_ns", "nack_interval_ns", "nack_ns", "recalled", "state")
+    __slots__ = ("_acked", "_asked", "curious_ns", "heard_ns", "moved_ns", "nack_interval_ns", "nack_ns", "recalled",
+                 "state")
 
     def __init__(self) -> None:
         self.state = QUIET
         self._asked = CuriosityMap()  # C: ticks nacked since the curiosity was last cleared
+        self._acked = 0  # every consumer is past it: A in `_asked` once it is next read (`fresh`)
         self.nack_ns: int | None = None  # when the last nack left
         self.curious_ns: int | None = None  # when the nacked ticks were last forgotten (NRT counts from it)
         self.nack_interval_ns = 0  # NRT now: doubles while nacks go unanswered and upstream is silent
@@ -135,13 +137,18 @@ class StreamCuriosity:
     def forget(self) -> None:
         """Ticks nacked without an answer may be nacked again (NRT passed, or silence was doubted)."""
         self._asked = CuriosityMap()
+        self._acked = 0
 
     def acked_through(self, tick: int) -> None:
-        """Every consumer is past `tick`: nothing up to it is asked for again."""
-        self._asked.ack_through(tick)
+        """Every consumer is past `tick`: nothing up to it is asked for again. Noted here, and
+        marked in the map when it is next read (the stream's ack point moves with every event; its
+        nacks are rare)."""
+        self._acked = max(self._acked, tick)
 
     def fresh(self, gaps: list[tuple[int, int]], ranges_max: int) -> list[Range]:
         """Of `gaps`, the ranges not nacked since the last `forget`, now marked asked (C)."""
+        if self._acked:
+            self._asked.ack_through(self._acked)
         out: list[Range] = []
         for after, through in gaps:
             out += self._asked.curious(after, through)
@@ -243,7 +250,8 @@ class Curiosity:
         return out
 
     def _gap_due(self, now: int, key: GapTimer, ist: Istream) -> list[CuriosityEffect]:
-        if not ist.gaps():
+        gaps = ist.gaps()  # (what follows changes the curiosity only, not the stream's knowledge)
+        if not gaps:
             return []
         c = ist.curiosity
         c.recalled = 0  # (from now on GCT again, until more ticks are recalled)
@@ -263,7 +271,7 @@ class Curiosity:
             c.move(CuriosityEvent.REPEAT)
             c.curious_ns = now
         out: list[CuriosityEffect] = []
-        ranges = c.fresh(ist.gaps(), ist.limits.nack_ranges_max)
+        ranges = c.fresh(gaps, ist.limits.nack_ranges_max)
         if ranges:
             c.nack_ns = now
             self.nacks_sent += 1

@@ -178,9 +178,10 @@ class Interest:
             ist.doubt_after(after, good)
             self._redoubted[ist.pubend] = after
 
-    def unwanted(self, records: Iterable[bytes], wanted: Summary | None) -> int:
-        """How many of `records` no subscription here or below (`wanted`, merged with no size limit)
-        matches: the filtering's measure."""
+    def unwanted(self, records: Iterable[bytes], own: Iterable[Summary | None], children: Sequence[str]) -> int:
+        """How many of `records` no subscription here or below (this broker's `own` and its
+        `children`'s, merged with no size limit) matches: the filtering's measure."""
+        wanted = self.wanted(own, children, TICK_MAX)
         if wanted is None or whole_tree(wanted, self.tree):  # every record is wanted: no need to look at any
             return 0
         count = 0

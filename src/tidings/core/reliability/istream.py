@@ -342,6 +342,26 @@ class Istream:
                 released = min(released, c.released_through)
         return self.ghosts.hold(now, released, delivered)
 
+    def settle(self, now: int, held: int | None) -> tuple[int, int, int] | None:
+        """The consumers were served: the ack to send upstream now, (point, released, delivered),
+        or None when it would tell nothing new (`held`: as for `release_points`); then the cache
+        and the memory are bounded. A consumer that went back (a catchup, a child's nack) is
+        acknowledged again from below what was acknowledged before, so that the pubend can pace
+        its answer (source.py)."""
+        released, delivered = self.release_points(now, held)
+        point = self.ack_point()
+        self.point_sent = min(self.point_sent, point)
+        ack = None
+        if self.upstream is not None and (point > self.point_sent or released != self.released_sent
+                                          or delivered != self.delivered_sent):
+            self.acked_sent = max(point, self.acked_sent)
+            self.point_sent = point
+            self.released_sent, self.delivered_sent = released, delivered
+            ack = (point, released, delivered)
+        self.bound_cache()
+        self.bound_memory()
+        return ack
+
     # ---- gaps and nacks -----------------------------------------------------------------------
 
     def gaps(self) -> list[tuple[int, int]]:

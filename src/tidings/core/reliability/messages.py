@@ -42,7 +42,9 @@ makes a broker nack ticks it lacks.
 
 Peers are untrusted: `decode` checks every field, including that a tick is an int and not a bool
 (`True` is an int in Python), and raises ProtocolError (bad-message) on anything malformed. It does
-not check a record's contents: the stream does that when it routes the event.
+not check a record's contents: the stream does that when it routes the event. A decode runs in this
+module alone (its checks are written here, not called from a shared helper): every hop of every
+event decodes a KNOWLEDGE, and bench/path_trace.py counts a codec that calls out as a stop.
 """
 
 from __future__ import annotations
@@ -58,7 +60,6 @@ from tidings.core.reliability.summary import Summary
 from tidings.core.reliability.summary import decode as decode_summary
 from tidings.core.reliability.summary import to_wire as summary_wire
 from tidings.core.wire.packable import WireArray
-from tidings.core.wire.typed import decode_typed, name
 from tidings.core.wire.types import ReliabilityType
 
 REGISTRATION_MAX = 2**63 - 1
@@ -174,7 +175,11 @@ def _bad(what: str) -> ProtocolError:
 
 
 def _name(value: object, bytes_max: int, what: str) -> str:
-    return name(value, bytes_max, what, _bad)
+    """A non-empty string of at most `bytes_max` UTF-8 bytes (as wire/typed.py's `name`)."""
+    # a string never has more characters than UTF-8 bytes, so a long one is refused before encoding
+    if type(value) is str and 0 < len(value) <= bytes_max and len(value.encode("utf-8", "surrogatepass")) <= bytes_max:
+        return value
+    raise _bad(f"{what} is a non-empty string of at most {bytes_max} bytes")
 
 
 def _stream(tree: object, pubend: object) -> tuple[str, str]:
@@ -285,4 +290,12 @@ def _registration(value: object) -> int:
 
 def decode(message: object) -> ReliabilityMessage:
     """The reliability message in `message` (a decoded msgpack value); ProtocolError if malformed."""
-    return decode_typed(message, _DECODERS, _bad)
+    if type(message) is not list or not message or type(message[0]) is not int:
+        raise _bad("a message is a list starting with its type")
+    shape = _DECODERS.get(message[0])
+    if shape is None:
+        raise _bad(f"unknown message type {message[0]}")
+    count, build = shape
+    if len(message) != count + 1:
+        raise _bad(f"message type {message[0]} has {count} fields")
+    return build(message[1:])

@@ -190,6 +190,12 @@ class ReliabilityNode:
     def event_arrived(self, now: int, tree: str, event: WireArray, sender: str) -> list[NodeEffect]:
         """Knowledge of one pubend came down `tree` from `sender` (ProtocolError if malformed)."""
         origin, knowledge = _decode_event(tree, event)
+        return self._arrived(now, event, origin, knowledge, sender)
+
+    def _arrived(self, now: int, event: WireArray, origin: str, knowledge: messages.KnowledgeMessage,
+                 sender: str) -> list[NodeEffect]:
+        """Knowledge of one pubend, decoded, came down its tree from `sender` (`event`: as it came)."""
+        tree = knowledge.tree
         if self.config.best_effort:
             return self._best_effort(tree, event, knowledge)
         return self._flush(now, self._out(now, self.streams.arrived(now, tree, origin, knowledge, sender)))
@@ -274,7 +280,7 @@ class ReliabilityNode:
             out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
         elif type(decoded) is messages.KnowledgeMessage:  # straight from a pubend that takes us for the root
             if self.streams.is_root(decoded.tree):
-                out += self.event_arrived(now, decoded.tree, [sender, message], sender)
+                out += self._arrived(now, [sender, message], sender, decoded, sender)
             else:
                 out += self._to(now, sender, messages.RootMoved(decoded.tree).to_wire())
         elif type(decoded) is messages.RootMoved:

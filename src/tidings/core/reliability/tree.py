@@ -38,6 +38,11 @@ class Tree:
     # durable registrations recorded in the PFS (connected or away) -> their summary, part of the interest
     recorded: dict[int, Summary | None] = field(default_factory=dict)
 
+    def own_interests(self) -> list[Summary | None]:
+        """This broker's own parts of the tree's interest: its local subscriptions' and recorded
+        registrations' summaries."""
+        return [*self.interests.values(), *self.recorded.values()]
+
     def start_of(self, key: int, pubend: str, otherwise: int) -> int:
         return self.positions.get(key, {}).get(pubend, otherwise)
 

@@ -214,20 +214,12 @@ class TreeStreams:
         return out
 
     def _after_change(self, now: int, ist: Istream) -> None:
-        """Acknowledge what all consumers have, with the release point below, and watch the gaps."""
-        released, delivered = ist.release_points(now, self._held(ist.tree, ist.pubend))
-        point = ist.ack_point()
-        # a consumer went back (a catchup, a child's nack): its progress is acknowledged again, below
-        # what was acknowledged before, so that the pubend can pace its answer (source.py)
-        ist.point_sent = min(ist.point_sent, point)
-        if ist.upstream is not None and (point > ist.point_sent or released != ist.released_sent
-                                         or delivered != ist.delivered_sent):
-            ist.acked_sent = max(point, ist.acked_sent)
-            ist.point_sent = point
-            ist.released_sent, ist.delivered_sent = released, delivered
-            self.acks.ack(ist.upstream, ist.tree, ist.pubend, point, released, delivered)
-        ist.bound_cache()
-        ist.bound_memory()
+        """Acknowledge what all consumers have, with the release point below (the stream bounds its
+        cache and memory in the same call, `Istream.settle`), and watch the gaps."""
+        ack = ist.settle(now, self._held(ist.tree, ist.pubend))
+        if ack is not None:
+            assert ist.upstream is not None
+            self.acks.ack(ist.upstream, ist.tree, ist.pubend, *ack)
         self.curiosity.changed(now, ist)
 
     # ---- tree membership -----------------------------------------------------------------------
@@ -290,16 +282,16 @@ class TreeStreams:
     def _new_tree(self, tree: str) -> Tree:
         return Tree({}, {}, {}, {}, Interest(tree, self.config.summary_bytes_max, self.config.gap_curiosity_ns))
 
-    def _interest(self, tree: str, t: Tree, bytes_max: int | None = None) -> Summary | None:
+    def _interest(self, tree: str, t: Tree) -> Summary | None:
         """What this broker's local subscriptions and children of `tree` want, merged."""
-        return t.interest.wanted([*t.interests.values(), *t.recorded.values()], self._children(tree), bytes_max)
+        return t.interest.wanted(t.own_interests(), self._children(tree))
 
     def _count_unwanted(self, tree: str, t: Tree, records: tuple[bytes, ...]) -> None:
         """The filtering's measure: first-time data records no subscription here or below matches
         (exactly: no size limit), counted in `records_unwanted` (not at the root)."""
         if self._is_root(tree):  # the root is sent everything by design
             return
-        self.records_unwanted += t.interest.unwanted(records, self._interest(tree, t, TICK_MAX))
+        self.records_unwanted += t.interest.unwanted(records, t.own_interests(), self._children(tree))
 
     def _resummarize(self, now: int, tree: str, t: Tree, positions: dict[str, int], since: int) -> list[StreamEffect]:
         """The tree's interest may have changed (interest.py); `positions` (per pubend, `since` for

@@ -89,9 +89,10 @@ PeerLinkMessage = PeerHello | PeerWelcome | Ping | Pong | PeerError | PeerChalle
 
 
 def encode(message: Sequence[object]) -> bytes:
-    """One frame holding `message` (a list whose first element is its type)."""
-    packed = msgpack.packb(message)  # framed here (frames.py's header), as the client messages are: one call
-    return HEADER.pack(len(packed)) + packed
+    """One frame holding `message` (a list whose first element is its type): frames.py's `frame`,
+    written out, since every message to a peer passes here (a codec that calls no other module)."""
+    body = msgpack.packb(message)
+    return HEADER.pack(len(body)) + body
 
 
 def hello(node: NodeRef, version: int = PEER_VERSION, nonce: bytes | None = None) -> bytes:

@@ -1,34 +1,20 @@
-"""Decoding typed broker-to-broker messages: the checks every protocol's `decode` shares.
+"""Checks of the fields of typed broker-to-broker messages that several modules share.
 
-A message is a msgpack-decoded list whose first element is its type. Each protocol (Scribe,
-guaranteed delivery) keeps a table type -> (field count, builder) and a `bad` function that makes
-its ProtocolError, prefixed with the protocol's name; `decode_typed` checks the envelope and hands
-the fields to the builder, which checks them with helpers like `name`.
+A message is a msgpack-decoded list whose first element is its type. Each protocol keeps a table
+type -> (field count, builder) and a `bad` function that makes its ProtocolError, prefixed with the
+protocol's name. The two codecs every event passes at every hop (Scribe's, multicast/messages.py,
+and guaranteed delivery's, reliability/messages.py) check their envelope and their names
+themselves, so that a decode is one call into one module; access lists (multicast/access.py) and
+the pubend directory (broker/directory.py) check their names with `name`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable
 
 from tidings.core.errors import ProtocolError
 
-T = TypeVar("T")
 Bad = Callable[[str], ProtocolError]
-
-
-# The decoders' boundary: each builder takes a message's fields as msgpack decoded them (a list of
-# Any, unchecked) and checks every field it reads before it builds the typed message it returns.
-def decode_typed(message: object, decoders: Mapping[int, tuple[int, Callable[[list[Any]], T]]], bad: Bad) -> T:
-    if type(message) is not list or not message or type(message[0]) is not int:
-        raise bad("a message is a list starting with its type")
-    shape = decoders.get(message[0])
-    if shape is None:
-        raise bad(f"unknown message type {message[0]}")
-    count, build = shape
-    if len(message) != count + 1:
-        raise bad(f"message type {message[0]} has {count} fields")
-    return build(message[1:])
 
 
 def name(value: object, bytes_max: int, what: str, bad: Bad) -> str:
