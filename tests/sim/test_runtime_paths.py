@@ -143,9 +143,9 @@ def two_brokers(seed: int) -> tuple[World, Network, BrokerNode, BrokerNode]:
                    join="a:7000", join_timeout_ns=10 * SECOND_NS)
     a.start()
     b.start()
-    world.run_until(lambda: a.core is not None and b.core is not None and a.core.joined and b.core.joined,
+    world.run_until(lambda: a.core is not None and b.core is not None and a.core.machines.joined and b.core.machines.joined,
                     3 * SECOND_NS)
-    assert a.core is not None and b.core is not None and a.core.joined and b.core.joined
+    assert a.core is not None and b.core is not None and a.core.machines.joined and b.core.machines.joined
     return world, network, a, b
 
 
@@ -181,10 +181,10 @@ def test_two_brokers_restarted_together_each_joining_through_the_other_form_one_
                    join="a:7000", join_timeout_ns=10 * SECOND_NS)
     a.start()
     b.start()
-    world.run_until(lambda: a.core is not None and b.core is not None and a.core.joined and b.core.joined,
+    world.run_until(lambda: a.core is not None and b.core is not None and a.core.machines.joined and b.core.machines.joined,
                     5 * SECOND_NS)
     assert a.up and b.up and a.stopped is None and b.stopped is None
-    assert a.core is not None and b.core is not None and a.core.joined and b.core.joined
+    assert a.core is not None and b.core is not None and a.core.machines.joined and b.core.machines.joined
     world.run_until(lambda: False, world.now + 2 * SECOND_NS)
     leaves = {node.name: [n.address for n in node.core.cluster.overlay.leaf_set.members()] for node in (a, b)}
     assert leaves == {"a": ["b:7000"], "b": ["a:7000"]}, "one overlay, not two"
