@@ -207,6 +207,17 @@ class Subscription:
         frames = messages.records_frames if self.bulk else messages.events_frames
         return [Send(self.conn, frame) for frame in frames(self.sub, records)]
 
+    def fresh(self, ticks: list[int], records: list[bytes]) -> list[bytes]:
+        """Its share of a run of its own pubend's events that just became durable, each matched
+        already (`ticks` ascending, one per record): when live, those past its position (`records`
+        itself when that is all of them: not to be changed); else none (it reads them from the log)."""
+        if self.mode is not Mode.LIVE:
+            return []
+        position = self.positions[self.own]
+        if ticks[0] > position:
+            return records
+        return [record for tick, record in zip(ticks, records, strict=True) if tick > position]
+
     def passed(self, positions: Mapping[str, int]) -> None:
         """The trees handed it (delivered or found not to match) other pubends' ticks up to these."""
         own = self.own
