@@ -86,10 +86,11 @@ events = st.lists(st.tuples(st.sampled_from(CHANNELS), st.integers(0, 4)), min_s
 def test_own_events_reach_each_live_subscription_they_match_past_its_position_in_order(subs, evs, cuts):
     """A subscription live from a position past the durable tail skips the ticks up to it; one still
     catching up gets nothing (it reads the log); each gets its events in tick order, whatever
-    channels and filters interleave; the effects leave in the order of each one's first event."""
+    channels and filters interleave; the effects leave in the order of each one's first event.
+    (Each on a connection of its own, with sub ids 1 and 2 as clients number them.)"""
     table = LocalSubscriptions(Guard.open())
     for i, (pattern, flt, position, live) in enumerate(subs):
-        s = table.open(10 + i, i + 1, OWN, pattern, None if flt is None else parse_filter(flt),
+        s = table.open(10 + i, 1 + i % 2, OWN, pattern, None if flt is None else parse_filter(flt),
                        position if live else SYNCED_AT_START - 5, None, from_oldest=False, total=False,
                        bulk=False, spans=False)
         table.joined(s)
@@ -109,3 +110,19 @@ def test_own_events_reach_each_live_subscription_they_match_past_its_position_in
     assert table.events_delivered == delivered
     for key, s in table.subends.items():
         assert s.position == moved.get(key, s.position)
+
+
+def test_subscribers_of_the_same_events_under_the_same_sub_id_share_one_encoding_of_their_frames():
+    table = LocalSubscriptions(Guard.open())
+    subs = [table.open(10 + i, 1 if i < 3 else 2, OWN, "a/#", None, SYNCED_AT_START, None, from_oldest=False,
+                       total=False, bulk=False, spans=False) for i in range(4)]
+    for s in subs:
+        table.joined(s)
+        table.advance(s, False, SYNCED_AT_START, 1 << 20)
+    records = [(SYNCED_AT_START + t, "a/x", {}, msgpack.packb([OWN, SYNCED_AT_START + t, "a/x", {}, "s", "i", b"p"]))
+               for t in (1, 2)]
+    sends = table.synced([PendingBatch(1, 1, 1, [], records, 0)], OWN, SYNCED_AT_START + 2)
+    assert [e.conn for e in sends] == [10, 11, 12, 13]
+    assert sends[0].data is sends[1].data is sends[2].data  # one encoding for sub 1's three connections
+    first, last = (decoders.decode_broker_message(e.data[4:]) for e in (sends[0], sends[3]))
+    assert (first.sub, last.sub) == (1, 2) and first.records == last.records

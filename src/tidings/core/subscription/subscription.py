@@ -196,16 +196,26 @@ class Subscription:
 
     # ---- delivery --------------------------------------------------------------------------------
 
-    def deliver(self, records: list[bytes], pubend: str | None = None, through: int | None = None) -> list[Effect]:
+    def deliver(self, records: list[bytes], pubend: str | None = None, through: int | None = None,
+                framed: dict[tuple[int, int], list[bytes]] | None = None) -> list[Effect]:
         """Its records (in order; each matched already), framed for its client; `through`: every
-        tick of `pubend` up to it was delivered or found not to match."""
+        tick of `pubend` up to it was delivered or found not to match. `framed`: the EVENTS frames
+        already made in this fan-out, by the identity of their list of records and the sub id, for
+        subscriptions handed the same list (the bytes are the same: encoded once)."""
         assert self.mode in OPEN
         if pubend is not None and through is not None and through > self.positions.get(pubend, -1):
             self.positions[pubend] = through
         if not records:
             return []
-        frames = messages.records_frames if self.bulk else messages.events_frames
-        return [Send(self.conn, frame) for frame in frames(self.sub, records)]
+        if self.bulk:
+            return [Send(self.conn, frame) for frame in messages.records_frames(self.sub, records)]
+        if framed is None:
+            return [Send(self.conn, frame) for frame in messages.events_frames(self.sub, records)]
+        made = (id(records), self.sub)
+        frames = framed.get(made)
+        if frames is None:
+            frames = framed[made] = messages.events_frames(self.sub, records)
+        return [Send(self.conn, frame) for frame in frames]
 
     def fresh(self, ticks: list[int], records: list[bytes]) -> list[bytes]:
         """Its share of a run of its own pubend's events that just became durable, each matched

@@ -241,12 +241,15 @@ class LocalSubscriptions:
 
     def fan_out(self, fan: Mapping[int, list[bytes]], pubend: str | None = None,
                 through: int | None = None) -> list[Effect]:
-        """Records for subscriptions, from this broker's fan-out (`pubend` passed `through`) or the trees."""
+        """Records for subscriptions, from this broker's fan-out (`pubend` passed `through`) or the
+        trees; subscriptions handed the same list of records under the same sub id (one per
+        connection, as clients number them) share its frames."""
         out: list[Effect] = []
         subends = self.subends
+        framed: dict[tuple[int, int], list[bytes]] = {}  # lists of `fan` stay alive: their ids are theirs
         for key, records in fan.items():
             self.events_delivered += len(records)
-            out += subends[key].deliver(records, pubend, through)
+            out += subends[key].deliver(records, pubend, through, framed)
         return out
 
     def lost(self, keys: Iterable[int], pubend: str, after: int, through: int) -> list[Effect]:
