@@ -422,7 +422,7 @@ class Broker:
         """The cluster member's output: remote events for local subscriptions, effects for the runtime."""
         for eff in effects:
             if type(eff) is DeliverRecords:
-                out += self.local.fan_out(self.local.remote.fan(eff, self.local.subends))
+                out += self.local.delivered(eff)
             elif type(eff) is Lost:
                 out += self.local.lost(eff.keys, eff.pubend, eff.after, eff.through)
             elif type(eff) is AccessChanged:

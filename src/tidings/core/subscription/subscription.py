@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -102,6 +102,14 @@ MOVES: Moves[Mode, Cause] = Moves("subscription", {
     **{(mode, Cause.END): Mode.ENDED for mode in OPEN},
     **{(mode, Cause.LEFT): Mode.AWAY for mode in OPEN},
 })
+
+
+class Taken(NamedTuple):
+    """A subscription's share of other pubends' records from the trees (`Subscription.take`)."""
+
+    first: int  # the index, among the records offered, of its first one
+    delivered: int  # how many it took
+    effects: list[Effect]  # their frames
 
 
 class Subscription:
@@ -227,6 +235,19 @@ class Subscription:
         if ticks[0] > position:
             return records
         return [record for tick, record in zip(ticks, records, strict=True) if tick > position]
+
+    def take(self, routed: list[tuple[str, dict[str, Any]]], records: list[bytes],
+             framed: dict[tuple[int, int], list[bytes]] | None = None) -> Taken | None:
+        """Its share of other pubends' records from the trees, in delivery order, each checked
+        already (`routed`: its channel and attributes): those matching its pattern and filter,
+        framed (all of them as `records` itself, whose frames `framed` shares); None if none."""
+        pattern, flt = self.pattern, self.filter  # (self.matches, without a call per record)
+        picked = [i for i, (channel, attributes) in enumerate(routed)
+                  if pattern_matches(pattern, channel) and (flt is None or flt.matches(attributes))]
+        if not picked:
+            return None
+        share = records if len(picked) == len(records) else [records[i] for i in picked]
+        return Taken(picked[0], len(share), self.deliver(share, framed=framed))
 
     def passed(self, positions: Mapping[str, int]) -> None:
         """The trees handed it (delivered or found not to match) other pubends' ticks up to these."""
