@@ -192,7 +192,10 @@ class LocalSubscriptions:
         Matched per event, handed out per run: consecutive events that match the same keys (the
         events of one channel without attributes share one list of keys) go to each of those
         subscriptions in one piece (`Subscription.fresh`), so the cost per event does not grow
-        with the subscriptions it reaches."""
+        with the subscriptions it reaches. A broker without local subscriptions (a publisher's
+        broker) looks at nothing."""
+        if not self.subends:  # (the index holds some of them)
+            return []
         fan: dict[int, list[bytes]] = {}
         owned: set[int] = set()  # keys whose list in `fan` is theirs alone (else a run's, shared)
         match = self.index.match
