@@ -72,3 +72,16 @@ def test_records_of_another_pubend_or_malformed_are_counted_and_dropped():
     effects = t.delivered(DeliverRecords("nodes/#", (1,), ("p-remote",) * 3, recs))
     assert got(effects) == [(10, 1, [msgpack.unpackb(good)])]
     assert (t.remote_delivered, t.records_rejected) == (1, 2)
+
+
+def test_subscriptions_under_the_same_sub_id_each_get_their_own_share():
+    """Shares are framed once per list of records: two different shares never pass for one."""
+    t = LocalSubscriptions(Guard.open())
+    for conn, pattern in ((10, "nodes/a/#"), (11, "nodes/b/#"), (12, "nodes/#"), (13, "nodes/#")):
+        t.joined(t.open(conn, 1, "p-local", pattern, None, 0, None, from_oldest=False, total=False, bulk=False,
+                        spans=False))
+    recs = [record(1, "nodes/a/load", {}), record(2, "nodes/b/load", {})]
+    a, b = (msgpack.unpackb(r) for r in recs)
+    effects = t.delivered(DeliverRecords("nodes/#", (1, 2, 3, 4), ("p-remote",) * 2, recs))
+    assert got(effects) == [(10, 1, [a]), (12, 1, [a, b]), (13, 1, [a, b]), (11, 1, [b])]
+    assert effects[1].data is effects[2].data  # the whole of it, framed once

@@ -209,7 +209,9 @@ class Subscription:
         """Its records (in order; each matched already), framed for its client; `through`: every
         tick of `pubend` up to it was delivered or found not to match. `framed`: the EVENTS frames
         already made in this fan-out, by the identity of their list of records and the sub id, for
-        subscriptions handed the same list (the bytes are the same: encoded once)."""
+        subscriptions handed the same list (the bytes are the same: encoded once); the caller keeps
+        every list it hands over with `framed` alive as long as `framed` is used, so that no id is
+        reused."""
         assert self.mode in OPEN
         if pubend is not None and through is not None and through > self.positions.get(pubend, -1):
             self.positions[pubend] = through
@@ -240,14 +242,16 @@ class Subscription:
              framed: dict[tuple[int, int], list[bytes]] | None = None) -> Taken | None:
         """Its share of other pubends' records from the trees, in delivery order, each checked
         already (`routed`: its channel and attributes): those matching its pattern and filter,
-        framed (all of them as `records` itself, whose frames `framed` shares); None if none."""
+        framed; None if none. All of them are framed as `records` itself, through `framed` (the
+        caller keeps that list alive, so its identity is its own); a part, a list of its own."""
         pattern, flt = self.pattern, self.filter  # (self.matches, without a call per record)
         picked = [i for i, (channel, attributes) in enumerate(routed)
                   if pattern_matches(pattern, channel) and (flt is None or flt.matches(attributes))]
         if not picked:
             return None
-        share = records if len(picked) == len(records) else [records[i] for i in picked]
-        return Taken(picked[0], len(share), self.deliver(share, framed=framed))
+        if len(picked) == len(records):
+            return Taken(0, len(records), self.deliver(records, framed=framed))
+        return Taken(picked[0], len(picked), self.deliver([records[i] for i in picked]))
 
     def passed(self, positions: Mapping[str, int]) -> None:
         """The trees handed it (delivered or found not to match) other pubends' ticks up to these."""
