@@ -245,8 +245,10 @@ class Subscription:
         framed; None if none. All of them are framed as `records` itself, through `framed` (the
         caller keeps that list alive, so its identity is its own); a part, a list of its own."""
         pattern, flt = self.pattern, self.filter  # (self.matches, without a call per record)
-        picked = [i for i, (channel, attributes) in enumerate(routed)
-                  if pattern_matches(pattern, channel) and (flt is None or flt.matches(attributes))]
+        picked: list[int] = []
+        for i, (channel, attributes) in enumerate(routed):
+            if pattern_matches(pattern, channel) and (flt is None or flt.matches(attributes)):
+                picked.append(i)
         if not picked:
             return None
         if len(picked) == len(records):
