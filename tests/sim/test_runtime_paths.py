@@ -135,6 +135,10 @@ def test_a_broker_that_cannot_join_stops_at_its_join_deadline():
     assert node.stopped.attempts_failed >= 1 and node.stopped.last_failure == "refused"
 
 
+def joined(node: BrokerNode) -> bool:
+    return node.core is not None and node.core.machines.joined
+
+
 def two_brokers(seed: int) -> tuple[World, Network, BrokerNode, BrokerNode]:
     world = World(seed)
     network = Network(world)
@@ -143,7 +147,7 @@ def two_brokers(seed: int) -> tuple[World, Network, BrokerNode, BrokerNode]:
                    join="a:7000", join_timeout_ns=10 * SECOND_NS)
     a.start()
     b.start()
-    world.run_until(lambda: a.core is not None and b.core is not None and a.core.machines.joined and b.core.machines.joined,
+    world.run_until(lambda: joined(a) and joined(b),
                     3 * SECOND_NS)
     assert a.core is not None and b.core is not None and a.core.machines.joined and b.core.machines.joined
     return world, network, a, b
@@ -181,7 +185,7 @@ def test_two_brokers_restarted_together_each_joining_through_the_other_form_one_
                    join="a:7000", join_timeout_ns=10 * SECOND_NS)
     a.start()
     b.start()
-    world.run_until(lambda: a.core is not None and b.core is not None and a.core.machines.joined and b.core.machines.joined,
+    world.run_until(lambda: joined(a) and joined(b),
                     5 * SECOND_NS)
     assert a.up and b.up and a.stopped is None and b.stopped is None
     assert a.core is not None and b.core is not None and a.core.machines.joined and b.core.machines.joined

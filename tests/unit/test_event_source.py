@@ -99,3 +99,12 @@ def test_anything_but_a_boolean_flag_is_refused(extra):
     assert record_routing_fields(msgpack.packb(fields)) is None
     with pytest.raises(ValueError, match=r"wrong type|7-element"):
         event_from_fields(fields)
+
+
+@pytest.mark.parametrize(("attributes", "kept"), [
+    ({}, {}), (None, {}), ({"n": 1, "s": "x"}, {"n": 1, "s": "x"}),
+    (0, None), ("", None), ([], None), (False, None), ([["n", 1]], None), ({"n": [1]}, None), ({"": 1}, None),
+])
+def test_a_peers_record_keeps_only_a_map_of_valid_attributes(attributes, kept):
+    checked = record_routing_fields(msgpack.packb(["p-1", 2**40, "a", attributes, "svc", "i", b"x"]))
+    assert (None if checked is None else checked.attributes) == kept

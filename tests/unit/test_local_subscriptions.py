@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import msgpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tidings.core.auth.guard import Guard
 from tidings.core.effects import Send
+from tidings.core.filters import parse_filter
+from tidings.core.publish.pubend import PendingBatch
 from tidings.core.subscription.leases import EndSubscription
 from tidings.core.subscription.table import LocalSubscriptions, Reader
 from tidings.core.wire import decoders, messages
@@ -44,3 +50,79 @@ def test_bounded_subscriptions_leave_no_index_entry_and_no_tree():
     assert len(table.index) == 1
     assert table.drop(bounded) is False and table.drop(live) is True
     assert len(table.index) == 0 and table.subends == {}
+
+
+# ---- this broker's own events as they become durable (synced) ------------------------------------
+
+OWN = "me"
+SYNCED_AT_START = 100
+CHANNELS = ("a/x", "a/y", "b/z")
+PATTERNS = ("a/#", "a/x", "#", "b/z", "a/y")
+FILTERS = (None, "n > 2", "n = 1")
+
+
+def _reference_synced(table: LocalSubscriptions, batches: list[PendingBatch], synced_tick: int) -> list[Send]:
+    """What synced must give, written plainly: per event, each live subscription it matches past
+    its position gets it; then each subscription (in the order of its first record) its frames."""
+    fan: dict[int, list[bytes]] = {}
+    for batch in batches:
+        for tick, channel, attributes, record in batch.deliveries:
+            for key in table.index.match(channel, attributes):
+                s = table.subends[key]
+                if s.live and tick > s.position:
+                    fan.setdefault(key, []).append(record)
+    return [Send(table.subends[key].conn, frame) for key, records in fan.items()
+            for frame in messages.events_frames(table.subends[key].sub, records)]
+
+
+subscriptions = st.lists(st.tuples(st.sampled_from(PATTERNS), st.sampled_from(FILTERS),
+                                   st.integers(SYNCED_AT_START - 5, SYNCED_AT_START + 30), st.booleans()),
+                         min_size=1, max_size=8)
+events = st.lists(st.tuples(st.sampled_from(CHANNELS), st.integers(0, 4)), min_size=1, max_size=40)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(subscriptions, events, st.integers(1, 4))
+def test_own_events_reach_each_live_subscription_they_match_past_its_position_in_order(subs, evs, cuts):
+    """A subscription live from a position past the durable tail skips the ticks up to it; one still
+    catching up gets nothing (it reads the log); each gets its events in tick order, whatever
+    channels and filters interleave; the effects leave in the order of each one's first event.
+    (Each on a connection of its own, with sub ids 1 and 2 as clients number them.)"""
+    table = LocalSubscriptions(Guard.open())
+    for i, (pattern, flt, position, live) in enumerate(subs):
+        s = table.open(10 + i, 1 + i % 2, OWN, pattern, None if flt is None else parse_filter(flt),
+                       position if live else SYNCED_AT_START - 5, None, from_oldest=False, total=False,
+                       bulk=False, spans=False)
+        table.joined(s)
+        table.advance(s, False, SYNCED_AT_START, 1 << 20)
+        assert s.live is (live and position >= SYNCED_AT_START)
+    records = [(SYNCED_AT_START + 1 + i, channel, {"n": n} if n else {},
+                msgpack.packb([OWN, SYNCED_AT_START + 1 + i, channel, {"n": n} if n else {}, "s", "i", b"p"]))
+               for i, (channel, n) in enumerate(evs)]
+    size = -(-len(records) // cuts)
+    batches = [PendingBatch(k, 1, k, [], records[at:at + size], 0) for k, at in enumerate(range(0, len(records), size))]
+    synced_tick = records[-1][0]
+    expected = _reference_synced(table, batches, synced_tick)
+    delivered = sum(len(decoders.decode_broker_message(e.data[4:]).records) for e in expected)
+    moved = {key: synced_tick for key in {k for k, s in table.subends.items() if s.live}
+             if any(e.conn == table.subends[key].conn for e in expected)}
+    assert table.synced(batches, OWN, synced_tick) == expected
+    assert table.events_delivered == delivered
+    for key, s in table.subends.items():
+        assert s.position == moved.get(key, s.position)
+
+
+def test_subscribers_of_the_same_events_under_the_same_sub_id_share_one_encoding_of_their_frames():
+    table = LocalSubscriptions(Guard.open())
+    subs = [table.open(10 + i, 1 if i < 3 else 2, OWN, "a/#", None, SYNCED_AT_START, None, from_oldest=False,
+                       total=False, bulk=False, spans=False) for i in range(4)]
+    for s in subs:
+        table.joined(s)
+        table.advance(s, False, SYNCED_AT_START, 1 << 20)
+    records = [(SYNCED_AT_START + t, "a/x", {}, msgpack.packb([OWN, SYNCED_AT_START + t, "a/x", {}, "s", "i", b"p"]))
+               for t in (1, 2)]
+    sends = table.synced([PendingBatch(1, 1, 1, [], records, 0)], OWN, SYNCED_AT_START + 2)
+    assert [e.conn for e in sends] == [10, 11, 12, 13]
+    assert sends[0].data is sends[1].data is sends[2].data  # one encoding for sub 1's three connections
+    first, last = (decoders.decode_broker_message(e.data[4:]) for e in (sends[0], sends[3]))
+    assert (first.sub, last.sub) == (1, 2) and first.records == last.records

@@ -41,6 +41,23 @@ def test_events_frame_is_built_from_encoded_records():
     assert event_from_fields(msgpack.unpackb(recs[3])).attributes == {"k": 4}
 
 
+@pytest.mark.parametrize("sub", [0, 1, 127, 128, 255, 256, 65_536, 2**40, -1, -32, -33])
+@pytest.mark.parametrize("count", [1, 15, 16])
+def test_events_frames_are_msgpack_of_the_records_as_they_are(sub, count):
+    recs = [msgpack.packb(["p1", t, "a/b", {}, "svc", "i", b"x"]) for t in range(count)]
+    expected = frame(msgpack.packb([ClientType.EVENTS, sub, [msgpack.unpackb(r) for r in recs]]))
+    assert messages.events_frames(sub, recs) == [expected] and messages.events(sub, recs) == expected
+
+
+def test_events_frames_cut_a_big_group_commit_in_frames_of_about_the_target():
+    recs = [msgpack.packb(["p1", t, "a/b", {}, "svc", "i", b"x" * 1000]) for t in range(3000)]
+    frames = messages.events_frames(9, recs)
+    assert len(frames) == 3 and all(len(f) <= messages.EVENTS_FRAME_BYTES_TARGET + 64 for f in frames)
+    bodies = [FrameDecoder(1 << 24).feed(f)[0] for f in frames]
+    got = [r for body in bodies for r in decoders.decode_broker_message(body).records]
+    assert got == [msgpack.unpackb(r) for r in recs]
+
+
 @pytest.mark.parametrize("size", [0, 10, 70_000])  # bin32 either way, however short
 def test_span_frame_carries_the_log_bytes_as_they_are(size):
     blob = bytes(range(256)) * (size // 256) + bytes(size % 256)

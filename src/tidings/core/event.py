@@ -104,7 +104,7 @@ def validate_attributes(attributes: object) -> dict[str, AttrValue]:
     float or bool (msgpack-representable, finite floats only); else raise naming the offender."""
     if attributes is None:
         return {}
-    if not isinstance(attributes, Mapping):
+    if type(attributes) is not dict and not isinstance(attributes, Mapping):  # (a dict: no ABC check)
         raise AttributesError(f"attributes must be a map, not {type(attributes).__name__}")
     if len(attributes) > ATTRIBUTES_MAX:
         raise AttributesError(f"an event has at most {ATTRIBUTES_MAX} attributes, got {len(attributes)}")
@@ -237,7 +237,8 @@ def record_routing_fields(record: object) -> EventRecord | None:
         return None
     try:
         validate_channel(fields[2])
-        validate_attributes(fields[3])  # a decoded map is a plain dict already: kept as it is
+        if fields[3] or type(fields[3]) is not dict:  # (an empty map is valid: not looked at)
+            validate_attributes(fields[3])  # a decoded map is a plain dict already: kept as it is
     except TidingsError:
         return None
     if fields[3] is None:  # nil reads as no attributes

@@ -277,7 +277,7 @@ class Broker:
         routes = self.router.routes
         for eff in effects:
             if type(eff) is DeliverRecords:
-                out += self.local.fan_out(self.local.remote.fan(eff, self.local.subends))
+                out += self.local.delivered(eff)
             elif type(eff) in routes:  # a tree's lost ticks, its new access list, a PFS record, MOVED
                 routes[type(eff)](eff, out)
             else:  # for the runtime; the driver fails loudly on one no runtime carries out (core/drive.py)

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -102,6 +102,14 @@ MOVES: Moves[Mode, Cause] = Moves("subscription", {
     **{(mode, Cause.END): Mode.ENDED for mode in OPEN},
     **{(mode, Cause.LEFT): Mode.AWAY for mode in OPEN},
 })
+
+
+class Taken(NamedTuple):
+    """A subscription's share of other pubends' records from the trees (`Subscription.take`)."""
+
+    first: int  # the index, among the records offered, of its first one
+    delivered: int  # how many it took
+    effects: list[Effect]  # their frames
 
 
 class Subscription:
@@ -196,16 +204,56 @@ class Subscription:
 
     # ---- delivery --------------------------------------------------------------------------------
 
-    def deliver(self, records: list[bytes], pubend: str | None = None, through: int | None = None) -> list[Effect]:
+    def deliver(self, records: list[bytes], pubend: str | None = None, through: int | None = None,
+                framed: dict[tuple[int, int], list[bytes]] | None = None) -> list[Effect]:
         """Its records (in order; each matched already), framed for its client; `through`: every
-        tick of `pubend` up to it was delivered or found not to match."""
+        tick of `pubend` up to it was delivered or found not to match. `framed`: the EVENTS frames
+        already made in this fan-out, by the identity of their list of records and the sub id, for
+        subscriptions handed the same list (the bytes are the same: encoded once); the caller keeps
+        every list it hands over with `framed` alive as long as `framed` is used, so that no id is
+        reused."""
         assert self.mode in OPEN
         if pubend is not None and through is not None and through > self.positions.get(pubend, -1):
             self.positions[pubend] = through
         if not records:
             return []
-        frames = messages.records_frames if self.bulk else messages.events_frames
-        return [Send(self.conn, frame) for frame in frames(self.sub, records)]
+        if self.bulk:
+            return [Send(self.conn, frame) for frame in messages.records_frames(self.sub, records)]
+        if framed is None:
+            return [Send(self.conn, frame) for frame in messages.events_frames(self.sub, records)]
+        made = (id(records), self.sub)
+        frames = framed.get(made)
+        if frames is None:
+            frames = framed[made] = messages.events_frames(self.sub, records)
+        return [Send(self.conn, frame) for frame in frames]
+
+    def fresh(self, ticks: list[int], records: list[bytes]) -> list[bytes]:
+        """Its share of a run of its own pubend's events that just became durable, each matched
+        already (`ticks` ascending, one per record): when live, those past its position (`records`
+        itself when that is all of them: not to be changed); else none (it reads them from the log)."""
+        if self.mode is not Mode.LIVE:
+            return []
+        position = self.positions[self.own]
+        if ticks[0] > position:
+            return records
+        return [record for tick, record in zip(ticks, records, strict=True) if tick > position]
+
+    def take(self, routed: list[tuple[str, dict[str, Any]]], records: list[bytes],
+             framed: dict[tuple[int, int], list[bytes]] | None = None) -> Taken | None:
+        """Its share of other pubends' records from the trees, in delivery order, each checked
+        already (`routed`: its channel and attributes): those matching its pattern and filter,
+        framed; None if none. All of them are framed as `records` itself, through `framed` (the
+        caller keeps that list alive, so its identity is its own); a part, a list of its own."""
+        pattern, flt = self.pattern, self.filter  # (self.matches, without a call per record)
+        picked: list[int] = []
+        for i, (channel, attributes) in enumerate(routed):
+            if pattern_matches(pattern, channel) and (flt is None or flt.matches(attributes)):
+                picked.append(i)
+        if not picked:
+            return None
+        if len(picked) == len(records):
+            return Taken(0, len(records), self.deliver(records, framed=framed))
+        return Taken(picked[0], len(picked), self.deliver([records[i] for i in picked]))
 
     def passed(self, positions: Mapping[str, int]) -> None:
         """The trees handed it (delivered or found not to match) other pubends' ticks up to these."""

@@ -10,8 +10,13 @@ reach subscriptions by three ways, all ending in `Subscription.deliver`:
 
 - the fan-out of this broker's own pubend as each batch becomes durable (`synced`): the live
   subscriptions the index matches, each event past its position;
-- the trees, for other pubends' events (`DeliverRecords`, picked per subscription by
-  `RemoteDelivery`), and their lost ticks (`Lost`: a GAP each);
+- the trees, for other pubends' events (`delivered`), and their lost ticks (`lost`: a GAP each).
+  The reliability node (reliability/node.py) hands over each tree's records in delivery order,
+  exactly once, below the doubt horizon (`DeliverRecords`), naming the local subscriptions that
+  consume them; each record is checked once (peers are checked like clients: one that does not
+  name the pubend whose stream carried it is counted in `records_rejected` and dropped, never
+  delivered) and each of those subscriptions takes the ones matching its pattern and filter
+  (`Subscription.take`);
 - the subscription's own catch-up reads of this broker's log (`log_read`).
 
 Readers. A ReadLog's reader id names who reads this broker's log: a subscription (its key) or the
@@ -37,18 +42,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.effects import Effect, Send
+from tidings.core.event import record_routing_fields
 from tidings.core.filters import Filter, SubscriptionIndex
 from tidings.core.inputs import LogRead
 from tidings.core.multicast.local_trees import LocalTrees, TreeEffect
 from tidings.core.publish.pubend import PendingBatch
 from tidings.core.subscription.leases import EndSubscription
 from tidings.core.subscription.memberships import TreeMemberships
-from tidings.core.subscription.remote import RemoteDelivery
-from tidings.core.subscription.subscription import Subscription
+from tidings.core.subscription.subscription import Subscription, Taken
 from tidings.core.wire import messages
 
 if TYPE_CHECKING:  # what the trees' streams answer (reliability/node.py imports what this table does)
-    from tidings.core.reliability.node import NodeEffect
+    from tidings.core.reliability.node import DeliverRecords, NodeEffect
 
 
 class Reader(StrEnum):
@@ -91,8 +96,8 @@ TableEffect = Effect | Settle | EndSubscription | TreeEffect | LeaveStreams
 
 
 class LocalSubscriptions:
-    __slots__ = ("_next_key", "events_delivered", "index", "memberships", "read_span_bytes", "remote", "subends",
-                 "trees")
+    __slots__ = ("_next_key", "events_delivered", "index", "memberships", "read_span_bytes", "records_rejected",
+                 "remote_delivered", "subends", "trees")
 
     def __init__(self, guard: Guard) -> None:
         self.subends: dict[int, Subscription] = {}
@@ -100,8 +105,9 @@ class LocalSubscriptions:
         self._next_key = 0
         self.memberships = TreeMemberships()  # the trees this broker is a member of, for whom
         self.trees = LocalTrees(guard, self.memberships)  # joining them under access lists (multicast/)
-        self.remote = RemoteDelivery()  # other pubends' events for local subscriptions
         self.events_delivered = 0
+        self.remote_delivered = 0  # of them, other pubends' events from the trees
+        self.records_rejected = 0  # malformed records in knowledge from peers
         self.read_span_bytes = 0  # the log's bytes read for READs as spans (their events are not counted)
 
     # ---- the table -------------------------------------------------------------------------------
@@ -181,38 +187,109 @@ class LocalSubscriptions:
 
     def synced(self, batches: Iterable[PendingBatch], pubend: str, synced_tick: int) -> list[Effect]:
         """This broker's own events, durable now: to each live subscription they match, past its
-        position (live ones: every tick to the durable tail passed)."""
-        if not self.subends:  # a publishers' broker: nothing to match
+        position (live ones: every tick to the durable tail passed).
+
+        Matched per event, handed out per run: consecutive events that match the same keys (the
+        events of one channel without attributes share one list of keys) go to each of those
+        subscriptions in one piece (`Subscription.fresh`), so the cost per event does not grow
+        with the subscriptions it reaches. A broker without local subscriptions (a publisher's
+        broker) looks at nothing."""
+        if not self.subends:  # (the index holds some of them)
             return []
         fan: dict[int, list[bytes]] = {}
+        owned: set[int] = set()  # keys whose list in `fan` is theirs alone (else a run's, shared)
         match = self.index.match
-        subends = self.subends
         by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
+        keys: list[int] = []  # the run's
+        ticks: list[int] = []
+        records: list[bytes] = []
         for batch in batches:
             for tick, channel, attributes, record in batch.deliveries:
                 if attributes:
-                    keys = match(channel, attributes)
+                    found = match(channel, attributes)
                 elif channel in by_channel:
-                    keys = by_channel[channel]
+                    found = by_channel[channel]
                 else:
-                    keys = by_channel[channel] = match(channel, attributes)
-                for key in keys:
-                    s = subends[key]
-                    if s.live and tick > s.position:
-                        if key in fan:
-                            fan[key].append(record)
-                        else:
-                            fan[key] = [record]
+                    found = by_channel[channel] = match(channel, attributes)
+                if not found:
+                    continue
+                if found is not keys and found != keys:
+                    if records:
+                        self._hand_out(keys, ticks, records, fan, owned)
+                    keys, ticks, records = found, [], []
+                ticks.append(tick)
+                records.append(record)
+        if records:
+            self._hand_out(keys, ticks, records, fan, owned)
         return self.fan_out(fan, pubend, synced_tick)
 
-    def fan_out(self, fan: Mapping[int, list[bytes]], pubend: str | None = None,
-                through: int | None = None) -> list[Effect]:
-        """Records for subscriptions, from this broker's fan-out (`pubend` passed `through`) or the trees."""
+    def _hand_out(self, keys: list[int], ticks: list[int], records: list[bytes], fan: dict[int, list[bytes]],
+                  owned: set[int]) -> None:
+        """A run of events (ascending `ticks`) matched by `keys`: each one's share into `fan`, the
+        keys new to `fan` in the order of their first event, as event by event."""
+        subends = self.subends
+        late: list[tuple[int, int, int, list[bytes]]] = []  # (first event, order, key, share)
+        for order, key in enumerate(keys):
+            share = subends[key].fresh(ticks, records)
+            if not share:
+                continue
+            got = fan.get(key)
+            if got is None:
+                if share is records:
+                    fan[key] = share
+                else:
+                    late.append((len(records) - len(share), order, key, share))
+            elif key in owned:
+                got += share
+            else:
+                fan[key] = got + share
+                owned.add(key)
+        for _, _, key, share in sorted(late):
+            fan[key] = share
+            owned.add(key)
+
+    def fan_out(self, fan: Mapping[int, list[bytes]], pubend: str, through: int) -> list[Effect]:
+        """This broker's own records for subscriptions, `pubend` passed `through`; subscriptions
+        handed the same list of records under the same sub id (one per connection, as clients
+        number them) share its frames."""
         out: list[Effect] = []
         subends = self.subends
+        framed: dict[tuple[int, int], list[bytes]] = {}  # lists of `fan` stay alive: their ids are theirs
         for key, records in fan.items():
             self.events_delivered += len(records)
-            out += subends[key].deliver(records, pubend, through)
+            out += subends[key].deliver(records, pubend, through, framed)
+        return out
+
+    def delivered(self, deliver: DeliverRecords) -> list[Effect]:
+        """Other pubends' records from the trees: each checked once, then each subscription named
+        (still here) takes its share; their effects in the order of each one's first record."""
+        routed: list[tuple[str, dict[str, Any]]] = []
+        records: list[bytes] = []
+        for pubend, record in zip(deliver.pubends, deliver.records, strict=True):
+            fields = record_routing_fields(record)
+            if fields is None or fields.pubend != pubend:
+                self.records_rejected += 1
+                continue
+            routed.append((fields.channel, fields.attributes))
+            records.append(record)
+        if not records:
+            return []
+        subends = self.subends
+        framed: dict[tuple[int, int], list[bytes]] | None = {} if len(deliver.keys) > 1 else None
+        taken: list[tuple[int, int, Taken]] = []
+        for order, key in enumerate(deliver.keys):
+            s = subends.get(key)
+            share = None if s is None else s.take(routed, records, framed)
+            if share is not None:
+                self.remote_delivered += share.delivered
+                self.events_delivered += share.delivered
+                taken.append((share.first, order, share))
+        if len(taken) == 1:
+            return taken[0][2].effects
+        taken.sort(key=lambda t: t[:2])
+        out: list[Effect] = []
+        for _, _, share in taken:
+            out += share.effects
         return out
 
     def lost(self, keys: Iterable[int], pubend: str, after: int, through: int) -> list[Effect]:

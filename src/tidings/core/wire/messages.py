@@ -318,15 +318,29 @@ def size_chunks(records: list[bytes], target: int = EVENTS_FRAME_BYTES_TARGET) -
     return chunks
 
 
+_EVENTS_HEAD = b"\x93" + msgpack.packb(ClientType.EVENTS)  # an EVENTS body: a 3-element array, its type first
+
+
 def events_frames(sub: int, records: list[bytes]) -> list[bytes]:
-    """EVENTS frames for `records`, each about EVENTS_FRAME_BYTES_TARGET at most."""
+    """EVENTS frames for `records`, each about EVENTS_FRAME_BYTES_TARGET at most (one, sized
+    once, when they fit: every fan-out but a big group commit's)."""
+    size = sum(map(len, records))
+    if size <= EVENTS_FRAME_BYTES_TARGET:
+        return [_events(sub, records, size)]
     return [events(sub, chunk) for chunk in size_chunks(records)]
 
 
 def events(sub: int, records: list[bytes]) -> bytes:
     """An EVENTS frame from already-encoded event records."""
-    return _frame_of([b"\x93", msgpack.packb(ClientType.EVENTS), msgpack.packb(sub), _array_header(len(records)),
-                      *records])
+    return _events(sub, records, sum(map(len, records)))
+
+
+def _events(sub: int, records: list[bytes], size: int) -> bytes:
+    """The EVENTS frame of `records`, `size` bytes in all: one copy of them (the rest packed by
+    hand: a sub id below 128 is its own byte, msgpack's positive fixint)."""
+    head = _EVENTS_HEAD + (bytes((sub,)) if 0 <= sub < 0x80 else msgpack.packb(sub))
+    array = _array_header(len(records))
+    return b"".join([HEADER.pack(len(head) + len(array) + size), head, array, *records])
 
 
 def records_frames(sub: int, records: list[bytes]) -> list[bytes]:
