@@ -22,7 +22,31 @@ def test_frames_survive_any_chunking(bodies, data):
         out += dec.feed(stream[last:cut])
         last = cut
     assert out == bodies
-    assert dec.buffered_bytes == 0
+    assert dec.held_bytes == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=20), st.data())
+def test_held_bytes_is_what_arrived_less_what_was_pulled(bodies, data):
+    """`held_bytes`, a field kept as the buffer changes, after any mix of pushes, pulls and takes."""
+    stream = b"".join(frame(b) for b in bodies)
+    dec = FrameDecoder(1000, final=data.draw(st.booleans()))
+    arrived = pulled = 0
+    while arrived < len(stream) or dec.held_bytes:
+        step = data.draw(st.sampled_from(["push", "pull", "take"]))
+        if step == "push" and arrived < len(stream):
+            cut = data.draw(st.integers(arrived + 1, len(stream)))
+            dec.push(stream[arrived:cut])
+            arrived = cut
+        elif step == "pull":
+            body = dec.pull()
+            pulled += 0 if body is None else len(frame(body))
+        else:  # a take, or a push with nothing left to push
+            pulled += sum(len(frame(b)) for b in dec.take())
+        assert dec.held_bytes == arrived - pulled
+    assert dec.held_bytes == 0 and pulled == len(stream)
+    dec.push(frame(b"x" * 2000))  # over the limit: the failure drops what was held
+    assert dec.take() == [] and dec.failure is not None and dec.held_bytes == 0
 
 
 def test_oversized_frame_is_fatal_after_the_frames_before_it():

@@ -28,11 +28,12 @@ import datetime as _dt
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
 import msgpack
 
-from tidings.core.channels import validate_channel
+from tidings.core.channels import CHANNEL_BYTES_MAX, validate_channel
 from tidings.core.errors import AttributesError, TidingsError
 
 AttrValue = str | int | float | bool
@@ -232,11 +233,12 @@ def record_routing_fields(record: object) -> EventRecord | None:
         return None
     if type(fields) is not tuple or len(fields) not in RECORD_LENGTHS:
         return None
+    channel = fields[2]
     if (type(fields[0]) is not str or type(fields[1]) is not int or type(fields[6]) is not bytes
-            or (len(fields) == 8 and type(fields[7]) is not bool)):
+            or (len(fields) == 8 and type(fields[7]) is not bool)
+            or type(channel) is not str or len(channel) > CHANNEL_BYTES_MAX or not _valid_channel(channel)):
         return None
     try:
-        validate_channel(fields[2])
         if fields[3] or type(fields[3]) is not dict:  # (an empty map is valid: not looked at)
             validate_attributes(fields[3])  # a decoded map is a plain dict already: kept as it is
     except TidingsError:
@@ -247,4 +249,16 @@ def record_routing_fields(record: object) -> EventRecord | None:
 
 
 _FLAG_ABSENT = (False,)
+
+
+@lru_cache(maxsize=4096)
+def _valid_channel(channel: str) -> bool:
+    """Whether a record's channel is a valid channel name (validate_channel), remembered: a
+    subscriber's broker sees the same few channels in record after record. Only strings short
+    enough to be valid are asked, so the cache holds at most 4,096 of at most 1,024 characters."""
+    try:
+        validate_channel(channel)
+    except TidingsError:
+        return False
+    return True
 assert (PUBEND, TICK, CHANNEL, ATTRIBUTES, PAYLOAD, AUTHENTICATED, RECORD_LENGTHS) == (0, 1, 2, 3, 6, 7, (7, 8))

@@ -40,7 +40,7 @@ class FrameDecoder:
     frame once every complete one is pulled). While `final` is False (a handshake may still raise
     the limit) `frames` hands out one frame at a time; after, all complete frames at once."""
 
-    __slots__ = ("_buffer", "_pos", "failure", "final", "frame_bytes_max", "limit_name")
+    __slots__ = ("_buffer", "_pos", "failure", "final", "frame_bytes_max", "held_bytes", "limit_name")
 
     def __init__(self, frame_bytes_max: int, limit_name: str = "frame_bytes_max", final: bool = True) -> None:
         self.frame_bytes_max = frame_bytes_max
@@ -48,6 +48,8 @@ class FrameDecoder:
         self.final = final
         self._buffer = bytearray()
         self._pos = 0  # bytes of _buffer already pulled
+        self.held_bytes = 0  # the bytes received and not yet pulled as a frame (kept as they change:
+        # the reading machines and the peer links read it after every read, a plain field)
         self.failure: ProtocolError | None = None
 
     def limit(self, frame_bytes_max: int, limit_name: str, final: bool = True) -> None:
@@ -55,13 +57,6 @@ class FrameDecoder:
         self.frame_bytes_max = frame_bytes_max
         self.limit_name = limit_name
         self.final = final
-
-    @property
-    def held_bytes(self) -> int:
-        """The bytes received and not yet pulled as a frame."""
-        return len(self._buffer) - self._pos
-
-    buffered_bytes = held_bytes
 
     @property
     def partial_bytes(self) -> int:
@@ -81,7 +76,7 @@ class FrameDecoder:
     def clear(self) -> None:
         """Drop what is held (the connection is closing: its bytes are freed now, not at its loss)."""
         self._buffer = bytearray()
-        self._pos = 0
+        self._pos = self.held_bytes = 0
 
     def push(self, data: bytes) -> None:
         if self.failure is not None:
@@ -90,6 +85,7 @@ class FrameDecoder:
             del self._buffer[:self._pos]
             self._pos = 0
         self._buffer += data
+        self.held_bytes = len(self._buffer)
 
     def _too_large(self, length: int) -> None:
         self.clear()
@@ -110,6 +106,7 @@ class FrameDecoder:
         if stop > len(buf):
             return None
         self._pos = stop
+        self.held_bytes = len(buf) - stop
         return bytes(buf[pos + HEADER_BYTES:stop])
 
     def take(self) -> list[bytes]:
@@ -134,6 +131,7 @@ class FrameDecoder:
         if pos:
             del buf[:pos]
         self._pos = 0
+        self.held_bytes = len(buf)
         return out
 
     def frames(self) -> Iterator[bytes]:
