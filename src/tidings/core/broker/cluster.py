@@ -37,7 +37,7 @@ Time: the member is one `TimedMachine` (core/deadlines.py) over its machines: `n
 the earliest of theirs, and `handle_timeout(now)` gives each its `handle_timeout(now)` in a fixed
 order (the links, Pastry, Scribe, the reliability node, the directory), then settles their effects
 as above. A broker's member keeps that earliest deadline in an `Alarm` of its own, whose parent is
-the broker's (`broker_member`): every machine's `Deadlines` tells it when a deadline moves, so
+the broker's (lifecycle.py `join_overlay`): every machine's `Deadlines` tells it when a deadline moves, so
 `next_deadline()` (which the broker asks at every timer) walks the five machines only when their
 minimum is unknown. Scribe, the reliability node and the directory each keep theirs in an alarm
 under the member's, which says whether it is due: `handle_timeout` calls them only then (with
@@ -59,10 +59,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.broker.directory import DirectoryConfig, DirectoryEffect, PubendDirectory
 from tidings.core.clock import WallClock
-from tidings.core.config import BrokerConfig
 from tidings.core.deadlines import Alarm
 from tidings.core.durable.constream import Recorded
 from tidings.core.effects import Effect
@@ -95,7 +93,7 @@ from tidings.core.overlay.envelope import (
 )
 from tidings.core.overlay.events import OverlayEffect, Probe
 from tidings.core.overlay.node import JoinCompleted, LeafSetChanged, NodeFailed, OverlayConfig, OverlayNode, Rng
-from tidings.core.overlay.node_id import NodeRef, node_id_from
+from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability.effects import (
     DeliverRecords,
     Lost,
@@ -147,17 +145,6 @@ class Reliability:
         self.held = held
 
 
-def broker_member(address: str, config: BrokerConfig, auth: ClusterAuth | None, rng: Rng, reliability: Reliability,
-                  alarm: Alarm) -> ClusterMember:
-    """A broker's member at `address` (its node id its pubend's), with peer links proving `auth`
-    and guaranteed delivery; `rng` is a seeded random.Random, `alarm` the broker's earliest deadline
-    (the member's machines tell an alarm of the member's own, whose parent it is)."""
-    me = NodeRef(node_id_from(reliability.pubend_id), address)
-    member_alarm = Alarm(alarm)
-    peers = PeerLinks(me, config.peer_config(), auth, member_alarm)
-    return ClusterMember(me, config.overlay_config(), config.scribe_config(), rng, reliability, peers, member_alarm)
-
-
 class PeerOutput(NamedTuple):
     """What the member made of a report on a peer connection: its output, and (Received) the bytes
     the connection holds in a partial frame now, which the broker charges to its budget."""
@@ -183,7 +170,7 @@ class ClusterMember:
     def __init__(self, me: NodeRef, overlay_config: OverlayConfig, scribe_config: ScribeConfig,
                  rng: Rng, reliability: Reliability | None = None, peers: PeerLinks | None = None,
                  alarm: Alarm | None = None) -> None:
-        """`alarm`: the member's own earliest deadline (its parent the broker's, `broker_member`),
+        """`alarm`: the member's own earliest deadline (its parent the broker's, lifecycle.py `join_overlay`),
         which every machine's timers tell when they move (`peers` were given it too), and which
         `next_deadline` reads; a member given none keeps one with no parent."""
         alarm = Alarm() if alarm is None else alarm

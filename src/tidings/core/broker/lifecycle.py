@@ -37,10 +37,12 @@ from __future__ import annotations
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from tidings.core.broker.cluster import ClusterMember, Reliability, broker_member
+from tidings.core.broker.cluster import ClusterMember, Reliability
 from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.effects import ApplyRetention, Drained, JoinTimedOut, PeerRefused
+from tidings.core.links.peer_links import PeerLinks
 from tidings.core.links.refusals import DIALLER_SIDE
+from tidings.core.overlay.node_id import NodeRef, node_id_from
 from tidings.core.states import Transitions
 
 if TYPE_CHECKING:
@@ -103,16 +105,21 @@ class BrokerMachines:
 
 def join_overlay(broker: BrokerParts, now: int, address: str, join: str | None, rng: Rng,
                  join_timeout_ns: int | None) -> ClusterMember:
-    """The broker's member of an overlay at `address` (`rng`: a seeded random.Random), joining
-    through `join` (None: a new overlay) for at most `join_timeout_ns` (None: unbounded): the
-    lifecycle and the alarm watch it from now on."""
+    """The broker's member of an overlay at `address` (`rng`: a seeded random.Random), with peer
+    links proving the guard's cluster credential and guaranteed delivery, joining through `join`
+    (None: a new overlay) for at most `join_timeout_ns` (None: unbounded): the lifecycle and the
+    alarm watch it from now on."""
     b = broker
     assert b.cluster is None
     b.lifecycle.join_through(now, join, join_timeout_ns)
     reliability = Reliability(b.pubend.pubend_id, b.config.reliability_config(), b.intake.trees_of,
                               lambda: (b.pubend.synced_tick, b.log), b.registrations.held,
                               b.directory_saved, b.config.directory_config())
-    member = b.machines.cluster = broker_member(address, b.config, b.guard.cluster_auth(), rng, reliability, b.alarm)
+    me = NodeRef(node_id_from(b.pubend.pubend_id), address)  # its node id is its pubend's
+    member_alarm = Alarm(b.alarm)  # its machines' earliest deadline, told to the broker's (core/deadlines.py)
+    peers = PeerLinks(me, b.config.peer_config(), b.guard.cluster_auth(), member_alarm)
+    member = b.machines.cluster = ClusterMember(me, b.config.overlay_config(), b.config.scribe_config(), rng,
+                                                reliability, peers, member_alarm)
     b.alarm.watch(member)
     return member
 
