@@ -432,6 +432,17 @@ def test_partitions_are_cut_by_events_across_pubends_of_skewed_sizes() -> None:
     assert max(rows) <= 2 * sum(rows) / len(rows), rows
 
 
+def test_a_burst_in_a_small_log_still_gets_the_partitions_asked_for() -> None:
+    """A log too small for tick marks inside the range counts its records as linear in the tick
+    between its ends: 261 events published within 8 ms of a log spanning a second read as 2, and
+    the read got 2 tasks (Spark planned 1) where 3 were asked for (tests/spark/test_spark_source.py)."""
+    ticks = [*range(1_000_000, 1_000_040), *range(1_007_000, 1_007_261), *range(2_000_000, 2_000_059)]
+    bounds = {"pa": ("a:1", LogBounds(ticks[0], ticks[-1], 0, (), len(ticks)))}
+    plan = plan_overlay_read(1_007_000, 1_007_260, bounds, 3)
+    rows = task_rows(plan, {"pa": [t for t in ticks if 1_007_000 <= t <= 1_007_260]})
+    assert len(rows) == 3 and sum(rows) == 261
+
+
 @given(sizes=st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=6),
        partitions=st.integers(min_value=1, max_value=40), seed=st.integers(min_value=0, max_value=1000))
 def test_balanced_tasks_tile_every_log_and_stay_near_the_mean(sizes: list[int], partitions: int, seed: int) -> None:
