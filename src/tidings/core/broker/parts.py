@@ -33,45 +33,29 @@ if TYPE_CHECKING:
 
 
 class BrokerParts(Protocol):
-    @property
-    def config(self) -> BrokerConfig: ...
-    @property
-    def now(self) -> int: ...  # the input being handled's
-    @property
-    def clock(self) -> WallClock: ...  # the last wall clock an input brought
-    @property
-    def log(self) -> LogState: ...
-    @property
-    def directory_saved(self) -> bytes | None: ...
-    @property
-    def guard(self) -> Guard: ...
-    @property
-    def alarm(self) -> Alarm: ...
-    @property
-    def advice(self) -> RouteAdvice: ...
-    @property
-    def reading(self) -> Reading: ...
+    """The broker as its helpers read it: each machine where its owner keeps it (the connection
+    table read-only, a property)."""
+
+    config: BrokerConfig
+    now: int  # the input being handled's
+    clock: WallClock  # the last wall clock an input brought
+    log: LogState
+    directory_saved: bytes | None
+    guard: Guard
+    alarm: Alarm
+    advice: RouteAdvice
+    reading: Reading
+    pubend: Pubend
+    intake: Intake
+    dedup: DedupWindow
+    local: LocalSubscriptions
+    leases: Leases
+    subscribers: Subscribers
+    registrations: Registrations
+    constream: Constream
+    cluster: ClusterMember | None  # once start_overlay made it
+    machines: BrokerMachines
+    lifecycle: Lifecycle
+
     @property
     def connections(self) -> Mapping[int, ClientConnection]: ...  # the reading machine's table
-    @property
-    def pubend(self) -> Pubend: ...
-    @property
-    def intake(self) -> Intake: ...
-    @property
-    def dedup(self) -> DedupWindow: ...
-    @property
-    def local(self) -> LocalSubscriptions: ...
-    @property
-    def leases(self) -> Leases: ...
-    @property
-    def subscribers(self) -> Subscribers: ...
-    @property
-    def registrations(self) -> Registrations: ...
-    @property
-    def constream(self) -> Constream: ...
-    @property
-    def cluster(self) -> ClusterMember | None: ...  # once start_overlay made it
-    @property
-    def machines(self) -> BrokerMachines: ...
-    @property
-    def lifecycle(self) -> Lifecycle: ...
