@@ -1,0 +1,152 @@
+"""MQTT reason codes: every code of 5.0 (section 2.4), the packets each may appear in, and the
+return codes of 3.1.1's CONNACK and SUBACK that stand in for them on a 3.1.1 connection.
+
+A 5.0 receiver that gets a code its packet does not list reads the packet as malformed (the codec
+checks it with `REASON_CODES_OF`). A 3.1.1 connection has no reason codes but CONNACK's return
+code and SUBACK's granted QoS or failure: `connack_return_code_311` and `suback_code_311` fold a
+5.0 answer onto them, so the protocol machine and the broker side speak 5.0 codes only.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Final
+
+from tidings.core.mqtt.packet_type import PacketType
+
+
+class ReasonCode(IntEnum):
+    SUCCESS = 0x00  # also Normal disconnection and Granted QoS 0
+    GRANTED_QOS_1 = 0x01
+    GRANTED_QOS_2 = 0x02
+    DISCONNECT_WITH_WILL_MESSAGE = 0x04
+    NO_MATCHING_SUBSCRIBERS = 0x10
+    NO_SUBSCRIPTION_EXISTED = 0x11
+    CONTINUE_AUTHENTICATION = 0x18
+    RE_AUTHENTICATE = 0x19
+    UNSPECIFIED_ERROR = 0x80
+    MALFORMED_PACKET = 0x81
+    PROTOCOL_ERROR = 0x82
+    IMPLEMENTATION_SPECIFIC_ERROR = 0x83
+    UNSUPPORTED_PROTOCOL_VERSION = 0x84
+    CLIENT_IDENTIFIER_NOT_VALID = 0x85
+    BAD_USER_NAME_OR_PASSWORD = 0x86
+    NOT_AUTHORIZED = 0x87
+    SERVER_UNAVAILABLE = 0x88
+    SERVER_BUSY = 0x89
+    BANNED = 0x8A
+    SERVER_SHUTTING_DOWN = 0x8B
+    BAD_AUTHENTICATION_METHOD = 0x8C
+    KEEP_ALIVE_TIMEOUT = 0x8D
+    SESSION_TAKEN_OVER = 0x8E
+    TOPIC_FILTER_INVALID = 0x8F
+    TOPIC_NAME_INVALID = 0x90
+    PACKET_IDENTIFIER_IN_USE = 0x91
+    PACKET_IDENTIFIER_NOT_FOUND = 0x92
+    RECEIVE_MAXIMUM_EXCEEDED = 0x93
+    TOPIC_ALIAS_INVALID = 0x94
+    PACKET_TOO_LARGE = 0x95
+    MESSAGE_RATE_TOO_HIGH = 0x96
+    QUOTA_EXCEEDED = 0x97
+    ADMINISTRATIVE_ACTION = 0x98
+    PAYLOAD_FORMAT_INVALID = 0x99
+    RETAIN_NOT_SUPPORTED = 0x9A
+    QOS_NOT_SUPPORTED = 0x9B
+    USE_ANOTHER_SERVER = 0x9C
+    SERVER_MOVED = 0x9D
+    SHARED_SUBSCRIPTIONS_NOT_SUPPORTED = 0x9E
+    CONNECTION_RATE_EXCEEDED = 0x9F
+    MAXIMUM_CONNECT_TIME = 0xA0
+    SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED = 0xA1
+    WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED = 0xA2
+
+    @property
+    def is_error(self) -> bool:
+        """Codes from 0x80 up report a failure (section 2.4)."""
+        return self >= 0x80
+
+
+R = ReasonCode
+
+_PUBLISH_ANSWER: Final = frozenset({R.SUCCESS, R.NO_MATCHING_SUBSCRIBERS, R.UNSPECIFIED_ERROR,
+                                    R.IMPLEMENTATION_SPECIFIC_ERROR, R.NOT_AUTHORIZED, R.TOPIC_NAME_INVALID,
+                                    R.PACKET_IDENTIFIER_IN_USE, R.QUOTA_EXCEEDED, R.PAYLOAD_FORMAT_INVALID})
+_RELEASE_ANSWER: Final = frozenset({R.SUCCESS, R.PACKET_IDENTIFIER_NOT_FOUND})
+
+# the codes each 5.0 packet may carry (sections 3.2.2.2, 3.4.2.1, 3.5.2.1, 3.6.2.1, 3.7.2.1, 3.9.3,
+# 3.11.3, 3.14.2.1, 3.15.2.1)
+REASON_CODES_OF: Final[dict[PacketType, frozenset[ReasonCode]]] = {
+    PacketType.CONNACK: frozenset({
+        R.SUCCESS, R.UNSPECIFIED_ERROR, R.MALFORMED_PACKET, R.PROTOCOL_ERROR, R.IMPLEMENTATION_SPECIFIC_ERROR,
+        R.UNSUPPORTED_PROTOCOL_VERSION, R.CLIENT_IDENTIFIER_NOT_VALID, R.BAD_USER_NAME_OR_PASSWORD,
+        R.NOT_AUTHORIZED, R.SERVER_UNAVAILABLE, R.SERVER_BUSY, R.BANNED, R.BAD_AUTHENTICATION_METHOD,
+        R.TOPIC_NAME_INVALID, R.PACKET_TOO_LARGE, R.QUOTA_EXCEEDED, R.PAYLOAD_FORMAT_INVALID,
+        R.RETAIN_NOT_SUPPORTED, R.QOS_NOT_SUPPORTED, R.USE_ANOTHER_SERVER, R.SERVER_MOVED,
+        R.CONNECTION_RATE_EXCEEDED}),
+    PacketType.PUBACK: _PUBLISH_ANSWER,
+    PacketType.PUBREC: _PUBLISH_ANSWER,
+    PacketType.PUBREL: _RELEASE_ANSWER,
+    PacketType.PUBCOMP: _RELEASE_ANSWER,
+    PacketType.SUBACK: frozenset({
+        R.SUCCESS, R.GRANTED_QOS_1, R.GRANTED_QOS_2, R.UNSPECIFIED_ERROR, R.IMPLEMENTATION_SPECIFIC_ERROR,
+        R.NOT_AUTHORIZED, R.TOPIC_FILTER_INVALID, R.PACKET_IDENTIFIER_IN_USE, R.QUOTA_EXCEEDED,
+        R.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, R.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
+        R.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED}),
+    PacketType.UNSUBACK: frozenset({
+        R.SUCCESS, R.NO_SUBSCRIPTION_EXISTED, R.UNSPECIFIED_ERROR, R.IMPLEMENTATION_SPECIFIC_ERROR,
+        R.NOT_AUTHORIZED, R.TOPIC_FILTER_INVALID, R.PACKET_IDENTIFIER_IN_USE}),
+    PacketType.DISCONNECT: frozenset({
+        R.SUCCESS, R.DISCONNECT_WITH_WILL_MESSAGE, R.UNSPECIFIED_ERROR, R.MALFORMED_PACKET, R.PROTOCOL_ERROR,
+        R.IMPLEMENTATION_SPECIFIC_ERROR, R.NOT_AUTHORIZED, R.SERVER_BUSY, R.SERVER_SHUTTING_DOWN,
+        R.KEEP_ALIVE_TIMEOUT, R.SESSION_TAKEN_OVER, R.TOPIC_FILTER_INVALID, R.TOPIC_NAME_INVALID,
+        R.RECEIVE_MAXIMUM_EXCEEDED, R.TOPIC_ALIAS_INVALID, R.PACKET_TOO_LARGE, R.MESSAGE_RATE_TOO_HIGH,
+        R.QUOTA_EXCEEDED, R.ADMINISTRATIVE_ACTION, R.PAYLOAD_FORMAT_INVALID, R.RETAIN_NOT_SUPPORTED,
+        R.QOS_NOT_SUPPORTED, R.USE_ANOTHER_SERVER, R.SERVER_MOVED, R.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED,
+        R.CONNECTION_RATE_EXCEEDED, R.MAXIMUM_CONNECT_TIME, R.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
+        R.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED}),
+    PacketType.AUTH: frozenset({R.SUCCESS, R.CONTINUE_AUTHENTICATION, R.RE_AUTHENTICATE}),
+}
+
+
+class ConnectReturnCode(IntEnum):
+    """3.1.1's CONNACK return codes (section 3.2.2.3)."""
+
+    ACCEPTED = 0
+    UNACCEPTABLE_PROTOCOL_VERSION = 1
+    IDENTIFIER_REJECTED = 2
+    SERVER_UNAVAILABLE = 3
+    BAD_USER_NAME_OR_PASSWORD = 4
+    NOT_AUTHORIZED = 5
+
+
+SUBACK_FAILURE_311: Final = 0x80  # 3.1.1's one SUBACK failure code
+SUBACK_CODES_311: Final = frozenset({0x00, 0x01, 0x02, SUBACK_FAILURE_311})
+
+_CONNACK_311: Final = {
+    R.SUCCESS: ConnectReturnCode.ACCEPTED,
+    R.UNSUPPORTED_PROTOCOL_VERSION: ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION,
+    R.CLIENT_IDENTIFIER_NOT_VALID: ConnectReturnCode.IDENTIFIER_REJECTED,
+    R.BAD_USER_NAME_OR_PASSWORD: ConnectReturnCode.BAD_USER_NAME_OR_PASSWORD,
+    R.BAD_AUTHENTICATION_METHOD: ConnectReturnCode.BAD_USER_NAME_OR_PASSWORD,
+    R.NOT_AUTHORIZED: ConnectReturnCode.NOT_AUTHORIZED,
+    R.BANNED: ConnectReturnCode.NOT_AUTHORIZED,
+}
+
+
+def connack_return_code_311(code: int) -> ConnectReturnCode:
+    """The 3.1.1 CONNACK return code that says what a 5.0 CONNACK reason code says (the nearest:
+    a refusal 3.1.1 has no word for is "server unavailable")."""
+    return _CONNACK_311.get(ReasonCode(code), ConnectReturnCode.SERVER_UNAVAILABLE)
+
+
+def reason_code_of_311_connack(code: int) -> ReasonCode:
+    """The 5.0 reason code a 3.1.1 CONNACK return code reads as (a client's view)."""
+    for reason, ret in _CONNACK_311.items():
+        if ret == code:
+            return reason
+    return R.SERVER_UNAVAILABLE
+
+
+def suback_code_311(code: int) -> int:
+    """A 5.0 SUBACK reason code as 3.1.1 says it: the granted QoS, or 0x80 for any refusal."""
+    return code if code < 0x80 else SUBACK_FAILURE_311
