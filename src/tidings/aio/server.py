@@ -103,6 +103,7 @@ from tidings.storage.files import read_small_file
 if TYPE_CHECKING:
 
     from tidings.aio.http import HttpEndpoint
+    from tidings.aio.mqtt import MqttListeners, MqttOptions
 
 log = logging.getLogger("tidings.broker")
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -135,9 +136,13 @@ class _Connection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=high, low=high // 4)
         self.server.transports[self.conn] = transport
         if self.address is None:
-            self.server.feed(Accepted(time.monotonic_ns(), self.conn))
+            self.server.feed(self.accepted(time.monotonic_ns(), transport))
         else:
             self.server.feed(Connected(time.monotonic_ns(), self.conn, self.address))
+
+    def accepted(self, now: int, transport: asyncio.Transport) -> Accepted:
+        """The input an accepted connection is reported with (aio/mqtt.py's tells its gateway first)."""
+        return Accepted(now, self.conn)
 
     def data_received(self, data: bytes) -> None:
         self.server.feed(Received(time.monotonic_ns(), time.time_ns() // 1000, self.conn, data))
@@ -165,8 +170,11 @@ class BrokerServer:
     def __init__(self, data_dir: Path, host: str, port: int, config: BrokerConfig | None = None,
                  join: str | None = None, advertise: str | None = None,
                  join_timeout_s: float = JOIN_TIMEOUT_S, http: tuple[str, int] | None = None,
-                 auth: Path | None = None, allow_anonymous: bool = False, tls: TlsFiles | None = None) -> None:
+                 auth: Path | None = None, allow_anonymous: bool = False, tls: TlsFiles | None = None,
+                 mqtt: MqttOptions | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self._mqtt_options = mqtt  # MQTT listeners (aio/mqtt.py); None: none
+        self.mqtt: MqttListeners | None = None
         self.tls = tls  # TLS on the port, and on dials to other brokers (aio/tls.py)
         self._dial_tls = None if tls is None else tls.dial_context()
         self.auth = auth  # the auth file; None lets anonymous clients in (the CLI allows that on loopback)
@@ -225,7 +233,13 @@ class BrokerServer:
         )
         self.worker.start()
         self.core.start(time.monotonic_ns())
-        self.driver = Driver(self.core.handle, self.core.next_deadline, self._handlers(self.worker), self)
+        handle, next_deadline = self.core.handle, self.core.next_deadline
+        if self._mqtt_options is not None:  # MQTT sessions composed around the core (core/mqtt/gateway.py)
+            from tidings.aio.mqtt import MqttListeners  # noqa: PLC0415 - only a broker asked to serve MQTT
+
+            self.mqtt = MqttListeners(self, self._mqtt_options)
+            handle, next_deadline = self.mqtt.gateway.handle, self.mqtt.gateway.next_deadline
+        self.driver = Driver(handle, next_deadline, self._handlers(self.worker), self)
         self.pfs_worker = PfsWorker(self.data_dir / "pfs")
         self.pfs_worker.start()
         self._server = await loop.create_server(self._new_connection, self.host, self.port,
@@ -233,6 +247,8 @@ class BrokerServer:
                                                ssl=None if self.tls is None else self.tls.server_context())
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+        if self.mqtt is not None:
+            await self.mqtt.start()
         if self._http_at is not None:
             from tidings.aio.http import HttpEndpoint  # noqa: PLC0415 - only a broker asked to serve HTTP loads aiohttp
 
@@ -281,7 +297,7 @@ class BrokerServer:
         """The core's status, each client connection with the bytes its transport holds unsent (only
         the runtime knows them; the core sees SendBlocked past `send_queue_bytes_max`)."""
         assert self.core is not None
-        status = self.core.status()
+        status = self.core.status() if self.mqtt is None else self.mqtt.gateway.status()
         for c in status["connections"]:
             transport = self.transports.get(c["conn"])
             c["queued_bytes"] = None if transport is None else transport.get_write_buffer_size()
@@ -333,6 +349,8 @@ class BrokerServer:
             await self.http.stop()
         if self._server is not None:
             self._server.close()
+        if self.mqtt is not None:
+            self.mqtt.close()
         for task in list(self._dials):
             task.cancel()
         for transport in list(self.transports.values()):
@@ -353,8 +371,12 @@ class BrokerServer:
         self._stopped.set()
 
     def _new_connection(self) -> _Connection:
+        return _Connection(self, self.new_conn())
+
+    def new_conn(self) -> int:
+        """A number for a new connection, of any listener."""
         self._next_conn += 1
-        return _Connection(self, self._next_conn)
+        return self._next_conn
 
     # ---- driving the core ------------------------------------------------------------------------
 
@@ -536,7 +558,7 @@ def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
                ready: Any = None, join: str | None = None, advertise: str | None = None,
                join_timeout_s: float = JOIN_TIMEOUT_S, http: tuple[str, int] | None = None,
                auth: Path | None = None, allow_anonymous: bool = False, tls: TlsFiles | None = None,
-               drain_timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+               drain_timeout_s: float = DRAIN_TIMEOUT_S, mqtt: MqttOptions | None = None) -> None:
     """Run a broker in the foreground until SIGINT or SIGTERM (which drains first: clients are advised
     to move, for at most `drain_timeout_s`; a second SIGTERM stops at once); `ready(server)` is called once listening
     (and in the overlay: a new one, or joining through the member at `join`). SIGHUP rereads `auth`.
@@ -544,7 +566,7 @@ def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
     async def main() -> None:
         server = BrokerServer(data_dir, host, port, config, join=join, advertise=advertise,
                               join_timeout_s=join_timeout_s, http=http, auth=auth,
-                              allow_anonymous=allow_anonymous, tls=tls)
+                              allow_anonymous=allow_anonymous, tls=tls, mqtt=mqtt)
         await server.start()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGINT, lambda: asyncio.ensure_future(server.stop()))

@@ -25,6 +25,7 @@ from tidings.cli import auth as auth_cli
 from tidings.cli import cluster as cluster_cli
 from tidings.cli import directory as directory_cli
 from tidings.cli import durable as durable_cli
+from tidings.cli import mqtt as mqtt_cli
 from tidings.cli import sim as sim_cli
 from tidings.cli import tls as tls_cli
 from tidings.cli import tuple_store as tuple_store_cli
@@ -123,6 +124,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     _check_overlay_options(args, host)
     auth = auth_cli.broker_auth(args, host)
     tls = tls_cli.broker_tls(args)
+    mqtt = mqtt_cli.broker_mqtt(args)
 
     http = None
     if args.http is not None:
@@ -134,14 +136,16 @@ def cmd_broker(args: argparse.Namespace) -> int:
     def ready(server: Any) -> None:
         emit({"listening": server.address, "pubend": server.core.pubend.pubend_id,
               "node_id": server.node_id, "data": str(server.data_dir),
-              **({"http": server.http.address} if server.http is not None else {})})
+              **({"http": server.http.address} if server.http is not None else {}),
+              **({} if server.mqtt is None else {"mqtt": server.mqtt.address(False),
+                                                 "mqtt_tls": server.mqtt.address(True)})})
 
     from tidings.storage import StorageError
 
     try:
         run_broker(Path(args.data), host, port, config, ready, join=args.join, advertise=args.advertise,
                    join_timeout_s=args.join_timeout, http=http, auth=auth,
-                   allow_anonymous=args.allow_anonymous, tls=tls, drain_timeout_s=args.drain_timeout)
+                   allow_anonymous=args.allow_anonymous, tls=tls, drain_timeout_s=args.drain_timeout, mqtt=mqtt)
     except (OSError, StorageError) as exc:
         raise CliError(f"cannot run broker: {exc}", EXIT_BROKER) from None
     except JoinFailed as exc:
@@ -453,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the least severe log lines the broker writes to stderr (default %(default)s)")
     auth_cli.broker_options(b)
     tls_cli.broker_options(b)
+    mqtt_cli.broker_options(b)
     b.set_defaults(func=cmd_broker)
 
     _add_pub_and_sub(sub)

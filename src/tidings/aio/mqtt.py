@@ -1,0 +1,97 @@
+"""The broker's MQTT listeners (`--mqtt HOST:PORT`, `--mqtt-tls HOST:PORT`): MQTT clients on ports of
+their own, driving the same core (core/mqtt/gateway.py composes their sessions around the broker).
+
+Each accepted connection is the server's own protocol class (aio/server.py `_Connection`: the same
+write buffer limits, TCP_NODELAY, reads paused and resumed by the core), numbered from the same
+counter as every other connection; before its `Accepted` reaches the core the gateway is told that
+it is an MQTT connection, and whether a password may travel on it (TLS, or a loopback peer, or the
+broker's --allow-plain-password: the core decides with that). 1883 is MQTT's port by convention,
+8883 with TLS; TLS uses the broker's certificate (--tls-cert, --tls-key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tidings.aio.server import _Connection
+from tidings.core.inputs import Accepted
+from tidings.core.mqtt.bridge import MqttSettings
+from tidings.core.mqtt.gateway import MqttGateway
+
+if TYPE_CHECKING:
+    from tidings.aio.server import BrokerServer
+
+
+@dataclass(frozen=True, slots=True)
+class MqttListen:
+    host: str
+    port: int
+    tls: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MqttOptions:
+    """What `tidings broker` was asked to serve MQTT on, and how."""
+
+    listens: tuple[MqttListen, ...]
+    settings: MqttSettings = field(default_factory=MqttSettings)
+
+
+class _MqttConnection(_Connection):
+    __slots__ = ("gateway", "tls")
+
+    def __init__(self, server: BrokerServer, conn: int, gateway: MqttGateway, tls: bool) -> None:
+        super().__init__(server, conn)
+        self.gateway = gateway
+        self.tls = tls
+
+    def accepted(self, now: int, transport: asyncio.Transport) -> Accepted:
+        peer = transport.get_extra_info("peername")
+        loopback = False
+        if isinstance(peer, tuple) and peer:
+            try:
+                loopback = ipaddress.ip_address(str(peer[0])).is_loopback
+            except ValueError:
+                loopback = False
+        self.gateway.expect(self.conn, self.tls or loopback)
+        return super().accepted(now, transport)
+
+
+class MqttListeners:
+    """The MQTT ports of one broker server: started after its own, closed before it stops."""
+
+    def __init__(self, server: BrokerServer, options: MqttOptions) -> None:
+        assert server.core is not None
+        self.server = server
+        self.options = options
+        self.gateway = MqttGateway(server.core, options.settings, secrets.token_bytes)
+        self.servers: list[asyncio.Server] = []
+        self.addresses: list[tuple[str, bool]] = []  # (host:port as bound, tls)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        tls_context = None if self.server.tls is None else self.server.tls.server_context()
+        for listen in self.options.listens:
+            if listen.tls and tls_context is None:
+                raise ValueError("--mqtt-tls needs the broker's certificate (--tls-cert, --tls-key)")
+
+            def factory(tls: bool = listen.tls) -> _MqttConnection:
+                return _MqttConnection(self.server, self.server.new_conn(), self.gateway, tls)
+
+            srv = await loop.create_server(factory, listen.host, listen.port, reuse_address=True, backlog=1024,
+                                           ssl=tls_context if listen.tls else None)
+            self.servers.append(srv)
+            port = srv.sockets[0].getsockname()[1]
+            self.addresses.append((f"{listen.host}:{port}", listen.tls))
+
+    def address(self, tls: bool) -> str | None:
+        """The first bound address of the plain (or TLS) MQTT listeners."""
+        return next((a for a, t in self.addresses if t == tls), None)
+
+    def close(self) -> None:
+        for srv in self.servers:
+            srv.close()

@@ -1,0 +1,135 @@
+"""What an MQTT packet is in tidings' terms and back, for every connection alike (core/mqtt/session.py
+applies it to one): the CONNECT's credential, a PUBLISH's event, an event's PUBLISH, and the broker's
+refusal codes (core/errors.py) as MQTT 5.0 reason codes.
+
+The event of a PUBLISH: its channel is the topic (core/mqtt/topics.py), its payload the payload as
+is, its attributes the PUBLISH's user properties (a key given twice keeps its last value), its
+content type as `mqtt.content_type`, and `mqtt.qos` = 0 for a QoS 0 publish; a user property under
+`mqtt.` is refused (0x99), so that what the broker says of an event cannot be forged. Its source is
+the connection's: the identity (or the service `mqtt` for a client without a user name) and the
+client id as instance. An event's PUBLISH goes back the same way: the attributes but `mqtt.*` as
+user properties (values as text) in 5.0, none in 3.1.1 (which has no properties), at the QoS
+min(the subscription's, the event's: 0 for `mqtt.qos` = 0, else 1: a native event is logged and
+acknowledged as QoS 1 is).
+
+The password of a CONNECT is the identity's secret, as `tidings auth add` printed it (`NAME:SECRET`,
+or SECRET alone with the user name NAME); it may come only over TLS or from a loopback peer unless
+the broker runs with --allow-plain-password (`PlainPassword` otherwise: 0x87).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidings.core import errors
+from tidings.core.auth.credentials import Credential, CredentialError, parse_credential, unb64
+from tidings.core.auth.names import check_name
+from tidings.core.defaults import FRAME_BYTES_MAX
+from tidings.core.errors import TidingsError
+from tidings.core.event import AttrValue, Event
+from tidings.core.mqtt import packets as p
+from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
+from tidings.core.mqtt.reason_codes import ReasonCode
+
+R = ReasonCode
+MQTT_3_1_1 = 4
+MQTT_5 = 5
+ANONYMOUS_SERVICE = "mqtt"  # the service of a client that gives no user name
+CONTENT_TYPE = "mqtt.content_type"  # attributes the broker sets (a user property cannot: refused)
+QOS = "mqtt.qos"
+RESERVED_PREFIX = "mqtt."
+FILTER_PROPERTY = "filter"  # a 5.0 SUBSCRIBE's user property: a content filter (docs/filters.md)
+REASON_CHARS_MAX = 200  # of a reason string we send
+
+CONNECT_REFUSALS = {errors.AUTH_FAILED: R.BAD_USER_NAME_OR_PASSWORD, errors.AUTH_REQUIRED: R.NOT_AUTHORIZED,
+                    errors.BAD_NAME: R.CLIENT_IDENTIFIER_NOT_VALID, errors.LIMIT_EXCEEDED: R.QUOTA_EXCEEDED,
+                    errors.BAD_CREDENTIAL: R.BAD_USER_NAME_OR_PASSWORD, errors.HANDSHAKE: R.SERVER_BUSY}
+PUBLISH_REFUSALS = {errors.FORBIDDEN: R.NOT_AUTHORIZED, errors.LIMIT_EXCEEDED: R.QUOTA_EXCEEDED,
+                    errors.BAD_CHANNEL: R.TOPIC_NAME_INVALID, errors.EVENT_TOO_LARGE: R.QUOTA_EXCEEDED,
+                    errors.BAD_ATTRIBUTES: R.IMPLEMENTATION_SPECIFIC_ERROR}
+SUBSCRIBE_REFUSALS = {errors.FORBIDDEN: R.NOT_AUTHORIZED, errors.LIMIT_EXCEEDED: R.QUOTA_EXCEEDED,
+                      errors.TOO_MANY_SUBSCRIPTIONS: R.QUOTA_EXCEEDED, errors.BAD_PATTERN: R.TOPIC_FILTER_INVALID,
+                      errors.BAD_FILTER: R.IMPLEMENTATION_SPECIFIC_ERROR}
+
+
+@dataclass(frozen=True, slots=True)
+class MqttSettings:
+    """The MQTT side's limits (the broker's own apply too: frame and event sizes, rates, leases)."""
+
+    keep_alive_factor_percent: int = 150  # a client silent for 1.5 keep-alives is gone (MQTT 3.1.2.10)
+    receive_maximum: int = 1024  # QoS 1/2 publishes of a 5.0 client not yet answered (our CONNACK's)
+    deliveries_queued_max: int = 10_000  # QoS 1 deliveries waiting behind the client's Receive Maximum
+    early_packets_max: int = 64  # packets a client sends before its CONNACK
+    packet_bytes_max: int = FRAME_BYTES_MAX  # the Maximum Packet Size we announce and hold clients to
+    allow_plain_password: bool = False  # a password over plain TCP from another host (--allow-plain-password)
+
+
+class PlainPassword(TidingsError):
+    """A password where it would travel in plain over the network."""
+
+
+def reason(text: str) -> Properties:
+    """A reason string (5.0) as the properties of an answer."""
+    return Properties(reason_string=text[:REASON_CHARS_MAX])
+
+
+def credential_of(packet: p.Connect, secure: bool) -> Credential | None:
+    """The native credential of a CONNECT's user name and password (None: the client gives no
+    password); CredentialError or NameRuleError for one that cannot be, PlainPassword where it may not come."""
+    if packet.password is None:
+        return None
+    if packet.username is None:
+        raise CredentialError("a password needs a user name (the identity's)")
+    if not secure:
+        raise PlainPassword("a password is accepted only over TLS or from loopback "
+                            "(the broker's --allow-plain-password lifts this)")
+    text = packet.password.decode("utf-8", "replace")
+    if ":" in text:
+        credential = parse_credential(text)
+        if credential.name != packet.username:
+            raise CredentialError("the password names another identity than the user name")
+        return credential
+    return Credential(check_name(packet.username, "a user name"), unb64(text, "the password"))
+
+
+def attributes_of(packet: p.Publish) -> dict[str, AttrValue] | str:
+    """The attributes of a PUBLISH's event, or why they cannot be (a reserved user property)."""
+    attributes: dict[str, AttrValue] = {}
+    for key, value in packet.properties.user_properties:
+        if key.startswith(RESERVED_PREFIX):
+            return f"user property {key!r}: the prefix {RESERVED_PREFIX!r} is the broker's"
+        attributes[key] = value
+    if packet.properties.content_type is not None:
+        attributes[CONTENT_TYPE] = packet.properties.content_type
+    if packet.qos == 0:
+        attributes[QOS] = 0
+    return attributes
+
+
+def publish_of(event: Event, granted_qos: int, level: int) -> p.Publish:
+    """An event as the PUBLISH a subscription granted `granted_qos` delivers (no packet id yet)."""
+    attrs = event.attributes
+    qos = min(granted_qos, 0 if attrs.get(QOS) == 0 else 1)
+    props = NO_PROPERTIES
+    if level == MQTT_5 and attrs:
+        content_type = attrs.get(CONTENT_TYPE)
+        props = Properties(content_type=content_type if isinstance(content_type, str) else None,
+                           user_properties=tuple((k, _text(v)) for k, v in attrs.items()
+                                                 if not k.startswith(RESERVED_PREFIX)))
+    return p.Publish(event.channel, event.payload, qos, properties=props)  # (topics.topic_of: the identity)
+
+
+def seqs_of(ranges: object) -> list[int]:
+    """The seqs of an ERROR's `seqs` context, inclusive ranges [[first, last], ...] (core/broker/refusals.py)."""
+    out: list[int] = []
+    if isinstance(ranges, list):
+        for r in ranges:
+            if isinstance(r, list) and len(r) == 2 and type(r[0]) is int and type(r[1]) is int and r[0] <= r[1]:
+                out += range(r[0], min(r[1], r[0] + 65535) + 1)
+    return out
+
+
+def _text(value: AttrValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

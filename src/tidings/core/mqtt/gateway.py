@@ -1,0 +1,197 @@
+"""MQTT connections on a broker: the sessions (core/mqtt/session.py) composed around the broker core.
+
+Theory of operation. The runtime listens for MQTT clients on a port of its own (`--mqtt`, aio/mqtt.py)
+and numbers their connections from the same counter as the others; it tells this gateway which
+connections are MQTT's (`expect`, before their `Accepted`) and feeds every input here instead of to
+the broker. An input about another connection, and every other input, goes to the broker as it is;
+an MQTT connection's bytes go to its session, whose tidings frames (HELLO, PUBLISH, SUBSCRIBE, ...)
+the broker then receives as that connection's bytes (`Received`). What the broker answers, an
+MQTT connection's `Send` is handed to its session and leaves as MQTT packets; every other effect
+(PauseReading, Disconnect, the log's, the peers') passes unchanged, in order. So an MQTT connection
+is in the broker's connection table like any client: the guard admits it, the reading machine
+holds it (disk, rate, send queue), the intake logs its events and ACKs them after the fsync, and
+its subscriptions are Subscription machines fed by the fan-out and the trees; only the encoding
+differs. A broker without `--mqtt` has no gateway and runs exactly as before.
+
+The gateway keeps two timers per MQTT connection (`Deadlines`): its keep-alive (1.5 times the
+CONNECT's, MQTT 3.1.2.10: a silent client is closed) and the renewal of its subscriptions' lease
+(core/subscription/leases.py), which a native client renews itself: here the MQTT keep-alive stands
+for it. Its `next_deadline` is the earlier of the broker's and its own; on `TimerFired` the broker
+goes first. A second connection with the same client id and identity takes the session over (the
+first is closed, 5.0: 0x8E); with another identity it is refused (0x85).
+
+Figures (`status()["mqtt"]`, `/metrics` as `tidings_mqtt_*`: core/broker/metrics.py): connections
+open and accepted, packets in and out, PUBLISHes received and delivered, refusals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from tidings.core.broker.broker import Broker
+from tidings.core.deadlines import Deadlines
+from tidings.core.effects import Effect, Send
+from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
+from tidings.core.mqtt.bridge import MqttSettings
+from tidings.core.mqtt.reason_codes import ReasonCode
+from tidings.core.mqtt.session import CLOSED, OPEN, MqttSession
+
+NONCE_BYTES = 24
+SESSIONS_REPORTED_MAX = 256  # MQTT connections listed one by one in the status
+
+
+class KeepAliveTimer(NamedTuple):
+    conn: int
+
+
+class RenewTimer(NamedTuple):
+    conn: int
+
+
+MqttTimer = KeepAliveTimer | RenewTimer
+
+
+class MqttGateway:
+    def __init__(self, broker: Broker, settings: MqttSettings, nonce: Callable[[int], bytes]) -> None:
+        """`nonce(n)`: n fresh random bytes (the runtime's), for each session's native handshake."""
+        self.broker = broker
+        self.settings = settings
+        self.nonce = nonce
+        self.sessions: dict[int, MqttSession] = {}
+        self.expected: dict[int, bool] = {}  # conn -> secure (TLS or loopback), until its Accepted
+        self.by_client_id: dict[str, int] = {}
+        self.timers: Deadlines[MqttTimer] = Deadlines()
+        self.now = 0
+        self.wall_us = 0
+        self.accepted = 0
+        self.closed: dict[str, int] = {}  # figures of the sessions gone
+        self.totals = {"packets_received": 0, "packets_sent": 0, "publishes_received": 0,
+                       "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
+
+    def expect(self, conn: int, secure: bool) -> None:
+        """The runtime accepted `conn` on an MQTT port (its Accepted follows); `secure`: TLS or loopback."""
+        self.expected[conn] = secure
+
+    # ---- inputs ----------------------------------------------------------------------------------
+
+    def handle(self, inp: Input) -> list[Effect]:
+        self.now = inp.now
+        if isinstance(inp, Received | TimerFired) and inp.wall_us:
+            self.wall_us = inp.wall_us
+        out: list[Effect] = []
+        kind = type(inp)
+        if kind is Received:
+            assert isinstance(inp, Received)
+            session = self.sessions.get(inp.conn)
+            if session is not None:
+                self._from_client(session, inp.data, out)
+                return out
+        elif kind is Accepted:
+            assert isinstance(inp, Accepted)
+            secure = self.expected.pop(inp.conn, None)
+            if secure is not None:
+                self.accepted += 1
+                self.sessions[inp.conn] = MqttSession(inp.conn, self.settings, secure, self.nonce(NONCE_BYTES))
+        elif kind is ConnectionLost:
+            assert isinstance(inp, ConnectionLost)
+            self._gone(inp.conn)
+        self._to_client(self.broker.handle(inp), out)
+        if kind is TimerFired:
+            self._timeouts(inp.now, out)
+        return out
+
+    def next_deadline(self) -> int | None:
+        deadlines = [d for d in (self.broker.next_deadline(), self.timers.next_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def _from_client(self, session: MqttSession, data: bytes, out: list[Effect]) -> None:
+        native: list[bytes] = []
+        session.from_client(data, out, native)
+        if session.keep_alive_ns and session.state is not CLOSED:
+            self.timers.set(KeepAliveTimer(session.conn), self.now + session.keep_alive_ns)
+        self._to_broker(session, native, out)
+
+    def _to_broker(self, session: MqttSession, frames: list[bytes], out: list[Effect]) -> None:
+        """The session's tidings frames, received by the broker on its connection."""
+        for frame in frames:
+            before = session.state
+            self._to_client(self.broker.handle(Received(self.now, self.wall_us, session.conn, frame)), out)
+            if before is not OPEN and session.state is OPEN:
+                self._opened(session, out)
+
+    def _to_client(self, effects: list[Effect], out: list[Effect]) -> None:
+        """The broker's effects: an MQTT connection's Sends through its session, the rest as they are."""
+        sessions = self.sessions
+        for eff in effects:
+            if type(eff) is not Send or (session := sessions.get(eff.conn)) is None:
+                out.append(eff)
+                continue
+            native: list[bytes] = []
+            session.from_broker(eff.data, out, native)
+            if native:
+                self._to_broker(session, native, out)
+
+    # ---- a session's life ------------------------------------------------------------------------
+
+    def _opened(self, session: MqttSession, out: list[Effect]) -> None:
+        """WELCOME came: the session takes its client id over, and renews its lease."""
+        other = self.by_client_id.get(session.client_id)
+        if other == session.conn:  # (told already, by a nested turn)
+            return
+        if other is not None:
+            old = self.sessions.get(other)
+            if old is not None and old.identity == session.identity:
+                old.close_for(ReasonCode.SESSION_TAKEN_OVER, "another connection took the session over", out)
+            elif old is not None:
+                session.close_for(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+                                  "the client id is in use by another identity", out)
+                return
+        self.by_client_id[session.client_id] = session.conn
+        interval = session.native.renew_interval_ns if session.native is not None else None
+        if interval:
+            self.timers.set(RenewTimer(session.conn), self.now + interval)
+
+    def _gone(self, conn: int) -> None:
+        session = self.sessions.pop(conn, None)
+        self.expected.pop(conn, None)
+        if session is None:
+            return
+        self.timers.cancel(KeepAliveTimer(conn))
+        self.timers.cancel(RenewTimer(conn))
+        if self.by_client_id.get(session.client_id) == conn:
+            del self.by_client_id[session.client_id]
+        for key, value in _figures(session).items():
+            self.totals[key] += value
+
+    def _timeouts(self, now: int, out: list[Effect]) -> None:
+        for key in self.timers.pop_due(now):
+            session = self.sessions.get(key.conn)
+            if session is None:
+                continue
+            if type(key) is KeepAliveTimer:
+                session.close_for(ReasonCode.KEEP_ALIVE_TIMEOUT, "nothing heard for 1.5 keep-alive periods", out)
+            elif session.native is not None and session.state is OPEN:
+                self._to_broker(session, [session.native.renew()], out)
+                interval = session.native.renew_interval_ns
+                if interval:
+                    self.timers.set(RenewTimer(session.conn), now + interval)
+
+    # ---- figures ---------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The broker's status, with the MQTT connections' figures under `mqtt`."""
+        figures = dict(self.totals)
+        for session in self.sessions.values():
+            for key, value in _figures(session).items():
+                figures[key] += value
+        open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
+        mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted, **figures,
+                "sessions": [s.status() for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
+        return {**self.broker.status(), "mqtt": mqtt}
+
+
+def _figures(session: MqttSession) -> dict[str, int]:
+    return {"packets_received": session.received, "packets_sent": session.sent,
+            "publishes_received": session.published, "publishes_delivered": session.delivered,
+            "refusals": session.refused, "deliveries_dropped": session.dropped}
