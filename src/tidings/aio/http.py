@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from tidings.aio.dashboard import ClusterView, Dashboard
 from tidings.core.broker import metrics
+from tidings.core.mqtt.gateway import FIGURES as MQTT_FIGURES
 
 PREFIX = "tidings_"
 
@@ -37,9 +38,11 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         st = self._status()
-        for figure, value in metrics.reported(st):  # each declared once (core/broker/metrics.py)
-            family = CounterMetricFamily if figure.kind is metrics.COUNTER else GaugeMetricFamily
-            yield family(PREFIX + figure.name, figure.help, value=value)
+        sections = (metrics.FIGURES, *((MQTT_FIGURES,) if "mqtt" in st else ()))  # (core/mqtt/gateway.py)
+        for figures in sections:
+            for figure, value in metrics.reported(st, figures):  # each declared once (core/broker/metrics.py)
+                family = CounterMetricFamily if figure.kind is metrics.COUNTER else GaugeMetricFamily
+                yield family(PREFIX + figure.name, figure.help, value=value)
         overlay = st.get("overlay")
         info = {"pubend": str(st.get("pubend", ""))}
         if overlay:

@@ -297,7 +297,7 @@ class BrokerServer:
         """The core's status, each client connection with the bytes its transport holds unsent (only
         the runtime knows them; the core sees SendBlocked past `send_queue_bytes_max`)."""
         assert self.core is not None
-        status = self.core.status() if self.mqtt is None else self.mqtt.gateway.status()
+        status = self.core.status()
         for c in status["connections"]:
             transport = self.transports.get(c["conn"])
             c["queued_bytes"] = None if transport is None else transport.get_write_buffer_size()

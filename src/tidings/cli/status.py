@@ -19,7 +19,7 @@ SUMMARY_KEYS = {"pubend", "clients", "subscriptions", "subscriptions_live", "cat
                 "leases_expired", "lease_ns", "draining", "durable_registrations", "durable_away",
                 "durable_expired", "durable_moved", "client_errors"}
 SECTION_KEYS = ("connections", "channels", "overlay", "peers", "trees", "delivery", "auth",
-                "durable_named", "directory")  # durable_named: `tidings durable list`
+                "durable_named", "directory", "mqtt")  # durable_named: `tidings durable list`
 
 
 def render_status(status: dict[str, Any]) -> str:
@@ -46,6 +46,15 @@ def render_status(status: dict[str, Any]) -> str:
         lines += _delivery(status["delivery"])
     if "auth" in status:
         lines += _auth_lines(status["auth"])
+    if "mqtt" in status:  # the MQTT connections (core/mqtt/gateway.py)
+        mqtt = status["mqtt"]
+        lines.append(f"mqtt: {mqtt.get('connections')} connections open, {mqtt.get('publishes_received')} publishes "
+                     f"received, {mqtt.get('publishes_delivered')} delivered, {mqtt.get('refusals')} refused")
+        sessions = mqtt.get("sessions") or []
+        lines += _table(f"mqtt sessions ({len(sessions)})",
+                        ["conn", "client id", "identity", "version", "subscriptions", "inflight", "queued"],
+                        [[m.get("conn"), m.get("client_id"), m.get("identity") or "-", m.get("version"),
+                          m.get("subscriptions"), m.get("inflight"), m.get("queued")] for m in sessions])
     if status.get("directory"):
         lines += _table(f"pubend directory ({len(status['directory'])})",
                         ["pubend", "address", "durable through", "newest event", "released through", "events"],

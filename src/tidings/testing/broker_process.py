@@ -58,6 +58,8 @@ class BrokerProcess:
         self.join = join
         self.http = http
         self.http_address: str | None = None
+        self.mqtt_address: str | None = None  # the ready line's `mqtt` (with `--mqtt HOST:PORT` in args)
+        self.mqtt_tls_address: str | None = None
         self.proc: subprocess.Popen[str] | None = None
         self.pubend: str | None = None
         self.node_id: str | None = None
@@ -102,6 +104,8 @@ class BrokerProcess:
         self.pubend = info["pubend"]
         self.node_id = info.get("node_id")
         self.http_address = info.get("http")
+        self.mqtt_address = info.get("mqtt")
+        self.mqtt_tls_address = info.get("mqtt_tls")
         return self
 
     def status(self, timeout: float = 10.0) -> dict[str, Any]:

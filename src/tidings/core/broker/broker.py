@@ -9,7 +9,7 @@ returns effects for the runtime to apply (core/drive.py). The inputs of peer con
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from tidings.core import errors
@@ -97,6 +97,7 @@ class Broker:
         self.machines = BrokerMachines(self.clock, self.reading, self.pubend)  # what the lifecycle reads
         self.lifecycle = Lifecycle(self.machines, Retention.of(config), self.alarm)  # join, drain, retention
         self.alarm.watch(self.subscribers.timers, self.leases, self.reading, self.lifecycle)  # (the cluster's later)
+        self.sections: list[Callable[[], dict[str, Any]]] = []  # more of the status (core/mqtt/gateway.py's)
 
     def handle(self, inp: Input) -> list[Effect]:  # noqa: PLR0912 - one branch per input type
         out: list[Effect] = []
@@ -287,4 +288,7 @@ class Broker:
 
     def status(self) -> dict[str, Any]:
         """The machines' figures (core/broker/metrics.py) and what else an operator reads."""
-        return metrics.status(self, self.router.status)
+        status = metrics.status(self, self.router.status)
+        for section in self.sections:
+            status |= section()
+        return status

@@ -174,9 +174,9 @@ def status(broker: Observed, subscription: Callable[[Any], dict[str, Any]]) -> d
     }
 
 
-def reported(status: dict[str, Any]) -> Iterator[tuple[Figure, int]]:
-    """Each figure a status holds, with its value (in FIGURES' order)."""
-    for figure in FIGURES:
+def reported(status: dict[str, Any], figures: tuple[Figure, ...] = FIGURES) -> Iterator[tuple[Figure, int]]:
+    """Each figure a status holds, with its value (in `figures`' order: FIGURES, or another section's)."""
+    for figure in figures:
         where: Any = status
         for part in figure.under:
             where = where.get(part) if isinstance(where, dict) else None

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from tidings.core.broker.broker import Broker
+from tidings.core.broker.metrics import COUNTER, GAUGE, Figure
 from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Effect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
@@ -39,6 +40,26 @@ from tidings.core.mqtt.session import CLOSED, OPEN, MqttSession
 
 NONCE_BYTES = 24
 SESSIONS_REPORTED_MAX = 256  # MQTT connections listed one by one in the status
+MQTT = ("mqtt",)
+
+# the figures under `mqtt` in the status, as /metrics writes them (aio/http.py; docs/operations.md)
+FIGURES: tuple[Figure, ...] = (
+    Figure("connections", "mqtt_connections", GAUGE, "MQTT connections open (CONNACK sent)", "MqttGateway",
+           under=MQTT),
+    Figure("connections_accepted", "mqtt_connections_accepted", COUNTER, "connections accepted on the MQTT ports",
+           "MqttGateway", under=MQTT),
+    Figure("packets_received", "mqtt_packets_received", COUNTER, "MQTT packets received", "MqttSession", under=MQTT),
+    Figure("packets_sent", "mqtt_packets_sent", COUNTER, "MQTT packets sent", "MqttSession", under=MQTT),
+    Figure("publishes_received", "mqtt_publishes_received", COUNTER,
+           "MQTT PUBLISHes handed to the intake (an event each)", "MqttSession", under=MQTT),
+    Figure("publishes_delivered", "mqtt_publishes_delivered", COUNTER, "events delivered to MQTT subscribers",
+           "MqttSession", under=MQTT),
+    Figure("refusals", "mqtt_refusals", COUNTER,
+           "MQTT connections, publishes and packets refused (with a reason code, or a close)", "MqttSession",
+           under=MQTT),
+    Figure("deliveries_dropped", "mqtt_deliveries_dropped", COUNTER,
+           "deliveries over a client's Maximum Packet Size, not sent", "MqttSession", under=MQTT),
+)
 
 
 class KeepAliveTimer(NamedTuple):
@@ -68,6 +89,7 @@ class MqttGateway:
         self.closed: dict[str, int] = {}  # figures of the sessions gone
         self.totals = {"packets_received": 0, "packets_sent": 0, "publishes_received": 0,
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
+        broker.sections.append(self.status)  # the broker's status (and so STATUS, /status, /metrics) has ours
 
     def expect(self, conn: int, secure: bool) -> None:
         """The runtime accepted `conn` on an MQTT port (its Accepted follows); `secure`: TLS or loopback."""
@@ -180,7 +202,7 @@ class MqttGateway:
     # ---- figures ---------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        """The broker's status, with the MQTT connections' figures under `mqtt`."""
+        """The MQTT connections' figures, under `mqtt` in the broker's status."""
         figures = dict(self.totals)
         for session in self.sessions.values():
             for key, value in _figures(session).items():
@@ -188,7 +210,7 @@ class MqttGateway:
         open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted, **figures,
                 "sessions": [s.status() for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
-        return {**self.broker.status(), "mqtt": mqtt}
+        return {"mqtt": mqtt}
 
 
 def _figures(session: MqttSession) -> dict[str, int]:

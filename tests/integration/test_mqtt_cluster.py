@@ -1,0 +1,139 @@
+"""MQTT clients on a 3-broker overlay (issue 23): one topic space with tidings' native clients.
+
+Every broker serves MQTT on a port of its own (`--mqtt 127.0.0.1:0`). paho-mqtt in 3.1.1 and 5.0 and
+`mosquitto_pub` / `mosquitto_sub` publish and subscribe on different brokers; native clients receive
+MQTT publishes (the user properties and content type as attributes, the client id as the source's
+instance) and MQTT subscribers receive native events, at min(publish QoS, subscribe QoS). A
+subscription on another broker joins its tree first: probes are published until one arrives."""
+
+import subprocess
+import urllib.request
+
+import pytest
+
+from tidings import sync
+from tidings.cli.status import render_status
+from tidings.testing import LOCAL_LIVENESS, Cluster
+
+from .mqtt_io import V5, V311, Mqtt, mosquitto_pub, mosquitto_sub, until_delivered
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with Cluster(tmp_path_factory.mktemp("mqtt"), 3, LOCAL_LIVENESS, http=True, args=["--mqtt", "127.0.0.1:0"]) as c:
+        yield c
+
+
+@pytest.mark.parametrize("version", [V311, V5])
+def test_an_mqtt_subscriber_receives_native_events_from_another_broker(cluster, version):
+    topic = f"native-to-mqtt/{version}"
+    sub = Mqtt(cluster[2].mqtt_address, f"sub-{version}", version)
+    try:
+        assert sub.subscribe(f"{topic}/#", qos=1) == [1]
+        with sync.connect(cluster[0].address, service="native-pub") as pub:
+            until_delivered(lambda n: pub.publish(f"{topic}/probe", b"probe"), sub.get)
+            pub.publish(f"{topic}/x", b"\x00binary\xff", {"price": 3})
+            msg = sub.get()
+            while msg.topic.endswith("probe"):
+                msg = sub.get()
+        assert (msg.topic, msg.payload, msg.qos) == (f"{topic}/x", b"\x00binary\xff", 1)
+        if version == V5:  # attributes as user properties
+            assert ("price", "3") in msg.properties.UserProperty
+    finally:
+        sub.close()
+
+
+@pytest.mark.parametrize("version", [V311, V5])
+def test_a_native_subscriber_receives_mqtt_publishes_from_another_broker(cluster, version):
+    topic = f"mqtt-to-native/{version}"
+    pub = Mqtt(cluster[1].mqtt_address, f"pub-{version}", version)
+    try:
+        with sync.connect(cluster[0].address, service="native-sub") as client, client.subscribe(f"{topic}/#") as sub:
+            until_delivered(lambda n: pub.publish(f"{topic}/probe", b"probe", qos=0), sub.get)
+            assert pub.publish(f"{topic}/x", b"reading", qos=1, user={"host": "h1"},
+                               content_type="text/plain" if version == V5 else None) == 0
+            event = sub.get(15)
+            while event.channel.endswith("probe"):
+                event = sub.get(15)
+    finally:
+        pub.close()
+    assert (event.channel, event.payload, event.instance) == (f"{topic}/x", b"reading", f"pub-{version}")
+    assert event.service == "mqtt" and not event.authenticated
+    if version == V5:
+        assert event.attributes == {"host": "h1", "mqtt.content_type": "text/plain"}
+
+
+def test_mqtt_to_mqtt_across_brokers_at_the_lower_qos(cluster):
+    sub = Mqtt(cluster[0].mqtt_address, "qos-sub", V5)
+    pub = Mqtt(cluster[2].mqtt_address, "qos-pub", V311)
+    try:
+        assert sub.subscribe("qos/#", qos=1) == [1]
+        until_delivered(lambda n: pub.publish("qos/probe", b"p", qos=0), sub.get)
+        pub.publish("qos/zero", b"0", qos=0)
+        assert pub.publish("qos/one", b"1", qos=1) == 0
+        got = {}
+        while len(got) < 2:
+            msg = sub.get()
+            if not msg.topic.endswith("probe"):
+                got[msg.topic] = msg.qos
+        assert got == {"qos/zero": 0, "qos/one": 1}  # min(publish QoS, granted QoS)
+    finally:
+        sub.close()
+        pub.close()
+
+
+def test_mosquitto_sub_on_one_broker_receives_mosquitto_pub_on_another(cluster):
+    """The README's example."""
+    sub = mosquitto_sub(cluster[0].mqtt_address, "sensors/#", 1)
+    try:
+        def published_until_received() -> bool:
+            assert mosquitto_pub(cluster[2].mqtt_address, "sensors/kitchen", "21.5").returncode == 0
+            try:
+                sub.wait(0.5)
+            except subprocess.TimeoutExpired:  # not yet
+                return False
+            return True
+
+        cluster.wait(published_until_received, 30, "mosquitto_sub's message")
+        out, err = sub.communicate(timeout=5)
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+            sub.wait()
+    assert sub.returncode == 0, err
+    assert out.strip() == "sensors/kitchen 21.5"
+
+
+def test_dollar_topics_are_not_matched_by_a_leading_wildcard(cluster):
+    sub = Mqtt(cluster[1].mqtt_address, "dollar-sub", V5)
+    pub = Mqtt(cluster[1].mqtt_address, "dollar-pub", V5)
+    try:
+        assert sub.subscribe("#", qos=0) == [0]
+        assert sub.subscribe("$SYS/#", qos=0) == [0]
+        assert pub.publish("$SYS/x", b"d") == 0
+        msg = sub.get()
+        assert msg.topic == "$SYS/x"  # once: by $SYS/#, not by #
+        assert pub.publish("after", b"a") == 0
+        assert sub.get().topic == "after"
+    finally:
+        sub.close()
+        pub.close()
+
+
+def test_mqtt_connections_are_visible_in_status_metrics_and_tidings_status(cluster):
+    client = Mqtt(cluster[1].mqtt_address, "visible", V5)
+    try:
+        def session_listed():
+            mqtt = cluster[1].status().get("mqtt") or {}
+            return mqtt if any(s["client_id"] == "visible" for s in mqtt.get("sessions", [])) else None
+
+        mqtt = cluster.wait(session_listed, 10, "the session in the status")
+        assert mqtt["connections"] >= 1 and mqtt["packets_received"] >= 1
+        assert "visible" in render_status(cluster[1].status())  # `tidings status`
+        with urllib.request.urlopen(f"http://{cluster[1].http_address}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        assert "tidings_mqtt_connections " in text and "tidings_mqtt_packets_received_total" in text
+    finally:
+        client.close()
