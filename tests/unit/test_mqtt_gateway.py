@@ -1,0 +1,149 @@
+"""MQTT sessions around the broker core, in process (core/mqtt/gateway.py, session.py): the event's
+fsync before PUBACK, QoS 2 logged once, passwords only where they cannot be read, refusals by reason
+code, the keep-alive, the in-flight window."""
+
+from tidings.core.effects import Disconnect, Send
+from tidings.core.inputs import Accepted, ConnectionLost, Received, TimerFired, WriteSynced
+from tidings.core.mqtt import packets as p
+from tidings.core.mqtt.bridge import MqttSettings
+from tidings.core.mqtt.codec import PacketDecoder
+from tidings.core.mqtt.encode import encode
+from tidings.core.mqtt.gateway import MqttGateway
+from tidings.core.mqtt.properties import Properties
+from tidings.core.mqtt.session import OPEN
+
+from .core_harness import Harness
+
+S = 1_000_000_000
+
+
+class Gate:
+    """A broker core (tests/unit/core_harness.py) with the MQTT gateway in front, and MQTT clients by conn."""
+
+    def __init__(self, settings: MqttSettings | None = None) -> None:
+        self.h = Harness()
+        self.gw = MqttGateway(self.h.broker, settings or MqttSettings(), lambda n: b"\x01" * n)
+        self.decoders: dict[int, PacketDecoder] = {}
+        self.closed: set[int] = set()
+        self.now = 0
+
+    def feed(self, inp):
+        for eff in self.gw.handle(inp):
+            if isinstance(eff, Send):
+                self.h.sent.setdefault(eff.conn, []).append(eff.data)
+            elif isinstance(eff, Disconnect):
+                self.closed.add(eff.conn)
+            self.h.apply([eff] if not isinstance(eff, Send | Disconnect) else [])
+
+    def connect(self, conn: int, version: int = 5, secure: bool = True, **fields) -> list:
+        self.gw.expect(conn, secure)
+        self.feed(Accepted(self.now, conn))
+        self.decoders[conn] = PacketDecoder(1 << 24, version)
+        return self.send(conn, p.Connect(version, fields.pop("client_id", f"c{conn}"), **fields))
+
+    def send(self, conn: int, packet, raw: bytes | None = None) -> list:
+        """Send `packet` (or `raw` bytes); the packets the client got back."""
+        self.now += 1
+        version = self.decoders[conn].version or 5
+        self.feed(Received(self.now, self.h.wall_us, conn, raw if raw is not None else encode(packet, version)))
+        return self.answers(conn)
+
+    def answers(self, conn: int) -> list:
+        data = b"".join(self.h.sent.pop(conn, []))
+        return self.decoders[conn].feed(data)
+
+    def sync(self) -> None:
+        token = max(self.h.unsynced)
+        self.h.unsynced.clear()
+        self.feed(WriteSynced(self.now, token, self.h.state()))
+
+
+def test_a_qos1_publish_is_acknowledged_only_once_its_event_is_fsynced():
+    g = Gate()
+    [connack] = g.connect(1)
+    assert (connack.reason_code, connack.properties.retain_available) == (0, 0)
+    assert g.send(1, p.Publish("a/b", b"x", 1, packet_id=9)) == []  # logged, not yet synced: no PUBACK
+    assert len(g.h.records) == 1 and g.h.unsynced
+    g.sync()
+    assert g.answers(1) == [p.Puback(9)]
+
+
+def test_qos0_is_not_acknowledged_and_delivered_at_qos0():
+    g = Gate()
+    g.connect(1)
+    g.connect(2)
+    assert g.send(2, p.Subscribe(1, (p.TopicFilter("a/#", 1),))) == [p.Suback(1, (1,))]
+    g.send(1, p.Publish("a/b", b"zero", 0))
+    g.sync()
+    assert g.answers(1) == []
+    [delivered] = g.answers(2)
+    assert (delivered.topic, delivered.payload, delivered.qos, delivered.packet_id) == ("a/b", b"zero", 0, None)
+
+
+def test_a_retried_qos2_publish_is_logged_once():
+    g = Gate()
+    g.connect(1)
+    g.send(1, p.Publish("a/b", b"two", 2, packet_id=5))
+    g.sync()
+    assert g.answers(1) == [p.Pubrec(5)]
+    assert g.send(1, p.Publish("a/b", b"two", 2, dup=True, packet_id=5)) == [p.Pubrec(5)]
+    assert g.send(1, p.Pubrel(5)) == [p.Pubcomp(5)]
+    assert len(g.h.records) == 1
+
+
+def test_a_password_over_plain_tcp_from_another_host_is_refused():
+    g = Gate()
+    [connack] = g.connect(1, secure=False, username="sensor", password=b"c2VjcmV0c2VjcmV0c2VjcmV0")
+    assert connack.reason_code == 0x87 and 1 in g.closed
+    g = Gate(MqttSettings(allow_plain_password=True))
+    [connack] = g.connect(1, secure=False, username="sensor", password=b"c2VjcmV0c2VjcmV0c2VjcmV0")
+    assert connack.reason_code == 0x86  # let through to the auth check: this broker has no identities
+
+
+def test_topics_tidings_cannot_hold_are_refused_by_reason_code():
+    g = Gate()
+    g.connect(1)
+    [puback] = g.send(1, p.Publish("x" * 2000, b"", 1, packet_id=3))
+    assert (puback.packet_id, puback.reason_code) == (3, 0x90)
+    [suback] = g.send(1, p.Subscribe(4, (p.TopicFilter("$share/g/a", 1), p.TopicFilter("ok/+", 2))))
+    assert suback.reason_codes == (0x9E, 1)  # granted QoS 1 for 2: QoS 2 deliveries are not sent yet
+    assert g.send(1, p.Publish("a", b"", 0, properties=Properties(user_properties=(("mqtt.qos", "1"),)))) == []
+    assert len(g.h.records) == 0  # a user property under mqtt. is the broker's: refused (QoS 0: no answer)
+
+
+def test_a_retained_publish_is_refused_in_5_and_the_connection_closed():
+    g = Gate()
+    g.connect(1)
+    [disconnect] = g.send(1, p.Publish("a", b"r", 1, retain=True, packet_id=1))
+    assert disconnect.reason_code == 0x9A and 1 in g.closed
+
+
+def test_a_silent_client_is_closed_after_one_and_a_half_keep_alives():
+    g = Gate()
+    g.connect(1, keep_alive_s=2)
+    deadline = g.gw.next_deadline()
+    assert deadline is not None and deadline <= g.now + 3 * S
+    g.feed(TimerFired(3 * S + 10, g.h.wall_us))
+    assert [type(x) for x in g.answers(1)] == [p.Disconnect] and 1 in g.closed
+
+
+def test_deliveries_wait_behind_the_receive_maximum():
+    g = Gate()
+    g.connect(1)
+    g.connect(2, properties=Properties(receive_maximum=2))
+    g.send(2, p.Subscribe(1, (p.TopicFilter("w", 1),)))
+    for i in range(3):
+        g.send(1, p.Publish("w", bytes([i]), 1, packet_id=i + 1))
+    g.sync()
+    first = g.answers(2)
+    assert [m.payload for m in first] == [b"\x00", b"\x01"]
+    assert [m.payload for m in g.send(2, p.Puback(first[0].packet_id))] == [b"\x02"]
+
+
+def test_a_second_connection_with_the_client_id_takes_the_session_over():
+    g = Gate()
+    g.connect(1, client_id="same")
+    g.connect(2, client_id="same")
+    assert [m.reason_code for m in g.answers(1)] == [0x8E] and 1 in g.closed
+    g.feed(ConnectionLost(g.now, 1))
+    assert g.gw.sessions[2].state is OPEN and 1 not in g.gw.sessions
