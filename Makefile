@@ -1,5 +1,6 @@
 # make run   : create .venv, install tidings, run the PLDB pipeline (3 brokers, monitors, tuple store, Spark health stream, plots; a broker and the tuple store killed and restarted mid-run), print a summary
-# make test  : create .venv, install tidings with test extras (and Chromium for the dashboard test), run the whole suite
+# make test  : create .venv, install tidings with test extras (and Chromium for the dashboard test, mosquitto-clients
+#              for the MQTT tests), run the whole suite
 #              but the tests marked soak (about 14 minutes on CI's 2 cores, whose limit is 20; docs/testing.md)
 # make soak  : the long sweeps and soaks (tests marked soak: the long forms and full seed counts), skipped by make test
 PYTHON ?= python3
@@ -7,7 +8,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test soak lint bench clean browser
+.PHONY: run test soak lint bench clean browser mqtt-clients
 
 $(STAMP): pyproject.toml setup.py src/tidings/spark/_columns.c
 	@echo "== creating $(VENV) and installing tidings with its dependencies (PySpark is large: a minute or more the first time)"
@@ -26,7 +27,13 @@ browser:
 		echo "== installing Debian's chromium and chromium-driver for the dashboard's browser test"; \
 		apt-get update -q && apt-get install -y -q chromium chromium-driver; }
 
-test: $(STAMP) browser
+# the MQTT tests drive Debian's mosquitto_pub and mosquitto_sub (apt-get only if missing)
+mqtt-clients:
+	@test -x /usr/bin/mosquitto_pub && test -x /usr/bin/mosquitto_sub || { \
+		echo "== installing Debian's mosquitto-clients for the MQTT tests"; \
+		apt-get update -q && apt-get install -y -q mosquitto-clients; }
+
+test: $(STAMP) browser mqtt-clients
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
 	$(PY) -m pytest -q --durations=25

@@ -2,6 +2,7 @@
 fsync before PUBACK, QoS 2 logged once, passwords only where they cannot be read, refusals by reason
 code, the keep-alive, the in-flight window."""
 
+from tidings.core.config import BrokerConfig
 from tidings.core.effects import Disconnect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Received, TimerFired, WriteSynced
 from tidings.core.mqtt import packets as p
@@ -20,8 +21,8 @@ S = 1_000_000_000
 class Gate:
     """A broker core (tests/unit/core_harness.py) with the MQTT gateway in front, and MQTT clients by conn."""
 
-    def __init__(self, settings: MqttSettings | None = None) -> None:
-        self.h = Harness()
+    def __init__(self, settings: MqttSettings | None = None, config: BrokerConfig | None = None) -> None:
+        self.h = Harness(config)
         self.gw = MqttGateway(self.h.broker, settings or MqttSettings(), lambda n: b"\x01" * n)
         self.decoders: dict[int, PacketDecoder] = {}
         self.closed: set[int] = set()
@@ -147,3 +148,18 @@ def test_a_second_connection_with_the_client_id_takes_the_session_over():
     assert [m.reason_code for m in g.answers(1)] == [0x8E] and 1 in g.closed
     g.feed(ConnectionLost(g.now, 1))
     assert g.gw.sessions[2].state is OPEN and 1 not in g.gw.sessions
+
+
+def test_the_gateway_renews_its_subscriptions_lease():
+    """A native client renews its lease itself; an MQTT client's keep-alive stands for it."""
+    g = Gate(config=BrokerConfig(lease_ns=S))
+    g.connect(1)
+    g.connect(2)
+    g.send(2, p.Subscribe(1, (p.TopicFilter("l", 0),)))
+    for _ in range(20):  # 5 s of timers, every 250 ms
+        g.now += S // 4
+        g.feed(TimerFired(g.now, g.h.wall_us))
+    assert g.h.broker.leases.expired_total == 0
+    g.send(1, p.Publish("l", b"still", 0))
+    g.sync()
+    assert [m.payload for m in g.answers(2)] == [b"still"]
