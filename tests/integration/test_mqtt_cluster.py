@@ -137,3 +137,14 @@ def test_mqtt_connections_are_visible_in_status_metrics_and_tidings_status(clust
         assert "tidings_mqtt_connections " in text and "tidings_mqtt_packets_received_total" in text
     finally:
         client.close()
+
+
+def test_a_draining_broker_tells_its_mqtt_5_clients_to_go(cluster):
+    """SIGTERM: native clients are advised to move, MQTT 5.0 clients get DISCONNECT 0x8B (server shutting
+    down) and reconnect where they will; the broker does not wait for them. It is back afterwards."""
+    client = Mqtt(cluster[2].mqtt_address, "drained", V5)
+    try:
+        assert cluster.restart(cluster[2]) == 0
+        assert client.disconnect_code == 0x8B
+    finally:
+        client.close()

@@ -1,5 +1,5 @@
 """MQTT sessions around the broker core, in process (core/mqtt/gateway.py, session.py): the event's
-fsync before PUBACK, QoS 2 logged once, passwords only where they cannot be read, refusals by reason
+fsync before PUBACK, QoS 2 logged once, wills, passwords only where they cannot be read, refusals by reason
 code, the keep-alive, the in-flight window."""
 
 from tidings.core.config import BrokerConfig
@@ -163,3 +163,17 @@ def test_the_gateway_renews_its_subscriptions_lease():
     g.send(1, p.Publish("l", b"still", 0))
     g.sync()
     assert [m.payload for m in g.answers(2)] == [b"still"]
+
+
+def test_a_will_is_published_when_the_connection_ends_without_disconnect():
+    g = Gate()
+    g.connect(1, will=p.Will("wills/c1", b"gone", 1))
+    g.connect(2)
+    g.connect(3, will=p.Will("wills/c3", b"never", 1))
+    g.send(2, p.Subscribe(1, (p.TopicFilter("wills/#", 1),)))
+    g.send(3, p.Disconnect())
+    g.feed(ConnectionLost(g.now, 3))
+    g.feed(ConnectionLost(g.now, 1))
+    g.sync()
+    assert [(m.topic, m.payload) for m in g.answers(2)] == [("wills/c1", b"gone")]
+    assert g.gw.status()["mqtt"]["wills_published"] == 1

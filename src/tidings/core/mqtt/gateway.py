@@ -57,6 +57,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("refusals", "mqtt_refusals", COUNTER,
            "MQTT connections, publishes and packets refused (with a reason code, or a close)", "MqttSession",
            under=MQTT),
+    Figure("wills_published", "mqtt_wills_published", COUNTER,
+           "will messages published for connections that ended without DISCONNECT", "MqttGateway", under=MQTT),
     Figure("deliveries_dropped", "mqtt_deliveries_dropped", COUNTER,
            "deliveries over a client's Maximum Packet Size, not sent", "MqttSession", under=MQTT),
 )
@@ -86,6 +88,7 @@ class MqttGateway:
         self.now = 0
         self.wall_us = 0
         self.accepted = 0
+        self.wills_published = 0
         self.closed: dict[str, int] = {}  # figures of the sessions gone
         self.totals = {"packets_received": 0, "packets_sent": 0, "publishes_received": 0,
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
@@ -117,7 +120,7 @@ class MqttGateway:
                 self.sessions[inp.conn] = MqttSession(inp.conn, self.settings, secure, self.nonce(NONCE_BYTES))
         elif kind is ConnectionLost:
             assert isinstance(inp, ConnectionLost)
-            self._gone(inp.conn)
+            self._gone(inp.conn, out)
         self._to_client(self.broker.handle(inp), out)
         if kind is TimerFired:
             self._timeouts(inp.now, out)
@@ -174,11 +177,18 @@ class MqttGateway:
         if interval:
             self.timers.set(RenewTimer(session.conn), self.now + interval)
 
-    def _gone(self, conn: int) -> None:
-        session = self.sessions.pop(conn, None)
+    def _gone(self, conn: int, out: list[Effect]) -> None:
+        """The connection ended: its will is published (on its connection, before the broker hears it
+        is lost), then the session goes."""
         self.expected.pop(conn, None)
+        session = self.sessions.get(conn)
         if session is None:
             return
+        will = session.will_frame()
+        if will is not None:
+            self.wills_published += 1
+            self._to_client(self.broker.handle(Received(self.now, self.wall_us, conn, will)), out)
+        del self.sessions[conn]
         self.timers.cancel(KeepAliveTimer(conn))
         self.timers.cancel(RenewTimer(conn))
         if self.by_client_id.get(session.client_id) == conn:
@@ -208,7 +218,8 @@ class MqttGateway:
             for key, value in _figures(session).items():
                 figures[key] += value
         open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
-        mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted, **figures,
+        mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
+                "wills_published": self.wills_published, **figures,
                 "sessions": [s.status() for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}
 

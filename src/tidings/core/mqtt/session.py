@@ -42,6 +42,7 @@ from enum import StrEnum
 from tidings.core.auth.credentials import CredentialError
 from tidings.core.auth.names import NameRuleError, check_name
 from tidings.core.auth.policy import INSTANCE_CHARS_MAX
+from tidings.core.broker.advice import Reason
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.event import event_from_fields
@@ -118,7 +119,9 @@ class MqttSession:
         self.pending: dict[int, tuple[PendingSuback, int]] = {}  # sub id -> (its SUBACK, index)
         self.outbound = Outbound(PACKET_IDS, settings.deliveries_queued_max)  # QoS 1 deliveries in flight
         self.packet_bytes_max: int | None = None  # the client's Maximum Packet Size
-        self.disconnected_cleanly = False
+        self.disconnected_cleanly = False  # a DISCONNECT (but 5.0's 0x04): the will is not published
+        self.will: p.Will | None = None
+        self.opened = False  # WELCOME came (the will may be published)
         # figures
         self.received = self.sent = self.published = self.delivered = self.dropped = self.refused = 0
 
@@ -166,6 +169,7 @@ class MqttSession:
                                  f"a client id is at most {INSTANCE_CHARS_MAX} characters", out)
             return
         self.client_id = client_id
+        self.will = packet.will
         self.keep_alive_ns = packet.keep_alive_s * 1_000_000_000 * self.settings.keep_alive_factor_percent // 100
         try:
             credential = bridge.credential_of(packet, self.secure)
@@ -202,7 +206,7 @@ class MqttSession:
         elif isinstance(packet, p.Pingreq):
             self._send(p.Pingresp(), out)
         elif isinstance(packet, p.Disconnect):
-            self.disconnected_cleanly = True
+            self.disconnected_cleanly = packet.reason_code != R.DISCONNECT_WITH_WILL_MESSAGE
             self._close("the client disconnected", out)
         else:  # a second CONNECT, AUTH, PUBREC/PUBCOMP for what we never sent at QoS 2, a server's packet
             self._fail(R.PROTOCOL_ERROR, f"{type(packet).__name__.upper()} is not expected here", out)
@@ -333,13 +337,16 @@ class MqttSession:
                     self._refuse_connect(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
             elif isinstance(msg, messages.Welcome):
                 self._welcome(msg, out, native)
+            elif isinstance(msg, messages.Advice) and msg.reason == Reason.DRAINING.value and self.state is OPEN:
+                self.close_for(R.SERVER_SHUTTING_DOWN, "the broker is stopping", out)  # reconnect elsewhere
             if self.state is CLOSED:
                 return
-        # SILENCE, GAP, END, ADVICE, HEARTBEAT_REPLY: nothing an MQTT client has a word for
+        # SILENCE, GAP, END, other ADVICE, HEARTBEAT_REPLY: nothing an MQTT client has a word for
 
     def _welcome(self, msg: messages.Welcome, out: list[Effect], native: list[bytes]) -> None:
         self.identity = str(msg.info.get("identity", ""))
         self.state = TRANSITIONS.move(self.state, OPEN)
+        self.opened = True
         props = NO_PROPERTIES
         if self.level == MQTT_5:
             props = Properties(receive_maximum=self.settings.receive_maximum, retain_available=0,
@@ -467,6 +474,24 @@ class MqttSession:
         if self.state is OPEN and self.level == MQTT_5:
             self._send(p.Disconnect(code, reason(why)), out)
         self._close(why, out)
+
+    def will_frame(self) -> bytes | None:
+        """The connection ended: its will, as the PUBLISH frame the broker logs and delivers (the same
+        checks and rules as any PUBLISH of the client's), unless it said DISCONNECT; None without one."""
+        will, native = self.will, self.native
+        if will is None or native is None or not self.opened or self.disconnected_cleanly:
+            return None
+        self.will = None
+        publish = p.Publish(will.topic, will.payload, will.qos, properties=will.properties)
+        channel = topics.channel_of(will.topic)
+        attributes = bridge.attributes_of(publish)
+        if isinstance(channel, topics.TopicRefused) or isinstance(attributes, str):
+            return None
+        try:
+            event = native.check_event(channel, will.payload, attributes)
+        except TidingsError:
+            return None
+        return native.publish([event])[0][2]
 
     def status(self) -> dict[str, object]:
         return {"conn": self.conn, "client_id": self.client_id, "identity": self.identity, "state": str(self.state),
