@@ -28,8 +28,10 @@ from tidings.core.defaults import FRAME_BYTES_MAX
 from tidings.core.errors import TidingsError
 from tidings.core.event import AttrValue, Event
 from tidings.core.mqtt import packets as p
+from tidings.core.mqtt import topics
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
 from tidings.core.mqtt.reason_codes import ReasonCode
+from tidings.core.session.client_session import ClientSession, PublishEvent
 
 R = ReasonCode
 MQTT_3_1_1 = 4
@@ -104,6 +106,29 @@ def attributes_of(packet: p.Publish) -> dict[str, AttrValue] | str:
     if packet.qos == 0:
         attributes[QOS] = 0
     return attributes
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Why a PUBLISH is not an event: its reason code and in words."""
+
+    code: ReasonCode
+    reason: str
+
+
+def event_of(native: ClientSession, packet: p.Publish) -> PublishEvent | Refused:
+    """The event of a PUBLISH, checked as the client session checks a native client's (the broker
+    checks it again), or why it cannot be one."""
+    channel = topics.channel_of(packet.topic)
+    if isinstance(channel, topics.TopicRefused):
+        return Refused(ReasonCode(channel.reason_code), channel.reason)
+    attributes = attributes_of(packet)
+    if isinstance(attributes, str):
+        return Refused(R.PAYLOAD_FORMAT_INVALID, attributes)
+    try:
+        return native.check_event(channel, packet.payload, attributes)
+    except TidingsError as exc:
+        return Refused(PUBLISH_REFUSALS.get(exc.code, R.UNSPECIFIED_ERROR), str(exc))
 
 
 def publish_of(event: Event, granted_qos: int, level: int) -> p.Publish:

@@ -221,19 +221,10 @@ class MqttSession:
         if packet.qos == 2 and packet.packet_id in self.awaiting_rel:  # a retry: logged once (4.3.3)
             self._send(p.Pubrec(packet.packet_id), out)
             return
-        channel = topics.channel_of(packet.topic)
-        if isinstance(channel, topics.TopicRefused):
-            self._refuse_publish(packet, ReasonCode(channel.reason_code), channel.reason, out)
-            return
-        attributes = bridge.attributes_of(packet)
-        if isinstance(attributes, str):
-            self._refuse_publish(packet, R.PAYLOAD_FORMAT_INVALID, attributes, out)
-            return
         assert self.native is not None
-        try:
-            event = self.native.check_event(channel, packet.payload, attributes)
-        except TidingsError as exc:
-            self._refuse_publish(packet, bridge.PUBLISH_REFUSALS.get(exc.code, R.UNSPECIFIED_ERROR), str(exc), out)
+        event = bridge.event_of(self.native, packet)
+        if isinstance(event, bridge.Refused):
+            self._refuse_publish(packet, event.code, event.reason, out)
             return
         self.published += 1
         self.batch.append(event)
@@ -482,16 +473,8 @@ class MqttSession:
         if will is None or native is None or not self.opened or self.disconnected_cleanly:
             return None
         self.will = None
-        publish = p.Publish(will.topic, will.payload, will.qos, properties=will.properties)
-        channel = topics.channel_of(will.topic)
-        attributes = bridge.attributes_of(publish)
-        if isinstance(channel, topics.TopicRefused) or isinstance(attributes, str):
-            return None
-        try:
-            event = native.check_event(channel, will.payload, attributes)
-        except TidingsError:
-            return None
-        return native.publish([event])[0][2]
+        event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos, properties=will.properties))
+        return None if isinstance(event, bridge.Refused) else native.publish([event])[0][2]
 
     def status(self) -> dict[str, object]:
         return {"conn": self.conn, "client_id": self.client_id, "identity": self.identity, "state": str(self.state),
