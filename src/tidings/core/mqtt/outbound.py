@@ -10,7 +10,6 @@ session (core/mqtt/session.py) encodes and sends what `offer` and `acked` return
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import replace
 
 from tidings.core.mqtt import packets as p
 
@@ -55,6 +54,7 @@ class Outbound:
             if packet_id not in self.inflight:
                 break
         self.next_id = packet_id
-        numbered = replace(publish, packet_id=packet_id)
+        numbered = p.Publish(publish.topic, publish.payload, publish.qos, publish.retain, publish.dup, packet_id,
+                             publish.properties)
         self.inflight[packet_id] = numbered
         return numbered

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The broker's CPU per event for MQTT clients against native ones, in one process (no sockets, no
+disk): one publisher and one subscriber on one broker core, each event published, logged (an
+in-memory log, synced at once) and delivered. Native clients speak tidings' protocol straight to
+`Broker.handle`; MQTT clients go through the gateway (core/mqtt/gateway.py), whose sessions speak
+it on their behalf. CPU time (process_time) in the core's `handle` per event (the clients' own encoding and
+decoding left out), best of 5.
+
+  python bench/mqtt_micro.py [--events 20000]
+
+Shapes: `batch` events per turn of the publisher (one MQTT chunk of that many PUBLISH packets, or
+one native PUBLISH frame of that many events), QoS 0 and 1 for MQTT (QoS 1: every PUBACK sent back
+by the subscriber, as a client would).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from tidings.core.auth.guard import Guard
+from tidings.core.broker.broker import Broker
+from tidings.core.config import BrokerConfig
+from tidings.core.effects import Append, Send, Sync
+from tidings.core.inputs import Accepted, LogState, Received, WriteSynced
+from tidings.core.mqtt import packets as p
+from tidings.core.mqtt.bridge import MqttSettings
+from tidings.core.mqtt.codec import PacketDecoder
+from tidings.core.mqtt.encode import encode
+from tidings.core.mqtt.gateway import MqttGateway
+from tidings.core.session.client_session import ClientSession
+
+WALL = 1_700_000_000_000_000
+PAYLOAD = b"x" * 100
+PUB, SUB = 1, 2
+
+
+class Run:
+    def __init__(self, mqtt: bool) -> None:
+        self.broker = Broker(BrokerConfig(), "p-bench", LogState(), Guard.open())
+        self.gw = MqttGateway(self.broker, MqttSettings(), lambda n: b"\x01" * n) if mqtt else None
+        self.handle = self.gw.handle if self.gw is not None else self.broker.handle
+        self.now = 0
+        self.token = 0
+        self.sent: dict[int, list[bytes]] = {PUB: [], SUB: []}
+        self.cpu_s = 0.0  # in `handle` alone: the broker's part, not the clients' encoding and decoding
+
+    def feed(self, inp: object) -> None:
+        start = time.process_time()
+        effects = self.handle(inp)  # type: ignore[arg-type]
+        self.cpu_s += time.process_time() - start
+        for eff in effects:
+            if type(eff) is Send:
+                self.sent[eff.conn].append(eff.data)
+            elif type(eff) is Sync:
+                self.token = eff.token
+            elif type(eff) is Append:
+                pass
+
+    def received(self, conn: int, data: bytes) -> None:
+        self.now += 1
+        self.feed(Received(self.now, WALL + self.now, conn, data))
+
+    def sync(self) -> None:
+        self.feed(WriteSynced(self.now, self.token, LogState()))
+
+
+def native(events: int, batch: int) -> float:
+    r = Run(False)
+    pub, sub = ClientSession("bench", "pub"), ClientSession("bench", "sub")
+    for conn, session in ((PUB, pub), (SUB, sub)):
+        r.feed(Accepted(0, conn))
+        r.received(conn, session.hello())
+    r.received(SUB, sub.subscribe("nodes/#")[1])
+    frames = [f for _, _, f in pub.publish([("nodes/h1/load", {}, PAYLOAD)] * batch)]
+    r.cpu_s = 0.0
+    for _ in range(events // batch):
+        for frame in frames:
+            r.received(PUB, frame)
+        r.sync()
+        for conn in (PUB, SUB):
+            for data in r.sent[conn]:
+                (pub if conn == PUB else sub).receive(data)
+            r.sent[conn].clear()
+    return r.cpu_s / events
+
+
+def mqtt(events: int, batch: int, qos: int) -> float:
+    r = Run(True)
+    assert r.gw is not None
+    for conn in (PUB, SUB):
+        r.gw.expect(conn, True)
+        r.feed(Accepted(0, conn))
+        r.received(conn, encode(p.Connect(5, f"c{conn}"), 5))
+    r.received(SUB, encode(p.Subscribe(1, (p.TopicFilter("nodes/#", 1),)), 5))
+    decoder = PacketDecoder(1 << 24, 5)
+    decoder.feed(b"".join(r.sent[SUB]))
+    r.sent[SUB].clear()
+    chunk = b"".join(encode(p.Publish("nodes/h1/load", PAYLOAD, qos, packet_id=(i % 60000) + 1 if qos else None), 5)
+                     for i in range(batch))
+    r.cpu_s = 0.0
+    for _ in range(events // batch):
+        r.received(PUB, chunk)
+        r.sync()
+        acks = [encode(p.Puback(m.packet_id), 5) for m in decoder.feed(b"".join(r.sent[SUB]))
+                if isinstance(m, p.Publish) and m.packet_id is not None]
+        r.sent[SUB].clear()
+        r.sent[PUB].clear()
+        if acks:
+            r.received(SUB, b"".join(acks))
+    return r.cpu_s / events
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=20000)
+    args = ap.parse_args()
+    print(f"{'batch':>5} {'native us/ev':>12} {'mqtt qos0':>10} {'mqtt qos1':>10}")
+    for batch in (1, 20):
+        n = min(native(args.events, batch) for _ in range(5))
+        q0 = min(mqtt(args.events, batch, 0) for _ in range(5))
+        q1 = min(mqtt(args.events, batch, 1) for _ in range(5))
+        print(f"{batch:>5} {n * 1e6:>12.1f} {q0 * 1e6:>10.1f} {q1 * 1e6:>10.1f}")
+
+
+if __name__ == "__main__":
+    main()
