@@ -84,6 +84,27 @@ def test_mqtt_to_mqtt_across_brokers_at_the_lower_qos(cluster):
         pub.close()
 
 
+def test_a_content_filter_on_an_mqtt_subscription_tests_user_properties(cluster):
+    """A 5.0 SUBSCRIBE's user property `filter`: evaluated in the network on the events' attributes;
+    a user property that reads as a number is one."""
+    sub = Mqtt(cluster[0].mqtt_address, "filtered", V5)
+    pub = Mqtt(cluster[1].mqtt_address, "filter-pub", V5)
+    try:
+        assert sub.subscribe("prices/#", qos=1, content_filter="price > 3") == [1]
+        until_delivered(lambda n: pub.publish("prices/probe", b"p", qos=0, user={"price": "100"}), sub.get)
+        for price in ("2", "5", "3.5", "abc"):
+            assert pub.publish("prices/x", price.encode(), user={"price": price}) == 0
+        got = []
+        while len(got) < 2:
+            msg = sub.get()
+            if msg.topic == "prices/x":
+                got.append(msg.payload)
+        assert got == [b"5", b"3.5"]
+    finally:
+        sub.close()
+        pub.close()
+
+
 def test_mosquitto_sub_on_one_broker_receives_mosquitto_pub_on_another(cluster):
     """The README's example."""
     sub = mosquitto_sub(cluster[0].mqtt_address, "sensors/#", 1)

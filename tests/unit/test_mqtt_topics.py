@@ -1,11 +1,12 @@
-"""The MQTT topic <-> tidings channel mapping (core/mqtt/topics.py): reversible, MQTT's matching rules."""
+"""The MQTT topic <-> tidings channel mapping (core/mqtt/topics.py): reversible, MQTT's matching rules; and
+a user property's value as an attribute (core/mqtt/bridge.py), reversible too."""
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.core.channels import CHANNEL_BYTES_MAX, SEGMENTS_MAX, pattern_matches, validate_channel
 from tidings.core.errors import ChannelError
-from tidings.core.mqtt import topics
+from tidings.core.mqtt import bridge, topics
 from tidings.core.mqtt.topics import TopicRefused
 
 LEVEL = st.text(alphabet=st.characters(blacklist_characters="/+#\x00", blacklist_categories=("Cs",)), max_size=8)
@@ -50,3 +51,13 @@ def test_dollar_topics_are_not_matched_by_a_leading_wildcard():
         assert pattern_matches(topics.pattern_of(flt), "$SYS/x") is False
     assert pattern_matches(topics.pattern_of("$SYS/#"), "$SYS/x")
     assert pattern_matches(topics.pattern_of("a/#"), "a")  # '#' matches the parent level
+
+
+@given(st.text(max_size=30))
+def test_a_user_property_value_round_trips_through_its_attribute(text):
+    assert bridge.text_of(bridge.attribute_of(text)) == text
+
+
+def test_user_property_values_in_canonical_number_form_are_numbers():
+    assert [bridge.attribute_of(t) for t in ("3", "-2", "2.5", "true", "false", "03", "1e5", "nan", "x")] == [
+        3, -2, 2.5, True, False, "03", "1e5", "nan", "x"]

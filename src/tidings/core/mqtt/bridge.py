@@ -3,7 +3,8 @@ applies it to one): the CONNECT's credential, a PUBLISH's event, an event's PUBL
 refusal codes (core/errors.py) as MQTT 5.0 reason codes.
 
 The event of a PUBLISH: its channel is the topic (core/mqtt/topics.py), its payload the payload as
-is, its attributes the PUBLISH's user properties (a key given twice keeps its last value), its
+is, its attributes the PUBLISH's user properties (a key given twice keeps its last value; a value
+that is a number or a boolean in its canonical form becomes one, so filters compare it so), its
 content type as `mqtt.content_type`, and `mqtt.qos` = 0 for a QoS 0 publish; a user property under
 `mqtt.` is refused (0x99), so that what the broker says of an event cannot be forged. Its source is
 the connection's: the identity (or the service `mqtt` for a client without a user name) and the
@@ -19,6 +20,7 @@ the broker runs with --allow-plain-password (`PlainPassword` otherwise: 0x87).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tidings.core import errors
@@ -26,7 +28,7 @@ from tidings.core.auth.credentials import Credential, CredentialError, parse_cre
 from tidings.core.auth.names import check_name
 from tidings.core.defaults import FRAME_BYTES_MAX
 from tidings.core.errors import TidingsError
-from tidings.core.event import AttrValue, Event
+from tidings.core.event import INT_MAX, INT_MIN, AttrValue, Event
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt import topics
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
@@ -100,7 +102,7 @@ def attributes_of(packet: p.Publish) -> dict[str, AttrValue] | str:
     for key, value in packet.properties.user_properties:
         if key.startswith(RESERVED_PREFIX):
             return f"user property {key!r}: the prefix {RESERVED_PREFIX!r} is the broker's"
-        attributes[key] = value
+        attributes[key] = attribute_of(value)
     if packet.properties.content_type is not None:
         attributes[CONTENT_TYPE] = packet.properties.content_type
     if packet.qos == 0:
@@ -139,7 +141,7 @@ def publish_of(event: Event, granted_qos: int, level: int) -> p.Publish:
     if level == MQTT_5 and attrs:
         content_type = attrs.get(CONTENT_TYPE)
         props = Properties(content_type=content_type if isinstance(content_type, str) else None,
-                           user_properties=tuple((k, _text(v)) for k, v in attrs.items()
+                           user_properties=tuple((k, text_of(v)) for k, v in attrs.items()
                                                  if not k.startswith(RESERVED_PREFIX)))
     return p.Publish(event.channel, event.payload, qos, properties=props)  # (topics.topic_of: the identity)
 
@@ -154,7 +156,29 @@ def seqs_of(ranges: object) -> list[int]:
     return out
 
 
-def _text(value: AttrValue) -> str:
+def attribute_of(text: str) -> AttrValue:
+    """A user property's value as an attribute: a number or a boolean when the text is one in its
+    canonical form (`3`, `-2`, `2.5`, `true`), so that filters compare it as one (`price > 3`); else
+    the text. `text_of` gives the same text back."""
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        number = int(text)
+        if str(number) == text and INT_MIN <= number <= INT_MAX:
+            return number
+    except ValueError:
+        pass
+    try:
+        real = float(text)
+        if math.isfinite(real) and repr(real) == text:
+            return real
+    except ValueError:
+        pass
+    return text
+
+
+def text_of(value: AttrValue) -> str:
+    """An attribute's value as a user property's text (the inverse of `attribute_of`)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    return repr(value) if isinstance(value, float) else str(value)
