@@ -35,9 +35,14 @@ class Mqtt:
     """One paho client, connected at construction (`code`: the CONNACK's reason code, 5.0 numbering)."""
 
     def __init__(self, address: str, client_id: str, version: int = V5, username: str | None = None,
-                 password: str | None = None, tls_ca: str | None = None, expect_refusal: bool = False) -> None:
+                 password: str | None = None, tls_ca: str | None = None, expect_refusal: bool = False,
+                 clean: bool = True) -> None:
+        """`clean=False`: a persistent session (3.1.1's Clean Session 0; 5.0's Clean Start 0 with a
+        Session Expiry Interval of an hour)."""
         host, port = address.rsplit(":", 1)
-        self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=version)
+        self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=version,
+                                  **({"clean_session": clean} if version == V311 else {}))
+        self.session_present: bool | None = None
         self.messages: queue.Queue[Any] = queue.Queue()
         self.acks: dict[int, int] = {}  # mid -> PUBACK reason code
         self.subacks: dict[int, list[int]] = {}
@@ -53,7 +58,12 @@ class Mqtt:
         self.client.on_publish = self._on_publish
         self.client.on_subscribe = self._on_subscribe
         self.client.on_disconnect = self._on_disconnect
-        self.client.connect(host, int(port), keepalive=30)
+        connect_props = None
+        if version == V5 and not clean:
+            connect_props = Properties(PacketTypes.CONNECT)
+            connect_props.SessionExpiryInterval = 3600
+        self.client.connect(host, int(port), keepalive=30,
+                            **({"clean_start": clean, "properties": connect_props} if version == V5 else {}))
         self.client.loop_start()
         self._wait(lambda: self.code is not None, "CONNACK")
         if not expect_refusal:
@@ -62,6 +72,7 @@ class Mqtt:
     def _on_connect(self, client: Any, userdata: Any, flags: Any, code: Any, props: Any) -> None:
         with self._cond:
             self.code = code.value
+            self.session_present = bool(flags.session_present)
             self._cond.notify_all()
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, code: Any, props: Any) -> None:

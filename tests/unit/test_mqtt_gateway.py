@@ -2,6 +2,8 @@
 fsync before PUBACK, QoS 2 logged once, wills, passwords only where they cannot be read, refusals by reason
 code, the keep-alive, the in-flight window."""
 
+import random
+
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Disconnect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Received, TimerFired, WriteSynced
@@ -24,6 +26,7 @@ class Gate:
     def __init__(self, settings: MqttSettings | None = None, config: BrokerConfig | None = None) -> None:
         self.h = Harness(config)
         self.gw = MqttGateway(self.h.broker, settings or MqttSettings(), lambda n: b"\x01" * n)
+        self.h.feed = self.feed  # (its log reads answered through the gateway)
         self.decoders: dict[int, PacketDecoder] = {}
         self.closed: set[int] = set()
         self.now = 0
@@ -177,3 +180,31 @@ def test_a_will_is_published_when_the_connection_ends_without_disconnect():
     g.sync()
     assert [(m.topic, m.payload) for m in g.answers(2)] == [("wills/c1", b"gone")]
     assert g.gw.status()["mqtt"]["wills_published"] == 1
+
+
+def test_a_persistent_session_gets_what_it_did_not_acknowledge_after_a_reconnect():
+    g = Gate()
+    g.h.apply(g.h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    g.connect(1, version=4, client_id="keeper", clean_start=False)
+    assert g.send(1, p.Subscribe(1, (p.TopicFilter("d/#", 1),))) == [p.Suback(1, (1,))]
+    g.connect(2)
+    for i in range(3):
+        g.send(2, p.Publish("d/x", bytes([i]), 1, packet_id=i + 1))
+    g.sync()
+    first = g.answers(1)
+    assert [m.payload for m in first] == [b"\x00", b"\x01", b"\x02"]
+    g.send(1, p.Puback(first[0].packet_id))  # the first acknowledged, the others not
+    g.feed(ConnectionLost(g.now, 1))
+    g.send(2, p.Publish("d/x", b"\x03", 1, packet_id=9))  # published while it is away
+    g.sync()
+    [connack] = g.connect(3, version=4, client_id="keeper", clean_start=False)
+    assert connack.session_present
+    g.h.serve_reads()
+    g.feed(TimerFired(g.now, g.h.wall_us))
+    assert [m.payload for m in g.answers(3)] == [b"\x01", b"\x02", b"\x03"]  # again, then what came since
+    g.feed(ConnectionLost(g.now, 3))
+    [connack] = g.connect(4, version=4, client_id="keeper", clean_start=True)  # a clean start ends it
+    assert not connack.session_present
+    g.feed(ConnectionLost(g.now, 4))
+    [connack] = g.connect(5, version=4, client_id="keeper", clean_start=False)
+    assert not connack.session_present

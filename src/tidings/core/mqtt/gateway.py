@@ -37,6 +37,7 @@ from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, Timer
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.session import CLOSED, OPEN, MqttSession
+from tidings.core.mqtt.subscriptions import Held
 
 NONCE_BYTES = 24
 SESSIONS_REPORTED_MAX = 256  # MQTT connections listed one by one in the status
@@ -117,7 +118,8 @@ class MqttGateway:
             secure = self.expected.pop(inp.conn, None)
             if secure is not None:
                 self.accepted += 1
-                self.sessions[inp.conn] = MqttSession(inp.conn, self.settings, secure, self.nonce(NONCE_BYTES))
+                self.sessions[inp.conn] = MqttSession(inp.conn, self.settings, secure, self.nonce(NONCE_BYTES),
+                                                      self._held)
         elif kind is ConnectionLost:
             assert isinstance(inp, ConnectionLost)
             self._gone(inp.conn, out)
@@ -177,6 +179,12 @@ class MqttGateway:
         if interval:
             self.timers.set(RenewTimer(session.conn), self.now + interval)
 
+    def _held(self, owner: str, prefix: str) -> list[Held]:
+        """The named durable subscriptions of `owner` whose names begin with `prefix`: a persistent
+        MQTT session's (core/mqtt/persistent.py), as the broker's durable state holds them."""
+        return [(r.name[1], r.pattern, r.filter) for r in self.broker.registrations.all()
+                if r.name is not None and r.name[0] == owner and r.name[1].startswith(prefix)]
+
     def _gone(self, conn: int, out: list[Effect]) -> None:
         """The connection ended: its will is published (on its connection, before the broker hears it
         is lost), then the session goes."""
@@ -226,5 +234,5 @@ class MqttGateway:
 
 def _figures(session: MqttSession) -> dict[str, int]:
     return {"packets_received": session.received, "packets_sent": session.sent,
-            "publishes_received": session.published, "publishes_delivered": session.delivered,
+            "publishes_received": session.published, "publishes_delivered": session.subscriptions.delivered,
             "refusals": session.refused, "deliveries_dropped": session.dropped}

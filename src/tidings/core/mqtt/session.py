@@ -36,7 +36,7 @@ Limits: `deliveries_queued_max` QoS 1 deliveries waiting behind the client's Rec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from enum import StrEnum
 
 from tidings.core.auth.credentials import CredentialError
@@ -44,16 +44,15 @@ from tidings.core.auth.names import NameRuleError, check_name
 from tidings.core.auth.policy import INSTANCE_CHARS_MAX
 from tidings.core.broker.advice import Reason
 from tidings.core.effects import Disconnect, Effect, Send
-from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.event import event_from_fields
-from tidings.core.mqtt import bridge, topics
+from tidings.core.errors import ProtocolError
+from tidings.core.mqtt import bridge, persistent
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.bridge import MQTT_3_1_1, MQTT_5, MqttSettings, PlainPassword, reason
 from tidings.core.mqtt.codec import PacketDecoder
 from tidings.core.mqtt.encode import encode
-from tidings.core.mqtt.outbound import PACKET_IDS, Outbound
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
-from tidings.core.mqtt.reason_codes import ReasonCode, connack_return_code_311, suback_code_311
+from tidings.core.mqtt.reason_codes import ReasonCode, connack_return_code_311
+from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions
 from tidings.core.session.client_session import ClientSession, PublishEvent
 from tidings.core.states import Transitions
 from tidings.core.wire import messages
@@ -76,31 +75,18 @@ TRANSITIONS = Transitions[MqttState]("mqtt session", {
 })
 
 
-@dataclass(slots=True)
-class MqttSub:
-    """One MQTT subscription: its filter, the QoS granted, the tidings subscription id."""
-
-    filter: str
-    qos: int
-    sub: int
-
-
-@dataclass(slots=True)
-class PendingSuback:
-    """A SUBACK waiting for the broker's answers: a code per filter, None until answered."""
-
-    packet_id: int
-    codes: list[int | None]
-
-
 class MqttSession:
-    def __init__(self, conn: int, settings: MqttSettings, secure: bool, nonce: bytes) -> None:
+    def __init__(self, conn: int, settings: MqttSettings, secure: bool, nonce: bytes,
+                 held: Callable[[str, str], list[Held]] = lambda owner, prefix: []) -> None:
         """`secure`: TLS or a loopback peer (a password may come in plain); `nonce`: fresh random
-        bytes for the native handshake's challenge-response."""
+        bytes for the native handshake's challenge-response; `held(owner, prefix)`: the broker's
+        named durable subscriptions of `owner` whose names begin with `prefix` (a persistent session's)."""
         self.conn = conn
         self.settings = settings
         self.secure = secure or settings.allow_plain_password
         self.nonce = nonce
+        self.held = held
+        self.persistent = False  # Clean Session 0, or Clean Start 0 with a Session Expiry Interval
         self.state = AWAITING_CONNECT
         self.level = MQTT_3_1_1  # until the CONNECT says
         self.decoder = PacketDecoder(settings.packet_bytes_max)
@@ -114,16 +100,13 @@ class MqttSession:
         self.batch: list[PublishEvent] = []  # PUBLISHes not yet handed over
         self.batch_ids: list[tuple[int, int | None]] = []
         self.awaiting_rel: set[int] = set()  # QoS 2 packet ids logged, their PUBREL awaited
-        self.subs: dict[str, MqttSub] = {}  # by filter
-        self.sub_of: dict[int, MqttSub] = {}  # by tidings subscription id
-        self.pending: dict[int, tuple[PendingSuback, int]] = {}  # sub id -> (its SUBACK, index)
-        self.outbound = Outbound(PACKET_IDS, settings.deliveries_queued_max)  # QoS 1 deliveries in flight
+        self.subscriptions = MqttSubscriptions(settings)  # and the QoS 1 deliveries in flight
         self.packet_bytes_max: int | None = None  # the client's Maximum Packet Size
         self.disconnected_cleanly = False  # a DISCONNECT (but 5.0's 0x04): the will is not published
         self.will: p.Will | None = None
         self.opened = False  # WELCOME came (the will may be published)
         # figures
-        self.received = self.sent = self.published = self.delivered = self.dropped = self.refused = 0
+        self.received = self.sent = self.published = self.dropped = self.refused = 0
 
     # ---- bytes from the client -------------------------------------------------------------------
 
@@ -145,6 +128,8 @@ class MqttSession:
             if self.state is CLOSED:
                 return
         self._flush(native)
+        if self.native is not None:
+            native += self.subscriptions.releases(self.native)
         failure = self.decoder.failure
         if failure is not None:  # what came before it was served; then the answer its version requires
             self._fail(failure.reason, failure.detail, out, level=failure.level)
@@ -153,10 +138,12 @@ class MqttSession:
         if not isinstance(packet, p.Connect):
             self._fail(R.PROTOCOL_ERROR, f"expected CONNECT first, got {type(packet).__name__.upper()}", out)
             return
-        self.level = packet.protocol_level
+        self.level = self.subscriptions.level = packet.protocol_level
         props = packet.properties
         if props.receive_maximum:
-            self.outbound.receive_maximum = props.receive_maximum
+            self.subscriptions.outbound.receive_maximum = props.receive_maximum
+        self.persistent = not packet.clean_start and (self.level == MQTT_3_1_1
+                                                      or bool(props.session_expiry_interval_s))
         self.packet_bytes_max = props.maximum_packet_size_bytes
         client_id = packet.client_id
         if not client_id:
@@ -193,16 +180,19 @@ class MqttSession:
             return
         self._flush(native)  # what was published before goes first
         if isinstance(packet, p.Puback):
-            for publish in self.outbound.acked(packet.packet_id):
+            for publish in self.subscriptions.puback(packet.packet_id):
                 self._send(publish, out)
         elif isinstance(packet, p.Pubrel):
             known = packet.packet_id in self.awaiting_rel
             self.awaiting_rel.discard(packet.packet_id)
             self._send(p.Pubcomp(packet.packet_id, 0 if known else R.PACKET_IDENTIFIER_NOT_FOUND), out)
-        elif isinstance(packet, p.Subscribe):
-            self._subscribe(packet, out, native)
-        elif isinstance(packet, p.Unsubscribe):
-            self._unsubscribe(packet, out, native)
+        elif isinstance(packet, p.Subscribe | p.Unsubscribe):
+            assert self.native is not None
+            answers, frames = (self.subscriptions.subscribe(self.native, packet) if isinstance(packet, p.Subscribe)
+                               else self.subscriptions.unsubscribe(self.native, packet))
+            native += frames
+            for answer in answers:
+                self._send(answer, out)
         elif isinstance(packet, p.Pingreq):
             self._send(p.Pingresp(), out)
         elif isinstance(packet, p.Disconnect):
@@ -254,53 +244,6 @@ class MqttSession:
         elif packet.qos == 2 and packet.packet_id is not None:
             self._send(p.Pubrec(packet.packet_id, code, reason(why)), out)
 
-    def _subscribe(self, packet: p.Subscribe, out: list[Effect], native: list[bytes]) -> None:
-        assert self.native is not None
-        pending = PendingSuback(packet.packet_id, [None] * len(packet.topics))
-        content_filter = dict(packet.properties.user_properties).get(bridge.FILTER_PROPERTY)
-        for i, wanted in enumerate(packet.topics):
-            qos = min(wanted.qos, 1)  # QoS 2 deliveries are not sent yet: granted 1 (3.8.4)
-            pattern = topics.pattern_of(wanted.filter)
-            if isinstance(pattern, topics.TopicRefused):
-                pending.codes[i] = pattern.reason_code
-                continue
-            same = self.subs.get(wanted.filter)
-            if same is not None:  # a SUBSCRIBE to a filter held replaces its options (3.8.4)
-                same.qos = qos
-                pending.codes[i] = qos
-                continue
-            try:
-                sub, frame = self.native.subscribe(pattern, content_filter)
-            except TidingsError as exc:
-                pending.codes[i] = bridge.SUBSCRIBE_REFUSALS.get(exc.code, R.UNSPECIFIED_ERROR)
-                continue
-            entry = MqttSub(wanted.filter, qos, sub)
-            self.subs[wanted.filter] = self.sub_of[sub] = entry
-            self.pending[sub] = (pending, i)
-            native.append(frame)
-        self._suback_if_done(pending, out)
-
-    def _suback_if_done(self, pending: PendingSuback, out: list[Effect]) -> None:
-        if any(code is None for code in pending.codes):
-            return
-        codes = tuple(c for c in pending.codes if c is not None)
-        if self.level == MQTT_3_1_1:
-            codes = tuple(suback_code_311(c) for c in codes)
-        self._send(p.Suback(pending.packet_id, codes), out)
-
-    def _unsubscribe(self, packet: p.Unsubscribe, out: list[Effect], native: list[bytes]) -> None:
-        assert self.native is not None
-        codes = []
-        for flt in packet.filters:
-            entry = self.subs.pop(flt, None)
-            if entry is None:
-                codes.append(int(R.NO_SUBSCRIPTION_EXISTED))
-                continue
-            self.sub_of.pop(entry.sub, None)
-            native.append(self.native.unsubscribe(entry.sub))
-            codes.append(int(R.SUCCESS))
-        self._send(p.Unsuback(packet.packet_id, tuple(codes) if self.level == MQTT_5 else ()), out)
-
     # ---- frames from the broker ------------------------------------------------------------------
 
     def from_broker(self, data: bytes, out: list[Effect], native: list[bytes]) -> None:
@@ -318,34 +261,51 @@ class MqttSession:
             elif isinstance(msg, messages.Ack):
                 self._acked(msg, out)
             elif isinstance(msg, messages.Subscribed):
-                self._subscribed(msg.sub, None, out)
+                for answer in self.subscriptions.subscribed(msg.sub, msg.checkpoint, None):
+                    self._send(answer, out)
+            elif isinstance(msg, messages.Silence):
+                self.subscriptions.silence(msg)
             elif isinstance(msg, messages.Error):
                 self._error(msg, out)
-            elif isinstance(msg, messages.Challenge):
-                try:
-                    native.append(self.native.answer(msg))
-                except ProtocolError as exc:
-                    self._refuse_connect(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
-            elif isinstance(msg, messages.Welcome):
-                self._welcome(msg, out, native)
+            elif isinstance(msg, messages.Challenge | messages.Welcome):
+                self._handshake(msg, out, native)
             elif isinstance(msg, messages.Advice) and msg.reason == Reason.DRAINING.value and self.state is OPEN:
                 self.close_for(R.SERVER_SHUTTING_DOWN, "the broker is stopping", out)  # reconnect elsewhere
             if self.state is CLOSED:
                 return
-        # SILENCE, GAP, END, other ADVICE, HEARTBEAT_REPLY: nothing an MQTT client has a word for
+        # GAP, END, other ADVICE, HEARTBEAT_REPLY: nothing an MQTT client has a word for
+        native += self.subscriptions.releases(self.native)
+
+    def _handshake(self, msg: messages.Challenge | messages.Welcome, out: list[Effect], native: list[bytes]) -> None:
+        """The broker's CHALLENGE (answered with the credential's proof) or WELCOME."""
+        assert self.native is not None
+        if isinstance(msg, messages.Welcome):
+            self._welcome(msg, out, native)
+            return
+        try:
+            native.append(self.native.answer(msg))
+        except ProtocolError as exc:
+            self._refuse_connect(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
 
     def _welcome(self, msg: messages.Welcome, out: list[Effect], native: list[bytes]) -> None:
         self.identity = str(msg.info.get("identity", ""))
         self.state = TRANSITIONS.move(self.state, OPEN)
         self.opened = True
+        assert self.native is not None
+        held = self.held(self.native.service, persistent.prefix_of(self.client_id))
+        if self.persistent:  # what the session held comes again (core/mqtt/persistent.py)
+            self.subscriptions.client_id = self.client_id
+            native += self.subscriptions.resume(self.native, held)
+        else:  # a clean start ends it
+            native += self.subscriptions.forget(self.native, held)
         props = NO_PROPERTIES
         if self.level == MQTT_5:
             props = Properties(receive_maximum=self.settings.receive_maximum, retain_available=0,
                                shared_subscription_available=0, subscription_identifier_available=0,
-                               topic_alias_maximum=0, session_expiry_interval_s=0,
+                               topic_alias_maximum=0, session_expiry_interval_s=None if self.persistent else 0,
                                maximum_packet_size_bytes=self.settings.packet_bytes_max,
                                assigned_client_identifier=self.assigned_id)
-        self._send(p.Connack(False, 0, props), out)
+        self._send(p.Connack(self.persistent and bool(held), 0, props), out)
         early, self.early = self.early, []
         for packet in early:
             self._packet(packet, out, native)
@@ -380,45 +340,21 @@ class MqttSession:
                     self._refuse_publish(p.Publish("", qos=entry[0], packet_id=entry[1]), code, msg.message, out)
         elif subs:
             for sub in subs:
-                self._subscribed(sub, bridge.SUBSCRIBE_REFUSALS.get(msg.code, R.UNSPECIFIED_ERROR), out)
+                code = bridge.SUBSCRIBE_REFUSALS.get(msg.code, R.UNSPECIFIED_ERROR)
+                for answer in self.subscriptions.subscribed(sub, None, code):
+                    self._send(answer, out)
         elif self.level == MQTT_5:  # about the connection (it is closing if fatal): the reason, said once
             self.refused += 1
             self._send(p.Disconnect(R.UNSPECIFIED_ERROR, reason(msg.message)), out)
 
-    def _subscribed(self, sub: int, refused: int | None, out: list[Effect]) -> None:
-        """The broker's answer to a SUBSCRIBE: the code of its filter in the SUBACK awaited."""
-        waiting = self.pending.pop(sub, None)
-        entry = self.sub_of.get(sub)
-        if refused is not None and entry is not None:
-            del self.sub_of[sub]
-            if self.subs.get(entry.filter) is entry:
-                del self.subs[entry.filter]
-        if waiting is not None:
-            pending, i = waiting
-            granted = entry.qos if entry is not None else R.UNSPECIFIED_ERROR
-            pending.codes[i] = refused if refused is not None else granted
-            self._suback_if_done(pending, out)
-
     def _deliver(self, msg: messages.Events, out: list[Effect]) -> None:
-        entry = self.sub_of.get(msg.sub)
-        if entry is None:  # unsubscribed: what was on its way is dropped
+        packets = self.subscriptions.deliver(msg)
+        if packets is None:
+            self._fail(R.QUOTA_EXCEEDED, f"more than {self.settings.deliveries_queued_max} QoS 1 deliveries wait "
+                       "for the client's PUBACKs", out)
             return
-        for fields in msg.records:
-            try:
-                publish = bridge.publish_of(event_from_fields(fields), entry.qos, self.level)
-            except ValueError:
-                continue
-            self.delivered += 1
-            if publish.qos == 0:
-                self._send(publish, out)
-                continue
-            numbered = self.outbound.offer(publish)
-            if numbered is not None:
-                self._send(numbered, out)
-            elif self.outbound.overflowing:
-                self._fail(R.QUOTA_EXCEEDED, f"more than {self.settings.deliveries_queued_max} QoS 1 deliveries "
-                           "wait for the client's PUBACKs", out)
-                return
+        for packet in packets:
+            self._send(packet, out)
 
     # ---- answers and endings ---------------------------------------------------------------------
 
@@ -427,7 +363,8 @@ class MqttSession:
         if self.packet_bytes_max is not None and len(data) > self.packet_bytes_max:
             self.dropped += 1  # over the client's Maximum Packet Size: discarded, as if delivered (3.1.2.11.4)
             if isinstance(packet, p.Publish) and packet.packet_id is not None:
-                self.outbound.acked(packet.packet_id)
+                for more in self.subscriptions.puback(packet.packet_id):
+                    self._send(more, out)
             return
         self.sent += 1
         out.append(Send(self.conn, data))
@@ -478,6 +415,7 @@ class MqttSession:
 
     def status(self) -> dict[str, object]:
         return {"conn": self.conn, "client_id": self.client_id, "identity": self.identity, "state": str(self.state),
-                "version": "5.0" if self.level == MQTT_5 else "3.1.1", "subscriptions": len(self.subs),
-                "inflight": len(self.outbound.inflight), "queued": len(self.outbound.queued), "received": self.received,
+                "version": "5.0" if self.level == MQTT_5 else "3.1.1", "subscriptions": len(self.subscriptions.subs),
+                "persistent": self.persistent, "inflight": len(self.subscriptions.outbound.inflight),
+                "queued": len(self.subscriptions.outbound.queued), "received": self.received,
                 "sent": self.sent}

@@ -1,0 +1,108 @@
+"""Persistent MQTT sessions as broker-held durable subscriptions (docs/durable.md, `durable="NAME"`).
+
+Theory of operation. A client that connects with Clean Session 0 (3.1.1), or Clean Start 0 and a
+Session Expiry Interval (5.0), has a persistent session: each of its subscriptions is a named durable
+subscription of its identity (or service) at this broker, named `mqtt:CLIENT_ID:QOS:FILTER`, so the
+broker keeps its position in its durable state (saved within `durable_save_interval_ns` of a move,
+through a kill -9) and holds the events it has not acknowledged. What the client acknowledges is the
+prefix of its deliveries that is done: a QoS 1 delivery once its PUBACK came, a QoS 0 one when sent,
+and the SILENCE markers in line with them (`DurableCursor`); that prefix moves the subscription's
+checkpoint (core/durable/checkpoint.py), which the session RELEASEs. When the client connects again
+with the same client id, its subscriptions are found by their names and subscribed again: the broker
+delivers what was not acknowledged, again, then the rest (at least once, in each publisher's order),
+with new packet identifiers. A connection with Clean Start 1 ends them (UNSUBSCRIBE, forget).
+
+A plain data structure: the session (core/mqtt/session.py) feeds it and sends what it returns.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from tidings.core.durable.checkpoint import Checkpoint
+from tidings.core.errors import TidingsError
+
+PREFIX = "mqtt:"
+
+
+def name_of(client_id: str, qos: int, topic_filter: str) -> str:
+    """The durable name of a persistent session's subscription."""
+    return f"{PREFIX}{client_id}:{qos}:{topic_filter}"
+
+
+def prefix_of(client_id: str) -> str:
+    return f"{PREFIX}{client_id}:"
+
+
+def parse(name: str, client_id: str) -> tuple[int, str] | None:
+    """(QoS, filter) of `client_id`'s subscription named `name`; None when it is not one."""
+    prefix = prefix_of(client_id)
+    if not name.startswith(prefix):
+        return None
+    qos, sep, topic_filter = name[len(prefix):].partition(":")
+    if not sep or qos not in ("0", "1"):
+        return None
+    return int(qos), topic_filter
+
+
+@dataclass(slots=True)
+class Delivery:
+    """A delivery (its pubend and tick) or a SILENCE marker (its positions), done once acknowledged."""
+
+    pubend: str
+    tick: int
+    done: bool
+    silence: dict[str, int] | None = None
+
+
+class DurableCursor:
+    """One persistent subscription's acknowledged prefix and its checkpoint."""
+
+    __slots__ = ("checkpoint", "items", "moved")
+
+    def __init__(self) -> None:
+        self.checkpoint: Checkpoint | None = None  # SUBSCRIBED's, then after the acknowledged prefix
+        self.items: deque[Delivery] = deque()  # deliveries and markers not yet in the checkpoint, in order
+        self.moved = False  # the checkpoint moved since the last RELEASE
+
+    def started(self, wire: object) -> None:
+        """SUBSCRIBED's checkpoint (a malformed one leaves the subscription unacknowledged)."""
+        try:
+            self.checkpoint = Checkpoint.from_wire(wire)
+        except TidingsError:
+            self.checkpoint = None
+
+    def delivered(self, pubend: str, tick: int, done: bool) -> Delivery:
+        item = Delivery(pubend, tick, done)
+        self.items.append(item)
+        if done:
+            self._advance()
+        return item
+
+    def silence(self, positions: dict[str, int]) -> None:
+        self.items.append(Delivery("", 0, True, positions))
+        self._advance()
+
+    def acked(self, item: Delivery) -> None:
+        item.done = True
+        self._advance()
+
+    def _advance(self) -> None:
+        checkpoint = self.checkpoint
+        if checkpoint is None:
+            return
+        while self.items and self.items[0].done:
+            item = self.items.popleft()
+            if item.silence is not None:
+                checkpoint.silence(item.silence)
+            else:
+                checkpoint.delivered(item.pubend, item.tick)
+            self.moved = True
+
+    def release(self) -> list[object] | None:
+        """The checkpoint to RELEASE ([default, positions]), when it moved since the last."""
+        if not self.moved or self.checkpoint is None:
+            return None
+        self.moved = False
+        return list(self.checkpoint.to_wire()[:2])
