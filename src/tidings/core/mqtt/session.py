@@ -19,6 +19,7 @@ exactly as to a native one, and a broker without MQTT connections runs as before
                               <-     SUBACK 3 [1]               <-     SUBSCRIBED 2 (or ERROR: 0x87)
                               <-     PUBLISH qos min(p, s)      <-     EVENTS 2
 
+Its subscriptions are core/mqtt/subscriptions.py's (a persistent session's: core/mqtt/persistent.py).
 The mapping of topics is core/mqtt/topics.py (the identity). An event's attributes are the PUBLISH's
 user properties, its content type `mqtt.content_type`, and `mqtt.qos` = 0 for a QoS 0 publish (the
 delivery QoS is min(publish QoS, granted QoS); a native event counts as QoS 1: it is logged and
