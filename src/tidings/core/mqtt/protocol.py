@@ -359,6 +359,9 @@ class MqttConnection:
         qos = self.receipts.logged(packet_id, failed)
         if qos is None:
             return out
+        if not failed and not code:  # the common answer, four bytes in either version (3.4.2.1)
+            out.append(fx.Send(bytes((0x40 if qos == 1 else 0x50, 2, packet_id >> 8, packet_id & 0xFF))))
+            return out
         if failed and self.version != MQTT_5:
             self._fail(code, detail or "publish refused", out)
             return out
