@@ -466,3 +466,42 @@ def test_properties_of_a_3_1_1_delivery_are_left_out():
     w.connect()
     (publish,) = w.packets(w.m.deliver(1, "a", b"x", 0, properties=Properties(content_type="t")))
     assert publish == Publish("a", b"x")
+
+
+# ---- a persistent session across connections ------------------------------------------------------
+
+@pytest.mark.parametrize("version", [MQTT_311, MQTT_5])
+def test_a_session_s_unfinished_flows_resume_on_the_next_connection(version):
+    w = Wire(version)
+    w.connect()
+    w.m.deliver(1, "a", b"one", 1)
+    w.m.deliver(2, "b", b"two", 2)
+    (two,) = w.packets(w.m.deliver(3, "c", b"three", 2))
+    assert isinstance(two, Publish) and two.packet_id is not None
+    w.send(Pubrec(two.packet_id))  # the client has the third: PUBREL sent, PUBCOMP awaited
+    w.send(Publish("in", b"q2", 2, packet_id=40))
+    w.m.publish_done(40)  # PUBREC sent, PUBREL awaited
+    w.m.connection_lost()
+    deliveries, awaiting = w.m.unfinished()
+    assert [(d.token, d.state) for d in deliveries] == [(1, "awaiting-puback"), (2, "awaiting-pubrec"),
+                                                       (3, "awaiting-pubcomp")]
+    assert awaiting == [40]
+
+    nxt = Wire(version)
+    nxt.connect(accept=False, clean_start=False)
+    nxt.m.accept(T0, session_present=True, awaiting_release=awaiting)
+    resent = []
+    for d in deliveries:
+        effects = nxt.m.resume(d.token, d.packet_id, d.publish.topic, d.publish.payload, d.publish.qos,
+                               released=d.state == "awaiting-pubcomp")
+        resent += nxt.packets(effects)
+    assert resent == [Publish("a", b"one", 1, False, True, deliveries[0].packet_id),
+                      Publish("b", b"two", 2, False, True, deliveries[1].packet_id),
+                      Pubrel(deliveries[2].packet_id)]
+    assert facts(nxt.send(Pubcomp(deliveries[2].packet_id))) == [fx.DeliveryAcked(3)]
+    retry = nxt.send(Publish("in", b"q2", 2, dup=True, packet_id=40))  # its PUBREC was lost in the drop
+    assert nxt.packets(retry) == [Pubrec(40)] and facts(retry) == []  # logged once across the reconnect
+    assert nxt.packets(nxt.send(Pubrel(40))) == [Pubcomp(40)]
+    # a fresh delivery does not take an identifier the resumed ones hold
+    (fresh,) = nxt.packets(nxt.m.deliver(9, "d", b"", 1))
+    assert isinstance(fresh, Publish) and fresh.packet_id not in {deliveries[0].packet_id, deliveries[1].packet_id}

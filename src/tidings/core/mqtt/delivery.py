@@ -88,6 +88,21 @@ class DeliveryFlow:
             self.aliases.forget(topic)
         return data
 
+    def resume(self, token: int, publish: p.Publish, packet_id: int, released: bool) -> list[fx.MqttEffect]:
+        """An unfinished delivery of the session's last connection: PUBLISH again with DUP under its
+        packet identifier, or PUBREL if the client had received it (4.4); a new delivery when the
+        identifier is taken already."""
+        d = self.deliveries.resume(token, publish, packet_id, released)
+        if d is None:
+            return self.deliver(token, publish)
+        if released:
+            return self._send(p.Pubrel(packet_id))
+        data = self.outgoing.encode(replace(publish, dup=True, packet_id=packet_id))
+        if data is None:
+            self.deliveries.drop(packet_id)
+            return [fx.DeliveryDropped(token, R.PACKET_TOO_LARGE)]
+        return [fx.Send(data)]
+
     def flush(self) -> list[fx.MqttEffect]:
         """Every queued delivery the window has room for, sent."""
         out: list[fx.MqttEffect] = []

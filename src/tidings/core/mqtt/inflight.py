@@ -125,6 +125,24 @@ class Deliveries:
         d = self.in_flight.get(pid)
         return d if d is not None and d.state == state else None
 
+    def resume(self, token: int, publish: Publish, pid: int, released: bool) -> Delivery | None:
+        """A delivery of the session's last connection, unfinished, back in flight under its packet
+        identifier (4.4: resent with it), past PUBREC if `released`; None if the identifier is taken."""
+        if pid in self.in_flight or not 0 < pid <= PACKET_ID_MAX:
+            return None
+        d = Delivery(token, publish, D.QUEUED, pid)
+        d.state = DELIVERY_TRANSITIONS.move(d.state, D.AWAITING_PUBACK if publish.qos == 1 else D.AWAITING_PUBREC)
+        if released:
+            d.state = DELIVERY_TRANSITIONS.move(d.state, D.AWAITING_PUBCOMP)
+        self.ids.used.add(pid)
+        self.in_flight[pid] = d
+        return d
+
+    def unfinished(self) -> list[Delivery]:
+        """What the client has not finished, in flight (by packet identifier) then queued: what a
+        session keeps when the connection ends, to `resume` on the next."""
+        return [*sorted(self.in_flight.values(), key=lambda d: d.packet_id), *self.queued]
+
     def drop(self, pid: int) -> Delivery:
         """A delivery given its identifier but not sent (over the client's Maximum Packet Size)."""
         return self._finish(self.in_flight[pid])
@@ -207,6 +225,16 @@ class Receipts:
             r.state = RECEIPT_TRANSITIONS.move(r.state, RS.DONE)
             del self.open[pid]
         return r.qos
+
+    def restore(self, pids: list[int]) -> None:
+        """QoS 2 PUBLISHes of the session's last connection whose PUBREC was sent: a retry of one is
+        answered PUBREC again and not reported (logged once across the reconnect)."""
+        for pid in pids:
+            self.open[pid] = Receipt(2, RS.AWAITING_PUBREL)
+
+    def awaiting_release(self) -> list[int]:
+        """The QoS 2 identifiers whose PUBREL is awaited: what a session keeps to `restore`."""
+        return sorted(pid for pid, r in self.open.items() if r.state == RS.AWAITING_PUBREL)
 
     def released(self, pid: int) -> ReceiptState | None:
         """PUBREL: the state the receipt was in (ended if AWAITING_PUBREL), None if unknown."""

@@ -41,7 +41,7 @@ from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.aliases import InboundAliases, OutboundAliases
 from tidings.core.mqtt.codec import PACKET_BYTES_MAX, PacketDecoder
 from tidings.core.mqtt.delivery import DeliveryFlow, Outgoing
-from tidings.core.mqtt.inflight import Arrival, Deliveries, Receipts, ReceiptState
+from tidings.core.mqtt.inflight import Arrival, Deliveries, Delivery, Receipts, ReceiptState
 from tidings.core.mqtt.limits import CLIENT_RECEIVE_MAXIMUM, ProtocolLimits, connect_problem, merged, server_offer
 from tidings.core.mqtt.packet_type import MQTT_5, MQTT_311, PACKET_ID_MAX
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
@@ -221,14 +221,16 @@ class MqttConnection:
             self._send(p.Connack(False, connack_return_code_311(code)), out)
         self._end(code, detail, False, out, reported=reported)
 
-    def accept(self, now: int, session_present: bool = False,
-               properties: Properties = NO_PROPERTIES) -> list[fx.MqttEffect]:
+    def accept(self, now: int, session_present: bool = False, properties: Properties = NO_PROPERTIES,
+               awaiting_release: list[int] | None = None) -> list[fx.MqttEffect]:
         """The broker side takes the connection: CONNACK 0x00 (with our limits in 5.0, and any
-        `properties` of its own), then the packets that waited behind the CONNECT."""
+        `properties` of its own), then the packets that waited behind the CONNECT. A resumed
+        session's QoS 2 identifiers `awaiting_release` (`unfinished()`) are held again first."""
         out: list[fx.MqttEffect] = []
         if self.state is not S.CONNECTING:
             return out
         self.state = TRANSITIONS.move(self.state, S.CONNECTED)
+        self.receipts.restore(awaiting_release or [])
         props = NO_PROPERTIES
         if self.version == MQTT_5:
             props = merged(server_offer(self.limits, self.client_id if self.assigned else None,
@@ -397,6 +399,21 @@ class MqttConnection:
             return []
         return self.flow.deliver(token, p.Publish(topic, payload, qos, retain, False, None,
                                                    properties if self.version == MQTT_5 else NO_PROPERTIES))
+
+    def resume(self, token: int, packet_id: int, topic: str, payload: bytes, qos: int, retain: bool = False,
+               properties: Properties = NO_PROPERTIES, released: bool = False) -> list[fx.MqttEffect]:
+        """A persistent session's unfinished delivery (`unfinished()` of its last connection), sent
+        again right after `accept`: PUBLISH with DUP under `packet_id`, or PUBREL if `released`."""
+        if self.state is not S.CONNECTED:
+            return []
+        props = properties if self.version == MQTT_5 else NO_PROPERTIES
+        return self.flow.resume(token, p.Publish(topic, payload, qos, retain, False, None, props), packet_id, released)
+
+    def unfinished(self) -> tuple[list[Delivery], list[int]]:
+        """What a persistent session keeps when the connection ends: the deliveries the client has
+        not finished (token, publish, packet id, state) and the QoS 2 packet identifiers whose PUBREL
+        is awaited; the next connection gets them through `resume` and `accept(awaiting_release=)`."""
+        return self.deliveries.unfinished(), self.receipts.awaiting_release()
 
     def disconnect(self, code: int, detail: str = "", server_reference: str | None = None) -> list[fx.MqttEffect]:
         """The broker side ends the connection (0x8E session taken over, 0x8B shutting down, 0x9C
