@@ -222,3 +222,61 @@ def test_unsuback_of_both_versions_reads_in_paho():
         c._send_connect(30)
         c.receive(encode(Connack(False, 0), version) + encode(packet, version))
         assert got and got[0][0] == 2
+
+
+@pytest.mark.parametrize("protocol", [paho.MQTTv311, paho.MQTTv5], ids=["3.1.1", "5.0"])
+def test_paho_against_the_protocol_machine(protocol):
+    """paho's client against MqttConnection with a toy broker side (exact topics): CONNECT, SUBSCRIBE,
+    PUBLISH at QoS 0, 1 and 2 delivered back at the granted QoS through every acknowledgement."""
+    from tidings.core.mqtt import effects as fx
+    from tidings.core.mqtt.protocol import MqttConnection
+
+    c = Capture(protocol)
+    c._sock = c.fake  # type: ignore[assignment]
+    m = MqttConnection(0, assigned_client_id="auto")
+    got: list[tuple[str, bytes, int]] = []
+    acked: list[int] = []
+    granted: dict[str, int] = {}
+    tokens = iter(range(1000))
+    c.on_message = lambda client, userdata, msg: got.append((msg.topic, msg.payload, msg.qos))
+    c.on_publish = lambda client, userdata, mid, reason, props: acked.append(mid)
+
+    def pump() -> None:
+        """Carry bytes both ways until neither side has anything to say (at most 50 rounds)."""
+        for _ in range(50):
+            sent, c.sent = b"".join(c.sent), []
+            if not sent:
+                return
+            for e in m.receive(0, sent):
+                broker_side(e)
+
+    def broker_side(e: fx.MqttEffect) -> None:
+        effects: list[fx.MqttEffect] = []
+        if isinstance(e, fx.Send):
+            c.receive(e.data)
+        elif isinstance(e, fx.Connected):
+            effects = m.accept(0)
+        elif isinstance(e, fx.Subscribed):
+            granted.update((t.filter, t.qos) for t in e.topics)
+            effects = m.suback(e.packet_id, tuple(t.qos for t in e.topics))
+        elif isinstance(e, fx.Published):
+            if e.packet_id is not None:
+                effects = m.publish_done(e.packet_id)
+            if e.topic in granted:
+                effects += m.deliver(next(tokens), e.topic, e.payload, min(e.qos, granted[e.topic]))
+        for more in effects:
+            broker_side(more)
+
+    c._send_connect(30)
+    if protocol == paho.MQTTv5:
+        c._send_subscribe(False, [(b"q2", SubscribeOptions(qos=2)), (b"q1", SubscribeOptions(qos=1))])
+    else:
+        c._send_subscribe(False, [(b"q2", 2), (b"q1", 1)])
+    pump()
+    for topic, qos in (("q2", 2), ("q2", 1), ("q1", 2), ("q2", 0)):
+        info = c.publish(topic, f"{topic}@{qos}".encode(), qos)
+        pump()
+        assert qos == 0 or info.is_published()  # (paho marks QoS 0 published as its socket takes it)
+    assert got == [("q2", b"q2@2", 2), ("q2", b"q2@1", 1), ("q1", b"q1@2", 1), ("q2", b"q2@0", 0)]
+    assert len(acked) == 3  # paho saw each of its QoS 1 and 2 publishes through (PUBACK, PUBCOMP)
+    assert m.deliveries.in_flight == {} and m.receipts.open == {}
