@@ -90,12 +90,17 @@ class PacketDecoder:
         if end - pos < 2:
             return None
         try:
-            length, body_at = read_vbi(buf, pos + 1, end, "remaining length")
-            if body_at < 0:
-                return None
+            length = buf[pos + 1]
+            if length < 0x80:  # a one-byte remaining length: most packets
+                body_at = pos + 2
+            else:
+                length, body_at = read_vbi(buf, pos + 1, end, "remaining length")
+                if body_at < 0:
+                    return None
             first = buf[pos]
             ptype, flags = first >> 4, first & 0x0F
-            self._check_type(ptype, flags)
+            if ptype != PacketType.PUBLISH or self.version is None:
+                self._check_type(ptype, flags)
             size = body_at - pos + length
             if size > self.packet_bytes_max:
                 raise Refusal(ReasonCode.PACKET_TOO_LARGE,

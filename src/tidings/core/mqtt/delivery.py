@@ -1,0 +1,147 @@
+"""What the broker sends one MQTT client: every packet within the client's limits, and the
+deliveries (the broker side's `deliver`) through their QoS flows (core/mqtt/inflight.py).
+
+`Outgoing` encodes a packet for the connection's version within the client's Maximum Packet Size
+(3.1.2-25, 3.1.2.11.4): a packet over it loses its reason string and user properties first
+(3.2.2.3.9 and the like: "MUST NOT send this property if it would increase the size beyond"), and
+is not sent at all if it is still over. A client that asked for no problem information (5.0's
+Request Problem Information 0, 3.1.2.11.7) gets neither in any packet but PUBLISH, CONNACK and
+DISCONNECT.
+
+`DeliveryFlow` is the sender's side: a QoS 0 delivery is sent at once; QoS 1 and 2 wait in the
+client's Receive Maximum window (`Deliveries`), take a packet identifier and a Topic Alias
+(`OutboundAliases`) as they leave, and end with `DeliveryAcked` (PUBACK, PUBCOMP, a failed PUBREC).
+A delivery too large for the client is dropped (`DeliveryDropped` 0x95, treated as done), its
+alias forgotten and its identifier freed; past `deliveries_queued_max` a delivery is refused at once
+(`DeliveryDropped` 0x97) for the broker side to offer again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tidings.core.mqtt import effects as fx
+from tidings.core.mqtt import packets as p
+from tidings.core.mqtt.aliases import OutboundAliases
+from tidings.core.mqtt.encode import encode
+from tidings.core.mqtt.inflight import Deliveries, Delivery
+from tidings.core.mqtt.packet_type import MQTT_5, PacketType
+from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
+from tidings.core.mqtt.reason_codes import ReasonCode
+
+R = ReasonCode
+PROBLEM_FREE = (PacketType.PUBLISH, PacketType.CONNACK, PacketType.DISCONNECT)  # 3.1.2.11.7
+
+
+class Outgoing:
+    __slots__ = ("packet_bytes_max", "problem_information", "version")
+
+    def __init__(self, version: int, packet_bytes_max: int, problem_information: bool = True) -> None:
+        self.version = version
+        self.packet_bytes_max = packet_bytes_max  # the client's
+        self.problem_information = problem_information
+
+    def encode(self, packet: p.Packet) -> bytes | None:
+        """The bytes of `packet` for this client, or None when it cannot be sent (too large)."""
+        data = encode(packet, self.version)
+        props: Properties | None = getattr(packet, "properties", None)
+        if self.version != MQTT_5 or props is None or props is NO_PROPERTIES:
+            return data if len(data) <= self.packet_bytes_max else None
+        if (len(data) <= self.packet_bytes_max
+                and (self.problem_information or packet.type in PROBLEM_FREE)):
+            return data
+        if props.reason_string is None and not props.user_properties:
+            return None if len(data) > self.packet_bytes_max else data
+        quiet: p.Packet = replace(packet, properties=replace(props, reason_string=None, user_properties=()))  # type: ignore[arg-type]
+        data = encode(quiet, self.version)
+        return data if len(data) <= self.packet_bytes_max else None
+
+
+class DeliveryFlow:
+    __slots__ = ("aliases", "deliveries", "outgoing")
+
+    def __init__(self, outgoing: Outgoing, deliveries: Deliveries, aliases: OutboundAliases) -> None:
+        self.outgoing = outgoing
+        self.deliveries = deliveries
+        self.aliases = aliases
+
+    def deliver(self, token: int, publish: p.Publish) -> list[fx.MqttEffect]:
+        """Send `publish` (QoS already the minimum of the publication's and the subscription's)."""
+        if publish.qos == 0:
+            data = self._encode_aliased(publish)
+            if data is None:
+                return [fx.DeliveryDropped(token, R.PACKET_TOO_LARGE)]
+            return [fx.Send(data)]
+        if self.deliveries.full():
+            return [fx.DeliveryDropped(token, R.QUOTA_EXCEEDED)]
+        self.deliveries.add(token, publish)
+        return self.flush()
+
+    def _encode_aliased(self, publish: p.Publish, packet_id: int | None = None) -> bytes | None:
+        topic, alias = self.aliases.choose(publish.topic)
+        if alias is not None:
+            publish = replace(publish, topic=topic, properties=replace(publish.properties, topic_alias=alias))
+        if packet_id is not None:
+            publish = replace(publish, packet_id=packet_id)
+        data = self.outgoing.encode(publish)
+        if data is None and topic:
+            self.aliases.forget(topic)
+        return data
+
+    def resume(self, token: int, publish: p.Publish, packet_id: int, released: bool) -> list[fx.MqttEffect]:
+        """An unfinished delivery of the session's last connection: PUBLISH again with DUP under its
+        packet identifier, or PUBREL if the client had received it (4.4); a new delivery when the
+        identifier is taken already."""
+        d = self.deliveries.resume(token, publish, packet_id, released)
+        if d is None:
+            return self.deliver(token, publish)
+        if released:
+            return self._send(p.Pubrel(packet_id))
+        data = self.outgoing.encode(replace(publish, dup=True, packet_id=packet_id))
+        if data is None:
+            self.deliveries.drop(packet_id)
+            return [fx.DeliveryDropped(token, R.PACKET_TOO_LARGE)]
+        return [fx.Send(data)]
+
+    def flush(self) -> list[fx.MqttEffect]:
+        """Every queued delivery the window has room for, sent."""
+        out: list[fx.MqttEffect] = []
+        sent: list[bytes] = []
+        while ready := self.deliveries.ready():
+            for d in ready:
+                data = self._encode_aliased(d.publish, d.packet_id)
+                if data is None:
+                    self.deliveries.drop(d.packet_id)
+                    out.append(fx.DeliveryDropped(d.token, R.PACKET_TOO_LARGE))
+                else:
+                    sent.append(data)
+        if sent:
+            out.insert(0, fx.Send(b"".join(sent)))
+        return out
+
+    def _done(self, d: Delivery | None, code: int = 0) -> list[fx.MqttEffect]:
+        if d is None:
+            return []
+        return [fx.DeliveryAcked(d.token, code), *self.flush()]
+
+    def puback(self, packet: p.Puback) -> list[fx.MqttEffect]:
+        return self._done(self.deliveries.acked(packet.packet_id), packet.reason_code)
+
+    def pubrec(self, packet: p.Pubrec) -> list[fx.MqttEffect]:
+        """PUBREC: PUBREL (0x92 if we know no such delivery, 4.3.3), or the end of a refused one."""
+        failed = packet.reason_code >= 0x80
+        d = self.deliveries.received(packet.packet_id, failed)
+        if d is None:
+            if failed:
+                return []
+            return self._send(p.Pubrel(packet.packet_id, R.PACKET_IDENTIFIER_NOT_FOUND))
+        if failed:
+            return self._done(d, packet.reason_code)
+        return self._send(p.Pubrel(packet.packet_id))
+
+    def pubcomp(self, packet: p.Pubcomp) -> list[fx.MqttEffect]:
+        return self._done(self.deliveries.completed(packet.packet_id), packet.reason_code)
+
+    def _send(self, packet: p.Packet) -> list[fx.MqttEffect]:
+        data = self.outgoing.encode(packet)
+        return [] if data is None else [fx.Send(data)]
