@@ -66,9 +66,9 @@ def test_a_bad_packet_after_connack_gets_disconnect_with_its_reason_code_in_5(mq
     assert got[0].reason_code == 0 and got[1].reason_code == 0x82  # no filter: a protocol error (3.8.3)
 
 
-def test_a_bad_packet_before_connack_is_refused_in_the_connack(mqtt_broker):
+def test_a_bad_packet_right_behind_the_connect_is_judged_once_the_connection_is_accepted(mqtt_broker):
     got = answers(exchange(mqtt_broker.mqtt_address, CONNECT_5 + b"\x82\x03\x00\x01\x00"), 5)
-    assert [(type(x), x.reason_code) for x in got] == [(p.Connack, 0x82)]
+    assert [(type(x), x.reason_code) for x in got] == [(p.Connack, 0), (p.Disconnect, 0x82)]
 
 
 def test_a_malformed_packet_after_connack_closes_a_3_1_1_connection(mqtt_broker):

@@ -63,8 +63,8 @@ def test_nothing_raises_and_the_others_are_served(version, connect_first, steps,
         session = g.gw.sessions.get(1)
         event(f"state {session.state if session else None}")
         if session is not None:
-            outbound = session.subscriptions.outbound
-            assert len(outbound.inflight) <= outbound.receive_maximum
+            deliveries = session.machine.deliveries
+            assert len(deliveries.in_flight) <= deliveries.window
     g.feed(ConnectionLost(g.now, 1))
     g.h.sent.pop(9, None)
     g.send(9, p.Publish("ok/1", b"fine", 1, packet_id=7))

@@ -22,6 +22,8 @@ from tidings.core.broker.reading import Reading, ReadingEffect
 from tidings.core.deadlines import TimedMachine
 from tidings.core.links.link import LinkOutput
 from tidings.core.links.peer_links import PeerLinks
+from tidings.core.mqtt.effects import MqttEffect
+from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.multicast.agent import ScribeAgent, ScribeEffect
 from tidings.core.overlay.events import OverlayEffect
 from tidings.core.overlay.node import OverlayNode
@@ -52,7 +54,9 @@ LEASES: type[TimedMachine[LeaseExpired]] = Leases
 LIFECYCLE: type[TimedMachine[LifecycleEffect]] = Lifecycle
 # the client's (tidings.client and the simulator's clients drive it)
 ROAMING: type[TimedMachine[RoamEffect]] = Roamer
+# an MQTT connection's protocol machine (its session, core/mqtt/session.py, is driven by core/mqtt/gateway.py)
+MQTT_CONNECTION: type[TimedMachine[MqttEffect]] = MqttConnection
 
 MACHINES: tuple[type[TimedMachine[Any]], ...] = (
     CLUSTER, LINKS, OVERLAY, SCRIBE, RELIABILITY, STREAMS, CURIOSITY, ACKS, INTEREST, MERGE, DIRECTORY, READING,
-    LEASES, LIFECYCLE, ROAMING)
+    LEASES, LIFECYCLE, ROAMING, MQTT_CONNECTION)

@@ -77,23 +77,23 @@ def reason(text: str) -> Properties:
     return Properties(reason_string=text[:REASON_CHARS_MAX])
 
 
-def credential_of(packet: p.Connect, secure: bool) -> Credential | None:
+def credential_of(username: str | None, password: bytes | None, secure: bool) -> Credential | None:
     """The native credential of a CONNECT's user name and password (None: the client gives no
     password); CredentialError or NameRuleError for one that cannot be, PlainPassword where it may not come."""
-    if packet.password is None:
+    if password is None:
         return None
-    if packet.username is None:
+    if username is None:
         raise CredentialError("a password needs a user name (the identity's)")
     if not secure:
         raise PlainPassword("a password is accepted only over TLS or from loopback "
                             "(the broker's --allow-plain-password lifts this)")
-    text = packet.password.decode("utf-8", "replace")
+    text = password.decode("utf-8", "replace")
     if ":" in text:
         credential = parse_credential(text)
-        if credential.name != packet.username:
+        if credential.name != username:
             raise CredentialError("the password names another identity than the user name")
         return credential
-    return Credential(check_name(packet.username, "a user name"), unb64(text, "the password"))
+    return Credential(check_name(username, "a user name"), unb64(text, "the password"))
 
 
 def attributes_of(packet: p.Publish) -> dict[str, AttrValue] | str:

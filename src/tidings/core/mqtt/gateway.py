@@ -13,8 +13,8 @@ holds it (disk, rate, send queue), the intake logs its events and ACKs them afte
 its subscriptions are Subscription machines fed by the fan-out and the trees; only the encoding
 differs. A broker without `--mqtt` has no gateway and runs exactly as before.
 
-The gateway keeps two timers per MQTT connection (`Deadlines`): its keep-alive (1.5 times the
-CONNECT's, MQTT 3.1.2.10: a silent client is closed) and the renewal of its subscriptions' lease
+The gateway keeps two timers per MQTT connection (`Deadlines`): its protocol machine's (the CONNECT
+deadline, the keep-alive: core/mqtt/protocol.py) and the renewal of its subscriptions' lease
 (core/subscription/leases.py), which a native client renews itself: here the MQTT keep-alive stands
 for it. Its `next_deadline` is the earlier of the broker's and its own; on `TimerFired` the broker
 goes first. A second connection with the same client id and identity takes the session over (the
@@ -36,7 +36,7 @@ from tidings.core.effects import Effect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.reason_codes import ReasonCode
-from tidings.core.mqtt.session import CLOSED, OPEN, MqttSession
+from tidings.core.mqtt.session import OPEN, MqttSession
 from tidings.core.mqtt.subscriptions import Held
 
 NONCE_BYTES = 24
@@ -65,15 +65,19 @@ FIGURES: tuple[Figure, ...] = (
 )
 
 
-class KeepAliveTimer(NamedTuple):
+class ProtocolTimer(NamedTuple):
+    """The connection's protocol machine is due (its CONNECT deadline, its keep-alive)."""
+
     conn: int
 
 
 class RenewTimer(NamedTuple):
+    """The connection's subscriptions' lease is to be renewed."""
+
     conn: int
 
 
-MqttTimer = KeepAliveTimer | RenewTimer
+MqttTimer = ProtocolTimer | RenewTimer
 
 
 class MqttGateway:
@@ -118,8 +122,9 @@ class MqttGateway:
             secure = self.expected.pop(inp.conn, None)
             if secure is not None:
                 self.accepted += 1
-                self.sessions[inp.conn] = MqttSession(inp.conn, self.settings, secure, self.nonce(NONCE_BYTES),
-                                                      self._held)
+                session = MqttSession(inp.conn, inp.now, self.settings, secure, self.nonce(NONCE_BYTES), self._held)
+                self.sessions[inp.conn] = session
+                self._arm(session)
         elif kind is ConnectionLost:
             assert isinstance(inp, ConnectionLost)
             self._gone(inp.conn, out)
@@ -134,10 +139,17 @@ class MqttGateway:
 
     def _from_client(self, session: MqttSession, data: bytes, out: list[Effect]) -> None:
         native: list[bytes] = []
-        session.from_client(data, out, native)
-        if session.keep_alive_ns and session.state is not CLOSED:
-            self.timers.set(KeepAliveTimer(session.conn), self.now + session.keep_alive_ns)
+        session.from_client(self.now, data, out, native)
         self._to_broker(session, native, out)
+        self._arm(session)
+
+    def _arm(self, session: MqttSession) -> None:
+        """The session's protocol machine's deadline, as it now is."""
+        deadline = session.next_deadline()
+        if deadline is None:
+            self.timers.cancel(ProtocolTimer(session.conn))
+        elif self.timers.when(ProtocolTimer(session.conn)) != deadline:
+            self.timers.set(ProtocolTimer(session.conn), deadline)
 
     def _to_broker(self, session: MqttSession, frames: list[bytes], out: list[Effect]) -> None:
         """The session's tidings frames, received by the broker on its connection."""
@@ -158,6 +170,7 @@ class MqttGateway:
             session.from_broker(eff.data, out, native)
             if native:
                 self._to_broker(session, native, out)
+            self._arm(session)
 
     # ---- a session's life ------------------------------------------------------------------------
 
@@ -170,6 +183,7 @@ class MqttGateway:
             old = self.sessions.get(other)
             if old is not None and old.identity == session.identity:
                 old.close_for(ReasonCode.SESSION_TAKEN_OVER, "another connection took the session over", out)
+                self._arm(old)
             elif old is not None:
                 session.close_for(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
                                   "the client id is in use by another identity", out)
@@ -192,12 +206,13 @@ class MqttGateway:
         session = self.sessions.get(conn)
         if session is None:
             return
+        session.lost()
         will = session.will_frame()
         if will is not None:
             self.wills_published += 1
             self._to_client(self.broker.handle(Received(self.now, self.wall_us, conn, will)), out)
         del self.sessions[conn]
-        self.timers.cancel(KeepAliveTimer(conn))
+        self.timers.cancel(ProtocolTimer(conn))
         self.timers.cancel(RenewTimer(conn))
         if self.by_client_id.get(session.client_id) == conn:
             del self.by_client_id[session.client_id]
@@ -209,8 +224,9 @@ class MqttGateway:
             session = self.sessions.get(key.conn)
             if session is None:
                 continue
-            if type(key) is KeepAliveTimer:
-                session.close_for(ReasonCode.KEEP_ALIVE_TIMEOUT, "nothing heard for 1.5 keep-alive periods", out)
+            if type(key) is ProtocolTimer:
+                session.timed_out(now, out)
+                self._arm(session)
             elif session.native is not None and session.state is OPEN:
                 self._to_broker(session, [session.native.renew()], out)
                 interval = session.native.renew_interval_ns

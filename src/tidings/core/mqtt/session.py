@@ -1,38 +1,33 @@
 """One MQTT connection at its broker: a client session of tidings' own protocol, spoken on the MQTT
-client's behalf (the broker-side half of issue 23; the codec is core/mqtt/codec.py).
+client's behalf (the broker side of issue 23).
 
-Theory of operation. An MQTT client is one more client of the same machines, not a second broker:
-this session turns its packets into tidings' client messages (HELLO/AUTH, PUBLISH, SUBSCRIBE,
-UNSUBSCRIBE, RENEW), made by the client's own session codec (core/session/client_session.py), which
-the gateway (core/mqtt/gateway.py) hands the broker as bytes received on the MQTT connection; and
-it turns what the broker answers on that connection (WELCOME, ERROR, ACK, SUBSCRIBED, EVENTS) into
-MQTT packets. So the connection table, the guard (identities, access rules, limits, rates), the
-intake and its fsync, the Subscription machines and their flow control apply to an MQTT client
-exactly as to a native one, and a broker without MQTT connections runs as before.
+Theory of operation. An MQTT client is one more client of the same machines, not a second broker.
+The MQTT protocol itself (keep-alive, packet identifiers, QoS flows and windows both ways, topic
+aliases, Maximum Packet Size, what each version answers) is the protocol machine's
+(core/mqtt/protocol.py `MqttConnection`); this session acts on what it reports (`Connected`,
+`Published`, `Subscribed`, `Unsubscribed`, `DeliveryAcked`, `Disconnected`) by tidings' own client
+messages (HELLO/AUTH, PUBLISH, SUBSCRIBE, UNSUBSCRIBE, RENEW, RELEASE), made by the client session
+codec every native client uses (core/session/client_session.py), which the gateway
+(core/mqtt/gateway.py) hands the broker as bytes received on the MQTT connection; and it answers the
+machine with what the broker says on that connection (WELCOME, ERROR, ACK, SUBSCRIBED, EVENTS). So the
+connection table, the guard (identities, access rules, limits, rates), the intake and its fsync, the
+Subscription machines and their flow control serve an MQTT client exactly as a native one.
 
-    MQTT client                      this session                      the broker (core/broker/)
-    CONNECT user/password     ->     HELLO (+ AUTH for the CHALLENGE)  ->  guard: identity, instance
-                              <-     CONNACK                    <-     WELCOME / ERROR
-    PUBLISH qos 1 id 7        ->     PUBLISH seq 12             ->     intake: checks, log, fsync
-                              <-     PUBACK 7                   <-     ACK 12 (only once synced)
-    SUBSCRIBE id 3 a/+        ->     SUBSCRIBE sub 2 a/+        ->     Subscribers, Subscription
-                              <-     SUBACK 3 [1]               <-     SUBSCRIBED 2 (or ERROR: 0x87)
-                              <-     PUBLISH qos min(p, s)      <-     EVENTS 2
+    MQTT client        protocol machine          this session                  the broker
+    CONNECT       ->   Connected           ->    HELLO (+ AUTH)          ->    guard
+    CONNACK       <-   accept / refuse     <-    WELCOME / ERROR         <-
+    PUBLISH 1 #7  ->   Published(7)        ->    PUBLISH seq 12          ->    intake: log, fsync
+    PUBACK 7      <-   publish_done(7)     <-    ACK 12 (once synced)    <-
+    SUBSCRIBE #3  ->   Subscribed(3)       ->    SUBSCRIBE sub 2         ->    Subscribers
+    SUBACK 3      <-   suback(3, codes)    <-    SUBSCRIBED 2 / ERROR    <-
+    PUBLISH       <-   deliver(token)      <-    EVENTS 2                <-    fan-out, trees
 
-Its subscriptions are core/mqtt/subscriptions.py's (a persistent session's: core/mqtt/persistent.py).
-The mapping of topics is core/mqtt/topics.py (the identity). An event's attributes are the PUBLISH's
-user properties, its content type `mqtt.content_type`, and `mqtt.qos` = 0 for a QoS 0 publish (the
-delivery QoS is min(publish QoS, granted QoS); a native event counts as QoS 1: it is logged and
-acknowledged). Its source is the authenticated identity (or the service `mqtt` for an anonymous
-client) and the client id as instance.
+Its subscriptions are core/mqtt/subscriptions.py's (a persistent session's: core/mqtt/persistent.py),
+the event of a PUBLISH and back core/mqtt/bridge.py's, topics core/mqtt/topics.py's (the identity).
 
 States (`MqttState`, moves checked by `TRANSITIONS`): AWAITING_CONNECT -> CONNECTING (the native
-handshake under way; packets that follow the CONNECT wait, at most `early_packets_max`) -> OPEN ->
-CLOSED. Anything the client gets wrong is answered as its version requires (a 5.0 DISCONNECT with
-a reason code, a 3.1.1 close) and counted; never an exception out of the gateway.
-
-Limits: `deliveries_queued_max` QoS 1 deliveries waiting behind the client's Receive Maximum
-(past it the connection is closed: quota exceeded), `early_packets_max` packets before CONNACK.
+handshake under way) -> OPEN -> CLOSED (the machine said `Disconnected`, or closed before a CONNECT).
+Anything the client gets wrong is the machine's to answer; never an exception out of the gateway.
 """
 
 from __future__ import annotations
@@ -47,13 +42,14 @@ from tidings.core.broker.advice import Reason
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.errors import ProtocolError
 from tidings.core.mqtt import bridge, persistent
+from tidings.core.mqtt import effects as fx
 from tidings.core.mqtt import packets as p
-from tidings.core.mqtt.bridge import MQTT_3_1_1, MQTT_5, MqttSettings, PlainPassword, reason
-from tidings.core.mqtt.codec import PacketDecoder
-from tidings.core.mqtt.encode import encode
-from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
-from tidings.core.mqtt.reason_codes import ReasonCode, connack_return_code_311
-from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions
+from tidings.core.mqtt.bridge import MQTT_5, MqttSettings, PlainPassword
+from tidings.core.mqtt.limits import ProtocolLimits
+from tidings.core.mqtt.properties import Properties
+from tidings.core.mqtt.protocol import MqttConnection
+from tidings.core.mqtt.reason_codes import ReasonCode
+from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag
 from tidings.core.session.client_session import ClientSession, PublishEvent
 from tidings.core.states import Transitions
 from tidings.core.wire import messages
@@ -76,152 +72,141 @@ TRANSITIONS = Transitions[MqttState]("mqtt session", {
 })
 
 
+def limits_of(settings: MqttSettings) -> ProtocolLimits:
+    """The protocol machine's limits: ours, and what tidings does not offer yet (shared subscriptions,
+    subscription identifiers; retained messages are refused by the session, 5.0 only: a 3.1.1
+    client's retain flag is ignored)."""
+    return ProtocolLimits(packet_bytes_max=settings.packet_bytes_max, receive_maximum=settings.receive_maximum,
+                          deliveries_queued_max=settings.deliveries_queued_max, shared_subscription_available=False,
+                          subscription_identifier_available=False,
+                          keep_alive_factor_percent=settings.keep_alive_factor_percent)
+
+
 class MqttSession:
-    def __init__(self, conn: int, settings: MqttSettings, secure: bool, nonce: bytes,
+    def __init__(self, conn: int, now: int, settings: MqttSettings, secure: bool, nonce: bytes,
                  held: Callable[[str, str], list[Held]] = lambda owner, prefix: []) -> None:
         """`secure`: TLS or a loopback peer (a password may come in plain); `nonce`: fresh random
         bytes for the native handshake's challenge-response; `held(owner, prefix)`: the broker's
         named durable subscriptions of `owner` whose names begin with `prefix` (a persistent session's)."""
         self.conn = conn
+        self.now = now
         self.settings = settings
         self.secure = secure or settings.allow_plain_password
         self.nonce = nonce
         self.held = held
-        self.persistent = False  # Clean Session 0, or Clean Start 0 with a Session Expiry Interval
+        self.machine = MqttConnection(now, limits_of(settings), f"tidings-{conn}-{nonce[:6].hex()}")
         self.state = AWAITING_CONNECT
-        self.level = MQTT_3_1_1  # until the CONNECT says
-        self.decoder = PacketDecoder(settings.packet_bytes_max)
+        self.level = 4
         self.client_id = ""
         self.identity = ""
-        self.keep_alive_ns = 0
+        self.clean_start = True
+        self.persistent = False  # a Session Expiry Interval (3.1.1: Clean Session 0)
         self.native: ClientSession | None = None
-        self.early: list[p.Packet] = []  # packets after CONNECT, before CONNACK
-        self.assigned_id: str | None = None
-        self.publishes: dict[int, tuple[int, int | None]] = {}  # native seq -> (qos, packet id)
-        self.batch: list[PublishEvent] = []  # PUBLISHes not yet handed over
-        self.batch_ids: list[tuple[int, int | None]] = []
-        self.awaiting_rel: set[int] = set()  # QoS 2 packet ids logged, their PUBREL awaited
-        self.subscriptions = MqttSubscriptions(settings)  # and the QoS 1 deliveries in flight
-        self.packet_bytes_max: int | None = None  # the client's Maximum Packet Size
-        self.disconnected_cleanly = False  # a DISCONNECT (but 5.0's 0x04): the will is not published
+        self.publishes: dict[int, int] = {}  # native seq -> packet id (QoS 1 and 2)
+        self.batch: list[PublishEvent] = []  # PUBLISHes not yet handed to the broker
+        self.batch_ids: list[int | None] = []
+        self.subscriptions = MqttSubscriptions()
+        self.tokens: dict[int, Tag] = {}  # deliveries in the machine's hands, by token
+        self.next_token = 0
         self.will: p.Will | None = None
-        self.opened = False  # WELCOME came (the will may be published)
+        self.will_due = False  # the machine said the will is due
+        self.welcomed = False  # the broker admitted the client (its will may be published)
         # figures
         self.received = self.sent = self.published = self.dropped = self.refused = 0
 
-    # ---- bytes from the client -------------------------------------------------------------------
+    # ---- the client's side -----------------------------------------------------------------------
 
-    def from_client(self, data: bytes, out: list[Effect], native: list[bytes]) -> None:
-        """What the client sent: MQTT answers into `out`, frames for the broker into `native`."""
-        if self.state is CLOSED:
-            return
-        for packet in self.decoder.feed(data):
-            self.received += 1
-            if self.state is AWAITING_CONNECT:
-                self._connect(packet, out, native)
-            elif self.state is CONNECTING:
-                if len(self.early) >= self.settings.early_packets_max:
-                    self._fail(R.QUOTA_EXCEEDED, "too many packets before CONNACK", out)
-                else:
-                    self.early.append(packet)
-            elif self.state is OPEN:
-                self._packet(packet, out, native)
-            if self.state is CLOSED:
-                return
+    def from_client(self, now: int, data: bytes, out: list[Effect], native: list[bytes]) -> None:
+        """Bytes from the client: MQTT answers into `out`, frames for the broker into `native`."""
+        self.now = now
+        self.received += 1
+        self._apply(self.machine.receive(now, data), out, native)
         self._flush(native)
-        if self.native is not None:
+        if self.native is not None:  # PUBACKs moved a persistent subscription on
             native += self.subscriptions.releases(self.native)
-        failure = self.decoder.failure
-        if failure is not None:  # what came before it was served; then the answer its version requires
-            self._fail(failure.reason, failure.detail, out, level=failure.level)
 
-    def _connect(self, packet: p.Packet, out: list[Effect], native: list[bytes]) -> None:
-        if not isinstance(packet, p.Connect):
-            self._fail(R.PROTOCOL_ERROR, f"expected CONNECT first, got {type(packet).__name__.upper()}", out)
+    def timed_out(self, now: int, out: list[Effect]) -> None:
+        self.now = now
+        self._apply(self.machine.handle_timeout(now), out, [])
+
+    def close_for(self, code: ReasonCode, why: str, out: list[Effect]) -> None:
+        """The broker side ends the connection (takeover, drain): a 5.0 client is told why."""
+        self._apply(self.machine.disconnect(code, why), out, [])
+
+    def lost(self) -> None:
+        """The runtime lost the connection: the machine says whether the will is due."""
+        self._apply(self.machine.connection_lost(), [], [])
+
+    def next_deadline(self) -> int | None:
+        return self.machine.next_deadline()
+
+    def _apply(self, effects: list[fx.MqttEffect], out: list[Effect], native: list[bytes]) -> None:
+        """The protocol machine's effects, in order (an answer may bring more: the packets that
+        waited behind the CONNECT come with `accept`'s)."""
+        for eff in effects:
+            if isinstance(eff, fx.Send):
+                self.sent += 1
+                out.append(Send(self.conn, eff.data))
+            elif isinstance(eff, fx.Published):
+                self._publish(eff, out, native)
+            elif isinstance(eff, fx.Close):
+                out.append(Disconnect(self.conn, f"mqtt: {eff.detail}"))
+                if self.state is not CLOSED:
+                    self.state = TRANSITIONS.move(self.state, CLOSED)
+            elif isinstance(eff, fx.Connected):
+                self._connect(eff, out, native)
+            elif isinstance(eff, fx.Subscribed | fx.Unsubscribed):
+                self._subscribe(eff, out, native)
+            elif isinstance(eff, fx.DeliveryAcked | fx.DeliveryDropped):
+                self._delivered(eff, out)
+            else:  # Disconnected: how it ended, whether the will is due
+                self.will_due = eff.publish_will
+                if eff.reason >= R.UNSPECIFIED_ERROR:
+                    self.refused += 1
+
+    def _connect(self, eff: fx.Connected, out: list[Effect], native: list[bytes]) -> None:
+        self.state = TRANSITIONS.move(self.state, CONNECTING)
+        self.level = eff.protocol_level
+        self.client_id = eff.client_id
+        self.clean_start = eff.clean_start
+        self.persistent = eff.session_expiry_interval_s > 0
+        self.will = eff.will
+        if len(eff.client_id) > INSTANCE_CHARS_MAX:
+            self._refuse(R.CLIENT_IDENTIFIER_NOT_VALID, f"a client id is at most {INSTANCE_CHARS_MAX} characters",
+                         out)
             return
-        self.level = self.subscriptions.level = packet.protocol_level
-        props = packet.properties
-        if props.receive_maximum:
-            self.subscriptions.outbound.receive_maximum = props.receive_maximum
-        self.persistent = not packet.clean_start and (self.level == MQTT_3_1_1
-                                                      or bool(props.session_expiry_interval_s))
-        self.packet_bytes_max = props.maximum_packet_size_bytes
-        client_id = packet.client_id
-        if not client_id:
-            if self.level == MQTT_3_1_1 and not packet.clean_start:
-                self._refuse_connect(R.CLIENT_IDENTIFIER_NOT_VALID, "an empty client id needs a clean session", out)
-                return
-            client_id = self.assigned_id = f"tidings-{self.conn}-{self.nonce[:6].hex()}"
-        if len(client_id) > INSTANCE_CHARS_MAX:
-            self._refuse_connect(R.CLIENT_IDENTIFIER_NOT_VALID,
-                                 f"a client id is at most {INSTANCE_CHARS_MAX} characters", out)
-            return
-        self.client_id = client_id
-        self.will = packet.will
-        self.keep_alive_ns = packet.keep_alive_s * 1_000_000_000 * self.settings.keep_alive_factor_percent // 100
         try:
-            credential = bridge.credential_of(packet, self.secure)
-            name = packet.username
+            credential = bridge.credential_of(eff.username, eff.password, self.secure)
+            name = eff.username
             service = bridge.ANONYMOUS_SERVICE if name is None else check_name(name, "a user name")
-            self.native = ClientSession(service, client_id, credential, self.nonce)
+            self.native = ClientSession(service, eff.client_id, credential, self.nonce)
         except (NameRuleError, CredentialError) as exc:
-            self._refuse_connect(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
+            self._refuse(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
             return
         except PlainPassword as exc:
-            self._refuse_connect(R.NOT_AUTHORIZED, str(exc), out)
+            self._refuse(R.NOT_AUTHORIZED, str(exc), out)
             return
-        self.state = TRANSITIONS.move(self.state, CONNECTING)
         native.append(self.native.hello())
 
-    # ---- packets of an open connection -----------------------------------------------------------
+    def _refuse(self, code: ReasonCode, why: str, out: list[Effect]) -> None:
+        self.refused += 1
+        self._apply(self.machine.refuse(code, why), out, [])
 
-    def _packet(self, packet: p.Packet, out: list[Effect], native: list[bytes]) -> None:
-        if isinstance(packet, p.Publish):
-            self._publish(packet, out)
-            return
-        self._flush(native)  # what was published before goes first
-        if isinstance(packet, p.Puback):
-            for publish in self.subscriptions.puback(packet.packet_id):
-                self._send(publish, out)
-        elif isinstance(packet, p.Pubrel):
-            known = packet.packet_id in self.awaiting_rel
-            self.awaiting_rel.discard(packet.packet_id)
-            self._send(p.Pubcomp(packet.packet_id, 0 if known else R.PACKET_IDENTIFIER_NOT_FOUND), out)
-        elif isinstance(packet, p.Subscribe | p.Unsubscribe):
-            assert self.native is not None
-            answers, frames = (self.subscriptions.subscribe(self.native, packet) if isinstance(packet, p.Subscribe)
-                               else self.subscriptions.unsubscribe(self.native, packet))
-            native += frames
-            for answer in answers:
-                self._send(answer, out)
-        elif isinstance(packet, p.Pingreq):
-            self._send(p.Pingresp(), out)
-        elif isinstance(packet, p.Disconnect):
-            self.disconnected_cleanly = packet.reason_code != R.DISCONNECT_WITH_WILL_MESSAGE
-            self._close("the client disconnected", out)
-        else:  # a second CONNECT, AUTH, PUBREC/PUBCOMP for what we never sent at QoS 2, a server's packet
-            self._fail(R.PROTOCOL_ERROR, f"{type(packet).__name__.upper()} is not expected here", out)
-
-    def _publish(self, packet: p.Publish, out: list[Effect]) -> None:
-        if packet.retain and self.level == MQTT_5:  # our CONNACK said Retain Available 0 (3.3.1.3)
-            self._fail(R.RETAIN_NOT_SUPPORTED, "retained messages are not supported yet", out)
-            return
-        if packet.properties.topic_alias is not None:  # our CONNACK's Topic Alias Maximum is 0
-            self._fail(R.TOPIC_ALIAS_INVALID, "topic aliases are not supported yet", out)
-            return
-        if packet.qos == 2 and packet.packet_id in self.awaiting_rel:  # a retry: logged once (4.3.3)
-            self._send(p.Pubrec(packet.packet_id), out)
+    def _publish(self, eff: fx.Published, out: list[Effect], native: list[bytes]) -> None:
+        if eff.retain and self.level == MQTT_5:  # our CONNACK said Retain Available 0 (3.3.1.3)
+            self._apply(self.machine.disconnect(R.RETAIN_NOT_SUPPORTED, "retained messages are not supported yet"),
+                        out, native)
             return
         assert self.native is not None
-        event = bridge.event_of(self.native, packet)
+        event = bridge.event_of(self.native, p.Publish(eff.topic, eff.payload, eff.qos, properties=eff.properties))
         if isinstance(event, bridge.Refused):
-            self._refuse_publish(packet, event.code, event.reason, out)
+            self.refused += 1
+            if eff.packet_id is not None:
+                self._apply(self.machine.publish_done(eff.packet_id, event.code, event.reason), out, native)
             return
         self.published += 1
         self.batch.append(event)
-        self.batch_ids.append((packet.qos, packet.packet_id))
-        if packet.qos == 2 and packet.packet_id is not None:
-            self.awaiting_rel.add(packet.packet_id)
+        self.batch_ids.append(eff.packet_id)
 
     def _flush(self, native: list[bytes]) -> None:
         """The PUBLISHes read so far as native PUBLISH frames (many events to a frame)."""
@@ -230,22 +215,37 @@ class MqttSession:
         ids = iter(self.batch_ids)
         for seq, count, frame in self.native.publish(self.batch):
             for i in range(count):
-                self.publishes[seq + i] = next(ids)
+                packet_id = next(ids)
+                if packet_id is not None:
+                    self.publishes[seq + i] = packet_id
             native.append(frame)
         self.batch, self.batch_ids = [], []
 
-    def _refuse_publish(self, packet: p.Publish, code: ReasonCode, why: str, out: list[Effect]) -> None:
-        """A PUBLISH the broker will not take: 5.0 answers a QoS 1/2 one with its reason code (QoS 0
-        has no answer); 3.1.1 has no way to say no but closing (3.3.5)."""
-        self.refused += 1
-        if self.level == MQTT_3_1_1:
-            self._close(f"publish refused: {why}", out)
-        elif packet.qos == 1 and packet.packet_id is not None:
-            self._send(p.Puback(packet.packet_id, code, reason(why)), out)
-        elif packet.qos == 2 and packet.packet_id is not None:
-            self._send(p.Pubrec(packet.packet_id, code, reason(why)), out)
+    def _subscribe(self, eff: fx.Subscribed | fx.Unsubscribed, out: list[Effect], native: list[bytes]) -> None:
+        assert self.native is not None
+        self._flush(native)  # what was published before goes first
+        if isinstance(eff, fx.Unsubscribed):
+            codes, frames = self.subscriptions.unsubscribe(self.native, eff.filters)
+            native += frames
+            self._apply(self.machine.unsuback(eff.packet_id, codes), out, native)
+            return
+        done, frames = self.subscriptions.subscribe(self.native, eff.packet_id, eff.topics, eff.properties)
+        native += frames
+        if done is not None:
+            self._apply(self.machine.suback(eff.packet_id, done), out, native)
 
-    # ---- frames from the broker ------------------------------------------------------------------
+    def _delivered(self, eff: fx.DeliveryAcked | fx.DeliveryDropped, out: list[Effect]) -> None:
+        tag = self.tokens.pop(eff.token, None)
+        if isinstance(eff, fx.DeliveryDropped) and eff.reason_code == R.QUOTA_EXCEEDED:
+            self.close_for(R.QUOTA_EXCEEDED, f"more than {self.settings.deliveries_queued_max} deliveries wait for "
+                           "the client", out)  # a persistent session gets them again when it comes back
+            return
+        if isinstance(eff, fx.DeliveryDropped):
+            self.dropped += 1  # over the client's Maximum Packet Size: discarded, as if delivered (3.1.2-25)
+        if tag is not None:
+            tag[0].acked(tag[1])
+
+    # ---- the broker's side -----------------------------------------------------------------------
 
     def from_broker(self, data: bytes, out: list[Effect], native: list[bytes]) -> None:
         """What the broker sent the client: MQTT packets into `out`, any native answer into `native`."""
@@ -254,23 +254,20 @@ class MqttSession:
         try:
             msgs = self.native.receive(data)
         except ProtocolError as exc:  # our own broker broke the protocol: a bug, said to the client
-            self._fail(R.IMPLEMENTATION_SPECIFIC_ERROR, str(exc), out)
+            self.close_for(R.IMPLEMENTATION_SPECIFIC_ERROR, str(exc), out)
             return
         for msg in msgs:
             if isinstance(msg, messages.Events):
                 self._deliver(msg, out)
             elif isinstance(msg, messages.Ack):
-                self._acked(msg, out)
-            elif isinstance(msg, messages.Subscribed):
-                for answer in self.subscriptions.subscribed(msg.sub, msg.checkpoint, None):
-                    self._send(answer, out)
+                self._acked(msg, out, native)
+            elif isinstance(msg, messages.Subscribed | messages.Error):
+                self._answered(msg, out, native)
             elif isinstance(msg, messages.Silence):
                 self.subscriptions.silence(msg)
-            elif isinstance(msg, messages.Error):
-                self._error(msg, out)
             elif isinstance(msg, messages.Challenge | messages.Welcome):
                 self._handshake(msg, out, native)
-            elif isinstance(msg, messages.Advice) and msg.reason == Reason.DRAINING.value and self.state is OPEN:
+            elif isinstance(msg, messages.Advice) and msg.reason == Reason.DRAINING.value:
                 self.close_for(R.SERVER_SHUTTING_DOWN, "the broker is stopping", out)  # reconnect elsewhere
             if self.state is CLOSED:
                 return
@@ -278,145 +275,83 @@ class MqttSession:
         native += self.subscriptions.releases(self.native)
 
     def _handshake(self, msg: messages.Challenge | messages.Welcome, out: list[Effect], native: list[bytes]) -> None:
-        """The broker's CHALLENGE (answered with the credential's proof) or WELCOME."""
+        """The broker's CHALLENGE (answered with the credential's proof) or WELCOME (CONNACK)."""
         assert self.native is not None
-        if isinstance(msg, messages.Welcome):
-            self._welcome(msg, out, native)
+        if isinstance(msg, messages.Challenge):
+            try:
+                native.append(self.native.answer(msg))
+            except ProtocolError as exc:
+                self._refuse(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
             return
-        try:
-            native.append(self.native.answer(msg))
-        except ProtocolError as exc:
-            self._refuse_connect(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
-
-    def _welcome(self, msg: messages.Welcome, out: list[Effect], native: list[bytes]) -> None:
         self.identity = str(msg.info.get("identity", ""))
         self.state = TRANSITIONS.move(self.state, OPEN)
-        self.opened = True
-        assert self.native is not None
+        self.welcomed = True
         held = self.held(self.native.service, persistent.prefix_of(self.client_id))
-        if self.persistent:  # what the session held comes again (core/mqtt/persistent.py)
+        if self.persistent:
             self.subscriptions.client_id = self.client_id
+        if self.persistent and not self.clean_start:  # what the session held comes again
             native += self.subscriptions.resume(self.native, held)
         else:  # a clean start ends it
             native += self.subscriptions.forget(self.native, held)
-        props = NO_PROPERTIES
-        if self.level == MQTT_5:
-            props = Properties(receive_maximum=self.settings.receive_maximum, retain_available=0,
-                               shared_subscription_available=0, subscription_identifier_available=0,
-                               topic_alias_maximum=0, session_expiry_interval_s=None if self.persistent else 0,
-                               maximum_packet_size_bytes=self.settings.packet_bytes_max,
-                               assigned_client_identifier=self.assigned_id)
-        self._send(p.Connack(self.persistent and bool(held), 0, props), out)
-        early, self.early = self.early, []
-        for packet in early:
-            self._packet(packet, out, native)
-            if self.state is CLOSED:
-                return
+        offer = Properties(retain_available=0, session_expiry_interval_s=None if self.persistent else 0)
+        session_present = self.persistent and not self.clean_start and bool(held)
+        self._apply(self.machine.accept(self.now, session_present, offer), out, native)
         self._flush(native)
 
-    def _acked(self, msg: messages.Ack, out: list[Effect]) -> None:
+    def _acked(self, msg: messages.Ack, out: list[Effect], native: list[bytes]) -> None:
         """The broker's ACK: the events are fsynced at their pubend; QoS 1 gets its PUBACK, QoS 2 its PUBREC."""
         for i, tick in enumerate(msg.ticks):
-            entry = self.publishes.pop(msg.seq + i, None)
-            if entry is None or tick is None:
-                continue
-            qos, packet_id = entry
-            if packet_id is None:
-                continue
-            self._send(p.Puback(packet_id) if qos == 1 else p.Pubrec(packet_id), out)
+            packet_id = self.publishes.pop(msg.seq + i, None)
+            if packet_id is not None and tick is not None:
+                self._apply(self.machine.publish_done(packet_id), out, native)
 
-    def _error(self, msg: messages.Error, out: list[Effect]) -> None:
-        if self.state is CONNECTING:
-            self._refuse_connect(bridge.CONNECT_REFUSALS.get(msg.code, R.UNSPECIFIED_ERROR), msg.message, out)
+    def _answered(self, msg: messages.Subscribed | messages.Error, out: list[Effect], native: list[bytes]) -> None:
+        """SUBSCRIBED, or an ERROR: a refused handshake, events or subscriptions."""
+        if isinstance(msg, messages.Subscribed):
+            answers = self.subscriptions.subscribed(msg.sub, msg.checkpoint, None)
+        elif self.state is CONNECTING:
+            self._refuse(bridge.CONNECT_REFUSALS.get(msg.code, R.UNSPECIFIED_ERROR), msg.message, out)
             return
-        seqs = bridge.seqs_of(msg.context.get("seqs"))
-        subs = msg.context.get("subs", [msg.context.get("sub")])
-        subs = [s for s in subs if type(s) is int] if isinstance(subs, list) else []
-        if seqs:
-            code = bridge.PUBLISH_REFUSALS.get(msg.code, R.UNSPECIFIED_ERROR)
-            for seq in seqs:
-                entry = self.publishes.pop(seq, None)
-                if entry is not None:
-                    self.awaiting_rel.discard(entry[1] or 0)
-                    self._refuse_publish(p.Publish("", qos=entry[0], packet_id=entry[1]), code, msg.message, out)
-        elif subs:
-            for sub in subs:
-                code = bridge.SUBSCRIBE_REFUSALS.get(msg.code, R.UNSPECIFIED_ERROR)
-                for answer in self.subscriptions.subscribed(sub, None, code):
-                    self._send(answer, out)
-        elif self.level == MQTT_5:  # about the connection (it is closing if fatal): the reason, said once
-            self.refused += 1
-            self._send(p.Disconnect(R.UNSPECIFIED_ERROR, reason(msg.message)), out)
+        else:
+            answers = []
+            for seq in bridge.seqs_of(msg.context.get("seqs")):
+                packet_id = self.publishes.pop(seq, None)
+                if packet_id is not None:
+                    code = bridge.PUBLISH_REFUSALS.get(msg.code, R.UNSPECIFIED_ERROR)
+                    self.refused += 1
+                    self._apply(self.machine.publish_done(packet_id, code, msg.message), out, native)
+            subs = msg.context.get("subs", [msg.context.get("sub")])
+            for sub in subs if isinstance(subs, list) else []:
+                if type(sub) is int:
+                    code = bridge.SUBSCRIBE_REFUSALS.get(msg.code, R.UNSPECIFIED_ERROR)
+                    answers += self.subscriptions.subscribed(sub, None, code)
+        for packet_id, codes in answers:
+            self._apply(self.machine.suback(packet_id, codes), out, native)
 
     def _deliver(self, msg: messages.Events, out: list[Effect]) -> None:
-        packets = self.subscriptions.deliver(msg)
-        if packets is None:
-            self._fail(R.QUOTA_EXCEEDED, f"more than {self.settings.deliveries_queued_max} QoS 1 deliveries wait "
-                       "for the client's PUBACKs", out)
-            return
-        for packet in packets:
-            self._send(packet, out)
+        for publish, tag in self.subscriptions.deliver(msg):
+            self.next_token += 1
+            if tag is not None and publish.qos:
+                self.tokens[self.next_token] = tag
+            self._apply(self.machine.deliver(self.next_token, publish.topic, publish.payload, publish.qos,
+                                             properties=publish.properties), out, [])
+            if self.state is CLOSED:
+                return
 
-    # ---- answers and endings ---------------------------------------------------------------------
-
-    def _send(self, packet: p.Packet, out: list[Effect]) -> None:
-        data = encode(packet, self.level)
-        if self.packet_bytes_max is not None and len(data) > self.packet_bytes_max:
-            self.dropped += 1  # over the client's Maximum Packet Size: discarded, as if delivered (3.1.2.11.4)
-            if isinstance(packet, p.Publish) and packet.packet_id is not None:
-                for more in self.subscriptions.puback(packet.packet_id):
-                    self._send(more, out)
-            return
-        self.sent += 1
-        out.append(Send(self.conn, data))
-
-    def _refuse_connect(self, code: ReasonCode, why: str, out: list[Effect]) -> None:
-        self.refused += 1
-        if self.level == MQTT_5:
-            self._send(p.Connack(False, code, reason(why)), out)
-        else:
-            self._send(p.Connack(False, connack_return_code_311(code)), out)
-        self._close(why, out)
-
-    def _fail(self, code: ReasonCode, why: str, out: list[Effect], level: int | None = None) -> None:
-        """A refusal of the connection: CONNACK before it is open, else a 5.0 DISCONNECT; then the close."""
-        if self.state is not OPEN:
-            if level is not None:
-                self.level = level
-            if self.state is AWAITING_CONNECT and level is None:
-                self._close(why, out)  # a first packet that is not a CONNECT: nothing to answer (4.8)
-            else:
-                self._refuse_connect(code, why, out)
-            return
-        self.refused += 1
-        if self.level == MQTT_5:
-            self._send(p.Disconnect(code, reason(why)), out)
-        self._close(why, out)
-
-    def _close(self, reason: str, out: list[Effect]) -> None:
-        if self.state is not CLOSED:
-            self.state = TRANSITIONS.move(self.state, CLOSED)
-            out.append(Disconnect(self.conn, f"mqtt: {reason}"))
-
-    def close_for(self, code: ReasonCode, why: str, out: list[Effect]) -> None:
-        """The gateway ends the connection (keep-alive, takeover): a 5.0 client is told why."""
-        if self.state is OPEN and self.level == MQTT_5:
-            self._send(p.Disconnect(code, reason(why)), out)
-        self._close(why, out)
+    # ---- endings ---------------------------------------------------------------------------------
 
     def will_frame(self) -> bytes | None:
         """The connection ended: its will, as the PUBLISH frame the broker logs and delivers (the same
-        checks and rules as any PUBLISH of the client's), unless it said DISCONNECT; None without one."""
+        checks and rules as any PUBLISH of the client's), when the machine said it is due."""
         will, native = self.will, self.native
-        if will is None or native is None or not self.opened or self.disconnected_cleanly:
+        if will is None or native is None or not self.will_due or not self.welcomed:
             return None
         self.will = None
         event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos, properties=will.properties))
         return None if isinstance(event, bridge.Refused) else native.publish([event])[0][2]
 
     def status(self) -> dict[str, object]:
-        return {"conn": self.conn, "client_id": self.client_id, "identity": self.identity, "state": str(self.state),
-                "version": "5.0" if self.level == MQTT_5 else "3.1.1", "subscriptions": len(self.subscriptions.subs),
-                "persistent": self.persistent, "inflight": len(self.subscriptions.outbound.inflight),
-                "queued": len(self.subscriptions.outbound.queued), "received": self.received,
-                "sent": self.sent}
+        return {**self.machine.status(), "conn": self.conn, "client_id": self.client_id, "identity": self.identity,
+                "state": str(self.state), "version": "5.0" if self.level == MQTT_5 else "3.1.1",
+                "persistent": self.persistent, "subscriptions": len(self.subscriptions.subs),
+                "received": self.received, "sent": self.sent}

@@ -6,7 +6,7 @@ user property `filter` as its content filter), numbered by the client session co
 once the broker answered every filter of it (SUBSCRIBED: the QoS granted, at most 1; ERROR: the
 reason code of bridge.py's table). A SUBSCRIBE to a filter held replaces its QoS (3.8.4). Its events
 leave as PUBLISH at min(the event's QoS, the granted QoS), QoS 1 ones through the in-flight window
-(outbound.py). In a persistent session (core/mqtt/persistent.py) each subscription is a named
+(the protocol machine's window). In a persistent session (core/mqtt/persistent.py) each subscription is a named
 durable one: the acknowledged prefix of its deliveries is RELEASEd (`releases`), its subscriptions
 are subscribed again when the client comes back (`resume`) and ended by a clean start (`forget`).
 
@@ -21,10 +21,10 @@ from tidings.core.errors import TidingsError
 from tidings.core.event import event_from_fields
 from tidings.core.mqtt import bridge, persistent, topics
 from tidings.core.mqtt import packets as p
-from tidings.core.mqtt.bridge import MQTT_3_1_1, MQTT_5, MqttSettings
-from tidings.core.mqtt.outbound import PACKET_IDS, Outbound
+from tidings.core.mqtt.bridge import MQTT_5
 from tidings.core.mqtt.persistent import DurableCursor
-from tidings.core.mqtt.reason_codes import ReasonCode, suback_code_311
+from tidings.core.mqtt.properties import Properties
+from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.session.client_session import ClientSession
 from tidings.core.session.cursor import silence_of
 from tidings.core.wire import messages
@@ -57,22 +57,22 @@ Tag = tuple[DurableCursor, persistent.Delivery] | None  # a QoS 1 delivery's pla
 
 
 class MqttSubscriptions:
-    def __init__(self, settings: MqttSettings) -> None:
-        self.level = MQTT_3_1_1
+    def __init__(self) -> None:
         self.client_id: str | None = None  # of a persistent session
         self.subs: dict[str, MqttSub] = {}  # by filter
         self.sub_of: dict[int, MqttSub] = {}  # by tidings subscription id
         self.pending: dict[int, tuple[PendingSuback, int]] = {}  # sub id -> (its SUBACK, index)
-        self.outbound: Outbound[Tag] = Outbound(PACKET_IDS, settings.deliveries_queued_max)
         self.delivered = 0
 
     # ---- the client's requests -------------------------------------------------------------------
 
-    def subscribe(self, native: ClientSession, packet: p.Subscribe) -> tuple[list[p.Packet], list[bytes]]:
-        pending = PendingSuback(packet.packet_id, [None] * len(packet.topics))
-        content_filter = dict(packet.properties.user_properties).get(bridge.FILTER_PROPERTY)
+    def subscribe(self, native: ClientSession, packet_id: int, wanted_filters: tuple[p.TopicFilter, ...],
+                  properties: Properties) -> tuple[tuple[int, ...] | None, list[bytes]]:
+        """A SUBSCRIBE: its codes when they are known now (else `subscribed` gives them), and the frames."""
+        pending = PendingSuback(packet_id, [None] * len(wanted_filters))
+        content_filter = dict(properties.user_properties).get(bridge.FILTER_PROPERTY)
         frames: list[bytes] = []
-        for i, wanted in enumerate(packet.topics):
+        for i, wanted in enumerate(wanted_filters):
             qos = min(wanted.qos, 1)  # QoS 2 deliveries are not sent yet: granted 1 (3.8.4)
             pattern = topics.pattern_of(wanted.filter)
             if isinstance(pattern, topics.TopicRefused):
@@ -109,24 +109,23 @@ class MqttSubscriptions:
             del self.subs[entry.filter]
         return [native.unsubscribe(entry.sub, forget=entry.name is not None)]
 
-    def _suback_if_done(self, pending: PendingSuback) -> list[p.Packet]:
+    def _suback_if_done(self, pending: PendingSuback) -> tuple[int, ...] | None:
+        """The SUBACK's codes (5.0's: the protocol machine says them in 3.1.1's), once all are known."""
         if any(code is None for code in pending.codes):
-            return []
-        codes = tuple(c for c in pending.codes if c is not None)
-        if self.level == MQTT_3_1_1:
-            codes = tuple(suback_code_311(c) for c in codes)
-        return [p.Suback(pending.packet_id, codes)]
+            return None
+        return tuple(c for c in pending.codes if c is not None)
 
-    def unsubscribe(self, native: ClientSession, packet: p.Unsubscribe) -> tuple[list[p.Packet], list[bytes]]:
+    def unsubscribe(self, native: ClientSession, filters: tuple[str, ...]) -> tuple[tuple[int, ...], list[bytes]]:
+        """An UNSUBSCRIBE: its codes and frames."""
         codes, frames = [], []
-        for flt in packet.filters:
+        for flt in filters:
             entry = self.subs.get(flt)
             if entry is None:
                 codes.append(int(R.NO_SUBSCRIPTION_EXISTED))
                 continue
             frames += self._end(native, entry)
             codes.append(int(R.SUCCESS))
-        return [p.Unsuback(packet.packet_id, tuple(codes) if self.level == MQTT_5 else ())], frames
+        return tuple(codes), frames
 
     def resume(self, native: ClientSession, held: list[Held]) -> list[bytes]:
         """A persistent session's subscriptions, subscribed again at their names (no SUBACK owed)."""
@@ -149,13 +148,6 @@ class MqttSubscriptions:
             frames += [frame, native.unsubscribe(sub, forget=True)]
         return frames
 
-    def puback(self, packet_id: int) -> list[p.Packet]:
-        """The client's PUBACK: its delivery done, and the deliveries that may go now."""
-        tag, more = self.outbound.acked(packet_id)
-        if tag is not None:
-            tag[0].acked(tag[1])
-        return list(more)
-
     def releases(self, native: ClientSession) -> list[bytes]:
         """RELEASE of each persistent subscription whose acknowledged prefix moved."""
         frames = []
@@ -167,8 +159,9 @@ class MqttSubscriptions:
 
     # ---- the broker's answers --------------------------------------------------------------------
 
-    def subscribed(self, sub: int, checkpoint: object, refused: int | None) -> list[p.Packet]:
-        """SUBSCRIBED (`refused` None) or its ERROR: the code of its filter in the SUBACK awaited."""
+    def subscribed(self, sub: int, checkpoint: object, refused: int | None) -> list[tuple[int, tuple[int, ...]]]:
+        """SUBSCRIBED (`refused` None) or its ERROR: the code of its filter in the SUBACK awaited;
+        the SUBACKs now complete, (packet id, codes)."""
         waiting = self.pending.pop(sub, None)
         entry = self.sub_of.get(sub)
         if entry is not None and refused is not None:
@@ -182,34 +175,32 @@ class MqttSubscriptions:
         pending, i = waiting
         granted = entry.qos if entry is not None else R.UNSPECIFIED_ERROR
         pending.codes[i] = refused if refused is not None else granted
-        return self._suback_if_done(pending)
+        done = self._suback_if_done(pending)
+        return [] if done is None else [(pending.packet_id, done)]
 
     def silence(self, msg: messages.Silence) -> None:
         entry = self.sub_of.get(msg.sub)
         if entry is not None and entry.durable is not None:
             entry.durable.silence(silence_of(msg).positions)
 
-    def deliver(self, msg: messages.Events) -> list[p.Packet] | None:
-        """EVENTS as PUBLISH packets (None: more QoS 1 deliveries wait than `deliveries_queued_max`)."""
+    def deliver(self, msg: messages.Events) -> list[tuple[p.Publish, Tag]]:
+        """EVENTS as PUBLISH packets for the protocol machine, each with its place in a persistent
+        subscription (its acknowledgement moves the subscription on: `DurableCursor`)."""
         entry = self.sub_of.get(msg.sub)
         if entry is None:  # unsubscribed: what was on its way is dropped
             return []
-        out: list[p.Packet] = []
+        out: list[tuple[p.Publish, Tag]] = []
         durable = entry.durable
         for fields in msg.records:
             try:
                 event = event_from_fields(fields)
             except ValueError:
                 continue
-            publish = bridge.publish_of(event, entry.qos, self.level)
-            item = None if durable is None else durable.delivered(event.pubend, event.tick, publish.qos == 0)
+            publish = bridge.publish_of(event, entry.qos, MQTT_5)  # (3.1.1's properties: the machine drops them)
             self.delivered += 1
-            if publish.qos == 0:
-                out.append(publish)
-                continue
-            numbered = self.outbound.offer(publish, None if durable is None or item is None else (durable, item))
-            if numbered is not None:
-                out.append(numbered)
-            elif self.outbound.overflowing:
-                return None
+            if durable is None:
+                out.append((publish, None))
+            else:
+                item = durable.delivered(event.pubend, event.tick, publish.qos == 0)
+                out.append((publish, (durable, item)))
         return out
