@@ -54,7 +54,8 @@ def render_status(status: dict[str, Any]) -> str:
         lines += _table(f"mqtt sessions ({len(sessions)})",
                         ["conn", "client id", "identity", "version", "subscriptions", "inflight", "queued"],
                         [[m.get("conn"), m.get("client_id"), m.get("identity") or "-", m.get("version"),
-                          m.get("subscriptions"), m.get("inflight"), m.get("queued")] for m in sessions])
+                          m.get("subscriptions"), m.get("deliveries_in_flight"), m.get("deliveries_queued")]
+                         for m in sessions])
     if status.get("directory"):
         lines += _table(f"pubend directory ({len(status['directory'])})",
                         ["pubend", "address", "durable through", "newest event", "released through", "events"],
