@@ -65,6 +65,20 @@ def test_a_native_subscriber_receives_mqtt_publishes_from_another_broker(cluster
         assert event.attributes == {"host": "h1", "mqtt.content_type": "text/plain"}
 
 
+def test_a_qos2_publish_reaches_a_native_subscriber_once(cluster):
+    """PUBLISH, PUBREC once the event is fsynced, PUBREL, PUBCOMP: logged once."""
+    pub = Mqtt(cluster[2].mqtt_address, "qos2-pub", V5)
+    try:
+        with sync.connect(cluster[2].address, service="native-sub") as client, client.subscribe("two/#") as sub:
+            assert pub.publish("two/x", b"exactly", qos=2) == 0  # (paho calls back on PUBCOMP)
+            event = sub.get(15)
+            assert event.payload == b"exactly"
+            assert pub.publish("two/y", b"next", qos=1) == 0
+            assert sub.get(15).payload == b"next"  # and nothing between: "exactly" came once
+    finally:
+        pub.close()
+
+
 def test_mqtt_to_mqtt_across_brokers_at_the_lower_qos(cluster):
     sub = Mqtt(cluster[0].mqtt_address, "qos-sub", V5)
     pub = Mqtt(cluster[2].mqtt_address, "qos-pub", V311)
