@@ -505,3 +505,11 @@ def test_a_session_s_unfinished_flows_resume_on_the_next_connection(version):
     # a fresh delivery does not take an identifier the resumed ones hold
     (fresh,) = nxt.packets(nxt.m.deliver(9, "d", b"", 1))
     assert isinstance(fresh, Publish) and fresh.packet_id not in {deliveries[0].packet_id, deliveries[1].packet_id}
+
+
+def test_a_takeover_before_the_accept_is_a_connack_the_client_can_read():
+    w = Wire(MQTT_5)
+    w.connect(accept=False)
+    effects = w.m.disconnect(R.SESSION_TAKEN_OVER, "taken over")
+    assert [p.reason_code for p in w.packets(effects)] == [R.SERVER_UNAVAILABLE]  # type: ignore[attr-defined]
+    assert [type(e) for e in facts(effects)] == [fx.Close]

@@ -43,9 +43,15 @@ from tidings.core.mqtt.codec import PACKET_BYTES_MAX, PacketDecoder
 from tidings.core.mqtt.delivery import DeliveryFlow, Outgoing
 from tidings.core.mqtt.inflight import Arrival, Deliveries, Delivery, Receipts, ReceiptState
 from tidings.core.mqtt.limits import CLIENT_RECEIVE_MAXIMUM, ProtocolLimits, connect_problem, merged, server_offer
-from tidings.core.mqtt.packet_type import MQTT_5, MQTT_311, PACKET_ID_MAX
+from tidings.core.mqtt.packet_type import MQTT_5, MQTT_311, PACKET_ID_MAX, PacketType
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
-from tidings.core.mqtt.reason_codes import ConnectReturnCode, ReasonCode, connack_return_code_311, suback_code_311
+from tidings.core.mqtt.reason_codes import (
+    REASON_CODES_OF,
+    ConnectReturnCode,
+    ReasonCode,
+    connack_return_code_311,
+    suback_code_311,
+)
 from tidings.core.mqtt.refusal import Refusal
 from tidings.core.states import Transitions
 from tidings.core.units import SECOND_NS
@@ -246,6 +252,7 @@ class MqttConnection:
     def refuse(self, code: int, detail: str = "") -> list[fx.MqttEffect]:
         """The broker side refuses the connection (a 5.0 reason code: bad credentials 0x86, not
         authorized 0x87, ...): CONNACK with it (3.1.1's nearest return code), then the close."""
+        assert code in REASON_CODES_OF[PacketType.CONNACK] and code >= 0x80, code
         out: list[fx.MqttEffect] = []
         if self.state is S.CONNECTING:
             self._refuse_connect(code, detail, out)
@@ -354,6 +361,7 @@ class MqttConnection:
     def publish_done(self, packet_id: int, code: int = 0, detail: str = "") -> list[fx.MqttEffect]:
         """The client's PUBLISH `packet_id` is logged (fsynced at its pubend), or refused with `code`:
         PUBACK at QoS 1, PUBREC at QoS 2. A 3.1.1 client cannot be told no: it is disconnected."""
+        assert code in REASON_CODES_OF[PacketType.PUBACK], code
         out: list[fx.MqttEffect] = []
         if self.state is not S.CONNECTED:
             return out
@@ -373,6 +381,7 @@ class MqttConnection:
 
     def suback(self, packet_id: int, codes: tuple[int, ...], detail: str = "") -> list[fx.MqttEffect]:
         """SUBACK: a 5.0 reason code per filter of the SUBSCRIBE (3.1.1 gets its own: 0x80 for any no)."""
+        assert all(c in REASON_CODES_OF[PacketType.SUBACK] for c in codes), codes
         out: list[fx.MqttEffect] = []
         if self.state is S.CONNECTED and self.subscribing.get(packet_id) == len(codes):
             del self.subscribing[packet_id]
@@ -384,6 +393,7 @@ class MqttConnection:
 
     def unsuback(self, packet_id: int, codes: tuple[int, ...]) -> list[fx.MqttEffect]:
         """UNSUBACK: a 5.0 reason code per filter (3.1.1's has none)."""
+        assert all(c in REASON_CODES_OF[PacketType.UNSUBACK] for c in codes), codes
         out: list[fx.MqttEffect] = []
         if self.state is S.CONNECTED and self.unsubscribing.get(packet_id) == len(codes):
             del self.unsubscribing[packet_id]
@@ -418,9 +428,11 @@ class MqttConnection:
     def disconnect(self, code: int, detail: str = "", server_reference: str | None = None) -> list[fx.MqttEffect]:
         """The broker side ends the connection (0x8E session taken over, 0x8B shutting down, 0x9C
         use another server): a 5.0 client is told why; its will is due."""
+        assert code in REASON_CODES_OF[PacketType.DISCONNECT], code
         out: list[fx.MqttEffect] = []
-        if self.state is S.CONNECTING:
-            self._refuse_connect(code, detail, out)
+        if self.state is S.CONNECTING:  # a CONNACK may not say 0x8B or 0x8E: the nearest it may
+            self._refuse_connect(code if code in REASON_CODES_OF[PacketType.CONNACK] else R.SERVER_UNAVAILABLE,
+                                 detail, out)
         elif self.state is S.CONNECTED:
             if self.version == MQTT_5:
                 props = merged(self._why(detail), Properties(server_reference=server_reference))
