@@ -513,3 +513,9 @@ def test_a_takeover_before_the_accept_is_a_connack_the_client_can_read():
     effects = w.m.disconnect(R.SESSION_TAKEN_OVER, "taken over")
     assert [p.reason_code for p in w.packets(effects)] == [R.SERVER_UNAVAILABLE]  # type: ignore[attr-defined]
     assert [type(e) for e in facts(effects)] == [fx.Close]
+
+
+def test_a_connection_lost_before_its_accept_has_no_will_due():
+    w = Wire(MQTT_5)
+    w.connect(accept=False, will=Will("w", b"bye"))
+    assert w.m.connection_lost() == [fx.Disconnected(R.UNSPECIFIED_ERROR, "connection lost", False, 0)]

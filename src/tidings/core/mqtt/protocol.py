@@ -134,8 +134,8 @@ class MqttConnection:
     def connection_lost(self) -> list[fx.MqttEffect]:
         """The runtime lost the connection (closed by the client or the network)."""
         out: list[fx.MqttEffect] = []
-        if self.state is not S.CLOSED:
-            self._end(R.UNSPECIFIED_ERROR, "connection lost", True, out, close=False)
+        if self.state is not S.CLOSED:  # a will is due only of a connection that was accepted
+            self._end(R.UNSPECIFIED_ERROR, "connection lost", self.state is S.CONNECTED, out, close=False)
         return out
 
     def next_deadline(self) -> int | None:
