@@ -519,3 +519,11 @@ def test_a_connection_lost_before_its_accept_has_no_will_due():
     w = Wire(MQTT_5)
     w.connect(accept=False, will=Will("w", b"bye"))
     assert w.m.connection_lost() == [fx.Disconnected(R.UNSPECIFIED_ERROR, "connection lost", False, 0)]
+
+
+def test_an_alias_set_by_a_delivery_not_sent_is_not_used_after():
+    w = Wire(MQTT_5)
+    w.connect(properties=Properties(topic_alias_maximum=1, maximum_packet_size_bytes=40))
+    assert w.m.deliver(1, "a/b", b"x" * 60, 0) == [fx.DeliveryDropped(1, R.PACKET_TOO_LARGE)]
+    (publish,) = w.packets(w.m.deliver(2, "a/b", b"x", 0))
+    assert isinstance(publish, Publish) and (publish.topic, publish.properties.topic_alias) == ("a/b", 1)
