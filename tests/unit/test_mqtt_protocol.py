@@ -527,3 +527,18 @@ def test_an_alias_set_by_a_delivery_not_sent_is_not_used_after():
     assert w.m.deliver(1, "a/b", b"x" * 60, 0) == [fx.DeliveryDropped(1, R.PACKET_TOO_LARGE)]
     (publish,) = w.packets(w.m.deliver(2, "a/b", b"x", 0))
     assert isinstance(publish, Publish) and (publish.topic, publish.properties.topic_alias) == ("a/b", 1)
+
+
+@pytest.mark.parametrize(("limits", "publish", "code"), [
+    (ProtocolLimits(maximum_qos=1), Publish("a", b"", 2, packet_id=1), R.QOS_NOT_SUPPORTED),
+    (ProtocolLimits(retain_available=False), Publish("a", b"", 0, True), R.RETAIN_NOT_SUPPORTED),
+    (ProtocolLimits(), Publish("a", b"", properties=Properties(subscription_identifiers=(1,))), R.PROTOCOL_ERROR),
+])
+def test_a_publish_breaking_what_our_connack_said_ends_the_connection(limits, publish, code):
+    w = Wire(MQTT_5, limits)
+    offer = w.packets(w.connect())[0].properties  # type: ignore[attr-defined]
+    assert (offer.maximum_qos, offer.retain_available) == (1 if limits.maximum_qos == 1 else None,
+                                                           None if limits.retain_available else 0)
+    effects = w.send(publish)
+    assert [p.reason_code for p in w.packets(effects)] == [code]  # type: ignore[attr-defined]
+    assert not any(isinstance(e, fx.Published) for e in effects)

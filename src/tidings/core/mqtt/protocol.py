@@ -42,7 +42,14 @@ from tidings.core.mqtt.aliases import InboundAliases, OutboundAliases
 from tidings.core.mqtt.codec import PACKET_BYTES_MAX, PacketDecoder
 from tidings.core.mqtt.delivery import DeliveryFlow, Outgoing
 from tidings.core.mqtt.inflight import Arrival, Deliveries, Delivery, Receipts, ReceiptState
-from tidings.core.mqtt.limits import CLIENT_RECEIVE_MAXIMUM, ProtocolLimits, connect_problem, merged, server_offer
+from tidings.core.mqtt.limits import (
+    CLIENT_RECEIVE_MAXIMUM,
+    ProtocolLimits,
+    connect_problem,
+    merged,
+    publish_problem,
+    server_offer,
+)
 from tidings.core.mqtt.packet_type import MQTT_5, MQTT_311, PACKET_ID_MAX, PacketType
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
 from tidings.core.mqtt.reason_codes import (
@@ -283,11 +290,9 @@ class MqttConnection:
             self._fail(R.PROTOCOL_ERROR, f"{packet.type.name} from a client", out)
 
     def _publish(self, packet: p.Publish, out: list[fx.MqttEffect]) -> None:
-        if packet.qos > self.limits.maximum_qos:
-            self._fail(R.QOS_NOT_SUPPORTED, f"PUBLISH at QoS {packet.qos}", out)
-            return
-        if packet.retain and not self.limits.retain_available:
-            self._fail(R.RETAIN_NOT_SUPPORTED, "retained messages are not available", out)
+        problem = publish_problem(packet, self.limits)
+        if problem is not None:
+            self._fail(problem[0], problem[1], out)
             return
         props = packet.properties
         topic = self.inbound_aliases.resolve(packet.topic, props.topic_alias)
