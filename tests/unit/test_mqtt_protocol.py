@@ -542,3 +542,9 @@ def test_a_publish_breaking_what_our_connack_said_ends_the_connection(limits, pu
     effects = w.send(publish)
     assert [p.reason_code for p in w.packets(effects)] == [code]  # type: ignore[attr-defined]
     assert not any(isinstance(e, fx.Published) for e in effects)
+
+
+def test_session_present_is_0_after_a_clean_start():
+    w = Wire(MQTT_311)
+    w.connect(accept=False, clean_start=True)
+    assert w.packets(w.m.accept(T0, session_present=True)) == [Connack(False, 0)]

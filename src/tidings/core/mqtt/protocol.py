@@ -116,7 +116,7 @@ class MqttConnection:
         self.keep_alive_ns = 0
         self.session_expiry_interval_s = 0
         self.client_id = ""
-        self.assigned = False
+        self.assigned = self.clean_start = False
         self.server_keep_alive_s: int | None = None
         self.outgoing = Outgoing(MQTT_311, PACKET_BYTES_MAX)  # the client's version and limits, once known
         self.receipts = Receipts(limits.receive_maximum)
@@ -204,7 +204,7 @@ class MqttConnection:
             self._refuse_connect(problem[0], problem[1], out)
             return
         self.client_id = packet.client_id or self.assigned_client_id
-        self.assigned = not packet.client_id
+        self.assigned, self.clean_start = not packet.client_id, packet.clean_start
         keep_alive_s = packet.keep_alive_s
         ka_max = self.limits.keep_alive_s_max
         if self.version == MQTT_5:
@@ -249,7 +249,7 @@ class MqttConnection:
             props = merged(server_offer(self.limits, self.client_id if self.assigned else None,
                                          self.server_keep_alive_s), properties)
             self.inbound_aliases = InboundAliases(self.limits.topic_alias_maximum)
-        self._send(p.Connack(session_present, 0, props), out)
+        self._send(p.Connack(session_present and not self.clean_start, 0, props), out)  # 3.2.2-2
         self.heard_at = now
         if self.keep_alive_ns:
             self.deadlines.set(KEEP_ALIVE_DUE, now + self.keep_alive_ns)
