@@ -548,3 +548,12 @@ def test_session_present_is_0_after_a_clean_start():
     w = Wire(MQTT_311)
     w.connect(accept=False, clean_start=True)
     assert w.packets(w.m.accept(T0, session_present=True)) == [Connack(False, 0)]
+
+
+def test_a_delivery_too_large_is_dropped_whole_not_stripped_of_its_user_properties():
+    w = Wire(MQTT_5)
+    w.connect(properties=Properties(maximum_packet_size_bytes=60))
+    props = Properties(user_properties=(("k", "v" * 60),))
+    assert w.m.deliver(1, "a", b"x", 1, properties=props) == [fx.DeliveryDropped(1, R.PACKET_TOO_LARGE)]
+    assert w.m.resume(2, 7, "a", b"x", 1, properties=props) == [fx.DeliveryDropped(2, R.PACKET_TOO_LARGE)]
+    assert w.m.deliveries.in_flight == {}
