@@ -557,3 +557,17 @@ def test_a_delivery_too_large_is_dropped_whole_not_stripped_of_its_user_properti
     assert w.m.deliver(1, "a", b"x", 1, properties=props) == [fx.DeliveryDropped(1, R.PACKET_TOO_LARGE)]
     assert w.m.resume(2, 7, "a", b"x", 1, properties=props) == [fx.DeliveryDropped(2, R.PACKET_TOO_LARGE)]
     assert w.m.deliveries.in_flight == {}
+
+
+def test_packet_identifiers_are_taken_in_turn_skipping_those_in_use_and_wrap():
+    from tidings.core.mqtt.inflight import PacketIds
+
+    ids = PacketIds()
+    assert [ids.take() for _ in range(3)] == [1, 2, 3]
+    ids.free(2)
+    assert ids.take() == 4  # in turn, not the lowest free: a late answer for 2 meets nothing new
+    ids.last = 0xFFFE
+    assert [ids.take(), ids.take()] == [0xFFFF, 2]  # 1 is in use still, 2 was freed
+    ids.used = set(range(1, 0x10000))
+    with pytest.raises(AssertionError):
+        ids.take()
