@@ -280,3 +280,40 @@ def test_paho_against_the_protocol_machine(protocol):
     assert got == [("q2", b"q2@2", 2), ("q2", b"q2@1", 1), ("q1", b"q1@2", 1), ("q2", b"q2@0", 0)]
     assert len(acked) == 3  # paho saw each of its QoS 1 and 2 publishes through (PUBACK, PUBCOMP)
     assert m.deliveries.in_flight == {} and m.receipts.open == {}
+
+
+def test_our_property_table_is_paho_s():
+    """Every 5.0 property: the same id, data type and packets as paho's own table (a second reading
+    of the specification's 2.2.2.2)."""
+    from paho.mqtt.properties import Properties as PahoTable
+
+    from tidings.core.mqtt.properties import SPEC, WILL_PLACE, PropertyType
+
+    table = PahoTable(PacketTypes.CONNECT)
+    names = {"Byte": PropertyType.BYTE, "Two Byte Integer": PropertyType.TWO_BYTE_INTEGER,
+             "Four Byte Integer": PropertyType.FOUR_BYTE_INTEGER,
+             "Variable Byte Integer": PropertyType.VARIABLE_BYTE_INTEGER, "Binary Data": PropertyType.BINARY_DATA,
+             "UTF-8 Encoded String": PropertyType.UTF8_STRING, "UTF-8 String Pair": PropertyType.UTF8_STRING_PAIR}
+    theirs = {pid: (names[table.types[kind]], {WILL_PLACE if t == PacketTypes.WILLMESSAGE else t for t in packets})
+              for pid, (kind, packets) in table.properties.items()}
+    ours = {pid: (spec.type, set(spec.places)) for pid, spec in SPEC.items()}
+    assert ours == theirs
+
+
+def test_our_reason_codes_are_paho_s_per_packet():
+    """Every reason code and the packets it may be in, as paho lists them (section 2.4), but one
+    paho leaves out: CONNACK's 0x99, "the Will Payload does not match the specified Payload Format
+    Indicator" (3.2.2.2's table has it)."""
+    from tidings.core.mqtt.packet_type import PacketType
+    from tidings.core.mqtt.reason_codes import REASON_CODES_OF
+
+    theirs: dict[int, set[int]] = {}
+    for code, meanings in PahoReasonCode.names.items():
+        for packets in meanings.values():
+            for packet in packets:
+                theirs.setdefault(packet, set()).add(code)
+    theirs[PacketType.CONNACK].add(0x99)
+    ours = {int(t): {int(c) for c in codes} for t, codes in REASON_CODES_OF.items()}
+    assert set(ours) == set(theirs) == {int(t) for t in PacketType} - {1, 3, 8, 10, 12, 13}
+    for packet, codes in ours.items():
+        assert codes == theirs[packet], PacketType(packet).name

@@ -505,3 +505,69 @@ def test_a_session_s_unfinished_flows_resume_on_the_next_connection(version):
     # a fresh delivery does not take an identifier the resumed ones hold
     (fresh,) = nxt.packets(nxt.m.deliver(9, "d", b"", 1))
     assert isinstance(fresh, Publish) and fresh.packet_id not in {deliveries[0].packet_id, deliveries[1].packet_id}
+
+
+def test_a_takeover_before_the_accept_is_a_connack_the_client_can_read():
+    w = Wire(MQTT_5)
+    w.connect(accept=False)
+    effects = w.m.disconnect(R.SESSION_TAKEN_OVER, "taken over")
+    assert [p.reason_code for p in w.packets(effects)] == [R.SERVER_UNAVAILABLE]  # type: ignore[attr-defined]
+    assert [type(e) for e in facts(effects)] == [fx.Close]
+
+
+def test_a_connection_lost_before_its_accept_has_no_will_due():
+    w = Wire(MQTT_5)
+    w.connect(accept=False, will=Will("w", b"bye"))
+    assert w.m.connection_lost() == [fx.Disconnected(R.UNSPECIFIED_ERROR, "connection lost", False, 0)]
+
+
+def test_an_alias_set_by_a_delivery_not_sent_is_not_used_after():
+    w = Wire(MQTT_5)
+    w.connect(properties=Properties(topic_alias_maximum=1, maximum_packet_size_bytes=40))
+    assert w.m.deliver(1, "a/b", b"x" * 60, 0) == [fx.DeliveryDropped(1, R.PACKET_TOO_LARGE)]
+    (publish,) = w.packets(w.m.deliver(2, "a/b", b"x", 0))
+    assert isinstance(publish, Publish) and (publish.topic, publish.properties.topic_alias) == ("a/b", 1)
+
+
+@pytest.mark.parametrize(("limits", "publish", "code"), [
+    (ProtocolLimits(maximum_qos=1), Publish("a", b"", 2, packet_id=1), R.QOS_NOT_SUPPORTED),
+    (ProtocolLimits(retain_available=False), Publish("a", b"", 0, True), R.RETAIN_NOT_SUPPORTED),
+    (ProtocolLimits(), Publish("a", b"", properties=Properties(subscription_identifiers=(1,))), R.PROTOCOL_ERROR),
+])
+def test_a_publish_breaking_what_our_connack_said_ends_the_connection(limits, publish, code):
+    w = Wire(MQTT_5, limits)
+    offer = w.packets(w.connect())[0].properties  # type: ignore[attr-defined]
+    assert (offer.maximum_qos, offer.retain_available) == (1 if limits.maximum_qos == 1 else None,
+                                                           None if limits.retain_available else 0)
+    effects = w.send(publish)
+    assert [p.reason_code for p in w.packets(effects)] == [code]  # type: ignore[attr-defined]
+    assert not any(isinstance(e, fx.Published) for e in effects)
+
+
+def test_session_present_is_0_after_a_clean_start():
+    w = Wire(MQTT_311)
+    w.connect(accept=False, clean_start=True)
+    assert w.packets(w.m.accept(T0, session_present=True)) == [Connack(False, 0)]
+
+
+def test_a_delivery_too_large_is_dropped_whole_not_stripped_of_its_user_properties():
+    w = Wire(MQTT_5)
+    w.connect(properties=Properties(maximum_packet_size_bytes=60))
+    props = Properties(user_properties=(("k", "v" * 60),))
+    assert w.m.deliver(1, "a", b"x", 1, properties=props) == [fx.DeliveryDropped(1, R.PACKET_TOO_LARGE)]
+    assert w.m.resume(2, 7, "a", b"x", 1, properties=props) == [fx.DeliveryDropped(2, R.PACKET_TOO_LARGE)]
+    assert w.m.deliveries.in_flight == {}
+
+
+def test_packet_identifiers_are_taken_in_turn_skipping_those_in_use_and_wrap():
+    from tidings.core.mqtt.inflight import PacketIds
+
+    ids = PacketIds()
+    assert [ids.take() for _ in range(3)] == [1, 2, 3]
+    ids.free(2)
+    assert ids.take() == 4  # in turn, not the lowest free: a late answer for 2 meets nothing new
+    ids.last = 0xFFFE
+    assert [ids.take(), ids.take()] == [0xFFFF, 2]  # 1 is in use still, 2 was freed
+    ids.used = set(range(1, 0x10000))
+    with pytest.raises(AssertionError):
+        ids.take()

@@ -66,6 +66,7 @@ class ConnectionMachine(RuleBasedStateMachine):
         self.closed = self.disconnected = False
         self.steps = 0
         self.aliases: set[int] = set()  # aliases the client set
+        self.our_aliases: dict[int, str] = {}  # aliases we set, as the client holds them
         props = Properties(receive_maximum=window, maximum_packet_size_bytes=client_max, topic_alias_maximum=aliases,
                            session_expiry_interval_s=30) if version == MQTT_5 else Properties()
         self.apply(self.m.receive(T0, encode(Connect(version, "dev", True, keep_alive_s, properties=props),
@@ -101,8 +102,8 @@ class ConnectionMachine(RuleBasedStateMachine):
         for packet in self.reader.feed(data):
             size = len(encode(packet, self.version))
             assert size <= self.client_max, f"{packet} is {size} bytes, over the client's {self.client_max}"
-            if isinstance(packet, Publish) and packet.properties.topic_alias and not packet.topic:
-                event("a delivery went by its topic alias")
+            if isinstance(packet, Publish):
+                self.check_topic(packet)
             if isinstance(packet, Publish) and packet.packet_id is not None:
                 assert packet.packet_id not in self.outbound
                 self.outbound[packet.packet_id] = packet
@@ -124,6 +125,19 @@ class ConnectionMachine(RuleBasedStateMachine):
             elif isinstance(packet, Disconnect):
                 assert self.version == MQTT_5
         assert self.reader.failure is None
+
+    def check_topic(self, publish: Publish) -> None:
+        """Resolve our Topic Alias as the client does (3.3.2.3.4): it names the topic delivered."""
+        alias = publish.properties.topic_alias
+        topic = publish.topic
+        if alias is not None:
+            assert 1 <= alias <= self.m.flow.aliases.maximum
+            if topic:
+                self.our_aliases[alias] = topic
+            else:
+                event("a delivery went by its topic alias")
+                topic = self.our_aliases[alias]
+        assert topic.encode() == publish.payload.split(b"|")[0], (topic, publish.payload)
 
     def client(self, *packets: Packet, data: bytes = b"") -> None:
         self.steps += 1
@@ -223,6 +237,7 @@ class ConnectionMachine(RuleBasedStateMachine):
     def deliver(self, qos, topic, payload):
         token = self.next_token
         self.next_token += 1
+        payload = topic.encode() + b"|" + payload  # the topic it was delivered on, for check_topic
         effects = self.m.deliver(token, topic, payload, qos, False, Properties(content_type="t"))
         if qos and self.m.state is ConnectionState.CONNECTED:
             self.tokens_open.add(token)

@@ -314,4 +314,9 @@ def decode_body(ptype: int, flags: int, body: bytes, version: int) -> Packet:
     connection of protocol level `version`; a Refusal when it breaks a rule (module doc)."""
     if ptype == P.PUBLISH:
         return decode_publish(body, flags, version)
+    if len(body) == 2 and ptype in _ANSWERS:  # PUBACK, PUBREC, PUBREL, PUBCOMP as most are: an id
+        pid = (body[0] << 8) | body[1]
+        if not pid:
+            raise malformed(f"{PacketType(ptype).name} has packet identifier 0")
+        return _ANSWERS[ptype](pid, 0, NO_PROPERTIES)
     return BODY[ptype](Reader(body), flags, version)

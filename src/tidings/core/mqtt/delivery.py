@@ -2,7 +2,8 @@
 deliveries (the broker side's `deliver`) through their QoS flows (core/mqtt/inflight.py).
 
 `Outgoing` encodes a packet for the connection's version within the client's Maximum Packet Size
-(3.1.2-25, 3.1.2.11.4): a packet over it loses its reason string and user properties first
+(3.1.2-25, 3.1.2.11.4): a packet over it but a PUBLISH (whose user properties are the message's)
+loses its reason string and user properties first
 (3.2.2.3.9 and the like: "MUST NOT send this property if it would increase the size beyond"), and
 is not sent at all if it is still over. A client that asked for no problem information (5.0's
 Request Problem Information 0, 3.1.2.11.7) gets neither in any packet but PUBLISH, CONNACK and
@@ -23,7 +24,7 @@ from dataclasses import replace
 from tidings.core.mqtt import effects as fx
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.aliases import OutboundAliases
-from tidings.core.mqtt.encode import encode
+from tidings.core.mqtt.encode import encode, publish_bytes
 from tidings.core.mqtt.inflight import Deliveries, Delivery
 from tidings.core.mqtt.packet_type import MQTT_5, PacketType
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
@@ -45,7 +46,7 @@ class Outgoing:
         """The bytes of `packet` for this client, or None when it cannot be sent (too large)."""
         data = encode(packet, self.version)
         props: Properties | None = getattr(packet, "properties", None)
-        if self.version != MQTT_5 or props is None or props is NO_PROPERTIES:
+        if self.version != MQTT_5 or props is None or props is NO_PROPERTIES or packet.type == PacketType.PUBLISH:
             return data if len(data) <= self.packet_bytes_max else None
         if (len(data) <= self.packet_bytes_max
                 and (self.problem_information or packet.type in PROBLEM_FREE)):
@@ -79,14 +80,16 @@ class DeliveryFlow:
 
     def _encode_aliased(self, publish: p.Publish, packet_id: int | None = None) -> bytes | None:
         topic, alias = self.aliases.choose(publish.topic)
+        props = publish.properties
         if alias is not None:
-            publish = replace(publish, topic=topic, properties=replace(publish.properties, topic_alias=alias))
-        if packet_id is not None:
-            publish = replace(publish, packet_id=packet_id)
-        data = self.outgoing.encode(publish)
-        if data is None and topic:
+            props = replace(props, topic_alias=alias)
+        data = publish_bytes(topic, publish.payload, publish.qos, publish.retain, False, packet_id, props,
+                             self.outgoing.version)
+        if len(data) <= self.outgoing.packet_bytes_max:
+            return data
+        if topic:
             self.aliases.forget(topic)
-        return data
+        return None
 
     def resume(self, token: int, publish: p.Publish, packet_id: int, released: bool) -> list[fx.MqttEffect]:
         """An unfinished delivery of the session's last connection: PUBLISH again with DUP under its
@@ -97,8 +100,9 @@ class DeliveryFlow:
             return self.deliver(token, publish)
         if released:
             return self._send(p.Pubrel(packet_id))
-        data = self.outgoing.encode(replace(publish, dup=True, packet_id=packet_id))
-        if data is None:
+        data = publish_bytes(publish.topic, publish.payload, publish.qos, publish.retain, True, packet_id,
+                             publish.properties, self.outgoing.version)
+        if len(data) > self.outgoing.packet_bytes_max:
             self.deliveries.drop(packet_id)
             return [fx.DeliveryDropped(token, R.PACKET_TOO_LARGE)]
         return [fx.Send(data)]

@@ -28,7 +28,7 @@ from tidings.core.mqtt.packets import (
     Unsuback,
     Unsubscribe,
 )
-from tidings.core.mqtt.properties import NO_PROPERTIES, write_properties
+from tidings.core.mqtt.properties import NO_PROPERTIES, Properties, write_properties
 
 P = PacketType
 _REQUIRED_FLAGS: Final = {P.PUBREL: 0x02, P.SUBSCRIBE: 0x02, P.UNSUBSCRIBE: 0x02}
@@ -71,15 +71,20 @@ def _connack(p: Connack, version: int) -> bytes:
 
 
 def encode_publish(p: Publish, version: int) -> bytes:
-    flags = (p.qos << 1) | (0x08 if p.dup else 0) | (0x01 if p.retain else 0)
-    topic = p.topic.encode("utf-8")
-    head = len(topic).to_bytes(2, "big") + topic
-    if p.qos:
-        assert p.packet_id is not None, p
-        head += p.packet_id.to_bytes(2, "big")
+    return publish_bytes(p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, p.properties, version)
+
+
+def publish_bytes(topic: str, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int | None,
+                  properties: Properties, version: int) -> bytes:
+    """A PUBLISH from its fields (a delivery is encoded without a Publish built for it)."""
+    flags = (qos << 1) | (0x08 if dup else 0) | (0x01 if retain else 0)
+    raw = topic.encode("utf-8")
+    head = len(raw).to_bytes(2, "big") + raw
+    if qos:
+        assert packet_id is not None, topic
+        head += packet_id.to_bytes(2, "big")
     if version == MQTT_5:
-        head += write_properties(p.properties)
-    payload = p.payload
+        head += write_properties(properties)
     return bytes((0x30 | flags,)) + vbi(len(head) + len(payload)) + head + payload
 
 

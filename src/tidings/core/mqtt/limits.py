@@ -1,6 +1,7 @@
-"""An MQTT connection's limits (`ProtocolLimits`) and what they decide at the CONNECT: whether
-it is refused before the broker side sees it (`connect_problem`), and what our 5.0 CONNACK says of
-the server (`server_offer`, 3.2.2.3: each property only when it is not the specification's default).
+"""An MQTT connection's limits (`ProtocolLimits`) and what they decide: whether a CONNECT is
+refused before the broker side sees it (`connect_problem`), what our 5.0 CONNACK says of the server
+(`server_offer`, 3.2.2.3: each property only when it is not the specification's default), and whether
+a client's PUBLISH breaks what the CONNACK said (`publish_problem`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,18 @@ def connect_problem(packet: p.Connect, limits: ProtocolLimits,
         return R.QOS_NOT_SUPPORTED, f"the will's QoS is over {limits.maximum_qos}"
     if will is not None and will.retain and not limits.retain_available:
         return R.RETAIN_NOT_SUPPORTED, "retained messages are not available"
+    return None
+
+
+def publish_problem(packet: p.Publish, limits: ProtocolLimits) -> tuple[ReasonCode, str] | None:
+    """Why a client's PUBLISH ends its connection, if it does: over our Maximum QoS (0x9B), retained
+    where retain is not available (0x9A), a Subscription Identifier (3.3.4-6: a server's only)."""
+    if packet.qos > limits.maximum_qos:
+        return R.QOS_NOT_SUPPORTED, f"PUBLISH at QoS {packet.qos}"
+    if packet.retain and not limits.retain_available:
+        return R.RETAIN_NOT_SUPPORTED, "retained messages are not available"
+    if packet.properties.subscription_identifiers:
+        return R.PROTOCOL_ERROR, "a Subscription Identifier in a client's PUBLISH"
     return None
 
 

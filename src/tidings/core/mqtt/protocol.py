@@ -42,10 +42,23 @@ from tidings.core.mqtt.aliases import InboundAliases, OutboundAliases
 from tidings.core.mqtt.codec import PACKET_BYTES_MAX, PacketDecoder
 from tidings.core.mqtt.delivery import DeliveryFlow, Outgoing
 from tidings.core.mqtt.inflight import Arrival, Deliveries, Delivery, Receipts, ReceiptState
-from tidings.core.mqtt.limits import CLIENT_RECEIVE_MAXIMUM, ProtocolLimits, connect_problem, merged, server_offer
-from tidings.core.mqtt.packet_type import MQTT_5, MQTT_311, PACKET_ID_MAX
+from tidings.core.mqtt.limits import (
+    CLIENT_RECEIVE_MAXIMUM,
+    ProtocolLimits,
+    connect_problem,
+    merged,
+    publish_problem,
+    server_offer,
+)
+from tidings.core.mqtt.packet_type import MQTT_5, MQTT_311, PACKET_ID_MAX, PacketType
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
-from tidings.core.mqtt.reason_codes import ConnectReturnCode, ReasonCode, connack_return_code_311, suback_code_311
+from tidings.core.mqtt.reason_codes import (
+    REASON_CODES_OF,
+    ConnectReturnCode,
+    ReasonCode,
+    connack_return_code_311,
+    suback_code_311,
+)
 from tidings.core.mqtt.refusal import Refusal
 from tidings.core.states import Transitions
 from tidings.core.units import SECOND_NS
@@ -103,7 +116,7 @@ class MqttConnection:
         self.keep_alive_ns = 0
         self.session_expiry_interval_s = 0
         self.client_id = ""
-        self.assigned = False
+        self.assigned = self.clean_start = False
         self.server_keep_alive_s: int | None = None
         self.outgoing = Outgoing(MQTT_311, PACKET_BYTES_MAX)  # the client's version and limits, once known
         self.receipts = Receipts(limits.receive_maximum)
@@ -128,8 +141,8 @@ class MqttConnection:
     def connection_lost(self) -> list[fx.MqttEffect]:
         """The runtime lost the connection (closed by the client or the network)."""
         out: list[fx.MqttEffect] = []
-        if self.state is not S.CLOSED:
-            self._end(R.UNSPECIFIED_ERROR, "connection lost", True, out, close=False)
+        if self.state is not S.CLOSED:  # a will is due only of a connection that was accepted
+            self._end(R.UNSPECIFIED_ERROR, "connection lost", self.state is S.CONNECTED, out, close=False)
         return out
 
     def next_deadline(self) -> int | None:
@@ -191,7 +204,7 @@ class MqttConnection:
             self._refuse_connect(problem[0], problem[1], out)
             return
         self.client_id = packet.client_id or self.assigned_client_id
-        self.assigned = not packet.client_id
+        self.assigned, self.clean_start = not packet.client_id, packet.clean_start
         keep_alive_s = packet.keep_alive_s
         ka_max = self.limits.keep_alive_s_max
         if self.version == MQTT_5:
@@ -236,7 +249,7 @@ class MqttConnection:
             props = merged(server_offer(self.limits, self.client_id if self.assigned else None,
                                          self.server_keep_alive_s), properties)
             self.inbound_aliases = InboundAliases(self.limits.topic_alias_maximum)
-        self._send(p.Connack(session_present, 0, props), out)
+        self._send(p.Connack(session_present and not self.clean_start, 0, props), out)  # 3.2.2-2
         self.heard_at = now
         if self.keep_alive_ns:
             self.deadlines.set(KEEP_ALIVE_DUE, now + self.keep_alive_ns)
@@ -246,6 +259,7 @@ class MqttConnection:
     def refuse(self, code: int, detail: str = "") -> list[fx.MqttEffect]:
         """The broker side refuses the connection (a 5.0 reason code: bad credentials 0x86, not
         authorized 0x87, ...): CONNACK with it (3.1.1's nearest return code), then the close."""
+        assert code in REASON_CODES_OF[PacketType.CONNACK] and code >= 0x80, code
         out: list[fx.MqttEffect] = []
         if self.state is S.CONNECTING:
             self._refuse_connect(code, detail, out)
@@ -276,11 +290,9 @@ class MqttConnection:
             self._fail(R.PROTOCOL_ERROR, f"{packet.type.name} from a client", out)
 
     def _publish(self, packet: p.Publish, out: list[fx.MqttEffect]) -> None:
-        if packet.qos > self.limits.maximum_qos:
-            self._fail(R.QOS_NOT_SUPPORTED, f"PUBLISH at QoS {packet.qos}", out)
-            return
-        if packet.retain and not self.limits.retain_available:
-            self._fail(R.RETAIN_NOT_SUPPORTED, "retained messages are not available", out)
+        problem = publish_problem(packet, self.limits)
+        if problem is not None:
+            self._fail(problem[0], problem[1], out)
             return
         props = packet.properties
         topic = self.inbound_aliases.resolve(packet.topic, props.topic_alias)
@@ -354,6 +366,7 @@ class MqttConnection:
     def publish_done(self, packet_id: int, code: int = 0, detail: str = "") -> list[fx.MqttEffect]:
         """The client's PUBLISH `packet_id` is logged (fsynced at its pubend), or refused with `code`:
         PUBACK at QoS 1, PUBREC at QoS 2. A 3.1.1 client cannot be told no: it is disconnected."""
+        assert code in REASON_CODES_OF[PacketType.PUBACK], code
         out: list[fx.MqttEffect] = []
         if self.state is not S.CONNECTED:
             return out
@@ -373,6 +386,7 @@ class MqttConnection:
 
     def suback(self, packet_id: int, codes: tuple[int, ...], detail: str = "") -> list[fx.MqttEffect]:
         """SUBACK: a 5.0 reason code per filter of the SUBSCRIBE (3.1.1 gets its own: 0x80 for any no)."""
+        assert all(c in REASON_CODES_OF[PacketType.SUBACK] for c in codes), codes
         out: list[fx.MqttEffect] = []
         if self.state is S.CONNECTED and self.subscribing.get(packet_id) == len(codes):
             del self.subscribing[packet_id]
@@ -384,6 +398,7 @@ class MqttConnection:
 
     def unsuback(self, packet_id: int, codes: tuple[int, ...]) -> list[fx.MqttEffect]:
         """UNSUBACK: a 5.0 reason code per filter (3.1.1's has none)."""
+        assert all(c in REASON_CODES_OF[PacketType.UNSUBACK] for c in codes), codes
         out: list[fx.MqttEffect] = []
         if self.state is S.CONNECTED and self.unsubscribing.get(packet_id) == len(codes):
             del self.unsubscribing[packet_id]
@@ -418,9 +433,11 @@ class MqttConnection:
     def disconnect(self, code: int, detail: str = "", server_reference: str | None = None) -> list[fx.MqttEffect]:
         """The broker side ends the connection (0x8E session taken over, 0x8B shutting down, 0x9C
         use another server): a 5.0 client is told why; its will is due."""
+        assert code in REASON_CODES_OF[PacketType.DISCONNECT], code
         out: list[fx.MqttEffect] = []
-        if self.state is S.CONNECTING:
-            self._refuse_connect(code, detail, out)
+        if self.state is S.CONNECTING:  # a CONNACK may not say 0x8B or 0x8E: the nearest it may
+            self._refuse_connect(code if code in REASON_CODES_OF[PacketType.CONNACK] else R.SERVER_UNAVAILABLE,
+                                 detail, out)
         elif self.state is S.CONNECTED:
             if self.version == MQTT_5:
                 props = merged(self._why(detail), Properties(server_reference=server_reference))
