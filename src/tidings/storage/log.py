@@ -224,7 +224,7 @@ class EventLog:
             target, target_fd = active, self._write_fd
         try:
             buf, entries = record.encode(records, self._last_tick, target.size, target.next_index_offset,
-                                         INDEX_INTERVAL_BYTES, keys)
+                                         INDEX_INTERVAL_BYTES, keys, batch=True)
             write_all(target_fd, buf, target.size)
         except BaseException:
             self._undo_write(target, target_fd, fresh is not None)
@@ -520,23 +520,8 @@ class _Collector:
 
     def take(self, scanner: record.RecordScanner) -> bool:
         """Add qualifying records from `scanner`; whether the read is complete."""
-        if not self.keys:
-            done, self.payload_bytes = scanner.take(self.out, self.through_tick, self.max_bytes, self.payload_bytes)
-            return done
-        for _offset, _end, tick, payload in scanner:
-            if tick <= self.after_tick:
-                continue
-            if self.through_tick is not None and tick > self.through_tick:
-                return True
-            if self.keys and not payload:
-                continue  # an unkeyed record, when reading keys
-            if self.out and self.payload_bytes + len(payload) > self.max_bytes:
-                return True
-            self.out.append((tick, payload))
-            self.payload_bytes += len(payload)
-            if self.payload_bytes >= self.max_bytes:
-                return True
-        return False
+        done, self.payload_bytes = scanner.take(self.out, self.through_tick, self.max_bytes, self.payload_bytes)
+        return done
 
 
 def _encode_released_through(tick: int) -> bytes:

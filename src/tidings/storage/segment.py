@@ -139,9 +139,9 @@ def load_segment(segment: Segment, file_bytes: int, previous_tick: int) -> str |
     On a problem `segment.size` is the end of the valid prefix. The first record must carry the tick
     the file is named after.
     """
-    scanner = RecordScanner(segment.read_fd, 0, file_bytes, previous_tick, payloads=False)
+    scanner = RecordScanner(segment.read_fd, 0, file_bytes, previous_tick)
     next_index = 0
-    for offset, end, tick, _payload in scanner:
+    for offset, end, tick, count in scanner:
         if segment.record_count == 0 and tick != segment.first_tick:
             return f"first record has tick {tick}, the name says {segment.first_tick}"
         if offset >= next_index:
@@ -149,8 +149,8 @@ def load_segment(segment: Segment, file_bytes: int, previous_tick: int) -> str |
             segment.index_offsets.append(offset)
             next_index = offset + INDEX_INTERVAL_BYTES
         segment.size = end
-        segment.last_tick = tick
-        segment.record_count += 1
+        segment.last_tick = tick + count - 1
+        segment.record_count += count
     return scanner.problem
 
 
