@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 The log is a directory of segment files (`segment.py`), each a run of records (`record.py`:
-`[u32 length][u32 crc32][u64 tick]` then the payload, the CRC covering tick and payload), plus
+`[u32 length][u32 crc32][u64 tick]` then the payload, the CRC covering tick and payload; an
+append's run of consecutive ticks is one batch record, cut back into events by every read), plus
 `retention.json` holding `released_through`, the highest tick retention ever removed. Appends go to
 the newest segment, the active one; when it has reached `segment_bytes_max` the next append first
 rolls to a new segment named after that append's first tick.
