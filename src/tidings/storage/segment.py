@@ -7,8 +7,8 @@ order, e.g. `00001732240000000000.seg`.
 The summary (`size`, `last_tick`, `record_count`: events, a batch record counting its events) and
 the sparse index (one `(tick, offset)` entry for the first record and then for the first record at
 least `INDEX_INTERVAL_BYTES` past the previous entry) describe only records whose bytes are fully
-written: the writer publishes them, under the log's lock, after its write returned. `size` is therefore the visible end: a reader that stops
-there never sees half a record.
+written: the writer publishes them, under the log's lock, after its write returned. `size` is
+therefore the visible end: a reader that stops there never sees half a record.
 
 When a segment is closed (the log rolls past it) its data is fsynced and then its summary and
 index are saved beside it in `<first tick>.idx`, so that opening a large log scans only the newest
