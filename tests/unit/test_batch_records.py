@@ -160,3 +160,18 @@ def test_a_log_of_single_records_written_before_batches_reads_on(tmp_path: pathl
             assert log.read(0, HUGE, keys=True) == [*zip([t for t, _ in old], old_keys, strict=True),
                                                     *((t, b"k") for t, _ in new[5:])]
         (tmp_path / segment_name(100)).with_suffix(".idx").unlink()  # the second time: a scan
+
+
+def test_a_run_too_long_for_one_record_becomes_several(monkeypatch):
+    monkeypatch.setattr(record, "BATCH_BYTES_MAX", 100)  # (a body of at most 1 GiB otherwise)
+    records = [(t, payload_for(t, 30)) for t in range(1, 11)]
+    keys = [b"k" * t for t in range(1, 11)]
+    for record_keys in (None, keys):
+        buf, entries = record.encode(records, 0, 0, 0, 1, record_keys, batch=True)
+        assert len(entries) > 3  # several records, each indexed here (an entry every byte)
+        offsets = [offset for _, offset in entries] + [len(buf)]
+        for (tick, offset), end in zip(entries, offsets[1:], strict=True):
+            length = record.HEADER.unpack_from(buf, offset)[0]
+            assert end - offset == 16 + (length & record.LENGTH_MASK) and (length & record.LENGTH_MASK) <= 100
+            assert length & record.BATCH or end - offset <= 16 + 30 + 10 + 2, tick
+        assert [bytes(p) for p in record.records_in(buf, 0, 10)] == [p for _, p in records]

@@ -47,6 +47,7 @@ KEYED = 1 << 31  # in `length`: the body ends with a key and its u16 length (a b
 BATCH = 1 << 30  # in `length`: the body is a batch of consecutive ticks
 LENGTH_MASK = BATCH - 1
 PAYLOAD_BYTES_MAX = LENGTH_MASK
+BATCH_BYTES_MAX = PAYLOAD_BYTES_MAX  # a batch record's body: a longer run of ticks becomes several
 KEY_BYTES_MAX = 0xFFFF
 _KEY_LENGTH = struct.Struct("<H")
 _U32 = struct.Struct("<I")
@@ -111,6 +112,8 @@ def _encode_batches(records: Sequence[tuple[int, bytes]], after_tick: int, base_
     ticks, payloads = zip(*records, strict=True)
     first, count = ticks[0], len(ticks)
     runs = [(0, count)] if list(ticks) == list(range(first, first + count)) else _runs(ticks)
+    if sum(map(len, payloads)) + sum(map(len, keys or ())) + 8 * count > BATCH_BYTES_MAX:
+        runs = _fitted(runs, payloads, keys)
     parts: list[bytes] = []
     entries: list[tuple[int, int]] = []
     offset, previous = base_offset, after_tick
@@ -123,8 +126,7 @@ def _encode_batches(records: Sequence[tuple[int, bytes]], after_tick: int, base_
             if tick <= previous:
                 raise AssertionError(f"record with tick {tick} after {previous} is not loggable")
             body = _batch_body(payloads[start:stop], None if keys is None else keys[start:stop])
-            if len(body) > PAYLOAD_BYTES_MAX:
-                raise AssertionError(f"a batch record of {len(body)} bytes is not loggable")
+            assert len(body) <= PAYLOAD_BYTES_MAX, f"a batch record of {len(body)} bytes"  # (_fitted)
             flags = BATCH if keys is None else BATCH | KEYED
             buf = HEADER.pack(len(body) | flags, zlib.crc32(body, zlib.crc32(_TICK.pack(tick))), tick) + body
             more = [(tick, offset)] if offset >= next_index_offset else []
@@ -135,6 +137,23 @@ def _encode_batches(records: Sequence[tuple[int, bytes]], after_tick: int, base_
         offset += len(buf)
         previous = ticks[stop - 1]
     return b"".join(parts), entries
+
+
+def _fitted(runs: list[tuple[int, int]], payloads: Sequence[bytes],
+            keys: Sequence[bytes] | None) -> list[tuple[int, int]]:
+    """`runs` cut where a batch's body would pass BATCH_BYTES_MAX (a PUBLISH frame larger than a
+    record may be: frame_bytes_max is the operator's)."""
+    out: list[tuple[int, int]] = []
+    for start, stop in runs:
+        cut, size = start, 4
+        for i in range(start, stop):
+            item = 8 + len(payloads[i]) + (len(keys[i]) if keys is not None else 0)
+            if i > cut and size + item > BATCH_BYTES_MAX:
+                out.append((cut, i))
+                cut, size = i, 4
+            size += item
+        out.append((cut, stop))
+    return out
 
 
 def _runs(ticks: Sequence[int]) -> list[tuple[int, int]]:
