@@ -138,3 +138,20 @@ def test_a_span_holding_a_corrupt_record_fails_the_reader_naming_it(tmp_path):
             assert c.publish("c/x", b"still serving").tick > end
     finally:
         broker.stop()
+
+
+def test_each_publish_is_one_batch_record_in_the_log(published):
+    """The broker logs each PUBLISH's events as one batch record (storage/record.py): the log's
+    files hold a few records of many events each, not a record per event."""
+    broker, ticks = published
+    headers: list[tuple[int, int]] = []  # (flags, events) of each record
+    for path in sorted((broker.data / "log").glob("*.seg")):
+        data, pos = path.read_bytes(), 0
+        while pos < len(data):
+            length = record.HEADER.unpack_from(data, pos)[0]
+            end = pos + record.HEADER_BYTES + (length & record.LENGTH_MASK)
+            count = record.batch_count(data, pos, end) if length & record.BATCH else 1
+            headers.append((length & ~record.LENGTH_MASK, count))
+            pos = end
+    assert sum(count for _, count in headers) == EVENTS == sum(map(len, ticks.values()))
+    assert len(headers) <= EVENTS // 100 and all(flags == record.BATCH for flags, _ in headers), headers[:5]

@@ -117,7 +117,7 @@ def test_one_write_call_per_append(tmp_path, monkeypatch):
         for first in range(1, 400, 40):
             log.append(batch(first, 40, 30))
         assert log.segment_count == 10  # a batch never splits: the roll happens before it
-        assert calls.count(40 * record_bytes(30)) == 10
+        assert calls.count(batch_record_bytes(40, 30)) == 10
         assert len(calls) == 10 + 9  # and a summary for each closed segment
 
 
@@ -164,9 +164,9 @@ def test_read_limits_payload_bytes_with_mixed_sizes(tmp_path):
 
 def test_sparse_index_seeks_inside_a_large_segment(tmp_path):
     with EventLog.open(tmp_path) as log:
-        written = fill(log, 6000, size=100, per_batch=500)
+        written = fill(log, 6000, size=100, per_batch=50)  # batch records of 5,220 bytes
         segment = log._segments[0]
-        assert len(segment.index_ticks) >= 6000 * 116 // INDEX_INTERVAL_BYTES
+        assert len(segment.index_ticks) >= segment.size // (INDEX_INTERVAL_BYTES + batch_record_bytes(50, 100))
         offsets = segment.index_offsets
         assert all(b - a >= INDEX_INTERVAL_BYTES for a, b in itertools.pairwise(offsets))
         for after in (0, 1, 564, 565, 566, 2999, 5998, 5999, 6000):
@@ -176,14 +176,16 @@ def test_sparse_index_seeks_inside_a_large_segment(tmp_path):
 def test_tick_marks_cut_the_log_into_runs_of_about_equal_bytes(tmp_path):
     with EventLog.open(tmp_path, segment_bytes_max=1_000_000) as log:
         assert log.tick_marks(8) == ()
-        written = fill(log, 20_000, size=100, per_batch=1000)  # 116 bytes each: 3 segments, 36 index entries
+        written = fill(log, 20_000, size=100, per_batch=100)  # batch records of 10,420 bytes: 3 segments
         assert log.tick_marks(1) == ()
         marks = log.tick_marks(8)
         assert len(marks) == 7 and list(marks) == sorted(set(marks))
         ticks = [tick for tick, _ in written]
         for k, mark in enumerate(marks, 1):  # the first indexed record at or past each eighth
-            past = ticks.index(mark) * 116 - log.size_bytes * k // 8
-            assert 0 <= past < INDEX_INTERVAL_BYTES + 116, (k, past)
+            at = ticks.index(mark)
+            assert at % 100 == 0  # a batch record's first tick
+            past = at // 100 * batch_record_bytes(100, 100) - log.size_bytes * k // 8
+            assert 0 <= past < INDEX_INTERVAL_BYTES + batch_record_bytes(100, 100), (k, past)
         fill(log, 1000, size=100, per_batch=1000)  # a twentieth more: within half a run's share
         assert log.tick_marks(8) is marks
         fill(log, 3000, size=100, per_batch=1000)
@@ -221,6 +223,11 @@ def test_closed_log_refuses_use(tmp_path):
 
 def record_bytes(size: int) -> int:
     return record.HEADER_BYTES + size
+
+
+def batch_record_bytes(count: int, size: int) -> int:
+    """A batch record of `count` payloads of `size` bytes: header, count, ends, payloads."""
+    return record.HEADER_BYTES + 4 + 4 * count + count * size
 
 
 @pytest.mark.parametrize("segment_bytes_max", [10_000, 100])
@@ -282,14 +289,60 @@ def test_junk_after_the_last_record_is_cut(tmp_path, tail):
 
 def test_bad_checksum_inside_the_last_segment_cuts_from_there(tmp_path):
     with EventLog.open(tmp_path, segment_bytes_max=10_000) as log:
-        written = fill(log, 20, size=40)
+        written = fill(log, 20, size=40)  # batch records of 7, 7 and 6 events
     last = segment_files(tmp_path)[-1]
     data = bytearray(last.read_bytes())
-    data[record_bytes(40) * 12 + 20] ^= 0x01  # a payload byte of the 13th record
+    data[batch_record_bytes(7, 40) + 60 + 5 * 40] ^= 0x01  # a payload byte of the 13th event, the second batch's
     last.write_bytes(bytes(data))
     with EventLog.open(tmp_path) as log:
-        assert read_all(log) == written[:12]
+        assert read_all(log) == written[:7]  # the batch goes whole, and everything after it
         assert log.recovery.problem == "checksum mismatch"
+
+
+@pytest.mark.parametrize("segment_bytes_max", [10_000, 100])
+def test_a_torn_batch_record_is_dropped_whole(tmp_path, segment_bytes_max):
+    """Cut at every offset of the last batch record: none of its events survives, all before do."""
+    base = tmp_path / "base"
+    with EventLog.open(base, segment_bytes_max=segment_bytes_max) as log:
+        written = fill(log, 9, size=30, per_batch=3)
+        log.append(batch(100, 5, size=20))
+        log.sync()
+        assert log.record_count == 14
+    last = segment_files(base)[-1]
+    full = last.stat().st_size
+    size = batch_record_bytes(5, 20)
+    for cut in range(1, size + 1):
+        directory = tmp_path / f"cut{cut}"
+        directory.mkdir()
+        for f in base.iterdir():
+            (directory / f.name).write_bytes(f.read_bytes())
+        os.truncate(directory / last.name, full - cut)
+        with EventLog.open(directory, segment_bytes_max=segment_bytes_max) as log:
+            assert read_all(log) == written, cut
+            assert log.last_tick == written[-1][0] and log.record_count == 9
+            assert log.recovery.bytes_cut == size - cut
+            log.append(batch(200, 2))
+            log.sync()
+        with EventLog.open(directory, segment_bytes_max=segment_bytes_max) as log:
+            assert read_all(log) == [*written, *batch(200, 2)]
+
+
+def test_damaged_batch_tables_cut_the_log_there(tmp_path):
+    """A batch whose tables do not account for its body (checksum recomputed: a writer's bug, not
+    a torn write) is invalid like a bad checksum."""
+    with EventLog.open(tmp_path, segment_bytes_max=10_000) as log:
+        written = fill(log, 6, size=10, per_batch=3)
+    last = segment_files(tmp_path)[-1]
+    data = bytearray(last.read_bytes())
+    second = batch_record_bytes(3, 10)
+    data[second + 16 + 4:second + 16 + 8] = (99).to_bytes(4, "little")  # the first end past the payloads
+    length, _crc, tick = record.HEADER.unpack_from(data, second)
+    body = bytes(data[second + 16:second + 16 + (length & record.LENGTH_MASK)])
+    record.HEADER.pack_into(data, second, length, record.checksum(tick.to_bytes(8, "little"), body), tick)
+    last.write_bytes(bytes(data))
+    with EventLog.open(tmp_path) as log:
+        assert read_all(log) == written[:3]
+        assert log.recovery.problem == "batch tables do not fit their record"
 
 
 def test_empty_segment_left_by_a_crash_during_a_roll_is_removed(tmp_path):

@@ -57,10 +57,13 @@ def both(read: Any) -> tuple[Any, Any]:
 
 @st.composite
 def bodies(draw: st.DrawFn, usual: bool) -> tuple[list[bytes], list[int]]:
-    """Event bodies as logged, and their ticks; `usual`: what brokers log (str, int, float and bool
-    attributes, a bytes payload, the authenticated flag or not: records of both kinds side by side),
-    else now and then anything msgpack holds, in any of its forms, and a ninth element."""
+    """Event bodies as logged, and their ticks (often runs of consecutive ones: batch records);
+    `usual`: what brokers log (str, int, float and bool attributes, a bytes payload, the
+    authenticated flag or not: records of both kinds side by side), else now and then anything
+    msgpack holds, in any of its forms, and a ninth element."""
     ticks = sorted(draw(st.sets(st.integers(min_value=1, max_value=60), min_size=1, max_size=12)))
+    if draw(st.booleans()):  # one run of consecutive ticks: one batch record
+        ticks = list(range(ticks[0], ticks[0] + len(ticks)))
     out = []
     for tick in ticks:
         single = draw(st.booleans())  # floats packed in 32 bits (which then hold only such floats)
@@ -86,9 +89,11 @@ def records_blob(items: list[bytes]) -> bytes:
     return b"\xdd" + struct.pack(">I", len(items)) + b"".join(items)
 
 
-def span_of(items: list[bytes], ticks: list[int], keyed: bool) -> bytes:
+def span_of(items: list[bytes], ticks: list[int], keyed: bool, batch: bool = True) -> bytes:
+    """The log's bytes for `items` at `ticks`: batch records (a single record where a run is one
+    event long), or with `batch` False single records only, as logs before batches held them."""
     keys = [b"k%d" % t for t in ticks] if keyed else None
-    return record.encode(list(zip(ticks, items, strict=True)), 0, 0, 1 << 62, 1 << 16, keys)[0]
+    return record.encode(list(zip(ticks, items, strict=True)), 0, 0, 1 << 62, 1 << 16, keys, batch=batch)[0]
 
 
 def mangled(data: bytes, draw: st.DrawFn) -> bytes:
@@ -123,7 +128,7 @@ def test_a_span_reads_the_same_with_and_without_the_compiled_decoder_for_long(da
 
 def span_reads_the_same(data: st.DataObject) -> None:
     items, ticks = data.draw(bodies(usual=data.draw(st.booleans())))
-    blob = mangled(span_of(items, ticks, data.draw(st.booleans())), data.draw)
+    blob = mangled(span_of(items, ticks, data.draw(st.booleans()), data.draw(st.booleans())), data.draw)
     after = data.draw(st.integers(0, 61))
     through = data.draw(st.integers(after, 70))
     schema = data.draw(st.sampled_from([arrow_schema(), SOME]))
@@ -157,11 +162,12 @@ def records_read_the_same(data: st.DataObject) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(bodies(usual=True), st.booleans())
-def test_the_compiled_decoder_takes_usual_records_itself(case: tuple[list[bytes], list[int]], keyed: bool) -> None:
+@given(bodies(usual=True), st.booleans(), st.booleans())
+def test_the_compiled_decoder_takes_usual_records_itself(case: tuple[list[bytes], list[int]], keyed: bool,
+                                                         batch: bool) -> None:
     items, ticks = case  # read exactly: from before the first tick through the last
-    assert arrow._compiled(span_of(items, ticks, keyed), -1, arrow_schema(), "pe-1", ticks[0] - 1, ticks[-1],
-                           "#") is not None
+    assert arrow._compiled(span_of(items, ticks, keyed, batch), -1, arrow_schema(), "pe-1", ticks[0] - 1,
+                           ticks[-1], "#") is not None
     assert arrow._compiled(records_blob(items), len(items), arrow_schema(), "pe-1", ticks[0] - 1, ticks[-1],
                            None) is not None
 

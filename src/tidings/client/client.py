@@ -619,7 +619,9 @@ class Client:
         if not self.info.get("bulk_read"):
             raise BrokerError(f"the broker at {self.address} is of an older version, without bulk reads (READ): "
                               "upgrade it", errors.UNKNOWN_MESSAGE)
-        sub_id, frame = self._session.read(pattern, filter, after, end, spans and bool(self.info.get("read_spans")))
+        # a broker older than batch records says "read_spans" (its SPANs hold single records only)
+        spans = spans and bool(self.info.get("span_batch") or self.info.get("read_spans"))
+        sub_id, frame = self._session.read(pattern, filter, after, end, spans)
         sub = Subscription(self, sub_id, "raise", pattern, filter, bulk=True)
         self._subs[sub_id] = sub
         self._write(frame)

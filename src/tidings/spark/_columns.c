@@ -2,7 +2,8 @@
  * bulk read delivers them, straight into the buffers of Arrow columns.
  *
  * Theory of operation. A read's records come either as a SPAN (whole log records: a 16-byte
- * header, then the body; storage/record.py) or as RECORDS (one msgpack array of bodies). A body is
+ * header, then the body; storage/record.py; a batch record's body holds many events, cut out by its
+ * table of ends) or as RECORDS (one msgpack array of bodies). A body is
  * the msgpack array [pubend, tick, channel, attributes, service, instance, payload], with `true` or
  * `false` after it when the source's authentication is stamped (absent: false). That is
  * `EventRecord` of core/event.py, the record's one definition; this file reads its fields in that
@@ -30,7 +31,8 @@
 
 #define HEADER_BYTES 16
 #define KEYED 0x80000000u
-#define LENGTH_MASK 0x7fffffffu
+#define BATCH 0x40000000u /* a batch record: count, the payloads' ends, the payloads (keyed: then the keys') */
+#define LENGTH_MASK 0x3fffffffu
 #define ATTRIBUTES_MAX 64 /* more in one event: deferred (the repeated-name check is quadratic) */
 #define RECORD_FIELDS 7 /* an event body's elements without the authenticated flag (EventRecord) */
 #define RECORD_FIELDS_FLAGGED 8 /* and with it */
@@ -356,7 +358,48 @@ static int put_event(Out *o, Reader *r, const char *pubend, size_t pubend_len, i
     return buf_put(&o->ticks, &t, sizeof t);
 }
 
-/* A span: whole log records (storage/record.py), those with after < tick <= through decoded. */
+/* Whether the `count` u32 ends at `p` never fall (storage/record.py batch_table). */
+static int rising(const uint8_t *p, uint64_t count) {
+    for (uint64_t i = 1; i < count; i++) {
+        if (le32(p + 4 * i) < le32(p + 4 * (i - 1))) return 0;
+    }
+    return 1;
+}
+
+/* The event count of the batch record at `p`, `body` bytes long (1 when too short to hold one). */
+static uint64_t batch_count(const uint8_t *p, size_t body) {
+    uint32_t count = body < 8 ? 1 : le32(p + HEADER_BYTES);
+    return count ? count : 1;
+}
+
+/* The events of a checked batch record at `p` (storage/record.py): those of its ticks `first`, ...
+ * with after < tick <= through. DEFER when its tables do not account for exactly its body. */
+static int put_batch(Out *o, const uint8_t *p, size_t body, uint64_t first, int keyed, const char *pubend,
+                     size_t pubend_len, int64_t after, int64_t through) {
+    const uint8_t *b = p + HEADER_BYTES;
+    if (body < 8) return DEFER;
+    uint64_t count = le32(b);
+    if (count == 0 || 4 + 4 * count > body || !rising(b + 4, count)) return DEFER;
+    const uint8_t *data = b + 4 + 4 * count;
+    uint64_t payloads = le32(b + 4 * count); /* the last end */
+    if (!keyed) {
+        if (4 + 4 * count + payloads != body) return DEFER;
+    } else {
+        uint64_t keys = 4 + 4 * count + payloads + 4 * count;
+        if (keys > body || !rising(b + keys - 4 * count, count) || keys + le32(b + keys - 4) != body) return DEFER;
+    }
+    uint64_t start = (uint64_t)after + 1 > first ? (uint64_t)after + 1 - first : 0;
+    uint64_t stop = (uint64_t)through + 1 - first < count ? (uint64_t)through + 1 - first : count;
+    for (uint64_t i = start; i < stop; i++) {
+        Reader r = {data + (i ? le32(b + 4 * i) : 0), data + le32(b + 4 + 4 * i)};
+        int ok = put_event(o, &r, pubend, pubend_len, after, through);
+        if (ok != OK) return ok;
+        if (r.p != r.end) return DEFER;
+    }
+    return OK;
+}
+
+/* A span: whole log records (storage/record.py), the events with after < tick <= through decoded. */
 static int put_span(Out *o, const uint8_t *p, size_t size, const char *pubend, size_t pubend_len, int64_t after,
                     int64_t through) {
     size_t pos = 0;
@@ -367,9 +410,18 @@ static int put_span(Out *o, const uint8_t *p, size_t size, const char *pubend, s
         uint64_t tick = le64(p + pos + 8);
         size_t body = length & LENGTH_MASK, record_end = pos + HEADER_BYTES + body;
         if (body > size - pos - HEADER_BYTES || tick <= previous) return DEFER;
-        if (tick > (uint64_t)after) {
+        uint64_t last = length & BATCH ? tick + batch_count(p + pos, body) - 1 : tick;
+        if (last < tick) return DEFER; /* past 2**64: never logged */
+        if (last > (uint64_t)after) {
             if (tick > (uint64_t)through) break;
             if (crc32(0L, p + pos + 8, (uInt)(record_end - pos - 8)) != crc) return DEFER;
+            if (length & BATCH) {
+                int ok = put_batch(o, p + pos, body, tick, (length & KEYED) != 0, pubend, pubend_len, after, through);
+                if (ok != OK) return ok;
+                if (last > (uint64_t)through) break;
+                previous = last, pos = record_end;
+                continue;
+            }
             size_t body_end = record_end;
             if (length & KEYED) { /* the payload, then the key, then the key's u16 length */
                 if (body < 2) return DEFER;
@@ -382,7 +434,7 @@ static int put_span(Out *o, const uint8_t *p, size_t size, const char *pubend, s
             if (ok != OK) return ok;
             if (r.p != r.end) return DEFER;
         }
-        previous = tick, pos = record_end;
+        previous = last, pos = record_end;
     }
     return OK;
 }

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 The log is a directory of segment files (`segment.py`), each a run of records (`record.py`:
-`[u32 length][u32 crc32][u64 tick]` then the payload, the CRC covering tick and payload), plus
+`[u32 length][u32 crc32][u64 tick]` then the payload, the CRC covering tick and payload; an
+append's run of consecutive ticks is one batch record, cut back into events by every read), plus
 `retention.json` holding `released_through`, the highest tick retention ever removed. Appends go to
 the newest segment, the active one; when it has reached `segment_bytes_max` the next append first
 rolls to a new segment named after that append's first tick.
@@ -224,7 +225,7 @@ class EventLog:
             target, target_fd = active, self._write_fd
         try:
             buf, entries = record.encode(records, self._last_tick, target.size, target.next_index_offset,
-                                         INDEX_INTERVAL_BYTES, keys)
+                                         INDEX_INTERVAL_BYTES, keys, batch=True)
             write_all(target_fd, buf, target.size)
         except BaseException:
             self._undo_write(target, target_fd, fresh is not None)
@@ -520,23 +521,8 @@ class _Collector:
 
     def take(self, scanner: record.RecordScanner) -> bool:
         """Add qualifying records from `scanner`; whether the read is complete."""
-        if not self.keys:
-            done, self.payload_bytes = scanner.take(self.out, self.through_tick, self.max_bytes, self.payload_bytes)
-            return done
-        for _offset, _end, tick, payload in scanner:
-            if tick <= self.after_tick:
-                continue
-            if self.through_tick is not None and tick > self.through_tick:
-                return True
-            if self.keys and not payload:
-                continue  # an unkeyed record, when reading keys
-            if self.out and self.payload_bytes + len(payload) > self.max_bytes:
-                return True
-            self.out.append((tick, payload))
-            self.payload_bytes += len(payload)
-            if self.payload_bytes >= self.max_bytes:
-                return True
-        return False
+        done, self.payload_bytes = scanner.take(self.out, self.through_tick, self.max_bytes, self.payload_bytes)
+        return done
 
 
 def _encode_released_through(tick: int) -> bytes:

@@ -4,11 +4,11 @@ A segment holds a run of consecutive records (see `record.py`) and is named afte
 first record, zero-padded to 20 digits (as many as a u64 can need) so that lexical order is tick
 order, e.g. `00001732240000000000.seg`.
 
-The summary (`size`, `last_tick`, `record_count`) and the sparse index (one `(tick, offset)` entry
-for the first record and then for the first record at least `INDEX_INTERVAL_BYTES` past the previous
-entry) describe only records whose bytes are fully written: the writer publishes them, under the
-log's lock, after its write returned. `size` is therefore the visible end: a reader that stops
-there never sees half a record.
+The summary (`size`, `last_tick`, `record_count`: events, a batch record counting its events) and
+the sparse index (one `(tick, offset)` entry for the first record and then for the first record at
+least `INDEX_INTERVAL_BYTES` past the previous entry) describe only records whose bytes are fully
+written: the writer publishes them, under the log's lock, after its write returned. `size` is
+therefore the visible end: a reader that stops there never sees half a record.
 
 When a segment is closed (the log rolls past it) its data is fsynced and then its summary and
 index are saved beside it in `<first tick>.idx`, so that opening a large log scans only the newest
@@ -139,9 +139,9 @@ def load_segment(segment: Segment, file_bytes: int, previous_tick: int) -> str |
     On a problem `segment.size` is the end of the valid prefix. The first record must carry the tick
     the file is named after.
     """
-    scanner = RecordScanner(segment.read_fd, 0, file_bytes, previous_tick, payloads=False)
+    scanner = RecordScanner(segment.read_fd, 0, file_bytes, previous_tick)
     next_index = 0
-    for offset, end, tick, _payload in scanner:
+    for offset, end, tick, count in scanner:
         if segment.record_count == 0 and tick != segment.first_tick:
             return f"first record has tick {tick}, the name says {segment.first_tick}"
         if offset >= next_index:
@@ -149,8 +149,8 @@ def load_segment(segment: Segment, file_bytes: int, previous_tick: int) -> str |
             segment.index_offsets.append(offset)
             next_index = offset + INDEX_INTERVAL_BYTES
         segment.size = end
-        segment.last_tick = tick
-        segment.record_count += 1
+        segment.last_tick = tick + count - 1
+        segment.record_count += count
     return scanner.problem
 
 

@@ -120,7 +120,9 @@ class RouteAdvice:
             "pubend": pubend_id, "frame_bytes_max": config.frame_bytes_max,
             "event_bytes_max": config.event_bytes_max, "lease_ns": config.lease_ns,
             "bulk_read": True,  # READ is served (an older broker answers it unknown-message)
-            "read_spans": True}  # and may be answered with SPAN frames (reliability/subend.py)
+            # and may be answered with SPAN frames, which may hold batch records (storage/record.py); a
+            # client older than batch records looks for "read_spans" only, so it never asks for them
+            "span_batch": True}
 
     def drain(self) -> None:
         """The broker is stopping: from now on every advice says `draining`, and so does WELCOME."""
