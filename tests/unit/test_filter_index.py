@@ -187,10 +187,21 @@ _ops = st.lists(
 )
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_ops, st.sampled_from([0, 1, 6]), st.sampled_from([0, 1, 4096]))
-def test_index_equals_brute_force(ops: list[tuple[Any, ...]], scan_max: int, cache_max: int) -> None:
-    index = SubscriptionIndex(scan_entries_max=scan_max, channel_cache_entries_max=cache_max)
+# Size classes (scan_entries_max, merge_entries_min): every group probed and merged; small groups run
+# outright, the others merged; small, narrow (own tables) and wide (merged); none merged.
+_SIZES = st.sampled_from([(0, 0), (1, 2), (0, 3), (6, 64)])
+# Table budgets (merged_filings_ratio_max, table_filings_slack): roomy; merged sets refused or
+# dropped now and then (the plan reuses merged subsets); never a merged set.
+_BUDGETS = st.sampled_from([(1.5, 4096), (0.5, 0), (0.0, 0)])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_ops, _SIZES, st.sampled_from([0, 1, 4096]), _BUDGETS)
+def test_index_equals_brute_force(ops: list[tuple[Any, ...]], sizes: tuple[int, int], cache_max: int,
+                                  budget: tuple[float, int]) -> None:
+    index = SubscriptionIndex(scan_entries_max=sizes[0], merge_entries_min=sizes[1],
+                              channel_cache_entries_max=cache_max,
+                              merged_filings_ratio_max=budget[0], table_filings_slack=budget[1])
     reference = BruteForceIndex()
     next_key = 0
     for op in ops:
@@ -217,15 +228,16 @@ def test_index_equals_brute_force(ops: list[tuple[Any, ...]], scan_max: int, cac
     index.check()  # nothing left behind: no group, no trie node
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.tuples(st.sampled_from(["a/+", "a/#", "#", "a/b"]), trees), min_size=10, max_size=40),
     st.lists(st.tuples(channels, st.one_of(attribute_maps, odd_attribute_maps)), min_size=1, max_size=20),
+    st.sampled_from([64, 8]),
 )
 def test_large_groups_use_the_attribute_index_and_equal_brute_force(
-    subscriptions: list[tuple[str, Node]], events: list[tuple[str, dict[str, object]]],
+    subscriptions: list[tuple[str, Node]], events: list[tuple[str, dict[str, object]]], merge_min: int,
 ) -> None:
-    index = SubscriptionIndex()
+    index = SubscriptionIndex(merge_entries_min=merge_min)
     reference = BruteForceIndex()
     for key, (pattern, node) in enumerate(subscriptions):
         flt = parsed(node)
