@@ -209,15 +209,23 @@ class SubscriptionIndex:
                 out.append(key)
         dedupe = False
         for tables in plan.tables:
-            start = len(out)
             if not tables.collect(attributes, out):
-                del out[start:]     # a value the tables cannot order: run the predicates instead
-                for gid in tables.keys:
-                    out.extend(e.key for e in self._by_gid[gid].entries.values() if e.predicate(attributes))
-            elif tables.multi:
+                return self._match_slowly(plan, attributes)
+            if tables.multi:
                 dedupe = True
-        if dedupe:
+        if dedupe and len(out) > 1:
             return sorted(set(out))
+        out.sort()
+        return out
+
+    def _match_slowly(self, plan: _Plan, attributes: Mapping[str, object]) -> list[int]:
+        """`match` for an event with a value the tables cannot order (a subclass of str, int or
+        float): every predicate of the plan's table sets runs."""
+        out = [key for keys in plan.unfiltered for key in keys]
+        out.extend(key for key, predicate in plan.checked if predicate(attributes))
+        for tables in plan.tables:
+            for gid in tables.keys:
+                out.extend(e.key for e in self._by_gid[gid].entries.values() if e.predicate(attributes))
         out.sort()
         return out
 
