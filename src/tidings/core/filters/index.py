@@ -22,10 +22,12 @@ set of its group, and evicts no plan. A plan is evicted only when its *layout* c
 that matches the channel appears or goes, a group changes size class (small, narrow, wide), a
 group gains its first or loses its last unfiltered key, or a small group's filters change. A table
 set no cached plan holds is kept idle for the next plan that names the same groups, and dropped
-oldest first to make room: the filings (entry x access) of all table sets stay within
-`(1 + merged_filings_ratio_max)` times the index's own filings, plus a slack. When a new merged
-set would not fit, the plan reuses merged sets of some of its wide groups and one table set for
-each of the others.
+oldest first to make room when a table set is made: the filings (entry x access) of all table
+sets must then fit within `(1 + merged_filings_ratio_max)` times the index's own filings plus a
+slack, those of merged sets within `merged_filings_ratio_max` times plus the slack (a single
+group's set is made regardless; live sets grow and shrink with their groups between two checks).
+When a new merged set would not fit, the plan reuses the merged sets already made of some of its
+wide groups, and one table set for each of the others.
 
 Invariants: every subscription key is in exactly one group, the group of its pattern; a group and
 its trie node exist exactly while the group is non-empty; a cached plan lists the groups that
