@@ -187,10 +187,21 @@ _ops = st.lists(
 )
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_ops, st.sampled_from([0, 1, 6]), st.sampled_from([0, 1, 4096]))
-def test_index_equals_brute_force(ops: list[tuple[Any, ...]], scan_max: int, cache_max: int) -> None:
-    index = SubscriptionIndex(scan_entries_max=scan_max, channel_cache_entries_max=cache_max)
+# Size classes (scan_entries_max, merge_entries_min): every group probed and merged; small groups run
+# outright, the others merged; small, narrow (own tables) and wide (merged); none merged.
+_SIZES = st.sampled_from([(0, 0), (1, 2), (0, 3), (6, 64)])
+# Table budgets (merged_filings_ratio_max, table_filings_slack): roomy; merged sets refused or
+# dropped now and then (the plan reuses merged subsets); never a merged set.
+_BUDGETS = st.sampled_from([(1.5, 4096), (0.5, 0), (0.0, 0)])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_ops, _SIZES, st.sampled_from([0, 1, 4096]), _BUDGETS)
+def test_index_equals_brute_force(ops: list[tuple[Any, ...]], sizes: tuple[int, int], cache_max: int,
+                                  budget: tuple[float, int]) -> None:
+    index = SubscriptionIndex(scan_entries_max=sizes[0], merge_entries_min=sizes[1],
+                              channel_cache_entries_max=cache_max,
+                              merged_filings_ratio_max=budget[0], table_filings_slack=budget[1])
     reference = BruteForceIndex()
     next_key = 0
     for op in ops:
@@ -217,15 +228,16 @@ def test_index_equals_brute_force(ops: list[tuple[Any, ...]], scan_max: int, cac
     index.check()  # nothing left behind: no group, no trie node
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.tuples(st.sampled_from(["a/+", "a/#", "#", "a/b"]), trees), min_size=10, max_size=40),
     st.lists(st.tuples(channels, st.one_of(attribute_maps, odd_attribute_maps)), min_size=1, max_size=20),
+    st.sampled_from([64, 8]),
 )
 def test_large_groups_use_the_attribute_index_and_equal_brute_force(
-    subscriptions: list[tuple[str, Node]], events: list[tuple[str, dict[str, object]]],
+    subscriptions: list[tuple[str, Node]], events: list[tuple[str, dict[str, object]]], merge_min: int,
 ) -> None:
-    index = SubscriptionIndex()
+    index = SubscriptionIndex(merge_entries_min=merge_min)
     reference = BruteForceIndex()
     for key, (pattern, node) in enumerate(subscriptions):
         flt = parsed(node)
@@ -382,3 +394,45 @@ def test_range_boundaries_equal_brute_force() -> None:
     for value in [0, 1, 1.5, 2, 2.0, 2.5, 3, 4, -0.0, True, False, "a", "b", "ba", "bb", "c", "", "2", None]:
         assert index.match("c", {"x": value}) == reference.match("c", {"x": value}), value
     assert index.match("c", {}) == []
+
+
+# -- merged table sets: shared by channels, live through filter changes, budgeted ---------------------
+
+def _wide_index(**limits: Any) -> SubscriptionIndex:
+    index = SubscriptionIndex(scan_entries_max=1, merge_entries_min=3, **limits)
+    for key, (pattern, text) in enumerate([
+        ("n/+/load", 'host = "h1"'), ("n/+/load", "load > 2"), ("n/+/load", 'site in ("s1", "s2") and load > 1'),
+        ("n/#", "load > 5"), ("n/#", 'host = "h2"'), ("n/#", "exists(down)"),
+        ("n/h1/#", "load > 0"), ("n/h1/#", "mem < 5"),      # narrow: a table set of its own
+    ]):
+        index.add(key, pattern, parse_filter(text))
+    return index
+
+
+def test_channels_share_one_merged_table_set_that_filter_changes_keep_live() -> None:
+    index = _wide_index()
+    assert index.match("n/h1/load", {"host": "h1", "load": 3}) == [0, 1, 6]
+    assert index.match("n/h2/load", {"host": "h2", "site": "s2", "load": 6}) == [1, 2, 3, 4]
+    stats = index.stats()
+    assert (stats["tables"], stats["tables_merged"], index.channels_cached) == (2, 1, 2)  # merged + n/h1/#
+    index.add(10, "n/+/load", parse_filter("load < 1"))     # a filter more on a wide pattern
+    index.remove(1)
+    assert index.channels_cached == 2                       # no plan evicted
+    assert index.match("n/h2/load", {"host": "h2", "load": 0.5}) == [4, 10]
+    index.check()
+
+
+def test_an_idle_merged_set_is_reused_and_a_tight_budget_splits_the_plan() -> None:
+    index = _wide_index()
+    assert index.match("n/h2/load", {"load": 9}) == [1, 3]
+    index.add(20, "+/+/load", parse_filter("load > 8"))     # matches: the plan goes, its set idles
+    index.add(21, "+/+/load", parse_filter("load > 7"))
+    index.add(22, "+/+/load", parse_filter("load > 6"))     # now wide too
+    assert index.stats()["tables_idle"] == 1
+    assert index.match("n/h2/load", {"load": 9}) == [1, 3, 20, 21, 22]
+    assert index.stats()["tables_merged"] == 2              # the new set; the idle one kept for reuse
+    index.check()
+    tight = _wide_index(merged_filings_ratio_max=0.0, table_filings_slack=0)
+    assert tight.match("n/h2/load", {"load": 9}) == [1, 3]
+    assert tight.stats()["tables_merged"] == 0              # no room: one table set per wide pattern
+    tight.check()

@@ -1,61 +1,60 @@
-"""The filters of the subscriptions to one channel pattern, indexed by their access predicates.
+"""Attribute tables: the filters of one or more subscription groups, merged by attribute name.
 
 Each filtered subscription is an *entry* filed under every access predicate of its cover
-(`cover.py`), in the *slot* of the predicate's attribute name:
+(`cover.py`), in the *slot* of the predicate's attribute name. A table set (`AttributeTables`)
+holds the entries of one group (one channel pattern) or of several: the subscription index merges
+the large groups matching a channel into one table set, so that an event costs one probe per
+attribute name, whatever the number of patterns it matches.
 
-    Equal        slot.equal[key] -> B             one dict probe per event value
-    Equal+Range  slot.refined[key] -> {.. T ..}   that probe, then a bisect of each T
-    Prefix       slot.prefixes[len(p)][p] -> B    one probe per distinct prefix length
-    Prefix+Range slot.refined_prefixes[len(p)][p] -> {.. T ..}
-    Range        slot.ranges[name, op, strings] -> T     one bisect
-    Present      slot.present -> B                every event carrying the name
+    Equal        slot.equal[key] -> H                   one dict probe per event value
+    Equal+Range  slot.equal[key] -> H, H.refined -> T   that probe, then a bisect of each T
+    Prefix       slot.prefixes[len(p)][p] -> H          one probe per distinct prefix length
+    Range        slot.numbers / slot.strings -> T       one bisect per (op, exact)
+    Present      slot.present -> H                      every event carrying the name
 
-A bucket B maps subscription key -> check: the entry's cover residual, compiled, or None when
-the cover is exact and a hit is a match. A T holds the distinct thresholds of one (name, op,
-strings or numbers) sorted, each with its bucket: `a > t` holds for the thresholds below the
-event's value, a prefix of the list found by one bisect; `a < t` a suffix. Entries without a
-cover sit in `scan` and are checked for every event.
+A hit set H holds the keys whose hit is a match (`exact`: the cover is exact, added to the
+answer in one `list +=`), the keys still to verify with their cover residual, compiled
+(`checked`), and the range refinements (`refined`, by (name, op, strings, exact)). A T holds the
+distinct thresholds of one (name, op, strings or numbers, exact or checked) sorted, each with its
+bucket: `a > t` holds for the thresholds below the event's value, a prefix of the list found by
+one bisect; `a < t` a suffix. Entries without a cover sit in `scan` and run for every event.
 
-`hit_buckets` probes, for each attribute name, the slots of that name in *several* groups at
-once (the subscription index merges the slots of all the groups matching a channel), so an event
-value is fetched and classified once per name, not once per group. The loop is written out flat
-because in CPython a call costs as much as a dict probe.
-
-Invariants: an entry is filed under each of its accesses exactly once and nowhere else; no
-empty bucket, threshold, table or slot is kept; buckets iterate in filing order, so results come
-out in a deterministic order. The probes only narrow the candidates, so matching through them
-equals running every predicate; an event value whose type is a subclass of str/int/float, or a
-NaN (neither is ever on the wire), makes `hit_buckets` ask for exactly that instead.
+Invariants: an entry is filed under each of its accesses exactly once per table set and nowhere
+else in it; no empty bucket, threshold list, hit set or slot is kept; `probes` lists the slots,
+in the order their names were first filed. The probes only narrow the candidates, so collecting
+through them equals running every predicate; an event value whose type is a subclass of
+str/int/float (never on the wire) makes `collect` return False and the caller run the predicates
+instead. A NaN is in no table and orders with nothing, so every probe skips it. A key reached
+through two accesses is collected twice when `multi` > 0 (the caller deduplicates).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping
-from math import isnan
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tidings.core.filters.cover import (
     FALSE_KEY,
     TRUE_KEY,
-    Access,
     Cover,
     Equal,
     Prefix,
     Present,
     Range,
-    cover_of,
 )
-from tidings.core.filters.parser import Filter
 from tidings.core.filters.predicate import NO_KIND, Predicate, compile_node, value_kind
 
 _MISSING = object()
+_NO_KEY = object()      # the key of a value of no kind: in no table
 
-Bucket = dict[int, Predicate | None]      # subscription key -> check (None: a hit is a match)
-Probes = tuple[tuple[str, tuple["Slot", ...]], ...]
+Bucket = dict[int, Any]                 # subscription key -> check (all None in an exact T)
+RangeKey = tuple[str, str, bool, bool]  # (name, op, thresholds are strings, exact)
 
 
 class Entry:
+    """One filtered subscription: its predicate, its cover, and the cover's residual compiled."""
+
     __slots__ = ("check", "cover", "key", "predicate")
 
     def __init__(self, key: int, predicate: Predicate, cover: Cover | None) -> None:
@@ -66,25 +65,28 @@ class Entry:
         if cover is not None and cover.residual is not None:
             self.check = compile_node(cover.residual)
 
+    @property
+    def filings(self) -> int:
+        """How many places one table set files it in."""
+        return 1 if self.cover is None else len(self.cover.accesses)
 
-class _Thresholds:
-    """The range accesses of one (name, op, strings): distinct thresholds, sorted, with buckets.
+
+class Thresholds:
+    """The range accesses of one RangeKey: distinct thresholds, sorted, with buckets.
 
     For a value v the hits are `buckets[:i]` if `below` else `buckets[i:]`, i = bisect(values, v):
     `a > t` holds for t < v (bisect_left, below), `a >= t` for t <= v (bisect_right, below),
     `a < t` for t > v (bisect_right, above), `a <= t` for t >= v (bisect_left, above).
+    `probe` holds what `collect` needs in one tuple (the lists are shared, so it stays current).
     """
 
-    __slots__ = ("below", "bisect", "buckets", "name", "op", "strings", "values")
+    __slots__ = ("buckets", "probe", "values")
 
-    def __init__(self, name: str, op: str, strings: bool) -> None:
-        self.name = name
-        self.op = op
-        self.strings = strings
-        self.below = op in (">", ">=")
-        self.bisect = bisect_left if op in (">", "<=") else bisect_right
+    def __init__(self, name: str, op: str, strings: bool, exact: bool) -> None:
         self.values: list[Any] = []      # all numbers or all strings
         self.buckets: list[Bucket] = []
+        bisect = bisect_left if op in (">", "<=") else bisect_right
+        self.probe: RangeProbe = (name, strings, exact, op in (">", ">="), bisect, self.values, self.buckets)
 
     def file(self, threshold: object, entry: Entry) -> None:
         i = bisect_left(self.values, threshold)
@@ -103,239 +105,362 @@ class _Thresholds:
             del self.values[i]
             del self.buckets[i]
 
+    def state(self) -> object:
+        return self.values, self.buckets
 
-RangeKey = tuple[str, str, bool]        # (name, op, thresholds are strings)
+
+# (name, strings, exact, below, bisect, values, buckets): a Thresholds as `collect` reads it
+RangeProbe = tuple[str, bool, bool, bool, Callable[[list[Any], Any], int], list[Any], list[Bucket]]
 
 
-def _file_range(ranges: dict[RangeKey, _Thresholds], access: Range, entry: Entry) -> None:
-    where = (access.name, access.op, isinstance(access.threshold, str))
+def _range_key(access: Range, entry: Entry) -> RangeKey:
+    return access.name, access.op, isinstance(access.threshold, str), entry.check is None
+
+
+def _file_range(ranges: dict[RangeKey, Thresholds], access: Range, entry: Entry) -> bool:
+    """File; True when a new threshold list was made."""
+    where = _range_key(access, entry)
     thresholds = ranges.get(where)
+    made = thresholds is None
     if thresholds is None:
-        thresholds = ranges[where] = _Thresholds(*where)
+        thresholds = ranges[where] = Thresholds(*where)
     thresholds.file(access.threshold, entry)
+    return made
 
 
-def _unfile_range(ranges: dict[RangeKey, _Thresholds], access: Range, key: int) -> None:
-    where = (access.name, access.op, isinstance(access.threshold, str))
-    ranges[where].unfile(access.threshold, key)
-    if not ranges[where].values:
-        del ranges[where]
+def _unfile_range(ranges: dict[RangeKey, Thresholds], access: Range, entry: Entry) -> bool:
+    """Unfile; True when the threshold list went."""
+    where = _range_key(access, entry)
+    ranges[where].unfile(access.threshold, entry.key)
+    if ranges[where].values:
+        return False
+    del ranges[where]
+    return True
 
 
-class Slot:
-    """Every access on one attribute name."""
+class Hits:
+    """What one probe reaches: keys that match, keys to verify, and range refinements."""
 
-    __slots__ = ("equal", "filings", "prefixes", "present", "ranges", "refined", "refined_prefixes")
+    __slots__ = ("checked", "exact", "ranges", "refined")
 
     def __init__(self) -> None:
-        self.equal: dict[object, Bucket] = {}
-        self.refined: dict[object, dict[RangeKey, _Thresholds]] = {}   # equal, then a range
-        self.prefixes: dict[int, dict[str, Bucket]] = {}
-        self.refined_prefixes: dict[int, dict[str, dict[RangeKey, _Thresholds]]] = {}
-        self.ranges: dict[RangeKey, _Thresholds] = {}                   # on this name
-        self.present: Bucket = {}
-        self.filings = 0
+        self.exact: dict[int, None] = {}
+        self.checked: dict[int, Predicate] = {}
+        self.refined: dict[RangeKey, Thresholds] = {}
+        self.ranges: tuple[RangeProbe, ...] = ()     # the probes of `refined`
 
-    def file(self, access: Access, entry: Entry) -> None:
-        self.filings += 1
-        if isinstance(access, Equal):
-            if access.refine is None:
-                self.equal.setdefault(access.key, {})[entry.key] = entry.check
-            else:
-                _file_range(self.refined.setdefault(access.key, {}), access.refine, entry)
-        elif isinstance(access, Prefix):
-            if access.refine is None:
-                table = self.prefixes.setdefault(len(access.prefix), {})
-                table.setdefault(access.prefix, {})[entry.key] = entry.check
-            else:
-                refined = self.refined_prefixes.setdefault(len(access.prefix), {})
-                _file_range(refined.setdefault(access.prefix, {}), access.refine, entry)
-        elif isinstance(access, Present):
-            self.present[entry.key] = entry.check
+    def file(self, entry: Entry, refine: Range | None) -> None:
+        if refine is not None:
+            if _file_range(self.refined, refine, entry):
+                self.ranges = tuple(t.probe for t in self.refined.values())
+        elif entry.check is None:
+            self.exact[entry.key] = None
         else:
-            _file_range(self.ranges, access, entry)
+            self.checked[entry.key] = entry.check
 
-    def unfile(self, access: Access, key: int) -> None:
-        self.filings -= 1
-        if isinstance(access, Equal):
-            if access.refine is None:
-                _drop(self.equal, access.key, key)
-            else:
-                refined = self.refined[access.key]
-                _unfile_range(refined, access.refine, key)
-                if not refined:
-                    del self.refined[access.key]
-        elif isinstance(access, Prefix):
-            length = len(access.prefix)
-            if access.refine is None:
-                _drop(self.prefixes[length], access.prefix, key)
-                if not self.prefixes[length]:
-                    del self.prefixes[length]
-            else:
-                ranges = self.refined_prefixes[length][access.prefix]
-                _unfile_range(ranges, access.refine, key)
-                if not ranges:
-                    del self.refined_prefixes[length][access.prefix]
-                if not self.refined_prefixes[length]:
-                    del self.refined_prefixes[length]
-        elif isinstance(access, Present):
-            del self.present[key]
+    def unfile(self, entry: Entry, refine: Range | None) -> bool:
+        """Remove the entry; True when nothing is left."""
+        if refine is not None:
+            if _unfile_range(self.refined, refine, entry):
+                self.ranges = tuple(t.probe for t in self.refined.values())
+        elif entry.check is None:
+            del self.exact[entry.key]
         else:
-            _unfile_range(self.ranges, access, key)
+            del self.checked[entry.key]
+        return not (self.exact or self.checked or self.refined)
+
+    def state(self) -> object:
+        assert self.ranges == tuple(t.probe for t in self.refined.values())
+        return self.exact, self.checked, {k: t.state() for k, t in self.refined.items()}
 
 
-def _drop(table: dict[Any, Bucket], where: object, key: int) -> None:
-    bucket = table[where]
-    del bucket[key]
-    if not bucket:
+def _file_hits(table: dict[Any, Hits], where: object, entry: Entry, refine: Range | None) -> None:
+    hits = table.get(where)
+    if hits is None:
+        hits = table[where] = Hits()
+    hits.file(entry, refine)
+
+
+def _unfile_hits(table: dict[Any, Hits], where: object, entry: Entry, refine: Range | None) -> None:
+    if table[where].unfile(entry, refine):
         del table[where]
 
 
-_NO_KEY = object()      # the key of a value of no kind: in no table
+class Slot:
+    """Every access on one attribute name, in one table set."""
 
+    __slots__ = ("equal", "filings", "numbers", "prefixes", "present", "strings")
 
-def hit_buckets(probes: Probes, attributes: Mapping[str, object], buckets: list[Bucket]) -> bool:
-    """Add to `buckets` those that `attributes` hit in the slots of `probes`, a list of (name,
-    slots of that name in several groups); False when a value needs the slow path instead."""
-    for name, slots in probes:
-        v = attributes.get(name, _MISSING)
-        if v is _MISSING:
-            continue
-        t = type(v)
-        if t is str or t is int or (t is float and not isnan(v)):  # type: ignore[arg-type]
-            key = v                             # its own key, and ordered
-        elif t is bool:
-            key = TRUE_KEY if v else FALSE_KEY
-        elif value_kind(v) == NO_KIND:
-            key = _NO_KEY
+    def __init__(self) -> None:
+        self.equal: dict[object, Hits] = {}
+        self.prefixes: dict[int, dict[str, Hits]] = {}      # by the prefix's length
+        self.numbers: dict[RangeKey, Thresholds] = {}       # ranges over numbers on this name
+        self.strings: dict[RangeKey, Thresholds] = {}       # ... over strings
+        self.present: Hits | None = None
+        self.filings = 0
+
+    def shape(self) -> tuple[bool, int, int, int, bool]:
+        """What the table set's probes list of this slot."""
+        return bool(self.equal), len(self.prefixes), len(self.numbers), len(self.strings), self.present is None
+
+    def file(self, access: Equal | Prefix | Range | Present, entry: Entry) -> None:
+        self.filings += 1
+        if isinstance(access, Equal):
+            _file_hits(self.equal, access.key, entry, access.refine)
+        elif isinstance(access, Prefix):
+            table = self.prefixes.setdefault(len(access.prefix), {})
+            _file_hits(table, access.prefix, entry, access.refine)
+        elif isinstance(access, Present):
+            if self.present is None:
+                self.present = Hits()
+            self.present.file(entry, None)
         else:
+            _file_range(self.strings if isinstance(access.threshold, str) else self.numbers, access, entry)
+
+    def unfile(self, access: Equal | Prefix | Range | Present, entry: Entry) -> None:
+        self.filings -= 1
+        if isinstance(access, Equal):
+            _unfile_hits(self.equal, access.key, entry, access.refine)
+        elif isinstance(access, Prefix):
+            length = len(access.prefix)
+            _unfile_hits(self.prefixes[length], access.prefix, entry, access.refine)
+            if not self.prefixes[length]:
+                del self.prefixes[length]
+        elif isinstance(access, Present):
+            assert self.present is not None
+            if self.present.unfile(entry, None):
+                self.present = None
+        else:
+            _unfile_range(self.strings if isinstance(access.threshold, str) else self.numbers, access, entry)
+
+    def state(self) -> object:
+        return (
+            {k: h.state() for k, h in self.equal.items()},
+            {n: {p: h.state() for p, h in t.items()} for n, t in self.prefixes.items()},
+            {k: t.state() for k, t in self.numbers.items()},
+            {k: t.state() for k, t in self.strings.items()},
+            None if self.present is None else self.present.state(),
+            self.filings,
+        )
+
+
+class AttributeTables:
+    """The entries of a tuple of groups (`keys`, their ids), merged by attribute name.
+
+    It only stores and probes; the subscription index decides which groups share a table set,
+    files and unfiles their entries, and counts the plans holding it (`refs`). The probes are
+    flat tuples by kind, rebuilt when a slot's shape changes, so that `collect` runs one tight
+    loop per kind: equalities, number ranges, string ranges, prefixes, presence.
+    """
+
+    __slots__ = ("equal", "filings", "keys", "multi", "numbers", "prefixes", "present", "refs", "scan",
+                 "slots", "strings")
+
+    def __init__(self, keys: tuple[int, ...]) -> None:
+        self.keys = keys
+        self.slots: dict[str, Slot] = {}
+        self.scan: dict[int, Predicate] = {}        # filtered entries without a cover
+        self.multi = 0      # entries one event may reach through two accesses: dedupe needed
+        self.filings = 0
+        self.refs = 0       # cached plans holding these tables
+        self.equal: tuple[tuple[str, dict[object, Hits]], ...] = ()
+        self.numbers: tuple[RangeProbe, ...] = ()
+        self.strings: tuple[RangeProbe, ...] = ()
+        self.prefixes: tuple[tuple[str, int, dict[str, Hits]], ...] = ()
+        self.present: tuple[tuple[str, Hits], ...] = ()
+
+    def file(self, entry: Entry) -> None:
+        cover = entry.cover
+        self.filings += entry.filings
+        if cover is None:
+            self.scan[entry.key] = entry.predicate
+            return
+        self.multi += not cover.hits_at_most_once
+        reshaped = False
+        for access in cover.accesses:
+            slot = self.slots.get(access.name)
+            if slot is None:
+                slot = self.slots[access.name] = Slot()
+            shape = slot.shape()
+            slot.file(access, entry)
+            reshaped = reshaped or shape != slot.shape()
+        if reshaped:
+            self._reprobe()
+
+    def unfile(self, entry: Entry) -> None:
+        cover = entry.cover
+        self.filings -= entry.filings
+        if cover is None:
+            del self.scan[entry.key]
+            return
+        self.multi -= not cover.hits_at_most_once
+        reshaped = False
+        for access in cover.accesses:
+            slot = self.slots[access.name]
+            shape = slot.shape()
+            slot.unfile(access, entry)
+            reshaped = reshaped or shape != slot.shape()
+            if not slot.filings:
+                del self.slots[access.name]
+        if reshaped:
+            self._reprobe()
+
+    def _reprobe(self) -> None:
+        slots = self.slots.items()
+        self.equal = tuple((name, slot.equal) for name, slot in slots if slot.equal)
+        self.numbers = tuple(t.probe for _, slot in slots for t in slot.numbers.values())
+        self.strings = tuple(t.probe for _, slot in slots for t in slot.strings.values())
+        self.prefixes = tuple((name, n, table) for name, slot in slots for n, table in slot.prefixes.items())
+        self.present = tuple((name, slot.present) for name, slot in slots if slot.present is not None)
+
+    def state(self) -> object:
+        """Everything filed, comparable with `==` (for the index's invariant checks)."""
+        probes = self.equal, self.numbers, self.strings, self.prefixes, self.present
+        self._reprobe()
+        assert probes == (self.equal, self.numbers, self.strings, self.prefixes, self.present)
+        return {n: s.state() for n, s in self.slots.items()}, self.scan, self.multi, self.filings
+
+    def collect(self, attributes: Mapping[str, object], out: list[int]) -> bool:
+        """Append to `out` the keys whose filters match `attributes` (a key reached twice twice
+        when `multi`); False, with `out` partly extended, when a value needs the slow path."""
+        for k, check in self.scan.items():
+            if check(attributes):
+                out.append(k)
+        for name, hits in self.present:
+            if name in attributes:
+                out += hits.exact
+                for k, check in hits.checked.items():
+                    if check(attributes):
+                        out.append(k)
+        if self.equal and not _equalities(self.equal, attributes, out):
             return False
-        for slot in slots:
-            if slot.present:
-                buckets.append(slot.present)
-            bucket = slot.equal.get(key)
-            if bucket:
-                buckets.append(bucket)
-            if slot.refined:
-                refined = slot.refined.get(key)
-                if refined and not _range_buckets(refined.values(), attributes, buckets):
-                    return False
-            if (slot.ranges or slot.prefixes or slot.refined_prefixes) and key is v and not _ordered_buckets(
-                    slot, v, attributes, buckets):
+        if self.numbers and not _numbers(self.numbers, attributes, out):
+            return False
+        return not (self.strings or self.prefixes) or _strings(self, attributes, out)
+
+
+# The probes below are written out flat, one loop per kind of access: in CPython a call costs as
+# much as a dict probe. NaN (`v != v`) is in no table and orders with nothing: a probe skips it.
+
+def _equalities(  # noqa: PLR0912 - one branch per kind of value, flat for speed
+    equal: tuple[tuple[str, dict[object, Hits]], ...], attributes: Mapping[str, object], out: list[int],
+) -> bool:
+    get = attributes.get
+    for name, table in equal:
+        v = get(name, _MISSING)
+        t = type(v)
+        if t is str or t is int or t is float:
+            hits = table.get(v)
+        elif t is bool:
+            hits = table.get(TRUE_KEY if v else FALSE_KEY)
+        elif v is _MISSING or value_kind(v) == NO_KIND:
+            continue
+        else:
+            return False        # a subclass of str, int or float
+        if hits is None:
+            continue
+        if hits.exact:
+            out += hits.exact
+        if hits.checked:
+            for k, check in hits.checked.items():
+                if check(attributes):
+                    out.append(k)
+        for rname, strings, exact, below, bisect, values, buckets in hits.ranges:
+            w = get(rname, _MISSING)
+            t = type(w)
+            if t is str:
+                if not strings:
+                    continue
+            elif t is int or t is float:
+                if strings or w != w:  # noqa: PLR0124
+                    continue
+            elif t is bool or w is _MISSING or value_kind(w) == NO_KIND:
+                continue
+            else:
+                return False
+            i = bisect(values, w)
+            if exact:
+                for bucket in buckets[:i] if below else buckets[i:]:
+                    out += bucket
+            else:
+                for bucket in buckets[:i] if below else buckets[i:]:
+                    for k, check in bucket.items():
+                        if check(attributes):
+                            out.append(k)
+    return True
+
+
+def _numbers(numbers: tuple[RangeProbe, ...], attributes: Mapping[str, object], out: list[int]) -> bool:
+    get = attributes.get
+    for name, _, exact, below, bisect, values, buckets in numbers:
+        v = get(name, _MISSING)
+        t = type(v)
+        if t is not int and (t is not float or v != v):  # noqa: PLR0124
+            if t is float or t is str or t is bool or v is _MISSING or value_kind(v) == NO_KIND:
+                continue
+            return False        # a subclass of int or float
+        i = bisect(values, v)
+        if exact:
+            for bucket in buckets[:i] if below else buckets[i:]:
+                out += bucket
+        else:
+            for bucket in buckets[:i] if below else buckets[i:]:
+                for k, check in bucket.items():
+                    if check(attributes):
+                        out.append(k)
+    return True
+
+
+def _strings(tables: AttributeTables, attributes: Mapping[str, object], out: list[int]) -> bool:
+    """The string ranges and prefixes of `collect`."""
+    for probe in tables.strings:
+        v = attributes.get(probe[0], _MISSING)
+        if type(v) is str:
+            _ranged(probe, v, attributes, out)
+        elif isinstance(v, str):
+            return False
+    for name, length, table in tables.prefixes:
+        v = attributes.get(name, _MISSING)
+        if type(v) is not str:
+            if isinstance(v, str):
+                return False
+            continue
+        hits = table.get(v[:length])
+        if hits is not None:
+            out += hits.exact
+            for k, check in hits.checked.items():
+                if check(attributes):
+                    out.append(k)
+            if hits.ranges and not _refined(hits.ranges, attributes, out):
                 return False
     return True
 
 
-def _ordered_buckets(slot: Slot, v: Any, attributes: Mapping[str, object], buckets: list[Bucket]) -> bool:
-    """The hits of the ranges and prefixes of `slot` for its attribute's value `v`."""
-    strings = type(v) is str
-    for th in slot.ranges.values():
-        if th.strings is strings:
-            i = th.bisect(th.values, v)
-            buckets += th.buckets[:i] if th.below else th.buckets[i:]
-    return not strings or _prefix_buckets(slot, v, attributes, buckets)
+def _ranged(probe: RangeProbe, v: Any, attributes: Mapping[str, object], out: list[int]) -> None:
+    """The hits of one threshold list for the value `v`, of its kind and ordered."""
+    _, _, exact, below, bisect, values, buckets = probe
+    i = bisect(values, v)
+    if exact:
+        for bucket in buckets[:i] if below else buckets[i:]:
+            out += bucket
+    else:
+        for bucket in buckets[:i] if below else buckets[i:]:
+            for k, check in bucket.items():
+                if check(attributes):
+                    out.append(k)
 
 
-def _prefix_buckets(slot: Slot, v: str, attributes: Mapping[str, object], buckets: list[Bucket]) -> bool:
-    for length, table in slot.prefixes.items():
-        bucket = table.get(v[:length])
-        if bucket:
-            buckets.append(bucket)
-    for length, refined in slot.refined_prefixes.items():
-        ranges = refined.get(v[:length])
-        if ranges and not _range_buckets(ranges.values(), attributes, buckets):
+def _refined(ranges: tuple[RangeProbe, ...], attributes: Mapping[str, object], out: list[int]) -> bool:
+    """The hits of a hit set's refinements (ranges on any names); False: slow path."""
+    for probe in ranges:
+        w = attributes.get(probe[0], _MISSING)
+        t = type(w)
+        if t is str:
+            if probe[1]:
+                _ranged(probe, w, attributes, out)
+        elif t is int or t is float:
+            if not probe[1] and w == w:  # noqa: PLR0124 - NaN orders with nothing
+                _ranged(probe, w, attributes, out)
+        elif t is not bool and w is not _MISSING and value_kind(w) != NO_KIND:
             return False
     return True
-
-
-def _range_buckets(ranges: Any, attributes: Mapping[str, object], buckets: list[Bucket]) -> bool:
-    """Add the hit buckets of `ranges` (on any names) for `attributes`; False: slow path."""
-    for th in ranges:
-        v = attributes.get(th.name, _MISSING)
-        t = type(v)
-        if t is str or t is int or (t is float and not isnan(v)):  # type: ignore[arg-type]
-            if th.strings is (t is str):
-                i = th.bisect(th.values, v)
-                buckets += th.buckets[:i] if th.below else th.buckets[i:]
-        elif t is not bool and v is not _MISSING and value_kind(v) != NO_KIND:
-            return False
-    return True
-
-
-class AttributeIndex:
-    """The subscriptions of one pattern: unfiltered keys, and filtered entries by access.
-
-    It only stores; the subscription index reads it into per-channel plans. `add` and `remove`
-    return True when the *layout* a plan copies changed (see `SubscriptionIndex`): whether the
-    group is small (and then any of its entries), its slot set, whether it has unfiltered keys,
-    whether it has entries to scan, and whether it needs deduplication.
-    """
-
-    __slots__ = ("_entries", "_multi", "_scan_entries_max", "_slots", "cached_channels", "scan", "unfiltered")
-
-    def __init__(self, scan_entries_max: int) -> None:
-        self._scan_entries_max = scan_entries_max
-        self.cached_channels: dict[str, None] = {}   # kept by the SubscriptionIndex
-        self.unfiltered: dict[int, None] = {}
-        self._entries: dict[int, Entry] = {}
-        self.scan: dict[int, Entry] = {}        # filtered entries without a cover
-        self._slots: dict[str, Slot] = {}
-        self._multi = 0     # entries one event may reach through two accesses: dedupe needed
-
-    def __len__(self) -> int:
-        return len(self.unfiltered) + len(self._entries)
-
-    @property
-    def small(self) -> bool:
-        """Small enough to run every predicate rather than probe."""
-        return len(self._entries) <= self._scan_entries_max
-
-    @property
-    def needs_dedupe(self) -> bool:
-        return self._multi > 0
-
-    def entries(self) -> list[tuple[int, Predicate]]:
-        return [(entry.key, entry.predicate) for entry in self._entries.values()]
-
-    def slots(self) -> list[tuple[str, Slot]]:
-        return list(self._slots.items())
-
-    def add(self, key: int, flt: Filter | None) -> bool:
-        assert key not in self.unfiltered and key not in self._entries
-        if flt is None:
-            self.unfiltered[key] = None
-            return len(self.unfiltered) == 1
-        before = self._layout()
-        entry = Entry(key, flt.predicate, cover_of(flt.ast))
-        self._entries[key] = entry
-        if entry.cover is None:
-            self.scan[key] = entry
-        else:
-            self._multi += not entry.cover.hits_at_most_once
-            for access in entry.cover.accesses:
-                slot = self._slots.get(access.name)
-                if slot is None:
-                    slot = Slot()
-                    self._slots[access.name] = slot
-                slot.file(access, entry)
-        return before[0] or before != self._layout()
-
-    def remove(self, key: int) -> bool:
-        if key in self.unfiltered:
-            del self.unfiltered[key]
-            return not self.unfiltered
-        before = self._layout()
-        entry = self._entries.pop(key)
-        if entry.cover is None:
-            del self.scan[key]
-        else:
-            self._multi -= not entry.cover.hits_at_most_once
-            for access in entry.cover.accesses:
-                slot = self._slots[access.name]
-                slot.unfile(access, key)
-                if not slot.filings:
-                    del self._slots[access.name]
-        return before[0] or before != self._layout()
-
-    def _layout(self) -> tuple[bool, int, bool, bool]:
-        return self.small, len(self._slots), self._multi > 0, not self.scan

@@ -69,7 +69,7 @@ def compile_node(node: Node) -> Predicate:
     if isinstance(node, StartsWith):
         return _compile_startswith(node.name, node.prefix)
     if isinstance(node, Not):
-        return _compile_not(compile_node(node.operand))
+        return _compile_not(node.operand)
     operands = [compile_node(child) for child in node.operands]
     return _compile_and(operands) if isinstance(node, And) else _compile_or(operands)
 
@@ -78,7 +78,15 @@ def _compile_exists(name: str) -> Predicate:
     return lambda a: name in a
 
 
-def _compile_not(inner: Predicate) -> Predicate:
+def _compile_not(operand: Node) -> Predicate:
+    # One closure, not two, for the negations a cover leaves as residuals (`not startswith(...)`).
+    if isinstance(operand, StartsWith):
+        name, prefix = operand.name, operand.prefix
+        return lambda a: not (isinstance(v := a.get(name), str) and v.startswith(prefix))
+    if isinstance(operand, Exists):
+        name = operand.name
+        return lambda a: name not in a
+    inner = compile_node(operand)
     return lambda a: not inner(a)
 
 
