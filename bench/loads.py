@@ -482,6 +482,7 @@ def run_latency(adapter: Any, cfg: dict[str, Any], sampler: netutil.ServerSample
     socks = [sub.sock] + ([pub.sock] if pub.parser is not None else [])
     received = sent = 0
     watch = stalls.StallWatch(cfg["server_pid"], cfg["data_dir"], cfg["stall_us"])
+    switches0 = stalls.context_switches(cfg["server_pid"]) if cfg["server_pid"] else None
     if sampler:
         sampler.start()
     cpu0 = cpu_seconds()
@@ -534,6 +535,11 @@ def run_latency(adapter: Any, cfg: dict[str, Any], sampler: netutil.ServerSample
     tm1 = time.monotonic()
     cpu = cpu_seconds() - cpu0
     found_stalls = watch.finish()
+    switches = None
+    if switches0 is not None and sent:
+        vol, invol = stalls.context_switches(cfg["server_pid"])
+        switches = {"voluntary": round((vol - switches0[0]) / sent, 2),
+                    "involuntary": round((invol - switches0[1]) / sent, 2)}
     watch.close()
     if sampler:
         sampler.stop()
@@ -551,11 +557,14 @@ def run_latency(adapter: Any, cfg: dict[str, Any], sampler: netutil.ServerSample
         "client_cpu_pct": round(100 * cpu / (tm1 - tm0), 1), "cpus": usage,
         "errors": [] if received >= count else [f"received {received} of {count}"],
         "stalls": found_stalls,
+        "server_ctx_switches_per_event": switches,  # the broker's threads, over the whole run
     }
     if ack_us:
         out.update({"ack_p50_us": _percentile(ack_us, 50), "ack_p99_us": _percentile(ack_us, 99)})
     if sampler:
         out.update(foreign_load(sampler, tm0, tm1, out["client_cpu_pct"]))
+        if out.get("server_cpu_pct") is not None:  # CPU time: what a busy machine disturbs least
+            out["server_cpu_us_per_event"] = round(1e6 * out["server_cpu_pct"] / 100 / rate, 1)
     return out
 
 

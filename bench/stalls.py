@@ -196,6 +196,27 @@ def classify(stall_ms: float, ev: dict[str, Any]) -> str:
     return "; ".join(f"{what} ({ms:.1f} ms)" for ms, what in found)
 
 
+def context_switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of every thread of `pid` so far: each hand-off
+    between the broker's event loop and its log writer costs the wake-ups of one or both."""
+    vol = invol = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0, 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        vol += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches:"):
+                        invol += int(line.split()[1])
+        except OSError:
+            continue  # a thread that ended
+    return vol, invol
+
+
 def _count(items: Any) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in items:
