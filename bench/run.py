@@ -24,10 +24,13 @@ labelled tidings+auth, tidings+tls, tidings+auth+tls in the results.
 
 With d, each round first measures the disk's own fsync latency (bench/fsync_floor.py: append a small
 record and fsync it, 3,000 times at 1,000/s, in $TIDINGS_BENCH_DIR/runs, the file system of the
-brokers' data, on the brokers' CPU 0 where tidings' log writer waits for its fsyncs): a line with broker "disk", test "fsync" and its p50/p90/p99. Every d line of the
-round carries that floor (fsync_p50_us, fsync_p99_us) and its own figures above it
-(over_fsync_p50_us, over_fsync_p99_us): tidings fsyncs every event before it delivers it, so the
-margin is what its path costs (issue 21's target: p50 at most +100 us, p99 at most +300 us).
+brokers' data, on the brokers' CPU 0 where tidings' log writer waits for its fsyncs): a line with
+broker "disk", test "fsync" and its p50/p90/p99. Every d line of the round carries that floor
+(fsync_p50_us, fsync_p99_us) and its own figures above it (over_fsync_p50_us, over_fsync_p99_us):
+tidings fsyncs every event before it delivers it, so the margin is what its path costs (issue
+21's target: p50 at most +100 us, p99 at most +300 us). A d line also reports its stalls (slow
+samples with the evidence of who did not run: bench/stalls.py), the broker's CPU per event and
+its threads' context switches per event.
 
 Each measurement is one JSON line appended to --out (default bench/results/results.jsonl);
 `python bench/summarize.py FILE` turns the file into markdown tables.

@@ -222,7 +222,6 @@ class BrokerServer:
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
             on_retained=lambda st: loop.call_soon_threadsafe(self._retained, st),
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
-            held_wakes=True,  # one hand-off per turn of the driver (settled), see storage_worker.py
         )
         self.worker.start()
         self.core.start(time.monotonic_ns())
@@ -372,10 +371,9 @@ class BrokerServer:
         self.driver.run(effects)
 
     def settled(self) -> None:
-        """The driver handled every queued input: wake the log writer, log what the core noted."""
+        """The driver handled every queued input: log what the core noted."""
         core = self.core
-        assert core is not None and self.worker is not None
-        self.worker.wake()  # the log writer gets this turn's work in one piece
+        assert core is not None
         for identity, code, message in core.guard.take_notes():
             log.warning("%s: %s (%s)", identity, message, code)
         self._log_refusals(*core.reading.client_errors.take_log())

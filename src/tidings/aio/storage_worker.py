@@ -1,25 +1,22 @@
 """Runs the pubend log's writes, fsyncs, retention and release, and the durable state's saves, on
 one thread, with group commit.
 
-The event loop hands Append/Sync/retention work to the worker (`append`, `sync`, ...); the thread
-performs it in order. When it takes a Sync it first writes every Append already queued behind it,
-then issues a single fsync for all of them and reports the highest synced token: under load one
-fsync covers many publish batches, and an idle broker still syncs each batch at once (no added
-latency). Reads run on a separate small pool so a catching-up subscriber never waits behind an
-fsync.
+The event loop hands Append/Sync/retention work to `StorageWorker.submit`; the thread performs it
+in order. When it takes a Sync it first writes every Append already queued behind it, then issues a
+single fsync for all of them and reports the highest synced token: under load one fsync covers many
+publish batches, and an idle broker still syncs each batch at once (no added latency). Reads run
+on a separate small pool so a catching-up subscriber never waits behind an fsync.
 
-The hand-off costs as little as the latency path allows (issue 21, test d). With `held_wakes` (the
-broker's runtime) the work of one turn of the event loop is held and handed over in one piece when
-the runtime calls `wake` at the end of that turn: a PUBLISH's Append and Sync wake the thread once,
-not twice, and never while the loop still holds the GIL the thread would wake up to wait for (both
-share one core in the bench). A waiting `save` hands over at once. The state reported with a sync
-is taken before the fsync (the fsync changes none of it), so the loop hears of the sync as soon as
-the fsync returns.
+The state reported with a sync is taken before the fsync (which changes none of it), so the loop
+hears of the sync as soon as the fsync returns: at 1,000 events/s log_state took 6 us p50 and
+51 us p90 between the fsync and the report. Each call still hands its work over at once: holding a
+turn's work for one wake at its end was measured slower (bench/handoff_micro.py and
+docs/benchmarks.md: the writer woken early is through its wake-up by the time the loop lets go of
+the GIL).
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import pathlib
 import queue
@@ -70,17 +67,12 @@ def restore_dedup(window: DedupWindow, log: EventLog, now_us: int) -> int:
 
 class StorageWorker:
     def __init__(self, log: EventLog, on_synced: Callable[[int, LogState], object],
-                 on_retained: Callable[[LogState], object], on_failed: Callable[[BaseException], object],
-                 held_wakes: bool = False) -> None:
-        """`held_wakes`: hold submitted work until `wake` (one hand-off per turn of the caller's
-        loop; see above); without it every call hands its work over at once."""
+                 on_retained: Callable[[LogState], object], on_failed: Callable[[BaseException], object]) -> None:
         self.log = log
         self._on_synced = on_synced
         self._on_retained = on_retained
         self._on_failed = on_failed
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._held: list[tuple[str, Any]] | None = [] if held_wakes else None  # the caller's thread only
-        self._taken: collections.deque[tuple[str, Any]] = collections.deque()  # the writer's thread only
         self._thread = threading.Thread(target=self._run, name="tidings-log-writer", daemon=True)
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidings-log-reader")
         self.syncs = 0
@@ -90,40 +82,25 @@ class StorageWorker:
         self._thread.start()
 
     def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
-        self._submit(("append", (records, keys)))
+        self._queue.put(("append", (records, keys)))
 
     def sync(self, token: int) -> None:
-        self._submit(("sync", token))
+        self._queue.put(("sync", token))
 
     def retain(self, now_us: int, bytes_max: int, age_us: int) -> None:
-        self._submit(("retain", (now_us, bytes_max, age_us)))
+        self._queue.put(("retain", (now_us, bytes_max, age_us)))
 
     def release(self, through: int) -> None:
         """The release protocol's ReleaseLog: drop the whole segments at or below `through`."""
-        self._submit(("release", through))
+        self._queue.put(("release", through))
 
     def save(self, path: pathlib.Path, data: bytes, wait: bool = False) -> None:
         """Replace `path` with `data` atomically (SaveDurable), in order with the other saves; with
         `wait`, return once it is on disk (or the worker has failed, which stops the broker)."""
         done = threading.Event() if wait else None
-        self._submit(("save", (path, data, done)))
-        if done is not None:
-            self.wake()  # the caller waits for it: nothing may stay held
+        self._queue.put(("save", (path, data, done)))
         while done is not None and not done.wait(SAVE_WAIT_POLL_S) and self._thread.is_alive():
             pass
-
-    def wake(self) -> None:
-        """Hand the work held since the last wake to the thread, in one piece (one wake-up)."""
-        held = self._held
-        if held:
-            self._held = []
-            self._queue.put(("held", held))
-
-    def _submit(self, item: tuple[str, Any]) -> None:
-        if self._held is None:
-            self._queue.put(item)
-        else:
-            self._held.append(item)
 
     def read(self, after: int, through: int, max_bytes: int,
              done: Callable[[list[tuple[int, bytes]], LogState, tuple[int, bytes] | None], None],
@@ -145,7 +122,6 @@ class StorageWorker:
     def stop(self) -> None:
         """Finish queued work, then stop the thread (pending syncs complete first)."""
         self._stopping = True
-        self.wake()
         self._queue.put(_STOP)
         self._thread.join()
         self._readers.shutdown(wait=True)
@@ -156,24 +132,10 @@ class StorageWorker:
         except BaseException as exc:  # a failing disk must stop the broker, not hang it
             self._on_failed(exc)
 
-    def _take(self, block: bool) -> Any:
-        """The next piece of work in order (what a wake handed over, one item at a time); None when
-        nothing is queued and `block` is false."""
-        taken = self._taken
-        if taken:
-            return taken.popleft()
-        try:
-            item = self._queue.get() if block else self._queue.get_nowait()
-        except queue.Empty:
-            return None
-        if item is _STOP or item[0] != "held":
-            return item
-        taken.extend(item[1])
-        return taken.popleft()
-
     def _loop(self) -> None:
+        q = self._queue
         while True:
-            item = self._take(block=True)
+            item = q.get()
             if item is _STOP:
                 return
             kind, arg = item
@@ -187,11 +149,13 @@ class StorageWorker:
     def _group_commit(self, token: int) -> bool:
         """Write every Append already queued behind a Sync, then one fsync; the other work taken
         from the queue meanwhile runs after it, in order. True when STOP was among it."""
+        q = self._queue
         later: list[tuple[str, Any]] = []
         stop = False
         while True:
-            more = self._take(block=False)
-            if more is None:
+            try:
+                more = q.get_nowait()
+            except queue.Empty:
                 break
             if more is _STOP:
                 stop = True
