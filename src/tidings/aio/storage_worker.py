@@ -7,24 +7,17 @@ single fsync for all of them and reports the highest synced token: under load on
 publish batches, and an idle broker still syncs each batch at once (no added latency). Reads run
 on a separate small pool so a catching-up subscriber never waits behind an fsync.
 
-The hand-off is on the latency path of every event (issue 21, test d), and with the loop and the
-writer on one core it is a matter of the GIL. The queue's put wakes the writer, which then only
-waits for the GIL until the loop's turn ends. So when a Sync reaches an idle writer, the loop
-yields its CPU once (`os.sched_yield`, the GIL released). The writer takes the GIL, writes and
-enters the fsync, which gives the GIL back, and the loop finishes its turn while the disk works.
-Under load the writer is busy in an fsync, a Sync finds it so, and nothing yields. Measured with
-bench/handoff_micro.py (one CPU, an fsync that returns at once, 5 us of the loop's turn after the
-Sync): 58 -> 30 us p50 from the Sync to the report on the loop, 6.8 -> 3.6 context switches and
-83 -> 55 us of CPU per turn. The state reported with a sync is taken before the fsync (which
-changes none of it), so the loop hears of the sync as soon as the fsync returns (log_state took
-6 us p50, 51 us p90 there). Each call hands its work over at once: holding a turn's work for one
-wake at its end was measured slower (docs/benchmarks.md).
+The state reported with a sync is taken before the fsync (which changes none of it), so the loop
+hears of the sync as soon as the fsync returns: at 1,000 events/s log_state took 6 us p50 and
+51 us p90 between the fsync and the report. Each call still hands its work over at once: holding a
+turn's work for one wake at its end was measured slower (bench/handoff_micro.py and
+docs/benchmarks.md: the writer woken early is through its wake-up by the time the loop lets go of
+the GIL).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import pathlib
 import queue
 import threading
@@ -84,7 +77,6 @@ class StorageWorker:
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidings-log-reader")
         self.syncs = 0
         self._stopping = False
-        self._idle = False  # the writer waits for work (read by the loop's thread: a hint, no lock)
 
     def start(self) -> None:
         self._thread.start()
@@ -93,13 +85,7 @@ class StorageWorker:
         self._queue.put(("append", (records, keys)))
 
     def sync(self, token: int) -> None:
-        """Have everything appended so far fsynced; `on_synced(token, ...)` says when. When the
-        writer was idle, the caller (the event loop) yields its CPU once, so the writer, which the
-        queue just woke, takes the GIL and starts the write and the fsync now (the fsync gives the
-        GIL back) instead of waiting for the end of the loop's turn (see the module docstring)."""
         self._queue.put(("sync", token))
-        if self._idle:
-            os.sched_yield()
 
     def retain(self, now_us: int, bytes_max: int, age_us: int) -> None:
         self._queue.put(("retain", (now_us, bytes_max, age_us)))
@@ -149,9 +135,7 @@ class StorageWorker:
     def _loop(self) -> None:
         q = self._queue
         while True:
-            self._idle = True
             item = q.get()
-            self._idle = False
             if item is _STOP:
                 return
             kind, arg = item
