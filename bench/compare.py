@@ -100,6 +100,10 @@ def figures(line: dict[str, Any]) -> Iterator[tuple[Figure, float]]:
         for key in ("p50_us", "p99_us"):
             if line.get(key) is not None:
                 yield Figure(f"{prefix} {key[:3]}", "us", False), float(line[key])
+        if line.get("server_cpu_pct") is not None and line.get("rate_per_s"):
+            # (d) at a fixed rate: the broker's CPU per event, steadier than latency on a busy machine
+            us = 1e6 * line["server_cpu_pct"] / 100 / line["rate_per_s"]
+            yield Figure(f"{prefix} CPU broker", "us/event", False), round(us, 3)
     # CPU per event: less at the mercy of a shared machine than wall-clock rates
     for who, us in cpu_us_per_event(line).items():
         yield Figure(f"{prefix} CPU {who}", "us/event", False), us

@@ -12,6 +12,11 @@ Tests (100-byte payloads; every loop is bounded by a message count and a time li
   d-best     latency at a fixed rate (default 1,000/s), publisher and subscriber in this process
   d-durable  the same over the durable path of test c; also reports publish-to-ack latency
 
+(d) also reports its stalls: reads of deliveries slower than --stall-us (5 ms), merged into episodes,
+each with its time in the run, its size and the evidence of who did not run meanwhile (the broker's
+and this process's CPU and run-queue wait from /proc/PID/schedstat, steal, the disk's write and
+flush time, how late this process sent), and a verdict (bench/stalls.py).
+
 Load shape: a closed loop. The publisher keeps at most `window` events published but not yet
 delivered to the slowest subscriber, and in test c at most `ack_window` events not yet acknowledged,
 so no broker is measured while it builds an unbounded backlog. The publisher and the subscribers
@@ -48,6 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqtt_client  # noqa: E402
 import nats_client  # noqa: E402
 import netutil  # noqa: E402
+import stalls  # noqa: E402
 
 PAYLOAD_BYTES = 100
 RECV_BYTES = 1 << 18
@@ -475,6 +481,8 @@ def run_latency(adapter: Any, cfg: dict[str, Any], sampler: netutil.ServerSample
     unacked: collections.deque[int] = collections.deque()
     socks = [sub.sock] + ([pub.sock] if pub.parser is not None else [])
     received = sent = 0
+    watch = stalls.StallWatch(cfg["server_pid"], cfg["data_dir"], cfg["stall_us"])
+    switches0 = stalls.context_switches(cfg["server_pid"]) if cfg["server_pid"] else None
     if sampler:
         sampler.start()
     cpu0 = cpu_seconds()
@@ -489,6 +497,7 @@ def run_latency(adapter: Any, cfg: dict[str, Any], sampler: netutil.ServerSample
         if sent < count and now >= due:
             stamp = time.perf_counter_ns()
             pub.sock.sendall(pub.build(1, stamp.to_bytes(8, "big") + filler))
+            watch.sent_late(stamp - due)
             unacked.append(stamp)
             sent += 1
             continue
@@ -506,10 +515,13 @@ def run_latency(adapter: Any, cfg: dict[str, Any], sampler: netutil.ServerSample
                 _, reply = sub.parser.feed(data)
                 if reply:
                     sub.sock.sendall(reply)
+                worst_us = 0.0
                 for stamp in sub.parser.stamps:
                     if received >= warmup:
                         delivery_us.append((t_rx - stamp) / 1000)
+                        worst_us = max(worst_us, (t_rx - stamp) / 1000)
                     received += 1
+                watch.read_done(t_rx, worst_us, len(sub.parser.stamps), len(data), t_rx - t_start)
                 sub.parser.stamps.clear()
                 last_rx = time.monotonic()
             else:
@@ -522,6 +534,13 @@ def run_latency(adapter: Any, cfg: dict[str, Any], sampler: netutil.ServerSample
                         ack_us.append((t_rx - stamp) / 1000)
     tm1 = time.monotonic()
     cpu = cpu_seconds() - cpu0
+    found_stalls = watch.finish()
+    switches = None
+    if switches0 is not None and sent:
+        vol, invol = stalls.context_switches(cfg["server_pid"])
+        switches = {"voluntary": round((vol - switches0[0]) / sent, 2),
+                    "involuntary": round((invol - switches0[1]) / sent, 2)}
+    watch.close()
     if sampler:
         sampler.stop()
     usage = netutil.cpu_usage(before, netutil.cpu_times())
@@ -537,11 +556,15 @@ def run_latency(adapter: Any, cfg: dict[str, Any], sampler: netutil.ServerSample
         "max_us": round(delivery_us[-1], 1) if delivery_us else None,
         "client_cpu_pct": round(100 * cpu / (tm1 - tm0), 1), "cpus": usage,
         "errors": [] if received >= count else [f"received {received} of {count}"],
+        "stalls": found_stalls,
+        "server_ctx_switches_per_event": switches,  # the broker's threads, over the whole run
     }
     if ack_us:
         out.update({"ack_p50_us": _percentile(ack_us, 50), "ack_p99_us": _percentile(ack_us, 99)})
     if sampler:
         out.update(foreign_load(sampler, tm0, tm1, out["client_cpu_pct"]))
+        if out.get("server_cpu_pct") is not None:  # CPU time: what a busy machine disturbs least
+            out["server_cpu_us_per_event"] = round(1e6 * out["server_cpu_pct"] / 100 / rate, 1)
     return out
 
 
@@ -572,7 +595,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if latency:
             cfg = {"rate": args.rate, "count": args.latency_count, "warmup": args.warmup,
-                   "drain_s": args.drain_s, "idle_s": args.idle_s}
+                   "drain_s": args.drain_s, "idle_s": args.idle_s, "server_pid": args.server_pid,
+                   "data_dir": args.data_dir, "stall_us": args.stall_us}
             result.update(run_latency(adapter, cfg, sampler))
         else:
             _, _, count, window, ack_window = TEST_DEFAULTS[args.test]
@@ -605,6 +629,9 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1000.0, help="latency: events per second")
     ap.add_argument("--latency-count", type=int, default=5500, help="latency: events sent")
     ap.add_argument("--warmup", type=int, default=500, help="latency: first events not measured")
+    ap.add_argument("--stall-us", type=float, default=stalls.THRESHOLD_US,
+                    help="latency: a sample slower than this is a stall, reported with its evidence (stalls.py)")
+    ap.add_argument("--data-dir", help="latency: the broker's data directory (its disk's statistics)")
     ap.add_argument("--tls-ca", help="tidings: connect with TLS, the broker's certificate checked "
                     "against this CA file")
     args = ap.parse_args()

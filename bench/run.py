@@ -22,6 +22,16 @@ before the measured span), tls (the broker serves TLS with a certificate from `t
 dev-certs`; the loads check it against the CA) and auth+tls. The modes other than plain are
 labelled tidings+auth, tidings+tls, tidings+auth+tls in the results.
 
+With d, each round first measures the disk's own fsync latency (bench/fsync_floor.py: append a small
+record and fsync it, 3,000 times at 1,000/s, in $TIDINGS_BENCH_DIR/runs, the file system of the
+brokers' data, on the brokers' CPU 0 where tidings' log writer waits for its fsyncs): a line with
+broker "disk", test "fsync" and its p50/p90/p99. Every d line of the round carries that floor
+(fsync_p50_us, fsync_p99_us) and its own figures above it (over_fsync_p50_us, over_fsync_p99_us):
+tidings fsyncs every event before it delivers it, so the margin is what its path costs (issue
+21's target: p50 at most +100 us, p99 at most +300 us). A d line also reports its stalls (slow
+samples with the evidence of who did not run: bench/stalls.py), the broker's CPU per event and
+its threads' context switches per event.
+
 Each measurement is one JSON line appended to --out (default bench/results/results.jsonl);
 `python bench/summarize.py FILE` turns the file into markdown tables.
 
@@ -49,6 +59,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+import fsync_floor  # noqa: E402
 import netutil  # noqa: E402
 
 WORK = os.path.abspath(os.environ.get("TIDINGS_BENCH_DIR", "/tmp/tidings-bench"))
@@ -310,8 +321,19 @@ def record(out: str, line: dict[str, Any]) -> None:
 
 def show(line: dict[str, Any]) -> None:
     value, unit = line.get("value"), line.get("unit", "")
+    if line.get("test") == "fsync":
+        print(f"  r{line.get('round')} disk       fsync     p50={line.get('p50_us')}us p90={line.get('p90_us')}us "
+              f"p99={line.get('p99_us')}us max={line.get('max_us')}us (write+fsync of {line.get('record_bytes')} B "
+              f"at {line.get('rate_per_s'):.0f}/s)", flush=True)
+        return
     if line.get("test", "").startswith("d-"):
         shown = f"p50={line.get('p50_us')}us p99={line.get('p99_us')}us"
+        if line.get("over_fsync_p50_us") is not None:
+            shown += f" (fsync +{line['over_fsync_p50_us']:.0f}/+{line.get('over_fsync_p99_us', 0):.0f})"
+        switches = line.get("server_ctx_switches_per_event")
+        if switches:
+            shown += (f" cpu={line.get('server_cpu_us_per_event')}us/ev "
+                      f"cs={switches['voluntary']}+{switches['involuntary']}/ev")
     else:
         shown = f"{value} {unit}"
     mark = " (superseded: disturbed, repeating)" if line.get("superseded") else ""
@@ -319,6 +341,36 @@ def show(line: dict[str, Any]) -> None:
           f"srv={line.get('server_cpu_pct')}% cli={line.get('client_cpu_pct')}% "
           f"foreign={line.get('foreign_cpu_pct')}% rss={line.get('rss_mb_max')}MB loss={line.get('loss_pct')} "
           f"err={line.get('errors') or ''}{mark}", flush=True)
+    stalls = line.get("stalls")
+    if stalls and stalls.get("episodes"):
+        for ep in stalls["episodes"][:5]:
+            print(f"     stall at {ep['t_ms']:.0f} ms: {ep['max_us'] / 1000:.1f} ms, {ep['events']} events; "
+                  f"{ep['verdict']}", flush=True)
+
+
+def measure_fsync(round_no: int, run_id: str, tag: str) -> dict[str, Any]:
+    """The disk's fsync floor of this round, in the brokers' file system (see above)."""
+    line: dict[str, Any] = {"broker": "disk", "test": "fsync", "round": round_no, "run_id": run_id, "tag": tag,
+                            "cpu": SERVER_CPU}
+    # on the brokers' CPU, idle between brokers: the log writer's fsync returns to a thread there
+    os.sched_setaffinity(0, {int(SERVER_CPU)})
+    try:
+        found = fsync_floor.measure(os.path.join(WORK, "runs"))
+    except OSError as exc:
+        return {**line, "value": None, "errors": [repr(exc)]}
+    finally:
+        os.sched_setaffinity(0, {int(CLIENT_CPU)})
+    return {**line, **found, "value": found["p50_us"], "unit": "us", "errors": []}
+
+
+def over_floor(line: dict[str, Any], floor: dict[str, Any] | None) -> None:
+    """Note on a d line the round's fsync floor and how far above it the line's p50 and p99 are."""
+    if not floor or floor.get("p50_us") is None or line.get("p50_us") is None:
+        return
+    line["fsync_p50_us"], line["fsync_p99_us"] = floor["p50_us"], floor["p99_us"]
+    line["over_fsync_p50_us"] = round(line["p50_us"] - floor["p50_us"], 1)
+    if line.get("p99_us") is not None and floor.get("p99_us") is not None:
+        line["over_fsync_p99_us"] = round(line["p99_us"] - floor["p99_us"], 1)
 
 
 def _interrupted(signum: int, _frame: Any) -> None:
@@ -383,6 +435,11 @@ def main() -> None:
     print(f"results -> {args.out}\nwork dir {WORK}", flush=True)
     t_all = time.monotonic()
     for round_no in range(1, args.rounds + 1):
+        floor = None
+        if "d" in wanted:
+            floor = measure_fsync(round_no, run_id, args.tag)
+            record(args.out, floor)
+            show(floor)
         live = [(b, mode) for b in brokers if b not in skipped for mode in (modes if b == "tidings" else ["plain"])]
         k = (round_no - 1) % max(1, len(live))
         for name, mode in live[k:] + live[:k]:
@@ -403,10 +460,13 @@ def main() -> None:
                     for attempt in range(1 + int(SETTINGS["retries"])):
                         quiet = wait_for_quiet(server.pid)
                         t0 = time.monotonic()
-                        line = run_load(server, proto, test, ["--duration-s", str(args.duration_s)])
+                        line = run_load(server, proto, test, ["--duration-s", str(args.duration_s),
+                                                              "--data-dir", server.data_dir])
                         line.update({"round": round_no, "run_id": run_id, "tag": args.tag, "pinned": True,
                                      "nice": args.nice, "attempt": attempt + 1,
                                      "wall_s": round(time.monotonic() - t0, 1), **quiet})
+                        if test.startswith("d-"):
+                            over_floor(line, floor)
                         noisy = (line.get("foreign_cpu_pct") or 0) > SETTINGS["noisy_pct"]
                         line["superseded"] = noisy and attempt < SETTINGS["retries"]
                         record(args.out, line)

@@ -17,6 +17,8 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+DISK = "disk"  # bench/run.py's fsync floor lines (test "fsync")
+OVER_FSYNC_P50_US_MAX, OVER_FSYNC_P99_US_MAX = 100, 300  # issue 21's (d) target above the fsync
 BROKER_ORDER = ["tidings", "mosquitto", "nats", "amqtt"]
 PEERS = ["mosquitto", "nats", "amqtt"]
 THROUGHPUT = [("a", "(a) 1→1 best effort, events/s"), ("b", "(b) 1→10 fan-out, deliveries/s"),
@@ -87,6 +89,27 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{r:.{digits}f}\u00d7"
 
 
+def above_floor(vals: Any) -> list[str]:
+    """tidings' (d) above the disk's fsync in the same round (bench/run.py notes both on each d line),
+    against issue 21's target: p50 at most 100 us above the fsync's p50, p99 at most 300 us above its p99."""
+    rows = []
+    for test, title in (("d-best", "best effort"), ("d-durable", "durable")):
+        p50, p99 = vals("tidings", test, "over_fsync_p50_us"), vals("tidings", test, "over_fsync_p99_us")
+        if not p50:
+            continue
+        verdict = []
+        for name, got, target in (("p50", median(p50), OVER_FSYNC_P50_US_MAX),
+                                  ("p99", median(p99), OVER_FSYNC_P99_US_MAX)):
+            if got is not None:
+                verdict.append(f"{name} {'within' if got <= target else 'over'} +{target} µs")
+        rows.append(f"| {title} | {cell(p50, fmt_us)} | {cell(p99, fmt_us)} | {'; '.join(verdict)} |")
+    if not rows:
+        return []
+    return ["tidings above the disk's fsync (same round; median [min\u2013max] of the differences):", "",
+            "| tidings (d) | p50 - fsync p50 | p99 - fsync p99 | target (issue 21) |", "|---|---|---|---|",
+            *rows, ""]
+
+
 def load(files: list[str]) -> list[dict[str, Any]]:
     rows = []
     for name in files:
@@ -113,7 +136,7 @@ def render(rows: list[dict[str, Any]]) -> str:
             continue
         by[(r["broker"], r["test"])].append(r)
     brokers = [b for b in BROKER_ORDER if any(k[0] == b for k in by)]
-    brokers += sorted({k[0] for k in by} - set(brokers))
+    brokers += sorted({k[0] for k in by} - set(brokers) - {DISK})
 
     def vals(broker: str, test: str, key: str = "value") -> list[float]:
         return [r[key] for r in by.get((broker, test), []) if r.get(key) is not None]
@@ -159,7 +182,12 @@ def render(rows: list[dict[str, Any]]) -> str:
                    f"{cell(vals(b, 'd-durable', 'p99_us'), fmt_us)} | "
                    f"{cell(vals(b, 'd-durable', 'ack_p50_us'), fmt_us)} | "
                    f"{cell(vals(b, 'd-durable', 'ack_p99_us'), fmt_us)} |")
+    if by.get((DISK, "fsync")):
+        p50, p99 = cell(vals(DISK, "fsync", "p50_us"), fmt_us), cell(vals(DISK, "fsync", "p99_us"), fmt_us)
+        out.append(f"| disk: write + fsync of one small record (the floor under tidings) | {p50} | {p99} | "
+                   f"{p50} | {p99} | {p50} | {p99} |")
     out.append("")
+    out.extend(above_floor(vals))
 
     if "tidings" in brokers:
         out.append("### tidings / peer (ratio of medians)")

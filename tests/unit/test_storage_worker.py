@@ -12,8 +12,11 @@ def test_group_commit_reports_the_highest_token(tmp_path):
     synced: list[int] = []
     done = threading.Event()
 
+    states = []
+
     def on_synced(token, state):
         synced.append(token)
+        states.append(state)
         if token == 3:
             done.set()
 
@@ -25,6 +28,8 @@ def test_group_commit_reports_the_highest_token(tmp_path):
     assert done.wait(10)
     worker.stop()
     assert synced == [3] and worker.syncs == 1
+    assert states == [log_state(log)]  # taken before the fsync, the state after it
+    assert states[0].record_count == 3 and states[0].last_tick == 3
     assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]
     log.close()
 

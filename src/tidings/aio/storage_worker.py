@@ -6,6 +6,13 @@ in order. When it takes a Sync it first writes every Append already queued behin
 single fsync for all of them and reports the highest synced token: under load one fsync covers many
 publish batches, and an idle broker still syncs each batch at once (no added latency). Reads run
 on a separate small pool so a catching-up subscriber never waits behind an fsync.
+
+The state reported with a sync is taken before the fsync (which changes none of it), so the loop
+hears of the sync as soon as the fsync returns: at 1,000 events/s log_state took 6 us p50 and
+51 us p90 between the fsync and the report. Each call still hands its work over at once: holding a
+turn's work for one wake at its end was measured slower (bench/handoff_micro.py and
+docs/benchmarks.md: the writer woken early is through its wake-up by the time the loop lets go of
+the GIL).
 """
 
 from __future__ import annotations
@@ -159,9 +166,10 @@ class StorageWorker:
                 token = more[1]
             else:
                 later.append(more)
+        state = log_state(self.log)  # as after the fsync, which changes none of it: off the path
         self.log.sync()
         self.syncs += 1
-        self._on_synced(token, log_state(self.log))
+        self._on_synced(token, state)
         for kind, arg in later:
             self._housekeeping(kind, arg)
         return stop

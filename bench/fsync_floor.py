@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""The disk's own fsync latency: the floor under tidings' latency in test (d).
+
+tidings delivers and acknowledges an event only after the log writer has written it and fsynced
+the log (docs/benchmarks.md, "What durable means"), so at 1,000 events/s, where every PUBLISH is
+its own group commit, no (d) figure can be below what the file system takes for one small append
+and its fsync. This measures exactly that pattern, in a directory on the same file system as the
+broker's data: append one record of `record_bytes` to a file opened for appending, then fsync it
+(os.fsync, as storage/log.py does), `samples` times, paced at `rate_per_s` as (d) paces its events
+(an fsync right after another can be faster or slower than one after an idle millisecond).
+
+  python bench/fsync_floor.py [--dir DIR] [--samples 3000] [--rate 1000] [--record-bytes 140]
+
+bench/run.py calls `measure` once per round before the brokers, in $TIDINGS_BENCH_DIR/runs, and
+records the line with test "fsync" (broker "disk"); summarize.py shows tidings' (d) above it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from typing import Any
+
+# One event of (d): 100 bytes of payload, its channel and the record's header and CRC.
+RECORD_BYTES = 140
+SAMPLES = 3000
+RATE_PER_S = 1000.0
+FILE_BYTES_MAX = 64 << 20  # start a new file past this (the log rolls its segments too)
+
+
+def percentile_us(sorted_us: list[float], p: float) -> float | None:
+    """The p-th percentile of sorted microseconds, as bench/loads.py takes them (nearest rank below)."""
+    if not sorted_us:
+        return None
+    return round(sorted_us[min(len(sorted_us) - 1, int(p / 100 * len(sorted_us)))], 1)
+
+
+def summary(samples_us: list[float]) -> dict[str, Any]:
+    """p50/p90/p99/p99.9/max of the samples (unsorted), in microseconds."""
+    s = sorted(samples_us)
+    return {"samples": len(s), "p50_us": percentile_us(s, 50), "p90_us": percentile_us(s, 90),
+            "p99_us": percentile_us(s, 99), "p999_us": percentile_us(s, 99.9),
+            "max_us": round(s[-1], 1) if s else None}
+
+
+def measure(directory: str, samples: int = SAMPLES, rate_per_s: float = RATE_PER_S,
+            record_bytes: int = RECORD_BYTES) -> dict[str, Any]:
+    """Append + fsync `samples` times in a fresh file under `directory` (removed after); the
+    latency of each pair (write and fsync together: what the log writer does per group commit)."""
+    interval_ns = int(1e9 / rate_per_s) if rate_per_s > 0 else 0
+    record = os.urandom(record_bytes)
+    write_us: list[float] = []
+    total_us: list[float] = []
+    os.makedirs(directory, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix="fsync-floor-", suffix=".log", dir=directory)
+    try:
+        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        written = 0
+        t_next = time.perf_counter_ns()
+        for _ in range(samples):
+            if interval_ns:
+                pause_ns = t_next - time.perf_counter_ns()
+                if pause_ns > 0:
+                    time.sleep(pause_ns / 1e9)  # pacing the load, as (d) paces its events
+                t_next += interval_ns
+            t0 = time.perf_counter_ns()
+            os.write(fd, record)
+            t1 = time.perf_counter_ns()
+            os.fsync(fd)
+            t2 = time.perf_counter_ns()
+            write_us.append((t1 - t0) / 1000)
+            total_us.append((t2 - t0) / 1000)
+            written += record_bytes
+            if written >= FILE_BYTES_MAX:
+                os.ftruncate(fd, 0)
+                os.fsync(fd)
+                written = 0
+        os.close(fd)
+    finally:
+        os.unlink(path)
+    out = summary(total_us)
+    out.update({"write_p50_us": summary(write_us)["p50_us"], "record_bytes": record_bytes,
+                "rate_per_s": rate_per_s, "dir": directory, "call": "write+fsync"})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", default=os.environ.get("TIDINGS_BENCH_DIR", "/tmp/tidings-bench"))
+    ap.add_argument("--samples", type=int, default=SAMPLES)
+    ap.add_argument("--rate", type=float, default=RATE_PER_S, help="appends per second (0: back to back)")
+    ap.add_argument("--record-bytes", type=int, default=RECORD_BYTES)
+    args = ap.parse_args()
+    print(json.dumps(measure(args.dir, args.samples, args.rate, args.record_bytes)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

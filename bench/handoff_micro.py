@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The log writer's hand-off alone: event loop -> writer thread -> event loop, without the disk.
+
+  python bench/handoff_micro.py [--rounds 5] [--turns 1000] [--rate 1000] [--work-us 30] [--cpu 0]
+                                [--switch-intervals-s 0.0005,0.005,0.0001]
+
+One process, pinned to one CPU as the bench pins the broker. At `rate` turns a second the event
+loop does what a PUBLISH's turn does to the writer (aio/storage_worker.py): an Append and a Sync,
+then `work_us` of other Python work (the rest of the turn: the driver's other effects, settled,
+the timer), and measures the time until the loop runs the writer's sync report (WriteSynced's
+callback). The log is a stand-in whose fsync returns at once, so what is measured is the hand-off
+itself: the wake-ups, the GIL passing between the two threads, the queue, and nothing of the disk
+or the core. Each GIL switch interval given (the broker sets 0.5 ms, CPython's default is 5 ms) is
+run in turn, round by round. Prints one JSON line per interval: medians over the rounds of the
+round trip's p50/p90/p99 in microseconds, the process's CPU time per turn (steadier than the wall
+clock on a shared machine) and its context switches per turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import sys
+import time
+from typing import Any
+
+sys.dont_write_bytecode = True
+SWITCH_INTERVALS_S = "0.0005,0.005,0.0001"  # the broker's (aio/server.py), CPython's default, shorter
+
+
+class InstantLog:
+    """What StorageWorker and log_state use of an EventLog, with no disk: the fsync returns at once."""
+
+    def __init__(self) -> None:
+        self.last_tick = self.first_tick = self.released_through = 0
+        self.size_bytes = self.record_count = 0
+
+    def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
+        self.last_tick = records[-1][0]
+        self.record_count += len(records)
+        self.size_bytes += sum(len(b) for _, b in records)
+
+    def sync(self) -> None:
+        pass
+
+    def tick_marks(self, runs: int) -> tuple[int, ...]:
+        return ()
+
+
+def spin_us(us: float) -> None:
+    end = time.perf_counter_ns() + int(us * 1000)
+    while time.perf_counter_ns() < end:
+        pass
+
+
+async def one_round(turns: int, rate: float, work_us: float) -> dict[str, Any]:
+    from tidings.aio.storage_worker import StorageWorker
+
+    loop = asyncio.get_running_loop()
+    took: list[float] = []
+    started: dict[int, int] = {}
+    done = loop.create_future()
+
+    def synced(token: int, _state: object) -> None:
+        now = time.perf_counter_ns()
+        for t in [t for t in started if t <= token]:
+            took.append((now - started.pop(t)) / 1000)
+        if len(took) >= turns and not done.done():
+            done.set_result(None)
+
+    worker = StorageWorker(InstantLog(), lambda token, st: loop.call_soon_threadsafe(synced, token, st),  # type: ignore[arg-type]
+                           lambda st: None, lambda exc: None)
+    worker.start()
+    usage0 = resource.getrusage(resource.RUSAGE_SELF)
+    payload = b"x" * 140
+    interval_s = 1 / rate
+
+    def turn(token: int) -> None:
+        started[token] = time.perf_counter_ns()
+        worker.append([(token, payload)])
+        worker.sync(token)
+        spin_us(work_us)
+        if token < turns:
+            loop.call_later(interval_s, turn, token + 1)
+
+    loop.call_soon(turn, 1)
+    await asyncio.wait_for(done, turns * interval_s * 20 + 10)
+    usage1 = resource.getrusage(resource.RUSAGE_SELF)
+    worker.stop()
+    took.sort()
+    cpu_s = (usage1.ru_utime + usage1.ru_stime) - (usage0.ru_utime + usage0.ru_stime)
+    switches = (usage1.ru_nvcsw + usage1.ru_nivcsw) - (usage0.ru_nvcsw + usage0.ru_nivcsw)
+    return {"p50_us": took[len(took) // 2], "p90_us": took[int(len(took) * 0.9)],
+            "p99_us": took[int(len(took) * 0.99)], "cpu_us_per_turn": 1e6 * cpu_s / turns,
+            "switches_per_turn": switches / turns}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--turns", type=int, default=1000)
+    ap.add_argument("--rate", type=float, default=1000.0)
+    ap.add_argument("--work-us", type=float, default=30.0)
+    ap.add_argument("--cpu", type=int, default=0)
+    ap.add_argument("--switch-intervals-s", default=SWITCH_INTERVALS_S)
+    args = ap.parse_args()
+    os.sched_setaffinity(0, {args.cpu})
+    from tidings.aio.loop import new_event_loop
+
+    intervals = [float(x) for x in args.switch_intervals_s.split(",")]
+    results: dict[float, list[dict[str, Any]]] = {i: [] for i in intervals}
+    for _ in range(args.rounds):
+        for interval in intervals:
+            sys.setswitchinterval(interval)
+            with asyncio.Runner(loop_factory=new_event_loop) as runner:
+                results[interval].append(runner.run(one_round(args.turns, args.rate, args.work_us)))
+    for interval, rounds in results.items():
+        med = {k: round(sorted(r[k] for r in rounds)[len(rounds) // 2], 2) for k in rounds[0]}
+        print(json.dumps({"switch_interval_s": interval, "rounds": len(rounds), "turns": args.turns,
+                          "work_us": args.work_us, **med,
+                          "p50_us_each": [round(r["p50_us"], 1) for r in rounds]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""bench/loads.py's test (d) against a real broker, as bench/run.py drives it, with a short run:
+its line carries the latencies, the stall report of bench/stalls.py (episodes with evidence, none
+required: the machine decides), the broker's CPU and context switches per event. A few seconds;
+the figures themselves are not checked, only that they are there and consistent."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tidings.testing import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+LOADS = Path(__file__).resolve().parents[2] / "bench" / "loads.py"
+EVENTS, WARMUP = 400, 50
+TIMEOUT_S = 60
+
+
+@pytest.mark.parametrize("test", ["d-best", "d-durable"])
+def test_a_latency_run_reports_stalls_cpu_and_switches(tmp_path: Path, test: str) -> None:
+    with BrokerProcess(tmp_path / "b") as broker:
+        proc = subprocess.run(
+            [sys.executable, str(LOADS), "--broker", "tidings", "--proto", "tidings", "--port", str(broker.port),
+             "--test", test, "--server-pid", str(broker.pid), "--latency-count", str(EVENTS),
+             "--warmup", str(WARMUP), "--data-dir", str(tmp_path / "b"), "--stall-us", "2000",
+             "--drain-s", "10", "--idle-s", "5"],
+            capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert line["errors"] == [] and line["received"] == EVENTS and line["measured"] == EVENTS - WARMUP
+    assert 0 < line["p50_us"] <= line["p99_us"] <= line["max_us"]
+    stalls = line["stalls"]
+    assert stalls["threshold_us"] == 2000
+    assert stalls["episodes_count"] >= len(stalls["episodes"])
+    assert sum(stalls["verdicts"].values()) == len(stalls["episodes"])
+    for ep in stalls["episodes"]:
+        assert ep["max_us"] > 2000 and ep["events"] >= 1 and ep["verdict"]
+        assert {"broker_run_ms", "broker_wait_ms", "load_wait_ms", "disk_flush_ms", "send_late_ms"} <= ep.keys()
+    switches = line["server_ctx_switches_per_event"]
+    assert switches["voluntary"] > 0  # every event wakes the broker at least once
+    assert line["server_cpu_us_per_event"] is not None and line["server_cpu_us_per_event"] >= 0

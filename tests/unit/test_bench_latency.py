@@ -1,0 +1,100 @@
+"""Test (d)'s helpers without a broker: the disk's fsync floor (bench/fsync_floor.py), the margin
+above it that bench/run.py notes on each d line and bench/summarize.py tabulates, and the stall
+detector of the load process (bench/stalls.py): its snapshots of this very process, its episodes
+and the verdict its evidence gives."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+import fsync_floor  # noqa: E402
+import run  # noqa: E402
+import stalls  # noqa: E402
+import summarize  # noqa: E402
+
+
+def test_fsync_floor_measures_each_append_and_leaves_nothing(tmp_path: Path) -> None:
+    found = fsync_floor.measure(str(tmp_path), samples=40, rate_per_s=0, record_bytes=64)
+    assert found["samples"] == 40
+    assert 0 < found["p50_us"] <= found["p90_us"] <= found["p99_us"] <= found["max_us"]
+    assert found["write_p50_us"] <= found["p50_us"]
+    assert list(tmp_path.iterdir()) == []  # the probe's file is gone
+
+
+def test_percentiles_are_nearest_rank_below_as_the_loads_take_them() -> None:
+    s = fsync_floor.summary([float(x) for x in range(100, 0, -1)])  # 1..100, unsorted
+    assert (s["p50_us"], s["p90_us"], s["p99_us"], s["max_us"]) == (51.0, 91.0, 100.0, 100.0)
+    assert fsync_floor.summary([])["p50_us"] is None
+
+
+def test_a_d_line_carries_the_round_floor_and_its_margin() -> None:
+    line = {"broker": "tidings", "test": "d-best", "p50_us": 300.0, "p99_us": 900.0}
+    run.over_floor(line, {"p50_us": 130.0, "p99_us": 700.0})
+    assert line["over_fsync_p50_us"] == 170.0 and line["over_fsync_p99_us"] == 200.0
+    assert (line["fsync_p50_us"], line["fsync_p99_us"]) == (130.0, 700.0)
+    untouched = {"test": "d-best", "p50_us": 300.0}
+    run.over_floor(untouched, None)
+    run.over_floor(untouched, {"p50_us": None, "p99_us": None, "errors": ["no disk"]})
+    assert "over_fsync_p50_us" not in untouched
+
+
+def test_summary_shows_the_floor_and_judges_the_margin_against_the_target() -> None:
+    rows = [{"test": "meta", "run_id": "r"}]
+    for rnd, (p50, p99) in enumerate([(60.0, 250.0), (90.0, 400.0), (80.0, 280.0)], start=1):
+        rows.append({"broker": "disk", "test": "fsync", "round": rnd, "run_id": "r", "value": 130.0,
+                     "p50_us": 130.0, "p99_us": 700.0})
+        rows.append({"broker": "tidings", "test": "d-best", "round": rnd, "run_id": "r", "value": 130.0 + p50,
+                     "p50_us": 130.0 + p50, "p99_us": 700.0 + p99, "over_fsync_p50_us": p50, "over_fsync_p99_us": p99})
+    text = summarize.render(rows)
+    assert "| disk: write + fsync of one small record" in text
+    assert ("| best effort | 80 µs [60 µs\u201390 µs] | 280 µs [250 µs\u2013400 µs] "
+            "| p50 within +100 µs; p99 within +300 µs |") in text
+    assert "| disk |" not in text  # the floor is no broker of the other tables
+    rows[-1]["over_fsync_p50_us"] = 150.0
+    rows[-3]["over_fsync_p50_us"] = 140.0
+    assert "p50 over +100 µs" in summarize.render(rows)
+
+
+def test_classify_names_the_largest_explanation_first() -> None:
+    quiet = {"load_wait_ms": 0.1, "broker_wait_ms": 0.2, "broker_run_ms": 0.5, "steal_ms": 0.0,
+             "disk_write_ms": 0, "disk_flush_ms": 1, "send_late_ms": 0.0}
+    assert stalls.classify(10.0, quiet).startswith("neither process ran nor waited")
+    both = {**quiet, "broker_wait_ms": 9.0, "load_wait_ms": 6.0}
+    assert stalls.classify(10.0, both) == ("broker waited for a CPU (9.0 ms); "
+                                           "load process waited for a CPU (6.0 ms)")
+    assert stalls.classify(10.0, {**quiet, "disk_flush_ms": 40}) == "disk slow (writes/flushes) (40.0 ms)"
+    assert stalls.classify(10.0, {**quiet, "steal_ms": 12.0}).startswith("CPU stolen by the hypervisor")
+    assert stalls.classify(10.0, {**quiet, "load_wait_ms": 4.9}).startswith("neither")  # under half: no
+
+
+def test_the_watch_merges_slow_reads_into_one_episode_with_its_evidence(tmp_path: Path) -> None:
+    watch = stalls.StallWatch(os.getpid(), str(tmp_path), threshold_us=5000.0)
+    try:
+        t0 = time.perf_counter_ns()
+        watch.read_done(t0, 300.0, 1, 130, 0)
+        watch.sent_late(2_000_000)
+        deadline = time.monotonic() + 5.0
+        spent = time.thread_time_ns()
+        while time.thread_time_ns() - spent < 20_000_000 and time.monotonic() < deadline:
+            pass  # 20 ms of CPU in this process: the "broker" (this pid) is busy meanwhile
+        watch.read_done(time.perf_counter_ns(), 21_000.0, 3, 390, 25_000_000)
+        watch.read_done(time.perf_counter_ns(), 6_000.0, 1, 130, 26_000_000)
+        watch.read_done(time.perf_counter_ns(), 400.0, 1, 130, 27_000_000)
+        watch.read_done(time.perf_counter_ns(), 7_000.0, 1, 130, 40_000_000)
+        found = watch.finish()
+    finally:
+        watch.close()
+    assert found["samples_over"] == 5 and found["episodes_count"] == 2
+    first, second = found["episodes"]
+    assert (first["events"], first["reads"], first["bytes"], first["max_us"]) == (4, 2, 520, 21_000.0)
+    assert first["t_ms"] == 25_000_000 / 1e6 - 21.0
+    assert first["broker_run_ms"] >= 15.0 and first["load_run_ms"] >= 15.0  # both are this process
+    assert first["send_late_ms"] == 2.0
+    assert "broker busy" in first["verdict"]
+    assert second["events"] == 1 and second["send_late_ms"] == 0.0
+    assert found["verdicts"].get("broker busy", 0) >= 1
