@@ -143,6 +143,14 @@ FIGURES: tuple[Figure, ...] = (
            "EventSource", under=SOURCE),
     Figure("records_read", "nack_records_read", COUNTER,
            "records this broker's pubend read back from its log to answer nacks", "EventSource", under=SOURCE),
+    Figure("flow_holds", "flow_holds", COUNTER, "times a tree's flow window filled and this broker's pubend held "
+           "first-time knowledge back for its root's ACKs", "FlowWindows", under=SOURCE),
+    Figure("flow_stalls", "flow_stalls", COUNTER, "flow windows whose root's ACKs stopped for flow_stall_ns while "
+           "they held (everything then went unpaced)", "FlowWindows", under=SOURCE),
+    Figure("flow_overflows", "flow_overflows", COUNTER, "first-time knowledge messages sent beyond the flow window "
+           "because flow_hold_bytes_max was reached", "FlowWindows", under=SOURCE),
+    Figure("flow_held_bytes", "flow_held_bytes", GAUGE, "record bytes this broker's pubend holds back for its trees' "
+           "flow windows", "FlowWindows", under=SOURCE),
 )
 
 

@@ -1,0 +1,172 @@
+"""Flow control of the pubend's first-time knowledge (core/reliability/flow_window.py): a window of
+record bytes beyond the root's ACK, held messages released in order by ACKs, a stalled root's
+window opened by its deadline, the hold bounded; and the source sending no silence past a hold."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidings.core.deadlines import Alarm
+from tidings.core.reliability.flow_window import HELD, OPEN, STALLED, FlowLimits, FlowWindows, record_bytes
+from tidings.core.reliability.messages import KnowledgeMessage
+from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig
+from tidings.core.states import ForbiddenTransition
+
+LIMITS = FlowLimits(window_bytes=100, hold_bytes_max=1000, stall_ns=50)
+
+
+def message(after: int, through: int, size: int, tree: str = "t") -> PublishOnTree:
+    records = (b"x" * size,) if size else ()
+    ticks = (through,) if size else ()
+    return PublishOnTree(tree, "me:1", KnowledgeMessage(tree, "p", after, through, ticks, records, False))
+
+
+def ranges(messages: list[PublishOnTree]) -> list[tuple[int, int]]:
+    return [(m.message.after, m.message.through) for m in messages]
+
+
+def test_messages_beyond_the_window_wait_for_the_roots_ack_in_order():
+    flow = FlowWindows(LIMITS)
+    first = [message(0, 1, 60), message(1, 2, 60), message(2, 3, 10), message(3, 4, 10)]
+    out = flow.offer(0, "t", first)
+    assert ranges(out) == [(0, 1), (1, 2)]  # 120 bytes: the window (100) plus one message
+    assert flow.holding("t") and flow.window("t").state == HELD and flow.holds == 1
+    assert ranges(flow.offer(1, "t", [message(4, 5, 10)])) == []  # behind the held ones, though small
+    assert ranges(flow.acked(2, "t", 1)) == [(2, 3), (3, 4), (4, 5)]  # 60 + 30 in flight after the ack
+    assert flow.window("t").state == OPEN and not flow.holding("t") and flow.next_deadline() is None
+    assert flow.acked(3, "t", 1) == []  # no news
+
+
+def test_a_window_whose_root_stops_acknowledging_sends_everything_after_its_deadline_and_paces_again_on_an_ack():
+    flow = FlowWindows(LIMITS)
+    flow.offer(0, "t", [message(0, 1, 200)])
+    assert ranges(flow.offer(10, "t", [message(1, 2, 10), message(2, 3, 10)])) == []
+    assert flow.next_deadline() == 60  # held at 10: the root's ACKs may stop for stall_ns
+    assert flow.acked(30, "t", 0) == [] and flow.next_deadline() == 80  # it moved, but made no room
+    assert flow.acked(40, "t", 0) == [] and flow.next_deadline() == 80  # no news: not rearmed
+    assert flow.handle_timeout(79) == []
+    assert ranges(flow.handle_timeout(80)) == [(1, 2), (2, 3)]
+    assert flow.window("t").state == STALLED and flow.stalls == 1
+    assert ranges(flow.offer(61, "t", [message(3, 4, 500)])) == [(3, 4)]  # stalled: unpaced
+    assert flow.acked(70, "t", 2) == [] and flow.window("t").state == OPEN  # it hears again
+    assert ranges(flow.offer(71, "t", [message(4, 5, 1)])) == []  # 500 still in flight: paced
+    assert ranges(flow.acked(72, "t", 4)) == [(4, 5)]
+
+
+def test_an_ack_that_moves_rearms_the_stall_deadline():
+    flow = FlowWindows(LIMITS)
+    flow.offer(0, "t", [message(0, 1, 100), message(1, 2, 100), message(2, 3, 100)])
+    assert flow.next_deadline() == 50
+    assert ranges(flow.acked(40, "t", 1)) == [(1, 2)]
+    assert flow.next_deadline() == 90 and flow.handle_timeout(50) == []
+
+
+def test_the_hold_is_bounded_the_oldest_go_beyond_the_window():
+    flow = FlowWindows(replace(LIMITS, hold_bytes_max=250))
+    flow.offer(0, "t", [message(0, 1, 100)])
+    out = flow.offer(1, "t", [message(1, 2, 100), message(2, 3, 100), message(3, 4, 100)])
+    assert ranges(out) == [(1, 2)] and flow.overflows == 1 and flow.held_bytes == 200
+
+
+def test_trees_are_paced_apart_and_a_dropped_tree_forgets_its_hold_and_timer():
+    flow = FlowWindows(LIMITS)
+    flow.offer(0, "a", [message(0, 1, 200, "a"), message(1, 2, 5, "a")])
+    assert ranges(flow.offer(0, "b", [message(0, 1, 5, "b")])) == [(0, 1)]
+    flow.drop("a")
+    assert flow.next_deadline() is None and flow.window("a") is None and flow.acked(1, "a", 9) == []
+
+
+def test_without_a_window_everything_goes_at_once():
+    flow = FlowWindows(replace(LIMITS, window_bytes=0))
+    msgs = [message(i, i + 1, 1000) for i in range(5)]
+    assert flow.offer(0, "t", msgs) == msgs and flow.window("t") is None
+
+
+def test_the_states_move_only_as_the_table_says():
+    flow = FlowWindows(LIMITS)
+    flow.offer(0, "t", [message(0, 1, 1)])
+    with pytest.raises(ForbiddenTransition):
+        flow.window("t").move(STALLED)  # OPEN -> STALLED: only a HELD window stalls
+
+
+def test_the_stall_timer_tells_the_brokers_alarm():
+    alarm = Alarm()
+    flow = FlowWindows(LIMITS, alarm)
+    alarm.watch(flow)
+    flow.offer(0, "t", [message(0, 1, 200), message(1, 2, 1)])
+    assert alarm.next_deadline() == 50
+
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("offer"), st.lists(st.integers(0, 90), min_size=1, max_size=4)),
+    st.tuples(st.just("ack"), st.integers(0, 40)),
+    st.tuples(st.just("wait"), st.integers(1, 80)),
+), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPS, st.integers(1, 150), st.integers(60, 400))
+def test_every_message_goes_once_in_order_within_the_window_and_the_hold(ops, window_bytes, hold_bytes_max):
+    """Against a plain reference: the messages come out in the order offered, each once; what is
+    in flight beyond the last ACK is at most the window plus one message unless the window stalled
+    or overflowed; the hold stays within its bound; a final stall sends everything held."""
+    limits = FlowLimits(window_bytes=window_bytes, hold_bytes_max=hold_bytes_max, stall_ns=100)
+    flow = FlowWindows(limits)
+    offered: list[PublishOnTree] = []
+    went: list[PublishOnTree] = []
+    now, tick, acked = 0, 0, 0
+    for op, arg in ops:
+        if op == "offer":
+            batch = []
+            for size in arg:
+                batch.append(message(tick, tick + 1, size))
+                tick += 1
+            offered += batch
+            went += flow.offer(now, "t", batch)
+        elif op == "ack":
+            acked = min(tick, acked + arg)  # the root acknowledges what it got, never more
+            acked = min(acked, went[-1].message.through if went else 0)
+            went += flow.acked(now, "t", acked)
+        else:
+            now += arg
+            went += flow.handle_timeout(now)
+        assert went == offered[:len(went)]  # in order, each once
+        window = flow.window("t")
+        if window is not None:
+            assert window.held_bytes == sum(map(record_bytes, window.held)) <= hold_bytes_max
+            assert (window.state == HELD) == bool(window.held) == flow.holding("t")
+            assert (flow.next_deadline() is not None) == (window.state == HELD)
+            beyond = sum(record_bytes(m) for m in went if m.message.through > acked)
+            if not flow.stalls and not flow.overflows:
+                assert beyond <= window_bytes + 90
+    went += flow.handle_timeout(now + 10**6)  # the root never answers again: everything goes
+    assert went == offered
+
+
+def record(tick: int, channel: str) -> bytes:
+    return msgpack.packb(["p", tick, channel, {}, "s", "i", b"x" * 100])
+
+
+def test_the_source_holds_first_time_knowledge_past_the_window_and_sends_no_silence_past_it():
+    config = SourceConfig(silence_interval_ns=10, stream_idle_ns=1000, recovery_ns=10**9, read_bytes_max=1 << 20,
+                          reads_max=4, trees_max=100, knowledge_bytes_max=150,
+                          flow=FlowLimits(window_bytes=200, hold_bytes_max=10**6, stall_ns=500))
+    src = Source("p", "me:1", config, lambda channel: [channel])
+    out = src.published(0, [(t, "a", {}, record(t, "a")) for t in range(1, 6)], 6)
+    assert [(e.message.after, e.message.through) for e in out] == [(0, 1), (1, 2)]  # one record a message
+    assert src.silence(1, 9) == []  # silence now would claim the held ticks 3..5 were F
+    assert src.activated(2, "a", 9) == []
+    back = src.acked(3, "a", 2, "root:1", 2, 2)
+    assert [(e.message.after, e.message.through, e.root) for e in back] == [(2, 3, "root:1"), (3, 4, "root:1")]
+    back = src.acked(4, "a", 4, "root:1", 4, 4)
+    assert [(e.message.after, e.message.through) for e in back] == [(4, 6)]  # the last ends at the sync
+    assert [(e.message.after, e.message.through) for e in src.silence(5, 9)] == [(6, 9)]
+    assert src.status()["flow_holds"] == 1 and src.status()["flow_held_bytes"] == 0
+    src.published(10, [(t, "a", {}, record(t, "a")) for t in range(10, 14)], 14)
+    assert [(e.message.after, e.message.through) for e in src.flow_timeout(600)] == [(10, 11), (11, 12), (12, 14)]
+    assert src.status()["flow_stalls"] == 1
