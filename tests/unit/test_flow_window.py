@@ -170,3 +170,13 @@ def test_the_source_holds_first_time_knowledge_past_the_window_and_sends_no_sile
     src.published(10, [(t, "a", {}, record(t, "a")) for t in range(10, 14)], 14)
     assert [(e.message.after, e.message.through) for e in src.flow_timeout(600)] == [(10, 11), (11, 12), (12, 14)]
     assert src.status()["flow_stalls"] == 1
+
+
+def test_the_cache_counts_records_it_lets_go_while_still_wanted_not_those_nobody_needs():
+    from tidings.core.reliability.record_cache import RecordCache
+    cache = RecordCache(bytes_max=20)
+    cache.add((1, 2, 3), (b"x" * 10, b"y" * 10, b"z" * 10), wanted=0)
+    cache.bound(wanted=0)  # 30 bytes over 20: tick 1 goes though a consumer wants it
+    assert cache.evicted == 1 and 1 not in cache
+    cache.bound(wanted=2)  # tick 2 nobody needs any more: not counted
+    assert cache.evicted == 1 and list(cache.records) == [3]

@@ -300,6 +300,11 @@ class Istream:
             self._cache.bound(self._lowest_wanted())
 
     @property
+    def cache_evicted(self) -> int:
+        """Records the cache let go past its bound while a consumer still wanted them."""
+        return self._cache.evicted
+
+    @property
     def cache_bytes(self) -> int:
         return self._cache.size_bytes
 

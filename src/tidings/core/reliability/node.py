@@ -390,7 +390,8 @@ class ReliabilityNode:
                 "records_unwanted": streams.records_unwanted,
                 "nacks_sent": curiosity.nacks_sent,
                 "nack_ticks_sent": curiosity.nack_ticks_sent,
-                "retransmissions_sent": streams.retransmissions_sent, "source": self.source.status(),
+                "retransmissions_sent": streams.retransmissions_sent,
+                "cache_records_evicted": streams.cache_records_evicted, "source": self.source.status(),
                 "istreams": streams.status()}
 
 

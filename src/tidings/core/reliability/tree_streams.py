@@ -77,6 +77,7 @@ class TreeStreams:
         self.total_order = TotalOrderMerge(config.clock_skew_allowance_us)
         self.records_unwanted = 0  # first-time data that reached this broker though nothing here or below wanted it
         self.retransmissions_sent = 0
+        self._evicted_gone = 0  # cache evictions of the streams since dropped (`cache_records_evicted`)
         self.clock = WallClock()  # the broker's, at the latest input that had one (merge point, epochs; core/clock.py)
 
     @property
@@ -353,6 +354,7 @@ class TreeStreams:
         out: list[StreamEffect] = []
         if not t.locals and not t.recorded and not self._children(tree):
             self.streams -= len(t.istreams)
+            self._evicted_gone += sum(ist.cache_evicted for ist in t.istreams.values())
             for pubend, ist in t.istreams.items():
                 self.curiosity.unwatch(tree, pubend)
                 if ist.origin:  # when the tree has members again (TREE_ACTIVE), its pubends announce
@@ -438,6 +440,12 @@ class TreeStreams:
     def drop_if_unused(self, tree: str, t: Tree) -> list[StreamEffect]:
         """`tree` is dropped here when nothing needs it any more (`_drop_if_unused`)."""
         return self._drop_if_unused(tree, t)
+
+    @property
+    def cache_records_evicted(self) -> int:
+        """Records the streams' caches let go past `stream_cache_bytes_max` while a consumer still
+        wanted them (a blocked child or subscription: those it then needs are nacked)."""
+        return self._evicted_gone + sum(ist.cache_evicted for t in self.trees.values() for ist in t.istreams.values())
 
     def status(self) -> list[dict[str, object]]:
         return [ist.status() | {"tree": tree} for tree, t in self.trees.items() for ist in t.istreams.values()][:64]
