@@ -12,7 +12,7 @@ import pytest
 from tidings.core.units import MILLISECOND_NS
 from tidings.sim.delivery_scenario import CONFIG, DeliveryRun, sweep_scenario
 
-# a few records in flight per tree, a small hold (overflows too), and stalls within a run
+# a few records in flight per tree, a small hold (spilled and read back from the log), and stalls within a run
 SMALL = replace(CONFIG, flow_window_bytes=256, flow_hold_bytes_max=4096, flow_stall_ns=300 * MILLISECOND_NS)
 
 
@@ -24,3 +24,4 @@ def test_a_small_flow_window_loses_nothing_under_the_sweeps_faults(seed: int) ->
     assert result.delivered > 0
     flows = [node.core.status()["delivery"]["source"] for node in run.nodes if node.core is not None]
     assert sum(f["flow_holds"] for f in flows) > 0  # the windows were used, not bypassed
+    assert sum(f["flow_read_backs"] for f in flows) > 0  # and spilled ranges were read back

@@ -12,7 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidings.core.deadlines import Alarm
-from tidings.core.reliability.flow_window import HELD, OPEN, STALLED, FlowLimits, FlowWindows, record_bytes
+from tidings.core.reliability.flow_window import (
+    HELD,
+    OPEN,
+    STALLED,
+    FlowLimits,
+    FlowWindows,
+    ReadBack,
+    record_bytes,
+)
 from tidings.core.reliability.messages import KnowledgeMessage
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig
 from tidings.core.states import ForbiddenTransition
@@ -66,11 +74,28 @@ def test_an_ack_that_moves_rearms_the_stall_deadline():
     assert flow.next_deadline() == 90 and flow.handle_timeout(50) == []
 
 
-def test_the_hold_is_bounded_the_oldest_go_beyond_the_window():
-    flow = FlowWindows(replace(LIMITS, hold_bytes_max=250))
+def test_past_the_hold_the_newest_are_spilled_and_read_back_from_the_log_in_order():
+    flow = FlowWindows(replace(LIMITS, hold_bytes_max=150))
     flow.offer(0, "t", [message(0, 1, 100)])
-    out = flow.offer(1, "t", [message(1, 2, 100), message(2, 3, 100), message(3, 4, 100)])
-    assert ranges(out) == [(1, 2)] and flow.overflows == 1 and flow.held_bytes == 200
+    assert flow.offer(1, "t", [message(1, 2, 100), message(2, 3, 100), message(3, 4, 100)]) == []
+    window = flow.window("t")
+    assert ranges(list(window.held)) == [(1, 2)] and window.spill == (2, 4) and flow.spills == 2
+    assert flow.offer(2, "t", [message(4, 5, 1)]) == [] and window.spill == (2, 5)  # behind the spill
+    assert ranges(flow.acked(3, "t", 1)) == [(1, 2)]  # the held one first; the window is full again
+    assert flow.acked(4, "t", 2) == [ReadBack("t", 2, 5)]  # then the spill, read back
+    assert flow.offer(5, "t", [message(5, 6, 1)]) == []  # nothing overtakes the read-back
+    flow.sent_back("t", [message(2, 3, 100), message(3, 5, 101)])  # the source sent what it read
+    assert flow.read_done(6, "t") == [] and window.in_flight_bytes == 201  # no room yet
+    assert ranges(flow.acked(7, "t", 5)) == [(5, 6)] and window.state == OPEN and flow.read_backs == 1
+
+
+def test_a_failed_read_back_is_owed_again_and_a_stall_reads_it_at_once():
+    flow = FlowWindows(replace(LIMITS, hold_bytes_max=50))
+    flow.offer(0, "t", [message(0, 1, 100), message(1, 2, 100)])
+    assert flow.acked(1, "t", 1) == [ReadBack("t", 1, 2)]
+    flow.read_failed(2, "t")
+    assert flow.window("t").spill == (1, 2) and flow.next_deadline() == 52
+    assert flow.handle_timeout(52) == [ReadBack("t", 1, 2)] and flow.window("t").state == STALLED
 
 
 def test_trees_are_paced_apart_and_a_dropped_tree_forgets_its_hold_and_timer():
@@ -106,20 +131,40 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("offer"), st.lists(st.integers(0, 90), min_size=1, max_size=4)),
     st.tuples(st.just("ack"), st.integers(0, 40)),
     st.tuples(st.just("wait"), st.integers(1, 80)),
+    st.tuples(st.just("read"), st.booleans()),
 ), max_size=40)
 
 
 @settings(max_examples=300, deadline=None)
 @given(OPS, st.integers(1, 150), st.integers(60, 400))
 def test_every_message_goes_once_in_order_within_the_window_and_the_hold(ops, window_bytes, hold_bytes_max):
-    """Against a plain reference: the messages come out in the order offered, each once; what is
-    in flight beyond the last ACK is at most the window plus one message unless the window stalled
-    or overflowed; the hold stays within its bound; a final stall sends everything held."""
+    """Against a plain reference: what goes (messages, and spilled ranges read back as the very
+    messages they held) is what was offered, in order, each once; what is in flight beyond the
+    last ACK is at most the window plus one message unless the window stalled; the hold stays
+    within its bound; a final stall and the reads it asks for send everything."""
     limits = FlowLimits(window_bytes=window_bytes, hold_bytes_max=hold_bytes_max, stall_ns=100)
     flow = FlowWindows(limits)
     offered: list[PublishOnTree] = []
     went: list[PublishOnTree] = []
+    reads: list[ReadBack] = []
     now, tick, acked = 0, 0, 0
+
+    def take(items: list) -> None:
+        for item in items:
+            if isinstance(item, ReadBack):
+                reads.append(item)
+            else:
+                went.append(item)
+
+    def read(ok: bool) -> None:  # the log answers the read-back with the messages of its range
+        back = reads.pop(0)
+        if not ok:
+            flow.read_failed(now, back.tree)
+            return
+        answer = [m for m in offered if back.after <= m.message.after and m.message.through <= back.through]
+        went.extend(flow.sent_back("t", answer))
+        take(flow.read_done(now, "t"))
+
     for op, arg in ops:
         if op == "offer":
             batch = []
@@ -127,24 +172,30 @@ def test_every_message_goes_once_in_order_within_the_window_and_the_hold(ops, wi
                 batch.append(message(tick, tick + 1, size))
                 tick += 1
             offered += batch
-            went += flow.offer(now, "t", batch)
+            take(flow.offer(now, "t", batch))
         elif op == "ack":
-            acked = min(tick, acked + arg)  # the root acknowledges what it got, never more
-            acked = min(acked, went[-1].message.through if went else 0)
-            went += flow.acked(now, "t", acked)
-        else:
+            acked = min(acked + arg, went[-1].message.through if went else 0)  # never past what it got
+            take(flow.acked(now, "t", acked))
+        elif op == "wait":
             now += arg
-            went += flow.handle_timeout(now)
+            take(flow.handle_timeout(now))
+        elif reads:
+            read(arg)
         assert went == offered[:len(went)]  # in order, each once
+        assert len(reads) <= 1  # one read-back out at a time
         window = flow.window("t")
         if window is not None:
             assert window.held_bytes == sum(map(record_bytes, window.held)) <= hold_bytes_max
-            assert (window.state == HELD) == bool(window.held) == flow.holding("t")
+            assert (window.state == HELD) == (window.pending and window.state != STALLED) == flow.holding("t")
             assert (flow.next_deadline() is not None) == (window.state == HELD)
-            beyond = sum(record_bytes(m) for m in went if m.message.through > acked)
-            if not flow.stalls and not flow.overflows:
-                assert beyond <= window_bytes + 90
-    went += flow.handle_timeout(now + 10**6)  # the root never answers again: everything goes
+            if not flow.stalls:
+                beyond = sum(record_bytes(m) for m in went if m.message.through > acked)
+                assert beyond <= window_bytes + 90 + (90 * 4 if flow.read_backs else 0)
+    for _ in range(100):  # the root never answers again: the stalls and reads send everything
+        now += 1000
+        take(flow.handle_timeout(now))
+        while reads:
+            read(True)
     assert went == offered
 
 

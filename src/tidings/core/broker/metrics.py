@@ -150,8 +150,10 @@ FIGURES: tuple[Figure, ...] = (
            "first-time knowledge back for its root's ACKs", "FlowWindows", under=SOURCE),
     Figure("flow_stalls", "flow_stalls", COUNTER, "flow windows whose root's ACKs stopped for flow_stall_ns while "
            "they held (everything then went unpaced)", "FlowWindows", under=SOURCE),
-    Figure("flow_overflows", "flow_overflows", COUNTER, "first-time knowledge messages sent beyond the flow window "
-           "because flow_hold_bytes_max was reached", "FlowWindows", under=SOURCE),
+    Figure("flow_spills", "flow_spills", COUNTER, "first-time knowledge messages not kept in memory past "
+           "flow_hold_bytes_max (read back from the log when the window has room)", "FlowWindows", under=SOURCE),
+    Figure("flow_read_backs", "flow_read_backs", COUNTER, "spilled ranges read back from the log and sent",
+           "FlowWindows", under=SOURCE),
     Figure("flow_held_bytes", "flow_held_bytes", GAUGE, "record bytes this broker's pubend holds back for its trees' "
            "flow windows", "FlowWindows", under=SOURCE),
 )

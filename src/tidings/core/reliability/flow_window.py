@@ -26,18 +26,26 @@ Two limits keep a stuck receiver from costing more than a slow one:
   at once, as without flow control, so a stuck subscriber's broker does not stop the tree's other
   subscribers; whatever is lost below is nacked and answered from the log as before. The first ACK
   that moves brings pacing back.
-- `hold_bytes_max`: past it, the oldest held messages are sent beyond the window (counted in
-  `overflows`): memory stays bounded when the publisher outruns the tree for long.
+- `hold_bytes_max`: past it, the newest held messages are not kept in memory: their range is
+  *spilled* (`spill`, counted in `spills`), and so is every later message of the tree while a spill
+  is owed. The pubend's log has all of it: once the messages held before it have gone and the
+  window has room, the window asks for the spilled range to be read back (`ReadBack`; the source
+  reads the log and sends the tree's records of it as first-time knowledge, counted in flight
+  here), and nothing later goes until that read is done (`read_done`). So a publisher that
+  outruns its tree for long costs bounded memory, and its backlog waits in the log it is in
+  anyway, sent at the pace the tree's ACKs allow, instead of being dropped on the way and nacked.
 
 States (`FlowState`, moves in `TRANSITIONS`): OPEN (nothing held) -> HELD (the window is full and
-a message waits) -> OPEN (ACKs made room for every held message) or -> STALLED (no ACK moved for
-`stall_ns`) -> OPEN (an ACK moved). The stall deadline is one timer per held tree, in the one
-deadline structure (`Deadlines`, under the broker's alarm).
+a message waits, or a range is spilled or being read back) -> OPEN (ACKs made room for everything)
+or -> STALLED (no ACK moved for `stall_ns`) -> OPEN, or -> HELD while a read-back is still out
+(an ACK moved). The stall deadline is one timer per held tree, in the one deadline structure
+(`Deadlines`, under the broker's alarm).
 
 Invariants: `held_bytes` is the sum of the held messages' record bytes and at most
-`hold_bytes_max` after any call; a STALLED or OPEN window holds nothing; a HELD window has a stall
-timer and holds at least one message; `in_flight_bytes` is the sum over `in_flight`, whose ticks
-increase.
+`hold_bytes_max` after any call; in order, the range being read back comes before the held
+messages, which come before the spilled range; an OPEN window holds, spills and reads nothing; a
+STALLED one holds nothing; a HELD window has a stall timer and holds, spills or reads something;
+`in_flight_bytes` is the sum over `in_flight`.
 """
 
 from __future__ import annotations
@@ -63,7 +71,7 @@ OPEN, HELD, STALLED = FlowState
 TRANSITIONS = Transitions[FlowState]("flow window", {
     OPEN: frozenset({HELD}),
     HELD: frozenset({OPEN, STALLED}),
-    STALLED: frozenset({OPEN}),
+    STALLED: frozenset({OPEN, HELD}),  # HELD: an ACK moved while a read-back is still out
 })
 
 
@@ -85,14 +93,28 @@ class FlowStall(NamedTuple):
     tree: str
 
 
+@dataclass(frozen=True, slots=True)
+class ReadBack:
+    """Read `tree`'s first-time knowledge of (after, through] back from the pubend's log and send
+    it (then `FlowWindows.read_done`): the window spilled it, past `hold_bytes_max`."""
+
+    tree: str
+    after: int
+    through: int
+
+
+FlowOutput = PublishOnTree | ReadBack
+
+
 def record_bytes(message: PublishOnTree) -> int:
     return sum(map(len, message.message.records))
 
 
 class FlowWindow:
-    """One tree's window: messages in flight (last tick, record bytes) and messages held."""
+    """One tree's window: messages in flight (last tick, record bytes), messages held, the range
+    spilled to the log and the range being read back."""
 
-    __slots__ = ("acked", "held", "held_bytes", "in_flight", "in_flight_bytes", "state")
+    __slots__ = ("acked", "held", "held_bytes", "in_flight", "in_flight_bytes", "reading", "spill", "state")
 
     def __init__(self) -> None:
         self.state = OPEN
@@ -101,9 +123,16 @@ class FlowWindow:
         self.in_flight_bytes = 0
         self.held: deque[PublishOnTree] = deque()
         self.held_bytes = 0
+        self.spill: tuple[int, int] | None = None  # (after, through] owed from the log, after the held
+        self.reading: tuple[int, int] | None = None  # (after, through] being read back, before the held
 
     def move(self, state: FlowState) -> None:
         self.state = TRANSITIONS.move(self.state, state)
+
+    @property
+    def pending(self) -> bool:
+        """Something waits: held, spilled or being read back."""
+        return bool(self.held) or self.spill is not None or self.reading is not None
 
     def sent(self, message: PublishOnTree) -> PublishOnTree:
         size = record_bytes(message)
@@ -116,8 +145,18 @@ class FlowWindow:
         return self.in_flight_bytes < window_bytes
 
     def hold(self, message: PublishOnTree) -> None:
+        if self.spill is not None:  # behind a spill: owed from the log too
+            self.spill = (self.spill[0], message.message.through)
+            return
         self.held.append(message)
         self.held_bytes += record_bytes(message)
+
+    def spill_newest(self) -> None:
+        """The newest held message is not kept: its range joins the spill (which follows it)."""
+        message = self.held.pop()
+        self.held_bytes -= record_bytes(message)
+        through = message.message.through if self.spill is None else self.spill[1]
+        self.spill = (message.message.after, through)
 
     def unhold(self) -> PublishOnTree:
         message = self.held.popleft()
@@ -145,13 +184,14 @@ class FlowWindows:
         self.holds = 0  # times a window filled and held knowledge back
         self.held_messages = 0  # first-time messages that waited for the root's ACKs
         self.stalls = 0  # windows whose root's ACKs stopped for stall_ns while they held
-        self.overflows = 0  # messages sent beyond the window because the hold was full
+        self.spills = 0  # held messages not kept in memory past hold_bytes_max (read back from the log)
+        self.read_backs = 0  # spilled ranges read back from the log
 
     def window(self, tree: str) -> FlowWindow | None:
         return self._windows.get(tree)
 
     def holding(self, tree: str) -> bool:
-        """Messages of `tree` wait for its root's ACKs: nothing later may go before them."""
+        """Knowledge of `tree` waits for its root's ACKs: nothing later may go before it."""
         window = self._windows.get(tree)
         return window is not None and window.state == HELD
 
@@ -159,17 +199,20 @@ class FlowWindows:
     def held_bytes(self) -> int:
         return sum(w.held_bytes for w in self._windows.values())
 
-    def offer(self, now: int, tree: str, messages: list[PublishOnTree]) -> list[PublishOnTree]:
-        """First-time knowledge of `tree`, in order: what may go now; the rest is held."""
+    def offer(self, now: int, tree: str, messages: list[PublishOnTree]) -> list[FlowOutput]:
+        """First-time knowledge of `tree`, in order: what may go now; the rest is held (or spilled)."""
         limits = self.limits
         if not limits.window_bytes:
-            return messages
+            return list(messages)
         window = self._windows.get(tree)
         if window is None:
             window = self._windows[tree] = FlowWindow()
-        out: list[PublishOnTree] = []
+        out: list[FlowOutput] = []
         for message in messages:
-            if window.state == STALLED or (window.state == OPEN and window.room(limits.window_bytes)):
+            if window.state == OPEN and window.room(limits.window_bytes):
+                out.append(window.sent(message))
+                continue
+            if window.state == STALLED and not window.pending:  # unpaced, but behind a read-back still out
                 out.append(window.sent(message))
                 continue
             if window.state == OPEN:
@@ -179,34 +222,80 @@ class FlowWindows:
             window.hold(message)
             self.held_messages += 1
         while window.held_bytes > limits.hold_bytes_max:
-            out.append(window.unhold())
-            self.overflows += 1
-        if window.state == HELD and not window.held:
-            self._opened(tree, window)
+            window.spill_newest()
+            self.spills += 1
         return out
 
-    def acked(self, now: int, tree: str, through: int) -> list[PublishOnTree]:
-        """The root of `tree` acknowledged through `through`: the held messages there is room for now."""
+    def acked(self, now: int, tree: str, through: int) -> list[FlowOutput]:
+        """The root of `tree` acknowledged through `through`: what there is room for now."""
         window = self._windows.get(tree)
         if window is None or not window.ack(through):
             return []
-        if window.state == STALLED:
-            window.move(OPEN)  # the root hears again: pace from here
+        if window.state == STALLED:  # the root hears again: pace from here
+            if window.pending:  # (a read-back still out)
+                window.move(HELD)
+                self.timers.set(FlowStall(tree), now + self.limits.stall_ns)
+            else:
+                window.move(OPEN)
             return []
         if window.state != HELD:
             return []
-        out: list[PublishOnTree] = []
-        while window.held and window.room(self.limits.window_bytes):
-            out.append(window.unhold())
-        if window.held:
-            self.timers.set(FlowStall(tree), now + self.limits.stall_ns)
-        else:
-            self._opened(tree, window)
+        return self._release(now, tree, window)
+
+    def read_done(self, now: int, tree: str) -> list[FlowOutput]:
+        """The spilled range `tree`'s window asked for (ReadBack) was read and sent."""
+        window = self._windows.get(tree)
+        if window is None or window.reading is None:
+            return []
+        window.reading = None
+        if window.state == STALLED:
+            return self._release(now, tree, window, paced=False)
+        return self._release(now, tree, window)
+
+    def read_failed(self, now: int, tree: str) -> None:
+        """The read-back failed: its range, and what is held after it, is owed from the log again,
+        asked for at the next ACK or stall."""
+        window = self._windows.get(tree)
+        if window is None or window.reading is None:
+            return
+        after, through = window.reading
+        window.reading = None
+        if window.held:  # they come after the range: owed from the log with it, in order
+            through = window.held[-1].message.through
+            window.held.clear()
+            window.held_bytes = 0
+        window.spill = (after, through if window.spill is None else window.spill[1])
+        if window.state == STALLED:
+            window.move(HELD)
+        self.timers.set(FlowStall(tree), now + self.limits.stall_ns)
+
+    def _release(self, now: int, tree: str, window: FlowWindow, paced: bool = True) -> list[FlowOutput]:
+        """What may go now, in order: the held messages, then a read-back of the spill; none while
+        a read-back is out (its answer comes first)."""
+        window_bytes = self.limits.window_bytes
+        out: list[FlowOutput] = []
+        if window.reading is None:
+            while window.held and (not paced or window.room(window_bytes)):
+                out.append(window.unhold())
+            if not window.held and window.spill is not None and (not paced or window.room(window_bytes)):
+                window.reading, window.spill = window.spill, None
+                self.read_backs += 1
+                out.append(ReadBack(tree, *window.reading))
+        if window.state == HELD:
+            if window.pending:
+                self.timers.set(FlowStall(tree), now + self.limits.stall_ns)
+            else:
+                window.move(OPEN)
+                self.timers.cancel(FlowStall(tree))
         return out
 
-    def _opened(self, tree: str, window: FlowWindow) -> None:
-        window.move(OPEN)
-        self.timers.cancel(FlowStall(tree))
+    def sent_back(self, tree: str, messages: list[PublishOnTree]) -> list[PublishOnTree]:
+        """Messages of a read-back: sent now, in flight like any other."""
+        window = self._windows.get(tree)
+        if window is not None:
+            for message in messages:
+                window.sent(message)
+        return messages
 
     def drop(self, tree: str) -> None:
         """The pubend drops or forgets `tree`'s stream: nobody below needs it (its root said it has
@@ -218,24 +307,24 @@ class FlowWindows:
     def next_deadline(self) -> int | None:
         return self.timers.next_deadline()
 
-    def handle_timeout(self, now: int) -> list[PublishOnTree]:
-        """Windows whose root's ACKs stopped for `stall_ns` while holding: everything they hold goes."""
-        out: list[PublishOnTree] = []
+    def handle_timeout(self, now: int) -> list[FlowOutput]:
+        """Windows whose root's ACKs stopped for `stall_ns` while holding: everything they hold
+        goes, and what they spilled is read back at once."""
+        out: list[FlowOutput] = []
         for key in self.timers.pop_due(now):
             window = self._windows.get(key.tree)
             if window is None or window.state != HELD:
                 continue
             window.move(STALLED)
             self.stalls += 1
-            while window.held:
-                out.append(window.unhold())
+            out += self._release(now, key.tree, window, paced=False)
         return out
 
     def status(self) -> dict[str, Any]:
         return {"flow_holds": self.holds, "flow_held_messages": self.held_messages, "flow_stalls": self.stalls,
-                "flow_overflows": self.overflows, "flow_held_bytes": self.held_bytes,
+                "flow_spills": self.spills, "flow_read_backs": self.read_backs, "flow_held_bytes": self.held_bytes,
                 "flow_windows_held": sum(1 for w in self._windows.values() if w.state == HELD)}
 
 
-__all__ = ["DEFAULT_LIMITS", "TRANSITIONS", "FlowLimits",
-            "FlowStall", "FlowState", "FlowWindow", "FlowWindows", "record_bytes"]
+__all__ = ["DEFAULT_LIMITS", "TRANSITIONS", "FlowLimits", "FlowOutput", "FlowStall", "FlowState", "FlowWindow",
+           "FlowWindows", "ReadBack", "record_bytes"]

@@ -56,7 +56,7 @@ from tidings.core import defaults
 from tidings.core.deadlines import Alarm
 from tidings.core.effects import ReadLog
 from tidings.core.inputs import LogState
-from tidings.core.reliability.flow_window import DEFAULT_LIMITS, FlowLimits, FlowWindows
+from tidings.core.reliability.flow_window import DEFAULT_LIMITS, FlowLimits, FlowOutput, FlowWindows, ReadBack
 from tidings.core.reliability.nack_answers import NackAnswers, ReadLimits
 from tidings.core.reliability.source_knowledge import EventTails, KnowledgeWriter, PublishOnTree
 from tidings.core.reliability.source_streams import SourceStreams
@@ -102,6 +102,8 @@ class Source:
                                                config.retransmit_window_bytes, config.retransmit_wait_ns),
                                     self._writer, self._tails, congested)
         self.flow = FlowWindows(config.flow, alarm)  # first-time knowledge per tree, paced by the root's ACKs
+        self._read_backs: dict[int, ReadBack] = {}  # reads of what a window spilled, by reader: what is left
+        self.flow_records_read = 0  # records read back from the log for the windows' spills
 
     # ---- first-time knowledge ------------------------------------------------------------------
 
@@ -127,8 +129,8 @@ class Source:
                 stream = self._streams.new(tree, min(quiet, records[0][0] - 1), now)
                 if stream is None:
                     continue
-            out += self.flow.offer(now, tree, self._writer.chunked(tree, stream.sent_through, synced, records,
-                                                                   retransmit=False, root=stream.root, past_empty=owed))
+            out += self._flowed(self.flow.offer(now, tree, self._writer.chunked(
+                tree, stream.sent_through, synced, records, retransmit=False, root=stream.root, past_empty=owed)))
             stream.sent_through = synced
             stream.data_ns = now
         return out
@@ -179,22 +181,58 @@ class Source:
         out: list[SourceEffect] = []
         out += self._answers.acked(now, tree, through)
         self._streams.acked(now, tree, through, root, released, delivered)
-        out += self._to_root(tree, self.flow.acked(now, tree, through))
+        out += self._flowed(self.flow.acked(now, tree, through))
         return out
 
     def flow_timeout(self, now: int) -> list[SourceEffect]:
         """Windows whose root's ACKs stopped for `flow_stall_ns` while holding: what they held goes."""
+        return self._flowed(self.flow.handle_timeout(now))
+
+    def _flowed(self, items: list[FlowOutput]) -> list[SourceEffect]:
+        """What the flow windows let go: messages to the tree's root as the pubend knows it now (it
+        may have moved while they waited), and reads of what they spilled."""
         out: list[SourceEffect] = []
-        for message in self.flow.handle_timeout(now):
-            out += self._to_root(message.tree, [message])
+        for item in items:
+            if isinstance(item, ReadBack):
+                out.append(self._read_back(item))
+                continue
+            stream = self._streams.get(item.tree)
+            root = None if stream is None else stream.root
+            out.append(item if item.root == root else replace(item, root=root))
         return out
 
-    def _to_root(self, tree: str, held: list[PublishOnTree]) -> list[PublishOnTree]:
-        """Held messages that go now, to the tree's root as the pubend knows it now (it may have
-        moved while they waited)."""
+    def _read_back(self, back: ReadBack) -> ReadLog:
+        reader = self._answers.reader_id()
+        self._read_backs[reader] = back
+        return ReadLog(reader, back.after, back.through, self.config.read_bytes_max)
+
+    def _read_back_done(self, now: int, reader: int, records: list[tuple[int, bytes]],
+                        log: LogState) -> list[SourceEffect]:
+        """A read of a window's spill came back: the tree's records in it go as first-time
+        knowledge (what the log released meanwhile as lost), then the rest is read, or the window
+        goes on."""
+        back = self._read_backs.pop(reader)
+        tree, after = back.tree, back.after
         stream = self._streams.get(tree)
-        root = None if stream is None else stream.root
-        return [m if m.root == root else replace(m, root=root) for m in held]
+        if stream is None or self.flow.window(tree) is None:  # dropped meanwhile: nobody to send to
+            return []
+        self.flow_records_read += len(records)
+        through = records[-1][0] if records else back.through
+        out: list[SourceEffect] = []
+        released = min(log.released_through, through)
+        if released > after:
+            out.append(self._writer.send(tree, after, released, [], retransmit=False, root=stream.root, lost=True))
+            after = released
+        trees_of = self._writer.record_trees
+        mine = [(tick, record) for tick, record in records if tick > after and tree in trees_of(record)]
+        if through > after:
+            out += self.flow.sent_back(tree, self._writer.chunked(tree, after, through, mine, retransmit=False,
+                                                                  root=stream.root, past_empty=stream.owed))
+        if through < back.through:  # cut short by read_bytes_max: read on
+            out.append(self._read_back(ReadBack(tree, through, back.through)))
+        else:
+            out += self._flowed(self.flow.read_done(now, tree))
+        return out
 
     def _drop(self, tree: str) -> None:
         self._streams.drop(tree)
@@ -249,9 +287,11 @@ class Source:
         return list(self._answers.read(0, None, after, last_tick))
 
     def owns_read(self, reader: int) -> bool:
-        return self._answers.owns_read(reader)
+        return reader in self._read_backs or self._answers.owns_read(reader)
 
     def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState) -> list[SourceEffect]:
+        if reader in self._read_backs:
+            return self._read_back_done(now, reader, records, log)
         if self._answers.take_recovery(reader):
             return self._recovered(now, records)
         return list(self._answers.log_read(now, reader, records, log))
@@ -260,7 +300,11 @@ class Source:
         """A peer link took what it held: reads that waited for it may go."""
         return list(self._answers.resume_all(now))
 
-    def read_failed(self, reader: int) -> None:
+    def read_failed(self, now: int, reader: int) -> None:
+        back = self._read_backs.pop(reader, None)
+        if back is not None:
+            self.flow.read_failed(now, back.tree)
+            return
         self._answers.read_failed(reader)
 
     def _recovered(self, now: int, records: list[tuple[int, bytes]]) -> list[SourceEffect]:
@@ -278,7 +322,7 @@ class Source:
 
     def status(self) -> dict[str, Any]:
         return {"trees": len(self._streams), "roots_known": self._streams.roots_known, **self._answers.status(),
-                **self.flow.status()}
+                **self.flow.status(), "flow_records_read": self.flow_records_read}
 
 
 __all__ = ["PublishOnTree", "Source", "SourceConfig", "SourceEffect"]
