@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidings.core.deadlines import Alarm
+from tidings.core.effects import ReadLog
+from tidings.core.inputs import LogState
 from tidings.core.reliability.flow_window import (
     HELD,
     OPEN,
@@ -85,7 +87,7 @@ def test_past_the_hold_the_newest_are_spilled_and_read_back_from_the_log_in_orde
     assert flow.acked(4, "t", 2) == [ReadBack("t", 2, 5)]  # then the spill, read back
     assert flow.offer(5, "t", [message(5, 6, 1)]) == []  # nothing overtakes the read-back
     flow.sent_back("t", [message(2, 3, 100), message(3, 5, 101)])  # the source sent what it read
-    assert flow.read_done(6, "t") == [] and window.in_flight_bytes == 201  # no room yet
+    assert flow.read_done(6, "t", 5) == [] and window.in_flight_bytes == 201  # no room yet
     assert ranges(flow.acked(7, "t", 5)) == [(5, 6)] and window.state == OPEN and flow.read_backs == 1
 
 
@@ -94,7 +96,7 @@ def test_a_failed_read_back_is_owed_again_and_a_stall_reads_it_at_once():
     flow.offer(0, "t", [message(0, 1, 100), message(1, 2, 100)])
     assert flow.acked(1, "t", 1) == [ReadBack("t", 1, 2)]
     flow.read_failed(2, "t")
-    assert flow.window("t").spill == (1, 2) and flow.next_deadline() == 52
+    assert flow.window("t").reading == (1, 2) and flow.next_deadline() == 52
     assert flow.handle_timeout(52) == [ReadBack("t", 1, 2)] and flow.window("t").state == STALLED
 
 
@@ -161,9 +163,9 @@ def test_every_message_goes_once_in_order_within_the_window_and_the_hold(ops, wi
         if not ok:
             flow.read_failed(now, back.tree)
             return
-        answer = [m for m in offered if back.after <= m.message.after and m.message.through <= back.through]
-        went.extend(flow.sent_back("t", answer))
-        take(flow.read_done(now, "t"))
+        answer = [m for m in offered if back.after <= m.message.after and m.message.through <= back.through][:2]
+        went.extend(flow.sent_back("t", answer))  # (a read stops at its byte bound: here two messages)
+        take(flow.read_done(now, "t", answer[-1].message.through if answer else back.through))
 
     for op, arg in ops:
         if op == "offer":
@@ -231,3 +233,25 @@ def test_the_cache_counts_records_it_lets_go_while_still_wanted_not_those_nobody
     assert cache.evicted == 1 and 1 not in cache
     cache.bound(wanted=2)  # tick 2 nobody needs any more: not counted
     assert cache.evicted == 1 and list(cache.records) == [3]
+
+
+def test_the_source_reads_a_spilled_range_back_from_its_log_and_sends_it_as_first_time_knowledge():
+    config = SourceConfig(silence_interval_ns=10, stream_idle_ns=1000, recovery_ns=10**9, read_bytes_max=1 << 20,
+                          reads_max=4, trees_max=100, knowledge_bytes_max=150,
+                          flow=FlowLimits(window_bytes=100, hold_bytes_max=150, stall_ns=500))
+    src = Source("p", "me:1", config, lambda channel: [channel])
+    log = [(t, record(t, "a" if t % 2 else "b")) for t in range(1, 9)]  # the tree's events: the odd ticks
+    out = src.published(0, [(t, "a" if t % 2 else "b", {}, r) for t, r in log], 8)
+    assert [(e.tree, e.message.after, e.message.through) for e in out] == [("a", 0, 1), ("b", 1, 2)]
+    assert src.status()["flow_spills"] == 4  # per tree: one message held, the next two spilled
+    assert [(e.message.after, e.message.through) for e in src.acked(1, "a", 1, "root:1", 1, 1)] == [(1, 3)]
+    reads = src.acked(2, "a", 3, "root:1", 3, 3)
+    assert len(reads) == 1 and isinstance(reads[0], ReadLog) and (reads[0].after, reads[0].through) == (3, 8)
+    assert src.owns_read(reads[0].reader) and src.flow.holding("a")
+    sent = src.log_read(4, reads[0].reader, [(t, r) for t, r in log if t > 3],
+                        LogState(first_tick=1, released_through=0, log_bytes=0, record_count=8))
+    assert [(e.message.after, e.message.through, e.message.ticks, e.message.retransmit, e.root) for e in sent] == [
+        (3, 5, (5,), False, "root:1"), (5, 8, (7,), False, "root:1")]
+    assert src.status()["flow_read_backs"] == 1 and src.status()["flow_records_read"] == 5
+    assert not src.owns_read(reads[0].reader) and not src.flow.holding("a") and src.flow.holding("b")
+    assert [(e.tree, e.message.after, e.message.through) for e in src.silence(5, 9)] == [("a", 8, 9)]

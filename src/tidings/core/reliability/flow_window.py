@@ -28,10 +28,11 @@ Two limits keep a stuck receiver from costing more than a slow one:
   that moves brings pacing back.
 - `hold_bytes_max`: past it, the newest held messages are not kept in memory: their range is
   *spilled* (`spill`, counted in `spills`), and so is every later message of the tree while a spill
-  is owed. The pubend's log has all of it: once the messages held before it have gone and the
-  window has room, the window asks for the spilled range to be read back (`ReadBack`; the source
-  reads the log and sends the tree's records of it as first-time knowledge, counted in flight
-  here), and nothing later goes until that read is done (`read_done`). So a publisher that
+  is owed. The pubend's log has all of it: once the messages held before it have gone, the range
+  is read back (`reading`), a window's worth at a time whenever the window has room (`ReadBack`;
+  the source reads the log, at most `window_bytes`, and sends the tree's records of it as
+  first-time knowledge, counted in flight here), and nothing later goes until all of it was read
+  (`read_done`). So a publisher that
   outruns its tree for long costs bounded memory, and its backlog waits in the log it is in
   anyway, sent at the pace the tree's ACKs allow, instead of being dropped on the way and nacked.
 
@@ -114,7 +115,8 @@ class FlowWindow:
     """One tree's window: messages in flight (last tick, record bytes), messages held, the range
     spilled to the log and the range being read back."""
 
-    __slots__ = ("acked", "held", "held_bytes", "in_flight", "in_flight_bytes", "reading", "spill", "state")
+    __slots__ = ("acked", "held", "held_bytes", "in_flight", "in_flight_bytes", "read_out", "reading", "spill",
+                 "state")
 
     def __init__(self) -> None:
         self.state = OPEN
@@ -124,7 +126,8 @@ class FlowWindow:
         self.held: deque[PublishOnTree] = deque()
         self.held_bytes = 0
         self.spill: tuple[int, int] | None = None  # (after, through] owed from the log, after the held
-        self.reading: tuple[int, int] | None = None  # (after, through] being read back, before the held
+        self.reading: tuple[int, int] | None = None  # (after, through] left to read back, before the held
+        self.read_out = False  # a read of `reading` is out (one at a time, each at most a window's worth)
 
     def move(self, state: FlowState) -> None:
         self.state = TRANSITIONS.move(self.state, state)
@@ -219,6 +222,8 @@ class FlowWindows:
                 window.move(HELD)
                 self.holds += 1
                 self.timers.set(FlowStall(tree), now + limits.stall_ns)
+            if window.spill is not None:
+                self.spills += 1  # (behind a spill: owed from the log too)
             window.hold(message)
             self.held_messages += 1
         while window.held_bytes > limits.hold_bytes_max:
@@ -242,29 +247,24 @@ class FlowWindows:
             return []
         return self._release(now, tree, window)
 
-    def read_done(self, now: int, tree: str) -> list[FlowOutput]:
-        """The spilled range `tree`'s window asked for (ReadBack) was read and sent."""
+    def read_done(self, now: int, tree: str, through: int) -> list[FlowOutput]:
+        """The read `tree`'s window asked for (ReadBack) was read and sent through `through`
+        (a read stops at its byte bound: the rest is read when the window has room again)."""
         window = self._windows.get(tree)
-        if window is None or window.reading is None:
+        if window is None or window.reading is None or not window.read_out:
             return []
-        window.reading = None
+        window.read_out = False
+        window.reading = None if through >= window.reading[1] else (max(through, window.reading[0]), window.reading[1])
         if window.state == STALLED:
             return self._release(now, tree, window, paced=False)
         return self._release(now, tree, window)
 
     def read_failed(self, now: int, tree: str) -> None:
-        """The read-back failed: its range, and what is held after it, is owed from the log again,
-        asked for at the next ACK or stall."""
+        """The read-back failed: its range is asked for again at the next ACK or stall."""
         window = self._windows.get(tree)
-        if window is None or window.reading is None:
+        if window is None or not window.read_out:
             return
-        after, through = window.reading
-        window.reading = None
-        if window.held:  # they come after the range: owed from the log with it, in order
-            through = window.held[-1].message.through
-            window.held.clear()
-            window.held_bytes = 0
-        window.spill = (after, through if window.spill is None else window.spill[1])
+        window.read_out = False
         if window.state == STALLED:
             window.move(HELD)
         self.timers.set(FlowStall(tree), now + self.limits.stall_ns)
@@ -277,10 +277,12 @@ class FlowWindows:
         if window.reading is None:
             while window.held and (not paced or window.room(window_bytes)):
                 out.append(window.unhold())
-            if not window.held and window.spill is not None and (not paced or window.room(window_bytes)):
+            if not window.held and window.spill is not None:
                 window.reading, window.spill = window.spill, None
                 self.read_backs += 1
-                out.append(ReadBack(tree, *window.reading))
+        if window.reading is not None and not window.read_out and (not paced or window.room(window_bytes)):
+            window.read_out = True
+            out.append(ReadBack(tree, *window.reading))
         if window.state == HELD:
             if window.pending:
                 self.timers.set(FlowStall(tree), now + self.limits.stall_ns)

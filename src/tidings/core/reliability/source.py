@@ -204,13 +204,13 @@ class Source:
     def _read_back(self, back: ReadBack) -> ReadLog:
         reader = self._answers.reader_id()
         self._read_backs[reader] = back
-        return ReadLog(reader, back.after, back.through, self.config.read_bytes_max)
+        # at most a window's worth of the log: what the tree gets of it goes at once, beyond the window
+        return ReadLog(reader, back.after, back.through, min(self.config.read_bytes_max, self.config.flow.window_bytes))
 
     def _read_back_done(self, now: int, reader: int, records: list[tuple[int, bytes]],
                         log: LogState) -> list[SourceEffect]:
         """A read of a window's spill came back: the tree's records in it go as first-time
-        knowledge (what the log released meanwhile as lost), then the rest is read, or the window
-        goes on."""
+        knowledge (what the log released meanwhile as lost); the window reads on, or goes on."""
         back = self._read_backs.pop(reader)
         tree, after = back.tree, back.after
         stream = self._streams.get(tree)
@@ -228,11 +228,7 @@ class Source:
         if through > after:
             out += self.flow.sent_back(tree, self._writer.chunked(tree, after, through, mine, retransmit=False,
                                                                   root=stream.root, past_empty=stream.owed))
-        if through < back.through:  # cut short by read_bytes_max: read on
-            out.append(self._read_back(ReadBack(tree, through, back.through)))
-        else:
-            out += self._flowed(self.flow.read_done(now, tree))
-        return out
+        return out + self._flowed(self.flow.read_done(now, tree, through))  # (cut short: read on with room)
 
     def _drop(self, tree: str) -> None:
         self._streams.drop(tree)
