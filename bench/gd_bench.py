@@ -117,7 +117,10 @@ LOSS_COUNTERS: dict[str, tuple[str, ...]] = {
     "nacks_received": ("delivery", "source", "nacks_received"),
     "ticks_retransmitted": ("delivery", "source", "ticks_retransmitted"),
     "cache_records_evicted": ("delivery", "cache_records_evicted"),
-    "flow_holds": ("delivery", "flow", "holds"),
+    "flow_holds": ("delivery", "source", "flow_holds"),
+    "flow_stalls": ("delivery", "source", "flow_stalls"),
+    "flow_read_backs": ("delivery", "source", "flow_read_backs"),
+    "flow_records_read": ("delivery", "source", "flow_records_read"),
 }
 
 
