@@ -4,9 +4,10 @@ Theory of operation. Without it a fast publisher overruns a slow subscriber's br
 sends each sync's knowledge to the tree's rendez-vous point at once, the root's link to the slow
 broker blocks, the root's stream cache (`stream_cache_bytes_max`) and the peer links' queues
 (`peer_queue_bytes_max`) fill, and what they then drop comes back as nacks that the pubend answers
-by reading its log (measured on gd_bench with the subscriber's broker stalled 300 ms a second: 61
-knowledge messages dropped on the pubend's link, 57 nacks of 4.25M ticks, 972,700 ticks read back
-and sent again, and the subscribers not done after their time limit).
+by reading its log (measured on gd_bench, the publisher 1,000,000 events ahead and the subscribers'
+broker stopped 300 ms a second: 61 knowledge messages dropped on the pubend's link to the root, 57
+nacks of 4.25M ticks, 972,700 ticks read back and sent again, and the subscribers not done at their
+time limit; docs/benchmarks.md "Flow control across links").
 
 The root acknowledges a tree's stream only through what every consumer below it has (istream.py),
 so its ACK is end to end. A tree's `FlowWindow` keeps the first-time messages sent but not yet
@@ -15,9 +16,9 @@ acknowledged (their last tick and record bytes), and lets a new one go only whil
 ACK, which the root's cache and the links' queues hold without dropping anything. A message the
 window has no room for is *held* here, in order, behind those held before it; the root's ACKs
 release them as they make room. Holding is always sound: the pubend's log has every held event,
-knowledge is soft state, and a held range is simply not known downstream yet (the source sends
-no silence past a held message, which would claim its D ticks were F, and no later message
-overtakes one held, so no broker sees a gap to nack).
+knowledge is soft state, and a held range is simply not known downstream yet. Nothing overtakes a
+held message (no later message, and no periodic silence: the source sends none past a held
+message), so the root never sees the held range as a gap to nack.
 
 Two limits keep a stuck receiver from costing more than a slow one:
 
@@ -32,9 +33,9 @@ Two limits keep a stuck receiver from costing more than a slow one:
   is read back (`reading`), a window's worth at a time whenever the window has room (`ReadBack`;
   the source reads the log, at most `window_bytes`, and sends the tree's records of it as
   first-time knowledge, counted in flight here), and nothing later goes until all of it was read
-  (`read_done`). So a publisher that
-  outruns its tree for long costs bounded memory, and its backlog waits in the log it is in
-  anyway, sent at the pace the tree's ACKs allow, instead of being dropped on the way and nacked.
+  (`read_done`). So a publisher that outruns its tree for long costs bounded memory, and its
+  backlog waits in the log it is in anyway, sent at the pace the tree's ACKs allow, instead of
+  being dropped on the way and nacked.
 
 States (`FlowState`, moves in `TRANSITIONS`): OPEN (nothing held) -> HELD (the window is full and
 a message waits, or a range is spilled or being read back) -> OPEN (ACKs made room for everything)
@@ -45,7 +46,8 @@ or -> STALLED (no ACK moved for `stall_ns`) -> OPEN, or -> HELD while a read-bac
 Invariants: `held_bytes` is the sum of the held messages' record bytes and at most
 `hold_bytes_max` after any call; in order, the range being read back comes before the held
 messages, which come before the spilled range; an OPEN window holds, spills and reads nothing; a
-STALLED one holds nothing; a HELD window has a stall timer and holds, spills or reads something;
+STALLED one holds messages only behind a read-back still out; a HELD window has a stall timer and
+holds, spills or reads something;
 `in_flight_bytes` is the sum over `in_flight`.
 """
 
