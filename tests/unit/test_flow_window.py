@@ -255,3 +255,28 @@ def test_the_source_reads_a_spilled_range_back_from_its_log_and_sends_it_as_firs
     assert src.status()["flow_read_backs"] == 1 and src.status()["flow_records_read"] == 5
     assert not src.owns_read(reads[0].reader) and not src.flow.holding("a") and src.flow.holding("b")
     assert [(e.tree, e.message.after, e.message.through) for e in src.silence(5, 9)] == [("a", 8, 9)]
+
+
+def test_a_blocked_subscription_far_behind_no_longer_holds_the_ack_its_broker_sends_up():
+    from tidings.core.reliability.istream import Istream, StreamLimits
+
+    limits = StreamLimits(cache_bytes_max=1 << 20, nack_ranges_max=8, nack_range_ticks_max=1000,
+                          piece_bytes_max=1 << 20, lag_ticks_max=50)
+    ist = Istream("t", "p", 0, limits)
+    ist.upstream = "parent:1"
+    fast, slow = ist.attach(1, 0), ist.attach(2, 0)
+    ist.accumulate(0, 40, [10], [b"e10"])
+    ist.pieces_for(fast)
+    slow.blocked = True  # its connection is full: it was sent nothing
+    assert ist.settle(0, None) == (0, 0, 0)  # 40 behind: it still holds the ack
+    ist.accumulate(40, 100, [60], [b"e60"])
+    ist.pieces_for(fast)
+    assert ist.ack_point() == 0 and ist.flow_point() == 100  # 100 behind: the ack goes on without it
+    assert ist.settle(1, None) == (100, 0, 0)  # release and delivered still wait for it
+    assert [tick for tick, _ in ist.cached()] == [10, 60]  # its records wait in the cache
+    slow.blocked = False
+    assert ist.flow_point() == 0  # unblocked, it holds the point again (upstream keeps its higher ack)
+    unpaced = Istream("t", "p", 0, replace(limits, lag_ticks_max=0))
+    unpaced.attach(2, 0).blocked = True
+    unpaced.accumulate(0, 100, [], [])
+    assert unpaced.flow_point() == 0  # without flow control, as before

@@ -20,7 +20,10 @@ knowledge is soft state, and a held range is simply not known downstream yet. No
 held message (no later message, and no periodic silence: the source sends none past a held
 message), so the root never sees the held range as a gap to nack.
 
-Two limits keep a stuck receiver from costing more than a slow one:
+Three limits keep a stuck receiver from costing more than a slow one (the third is the streams':
+a subscription whose connection is blocked and which is more than `stall_ns` of ticks behind its
+stream no longer holds the ACK its broker sends up, istream.py `flow_point`, so one slow subscriber
+client holds its tree back by at most that much):
 
 - `stall_ns`: a window whose root's ACKs have not moved for this long while it holds (a broker
   below is stopped, or a link is down) goes STALLED: what it holds and whatever comes next is sent

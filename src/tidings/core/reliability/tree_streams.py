@@ -49,6 +49,7 @@ from tidings.core.reliability.merge import TotalOrderMerge
 from tidings.core.reliability.summary import Summary, whole_tree
 from tidings.core.reliability.summary import decode as decode_summary
 from tidings.core.reliability.tree import PFS_CONSUMER, Held, Tree
+from tidings.core.units import ns_to_us
 from tidings.core.wire.packable import Packable, WireArray
 
 if TYPE_CHECKING:
@@ -67,7 +68,8 @@ class TreeStreams:
         self._held = held
         self._congested = congested  # the peer link to this address is past its high-water mark
         self._limits = StreamLimits(config.stream_cache_bytes_max, config.nack_ranges_max,
-                                    config.nack_range_ticks_max, config.knowledge_bytes_max, config.nack_merge_ticks)
+                                    config.nack_range_ticks_max, config.knowledge_bytes_max, config.nack_merge_ticks,
+                                    ns_to_us(config.flow_stall_ns) if config.flow_window_bytes else 0)
         self.trees: dict[str, Tree] = {}
         self.streams = 0
         self._shapes: dict[str, TreeShape] = {}  # the trees as Scribe last told them (tree_changed)
