@@ -3,6 +3,7 @@
 and end-to-end latency over the overlay. Real broker processes on 127.0.0.1.
 
   python bench/gd_bench.py [--tests overhead,cross,latency] [--rounds 1] [--duration-s 5]
+                           [--window 10000] [--shb-stall-ms 0]
                            [--modes gd,best-effort] [--out bench/results/gd_bench.jsonl]
 
   overhead  3 brokers (`tidings.testing.Cluster`), publisher on one, subscribers on the two others,
@@ -19,6 +20,13 @@ and end-to-end latency over the overlay. Real broker processes on 127.0.0.1.
   latency   5 brokers (leaf sets of two, so routes and trees take several hops), publisher on one,
             subscriber on another, 1,000 events/s, 5,500 events (first 500 not measured), p50/p99
             of publish-to-delivery time on one clock (bench/loads.py's latency test).
+
+Each test also reports, per broker, where events were lost between brokers and repaired ("loss":
+nacks sent, knowledge retransmitted, nacks answered from the log, ticks read back, messages the peer
+links dropped, records the stream caches let go while still wanted) and what flow control held
+back (core/reliability/flow_window.py). `--window` lets the publisher run further ahead of its
+subscribers, `--shb-stall-ms` stops the subscribers' broker that long once a second: an overrun
+subscriber's broker, for `--modes gd,gd-unpaced` (with and without flow control).
 
 Every result is one JSON line with the load average and the machine's CPU use during the test.
 Brokers, the NATS servers and the load share the machine's CPUs (no pinning: a cluster of several
@@ -96,13 +104,56 @@ def context() -> dict[str, Any]:
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+# where events are lost between brokers and repaired, per broker, from its /status (counters since it
+# started; a test reports the difference over its run): the nacks its streams sent upstream, the
+# knowledge its streams sent again answering its children's nacks, the nacks its pubend answered and
+# the ticks it read back from its log, the messages its peer links dropped (a link's queue full), the
+# records its stream caches let go that a consumer still wanted, and the knowledge flow control held
+# back (a link's credit used up: sent later, never dropped)
+LOSS_COUNTERS: dict[str, tuple[str, ...]] = {
+    "nacks_sent": ("delivery", "nacks_sent"),
+    "nack_ticks_sent": ("delivery", "nack_ticks_sent"),
+    "retransmissions_sent": ("delivery", "retransmissions_sent"),
+    "nacks_received": ("delivery", "source", "nacks_received"),
+    "ticks_retransmitted": ("delivery", "source", "ticks_retransmitted"),
+    "cache_records_evicted": ("delivery", "cache_records_evicted"),
+    "flow_holds": ("delivery", "source", "flow_holds"),
+    "flow_stalls": ("delivery", "source", "flow_stalls"),
+    "flow_read_backs": ("delivery", "source", "flow_read_backs"),
+    "flow_records_read": ("delivery", "source", "flow_records_read"),
+}
+
+
+def loss_counters(cluster: Cluster, roles: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Each role's broker's LOSS_COUNTERS, and `link_drops`: messages its peer links dropped."""
+    out: dict[str, dict[str, int]] = {}
+    for role, index in roles.items():
+        status = cluster.status(cluster.brokers[index]) or {}
+        got: dict[str, int] = {}
+        for name, path in LOSS_COUNTERS.items():
+            value: Any = status
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            if isinstance(value, int):
+                got[name] = value
+        got["link_drops"] = sum(int(link.get("dropped", 0)) for link in status.get("peers", []))
+        out[role] = got
+    return out
+
+
+def loss_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    return {role: {k: v - before.get(role, {}).get(k, 0) for k, v in counts.items()} for role, counts in after.items()}
+
+
 def cpu_of(pids: dict[str, int]) -> dict[str, int]:
     return {name: netutil.cpu_ticks(netutil.process_tree(pid)) for name, pid in pids.items()}
 
 
-def with_cpu(pids: dict[str, int], fn: Any, watch: Any = None) -> dict[str, Any]:
+def with_cpu(pids: dict[str, int], fn: Any, watch: Any = None, counters: Any = None) -> dict[str, Any]:
     """Run fn(), adding each named process's CPU over the call (100 = one CPU) and the machine's;
-    `watch()` (the tree's path) is polled meanwhile and its longest answer kept as "path"."""
+    `watch()` (the tree's path) is polled meanwhile and its longest answer kept as "path";
+    `counters()` (loss_counters) is read before and after, their difference kept as "loss"."""
+    counted = None if counters is None else counters()
     seen: list[list[str]] = [[]]
     done = threading.Event()
 
@@ -129,15 +180,42 @@ def with_cpu(pids: dict[str, int], fn: Any, watch: Any = None) -> dict[str, Any]
     out["broker_cpu_pct"] = {name: round(100 * v / span, 1) for name, v in cpu_s.items()}
     if out.get("sent"):  # CPU per event published: comparable across runs of different rates
         out["broker_cpu_us_per_event"] = {name: round(1e6 * v / out["sent"], 1) for name, v in cpu_s.items()}
+    if counted is not None:
+        out["loss"] = loss_delta(counted, counters())
     usage = netutil.cpu_usage(machine0, machine1)
     out["machine_busy_pct"] = round(sum(u["busy_pct"] for u in usage.values()), 1)
     out["span_s"] = round(span, 2)
     return out
 
 
-def throughput(adapter: Any, duration_s: float) -> dict[str, Any]:
+@contextlib.contextmanager
+def stalls(pid: int, stall_ms: int) -> Iterator[None]:
+    """Stop process `pid` (SIGSTOP) for `stall_ms` once a second, from a second on, while the body
+    runs: a subscriber's broker that falls behind in bursts (no stalls when `stall_ms` is 0)."""
+    done = threading.Event()
+
+    def stall() -> None:
+        while not done.wait(1.0):
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                done.wait(stall_ms / 1000)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+
+    thread = threading.Thread(target=stall, daemon=True)
+    if stall_ms:
+        thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        if stall_ms:
+            thread.join(5)
+
+
+def throughput(adapter: Any, duration_s: float, window: int = WINDOW) -> dict[str, Any]:
     cfg = {"test": "x", "subs": 2, "sub_procs": 2, "duration_s": duration_s, "drain_s": 10.0, "idle_s": 3.0,
-           "count": COUNT_MAX, "window": WINDOW, "ack_window": WINDOW, "batch": 100}
+           "count": COUNT_MAX, "window": window, "ack_window": window, "batch": 100}
     meta = adapter.prepare()
     try:
         return meta | loads.run_throughput(adapter, cfg, None)
@@ -210,7 +288,8 @@ def run_overhead(args: argparse.Namespace, emit: Any) -> None:
     """PHB broker 1, the tree's root (the intermediate) broker 2, both subscribers on broker 0 (the
     SHB); the same trees in both modes (same nodeIds, same channels)."""
     tags: list[str] = []
-    for mode, extra in (("gd", {}), ("best-effort", {"best_effort_delivery": "true"})):
+    for mode, extra in (("gd", {}), ("best-effort", {"best_effort_delivery": "true"}),
+                        ("gd-unpaced", {"flow_control": "false"})):
         if mode not in args.modes.split(","):
             continue
         with tidings_cluster(3, extra) as cluster:
@@ -219,12 +298,15 @@ def run_overhead(args: argparse.Namespace, emit: Any) -> None:
             tags = tags or [rooted_nonce(cluster, 2, nonce() + kind) for kind in "tf"]
             b = cluster.brokers
             pids = {"phb": b[1].pid, "intermediate": b[2].pid, "shb": b[0].pid}
-            res = with_cpu(pids, partial(throughput, tidings_adapter(cluster, True, tags[0], 1, [0, 0]),
-                                         args.duration_s), partial(path_up, cluster, f"bench/{tags[0]}", 0))
+            counters = partial(loss_counters, cluster, {"phb": 1, "intermediate": 2, "shb": 0})
+            load = partial(throughput, tidings_adapter(cluster, True, tags[0], 1, [0, 0]), args.duration_s, args.window)
+            with stalls(b[0].pid, args.shb_stall_ms):
+                res = with_cpu(pids, load, partial(path_up, cluster, f"bench/{tags[0]}", 0), counters)
             emit({"test": "gd-overhead-throughput", "mode": mode, "brokers": 3} | res | context())
             count = int(args.fixed_rate * args.duration_s)
             res = with_cpu(pids, partial(latency, tidings_adapter(cluster, False, tags[1], 1, [0]), args.fixed_rate,
-                                         count, count // 10), partial(path_up, cluster, f"bench/{tags[1]}", 0))
+                                         count, count // 10), partial(path_up, cluster, f"bench/{tags[1]}", 0),
+                           counters)
             emit({"test": "gd-overhead-cpu", "mode": mode, "brokers": 3, "rate_per_s": args.fixed_rate}
                  | res | context())
 
@@ -272,15 +354,17 @@ def run_cross(args: argparse.Namespace, emit: Any) -> None:
         b = cluster.brokers
         tag = rooted_nonce(cluster, 2, nonce())
         pids = {"phb": b[1].pid, "shb": b[0].pid, "shb2": b[2].pid}
-        res = with_cpu(pids, partial(throughput, tidings_adapter(cluster, True, tag, 1, [0, 2]), args.duration_s),
-                       partial(path_up, cluster, f"bench/{tag}", 0))
+        res = with_cpu(pids, partial(throughput, tidings_adapter(cluster, True, tag, 1, [0, 2]), args.duration_s,
+                                            args.window),
+                       partial(path_up, cluster, f"bench/{tag}", 0),
+                       partial(loss_counters, cluster, {"phb": 1, "shb": 0, "shb2": 2}))
         emit({"test": "gd-cross", "broker": "tidings", "servers": 3} | res | context())
     with nats_cluster(3) as procs:
         ports = [p.port for p in procs]  # type: ignore[attr-defined]
         inner = loads.NatsAdapter(ports[0], True, nonce(), 2)
         adapter = Spread(inner, ports[0], ports[1:])
         pids = {"pub-server": procs[0].pid, "sub-server": procs[1].pid, "sub-server2": procs[2].pid}
-        res = with_cpu(pids, lambda: throughput(adapter, args.duration_s))
+        res = with_cpu(pids, lambda: throughput(adapter, args.duration_s, args.window))
         emit({"test": "gd-cross", "broker": "nats-jetstream-cluster", "servers": 3} | res | context())
 
 
@@ -292,7 +376,8 @@ def run_latency(args: argparse.Namespace, emit: Any) -> None:
         adapter = tidings_adapter(cluster, False, tag, 1, [3])
         pids = {"phb": b[1].pid, "root": b[4].pid, "shb": b[3].pid}
         res = with_cpu(pids, partial(latency, adapter, 1000.0, args.latency_count, args.latency_count // 11),
-                       partial(path_up, cluster, f"bench/{tag}", 3))
+                       partial(path_up, cluster, f"bench/{tag}", 3),
+                       partial(loss_counters, cluster, {"phb": 1, "root": 4, "shb": 3}))
         emit({"test": "gd-latency", "brokers": 5, "publisher_broker": b[1].address} | res | context())
 
 
@@ -304,9 +389,13 @@ def main() -> None:
     ap.add_argument("--tests", default="overhead,cross,latency")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--duration-s", type=float, default=5.0, help="publishing time per throughput test")
+    ap.add_argument("--window", type=int, default=WINDOW, help="throughput: events the publisher runs ahead of the "
+                    "slowest subscriber (and unacknowledged); a large one lets it overrun the subscribers' brokers")
+    ap.add_argument("--shb-stall-ms", type=int, default=0, help="overhead: stop the subscribers' broker this long "
+                    "once a second during the throughput test (an overrun subscriber's broker)")
     ap.add_argument("--fixed-rate", type=float, default=2000.0, help="overhead: events/s for the CPU comparison")
     ap.add_argument("--modes", default="gd,best-effort", help="overhead: which modes to run (to compare two "
-                    "checkouts of one mode, alternately)")
+                    "checkouts of one mode, alternately; gd-unpaced: guaranteed delivery without flow control)")
     ap.add_argument("--latency-count", type=int, default=5500, help="latency: events sent at 1,000/s")
     ap.add_argument("--out", default=str(HERE / "results" / "gd_bench.jsonl"))
     ap.add_argument("--tag", default="")
@@ -319,7 +408,7 @@ def main() -> None:
         with open(args.out, "a") as f:
             f.write(json.dumps(line) + "\n")
         keep = ("test", "mode", "broker", "path", "value", "unit", "delivered_per_s", "loss_pct", "p50_us", "p99_us",
-                "broker_cpu_pct", "broker_cpu_us_per_event", "machine_busy_pct", "loadavg", "errors")
+                "broker_cpu_pct", "broker_cpu_us_per_event", "loss", "machine_busy_pct", "loadavg", "errors")
         print(json.dumps({k: line[k] for k in keep if k in line}), flush=True)
 
     for _ in range(args.rounds):

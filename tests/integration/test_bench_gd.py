@@ -60,6 +60,21 @@ def test_gd_bench_runs_tiny(tmp_path):
     assert all(x.get("value") for x in lines), [x.get("errors") for x in lines]
 
 
+def test_gd_bench_reports_where_events_were_lost_and_flow_control_holds_an_overrun(tmp_path):
+    """The publisher 100,000 events ahead of a subscribers' broker stopped 300 ms a second: every
+    broker's loss report is there, and flow control held the pubend's knowledge back (what it
+    did not hold would have been dropped on the way and nacked: docs/benchmarks.md)."""
+    out = tmp_path / "bench.jsonl"
+    run("gd_bench.py", "--tests", "overhead", "--modes", "gd", "--duration-s", "2", "--window", "100000",
+        "--shb-stall-ms", "300", "--fixed-rate", "200", "--out", str(out))
+    (line,) = [x for x in map(json.loads, out.read_text().splitlines()) if x["test"] == "gd-overhead-throughput"]
+    assert line["loss_pct"] == 0 and set(line["loss"]) == {"phb", "intermediate", "shb"}
+    for counts in line["loss"].values():
+        assert {"nacks_sent", "retransmissions_sent", "ticks_retransmitted", "link_drops",
+                "cache_records_evicted", "flow_holds"} <= set(counts)
+    assert line["loss"]["phb"]["flow_holds"] > 0
+
+
 def test_scalability_runs_tiny(tmp_path):
     """bench/scalability.py on real processes (the paper's Figure 4): a PHB and one SHB, one then two
     durable subscribers that disconnect and resume with their tokens while the brokers' CPU is

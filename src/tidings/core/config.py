@@ -21,7 +21,7 @@ from tidings.core.reliability.node import ReliabilityConfig
 from tidings.core.units import GIB, KIB, MIB, MILLISECOND_NS, SECOND_NS, ns_to_us
 from tidings.core.wire.messages import SPAN_BYTES_FACTOR
 
-SWITCHES = frozenset({"best_effort_delivery"})  # the keys that take true or false
+SWITCHES = frozenset({"best_effort_delivery", "flow_control"})  # the keys that take true or false
 LEASE_NS_MIN = 300 * MILLISECOND_NS
 
 
@@ -145,6 +145,10 @@ class BrokerConfig:
     retransmit_window_bytes: int = defaults.RETRANSMIT_WINDOW_BYTES
     # a window the root's acks have not moved this long starts again
     retransmit_wait_ns: int = defaults.RETRANSMIT_WAIT_NS
+    flow_control: bool = True  # false: a pubend sends first-time knowledge at once, unpaced (to measure it)
+    flow_window_bytes: int = defaults.FLOW_WINDOW_BYTES  # first-time knowledge beyond a tree's root's ACK
+    flow_hold_bytes_max: int = defaults.FLOW_HOLD_BYTES_MAX  # held meanwhile, per tree
+    flow_stall_ns: int = defaults.FLOW_STALL_NS  # a root's ACKs stopped this long: the window opens
     # a tree's filter summary sent to its parent; past it, "everything"
     filter_summary_bytes_max: int = defaults.FILTER_SUMMARY_BYTES_MAX
     filter_in_network: bool = True  # False, for measuring only: forwarders send every child everything
@@ -227,6 +231,8 @@ class BrokerConfig:
             release_keep_us=ns_to_us(self.release_keep_ns), max_retain_us=ns_to_us(self.max_retain_ns),
             release_hold_ns=self.release_hold_ns, retransmit_window_bytes=self.retransmit_window_bytes,
             retransmit_wait_ns=self.retransmit_wait_ns,
+            flow_window_bytes=self.flow_window_bytes if self.flow_control else 0,
+            flow_hold_bytes_max=self.flow_hold_bytes_max, flow_stall_ns=self.flow_stall_ns,
         )
 
     def peer_config(self) -> PeerConfig:

@@ -56,5 +56,10 @@ MAX_RETAIN_NS: Final = 24 * HOUR_NS
 RELEASE_HOLD_NS: Final = 300 * SECOND_NS
 RETRANSMIT_WINDOW_BYTES: Final = 4 * MIB
 RETRANSMIT_WAIT_NS: Final = 200 * MILLISECOND_NS
+# flow control of first-time knowledge per tree (core/reliability/flow_window.py): in flight beyond the
+# root's ACK, held meanwhile, and how long the root's ACKs may stop before the window opens anyway
+FLOW_WINDOW_BYTES: Final = 2 * MIB
+FLOW_HOLD_BYTES_MAX: Final = 32 * MIB
+FLOW_STALL_NS: Final = 1 * SECOND_NS
 # a subscription starts this far back for other brokers' events (clocks differ); a moved plain one too
 CLOCK_SKEW_ALLOWANCE_NS: Final = 1 * SECOND_NS

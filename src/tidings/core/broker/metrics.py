@@ -133,6 +133,9 @@ FIGURES: tuple[Figure, ...] = (
            "ReliabilityNode", under=DELIVERY),
     Figure("retransmissions_sent", "retransmissions_sent", COUNTER,
            "knowledge this broker retransmitted from its cache", "ReliabilityNode", under=DELIVERY),
+    Figure("cache_records_evicted", "stream_cache_records_evicted", COUNTER,
+           "records the streams' caches let go past stream_cache_bytes_max while a consumer still wanted them",
+           "TreeStreams", under=DELIVERY),
     Figure("peer_errors", "delivery_messages_rejected", COUNTER, "malformed delivery messages from other brokers",
            "ReliabilityNode", under=DELIVERY),
     Figure("total_order_late", "total_order_late_events", COUNTER,
@@ -143,6 +146,16 @@ FIGURES: tuple[Figure, ...] = (
            "EventSource", under=SOURCE),
     Figure("records_read", "nack_records_read", COUNTER,
            "records this broker's pubend read back from its log to answer nacks", "EventSource", under=SOURCE),
+    Figure("flow_holds", "flow_holds", COUNTER, "times a tree's flow window filled and this broker's pubend held "
+           "first-time knowledge back for its root's ACKs", "FlowWindows", under=SOURCE),
+    Figure("flow_stalls", "flow_stalls", COUNTER, "flow windows whose root's ACKs stopped for flow_stall_ns while "
+           "they held (everything then went unpaced)", "FlowWindows", under=SOURCE),
+    Figure("flow_spills", "flow_spills", COUNTER, "first-time knowledge messages not kept in memory past "
+           "flow_hold_bytes_max (read back from the log when the window has room)", "FlowWindows", under=SOURCE),
+    Figure("flow_read_backs", "flow_read_backs", COUNTER, "spilled ranges read back from the log and sent",
+           "FlowWindows", under=SOURCE),
+    Figure("flow_held_bytes", "flow_held_bytes", GAUGE, "record bytes this broker's pubend holds back for its trees' "
+           "flow windows", "FlowWindows", under=SOURCE),
 )
 
 

@@ -30,6 +30,7 @@ from tidings.core.overlay.node import OverlayNode
 from tidings.core.reliability.acks import AckBatcher, SendAck
 from tidings.core.reliability.curiosity import Curiosity, CuriosityEffect
 from tidings.core.reliability.effects import StreamEffect
+from tidings.core.reliability.flow_window import FlowOutput, FlowWindows
 from tidings.core.reliability.interest import Interest, SendSummary
 from tidings.core.reliability.merge import MergeEffect, TotalOrderMerge
 from tidings.core.reliability.node import NodeEffect, ReliabilityNode
@@ -48,6 +49,7 @@ CURIOSITY: type[TimedMachine[CuriosityEffect]] = Curiosity
 ACKS: type[TimedMachine[SendAck]] = AckBatcher
 INTEREST: type[TimedMachine[SendSummary]] = Interest
 MERGE: type[TimedMachine[MergeEffect]] = TotalOrderMerge
+FLOW: type[TimedMachine[FlowOutput]] = FlowWindows
 DIRECTORY: type[TimedMachine[DirectoryEffect]] = PubendDirectory
 READING: type[TimedMachine[ReadingEffect]] = Reading
 LEASES: type[TimedMachine[LeaseExpired]] = Leases
@@ -58,5 +60,5 @@ ROAMING: type[TimedMachine[RoamEffect]] = Roamer
 MQTT_CONNECTION: type[TimedMachine[MqttEffect]] = MqttConnection
 
 MACHINES: tuple[type[TimedMachine[Any]], ...] = (
-    CLUSTER, LINKS, OVERLAY, SCRIBE, RELIABILITY, STREAMS, CURIOSITY, ACKS, INTEREST, MERGE, DIRECTORY, READING,
-    LEASES, LIFECYCLE, ROAMING, MQTT_CONNECTION)
+    CLUSTER, LINKS, OVERLAY, SCRIBE, RELIABILITY, STREAMS, CURIOSITY, ACKS, INTEREST, MERGE, FLOW, DIRECTORY,
+    READING, LEASES, LIFECYCLE, ROAMING, MQTT_CONNECTION)

@@ -74,6 +74,9 @@ class StreamLimits:
     nack_range_ticks_max: int  # width of one nacked range
     piece_bytes_max: int  # record bytes in one message to a consumer (one larger record goes alone)
     nack_merge_ticks: int = 100_000  # a catchup's wanted ticks this close are fetched as one range
+    # a local subscription blocked this far behind the horizon no longer holds the ack sent upstream
+    # (0: it always does): the pubend's flow window (flow_window.py) paces the tree by that ack
+    lag_ticks_max: int = 0
 
 
 class Istream:
@@ -300,6 +303,11 @@ class Istream:
             self._cache.bound(self._lowest_wanted())
 
     @property
+    def cache_evicted(self) -> int:
+        """Records the cache let go past its bound while a consumer still wanted them."""
+        return self._cache.evicted
+
+    @property
     def cache_bytes(self) -> int:
         return self._cache.size_bytes
 
@@ -319,6 +327,25 @@ class Istream:
         point = self.horizon
         for c in self.consumers.values():
             point = min(point, c.sent_through if c.local else c.acked_through)
+        return point
+
+    def flow_point(self) -> int:
+        """The ack point sent upstream: `ack_point`, except that a local subscription whose
+        connection is blocked and which is more than `lag_ticks_max` behind the horizon does not
+        hold it. The pubend's flow window paces the whole tree by this ack: one subscriber that
+        cannot keep up holds the others back by at most that lag, then falls behind alone (its
+        records wait in this stream's bounded cache, and what the cache let go it nacks, as before
+        flow control); its release and delivered points still hold release (`release_points`)."""
+        lag = self.limits.lag_ticks_max
+        if not lag:
+            return self.ack_point()
+        horizon = self.horizon
+        point = horizon
+        for c in self.consumers.values():
+            if not c.local:
+                point = min(point, c.acked_through)
+            elif not c.blocked or horizon - c.sent_through <= lag:
+                point = min(point, c.sent_through)
         return point
 
     def acked(self, key: str, through: int, released: int, delivered: int) -> None:
@@ -349,7 +376,7 @@ class Istream:
         acknowledged again from below what was acknowledged before, so that the pubend can pace
         its answer (source.py)."""
         released, delivered = self.release_points(now, held)
-        point = self.ack_point()
+        point = self.flow_point()
         self.point_sent = min(self.point_sent, point)
         ack = None
         if self.upstream is not None and (point > self.point_sent or released != self.released_sent

@@ -149,8 +149,7 @@ class NackAnswers:
              urgent: bool = False) -> list[ReadLog]:
         """Read (after, through] of the log (`tree` None: the recovery read); for a tree's nack,
         once its window has room (at once when `urgent`)."""
-        self._next_reader -= 1  # negative reader keys: the broker's subends use positive ones
-        read = self._reads[self._next_reader] = _Read(tree, after, through, asker)
+        read = self._reads[self.reader_id()] = _Read(tree, after, through, asker)
         if tree is not None:
             window = self._windows.get(tree)
             if window is None:
@@ -161,6 +160,11 @@ class NackAnswers:
                 return []
             window.reading += 1
         return [ReadLog(self._next_reader, after, through, self._limits.read_bytes_max)]
+
+    def reader_id(self) -> int:
+        """A new key for a read of the pubend's (negative: the broker's subends use positive ones)."""
+        self._next_reader -= 1
+        return self._next_reader
 
     def _room(self, window: RetransmitWindow, asker: str | None) -> bool:
         """Another read of the tree may go (to `asker`, when the answer goes straight to it)."""

@@ -59,6 +59,7 @@ from tidings.core.reliability.effects import (
     SendToChild,
     StreamEffect,
 )
+from tidings.core.reliability.flow_window import FlowLimits
 from tidings.core.reliability.interest import Interest, SendSummary
 from tidings.core.reliability.local_consumers import LocalConsumers
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
@@ -99,6 +100,10 @@ class ReliabilityConfig:
     retransmit_window_bytes: int = defaults.RETRANSMIT_WINDOW_BYTES
     # a window its root's acks have not moved this long starts again
     retransmit_wait_ns: int = defaults.RETRANSMIT_WAIT_NS
+    # flow control of the pubend's first-time knowledge per tree (flow_window.py)
+    flow_window_bytes: int = defaults.FLOW_WINDOW_BYTES
+    flow_hold_bytes_max: int = defaults.FLOW_HOLD_BYTES_MAX
+    flow_stall_ns: int = defaults.FLOW_STALL_NS
 
 
 class SilenceTimer(NamedTuple):
@@ -129,8 +134,9 @@ class ReliabilityNode:
         self.source = Source(pubend_id, me.address, SourceConfig(
             config.silence_interval_ns, config.stream_idle_ns, config.recovery_ns, config.read_bytes_max,
             config.reads_max, config.trees_max, config.knowledge_bytes_max, config.release_hold_ns,
-            config.retransmit_window_bytes, config.retransmit_wait_ns), trees_of,
-            told_empty, congested)
+            config.retransmit_window_bytes, config.retransmit_wait_ns,
+            FlowLimits(config.flow_window_bytes, config.flow_hold_bytes_max, config.flow_stall_ns)), trees_of,
+            told_empty, congested, alarm)
         self.streams = TreeStreams(me, pubend_id, config, held, congested, alarm)
         self.timers: Deadlines[SilenceTimer] = Deadlines(alarm)  # the pubend's silence, release and the merges
         self.peer_errors = 0
@@ -312,14 +318,17 @@ class ReliabilityNode:
     # ---- timers --------------------------------------------------------------------------------
 
     def next_deadline(self) -> int | None:
-        deadlines = [d for d in (self.timers.next_deadline(), self.streams.next_deadline()) if d is not None]
+        deadlines = [d for d in (self.timers.next_deadline(), self.streams.next_deadline(),
+                                 self.source.flow.next_deadline()) if d is not None]
         return min(deadlines) if deadlines else None
 
     def handle_timeout(self, now: int) -> list[NodeEffect]:
-        """The silence timer and the streams' curiosity, the one due earlier first (the streams on a tie)."""
+        """The silence timer and the streams' curiosity, the one due earlier first (the streams on a
+        tie); before both, the pubend's flow windows whose root's ACKs stopped (flow_window.py)."""
         gaps_at, silence_at = self.streams.next_deadline(), self.timers.next_deadline()
         gaps_first = gaps_at is not None and (silence_at is None or gaps_at <= silence_at)
-        out = self._out(now, self.streams.handle_timeout(now)) if gaps_first else []
+        out = self._source(now, self.source.flow_timeout(now))
+        out += self._out(now, self.streams.handle_timeout(now)) if gaps_first else []
         if self.timers.pop_due(now) and not self.config.best_effort:
             synced, _ = self._pubend_state()
             out += self._source(now, self.source.silence(now, synced))
@@ -381,7 +390,8 @@ class ReliabilityNode:
                 "records_unwanted": streams.records_unwanted,
                 "nacks_sent": curiosity.nacks_sent,
                 "nack_ticks_sent": curiosity.nack_ticks_sent,
-                "retransmissions_sent": streams.retransmissions_sent, "source": self.source.status(),
+                "retransmissions_sent": streams.retransmissions_sent,
+                "cache_records_evicted": streams.cache_records_evicted, "source": self.source.status(),
                 "istreams": streams.status()}
 
 

@@ -30,7 +30,7 @@ from tidings.core.reliability.summary import Summary
 
 
 class RecordCache:
-    __slots__ = ("_bytes", "_fields", "_records", "bytes_max")
+    __slots__ = ("_bytes", "_fields", "_records", "bytes_max", "evicted")
 
     def __init__(self, bytes_max: int) -> None:
         self.bytes_max = bytes_max  # cache_bytes_max: records kept past what the consumers still want
@@ -39,6 +39,7 @@ class RecordCache:
         self._records: OrderedDict[int, bytes] = OrderedDict()
         self._bytes = 0
         self._fields: dict[int, tuple[str, Mapping[str, object]] | None] = {}  # decoded (channel, attributes)
+        self.evicted = 0  # records dropped past bytes_max while a consumer still wanted them (nacked if needed)
 
     @property
     def records(self) -> Mapping[int, bytes]:
@@ -94,6 +95,8 @@ class RecordCache:
                 cache.move_to_end(oldest, last=False)
                 break
             size -= len(record)
+            if oldest > wanted:
+                self.evicted += 1
             if fields:
                 fields.pop(oldest, None)
         self._bytes = size

@@ -41,18 +41,22 @@ This class composes the machines of the pubend's side, each with its rules in on
   (a new root, a tree that lost its members, a restart);
 - nack_answers.py: nacks answered from the log, paced by each tree's retransmission window
   (retransmit_window.py);
-- source_knowledge.py: the knowledge messages, the trees of records, each tree's last event.
+- source_knowledge.py: the knowledge messages, the trees of records, each tree's last event;
+- flow_window.py: first-time knowledge paced per tree by its root's ACKs (a window of credit), held
+  meanwhile; no silence goes past a held message.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tidings.core import defaults
+from tidings.core.deadlines import Alarm
 from tidings.core.effects import ReadLog
 from tidings.core.inputs import LogState
+from tidings.core.reliability.flow_window import DEFAULT_LIMITS, FlowLimits, FlowOutput, FlowWindows, ReadBack
 from tidings.core.reliability.nack_answers import NackAnswers, ReadLimits
 from tidings.core.reliability.source_knowledge import EventTails, KnowledgeWriter, PublishOnTree
 from tidings.core.reliability.source_streams import SourceStreams
@@ -72,6 +76,7 @@ class SourceConfig:
     retransmit_window_bytes: int = defaults.RETRANSMIT_WINDOW_BYTES  # a tree's nack answers sent beyond its root's ack
     # a window its root's acks have not moved this long starts again
     retransmit_wait_ns: int = defaults.RETRANSMIT_WAIT_NS
+    flow: FlowLimits = DEFAULT_LIMITS  # first-time knowledge per tree (flow_window.py)
 
 
 SourceEffect = PublishOnTree | ReadLog
@@ -85,7 +90,7 @@ class Source:
 
     def __init__(self, pubend_id: str, address: str, config: SourceConfig, trees_of: Callable[[str], list[str]],
                  empty: Callable[[int, str], bool] = lambda now, tree: False,
-                 congested: Callable[[str], bool] = lambda address: False) -> None:
+                 congested: Callable[[str], bool] = lambda address: False, alarm: Alarm | None = None) -> None:
         self.pubend_id = pubend_id
         self.address = address
         self.config = config
@@ -96,6 +101,9 @@ class Source:
         self._answers = NackAnswers(ReadLimits(config.read_bytes_max, config.reads_max,
                                                config.retransmit_window_bytes, config.retransmit_wait_ns),
                                     self._writer, self._tails, congested)
+        self.flow = FlowWindows(config.flow, alarm)  # first-time knowledge per tree, paced by the root's ACKs
+        self._read_backs: dict[int, ReadBack] = {}  # reads of what a window spilled, by reader: what is left
+        self.flow_records_read = 0  # records read back from the log for the windows' spills
 
     # ---- first-time knowledge ------------------------------------------------------------------
 
@@ -109,7 +117,7 @@ class Source:
             stream = self._streams.get(tree)
             empty = self._empty(now, tree)
             if empty and stream is not None and not self._streams.counts(now, stream, empty):
-                self._streams.drop(tree)  # nobody below to wait for or to send to
+                self._drop(tree)  # nobody below to wait for or to send to
                 stream = None
             owed = stream is not None and stream.owed
             if empty and not owed:  # no members: nobody to tell; a member that joins later
@@ -121,8 +129,8 @@ class Source:
                 stream = self._streams.new(tree, min(quiet, records[0][0] - 1), now)
                 if stream is None:
                     continue
-            out += self._writer.chunked(tree, stream.sent_through, synced, records, retransmit=False,
-                                        root=stream.root, past_empty=owed)
+            out += self._flowed(self.flow.offer(now, tree, self._writer.chunked(
+                tree, stream.sent_through, synced, records, retransmit=False, root=stream.root, past_empty=owed)))
             stream.sent_through = synced
             stream.data_ns = now
         return out
@@ -135,7 +143,7 @@ class Source:
         pubend that went quiet on the tree was forgotten by its root, and the new members never
         heard of its events until it published on the tree again)."""
         last = self._tails.last(tree)
-        if last is None:
+        if last is None or self.flow.holding(tree):  # (held: the periodic silence after the hold tells it)
             return []
         renewed = self._streams.new(tree, last, now) if self._streams.get(tree) is None else None
         if synced <= last:  # nothing durable after it yet: the next periodic silence tells it
@@ -152,13 +160,14 @@ class Source:
         idle = self.config.stream_idle_ns
         for tree, stream in self._streams.items():
             if not self._streams.counts(now, stream, self._empty(now, tree)):
-                self._streams.drop(tree)  # said empty, and nobody below to wait for: sent nothing
+                self._drop(tree)  # said empty, and nobody below to wait for: sent nothing
                 continue
             recent = now - stream.data_ns < idle
             if not recent and stream.acked_through >= stream.sent_through <= stream.released_through:
                 self._streams.forget(tree)
+                self.flow.drop(tree)
                 continue
-            if synced > stream.sent_through:
+            if synced > stream.sent_through and not self.flow.holding(tree):  # (held: silence would overtake it)
                 out.append(self._writer.send(tree, stream.sent_through, synced, [], retransmit=False,
                                              past_empty=stream.owed))
                 stream.sent_through = synced
@@ -172,7 +181,58 @@ class Source:
         out: list[SourceEffect] = []
         out += self._answers.acked(now, tree, through)
         self._streams.acked(now, tree, through, root, released, delivered)
+        out += self._flowed(self.flow.acked(now, tree, through))
         return out
+
+    def flow_timeout(self, now: int) -> list[SourceEffect]:
+        """Windows whose root's ACKs stopped for `flow_stall_ns` while holding: what they held goes."""
+        return self._flowed(self.flow.handle_timeout(now))
+
+    def _flowed(self, items: list[FlowOutput]) -> list[SourceEffect]:
+        """What the flow windows let go: messages to the tree's root as the pubend knows it now (it
+        may have moved while they waited), and reads of what they spilled."""
+        out: list[SourceEffect] = []
+        for item in items:
+            if isinstance(item, ReadBack):
+                out.append(self._read_back(item))
+                continue
+            stream = self._streams.get(item.tree)
+            root = None if stream is None else stream.root
+            out.append(item if item.root == root else replace(item, root=root))
+        return out
+
+    def _read_back(self, back: ReadBack) -> ReadLog:
+        reader = self._answers.reader_id()
+        self._read_backs[reader] = back
+        # at most a window's worth of the log: what the tree gets of it goes at once, beyond the window
+        return ReadLog(reader, back.after, back.through, min(self.config.read_bytes_max, self.config.flow.window_bytes))
+
+    def _read_back_done(self, now: int, reader: int, records: list[tuple[int, bytes]],
+                        log: LogState) -> list[SourceEffect]:
+        """A read of a window's spill came back: the tree's records in it go as first-time
+        knowledge (what the log released meanwhile as lost); the window reads on, or goes on."""
+        back = self._read_backs.pop(reader)
+        tree, after = back.tree, back.after
+        stream = self._streams.get(tree)
+        if stream is None or self.flow.window(tree) is None:  # dropped meanwhile: nobody to send to
+            return []
+        self.flow_records_read += len(records)
+        through = records[-1][0] if records else back.through
+        out: list[SourceEffect] = []
+        released = min(log.released_through, through)
+        if released > after:
+            out.append(self._writer.send(tree, after, released, [], retransmit=False, root=stream.root, lost=True))
+            after = released
+        trees_of = self._writer.record_trees
+        mine = [(tick, record) for tick, record in records if tick > after and tree in trees_of(record)]
+        if through > after:
+            out += self.flow.sent_back(tree, self._writer.chunked(tree, after, through, mine, retransmit=False,
+                                                                  root=stream.root, past_empty=stream.owed))
+        return out + self._flowed(self.flow.read_done(now, tree, through))  # (cut short: read on with room)
+
+    def _drop(self, tree: str) -> None:
+        self._streams.drop(tree)
+        self.flow.drop(tree)
 
     # ---- release (source_streams.py) -------------------------------------------------------------
 
@@ -223,9 +283,11 @@ class Source:
         return list(self._answers.read(0, None, after, last_tick))
 
     def owns_read(self, reader: int) -> bool:
-        return self._answers.owns_read(reader)
+        return reader in self._read_backs or self._answers.owns_read(reader)
 
     def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState) -> list[SourceEffect]:
+        if reader in self._read_backs:
+            return self._read_back_done(now, reader, records, log)
         if self._answers.take_recovery(reader):
             return self._recovered(now, records)
         return list(self._answers.log_read(now, reader, records, log))
@@ -234,7 +296,11 @@ class Source:
         """A peer link took what it held: reads that waited for it may go."""
         return list(self._answers.resume_all(now))
 
-    def read_failed(self, reader: int) -> None:
+    def read_failed(self, now: int, reader: int) -> None:
+        back = self._read_backs.pop(reader, None)
+        if back is not None:
+            self.flow.read_failed(now, back.tree)
+            return
         self._answers.read_failed(reader)
 
     def _recovered(self, now: int, records: list[tuple[int, bytes]]) -> list[SourceEffect]:
@@ -251,7 +317,8 @@ class Source:
         return self._writer.record_trees(record)
 
     def status(self) -> dict[str, Any]:
-        return {"trees": len(self._streams), "roots_known": self._streams.roots_known, **self._answers.status()}
+        return {"trees": len(self._streams), "roots_known": self._streams.roots_known, **self._answers.status(),
+                **self.flow.status(), "flow_records_read": self.flow_records_read}
 
 
 __all__ = ["PublishOnTree", "Source", "SourceConfig", "SourceEffect"]

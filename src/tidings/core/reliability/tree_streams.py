@@ -49,6 +49,7 @@ from tidings.core.reliability.merge import TotalOrderMerge
 from tidings.core.reliability.summary import Summary, whole_tree
 from tidings.core.reliability.summary import decode as decode_summary
 from tidings.core.reliability.tree import PFS_CONSUMER, Held, Tree
+from tidings.core.units import ns_to_us
 from tidings.core.wire.packable import Packable, WireArray
 
 if TYPE_CHECKING:
@@ -67,7 +68,8 @@ class TreeStreams:
         self._held = held
         self._congested = congested  # the peer link to this address is past its high-water mark
         self._limits = StreamLimits(config.stream_cache_bytes_max, config.nack_ranges_max,
-                                    config.nack_range_ticks_max, config.knowledge_bytes_max, config.nack_merge_ticks)
+                                    config.nack_range_ticks_max, config.knowledge_bytes_max, config.nack_merge_ticks,
+                                    ns_to_us(config.flow_stall_ns) if config.flow_window_bytes else 0)
         self.trees: dict[str, Tree] = {}
         self.streams = 0
         self._shapes: dict[str, TreeShape] = {}  # the trees as Scribe last told them (tree_changed)
@@ -77,6 +79,7 @@ class TreeStreams:
         self.total_order = TotalOrderMerge(config.clock_skew_allowance_us)
         self.records_unwanted = 0  # first-time data that reached this broker though nothing here or below wanted it
         self.retransmissions_sent = 0
+        self._evicted_gone = 0  # cache evictions of the streams since dropped (`cache_records_evicted`)
         self.clock = WallClock()  # the broker's, at the latest input that had one (merge point, epochs; core/clock.py)
 
     @property
@@ -353,6 +356,7 @@ class TreeStreams:
         out: list[StreamEffect] = []
         if not t.locals and not t.recorded and not self._children(tree):
             self.streams -= len(t.istreams)
+            self._evicted_gone += sum(ist.cache_evicted for ist in t.istreams.values())
             for pubend, ist in t.istreams.items():
                 self.curiosity.unwatch(tree, pubend)
                 if ist.origin:  # when the tree has members again (TREE_ACTIVE), its pubends announce
@@ -438,6 +442,12 @@ class TreeStreams:
     def drop_if_unused(self, tree: str, t: Tree) -> list[StreamEffect]:
         """`tree` is dropped here when nothing needs it any more (`_drop_if_unused`)."""
         return self._drop_if_unused(tree, t)
+
+    @property
+    def cache_records_evicted(self) -> int:
+        """Records the streams' caches let go past `stream_cache_bytes_max` while a consumer still
+        wanted them (a blocked child or subscription: those it then needs are nacked)."""
+        return self._evicted_gone + sum(ist.cache_evicted for t in self.trees.values() for ist in t.istreams.values())
 
     def status(self) -> list[dict[str, object]]:
         return [ist.status() | {"tree": tree} for tree, t in self.trees.items() for ist in t.istreams.values()][:64]

@@ -164,7 +164,7 @@ class SubscriberRouter:
         b = self._broker
         if b.local.reader(inp.reader) is Reader.PUBEND:
             if b.cluster is not None:
-                self._gd().source.read_failed(inp.reader)
+                self._gd().source.read_failed(inp.now, inp.reader)
             return
         self.carry(b.local.read_failed(inp.reader, inp.reason), out)
 
