@@ -31,7 +31,7 @@ through two accesses is collected twice when `multi` > 0 (the caller deduplicate
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tidings.core.filters.cover import (
@@ -110,7 +110,7 @@ class Thresholds:
 
 
 # (name, strings, exact, below, bisect, values, buckets): a Thresholds as `collect` reads it
-RangeProbe = tuple[str, bool, bool, bool, Callable[[list[Any], Any], int], list[Any], list[Bucket]]
+RangeProbe = tuple[str, bool, bool, bool, Callable[[Sequence[Any], Any], int], Sequence[Any], list[Bucket]]
 
 
 def _range_key(access: Range, entry: Entry) -> RangeKey:
