@@ -481,8 +481,10 @@ def run_latency(adapter: Any, cfg: dict[str, Any], sampler: netutil.ServerSample
     unacked: collections.deque[int] = collections.deque()
     socks = [sub.sock] + ([pub.sock] if pub.parser is not None else [])
     received = sent = 0
-    watch = stalls.StallWatch(cfg["server_pid"], cfg["data_dir"], cfg["stall_us"])
-    switches0 = stalls.context_switches(cfg["server_pid"]) if cfg["server_pid"] else None
+    # run.py names its one broker; gd_bench.py's runs cross several and name none (the load's side only)
+    server_pid = cfg.get("server_pid", 0)
+    watch = stalls.StallWatch(server_pid, cfg.get("data_dir"), cfg.get("stall_us", stalls.THRESHOLD_US))
+    switches0 = stalls.context_switches(server_pid) if server_pid else None
     if sampler:
         sampler.start()
     cpu0 = cpu_seconds()
@@ -537,7 +539,7 @@ def run_latency(adapter: Any, cfg: dict[str, Any], sampler: netutil.ServerSample
     found_stalls = watch.finish()
     switches = None
     if switches0 is not None and sent:
-        vol, invol = stalls.context_switches(cfg["server_pid"])
+        vol, invol = stalls.context_switches(server_pid)
         switches = {"voluntary": round((vol - switches0[0]) / sent, 2),
                     "involuntary": round((invol - switches0[1]) / sent, 2)}
     watch.close()
