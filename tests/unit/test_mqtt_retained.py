@@ -6,10 +6,12 @@ subscriber with RETAIN 1, per retain handling."""
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidings.core.broker.advice import Reason
 from tidings.core.event import Event
 from tidings.core.inputs import TimerFired
 from tidings.core.mqtt import packets as p
-from tidings.core.mqtt.retained import OPEN, RetainedStore, size_of
+from tidings.core.mqtt.retained import CLOSED, OPEN, RetainedStore, size_of
+from tidings.core.wire import messages
 
 from .test_mqtt_gateway import Gate
 
@@ -113,3 +115,16 @@ def test_a_retained_publish_reaches_a_later_subscriber_with_the_retain_flag():
     g.sync()
     g.connect(4)
     assert deliveries(g, 4, p.Subscribe(1, (p.TopicFilter("home/#", 1),))) == []
+
+
+def test_the_feed_leaves_when_the_broker_drains_so_the_drain_does_not_wait_for_it():
+    """(The drain of a broker in an overlay waits for its clients to go, after its ADVICE: the
+    integration tests' stops are not held up by the feed.)"""
+    g = ready_gate()
+    assert g.h.broker.reading.open_clients() == 1  # the feed
+    feed = g.gw.retained
+    assert feed.from_broker(messages.advice(Reason.OVERLOADED.value, [["127.0.0.1:1", 5]])) == []
+    assert feed.state is OPEN  # advice to move elsewhere is not for it
+    feed.from_broker(messages.advice(Reason.DRAINING.value, [["127.0.0.1:1", 5]]))
+    assert feed.state is CLOSED and not feed.available and feed.refusal == "the broker is stopping"
+    assert feed.renew() is None and g.gw.status()["mqtt"]["retained_feed"] == "closed"

@@ -32,11 +32,11 @@ from typing import Any, NamedTuple
 from tidings.core.broker.broker import Broker
 from tidings.core.broker.metrics import COUNTER, GAUGE, Figure
 from tidings.core.deadlines import Deadlines
-from tidings.core.effects import Effect, Send
+from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.reason_codes import ReasonCode
-from tidings.core.mqtt.retained import IDLE, RETAINED_CONN, RetainedFeed
+from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
 from tidings.core.mqtt.session import OPEN, MqttSession
 from tidings.core.mqtt.subscriptions import Held
 
@@ -169,9 +169,8 @@ class MqttGateway:
         """The broker's effects: an MQTT connection's Sends through its session, the rest as they are."""
         sessions = self.sessions
         for eff in effects:
-            if type(eff) is Send and eff.conn == RETAINED_CONN:
-                for frame in self.retained.from_broker(eff.data):
-                    self._to_feed(frame, out)
+            if isinstance(eff, Send | Disconnect) and eff.conn == RETAINED_CONN:
+                self._feed(eff, out)
                 continue
             if type(eff) is not Send or (session := sessions.get(eff.conn)) is None:
                 out.append(eff)
@@ -181,6 +180,18 @@ class MqttGateway:
             if native:
                 self._to_broker(session, native, out)
             self._arm(session)
+
+    def _feed(self, eff: Send | Disconnect, out: list[Effect]) -> None:
+        """What the broker sent the retained feed; the connection ends when the feed is closed."""
+        was = self.retained.state
+        if type(eff) is Send:
+            for frame in self.retained.from_broker(eff.data):
+                self._to_feed(frame, out)
+        else:
+            self.retained.stop("the broker closed its connection")
+        if was is not CLOSED and self.retained.state is CLOSED:
+            self.timers.cancel(RenewTimer(RETAINED_CONN))
+            self._to_client(self.broker.handle(ConnectionLost(self.now, RETAINED_CONN)), out)
 
     def _to_feed(self, frame: bytes, out: list[Effect]) -> None:
         """A frame of the retained feed, received by the broker on its connection."""

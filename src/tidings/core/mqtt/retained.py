@@ -30,7 +30,8 @@ broker (its connection number `RETAINED_CONN`, which no runtime gives out): HELL
 client, then the SUBSCRIBE once WELCOME came. States (`FeedState`, moves checked by `TRANSITIONS`):
 IDLE -> OPENING (HELLO sent) -> SUBSCRIBING (WELCOME came) -> OPEN (SUBSCRIBED) -> CLOSED (an ERROR:
 a broker whose auth file lets no anonymous client in, or whose rules refuse `#` to one, has no
-retained messages: its CONNACK says Retain Available 0). CLOSED is final for the connection.
+retained messages: its CONNACK says Retain Available 0; or the broker's drain, whose wait for its
+clients to go the feed must not hold up). CLOSED is final: the gateway then ends the connection.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from tidings.core.broker.advice import Reason
 from tidings.core.channels import pattern_matches
 from tidings.core.errors import ProtocolError
 from tidings.core.event import Event, event_from_fields
@@ -173,7 +175,7 @@ class RetainedFeed:
         try:
             msgs = self.native.receive(data)
         except ProtocolError as exc:  # our own broker broke the protocol: a bug, the feed stops
-            self._close(str(exc))
+            self.stop(str(exc))
             return []
         out: list[bytes] = []
         for msg in msgs:
@@ -189,16 +191,18 @@ class RetainedFeed:
             elif isinstance(msg, messages.Subscribed) and self.state is SUBSCRIBING:
                 self.state = TRANSITIONS.move(self.state, OPEN)
             elif isinstance(msg, messages.Error):
-                self._close(f"{msg.code}: {msg.message}")
+                self.stop(f"{msg.code}: {msg.message}")
             elif isinstance(msg, messages.Challenge):
-                self._close("the broker asks for a credential")
+                self.stop("the broker asks for a credential")
+            elif isinstance(msg, messages.Advice) and msg.reason == Reason.DRAINING.value:
+                self.stop("the broker is stopping")  # (its drain waits for its clients to go)
         return out
 
     def renew(self) -> bytes | None:
         """The lease renewal due (None: nothing to renew)."""
         return self.native.renew() if self.state is OPEN else None
 
-    def _close(self, why: str) -> None:
+    def stop(self, why: str) -> None:
         if self.state is not CLOSED:
             self.refusal = why
             self.state = TRANSITIONS.move(self.state, CLOSED)
