@@ -100,6 +100,8 @@ def test_a_retained_publish_reaches_a_later_subscriber_with_the_retain_flag():
     g.sync()
     g.answers(1)
     assert len(g.h.records) == 2 and [e.channel for e in g.gw.retained.store.matching("#")] == ["home/t"]
+    figures = g.gw.status()["mqtt"]
+    assert (figures["retained_feed"], figures["retained_topics"], figures["retained_dropped"]) == ("open", 1, 0)
     for conn, version in ((2, 5), (3, 4)):
         g.connect(conn, version)
         got = g.send(conn, p.Subscribe(1, (p.TopicFilter("home/+", 1),)))

@@ -63,6 +63,12 @@ FIGURES: tuple[Figure, ...] = (
            "will messages published for connections that ended without DISCONNECT", "MqttGateway", under=MQTT),
     Figure("deliveries_dropped", "mqtt_deliveries_dropped", COUNTER,
            "deliveries over a client's Maximum Packet Size, not sent", "MqttSession", under=MQTT),
+    Figure("retained_topics", "mqtt_retained_topics", GAUGE, "topics with a retained message held by this broker",
+           "RetainedStore", under=MQTT),
+    Figure("retained_bytes", "mqtt_retained_bytes", GAUGE, "bytes of the retained messages held", "RetainedStore",
+           under=MQTT),
+    Figure("retained_dropped", "mqtt_retained_dropped", COUNTER,
+           "retained messages not kept: past the topics or bytes held", "RetainedStore", under=MQTT),
 )
 
 
