@@ -130,3 +130,17 @@ def test_the_feed_leaves_when_the_broker_drains_so_the_drain_does_not_wait_for_i
     feed.from_broker(messages.advice(Reason.DRAINING.value, [["127.0.0.1:1", 5]]))
     assert feed.state is CLOSED and not feed.available and feed.refusal == "the broker is stopping"
     assert feed.renew() is None and g.gw.status()["mqtt"]["retained_feed"] == "closed"
+
+
+def test_one_subscribe_gets_at_most_its_share_of_retained_messages(monkeypatch):
+    monkeypatch.setattr("tidings.core.mqtt.session.RETAINED_PER_SUBSCRIBE_MAX", 2)
+    g = ready_gate()
+    g.connect(1)
+    for i in range(3):
+        g.send(1, p.Publish(f"many/{i}", b"v", 0, retain=True))
+    g.sync()
+    assert len(g.gw.retained.store.matching("many/#")) == 3
+    g.connect(2)
+    got = deliveries(g, 2, p.Subscribe(1, (p.TopicFilter("many/#", 1), p.TopicFilter("many/2", 1))))
+    assert [x.topic for x in got] == ["many/0", "many/1"]  # the first by topic, for the whole SUBSCRIBE
+    assert [x.qos for x in got] == [0, 0]  # published at QoS 0

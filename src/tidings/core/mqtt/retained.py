@@ -18,7 +18,10 @@ that arrives later (a replay from the logs) does not come back.
 
 When an MQTT SUBSCRIBE is granted (retain handling 0, or 1 for a subscription that did not exist),
 the session (core/mqtt/session.py) delivers `matching(filter)`: every live retained event whose
-topic the filter matches (a leading wildcard does not match a `$` topic), with RETAIN 1.
+topic the filter matches (a leading wildcard does not match a `$` topic), with RETAIN 1: at most
+`RETAINED_PER_SUBSCRIBE_MAX` for one SUBSCRIBE (the first by topic), so that they alone never
+overflow the client's queue of deliveries (bridge.MqttSettings.deliveries_queued_max, which would
+disconnect it).
 
 Limits: `topics_max` topics held (live and tombstones; a retained event for a new topic past it is
 not kept: `dropped`), `bytes_max` bytes of live retained messages (topic, payload, attributes as
@@ -57,6 +60,7 @@ RETAINED_CONN = -1  # the feed's connection on the broker (the runtime numbers i
 TOPICS_MAX = 100_000  # topics held (live and deleted)
 BYTES_MAX = 64 * 1024 * 1024  # bytes of live retained messages held
 ENTRY_OVERHEAD_BYTES = 64  # counted per live message beside its topic, payload and attributes
+RETAINED_PER_SUBSCRIBE_MAX = 5_000  # retained messages sent for one SUBSCRIBE (under deliveries_queued_max)
 
 Order = tuple[int, str]  # (tick, pubend): the total order of retained events, last writer wins
 

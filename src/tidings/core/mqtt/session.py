@@ -49,7 +49,7 @@ from tidings.core.mqtt.limits import ProtocolLimits
 from tidings.core.mqtt.properties import Properties
 from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.mqtt.reason_codes import ReasonCode
-from tidings.core.mqtt.retained import RetainedFeed, due
+from tidings.core.mqtt.retained import RETAINED_PER_SUBSCRIBE_MAX, RetainedFeed, due
 from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag
 from tidings.core.session.client_session import ClientSession, PublishEvent
 from tidings.core.states import Transitions
@@ -249,12 +249,17 @@ class MqttSession:
         """SUBACK, then the retained messages its granted filters are owed (core/mqtt/retained.py)."""
         self._apply(self.machine.suback(packet_id, codes), out, native)
         filters = self.retained_due.pop(packet_id, ())
-        if self.retained is None or self.state is CLOSED:
+        if self.retained is None:
             return
+        budget = RETAINED_PER_SUBSCRIBE_MAX
         for flt in filters:
-            entry = self.subscriptions.subs.get(flt)  # (None: refused)
-            for event in self.retained.store.matching(flt) if entry is not None else ():
-                assert entry is not None
+            entry = self.subscriptions.subs.get(flt)
+            if entry is None:  # refused
+                continue
+            for event in self.retained.store.matching(flt)[:budget]:
+                if self.state is CLOSED:
+                    return
+                budget -= 1
                 self._send_publish(bridge.publish_of(event, entry.qos, MQTT_5), None, True, out)
 
     def _delivered(self, eff: fx.DeliveryAcked | fx.DeliveryDropped, out: list[Effect]) -> None:
