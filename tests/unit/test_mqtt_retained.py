@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tidings.core.broker.advice import Reason
 from tidings.core.event import Event
-from tidings.core.inputs import TimerFired
+from tidings.core.inputs import ConnectionLost, TimerFired
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.retained import CLOSED, OPEN, RetainedStore, size_of
 from tidings.core.wire import messages
@@ -144,3 +144,13 @@ def test_one_subscribe_gets_at_most_its_share_of_retained_messages(monkeypatch):
     got = deliveries(g, 2, p.Subscribe(1, (p.TopicFilter("many/#", 1), p.TopicFilter("many/2", 1))))
     assert [x.topic for x in got] == ["many/0", "many/1"]  # the first by topic, for the whole SUBSCRIBE
     assert [x.qos for x in got] == [0, 0]  # published at QoS 0
+
+
+def test_a_retained_will_is_kept_as_retained():
+    g = ready_gate()
+    g.connect(1, will=p.Will("wills/c1", b"gone", 1, retain=True))
+    g.feed(ConnectionLost(g.now, 1))  # without DISCONNECT: the will is due
+    g.sync()
+    g.connect(2)
+    got = deliveries(g, 2, p.Subscribe(1, (p.TopicFilter("wills/+", 1),)))
+    assert [(x.topic, x.payload, x.retain) for x in got] == [("wills/c1", b"gone", True)]

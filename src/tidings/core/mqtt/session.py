@@ -379,7 +379,8 @@ class MqttSession:
         if will is None or native is None or not self.will_due or not self.welcomed:
             return None
         self.will = None
-        event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos, properties=will.properties))
+        event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos,
+                                                  will.retain and self._retain_available(), properties=will.properties))
         return None if isinstance(event, bridge.Refused) else native.publish([event])[0][2]
 
     def status(self) -> dict[str, object]:
