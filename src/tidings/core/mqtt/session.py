@@ -49,6 +49,7 @@ from tidings.core.mqtt.limits import ProtocolLimits
 from tidings.core.mqtt.properties import Properties
 from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.mqtt.reason_codes import ReasonCode
+from tidings.core.mqtt.retained import RETAINED_PER_SUBSCRIBE_MAX, RetainedFeed, due
 from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag
 from tidings.core.session.client_session import ClientSession, PublishEvent
 from tidings.core.states import Transitions
@@ -74,8 +75,7 @@ TRANSITIONS = Transitions[MqttState]("mqtt session", {
 
 def limits_of(settings: MqttSettings) -> ProtocolLimits:
     """The protocol machine's limits: ours, and what tidings does not offer yet (shared subscriptions,
-    subscription identifiers; retained messages are refused by the session, 5.0 only: a 3.1.1
-    client's retain flag is ignored)."""
+    subscription identifiers)."""
     return ProtocolLimits(packet_bytes_max=settings.packet_bytes_max, receive_maximum=settings.receive_maximum,
                           deliveries_queued_max=settings.deliveries_queued_max, shared_subscription_available=False,
                           subscription_identifier_available=False,
@@ -84,16 +84,20 @@ def limits_of(settings: MqttSettings) -> ProtocolLimits:
 
 class MqttSession:
     def __init__(self, conn: int, now: int, settings: MqttSettings, secure: bool, nonce: bytes,
-                 held: Callable[[str, str], list[Held]] = lambda owner, prefix: []) -> None:
+                 held: Callable[[str, str], list[Held]] = lambda owner, prefix: [],
+                 retained: RetainedFeed | None = None) -> None:
         """`secure`: TLS or a loopback peer (a password may come in plain); `nonce`: fresh random
         bytes for the native handshake's challenge-response; `held(owner, prefix)`: the broker's
-        named durable subscriptions of `owner` whose names begin with `prefix` (a persistent session's)."""
+        named durable subscriptions of `owner` whose names begin with `prefix` (a persistent session's);
+        `retained`: the broker's retained messages (core/mqtt/retained.py; None: Retain Available 0)."""
         self.conn = conn
         self.now = now
         self.settings = settings
         self.secure = secure or settings.allow_plain_password
         self.nonce = nonce
         self.held = held
+        self.retained = retained
+        self.retained_due: dict[int, tuple[str, ...]] = {}  # SUBSCRIBE packet id -> filters owed their retained
         self.machine = MqttConnection(now, limits_of(settings), f"tidings-{conn}-{nonce[:6].hex()}")
         self.state = AWAITING_CONNECT
         self.level = 4
@@ -193,12 +197,13 @@ class MqttSession:
         self._apply(self.machine.refuse(code, why), out, [])
 
     def _publish(self, eff: fx.Published, out: list[Effect], native: list[bytes]) -> None:
-        if eff.retain and self.level == MQTT_5:  # our CONNACK said Retain Available 0 (3.3.1.3)
-            self._apply(self.machine.disconnect(R.RETAIN_NOT_SUPPORTED, "retained messages are not supported yet"),
+        if eff.retain and self.level == MQTT_5 and not self._retain_available():  # Retain Available 0 (3.3.1.3)
+            self._apply(self.machine.disconnect(R.RETAIN_NOT_SUPPORTED, "retained messages are not available"),
                         out, native)
             return
         assert self.native is not None
-        event = bridge.event_of(self.native, p.Publish(eff.topic, eff.payload, eff.qos, properties=eff.properties))
+        event = bridge.event_of(self.native, p.Publish(eff.topic, eff.payload, eff.qos, eff.retain and
+                                                       self._retain_available(), properties=eff.properties))
         if isinstance(event, bridge.Refused):
             self.refused += 1
             if eff.packet_id is not None:
@@ -229,10 +234,33 @@ class MqttSession:
             native += frames
             self._apply(self.machine.unsuback(eff.packet_id, codes), out, native)
             return
+        if self._retain_available():
+            self.retained_due[eff.packet_id] = tuple(t.filter for t in eff.topics
+                                                     if due(t, t.filter in self.subscriptions.subs))
         done, frames = self.subscriptions.subscribe(self.native, eff.packet_id, eff.topics, eff.properties)
         native += frames
         if done is not None:
-            self._apply(self.machine.suback(eff.packet_id, done), out, native)
+            self._suback(eff.packet_id, done, out, native)
+
+    def _retain_available(self) -> bool:
+        return self.retained is not None and self.retained.available
+
+    def _suback(self, packet_id: int, codes: tuple[int, ...], out: list[Effect], native: list[bytes]) -> None:
+        """SUBACK, then the retained messages its granted filters are owed (core/mqtt/retained.py)."""
+        self._apply(self.machine.suback(packet_id, codes), out, native)
+        filters = self.retained_due.pop(packet_id, ())
+        if self.retained is None:
+            return
+        budget = RETAINED_PER_SUBSCRIBE_MAX
+        for flt in filters:
+            entry = self.subscriptions.subs.get(flt)
+            if entry is None:  # refused
+                continue
+            for event in self.retained.store.matching(flt)[:budget]:
+                if self.state is CLOSED:
+                    return
+                budget -= 1
+                self._send_publish(bridge.publish_of(event, entry.qos, MQTT_5), None, True, out)
 
     def _delivered(self, eff: fx.DeliveryAcked | fx.DeliveryDropped, out: list[Effect]) -> None:
         tag = self.tokens.pop(eff.token, None)
@@ -293,7 +321,8 @@ class MqttSession:
             native += self.subscriptions.resume(self.native, held)
         else:  # a clean start ends it
             native += self.subscriptions.forget(self.native, held)
-        offer = Properties(retain_available=0, session_expiry_interval_s=None if self.persistent else 0)
+        offer = Properties(retain_available=None if self._retain_available() else 0,
+                           session_expiry_interval_s=None if self.persistent else 0)
         session_present = self.persistent and not self.clean_start and bool(held)
         self._apply(self.machine.accept(self.now, session_present, offer), out, native)
         self._flush(native)
@@ -326,17 +355,20 @@ class MqttSession:
                     code = bridge.SUBSCRIBE_REFUSALS.get(msg.code, R.UNSPECIFIED_ERROR)
                     answers += self.subscriptions.subscribed(sub, None, code)
         for packet_id, codes in answers:
-            self._apply(self.machine.suback(packet_id, codes), out, native)
+            self._suback(packet_id, codes, out, native)
 
     def _deliver(self, msg: messages.Events, out: list[Effect]) -> None:
         for publish, tag in self.subscriptions.deliver(msg):
-            self.next_token += 1
-            if tag is not None and publish.qos:
-                self.tokens[self.next_token] = tag
-            self._apply(self.machine.deliver(self.next_token, publish.topic, publish.payload, publish.qos,
-                                             properties=publish.properties), out, [])
+            self._send_publish(publish, tag, publish.retain, out)
             if self.state is CLOSED:
                 return
+
+    def _send_publish(self, publish: p.Publish, tag: Tag, retain: bool, out: list[Effect]) -> None:
+        self.next_token += 1
+        if tag is not None and publish.qos:
+            self.tokens[self.next_token] = tag
+        self._apply(self.machine.deliver(self.next_token, publish.topic, publish.payload, publish.qos, retain,
+                                         properties=publish.properties), out, [])
 
     # ---- endings ---------------------------------------------------------------------------------
 
@@ -347,7 +379,8 @@ class MqttSession:
         if will is None or native is None or not self.will_due or not self.welcomed:
             return None
         self.will = None
-        event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos, properties=will.properties))
+        event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos,
+                                                  will.retain and self._retain_available(), properties=will.properties))
         return None if isinstance(event, bridge.Refused) else native.publish([event])[0][2]
 
     def status(self) -> dict[str, object]:

@@ -15,7 +15,7 @@ A plain data structure: methods return the packets to send and the frames for th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tidings.core.errors import TidingsError
 from tidings.core.event import event_from_fields
@@ -43,6 +43,7 @@ class MqttSub:
     sub: int
     name: str | None = None
     durable: DurableCursor | None = None
+    retain_as_published: bool = False  # 5.0: a delivery keeps its retain mark (3.8.3.1)
 
 
 @dataclass(slots=True)
@@ -81,6 +82,7 @@ class MqttSubscriptions:
             same = self.subs.get(wanted.filter)
             if same is not None and (same.qos == qos or same.name is None):  # its options replaced (3.8.4)
                 same.qos = qos
+                same.retain_as_published = wanted.retain_as_published
                 pending.codes[i] = qos
                 continue
             if same is not None:  # a persistent one under another QoS: its name changes
@@ -92,7 +94,7 @@ class MqttSubscriptions:
             except TidingsError as exc:
                 pending.codes[i] = bridge.SUBSCRIBE_REFUSALS.get(exc.code, R.UNSPECIFIED_ERROR)
                 continue
-            self._add(MqttSub(wanted.filter, qos, sub, name))
+            self._add(MqttSub(wanted.filter, qos, sub, name, retain_as_published=wanted.retain_as_published))
             self.pending[sub] = (pending, i)
             frames.append(frame)
         return self._suback_if_done(pending), frames
@@ -197,6 +199,8 @@ class MqttSubscriptions:
             except ValueError:
                 continue
             publish = bridge.publish_of(event, entry.qos, MQTT_5)  # (3.1.1's properties: the machine drops them)
+            if entry.retain_as_published and event.attributes.get(bridge.RETAIN) is True:
+                publish = replace(publish, retain=True)
             self.delivered += 1
             if durable is None:
                 out.append((publish, None))
