@@ -78,6 +78,23 @@ class DeliveryFlow:
         self.deliveries.add(token, publish)
         return self.flush()
 
+    def deliver_many(self, items: list[tuple[int, p.Publish]]) -> list[fx.MqttEffect]:
+        """`deliver` of each (token, publish) in order, the packets sent joined (a Send between other effects)."""
+        out: list[fx.MqttEffect] = []
+        data: list[bytes] = []
+        for token, publish in items:
+            for eff in self.deliver(token, publish):
+                if type(eff) is fx.Send:
+                    data.append(eff.data)
+                    continue
+                if data:
+                    out.append(fx.Send(b"".join(data)))
+                    data = []
+                out.append(eff)
+        if data:
+            out.append(fx.Send(b"".join(data)))
+        return out
+
     def _encode_aliased(self, publish: p.Publish, packet_id: int | None = None) -> bytes | None:
         topic, alias = self.aliases.choose(publish.topic)
         props = publish.properties

@@ -382,14 +382,15 @@ class MqttSession:
             self._apply(self.machine.suback(packet_id, codes), out, native)
 
     def _deliver(self, msg: messages.Events, out: list[Effect]) -> None:
-        for publish, tag in self.subscriptions.deliver(msg):
+        """EVENTS as PUBLISHes: one call on the machine for the run, its packets in one Send."""
+        items: list[tuple[int, p.Publish]] = []
+        for publish, tag in self.subscriptions.deliver(msg, self.level):
             self.next_token += 1
             if tag is not None and publish.qos:
                 self.tokens[self.next_token] = tag
-            self._apply(self.machine.deliver(self.next_token, publish.topic, publish.payload, publish.qos,
-                                             properties=publish.properties), out, [])
-            if self.state is CLOSED:
-                return
+            items.append((self.next_token, publish))
+        if items:
+            self._apply(self.machine.deliver_many(items), out, [])
 
     # ---- endings ---------------------------------------------------------------------------------
 
