@@ -353,10 +353,12 @@ class MqttSession:
 
     def _acked(self, msg: messages.Ack, out: list[Effect], native: list[bytes]) -> None:
         """The broker's ACK: the events are fsynced at their pubend; QoS 1 gets its PUBACK, QoS 2 its PUBREC."""
+        effects: list[fx.MqttEffect] = []  # (the machine's answers to the run, applied once)
         for i, tick in enumerate(msg.ticks):
             packet_id = self.publishes.pop(msg.seq + i, None)
             if packet_id is not None and tick is not None:
-                self._apply(self.machine.publish_done(packet_id), out, native)
+                effects += self.machine.publish_done(packet_id)
+        self._apply(effects, out, native)
 
     def _answered(self, msg: messages.Subscribed | messages.Error, out: list[Effect], native: list[bytes]) -> None:
         """SUBSCRIBED, or an ERROR: a refused handshake, events or subscriptions."""
