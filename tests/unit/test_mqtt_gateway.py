@@ -4,6 +4,7 @@ code, the keep-alive, the in-flight window."""
 
 import random
 
+from tidings.core.auth.guard import Guard
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Disconnect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Received, TimerFired, WriteSynced
@@ -24,8 +25,9 @@ S = 1_000_000_000
 class Gate:
     """A broker core (tests/unit/core_harness.py) with the MQTT gateway in front, and MQTT clients by conn."""
 
-    def __init__(self, settings: MqttSettings | None = None, config: BrokerConfig | None = None) -> None:
-        self.h = Harness(config)
+    def __init__(self, settings: MqttSettings | None = None, config: BrokerConfig | None = None,
+                 guard: Guard | None = None) -> None:
+        self.h = Harness(config, guard=guard)
         self.gw = MqttGateway(self.h.broker, settings or MqttSettings(), lambda n: b"\x01" * n)
         self.h.feed = self.feed  # (its log reads answered through the gateway)
         self.decoders: dict[int, PacketDecoder] = {}
@@ -40,8 +42,8 @@ class Gate:
                 self.closed.add(eff.conn)
             self.h.apply([eff] if not isinstance(eff, Send | Disconnect) else [])
 
-    def connect(self, conn: int, version: int = 5, secure: bool = True, **fields) -> list:
-        self.gw.expect(conn, secure)
+    def connect(self, conn: int, version: int = 5, secure: bool = True, source: str = "", **fields) -> list:
+        self.gw.expect(conn, secure, source)
         self.feed(Accepted(self.now, conn))
         self.decoders[conn] = PacketDecoder(1 << 24, version)
         return self.send(conn, p.Connect(version, fields.pop("client_id", f"c{conn}"), **fields))

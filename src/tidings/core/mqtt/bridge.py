@@ -144,9 +144,10 @@ def publish_of(event: Event, granted_qos: int, level: int) -> p.Publish:
     props = NO_PROPERTIES
     if level == MQTT_5 and attrs:
         content_type = attrs.get(CONTENT_TYPE)
-        props = Properties(content_type=content_type if isinstance(content_type, str) else None,
-                           user_properties=tuple((k, text_of(v)) for k, v in attrs.items()
-                                                 if not k.startswith(RESERVED_PREFIX)))
+        user = tuple((k, text_of(v)) for k, v in attrs.items() if not k.startswith(RESERVED_PREFIX))
+        if user or isinstance(content_type, str):  # (else none: an MQTT QoS 0 event's `mqtt.qos` alone)
+            props = Properties(content_type=content_type if isinstance(content_type, str) else None,
+                               user_properties=user)
     return p.Publish(event.channel, event.payload, qos, properties=props)  # (topics.topic_of: the identity)
 
 

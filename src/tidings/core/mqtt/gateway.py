@@ -35,6 +35,7 @@ from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
 from tidings.core.mqtt.bridge import MqttSettings
+from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
 from tidings.core.mqtt.session import OPEN, MqttSession
@@ -61,6 +62,8 @@ FIGURES: tuple[Figure, ...] = (
            under=MQTT),
     Figure("wills_published", "mqtt_wills_published", COUNTER,
            "will messages published for connections that ended without DISCONNECT", "MqttGateway", under=MQTT),
+    Figure("derivations_refused", "mqtt_derivations_refused", COUNTER,
+           "CONNECTs refused past the bounds on password derivations in flight (0x9F)", "Derivations", under=MQTT),
     Figure("deliveries_dropped", "mqtt_deliveries_dropped", COUNTER,
            "deliveries over a client's Maximum Packet Size, not sent", "MqttSession", under=MQTT),
     Figure("retained_topics", "mqtt_retained_topics", GAUGE, "topics with a retained message held by this broker",
@@ -94,7 +97,8 @@ class MqttGateway:
         self.settings = settings
         self.nonce = nonce
         self.sessions: dict[int, MqttSession] = {}
-        self.expected: dict[int, bool] = {}  # conn -> secure (TLS or loopback), until its Accepted
+        self.expected: dict[int, tuple[bool, str]] = {}  # conn -> (secure, source address), until its Accepted
+        self.derivations = Derivations(nonce(32))  # passwords' scrypt, off the loop (core/mqtt/derivations.py)
         self.by_client_id: dict[str, int] = {}
         self.timers: Deadlines[MqttTimer] = Deadlines()
         self.now = 0
@@ -107,9 +111,28 @@ class MqttGateway:
         self.retained = RetainedFeed(f"broker-{nonce(6).hex()}")  # retained messages (core/mqtt/retained.py)
         broker.sections.append(self.status)  # the broker's status (and so STATUS, /status, /metrics) has ours
 
-    def expect(self, conn: int, secure: bool) -> None:
-        """The runtime accepted `conn` on an MQTT port (its Accepted follows); `secure`: TLS or loopback."""
-        self.expected[conn] = secure
+    def expect(self, conn: int, secure: bool, source: str = "") -> None:
+        """The runtime accepted `conn` on an MQTT port (its Accepted follows); `secure`: TLS or loopback;
+        `source`: the peer's address (its password derivations are bounded per source)."""
+        self.expected[conn] = (secure, source)
+
+    def take_derivations(self) -> list[DeriveKey]:
+        """The scrypt derivations the sessions asked for (effects for the runtime's workers, whose
+        results come back through `derived`)."""
+        return self.derivations.take()
+
+    def derived(self, inp: KeyDerived) -> list[Effect]:
+        """A derivation is done: its session answers the broker's CHALLENGE with it."""
+        self.now = inp.now
+        self.derivations.done(inp.conn)
+        out: list[Effect] = []
+        session = self.sessions.get(inp.conn)
+        if session is not None:
+            native: list[bytes] = []
+            session.derived(inp.ticket, inp.salted, out, native)
+            self._to_broker(session, native, out)
+            self._arm(session)
+        return out
 
     # ---- inputs ----------------------------------------------------------------------------------
 
@@ -130,11 +153,11 @@ class MqttGateway:
                 return out
         elif kind is Accepted:
             assert isinstance(inp, Accepted)
-            secure = self.expected.pop(inp.conn, None)
-            if secure is not None:
+            expected = self.expected.pop(inp.conn, None)
+            if expected is not None:
                 self.accepted += 1
-                session = MqttSession(inp.conn, inp.now, self.settings, secure, self.nonce(NONCE_BYTES), self._held,
-                                      self.retained)
+                session = MqttSession(inp.conn, inp.now, self.settings, expected[0], self.nonce(NONCE_BYTES),
+                                      self._held, self.retained, self.derivations, expected[1])
                 self.sessions[inp.conn] = session
                 self._arm(session)
         elif kind is ConnectionLost:
@@ -283,6 +306,7 @@ class MqttGateway:
         open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
                 "wills_published": self.wills_published, **figures, **self.retained.status(),
+                **self.derivations.status(),
                 "sessions": [s.status() for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}
 

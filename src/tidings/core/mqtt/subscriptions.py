@@ -185,7 +185,7 @@ class MqttSubscriptions:
         if entry is not None and entry.durable is not None:
             entry.durable.silence(silence_of(msg).positions)
 
-    def deliver(self, msg: messages.Events) -> list[tuple[p.Publish, Tag]]:
+    def deliver(self, msg: messages.Events, level: int = MQTT_5) -> list[tuple[p.Publish, Tag]]:
         """EVENTS as PUBLISH packets for the protocol machine, each with its place in a persistent
         subscription (its acknowledgement moves the subscription on: `DurableCursor`)."""
         entry = self.sub_of.get(msg.sub)
@@ -198,7 +198,7 @@ class MqttSubscriptions:
                 event = event_from_fields(fields)
             except ValueError:
                 continue
-            publish = bridge.publish_of(event, entry.qos, MQTT_5)  # (3.1.1's properties: the machine drops them)
+            publish = bridge.publish_of(event, entry.qos, level)
             if entry.retain_as_published and event.attributes.get(bridge.RETAIN) is True:
                 publish = replace(publish, retain=True)
             self.delivered += 1
