@@ -78,6 +78,8 @@ BROKERS = {
     "mosquitto": ("mqtt", ["a", "b", "c", "d-best", "d-durable"]),
     "nats": ("nats", ["a", "b", "c", "d-best", "d-durable"]),
     "amqtt": ("mqtt", ["a", "b", "c", "d-best", "d-durable"]),
+    # tidings' own MQTT listener (--mqtt), driven by the MQTT load clients as Mosquitto is
+    "tidings-mqtt": ("mqtt", ["a", "b", "c", "d-best", "d-durable"]),
 }
 
 
@@ -137,6 +139,9 @@ def server_command(name: str, port: int, data_dir: str, conf_dir: str) -> list[s
     """The command line of one broker, its configuration written into conf_dir."""
     if name == "tidings":
         return [tidings_executable(), "broker", "--data", data_dir, "--listen", f"127.0.0.1:{port}"]
+    if name == "tidings-mqtt":  # its own port any free one; the load's is the MQTT listener's
+        return [tidings_executable(), "broker", "--data", data_dir, "--listen", "127.0.0.1:0",
+                "--mqtt", f"127.0.0.1:{port}"]
     if name == "mosquitto":
         conf = os.path.join(conf_dir, "mosquitto.conf")
         with open(conf, "w") as f:
@@ -164,7 +169,7 @@ def server_command(name: str, port: int, data_dir: str, conf_dir: str) -> list[s
 
 
 def missing_prerequisite(name: str) -> str | None:
-    if name == "tidings":
+    if name in ("tidings", "tidings-mqtt"):
         exe = tidings_executable()
         if not os.path.exists(exe):
             return f"no {exe} (make install the project venv)"

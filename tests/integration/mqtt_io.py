@@ -18,6 +18,7 @@ paho = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt is not installe
 from paho.mqtt.enums import CallbackAPIVersion  # noqa: E402
 from paho.mqtt.packettypes import PacketTypes  # noqa: E402
 from paho.mqtt.properties import Properties  # noqa: E402
+from paho.mqtt.subscribeoptions import SubscribeOptions  # noqa: E402
 
 V311, V5 = paho.MQTTv311, paho.MQTTv5
 WAIT_S = 15.0
@@ -95,18 +96,24 @@ class Mqtt:
             if not self._cond.wait_for(done, WAIT_S):
                 raise TimeoutError(f"no {what} within {WAIT_S} s")
 
-    def subscribe(self, topic: str, qos: int = 1, content_filter: str | None = None) -> list[int]:
-        """SUBSCRIBE and wait for its SUBACK: the codes (5.0 numbering; 3.1.1's failure reads 0x80)."""
+    def subscribe(self, topic: str, qos: int = 1, content_filter: str | None = None,
+                  retain_handling: int = 0, retain_as_published: bool = False) -> list[int]:
+        """SUBSCRIBE and wait for its SUBACK: the codes (5.0 numbering; 3.1.1's failure reads 0x80).
+        `retain_handling` and `retain_as_published`: the 5.0 subscription options."""
         props = None
         if content_filter is not None:
             props = Properties(PacketTypes.SUBSCRIBE)
             props.UserProperty = ("filter", content_filter)
-        _, mid = self.client.subscribe(topic, qos, properties=props)
+        if retain_handling or retain_as_published:
+            options = SubscribeOptions(qos, retainAsPublished=retain_as_published, retainHandling=retain_handling)
+            _, mid = self.client.subscribe(topic, options=options, properties=props)
+        else:
+            _, mid = self.client.subscribe(topic, qos, properties=props)
         self._wait(lambda: mid in self.subacks, "SUBACK")
         return self.subacks[mid]
 
     def publish(self, topic: str, payload: bytes, qos: int = 1, user: dict[str, str] | None = None,
-                content_type: str | None = None, wait: bool = True) -> int | None:
+                content_type: str | None = None, wait: bool = True, retain: bool = False) -> int | None:
         """PUBLISH; at QoS 1 wait for the PUBACK and return its reason code."""
         props = None
         if user or content_type:
@@ -115,7 +122,7 @@ class Mqtt:
                 props.UserProperty = list(user.items())
             if content_type:
                 props.ContentType = content_type
-        info = self.client.publish(topic, payload, qos, properties=props)
+        info = self.client.publish(topic, payload, qos, retain, properties=props)
         if qos == 0 or not wait:
             return None
         self._wait(lambda: info.mid in self.acks or self.disconnect_code is not None, "PUBACK")

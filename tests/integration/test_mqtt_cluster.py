@@ -148,10 +148,12 @@ def test_dollar_topics_are_not_matched_by_a_leading_wildcard(cluster):
         assert sub.subscribe("#", qos=0) == [0]
         assert sub.subscribe("$SYS/#", qos=0) == [0]
         assert pub.publish("$SYS/x", b"d") == 0
-        msg = sub.get()
-        assert msg.topic == "$SYS/x"  # once: by $SYS/#, not by #
+        # (`#` starts a clock-skew allowance back on other pubends, docs/delivery.md: earlier tests'
+        # events may come first, from the trees the broker's retained feed keeps: skipped)
+        mine = lambda: next(m for m in iter(sub.get, None) if m.topic in ("$SYS/x", "after"))  # noqa: E731
+        assert mine().topic == "$SYS/x"  # once: by $SYS/#, not by #
         assert pub.publish("after", b"a") == 0
-        assert sub.get().topic == "after"
+        assert mine().topic == "after"
     finally:
         sub.close()
         pub.close()

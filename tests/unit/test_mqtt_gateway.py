@@ -4,6 +4,7 @@ code, the keep-alive, the in-flight window."""
 
 import random
 
+from tidings.core.auth.guard import Guard
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Disconnect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Received, TimerFired, WriteSynced
@@ -14,6 +15,7 @@ from tidings.core.mqtt.encode import encode
 from tidings.core.mqtt.gateway import MqttGateway
 from tidings.core.mqtt.properties import Properties
 from tidings.core.mqtt.session import OPEN
+from tidings.core.wire import messages
 
 from .core_harness import Harness
 
@@ -23,8 +25,9 @@ S = 1_000_000_000
 class Gate:
     """A broker core (tests/unit/core_harness.py) with the MQTT gateway in front, and MQTT clients by conn."""
 
-    def __init__(self, settings: MqttSettings | None = None, config: BrokerConfig | None = None) -> None:
-        self.h = Harness(config)
+    def __init__(self, settings: MqttSettings | None = None, config: BrokerConfig | None = None,
+                 guard: Guard | None = None) -> None:
+        self.h = Harness(config, guard=guard)
         self.gw = MqttGateway(self.h.broker, settings or MqttSettings(), lambda n: b"\x01" * n)
         self.h.feed = self.feed  # (its log reads answered through the gateway)
         self.decoders: dict[int, PacketDecoder] = {}
@@ -39,8 +42,8 @@ class Gate:
                 self.closed.add(eff.conn)
             self.h.apply([eff] if not isinstance(eff, Send | Disconnect) else [])
 
-    def connect(self, conn: int, version: int = 5, secure: bool = True, **fields) -> list:
-        self.gw.expect(conn, secure)
+    def connect(self, conn: int, version: int = 5, secure: bool = True, source: str = "", **fields) -> list:
+        self.gw.expect(conn, secure, source)
         self.feed(Accepted(self.now, conn))
         self.decoders[conn] = PacketDecoder(1 << 24, version)
         return self.send(conn, p.Connect(version, fields.pop("client_id", f"c{conn}"), **fields))
@@ -65,7 +68,7 @@ class Gate:
 def test_a_qos1_publish_is_acknowledged_only_once_its_event_is_fsynced():
     g = Gate()
     [connack] = g.connect(1)
-    assert (connack.reason_code, connack.properties.retain_available) == (0, 0)
+    assert (connack.reason_code, connack.properties.retain_available) == (0, None)  # (absent: 1)
     assert g.send(1, p.Publish("a/b", b"x", 1, packet_id=9)) == []  # logged, not yet synced: no PUBACK
     assert len(g.h.records) == 1 and g.h.unsynced
     g.sync()
@@ -115,9 +118,12 @@ def test_topics_tidings_cannot_hold_are_refused_by_reason_code():
     assert len(g.h.records) == 0  # a user property under mqtt. is the broker's: refused (QoS 0: no answer)
 
 
-def test_a_retained_publish_is_refused_in_5_and_the_connection_closed():
+def test_a_retained_publish_is_refused_in_5_and_the_connection_closed_where_the_broker_refused_the_feed():
     g = Gate()
-    g.connect(1)
+    g.feed(TimerFired(0, g.h.wall_us))  # the gateway opens its retained feed (core/mqtt/retained.py)
+    g.gw.retained.from_broker(messages.error("forbidden", "no anonymous clients here"))
+    [connack] = g.connect(1)
+    assert connack.properties.retain_available == 0
     [disconnect] = g.send(1, p.Publish("a", b"r", 1, retain=True, packet_id=1))
     assert disconnect.reason_code == 0x9A and 1 in g.closed
 

@@ -7,20 +7,35 @@ counter as every other connection; before its `Accepted` reaches the core the ga
 it is an MQTT connection, and whether a password may travel on it (TLS, or a loopback peer, or the
 broker's --allow-plain-password: the core decides with that). 1883 is MQTT's port by convention,
 8883 with TLS; TLS uses the broker's certificate (--tls-cert, --tls-key).
+
+A password's scrypt (about 80 ms) never runs on the event loop: the gateway asks for it
+(`DeriveKey`, core/mqtt/derivations.py, which bounds how many are asked for at once), a pool of
+`DERIVE_WORKERS` threads runs it (hashlib.scrypt releases the GIL) and the result comes back to the
+gateway on the loop (`KeyDerived`), through the driver like any input.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tidings.aio.server import _Connection
-from tidings.core.inputs import Accepted
+from tidings.core.auth.credentials import salted_key
+from tidings.core.effects import Effect
+from tidings.core.errors import TidingsError
+from tidings.core.inputs import Accepted, Input
 from tidings.core.mqtt.bridge import MqttSettings
+from tidings.core.mqtt.derivations import DeriveKey, KeyDerived
 from tidings.core.mqtt.gateway import MqttGateway
+
+DERIVE_WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))  # scrypt threads (16 MiB each while running),
+# a core left for the event loop
 
 if TYPE_CHECKING:
     from tidings.aio.server import BrokerServer
@@ -57,7 +72,8 @@ class _MqttConnection(_Connection):
                 loopback = ipaddress.ip_address(str(peer[0])).is_loopback
             except ValueError:
                 loopback = False
-        self.gateway.expect(self.conn, self.tls or loopback)
+        source = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self.gateway.expect(self.conn, self.tls or loopback, source)
         return super().accepted(now, transport)
 
 
@@ -71,9 +87,38 @@ class MqttListeners:
         self.gateway = MqttGateway(server.core, options.settings, secrets.token_bytes)
         self.servers: list[asyncio.Server] = []
         self.addresses: list[tuple[str, bool]] = []  # (host:port as bound, tls)
+        self.pool = ThreadPoolExecutor(DERIVE_WORKERS, thread_name_prefix="tidings-mqtt-scrypt")
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def handle(self, inp: Input) -> list[Effect]:
+        """The gateway's `handle` for the driver; the derivations it asked for go to the workers."""
+        effects = self.gateway.handle(inp)
+        self._derive()
+        return effects
+
+    def _derive(self) -> None:
+        for ask in self.gateway.take_derivations():
+            self.pool.submit(self._run, ask)
+
+    def _run(self, ask: DeriveKey) -> None:
+        """On a worker thread: the scrypt, handed back to the loop."""
+        try:
+            salted: bytes | None = salted_key(ask.secret, ask.salt, ask.kdf)
+        except (TidingsError, ValueError, MemoryError):
+            salted = None
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._derived, ask, salted)
+
+    def _derived(self, ask: DeriveKey, salted: bytes | None) -> None:
+        driver = self.server.driver
+        if driver is None:
+            return
+        driver.run(self.gateway.derived(KeyDerived(time.monotonic_ns(), ask.conn, ask.ticket, salted)))
+        self._derive()
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         tls_context = None if self.server.tls is None else self.server.tls.server_context()
         for listen in self.options.listens:
             if listen.tls and tls_context is None:
@@ -95,3 +140,4 @@ class MqttListeners:
     def close(self) -> None:
         for srv in self.servers:
             srv.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)

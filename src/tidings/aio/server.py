@@ -238,7 +238,7 @@ class BrokerServer:
             from tidings.aio.mqtt import MqttListeners  # noqa: PLC0415 - only a broker asked to serve MQTT
 
             self.mqtt = MqttListeners(self, self._mqtt_options)
-            handle, next_deadline = self.mqtt.gateway.handle, self.mqtt.gateway.next_deadline
+            handle, next_deadline = self.mqtt.handle, self.mqtt.gateway.next_deadline
         self.driver = Driver(handle, next_deadline, self._handlers(self.worker), self)
         self.pfs_worker = PfsWorker(self.data_dir / "pfs")
         self.pfs_worker.start()

@@ -116,14 +116,16 @@ class ClientHandshake:
         self.client_nonce = check_nonce(client_nonce, "client")
         self._expected: bytes | None = None
 
-    def answer(self, challenge: Challenge) -> bytes:
-        """The proof for `challenge` (runs scrypt: tens of milliseconds)."""
+    def answer(self, challenge: Challenge, salted: bytes | None = None) -> bytes:
+        """The proof for `challenge` (runs scrypt: tens of milliseconds, unless `salted` is the
+        salted key already derived for its salt and cost: an MQTT session's, core/mqtt/derivations.py)."""
         try:
             challenge.kdf.check()
         except TidingsError as exc:
             raise AuthError(f"the broker's challenge is unacceptable: {exc}") from None
         check_nonce(challenge.server_nonce, "broker")
-        salted = cred.salted_key(self.credential.secret, challenge.salt, challenge.kdf)
+        if salted is None:
+            salted = cred.salted_key(self.credential.secret, challenge.salt, challenge.kdf)
         message = auth_message(self.credential.name, self.instance, self.client_nonce, challenge)
         self._expected = cred.expected_server_signature(salted, message)
         return cred.client_proof(salted, message)

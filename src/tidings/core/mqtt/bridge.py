@@ -5,7 +5,8 @@ refusal codes (core/errors.py) as MQTT 5.0 reason codes.
 The event of a PUBLISH: its channel is the topic (core/mqtt/topics.py), its payload the payload as
 is, its attributes the PUBLISH's user properties (a key given twice keeps its last value; a value
 that is a number or a boolean in its canonical form becomes one, so filters compare it so), its
-content type as `mqtt.content_type`, and `mqtt.qos` = 0 for a QoS 0 publish; a user property under
+content type as `mqtt.content_type`, `mqtt.qos` = 0 for a QoS 0 publish and `mqtt.retain` = true
+for a retained one (core/mqtt/retained.py); a user property under
 `mqtt.` is refused (0x99), so that what the broker says of an event cannot be forged. Its source is
 the connection's: the identity (or the service `mqtt` for a client without a user name) and the
 client id as instance. An event's PUBLISH goes back the same way: the attributes but `mqtt.*` as
@@ -41,6 +42,7 @@ MQTT_5 = 5
 ANONYMOUS_SERVICE = "mqtt"  # the service of a client that gives no user name
 CONTENT_TYPE = "mqtt.content_type"  # attributes the broker sets (a user property cannot: refused)
 QOS = "mqtt.qos"
+RETAIN = "mqtt.retain"
 RESERVED_PREFIX = "mqtt."
 FILTER_PROPERTY = "filter"  # a 5.0 SUBSCRIBE's user property: a content filter (docs/filters.md)
 REASON_CHARS_MAX = 200  # of a reason string we send
@@ -107,6 +109,8 @@ def attributes_of(packet: p.Publish) -> dict[str, AttrValue] | str:
         attributes[CONTENT_TYPE] = packet.properties.content_type
     if packet.qos == 0:
         attributes[QOS] = 0
+    if packet.retain:
+        attributes[RETAIN] = True  # the retain mark (core/mqtt/retained.py)
     return attributes
 
 
@@ -140,9 +144,10 @@ def publish_of(event: Event, granted_qos: int, level: int) -> p.Publish:
     props = NO_PROPERTIES
     if level == MQTT_5 and attrs:
         content_type = attrs.get(CONTENT_TYPE)
-        props = Properties(content_type=content_type if isinstance(content_type, str) else None,
-                           user_properties=tuple((k, text_of(v)) for k, v in attrs.items()
-                                                 if not k.startswith(RESERVED_PREFIX)))
+        user = tuple((k, text_of(v)) for k, v in attrs.items() if not k.startswith(RESERVED_PREFIX))
+        if user or isinstance(content_type, str):  # (else none: an MQTT QoS 0 event's `mqtt.qos` alone)
+            props = Properties(content_type=content_type if isinstance(content_type, str) else None,
+                               user_properties=user)
     return p.Publish(event.channel, event.payload, qos, properties=props)  # (topics.topic_of: the identity)
 
 

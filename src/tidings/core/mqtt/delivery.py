@@ -78,6 +78,40 @@ class DeliveryFlow:
         self.deliveries.add(token, publish)
         return self.flush()
 
+    def deliver_many(self, items: list[tuple[int, p.Publish]]) -> list[fx.MqttEffect]:
+        """`deliver` of each (token, publish) in order, the packets sent joined (a Send between other
+        effects): QoS 1 and 2 queued together and the window filled once, before a QoS 0 one goes
+        (so the order holds) and when the queue is full (so the bound is `deliver`'s)."""
+        out: list[fx.MqttEffect] = []
+        data: list[bytes] = []
+        deliveries = self.deliveries
+        queued = False
+        for token, publish in items:
+            if publish.qos and not deliveries.full():
+                deliveries.add(token, publish)
+                queued = True
+                continue
+            if queued:
+                self._join(self.flush(), out, data)
+                queued = False
+            self._join(self.deliver(token, publish), out, data)
+        if queued:
+            self._join(self.flush(), out, data)
+        if data:
+            out.append(fx.Send(b"".join(data)))
+        return out
+
+    @staticmethod
+    def _join(effects: list[fx.MqttEffect], out: list[fx.MqttEffect], data: list[bytes]) -> None:
+        for eff in effects:
+            if type(eff) is fx.Send:
+                data.append(eff.data)
+                continue
+            if data:
+                out.append(fx.Send(b"".join(data)))
+                data.clear()
+            out.append(eff)
+
     def _encode_aliased(self, publish: p.Publish, packet_id: int | None = None) -> bytes | None:
         topic, alias = self.aliases.choose(publish.topic)
         props = publish.properties

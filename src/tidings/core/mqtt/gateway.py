@@ -32,10 +32,12 @@ from typing import Any, NamedTuple
 from tidings.core.broker.broker import Broker
 from tidings.core.broker.metrics import COUNTER, GAUGE, Figure
 from tidings.core.deadlines import Deadlines
-from tidings.core.effects import Effect, Send
+from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
 from tidings.core.mqtt.bridge import MqttSettings
+from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
 from tidings.core.mqtt.reason_codes import ReasonCode
+from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
 from tidings.core.mqtt.session import OPEN, MqttSession
 from tidings.core.mqtt.subscriptions import Held
 
@@ -60,8 +62,16 @@ FIGURES: tuple[Figure, ...] = (
            under=MQTT),
     Figure("wills_published", "mqtt_wills_published", COUNTER,
            "will messages published for connections that ended without DISCONNECT", "MqttGateway", under=MQTT),
+    Figure("derivations_refused", "mqtt_derivations_refused", COUNTER,
+           "CONNECTs refused past the bounds on password derivations in flight (0x9F)", "Derivations", under=MQTT),
     Figure("deliveries_dropped", "mqtt_deliveries_dropped", COUNTER,
            "deliveries over a client's Maximum Packet Size, not sent", "MqttSession", under=MQTT),
+    Figure("retained_topics", "mqtt_retained_topics", GAUGE, "topics with a retained message held by this broker",
+           "RetainedStore", under=MQTT),
+    Figure("retained_bytes", "mqtt_retained_bytes", GAUGE, "bytes of the retained messages held", "RetainedStore",
+           under=MQTT),
+    Figure("retained_dropped", "mqtt_retained_dropped", COUNTER,
+           "retained messages not kept: past the topics or bytes held", "RetainedStore", under=MQTT),
 )
 
 
@@ -87,7 +97,8 @@ class MqttGateway:
         self.settings = settings
         self.nonce = nonce
         self.sessions: dict[int, MqttSession] = {}
-        self.expected: dict[int, bool] = {}  # conn -> secure (TLS or loopback), until its Accepted
+        self.expected: dict[int, tuple[bool, str]] = {}  # conn -> (secure, source address), until its Accepted
+        self.derivations = Derivations(nonce(32))  # passwords' scrypt, off the loop (core/mqtt/derivations.py)
         self.by_client_id: dict[str, int] = {}
         self.timers: Deadlines[MqttTimer] = Deadlines()
         self.now = 0
@@ -97,11 +108,31 @@ class MqttGateway:
         self.closed: dict[str, int] = {}  # figures of the sessions gone
         self.totals = {"packets_received": 0, "packets_sent": 0, "publishes_received": 0,
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
+        self.retained = RetainedFeed(f"broker-{nonce(6).hex()}")  # retained messages (core/mqtt/retained.py)
         broker.sections.append(self.status)  # the broker's status (and so STATUS, /status, /metrics) has ours
 
-    def expect(self, conn: int, secure: bool) -> None:
-        """The runtime accepted `conn` on an MQTT port (its Accepted follows); `secure`: TLS or loopback."""
-        self.expected[conn] = secure
+    def expect(self, conn: int, secure: bool, source: str = "") -> None:
+        """The runtime accepted `conn` on an MQTT port (its Accepted follows); `secure`: TLS or loopback;
+        `source`: the peer's address (its password derivations are bounded per source)."""
+        self.expected[conn] = (secure, source)
+
+    def take_derivations(self) -> list[DeriveKey]:
+        """The scrypt derivations the sessions asked for (effects for the runtime's workers, whose
+        results come back through `derived`)."""
+        return self.derivations.take()
+
+    def derived(self, inp: KeyDerived) -> list[Effect]:
+        """A derivation is done: its session answers the broker's CHALLENGE with it."""
+        self.now = inp.now
+        self.derivations.done(inp.conn)
+        out: list[Effect] = []
+        session = self.sessions.get(inp.conn)
+        if session is not None:
+            native: list[bytes] = []
+            session.derived(inp.ticket, inp.salted, out, native)
+            self._to_broker(session, native, out)
+            self._arm(session)
+        return out
 
     # ---- inputs ----------------------------------------------------------------------------------
 
@@ -110,6 +141,9 @@ class MqttGateway:
         if isinstance(inp, Received | TimerFired) and inp.wall_us:
             self.wall_us = inp.wall_us
         out: list[Effect] = []
+        if self.retained.state is IDLE:  # the broker's own subscription to retained events, once
+            self._to_client(self.broker.handle(Accepted(inp.now, RETAINED_CONN)), out)
+            self._to_feed(self.retained.open(), out)
         kind = type(inp)
         if kind is Received:
             assert isinstance(inp, Received)
@@ -119,10 +153,11 @@ class MqttGateway:
                 return out
         elif kind is Accepted:
             assert isinstance(inp, Accepted)
-            secure = self.expected.pop(inp.conn, None)
-            if secure is not None:
+            expected = self.expected.pop(inp.conn, None)
+            if expected is not None:
                 self.accepted += 1
-                session = MqttSession(inp.conn, inp.now, self.settings, secure, self.nonce(NONCE_BYTES), self._held)
+                session = MqttSession(inp.conn, inp.now, self.settings, expected[0], self.nonce(NONCE_BYTES),
+                                      self._held, self.retained, self.derivations, expected[1])
                 self.sessions[inp.conn] = session
                 self._arm(session)
         elif kind is ConnectionLost:
@@ -163,6 +198,9 @@ class MqttGateway:
         """The broker's effects: an MQTT connection's Sends through its session, the rest as they are."""
         sessions = self.sessions
         for eff in effects:
+            if isinstance(eff, Send | Disconnect) and eff.conn == RETAINED_CONN:
+                self._feed(eff, out)
+                continue
             if type(eff) is not Send or (session := sessions.get(eff.conn)) is None:
                 out.append(eff)
                 continue
@@ -171,6 +209,25 @@ class MqttGateway:
             if native:
                 self._to_broker(session, native, out)
             self._arm(session)
+
+    def _feed(self, eff: Send | Disconnect, out: list[Effect]) -> None:
+        """What the broker sent the retained feed; the connection ends when the feed is closed."""
+        was = self.retained.state
+        if type(eff) is Send:
+            for frame in self.retained.from_broker(eff.data):
+                self._to_feed(frame, out)
+        else:
+            self.retained.stop("the broker closed its connection")
+        if was is not CLOSED and self.retained.state is CLOSED:
+            self.timers.cancel(RenewTimer(RETAINED_CONN))
+            self._to_client(self.broker.handle(ConnectionLost(self.now, RETAINED_CONN)), out)
+
+    def _to_feed(self, frame: bytes, out: list[Effect]) -> None:
+        """A frame of the retained feed, received by the broker on its connection."""
+        self._to_client(self.broker.handle(Received(self.now, self.wall_us, RETAINED_CONN, frame)), out)
+        interval = self.retained.native.renew_interval_ns
+        if interval and self.timers.when(RenewTimer(RETAINED_CONN)) is None:
+            self.timers.set(RenewTimer(RETAINED_CONN), self.now + interval)
 
     # ---- a session's life ------------------------------------------------------------------------
 
@@ -221,6 +278,11 @@ class MqttGateway:
 
     def _timeouts(self, now: int, out: list[Effect]) -> None:
         for key in self.timers.pop_due(now):
+            if key.conn == RETAINED_CONN:
+                renew = self.retained.renew()
+                if renew is not None:
+                    self._to_feed(renew, out)
+                continue
             session = self.sessions.get(key.conn)
             if session is None:
                 continue
@@ -243,7 +305,8 @@ class MqttGateway:
                 figures[key] += value
         open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
-                "wills_published": self.wills_published, **figures,
+                "wills_published": self.wills_published, **figures, **self.retained.status(),
+                **self.derivations.status(),
                 "sessions": [s.status() for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}
 

@@ -415,6 +415,13 @@ class MqttConnection:
         return self.flow.deliver(token, p.Publish(topic, payload, qos, retain, False, None,
                                                    properties if self.version == MQTT_5 else NO_PROPERTIES))
 
+    def deliver_many(self, items: list[tuple[int, p.Publish]]) -> list[fx.MqttEffect]:
+        """`deliver` of each (token, PUBLISH with no packet id yet), the packets in as few Sends as may be."""
+        if self.state is not S.CONNECTED:
+            return []
+        return self.flow.deliver_many(items if self.version == MQTT_5 else [
+            (t, m if m.properties is NO_PROPERTIES else replace(m, properties=NO_PROPERTIES)) for t, m in items])
+
     def resume(self, token: int, packet_id: int, topic: str, payload: bytes, qos: int, retain: bool = False,
                properties: Properties = NO_PROPERTIES, released: bool = False) -> list[fx.MqttEffect]:
         """A persistent session's unfinished delivery (`unfinished()` of its last connection), sent

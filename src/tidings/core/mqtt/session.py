@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
-from tidings.core.auth.credentials import CredentialError
+from tidings.core.auth.credentials import Credential, CredentialError, KdfParams
 from tidings.core.auth.names import NameRuleError, check_name
 from tidings.core.auth.policy import INSTANCE_CHARS_MAX
 from tidings.core.broker.advice import Reason
@@ -45,10 +45,12 @@ from tidings.core.mqtt import bridge, persistent
 from tidings.core.mqtt import effects as fx
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.bridge import MQTT_5, MqttSettings, PlainPassword
+from tidings.core.mqtt.derivations import Derivations
 from tidings.core.mqtt.limits import ProtocolLimits
 from tidings.core.mqtt.properties import Properties
 from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.mqtt.reason_codes import ReasonCode
+from tidings.core.mqtt.retained import RETAINED_PER_SUBSCRIBE_MAX, RetainedFeed, due
 from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag
 from tidings.core.session.client_session import ClientSession, PublishEvent
 from tidings.core.states import Transitions
@@ -74,8 +76,7 @@ TRANSITIONS = Transitions[MqttState]("mqtt session", {
 
 def limits_of(settings: MqttSettings) -> ProtocolLimits:
     """The protocol machine's limits: ours, and what tidings does not offer yet (shared subscriptions,
-    subscription identifiers; retained messages are refused by the session, 5.0 only: a 3.1.1
-    client's retain flag is ignored)."""
+    subscription identifiers)."""
     return ProtocolLimits(packet_bytes_max=settings.packet_bytes_max, receive_maximum=settings.receive_maximum,
                           deliveries_queued_max=settings.deliveries_queued_max, shared_subscription_available=False,
                           subscription_identifier_available=False,
@@ -84,16 +85,23 @@ def limits_of(settings: MqttSettings) -> ProtocolLimits:
 
 class MqttSession:
     def __init__(self, conn: int, now: int, settings: MqttSettings, secure: bool, nonce: bytes,
-                 held: Callable[[str, str], list[Held]] = lambda owner, prefix: []) -> None:
+                 held: Callable[[str, str], list[Held]] = lambda owner, prefix: [],
+                 retained: RetainedFeed | None = None, derivations: Derivations | None = None,
+                 source: str = "") -> None:
         """`secure`: TLS or a loopback peer (a password may come in plain); `nonce`: fresh random
         bytes for the native handshake's challenge-response; `held(owner, prefix)`: the broker's
-        named durable subscriptions of `owner` whose names begin with `prefix` (a persistent session's)."""
+        named durable subscriptions of `owner` whose names begin with `prefix` (a persistent session's);
+        `retained`: the broker's retained messages (core/mqtt/retained.py; None: Retain Available 0);
+        `derivations`: where a password's scrypt is asked for, off the loop and bounded per `source`
+        (the peer's address; core/mqtt/derivations.py; None: derived here, for tests)."""
         self.conn = conn
         self.now = now
         self.settings = settings
         self.secure = secure or settings.allow_plain_password
         self.nonce = nonce
         self.held = held
+        self.retained = retained
+        self.retained_due: dict[int, tuple[str, ...]] = {}  # SUBSCRIBE packet id -> filters owed their retained
         self.machine = MqttConnection(now, limits_of(settings), f"tidings-{conn}-{nonce[:6].hex()}")
         self.state = AWAITING_CONNECT
         self.level = 4
@@ -102,6 +110,11 @@ class MqttSession:
         self.clean_start = True
         self.persistent = False  # a Session Expiry Interval (3.1.1: Clean Session 0)
         self.native: ClientSession | None = None
+        self.derivations = derivations
+        self.source = source
+        self.credential: Credential | None = None
+        self.challenge: tuple[int, messages.Challenge] | None = None  # (ticket, CHALLENGE) awaiting its key
+        self.derivation: tuple[bytes, bytes] | None = None  # (cache key, salted key) to remember on WELCOME
         self.publishes: dict[int, int] = {}  # native seq -> packet id (QoS 1 and 2)
         self.batch: list[PublishEvent] = []  # PUBLISHes not yet handed to the broker
         self.batch_ids: list[int | None] = []
@@ -180,6 +193,7 @@ class MqttSession:
             name = eff.username
             service = bridge.ANONYMOUS_SERVICE if name is None else check_name(name, "a user name")
             self.native = ClientSession(service, eff.client_id, credential, self.nonce)
+            self.credential = credential
         except (NameRuleError, CredentialError) as exc:
             self._refuse(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
             return
@@ -193,12 +207,13 @@ class MqttSession:
         self._apply(self.machine.refuse(code, why), out, [])
 
     def _publish(self, eff: fx.Published, out: list[Effect], native: list[bytes]) -> None:
-        if eff.retain and self.level == MQTT_5:  # our CONNACK said Retain Available 0 (3.3.1.3)
-            self._apply(self.machine.disconnect(R.RETAIN_NOT_SUPPORTED, "retained messages are not supported yet"),
+        if eff.retain and self.level == MQTT_5 and not self._retain_available():  # Retain Available 0 (3.3.1.3)
+            self._apply(self.machine.disconnect(R.RETAIN_NOT_SUPPORTED, "retained messages are not available"),
                         out, native)
             return
         assert self.native is not None
-        event = bridge.event_of(self.native, p.Publish(eff.topic, eff.payload, eff.qos, properties=eff.properties))
+        event = bridge.event_of(self.native, p.Publish(eff.topic, eff.payload, eff.qos, eff.retain and
+                                                       self._retain_available(), properties=eff.properties))
         if isinstance(event, bridge.Refused):
             self.refused += 1
             if eff.packet_id is not None:
@@ -229,10 +244,33 @@ class MqttSession:
             native += frames
             self._apply(self.machine.unsuback(eff.packet_id, codes), out, native)
             return
+        if self._retain_available():
+            self.retained_due[eff.packet_id] = tuple(t.filter for t in eff.topics
+                                                     if due(t, t.filter in self.subscriptions.subs))
         done, frames = self.subscriptions.subscribe(self.native, eff.packet_id, eff.topics, eff.properties)
         native += frames
         if done is not None:
-            self._apply(self.machine.suback(eff.packet_id, done), out, native)
+            self._suback(eff.packet_id, done, out, native)
+
+    def _retain_available(self) -> bool:
+        return self.retained is not None and self.retained.available
+
+    def _suback(self, packet_id: int, codes: tuple[int, ...], out: list[Effect], native: list[bytes]) -> None:
+        """SUBACK, then the retained messages its granted filters are owed (core/mqtt/retained.py)."""
+        self._apply(self.machine.suback(packet_id, codes), out, native)
+        filters = self.retained_due.pop(packet_id, ())
+        if self.retained is None:
+            return
+        budget = RETAINED_PER_SUBSCRIBE_MAX
+        for flt in filters:
+            entry = self.subscriptions.subs.get(flt)
+            if entry is None:  # refused
+                continue
+            for event in self.retained.store.matching(flt)[:budget]:
+                if self.state is CLOSED:
+                    return
+                budget -= 1
+                self._send_publish(bridge.publish_of(event, entry.qos, MQTT_5), None, True, out)
 
     def _delivered(self, eff: fx.DeliveryAcked | fx.DeliveryDropped, out: list[Effect]) -> None:
         tag = self.tokens.pop(eff.token, None)
@@ -278,11 +316,11 @@ class MqttSession:
         """The broker's CHALLENGE (answered with the credential's proof) or WELCOME (CONNACK)."""
         assert self.native is not None
         if isinstance(msg, messages.Challenge):
-            try:
-                native.append(self.native.answer(msg))
-            except ProtocolError as exc:
-                self._refuse(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
+            self._challenged(msg, out, native)
             return
+        if self.derivations is not None and self.derivation is not None:  # the password was right
+            self.derivations.remember(*self.derivation)
+        self.derivation = None
         self.identity = str(msg.info.get("identity", ""))
         self.state = TRANSITIONS.move(self.state, OPEN)
         self.welcomed = True
@@ -293,17 +331,63 @@ class MqttSession:
             native += self.subscriptions.resume(self.native, held)
         else:  # a clean start ends it
             native += self.subscriptions.forget(self.native, held)
-        offer = Properties(retain_available=0, session_expiry_interval_s=None if self.persistent else 0)
+        offer = Properties(retain_available=None if self._retain_available() else 0,
+                           session_expiry_interval_s=None if self.persistent else 0)
         session_present = self.persistent and not self.clean_start and bool(held)
         self._apply(self.machine.accept(self.now, session_present, offer), out, native)
         self._flush(native)
 
+    def _challenged(self, msg: messages.Challenge, out: list[Effect], native: list[bytes]) -> None:
+        """The password's salted key, from the cache, or asked of the runtime's workers (the CONNECT
+        is refused past the bounds on derivations in flight: core/mqtt/derivations.py)."""
+        credential, derivations = self.credential, self.derivations
+        if credential is None or derivations is None:
+            self._answer(msg, None, out, native)
+            return
+        try:
+            kdf = KdfParams(*msg.kdf).check()
+        except (TypeError, CredentialError) as exc:
+            self._refuse(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
+            return
+        key = derivations.cache_key(credential.name, credential.secret, msg.salt, kdf)
+        salted = derivations.cached(key)
+        if salted is not None:
+            self._answer(msg, salted, out, native)
+            return
+        ticket = derivations.ask(self.conn, self.source, credential.secret, msg.salt, kdf)
+        if ticket is None:
+            self._refuse(R.CONNECTION_RATE_EXCEEDED, "too many passwords are being checked: try again later", out)
+            return
+        self.challenge = (ticket, msg)
+        self.derivation = (key, b"")
+
+    def derived(self, ticket: int, salted: bytes | None, out: list[Effect], native: list[bytes]) -> None:
+        """The runtime derived the key `ticket` asked for (None: it could not)."""
+        pending = self.challenge
+        if pending is None or pending[0] != ticket or self.state is not CONNECTING:
+            return
+        self.challenge = None
+        if salted is None or self.derivation is None:
+            self._refuse(R.BAD_USER_NAME_OR_PASSWORD, "the password could not be checked", out)
+            return
+        self.derivation = (self.derivation[0], salted)
+        self._answer(pending[1], salted, out, native)
+
+    def _answer(self, msg: messages.Challenge, salted: bytes | None, out: list[Effect], native: list[bytes]) -> None:
+        assert self.native is not None
+        try:
+            native.append(self.native.answer(msg, salted))
+        except ProtocolError as exc:
+            self._refuse(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
+
     def _acked(self, msg: messages.Ack, out: list[Effect], native: list[bytes]) -> None:
         """The broker's ACK: the events are fsynced at their pubend; QoS 1 gets its PUBACK, QoS 2 its PUBREC."""
+        effects: list[fx.MqttEffect] = []  # (the machine's answers to the run, applied once)
         for i, tick in enumerate(msg.ticks):
             packet_id = self.publishes.pop(msg.seq + i, None)
             if packet_id is not None and tick is not None:
-                self._apply(self.machine.publish_done(packet_id), out, native)
+                effects += self.machine.publish_done(packet_id)
+        self._apply(effects, out, native)
 
     def _answered(self, msg: messages.Subscribed | messages.Error, out: list[Effect], native: list[bytes]) -> None:
         """SUBSCRIBED, or an ERROR: a refused handshake, events or subscriptions."""
@@ -326,17 +410,25 @@ class MqttSession:
                     code = bridge.SUBSCRIBE_REFUSALS.get(msg.code, R.UNSPECIFIED_ERROR)
                     answers += self.subscriptions.subscribed(sub, None, code)
         for packet_id, codes in answers:
-            self._apply(self.machine.suback(packet_id, codes), out, native)
+            self._suback(packet_id, codes, out, native)
 
     def _deliver(self, msg: messages.Events, out: list[Effect]) -> None:
-        for publish, tag in self.subscriptions.deliver(msg):
+        """EVENTS as PUBLISHes: one call on the machine for the run, its packets in one Send."""
+        items: list[tuple[int, p.Publish]] = []
+        for publish, tag in self.subscriptions.deliver(msg, self.level):
             self.next_token += 1
             if tag is not None and publish.qos:
                 self.tokens[self.next_token] = tag
-            self._apply(self.machine.deliver(self.next_token, publish.topic, publish.payload, publish.qos,
-                                             properties=publish.properties), out, [])
-            if self.state is CLOSED:
-                return
+            items.append((self.next_token, publish))
+        if items:
+            self._apply(self.machine.deliver_many(items), out, [])
+
+    def _send_publish(self, publish: p.Publish, tag: Tag, retain: bool, out: list[Effect]) -> None:
+        self.next_token += 1
+        if tag is not None and publish.qos:
+            self.tokens[self.next_token] = tag
+        self._apply(self.machine.deliver(self.next_token, publish.topic, publish.payload, publish.qos, retain,
+                                         properties=publish.properties), out, [])
 
     # ---- endings ---------------------------------------------------------------------------------
 
@@ -347,7 +439,8 @@ class MqttSession:
         if will is None or native is None or not self.will_due or not self.welcomed:
             return None
         self.will = None
-        event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos, properties=will.properties))
+        event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos,
+                                                  will.retain and self._retain_available(), properties=will.properties))
         return None if isinstance(event, bridge.Refused) else native.publish([event])[0][2]
 
     def status(self) -> dict[str, object]:

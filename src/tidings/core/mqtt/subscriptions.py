@@ -15,7 +15,7 @@ A plain data structure: methods return the packets to send and the frames for th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tidings.core.errors import TidingsError
 from tidings.core.event import event_from_fields
@@ -43,6 +43,7 @@ class MqttSub:
     sub: int
     name: str | None = None
     durable: DurableCursor | None = None
+    retain_as_published: bool = False  # 5.0: a delivery keeps its retain mark (3.8.3.1)
 
 
 @dataclass(slots=True)
@@ -81,6 +82,7 @@ class MqttSubscriptions:
             same = self.subs.get(wanted.filter)
             if same is not None and (same.qos == qos or same.name is None):  # its options replaced (3.8.4)
                 same.qos = qos
+                same.retain_as_published = wanted.retain_as_published
                 pending.codes[i] = qos
                 continue
             if same is not None:  # a persistent one under another QoS: its name changes
@@ -92,7 +94,7 @@ class MqttSubscriptions:
             except TidingsError as exc:
                 pending.codes[i] = bridge.SUBSCRIBE_REFUSALS.get(exc.code, R.UNSPECIFIED_ERROR)
                 continue
-            self._add(MqttSub(wanted.filter, qos, sub, name))
+            self._add(MqttSub(wanted.filter, qos, sub, name, retain_as_published=wanted.retain_as_published))
             self.pending[sub] = (pending, i)
             frames.append(frame)
         return self._suback_if_done(pending), frames
@@ -183,7 +185,7 @@ class MqttSubscriptions:
         if entry is not None and entry.durable is not None:
             entry.durable.silence(silence_of(msg).positions)
 
-    def deliver(self, msg: messages.Events) -> list[tuple[p.Publish, Tag]]:
+    def deliver(self, msg: messages.Events, level: int = MQTT_5) -> list[tuple[p.Publish, Tag]]:
         """EVENTS as PUBLISH packets for the protocol machine, each with its place in a persistent
         subscription (its acknowledgement moves the subscription on: `DurableCursor`)."""
         entry = self.sub_of.get(msg.sub)
@@ -196,7 +198,9 @@ class MqttSubscriptions:
                 event = event_from_fields(fields)
             except ValueError:
                 continue
-            publish = bridge.publish_of(event, entry.qos, MQTT_5)  # (3.1.1's properties: the machine drops them)
+            publish = bridge.publish_of(event, entry.qos, level)
+            if entry.retain_as_published and event.attributes.get(bridge.RETAIN) is True:
+                publish = replace(publish, retain=True)
             self.delivered += 1
             if durable is None:
                 out.append((publish, None))

@@ -81,12 +81,13 @@ class ClientSession:
         nonce = None if self._auth is None else self._auth.client_nonce
         return messages.hello(self.service, self.instance, nonce=nonce)
 
-    def answer(self, challenge: messages.Challenge) -> bytes:
-        """The AUTH frame proving the credential for the broker's CHALLENGE."""
+    def answer(self, challenge: messages.Challenge, salted: bytes | None = None) -> bytes:
+        """The AUTH frame proving the credential for the broker's CHALLENGE (`salted`: its salted key,
+        derived already)."""
         if self._auth is None:
             raise ProtocolError(errors.HANDSHAKE, "the broker asks for a credential: connect with one", fatal=True)
         try:
-            proof = self._auth.answer(Challenge(challenge.salt, KdfParams(*challenge.kdf), challenge.nonce))
+            proof = self._auth.answer(Challenge(challenge.salt, KdfParams(*challenge.kdf), challenge.nonce), salted)
         except TidingsError as exc:
             raise ProtocolError(exc.code, str(exc), fatal=True) from None
         return messages.auth(proof)

@@ -1,0 +1,107 @@
+"""Retained messages across a 3-broker overlay (issue 23; core/mqtt/retained.py): a retained PUBLISH
+at one broker reaches a new subscriber at another (with RETAIN 1, through a wildcard), an empty
+retained payload deletes it, and a kill -9 and restart of the publisher's broker keeps it (the
+restarted broker reads the retained events of the logs again)."""
+
+import queue
+import time
+
+import pytest
+
+from tidings.testing import LOCAL_LIVENESS, Cluster
+
+from .mqtt_io import V5, V311, Mqtt, until_delivered
+
+pytestmark = pytest.mark.integration
+DEADLINE_S = 30.0
+QUIET_S = 0.3  # a new subscription's retained messages come right after its SUBACK: then silence
+
+
+def retained_at(address: str, topic_filter: str, client_id: str, version: int = V5,
+                retain_handling: int = 0) -> dict[str, tuple[bytes, bool]]:
+    """What a new subscription to `topic_filter` gets at once: topic -> (payload, retain flag), until
+    QUIET_S pass without a message."""
+    sub = Mqtt(address, client_id, version)
+    try:
+        assert sub.subscribe(topic_filter, qos=1, retain_handling=retain_handling) == [1]
+        got: dict[str, tuple[bytes, bool]] = {}
+        while True:
+            try:
+                msg = sub.get(QUIET_S)
+            except queue.Empty:
+                return got
+            got[msg.topic] = (msg.payload, msg.retain)
+    finally:
+        sub.close()
+
+
+def until_retained(address: str, topic_filter: str, wanted: dict[str, tuple[bytes, bool]], name: str,
+                   version: int = V5) -> dict[str, tuple[bytes, bool]]:
+    """Subscribe anew until the retained set seen is `wanted` (the retained event crosses the overlay
+    first; a loaded machine may be slower than QUIET_S), or the deadline: the last set seen."""
+    deadline = time.monotonic() + DEADLINE_S
+    n = 0
+    got = retained_at(address, topic_filter, f"{name}-{n}", version)
+    while got != wanted and time.monotonic() < deadline:
+        n += 1
+        got = retained_at(address, topic_filter, f"{name}-{n}", version)
+    return got
+
+
+def test_retained_across_brokers_deleted_and_through_kill_9(tmp_path):
+    """Published in 3.1.1 at A, deleted in 5.0 at A; subscribers of both versions at C, and at A after
+    its kill -9 and restart (its retained set read again from the logs)."""
+    with Cluster(tmp_path, 3, LOCAL_LIVENESS, args=["--mqtt", "127.0.0.1:0"]) as cluster:
+        a, c = cluster[0], cluster[2]
+        pub = Mqtt(a.mqtt_address, "retainer", V311)
+        try:
+            assert pub.publish("home/kitchen/temp", b"21.5", qos=1, retain=True) == 0
+            assert pub.publish("home/hall/temp", b"19", qos=1, retain=True) == 0
+            assert pub.publish("home/hall/temp", b"19.5", qos=1, retain=True) == 0  # replaces 19
+            assert pub.publish("home/hall/noise", b"not retained", qos=1) == 0
+        finally:
+            pub.close()
+        wanted = {"home/kitchen/temp": (b"21.5", True), "home/hall/temp": (b"19.5", True)}
+        for version in (V311, V5):
+            assert until_retained(c.mqtt_address, "home/+/temp", wanted, f"c-sub-{version}", version) == wanted
+            assert until_retained(c.mqtt_address, "home/#", wanted, f"c-all-{version}", version) == wanted
+        one = {"home/kitchen/temp": (b"21.5", True)}
+        assert until_retained(c.mqtt_address, "home/kitchen/temp", one, "c-one") == one
+        assert retained_at(c.mqtt_address, "home/#", "c-none", retain_handling=2) == {}  # never at subscribe
+
+        deleter = Mqtt(a.mqtt_address, "deleter", V5)
+        try:
+            assert deleter.publish("home/kitchen/temp", b"", qos=1, retain=True) == 0  # deletes it
+        finally:
+            deleter.close()
+        rest = {"home/hall/temp": (b"19.5", True)}
+        assert until_retained(c.mqtt_address, "home/#", rest, "c-del") == rest
+
+        cluster.kill(a)
+        a.start()
+        cluster.wait_joined(60.0)
+        for version in (V311, V5):
+            assert until_retained(a.mqtt_address, "home/#", rest, f"a-back-{version}", version) == rest
+        assert until_retained(c.mqtt_address, "home/#", rest, "c-after") == rest
+
+
+def test_a_live_delivery_keeps_its_retain_flag_only_as_published(tmp_path):
+    """3.3.1.3: a message forwarded to an existing subscription has RETAIN 0, unless the 5.0
+    subscription asked for Retain As Published."""
+    with Cluster(tmp_path, 1, LOCAL_LIVENESS, args=["--mqtt", "127.0.0.1:0"]) as cluster:
+        address = cluster[0].mqtt_address
+        plain, kept = Mqtt(address, "plain", V5), Mqtt(address, "kept", V5)
+        pub = Mqtt(address, "pub", V5)
+        try:
+            assert plain.subscribe("live/#", qos=1) == [1]
+            assert kept.subscribe("live/#", qos=1, retain_as_published=True) == [1]
+            until_delivered(lambda n: pub.publish(f"live/probe{n}", b"p", qos=0), kept.get)
+            assert pub.publish("live/x", b"v", qos=1, retain=True) == 0
+            for client, flag in ((plain, False), (kept, True)):
+                msg = client.get()
+                while msg.topic != "live/x":
+                    msg = client.get()
+                assert (msg.payload, msg.retain) == (b"v", flag)
+        finally:
+            for client in (plain, kept, pub):
+                client.close()

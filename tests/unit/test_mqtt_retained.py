@@ -1,0 +1,156 @@
+"""Retained messages (core/mqtt/retained.py): the store is the last retained publish per topic in the
+order (tick, pubend), deleted by an empty payload, whatever order the events arrive in; its limits;
+and, in process through the gateway (core/mqtt/gateway.py), a retained PUBLISH reaching a later
+subscriber with RETAIN 1, per retain handling."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidings.core.broker.advice import Reason
+from tidings.core.event import Event
+from tidings.core.inputs import ConnectionLost, TimerFired
+from tidings.core.mqtt import packets as p
+from tidings.core.mqtt.retained import CLOSED, OPEN, RetainedStore, size_of
+from tidings.core.wire import messages
+
+from .test_mqtt_gateway import Gate
+
+
+def retained(topic: str, payload: bytes, tick: int, pubend: str = "p1") -> Event:
+    return Event(pubend, tick, topic, {"mqtt.retain": True}, "mqtt", "c", payload)
+
+
+def test_the_newest_wins_and_an_empty_payload_deletes():
+    store = RetainedStore()
+    assert store.offer(retained("a/b", b"1", 10))
+    assert store.offer(retained("a/b", b"2", 20))
+    assert not store.offer(retained("a/b", b"0", 15))  # older than 2: ignored
+    assert [e.payload for e in store.matching("a/+")] == [b"2"]
+    assert store.offer(retained("a/b", b"", 30))
+    assert store.matching("a/#") == [] and store.bytes == 0
+    assert not store.offer(retained("a/b", b"2", 20))  # a replay of an older one does not come back
+    assert not store.offer(retained("a/b", b"x", 30, "p0"))  # the same tick: the pubend decides
+    assert store.offer(retained("a/b", b"y", 30, "p2"))
+
+
+def test_wildcards_match_topics_but_leading_ones_not_dollar_topics():
+    store = RetainedStore()
+    for topic in ("a", "a/b", "a/b/c", "x/b", "$SYS/load"):
+        store.offer(retained(topic, topic.encode(), 1))
+    names = lambda f: [e.channel for e in store.matching(f)]  # noqa: E731
+    assert names("a/#") == ["a", "a/b", "a/b/c"]
+    assert names("+/b") == ["a/b", "x/b"]
+    assert names("#") == ["a", "a/b", "a/b/c", "x/b"]
+    assert names("$SYS/#") == ["$SYS/load"]
+    assert names("a/b") == ["a/b"] and names("nothing") == []
+
+
+def test_past_the_limits_a_message_is_not_kept():
+    one = size_of(retained("t/0", b"x" * 10, 1))
+    store = RetainedStore(topics_max=3, bytes_max=2 * one)
+    assert store.offer(retained("t/0", b"x" * 10, 1)) and store.offer(retained("t/1", b"x" * 10, 1))
+    assert store.offer(retained("t/2", b"x" * 10, 1))  # over the bytes: a tombstone at its order
+    assert [e.channel for e in store.matching("t/#")] == ["t/0", "t/1"] and store.bytes == 2 * one
+    assert not store.offer(retained("t/3", b"x", 1))  # a fourth topic: not held at all
+    assert store.dropped == 2 and len(store.entries) == 3
+    assert store.offer(retained("t/0", b"", 2)) and store.offer(retained("t/2", b"x" * 10, 2))  # room again
+    assert [e.channel for e in store.matching("t/#")] == ["t/1", "t/2"]
+
+
+publishes = st.lists(st.tuples(st.sampled_from(["a", "a/b", "c/d", "$s"]), st.sampled_from([b"", b"1", b"22"]),
+                               st.integers(0, 5), st.sampled_from(["p1", "p2"])), max_size=30)
+
+
+@given(publishes, st.randoms(use_true_random=False))
+def test_the_store_is_the_last_retained_publish_per_topic_in_any_order(events, rnd):
+    """The model: per topic, the publish greatest in (tick, pubend); absent when its payload is empty.
+    (A (tick, pubend) names one event: the first of each pair stands.)"""
+    unique = {(tick, pubend): (topic, payload, tick, pubend) for topic, payload, tick, pubend in reversed(events)}
+    last: dict[str, tuple[tuple[int, str], bytes]] = {}
+    for topic, payload, tick, pubend in unique.values():
+        if topic not in last or last[topic][0] < (tick, pubend):
+            last[topic] = ((tick, pubend), payload)
+    model = {topic: payload for topic, (_, payload) in last.items() if payload}
+    arrivals = list(unique.values())
+    rnd.shuffle(arrivals)
+    store = RetainedStore()
+    for topic, payload, tick, pubend in arrivals + arrivals[: len(arrivals) // 2]:  # and some twice
+        store.offer(retained(topic, payload, tick, pubend))
+    assert {t: e.payload for t, e in store.live().items()} == model
+    assert store.bytes == sum(size_of(e) for e in store.live().values())
+
+
+def ready_gate() -> Gate:
+    g = Gate()
+    g.feed(TimerFired(0, g.h.wall_us))  # the gateway opens its feed on its first input
+    assert g.gw.retained.state is OPEN
+    return g
+
+
+def deliveries(g: Gate, conn: int, packet) -> list:
+    return [x for x in g.send(conn, packet) if isinstance(x, p.Publish)]
+
+
+def test_a_retained_publish_reaches_a_later_subscriber_with_the_retain_flag():
+    g = ready_gate()
+    [connack] = g.connect(1)
+    assert connack.properties.retain_available is None  # (absent: available)
+    g.send(1, p.Publish("home/t", b"21", 1, retain=True, packet_id=1))
+    g.send(1, p.Publish("home/u", b"no", 1, packet_id=2))
+    g.sync()
+    g.answers(1)
+    assert len(g.h.records) == 2 and [e.channel for e in g.gw.retained.store.matching("#")] == ["home/t"]
+    figures = g.gw.status()["mqtt"]
+    assert (figures["retained_feed"], figures["retained_topics"], figures["retained_dropped"]) == ("open", 1, 0)
+    for conn, version in ((2, 5), (3, 4)):
+        g.connect(conn, version)
+        got = g.send(conn, p.Subscribe(1, (p.TopicFilter("home/+", 1),)))
+        assert got[0] == p.Suback(1, (1,))  # SUBACK first, then the retained message
+        assert [(x.topic, x.payload, x.retain, x.qos) for x in got[1:]] == [("home/t", b"21", True, 1)]
+    again = (p.TopicFilter("home/+", 1, retain_handling=p.RETAIN_SEND_IF_NEW),)
+    assert deliveries(g, 2, p.Subscribe(2, again)) == []  # it existed: none
+    fresh = (p.TopicFilter("home/#", 0, retain_handling=p.RETAIN_SEND_IF_NEW),)
+    assert [(x.topic, x.qos) for x in deliveries(g, 2, p.Subscribe(3, fresh))] == [("home/t", 0)]
+    never = (p.TopicFilter("+/t", 1, retain_handling=p.RETAIN_DO_NOT_SEND),)
+    assert deliveries(g, 2, p.Subscribe(4, never)) == []
+    g.send(1, p.Publish("home/t", b"", 1, retain=True, packet_id=3))  # deleted
+    g.sync()
+    g.connect(4)
+    assert deliveries(g, 4, p.Subscribe(1, (p.TopicFilter("home/#", 1),))) == []
+
+
+def test_the_feed_leaves_when_the_broker_drains_so_the_drain_does_not_wait_for_it():
+    """(The drain of a broker in an overlay waits for its clients to go, after its ADVICE: the
+    integration tests' stops are not held up by the feed.)"""
+    g = ready_gate()
+    assert g.h.broker.reading.open_clients() == 1  # the feed
+    feed = g.gw.retained
+    assert feed.from_broker(messages.advice(Reason.OVERLOADED.value, [["127.0.0.1:1", 5]])) == []
+    assert feed.state is OPEN  # advice to move elsewhere is not for it
+    feed.from_broker(messages.advice(Reason.DRAINING.value, [["127.0.0.1:1", 5]]))
+    assert feed.state is CLOSED and not feed.available and feed.refusal == "the broker is stopping"
+    assert feed.renew() is None and g.gw.status()["mqtt"]["retained_feed"] == "closed"
+
+
+def test_one_subscribe_gets_at_most_its_share_of_retained_messages(monkeypatch):
+    monkeypatch.setattr("tidings.core.mqtt.session.RETAINED_PER_SUBSCRIBE_MAX", 2)
+    g = ready_gate()
+    g.connect(1)
+    for i in range(3):
+        g.send(1, p.Publish(f"many/{i}", b"v", 0, retain=True))
+    g.sync()
+    assert len(g.gw.retained.store.matching("many/#")) == 3
+    g.connect(2)
+    got = deliveries(g, 2, p.Subscribe(1, (p.TopicFilter("many/#", 1), p.TopicFilter("many/2", 1))))
+    assert [x.topic for x in got] == ["many/0", "many/1"]  # the first by topic, for the whole SUBSCRIBE
+    assert [x.qos for x in got] == [0, 0]  # published at QoS 0
+
+
+def test_a_retained_will_is_kept_as_retained():
+    g = ready_gate()
+    g.connect(1, will=p.Will("wills/c1", b"gone", 1, retain=True))
+    g.feed(ConnectionLost(g.now, 1))  # without DISCONNECT: the will is due
+    g.sync()
+    g.connect(2)
+    got = deliveries(g, 2, p.Subscribe(1, (p.TopicFilter("wills/+", 1),)))
+    assert [(x.topic, x.payload, x.retain) for x in got] == [("wills/c1", b"gone", True)]
