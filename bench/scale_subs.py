@@ -315,11 +315,11 @@ class Load:
     async def run(self) -> None:
         started = time.monotonic()
         gate = asyncio.Semaphore(CONNECTS_IN_FLIGHT)
+        renew = asyncio.create_task(self.renew_forever())  # from the first WELCOME: admission may be slow
         await asyncio.gather(*(self.connect_one(gate, c, subs) for c, subs in self.mine))
         admitted = sum(len(p.subscribed) for p in self.protocols)
         self.say(kind="admitted", started=started, finished=time.monotonic(), connections=len(self.protocols),
                  subscriptions=admitted, problems=self.problems, problems_count=self.problems_count)
-        renew = asyncio.create_task(self.renew_forever())
         commands = asyncio.StreamReader()
         loop = asyncio.get_running_loop()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
@@ -343,13 +343,15 @@ class Load:
                     p.transport.close()
 
     async def renew_forever(self) -> None:
-        every_ns = self.protocols[0].session.renew_interval_ns if self.protocols else None
-        if every_ns is None:
-            return
+        """RENEW every welcomed connection's lease each third of it (the broker's, from WELCOME)."""
+        every_ns = None
+        while every_ns is None:
+            await asyncio.sleep(0.1)
+            every_ns = next((p.session.renew_interval_ns for p in self.protocols if p.welcomed), None)
         while True:
             await asyncio.sleep(every_ns / 1e9)
             for p in self.protocols:
-                if p.transport is not None and not p.transport.is_closing():
+                if p.welcomed and p.transport is not None and not p.transport.is_closing():
                     p.transport.write(p.session.renew())
 
     async def check(self, published: int) -> None:
