@@ -339,10 +339,11 @@ class AttributeTables:
         return not (self.strings or self.prefixes) or _strings(self, attributes, out)
 
 
-# The probes below are written out flat, one loop per kind of access: in CPython a call costs as
-# much as a dict probe. NaN (`v != v`) is in no table and orders with nothing: a probe skips it.
+# The probes below are flat loops, one per kind of access (in CPython a call costs as much as a
+# dict probe); a range walk is the one call, `_ranged`. NaN (`v != v`) is in no table and orders
+# with nothing: a probe skips it.
 
-def _equalities(  # noqa: PLR0912 - one branch per kind of value, flat for speed
+def _equalities(
     equal: tuple[tuple[str, dict[object, Hits]], ...], attributes: Mapping[str, object], out: list[int],
 ) -> bool:
     get = attributes.get
@@ -365,49 +366,21 @@ def _equalities(  # noqa: PLR0912 - one branch per kind of value, flat for speed
             for k, check in hits.checked.items():
                 if check(attributes):
                     out.append(k)
-        for rname, strings, exact, below, bisect, values, buckets in hits.ranges:
-            w = get(rname, _MISSING)
-            t = type(w)
-            if t is str:
-                if not strings:
-                    continue
-            elif t is int or t is float:
-                if strings or w != w:  # noqa: PLR0124
-                    continue
-            elif t is bool or w is _MISSING or value_kind(w) == NO_KIND:
-                continue
-            else:
-                return False
-            i = bisect(values, w)
-            if exact:
-                for bucket in buckets[:i] if below else buckets[i:]:
-                    out += bucket
-            else:
-                for bucket in buckets[:i] if below else buckets[i:]:
-                    for k, check in bucket.items():
-                        if check(attributes):
-                            out.append(k)
+        if hits.ranges and not _refined(hits.ranges, attributes, out):
+            return False
     return True
 
 
 def _numbers(numbers: tuple[RangeProbe, ...], attributes: Mapping[str, object], out: list[int]) -> bool:
     get = attributes.get
-    for name, _, exact, below, bisect, values, buckets in numbers:
-        v = get(name, _MISSING)
+    for probe in numbers:
+        v = get(probe[0], _MISSING)
         t = type(v)
         if t is not int and (t is not float or v != v):  # noqa: PLR0124
             if t is float or t is str or t is bool or v is _MISSING or value_kind(v) == NO_KIND:
                 continue
             return False        # a subclass of int or float
-        i = bisect(values, v)
-        if exact:
-            for bucket in buckets[:i] if below else buckets[i:]:
-                out += bucket
-        else:
-            for bucket in buckets[:i] if below else buckets[i:]:
-                for k, check in bucket.items():
-                    if check(attributes):
-                        out.append(k)
+        _ranged(probe, v, attributes, out)
     return True
 
 
