@@ -30,6 +30,7 @@ from tidings.core.mqtt.packet_type import MQTT_5, PacketType
 from tidings.core.mqtt.packets import Connect, Packet
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.refusal import Refusal, malformed, protocol_error
+from tidings.core.wire.held import HeldBytes
 
 FIXED_HEADER_BYTES_MAX: Final = 5  # the type byte and a four-byte remaining length
 PACKET_BYTES_MAX: Final = 1 + 4 + 268_435_455  # the largest packet the encoding can express
@@ -39,33 +40,16 @@ REQUIRED_FLAGS: Final[dict[int, int]] = {t: (0x02 if t in _FLAGS_0010 else 0) fo
                                          if t != PacketType.PUBLISH}
 
 
-class PacketDecoder:
+class PacketDecoder(HeldBytes[Refusal]):
     """Split a byte stream into MQTT packets (module doc); `failure` once the stream is refused."""
 
-    __slots__ = ("_buffer", "_pos", "failure", "held_bytes", "packet_bytes_max", "version")
+    __slots__ = ("packet_bytes_max", "version")
 
     def __init__(self, packet_bytes_max: int, version: int | None = None) -> None:
         assert 2 <= packet_bytes_max <= PACKET_BYTES_MAX, packet_bytes_max
         self.packet_bytes_max = packet_bytes_max
         self.version = version
-        self._buffer = bytearray()
-        self._pos = 0  # bytes of _buffer already pulled
-        self.held_bytes = 0  # received and not yet pulled as a packet
-        self.failure: Refusal | None = None
-
-    def clear(self) -> None:
-        """Drop what is held (the connection is closing)."""
-        self._buffer = bytearray()
-        self._pos = self.held_bytes = 0
-
-    def push(self, data: bytes) -> None:
-        if self.failure is not None:
-            return
-        if self._pos:
-            del self._buffer[:self._pos]
-            self._pos = 0
-        self._buffer += data
-        self.held_bytes = len(self._buffer)
+        super().__init__()
 
     def _fail(self, refusal: Refusal) -> None:
         self.clear()

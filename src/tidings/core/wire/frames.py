@@ -26,6 +26,7 @@ from collections.abc import Iterator
 
 from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.errors import FRAME_TOO_LARGE, ProtocolError
+from tidings.core.wire.held import HeldBytes
 
 HEADER = struct.Struct(">I")
 HEADER_BYTES = HEADER.size
@@ -35,22 +36,18 @@ def frame(body: bytes) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-class FrameDecoder:
+class FrameDecoder(HeldBytes[ProtocolError]):
     """Split a byte stream into frame bodies; holds the bytes not yet pulled (at most one partial
     frame once every complete one is pulled). While `final` is False (a handshake may still raise
     the limit) `frames` hands out one frame at a time; after, all complete frames at once."""
 
-    __slots__ = ("_buffer", "_pos", "failure", "final", "frame_bytes_max", "held_bytes", "limit_name")
+    __slots__ = ("final", "frame_bytes_max", "limit_name")
 
     def __init__(self, frame_bytes_max: int, limit_name: str = "frame_bytes_max", final: bool = True) -> None:
         self.frame_bytes_max = frame_bytes_max
         self.limit_name = limit_name  # named in the failure: which limit the frame broke
         self.final = final
-        self._buffer = bytearray()
-        self._pos = 0  # bytes of _buffer already pulled
-        self.held_bytes = 0  # the bytes received and not yet pulled as a frame (kept as they change:
-        # the reading machines and the peer links read it after every read, a plain field)
-        self.failure: ProtocolError | None = None
+        super().__init__()
 
     def limit(self, frame_bytes_max: int, limit_name: str, final: bool = True) -> None:
         """Judge the frames pulled from now on by `frame_bytes_max` (e.g. after the handshake)."""
@@ -72,20 +69,6 @@ class FrameDecoder:
                 break
             pos = stop
         return end - pos
-
-    def clear(self) -> None:
-        """Drop what is held (the connection is closing: its bytes are freed now, not at its loss)."""
-        self._buffer = bytearray()
-        self._pos = self.held_bytes = 0
-
-    def push(self, data: bytes) -> None:
-        if self.failure is not None:
-            return
-        if self._pos:
-            del self._buffer[:self._pos]
-            self._pos = 0
-        self._buffer += data
-        self.held_bytes = len(self._buffer)
 
     def _too_large(self, length: int) -> None:
         self.clear()
