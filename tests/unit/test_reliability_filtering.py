@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tidings.core.channels import pattern_matches
 from tidings.core.config import BrokerConfig
+from tidings.core.event import TICK_MAX
 from tidings.core.filters import parse_filter
 from tidings.core.inputs import LogState
 from tidings.core.multicast.effects import TreeShape
@@ -234,6 +235,47 @@ def test_covers_is_sound(wide, narrow, events):
     if covers(wide, narrow):
         for channel, attributes in events:
             assert not exact(narrow, channel, attributes) or exact(wide, channel, attributes)
+
+
+CHILDREN = st.sampled_from(["c1", "c2", "c3"])
+INTEREST_STEPS = st.lists(st.one_of(
+    st.tuples(st.just("own"), st.integers(0, 5), st.booleans(), PATTERNS, FILTERS),  # (re)subscribe, record
+    st.tuples(st.just("drop"), st.integers(0, 5), st.booleans()),  # unsubscribe, unrecord
+    st.tuples(st.just("summary"), CHILDREN, SUMMARIES),  # a child's summary (joined or changed)
+    st.tuples(st.just("left"), CHILDREN),  # a child left (it then gets everything if still a child)
+    st.tuples(st.just("children"), st.lists(CHILDREN, max_size=4))),  # Scribe's children table
+    max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=INTEREST_STEPS, bytes_max=st.integers(0, 120))
+def test_the_interest_kept_as_parts_come_and_go_is_the_one_merged_from_scratch(steps, bytes_max):
+    """Interest.wanted counts local parts in and out and follows the children's summaries
+    (MergeCounts); through any sequence it equals `merge` of every part present, rebuilt."""
+    from tidings.core.reliability.interest import Interest
+    from tidings.core.reliability.summary import of_subscription
+    from tidings.core.reliability.tree import Tree
+
+    interest = Interest(TREE, bytes_max, 1)
+    t = Tree({}, {}, {}, {}, interest)
+    children: list[str] = []
+    for epoch, step in enumerate(steps, start=1):
+        if step[0] == "own":
+            _, key, recorded, pattern, filter_text = step
+            t.set_own(key, of_subscription(pattern, filter_text, bytes_max), recorded=recorded)
+        elif step[0] == "drop":
+            t.drop_own(step[1], recorded=step[2])
+        elif step[0] == "summary":
+            interest.child_joined(step[1], (epoch, step[2]))
+        elif step[0] == "left":
+            interest.child_left(step[1])
+        else:
+            children = step[1]
+        for limit in (bytes_max, TICK_MAX):
+            rebuilt = merge([*t.own_interests(), *(interest.filter_for(c)[1] for c in children)], limit)
+            kept = interest.wanted(children, limit)
+            assert kept == rebuilt
+            assert interest.wanted(children, limit) is kept  # unchanged: the same object, compared at once
 
 
 def test_a_new_forwarders_subscribe_carries_its_own_interest_and_the_lower_positions():

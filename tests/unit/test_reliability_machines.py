@@ -170,19 +170,24 @@ def test_a_childs_summary_filters_from_its_epoch_on_and_a_widening_rewinds_it() 
     grown = interest.child_summary("c", SummaryUpdate(TREE, 6, wide(), 3), {"p": ist})
     assert grown == ({"p": 3}, 3) and ist.consumers["c"].sent_through == 3
     assert interest.child_summary("c", SummaryUpdate(TREE, 7, wide(), 0), {"p": ist}) == ({}, TICK_MAX)  # not wider
-    assert interest.wanted([], ["c"]) == wide() and interest.wanted([], []) != wide()
+    assert interest.wanted(["c"]) == wide() and interest.wanted([]) != wide()
     interest.child_left("c")
-    assert interest.wanted([], ["c"]) is EVERYTHING
+    assert interest.wanted(["c"]) is EVERYTHING
 
 
 def test_the_unwanted_records_are_those_no_summary_matches() -> None:
     interest = Interest(TREE, 64 * 1024, GCT)
     records = [record("p", 1, "nodes/a/x"), record("p", 2, "nodes/b/x"), record("p", 3, "nodes/b/y")]
-    assert interest.unwanted(records, [narrow()], []) == 2
-    assert interest.unwanted(records, [EVERYTHING], []) == 0
+    interest.own_added(narrow())
+    assert interest.unwanted(records, []) == 2
+    interest.own_added(EVERYTHING)
+    assert interest.unwanted(records, []) == 0
+    interest.own_removed(EVERYTHING)
+    interest.own_removed(narrow())
     interest.child_joined("c", (5, narrow()))
-    assert interest.unwanted(records, [], ["c"]) == 2  # the children's summaries count too
-    assert interest.unwanted(records, [narrow()], ["other"]) == 0  # a child that sent none wants everything
+    assert interest.unwanted(records, ["c"]) == 2  # the children's summaries count too
+    interest.own_added(narrow())
+    assert interest.unwanted(records, ["other"]) == 0  # a child that sent none wants everything
     assert interest.next_deadline() is None and interest.handle_timeout(0) == []
 
 

@@ -21,6 +21,11 @@ any that comes later with a position before theirs (`valid_from`); a child's nac
 (a lost or reordered SUMMARY) makes the child send its SUMMARY again, at most once per GCT
 (`stale_stamp`).
 
+The interest is kept as its parts come and go (`MergeCounts`, summary.py): a local subscription
+that comes or goes is counted in or out (`own_added`, `own_removed`), a child's summary when it
+changes, so a SUBSCRIBE costs the same with 10 subscriptions on the tree or 100,000 (it cost O(n)
+when every one re-merged all of them: bench/scale_subs.py, docs/benchmarks.md).
+
 One `Interest` per tree. It decides; the reliability node gives it the tree's streams, this broker's
 own parts of the interest (local and recorded subscriptions), the tree's shape as Scribe last told
 it (children, root, parent) and the broker's clock, and sends what it returns (`SendSummary`).
@@ -42,7 +47,7 @@ from dataclasses import dataclass
 from tidings.core.event import TICK_MAX, record_routing_fields
 from tidings.core.reliability.istream import Istream
 from tidings.core.reliability.messages import SummaryUpdate
-from tidings.core.reliability.summary import EVERYTHING, Summary, covers, merge, whole_tree
+from tidings.core.reliability.summary import EVERYTHING, MergeCounts, Summary, covers, whole_tree
 from tidings.core.reliability.summary import to_wire as summary_wire
 from tidings.core.wire.packable import WireArray
 
@@ -56,8 +61,8 @@ class SendSummary:
 
 
 class Interest:
-    __slots__ = ("_children", "_redoubted", "_resent_ns", "epoch", "gap_curiosity_ns", "sent", "summary_bytes_max",
-                 "tree", "valid_from")
+    __slots__ = ("_children", "_counted", "_parts", "_redoubted", "_resent_ns", "epoch", "gap_curiosity_ns", "sent",
+                 "summary_bytes_max", "tree", "valid_from")
 
     def __init__(self, tree: str, summary_bytes_max: int, gap_curiosity_ns: int) -> None:
         self.tree = tree
@@ -72,6 +77,8 @@ class Interest:
         # since was filtered by `sent`, or is the pubend's own at the root): a repeated nack needs no new doubt
         self._redoubted: dict[str, int] = {}
         self._resent_ns: int | None = None  # when SUMMARY was last sent again after a stale stamp
+        self._parts = MergeCounts()  # this broker's own parts of the interest and those of `_counted`
+        self._counted: dict[str, Summary | None] = {}  # child -> its part counted in `_parts`
 
     # ---- children ------------------------------------------------------------------------------
 
@@ -111,12 +118,32 @@ class Interest:
 
     # ---- this broker's interest --------------------------------------------------------------------
 
-    def wanted(self, own: Iterable[Summary | None], children: Sequence[str],
-               bytes_max: int | None = None) -> Summary | None:
-        """What this broker's own subscriptions (`own`) and `children` want, merged (within
-        `bytes_max`, the summary limit unless given)."""
-        parts = [*own, *(self._children.get(c, (0, EVERYTHING))[1] for c in children)]
-        return merge(parts, self.summary_bytes_max if bytes_max is None else bytes_max)
+    def own_added(self, part: Summary | None) -> None:
+        """One of this broker's own parts of the interest (a local subscription's or a recorded
+        registration's summary) came."""
+        self._parts.add(part)
+
+    def own_removed(self, part: Summary | None) -> None:
+        """One of this broker's own parts of the interest, added before, went."""
+        self._parts.remove(part)
+
+    def wanted(self, children: Sequence[str], bytes_max: int | None = None) -> Summary | None:
+        """What this broker's own parts and `children` want, merged (within `bytes_max`, the
+        summary limit unless given): `merge` of them all, counted in as they changed."""
+        counted = self._counted
+        for child in children:
+            part = self._children.get(child, (0, EVERYTHING))[1]
+            if child not in counted:
+                self._parts.add(part)
+            elif counted[child] is not part:
+                self._parts.add(part)
+                self._parts.remove(counted[child])
+            counted[child] = part
+        present = set(children)
+        if len(counted) > len(present):  # a child left
+            for child in [c for c in counted if c not in present]:
+                self._parts.remove(counted.pop(child))
+        return self._parts.merged(self.summary_bytes_max if bytes_max is None else bytes_max)
 
     def for_join(self, interest: Summary | None, wall_us: int) -> WireArray:
         """[epoch, summary] for a SUBSCRIBE carrying `interest` (what the new parent filters by)."""
@@ -178,10 +205,10 @@ class Interest:
             ist.doubt_after(after, good)
             self._redoubted[ist.pubend] = after
 
-    def unwanted(self, records: Iterable[bytes], own: Iterable[Summary | None], children: Sequence[str]) -> int:
-        """How many of `records` no subscription here or below (this broker's `own` and its
+    def unwanted(self, records: Iterable[bytes], children: Sequence[str]) -> int:
+        """How many of `records` no subscription here or below (this broker's own and its
         `children`'s, merged with no size limit) matches: the filtering's measure."""
-        wanted = self.wanted(own, children, TICK_MAX)
+        wanted = self.wanted(children, TICK_MAX)
         if wanted is None or whole_tree(wanted, self.tree):  # every record is wanted: no need to look at any
             return 0
         count = 0

@@ -55,7 +55,7 @@ class LocalConsumers:
         streams = self._streams
         t = streams.tree(tree)
         t.locals[key] = start
-        t.interests[key] = of_subscription(pattern, filter_text, streams.summary_bytes_max)
+        t.set_own(key, of_subscription(pattern, filter_text, streams.summary_bytes_max))
         if positions:
             t.positions[key] = dict(positions)
         if total:
@@ -75,7 +75,7 @@ class LocalConsumers:
             return []
         t.locals.pop(key, None)
         t.total.pop(key, None)
-        t.interests.pop(key, None)
+        t.drop_own(key)
         t.positions.pop(key, None)
         for ist in t.istreams.values():
             ist.detach(key)
@@ -94,7 +94,7 @@ class LocalConsumers:
         streams = self._streams
         t = streams.tree(tree)
         first = not t.recorded
-        t.recorded[registration] = of_subscription(pattern, filter_text, streams.summary_bytes_max)
+        t.set_own(registration, of_subscription(pattern, filter_text, streams.summary_bytes_max), recorded=True)
         wants_from: dict[str, int] = {}
         if first:  # from where the local subscriptions are (the new durable one's start among them)
             for pubend, ist in t.istreams.items():
@@ -112,7 +112,7 @@ class LocalConsumers:
         t = streams.trees.get(tree)
         if t is None or registration not in t.recorded:
             return []
-        del t.recorded[registration]
+        t.drop_own(registration, recorded=True)
         if not t.recorded:
             for ist in t.istreams.values():
                 ist.detach(PFS_CONSUMER)

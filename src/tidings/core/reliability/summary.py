@@ -45,7 +45,7 @@ class Summary:
         return any(pattern_matches(p, channel) and (f is None or f(attributes)) for p, f in self._compiled)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Summary) and other.entries == self.entries
+        return other is self or (isinstance(other, Summary) and other.entries == self.entries)
 
     def __hash__(self) -> int:
         return hash(self.entries)
@@ -87,9 +87,107 @@ def merge(parts: Iterable[Summary | None], bytes_max: int) -> Summary | None:
     return Summary(kept)
 
 
+class MergeCounts:
+    """`merge` of a multiset of parts, kept as they come and go: what a tree's interest is made of
+    (interest.py), thousands of local subscriptions among them, each a part of one entry.
+
+    Each entry is counted over the parts holding it; the entries `merge` keeps (all but the filtered
+    ones whose pattern is also there without a filter) are kept as a set with their size, so a part
+    that comes or goes costs its own entries, and only an entry that appears or disappears changes
+    the merged summary. `merged` builds it (at most SUMMARY_ENTRIES_MAX entries) once per change
+    and limit and hands out the same object until the next change, so comparing it with the one
+    sent is cheap (`Summary.__eq__`, `covers`: identity first). Equal to `merge` of the parts
+    present, for every sequence of adds and removes (tests/unit/test_summaries.py).
+    """
+
+    __slots__ = ("_counts", "_everything", "_filters", "_kept", "_kept_bytes", "_merged")
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], int] = {}  # entry -> parts holding it
+        self._everything = 0  # parts that are EVERYTHING
+        self._filters: dict[str, set[str]] = {}  # pattern -> filter texts of its entries with a filter
+        self._kept: set[tuple[str, str]] = set()  # the entries `merge` keeps
+        self._kept_bytes = 0
+        self._merged: dict[int, Summary | None] = {}  # bytes_max -> the merged summary, until a change
+
+    def add(self, part: Summary | None) -> None:
+        if part is None:
+            self._everything += 1
+            if self._everything == 1:
+                self._merged.clear()
+            return
+        for entry in part.entries:
+            count = self._counts.get(entry, 0)
+            self._counts[entry] = count + 1
+            if not count:
+                self._appeared(entry)
+
+    def remove(self, part: Summary | None) -> None:
+        """`part`, added before, is no longer one."""
+        if part is None:
+            self._everything -= 1
+            if not self._everything:
+                self._merged.clear()
+            return
+        for entry in part.entries:
+            count = self._counts[entry] - 1
+            if count:
+                self._counts[entry] = count
+            else:
+                del self._counts[entry]
+                self._disappeared(entry)
+
+    def merged(self, bytes_max: int) -> Summary | None:
+        """`merge` of the parts present, within `bytes_max`."""
+        if bytes_max in self._merged:
+            return self._merged[bytes_max]
+        if (self._everything or ("#", "") in self._counts or self._kept_bytes > bytes_max
+                or len(self._kept) > SUMMARY_ENTRIES_MAX):
+            summary = EVERYTHING
+        else:
+            summary = Summary(frozenset(self._kept))
+        self._merged[bytes_max] = summary
+        return summary
+
+    def _appeared(self, entry: tuple[str, str]) -> None:
+        self._merged.clear()
+        pattern, filter_text = entry
+        if not filter_text:  # covers the pattern's filtered entries: they are not kept
+            for other in self._filters.get(pattern, ()):
+                self._unkeep((pattern, other))
+            self._keep(entry)
+            return
+        self._filters.setdefault(pattern, set()).add(filter_text)
+        if (pattern, "") not in self._counts:
+            self._keep(entry)
+
+    def _disappeared(self, entry: tuple[str, str]) -> None:
+        self._merged.clear()
+        pattern, filter_text = entry
+        if not filter_text:
+            self._unkeep(entry)
+            for other in self._filters.get(pattern, ()):
+                self._keep((pattern, other))
+            return
+        filters = self._filters[pattern]
+        filters.discard(filter_text)
+        if not filters:
+            del self._filters[pattern]
+        if (pattern, "") not in self._counts:
+            self._unkeep(entry)
+
+    def _keep(self, entry: tuple[str, str]) -> None:
+        self._kept.add(entry)
+        self._kept_bytes += _size((entry,))
+
+    def _unkeep(self, entry: tuple[str, str]) -> None:
+        self._kept.remove(entry)
+        self._kept_bytes -= _size((entry,))
+
+
 def covers(wide: Summary | None, narrow: Summary | None) -> bool:
     """Every event `narrow` matches, `wide` matches (sound: False when unsure)."""
-    if wide is None:
+    if wide is None or wide is narrow:
         return True
     if narrow is None:
         return False

@@ -40,8 +40,22 @@ class Tree:
 
     def own_interests(self) -> list[Summary | None]:
         """This broker's own parts of the tree's interest: its local subscriptions' and recorded
-        registrations' summaries."""
+        registrations' summaries (counted in `interest` as they are set and dropped)."""
         return [*self.interests.values(), *self.recorded.values()]
+
+    def set_own(self, key: int, part: Summary | None, recorded: bool = False) -> None:
+        """Local subscription (or, `recorded`, durable registration) `key`'s part of the interest is `part`."""
+        table = self.recorded if recorded else self.interests
+        if key in table:
+            self.interest.own_removed(table[key])
+        table[key] = part
+        self.interest.own_added(part)
+
+    def drop_own(self, key: int, recorded: bool = False) -> None:
+        """Local subscription (or, `recorded`, durable registration) `key` is no part of the interest."""
+        table = self.recorded if recorded else self.interests
+        if key in table:
+            self.interest.own_removed(table.pop(key))
 
     def start_of(self, key: int, pubend: str, otherwise: int) -> int:
         return self.positions.get(key, {}).get(pubend, otherwise)

@@ -287,14 +287,14 @@ class TreeStreams:
 
     def _interest(self, tree: str, t: Tree) -> Summary | None:
         """What this broker's local subscriptions and children of `tree` want, merged."""
-        return t.interest.wanted(t.own_interests(), self._children(tree))
+        return t.interest.wanted(self._children(tree))
 
     def _count_unwanted(self, tree: str, t: Tree, records: tuple[bytes, ...]) -> None:
         """The filtering's measure: first-time data records no subscription here or below matches
         (exactly: no size limit), counted in `records_unwanted` (not at the root)."""
         if self._is_root(tree):  # the root is sent everything by design
             return
-        self.records_unwanted += t.interest.unwanted(records, t.own_interests(), self._children(tree))
+        self.records_unwanted += t.interest.unwanted(records, self._children(tree))
 
     def _resummarize(self, now: int, tree: str, t: Tree, positions: dict[str, int], since: int) -> list[StreamEffect]:
         """The tree's interest may have changed (interest.py); `positions` (per pubend, `since` for
