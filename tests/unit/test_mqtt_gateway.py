@@ -7,6 +7,7 @@ import random
 from tidings.core.auth.guard import Guard
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Disconnect, Send
+from tidings.core.event import EventRecord
 from tidings.core.inputs import Accepted, ConnectionLost, Received, TimerFired, WriteSynced
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.bridge import MqttSettings
@@ -214,3 +215,35 @@ def test_a_persistent_session_gets_what_it_did_not_acknowledge_after_a_reconnect
     g.feed(ConnectionLost(g.now, 4))
     [connack] = g.connect(5, version=4, client_id="keeper", clean_start=False)
     assert not connack.session_present
+
+
+def test_response_topic_and_correlation_data_travel_with_the_event_to_5_0_subscribers():
+    g = Gate()
+    g.connect(1)
+    g.connect(2)
+    g.connect(3, version=4)
+    g.send(2, p.Subscribe(1, (p.TopicFilter("req/#", 1),)))
+    g.send(3, p.Subscribe(1, (p.TopicFilter("req/#", 0),)))
+    g.send(1, p.Publish("req/a", b"?", 0, properties=Properties(response_topic="rep/a",
+                                                                correlation_data=b"\x00\xffid")))
+    g.sync()
+    [(_, record)] = g.h.records
+    attrs = EventRecord.decode(record).attributes  # what a native subscriber receives
+    assert attrs["mqtt.response_topic"] == "rep/a" and attrs["mqtt.correlation_data"] == "AP9pZA=="
+    [delivered] = g.answers(2)
+    assert (delivered.properties.response_topic, delivered.properties.correlation_data) == ("rep/a", b"\x00\xffid")
+    [old] = g.answers(3)
+    assert old.properties == Properties()  # 3.1.1 has no properties
+
+
+def test_a_no_local_subscription_does_not_get_its_own_connections_messages():
+    g = Gate()
+    g.connect(1)
+    g.connect(2)
+    g.send(1, p.Subscribe(1, (p.TopicFilter("chat/#", 1, no_local=True),)))
+    g.send(2, p.Subscribe(1, (p.TopicFilter("chat/#", 1),)))
+    g.send(1, p.Publish("chat/a", b"mine", 0))
+    g.send(2, p.Publish("chat/a", b"theirs", 0))
+    g.sync()
+    assert [m.payload for m in g.answers(1)] == [b"theirs"]
+    assert [m.payload for m in g.answers(2)] == [b"mine", b"theirs"]

@@ -6,11 +6,14 @@ The event of a PUBLISH: its channel is the topic (core/mqtt/topics.py), its payl
 is, its attributes the PUBLISH's user properties (a key given twice keeps its last value; a value
 that is a number or a boolean in its canonical form becomes one, so filters compare it so), its
 content type as `mqtt.content_type`, `mqtt.qos` = 0 for a QoS 0 publish and `mqtt.retain` = true
-for a retained one (core/mqtt/retained.py); a user property under
+for a retained one (core/mqtt/retained.py), a 5.0 Response Topic as `mqtt.response_topic` and its
+Correlation Data as `mqtt.correlation_data` (base64 text: an attribute holds no bytes, so at most
+3,072 bytes of it fit the 4,096 of an attribute's text); a user property under
 `mqtt.` is refused (0x99), so that what the broker says of an event cannot be forged. Its source is
 the connection's: the identity (or the service `mqtt` for a client without a user name) and the
 client id as instance. An event's PUBLISH goes back the same way: the attributes but `mqtt.*` as
-user properties (values as text) in 5.0, none in 3.1.1 (which has no properties), at the QoS
+user properties (values as text) and the content type, response topic and correlation data as
+their properties in 5.0, none in 3.1.1 (which has no properties), at the QoS
 min(the subscription's, the event's: 0 for `mqtt.qos` = 0, else 1: a native event is logged and
 acknowledged as QoS 1 is).
 
@@ -21,6 +24,8 @@ the broker runs with --allow-plain-password (`PlainPassword` otherwise: 0x87).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 from dataclasses import dataclass
 
@@ -43,6 +48,8 @@ ANONYMOUS_SERVICE = "mqtt"  # the service of a client that gives no user name
 CONTENT_TYPE = "mqtt.content_type"  # attributes the broker sets (a user property cannot: refused)
 QOS = "mqtt.qos"
 RETAIN = "mqtt.retain"
+RESPONSE_TOPIC = "mqtt.response_topic"  # 5.0 request/response: the Response Topic as is
+CORRELATION_DATA = "mqtt.correlation_data"  # its Correlation Data, base64 (an attribute holds no bytes)
 RESERVED_PREFIX = "mqtt."
 FILTER_PROPERTY = "filter"  # a 5.0 SUBSCRIBE's user property: a content filter (docs/filters.md)
 REASON_CHARS_MAX = 200  # of a reason string we send
@@ -107,6 +114,11 @@ def attributes_of(packet: p.Publish) -> dict[str, AttrValue] | str:
         attributes[key] = attribute_of(value)
     if packet.properties.content_type is not None:
         attributes[CONTENT_TYPE] = packet.properties.content_type
+    props = packet.properties
+    if props.response_topic is not None:
+        attributes[RESPONSE_TOPIC] = props.response_topic
+    if props.correlation_data is not None:
+        attributes[CORRELATION_DATA] = base64.b64encode(props.correlation_data).decode("ascii")
     if packet.qos == 0:
         attributes[QOS] = 0
     if packet.retain:
@@ -143,12 +155,25 @@ def publish_of(event: Event, granted_qos: int, level: int) -> p.Publish:
     qos = min(granted_qos, 0 if attrs.get(QOS) == 0 else 1)
     props = NO_PROPERTIES
     if level == MQTT_5 and attrs:
-        content_type = attrs.get(CONTENT_TYPE)
+        content_type, response_topic = attrs.get(CONTENT_TYPE), attrs.get(RESPONSE_TOPIC)
+        correlation = correlation_of(attrs.get(CORRELATION_DATA))
         user = tuple((k, text_of(v)) for k, v in attrs.items() if not k.startswith(RESERVED_PREFIX))
-        if user or isinstance(content_type, str):  # (else none: an MQTT QoS 0 event's `mqtt.qos` alone)
+        if user or isinstance(content_type, str) or isinstance(response_topic, str) or correlation is not None:
             props = Properties(content_type=content_type if isinstance(content_type, str) else None,
-                               user_properties=user)
+                               response_topic=response_topic if isinstance(response_topic, str) else None,
+                               correlation_data=correlation, user_properties=user)
     return p.Publish(event.channel, event.payload, qos, properties=props)  # (topics.topic_of: the identity)
+
+
+def correlation_of(value: AttrValue | None) -> bytes | None:
+    """The Correlation Data of an event's `mqtt.correlation_data` (base64), None where there is none
+    or it is not base64 (a native publisher's own value: not sent rather than sent wrong)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
 
 
 def seqs_of(ranges: object) -> list[int]:

@@ -415,7 +415,8 @@ class MqttSession:
     def _deliver(self, msg: messages.Events, out: list[Effect]) -> None:
         """EVENTS as PUBLISHes: one call on the machine for the run, its packets in one Send."""
         items: list[tuple[int, p.Publish]] = []
-        for publish, tag in self.subscriptions.deliver(msg, self.level):
+        source = None if self.native is None else (self.native.service, self.client_id)
+        for publish, tag in self.subscriptions.deliver(msg, self.level, source):
             self.next_token += 1
             if tag is not None and publish.qos:
                 self.tokens[self.next_token] = tag

@@ -4,7 +4,8 @@ answers as SUBACK codes, their events as PUBLISH packets (core/mqtt/session.py c
 Each filter of a SUBSCRIBE is one tidings subscription (the pattern of core/mqtt/topics.py, the 5.0
 user property `filter` as its content filter), numbered by the client session codec; its SUBACK goes
 once the broker answered every filter of it (SUBSCRIBED: the QoS granted, at most 1; ERROR: the
-reason code of bridge.py's table). A SUBSCRIBE to a filter held replaces its QoS (3.8.4). Its events
+reason code of bridge.py's table; 5.0's No Local kept, so its own messages are not delivered to the
+connection that published them). A SUBSCRIBE to a filter held replaces its QoS (3.8.4). Its events
 leave as PUBLISH at min(the event's QoS, the granted QoS), QoS 1 ones through the in-flight window
 (the protocol machine's window). In a persistent session (core/mqtt/persistent.py) each subscription is a named
 durable one: the acknowledged prefix of its deliveries is RELEASEd (`releases`), its subscriptions
@@ -44,6 +45,7 @@ class MqttSub:
     name: str | None = None
     durable: DurableCursor | None = None
     retain_as_published: bool = False  # 5.0: a delivery keeps its retain mark (3.8.3.1)
+    no_local: bool = False  # 5.0: not the connection's own messages (3.8.3.1)
 
 
 @dataclass(slots=True)
@@ -83,6 +85,7 @@ class MqttSubscriptions:
             if same is not None and (same.qos == qos or same.name is None):  # its options replaced (3.8.4)
                 same.qos = qos
                 same.retain_as_published = wanted.retain_as_published
+                same.no_local = wanted.no_local
                 pending.codes[i] = qos
                 continue
             if same is not None:  # a persistent one under another QoS: its name changes
@@ -94,7 +97,8 @@ class MqttSubscriptions:
             except TidingsError as exc:
                 pending.codes[i] = bridge.SUBSCRIBE_REFUSALS.get(exc.code, R.UNSPECIFIED_ERROR)
                 continue
-            self._add(MqttSub(wanted.filter, qos, sub, name, retain_as_published=wanted.retain_as_published))
+            self._add(MqttSub(wanted.filter, qos, sub, name, retain_as_published=wanted.retain_as_published,
+                              no_local=wanted.no_local))
             self.pending[sub] = (pending, i)
             frames.append(frame)
         return self._suback_if_done(pending), frames
@@ -185,9 +189,12 @@ class MqttSubscriptions:
         if entry is not None and entry.durable is not None:
             entry.durable.silence(silence_of(msg).positions)
 
-    def deliver(self, msg: messages.Events, level: int = MQTT_5) -> list[tuple[p.Publish, Tag]]:
+    def deliver(self, msg: messages.Events, level: int = MQTT_5,
+                source: tuple[str, str] | None = None) -> list[tuple[p.Publish, Tag]]:
         """EVENTS as PUBLISH packets for the protocol machine, each with its place in a persistent
-        subscription (its acknowledgement moves the subscription on: `DurableCursor`)."""
+        subscription (its acknowledgement moves the subscription on: `DurableCursor`). A No Local
+        subscription skips the events of `source` (the connection's own: its service and client id),
+        done at once in a persistent one."""
         entry = self.sub_of.get(msg.sub)
         if entry is None:  # unsubscribed: what was on its way is dropped
             return []
@@ -197,6 +204,10 @@ class MqttSubscriptions:
             try:
                 event = event_from_fields(fields)
             except ValueError:
+                continue
+            if entry.no_local and (event.service, event.instance) == source:
+                if durable is not None:
+                    durable.delivered(event.pubend, event.tick, True)
                 continue
             publish = bridge.publish_of(event, entry.qos, level)
             if entry.retain_as_published and event.attributes.get(bridge.RETAIN) is True:
