@@ -247,3 +247,21 @@ def test_a_no_local_subscription_does_not_get_its_own_connections_messages():
     g.sync()
     assert [m.payload for m in g.answers(1)] == [b"theirs"]
     assert [m.payload for m in g.answers(2)] == [b"mine", b"theirs"]
+
+
+def test_a_subscription_identifier_comes_back_in_each_publish_it_delivers():
+    g = Gate()
+    [connack] = g.connect(1)
+    assert connack.properties.subscription_identifier_available is None  # (absent: available)
+    g.connect(2)
+    assert g.send(1, p.Subscribe(1, (p.TopicFilter("s/#", 1),), Properties(subscription_identifiers=(300,)))) == [
+        p.Suback(1, (1,))]
+    g.send(1, p.Subscribe(2, (p.TopicFilter("s/a", 0),)))
+    g.send(2, p.Publish("s/a", b"x", 0))
+    g.sync()
+    got = sorted(m.properties.subscription_identifiers for m in g.answers(1))
+    assert got == [(), (300,)]  # one PUBLISH per matching subscription, each with its own identifier
+    g.send(1, p.Subscribe(3, (p.TopicFilter("s/#", 1),), Properties(subscription_identifiers=(7,))))  # replaced
+    g.send(2, p.Publish("s/b", b"y", 0))
+    g.sync()
+    assert [m.properties.subscription_identifiers for m in g.answers(1)] == [(7,)]

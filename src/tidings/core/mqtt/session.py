@@ -75,11 +75,9 @@ TRANSITIONS = Transitions[MqttState]("mqtt session", {
 
 
 def limits_of(settings: MqttSettings) -> ProtocolLimits:
-    """The protocol machine's limits: ours, and what tidings does not offer yet (shared subscriptions,
-    subscription identifiers)."""
+    """The protocol machine's limits: ours, and what tidings does not offer yet (shared subscriptions)."""
     return ProtocolLimits(packet_bytes_max=settings.packet_bytes_max, receive_maximum=settings.receive_maximum,
                           deliveries_queued_max=settings.deliveries_queued_max, shared_subscription_available=False,
-                          subscription_identifier_available=False,
                           keep_alive_factor_percent=settings.keep_alive_factor_percent)
 
 

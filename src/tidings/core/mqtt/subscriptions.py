@@ -5,7 +5,9 @@ Each filter of a SUBSCRIBE is one tidings subscription (the pattern of core/mqtt
 user property `filter` as its content filter), numbered by the client session codec; its SUBACK goes
 once the broker answered every filter of it (SUBSCRIBED: the QoS granted, at most 1; ERROR: the
 reason code of bridge.py's table; 5.0's No Local kept, so its own messages are not delivered to the
-connection that published them). A SUBSCRIBE to a filter held replaces its QoS (3.8.4). Its events
+connection that published them; its Subscription Identifier goes in each PUBLISH it delivers: one
+PUBLISH per matching subscription, each with its own, as 3.3.4 allows). A SUBSCRIBE to a filter held
+replaces its QoS (3.8.4). Its events
 leave as PUBLISH at min(the event's QoS, the granted QoS), QoS 1 ones through the in-flight window
 (the protocol machine's window). In a persistent session (core/mqtt/persistent.py) each subscription is a named
 durable one: the acknowledged prefix of its deliveries is RELEASEd (`releases`), its subscriptions
@@ -46,6 +48,7 @@ class MqttSub:
     durable: DurableCursor | None = None
     retain_as_published: bool = False  # 5.0: a delivery keeps its retain mark (3.8.3.1)
     no_local: bool = False  # 5.0: not the connection's own messages (3.8.3.1)
+    identifier: int | None = None  # 5.0: the SUBSCRIBE's Subscription Identifier, in each PUBLISH (3.8.2.1.2)
 
 
 @dataclass(slots=True)
@@ -74,6 +77,7 @@ class MqttSubscriptions:
         """A SUBSCRIBE: its codes when they are known now (else `subscribed` gives them), and the frames."""
         pending = PendingSuback(packet_id, [None] * len(wanted_filters))
         content_filter = dict(properties.user_properties).get(bridge.FILTER_PROPERTY)
+        identifier = properties.subscription_identifiers[0] if properties.subscription_identifiers else None
         frames: list[bytes] = []
         for i, wanted in enumerate(wanted_filters):
             qos = min(wanted.qos, 1)  # QoS 2 deliveries are not sent yet: granted 1 (3.8.4)
@@ -86,6 +90,7 @@ class MqttSubscriptions:
                 same.qos = qos
                 same.retain_as_published = wanted.retain_as_published
                 same.no_local = wanted.no_local
+                same.identifier = identifier
                 pending.codes[i] = qos
                 continue
             if same is not None:  # a persistent one under another QoS: its name changes
@@ -98,7 +103,7 @@ class MqttSubscriptions:
                 pending.codes[i] = bridge.SUBSCRIBE_REFUSALS.get(exc.code, R.UNSPECIFIED_ERROR)
                 continue
             self._add(MqttSub(wanted.filter, qos, sub, name, retain_as_published=wanted.retain_as_published,
-                              no_local=wanted.no_local))
+                              no_local=wanted.no_local, identifier=identifier))
             self.pending[sub] = (pending, i)
             frames.append(frame)
         return self._suback_if_done(pending), frames
@@ -212,6 +217,9 @@ class MqttSubscriptions:
             publish = bridge.publish_of(event, entry.qos, level)
             if entry.retain_as_published and event.attributes.get(bridge.RETAIN) is True:
                 publish = replace(publish, retain=True)
+            if entry.identifier is not None and level == MQTT_5:
+                publish = replace(publish, properties=replace(publish.properties,
+                                                              subscription_identifiers=(entry.identifier,)))
             self.delivered += 1
             if durable is None:
                 out.append((publish, None))
