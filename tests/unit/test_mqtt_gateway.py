@@ -265,3 +265,16 @@ def test_a_subscription_identifier_comes_back_in_each_publish_it_delivers():
     g.send(2, p.Publish("s/b", b"y", 0))
     g.sync()
     assert [m.properties.subscription_identifiers for m in g.answers(1)] == [(7,)]
+
+
+def test_a_message_expiry_interval_travels_with_the_event():
+    g = Gate()
+    g.connect(1)
+    g.connect(2)
+    g.send(2, p.Subscribe(1, (p.TopicFilter("e/#", 1),)))
+    g.send(1, p.Publish("e/a", b"soon", 0, properties=Properties(message_expiry_interval_s=10)))
+    g.sync()
+    [fresh] = g.answers(2)
+    assert fresh.properties.message_expiry_interval_s == 10  # delivered within its first second
+    [(_, record)] = g.h.records
+    assert EventRecord.decode(record).attributes["mqtt.expiry_interval_s"] == 10

@@ -154,3 +154,19 @@ def test_a_retained_will_is_kept_as_retained():
     g.connect(2)
     got = deliveries(g, 2, p.Subscribe(1, (p.TopicFilter("wills/+", 1),)))
     assert [(x.topic, x.payload, x.retain) for x in got] == [("wills/c1", b"gone", True)]
+
+
+def test_a_retained_message_leaves_with_what_is_left_of_its_expiry_and_not_after_it():
+    g = ready_gate()
+    g.connect(1)
+    g.send(1, p.Publish("exp/t", b"v", 1, retain=True, packet_id=1, properties=p.Properties(
+        message_expiry_interval_s=10)))
+    g.sync()
+    published_us = g.h.wall_us
+    g.h.wall_us = published_us + 4_000_000  # 4 s later (the gateway learns the clock from each input)
+    g.connect(2)
+    [got] = deliveries(g, 2, p.Subscribe(1, (p.TopicFilter("exp/#", 1),)))
+    assert (got.payload, got.properties.message_expiry_interval_s) == (b"v", 6)  # 10 - 4 (and a few µs), rounded up
+    g.h.wall_us = published_us + 11_000_000  # past its expiry: a new subscriber gets nothing
+    g.connect(3)
+    assert deliveries(g, 3, p.Subscribe(1, (p.TopicFilter("exp/#", 1),))) == []

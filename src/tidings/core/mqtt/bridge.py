@@ -8,7 +8,9 @@ that is a number or a boolean in its canonical form becomes one, so filters comp
 content type as `mqtt.content_type`, `mqtt.qos` = 0 for a QoS 0 publish and `mqtt.retain` = true
 for a retained one (core/mqtt/retained.py), a 5.0 Response Topic as `mqtt.response_topic` and its
 Correlation Data as `mqtt.correlation_data` (base64 text: an attribute holds no bytes, so at most
-3,072 bytes of it fit the 4,096 of an attribute's text); a user property under
+3,072 bytes of it fit the 4,096 of an attribute's text), its Message Expiry Interval as
+`mqtt.expiry_interval_s` (counted from the event's tick, the pubend's clock: a delivery after it is
+not sent, one before it carries what is left, rounded up); a user property under
 `mqtt.` is refused (0x99), so that what the broker says of an event cannot be forged. Its source is
 the connection's: the identity (or the service `mqtt` for a client without a user name) and the
 client id as instance. An event's PUBLISH goes back the same way: the attributes but `mqtt.*` as
@@ -27,7 +29,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tidings.core import errors
 from tidings.core.auth.credentials import Credential, CredentialError, parse_credential, unb64
@@ -50,6 +52,9 @@ QOS = "mqtt.qos"
 RETAIN = "mqtt.retain"
 RESPONSE_TOPIC = "mqtt.response_topic"  # 5.0 request/response: the Response Topic as is
 CORRELATION_DATA = "mqtt.correlation_data"  # its Correlation Data, base64 (an attribute holds no bytes)
+EXPIRY = "mqtt.expiry_interval_s"  # 5.0 Message Expiry Interval, from the event's tick
+US_PER_S = 1_000_000
+EXPIRY_S_MAX = 2**32 - 1  # a Four Byte Integer's
 RESERVED_PREFIX = "mqtt."
 FILTER_PROPERTY = "filter"  # a 5.0 SUBSCRIBE's user property: a content filter (docs/filters.md)
 REASON_CHARS_MAX = 200  # of a reason string we send
@@ -119,6 +124,8 @@ def attributes_of(packet: p.Publish) -> dict[str, AttrValue] | str:
         attributes[RESPONSE_TOPIC] = props.response_topic
     if props.correlation_data is not None:
         attributes[CORRELATION_DATA] = base64.b64encode(props.correlation_data).decode("ascii")
+    if props.message_expiry_interval_s is not None:
+        attributes[EXPIRY] = props.message_expiry_interval_s
     if packet.qos == 0:
         attributes[QOS] = 0
     if packet.retain:
@@ -149,11 +156,27 @@ def event_of(native: ClientSession, packet: p.Publish) -> PublishEvent | Refused
         return Refused(PUBLISH_REFUSALS.get(exc.code, R.UNSPECIFIED_ERROR), str(exc))
 
 
-def publish_of(event: Event, granted_qos: int, level: int) -> p.Publish:
-    """An event as the PUBLISH a subscription granted `granted_qos` delivers (no packet id yet)."""
+def remaining_s(event: Event, wall_us: int) -> int | None:
+    """The seconds left of an event's Message Expiry Interval at `wall_us` (the broker's clock;
+    0: unknown, the interval whole), rounded up; 0 once expired; None for an event without one."""
+    interval = event.attributes.get(EXPIRY)
+    if type(interval) is not int:
+        return None
+    if not wall_us:
+        return min(max(interval, 0), EXPIRY_S_MAX)
+    left_us = event.tick + interval * US_PER_S - wall_us
+    return min(max(-(-left_us // US_PER_S), 0), EXPIRY_S_MAX)  # (a native event's may be any integer)
+
+
+def publish_of(event: Event, granted_qos: int, level: int, wall_us: int = 0) -> p.Publish | None:
+    """An event as the PUBLISH a subscription granted `granted_qos` delivers (no packet id yet), or
+    None when its Message Expiry Interval has passed by `wall_us` (3.3.2.3.3: not sent)."""
     attrs = event.attributes
     qos = min(granted_qos, 0 if attrs.get(QOS) == 0 else 1)
     props = NO_PROPERTIES
+    left_s = remaining_s(event, wall_us) if EXPIRY in attrs else None
+    if left_s == 0:
+        return None
     if level == MQTT_5 and attrs:
         content_type, response_topic = attrs.get(CONTENT_TYPE), attrs.get(RESPONSE_TOPIC)
         correlation = correlation_of(attrs.get(CORRELATION_DATA))
@@ -162,6 +185,8 @@ def publish_of(event: Event, granted_qos: int, level: int) -> p.Publish:
             props = Properties(content_type=content_type if isinstance(content_type, str) else None,
                                response_topic=response_topic if isinstance(response_topic, str) else None,
                                correlation_data=correlation, user_properties=user)
+        if left_s is not None:  # the interval less the time the message waited (3.3.2.3.3)
+            props = replace(props, message_expiry_interval_s=left_s)
     return p.Publish(event.channel, event.payload, qos, properties=props)  # (topics.topic_of: the identity)
 
 

@@ -174,6 +174,7 @@ class MqttGateway:
 
     def _from_client(self, session: MqttSession, data: bytes, out: list[Effect]) -> None:
         native: list[bytes] = []
+        session.wall_us = self.wall_us  # (message expiry: core/mqtt/bridge.py)
         session.from_client(self.now, data, out, native)
         self._to_broker(session, native, out)
         self._arm(session)
@@ -205,6 +206,7 @@ class MqttGateway:
                 out.append(eff)
                 continue
             native: list[bytes] = []
+            session.wall_us = self.wall_us
             session.from_broker(eff.data, out, native)
             if native:
                 self._to_broker(session, native, out)

@@ -94,6 +94,7 @@ class MqttSession:
         (the peer's address; core/mqtt/derivations.py; None: derived here, for tests)."""
         self.conn = conn
         self.now = now
+        self.wall_us = 0  # the broker's clock, microseconds since the epoch, as the gateway last knew it (0: unknown)
         self.settings = settings
         self.secure = secure or settings.allow_plain_password
         self.nonce = nonce
@@ -268,7 +269,9 @@ class MqttSession:
                 if self.state is CLOSED:
                     return
                 budget -= 1
-                self._send_publish(bridge.publish_of(event, entry.qos, MQTT_5), None, True, out)
+                publish = bridge.publish_of(event, entry.qos, MQTT_5, self.wall_us)
+                if publish is not None:  # (else expired)
+                    self._send_publish(publish, None, True, out)
 
     def _delivered(self, eff: fx.DeliveryAcked | fx.DeliveryDropped, out: list[Effect]) -> None:
         tag = self.tokens.pop(eff.token, None)
@@ -414,7 +417,7 @@ class MqttSession:
         """EVENTS as PUBLISHes: one call on the machine for the run, its packets in one Send."""
         items: list[tuple[int, p.Publish]] = []
         source = None if self.native is None else (self.native.service, self.client_id)
-        for publish, tag in self.subscriptions.deliver(msg, self.level, source):
+        for publish, tag in self.subscriptions.deliver(msg, self.level, source, self.wall_us):
             self.next_token += 1
             if tag is not None and publish.qos:
                 self.tokens[self.next_token] = tag

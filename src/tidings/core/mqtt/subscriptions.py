@@ -195,11 +195,11 @@ class MqttSubscriptions:
             entry.durable.silence(silence_of(msg).positions)
 
     def deliver(self, msg: messages.Events, level: int = MQTT_5,
-                source: tuple[str, str] | None = None) -> list[tuple[p.Publish, Tag]]:
+                source: tuple[str, str] | None = None, wall_us: int = 0) -> list[tuple[p.Publish, Tag]]:
         """EVENTS as PUBLISH packets for the protocol machine, each with its place in a persistent
         subscription (its acknowledgement moves the subscription on: `DurableCursor`). A No Local
         subscription skips the events of `source` (the connection's own: its service and client id),
-        done at once in a persistent one."""
+        done at once in a persistent one, as is an event whose Message Expiry passed by `wall_us`."""
         entry = self.sub_of.get(msg.sub)
         if entry is None:  # unsubscribed: what was on its way is dropped
             return []
@@ -210,11 +210,12 @@ class MqttSubscriptions:
                 event = event_from_fields(fields)
             except ValueError:
                 continue
-            if entry.no_local and (event.service, event.instance) == source:
+            publish = None if entry.no_local and (event.service, event.instance) == source else (
+                bridge.publish_of(event, entry.qos, level, wall_us))
+            if publish is None:
                 if durable is not None:
                     durable.delivered(event.pubend, event.tick, True)
                 continue
-            publish = bridge.publish_of(event, entry.qos, level)
             if entry.retain_as_published and event.attributes.get(bridge.RETAIN) is True:
                 publish = replace(publish, retain=True)
             if entry.identifier is not None and level == MQTT_5:
