@@ -97,15 +97,21 @@ class Mqtt:
                 raise TimeoutError(f"no {what} within {WAIT_S} s")
 
     def subscribe(self, topic: str, qos: int = 1, content_filter: str | None = None,
-                  retain_handling: int = 0, retain_as_published: bool = False) -> list[int]:
+                  retain_handling: int = 0, retain_as_published: bool = False, no_local: bool = False,
+                  identifier: int | None = None) -> list[int]:
         """SUBSCRIBE and wait for its SUBACK: the codes (5.0 numbering; 3.1.1's failure reads 0x80).
-        `retain_handling` and `retain_as_published`: the 5.0 subscription options."""
+        `retain_handling`, `retain_as_published` and `no_local`: the 5.0 subscription options;
+        `identifier` its Subscription Identifier."""
         props = None
-        if content_filter is not None:
+        if content_filter is not None or identifier is not None:
             props = Properties(PacketTypes.SUBSCRIBE)
-            props.UserProperty = ("filter", content_filter)
-        if retain_handling or retain_as_published:
-            options = SubscribeOptions(qos, retainAsPublished=retain_as_published, retainHandling=retain_handling)
+            if content_filter is not None:
+                props.UserProperty = ("filter", content_filter)
+            if identifier is not None:
+                props.SubscriptionIdentifier = identifier
+        if retain_handling or retain_as_published or no_local:
+            options = SubscribeOptions(qos, noLocal=no_local, retainAsPublished=retain_as_published,
+                                       retainHandling=retain_handling)
             _, mid = self.client.subscribe(topic, options=options, properties=props)
         else:
             _, mid = self.client.subscribe(topic, qos, properties=props)
@@ -113,11 +119,15 @@ class Mqtt:
         return self.subacks[mid]
 
     def publish(self, topic: str, payload: bytes, qos: int = 1, user: dict[str, str] | None = None,
-                content_type: str | None = None, wait: bool = True, retain: bool = False) -> int | None:
-        """PUBLISH; at QoS 1 wait for the PUBACK and return its reason code."""
+                content_type: str | None = None, wait: bool = True, retain: bool = False,
+                **more: Any) -> int | None:
+        """PUBLISH; at QoS 1 wait for the PUBACK and return its reason code. `more`: further 5.0
+        properties by paho's names (ResponseTopic=..., CorrelationData=..., MessageExpiryInterval=...)."""
         props = None
-        if user or content_type:
+        if user or content_type or more:
             props = Properties(PacketTypes.PUBLISH)
+            for name, value in more.items():
+                setattr(props, name, value)
             if user:
                 props.UserProperty = list(user.items())
             if content_type:

@@ -6,6 +6,8 @@ MQTT publishes (the user properties and content type as attributes, the client i
 instance) and MQTT subscribers receive native events, at min(publish QoS, subscribe QoS). A
 subscription on another broker joins its tree first: probes are published until one arrives."""
 
+import contextlib
+import queue
 import subprocess
 import urllib.request
 
@@ -185,3 +187,55 @@ def test_a_draining_broker_tells_its_mqtt_5_clients_to_go(cluster):
         assert client.disconnect_code == 0x8B
     finally:
         client.close()
+
+
+def test_mqtt_5_request_response_expiry_no_local_and_subscription_identifiers_across_brokers(cluster):
+    """paho 5.0 on two brokers: Response Topic and Correlation Data reach the other broker's MQTT
+    subscriber and a native one (as attributes), the Message Expiry Interval comes along (no more
+    than published), a No Local subscription misses its own connection's messages, and each PUBLISH
+    carries the Subscription Identifier of its subscription."""
+    requester = Mqtt(cluster[0].mqtt_address, "requester", V5)
+    responder = Mqtt(cluster[1].mqtt_address, "responder", V5)
+
+    def not_own(timeout: float = 15.0):
+        """The requester's next message: never one of its own (its No Local subscription)."""
+        got = requester.get(timeout)
+        assert not got.topic.startswith("rr/req/"), got.topic
+        return got
+    try:
+        assert responder.subscribe("rr/req/#", qos=1, identifier=42) == [1]
+        assert requester.subscribe("rr/#", qos=1, no_local=True, identifier=7) == [1]
+        with sync.connect(cluster[2].address, service="rr-native") as client, client.subscribe("rr/req/#") as native:
+            until_delivered(lambda n: requester.publish("rr/req/probe", b"p", qos=0), responder.get)
+            until_delivered(lambda n: requester.publish("rr/req/probe", b"p", qos=0), native.get)
+            assert requester.publish("rr/req/1", b"ask", qos=1, ResponseTopic="rr/resp/requester",
+                                     CorrelationData=b"\x00id-1", MessageExpiryInterval=60) == 0
+            msg = responder.get()
+            while msg.topic.endswith("probe"):
+                msg = responder.get()
+            assert (msg.topic, msg.properties.ResponseTopic, msg.properties.CorrelationData) == (
+                "rr/req/1", "rr/resp/requester", b"\x00id-1")
+            assert 0 < msg.properties.MessageExpiryInterval <= 60
+            assert msg.properties.SubscriptionIdentifier == [42]
+            event = native.get(15)
+            while event.channel.endswith("probe"):
+                event = native.get(15)
+            assert (event.attributes["mqtt.response_topic"], event.attributes["mqtt.correlation_data"],
+                    event.attributes["mqtt.expiry_interval_s"]) == ("rr/resp/requester", "AGlkLTE=", 60)
+        until_delivered(lambda n: responder.publish("rr/resp/probe", b"p", qos=0), not_own)
+        assert responder.publish(msg.properties.ResponseTopic, b"answer", qos=1,
+                                 CorrelationData=msg.properties.CorrelationData) == 0
+        reply = not_own()
+        while reply.topic.endswith("probe"):
+            reply = not_own()
+        assert (reply.topic, reply.payload, reply.properties.CorrelationData) == (
+            "rr/resp/requester", b"answer", b"\x00id-1")
+        assert reply.properties.SubscriptionIdentifier == [7]
+        # none of the requester's own messages (its probes, its request) reached its No Local subscription:
+        # they were published before the reply, so any would have come before it; what is left is checked too
+        with contextlib.suppress(queue.Empty):
+            for _ in range(100):
+                not_own(0.5)
+    finally:
+        requester.close()
+        responder.close()
