@@ -418,18 +418,19 @@ class MqttSession:
         items: list[tuple[int, p.Publish]] = []
         source = None if self.native is None else (self.native.service, self.client_id)
         for publish, tag in self.subscriptions.deliver(msg, self.level, source, self.wall_us):
-            self.next_token += 1
-            if tag is not None and publish.qos:
-                self.tokens[self.next_token] = tag
-            items.append((self.next_token, publish))
+            items.append((self._token(publish, tag), publish))
         if items:
             self._apply(self.machine.deliver_many(items), out, [])
 
-    def _send_publish(self, publish: p.Publish, tag: Tag, retain: bool, out: list[Effect]) -> None:
+    def _token(self, publish: p.Publish, tag: Tag) -> int:
+        """A new delivery's token; a QoS 1/2 delivery's tag is kept under it until its end."""
         self.next_token += 1
         if tag is not None and publish.qos:
             self.tokens[self.next_token] = tag
-        self._apply(self.machine.deliver(self.next_token, publish.topic, publish.payload, publish.qos, retain,
+        return self.next_token
+
+    def _send_publish(self, publish: p.Publish, tag: Tag, retain: bool, out: list[Effect]) -> None:
+        self._apply(self.machine.deliver(self._token(publish, tag), publish.topic, publish.payload, publish.qos, retain,
                                          properties=publish.properties), out, [])
 
     # ---- endings ---------------------------------------------------------------------------------
