@@ -91,7 +91,7 @@ def test_a_stopped_root_is_replaced_long_before_the_failure_timeout(tmp_path):
                       "heartbeat_interval_ns": 3_000_000_000, "parent_timeout_ns": 10_000_000_000,
                       "ping_interval_ns": 3_000_000_000}
     with Cluster(tmp_path, 3, slow_detection) as cluster:
-        tree = next(f"leave{i}/#" for i in range(1000) if root_of(cluster, f"leave{i}/#") is cluster[0])
+        tree = next(f"leave{i}/#" for i in range(1 << 20) if root_of(cluster, f"leave{i}/#") is cluster[0])
         root, sub_at, pub_at = cluster[0], cluster[1], cluster[2]
         with sync.connect(sub_at.address, follow_advice=False) as reader, \
                 sync.connect(pub_at.address, follow_advice=False) as writer:

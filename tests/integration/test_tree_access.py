@@ -44,18 +44,20 @@ def three(tmp_path):
         fh.write(VIEWER_RULE)
     a = BrokerProcess(tmp_path / "a", args=["--auth", str(creator_auth)], credential=owner).start()
     others = [BrokerProcess(tmp_path / n, args=["--auth", str(loose_auth)], credential=owner, join=a.address)
-              for n in ("r", "b")]
+              for n in ("one", "two")]
     try:
         for b in others:
             b.spawn()
         for b in others:
             b.wait_ready()
-        r, b = others
-        brokers = [a, r, b]
+        brokers = [a, *others]
         wait_for(lambda: all(x.status()["overlay"]["joined"] and len(x.status()["overlay"]["leaf_set"]) == 2
                              for x in brokers), 20, what="three brokers in one overlay")
-        # a tree whose rendez-vous point is neither the creator's broker nor the subscriber's
-        tree = next(t for t in (f"t{i}/#" for i in range(100)) if root_of(brokers, t) is r)
+        # a tree whose rendez-vous point is not the creator's broker: that broker is R, the other B.
+        # Node ids hash the brokers' ports, so a broker's share of the ring can be small: look far.
+        tree = next(t for t in (f"t{i}/#" for i in range(1 << 20)) if root_of(brokers, t) is not a)
+        r = root_of(brokers, tree)
+        b = others[1] if r is others[0] else others[0]
         yield a, r, b, tree, creator_auth, owner, viewer
     finally:
         for x in (a, *others):
