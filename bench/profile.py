@@ -10,7 +10,8 @@ the load process on CPU 1). py-spy (from bench/setup.sh's venv) samples every th
 at --rate per second, without idle stacks, from before the load starts until it ends; its raw
 stacks are kept in $TIDINGS_BENCH_DIR/profiles/. The tables attribute each sample three ways:
 
-  * thread: the event loop (the thread running `asyncio` / uvloop) or the log writer and others;
+  * thread: by name (MainThread runs the event loop; tidings-log-writer, tidings-pfs, ...), working
+    or waiting (a wait primitive on top of the stack: the other tables leave those samples out);
   * where: the innermost frame inside src/tidings (module:function), i.e. the tidings code that is
     running or that called the library or system call on top of it;
   * leaf: the frame on top of the stack (a tidings function, msgpack, a socket or file call).
@@ -55,30 +56,44 @@ def tidings_module(path: str) -> str | None:
     return path[at + len("tidings/"):].removesuffix(".py").replace("/", ".") if at >= 0 else None
 
 
+WAITS = ("epoll_wait", "epoll_pwait", "poll", "select", "pthread_cond_wait", "pthread_cond_timedwait",
+         "sem_wait", "sem_timedwait", "sem_clockwait", "futex", "__futex", "do_futex_wait")
+
+
+def waiting(func: str, file: str) -> bool:
+    """A thread blocked, not working: a wait primitive on top, or an unresolved libc address (py-spy
+    cannot name the syscall stubs futex and epoll waits sit in)."""
+    return func.startswith(WAITS) or (func.startswith("0x") and file.startswith("libc"))
+
+
 def fold(raw_path: str) -> dict[str, Any]:
-    """The samples of a raw py-spy file counted by thread, by innermost tidings frame, and by leaf."""
+    """The samples of a raw py-spy file (`--threads --native`) counted by thread (working or
+    waiting), and the working ones by innermost tidings frame and by leaf."""
     threads: Counter[str] = Counter()
     where: Counter[str] = Counter()
     leaf: Counter[str] = Counter()
-    total = 0
+    total = busy = 0
     with open(raw_path) as f:
         for line in f:
             stack, _, count_text = line.rstrip("\n").rpartition(" ")
             if not stack or not count_text.isdigit():
                 continue
             count = int(count_text)
-            frames = [parse_frame(fr) for fr in stack.split(";")]
+            root, *rest = stack.split(";")
+            frames = [parse_frame(fr) for fr in rest]
             total += count
-            funcs = {func for func, _ in frames}
-            threads["event loop" if any("run_forever" in fn or "run_until_complete" in fn for fn in funcs)
-                    else "other threads (log writer, workers)"] += count
-            inner = next((f"{tidings_module(file)}:{func}" for func, file in reversed(frames)
-                          if tidings_module(file)), "(outside tidings)")
-            where[inner] += count
-            func, file = frames[-1]
+            name = root.rpartition(":")[2].strip() or root  # `thread (20677): MainThread`
+            func, file = frames[-1] if frames else ("?", "")
+            if waiting(func, file):
+                threads[f"{name} (waiting)"] += count
+                continue
+            busy += count
+            threads[name] += count
+            where[next((f"{tidings_module(fl)}:{fn}" for fn, fl in reversed(frames) if tidings_module(fl)),
+                       "(outside tidings)")] += count
             module = tidings_module(file)
             leaf[f"{module}:{func}" if module else f"{func} ({os.path.basename(file) or 'native'})"] += count
-    return {"samples": total, "threads": threads, "where": where, "leaf": leaf}
+    return {"samples": total, "busy": busy, "threads": threads, "where": where, "leaf": leaf}
 
 
 def table(title: str, counts: Counter[str], total: int) -> str:
@@ -95,7 +110,8 @@ def profile_test(broker: str, test: str, rate: int, round_no: int) -> dict[str, 
     try:
         run.wait_for_quiet(server.pid)
         spy = subprocess.Popen([PY_SPY, "record", "--pid", str(server.pid), "--rate", str(rate), "--format", "raw",
-                                "--threads", "--native", "--output", raw], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                "--threads", "--native", "--output", raw],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         # the load connects and warms up before its measured span, time enough for py-spy to attach
         result = run.run_load(server, proto, test, [])
         spy.send_signal(signal.SIGINT)
@@ -124,16 +140,17 @@ def main() -> None:
     stamp = time.strftime("%Y%m%dT%H%M%S")
     for test in args.tests.split(","):
         found = profile_test(args.broker, test, args.rate, 1)
-        total = found["samples"] or 1
+        total, busy = found["samples"] or 1, found["busy"] or 1
         load = found["load"]
-        print(f"\n### {args.broker} ({test}): {found['samples']} samples at {args.rate}/s; "
+        print(f"\n### {args.broker} ({test}): {found['samples']} samples at {args.rate}/s, {found['busy']} working; "
               f"load: {load.get('value')} {load.get('unit', '')}, broker CPU {load.get('server_cpu_pct')} %\n")
-        for title in ("threads", "where", "leaf"):
-            print(table(title, found[title], total) + "\n")
+        print(table("thread (share of all samples)", found["threads"], total) + "\n")
+        for title in ("where", "leaf"):
+            print(table(f"{title} (share of working samples)", found[title], busy) + "\n")
         line = {"run_id": stamp, "tidings": run.tidings_fingerprint(), "broker": args.broker, "test": test,
-                "rate": args.rate, "samples": found["samples"], "raw": found["raw"], "load": load,
-                **{k: [[n, round(c / total, 4)] for n, c in found[k].most_common(TOP)]
-                   for k in ("threads", "where", "leaf")}}
+                "rate": args.rate, "samples": found["samples"], "busy": found["busy"], "raw": found["raw"],
+                "load": load, "threads": [[n, round(c / total, 4)] for n, c in found["threads"].most_common(TOP)],
+                **{k: [[n, round(c / busy, 4)] for n, c in found[k].most_common(TOP)] for k in ("where", "leaf")}}
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         with open(args.out, "a") as f:
             f.write(json.dumps(line) + "\n")
