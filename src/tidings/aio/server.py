@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from tidings.aio import collector
 from tidings.aio.auth_file import load_policy
 from tidings.aio.loop import new_event_loop
 from tidings.aio.pfs_worker import PfsWorker
@@ -568,6 +569,7 @@ def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
                               join_timeout_s=join_timeout_s, http=http, auth=auth,
                               allow_anonymous=allow_anonymous, tls=tls, mqtt=mqtt)
         await server.start()
+        collector.settle()  # the collector set for a loop that allocates per event (aio/collector.py)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGINT, lambda: asyncio.ensure_future(server.stop()))
         loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(
