@@ -41,6 +41,10 @@ class Pubend:
         self._pending: deque[PendingBatch] = deque()
         self.pending_bytes = 0  # encoded bytes of the batches not yet synced
 
+    def first_tick(self, wall_us: int) -> int:
+        """The first of the ticks `reserve` would give events published now (nothing reserved)."""
+        return max(self.last_tick + 1, wall_us)
+
     def reserve(self, count: int, wall_us: int) -> int:
         """Ticks for `count` events published now: consecutive, from the returned first tick."""
         first = max(self.last_tick + 1, wall_us)
