@@ -4,6 +4,7 @@ and a broker publishes the same records and answers through either."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import shutil
 from collections.abc import Iterator
@@ -146,3 +147,14 @@ def published_with(on: bool) -> tuple[list[tuple[int, bytes]], list[Any], list[A
         return published(Harness())
     finally:
         batch.use_native(was)
+
+
+def test_the_compiled_pass_leaves_its_tuples_to_the_collector_untracked() -> None:
+    """A batch's (tick, record) and (tick, channel, {}, record) tuples live until it is durable:
+    the young collections should not walk them (they hold nothing a cycle could go through)."""
+    if not COMPILED:
+        pytest.skip("the compiled pass is not built here")
+    encoded = batch._native([["a/b", {}, b"x"], ["a/b", {}, b"y"]], {"a/b": None}, 10, "p", 5, "s", "i", False)
+    assert encoded is not None
+    records, deliveries, _, _ = encoded
+    assert not any(gc.is_tracked(t) for t in [*records, *deliveries])

@@ -165,6 +165,11 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         Py_DECREF(t);
         Py_DECREF(rec);
         if (delivery == NULL) { Py_XDECREF(pair); goto done; }
+        /* Neither can be in a reference cycle (a tick, bytes, a str and an empty map that the
+           collector does not track): untracked, as the collector would leave them after its first
+           look, so the young collections do not walk the thousands a batch keeps until durable. */
+        PyObject_GC_UnTrack(pair);
+        if (!PyObject_IS_GC(at) || !PyObject_GC_IsTracked(at)) PyObject_GC_UnTrack(delivery);
         PyList_SET_ITEM(records, i, pair);
         PyList_SET_ITEM(deliveries, i, delivery);
     }
