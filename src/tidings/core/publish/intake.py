@@ -116,7 +116,8 @@ class Intake:
                     self.traffic.tally(channel, count)
                 else:
                     self.traffic.count([d[1] for d in deliveries])
-                self._append(c, msg.seq, list(range(first, first + count)), records, deliveries, size, out)
+                self._append(c, msg.seq, list(range(first, first + count)), records, deliveries, size, out,
+                             channel=channel)
                 return 0
         valid, bad = self._check(now, c, msg.events, None, None, refused)
         if bad:
@@ -237,12 +238,13 @@ class Intake:
 
     def _append(self, c: ClientConnection, seq: int, ticks: list[int | None], records: list[tuple[int, bytes]],
                 deliveries: list[batch.Delivery], size: int, out: list[Effect], keys: list[bytes] | None = None,
-                duplicates: list[int] | None = None) -> None:
+                duplicates: list[int] | None = None, channel: str | None = None) -> None:
         """Log the encoded batch (`size` bytes of `records`): the pubend holds its deliveries and
-        ACK until it is durable; a publisher past pending_sync_bytes_max is not read meanwhile."""
+        ACK until it is durable; a publisher past pending_sync_bytes_max is not read meanwhile.
+        `channel`: the batch's one channel, when no event has attributes (Pubend.log)."""
         pubend = self.pubend
         self.events_published += len(records)
-        token = pubend.log(c.conn, seq, ticks, deliveries, size, duplicates)
+        token = pubend.log(c.conn, seq, ticks, deliveries, size, duplicates, channel)
         if pubend.pending_bytes > self.config.pending_sync_bytes_max and c.conn not in self.paused:
             self.paused[c.conn] = None  # intake waits for the disk: memory stays bounded
             c.hold(Hold.DISK)
