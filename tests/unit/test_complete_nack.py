@@ -10,6 +10,7 @@ from tests.unit.test_gap_curiosity import MS, first_nack, past_stream
 from tests.unit.test_reliability_filtering import PUBEND, TREE, knowledge, node, record, sent_to
 from tidings.core.config import BrokerConfig
 from tidings.core.reliability import messages
+from tidings.core.reliability.consumers import Consumer
 from tidings.core.reliability.curiosity import complete
 from tidings.core.reliability.pieces import Piece
 from tidings.core.reliability.sparse import SparseSilence
@@ -97,3 +98,12 @@ def test_holes_cut_pieces_around_the_marked_silence() -> None:
     assert [(p.after, p.through, p.ticks) for p in sparse.holes(pieces)] == [
         (0, 10, [5]), (20, 25, [21]), (25, 30, []), (40, 50, [45]), (50, 60, []), (60, 70, [65])]
     assert SparseSilence().holes(pieces) == pieces
+
+
+def test_a_second_complete_nack_keeps_what_the_first_asked_for_past_it() -> None:
+    consumer = Consumer("c", 0, 1000, 1000)
+    consumer.ask(((600, 601), (800, 801), (900, 901)))
+    consumer.sent_through = 700  # (600, 601] sent, then the rest of the way to 700
+    consumer.ask(((600, 601), (650, 651)))
+    assert consumer.asked == ((600, 601), (650, 651), (800, 801), (900, 901))
+    assert (consumer.sent_through, consumer.asked_through) == (600, 1000)

@@ -58,10 +58,13 @@ class Consumer:
 
     def ask(self, ranges: tuple[tuple[int, int], ...]) -> None:
         """The child lacks `ranges` and nothing else of their span: it is sent those again, then
-        goes on from where it was (it nacks what else it lacks)."""
-        through = max(self.sent_through, ranges[-1][1])
+        goes on from where it was (it nacks what else it lacks); what an earlier such nack asked
+        for past them is still sent."""
+        last = ranges[-1][1]
+        later = tuple((max(lo, last), hi) for lo, hi in self.asked if hi > last)  # an earlier one's, still to send
+        through = max(self.sent_through, last, self.asked_through if self.asked else 0)
         self.back_to(ranges[0][0])
-        self.asked, self.asked_through = ranges, through
+        self.asked, self.asked_through = ranges + later, through
 
     def acked(self, through: int, released: int, delivered: int, horizon: int) -> bool:
         """A child's ack; never past what it was sent or the stream's horizon. True when its
