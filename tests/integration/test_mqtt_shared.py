@@ -146,3 +146,42 @@ def test_a_member_that_leaves_holding_unacknowledged_messages_has_them_sent_to_a
             client.close()
     assert held <= again.keys()
     assert {p for p, who in got.items() if 1 in who} | held == wanted
+
+
+def test_the_group_resumes_on_a_new_home_when_its_home_is_killed(cluster):
+    """The home (broker 2, no member there) is killed -9 while the holder (broker 1) holds messages
+    unacknowledged; the holder then leaves. The members' brokers re-join the next closest broker
+    with the position the home last gave them, so the taker (broker 0) gets every message the holder
+    held (published over a second before the new home subscribed: a group started anew would not
+    have them) and every message PUBACKed after the kill. Runs last in this module: broker 2 is
+    restarted after it."""
+    topic_filter = "shared/home/#"
+    name = group_homed_at(cluster.brokers, cluster[2], topic_filter, "home")
+    taker = Mqtt(cluster[0].mqtt_address, "home-taker", V5)
+    holder = Mqtt(cluster[1].mqtt_address, "home-holder", V5)
+    pub = Mqtt(cluster[1].mqtt_address, "home-pub", V5)
+    members = [taker, holder]
+    try:
+        for member in members:
+            assert member.subscribe(f"$share/{name}/{topic_filter}", qos=1) == [1]
+        warm(pub, "shared/home/probe", members)
+        holder.client.manual_ack_set(True)  # from now on it sends no PUBACK
+        before = {f"before-{i}".encode() for i in range(40)}
+        for payload in sorted(before):
+            assert pub.publish("shared/home/x", payload, qos=1) == 0
+        got = collect(members, before)
+        held = {p for p, who in got.items() if 1 in who}
+        assert held, "the holder got none"
+        cluster[2].kill()
+        holder.close()
+        after = {f"after-{i}".encode() for i in range(50)}
+        for payload in sorted(after):
+            assert pub.publish("shared/home/x", payload, qos=1) == 0  # PUBACKed: fsynced at broker 1
+        again = collect([taker], held | after, deadline_s=60.0)
+    finally:
+        for client in (taker, pub):
+            client.close()
+        cluster[2].restart()  # (stop reaps the killed process; then started again)
+    assert held | after <= again.keys()
+    new_home = [b.status()["mqtt"]["share_groups_homed"] for b in cluster.brokers[:2]]
+    assert [g["group"] for groups in new_home for g in groups if g["group"] == name] == [name]

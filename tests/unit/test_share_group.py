@@ -90,13 +90,14 @@ def test_a_member_broker_not_heard_from_expires_with_its_members():
 
 def test_the_position_moves_over_the_acknowledged_prefix_only():
     g = group()
+    assert g.position() == [0, []]
     g.joined(0, "b1", ("c1",))
     g.joined(0, "b2", ("c2",))
     h1, h2 = g.offer([record(5), record(7)])
     g.acked(0, h2.member, (h2.delivery,))
     assert g.release() is None  # 5 is not acknowledged yet
     g.acked(0, h1.member, (h1.delivery,))
-    assert g.release() == [0, [["pe", 7]]]
+    assert g.release() == [0, [["pe", 7]]] == g.position()
     g.silence({"pe": 9})
     assert g.release() == [0, [["pe", 9]]]
 
@@ -150,16 +151,19 @@ def test_every_event_is_held_by_one_member_at_most_and_all_end_acknowledged(step
 
 
 def test_share_messages_round_trip_and_malformed_ones_are_refused():
-    join = wire.ShareJoin(KEY, "127.0.0.1:7400", ("c1@3", "c2@4"))
-    deliver = wire.ShareDeliver(KEY, "127.0.0.1:7401", "c1@3", 7, record(3))
+    join = wire.ShareJoin(KEY, "127.0.0.1:7400", ("c1@3", "c2@4"), [5, [["pe", 3]]])
+    deliver = wire.ShareDeliver(KEY, "127.0.0.1:7401", "c1@3", 7, record(3), [5, [["pe", 3]]])
+    assert wire.decode(wire.join(wire.ShareJoin(KEY, "b", ()))) == wire.ShareJoin(KEY, "b", (), None)
     ack = wire.ShareAck(KEY, "c1@3", (7, 8), (9,))
     for msg, enc in ((join, wire.join), (deliver, wire.deliver), (ack, wire.ack)):
         assert wire.decode(enc(msg)) == msg
-    for bad in ([BrokerType.SHARE_JOIN, ["a", "b"], "x", []], [BrokerType.SHARE_JOIN, list(KEY), "x", "c"],
-                [BrokerType.SHARE_DELIVER, list(KEY), "h", "c", 0, []],
-                [BrokerType.SHARE_DELIVER, list(KEY), "h", "c", 1, b""],
+    for bad in ([BrokerType.SHARE_JOIN, ["a", "b"], "x", [], None], [BrokerType.SHARE_JOIN, list(KEY), "x", "c", None],
+                [BrokerType.SHARE_JOIN, list(KEY), "x", [], [-1, []]], [BrokerType.SHARE_JOIN, list(KEY), "x", []],
+                [BrokerType.SHARE_DELIVER, list(KEY), "h", "c", 1, [], [0, [["pe", "t"]]]],
+                [BrokerType.SHARE_DELIVER, list(KEY), "h", "c", 0, [], None],
+                [BrokerType.SHARE_DELIVER, list(KEY), "h", "c", 1, b"", None],
                 [BrokerType.SHARE_ACK, list(KEY), "c", [1, "2"], []], [BrokerType.SHARE_ACK, list(KEY), "c", [], [-1]],
-                [BrokerType.SHARE_ACK, list(KEY), "c", []], [BrokerType.SHARE_JOIN, list(KEY), 5, []]):
+                [BrokerType.SHARE_ACK, list(KEY), "c", []], [BrokerType.SHARE_JOIN, list(KEY), 5, [], None]):
         with pytest.raises(ProtocolError):
             wire.decode(bad)
 

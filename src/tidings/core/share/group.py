@@ -5,8 +5,8 @@ subscriptions").
 Theory of operation. A group (`$share/GROUP/FILTER` under one identity scope) has one *home*: the
 broker whose node id is closest to the key hashed from (scope, GROUP, FILTER), as Scribe picks a
 tree's root (core/share/wire.py `group_key`). The home subscribes to FILTER once for the whole
-group, as a broker-held durable subscription (core/share/home.py), and feeds its events here, in
-order, with the SILENCE markers between them. This machine hands each event to one member:
+group, as a durable subscription (core/share/home.py), and feeds its events here, in order, with
+the SILENCE markers between them. This machine hands each event to one member:
 
 - the members are (broker address, client id); each member broker says which of its clients are
   members with a JOIN it repeats every `refresh_interval_ns` (`joined`): a member missing from its
@@ -18,8 +18,9 @@ order, with the SILENCE markers between them. This machine hands each event to o
   time the delivery reached its broker), and every delivery still held by a member that left, go back
   to the front of the queue, oldest first, and to the next member free: at least once, never lost;
 - the position moves over the acknowledged prefix (`persistent.DurableCursor`: the same prefix rule
-  as a persistent session's), and `release()` gives the checkpoint to RELEASE to the broker, which
-  saves it with the durable subscription.
+  as a persistent session's): `release()` gives the checkpoint to RELEASE to the broker (the logs
+  may drop what every member acknowledged), `position()` the one each SHARE_DELIVER carries to the
+  members' brokers, from which the next home resumes.
 
 Each hand gets a new delivery id, so a late ACK from a member that no longer holds the delivery is
 ignored rather than ending another member's copy.
@@ -140,6 +141,11 @@ class ShareGroup:
 
     def silence(self, positions: dict[str, int]) -> None:
         self.cursor.silence(positions)
+
+    def position(self) -> list[object] | None:
+        """The group's position, [default, [[pubend, tick], ...]] (None until SUBSCRIBED)."""
+        checkpoint = self.cursor.checkpoint
+        return None if checkpoint is None else list(checkpoint.to_wire()[:2])
 
     def release(self) -> list[object] | None:
         """The checkpoint to RELEASE, when the acknowledged prefix moved since the last."""

@@ -4,15 +4,16 @@
 Theory of operation. A JOIN routed here (this broker's node id is the closest live one to the
 group's key) makes the group if it is new: a connection numbered below the retained feed's is
 opened on the broker (`Accepted`, then HELLO as the anonymous service `mqtt-share`), and after the
-WELCOME the group's broker-held durable subscription is asked for, named `share:SCOPE:GROUP:FILTER`
-(docs/durable.md "Broker-held positions"): at the first JOIN it starts now, and when the broker held
-it already (a restart, or the group formed again) it goes on after what the members acknowledged.
+WELCOME the group's durable subscription is asked for (docs/durable.md): from the position the JOIN
+carries (the members' brokers keep the position each SHARE_DELIVER of the group's last home gave:
+a new home, after the old one died or a closer broker joined, goes on after what the members
+acknowledged there), or from now for a group new to every member broker.
 The broker's EVENTS and SILENCE on that connection feed the group machine, whose `Hand`s become
 SHARE_DELIVERs to the members' brokers (this broker's own members included: the composer loops those
 back); its acknowledged prefix is RELEASEd to the broker, which saves it. A group whose subscription
 the broker refuses ends, and its members' brokers get nothing more (their SUBACK was already sent:
-the refusal is in `/status`); a group whose members all left for `empty_keep_ns` closes its
-connection (its durable subscription stays, away, holding what was not acknowledged).
+the refusal is in `/status`); a group whose members all left for `empty_keep_ns` ends its
+durable subscription for good and closes its connection.
 
 States: the group machine's (SUBSCRIBING -> OPEN -> CLOSED), with the connection's handshake before
 it (`welcomed`). Deadlines: each group's own, and each connection's lease renewal, in one `Deadlines`.
@@ -35,11 +36,6 @@ from tidings.core.wire import messages
 SHARE_SERVICE = "mqtt-share"
 FIRST_CONN = -2  # the groups' connections count down from here (the retained feed's is -1)
 GROUPS_HOMED_MAX = 10_000  # groups one broker is home to; a JOIN past it is dropped (counted)
-
-
-def durable_name(key: GroupKey) -> str:
-    scope, name, topic_filter = key
-    return f"share:{scope}:{name}:{topic_filter}"
 
 
 class BrokerInput(NamedTuple):
@@ -73,6 +69,7 @@ class Homed:
     conn: int
     native: ClientSession
     group: ShareGroup
+    start: list[object] | None = None  # the position the first JOIN gave (None: from now)
     sub: int | None = None
     welcomed: bool = False
     refusal: str = ""
@@ -102,6 +99,7 @@ class ShareHomes:
                 self.dropped += 1
                 return []
             homed = self._open(now, wall_us, msg.group, out)
+            homed.start = msg.position
         return out + self._hands(homed, homed.group.joined(now, msg.broker, msg.clients), now)
 
     def acked(self, now: int, sender: str, msg: ShareAck) -> list[HomeOutput]:
@@ -138,7 +136,7 @@ class ShareHomes:
             elif isinstance(msg, messages.Welcome) and not homed.welcomed:
                 homed.welcomed = True
                 try:
-                    homed.sub, frame = homed.native.subscribe(homed.key[2], positions=[], home=durable_name(homed.key))
+                    homed.sub, frame = self._subscribe(homed)
                 except TidingsError as exc:  # a filter a member broker should not have sent
                     return out + self._refused(homed, str(exc), now)
                 out.append(self._frame(now, wall_us, homed, frame))
@@ -180,6 +178,15 @@ class ShareHomes:
         out += [BrokerInput(Accepted(now, conn)), self._frame(now, wall_us, homed, homed.native.hello())]
         return homed
 
+    def _subscribe(self, homed: Homed) -> tuple[int, bytes]:
+        """The group's durable subscription: from the position the members' brokers gave, or now."""
+        start = homed.start
+        if start is None:
+            return homed.native.subscribe(homed.key[2], positions=[])
+        default, positions = start
+        assert type(default) is int and isinstance(positions, list)  # (checked by the JOIN's decoder)
+        return homed.native.subscribe(homed.key[2], start=default, positions=positions)
+
     def _frame(self, now: int, wall_us: int, homed: Homed, frame: bytes) -> BrokerInput:
         return BrokerInput(Received(now, wall_us, homed.conn, frame))
 
@@ -190,9 +197,10 @@ class ShareHomes:
         else:
             self.timers.set(GroupDue(homed.conn), deadline)
         out: list[HomeOutput] = []
+        position = homed.group.position() if hands else None
         for hand in hands:
             broker, client = hand.member
-            out.append(PeerOut(broker, ShareDeliver(homed.key, self.me, client, hand.delivery, hand.record)))
+            out.append(PeerOut(broker, ShareDeliver(homed.key, self.me, client, hand.delivery, hand.record, position)))
         release = self._release(now, 0, homed)
         return out + release
 
@@ -210,9 +218,10 @@ class ShareHomes:
         return [] if now is None else [BrokerInput(ConnectionLost(now, homed.conn))]
 
     def _close(self, now: int, homed: Homed) -> list[HomeOutput]:
-        """The group ended (no members): its connection closes, its durable subscription stays away."""
+        """The group ended (no members): its durable subscription is ended for good, its connection closed."""
         self._forget(homed)
-        return [BrokerInput(ConnectionLost(now, homed.conn))]
+        end = [] if homed.sub is None else [self._frame(now, 0, homed, homed.native.unsubscribe(homed.sub, True))]
+        return [*end, BrokerInput(ConnectionLost(now, homed.conn))]
 
     def _forget(self, homed: Homed) -> None:
         self.by_conn.pop(homed.conn, None)

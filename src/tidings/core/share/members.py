@@ -67,6 +67,7 @@ class ShareMembers:
         self.of_conn: dict[int, dict[GroupKey, str]] = {}  # connection -> its groups (-> its client id)
         self.timers: Deadlines[Refresh] = Deadlines()
         self.acks: dict[tuple[str, GroupKey, str], tuple[list[int], list[int]]] = {}  # (home, group, client)
+        self.positions: dict[GroupKey, list[object]] = {}  # each group's position, as its home last said
         self.returned = 0
 
     def join(self, now: int, conn: int, client: str, key: GroupKey) -> list[RouteJoin]:
@@ -99,6 +100,8 @@ class ShareMembers:
         """A delivery from the home: for the member's connection, or RETURNed (None)."""
         ref = ShareRef(msg.group, msg.home, msg.client, msg.delivery)
         conn = self.members.get(msg.group, {}).get(msg.client)
+        if msg.position is not None and msg.group in self.members:
+            self.positions[msg.group] = msg.position
         if conn is None:
             self.returned += 1
             self.acked(ref, False)
@@ -133,7 +136,8 @@ class ShareMembers:
         else:
             self.members.pop(key, None)
             self.timers.cancel(Refresh(key))
-        return [RouteJoin(ShareJoin(key, self.me, clients))]
+        return [RouteJoin(ShareJoin(key, self.me, clients, self.positions.get(key) if clients
+                                    else self.positions.pop(key, None)))]
 
     def status(self) -> dict[str, int]:
         return {"share_groups_joined": len(self.members),

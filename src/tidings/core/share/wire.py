@@ -1,13 +1,16 @@
 """The shared subscriptions' peer messages (BrokerType 141..143, core/wire/types.py) and the group key.
 
-    SHARE_JOIN    [141, [scope, group, filter], broker, [client id, ...]]
+    SHARE_JOIN    [141, [scope, group, filter], broker, [client id, ...], position]
         routed by the group's key to its home (Pastry's route, as Scribe routes a SUBSCRIBE): the
         member broker at `broker` has these clients as members now (an empty list: none left). Sent
         on each change and repeated every `refresh_interval_ns` (the home forgets a broker silent for
-        `member_expiry_ns`; a new home learns its members from the next JOIN).
-    SHARE_DELIVER [142, [scope, group, filter], home, client id, delivery, record]
+        `member_expiry_ns`; a new home learns its members from the next JOIN). `position`: the
+        group's position as the last SHARE_DELIVER said it, or nil: a new home starts there.
+    SHARE_DELIVER [142, [scope, group, filter], home, client id, delivery, record, position]
         direct from the home to the member's broker: one event (its record's fields, as EVENTS carry
-        them) for one member.
+        them) for one member, with the group's position (`[default, [[pubend, tick], ...]]`, the
+        checkpoint over what every member acknowledged, core/durable/checkpoint.py) so that the
+        members' brokers can hand it to the next home.
     SHARE_ACK     [143, [scope, group, filter], client id, [delivery, ...], [delivery, ...]]
         direct from the member's broker to the home: deliveries acknowledged by the client (QoS 1:
         its PUBACK; QoS 0: sent), and deliveries returned (the client was gone).
@@ -21,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tidings.core.errors import BAD_MESSAGE, UNKNOWN_MESSAGE, ProtocolError
+from tidings.core.durable.checkpoint import Checkpoint
+from tidings.core.errors import BAD_MESSAGE, UNKNOWN_MESSAGE, ProtocolError, TidingsError
 from tidings.core.overlay.envelope import Forward, PeerSend, RouteDecision, RouteMessage
 from tidings.core.overlay.messages import encode_route
 from tidings.core.overlay.node_id import NodeRef, node_id_from
@@ -51,6 +55,7 @@ class ShareJoin:
     group: GroupKey
     broker: str
     clients: tuple[str, ...]
+    position: list[object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,7 @@ class ShareDeliver:
     client: str
     delivery: int
     record: list[object]
+    position: list[object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +80,13 @@ ShareMessage = ShareJoin | ShareDeliver | ShareAck
 
 
 def join(msg: ShareJoin) -> WireArray:
-    return [BrokerType.SHARE_JOIN, list(msg.group), msg.broker, list(msg.clients)]
+    return [BrokerType.SHARE_JOIN, list(msg.group), msg.broker, list(msg.clients), msg.position]  # type: ignore[list-item]
 
 
 def deliver(msg: ShareDeliver) -> WireArray:
-    return [BrokerType.SHARE_DELIVER, list(msg.group), msg.home, msg.client, msg.delivery, msg.record]  # type: ignore[list-item]
+    body: list[object] = [BrokerType.SHARE_DELIVER, list(msg.group), msg.home, msg.client, msg.delivery, msg.record,
+                          msg.position]
+    return body  # type: ignore[return-value]  # (a record and a position are msgpack's as decoded)
 
 
 def ack(msg: ShareAck) -> WireArray:
@@ -109,27 +117,37 @@ def _ids(value: object, what: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _position(value: object) -> list[object] | None:
+    """A group's position, [default, [[pubend, tick], ...]], checked (nil: none)."""
+    if value is None:
+        return None
+    try:
+        return list(Checkpoint.from_wire(value).to_wire()[:2])
+    except TidingsError as exc:
+        raise _bad(f"a share position: {exc}") from None
+
+
 def decode(msg: list[object]) -> ShareMessage:
     """A share message (type 141..143), checked; ProtocolError when malformed."""
     kind = msg[0]
     if kind == BrokerType.SHARE_JOIN:
-        if len(msg) != 4:
-            raise _bad("SHARE_JOIN has 3 fields")
+        if len(msg) != 5:
+            raise _bad("SHARE_JOIN has 4 fields")
         clients = msg[3]
         if type(clients) is not list or len(clients) > MEMBERS_MAX:
             raise _bad(f"SHARE_JOIN's members are a list of at most {MEMBERS_MAX} client ids")
         return ShareJoin(_group(msg[1]), _text(msg[2], "SHARE_JOIN broker"),
-                         tuple(_text(c, "a member's client id") for c in clients))
+                         tuple(_text(c, "a member's client id") for c in clients), _position(msg[4]))
     if kind == BrokerType.SHARE_DELIVER:
-        if len(msg) != 6:
-            raise _bad("SHARE_DELIVER has 5 fields")
+        if len(msg) != 7:
+            raise _bad("SHARE_DELIVER has 6 fields")
         delivery, record = msg[4], msg[5]
         if type(delivery) is not int or not 0 < delivery <= DELIVERY_MAX:
             raise _bad("SHARE_DELIVER's delivery id must be from 1 to 2**63-1")
         if type(record) is not list:
             raise _bad("SHARE_DELIVER's record must be an event's fields")
         return ShareDeliver(_group(msg[1]), _text(msg[2], "SHARE_DELIVER home"),
-                            _text(msg[3], "SHARE_DELIVER client id"), delivery, record)
+                            _text(msg[3], "SHARE_DELIVER client id"), delivery, record, _position(msg[6]))
     if kind == BrokerType.SHARE_ACK:
         if len(msg) != 5:
             raise _bad("SHARE_ACK has 4 fields")
