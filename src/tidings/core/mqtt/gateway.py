@@ -127,7 +127,7 @@ class MqttGateway:
 
     def derived(self, inp: KeyDerived) -> list[Effect]:
         """A derivation is done: its session answers the broker's CHALLENGE with it."""
-        self.now = inp.now
+        self.now = self.shares.now = inp.now
         self.derivations.done(inp.conn)
         out: list[Effect] = []
         session = self.sessions.get(inp.conn)
@@ -142,7 +142,7 @@ class MqttGateway:
     # ---- inputs ----------------------------------------------------------------------------------
 
     def handle(self, inp: Input) -> list[Effect]:
-        self.now = inp.now
+        self.now = self.shares.now = inp.now
         if isinstance(inp, Received | TimerFired) and inp.wall_us:
             self.wall_us = inp.wall_us
         out: list[Effect] = []
@@ -213,11 +213,11 @@ class MqttGateway:
                 else:
                     shares.taken(self, eff)
                 continue
-            if isinstance(eff, ShareArrived):  # a shared subscription's message (core/share/)
-                shares.taken(self, eff)
-                continue
             if type(eff) is not Send or (session := sessions.get(eff.conn)) is None:
-                out.append(eff)
+                if isinstance(eff, ShareArrived):  # a shared subscription's message (core/share/)
+                    shares.taken(self, eff)
+                else:
+                    out.append(eff)
                 continue
             native: list[bytes] = []
             session.wall_us = self.wall_us

@@ -42,6 +42,7 @@ def access(broker: Broker) -> Callable[[str, str], bool]:
 def taken(gateway: MqttGateway, eff: object) -> bool:
     """Whether `eff` (the broker's output) is the shared subscriptions': then it is handed to the hub."""
     hub = gateway.shares
+    hub.wall_us = gateway.wall_us
     if type(eff) is ShareArrived:
         hub.now = gateway.now
         hub.arrived(eff.sender, eff.message)
@@ -56,10 +57,12 @@ def taken(gateway: MqttGateway, eff: object) -> bool:
 def run(gateway: MqttGateway, out: list[Effect]) -> None:
     """Carry out what the hub asks, as the module says."""
     hub, broker, now = gateway.shares, gateway.broker, gateway.now
-    hub.now, hub.wall_us = now, gateway.wall_us
     cluster = broker.cluster
-    if cluster is not None and hub.me != cluster.me.address:
+    if cluster is not None and hub.me != cluster.me.address:  # (once its overlay started: before any JOIN)
         hub.set_me(cluster.me.address)
+    if not hub.outbox and not hub.members.acks:  # (most turns: nothing)
+        return
+    hub.wall_us = gateway.wall_us
     for _ in range(ROUNDS_MAX):
         items = hub.take()
         if not items:

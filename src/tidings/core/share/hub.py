@@ -119,6 +119,8 @@ class ShareHub:
         self.outbox += self.homes.handle_timeout(now, self.wall_us)
 
     def next_deadline(self) -> int | None:
+        if self.outbox:  # (more than the composer's rounds in one turn: at once)
+            return self.now
         deadlines = [d for d in (self.members.next_deadline(), self.homes.next_deadline()) if d is not None]
         return min(deadlines) if deadlines else None
 
