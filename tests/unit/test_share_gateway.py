@@ -5,10 +5,12 @@ the home, and a member that goes holding unacknowledged messages."""
 
 import random
 
+from tidings.core.auth.guard import Guard
 from tidings.core.inputs import ConnectionLost
 from tidings.core.mqtt import packets as p
 
 from .test_mqtt_gateway import Gate
+from .test_tree_access import anonymous_with
 
 
 def members_and_publisher(g, n=2):
@@ -76,3 +78,12 @@ def test_unsubscribe_leaves_the_group_and_bad_shared_filters_are_refused():
     assert suback.reason_codes == (0x8F, 0)
     [disconnect] = g.send(2, p.Subscribe(11, (p.TopicFilter("$share/n/t", 1, no_local=True),)))
     assert disconnect.reason_code == 0x82 and 2 in g.closed  # No Local on a shared subscription (3.8.3.1)
+
+
+def test_a_shared_filter_outside_the_identity_s_rules_is_refused_at_the_member_s_broker():
+    g = Gate(guard=Guard(anonymous_with("t/#"), lambda n: b"n" * n))
+    g.h.apply(g.h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    g.connect(1)
+    [suback] = g.send(1, p.Subscribe(1, (p.TopicFilter("$share/g/t/#", 1), p.TopicFilter("$share/g/u/#", 1))))
+    assert suback.reason_codes == (1, 0x87)
+    assert list(g.gw.shares.members.members) == [("mqtt", "g", "t/#")]

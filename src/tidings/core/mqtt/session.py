@@ -249,8 +249,7 @@ class MqttSession:
             codes = self.shared.unsubscribe(self.conn, self.native.service, eff.filters, codes)
             self._apply(self.machine.unsuback(eff.packet_id, codes), out, native)
             return
-        if self.shared.subscribe(self.conn, self.client_id, (self.identity, self.native.service), eff.packet_id,
-                                 eff.topics):
+        if self.shared.subscribe(self.conn, self.client_id, self.native.service, eff.packet_id, eff.topics):
             self.close_for(R.PROTOCOL_ERROR, "No Local on a shared subscription (3.8.3.1)", out)
             return
         if self._retain_available():

@@ -31,11 +31,12 @@ if TYPE_CHECKING:
 ROUNDS_MAX = 16
 
 
-def access(broker: Broker) -> Callable[[str, str], bool]:
-    """Whether an identity may subscribe to a pattern, by the broker's rules as they are now (a
-    reload of the auth file replaces them)."""
-    def may_subscribe(identity: str, pattern: str) -> bool:
-        return broker.guard.policy.rules.may_subscribe(identity, pattern)
+def access(broker: Broker) -> Callable[[int, str], bool]:
+    """Whether the client of a connection may subscribe to a pattern, by the broker's rules as they
+    are now (a reload of the auth file replaces them) for the identity the broker admitted it as."""
+    def may_subscribe(conn: int, pattern: str) -> bool:
+        c = broker.connections.get(conn)
+        return c is not None and broker.guard.policy.rules.may_subscribe(c.identity, pattern)
     return may_subscribe
 
 

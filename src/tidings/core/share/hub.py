@@ -41,8 +41,8 @@ def parse(topic_filter: str) -> tuple[str, str] | topics.TopicRefused | None:
 
 class ShareHub:
     def __init__(self, limits: ShareLimits | None = None,
-                 may_subscribe: Callable[[str, str], bool] = lambda identity, pattern: True) -> None:
-        """`may_subscribe(identity, pattern)`: the broker's access rules."""
+                 may_subscribe: Callable[[int, str], bool] = lambda conn, pattern: True) -> None:
+        """`may_subscribe(conn, pattern)`: the broker's access rules, for the client of `conn`."""
         self.may_subscribe = may_subscribe
         self.homes = ShareHomes(limits=limits)
         self.members = ShareMembers(limits=limits)
@@ -60,8 +60,8 @@ class ShareHub:
 
     # ---- the MQTT sessions -----------------------------------------------------------------------
 
-    def subscribe(self, conn: int, client: str, who: tuple[str, str], topic_filter: str) -> int | None:
-        """A member's SUBSCRIBE of `topic_filter`, `who` being its (identity, service): its SUBACK code
+    def subscribe(self, conn: int, client: str, scope: str, topic_filter: str) -> int | None:
+        """A member's SUBSCRIBE of `topic_filter`, `scope` being its service: its SUBACK code
         (the QoS granted is the caller's), None when the filter is not a shared one. The identity's
         access rules are checked here, at the member's broker (the group's subscription at its home
         is the broker's own)."""
@@ -70,8 +70,7 @@ class ShareHub:
             return None
         if isinstance(parsed, topics.TopicRefused):
             return parsed.reason_code
-        identity, scope = who
-        if not self.may_subscribe(identity, parsed[1]):
+        if not self.may_subscribe(conn, parsed[1]):
             return NOT_AUTHORIZED
         self.outbox += self.members.join(self.now, conn, client, (scope, *parsed))
         return SUCCESS

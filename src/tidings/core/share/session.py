@@ -29,10 +29,10 @@ class SharedOf:
         self.pending: dict[int, dict[int, int]] = {}  # SUBSCRIBE packet id -> {filter index: code}
         self.tokens: dict[int, ShareRef] = {}  # QoS 1 deliveries awaiting their PUBACK, by token
 
-    def subscribe(self, conn: int, client: str, who: tuple[str, str], packet_id: int,
+    def subscribe(self, conn: int, client: str, scope: str, packet_id: int,
                   wanted: tuple[p.TopicFilter, ...]) -> bool:
-        """The SUBSCRIBE's shared filters joined (their codes kept for its SUBACK), `who` being the
-        client's (identity, service: the groups' scope); True when one has
+        """The SUBSCRIBE's shared filters joined (their codes kept for its SUBACK), `scope` being the
+        client's service; True when one has
         No Local, a Protocol Error (3.8.3.1): nothing joined, the connection is to end."""
         hub = self.hub
         if hub is None:
@@ -41,7 +41,7 @@ class SharedOf:
             return True
         codes: dict[int, int] = {}
         for i, topic in enumerate(wanted):
-            code = hub.subscribe(conn, client, who, topic.filter)
+            code = hub.subscribe(conn, client, scope, topic.filter)
             if code is None:
                 continue
             qos = min(topic.qos, 1)
