@@ -13,7 +13,8 @@ the SILENCE markers between them. This machine hands each event to one member:
   broker's latest JOIN has left, and a broker not heard from for `member_expiry_ns` has left with
   all its members (it died, or the home moved);
 - an event goes to the next member in round-robin order that has fewer than `member_unacked_max`
-  events unacknowledged (`Hand` effects); with none free, events wait in order in `queue`;
+  events unacknowledged (`Hand` effects); with none free, events wait in order in `queue` (in
+  memory, unbounded yet: the group's subscription is not paced by its members, docs/mqtt.md);
 - a member's ACK (`acked`) ends its deliveries; a delivery it RETURNs (its client was gone by the
   time the delivery reached its broker), and every delivery still held by a member that left, go back
   to the front of the queue, oldest first, and to the next member free: at least once, never lost;
@@ -48,7 +49,6 @@ from tidings.core.units import SECOND_NS
 @dataclass(frozen=True, slots=True)
 class ShareLimits:
     member_unacked_max: int = 32  # events a member holds unacknowledged before the next goes elsewhere
-    queued_events_max: int = 100_000  # events waiting for a free member (past it: `overflowed`)
     refresh_interval_ns: int = SECOND_NS  # a member broker repeats its JOIN this often
     member_expiry_ns: int = 3 * SECOND_NS  # a member broker not heard from this long has left
     empty_keep_ns: int = 30 * SECOND_NS  # a group without members is kept this long, then ends
@@ -116,7 +116,6 @@ class ShareGroup:
         self.next_delivery = 0
         self.cursor = DurableCursor()
         self.timers: Deadlines[GroupTimer] = Deadlines()
-        self.overflowed = False  # more than queued_events_max waited: the home restarts the subscription
         # figures
         self.handed = self.redelivered = self.acknowledged = 0
 
@@ -135,8 +134,6 @@ class ShareGroup:
                 continue
             pubend, tick = _position(record)
             self.queue.append(Pending(record, self.cursor.delivered(pubend, tick, False)))
-        if len(self.queue) > self.limits.queued_events_max:
-            self.overflowed = True
         return self._dispatch()
 
     def silence(self, positions: dict[str, int]) -> None:
