@@ -174,3 +174,19 @@ def test_shared_filters_are_parsed_and_bad_ones_refused():
     assert parse("$share/g/#") == ("g", "#")
     for bad in ("$share//a", "$share/g", "$share/g+/a", "$share/g#/a", "$share/g/a/#/b"):
         assert not isinstance(parse(bad), tuple), bad
+
+
+_values = st.recursive(st.none() | st.booleans() | st.integers(-2, 2**64) | st.text(max_size=8) | st.binary(max_size=8),
+                       lambda inner: st.lists(inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(wire.SHARE_TYPES)), st.lists(_values, max_size=7))
+def test_any_share_message_is_decoded_or_refused_with_a_protocol_error(kind, fields):
+    """What a peer sends is checked: a typed message or ProtocolError, never another exception."""
+    try:
+        decoded = wire.decode([kind, *fields])
+    except ProtocolError:
+        return
+    assert wire.decode({wire.ShareJoin: wire.join, wire.ShareDeliver: wire.deliver,
+                        wire.ShareAck: wire.ack}[type(decoded)](decoded)) == decoded
