@@ -40,6 +40,9 @@ from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
 from tidings.core.mqtt.session import OPEN, MqttSession
 from tidings.core.mqtt.subscriptions import Held
+from tidings.core.share import gateway as shares
+from tidings.core.share.hub import ShareHub
+from tidings.core.share.wire import ShareArrived
 
 NONCE_BYTES = 24
 SESSIONS_REPORTED_MAX = 256  # MQTT connections listed one by one in the status
@@ -109,6 +112,7 @@ class MqttGateway:
         self.totals = {"packets_received": 0, "packets_sent": 0, "publishes_received": 0,
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
         self.retained = RetainedFeed(f"broker-{nonce(6).hex()}")  # retained messages (core/mqtt/retained.py)
+        self.shares = ShareHub(may_subscribe=shares.access(broker))  # shared subscriptions (core/share/)
         broker.sections.append(self.status)  # the broker's status (and so STATUS, /status, /metrics) has ours
 
     def expect(self, conn: int, secure: bool, source: str = "") -> None:
@@ -123,7 +127,7 @@ class MqttGateway:
 
     def derived(self, inp: KeyDerived) -> list[Effect]:
         """A derivation is done: its session answers the broker's CHALLENGE with it."""
-        self.now = inp.now
+        self.now = self.shares.now = inp.now
         self.derivations.done(inp.conn)
         out: list[Effect] = []
         session = self.sessions.get(inp.conn)
@@ -132,12 +136,13 @@ class MqttGateway:
             session.derived(inp.ticket, inp.salted, out, native)
             self._to_broker(session, native, out)
             self._arm(session)
+        shares.run(self, out)
         return out
 
     # ---- inputs ----------------------------------------------------------------------------------
 
     def handle(self, inp: Input) -> list[Effect]:
-        self.now = inp.now
+        self.now = self.shares.now = inp.now
         if isinstance(inp, Received | TimerFired) and inp.wall_us:
             self.wall_us = inp.wall_us
         out: list[Effect] = []
@@ -150,6 +155,7 @@ class MqttGateway:
             session = self.sessions.get(inp.conn)
             if session is not None:
                 self._from_client(session, inp.data, out)
+                shares.run(self, out)
                 return out
         elif kind is Accepted:
             assert isinstance(inp, Accepted)
@@ -157,7 +163,7 @@ class MqttGateway:
             if expected is not None:
                 self.accepted += 1
                 session = MqttSession(inp.conn, inp.now, self.settings, expected[0], self.nonce(NONCE_BYTES),
-                                      self._held, self.retained, self.derivations, expected[1])
+                                      self._held, self.retained, self.derivations, expected[1], self.shares)
                 self.sessions[inp.conn] = session
                 self._arm(session)
         elif kind is ConnectionLost:
@@ -166,10 +172,12 @@ class MqttGateway:
         self._to_client(self.broker.handle(inp), out)
         if kind is TimerFired:
             self._timeouts(inp.now, out)
+        shares.run(self, out)
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [d for d in (self.broker.next_deadline(), self.timers.next_deadline()) if d is not None]
+        deadlines = [d for d in (self.broker.next_deadline(), self.timers.next_deadline(),
+                                 self.shares.next_deadline()) if d is not None]
         return min(deadlines) if deadlines else None
 
     def _from_client(self, session: MqttSession, data: bytes, out: list[Effect]) -> None:
@@ -199,11 +207,17 @@ class MqttGateway:
         """The broker's effects: an MQTT connection's Sends through its session, the rest as they are."""
         sessions = self.sessions
         for eff in effects:
-            if isinstance(eff, Send | Disconnect) and eff.conn == RETAINED_CONN:
-                self._feed(eff, out)
+            if isinstance(eff, Send | Disconnect) and eff.conn < 0:  # the retained feed's, a share group's
+                if eff.conn == RETAINED_CONN:
+                    self._feed(eff, out)
+                else:
+                    shares.taken(self, eff)
                 continue
             if type(eff) is not Send or (session := sessions.get(eff.conn)) is None:
-                out.append(eff)
+                if isinstance(eff, ShareArrived):  # a shared subscription's message (core/share/)
+                    shares.taken(self, eff)
+                else:
+                    out.append(eff)
                 continue
             native: list[bytes] = []
             session.wall_us = self.wall_us
@@ -266,6 +280,7 @@ class MqttGateway:
         if session is None:
             return
         session.lost()
+        self.shares.gone(conn)
         will = session.will_frame()
         if will is not None:
             self.wills_published += 1
@@ -279,6 +294,7 @@ class MqttGateway:
             self.totals[key] += value
 
     def _timeouts(self, now: int, out: list[Effect]) -> None:
+        self.shares.handle_timeout(now)
         for key in self.timers.pop_due(now):
             if key.conn == RETAINED_CONN:
                 renew = self.retained.renew()
@@ -307,7 +323,7 @@ class MqttGateway:
                 figures[key] += value
         open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
-                "wills_published": self.wills_published, **figures, **self.retained.status(),
+                "wills_published": self.wills_published, **figures, **self.retained.status(), **self.shares.status(),
                 **self.derivations.status(),
                 "sessions": [s.status() for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}

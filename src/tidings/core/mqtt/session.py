@@ -53,6 +53,9 @@ from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.retained import RETAINED_PER_SUBSCRIBE_MAX, RetainedFeed, due
 from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag
 from tidings.core.session.client_session import ClientSession, PublishEvent
+from tidings.core.share.hub import ShareHub
+from tidings.core.share.members import ShareRef
+from tidings.core.share.session import SharedOf
 from tidings.core.states import Transitions
 from tidings.core.wire import messages
 
@@ -74,10 +77,10 @@ TRANSITIONS = Transitions[MqttState]("mqtt session", {
 })
 
 
-def limits_of(settings: MqttSettings) -> ProtocolLimits:
-    """The protocol machine's limits: ours, and what tidings does not offer yet (shared subscriptions)."""
+def limits_of(settings: MqttSettings, shared: bool = False) -> ProtocolLimits:
+    """The protocol machine's limits: ours, and whether shared subscriptions are offered (core/share/)."""
     return ProtocolLimits(packet_bytes_max=settings.packet_bytes_max, receive_maximum=settings.receive_maximum,
-                          deliveries_queued_max=settings.deliveries_queued_max, shared_subscription_available=False,
+                          deliveries_queued_max=settings.deliveries_queued_max, shared_subscription_available=shared,
                           keep_alive_factor_percent=settings.keep_alive_factor_percent)
 
 
@@ -85,13 +88,14 @@ class MqttSession:
     def __init__(self, conn: int, now: int, settings: MqttSettings, secure: bool, nonce: bytes,
                  held: Callable[[str, str], list[Held]] = lambda owner, prefix: [],
                  retained: RetainedFeed | None = None, derivations: Derivations | None = None,
-                 source: str = "") -> None:
+                 source: str = "", shares: ShareHub | None = None) -> None:
         """`secure`: TLS or a loopback peer (a password may come in plain); `nonce`: fresh random
         bytes for the native handshake's challenge-response; `held(owner, prefix)`: the broker's
         named durable subscriptions of `owner` whose names begin with `prefix` (a persistent session's);
         `retained`: the broker's retained messages (core/mqtt/retained.py; None: Retain Available 0);
         `derivations`: where a password's scrypt is asked for, off the loop and bounded per `source`
-        (the peer's address; core/mqtt/derivations.py; None: derived here, for tests)."""
+        (the peer's address; core/mqtt/derivations.py; None: derived here, for tests); `shares`: the
+        broker's shared subscriptions (core/share/hub.py; None: refused 0x9E)."""
         self.conn = conn
         self.now = now
         self.wall_us = 0  # the broker's clock, microseconds since the epoch, as the gateway last knew it (0: unknown)
@@ -101,7 +105,8 @@ class MqttSession:
         self.held = held
         self.retained = retained
         self.retained_due: dict[int, tuple[str, ...]] = {}  # SUBSCRIBE packet id -> filters owed their retained
-        self.machine = MqttConnection(now, limits_of(settings), f"tidings-{conn}-{nonce[:6].hex()}")
+        self.machine = MqttConnection(now, limits_of(settings, shares is not None), f"tidings-{conn}-{nonce[:6].hex()}")
+        self.shared = SharedOf(shares)  # its $share/ subscriptions (core/share/session.py)
         self.state = AWAITING_CONNECT
         self.level = 4
         self.client_id = ""
@@ -241,7 +246,11 @@ class MqttSession:
         if isinstance(eff, fx.Unsubscribed):
             codes, frames = self.subscriptions.unsubscribe(self.native, eff.filters)
             native += frames
+            codes = self.shared.unsubscribe(self.conn, self.native.service, eff.filters, codes)
             self._apply(self.machine.unsuback(eff.packet_id, codes), out, native)
+            return
+        if self.shared.subscribe(self.conn, self.client_id, self.native.service, eff.packet_id, eff.topics):
+            self.close_for(R.PROTOCOL_ERROR, "No Local on a shared subscription (3.8.3.1)", out)
             return
         if self._retain_available():
             self.retained_due[eff.packet_id] = tuple(t.filter for t in eff.topics
@@ -256,7 +265,7 @@ class MqttSession:
 
     def _suback(self, packet_id: int, codes: tuple[int, ...], out: list[Effect], native: list[bytes]) -> None:
         """SUBACK, then the retained messages its granted filters are owed (core/mqtt/retained.py)."""
-        self._apply(self.machine.suback(packet_id, codes), out, native)
+        self._apply(self.machine.suback(packet_id, self.shared.codes(packet_id, codes)), out, native)
         filters = self.retained_due.pop(packet_id, ())
         if self.retained is None:
             return
@@ -283,6 +292,7 @@ class MqttSession:
             self.dropped += 1  # over the client's Maximum Packet Size: discarded, as if delivered (3.1.2-25)
         if tag is not None:
             tag[0].acked(tag[1])
+        self.shared.delivered(eff.token)
 
     # ---- the broker's side -----------------------------------------------------------------------
 
@@ -432,6 +442,15 @@ class MqttSession:
     def _send_publish(self, publish: p.Publish, tag: Tag, retain: bool, out: list[Effect]) -> None:
         self._apply(self.machine.deliver(self._token(publish, tag), publish.topic, publish.payload, publish.qos, retain,
                                          properties=publish.properties), out, [])
+
+    def deliver_shared(self, ref: ShareRef, record: list[object], out: list[Effect]) -> None:
+        """One event of a shared subscription's group, for this member (core/share/session.py)."""
+        publish = self.shared.publish(ref, record, self.level, self.wall_us, self.state is OPEN)
+        if publish is not None:
+            token = self._token(publish, None)
+            self.shared.sent(token, ref, publish.qos)
+            self._apply(self.machine.deliver(token, publish.topic, publish.payload, publish.qos, False,
+                                             properties=publish.properties), out, [])
 
     # ---- endings ---------------------------------------------------------------------------------
 
