@@ -64,3 +64,86 @@ def test_the_log_state_carries_the_tick_marks(tmp_path):
         log.sync()
         state = log_state(log)
         assert state.tick_marks == log.tick_marks(TICK_MARKS) and 8 <= len(state.tick_marks) < TICK_MARKS
+
+
+class _Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now_ns = 10**12
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+def _worker(log, clock, here, thread, failed=lambda exc: None):
+    return StorageWorker(log, lambda t, st: thread.append((t, st)), lambda st: None, failed,
+                         on_synced_here=lambda t, st: here.append((t, st)), inline_quiet_ns=500_000, clock=clock)
+
+
+def test_a_quiet_worker_commits_in_the_calling_thread(tmp_path):
+    """Append + Sync with the writer idle and its last commit not recent: written, fsynced and
+    reported before `sync` returns, through on_synced_here; the writer hears of nothing."""
+    clock, here, thread = _Clock(), [], []
+    with EventLog.open(tmp_path / "log") as log:
+        worker = _worker(log, clock, here, thread)
+        worker.start()
+        worker.append([(1, b"a"), (2, b"b")])
+        assert here == [] and log.record_count == 0  # held for the Sync
+        worker.sync(7)
+        assert [t for t, _ in here] == [7] and here[0][1] == log_state(log) and here[0][1].last_tick == 2
+        assert worker.syncs == worker.syncs_here == 1
+        clock.now_ns += 500_000  # quiet again
+        worker.append([(3, b"c")])
+        worker.sync(8)
+        assert [t for t, _ in here] == [7, 8] and worker.syncs_here == 2
+        worker.stop()
+        assert thread == []
+        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]
+
+
+def test_a_busy_worker_keeps_the_writer_and_the_order(tmp_path):
+    """A commit right after another, or while the writer has work not done, goes to the writer,
+    behind that work: the log's order is the order of the calls."""
+    clock, here, thread = _Clock(), [], []
+    saved = tmp_path / "saved"
+    with EventLog.open(tmp_path / "log") as log:
+        worker = _worker(log, clock, here, thread)
+        worker.append([(1, b"a")])
+        worker.sync(1)  # quiet: here, though the writer has not started
+        worker.append([(2, b"b")])
+        worker.sync(2)  # the clock has not moved: not quiet, queued
+        clock.now_ns += 10**9
+        worker.save(saved, b"state")  # queued, not done: the writer is not idle
+        worker.append([(3, b"c")])
+        worker.sync(3)
+        assert [t for t, _ in here] == [1] and log.record_count == 1
+        worker.start()
+        worker.stop()  # the queued work done first
+        assert saved.read_bytes() == b"state"
+        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3] and [t for t, _ in here] == [1]
+        assert [t for t, _ in thread] == [3] and worker.syncs == 2  # one group commit for 2 and 3
+
+
+def test_a_failing_sync_here_is_reported_and_leaves_the_rest_to_the_writer(tmp_path):
+    clock, here, thread, failures = _Clock(), [], [], []
+    log = EventLog.open(tmp_path / "log")
+    real_sync = log.sync
+
+    def broken_sync():
+        raise StorageError("fsync failed: EIO")
+
+    log.sync = broken_sync  # type: ignore[method-assign]
+    worker = _worker(log, clock, here, thread, failures.append)
+    worker.append([(1, b"a")])
+    worker.sync(1)
+    assert here == [] and len(failures) == 1 and "EIO" in str(failures[0])
+    clock.now_ns += 10**9
+    worker.append([(2, b"b")])
+    worker.sync(2)  # never here again after a failure: the writer has it
+    assert here == [] and worker.syncs_here == 0
+    log.sync = real_sync  # type: ignore[method-assign]
+    worker.start()
+    worker.stop()
+    assert [t for t, _ in thread] == [2] and here == []
+    log.close()

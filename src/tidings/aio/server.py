@@ -228,6 +228,7 @@ class BrokerServer:
         self.worker = StorageWorker(
             event_log,
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
+            on_synced_here=self._synced,  # a quiet broker's commit, made in the loop: fed in the same turn
             on_retained=lambda st: loop.call_soon_threadsafe(self._retained, st),
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
         )
