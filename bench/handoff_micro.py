@@ -2,7 +2,7 @@
 """The log writer's hand-off alone: event loop -> writer thread -> event loop, without the disk.
 
   python bench/handoff_micro.py [--rounds 5] [--turns 1000] [--rate 1000] [--work-us 30] [--cpu 0]
-                                [--switch-intervals-s 0.0005,0.005,0.0001]
+                                [--switch-intervals-s 0.0005,0.005,0.0001] [--modes writer,here]
 
 One process, pinned to one CPU as the bench pins the broker. At `rate` turns a second the event
 loop does what a PUBLISH's turn does to the writer (aio/storage_worker.py): an Append and a Sync,
@@ -14,6 +14,10 @@ or the core. Each GIL switch interval given (the broker sets 0.5 ms, CPython's d
 run in turn, round by round. Prints one JSON line per interval: medians over the rounds of the
 round trip's p50/p90/p99 in microseconds, the process's CPU time per turn (steadier than the wall
 clock on a shared machine) and its context switches per turn.
+
+`--modes`: `writer` hands every commit to the writer thread (the worker without `on_synced_here`,
+as under load); `here` lets the quiet worker commit in the loop's thread (the broker's default at
+this rate); both given, they alternate round by round, a line for each.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ def spin_us(us: float) -> None:
         pass
 
 
-async def one_round(turns: int, rate: float, work_us: float) -> dict[str, Any]:
+async def one_round(turns: int, rate: float, work_us: float, here: bool = False) -> dict[str, Any]:
     from tidings.aio.storage_worker import StorageWorker
 
     loop = asyncio.get_running_loop()
@@ -72,7 +76,7 @@ async def one_round(turns: int, rate: float, work_us: float) -> dict[str, Any]:
             done.set_result(None)
 
     worker = StorageWorker(InstantLog(), lambda token, st: loop.call_soon_threadsafe(synced, token, st),  # type: ignore[arg-type]
-                           lambda st: None, lambda exc: None)
+                           lambda st: None, lambda exc: None, on_synced_here=synced if here else None)
     worker.start()
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     payload = b"x" * 140
@@ -106,20 +110,26 @@ def main() -> None:
     ap.add_argument("--work-us", type=float, default=30.0)
     ap.add_argument("--cpu", type=int, default=0)
     ap.add_argument("--switch-intervals-s", default=SWITCH_INTERVALS_S)
+    ap.add_argument("--modes", default="writer", help="writer, here, or both (writer,here): alternated")
     args = ap.parse_args()
     os.sched_setaffinity(0, {args.cpu})
     from tidings.aio.loop import new_event_loop
 
     intervals = [float(x) for x in args.switch_intervals_s.split(",")]
-    results: dict[float, list[dict[str, Any]]] = {i: [] for i in intervals}
-    for _ in range(args.rounds):
+    modes = args.modes.split(",")
+    if not set(modes) <= {"writer", "here"}:
+        ap.error(f"--modes: writer and/or here, not {args.modes}")
+    results: dict[tuple[float, str], list[dict[str, Any]]] = {(i, m): [] for i in intervals for m in modes}
+    for n in range(args.rounds):
         for interval in intervals:
             sys.setswitchinterval(interval)
-            with asyncio.Runner(loop_factory=new_event_loop) as runner:
-                results[interval].append(runner.run(one_round(args.turns, args.rate, args.work_us)))
-    for interval, rounds in results.items():
+            for mode in modes if n % 2 == 0 else modes[::-1]:
+                with asyncio.Runner(loop_factory=new_event_loop) as runner:
+                    results[interval, mode].append(
+                        runner.run(one_round(args.turns, args.rate, args.work_us, mode == "here")))
+    for (interval, mode), rounds in results.items():
         med = {k: round(sorted(r[k] for r in rounds)[len(rounds) // 2], 2) for k in rounds[0]}
-        print(json.dumps({"switch_interval_s": interval, "rounds": len(rounds), "turns": args.turns,
+        print(json.dumps({"switch_interval_s": interval, "mode": mode, "rounds": len(rounds), "turns": args.turns,
                           "work_us": args.work_us, **med,
                           "p50_us_each": [round(r["p50_us"], 1) for r in rounds]}), flush=True)
 
