@@ -1,8 +1,9 @@
 """The storage worker: group commit, and a failing disk reported as such (never as a hang)."""
 
 import threading
+import time
 
-from tidings.aio.storage_worker import StorageWorker, log_state
+from tidings.aio.storage_worker import INLINE_SYNC_NS_MAX, StorageWorker, log_state
 from tidings.core.inputs import TICK_MARKS
 from tidings.storage import EventLog, StorageError
 
@@ -147,3 +148,36 @@ def test_a_failing_sync_here_is_reported_and_leaves_the_rest_to_the_writer(tmp_p
     worker.stop()
     assert [t for t, _ in thread] == [2] and here == []
     log.close()
+
+
+def test_a_slow_fsync_leaves_the_next_commits_to_the_writer(tmp_path):
+    """A commit here whose fsync took INLINE_SYNC_NS_MAX or more: the loop is not frozen by the
+    next one, which the writer makes; a quick fsync there lets the loop commit again."""
+    clock, here, thread = _Clock(), [], []
+    with EventLog.open(tmp_path / "log") as log:
+        real_sync = log.sync
+
+        def slow_sync():
+            clock.now_ns += INLINE_SYNC_NS_MAX
+            real_sync()
+
+        log.sync = slow_sync  # type: ignore[method-assign]
+        worker = _worker(log, clock, here, thread)
+        worker.append([(1, b"a")])
+        worker.sync(1)
+        clock.now_ns += 10**9
+        worker.append([(2, b"b")])
+        worker.sync(2)  # quiet, but the disk was slow: the writer's
+        assert [t for t, _ in here] == [1] and log.record_count == 1
+        log.sync = real_sync  # type: ignore[method-assign]
+        worker.start()
+        until = time.monotonic() + 10
+        while worker._done != worker._put and time.monotonic() < until:  # the writer through its work
+            time.sleep(0.01)
+        assert [t for t, _ in thread] == [2]
+        clock.now_ns += 10**9
+        worker.append([(3, b"c")])
+        worker.sync(3)  # the writer's fsync was quick: here again
+        worker.stop()
+        assert [t for t, _ in here] == [1, 3]
+        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import secrets
 import signal
@@ -228,7 +229,8 @@ class BrokerServer:
         self.worker = StorageWorker(
             event_log,
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
-            on_synced_here=self._synced,  # a quiet broker's commit, made in the loop: fed in the same turn
+            # a quiet broker's commit, made in the loop: fed in the same turn (TIDINGS_SYNC_IN_LOOP=0: never)
+            on_synced_here=None if os.environ.get("TIDINGS_SYNC_IN_LOOP") == "0" else self._synced,
             on_retained=lambda st: loop.call_soon_threadsafe(self._retained, st),
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
         )

@@ -26,7 +26,9 @@ once. The log is still written by one thread at a time: the loop takes it only w
 put on the queue has been done (`_put` and `_done`, each written by one thread only), and holds
 every later piece of work back behind its own until that is done. At 1,000 events/s this took the
 hand-offs (about 30 us p50 and 6 context switches per event, docs/benchmarks.md "(d) above the
-disk's fsync") off the path.
+disk's fsync") off the path. While the fsync runs the loop serves nothing else, so a disk whose
+last fsync took `INLINE_SYNC_NS_MAX` or more gets every commit on the writer until one is quick
+again: a stalling disk does not freeze the loop (the overlay's keep-alives) for more than one fsync.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from tidings.storage.files import StorageError, write_atomically
 _STOP = object()
 SAVE_WAIT_POLL_S = 1.0  # a waiting save looks this often whether the worker is still alive
 INLINE_QUIET_NS = 500_000  # a commit runs in the loop's thread when the last one ended this long ago
+INLINE_SYNC_NS_MAX = 5_000_000  # ... and only while the last fsync took less than this (a slow disk: the writer's)
 
 
 def log_state(log: EventLog) -> LogState:
@@ -106,6 +109,7 @@ class StorageWorker:
         self._done = 0  # of it, the work the writer has finished (by the writer only)
         self._held: list[tuple[list[tuple[int, bytes]], list[bytes] | None]] = []  # Appends for a Sync here
         self._last_commit_ns = clock() - inline_quiet_ns  # when the last commit ended
+        self._last_sync_ns = 0  # how long its fsync took
 
     def start(self) -> None:
         self._thread.start()
@@ -131,7 +135,7 @@ class StorageWorker:
 
     def _quiet(self) -> bool:
         """The writer has done all it was given, and its last commit is not recent."""
-        return (self._done == self._put and not self._stopping
+        return (self._done == self._put and not self._stopping and self._last_sync_ns < INLINE_SYNC_NS_MAX
                 and self._clock() - self._last_commit_ns >= self._inline_quiet_ns)
 
     def _put_work(self, item: Any) -> None:
@@ -146,21 +150,28 @@ class StorageWorker:
 
     def _commit_here(self, token: int) -> None:
         """The held Appends written and fsynced in this thread, reported through `on_synced_here`."""
-        assert self._on_synced_here is not None
+        report = self._on_synced_here
+        assert report is not None
         held, self._held = self._held, []
         try:
             for records, keys in held:
                 self.log.append(records, keys)
             state = log_state(self.log)
-            self.log.sync()
+            self._timed_sync()
         except BaseException as exc:  # a failing disk stops the broker, as in the writer
-            self._last_commit_ns = self._clock() + (1 << 62)  # never here again: the writer reports
+            self._on_synced_here = None  # never here again: what follows is the writer's to fail
             self._on_failed(exc)
             return
-        self.syncs += 1
         self.syncs_here += 1
+        report(token, state)
+
+    def _timed_sync(self) -> None:
+        """The log's fsync, its end and its length noted (either thread: the other is not in it)."""
+        began = self._clock()
+        self.log.sync()
+        self.syncs += 1
         self._last_commit_ns = self._clock()
-        self._on_synced_here(token, state)
+        self._last_sync_ns = self._last_commit_ns - began
 
     def save(self, path: pathlib.Path, data: bytes, wait: bool = False) -> None:
         """Replace `path` with `data` atomically (SaveDurable), in order with the other saves; with
@@ -238,9 +249,7 @@ class StorageWorker:
             else:
                 later.append(more)
         state = log_state(self.log)  # as after the fsync, which changes none of it: off the path
-        self.log.sync()
-        self.syncs += 1
-        self._last_commit_ns = self._clock()
+        self._timed_sync()
         self._on_synced(token, state)
         for kind, arg in later:
             self._housekeeping(kind, arg)
