@@ -78,6 +78,7 @@ class TimedLog:
         self.directory = tempfile.mkdtemp(prefix="handoff-", dir=directory)
         self.log = EventLog.open(pathlib.Path(self.directory) / "log")
         self.last_sync_us = 0.0
+        self.syncs_us: list[float] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.log, name)
@@ -86,6 +87,7 @@ class TimedLog:
         began = time.perf_counter_ns()
         self.log.sync()
         self.last_sync_us = (time.perf_counter_ns() - began) / 1000
+        self.syncs_us.append(self.last_sync_us)
 
     def close(self) -> None:
         self.log.close()
@@ -140,8 +142,10 @@ async def one_round(turns: int, rate: float, work_us: float, here: bool = False,
            "p99_us": took[int(len(took) * 0.99)], "cpu_us_per_turn": 1e6 * cpu_s / turns,
            "switches_per_turn": switches / turns}
     if disk is not None:
+        fsyncs = sorted(log.syncs_us)
         out.update({"over_fsync_p50_us": over[len(over) // 2], "over_fsync_p90_us": over[int(len(over) * 0.9)],
-                    "over_fsync_p99_us": over[int(len(over) * 0.99)]})
+                    "over_fsync_p99_us": over[int(len(over) * 0.99)], "fsync_p50_us": fsyncs[len(fsyncs) // 2],
+                    "fsyncs_per_turn": len(fsyncs) / turns})
     return out
 
 

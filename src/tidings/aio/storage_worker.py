@@ -14,7 +14,8 @@ turn's work for one wake at its end was measured slower (bench/handoff_micro.py 
 docs/benchmarks.md: the writer woken early is through its wake-up by the time the loop lets go of
 the GIL).
 
-A quiet broker's commit in the loop's own thread (`on_synced_here`). When the writer has finished
+A quiet broker's commit in the loop's own thread (`on_synced_here`; the broker passes it only with
+TIDINGS_SYNC_IN_LOOP=1, aio/server.py: see the last paragraph). When the writer has finished
 everything handed to it and its last commit ended at least `inline_quiet_ns` ago (a broker at a
 few thousand publishes a second or fewer, not one under load), an Append is held and the Sync
 that follows it (the intake hands them over together) writes and fsyncs it in the calling thread,
@@ -26,9 +27,13 @@ once. The log is still written by one thread at a time: the loop takes it only w
 put on the queue has been done (`_put` and `_done`, each written by one thread only), and holds
 every later piece of work back behind its own until that is done. At 1,000 events/s this took the
 hand-offs (about 30 us p50 and 6 context switches per event, docs/benchmarks.md "(d) above the
-disk's fsync") off the path. While the fsync runs the loop serves nothing else, so a disk whose
-last fsync took `INLINE_SYNC_NS_MAX` or more gets every commit on the writer until one is quick
-again: a stalling disk does not freeze the loop (the overlay's keep-alives) for more than one fsync.
+disk's fsync") off the path in bench/handoff_micro.py. It is for a quick disk only: while the
+fsync runs the loop serves nothing else. So the fsyncs' recent length is kept (a moving average,
+each new one weighing 1/8), and while it is `INLINE_SYNC_NS_MAX` or more every commit is the
+writer's: a stalling disk holds the loop (the overlay's keep-alives, other connections) for one
+fsync at most. Even so, on a saturated shared machine (load 9-19, fsyncs of 4-6 ms) brokers with
+it gave (d) p50s several times those without it, in most alternated pairs (docs/benchmarks.md,
+stop 24), and no quiet machine was at hand to show its gain in the broker: hence off by default.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from tidings.storage.files import StorageError, write_atomically
 _STOP = object()
 SAVE_WAIT_POLL_S = 1.0  # a waiting save looks this often whether the worker is still alive
 INLINE_QUIET_NS = 500_000  # a commit runs in the loop's thread when the last one ended this long ago
-INLINE_SYNC_NS_MAX = 5_000_000  # ... and only while the last fsync took less than this (a slow disk: the writer's)
+INLINE_SYNC_NS_MAX = 1_000_000  # ... and only while the fsyncs' moving average is below this (a quick disk)
 
 
 def log_state(log: EventLog) -> LogState:
@@ -109,7 +114,7 @@ class StorageWorker:
         self._done = 0  # of it, the work the writer has finished (by the writer only)
         self._held: list[tuple[list[tuple[int, bytes]], list[bytes] | None]] = []  # Appends for a Sync here
         self._last_commit_ns = clock() - inline_quiet_ns  # when the last commit ended
-        self._last_sync_ns = 0  # how long its fsync took
+        self._sync_ns_avg = 0  # the fsyncs' recent length: a moving average, each new one weighing 1/8
 
     def start(self) -> None:
         self._thread.start()
@@ -135,7 +140,7 @@ class StorageWorker:
 
     def _quiet(self) -> bool:
         """The writer has done all it was given, and its last commit is not recent."""
-        return (self._done == self._put and not self._stopping and self._last_sync_ns < INLINE_SYNC_NS_MAX
+        return (self._done == self._put and not self._stopping and self._sync_ns_avg < INLINE_SYNC_NS_MAX
                 and self._clock() - self._last_commit_ns >= self._inline_quiet_ns)
 
     def _put_work(self, item: Any) -> None:
@@ -171,7 +176,7 @@ class StorageWorker:
         self.log.sync()
         self.syncs += 1
         self._last_commit_ns = self._clock()
-        self._last_sync_ns = self._last_commit_ns - began
+        self._sync_ns_avg += (self._last_commit_ns - began - self._sync_ns_avg) // 8
 
     def save(self, path: pathlib.Path, data: bytes, wait: bool = False) -> None:
         """Replace `path` with `data` atomically (SaveDurable), in order with the other saves; with

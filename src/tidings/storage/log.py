@@ -32,7 +32,7 @@ atomically before deleting any file, so a tick is never missing from the log wit
 recorded as released. The active segment is never removed, so `last_tick` never goes backwards.
 
 Threads. One thread at a time calls `append`, `sync`, `enforce_retention`, `release_through`
-(the caller's released prefix, same removal) and `close` (aio/storage_worker.py hands the log
+(the caller's released prefix, same removal) and `close` (aio/storage_worker.py may hand the log
 between its writer and a quiet broker's loop); any thread may call `read` and the properties.
 A segment's visible end (`Segment.size`) moves only after its bytes are written, under a lock
 held for a few assignments; readers read below the end they saw, from a descriptor they pinned,
