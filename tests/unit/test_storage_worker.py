@@ -3,7 +3,7 @@
 import threading
 import time
 
-from tidings.aio.storage_worker import INLINE_SYNC_NS_MAX, StorageWorker, log_state
+from tidings.aio.storage_worker import INLINE_RUN_COMMITS, INLINE_SYNC_NS_MAX, StorageWorker, log_state
 from tidings.core.inputs import TICK_MARKS
 from tidings.storage import EventLog, StorageError
 
@@ -79,7 +79,7 @@ class _Clock:
 
 def _worker(log, clock, here, thread, failed=lambda exc: None):
     return StorageWorker(log, lambda t, st: thread.append((t, st)), lambda st: None, failed,
-                         on_synced_here=lambda t, st: here.append((t, st)), inline_quiet_ns=500_000, clock=clock)
+                         on_synced_here=lambda t, st: here.append((t, st)), clock=clock)
 
 
 def test_a_quiet_worker_commits_in_the_calling_thread(tmp_path):
@@ -103,27 +103,53 @@ def test_a_quiet_worker_commits_in_the_calling_thread(tmp_path):
         assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]
 
 
-def test_a_busy_worker_keeps_the_writer_and_the_order(tmp_path):
-    """A commit right after another, or while the writer has work not done, goes to the writer,
-    behind that work: the log's order is the order of the calls."""
+def _drained(worker):
+    """Wait (10 s at most) until the writer has done all it was given."""
+    until = time.monotonic() + 10
+    while worker._done != worker._put and time.monotonic() < until:
+        time.sleep(0.01)
+    return worker._done == worker._put
+
+
+def test_sustained_load_goes_to_the_writer_and_back_only_after_quiet_commits(tmp_path):
+    """INLINE_RUN_COMMITS commits in a row that were not quiet: the next ones are the writer's
+    (work it has not done keeps them there, behind it: the log's order is the calls'); the loop
+    takes them again only after INLINE_RUN_COMMITS quiet ones in a row, so the thread that syncs
+    does not change from one commit to the next."""
     clock, here, thread = _Clock(), [], []
     saved = tmp_path / "saved"
     with EventLog.open(tmp_path / "log") as log:
         worker = _worker(log, clock, here, thread)
-        worker.append([(1, b"a")])
-        worker.sync(1)  # quiet: here, though the writer has not started
-        worker.append([(2, b"b")])
-        worker.sync(2)  # the clock has not moved: not quiet, queued
+        tick = 0
+        for _ in range(1 + INLINE_RUN_COMMITS):  # the clock does not move: one quiet, then all busy
+            tick += 1
+            worker.append([(tick, b"x")])
+            worker.sync(tick)
+        assert [t for t, _ in here] == list(range(1, tick + 1))
+        worker.append([(tick + 1, b"x")])
+        worker.sync(tick + 1)  # the writer's (not started yet: queued)
         clock.now_ns += 10**9
-        worker.save(saved, b"state")  # queued, not done: the writer is not idle
-        worker.append([(3, b"c")])
-        worker.sync(3)
-        assert [t for t, _ in here] == [1] and log.record_count == 1
+        worker.save(saved, b"state")
+        worker.append([(tick + 2, b"x")])
+        worker.sync(tick + 2)  # quiet, but the writer has work not done: behind it
+        tick += 2
+        assert len(here) == tick - 2 and log.record_count == tick - 2
         worker.start()
-        worker.stop()  # the queued work done first
-        assert saved.read_bytes() == b"state"
-        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3] and [t for t, _ in here] == [1]
-        assert [t for t, _ in thread] == [3] and worker.syncs == 2  # one group commit for 2 and 3
+        assert _drained(worker)
+        assert saved.read_bytes() == b"state" and [t for t, _ in thread] == [tick]  # one group commit
+        for n in range(INLINE_RUN_COMMITS - 1):  # quiet commits, the writer's until there are enough
+            clock.now_ns += 10**9
+            tick += 1
+            worker.append([(tick, b"x")])
+            worker.sync(tick)
+            assert _drained(worker)
+            assert thread[-1][0] == tick, f"quiet commit {n + 2} was not the writer's"
+        clock.now_ns += 10**9
+        worker.append([(tick + 1, b"x")])
+        worker.sync(tick + 1)  # INLINE_RUN_COMMITS quiet ones in a row: the loop's again
+        assert here[-1][0] == tick + 1
+        worker.stop()
+        assert [t for t, _ in log.read(0, 1 << 20)] == list(range(1, tick + 2))
 
 
 def test_a_failing_sync_here_is_reported_and_leaves_the_rest_to_the_writer(tmp_path):

@@ -15,16 +15,17 @@ docs/benchmarks.md: the writer woken early is through its wake-up by the time th
 the GIL).
 
 A quiet broker's commit in the loop's own thread (`on_synced_here`; the broker passes it only with
-TIDINGS_SYNC_IN_LOOP=1, aio/server.py: see the last paragraph). When the writer has finished
-everything handed to it and its last commit ended at least `inline_quiet_ns` ago (a broker at a
-few thousand publishes a second or fewer, not one under load), an Append is held and the Sync
-that follows it (the intake hands them over together) writes and fsyncs it in the calling thread,
-then reports through `on_synced_here` there and then: no wake-up of the writer, no GIL passed
-back and forth, and the ACK and the deliveries leave in the same loop turn as the PUBLISH. The
-loop waits out the fsync meanwhile; a publish arriving then finds the last commit recent and goes
-to the writer, so under load the writer's group commit keeps the disk and the loop working at
-once. The log is still written by one thread at a time: the loop takes it only while everything
-put on the queue has been done (`_put` and `_done`, each written by one thread only), and holds
+TIDINGS_SYNC_IN_LOOP=1, aio/server.py: see the last paragraph). Once the writer has finished
+everything handed to it and the last INLINE_RUN_COMMITS commits were quiet (each started at least
+INLINE_QUIET_NS after the one before ended), the commits are the loop's: an Append is
+held and the Sync that follows it (the intake hands them over together) writes and fsyncs it in
+the calling thread, then reports through `on_synced_here` there and then: no wake-up of the
+writer, no GIL passed back and forth, and the ACK and the deliveries leave in the same loop turn
+as the PUBLISH. They stay the loop's until INLINE_RUN_COMMITS in a row each started less than
+INLINE_QUIET_NS after the last one ended (sustained load: the writer's group commit then keeps
+the disk and the loop working at once), so the thread that syncs changes seldom. The log is
+still written by one thread at a time: the loop takes it only while everything put on the queue
+has been done (`_put` and `_done`, each written by one thread only), and holds
 every later piece of work back behind its own until that is done. At 1,000 events/s this took the
 hand-offs (about 30 us p50 and 6 context switches per event, docs/benchmarks.md "(d) above the
 disk's fsync") off the path in bench/handoff_micro.py. It is for a quick disk only: while the
@@ -54,7 +55,9 @@ from tidings.storage.files import StorageError, write_atomically
 
 _STOP = object()
 SAVE_WAIT_POLL_S = 1.0  # a waiting save looks this often whether the worker is still alive
-INLINE_QUIET_NS = 500_000  # a commit runs in the loop's thread when the last one ended this long ago
+INLINE_QUIET_NS = 500_000  # a commit that starts this long after the last one ended is a quiet one
+INLINE_RUN_COMMITS = 8  # the loop takes the commits after this many quiet ones in a row, gives them back
+# to the writer after this many in a row that were not
 INLINE_SYNC_NS_MAX = 1_000_000  # ... and only while the fsyncs' moving average is below this (a quick disk)
 
 
@@ -93,14 +96,13 @@ class StorageWorker:
     def __init__(self, log: EventLog, on_synced: Callable[[int, LogState], object],
                  on_retained: Callable[[LogState], object], on_failed: Callable[[BaseException], object],
                  on_synced_here: Callable[[int, LogState], object] | None = None,
-                 inline_quiet_ns: int = INLINE_QUIET_NS, clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
         """`on_synced` is called in the writer's thread; `on_synced_here`, when given, reports a
         quiet broker's commit made in the calling thread (the module's docstring); None: every
         commit is the writer's. `clock`: monotonic ns, for the quiet test."""
         self.log = log
         self._on_synced = on_synced
         self._on_synced_here = on_synced_here
-        self._inline_quiet_ns = inline_quiet_ns
         self._clock = clock
         self._on_retained = on_retained
         self._on_failed = on_failed
@@ -113,20 +115,23 @@ class StorageWorker:
         self._put = 0  # work put on the queue (by the calling thread only)
         self._done = 0  # of it, the work the writer has finished (by the writer only)
         self._held: list[tuple[list[tuple[int, bytes]], list[bytes] | None]] = []  # Appends for a Sync here
-        self._last_commit_ns = clock() - inline_quiet_ns  # when the last commit ended
+        self._last_commit_ns = clock() - INLINE_QUIET_NS  # when the last commit ended
+        self._in_loop = False  # the commits are the loop's (until the load is sustained), not the writer's
+        self._quiet_run = INLINE_RUN_COMMITS  # the last commits in a row that were quiet (a new log: idle)
+        self._busy_run = 0  # the last commits in a row that were not
         self._sync_ns_avg = 0  # the fsyncs' recent length: a moving average, each new one weighing 1/8
 
     def start(self) -> None:
         self._thread.start()
 
     def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
-        if self._on_synced_here is not None and (self._held or self._quiet()):
+        if self._on_synced_here is not None and (self._held or self._loop_commits()):
             self._held.append((records, keys))  # for the Sync that follows, made here
             return
         self._put_work(("append", (records, keys)))
 
     def sync(self, token: int) -> None:
-        if self._held and self._quiet():
+        if self._held:  # held by `append` for this: any other work put since has taken them to the writer
             self._commit_here(token)
         else:
             self._put_work(("sync", token))
@@ -138,10 +143,18 @@ class StorageWorker:
         """The release protocol's ReleaseLog: drop the whole segments at or below `through`."""
         self._put_work(("release", through))
 
-    def _quiet(self) -> bool:
-        """The writer has done all it was given, and its last commit is not recent."""
-        return (self._done == self._put and not self._stopping and self._sync_ns_avg < INLINE_SYNC_NS_MAX
-                and self._clock() - self._last_commit_ns >= self._inline_quiet_ns)
+    def _loop_commits(self) -> bool:
+        """Whether the next commit is the loop's: the writer has done all it was given and the disk
+        is quick, and the loop has the commits already (until INLINE_RUN_COMMITS in a row were
+        not quiet) or the last INLINE_RUN_COMMITS were quiet. Which thread syncs changes seldom:
+        fsyncs from two threads taking turns were measured several times slower than one
+        thread's back to back (docs/benchmarks.md, stop 24)."""
+        if (self._done != self._put or self._stopping or self._sync_ns_avg >= INLINE_SYNC_NS_MAX
+                or self._busy_run >= INLINE_RUN_COMMITS):
+            self._in_loop = False
+        elif self._quiet_run >= INLINE_RUN_COMMITS:
+            self._in_loop = True
+        return self._in_loop
 
     def _put_work(self, item: Any) -> None:
         """Hand `item` to the writer, after any Appends held for a commit here (the order holds)."""
@@ -173,6 +186,10 @@ class StorageWorker:
     def _timed_sync(self) -> None:
         """The log's fsync, its end and its length noted (either thread: the other is not in it)."""
         began = self._clock()
+        if began - self._last_commit_ns >= INLINE_QUIET_NS:
+            self._quiet_run, self._busy_run = self._quiet_run + 1, 0
+        else:
+            self._quiet_run, self._busy_run = 0, self._busy_run + 1
         self.log.sync()
         self.syncs += 1
         self._last_commit_ns = self._clock()
