@@ -231,6 +231,9 @@ class BrokerServer:
         self.worker = StorageWorker(
             event_log,
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
+            # TIDINGS_SYNC_IN_LOOP=1: a quiet broker's commit made in the loop, fed in the same turn (off by
+            # default: measured slower on a busy machine, not yet on a quiet one; docs/benchmarks.md)
+            on_synced_here=self._synced if os.environ.get("TIDINGS_SYNC_IN_LOOP") == "1" else None,
             on_retained=lambda st: loop.call_soon_threadsafe(self._retained, st),
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
         )
