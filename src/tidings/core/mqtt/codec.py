@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tidings.core.mqtt.decode import decode_body
+from tidings.core.mqtt.decode import PublishFields, decode_body, publish_fields
 from tidings.core.mqtt.fields import read_vbi
 from tidings.core.mqtt.packet_type import MQTT_5, PacketType
 from tidings.core.mqtt.packets import Connect, Packet
@@ -103,6 +103,35 @@ class PacketDecoder(HeldBytes[Refusal]):
         if version is None and isinstance(packet, Connect):
             self.version = packet.protocol_level
         return packet
+
+    def take_publishes(self) -> list[PublishFields]:
+        """The run of whole PUBLISH packets at the head of what is held, as their fields (no Publish
+        built: core/mqtt/publish_run.py reads a client's PUBLISHes so). It stops before any other
+        packet, one not yet whole, and one to be refused: `pull` then gives (or refuses) it as it
+        would have. Only once the protocol level is known."""
+        version = self.version
+        if self.failure is not None or version is None:
+            return []
+        buf = self._buffer
+        pos = self._pos
+        end = len(buf)
+        out: list[PublishFields] = []
+        while end - pos >= 2 and buf[pos] >> 4 == PacketType.PUBLISH:
+            length = buf[pos + 1]
+            body_at = pos + 2
+            try:
+                if length >= 0x80:
+                    length, body_at = read_vbi(buf, pos + 1, end, "remaining length")
+                stop = body_at + length
+                if body_at < 0 or stop > end or stop - pos > self.packet_bytes_max:
+                    break
+                out.append(publish_fields(buf, body_at, stop, buf[pos] & 0x0F, version))
+            except Refusal:
+                break
+            pos = stop
+        self._pos = pos
+        self.held_bytes = end - pos
+        return out
 
     def take(self) -> list[Packet]:
         """Every whole packet held; see `failure` afterwards."""

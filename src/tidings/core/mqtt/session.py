@@ -41,13 +41,14 @@ from tidings.core.auth.policy import INSTANCE_CHARS_MAX
 from tidings.core.broker.advice import Reason
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.errors import ProtocolError
+from tidings.core.event import AttrValue
 from tidings.core.mqtt import bridge, persistent
 from tidings.core.mqtt import effects as fx
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.bridge import MQTT_5, MqttSettings, PlainPassword
 from tidings.core.mqtt.derivations import Derivations
 from tidings.core.mqtt.limits import ProtocolLimits
-from tidings.core.mqtt.properties import Properties
+from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
 from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.retained import RETAINED_PER_SUBSCRIBE_MAX, RetainedFeed, due
@@ -57,6 +58,7 @@ from tidings.core.states import Transitions
 from tidings.core.wire import messages
 
 R = ReasonCode
+CHANNELS_KNOWN_MAX = 4096  # topics a session remembers as valid channels
 
 
 class MqttState(StrEnum):
@@ -101,7 +103,7 @@ class MqttSession:
         self.held = held
         self.retained = retained
         self.retained_due: dict[int, tuple[str, ...]] = {}  # SUBSCRIBE packet id -> filters owed their retained
-        self.machine = MqttConnection(now, limits_of(settings), f"tidings-{conn}-{nonce[:6].hex()}")
+        self.machine = MqttConnection(now, limits_of(settings), f"tidings-{conn}-{nonce[:6].hex()}", runs=True)
         self.state = AWAITING_CONNECT
         self.level = 4
         self.client_id = ""
@@ -117,6 +119,7 @@ class MqttSession:
         self.publishes: dict[int, int] = {}  # native seq -> packet id (QoS 1 and 2)
         self.batch: list[PublishEvent] = []  # PUBLISHes not yet handed to the broker
         self.batch_ids: list[int | None] = []
+        self.channels: set[str] = set()  # topics whose PUBLISH made an event: valid channels (CHANNELS_KNOWN_MAX)
         self.subscriptions = MqttSubscriptions()
         self.tokens: dict[int, Tag] = {}  # deliveries in the machine's hands, by token
         self.next_token = 0
@@ -159,8 +162,10 @@ class MqttSession:
             if isinstance(eff, fx.Send):
                 self.sent += 1
                 out.append(Send(self.conn, eff.data))
+            elif isinstance(eff, fx.PublishedRun):
+                self._publish_run(eff.items, out, native)
             elif isinstance(eff, fx.Published):
-                self._publish(eff, out, native)
+                self._publish(eff.topic, eff.payload, eff.qos, eff.retain, eff.properties, eff.packet_id, out, native)
             elif isinstance(eff, fx.Close):
                 out.append(Disconnect(self.conn, f"mqtt: {eff.detail}"))
                 if self.state is not CLOSED:
@@ -205,22 +210,41 @@ class MqttSession:
         self.refused += 1
         self._apply(self.machine.refuse(code, why), out, [])
 
-    def _publish(self, eff: fx.Published, out: list[Effect], native: list[bytes]) -> None:
-        if eff.retain and self.level == MQTT_5 and not self._retain_available():  # Retain Available 0 (3.3.1.3)
+    def _publish(self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties,
+                 packet_id: int | None, out: list[Effect], native: list[bytes]) -> None:
+        if retain and self.level == MQTT_5 and not self._retain_available():  # Retain Available 0 (3.3.1.3)
             self._apply(self.machine.disconnect(R.RETAIN_NOT_SUPPORTED, "retained messages are not available"),
                         out, native)
             return
         assert self.native is not None
-        event = bridge.event_of(self.native, p.Publish(eff.topic, eff.payload, eff.qos, eff.retain and
-                                                       self._retain_available(), properties=eff.properties))
+        event = bridge.event_of(self.native, p.Publish(topic, payload, qos, retain and self._retain_available(),
+                                                       properties=properties))
         if isinstance(event, bridge.Refused):
             self.refused += 1
-            if eff.packet_id is not None:
-                self._apply(self.machine.publish_done(eff.packet_id, event.code, event.reason), out, native)
+            if packet_id is not None:
+                self._apply(self.machine.publish_done(packet_id, event.code, event.reason), out, native)
             return
+        if event[0] == topic and len(self.channels) < CHANNELS_KNOWN_MAX:
+            self.channels.add(topic)  # a valid channel: the next plain PUBLISH to it skips the checks
         self.published += 1
         self.batch.append(event)
-        self.batch_ids.append(eff.packet_id)
+        self.batch_ids.append(packet_id)
+
+    def _publish_run(self, items: list[fx.PlainPublish], out: list[Effect], native: list[bytes]) -> None:
+        """A run of plain PUBLISHes (core/mqtt/publish_run.py): each one's event as `_publish` makes
+        it, straight, when its topic is a channel known valid (bridge.event_of: attributes none but
+        `mqtt.qos` = 0 at QoS 0; core/session/client_session.py: the payload within the event size)."""
+        assert self.native is not None
+        size_max = self.native.event_bytes_max
+        channels, batch, ids = self.channels, self.batch, self.batch_ids
+        for topic, payload, qos, retain, packet_id in items:
+            if retain or topic not in channels or len(payload) > size_max:
+                self._publish(topic, payload, qos, retain, NO_PROPERTIES, packet_id, out, native)
+                continue
+            self.published += 1
+            attributes: dict[str, AttrValue] = {bridge.QOS: 0} if qos == 0 else {}
+            batch.append((topic, attributes, payload))
+            ids.append(packet_id)
 
     def _flush(self, native: list[bytes]) -> None:
         """The PUBLISHes read so far as native PUBLISH frames (many events to a frame)."""
@@ -415,23 +439,23 @@ class MqttSession:
 
     def _deliver(self, msg: messages.Events, out: list[Effect]) -> None:
         """EVENTS as PUBLISHes: one call on the machine for the run, its packets in one Send."""
-        items: list[tuple[int, p.Publish]] = []
         source = None if self.native is None else (self.native.service, self.client_id)
-        for publish, tag in self.subscriptions.deliver(msg, self.level, source, self.wall_us):
-            items.append((self._token(publish, tag), publish))
+        token = self._token
+        items = [(token(publish[2] if isinstance(publish, tuple) else publish.qos, tag), publish)
+                 for publish, tag in self.subscriptions.deliver(msg, self.level, source, self.wall_us)]
         if items:
             self._apply(self.machine.deliver_many(items), out, [])
 
-    def _token(self, publish: p.Publish, tag: Tag) -> int:
+    def _token(self, qos: int, tag: Tag) -> int:
         """A new delivery's token; a QoS 1/2 delivery's tag is kept under it until its end."""
         self.next_token += 1
-        if tag is not None and publish.qos:
+        if tag is not None and qos:
             self.tokens[self.next_token] = tag
         return self.next_token
 
     def _send_publish(self, publish: p.Publish, tag: Tag, retain: bool, out: list[Effect]) -> None:
-        self._apply(self.machine.deliver(self._token(publish, tag), publish.topic, publish.payload, publish.qos, retain,
-                                         properties=publish.properties), out, [])
+        self._apply(self.machine.deliver(self._token(publish.qos, tag), publish.topic, publish.payload, publish.qos,
+                                         retain, properties=publish.properties), out, [])
 
     # ---- endings ---------------------------------------------------------------------------------
 
