@@ -1,7 +1,7 @@
 """The MQTT fast paths say what the packet-by-packet paths say (core/mqtt/publish_run.py, codec.py
 `take_publishes`, subscriptions.py's plain deliveries, delivery.py's `Plain` items):
 
-- the decoder's run of PUBLISH fields, then `take`, gives the packets (and the refusal) `take` alone
+- the decoder's runs of PUBLISH fields and PUBACK ids, then `take`, give the packets (and the refusal) `take` alone
   gives, for valid streams split anywhere and for mutated bytes;
 - a machine that reports runs (`runs=True`) gives, its `PublishedRun`s read as the `Published` facts
   they stand for, the effects of one that does not, whatever the client sends (retries, ids in use,
@@ -37,7 +37,7 @@ from .test_mqtt_deliver_many import split, wire
 from .test_mqtt_gateway import Gate
 from .test_mqtt_protocol import Wire
 
-EXAMPLES = 1000 if SOAK else 100
+EXAMPLES = 1000 if SOAK else 200
 T0 = 1_000_000_000
 versions = st.sampled_from((MQTT_311, MQTT_5))
 
@@ -48,6 +48,9 @@ def drained(decoder: PacketDecoder, runs: bool) -> list[Packet]:
     while True:
         if runs and (fields := decoder.take_publishes()):
             out += [Publish(*f) for f in fields]
+            continue
+        if runs and (acks := decoder.take_pubacks()):
+            out += [Puback(pid) for pid in acks]
             continue
         packet = decoder.pull()
         if packet is None:
@@ -94,7 +97,7 @@ def client_chunks(draw: st.DrawFn, version: int) -> list[bytes]:
                       st.sampled_from(("a", "a/b", "c/d")), st.binary(max_size=8), st.integers(0, 2), st.booleans(),
                       st.integers(1, 5))
     packet = st.one_of(plain, plain, plain, publishes(version), st.builds(Puback, st.integers(1, 5)),
-                       st.just(Pingreq()))
+                       st.builds(Puback, st.integers(1, 5)), st.just(Pingreq()))
     chunks = draw(st.lists(st.lists(packet, max_size=8), min_size=1, max_size=4))
     out = [b"".join(encode(p, version) for p in chunk) for chunk in chunks]
     if draw(st.integers(0, 9)) == 0:
@@ -104,9 +107,9 @@ def client_chunks(draw: st.DrawFn, version: int) -> list[bytes]:
 
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(data=st.data(), version=versions, maximum_qos=st.integers(0, 2), retain=st.booleans(),
-       receive_maximum=st.integers(1, 4), answer=st.booleans())
+       receive_maximum=st.integers(1, 4), answer=st.booleans(), deliveries=st.lists(st.integers(0, 1), max_size=8))
 def test_a_machine_reporting_runs_says_what_one_reporting_each_publish_says(data, version, maximum_qos, retain,
-                                                                           receive_maximum, answer):
+                                                                           receive_maximum, answer, deliveries):
     limits = ProtocolLimits(maximum_qos=maximum_qos, retain_available=retain, receive_maximum=receive_maximum,
                             packet_bytes_max=200)
     one, run = MqttConnection(T0, limits, "auto"), MqttConnection(T0, limits, "auto", runs=True)
@@ -114,6 +117,9 @@ def test_a_machine_reporting_runs_says_what_one_reporting_each_publish_says(data
     for m in (one, run):
         m.receive(T0, connect)
         m.accept(T0)
+    # ours to the client (their PUBACKs come among its packets: a run of them is read at once too)
+    sent = [m.deliver_many([(i, Publish("d", b"", q)) for i, q in enumerate(deliveries)]) for m in (one, run)]
+    assert sent[1] == sent[0]
     for chunk in data.draw(client_chunks(version)):
         said = [expanded(m.receive(T0, chunk)) for m in (one, run)]
         assert said[1] == said[0]

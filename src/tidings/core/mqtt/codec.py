@@ -34,6 +34,8 @@ from tidings.core.wire.held import HeldBytes
 
 FIXED_HEADER_BYTES_MAX: Final = 5  # the type byte and a four-byte remaining length
 PACKET_BYTES_MAX: Final = 1 + 4 + 268_435_455  # the largest packet the encoding can express
+PUBACK_FIRST: Final = PacketType.PUBACK << 4  # a PUBACK's first byte (its flags 0000)
+PUBACK_BYTES: Final = 4  # a PUBACK of a packet id alone
 # the fixed header's flags every type but PUBLISH must carry (2.1.3)
 _FLAGS_0010: Final = (PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE)
 REQUIRED_FLAGS: Final[dict[int, int]] = {t: (0x02 if t in _FLAGS_0010 else 0) for t in PacketType
@@ -129,6 +131,25 @@ class PacketDecoder(HeldBytes[Refusal]):
             except Refusal:
                 break
             pos = stop
+        self._pos = pos
+        self.held_bytes = end - pos
+        return out
+
+    def take_pubacks(self) -> list[int]:
+        """The packet identifiers of the run of PUBACKs without a reason code (four bytes each: 3.4.2.1)
+        at the head of what is held, as `take_publishes` reads PUBLISHes; any other, `pull` gives."""
+        if self.failure is not None or self.version is None or self.packet_bytes_max < PUBACK_BYTES:
+            return []
+        buf = self._buffer
+        pos = self._pos
+        end = len(buf)
+        out: list[int] = []
+        while end - pos >= PUBACK_BYTES and buf[pos] == PUBACK_FIRST and buf[pos + 1] == 2:
+            pid = (buf[pos + 2] << 8) | buf[pos + 3]
+            if not pid:
+                break
+            out.append(pid)
+            pos += PUBACK_BYTES
         self._pos = pos
         self.held_bytes = end - pos
         return out

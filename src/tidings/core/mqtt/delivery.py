@@ -191,7 +191,12 @@ class DeliveryFlow:
         return [fx.DeliveryAcked(d.token, code), *self.flush()]
 
     def puback(self, packet: p.Puback) -> list[fx.MqttEffect]:
-        return self._done(self.deliveries.acked(packet.packet_id), packet.reason_code)
+        return self.acked(packet.packet_id, packet.reason_code)
+
+    def acked(self, packet_id: int, code: int = 0) -> list[fx.MqttEffect]:
+        """PUBACK `packet_id` (a run of them: core/mqtt/publish_run.py): the delivery it ends, and what
+        the window then lets go."""
+        return self._done(self.deliveries.acked(packet_id), code)
 
     def pubrec(self, packet: p.Pubrec) -> list[fx.MqttEffect]:
         """PUBREC: PUBREL (0x92 if we know no such delivery, 4.3.3), or the end of a refused one."""

@@ -11,8 +11,11 @@ Identifier), QoS 0, or QoS 1 within the machine's Maximum QoS under a packet ide
 and within our Receive Maximum (a new receipt), retained only where retain is available. Any other
 PUBLISH goes through the machine's own rules (`MqttConnection._publish`), after the run so far is
 reported, so the facts keep the packets' order; a PUBLISH that ends the connection ends the run.
-Nothing differs from reading the same bytes packet by packet but the shape of the facts
-(tests/unit/test_mqtt_publish_run.py holds the two equal, by Hypothesis).
+A subscriber's PUBACKs come in runs too (a QoS 1 subscriber answers a run of deliveries): a run of
+four-byte PUBACKs is read as their packet identifiers alone (`take_pubacks`) and each goes to the
+delivery flow as the machine's `_packet` sends a `Puback`. Nothing differs from reading the same
+bytes packet by packet but the shape of the facts (tests/unit/test_mqtt_publish_run.py holds the
+two equal, by Hypothesis).
 """
 
 from __future__ import annotations
@@ -28,10 +31,14 @@ if TYPE_CHECKING:
 
 
 def take_run(machine: MqttConnection, out: list[fx.MqttEffect]) -> bool:
-    """The PUBLISHes at the head of `machine`'s decoder, their facts into `out`; False if none."""
+    """The PUBLISHes (or else the PUBACKs) at the head of `machine`'s decoder, their facts into
+    `out`; False if there are none."""
     fields = machine.decoder.take_publishes()
     if not fields:
-        return False
+        acks = machine.decoder.take_pubacks()
+        for acked in acks:  # (as `_packet` does with each: the flow's PUBACK)
+            out += machine.flow.acked(acked)
+        return bool(acks)
     limits = machine.limits
     qos_max = min(1, limits.maximum_qos)
     retain_ok = limits.retain_available
@@ -51,7 +58,7 @@ def take_run(machine: MqttConnection, out: list[fx.MqttEffect]) -> bool:
             out.append(fx.PublishedRun(items))
             items = []
         machine._publish(Publish(topic, payload, qos, retain, dup, pid, props), out)
-        if type(out[-1]) is fx.Close:  # (it ended the connection: what followed it is dropped)
+        if out and type(out[-1]) is fx.Close:  # (it ended the connection: what followed it is dropped)
             return True
     if items:
         out.append(fx.PublishedRun(items))

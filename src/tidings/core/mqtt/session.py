@@ -157,29 +157,42 @@ class MqttSession:
 
     def _apply(self, effects: list[fx.MqttEffect], out: list[Effect], native: list[bytes]) -> None:
         """The protocol machine's effects, in order (an answer may bring more: the packets that
-        waited behind the CONNECT come with `accept`'s)."""
+        waited behind the CONNECT come with `accept`'s). Packets sent one after another leave in one
+        Send (a run's PUBACKs: one write)."""
+        sending: list[bytes] = []
         for eff in effects:
             if isinstance(eff, fx.Send):
                 self.sent += 1
-                out.append(Send(self.conn, eff.data))
-            elif isinstance(eff, fx.PublishedRun):
+                sending.append(eff.data)
+                continue
+            if sending:
+                out.append(Send(self.conn, b"".join(sending)))
+                sending = []
+            if isinstance(eff, fx.PublishedRun):
                 self._publish_run(eff.items, out, native)
             elif isinstance(eff, fx.Published):
                 self._publish(eff.topic, eff.payload, eff.qos, eff.retain, eff.properties, eff.packet_id, out, native)
-            elif isinstance(eff, fx.Close):
-                out.append(Disconnect(self.conn, f"mqtt: {eff.detail}"))
-                if self.state is not CLOSED:
-                    self.state = TRANSITIONS.move(self.state, CLOSED)
             elif isinstance(eff, fx.Connected):
                 self._connect(eff, out, native)
             elif isinstance(eff, fx.Subscribed | fx.Unsubscribed):
                 self._subscribe(eff, out, native)
             elif isinstance(eff, fx.DeliveryAcked | fx.DeliveryDropped):
                 self._delivered(eff, out)
-            else:  # Disconnected: how it ended, whether the will is due
-                self.will_due = eff.publish_will
-                if eff.reason >= R.UNSPECIFIED_ERROR:
-                    self.refused += 1
+            else:
+                self._ended(eff, out)
+        if sending:
+            out.append(Send(self.conn, b"".join(sending)))
+
+    def _ended(self, eff: fx.Close | fx.Disconnected, out: list[Effect]) -> None:
+        """Close: the connection's end; Disconnected: how it ended, whether the will is due."""
+        if isinstance(eff, fx.Close):
+            out.append(Disconnect(self.conn, f"mqtt: {eff.detail}"))
+            if self.state is not CLOSED:
+                self.state = TRANSITIONS.move(self.state, CLOSED)
+            return
+        self.will_due = eff.publish_will
+        if eff.reason >= R.UNSPECIFIED_ERROR:
+            self.refused += 1
 
     def _connect(self, eff: fx.Connected, out: list[Effect], native: list[bytes]) -> None:
         self.state = TRANSITIONS.move(self.state, CONNECTING)
@@ -231,9 +244,8 @@ class MqttSession:
         self.batch_ids.append(packet_id)
 
     def _publish_run(self, items: list[fx.PlainPublish], out: list[Effect], native: list[bytes]) -> None:
-        """A run of plain PUBLISHes (core/mqtt/publish_run.py): each one's event as `_publish` makes
-        it, straight, when its topic is a channel known valid (bridge.event_of: attributes none but
-        `mqtt.qos` = 0 at QoS 0; core/session/client_session.py: the payload within the event size)."""
+        """Plain PUBLISHes (core/mqtt/publish_run.py): each one's event as `_publish` makes it (no attributes
+        but `mqtt.qos` = 0 at QoS 0), straight, to a topic known a valid channel, within the event size."""
         assert self.native is not None
         size_max = self.native.event_bytes_max
         channels, batch, ids = self.channels, self.batch, self.batch_ids
@@ -470,8 +482,10 @@ class MqttSession:
                                                   will.retain and self._retain_available(), properties=will.properties))
         return None if isinstance(event, bridge.Refused) else native.publish([event])[0][2]
 
-    def status(self) -> dict[str, object]:
-        return {**self.machine.status(), "conn": self.conn, "client_id": self.client_id, "identity": self.identity,
-                "state": str(self.state), "version": "5.0" if self.level == MQTT_5 else "3.1.1",
-                "persistent": self.persistent, "subscriptions": len(self.subscriptions.subs),
-                "received": self.received, "sent": self.sent}
+
+def status_of(session: MqttSession) -> dict[str, object]:
+    """One MQTT connection in the broker's status (the gateway's `sessions`)."""
+    s = session
+    return {**s.machine.status(), "conn": s.conn, "client_id": s.client_id, "identity": s.identity,
+            "state": str(s.state), "version": "5.0" if s.level == MQTT_5 else "3.1.1", "persistent": s.persistent,
+            "subscriptions": len(s.subscriptions.subs), "received": s.received, "sent": s.sent}
