@@ -38,7 +38,7 @@ from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
-from tidings.core.mqtt.session import OPEN, MqttSession
+from tidings.core.mqtt.session import OPEN, MqttSession, status_of
 from tidings.core.mqtt.subscriptions import Held
 from tidings.core.share import gateway as shares
 from tidings.core.share.hub import ShareHub
@@ -325,7 +325,7 @@ class MqttGateway:
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
                 "wills_published": self.wills_published, **figures, **self.retained.status(), **self.shares.status(),
                 **self.derivations.status(),
-                "sessions": [s.status() for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
+                "sessions": [status_of(s) for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}
 
 
