@@ -2,7 +2,7 @@
 """Where a tidings broker's CPU goes in each test of bench/run.py: py-spy over the broker while the
 test's load runs, folded into tables.
 
-  python bench/profile.py [--tests a,b,c,d-best,d-durable] [--broker tidings|tidings-mqtt]
+  python bench/pyspy_profile.py [--tests a,b,c,d-best,d-durable] [--broker tidings|tidings-mqtt]
                           [--rate 250] [--out FILE]
 
 Each test gets a fresh broker, started and loaded exactly as bench/run.py does (broker on CPU 0,
