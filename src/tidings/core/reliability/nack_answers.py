@@ -35,6 +35,7 @@ from typing import Any
 
 from tidings.core.effects import ReadLog
 from tidings.core.inputs import LogState
+from tidings.core.reliability.log_span import payload_runs
 from tidings.core.reliability.retransmit_window import RetransmitWindow
 from tidings.core.reliability.source_knowledge import EventTails, KnowledgeWriter, PublishOnTree
 
@@ -159,7 +160,7 @@ class NackAnswers:
                 self.reads_parked += 1
                 return []
             window.reading += 1
-        return [ReadLog(self._next_reader, after, through, self._limits.read_bytes_max)]
+        return [ReadLog(self._next_reader, after, through, self._limits.read_bytes_max, span=tree is not None)]
 
     def reader_id(self) -> int:
         """A new key for a read of the pubend's (negative: the broker's subends use positive ones)."""
@@ -185,7 +186,7 @@ class NackAnswers:
                 break
             read.parked = False
             window.reading += 1
-            out.append(ReadLog(reader, read.after, read.through, self._limits.read_bytes_max))
+            out.append(ReadLog(reader, read.after, read.through, self._limits.read_bytes_max, span=True))
         return out
 
     def resume_all(self, now: int) -> list[AnswerEffect]:
@@ -218,12 +219,25 @@ class NackAnswers:
         del self._reads[reader]
         return True
 
-    def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState) -> list[AnswerEffect]:
-        """The log answered a nack's read: its tree's events in it, as retransmitted knowledge."""
-        read = self._reads.pop(reader)
+    def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState,
+                 span: tuple[int, bytes] | None = None) -> list[AnswerEffect]:
+        """The log answered a nack's read: its tree's events in it, as retransmitted knowledge.
+        The answer is the records, or (what a tree's read asks for) a span of the log's bytes
+        holding every record up to `span[0]`, sorted onto the tree a run at a time (log_span.py);
+        either way the same ticks and payloads go out, in the same messages. SpanError (a span
+        that does not hold valid records) leaves this machine as the read stood: the caller fails
+        the read (`read_failed`), as a read of a corrupt segment fails."""
+        read = self._reads[reader]
         tree = read.tree
         assert tree is not None  # (the recovery read: take_recovery)
-        through = records[-1][0] if records else read.through
+        if span is not None:
+            through, raw = span
+            runs = payload_runs(raw, read.after, through)  # (SpanError: before anything moved)
+            ticks, bodies = self._writer.span_events(tree, raw, runs)
+            self.records_read += sum(len(offsets) - 1 for _, offsets in runs)
+        else:
+            through = records[-1][0] if records else read.through
+        del self._reads[reader]
         out: list[AnswerEffect] = []
         after = read.after
         released = min(log.released_through, through)
@@ -233,14 +247,19 @@ class NackAnswers:
         window = self._windows.get(tree)
         if window is not None:
             window.reading -= 1
-        self.records_read += len(records)
-        mine = [(tick, record) for tick, record in records
-                if tick > after and tree in self._writer.record_trees(record)]
-        self.ticks_retransmitted += len(mine)
+        if span is None:
+            self.records_read += len(records)
+            mine = [(tick, record) for tick, record in records
+                    if tick > after and tree in self._writer.record_trees(record)]
+            ticks, bodies = [tick for tick, _ in mine], [record for _, record in mine]
+        elif ticks and ticks[0] <= after:  # (released meanwhile: rare)
+            keep = next(i for i, tick in enumerate(ticks) if tick > after) if ticks[-1] > after else len(ticks)
+            ticks, bodies = ticks[keep:], bodies[keep:]
+        self.ticks_retransmitted += len(ticks)
         if through > after:
-            out += self._writer.chunked(tree, after, through, mine, retransmit=True, root=read.asker)
-            if mine and window is not None:
-                window.answered(through, sum(len(record) for _, record in mine))
+            out += self._writer.chunked_columns(tree, after, through, ticks, bodies, retransmit=True, root=read.asker)
+            if ticks and window is not None:
+                window.answered(through, sum(map(len, bodies)))
         if through < read.through:  # cut short: read on (when the window has room)
             out += self.read(now, tree, through, read.through, read.asker)
         else:

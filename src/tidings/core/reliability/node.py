@@ -175,8 +175,9 @@ class ReliabilityNode:
         synced, _ = self._pubend_state()
         return self._source(now, self.source.activated(now, tree, synced))
 
-    def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState) -> list[NodeEffect]:
-        return self._source(now, self.source.log_read(now, reader, records, log))
+    def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState,
+                 span: tuple[int, bytes] | None = None) -> list[NodeEffect]:
+        return self._source(now, self.source.log_read(now, reader, records, log, span))
 
     def _source(self, now: int, effects: list[SourceEffect]) -> list[NodeEffect]:
         out: list[NodeEffect] = []

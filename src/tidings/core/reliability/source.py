@@ -57,6 +57,7 @@ from tidings.core.deadlines import Alarm
 from tidings.core.effects import ReadLog
 from tidings.core.inputs import LogState
 from tidings.core.reliability.flow_window import DEFAULT_LIMITS, FlowLimits, FlowOutput, FlowWindows, ReadBack
+from tidings.core.reliability.log_span import SpanError
 from tidings.core.reliability.nack_answers import NackAnswers, ReadLimits
 from tidings.core.reliability.source_knowledge import EventTails, KnowledgeWriter, PublishOnTree
 from tidings.core.reliability.source_streams import SourceStreams
@@ -285,12 +286,19 @@ class Source:
     def owns_read(self, reader: int) -> bool:
         return reader in self._read_backs or self._answers.owns_read(reader)
 
-    def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState) -> list[SourceEffect]:
+    def log_read(self, now: int, reader: int, records: list[tuple[int, bytes]], log: LogState,
+                 span: tuple[int, bytes] | None = None) -> list[SourceEffect]:
+        """A read of the log came back: records, or a span of the log's bytes (a nack's answer
+        asks for one); a span that holds no valid records fails its read, as a corrupt segment does."""
         if reader in self._read_backs:
             return self._read_back_done(now, reader, records, log)
         if self._answers.take_recovery(reader):
             return self._recovered(now, records)
-        return list(self._answers.log_read(now, reader, records, log))
+        try:
+            return list(self._answers.log_read(now, reader, records, log, span))
+        except SpanError:
+            self._answers.read_failed(reader)  # the nack will be repeated
+            return []
 
     def link_drained(self, now: int) -> list[SourceEffect]:
         """A peer link took what it held: reads that waited for it may go."""

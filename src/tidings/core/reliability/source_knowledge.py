@@ -7,7 +7,10 @@ of records is cut into messages of at most `knowledge_bytes_max` of records (and
 records), each message's range ending at its last record but the last's, which ends where the run
 does; each becomes a `PublishOnTree`, straight to the tree's root when the pubend knows it, else
 routed. It also sorts records onto trees (`trees_of` names a channel's trees; a run of events on
-one channel is looked up once; an own record's channel is read in place).
+one channel is looked up once; an own record's channel is read in place). A nack's answer read
+as a span (log_span.py) is sorted a run at a time: a batch record whose events are all on one
+channel (a PUBLISH's usual shape) is taken onto a tree or left whole, its payloads cut from the
+span without a Python step per event.
 
 `EventTails` knows, for the trees this run of the pubend published on, the tick of each one's last
 event, most recent trees last and at most `trees_max` of them. Past a tree's last event the log
@@ -20,7 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import count, repeat
+from operator import add, itemgetter, sub
 from typing import Any
 
 from tidings.core.event import TICK_MAX, own_record_prefix, record_channel_bytes, record_routing_fields
@@ -97,27 +101,80 @@ class KnowledgeWriter:
         fields = record_routing_fields(record)
         return [] if fields is None else self._trees_of(fields.channel)
 
+    def span_events(self, tree: str, span: bytes, runs: list[tuple[int, list[int]]]) -> tuple[list[int], list[bytes]]:
+        """The ticks and payloads of `tree`'s events in `runs` of `span` (log_span.payload_runs). A
+        run whose events are all own records on one channel, in the usual layout, is looked up
+        once and taken whole; any other event by event, as `record_trees` sorts it."""
+        ticks: list[int] = []
+        bodies: list[bytes] = []
+        for first, offsets in runs:
+            starts, stops = offsets[:-1], offsets[1:]
+            channel = self._run_channel(span, starts, stops)
+            if channel is not None:
+                if tree in self._trees_of(channel):
+                    ticks += range(first, first + len(starts))
+                    bodies += map(span.__getitem__, map(slice, starts, stops))
+                continue
+            for tick, start, stop in zip(count(first), starts, stops, strict=False):
+                body = span[start:stop]
+                if tree in self.record_trees(body):
+                    ticks.append(tick)
+                    bodies.append(body)
+        return ticks, bodies
+
+    def _run_channel(self, span: bytes, starts: list[int], stops: list[int]) -> str | None:
+        """The channel of every payload of a run (`span[start:stop]`), when each is an own record
+        in the layout `record_channel_bytes` reads in place and all name the first one's channel
+        (the same bytes up to the tick, and from the tick to the channel's end); else None."""
+        first = span[starts[0]:stops[0]]
+        raw = record_channel_bytes(first, self._record_prefix)
+        if raw is None:
+            return None
+        tick_at = 1 + len(self._record_prefix)  # the tick's 0xCF, after the array header and the pubend
+        field_at = tick_at + 9
+        field_end = field_at + (1 if first[field_at] < 0xD9 else 2) + len(raw)  # fixstr or str8, the channel
+        head, field = first[:tick_at + 1], first[field_at:field_end]
+        if len(starts) > 1 and (
+                min(map(sub, stops, starts)) < field_end
+                or not all(map(span.startswith, repeat(head), starts))
+                or not all(map(span.startswith, repeat(field), map(add, starts, repeat(field_at))))):
+            return None
+        return raw.decode()
+
     def chunked(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
                 retransmit: bool, root: str | None = None, past_empty: bool = False) -> list[PublishOnTree]:
         """Knowledge of (after, through] in messages of at most `knowledge_bytes_max` of records
         (and RECORDS_MAX records); each message's range ends at its last record but the last's."""
-        if len(records) <= RECORDS_MAX and sum(map(len, map(_SECOND, records))) <= self._knowledge_bytes_max:
-            return [self.send(tree, after, through, records, retransmit, root, past_empty)]  # (the usual)
+        return self.chunked_columns(tree, after, through, list(map(_FIRST, records)), list(map(_SECOND, records)),
+                                    retransmit, root, past_empty)
+
+    def chunked_columns(self, tree: str, after: int, through: int, ticks: list[int], bodies: list[bytes],
+                        retransmit: bool, root: str | None = None, past_empty: bool = False) -> list[PublishOnTree]:
+        """`chunked` of the records at `ticks` with payloads `bodies`."""
+        if len(ticks) <= RECORDS_MAX and sum(map(len, bodies)) <= self._knowledge_bytes_max:
+            return [self._message(tree, after, through, tuple(ticks), tuple(bodies), retransmit, root, past_empty)]
         out: list[PublishOnTree] = []
         start = 0
         size = 0
-        for i, (_, record) in enumerate(records):
-            if i > start and (size + len(record) > self._knowledge_bytes_max or i - start >= RECORDS_MAX):
-                last = records[i - 1][0]
-                out.append(self.send(tree, after, last, records[start:i], retransmit, root, past_empty))
+        for i, body in enumerate(bodies):
+            if i > start and (size + len(body) > self._knowledge_bytes_max or i - start >= RECORDS_MAX):
+                last = ticks[i - 1]
+                out.append(self._message(tree, after, last, tuple(ticks[start:i]), tuple(bodies[start:i]),
+                                         retransmit, root, past_empty))
                 after, start, size = last, i, 0
-            size += len(record)
-        out.append(self.send(tree, after, through, records[start:], retransmit, root, past_empty))
+            size += len(body)
+        out.append(self._message(tree, after, through, tuple(ticks[start:]), tuple(bodies[start:]),
+                                 retransmit, root, past_empty))
         return out
 
     def send(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
              retransmit: bool, root: str | None = None, past_empty: bool = False, lost: bool = False) -> PublishOnTree:
-        ticks, bodies = tuple(map(_FIRST, records)), tuple(map(_SECOND, records))
+        return self._message(tree, after, through, tuple(map(_FIRST, records)), tuple(map(_SECOND, records)),
+                             retransmit, root, past_empty, lost)
+
+    def _message(self, tree: str, after: int, through: int, ticks: tuple[int, ...], bodies: tuple[bytes, ...],
+                 retransmit: bool, root: str | None = None, past_empty: bool = False,
+                 lost: bool = False) -> PublishOnTree:
         message = KnowledgeMessage(tree, self.pubend_id, after, through, ticks, bodies, retransmit, lost=lost)
         return PublishOnTree(tree, self.address, message, root, past_empty or retransmit)
 

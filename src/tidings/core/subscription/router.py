@@ -155,7 +155,7 @@ class SubscriberRouter:
         b = self._broker
         if b.local.reader(inp.reader) is Reader.PUBEND:
             if b.cluster is not None:
-                self._settle(self._gd().log_read(inp.now, inp.reader, inp.records, inp.log), out)
+                self._settle(self._gd().log_read(inp.now, inp.reader, inp.records, inp.log, inp.span), out)
             return
         self.carry(b.subscribers.log_read(inp), out)
 
