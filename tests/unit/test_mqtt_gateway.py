@@ -2,17 +2,23 @@
 fsync before PUBACK, QoS 2 logged once, wills, passwords only where they cannot be read, refusals by reason
 code, the keep-alive, the in-flight window."""
 
+from __future__ import annotations
+
 import random
 
+import pytest
+
 from tidings.core.auth.guard import Guard
+from tidings.core.broker.broker import Broker
 from tidings.core.config import BrokerConfig
-from tidings.core.effects import Disconnect, Send
+from tidings.core.effects import Append, Disconnect, Send
 from tidings.core.event import EventRecord
 from tidings.core.inputs import Accepted, ConnectionLost, Received, TimerFired, WriteSynced
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.codec import PacketDecoder
 from tidings.core.mqtt.encode import encode
+from tidings.core.mqtt.exactly_once import MqttStateSaved, SaveMqttState
 from tidings.core.mqtt.gateway import MqttGateway
 from tidings.core.mqtt.properties import Properties
 from tidings.core.mqtt.session import OPEN
@@ -27,21 +33,51 @@ class Gate:
     """A broker core (tests/unit/core_harness.py) with the MQTT gateway in front, and MQTT clients by conn."""
 
     def __init__(self, settings: MqttSettings | None = None, config: BrokerConfig | None = None,
-                 guard: Guard | None = None) -> None:
+                 guard: Guard | None = None, saved_state: bytes | None = None,
+                 log: list[tuple[int, bytes]] | None = None) -> None:
+        """`log`: the records a restarted broker finds in its log (its LogState theirs)."""
         self.h = Harness(config, guard=guard)
-        self.gw = MqttGateway(self.h.broker, settings or MqttSettings(), lambda n: b"\x01" * n)
+        if log is not None:
+            self.h.records = log
+            self.h.broker = Broker(config or BrokerConfig(), "p-test", self.h.state(), guard)
+        self.gw = MqttGateway(self.h.broker, settings or MqttSettings(), lambda n: b"\x01" * n, saved_state)
+        self.keyed: list[tuple[int, bytes]] = []  # (tick, dedup key) of the records logged with one
+        self.saves: list[SaveMqttState] = []  # asked for, not yet on disk (`save_done`)
+        self.saved_state = saved_state  # what is on disk
         self.h.feed = self.feed  # (its log reads answered through the gateway)
         self.decoders: dict[int, PacketDecoder] = {}
         self.closed: set[int] = set()
         self.now = 0
 
     def feed(self, inp):
-        for eff in self.gw.handle(inp):
+        self.run(self.gw.handle(inp))
+
+    def run(self, effects):
+        for eff in effects:
             if isinstance(eff, Send):
                 self.h.sent.setdefault(eff.conn, []).append(eff.data)
             elif isinstance(eff, Disconnect):
                 self.closed.add(eff.conn)
+            elif isinstance(eff, Append) and eff.keys:
+                self.keyed += [(tick, key) for (tick, _), key in zip(eff.records, eff.keys, strict=True)]
             self.h.apply([eff] if not isinstance(eff, Send | Disconnect) else [])
+        self.saves += self.gw.take_saves()
+
+    def save_done(self) -> None:
+        """The runtime's saves are on disk (aio/mqtt.py), in order."""
+        while self.saves:
+            save = self.saves.pop(0)
+            self.saved_state = save.data
+            self.run(self.gw.state_saved(MqttStateSaved(self.now, save.version)))
+
+    def restarted(self) -> Gate:
+        """The broker after a kill -9: its log (synced or not: a process's kill keeps what it wrote),
+        the dedup window rebuilt from it, the saved MQTT state; every connection gone."""
+        g = Gate(saved_state=self.saved_state, log=list(self.h.records))
+        g.h.broker.dedup.restore(self.keyed, g.h.wall_us)
+        g.keyed = list(self.keyed)
+        g.now = self.now
+        return g
 
     def connect(self, conn: int, version: int = 5, secure: bool = True, source: str = "", **fields) -> list:
         self.gw.expect(conn, secure, source)
@@ -97,6 +133,78 @@ def test_a_retried_qos2_publish_is_logged_once():
     assert g.send(1, p.Publish("a/b", b"two", 2, dup=True, packet_id=5)) == [p.Pubrec(5)]
     assert g.send(1, p.Pubrel(5)) == [p.Pubcomp(5)]
     assert len(g.h.records) == 1
+
+
+def persistent_qos2(g: Gate, conn: int, version: int, *pids: int) -> None:
+    """A persistent session's QoS 2 PUBLISHes `pids`, logged and synced: PUBREC each."""
+    g.connect(conn, version=version, client_id="q2", clean_start=False,
+              properties=Properties(session_expiry_interval_s=3600) if version == 5 else Properties())
+    for pid in pids:
+        g.send(conn, p.Publish("a/b", f"m{pid}".encode(), 2, packet_id=pid))
+    g.sync()
+    assert g.answers(conn) == [p.Pubrec(pid) for pid in pids]
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_persistent_sessions_qos2_is_logged_once_through_a_kill_9_and_its_pubrel_completed(version):
+    g = Gate()
+    persistent_qos2(g, 1, version, 5, 6)
+    assert g.send(1, p.Pubrel(6)) == []  # its PUBCOMP waits for the release to be saved
+    g.save_done()
+    assert g.answers(1) == [p.Pubcomp(6)]
+    g.send(1, p.Publish("a/b", b"m7", 2, packet_id=7))  # logged (the process's write), not synced: no PUBREC
+    assert len(g.h.records) == 3
+    g2 = g.restarted()  # kill -9: PUBREC 5 and 7 lost on the way, 6 completed
+    [connack] = g2.connect(2, version=version, client_id="q2", clean_start=False,
+                           properties=Properties(session_expiry_interval_s=3600) if version == 5 else Properties())
+    assert connack.reason_code == 0
+    assert g2.send(2, p.Publish("a/b", b"m5", 2, dup=True, packet_id=5)) == [p.Pubrec(5)]  # logged: at once
+    # the duplicate answered with the original's tick (on disk: a process's kill keeps what it wrote)
+    assert g2.send(2, p.Publish("a/b", b"m7", 2, dup=True, packet_id=7)) == [p.Pubrec(7)]
+    assert len(g2.h.records) == 3  # nothing logged twice
+    g2.send(2, p.Publish("a/b", b"m6-again", 2, packet_id=6))  # 6 was released: a new message
+    g2.sync()
+    assert g2.answers(2) == [p.Pubrec(6)] and len(g2.h.records) == 4
+    assert g2.send(2, p.Pubrel(5)) == []
+    g2.save_done()
+    assert g2.answers(2) == [p.Pubcomp(5)]
+
+
+def test_a_release_not_saved_before_the_kill_is_awaited_again():
+    g = Gate()
+    persistent_qos2(g, 1, 5, 3)
+    assert g.send(1, p.Pubrel(3)) == []  # the save is under way when the broker dies
+    g2 = g.restarted()
+    g2.connect(2, client_id="q2", clean_start=False, properties=Properties(session_expiry_interval_s=3600))
+    assert g2.send(2, p.Publish("a/b", b"m3", 2, dup=True, packet_id=3)) == [p.Pubrec(3)]  # still held
+    g2.send(2, p.Pubrel(3))
+    g2.save_done()
+    assert g2.answers(2) == [p.Pubcomp(3)]  # 0x00: it was known
+    assert len(g2.h.records) == 1
+
+
+def test_a_clean_start_forgets_the_keys_before_its_connack():
+    g = Gate()
+    persistent_qos2(g, 1, 5, 4)
+    g.feed(ConnectionLost(g.now, 1))
+    assert g.connect(2, client_id="q2", clean_start=True) == []  # the CONNACK waits for the save
+    g.save_done()
+    [connack] = g.answers(2)
+    assert connack.reason_code == 0 and not connack.session_present
+    g2 = g.restarted()
+    g2.connect(3, client_id="q2", clean_start=False, properties=Properties(session_expiry_interval_s=3600))
+    g2.send(3, p.Publish("a/b", b"new", 2, packet_id=4))  # the new session's 4: not the old one's
+    g2.sync()
+    assert g2.answers(3) == [p.Pubrec(4)] and len(g2.h.records) == 2
+
+
+def test_a_clean_sessions_qos2_keeps_no_key_and_its_pubcomp_goes_at_once():
+    g = Gate()
+    g.connect(1, version=4, client_id="plain")
+    g.send(1, p.Publish("a/b", b"x", 2, packet_id=1))
+    g.sync()
+    assert g.answers(1) == [p.Pubrec(1)] and g.keyed == []
+    assert g.send(1, p.Pubrel(1)) == [p.Pubcomp(1)] and g.saves == []
 
 
 def test_a_password_over_plain_tcp_from_another_host_is_refused():

@@ -36,6 +36,7 @@ from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
+from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
 from tidings.core.mqtt.session import OPEN, MqttSession
@@ -72,6 +73,10 @@ FIGURES: tuple[Figure, ...] = (
            under=MQTT),
     Figure("retained_dropped", "mqtt_retained_dropped", COUNTER,
            "retained messages not kept: past the topics or bytes held", "RetainedStore", under=MQTT),
+    Figure("qos2_keys_held", "mqtt_qos2_keys_held", GAUGE,
+           "persistent sessions' QoS 2 PUBLISHes from their first copy to their PUBREL", "QosTwoKeys", under=MQTT),
+    Figure("qos2_saves", "mqtt_qos2_saves", COUNTER, "saves of those keys, each before the PUBCOMPs it carries",
+           "QosTwoKeys", under=MQTT),
 )
 
 
@@ -91,8 +96,10 @@ MqttTimer = ProtocolTimer | RenewTimer
 
 
 class MqttGateway:
-    def __init__(self, broker: Broker, settings: MqttSettings, nonce: Callable[[int], bytes]) -> None:
-        """`nonce(n)`: n fresh random bytes (the runtime's), for each session's native handshake."""
+    def __init__(self, broker: Broker, settings: MqttSettings, nonce: Callable[[int], bytes],
+                 saved_state: bytes | None = None) -> None:
+        """`nonce(n)`: n fresh random bytes (the runtime's), for each session's native handshake;
+        `saved_state`: what `take_saves` last had saved (persistent sessions' QoS 2 keys)."""
         self.broker = broker
         self.settings = settings
         self.nonce = nonce
@@ -109,6 +116,7 @@ class MqttGateway:
         self.totals = {"packets_received": 0, "packets_sent": 0, "publishes_received": 0,
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
         self.retained = RetainedFeed(f"broker-{nonce(6).hex()}")  # retained messages (core/mqtt/retained.py)
+        self.qos2_keys = QosTwoKeys(broker.dedup, saved_state)  # QoS 2 through a kill -9 (core/mqtt/exactly_once.py)
         broker.sections.append(self.status)  # the broker's status (and so STATUS, /status, /metrics) has ours
 
     def expect(self, conn: int, secure: bool, source: str = "") -> None:
@@ -120,6 +128,24 @@ class MqttGateway:
         """The scrypt derivations the sessions asked for (effects for the runtime's workers, whose
         results come back through `derived`)."""
         return self.derivations.take()
+
+    def take_saves(self) -> list[SaveMqttState]:
+        """The state to save for the QoS 2 keys (an effect for the runtime, whose completion comes back
+        through `state_saved`): at most one under way, the later changes in the next."""
+        save = self.qos2_keys.take_save(self.wall_us)
+        return [] if save is None else [save]
+
+    def state_saved(self, inp: MqttStateSaved) -> list[Effect]:
+        """A save is on disk: the CONNACKs and PUBCOMPs that waited for it go."""
+        self.now = inp.now
+        self.qos2_keys.done(inp.version)
+        out: list[Effect] = []
+        for session in list(self.sessions.values()):
+            native: list[bytes] = []
+            session.state_saved(out, native)
+            self._to_broker(session, native, out)
+            self._arm(session)
+        return out
 
     def derived(self, inp: KeyDerived) -> list[Effect]:
         """A derivation is done: its session answers the broker's CHALLENGE with it."""
@@ -157,7 +183,7 @@ class MqttGateway:
             if expected is not None:
                 self.accepted += 1
                 session = MqttSession(inp.conn, inp.now, self.settings, expected[0], self.nonce(NONCE_BYTES),
-                                      self._held, self.retained, self.derivations, expected[1])
+                                      self._held, self.retained, self.derivations, expected[1], self.qos2_keys)
                 self.sessions[inp.conn] = session
                 self._arm(session)
         elif kind is ConnectionLost:
@@ -308,7 +334,7 @@ class MqttGateway:
         open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
                 "wills_published": self.wills_published, **figures, **self.retained.status(),
-                **self.derivations.status(),
+                **self.derivations.status(), **self.qos2_keys.status(),
                 "sessions": [s.status() for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}
 

@@ -46,6 +46,7 @@ from tidings.core.mqtt import effects as fx
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.bridge import MQTT_5, MqttSettings, PlainPassword
 from tidings.core.mqtt.derivations import Derivations
+from tidings.core.mqtt.exactly_once import ConnectionKeys, QosTwoKeys
 from tidings.core.mqtt.limits import ProtocolLimits
 from tidings.core.mqtt.properties import Properties
 from tidings.core.mqtt.protocol import MqttConnection
@@ -85,13 +86,14 @@ class MqttSession:
     def __init__(self, conn: int, now: int, settings: MqttSettings, secure: bool, nonce: bytes,
                  held: Callable[[str, str], list[Held]] = lambda owner, prefix: [],
                  retained: RetainedFeed | None = None, derivations: Derivations | None = None,
-                 source: str = "") -> None:
+                 source: str = "", qos2_keys: QosTwoKeys | None = None) -> None:
         """`secure`: TLS or a loopback peer (a password may come in plain); `nonce`: fresh random
         bytes for the native handshake's challenge-response; `held(owner, prefix)`: the broker's
         named durable subscriptions of `owner` whose names begin with `prefix` (a persistent session's);
         `retained`: the broker's retained messages (core/mqtt/retained.py; None: Retain Available 0);
         `derivations`: where a password's scrypt is asked for, off the loop and bounded per `source`
-        (the peer's address; core/mqtt/derivations.py; None: derived here, for tests)."""
+        (the peer's address; core/mqtt/derivations.py; None: derived here, for tests); `qos2_keys`: the
+        persistent sessions' QoS 2 keys (core/mqtt/exactly_once.py; None: not kept through a kill -9)."""
         self.conn = conn
         self.now = now
         self.wall_us = 0  # the broker's clock, microseconds since the epoch, as the gateway last knew it (0: unknown)
@@ -121,6 +123,9 @@ class MqttSession:
         self.tokens: dict[int, Tag] = {}  # deliveries in the machine's hands, by token
         self.next_token = 0
         self.will: p.Will | None = None
+        self.qos2_keys = qos2_keys
+        self.qos2: ConnectionKeys | None = None  # this connection's QoS 2 keys, from WELCOME on
+        self.connack: tuple[bool, Properties, list[int]] | None = None  # accept held until the keys are saved
         self.will_due = False  # the machine said the will is due
         self.welcomed = False  # the broker admitted the client (its will may be published)
         # figures
@@ -171,6 +176,8 @@ class MqttSession:
                 self._subscribe(eff, out, native)
             elif isinstance(eff, fx.DeliveryAcked | fx.DeliveryDropped):
                 self._delivered(eff, out)
+            elif isinstance(eff, fx.Released):
+                self._released(eff, out, native)
             else:  # Disconnected: how it ended, whether the will is due
                 self.will_due = eff.publish_will
                 if eff.reason >= R.UNSPECIFIED_ERROR:
@@ -218,6 +225,8 @@ class MqttSession:
             if eff.packet_id is not None:
                 self._apply(self.machine.publish_done(eff.packet_id, event.code, event.reason), out, native)
             return
+        if self.qos2 is not None:  # a persistent session's QoS 2: logged once through a kill -9
+            event = self.qos2.event(event, eff.qos, eff.packet_id, self.wall_us)
         self.published += 1
         self.batch.append(event)
         self.batch_ids.append(eff.packet_id)
@@ -335,8 +344,30 @@ class MqttSession:
         offer = Properties(retain_available=None if self._retain_available() else 0,
                            session_expiry_interval_s=None if self.persistent else 0)
         session_present = self.persistent and not self.clean_start and bool(held)
-        self._apply(self.machine.accept(self.now, session_present, offer), out, native)
-        self._flush(native)
+        qos2 = self.qos2 = None if self.qos2_keys is None else ConnectionKeys(
+            self.qos2_keys, self.native.service, self.client_id, self.persistent, self.clean_start, self.wall_us)
+        self.connack = (session_present, offer, [] if qos2 is None else qos2.awaiting_release())
+        self.state_saved(out, native)  # the CONNACK, unless a clean start's forgetting waits for its save
+
+    def state_saved(self, out: list[Effect], native: list[bytes]) -> None:
+        """The QoS 2 keys were saved (core/mqtt/exactly_once.py): the CONNACK and PUBCOMPs waiting go."""
+        qos2 = self.qos2
+        if self.connack is not None and (qos2 is None or qos2.version <= qos2.keys.saved):
+            session_present, offer, awaiting = self.connack
+            self.connack = None
+            self._apply(self.machine.accept(self.now, session_present, offer, awaiting), out, native)
+            self._flush(native)
+        if qos2 is not None and qos2.releasing:
+            for packet_id, known in qos2.released():
+                self._apply(self.machine.release_done(packet_id, known), out, native)
+
+    def _released(self, eff: fx.Released, out: list[Effect], native: list[bytes]) -> None:
+        """PUBREL: PUBCOMP once the release is saved (a persistent session's; at once otherwise)."""
+        if self.qos2 is None:
+            self._apply(self.machine.release_done(eff.packet_id, eff.known), out, native)
+        else:
+            self.qos2.release(eff.packet_id, eff.known)
+            self.state_saved(out, native)
 
     def _challenged(self, msg: messages.Challenge, out: list[Effect], native: list[bytes]) -> None:
         """The password's salted key, from the cache, or asked of the runtime's workers (the CONNECT
