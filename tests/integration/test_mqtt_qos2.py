@@ -5,6 +5,7 @@ had in flight (a PUBLISH with DUP under its packet identifier where no PUBREC ca
 did), then publishes more under the same identifiers: every message is in the log exactly once, and
 every flow ends with its PUBCOMP."""
 
+import queue
 import time
 
 import pytest
@@ -62,6 +63,31 @@ def test_qos2_publishes_through_kill_9_are_logged_exactly_once(tmp_path, version
         twice = sorted({m for m in logged if logged.count(m) > 1}, key=int)
         assert not twice, f"{len(twice)} of {open_at_kill} messages open at the kill logged twice: {twice[:10]}"
         assert sorted(logged, key=int) == sorted(sent.values(), key=int)  # none lost
+        pub.close()
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("version", [V311, V5])
+def test_qos2_to_a_subscriber_at_the_minimum_of_both_qos(tmp_path, version):
+    """A clean session granted QoS 2 gets a QoS 2 message at QoS 2 (paho answers PUBREC, PUBCOMP), a
+    QoS 1 one and a native event at QoS 1, each once."""
+    broker = BrokerProcess(tmp_path / "b", args=["--mqtt", "127.0.0.1:0"]).start()
+    try:
+        sub = Mqtt(broker.mqtt_address, "q2-sub", version)
+        assert sub.subscribe("q2s/#", qos=2) == [2]
+        pub = Mqtt(broker.mqtt_address, "q2-pub", version)
+        for i in range(20):
+            pub.client.publish("q2s/two", f"two{i}".encode(), 2)
+        assert pub.publish("q2s/one", b"one", 1) == 0
+        with sync.connect(broker.address, service="native") as native:
+            native.publish("q2s/native", b"native")
+        got = [sub.get() for _ in range(22)]
+        assert sorted((m.payload, m.qos) for m in got) == sorted(
+            [(f"two{i}".encode(), 2) for i in range(20)] + [(b"one", 1), (b"native", 1)])
+        with pytest.raises(queue.Empty):
+            sub.get(0.5)  # nothing twice
+        sub.close()
         pub.close()
     finally:
         broker.stop()

@@ -135,6 +135,22 @@ def test_a_retried_qos2_publish_is_logged_once():
     assert len(g.h.records) == 1
 
 
+def test_qos2_goes_to_a_clean_subscriber_through_pubrec_pubrel_pubcomp_at_min_of_both_qos():
+    g = Gate()
+    g.connect(1)
+    g.connect(2, version=4)
+    assert g.send(2, p.Subscribe(1, (p.TopicFilter("q/#", 2),))) == [p.Suback(1, (2,))]
+    g.send(1, p.Publish("q/two", b"2", 2, packet_id=1))
+    g.send(1, p.Publish("q/one", b"1", 1, packet_id=2))
+    g.sync()
+    two, one = g.answers(2)
+    assert (two.payload, two.qos, one.payload, one.qos) == (b"2", 2, b"1", 1)  # min(publish, granted)
+    assert g.send(2, p.Pubrec(two.packet_id)) == [p.Pubrel(two.packet_id)]
+    assert g.send(2, p.Pubcomp(two.packet_id)) == []
+    assert g.send(2, p.Puback(one.packet_id)) == []
+    assert g.gw.sessions[2].machine.deliveries.in_flight == {}  # both flows ended
+
+
 def persistent_qos2(g: Gate, conn: int, version: int, *pids: int) -> None:
     """A persistent session's QoS 2 PUBLISHes `pids`, logged and synced: PUBREC each."""
     g.connect(conn, version=version, client_id="q2", clean_start=False,
@@ -222,7 +238,7 @@ def test_topics_tidings_cannot_hold_are_refused_by_reason_code():
     [puback] = g.send(1, p.Publish("x" * 2000, b"", 1, packet_id=3))
     assert (puback.packet_id, puback.reason_code) == (3, 0x90)
     [suback] = g.send(1, p.Subscribe(4, (p.TopicFilter("$share/g/a", 1), p.TopicFilter("ok/+", 2))))
-    assert suback.reason_codes == (0x9E, 1)  # granted QoS 1 for 2: QoS 2 deliveries are not sent yet
+    assert suback.reason_codes == (0x9E, 2)
     assert g.send(1, p.Publish("a", b"", 0, properties=Properties(user_properties=(("mqtt.qos", "1"),)))) == []
     assert len(g.h.records) == 0  # a user property under mqtt. is the broker's: refused (QoS 0: no answer)
 
@@ -301,7 +317,7 @@ def test_a_persistent_session_gets_what_it_did_not_acknowledge_after_a_reconnect
     g = Gate()
     g.h.apply(g.h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
     g.connect(1, version=4, client_id="keeper", clean_start=False)
-    assert g.send(1, p.Subscribe(1, (p.TopicFilter("d/#", 1),))) == [p.Suback(1, (1,))]
+    assert g.send(1, p.Subscribe(1, (p.TopicFilter("d/#", 2),))) == [p.Suback(1, (1,))]  # persistent: 1
     g.connect(2)
     for i in range(3):
         g.send(2, p.Publish("d/x", bytes([i]), 1, packet_id=i + 1))

@@ -3,13 +3,13 @@ answers as SUBACK codes, their events as PUBLISH packets (core/mqtt/session.py c
 
 Each filter of a SUBSCRIBE is one tidings subscription (the pattern of core/mqtt/topics.py, the 5.0
 user property `filter` as its content filter), numbered by the client session codec; its SUBACK goes
-once the broker answered every filter of it (SUBSCRIBED: the QoS granted, at most 1; ERROR: the
-reason code of bridge.py's table; 5.0's No Local kept, so its own messages are not delivered to the
-connection that published them; its Subscription Identifier goes in each PUBLISH it delivers: one
-PUBLISH per matching subscription, each with its own, as 3.3.4 allows). A SUBSCRIBE to a filter held
-replaces its QoS (3.8.4). Its events
-leave as PUBLISH at min(the event's QoS, the granted QoS), QoS 1 ones through the in-flight window
-(the protocol machine's window). In a persistent session (core/mqtt/persistent.py) each subscription is a named
+once the broker answered every filter of it (SUBSCRIBED: the QoS granted, 2 at most, 1 in a
+persistent session; ERROR: the reason code of bridge.py's table; 5.0's No Local kept, so its own
+messages are not delivered to the connection that published them; its Subscription Identifier goes
+in each PUBLISH it delivers: one PUBLISH per matching subscription, each with its own, as 3.3.4
+allows). A SUBSCRIBE to a filter held replaces its QoS (3.8.4). Its events leave as PUBLISH at
+min(the event's QoS, the granted QoS), QoS 1 and 2 ones through the in-flight window (the protocol
+machine's window). In a persistent session (core/mqtt/persistent.py) each subscription is a named
 durable one: the acknowledged prefix of its deliveries is RELEASEd (`releases`), its subscriptions
 are subscribed again when the client comes back (`resume`) and ended by a clean start (`forget`).
 
@@ -80,7 +80,9 @@ class MqttSubscriptions:
         identifier = properties.subscription_identifiers[0] if properties.subscription_identifiers else None
         frames: list[bytes] = []
         for i, wanted in enumerate(wanted_filters):
-            qos = min(wanted.qos, 1)  # QoS 2 deliveries are not sent yet: granted 1 (3.8.4)
+            # QoS 2 to a clean session; a persistent one is granted 1 (3.8.4) until its QoS 2
+            # deliveries in flight outlive a reconnect with their packet identifiers (docs/mqtt.md)
+            qos = min(wanted.qos, 2 if self.client_id is None else 1)
             pattern = topics.pattern_of(wanted.filter)
             if isinstance(pattern, topics.TopicRefused):
                 pending.codes[i] = pattern.reason_code
