@@ -15,6 +15,7 @@ from tidings.core.effects import Append, Disconnect, Send
 from tidings.core.event import EventRecord
 from tidings.core.inputs import Accepted, ConnectionLost, Received, TimerFired, WriteSynced
 from tidings.core.mqtt import packets as p
+from tidings.core.mqtt import persistent
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.codec import PacketDecoder
 from tidings.core.mqtt.encode import encode
@@ -389,6 +390,41 @@ def test_a_subscription_identifier_comes_back_in_each_publish_it_delivers():
     g.send(2, p.Publish("s/b", b"y", 0))
     g.sync()
     assert [m.properties.subscription_identifiers for m in g.answers(1)] == [(7,)]
+
+
+def test_a_persistent_sessions_subscription_options_outlive_its_connection():
+    g = Gate()
+    g.h.apply(g.h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    expiry = Properties(session_expiry_interval_s=3600)
+    g.connect(1, client_id="opts", clean_start=False, properties=expiry)
+    assert g.send(1, p.Subscribe(1, (p.TopicFilter("o/#", 1, no_local=True),),
+                                 Properties(subscription_identifiers=(42,)))) == [p.Suback(1, (1,))]
+    g.feed(ConnectionLost(g.now, 1))
+    [connack] = g.connect(2, client_id="opts", clean_start=False, properties=expiry)
+    assert connack.session_present
+    g.send(2, p.Publish("o/own", b"mine", 1, packet_id=1))  # No Local kept: not delivered back
+    g.connect(3)
+    g.send(3, p.Publish("o/x", b"theirs", 1, packet_id=1))
+    g.sync()
+    got = [m for m in g.answers(2) if isinstance(m, p.Publish)]
+    assert [(m.payload, m.properties.subscription_identifiers) for m in got] == [(b"theirs", (42,))]
+    # a SUBSCRIBE under other options replaces it (its name changes): one subscription, the new identifier
+    g.send(2, p.Subscribe(2, (p.TopicFilter("o/#", 1),), Properties(subscription_identifiers=(43,))))
+    g.send(3, p.Publish("o/y", b"again", 1, packet_id=2))
+    g.sync()
+    got = [m for m in g.answers(2) if isinstance(m, p.Publish)]
+    assert [(m.payload, m.properties.subscription_identifiers) for m in got] == [(b"again", (43,))]
+    assert [n for n, _, _ in g.gw._held("mqtt", "mqtt:opts:")] == ["mqtt:opts:1,i43:o/#"]
+
+
+@pytest.mark.parametrize("options", [persistent.NO_OPTIONS, persistent.Options(True, True, 268_435_455),
+                                     persistent.Options(identifier=1), persistent.Options(retain_as_published=True)])
+def test_a_persistent_subscriptions_name_holds_its_options(options):
+    name = persistent.name_of("c:1", 1, "a/:b/#", options)
+    assert persistent.parse(name, "c:1") == (1, options, "a/:b/#")
+    assert persistent.parse("mqtt:c:1:0:old/form", "c:1") == (0, persistent.NO_OPTIONS, "old/form")
+    for bad in ("mqtt:c:1:1,x:a", "mqtt:c:1:1,i0:a", "mqtt:c:1:1,n,n:a", "mqtt:c:1:2:a", "mqtt:c:1:1,i268435456:a"):
+        assert persistent.parse(bad, "c:1") is None
 
 
 def test_a_message_expiry_interval_travels_with_the_event():

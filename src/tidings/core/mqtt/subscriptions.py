@@ -88,16 +88,18 @@ class MqttSubscriptions:
                 pending.codes[i] = pattern.reason_code
                 continue
             same = self.subs.get(wanted.filter)
-            if same is not None and (same.qos == qos or same.name is None):  # its options replaced (3.8.4)
+            name = None if self.client_id is None else persistent.name_of(
+                self.client_id, qos, wanted.filter,
+                persistent.Options(wanted.no_local, wanted.retain_as_published, identifier))
+            if same is not None and same.name == name:  # its options replaced (3.8.4): in place if named alike
                 same.qos = qos
                 same.retain_as_published = wanted.retain_as_published
                 same.no_local = wanted.no_local
                 same.identifier = identifier
                 pending.codes[i] = qos
                 continue
-            if same is not None:  # a persistent one under another QoS: its name changes
+            if same is not None:  # a persistent one under other options: its name changes
                 frames += self._end(native, same)
-            name = None if self.client_id is None else persistent.name_of(self.client_id, qos, wanted.filter)
             try:
                 sub, frame = native.subscribe(pattern, content_filter, positions=None if name is None else [],
                                               home=name)
@@ -146,10 +148,12 @@ class MqttSubscriptions:
         assert self.client_id is not None
         for name, pattern, content_filter in held:
             parsed = persistent.parse(name, self.client_id)
-            if parsed is None or parsed[1] in self.subs:
+            if parsed is None or parsed[2] in self.subs:
                 continue
+            qos, options, topic_filter = parsed
             sub, frame = native.subscribe(pattern, content_filter or None, positions=[], home=name)
-            self._add(MqttSub(parsed[1], parsed[0], sub, name))
+            self._add(MqttSub(topic_filter, qos, sub, name, retain_as_published=options.retain_as_published,
+                              no_local=options.no_local, identifier=options.identifier))
             frames.append(frame)
         return frames
 
