@@ -129,7 +129,7 @@ class QosTwoKeys:
 
     def key(self, producer: str, pid: int, now_us: int) -> int:
         """The pseq of a QoS 2 PUBLISH `pid`: its use's key (a retry's is the first's), new if none."""
-        keys = self.sessions[producer]
+        keys = self.open(producer, now_us)  # (opened at the CONNECT; again if a save pruned it idle)
         pseq = keys.keys.get(pid)
         if pseq is None:
             pseq = keys.keys[pid] = keys.counter << PID_BITS | pid
@@ -139,8 +139,9 @@ class QosTwoKeys:
 
     def logged(self, producer: str) -> list[int]:
         """The packet identifiers whose key is logged (in the dedup window): PUBREL awaited."""
-        lookup = self.dedup.lookup
-        return sorted(pid for pid, pseq in self.sessions[producer].keys.items() if lookup(producer, pseq) is not None)
+        lookup, keys = self.dedup.lookup, self.sessions.get(producer)
+        held = {} if keys is None else keys.keys
+        return sorted(pid for pid, pseq in held.items() if lookup(producer, pseq) is not None)
 
     def release(self, producer: str, pid: int) -> int:
         """PUBREL `pid`: its key goes; the version its PUBCOMP waits for (a PUBREL of an identifier
@@ -210,6 +211,10 @@ class ConnectionKeys:
             self.version = keys.clear(self.scoped, now_us)  # the CONNACK waits for it
             if persistent:
                 keys.open(self.scoped, now_us)
+
+    def waiting(self) -> bool:
+        """Whether a PUBCOMP (or the CONNACK, `MqttSession.connack`) waits for a save."""
+        return bool(self.releasing) or self.version > self.keys.saved
 
     def awaiting_release(self) -> list[int]:
         """The session's QoS 2 identifiers logged and not released (the machine's `accept`)."""

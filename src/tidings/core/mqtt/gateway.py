@@ -117,6 +117,7 @@ class MqttGateway:
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
         self.retained = RetainedFeed(f"broker-{nonce(6).hex()}")  # retained messages (core/mqtt/retained.py)
         self.qos2_keys = QosTwoKeys(broker.dedup, saved_state)  # QoS 2 through a kill -9 (core/mqtt/exactly_once.py)
+        self.saving: set[int] = set()  # sessions with a CONNACK or PUBCOMP waiting for a save
         broker.sections.append(self.status)  # the broker's status (and so STATUS, /status, /metrics) has ours
 
     def expect(self, conn: int, secure: bool, source: str = "") -> None:
@@ -140,7 +141,11 @@ class MqttGateway:
         self.now = inp.now
         self.qos2_keys.done(inp.version)
         out: list[Effect] = []
-        for session in list(self.sessions.values()):
+        waiting, self.saving = self.saving, set()
+        for conn in sorted(waiting):
+            session = self.sessions.get(conn)
+            if session is None:
+                continue
             native: list[bytes] = []
             session.state_saved(out, native)
             self._to_broker(session, native, out)
@@ -206,7 +211,9 @@ class MqttGateway:
         self._arm(session)
 
     def _arm(self, session: MqttSession) -> None:
-        """The session's protocol machine's deadline, as it now is."""
+        """The session's protocol machine's deadline, as it now is (and whether it waits for a save)."""
+        if session.qos2 is not None and session.qos2.waiting():
+            self.saving.add(session.conn)
         deadline = session.next_deadline()
         if deadline is None:
             self.timers.cancel(ProtocolTimer(session.conn))
