@@ -225,7 +225,7 @@ class MqttSession:
             if eff.packet_id is not None:
                 self._apply(self.machine.publish_done(eff.packet_id, event.code, event.reason), out, native)
             return
-        if self.qos2 is not None:  # a persistent session's QoS 2: logged once through a kill -9
+        if eff.qos == 2 and self.qos2 is not None:  # a persistent session's: logged once through a kill -9
             event = self.qos2.event(event, eff.qos, eff.packet_id, self.wall_us)
         self.published += 1
         self.batch.append(event)
