@@ -15,7 +15,7 @@ from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.codec import PacketDecoder
 from tidings.core.mqtt.encode import encode
 from tidings.core.mqtt.properties import Properties
-from tidings.testing import BrokerProcess
+from tidings.testing import BrokerProcess, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -85,5 +85,39 @@ def test_every_qos2_state_through_kill_9(tmp_path, version):
                 while not logged or logged[-1] != b"end":
                     logged.append(sub.get(WAIT_S).payload)
         assert logged[:-1] == [f"m{pid}".encode() for pid in range(1, 10)] + [b"new1", b"new2", b"new3"]
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_persistent_subscribers_qos2_flows_resume_under_their_packet_ids(tmp_path, version):
+    """A persistent session granted QoS 2 holds one delivery past PUBREC and one unanswered when its
+    connection drops; on its reconnect the broker resends PUBREL and PUBLISH with DUP under the same
+    packet identifiers (4.4), and sends neither message again."""
+    broker = BrokerProcess(tmp_path / "b", args=["--mqtt", "127.0.0.1:0"]).start()
+    try:
+        sub = Raw(broker.mqtt_address, version, "raw-sub")
+        sub.send(p.Subscribe(1, (p.TopicFilter("rs/#", 2),)))
+        assert sub.expect(1) == [p.Suback(1, (2,))]
+        pub = Raw(broker.mqtt_address, version, "raw-pub")
+        pub.send(p.Publish("rs/a", b"A", 2, packet_id=1), p.Publish("rs/b", b"B", 2, packet_id=2))
+        assert pub.expect(2) == [p.Pubrec(1), p.Pubrec(2)]
+        a, b = sub.expect(2)
+        assert isinstance(a, p.Publish) and isinstance(b, p.Publish) and (a.payload, b.payload) == (b"A", b"B")
+        sub.send(p.Pubrec(a.packet_id))
+        assert sub.expect(1) == [p.Pubrel(a.packet_id)]
+        sub.close()
+        wait_for(lambda: broker.status()["mqtt"]["connections"] == 1, 15, what="the broker seeing the drop")
+        sub = Raw(broker.mqtt_address, version, "raw-sub")
+        assert sub.expect(2) == [p.Pubrel(a.packet_id), p.Publish("rs/b", b"B", 2, False, True, b.packet_id)]
+        sub.send(p.Pubcomp(a.packet_id), p.Pubrec(b.packet_id))
+        assert sub.expect(1) == [p.Pubrel(b.packet_id)]
+        sub.send(p.Pubcomp(b.packet_id))
+        with sync.connect(broker.address, service="native") as native:
+            native.publish("rs/end", b"end")
+        [end] = sub.expect(1)  # the next message: A and B did not come again
+        assert isinstance(end, p.Publish) and end.payload == b"end"
+        sub.close()
+        pub.close()
     finally:
         broker.stop()

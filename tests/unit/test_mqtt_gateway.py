@@ -318,7 +318,7 @@ def test_a_persistent_session_gets_what_it_did_not_acknowledge_after_a_reconnect
     g = Gate()
     g.h.apply(g.h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
     g.connect(1, version=4, client_id="keeper", clean_start=False)
-    assert g.send(1, p.Subscribe(1, (p.TopicFilter("d/#", 2),))) == [p.Suback(1, (1,))]  # persistent: 1
+    assert g.send(1, p.Subscribe(1, (p.TopicFilter("d/#", 1),))) == [p.Suback(1, (1,))]
     g.connect(2)
     for i in range(3):
         g.send(2, p.Publish("d/x", bytes([i]), 1, packet_id=i + 1))
@@ -329,17 +329,57 @@ def test_a_persistent_session_gets_what_it_did_not_acknowledge_after_a_reconnect
     g.feed(ConnectionLost(g.now, 1))
     g.send(2, p.Publish("d/x", b"\x03", 1, packet_id=9))  # published while it is away
     g.sync()
-    [connack] = g.connect(3, version=4, client_id="keeper", clean_start=False)
+    connack, *resent = g.connect(3, version=4, client_id="keeper", clean_start=False)
     assert connack.session_present
+    # at once, under their packet identifiers with DUP (4.4)
+    assert [(m.payload, m.packet_id, m.dup) for m in resent] == [(m.payload, m.packet_id, True) for m in first[1:]]
     g.h.serve_reads()
     g.feed(TimerFired(g.now, g.h.wall_us))
-    assert [m.payload for m in g.answers(3)] == [b"\x01", b"\x02", b"\x03"]  # again, then what came since
+    later = g.answers(3)
+    assert [m.payload for m in later] == [b"\x03"]  # what came since; the two resent do not come twice
+    for m in [*resent, *later]:
+        g.send(3, p.Puback(m.packet_id))
     g.feed(ConnectionLost(g.now, 3))
+    assert g.connect(6, version=4, client_id="keeper", clean_start=False)[1:] == []  # all acknowledged
+    g.h.serve_reads()
+    g.feed(TimerFired(g.now, g.h.wall_us))
+    assert g.answers(6) == []
+    g.feed(ConnectionLost(g.now, 6))
     [connack] = g.connect(4, version=4, client_id="keeper", clean_start=True)  # a clean start ends it
     assert not connack.session_present
     g.feed(ConnectionLost(g.now, 4))
     [connack] = g.connect(5, version=4, client_id="keeper", clean_start=False)
     assert not connack.session_present
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_persistent_sessions_qos2_delivery_reaches_it_once_across_reconnects(version):
+    g = Gate()
+    g.h.apply(g.h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    props = Properties(session_expiry_interval_s=3600) if version == 5 else Properties()
+    g.connect(1, version=version, client_id="q2sub", clean_start=False, properties=props)
+    assert g.send(1, p.Subscribe(1, (p.TopicFilter("e/#", 2),))) == [p.Suback(1, (2,))]
+    g.connect(2)
+    g.send(2, p.Publish("e/a", b"A", 2, packet_id=1))
+    g.send(2, p.Publish("e/b", b"B", 2, packet_id=2))
+    g.sync()
+    a, b = g.answers(1)
+    assert (a.qos, b.qos) == (2, 2)
+    assert g.send(1, p.Pubrec(a.packet_id)) == [p.Pubrel(a.packet_id)]  # the client has A; B unanswered
+    g.feed(ConnectionLost(g.now, 1))
+    _, *resent = g.connect(3, version=version, client_id="q2sub", clean_start=False, properties=props)
+    assert resent == [p.Pubrel(a.packet_id), p.Publish("e/b", b"B", 2, False, True, b.packet_id)]
+    g.h.serve_reads()
+    g.feed(TimerFired(g.now, g.h.wall_us))
+    assert g.answers(3) == []  # A and B again from the subscription: the resent ones stand for them
+    assert g.send(3, p.Pubcomp(a.packet_id)) == []
+    assert g.send(3, p.Pubrec(b.packet_id)) == [p.Pubrel(b.packet_id)]
+    assert g.send(3, p.Pubcomp(b.packet_id)) == []
+    g.feed(ConnectionLost(g.now, 3))
+    assert g.connect(4, version=version, client_id="q2sub", clean_start=False, properties=props)[1:] == []
+    g.h.serve_reads()
+    g.feed(TimerFired(g.now, g.h.wall_us))
+    assert g.answers(4) == []  # both done: the subscription's position is past them
 
 
 def test_response_topic_and_correlation_data_travel_with_the_event_to_5_0_subscribers():
@@ -423,7 +463,7 @@ def test_a_persistent_subscriptions_name_holds_its_options(options):
     name = persistent.name_of("c:1", 1, "a/:b/#", options)
     assert persistent.parse(name, "c:1") == (1, options, "a/:b/#")
     assert persistent.parse("mqtt:c:1:0:old/form", "c:1") == (0, persistent.NO_OPTIONS, "old/form")
-    for bad in ("mqtt:c:1:1,x:a", "mqtt:c:1:1,i0:a", "mqtt:c:1:1,n,n:a", "mqtt:c:1:2:a", "mqtt:c:1:1,i268435456:a"):
+    for bad in ("mqtt:c:1:1,x:a", "mqtt:c:1:1,i0:a", "mqtt:c:1:1,n,n:a", "mqtt:c:1:3:a", "mqtt:c:1:1,i268435456:a"):
         assert persistent.parse(bad, "c:1") is None
 
 

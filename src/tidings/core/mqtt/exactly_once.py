@@ -38,6 +38,9 @@ from typing import Final
 
 import msgpack
 
+from tidings.core.mqtt.effects import MqttEffect
+from tidings.core.mqtt.properties import Properties
+from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.publish.dedup import PRODUCER_BYTES_MAX, DedupWindow, scoped
 from tidings.core.session.client_session import PublishEvent
 
@@ -195,11 +198,13 @@ class ConnectionKeys:
     """One MQTT connection's side of `QosTwoKeys`: its QoS 2 events keyed (a persistent session's),
     its releases and its CONNACK held until what they changed is saved."""
 
-    __slots__ = ("keyed", "keys", "producer", "releasing", "scoped", "version")
+    __slots__ = ("connack", "keyed", "keys", "producer", "releasing", "scoped", "version")
 
     def __init__(self, keys: QosTwoKeys, service: str, client_id: str, persistent: bool, clean_start: bool,
-                 now_us: int) -> None:
+                 now_us: int, connack: tuple[bool, Properties]) -> None:
+        """`connack`: the accept's (session present, properties), held until `version` is saved."""
         self.keys = keys
+        self.connack: tuple[bool, Properties] | None = connack
         self.producer = producer_of(client_id)
         self.scoped = scoped(service, self.producer)
         self.keyed = persistent
@@ -225,6 +230,16 @@ class ConnectionKeys:
         if qos != 2 or packet_id is None or not self.keyed:
             return event
         return (*event[:3], self.keys.key(self.scoped, packet_id, now_us), self.producer)
+
+    def due(self, machine: MqttConnection, now: int) -> list[MqttEffect]:
+        """The machine's CONNACK and PUBCOMPs whose save is done."""
+        out: list[MqttEffect] = []
+        if self.connack is not None and self.version <= self.keys.saved:
+            (session_present, offer), self.connack = self.connack, None
+            out += machine.accept(now, session_present, offer, self.awaiting_release())
+        for packet_id, known in self.released() if self.releasing else ():
+            out += machine.release_done(packet_id, known)
+        return out
 
     def release(self, packet_id: int, known: bool) -> None:
         version = self.keys.release(self.scoped, packet_id) if self.keyed else self.keys.saved

@@ -38,8 +38,9 @@ from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
 from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState
 from tidings.core.mqtt.reason_codes import ReasonCode
+from tidings.core.mqtt.resumption import CARRIED_BYTES_MAX, Carried
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
-from tidings.core.mqtt.session import OPEN, MqttSession
+from tidings.core.mqtt.session import OPEN, MqttSession, will_frame
 from tidings.core.mqtt.subscriptions import Held
 
 NONCE_BYTES = 24
@@ -118,6 +119,8 @@ class MqttGateway:
         self.retained = RetainedFeed(f"broker-{nonce(6).hex()}")  # retained messages (core/mqtt/retained.py)
         self.qos2_keys = QosTwoKeys(broker.dedup, saved_state)  # QoS 2 through a kill -9 (core/mqtt/exactly_once.py)
         self.saving: set[int] = set()  # sessions with a CONNACK or PUBCOMP waiting for a save
+        self.carried: dict[tuple[str, str], list[Carried]] = {}  # persistent sessions away: what they had in
+        self.carried_bytes = 0  # flight, by (service, client id), oldest first (core/mqtt/resumption.py)
         broker.sections.append(self.status)  # the broker's status (and so STATUS, /status, /metrics) has ours
 
     def expect(self, conn: int, secure: bool, source: str = "") -> None:
@@ -188,7 +191,8 @@ class MqttGateway:
             if expected is not None:
                 self.accepted += 1
                 session = MqttSession(inp.conn, inp.now, self.settings, expected[0], self.nonce(NONCE_BYTES),
-                                      self._held, self.retained, self.derivations, expected[1], self.qos2_keys)
+                                      self._held, self.retained, self.derivations, expected[1], self.qos2_keys,
+                                      self._take_carried)
                 self.sessions[inp.conn] = session
                 self._arm(session)
         elif kind is ConnectionLost:
@@ -299,17 +303,33 @@ class MqttGateway:
         if session is None:
             return
         session.lost()
-        will = session.will_frame()
+        will = will_frame(session)
         if will is not None:
             self.wills_published += 1
             self._to_client(self.broker.handle(Received(self.now, self.wall_us, conn, will)), out)
         del self.sessions[conn]
         self.timers.cancel(ProtocolTimer(conn))
         self.timers.cancel(RenewTimer(conn))
-        if self.by_client_id.get(session.client_id) == conn:
+        if self.by_client_id.get(session.client_id) == conn:  # (not taken over: nobody resumed it yet)
             del self.by_client_id[session.client_id]
+            if session.native is not None:
+                self._carry((session.native.service, session.client_id), session.carry())
         for key, value in _figures(session).items():
             self.totals[key] += value
+
+    def _carry(self, key: tuple[str, str], carried: list[Carried]) -> None:
+        """Keep what a persistent session had in flight for its next connection, within CARRIED_BYTES_MAX."""
+        self._take_carried(*key)
+        if carried:
+            self.carried[key] = carried
+            self.carried_bytes += sum(len(c.publish.payload) for c in carried)
+        while self.carried_bytes > CARRIED_BYTES_MAX:  # the oldest go (their events come again, new ids)
+            self._take_carried(*next(iter(self.carried)))
+
+    def _take_carried(self, service: str, client_id: str) -> list[Carried]:
+        carried = self.carried.pop((service, client_id), [])
+        self.carried_bytes -= sum(len(c.publish.payload) for c in carried)
+        return carried
 
     def _timeouts(self, now: int, out: list[Effect]) -> None:
         for key in self.timers.pop_due(now):

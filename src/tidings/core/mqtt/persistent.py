@@ -13,7 +13,8 @@ and the SILENCE markers in line with them (`DurableCursor`); that prefix moves t
 checkpoint (core/durable/checkpoint.py), which the session RELEASEs. When the client connects again
 with the same client id, its subscriptions are found by their names and subscribed again: the broker
 delivers what was not acknowledged, again, then the rest (at least once, in each publisher's order),
-with new packet identifiers. A connection with Clean Start 1 ends them (UNSUBSCRIBE, forget).
+those that were in flight taken for the ones the session resends under their packet identifiers
+(core/mqtt/resumption.py). A connection with Clean Start 1 ends them (UNSUBSCRIBE, forget).
 
 A plain data structure: the session (core/mqtt/session.py) feeds it and sends what it returns.
 """
@@ -62,7 +63,7 @@ def parse(name: str, client_id: str) -> tuple[int, Options, str] | None:
         return None
     head, sep, topic_filter = name[len(prefix):].partition(":")
     qos, *flags = head.split(",")
-    if not sep or qos not in ("0", "1") or len(flags) != len(set(flags)):
+    if not sep or qos not in ("0", "1", "2") or len(flags) != len(set(flags)):
         return None
     identifier = None
     for flag in flags:
@@ -86,9 +87,10 @@ class Delivery:
 class DurableCursor:
     """One persistent subscription's acknowledged prefix and its checkpoint."""
 
-    __slots__ = ("checkpoint", "items", "moved")
+    __slots__ = ("checkpoint", "filter", "items", "moved")
 
-    def __init__(self) -> None:
+    def __init__(self, topic_filter: str = "") -> None:
+        self.filter = topic_filter  # its subscription's (a delivery's place: core/mqtt/resumption.py)
         self.checkpoint: Checkpoint | None = None  # SUBSCRIBED's, then after the acknowledged prefix
         self.items: deque[Delivery] = deque()  # deliveries and markers not yet in the checkpoint, in order
         self.moved = False  # the checkpoint moved since the last RELEASE

@@ -51,6 +51,7 @@ from tidings.core.mqtt.limits import ProtocolLimits
 from tidings.core.mqtt.properties import Properties
 from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.mqtt.reason_codes import ReasonCode
+from tidings.core.mqtt.resumption import Carried, Resumed, carry, resend
 from tidings.core.mqtt.retained import RETAINED_PER_SUBSCRIBE_MAX, RetainedFeed, due
 from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag
 from tidings.core.session.client_session import ClientSession, PublishEvent
@@ -86,14 +87,16 @@ class MqttSession:
     def __init__(self, conn: int, now: int, settings: MqttSettings, secure: bool, nonce: bytes,
                  held: Callable[[str, str], list[Held]] = lambda owner, prefix: [],
                  retained: RetainedFeed | None = None, derivations: Derivations | None = None,
-                 source: str = "", qos2_keys: QosTwoKeys | None = None) -> None:
+                 source: str = "", qos2_keys: QosTwoKeys | None = None,
+                 carried: Callable[[str, str], list[Carried]] = lambda service, client_id: []) -> None:
         """`secure`: TLS or a loopback peer (a password may come in plain); `nonce`: fresh random
         bytes for the native handshake's challenge-response; `held(owner, prefix)`: the broker's
         named durable subscriptions of `owner` whose names begin with `prefix` (a persistent session's);
         `retained`: the broker's retained messages (core/mqtt/retained.py; None: Retain Available 0);
         `derivations`: where a password's scrypt is asked for, off the loop and bounded per `source`
         (the peer's address; core/mqtt/derivations.py; None: derived here, for tests); `qos2_keys`: the
-        persistent sessions' QoS 2 keys (core/mqtt/exactly_once.py; None: not kept through a kill -9)."""
+        persistent sessions' QoS 2 keys (core/mqtt/exactly_once.py; None: not kept through a kill -9);
+        `carried(service, client_id)`: what its last connection left in flight (core/mqtt/resumption.py)."""
         self.conn = conn
         self.now = now
         self.wall_us = 0  # the broker's clock, microseconds since the epoch, as the gateway last knew it (0: unknown)
@@ -125,7 +128,7 @@ class MqttSession:
         self.will: p.Will | None = None
         self.qos2_keys = qos2_keys
         self.qos2: ConnectionKeys | None = None  # this connection's QoS 2 keys, from WELCOME on
-        self.connack: tuple[bool, Properties, list[int]] | None = None  # accept held until the keys are saved
+        self.carried, self.resumed = carried, Resumed()  # deliveries of its last connection, resent
         self.will_due = False  # the machine said the will is due
         self.welcomed = False  # the broker admitted the client (its will may be published)
         # figures
@@ -284,6 +287,8 @@ class MqttSession:
 
     def _delivered(self, eff: fx.DeliveryAcked | fx.DeliveryDropped, out: list[Effect]) -> None:
         tag = self.tokens.pop(eff.token, None)
+        if tag is None:  # a delivery resent from the last connection, ended before its event came again
+            self.resumed.ended(eff.token)
         if isinstance(eff, fx.DeliveryDropped) and eff.reason_code == R.QUOTA_EXCEEDED:
             self.close_for(R.QUOTA_EXCEEDED, f"more than {self.settings.deliveries_queued_max} deliveries wait for "
                            "the client", out)  # a persistent session gets them again when it comes back
@@ -344,22 +349,23 @@ class MqttSession:
         offer = Properties(retain_available=None if self._retain_available() else 0,
                            session_expiry_interval_s=None if self.persistent else 0)
         session_present = self.persistent and not self.clean_start and bool(held)
-        qos2 = self.qos2 = None if self.qos2_keys is None else ConnectionKeys(
-            self.qos2_keys, self.native.service, self.client_id, self.persistent, self.clean_start, self.wall_us)
-        self.connack = (session_present, offer, [] if qos2 is None else qos2.awaiting_release())
-        self.state_saved(out, native)  # the CONNACK, unless a clean start's forgetting waits for its save
+        carried = self.carried(self.native.service, self.client_id)  # (taken: a clean start drops it)
+        if self.qos2_keys is None:
+            self._apply(self.machine.accept(self.now, session_present, offer), out, native)
+        else:  # the CONNACK, unless a clean start's forgetting waits for its save
+            self.qos2 = ConnectionKeys(self.qos2_keys, self.native.service, self.client_id, self.persistent,
+                                       self.clean_start, self.wall_us, (session_present, offer))
+            self.state_saved(out, native)
+        if self.persistent and not self.clean_start:  # what the last connection left in flight, again (4.4)
+            effects, self.resumed, self.next_token = resend(self.machine, carried, self.next_token)
+            self._apply(effects, out, native)
+        self._flush(native)
 
     def state_saved(self, out: list[Effect], native: list[bytes]) -> None:
         """The QoS 2 keys were saved (core/mqtt/exactly_once.py): the CONNACK and PUBCOMPs waiting go."""
-        qos2 = self.qos2
-        if self.connack is not None and (qos2 is None or qos2.version <= qos2.keys.saved):
-            session_present, offer, awaiting = self.connack
-            self.connack = None
-            self._apply(self.machine.accept(self.now, session_present, offer, awaiting), out, native)
+        if self.qos2 is not None:
+            self._apply(self.qos2.due(self.machine, self.now), out, native)
             self._flush(native)
-        if qos2 is not None and qos2.releasing:
-            for packet_id, known in qos2.released():
-                self._apply(self.machine.release_done(packet_id, known), out, native)
 
     def _released(self, eff: fx.Released, out: list[Effect], native: list[bytes]) -> None:
         """PUBREL: PUBCOMP once the release is saved (a persistent session's; at once otherwise)."""
@@ -448,8 +454,10 @@ class MqttSession:
         """EVENTS as PUBLISHes: one call on the machine for the run, its packets in one Send."""
         items: list[tuple[int, p.Publish]] = []
         source = None if self.native is None else (self.native.service, self.client_id)
+        resumed, tokens = self.resumed, self.tokens
         for publish, tag in self.subscriptions.deliver(msg, self.level, source, self.wall_us):
-            items.append((self._token(publish, tag), publish))
+            if not resumed.claim(tag, tokens):  # (else resent already, under its packet identifier)
+                items.append((self._token(publish, tag), publish))
         if items:
             self._apply(self.machine.deliver_many(items), out, [])
 
@@ -466,19 +474,24 @@ class MqttSession:
 
     # ---- endings ---------------------------------------------------------------------------------
 
-    def will_frame(self) -> bytes | None:
-        """The connection ended: its will, as the PUBLISH frame the broker logs and delivers (the same
-        checks and rules as any PUBLISH of the client's), when the machine said it is due."""
-        will, native = self.will, self.native
-        if will is None or native is None or not self.will_due or not self.welcomed:
-            return None
-        self.will = None
-        event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos,
-                                                  will.retain and self._retain_available(), properties=will.properties))
-        return None if isinstance(event, bridge.Refused) else native.publish([event])[0][2]
+    def carry(self) -> list[Carried]:
+        """What a persistent session's ended connection had in flight (core/mqtt/resumption.py)."""
+        return carry(self.machine.unfinished()[0], self.tokens, self.resumed) if self.persistent else []
 
     def status(self) -> dict[str, object]:
         return {**self.machine.status(), "conn": self.conn, "client_id": self.client_id, "identity": self.identity,
                 "state": str(self.state), "version": "5.0" if self.level == MQTT_5 else "3.1.1",
                 "persistent": self.persistent, "subscriptions": len(self.subscriptions.subs),
                 "received": self.received, "sent": self.sent}
+
+
+def will_frame(session: MqttSession) -> bytes | None:
+    """The connection ended: its will, as the PUBLISH frame the broker logs and delivers (the same
+    checks and rules as any PUBLISH of the client's), when the machine said it is due."""
+    will, native = session.will, session.native
+    if will is None or native is None or not session.will_due or not session.welcomed:
+        return None
+    session.will = None
+    retain = will.retain and session.retained is not None and session.retained.available
+    event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos, retain, properties=will.properties))
+    return None if isinstance(event, bridge.Refused) else native.publish([event])[0][2]

@@ -3,8 +3,8 @@ answers as SUBACK codes, their events as PUBLISH packets (core/mqtt/session.py c
 
 Each filter of a SUBSCRIBE is one tidings subscription (the pattern of core/mqtt/topics.py, the 5.0
 user property `filter` as its content filter), numbered by the client session codec; its SUBACK goes
-once the broker answered every filter of it (SUBSCRIBED: the QoS granted, 2 at most, 1 in a
-persistent session; ERROR: the reason code of bridge.py's table; 5.0's No Local kept, so its own
+once the broker answered every filter of it (SUBSCRIBED: the QoS granted, the one asked for;
+ERROR: the reason code of bridge.py's table; 5.0's No Local kept, so its own
 messages are not delivered to the connection that published them; its Subscription Identifier goes
 in each PUBLISH it delivers: one PUBLISH per matching subscription, each with its own, as 3.3.4
 allows). A SUBSCRIBE to a filter held replaces its QoS (3.8.4). Its events leave as PUBLISH at
@@ -80,9 +80,8 @@ class MqttSubscriptions:
         identifier = properties.subscription_identifiers[0] if properties.subscription_identifiers else None
         frames: list[bytes] = []
         for i, wanted in enumerate(wanted_filters):
-            # QoS 2 to a clean session; a persistent one is granted 1 (3.8.4) until its QoS 2
-            # deliveries in flight outlive a reconnect with their packet identifiers (docs/mqtt.md)
-            qos = min(wanted.qos, 2 if self.client_id is None else 1)
+            qos = wanted.qos  # (2 at most: the codec's) a persistent session's QoS 2 deliveries in flight
+            # are resent under their packet identifiers after a reconnect (core/mqtt/resumption.py)
             pattern = topics.pattern_of(wanted.filter)
             if isinstance(pattern, topics.TopicRefused):
                 pending.codes[i] = pattern.reason_code
@@ -115,7 +114,7 @@ class MqttSubscriptions:
     def _add(self, entry: MqttSub) -> None:
         self.subs[entry.filter] = self.sub_of[entry.sub] = entry
         if entry.name is not None:
-            entry.durable = DurableCursor()
+            entry.durable = DurableCursor(entry.filter)
 
     def _end(self, native: ClientSession, entry: MqttSub) -> list[bytes]:
         """Unsubscribe `entry` (a persistent one for good)."""
