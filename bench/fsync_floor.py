@@ -10,9 +10,15 @@ broker's data: append one record of `record_bytes` to a file opened for appendin
 (an fsync right after another can be faster or slower than one after an idle millisecond).
 
   python bench/fsync_floor.py [--dir DIR] [--samples 3000] [--rate 1000] [--record-bytes 140]
+                              [--calls fsync,fdatasync,dsync]
 
 bench/run.py calls `measure` once per round before the brokers, in $TIDINGS_BENCH_DIR/runs, and
 records the line with test "fsync" (broker "disk"); summarize.py shows tidings' (d) above it.
+
+`--calls` compares ways of making the append durable, interleaved sample by sample (each in a file
+of its own, the order turned every sample) so that the machine's drift falls on all of them: `fsync`
+(write, then os.fsync: the floor), `fdatasync` (write, then os.fdatasync: the data and the size,
+not the timestamps), `dsync` (one write on a descriptor opened O_DSYNC). One JSON line per call.
 """
 
 from __future__ import annotations
@@ -88,13 +94,63 @@ def measure(directory: str, samples: int = SAMPLES, rate_per_s: float = RATE_PER
     return out
 
 
+CALLS = ("fsync", "fdatasync", "dsync")
+
+
+def compare_calls(directory: str, calls: list[str], samples: int = SAMPLES, rate_per_s: float = RATE_PER_S,
+                  record_bytes: int = RECORD_BYTES) -> list[dict[str, Any]]:
+    """`samples` appends made durable by each of `calls` (from CALLS), interleaved: at each paced
+    slot the next call in turn, the order turned by one every round; each its own fresh file under
+    `directory` (removed after). One summary per call, as `measure`'s."""
+    unknown = [c for c in calls if c not in CALLS]
+    if unknown or not calls:
+        raise ValueError(f"calls must be among {', '.join(CALLS)}: {', '.join(unknown) or 'none given'}")
+    interval_ns = int(1e9 / rate_per_s) if rate_per_s > 0 else 0
+    record = os.urandom(record_bytes)
+    os.makedirs(directory, exist_ok=True)
+    files: dict[str, tuple[int, str]] = {}
+    took: dict[str, list[float]] = {c: [] for c in calls}
+    try:
+        for call in calls:
+            fd, path = tempfile.mkstemp(prefix=f"fsync-floor-{call}-", suffix=".log", dir=directory)
+            os.close(fd)
+            files[call] = (os.open(path, os.O_WRONLY | os.O_APPEND | (os.O_DSYNC if call == "dsync" else 0)), path)
+        t_next = time.perf_counter_ns()
+        for i in range(samples):
+            for call in calls[i % len(calls):] + calls[:i % len(calls)]:
+                if interval_ns:
+                    pause_ns = t_next - time.perf_counter_ns()
+                    if pause_ns > 0:
+                        time.sleep(pause_ns / 1e9)
+                    t_next += interval_ns
+                fd = files[call][0]
+                t0 = time.perf_counter_ns()
+                os.write(fd, record)
+                if call == "fsync":
+                    os.fsync(fd)
+                elif call == "fdatasync":
+                    os.fdatasync(fd)
+                took[call].append((time.perf_counter_ns() - t0) / 1000)
+    finally:
+        for fd, path in files.values():
+            os.close(fd)
+            os.unlink(path)
+    return [{**summary(took[c]), "call": c, "record_bytes": record_bytes, "rate_per_s": rate_per_s,
+             "dir": directory} for c in calls]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default=os.environ.get("TIDINGS_BENCH_DIR", "/tmp/tidings-bench"))
     ap.add_argument("--samples", type=int, default=SAMPLES)
     ap.add_argument("--rate", type=float, default=RATE_PER_S, help="appends per second (0: back to back)")
     ap.add_argument("--record-bytes", type=int, default=RECORD_BYTES)
+    ap.add_argument("--calls", help=f"compare these, interleaved (from {','.join(CALLS)})")
     args = ap.parse_args()
+    if args.calls:
+        for line in compare_calls(args.dir, args.calls.split(","), args.samples, args.rate, args.record_bytes):
+            print(json.dumps(line), flush=True)
+        return
     print(json.dumps(measure(args.dir, args.samples, args.rate, args.record_bytes)), flush=True)
 
 

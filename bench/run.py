@@ -20,7 +20,10 @@ broker reads an auth file with one identity, allowed to publish and subscribe on
 load connection authenticates with its credential: SCRAM, the client's scrypt once per connection,
 before the measured span), tls (the broker serves TLS with a certificate from `tidings tls
 dev-certs`; the loads check it against the CA) and auth+tls. The modes other than plain are
-labelled tidings+auth, tidings+tls, tidings+auth+tls in the results.
+labelled tidings+auth, tidings+tls, tidings+auth+tls in the results. loop is plain with a quiet
+broker's log commits made in its event loop's thread (TIDINGS_SYNC_IN_LOOP=1, aio/storage_worker.py;
+every other mode runs with it off): `--tests d --tidings-modes plain,loop` is the A/B of it in one
+run, the two brokers alternated within each round as the modes are.
 
 With d, each round first measures the disk's own fsync latency (bench/fsync_floor.py: append a small
 record and fsync it, 3,000 times at 1,000/s, in $TIDINGS_BENCH_DIR/runs, the file system of the
@@ -83,7 +86,7 @@ BROKERS = {
 }
 
 
-TIDINGS_MODES = ("plain", "auth", "tls", "auth+tls")
+TIDINGS_MODES = ("plain", "auth", "tls", "auth+tls", "loop")
 BENCH_IDENTITY = "bench"
 
 
@@ -197,8 +200,9 @@ def start_server(name: str, round_no: int, mode: str = "plain") -> Server:
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     broker_opts, load_args, load_env = secure_tidings(mode, conf_dir)
     cmd = [*niced(), "taskset", "-c", SERVER_CPU, *server_command(name, port, data_dir, conf_dir), *broker_opts]
+    env = {**os.environ, "TIDINGS_SYNC_IN_LOOP": "1" if mode == "loop" else "0"}  # tidings' loop commits
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     server = Server(name, proc, port, base, log_path, label, tuple(load_args), load_env)
     if not netutil.wait_port(port, 30.0, alive=lambda: proc.poll() is None):
         stop_server(server)

@@ -1,8 +1,9 @@
 """The storage worker: group commit, and a failing disk reported as such (never as a hang)."""
 
 import threading
+import time
 
-from tidings.aio.storage_worker import StorageWorker, log_state
+from tidings.aio.storage_worker import INLINE_RUN_COMMITS, INLINE_SYNC_NS_MAX, StorageWorker, log_state
 from tidings.core.inputs import TICK_MARKS
 from tidings.storage import EventLog, StorageError
 
@@ -64,3 +65,146 @@ def test_the_log_state_carries_the_tick_marks(tmp_path):
         log.sync()
         state = log_state(log)
         assert state.tick_marks == log.tick_marks(TICK_MARKS) and 8 <= len(state.tick_marks) < TICK_MARKS
+
+
+class _Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now_ns = 10**12
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+def _worker(log, clock, here, thread, failed=lambda exc: None):
+    return StorageWorker(log, lambda t, st: thread.append((t, st)), lambda st: None, failed,
+                         on_synced_here=lambda t, st: here.append((t, st)), clock=clock)
+
+
+def test_a_quiet_worker_commits_in_the_calling_thread(tmp_path):
+    """Append + Sync with the writer idle and its last commit not recent: written, fsynced and
+    reported before `sync` returns, through on_synced_here; the writer hears of nothing."""
+    clock, here, thread = _Clock(), [], []
+    with EventLog.open(tmp_path / "log") as log:
+        worker = _worker(log, clock, here, thread)
+        worker.start()
+        worker.append([(1, b"a"), (2, b"b")])
+        assert here == [] and log.record_count == 0  # held for the Sync
+        worker.sync(7)
+        assert [t for t, _ in here] == [7] and here[0][1] == log_state(log) and here[0][1].last_tick == 2
+        assert worker.syncs == worker.syncs_here == 1
+        clock.now_ns += 500_000  # quiet again
+        worker.append([(3, b"c")])
+        worker.sync(8)
+        assert [t for t, _ in here] == [7, 8] and worker.syncs_here == 2
+        worker.stop()
+        assert thread == []
+        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]
+
+
+def _drained(worker):
+    """Wait (10 s at most) until the writer has done all it was given."""
+    until = time.monotonic() + 10
+    while worker._done != worker._put and time.monotonic() < until:
+        time.sleep(0.01)
+    return worker._done == worker._put
+
+
+def test_sustained_load_goes_to_the_writer_and_back_only_after_quiet_commits(tmp_path):
+    """INLINE_RUN_COMMITS commits in a row that were not quiet: the next ones are the writer's
+    (work it has not done keeps them there, behind it: the log's order is the calls'); the loop
+    takes them again only after INLINE_RUN_COMMITS quiet ones in a row, so the thread that syncs
+    does not change from one commit to the next."""
+    clock, here, thread = _Clock(), [], []
+    saved = tmp_path / "saved"
+    with EventLog.open(tmp_path / "log") as log:
+        worker = _worker(log, clock, here, thread)
+        tick = 0
+        for _ in range(1 + INLINE_RUN_COMMITS):  # the clock does not move: one quiet, then all busy
+            tick += 1
+            worker.append([(tick, b"x")])
+            worker.sync(tick)
+        assert [t for t, _ in here] == list(range(1, tick + 1))
+        worker.append([(tick + 1, b"x")])
+        worker.sync(tick + 1)  # the writer's (not started yet: queued)
+        clock.now_ns += 10**9
+        worker.save(saved, b"state")
+        worker.append([(tick + 2, b"x")])
+        worker.sync(tick + 2)  # quiet, but the writer has work not done: behind it
+        tick += 2
+        assert len(here) == tick - 2 and log.record_count == tick - 2
+        worker.start()
+        assert _drained(worker)
+        assert saved.read_bytes() == b"state" and [t for t, _ in thread] == [tick]  # one group commit
+        for n in range(INLINE_RUN_COMMITS - 1):  # quiet commits, the writer's until there are enough
+            clock.now_ns += 10**9
+            tick += 1
+            worker.append([(tick, b"x")])
+            worker.sync(tick)
+            assert _drained(worker)
+            assert thread[-1][0] == tick, f"quiet commit {n + 2} was not the writer's"
+        clock.now_ns += 10**9
+        worker.append([(tick + 1, b"x")])
+        worker.sync(tick + 1)  # INLINE_RUN_COMMITS quiet ones in a row: the loop's again
+        assert here[-1][0] == tick + 1
+        worker.stop()
+        assert [t for t, _ in log.read(0, 1 << 20)] == list(range(1, tick + 2))
+
+
+def test_a_failing_sync_here_is_reported_and_leaves_the_rest_to_the_writer(tmp_path):
+    clock, here, thread, failures = _Clock(), [], [], []
+    log = EventLog.open(tmp_path / "log")
+    real_sync = log.sync
+
+    def broken_sync():
+        raise StorageError("fsync failed: EIO")
+
+    log.sync = broken_sync  # type: ignore[method-assign]
+    worker = _worker(log, clock, here, thread, failures.append)
+    worker.append([(1, b"a")])
+    worker.sync(1)
+    assert here == [] and len(failures) == 1 and "EIO" in str(failures[0])
+    clock.now_ns += 10**9
+    worker.append([(2, b"b")])
+    worker.sync(2)  # never here again after a failure: the writer has it
+    assert here == [] and worker.syncs_here == 0
+    log.sync = real_sync  # type: ignore[method-assign]
+    worker.start()
+    worker.stop()
+    assert [t for t, _ in thread] == [2] and here == []
+    log.close()
+
+
+def test_a_slow_fsync_leaves_the_next_commits_to_the_writer(tmp_path):
+    """A commit here whose fsync brought the fsyncs' moving average (1/8 each) to INLINE_SYNC_NS_MAX:
+    the loop is not frozen by the next one, which the writer makes; a quick fsync there brings the
+    average under it, and the loop commits again."""
+    clock, here, thread = _Clock(), [], []
+    with EventLog.open(tmp_path / "log") as log:
+        real_sync = log.sync
+
+        def slow_sync():
+            clock.now_ns += 8 * INLINE_SYNC_NS_MAX
+            real_sync()
+
+        log.sync = slow_sync  # type: ignore[method-assign]
+        worker = _worker(log, clock, here, thread)
+        worker.append([(1, b"a")])
+        worker.sync(1)
+        clock.now_ns += 10**9
+        worker.append([(2, b"b")])
+        worker.sync(2)  # quiet, but the disk was slow: the writer's
+        assert [t for t, _ in here] == [1] and log.record_count == 1
+        log.sync = real_sync  # type: ignore[method-assign]
+        worker.start()
+        until = time.monotonic() + 10
+        while worker._done != worker._put and time.monotonic() < until:  # the writer through its work
+            time.sleep(0.01)
+        assert [t for t, _ in thread] == [2]
+        clock.now_ns += 10**9
+        worker.append([(3, b"c")])
+        worker.sync(3)  # the writer's fsync was quick: here again
+        worker.stop()
+        assert [t for t, _ in here] == [1, 3]
+        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]

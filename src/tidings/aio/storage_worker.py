@@ -13,6 +13,28 @@ hears of the sync as soon as the fsync returns: at 1,000 events/s log_state took
 turn's work for one wake at its end was measured slower (bench/handoff_micro.py and
 docs/benchmarks.md: the writer woken early is through its wake-up by the time the loop lets go of
 the GIL).
+
+A quiet broker's commit in the loop's own thread (`on_synced_here`; the broker passes it only with
+TIDINGS_SYNC_IN_LOOP=1, aio/server.py: see the last paragraph). Once the writer has finished
+everything handed to it and the last INLINE_RUN_COMMITS commits were quiet (each started at least
+INLINE_QUIET_NS after the one before ended), the commits are the loop's: an Append is
+held and the Sync that follows it (the intake hands them over together) writes and fsyncs it in
+the calling thread, then reports through `on_synced_here` there and then: no wake-up of the
+writer, no GIL passed back and forth, and the ACK and the deliveries leave in the same loop turn
+as the PUBLISH. They stay the loop's until INLINE_RUN_COMMITS in a row each started less than
+INLINE_QUIET_NS after the last one ended (sustained load: the writer's group commit then keeps
+the disk and the loop working at once), so the thread that syncs changes seldom. The log is
+still written by one thread at a time: the loop takes it only while everything put on the queue
+has been done (`_put` and `_done`, each written by one thread only), and holds
+every later piece of work back behind its own until that is done. At 1,000 events/s this took the
+hand-offs (about 30 us p50 and 6 context switches per event, docs/benchmarks.md "(d) above the
+disk's fsync") off the path in bench/handoff_micro.py. It is for a quick disk only: while the
+fsync runs the loop serves nothing else. So the fsyncs' recent length is kept (a moving average,
+each new one weighing 1/8), and while it is `INLINE_SYNC_NS_MAX` or more every commit is the
+writer's: a stalling disk holds the loop (the overlay's keep-alives, other connections) for one
+fsync at most. Even so, on a saturated shared machine (load 9-19, fsyncs of 4-6 ms) brokers with
+it gave (d) p50s several times those without it, in most alternated pairs (docs/benchmarks.md,
+stop 24), and no quiet machine was at hand to show its gain in the broker: hence off by default.
 """
 
 from __future__ import annotations
@@ -21,6 +43,7 @@ import logging
 import pathlib
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -32,6 +55,10 @@ from tidings.storage.files import StorageError, write_atomically
 
 _STOP = object()
 SAVE_WAIT_POLL_S = 1.0  # a waiting save looks this often whether the worker is still alive
+INLINE_QUIET_NS = 500_000  # a commit that starts this long after the last one ended is a quiet one
+INLINE_RUN_COMMITS = 8  # the loop takes the commits after this many quiet ones in a row, gives them back
+# to the writer after this many in a row that were not
+INLINE_SYNC_NS_MAX = 1_000_000  # ... and only while the fsyncs' moving average is below this (a quick disk)
 
 
 def log_state(log: EventLog) -> LogState:
@@ -67,38 +94,112 @@ def restore_dedup(window: DedupWindow, log: EventLog, now_us: int) -> int:
 
 class StorageWorker:
     def __init__(self, log: EventLog, on_synced: Callable[[int, LogState], object],
-                 on_retained: Callable[[LogState], object], on_failed: Callable[[BaseException], object]) -> None:
+                 on_retained: Callable[[LogState], object], on_failed: Callable[[BaseException], object],
+                 on_synced_here: Callable[[int, LogState], object] | None = None,
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+        """`on_synced` is called in the writer's thread; `on_synced_here`, when given, reports a
+        quiet broker's commit made in the calling thread (the module's docstring); None: every
+        commit is the writer's. `clock`: monotonic ns, for the quiet test."""
         self.log = log
         self._on_synced = on_synced
+        self._on_synced_here = on_synced_here
+        self._clock = clock
         self._on_retained = on_retained
         self._on_failed = on_failed
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="tidings-log-writer", daemon=True)
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidings-log-reader")
         self.syncs = 0
+        self.syncs_here = 0  # of `syncs`, the commits made in the calling thread
         self._stopping = False
+        self._put = 0  # work put on the queue (by the calling thread only)
+        self._done = 0  # of it, the work the writer has finished (by the writer only)
+        self._held: list[tuple[list[tuple[int, bytes]], list[bytes] | None]] = []  # Appends for a Sync here
+        self._last_commit_ns = clock() - INLINE_QUIET_NS  # when the last commit ended
+        self._in_loop = False  # the commits are the loop's (until the load is sustained), not the writer's
+        self._quiet_run = INLINE_RUN_COMMITS  # the last commits in a row that were quiet (a new log: idle)
+        self._busy_run = 0  # the last commits in a row that were not
+        self._sync_ns_avg = 0  # the fsyncs' recent length: a moving average, each new one weighing 1/8
 
     def start(self) -> None:
         self._thread.start()
 
     def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
-        self._queue.put(("append", (records, keys)))
+        if self._on_synced_here is not None and (self._held or self._loop_commits()):
+            self._held.append((records, keys))  # for the Sync that follows, made here
+            return
+        self._put_work(("append", (records, keys)))
 
     def sync(self, token: int) -> None:
-        self._queue.put(("sync", token))
+        if self._held:  # held by `append` for this: any other work put since has taken them to the writer
+            self._commit_here(token)
+        else:
+            self._put_work(("sync", token))
 
     def retain(self, now_us: int, bytes_max: int, age_us: int) -> None:
-        self._queue.put(("retain", (now_us, bytes_max, age_us)))
+        self._put_work(("retain", (now_us, bytes_max, age_us)))
 
     def release(self, through: int) -> None:
         """The release protocol's ReleaseLog: drop the whole segments at or below `through`."""
-        self._queue.put(("release", through))
+        self._put_work(("release", through))
+
+    def _loop_commits(self) -> bool:
+        """Whether the next commit is the loop's: the writer has done all it was given and the disk
+        is quick, and the loop has the commits already (until INLINE_RUN_COMMITS in a row were
+        not quiet) or the last INLINE_RUN_COMMITS were quiet. Which thread syncs changes seldom:
+        fsyncs from two threads taking turns were measured several times slower than one
+        thread's back to back (docs/benchmarks.md, stop 24)."""
+        if (self._done != self._put or self._stopping or self._sync_ns_avg >= INLINE_SYNC_NS_MAX
+                or self._busy_run >= INLINE_RUN_COMMITS):
+            self._in_loop = False
+        elif self._quiet_run >= INLINE_RUN_COMMITS:
+            self._in_loop = True
+        return self._in_loop
+
+    def _put_work(self, item: Any) -> None:
+        """Hand `item` to the writer, after any Appends held for a commit here (the order holds)."""
+        if self._held:
+            for held in self._held:
+                self._put += 1
+                self._queue.put(("append", held))
+            self._held.clear()
+        self._put += 1
+        self._queue.put(item)
+
+    def _commit_here(self, token: int) -> None:
+        """The held Appends written and fsynced in this thread, reported through `on_synced_here`."""
+        report = self._on_synced_here
+        assert report is not None
+        held, self._held = self._held, []
+        try:
+            for records, keys in held:
+                self.log.append(records, keys)
+            state = log_state(self.log)
+            self._timed_sync()
+        except BaseException as exc:  # a failing disk stops the broker, as in the writer
+            self._on_synced_here = None  # never here again: what follows is the writer's to fail
+            self._on_failed(exc)
+            return
+        self.syncs_here += 1
+        report(token, state)
+
+    def _timed_sync(self) -> None:
+        """The log's fsync, its end and its length noted (either thread: the other is not in it)."""
+        began = self._clock()
+        if began - self._last_commit_ns >= INLINE_QUIET_NS:
+            self._quiet_run, self._busy_run = self._quiet_run + 1, 0
+        else:
+            self._quiet_run, self._busy_run = 0, self._busy_run + 1
+        self.log.sync()
+        self.syncs += 1
+        self._last_commit_ns = self._clock()
+        self._sync_ns_avg += (self._last_commit_ns - began - self._sync_ns_avg) // 8
 
     def save(self, path: pathlib.Path, data: bytes, wait: bool = False) -> None:
         """Replace `path` with `data` atomically (SaveDurable), in order with the other saves; with
         `wait`, return once it is on disk (or the worker has failed, which stops the broker)."""
         done = threading.Event() if wait else None
-        self._queue.put(("save", (path, data, done)))
+        self._put_work(("save", (path, data, done)))
         while done is not None and not done.wait(SAVE_WAIT_POLL_S) and self._thread.is_alive():
             pass
 
@@ -122,7 +223,7 @@ class StorageWorker:
     def stop(self) -> None:
         """Finish queued work, then stop the thread (pending syncs complete first)."""
         self._stopping = True
-        self._queue.put(_STOP)
+        self._put_work(_STOP)
         self._thread.join()
         self._readers.shutdown(wait=True)
 
@@ -145,6 +246,7 @@ class StorageWorker:
                 self._housekeeping(kind, arg)
             elif self._group_commit(arg):
                 return
+            self._done += 1  # after the work: until then the calling thread leaves the log alone
 
     def _group_commit(self, token: int) -> bool:
         """Write every Append already queued behind a Sync, then one fsync; the other work taken
@@ -152,6 +254,7 @@ class StorageWorker:
         q = self._queue
         later: list[tuple[str, Any]] = []
         stop = False
+        taken = 0
         while True:
             try:
                 more = q.get_nowait()
@@ -160,6 +263,7 @@ class StorageWorker:
             if more is _STOP:
                 stop = True
                 break
+            taken += 1
             if more[0] == "append":
                 self.log.append(*more[1])
             elif more[0] == "sync":
@@ -167,11 +271,11 @@ class StorageWorker:
             else:
                 later.append(more)
         state = log_state(self.log)  # as after the fsync, which changes none of it: off the path
-        self.log.sync()
-        self.syncs += 1
+        self._timed_sync()
         self._on_synced(token, state)
         for kind, arg in later:
             self._housekeeping(kind, arg)
+        self._done += taken
         return stop
 
     def _housekeeping(self, kind: str, arg: Any) -> None:

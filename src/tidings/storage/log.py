@@ -31,11 +31,12 @@ segment's newest record is older than the age limit. It persists the new `releas
 atomically before deleting any file, so a tick is never missing from the log without being
 recorded as released. The active segment is never removed, so `last_tick` never goes backwards.
 
-Threads. One writer thread calls `append`, `sync`, `enforce_retention`, `release_through` (the
-caller's released prefix, same removal) and `close`; any thread may call `read` and the
-properties. A segment's visible end (`Segment.size`) moves only after its bytes are written,
-under a lock held for a few assignments; readers read below the end they saw, from a descriptor
-they pinned, so they never see a torn record and never read a recycled descriptor.
+Threads. One thread at a time calls `append`, `sync`, `enforce_retention`, `release_through`
+(the caller's released prefix, same removal) and `close` (aio/storage_worker.py may hand the log
+between its writer and a quiet broker's loop); any thread may call `read` and the properties.
+A segment's visible end (`Segment.size`) moves only after its bytes are written, under a lock
+held for a few assignments; readers read below the end they saw, from a descriptor they pinned,
+so they never see a torn record and never read a recycled descriptor.
 `read` may return records that are written but not yet synced: bound it with `through_tick`.
 
 Releases racing with reads. A reader that reaches a segment retention has just removed still reads

@@ -103,6 +103,7 @@ from tidings.core.reliability.effects import (
     SendToChild,
 )
 from tidings.core.reliability.node import Held, NodeEffect, ReliabilityConfig, ReliabilityNode
+from tidings.core.share.wire import SHARE_TYPES, ShareArrived, arrived, routed
 from tidings.core.wire.frames import FrameDecoder
 from tidings.core.wire.types import BrokerType, Layer, OverlayType
 
@@ -114,13 +115,13 @@ RELIABILITY_UPCALLS = (EventArrived, ChildAdded, ParentSuspected, TreeActivated,
 PeerInput = Received | ConnectionLost | Connected | ConnectFailed | SendBlocked | SendDrained
 
 # the reliability node's effects once what it asks of Scribe is carried out (`_asked`)
-Asked = PeerSend | DeliverRecords | Lost | Recorded | MovedAway | Effect
+Asked = PeerSend | DeliverRecords | Lost | Recorded | MovedAway | Effect | ShareArrived
 # what the machines hand the member to settle (`_settle`)
 Settled = OverlayEffect | ScribeEffect | Asked | DirectoryEffect
 # what the member hands on: to the broker (remote events, their losses, PFS records, durable moves,
 # access lists) and to the runtime (Effect); without links (the message-level simulator) the
 # peers' sends and probes, and without guaranteed delivery Scribe's upcalls and deliveries, too
-ClusterEffect = (Effect | DeliverRecords | Lost | Recorded | MovedAway | AccessChanged | PeerSend | Probe
+ClusterEffect = (Effect | DeliverRecords | Lost | Recorded | MovedAway | AccessChanged | PeerSend | Probe | ShareArrived
                  | DeliverLocal | EventArrived | EventForwarded | ChildAdded | ParentSuspected | TreeActivated | Join)
 # what the broker hands `settle`: the reliability node's effects, with what the member already
 # output for the same request (a tree joined beside a subscription's streams) to pass on in order
@@ -226,6 +227,8 @@ class ClusterMember:
             return self._settle(now, self._asked(now, self.reliability.received(now, sender, message)))
         if kind == BrokerType.DIRECTORY and self.directory is not None:
             return self._settle(now, self.directory.received(now, sender, message))
+        if kind in SHARE_TYPES:  # MQTT shared subscriptions' messages, for the broker (core/share/wire.py)
+            return [arrived(sender, message)]
         raise ProtocolError(UNKNOWN_MESSAGE, f"unknown peer message type {kind!r}")
 
     def rtt_measured(self, now: int, address: str, rtt_ns: int) -> list[ClusterEffect]:
@@ -414,6 +417,8 @@ class ClusterMember:
 
     def _route(self, now: int, message: RouteMessage) -> list[ClusterEffect]:
         decision = self.overlay.route_step(now, message)
+        if message.payload and message.payload[0] in SHARE_TYPES:  # to the key's node, not Scribe's (core/share/)
+            return self._settle(now, routed(self.overlay, message, decision))
         if isinstance(decision, Deliver):
             return self._settle(now, self._told(self.scribe.on_deliver(now, decision)))
         effects, onward = self.scribe.on_forward(now, decision)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tidings.core.mqtt.decode import decode_body
+from tidings.core.mqtt.decode import PublishFields, decode_body, publish_fields
 from tidings.core.mqtt.fields import read_vbi
 from tidings.core.mqtt.packet_type import MQTT_5, PacketType
 from tidings.core.mqtt.packets import Connect, Packet
@@ -34,6 +34,8 @@ from tidings.core.wire.held import HeldBytes
 
 FIXED_HEADER_BYTES_MAX: Final = 5  # the type byte and a four-byte remaining length
 PACKET_BYTES_MAX: Final = 1 + 4 + 268_435_455  # the largest packet the encoding can express
+PUBACK_FIRST: Final = PacketType.PUBACK << 4  # a PUBACK's first byte (its flags 0000)
+PUBACK_BYTES: Final = 4  # a PUBACK of a packet id alone
 # the fixed header's flags every type but PUBLISH must carry (2.1.3)
 _FLAGS_0010: Final = (PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE)
 REQUIRED_FLAGS: Final[dict[int, int]] = {t: (0x02 if t in _FLAGS_0010 else 0) for t in PacketType
@@ -103,6 +105,54 @@ class PacketDecoder(HeldBytes[Refusal]):
         if version is None and isinstance(packet, Connect):
             self.version = packet.protocol_level
         return packet
+
+    def take_publishes(self) -> list[PublishFields]:
+        """The run of whole PUBLISH packets at the head of what is held, as their fields (no Publish
+        built: core/mqtt/publish_run.py reads a client's PUBLISHes so). It stops before any other
+        packet, one not yet whole, and one to be refused: `pull` then gives (or refuses) it as it
+        would have. Only once the protocol level is known."""
+        version = self.version
+        if self.failure is not None or version is None:
+            return []
+        buf = self._buffer
+        pos = self._pos
+        end = len(buf)
+        out: list[PublishFields] = []
+        while end - pos >= 2 and buf[pos] >> 4 == PacketType.PUBLISH:
+            length = buf[pos + 1]
+            body_at = pos + 2
+            try:
+                if length >= 0x80:
+                    length, body_at = read_vbi(buf, pos + 1, end, "remaining length")
+                stop = body_at + length
+                if body_at < 0 or stop > end or stop - pos > self.packet_bytes_max:
+                    break
+                out.append(publish_fields(buf, body_at, stop, buf[pos] & 0x0F, version))
+            except Refusal:
+                break
+            pos = stop
+        self._pos = pos
+        self.held_bytes = end - pos
+        return out
+
+    def take_pubacks(self) -> list[int]:
+        """The packet identifiers of the run of PUBACKs without a reason code (four bytes each: 3.4.2.1)
+        at the head of what is held, as `take_publishes` reads PUBLISHes; any other, `pull` gives."""
+        if self.failure is not None or self.version is None or self.packet_bytes_max < PUBACK_BYTES:
+            return []
+        buf = self._buffer
+        pos = self._pos
+        end = len(buf)
+        out: list[int] = []
+        while end - pos >= PUBACK_BYTES and buf[pos] == PUBACK_FIRST and buf[pos + 1] == 2:
+            pid = (buf[pos + 2] << 8) | buf[pos + 3]
+            if not pid:
+                break
+            out.append(pid)
+            pos += PUBACK_BYTES
+        self._pos = pos
+        self.held_bytes = end - pos
+        return out
 
     def take(self) -> list[Packet]:
         """Every whole packet held; see `failure` afterwards."""

@@ -132,44 +132,53 @@ def _connack(r: Reader, flags: int, version: int) -> Connack:
     return Connack(bool(ack_flags), code, props)
 
 
+# a PUBLISH's fields in Publish's order: (topic, payload, qos, retain, dup, packet id, properties)
+PublishFields = tuple[str, bytes, int, bool, bool, int | None, Properties]
+
+
 def decode_publish(body: bytes, flags: int, version: int) -> Publish:
-    """PUBLISH, read straight from its body: the packet of the hot path (the same rules as the
-    Reader's, without a call per field)."""
+    """PUBLISH, read straight from its body: the packet of the hot path."""
+    return Publish(*publish_fields(body, 0, len(body), flags, version))
+
+
+def publish_fields(buf: bytes | bytearray, start: int, stop: int, flags: int, version: int) -> PublishFields:
+    """The fields of the PUBLISH whose body is `buf[start:stop]`, read in place (the same rules as
+    the Reader's, without a call per field, nor a Publish built: a run of them is read so by
+    core/mqtt/codec.py `take_publishes`)."""
     qos = (flags >> 1) & 0x03
     dup = bool(flags & 0x08)
     if qos == 3:
         raise malformed("PUBLISH QoS 3")
     if dup and not qos:
         raise malformed("PUBLISH with DUP at QoS 0")
-    end = len(body)
-    pos = 2 + ((body[0] << 8) | body[1] if end >= 2 else end)
-    if pos > end:
+    pos = start + 2 + ((buf[start] << 8) | buf[start + 1]) if stop - start >= 2 else stop + 2
+    if pos > stop:
         raise malformed("topic name: the packet ends early")
     try:
-        topic = body[2:pos].decode("utf-8")
+        topic = buf[start + 2:pos].decode("utf-8")
     except UnicodeDecodeError:
         raise malformed("topic name is not well-formed UTF-8") from None
     if "\x00" in topic:
         raise malformed("topic name holds U+0000")
     packet_id = None
     if qos:
-        if pos + 2 > end:
+        if pos + 2 > stop:
             raise malformed("PUBLISH packet identifier: the packet ends early")
-        packet_id = (body[pos] << 8) | body[pos + 1]
+        packet_id = (buf[pos] << 8) | buf[pos + 1]
         if not packet_id:
             raise malformed("PUBLISH has packet identifier 0")
         pos += 2
     props = NO_PROPERTIES
     if version == MQTT_5:
-        if pos < end and body[pos] == 0:
+        if pos < stop and buf[pos] == 0:
             pos += 1
         else:
-            r = Reader(body, pos)
+            r = Reader(bytes(buf[pos:stop]))
             props = read_properties(r, P.PUBLISH)
-            pos = r.pos
+            pos += r.pos
     if not topic or "+" in topic or "#" in topic:
         _bad_topic(topic, props, version)
-    return Publish(topic, body[pos:], qos, bool(flags & 0x01), dup, packet_id, props)
+    return topic, bytes(buf[pos:stop]), qos, bool(flags & 0x01), dup, packet_id, props
 
 
 def _bad_topic(topic: str, props: Properties, version: int) -> None:

@@ -25,12 +25,15 @@ from tidings.core.mqtt import effects as fx
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.aliases import OutboundAliases
 from tidings.core.mqtt.encode import encode, publish_bytes
+from tidings.core.mqtt.fields import vbi
 from tidings.core.mqtt.inflight import Deliveries, Delivery
 from tidings.core.mqtt.packet_type import MQTT_5, PacketType
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
 from tidings.core.mqtt.reason_codes import ReasonCode
 
 R = ReasonCode
+Plain = tuple[str, bytes, int]  # a delivery without properties nor retain: (topic, payload, qos)
+TOPIC_HEADS_MAX = 1024  # topics whose bytes a connection keeps (`DeliveryFlow.heads`)
 PROBLEM_FREE = (PacketType.PUBLISH, PacketType.CONNACK, PacketType.DISCONNECT)  # 3.1.2.11.7
 
 
@@ -59,9 +62,10 @@ class Outgoing:
 
 
 class DeliveryFlow:
-    __slots__ = ("aliases", "deliveries", "outgoing")
+    __slots__ = ("aliases", "deliveries", "heads", "outgoing")
 
     def __init__(self, outgoing: Outgoing, deliveries: Deliveries, aliases: OutboundAliases) -> None:
+        self.heads: dict[str, bytes] = {}  # a topic's bytes in a PUBLISH without properties, by topic
         self.outgoing = outgoing
         self.deliveries = deliveries
         self.aliases = aliases
@@ -78,15 +82,25 @@ class DeliveryFlow:
         self.deliveries.add(token, publish)
         return self.flush()
 
-    def deliver_many(self, items: list[tuple[int, p.Publish]]) -> list[fx.MqttEffect]:
+    def deliver_many(self, items: list[tuple[int, p.Publish | Plain]]) -> list[fx.MqttEffect]:
         """`deliver` of each (token, publish) in order, the packets sent joined (a Send between other
         effects): QoS 1 and 2 queued together and the window filled once, before a QoS 0 one goes
-        (so the order holds) and when the queue is full (so the bound is `deliver`'s)."""
+        (so the order holds) and when the queue is full (so the bound is `deliver`'s). A `Plain`
+        one (topic, payload, qos: no properties, no retain) is what its Publish would be."""
         out: list[fx.MqttEffect] = []
         data: list[bytes] = []
         deliveries = self.deliveries
         queued = False
-        for token, publish in items:
+        for token, item in items:
+            if isinstance(item, tuple):  # Plain: a QoS 0 one encoded at once, a QoS 1 one as its Publish
+                if not item[2] and not queued and not self.aliases.maximum:
+                    sent = self._plain_bytes(item[0], item[1])
+                    if sent is not None:
+                        data.append(sent)
+                        continue
+                publish = p.Publish(*item)
+            else:
+                publish = item
             if publish.qos and not deliveries.full():
                 deliveries.add(token, publish)
                 queued = True
@@ -100,6 +114,20 @@ class DeliveryFlow:
         if data:
             out.append(fx.Send(b"".join(data)))
         return out
+
+    def _plain_bytes(self, topic: str, payload: bytes) -> bytes | None:
+        """A QoS 0 PUBLISH without properties nor alias, its topic's bytes made once per topic (None:
+        over the client's Maximum Packet Size, for `deliver` to drop)."""
+        head = self.heads.get(topic)
+        if head is None:
+            raw = topic.encode("utf-8")
+            head = len(raw).to_bytes(2, "big") + raw + (b"\x00" if self.outgoing.version == MQTT_5 else b"")
+            if len(self.heads) >= TOPIC_HEADS_MAX:
+                self.heads.clear()
+            self.heads[topic] = head
+        size = len(head) + len(payload)
+        data = b"".join((b"\x30", vbi(size), head, payload))
+        return data if len(data) <= self.outgoing.packet_bytes_max else None
 
     @staticmethod
     def _join(effects: list[fx.MqttEffect], out: list[fx.MqttEffect], data: list[bytes]) -> None:
@@ -163,7 +191,12 @@ class DeliveryFlow:
         return [fx.DeliveryAcked(d.token, code), *self.flush()]
 
     def puback(self, packet: p.Puback) -> list[fx.MqttEffect]:
-        return self._done(self.deliveries.acked(packet.packet_id), packet.reason_code)
+        return self.acked(packet.packet_id, packet.reason_code)
+
+    def acked(self, packet_id: int, code: int = 0) -> list[fx.MqttEffect]:
+        """PUBACK `packet_id` (a run of them: core/mqtt/publish_run.py): the delivery it ends, and what
+        the window then lets go."""
+        return self._done(self.deliveries.acked(packet_id), code)
 
     def pubrec(self, packet: p.Pubrec) -> list[fx.MqttEffect]:
         """PUBREC: PUBREL (0x92 if we know no such delivery, 4.3.3), or the end of a refused one."""

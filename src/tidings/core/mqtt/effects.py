@@ -68,6 +68,19 @@ class Published:
     packet_id: int | None
 
 
+# a plain PUBLISH of a run: (topic, payload, qos 0 or 1, retain, packet id: None at QoS 0)
+PlainPublish = tuple[str, bytes, int, bool, int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedRun:
+    """PUBLISHes read in one pass (core/mqtt/publish_run.py), each what a `Published` would say of
+    it with no properties: QoS 0 or 1, topic as sent (no alias), a QoS 1 one new (not a retry).
+    The broker side answers each QoS 1 one with `publish_done(packet_id)`, as for `Published`."""
+
+    items: list[PlainPublish]
+
+
 @dataclass(frozen=True, slots=True)
 class Subscribed:
     """A SUBSCRIBE: answer `suback(packet_id, codes)`, one code per filter in order."""
@@ -130,5 +143,5 @@ class Disconnected:
 
 SESSION_NEVER_EXPIRES = 0xFFFFFFFF  # 5.0's largest Session Expiry Interval: no expiry (3.1.2.11.2)
 
-MqttEffect = (Send | Close | Connected | Published | Subscribed | Unsubscribed | DeliveryAcked | DeliveryDropped
-              | Released | Disconnected)
+MqttEffect = (Send | Close | Connected | Published | PublishedRun | Subscribed | Unsubscribed | DeliveryAcked
+              | DeliveryDropped | Released | Disconnected)

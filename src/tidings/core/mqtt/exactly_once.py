@@ -241,6 +241,11 @@ class ConnectionKeys:
             out += machine.release_done(packet_id, known)
         return out
 
+    def pubrel(self, packet_id: int, known: bool, machine: MqttConnection, now: int) -> list[MqttEffect]:
+        """PUBREL: its release, and what is now due (its PUBCOMP at once where nothing waits for a save)."""
+        self.release(packet_id, known)
+        return self.due(machine, now)
+
     def release(self, packet_id: int, known: bool) -> None:
         version = self.keys.release(self.scoped, packet_id) if self.keyed else self.keys.saved
         self.releasing.append((version, packet_id, known))

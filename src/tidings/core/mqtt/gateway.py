@@ -40,8 +40,12 @@ from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttS
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.resumption import CARRIED_BYTES_MAX, Carried
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
-from tidings.core.mqtt.session import OPEN, MqttSession, will_frame
+from tidings.core.mqtt.session import OPEN, MqttSession, status_of
 from tidings.core.mqtt.subscriptions import Held
+from tidings.core.mqtt.will import will_frame
+from tidings.core.share import gateway as shares
+from tidings.core.share.hub import ShareHub
+from tidings.core.share.wire import ShareArrived
 
 NONCE_BYTES = 24
 SESSIONS_REPORTED_MAX = 256  # MQTT connections listed one by one in the status
@@ -117,6 +121,7 @@ class MqttGateway:
         self.totals = {"packets_received": 0, "packets_sent": 0, "publishes_received": 0,
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
         self.retained = RetainedFeed(f"broker-{nonce(6).hex()}")  # retained messages (core/mqtt/retained.py)
+        self.shares = ShareHub(may_subscribe=shares.access(broker))  # shared subscriptions (core/share/)
         self.qos2_keys = QosTwoKeys(broker.dedup, saved_state)  # QoS 2 through a kill -9 (core/mqtt/exactly_once.py)
         self.saving: set[int] = set()  # sessions with a CONNACK or PUBCOMP waiting for a save
         self.carried: dict[tuple[str, str], list[Carried]] = {}  # persistent sessions away: what they had in
@@ -157,7 +162,7 @@ class MqttGateway:
 
     def derived(self, inp: KeyDerived) -> list[Effect]:
         """A derivation is done: its session answers the broker's CHALLENGE with it."""
-        self.now = inp.now
+        self.now = self.shares.now = inp.now
         self.derivations.done(inp.conn)
         out: list[Effect] = []
         session = self.sessions.get(inp.conn)
@@ -166,12 +171,13 @@ class MqttGateway:
             session.derived(inp.ticket, inp.salted, out, native)
             self._to_broker(session, native, out)
             self._arm(session)
+        shares.run(self, out)
         return out
 
     # ---- inputs ----------------------------------------------------------------------------------
 
     def handle(self, inp: Input) -> list[Effect]:
-        self.now = inp.now
+        self.now = self.shares.now = inp.now
         if isinstance(inp, Received | TimerFired) and inp.wall_us:
             self.wall_us = inp.wall_us
         out: list[Effect] = []
@@ -184,6 +190,7 @@ class MqttGateway:
             session = self.sessions.get(inp.conn)
             if session is not None:
                 self._from_client(session, inp.data, out)
+                shares.run(self, out)
                 return out
         elif kind is Accepted:
             assert isinstance(inp, Accepted)
@@ -191,8 +198,8 @@ class MqttGateway:
             if expected is not None:
                 self.accepted += 1
                 session = MqttSession(inp.conn, inp.now, self.settings, expected[0], self.nonce(NONCE_BYTES),
-                                      self._held, self.retained, self.derivations, expected[1], self.qos2_keys,
-                                      self._take_carried)
+                                      self._held, self.retained, self.derivations, expected[1], self.shares,
+                                      qos2_keys=self.qos2_keys, carried=self._take_carried)
                 self.sessions[inp.conn] = session
                 self._arm(session)
         elif kind is ConnectionLost:
@@ -201,10 +208,12 @@ class MqttGateway:
         self._to_client(self.broker.handle(inp), out)
         if kind is TimerFired:
             self._timeouts(inp.now, out)
+        shares.run(self, out)
         return out
 
     def next_deadline(self) -> int | None:
-        deadlines = [d for d in (self.broker.next_deadline(), self.timers.next_deadline()) if d is not None]
+        deadlines = [d for d in (self.broker.next_deadline(), self.timers.next_deadline(),
+                                 self.shares.next_deadline()) if d is not None]
         return min(deadlines) if deadlines else None
 
     def _from_client(self, session: MqttSession, data: bytes, out: list[Effect]) -> None:
@@ -236,11 +245,17 @@ class MqttGateway:
         """The broker's effects: an MQTT connection's Sends through its session, the rest as they are."""
         sessions = self.sessions
         for eff in effects:
-            if isinstance(eff, Send | Disconnect) and eff.conn == RETAINED_CONN:
-                self._feed(eff, out)
+            if isinstance(eff, Send | Disconnect) and eff.conn < 0:  # the retained feed's, a share group's
+                if eff.conn == RETAINED_CONN:
+                    self._feed(eff, out)
+                else:
+                    shares.taken(self, eff)
                 continue
             if type(eff) is not Send or (session := sessions.get(eff.conn)) is None:
-                out.append(eff)
+                if isinstance(eff, ShareArrived):  # a shared subscription's message (core/share/)
+                    shares.taken(self, eff)
+                else:
+                    out.append(eff)
                 continue
             native: list[bytes] = []
             session.wall_us = self.wall_us
@@ -303,6 +318,7 @@ class MqttGateway:
         if session is None:
             return
         session.lost()
+        self.shares.gone(conn)
         will = will_frame(session)
         if will is not None:
             self.wills_published += 1
@@ -332,6 +348,7 @@ class MqttGateway:
         return carried
 
     def _timeouts(self, now: int, out: list[Effect]) -> None:
+        self.shares.handle_timeout(now)
         for key in self.timers.pop_due(now):
             if key.conn == RETAINED_CONN:
                 renew = self.retained.renew()
@@ -360,9 +377,9 @@ class MqttGateway:
                 figures[key] += value
         open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
-                "wills_published": self.wills_published, **figures, **self.retained.status(),
+                "wills_published": self.wills_published, **figures, **self.retained.status(), **self.shares.status(),
                 **self.derivations.status(), **self.qos2_keys.status(),
-                "sessions": [s.status() for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
+                "sessions": [status_of(s) for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}
 
 

@@ -40,7 +40,7 @@ from tidings.core.mqtt import effects as fx
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.aliases import InboundAliases, OutboundAliases
 from tidings.core.mqtt.codec import PACKET_BYTES_MAX, PacketDecoder
-from tidings.core.mqtt.delivery import DeliveryFlow, Outgoing
+from tidings.core.mqtt.delivery import DeliveryFlow, Outgoing, Plain
 from tidings.core.mqtt.inflight import Arrival, Deliveries, Delivery, Receipts, ReceiptState
 from tidings.core.mqtt.limits import (
     CLIENT_RECEIVE_MAXIMUM,
@@ -57,6 +57,7 @@ from tidings.core.mqtt.limits import (
 )
 from tidings.core.mqtt.packet_type import MQTT_5, MQTT_311, PACKET_ID_MAX, PacketType
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
+from tidings.core.mqtt.publish_run import take_run
 from tidings.core.mqtt.reason_codes import (
     REASON_CODES_OF,
     ConnectReturnCode,
@@ -101,9 +102,10 @@ class MqttConnection:
     `connection_lost`, and the broker side's answers; each returns the effects, in order."""
 
     def __init__(self, now: int, limits: ProtocolLimits | None = None, assigned_client_id: str = "",
-                 alarm: Alarm | None = None) -> None:
+                 alarm: Alarm | None = None, runs: bool = False) -> None:
         """`assigned_client_id`: a unique id the runtime made for a client that sends none ("":
-        such a client is refused)."""
+        such a client is refused); `runs`: plain PUBLISHes reported as runs (core/mqtt/publish_run.py)."""
+        self.runs = runs
         self.limits = limits = limits or ProtocolLimits()
         self.assigned_client_id = assigned_client_id
         self.state = S.AWAITING_CONNECT
@@ -163,13 +165,12 @@ class MqttConnection:
     def _pump(self, now: int, out: list[fx.MqttEffect]) -> None:
         """Take the packets the state allows, then the decoder's refusal if that is what is left."""
         while self.state is S.AWAITING_CONNECT or self.state is S.CONNECTED:
+            if self.runs and self.state is S.CONNECTED and take_run(self, out):
+                continue
             packet = self.decoder.pull()
             if packet is None:
                 break
-            if self.state is S.AWAITING_CONNECT:
-                self._connect(packet, out)
-            else:
-                self._packet(packet, out)
+            (self._connect if self.state is S.AWAITING_CONNECT else self._packet)(packet, out)
         if self.state is S.CLOSED:
             return
         failure = self.decoder.failure
@@ -420,12 +421,12 @@ class MqttConnection:
         return self.flow.deliver(token, p.Publish(topic, payload, qos, retain, False, None,
                                                    properties if self.version == MQTT_5 else NO_PROPERTIES))
 
-    def deliver_many(self, items: list[tuple[int, p.Publish]]) -> list[fx.MqttEffect]:
-        """`deliver` of each (token, PUBLISH with no packet id yet), the packets in as few Sends as may be."""
+    def deliver_many(self, items: list[tuple[int, p.Publish | Plain]]) -> list[fx.MqttEffect]:
+        """`deliver` of each (token, PUBLISH with no packet id yet, or a Plain one), in as few Sends as may be."""
         if self.state is not S.CONNECTED:
             return []
-        return self.flow.deliver_many(items if self.version == MQTT_5 else [
-            (t, m if m.properties is NO_PROPERTIES else replace(m, properties=NO_PROPERTIES)) for t, m in items])
+        return self.flow.deliver_many(items if self.version == MQTT_5 else [(t, m if isinstance(m, tuple) or (
+            m.properties is NO_PROPERTIES) else replace(m, properties=NO_PROPERTIES)) for t, m in items])
 
     def resume(self, token: int, packet_id: int, topic: str, payload: bytes, qos: int, retain: bool = False,
                properties: Properties = NO_PROPERTIES, released: bool = False) -> list[fx.MqttEffect]:

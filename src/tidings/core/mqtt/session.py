@@ -35,12 +35,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
-from tidings.core.auth.credentials import Credential, CredentialError, KdfParams
+from tidings.core.auth.credentials import CredentialError
 from tidings.core.auth.names import NameRuleError, check_name
 from tidings.core.auth.policy import INSTANCE_CHARS_MAX
 from tidings.core.broker.advice import Reason
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.errors import ProtocolError
+from tidings.core.event import AttrValue
 from tidings.core.mqtt import bridge, persistent
 from tidings.core.mqtt import effects as fx
 from tidings.core.mqtt import packets as p
@@ -48,17 +49,22 @@ from tidings.core.mqtt.bridge import MQTT_5, MqttSettings, PlainPassword
 from tidings.core.mqtt.derivations import Derivations
 from tidings.core.mqtt.exactly_once import ConnectionKeys, QosTwoKeys
 from tidings.core.mqtt.limits import ProtocolLimits
-from tidings.core.mqtt.properties import Properties
+from tidings.core.mqtt.password import Answer, PasswordCheck, Refuse, Step
+from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
 from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.resumption import Carried, Resumed, carry, resend
 from tidings.core.mqtt.retained import RETAINED_PER_SUBSCRIBE_MAX, RetainedFeed, due
 from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag
 from tidings.core.session.client_session import ClientSession, PublishEvent
+from tidings.core.share.hub import ShareHub
+from tidings.core.share.members import ShareRef
+from tidings.core.share.session import SharedOf
 from tidings.core.states import Transitions
 from tidings.core.wire import messages
 
 R = ReasonCode
+CHANNELS_KNOWN_MAX = 4096  # topics a session remembers as valid channels
 
 
 class MqttState(StrEnum):
@@ -76,10 +82,10 @@ TRANSITIONS = Transitions[MqttState]("mqtt session", {
 })
 
 
-def limits_of(settings: MqttSettings) -> ProtocolLimits:
-    """The protocol machine's limits: ours, and what tidings does not offer yet (shared subscriptions)."""
+def limits_of(settings: MqttSettings, shared: bool = False) -> ProtocolLimits:
+    """The protocol machine's limits: ours, and whether shared subscriptions are offered (core/share/)."""
     return ProtocolLimits(packet_bytes_max=settings.packet_bytes_max, receive_maximum=settings.receive_maximum,
-                          deliveries_queued_max=settings.deliveries_queued_max, shared_subscription_available=False,
+                          deliveries_queued_max=settings.deliveries_queued_max, shared_subscription_available=shared,
                           keep_alive_factor_percent=settings.keep_alive_factor_percent)
 
 
@@ -87,15 +93,16 @@ class MqttSession:
     def __init__(self, conn: int, now: int, settings: MqttSettings, secure: bool, nonce: bytes,
                  held: Callable[[str, str], list[Held]] = lambda owner, prefix: [],
                  retained: RetainedFeed | None = None, derivations: Derivations | None = None,
-                 source: str = "", qos2_keys: QosTwoKeys | None = None,
+                 source: str = "", shares: ShareHub | None = None, *, qos2_keys: QosTwoKeys,
                  carried: Callable[[str, str], list[Carried]] = lambda service, client_id: []) -> None:
         """`secure`: TLS or a loopback peer (a password may come in plain); `nonce`: fresh random
         bytes for the native handshake's challenge-response; `held(owner, prefix)`: the broker's
         named durable subscriptions of `owner` whose names begin with `prefix` (a persistent session's);
         `retained`: the broker's retained messages (core/mqtt/retained.py; None: Retain Available 0);
         `derivations`: where a password's scrypt is asked for, off the loop and bounded per `source`
-        (the peer's address; core/mqtt/derivations.py; None: derived here, for tests); `qos2_keys`: the
-        persistent sessions' QoS 2 keys (core/mqtt/exactly_once.py; None: not kept through a kill -9);
+        (the peer's address; core/mqtt/derivations.py; None: derived here, for tests); `shares`: the
+        broker's shared subscriptions (core/share/hub.py; None: refused 0x9E); `qos2_keys`: the
+        persistent sessions' QoS 2 keys (core/mqtt/exactly_once.py);
         `carried(service, client_id)`: what its last connection left in flight (core/mqtt/resumption.py)."""
         self.conn = conn
         self.now = now
@@ -106,7 +113,9 @@ class MqttSession:
         self.held = held
         self.retained = retained
         self.retained_due: dict[int, tuple[str, ...]] = {}  # SUBSCRIBE packet id -> filters owed their retained
-        self.machine = MqttConnection(now, limits_of(settings), f"tidings-{conn}-{nonce[:6].hex()}")
+        self.machine = MqttConnection(now, limits_of(settings, shares is not None), f"tidings-{conn}-{nonce[:6].hex()}",
+                                      runs=True)
+        self.shared = SharedOf(shares)  # its $share/ subscriptions (core/share/session.py)
         self.state = AWAITING_CONNECT
         self.level = 4
         self.client_id = ""
@@ -114,14 +123,11 @@ class MqttSession:
         self.clean_start = True
         self.persistent = False  # a Session Expiry Interval (3.1.1: Clean Session 0)
         self.native: ClientSession | None = None
-        self.derivations = derivations
-        self.source = source
-        self.credential: Credential | None = None
-        self.challenge: tuple[int, messages.Challenge] | None = None  # (ticket, CHALLENGE) awaiting its key
-        self.derivation: tuple[bytes, bytes] | None = None  # (cache key, salted key) to remember on WELCOME
+        self.password = PasswordCheck(conn, source, derivations)  # (core/mqtt/password.py)
         self.publishes: dict[int, int] = {}  # native seq -> packet id (QoS 1 and 2)
         self.batch: list[PublishEvent] = []  # PUBLISHes not yet handed to the broker
         self.batch_ids: list[int | None] = []
+        self.channels: set[str] = set()  # topics whose PUBLISH made an event: valid channels (CHANNELS_KNOWN_MAX)
         self.subscriptions = MqttSubscriptions()
         self.tokens: dict[int, Tag] = {}  # deliveries in the machine's hands, by token
         self.next_token = 0
@@ -162,29 +168,45 @@ class MqttSession:
 
     def _apply(self, effects: list[fx.MqttEffect], out: list[Effect], native: list[bytes]) -> None:
         """The protocol machine's effects, in order (an answer may bring more: the packets that
-        waited behind the CONNECT come with `accept`'s)."""
+        waited behind the CONNECT come with `accept`'s). Packets sent one after another leave in one
+        Send (a run's PUBACKs: one write)."""
+        sending: list[bytes] = []
         for eff in effects:
             if isinstance(eff, fx.Send):
                 self.sent += 1
-                out.append(Send(self.conn, eff.data))
+                sending.append(eff.data)
+                continue
+            if sending:
+                out.append(Send(self.conn, b"".join(sending)))
+                sending = []
+            if isinstance(eff, fx.PublishedRun):
+                self._publish_run(eff.items, out, native)
             elif isinstance(eff, fx.Published):
-                self._publish(eff, out, native)
-            elif isinstance(eff, fx.Close):
-                out.append(Disconnect(self.conn, f"mqtt: {eff.detail}"))
-                if self.state is not CLOSED:
-                    self.state = TRANSITIONS.move(self.state, CLOSED)
+                self._publish(eff.topic, eff.payload, eff.qos, eff.retain, eff.properties, eff.packet_id, out, native)
             elif isinstance(eff, fx.Connected):
                 self._connect(eff, out, native)
             elif isinstance(eff, fx.Subscribed | fx.Unsubscribed):
                 self._subscribe(eff, out, native)
             elif isinstance(eff, fx.DeliveryAcked | fx.DeliveryDropped):
                 self._delivered(eff, out)
-            elif isinstance(eff, fx.Released):
-                self._released(eff, out, native)
-            else:  # Disconnected: how it ended, whether the will is due
-                self.will_due = eff.publish_will
-                if eff.reason >= R.UNSPECIFIED_ERROR:
-                    self.refused += 1
+            elif isinstance(eff, fx.Released):  # PUBCOMP once the release is saved (core/mqtt/exactly_once.py)
+                assert self.qos2 is not None  # (a PUBREL comes after the CONNACK, so after WELCOME)
+                self._apply(self.qos2.pubrel(eff.packet_id, eff.known, self.machine, self.now), out, native)
+            else:
+                self._ended(eff, out)
+        if sending:
+            out.append(Send(self.conn, b"".join(sending)))
+
+    def _ended(self, eff: fx.Close | fx.Disconnected, out: list[Effect]) -> None:
+        """Close: the connection's end; Disconnected: how it ended, whether the will is due."""
+        if isinstance(eff, fx.Close):
+            out.append(Disconnect(self.conn, f"mqtt: {eff.detail}"))
+            if self.state is not CLOSED:
+                self.state = TRANSITIONS.move(self.state, CLOSED)
+            return
+        self.will_due = eff.publish_will
+        if eff.reason >= R.UNSPECIFIED_ERROR:
+            self.refused += 1
 
     def _connect(self, eff: fx.Connected, out: list[Effect], native: list[bytes]) -> None:
         self.state = TRANSITIONS.move(self.state, CONNECTING)
@@ -202,7 +224,7 @@ class MqttSession:
             name = eff.username
             service = bridge.ANONYMOUS_SERVICE if name is None else check_name(name, "a user name")
             self.native = ClientSession(service, eff.client_id, credential, self.nonce)
-            self.credential = credential
+            self.password.credential = credential
         except (NameRuleError, CredentialError) as exc:
             self._refuse(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
             return
@@ -215,24 +237,42 @@ class MqttSession:
         self.refused += 1
         self._apply(self.machine.refuse(code, why), out, [])
 
-    def _publish(self, eff: fx.Published, out: list[Effect], native: list[bytes]) -> None:
-        if eff.retain and self.level == MQTT_5 and not self._retain_available():  # Retain Available 0 (3.3.1.3)
+    def _publish(self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties,
+                 packet_id: int | None, out: list[Effect], native: list[bytes]) -> None:
+        if retain and self.level == MQTT_5 and not self._retain_available():  # Retain Available 0 (3.3.1.3)
             self._apply(self.machine.disconnect(R.RETAIN_NOT_SUPPORTED, "retained messages are not available"),
                         out, native)
             return
         assert self.native is not None
-        event = bridge.event_of(self.native, p.Publish(eff.topic, eff.payload, eff.qos, eff.retain and
-                                                       self._retain_available(), properties=eff.properties))
+        event = bridge.event_of(self.native, p.Publish(topic, payload, qos, retain and self._retain_available(),
+                                                       properties=properties))
         if isinstance(event, bridge.Refused):
             self.refused += 1
-            if eff.packet_id is not None:
-                self._apply(self.machine.publish_done(eff.packet_id, event.code, event.reason), out, native)
+            if packet_id is not None:
+                self._apply(self.machine.publish_done(packet_id, event.code, event.reason), out, native)
             return
-        if eff.qos == 2 and self.qos2 is not None:  # a persistent session's: logged once through a kill -9
-            event = self.qos2.event(event, eff.qos, eff.packet_id, self.wall_us)
+        if qos == 2 and self.qos2 is not None:  # a persistent session's: logged once through a kill -9
+            event = self.qos2.event(event, qos, packet_id, self.wall_us)
+        if event[0] == topic and len(self.channels) < CHANNELS_KNOWN_MAX:
+            self.channels.add(topic)  # a valid channel: the next plain PUBLISH to it skips the checks
         self.published += 1
         self.batch.append(event)
-        self.batch_ids.append(eff.packet_id)
+        self.batch_ids.append(packet_id)
+
+    def _publish_run(self, items: list[fx.PlainPublish], out: list[Effect], native: list[bytes]) -> None:
+        """Plain PUBLISHes (core/mqtt/publish_run.py): each one's event as `_publish` makes it (no attributes
+        but `mqtt.qos` = 0 at QoS 0), straight, to a topic known a valid channel, within the event size."""
+        assert self.native is not None
+        size_max = self.native.event_bytes_max
+        channels, batch, ids = self.channels, self.batch, self.batch_ids
+        for topic, payload, qos, retain, packet_id in items:
+            if retain or topic not in channels or len(payload) > size_max:
+                self._publish(topic, payload, qos, retain, NO_PROPERTIES, packet_id, out, native)
+                continue
+            self.published += 1
+            attributes: dict[str, AttrValue] = {bridge.QOS: 0} if qos == 0 else {}
+            batch.append((topic, attributes, payload))
+            ids.append(packet_id)
 
     def _flush(self, native: list[bytes]) -> None:
         """The PUBLISHes read so far as native PUBLISH frames (many events to a frame)."""
@@ -253,7 +293,11 @@ class MqttSession:
         if isinstance(eff, fx.Unsubscribed):
             codes, frames = self.subscriptions.unsubscribe(self.native, eff.filters)
             native += frames
+            codes = self.shared.unsubscribe(self.conn, self.native.service, eff.filters, codes)
             self._apply(self.machine.unsuback(eff.packet_id, codes), out, native)
+            return
+        if self.shared.subscribe(self.conn, self.client_id, self.native.service, eff.packet_id, eff.topics):
+            self.close_for(R.PROTOCOL_ERROR, "No Local on a shared subscription (3.8.3.1)", out)
             return
         if self._retain_available():
             self.retained_due[eff.packet_id] = tuple(t.filter for t in eff.topics
@@ -268,7 +312,7 @@ class MqttSession:
 
     def _suback(self, packet_id: int, codes: tuple[int, ...], out: list[Effect], native: list[bytes]) -> None:
         """SUBACK, then the retained messages its granted filters are owed (core/mqtt/retained.py)."""
-        self._apply(self.machine.suback(packet_id, codes), out, native)
+        self._apply(self.machine.suback(packet_id, self.shared.codes(packet_id, codes)), out, native)
         filters = self.retained_due.pop(packet_id, ())
         if self.retained is None:
             return
@@ -297,6 +341,7 @@ class MqttSession:
             self.dropped += 1  # over the client's Maximum Packet Size: discarded, as if delivered (3.1.2-25)
         if tag is not None:
             tag[0].acked(tag[1])
+        self.shared.delivered(eff.token)
 
     # ---- the broker's side -----------------------------------------------------------------------
 
@@ -331,11 +376,9 @@ class MqttSession:
         """The broker's CHALLENGE (answered with the credential's proof) or WELCOME (CONNACK)."""
         assert self.native is not None
         if isinstance(msg, messages.Challenge):
-            self._challenged(msg, out, native)
+            self._step(self.password.challenged(msg, self.native), out, native)
             return
-        if self.derivations is not None and self.derivation is not None:  # the password was right
-            self.derivations.remember(*self.derivation)
-        self.derivation = None
+        self.password.welcomed()
         self.identity = str(msg.info.get("identity", ""))
         self.state = TRANSITIONS.move(self.state, OPEN)
         self.welcomed = True
@@ -350,12 +393,9 @@ class MqttSession:
                            session_expiry_interval_s=None if self.persistent else 0)
         session_present = self.persistent and not self.clean_start and bool(held)
         carried = self.carried(self.native.service, self.client_id)  # (taken: a clean start drops it)
-        if self.qos2_keys is None:
-            self._apply(self.machine.accept(self.now, session_present, offer), out, native)
-        else:  # the CONNACK, unless a clean start's forgetting waits for its save
-            self.qos2 = ConnectionKeys(self.qos2_keys, self.native.service, self.client_id, self.persistent,
-                                       self.clean_start, self.wall_us, (session_present, offer))
-            self.state_saved(out, native)
+        self.qos2 = ConnectionKeys(self.qos2_keys, self.native.service, self.client_id, self.persistent,
+                                   self.clean_start, self.wall_us, (session_present, offer))
+        self.state_saved(out, native)  # the CONNACK, unless a clean start's forgetting waits for its save
         if self.persistent and not self.clean_start:  # what the last connection left in flight, again (4.4)
             effects, self.resumed, self.next_token = resend(self.machine, carried, self.next_token)
             self._apply(effects, out, native)
@@ -367,56 +407,16 @@ class MqttSession:
             self._apply(self.qos2.due(self.machine, self.now), out, native)
             self._flush(native)
 
-    def _released(self, eff: fx.Released, out: list[Effect], native: list[bytes]) -> None:
-        """PUBREL: PUBCOMP once the release is saved (a persistent session's; at once otherwise)."""
-        if self.qos2 is None:
-            self._apply(self.machine.release_done(eff.packet_id, eff.known), out, native)
-        else:
-            self.qos2.release(eff.packet_id, eff.known)
-            self.state_saved(out, native)
-
-    def _challenged(self, msg: messages.Challenge, out: list[Effect], native: list[bytes]) -> None:
-        """The password's salted key, from the cache, or asked of the runtime's workers (the CONNECT
-        is refused past the bounds on derivations in flight: core/mqtt/derivations.py)."""
-        credential, derivations = self.credential, self.derivations
-        if credential is None or derivations is None:
-            self._answer(msg, None, out, native)
-            return
-        try:
-            kdf = KdfParams(*msg.kdf).check()
-        except (TypeError, CredentialError) as exc:
-            self._refuse(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
-            return
-        key = derivations.cache_key(credential.name, credential.secret, msg.salt, kdf)
-        salted = derivations.cached(key)
-        if salted is not None:
-            self._answer(msg, salted, out, native)
-            return
-        ticket = derivations.ask(self.conn, self.source, credential.secret, msg.salt, kdf)
-        if ticket is None:
-            self._refuse(R.CONNECTION_RATE_EXCEEDED, "too many passwords are being checked: try again later", out)
-            return
-        self.challenge = (ticket, msg)
-        self.derivation = (key, b"")
-
     def derived(self, ticket: int, salted: bytes | None, out: list[Effect], native: list[bytes]) -> None:
         """The runtime derived the key `ticket` asked for (None: it could not)."""
-        pending = self.challenge
-        if pending is None or pending[0] != ticket or self.state is not CONNECTING:
-            return
-        self.challenge = None
-        if salted is None or self.derivation is None:
-            self._refuse(R.BAD_USER_NAME_OR_PASSWORD, "the password could not be checked", out)
-            return
-        self.derivation = (self.derivation[0], salted)
-        self._answer(pending[1], salted, out, native)
+        if self.state is CONNECTING and self.native is not None:
+            self._step(self.password.derived(ticket, salted, self.native), out, native)
 
-    def _answer(self, msg: messages.Challenge, salted: bytes | None, out: list[Effect], native: list[bytes]) -> None:
-        assert self.native is not None
-        try:
-            native.append(self.native.answer(msg, salted))
-        except ProtocolError as exc:
-            self._refuse(R.BAD_USER_NAME_OR_PASSWORD, str(exc), out)
+    def _step(self, step: Step, out: list[Effect], native: list[bytes]) -> None:
+        if isinstance(step, Answer):
+            native.append(step.frame)
+        elif isinstance(step, Refuse):
+            self._refuse(step.code, step.why, out)
 
     def _acked(self, msg: messages.Ack, out: list[Effect], native: list[bytes]) -> None:
         """The broker's ACK: the events are fsynced at their pubend; QoS 1 gets its PUBACK, QoS 2 its PUBREC."""
@@ -452,25 +452,33 @@ class MqttSession:
 
     def _deliver(self, msg: messages.Events, out: list[Effect]) -> None:
         """EVENTS as PUBLISHes: one call on the machine for the run, its packets in one Send."""
-        items: list[tuple[int, p.Publish]] = []
         source = None if self.native is None else (self.native.service, self.client_id)
-        resumed, tokens = self.resumed, self.tokens
-        for publish, tag in self.subscriptions.deliver(msg, self.level, source, self.wall_us):
-            if not resumed.claim(tag, tokens):  # (else resent already, under its packet identifier)
-                items.append((self._token(publish, tag), publish))
+        token, resumed, tokens = self._token, self.resumed, self.tokens
+        items = [(token(publish[2] if isinstance(publish, tuple) else publish.qos, tag), publish)
+                 for publish, tag in self.subscriptions.deliver(msg, self.level, source, self.wall_us)
+                 if not resumed.claim(tag, tokens)]  # (else resent already, under its packet identifier)
         if items:
             self._apply(self.machine.deliver_many(items), out, [])
 
-    def _token(self, publish: p.Publish, tag: Tag) -> int:
+    def _token(self, qos: int, tag: Tag) -> int:
         """A new delivery's token; a QoS 1/2 delivery's tag is kept under it until its end."""
         self.next_token += 1
-        if tag is not None and publish.qos:
+        if tag is not None and qos:
             self.tokens[self.next_token] = tag
         return self.next_token
 
     def _send_publish(self, publish: p.Publish, tag: Tag, retain: bool, out: list[Effect]) -> None:
-        self._apply(self.machine.deliver(self._token(publish, tag), publish.topic, publish.payload, publish.qos, retain,
-                                         properties=publish.properties), out, [])
+        self._apply(self.machine.deliver(self._token(publish.qos, tag), publish.topic, publish.payload, publish.qos,
+                                         retain, properties=publish.properties), out, [])
+
+    def deliver_shared(self, ref: ShareRef, record: list[object], out: list[Effect]) -> None:
+        """One event of a shared subscription's group, for this member (core/share/session.py)."""
+        publish = self.shared.publish(ref, record, self.level, self.wall_us, self.state is OPEN)
+        if publish is not None:
+            token = self._token(publish.qos, None)
+            self.shared.sent(token, ref, publish.qos)
+            self._apply(self.machine.deliver(token, publish.topic, publish.payload, publish.qos, False,
+                                             properties=publish.properties), out, [])
 
     # ---- endings ---------------------------------------------------------------------------------
 
@@ -478,20 +486,11 @@ class MqttSession:
         """What a persistent session's ended connection had in flight (core/mqtt/resumption.py)."""
         return carry(self.machine.unfinished()[0], self.tokens, self.resumed) if self.persistent else []
 
-    def status(self) -> dict[str, object]:
-        return {**self.machine.status(), "conn": self.conn, "client_id": self.client_id, "identity": self.identity,
-                "state": str(self.state), "version": "5.0" if self.level == MQTT_5 else "3.1.1",
-                "persistent": self.persistent, "subscriptions": len(self.subscriptions.subs),
-                "received": self.received, "sent": self.sent}
 
+def status_of(session: MqttSession) -> dict[str, object]:
+    """One MQTT connection in the broker's status (the gateway's `sessions`)."""
+    s = session
+    return {**s.machine.status(), "conn": s.conn, "client_id": s.client_id, "identity": s.identity,
+            "state": str(s.state), "version": "5.0" if s.level == MQTT_5 else "3.1.1", "persistent": s.persistent,
+            "subscriptions": len(s.subscriptions.subs), "received": s.received, "sent": s.sent}
 
-def will_frame(session: MqttSession) -> bytes | None:
-    """The connection ended: its will, as the PUBLISH frame the broker logs and delivers (the same
-    checks and rules as any PUBLISH of the client's), when the machine said it is due."""
-    will, native = session.will, session.native
-    if will is None or native is None or not session.will_due or not session.welcomed:
-        return None
-    session.will = None
-    retain = will.retain and session.retained is not None and session.retained.available
-    event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos, retain, properties=will.properties))
-    return None if isinstance(event, bridge.Refused) else native.publish([event])[0][2]

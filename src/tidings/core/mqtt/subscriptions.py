@@ -21,10 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tidings.core.errors import TidingsError
-from tidings.core.event import event_from_fields
+from tidings.core.event import RECORD_LENGTHS, event_from_fields
 from tidings.core.mqtt import bridge, persistent, topics
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.bridge import MQTT_5
+from tidings.core.mqtt.delivery import Plain
 from tidings.core.mqtt.persistent import DurableCursor
 from tidings.core.mqtt.properties import Properties
 from tidings.core.mqtt.reason_codes import ReasonCode
@@ -60,6 +61,7 @@ class PendingSuback:
 
 
 Tag = tuple[DurableCursor, persistent.Delivery] | None  # a QoS 1 delivery's place in its persistent subscription
+PLAIN_ATTRIBUTES = frozenset((bridge.QOS, bridge.RETAIN))  # the attributes a plain delivery may have
 
 
 class MqttSubscriptions:
@@ -200,36 +202,59 @@ class MqttSubscriptions:
             entry.durable.silence(silence_of(msg).positions)
 
     def deliver(self, msg: messages.Events, level: int = MQTT_5,
-                source: tuple[str, str] | None = None, wall_us: int = 0) -> list[tuple[p.Publish, Tag]]:
+                source: tuple[str, str] | None = None, wall_us: int = 0) -> list[tuple[p.Publish | Plain, Tag]]:
         """EVENTS as PUBLISH packets for the protocol machine, each with its place in a persistent
         subscription (its acknowledgement moves the subscription on: `DurableCursor`). A No Local
         subscription skips the events of `source` (the connection's own: its service and client id),
-        done at once in a persistent one, as is an event whose Message Expiry passed by `wall_us`."""
+        done at once in a persistent one, as is an event whose Message Expiry passed by `wall_us`.
+        An event whose PUBLISH has no properties and no retain mark (its attributes none but
+        `mqtt.qos` and `mqtt.retain`, a subscription without options) goes as `Plain`, without a
+        Publish or an Event made for it: what `bridge.publish_of` would give."""
         entry = self.sub_of.get(msg.sub)
         if entry is None:  # unsubscribed: what was on its way is dropped
             return []
-        out: list[tuple[p.Publish, Tag]] = []
+        out: list[tuple[p.Publish | Plain, Tag]] = []
         durable = entry.durable
+        plain = not entry.no_local and not entry.retain_as_published and (entry.identifier is None or level != MQTT_5)
+        granted = entry.qos
         for fields in msg.records:
-            try:
-                event = event_from_fields(fields)
-            except ValueError:
-                continue
-            publish = None if entry.no_local and (event.service, event.instance) == source else (
-                bridge.publish_of(event, entry.qos, level, wall_us))
-            if publish is None:
-                if durable is not None:
-                    durable.delivered(event.pubend, event.tick, True)
-                continue
-            if entry.retain_as_published and event.attributes.get(bridge.RETAIN) is True:
-                publish = replace(publish, retain=True)
-            if entry.identifier is not None and level == MQTT_5:
-                publish = replace(publish, properties=replace(publish.properties,
-                                                              subscription_identifiers=(entry.identifier,)))
-            self.delivered += 1
-            if durable is None:
-                out.append((publish, None))
-            else:
-                item = durable.delivered(event.pubend, event.tick, publish.qos == 0)
-                out.append((publish, (durable, item)))
+            if plain and type(fields) is list and len(fields) in RECORD_LENGTHS:
+                pubend, tick, channel, attrs, service, instance, payload = fields[:7]
+                if (type(attrs) is dict and attrs.keys() <= PLAIN_ATTRIBUTES and type(channel) is str
+                        and type(payload) is bytes and type(pubend) is str and type(tick) is int
+                        and type(service) is str and type(instance) is str
+                        and (len(fields) == RECORD_LENGTHS[0] or type(fields[-1]) is bool)):
+                    published = attrs.get(bridge.QOS)  # (bridge.publish_of's rule)
+                    qos = min(granted, 0 if published == 0 else 2 if published == 2 else 1)
+                    self.delivered += 1
+                    out.append(((channel, payload, qos), None if durable is None else
+                                (durable, durable.delivered(pubend, tick, qos == 0))))
+                    continue
+            self._deliver_event(fields, entry, level, source, wall_us, out)
         return out
+
+    def _deliver_event(self, fields: object, entry: MqttSub, level: int, source: tuple[str, str] | None,
+                       wall_us: int, out: list[tuple[p.Publish | Plain, Tag]]) -> None:
+        """One record as its PUBLISH, by `bridge.publish_of` and the subscription's options."""
+        durable = entry.durable
+        try:
+            event = event_from_fields(fields)
+        except ValueError:
+            return
+        publish = None if entry.no_local and (event.service, event.instance) == source else (
+            bridge.publish_of(event, entry.qos, level, wall_us))
+        if publish is None:
+            if durable is not None:
+                durable.delivered(event.pubend, event.tick, True)
+            return
+        if entry.retain_as_published and event.attributes.get(bridge.RETAIN) is True:
+            publish = replace(publish, retain=True)
+        if entry.identifier is not None and level == MQTT_5:
+            publish = replace(publish, properties=replace(publish.properties,
+                                                          subscription_identifiers=(entry.identifier,)))
+        self.delivered += 1
+        if durable is None:
+            out.append((publish, None))
+        else:
+            item = durable.delivered(event.pubend, event.tick, publish.qos == 0)
+            out.append((publish, (durable, item)))

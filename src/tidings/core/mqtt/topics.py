@@ -18,8 +18,8 @@ its connection):
 - a topic name with a wildcard, an empty one, a NUL, a wildcard that does not fill its level
   (`a+/b`), `#` not last: the same codes (the MQTT spec calls them malformed; a broker that refuses
   them with a reason code keeps serving the connection);
-- a shared subscription (`$share/GROUP/FILTER`): 0x9E Shared Subscriptions not supported (not yet:
-  docs/mqtt.md).
+- a shared subscription (`$share/GROUP/FILTER`) is not a pattern: 0x9E here, where the broker
+  serves none; the MQTT session gives shared filters to core/share/ (docs/mqtt.md).
 
 Invariants: `topic_of(channel_of(t)) == t` for every topic `channel_of` accepts, `channel_of(topic_of(c))
 == c` for every valid channel (tests/unit/test_mqtt_topics.py, by Hypothesis).

@@ -141,6 +141,29 @@ class Istream:
             self._lower_floor(position)
         self._doubt_sparse(position)
 
+    def rewind_complete(self, key: str | int, ranges: Sequence[tuple[int, int]]) -> int:
+        """A child lacks `ranges` and, of their span, nothing else (a complete nack): sent again
+        from the first, and where the stream is taken below its floor only those ticks are fetched;
+        the rest there is that child's silence alone (sparse.py), never sent to a child. Returns
+        how many ticks became such silence."""
+        consumer = self.consumers.get(key)
+        position = ranges[0][0]
+        if consumer is None or position >= consumer.sent_through:
+            return 0
+        consumer.ask(tuple(ranges))
+        floor = min([self.floor, *(c.sent_through for k, c in self.consumers.items() if k != key)])
+        if position < self.floor:
+            self._lower_floor(position)
+        made: list[tuple[int, int]] = []
+        if position < floor:
+            wanted = [(max(lo, position), min(hi, floor)) for lo, hi in ranges if lo < floor]
+            made = self._known.sparsen(position, floor, wanted)
+            self.sparse.mark(made)
+        for lo, hi in ranges:
+            self._doubt_sparse(lo, hi)
+        self._advance_horizon()
+        return sum(hi - lo for lo, hi in made)
+
     def sparsen(self, key: str | int, after: int, through: int, wanted: Sequence[int]) -> int:
         """Consumer `key` (a durable subscription catching up) needs, of (after, through], only the
         ticks `wanted` (its persistent filtering subsystem says which matched it): the other unknown
@@ -235,9 +258,35 @@ class Istream:
         upper = min(self.horizon, bound)
         if consumer.blocked or consumer.sent_through >= upper:
             return []
+        if consumer.asked:
+            out = self._asked_pieces(consumer, upper, summary)
+            if consumer.asked or consumer.sent_through >= upper:
+                return out
+            return out + self.pieces_for(consumer, bound, summary)
         out = self._pieces(consumer.sent_through, upper, consumer.start, summary)
         if out:
             consumer.sent_through = out[-1].through
+        return out
+
+    def _asked_pieces(self, consumer: Consumer, upper: int, summary: Summary | None) -> list[Piece]:
+        """The ranges a child's complete nack asked for (Consumer.ask), up to `upper`; past the last
+        of them it goes on from where it was before (`asked` cleared). What lies between them it
+        knows: it is not sent, so no record of it is needed."""
+        out: list[Piece] = []
+        for lo, hi in consumer.asked:
+            if hi <= consumer.sent_through:
+                continue
+            after, through = max(lo, consumer.sent_through), min(hi, upper)
+            if after >= through:
+                return out
+            part = self._pieces(after, through, consumer.start, summary)
+            out += part
+            consumer.sent_through = part[-1].through if part else after
+            if consumer.sent_through < hi:
+                return out  # (at `upper`, or before a dropped record: that tick is forgotten, to be nacked)
+        consumer.sent_through = max(consumer.sent_through, min(consumer.asked_through, upper))
+        if consumer.sent_through >= consumer.asked_through:
+            consumer.asked = ()
         return out
 
     def _pieces(self, after: int, upper: int, start: int, summary: Summary | None) -> list[Piece]:

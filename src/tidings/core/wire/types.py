@@ -111,6 +111,9 @@ class BrokerType:
     """The broker's own peer messages beyond the link."""
 
     DIRECTORY: Final = 140  # [DIRECTORY, [entry, ...]]: pubend directory entries
+    SHARE_JOIN: Final = 141  # MQTT shared subscriptions (core/share/wire.py): a member broker's members, to the home
+    SHARE_DELIVER: Final = 142  # the home hands one event to one member
+    SHARE_ACK: Final = 143  # a member broker's acknowledgements (and returns) to the home
 
 
 class ReliabilityType:

@@ -1,0 +1,95 @@
+"""The shared subscriptions' glue in the MQTT gateway (core/mqtt/gateway.py): what the hub
+(core/share/hub.py) asks, carried out on the broker, the overlay and the MQTT sessions.
+
+- `BrokerInput`: the broker handles it (a group's connection at its home); what it answers comes back
+  through the gateway's `_to_client`, which hands the groups' connections and the cluster member's
+  `ShareArrived` to `taken`;
+- `RouteJoin`: routed by the overlay towards the group's key (core/share/wire.py `route`), from this
+  broker; without an overlay this broker is every group's home;
+- `PeerOut`: sent on the peer link to the broker named (dialled if need be);
+- `LocalDeliver`: the MQTT session of the connection delivers it (RETURNed when it is gone).
+
+What each of these makes the hub do is taken again, at most `ROUNDS_MAX` times in one turn (the
+rest waits for the next input: a JOIN routed here makes the group's connection, whose WELCOME makes
+its SUBSCRIBE, and so on, a few rounds at most).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tidings.core.effects import Disconnect, Effect, Send
+from tidings.core.share.home import BrokerInput, PeerOut
+from tidings.core.share.members import LocalDeliver, RouteJoin
+from tidings.core.share.wire import ShareArrived, ShareDeliver, ack, deliver, route
+
+if TYPE_CHECKING:
+    from tidings.core.broker.broker import Broker
+    from tidings.core.mqtt.gateway import MqttGateway
+
+ROUNDS_MAX = 16
+
+
+def access(broker: Broker) -> Callable[[int, str], bool]:
+    """Whether the client of a connection may subscribe to a pattern, by the broker's rules as they
+    are now (a reload of the auth file replaces them) for the identity the broker admitted it as."""
+    def may_subscribe(conn: int, pattern: str) -> bool:
+        c = broker.connections.get(conn)
+        return c is not None and broker.guard.policy.rules.may_subscribe(c.identity, pattern)
+    return may_subscribe
+
+
+def taken(gateway: MqttGateway, eff: object) -> bool:
+    """Whether `eff` (the broker's output) is the shared subscriptions': then it is handed to the hub."""
+    hub = gateway.shares
+    hub.wall_us = gateway.wall_us
+    if type(eff) is ShareArrived:
+        hub.now = gateway.now
+        hub.arrived(eff.sender, eff.message)
+        return True
+    if isinstance(eff, Send | Disconnect) and hub.owns(eff.conn):
+        hub.now = gateway.now
+        hub.from_broker(eff.conn, eff.data if isinstance(eff, Send) else None)
+        return True
+    return False
+
+
+def run(gateway: MqttGateway, out: list[Effect]) -> None:
+    """Carry out what the hub asks, as the module says."""
+    hub, broker, now = gateway.shares, gateway.broker, gateway.now
+    cluster = broker.cluster
+    if cluster is not None and hub.me != cluster.me.address:  # (once its overlay started: before any JOIN)
+        hub.set_me(cluster.me.address)
+    if not hub.outbox and not hub.members.acks:  # (most turns: nothing)
+        return
+    hub.wall_us = gateway.wall_us
+    for _ in range(ROUNDS_MAX):
+        items = hub.take()
+        if not items:
+            return
+        for item in items:
+            if isinstance(item, BrokerInput):
+                gateway._to_client(broker.handle(item.input), out)
+            elif isinstance(item, RouteJoin):
+                if cluster is None:
+                    hub.arrived(hub.me, item.join)
+                else:
+                    effects = cluster.received(now, cluster.me.address, route(cluster.me, item.join))
+                    gateway._to_client(effects, out)  # type: ignore[arg-type]  # (peer sends, or ShareArrived)
+            elif isinstance(item, PeerOut):
+                if cluster is not None and cluster.peers is not None:
+                    msg = item.message
+                    out += cluster.peers.send(now, item.address, deliver(msg) if isinstance(msg, ShareDeliver)
+                                              else ack(msg))
+            else:
+                _deliver(gateway, item, out)
+
+
+def _deliver(gateway: MqttGateway, item: LocalDeliver, out: list[Effect]) -> None:
+    session = gateway.sessions.get(item.conn)
+    if session is None:
+        gateway.shares.acked(item.ref, False)
+        return
+    session.deliver_shared(item.ref, item.record, out)
+    gateway._arm(session)

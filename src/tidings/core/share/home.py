@@ -1,0 +1,237 @@
+"""The groups homed at this broker: each one's subscription, a client connection of the broker's own
+(as the retained feed's, core/mqtt/retained.py), and its group machine (core/share/group.py).
+
+Theory of operation. A JOIN routed here (this broker's node id is the closest live one to the
+group's key) makes the group if it is new: a connection numbered below the retained feed's is
+opened on the broker (`Accepted`, then HELLO as the anonymous service `mqtt-share`), and after the
+WELCOME the group's durable subscription is asked for (docs/durable.md): from the position the JOIN
+carries (the members' brokers keep the position each SHARE_DELIVER of the group's last home gave:
+a new home, after the old one died or a closer broker joined, goes on after what the members
+acknowledged there), or from now for a group new to every member broker.
+The broker's EVENTS and SILENCE on that connection feed the group machine, whose `Hand`s become
+SHARE_DELIVERs to the members' brokers (this broker's own members included: the composer loops those
+back); its acknowledged prefix is RELEASEd to the broker, which saves it. A group whose subscription
+the broker refuses ends, and its members' brokers get nothing more (their SUBACK was already sent:
+the refusal is in `/status`); a group whose members all left for `empty_keep_ns` ends its
+durable subscription for good and closes its connection.
+
+States: the group machine's (SUBSCRIBING -> OPEN -> CLOSED), with the connection's handshake before
+it (`welcomed`). Deadlines: each group's own, and each connection's lease renewal, in one `Deadlines`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from tidings.core.deadlines import Deadlines
+from tidings.core.errors import ProtocolError, TidingsError
+from tidings.core.inputs import Accepted, ConnectionLost, Input, Received
+from tidings.core.session.client_session import ClientSession
+from tidings.core.session.cursor import silence_of
+from tidings.core.share.group import CLOSED, GroupState, Hand, ShareGroup, ShareLimits
+from tidings.core.share.wire import GroupKey, ShareAck, ShareDeliver, ShareJoin
+from tidings.core.wire import messages
+
+SHARE_SERVICE = "mqtt-share"
+FIRST_CONN = -2  # the groups' connections count down from here (the retained feed's is -1)
+GROUPS_HOMED_MAX = 10_000  # groups one broker is home to; a JOIN past it is dropped (counted)
+
+
+class BrokerInput(NamedTuple):
+    """An input for the broker on a group's connection."""
+
+    input: Input
+
+
+class PeerOut(NamedTuple):
+    """A share message for the broker at `address` (this one's own, looped back by the composer)."""
+
+    address: str
+    message: ShareDeliver | ShareAck
+
+
+class Renew(NamedTuple):
+    conn: int
+
+
+class GroupDue(NamedTuple):
+    conn: int
+
+
+HomeTimer = Renew | GroupDue
+HomeOutput = BrokerInput | PeerOut
+
+
+@dataclass(slots=True)
+class Homed:
+    key: GroupKey
+    conn: int
+    native: ClientSession
+    group: ShareGroup
+    start: list[object] | None = None  # the position the first JOIN gave (None: from now)
+    sub: int | None = None
+    welcomed: bool = False
+    refusal: str = ""
+
+
+class ShareHomes:
+    def __init__(self, me: str = "", limits: ShareLimits | None = None) -> None:
+        self.me = me  # this broker's peer address (set by the composer once known)
+        self.limits = limits or ShareLimits()
+        self.groups: dict[GroupKey, Homed] = {}
+        self.by_conn: dict[int, Homed] = {}
+        self.next_conn = FIRST_CONN
+        self.timers: Deadlines[HomeTimer] = Deadlines()
+        self.dropped = 0  # JOINs past GROUPS_HOMED_MAX
+
+    # ---- the members' brokers --------------------------------------------------------------------
+
+    def joined(self, now: int, wall_us: int, msg: ShareJoin) -> list[HomeOutput]:
+        homed = self.groups.get(msg.group)
+        out: list[HomeOutput] = []
+        if homed is None or homed.group.state is CLOSED:
+            if not msg.clients:
+                return []
+            if homed is not None:
+                self._forget(homed)
+            if len(self.groups) >= GROUPS_HOMED_MAX:
+                self.dropped += 1
+                return []
+            homed = self._open(now, wall_us, msg.group, out)
+            homed.start = msg.position
+        return out + self._hands(homed, homed.group.joined(now, msg.broker, msg.clients), now)
+
+    def acked(self, now: int, sender: str, msg: ShareAck) -> list[HomeOutput]:
+        homed = self.groups.get(msg.group)
+        if homed is None:
+            return []
+        return self._hands(homed, homed.group.acked(now, (sender, msg.client), msg.acked, msg.returned), now)
+
+    # ---- the broker's side -----------------------------------------------------------------------
+
+    def owns(self, conn: int) -> bool:
+        return conn in self.by_conn
+
+    def from_broker(self, now: int, wall_us: int, conn: int, data: bytes | None) -> list[HomeOutput]:
+        """What the broker sent a group's connection (None: the broker closed it)."""
+        homed = self.by_conn.get(conn)
+        if homed is None:
+            return []
+        if data is None:
+            return self._refused(homed, "the broker closed the group's connection", None)
+        try:
+            msgs = homed.native.receive(data)
+        except ProtocolError as exc:  # our own broker broke the protocol: a bug, the group ends
+            return self._refused(homed, str(exc), now)
+        out: list[HomeOutput] = []
+        group = homed.group
+        for msg in msgs:
+            if isinstance(msg, messages.Events) and msg.sub == homed.sub:
+                out += self._hands(homed, group.offer(msg.records), now)
+            elif isinstance(msg, messages.Silence) and msg.sub == homed.sub:
+                group.silence(silence_of(msg).positions)
+            elif isinstance(msg, messages.Subscribed) and msg.sub == homed.sub:
+                group.started(msg.checkpoint)
+            elif isinstance(msg, messages.Welcome) and not homed.welcomed:
+                homed.welcomed = True
+                try:
+                    homed.sub, frame = self._subscribe(homed)
+                except TidingsError as exc:  # a filter a member broker should not have sent
+                    return out + self._refused(homed, str(exc), now)
+                out.append(self._frame(now, wall_us, homed, frame))
+                interval = homed.native.renew_interval_ns
+                if interval:
+                    self.timers.set(Renew(conn), now + interval)
+            elif isinstance(msg, messages.Error | messages.Challenge):
+                text = msg.message if isinstance(msg, messages.Error) else "the broker asks for a credential"
+                return out + self._refused(homed, text, now)
+        return out + self._release(now, wall_us, homed)
+
+    def handle_timeout(self, now: int, wall_us: int) -> list[HomeOutput]:
+        out: list[HomeOutput] = []
+        for timer in self.timers.pop_due(now):
+            homed = self.by_conn.get(timer.conn)
+            if homed is None:
+                continue
+            if isinstance(timer, Renew) and homed.group.state is not CLOSED:
+                out.append(self._frame(now, wall_us, homed, homed.native.renew()))
+                interval = homed.native.renew_interval_ns
+                if interval:
+                    self.timers.set(Renew(timer.conn), now + interval)
+            elif isinstance(timer, GroupDue):
+                out += self._hands(homed, homed.group.handle_timeout(now), now)
+                if homed.group.state is CLOSED:
+                    out += self._close(now, homed)
+        return out
+
+    def next_deadline(self) -> int | None:
+        return self.timers.next_deadline()
+
+    # ---- inside ----------------------------------------------------------------------------------
+
+    def _open(self, now: int, wall_us: int, key: GroupKey, out: list[HomeOutput]) -> Homed:
+        conn = self.next_conn
+        self.next_conn -= 1
+        homed = Homed(key, conn, ClientSession(SHARE_SERVICE, f"share-{-conn}"), ShareGroup(key, self.limits))
+        self.groups[key] = self.by_conn[conn] = homed
+        out += [BrokerInput(Accepted(now, conn)), self._frame(now, wall_us, homed, homed.native.hello())]
+        return homed
+
+    def _subscribe(self, homed: Homed) -> tuple[int, bytes]:
+        """The group's durable subscription: from the position the members' brokers gave, or now."""
+        start = homed.start
+        if start is None:
+            return homed.native.subscribe(homed.key[2], positions=[])
+        default, positions = start
+        assert type(default) is int and isinstance(positions, list)  # (checked by the JOIN's decoder)
+        return homed.native.subscribe(homed.key[2], start=default, positions=positions)
+
+    def _frame(self, now: int, wall_us: int, homed: Homed, frame: bytes) -> BrokerInput:
+        return BrokerInput(Received(now, wall_us, homed.conn, frame))
+
+    def _hands(self, homed: Homed, hands: list[Hand], now: int) -> list[HomeOutput]:
+        deadline = homed.group.next_deadline()
+        if deadline is None:
+            self.timers.cancel(GroupDue(homed.conn))
+        else:
+            self.timers.set(GroupDue(homed.conn), deadline)
+        out: list[HomeOutput] = []
+        position = homed.group.position() if hands else None
+        for hand in hands:
+            broker, client = hand.member
+            out.append(PeerOut(broker, ShareDeliver(homed.key, self.me, client, hand.delivery, hand.record, position)))
+        release = self._release(now, 0, homed)
+        return out + release
+
+    def _release(self, now: int, wall_us: int, homed: Homed) -> list[HomeOutput]:
+        wire = homed.group.release()
+        if wire is None or homed.sub is None or homed.group.state is CLOSED:
+            return []
+        return [self._frame(now, wall_us, homed, homed.native.release(homed.sub, wire))]
+
+    def _refused(self, homed: Homed, why: str, now: int | None) -> list[HomeOutput]:
+        """The group ends; its connection is closed (`now` None: the broker closed it)."""
+        homed.refusal = why
+        homed.group.refused()
+        self._forget(homed)
+        return [] if now is None else [BrokerInput(ConnectionLost(now, homed.conn))]
+
+    def _close(self, now: int, homed: Homed) -> list[HomeOutput]:
+        """The group ended (no members): its durable subscription is ended for good, its connection closed."""
+        self._forget(homed)
+        end = [] if homed.sub is None else [self._frame(now, 0, homed, homed.native.unsubscribe(homed.sub, True))]
+        return [*end, BrokerInput(ConnectionLost(now, homed.conn))]
+
+    def _forget(self, homed: Homed) -> None:
+        self.by_conn.pop(homed.conn, None)
+        if self.groups.get(homed.key) is homed and homed.group.state is CLOSED and not homed.refusal:
+            del self.groups[homed.key]
+        self.timers.cancel(Renew(homed.conn))
+        self.timers.cancel(GroupDue(homed.conn))
+
+    def status(self) -> list[dict[str, object]]:
+        return [{**h.group.status(), **({"refusal": h.refusal} if h.refusal else {})} for h in self.groups.values()]
+
+
+__all__ = ["BrokerInput", "GroupState", "PeerOut", "ShareHomes"]

@@ -1,0 +1,187 @@
+"""MQTT shared subscriptions across the overlay (issue 23; docs/mqtt.md "Shared subscriptions").
+
+Three real brokers with MQTT ports; paho 5.0 members of one group on two different brokers and a
+publisher on the third. The group's home is the broker whose node id is closest to the group's key
+(core/share/wire.py `group_key`), so each test picks a group name whose home is the broker it wants.
+Every wait has a deadline; the group's subscription joins its channel's tree first, so probes are
+published until one arrives."""
+
+from __future__ import annotations
+
+import queue
+import time
+
+import pytest
+
+from tidings.core.overlay.node_id import node_id_from, ring_distance
+from tidings.core.share.wire import group_key
+from tidings.testing import LOCAL_LIVENESS, Cluster
+
+from .mqtt_io import V5, Mqtt, until_delivered
+
+pytestmark = pytest.mark.integration
+WAIT_S = 30.0
+SCOPE = "mqtt"  # an anonymous client's service: the groups' scope
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with Cluster(tmp_path_factory.mktemp("shared"), 3, LOCAL_LIVENESS, http=True,
+                 args=["--mqtt", "127.0.0.1:0"]) as c:
+        yield c
+
+
+def home_of(brokers, name, topic_filter):
+    key = group_key((SCOPE, name, topic_filter))
+    return min(brokers, key=lambda b: (ring_distance(key, node_id_from(b.pubend)), node_id_from(b.pubend)))
+
+
+def group_homed_at(brokers, home, topic_filter, prefix):
+    """A group name whose home among `brokers` is `home`."""
+    return next(n for n in (f"{prefix}{i}" for i in range(1 << 20)) if home_of(brokers, n, topic_filter) is home)
+
+
+def collect(members, wanted, deadline_s=WAIT_S):
+    """Messages from `members` until every payload of `wanted` came: {payload: [member index, ...]}."""
+    got: dict[bytes, list[int]] = {}
+    deadline = time.monotonic() + deadline_s
+    while not wanted <= got.keys():
+        assert time.monotonic() < deadline, f"missing {sorted(wanted - got.keys())[:10]}"
+        for i, member in enumerate(members):
+            try:
+                msg = member.messages.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            got.setdefault(msg.payload, []).append(i)
+    return got
+
+
+def settle(pub, topic, members, got):
+    """Sentinels until every member received one: what was handed to each before is then in (a
+    home sends a member broker its deliveries in order on one link)."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + WAIT_S
+    n = 0
+    while len(seen) < len(members):
+        assert time.monotonic() < deadline, "a member got no sentinel"
+        pub.publish(topic, f"sentinel-{n}".encode(), qos=1)
+        n += 1
+        for i, member in enumerate(members):
+            try:
+                while True:
+                    msg = member.messages.get(timeout=0.05)
+                    if msg.payload.startswith(b"sentinel"):
+                        seen.add(i)
+                    else:
+                        got.setdefault(msg.payload, []).append(i)
+            except queue.Empty:
+                pass
+
+
+def warm(pub, topic, members):
+    """Probes until one reaches a member (the home's subscription joined its tree); the rest drained."""
+    def receive(timeout):
+        for member in members:
+            try:
+                return member.messages.get(timeout=timeout / len(members))
+            except queue.Empty:
+                continue
+        return None
+    until_delivered(lambda n: pub.publish(topic, f"probe-{n}".encode(), qos=0), receive, timeout=WAIT_S)
+    settle(pub, topic, members, {})
+    for member in members:
+        while not member.messages.empty():
+            member.messages.get_nowait()
+
+
+def test_each_message_reaches_exactly_one_member_across_brokers(cluster):
+    """Members on brokers 0 and 1, the publisher on broker 2, the group's home broker 0."""
+    topic_filter = "shared/spread/#"
+    name = group_homed_at(cluster.brokers, cluster[0], topic_filter, "spread")
+    members = [Mqtt(cluster[0].mqtt_address, "spread-m0", V5), Mqtt(cluster[1].mqtt_address, "spread-m1", V5)]
+    pub = Mqtt(cluster[2].mqtt_address, "spread-pub", V5)
+    try:
+        for member in members:
+            assert member.subscribe(f"$share/{name}/{topic_filter}", qos=1) == [1]
+        warm(pub, "shared/spread/probe", members)
+        wanted = {f"m{i}".encode() for i in range(300)}
+        for payload in sorted(wanted):
+            pub.publish("shared/spread/x", payload, qos=1, wait=False)
+        got = collect(members, wanted)
+        settle(pub, "shared/spread/s", members, got)
+    finally:
+        for client in (*members, pub):
+            client.close()
+    counts = [sum(1 for who in got.values() if who == [i]) for i in range(2)]
+    assert {p for p, who in got.items() if len(who) != 1} == set(), "a message came more than once"
+    assert set(got) == wanted
+    assert min(counts) >= 100, f"round robin spread {counts}"
+
+
+def test_a_member_that_leaves_holding_unacknowledged_messages_has_them_sent_to_another(cluster):
+    """The holder (broker 0) never PUBACKs; when it disconnects, the taker (broker 1) gets all it held."""
+    topic_filter = "shared/leave/#"
+    name = group_homed_at(cluster.brokers, cluster[2], topic_filter, "leave")
+    holder = Mqtt(cluster[0].mqtt_address, "leave-holder", V5)
+    holder.client.manual_ack_set(True)  # paho sends no PUBACK until told: none is
+    taker = Mqtt(cluster[1].mqtt_address, "leave-taker", V5)
+    pub = Mqtt(cluster[2].mqtt_address, "leave-pub", V5)
+    members = [holder, taker]
+    try:
+        for member in members:
+            assert member.subscribe(f"$share/{name}/{topic_filter}", qos=1) == [1]
+        until_delivered(lambda n: pub.publish("shared/leave/probe", f"probe-{n}".encode(), qos=0),
+                        taker.get, timeout=WAIT_S)  # (QoS 0 probes: done when sent)
+        wanted = {f"m{i}".encode() for i in range(60)}
+        for payload in sorted(wanted):
+            pub.publish("shared/leave/x", payload, qos=1, wait=False)
+        got = collect(members, wanted)
+        held = {p for p, who in got.items() if 0 in who and p in wanted}
+        assert held, "the holder got none"
+        holder.close()
+        again = collect([taker], held)
+        settle(pub, "shared/leave/s", [taker], again)
+    finally:
+        for client in (taker, pub):
+            client.close()
+    assert held <= again.keys()
+    assert {p for p, who in got.items() if 1 in who} | held == wanted
+
+
+def test_the_group_resumes_on_a_new_home_when_its_home_is_killed(cluster):
+    """The home (broker 2, no member there) is killed -9 while the holder (broker 1) holds messages
+    unacknowledged; the holder then leaves. The members' brokers re-join the next closest broker
+    with the position the home last gave them, so the taker (broker 0) gets every message the holder
+    held (published over a second before the new home subscribed: a group started anew would not
+    have them) and every message PUBACKed after the kill. Runs last in this module: broker 2 is
+    restarted after it."""
+    topic_filter = "shared/home/#"
+    name = group_homed_at(cluster.brokers, cluster[2], topic_filter, "home")
+    taker = Mqtt(cluster[0].mqtt_address, "home-taker", V5)
+    holder = Mqtt(cluster[1].mqtt_address, "home-holder", V5)
+    pub = Mqtt(cluster[1].mqtt_address, "home-pub", V5)
+    members = [taker, holder]
+    try:
+        for member in members:
+            assert member.subscribe(f"$share/{name}/{topic_filter}", qos=1) == [1]
+        warm(pub, "shared/home/probe", members)
+        holder.client.manual_ack_set(True)  # from now on it sends no PUBACK
+        before = {f"before-{i}".encode() for i in range(40)}
+        for payload in sorted(before):
+            assert pub.publish("shared/home/x", payload, qos=1) == 0
+        got = collect(members, before)
+        held = {p for p, who in got.items() if 1 in who}
+        assert held, "the holder got none"
+        cluster[2].kill()
+        holder.close()
+        after = {f"after-{i}".encode() for i in range(50)}
+        for payload in sorted(after):
+            assert pub.publish("shared/home/x", payload, qos=1) == 0  # PUBACKed: fsynced at broker 1
+        again = collect([taker], held | after, deadline_s=60.0)
+    finally:
+        for client in (taker, pub):
+            client.close()
+        cluster[2].restart()  # (stop reaps the killed process; then started again)
+    assert held | after <= again.keys()
+    new_home = [b.status()["mqtt"]["share_groups_homed"] for b in cluster.brokers[:2]]
+    assert [g["group"] for groups in new_home for g in groups if g["group"] == name] == [name]

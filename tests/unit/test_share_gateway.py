@@ -1,0 +1,89 @@
+"""Shared subscriptions through the MQTT gateway in process (core/share/, core/mqtt/session.py): one
+broker alone in its overlay is every group's home, so the whole path runs here: SUBSCRIBE
+`$share/GROUP/FILTER`, the group's broker-held subscription, each event to one member, PUBACK to
+the home, and a member that goes holding unacknowledged messages."""
+
+import random
+
+from tidings.core.auth.guard import Guard
+from tidings.core.inputs import ConnectionLost
+from tidings.core.mqtt import packets as p
+
+from .test_mqtt_gateway import Gate
+from .test_tree_access import anonymous_with
+
+
+def members_and_publisher(g, n=2):
+    g.h.apply(g.h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))  # (alone: every group's home)
+    for conn in range(1, n + 2):
+        g.connect(conn)
+    for conn in range(1, n + 1):
+        [suback] = g.send(conn, p.Subscribe(conn, (p.TopicFilter("$share/g/t/#", 1),)))
+        assert suback.reason_codes == (1,)
+
+
+def publish(g, payloads, conn=3):
+    for i, payload in enumerate(payloads):
+        g.send(conn, p.Publish("t/x", payload, 1, packet_id=100 + i))
+    g.sync()
+    g.answers(conn)
+
+
+def received(g, conn):
+    return [pkt for pkt in g.answers(conn) if isinstance(pkt, p.Publish)]
+
+
+def test_each_event_goes_to_one_member_round_robin():
+    g = Gate()
+    members_and_publisher(g)
+    publish(g, [b"%d" % i for i in range(6)])
+    one, two = received(g, 1), received(g, 2)
+    assert [m.payload for m in one] == [b"0", b"2", b"4"]
+    assert [m.payload for m in two] == [b"1", b"3", b"5"]
+    assert {m.qos for m in one + two} == {1} and not any(m.retain for m in one + two)
+    status = g.gw.status()["mqtt"]
+    [homed] = status["share_groups_homed"]
+    assert (homed["group"], homed["members"], homed["handed"], homed["unacked"]) == ("g", 2, 6, 6)
+    for conn, msgs in ((1, one), (2, two)):
+        for m in msgs:
+            g.send(conn, p.Puback(m.packet_id))
+    [homed] = g.gw.status()["mqtt"]["share_groups_homed"]
+    assert (homed["unacked"], homed["acknowledged"]) == (0, 6)
+
+
+def test_a_member_that_goes_holding_unacknowledged_messages_has_them_sent_to_another():
+    g = Gate()
+    members_and_publisher(g)
+    publish(g, [b"%d" % i for i in range(4)])
+    one, two = received(g, 1), received(g, 2)
+    g.send(1, p.Puback(one[0].packet_id))  # member 1 acknowledges "0", not "2"
+    g.feed(ConnectionLost(g.now, 1))
+    again = received(g, 2)
+    assert [m.payload for m in again] == [b"2"]
+    publish(g, [b"after"])
+    assert [m.payload for m in received(g, 2)] == [b"after"]
+    [homed] = g.gw.status()["mqtt"]["share_groups_homed"]
+    assert (homed["members"], homed["redelivered"]) == (1, 1)
+    assert [m.payload for m in two] == [b"1", b"3"]
+
+
+def test_unsubscribe_leaves_the_group_and_bad_shared_filters_are_refused():
+    g = Gate()
+    members_and_publisher(g)
+    [unsuback] = g.send(1, p.Unsubscribe(9, ("$share/g/t/#", "$share/other/t/#")))
+    assert unsuback.reason_codes == (0x00, 0x11)
+    publish(g, [b"a", b"b"])
+    assert received(g, 1) == [] and [m.payload for m in received(g, 2)] == [b"a", b"b"]
+    [suback] = g.send(1, p.Subscribe(10, (p.TopicFilter("$share/g+/t", 1), p.TopicFilter("$share/g/t/#", 0))))
+    assert suback.reason_codes == (0x8F, 0)
+    [disconnect] = g.send(2, p.Subscribe(11, (p.TopicFilter("$share/n/t", 1, no_local=True),)))
+    assert disconnect.reason_code == 0x82 and 2 in g.closed  # No Local on a shared subscription (3.8.3.1)
+
+
+def test_a_shared_filter_outside_the_identity_s_rules_is_refused_at_the_member_s_broker():
+    g = Gate(guard=Guard(anonymous_with("t/#"), lambda n: b"n" * n))
+    g.h.apply(g.h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    g.connect(1)
+    [suback] = g.send(1, p.Subscribe(1, (p.TopicFilter("$share/g/t/#", 1), p.TopicFilter("$share/g/u/#", 1))))
+    assert suback.reason_codes == (1, 0x87)
+    assert list(g.gw.shares.members.members) == [("mqtt", "g", "t/#")]
