@@ -37,9 +37,9 @@ class Mqtt:
 
     def __init__(self, address: str, client_id: str, version: int = V5, username: str | None = None,
                  password: str | None = None, tls_ca: str | None = None, expect_refusal: bool = False,
-                 clean: bool = True) -> None:
+                 clean: bool = True, in_flight: int | None = None) -> None:
         """`clean=False`: a persistent session (3.1.1's Clean Session 0; 5.0's Clean Start 0 with a
-        Session Expiry Interval of an hour)."""
+        Session Expiry Interval of an hour); `in_flight`: paho's window of QoS 1/2 PUBLISHes (20)."""
         host, port = address.rsplit(":", 1)
         self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=version,
                                   **({"clean_session": clean} if version == V311 else {}))
@@ -50,6 +50,8 @@ class Mqtt:
         self.disconnect_code: int | None = None
         self._cond = threading.Condition()
         self.code: int | None = None
+        if in_flight is not None:
+            self.client.max_inflight_messages_set(in_flight)
         if username is not None:
             self.client.username_pw_set(username, password)
         if tls_ca is not None:
@@ -63,8 +65,10 @@ class Mqtt:
         if version == V5 and not clean:
             connect_props = Properties(PacketTypes.CONNECT)
             connect_props.SessionExpiryInterval = 3600
-        self.client.connect(host, int(port), keepalive=30,
-                            **({"clean_start": clean, "properties": connect_props} if version == V5 else {}))
+        self._connect_args: dict[str, Any] = {}
+        if version == V5:
+            self._connect_args = {"clean_start": clean, "properties": connect_props}
+        self.client.connect(host, int(port), keepalive=30, **self._connect_args)
         self.client.loop_start()
         self._wait(lambda: self.code is not None, "CONNACK")
         if not expect_refusal:
@@ -137,6 +141,19 @@ class Mqtt:
             return None
         self._wait(lambda: info.mid in self.acks or self.disconnect_code is not None, "PUBACK")
         return self.acks.get(info.mid)
+
+    def reconnect(self, address: str) -> None:
+        """Connect the same paho client again, to `address` (a restarted broker's new port): paho
+        resends what it had in flight (a QoS 2 PUBLISH unanswered with DUP, PUBREL after a PUBREC)."""
+        self.client.loop_stop()
+        host, port = address.rsplit(":", 1)
+        with self._cond:
+            self.code = None
+        self.client.connect_async(host, int(port), keepalive=30, **self._connect_args)
+        self.client.reconnect()
+        self.client.loop_start()
+        self._wait(lambda: self.code is not None, "CONNACK")
+        assert self.code == 0, f"CONNECT refused with 0x{self.code:02X}"
 
     def get(self, timeout: float = WAIT_S) -> Any:
         return self.messages.get(timeout=timeout)

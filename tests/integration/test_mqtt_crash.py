@@ -72,3 +72,27 @@ def test_a_persistent_sessions_messages_survive_kill_9_of_its_broker(tmp_path, v
             back.close()
     finally:
         broker.stop()
+
+
+def test_a_persistent_sessions_subscription_identifier_and_no_local_survive_kill_9(tmp_path):
+    """5.0's subscription options are the session's (3.8.3.1): kept in the durable subscription's name,
+    so the Subscription Identifier and No Local hold after a kill -9 and the client's reconnect."""
+    broker = BrokerProcess(tmp_path / "b", args=["--mqtt", "127.0.0.1:0"]).start()
+    try:
+        keeper = Mqtt(broker.mqtt_address, "opts", V5, clean=False)
+        assert keeper.subscribe("opt/#", qos=1, identifier=42, no_local=True) == [1]
+        keeper.close()
+        broker.kill()
+        broker.start()
+        back = Mqtt(broker.mqtt_address, "opts", V5, clean=False)
+        try:
+            assert back.session_present is True
+            assert back.publish("opt/own", b"mine", 1) == 0  # No Local: not delivered to its own session
+            with sync.connect(broker.address, service="native-pub") as pub:
+                pub.publish("opt/x", b"theirs")
+            got = back.get()
+            assert (got.payload, got.properties.SubscriptionIdentifier) == (b"theirs", [42])
+        finally:
+            back.close()
+    finally:
+        broker.stop()

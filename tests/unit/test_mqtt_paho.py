@@ -256,6 +256,8 @@ def test_paho_against_the_protocol_machine(protocol):
             c.receive(e.data)
         elif isinstance(e, fx.Connected):
             effects = m.accept(0)
+        elif isinstance(e, fx.Released):
+            effects = m.release_done(e.packet_id, e.known)
         elif isinstance(e, fx.Subscribed):
             granted.update((t.filter, t.qos) for t in e.topics)
             effects = m.suback(e.packet_id, tuple(t.qos for t in e.topics))

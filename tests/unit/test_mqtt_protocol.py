@@ -239,7 +239,8 @@ def test_a_retried_qos_2_publish_is_reported_once(version):
     assert w.packets(w.m.publish_done(9)) == [Pubrec(9)]
     again = w.send(Publish("a/b", b"x", 2, dup=True, packet_id=9))  # the PUBREC was lost
     assert w.packets(again) == [Pubrec(9)] and facts(again) == []
-    assert w.packets(w.send(Pubrel(9))) == [Pubcomp(9)]
+    assert w.send(Pubrel(9)) == [fx.Released(9, True)]  # no PUBCOMP before the release is durable
+    assert w.packets(w.m.release_done(9)) == [Pubcomp(9)]
     assert facts(w.send(Publish("a/b", b"y", 2, packet_id=9))) == [fx.Published("a/b", b"y", 2, False,
                                                                                    Properties(), 9)]
 
@@ -247,7 +248,8 @@ def test_a_retried_qos_2_publish_is_reported_once(version):
 def test_pubrel_for_an_unknown_id_gets_pubcomp_0x92_and_before_pubrec_a_protocol_error():
     w = Wire(MQTT_5)
     w.connect()
-    assert w.packets(w.send(Pubrel(4))) == [Pubcomp(4, R.PACKET_IDENTIFIER_NOT_FOUND)]
+    assert w.send(Pubrel(4)) == [fx.Released(4, False)]
+    assert w.packets(w.m.release_done(4, known=False)) == [Pubcomp(4, R.PACKET_IDENTIFIER_NOT_FOUND)]
     w.send(Publish("a", b"", 2, packet_id=5))
     effects = w.send(Pubrel(5))
     assert [p.reason_code for p in w.packets(effects)] == [R.PROTOCOL_ERROR]  # type: ignore[attr-defined]
@@ -501,7 +503,8 @@ def test_a_session_s_unfinished_flows_resume_on_the_next_connection(version):
     assert facts(nxt.send(Pubcomp(deliveries[2].packet_id))) == [fx.DeliveryAcked(3)]
     retry = nxt.send(Publish("in", b"q2", 2, dup=True, packet_id=40))  # its PUBREC was lost in the drop
     assert nxt.packets(retry) == [Pubrec(40)] and facts(retry) == []  # logged once across the reconnect
-    assert nxt.packets(nxt.send(Pubrel(40))) == [Pubcomp(40)]
+    assert nxt.send(Pubrel(40)) == [fx.Released(40, True)]
+    assert nxt.packets(nxt.m.release_done(40)) == [Pubcomp(40)]
     # a fresh delivery does not take an identifier the resumed ones hold
     (fresh,) = nxt.packets(nxt.m.deliver(9, "d", b"", 1))
     assert isinstance(fresh, Publish) and fresh.packet_id not in {deliveries[0].packet_id, deliveries[1].packet_id}

@@ -91,6 +91,8 @@ class ConnectionMachine(RuleBasedStateMachine):
                 assert e.token in self.tokens_open, f"delivery {e.token} ended twice or never began"
                 self.tokens_open.discard(e.token)
                 self.tokens_ended.add(e.token)
+            elif isinstance(e, fx.Released):  # the broker side's release is durable at once here
+                self.apply(self.m.release_done(e.packet_id, e.known))
             elif isinstance(e, fx.Disconnected):
                 assert not self.disconnected
                 self.disconnected = True

@@ -11,13 +11,17 @@ broker's --allow-plain-password: the core decides with that). 1883 is MQTT's por
 A password's scrypt (about 80 ms) never runs on the event loop: the gateway asks for it
 (`DeriveKey`, core/mqtt/derivations.py, which bounds how many are asked for at once), a pool of
 `DERIVE_WORKERS` threads runs it (hashlib.scrypt releases the GIL) and the result comes back to the
-gateway on the loop (`KeyDerived`), through the driver like any input.
+gateway on the loop (`KeyDerived`), through the driver like any input. The persistent sessions'
+QoS 2 keys (core/mqtt/exactly_once.py) are saved the same way: `SaveMqttState` written atomically to
+the data directory's `mqtt.state` by one thread (so in order), `MqttStateSaved` back on the loop, and
+the PUBCOMPs that waited for it go.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import os
 import secrets
 import time
@@ -32,10 +36,14 @@ from tidings.core.errors import TidingsError
 from tidings.core.inputs import Accepted, Input
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import DeriveKey, KeyDerived
+from tidings.core.mqtt.exactly_once import MqttStateSaved, SaveMqttState
 from tidings.core.mqtt.gateway import MqttGateway
+from tidings.storage.files import read_small_file, write_atomically
 
 DERIVE_WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))  # scrypt threads (16 MiB each while running),
 # a core left for the event loop
+STATE_FILE = "mqtt.state"  # the persistent sessions' QoS 2 keys (core/mqtt/exactly_once.py)
+log = logging.getLogger("tidings.mqtt")
 
 if TYPE_CHECKING:
     from tidings.aio.server import BrokerServer
@@ -84,17 +92,44 @@ class MqttListeners:
         assert server.core is not None
         self.server = server
         self.options = options
-        self.gateway = MqttGateway(server.core, options.settings, secrets.token_bytes)
+        self.state_path = server.data_dir / STATE_FILE
+        self.gateway = MqttGateway(server.core, options.settings, secrets.token_bytes,
+                                   read_small_file(self.state_path))
         self.servers: list[asyncio.Server] = []
         self.addresses: list[tuple[str, bool]] = []  # (host:port as bound, tls)
         self.pool = ThreadPoolExecutor(DERIVE_WORKERS, thread_name_prefix="tidings-mqtt-scrypt")
+        self.saver = ThreadPoolExecutor(1, thread_name_prefix="tidings-mqtt-state")
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def handle(self, inp: Input) -> list[Effect]:
         """The gateway's `handle` for the driver; the derivations it asked for go to the workers."""
         effects = self.gateway.handle(inp)
         self._derive()
+        self._save()
         return effects
+
+    def _save(self) -> None:
+        for save in self.gateway.take_saves():
+            self.saver.submit(self._write, save)
+
+    def _write(self, save: SaveMqttState) -> None:
+        """On the saver thread: the state on disk, then its completion on the loop."""
+        try:
+            write_atomically(self.state_path, save.data)
+        except OSError as exc:  # its PUBCOMPs are not sent: the clients retry their PUBREL on reconnect
+            log.error("the MQTT state could not be saved to %s: %s", self.state_path, exc)
+            return
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._saved, save.version)
+
+    def _saved(self, version: int) -> None:
+        driver = self.server.driver
+        if driver is None:
+            return
+        driver.run(self.gateway.state_saved(MqttStateSaved(time.monotonic_ns(), version)))
+        self._derive()
+        self._save()
 
     def _derive(self) -> None:
         for ask in self.gateway.take_derivations():
@@ -116,6 +151,7 @@ class MqttListeners:
             return
         driver.run(self.gateway.derived(KeyDerived(time.monotonic_ns(), ask.conn, ask.ticket, salted)))
         self._derive()
+        self._save()
 
     async def start(self) -> None:
         loop = self.loop = asyncio.get_running_loop()
@@ -141,3 +177,4 @@ class MqttListeners:
         for srv in self.servers:
             srv.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.saver.shutdown(wait=True)  # (a save under way finishes)

@@ -126,8 +126,8 @@ def attributes_of(packet: p.Publish) -> dict[str, AttrValue] | str:
         attributes[CORRELATION_DATA] = base64.b64encode(props.correlation_data).decode("ascii")
     if props.message_expiry_interval_s is not None:
         attributes[EXPIRY] = props.message_expiry_interval_s
-    if packet.qos == 0:
-        attributes[QOS] = 0
+    if packet.qos != 1:  # (a native event counts as QoS 1: logged and acknowledged)
+        attributes[QOS] = packet.qos
     if packet.retain:
         attributes[RETAIN] = True  # the retain mark (core/mqtt/retained.py)
     return attributes
@@ -172,7 +172,8 @@ def publish_of(event: Event, granted_qos: int, level: int, wall_us: int = 0) -> 
     """An event as the PUBLISH a subscription granted `granted_qos` delivers (no packet id yet), or
     None when its Message Expiry Interval has passed by `wall_us` (3.3.2.3.3: not sent)."""
     attrs = event.attributes
-    qos = min(granted_qos, 0 if attrs.get(QOS) == 0 else 1)
+    published = attrs.get(QOS)
+    qos = min(granted_qos, 0 if published == 0 else 2 if published == 2 else 1)
     props = NO_PROPERTIES
     left_s = remaining_s(event, wall_us) if EXPIRY in attrs else None
     if left_s == 0:

@@ -119,6 +119,16 @@ class DeliveryDropped:
 
 
 @dataclass(frozen=True, slots=True)
+class Released:
+    """PUBREL of the client's QoS 2 PUBLISH `packet_id` (`known`: one this connection held awaiting
+    its PUBREL): the broker side answers `release_done` once the release is durable, and the client
+    gets its PUBCOMP then (0x92 when not `known`), so the identifier is not reused before."""
+
+    packet_id: int
+    known: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Disconnected:
     """The connection ended after its CONNECT was taken, for `reason` (0x00 a normal DISCONNECT,
     0x04 one asking for the will, else the failure). `publish_will`: the will is due (every ending
@@ -134,4 +144,4 @@ class Disconnected:
 SESSION_NEVER_EXPIRES = 0xFFFFFFFF  # 5.0's largest Session Expiry Interval: no expiry (3.1.2.11.2)
 
 MqttEffect = (Send | Close | Connected | Published | PublishedRun | Subscribed | Unsubscribed | DeliveryAcked
-              | DeliveryDropped | Disconnected)
+              | DeliveryDropped | Released | Disconnected)

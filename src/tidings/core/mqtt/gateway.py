@@ -36,10 +36,13 @@ from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
+from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState
 from tidings.core.mqtt.reason_codes import ReasonCode
+from tidings.core.mqtt.resumption import CARRIED_BYTES_MAX, Carried
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
 from tidings.core.mqtt.session import OPEN, MqttSession, status_of
 from tidings.core.mqtt.subscriptions import Held
+from tidings.core.mqtt.will import will_frame
 from tidings.core.share import gateway as shares
 from tidings.core.share.hub import ShareHub
 from tidings.core.share.wire import ShareArrived
@@ -75,6 +78,10 @@ FIGURES: tuple[Figure, ...] = (
            under=MQTT),
     Figure("retained_dropped", "mqtt_retained_dropped", COUNTER,
            "retained messages not kept: past the topics or bytes held", "RetainedStore", under=MQTT),
+    Figure("qos2_keys_held", "mqtt_qos2_keys_held", GAUGE,
+           "persistent sessions' QoS 2 PUBLISHes from their first copy to their PUBREL", "QosTwoKeys", under=MQTT),
+    Figure("qos2_saves", "mqtt_qos2_saves", COUNTER, "saves of those keys, each before the PUBCOMPs it carries",
+           "QosTwoKeys", under=MQTT),
 )
 
 
@@ -94,8 +101,10 @@ MqttTimer = ProtocolTimer | RenewTimer
 
 
 class MqttGateway:
-    def __init__(self, broker: Broker, settings: MqttSettings, nonce: Callable[[int], bytes]) -> None:
-        """`nonce(n)`: n fresh random bytes (the runtime's), for each session's native handshake."""
+    def __init__(self, broker: Broker, settings: MqttSettings, nonce: Callable[[int], bytes],
+                 saved_state: bytes | None = None) -> None:
+        """`nonce(n)`: n fresh random bytes (the runtime's), for each session's native handshake;
+        `saved_state`: what `take_saves` last had saved (persistent sessions' QoS 2 keys)."""
         self.broker = broker
         self.settings = settings
         self.nonce = nonce
@@ -113,6 +122,10 @@ class MqttGateway:
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
         self.retained = RetainedFeed(f"broker-{nonce(6).hex()}")  # retained messages (core/mqtt/retained.py)
         self.shares = ShareHub(may_subscribe=shares.access(broker))  # shared subscriptions (core/share/)
+        self.qos2_keys = QosTwoKeys(broker.dedup, saved_state)  # QoS 2 through a kill -9 (core/mqtt/exactly_once.py)
+        self.saving: set[int] = set()  # sessions with a CONNACK or PUBCOMP waiting for a save
+        self.carried: dict[tuple[str, str], list[Carried]] = {}  # persistent sessions away: what they had in
+        self.carried_bytes = 0  # flight, by (service, client id), oldest first (core/mqtt/resumption.py)
         broker.sections.append(self.status)  # the broker's status (and so STATUS, /status, /metrics) has ours
 
     def expect(self, conn: int, secure: bool, source: str = "") -> None:
@@ -124,6 +137,28 @@ class MqttGateway:
         """The scrypt derivations the sessions asked for (effects for the runtime's workers, whose
         results come back through `derived`)."""
         return self.derivations.take()
+
+    def take_saves(self) -> list[SaveMqttState]:
+        """The state to save for the QoS 2 keys (an effect for the runtime, whose completion comes back
+        through `state_saved`): at most one under way, the later changes in the next."""
+        save = self.qos2_keys.take_save(self.wall_us)
+        return [] if save is None else [save]
+
+    def state_saved(self, inp: MqttStateSaved) -> list[Effect]:
+        """A save is on disk: the CONNACKs and PUBCOMPs that waited for it go."""
+        self.now = inp.now
+        self.qos2_keys.done(inp.version)
+        out: list[Effect] = []
+        waiting, self.saving = self.saving, set()
+        for conn in sorted(waiting):
+            session = self.sessions.get(conn)
+            if session is None:
+                continue
+            native: list[bytes] = []
+            session.state_saved(out, native)
+            self._to_broker(session, native, out)
+            self._arm(session)
+        return out
 
     def derived(self, inp: KeyDerived) -> list[Effect]:
         """A derivation is done: its session answers the broker's CHALLENGE with it."""
@@ -163,7 +198,8 @@ class MqttGateway:
             if expected is not None:
                 self.accepted += 1
                 session = MqttSession(inp.conn, inp.now, self.settings, expected[0], self.nonce(NONCE_BYTES),
-                                      self._held, self.retained, self.derivations, expected[1], self.shares)
+                                      self._held, self.retained, self.derivations, expected[1], self.shares,
+                                      qos2_keys=self.qos2_keys, carried=self._take_carried)
                 self.sessions[inp.conn] = session
                 self._arm(session)
         elif kind is ConnectionLost:
@@ -188,7 +224,9 @@ class MqttGateway:
         self._arm(session)
 
     def _arm(self, session: MqttSession) -> None:
-        """The session's protocol machine's deadline, as it now is."""
+        """The session's protocol machine's deadline, as it now is (and whether it waits for a save)."""
+        if session.qos2 is not None and session.qos2.waiting():
+            self.saving.add(session.conn)
         deadline = session.next_deadline()
         if deadline is None:
             self.timers.cancel(ProtocolTimer(session.conn))
@@ -281,17 +319,33 @@ class MqttGateway:
             return
         session.lost()
         self.shares.gone(conn)
-        will = session.will_frame()
+        will = will_frame(session)
         if will is not None:
             self.wills_published += 1
             self._to_client(self.broker.handle(Received(self.now, self.wall_us, conn, will)), out)
         del self.sessions[conn]
         self.timers.cancel(ProtocolTimer(conn))
         self.timers.cancel(RenewTimer(conn))
-        if self.by_client_id.get(session.client_id) == conn:
+        if self.by_client_id.get(session.client_id) == conn:  # (not taken over: nobody resumed it yet)
             del self.by_client_id[session.client_id]
+            if session.native is not None:
+                self._carry((session.native.service, session.client_id), session.carry())
         for key, value in _figures(session).items():
             self.totals[key] += value
+
+    def _carry(self, key: tuple[str, str], carried: list[Carried]) -> None:
+        """Keep what a persistent session had in flight for its next connection, within CARRIED_BYTES_MAX."""
+        self._take_carried(*key)
+        if carried:
+            self.carried[key] = carried
+            self.carried_bytes += sum(len(c.publish.payload) for c in carried)
+        while self.carried_bytes > CARRIED_BYTES_MAX:  # the oldest go (their events come again, new ids)
+            self._take_carried(*next(iter(self.carried)))
+
+    def _take_carried(self, service: str, client_id: str) -> list[Carried]:
+        carried = self.carried.pop((service, client_id), [])
+        self.carried_bytes -= sum(len(c.publish.payload) for c in carried)
+        return carried
 
     def _timeouts(self, now: int, out: list[Effect]) -> None:
         self.shares.handle_timeout(now)
@@ -324,7 +378,7 @@ class MqttGateway:
         open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
                 "wills_published": self.wills_published, **figures, **self.retained.status(), **self.shares.status(),
-                **self.derivations.status(),
+                **self.derivations.status(), **self.qos2_keys.status(),
                 "sessions": [status_of(s) for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}
 

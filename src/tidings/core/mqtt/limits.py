@@ -1,4 +1,4 @@
-"""An MQTT connection's limits (`ProtocolLimits`) and what they decide: whether a CONNECT is
+"""An MQTT connection's limits (`ProtocolLimits`), its deadlines' keys, and what the limits decide: whether a CONNECT is
 refused before the broker side sees it (`connect_problem`), what our 5.0 CONNACK says of the server
 (`server_offer`, 3.2.2.3: each property only when it is not the specification's default), and whether
 a client's PUBLISH breaks what the CONNACK said (`publish_problem`).
@@ -15,6 +15,21 @@ from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.units import KIB, MIB, SECOND_NS
 
 R = ReasonCode
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectDue:
+    """The CONNECT deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeepAliveDue:
+    """The keep-alive deadline."""
+
+
+TimerKey = ConnectDue | KeepAliveDue
+CONNECT_DUE: Final = ConnectDue()
+KEEP_ALIVE_DUE: Final = KeepAliveDue()
 CLIENT_RECEIVE_MAXIMUM: Final = 65535  # a client that names none (3.1.2.11.3), and the most there is
 
 

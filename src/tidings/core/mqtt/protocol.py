@@ -31,7 +31,7 @@ Timers (one `Deadlines`): the CONNECT deadline, then the keep-alive, moved on on
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import StrEnum
 from typing import Final
 
@@ -44,7 +44,12 @@ from tidings.core.mqtt.delivery import DeliveryFlow, Outgoing, Plain
 from tidings.core.mqtt.inflight import Arrival, Deliveries, Delivery, Receipts, ReceiptState
 from tidings.core.mqtt.limits import (
     CLIENT_RECEIVE_MAXIMUM,
+    CONNECT_DUE,
+    KEEP_ALIVE_DUE,
+    ConnectDue,
+    KeepAliveDue,
     ProtocolLimits,
+    TimerKey,
     connect_problem,
     merged,
     publish_problem,
@@ -82,20 +87,14 @@ TRANSITIONS = Transitions[ConnectionState]("mqtt connection", {
 })
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectDue:
-    """The CONNECT deadline."""
-
-
-@dataclass(frozen=True, slots=True)
-class KeepAliveDue:
-    """The keep-alive deadline."""
-
-
-TimerKey = ConnectDue | KeepAliveDue
-CONNECT_DUE: Final = ConnectDue()
-KEEP_ALIVE_DUE: Final = KeepAliveDue()
 REASON_CHARS_MAX: Final = 200  # of a reason string we send
+
+
+def _why(version: int, detail: str) -> Properties:
+    """A reason string for a 5.0 client."""
+    if not detail or version != MQTT_5:
+        return NO_PROPERTIES
+    return Properties(reason_string=detail[:REASON_CHARS_MAX])
 
 
 class MqttConnection:
@@ -192,7 +191,7 @@ class MqttConnection:
         if refusal.reason == R.UNSUPPORTED_PROTOCOL_VERSION and (level is None or level < MQTT_5):
             self._send(p.Connack(False, ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION), out, MQTT_311)
         elif level is not None and level >= MQTT_5:
-            self._send(p.Connack(False, refusal.reason, self._why(refusal.detail)), out, MQTT_5)
+            self._send(p.Connack(False, refusal.reason, _why(self.version, refusal.detail)), out, MQTT_5)
         self._end(refusal.reason, refusal.detail, False, out)
 
     def _connect(self, packet: p.Packet, out: list[fx.MqttEffect]) -> None:
@@ -230,7 +229,7 @@ class MqttConnection:
         """CONNACK with `code`, then the close; `reported`: the broker side was told of the CONNECT
         and not of its refusal (it is then told `Disconnected`)."""
         if self.version == MQTT_5:
-            self._send(p.Connack(False, code, self._why(detail)), out)
+            self._send(p.Connack(False, code, _why(self.version, detail)), out)
         else:
             self._send(p.Connack(False, connack_return_code_311(code)), out)
         self._end(code, detail, False, out, reported=reported)
@@ -320,13 +319,19 @@ class MqttConnection:
         # Arrival.RETRY: awaiting the log; its answer goes once, when the broker side gives it
 
     def _pubrel(self, packet: p.Pubrel, out: list[fx.MqttEffect]) -> None:
+        """PUBREL: `Released`, PUBCOMP on `release_done` (an identifier unknown gets 0x92 then, 4.3.3)."""
         was = self.receipts.released(packet.packet_id)
-        if was is ReceiptState.AWAITING_PUBREL:
-            self._send(p.Pubcomp(packet.packet_id), out)
-        elif was is None:  # after a reconnect, or never: 4.3.3 answers PUBCOMP all the same
-            self._send(p.Pubcomp(packet.packet_id, R.PACKET_IDENTIFIER_NOT_FOUND), out)
+        if was is None or was is ReceiptState.AWAITING_PUBREL:
+            out.append(fx.Released(packet.packet_id, was is not None))
         else:
             self._fail(R.PROTOCOL_ERROR, f"PUBREL {packet.packet_id} before its PUBREC", out)
+
+    def release_done(self, packet_id: int, known: bool = True) -> list[fx.MqttEffect]:
+        """The release `Released` reported is durable: PUBCOMP (0x92 if not `known`)."""
+        out: list[fx.MqttEffect] = []
+        if self.state is S.CONNECTED:
+            self._send(p.Pubcomp(packet_id, 0 if known else R.PACKET_IDENTIFIER_NOT_FOUND), out)
+        return out
 
     def _subscribe(self, packet: p.Subscribe, out: list[fx.MqttEffect]) -> None:
         if packet.properties.subscription_identifiers and not self.limits.subscription_identifier_available:
@@ -382,7 +387,7 @@ class MqttConnection:
             self._fail(code, detail or "publish refused", out)
             return out
         answer = p.Puback if qos == 1 else p.Pubrec
-        self._send(answer(packet_id, code, self._why(detail) if failed else NO_PROPERTIES), out)
+        self._send(answer(packet_id, code, _why(self.version, detail) if failed else NO_PROPERTIES), out)
         return out
 
     def suback(self, packet_id: int, codes: tuple[int, ...], detail: str = "") -> list[fx.MqttEffect]:
@@ -392,7 +397,7 @@ class MqttConnection:
         if self.state is S.CONNECTED and self.subscribing.get(packet_id) == len(codes):
             del self.subscribing[packet_id]
             if self.version == MQTT_5:
-                self._send(p.Suback(packet_id, codes, self._why(detail)), out)
+                self._send(p.Suback(packet_id, codes, _why(self.version, detail)), out)
             else:
                 self._send(p.Suback(packet_id, tuple(suback_code_311(c) for c in codes)), out)
         return out
@@ -448,7 +453,7 @@ class MqttConnection:
                                  detail, out)
         elif self.state is S.CONNECTED:
             if self.version == MQTT_5:
-                props = merged(self._why(detail), Properties(server_reference=server_reference))
+                props = merged(_why(self.version, detail), Properties(server_reference=server_reference))
                 self._send(p.Disconnect(code, props), out)
             self._end(code, detail, True, out)
         elif self.state is S.AWAITING_CONNECT:
@@ -456,11 +461,6 @@ class MqttConnection:
         return out
 
     # ---- sending and ending ----------------------------------------------------------------------
-
-    def _why(self, detail: str) -> Properties:
-        if not detail or self.version != MQTT_5:
-            return NO_PROPERTIES
-        return Properties(reason_string=detail[:REASON_CHARS_MAX])
 
     def _send(self, packet: p.Packet, out: list[fx.MqttEffect], version: int | None = None) -> None:
         if version is not None:
@@ -476,7 +476,7 @@ class MqttConnection:
             self._refuse_connect(code, detail, out, reported=True)
             return
         if self.state is S.CONNECTED and self.version == MQTT_5:
-            self._send(p.Disconnect(code, self._why(detail)), out)
+            self._send(p.Disconnect(code, _why(self.version, detail)), out)
         self._end(code, detail, True, out)
 
     def _end(self, code: int, detail: str, publish_will: bool, out: list[fx.MqttEffect], close: bool = True,

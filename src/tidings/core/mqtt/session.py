@@ -47,11 +47,13 @@ from tidings.core.mqtt import effects as fx
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.bridge import MQTT_5, MqttSettings, PlainPassword
 from tidings.core.mqtt.derivations import Derivations
+from tidings.core.mqtt.exactly_once import ConnectionKeys, QosTwoKeys
 from tidings.core.mqtt.limits import ProtocolLimits
 from tidings.core.mqtt.password import Answer, PasswordCheck, Refuse, Step
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
 from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.mqtt.reason_codes import ReasonCode
+from tidings.core.mqtt.resumption import Carried, Resumed, carry, resend
 from tidings.core.mqtt.retained import RETAINED_PER_SUBSCRIBE_MAX, RetainedFeed, due
 from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag
 from tidings.core.session.client_session import ClientSession, PublishEvent
@@ -91,14 +93,17 @@ class MqttSession:
     def __init__(self, conn: int, now: int, settings: MqttSettings, secure: bool, nonce: bytes,
                  held: Callable[[str, str], list[Held]] = lambda owner, prefix: [],
                  retained: RetainedFeed | None = None, derivations: Derivations | None = None,
-                 source: str = "", shares: ShareHub | None = None) -> None:
+                 source: str = "", shares: ShareHub | None = None, *, qos2_keys: QosTwoKeys,
+                 carried: Callable[[str, str], list[Carried]] = lambda service, client_id: []) -> None:
         """`secure`: TLS or a loopback peer (a password may come in plain); `nonce`: fresh random
         bytes for the native handshake's challenge-response; `held(owner, prefix)`: the broker's
         named durable subscriptions of `owner` whose names begin with `prefix` (a persistent session's);
         `retained`: the broker's retained messages (core/mqtt/retained.py; None: Retain Available 0);
         `derivations`: where a password's scrypt is asked for, off the loop and bounded per `source`
         (the peer's address; core/mqtt/derivations.py; None: derived here, for tests); `shares`: the
-        broker's shared subscriptions (core/share/hub.py; None: refused 0x9E)."""
+        broker's shared subscriptions (core/share/hub.py; None: refused 0x9E); `qos2_keys`: the
+        persistent sessions' QoS 2 keys (core/mqtt/exactly_once.py);
+        `carried(service, client_id)`: what its last connection left in flight (core/mqtt/resumption.py)."""
         self.conn = conn
         self.now = now
         self.wall_us = 0  # the broker's clock, microseconds since the epoch, as the gateway last knew it (0: unknown)
@@ -127,6 +132,9 @@ class MqttSession:
         self.tokens: dict[int, Tag] = {}  # deliveries in the machine's hands, by token
         self.next_token = 0
         self.will: p.Will | None = None
+        self.qos2_keys = qos2_keys
+        self.qos2: ConnectionKeys | None = None  # this connection's QoS 2 keys, from WELCOME on
+        self.carried, self.resumed = carried, Resumed()  # deliveries of its last connection, resent
         self.will_due = False  # the machine said the will is due
         self.welcomed = False  # the broker admitted the client (its will may be published)
         # figures
@@ -181,6 +189,9 @@ class MqttSession:
                 self._subscribe(eff, out, native)
             elif isinstance(eff, fx.DeliveryAcked | fx.DeliveryDropped):
                 self._delivered(eff, out)
+            elif isinstance(eff, fx.Released):  # PUBCOMP once the release is saved (core/mqtt/exactly_once.py)
+                assert self.qos2 is not None  # (a PUBREL comes after the CONNACK, so after WELCOME)
+                self._apply(self.qos2.pubrel(eff.packet_id, eff.known, self.machine, self.now), out, native)
             else:
                 self._ended(eff, out)
         if sending:
@@ -240,6 +251,8 @@ class MqttSession:
             if packet_id is not None:
                 self._apply(self.machine.publish_done(packet_id, event.code, event.reason), out, native)
             return
+        if qos == 2 and self.qos2 is not None:  # a persistent session's: logged once through a kill -9
+            event = self.qos2.event(event, qos, packet_id, self.wall_us)
         if event[0] == topic and len(self.channels) < CHANNELS_KNOWN_MAX:
             self.channels.add(topic)  # a valid channel: the next plain PUBLISH to it skips the checks
         self.published += 1
@@ -318,6 +331,8 @@ class MqttSession:
 
     def _delivered(self, eff: fx.DeliveryAcked | fx.DeliveryDropped, out: list[Effect]) -> None:
         tag = self.tokens.pop(eff.token, None)
+        if tag is None:  # a delivery resent from the last connection, ended before its event came again
+            self.resumed.ended(eff.token)
         if isinstance(eff, fx.DeliveryDropped) and eff.reason_code == R.QUOTA_EXCEEDED:
             self.close_for(R.QUOTA_EXCEEDED, f"more than {self.settings.deliveries_queued_max} deliveries wait for "
                            "the client", out)  # a persistent session gets them again when it comes back
@@ -377,8 +392,20 @@ class MqttSession:
         offer = Properties(retain_available=None if self._retain_available() else 0,
                            session_expiry_interval_s=None if self.persistent else 0)
         session_present = self.persistent and not self.clean_start and bool(held)
-        self._apply(self.machine.accept(self.now, session_present, offer), out, native)
+        carried = self.carried(self.native.service, self.client_id)  # (taken: a clean start drops it)
+        self.qos2 = ConnectionKeys(self.qos2_keys, self.native.service, self.client_id, self.persistent,
+                                   self.clean_start, self.wall_us, (session_present, offer))
+        self.state_saved(out, native)  # the CONNACK, unless a clean start's forgetting waits for its save
+        if self.persistent and not self.clean_start:  # what the last connection left in flight, again (4.4)
+            effects, self.resumed, self.next_token = resend(self.machine, carried, self.next_token)
+            self._apply(effects, out, native)
         self._flush(native)
+
+    def state_saved(self, out: list[Effect], native: list[bytes]) -> None:
+        """The QoS 2 keys were saved (core/mqtt/exactly_once.py): the CONNACK and PUBCOMPs waiting go."""
+        if self.qos2 is not None:
+            self._apply(self.qos2.due(self.machine, self.now), out, native)
+            self._flush(native)
 
     def derived(self, ticket: int, salted: bytes | None, out: list[Effect], native: list[bytes]) -> None:
         """The runtime derived the key `ticket` asked for (None: it could not)."""
@@ -426,9 +453,10 @@ class MqttSession:
     def _deliver(self, msg: messages.Events, out: list[Effect]) -> None:
         """EVENTS as PUBLISHes: one call on the machine for the run, its packets in one Send."""
         source = None if self.native is None else (self.native.service, self.client_id)
-        token = self._token
+        token, resumed, tokens = self._token, self.resumed, self.tokens
         items = [(token(publish[2] if isinstance(publish, tuple) else publish.qos, tag), publish)
-                 for publish, tag in self.subscriptions.deliver(msg, self.level, source, self.wall_us)]
+                 for publish, tag in self.subscriptions.deliver(msg, self.level, source, self.wall_us)
+                 if not resumed.claim(tag, tokens)]  # (else resent already, under its packet identifier)
         if items:
             self._apply(self.machine.deliver_many(items), out, [])
 
@@ -454,16 +482,9 @@ class MqttSession:
 
     # ---- endings ---------------------------------------------------------------------------------
 
-    def will_frame(self) -> bytes | None:
-        """The connection ended: its will, as the PUBLISH frame the broker logs and delivers (the same
-        checks and rules as any PUBLISH of the client's), when the machine said it is due."""
-        will, native = self.will, self.native
-        if will is None or native is None or not self.will_due or not self.welcomed:
-            return None
-        self.will = None
-        event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos,
-                                                  will.retain and self._retain_available(), properties=will.properties))
-        return None if isinstance(event, bridge.Refused) else native.publish([event])[0][2]
+    def carry(self) -> list[Carried]:
+        """What a persistent session's ended connection had in flight (core/mqtt/resumption.py)."""
+        return carry(self.machine.unfinished()[0], self.tokens, self.resumed) if self.persistent else []
 
 
 def status_of(session: MqttSession) -> dict[str, object]:
@@ -472,3 +493,4 @@ def status_of(session: MqttSession) -> dict[str, object]:
     return {**s.machine.status(), "conn": s.conn, "client_id": s.client_id, "identity": s.identity,
             "state": str(s.state), "version": "5.0" if s.level == MQTT_5 else "3.1.1", "persistent": s.persistent,
             "subscriptions": len(s.subscriptions.subs), "received": s.received, "sent": s.sent}
+

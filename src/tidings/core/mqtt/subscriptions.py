@@ -3,13 +3,13 @@ answers as SUBACK codes, their events as PUBLISH packets (core/mqtt/session.py c
 
 Each filter of a SUBSCRIBE is one tidings subscription (the pattern of core/mqtt/topics.py, the 5.0
 user property `filter` as its content filter), numbered by the client session codec; its SUBACK goes
-once the broker answered every filter of it (SUBSCRIBED: the QoS granted, at most 1; ERROR: the
-reason code of bridge.py's table; 5.0's No Local kept, so its own messages are not delivered to the
-connection that published them; its Subscription Identifier goes in each PUBLISH it delivers: one
-PUBLISH per matching subscription, each with its own, as 3.3.4 allows). A SUBSCRIBE to a filter held
-replaces its QoS (3.8.4). Its events
-leave as PUBLISH at min(the event's QoS, the granted QoS), QoS 1 ones through the in-flight window
-(the protocol machine's window). In a persistent session (core/mqtt/persistent.py) each subscription is a named
+once the broker answered every filter of it (SUBSCRIBED: the QoS granted, the one asked for;
+ERROR: the reason code of bridge.py's table; 5.0's No Local kept, so its own
+messages are not delivered to the connection that published them; its Subscription Identifier goes
+in each PUBLISH it delivers: one PUBLISH per matching subscription, each with its own, as 3.3.4
+allows). A SUBSCRIBE to a filter held replaces its QoS (3.8.4). Its events leave as PUBLISH at
+min(the event's QoS, the granted QoS), QoS 1 and 2 ones through the in-flight window (the protocol
+machine's window). In a persistent session (core/mqtt/persistent.py) each subscription is a named
 durable one: the acknowledged prefix of its deliveries is RELEASEd (`releases`), its subscriptions
 are subscribed again when the client comes back (`resume`) and ended by a clean start (`forget`).
 
@@ -82,22 +82,25 @@ class MqttSubscriptions:
         identifier = properties.subscription_identifiers[0] if properties.subscription_identifiers else None
         frames: list[bytes] = []
         for i, wanted in enumerate(wanted_filters):
-            qos = min(wanted.qos, 1)  # QoS 2 deliveries are not sent yet: granted 1 (3.8.4)
+            qos = wanted.qos  # (2 at most: the codec's) a persistent session's QoS 2 deliveries in flight
+            # are resent under their packet identifiers after a reconnect (core/mqtt/resumption.py)
             pattern = topics.pattern_of(wanted.filter)
             if isinstance(pattern, topics.TopicRefused):
                 pending.codes[i] = pattern.reason_code
                 continue
             same = self.subs.get(wanted.filter)
-            if same is not None and (same.qos == qos or same.name is None):  # its options replaced (3.8.4)
+            name = None if self.client_id is None else persistent.name_of(
+                self.client_id, qos, wanted.filter,
+                persistent.Options(wanted.no_local, wanted.retain_as_published, identifier))
+            if same is not None and same.name == name:  # its options replaced (3.8.4): in place if named alike
                 same.qos = qos
                 same.retain_as_published = wanted.retain_as_published
                 same.no_local = wanted.no_local
                 same.identifier = identifier
                 pending.codes[i] = qos
                 continue
-            if same is not None:  # a persistent one under another QoS: its name changes
+            if same is not None:  # a persistent one under other options: its name changes
                 frames += self._end(native, same)
-            name = None if self.client_id is None else persistent.name_of(self.client_id, qos, wanted.filter)
             try:
                 sub, frame = native.subscribe(pattern, content_filter, positions=None if name is None else [],
                                               home=name)
@@ -113,7 +116,7 @@ class MqttSubscriptions:
     def _add(self, entry: MqttSub) -> None:
         self.subs[entry.filter] = self.sub_of[entry.sub] = entry
         if entry.name is not None:
-            entry.durable = DurableCursor()
+            entry.durable = DurableCursor(entry.filter)
 
     def _end(self, native: ClientSession, entry: MqttSub) -> list[bytes]:
         """Unsubscribe `entry` (a persistent one for good)."""
@@ -146,10 +149,12 @@ class MqttSubscriptions:
         assert self.client_id is not None
         for name, pattern, content_filter in held:
             parsed = persistent.parse(name, self.client_id)
-            if parsed is None or parsed[1] in self.subs:
+            if parsed is None or parsed[2] in self.subs:
                 continue
+            qos, options, topic_filter = parsed
             sub, frame = native.subscribe(pattern, content_filter or None, positions=[], home=name)
-            self._add(MqttSub(parsed[1], parsed[0], sub, name))
+            self._add(MqttSub(topic_filter, qos, sub, name, retain_as_published=options.retain_as_published,
+                              no_local=options.no_local, identifier=options.identifier))
             frames.append(frame)
         return frames
 
@@ -219,7 +224,8 @@ class MqttSubscriptions:
                         and type(payload) is bytes and type(pubend) is str and type(tick) is int
                         and type(service) is str and type(instance) is str
                         and (len(fields) == RECORD_LENGTHS[0] or type(fields[-1]) is bool)):
-                    qos = min(granted, 0 if attrs.get(bridge.QOS) == 0 else 1)
+                    published = attrs.get(bridge.QOS)  # (bridge.publish_of's rule)
+                    qos = min(granted, 0 if published == 0 else 2 if published == 2 else 1)
                     self.delivered += 1
                     out.append(((channel, payload, qos), None if durable is None else
                                 (durable, durable.delivered(pubend, tick, qos == 0))))

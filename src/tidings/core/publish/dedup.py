@@ -203,6 +203,10 @@ class DedupWindow:
         offset = pseq - entry.pseq_first
         return entry.tick_first + offset if offset < entry.count else None
 
+    def pseqs(self, producer: str) -> list[int]:
+        """Every pseq of the (scoped) `producer` in the window, in pseq order (core/mqtt/exactly_once.py)."""
+        return [e.pseq_first + i for e in self._by_producer.get(producer, ()) for i in range(e.count)]
+
     def logged(self, screen: Screen, at: list[int], first: int) -> list[bytes]:
         """The NEW events of `screen` at indexes `at` are being logged with ticks `first`,
         `first + 1`, ...: remember them, and return the key each record keeps."""

@@ -1,0 +1,123 @@
+"""QoS 2 through a kill -9, packet by packet (issue 23; core/mqtt/exactly_once.py): a client of our
+own codec on a socket, 3.1.1 and 5.0, in a persistent session, holds QoS 2 flows in every state the
+spec has when its broker is killed -9 (PUBREC received and PUBREL not sent, PUBREL sent and PUBCOMP
+not received, completed), then reconnects to the restarted broker: a PUBLISH retried with DUP under a
+logged identifier gets its PUBREC and is not logged again, a PUBREL gets PUBCOMP, and an identifier
+released before the kill carries a new message."""
+
+import socket
+import time
+
+import pytest
+
+from tidings import sync
+from tidings.core.mqtt import packets as p
+from tidings.core.mqtt.codec import PacketDecoder
+from tidings.core.mqtt.encode import encode
+from tidings.core.mqtt.properties import Properties
+from tidings.testing import BrokerProcess, wait_for
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 15.0
+
+
+class Raw:
+    """An MQTT client of our codec on a socket: packets out, packets back within a deadline."""
+
+    def __init__(self, address: str, version: int, client_id: str) -> None:
+        host, port = address.rsplit(":", 1)
+        self.version = version
+        self.sock = socket.create_connection((host, int(port)), timeout=WAIT_S)
+        self.decoder = PacketDecoder(1 << 24, version)
+        self.inbox: list[p.Packet] = []
+        props = Properties(session_expiry_interval_s=3600) if version == 5 else Properties()
+        self.send(p.Connect(version, client_id, False, 30, properties=props))
+        connack = self.expect(1)[0]
+        assert isinstance(connack, p.Connack) and connack.reason_code == 0, connack
+
+    def send(self, *packets: p.Packet) -> None:
+        self.sock.sendall(b"".join(encode(packet, self.version) for packet in packets))
+
+    def expect(self, count: int) -> list[p.Packet]:
+        """The next `count` packets."""
+        deadline = time.monotonic() + WAIT_S
+        while len(self.inbox) < count:
+            self.sock.settimeout(max(deadline - time.monotonic(), 0.01))
+            data = self.sock.recv(65536)
+            assert data, f"closed with {self.inbox} of {count} packets"
+            self.inbox += self.decoder.feed(data)
+        out, self.inbox = self.inbox[:count], self.inbox[count:]
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_every_qos2_state_through_kill_9(tmp_path, version):
+    broker = BrokerProcess(tmp_path / "b", args=["--mqtt", "127.0.0.1:0"]).start()
+    try:
+        c = Raw(broker.mqtt_address, version, "raw-q2")
+        c.send(*(p.Publish("q2/raw", f"m{pid}".encode(), 2, packet_id=pid) for pid in range(1, 10)))
+        assert sorted(x.packet_id for x in c.expect(9)) == list(range(1, 10))  # PUBREC each: logged
+        c.send(*(p.Pubrel(pid) for pid in (1, 2, 3, 4, 5, 6)))
+        assert c.expect(6) == [p.Pubcomp(pid) for pid in (1, 2, 3, 4, 5, 6)]  # 1-6 completed; 7-9 open
+        c.send(p.Pubrel(7))  # its PUBCOMP may or may not come before the kill
+        broker.kill()
+        c.close()
+        broker.start()
+        c = Raw(broker.mqtt_address, version, "raw-q2")
+        # 8 and 9: as if their PUBRECs were lost in the kill; 7: PUBREL again; 1-3: new messages
+        c.send(p.Publish("q2/raw", b"m8", 2, True, packet_id=8), p.Publish("q2/raw", b"m9", 2, True, packet_id=9))
+        assert c.expect(2) == [p.Pubrec(8), p.Pubrec(9)]
+        c.send(p.Pubrel(7), p.Pubrel(8), p.Pubrel(9))
+        done = c.expect(3)
+        assert done[1:] == [p.Pubcomp(8), p.Pubcomp(9)]
+        assert isinstance(done[0], p.Pubcomp) and done[0].packet_id == 7  # 0x00, or 0x92 if its release was saved
+        c.send(*(p.Publish("q2/raw", f"new{pid}".encode(), 2, packet_id=pid) for pid in (1, 2, 3)))
+        assert sorted(x.packet_id for x in c.expect(3)) == [1, 2, 3]
+        c.close()
+        with sync.connect(broker.address, service="reader") as reader:
+            reader.publish("q2/raw", b"end")
+            with reader.subscribe("q2/#", start="start") as sub:
+                logged: list[bytes] = []
+                while not logged or logged[-1] != b"end":
+                    logged.append(sub.get(WAIT_S).payload)
+        assert logged[:-1] == [f"m{pid}".encode() for pid in range(1, 10)] + [b"new1", b"new2", b"new3"]
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_persistent_subscribers_qos2_flows_resume_under_their_packet_ids(tmp_path, version):
+    """A persistent session granted QoS 2 holds one delivery past PUBREC and one unanswered when its
+    connection drops; on its reconnect the broker resends PUBREL and PUBLISH with DUP under the same
+    packet identifiers (4.4), and sends neither message again."""
+    broker = BrokerProcess(tmp_path / "b", args=["--mqtt", "127.0.0.1:0"]).start()
+    try:
+        sub = Raw(broker.mqtt_address, version, "raw-sub")
+        sub.send(p.Subscribe(1, (p.TopicFilter("rs/#", 2),)))
+        assert sub.expect(1) == [p.Suback(1, (2,))]
+        pub = Raw(broker.mqtt_address, version, "raw-pub")
+        pub.send(p.Publish("rs/a", b"A", 2, packet_id=1), p.Publish("rs/b", b"B", 2, packet_id=2))
+        assert pub.expect(2) == [p.Pubrec(1), p.Pubrec(2)]
+        a, b = sub.expect(2)
+        assert isinstance(a, p.Publish) and isinstance(b, p.Publish) and (a.payload, b.payload) == (b"A", b"B")
+        sub.send(p.Pubrec(a.packet_id))
+        assert sub.expect(1) == [p.Pubrel(a.packet_id)]
+        sub.close()
+        wait_for(lambda: broker.status()["mqtt"]["connections"] == 1, 15, what="the broker seeing the drop")
+        sub = Raw(broker.mqtt_address, version, "raw-sub")
+        assert sub.expect(2) == [p.Pubrel(a.packet_id), p.Publish("rs/b", b"B", 2, False, True, b.packet_id)]
+        sub.send(p.Pubcomp(a.packet_id), p.Pubrec(b.packet_id))
+        assert sub.expect(1) == [p.Pubrel(b.packet_id)]
+        sub.send(p.Pubcomp(b.packet_id))
+        with sync.connect(broker.address, service="native") as native:
+            native.publish("rs/end", b"end")
+        [end] = sub.expect(1)  # the next message: A and B did not come again
+        assert isinstance(end, p.Publish) and end.payload == b"end"
+        sub.close()
+        pub.close()
+    finally:
+        broker.stop()
