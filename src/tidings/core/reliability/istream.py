@@ -34,6 +34,12 @@ child's last ack (a child that has not acked yet holds them at 0), never past th
 child that left holds both at its last values for `release_hold_ns` (a *ghost*, ghosts.py); F
 ticks that are one catchup's silence only are kept apart (sparse.py).
 
+Knowledge passes through as it came. A message that moves the horizon from its `after` to its
+`through` in one step, none of its ticks known before (first-time news in order, the common case),
+is kept as it arrived until the stream settles; a consumer at its `after` that takes all of it (no
+filter, not blocked, past its start, within a piece's bounds) is sent its ticks and records as they
+came, without cutting them tick by tick from the cache: the same piece `pieces.cut` would make.
+
 Filtering (interest.py has the protocol): `pieces_for` may be given a child's filter summary; a D
 tick whose record it does not match goes to that child as F (the cache decodes a record's channel
 and attributes once). `doubt_after` turns F ticks after a position back into Q: they may have been
@@ -50,12 +56,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import islice
+from typing import NamedTuple
 
 from tidings.core.event import TICK_MAX
 from tidings.core.reliability import pieces
 from tidings.core.reliability.consumers import Consumer
 from tidings.core.reliability.curiosity import StreamCuriosity
 from tidings.core.reliability.ghosts import Ghosts
+from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX
 from tidings.core.reliability.pieces import Piece
 from tidings.core.reliability.record_cache import RecordCache
 from tidings.core.reliability.sparse import SparseSilence
@@ -79,10 +87,20 @@ class StreamLimits:
     lag_ticks_max: int = 0
 
 
+class Arrival(NamedTuple):
+    """Knowledge of (after, through] as it arrived: D at `ticks` with `records` (`size` bytes)."""
+
+    after: int
+    through: int
+    ticks: Sequence[int]
+    records: Sequence[bytes]
+    size: int
+
+
 class Istream:
-    __slots__ = ("_cache", "_known", "acked_sent", "consumers", "curiosity", "delivered_sent", "floor", "ghosts",
-                 "horizon", "limits", "origin", "point_sent", "pubend", "released_sent", "sparse", "top", "tree",
-                 "upstream", "waiting")
+    __slots__ = ("_arrival", "_cache", "_known", "acked_sent", "consumers", "curiosity", "delivered_sent", "floor",
+                 "ghosts", "horizon", "limits", "origin", "point_sent", "pubend", "released_sent", "sparse", "top",
+                 "tree", "upstream", "waiting")
 
     def __init__(self, tree: str, pubend: str, floor: int, limits: StreamLimits) -> None:
         self.tree = tree
@@ -107,6 +125,10 @@ class Istream:
         self.sparse = SparseSilence()  # F ticks that are one consumer's silence (`sparsen`), not the stream's
         # catchups waiting for the PFS -> (nacks wait up to this tick, until this monotonic ns)
         self.waiting: dict[str | int, tuple[int, int]] = {}
+        # the knowledge that just moved the horizon from its `after` to its `through` in one step,
+        # every tick of it unknown before, as it came: a consumer at `after` is sent it whole, as it
+        # is, without a cut (`pieces_for`); kept until the stream settles (`settle`)
+        self._arrival: Arrival | None = None
 
     # ---- consumers -----------------------------------------------------------------------------
 
@@ -164,6 +186,7 @@ class Istream:
                 ranges.append((tick - 1, tick))
         if through <= after:
             return 0
+        self._arrival = None
         made = self._known.sparsen(after, through, ranges)
         self.sparse.mark(made)
         self._advance_horizon()
@@ -178,6 +201,7 @@ class Istream:
         """A consumer wants the ticks of (position, through]: the F ticks there that were only
         another consumer's silence (`sparsen`) are Q again, to be fetched."""
         doubted = self.sparse.take(position, through)
+        self._arrival = None
         for lo, hi in doubted:
             self._known.assign_where(lo, hi, frozenset({Knowledge.F}), Knowledge.Q)
         if doubted:
@@ -187,6 +211,7 @@ class Istream:
 
     def _lower_floor(self, floor: int) -> None:
         """A consumer wants ticks this stream had written off: they become unknown (a gap)."""
+        self._arrival = None
         self._known.assign(floor, self.floor, Knowledge.Q)
         self.sparse.unmark(floor, self.floor)
         self.curiosity.recall(self.floor)
@@ -205,16 +230,21 @@ class Istream:
             ticks = [ticks[i] for i in keep]
             records = [records[i] for i in keep]
             after = self.floor
+        fresh = after == self.horizon and self.top <= after  # nothing of (after, through] known before
         self._known.accumulate(after, through, ticks)
         self.top = max(self.top, through)
-        self._cache.add(ticks, records, self._lowest_wanted())
-        return self._advance_horizon()  # the cache is bounded after the consumers were served
+        size = self._cache.add(ticks, records, self._lowest_wanted())
+        moved = self._advance_horizon()  # the cache is bounded after the consumers were served
+        self._arrival = Arrival(after, through, ticks, records, size) if (
+            fresh and size is not None and self.horizon == through) else None
+        return moved
 
     def lose(self, after: int, through: int) -> bool:
         """The pubend released (after, through] before this stream learnt it: unknown ticks there
         become L (known ones keep their value); True when the horizon moved."""
         if through <= self.floor:
             return False
+        self._arrival = None
         self._known.mark_lost(max(after, self.floor), through)
         self.top = max(self.top, through)
         return self._advance_horizon()
@@ -235,6 +265,13 @@ class Istream:
         upper = min(self.horizon, bound)
         if consumer.blocked or consumer.sent_through >= upper:
             return []
+        came = self._arrival
+        if (came is not None and summary is None and consumer.sent_through == came.after and upper == came.through
+                and consumer.start <= came.after and came.size <= self.limits.piece_bytes_max
+                and len(came.ticks) <= RECORDS_PER_MESSAGE_MAX):
+            # the knowledge that just arrived is what `cut` would make of it: one piece, taken whole
+            consumer.sent_through = came.through
+            return [Piece(came.after, came.through, list(came.ticks), list(came.records))]
         out = self._pieces(consumer.sent_through, upper, consumer.start, summary)
         if out:
             consumer.sent_through = out[-1].through
@@ -266,6 +303,7 @@ class Istream:
         """F ticks after `position` (through `through`) become Q again (and the floor comes down to
         it): they may have been silence for a narrower filter than this broker now wants, so they
         are fetched again."""
+        self._arrival = None
         if position < self.floor:
             self._lower_floor(position)
         if position < min(self.top, through):
@@ -277,6 +315,7 @@ class Istream:
     def _forget_from(self, tick: int) -> None:
         """The record of D tick `tick` is gone and a consumer needs it: every D tick from there on
         whose record is gone becomes unknown again, so the gap logic fetches it from upstream."""
+        self._arrival = None
         records = self._cache.records
         for lo, hi, value in self._known.runs(tick - 1, max(tick, self.horizon)):
             if value is not Knowledge.D:
@@ -351,6 +390,7 @@ class Istream:
     def acked(self, key: str, through: int, released: int, delivered: int) -> None:
         consumer = self.consumers.get(key)
         if consumer is not None and consumer.acked(through, released, delivered, self.horizon):
+            self._arrival = None
             self.bound_cache()
 
     def release_points(self, now: int, held: int | None) -> tuple[int, int]:
@@ -375,6 +415,7 @@ class Istream:
         and the memory are bounded. A consumer that went back (a catchup, a child's nack) is
         acknowledged again from below what was acknowledged before, so that the pubend can pace
         its answer (source.py)."""
+        self._arrival = None  # (what arrived was sent to the consumers it could go to whole)
         released, delivered = self.release_points(now, held)
         point = self.flow_point()
         self.point_sent = min(self.point_sent, point)
@@ -429,4 +470,4 @@ class Istream:
                 "consumers": len(self.consumers)}
 
 
-__all__ = ["TICK_MAX", "Consumer", "Curiosity", "Istream", "Piece", "StreamLimits"]
+__all__ = ["TICK_MAX", "Arrival", "Consumer", "Curiosity", "Istream", "Piece", "StreamLimits"]
