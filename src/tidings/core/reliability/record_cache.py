@@ -28,6 +28,17 @@ from collections.abc import Mapping, Sequence
 from tidings.core.event import record_routing_fields
 from tidings.core.reliability.summary import Summary
 
+_drain = deque[None](maxlen=0).extend  # runs an iterator to its end, keeping nothing
+
+
+class _Arrived:
+    """One arrival's ticks (ascending), those from `at` on still cached, `size` bytes of them."""
+
+    __slots__ = ("at", "size", "ticks")
+
+    def __init__(self, ticks: Sequence[int], size: int) -> None:
+        self.ticks, self.at, self.size = ticks, 0, size
+
 
 class RecordCache:
     __slots__ = ("_bytes", "_fields", "_newest", "_order", "_records", "bytes_max", "evicted")
@@ -35,11 +46,12 @@ class RecordCache:
     def __init__(self, bytes_max: int) -> None:
         self.bytes_max = bytes_max  # cache_bytes_max: records kept past what the consumers still want
         # the records by tick in a plain dict (a batch goes in at about half an OrderedDict's cost per
-        # record), their arrival order beside it: the oldest is found at the deque's front, where a
-        # dict's first key is found past every slot already deleted from its front (18-20 us an
-        # eviction, measured). A tick is in `_order` exactly while it is in `_records`.
+        # record), their arrival order beside it, one entry per arrival (a batch): the oldest is found
+        # at the deque's front, where a dict's first key is found past every slot already deleted
+        # from its front (18-20 us an eviction, measured), and an arrival nobody wants any more
+        # leaves in one step. A tick is in an arrival's `ticks[at:]` exactly while it is in `_records`.
         self._records: dict[int, bytes] = {}
-        self._order: deque[int] = deque()
+        self._order: deque[_Arrived] = deque()
         self._newest = -1  # at least every cached tick: a batch past it is first-time news
         self._bytes = 0
         self._fields: dict[int, tuple[str, Mapping[str, object]] | None] = {}  # decoded (channel, attributes)
@@ -73,16 +85,21 @@ class RecordCache:
         cache = self._records
         if ticks[0] > wanted and (ticks[0] > self._newest or not any(map(cache.__contains__, ticks))):
             cache.update(zip(ticks, records, strict=True))  # first-time news: all in, in one call
-            self._order.extend(ticks)
             added = sum(map(len, records))
+            self._order.append(_Arrived(ticks, added))
             self._bytes += added
             self._newest = max(self._newest, ticks[-1])
             return added
+        kept: list[int] = []
+        size = 0
         for tick, record in zip(ticks, records, strict=True):
             if tick > wanted and tick not in cache:
                 cache[tick] = record
-                self._order.append(tick)
-                self._bytes += len(record)
+                kept.append(tick)
+                size += len(record)
+        if kept:
+            self._order.append(_Arrived(kept, size))
+            self._bytes += size
         self._newest = max(self._newest, ticks[-1])
         return None
 
@@ -103,11 +120,26 @@ class RecordCache:
             return
         size, size_max, fields, order = self._bytes, self.bytes_max, self._fields, self._order
         while order:
-            oldest = order[0]
+            arrived = order[0]
+            ticks = arrived.ticks
+            if ticks[-1] <= wanted:  # nobody wants any of it: it leaves in one step
+                order.popleft()
+                size -= arrived.size
+                left = ticks[arrived.at:] if arrived.at else ticks
+                _drain(map(cache.__delitem__, left))  # (a loop in C)
+                if fields:
+                    for tick in left:
+                        fields.pop(tick, None)
+                continue
+            oldest = ticks[arrived.at]
             if oldest > wanted and size <= size_max:
                 break
-            order.popleft()
-            size -= len(cache.pop(oldest))
+            gone = len(cache.pop(oldest))
+            size -= gone
+            arrived.size -= gone
+            arrived.at += 1
+            if arrived.at == len(ticks):
+                order.popleft()
             if oldest > wanted:
                 self.evicted += 1
             if fields:
