@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import random
 import secrets
@@ -108,11 +107,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidings.broker")
 GIL_SWITCH_INTERVAL_S = 0.0005
-# A busy broker makes and drops a few container objects per event (decoded records, effects, wire
-# lists), nearly all freed by their reference counts; at CPython's default gen-0 threshold (700) a
-# young collection ran every few hundred events and found almost nothing: py-spy put 7.5 % of a
-# subscriber's broker's CPU and 15 % of a publisher's broker's in gc_collect_main (gd_bench).
-GC_GEN0_THRESHOLD = 50_000
 DURABLE_FILE = "durable.state"  # the durable subscriptions this broker hosts (core/durable/registrations.py)
 DIRECTORY_FILE = "directory.state"  # the overlay's pubends as this broker knows them (core/broker/directory.py)
 JOIN_TIMEOUT_S = 60.0  # default bound on joining the overlay through --join
@@ -589,10 +583,5 @@ def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
     # switch interval it then waits behind the busy event loop for up to 5 ms each time (a convoy
     # that halved group-commit throughput in our measurements). 0.5 ms keeps both threads moving.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    # what was made before serving (modules, configuration) is never garbage: frozen out of the
-    # collections, and young collections only every GC_GEN0_THRESHOLD allocations
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
     with asyncio.Runner(loop_factory=new_event_loop) as runner, contextlib.suppress(KeyboardInterrupt):
         runner.run(main())
