@@ -1,9 +1,13 @@
-"""The build of tidings' one compiled module: the Spark tasks' fast path from event records to Arrow
-columns (src/tidings/spark/_columns.c, docs/spark.md). Everything else is in pyproject.toml. It is
-optional: where no C compiler or zlib headers are found, tidings installs without it and the tasks
-decode in Python, the same rows more slowly."""
+"""The build of tidings' compiled modules: the Spark tasks' fast path from event records to Arrow
+columns (src/tidings/spark/_columns.c, docs/spark.md) and the publish intake's check and encoding
+of a PUBLISH's events (src/tidings/core/publish/_batch.c). Everything else is in pyproject.toml.
+Both are optional: where no C compiler (or zlib headers) is found, tidings installs without them
+and the same work is done in Python, with the same results, more slowly."""
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("tidings.spark._columns", ["src/tidings/spark/_columns.c"], libraries=["z"],
+                             extra_compile_args=["-O2"], optional=True),
+                   # the publish intake's fast path (core/publish/batch.py), optional the same way
+                   Extension("tidings.core.publish._batch", ["src/tidings/core/publish/_batch.c"],
                              extra_compile_args=["-O2"], optional=True)])

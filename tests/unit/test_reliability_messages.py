@@ -31,6 +31,7 @@ EXAMPLES = [
     m.StreamAcks((m.StreamAck("a/b", "p1", 0, 0, 0), m.StreamAck("c", "p2", TICK_MAX, 5, 7))),
     m.Moved("p0123456789abcdef", 7),
     m.Nack("a/b", "p1", ((0, 5), (5, 9), (100, 100 + m.NACK_RANGE_TICKS_MAX))),
+    m.Nack("a/b", "p1", ((0, 5), (7, 9)), complete=True),
     m.RootMoved("a/b"),
     m.KnowledgeMessage("a", "p", 5, 8, (6,), (b"x",), False, 7),
     m.KnowledgeMessage("a", "p", 5, 8, (), (), True, None, True),
@@ -68,7 +69,7 @@ def nacks(draw):
             break
         ranges.append((after, through))
         previous = through
-    return m.Nack(draw(NAMES), draw(NAMES), tuple(ranges))
+    return m.Nack(draw(NAMES), draw(NAMES), tuple(ranges), draw(st.booleans()))
 
 
 MESSAGES = st.one_of(
@@ -131,6 +132,7 @@ LONG = "x" * (TREE_BYTES_MAX + 1)
     [N, "a", "p", [[1, 5], [4, 9]]], [N, "a", "p", [[0, m.NACK_RANGE_TICKS_MAX + 1]]],
     [N, "a", "p", [[TICK_MAX - 1, TICK_MAX + 1]]], [N, "", "p", [[1, 2]]], [N, "a", "p", [(1, 2)]],
     [N, "a", "p", [[2 * k, 2 * k + 1] for k in range(m.NACK_RANGES_MAX + 1)]],
+    [N, "a", "p", [[1, 2]], 1], [N, "a", "p", [[1, 2]], None], [N, "a", "p", [[1, 2]], True, True],  # complete: a bool
     # root moved
     [163], [163, ""], [163, 5], [163, "a", "p"], [163, "a" * 5000],
     # summary

@@ -7,7 +7,9 @@ counters already exist in the core; this module only reads them). `/metrics` is 
 prometheus_client from a registry holding one collector, `BrokerCollector`, which turns the broker's
 status into typed metric families at scrape time: each figure as core/broker/metrics.py declares it
 (counters end in `_total`, gauges carry their unit in their name); peers, trees, connections,
-channels and refusals carry labels. A status key the core does not report (a broker
+channels and refusals carry labels. prometheus_client's own collectors add the process
+(`process_cpu_seconds_total`, `process_resident_memory_bytes`, ...) and the garbage collector's
+passes (`python_gc_collections_total{generation}`). A status key the core does not report (a broker
 outside any overlay has no peers) is simply absent from the scrape.
 """
 
@@ -19,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, GCCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -187,6 +189,8 @@ class HttpEndpoint:
         self.port = port
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(status))
+        GCCollector(registry=self.registry)  # python_gc_*: the collector's passes (aio/collector.py)
+        ProcessCollector(registry=self.registry)  # process_*: CPU seconds, resident memory, open fds
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/status", self._status_json)

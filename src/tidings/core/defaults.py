@@ -50,7 +50,7 @@ DIRECTORY_ENTRY_AGE_NS_MAX: Final = 30 * 24 * HOUR_NS
 
 # guaranteed delivery (Gryphon's streams) and release
 FILTER_SUMMARY_BYTES_MAX: Final = 64 * KIB
-NACK_MERGE_TICKS: Final = 100_000
+NACK_MERGE_TICKS: Final = 1_000
 RELEASE_KEEP_NS: Final = 1 * HOUR_NS
 MAX_RETAIN_NS: Final = 24 * HOUR_NS
 RELEASE_HOLD_NS: Final = 300 * SECOND_NS

@@ -261,8 +261,11 @@ class DeliveryRun:
                  "released": sum(len(nd.disk.released_records) for nd in self.nodes),
                  "gaps": sum(len(sub.gaps) for sub in self.subscribers),
                  "connected_subscribers": sum(1 for sub in self.subscribers if not sub.downs),
-                 "records_unwanted": sum(nd.core.status().get("delivery", {}).get("records_unwanted", 0)
-                                         for nd in self.nodes if nd.core is not None),
+                 **{key: sum(nd.core.status().get("delivery", {}).get(key, 0) for nd in self.nodes
+                             if nd.core is not None)
+                    for key in ("records_unwanted", "complete_nack_ticks_silenced")},
+                 "nack_records_read": sum(nd.core.status()["delivery"]["source"]["records_read"]
+                                          for nd in self.nodes if nd.core is not None),
                  **{key: sum(getattr(nd.core.constream, attr) for nd in self.nodes if nd.core is not None)
                     for key, attr in (("pfs_records", "records_written"), ("pfs_catchups", "catchups"),
                                       ("pfs_ticks_silenced", "ticks_silenced"))}}

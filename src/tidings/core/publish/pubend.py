@@ -28,6 +28,7 @@ class PendingBatch:
     deliveries: list[tuple[int, str, dict[str, Any], bytes]]  # tick, channel, attributes, record
     size: int  # encoded bytes, counted against pending_sync_bytes_max
     duplicates: list[int] | None = None  # indexes answered with an earlier tick (core/publish/dedup.py)
+    channel: str | None = None  # the one channel of every delivery, none with attributes (core/publish/batch.py)
 
 
 class Pubend:
@@ -41,6 +42,10 @@ class Pubend:
         self._pending: deque[PendingBatch] = deque()
         self.pending_bytes = 0  # encoded bytes of the batches not yet synced
 
+    def first_tick(self, wall_us: int) -> int:
+        """The first of the ticks `reserve` would give events published now (nothing reserved)."""
+        return max(self.last_tick + 1, wall_us)
+
     def reserve(self, count: int, wall_us: int) -> int:
         """Ticks for `count` events published now: consecutive, from the returned first tick."""
         first = max(self.last_tick + 1, wall_us)
@@ -49,10 +54,11 @@ class Pubend:
 
     def log(self, conn: int, seq: int, ticks: list[int | None],
             deliveries: list[tuple[int, str, dict[str, Any], bytes]], size: int,
-            duplicates: list[int] | None = None) -> int:
-        """Record a batch whose Append is about to be emitted; returns its token."""
+            duplicates: list[int] | None = None, channel: str | None = None) -> int:
+        """Record a batch whose Append is about to be emitted; returns its token. `channel`: the
+        batch's one channel when none of its events has attributes (a fan-out matches it once)."""
         self._token += 1
-        self._pending.append(PendingBatch(self._token, conn, seq, ticks, deliveries, size, duplicates))
+        self._pending.append(PendingBatch(self._token, conn, seq, ticks, deliveries, size, duplicates, channel))
         self.pending_bytes += size
         return self._token
 

@@ -29,15 +29,19 @@ class ChannelTraffic:
         """One event published on each of `channels` (repeats allowed). This is on the publish path:
         a large batch is tallied first (Counter counts in C, and a batch holds few distinct channels),
         a small one directly (building a Counter costs more than it saves)."""
-        counts = self._counts
         tally = Counter(channels).items() if len(channels) > BATCH_TALLIED_MIN else ((ch, 1) for ch in channels)
         for channel, n in tally:
-            if channel in counts:
-                counts[channel] += n
-            elif len(counts) < self.channels_max:
-                counts[channel] = n
-            else:
-                counts[OTHER] = counts.get(OTHER, 0) + n
+            self.tally(channel, n)
+
+    def tally(self, channel: str, n: int) -> None:
+        """`n` events published on `channel` (a batch on one channel: counted without a list)."""
+        counts = self._counts
+        if channel in counts:
+            counts[channel] += n
+        elif len(counts) < self.channels_max:
+            counts[channel] = n
+        else:
+            counts[OTHER] = counts.get(OTHER, 0) + n
 
     def top(self, n: int = CHANNELS_REPORTED_MAX) -> dict[str, int]:
         """The `n` busiest channels' counts since the broker started, busiest first (ties by name);

@@ -276,7 +276,7 @@ class Curiosity:
             c.nack_ns = now
             self.nacks_sent += 1
             self.nack_ticks_sent += sum(through - after for after, through in ranges)
-            out.append(SendNack(ist.upstream, Nack(key.tree, key.pubend, tuple(ranges))))
+            out.append(SendNack(ist.upstream, Nack(key.tree, key.pubend, tuple(ranges), complete(gaps, ranges))))
         self.timers.set(key, now + max(c.nack_interval_ns, floor_ns))
         return out
 
@@ -301,6 +301,15 @@ class Curiosity:
         if sample_ns is not None:
             estimate.sample(sample_ns)
         return estimate.threshold(self.config.nack_repeat_ns_min, self.config.nack_repeat_ns_max)
+
+
+def complete(gaps: list[tuple[int, int]], ranges: list[Range]) -> bool:
+    """Whether `ranges` (taken from `gaps`, the stream's unknown ranges in order) name every unknown
+    tick of their span: then the nack says so (`Nack.complete`), and a forwarder sends only them.
+    Not so when a gap there was asked for before and is left out (its answer may still come)."""
+    lo, hi = ranges[0][0], ranges[-1][1]
+    unknown = sum(min(through, hi) - max(after, lo) for after, through in gaps if after < hi and through > lo)
+    return unknown == sum(through - after for after, through in ranges)
 
 
 __all__ = ["Curiosity", "CuriosityConfig", "CuriosityEffect", "CuriosityEvent", "CuriosityState", "GapTimer",

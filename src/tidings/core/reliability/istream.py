@@ -34,11 +34,11 @@ child's last ack (a child that has not acked yet holds them at 0), never past th
 child that left holds both at its last values for `release_hold_ns` (a *ghost*, ghosts.py); F
 ticks that are one catchup's silence only are kept apart (sparse.py).
 
-Knowledge passes through as it came. A message that moves the horizon from its `after` to its
-`through` in one step, none of its ticks known before (first-time news in order, the common case),
-is kept as it arrived until the stream settles; a consumer at its `after` that takes all of it (no
-filter, not blocked, past its start, within a piece's bounds) is sent its ticks and records as they
-came, without cutting them tick by tick from the cache: the same piece `pieces.cut` would make.
+Knowledge passes through as it came: a message that moves the horizon from its `after` to its
+`through`, none of it known before (first-time news in order), is kept until the stream settles,
+and a consumer at its `after` that takes all of it is sent it as it came (`pieces.whole`): nothing
+changes the knowledge of those ticks before then but a forget or a doubt, which lower the horizon
+below its `through`, and the cache is bounded only when the stream settles.
 
 Filtering (interest.py has the protocol): `pieces_for` may be given a child's filter summary; a D
 tick whose record it does not match goes to that child as F (the cache decodes a record's channel
@@ -56,15 +56,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import islice
-from typing import NamedTuple
 
 from tidings.core.event import TICK_MAX
 from tidings.core.reliability import pieces
 from tidings.core.reliability.consumers import Consumer
 from tidings.core.reliability.curiosity import StreamCuriosity
 from tidings.core.reliability.ghosts import Ghosts
-from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX
-from tidings.core.reliability.pieces import Piece
+from tidings.core.reliability.pieces import Arrival, Piece
 from tidings.core.reliability.record_cache import RecordCache
 from tidings.core.reliability.sparse import SparseSilence
 from tidings.core.reliability.summary import Summary
@@ -85,16 +83,6 @@ class StreamLimits:
     # a local subscription blocked this far behind the horizon no longer holds the ack sent upstream
     # (0: it always does): the pubend's flow window (flow_window.py) paces the tree by that ack
     lag_ticks_max: int = 0
-
-
-class Arrival(NamedTuple):
-    """Knowledge of (after, through] as it arrived: D at `ticks` with `records` (`size` bytes)."""
-
-    after: int
-    through: int
-    ticks: Sequence[int]
-    records: Sequence[bytes]
-    size: int
 
 
 class Istream:
@@ -125,10 +113,7 @@ class Istream:
         self.sparse = SparseSilence()  # F ticks that are one consumer's silence (`sparsen`), not the stream's
         # catchups waiting for the PFS -> (nacks wait up to this tick, until this monotonic ns)
         self.waiting: dict[str | int, tuple[int, int]] = {}
-        # the knowledge that just moved the horizon from its `after` to its `through` in one step,
-        # every tick of it unknown before, as it came: a consumer at `after` is sent it whole, as it
-        # is, without a cut (`pieces_for`); kept until the stream settles (`settle`)
-        self._arrival: Arrival | None = None
+        self._arrival: Arrival | None = None  # what just arrived, as it came, until the push's `settle`
 
     # ---- consumers -----------------------------------------------------------------------------
 
@@ -163,6 +148,29 @@ class Istream:
             self._lower_floor(position)
         self._doubt_sparse(position)
 
+    def rewind_complete(self, key: str | int, ranges: Sequence[tuple[int, int]]) -> int:
+        """A child lacks `ranges` and, of their span, nothing else (a complete nack): sent again
+        from the first, and where the stream is taken below its floor only those ticks are fetched;
+        the rest there is that child's silence alone (sparse.py), never sent to a child. Returns
+        how many ticks became such silence."""
+        consumer = self.consumers.get(key)
+        position = ranges[0][0]
+        if consumer is None or position >= consumer.sent_through:
+            return 0
+        consumer.ask(tuple(ranges))
+        floor = min([self.floor, *(c.sent_through for k, c in self.consumers.items() if k != key)])
+        if position < self.floor:
+            self._lower_floor(position)
+        made: list[tuple[int, int]] = []
+        if position < floor:
+            wanted = [(max(lo, position), min(hi, floor)) for lo, hi in ranges if lo < floor]
+            made = self._known.sparsen(position, floor, wanted)
+            self.sparse.mark(made)
+        for lo, hi in ranges:
+            self._doubt_sparse(lo, hi)
+        self._advance_horizon()
+        return sum(hi - lo for lo, hi in made)
+
     def sparsen(self, key: str | int, after: int, through: int, wanted: Sequence[int]) -> int:
         """Consumer `key` (a durable subscription catching up) needs, of (after, through], only the
         ticks `wanted` (its persistent filtering subsystem says which matched it): the other unknown
@@ -186,7 +194,6 @@ class Istream:
                 ranges.append((tick - 1, tick))
         if through <= after:
             return 0
-        self._arrival = None
         made = self._known.sparsen(after, through, ranges)
         self.sparse.mark(made)
         self._advance_horizon()
@@ -201,7 +208,6 @@ class Istream:
         """A consumer wants the ticks of (position, through]: the F ticks there that were only
         another consumer's silence (`sparsen`) are Q again, to be fetched."""
         doubted = self.sparse.take(position, through)
-        self._arrival = None
         for lo, hi in doubted:
             self._known.assign_where(lo, hi, frozenset({Knowledge.F}), Knowledge.Q)
         if doubted:
@@ -211,7 +217,6 @@ class Istream:
 
     def _lower_floor(self, floor: int) -> None:
         """A consumer wants ticks this stream had written off: they become unknown (a gap)."""
-        self._arrival = None
         self._known.assign(floor, self.floor, Knowledge.Q)
         self.sparse.unmark(floor, self.floor)
         self.curiosity.recall(self.floor)
@@ -230,13 +235,11 @@ class Istream:
             ticks = [ticks[i] for i in keep]
             records = [records[i] for i in keep]
             after = self.floor
-        fresh = after == self.horizon and self.top <= after  # nothing of (after, through] known before
+        fresh, self.top = self.top <= after, max(self.top, through)  # fresh: (after, through] all unknown
         self._known.accumulate(after, through, ticks)
-        self.top = max(self.top, through)
         size = self._cache.add(ticks, records, self._lowest_wanted())
         moved = self._advance_horizon()  # the cache is bounded after the consumers were served
-        self._arrival = Arrival(after, through, ticks, records, size) if (
-            fresh and size is not None and self.horizon == through) else None
+        self._arrival = Arrival(after, through, ticks, records, size) if fresh and self.horizon == through else None
         return moved
 
     def lose(self, after: int, through: int) -> bool:
@@ -244,7 +247,6 @@ class Istream:
         become L (known ones keep their value); True when the horizon moved."""
         if through <= self.floor:
             return False
-        self._arrival = None
         self._known.mark_lost(max(after, self.floor), through)
         self.top = max(self.top, through)
         return self._advance_horizon()
@@ -257,29 +259,49 @@ class Istream:
         return moved
 
     def pieces_for(self, consumer: Consumer, bound: int = TICK_MAX, summary: Summary | None = None) -> list[Piece]:
-        """What `consumer` can be sent now: (sent_through, min(horizon, bound)] in messages of at
-        most `piece_bytes_max` of records, stopping before the first D tick whose record was
-        dropped (that tick is forgotten, to be nacked); D ticks `summary` does not match as F; each
-        run of L ticks after the consumer's start as a piece of its own, `lost`. Advances its
-        `sent_through`."""
+        """What `consumer` can be sent now: (sent_through, min(horizon, bound)] in messages of at most
+        `piece_bytes_max` of records, stopping before the first D tick whose record was dropped (that
+        tick is forgotten, to be nacked); D ticks `summary` does not match as F; each run of L ticks
+        after the consumer's start as a piece of its own, `lost`. Advances its `sent_through`."""
         upper = min(self.horizon, bound)
         if consumer.blocked or consumer.sent_through >= upper:
             return []
-        came = self._arrival
-        if (came is not None and summary is None and consumer.sent_through == came.after and upper == came.through
-                and consumer.start <= came.after and came.size <= self.limits.piece_bytes_max
-                and len(came.ticks) <= RECORDS_PER_MESSAGE_MAX):
-            # the knowledge that just arrived is what `cut` would make of it: one piece, taken whole
-            consumer.sent_through = came.through
-            return [Piece(came.after, came.through, list(came.ticks), list(came.records))]
+        if consumer.asked:
+            out = self._asked_pieces(consumer, upper, summary)
+            if consumer.asked or consumer.sent_through >= upper:
+                return out
+            return out + self.pieces_for(consumer, bound, summary)
         out = self._pieces(consumer.sent_through, upper, consumer.start, summary)
         if out:
             consumer.sent_through = out[-1].through
         return out
 
+    def _asked_pieces(self, consumer: Consumer, upper: int, summary: Summary | None) -> list[Piece]:
+        """The ranges a child's complete nack asked for (Consumer.ask), up to `upper`; past the last
+        of them it goes on from where it was before (`asked` cleared). What lies between them it
+        knows: it is not sent, so no record of it is needed."""
+        out: list[Piece] = []
+        for lo, hi in consumer.asked:
+            if hi <= consumer.sent_through:
+                continue
+            after, through = max(lo, consumer.sent_through), min(hi, upper)
+            if after >= through:
+                return out
+            part = self._pieces(after, through, consumer.start, summary)
+            out += part
+            consumer.sent_through = part[-1].through if part else after
+            if consumer.sent_through < hi:
+                return out  # (at `upper`, or before a dropped record: that tick is forgotten, to be nacked)
+        consumer.sent_through = max(consumer.sent_through, min(consumer.asked_through, upper))
+        if consumer.sent_through >= consumer.asked_through:
+            consumer.asked = ()
+        return out
+
     def _pieces(self, after: int, upper: int, start: int, summary: Summary | None) -> list[Piece]:
         """Knowledge of (after, upper] (all known) for a consumer that starts at `start`, as
         `pieces_for` describes (pieces.py); it stops before a D tick whose record was dropped."""
+        if summary is None and (whole := pieces.whole(self._arrival, after, upper, start, self.limits.piece_bytes_max)):
+            return [whole]  # what just arrived, as it came: the one piece the cut would make of it
         matches = None if summary is None else partial(self._cache.matches, summary)
         out, dropped = pieces.cut(self._known.runs(after, upper), self._cache.records, after, start,
                                   self.limits.piece_bytes_max, matches)
@@ -288,9 +310,8 @@ class Istream:
         return out
 
     def ready_through(self, consumer: Consumer, bound: int) -> int:
-        """How far `consumer` could be sent now, up to `bound`: the horizon, or just before the
-        first D tick whose record was dropped (that tick is forgotten, to be nacked); never less
-        than what it has already been sent."""
+        """How far `consumer` could be sent now, up to `bound`: the horizon, or just before the first D tick
+        whose record was dropped (that tick is forgotten, to be nacked); never less than what it was sent."""
         upper = min(self.horizon, bound)
         after = consumer.sent_through
         dropped = pieces.first_dropped(self._known.runs(after, upper) if after < upper else (), self._cache.records)
@@ -303,7 +324,6 @@ class Istream:
         """F ticks after `position` (through `through`) become Q again (and the floor comes down to
         it): they may have been silence for a narrower filter than this broker now wants, so they
         are fetched again."""
-        self._arrival = None
         if position < self.floor:
             self._lower_floor(position)
         if position < min(self.top, through):
@@ -315,7 +335,6 @@ class Istream:
     def _forget_from(self, tick: int) -> None:
         """The record of D tick `tick` is gone and a consumer needs it: every D tick from there on
         whose record is gone becomes unknown again, so the gap logic fetches it from upstream."""
-        self._arrival = None
         records = self._cache.records
         for lo, hi, value in self._known.runs(tick - 1, max(tick, self.horizon)):
             if value is not Knowledge.D:
@@ -390,7 +409,6 @@ class Istream:
     def acked(self, key: str, through: int, released: int, delivered: int) -> None:
         consumer = self.consumers.get(key)
         if consumer is not None and consumer.acked(through, released, delivered, self.horizon):
-            self._arrival = None
             self.bound_cache()
 
     def release_points(self, now: int, held: int | None) -> tuple[int, int]:
@@ -410,12 +428,11 @@ class Istream:
         return self.ghosts.hold(now, released, delivered)
 
     def settle(self, now: int, held: int | None) -> tuple[int, int, int] | None:
-        """The consumers were served: the ack to send upstream now, (point, released, delivered),
-        or None when it would tell nothing new (`held`: as for `release_points`); then the cache
-        and the memory are bounded. A consumer that went back (a catchup, a child's nack) is
-        acknowledged again from below what was acknowledged before, so that the pubend can pace
-        its answer (source.py)."""
-        self._arrival = None  # (what arrived was sent to the consumers it could go to whole)
+        """The consumers were served: the ack to send upstream now, (point, released, delivered), or None
+        when it would tell nothing new (`held`: as for `release_points`); then the cache and the memory
+        are bounded, what arrived forgotten (`pieces.whole`). A consumer that went back (a catchup, a
+        child's nack) is acknowledged again from below what was acknowledged before (source.py paces)."""
+        self._arrival = None
         released, delivered = self.release_points(now, held)
         point = self.flow_point()
         self.point_sent = min(self.point_sent, point)
@@ -466,8 +483,7 @@ class Istream:
     def status(self) -> dict[str, object]:
         return {"pubend": self.pubend, "horizon": self.horizon, "top": self.top, "floor": self.floor,
                 "cache_bytes": self._cache.size_bytes, "acked": self.acked_sent, "released": self.released_sent,
-                "upstream": self.upstream,
-                "consumers": len(self.consumers)}
+                "upstream": self.upstream, "consumers": len(self.consumers)}
 
 
-__all__ = ["TICK_MAX", "Arrival", "Consumer", "Curiosity", "Istream", "Piece", "StreamLimits"]
+__all__ = ["TICK_MAX", "Consumer", "Curiosity", "Istream", "Piece", "StreamLimits"]

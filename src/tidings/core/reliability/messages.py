@@ -19,9 +19,13 @@ everywhere else, 0 <= tick <= TICK_MAX.
   below that keeps up has been given every tick <= delivered, counting brokers that left the tree
   a moment ago as still there (released <= delivered <= through; the release protocol, release.py).
   One message carries the acks of many streams to one parent.
-- NACK, child to parent: [162, tree, pubend, [[after, through], ...]]: the sender is curious about
-  those ranges (sorted, not overlapping, each non-empty and at most NACK_RANGE_TICKS_MAX wide; the
-  sender chops longer gaps, and a nack names at most NACK_RANGES_MAX of them).
+- NACK, child to parent: [162, tree, pubend, [[after, through], ...]] or [162, tree, pubend,
+  [[after, through], ...], true]: the sender is curious about those ranges (sorted, not overlapping,
+  each non-empty and at most NACK_RANGE_TICKS_MAX wide; the sender chops longer gaps, and a nack
+  names at most NACK_RANGES_MAX of them). The fifth element, sent only when true, says the nack is
+  *complete* over its span (from the first range's after to the last range's through): the sender
+  knows every tick there that the ranges leave out, so a forwarder fetches and sends only the ranges
+  (a PFS catchup's sparse nack, docs/durable.md), not the whole span.
 
 - KNOWLEDGE, pubend's broker to the rendez-vous point it has learnt (from the root's ACKs): the same
   message sent straight, not routed; ROOT_MOVED `[163, tree]` answers it from a broker that is not
@@ -121,14 +125,20 @@ class StreamAcks:
 
 @dataclass(frozen=True, slots=True)
 class Nack:
-    """Curiosity about `ranges`, each an (after, through] pair."""
+    """Curiosity about `ranges`, each an (after, through] pair; `complete`: the sender knows every
+    other tick of their span (from the first after to the last through)."""
 
     tree: str
     pubend: str
     ranges: tuple[tuple[int, int], ...]
+    complete: bool = False
 
     def to_wire(self) -> WireArray:
-        return [ReliabilityType.NACK, self.tree, self.pubend, [[after, through] for after, through in self.ranges]]
+        wire: WireArray = [ReliabilityType.NACK, self.tree, self.pubend,
+                           [[after, through] for after, through in self.ranges]]
+        if self.complete:
+            wire.append(True)
+        return wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +277,10 @@ def _nack(f: list[Any]) -> Nack:
                        "ticks wide")
         ranges.append((after, through))
         previous = through
-    return Nack(tree, pubend, tuple(ranges))
+    complete = f[3] if len(f) > 3 else False
+    if type(complete) is not bool:
+        raise _bad("a nack's completeness is true or false")
+    return Nack(tree, pubend, tuple(ranges), complete)
 
 
 # the decoders' boundary: `_knowledge` ... take a message's fields as msgpack decoded them (unchecked),
@@ -296,6 +309,6 @@ def decode(message: object) -> ReliabilityMessage:
     if shape is None:
         raise _bad(f"unknown message type {message[0]}")
     count, build = shape
-    if len(message) != count + 1:
+    if len(message) != count + 1 and not (message[0] == ReliabilityType.NACK and len(message) == count + 2):
         raise _bad(f"message type {message[0]} has {count} fields")
     return build(message[1:])

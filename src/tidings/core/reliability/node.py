@@ -283,7 +283,7 @@ class ReliabilityNode:
                     out += self._source(now, self.source.acked(now, stream.tree, stream.through, sender,
                                                                stream.released, stream.delivered))
         elif type(decoded) is messages.Nack:
-            out += self._nacked(now, sender, decoded.tree, decoded.pubend, decoded.ranges)
+            out += self._nacked(now, sender, decoded)
         elif type(decoded) is messages.KnowledgeMessage:  # straight from a pubend that takes us for the root
             if self.streams.is_root(decoded.tree):
                 out += self._arrived(now, [sender, message], sender, decoded, sender)
@@ -305,14 +305,13 @@ class ReliabilityNode:
             return []
         return [PeerSend(home_address, messages.Moved(home, registration).to_wire())]
 
-    def _nacked(self, now: int, sender: str, tree: str, pubend: str,
-                ranges: tuple[tuple[int, int], ...]) -> list[NodeEffect]:
-        rewound = self.streams.nacked(now, sender, tree, pubend, ranges[0][0])
+    def _nacked(self, now: int, sender: str, nack: messages.Nack) -> list[NodeEffect]:
+        rewound = self.streams.nacked(now, sender, nack)
         if rewound is not None:
             return self._out(now, rewound)
-        if pubend == self.pubend_id:
+        if nack.pubend == self.pubend_id:
             synced, log = self._pubend_state()
-            return self._source(now, self.source.nacked(now, tree, ranges, synced, log, sender))
+            return self._source(now, self.source.nacked(now, nack.tree, nack.ranges, synced, log, sender))
         return []
 
     # ---- timers --------------------------------------------------------------------------------
@@ -391,6 +390,7 @@ class ReliabilityNode:
                 "nacks_sent": curiosity.nacks_sent,
                 "nack_ticks_sent": curiosity.nack_ticks_sent,
                 "retransmissions_sent": streams.retransmissions_sent,
+                "complete_nack_ticks_silenced": streams.complete_nack_ticks_silenced,
                 "cache_records_evicted": streams.cache_records_evicted, "source": self.source.status(),
                 "istreams": streams.status()}
 

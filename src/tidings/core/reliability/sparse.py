@@ -7,11 +7,19 @@ nacked and fetched. That F is true for that consumer alone, below every other co
 rewind) doubts them again (`take`), and once every consumer is past them they are ordinary
 (`release_below`). Plain data with no effects; the stream owns the knowledge map it corrects.
 
+A forwarder makes such silence too: a child's *complete* nack (messages.py `Nack.complete`) names
+every tick of its span the child lacks, so when the nack takes the stream below its floor only
+those ticks become unknown and are fetched; the rest, which the child knows, is marked here
+(Istream.rewind_complete). Such silence is never sent to a child (`holes`): the pieces a child is
+sent skip the marked runs, since a child that lacks a tick there (it doubted its own knowledge
+after nacking) must get it, never F: it nacks it again, and the tick is doubted and fetched.
+
 Invariant: every marked tick is at or below `through`; `through` is 0 when nothing is marked.
 """
 
 from __future__ import annotations
 
+from tidings.core.reliability.pieces import Piece
 from tidings.core.reliability.ticks import Range, TickMap
 
 
@@ -36,6 +44,31 @@ class SparseSilence:
         for lo, hi in runs:
             self._marked.assign(lo, hi, False)
         return runs
+
+    def holes(self, sent: list[Piece]) -> list[Piece]:
+        """`sent` (contiguous pieces for a child) without the marked runs: a piece is cut around
+        each (they hold F ticks only), one inside a run is dropped."""
+        if not sent or sent[0].after >= self.through:
+            return sent
+        out: list[Piece] = []
+        for piece in sent:
+            runs = [] if piece.lost or piece.after >= self.through else [(lo, hi) for lo, hi, marked in
+                                          self._marked.runs(piece.after, min(piece.through, self.through)) if marked]
+            if not runs:
+                out.append(piece)
+                continue
+            start, i = piece.after, 0
+            for lo, hi in [*runs, (piece.through, piece.through)]:
+                if lo > start:
+                    j = i
+                    while j < len(piece.ticks) and piece.ticks[j] <= lo:
+                        j += 1
+                    out.append(Piece(start, lo, piece.ticks[i:j], piece.records[i:j]))
+                    i = j
+                while i < len(piece.ticks) and piece.ticks[i] <= hi:
+                    i += 1
+                start = hi
+        return out
 
     def unmark(self, after: int, through: int) -> None:
         """(after, through] became unknown (a lowered floor): none of it is such silence any more."""

@@ -79,6 +79,7 @@ class TreeStreams:
         self.total_order = TotalOrderMerge(config.clock_skew_allowance_us)
         self.records_unwanted = 0  # first-time data that reached this broker though nothing here or below wanted it
         self.retransmissions_sent = 0
+        self.complete_nack_ticks_silenced = 0  # ticks a child's complete nack spared fetching (Istream.rewind_complete)
         self._evicted_gone = 0  # cache evictions of the streams since dropped (`cache_records_evicted`)
         self.clock = WallClock()  # the broker's, at the latest input that had one (merge point, epochs; core/clock.py)
 
@@ -184,7 +185,7 @@ class TreeStreams:
                 epoch, summary = t.interest.filter_for(key) if self.config.filtering else (None, None)
                 stamp = None if summary is None else epoch
                 checked = None if whole_tree(summary, ist.tree) else summary
-                for piece in ist.pieces_for(consumer, summary=checked):
+                for piece in ist.sparse.holes(ist.pieces_for(consumer, summary=checked)):
                     wire = messages.knowledge_wire(ist.tree, ist.pubend, piece.after, piece.through, piece.ticks,
                                                    piece.records, False, stamp, piece.lost)
                     out.append(SendToChild(ist.tree, key, [ist.origin, wire]))
@@ -328,14 +329,18 @@ class TreeStreams:
         self._after_change(now, ist)
         return True
 
-    def nacked(self, now: int, sender: str, tree: str, pubend: str, after: int) -> list[StreamEffect] | None:
-        """A child's nack of `tree`'s stream of a pubend from `after`: rewind it; None when `sender`
-        is no consumer of such a stream here."""
-        ist = self._istream(tree, pubend)
+    def nacked(self, now: int, sender: str, nack: messages.Nack) -> list[StreamEffect] | None:
+        """A child's nack of a stream: rewind it (a complete nack: only its ranges are fetched,
+        Istream.rewind_complete); None when `sender` is no consumer of such a stream here."""
+        ist = self._istream(nack.tree, nack.pubend)
         if ist is None or sender not in ist.consumers:
             return None
+        tree, after = nack.tree, nack.ranges[0][0]
         self.trees[tree].interest.nacked_before(ist, after)
-        ist.rewind(sender, after)
+        if nack.complete:
+            self.complete_nack_ticks_silenced += ist.rewind_complete(sender, nack.ranges)
+        else:
+            ist.rewind(sender, after)
         self.retransmissions_sent += 1
         out = self._push(now, self.trees[tree], ist)
         self._after_change(now, ist)

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from tidings.core import errors
@@ -51,6 +52,8 @@ from tidings.core.subscription.leases import EndSubscription
 from tidings.core.subscription.memberships import TreeMemberships
 from tidings.core.subscription.subscription import Subscription, Taken
 from tidings.core.wire import messages
+
+_TICK, _RECORD = itemgetter(0), itemgetter(3)  # of a delivery (tick, channel, attributes, record)
 
 if TYPE_CHECKING:  # what the trees' streams answer (reliability/node.py imports what this table does)
     from tidings.core.reliability.node import DeliverRecords, NodeEffect
@@ -204,6 +207,9 @@ class LocalSubscriptions:
         ticks: list[int] = []
         records: list[bytes] = []
         for batch in batches:
+            if batch.channel is not None:  # one channel, no attributes (core/publish/batch.py): matched once
+                keys, ticks, records = self._whole(batch, batch.channel, by_channel, keys, ticks, records, fan, owned)
+                continue
             for tick, channel, attributes, record in batch.deliveries:
                 if attributes:
                     found = match(channel, attributes)
@@ -222,6 +228,25 @@ class LocalSubscriptions:
         if records:
             self._hand_out(keys, ticks, records, fan, owned)
         return self.fan_out(fan, pubend, synced_tick)
+
+    def _whole(self, batch: PendingBatch, channel: str, by_channel: dict[str, list[int]], keys: list[int],
+               ticks: list[int], records: list[bytes], fan: dict[int, list[bytes]],
+               owned: set[int]) -> tuple[list[int], list[int], list[bytes]]:
+        """`synced`'s step for a batch whose events are all on `channel` without attributes: its
+        keys looked up once, its events added to the run (keys, ticks, records) whole, without a
+        Python step per event, as event by event; the run, or the one that follows it."""
+        found = by_channel.get(channel)
+        if found is None:
+            found = by_channel[channel] = self.index.match(channel, {})
+        if not found:
+            return keys, ticks, records
+        if found is not keys and found != keys:
+            if records:
+                self._hand_out(keys, ticks, records, fan, owned)
+            keys, ticks, records = found, [], []
+        ticks += map(_TICK, batch.deliveries)
+        records += map(_RECORD, batch.deliveries)
+        return keys, ticks, records
 
     def _hand_out(self, keys: list[int], ticks: list[int], records: list[bytes], fan: dict[int, list[bytes]],
                   owned: set[int]) -> None:

@@ -1,0 +1,94 @@
+"""A PUBLISH's events checked and encoded in one pass, for the intake's common case.
+
+Theory of operation. Most PUBLISHes are many well-formed events on channels the intake has
+validated before, without attributes: `[channel, {}, payload]`, the channel a key of the intake's
+channel cache (`known`), the payload binary and at most `size_max` bytes. `encode` checks that of
+every event and, when all pass, encodes each one's record at ticks `first`, `first + 1`, ... exactly
+as `core/event.py encode_records` does, and returns
+
+    (records, deliveries, size, channel)
+
+the (tick, record) pairs of the Append, the (tick, channel, attributes, record) tuples the pubend
+holds until the batch is durable, the records' bytes in all, and the channel when every event has
+the same one (else None). When any event is outside that shape it returns None and decides
+nothing: the intake then checks the PUBLISH event by event (core/publish/intake.py `_check`),
+which refuses what is bad and says why. So no rule lives here that the Python checks do not also
+hold, and a batch is encoded the same whichever path took it.
+
+Two implementations give the same answer for every input: `encode_python` below, and the compiled
+`_batch.encode` (`_batch.c`, built by setup.py where a C compiler is found; optional). The
+compiled one is used when it was built, unless the runtime switched it off (`use_native(False)`:
+the broker does when TIDINGS_NATIVE_PUBLISH=0, aio/server.py). tests/unit/test_publish_batch.py
+holds the two equal with Hypothesis, and both equal to `encode_records`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from tidings.core.event import encode_records
+
+try:
+    from tidings.core.publish import _batch  # the compiled fast path (setup.py): optional
+except ImportError:  # built where no C compiler was found: the Python form below
+    _batch = None  # type: ignore[assignment]
+
+Delivery = tuple[int, str, dict[str, Any], bytes]  # tick, channel, attributes, record (core/publish/pubend.py)
+Encoded = tuple[list[tuple[int, bytes]], list[Delivery], int, str | None]
+Encoder = Callable[[list[object], dict[str, Any], int, str, int, str, str, bool], Encoded | None]
+
+_pack = msgpack.Packer().pack
+
+
+def encode_python(events: list[object], known: dict[str, Any], size_max: int, pubend: str, first: int,
+                  service: str, instance: str, authenticated: bool) -> Encoded | None:
+    """The batch's records and deliveries when every event is `[channel, {}, payload]` on a known
+    channel with a payload of at most `size_max` bytes; else None (module docstring)."""
+    if not events or first < 0 or first + len(events) > 2**63 - 1:
+        return None
+    same = None
+    uniform = True
+    for ev in events:
+        if type(ev) is not list or len(ev) != 3:
+            return None
+        channel, attributes, payload = ev
+        if (type(channel) is not str or type(attributes) is not dict or attributes
+                or type(payload) is not bytes or len(payload) > size_max or channel not in known):
+            return None
+        if same is None:
+            same = channel
+        elif uniform and channel != same:
+            uniform = False
+    try:
+        records = encode_records(_pack, pubend, first, events, service, instance,  # type: ignore[arg-type]
+                                 authenticated)
+    except UnicodeEncodeError:  # a string that is not UTF-8: the Python checks say so
+        return None
+    deliveries = [(t, ev[0], ev[1], rec) for (t, rec), ev in zip(records, events, strict=True)]  # type: ignore[index]
+    return records, deliveries, sum(len(rec) for _, rec in records), same if uniform else None
+
+
+def _native(events: list[object], known: dict[str, Any], size_max: int, pubend: str, first: int,
+            service: str, instance: str, authenticated: bool) -> Encoded | None:
+    if first < 0:  # (the compiled form takes an unsigned tick)
+        return None
+    encoded: Encoded | None = _batch.encode(events, known, size_max, pubend, first, service, instance,
+                                            authenticated)
+    return encoded
+
+
+encode: Encoder = encode_python if _batch is None else _native
+
+
+def native() -> bool:
+    """Whether `encode` is the compiled form."""
+    return encode is _native
+
+
+def use_native(on: bool) -> None:
+    """The compiled form when `on` and built, else the Python one (the runtime's switch)."""
+    global encode  # noqa: PLW0603 - the one switch, set by the runtime at start
+    encode = _native if on and _batch is not None else encode_python

@@ -1,0 +1,109 @@
+"""A complete nack (messages.Nack.complete): a child that names every tick of its span it lacks has
+a forwarder fetch and send only those, whatever it had let go; and the silence that leaves at the
+forwarder is never sent to a child, nor trusted by another consumer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.test_gap_curiosity import MS, first_nack, past_stream
+from tests.unit.test_reliability_filtering import PUBEND, TREE, knowledge, node, record, sent_to
+from tidings.core.config import BrokerConfig
+from tidings.core.reliability import messages
+from tidings.core.reliability.consumers import Consumer
+from tidings.core.reliability.curiosity import complete
+from tidings.core.reliability.pieces import Piece
+from tidings.core.reliability.sparse import SparseSilence
+
+ASKED = ((600, 601), (800, 801))  # a PFS catchup's sparse nack: two matching ticks of 600..1000
+
+
+def answer(gd: Any, now: int, ranges: tuple[tuple[int, int], ...]) -> list[Any]:
+    """The parent answers `ranges` as the pubend does: retransmitted knowledge of each, D at its last tick."""
+    out = []
+    for after, through in ranges:
+        wire = messages.KnowledgeMessage(TREE, PUBEND, after, through, (through,), (record(through, "nodes/a"),),
+                                         True, None).to_wire()
+        out += gd.event_arrived(now, TREE, ["origin", wire], "parent")
+    return out
+
+
+def test_a_forwarder_fetches_exactly_the_ranges_a_complete_nack_names() -> None:
+    gd = past_stream(["c"])  # its floor is 1000: it kept nothing of 600..1000
+    out = gd.received(5 * MS, "c", messages.Nack(TREE, PUBEND, ASKED, complete=True).to_wire())
+    got = first_nack(gd, out, 10_000 * MS)
+    assert got is not None and got[0] <= 5 * MS  # at once, as any nack below the floor
+    assert got[1].ranges == ASKED and got[1].complete  # and only those: its own nack is complete too
+
+
+def test_a_nack_that_is_not_complete_has_the_forwarder_fetch_its_whole_span_as_before() -> None:
+    gd = past_stream(["c"])
+    out = gd.received(5 * MS, "c", messages.Nack(TREE, PUBEND, ASKED).to_wire())
+    got = first_nack(gd, out, 10_000 * MS)
+    assert got is not None and (got[1].ranges[0][0], got[1].ranges[-1][1]) == (600, 1000)
+    assert sum(hi - lo for lo, hi in got[1].ranges) == 400
+
+
+def test_the_child_is_sent_the_ranges_and_never_the_silence_they_left_at_the_forwarder() -> None:
+    gd = past_stream(["c"])
+    gd.received(5 * MS, "c", messages.Nack(TREE, PUBEND, ASKED, complete=True).to_wire())
+    sent = sent_to(answer(gd, 6 * MS, ASKED), "c")
+    assert [t for m in sent for t in m.ticks] == [601, 801]
+    assert [(m.after, m.through) for m in sent] == list(ASKED)  # the rest of the span it knows: not sent
+
+
+def test_another_consumer_that_wants_the_ticks_doubts_that_silence_and_they_are_fetched() -> None:
+    gd = past_stream(["c", "d"])
+    gd.received(5 * MS, "c", messages.Nack(TREE, PUBEND, ASKED, complete=True).to_wire())
+    answer(gd, 6 * MS, ASKED)
+    assert gd.trees[TREE].istreams[PUBEND].horizon >= 1000  # 600..1000 is known here (for c)
+    out = gd.received(7 * MS, "d", messages.Nack(TREE, PUBEND, ((650, 1000),)).to_wire())  # d lacks all of it
+    got = first_nack(gd, out, 10_000 * MS)
+    assert got is not None
+    asked = got[1].ranges
+    assert all(any(lo < t <= hi for lo, hi in asked) for t in (651, 700, 800, 999))  # not 801: it is known
+
+
+def test_a_nack_is_complete_when_it_names_every_gap_of_its_span() -> None:
+    gaps = [(0, 5), (7, 8), (10, 20), (30, 40)]
+    assert complete(gaps, [(0, 5), (7, 8), (10, 20)])
+    assert complete(gaps, [(10, 20), (30, 40)])  # (the span starts at the first range named)
+    assert not complete(gaps, [(0, 5), (10, 20)])  # 7..8 was asked for before and left out
+
+
+def test_a_stream_with_more_gaps_than_a_nack_names_asks_for_the_rest_once_the_first_are_answered() -> None:
+    gd, _ = node("f", "parent", [])
+    gd.local_subscribe(0, 1, TREE, 0)
+    holes = [10 * k for k in range(1, BrokerConfig().nack_ranges_max + 4)]  # one unknown tick in each ten
+    after = 0
+    for hole in holes:
+        gd.event_arrived(1 * MS, TREE, knowledge(after, hole - 1, {}, None), "parent")
+        after = hole
+    gd.event_arrived(1 * MS, TREE, knowledge(after, after + 5, {}, None), "parent")
+    got = first_nack(gd, [], 1_000 * MS)
+    assert got is not None
+    when, first = got
+    named = [hi for _, hi in first.ranges]
+    assert first.complete and named == holes[:len(first.ranges)] and len(named) < len(holes)
+    out = answer(gd, when + 1 * MS, first.ranges)  # answered: the rest is asked for at once, not after NRT
+    rest = first_nack(gd, out, when + 1 * MS + BrokerConfig().nack_repeat_ns_min - 1)
+    assert rest is not None and [hi for _, hi in rest[1].ranges] == holes[len(named):] and rest[1].complete
+
+
+def test_holes_cut_pieces_around_the_marked_silence() -> None:
+    sparse = SparseSilence()
+    sparse.mark([(10, 20), (30, 40)])
+    pieces = [Piece(0, 25, [5, 21], [b"a", b"b"]), Piece(25, 50, [45], [b"c"]), Piece(50, 60, [], [], True),
+              Piece(60, 70, [65], [b"d"])]
+    assert [(p.after, p.through, p.ticks) for p in sparse.holes(pieces)] == [
+        (0, 10, [5]), (20, 25, [21]), (25, 30, []), (40, 50, [45]), (50, 60, []), (60, 70, [65])]
+    assert SparseSilence().holes(pieces) == pieces
+
+
+def test_a_second_complete_nack_keeps_what_the_first_asked_for_past_it() -> None:
+    consumer = Consumer("c", 0, 1000, 1000)
+    consumer.ask(((600, 601), (800, 801), (900, 901)))
+    consumer.sent_through = 700  # (600, 601] sent, then the rest of the way to 700
+    consumer.ask(((600, 601), (650, 651)))
+    assert consumer.asked == ((600, 601), (650, 651), (800, 801), (900, 901))
+    assert (consumer.sent_through, consumer.asked_through) == (600, 1000)

@@ -1,0 +1,192 @@
+"""The intake's one pass over a PUBLISH (core/publish/batch.py): the compiled form (_batch.c) and the
+Python form give the same answer for any input, the Python form encodes as `encode_records` does,
+and a broker publishes the same records and answers through either."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidings.core.event import encode_records
+from tidings.core.publish import batch
+from tidings.core.wire import messages
+from tidings.core.wire.frames import frame
+
+from .core_harness import Harness, delivered, of_type, refused
+
+ASAN_BUILD = os.environ.get("TIDINGS_TEST_BATCH_ASAN")  # _batch.c built with ASan (test_..._under_asan)
+if ASAN_BUILD:
+    _spec = importlib.util.spec_from_file_location("_batch", ASAN_BUILD)
+    assert _spec is not None and _spec.loader is not None
+    batch._batch = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(batch._batch)
+COMPILED = batch._batch is not None
+
+# examples per comparison: under a second in make test; make soak runs the long form
+EXAMPLES = 200
+SOAK_EXAMPLES = 5000
+SLOW_OK = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+KNOWN = ["a/b", "nodes/h1/load", "x" * 31, "y" * 32, "z" * 255, "w" * 256, "é/ü", "日本/チャンネル"]
+
+
+def test_the_compiled_pass_is_built_where_it_can_be() -> None:
+    """setup.py builds it where a C compiler is found; a build that broke there must not pass
+    unseen as a slower intake."""
+    built = importlib.util.find_spec("tidings.core.publish._batch") is not None
+    assert built or shutil.which("cc") is None, "the compiled pass (setup.py) failed to build: see pip's output"
+
+
+text = st.one_of(st.sampled_from(["", "p-1", "svc", "a" * 40, "ü" * 100, "q" * 300]), st.text(max_size=40))
+payloads = st.one_of(st.binary(max_size=40), st.sampled_from([b"x" * 255, b"x" * 256, b"x" * 65535, b"x" * 65536]))
+channels = st.one_of(st.sampled_from(KNOWN), st.sampled_from(["unknown", "a/b/c"]), st.text(max_size=8))
+good_event = st.builds(lambda ch, pl: [ch, {}, pl], st.sampled_from(KNOWN), payloads)
+odd_event = st.one_of(
+    st.builds(lambda ch, pl: [ch, {"k": 1}, pl], channels, payloads),  # attributes
+    st.builds(lambda ch, pl: (ch, {}, pl), channels, payloads),  # a tuple, not a list
+    st.builds(lambda ch, pl: [ch, {}, pl, 1], channels, payloads),  # four fields
+    st.builds(lambda ch, pl: [ch, {}, bytearray(pl)], channels, payloads),  # not bytes
+    st.builds(lambda ch, pl: [ch.encode(), {}, pl], channels, payloads),  # a binary channel
+    st.builds(lambda ch, pl: [ch, None, pl], channels, payloads),  # nil attributes
+    st.builds(lambda ch, pl: [ch, {}, pl], channels, payloads),  # maybe an unknown channel
+    st.sampled_from([None, 7, "s", [], ["a/b", {}]]),
+    st.just(["a/\ud800", {}, b""]),  # not UTF-8 (a known channel below)
+)
+ticks = st.one_of(st.integers(0, 2**16 + 10), st.integers(2**32 - 5, 2**32 + 5), st.integers(1_700_000_000_000_000,
+                  1_700_000_000_000_100), st.integers(2**63 - 20, 2**63 + 5), st.integers(-3, -1))
+
+
+def encode_both(data: st.DataObject) -> None:
+    events: list[object] = data.draw(st.lists(st.one_of(good_event, good_event, good_event, odd_event), max_size=12))
+    if data.draw(st.booleans()):  # most PUBLISHes are all good
+        events = data.draw(st.lists(good_event, max_size=12))
+    known: dict[str, Any] = dict.fromkeys([*KNOWN, "a/\ud800"], None)
+    size_max = data.draw(st.sampled_from([0, 40, 256, 65536, 1 << 20]))
+    args = (events, known, size_max, data.draw(text), data.draw(ticks), data.draw(text), data.draw(text),
+            data.draw(st.booleans()))
+    python = batch.encode_python(*args)
+    if COMPILED:
+        assert batch._native(*args) == python
+    if python is None:
+        return
+    records, deliveries, size, channel = python
+    assert records == encode_records(msgpack.Packer().pack, args[3], args[4], events, args[5], args[6], args[7])  # type: ignore[arg-type]
+    assert deliveries == [(t, ev[0], ev[1], rec) for (t, rec), ev in zip(records, events, strict=True)]  # type: ignore[index]
+    assert size == sum(len(rec) for _, rec in records)
+    names = {ev[0] for ev in events}  # type: ignore[index]
+    assert channel == (names.pop() if len(names) == 1 else None)
+
+
+@settings(SLOW_OK, max_examples=EXAMPLES)
+@given(st.data())
+def test_the_compiled_and_python_passes_agree_and_encode_as_encode_records(data: st.DataObject) -> None:
+    encode_both(data)
+
+
+@pytest.mark.soak
+@settings(SLOW_OK, max_examples=SOAK_EXAMPLES)
+@given(st.data())
+def test_the_compiled_and_python_passes_agree_for_long(data: st.DataObject) -> None:
+    encode_both(data)
+
+
+def test_the_pass_decides_nothing_about_odd_events() -> None:
+    known: dict[str, Any] = {"a/b": None}
+    good = ["a/b", {}, b"x"]
+    for odd in (["a/b", {"k": 1}, b"x"], ["c", {}, b"x"], ["a/b", {}, b"xx"], ("a/b", {}, b"x"), ["a/b", {}, "x"]):
+        assert batch.encode_python([good, odd], known, 1, "p", 5, "s", "i", False) is None
+        if COMPILED:
+            assert batch._native([good, odd], known, 1, "p", 5, "s", "i", False) is None
+    assert batch.encode_python([], known, 1, "p", 5, "s", "i", False) is None
+
+
+@pytest.fixture(params=["compiled", "python"])
+def native(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The test once through the compiled pass, once through the Python one."""
+    if request.param == "compiled" and not COMPILED:
+        pytest.skip("the compiled pass is not built here")
+    was = batch.native()
+    batch.use_native(request.param == "compiled")
+    yield request.param
+    batch.use_native(was)
+
+
+def published(h: Harness) -> tuple[list[tuple[int, bytes]], list[Any], list[Any]]:
+    """Two PUBLISHes (the first makes its channels known, the second takes the one pass), one
+    with a bad event, one with attributes; what was logged and what publisher and subscriber got."""
+    h.connect(1)
+    h.connect(2)
+    sub = h.subscribe(2, "a/#")
+    h.inbox(1)
+    h.inbox(2)
+    h.publish(1, ("a/b", b"one", {}), ("a/c", b"two", {}))
+    h.publish(1, ("a/b", b"three", {}), ("a/b", b"four", {}), ("a/c", b"five", {}))
+    h.publish(1, ("a/b", b"six", {}), ("a/b", b"seven", {"k": 1}))
+    h.send(1, frame(msgpack.packb([messages.ClientType.PUBLISH, 9, [["a/b", {}, b"ok"], ["a/b", {}, 5]]])))
+    h.sync()
+    got = h.inbox(1)
+    assert [t for _, t in delivered(h.inbox(2))] == [t for t, _ in h.records] and sub
+    return h.records, got, [refused(got)]
+
+
+def test_a_broker_logs_and_answers_the_same_through_either_pass(native: str) -> None:
+    records, got, _ = published(Harness())
+    python_records, python_got, _ = published_with(False)
+    assert records == python_records
+    assert got == python_got
+    acks = of_type(got, messages.Ack)
+    assert [len(a.ticks) for a in acks] == [2, 3, 2, 2] and acks[-1].ticks[1] is None
+
+
+def published_with(on: bool) -> tuple[list[tuple[int, bytes]], list[Any], list[Any]]:
+    was = batch.native()
+    batch.use_native(on)
+    try:
+        return published(Harness())
+    finally:
+        batch.use_native(was)
+
+
+def test_the_compiled_pass_leaves_its_tuples_to_the_collector_untracked() -> None:
+    """A batch's (tick, record) and (tick, channel, {}, record) tuples live until it is durable:
+    the young collections should not walk them (they hold nothing a cycle could go through)."""
+    if not COMPILED:
+        pytest.skip("the compiled pass is not built here")
+    encoded = batch._native([["a/b", {}, b"x"], ["a/b", {}, b"y"]], {"a/b": None}, 10, "p", 5, "s", "i", False)
+    assert encoded is not None
+    records, deliveries, _, _ = encoded
+    assert not any(gc.is_tracked(t) for t in [*records, *deliveries])
+
+
+@pytest.mark.soak
+def test_the_compiled_pass_under_address_sanitizer(tmp_path: Any) -> None:
+    """_batch.c built with AddressSanitizer and UBSan, the long Hypothesis comparison run against it
+    in a child Python (libasan preloaded; CPython's own allocations are not leak-checked)."""
+    gcc = shutil.which("gcc")
+    libasan = subprocess.run([gcc or "gcc", "-print-file-name=libasan.so"], capture_output=True, text=True,
+                             check=False).stdout.strip() if gcc else ""
+    if not gcc or not os.path.isabs(libasan):
+        pytest.skip("no gcc with AddressSanitizer here")
+    source = os.path.join(os.path.dirname(batch.__file__), "_batch.c")
+    built = str(tmp_path / f"_batch{sysconfig.get_config_var('EXT_SUFFIX')}")
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover",
+                    "-fno-omit-frame-pointer", f"-I{sysconfig.get_paths()['include']}", source, "-o", built],
+                   check=True, timeout=120)
+    env = {**os.environ, "LD_PRELOAD": libasan, "ASAN_OPTIONS": "detect_leaks=0", "TIDINGS_SOAK": "1",
+           "TIDINGS_TEST_BATCH_ASAN": built}
+    child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            f"{__file__}::test_the_compiled_and_python_passes_agree_for_long"],
+                           env=env, capture_output=True, text=True, timeout=1800, check=False)
+    assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
