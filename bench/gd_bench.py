@@ -136,7 +136,11 @@ def loss_counters(cluster: Cluster, roles: dict[str, int]) -> dict[str, dict[str
                 value = value.get(key) if isinstance(value, dict) else None
             if isinstance(value, int):
                 got[name] = value
-        got["link_drops"] = sum(int(link.get("dropped", 0)) for link in status.get("peers", []))
+        links = status.get("peers", [])
+        got["link_drops"] = sum(int(link.get("dropped", 0)) for link in links)
+        # messages over the peer links, both ways: per event, how well batches cross a link as one
+        got["peer_messages_sent"] = sum(int(link.get("sent", 0)) for link in links)
+        got["peer_messages_received"] = sum(int(link.get("received", 0)) for link in links)
         out[role] = got
     return out
 

@@ -95,3 +95,40 @@ def test_an_ack_empties_the_cache_as_the_record_by_record_loop_did(messages, ack
             wanted = min(child.sent_through, child.acked_through)
             assert [tick for tick, _ in ist.cached()] == dropped_by_the_old_loop(before, wanted, size_max)
         assert ist.cache_bytes == sum(len(record) for _, record in ist.cached())
+
+
+def _pieces_as_tuples(out: list[pieces.Piece]) -> list[tuple[int, int, list[int], list[bytes], bool]]:
+    return [(p.after, p.through, list(p.ticks), list(p.records), p.lost) for p in out]
+
+
+@settings(max_examples=300)
+@given(bursts(), st.lists(st.integers(0, 3), max_size=6), st.integers(0, 40), st.integers(4, 400),
+       st.lists(st.integers(0, 60), max_size=3))
+def test_knowledge_passed_through_as_it_came_is_what_a_cut_gives(messages, order, start, piece_bytes, rewinds):
+    """A consumer sent the knowledge that just arrived whole (`Istream._arrival`) gets the pieces
+    the cut from the stream's map and cache gives, whatever arrives in which order, repeated or
+    not, whatever the consumer's start, the piece bound and the nacks that send it back."""
+    ranges, after = [], 0
+    for through, ticks in messages:
+        ranges.append((after, through, ticks))
+        after = through
+    arrivals = list(ranges)  # first-time news in order, then some again or out of order
+    for k in order:
+        if k < len(ranges):
+            arrivals.insert(min(k, len(arrivals)), ranges[-1 - k])
+    limits = StreamLimits(cache_bytes_max=1 << 20, nack_ranges_max=8, nack_range_ticks_max=1000,
+                          piece_bytes_max=piece_bytes)
+    passing, cutting = Istream("t", "p", 0, limits), Istream("t", "p", 0, limits)
+    consumers = [ist.attach("child:1", 0, start) for ist in (passing, cutting)]
+    for step, (lo, hi, ticks) in enumerate(arrivals):
+        records = [b"r%d" % t * (1 + t % 3) for t in ticks]
+        for ist in (passing, cutting):
+            ist.accumulate(lo, hi, tuple(ticks), tuple(records))
+            if step < len(rewinds):
+                ist.rewind("child:1", min(rewinds[step], consumers[0].sent_through))
+        cutting._arrival = None  # the tick-by-tick cut, always
+        assert (_pieces_as_tuples(passing.pieces_for(consumers[0]))
+                == _pieces_as_tuples(cutting.pieces_for(consumers[1])))
+        assert consumers[0].sent_through == consumers[1].sent_through
+        for ist in (passing, cutting):
+            ist.settle(step, None)

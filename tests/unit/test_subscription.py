@@ -14,10 +14,11 @@ from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from tidings.core.channels import pattern_matches
 from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.durable.registrations import Registrations
 from tidings.core.durable.subscriptions import DurableSubscriptions
@@ -343,3 +344,21 @@ class SubscriptionMachine(RuleBasedStateMachine):
 
 TestSubscriptionMachine = SubscriptionMachine.TestCase
 TestSubscriptionMachine.settings = settings(max_examples=80, stateful_step_count=30, deadline=None)
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(["a/#", "a/x", "#", "b/+", "c"]),
+       st.lists(st.sampled_from(CHANNELS), max_size=12))
+def test_a_batch_from_the_trees_is_taken_as_record_by_record_matching_takes_it(pattern, channels):
+    """Without a filter a batch is matched once per channel of it: the records taken, their first
+    and their frames are those of matching each record alone."""
+    records = [record(OTHER, 10 + i, channel) for i, channel in enumerate(channels)]
+    routed: list[tuple[str, dict[str, Any]]] = [(channel, {}) for channel in channels]
+    s = Subscription(1, 7, 1, OWN, pattern, None, 0, None)
+    picked = [i for i, channel in enumerate(channels) if pattern_matches(pattern, channel)]
+    taken = s.take(routed, records) if records else None
+    if not picked:
+        assert taken is None
+        return
+    assert taken is not None and (taken.first, taken.delivered) == (picked[0], len(picked))
+    assert decoded(taken.effects) == decoded(s.deliver([records[i] for i in picked]))

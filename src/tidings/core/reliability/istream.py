@@ -34,6 +34,12 @@ child's last ack (a child that has not acked yet holds them at 0), never past th
 child that left holds both at its last values for `release_hold_ns` (a *ghost*, ghosts.py); F
 ticks that are one catchup's silence only are kept apart (sparse.py).
 
+Knowledge passes through as it came: a message that moves the horizon from its `after` to its
+`through`, none of it known before (first-time news in order), is kept until the stream settles,
+and a consumer at its `after` that takes all of it is sent it as it came (`pieces.whole`): nothing
+changes the knowledge of those ticks before then but a forget or a doubt, which lower the horizon
+below its `through`, and the cache is bounded only when the stream settles.
+
 Filtering (interest.py has the protocol): `pieces_for` may be given a child's filter summary; a D
 tick whose record it does not match goes to that child as F (the cache decodes a record's channel
 and attributes once). `doubt_after` turns F ticks after a position back into Q: they may have been
@@ -56,7 +62,7 @@ from tidings.core.reliability import pieces
 from tidings.core.reliability.consumers import Consumer
 from tidings.core.reliability.curiosity import StreamCuriosity
 from tidings.core.reliability.ghosts import Ghosts
-from tidings.core.reliability.pieces import Piece
+from tidings.core.reliability.pieces import Arrival, Piece
 from tidings.core.reliability.record_cache import RecordCache
 from tidings.core.reliability.sparse import SparseSilence
 from tidings.core.reliability.summary import Summary
@@ -80,9 +86,9 @@ class StreamLimits:
 
 
 class Istream:
-    __slots__ = ("_cache", "_known", "acked_sent", "consumers", "curiosity", "delivered_sent", "floor", "ghosts",
-                 "horizon", "limits", "origin", "point_sent", "pubend", "released_sent", "sparse", "top", "tree",
-                 "upstream", "waiting")
+    __slots__ = ("_arrival", "_cache", "_known", "acked_sent", "consumers", "curiosity", "delivered_sent", "floor",
+                 "ghosts", "horizon", "limits", "origin", "point_sent", "pubend", "released_sent", "sparse", "top",
+                 "tree", "upstream", "waiting")
 
     def __init__(self, tree: str, pubend: str, floor: int, limits: StreamLimits) -> None:
         self.tree = tree
@@ -107,6 +113,7 @@ class Istream:
         self.sparse = SparseSilence()  # F ticks that are one consumer's silence (`sparsen`), not the stream's
         # catchups waiting for the PFS -> (nacks wait up to this tick, until this monotonic ns)
         self.waiting: dict[str | int, tuple[int, int]] = {}
+        self._arrival: Arrival | None = None  # what just arrived, as it came, until the push's `settle`
 
     # ---- consumers -----------------------------------------------------------------------------
 
@@ -228,10 +235,12 @@ class Istream:
             ticks = [ticks[i] for i in keep]
             records = [records[i] for i in keep]
             after = self.floor
+        fresh, self.top = self.top <= after, max(self.top, through)  # fresh: (after, through] all unknown
         self._known.accumulate(after, through, ticks)
-        self.top = max(self.top, through)
-        self._cache.add(ticks, records, self._lowest_wanted())
-        return self._advance_horizon()  # the cache is bounded after the consumers were served
+        size = self._cache.add(ticks, records, self._lowest_wanted())
+        moved = self._advance_horizon()  # the cache is bounded after the consumers were served
+        self._arrival = Arrival(after, through, ticks, records, size) if fresh and self.horizon == through else None
+        return moved
 
     def lose(self, after: int, through: int) -> bool:
         """The pubend released (after, through] before this stream learnt it: unknown ticks there
@@ -250,11 +259,10 @@ class Istream:
         return moved
 
     def pieces_for(self, consumer: Consumer, bound: int = TICK_MAX, summary: Summary | None = None) -> list[Piece]:
-        """What `consumer` can be sent now: (sent_through, min(horizon, bound)] in messages of at
-        most `piece_bytes_max` of records, stopping before the first D tick whose record was
-        dropped (that tick is forgotten, to be nacked); D ticks `summary` does not match as F; each
-        run of L ticks after the consumer's start as a piece of its own, `lost`. Advances its
-        `sent_through`."""
+        """What `consumer` can be sent now: (sent_through, min(horizon, bound)] in messages of at most
+        `piece_bytes_max` of records, stopping before the first D tick whose record was dropped (that
+        tick is forgotten, to be nacked); D ticks `summary` does not match as F; each run of L ticks
+        after the consumer's start as a piece of its own, `lost`. Advances its `sent_through`."""
         upper = min(self.horizon, bound)
         if consumer.blocked or consumer.sent_through >= upper:
             return []
@@ -292,6 +300,8 @@ class Istream:
     def _pieces(self, after: int, upper: int, start: int, summary: Summary | None) -> list[Piece]:
         """Knowledge of (after, upper] (all known) for a consumer that starts at `start`, as
         `pieces_for` describes (pieces.py); it stops before a D tick whose record was dropped."""
+        if summary is None and (whole := pieces.whole(self._arrival, after, upper, start, self.limits.piece_bytes_max)):
+            return [whole]  # what just arrived, as it came: the one piece the cut would make of it
         matches = None if summary is None else partial(self._cache.matches, summary)
         out, dropped = pieces.cut(self._known.runs(after, upper), self._cache.records, after, start,
                                   self.limits.piece_bytes_max, matches)
@@ -300,9 +310,8 @@ class Istream:
         return out
 
     def ready_through(self, consumer: Consumer, bound: int) -> int:
-        """How far `consumer` could be sent now, up to `bound`: the horizon, or just before the
-        first D tick whose record was dropped (that tick is forgotten, to be nacked); never less
-        than what it has already been sent."""
+        """How far `consumer` could be sent now, up to `bound`: the horizon, or just before the first D tick
+        whose record was dropped (that tick is forgotten, to be nacked); never less than what it was sent."""
         upper = min(self.horizon, bound)
         after = consumer.sent_through
         dropped = pieces.first_dropped(self._known.runs(after, upper) if after < upper else (), self._cache.records)
@@ -419,11 +428,11 @@ class Istream:
         return self.ghosts.hold(now, released, delivered)
 
     def settle(self, now: int, held: int | None) -> tuple[int, int, int] | None:
-        """The consumers were served: the ack to send upstream now, (point, released, delivered),
-        or None when it would tell nothing new (`held`: as for `release_points`); then the cache
-        and the memory are bounded. A consumer that went back (a catchup, a child's nack) is
-        acknowledged again from below what was acknowledged before, so that the pubend can pace
-        its answer (source.py)."""
+        """The consumers were served: the ack to send upstream now, (point, released, delivered), or None
+        when it would tell nothing new (`held`: as for `release_points`); then the cache and the memory
+        are bounded, what arrived forgotten (`pieces.whole`). A consumer that went back (a catchup, a
+        child's nack) is acknowledged again from below what was acknowledged before (source.py paces)."""
+        self._arrival = None
         released, delivered = self.release_points(now, held)
         point = self.flow_point()
         self.point_sent = min(self.point_sent, point)
@@ -474,8 +483,7 @@ class Istream:
     def status(self) -> dict[str, object]:
         return {"pubend": self.pubend, "horizon": self.horizon, "top": self.top, "floor": self.floor,
                 "cache_bytes": self._cache.size_bytes, "acked": self.acked_sent, "released": self.released_sent,
-                "upstream": self.upstream,
-                "consumers": len(self.consumers)}
+                "upstream": self.upstream, "consumers": len(self.consumers)}
 
 
 __all__ = ["TICK_MAX", "Consumer", "Curiosity", "Istream", "Piece", "StreamLimits"]

@@ -25,9 +25,9 @@ Invariants: the pieces are contiguous from `after` (each one's `after` is the pr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import NamedTuple, cast
 
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
 from tidings.core.reliability.ticks import Knowledge, Run
@@ -95,6 +95,27 @@ def cut(runs: Iterable[Run[Knowledge]], records: Mapping[int, bytes], after: int
     return _closed(pieces, piece), None
 
 
+class Arrival(NamedTuple):
+    """Knowledge of (after, through] as it arrived at a stream, none of it known there before: D
+    at `ticks` with `records` (`size` bytes of them), F at every other tick."""
+
+    after: int
+    through: int
+    ticks: Sequence[int]
+    records: Sequence[bytes]
+    size: int | None  # None: not all of them were cached (not first-time news)
+
+
+def whole(came: Arrival | None, after: int, upper: int, start: int, piece_bytes_max: int) -> Piece | None:
+    """`came` as it arrived, when it is the one piece `cut` makes of (after, upper] for a consumer
+    that starts at `start` (no filter: the caller's): the same range, none of it at or before the
+    start, within a piece's bounds; else None (the cut runs)."""
+    if (came is None or came.size is None or after != came.after or upper != came.through or start > after
+            or came.size > piece_bytes_max or len(came.ticks) > RECORDS_MAX):
+        return None
+    return Piece(after, upper, list(came.ticks), list(came.records))
+
+
 def first_dropped(runs: Iterable[Run[Knowledge]], records: Mapping[int, bytes]) -> int | None:
     """The first D tick of `runs` whose record is not in `records`, or None."""
     for lo, hi, value in runs:
@@ -111,4 +132,4 @@ def _closed(pieces: list[Piece], piece: Piece) -> list[Piece]:
     return pieces
 
 
-__all__ = ["BULK_TICKS_MIN", "Matches", "Piece", "cut", "first_dropped"]
+__all__ = ["BULK_TICKS_MIN", "Arrival", "Matches", "Piece", "cut", "first_dropped", "whole"]

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import msgpack
@@ -245,10 +246,15 @@ class Subscription:
         framed; None if none. All of them are framed as `records` itself, through `framed` (the
         caller keeps that list alive, so its identity is its own); a part, a list of its own."""
         pattern, flt = self.pattern, self.filter  # (self.matches, without a call per record)
-        picked: list[int] = []
-        for i, (channel, attributes) in enumerate(routed):
-            if pattern_matches(pattern, channel) and (flt is None or flt.matches(attributes)):
-                picked.append(i)
+        if flt is None and len(routed) > 1:  # the pattern alone decides: once per channel of the batch
+            channels = set(map(itemgetter(0), routed))
+            hits = {channel for channel in channels if pattern_matches(pattern, channel)}
+            if len(hits) == len(channels):
+                return Taken(0, len(records), self.deliver(records, framed=framed)) if hits else None
+            picked = [i for i, (channel, _) in enumerate(routed) if channel in hits]
+        else:
+            picked = [i for i, (channel, attributes) in enumerate(routed)
+                      if pattern_matches(pattern, channel) and (flt is None or flt.matches(attributes))]
         if not picked:
             return None
         if len(picked) == len(records):
