@@ -637,3 +637,66 @@ def test_the_decoders_raise_only_protocol_errors(value):
         value[0] = LinkType.PEER_HELLO if len(value) % 2 else LinkType.PONG
         with contextlib.suppress(ProtocolError):
             peer.decode_link_message(value)
+
+
+# ---- a dial still out when its link is dropped ---------------------------------------------------------
+
+
+def hello_body(ref):
+    return FrameDecoder(CFG.frame_bytes_max).feed(peer.hello(ref))[0]
+
+
+def test_a_new_link_takes_over_the_dial_still_out_after_the_peer_timed_out_its_handshake():
+    """LARGE dials SMALL; SMALL's own dial reaches LARGE first and LARGE (the larger id) welcomes
+    it, so the link opens while LARGE's Connect is still out (a loaded machine: its Connected comes
+    late). SMALL, which did not get the welcome within its handshake timeout, sends PEER_ERROR
+    handshake-timeout: LARGE drops the link. The next message to SMALL must not dial a second time
+    (this raised `assert link.address not in self._dialling` out of `_dial`): the new link waits in
+    DIALLING for the dial still out, and opens or is reported unreachable with it."""
+    links = PeerLinks(LARGE, CFG)
+    assert links.send(0, SMALL.address, msg(1)) == [Connect(SMALL.address)]
+    accepted = links.adopt(0, 10, FrameDecoder(CFG.frame_bytes_max), hello_body(SMALL), [])
+    assert Send(10, peer.welcome(LARGE)) in accepted and links.status()[0]["state"] == OPEN
+    items, _ = split(links.received(1, 10, peer.peer_error(errors.HANDSHAKE_TIMEOUT, "no PEER_WELCOME")))
+    assert items == [PeerUnreachable(SMALL.address)] and links.status() == []
+
+    assert links.send(2, SMALL.address, msg(2)) == []  # the Connect still out takes over
+    assert links.probe(2, SMALL.address) == []
+    assert [(r["address"], r["state"], r["queued_bytes"] > 0) for r in links.status()] == [
+        (SMALL.address, DIALLING, True)]
+    assert split(links.connected(3, 11, SMALL.address)) == ([], [Send(11, peer.hello(LARGE))])
+    _, effects = split(links.received(3, 11, peer.welcome(SMALL)))
+    assert next(e.data for e in effects if type(e) is Send) == peer.encode(msg(2))
+    assert links.status()[0]["state"] == OPEN
+
+
+def test_a_dial_still_out_that_fails_reports_the_new_link():
+    links = PeerLinks(LARGE, CFG)
+    links.send(0, SMALL.address, msg(1))
+    links.adopt(0, 10, FrameDecoder(CFG.frame_bytes_max), hello_body(SMALL), [])
+    links.received(1, 10, peer.peer_error(errors.HANDSHAKE_TIMEOUT, "no PEER_WELCOME"))
+    assert links.send(2, SMALL.address, msg(2)) == []
+    assert split(links.connect_failed(3, SMALL.address, "refused")) == ([PeerUnreachable(SMALL.address)], [])
+    assert links.status() == []
+    assert links.send(4, SMALL.address, msg(3)) == [Connect(SMALL.address)]  # a fresh dial
+
+
+def test_a_dropped_link_known_by_its_advertised_address_is_dialled_afresh_once():
+    """A peer dialled at one address that advertises another is keyed by the advertised one, the
+    dialled one kept as an alias. Once that link is dropped, the alias must not hide the new link
+    keyed by the dialled address: each message replaced it and dialled again (the assertion, and
+    the queue of the replaced link lost)."""
+    other = NodeRef(LARGE.node_id, "advertised:2")
+    links = PeerLinks(SMALL, CFG)
+    links.send(0, LARGE.address, msg(1))
+    links.connected(0, 1, LARGE.address)
+    links.received(0, 1, peer.welcome(other))
+    assert [r["address"] for r in links.status()] == [other.address]
+    assert links.lost(1, 1) == [Connect(other.address)]  # an open link is redialled where it advertises
+    assert split(links.connect_failed(2, other.address, "refused")) == ([PeerUnreachable(other.address)], [])
+    assert links.send(3, LARGE.address, msg(2)) == [Connect(LARGE.address)]
+    assert links.send(3, LARGE.address, msg(3)) == []
+    links.connected(4, 2, LARGE.address)
+    _, effects = split(links.received(4, 2, peer.welcome(other)))
+    sent = [e.data for e in effects if type(e) is Send]
+    assert sent[:2] == [peer.encode(msg(2)), peer.encode(msg(3))]

@@ -151,10 +151,7 @@ class _Connection(asyncio.Protocol):
         self.server.feed(Received(time.monotonic_ns(), time.time_ns() // 1000, self.conn, data))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server.transports.pop(self.conn, None)
-        self.server.feed(ConnectionLost(time.monotonic_ns(), self.conn))
-        # its address is kept until the lines the core owes about it are logged
-        asyncio.get_running_loop().call_soon(self.server.remotes.pop, self.conn, None)
+        self.server.gone(self.conn)
 
     def pause_writing(self) -> None:
         self.server.feed(SendBlocked(time.monotonic_ns(), self.conn))
@@ -192,6 +189,7 @@ class BrokerServer:
         self._advertise = advertise
         self._dials: set[asyncio.Task[None]] = set()
         self.transports: dict[int, asyncio.Transport] = {}
+        self.sends_dropped = 0  # writes to a connection already gone or closing (_send)
         self.remotes: dict[int, str] = {}  # each connection's remote address, for the log
         self._next_conn = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -384,6 +382,16 @@ class BrokerServer:
         self._next_conn += 1
         return self._next_conn
 
+    def gone(self, conn: int) -> None:
+        """`conn`'s transport is closed: forget it and tell the core, once (a dial that timed out
+        after its connection_made reports it here itself, since uvloop then closes the transport
+        without calling connection_lost)."""
+        if self.transports.pop(conn, None) is None:
+            return
+        self.feed(ConnectionLost(time.monotonic_ns(), conn))
+        # its address is kept until the lines the core owes about it are logged
+        asyncio.get_running_loop().call_soon(self.remotes.pop, conn, None)
+
     # ---- driving the core ------------------------------------------------------------------------
 
     def feed(self, inp: Input) -> None:
@@ -453,9 +461,21 @@ class BrokerServer:
         }
 
     def _send(self, eff: Send) -> None:
+        """Write to the connection, or drop the write (counted in `sends_dropped`, logged at debug)
+        when its transport is gone or closing: a Send the core produced after its Disconnect in
+        one input, or one for a connection whose close the core has not heard of yet."""
         transport = self.transports.get(eff.conn)
         if transport is not None and not transport.is_closing():
-            transport.write(eff.data)
+            try:
+                transport.write(eff.data)
+                return
+            except RuntimeError as exc:  # uvloop: "the handler is closed" (is_closing() said no)
+                self.sends_dropped += 1
+                log.debug("dropped %d bytes to connection %d: %s", len(eff.data), eff.conn, exc)
+                return
+        self.sends_dropped += 1
+        log.debug("dropped %d bytes to connection %d: its transport is %s", len(eff.data), eff.conn,
+                  "gone" if transport is None else "closing")
 
     def _disconnect(self, eff: Disconnect) -> None:
         transport = self.transports.get(eff.conn)
@@ -500,12 +520,19 @@ class BrokerServer:
     async def _connect(self, conn: int, address: str) -> None:
         assert self._loop is not None
         host, _, port = address.rpartition(":")
+        protocol = _Connection(self, conn, address)
         try:
             await asyncio.wait_for(
-                self._loop.create_connection(lambda: _Connection(self, conn, address), host.strip("[]"),
-                                             int(port), ssl=self._dial_tls),
+                self._loop.create_connection(lambda: protocol, host.strip("[]"), int(port), ssl=self._dial_tls),
                 self.config.handshake_timeout_ns / 1e9)
         except (OSError, ValueError, TimeoutError) as exc:
+            if protocol.transport is not None:
+                # the timeout fell between connection_made (the core heard Connected and wrote its
+                # PEER_HELLO) and create_connection's return: the loop closed that transport, and
+                # uvloop without connection_lost (is_closing() stays False). The core hears the
+                # connection lost, not a dial that failed (its Connect was answered already).
+                self.gone(conn)
+                return
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             if address == self.join and not self.joined:
                 log.warning("cannot reach %s to join the overlay (%s); retrying", address, reason)

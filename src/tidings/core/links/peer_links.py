@@ -130,7 +130,7 @@ class PeerLinks(LinkTable):
         out: list[Effect] = []
         if link is None:
             link = self._links[address] = Link(address)
-            out.append(self._dial(link))
+            out += self._dial(link)
         self._enqueue(link, data)
         return out
 
@@ -151,7 +151,7 @@ class PeerLinks(LinkTable):
         link = self._link(address)
         if link is None:
             link = self._links[address] = Link(address)
-            return [self._dial(link)]
+            return self._dial(link)
         if link.state == OPEN:
             return [self._pinger.ping(now, link)]
         return []

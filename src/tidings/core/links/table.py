@@ -4,13 +4,14 @@ messages over, with the bookkeeping every part shares.
 Theory of operation. `LinkTable` holds the links by the peer's address (plus the aliases of
 addresses we dialled that turned out to advertise another), the connections by id, the addresses
 with a Connect outstanding, and the one `Deadlines` every link and challenge timer lives in. Its
-operations keep the invariants of peer_links.py: `_dial` issues at most one Connect per address,
-`_redial` lets a dial still out take over, `_enqueue`/`_flush` move frames through a link's bounded
-queue (link.py), `_close` ends a connection with PEER_ERROR (nothing more is read from it),
-`_refuse`/`_refuse_dialled` end a handshake with a `Refusal` (refusals.py), counted by side and
-reason in `refusals` and handed to the runtime as `PeerRefused`, `_fail` closes a connection that
-broke the protocol, and `_drop` forgets a link and its queue and reports its peer
-`PeerUnreachable` with the next output (`_output`), after the messages of that input.
+operations keep the invariants of peer_links.py: `_dial` issues at most one Connect per address
+(a dial still out takes over, also for a new link to an address whose old link was dropped
+meanwhile), `_enqueue`/`_flush` move frames through a link's bounded queue (link.py), `_close`
+ends a connection with PEER_ERROR (nothing more is read from it), `_refuse`/`_refuse_dialled` end
+a handshake with a `Refusal` (refusals.py), counted by side and reason in `refusals` and handed to
+the runtime as `PeerRefused`, `_fail` closes a connection that broke the protocol, and `_drop`
+forgets a link, its queue and the aliases naming it, and reports its peer `PeerUnreachable` with
+the next output (`_output`), after the messages of that input.
 """
 
 from __future__ import annotations
@@ -112,20 +113,21 @@ class LinkTable:
     def _link(self, address: str) -> Link | None:
         return self._links.get(self._aliases.get(address, address))
 
-    def _dial(self, link: Link) -> Connect:
-        assert link.address not in self._dialling
+    def _dial(self, link: Link) -> list[Effect]:
+        """Move `link` to DIALLING with one Connect out for its address. A dial of ours still out
+        takes over: it may have been issued for a link since dropped (one that opened the other way
+        while it was out, then failed, or that the peer closed after its handshake timeout), and
+        its Connected or ConnectFailed is still to come."""
+        link.conn = None
         link.move(DIALLING)
         self.timers.cancel(LinkTimer(link.address))
+        if link.address in self._dialling:
+            return []
         self._dialling.add(link.address)
-        return Connect(link.address)
+        return [Connect(link.address)]
 
     def _redial(self, link: Link) -> list[Effect]:
-        link.conn = None
-        if link.address in self._dialling:  # a dial of ours is still out: it takes over
-            link.move(DIALLING)
-            self.timers.cancel(LinkTimer(link.address))
-            return []
-        return [self._dial(link)]
+        return self._dial(link)
 
     def _enqueue(self, link: Link, data: bytes) -> None:
         if not link.enqueue(data, self.config.peer_queue_bytes_max):
@@ -176,6 +178,8 @@ class LinkTable:
         """Forget the link and its queue, and report its peer unreachable."""
         del self._links[link.address]
         self.timers.cancel(LinkTimer(link.address))
+        for dialled in [a for a, advertised in self._aliases.items() if advertised == link.address]:
+            del self._aliases[dialled]  # a new link to a dialled address is keyed by it again
         self.messages_dropped += len(link.queue)
         self.last_failure = f"{link.address}: {reason}"
         if report:
