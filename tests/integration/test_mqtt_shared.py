@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from tidings.aio.auth_file import add_identity
+from tidings.core.auth.credentials import KdfParams, b64, parse_credential
 from tidings.core.overlay.node_id import node_id_from, ring_distance
 from tidings.core.share.wire import group_key
 from tidings.testing import LOCAL_LIVENESS, Cluster
@@ -21,7 +23,8 @@ from .mqtt_io import V5, Mqtt, until_delivered
 
 pytestmark = pytest.mark.integration
 WAIT_S = 30.0
-SCOPE = "mqtt"  # an anonymous client's service: the groups' scope
+SCOPE = "anonymous"  # an anonymous client's identity: the groups' scope
+FAST_KDF = KdfParams(n=1 << 10)  # cheap scrypt, same protocol
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +34,15 @@ def cluster(tmp_path_factory):
         yield c
 
 
-def home_of(brokers, name, topic_filter):
-    key = group_key((SCOPE, name, topic_filter))
+def home_of(brokers, name, topic_filter, scope=SCOPE):
+    key = group_key((scope, name, topic_filter))
     return min(brokers, key=lambda b: (ring_distance(key, node_id_from(b.pubend)), node_id_from(b.pubend)))
 
 
-def group_homed_at(brokers, home, topic_filter, prefix):
+def group_homed_at(brokers, home, topic_filter, prefix, scope=SCOPE):
     """A group name whose home among `brokers` is `home`."""
-    return next(n for n in (f"{prefix}{i}" for i in range(1 << 20)) if home_of(brokers, n, topic_filter) is home)
+    return next(n for n in (f"{prefix}{i}" for i in range(1 << 20))
+                if home_of(brokers, n, topic_filter, scope) is home)
 
 
 def collect(members, wanted, deadline_s=WAIT_S):
@@ -146,6 +150,49 @@ def test_a_member_that_leaves_holding_unacknowledged_messages_has_them_sent_to_a
             client.close()
     assert held <= again.keys()
     assert {p for p, who in got.items() if 1 in who} | held == wanted
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    """Three brokers with one auth file (its cluster secret, no anonymous client): `worker` and
+    `other` may publish and subscribe `jobs/#`."""
+    root = tmp_path_factory.mktemp("shared-secured")
+    auth = root / "auth.toml"
+    creds = {name: add_identity(auth, name, [], ["jobs/#"], ["jobs/#"], FAST_KDF) for name in ("worker", "other")}
+    with Cluster(root, 3, LOCAL_LIVENESS, http=True, credential=str(creds["worker"]),
+                 args=["--auth", str(auth), "--mqtt", "127.0.0.1:0"]) as c:
+        yield c, {name: b64(parse_credential(str(cred)).secret) for name, cred in creds.items()}
+
+
+def test_members_with_a_password_on_different_brokers_share_as_their_identity(secured):
+    """On brokers that let no anonymous client in, `worker` members on brokers 0 and 1 form a group
+    homed at broker 2 (where the publisher is): the home subscribes as `worker`, and each message
+    reaches one of them. An `other` member of the same `$share/NAME/FILTER` is another group (the
+    key is scoped by identity): it gets every message, and takes none from worker's members."""
+    cluster, passwords = secured
+    topic_filter = "jobs/#"
+    name = group_homed_at(cluster.brokers, cluster[2], topic_filter, "auth", scope="worker")
+    members = [Mqtt(cluster[i].mqtt_address, f"auth-m{i}", V5, "worker", passwords["worker"]) for i in (0, 1)]
+    other = Mqtt(cluster[0].mqtt_address, "auth-other", V5, "other", passwords["other"])
+    pub = Mqtt(cluster[2].mqtt_address, "auth-pub", V5, "worker", passwords["worker"])
+    try:
+        for member in (*members, other):
+            assert member.subscribe(f"$share/{name}/{topic_filter}", qos=1) == [1]
+        warm(pub, "jobs/probe", [*members, other])
+        wanted = {f"j{i}".encode() for i in range(200)}
+        for payload in sorted(wanted):
+            pub.publish("jobs/x", payload, qos=1, wait=False)
+        got = collect(members, wanted)
+        settle(pub, "jobs/s", members, got)
+        others = collect([other], wanted)
+    finally:
+        for client in (*members, other, pub):
+            client.close()
+    assert {p for p, who in got.items() if len(who) != 1} == set(), "a message came more than once"
+    assert set(got) == wanted and min(sum(1 for who in got.values() if who == [i]) for i in range(2)) >= 50
+    assert wanted <= others.keys()
+    homed = {(g["scope"], g["group"]): g for g in cluster[2].status()["mqtt"]["share_groups_homed"]}
+    assert "refusal" not in homed[("worker", name)] and homed[("worker", name)]["handed"] >= len(wanted)
 
 
 def test_the_group_resumes_on_a_new_home_when_its_home_is_killed(cluster):

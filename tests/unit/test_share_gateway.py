@@ -5,10 +5,15 @@ the home, and a member that goes holding unacknowledged messages."""
 
 import random
 
+import pytest
+
 from tidings.core.auth.guard import Guard
+from tidings.core.auth.handshake import AuthError
+from tidings.core.auth.names import ANONYMOUS
 from tidings.core.inputs import ConnectionLost
 from tidings.core.mqtt import packets as p
 
+from .test_mqtt_derivations import RIGHT, derive, gate
 from .test_mqtt_gateway import Gate
 from .test_tree_access import anonymous_with
 
@@ -86,4 +91,36 @@ def test_a_shared_filter_outside_the_identity_s_rules_is_refused_at_the_member_s
     g.connect(1)
     [suback] = g.send(1, p.Subscribe(1, (p.TopicFilter("$share/g/t/#", 1), p.TopicFilter("$share/g/u/#", 1))))
     assert suback.reason_codes == (1, 0x87)
-    assert list(g.gw.shares.members.members) == [("mqtt", "g", "t/#")]
+    assert list(g.gw.shares.members.members) == [("anonymous", "g", "t/#")]
+
+
+def test_the_group_s_subscription_at_its_home_is_made_as_the_members_identity():
+    """Members that authenticated as `sensor` on a broker that lets no anonymous client in: the
+    group is scoped by that identity and its home's connection is opened as it (Guard.vouched), not
+    as an anonymous service the broker would refuse."""
+    g = gate()
+    g.h.apply(g.h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    for conn in (1, 2, 3):
+        connack = g.connect(conn, username="sensor", password=RIGHT)  # (the first derived, the others remembered)
+        derive(g)
+        assert [a.reason_code for a in connack + g.answers(conn)] == [0]
+    for conn in (1, 2):
+        [suback] = g.send(conn, p.Subscribe(conn, (p.TopicFilter("$share/g/t/#", 1),)))
+        assert suback.reason_codes == (1,)
+    assert list(g.gw.shares.members.members) == [("sensor", "g", "t/#")]
+    publish(g, [b"a", b"b"])
+    assert [m.payload for m in received(g, 1) + received(g, 2)] == [b"a", b"b"]
+    [homed] = g.gw.status()["mqtt"]["share_groups_homed"]
+    assert "refusal" not in homed and homed["handed"] == 2
+    [conn] = [c for c in g.h.broker.connections.values() if c.conn < -1]
+    assert (conn.identity, conn.authenticated) == ("sensor", True)
+
+
+def test_a_broker_vouches_only_for_identities_its_policy_admits():
+    guard = gate().h.broker.guard
+    assert guard.vouched("sensor", "share-2").identity == "sensor"
+    with pytest.raises(AuthError):
+        guard.vouched("ghost", "share-2")  # not in this broker's auth file
+    with pytest.raises(AuthError):
+        guard.vouched(ANONYMOUS, "share-2")  # no anonymous client here
+    assert Guard.open().vouched(ANONYMOUS, "share-2").authenticated is False

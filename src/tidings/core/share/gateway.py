@@ -4,6 +4,8 @@
 - `BrokerInput`: the broker handles it (a group's connection at its home); what it answers comes back
   through the gateway's `_to_client`, which hands the groups' connections and the cluster member's
   `ShareArrived` to `taken`;
+- `Vouch`: the broker opens a group's connection as the members' identity (core/broker/reading.py
+  `vouch`), its WELCOME (or ERROR) coming back as `BrokerInput`'s answers do;
 - `RouteJoin`: routed by the overlay towards the group's key (core/share/wire.py `route`), from this
   broker; without an overlay this broker is every group's home;
 - `PeerOut`: sent on the peer link to the broker named (dialled if need be);
@@ -20,7 +22,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tidings.core.effects import Disconnect, Effect, Send
-from tidings.core.share.home import BrokerInput, PeerOut
+from tidings.core.share.home import BrokerInput, PeerOut, Vouch
+from tidings.core.share.hub import HubOutput
 from tidings.core.share.members import LocalDeliver, RouteJoin
 from tidings.core.share.wire import ShareArrived, ShareDeliver, ack, deliver, route
 
@@ -57,8 +60,7 @@ def taken(gateway: MqttGateway, eff: object) -> bool:
 
 def run(gateway: MqttGateway, out: list[Effect]) -> None:
     """Carry out what the hub asks, as the module says."""
-    hub, broker, now = gateway.shares, gateway.broker, gateway.now
-    cluster = broker.cluster
+    hub, cluster = gateway.shares, gateway.broker.cluster
     if cluster is not None and hub.me != cluster.me.address:  # (once its overlay started: before any JOIN)
         hub.set_me(cluster.me.address)
     if not hub.outbox and not hub.members.acks:  # (most turns: nothing)
@@ -69,21 +71,29 @@ def run(gateway: MqttGateway, out: list[Effect]) -> None:
         if not items:
             return
         for item in items:
-            if isinstance(item, BrokerInput):
-                gateway._to_client(broker.handle(item.input), out)
-            elif isinstance(item, RouteJoin):
-                if cluster is None:
-                    hub.arrived(hub.me, item.join)
-                else:
-                    effects = cluster.received(now, cluster.me.address, route(cluster.me, item.join))
-                    gateway._to_client(effects, out)  # type: ignore[arg-type]  # (peer sends, or ShareArrived)
-            elif isinstance(item, PeerOut):
-                if cluster is not None and cluster.peers is not None:
-                    msg = item.message
-                    out += cluster.peers.send(now, item.address, deliver(msg) if isinstance(msg, ShareDeliver)
-                                              else ack(msg))
-            else:
-                _deliver(gateway, item, out)
+            _carry(gateway, item, out)
+
+
+def _carry(gateway: MqttGateway, item: HubOutput, out: list[Effect]) -> None:
+    hub, broker, now, cluster = gateway.shares, gateway.broker, gateway.now, gateway.broker.cluster
+    if isinstance(item, BrokerInput):
+        gateway._to_client(broker.handle(item.input), out)
+    elif isinstance(item, Vouch):
+        opened: list[Effect] = []
+        broker.reading.vouch(now, item.conn, item.identity, opened)
+        gateway._to_client(opened, out)
+    elif isinstance(item, RouteJoin):
+        if cluster is None:
+            hub.arrived(hub.me, item.join)
+        else:
+            effects = cluster.received(now, cluster.me.address, route(cluster.me, item.join))
+            gateway._to_client(effects, out)  # type: ignore[arg-type]  # (peer sends, or ShareArrived)
+    elif isinstance(item, PeerOut):
+        if cluster is not None and cluster.peers is not None:
+            msg = item.message
+            out += cluster.peers.send(now, item.address, deliver(msg) if isinstance(msg, ShareDeliver) else ack(msg))
+    else:
+        _deliver(gateway, item, out)
 
 
 def _deliver(gateway: MqttGateway, item: LocalDeliver, out: list[Effect]) -> None:

@@ -3,8 +3,11 @@
 
 Theory of operation. A JOIN routed here (this broker's node id is the closest live one to the
 group's key) makes the group if it is new: a connection numbered below the retained feed's is
-opened on the broker (`Accepted`, then HELLO as the anonymous service `mqtt-share`), and after the
-WELCOME the group's durable subscription is asked for (docs/durable.md): from the position the JOIN
+opened on the broker (`Accepted`, then `Vouch`: the broker opens it as the members' identity, the
+group key's scope, which their brokers authenticated; no credential crosses the overlay, whose
+links the cluster secret authenticates), so the identity's access rules, limits and the trees'
+access lists apply to the group's subscription as to its members'; after the WELCOME the group's
+durable subscription is asked for (docs/durable.md): from the position the JOIN
 carries (the members' brokers keep the position each SHARE_DELIVER of the group's last home gave:
 a new home, after the old one died or a closer broker joined, goes on after what the members
 acknowledged there), or from now for a group new to every member broker.
@@ -33,7 +36,6 @@ from tidings.core.share.group import CLOSED, GroupState, Hand, ShareGroup, Share
 from tidings.core.share.wire import GroupKey, ShareAck, ShareDeliver, ShareJoin
 from tidings.core.wire import messages
 
-SHARE_SERVICE = "mqtt-share"
 FIRST_CONN = -2  # the groups' connections count down from here (the retained feed's is -1)
 GROUPS_HOMED_MAX = 10_000  # groups one broker is home to; a JOIN past it is dropped (counted)
 
@@ -51,6 +53,14 @@ class PeerOut(NamedTuple):
     message: ShareDeliver | ShareAck
 
 
+class Vouch(NamedTuple):
+    """The broker opens connection `conn` (accepted) as `identity`, without a handshake
+    (core/broker/reading.py `vouch`): it answers WELCOME, or ERROR and closes it."""
+
+    conn: int
+    identity: str
+
+
 class Renew(NamedTuple):
     conn: int
 
@@ -60,7 +70,7 @@ class GroupDue(NamedTuple):
 
 
 HomeTimer = Renew | GroupDue
-HomeOutput = BrokerInput | PeerOut
+HomeOutput = BrokerInput | Vouch | PeerOut
 
 
 @dataclass(slots=True)
@@ -91,7 +101,7 @@ class ShareHomes:
         homed = self.groups.get(msg.group)
         out: list[HomeOutput] = []
         if homed is None or homed.group.state is CLOSED:
-            if not msg.clients:
+            if not msg.clients or not msg.group[0]:  # (a scope is an identity: never empty)
                 return []
             if homed is not None:
                 self._forget(homed)
@@ -173,9 +183,9 @@ class ShareHomes:
     def _open(self, now: int, wall_us: int, key: GroupKey, out: list[HomeOutput]) -> Homed:
         conn = self.next_conn
         self.next_conn -= 1
-        homed = Homed(key, conn, ClientSession(SHARE_SERVICE, f"share-{-conn}"), ShareGroup(key, self.limits))
+        homed = Homed(key, conn, ClientSession(key[0], f"share{conn}"), ShareGroup(key, self.limits))
         self.groups[key] = self.by_conn[conn] = homed
-        out += [BrokerInput(Accepted(now, conn)), self._frame(now, wall_us, homed, homed.native.hello())]
+        out += [BrokerInput(Accepted(now, conn)), Vouch(conn, key[0])]
         return homed
 
     def _subscribe(self, homed: Homed) -> tuple[int, bytes]:
@@ -234,4 +244,4 @@ class ShareHomes:
         return [{**h.group.status(), **({"refusal": h.refusal} if h.refusal else {})} for h in self.groups.values()]
 
 
-__all__ = ["BrokerInput", "GroupState", "PeerOut", "ShareHomes"]
+__all__ = ["BrokerInput", "GroupState", "PeerOut", "ShareHomes", "Vouch"]
