@@ -10,6 +10,7 @@ import pytest
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.handshake import AuthError
 from tidings.core.auth.names import ANONYMOUS
+from tidings.core.config import BrokerConfig
 from tidings.core.inputs import ConnectionLost
 from tidings.core.mqtt import packets as p
 
@@ -124,3 +125,33 @@ def test_a_broker_vouches_only_for_identities_its_policy_admits():
     with pytest.raises(AuthError):
         guard.vouched(ANONYMOUS, "share-2")  # no anonymous client here
     assert Guard.open().vouched(ANONYMOUS, "share-2").authenticated is False
+
+
+def test_the_home_holds_at_most_its_bound_for_a_member_that_never_acknowledges():
+    """One member that acknowledges nothing: past `share_queued_bytes_max` the group's subscription
+    is paced (its connection blocked, as a slow subscriber's), so what waits at the home stays under
+    the bound plus one delivery, whatever is published; once the member acknowledges, the rest is
+    read back from the log: every event, in order, none lost."""
+    bound = 4096
+    g = Gate(config=BrokerConfig(share_queued_bytes_max=bound))
+    members_and_publisher(g, n=1)
+    sent = [b"%03d" % i + b"x" * 100 for i in range(150)]
+    peak = 0
+    for payload in sent:
+        publish(g, [payload], conn=2)  # (each synced alone: one delivery each)
+        [homed] = g.gw.status()["mqtt"]["share_groups_homed"]
+        peak = max(peak, homed["queued_bytes"])
+    assert homed["paced"] and g.gw.shares.homes.paced == 1
+    assert bound <= peak < bound + 300, peak  # (one event's record: about 180 bytes)
+    got = received(g, 1)
+    assert len(got) == 32  # member_unacked_max
+    for _ in range(100):  # the member acknowledges all it has, until everything came
+        if len(got) == len(sent):
+            break
+        for m in got[-32:]:
+            got += [pkt for pkt in g.send(1, p.Puback(m.packet_id)) if isinstance(pkt, p.Publish)]
+        g.h.serve_reads()  # (the runtime's log reads)
+        got += received(g, 1)
+    assert [m.payload for m in got] == sent
+    [homed] = g.gw.status()["mqtt"]["share_groups_homed"]
+    assert not homed["paced"] and homed["queued_bytes"] == 0

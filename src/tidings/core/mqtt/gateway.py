@@ -41,7 +41,6 @@ from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
 from tidings.core.mqtt.session import OPEN, MqttSession
 from tidings.core.mqtt.subscriptions import Held
 from tidings.core.share import gateway as shares
-from tidings.core.share.hub import ShareHub
 from tidings.core.share.wire import ShareArrived
 
 NONCE_BYTES = 24
@@ -112,7 +111,7 @@ class MqttGateway:
         self.totals = {"packets_received": 0, "packets_sent": 0, "publishes_received": 0,
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
         self.retained = RetainedFeed(f"broker-{nonce(6).hex()}")  # retained messages (core/mqtt/retained.py)
-        self.shares = ShareHub(may_subscribe=shares.access(broker))  # shared subscriptions (core/share/)
+        self.shares = shares.hub_of(broker)  # shared subscriptions (core/share/)
         broker.sections.append(self.status)  # the broker's status (and so STATUS, /status, /metrics) has ours
 
     def expect(self, conn: int, secure: bool, source: str = "") -> None:

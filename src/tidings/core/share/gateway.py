@@ -22,8 +22,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tidings.core.effects import Disconnect, Effect, Send
+from tidings.core.share.group import ShareLimits
 from tidings.core.share.home import BrokerInput, PeerOut, Vouch
-from tidings.core.share.hub import HubOutput
+from tidings.core.share.hub import HubOutput, ShareHub
 from tidings.core.share.members import LocalDeliver, RouteJoin
 from tidings.core.share.wire import ShareArrived, ShareDeliver, ack, deliver, route
 
@@ -32,6 +33,11 @@ if TYPE_CHECKING:
     from tidings.core.mqtt.gateway import MqttGateway
 
 ROUNDS_MAX = 16
+
+
+def hub_of(broker: Broker) -> ShareHub:
+    """The broker's shared subscriptions, with its limits (core/config.py)."""
+    return ShareHub(ShareLimits(queued_bytes_max=broker.config.share_queued_bytes_max), access(broker))
 
 
 def access(broker: Broker) -> Callable[[int, str], bool]:

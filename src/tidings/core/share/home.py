@@ -18,6 +18,14 @@ the broker refuses ends, and its members' brokers get nothing more (their SUBACK
 the refusal is in `/status`); a group whose members all left for `empty_keep_ns` ends its
 durable subscription for good and closes its connection.
 
+Pacing. The events waiting at the home for a member with window space are bounded as a slow
+subscriber's send queue is: when their bytes pass `queued_bytes_max` the group's connection counts
+as blocked (`SendBlocked`, as the runtime says of a connection whose send queue passed
+send_queue_bytes_max: its subscription stops taking live events), and when the members took them
+down to half of it, drained (`SendDrained`: the broker reads what the group has not had yet from
+the logs, core/subscription/subscription.py). The queue then holds at most `queued_bytes_max` and
+what the one delivery that passed it carried, whatever the members do.
+
 States: the group machine's (SUBSCRIBING -> OPEN -> CLOSED), with the connection's handshake before
 it (`welcomed`). Deadlines: each group's own, and each connection's lease renewal, in one `Deadlines`.
 """
@@ -29,7 +37,7 @@ from typing import NamedTuple
 
 from tidings.core.deadlines import Deadlines
 from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.inputs import Accepted, ConnectionLost, Input, Received
+from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, SendBlocked, SendDrained
 from tidings.core.session.client_session import ClientSession
 from tidings.core.session.cursor import silence_of
 from tidings.core.share.group import CLOSED, GroupState, Hand, ShareGroup, ShareLimits
@@ -83,6 +91,7 @@ class Homed:
     sub: int | None = None
     welcomed: bool = False
     refusal: str = ""
+    paced: bool = False  # the connection counts as blocked: the queue passed queued_bytes_max
 
 
 class ShareHomes:
@@ -94,6 +103,7 @@ class ShareHomes:
         self.next_conn = FIRST_CONN
         self.timers: Deadlines[HomeTimer] = Deadlines()
         self.dropped = 0  # JOINs past GROUPS_HOMED_MAX
+        self.paced = 0  # times a group's subscription was paced (its queue passed queued_bytes_max)
 
     # ---- the members' brokers --------------------------------------------------------------------
 
@@ -211,8 +221,21 @@ class ShareHomes:
         for hand in hands:
             broker, client = hand.member
             out.append(PeerOut(broker, ShareDeliver(homed.key, self.me, client, hand.delivery, hand.record, position)))
-        release = self._release(now, 0, homed)
-        return out + release
+        return out + self._pace(now, homed) + self._release(now, 0, homed)
+
+    def _pace(self, now: int, homed: Homed) -> list[HomeOutput]:
+        """The group's connection blocked or drained by what waits for a member (the module says)."""
+        queued, limit = homed.group.queued_bytes, self.limits.queued_bytes_max
+        if homed.group.state is CLOSED:
+            return []
+        if not homed.paced and queued >= limit:
+            homed.paced = True
+            self.paced += 1
+            return [BrokerInput(SendBlocked(now, homed.conn))]
+        if homed.paced and queued <= limit // 2:
+            homed.paced = False
+            return [BrokerInput(SendDrained(now, homed.conn))]
+        return []
 
     def _release(self, now: int, wall_us: int, homed: Homed) -> list[HomeOutput]:
         wire = homed.group.release()
@@ -241,7 +264,8 @@ class ShareHomes:
         self.timers.cancel(GroupDue(homed.conn))
 
     def status(self) -> list[dict[str, object]]:
-        return [{**h.group.status(), **({"refusal": h.refusal} if h.refusal else {})} for h in self.groups.values()]
+        return [{**h.group.status(), "paced": h.paced, **({"refusal": h.refusal} if h.refusal else {})}
+                for h in self.groups.values()]
 
 
 __all__ = ["BrokerInput", "GroupState", "PeerOut", "ShareHomes", "Vouch"]
