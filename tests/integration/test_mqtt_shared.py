@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import time
+import urllib.request
 
 import pytest
 
@@ -82,6 +83,14 @@ def settle(pub, topic, members, got):
                 pass
 
 
+def metrics(broker):
+    """The broker's /metrics, {name: value} for the figures without labels."""
+    with urllib.request.urlopen(f"http://{broker.http_address}/metrics", timeout=10) as reply:
+        lines = reply.read().decode().splitlines()
+    return {name: float(value) for name, _, value in (line.partition(" ") for line in lines)
+            if name and not name.startswith("#") and "{" not in name}
+
+
 def warm(pub, topic, members):
     """Probes until one reaches a member (the home's subscription joined its tree); the rest drained."""
     def receive(timeout):
@@ -113,9 +122,13 @@ def test_each_message_reaches_exactly_one_member_across_brokers(cluster):
             pub.publish("shared/spread/x", payload, qos=1, wait=False)
         got = collect(members, wanted)
         settle(pub, "shared/spread/s", members, got)
+        home, member = metrics(cluster[0]), metrics(cluster[1])
     finally:
         for client in (*members, pub):
             client.close()
+    assert home["tidings_mqtt_share_groups_homed"] >= 1 and home["tidings_mqtt_share_deliveries_total"] >= 300
+    assert member["tidings_mqtt_share_groups_joined"] >= 1 and member["tidings_mqtt_share_members"] >= 1
+    assert home["tidings_mqtt_share_queued_bytes"] == 0 and "tidings_mqtt_share_returned_total" in member
     counts = [sum(1 for who in got.values() if who == [i]) for i in range(2)]
     assert {p for p, who in got.items() if len(who) != 1} == set(), "a message came more than once"
     assert set(got) == wanted

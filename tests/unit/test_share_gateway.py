@@ -10,9 +10,11 @@ import pytest
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.handshake import AuthError
 from tidings.core.auth.names import ANONYMOUS
+from tidings.core.broker.metrics import reported
 from tidings.core.config import BrokerConfig
 from tidings.core.inputs import ConnectionLost
 from tidings.core.mqtt import packets as p
+from tidings.core.mqtt.gateway import FIGURES
 
 from .test_mqtt_derivations import RIGHT, derive, gate
 from .test_mqtt_gateway import Gate
@@ -155,3 +157,7 @@ def test_the_home_holds_at_most_its_bound_for_a_member_that_never_acknowledges()
     assert [m.payload for m in got] == sent
     [homed] = g.gw.status()["mqtt"]["share_groups_homed"]
     assert not homed["paced"] and homed["queued_bytes"] == 0
+    figures = {f.name: value for f, value in reported(g.gw.status(), FIGURES)}  # (what /metrics shows)
+    assert (figures["mqtt_share_deliveries"], figures["mqtt_share_groups_homed"], figures["mqtt_share_members"],
+            figures["mqtt_share_queued_bytes"]) == (150, 1, 1, 0)
+    assert figures["mqtt_share_paced"] >= 1  # (again when a log read brought more than the bound)

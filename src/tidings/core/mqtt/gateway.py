@@ -74,6 +74,7 @@ FIGURES: tuple[Figure, ...] = (
            under=MQTT),
     Figure("retained_dropped", "mqtt_retained_dropped", COUNTER,
            "retained messages not kept: past the topics or bytes held", "RetainedStore", under=MQTT),
+    *shares.FIGURES,
 )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tidings.core.broker.metrics import COUNTER, GAUGE, Figure
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.share.group import ShareLimits
 from tidings.core.share.home import BrokerInput, PeerOut, Vouch
@@ -33,6 +34,33 @@ if TYPE_CHECKING:
     from tidings.core.mqtt.gateway import MqttGateway
 
 ROUNDS_MAX = 16
+MQTT = ("mqtt",)
+
+FIGURES: tuple[Figure, ...] = (  # (in core/mqtt/gateway.py's FIGURES: /metrics as tidings_mqtt_share_*)
+    Figure("share_homed", "mqtt_share_groups_homed", GAUGE,
+           "shared subscription groups whose home is this broker (open)", "ShareHomes", under=MQTT),
+    Figure("share_groups_joined", "mqtt_share_groups_joined", GAUGE,
+           "shared subscription groups with members on this broker", "ShareMembers", under=MQTT),
+    Figure("share_members", "mqtt_share_members", GAUGE,
+           "MQTT connections on this broker that are members of a shared subscription group", "ShareMembers",
+           under=MQTT),
+    Figure("share_deliveries", "mqtt_share_deliveries", COUNTER,
+           "events handed to a member by the groups homed here (a redelivery counts again)", "ShareHomes",
+           under=MQTT),
+    Figure("share_redelivered", "mqtt_share_redelivered", COUNTER,
+           "deliveries of the groups homed here that went back for another member (a member left or returned it)",
+           "ShareGroup", under=MQTT),
+    Figure("share_returned", "mqtt_share_returned", COUNTER,
+           "deliveries this broker returned to their home: the member had left", "ShareMembers", under=MQTT),
+    Figure("share_queued_bytes", "mqtt_share_queued_bytes", GAUGE,
+           "bytes of events waiting at the groups homed here for a member with window space", "ShareGroup",
+           under=MQTT),
+    Figure("share_paced", "mqtt_share_paced", COUNTER,
+           "times a group's subscription here was paced: its queue passed share_queued_bytes_max", "ShareHomes",
+           under=MQTT),
+    Figure("share_joins_dropped", "mqtt_share_joins_dropped", COUNTER,
+           "JOINs of new groups dropped: this broker was home to GROUPS_HOMED_MAX groups", "ShareHomes", under=MQTT),
+)
 
 
 def hub_of(broker: Broker) -> ShareHub:

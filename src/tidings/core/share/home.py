@@ -104,6 +104,7 @@ class ShareHomes:
         self.timers: Deadlines[HomeTimer] = Deadlines()
         self.dropped = 0  # JOINs past GROUPS_HOMED_MAX
         self.paced = 0  # times a group's subscription was paced (its queue passed queued_bytes_max)
+        self.handed = self.redelivered = 0  # deliveries to members by the groups homed here (a member's again)
 
     # ---- the members' brokers --------------------------------------------------------------------
 
@@ -218,6 +219,7 @@ class ShareHomes:
             self.timers.set(GroupDue(homed.conn), deadline)
         out: list[HomeOutput] = []
         position = homed.group.position() if hands else None
+        self.handed += len(hands)
         for hand in hands:
             broker, client = hand.member
             out.append(PeerOut(broker, ShareDeliver(homed.key, self.me, client, hand.delivery, hand.record, position)))
@@ -258,14 +260,25 @@ class ShareHomes:
 
     def _forget(self, homed: Homed) -> None:
         self.by_conn.pop(homed.conn, None)
-        if self.groups.get(homed.key) is homed and homed.group.state is CLOSED and not homed.refusal:
-            del self.groups[homed.key]
+        if self.groups.get(homed.key) is homed and homed.group.state is CLOSED:
+            self.redelivered += homed.group.redelivered  # (its figure kept: it is not in `open_` any more)
+            homed.group.redelivered = 0
+            if not homed.refusal:
+                del self.groups[homed.key]
         self.timers.cancel(Renew(homed.conn))
         self.timers.cancel(GroupDue(homed.conn))
 
     def status(self) -> list[dict[str, object]]:
         return [{**h.group.status(), "paced": h.paced, **({"refusal": h.refusal} if h.refusal else {})}
                 for h in self.groups.values()]
+
+    def figures(self) -> dict[str, int]:
+        """The homes' figures (core/mqtt/gateway.py FIGURES: `tidings_mqtt_share_*`)."""
+        open_ = [h.group for h in self.groups.values() if h.group.state is not CLOSED]
+        return {"share_homed": len(open_), "share_deliveries": self.handed,
+                "share_redelivered": self.redelivered + sum(g.redelivered for g in open_),
+                "share_queued_bytes": sum(g.queued_bytes for g in open_), "share_paced": self.paced,
+                "share_joins_dropped": self.dropped}
 
 
 __all__ = ["BrokerInput", "GroupState", "PeerOut", "ShareHomes", "Vouch"]

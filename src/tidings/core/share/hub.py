@@ -141,7 +141,7 @@ class ShareHub:
         return out
 
     def status(self) -> dict[str, object]:
-        return {"share_groups_homed": self.homes.status(), **self.members.status()}
+        return {"share_groups_homed": self.homes.status(), **self.homes.figures(), **self.members.status()}
 
 
 __all__ = ["HubOutput", "ShareDeliver", "ShareHub", "parse"]
