@@ -165,6 +165,56 @@ def test_a_member_that_leaves_holding_unacknowledged_messages_has_them_sent_to_a
     assert {p for p, who in got.items() if 1 in who} | held == wanted
 
 
+def test_a_member_that_never_acknowledges_costs_the_home_at_most_its_bound(cluster):
+    """The only member (broker 0) sends no PUBACK; 8 MiB are published at broker 1, one 64 KiB
+    event at a time. The home (broker 2) holds what waits under share_queued_bytes_max (4 MiB, the
+    default) and one event, its subscription paced; a second member (broker 1) then gets every
+    event the first did not hold, those past the bound read back from the log, in order."""
+    topic_filter = "shared/slow/#"
+    name = group_homed_at(cluster.brokers, cluster[2], topic_filter, "slow")
+    holder = Mqtt(cluster[0].mqtt_address, "slow-holder", V5)
+    holder.client.manual_ack_set(True)  # paho sends no PUBACK until told: none is
+    pub = Mqtt(cluster[1].mqtt_address, "slow-pub", V5)
+    taker = None
+    try:
+        assert holder.subscribe(f"$share/{name}/{topic_filter}", qos=1) == [1]
+        until_delivered(lambda n: pub.publish("shared/slow/probe", f"probe-{n}".encode(), qos=0),
+                        holder.get, timeout=WAIT_S)  # (QoS 0 probes: done when sent)
+        wanted = [b"%03d" % i + b"x" * (64 << 10) for i in range(128)]
+        for payload in wanted:
+            assert pub.publish("shared/slow/x", payload, qos=1) == 0
+        held = [m.payload for m in collect_n(holder, 32)]
+
+        def group():
+            groups = cluster[2].status()["mqtt"]["share_groups_homed"]
+            return next((g for g in groups if g["group"] == name and g["queued"] + g["unacked"] >= 64), None)
+        homed = cluster.wait(group, WAIT_S, "the events past the holder's window at the home")
+        assert homed["paced"] and homed["queued_bytes"] <= (4 << 20) + (65 << 10), homed
+        taker = Mqtt(cluster[1].mqtt_address, "slow-taker", V5)
+        assert taker.subscribe(f"$share/{name}/{topic_filter}", qos=1) == [1]
+        rest = [m.payload for m in collect_n(taker, len(wanted) - len(held), deadline_s=60.0)]
+    finally:
+        for client in (holder, pub, *([taker] if taker else [])):
+            client.close()
+    assert held == [p for p in wanted if p in set(held)] and held
+    assert rest == [p for p in wanted if p not in set(held)]
+
+
+def collect_n(member, n, deadline_s=WAIT_S):
+    """The next `n` messages of `member` that are not probes."""
+    out = []
+    deadline = time.monotonic() + deadline_s
+    while len(out) < n:
+        assert time.monotonic() < deadline, f"{len(out)} of {n} came"
+        try:
+            msg = member.messages.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if not msg.payload.startswith(b"probe"):
+            out.append(msg)
+    return out
+
+
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
     """Three brokers with one auth file (its cluster secret, no anonymous client): `worker` and
