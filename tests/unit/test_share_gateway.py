@@ -12,9 +12,10 @@ from tidings.core.auth.handshake import AuthError
 from tidings.core.auth.names import ANONYMOUS
 from tidings.core.broker.metrics import reported
 from tidings.core.config import BrokerConfig
-from tidings.core.inputs import ConnectionLost
+from tidings.core.inputs import ConnectionLost, TimerFired
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.gateway import FIGURES
+from tidings.core.share.group import ShareLimits
 
 from .test_mqtt_derivations import RIGHT, derive, gate
 from .test_mqtt_gateway import Gate
@@ -161,3 +162,20 @@ def test_the_home_holds_at_most_its_bound_for_a_member_that_never_acknowledges()
     assert (figures["mqtt_share_deliveries"], figures["mqtt_share_groups_homed"], figures["mqtt_share_members"],
             figures["mqtt_share_queued_bytes"]) == (150, 1, 1, 0)
     assert figures["mqtt_share_paced"] >= 1  # (again when a log read brought more than the bound)
+
+
+def test_a_paced_group_whose_members_all_left_ends_its_durable_subscription():
+    """A group paced (its connection blocked, not read) when its last member goes: after
+    empty_keep_ns its UNSUBSCRIBE is read all the same, and the broker holds no registration away."""
+    g = Gate(config=BrokerConfig(share_queued_bytes_max=4096))
+    members_and_publisher(g, n=1)
+    for i in range(80):
+        publish(g, [b"%03d" % i + b"x" * 100], conn=2)
+    [homed] = g.gw.status()["mqtt"]["share_groups_homed"]
+    assert homed["paced"] and g.h.broker.status()["durable_registrations"] == 1
+    g.feed(ConnectionLost(g.now, 1))
+    g.now += ShareLimits().empty_keep_ns + 1
+    g.feed(TimerFired(g.now, g.h.wall_us))
+    assert g.gw.status()["mqtt"]["share_groups_homed"] == []
+    status = g.h.broker.status()
+    assert (status["durable_registrations"], status["durable_away"]) == (0, 0)

@@ -255,8 +255,9 @@ class ShareHomes:
     def _close(self, now: int, homed: Homed) -> list[HomeOutput]:
         """The group ended (no members): its durable subscription is ended for good, its connection closed."""
         self._forget(homed)
+        drain = [BrokerInput(SendDrained(now, homed.conn))] if homed.paced else []  # (so its UNSUBSCRIBE is read)
         end = [] if homed.sub is None else [self._frame(now, 0, homed, homed.native.unsubscribe(homed.sub, True))]
-        return [*end, BrokerInput(ConnectionLost(now, homed.conn))]
+        return [*drain, *end, BrokerInput(ConnectionLost(now, homed.conn))]
 
     def _forget(self, homed: Homed) -> None:
         self.by_conn.pop(homed.conn, None)
