@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import queue
 import time
+import urllib.request
 
 import pytest
 
+from tidings.aio.auth_file import add_identity
+from tidings.core.auth.credentials import KdfParams, b64, parse_credential
 from tidings.core.overlay.node_id import node_id_from, ring_distance
 from tidings.core.share.wire import group_key
 from tidings.testing import LOCAL_LIVENESS, Cluster
@@ -21,7 +24,8 @@ from .mqtt_io import V5, Mqtt, until_delivered
 
 pytestmark = pytest.mark.integration
 WAIT_S = 30.0
-SCOPE = "mqtt"  # an anonymous client's service: the groups' scope
+SCOPE = "anonymous"  # an anonymous client's identity: the groups' scope
+FAST_KDF = KdfParams(n=1 << 10)  # cheap scrypt, same protocol
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +35,15 @@ def cluster(tmp_path_factory):
         yield c
 
 
-def home_of(brokers, name, topic_filter):
-    key = group_key((SCOPE, name, topic_filter))
+def home_of(brokers, name, topic_filter, scope=SCOPE):
+    key = group_key((scope, name, topic_filter))
     return min(brokers, key=lambda b: (ring_distance(key, node_id_from(b.pubend)), node_id_from(b.pubend)))
 
 
-def group_homed_at(brokers, home, topic_filter, prefix):
+def group_homed_at(brokers, home, topic_filter, prefix, scope=SCOPE):
     """A group name whose home among `brokers` is `home`."""
-    return next(n for n in (f"{prefix}{i}" for i in range(1 << 20)) if home_of(brokers, n, topic_filter) is home)
+    return next(n for n in (f"{prefix}{i}" for i in range(1 << 20))
+                if home_of(brokers, n, topic_filter, scope) is home)
 
 
 def collect(members, wanted, deadline_s=WAIT_S):
@@ -78,6 +83,14 @@ def settle(pub, topic, members, got):
                 pass
 
 
+def metrics(broker):
+    """The broker's /metrics, {name: value} for the figures without labels."""
+    with urllib.request.urlopen(f"http://{broker.http_address}/metrics", timeout=10) as reply:
+        lines = reply.read().decode().splitlines()
+    return {name: float(value) for name, _, value in (line.partition(" ") for line in lines)
+            if name and not name.startswith("#") and "{" not in name}
+
+
 def warm(pub, topic, members):
     """Probes until one reaches a member (the home's subscription joined its tree); the rest drained."""
     def receive(timeout):
@@ -109,9 +122,13 @@ def test_each_message_reaches_exactly_one_member_across_brokers(cluster):
             pub.publish("shared/spread/x", payload, qos=1, wait=False)
         got = collect(members, wanted)
         settle(pub, "shared/spread/s", members, got)
+        home, member = metrics(cluster[0]), metrics(cluster[1])
     finally:
         for client in (*members, pub):
             client.close()
+    assert home["tidings_mqtt_share_groups_homed"] >= 1 and home["tidings_mqtt_share_deliveries_total"] >= 300
+    assert member["tidings_mqtt_share_groups_joined"] >= 1 and member["tidings_mqtt_share_members"] >= 1
+    assert home["tidings_mqtt_share_queued_bytes"] == 0 and "tidings_mqtt_share_returned_total" in member
     counts = [sum(1 for who in got.values() if who == [i]) for i in range(2)]
     assert {p for p, who in got.items() if len(who) != 1} == set(), "a message came more than once"
     assert set(got) == wanted
@@ -146,6 +163,99 @@ def test_a_member_that_leaves_holding_unacknowledged_messages_has_them_sent_to_a
             client.close()
     assert held <= again.keys()
     assert {p for p, who in got.items() if 1 in who} | held == wanted
+
+
+def test_a_member_that_never_acknowledges_costs_the_home_at_most_its_bound(cluster):
+    """The only member (broker 0) sends no PUBACK; 8 MiB are published at broker 1, one 64 KiB
+    event at a time. The home (broker 2) holds what waits under share_queued_bytes_max (4 MiB, the
+    default) and one event, its subscription paced; a second member (broker 1) then gets every
+    event the first did not hold, those past the bound read back from the log, in order."""
+    topic_filter = "shared/slow/#"
+    name = group_homed_at(cluster.brokers, cluster[2], topic_filter, "slow")
+    holder = Mqtt(cluster[0].mqtt_address, "slow-holder", V5)
+    holder.client.manual_ack_set(True)  # paho sends no PUBACK until told: none is
+    pub = Mqtt(cluster[1].mqtt_address, "slow-pub", V5)
+    taker = None
+    try:
+        assert holder.subscribe(f"$share/{name}/{topic_filter}", qos=1) == [1]
+        until_delivered(lambda n: pub.publish("shared/slow/probe", f"probe-{n}".encode(), qos=0),
+                        holder.get, timeout=WAIT_S)  # (QoS 0 probes: done when sent)
+        wanted = [b"%03d" % i + b"x" * (64 << 10) for i in range(128)]
+        for payload in wanted:
+            assert pub.publish("shared/slow/x", payload, qos=1) == 0
+        held = [m.payload for m in collect_n(holder, 32)]
+
+        def group():
+            groups = cluster[2].status()["mqtt"]["share_groups_homed"]
+            return next((g for g in groups if g["group"] == name and g["queued"] + g["unacked"] >= 64), None)
+        homed = cluster.wait(group, WAIT_S, "the events past the holder's window at the home")
+        assert homed["paced"] and homed["queued_bytes"] <= (4 << 20) + (65 << 10), homed
+        taker = Mqtt(cluster[1].mqtt_address, "slow-taker", V5)
+        assert taker.subscribe(f"$share/{name}/{topic_filter}", qos=1) == [1]
+        rest = [m.payload for m in collect_n(taker, len(wanted) - len(held), deadline_s=60.0)]
+    finally:
+        for client in (holder, pub, *([taker] if taker else [])):
+            client.close()
+    assert held == [p for p in wanted if p in set(held)] and held
+    assert rest == [p for p in wanted if p not in set(held)]
+
+
+def collect_n(member, n, deadline_s=WAIT_S):
+    """The next `n` messages of `member` that are not probes."""
+    out = []
+    deadline = time.monotonic() + deadline_s
+    while len(out) < n:
+        assert time.monotonic() < deadline, f"{len(out)} of {n} came"
+        try:
+            msg = member.messages.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if not msg.payload.startswith(b"probe"):
+            out.append(msg)
+    return out
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    """Three brokers with one auth file (its cluster secret, no anonymous client): `worker` and
+    `other` may publish and subscribe `jobs/#`."""
+    root = tmp_path_factory.mktemp("shared-secured")
+    auth = root / "auth.toml"
+    creds = {name: add_identity(auth, name, [], ["jobs/#"], ["jobs/#"], FAST_KDF) for name in ("worker", "other")}
+    with Cluster(root, 3, LOCAL_LIVENESS, http=True, credential=str(creds["worker"]),
+                 args=["--auth", str(auth), "--mqtt", "127.0.0.1:0"]) as c:
+        yield c, {name: b64(parse_credential(str(cred)).secret) for name, cred in creds.items()}
+
+
+def test_members_with_a_password_on_different_brokers_share_as_their_identity(secured):
+    """On brokers that let no anonymous client in, `worker` members on brokers 0 and 1 form a group
+    homed at broker 2 (where the publisher is): the home subscribes as `worker`, and each message
+    reaches one of them. An `other` member of the same `$share/NAME/FILTER` is another group (the
+    key is scoped by identity): it gets every message, and takes none from worker's members."""
+    cluster, passwords = secured
+    topic_filter = "jobs/#"
+    name = group_homed_at(cluster.brokers, cluster[2], topic_filter, "auth", scope="worker")
+    members = [Mqtt(cluster[i].mqtt_address, f"auth-m{i}", V5, "worker", passwords["worker"]) for i in (0, 1)]
+    other = Mqtt(cluster[0].mqtt_address, "auth-other", V5, "other", passwords["other"])
+    pub = Mqtt(cluster[2].mqtt_address, "auth-pub", V5, "worker", passwords["worker"])
+    try:
+        for member in (*members, other):
+            assert member.subscribe(f"$share/{name}/{topic_filter}", qos=1) == [1]
+        warm(pub, "jobs/probe", [*members, other])
+        wanted = {f"j{i}".encode() for i in range(200)}
+        for payload in sorted(wanted):
+            pub.publish("jobs/x", payload, qos=1, wait=False)
+        got = collect(members, wanted)
+        settle(pub, "jobs/s", members, got)
+        others = collect([other], wanted)
+    finally:
+        for client in (*members, other, pub):
+            client.close()
+    assert {p for p, who in got.items() if len(who) != 1} == set(), "a message came more than once"
+    assert set(got) == wanted and min(sum(1 for who in got.values() if who == [i]) for i in range(2)) >= 50
+    assert wanted <= others.keys()
+    homed = {(g["scope"], g["group"]): g for g in cluster[2].status()["mqtt"]["share_groups_homed"]}
+    assert "refusal" not in homed[("worker", name)] and homed[("worker", name)]["handed"] >= len(wanted)
 
 
 def test_the_group_resumes_on_a_new_home_when_its_home_is_killed(cluster):

@@ -5,10 +5,19 @@ the home, and a member that goes holding unacknowledged messages."""
 
 import random
 
-from tidings.core.auth.guard import Guard
-from tidings.core.inputs import ConnectionLost
-from tidings.core.mqtt import packets as p
+import pytest
 
+from tidings.core.auth.guard import Guard
+from tidings.core.auth.handshake import AuthError
+from tidings.core.auth.names import ANONYMOUS
+from tidings.core.broker.metrics import reported
+from tidings.core.config import BrokerConfig
+from tidings.core.inputs import ConnectionLost, TimerFired
+from tidings.core.mqtt import packets as p
+from tidings.core.mqtt.gateway import FIGURES
+from tidings.core.share.group import ShareLimits
+
+from .test_mqtt_derivations import RIGHT, derive, gate
 from .test_mqtt_gateway import Gate
 from .test_tree_access import anonymous_with
 
@@ -86,4 +95,87 @@ def test_a_shared_filter_outside_the_identity_s_rules_is_refused_at_the_member_s
     g.connect(1)
     [suback] = g.send(1, p.Subscribe(1, (p.TopicFilter("$share/g/t/#", 1), p.TopicFilter("$share/g/u/#", 1))))
     assert suback.reason_codes == (1, 0x87)
-    assert list(g.gw.shares.members.members) == [("mqtt", "g", "t/#")]
+    assert list(g.gw.shares.members.members) == [("anonymous", "g", "t/#")]
+
+
+def test_the_group_s_subscription_at_its_home_is_made_as_the_members_identity():
+    """Members that authenticated as `sensor` on a broker that lets no anonymous client in: the
+    group is scoped by that identity and its home's connection is opened as it (Guard.vouched), not
+    as an anonymous service the broker would refuse."""
+    g = gate()
+    g.h.apply(g.h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    for conn in (1, 2, 3):
+        connack = g.connect(conn, username="sensor", password=RIGHT)  # (the first derived, the others remembered)
+        derive(g)
+        assert [a.reason_code for a in connack + g.answers(conn)] == [0]
+    for conn in (1, 2):
+        [suback] = g.send(conn, p.Subscribe(conn, (p.TopicFilter("$share/g/t/#", 1),)))
+        assert suback.reason_codes == (1,)
+    assert list(g.gw.shares.members.members) == [("sensor", "g", "t/#")]
+    publish(g, [b"a", b"b"])
+    assert [m.payload for m in received(g, 1) + received(g, 2)] == [b"a", b"b"]
+    [homed] = g.gw.status()["mqtt"]["share_groups_homed"]
+    assert "refusal" not in homed and homed["handed"] == 2
+    [conn] = [c for c in g.h.broker.connections.values() if c.conn < -1]
+    assert (conn.identity, conn.authenticated) == ("sensor", True)
+
+
+def test_a_broker_vouches_only_for_identities_its_policy_admits():
+    guard = gate().h.broker.guard
+    assert guard.vouched("sensor", "share-2").identity == "sensor"
+    with pytest.raises(AuthError):
+        guard.vouched("ghost", "share-2")  # not in this broker's auth file
+    with pytest.raises(AuthError):
+        guard.vouched(ANONYMOUS, "share-2")  # no anonymous client here
+    assert Guard.open().vouched(ANONYMOUS, "share-2").authenticated is False
+
+
+def test_the_home_holds_at_most_its_bound_for_a_member_that_never_acknowledges():
+    """One member that acknowledges nothing: past `share_queued_bytes_max` the group's subscription
+    is paced (its connection blocked, as a slow subscriber's), so what waits at the home stays under
+    the bound plus one delivery, whatever is published; once the member acknowledges, the rest is
+    read back from the log: every event, in order, none lost."""
+    bound = 4096
+    g = Gate(config=BrokerConfig(share_queued_bytes_max=bound))
+    members_and_publisher(g, n=1)
+    sent = [b"%03d" % i + b"x" * 100 for i in range(150)]
+    peak = 0
+    for payload in sent:
+        publish(g, [payload], conn=2)  # (each synced alone: one delivery each)
+        [homed] = g.gw.status()["mqtt"]["share_groups_homed"]
+        peak = max(peak, homed["queued_bytes"])
+    assert homed["paced"] and g.gw.shares.homes.paced == 1
+    assert bound <= peak < bound + 300, peak  # (one event's record: about 180 bytes)
+    got = received(g, 1)
+    assert len(got) == 32  # member_unacked_max
+    for _ in range(100):  # the member acknowledges all it has, until everything came
+        if len(got) == len(sent):
+            break
+        for m in got[-32:]:
+            got += [pkt for pkt in g.send(1, p.Puback(m.packet_id)) if isinstance(pkt, p.Publish)]
+        g.h.serve_reads()  # (the runtime's log reads)
+        got += received(g, 1)
+    assert [m.payload for m in got] == sent
+    [homed] = g.gw.status()["mqtt"]["share_groups_homed"]
+    assert not homed["paced"] and homed["queued_bytes"] == 0
+    figures = {f.name: value for f, value in reported(g.gw.status(), FIGURES)}  # (what /metrics shows)
+    assert (figures["mqtt_share_deliveries"], figures["mqtt_share_groups_homed"], figures["mqtt_share_members"],
+            figures["mqtt_share_queued_bytes"]) == (150, 1, 1, 0)
+    assert figures["mqtt_share_paced"] >= 1  # (again when a log read brought more than the bound)
+
+
+def test_a_paced_group_whose_members_all_left_ends_its_durable_subscription():
+    """A group paced (its connection blocked, not read) when its last member goes: after
+    empty_keep_ns its UNSUBSCRIBE is read all the same, and the broker holds no registration away."""
+    g = Gate(config=BrokerConfig(share_queued_bytes_max=4096))
+    members_and_publisher(g, n=1)
+    for i in range(80):
+        publish(g, [b"%03d" % i + b"x" * 100], conn=2)
+    [homed] = g.gw.status()["mqtt"]["share_groups_homed"]
+    assert homed["paced"] and g.h.broker.status()["durable_registrations"] == 1
+    g.feed(ConnectionLost(g.now, 1))
+    g.now += ShareLimits().empty_keep_ns + 1
+    g.feed(TimerFired(g.now, g.h.wall_us))
+    assert g.gw.status()["mqtt"]["share_groups_homed"] == []
+    status = g.h.broker.status()
+    assert (status["durable_registrations"], status["durable_away"]) == (0, 0)

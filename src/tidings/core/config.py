@@ -53,6 +53,9 @@ class BrokerConfig:
     # per-connection output: past this many queued bytes a connection counts as slow and its
     # subscriptions switch from live delivery to reading the log
     send_queue_bytes_max: int = 4 * MIB
+    # an MQTT shared subscription group's events waiting at its home for a member with window
+    # space: past this the group's subscription is paced as a slow connection's (core/share/home.py)
+    share_queued_bytes_max: int = 4 * MIB
     subscriptions_per_connection_max: int = 1024
     connections_max: int = 10_000
     # past this many client connections the broker advises new clients to move (core/broker/advice.py)

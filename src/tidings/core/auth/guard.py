@@ -33,10 +33,10 @@ from typing import Any, Protocol
 
 from tidings.core.auth.handshake import AuthError, Principal, ServerHandshake, admit_anonymous
 from tidings.core.auth.limits import TokenBucket
-from tidings.core.auth.names import NameRuleError, check_name
+from tidings.core.auth.names import ANONYMOUS, NameRuleError, check_name
 from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.auth.policy import AuthPolicy, Limits
-from tidings.core.errors import FORBIDDEN, LIMIT_EXCEEDED, TidingsError
+from tidings.core.errors import AUTH_REQUIRED, FORBIDDEN, LIMIT_EXCEEDED, TidingsError
 from tidings.core.multicast.access import Acl, AclTooLarge, acl_for
 
 NonceSource = Callable[[int], bytes]  # n -> n unpredictable bytes (the runtime's secrets.token_bytes)
@@ -124,6 +124,22 @@ class Guard:
         except AuthError:
             self.refused()
             raise
+
+    def vouched(self, identity: str, instance: str) -> Principal:
+        """The principal of a connection of the broker's own that acts for `identity` without a
+        credential to prove: a shared subscription group's at its home (core/share/home.py), for the
+        identity its members' brokers authenticated and vouch for over the overlay's links (which the
+        cluster secret authenticates, as trees' access lists trust them). AuthError when this
+        broker's policy does not know the identity, or lets no anonymous client in."""
+        if identity == ANONYMOUS:
+            if not self.policy.anonymous:
+                self.refused()
+                raise AuthError("this broker lets no anonymous client in", AUTH_REQUIRED)
+            return Principal(ANONYMOUS, instance, ANONYMOUS)
+        if identity not in self.policy.identities:
+            self.refused()
+            raise AuthError(f"identity {identity!r} is not in this broker's auth file")
+        return Principal(identity, instance, identity, authenticated=True)
 
     def admitted(self, principal: Principal, member: Member) -> None:
         """The handshake succeeded: count the connection, unless the identity has enough."""

@@ -321,6 +321,16 @@ class ClientConnection:
         return self._open(now, principal, {**welcome_info, "identity": principal.identity,
                                            "server_signature": signature})
 
+    def vouched(self, now: int, identity: str, welcome_info: dict[str, Any]) -> list[Effect]:
+        """A connection of the broker's own opened as `identity` without a handshake (Guard.vouched)."""
+        try:
+            if self.state != AWAITING_HELLO:
+                raise TidingsError("the connection is already open", errors.HANDSHAKE)
+            principal = self.guard.vouched(identity, f"share{self.conn}")
+        except TidingsError as exc:
+            return self.fail(now, exc.code, str(exc), who=identity[:NAME_CHARS_MAX])
+        return self._open(now, principal, {**welcome_info, "identity": principal.identity})
+
     def _open(self, now: int, principal: Principal, welcome_info: dict[str, Any]) -> list[Effect]:
         try:
             self.guard.admitted(principal, self)

@@ -147,6 +147,13 @@ class Reading:
                                                   self.client_errors, cfg.refusal_window_ns)
         self.timers.set(HandshakeTimer(conn), deadline)
 
+    def vouch(self, now: int, conn: int, identity: str, out: list[Effect]) -> None:
+        """A connection of the broker's own, accepted, opened as `identity` (ClientConnection.vouched)."""
+        c = self.connections.get(conn)
+        if c is not None:
+            out += c.vouched(now, identity, self.advice.welcome_info(self.open_clients()))
+            self.timers.cancel(HandshakeTimer(conn))
+
     def lost(self, conn: int) -> ClientConnection | None:
         """The connection is gone (client or peer): what it held is freed; the client connection it
         was, if any, for the composer to end its subscriptions."""

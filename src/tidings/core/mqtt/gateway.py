@@ -44,7 +44,6 @@ from tidings.core.mqtt.session import OPEN, MqttSession, status_of
 from tidings.core.mqtt.subscriptions import Held
 from tidings.core.mqtt.will import will_frame
 from tidings.core.share import gateway as shares
-from tidings.core.share.hub import ShareHub
 from tidings.core.share.wire import ShareArrived
 
 NONCE_BYTES = 24
@@ -82,6 +81,7 @@ FIGURES: tuple[Figure, ...] = (
            "persistent sessions' QoS 2 PUBLISHes from their first copy to their PUBREL", "QosTwoKeys", under=MQTT),
     Figure("qos2_saves", "mqtt_qos2_saves", COUNTER, "saves of those keys, each before the PUBCOMPs it carries",
            "QosTwoKeys", under=MQTT),
+    *shares.FIGURES,
 )
 
 
@@ -121,7 +121,7 @@ class MqttGateway:
         self.totals = {"packets_received": 0, "packets_sent": 0, "publishes_received": 0,
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
         self.retained = RetainedFeed(f"broker-{nonce(6).hex()}")  # retained messages (core/mqtt/retained.py)
-        self.shares = ShareHub(may_subscribe=shares.access(broker))  # shared subscriptions (core/share/)
+        self.shares = shares.hub_of(broker)  # shared subscriptions (core/share/)
         self.qos2_keys = QosTwoKeys(broker.dedup, saved_state)  # QoS 2 through a kill -9 (core/mqtt/exactly_once.py)
         self.saving: set[int] = set()  # sessions with a CONNACK or PUBCOMP waiting for a save
         self.carried: dict[tuple[str, str], list[Carried]] = {}  # persistent sessions away: what they had in

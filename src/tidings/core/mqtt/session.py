@@ -293,10 +293,10 @@ class MqttSession:
         if isinstance(eff, fx.Unsubscribed):
             codes, frames = self.subscriptions.unsubscribe(self.native, eff.filters)
             native += frames
-            codes = self.shared.unsubscribe(self.conn, self.native.service, eff.filters, codes)
+            codes = self.shared.unsubscribe(self.conn, self.identity, eff.filters, codes)
             self._apply(self.machine.unsuback(eff.packet_id, codes), out, native)
             return
-        if self.shared.subscribe(self.conn, self.client_id, self.native.service, eff.packet_id, eff.topics):
+        if self.shared.subscribe(self.conn, self.client_id, self.identity, eff.packet_id, eff.topics):
             self.close_for(R.PROTOCOL_ERROR, "No Local on a shared subscription (3.8.3.1)", out)
             return
         if self._retain_available():

@@ -4,6 +4,8 @@
 - `BrokerInput`: the broker handles it (a group's connection at its home); what it answers comes back
   through the gateway's `_to_client`, which hands the groups' connections and the cluster member's
   `ShareArrived` to `taken`;
+- `Vouch`: the broker opens a group's connection as the members' identity (core/broker/reading.py
+  `vouch`), its WELCOME (or ERROR) coming back as `BrokerInput`'s answers do;
 - `RouteJoin`: routed by the overlay towards the group's key (core/share/wire.py `route`), from this
   broker; without an overlay this broker is every group's home;
 - `PeerOut`: sent on the peer link to the broker named (dialled if need be);
@@ -19,8 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tidings.core.broker.metrics import COUNTER, GAUGE, Figure
 from tidings.core.effects import Disconnect, Effect, Send
-from tidings.core.share.home import BrokerInput, PeerOut
+from tidings.core.share.group import ShareLimits
+from tidings.core.share.home import BrokerInput, PeerOut, Vouch
+from tidings.core.share.hub import HubOutput, ShareHub
 from tidings.core.share.members import LocalDeliver, RouteJoin
 from tidings.core.share.wire import ShareArrived, ShareDeliver, ack, deliver, route
 
@@ -29,6 +34,38 @@ if TYPE_CHECKING:
     from tidings.core.mqtt.gateway import MqttGateway
 
 ROUNDS_MAX = 16
+MQTT = ("mqtt",)
+
+FIGURES: tuple[Figure, ...] = (  # (in core/mqtt/gateway.py's FIGURES: /metrics as tidings_mqtt_share_*)
+    Figure("share_homed", "mqtt_share_groups_homed", GAUGE,
+           "shared subscription groups whose home is this broker (open)", "ShareHomes", under=MQTT),
+    Figure("share_groups_joined", "mqtt_share_groups_joined", GAUGE,
+           "shared subscription groups with members on this broker", "ShareMembers", under=MQTT),
+    Figure("share_members", "mqtt_share_members", GAUGE,
+           "MQTT connections on this broker that are members of a shared subscription group", "ShareMembers",
+           under=MQTT),
+    Figure("share_deliveries", "mqtt_share_deliveries", COUNTER,
+           "events handed to a member by the groups homed here (a redelivery counts again)", "ShareHomes",
+           under=MQTT),
+    Figure("share_redelivered", "mqtt_share_redelivered", COUNTER,
+           "deliveries of the groups homed here that went back for another member (a member left or returned it)",
+           "ShareGroup", under=MQTT),
+    Figure("share_returned", "mqtt_share_returned", COUNTER,
+           "deliveries this broker returned to their home: the member had left", "ShareMembers", under=MQTT),
+    Figure("share_queued_bytes", "mqtt_share_queued_bytes", GAUGE,
+           "bytes of events waiting at the groups homed here for a member with window space", "ShareGroup",
+           under=MQTT),
+    Figure("share_paced", "mqtt_share_paced", COUNTER,
+           "times a group's subscription here was paced: its queue passed share_queued_bytes_max", "ShareHomes",
+           under=MQTT),
+    Figure("share_joins_dropped", "mqtt_share_joins_dropped", COUNTER,
+           "JOINs of new groups dropped: this broker was home to GROUPS_HOMED_MAX groups", "ShareHomes", under=MQTT),
+)
+
+
+def hub_of(broker: Broker) -> ShareHub:
+    """The broker's shared subscriptions, with its limits (core/config.py)."""
+    return ShareHub(ShareLimits(queued_bytes_max=broker.config.share_queued_bytes_max), access(broker))
 
 
 def access(broker: Broker) -> Callable[[int, str], bool]:
@@ -57,8 +94,7 @@ def taken(gateway: MqttGateway, eff: object) -> bool:
 
 def run(gateway: MqttGateway, out: list[Effect]) -> None:
     """Carry out what the hub asks, as the module says."""
-    hub, broker, now = gateway.shares, gateway.broker, gateway.now
-    cluster = broker.cluster
+    hub, cluster = gateway.shares, gateway.broker.cluster
     if cluster is not None and hub.me != cluster.me.address:  # (once its overlay started: before any JOIN)
         hub.set_me(cluster.me.address)
     if not hub.outbox and not hub.members.acks:  # (most turns: nothing)
@@ -69,21 +105,29 @@ def run(gateway: MqttGateway, out: list[Effect]) -> None:
         if not items:
             return
         for item in items:
-            if isinstance(item, BrokerInput):
-                gateway._to_client(broker.handle(item.input), out)
-            elif isinstance(item, RouteJoin):
-                if cluster is None:
-                    hub.arrived(hub.me, item.join)
-                else:
-                    effects = cluster.received(now, cluster.me.address, route(cluster.me, item.join))
-                    gateway._to_client(effects, out)  # type: ignore[arg-type]  # (peer sends, or ShareArrived)
-            elif isinstance(item, PeerOut):
-                if cluster is not None and cluster.peers is not None:
-                    msg = item.message
-                    out += cluster.peers.send(now, item.address, deliver(msg) if isinstance(msg, ShareDeliver)
-                                              else ack(msg))
-            else:
-                _deliver(gateway, item, out)
+            _carry(gateway, item, out)
+
+
+def _carry(gateway: MqttGateway, item: HubOutput, out: list[Effect]) -> None:
+    hub, broker, now, cluster = gateway.shares, gateway.broker, gateway.now, gateway.broker.cluster
+    if isinstance(item, BrokerInput):
+        gateway._to_client(broker.handle(item.input), out)
+    elif isinstance(item, Vouch):
+        opened: list[Effect] = []
+        broker.reading.vouch(now, item.conn, item.identity, opened)
+        gateway._to_client(opened, out)
+    elif isinstance(item, RouteJoin):
+        if cluster is None:
+            hub.arrived(hub.me, item.join)
+        else:
+            effects = cluster.received(now, cluster.me.address, route(cluster.me, item.join))
+            gateway._to_client(effects, out)  # type: ignore[arg-type]  # (peer sends, or ShareArrived)
+    elif isinstance(item, PeerOut):
+        if cluster is not None and cluster.peers is not None:
+            msg = item.message
+            out += cluster.peers.send(now, item.address, deliver(msg) if isinstance(msg, ShareDeliver) else ack(msg))
+    else:
+        _deliver(gateway, item, out)
 
 
 def _deliver(gateway: MqttGateway, item: LocalDeliver, out: list[Effect]) -> None:

@@ -13,8 +13,9 @@ the SILENCE markers between them. This machine hands each event to one member:
   broker's latest JOIN has left, and a broker not heard from for `member_expiry_ns` has left with
   all its members (it died, or the home moved);
 - an event goes to the next member in round-robin order that has fewer than `member_unacked_max`
-  events unacknowledged (`Hand` effects); with none free, events wait in order in `queue` (in
-  memory, unbounded yet: the group's subscription is not paced by its members, docs/mqtt.md);
+  events unacknowledged (`Hand` effects); with none free, events wait in order in `queue`, whose
+  bytes (`queued_bytes`) the home holds under `queued_bytes_max` by pacing the group's subscription
+  (core/share/home.py: `paced`);
 - a member's ACK (`acked`) ends its deliveries; a delivery it RETURNs (its client was gone by the
   time the delivery reached its broker), and every delivery still held by a member that left, go back
   to the front of the queue, oldest first, and to the next member free: at least once, never lost;
@@ -52,6 +53,7 @@ class ShareLimits:
     refresh_interval_ns: int = SECOND_NS  # a member broker repeats its JOIN this often
     member_expiry_ns: int = 3 * SECOND_NS  # a member broker not heard from this long has left
     empty_keep_ns: int = 30 * SECOND_NS  # a group without members is kept this long, then ends
+    queued_bytes_max: int = 4 << 20  # events waiting for a member past this: the subscription is paced
 
 
 class GroupState(StrEnum):
@@ -94,6 +96,7 @@ class Pending:
 
     record: list[object]
     item: Delivery
+    size: int  # its record's bytes, as `queued_bytes` counts them
 
 
 @dataclass(slots=True)
@@ -112,6 +115,7 @@ class ShareGroup:
         self.turn = 0  # index in `order` of the next member asked
         self.brokers: dict[str, set[str]] = {}  # member broker -> its client ids, as its last JOIN said
         self.queue: deque[Pending] = deque()
+        self.queued_bytes = 0  # the records' bytes in `queue`
         self.held: dict[int, MemberKey] = {}  # delivery id -> the member holding it
         self.next_delivery = 0
         self.cursor = DurableCursor()
@@ -133,7 +137,9 @@ class ShareGroup:
             if not isinstance(record, list):  # (EVENTS from our own broker: never)
                 continue
             pubend, tick = _position(record)
-            self.queue.append(Pending(record, self.cursor.delivered(pubend, tick, False)))
+            size = record_bytes(record)
+            self.queue.append(Pending(record, self.cursor.delivered(pubend, tick, False), size))
+            self.queued_bytes += size
         return self._dispatch()
 
     def silence(self, positions: dict[str, int]) -> None:
@@ -229,6 +235,7 @@ class ShareGroup:
             self.held.pop(delivery, None)
         self.redelivered += len(pendings)
         self.queue.extendleft(reversed(pendings))
+        self.queued_bytes += sum(pending.size for pending in pendings)
 
     def _empty_check(self, now: int) -> None:
         if self.members:
@@ -252,6 +259,7 @@ class ShareGroup:
             else:
                 return out  # every member's window is full
             pending = queue.popleft()
+            self.queued_bytes -= pending.size
             self.next_delivery += 1
             entry.unacked[self.next_delivery] = pending
             self.held[self.next_delivery] = member
@@ -262,8 +270,23 @@ class ShareGroup:
     def status(self) -> dict[str, object]:
         scope, name, topic_filter = self.key
         return {"scope": scope, "group": name, "filter": topic_filter, "state": str(self.state),
-                "members": len(self.members), "queued": len(self.queue), "unacked": len(self.held),
+                "members": len(self.members), "queued": len(self.queue), "queued_bytes": self.queued_bytes,
+                "unacked": len(self.held),
                 "handed": self.handed, "redelivered": self.redelivered, "acknowledged": self.acknowledged}
+
+
+def record_bytes(record: list[object]) -> int:
+    """An event record's bytes as the group counts them: its strings' and bytes' lengths (the
+    attributes' keys and values too), 8 for any other value."""
+    return sum(_bytes_of(f) for f in record)
+
+
+def _bytes_of(value: object) -> int:
+    if isinstance(value, str | bytes):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(len(str(k)) + _bytes_of(v) for k, v in value.items())
+    return 8
 
 
 def _position(record: object) -> tuple[str, int]:

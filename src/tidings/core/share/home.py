@@ -3,8 +3,11 @@
 
 Theory of operation. A JOIN routed here (this broker's node id is the closest live one to the
 group's key) makes the group if it is new: a connection numbered below the retained feed's is
-opened on the broker (`Accepted`, then HELLO as the anonymous service `mqtt-share`), and after the
-WELCOME the group's durable subscription is asked for (docs/durable.md): from the position the JOIN
+opened on the broker (`Accepted`, then `Vouch`: the broker opens it as the members' identity, the
+group key's scope, which their brokers authenticated; no credential crosses the overlay, whose
+links the cluster secret authenticates), so the identity's access rules, limits and the trees'
+access lists apply to the group's subscription as to its members'; after the WELCOME the group's
+durable subscription is asked for (docs/durable.md): from the position the JOIN
 carries (the members' brokers keep the position each SHARE_DELIVER of the group's last home gave:
 a new home, after the old one died or a closer broker joined, goes on after what the members
 acknowledged there), or from now for a group new to every member broker.
@@ -14,6 +17,14 @@ back); its acknowledged prefix is RELEASEd to the broker, which saves it. A grou
 the broker refuses ends, and its members' brokers get nothing more (their SUBACK was already sent:
 the refusal is in `/status`); a group whose members all left for `empty_keep_ns` ends its
 durable subscription for good and closes its connection.
+
+Pacing. The events waiting at the home for a member with window space are bounded as a slow
+subscriber's send queue is: when their bytes pass `queued_bytes_max` the group's connection counts
+as blocked (`SendBlocked`, as the runtime says of a connection whose send queue passed
+send_queue_bytes_max: its subscription stops taking live events), and when the members took them
+down to half of it, drained (`SendDrained`: the broker reads what the group has not had yet from
+the logs, core/subscription/subscription.py). The queue then holds at most `queued_bytes_max` and
+what the one delivery that passed it carried, whatever the members do.
 
 States: the group machine's (SUBSCRIBING -> OPEN -> CLOSED), with the connection's handshake before
 it (`welcomed`). Deadlines: each group's own, and each connection's lease renewal, in one `Deadlines`.
@@ -26,14 +37,13 @@ from typing import NamedTuple
 
 from tidings.core.deadlines import Deadlines
 from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.inputs import Accepted, ConnectionLost, Input, Received
+from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, SendBlocked, SendDrained
 from tidings.core.session.client_session import ClientSession
 from tidings.core.session.cursor import silence_of
 from tidings.core.share.group import CLOSED, GroupState, Hand, ShareGroup, ShareLimits
 from tidings.core.share.wire import GroupKey, ShareAck, ShareDeliver, ShareJoin
 from tidings.core.wire import messages
 
-SHARE_SERVICE = "mqtt-share"
 FIRST_CONN = -2  # the groups' connections count down from here (the retained feed's is -1)
 GROUPS_HOMED_MAX = 10_000  # groups one broker is home to; a JOIN past it is dropped (counted)
 
@@ -51,6 +61,14 @@ class PeerOut(NamedTuple):
     message: ShareDeliver | ShareAck
 
 
+class Vouch(NamedTuple):
+    """The broker opens connection `conn` (accepted) as `identity`, without a handshake
+    (core/broker/reading.py `vouch`): it answers WELCOME, or ERROR and closes it."""
+
+    conn: int
+    identity: str
+
+
 class Renew(NamedTuple):
     conn: int
 
@@ -60,7 +78,7 @@ class GroupDue(NamedTuple):
 
 
 HomeTimer = Renew | GroupDue
-HomeOutput = BrokerInput | PeerOut
+HomeOutput = BrokerInput | Vouch | PeerOut
 
 
 @dataclass(slots=True)
@@ -73,6 +91,7 @@ class Homed:
     sub: int | None = None
     welcomed: bool = False
     refusal: str = ""
+    paced: bool = False  # the connection counts as blocked: the queue passed queued_bytes_max
 
 
 class ShareHomes:
@@ -84,6 +103,8 @@ class ShareHomes:
         self.next_conn = FIRST_CONN
         self.timers: Deadlines[HomeTimer] = Deadlines()
         self.dropped = 0  # JOINs past GROUPS_HOMED_MAX
+        self.paced = 0  # times a group's subscription was paced (its queue passed queued_bytes_max)
+        self.handed = self.redelivered = 0  # deliveries to members by the groups homed here (a member's again)
 
     # ---- the members' brokers --------------------------------------------------------------------
 
@@ -91,7 +112,7 @@ class ShareHomes:
         homed = self.groups.get(msg.group)
         out: list[HomeOutput] = []
         if homed is None or homed.group.state is CLOSED:
-            if not msg.clients:
+            if not msg.clients or not msg.group[0]:  # (a scope is an identity: never empty)
                 return []
             if homed is not None:
                 self._forget(homed)
@@ -173,9 +194,9 @@ class ShareHomes:
     def _open(self, now: int, wall_us: int, key: GroupKey, out: list[HomeOutput]) -> Homed:
         conn = self.next_conn
         self.next_conn -= 1
-        homed = Homed(key, conn, ClientSession(SHARE_SERVICE, f"share-{-conn}"), ShareGroup(key, self.limits))
+        homed = Homed(key, conn, ClientSession(key[0], f"share{conn}"), ShareGroup(key, self.limits))
         self.groups[key] = self.by_conn[conn] = homed
-        out += [BrokerInput(Accepted(now, conn)), self._frame(now, wall_us, homed, homed.native.hello())]
+        out += [BrokerInput(Accepted(now, conn)), Vouch(conn, key[0])]
         return homed
 
     def _subscribe(self, homed: Homed) -> tuple[int, bytes]:
@@ -198,11 +219,25 @@ class ShareHomes:
             self.timers.set(GroupDue(homed.conn), deadline)
         out: list[HomeOutput] = []
         position = homed.group.position() if hands else None
+        self.handed += len(hands)
         for hand in hands:
             broker, client = hand.member
             out.append(PeerOut(broker, ShareDeliver(homed.key, self.me, client, hand.delivery, hand.record, position)))
-        release = self._release(now, 0, homed)
-        return out + release
+        return out + self._pace(now, homed) + self._release(now, 0, homed)
+
+    def _pace(self, now: int, homed: Homed) -> list[HomeOutput]:
+        """The group's connection blocked or drained by what waits for a member (the module says)."""
+        queued, limit = homed.group.queued_bytes, self.limits.queued_bytes_max
+        if homed.group.state is CLOSED:
+            return []
+        if not homed.paced and queued >= limit:
+            homed.paced = True
+            self.paced += 1
+            return [BrokerInput(SendBlocked(now, homed.conn))]
+        if homed.paced and queued <= limit // 2:
+            homed.paced = False
+            return [BrokerInput(SendDrained(now, homed.conn))]
+        return []
 
     def _release(self, now: int, wall_us: int, homed: Homed) -> list[HomeOutput]:
         wire = homed.group.release()
@@ -220,18 +255,31 @@ class ShareHomes:
     def _close(self, now: int, homed: Homed) -> list[HomeOutput]:
         """The group ended (no members): its durable subscription is ended for good, its connection closed."""
         self._forget(homed)
+        drain = [BrokerInput(SendDrained(now, homed.conn))] if homed.paced else []  # (so its UNSUBSCRIBE is read)
         end = [] if homed.sub is None else [self._frame(now, 0, homed, homed.native.unsubscribe(homed.sub, True))]
-        return [*end, BrokerInput(ConnectionLost(now, homed.conn))]
+        return [*drain, *end, BrokerInput(ConnectionLost(now, homed.conn))]
 
     def _forget(self, homed: Homed) -> None:
         self.by_conn.pop(homed.conn, None)
-        if self.groups.get(homed.key) is homed and homed.group.state is CLOSED and not homed.refusal:
-            del self.groups[homed.key]
+        if self.groups.get(homed.key) is homed and homed.group.state is CLOSED:
+            self.redelivered += homed.group.redelivered  # (its figure kept: it is not in `open_` any more)
+            homed.group.redelivered = 0
+            if not homed.refusal:
+                del self.groups[homed.key]
         self.timers.cancel(Renew(homed.conn))
         self.timers.cancel(GroupDue(homed.conn))
 
     def status(self) -> list[dict[str, object]]:
-        return [{**h.group.status(), **({"refusal": h.refusal} if h.refusal else {})} for h in self.groups.values()]
+        return [{**h.group.status(), "paced": h.paced, **({"refusal": h.refusal} if h.refusal else {})}
+                for h in self.groups.values()]
+
+    def figures(self) -> dict[str, int]:
+        """The homes' figures (core/mqtt/gateway.py FIGURES: `tidings_mqtt_share_*`)."""
+        open_ = [h.group for h in self.groups.values() if h.group.state is not CLOSED]
+        return {"share_homed": len(open_), "share_deliveries": self.handed,
+                "share_redelivered": self.redelivered + sum(g.redelivered for g in open_),
+                "share_queued_bytes": sum(g.queued_bytes for g in open_), "share_paced": self.paced,
+                "share_joins_dropped": self.dropped}
 
 
-__all__ = ["BrokerInput", "GroupState", "PeerOut", "ShareHomes"]
+__all__ = ["BrokerInput", "GroupState", "PeerOut", "ShareHomes", "Vouch"]

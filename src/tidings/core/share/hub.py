@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tidings.core.auth.names import ANONYMOUS
 from tidings.core.mqtt import topics
 from tidings.core.share.group import ShareLimits
-from tidings.core.share.home import BrokerInput, PeerOut, ShareHomes
+from tidings.core.share.home import BrokerInput, PeerOut, ShareHomes, Vouch
 from tidings.core.share.members import LocalDeliver, RouteJoin, ShareMembers, ShareRef
 from tidings.core.share.wire import ShareAck, ShareDeliver, ShareJoin, ShareMessage
 
-HubOutput = BrokerInput | RouteJoin | PeerOut | LocalDeliver
+HubOutput = BrokerInput | Vouch | RouteJoin | PeerOut | LocalDeliver
 
 SUCCESS = 0x00
 NO_SUBSCRIPTION_EXISTED = 0x11
@@ -61,10 +62,11 @@ class ShareHub:
     # ---- the MQTT sessions -----------------------------------------------------------------------
 
     def subscribe(self, conn: int, client: str, scope: str, topic_filter: str) -> int | None:
-        """A member's SUBSCRIBE of `topic_filter`, `scope` being its service: its SUBACK code
-        (the QoS granted is the caller's), None when the filter is not a shared one. The identity's
-        access rules are checked here, at the member's broker (the group's subscription at its home
-        is the broker's own)."""
+        """A member's SUBSCRIBE of `topic_filter`, `scope` being its identity (the broker admitted
+        it as; "" reads as anonymous): its SUBACK code (the QoS granted is the caller's), None when
+        the filter is not a shared one. The identity's access rules are checked here, at the member's
+        broker, and again at the group's home, whose subscription is made as the same identity."""
+        scope = scope or ANONYMOUS
         parsed = parse(topic_filter)
         if parsed is None:
             return None
@@ -77,6 +79,7 @@ class ShareHub:
 
     def unsubscribe(self, conn: int, scope: str, topic_filter: str) -> int | None:
         """UNSUBSCRIBE's code for `topic_filter`, None when it is not a shared one."""
+        scope = scope or ANONYMOUS
         parsed = parse(topic_filter)
         if parsed is None:
             return None
@@ -138,7 +141,7 @@ class ShareHub:
         return out
 
     def status(self) -> dict[str, object]:
-        return {"share_groups_homed": self.homes.status(), **self.members.status()}
+        return {"share_groups_homed": self.homes.status(), **self.homes.figures(), **self.members.status()}
 
 
 __all__ = ["HubOutput", "ShareDeliver", "ShareHub", "parse"]

@@ -3,7 +3,7 @@ which group, the JOINs that tell each group's home, and the deliveries and ackno
 the home and the clients.
 
 Theory of operation. An MQTT SUBSCRIBE to `$share/GROUP/FILTER` (core/mqtt/session.py) makes its
-client a member of the group (scope: the client's identity or service, GROUP, FILTER) here
+client a member of the group (scope: the client's identity, GROUP, FILTER) here
 (`join`), and this broker routes a SHARE_JOIN naming all its members of that group towards the
 group's key (core/share/wire.py): the overlay takes it to the group's home, whatever broker that is
 now. The JOIN is repeated every `refresh_interval_ns` while the group has members here, so the home

@@ -32,7 +32,7 @@ class SharedOf:
     def subscribe(self, conn: int, client: str, scope: str, packet_id: int,
                   wanted: tuple[p.TopicFilter, ...]) -> bool:
         """The SUBSCRIBE's shared filters joined (their codes kept for its SUBACK), `scope` being the
-        client's service; True when one has
+        client's identity; True when one has
         No Local, a Protocol Error (3.8.3.1): nothing joined, the connection is to end."""
         hub = self.hub
         if hub is None:

@@ -41,7 +41,7 @@ MEMBERS_MAX = 10_000  # client ids in one JOIN
 IDS_MAX = 65_536  # delivery ids in one ACK
 DELIVERY_MAX = (1 << 63) - 1
 
-GroupKey = tuple[str, str, str]  # (scope: the identity's service, group name, topic filter)
+GroupKey = tuple[str, str, str]  # (scope: the members' identity, group name, topic filter)
 
 
 def group_key(key: GroupKey) -> int:
