@@ -36,6 +36,10 @@ from tidings.core.reliability.merge import MergeEffect, TotalOrderMerge
 from tidings.core.reliability.node import NodeEffect, ReliabilityNode
 from tidings.core.reliability.tree_streams import TreeStreams
 from tidings.core.session.roaming import RoamEffect, Roamer
+from tidings.core.share.group import Hand, ShareGroup
+from tidings.core.share.home import HomeOutput, ShareHomes
+from tidings.core.share.hub import HubOutput, ShareHub
+from tidings.core.share.members import RouteJoin, ShareMembers
 from tidings.core.subscription.leases import LeaseExpired, Leases
 
 # the broker's: the cluster member and what it composes, then the broker's own machines
@@ -58,7 +62,12 @@ LIFECYCLE: type[TimedMachine[LifecycleEffect]] = Lifecycle
 ROAMING: type[TimedMachine[RoamEffect]] = Roamer
 # an MQTT connection's protocol machine (its session, core/mqtt/session.py, is driven by core/mqtt/gateway.py)
 MQTT_CONNECTION: type[TimedMachine[MqttEffect]] = MqttConnection
+# shared subscriptions (core/share/; the hub composes the rest, driven by core/mqtt/gateway.py)
+SHARE_HUB: type[TimedMachine[HubOutput]] = ShareHub
+SHARE_HOMES: type[TimedMachine[HomeOutput]] = ShareHomes
+SHARE_GROUP: type[TimedMachine[Hand]] = ShareGroup
+SHARE_MEMBERS: type[TimedMachine[RouteJoin]] = ShareMembers
 
 MACHINES: tuple[type[TimedMachine[Any]], ...] = (
     CLUSTER, LINKS, OVERLAY, SCRIBE, RELIABILITY, STREAMS, CURIOSITY, ACKS, INTEREST, MERGE, FLOW, DIRECTORY,
-    READING, LEASES, LIFECYCLE, ROAMING, MQTT_CONNECTION)
+    READING, LEASES, LIFECYCLE, ROAMING, MQTT_CONNECTION, SHARE_HUB, SHARE_HOMES, SHARE_GROUP, SHARE_MEMBERS)

@@ -348,7 +348,7 @@ class MqttGateway:
         return carried
 
     def _timeouts(self, now: int, out: list[Effect]) -> None:
-        self.shares.handle_timeout(now)
+        shares.timed_out(self, now, out)
         for key in self.timers.pop_due(now):
             if key.conn == RETAINED_CONN:
                 renew = self.retained.renew()

@@ -108,6 +108,13 @@ def run(gateway: MqttGateway, out: list[Effect]) -> None:
             _carry(gateway, item, out)
 
 
+def timed_out(gateway: MqttGateway, now: int, out: list[Effect]) -> None:
+    """The hub's deadlines, what they ask carried out at once."""
+    gateway.shares.wall_us = gateway.wall_us
+    for item in gateway.shares.handle_timeout(now):
+        _carry(gateway, item, out)
+
+
 def _carry(gateway: MqttGateway, item: HubOutput, out: list[Effect]) -> None:
     hub, broker, now, cluster = gateway.shares, gateway.broker, gateway.now, gateway.broker.cluster
     if isinstance(item, BrokerInput):

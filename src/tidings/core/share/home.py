@@ -102,6 +102,7 @@ class ShareHomes:
         self.by_conn: dict[int, Homed] = {}
         self.next_conn = FIRST_CONN
         self.timers: Deadlines[HomeTimer] = Deadlines()
+        self.wall_us = 0  # the broker's clock (microseconds since the epoch) as the hub last knew it, for timeouts
         self.dropped = 0  # JOINs past GROUPS_HOMED_MAX
         self.paced = 0  # times a group's subscription was paced (its queue passed queued_bytes_max)
         self.handed = self.redelivered = 0  # deliveries to members by the groups homed here (a member's again)
@@ -169,7 +170,9 @@ class ShareHomes:
                 return out + self._refused(homed, text, now)
         return out + self._release(now, wall_us, homed)
 
-    def handle_timeout(self, now: int, wall_us: int) -> list[HomeOutput]:
+    def handle_timeout(self, now: int) -> list[HomeOutput]:
+        """The groups' own deadlines and the connections' lease renewals (as of the hub's `wall_us`)."""
+        wall_us = self.wall_us
         out: list[HomeOutput] = []
         for timer in self.timers.pop_due(now):
             homed = self.by_conn.get(timer.conn)

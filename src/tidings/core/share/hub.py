@@ -115,10 +115,12 @@ class ShareHub:
             if local is not None:
                 self.outbox.append(local)
 
-    def handle_timeout(self, now: int) -> None:
+    def handle_timeout(self, now: int) -> list[HubOutput]:
         self.now = now
+        self.homes.wall_us = self.wall_us
         self.outbox += self.members.handle_timeout(now)
-        self.outbox += self.homes.handle_timeout(now, self.wall_us)
+        self.outbox += self.homes.handle_timeout(now)
+        return self.take()
 
     def next_deadline(self) -> int | None:
         if self.outbox:  # (more than the composer's rounds in one turn: at once)
