@@ -35,6 +35,7 @@ from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
 from tidings.core.mqtt import persistent
+from tidings.core.mqtt import will as wills
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
 from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState, producer_of
@@ -44,7 +45,7 @@ from tidings.core.mqtt.resumption import CARRIED_BYTES_MAX, Carried
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
 from tidings.core.mqtt.session import OPEN, MqttSession, status_of
 from tidings.core.mqtt.subscriptions import Held
-from tidings.core.mqtt.will import will_frame
+from tidings.core.mqtt.will import WillTimer, will_frame
 from tidings.core.publish.dedup import scoped
 from tidings.core.share import gateway as shares
 from tidings.core.share.hub import ShareHub
@@ -105,7 +106,7 @@ class ExpiryTimer(NamedTuple):
 
 
 EXPIRY_TIMER = ExpiryTimer()
-MqttTimer = ProtocolTimer | RenewTimer | ExpiryTimer
+MqttTimer = ProtocolTimer | RenewTimer | ExpiryTimer | WillTimer
 
 
 class MqttGateway:
@@ -127,6 +128,7 @@ class MqttGateway:
         self.accepted = 0
         self.sessions_expired = 0
         self.wills_published = 0
+        self.waiting: dict[int, MqttSession] = {}  # ended connections whose will waits (core/mqtt/will.py)
         self.closed: dict[str, int] = {}  # figures of the sessions gone
         self.totals = {"packets_received": 0, "packets_sent": 0, "publishes_received": 0,
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
@@ -217,6 +219,9 @@ class MqttGateway:
         elif kind is ConnectionLost:
             assert isinstance(inp, ConnectionLost)
             self._gone(inp.conn, out)
+            if inp.conn in self.waiting:  # (the broker keeps it until its will goes: core/mqtt/will.py)
+                shares.run(self, out)
+                return out
         self._to_client(self.broker.handle(inp), out)
         if kind is TimerFired:
             self._timeouts(inp.now, out)
@@ -314,6 +319,7 @@ class MqttGateway:
         self.by_client_id[session.client_id] = session.conn
         if session.native is not None:  # the session is back (or starts anew): no expiry while connected
             self.qos2_keys.expiries.back((session.native.service, session.client_id))
+            wills.cancel(self, session.native.service, session.client_id, out)
             self._arm_expiry()
         interval = session.native.renew_interval_ns if session.native is not None else None
         if interval:
@@ -334,7 +340,7 @@ class MqttGateway:
             return
         session.lost()
         self.shares.gone(conn)
-        will = will_frame(session)
+        will = None if wills.hold(self, session, wills.delay_ns(session), out) else will_frame(session)
         if will is not None:
             self.wills_published += 1
             self._to_client(self.broker.handle(Received(self.now, self.wall_us, conn, will)), out)
@@ -365,6 +371,9 @@ class MqttGateway:
         carried = self.carried.pop((service, client_id), [])
         self.carried_bytes -= sum(len(c.publish.payload) for c in carried)
         return carried
+
+    def _broker_lost(self, conn: int, out: list[Effect]) -> None:
+        self._to_client(self.broker.handle(ConnectionLost(self.now, conn)), out)
 
     def _wall(self, now: int) -> int:
         """The wall time (microseconds since the epoch) at `now`, from the last one known (0: none yet)."""
@@ -407,6 +416,9 @@ class MqttGateway:
             if isinstance(key, ExpiryTimer):
                 self._expire(now, out)
                 continue
+            if isinstance(key, WillTimer):
+                wills.due(self, key.conn, out)
+                continue
             if key.conn == RETAINED_CONN:
                 renew = self.retained.renew()
                 if renew is not None:
@@ -435,7 +447,8 @@ class MqttGateway:
         open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
                 "sessions_away": len(self.qos2_keys.expiries.away), "sessions_expired": self.sessions_expired,
-                "wills_published": self.wills_published, **figures, **self.retained.status(), **self.shares.status(),
+                "wills_published": self.wills_published, "wills_waiting": len(self.waiting),
+                **figures, **self.retained.status(), **self.shares.status(),
                 **self.derivations.status(), **self.qos2_keys.status(),
                 "sessions": [status_of(s) for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}
