@@ -72,3 +72,12 @@ def test_a_will_without_delay_or_of_a_clean_session_goes_at_once():
     g.connect(1, client_id="now", will=p.Will("wills/w", b"clean", 1, properties=Properties(will_delay_interval_s=30)))
     g.feed(ConnectionLost(g.now, 1))  # not persistent: the session ends now, and its will goes
     assert wills(g) == [b"clean"]
+
+
+def test_a_clean_start_in_time_ends_the_old_session_and_its_will_goes_then():
+    g = overlay()
+    watcher(g)
+    delayed(g, 1, 30)
+    tick(g, S)
+    [connack] = g.connect(2, client_id="w", clean_start=True)
+    assert not connack.session_present and wills(g) == [b"gone"] and held(g) == []

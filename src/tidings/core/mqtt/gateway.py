@@ -319,7 +319,7 @@ class MqttGateway:
         self.by_client_id[session.client_id] = session.conn
         if session.native is not None:  # the session is back (or starts anew): no expiry while connected
             self.qos2_keys.expiries.back((session.native.service, session.client_id))
-            wills.cancel(self, session.native.service, session.client_id, out)
+            wills.cancel(self, session.native.service, session.client_id, session.clean_start, out)
             self._arm_expiry()
         interval = session.native.renew_interval_ns if session.native is not None else None
         if interval:

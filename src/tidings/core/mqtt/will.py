@@ -10,7 +10,8 @@ core/mqtt/expiry.py), and it is not published at all when a connection with the 
 (and service) opens in time. While it waits, the broker keeps the ended connection (`Waiting`): its
 subscriptions are left (a persistent session's durable ones away, as if the connection had gone, so
 the next connection resumes them), and only the connection itself stays, with its identity, so the
-will is checked and logged as its client's PUBLISH when it goes. Then (or when it is cancelled) the
+will is checked and logged as its client's PUBLISH when it goes (a connection with Clean Start 1
+ends the old session: the will goes then). Then (or when it is cancelled) the
 broker hears the connection is lost. The gateway times each with a `WillTimer` in its one
 `Deadlines`. A will waiting is held in the broker's memory: a kill -9 of the broker loses it.
 """
@@ -91,11 +92,15 @@ def due(gateway: MqttGateway, conn: int, out: list[Effect]) -> None:
     gateway._broker_lost(conn, out)
 
 
-def cancel(gateway: MqttGateway, service: str, client_id: str, out: list[Effect]) -> None:
-    """A connection with the client id opened: a will waiting for it is not published."""
+def cancel(gateway: MqttGateway, service: str, client_id: str, clean_start: bool, out: list[Effect]) -> None:
+    """A connection with the client id opened: a will waiting for it is not published, unless the
+    connection starts clean (the old session ends now, and its will goes with it, 3.1.2.5)."""
     for conn in [c for c, s in gateway.waiting.items() if s.client_id == client_id
                  and s.native is not None and s.native.service == service]:
-        del gateway.waiting[conn]
         gateway.timers.cancel(WillTimer(conn))
+        if clean_start:
+            due(gateway, conn, out)
+            continue
+        del gateway.waiting[conn]
         gateway._broker_lost(conn, out)
 
