@@ -16,7 +16,12 @@ differs. A broker without `--mqtt` has no gateway and runs exactly as before.
 The gateway keeps two timers per MQTT connection (`Deadlines`): its protocol machine's (the CONNECT
 deadline, the keep-alive: core/mqtt/protocol.py) and the renewal of its subscriptions' lease
 (core/subscription/leases.py), which a native client renews itself: here the MQTT keep-alive stands
-for it. Its `next_deadline` is the earlier of the broker's and its own; on `TimerFired` the broker
+for it. Two more keys live in the same `Deadlines`: one `ExpiryTimer` at the earliest Session
+Expiry of the persistent sessions away (core/mqtt/expiry.py; the session then ends: its durable
+subscriptions forgotten through the broker's durable machine, its QoS 2 keys and carried deliveries
+dropped) and a `WillTimer` per ended connection whose will waits for its Will Delay
+(core/mqtt/will.py; the broker hears that connection is lost only when its will goes or is
+cancelled). Its `next_deadline` is the earlier of the broker's and its own; on `TimerFired` the broker
 goes first. A second connection with the same client id and identity takes the session over (the
 first is closed, 5.0: 0x8E); with another identity it is refused (0x85).
 
