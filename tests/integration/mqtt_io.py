@@ -37,9 +37,11 @@ class Mqtt:
 
     def __init__(self, address: str, client_id: str, version: int = V5, username: str | None = None,
                  password: str | None = None, tls_ca: str | None = None, expect_refusal: bool = False,
-                 clean: bool = True, in_flight: int | None = None) -> None:
+                 clean: bool = True, in_flight: int | None = None, session_expiry_s: int = 3600,
+                 will: tuple[str, bytes, int] | None = None) -> None:
         """`clean=False`: a persistent session (3.1.1's Clean Session 0; 5.0's Clean Start 0 with a
-        Session Expiry Interval of an hour); `in_flight`: paho's window of QoS 1/2 PUBLISHes (20)."""
+        Session Expiry Interval of `session_expiry_s`, an hour); `in_flight`: paho's window of QoS 1/2
+        PUBLISHes (20); `will`: (topic, payload, 5.0's Will Delay Interval in seconds), at QoS 1."""
         host, port = address.rsplit(":", 1)
         self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=version,
                                   **({"clean_session": clean} if version == V311 else {}))
@@ -61,10 +63,16 @@ class Mqtt:
         self.client.on_publish = self._on_publish
         self.client.on_subscribe = self._on_subscribe
         self.client.on_disconnect = self._on_disconnect
+        if will is not None:
+            will_props = None
+            if version == V5:
+                will_props = Properties(PacketTypes.WILLMESSAGE)
+                will_props.WillDelayInterval = will[2]
+            self.client.will_set(will[0], will[1], 1, properties=will_props)
         connect_props = None
         if version == V5 and not clean:
             connect_props = Properties(PacketTypes.CONNECT)
-            connect_props.SessionExpiryInterval = 3600
+            connect_props.SessionExpiryInterval = session_expiry_s
         self._connect_args: dict[str, Any] = {}
         if version == V5:
             self._connect_args = {"clean_start": clean, "properties": connect_props}

@@ -25,6 +25,9 @@ its release would have been saved before its PUBCOMP). The counter resumes above
 absent from the saved state reads as N = 0. A clean start, or a session that is not persistent,
 forgets the keys (`clear`) before its CONNACK, saved first for the same reason.
 
+The same saved state carries the deadlines of the persistent sessions away (core/mqtt/expiry.py,
+a third row): nothing waits for their save, so they take no version of their own.
+
 The guarantee holds while a key is in the dedup window (`dedup_window_ns`, 10 minutes, and its
 caps): a retry later than that is logged again, as a native idempotent publish would be.
 
@@ -39,6 +42,7 @@ from typing import Final
 import msgpack
 
 from tidings.core.mqtt.effects import MqttEffect
+from tidings.core.mqtt.expiry import SessionExpiries
 from tidings.core.mqtt.properties import Properties
 from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.publish.dedup import PRODUCER_BYTES_MAX, DedupWindow, scoped
@@ -92,6 +96,7 @@ class QosTwoKeys:
         self.dedup = dedup
         self.sessions: dict[str, SessionKeys] = {}  # opened this run, by producer
         self.saved_state: dict[str, SessionKeys] = self._decode(saved)  # not yet opened this run
+        self.expiries = SessionExpiries(_third_row(saved))  # sessions away: saved with the keys (core/mqtt/expiry.py)
         self.version = 0  # raised by each change a PUBCOMP or CONNACK may wait for
         self.saved = 0  # the version on disk
         self.saving: int | None = None  # the version being saved
@@ -170,8 +175,9 @@ class QosTwoKeys:
     # ---- the saved state -------------------------------------------------------------------------
 
     def take_save(self, now_us: int) -> SaveMqttState | None:
-        """The state to save when a change waits for it and no save is under way."""
-        if self.saving is not None or self.saved >= self.version:
+        """The state to save when a change waits for it (or a session expiry changed: nothing waits for
+        that one, so it takes no new version) and no save is under way."""
+        if self.saving is not None or (self.saved >= self.version and not self.expiries.changed):
             return None
         horizon = now_us - 2 * self.dedup.window_us  # (a key's tick comes a little after its last_us)
         for held in (self.sessions, self.saved_state):
@@ -181,7 +187,7 @@ class QosTwoKeys:
                 for p, k in held.items()]
         self.saving = self.version
         self.saves += 1
-        return SaveMqttState(self.version, msgpack.packb([STATE_FORMAT, rows]))
+        return SaveMqttState(self.version, msgpack.packb([STATE_FORMAT, rows, self.expiries.rows()]))
 
     def done(self, version: int) -> None:
         """The runtime saved `version` (on disk)."""
@@ -192,6 +198,15 @@ class QosTwoKeys:
     def status(self) -> dict[str, int]:
         return {"qos2_sessions": len(self.sessions), "qos2_keys_held": sum(len(k.keys) for k in self.sessions.values()),
                 "qos2_saves": self.saves}
+
+
+def _third_row(data: bytes | None) -> object:
+    """The saved state's session expiries (none in a state saved before they were)."""
+    try:
+        value = msgpack.unpackb(data, strict_map_key=False) if data else None
+    except Exception:
+        return None
+    return value[2] if isinstance(value, list) and len(value) > 2 else None
 
 
 class ConnectionKeys:

@@ -16,7 +16,12 @@ differs. A broker without `--mqtt` has no gateway and runs exactly as before.
 The gateway keeps two timers per MQTT connection (`Deadlines`): its protocol machine's (the CONNECT
 deadline, the keep-alive: core/mqtt/protocol.py) and the renewal of its subscriptions' lease
 (core/subscription/leases.py), which a native client renews itself: here the MQTT keep-alive stands
-for it. Its `next_deadline` is the earlier of the broker's and its own; on `TimerFired` the broker
+for it. Two more keys live in the same `Deadlines`: one `ExpiryTimer` at the earliest Session
+Expiry of the persistent sessions away (core/mqtt/expiry.py; the session then ends: its durable
+subscriptions forgotten through the broker's durable machine, its QoS 2 keys and carried deliveries
+dropped) and a `WillTimer` per ended connection whose will waits for its Will Delay
+(core/mqtt/will.py; the broker hears that connection is lost only when its will goes or is
+cancelled). Its `next_deadline` is the earlier of the broker's and its own; on `TimerFired` the broker
 goes first. A second connection with the same client id and identity takes the session over (the
 first is closed, 5.0: 0x8E); with another identity it is refused (0x85).
 
@@ -34,15 +39,19 @@ from tidings.core.broker.metrics import COUNTER, GAUGE, Figure
 from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
+from tidings.core.mqtt import persistent
+from tidings.core.mqtt import will as wills
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
-from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState
+from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState, producer_of
+from tidings.core.mqtt.expiry import SessionKey
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.resumption import CARRIED_BYTES_MAX, Carried
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
 from tidings.core.mqtt.session import OPEN, MqttSession, status_of
 from tidings.core.mqtt.subscriptions import Held
-from tidings.core.mqtt.will import will_frame
+from tidings.core.mqtt.will import WillTimer, will_frame
+from tidings.core.publish.dedup import scoped
 from tidings.core.share import gateway as shares
 from tidings.core.share.wire import ShareArrived
 
@@ -97,7 +106,12 @@ class RenewTimer(NamedTuple):
     conn: int
 
 
-MqttTimer = ProtocolTimer | RenewTimer
+class ExpiryTimer(NamedTuple):
+    """The earliest Session Expiry of a persistent session away is due (core/mqtt/expiry.py)."""
+
+
+EXPIRY_TIMER = ExpiryTimer()
+MqttTimer = ProtocolTimer | RenewTimer | ExpiryTimer | WillTimer
 
 
 class MqttGateway:
@@ -115,8 +129,11 @@ class MqttGateway:
         self.timers: Deadlines[MqttTimer] = Deadlines()
         self.now = 0
         self.wall_us = 0
+        self.wall_now = 0  # `now` when `wall_us` was learnt (the wall time at `now`: `_wall`)
         self.accepted = 0
+        self.sessions_expired = 0
         self.wills_published = 0
+        self.waiting: dict[int, MqttSession] = {}  # ended connections whose will waits (core/mqtt/will.py)
         self.closed: dict[str, int] = {}  # figures of the sessions gone
         self.totals = {"packets_received": 0, "packets_sent": 0, "publishes_received": 0,
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
@@ -179,7 +196,9 @@ class MqttGateway:
     def handle(self, inp: Input) -> list[Effect]:
         self.now = self.shares.now = inp.now
         if isinstance(inp, Received | TimerFired) and inp.wall_us:
-            self.wall_us = inp.wall_us
+            known, self.wall_us, self.wall_now = self.wall_us, inp.wall_us, inp.now
+            if not known:  # (the saved sessions' expiries are timed from the first wall time known)
+                self._arm_expiry()
         out: list[Effect] = []
         if self.retained.state is IDLE:  # the broker's own subscription to retained events, once
             self._to_client(self.broker.handle(Accepted(inp.now, RETAINED_CONN)), out)
@@ -205,6 +224,9 @@ class MqttGateway:
         elif kind is ConnectionLost:
             assert isinstance(inp, ConnectionLost)
             self._gone(inp.conn, out)
+            if inp.conn in self.waiting:  # (the broker keeps it until its will goes: core/mqtt/will.py)
+                shares.run(self, out)
+                return out
         self._to_client(self.broker.handle(inp), out)
         if kind is TimerFired:
             self._timeouts(inp.now, out)
@@ -300,6 +322,10 @@ class MqttGateway:
                                   "the client id is in use by another identity", out)
                 return
         self.by_client_id[session.client_id] = session.conn
+        if session.native is not None:  # the session is back (or starts anew): no expiry while connected
+            self.qos2_keys.expiries.back((session.native.service, session.client_id))
+            wills.cancel(self, session.native.service, session.client_id, session.clean_start, out)
+            self._arm_expiry()
         interval = session.native.renew_interval_ns if session.native is not None else None
         if interval:
             self.timers.set(RenewTimer(session.conn), self.now + interval)
@@ -319,7 +345,7 @@ class MqttGateway:
             return
         session.lost()
         self.shares.gone(conn)
-        will = will_frame(session)
+        will = None if wills.hold(self, session, wills.delay_ns(session), out) else will_frame(session)
         if will is not None:
             self.wills_published += 1
             self._to_client(self.broker.handle(Received(self.now, self.wall_us, conn, will)), out)
@@ -330,6 +356,10 @@ class MqttGateway:
             del self.by_client_id[session.client_id]
             if session.native is not None:
                 self._carry((session.native.service, session.client_id), session.carry())
+                if session.persistent and session.welcomed:  # its Session Expiry runs (core/mqtt/expiry.py)
+                    self.qos2_keys.expiries.left((session.native.service, session.client_id),
+                                                 session.machine.session_expiry_interval_s, self._wall(self.now))
+                    self._arm_expiry()
         for key, value in _figures(session).items():
             self.totals[key] += value
 
@@ -347,9 +377,53 @@ class MqttGateway:
         self.carried_bytes -= sum(len(c.publish.payload) for c in carried)
         return carried
 
+    def _broker_lost(self, conn: int, out: list[Effect]) -> None:
+        self._to_client(self.broker.handle(ConnectionLost(self.now, conn)), out)
+
+    def _wall(self, now: int) -> int:
+        """The wall time (microseconds since the epoch) at `now`, from the last one known (0: none yet)."""
+        return self.wall_us + (now - self.wall_now) // 1000 if self.wall_us else 0
+
+    def _arm_expiry(self) -> None:
+        """The one expiry timer at the earliest session deadline (once a wall time is known)."""
+        deadline_us = self.qos2_keys.expiries.next_us()
+        if deadline_us is None or not self.wall_us:
+            self.timers.cancel(EXPIRY_TIMER)
+            return
+        when = self.now + max(0, deadline_us - self._wall(self.now)) * 1000
+        if self.timers.when(EXPIRY_TIMER) != when:
+            self.timers.set(EXPIRY_TIMER, when)
+
+    def _expire(self, now: int, out: list[Effect]) -> None:
+        """The persistent sessions whose Session Expiry ran out end: their durable subscriptions are
+        forgotten (as a clean start's would be), their QoS 2 keys and what they had in flight dropped."""
+        wall_us = self._wall(now)
+        for key in self.qos2_keys.expiries.due(wall_us):
+            self._end_session(key, wall_us, out)
+        self._arm_expiry()
+
+    def _end_session(self, key: SessionKey, wall_us: int, out: list[Effect]) -> None:
+        service, client_id = key
+        if client_id in self.by_client_id:  # (connected again: not away)
+            return
+        self.sessions_expired += 1
+        prefix, broker = persistent.prefix_of(client_id), self.broker
+        for reg in [r for r in broker.registrations.all() if r.name is not None and r.key is None
+                    and r.name[0] == service and r.name[1].startswith(prefix)]:
+            self._to_client(broker.router.carry(broker.subscribers.outcome(broker.durable.forget(reg.number)), []),
+                            out)
+        self.qos2_keys.clear(scoped(service, producer_of(client_id)), wall_us)
+        self._take_carried(service, client_id)
+
     def _timeouts(self, now: int, out: list[Effect]) -> None:
         shares.timed_out(self, now, out)
         for key in self.timers.pop_due(now):
+            if isinstance(key, ExpiryTimer):
+                self._expire(now, out)
+                continue
+            if isinstance(key, WillTimer):
+                wills.due(self, key.conn, out)
+                continue
             if key.conn == RETAINED_CONN:
                 renew = self.retained.renew()
                 if renew is not None:
@@ -377,7 +451,9 @@ class MqttGateway:
                 figures[key] += value
         open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
-                "wills_published": self.wills_published, **figures, **self.retained.status(), **self.shares.status(),
+                "sessions_away": len(self.qos2_keys.expiries.away), "sessions_expired": self.sessions_expired,
+                "wills_published": self.wills_published, "wills_waiting": len(self.waiting),
+                **figures, **self.retained.status(), **self.shares.status(),
                 **self.derivations.status(), **self.qos2_keys.status(),
                 "sessions": [status_of(s) for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}
