@@ -113,8 +113,9 @@ def catch_up(cluster: Cluster, channel: str, at: int, token: str, matching: list
 
 
 def one_round(rate: int, seconds: float, every: int, limit_s: float, root: int | None,
-              merge_ticks: int | None) -> list[dict[str, Any]]:
+              merge_ticks: int | None, complete: bool = False) -> list[dict[str, Any]]:
     config = dict(LOCAL_LIVENESS) if merge_ticks is None else {**LOCAL_LIVENESS, "nack_merge_ticks": merge_ticks}
+    config["nack_complete"] = complete
     with tempfile.TemporaryDirectory(prefix="pfs-catchup-") as tmp, Cluster(Path(tmp), 3, config) as cluster:
         channel = channel_rooted_at(cluster, root)
         with sync.connect(cluster[2].address, follow_advice=False) as client:
@@ -127,7 +128,7 @@ def one_round(rate: int, seconds: float, every: int, limit_s: float, root: int |
         out = [catch_up(cluster, channel, 2, token, matching, limit_s),
                catch_up(cluster, channel, 1, token, matching, limit_s)]
     return [{"test": "pfs-catchup", "rate": rate, "seconds": seconds, "every": every, "nack_merge_ticks": merge_ticks,
-             **r} for r in out]
+             "nack_complete": complete, **r} for r in out]
 
 
 def main() -> None:
@@ -139,13 +140,15 @@ def main() -> None:
     ap.add_argument("--limit-s", type=float, default=120.0)
     ap.add_argument("--root", type=int, choices=(0, 1, 2), help="the broker the tree is rooted at")
     ap.add_argument("--merge-ticks", type=int, help="the brokers' nack_merge_ticks (default: the configuration's)")
+    ap.add_argument("--complete-nacks", action="store_true",
+                    help="the brokers' nack_complete: complete nacks, off by default (docs/delivery.md)")
     ap.add_argument("--out", default="bench/results/pfs_catchup_bench.jsonl")
     args = ap.parse_args()
     if args.rate < BATCH or args.seconds <= 0 or args.every < 1 or args.rounds < 1:
         ap.error(f"--rate is at least {BATCH}, --seconds positive, --every and --rounds at least 1")
     for _ in range(args.rounds):
         for result in one_round(args.rate, args.seconds, args.every, args.limit_s, args.root,
-                                args.merge_ticks):
+                                args.merge_ticks, args.complete_nacks):
             line = json.dumps(result | gd_bench.context())
             print(line, flush=True)
             with open(args.out, "a") as f:

@@ -15,6 +15,7 @@ from tidings.core.reliability.curiosity import complete
 from tidings.core.reliability.pieces import Piece
 from tidings.core.reliability.sparse import SparseSilence
 
+COMPLETE = BrokerConfig(nack_complete=True)  # complete nacks are off by default (docs/delivery.md)
 ASKED = ((600, 601), (800, 801))  # a PFS catchup's sparse nack: two matching ticks of 600..1000
 
 
@@ -29,7 +30,7 @@ def answer(gd: Any, now: int, ranges: tuple[tuple[int, int], ...]) -> list[Any]:
 
 
 def test_a_forwarder_fetches_exactly_the_ranges_a_complete_nack_names() -> None:
-    gd = past_stream(["c"])  # its floor is 1000: it kept nothing of 600..1000
+    gd = past_stream(["c"], COMPLETE)  # its floor is 1000: it kept nothing of 600..1000
     out = gd.received(5 * MS, "c", messages.Nack(TREE, PUBEND, ASKED, complete=True).to_wire())
     got = first_nack(gd, out, 10_000 * MS)
     assert got is not None and got[0] <= 5 * MS  # at once, as any nack below the floor
@@ -37,7 +38,7 @@ def test_a_forwarder_fetches_exactly_the_ranges_a_complete_nack_names() -> None:
 
 
 def test_a_nack_that_is_not_complete_has_the_forwarder_fetch_its_whole_span_as_before() -> None:
-    gd = past_stream(["c"])
+    gd = past_stream(["c"], COMPLETE)
     out = gd.received(5 * MS, "c", messages.Nack(TREE, PUBEND, ASKED).to_wire())
     got = first_nack(gd, out, 10_000 * MS)
     assert got is not None and (got[1].ranges[0][0], got[1].ranges[-1][1]) == (600, 1000)
@@ -45,7 +46,7 @@ def test_a_nack_that_is_not_complete_has_the_forwarder_fetch_its_whole_span_as_b
 
 
 def test_the_child_is_sent_the_ranges_and_never_the_silence_they_left_at_the_forwarder() -> None:
-    gd = past_stream(["c"])
+    gd = past_stream(["c"], COMPLETE)
     gd.received(5 * MS, "c", messages.Nack(TREE, PUBEND, ASKED, complete=True).to_wire())
     sent = sent_to(answer(gd, 6 * MS, ASKED), "c")
     assert [t for m in sent for t in m.ticks] == [601, 801]
@@ -53,7 +54,7 @@ def test_the_child_is_sent_the_ranges_and_never_the_silence_they_left_at_the_for
 
 
 def test_another_consumer_that_wants_the_ticks_doubts_that_silence_and_they_are_fetched() -> None:
-    gd = past_stream(["c", "d"])
+    gd = past_stream(["c", "d"], COMPLETE)
     gd.received(5 * MS, "c", messages.Nack(TREE, PUBEND, ASKED, complete=True).to_wire())
     answer(gd, 6 * MS, ASKED)
     assert gd.trees[TREE].istreams[PUBEND].horizon >= 1000  # 600..1000 is known here (for c)
@@ -72,7 +73,7 @@ def test_a_nack_is_complete_when_it_names_every_gap_of_its_span() -> None:
 
 
 def test_a_stream_with_more_gaps_than_a_nack_names_asks_for_the_rest_once_the_first_are_answered() -> None:
-    gd, _ = node("f", "parent", [])
+    gd, _ = node("f", "parent", [], config=COMPLETE)
     gd.local_subscribe(0, 1, TREE, 0)
     holes = [10 * k for k in range(1, BrokerConfig().nack_ranges_max + 4)]  # one unknown tick in each ten
     after = 0

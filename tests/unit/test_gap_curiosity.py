@@ -38,10 +38,10 @@ def first_nack(gd: Any, effects: list[Any], end: int) -> tuple[int, messages.Nac
     return None
 
 
-def past_stream(children: list[str]) -> Any:
+def past_stream(children: list[str], config: BrokerConfig | None = None) -> Any:
     """A broker whose stream of PUBEND went past tick 1000 with one subscriber that has it all:
     its floor is 1000, nothing before it is kept."""
-    gd, _ = node("f", "parent", children)
+    gd, _ = node("f", "parent", children, config=config)
     gd.local_subscribe(0, 1, TREE, 0)
     for child in children:
         gd.child_added(0, TREE, child, [0, []])

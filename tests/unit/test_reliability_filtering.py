@@ -77,8 +77,9 @@ class Scribe:
 
 
 def node(address: str, parent: str | None, children: list[str],
-         congested: Callable[[str], bool] = lambda address: False) -> tuple[ReliabilityNode, Scribe]:
-    gd = ReliabilityNode(NodeRef(1, address), f"p-{address}", BrokerConfig().reliability_config(),
+         congested: Callable[[str], bool] = lambda address: False,
+         config: BrokerConfig | None = None) -> tuple[ReliabilityNode, Scribe]:
+    gd = ReliabilityNode(NodeRef(1, address), f"p-{address}", (config or BrokerConfig()).reliability_config(),
                          lambda now, tree: False, lambda channel: [TREE], lambda: (0, LogState()),
                          congested=congested)
     return gd, Scribe(gd, parent, children)

@@ -21,7 +21,7 @@ from tidings.core.reliability.node import ReliabilityConfig
 from tidings.core.units import GIB, KIB, MIB, MILLISECOND_NS, SECOND_NS, ns_to_us
 from tidings.core.wire.messages import SPAN_BYTES_FACTOR
 
-SWITCHES = frozenset({"best_effort_delivery", "flow_control"})  # the keys that take true or false
+SWITCHES = frozenset({"best_effort_delivery", "flow_control", "nack_complete"})  # the keys that take true or false
 LEASE_NS_MIN = 300 * MILLISECOND_NS
 
 
@@ -142,6 +142,7 @@ class BrokerConfig:
     nack_range_ticks_max: int = 60_000_000  # width of one nacked range, in ticks (microseconds)
     # a durable catchup fetches matching ticks this close as one range
     nack_merge_ticks: int = defaults.NACK_MERGE_TICKS
+    nack_complete: bool = False  # complete nacks, PFS-sparse through forwarders (docs/delivery.md): off for now
     streams_max: int = 100_000  # (tree, pubend) streams on one broker
     nack_reads_max: int = 16  # log reads in flight answering nacks
     # a tree's nack answers sent beyond what its root acknowledged
@@ -227,7 +228,8 @@ class BrokerConfig:
             stream_idle_ns=self.stream_idle_ns, recovery_ns=self.stream_recovery_ns,
             stream_cache_bytes_max=self.stream_cache_bytes_max, nack_ranges_max=self.nack_ranges_max,
             nack_range_ticks_max=self.nack_range_ticks_max, knowledge_bytes_max=self.knowledge_bytes_max,
-            nack_merge_ticks=self.nack_merge_ticks, clock_skew_allowance_us=ns_to_us(self.clock_skew_allowance_ns),
+            nack_merge_ticks=self.nack_merge_ticks, nack_complete=self.nack_complete,
+            clock_skew_allowance_us=ns_to_us(self.clock_skew_allowance_ns),
             streams_max=self.streams_max, read_bytes_max=self.log_read_bytes_max, reads_max=self.nack_reads_max,
             trees_max=self.trees_max, best_effort=self.best_effort_delivery,
             summary_bytes_max=self.filter_summary_bytes_max, filtering=self.filter_in_network,

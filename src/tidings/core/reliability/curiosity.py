@@ -86,6 +86,7 @@ class CuriosityConfig:
     gap_curiosity_ns: int  # GCT
     nack_repeat_ns_min: int  # NRT floor
     nack_repeat_ns_max: int  # NRT after backoff
+    complete: bool = False  # a nack may say it is complete over its span (off: a failover sweep lost events with it)
 
 
 class GapTimer(NamedTuple):
@@ -276,7 +277,8 @@ class Curiosity:
             c.nack_ns = now
             self.nacks_sent += 1
             self.nack_ticks_sent += sum(through - after for after, through in ranges)
-            out.append(SendNack(ist.upstream, Nack(key.tree, key.pubend, tuple(ranges), complete(gaps, ranges))))
+            out.append(SendNack(ist.upstream, Nack(key.tree, key.pubend, tuple(ranges),
+                                                         self.config.complete and complete(gaps, ranges))))
         self.timers.set(key, now + max(c.nack_interval_ns, floor_ns))
         return out
 

@@ -75,7 +75,8 @@ class TreeStreams:
         self._shapes: dict[str, TreeShape] = {}  # the trees as Scribe last told them (tree_changed)
         self.acks = AckBatcher()  # drained by the reliability node when its input is handled
         self.curiosity = Curiosity(CuriosityConfig(config.gap_curiosity_ns, config.nack_repeat_ns_min,
-                                                   config.nack_repeat_ns_max), self._pruned, alarm)
+                                                   config.nack_repeat_ns_max, config.nack_complete),
+                                   self._pruned, alarm)
         self.total_order = TotalOrderMerge(config.clock_skew_allowance_us)
         self.records_unwanted = 0  # first-time data that reached this broker though nothing here or below wanted it
         self.retransmissions_sent = 0
