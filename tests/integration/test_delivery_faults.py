@@ -473,7 +473,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_kill_a_forwarder_and_restart_it(world):
-    _, forwarders = roles(world.cluster, world.tree)
+    # the tree was chosen for its clientless forwarder; a refresh of the tree may take it out for a
+    # moment (a clean-clone run found none here once), so it is waited for, bounded
+    try:
+        forwarders = world.cluster.wait(lambda: roles(world.cluster, world.tree)[1] or None, RECOVERY_S,
+                                        what="a clientless forwarder in the tree")
+    except TimeoutError:
+        forwarders = []
     assert forwarders, "no clientless forwarder in the tree"
     victim = forwarders[0]
     began = time.monotonic()
