@@ -43,10 +43,11 @@ from tidings.core.mqtt import persistent
 from tidings.core.mqtt import will as wills
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
-from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState, producer_of
+from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState, producer_of, row_of
 from tidings.core.mqtt.expiry import SessionKey
+from tidings.core.mqtt.inflight_ids import IDS_SAVE_INTERVAL_NS, DurableIds, records_of
 from tidings.core.mqtt.reason_codes import ReasonCode
-from tidings.core.mqtt.resumption import CARRIED_BYTES_MAX, Carried
+from tidings.core.mqtt.resumption import CARRIED_BYTES_MAX, Carried, carry
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
 from tidings.core.mqtt.session import OPEN, MqttSession, status_of
 from tidings.core.mqtt.subscriptions import Held
@@ -110,8 +111,12 @@ class ExpiryTimer(NamedTuple):
     """The earliest Session Expiry of a persistent session away is due (core/mqtt/expiry.py)."""
 
 
-EXPIRY_TIMER = ExpiryTimer()
-MqttTimer = ProtocolTimer | RenewTimer | ExpiryTimer | WillTimer
+class IdsTimer(NamedTuple):
+    """The deliveries' packet ids are due to be saved (core/mqtt/inflight_ids.py): a wake-up."""
+
+
+EXPIRY_TIMER, IDS_TIMER = ExpiryTimer(), IdsTimer()
+MqttTimer = ProtocolTimer | RenewTimer | ExpiryTimer | WillTimer | IdsTimer
 
 
 class MqttGateway:
@@ -143,6 +148,7 @@ class MqttGateway:
         self.saving: set[int] = set()  # sessions with a CONNACK or PUBCOMP waiting for a save
         self.carried: dict[tuple[str, str], list[Carried]] = {}  # persistent sessions away: what they had in
         self.carried_bytes = 0  # flight, by (service, client id), oldest first (core/mqtt/resumption.py)
+        self.ids = DurableIds(row_of(saved_state, 3))  # their packet ids through a kill -9 (core/mqtt/inflight_ids.py)
         broker.sections.append(self.status)  # the broker's status (and so STATUS, /status, /metrics) has ours
 
     def expect(self, conn: int, secure: bool, source: str = "") -> None:
@@ -158,14 +164,19 @@ class MqttGateway:
     def take_saves(self) -> list[SaveMqttState]:
         """The state to save for the QoS 2 keys (an effect for the runtime, whose completion comes back
         through `state_saved`): at most one under way, the later changes in the next."""
-        save = self.qos2_keys.take_save(self.wall_us)
+        ids = self.ids
+        save = self.qos2_keys.take_save(self.wall_us, lambda: ids.rows(
+            [((s.native.service, s.client_id), records_of(s)) for s in self.sessions.values()
+             if s.ids is not None and s.native is not None and self.by_client_id.get(s.client_id) == s.conn],
+            self.now), ids.due(self.now))
         return [] if save is None else [save]
 
     def state_saved(self, inp: MqttStateSaved) -> list[Effect]:
         """A save is on disk: the CONNACKs and PUBCOMPs that waited for it go."""
         self.now = inp.now
         self.qos2_keys.done(inp.version)
-        out: list[Effect] = []
+        self.ids.saved_records = self.ids.saving_records
+        out: list[Effect] = self.ids.release(self.qos2_keys.saved) if self.ids.holding else []
         waiting, self.saving = self.saving, set()
         for conn in sorted(waiting):
             session = self.sessions.get(conn)
@@ -175,7 +186,7 @@ class MqttGateway:
             session.state_saved(out, native)
             self._to_broker(session, native, out)
             self._arm(session)
-        return out
+        return self.ids.hold(out) if self.ids.holding else out
 
     def derived(self, inp: KeyDerived) -> list[Effect]:
         """A derivation is done: its session answers the broker's CHALLENGE with it."""
@@ -189,11 +200,15 @@ class MqttGateway:
             self._to_broker(session, native, out)
             self._arm(session)
         shares.run(self, out)
-        return out
+        return self.ids.hold(out) if self.ids.holding else out
 
     # ---- inputs ----------------------------------------------------------------------------------
 
     def handle(self, inp: Input) -> list[Effect]:
+        out = self._handle(inp)
+        return self.ids.hold(out) if self.ids.holding else out  # (sends waiting for a save: inflight_ids.py)
+
+    def _handle(self, inp: Input) -> list[Effect]:
         self.now = self.shares.now = inp.now
         if isinstance(inp, Received | TimerFired) and inp.wall_us:
             known, self.wall_us, self.wall_now = self.wall_us, inp.wall_us, inp.now
@@ -218,7 +233,7 @@ class MqttGateway:
                 self.accepted += 1
                 session = MqttSession(inp.conn, inp.now, self.settings, expected[0], self.nonce(NONCE_BYTES),
                                       self._held, self.retained, self.derivations, expected[1], self.shares,
-                                      qos2_keys=self.qos2_keys, carried=self._take_carried)
+                                      qos2_keys=self.qos2_keys, carried=self._take_carried, ids=self.ids)
                 self.sessions[inp.conn] = session
                 self._arm(session)
         elif kind is ConnectionLost:
@@ -249,6 +264,10 @@ class MqttGateway:
         """The session's protocol machine's deadline, as it now is (and whether it waits for a save)."""
         if session.qos2 is not None and session.qos2.waiting():
             self.saving.add(session.conn)
+        if session.ids is not None and self.ids.moved(session.conn, session.ids, self.qos2_keys.version + 1):
+            self.qos2_keys.version += 1  # (its sends wait for the next save: core/mqtt/inflight_ids.py)
+        elif self.ids.dirty and self.timers.when(IDS_TIMER) is None:
+            self.timers.set(IDS_TIMER, max(self.now, self.ids.last_save + IDS_SAVE_INTERVAL_NS))
         deadline = session.next_deadline()
         if deadline is None:
             self.timers.cancel(ProtocolTimer(session.conn))
@@ -345,6 +364,7 @@ class MqttGateway:
             return
         session.lost()
         self.shares.gone(conn)
+        self.ids.gone(conn)
         will = None if wills.hold(self, session, wills.delay_ns(session), out) else will_frame(session)
         if will is not None:
             self.wills_published += 1
@@ -355,7 +375,11 @@ class MqttGateway:
         if self.by_client_id.get(session.client_id) == conn:  # (not taken over: nobody resumed it yet)
             del self.by_client_id[session.client_id]
             if session.native is not None:
-                self._carry((session.native.service, session.client_id), session.carry())
+                away = (session.native.service, session.client_id)  # what it had in flight: resumption.py
+                self._carry(away, carry(session.machine.unfinished()[0], session.tokens, session.resumed)
+                            if session.persistent else [])
+                if session.ids is not None:  # and their packet ids, through a kill -9 (inflight_ids.py)
+                    self.ids.left(away, records_of(session))
                 if session.persistent and session.welcomed:  # its Session Expiry runs (core/mqtt/expiry.py)
                     self.qos2_keys.expiries.left((session.native.service, session.client_id),
                                                  session.machine.session_expiry_interval_s, self._wall(self.now))
@@ -414,6 +438,7 @@ class MqttGateway:
                             out)
         self.qos2_keys.clear(scoped(service, producer_of(client_id)), wall_us)
         self._take_carried(service, client_id)
+        self.ids.take(key)
 
     def _timeouts(self, now: int, out: list[Effect]) -> None:
         shares.timed_out(self, now, out)
@@ -423,6 +448,8 @@ class MqttGateway:
                 continue
             if isinstance(key, WillTimer):
                 wills.due(self, key.conn, out)
+                continue
+            if isinstance(key, IdsTimer):  # (a wake-up: `take_saves` then saves them)
                 continue
             if key.conn == RETAINED_CONN:
                 renew = self.retained.renew()
@@ -454,7 +481,7 @@ class MqttGateway:
                 "sessions_away": len(self.qos2_keys.expiries.away), "sessions_expired": self.sessions_expired,
                 "wills_published": self.wills_published, "wills_waiting": len(self.waiting),
                 **figures, **self.retained.status(), **self.shares.status(),
-                **self.derivations.status(), **self.qos2_keys.status(),
+                **self.derivations.status(), **self.qos2_keys.status(), **self.ids.status(),
                 "sessions": [status_of(s) for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}
 
