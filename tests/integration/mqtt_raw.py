@@ -15,12 +15,15 @@ WAIT_S = 15.0
 class Raw:
     """An MQTT client of our codec on a socket: packets out, packets back within a deadline."""
 
-    def __init__(self, address: str, version: int, client_id: str) -> None:
+    def __init__(self, address: str, version: int, client_id: str, connect: bool = True) -> None:
+        """Connected in a persistent session (`connect=False`: the socket alone, nothing sent)."""
         host, port = address.rsplit(":", 1)
         self.version = version
         self.sock = socket.create_connection((host, int(port)), timeout=WAIT_S)
         self.decoder = PacketDecoder(1 << 24, version)
         self.inbox: list[p.Packet] = []
+        if not connect:
+            return
         props = Properties(session_expiry_interval_s=3600) if version == 5 else Properties()
         self.send(p.Connect(version, client_id, False, 30, properties=props))
         connack = self.expect(1)[0]
@@ -42,3 +45,17 @@ class Raw:
 
     def close(self) -> None:
         self.sock.close()
+
+    def closed(self) -> bool:
+        """Whether the broker closes the connection (within the deadline) with nothing more sent."""
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(deadline - time.monotonic(), 0.01))
+            try:
+                data = self.sock.recv(65536)
+            except ConnectionResetError:
+                return not self.inbox
+            if not data:
+                return not self.inbox
+            self.inbox += self.decoder.feed(data)
+        return False
