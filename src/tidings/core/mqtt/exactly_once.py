@@ -175,12 +175,13 @@ class QosTwoKeys:
 
     # ---- the saved state -------------------------------------------------------------------------
 
-    def take_save(self, now_us: int, ids_rows: Callable[[], list[list[object]]] = list,
-                  ids_due: bool = False) -> SaveMqttState | None:
-        """The state to save when a change waits for it (or a session expiry changed, or `ids_due`: the
-        deliveries' packet ids, core/mqtt/inflight_ids.py, whose `ids_rows` every save carries: nothing
-        waits for those, so they take no new version) and no save is under way."""
-        if self.saving is not None or (self.saved >= self.version and not self.expiries.changed and not ids_due):
+    def take_save(self, now_us: int, more_rows: Callable[[], list[object]] = list,
+                  more_due: bool = False) -> SaveMqttState | None:
+        """The state to save when a change waits for it (or a session expiry changed, or `more_due`: the
+        rows `more_rows` gives, which every save carries after the expiries: the deliveries' packet ids,
+        core/mqtt/inflight_ids.py, and the wills waiting, will_saved.py; nothing waits for those, so
+        they take no new version) and no save is under way."""
+        if self.saving is not None or (self.saved >= self.version and not self.expiries.changed and not more_due):
             return None
         horizon = now_us - 2 * self.dedup.window_us  # (a key's tick comes a little after its last_us)
         for held in (self.sessions, self.saved_state):
@@ -190,7 +191,7 @@ class QosTwoKeys:
                 for p, k in held.items()]
         self.saving = self.version
         self.saves += 1
-        return SaveMqttState(self.version, msgpack.packb([STATE_FORMAT, rows, self.expiries.rows(), ids_rows()]))
+        return SaveMqttState(self.version, msgpack.packb([STATE_FORMAT, rows, self.expiries.rows(), *more_rows()]))
 
     def done(self, version: int) -> None:
         """The runtime saved `version` (on disk)."""
@@ -204,8 +205,8 @@ class QosTwoKeys:
 
 
 def row_of(data: bytes | None, index: int) -> object:
-    """A row of the saved state: 2 the session expiries, 3 the deliveries' packet ids (None in a state
-    saved before they were)."""
+    """A row of the saved state: 2 the session expiries, 3 the deliveries' packet ids, 4 the wills
+    waiting (None in a state saved before they were)."""
     try:
         value = msgpack.unpackb(data, strict_map_key=False) if data else None
     except Exception:

@@ -45,13 +45,14 @@ from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
 from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState, producer_of, row_of
 from tidings.core.mqtt.expiry import SessionKey
-from tidings.core.mqtt.inflight_ids import IDS_SAVE_INTERVAL_NS, DurableIds, records_of
+from tidings.core.mqtt.inflight_ids import IDS_SAVE_INTERVAL_NS, DurableIds, live_records, records_of
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.resumption import CARRIED_BYTES_MAX, Carried, carry
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
 from tidings.core.mqtt.session import OPEN, MqttSession, status_of
 from tidings.core.mqtt.subscriptions import Held
-from tidings.core.mqtt.will import WillTimer, will_frame
+from tidings.core.mqtt.will import SavedWillTimer, WillTimer, will_frame
+from tidings.core.mqtt.will_saved import SavedWills
 from tidings.core.publish.dedup import scoped
 from tidings.core.share import gateway as shares
 from tidings.core.share.wire import ShareArrived
@@ -116,7 +117,7 @@ class IdsTimer(NamedTuple):
 
 
 EXPIRY_TIMER, IDS_TIMER = ExpiryTimer(), IdsTimer()
-MqttTimer = ProtocolTimer | RenewTimer | ExpiryTimer | WillTimer | IdsTimer
+MqttTimer = ProtocolTimer | RenewTimer | ExpiryTimer | WillTimer | IdsTimer | SavedWillTimer
 
 
 class MqttGateway:
@@ -149,6 +150,8 @@ class MqttGateway:
         self.carried: dict[tuple[str, str], list[Carried]] = {}  # persistent sessions away: what they had in
         self.carried_bytes = 0  # flight, by (service, client id), oldest first (core/mqtt/resumption.py)
         self.ids = DurableIds(row_of(saved_state, 3))  # their packet ids through a kill -9 (core/mqtt/inflight_ids.py)
+        self.wills_saved = SavedWills(row_of(saved_state, 4))  # wills waiting, through a restart (will_saved.py)
+        self.own_conn = wills.OWN_CONN_FIRST  # the broker's own connections that publish restored wills
         broker.sections.append(self.status)  # the broker's status (and so STATUS, /status, /metrics) has ours
 
     def expect(self, conn: int, secure: bool, source: str = "") -> None:
@@ -164,11 +167,9 @@ class MqttGateway:
     def take_saves(self) -> list[SaveMqttState]:
         """The state to save for the QoS 2 keys (an effect for the runtime, whose completion comes back
         through `state_saved`): at most one under way, the later changes in the next."""
-        ids = self.ids
-        save = self.qos2_keys.take_save(self.wall_us, lambda: ids.rows(
-            [((s.native.service, s.client_id), records_of(s)) for s in self.sessions.values()
-             if s.ids is not None and s.native is not None and self.by_client_id.get(s.client_id) == s.conn],
-            self.now), ids.due(self.now))
+        ids, saved = self.ids, self.wills_saved
+        save = self.qos2_keys.take_save(self.wall_us, lambda: [ids.rows(live_records(self), self.now), saved.rows()],
+                                        ids.due(self.now) or saved.changed)
         return [] if save is None else [save]
 
     def state_saved(self, inp: MqttStateSaved) -> list[Effect]:
@@ -212,8 +213,9 @@ class MqttGateway:
         self.now = self.shares.now = inp.now
         if isinstance(inp, Received | TimerFired) and inp.wall_us:
             known, self.wall_us, self.wall_now = self.wall_us, inp.wall_us, inp.now
-            if not known:  # (the saved sessions' expiries are timed from the first wall time known)
+            if not known:  # (the saved sessions' expiries and wills are timed from the first wall time known)
                 self._arm_expiry()
+                wills.arm_saved(self)
         out: list[Effect] = []
         if self.retained.state is IDLE:  # the broker's own subscription to retained events, once
             self._to_client(self.broker.handle(Accepted(inp.now, RETAINED_CONN)), out)
@@ -345,6 +347,7 @@ class MqttGateway:
             self.qos2_keys.expiries.back((session.native.service, session.client_id))
             wills.cancel(self, session.native.service, session.client_id, session.clean_start, out)
             self._arm_expiry()
+            wills.arm_saved(self)
         interval = session.native.renew_interval_ns if session.native is not None else None
         if interval:
             self.timers.set(RenewTimer(session.conn), self.now + interval)
@@ -449,6 +452,9 @@ class MqttGateway:
             if isinstance(key, WillTimer):
                 wills.due(self, key.conn, out)
                 continue
+            if isinstance(key, SavedWillTimer):
+                wills.saved_due(self, out)
+                continue
             if isinstance(key, IdsTimer):  # (a wake-up: `take_saves` then saves them)
                 continue
             if key.conn == RETAINED_CONN:
@@ -480,6 +486,7 @@ class MqttGateway:
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
                 "sessions_away": len(self.qos2_keys.expiries.away), "sessions_expired": self.sessions_expired,
                 "wills_published": self.wills_published, "wills_waiting": len(self.waiting),
+                **self.wills_saved.status(),
                 **figures, **self.retained.status(), **self.shares.status(),
                 **self.derivations.status(), **self.qos2_keys.status(), **self.ids.status(),
                 "sessions": [status_of(s) for s in open_sessions[:SESSIONS_REPORTED_MAX]]}

@@ -46,6 +46,7 @@ from tidings.core.mqtt.inflight import Deliveries, DeliveryState
 from tidings.core.mqtt.packets import Publish
 
 if TYPE_CHECKING:
+    from tidings.core.mqtt.gateway import MqttGateway
     from tidings.core.mqtt.resumption import Carried
     from tidings.core.mqtt.session import MqttSession
 
@@ -69,6 +70,12 @@ def records_of(session: MqttSession) -> list[Record]:
     if session.ids is not None:
         out += [(place, pid, released) for place, (pid, released) in session.ids.pending.items()]
     return out
+
+
+def live_records(gateway: MqttGateway) -> list[tuple[SessionKey, list[Record]]]:
+    """The records of the persistent sessions connected (each its client id's current connection)."""
+    return [((s.native.service, s.client_id), records_of(s)) for s in gateway.sessions.values()
+            if s.ids is not None and s.native is not None and gateway.by_client_id.get(s.client_id) == s.conn]
 
 
 def opened(session: MqttSession, carried: list[Carried]) -> SessionIds | None:
