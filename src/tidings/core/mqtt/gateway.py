@@ -218,8 +218,9 @@ class MqttGateway:
                 wills.arm_saved(self)
         out: list[Effect] = []
         if self.retained.state is IDLE:  # the broker's own subscription to retained events, once
-            self._to_client(self.broker.handle(Accepted(inp.now, RETAINED_CONN)), out)
-            self._to_feed(self.retained.open(), out)
+            opened = self.broker.handle(Accepted(inp.now, RETAINED_CONN))
+            self.broker.reading.vouch(inp.now, RETAINED_CONN, self.retained.open(), opened)
+            self._to_client(opened, out)
         kind = type(inp)
         if kind is Received:
             assert isinstance(inp, Received)
