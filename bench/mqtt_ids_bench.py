@@ -32,11 +32,13 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def publish(address: str, events: int) -> None:
-    """The native publisher: `events` of 64 bytes, 100 to a call."""
+def publish(address: str, events: int, qos: int) -> None:
+    """The native publisher: `events` of 64 bytes, 100 to a call, as QoS `qos` messages (a native
+    event counts as QoS 1; `mqtt.qos` = 2 makes it a QoS 2 one, delivered through PUBREC/PUBCOMP)."""
+    attributes = {"mqtt.qos": 2} if qos == 2 else {}
     with sync.connect(address, service="bench") as native:
         for i in range(0, events, 100):
-            native.publish_many([("ib/x", b"x" * 64)] * min(100, events - i))
+            native.publish_many([("ib/x", b"x" * 64, attributes)] * min(100, events - i))
 
 
 def run(events: int, qos: int, persistent: bool) -> tuple[float, float]:
@@ -53,7 +55,8 @@ def run(events: int, qos: int, persistent: bool) -> tuple[float, float]:
             host, port = broker.mqtt_address.rsplit(":", 1)
             got = threading.Semaphore(0)
             subscribed = threading.Event()
-            client.on_message = lambda c, u, m: got.release()
+            qos_seen: set[int] = set()
+            client.on_message = lambda c, u, m: (qos_seen.add(m.qos), got.release())
             client.on_subscribe = lambda c, u, mid, codes, props: subscribed.set()
             props = PahoProperties(PacketTypes.CONNECT)
             props.SessionExpiryInterval = 3600 if persistent else 0
@@ -65,10 +68,11 @@ def run(events: int, qos: int, persistent: bool) -> tuple[float, float]:
             assert broker.proc is not None
             pid = broker.proc.pid
             start_cpu, start = cpu_s(pid), time.monotonic()
-            publish(broker.address, events)
+            publish(broker.address, events, qos)
             for _ in range(events):
                 assert got.acquire(timeout=WAIT_S), "a delivery did not come"
             elapsed, used = time.monotonic() - start, cpu_s(pid) - start_cpu
+            assert qos_seen == {qos}, qos_seen
             return used / events * 1e6, events / elapsed
         finally:
             client.loop_stop()
