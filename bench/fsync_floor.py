@@ -119,6 +119,7 @@ def compare_calls(directory: str, calls: list[str], samples: int = SAMPLES, rate
     os.makedirs(directory, exist_ok=True)
     files: dict[str, tuple[int, str]] = {}
     took: dict[str, list[float]] = {c: [] for c in calls}
+    cpu: dict[str, list[float]] = {c: [] for c in calls}
     try:
         for call in calls:
             fd, path = tempfile.mkstemp(prefix=f"fsync-floor-{call}-", suffix=".log", dir=directory)
@@ -134,18 +135,20 @@ def compare_calls(directory: str, calls: list[str], samples: int = SAMPLES, rate
                     t_next += interval_ns
                 fd = files[call][0]
                 t0 = time.perf_counter_ns()
+                c0 = time.thread_time_ns()
                 os.write(fd, record)
                 if call == "fsync":
                     os.fsync(fd)
                 elif call == "fdatasync":
                     os.fdatasync(fd)
+                cpu[call].append((time.thread_time_ns() - c0) / 1000)
                 took[call].append((time.perf_counter_ns() - t0) / 1000)
     finally:
         for fd, path in files.values():
             os.close(fd)
             os.unlink(path)
-    return [{**summary(took[c]), "call": c, "record_bytes": record_bytes, "rate_per_s": rate_per_s,
-             "dir": directory} for c in calls]
+    return [{**summary(took[c]), "cpu_p50_us": summary(cpu[c])["p50_us"], "cpu_p90_us": summary(cpu[c])["p90_us"],
+             "call": c, "record_bytes": record_bytes, "rate_per_s": rate_per_s, "dir": directory} for c in calls]
 
 
 def main() -> None:
