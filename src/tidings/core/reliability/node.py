@@ -185,8 +185,8 @@ class ReliabilityNode:
         for eff in effects:
             if not isinstance(eff, PublishOnTree):
                 out.append(eff)
-            elif eff.root == self.me.address:
-                out += self.event_arrived(now, eff.tree, [eff.origin, eff.message.to_wire()], self.me.address)
+            elif eff.root == self.me.address:  # the root of its own tree: the message as the pubend made it
+                out += self._own_arrived(now, eff)
             elif eff.root is not None:
                 out.append(PeerSend(eff.root, eff.message.to_wire()))
             else:
@@ -200,9 +200,20 @@ class ReliabilityNode:
         origin, knowledge = _decode_event(tree, event)
         return self._arrived(now, event, origin, knowledge, sender)
 
+    def _own_arrived(self, now: int, eff: PublishOnTree) -> list[NodeEffect]:
+        """This broker's pubend sent knowledge to a tree this broker is the root of: its message
+        is taken as it was made, not written for the wire and decoded again (the pubend's own
+        messages are well formed by construction, what the decode's checks would prove), so a
+        single broker's own trees cost no per-event codec work; the wire form is made only for
+        the best-effort mode, which forwards it as it came."""
+        knowledge = eff.message
+        event: WireArray = [eff.origin, knowledge.to_wire()] if self.config.best_effort else []
+        return self._arrived(now, event, eff.origin, knowledge, self.me.address)
+
     def _arrived(self, now: int, event: WireArray, origin: str, knowledge: messages.KnowledgeMessage,
                  sender: str) -> list[NodeEffect]:
-        """Knowledge of one pubend, decoded, came down its tree from `sender` (`event`: as it came)."""
+        """Knowledge of one pubend, decoded, came down its tree from `sender` (`event`: as it came,
+        read by the best-effort mode alone)."""
         tree = knowledge.tree
         if self.config.best_effort:
             return self._best_effort(tree, event, knowledge)

@@ -49,6 +49,7 @@ class PublishOnTree:
 
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)  # of (tick, record)
+Columns = tuple[list[int], list[bytes]]  # a tree's events: their ticks, and their records in the same order
 _TICK, _CHANNEL, _RECORD = itemgetter(0), itemgetter(1), itemgetter(3)  # of (tick, channel, attributes, record)
 
 
@@ -63,33 +64,38 @@ class KnowledgeWriter:
         self._trees_of = trees_of
         self._record_prefix = own_record_prefix(pubend_id)  # [pubend, ... of each own record
 
-    def by_tree(self, deliveries: Sequence[tuple[int, str, Any, bytes]]) -> dict[str, list[tuple[int, bytes]]]:
-        """Each tree's events; a run of events on one channel is looked up once. A sync's events
-        on one channel (a publisher's usual PUBLISH) are sorted without a Python step per event."""
+    def by_tree(self, deliveries: Sequence[tuple[int, str, Any, bytes]]) -> dict[str, Columns]:
+        """Each tree's events as columns (ticks, records); a run of events on one channel is looked
+        up once. A sync's events on one channel (a publisher's usual PUBLISH) are sorted without a
+        Python step per event, and every tree of that channel is given the same two lists (read
+        only: `chunked_columns` copies what it keeps)."""
         channels = list(map(_CHANNEL, deliveries))
         if channels and channels.count(channels[0]) == len(channels):
-            by_tree: dict[str, list[tuple[int, bytes]]] = {}
-            self._extend(by_tree, channels[0], list(zip(map(_TICK, deliveries), map(_RECORD, deliveries), strict=True)))
-            return by_tree
-        by_tree = {}
-        run: list[tuple[int, bytes]] = []
+            columns = (list(map(_TICK, deliveries)), list(map(_RECORD, deliveries)))
+            return dict.fromkeys(self._trees_of(channels[0]), columns)
+        by_tree: dict[str, Columns] = {}
+        run_ticks: list[int] = []
+        run_records: list[bytes] = []
         run_channel = ""  # no channel is empty
         for tick, channel, _, record in deliveries:
             if channel != run_channel:
-                self._extend(by_tree, run_channel, run)
-                run, run_channel = [], channel
-            run.append((tick, record))
-        self._extend(by_tree, run_channel, run)
+                self._extend(by_tree, run_channel, run_ticks, run_records)
+                run_ticks, run_records, run_channel = [], [], channel
+            run_ticks.append(tick)
+            run_records.append(record)
+        self._extend(by_tree, run_channel, run_ticks, run_records)
         return by_tree
 
-    def _extend(self, by_tree: dict[str, list[tuple[int, bytes]]], channel: str, run: list[tuple[int, bytes]]) -> None:
-        if not run:
+    def _extend(self, by_tree: dict[str, Columns], channel: str, ticks: list[int], records: list[bytes]) -> None:
+        if not ticks:
             return
         for tree in self._trees_of(channel):
             if tree in by_tree:
-                by_tree[tree] += run
+                tree_ticks, tree_records = by_tree[tree]
+                tree_ticks += ticks
+                tree_records += records
             else:
-                by_tree[tree] = run.copy()
+                by_tree[tree] = (ticks.copy(), records.copy())
 
     def record_trees(self, record: bytes) -> list[str]:
         """The trees of one of this pubend's own records. A nack's answer sorts thousands of them,

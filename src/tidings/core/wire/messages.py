@@ -12,7 +12,9 @@ with its checks of every field, is decoders.py. The full table of messages is in
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,17 +306,18 @@ EVENTS_FRAME_BYTES_TARGET = 1024 * 1024
 
 def size_chunks(records: list[bytes], target: int = EVENTS_FRAME_BYTES_TARGET) -> list[list[bytes]]:
     """`records` in order, cut into runs of about `target` bytes at most (a larger record runs
-    alone), so a big group commit never makes a frame its receiver must refuse."""
-    if sum(map(len, records)) <= target:
+    alone), so a big group commit never makes a frame its receiver must refuse. Each run's end is
+    found by bisection over the records' running sizes: a step per run, not per record."""
+    ends = list(accumulate(map(len, records)))
+    if not ends or ends[-1] <= target:
         return [records]
     chunks: list[list[bytes]] = []
-    start = size = 0
-    for i, record in enumerate(records):
-        if size and size + len(record) > target:
-            chunks.append(records[start:i])
-            start, size = i, 0
-        size += len(record)
-    chunks.append(records[start:])
+    start, base, count = 0, 0, len(records)
+    while start < count:
+        first = bisect_right(ends, base, start)  # the run's first record with bytes: in it, however large
+        stop = min(max(bisect_right(ends, base + target, start), first + 1), count)
+        chunks.append(records[start:stop])
+        start, base = stop, ends[stop - 1]
     return chunks
 
 
