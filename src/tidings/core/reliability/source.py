@@ -59,7 +59,7 @@ from tidings.core.inputs import LogState
 from tidings.core.reliability.flow_window import DEFAULT_LIMITS, FlowLimits, FlowOutput, FlowWindows, ReadBack
 from tidings.core.reliability.log_span import SpanError
 from tidings.core.reliability.nack_answers import NackAnswers, ReadLimits
-from tidings.core.reliability.source_knowledge import EventTails, KnowledgeWriter, PublishOnTree
+from tidings.core.reliability.source_knowledge import EventTails, KnowledgeWriter, PublishOnTree, SyncedBatch
 from tidings.core.reliability.source_streams import SourceStreams
 from tidings.core.units import MICROSECOND_NS
 
@@ -108,11 +108,11 @@ class Source:
 
     # ---- first-time knowledge ------------------------------------------------------------------
 
-    def published(self, now: int, deliveries: Sequence[tuple[int, str, Any, bytes]], synced: int) -> list[SourceEffect]:
-        """The sync made every tick up to `synced` durable; `deliveries` are its events (tick,
-        channel, attributes, record), each for the trees of its channel."""
+    def published(self, now: int, batches: Sequence[SyncedBatch], synced: int) -> list[SourceEffect]:
+        """The sync made every tick up to `synced` durable; `batches` hold its events, each for
+        the trees of its channel."""
         out: list[SourceEffect] = []
-        for tree, (ticks, records) in self._writer.by_tree(deliveries).items():
+        for tree, (ticks, records) in self._writer.by_tree(batches).items():
             quiet = self._tails.quiet_after(tree)
             self._tails.published(tree, ticks[-1])
             stream = self._streams.get(tree)
@@ -330,4 +330,4 @@ class Source:
                 **self.flow.status(), "flow_records_read": self.flow_records_read}
 
 
-__all__ = ["PublishOnTree", "Source", "SourceConfig", "SourceEffect"]
+__all__ = ["PublishOnTree", "Source", "SourceConfig", "SourceEffect", "SyncedBatch"]

@@ -21,11 +21,11 @@ on any tree: those logged before this run (`recover`) and those of a tree whose 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import count, repeat
 from operator import add, itemgetter, sub
-from typing import Any
+from typing import Any, Protocol
 
 from tidings.core.event import TICK_MAX, own_record_prefix, record_channel_bytes, record_routing_fields
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
@@ -50,6 +50,21 @@ class PublishOnTree:
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)  # of (tick, record)
 Columns = tuple[list[int], list[bytes]]  # a tree's events: their ticks, and their records in the same order
+
+
+class SyncedBatch(Protocol):
+    """A batch of the pubend's events made durable (core/publish/pubend.py `PendingBatch`): on one
+    channel without attributes (`channel`), or each event's (tick, channel, attributes, record)."""
+
+    @property
+    def channel(self) -> str | None: ...
+
+    @property
+    def deliveries(self) -> Sequence[tuple[int, str, Any, bytes]]: ...
+
+    def columns(self) -> tuple[Iterator[int], Iterator[bytes]]:
+        """Its events' ticks and records, in order."""
+        ...
 _TICK, _CHANNEL, _RECORD = itemgetter(0), itemgetter(1), itemgetter(3)  # of (tick, channel, attributes, record)
 
 
@@ -64,26 +79,34 @@ class KnowledgeWriter:
         self._trees_of = trees_of
         self._record_prefix = own_record_prefix(pubend_id)  # [pubend, ... of each own record
 
-    def by_tree(self, deliveries: Sequence[tuple[int, str, Any, bytes]]) -> dict[str, Columns]:
-        """Each tree's events as columns (ticks, records); a run of events on one channel is looked
-        up once. A sync's events on one channel (a publisher's usual PUBLISH) are sorted without a
-        Python step per event, and every tree of that channel is given the same two lists (read
-        only: `chunked_columns` copies what it keeps)."""
-        channels = list(map(_CHANNEL, deliveries))
-        if channels and channels.count(channels[0]) == len(channels):
-            columns = (list(map(_TICK, deliveries)), list(map(_RECORD, deliveries)))
-            return dict.fromkeys(self._trees_of(channels[0]), columns)
+    def by_tree(self, batches: Sequence[SyncedBatch]) -> dict[str, Columns]:
+        """Each tree's events of a sync's `batches`, as columns (ticks, records); a run of events
+        on one channel is looked up once. A batch on one channel (a publisher's usual PUBLISH) is
+        taken whole, without a Python step per event, and when the sync's events are all on one
+        channel every tree of it is given the same two lists (read only: `chunked_columns` copies
+        what it keeps)."""
+        runs: list[tuple[str, list[int], list[bytes]]] = []  # (channel, ticks, records), in tick order
+        for batch in batches:
+            if batch.channel is not None:
+                batch_ticks, batch_records = batch.columns()
+                if runs and runs[-1][0] == batch.channel:
+                    runs[-1][1].extend(batch_ticks)
+                    runs[-1][2].extend(batch_records)
+                else:
+                    runs.append((batch.channel, list(batch_ticks), list(batch_records)))
+                continue
+            for tick, channel, _, record in batch.deliveries:
+                if runs and runs[-1][0] == channel:
+                    runs[-1][1].append(tick)
+                    runs[-1][2].append(record)
+                else:
+                    runs.append((channel, [tick], [record]))
+        if len(runs) == 1:
+            channel, ticks, records = runs[0]
+            return dict.fromkeys(self._trees_of(channel), (ticks, records))
         by_tree: dict[str, Columns] = {}
-        run_ticks: list[int] = []
-        run_records: list[bytes] = []
-        run_channel = ""  # no channel is empty
-        for tick, channel, _, record in deliveries:
-            if channel != run_channel:
-                self._extend(by_tree, run_channel, run_ticks, run_records)
-                run_ticks, run_records, run_channel = [], [], channel
-            run_ticks.append(tick)
-            run_records.append(record)
-        self._extend(by_tree, run_channel, run_ticks, run_records)
+        for channel, ticks, records in runs:
+            self._extend(by_tree, channel, ticks, records)
         return by_tree
 
     def _extend(self, by_tree: dict[str, Columns], channel: str, ticks: list[int], records: list[bytes]) -> None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 from collections.abc import Sequence
-from itertools import accumulate
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import msgpack
