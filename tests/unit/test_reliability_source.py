@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tidings.core.effects import ReadLog
 from tidings.core.event import TICK_MAX
 from tidings.core.inputs import LogState
-from tidings.core.reliability import messages
+from tidings.core.reliability import messages, source_knowledge
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig
 
 from .core_harness import as_batches
@@ -351,3 +351,33 @@ def test_a_tree_found_in_the_log_after_a_restart_holds_release_for_the_hold_then
     later = 1 + CONFIG.release_hold_ns
     assert src.released(later, None) == TICK_MAX  # nothing holds it
     assert sent(src.silence(later, 130)) == [] and src.active_trees == 0
+
+
+def _chunks_reference(ticks: list[int], bodies: list[bytes], after: int, through: int, bytes_max: int,
+                      records_max: int) -> list[tuple[int, int, tuple[int, ...], tuple[bytes, ...]]]:
+    """The cut record by record: a message ends before the record that would take it past
+    `bytes_max` or `records_max` (it holds at least one); each range ends at its last record but
+    the last's, which ends at `through`."""
+    out: list[tuple[int, int, tuple[int, ...], tuple[bytes, ...]]] = []
+    start = size = 0
+    for i, body in enumerate(bodies):
+        if i > start and (size + len(body) > bytes_max or i - start >= records_max):
+            out.append((after, ticks[i - 1], tuple(ticks[start:i]), tuple(bodies[start:i])))
+            after, start, size = ticks[i - 1], i, 0
+        size += len(body)
+    return [*out, (after, through, tuple(ticks[start:]), tuple(bodies[start:]))]
+
+
+@given(st.lists(st.integers(1, 30), max_size=40), st.integers(1, 80), st.integers(1, 6))
+def test_knowledge_is_cut_into_messages_as_record_by_record(sizes: list[int], bytes_max: int,
+                                                             records_max: int) -> None:
+    writer = source_knowledge.KnowledgeWriter("p", "me:1", bytes_max, lambda channel: [channel])
+    ticks, bodies = list(range(10, 10 + len(sizes))), [bytes(n) for n in sizes]
+    was = source_knowledge.RECORDS_MAX
+    source_knowledge.RECORDS_MAX = records_max
+    try:
+        got = [(m.message.after, m.message.through, m.message.ticks, m.message.records)
+               for m in writer.chunked_columns("a", 5, 100, ticks, bodies, retransmit=False)]
+    finally:
+        source_knowledge.RECORDS_MAX = was
+    assert got == _chunks_reference(ticks, bodies, 5, 100, bytes_max, records_max)

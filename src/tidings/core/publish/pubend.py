@@ -13,7 +13,7 @@ in token order.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -42,8 +42,9 @@ class PendingBatch:
     channel: str | None = None  # the one channel of every delivery, none with attributes (core/publish/batch.py)
     records: list[tuple[int, bytes]] | None = None  # with `channel`: the events as the Append's (tick, record)
 
-    def columns(self) -> tuple[Iterator[int], Iterator[bytes]]:
-        """Its events' ticks and records, in order."""
+    def columns(self) -> tuple[Iterable[int], Iterable[bytes]]:
+        """Its events' ticks and records, in order (the ticks the objects the pairs hold: a range
+        would make new ones, which the knowledge messages would then hold)."""
         if self.records is not None:
             return map(_FIRST, self.records), map(_SECOND, self.records)
         return map(_TICK, self.deliveries), map(_RECORD, self.deliveries)
@@ -91,6 +92,7 @@ class Pubend:
         self._token += 1
         held = records if deliveries is None else None
         assert held is None or channel is not None, "a batch held as records is on one channel"
+        assert not held or held[-1][0] - held[0][0] == len(held) - 1, "a batch held as records has consecutive ticks"
         self._pending.append(PendingBatch(self._token, conn, seq, ticks, deliveries or [], size, duplicates, channel,
                                           held))
         self.pending_bytes += size

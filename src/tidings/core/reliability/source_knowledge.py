@@ -21,9 +21,10 @@ on any tree: those logged before this run (`recover`) and those of a tree whose 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import count, repeat
+from itertools import accumulate, count, repeat
 from operator import add, itemgetter, sub
 from typing import Any, Protocol
 
@@ -62,7 +63,7 @@ class SyncedBatch(Protocol):
     @property
     def deliveries(self) -> Sequence[tuple[int, str, Any, bytes]]: ...
 
-    def columns(self) -> tuple[Iterator[int], Iterator[bytes]]:
+    def columns(self) -> tuple[Iterable[int], Iterable[bytes]]:
         """Its events' ticks and records, in order."""
         ...
 _TICK, _CHANNEL, _RECORD = itemgetter(0), itemgetter(1), itemgetter(3)  # of (tick, channel, attributes, record)
@@ -177,21 +178,23 @@ class KnowledgeWriter:
         return self.chunked_columns(tree, after, through, list(map(_FIRST, records)), list(map(_SECOND, records)),
                                     retransmit, root, past_empty)
 
-    def chunked_columns(self, tree: str, after: int, through: int, ticks: list[int], bodies: list[bytes],
+    def chunked_columns(self, tree: str, after: int, through: int, ticks: Sequence[int], bodies: list[bytes],
                         retransmit: bool, root: str | None = None, past_empty: bool = False) -> list[PublishOnTree]:
-        """`chunked` of the records at `ticks` with payloads `bodies`."""
-        if len(ticks) <= RECORDS_MAX and sum(map(len, bodies)) <= self._knowledge_bytes_max:
+        """`chunked` of the records at `ticks` with payloads `bodies`. A message holds at least one
+        record, and no more than fit in `knowledge_bytes_max` and RECORDS_MAX; each one's end is
+        found by bisection over the records' running sizes, a step per message, not per record."""
+        records_count, bytes_max = len(bodies), self._knowledge_bytes_max
+        if records_count <= RECORDS_MAX and sum(map(len, bodies)) <= bytes_max:
             return [self._message(tree, after, through, tuple(ticks), tuple(bodies), retransmit, root, past_empty)]
+        ends = list(accumulate(map(len, bodies)))
         out: list[PublishOnTree] = []
-        start = 0
-        size = 0
-        for i, body in enumerate(bodies):
-            if i > start and (size + len(body) > self._knowledge_bytes_max or i - start >= RECORDS_MAX):
-                last = ticks[i - 1]
-                out.append(self._message(tree, after, last, tuple(ticks[start:i]), tuple(bodies[start:i]),
-                                         retransmit, root, past_empty))
-                after, start, size = last, i, 0
-            size += len(body)
+        start = base = 0
+        while (stop := min(max(bisect_right(ends, base + bytes_max, start), start + 1),
+                            start + RECORDS_MAX)) < records_count:
+            last = ticks[stop - 1]
+            out.append(self._message(tree, after, last, tuple(ticks[start:stop]), tuple(bodies[start:stop]),
+                                     retransmit, root, past_empty))
+            after, start, base = last, stop, ends[stop - 1]
         out.append(self._message(tree, after, through, tuple(ticks[start:]), tuple(bodies[start:]),
                                  retransmit, root, past_empty))
         return out
