@@ -34,7 +34,7 @@ broker's own path), so no local consumer is attached to this broker's own pubend
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -62,7 +62,7 @@ from tidings.core.reliability.effects import (
 from tidings.core.reliability.flow_window import FlowLimits
 from tidings.core.reliability.interest import Interest, SendSummary
 from tidings.core.reliability.local_consumers import LocalConsumers
-from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
+from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect, SyncedBatch
 from tidings.core.reliability.tree import PFS_CONSUMER, Held, Tree
 from tidings.core.reliability.tree_streams import TreeStreams
 from tidings.core.units import ns_to_us
@@ -165,10 +165,10 @@ class ReliabilityNode:
         self.source.restore(now, held_trees or {}, last_tick)
         return self._source(now, self.source.recover(last_tick))
 
-    def published(self, now: int, deliveries: list[tuple[int, str, Any, bytes]], synced: int) -> list[NodeEffect]:
-        """A sync made `deliveries` (tick, channel, attributes, record) and every tick up to
+    def published(self, now: int, batches: Sequence[SyncedBatch], synced: int) -> list[NodeEffect]:
+        """A sync made `batches` (core/publish/pubend.py PendingBatch) and every tick up to
         `synced` durable."""
-        return self._source(now, self.source.published(now, deliveries, synced))
+        return self._source(now, self.source.published(now, batches, synced))
 
     def tree_activated(self, now: int, tree: str) -> list[NodeEffect]:
         """`tree` has members again: tell it of this pubend's stream (release of history to joiners
@@ -185,8 +185,8 @@ class ReliabilityNode:
         for eff in effects:
             if not isinstance(eff, PublishOnTree):
                 out.append(eff)
-            elif eff.root == self.me.address:
-                out += self.event_arrived(now, eff.tree, [eff.origin, eff.message.to_wire()], self.me.address)
+            elif eff.root == self.me.address:  # the root of its own tree: the message as the pubend made it
+                out += self._own_arrived(now, eff)
             elif eff.root is not None:
                 out.append(PeerSend(eff.root, eff.message.to_wire()))
             else:
@@ -200,9 +200,20 @@ class ReliabilityNode:
         origin, knowledge = _decode_event(tree, event)
         return self._arrived(now, event, origin, knowledge, sender)
 
+    def _own_arrived(self, now: int, eff: PublishOnTree) -> list[NodeEffect]:
+        """This broker's pubend sent knowledge to a tree this broker is the root of: its message
+        is taken as it was made, not written for the wire and decoded again (the pubend's own
+        messages are well formed by construction, what the decode's checks would prove), so a
+        single broker's own trees cost no per-event codec work; the wire form is made only for
+        the best-effort mode, which forwards it as it came."""
+        knowledge = eff.message
+        event: WireArray = [eff.origin, knowledge.to_wire()] if self.config.best_effort else []
+        return self._arrived(now, event, eff.origin, knowledge, self.me.address)
+
     def _arrived(self, now: int, event: WireArray, origin: str, knowledge: messages.KnowledgeMessage,
                  sender: str) -> list[NodeEffect]:
-        """Knowledge of one pubend, decoded, came down its tree from `sender` (`event`: as it came)."""
+        """Knowledge of one pubend, decoded, came down its tree from `sender` (`event`: as it came,
+        read by the best-effort mode alone)."""
         tree = knowledge.tree
         if self.config.best_effort:
             return self._best_effort(tree, event, knowledge)
@@ -407,4 +418,4 @@ def _decode_event(tree: str, event: object) -> tuple[str, messages.KnowledgeMess
 
 
 __all__ = ["PFS_CONSUMER", "DeliverRecords", "Held", "Lost", "MovedAway", "NodeEffect", "ReliabilityConfig",
-           "ReliabilityNode", "RouteTo"]
+           "ReliabilityNode", "RouteTo", "SyncedBatch"]
