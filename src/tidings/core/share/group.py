@@ -42,6 +42,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from tidings.core.deadlines import Deadlines
+from tidings.core.durable.checkpoint import Home
 from tidings.core.mqtt.persistent import Delivery, DurableCursor
 from tidings.core.states import Transitions
 from tidings.core.units import SECOND_NS
@@ -146,9 +147,15 @@ class ShareGroup:
         self.cursor.silence(positions)
 
     def position(self) -> list[object] | None:
-        """The group's position, [default, [[pubend, tick], ...]] (None until SUBSCRIBED)."""
+        """The group's position, [default, [[pubend, tick], ...], [address, pubend, registration]]
+        (its home here, as SUBSCRIBED named it; None until SUBSCRIBED)."""
         checkpoint = self.cursor.checkpoint
-        return None if checkpoint is None else list(checkpoint.to_wire()[:2])
+        return None if checkpoint is None else list(checkpoint.to_wire())
+
+    def home(self) -> Home | None:
+        """Where the group's durable subscription is registered (SUBSCRIBED's home), if known."""
+        checkpoint = self.cursor.checkpoint
+        return None if checkpoint is None else checkpoint.home
 
     def release(self) -> list[object] | None:
         """The checkpoint to RELEASE, when the acknowledged prefix moved since the last."""

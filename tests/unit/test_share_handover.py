@@ -1,0 +1,66 @@
+"""A group's hand-over between homes (core/share/handover.py, core/share/home.py `moved`)."""
+
+from __future__ import annotations
+
+from tidings.core.durable.checkpoint import Home
+from tidings.core.inputs import ConnectionLost
+from tidings.core.share import handover as h
+from tidings.core.share.home import BrokerInput, Forget, PeerOut, ShareHomes
+from tidings.core.share.wire import ShareJoin, ShareLeft, ShareMoved
+
+KEY = ("anonymous", "g", "a/#")
+OLD = Home("10.0.0.2:7400", "pe2", 4)
+S = 1_000_000_000
+
+
+def test_an_old_home_is_told_until_it_answers_at_longer_and_longer_intervals():
+    debts = h.Handover()
+    assert debts.owe(0, "me", KEY, OLD) == [(OLD.address, ShareMoved(KEY, "me", "pe2", 4))]
+    assert debts.owe(0, "me", KEY, OLD) == []  # (once per registration)
+    sent = []
+    now = 0
+    while now < 200 * S:
+        now = debts.next_deadline()
+        sent += [now] * len(debts.due(now, "me"))
+    assert sent[:6] == [1 * S, 3 * S, 7 * S, 15 * S, 31 * S, 63 * S]  # doubling from 1 s ...
+    assert sent[6] - sent[5] == h.RETRY_MAX_NS  # ... to a minute
+    debts.settled("pe2", 4)
+    assert debts.debts == {} and debts.next_deadline() is None and debts.settled_total == 1
+
+
+def test_a_debt_is_given_up_after_its_keep_and_bounded_in_number():
+    debts = h.Handover()
+    debts.owe(0, "me", KEY, OLD)
+    assert debts.due(h.DEBT_KEEP_NS, "me") == [] and debts.debts == {} and debts.dropped == 1
+    for i in range(h.DEBTS_MAX):
+        debts.owe(0, "me", KEY, Home("a", "pe", i + 1))
+    assert debts.owe(0, "me", KEY, Home("a", "pe", h.DEBTS_MAX + 1)) == [] and debts.dropped == 2
+
+
+def homes_with_a_group(registration):
+    homes = ShareHomes("10.0.0.3:7400")
+    homes.joined(0, 0, ShareJoin(KEY, "10.0.0.1:7400", ("c1",)))
+    homed = homes.groups[KEY]
+    homed.sub = 1
+    homed.group.started([0, [], ["10.0.0.3:7400", "pe3", registration]])
+    return homes, homed
+
+
+def test_a_share_moved_stops_the_group_whose_registration_it_names_and_is_answered():
+    homes, homed = homes_with_a_group(4)
+    out = homes.moved(5, ShareMoved(KEY, "10.0.0.9:7400", "pe3", 4))
+    assert KEY not in homes.groups and homes.handed_over == 1 and homes.figures()["share_handed_over"] == 1
+    assert BrokerInput(ConnectionLost(5, homed.conn)) in out  # (after the UNSUBSCRIBE that ends it for good)
+    assert out[-2:] == [Forget("pe3", 4), PeerOut("10.0.0.9:7400", ShareLeft(KEY, "pe3", 4))]
+
+
+def test_a_share_moved_for_another_registration_leaves_the_group_here_and_forgets_that_one():
+    """The broker is home again since (killed, restarted, a new registration): the SHARE_MOVED is for
+    the registration it restored away, not the group's live one."""
+    homes, _ = homes_with_a_group(9)
+    out = homes.moved(5, ShareMoved(KEY, "10.0.0.9:7400", "pe3", 4))
+    assert KEY in homes.groups and homes.handed_over == 0
+    assert out == [Forget("pe3", 4), PeerOut("10.0.0.9:7400", ShareLeft(KEY, "pe3", 4))]
+    homes.handover.owe(0, homes.me, KEY, OLD)
+    homes.left(ShareLeft(KEY, "pe2", 4))
+    assert homes.figures()["share_moved_owed"] == 0
