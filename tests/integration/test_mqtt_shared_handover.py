@@ -20,6 +20,7 @@ from .test_mqtt_shared import WAIT_S, collect, home_of, settle, warm
 pytestmark = pytest.mark.integration
 PUBENDS = ["handover-p0", "handover-p1", "handover-p2", "handover-p3"]
 TOPIC_FILTER = "shared/handover/#"
+ARGS = ["--mqtt", "127.0.0.1:0"]
 
 
 def homed(broker, name):
@@ -43,11 +44,9 @@ def test_the_old_home_stops_at_once_and_a_killed_one_forgets_the_group_when_it_i
     broker 2's position) gets it: the registration it restored away from its saved state is
     forgotten (else it held release for durable_expiry_ns), and both debts are answered. Every
     message published is received throughout."""
-    for i, pubend in enumerate(PUBENDS):
-        load_or_create_identity(tmp_path / f"broker-{i}", functools.partial(str, pubend))
-    args = ["--mqtt", "127.0.0.1:0"]
-    with Cluster(tmp_path, 3, LOCAL_LIVENESS, identities=PUBENDS[:3], http=True, args=args) as cluster:
-        late = BrokerProcess(tmp_path / "broker-3", LOCAL_LIVENESS, join=cluster[0].address, http=True, args=args)
+    load_or_create_identity(tmp_path / "broker-3", functools.partial(str, PUBENDS[3]))
+    with Cluster(tmp_path, 3, LOCAL_LIVENESS, identities=PUBENDS[:3], http=True, args=ARGS) as cluster:
+        late = BrokerProcess(tmp_path / "broker-3", LOCAL_LIVENESS, join=cluster[0].address, http=True, args=ARGS)
         late.pubend = PUBENDS[3]
         name = next(n for n in (f"move{i}" for i in range(1 << 20))
                     if home_of(cluster.brokers, n, TOPIC_FILTER) is cluster[2]
@@ -103,3 +102,38 @@ def test_the_old_home_stops_at_once_and_a_killed_one_forgets_the_group_when_it_i
     assert wanted <= got.keys()
     assert back["durable_registrations"] == 1  # the group's, live
     assert again["durable_registrations"] == 0 and again["share_moved_owed"] == 0
+
+
+def test_a_home_killed_while_its_group_had_no_member_forgets_the_group_when_it_is_back(tmp_path):
+    """The group's only member (broker 0) leaves, and its home (broker 2) is killed -9 within the
+    group's empty keep: no member broker will make a new home take the group over. Broker 0 goes on
+    telling the group's home the position it held (JOINs without members, empty_tell_ns), which
+    reach the next home once broker 2 is found dead; that broker owes broker 2 a SHARE_MOVED, which
+    the restarted broker 2 gets: the group's registration it restored away is forgotten."""
+    with Cluster(tmp_path, 3, LOCAL_LIVENESS, identities=PUBENDS[:3], http=True, args=ARGS) as cluster:
+        home = cluster[2]
+        name = next(n for n in (f"gone{i}" for i in range(1 << 20))
+                    if home_of(cluster.brokers, n, TOPIC_FILTER) is home)
+        member = Mqtt(cluster[0].mqtt_address, "handover-gone", V5)
+        pub = Mqtt(cluster[0].mqtt_address, "handover-gone-pub", V5)
+        try:
+            assert member.subscribe(f"$share/{name}/{TOPIC_FILTER}", qos=1) == [1]
+            warm(pub, "shared/handover/probe", [member])
+            wanted = {f"e-{i}".encode() for i in range(10)}
+            for payload in sorted(wanted):
+                assert pub.publish("shared/handover/x", payload, qos=1) == 0
+            collect([member], wanted)
+        finally:
+            member.close()
+            pub.close()
+        cluster.wait(lambda: homed(home, name) and homed(home, name)["members"] == 0, WAIT_S, "the group empty")
+        cluster.kill(home)
+        others = cluster.brokers[:2]
+        cluster.wait(lambda: sum(figures(b)["share_moved_owed"] for b in others) == 1, WAIT_S,
+                     "the next home owing broker 2 a SHARE_MOVED")
+        cluster.restart(home)
+        back = cluster.wait(lambda: (f := figures(home))["durable_away"] == 0 and f, WAIT_S,
+                            "broker 2's restored registration of the group forgotten")
+        cluster.wait(lambda: sum(figures(b)["share_moved_owed"] for b in others) == 0, WAIT_S,
+                     "broker 2's SHARE_LEFT")
+    assert back["durable_registrations"] == 0 and not back["share_groups_homed"]

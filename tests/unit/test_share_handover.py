@@ -5,8 +5,10 @@ from __future__ import annotations
 from tidings.core.durable.checkpoint import Home
 from tidings.core.inputs import ConnectionLost
 from tidings.core.share import handover as h
+from tidings.core.share.group import ShareLimits
 from tidings.core.share.home import BrokerInput, Forget, PeerOut, ShareHomes
-from tidings.core.share.wire import ShareJoin, ShareLeft, ShareMoved
+from tidings.core.share.members import ShareMembers
+from tidings.core.share.wire import ShareDeliver, ShareJoin, ShareLeft, ShareMoved
 
 KEY = ("anonymous", "g", "a/#")
 OLD = Home("10.0.0.2:7400", "pe2", 4)
@@ -15,7 +17,7 @@ S = 1_000_000_000
 
 def test_an_old_home_is_told_until_it_answers_at_longer_and_longer_intervals():
     debts = h.Handover()
-    assert debts.owe(0, "me", KEY, OLD) == [(OLD.address, ShareMoved(KEY, "me", "pe2", 4))]
+    assert debts.owe(0, "me", KEY, OLD) == [(OLD.address, ShareMoved(KEY, "me", "pe2", 4, True))]
     assert debts.owe(0, "me", KEY, OLD) == []  # (once per registration)
     sent = []
     now = 0
@@ -64,3 +66,34 @@ def test_a_share_moved_for_another_registration_leaves_the_group_here_and_forget
     homes.handover.owe(0, homes.me, KEY, OLD)
     homes.left(ShareLeft(KEY, "pe2", 4))
     assert homes.figures()["share_moved_owed"] == 0
+
+
+def test_a_share_moved_not_taken_leaves_a_registration_the_group_uses():
+    homes, _ = homes_with_a_group(4)
+    assert homes.moved(5, ShareMoved(KEY, "10.0.0.9:7400", "pe3", 4, False)) == [
+        PeerOut("10.0.0.9:7400", ShareLeft(KEY, "pe3", 4))]
+    assert KEY in homes.groups and homes.handed_over == 0
+
+
+def test_a_member_broker_tells_its_position_after_its_last_member_left_and_a_new_home_owes_the_old():
+    """The member broker's JOINs without members carry the position for empty_tell_ns; one reaching
+    a broker where the group is not homed, naming another home, is a debt not `taken`, asked once."""
+    members = ShareMembers("10.0.0.1:7400", ShareLimits())
+    members.join(0, 1, "c", KEY)
+    position = [0, [["pe", 5]], [OLD.address, OLD.pubend, OLD.registration]]
+    members.delivered(ShareDeliver(KEY, OLD.address, "c@1", 1, ["pe", 5], position))
+    [first] = members.leave(1, 1, KEY)
+    joins = [first]
+    now = 1
+    while (deadline := members.next_deadline()) is not None:
+        now = deadline
+        joins += members.handle_timeout(now)
+    assert {(j.join.clients, str(j.join.position)) for j in joins} == {((), str(position))}
+    assert len(joins) == ShareLimits().empty_tell_ns // S and members.positions == {}
+
+    homes = ShareHomes("10.0.0.3:7400")
+    [told] = homes.joined(2, 0, first.join)
+    assert told == PeerOut(OLD.address, ShareMoved(KEY, "10.0.0.3:7400", "pe2", 4, False)) and not homes.groups
+    homes.left(ShareLeft(KEY, "pe2", 4))
+    assert homes.joined(3, 0, first.join) == []  # (answered: not asked again)
+    assert ShareHomes(OLD.address).joined(2, 0, first.join) == []  # the home named: nothing owed

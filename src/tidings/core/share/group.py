@@ -55,6 +55,7 @@ class ShareLimits:
     member_expiry_ns: int = 3 * SECOND_NS  # a member broker not heard from this long has left
     empty_keep_ns: int = 30 * SECOND_NS  # a group without members is kept this long, then ends
     queued_bytes_max: int = 4 << 20  # events waiting for a member past this: the subscription is paced
+    empty_tell_ns: int = 60 * SECOND_NS  # a member broker tells its position this long after its last member left
 
 
 class GroupState(StrEnum):

@@ -15,6 +15,14 @@ and the JOINs reach this one now), this broker *owes* the old home a SHARE_MOVED
   group had not acknowledged there for `durable_expiry_ns` (7 days);
 - either way it answers SHARE_LEFT (`settled`).
 
+A position also comes in a JOIN without members: a member broker whose last member left keeps
+telling the group's home its position for `empty_tell_ns` (core/share/members.py). One that reaches
+a broker where the group is not homed, naming another home, makes a debt too, not `taken`: the old
+home (killed while the group had no member, in its `empty_keep_ns`) forgets the registration when it
+is back, unless its group is using it (it is alive and still home: the JOIN was routed elsewhere
+while the overlay settled). Such a debt once answered is remembered (`done`, at most `DEBTS_MAX`),
+so the JOINs repeated each second do not ask again.
+
 Until the answer, SHARE_MOVED is sent again every `RETRY_FIRST_NS`, doubling to `RETRY_MAX_NS` (an
 old home that is down is dialled that rarely), for at most `DEBT_KEEP_NS`; after that the old
 home's registration expires by itself. A debt outlives the group here (the group may end, or move
@@ -52,6 +60,7 @@ class Retry(NamedTuple):
 class Debt:
     group: GroupKey
     address: str  # the old home's
+    taken: bool  # the group is homed here now (else: a JOIN without members named the old home)
     since_ns: int
     wait_ns: int  # until the next SHARE_MOVED after the one due now
 
@@ -59,27 +68,35 @@ class Debt:
 class Handover:
     def __init__(self) -> None:
         self.debts: dict[Owed, Debt] = {}
+        self.done: dict[Owed, None] = {}  # debts not `taken` that were answered, oldest first
         self.timers: Deadlines[Retry] = Deadlines()
         self.told = self.settled_total = self.dropped = 0  # figures: old homes told, answered, not kept
 
-    def owe(self, now: int, me: str, group: GroupKey, old: Home) -> list[tuple[str, ShareMoved]]:
-        """The group homed here (at `me`) started from a position of `old`: tell it (once per debt)."""
+    def owe(self, now: int, me: str, group: GroupKey, old: Home, taken: bool = True) -> list[tuple[str, ShareMoved]]:
+        """The group homed here (at `me`: `taken`) started from a position of `old`, or a JOIN
+        without members named it (not `taken`): tell it (once per debt)."""
         owed = (old.pubend, old.registration)
-        if owed in self.debts:
+        debt = self.debts.get(owed)
+        if debt is not None and (debt.taken or not taken):
             return []
-        if len(self.debts) >= DEBTS_MAX:
-            self.dropped += 1
+        if debt is None and ((not taken and owed in self.done) or len(self.debts) >= DEBTS_MAX):
+            self.dropped += owed not in self.done
             return []
-        self.debts[owed] = Debt(group, old.address, now, min(2 * RETRY_FIRST_NS, RETRY_MAX_NS))
+        self.debts[owed] = Debt(group, old.address, taken, now, min(2 * RETRY_FIRST_NS, RETRY_MAX_NS))
         self.timers.set(Retry(owed), now + RETRY_FIRST_NS)
         self.told += 1
-        return [(old.address, ShareMoved(group, me, *owed))]
+        return [(old.address, ShareMoved(group, me, *owed, taken))]
 
     def settled(self, pubend: str, registration: int) -> None:
         """SHARE_LEFT: the old home stopped the group and forgot the registration."""
-        if self.debts.pop((pubend, registration), None) is not None:
+        debt = self.debts.pop((pubend, registration), None)
+        if debt is not None:
             self.settled_total += 1
             self.timers.cancel(Retry((pubend, registration)))
+            if not debt.taken:
+                self.done[(pubend, registration)] = None
+                if len(self.done) > DEBTS_MAX:
+                    del self.done[next(iter(self.done))]
 
     def due(self, now: int, me: str) -> list[tuple[str, ShareMoved]]:
         """The SHARE_MOVEDs due again (a debt older than DEBT_KEEP_NS is dropped instead)."""
@@ -92,7 +109,7 @@ class Handover:
                 del self.debts[timer.owed]
                 self.dropped += 1
                 continue
-            out.append((debt.address, ShareMoved(debt.group, me, *timer.owed)))
+            out.append((debt.address, ShareMoved(debt.group, me, *timer.owed, debt.taken)))
             self.timers.set(timer, now + debt.wait_ns)
             debt.wait_ns = min(2 * debt.wait_ns, RETRY_MAX_NS)
         return out

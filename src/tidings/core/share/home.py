@@ -133,8 +133,10 @@ class ShareHomes:
         homed = self.groups.get(msg.group)
         out: list[HomeOutput] = []
         if homed is None or homed.group.state is CLOSED:
-            if not msg.clients or not msg.group[0]:  # (a scope is an identity: never empty)
+            if not msg.group[0]:  # (a scope is an identity: never empty)
                 return []
+            if not msg.clients:  # a member broker whose members left, telling the position it held
+                return self._owe_untaken(now, msg)
             if homed is not None:
                 self._forget(homed)
             if len(self.groups) >= GROUPS_HOMED_MAX:
@@ -154,14 +156,16 @@ class ShareHomes:
         """The group's new home says so: the group stops here if its subscription is the one named."""
         homed = self.groups.get(msg.group)
         out: list[HomeOutput] = []
+        left = PeerOut(msg.home, ShareLeft(msg.group, msg.pubend, msg.registration))
         if homed is not None and homed.group.state is not CLOSED:
             home = homed.group.home()
             if home is not None and (home.pubend, home.registration) == (msg.pubend, msg.registration):
+                if not msg.taken:  # the group here uses it: nothing to forget
+                    return [left]
                 self.handed_over += 1
                 homed.group.close()
                 out += self._close(now, homed)
-        left = ShareLeft(msg.group, msg.pubend, msg.registration)
-        return [*out, Forget(msg.pubend, msg.registration), PeerOut(msg.home, left)]
+        return [*out, Forget(msg.pubend, msg.registration), left]
 
     def left(self, msg: ShareLeft) -> None:
         self.handover.settled(msg.pubend, msg.registration)
@@ -251,6 +255,13 @@ class ShareHomes:
         assert type(default) is int and isinstance(positions, list)  # (checked by the JOIN's decoder)
         return homed.native.subscribe(homed.key[2], start=default, positions=positions,
                                       home=home[0] if home else None)  # type: ignore[arg-type]
+
+    def _owe_untaken(self, now: int, msg: ShareJoin) -> list[HomeOutput]:
+        """A JOIN without members for a group not homed here, with a position of another home."""
+        old = None if msg.position is None or len(msg.position) < 3 else Checkpoint.from_wire(msg.position).home
+        if old is None or old.address == self.me:
+            return []
+        return [PeerOut(address, moved) for address, moved in self.handover.owe(now, self.me, msg.group, old, False)]
 
     def _owe(self, now: int, homed: Homed) -> list[HomeOutput]:
         """SUBSCRIBED: a position of another home makes this one owe it a SHARE_MOVED."""

@@ -14,12 +14,14 @@
     SHARE_ACK     [143, [scope, group, filter], client id, [delivery, ...], [delivery, ...]]
         direct from the member's broker to the home: deliveries acknowledged by the client (QoS 1:
         its PUBACK; QoS 0: sent), and deliveries returned (the client was gone).
-    SHARE_MOVED   [144, [scope, group, filter], home, pubend, registration]
-        direct from a group's new home (at `home`) to its old one, named by the position the group
-        started from (core/share/handover.py): the group is homed at `home` now; the old home stops
-        the group if its durable subscription is registration `registration` of pubend `pubend`
-        there, and forgets that registration in any case (as MOVED would, core/reliability/messages.py).
-        Repeated until answered.
+    SHARE_MOVED   [144, [scope, group, filter], home, pubend, registration, taken]
+        direct from the broker at `home` to a group's old home, named by a position
+        (core/share/handover.py). `taken`: the group is homed at `home` now (it started from that
+        position): the old home stops the group if its durable subscription is registration
+        `registration` of pubend `pubend` there, and forgets that registration in any case (as MOVED
+        would, core/reliability/messages.py). Not `taken` (the position came in a JOIN without
+        members, the group homed nowhere else): the old home forgets the registration unless its
+        group is using it. Repeated until answered.
     SHARE_LEFT    [145, [scope, group, filter], pubend, registration]
         the old home's answer: done (the new home stops repeating its SHARE_MOVED).
 
@@ -91,9 +93,10 @@ class ShareAck:
 @dataclass(frozen=True, slots=True)
 class ShareMoved:
     group: GroupKey
-    home: str  # the new home's address
+    home: str  # the sender's address (the new home's, when `taken`)
     pubend: str  # the old home's pubend id and the group's registration there
     registration: int
+    taken: bool = True  # the sender homes the group now
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +124,7 @@ def ack(msg: ShareAck) -> WireArray:
 
 
 def moved(msg: ShareMoved) -> WireArray:
-    return [BrokerType.SHARE_MOVED, list(msg.group), msg.home, msg.pubend, msg.registration]
+    return [BrokerType.SHARE_MOVED, list(msg.group), msg.home, msg.pubend, msg.registration, msg.taken]
 
 
 def left(msg: ShareLeft) -> WireArray:
@@ -210,10 +213,10 @@ def decode(msg: list[object]) -> ShareMessage:
 def _handover(kind: object, msg: list[object]) -> ShareMoved | ShareLeft:
     """SHARE_MOVED or SHARE_LEFT (core/share/handover.py), checked."""
     if kind == BrokerType.SHARE_MOVED:
-        if len(msg) != 5:
-            raise _bad("SHARE_MOVED has 4 fields")
+        if len(msg) != 6 or type(msg[5]) is not bool:
+            raise _bad("SHARE_MOVED has 5 fields, the last true or false")
         return ShareMoved(_group(msg[1]), _text(msg[2], "SHARE_MOVED home"), _text(msg[3], "SHARE_MOVED pubend"),
-                          _registration(msg[4], "SHARE_MOVED registration"))
+                          _registration(msg[4], "SHARE_MOVED registration"), msg[5])
     if kind == BrokerType.SHARE_LEFT:
         if len(msg) != 4:
             raise _bad("SHARE_LEFT has 3 fields")
