@@ -90,6 +90,12 @@ def test_a_member_broker_tells_its_position_after_its_last_member_left_and_a_new
         joins += members.handle_timeout(now)
     assert {(j.join.clients, str(j.join.position)) for j in joins} == {((), str(position))}
     assert len(joins) == ShareLimits().empty_tell_ns // S and members.positions == {}
+    members.join(now, 2, "d", KEY)
+    members.delivered(ShareDeliver(KEY, OLD.address, "d@2", 2, ["pe", 6], position))
+    [told] = members.leave(now + 1, 2, KEY)
+    assert told.join.position == position  # (the tail begins)
+    [again] = members.join(now + 2, 3, "e", KEY)  # (a member again within the tail: no position, as before)
+    assert again.join.position is None and members.positions == {}
 
     homes = ShareHomes("10.0.0.3:7400")
     [told] = homes.joined(2, 0, first.join)

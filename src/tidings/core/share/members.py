@@ -138,7 +138,8 @@ class ShareMembers:
         clients = tuple(sorted(self.members.get(key, {})))
         refresh = now + self.limits.refresh_interval_ns
         if clients:
-            self.emptied.pop(key, None)
+            if self.emptied.pop(key, None) is not None:  # a member again: the group's position is the home's
+                self.positions.pop(key, None)  # (as before its members left: none)
             self.timers.set(Refresh(key), refresh)
             return [RouteJoin(ShareJoin(key, self.me, clients, self.positions.get(key)))]
         self.members.pop(key, None)
