@@ -128,8 +128,9 @@ class TreeStreams:
         if moved:
             self.curiosity.moved(now, ist)  # (a nack's answer: its round trip, curiosity.py)
             out += self._push(now, t, ist)
-        elif knowledge.through <= ist.acked_sent:  # our ack may have been lost
-            self.acks.ack(upstream, tree, ist.pubend, ist.acked_sent, max(0, ist.released_sent),
+        elif knowledge.through <= ist.acked_sent:  # our ack may have been lost: the point last sent, never
+            # above it (a consumer sent back lowered it: upstream would let go of the ticks being fetched again)
+            self.acks.ack(upstream, tree, ist.pubend, ist.point_sent, max(0, ist.released_sent),
                            max(0, ist.released_sent, ist.delivered_sent))
         self._after_change(now, ist)
         return out
