@@ -60,7 +60,8 @@ POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
 
 class TreeStreams:
     def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, held: Held,
-                 congested: Callable[[str], bool], alarm: Alarm | None = None) -> None:
+                 congested: Callable[[str], bool], alarm: Alarm | None = None,
+                 takes_complete: Callable[[str], bool] = lambda address: True) -> None:
         self.me = me
         self.pubend_id = pubend_id
         self.config = config
@@ -76,7 +77,7 @@ class TreeStreams:
         self.acks = AckBatcher()  # drained by the reliability node when its input is handled
         self.curiosity = Curiosity(CuriosityConfig(config.gap_curiosity_ns, config.nack_repeat_ns_min,
                                                    config.nack_repeat_ns_max, config.nack_complete),
-                                   self._pruned, alarm)
+                                   self._pruned, alarm, takes_complete)
         self.total_order = TotalOrderMerge(config.clock_skew_allowance_us)
         self.records_unwanted = 0  # first-time data that reached this broker though nothing here or below wanted it
         self.retransmissions_sent = 0
