@@ -15,7 +15,7 @@ from tidings.core.reliability.curiosity import complete
 from tidings.core.reliability.pieces import Piece
 from tidings.core.reliability.sparse import SparseSilence
 
-COMPLETE = BrokerConfig(nack_complete=True)  # complete nacks are off by default (docs/delivery.md)
+COMPLETE = BrokerConfig(nack_complete=True)  # (the default; said so where a test depends on it)
 ASKED = ((600, 601), (800, 801))  # a PFS catchup's sparse nack: two matching ticks of 600..1000
 
 

@@ -86,7 +86,7 @@ class CuriosityConfig:
     gap_curiosity_ns: int  # GCT
     nack_repeat_ns_min: int  # NRT floor
     nack_repeat_ns_max: int  # NRT after backoff
-    complete: bool = False  # a nack may say it is complete over its span (off: a failover sweep lost events with it)
+    complete: bool = True  # a nack may say it is complete over its span (to an upstream that understands it)
 
 
 class GapTimer(NamedTuple):
