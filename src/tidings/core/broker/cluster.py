@@ -193,12 +193,12 @@ class ClusterMember:
         if reliability is not None:
             self.directory = PubendDirectory(me, reliability.pubend_id, reliability.directory_config,
                                              reliability.pubend_state, reliability.directory, self._due.directory)
-            links = peers
             self.reliability = ReliabilityNode(me, reliability.pubend_id, reliability.config,
-                                               self.scribe.said_empty.suppressed,
-                                               reliability.trees_of, reliability.pubend_state, reliability.held,
-                                               (lambda address: False) if links is None else links.congested,
-                                               alarm=self._due.reliability)
+                                               self.scribe.said_empty.suppressed, reliability.trees_of,
+                                               reliability.pubend_state, reliability.held,
+                                               (lambda address: False) if peers is None else peers.congested,
+                                               self._due.reliability,  # and who takes a complete nack:
+                                               (lambda address: True) if peers is None else peers.complete_nacks)
             self.directory.clock = self.reliability.streams.clock = self.clock
         self._before_join: deque[RouteTo] = deque(maxlen=ROUTES_BEFORE_JOIN_MAX)
         self._due.scribe.watch(self.scribe)

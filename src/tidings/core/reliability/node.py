@@ -96,7 +96,7 @@ class ReliabilityConfig:
     release_hold_ns: int = defaults.RELEASE_HOLD_NS  # a child that left holds release at its last value this long
     # a durable catchup fetches matching ticks this close as one range
     nack_merge_ticks: int = defaults.NACK_MERGE_TICKS
-    nack_complete: bool = False  # complete nacks (messages.Nack.complete): off, see docs/delivery.md
+    nack_complete: bool = True  # complete nacks (messages.Nack.complete), to parents that understand them
     # a tree's nack answers in flight beyond its root's ack
     retransmit_window_bytes: int = defaults.RETRANSMIT_WINDOW_BYTES
     # a window its root's acks have not moved this long starts again
@@ -123,8 +123,11 @@ class ReliabilityNode:
     def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, told_empty: ToldEmpty,
                  trees_of: Callable[[str], list[str]], pubend_state: PubendState,
                  held: Held = lambda tree, pubend: None,
-                 congested: Callable[[str], bool] = lambda address: False, alarm: Alarm | None = None) -> None:
-        """`alarm`: the broker's earliest deadline, told when a timer moves (core/deadlines.py)."""
+                 congested: Callable[[str], bool] = lambda address: False, alarm: Alarm | None = None,
+                 takes_complete: Callable[[str], bool] = lambda address: True) -> None:
+        """`alarm`: the broker's earliest deadline, told when a timer moves (core/deadlines.py);
+        `takes_complete`: the broker at an address understands a complete nack (its peer link's
+        version, wire/peer.py; a broker without peer links has no older peers)."""
         self.me = me
         self.pubend_id = pubend_id
         self.config = config
@@ -138,7 +141,7 @@ class ReliabilityNode:
             config.retransmit_window_bytes, config.retransmit_wait_ns,
             FlowLimits(config.flow_window_bytes, config.flow_hold_bytes_max, config.flow_stall_ns)), trees_of,
             told_empty, congested, alarm)
-        self.streams = TreeStreams(me, pubend_id, config, held, congested, alarm)
+        self.streams = TreeStreams(me, pubend_id, config, held, congested, alarm, takes_complete)
         self.timers: Deadlines[SilenceTimer] = Deadlines(alarm)  # the pubend's silence, release and the merges
         self.peer_errors = 0
         self.locals = LocalConsumers(self.streams)  # local subscriptions and the PFS on the streams
