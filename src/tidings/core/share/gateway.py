@@ -8,7 +8,10 @@
   `vouch`), its WELCOME (or ERROR) coming back as `BrokerInput`'s answers do;
 - `RouteJoin`: routed by the overlay towards the group's key (core/share/wire.py `route`), from this
   broker; without an overlay this broker is every group's home;
-- `PeerOut`: sent on the peer link to the broker named (dialled if need be);
+- `PeerOut`: sent on the peer link to the broker named (dialled if need be); a SHARE_MOVED or
+  SHARE_LEFT only over a link speaking peer version SHARE_HANDOVER (core/wire/peer.py "Versions"):
+  to a broker not linked yet it dials instead (the handover's repeats find the link open), and to
+  an older broker it is never sent (that broker keeps an old home's behaviour of version 1);
 - `Forget`: the broker forgets one of its durable registrations, as a MOVED from a peer makes it
   (`MovedAway`, core/subscription/router.py), when the pubend named is its own;
 - `LocalDeliver`: the MQTT session of the connection delivers it (RETURNed when it is gone).
@@ -30,7 +33,8 @@ from tidings.core.share.group import ShareLimits
 from tidings.core.share.home import BrokerInput, Forget, PeerOut, Vouch
 from tidings.core.share.hub import HubOutput, ShareHub
 from tidings.core.share.members import LocalDeliver, RouteJoin
-from tidings.core.share.wire import ShareArrived, encode, route
+from tidings.core.share.wire import ShareArrived, ShareLeft, ShareMoved, encode, route
+from tidings.core.wire.peer import PEER_VERSION_MIN, SHARE_HANDOVER
 
 if TYPE_CHECKING:
     from tidings.core.broker.broker import Broker
@@ -139,8 +143,13 @@ def _carry(gateway: MqttGateway, item: HubOutput, out: list[Effect]) -> None:
             effects = cluster.received(now, cluster.me.address, route(cluster.me, item.join))
             gateway._to_client(effects, out)  # type: ignore[arg-type]  # (peer sends, or ShareArrived)
     elif isinstance(item, PeerOut):
-        if cluster is not None and cluster.peers is not None:
-            out += cluster.peers.send(now, item.address, encode(item.message))
+        peers = None if cluster is None else cluster.peers
+        if peers is None:
+            pass
+        elif not isinstance(item.message, ShareMoved | ShareLeft) or peers.speaks(item.address, SHARE_HANDOVER):
+            out += peers.send(now, item.address, encode(item.message))
+        elif not peers.speaks(item.address, PEER_VERSION_MIN):  # (not linked, or not open yet)
+            out += peers.probe(now, item.address)  # dialled if not linked: a repeat finds it open
     elif isinstance(item, Forget):
         if item.pubend == broker.pubend.pubend_id:
             gateway._to_client(broker.settle(now, [MovedAway(item.registration)]), out)

@@ -20,7 +20,10 @@ so a cluster mixing versions links every pair, each in the older one's version. 
     1   the handshake, PING/PONG, PEER_ERROR, the cluster credential; every other layer's messages
     2   a NACK may carry its fifth element, `complete` (core/reliability/messages.py): a broker
         sends complete nacks only over a link speaking 2 or later (COMPLETE_NACKS), since a
-        broker of version 1 refuses a five-element NACK as malformed and closes the link
+        broker of version 1 refuses a five-element NACK as malformed and closes the link;
+        SHARE_MOVED and SHARE_LEFT (144, 145: core/share/handover.py), which a broker of version
+        1 does not know (an unknown type closes the link), go only over a link speaking 2 or later
+        (SHARE_HANDOVER)
 
 In a cluster with a credential (core/auth/peer_auth.py) the dialler's PEER_HELLO carries a fourth
 field, its nonce; the acceptor answers PEER_CHALLENGE, the dialler checks it and sends PEER_AUTH,
@@ -48,6 +51,7 @@ from tidings.core.wire.types import LinkType
 PEER_VERSION = 2  # the version this broker speaks (see "Versions" above)
 PEER_VERSION_MIN = 1  # the oldest it still speaks, to an older peer
 COMPLETE_NACKS = 2  # the version from which a peer understands a complete NACK
+SHARE_HANDOVER = 2  # the version from which a peer understands SHARE_MOVED and SHARE_LEFT
 
 NONCE_BYTES_MAX = 64
 
