@@ -279,13 +279,13 @@ class MqttSession:
         """The PUBLISHes read so far as native PUBLISH frames (many events to a frame)."""
         if not self.batch or self.native is None:
             return
-        ids = iter(self.batch_ids)
-        for seq, count, frame in self.native.publish(self.batch):
-            for i in range(count):
-                packet_id = next(ids)
+        frames = self.native.publish(self.batch)  # (their seqs follow one another from the first's)
+        if any(self.batch_ids):  # (a packet identifier is never 0; QoS 0 alone has none)
+            seq = frames[0][0]
+            for i, packet_id in enumerate(self.batch_ids):
                 if packet_id is not None:
                     self.publishes[seq + i] = packet_id
-            native.append(frame)
+        native += [frame for _, _, frame in frames]
         self.batch, self.batch_ids = [], []
 
     def _subscribe(self, eff: fx.Subscribed | fx.Unsubscribed, out: list[Effect], native: list[bytes]) -> None:
