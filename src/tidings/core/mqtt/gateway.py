@@ -41,14 +41,14 @@ from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
 from tidings.core.mqtt import persistent
 from tidings.core.mqtt import will as wills
-from tidings.core.mqtt.bridge import MqttSettings
+from tidings.core.mqtt.bridge import MQTT_5, MqttSettings
 from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
 from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState, producer_of
 from tidings.core.mqtt.expiry import SessionKey
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.resumption import CARRIED_BYTES_MAX, Carried
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
-from tidings.core.mqtt.session import OPEN, MqttSession, status_of
+from tidings.core.mqtt.session import OPEN, MqttSession
 from tidings.core.mqtt.subscriptions import Held
 from tidings.core.mqtt.will import WillTimer, will_frame
 from tidings.core.publish.dedup import scoped
@@ -195,7 +195,8 @@ class MqttGateway:
 
     def handle(self, inp: Input) -> list[Effect]:
         self.now = self.shares.now = inp.now
-        if isinstance(inp, Received | TimerFired) and inp.wall_us:
+        kind = type(inp)
+        if (type(inp) is Received or type(inp) is TimerFired) and inp.wall_us:
             known, self.wall_us, self.wall_now = self.wall_us, inp.wall_us, inp.now
             if not known:  # (the saved sessions' expiries are timed from the first wall time known)
                 self._arm_expiry()
@@ -203,7 +204,6 @@ class MqttGateway:
         if self.retained.state is IDLE:  # the broker's own subscription to retained events, once
             self._to_client(self.broker.handle(Accepted(inp.now, RETAINED_CONN)), out)
             self._to_feed(self.retained.open(), out)
-        kind = type(inp)
         if kind is Received:
             assert isinstance(inp, Received)
             session = self.sessions.get(inp.conn)
@@ -246,10 +246,16 @@ class MqttGateway:
         self._arm(session)
 
     def _arm(self, session: MqttSession) -> None:
-        """The session's protocol machine's deadline, as it now is (and whether it waits for a save)."""
-        if session.qos2 is not None and session.qos2.waiting():
+        """The session's protocol machine's deadline, as it now is (and whether it waits for a save).
+        The timer is touched only when that deadline moved since it was last armed (`session.armed`:
+        most turns leave it where it was)."""
+        qos2 = session.qos2
+        if qos2 is not None and qos2.waiting():
             self.saving.add(session.conn)
-        deadline = session.next_deadline()
+        deadline = session.machine.deadlines.next_deadline()
+        if deadline == session.armed:
+            return
+        session.armed = deadline
         if deadline is None:
             self.timers.cancel(ProtocolTimer(session.conn))
         elif self.timers.when(ProtocolTimer(session.conn)) != deadline:
@@ -267,24 +273,30 @@ class MqttGateway:
         """The broker's effects: an MQTT connection's Sends through its session, the rest as they are."""
         sessions = self.sessions
         for eff in effects:
-            if isinstance(eff, Send | Disconnect) and eff.conn < 0:  # the retained feed's, a share group's
+            if type(eff) is Send:
+                session = sessions.get(eff.conn)
+                if session is not None:
+                    native: list[bytes] = []
+                    session.wall_us = self.wall_us
+                    session.from_broker(eff.data, out, native)
+                    if native:
+                        self._to_broker(session, native, out)
+                    self._arm(session)
+                elif eff.conn == RETAINED_CONN:  # the retained feed's
+                    self._feed(eff, out)
+                elif eff.conn < 0:  # a share group's
+                    shares.taken(self, eff)
+                else:
+                    out.append(eff)
+            elif type(eff) is Disconnect and eff.conn < 0:
                 if eff.conn == RETAINED_CONN:
                     self._feed(eff, out)
                 else:
                     shares.taken(self, eff)
-                continue
-            if type(eff) is not Send or (session := sessions.get(eff.conn)) is None:
-                if isinstance(eff, ShareArrived):  # a shared subscription's message (core/share/)
-                    shares.taken(self, eff)
-                else:
-                    out.append(eff)
-                continue
-            native: list[bytes] = []
-            session.wall_us = self.wall_us
-            session.from_broker(eff.data, out, native)
-            if native:
-                self._to_broker(session, native, out)
-            self._arm(session)
+            elif isinstance(eff, ShareArrived):  # a shared subscription's message (core/share/)
+                shares.taken(self, eff)
+            else:
+                out.append(eff)
 
     def _feed(self, eff: Send | Disconnect, out: list[Effect]) -> None:
         """What the broker sent the retained feed; the connection ends when the feed is closed."""
@@ -463,3 +475,12 @@ def _figures(session: MqttSession) -> dict[str, int]:
     return {"packets_received": session.received, "packets_sent": session.sent,
             "publishes_received": session.published, "publishes_delivered": session.subscriptions.delivered,
             "refusals": session.refused, "deliveries_dropped": session.dropped}
+
+
+def status_of(session: MqttSession) -> dict[str, object]:
+    """One MQTT connection in the broker's status (the gateway's `sessions`)."""
+    s = session
+    return {**s.machine.status(), "conn": s.conn, "client_id": s.client_id, "identity": s.identity,
+            "state": str(s.state), "version": "5.0" if s.level == MQTT_5 else "3.1.1", "persistent": s.persistent,
+            "subscriptions": len(s.subscriptions.subs), "received": s.received, "sent": s.sent}
+
