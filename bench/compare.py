@@ -11,8 +11,10 @@ Each revision is checked out into a temporary git worktree of its own (`git work
 --detach`); `--head worktree` (the default) is this checkout as it is, uncommitted changes
 included. Every bench runs from its own side's checkout (the load clients import tidings' wire
 modules, which move between revisions) with the invoking interpreter's venv and PYTHONPATH set to
-that side's src; a one-line import check proves each side imports its own tidings first. The
-compiled Spark decoder is not needed. Only tidings runs (`bench/run.py --brokers tidings`); gd's
+that side's src; a one-line import check proves each side imports its own tidings first. A
+checkout compare made gets the compiled modules of its `.c` sources (the publish intake's
+`_batch`): this checkout's where the source is the same, else built in place; without them it
+would run the Python fallbacks and measure those. Only tidings runs (`bench/run.py --brokers tidings`); gd's
 `cross` test also starts its NATS cluster when nats-server is installed, and compare keeps only
 tidings' figures.
 
@@ -331,6 +333,32 @@ def side_env(side: Side) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(side.root / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+def native(side: Side) -> list[str]:
+    """Give a checkout we made the compiled modules its `.c` sources build (a fresh worktree has
+    none, and tidings then runs their Python fallbacks, slower: a compare would measure that):
+    the invoking checkout's module where its source is byte for byte the same, else a build in
+    place (`setup.py build_ext --inplace`). What each got, for the meta line."""
+    if side.admin_dir is None:  # the invoking checkout: as it is
+        return []
+    got = []
+    for source in sorted((side.root / "src").rglob("*.c")):
+        mine = REPO / source.relative_to(side.root)
+        built = sorted(mine.parent.glob(mine.stem + ".*.so")) if mine.exists() else []
+        if built and mine.read_bytes() == source.read_bytes():
+            shutil.copy2(built[0], source.parent / built[0].name)
+            got.append(f"{source.relative_to(side.root)}: copied")
+            continue
+        proc = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], capture_output=True,
+                              text=True, env=side_env(side), cwd=side.root, check=False, timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{side.name}: setup.py build_ext failed: {proc.stderr.strip()[-300:]}")
+        progress(f"{side.name}: compiled modules built in place")
+        return ["built in place (setup.py build_ext --inplace)"]
+    for note in got:
+        progress(f"{side.name}: {note}")
+    return got
+
+
 def check_import(side: Side) -> None:
     proc = subprocess.run([sys.executable, "-c", "import os, tidings; print(os.path.realpath(tidings.__file__))"],
                           capture_output=True, text=True, env=side_env(side), cwd=side.root, check=False)
@@ -441,6 +469,7 @@ def compare(args: argparse.Namespace, benches: list[tuple[str, str]], ignore: li
         try:
             for name, rev in (("base", args.base), ("head", args.head)):
                 sides[name] = checkout(name, rev, tmp)
+            built = {side.name: native(side) for side in sides.values()}
             for side in sides.values():
                 check_import(side)
                 for kind, _ in benches:
@@ -456,7 +485,7 @@ def compare(args: argparse.Namespace, benches: list[tuple[str, str]], ignore: li
                           "base_label": base.label, "head_label": head.label, "rounds": args.rounds,
                           "benches": [f"{k}:{t}" for k, t in benches], "order": args.order,
                           "duration_s": args.duration_s, "tolerance_pct": args.tolerance_pct, "cpus": cpus,
-                          "loadavg_before": [round(x, 2) for x in load_before], "notes": instrument,
+                          "loadavg_before": [round(x, 2) for x in load_before], "notes": instrument, "native": built,
                           "command": "python bench/compare.py " + " ".join(sys.argv[1:]),
                           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}])
             plan = runs(benches, args.rounds, args.order)

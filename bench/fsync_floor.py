@@ -12,6 +12,10 @@ broker's data: append one record of `record_bytes` to a file opened for appendin
   python bench/fsync_floor.py [--dir DIR] [--samples 3000] [--rate 1000] [--record-bytes 140]
                               [--calls fsync,fdatasync,dsync]
 
+The line also gives the CPU time the probing thread spent in each pair (`cpu_p50_us`, `cpu_p90_us`,
+CLOCK_THREAD_CPUTIME_ID): a broker's CPU per event in (d) includes its log writer's fsync, and on a
+virtual disk that is not only waiting (docs/benchmarks.md, "(d) above the disk's fsync").
+
 bench/run.py calls `measure` once per round before the brokers, in $TIDINGS_BENCH_DIR/runs, and
 records the line with test "fsync" (broker "disk"); summarize.py shows tidings' (d) above it.
 
@@ -60,6 +64,7 @@ def measure(directory: str, samples: int = SAMPLES, rate_per_s: float = RATE_PER
     record = os.urandom(record_bytes)
     write_us: list[float] = []
     total_us: list[float] = []
+    cpu_us: list[float] = []  # the thread's CPU time in each pair: on a VM an fsync costs CPU, not only time
     os.makedirs(directory, exist_ok=True)
     fd, path = tempfile.mkstemp(prefix="fsync-floor-", suffix=".log", dir=directory)
     try:
@@ -74,9 +79,11 @@ def measure(directory: str, samples: int = SAMPLES, rate_per_s: float = RATE_PER
                     time.sleep(pause_ns / 1e9)  # pacing the load, as (d) paces its events
                 t_next += interval_ns
             t0 = time.perf_counter_ns()
+            c0 = time.thread_time_ns()
             os.write(fd, record)
             t1 = time.perf_counter_ns()
             os.fsync(fd)
+            cpu_us.append((time.thread_time_ns() - c0) / 1000)  # inside the wall span: never more than it
             t2 = time.perf_counter_ns()
             write_us.append((t1 - t0) / 1000)
             total_us.append((t2 - t0) / 1000)
@@ -89,7 +96,9 @@ def measure(directory: str, samples: int = SAMPLES, rate_per_s: float = RATE_PER
     finally:
         os.unlink(path)
     out = summary(total_us)
-    out.update({"write_p50_us": summary(write_us)["p50_us"], "record_bytes": record_bytes,
+    cpu = summary(cpu_us)
+    out.update({"write_p50_us": summary(write_us)["p50_us"], "cpu_p50_us": cpu["p50_us"],
+                "cpu_p90_us": cpu["p90_us"], "record_bytes": record_bytes,
                 "rate_per_s": rate_per_s, "dir": directory, "call": "write+fsync"})
     return out
 
@@ -110,6 +119,7 @@ def compare_calls(directory: str, calls: list[str], samples: int = SAMPLES, rate
     os.makedirs(directory, exist_ok=True)
     files: dict[str, tuple[int, str]] = {}
     took: dict[str, list[float]] = {c: [] for c in calls}
+    cpu: dict[str, list[float]] = {c: [] for c in calls}
     try:
         for call in calls:
             fd, path = tempfile.mkstemp(prefix=f"fsync-floor-{call}-", suffix=".log", dir=directory)
@@ -125,18 +135,20 @@ def compare_calls(directory: str, calls: list[str], samples: int = SAMPLES, rate
                     t_next += interval_ns
                 fd = files[call][0]
                 t0 = time.perf_counter_ns()
+                c0 = time.thread_time_ns()
                 os.write(fd, record)
                 if call == "fsync":
                     os.fsync(fd)
                 elif call == "fdatasync":
                     os.fdatasync(fd)
+                cpu[call].append((time.thread_time_ns() - c0) / 1000)
                 took[call].append((time.perf_counter_ns() - t0) / 1000)
     finally:
         for fd, path in files.values():
             os.close(fd)
             os.unlink(path)
-    return [{**summary(took[c]), "call": c, "record_bytes": record_bytes, "rate_per_s": rate_per_s,
-             "dir": directory} for c in calls]
+    return [{**summary(took[c]), "cpu_p50_us": summary(cpu[c])["p50_us"], "cpu_p90_us": summary(cpu[c])["p90_us"],
+             "call": c, "record_bytes": record_bytes, "rate_per_s": rate_per_s, "dir": directory} for c in calls]
 
 
 def main() -> None:

@@ -113,7 +113,7 @@ def catch_up(cluster: Cluster, channel: str, at: int, token: str, matching: list
 
 
 def one_round(rate: int, seconds: float, every: int, limit_s: float, root: int | None,
-              merge_ticks: int | None, complete: bool = False) -> list[dict[str, Any]]:
+              merge_ticks: int | None, complete: bool = True) -> list[dict[str, Any]]:
     config = dict(LOCAL_LIVENESS) if merge_ticks is None else {**LOCAL_LIVENESS, "nack_merge_ticks": merge_ticks}
     config["nack_complete"] = complete
     with tempfile.TemporaryDirectory(prefix="pfs-catchup-") as tmp, Cluster(Path(tmp), 3, config) as cluster:
@@ -140,15 +140,15 @@ def main() -> None:
     ap.add_argument("--limit-s", type=float, default=120.0)
     ap.add_argument("--root", type=int, choices=(0, 1, 2), help="the broker the tree is rooted at")
     ap.add_argument("--merge-ticks", type=int, help="the brokers' nack_merge_ticks (default: the configuration's)")
-    ap.add_argument("--complete-nacks", action="store_true",
-                    help="the brokers' nack_complete: complete nacks, off by default (docs/delivery.md)")
+    ap.add_argument("--plain-nacks", action="store_true",
+                    help="the brokers' nack_complete off: no complete nacks, as before they were on (docs/delivery.md)")
     ap.add_argument("--out", default="bench/results/pfs_catchup_bench.jsonl")
     args = ap.parse_args()
     if args.rate < BATCH or args.seconds <= 0 or args.every < 1 or args.rounds < 1:
         ap.error(f"--rate is at least {BATCH}, --seconds positive, --every and --rounds at least 1")
     for _ in range(args.rounds):
         for result in one_round(args.rate, args.seconds, args.every, args.limit_s, args.root,
-                                args.merge_ticks, args.complete_nacks):
+                                args.merge_ticks, not args.plain_nacks):
             line = json.dumps(result | gd_bench.context())
             print(line, flush=True)
             with open(args.out, "a") as f:

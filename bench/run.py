@@ -332,8 +332,8 @@ def show(line: dict[str, Any]) -> None:
     value, unit = line.get("value"), line.get("unit", "")
     if line.get("test") == "fsync":
         print(f"  r{line.get('round')} disk       fsync     p50={line.get('p50_us')}us p90={line.get('p90_us')}us "
-              f"p99={line.get('p99_us')}us max={line.get('max_us')}us (write+fsync of {line.get('record_bytes')} B "
-              f"at {line.get('rate_per_s'):.0f}/s)", flush=True)
+              f"p99={line.get('p99_us')}us max={line.get('max_us')}us cpu p50={line.get('cpu_p50_us')}us "
+              f"(write+fsync of {line.get('record_bytes')} B at {line.get('rate_per_s'):.0f}/s)", flush=True)
         return
     if line.get("test", "").startswith("d-"):
         shown = f"p50={line.get('p50_us')}us p99={line.get('p99_us')}us"

@@ -20,7 +20,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 def test_a_pfs_catchup_through_a_forwarder_reads_about_what_it_delivers(tmp_path):
     out = tmp_path / "results.jsonl"
     proc = subprocess.run([sys.executable, str(BENCH / "pfs_catchup_bench.py"), "--root", "1", "--rate", "2000",
-                           "--seconds", "5", "--every", "500", "--limit-s", "60", "--complete-nacks",
+                           "--seconds", "5", "--every", "500", "--limit-s", "60",
                            "--out", str(out)],
                           capture_output=True, text=True, timeout=240, check=False,
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})

@@ -200,6 +200,21 @@ def test_a_member_that_never_acknowledges_costs_the_home_at_most_its_bound(clust
     assert rest == [p for p in wanted if p not in set(held)]
 
 
+def collect_twice(member, wanted, deadline_s=WAIT_S):
+    """{payload: times received} of `member` until each of `wanted` came twice (probes left out)."""
+    got: dict[bytes, int] = {}
+    deadline = time.monotonic() + deadline_s
+    while any(got.get(p, 0) < 2 for p in wanted):
+        assert time.monotonic() < deadline, f"missing {sorted(p for p in wanted if got.get(p, 0) < 2)[:10]}"
+        try:
+            msg = member.messages.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if not msg.payload.startswith((b"probe", b"sentinel")):
+            got[msg.payload] = got.get(msg.payload, 0) + 1
+    return got
+
+
 def collect_n(member, n, deadline_s=WAIT_S):
     """The next `n` messages of `member` that are not probes."""
     out = []
@@ -218,10 +233,13 @@ def collect_n(member, n, deadline_s=WAIT_S):
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
     """Three brokers with one auth file (its cluster secret, no anonymous client): `worker` and
-    `other` may publish and subscribe `jobs/#`."""
+    `other` may publish and subscribe `jobs/#`; `capped` too, with one connection and two
+    subscriptions per broker."""
     root = tmp_path_factory.mktemp("shared-secured")
     auth = root / "auth.toml"
     creds = {name: add_identity(auth, name, [], ["jobs/#"], ["jobs/#"], FAST_KDF) for name in ("worker", "other")}
+    creds["capped"] = add_identity(auth, "capped", [], ["jobs/#"], ["jobs/#"], FAST_KDF,
+                                   limits={"connections_max": 1, "subscriptions_max": 2})
     with Cluster(root, 3, LOCAL_LIVENESS, http=True, credential=str(creds["worker"]),
                  args=["--auth", str(auth), "--mqtt", "127.0.0.1:0"]) as c:
         yield c, {name: b64(parse_credential(str(cred)).secret) for name, cred in creds.items()}
@@ -256,6 +274,46 @@ def test_members_with_a_password_on_different_brokers_share_as_their_identity(se
     assert wanted <= others.keys()
     homed = {(g["scope"], g["group"]): g for g in cluster[2].status()["mqtt"]["share_groups_homed"]}
     assert "refusal" not in homed[("worker", name)] and homed[("worker", name)]["handed"] >= len(wanted)
+
+
+def test_groups_at_their_home_are_not_held_against_the_identitys_connections_max(secured):
+    """`capped` may have one connection and two subscriptions per broker. Its one member (broker 0)
+    makes two groups homed at broker 2, each on its own connection there; its publisher, its one
+    connection at broker 2, is let in beside them, and each group gets every message. A third group
+    at broker 2 is refused there by subscriptions_max, the bound of one identity's groups at a home."""
+    cluster, passwords = secured
+    homes = [cluster[2]]
+    names = [n for n in (f"cap{i}" for i in range(1 << 20))
+             if home_of(cluster.brokers, n, "jobs/#", "capped") in homes][:3]
+    member = Mqtt(cluster[0].mqtt_address, "cap-m", V5, "capped", passwords["capped"])
+    pub = None
+    try:
+        for name in names[:2]:
+            assert member.subscribe(f"$share/{name}/jobs/#", qos=1) == [1]
+
+        def groups(want):
+            homed = {g["group"]: g for g in cluster[2].status()["mqtt"]["share_groups_homed"] if g["scope"] == "capped"}
+            return homed if set(want) <= homed.keys() and all(homed[n]["state"] == "open" for n in want) else None
+        cluster.wait(lambda: groups(names[:2]), WAIT_S, "both groups open at their home")
+        pub = Mqtt(cluster[2].mqtt_address, "cap-pub", V5, "capped", passwords["capped"])  # refused on main
+        warm(pub, "jobs/cap/probe", [member])
+        wanted = {f"c{i}".encode() for i in range(20)}
+        for payload in sorted(wanted):
+            pub.publish("jobs/cap/x", payload, qos=1, wait=False)
+        got = collect_twice(member, wanted)
+        assert member.subscribe(f"$share/{names[2]}/jobs/#", qos=1) == [1]  # (the member's broker checks the rules)
+
+        def refused():
+            homed = {g["group"]: g for g in cluster[2].status()["mqtt"]["share_groups_homed"]}
+            return homed.get(names[2], {}).get("refusal")
+        refusal = cluster.wait(refused, WAIT_S, "the third group refused at its home")
+        counted = cluster[2].status()["auth"]["identities"]["capped"]
+    finally:
+        for client in (member, *([pub] if pub else [])):
+            client.close()
+    assert set(got) == wanted and set(got.values()) == {2}, "each of the two groups delivers every message once"
+    assert "subscriptions_max=2" in refusal
+    assert counted["connections"] == 3  # the publisher and the two groups' connections
 
 
 def test_the_group_resumes_on_a_new_home_when_its_home_is_killed(cluster):

@@ -44,6 +44,15 @@ def test_failover_soak(seed):
     failed_over_cleanly(seed)
 
 
+def test_the_soak_seed_whose_forwarder_let_go_what_it_had_just_fetched():
+    """Seed 203 of the soak in every run (about a second): three subscribers fail over to a
+    restarted broker from old tokens, and the ticks they lack come through a forwarder with
+    complete nacks (docs/delivery.md, "The failover soak's seed 203"). When the broker acknowledged
+    again its highest ack from before they came back, the forwarder let go of what it had just
+    fetched for it, and 5 events were still on their way when the quiet ended."""
+    failed_over_cleanly(203)
+
+
 def test_a_move_to_a_broker_that_does_not_answer_stays_on_the_old_connection():
     """Dial first: the old connection serves on while the client dials, so a move whose broker
     refuses leaves the subscriber and the publisher where they were, connected and served."""

@@ -20,6 +20,7 @@ from tidings.core.inputs import (
     TimerFired,
     WriteSynced,
 )
+from tidings.core.publish.pubend import PendingBatch
 from tidings.core.session.client_session import ClientSession
 from tidings.core.wire import messages
 
@@ -126,6 +127,12 @@ class Harness:
         sub, wire = self.sessions[conn].subscribe(pattern, flt, start, end)
         self.send(conn, wire)
         return sub
+
+
+def as_batches(deliveries: list[tuple[int, str, Any, bytes]]) -> list[PendingBatch]:
+    """A sync's events, each (tick, channel, attributes, record), as the one durable batch the
+    pubend hands the trees (reliability/source.py `published`)."""
+    return [PendingBatch(0, 0, 0, [], list(deliveries), 0)]
 
 
 def delivered(msgs: list[Any]) -> list[tuple[int, int]]:

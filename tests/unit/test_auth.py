@@ -109,6 +109,26 @@ def test_connection_and_subscription_limits_per_identity():
     assert guard.take_notes() == []  # refusals are logged by their connection (core/broker/refusals.py)
 
 
+def test_the_broker_s_own_connections_are_not_held_against_connections_max():
+    """A shared subscription group's connection at its home (`own`, Guard.vouched) neither is
+    refused by connections_max nor takes one of the identity's clients' places; its subscriptions
+    still count against subscriptions_max."""
+    guard = Guard(policy(limits=Limits(connections_max=1, subscriptions_max=2)), nonces)
+    who = Principal("svc", "i", "svc")
+    groups = [Member(-2), Member(-3)]
+    for group in groups:
+        guard.admitted(who, group, own=True)
+        group.subs = {1: None}
+    guard.admitted(who, Member(1))  # the identity's one client
+    with pytest.raises(TidingsError, match="connections_max=1"):
+        guard.admitted(who, Member(2))
+    assert guard.check_subscribe("svc", "x/#").code == "limit-exceeded"  # two groups' subscriptions
+    guard.left("svc", -2)
+    guard.left("svc", 1)
+    guard.admitted(who, Member(3))  # (the place the client left)
+    assert guard.check_subscribe("svc", "x/#") is None
+
+
 def test_publish_rates_hold_a_publish_back_until_the_buckets_hold_it():
     """A PUBLISH waits (unread) until the buckets hold all it needs, or a full bucket; only what a
     full bucket cannot hold is refused."""

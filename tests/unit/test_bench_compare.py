@@ -151,3 +151,42 @@ def test_report_says_missing_and_warns_of_load(tmp_path: Path, capsys: pytest.Ca
     assert "| gd latency p50 | us | lower | 5,383 (n=2) | - | - | missing |" in text
     assert "WARNING: the load average exceeded the core count (2)" in text
     assert compare.main(["--report", str(out), "--compare-id", "nope"]) == compare.EXIT_MISSING
+
+
+def _checkouts(tmp_path: Path, ours: bytes, theirs: bytes) -> tuple[Path, compare.Side]:
+    """This checkout (a `.c` source and its compiled module) and a side compare made (its `.c` only)."""
+    repo, side_root = tmp_path / "repo", tmp_path / "side"
+    for root, source in ((repo, ours), (side_root, theirs)):
+        (root / "src" / "pkg").mkdir(parents=True)
+        (root / "src" / "pkg" / "_fast.c").write_bytes(source)
+    (repo / "src" / "pkg" / "_fast.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF built from ours")
+    return repo, compare.Side("head", "0" * 40, "0000000", side_root, admin_dir=tmp_path / "admin")
+
+
+def test_a_side_gets_the_compiled_module_of_the_same_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh worktree has no compiled module: without one tidings runs the Python fallback, and a
+    compare would measure that (stop 27's compare of main did). The same source: ours is copied."""
+    repo, side = _checkouts(tmp_path, b"int x;\n", b"int x;\n")
+    monkeypatch.setattr(compare, "REPO", repo)
+    built: list[list[str]] = []
+    monkeypatch.setattr(compare.subprocess, "run", lambda cmd, **kw: built.append(cmd))
+    assert compare.native(side) == ["src/pkg/_fast.c: copied"]
+    assert (side.root / "src/pkg/_fast.cpython-311-x86_64-linux-gnu.so").read_bytes() == b"\x7fELF built from ours"
+    assert not built
+    invoking = compare.Side("head", "worktree", "0000000+dirty", repo)  # this checkout: left as it is
+    assert compare.native(invoking) == []
+
+
+def test_a_side_whose_source_differs_builds_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, side = _checkouts(tmp_path, b"int x;\n", b"int y;\n")
+    monkeypatch.setattr(compare, "REPO", repo)
+    built: list[tuple[list[str], Path]] = []
+
+    def run(cmd: list[str], **kw: Any) -> Any:
+        built.append((cmd, kw["cwd"]))
+        return compare.subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(compare.subprocess, "run", run)
+    assert compare.native(side) == ["built in place (setup.py build_ext --inplace)"]
+    assert built == [([sys.executable, "setup.py", "build_ext", "--inplace"], side.root)]
+    assert not (side.root / "src/pkg/_fast.cpython-311-x86_64-linux-gnu.so").exists()  # ours is not theirs

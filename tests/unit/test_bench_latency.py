@@ -23,6 +23,7 @@ def test_fsync_floor_measures_each_append_and_leaves_nothing(tmp_path: Path) -> 
     assert found["samples"] == 40
     assert 0 < found["p50_us"] <= found["p90_us"] <= found["p99_us"] <= found["max_us"]
     assert found["write_p50_us"] <= found["p50_us"]
+    assert 0 < found["cpu_p50_us"] <= found["p50_us"] and found["cpu_p50_us"] <= found["cpu_p90_us"]  # CPU within wall
     assert list(tmp_path.iterdir()) == []  # the probe's file is gone
 
 

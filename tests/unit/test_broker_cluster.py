@@ -20,6 +20,7 @@ from tidings.core.multicast.effects import EventArrived
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.reliability.messages import KnowledgeMessage
 from tidings.core.wire import decoders, messages, peer
+from tidings.core.wire.types import ReliabilityType
 
 
 def in_overlay() -> Harness:
@@ -175,3 +176,23 @@ def test_total_order_merges_pubends_on_tick_then_pubend_and_needs_a_start_of_now
     assert then == [(sub, "p-b", 15), (sub, "p-a", 20)]
     with pytest.raises(TidingsError, match="starts now"):
         h.sessions[1].subscribe("nodes/#", start="start", order="total")
+
+
+@pytest.mark.parametrize("version", [1, peer.PEER_VERSION])
+def test_a_nack_says_it_is_complete_only_to_a_parent_whose_link_speaks_version_2(version):
+    """The parent dialled this broker saying peer protocol `version` (1: a broker older than complete
+    nacks, which refuses a five-element NACK and closes the link) and was welcomed in it; the nack
+    of a gap in what it sends down goes to it with its fifth element only in version 2."""
+    h = in_overlay()
+    h.feed(Accepted(0, 7))
+    h.feed(Received(0, 1, 7, peer.hello(NodeRef(1, PARENT), version)))
+    (welcome,) = [peer.decode_link_message(peer.unpack(frame[4:])) for frame in h.sent.pop(7)[:1]]
+    assert welcome == peer.PeerWelcome(version, welcome.node)
+    h.connect(1)
+    h.subscribe(1, "nodes/#")
+    come_down(h, "nodes/#", knowledge("nodes/#", 0, 10, [remote_record(5, "nodes/a", {})]))
+    come_down(h, "nodes/#", knowledge("nodes/#", 20, 30, [remote_record(25, "nodes/a", {})]))  # (10, 20] lost
+    h.run_until(h.now + 1_000_000_000)  # past the gap curiosity threshold
+    nacks = [m for m in (msgpack.unpackb(frame[4:]) for frame in h.sent.get(7, [])) if m[0] == ReliabilityType.NACK]
+    assert nacks and all(m[3] == [[10, 20]] for m in nacks)
+    assert all(len(m) == (5 if version >= peer.COMPLETE_NACKS else 4) for m in nacks)

@@ -29,6 +29,8 @@ from tidings.core.reliability.effects import PublishRouted
 from tidings.core.reliability.messages import KnowledgeMessage
 from tidings.core.reliability.node import DeliverRecords, ReliabilityNode
 
+from .core_harness import as_batches
+
 ME = NodeRef(7 << 120, "127.0.0.1:7400")
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**64), 2**64), st.text(max_size=8),
@@ -151,7 +153,7 @@ def test_the_pubend_reads_its_nodes_memory_of_tree_empty_with_its_lapse_and_tree
 
     def trees(now: int, tick: int) -> list[str]:
         record = msgpack.packb(["p-me", tick, "nodes/a", {}, "s", "i", b"x"])
-        out = gd.published(now, [(tick, "nodes/a", {}, record)], tick)
+        out = gd.published(now, as_batches([(tick, "nodes/a", {}, record)]), tick)
         return [e.tree for e in out if isinstance(e, PublishRouted)]
 
     everyone = ["nodes/a", "nodes/a/#", "nodes/#", "#"]

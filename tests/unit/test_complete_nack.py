@@ -15,7 +15,7 @@ from tidings.core.reliability.curiosity import complete
 from tidings.core.reliability.pieces import Piece
 from tidings.core.reliability.sparse import SparseSilence
 
-COMPLETE = BrokerConfig(nack_complete=True)  # complete nacks are off by default (docs/delivery.md)
+COMPLETE = BrokerConfig(nack_complete=True)  # (the default; said so where a test depends on it)
 ASKED = ((600, 601), (800, 801))  # a PFS catchup's sparse nack: two matching ticks of 600..1000
 
 
@@ -108,3 +108,18 @@ def test_a_second_complete_nack_keeps_what_the_first_asked_for_past_it() -> None
     consumer.ask(((600, 601), (650, 651)))
     assert consumer.asked == ((600, 601), (650, 651), (800, 801), (900, 901))
     assert (consumer.sent_through, consumer.asked_through) == (600, 1000)
+
+
+def test_a_parent_whose_link_speaks_an_older_version_is_sent_the_nack_without_complete() -> None:
+    """A broker of peer protocol version 1 refuses a five-element NACK as malformed and closes the
+    link: a nack says it is complete only to a parent whose link speaks COMPLETE_NACKS (wire/peer.py)."""
+    for takes, expected in ((True, True), (False, False)):
+        asked: list[str] = []
+        gd, _ = node("f", "parent", [], config=COMPLETE,
+                     takes_complete=lambda address, takes=takes, asked=asked: asked.append(address) is None and takes)
+        gd.local_subscribe(0, 1, TREE, 0)
+        gd.event_arrived(1 * MS, TREE, knowledge(0, 10, {}, None), "parent")
+        gd.event_arrived(1 * MS, TREE, knowledge(20, 30, {}, None), "parent")  # (10, 20] never came
+        got = first_nack(gd, [], 1_000 * MS)
+        assert got is not None and got[1].ranges == ((10, 20),) and got[1].complete is expected
+        assert len(got[1].to_wire()) == (5 if expected else 4) and asked == ["parent"]

@@ -27,6 +27,8 @@ from tidings.core.reliability.messages import KnowledgeMessage
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig
 from tidings.core.states import ForbiddenTransition
 
+from .core_harness import as_batches
+
 LIMITS = FlowLimits(window_bytes=100, hold_bytes_max=1000, stall_ns=50)
 
 
@@ -210,7 +212,7 @@ def test_the_source_holds_first_time_knowledge_past_the_window_and_sends_no_sile
                           reads_max=4, trees_max=100, knowledge_bytes_max=150,
                           flow=FlowLimits(window_bytes=200, hold_bytes_max=10**6, stall_ns=500))
     src = Source("p", "me:1", config, lambda channel: [channel])
-    out = src.published(0, [(t, "a", {}, record(t, "a")) for t in range(1, 6)], 6)
+    out = src.published(0, as_batches([(t, "a", {}, record(t, "a")) for t in range(1, 6)]), 6)
     assert [(e.message.after, e.message.through) for e in out] == [(0, 1), (1, 2)]  # one record a message
     assert src.silence(1, 9) == []  # silence now would claim the held ticks 3..5 were F
     assert src.activated(2, "a", 9) == []
@@ -220,7 +222,7 @@ def test_the_source_holds_first_time_knowledge_past_the_window_and_sends_no_sile
     assert [(e.message.after, e.message.through) for e in back] == [(4, 6)]  # the last ends at the sync
     assert [(e.message.after, e.message.through) for e in src.silence(5, 9)] == [(6, 9)]
     assert src.status()["flow_holds"] == 1 and src.status()["flow_held_bytes"] == 0
-    src.published(10, [(t, "a", {}, record(t, "a")) for t in range(10, 14)], 14)
+    src.published(10, as_batches([(t, "a", {}, record(t, "a")) for t in range(10, 14)]), 14)
     assert [(e.message.after, e.message.through) for e in src.flow_timeout(600)] == [(10, 11), (11, 12), (12, 14)]
     assert src.status()["flow_stalls"] == 1
 
@@ -241,7 +243,7 @@ def test_the_source_reads_a_spilled_range_back_from_its_log_and_sends_it_as_firs
                           flow=FlowLimits(window_bytes=100, hold_bytes_max=150, stall_ns=500))
     src = Source("p", "me:1", config, lambda channel: [channel])
     log = [(t, record(t, "a" if t % 2 else "b")) for t in range(1, 9)]  # the tree's events: the odd ticks
-    out = src.published(0, [(t, "a" if t % 2 else "b", {}, r) for t, r in log], 8)
+    out = src.published(0, as_batches([(t, "a" if t % 2 else "b", {}, r) for t, r in log]), 8)
     assert [(e.tree, e.message.after, e.message.through) for e in out] == [("a", 0, 1), ("b", 1, 2)]
     assert src.status()["flow_spills"] == 4  # per tree: one message held, the next two spilled
     assert [(e.message.after, e.message.through) for e in src.acked(1, "a", 1, "root:1", 1, 1)] == [(1, 3)]

@@ -24,10 +24,11 @@ from tidings.core.inputs import Received
 from tidings.core.mqtt import bridge
 from tidings.core.mqtt import effects as fx
 from tidings.core.mqtt.codec import PacketDecoder
+from tidings.core.mqtt.delivery import Plain
 from tidings.core.mqtt.encode import encode
 from tidings.core.mqtt.limits import ProtocolLimits
 from tidings.core.mqtt.packet_type import MQTT_5, MQTT_311
-from tidings.core.mqtt.packets import Connect, Packet, Pingreq, Puback, Publish
+from tidings.core.mqtt.packets import Connect, Packet, Pingreq, Puback, Pubcomp, Publish, Pubrec, Pubrel
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
 from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.mqtt.subscriptions import MqttSub, MqttSubscriptions
@@ -89,6 +90,23 @@ def expanded(effects: list[fx.MqttEffect]) -> list[fx.MqttEffect]:
     return out
 
 
+def settled(effects: list[fx.MqttEffect]) -> list[tuple[bytes, list[fx.MqttEffect]]]:
+    """What a client and the broker side see of the effects: between one Close and the next, the
+    bytes sent (in order, however cut into Sends) and the facts (in order). A run of PUBACKs ends
+    its deliveries, then refills the window once: its Sends come after its facts, not among them."""
+    out: list[tuple[bytes, list[fx.MqttEffect]]] = []
+    data, facts = b"", []
+    for e in expanded(effects):
+        if isinstance(e, fx.Send):
+            data += e.data
+            continue
+        facts.append(e)
+        if isinstance(e, fx.Close):
+            out.append((data, facts))
+            data, facts = b"", []
+    return [*out, (data, facts)]
+
+
 @st.composite
 def client_chunks(draw: st.DrawFn, version: int) -> list[bytes]:
     """What a client sends after its CONNECT, in chunks: plain PUBLISHes (ids from a few, so that
@@ -107,11 +125,13 @@ def client_chunks(draw: st.DrawFn, version: int) -> list[bytes]:
 
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(data=st.data(), version=versions, maximum_qos=st.integers(0, 2), retain=st.booleans(),
-       receive_maximum=st.integers(1, 4), answer=st.booleans(), deliveries=st.lists(st.integers(0, 1), max_size=8))
+       receive_maximum=st.integers(1, 4), answer=st.booleans(), deliveries=st.lists(st.integers(0, 1), max_size=8),
+       window=st.integers(1, 8))
 def test_a_machine_reporting_runs_says_what_one_reporting_each_publish_says(data, version, maximum_qos, retain,
-                                                                           receive_maximum, answer, deliveries):
+                                                                           receive_maximum, answer, deliveries,
+                                                                           window):
     limits = ProtocolLimits(maximum_qos=maximum_qos, retain_available=retain, receive_maximum=receive_maximum,
-                            packet_bytes_max=200)
+                            packet_bytes_max=200, deliveries_in_flight_max=window)  # (deliveries wait behind it)
     one, run = MqttConnection(T0, limits, "auto"), MqttConnection(T0, limits, "auto", runs=True)
     connect = encode(Connect(version, "dev"), version)
     for m in (one, run):
@@ -121,10 +141,10 @@ def test_a_machine_reporting_runs_says_what_one_reporting_each_publish_says(data
     sent = [m.deliver_many([(i, Publish("d", b"", q)) for i, q in enumerate(deliveries)]) for m in (one, run)]
     assert sent[1] == sent[0]
     for chunk in data.draw(client_chunks(version)):
-        said = [expanded(m.receive(T0, chunk)) for m in (one, run)]
-        assert said[1] == said[0]
+        said = [m.receive(T0, chunk) for m in (one, run)]
+        assert settled(said[1]) == settled(said[0])
         if answer:  # the broker side logs what was reported: receipts end, the window opens again
-            for e in said[0]:
+            for e in expanded(said[0]):
                 if isinstance(e, fx.Published) and e.packet_id is not None:
                     assert run.publish_done(e.packet_id) == one.publish_done(e.packet_id)
     assert run.state == one.state
@@ -204,10 +224,68 @@ def test_plain_items_are_sent_as_their_publishes_are(qos, version, window, topic
     publishes_ = split(one.m.deliver_many([(t, Publish(*item)) for t, item in items]))
     assert plain == publishes_
     acks = b"".join(encode(Puback(pid), version) for pid in range(1, len(qos) + 1))
-    assert expanded(many.m.receive(T0, acks)) == expanded(one.m.receive(T0, acks))
+    assert settled(many.m.receive(T0, acks)) == settled(one.m.receive(T0, acks))
 
 
 def test_a_5_0_plain_delivery_carries_an_empty_property_length():
     w = wire(MQTT_5, 4, 4)
     data, _ = split(w.m.deliver_many([(1, ("a/b", b"x", 0))]))
     assert data == encode(replace(Publish("a/b", b"x"), properties=NO_PROPERTIES), MQTT_5)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(runs=st.lists(st.lists(st.tuples(st.sampled_from(("a", "b/é", "t/" + "x" * 120)), st.binary(max_size=300),
+                                        st.integers(0, 2), st.booleans()), min_size=1, max_size=6),
+                     min_size=1, max_size=3),
+       version=versions, window=st.integers(1, 4), size_max=st.sampled_from((100, 200, 1 << 20)))
+def test_deliveries_leave_as_encode_writes_their_publishes(runs, version, window, size_max):
+    """A delivery without properties is encoded from its topic's kept bytes (delivery.py): each
+    packet's bytes are `encode`'s of its Publish under the packet identifier it took, at any size (a
+    remaining length over 127; over the client's Maximum Packet Size it is dropped, 0x95), whatever
+    the window; what a run of PUBACKs lets go comes with the run's answer; every delivery ends."""
+    props = Properties(maximum_packet_size_bytes=size_max, receive_maximum=window) if version == MQTT_5 else \
+        Properties()
+    w = Wire(version, ProtocolLimits(deliveries_queued_max=64, deliveries_in_flight_max=window))
+    w.connect(properties=props)
+    w.m.runs = True
+    limit = size_max if version == MQTT_5 else 1 << 28
+    given_: dict[bytes, Publish] = {}  # by payload (each made unique)
+    ended: set[bytes] = set()
+    token = 0
+
+    def read(effects: list[fx.MqttEffect]) -> list[tuple[int, int]]:
+        """The packets sent, each checked against its Publish; the QoS 1/2 ones' identifiers."""
+        data = b"".join(e.data for e in effects if isinstance(e, fx.Send))
+        decoder, ids = PacketDecoder(1 << 24, version), []
+        for packet in decoder.feed(data):
+            if isinstance(packet, Pubrel):  # (of a QoS 2 one: its PUBCOMP goes with the PUBREC)
+                data = data[len(encode(packet, version)):]
+                continue
+            assert isinstance(packet, Publish)
+            sent = given_[packet.payload]
+            raw = encode(replace(sent, packet_id=packet.packet_id), version)
+            assert data.startswith(raw) and len(raw) <= limit
+            data = data[len(raw):]
+            if packet.qos:
+                ids.append((packet.packet_id, packet.qos))
+            else:
+                ended.add(packet.payload)
+        assert data == b"" and decoder.failure is None
+        ended.update(given_[b"%d:" % e.token].payload for e in effects if isinstance(e, fx.DeliveryDropped))
+        return ids
+
+    for run in runs:
+        items: list[tuple[int, Publish | Plain]] = []
+        for topic, payload, qos, retain in run:
+            token += 1
+            publish = Publish(topic, b"%d:" % token + payload, qos, retain)
+            given_[publish.payload] = given_[b"%d:" % token] = publish
+            items.append((token, publish if retain else (publish.topic, publish.payload, qos)))  # (Plain)
+        acks = read(w.m.deliver_many(items))
+        while acks:  # the client acknowledges what it got in one run; the window lets more go
+            effects = w.m.receive(T0, b"".join(encode(Puback(pid), version) if qos == 1 else
+                                               encode(Pubrec(pid), version) + encode(Pubcomp(pid), version)
+                                               for pid, qos in acks))
+            ended.update(given_[b"%d:" % e.token].payload for e in effects if isinstance(e, fx.DeliveryAcked))
+            acks = read(effects)
+    assert ended == {p.payload for p in given_.values()}

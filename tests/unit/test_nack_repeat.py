@@ -11,7 +11,7 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from tests.unit.test_reliability_filtering import TREE, knowledge, node, record, sent_to
+from tests.unit.test_reliability_filtering import PUBEND, TREE, knowledge, node, record, sent_to
 from tidings.core.config import BrokerConfig
 from tidings.core.overlay.envelope import PeerSend
 from tidings.core.reliability import messages
@@ -154,6 +154,25 @@ def test_a_catchup_below_what_was_acknowledged_acknowledges_its_progress_from_th
                                                        None), "parent")
         progress += acks_to(out, "parent")
     assert progress == [300, 500, 700, 900]
+
+
+
+def test_knowledge_that_moves_nothing_is_acknowledged_again_at_the_point_last_sent_never_above() -> None:
+    """A message that moves nothing (ticks past a gap, or ticks had already) has the stream send its
+    ack again, in case the last one was lost: the point it last sent, never a higher one from before a
+    catchup took the stream back. That one would tell the parent the stream has the ticks it is
+    fetching again, and the parent would let their records go, so each answer lost on the way cost a
+    fetch from further up. Seed 203 of the client failover soak with complete nacks: the forwarder
+    dropped the ticks it had just fetched for its child, lost on the way, and fetched them from the
+    pubend's log again, answer after answer; 5 events were late past the soak's 8 s of quiet."""
+    gd, _ = node("f", "parent", [])
+    gd.local_subscribe(0, 1, TREE, 0)
+    out = gd.event_arrived(0, TREE, knowledge(0, 1000, {500: record(500, "nodes/a")}, None), "parent")
+    assert acks_to(out, "parent") == [1000]
+    gd.local_subscribe(1, 2, TREE, 100)  # a catchup from tick 100: (100, 1000] is fetched again
+    out = gd.event_arrived(2, TREE, knowledge(600, 800, {700: record(700, "nodes/a")}, None), "parent")
+    assert gd.trees[TREE].istreams[PUBEND].horizon == 100  # (100, 600] is still a gap
+    assert acks_to(out, "parent") == [100]  # again, in case it was lost: not 1000
 
 
 def test_a_child_whose_link_is_congested_is_sent_nothing_until_it_drains() -> None:

@@ -391,6 +391,80 @@ def test_a_restarted_peer_replaces_the_old_connection():
     assert net.unreachable[SMALL.address] == []
 
 
+# ---- versions (wire/peer.py "Versions") ---------------------------------------------------------------------
+
+OLD = replace(CFG, version_max=1)  # a broker of version 1 (before complete nacks): it speaks 1 alone
+
+
+def greetings(net, address, kind):
+    """The versions of the PEER_HELLOs or PEER_WELCOMEs (`kind`) `address` sent, in order."""
+    out = []
+    for eff in net.effects[address]:
+        if type(eff) is Send:
+            for body in FrameDecoder(1 << 20).feed(eff.data):
+                message = peer.unpack(body)
+                if message[0] == kind:
+                    out.append(message[1])
+    return out
+
+
+def versions(net):
+    return {a: {peer_address: row["version"] for peer_address, row in net.links(a).items()} for a in net.nodes}
+
+
+def test_two_brokers_of_this_version_link_in_it_and_both_say_they_take_complete_nacks():
+    net = Net(SMALL, LARGE)
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.run()
+    assert greetings(net, SMALL.address, LinkType.PEER_HELLO) == [peer.PEER_VERSION]
+    assert greetings(net, LARGE.address, LinkType.PEER_WELCOME) == [peer.PEER_VERSION]
+    assert net.nodes[SMALL.address].speaks(LARGE.address, peer.COMPLETE_NACKS)
+    assert net.nodes[LARGE.address].speaks(SMALL.address, peer.COMPLETE_NACKS)
+
+
+def test_dialling_an_older_broker_steps_down_to_its_version_and_loses_nothing():
+    """An older acceptor refuses any version but its own: the dialler dials again at once saying
+    the version before, keeps its queue, and reports nobody unreachable; neither end then takes the
+    other for one that understands complete nacks."""
+    net = Net(SMALL, LARGE)
+    net.nodes[LARGE.address] = PeerLinks(LARGE, OLD)
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.send(SMALL.address, LARGE.address, msg(2))
+    net.run()
+    assert net.got[LARGE.address] == [(SMALL.address, msg(1)), (SMALL.address, msg(2))]
+    assert greetings(net, SMALL.address, LinkType.PEER_HELLO) == [2, 1]
+    assert net.unreachable == {SMALL.address: [], LARGE.address: []}
+    assert versions(net) == {SMALL.address: {LARGE.address: 1}, LARGE.address: {SMALL.address: 1}}
+    assert not net.nodes[SMALL.address].speaks(LARGE.address, peer.COMPLETE_NACKS)
+    net.send(LARGE.address, SMALL.address, msg(3))  # the one connection carries both ways
+    net.run()
+    assert net.got[SMALL.address] == [(LARGE.address, msg(3))] and len(net.live_conns(SMALL.address)) == 1
+
+
+def test_an_older_broker_dialling_is_welcomed_in_its_own_version():
+    net = Net(SMALL, LARGE)
+    net.nodes[SMALL.address] = PeerLinks(SMALL, OLD)
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.run()
+    assert net.got[LARGE.address] == [(SMALL.address, msg(1))]
+    assert greetings(net, LARGE.address, LinkType.PEER_WELCOME) == [1]
+    assert not net.nodes[LARGE.address].speaks(SMALL.address, peer.COMPLETE_NACKS)
+
+
+def test_a_link_lost_to_an_older_broker_asks_for_the_newest_version_again():
+    """The peer may come back upgraded: the redial says this broker's version first again."""
+    net = Net(SMALL, LARGE)
+    net.nodes[LARGE.address] = PeerLinks(LARGE, OLD)
+    net.send(SMALL.address, LARGE.address, msg(1))
+    net.run()
+    net.nodes[LARGE.address] = PeerLinks(LARGE, CFG)  # LARGE upgraded and restarted
+    (end,) = net.live_conns(SMALL.address)
+    net.apply(SMALL.address, [Disconnect(end.conn, "test")])  # its old connection drops
+    net.run()
+    assert greetings(net, SMALL.address, LinkType.PEER_HELLO) == [2, 1, 2]
+    assert net.nodes[SMALL.address].speaks(LARGE.address, peer.COMPLETE_NACKS)
+
+
 # ---- loss, timeouts, RTT -----------------------------------------------------------------------------------
 
 
@@ -615,13 +689,15 @@ def test_a_peer_advertising_another_address_is_known_by_both():
 
 
 def test_codec_round_trips():
-    for data, expected in [(peer.hello(SMALL), peer.PeerHello(1, SMALL)),
-                           (peer.welcome(LARGE), peer.PeerWelcome(1, LARGE)),
+    for data, expected in [(peer.hello(SMALL), peer.PeerHello(peer.PEER_VERSION, SMALL)),
+                           (peer.welcome(LARGE), peer.PeerWelcome(peer.PEER_VERSION, LARGE)),
+                           (peer.welcome(LARGE, 1), peer.PeerWelcome(1, LARGE)),
                            (peer.ping(5), peer.Ping(5)), (peer.pong(2**63 - 1), peer.Pong(2**63 - 1)),
                            (peer.peer_error("c", "m" * 5000), peer.PeerError("c", "m" * 1024))]:
         (body,) = FrameDecoder(1 << 20).feed(data)
         assert peer.decode_link_message(peer.unpack(body)) == expected
-    assert peer.decode_hello(FrameDecoder(1 << 20).feed(peer.hello(SMALL))[0]) == peer.PeerHello(1, SMALL)
+    assert peer.decode_hello(FrameDecoder(1 << 20).feed(peer.hello(SMALL))[0]) == peer.PeerHello(peer.PEER_VERSION,
+                                                                                                SMALL)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

@@ -78,10 +78,11 @@ class Scribe:
 
 def node(address: str, parent: str | None, children: list[str],
          congested: Callable[[str], bool] = lambda address: False,
-         config: BrokerConfig | None = None) -> tuple[ReliabilityNode, Scribe]:
+         config: BrokerConfig | None = None,
+         takes_complete: Callable[[str], bool] = lambda address: True) -> tuple[ReliabilityNode, Scribe]:
     gd = ReliabilityNode(NodeRef(1, address), f"p-{address}", (config or BrokerConfig()).reliability_config(),
                          lambda now, tree: False, lambda channel: [TREE], lambda: (0, LogState()),
-                         congested=congested)
+                         congested=congested, takes_complete=takes_complete)
     return gd, Scribe(gd, parent, children)
 
 

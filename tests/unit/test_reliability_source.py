@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 from tidings.core.effects import ReadLog
 from tidings.core.event import TICK_MAX
 from tidings.core.inputs import LogState
-from tidings.core.reliability import messages
+from tidings.core.reliability import messages, source_knowledge
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig
+
+from .core_harness import as_batches
 
 CONFIG = SourceConfig(silence_interval_ns=10, stream_idle_ns=1000, recovery_ns=10**9, read_bytes_max=1 << 20,
                       reads_max=4, trees_max=100, knowledge_bytes_max=1 << 20)
@@ -43,31 +45,31 @@ def knowledge(effect: PublishOnTree) -> messages.KnowledgeMessage:
 
 def test_each_tree_gets_its_events_as_d_and_the_rest_of_the_sync_as_silence():
     src = source()
-    out = src.published(0, [(5, "a", {}, record(5, "a")), (6, "b", {}, record(6, "b"))], 7)
+    out = src.published(0, as_batches([(5, "a", {}, record(5, "a")), (6, "b", {}, record(6, "b"))]), 7)
     by_tree = {e.tree: knowledge(e) for e in out if isinstance(e, PublishOnTree)}
     assert (by_tree["a"].after, by_tree["a"].through, by_tree["a"].ticks) == (4, 7, (5,))
     assert (by_tree["#"].after, by_tree["#"].through, by_tree["#"].ticks) == (4, 7, (5, 6))
     assert (by_tree["b"].after, by_tree["b"].ticks) == (5, (6,))
-    later = src.published(1, [(9, "a", {}, record(9, "a"))], 9)
+    later = src.published(1, as_batches([(9, "a", {}, record(9, "a"))]), 9)
     assert [(knowledge(e).after, knowledge(e).through) for e in later if e.tree == "a"] == [(7, 9)]
 
 
 def test_first_time_data_goes_straight_to_the_root_its_acks_came_from_until_it_moves():
     src = source()
-    assert [e.root for e in src.published(0, [(5, "a", {}, record(5, "a"))], 5)] == [None, None]
+    assert [e.root for e in src.published(0, as_batches([(5, "a", {}, record(5, "a"))]), 5)] == [None, None]
     src.acked(0, "a", 5, "root:7", 5, 5)
-    out = src.published(1, [(6, "a", {}, record(6, "a"))], 6)
+    out = src.published(1, as_batches([(6, "a", {}, record(6, "a"))]), 6)
     assert {e.tree: e.root for e in out if isinstance(e, PublishOnTree)} == {"a": "root:7", "#": None}
     assert all(e.root is None for e in src.silence(2, 8))  # silence is routed: it finds a moved root
     src.root_moved("a", "elsewhere:1")
-    assert src.published(3, [(9, "a", {}, record(9, "a"))], 9)[0].root == "root:7"
+    assert src.published(3, as_batches([(9, "a", {}, record(9, "a"))]), 9)[0].root == "root:7"
     src.root_moved("a", "root:7")
-    assert src.published(4, [(10, "a", {}, record(10, "a"))], 10)[0].root is None
+    assert src.published(4, as_batches([(10, "a", {}, record(10, "a"))]), 10)[0].root is None
 
 
 def test_a_nack_is_read_back_and_answered_with_exactly_the_range_read():
     src = source()
-    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    src.published(0, as_batches([(5, "a", {}, record(5, "a"))]), 5)
     reads = src.nacked(0, "a", ((0, 3), (3, 50)), synced=20, log=LogState(last_tick=20, first_tick=1))
     assert [(r.after, r.through) for r in reads if isinstance(r, ReadLog)] == [(0, 3), (3, 20)]
     second = [r for r in reads if isinstance(r, ReadLog)][1]
@@ -109,7 +111,7 @@ def test_past_a_trees_last_event_nacks_are_silence_without_a_read_and_a_new_stre
     read through a busy log) to learn that nothing was published on its tree meanwhile."""
     src = source()
     assert src.recover(0) == []  # an empty log: every record of this run is seen by `published`
-    out = src.published(0, [(50, "a", {}, record(50, "a"))], 55)
+    out = src.published(0, as_batches([(50, "a", {}, record(50, "a"))]), 55)
     first = {e.tree: knowledge(e) for e in out if isinstance(e, PublishOnTree)}
     assert (first["a"].after, first["a"].through, first["a"].ticks) == (0, 55, (50,))  # silence before it
     log = LogState(last_tick=90, first_tick=1)
@@ -127,7 +129,8 @@ def test_what_was_logged_before_this_run_is_read_not_assumed_silent():
     out = src.nacked(0, "a", ((50, 200),), synced=300, log=LogState(last_tick=300, first_tick=1))
     assert [(r.after, r.through) for r in out if isinstance(r, ReadLog)] == [(50, 100)]
     assert [(knowledge(e).after, knowledge(e).through) for e in out if isinstance(e, PublishOnTree)] == [(100, 200)]
-    out = src.published(1, [(150, "b", {}, record(150, "b"))], 160)  # a tree's first stream reaches back to there
+    # a tree's first stream reaches back to there
+    out = src.published(1, as_batches([(150, "b", {}, record(150, "b"))]), 160)
     assert {e.tree: knowledge(e).after for e in out if isinstance(e, PublishOnTree)} == {"b": 100, "#": 100}
 
 
@@ -220,7 +223,7 @@ def test_an_answer_waits_while_the_link_to_the_root_is_congested():
     read into it would be nacked again, so the next read waits for the link to drain."""
     congested = {"root:7"}
     src = Source("p", "me:1", CONFIG, lambda channel: [channel, "#"], congested=congested.__contains__)
-    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    src.published(0, as_batches([(5, "a", {}, record(5, "a"))]), 5)
     src.acked(0, "a", 5, "root:7", 5, 5)  # the root the answers go straight to
     log = LogState(last_tick=10_000, first_tick=1)
     (read,) = src.nacked(1, "a", ((0, 10_000),), synced=10_000, log=log, asker="root:7")  # the first, at once
@@ -236,7 +239,7 @@ def test_a_tree_that_never_had_members_does_not_hold_release():
     at its stream's start for `release_hold_ns` (issue 20: phantom prefix trees)."""
     empty: set[str] = set()
     src = Source("p", "me:1", CONFIG, lambda channel: [channel, "#"], empty=lambda now, tree: tree in empty)
-    src.published(0, [(5, "a", {}, record(5, "a"))], 5)  # streams of a and # begin at 4
+    src.published(0, as_batches([(5, "a", {}, record(5, "a"))]), 5)  # streams of a and # begin at 4
     src.acked(1, "#", 5, "root:1", 5, 5)  # "#" has members: they have it all
     empty.add("a")  # a's root said it has no members; none ever acked
     assert (src.released(2, None), src.delivered(2)) == (5, 5)
@@ -248,7 +251,7 @@ def test_a_tree_that_lost_its_members_holds_release_for_the_hold():
     `release_hold_ns`, then it stops counting."""
     empty: set[str] = set()
     src = Source("p", "me:1", CONFIG, lambda channel: [channel, "#"], empty=lambda now, tree: tree in empty)
-    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    src.published(0, as_batches([(5, "a", {}, record(5, "a"))]), 5)
     src.acked(1, "#", 5, "root:1", 5, 5)
     src.acked(1, "a", 5, "root:2", 3, 4)  # a durable subscription below released through 3
     empty.add("a")
@@ -263,10 +266,10 @@ def test_an_empty_tree_that_never_had_members_is_sent_nothing_until_it_has_some(
     later hears of it (`activated`) and nacks what it wants from its start."""
     src, empty = emptying()
     assert src.recover(0) == []  # an empty log: every record of this run is seen by `published`
-    assert {e.tree for e in src.published(0, [(5, "a", {}, record(5, "a"))], 5)} == {"a", "#"}
+    assert {e.tree for e in src.published(0, as_batches([(5, "a", {}, record(5, "a"))]), 5)} == {"a", "#"}
     src.acked(1, "#", 5, "root:1", 5, 5)
     empty.add("a")  # a's root said it has no members; nobody acked a
-    assert sent(src.published(2, [(9, "a", {}, record(9, "a"))], 9)) == [("#", False)]
+    assert sent(src.published(2, as_batches([(9, "a", {}, record(9, "a"))]), 9)) == [("#", False)]
     assert [tree for tree, _ in sent(src.silence(3, 12))] == ["#"]  # nor silence
     assert src.active_trees == 1  # a's stream is gone
     empty.clear()  # a member joined: the tree is told of everything after the last event, and nacks the rest
@@ -276,7 +279,7 @@ def test_an_empty_tree_that_never_had_members_is_sent_nothing_until_it_has_some(
     assert reads(src.nacked(4, "a", ((4, 9),), synced=12, log=log)) == [(4, 9)]
     assert src.active_trees == 2  # a has a stream again, from its last event: its silence goes on
     src.acked(4, "#", 12, "root:1", 12, 12)
-    out = src.published(5, [(15, "a", {}, record(15, "a"))], 15)  # its next event goes on after the silence told
+    out = src.published(5, as_batches([(15, "a", {}, record(15, "a"))]), 15)  # it goes on after the silence told
     assert [(knowledge(e).after, knowledge(e).ticks) for e in out if e.tree == "a"] == [(12, (15,))]
     assert (src.released(6, None), src.delivered(6)) == (9, 9)  # held where it starts until its root reports
 
@@ -290,7 +293,7 @@ def test_a_tree_activated_before_anything_after_its_last_event_is_durable_is_tol
     a second from-start reader through another broker got nothing of the first reader's pubend)."""
     src, empty = emptying()
     assert src.recover(0) == []
-    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    src.published(0, as_batches([(5, "a", {}, record(5, "a"))]), 5)
     src.acked(1, "#", 5, "root:1", 5, 5)
     empty.add("a")
     src.silence(2, 5)
@@ -307,15 +310,15 @@ def test_a_tree_whose_root_acknowledged_is_still_sent_past_empty_while_it_is_owe
     what a tree that had members was not acknowledged is still sent to it, for `release_hold_ns`;
     after that it neither counts nor is sent anything."""
     src, empty = emptying()
-    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    src.published(0, as_batches([(5, "a", {}, record(5, "a"))]), 5)
     src.acked(1, "a", 4, "root:2", 4, 4)  # it had members; 5 is not acknowledged
     src.acked(1, "#", 5, "root:1", 5, 5)
     empty.add("a")
-    assert ("a", True) in sent(src.published(2, [(9, "a", {}, record(9, "a"))], 9))
+    assert ("a", True) in sent(src.published(2, as_batches([(9, "a", {}, record(9, "a"))]), 9))
     assert ("a", True) in sent(src.silence(3, 12))
     assert src.released(3, None) == 4  # a's root reported 4
     later = 2 + CONFIG.release_hold_ns
-    assert [tree for tree, _ in sent(src.published(later, [(20, "a", {}, record(20, "a"))], 20))] == ["#"]
+    assert [tree for tree, _ in sent(src.published(later, as_batches([(20, "a", {}, record(20, "a"))]), 20))] == ["#"]
     assert src.active_trees == 1 and src.released(later, None) == 5  # what "#"'s root reported
 
 
@@ -324,12 +327,12 @@ def test_a_tree_that_had_members_when_its_idle_stream_was_forgotten_holds_releas
     next stream on it may find it empty, but it had members, so it holds release for the hold
     (its broker, restarted meanwhile, rejoins and reports its durable subscriptions)."""
     src, empty = emptying()
-    src.published(0, [(5, "a", {}, record(5, "a"))], 5)
+    src.published(0, as_batches([(5, "a", {}, record(5, "a"))]), 5)
     src.acked(1, "a", 5, "root:2", 5, 5)
     src.acked(1, "#", 5, "root:1", 5, 5)
     src.silence(2000, 5)  # idle, everything acknowledged and released: both streams forgotten
     assert src.active_trees == 0
-    src.published(2001, [(3000, "a", {}, record(3000, "a"))], 3000)
+    src.published(2001, as_batches([(3000, "a", {}, record(3000, "a"))]), 3000)
     src.acked(2002, "#", 3000, "root:1", 3000, 3000)
     empty.add("a")
     assert src.released(2003, None) == 2999  # where its new stream starts: all before was released
@@ -348,3 +351,33 @@ def test_a_tree_found_in_the_log_after_a_restart_holds_release_for_the_hold_then
     later = 1 + CONFIG.release_hold_ns
     assert src.released(later, None) == TICK_MAX  # nothing holds it
     assert sent(src.silence(later, 130)) == [] and src.active_trees == 0
+
+
+def _chunks_reference(ticks: list[int], bodies: list[bytes], after: int, through: int, bytes_max: int,
+                      records_max: int) -> list[tuple[int, int, tuple[int, ...], tuple[bytes, ...]]]:
+    """The cut record by record: a message ends before the record that would take it past
+    `bytes_max` or `records_max` (it holds at least one); each range ends at its last record but
+    the last's, which ends at `through`."""
+    out: list[tuple[int, int, tuple[int, ...], tuple[bytes, ...]]] = []
+    start = size = 0
+    for i, body in enumerate(bodies):
+        if i > start and (size + len(body) > bytes_max or i - start >= records_max):
+            out.append((after, ticks[i - 1], tuple(ticks[start:i]), tuple(bodies[start:i])))
+            after, start, size = ticks[i - 1], i, 0
+        size += len(body)
+    return [*out, (after, through, tuple(ticks[start:]), tuple(bodies[start:]))]
+
+
+@given(st.lists(st.integers(1, 30), max_size=40), st.integers(1, 80), st.integers(1, 6))
+def test_knowledge_is_cut_into_messages_as_record_by_record(sizes: list[int], bytes_max: int,
+                                                             records_max: int) -> None:
+    writer = source_knowledge.KnowledgeWriter("p", "me:1", bytes_max, lambda channel: [channel])
+    ticks, bodies = list(range(10, 10 + len(sizes))), [bytes(n) for n in sizes]
+    was = source_knowledge.RECORDS_MAX
+    source_knowledge.RECORDS_MAX = records_max
+    try:
+        got = [(m.message.after, m.message.through, m.message.ticks, m.message.records)
+               for m in writer.chunked_columns("a", 5, 100, ticks, bodies, retransmit=False)]
+    finally:
+        source_knowledge.RECORDS_MAX = was
+    assert got == _chunks_reference(ticks, bodies, 5, 100, bytes_max, records_max)

@@ -12,10 +12,16 @@ from tidings.core.auth.handshake import AuthError
 from tidings.core.auth.names import ANONYMOUS
 from tidings.core.broker.metrics import reported
 from tidings.core.config import BrokerConfig
-from tidings.core.inputs import ConnectionLost, TimerFired
+from tidings.core.effects import Connect, Send
+from tidings.core.inputs import Accepted, ConnectionLost, Received, TimerFired
 from tidings.core.mqtt import packets as p
-from tidings.core.mqtt.gateway import FIGURES
+from tidings.core.mqtt.figures import FIGURES
+from tidings.core.overlay.node_id import NodeRef
+from tidings.core.share.gateway import _carry
 from tidings.core.share.group import ShareLimits
+from tidings.core.share.home import PeerOut
+from tidings.core.share.wire import ShareMoved, encode
+from tidings.core.wire import peer
 
 from .test_mqtt_derivations import RIGHT, derive, gate
 from .test_mqtt_gateway import Gate
@@ -179,3 +185,27 @@ def test_a_paced_group_whose_members_all_left_ends_its_durable_subscription():
     assert g.gw.status()["mqtt"]["share_groups_homed"] == []
     status = g.h.broker.status()
     assert (status["durable_registrations"], status["durable_away"]) == (0, 0)
+
+
+@pytest.mark.parametrize("version", [1, peer.PEER_VERSION])
+def test_a_share_moved_goes_only_over_a_link_speaking_the_handover_and_an_unlinked_home_is_dialled(version):
+    """An old home of peer version 1 does not know SHARE_MOVED (an unknown type closes the link): it is
+    sent only over a link of version SHARE_HANDOVER or later; to a broker not linked, it is dialled
+    instead, and the handover's next repeat finds the link open."""
+    g = Gate()
+    g.h.apply(g.h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
+    g.feed(Accepted(0, 7))
+    g.feed(Received(0, 1, 7, peer.hello(NodeRef(1, OLD_HOME), version)))
+    g.h.sent.pop(7)  # (the WELCOME)
+    moved = ShareMoved(("", "g", "t/#"), "127.0.0.1:7400", "p-old", 3)
+    out: list = []
+    _carry(g.gw, PeerOut(OLD_HOME, moved), out)
+    sent = [peer.unpack(eff.data[4:]) for eff in out if isinstance(eff, Send) and eff.conn == 7]
+    assert sent == ([] if version < peer.SHARE_HANDOVER else [encode(moved)])
+    out = []
+    _carry(g.gw, PeerOut("127.0.0.1:7998", moved), out)
+    assert [eff for eff in out if isinstance(eff, Send)] == []
+    assert [eff.address for eff in out if isinstance(eff, Connect)] == ["127.0.0.1:7998"]
+
+
+OLD_HOME = "127.0.0.1:7999"

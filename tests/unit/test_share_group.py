@@ -155,7 +155,10 @@ def test_share_messages_round_trip_and_malformed_ones_are_refused():
     deliver = wire.ShareDeliver(KEY, "127.0.0.1:7401", "c1@3", 7, record(3), [5, [["pe", 3]]])
     assert wire.decode(wire.join(wire.ShareJoin(KEY, "b", ()))) == wire.ShareJoin(KEY, "b", (), None)
     ack = wire.ShareAck(KEY, "c1@3", (7, 8), (9,))
-    for msg, enc in ((join, wire.join), (deliver, wire.deliver), (ack, wire.ack)):
+    moved, left = wire.ShareMoved(KEY, "127.0.0.1:7402", "pe2", 4), wire.ShareLeft(KEY, "pe2", 4)
+    homed_at = wire.ShareJoin(KEY, "b", ("c",), [5, [["pe", 3]], ["127.0.0.1:7402", "pe2", 4]])  # (the position's home)
+    for msg, enc in ((join, wire.join), (deliver, wire.deliver), (ack, wire.ack), (moved, wire.moved),
+                     (left, wire.left), (homed_at, wire.join)):
         assert wire.decode(enc(msg)) == msg
     for bad in ([BrokerType.SHARE_JOIN, ["a", "b"], "x", [], None], [BrokerType.SHARE_JOIN, list(KEY), "x", "c", None],
                 [BrokerType.SHARE_JOIN, list(KEY), "x", [], [-1, []]], [BrokerType.SHARE_JOIN, list(KEY), "x", []],
@@ -163,7 +166,10 @@ def test_share_messages_round_trip_and_malformed_ones_are_refused():
                 [BrokerType.SHARE_DELIVER, list(KEY), "h", "c", 0, [], None],
                 [BrokerType.SHARE_DELIVER, list(KEY), "h", "c", 1, b"", None],
                 [BrokerType.SHARE_ACK, list(KEY), "c", [1, "2"], []], [BrokerType.SHARE_ACK, list(KEY), "c", [], [-1]],
-                [BrokerType.SHARE_ACK, list(KEY), "c", []], [BrokerType.SHARE_JOIN, list(KEY), 5, [], None]):
+                [BrokerType.SHARE_ACK, list(KEY), "c", []], [BrokerType.SHARE_JOIN, list(KEY), 5, [], None],
+                [BrokerType.SHARE_JOIN, list(KEY), "x", [], [5, [], ["h", "pe", 0]]],
+                [BrokerType.SHARE_MOVED, list(KEY), "h", "pe", 0], [BrokerType.SHARE_MOVED, list(KEY), "h", "pe"],
+                [BrokerType.SHARE_LEFT, list(KEY), 3, 1], [BrokerType.SHARE_LEFT, list(KEY), "pe", "1"]):
         with pytest.raises(ProtocolError):
             wire.decode(bad)
 
@@ -188,5 +194,4 @@ def test_any_share_message_is_decoded_or_refused_with_a_protocol_error(kind, fie
         decoded = wire.decode([kind, *fields])
     except ProtocolError:
         return
-    assert wire.decode({wire.ShareJoin: wire.join, wire.ShareDeliver: wire.deliver,
-                        wire.ShareAck: wire.ack}[type(decoded)](decoded)) == decoded
+    assert wire.decode(wire.join(decoded) if isinstance(decoded, wire.ShareJoin) else wire.encode(decoded)) == decoded

@@ -82,6 +82,27 @@ def test_events_frames_cut_a_big_group_commit_in_frames_of_about_the_target():
     assert got == [msgpack.unpackb(r) for r in recs]
 
 
+def _size_chunks_reference(records, target):
+    """The cut record by record: a run ends before the record that would take it past `target`."""
+    if sum(map(len, records)) <= target:
+        return [records]
+    chunks, start, size = [], 0, 0
+    for i, record in enumerate(records):
+        if size and size + len(record) > target:
+            chunks.append(records[start:i])
+            start, size = i, 0
+        size += len(record)
+    chunks.append(records[start:])
+    return chunks
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=60), st.integers(0, 100))
+def test_size_chunks_cut_as_record_by_record(sizes, target):
+    records = [bytes(n) for n in sizes]
+    assert messages.size_chunks(records, target) == _size_chunks_reference(records, target)
+
+
 @pytest.mark.parametrize("size", [0, 10, 70_000])  # bin32 either way, however short
 def test_span_frame_carries_the_log_bytes_as_they_are(size):
     blob = bytes(range(256)) * (size // 256) + bytes(size % 256)

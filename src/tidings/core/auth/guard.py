@@ -54,10 +54,11 @@ class Member(Protocol):
 class _Account:
     """One identity's use of this broker."""
 
-    __slots__ = ("bytes", "conns", "events", "refusals")
+    __slots__ = ("bytes", "conns", "events", "own", "refusals")
 
     def __init__(self) -> None:
         self.conns: dict[int, Member] = {}
+        self.own: set[int] = set()  # of `conns`, the broker's own (vouched): not held against connections_max
         self.events: TokenBucket | None = None
         self.bytes: TokenBucket | None = None
         self.refusals = 0
@@ -146,11 +147,18 @@ class Guard:
             raise AuthError(f"identity {identity!r} is not in this broker's auth file")
         return Principal(identity, instance, identity, authenticated=True)
 
-    def admitted(self, principal: Principal, member: Member) -> None:
-        """The handshake succeeded: count the connection, unless the identity has enough."""
+    def admitted(self, principal: Principal, member: Member, own: bool = False) -> None:
+        """The handshake succeeded: count the connection, unless the identity has enough. A
+        connection of the broker's own (`own`: `vouched`, a shared subscription group's at its home)
+        is not held against connections_max, nor counted towards it: the identity's clients never
+        find their connections taken by groups their members made. It is still one of the identity's
+        connections, so its subscription counts against subscriptions_max (which bounds the groups
+        one identity has homed at a broker)."""
         account = self._account(principal.identity)
         limit = self.policy.limits_of(principal.identity).connections_max
-        if limit is not None and len(account.conns) >= limit:
+        if own:
+            account.own.add(member.conn)
+        elif limit is not None and len(account.conns) - len(account.own) >= limit:
             error = TidingsError(f"identity {principal.identity!r} already has connections_max={limit} "
                                  f"connections to this broker", LIMIT_EXCEEDED)
             self.refused(account)
@@ -161,6 +169,7 @@ class Guard:
         account = self._accounts.get(identity)
         if account is not None:
             account.conns.pop(conn, None)
+            account.own.discard(conn)
             if not account.conns and not account.refusals:
                 del self._accounts[identity]
 

@@ -246,9 +246,8 @@ class Broker:
             if c is not None and c.state == OPEN:
                 c.ack(self.now, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates), out)
         out += self.local.synced(batches, pid, self.pubend.synced_tick)
-        deliveries = [d for batch in batches for d in batch.deliveries]
-        if self.cluster is not None and deliveries:  # as knowledge of this pubend's stream on their trees
-            self._cluster_effects(self.cluster.published(self.now, deliveries, self.pubend.synced_tick), out)
+        if self.cluster is not None and any(b.last_tick() is not None for b in batches):  # as knowledge on their trees
+            self._cluster_effects(self.cluster.published(self.now, batches, self.pubend.synced_tick), out)
         for conn in self.intake.synced():  # publishers paused for the disk: read again
             self.reading.release(self.now, conn, Hold.DISK, out)
 

@@ -102,7 +102,7 @@ from tidings.core.reliability.effects import (
     RememberPublisher,
     SendToChild,
 )
-from tidings.core.reliability.node import Held, NodeEffect, ReliabilityConfig, ReliabilityNode
+from tidings.core.reliability.node import Held, NodeEffect, ReliabilityConfig, ReliabilityNode, SyncedBatch
 from tidings.core.share.wire import SHARE_TYPES, ShareArrived, arrived, routed
 from tidings.core.wire.frames import FrameDecoder
 from tidings.core.wire.types import BrokerType, Layer, OverlayType
@@ -193,12 +193,12 @@ class ClusterMember:
         if reliability is not None:
             self.directory = PubendDirectory(me, reliability.pubend_id, reliability.directory_config,
                                              reliability.pubend_state, reliability.directory, self._due.directory)
-            links = peers
             self.reliability = ReliabilityNode(me, reliability.pubend_id, reliability.config,
-                                               self.scribe.said_empty.suppressed,
-                                               reliability.trees_of, reliability.pubend_state, reliability.held,
-                                               (lambda address: False) if links is None else links.congested,
-                                               alarm=self._due.reliability)
+                                               self.scribe.said_empty.suppressed, reliability.trees_of,
+                                               reliability.pubend_state, reliability.held,
+                                               (lambda address: False) if peers is None else peers.congested,
+                                               self._due.reliability,  # and who takes a complete nack:
+                                               (lambda address: True) if peers is None else peers.complete_nacks)
             self.directory.clock = self.reliability.streams.clock = self.clock
         self._before_join: deque[RouteTo] = deque(maxlen=ROUTES_BEFORE_JOIN_MAX)
         self._due.scribe.watch(self.scribe)
@@ -372,11 +372,11 @@ class ClusterMember:
         log reads), with what they ask of Pastry and Scribe carried out."""
         return self._settle(now, self._asked(now, effects))
 
-    def published(self, now: int, deliveries: list[tuple[int, str, Any, bytes]], synced: int) -> list[ClusterEffect]:
-        """A sync made this pubend's `deliveries` (tick, channel, attributes, record) and every tick
-        up to `synced` durable: the reliability node's knowledge of them on their trees, sent."""
+    def published(self, now: int, batches: Sequence[SyncedBatch], synced: int) -> list[ClusterEffect]:
+        """A sync made this pubend's `batches` and every tick up to `synced` durable: the
+        reliability node's knowledge of their events on their trees, sent."""
         assert self.reliability is not None
-        return self._settle(now, self._asked(now, self.reliability.published(now, deliveries, synced)))
+        return self._settle(now, self._asked(now, self.reliability.published(now, batches, synced)))
 
     def forget_pubend(self, now: int, pubend: str) -> list[ClusterEffect]:
         """An operator removes a decommissioned broker's pubend from the directory (DirectoryError

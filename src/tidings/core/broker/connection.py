@@ -329,11 +329,11 @@ class ClientConnection:
             principal = self.guard.vouched(identity, f"share{self.conn}")
         except TidingsError as exc:
             return self.fail(now, exc.code, str(exc), who=identity[:NAME_CHARS_MAX])
-        return self._open(now, principal, {**welcome_info, "identity": principal.identity})
+        return self._open(now, principal, {**welcome_info, "identity": principal.identity}, own=True)
 
-    def _open(self, now: int, principal: Principal, welcome_info: dict[str, Any]) -> list[Effect]:
+    def _open(self, now: int, principal: Principal, welcome_info: dict[str, Any], own: bool = False) -> list[Effect]:
         try:
-            self.guard.admitted(principal, self)
+            self.guard.admitted(principal, self, own)
         except TidingsError as exc:
             return self.fail(now, exc.code, str(exc), who=principal.identity)
         self.service = principal.service

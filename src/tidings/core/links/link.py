@@ -56,6 +56,9 @@ class PeerConfig:
     # per link, while it is not open; beyond, messages are dropped
     peer_queue_bytes_max: int = defaults.PEER_QUEUE_BYTES_MAX
     ping_interval_ns: int = defaults.PING_INTERVAL_NS
+    # the newest peer protocol version spoken (wire/peer.py "Versions"): below PEER_VERSION only to
+    # play a broker of an older version, in tests of mixed versions
+    version_max: int = peer.PEER_VERSION
 
 
 class LinkTimer(NamedTuple):
@@ -114,11 +117,14 @@ class PeerConn:
 
 class Link:
     __slots__ = ("address", "blocked", "conn", "dropped", "heard_at", "node",
-                 "ping_sent_at", "ping_seq", "queue", "queued_bytes", "received", "rtt_ns", "sent", "state")
+                 "ping_sent_at", "ping_seq", "queue", "queued_bytes", "received", "rtt_ns", "sent", "state", "version")
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, version: int = peer.PEER_VERSION) -> None:
         self.address = address
         self.state: LinkState = DIALLING
+        # the peer protocol version (wire/peer.py "Versions"): while dialling, what our PEER_HELLO says
+        # (lower after an older acceptor refused a newer one); once OPEN, what the link speaks
+        self.version = version
         self.node: NodeRef | None = None
         self.conn: int | None = None
         self.blocked = False  # OPEN, but its connection's send buffer is full: queue meanwhile
@@ -156,6 +162,7 @@ class Link:
         return {"address": self.address,
                 "node_id": None if self.node is None else id_hex(self.node.node_id),
                 "state": self.state,
+                "version": self.version,
                 "rtt_ms": None if self.rtt_ns is None else round(self.rtt_ns / 1e6, 3),
                 "queued_bytes": self.queued_bytes,
                 "sent": self.sent,

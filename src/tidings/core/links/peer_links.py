@@ -23,6 +23,14 @@ nothing. A HELLO over a link that is already OPEN means the peer has lost the ol
 restarted): the new one replaces the old, unless the old is ours and we have the smaller id (then
 it may be a tie-break in flight: we refuse, and ping over ours, so that a dead one shows itself).
 
+Versions (wire/peer.py). A dialler's PEER_HELLO says the newest version it speaks; the acceptor
+welcomes any it speaks, in that version, which the link then speaks (`Link.version`). An older
+acceptor refuses any version but its own (`version-mismatch`): the dialler then dials again at
+once saying the version before (its queue kept, the peer not reported), so links between versions
+speak the older one. The layers above ask `speaks(address, version)` before sending what only a
+newer peer understands (a complete NACK). A link lost while OPEN is redialled at the newest again:
+the peer may have restarted upgraded.
+
 Loss and reachability. A link that was OPEN and goes down (the connection closed, or nothing heard
 for PING_MISSES_MAX ping intervals: rtt.py) is redialled at once; only when that dial fails is the peer
 reported unreachable, the signal the composer passes to the overlay as peer_unreachable. So a
@@ -129,7 +137,7 @@ class PeerLinks(LinkTable):
             return [Send(link.conn, data)]
         out: list[Effect] = []
         if link is None:
-            link = self._links[address] = Link(address)
+            link = self._links[address] = Link(address, self.config.version_max)
             out += self._dial(link)
         self._enqueue(link, data)
         return out
@@ -150,7 +158,7 @@ class PeerLinks(LinkTable):
         """Measure the RTT to `address`: ping now if linked, else dial (an opening link pings)."""
         link = self._link(address)
         if link is None:
-            link = self._links[address] = Link(address)
+            link = self._links[address] = Link(address, self.config.version_max)
             return self._dial(link)
         if link.state == OPEN:
             return [self._pinger.ping(now, link)]
@@ -168,7 +176,7 @@ class PeerLinks(LinkTable):
         link.move(HANDSHAKE)
         link.conn = conn
         self._arm(link, now + self.config.handshake_timeout_ns)
-        return [Send(conn, peer.hello(self.me, nonce=c.nonce))]
+        return [Send(conn, peer.hello(self.me, link.version, c.nonce))]
 
     def connect_failed(self, now: int, address: str, reason: str) -> list[LinkOutput]:
         self._dialling.discard(address)
@@ -189,16 +197,16 @@ class PeerLinks(LinkTable):
                         Disconnect(conn, "bad PEER_HELLO")]
         c = self._conns[conn] = PeerConn(conn, decoder, False, hello.node.address)
         decoder.limit(self.config.hello_frame_bytes_max, "hello_frame_bytes_max", final=False)  # until admitted
-        refusal = hello_refusal(hello, self.me, self.cluster is not None)
+        refusal = hello_refusal(hello, self.me, self.cluster is not None, self.config.version_max)
         if refusal is not None:
             return [*self._refuse(c, refusal)]
         if self.cluster is not None:
             return self._challenge(now, c, hello, rest_bodies)
-        return self._accepted(now, c, hello.node, rest_bodies, [])
+        return self._accepted(now, c, hello, rest_bodies, [])
 
-    def _accepted(self, now: int, c: PeerConn, node: NodeRef, bodies: Iterable[bytes],
+    def _accepted(self, now: int, c: PeerConn, hello: peer.PeerHello, bodies: Iterable[bytes],
                   out: list[Effect]) -> list[LinkOutput]:
-        out += self._accept(now, c, node)
+        out += self._accept(now, c, hello)
         if c.closing:
             return self._output([], out)
         msgs = self._bodies(now, c, bodies, out)
@@ -230,6 +238,7 @@ class PeerLinks(LinkTable):
         if link.state == HANDSHAKE:
             self._drop(link, "the connection closed during the handshake")
             return self._output([], [])
+        link.version = self.config.version_max  # the peer may come back upgraded: ask for the newest again
         return [*self._redial(link)]
 
     def reject(self, now: int, address: str, reason: str) -> list[Effect]:
@@ -253,8 +262,9 @@ class PeerLinks(LinkTable):
 
     # ---- handshake -------------------------------------------------------------------------------
 
-    def _accept(self, now: int, c: PeerConn, node: NodeRef) -> list[Effect]:
-        """A valid PEER_HELLO from `node` on `c`: welcome it, or refuse it after a tie-break."""
+    def _accept(self, now: int, c: PeerConn, hello: peer.PeerHello) -> list[Effect]:
+        """A valid PEER_HELLO on `c`: welcome it in its version, or refuse it after a tie-break."""
+        node = hello.node
         link = self._links.get(node.address)
         ours = link is not None and (
             link.state in (DIALLING, HANDSHAKE)
@@ -272,12 +282,13 @@ class PeerLinks(LinkTable):
             out += self._close(self._conns[link.conn], errors.DUPLICATE_LINK, "replaced by a newer connection")
         link.node = node
         link.conn = c.conn
-        out.append(Send(c.conn, peer.welcome(self.me)))
+        link.version = hello.version  # the dialler's: at most ours (hello_refusal)
+        out.append(Send(c.conn, peer.welcome(self.me, hello.version)))
         out += self._open(now, link)
         return out
 
     def _welcomed(self, now: int, c: PeerConn, link: Link, msg: peer.PeerWelcome) -> list[Effect]:
-        refusal = welcome_refusal(msg, self.me, link.address, awaiting_challenge=c.nonce is not None)
+        refusal = welcome_refusal(msg, self.me, link.address, c.nonce is not None, link.version)
         if refusal is not None:
             return self._refuse_dialled(c, link, refusal)
         link.node = msg.node
@@ -315,7 +326,7 @@ class PeerLinks(LinkTable):
             refusal = self._challenges.verdict(c, body)
             if refusal is not None:
                 return [*out, *self._refuse(c, refusal)]
-            return self._accepted(now, c, hello.node, frames, out)
+            return self._accepted(now, c, hello, frames, out)
         if c.decoder.failure is not None:
             out += self._refuse(c, Refusal(c.decoder.failure.code, MALFORMED, str(c.decoder.failure)))
         return [*out]
@@ -378,6 +389,10 @@ class PeerLinks(LinkTable):
     def _peer_error(self, now: int, c: PeerConn, link: Link, msg: peer.PeerError) -> list[Effect]:
         c.closing = True
         out: list[Effect] = [Disconnect(c.conn, f"peer error: {msg.code}")]
+        if (msg.code == errors.VERSION and link.state == HANDSHAKE and link.conn == c.conn
+                and link.version > peer.PEER_VERSION_MIN):
+            link.version -= 1  # an older broker, which speaks only its own: say the version before
+            return out + self._redial(link)  # (its queue kept: nothing is lost, nobody told)
         if msg.code != errors.DUPLICATE_LINK and link.state == HANDSHAKE and link.conn == c.conn:
             reason, detail = dialler_reading(msg.code, msg.message, link.address, self.cluster is not None,
                                              challenged=c.nonce is None)

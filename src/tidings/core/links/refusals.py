@@ -82,11 +82,13 @@ def dialler_reading(code: str, message: str, address: str, has_credential: bool,
     return REFUSED, f"{address} refused the link ({code}: {message})"
 
 
-def hello_refusal(hello: peer.PeerHello, me: NodeRef, has_credential: bool) -> Refusal | None:
-    """Why a well-formed PEER_HELLO is refused before any credential is checked, or None."""
-    if hello.version != peer.PEER_VERSION:
+def hello_refusal(hello: peer.PeerHello, me: NodeRef, has_credential: bool,
+                  version_max: int = peer.PEER_VERSION) -> Refusal | None:
+    """Why a well-formed PEER_HELLO is refused before any credential is checked, or None (of a
+    version this broker speaks, PEER_VERSION_MIN to `version_max`: the link speaks the dialler's)."""
+    if not peer.PEER_VERSION_MIN <= hello.version <= version_max:
         return Refusal(errors.VERSION, VERSION, f"peer protocol version {hello.version} is not supported; this "
-                                                f"broker speaks {peer.PEER_VERSION}")
+                                                f"broker speaks {peer.PEER_VERSION_MIN} to {version_max}")
     if not valid_address(hello.node.address):
         return Refusal(errors.HANDSHAKE, BAD_ADDRESS, f"PEER_HELLO announces {hello.node.address!r}, not HOST:PORT")
     if hello.node.node_id == me.node_id or hello.node.address == me.address:
@@ -97,15 +99,17 @@ def hello_refusal(hello: peer.PeerHello, me: NodeRef, has_credential: bool) -> R
     return None
 
 
-def welcome_refusal(msg: peer.PeerWelcome, me: NodeRef, address: str, awaiting_challenge: bool) -> Refusal | None:
+def welcome_refusal(msg: peer.PeerWelcome, me: NodeRef, address: str, awaiting_challenge: bool,
+                    version: int = peer.PEER_VERSION) -> Refusal | None:
     """Why the PEER_WELCOME of the broker we dialled at `address` is refused, or None;
-    `awaiting_challenge`: we hold a credential and it has not yet proved its own."""
+    `awaiting_challenge`: we hold a credential and it has not yet proved its own; `version`: what
+    our PEER_HELLO said, which the welcome must say too."""
     if awaiting_challenge:
         return Refusal(AUTH_FAILED, UNEXPECTED_CREDENTIAL,
                        f"{address} has no cluster credential (it welcomed us without proving one)")
-    if msg.version != peer.PEER_VERSION:
+    if msg.version != version:
         return Refusal(errors.VERSION, VERSION,
-                       f"{address} speaks peer protocol version {msg.version}, not {peer.PEER_VERSION}")
+                       f"{address} speaks peer protocol version {msg.version}, not {version}")
     if not valid_address(msg.node.address):
         return Refusal(errors.HANDSHAKE, BAD_ADDRESS, f"{address} announces {msg.node.address!r}, not HOST:PORT")
     if msg.node.node_id == me.node_id:

@@ -75,6 +75,16 @@ class LinkTable:
         link = self._link(address)
         return link is not None and link.state == OPEN and link.blocked
 
+    def speaks(self, address: str, version: int) -> bool:
+        """The link to `address` is OPEN and speaks peer protocol `version` or later (wire/peer.py
+        "Versions": what each adds). A peer not linked now is taken for the oldest."""
+        link = self._link(address)
+        return link is not None and link.state == OPEN and link.version >= version
+
+    def complete_nacks(self, address: str) -> bool:
+        """The broker at `address` understands a complete NACK (its link speaks COMPLETE_NACKS)."""
+        return self.speaks(address, peer.COMPLETE_NACKS)
+
     def next_deadline(self) -> int | None:
         return self.timers.next_deadline()
 

@@ -35,6 +35,8 @@ R = ReasonCode
 Plain = tuple[str, bytes, int]  # a delivery without properties nor retain: (topic, payload, qos)
 TOPIC_HEADS_MAX = 1024  # topics whose bytes a connection keeps (`DeliveryFlow.heads`)
 PROBLEM_FREE = (PacketType.PUBLISH, PacketType.CONNACK, PacketType.DISCONNECT)  # 3.1.2.11.7
+EMPTY_PROPERTIES = b"\x00"  # a 5.0 packet's property length when it has none
+FIXED_QOS0 = tuple(bytes((0x30, n)) for n in range(0x80))  # a QoS 0 PUBLISH's fixed header, by a length < 128
 
 
 class Outgoing:
@@ -65,7 +67,7 @@ class DeliveryFlow:
     __slots__ = ("aliases", "deliveries", "heads", "outgoing")
 
     def __init__(self, outgoing: Outgoing, deliveries: Deliveries, aliases: OutboundAliases) -> None:
-        self.heads: dict[str, bytes] = {}  # a topic's bytes in a PUBLISH without properties, by topic
+        self.heads: dict[str, bytes] = {}  # a topic's bytes in a PUBLISH (length, UTF-8), by topic
         self.outgoing = outgoing
         self.deliveries = deliveries
         self.aliases = aliases
@@ -86,17 +88,26 @@ class DeliveryFlow:
         """`deliver` of each (token, publish) in order, the packets sent joined (a Send between other
         effects): QoS 1 and 2 queued together and the window filled once, before a QoS 0 one goes
         (so the order holds) and when the queue is full (so the bound is `deliver`'s). A `Plain`
-        one (topic, payload, qos: no properties, no retain) is what its Publish would be."""
+        one (topic, payload, qos: no properties, no retain) is what its Publish would be; a QoS 0
+        one's bytes are its topic's kept head and the payload, joined once with the rest of the run."""
         out: list[fx.MqttEffect] = []
         data: list[bytes] = []
         deliveries = self.deliveries
         queued = False
+        names = self.heads
+        bare = not self.aliases.maximum  # (with Topic Aliases a QoS 0 one goes through `deliver`)
+        room = self.outgoing.packet_bytes_max
+        empty = EMPTY_PROPERTIES if self.outgoing.version == MQTT_5 else b""
         for token, item in items:
-            if isinstance(item, tuple):  # Plain: a QoS 0 one encoded at once, a QoS 1 one as its Publish
-                if not item[2] and not queued and not self.aliases.maximum:
-                    sent = self._plain_bytes(item[0], item[1])
-                    if sent is not None:
-                        data.append(sent)
+            if isinstance(item, tuple):  # Plain: a QoS 0 one as its bytes at once, a QoS 1 one as its Publish
+                if not item[2] and not queued and bare:
+                    name = names.get(item[0])
+                    if name is None:
+                        name = self._name(item[0])
+                    size = len(name) + len(empty) + len(item[1])
+                    fixed = FIXED_QOS0[size] if size < 0x80 else b"\x30" + vbi(size)
+                    if len(fixed) + size <= room:
+                        data += (fixed, name, empty, item[1])
                         continue
                 publish = p.Publish(*item)
             else:
@@ -115,19 +126,15 @@ class DeliveryFlow:
             out.append(fx.Send(b"".join(data)))
         return out
 
-    def _plain_bytes(self, topic: str, payload: bytes) -> bytes | None:
-        """A QoS 0 PUBLISH without properties nor alias, its topic's bytes made once per topic (None:
-        over the client's Maximum Packet Size, for `deliver` to drop)."""
-        head = self.heads.get(topic)
-        if head is None:
-            raw = topic.encode("utf-8")
-            head = len(raw).to_bytes(2, "big") + raw + (b"\x00" if self.outgoing.version == MQTT_5 else b"")
-            if len(self.heads) >= TOPIC_HEADS_MAX:
-                self.heads.clear()
-            self.heads[topic] = head
-        size = len(head) + len(payload)
-        data = b"".join((b"\x30", vbi(size), head, payload))
-        return data if len(data) <= self.outgoing.packet_bytes_max else None
+    def _name(self, topic: str) -> bytes:
+        """The bytes of `topic` in a PUBLISH (its length, then the topic), made once per topic and
+        kept (at most TOPIC_HEADS_MAX)."""
+        raw = topic.encode("utf-8")
+        name = len(raw).to_bytes(2, "big") + raw
+        if len(self.heads) >= TOPIC_HEADS_MAX:
+            self.heads.clear()
+        self.heads[topic] = name
+        return name
 
     @staticmethod
     def _join(effects: list[fx.MqttEffect], out: list[fx.MqttEffect], data: list[bytes]) -> None:
@@ -170,12 +177,29 @@ class DeliveryFlow:
         return [fx.Send(data)]
 
     def flush(self) -> list[fx.MqttEffect]:
-        """Every queued delivery the window has room for, sent."""
+        """Every queued delivery the window has room for, sent. One without properties (nor a Topic
+        Alias to choose) is encoded from its topic's kept bytes, its parts joined once with the rest."""
         out: list[fx.MqttEffect] = []
         sent: list[bytes] = []
+        bare = not self.aliases.maximum
+        room = self.outgoing.packet_bytes_max
+        empty = EMPTY_PROPERTIES if self.outgoing.version == MQTT_5 else b""
+        names = self.heads
         while ready := self.deliveries.ready():
             for d in ready:
-                data = self._encode_aliased(d.publish, d.packet_id)
+                publish = d.publish
+                if bare and publish.properties is NO_PROPERTIES:
+                    name = names.get(publish.topic)
+                    if name is None:
+                        name = self._name(publish.topic)
+                    size = len(name) + 2 + len(empty) + len(publish.payload)  # (2: the packet identifier)
+                    first = 0x30 | (publish.qos << 1) | publish.retain
+                    fixed = bytes((first, size)) if size < 0x80 else bytes((first,)) + vbi(size)
+                    if len(fixed) + size <= room:
+                        pid = d.packet_id
+                        sent += (fixed, name, bytes((pid >> 8, pid & 0xFF)), empty, publish.payload)
+                        continue
+                data = self._encode_aliased(publish, d.packet_id)
                 if data is None:
                     self.deliveries.drop(d.packet_id)
                     out.append(fx.DeliveryDropped(d.token, R.PACKET_TOO_LARGE))
@@ -197,6 +221,28 @@ class DeliveryFlow:
         """PUBACK `packet_id` (a run of them: core/mqtt/publish_run.py): the delivery it ends, and what
         the window then lets go."""
         return self._done(self.deliveries.acked(packet_id), code)
+
+    def acked_many(self, packet_ids: list[int]) -> list[fx.MqttEffect]:
+        """A run of PUBACKs (core/mqtt/publish_run.py): `acked` of each, the window refilled once
+        for the run rather than after each (an identifier not in flight is looked for again after a
+        refill, in case the window gives it out: as `acked` one by one would have). The bytes and
+        facts are `acked`'s one by one, its Sends joined; the identifiers taken the same unless
+        nearly all 65,535 are in flight (core/mqtt/inflight.py `PacketIds` takes them in turn)."""
+        out: list[fx.MqttEffect] = []
+        deliveries = self.deliveries
+        freed = False
+        for pid in packet_ids:
+            d = deliveries.acked(pid)
+            if d is None and freed and deliveries.queued:
+                out += self.flush()
+                freed = False
+                d = deliveries.acked(pid)
+            if d is not None:
+                out.append(fx.DeliveryAcked(d.token, 0))
+                freed = True
+        if freed:
+            out += self.flush()
+        return out
 
     def pubrec(self, packet: p.Pubrec) -> list[fx.MqttEffect]:
         """PUBREC: PUBREL (0x92 if we know no such delivery, 4.3.3), or the end of a refused one."""

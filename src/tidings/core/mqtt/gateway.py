@@ -35,7 +35,6 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from tidings.core.broker.broker import Broker
-from tidings.core.broker.metrics import COUNTER, GAUGE, Figure
 from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
@@ -45,11 +44,12 @@ from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
 from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState, producer_of, row_of
 from tidings.core.mqtt.expiry import SessionKey
+from tidings.core.mqtt.figures import figures_of, status_of
 from tidings.core.mqtt.inflight_ids import IDS_SAVE_INTERVAL_NS, DurableIds, live_records, records_of
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.resumption import CARRIED_BYTES_MAX, Carried, carry
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
-from tidings.core.mqtt.session import OPEN, MqttSession, status_of
+from tidings.core.mqtt.session import OPEN, MqttSession
 from tidings.core.mqtt.subscriptions import Held
 from tidings.core.mqtt.will import SavedWillTimer, WillTimer, will_frame
 from tidings.core.mqtt.will_saved import SavedWills
@@ -59,43 +59,6 @@ from tidings.core.share.wire import ShareArrived
 
 NONCE_BYTES = 24
 SESSIONS_REPORTED_MAX = 256  # MQTT connections listed one by one in the status
-MQTT = ("mqtt",)
-
-# the figures under `mqtt` in the status, as /metrics writes them (aio/http.py; docs/operations.md)
-FIGURES: tuple[Figure, ...] = (
-    Figure("connections", "mqtt_connections", GAUGE, "MQTT connections open (CONNACK sent)", "MqttGateway",
-           under=MQTT),
-    Figure("connections_accepted", "mqtt_connections_accepted", COUNTER, "connections accepted on the MQTT ports",
-           "MqttGateway", under=MQTT),
-    Figure("packets_received", "mqtt_packets_received", COUNTER, "MQTT packets received", "MqttSession", under=MQTT),
-    Figure("packets_sent", "mqtt_packets_sent", COUNTER, "MQTT packets sent", "MqttSession", under=MQTT),
-    Figure("publishes_received", "mqtt_publishes_received", COUNTER,
-           "MQTT PUBLISHes handed to the intake (an event each)", "MqttSession", under=MQTT),
-    Figure("publishes_delivered", "mqtt_publishes_delivered", COUNTER, "events delivered to MQTT subscribers",
-           "MqttSession", under=MQTT),
-    Figure("refusals", "mqtt_refusals", COUNTER,
-           "MQTT connections, publishes and packets refused (with a reason code, or a close)", "MqttSession",
-           under=MQTT),
-    Figure("wills_published", "mqtt_wills_published", COUNTER,
-           "will messages published for connections that ended without DISCONNECT", "MqttGateway", under=MQTT),
-    Figure("derivations_refused", "mqtt_derivations_refused", COUNTER,
-           "CONNECTs refused past the bounds on password derivations in flight (0x9F)", "Derivations", under=MQTT),
-    Figure("deliveries_dropped", "mqtt_deliveries_dropped", COUNTER,
-           "deliveries over a client's Maximum Packet Size, not sent", "MqttSession", under=MQTT),
-    Figure("retained_topics", "mqtt_retained_topics", GAUGE, "topics with a retained message held by this broker",
-           "RetainedStore", under=MQTT),
-    Figure("retained_bytes", "mqtt_retained_bytes", GAUGE, "bytes of the retained messages held", "RetainedStore",
-           under=MQTT),
-    Figure("retained_dropped", "mqtt_retained_dropped", COUNTER,
-           "retained messages not kept: past the topics or bytes held", "RetainedStore", under=MQTT),
-    Figure("qos2_keys_held", "mqtt_qos2_keys_held", GAUGE,
-           "persistent sessions' QoS 2 PUBLISHes from their first copy to their PUBREL", "QosTwoKeys", under=MQTT),
-    Figure("qos2_saves", "mqtt_qos2_saves", COUNTER, "saves of those keys, each before the PUBCOMPs it carries",
-           "QosTwoKeys", under=MQTT),
-    *shares.FIGURES,
-)
-
-
 class ProtocolTimer(NamedTuple):
     """The connection's protocol machine is due (its CONNECT deadline, its keep-alive)."""
 
@@ -211,7 +174,8 @@ class MqttGateway:
 
     def _handle(self, inp: Input) -> list[Effect]:
         self.now = self.shares.now = inp.now
-        if isinstance(inp, Received | TimerFired) and inp.wall_us:
+        kind = type(inp)
+        if (type(inp) is Received or type(inp) is TimerFired) and inp.wall_us:
             known, self.wall_us, self.wall_now = self.wall_us, inp.wall_us, inp.now
             if not known:  # (the saved sessions' expiries and wills are timed from the first wall time known)
                 self._arm_expiry()
@@ -221,7 +185,6 @@ class MqttGateway:
             opened = self.broker.handle(Accepted(inp.now, RETAINED_CONN))
             self.broker.reading.vouch(inp.now, RETAINED_CONN, self.retained.open(), opened)
             self._to_client(opened, out)
-        kind = type(inp)
         if kind is Received:
             assert isinstance(inp, Received)
             session = self.sessions.get(inp.conn)
@@ -264,14 +227,20 @@ class MqttGateway:
         self._arm(session)
 
     def _arm(self, session: MqttSession) -> None:
-        """The session's protocol machine's deadline, as it now is (and whether it waits for a save)."""
-        if session.qos2 is not None and session.qos2.waiting():
+        """The session's protocol machine's deadline, as it now is (and whether it waits for a save).
+        The timer is touched only when that deadline moved since it was last armed (`session.armed`:
+        most turns leave it where it was)."""
+        qos2 = session.qos2
+        if qos2 is not None and qos2.waiting():
             self.saving.add(session.conn)
         if session.ids is not None and self.ids.moved(session.conn, session.ids, self.qos2_keys.version + 1):
             self.qos2_keys.version += 1  # (its sends wait for the next save: core/mqtt/inflight_ids.py)
         elif self.ids.dirty and self.timers.when(IDS_TIMER) is None:
             self.timers.set(IDS_TIMER, max(self.now, self.ids.last_save + IDS_SAVE_INTERVAL_NS))
-        deadline = session.next_deadline()
+        deadline = session.machine.deadlines.next_deadline()
+        if deadline == session.armed:
+            return
+        session.armed = deadline
         if deadline is None:
             self.timers.cancel(ProtocolTimer(session.conn))
         elif self.timers.when(ProtocolTimer(session.conn)) != deadline:
@@ -289,24 +258,30 @@ class MqttGateway:
         """The broker's effects: an MQTT connection's Sends through its session, the rest as they are."""
         sessions = self.sessions
         for eff in effects:
-            if isinstance(eff, Send | Disconnect) and eff.conn < 0:  # the retained feed's, a share group's
+            if type(eff) is Send:
+                session = sessions.get(eff.conn)
+                if session is not None:
+                    native: list[bytes] = []
+                    session.wall_us = self.wall_us
+                    session.from_broker(eff.data, out, native)
+                    if native:
+                        self._to_broker(session, native, out)
+                    self._arm(session)
+                elif eff.conn == RETAINED_CONN:  # the retained feed's
+                    self._feed(eff, out)
+                elif eff.conn < 0:  # a share group's
+                    shares.taken(self, eff)
+                else:
+                    out.append(eff)
+            elif type(eff) is Disconnect and eff.conn < 0:
                 if eff.conn == RETAINED_CONN:
                     self._feed(eff, out)
                 else:
                     shares.taken(self, eff)
-                continue
-            if type(eff) is not Send or (session := sessions.get(eff.conn)) is None:
-                if isinstance(eff, ShareArrived):  # a shared subscription's message (core/share/)
-                    shares.taken(self, eff)
-                else:
-                    out.append(eff)
-                continue
-            native: list[bytes] = []
-            session.wall_us = self.wall_us
-            session.from_broker(eff.data, out, native)
-            if native:
-                self._to_broker(session, native, out)
-            self._arm(session)
+            elif isinstance(eff, ShareArrived):  # a shared subscription's message (core/share/)
+                shares.taken(self, eff)
+            else:
+                out.append(eff)
 
     def _feed(self, eff: Send | Disconnect, out: list[Effect]) -> None:
         """What the broker sent the retained feed; the connection ends when the feed is closed."""
@@ -388,7 +363,7 @@ class MqttGateway:
                     self.qos2_keys.expiries.left((session.native.service, session.client_id),
                                                  session.machine.session_expiry_interval_s, self._wall(self.now))
                     self._arm_expiry()
-        for key, value in _figures(session).items():
+        for key, value in figures_of(session).items():
             self.totals[key] += value
 
     def _carry(self, key: tuple[str, str], carried: list[Carried]) -> None:
@@ -481,7 +456,7 @@ class MqttGateway:
         """The MQTT connections' figures, under `mqtt` in the broker's status."""
         figures = dict(self.totals)
         for session in self.sessions.values():
-            for key, value in _figures(session).items():
+            for key, value in figures_of(session).items():
                 figures[key] += value
         open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
@@ -492,9 +467,3 @@ class MqttGateway:
                 **self.derivations.status(), **self.qos2_keys.status(), **self.ids.status(),
                 "sessions": [status_of(s) for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}
-
-
-def _figures(session: MqttSession) -> dict[str, int]:
-    return {"packets_received": session.received, "packets_sent": session.sent,
-            "publishes_received": session.published, "publishes_delivered": session.subscriptions.delivered,
-            "refusals": session.refused, "deliveries_dropped": session.dropped}

@@ -12,10 +12,10 @@ and within our Receive Maximum (a new receipt), retained only where retain is av
 PUBLISH goes through the machine's own rules (`MqttConnection._publish`), after the run so far is
 reported, so the facts keep the packets' order; a PUBLISH that ends the connection ends the run.
 A subscriber's PUBACKs come in runs too (a QoS 1 subscriber answers a run of deliveries): a run of
-four-byte PUBACKs is read as their packet identifiers alone (`take_pubacks`) and each goes to the
-delivery flow as the machine's `_packet` sends a `Puback`. Nothing differs from reading the same
-bytes packet by packet but the shape of the facts (tests/unit/test_mqtt_publish_run.py holds the
-two equal, by Hypothesis).
+four-byte PUBACKs is read as their packet identifiers alone (`take_pubacks`) and each ends its
+delivery as the machine's `_packet` does with a `Puback`, the window refilled once for the run. Nothing
+differs from reading the same bytes packet by packet but the shape of the facts and how the bytes
+sent are cut into Sends (tests/unit/test_mqtt_publish_run.py holds the two equal, by Hypothesis).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def take_run(machine: MqttConnection, out: list[fx.MqttEffect]) -> bool:
     fields = machine.decoder.take_publishes()
     if not fields:
         acks = machine.decoder.take_pubacks()
-        for acked in acks:  # (as `_packet` does with each: the flow's PUBACK)
-            out += machine.flow.acked(acked)
+        if acks:  # (as `_packet` does with each: the flow's PUBACK; the window refilled once)
+            out += machine.flow.acked_many(acks)
         return bool(acks)
     limits = machine.limits
     qos_max = min(1, limits.maximum_qos)

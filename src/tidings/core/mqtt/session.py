@@ -56,7 +56,7 @@ from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.resumption import Carried, Resumed, resend
 from tidings.core.mqtt.retained import RETAINED_PER_SUBSCRIBE_MAX, RetainedFeed, due
-from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag
+from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag, numbered
 from tidings.core.session.client_session import ClientSession, PublishEvent
 from tidings.core.share.hub import ShareHub
 from tidings.core.share.members import ShareRef
@@ -119,6 +119,7 @@ class MqttSession:
         self.machine = MqttConnection(now, limits_of(settings, shares is not None), f"tidings-{conn}-{nonce[:6].hex()}",
                                       runs=True)
         self.shared = SharedOf(shares)  # its $share/ subscriptions (core/share/session.py)
+        self.armed: int | None = None  # the machine's deadline as the gateway's timer has it (core/mqtt/gateway.py)
         self.state = AWAITING_CONNECT
         self.level = 4
         self.client_id = ""
@@ -283,13 +284,13 @@ class MqttSession:
         """The PUBLISHes read so far as native PUBLISH frames (many events to a frame)."""
         if not self.batch or self.native is None:
             return
-        ids = iter(self.batch_ids)
-        for seq, count, frame in self.native.publish(self.batch):
-            for i in range(count):
-                packet_id = next(ids)
+        frames = self.native.publish(self.batch)  # (their seqs follow one another from the first's)
+        if any(self.batch_ids):  # (a packet identifier is never 0; QoS 0 alone has none)
+            seq = frames[0][0]
+            for i, packet_id in enumerate(self.batch_ids):
                 if packet_id is not None:
                     self.publishes[seq + i] = packet_id
-            native.append(frame)
+        native += [frame for _, _, frame in frames]
         self.batch, self.batch_ids = [], []
 
     def _subscribe(self, eff: fx.Subscribed | fx.Unsubscribed, out: list[Effect], native: list[bytes]) -> None:
@@ -426,6 +427,8 @@ class MqttSession:
 
     def _acked(self, msg: messages.Ack, out: list[Effect], native: list[bytes]) -> None:
         """The broker's ACK: the events are fsynced at their pubend; QoS 1 gets its PUBACK, QoS 2 its PUBREC."""
+        if not self.publishes:  # (QoS 0 alone: nothing answers the ACK)
+            return
         effects: list[fx.MqttEffect] = []  # (the machine's answers to the run, applied once)
         for i, tick in enumerate(msg.ticks):
             packet_id = self.publishes.pop(msg.seq + i, None)
@@ -459,10 +462,8 @@ class MqttSession:
     def _deliver(self, msg: messages.Events, out: list[Effect]) -> None:
         """EVENTS as PUBLISHes: one call on the machine for the run, its packets in one Send."""
         source = None if self.native is None else (self.native.service, self.client_id)
-        token, resumed, tokens = self._token, self.resumed, self.tokens
-        items = [(token(publish[2] if isinstance(publish, tuple) else publish.qos, tag), publish)
-                 for publish, tag in self.subscriptions.deliver(msg, self.level, source, self.wall_us)
-                 if not resumed.claim(tag, tokens)]  # (else resent already, under its packet identifier)
+        items, self.next_token = numbered(self.subscriptions.deliver(msg, self.level, source, self.wall_us),
+                                          self.resumed, self.tokens, self.next_token)
         if items and self.ids is not None and self.ids.pending:  # (after a restart: under their saved ids)
             items = resume_saved(self, items, out)
         if items:
@@ -488,11 +489,4 @@ class MqttSession:
             self._apply(self.machine.deliver(token, publish.topic, publish.payload, publish.qos, False,
                                              properties=publish.properties), out, [])
 
-
-def status_of(session: MqttSession) -> dict[str, object]:
-    """One MQTT connection in the broker's status (the gateway's `sessions`)."""
-    s = session
-    return {**s.machine.status(), "conn": s.conn, "client_id": s.client_id, "identity": s.identity,
-            "state": str(s.state), "version": "5.0" if s.level == MQTT_5 else "3.1.1", "persistent": s.persistent,
-            "subscriptions": len(s.subscriptions.subs), "received": s.received, "sent": s.sent}
 

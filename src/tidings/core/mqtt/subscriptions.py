@@ -19,6 +19,7 @@ A plain data structure: methods return the packets to send and the frames for th
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from tidings.core.errors import TidingsError
 from tidings.core.event import RECORD_LENGTHS, event_from_fields
@@ -32,6 +33,9 @@ from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.session.client_session import ClientSession
 from tidings.core.session.cursor import silence_of
 from tidings.core.wire import messages
+
+if TYPE_CHECKING:
+    from tidings.core.mqtt.resumption import Resumed
 
 R = ReasonCode
 Held = tuple[str, str, str]  # a persistent session's named subscription: (name, pattern, content filter)
@@ -217,20 +221,29 @@ class MqttSubscriptions:
         durable = entry.durable
         plain = not entry.no_local and not entry.retain_as_published and (entry.identifier is None or level != MQTT_5)
         granted = entry.qos
+        short, long = RECORD_LENGTHS
+        plain_keys, qos_key = PLAIN_ATTRIBUTES, bridge.QOS
+        delivered = 0
         for fields in msg.records:
-            if plain and type(fields) is list and len(fields) in RECORD_LENGTHS:
-                pubend, tick, channel, attrs, service, instance, payload = fields[:7]
-                if (type(attrs) is dict and attrs.keys() <= PLAIN_ATTRIBUTES and type(channel) is str
-                        and type(payload) is bytes and type(pubend) is str and type(tick) is int
-                        and type(service) is str and type(instance) is str
-                        and (len(fields) == RECORD_LENGTHS[0] or type(fields[-1]) is bool)):
-                    published = attrs.get(bridge.QOS)  # (bridge.publish_of's rule)
+            if plain and type(fields) is list:
+                n = len(fields)
+                if n == short:
+                    pubend, tick, channel, attrs, service, instance, payload = fields
+                elif n == long and type(fields[-1]) is bool:
+                    pubend, tick, channel, attrs, service, instance, payload, _ = fields
+                else:
+                    n = 0
+                if (n and type(channel) is str and type(payload) is bytes and type(attrs) is dict
+                        and (not attrs or attrs.keys() <= plain_keys) and type(tick) is int
+                        and type(pubend) is str and type(service) is str and type(instance) is str):
+                    published = attrs.get(qos_key)  # (bridge.publish_of's rule)
                     qos = min(granted, 0 if published == 0 else 2 if published == 2 else 1)
-                    self.delivered += 1
+                    delivered += 1
                     out.append(((channel, payload, qos), None if durable is None else
                                 (durable, durable.delivered(pubend, tick, qos == 0))))
                     continue
             self._deliver_event(fields, entry, level, source, wall_us, out)
+        self.delivered += delivered
         return out
 
     def _deliver_event(self, fields: object, entry: MqttSub, level: int, source: tuple[str, str] | None,
@@ -258,3 +271,19 @@ class MqttSubscriptions:
         else:
             item = durable.delivered(event.pubend, event.tick, publish.qos == 0)
             out.append((publish, (durable, item)))
+
+
+def numbered(delivered: list[tuple[p.Publish | Plain, Tag]], resumed: Resumed, tokens: dict[int, Tag],
+             token: int) -> tuple[list[tuple[int, p.Publish | Plain]], int]:
+    """A session's deliveries, each with its token (`MqttSession._token`'s, inline: a QoS 1/2 one's tag
+    kept in `tokens`), but those resent already from the last connection (`resumed`); the last token."""
+    claims = bool(resumed.tokens)
+    items: list[tuple[int, p.Publish | Plain]] = []
+    for publish, tag in delivered:
+        if tag is not None and claims and resumed.claim(tag, tokens):
+            continue
+        token += 1
+        if tag is not None and (publish[2] if isinstance(publish, tuple) else publish.qos):
+            tokens[token] = tag
+        items.append((token, publish))
+    return items, token

@@ -14,7 +14,8 @@
  * `first`, `first + 1`, ... It returns (records, deliveries, size, channel): the (tick, record)
  * pairs the Append carries, the (tick, channel, attributes, record) tuples the pubend holds until
  * the batch is durable, the records' bytes in all, and the channel when every event has the same
- * one (else None).
+ * one (else None). A batch on one channel gets no deliveries (None): the pubend holds its records
+ * instead (core/publish/pubend.py PendingBatch), so its events cost no tuple but the Append's.
  *
  * It is a fast path, not an authority: for any event outside that shape (attributes, a channel not
  * known yet, a wrong type, a payload too large, a string that is not UTF-8) it answers None and
@@ -129,8 +130,8 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     memcpy(source, svc, (size_t)svc_n);
     memcpy(source + svc_n, inst, (size_t)inst_n);
     records = PyList_New(count);
-    deliveries = PyList_New(count);
-    if (records == NULL || deliveries == NULL) goto done;
+    deliveries = uniform ? NULL : PyList_New(count);
+    if (records == NULL || (!uniform && deliveries == NULL)) goto done;
     Py_ssize_t size = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *ev = PyList_GET_ITEM(events, i);
@@ -161,19 +162,21 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         PyObject *t = PyLong_FromUnsignedLongLong(tick);
         if (t == NULL) { Py_DECREF(rec); goto done; }
         PyObject *pair = PyTuple_Pack(2, t, rec);
-        PyObject *delivery = pair == NULL ? NULL : PyTuple_Pack(4, t, ch, at, rec);
+        PyObject *delivery = pair == NULL || uniform ? NULL : PyTuple_Pack(4, t, ch, at, rec);
         Py_DECREF(t);
         Py_DECREF(rec);
-        if (delivery == NULL) { Py_XDECREF(pair); goto done; }
+        if (pair == NULL || (!uniform && delivery == NULL)) { Py_XDECREF(pair); goto done; }
         /* Neither can be in a reference cycle (a tick, bytes, a str and an empty map that the
            collector does not track): untracked, as the collector would leave them after its first
            look, so the young collections do not walk the thousands a batch keeps until durable. */
         PyObject_GC_UnTrack(pair);
-        if (!PyObject_IS_GC(at) || !PyObject_GC_IsTracked(at)) PyObject_GC_UnTrack(delivery);
         PyList_SET_ITEM(records, i, pair);
-        PyList_SET_ITEM(deliveries, i, delivery);
+        if (!uniform) {
+            if (!PyObject_IS_GC(at) || !PyObject_GC_IsTracked(at)) PyObject_GC_UnTrack(delivery);
+            PyList_SET_ITEM(deliveries, i, delivery);
+        }
     }
-    result = Py_BuildValue("(OOnO)", records, deliveries, size, uniform ? same : Py_None);
+    result = Py_BuildValue("(OOnO)", records, uniform ? Py_None : deliveries, size, uniform ? same : Py_None);
     goto done;
 fail_or_none:
     if (!PyErr_Occurred()) { result = Py_None; Py_INCREF(result); }

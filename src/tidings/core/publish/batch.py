@@ -10,10 +10,12 @@ as `core/event.py encode_records` does, and returns
 
 the (tick, record) pairs of the Append, the (tick, channel, attributes, record) tuples the pubend
 holds until the batch is durable, the records' bytes in all, and the channel when every event has
-the same one (else None). When any event is outside that shape it returns None and decides
-nothing: the intake then checks the PUBLISH event by event (core/publish/intake.py `_check`),
-which refuses what is bad and says why. So no rule lives here that the Python checks do not also
-hold, and a batch is encoded the same whichever path took it.
+the same one (else None). A batch on one channel gets no deliveries (None): the pubend holds the
+Append's records in their place (core/publish/pubend.py PendingBatch), so a one-channel PUBLISH,
+the common one, costs no tuple per event beyond the Append's pair. When any event is outside that
+shape it returns None and decides nothing: the intake then checks the PUBLISH event by event
+(core/publish/intake.py `_check`), which refuses what is bad and says why. So no rule lives here
+that the Python checks do not also hold, and a batch is encoded the same whichever path took it.
 
 Two implementations give the same answer for every input: `encode_python` below, and the compiled
 `_batch.encode` (`_batch.c`, built by setup.py where a C compiler is found; optional). The
@@ -37,7 +39,7 @@ except ImportError:  # built where no C compiler was found: the Python form belo
     _batch = None  # type: ignore[assignment]
 
 Delivery = tuple[int, str, dict[str, Any], bytes]  # tick, channel, attributes, record (core/publish/pubend.py)
-Encoded = tuple[list[tuple[int, bytes]], list[Delivery], int, str | None]
+Encoded = tuple[list[tuple[int, bytes]], list[Delivery] | None, int, str | None]
 Encoder = Callable[[list[object], dict[str, Any], int, str, int, str, str, bool], Encoded | None]
 
 _pack = msgpack.Packer().pack
@@ -67,8 +69,11 @@ def encode_python(events: list[object], known: dict[str, Any], size_max: int, pu
                                  authenticated)
     except UnicodeEncodeError:  # a string that is not UTF-8: the Python checks say so
         return None
+    size = sum(len(rec) for _, rec in records)
+    if uniform:
+        return records, None, size, same
     deliveries = [(t, ev[0], ev[1], rec) for (t, rec), ev in zip(records, events, strict=True)]  # type: ignore[index]
-    return records, deliveries, sum(len(rec) for _, rec in records), same if uniform else None
+    return records, deliveries, size, None
 
 
 def _native(events: list[object], known: dict[str, Any], size_max: int, pubend: str, first: int,

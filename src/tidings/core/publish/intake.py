@@ -115,6 +115,7 @@ class Intake:
                 if channel is not None:
                     self.traffic.tally(channel, count)
                 else:
+                    assert deliveries is not None
                     self.traffic.count([d[1] for d in deliveries])
                 self._append(c, msg.seq, list(range(first, first + count)), records, deliveries, size, out,
                              channel=channel)
@@ -237,14 +238,15 @@ class Intake:
         self._append(c, seq, ticks, records, deliveries, sum(len(rec) for _, rec in records), out, keys, duplicates)
 
     def _append(self, c: ClientConnection, seq: int, ticks: list[int | None], records: list[tuple[int, bytes]],
-                deliveries: list[batch.Delivery], size: int, out: list[Effect], keys: list[bytes] | None = None,
+                deliveries: list[batch.Delivery] | None, size: int, out: list[Effect], keys: list[bytes] | None = None,
                 duplicates: list[int] | None = None, channel: str | None = None) -> None:
         """Log the encoded batch (`size` bytes of `records`): the pubend holds its deliveries and
         ACK until it is durable; a publisher past pending_sync_bytes_max is not read meanwhile.
-        `channel`: the batch's one channel, when no event has attributes (Pubend.log)."""
+        `channel`: the batch's one channel, when no event has attributes (Pubend.log); then
+        `deliveries` may be None, the records standing for them."""
         pubend = self.pubend
         self.events_published += len(records)
-        token = pubend.log(c.conn, seq, ticks, deliveries, size, duplicates, channel)
+        token = pubend.log(c.conn, seq, ticks, deliveries, size, duplicates, channel, records)
         if pubend.pending_bytes > self.config.pending_sync_bytes_max and c.conn not in self.paused:
             self.paused[c.conn] = None  # intake waits for the disk: memory stays bounded
             c.hold(Hold.DISK)

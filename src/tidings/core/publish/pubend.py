@@ -13,22 +13,53 @@ in token order.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
+
+Delivery = tuple[int, str, dict[str, Any], bytes]  # tick, channel, attributes, record
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)  # of (tick, record)
+_TICK, _RECORD = itemgetter(0), itemgetter(3)  # of a delivery
 
 
 @dataclass(slots=True)
 class PendingBatch:
-    """A batch logged but not yet synced: who to acknowledge, and what to deliver once durable."""
+    """A batch logged but not yet synced: who to acknowledge, and what to deliver once durable.
+
+    Its events are held one of two ways. A batch on one channel without attributes (`channel`,
+    core/publish/batch.py) holds the Append's own (tick, record) pairs in `records`, and no
+    per-event tuple beside them (`deliveries` empty): the fan-out and the trees take it as
+    columns. Any other holds each event's (tick, channel, attributes, record) in `deliveries`."""
 
     token: int
     conn: int
     seq: int
     ticks: list[int | None]
-    deliveries: list[tuple[int, str, dict[str, Any], bytes]]  # tick, channel, attributes, record
+    deliveries: list[Delivery]
     size: int  # encoded bytes, counted against pending_sync_bytes_max
     duplicates: list[int] | None = None  # indexes answered with an earlier tick (core/publish/dedup.py)
     channel: str | None = None  # the one channel of every delivery, none with attributes (core/publish/batch.py)
+    records: list[tuple[int, bytes]] | None = None  # with `channel`: the events as the Append's (tick, record)
+
+    def columns(self) -> tuple[Iterable[int], Iterable[bytes]]:
+        """Its events' ticks and records, in order (the ticks the objects the pairs hold: a range
+        would make new ones, which the knowledge messages would then hold)."""
+        if self.records is not None:
+            return map(_FIRST, self.records), map(_SECOND, self.records)
+        return map(_TICK, self.deliveries), map(_RECORD, self.deliveries)
+
+    def last_tick(self) -> int | None:
+        """Its last event's tick; None when it logged nothing (duplicates only)."""
+        events = self.records if self.records is not None else self.deliveries
+        return events[-1][0] if events else None
+
+    def events(self) -> list[Delivery]:
+        """Each event's (tick, channel, attributes, record), built for a one-channel batch."""
+        if self.records is None:
+            return self.deliveries
+        assert self.channel is not None
+        return [(tick, self.channel, {}, record) for tick, record in self.records]
 
 
 class Pubend:
@@ -52,13 +83,18 @@ class Pubend:
         self.last_tick = first + count - 1
         return first
 
-    def log(self, conn: int, seq: int, ticks: list[int | None],
-            deliveries: list[tuple[int, str, dict[str, Any], bytes]], size: int,
-            duplicates: list[int] | None = None, channel: str | None = None) -> int:
+    def log(self, conn: int, seq: int, ticks: list[int | None], deliveries: list[Delivery] | None, size: int,
+            duplicates: list[int] | None = None, channel: str | None = None,
+            records: list[tuple[int, bytes]] | None = None) -> int:
         """Record a batch whose Append is about to be emitted; returns its token. `channel`: the
-        batch's one channel when none of its events has attributes (a fan-out matches it once)."""
+        batch's one channel when none of its events has attributes (a fan-out matches it once);
+        then `records` (the Append's) may stand for `deliveries` (None: PendingBatch)."""
         self._token += 1
-        self._pending.append(PendingBatch(self._token, conn, seq, ticks, deliveries, size, duplicates, channel))
+        held = records if deliveries is None else None
+        assert held is None or channel is not None, "a batch held as records is on one channel"
+        assert not held or held[-1][0] - held[0][0] == len(held) - 1, "a batch held as records has consecutive ticks"
+        self._pending.append(PendingBatch(self._token, conn, seq, ticks, deliveries or [], size, duplicates, channel,
+                                          held))
         self.pending_bytes += size
         return self._token
 
@@ -90,8 +126,8 @@ class Pubend:
             batch = pending.popleft()
             self.pending_bytes -= batch.size
             out.append(batch)
-            if batch.deliveries:
-                tick = batch.deliveries[-1][0]
+            tick = batch.last_tick()
+            if tick is not None:
                 assert tick > self.synced_tick
                 self.synced_tick = tick
         return out

@@ -86,7 +86,7 @@ class CuriosityConfig:
     gap_curiosity_ns: int  # GCT
     nack_repeat_ns_min: int  # NRT floor
     nack_repeat_ns_max: int  # NRT after backoff
-    complete: bool = False  # a nack may say it is complete over its span (off: a failover sweep lost events with it)
+    complete: bool = True  # a nack may say it is complete over its span (to an upstream that understands it)
 
 
 class GapTimer(NamedTuple):
@@ -165,11 +165,16 @@ class StreamCuriosity:
 class Curiosity:
     """The nack scheduling of every stream of the broker."""
 
-    __slots__ = ("_pruned", "_round_trips", "_streams", "config", "nack_ticks_sent", "nacks_sent", "timers")
+    __slots__ = ("_pruned", "_round_trips", "_streams", "_takes_complete", "config", "nack_ticks_sent", "nacks_sent",
+                 "timers")
 
-    def __init__(self, config: CuriosityConfig, pruned: Callable[[str], bool], alarm: Alarm | None = None) -> None:
+    def __init__(self, config: CuriosityConfig, pruned: Callable[[str], bool], alarm: Alarm | None = None,
+                 takes_complete: Callable[[str], bool] = lambda address: True) -> None:
         self.config = config
         self._pruned = pruned  # Scribe pruned this tree here and nothing local has it
+        # the broker at this address understands a complete nack (its link speaks wire/peer.py's
+        # COMPLETE_NACKS): an older one refuses a five-element NACK and closes the link
+        self._takes_complete = takes_complete
         self._streams: dict[GapTimer, Istream] = {}
         self.timers: Deadlines[GapTimer] = Deadlines(alarm)
         self._round_trips: dict[str, RoundTrip] = {}  # upstream broker -> its nack round trips
@@ -277,8 +282,8 @@ class Curiosity:
             c.nack_ns = now
             self.nacks_sent += 1
             self.nack_ticks_sent += sum(through - after for after, through in ranges)
-            out.append(SendNack(ist.upstream, Nack(key.tree, key.pubend, tuple(ranges),
-                                                         self.config.complete and complete(gaps, ranges))))
+            said = self.config.complete and complete(gaps, ranges) and self._takes_complete(ist.upstream)
+            out.append(SendNack(ist.upstream, Nack(key.tree, key.pubend, tuple(ranges), said)))
         self.timers.set(key, now + max(c.nack_interval_ns, floor_ns))
         return out
 

@@ -34,7 +34,7 @@ broker's own path), so no local consumer is attached to this broker's own pubend
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -62,7 +62,7 @@ from tidings.core.reliability.effects import (
 from tidings.core.reliability.flow_window import FlowLimits
 from tidings.core.reliability.interest import Interest, SendSummary
 from tidings.core.reliability.local_consumers import LocalConsumers
-from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect
+from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect, SyncedBatch
 from tidings.core.reliability.tree import PFS_CONSUMER, Held, Tree
 from tidings.core.reliability.tree_streams import TreeStreams
 from tidings.core.units import ns_to_us
@@ -96,7 +96,7 @@ class ReliabilityConfig:
     release_hold_ns: int = defaults.RELEASE_HOLD_NS  # a child that left holds release at its last value this long
     # a durable catchup fetches matching ticks this close as one range
     nack_merge_ticks: int = defaults.NACK_MERGE_TICKS
-    nack_complete: bool = False  # complete nacks (messages.Nack.complete): off, see docs/delivery.md
+    nack_complete: bool = True  # complete nacks (messages.Nack.complete), to parents that understand them
     # a tree's nack answers in flight beyond its root's ack
     retransmit_window_bytes: int = defaults.RETRANSMIT_WINDOW_BYTES
     # a window its root's acks have not moved this long starts again
@@ -123,8 +123,11 @@ class ReliabilityNode:
     def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, told_empty: ToldEmpty,
                  trees_of: Callable[[str], list[str]], pubend_state: PubendState,
                  held: Held = lambda tree, pubend: None,
-                 congested: Callable[[str], bool] = lambda address: False, alarm: Alarm | None = None) -> None:
-        """`alarm`: the broker's earliest deadline, told when a timer moves (core/deadlines.py)."""
+                 congested: Callable[[str], bool] = lambda address: False, alarm: Alarm | None = None,
+                 takes_complete: Callable[[str], bool] = lambda address: True) -> None:
+        """`alarm`: the broker's earliest deadline, told when a timer moves (core/deadlines.py);
+        `takes_complete`: the broker at an address understands a complete nack (its peer link's
+        version, wire/peer.py; a broker without peer links has no older peers)."""
         self.me = me
         self.pubend_id = pubend_id
         self.config = config
@@ -138,7 +141,7 @@ class ReliabilityNode:
             config.retransmit_window_bytes, config.retransmit_wait_ns,
             FlowLimits(config.flow_window_bytes, config.flow_hold_bytes_max, config.flow_stall_ns)), trees_of,
             told_empty, congested, alarm)
-        self.streams = TreeStreams(me, pubend_id, config, held, congested, alarm)
+        self.streams = TreeStreams(me, pubend_id, config, held, congested, alarm, takes_complete)
         self.timers: Deadlines[SilenceTimer] = Deadlines(alarm)  # the pubend's silence, release and the merges
         self.peer_errors = 0
         self.locals = LocalConsumers(self.streams)  # local subscriptions and the PFS on the streams
@@ -165,10 +168,10 @@ class ReliabilityNode:
         self.source.restore(now, held_trees or {}, last_tick)
         return self._source(now, self.source.recover(last_tick))
 
-    def published(self, now: int, deliveries: list[tuple[int, str, Any, bytes]], synced: int) -> list[NodeEffect]:
-        """A sync made `deliveries` (tick, channel, attributes, record) and every tick up to
+    def published(self, now: int, batches: Sequence[SyncedBatch], synced: int) -> list[NodeEffect]:
+        """A sync made `batches` (core/publish/pubend.py PendingBatch) and every tick up to
         `synced` durable."""
-        return self._source(now, self.source.published(now, deliveries, synced))
+        return self._source(now, self.source.published(now, batches, synced))
 
     def tree_activated(self, now: int, tree: str) -> list[NodeEffect]:
         """`tree` has members again: tell it of this pubend's stream (release of history to joiners
@@ -185,8 +188,8 @@ class ReliabilityNode:
         for eff in effects:
             if not isinstance(eff, PublishOnTree):
                 out.append(eff)
-            elif eff.root == self.me.address:
-                out += self.event_arrived(now, eff.tree, [eff.origin, eff.message.to_wire()], self.me.address)
+            elif eff.root == self.me.address:  # the root of its own tree: the message as the pubend made it
+                out += self._own_arrived(now, eff)
             elif eff.root is not None:
                 out.append(PeerSend(eff.root, eff.message.to_wire()))
             else:
@@ -200,9 +203,20 @@ class ReliabilityNode:
         origin, knowledge = _decode_event(tree, event)
         return self._arrived(now, event, origin, knowledge, sender)
 
+    def _own_arrived(self, now: int, eff: PublishOnTree) -> list[NodeEffect]:
+        """This broker's pubend sent knowledge to a tree this broker is the root of: its message
+        is taken as it was made, not written for the wire and decoded again (the pubend's own
+        messages are well formed by construction, what the decode's checks would prove), so a
+        single broker's own trees cost no per-event codec work; the wire form is made only for
+        the best-effort mode, which forwards it as it came."""
+        knowledge = eff.message
+        event: WireArray = [eff.origin, knowledge.to_wire()] if self.config.best_effort else []
+        return self._arrived(now, event, eff.origin, knowledge, self.me.address)
+
     def _arrived(self, now: int, event: WireArray, origin: str, knowledge: messages.KnowledgeMessage,
                  sender: str) -> list[NodeEffect]:
-        """Knowledge of one pubend, decoded, came down its tree from `sender` (`event`: as it came)."""
+        """Knowledge of one pubend, decoded, came down its tree from `sender` (`event`: as it came,
+        read by the best-effort mode alone)."""
         tree = knowledge.tree
         if self.config.best_effort:
             return self._best_effort(tree, event, knowledge)
@@ -407,4 +421,4 @@ def _decode_event(tree: str, event: object) -> tuple[str, messages.KnowledgeMess
 
 
 __all__ = ["PFS_CONSUMER", "DeliverRecords", "Held", "Lost", "MovedAway", "NodeEffect", "ReliabilityConfig",
-           "ReliabilityNode", "RouteTo"]
+           "ReliabilityNode", "RouteTo", "SyncedBatch"]

@@ -59,7 +59,7 @@ from tidings.core.inputs import LogState
 from tidings.core.reliability.flow_window import DEFAULT_LIMITS, FlowLimits, FlowOutput, FlowWindows, ReadBack
 from tidings.core.reliability.log_span import SpanError
 from tidings.core.reliability.nack_answers import NackAnswers, ReadLimits
-from tidings.core.reliability.source_knowledge import EventTails, KnowledgeWriter, PublishOnTree
+from tidings.core.reliability.source_knowledge import EventTails, KnowledgeWriter, PublishOnTree, SyncedBatch
 from tidings.core.reliability.source_streams import SourceStreams
 from tidings.core.units import MICROSECOND_NS
 
@@ -108,13 +108,13 @@ class Source:
 
     # ---- first-time knowledge ------------------------------------------------------------------
 
-    def published(self, now: int, deliveries: Sequence[tuple[int, str, Any, bytes]], synced: int) -> list[SourceEffect]:
-        """The sync made every tick up to `synced` durable; `deliveries` are its events (tick,
-        channel, attributes, record), each for the trees of its channel."""
+    def published(self, now: int, batches: Sequence[SyncedBatch], synced: int) -> list[SourceEffect]:
+        """The sync made every tick up to `synced` durable; `batches` hold its events, each for
+        the trees of its channel."""
         out: list[SourceEffect] = []
-        for tree, records in self._writer.by_tree(deliveries).items():
+        for tree, (ticks, records) in self._writer.by_tree(batches).items():
             quiet = self._tails.quiet_after(tree)
-            self._tails.published(tree, records[-1][0])
+            self._tails.published(tree, ticks[-1])
             stream = self._streams.get(tree)
             empty = self._empty(now, tree)
             if empty and stream is not None and not self._streams.counts(now, stream, empty):
@@ -127,11 +127,12 @@ class Source:
                 continue
             if stream is None:  # its first message says the ticks since the tree's previous event are silence,
                 # so a subscriber that starts a clock-skew allowance back need not nack them
-                stream = self._streams.new(tree, min(quiet, records[0][0] - 1), now)
+                stream = self._streams.new(tree, min(quiet, ticks[0] - 1), now)
                 if stream is None:
                     continue
-            out += self._flowed(self.flow.offer(now, tree, self._writer.chunked(
-                tree, stream.sent_through, synced, records, retransmit=False, root=stream.root, past_empty=owed)))
+            out += self._flowed(self.flow.offer(now, tree, self._writer.chunked_columns(
+                tree, stream.sent_through, synced, ticks, records, retransmit=False, root=stream.root,
+                past_empty=owed)))
             stream.sent_through = synced
             stream.data_ns = now
         return out
@@ -329,4 +330,4 @@ class Source:
                 **self.flow.status(), "flow_records_read": self.flow_records_read}
 
 
-__all__ = ["PublishOnTree", "Source", "SourceConfig", "SourceEffect"]
+__all__ = ["PublishOnTree", "Source", "SourceConfig", "SourceEffect", "SyncedBatch"]

@@ -21,11 +21,12 @@ on any tree: those logged before this run (`recover`) and those of a tree whose 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import count, repeat
+from itertools import accumulate, count, repeat
 from operator import add, itemgetter, sub
-from typing import Any
+from typing import Any, Protocol
 
 from tidings.core.event import TICK_MAX, own_record_prefix, record_channel_bytes, record_routing_fields
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
@@ -49,6 +50,22 @@ class PublishOnTree:
 
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)  # of (tick, record)
+Columns = tuple[list[int], list[bytes]]  # a tree's events: their ticks, and their records in the same order
+
+
+class SyncedBatch(Protocol):
+    """A batch of the pubend's events made durable (core/publish/pubend.py `PendingBatch`): on one
+    channel without attributes (`channel`), or each event's (tick, channel, attributes, record)."""
+
+    @property
+    def channel(self) -> str | None: ...
+
+    @property
+    def deliveries(self) -> Sequence[tuple[int, str, Any, bytes]]: ...
+
+    def columns(self) -> tuple[Iterable[int], Iterable[bytes]]:
+        """Its events' ticks and records, in order."""
+        ...
 _TICK, _CHANNEL, _RECORD = itemgetter(0), itemgetter(1), itemgetter(3)  # of (tick, channel, attributes, record)
 
 
@@ -63,33 +80,46 @@ class KnowledgeWriter:
         self._trees_of = trees_of
         self._record_prefix = own_record_prefix(pubend_id)  # [pubend, ... of each own record
 
-    def by_tree(self, deliveries: Sequence[tuple[int, str, Any, bytes]]) -> dict[str, list[tuple[int, bytes]]]:
-        """Each tree's events; a run of events on one channel is looked up once. A sync's events
-        on one channel (a publisher's usual PUBLISH) are sorted without a Python step per event."""
-        channels = list(map(_CHANNEL, deliveries))
-        if channels and channels.count(channels[0]) == len(channels):
-            by_tree: dict[str, list[tuple[int, bytes]]] = {}
-            self._extend(by_tree, channels[0], list(zip(map(_TICK, deliveries), map(_RECORD, deliveries), strict=True)))
-            return by_tree
-        by_tree = {}
-        run: list[tuple[int, bytes]] = []
-        run_channel = ""  # no channel is empty
-        for tick, channel, _, record in deliveries:
-            if channel != run_channel:
-                self._extend(by_tree, run_channel, run)
-                run, run_channel = [], channel
-            run.append((tick, record))
-        self._extend(by_tree, run_channel, run)
+    def by_tree(self, batches: Sequence[SyncedBatch]) -> dict[str, Columns]:
+        """Each tree's events of a sync's `batches`, as columns (ticks, records); a run of events
+        on one channel is looked up once. A batch on one channel (a publisher's usual PUBLISH) is
+        taken whole, without a Python step per event, and when the sync's events are all on one
+        channel every tree of it is given the same two lists (read only: `chunked_columns` copies
+        what it keeps)."""
+        runs: list[tuple[str, list[int], list[bytes]]] = []  # (channel, ticks, records), in tick order
+        for batch in batches:
+            if batch.channel is not None:
+                batch_ticks, batch_records = batch.columns()
+                if runs and runs[-1][0] == batch.channel:
+                    runs[-1][1].extend(batch_ticks)
+                    runs[-1][2].extend(batch_records)
+                else:
+                    runs.append((batch.channel, list(batch_ticks), list(batch_records)))
+                continue
+            for tick, channel, _, record in batch.deliveries:
+                if runs and runs[-1][0] == channel:
+                    runs[-1][1].append(tick)
+                    runs[-1][2].append(record)
+                else:
+                    runs.append((channel, [tick], [record]))
+        if len(runs) == 1:
+            channel, ticks, records = runs[0]
+            return dict.fromkeys(self._trees_of(channel), (ticks, records))
+        by_tree: dict[str, Columns] = {}
+        for channel, ticks, records in runs:
+            self._extend(by_tree, channel, ticks, records)
         return by_tree
 
-    def _extend(self, by_tree: dict[str, list[tuple[int, bytes]]], channel: str, run: list[tuple[int, bytes]]) -> None:
-        if not run:
+    def _extend(self, by_tree: dict[str, Columns], channel: str, ticks: list[int], records: list[bytes]) -> None:
+        if not ticks:
             return
         for tree in self._trees_of(channel):
             if tree in by_tree:
-                by_tree[tree] += run
+                tree_ticks, tree_records = by_tree[tree]
+                tree_ticks += ticks
+                tree_records += records
             else:
-                by_tree[tree] = run.copy()
+                by_tree[tree] = (ticks.copy(), records.copy())
 
     def record_trees(self, record: bytes) -> list[str]:
         """The trees of one of this pubend's own records. A nack's answer sorts thousands of them,
@@ -148,21 +178,23 @@ class KnowledgeWriter:
         return self.chunked_columns(tree, after, through, list(map(_FIRST, records)), list(map(_SECOND, records)),
                                     retransmit, root, past_empty)
 
-    def chunked_columns(self, tree: str, after: int, through: int, ticks: list[int], bodies: list[bytes],
+    def chunked_columns(self, tree: str, after: int, through: int, ticks: Sequence[int], bodies: list[bytes],
                         retransmit: bool, root: str | None = None, past_empty: bool = False) -> list[PublishOnTree]:
-        """`chunked` of the records at `ticks` with payloads `bodies`."""
-        if len(ticks) <= RECORDS_MAX and sum(map(len, bodies)) <= self._knowledge_bytes_max:
+        """`chunked` of the records at `ticks` with payloads `bodies`. A message holds at least one
+        record, and no more than fit in `knowledge_bytes_max` and RECORDS_MAX; each one's end is
+        found by bisection over the records' running sizes, a step per message, not per record."""
+        records_count, bytes_max = len(bodies), self._knowledge_bytes_max
+        if records_count <= RECORDS_MAX and sum(map(len, bodies)) <= bytes_max:
             return [self._message(tree, after, through, tuple(ticks), tuple(bodies), retransmit, root, past_empty)]
+        ends = list(accumulate(map(len, bodies)))
         out: list[PublishOnTree] = []
-        start = 0
-        size = 0
-        for i, body in enumerate(bodies):
-            if i > start and (size + len(body) > self._knowledge_bytes_max or i - start >= RECORDS_MAX):
-                last = ticks[i - 1]
-                out.append(self._message(tree, after, last, tuple(ticks[start:i]), tuple(bodies[start:i]),
-                                         retransmit, root, past_empty))
-                after, start, size = last, i, 0
-            size += len(body)
+        start = base = 0
+        while (stop := min(max(bisect_right(ends, base + bytes_max, start), start + 1),
+                            start + RECORDS_MAX)) < records_count:
+            last = ticks[stop - 1]
+            out.append(self._message(tree, after, last, tuple(ticks[start:stop]), tuple(bodies[start:stop]),
+                                     retransmit, root, past_empty))
+            after, start, base = last, stop, ends[stop - 1]
         out.append(self._message(tree, after, through, tuple(ticks[start:]), tuple(bodies[start:]),
                                  retransmit, root, past_empty))
         return out

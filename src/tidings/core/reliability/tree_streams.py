@@ -56,11 +56,12 @@ if TYPE_CHECKING:
     from tidings.core.reliability.node import ReliabilityConfig
 
 POSITIONS_PER_SUBSCRIBE_MAX = 4096  # pubend horizons a repairing child may name
+ByAddress = Callable[[str], bool]  # a question about the broker at an address (its link congested, its version)
 
 
 class TreeStreams:
-    def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, held: Held,
-                 congested: Callable[[str], bool], alarm: Alarm | None = None) -> None:
+    def __init__(self, me: NodeRef, pubend_id: str, config: ReliabilityConfig, held: Held, congested: ByAddress,
+                 alarm: Alarm | None = None, takes_complete: ByAddress = lambda address: True) -> None:
         self.me = me
         self.pubend_id = pubend_id
         self.config = config
@@ -76,7 +77,7 @@ class TreeStreams:
         self.acks = AckBatcher()  # drained by the reliability node when its input is handled
         self.curiosity = Curiosity(CuriosityConfig(config.gap_curiosity_ns, config.nack_repeat_ns_min,
                                                    config.nack_repeat_ns_max, config.nack_complete),
-                                   self._pruned, alarm)
+                                   self._pruned, alarm, takes_complete)
         self.total_order = TotalOrderMerge(config.clock_skew_allowance_us)
         self.records_unwanted = 0  # first-time data that reached this broker though nothing here or below wanted it
         self.retransmissions_sent = 0
@@ -128,8 +129,8 @@ class TreeStreams:
         if moved:
             self.curiosity.moved(now, ist)  # (a nack's answer: its round trip, curiosity.py)
             out += self._push(now, t, ist)
-        elif knowledge.through <= ist.acked_sent:  # our ack may have been lost
-            self.acks.ack(upstream, tree, ist.pubend, ist.acked_sent, max(0, ist.released_sent),
+        elif knowledge.through <= ist.acked_sent:  # our ack may be lost: the point last sent, never above (delivery.md)
+            self.acks.ack(upstream, tree, ist.pubend, ist.point_sent, max(0, ist.released_sent),
                            max(0, ist.released_sent, ist.delivered_sent))
         self._after_change(now, ist)
         return out

@@ -8,7 +8,12 @@
   `vouch`), its WELCOME (or ERROR) coming back as `BrokerInput`'s answers do;
 - `RouteJoin`: routed by the overlay towards the group's key (core/share/wire.py `route`), from this
   broker; without an overlay this broker is every group's home;
-- `PeerOut`: sent on the peer link to the broker named (dialled if need be);
+- `PeerOut`: sent on the peer link to the broker named (dialled if need be); a SHARE_MOVED or
+  SHARE_LEFT only over a link speaking peer version SHARE_HANDOVER (core/wire/peer.py "Versions"):
+  to a broker not linked yet it dials instead (the handover's repeats find the link open), and to
+  an older broker it is never sent (that broker keeps an old home's behaviour of version 1);
+- `Forget`: the broker forgets one of its durable registrations, as a MOVED from a peer makes it
+  (`MovedAway`, core/subscription/router.py), when the pubend named is its own;
 - `LocalDeliver`: the MQTT session of the connection delivers it (RETURNed when it is gone).
 
 What each of these makes the hub do is taken again, at most `ROUNDS_MAX` times in one turn (the
@@ -23,11 +28,13 @@ from typing import TYPE_CHECKING
 
 from tidings.core.broker.metrics import COUNTER, GAUGE, Figure
 from tidings.core.effects import Disconnect, Effect, Send
+from tidings.core.reliability.effects import MovedAway
 from tidings.core.share.group import ShareLimits
-from tidings.core.share.home import BrokerInput, PeerOut, Vouch
+from tidings.core.share.home import BrokerInput, Forget, PeerOut, Vouch
 from tidings.core.share.hub import HubOutput, ShareHub
 from tidings.core.share.members import LocalDeliver, RouteJoin
-from tidings.core.share.wire import ShareArrived, ShareDeliver, ack, deliver, route
+from tidings.core.share.wire import ShareArrived, ShareLeft, ShareMoved, encode, route
+from tidings.core.wire.peer import PEER_VERSION_MIN, SHARE_HANDOVER
 
 if TYPE_CHECKING:
     from tidings.core.broker.broker import Broker
@@ -36,7 +43,7 @@ if TYPE_CHECKING:
 ROUNDS_MAX = 16
 MQTT = ("mqtt",)
 
-FIGURES: tuple[Figure, ...] = (  # (in core/mqtt/gateway.py's FIGURES: /metrics as tidings_mqtt_share_*)
+FIGURES: tuple[Figure, ...] = (  # (in core/mqtt/figures.py's FIGURES: /metrics as tidings_mqtt_share_*)
     Figure("share_homed", "mqtt_share_groups_homed", GAUGE,
            "shared subscription groups whose home is this broker (open)", "ShareHomes", under=MQTT),
     Figure("share_groups_joined", "mqtt_share_groups_joined", GAUGE,
@@ -57,6 +64,12 @@ FIGURES: tuple[Figure, ...] = (  # (in core/mqtt/gateway.py's FIGURES: /metrics 
            under=MQTT),
     Figure("share_paced", "mqtt_share_paced", COUNTER,
            "times a group's subscription here was paced: its queue passed share_queued_bytes_max", "ShareHomes",
+           under=MQTT),
+    Figure("share_handed_over", "mqtt_share_handed_over", COUNTER,
+           "groups stopped here at once by their new home's SHARE_MOVED (this broker was their old home)",
+           "ShareHomes", under=MQTT),
+    Figure("share_moved_owed", "mqtt_share_moved_owed", GAUGE,
+           "old homes of groups homed here not yet answering SHARE_MOVED (core/share/handover.py)", "ShareHomes",
            under=MQTT),
     Figure("share_joins_dropped", "mqtt_share_joins_dropped", COUNTER,
            "JOINs of new groups dropped: this broker was home to GROUPS_HOMED_MAX groups", "ShareHomes", under=MQTT),
@@ -130,9 +143,16 @@ def _carry(gateway: MqttGateway, item: HubOutput, out: list[Effect]) -> None:
             effects = cluster.received(now, cluster.me.address, route(cluster.me, item.join))
             gateway._to_client(effects, out)  # type: ignore[arg-type]  # (peer sends, or ShareArrived)
     elif isinstance(item, PeerOut):
-        if cluster is not None and cluster.peers is not None:
-            msg = item.message
-            out += cluster.peers.send(now, item.address, deliver(msg) if isinstance(msg, ShareDeliver) else ack(msg))
+        peers = None if cluster is None else cluster.peers
+        if peers is None:
+            pass
+        elif not isinstance(item.message, ShareMoved | ShareLeft) or peers.speaks(item.address, SHARE_HANDOVER):
+            out += peers.send(now, item.address, encode(item.message))
+        elif not peers.speaks(item.address, PEER_VERSION_MIN):  # (not linked, or not open yet)
+            out += peers.probe(now, item.address)  # dialled if not linked: a repeat finds it open
+    elif isinstance(item, Forget):
+        if item.pubend == broker.pubend.pubend_id:
+            gateway._to_client(broker.settle(now, [MovedAway(item.registration)]), out)
     else:
         _deliver(gateway, item, out)
 

@@ -42,6 +42,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from tidings.core.deadlines import Deadlines
+from tidings.core.durable.checkpoint import Home
 from tidings.core.mqtt.persistent import Delivery, DurableCursor
 from tidings.core.states import Transitions
 from tidings.core.units import SECOND_NS
@@ -54,6 +55,7 @@ class ShareLimits:
     member_expiry_ns: int = 3 * SECOND_NS  # a member broker not heard from this long has left
     empty_keep_ns: int = 30 * SECOND_NS  # a group without members is kept this long, then ends
     queued_bytes_max: int = 4 << 20  # events waiting for a member past this: the subscription is paced
+    empty_tell_ns: int = 60 * SECOND_NS  # a member broker tells its position this long after its last member left
 
 
 class GroupState(StrEnum):
@@ -146,9 +148,15 @@ class ShareGroup:
         self.cursor.silence(positions)
 
     def position(self) -> list[object] | None:
-        """The group's position, [default, [[pubend, tick], ...]] (None until SUBSCRIBED)."""
+        """The group's position, [default, [[pubend, tick], ...], [address, pubend, registration]]
+        (its home here, as SUBSCRIBED named it; None until SUBSCRIBED)."""
         checkpoint = self.cursor.checkpoint
-        return None if checkpoint is None else list(checkpoint.to_wire()[:2])
+        return None if checkpoint is None else list(checkpoint.to_wire())
+
+    def home(self) -> Home | None:
+        """Where the group's durable subscription is registered (SUBSCRIBED's home), if known."""
+        checkpoint = self.cursor.checkpoint
+        return None if checkpoint is None else checkpoint.home
 
     def release(self) -> list[object] | None:
         """The checkpoint to RELEASE, when the acknowledged prefix moved since the last."""

@@ -18,6 +18,14 @@ the broker refuses ends, and its members' brokers get nothing more (their SUBACK
 the refusal is in `/status`); a group whose members all left for `empty_keep_ns` ends its
 durable subscription for good and closes its connection.
 
+Hand-over (core/share/handover.py). A group that starts here from a position naming another home
+(the position says where its durable subscription was registered) owes that old home a SHARE_MOVED
+once SUBSCRIBED (the new registration here is then known): repeated until its SHARE_LEFT. A
+SHARE_MOVED here stops the group at once when its durable subscription is the registration named
+(ended for good, its connection closed, nothing handed again: the new home goes on from the
+members' position), and forgets that registration in any case (`Forget`: a broker killed and
+restarted holds it away since), then answers SHARE_LEFT.
+
 Pacing. The events waiting at the home for a member with window space are bounded as a slow
 subscriber's send queue is: when their bytes pass `queued_bytes_max` the group's connection counts
 as blocked (`SendBlocked`, as the runtime says of a connection whose send queue passed
@@ -36,12 +44,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from tidings.core.deadlines import Deadlines
+from tidings.core.durable.checkpoint import Checkpoint
 from tidings.core.errors import ProtocolError, TidingsError
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, SendBlocked, SendDrained
 from tidings.core.session.client_session import ClientSession
 from tidings.core.session.cursor import silence_of
 from tidings.core.share.group import CLOSED, GroupState, Hand, ShareGroup, ShareLimits
-from tidings.core.share.wire import GroupKey, ShareAck, ShareDeliver, ShareJoin
+from tidings.core.share.handover import Handover
+from tidings.core.share.wire import GroupKey, ShareAck, ShareDeliver, ShareJoin, ShareLeft, ShareMoved
 from tidings.core.wire import messages
 
 FIRST_CONN = -2  # the groups' connections count down from here (the retained feed's is -1)
@@ -58,7 +68,7 @@ class PeerOut(NamedTuple):
     """A share message for the broker at `address` (this one's own, looped back by the composer)."""
 
     address: str
-    message: ShareDeliver | ShareAck
+    message: ShareDeliver | ShareAck | ShareMoved | ShareLeft
 
 
 class Vouch(NamedTuple):
@@ -67,6 +77,14 @@ class Vouch(NamedTuple):
 
     conn: int
     identity: str
+
+
+class Forget(NamedTuple):
+    """The broker forgets durable registration `registration` when `pubend` is its own (as a MOVED
+    from another broker makes it: core/reliability/messages.py)."""
+
+    pubend: str
+    registration: int
 
 
 class Renew(NamedTuple):
@@ -78,7 +96,7 @@ class GroupDue(NamedTuple):
 
 
 HomeTimer = Renew | GroupDue
-HomeOutput = BrokerInput | Vouch | PeerOut
+HomeOutput = BrokerInput | Vouch | PeerOut | Forget
 
 
 @dataclass(slots=True)
@@ -106,6 +124,8 @@ class ShareHomes:
         self.dropped = 0  # JOINs past GROUPS_HOMED_MAX
         self.paced = 0  # times a group's subscription was paced (its queue passed queued_bytes_max)
         self.handed = self.redelivered = 0  # deliveries to members by the groups homed here (a member's again)
+        self.handover = Handover()  # old homes owed a SHARE_MOVED (core/share/handover.py)
+        self.handed_over = 0  # groups stopped here by a SHARE_MOVED of their new home
 
     # ---- the members' brokers --------------------------------------------------------------------
 
@@ -113,8 +133,10 @@ class ShareHomes:
         homed = self.groups.get(msg.group)
         out: list[HomeOutput] = []
         if homed is None or homed.group.state is CLOSED:
-            if not msg.clients or not msg.group[0]:  # (a scope is an identity: never empty)
+            if not msg.group[0]:  # (a scope is an identity: never empty)
                 return []
+            if not msg.clients:  # a member broker whose members left, telling the position it held
+                return self._owe_untaken(now, msg)
             if homed is not None:
                 self._forget(homed)
             if len(self.groups) >= GROUPS_HOMED_MAX:
@@ -129,6 +151,24 @@ class ShareHomes:
         if homed is None:
             return []
         return self._hands(homed, homed.group.acked(now, (sender, msg.client), msg.acked, msg.returned), now)
+
+    def moved(self, now: int, msg: ShareMoved) -> list[HomeOutput]:
+        """The group's new home says so: the group stops here if its subscription is the one named."""
+        homed = self.groups.get(msg.group)
+        out: list[HomeOutput] = []
+        left = PeerOut(msg.home, ShareLeft(msg.group, msg.pubend, msg.registration))
+        if homed is not None and homed.group.state is not CLOSED:
+            home = homed.group.home()
+            if home is not None and (home.pubend, home.registration) == (msg.pubend, msg.registration):
+                if not msg.taken:  # the group here uses it: nothing to forget
+                    return [left]
+                self.handed_over += 1
+                homed.group.close()
+                out += self._close(now, homed)
+        return [*out, Forget(msg.pubend, msg.registration), left]
+
+    def left(self, msg: ShareLeft) -> None:
+        self.handover.settled(msg.pubend, msg.registration)
 
     # ---- the broker's side -----------------------------------------------------------------------
 
@@ -155,6 +195,7 @@ class ShareHomes:
                 group.silence(silence_of(msg).positions)
             elif isinstance(msg, messages.Subscribed) and msg.sub == homed.sub:
                 group.started(msg.checkpoint)
+                out += self._owe(now, homed)
             elif isinstance(msg, messages.Welcome) and not homed.welcomed:
                 homed.welcomed = True
                 try:
@@ -171,9 +212,10 @@ class ShareHomes:
         return out + self._release(now, wall_us, homed)
 
     def handle_timeout(self, now: int) -> list[HomeOutput]:
-        """The groups' own deadlines and the connections' lease renewals (as of the hub's `wall_us`)."""
+        """The groups' own deadlines, the connections' lease renewals (as of the hub's `wall_us`) and
+        the SHARE_MOVEDs due again."""
         wall_us = self.wall_us
-        out: list[HomeOutput] = []
+        out: list[HomeOutput] = [PeerOut(address, msg) for address, msg in self.handover.due(now, self.me)]
         for timer in self.timers.pop_due(now):
             homed = self.by_conn.get(timer.conn)
             if homed is None:
@@ -190,7 +232,8 @@ class ShareHomes:
         return out
 
     def next_deadline(self) -> int | None:
-        return self.timers.next_deadline()
+        deadlines = [d for d in (self.timers.next_deadline(), self.handover.next_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None
 
     # ---- inside ----------------------------------------------------------------------------------
 
@@ -203,13 +246,31 @@ class ShareHomes:
         return homed
 
     def _subscribe(self, homed: Homed) -> tuple[int, bytes]:
-        """The group's durable subscription: from the position the members' brokers gave, or now."""
+        """The group's durable subscription: from the position the members' brokers gave (with the
+        home it names: the same registration when that is this broker's, restarted), or now."""
         start = homed.start
         if start is None:
             return homed.native.subscribe(homed.key[2], positions=[])
-        default, positions = start
+        default, positions, *home = start
         assert type(default) is int and isinstance(positions, list)  # (checked by the JOIN's decoder)
-        return homed.native.subscribe(homed.key[2], start=default, positions=positions)
+        return homed.native.subscribe(homed.key[2], start=default, positions=positions,
+                                      home=home[0] if home else None)  # type: ignore[arg-type]
+
+    def _owe_untaken(self, now: int, msg: ShareJoin) -> list[HomeOutput]:
+        """A JOIN without members for a group not homed here, with a position of another home."""
+        old = None if msg.position is None or len(msg.position) < 3 else Checkpoint.from_wire(msg.position).home
+        if old is None or old.address == self.me:
+            return []
+        return [PeerOut(address, moved) for address, moved in self.handover.owe(now, self.me, msg.group, old, False)]
+
+    def _owe(self, now: int, homed: Homed) -> list[HomeOutput]:
+        """SUBSCRIBED: a position of another home makes this one owe it a SHARE_MOVED."""
+        if homed.start is None or len(homed.start) < 3:
+            return []
+        old, mine = Checkpoint.from_wire(homed.start).home, homed.group.home()
+        if old is None or mine is None or old.pubend == mine.pubend:
+            return []
+        return [PeerOut(address, msg) for address, msg in self.handover.owe(now, self.me, homed.key, old)]
 
     def _frame(self, now: int, wall_us: int, homed: Homed, frame: bytes) -> BrokerInput:
         return BrokerInput(Received(now, wall_us, homed.conn, frame))
@@ -277,12 +338,13 @@ class ShareHomes:
                 for h in self.groups.values()]
 
     def figures(self) -> dict[str, int]:
-        """The homes' figures (core/mqtt/gateway.py FIGURES: `tidings_mqtt_share_*`)."""
+        """The homes' figures (core/mqtt/figures.py FIGURES: `tidings_mqtt_share_*`)."""
         open_ = [h.group for h in self.groups.values() if h.group.state is not CLOSED]
         return {"share_homed": len(open_), "share_deliveries": self.handed,
                 "share_redelivered": self.redelivered + sum(g.redelivered for g in open_),
+                "share_handed_over": self.handed_over, "share_moved_owed": len(self.handover.debts),
                 "share_queued_bytes": sum(g.queued_bytes for g in open_), "share_paced": self.paced,
                 "share_joins_dropped": self.dropped}
 
 
-__all__ = ["BrokerInput", "GroupState", "PeerOut", "ShareHomes", "Vouch"]
+__all__ = ["BrokerInput", "Forget", "GroupState", "PeerOut", "ShareHomes", "Vouch"]

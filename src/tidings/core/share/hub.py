@@ -13,11 +13,11 @@ from collections.abc import Callable
 from tidings.core.auth.names import ANONYMOUS
 from tidings.core.mqtt import topics
 from tidings.core.share.group import ShareLimits
-from tidings.core.share.home import BrokerInput, PeerOut, ShareHomes, Vouch
+from tidings.core.share.home import BrokerInput, Forget, PeerOut, ShareHomes, Vouch
 from tidings.core.share.members import LocalDeliver, RouteJoin, ShareMembers, ShareRef
-from tidings.core.share.wire import ShareAck, ShareDeliver, ShareJoin, ShareMessage
+from tidings.core.share.wire import ShareAck, ShareDeliver, ShareJoin, ShareLeft, ShareMessage, ShareMoved
 
-HubOutput = BrokerInput | Vouch | RouteJoin | PeerOut | LocalDeliver
+HubOutput = BrokerInput | Vouch | RouteJoin | PeerOut | LocalDeliver | Forget
 
 SUCCESS = 0x00
 NO_SUBSCRIPTION_EXISTED = 0x11
@@ -110,6 +110,10 @@ class ShareHub:
             self.outbox += self.homes.joined(self.now, self.wall_us, message)
         elif isinstance(message, ShareAck):
             self.outbox += self.homes.acked(self.now, sender, message)
+        elif isinstance(message, ShareMoved):
+            self.outbox += self.homes.moved(self.now, message)
+        elif isinstance(message, ShareLeft):
+            self.homes.left(message)
         else:
             local = self.members.delivered(message)
             if local is not None:

@@ -11,7 +11,10 @@ keeps knowing them, and when the home changes (it died and the next closest brok
 or a closer broker joined) the next JOIN reaches the new home, which takes the group over from the
 durable position it holds or, new, from now. A member that unsubscribes or whose connection ends
 leaves (`leave`, `gone`): a JOIN without it goes at once, and the home hands what it held to the
-others.
+others. Without members here, the JOIN (with no member) goes on every `refresh_interval_ns` for
+`empty_tell_ns` with the position this broker held: a home killed within its group's
+`empty_keep_ns` then hears from the next home that the group's registration there is to be
+forgotten (core/share/handover.py).
 
 A SHARE_DELIVER for a member here becomes a `LocalDeliver` for its connection (the composer gives
 it to the MQTT session, which sends the PUBLISH through its window); one for a client no longer here
@@ -68,6 +71,7 @@ class ShareMembers:
         self.timers: Deadlines[Refresh] = Deadlines()
         self.acks: dict[tuple[str, GroupKey, str], tuple[list[int], list[int]]] = {}  # (home, group, client)
         self.positions: dict[GroupKey, list[object]] = {}  # each group's position, as its home last said
+        self.emptied: dict[GroupKey, int] = {}  # groups without members here now: since when
         self.returned = 0
 
     def join(self, now: int, conn: int, client: str, key: GroupKey) -> list[RouteJoin]:
@@ -129,15 +133,25 @@ class ShareMembers:
         return self.timers.next_deadline()
 
     def _tell(self, now: int, key: GroupKey) -> list[RouteJoin]:
-        """The group's JOIN with the members here now; repeated while there are some."""
+        """The group's JOIN with the members here now; repeated while there are some, and without
+        members, with the position held, for `empty_tell_ns` after the last left (the module says)."""
         clients = tuple(sorted(self.members.get(key, {})))
+        refresh = now + self.limits.refresh_interval_ns
         if clients:
-            self.timers.set(Refresh(key), now + self.limits.refresh_interval_ns)
-        else:
-            self.members.pop(key, None)
-            self.timers.cancel(Refresh(key))
-        return [RouteJoin(ShareJoin(key, self.me, clients, self.positions.get(key) if clients
-                                    else self.positions.pop(key, None)))]
+            if self.emptied.pop(key, None) is not None:  # a member again: the group's position is the home's
+                self.positions.pop(key, None)  # (as before its members left: none)
+            self.timers.set(Refresh(key), refresh)
+            return [RouteJoin(ShareJoin(key, self.me, clients, self.positions.get(key)))]
+        self.members.pop(key, None)
+        since = self.emptied.setdefault(key, now)
+        position = self.positions.get(key)
+        if position is not None and now - since < self.limits.empty_tell_ns:
+            self.timers.set(Refresh(key), refresh)
+            return [RouteJoin(ShareJoin(key, self.me, (), position))]
+        self.timers.cancel(Refresh(key))
+        self.emptied.pop(key, None)
+        self.positions.pop(key, None)
+        return [RouteJoin(ShareJoin(key, self.me, (), position))] if now == since else []
 
     def status(self) -> dict[str, int]:
         return {"share_groups_joined": len(self.members),

@@ -14,6 +14,19 @@
     SHARE_ACK     [143, [scope, group, filter], client id, [delivery, ...], [delivery, ...]]
         direct from the member's broker to the home: deliveries acknowledged by the client (QoS 1:
         its PUBACK; QoS 0: sent), and deliveries returned (the client was gone).
+    SHARE_MOVED   [144, [scope, group, filter], home, pubend, registration, taken]
+        direct from the broker at `home` to a group's old home, named by a position
+        (core/share/handover.py). `taken`: the group is homed at `home` now (it started from that
+        position): the old home stops the group if its durable subscription is registration
+        `registration` of pubend `pubend` there, and forgets that registration in any case (as MOVED
+        would, core/reliability/messages.py). Not `taken` (the position came in a JOIN without
+        members, the group homed nowhere else): the old home forgets the registration unless its
+        group is using it. Repeated until answered.
+    SHARE_LEFT    [145, [scope, group, filter], pubend, registration]
+        the old home's answer: done (the new home stops repeating its SHARE_MOVED).
+
+A position (`[default, [[pubend, tick], ...], [address, pubend, registration]]`) names the home whose
+durable subscription it was taken from (the token's home, core/durable/checkpoint.py).
 
 Decoders check every field and raise ProtocolError naming the problem (the peer layer answers it
 on its link, core/broker/cluster.py).
@@ -35,7 +48,8 @@ from tidings.core.wire.types import BrokerType
 if TYPE_CHECKING:
     from tidings.core.overlay.node import OverlayNode
 
-SHARE_TYPES = frozenset({BrokerType.SHARE_JOIN, BrokerType.SHARE_DELIVER, BrokerType.SHARE_ACK})
+SHARE_TYPES = frozenset({BrokerType.SHARE_JOIN, BrokerType.SHARE_DELIVER, BrokerType.SHARE_ACK,
+                         BrokerType.SHARE_MOVED, BrokerType.SHARE_LEFT})
 TEXT_CHARS_MAX = 4096  # a scope, group name, filter, address or client id
 MEMBERS_MAX = 10_000  # client ids in one JOIN
 IDS_MAX = 65_536  # delivery ids in one ACK
@@ -76,7 +90,23 @@ class ShareAck:
     returned: tuple[int, ...]
 
 
-ShareMessage = ShareJoin | ShareDeliver | ShareAck
+@dataclass(frozen=True, slots=True)
+class ShareMoved:
+    group: GroupKey
+    home: str  # the sender's address (the new home's, when `taken`)
+    pubend: str  # the old home's pubend id and the group's registration there
+    registration: int
+    taken: bool = True  # the sender homes the group now
+
+
+@dataclass(frozen=True, slots=True)
+class ShareLeft:
+    group: GroupKey
+    pubend: str
+    registration: int
+
+
+ShareMessage = ShareJoin | ShareDeliver | ShareAck | ShareMoved | ShareLeft
 
 
 def join(msg: ShareJoin) -> WireArray:
@@ -91,6 +121,23 @@ def deliver(msg: ShareDeliver) -> WireArray:
 
 def ack(msg: ShareAck) -> WireArray:
     return [BrokerType.SHARE_ACK, list(msg.group), msg.client, list(msg.acked), list(msg.returned)]
+
+
+def moved(msg: ShareMoved) -> WireArray:
+    return [BrokerType.SHARE_MOVED, list(msg.group), msg.home, msg.pubend, msg.registration, msg.taken]
+
+
+def left(msg: ShareLeft) -> WireArray:
+    return [BrokerType.SHARE_LEFT, list(msg.group), msg.pubend, msg.registration]
+
+
+def encode(msg: ShareDeliver | ShareAck | ShareMoved | ShareLeft) -> WireArray:
+    """A share message sent direct to one broker."""
+    if isinstance(msg, ShareDeliver):
+        return deliver(msg)
+    if isinstance(msg, ShareAck):
+        return ack(msg)
+    return moved(msg) if isinstance(msg, ShareMoved) else left(msg)
 
 
 def _bad(what: str) -> ProtocolError:
@@ -117,18 +164,25 @@ def _ids(value: object, what: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _registration(value: object, what: str) -> int:
+    if type(value) is not int or not 0 < value <= DELIVERY_MAX:
+        raise _bad(f"{what} must be a registration number from 1 to 2**63-1")
+    return value
+
+
 def _position(value: object) -> list[object] | None:
-    """A group's position, [default, [[pubend, tick], ...]], checked (nil: none)."""
+    """A group's position, [default, [[pubend, tick], ...]] and the home it was taken from
+    ([address, pubend, registration], when known), checked (nil: none)."""
     if value is None:
         return None
     try:
-        return list(Checkpoint.from_wire(value).to_wire()[:2])
+        return list(Checkpoint.from_wire(value).to_wire())
     except TidingsError as exc:
         raise _bad(f"a share position: {exc}") from None
 
 
 def decode(msg: list[object]) -> ShareMessage:
-    """A share message (type 141..143), checked; ProtocolError when malformed."""
+    """A share message (type 141..145), checked; ProtocolError when malformed."""
     kind = msg[0]
     if kind == BrokerType.SHARE_JOIN:
         if len(msg) != 5:
@@ -153,6 +207,21 @@ def decode(msg: list[object]) -> ShareMessage:
             raise _bad("SHARE_ACK has 4 fields")
         return ShareAck(_group(msg[1]), _text(msg[2], "SHARE_ACK client id"), _ids(msg[3], "SHARE_ACK acked"),
                         _ids(msg[4], "SHARE_ACK returned"))
+    return _handover(kind, msg)
+
+
+def _handover(kind: object, msg: list[object]) -> ShareMoved | ShareLeft:
+    """SHARE_MOVED or SHARE_LEFT (core/share/handover.py), checked."""
+    if kind == BrokerType.SHARE_MOVED:
+        if len(msg) != 6 or type(msg[5]) is not bool:
+            raise _bad("SHARE_MOVED has 5 fields, the last true or false")
+        return ShareMoved(_group(msg[1]), _text(msg[2], "SHARE_MOVED home"), _text(msg[3], "SHARE_MOVED pubend"),
+                          _registration(msg[4], "SHARE_MOVED registration"), msg[5])
+    if kind == BrokerType.SHARE_LEFT:
+        if len(msg) != 4:
+            raise _bad("SHARE_LEFT has 3 fields")
+        return ShareLeft(_group(msg[1]), _text(msg[2], "SHARE_LEFT pubend"),
+                         _registration(msg[3], "SHARE_LEFT registration"))
     raise ProtocolError(UNKNOWN_MESSAGE, f"unknown share message type {kind}")
 
 

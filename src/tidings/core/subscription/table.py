@@ -244,8 +244,9 @@ class LocalSubscriptions:
             if records:
                 self._hand_out(keys, ticks, records, fan, owned)
             keys, ticks, records = found, [], []
-        ticks += map(_TICK, batch.deliveries)
-        records += map(_RECORD, batch.deliveries)
+        batch_ticks, batch_records = batch.columns()
+        ticks += batch_ticks
+        records += batch_records
         return keys, ticks, records
 
     def _hand_out(self, keys: list[int], ticks: list[int], records: list[bytes], fan: dict[int, list[bytes]],

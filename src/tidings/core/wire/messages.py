@@ -12,8 +12,10 @@ with its checks of every field, is decoders.py. The full table of messages is in
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import msgpack
@@ -305,17 +307,23 @@ EVENTS_FRAME_BYTES_TARGET = 1024 * 1024
 def size_chunks(records: list[bytes], target: int = EVENTS_FRAME_BYTES_TARGET) -> list[list[bytes]]:
     """`records` in order, cut into runs of about `target` bytes at most (a larger record runs
     alone), so a big group commit never makes a frame its receiver must refuse."""
-    if sum(map(len, records)) <= target:
-        return [records]
-    chunks: list[list[bytes]] = []
-    start = size = 0
-    for i, record in enumerate(records):
-        if size and size + len(record) > target:
-            chunks.append(records[start:i])
-            start, size = i, 0
-        size += len(record)
-    chunks.append(records[start:])
-    return chunks
+    return [run for run, _ in _sized_runs(records, target)]
+
+
+def _sized_runs(records: list[bytes], target: int) -> list[tuple[list[bytes], int]]:
+    """`size_chunks`'s runs, each with its bytes. Each run's end is found by bisection over the
+    records' running sizes: a step per run, not per record, and one pass over the records."""
+    ends = list(accumulate(map(len, records)))
+    if not ends or ends[-1] <= target:
+        return [(records, ends[-1] if ends else 0)]
+    runs: list[tuple[list[bytes], int]] = []
+    start, base, count = 0, 0, len(records)
+    while start < count:
+        first = bisect_right(ends, base, start)  # the run's first record with bytes: in it, however large
+        stop = min(max(bisect_right(ends, base + target, start), first + 1), count)
+        runs.append((records[start:stop], ends[stop - 1] - base))
+        start, base = stop, ends[stop - 1]
+    return runs
 
 
 _EVENTS_HEAD = b"\x93" + msgpack.packb(ClientType.EVENTS)  # an EVENTS body: a 3-element array, its type first
@@ -323,11 +331,11 @@ _EVENTS_HEAD = b"\x93" + msgpack.packb(ClientType.EVENTS)  # an EVENTS body: a 3
 
 def events_frames(sub: int, records: list[bytes]) -> list[bytes]:
     """EVENTS frames for `records`, each about EVENTS_FRAME_BYTES_TARGET at most (one, sized
-    once, when they fit: every fan-out but a big group commit's)."""
+    once, when they fit: every fan-out but a big group commit's, whose runs come sized)."""
     size = sum(map(len, records))
     if size <= EVENTS_FRAME_BYTES_TARGET:
         return [_events(sub, records, size)]
-    return [events(sub, chunk) for chunk in size_chunks(records)]
+    return [_events(sub, run, run_size) for run, run_size in _sized_runs(records, EVENTS_FRAME_BYTES_TARGET)]
 
 
 def events(sub: int, records: list[bytes]) -> bytes:

@@ -11,6 +11,20 @@ array whose first element is the message type. The dialling broker speaks first:
     PEER_CHALLENGE [133, nonce, proof]               the acceptor's nonce and cluster proof
     PEER_AUTH    [134, proof]                        the dialler's cluster proof
 
+Versions. Each version a broker speaks adds to the one before, and an acceptor welcomes a PEER_HELLO
+of any version from PEER_VERSION_MIN to its own (PEER_WELCOME then says the dialler's), so the link
+speaks the dialler's version. A dialler refused with `version-mismatch` (an older acceptor, which
+refuses any version but its own) dials again saying the version before, down to PEER_VERSION_MIN;
+so a cluster mixing versions links every pair, each in the older one's version. What each adds:
+
+    1   the handshake, PING/PONG, PEER_ERROR, the cluster credential; every other layer's messages
+    2   a NACK may carry its fifth element, `complete` (core/reliability/messages.py): a broker
+        sends complete nacks only over a link speaking 2 or later (COMPLETE_NACKS), since a
+        broker of version 1 refuses a five-element NACK as malformed and closes the link;
+        SHARE_MOVED and SHARE_LEFT (144, 145: core/share/handover.py), which a broker of version
+        1 does not know (an unknown type closes the link), go only over a link speaking 2 or later
+        (SHARE_HANDOVER)
+
 In a cluster with a credential (core/auth/peer_auth.py) the dialler's PEER_HELLO carries a fourth
 field, its nonce; the acceptor answers PEER_CHALLENGE, the dialler checks it and sends PEER_AUTH,
 and only then does the acceptor treat the HELLO as above (PEER_WELCOME or a tie-break refusal).
@@ -34,7 +48,10 @@ from tidings.core.overlay.node_id import NodeRef
 from tidings.core.wire.frames import HEADER
 from tidings.core.wire.types import LinkType
 
-PEER_VERSION = 1
+PEER_VERSION = 2  # the version this broker speaks (see "Versions" above)
+PEER_VERSION_MIN = 1  # the oldest it still speaks, to an older peer
+COMPLETE_NACKS = 2  # the version from which a peer understands a complete NACK
+SHARE_HANDOVER = 2  # the version from which a peer understands SHARE_MOVED and SHARE_LEFT
 
 NONCE_BYTES_MAX = 64
 
@@ -107,8 +124,8 @@ def auth(proof: bytes) -> bytes:
     return encode([LinkType.PEER_AUTH, proof])
 
 
-def welcome(node: NodeRef) -> bytes:
-    return encode([LinkType.PEER_WELCOME, PEER_VERSION, node.to_wire()])
+def welcome(node: NodeRef, version: int = PEER_VERSION) -> bytes:
+    return encode([LinkType.PEER_WELCOME, version, node.to_wire()])
 
 
 def ping(seq: int) -> bytes:

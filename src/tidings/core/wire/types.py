@@ -114,6 +114,8 @@ class BrokerType:
     SHARE_JOIN: Final = 141  # MQTT shared subscriptions (core/share/wire.py): a member broker's members, to the home
     SHARE_DELIVER: Final = 142  # the home hands one event to one member
     SHARE_ACK: Final = 143  # a member broker's acknowledgements (and returns) to the home
+    SHARE_MOVED: Final = 144  # a group's new home to its old one: stop, forget the group's registration
+    SHARE_LEFT: Final = 145  # the old home's answer: done
 
 
 class ReliabilityType:
