@@ -8,20 +8,23 @@ import time
 
 import pytest
 
-from tidings.testing import LOCAL_LIVENESS, Cluster
+from tidings.aio.auth_file import add_identity
+from tidings.core.auth.credentials import KdfParams, b64, parse_credential
+from tidings.testing import LOCAL_LIVENESS, Cluster, wait_for
 
 from .mqtt_io import V5, V311, Mqtt, until_delivered
 
 pytestmark = pytest.mark.integration
 DEADLINE_S = 30.0
+FAST_KDF = KdfParams(n=1 << 10)  # cheap scrypt, same protocol
 QUIET_S = 0.3  # a new subscription's retained messages come right after its SUBACK: then silence
 
 
 def retained_at(address: str, topic_filter: str, client_id: str, version: int = V5,
-                retain_handling: int = 0) -> dict[str, tuple[bytes, bool]]:
+                retain_handling: int = 0, login: tuple[str, str] | None = None) -> dict[str, tuple[bytes, bool]]:
     """What a new subscription to `topic_filter` gets at once: topic -> (payload, retain flag), until
-    QUIET_S pass without a message."""
-    sub = Mqtt(address, client_id, version)
+    QUIET_S pass without a message (`login`: the user name and password to connect with)."""
+    sub = Mqtt(address, client_id, version, *(login or ()))
     try:
         assert sub.subscribe(topic_filter, qos=1, retain_handling=retain_handling) == [1]
         got: dict[str, tuple[bytes, bool]] = {}
@@ -36,15 +39,15 @@ def retained_at(address: str, topic_filter: str, client_id: str, version: int = 
 
 
 def until_retained(address: str, topic_filter: str, wanted: dict[str, tuple[bytes, bool]], name: str,
-                   version: int = V5) -> dict[str, tuple[bytes, bool]]:
+                   version: int = V5, login: tuple[str, str] | None = None) -> dict[str, tuple[bytes, bool]]:
     """Subscribe anew until the retained set seen is `wanted` (the retained event crosses the overlay
     first; a loaded machine may be slower than QUIET_S), or the deadline: the last set seen."""
     deadline = time.monotonic() + DEADLINE_S
     n = 0
-    got = retained_at(address, topic_filter, f"{name}-{n}", version)
+    got = retained_at(address, topic_filter, f"{name}-{n}", version, login=login)
     while got != wanted and time.monotonic() < deadline:
         n += 1
-        got = retained_at(address, topic_filter, f"{name}-{n}", version)
+        got = retained_at(address, topic_filter, f"{name}-{n}", version, login=login)
     return got
 
 
@@ -105,3 +108,28 @@ def test_a_live_delivery_keeps_its_retain_flag_only_as_published(tmp_path):
         finally:
             for client in (plain, kept, pub):
                 client.close()
+
+
+def test_retained_messages_on_auth_brokers_without_anonymous_access(tmp_path):
+    """Two brokers with one auth file (rules, no anonymous client): each broker's retained feed is its
+    own connection (core/auth/guard.py `vouched`), so a retained message published by `sensor` at one
+    broker reaches `viewer` subscribing at the other, with RETAIN 1; on main the feed was refused
+    (Retain Available 0)."""
+    auth = tmp_path / "auth.toml"
+    creds = {"sensor": add_identity(auth, "sensor", ["*"], ["sensors/#"], ["sensors/#"], FAST_KDF),
+             "viewer": add_identity(auth, "viewer", ["*"], [], ["sensors/#"], FAST_KDF)}
+    login = {name: (name, b64(parse_credential(str(cred)).secret)) for name, cred in creds.items()}
+    with Cluster(tmp_path / "c", 2, LOCAL_LIVENESS, credential=str(creds["viewer"]),
+                 args=["--auth", str(auth), "--mqtt", "127.0.0.1:0"]) as cluster:
+        for broker in cluster.brokers:
+            wait_for(lambda b=broker: b.status()["mqtt"]["retained_feed"] == "open", DEADLINE_S,
+                     what="the retained feed open")
+        pub = Mqtt(cluster[0].mqtt_address, "auth-pub", V5, *login["sensor"])
+        try:
+            assert pub.publish("sensors/kitchen", b"21.5", qos=1, retain=True) == 0
+        finally:
+            pub.close()
+        wanted = {"sensors/kitchen": (b"21.5", True)}
+        assert until_retained(cluster[1].mqtt_address, "sensors/+", wanted, "auth-sub", login=login["viewer"]) == wanted
+        assert until_retained(cluster[0].mqtt_address, "sensors/#", wanted, "auth-here", V311,
+                              login=login["viewer"]) == wanted

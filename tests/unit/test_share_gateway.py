@@ -15,7 +15,7 @@ from tidings.core.config import BrokerConfig
 from tidings.core.effects import Connect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Received, TimerFired
 from tidings.core.mqtt import packets as p
-from tidings.core.mqtt.gateway import FIGURES
+from tidings.core.mqtt.figures import FIGURES
 from tidings.core.overlay.node_id import NodeRef
 from tidings.core.share.gateway import _carry
 from tidings.core.share.group import ShareLimits

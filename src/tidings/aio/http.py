@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 
 from tidings.aio.dashboard import ClusterView, Dashboard
 from tidings.core.broker import metrics
-from tidings.core.mqtt.gateway import FIGURES as MQTT_FIGURES
+from tidings.core.mqtt.figures import FIGURES as MQTT_FIGURES
 
 PREFIX = "tidings_"
 
@@ -40,7 +40,7 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         st = self._status()
-        sections = (metrics.FIGURES, *((MQTT_FIGURES,) if "mqtt" in st else ()))  # (core/mqtt/gateway.py)
+        sections = (metrics.FIGURES, *((MQTT_FIGURES,) if "mqtt" in st else ()))  # (core/mqtt/figures.py)
         for figures in sections:
             for figure, value in metrics.reported(st, figures):  # each declared once (core/broker/metrics.py)
                 family = CounterMetricFamily if figure.kind is metrics.COUNTER else GaugeMetricFamily

@@ -100,6 +100,7 @@ class MqttListeners:
         self.pool = ThreadPoolExecutor(DERIVE_WORKERS, thread_name_prefix="tidings-mqtt-scrypt")
         self.saver = ThreadPoolExecutor(1, thread_name_prefix="tidings-mqtt-state")
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.closed = False
 
     def handle(self, inp: Input) -> list[Effect]:
         """The gateway's `handle` for the driver; the derivations it asked for go to the workers."""
@@ -109,6 +110,8 @@ class MqttListeners:
         return effects
 
     def _save(self) -> None:
+        if self.closed:  # (connections lost while stopping: the saver is shut down)
+            return
         for save in self.gateway.take_saves():
             self.saver.submit(self._write, save)
 
@@ -176,5 +179,6 @@ class MqttListeners:
     def close(self) -> None:
         for srv in self.servers:
             srv.close()
+        self.closed = True
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.saver.shutdown(wait=True)  # (a save under way finishes)

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from tidings.core.auth.handshake import AuthError, Principal, ServerHandshake, admit_anonymous
 from tidings.core.auth.limits import TokenBucket
-from tidings.core.auth.names import ANONYMOUS, NameRuleError, check_name
+from tidings.core.auth.names import ANONYMOUS, BROKER_OWN, NameRuleError, check_name
 from tidings.core.auth.peer_auth import ClusterAuth
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.errors import AUTH_REQUIRED, FORBIDDEN, LIMIT_EXCEEDED, TidingsError
@@ -131,7 +131,12 @@ class Guard:
         credential to prove: a shared subscription group's at its home (core/share/home.py), for the
         identity its members' brokers authenticated and vouch for over the overlay's links (which the
         cluster secret authenticates, as trees' access lists trust them). AuthError when this
-        broker's policy does not know the identity, or lets no anonymous client in."""
+        broker's policy does not know the identity, or lets no anonymous client in. `BROKER_OWN`: the
+        broker's own connection that acts for no client (MQTT's retained feed, core/mqtt/retained.py),
+        which no client can be (it is not a valid name): admitted, and its subscriptions are not
+        checked against the rules (nor trees' access lists, core/multicast/access.py)."""
+        if identity == BROKER_OWN:
+            return Principal(BROKER_OWN, instance, BROKER_OWN, authenticated=True)
         if identity == ANONYMOUS:
             if not self.policy.anonymous:
                 self.refused()
@@ -249,6 +254,8 @@ class Guard:
         return self.policy.rules.may_subscribe(identity, "#") and (trees is None or trees.admits_everywhere(identity))
 
     def check_subscribe(self, identity: str, pattern: str) -> TidingsError | None:
+        if identity == BROKER_OWN:  # (the broker's own: `vouched`)
+            return None
         account = self._account(identity)
         error = None
         limit = self.policy.limits_of(identity).subscriptions_max

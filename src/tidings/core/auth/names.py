@@ -34,6 +34,7 @@ NAME_CHARS_MAX = 64
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 NAME_RULE = f"1 to {NAME_CHARS_MAX} ASCII letters, digits, '_', '.' or '-'"
 ANONYMOUS = "anonymous"  # the identity of clients that do not authenticate: no one's name
+BROKER_OWN = "@broker"  # a broker's own connection acting for no client (MQTT's retained feed): not a valid name
 
 _LOOKALIKE_CHARS = str.maketrans({"I": "l", "1": "l", "0": "o"})  # before case-folding: `i` is not `l`
 _LOOKALIKE_PAIRS = (("rn", "m"), ("vv", "w"), ("cl", "d"))  # their replacements form no new pair

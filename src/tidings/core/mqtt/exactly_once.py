@@ -36,6 +36,7 @@ A plain data structure (no I/O): the gateway (core/mqtt/gateway.py) owns one per
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -96,7 +97,7 @@ class QosTwoKeys:
         self.dedup = dedup
         self.sessions: dict[str, SessionKeys] = {}  # opened this run, by producer
         self.saved_state: dict[str, SessionKeys] = self._decode(saved)  # not yet opened this run
-        self.expiries = SessionExpiries(_third_row(saved))  # sessions away: saved with the keys (core/mqtt/expiry.py)
+        self.expiries = SessionExpiries(row_of(saved, 2))  # sessions away: saved with the keys (core/mqtt/expiry.py)
         self.version = 0  # raised by each change a PUBCOMP or CONNACK may wait for
         self.saved = 0  # the version on disk
         self.saving: int | None = None  # the version being saved
@@ -174,10 +175,13 @@ class QosTwoKeys:
 
     # ---- the saved state -------------------------------------------------------------------------
 
-    def take_save(self, now_us: int) -> SaveMqttState | None:
-        """The state to save when a change waits for it (or a session expiry changed: nothing waits for
-        that one, so it takes no new version) and no save is under way."""
-        if self.saving is not None or (self.saved >= self.version and not self.expiries.changed):
+    def take_save(self, now_us: int, more_rows: Callable[[], list[object]] = list,
+                  more_due: bool = False) -> SaveMqttState | None:
+        """The state to save when a change waits for it (or a session expiry changed, or `more_due`: the
+        rows `more_rows` gives, which every save carries after the expiries: the deliveries' packet ids,
+        core/mqtt/inflight_ids.py, and the wills waiting, will_saved.py; nothing waits for those, so
+        they take no new version) and no save is under way."""
+        if self.saving is not None or (self.saved >= self.version and not self.expiries.changed and not more_due):
             return None
         horizon = now_us - 2 * self.dedup.window_us  # (a key's tick comes a little after its last_us)
         for held in (self.sessions, self.saved_state):
@@ -187,7 +191,7 @@ class QosTwoKeys:
                 for p, k in held.items()]
         self.saving = self.version
         self.saves += 1
-        return SaveMqttState(self.version, msgpack.packb([STATE_FORMAT, rows, self.expiries.rows()]))
+        return SaveMqttState(self.version, msgpack.packb([STATE_FORMAT, rows, self.expiries.rows(), *more_rows()]))
 
     def done(self, version: int) -> None:
         """The runtime saved `version` (on disk)."""
@@ -200,13 +204,14 @@ class QosTwoKeys:
                 "qos2_saves": self.saves}
 
 
-def _third_row(data: bytes | None) -> object:
-    """The saved state's session expiries (none in a state saved before they were)."""
+def row_of(data: bytes | None, index: int) -> object:
+    """A row of the saved state: 2 the session expiries, 3 the deliveries' packet ids, 4 the wills
+    waiting (None in a state saved before they were)."""
     try:
         value = msgpack.unpackb(data, strict_map_key=False) if data else None
     except Exception:
         return None
-    return value[2] if isinstance(value, list) and len(value) > 2 else None
+    return value[index] if isinstance(value, list) and len(value) > index else None
 
 
 class ConnectionKeys:

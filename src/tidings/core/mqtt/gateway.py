@@ -35,65 +35,30 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from tidings.core.broker.broker import Broker
-from tidings.core.broker.metrics import COUNTER, GAUGE, Figure
 from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Disconnect, Effect, Send
 from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
 from tidings.core.mqtt import persistent
 from tidings.core.mqtt import will as wills
-from tidings.core.mqtt.bridge import MQTT_5, MqttSettings
+from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
-from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState, producer_of
+from tidings.core.mqtt.exactly_once import MqttStateSaved, QosTwoKeys, SaveMqttState, producer_of, row_of
 from tidings.core.mqtt.expiry import SessionKey
+from tidings.core.mqtt.figures import figures_of, status_of
+from tidings.core.mqtt.inflight_ids import IDS_SAVE_INTERVAL_NS, DurableIds, live_records, records_of
 from tidings.core.mqtt.reason_codes import ReasonCode
-from tidings.core.mqtt.resumption import CARRIED_BYTES_MAX, Carried
+from tidings.core.mqtt.resumption import CARRIED_BYTES_MAX, Carried, carry
 from tidings.core.mqtt.retained import CLOSED, IDLE, RETAINED_CONN, RetainedFeed
 from tidings.core.mqtt.session import OPEN, MqttSession
 from tidings.core.mqtt.subscriptions import Held
-from tidings.core.mqtt.will import WillTimer, will_frame
+from tidings.core.mqtt.will import SavedWillTimer, WillTimer, will_frame
+from tidings.core.mqtt.will_saved import SavedWills
 from tidings.core.publish.dedup import scoped
 from tidings.core.share import gateway as shares
 from tidings.core.share.wire import ShareArrived
 
 NONCE_BYTES = 24
 SESSIONS_REPORTED_MAX = 256  # MQTT connections listed one by one in the status
-MQTT = ("mqtt",)
-
-# the figures under `mqtt` in the status, as /metrics writes them (aio/http.py; docs/operations.md)
-FIGURES: tuple[Figure, ...] = (
-    Figure("connections", "mqtt_connections", GAUGE, "MQTT connections open (CONNACK sent)", "MqttGateway",
-           under=MQTT),
-    Figure("connections_accepted", "mqtt_connections_accepted", COUNTER, "connections accepted on the MQTT ports",
-           "MqttGateway", under=MQTT),
-    Figure("packets_received", "mqtt_packets_received", COUNTER, "MQTT packets received", "MqttSession", under=MQTT),
-    Figure("packets_sent", "mqtt_packets_sent", COUNTER, "MQTT packets sent", "MqttSession", under=MQTT),
-    Figure("publishes_received", "mqtt_publishes_received", COUNTER,
-           "MQTT PUBLISHes handed to the intake (an event each)", "MqttSession", under=MQTT),
-    Figure("publishes_delivered", "mqtt_publishes_delivered", COUNTER, "events delivered to MQTT subscribers",
-           "MqttSession", under=MQTT),
-    Figure("refusals", "mqtt_refusals", COUNTER,
-           "MQTT connections, publishes and packets refused (with a reason code, or a close)", "MqttSession",
-           under=MQTT),
-    Figure("wills_published", "mqtt_wills_published", COUNTER,
-           "will messages published for connections that ended without DISCONNECT", "MqttGateway", under=MQTT),
-    Figure("derivations_refused", "mqtt_derivations_refused", COUNTER,
-           "CONNECTs refused past the bounds on password derivations in flight (0x9F)", "Derivations", under=MQTT),
-    Figure("deliveries_dropped", "mqtt_deliveries_dropped", COUNTER,
-           "deliveries over a client's Maximum Packet Size, not sent", "MqttSession", under=MQTT),
-    Figure("retained_topics", "mqtt_retained_topics", GAUGE, "topics with a retained message held by this broker",
-           "RetainedStore", under=MQTT),
-    Figure("retained_bytes", "mqtt_retained_bytes", GAUGE, "bytes of the retained messages held", "RetainedStore",
-           under=MQTT),
-    Figure("retained_dropped", "mqtt_retained_dropped", COUNTER,
-           "retained messages not kept: past the topics or bytes held", "RetainedStore", under=MQTT),
-    Figure("qos2_keys_held", "mqtt_qos2_keys_held", GAUGE,
-           "persistent sessions' QoS 2 PUBLISHes from their first copy to their PUBREL", "QosTwoKeys", under=MQTT),
-    Figure("qos2_saves", "mqtt_qos2_saves", COUNTER, "saves of those keys, each before the PUBCOMPs it carries",
-           "QosTwoKeys", under=MQTT),
-    *shares.FIGURES,
-)
-
-
 class ProtocolTimer(NamedTuple):
     """The connection's protocol machine is due (its CONNECT deadline, its keep-alive)."""
 
@@ -110,8 +75,12 @@ class ExpiryTimer(NamedTuple):
     """The earliest Session Expiry of a persistent session away is due (core/mqtt/expiry.py)."""
 
 
-EXPIRY_TIMER = ExpiryTimer()
-MqttTimer = ProtocolTimer | RenewTimer | ExpiryTimer | WillTimer
+class IdsTimer(NamedTuple):
+    """The deliveries' packet ids are due to be saved (core/mqtt/inflight_ids.py): a wake-up."""
+
+
+EXPIRY_TIMER, IDS_TIMER = ExpiryTimer(), IdsTimer()
+MqttTimer = ProtocolTimer | RenewTimer | ExpiryTimer | WillTimer | IdsTimer | SavedWillTimer
 
 
 class MqttGateway:
@@ -143,6 +112,9 @@ class MqttGateway:
         self.saving: set[int] = set()  # sessions with a CONNACK or PUBCOMP waiting for a save
         self.carried: dict[tuple[str, str], list[Carried]] = {}  # persistent sessions away: what they had in
         self.carried_bytes = 0  # flight, by (service, client id), oldest first (core/mqtt/resumption.py)
+        self.ids = DurableIds(row_of(saved_state, 3))  # their packet ids through a kill -9 (core/mqtt/inflight_ids.py)
+        self.wills_saved = SavedWills(row_of(saved_state, 4))  # wills waiting, through a restart (will_saved.py)
+        self.own_conn = wills.OWN_CONN_FIRST  # the broker's own connections that publish restored wills
         broker.sections.append(self.status)  # the broker's status (and so STATUS, /status, /metrics) has ours
 
     def expect(self, conn: int, secure: bool, source: str = "") -> None:
@@ -158,14 +130,17 @@ class MqttGateway:
     def take_saves(self) -> list[SaveMqttState]:
         """The state to save for the QoS 2 keys (an effect for the runtime, whose completion comes back
         through `state_saved`): at most one under way, the later changes in the next."""
-        save = self.qos2_keys.take_save(self.wall_us)
+        ids, saved = self.ids, self.wills_saved
+        save = self.qos2_keys.take_save(self.wall_us, lambda: [ids.rows(live_records(self), self.now), saved.rows()],
+                                        ids.due(self.now) or saved.changed)
         return [] if save is None else [save]
 
     def state_saved(self, inp: MqttStateSaved) -> list[Effect]:
         """A save is on disk: the CONNACKs and PUBCOMPs that waited for it go."""
         self.now = inp.now
         self.qos2_keys.done(inp.version)
-        out: list[Effect] = []
+        self.ids.saved_records = self.ids.saving_records
+        out: list[Effect] = self.ids.release(self.qos2_keys.saved) if self.ids.holding else []
         waiting, self.saving = self.saving, set()
         for conn in sorted(waiting):
             session = self.sessions.get(conn)
@@ -175,7 +150,7 @@ class MqttGateway:
             session.state_saved(out, native)
             self._to_broker(session, native, out)
             self._arm(session)
-        return out
+        return self.ids.hold(out) if self.ids.holding else out
 
     def derived(self, inp: KeyDerived) -> list[Effect]:
         """A derivation is done: its session answers the broker's CHALLENGE with it."""
@@ -189,21 +164,27 @@ class MqttGateway:
             self._to_broker(session, native, out)
             self._arm(session)
         shares.run(self, out)
-        return out
+        return self.ids.hold(out) if self.ids.holding else out
 
     # ---- inputs ----------------------------------------------------------------------------------
 
     def handle(self, inp: Input) -> list[Effect]:
+        out = self._handle(inp)
+        return self.ids.hold(out) if self.ids.holding else out  # (sends waiting for a save: inflight_ids.py)
+
+    def _handle(self, inp: Input) -> list[Effect]:
         self.now = self.shares.now = inp.now
         kind = type(inp)
         if (type(inp) is Received or type(inp) is TimerFired) and inp.wall_us:
             known, self.wall_us, self.wall_now = self.wall_us, inp.wall_us, inp.now
-            if not known:  # (the saved sessions' expiries are timed from the first wall time known)
+            if not known:  # (the saved sessions' expiries and wills are timed from the first wall time known)
                 self._arm_expiry()
+                wills.arm_saved(self)
         out: list[Effect] = []
         if self.retained.state is IDLE:  # the broker's own subscription to retained events, once
-            self._to_client(self.broker.handle(Accepted(inp.now, RETAINED_CONN)), out)
-            self._to_feed(self.retained.open(), out)
+            opened = self.broker.handle(Accepted(inp.now, RETAINED_CONN))
+            self.broker.reading.vouch(inp.now, RETAINED_CONN, self.retained.open(), opened)
+            self._to_client(opened, out)
         if kind is Received:
             assert isinstance(inp, Received)
             session = self.sessions.get(inp.conn)
@@ -218,7 +199,7 @@ class MqttGateway:
                 self.accepted += 1
                 session = MqttSession(inp.conn, inp.now, self.settings, expected[0], self.nonce(NONCE_BYTES),
                                       self._held, self.retained, self.derivations, expected[1], self.shares,
-                                      qos2_keys=self.qos2_keys, carried=self._take_carried)
+                                      qos2_keys=self.qos2_keys, carried=self._take_carried, ids=self.ids)
                 self.sessions[inp.conn] = session
                 self._arm(session)
         elif kind is ConnectionLost:
@@ -252,6 +233,10 @@ class MqttGateway:
         qos2 = session.qos2
         if qos2 is not None and qos2.waiting():
             self.saving.add(session.conn)
+        if session.ids is not None and self.ids.moved(session.conn, session.ids, self.qos2_keys.version + 1):
+            self.qos2_keys.version += 1  # (its sends wait for the next save: core/mqtt/inflight_ids.py)
+        elif self.ids.dirty and self.timers.when(IDS_TIMER) is None:
+            self.timers.set(IDS_TIMER, max(self.now, self.ids.last_save + IDS_SAVE_INTERVAL_NS))
         deadline = session.machine.deadlines.next_deadline()
         if deadline == session.armed:
             return
@@ -338,6 +323,7 @@ class MqttGateway:
             self.qos2_keys.expiries.back((session.native.service, session.client_id))
             wills.cancel(self, session.native.service, session.client_id, session.clean_start, out)
             self._arm_expiry()
+            wills.arm_saved(self)
         interval = session.native.renew_interval_ns if session.native is not None else None
         if interval:
             self.timers.set(RenewTimer(session.conn), self.now + interval)
@@ -357,6 +343,7 @@ class MqttGateway:
             return
         session.lost()
         self.shares.gone(conn)
+        self.ids.gone(conn)
         will = None if wills.hold(self, session, wills.delay_ns(session), out) else will_frame(session)
         if will is not None:
             self.wills_published += 1
@@ -367,12 +354,16 @@ class MqttGateway:
         if self.by_client_id.get(session.client_id) == conn:  # (not taken over: nobody resumed it yet)
             del self.by_client_id[session.client_id]
             if session.native is not None:
-                self._carry((session.native.service, session.client_id), session.carry())
+                away = (session.native.service, session.client_id)  # what it had in flight: resumption.py
+                self._carry(away, carry(session.machine.unfinished()[0], session.tokens, session.resumed)
+                            if session.persistent else [])
+                if session.ids is not None:  # and their packet ids, through a kill -9 (inflight_ids.py)
+                    self.ids.left(away, records_of(session))
                 if session.persistent and session.welcomed:  # its Session Expiry runs (core/mqtt/expiry.py)
                     self.qos2_keys.expiries.left((session.native.service, session.client_id),
                                                  session.machine.session_expiry_interval_s, self._wall(self.now))
                     self._arm_expiry()
-        for key, value in _figures(session).items():
+        for key, value in figures_of(session).items():
             self.totals[key] += value
 
     def _carry(self, key: tuple[str, str], carried: list[Carried]) -> None:
@@ -426,6 +417,7 @@ class MqttGateway:
                             out)
         self.qos2_keys.clear(scoped(service, producer_of(client_id)), wall_us)
         self._take_carried(service, client_id)
+        self.ids.take(key)
 
     def _timeouts(self, now: int, out: list[Effect]) -> None:
         shares.timed_out(self, now, out)
@@ -435,6 +427,11 @@ class MqttGateway:
                 continue
             if isinstance(key, WillTimer):
                 wills.due(self, key.conn, out)
+                continue
+            if isinstance(key, SavedWillTimer):
+                wills.saved_due(self, out)
+                continue
+            if isinstance(key, IdsTimer):  # (a wake-up: `take_saves` then saves them)
                 continue
             if key.conn == RETAINED_CONN:
                 renew = self.retained.renew()
@@ -459,28 +456,14 @@ class MqttGateway:
         """The MQTT connections' figures, under `mqtt` in the broker's status."""
         figures = dict(self.totals)
         for session in self.sessions.values():
-            for key, value in _figures(session).items():
+            for key, value in figures_of(session).items():
                 figures[key] += value
         open_sessions = [s for s in self.sessions.values() if s.state is OPEN]
         mqtt = {"connections": len(open_sessions), "connections_accepted": self.accepted,
                 "sessions_away": len(self.qos2_keys.expiries.away), "sessions_expired": self.sessions_expired,
                 "wills_published": self.wills_published, "wills_waiting": len(self.waiting),
+                **self.wills_saved.status(),
                 **figures, **self.retained.status(), **self.shares.status(),
-                **self.derivations.status(), **self.qos2_keys.status(),
+                **self.derivations.status(), **self.qos2_keys.status(), **self.ids.status(),
                 "sessions": [status_of(s) for s in open_sessions[:SESSIONS_REPORTED_MAX]]}
         return {"mqtt": mqtt}
-
-
-def _figures(session: MqttSession) -> dict[str, int]:
-    return {"packets_received": session.received, "packets_sent": session.sent,
-            "publishes_received": session.published, "publishes_delivered": session.subscriptions.delivered,
-            "refusals": session.refused, "deliveries_dropped": session.dropped}
-
-
-def status_of(session: MqttSession) -> dict[str, object]:
-    """One MQTT connection in the broker's status (the gateway's `sessions`)."""
-    s = session
-    return {**s.machine.status(), "conn": s.conn, "client_id": s.client_id, "identity": s.identity,
-            "state": str(s.state), "version": "5.0" if s.level == MQTT_5 else "3.1.1", "persistent": s.persistent,
-            "subscriptions": len(s.subscriptions.subs), "received": s.received, "sent": s.sent}
-

@@ -87,7 +87,7 @@ class PacketIds:
 
 
 class Deliveries:
-    __slots__ = ("ids", "in_flight", "queued", "queued_max", "window")
+    __slots__ = ("ids", "in_flight", "moves", "moves2", "queued", "queued_max", "window")
 
     def __init__(self, window: int, queued_max: int) -> None:
         self.window = window  # the client's Receive Maximum (within our own cap)
@@ -95,6 +95,13 @@ class Deliveries:
         self.in_flight: dict[int, Delivery] = {}  # packet id -> delivery awaiting the client
         self.queued: deque[Delivery] = deque()
         self.ids = PacketIds()
+        self.moves = 0  # changes of what is in flight (a persistent session's ids are saved: core/mqtt/inflight_ids.py)
+        self.moves2 = 0  # of those, QoS 2 PUBLISHes sent and PUBRELs due (they wait for that save)
+
+    def reserve(self, pids: list[int]) -> None:
+        """Identifiers a restarted session's deliveries hold (`resume`d when their events come again):
+        not taken for new ones meanwhile."""
+        self.ids.used.update(pid for pid in pids if 0 < pid <= PACKET_ID_MAX)
 
     def full(self) -> bool:
         """No room even to queue: the broker side offers the delivery again later."""
@@ -113,12 +120,15 @@ class Deliveries:
             d.state = DELIVERY_TRANSITIONS.move(d.state, D.AWAITING_PUBACK if d.publish.qos == 1 else D.AWAITING_PUBREC)
             self.in_flight[d.packet_id] = d
             out.append(d)
+            self.moves2 += d.publish.qos == 2
+        self.moves += bool(out)
         return out
 
     def _finish(self, d: Delivery) -> Delivery:
         d.state = DELIVERY_TRANSITIONS.move(d.state, D.DONE)
         del self.in_flight[d.packet_id]
         self.ids.free(d.packet_id)
+        self.moves += 1
         return d
 
     def _awaiting(self, pid: int, state: DeliveryState) -> Delivery | None:
@@ -136,6 +146,7 @@ class Deliveries:
             d.state = DELIVERY_TRANSITIONS.move(d.state, D.AWAITING_PUBCOMP)
         self.ids.used.add(pid)
         self.in_flight[pid] = d
+        self.moves += 1  # (its id is saved already: not a move its sends wait for)
         return d
 
     def unfinished(self) -> list[Delivery]:
@@ -158,6 +169,8 @@ class Deliveries:
         if d is None or failed:
             return None if d is None else self._finish(d)
         d.state = DELIVERY_TRANSITIONS.move(d.state, D.AWAITING_PUBCOMP)
+        self.moves += 1
+        self.moves2 += 1
         return d
 
     def completed(self, pid: int) -> Delivery | None:

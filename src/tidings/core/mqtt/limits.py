@@ -65,8 +65,10 @@ def merged(base: Properties, extra: Properties) -> Properties:
 def connect_problem(packet: p.Connect, limits: ProtocolLimits,
                     assigned_client_id: str) -> tuple[ReasonCode, str] | None:
     """Why a CONNECT is refused before the broker side sees it, if it is."""
-    if packet.properties.authentication_method is not None:
-        return R.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
+    if packet.properties.authentication_method is not None or packet.properties.authentication_data is not None:
+        return ((R.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
+                if packet.properties.authentication_method is not None  # (data without a method: 3.1.2.11.10)
+                else (R.PROTOCOL_ERROR, "Authentication Data without an Authentication Method"))
     if not packet.client_id and (not packet.clean_start or not assigned_client_id):
         return R.CLIENT_IDENTIFIER_NOT_VALID, "an empty client id needs Clean Start"
     if len(packet.client_id.encode("utf-8")) > limits.client_id_bytes_max:

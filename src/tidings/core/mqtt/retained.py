@@ -29,12 +29,15 @@ text; a message that would take the store past it is not kept and its topic hold
 its order: subscribers then get no retained message for it rather than an older one).
 
 The feed is the broker side of a client connection the gateway (core/mqtt/gateway.py) opens on the
-broker (its connection number `RETAINED_CONN`, which no runtime gives out): HELLO as an anonymous
-client, then the SUBSCRIBE once WELCOME came. States (`FeedState`, moves checked by `TRANSITIONS`):
-IDLE -> OPENING (HELLO sent) -> SUBSCRIBING (WELCOME came) -> OPEN (SUBSCRIBED) -> CLOSED (an ERROR:
-a broker whose auth file lets no anonymous client in, or whose rules refuse `#` to one, has no
-retained messages: its CONNACK says Retain Available 0; or the broker's drain, whose wait for its
-clients to go the feed must not hold up). CLOSED is final: the gateway then ends the connection.
+broker (its connection number `RETAINED_CONN`, which no runtime gives out), opened as the broker's
+own identity (`BROKER_OWN`, without a handshake: core/auth/guard.py `vouched`, as a shared group's
+home opens its connection; its subscription is not held to the auth file's rules nor to trees'
+access lists, so an `--auth` broker without anonymous access serves retained messages too), then the
+SUBSCRIBE once WELCOME came. States (`FeedState`, moves checked by `TRANSITIONS`): IDLE -> OPENING
+(vouched for) -> SUBSCRIBING (WELCOME came) -> OPEN (SUBSCRIBED) -> CLOSED (an ERROR: the broker
+refused the feed, which its CONNACKs then say as Retain Available 0; or the broker's drain, whose
+wait for its clients to go the feed must not hold up). CLOSED is final: the gateway then ends the
+connection.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from tidings.core.auth.names import BROKER_OWN
 from tidings.core.broker.advice import Reason
 from tidings.core.channels import pattern_matches
 from tidings.core.errors import ProtocolError
@@ -167,10 +171,12 @@ class RetainedFeed:
         """Retained messages are served (our CONNACK's Retain Available) unless the broker refused us."""
         return self.state is not CLOSED
 
-    def open(self) -> bytes:
-        """The HELLO to hand the broker on `RETAINED_CONN` (after its Accepted)."""
+    def open(self) -> str:
+        """Opening: the identity the broker opens `RETAINED_CONN` as (after its Accepted), without a
+        handshake (core/auth/guard.py `vouched`): the broker's own, which no client can be, so the feed
+        needs no anonymous access and no rule of the auth file's (its WELCOME follows)."""
         self.state = TRANSITIONS.move(self.state, OPENING)
-        return self.native.hello()
+        return BROKER_OWN
 
     def from_broker(self, data: bytes) -> list[bytes]:
         """What the broker sent the feed: the frames to hand it back (the SUBSCRIBE after WELCOME)."""

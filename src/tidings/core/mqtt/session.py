@@ -48,12 +48,13 @@ from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.bridge import MQTT_5, MqttSettings, PlainPassword
 from tidings.core.mqtt.derivations import Derivations
 from tidings.core.mqtt.exactly_once import ConnectionKeys, QosTwoKeys
+from tidings.core.mqtt.inflight_ids import DurableIds, SessionIds, opened, resume_saved
 from tidings.core.mqtt.limits import ProtocolLimits
 from tidings.core.mqtt.password import Answer, PasswordCheck, Refuse, Step
 from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
 from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.mqtt.reason_codes import ReasonCode
-from tidings.core.mqtt.resumption import Carried, Resumed, carry, resend
+from tidings.core.mqtt.resumption import Carried, Resumed, resend
 from tidings.core.mqtt.retained import RETAINED_PER_SUBSCRIBE_MAX, RetainedFeed, due
 from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag, numbered
 from tidings.core.session.client_session import ClientSession, PublishEvent
@@ -94,7 +95,8 @@ class MqttSession:
                  held: Callable[[str, str], list[Held]] = lambda owner, prefix: [],
                  retained: RetainedFeed | None = None, derivations: Derivations | None = None,
                  source: str = "", shares: ShareHub | None = None, *, qos2_keys: QosTwoKeys,
-                 carried: Callable[[str, str], list[Carried]] = lambda service, client_id: []) -> None:
+                 carried: Callable[[str, str], list[Carried]] = lambda service, client_id: [],
+                 ids: DurableIds | None = None) -> None:
         """`secure`: TLS or a loopback peer (a password may come in plain); `nonce`: fresh random
         bytes for the native handshake's challenge-response; `held(owner, prefix)`: the broker's
         named durable subscriptions of `owner` whose names begin with `prefix` (a persistent session's);
@@ -103,7 +105,8 @@ class MqttSession:
         (the peer's address; core/mqtt/derivations.py; None: derived here, for tests); `shares`: the
         broker's shared subscriptions (core/share/hub.py; None: refused 0x9E); `qos2_keys`: the
         persistent sessions' QoS 2 keys (core/mqtt/exactly_once.py);
-        `carried(service, client_id)`: what its last connection left in flight (core/mqtt/resumption.py)."""
+        `carried(service, client_id)`: what its last connection left in flight (core/mqtt/resumption.py),
+        `ids` their packet ids through a kill -9 (core/mqtt/inflight_ids.py; the gateway's `carry`)."""
         self.conn = conn
         self.now = now
         self.wall_us = 0  # the broker's clock, microseconds since the epoch, as the gateway last knew it (0: unknown)
@@ -136,6 +139,8 @@ class MqttSession:
         self.qos2_keys = qos2_keys
         self.qos2: ConnectionKeys | None = None  # this connection's QoS 2 keys, from WELCOME on
         self.carried, self.resumed = carried, Resumed()  # deliveries of its last connection, resent
+        self.durable_ids = ids
+        self.ids: SessionIds | None = None  # a persistent session's (core/mqtt/inflight_ids.py)
         self.will_due = False  # the machine said the will is due
         self.welcomed = False  # the broker admitted the client (its will may be published)
         # figures
@@ -394,6 +399,7 @@ class MqttSession:
                            session_expiry_interval_s=None if self.persistent else 0)
         session_present = self.persistent and not self.clean_start and bool(held)
         carried = self.carried(self.native.service, self.client_id)  # (taken: a clean start drops it)
+        self.ids = opened(self, carried)  # (its saved packet ids: a clean start drops them)
         self.qos2 = ConnectionKeys(self.qos2_keys, self.native.service, self.client_id, self.persistent,
                                    self.clean_start, self.wall_us, (session_present, offer))
         self.state_saved(out, native)  # the CONNACK, unless a clean start's forgetting waits for its save
@@ -458,6 +464,8 @@ class MqttSession:
         source = None if self.native is None else (self.native.service, self.client_id)
         items, self.next_token = numbered(self.subscriptions.deliver(msg, self.level, source, self.wall_us),
                                           self.resumed, self.tokens, self.next_token)
+        if items and self.ids is not None and self.ids.pending:  # (after a restart: under their saved ids)
+            items = resume_saved(self, items, out)
         if items:
             self._apply(self.machine.deliver_many(items), out, [])
 
@@ -481,9 +489,4 @@ class MqttSession:
             self._apply(self.machine.deliver(token, publish.topic, publish.payload, publish.qos, False,
                                              properties=publish.properties), out, [])
 
-    # ---- endings ---------------------------------------------------------------------------------
-
-    def carry(self) -> list[Carried]:
-        """What a persistent session's ended connection had in flight (core/mqtt/resumption.py)."""
-        return carry(self.machine.unfinished()[0], self.tokens, self.resumed) if self.persistent else []
 

@@ -13,15 +13,21 @@ the next connection resumes them), and only the connection itself stays, with it
 will is checked and logged as its client's PUBLISH when it goes (a connection with Clean Start 1
 ends the old session: the will goes then). Then (or when it is cancelled) the
 broker hears the connection is lost. The gateway times each with a `WillTimer` in its one
-`Deadlines`. A will waiting is held in the broker's memory: a kill -9 of the broker loses it.
+`Deadlines`. A will waiting is also kept in the broker's `mqtt.state` (core/mqtt/will_saved.py), so
+that after a restart (a kill -9 too) it is published when due by a connection of the broker's own,
+or cancelled by the client id's return: `saved_due`, `cancel` (timed by one `SavedWillTimer`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
+from tidings.core.auth.names import ANONYMOUS
+from tidings.core.inputs import Accepted, Received
 from tidings.core.mqtt import bridge
 from tidings.core.mqtt import packets as p
+from tidings.core.mqtt.will_saved import SavedWill
+from tidings.core.session.client_session import ClientSession, PublishEvent
 
 if TYPE_CHECKING:
     from tidings.core.effects import Effect
@@ -29,6 +35,7 @@ if TYPE_CHECKING:
     from tidings.core.mqtt.session import MqttSession
 
 NS_PER_S = 1_000_000_000
+OWN_CONN_FIRST: Final = -(1 << 40)  # the broker's own connections for restored wills (counting down; share's are above)
 
 
 class WillTimer(NamedTuple):
@@ -37,16 +44,26 @@ class WillTimer(NamedTuple):
     conn: int
 
 
+class SavedWillTimer(NamedTuple):
+    """The earliest will restored from the saved state is due (core/mqtt/will_saved.py)."""
+
+
 def will_frame(session: MqttSession) -> bytes | None:
     """The connection ended: its will, as the PUBLISH frame the broker logs and delivers (the same
     checks and rules as any PUBLISH of the client's), when the machine said it is due."""
+    event = will_event(session)
+    session.will = None
+    return None if event is None or session.native is None else session.native.publish([event])[0][2]
+
+
+def will_event(session: MqttSession) -> PublishEvent | None:
+    """The due will's event (checked as the client's PUBLISH would be), None when none is due."""
     will, native = session.will, session.native
     if will is None or native is None or not session.will_due or not session.welcomed:
         return None
-    session.will = None
     retain = will.retain and session.retained is not None and session.retained.available
     event = bridge.event_of(native, p.Publish(will.topic, will.payload, will.qos, retain, properties=will.properties))
-    return None if isinstance(event, bridge.Refused) else native.publish([event])[0][2]
+    return None if isinstance(event, bridge.Refused) else event
 
 
 def delay_ns(session: MqttSession) -> int:
@@ -77,6 +94,10 @@ def hold(gateway: MqttGateway, session: MqttSession, delay: int, out: list[Effec
     session.subscriptions.subs.clear()
     gateway._to_broker(session, leave, out)
     gateway.timers.set(WillTimer(session.conn), gateway.now + delay)
+    event = will_event(session)
+    if event is not None and gateway.wall_us:  # (kept through a restart: will_saved.py)
+        gateway.wills_saved.held((native.service, session.client_id), SavedWill(
+            session.identity or ANONYMOUS, gateway._wall(gateway.now + delay), event[0], dict(event[1]), event[2]))
     return True
 
 
@@ -85,6 +106,8 @@ def due(gateway: MqttGateway, conn: int, out: list[Effect]) -> None:
     session = gateway.waiting.pop(conn, None)
     if session is None:
         return
+    if session.native is not None:
+        gateway.wills_saved.drop((session.native.service, session.client_id))
     frame = will_frame(session)
     if frame is not None:
         gateway.wills_published += 1
@@ -102,5 +125,41 @@ def cancel(gateway: MqttGateway, service: str, client_id: str, clean_start: bool
             due(gateway, conn, out)
             continue
         del gateway.waiting[conn]
+        gateway.wills_saved.drop((service, client_id))
         gateway._broker_lost(conn, out)
+    if (service, client_id) in gateway.wills_saved.restored:  # one from before a restart
+        will = gateway.wills_saved.drop((service, client_id))
+        if clean_start and will is not None:
+            publish_saved(gateway, (service, client_id), will, out)
+
+
+def arm_saved(gateway: MqttGateway) -> None:
+    """The one timer at the earliest restored will (once the broker's wall time is known)."""
+    due_us = gateway.wills_saved.next_us()
+    if due_us is None or not gateway.wall_us:
+        gateway.timers.cancel(SavedWillTimer())
+        return
+    gateway.timers.set(SavedWillTimer(), gateway.now + max(0, due_us - gateway._wall(gateway.now)) * 1000)
+
+
+def saved_due(gateway: MqttGateway, out: list[Effect]) -> None:
+    """The restored wills now due are published."""
+    for key, will in gateway.wills_saved.due(gateway._wall(gateway.now)):
+        publish_saved(gateway, key, will, out)
+    arm_saved(gateway)
+
+
+def publish_saved(gateway: MqttGateway, key: tuple[str, str], will: SavedWill, out: list[Effect]) -> None:
+    """A restored will, published on a connection of the broker's own opened as its client's identity
+    (Guard.vouched: refused, and the will with it, when the auth file no longer admits the identity),
+    which ends at once. What the broker answers it is not anyone's (the gateway drops it)."""
+    broker, now, conn = gateway.broker, gateway.now, gateway.own_conn
+    gateway.own_conn -= 1
+    opened = broker.handle(Accepted(now, conn))
+    broker.reading.vouch(now, conn, will.identity, opened)
+    gateway._to_client(opened, out)
+    frame = ClientSession(key[0], key[1]).publish([(will.channel, will.attributes, will.payload)])[0][2]
+    gateway._to_client(broker.handle(Received(now, gateway.wall_us, conn, frame)), out)
+    gateway._broker_lost(conn, out)
+    gateway.wills_published += 1
 

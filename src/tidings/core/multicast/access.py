@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
+from tidings.core.auth.names import BROKER_OWN
 from tidings.core.auth.rules import SUBSCRIBE, AccessRules, Rule, intersects
 from tidings.core.channels import validate_pattern
 from tidings.core.errors import ChannelError, ProtocolError
@@ -62,7 +63,7 @@ def acl_for(rules: AccessRules, tree: str) -> Acl | None:
 
 def admits(acl: Acl | None, identity: str, pattern: str) -> bool:
     """Whether the list lets `identity` subscribe to `pattern` (a pattern of the list's tree)."""
-    if acl is None:
+    if acl is None or identity == BROKER_OWN:  # (a broker's own connection: core/auth/guard.py `vouched`)
         return True
     if not acl:
         return False  # AccessRules([]) is access control off; an empty list is nobody

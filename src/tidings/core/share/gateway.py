@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 ROUNDS_MAX = 16
 MQTT = ("mqtt",)
 
-FIGURES: tuple[Figure, ...] = (  # (in core/mqtt/gateway.py's FIGURES: /metrics as tidings_mqtt_share_*)
+FIGURES: tuple[Figure, ...] = (  # (in core/mqtt/figures.py's FIGURES: /metrics as tidings_mqtt_share_*)
     Figure("share_homed", "mqtt_share_groups_homed", GAUGE,
            "shared subscription groups whose home is this broker (open)", "ShareHomes", under=MQTT),
     Figure("share_groups_joined", "mqtt_share_groups_joined", GAUGE,

@@ -338,7 +338,7 @@ class ShareHomes:
                 for h in self.groups.values()]
 
     def figures(self) -> dict[str, int]:
-        """The homes' figures (core/mqtt/gateway.py FIGURES: `tidings_mqtt_share_*`)."""
+        """The homes' figures (core/mqtt/figures.py FIGURES: `tidings_mqtt_share_*`)."""
         open_ = [h.group for h in self.groups.values() if h.group.state is not CLOSED]
         return {"share_homed": len(open_), "share_deliveries": self.handed,
                 "share_redelivered": self.redelivered + sum(g.redelivered for g in open_),
