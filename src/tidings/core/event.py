@@ -26,10 +26,11 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final, NamedTuple
+from operator import itemgetter
+from typing import Any, Final, NamedTuple, cast
 
 import msgpack
 
@@ -249,6 +250,65 @@ def record_routing_fields(record: object) -> EventRecord | None:
 
 
 _FLAG_ABSENT = (False,)
+_PUBENDS, _TICKS, _CHANNELS, _ATTRIBUTES, _PAYLOADS = (itemgetter(i) for i in (0, 1, 2, 3, 6))
+
+
+def records_routing_fields(pubends: tuple[str, ...],
+                           records: Sequence[object]) -> list[tuple[str, dict[str, Any]]] | None:
+    """(channel, attributes) of each of a batch of records from other brokers, record `i` from
+    `pubends[i]`, when every one passes record_routing_fields' checks with that pubend; None when
+    any does not (the caller then checks them one by one, to keep the good ones). The same checks
+    as record_routing_fields, run as a few passes over the batch in C (map, set) rather than
+    Python's steps per record: a subscriber's broker catching up takes records by the thousand,
+    all well-formed, from a handful of channels, mostly without attributes."""
+    if not records or set(map(type, records)) != _BYTES_ONLY:
+        return None
+    try:  # (lists, not tuples: unpackb's keywords cost 0.15 µs a call)
+        fields: list[Any] = list(map(msgpack.unpackb, cast("Sequence[bytes]", records)))
+    except Exception:  # msgpack raises several types for garbage
+        return None
+    if not _well_formed(pubends, fields):
+        return None
+    channels = list(map(_CHANNELS, fields))
+    if set(map(type, channels)) != _STR_ONLY or not all(
+            len(channel) <= CHANNEL_BYTES_MAX and _valid_channel(channel) for channel in set(channels)):
+        return None
+    attributes = _valid_attributes(list(map(_ATTRIBUTES, fields)))
+    return None if attributes is None else list(zip(channels, attributes, strict=True))
+
+
+def _well_formed(pubends: tuple[str, ...], fields: list[Any]) -> bool:
+    """Whether each of decoded records `fields` is an array of a record's length with the pubend
+    of its place in `pubends` (a str equals a str alone), an int tick, bytes of payload, and a
+    boolean flag if it has one."""
+    if set(map(type, fields)) != _LIST_ONLY:
+        return False
+    lengths = set(map(len, fields))
+    if (not lengths <= _RECORD_LENGTH_SET or tuple(map(_PUBENDS, fields)) != pubends
+            or set(map(type, map(_TICKS, fields))) != _INT_ONLY
+            or set(map(type, map(_PAYLOADS, fields))) != _BYTES_ONLY):
+        return False
+    return AUTHENTICATED + 1 not in lengths or all(
+        len(f) <= AUTHENTICATED or type(f[AUTHENTICATED]) is bool for f in fields)
+
+
+def _valid_attributes(attributes: list[Any]) -> list[Any] | None:
+    """Records' attributes (each a valid map, nil read as none), or None if one is not valid."""
+    if not any(attributes) and set(map(type, attributes)) == _DICT_ONLY:  # all empty maps: not looked at
+        return attributes
+    for at, given in enumerate(attributes):
+        if given or type(given) is not dict:
+            try:
+                validate_attributes(given)  # a decoded map is a plain dict already: kept as it is
+            except TidingsError:
+                return None
+            if given is None:
+                attributes[at] = {}
+    return attributes
+
+
+_BYTES_ONLY, _LIST_ONLY, _STR_ONLY, _INT_ONLY, _DICT_ONLY = ({t} for t in (bytes, list, str, int, dict))
+_RECORD_LENGTH_SET = set(RECORD_LENGTHS)
 
 
 @lru_cache(maxsize=4096)
