@@ -29,7 +29,6 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from operator import itemgetter
 from typing import Any, Final, NamedTuple, cast
 
 import msgpack
@@ -250,7 +249,6 @@ def record_routing_fields(record: object) -> EventRecord | None:
 
 
 _FLAG_ABSENT = (False,)
-_PUBENDS, _TICKS, _CHANNELS, _ATTRIBUTES, _PAYLOADS = (itemgetter(i) for i in (0, 1, 2, 3, 6))
 
 
 def records_routing_fields(pubends: tuple[str, ...],
@@ -267,35 +265,42 @@ def records_routing_fields(pubends: tuple[str, ...],
         fields: list[Any] = list(map(msgpack.unpackb, cast("Sequence[bytes]", records)))
     except Exception:  # msgpack raises several types for garbage
         return None
-    if not _well_formed(pubends, fields):
+    columns = _columns(pubends, fields)
+    if columns is None:
         return None
-    channels = list(map(_CHANNELS, fields))
+    channels, attributes = columns
     if set(map(type, channels)) != _STR_ONLY or not all(
             len(channel) <= CHANNEL_BYTES_MAX and _valid_channel(channel) for channel in set(channels)):
         return None
-    attributes = _valid_attributes(list(map(_ATTRIBUTES, fields)))
-    return None if attributes is None else list(zip(channels, attributes, strict=True))
+    valid = _valid_attributes(attributes)
+    return None if valid is None else list(zip(channels, valid, strict=True))
 
 
-def _well_formed(pubends: tuple[str, ...], fields: list[Any]) -> bool:
-    """Whether each of decoded records `fields` is an array of a record's length with the pubend
-    of its place in `pubends` (a str equals a str alone), an int tick, bytes of payload, and a
-    boolean flag if it has one."""
+def _columns(pubends: tuple[str, ...], fields: list[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """The channels and attributes of decoded records `fields`, if each is an array of a record's
+    length with the pubend of its place in `pubends` (a str equals a str alone), an int tick,
+    bytes of payload, and a boolean flag if it has one; else None."""
     if set(map(type, fields)) != _LIST_ONLY:
-        return False
+        return None
     lengths = set(map(len, fields))
-    if (not lengths <= _RECORD_LENGTH_SET or tuple(map(_PUBENDS, fields)) != pubends
-            or set(map(type, map(_TICKS, fields))) != _INT_ONLY
-            or set(map(type, map(_PAYLOADS, fields))) != _BYTES_ONLY):
-        return False
-    return AUTHENTICATED + 1 not in lengths or all(
-        len(f) <= AUTHENTICATED or type(f[AUTHENTICATED]) is bool for f in fields)
+    if not lengths <= _RECORD_LENGTH_SET:
+        return None
+    columns = list(zip(*fields, strict=False))  # field by field (the first 7 of each; all 8 when every one has 8)
+    if (columns[PUBEND] != pubends or set(map(type, columns[TICK])) != _INT_ONLY
+            or set(map(type, columns[PAYLOAD])) != _BYTES_ONLY):
+        return None
+    if AUTHENTICATED + 1 in lengths:
+        flags = columns[AUTHENTICATED] if len(lengths) == 1 else [f[-1] for f in fields if len(f) > AUTHENTICATED]
+        if set(map(type, flags)) != _BOOL_ONLY:
+            return None
+    return columns[CHANNEL], columns[ATTRIBUTES]
 
 
-def _valid_attributes(attributes: list[Any]) -> list[Any] | None:
+def _valid_attributes(attributes: tuple[Any, ...]) -> Sequence[Any] | None:
     """Records' attributes (each a valid map, nil read as none), or None if one is not valid."""
     if not any(attributes) and set(map(type, attributes)) == _DICT_ONLY:  # all empty maps: not looked at
         return attributes
+    valid = list(attributes)
     for at, given in enumerate(attributes):
         if given or type(given) is not dict:
             try:
@@ -303,11 +308,12 @@ def _valid_attributes(attributes: list[Any]) -> list[Any] | None:
             except TidingsError:
                 return None
             if given is None:
-                attributes[at] = {}
-    return attributes
+                valid[at] = {}
+    return valid
 
 
-_BYTES_ONLY, _LIST_ONLY, _STR_ONLY, _INT_ONLY, _DICT_ONLY = ({t} for t in (bytes, list, str, int, dict))
+_BYTES_ONLY, _LIST_ONLY, _STR_ONLY, _INT_ONLY, _DICT_ONLY, _BOOL_ONLY = (
+    {t} for t in (bytes, list, str, int, dict, bool))
 _RECORD_LENGTH_SET = set(RECORD_LENGTHS)
 
 
