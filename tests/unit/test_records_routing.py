@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidings.core import event
 from tidings.core.event import record_routing_fields, records_routing_fields
 
 
@@ -71,3 +72,13 @@ def test_the_pubends_name_each_record(pubends):
     records = [msgpack.packb(GOOD)] * 2
     assert records_routing_fields(pubends, records) is None
     assert records_routing_fields(("p-1", "p-1"), records) == [("a/b", {})] * 2
+
+
+@given(batches(), st.integers(1, 4))
+def test_a_batch_checked_in_parts_says_what_each_record_says(batch, part):
+    pubends, records = batch
+    saved, event.CHECK_RECORDS_MAX = event.CHECK_RECORDS_MAX, part
+    try:
+        assert records_routing_fields(pubends, records) == one_by_one(pubends, records)
+    finally:
+        event.CHECK_RECORDS_MAX = saved

@@ -251,6 +251,10 @@ def record_routing_fields(record: object) -> EventRecord | None:
 _FLAG_ABSENT = (False,)
 
 
+CHECK_RECORDS_MAX = 1024  # records decoded at once: their objects stay in the CPU's caches (a catch-up's
+# message holds 6,000: checked whole, 0.55 µs a record; in parts of 1,024, 0.39 µs)
+
+
 def records_routing_fields(pubends: tuple[str, ...],
                            records: Sequence[object]) -> list[tuple[str, dict[str, Any]]] | None:
     """(channel, attributes) of each of a batch of records from other brokers, record `i` from
@@ -259,6 +263,19 @@ def records_routing_fields(pubends: tuple[str, ...],
     as record_routing_fields, run as a few passes over the batch in C (map, set) rather than
     Python's steps per record: a subscriber's broker catching up takes records by the thousand,
     all well-formed, from a handful of channels, mostly without attributes."""
+    if len(records) <= CHECK_RECORDS_MAX:
+        return _routing_fields(pubends, records)
+    routed: list[tuple[str, dict[str, Any]]] = []
+    for at in range(0, len(records), CHECK_RECORDS_MAX):
+        part = _routing_fields(pubends[at:at + CHECK_RECORDS_MAX], records[at:at + CHECK_RECORDS_MAX])
+        if part is None:
+            return None
+        routed += part
+    return routed
+
+
+def _routing_fields(pubends: tuple[str, ...],
+                    records: Sequence[object]) -> list[tuple[str, dict[str, Any]]] | None:
     if not records or set(map(type, records)) != _BYTES_ONLY:
         return None
     try:  # (lists, not tuples: unpackb's keywords cost 0.15 µs a call)
