@@ -214,7 +214,9 @@ def main() -> None:
     for _ in range(args.rounds):
         raw = None
         if args.profile:
-            raw = os.path.join(tempfile.gettempdir(), f"catchup-profile-{time.strftime('%Y%m%dT%H%M%S')}.txt")
+            import run  # (the bench's work directory: raw profiles go where bench/pyspy_profile.py keeps its own)
+            raw = os.path.join(run.WORK, "profiles", f"catchup-{time.strftime('%Y%m%dT%H%M%S')}.txt")
+            os.makedirs(os.path.dirname(raw), exist_ok=True)
         t = tidings_round(args.events, args.limit_s, not args.no_pfs, raw) | gd_bench.context()
         results: list[dict[str, Any]] = [t]
         if not args.no_jetstream:

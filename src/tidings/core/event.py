@@ -36,6 +36,11 @@ import msgpack
 from tidings.core.channels import CHANNEL_BYTES_MAX, validate_channel
 from tidings.core.errors import AttributesError, TidingsError
 
+try:
+    from tidings.core import _records  # the compiled check of peers' records (setup.py): optional
+except ImportError:  # built where no C compiler was found: the checks in Python alone
+    _records = None  # type: ignore[assignment]
+
 AttrValue = str | int | float | bool
 ATTRIBUTES_MAX = 64
 ATTRIBUTE_KEY_BYTES_MAX = 128
@@ -262,7 +267,11 @@ def records_routing_fields(pubends: tuple[str, ...],
     any does not (the caller then checks them one by one, to keep the good ones). The same checks
     as record_routing_fields, run as a few passes over the batch in C (map, set) rather than
     Python's steps per record: a subscriber's broker catching up takes records by the thousand,
-    all well-formed, from a handful of channels, mostly without attributes."""
+    all well-formed, from a handful of channels, mostly without attributes. The compiled check
+    (_records.c) answers first where it is built and switched on: it reads the usual layout in
+    place, and says None (the checks below then run) for anything else."""
+    if _compiled is not None and (compiled := _compiled_routing_fields(pubends, records)) is not None:
+        return compiled
     if len(records) <= CHECK_RECORDS_MAX:
         return _routing_fields(pubends, records)
     routed: list[tuple[str, dict[str, Any]]] = []
@@ -272,6 +281,41 @@ def records_routing_fields(pubends: tuple[str, ...],
             return None
         routed += part
     return routed
+
+
+def _compiled_routing_fields(pubends: tuple[str, ...],
+                             records: Sequence[object]) -> list[tuple[str, dict[str, Any]]] | None:
+    """The compiled check's answer for records of one pubend, with its channels checked as names;
+    None when it has none (another layout, several pubends, a record refused)."""
+    if (type(records) is not list or not records or len(pubends) != len(records)
+            or pubends.count(pubends[0]) != len(pubends)):
+        return None
+    assert _compiled is not None
+    answer = _compiled(records, _own_prefix(pubends[0]))
+    if answer is None:
+        return None
+    routed, channels = answer
+    for channel in set(channels):
+        if len(channel) > CHANNEL_BYTES_MAX or not _valid_channel(channel):
+            return None
+    return routed
+
+
+def use_native(on: bool) -> None:
+    """records_routing_fields asks the compiled check first when `on` and it is built (the runtime's
+    switch: off with TIDINGS_NATIVE_RECORDS=0, aio/server.py)."""
+    global _compiled  # noqa: PLW0603 - the one switch, set by the runtime at start
+    _compiled = None if not on or _records is None else _records.routing
+
+
+def native() -> bool:
+    """Whether records_routing_fields asks the compiled check first."""
+    return _compiled is not None
+
+
+@lru_cache(maxsize=64)
+def _own_prefix(pubend: str) -> bytes:
+    return own_record_prefix(pubend)
 
 
 def _routing_fields(pubends: tuple[str, ...],
@@ -332,6 +376,8 @@ def _valid_attributes(attributes: tuple[Any, ...]) -> Sequence[Any] | None:
 _BYTES_ONLY, _LIST_ONLY, _STR_ONLY, _INT_ONLY, _DICT_ONLY, _BOOL_ONLY = (
     {t} for t in (bytes, list, str, int, dict, bool))
 _RECORD_LENGTH_SET = set(RECORD_LENGTHS)
+_compiled: Callable[[list[object], bytes], tuple[list[tuple[str, dict[str, Any]]], list[str]] | None] | None = (
+    None if _records is None else _records.routing)
 
 
 @lru_cache(maxsize=4096)
