@@ -119,15 +119,19 @@ static PyObject *routing(PyObject *self, PyObject *args) {
     Py_ssize_t prefix_n;
     (void)self;
     if (!PyArg_ParseTuple(args, "O!y#", &PyList_Type, &records, &prefix, &prefix_n)) return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(records);
+    /* its own references to the records, whose bytes the cursors below point into: an allocation
+       may run the collector, and a finalizer could change the caller's list */
+    PyObject *held = PyList_GetSlice(records, 0, PY_SSIZE_T_MAX);
+    if (held == NULL) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(held);
     PyObject *result = NULL, *channel = NULL;
     PyObject *routed = PyList_New(count);
     PyObject *channels = PyList_New(0);
-    if (routed == NULL || channels == NULL) goto done;
     cursor ch_at = NULL, svc_at = NULL, inst_at = NULL;
     Py_ssize_t ch_n = 0, svc_n = 0, inst_n = 0;
+    if (routed == NULL || channels == NULL) goto done;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *record = PyList_GET_ITEM(records, i);
+        PyObject *record = PyList_GET_ITEM(held, i);
         if (!PyBytes_CheckExact(record)) goto none;
         cursor p = (cursor)PyBytes_AS_STRING(record), end = p + PyBytes_GET_SIZE(record), s;
         Py_ssize_t n;
@@ -171,6 +175,7 @@ none:
     result = Py_None;
     Py_INCREF(result);
 done:
+    Py_DECREF(held);
     Py_XDECREF(channel);
     Py_XDECREF(routed);
     Py_XDECREF(channels);
