@@ -117,6 +117,7 @@ def counters(cluster: Cluster, origin: Any, home: Any) -> dict[str, int]:
     source = o.get("delivery", {}).get("source", {})
     out = {k: source.get(k, 0) for k in ("nacks_received", "records_read", "reads_parked", "nack_ticks_in_flight")}
     out["nacks_sent_home"] = h.get("delivery", {}).get("nacks_sent", 0)
+    out["cache_evicted_home"] = h.get("delivery", {}).get("cache_records_evicted", 0)  # records its streams dropped
     out["peer_dropped"] = sum(p.get("dropped", 0) for s in (o, h) for p in s.get("peers", []))
     return out
 
