@@ -116,8 +116,9 @@ def counters(cluster: Cluster, origin: Any, home: Any) -> dict[str, int]:
     o, h = cluster.status(origin) or {}, cluster.status(home) or {}
     source = o.get("delivery", {}).get("source", {})
     out = {k: source.get(k, 0) for k in ("nacks_received", "records_read", "reads_parked", "nack_ticks_in_flight")}
-    out["nacks_sent_home"] = h.get("delivery", {}).get("nacks_sent", 0)
-    out["cache_evicted_home"] = h.get("delivery", {}).get("cache_records_evicted", 0)  # records its streams dropped
+    for name, status in (("home", h), ("origin", o)):  # nacks its streams sent, records its stream caches dropped
+        out[f"nacks_sent_{name}"] = status.get("delivery", {}).get("nacks_sent", 0)
+        out[f"cache_evicted_{name}"] = status.get("delivery", {}).get("cache_records_evicted", 0)
     out["peer_dropped"] = sum(p.get("dropped", 0) for s in (o, h) for p in s.get("peers", []))
     return out
 
