@@ -145,7 +145,8 @@ def spy_report(spy: subprocess.Popen[bytes], raw: str) -> dict[str, Any]:
     print(pyspy_profile.table("thread (share of all samples)", found["threads"], total) + "\n")
     for title in ("where", "leaf"):
         print(pyspy_profile.table(f"{title} (share of working samples)", found[title], busy) + "\n")
-    return {k: [[n, round(c / busy, 4)] for n, c in found[k].most_common(pyspy_profile.TOP)] for k in ("where", "leaf")}
+    return {"raw": raw, **{k: [[n, round(c / busy, 4)] for n, c in found[k].most_common(pyspy_profile.TOP)]
+                           for k in ("where", "leaf")}}
 
 
 def tidings_round(count: int, limit_s: float, pfs: bool = True, profile: str | None = None) -> dict[str, Any]:

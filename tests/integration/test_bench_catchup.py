@@ -42,5 +42,6 @@ def test_the_catchup_bench_reports_cpu_per_event_without_jetstream(tmp_path, nat
 @pytest.mark.skipif(not PY_SPY.exists(), reason="no py-spy: bench/setup.sh installs it")
 def test_the_catchup_bench_profiles_the_subscribers_broker(tmp_path):
     profile = catchup(tmp_path, "--profile")["profile"]
+    Path(profile["raw"]).unlink()  # py-spy's raw stacks, kept in the bench's profiles/ (not the test's to keep)
     assert profile["where"] and profile["leaf"]
     assert any(name.startswith(("core.", "aio.", "storage.")) for name, _ in profile["where"])
