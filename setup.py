@@ -1,7 +1,8 @@
 """The build of tidings' compiled modules: the Spark tasks' fast path from event records to Arrow
 columns (src/tidings/spark/_columns.c, docs/spark.md) and the publish intake's check and encoding
-of a PUBLISH's events (src/tidings/core/publish/_batch.c). Everything else is in pyproject.toml.
-Both are optional: where no C compiler (or zlib headers) is found, tidings installs without them
+of a PUBLISH's events (src/tidings/core/publish/_batch.c), and a subscriber's broker's check of the
+records other brokers send it (src/tidings/core/_records.c). Everything else is in pyproject.toml.
+All three are optional: where no C compiler (or zlib headers) is found, tidings installs without them
 and the same work is done in Python, with the same results, more slowly."""
 
 from setuptools import Extension, setup
@@ -10,4 +11,7 @@ setup(ext_modules=[Extension("tidings.spark._columns", ["src/tidings/spark/_colu
                              extra_compile_args=["-O2"], optional=True),
                    # the publish intake's fast path (core/publish/batch.py), optional the same way
                    Extension("tidings.core.publish._batch", ["src/tidings/core/publish/_batch.c"],
+                             extra_compile_args=["-O2"], optional=True),
+                   # a subscriber's broker's check of peers' records (core/event.py), optional the same way
+                   Extension("tidings.core._records", ["src/tidings/core/_records.c"],
                              extra_compile_args=["-O2"], optional=True)])

@@ -52,6 +52,7 @@ from tidings.aio.pfs_worker import PfsWorker
 from tidings.aio.ratelog import RateLimitedLog
 from tidings.aio.storage_worker import StorageWorker, log_state, restore_dedup
 from tidings.aio.tls import TlsFiles
+from tidings.core import event
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthFileError, AuthPolicy
 from tidings.core.broker.broker import Broker
@@ -618,5 +619,6 @@ def run_broker(data_dir: Path, host: str, port: int, config: BrokerConfig,
     # that halved group-commit throughput in our measurements). 0.5 ms keeps both threads moving.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     batch.use_native(os.environ.get("TIDINGS_NATIVE_PUBLISH") != "0")  # the intake's compiled pass (batch.py)
+    event.use_native(os.environ.get("TIDINGS_NATIVE_RECORDS") != "0")  # peers' records checked in C (event.py)
     with asyncio.Runner(loop_factory=new_event_loop) as runner, contextlib.suppress(KeyboardInterrupt):
         runner.run(main())

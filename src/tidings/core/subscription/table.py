@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.effects import Effect, Send
-from tidings.core.event import record_routing_fields
+from tidings.core.event import record_routing_fields, records_routing_fields
 from tidings.core.filters import Filter, SubscriptionIndex
 from tidings.core.inputs import LogRead
 from tidings.core.multicast.local_trees import LocalTrees, TreeEffect
@@ -289,15 +289,10 @@ class LocalSubscriptions:
     def delivered(self, deliver: DeliverRecords) -> list[Effect]:
         """Other pubends' records from the trees: each checked once, then each subscription named
         (still here) takes its share; their effects in the order of each one's first record."""
-        routed: list[tuple[str, dict[str, Any]]] = []
-        records: list[bytes] = []
-        for pubend, record in zip(deliver.pubends, deliver.records, strict=True):
-            fields = record_routing_fields(record)
-            if fields is None or fields.pubend != pubend:
-                self.records_rejected += 1
-                continue
-            routed.append((fields.channel, fields.attributes))
-            records.append(record)
+        records = deliver.records
+        routed = records_routing_fields(deliver.pubends, records)  # all good: checked as a batch
+        if routed is None:
+            routed, records = self._checked(deliver)
         if not records:
             return []
         subends = self.subends
@@ -317,6 +312,20 @@ class LocalSubscriptions:
         for _, _, share in taken:
             out += share.effects
         return out
+
+    def _checked(self, deliver: DeliverRecords) -> tuple[list[tuple[str, dict[str, Any]]], list[bytes]]:
+        """(channel, attributes) of each well-formed record of `deliver` from its pubend, and those
+        records; the others counted in `records_rejected`."""
+        routed: list[tuple[str, dict[str, Any]]] = []
+        records: list[bytes] = []
+        for pubend, record in zip(deliver.pubends, deliver.records, strict=True):
+            fields = record_routing_fields(record)
+            if fields is None or fields.pubend != pubend:
+                self.records_rejected += 1
+                continue
+            routed.append((fields.channel, fields.attributes))
+            records.append(record)
+        return routed, records
 
     def lost(self, keys: Iterable[int], pubend: str, after: int, through: int) -> list[Effect]:
         """Ticks (after, through] of `pubend` were released before the trees gave them to `keys`."""
