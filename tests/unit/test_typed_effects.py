@@ -37,7 +37,7 @@ TYPED: dict[str, set[str]] = {
     "publish/intake.py": set(),
     "auth/guard.py": set(),
     "subscription/table.py": set(),
-    "event.py": set(),
+    "event.py": {"_routing_fields", "_columns"},  # (a peer's records decoded as a batch: records_routing_fields)
     "wire/decoders.py": {"_unpack", "_arity", "_decode_subscribe", "_decode_read"},
     "wire/messages.py": set(),
     "wire/packable.py": set(),
