@@ -30,10 +30,12 @@ WHAT_IS_DURABLE = {
     "mosquitto": "QoS 1, persistent sessions (in memory; snapshot every 30 min)",
     "nats": "JetStream file stream, acked publish (no fsync per message)",
     "amqtt": "QoS 1, persistent sessions (in memory only)",
+    "tidings-mqtt": "QoS 1, PUBACK after fsync",
 }
 WHAT_IS_BEST_EFFORT = {
     "tidings": "the one path (logged + fsynced before delivery)",
     "mosquitto": "QoS 0", "nats": "core NATS", "amqtt": "QoS 0",
+    "tidings-mqtt": "QoS 0 on the one path (logged + fsynced before delivery)",
 }
 
 
@@ -194,15 +196,19 @@ def render(rows: list[dict[str, Any]]) -> str:
         out.append("")
         out.append("Throughput: above 1\u00d7 tidings is faster. Latency: above 1\u00d7 tidings is slower.")
         out.append("")
-        out.append("| peer | (a) 1→1 | (b) 1→10 | (c) durable | (d) best-effort p50 | (d) best-effort p99 "
+        out.append("| tidings / peer | (a) 1→1 | (b) 1→10 | (c) durable | (d) best-effort p50 | (d) best-effort p99 "
                    "| (d) durable p50 | (d) durable p99 |")
         out.append("|---|---|---|---|---|---|---|---|")
-        for p in [b for b in brokers if b != "tidings"]:
-            cells = [ratio(median(vals("tidings", t)), median(vals(p, t))) for t, _ in THROUGHPUT]
+        pairs = [("tidings", p) for p in brokers if p not in ("tidings", "tidings-mqtt")]
+        if "tidings-mqtt" in brokers and "mosquitto" in brokers:
+            pairs.append(("tidings-mqtt", "mosquitto"))  # (issue 23: MQTT clients' view, against Mosquitto)
+        for ours, p in pairs:
+            cells = [ratio(median(vals(ours, t)), median(vals(p, t))) for t, _ in THROUGHPUT]
             for t in ("d-best", "d-durable"):
                 for key in ("p50_us", "p99_us"):
-                    cells.append(ratio(median(vals("tidings", t, key)), median(vals(p, t, key))))
-            out.append(f"| {p} | " + " | ".join(cells) + " |")
+                    cells.append(ratio(median(vals(ours, t, key)), median(vals(p, t, key))))
+            name = p if ours == "tidings" else f"{ours} / {p}"
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
         out.append("")
 
     out.append("### Resources (medians over rounds)")
