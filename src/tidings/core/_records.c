@@ -28,21 +28,31 @@
 
 typedef const unsigned char *cursor;
 
+/* a big-endian length of `k` bytes (1, 2 or 4) at `*at`, before `end`, in `*len`, `*at` past it
+   and past the `*len` bytes it counts being there; 0 if they are not */
+static int take_len(cursor *at, cursor end, int k, size_t *len) {
+    cursor p = *at;
+    size_t v = 0;
+    if (end - p < k) return 0;
+    for (int i = 0; i < k; i++) v = (v << 8) | p[i];
+    p += k;
+    if ((size_t)(end - p) < v) return 0;
+    *at = p;
+    *len = v;
+    return 1;
+}
+
 /* a msgpack string at `*at`, before `end`: its bytes in (*s, *n), `*at` past it; 0 if none */
 static int take_str(cursor *at, cursor end, cursor *s, Py_ssize_t *n) {
     cursor p = *at;
     size_t len;
     if (p >= end) return 0;
     unsigned char h = *p++;
-    if ((h & 0xe0) == 0xa0) len = h & 0x1f;
-    else if (h == 0xd9) { if (end - p < 1) return 0; len = p[0]; p += 1; }
-    else if (h == 0xda) { if (end - p < 2) return 0; len = ((size_t)p[0] << 8) | p[1]; p += 2; }
-    else if (h == 0xdb) {
-        if (end - p < 4) return 0;
-        len = ((size_t)p[0] << 24) | ((size_t)p[1] << 16) | ((size_t)p[2] << 8) | p[3];
-        p += 4;
-    } else return 0;
-    if ((size_t)(end - p) < len) return 0;
+    if ((h & 0xe0) == 0xa0) {
+        len = h & 0x1f;
+        if ((size_t)(end - p) < len) return 0;
+    } else if (h < 0xd9 || h > 0xdb || !take_len(&p, end, 1 << (h - 0xd9), &len))
+        return 0;  /* (str 8, 16, 32: a length of 1, 2 or 4 bytes) */
     *s = p;
     *n = (Py_ssize_t)len;
     *at = p + len;
@@ -55,14 +65,7 @@ static int skip_bin(cursor *at, cursor end) {
     size_t len;
     if (p >= end) return 0;
     unsigned char h = *p++;
-    if (h == 0xc4) { if (end - p < 1) return 0; len = p[0]; p += 1; }
-    else if (h == 0xc5) { if (end - p < 2) return 0; len = ((size_t)p[0] << 8) | p[1]; p += 2; }
-    else if (h == 0xc6) {
-        if (end - p < 4) return 0;
-        len = ((size_t)p[0] << 24) | ((size_t)p[1] << 16) | ((size_t)p[2] << 8) | p[3];
-        p += 4;
-    } else return 0;
-    if ((size_t)(end - p) < len) return 0;
+    if (h < 0xc4 || h > 0xc6 || !take_len(&p, end, 1 << (h - 0xc4), &len)) return 0;  /* (bin 8, 16, 32) */
     *at = p + len;
     return 1;
 }
