@@ -42,7 +42,7 @@ from tidings.core.clock import WallClock
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Append, Effect, Sync
 from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.event import encode_records, validate_attributes
+from tidings.core.event import VALUE_TYPES, encode_records, validate_attributes
 from tidings.core.multicast.trees import publish_trees
 from tidings.core.publish import batch
 from tidings.core.publish.dedup import DedupWindow, Verdict
@@ -51,6 +51,7 @@ from tidings.core.publish.traffic import ChannelTraffic
 from tidings.core.wire import messages
 
 CHANNEL_CACHE_MAX = 65_536  # channels whose trees are kept; the cache is emptied when full
+ATTRIBUTES_KNOWN_MAX = 1_024  # single attributes (name, value, type) seen valid; emptied when full
 
 Good = tuple[str, dict[str, Any], bytes]  # a checked event: channel, attributes, payload
 
@@ -69,8 +70,8 @@ class ChannelTrees(dict[str, list[str]]):
 
 
 class Intake:
-    __slots__ = ("_packer", "_trees", "clock", "config", "dedup", "events_published", "events_rejected", "guard",
-                 "paused", "pubend", "traffic", "trees_of")
+    __slots__ = ("_attributes_ok", "_packer", "_trees", "clock", "config", "dedup", "events_published",
+                 "events_rejected", "guard", "paused", "pubend", "traffic", "trees_of")
 
     def __init__(self, config: BrokerConfig, guard: Guard, pubend: Pubend, dedup: DedupWindow,
                  clock: WallClock) -> None:
@@ -83,6 +84,8 @@ class Intake:
         self._trees = ChannelTrees()  # channels seen valid, each with its trees
         # the trees of a valid channel, from the cache (which a publish filled unless it was cleared since)
         self.trees_of: Callable[[str], list[str]] = self._trees.__getitem__
+        # (name, value, type of value) of one-attribute maps seen valid (an MQTT QoS 0 event's `mqtt.qos`)
+        self._attributes_ok: dict[tuple[str, object, type], None] = {}
         self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
         self.paused: dict[int, None] = {}  # connections not read until the pending bytes drain
         self.events_published = 0
@@ -190,6 +193,7 @@ class Intake:
         if refused is None:
             refused = self.guard.check_publish(c.identity, events, now)  # rules, what a full bucket cannot hold
         known_channels, size_max, new = self._trees, self.config.event_bytes_max, Verdict.NEW
+        known_attributes = self._attributes_ok
         for i, ev in enumerate(events):
             if verdicts is not None and verdicts[i] is not new:  # logged before, or rejected by the window
                 problem = (problems or {}).get(i) if verdicts[i] is Verdict.REJECTED else refused.get(i)
@@ -200,9 +204,16 @@ class Intake:
             if not refused and type(ev) is list and len(ev) == 3:
                 channel, attributes, payload = ev
                 if (type(channel) is str and channel in known_channels and type(payload) is bytes
-                        and len(payload) <= size_max and attributes == {}):
-                    valid.append((channel, attributes, payload))
-                    continue
+                        and len(payload) <= size_max):
+                    if attributes == {}:
+                        valid.append((channel, attributes, payload))
+                        continue
+                    if type(attributes) is dict and len(attributes) == 1:  # one attribute seen valid before
+                        ((name, value),) = attributes.items()
+                        kind = type(value)
+                        if type(name) is str and kind in VALUE_TYPES and (name, value, kind) in known_attributes:
+                            valid.append((channel, attributes, payload))
+                            continue
             try:
                 if i in refused:
                     raise refused[i]
@@ -225,7 +236,16 @@ class Intake:
         if len(payload) > self.config.event_bytes_max:
             raise TidingsError(f"payload of {len(payload)} bytes exceeds event_bytes_max="
                                f"{self.config.event_bytes_max}", errors.EVENT_TOO_LARGE)
-        return channel, validate_attributes(attributes) if attributes else {}, payload
+        if not attributes:
+            return channel, {}, payload
+        checked = validate_attributes(attributes)
+        if len(checked) == 1:  # remembered: the next event with the same one attribute skips the check
+            known = self._attributes_ok
+            if len(known) >= ATTRIBUTES_KNOWN_MAX:
+                known.clear()
+            ((name, value),) = checked.items()
+            known[name, value, type(value)] = None
+        return channel, checked, payload
 
     def _log(self, c: ClientConnection, seq: int, valid: list[Good], first: int, ticks: list[int | None],
              out: list[Effect], keys: list[bytes] | None = None, duplicates: list[int] | None = None) -> None:
