@@ -105,6 +105,11 @@ def encode_records(pack: Callable[[object], bytes], pubend: str, first: int,
     return [(t, pack([pubend, t, ch, at, service, instance, pl])) for t, (ch, at, pl) in stamped]
 
 
+# the exact types of an attribute's value (`_check_value`): a value of one of them equal to one seen
+# valid is valid (the intake's and the subscription table's memo of one-attribute events rely on it)
+VALUE_TYPES: frozenset[type] = frozenset((str, int, float, bool))
+
+
 def validate_attributes(attributes: object) -> dict[str, AttrValue]:
     """Return attributes as a plain dict if every key is a string and every value a str, int,
     float or bool (msgpack-representable, finite floats only); else raise naming the offender."""

@@ -270,15 +270,17 @@ class MqttSession:
         but `mqtt.qos` = 0 at QoS 0), straight, to a topic known a valid channel, within the event size."""
         assert self.native is not None
         size_max = self.native.event_bytes_max
-        channels, batch, ids = self.channels, self.batch, self.batch_ids
+        channels, batch, ids, qos_key = self.channels, self.batch, self.batch_ids, bridge.QOS
+        straight = 0
         for topic, payload, qos, retain, packet_id in items:
             if retain or topic not in channels or len(payload) > size_max:
                 self._publish(topic, payload, qos, retain, NO_PROPERTIES, packet_id, out, native)
                 continue
-            self.published += 1
-            attributes: dict[str, AttrValue] = {bridge.QOS: 0} if qos == 0 else {}
+            straight += 1
+            attributes: dict[str, AttrValue] = {qos_key: 0} if qos == 0 else {}
             batch.append((topic, attributes, payload))
             ids.append(packet_id)
+        self.published += straight
 
     def _flush(self, native: list[bytes]) -> None:
         """The PUBLISHes read so far as native PUBLISH frames (many events to a frame)."""

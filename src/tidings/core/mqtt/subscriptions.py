@@ -234,10 +234,13 @@ class MqttSubscriptions:
                 else:
                     n = 0
                 if (n and type(channel) is str and type(payload) is bytes and type(attrs) is dict
-                        and (not attrs or attrs.keys() <= plain_keys) and type(tick) is int
+                        and (not attrs or (len(attrs) == 1 and qos_key in attrs) or attrs.keys() <= plain_keys)
+                        and type(tick) is int
                         and type(pubend) is str and type(service) is str and type(instance) is str):
                     published = attrs.get(qos_key)  # (bridge.publish_of's rule)
-                    qos = min(granted, 0 if published == 0 else 2 if published == 2 else 1)
+                    qos = 0 if published == 0 else 2 if published == 2 else 1
+                    if qos > granted:  # noqa: PLR1730 (min(granted, qos) without the call)
+                        qos = granted
                     delivered += 1
                     out.append(((channel, payload, qos), None if durable is None else
                                 (durable, durable.delivered(pubend, tick, qos == 0))))

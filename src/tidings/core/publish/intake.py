@@ -42,7 +42,7 @@ from tidings.core.clock import WallClock
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Append, Effect, Sync
 from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.event import encode_records, validate_attributes
+from tidings.core.event import VALUE_TYPES, encode_records, validate_attributes
 from tidings.core.multicast.trees import publish_trees
 from tidings.core.publish import batch
 from tidings.core.publish.dedup import DedupWindow, Verdict
@@ -51,6 +51,7 @@ from tidings.core.publish.traffic import ChannelTraffic
 from tidings.core.wire import messages
 
 CHANNEL_CACHE_MAX = 65_536  # channels whose trees are kept; the cache is emptied when full
+ATTRIBUTES_KNOWN_MAX = 1_024  # single attributes (name, value, type) seen valid; emptied when full
 
 Good = tuple[str, dict[str, Any], bytes]  # a checked event: channel, attributes, payload
 
@@ -69,8 +70,8 @@ class ChannelTrees(dict[str, list[str]]):
 
 
 class Intake:
-    __slots__ = ("_packer", "_trees", "clock", "config", "dedup", "events_published", "events_rejected", "guard",
-                 "paused", "pubend", "traffic", "trees_of")
+    __slots__ = ("_attributes_ok", "_packer", "_trees", "clock", "config", "dedup", "events_published",
+                 "events_rejected", "guard", "paused", "pubend", "traffic", "trees_of")
 
     def __init__(self, config: BrokerConfig, guard: Guard, pubend: Pubend, dedup: DedupWindow,
                  clock: WallClock) -> None:
@@ -83,6 +84,8 @@ class Intake:
         self._trees = ChannelTrees()  # channels seen valid, each with its trees
         # the trees of a valid channel, from the cache (which a publish filled unless it was cleared since)
         self.trees_of: Callable[[str], list[str]] = self._trees.__getitem__
+        # (name, value, type of value) of one-attribute maps seen valid (an MQTT QoS 0 event's `mqtt.qos`)
+        self._attributes_ok: dict[tuple[str, object, type], None] = {}
         self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
         self.paused: dict[int, None] = {}  # connections not read until the pending bytes drain
         self.events_published = 0
@@ -190,7 +193,10 @@ class Intake:
         if refused is None:
             refused = self.guard.check_publish(c.identity, events, now)  # rules, what a full bucket cannot hold
         known_channels, size_max, new = self._trees, self.config.event_bytes_max, Verdict.NEW
-        for i, ev in enumerate(events):
+        known_attributes = self._attributes_ok
+        if verdicts is None and not refused:  # the good events at the head in one tight pass
+            valid = self._plain_head(events)
+        for i, ev in enumerate(events[len(valid):] if valid else events, len(valid)):
             if verdicts is not None and verdicts[i] is not new:  # logged before, or rejected by the window
                 problem = (problems or {}).get(i) if verdicts[i] is Verdict.REJECTED else refused.get(i)
                 if problem is not None:  # (a duplicate too: past the rate, it is refused as a new event is)
@@ -200,9 +206,16 @@ class Intake:
             if not refused and type(ev) is list and len(ev) == 3:
                 channel, attributes, payload = ev
                 if (type(channel) is str and channel in known_channels and type(payload) is bytes
-                        and len(payload) <= size_max and attributes == {}):
-                    valid.append((channel, attributes, payload))
-                    continue
+                        and len(payload) <= size_max):
+                    if attributes == {}:
+                        valid.append((channel, attributes, payload))
+                        continue
+                    if type(attributes) is dict and len(attributes) == 1:  # one attribute seen valid before
+                        ((name, value),) = attributes.items()
+                        kind = type(value)
+                        if type(name) is str and kind in VALUE_TYPES and (name, value, kind) in known_attributes:
+                            valid.append((channel, attributes, payload))
+                            continue
             try:
                 if i in refused:
                     raise refused[i]
@@ -210,6 +223,28 @@ class Intake:
             except TidingsError as exc:
                 refuse(i, exc)
         return valid, problems_of
+
+    def _plain_head(self, events: list[object]) -> list[Good]:
+        """The events at the head of `events` that `_check`'s fast path takes: well formed, on a
+        channel seen before, without attributes or with one attribute seen valid before."""
+        known_channels, size_max, known_attributes = self._trees, self.config.event_bytes_max, self._attributes_ok
+        valid: list[Good] = []
+        for ev in events:
+            if type(ev) is not list or len(ev) != 3:
+                break
+            channel, attributes, payload = ev
+            if (type(channel) is not str or channel not in known_channels or type(payload) is not bytes
+                    or len(payload) > size_max):
+                break
+            if type(attributes) is dict and len(attributes) == 1:
+                ((name, value),) = attributes.items()
+                kind = type(value)
+                if type(name) is not str or kind not in VALUE_TYPES or (name, value, kind) not in known_attributes:
+                    break
+            elif attributes != {}:
+                break
+            valid.append((channel, attributes, payload))
+        return valid
 
     def _checked(self, ev: object) -> Good:
         """A published event checked whole (ProtocolError or TidingsError if it is not good)."""
@@ -225,7 +260,16 @@ class Intake:
         if len(payload) > self.config.event_bytes_max:
             raise TidingsError(f"payload of {len(payload)} bytes exceeds event_bytes_max="
                                f"{self.config.event_bytes_max}", errors.EVENT_TOO_LARGE)
-        return channel, validate_attributes(attributes) if attributes else {}, payload
+        if not attributes:
+            return channel, {}, payload
+        checked = validate_attributes(attributes)
+        if len(checked) == 1:  # remembered: the next event with the same one attribute skips the check
+            known = self._attributes_ok
+            if len(known) >= ATTRIBUTES_KNOWN_MAX:
+                known.clear()
+            ((name, value),) = checked.items()
+            known[name, value, type(value)] = None
+        return channel, checked, payload
 
     def _log(self, c: ClientConnection, seq: int, valid: list[Good], first: int, ticks: list[int | None],
              out: list[Effect], keys: list[bytes] | None = None, duplicates: list[int] | None = None) -> None:

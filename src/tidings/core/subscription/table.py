@@ -34,7 +34,7 @@ in total order and not ended; counts only grow.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from operator import itemgetter
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.effects import Effect, Send
-from tidings.core.event import record_routing_fields, records_routing_fields
+from tidings.core.event import VALUE_TYPES, record_routing_fields, records_routing_fields
 from tidings.core.filters import Filter, SubscriptionIndex
 from tidings.core.inputs import LogRead
 from tidings.core.multicast.local_trees import LocalTrees, TreeEffect
@@ -96,6 +96,24 @@ class LeaveStreams(NamedTuple):
 
 
 TableEffect = Effect | Settle | EndSubscription | TreeEffect | LeaveStreams
+
+
+def _matched(match: Callable[[str, Mapping[str, Any]], list[int]],
+             by_one: dict[tuple[str, str, object, type], list[int]], channel: str,
+             attributes: Mapping[str, Any]) -> list[int]:
+    """`match(channel, attributes)`; an event with one attribute (an MQTT QoS 0 event's `mqtt.qos`)
+    matched once per (channel, name, value, type of value) into `by_one`, the one sync's."""
+    if len(attributes) != 1:
+        return match(channel, attributes)
+    ((name, value),) = attributes.items()
+    kind = type(value)
+    if kind not in VALUE_TYPES:
+        return match(channel, attributes)
+    one = (channel, name, value, kind)
+    found = by_one.get(one)
+    if found is None:
+        found = by_one[one] = match(channel, attributes)
+    return found
 
 
 class LocalSubscriptions:
@@ -203,6 +221,7 @@ class LocalSubscriptions:
         owned: set[int] = set()  # keys whose list in `fan` is theirs alone (else a run's, shared)
         match = self.index.match
         by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
+        by_one: dict[tuple[str, str, object, type], list[int]] = {}  # (channel, name, value, its type)
         keys: list[int] = []  # the run's
         ticks: list[int] = []
         records: list[bytes] = []
@@ -212,7 +231,7 @@ class LocalSubscriptions:
                 continue
             for tick, channel, attributes, record in batch.deliveries:
                 if attributes:
-                    found = match(channel, attributes)
+                    found = _matched(match, by_one, channel, attributes)
                 elif channel in by_channel:
                     found = by_channel[channel]
                 else:
