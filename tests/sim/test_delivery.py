@@ -352,12 +352,13 @@ def test_a_durable_subscriber_returning_to_its_broker_catches_up_from_the_pfs(se
 
 @pytest.mark.soak
 def test_pfs_catchups_through_forwarders_on_a_sweep():
-    """The returning durable subscriber on ten more seeds, under each seed's faults: its catchups'
-    complete nacks had forwarders that had let the absence go fetch only the ticks named (their
-    silence for it elsewhere was used), and nothing was missed, repeated or reordered."""
+    """The returning durable subscriber on ten more seeds, under each seed's faults, with complete
+    nacks on (`nack_complete`, off by default): its catchups' complete nacks had forwarders that had
+    let the absence go fetch only the ticks named (their silence for it elsewhere was used), and
+    nothing was missed, repeated or reordered."""
     silenced = 0
     for seed in range(120, 130):
-        result = run_delivery(returning(seed))
+        result = DeliveryRun(returning(seed), replace(CONFIG, nack_complete=True)).execute()
         assert not result.problems, (seed, result.problems)
         silenced += result.stats["complete_nack_ticks_silenced"]
     assert silenced > 0

@@ -23,8 +23,8 @@ from tidings.core.wire import decoders, messages, peer
 from tidings.core.wire.types import ReliabilityType
 
 
-def in_overlay() -> Harness:
-    h = Harness()
+def in_overlay(config: BrokerConfig | None = None) -> Harness:
+    h = Harness(config)
     h.apply(h.broker.start_overlay(0, "127.0.0.1:7400", None, random.Random(1)))
     return h
 
@@ -183,7 +183,7 @@ def test_a_nack_says_it_is_complete_only_to_a_parent_whose_link_speaks_version_2
     """The parent dialled this broker saying peer protocol `version` (1: a broker older than complete
     nacks, which refuses a five-element NACK and closes the link) and was welcomed in it; the nack
     of a gap in what it sends down goes to it with its fifth element only in version 2."""
-    h = in_overlay()
+    h = in_overlay(BrokerConfig(nack_complete=True))
     h.feed(Accepted(0, 7))
     h.feed(Received(0, 1, 7, peer.hello(NodeRef(1, PARENT), version)))
     (welcome,) = [peer.decode_link_message(peer.unpack(frame[4:])) for frame in h.sent.pop(7)[:1]]

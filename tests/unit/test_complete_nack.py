@@ -15,7 +15,7 @@ from tidings.core.reliability.curiosity import complete
 from tidings.core.reliability.pieces import Piece
 from tidings.core.reliability.sparse import SparseSilence
 
-COMPLETE = BrokerConfig(nack_complete=True)  # (the default; said so where a test depends on it)
+COMPLETE = BrokerConfig(nack_complete=True)  # (not the default: docs/delivery.md, complete nacks)
 ASKED = ((600, 601), (800, 801))  # a PFS catchup's sparse nack: two matching ticks of 600..1000
 
 
