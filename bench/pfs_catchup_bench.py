@@ -141,7 +141,8 @@ def main() -> None:
     ap.add_argument("--root", type=int, choices=(0, 1, 2), help="the broker the tree is rooted at")
     ap.add_argument("--merge-ticks", type=int, help="the brokers' nack_merge_ticks (default: the configuration's)")
     ap.add_argument("--plain-nacks", action="store_true",
-                    help="the brokers' nack_complete off (the brokers' default; this bench turns it on unless told so): every nack plain (docs/delivery.md)")
+                    help="the brokers' nack_complete off (their default; this bench turns it on unless told so): "
+                         "every nack plain (docs/delivery.md)")
     ap.add_argument("--out", default="bench/results/pfs_catchup_bench.jsonl")
     args = ap.parse_args()
     if args.rate < BATCH or args.seconds <= 0 or args.every < 1 or args.rounds < 1:
