@@ -8,9 +8,6 @@ import gc
 import importlib.util
 import os
 import shutil
-import subprocess
-import sys
-import sysconfig
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.asan import run_under_asan
 from tidings.core.event import encode_records
 from tidings.core.publish import batch
 from tidings.core.wire import messages
@@ -179,19 +177,5 @@ def test_the_compiled_pass_leaves_its_tuples_to_the_collector_untracked() -> Non
 def test_the_compiled_pass_under_address_sanitizer(tmp_path: Any) -> None:
     """_batch.c built with AddressSanitizer and UBSan, the long Hypothesis comparison run against it
     in a child Python (libasan preloaded; CPython's own allocations are not leak-checked)."""
-    gcc = shutil.which("gcc")
-    libasan = subprocess.run([gcc or "gcc", "-print-file-name=libasan.so"], capture_output=True, text=True,
-                             check=False).stdout.strip() if gcc else ""
-    if not gcc or not os.path.isabs(libasan):
-        pytest.skip("no gcc with AddressSanitizer here")
-    source = os.path.join(os.path.dirname(batch.__file__), "_batch.c")
-    built = str(tmp_path / f"_batch{sysconfig.get_config_var('EXT_SUFFIX')}")
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover",
-                    "-fno-omit-frame-pointer", f"-I{sysconfig.get_paths()['include']}", source, "-o", built],
-                   check=True, timeout=120)
-    env = {**os.environ, "LD_PRELOAD": libasan, "ASAN_OPTIONS": "detect_leaks=0", "TIDINGS_SOAK": "1",
-           "TIDINGS_TEST_BATCH_ASAN": built}
-    child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            f"{__file__}::test_the_compiled_and_python_passes_agree_for_long"],
-                           env=env, capture_output=True, text=True, timeout=1800, check=False)
-    assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
+    run_under_asan(tmp_path, os.path.join(os.path.dirname(batch.__file__), "_batch.c"), "TIDINGS_TEST_BATCH_ASAN",
+                   f"{__file__}::test_the_compiled_and_python_passes_agree_for_long")

@@ -7,9 +7,6 @@ layout; the Python checks alone (its switch off) answer the same too."""
 import importlib.util
 import os
 import shutil
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import msgpack
@@ -17,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests.asan import run_under_asan
 from tidings.core import event
 from tidings.core.event import own_record_prefix, record_routing_fields, records_routing_fields
 
@@ -218,19 +216,5 @@ def test_the_compiled_check_is_off_when_switched_off():
 def test_the_compiled_check_under_address_sanitizer(tmp_path: Path) -> None:
     """_records.c built with AddressSanitizer and UBSan, the long comparison run against it in a
     child Python (libasan preloaded; CPython's own allocations are not leak-checked)."""
-    gcc = shutil.which("gcc")
-    libasan = subprocess.run([gcc or "gcc", "-print-file-name=libasan.so"], capture_output=True, text=True,
-                             check=False).stdout.strip() if gcc else ""
-    if not gcc or not os.path.isabs(libasan):
-        pytest.skip("no gcc with AddressSanitizer here")
-    source = os.path.join(os.path.dirname(event.__file__), "_records.c")
-    built = str(tmp_path / f"_records{sysconfig.get_config_var('EXT_SUFFIX')}")
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover",
-                    "-fno-omit-frame-pointer", f"-I{sysconfig.get_paths()['include']}", source, "-o", built],
-                   check=True, timeout=120)
-    env = {**os.environ, "LD_PRELOAD": libasan, "ASAN_OPTIONS": "detect_leaks=0", "TIDINGS_SOAK": "1",
-           "TIDINGS_TEST_RECORDS_ASAN": built}
-    child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            f"{__file__}::test_the_compiled_check_answers_as_the_python_checks_long"],
-                           env=env, capture_output=True, text=True, timeout=1800, check=False)
-    assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
+    run_under_asan(tmp_path, os.path.join(os.path.dirname(event.__file__), "_records.c"), "TIDINGS_TEST_RECORDS_ASAN",
+                   f"{__file__}::test_the_compiled_check_answers_as_the_python_checks_long")
