@@ -109,6 +109,19 @@ def encode_records(pack: Callable[[object], bytes], pubend: str, first: int,
 # valid is valid (the intake's and the subscription table's memo of one-attribute events rely on it)
 VALUE_TYPES: frozenset[type] = frozenset((str, int, float, bool))
 
+OneAttribute = tuple[str, object, type]  # (name, value, the value's exact type)
+
+
+def one_attribute(attributes: object) -> OneAttribute | None:
+    """The key of a map of exactly one attribute whose name is a str and whose value has one of
+    VALUE_TYPES (an MQTT QoS 0 event's `mqtt.qos`); None for any other map. Two maps of one key
+    validate and match alike (the intake's memo of valid ones, the table's matches per sync)."""
+    if type(attributes) is not dict or len(attributes) != 1:
+        return None
+    ((name, value),) = attributes.items()
+    kind = type(value)
+    return (name, value, kind) if type(name) is str and kind in VALUE_TYPES else None
+
 
 def validate_attributes(attributes: object) -> dict[str, AttrValue]:
     """Return attributes as a plain dict if every key is a string and every value a str, int,

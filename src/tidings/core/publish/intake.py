@@ -42,7 +42,7 @@ from tidings.core.clock import WallClock
 from tidings.core.config import BrokerConfig
 from tidings.core.effects import Append, Effect, Sync
 from tidings.core.errors import ProtocolError, TidingsError
-from tidings.core.event import VALUE_TYPES, encode_records, validate_attributes
+from tidings.core.event import OneAttribute, encode_records, one_attribute, validate_attributes
 from tidings.core.multicast.trees import publish_trees
 from tidings.core.publish import batch
 from tidings.core.publish.dedup import DedupWindow, Verdict
@@ -85,7 +85,7 @@ class Intake:
         # the trees of a valid channel, from the cache (which a publish filled unless it was cleared since)
         self.trees_of: Callable[[str], list[str]] = self._trees.__getitem__
         # (name, value, type of value) of one-attribute maps seen valid (an MQTT QoS 0 event's `mqtt.qos`)
-        self._attributes_ok: dict[tuple[str, object, type], None] = {}
+        self._attributes_ok: dict[OneAttribute | None, None] = {}  # (None never in it)
         self._packer = msgpack.Packer()  # reused: packb would build a Packer per event
         self.paused: dict[int, None] = {}  # connections not read until the pending bytes drain
         self.events_published = 0
@@ -210,12 +210,9 @@ class Intake:
                     if attributes == {}:
                         valid.append((channel, attributes, payload))
                         continue
-                    if type(attributes) is dict and len(attributes) == 1:  # one attribute seen valid before
-                        ((name, value),) = attributes.items()
-                        kind = type(value)
-                        if type(name) is str and kind in VALUE_TYPES and (name, value, kind) in known_attributes:
-                            valid.append((channel, attributes, payload))
-                            continue
+                    if one_attribute(attributes) in known_attributes:  # one attribute seen valid before
+                        valid.append((channel, attributes, payload))
+                        continue
             try:
                 if i in refused:
                     raise refused[i]
@@ -236,12 +233,7 @@ class Intake:
             if (type(channel) is not str or channel not in known_channels or type(payload) is not bytes
                     or len(payload) > size_max):
                 break
-            if type(attributes) is dict and len(attributes) == 1:
-                ((name, value),) = attributes.items()
-                kind = type(value)
-                if type(name) is not str or kind not in VALUE_TYPES or (name, value, kind) not in known_attributes:
-                    break
-            elif attributes != {}:
+            if attributes != {} and one_attribute(attributes) not in known_attributes:
                 break
             valid.append((channel, attributes, payload))
         return valid
@@ -263,12 +255,12 @@ class Intake:
         if not attributes:
             return channel, {}, payload
         checked = validate_attributes(attributes)
-        if len(checked) == 1:  # remembered: the next event with the same one attribute skips the check
+        key = one_attribute(checked)
+        if key is not None:  # remembered: the next event with the same one attribute skips the check
             known = self._attributes_ok
             if len(known) >= ATTRIBUTES_KNOWN_MAX:
                 known.clear()
-            ((name, value),) = checked.items()
-            known[name, value, type(value)] = None
+            known[key] = None
         return channel, checked, payload
 
     def _log(self, c: ClientConnection, seq: int, valid: list[Good], first: int, ticks: list[int | None],

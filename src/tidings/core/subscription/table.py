@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from tidings.core import errors
 from tidings.core.auth.guard import Guard
 from tidings.core.effects import Effect, Send
-from tidings.core.event import VALUE_TYPES, record_routing_fields, records_routing_fields
+from tidings.core.event import OneAttribute, one_attribute, record_routing_fields, records_routing_fields
 from tidings.core.filters import Filter, SubscriptionIndex
 from tidings.core.inputs import LogRead
 from tidings.core.multicast.local_trees import LocalTrees, TreeEffect
@@ -99,17 +99,14 @@ TableEffect = Effect | Settle | EndSubscription | TreeEffect | LeaveStreams
 
 
 def _matched(match: Callable[[str, Mapping[str, Any]], list[int]],
-             by_one: dict[tuple[str, str, object, type], list[int]], channel: str,
+             by_one: dict[tuple[str, OneAttribute], list[int]], channel: str,
              attributes: Mapping[str, Any]) -> list[int]:
     """`match(channel, attributes)`; an event with one attribute (an MQTT QoS 0 event's `mqtt.qos`)
     matched once per (channel, name, value, type of value) into `by_one`, the one sync's."""
-    if len(attributes) != 1:
+    key = one_attribute(attributes)
+    if key is None:
         return match(channel, attributes)
-    ((name, value),) = attributes.items()
-    kind = type(value)
-    if kind not in VALUE_TYPES:
-        return match(channel, attributes)
-    one = (channel, name, value, kind)
+    one = (channel, key)
     found = by_one.get(one)
     if found is None:
         found = by_one[one] = match(channel, attributes)
@@ -221,7 +218,7 @@ class LocalSubscriptions:
         owned: set[int] = set()  # keys whose list in `fan` is theirs alone (else a run's, shared)
         match = self.index.match
         by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
-        by_one: dict[tuple[str, str, object, type], list[int]] = {}  # (channel, name, value, its type)
+        by_one: dict[tuple[str, OneAttribute], list[int]] = {}  # (channel, its one attribute)
         keys: list[int] = []  # the run's
         ticks: list[int] = []
         records: list[bytes] = []
