@@ -8,7 +8,7 @@ from tidings import sync
 from tidings.core.mqtt import packets as p
 from tidings.testing import BrokerProcess, wait_for
 
-from .mqtt_raw import WAIT_S, Raw
+from .mqtt_raw import WAIT_S, Raw, qos2_held, qos2_resumed
 
 pytestmark = pytest.mark.integration
 
@@ -25,30 +25,12 @@ def test_qos2_flows_resume_under_their_packet_ids_through_kill_9(tmp_path, versi
     neither message as a new one."""
     broker = BrokerProcess(tmp_path / "b", args=["--mqtt", "127.0.0.1:0"]).start()
     try:
-        sub = Raw(broker.mqtt_address, version, "ids-sub")
-        sub.send(p.Subscribe(1, (p.TopicFilter("ik/#", 2),)))
-        assert sub.expect(1) == [p.Suback(1, (2,))]
-        pub = Raw(broker.mqtt_address, version, "ids-pub")
-        pub.send(p.Publish("ik/a", b"A", 2, packet_id=1), p.Publish("ik/b", b"B", 2, packet_id=2))
-        assert pub.expect(2) == [p.Pubrec(1), p.Pubrec(2)]
-        a, b = sub.expect(2)  # (sent once their packet ids were saved)
-        assert isinstance(a, p.Publish) and isinstance(b, p.Publish) and (a.payload, b.payload) == (b"A", b"B")
-        assert not a.dup and not b.dup
-        sub.send(p.Pubrec(a.packet_id))
-        assert sub.expect(1) == [p.Pubrel(a.packet_id)]  # (sent once the PUBREC was saved)
+        sub, pub, a, b = qos2_held(broker, version, "ik")
         broker.kill()
         sub.close()
         pub.close()
         broker.start()
-        sub = Raw(broker.mqtt_address, version, "ids-sub")
-        assert sub.expect(2) == [p.Pubrel(a.packet_id), p.Publish("ik/b", b"B", 2, False, True, b.packet_id)]
-        sub.send(p.Pubcomp(a.packet_id), p.Pubrec(b.packet_id))
-        assert sub.expect(1) == [p.Pubrel(b.packet_id)]
-        sub.send(p.Pubcomp(b.packet_id))
-        publish_native(broker, "ik/end", b"end")
-        [end] = sub.expect(1)  # the next message: A and B did not come again
-        assert isinstance(end, p.Publish) and end.payload == b"end" and not end.dup
-        sub.close()
+        qos2_resumed(broker, version, "ik", a, b)
     finally:
         broker.stop()
 

@@ -11,7 +11,7 @@ from tidings import sync
 from tidings.core.mqtt import packets as p
 from tidings.testing import BrokerProcess, wait_for
 
-from .mqtt_raw import WAIT_S, Raw
+from .mqtt_raw import WAIT_S, Raw, qos2_held, qos2_resumed
 
 pytestmark = pytest.mark.integration
 
@@ -57,28 +57,10 @@ def test_a_persistent_subscribers_qos2_flows_resume_under_their_packet_ids(tmp_p
     packet identifiers (4.4), and sends neither message again."""
     broker = BrokerProcess(tmp_path / "b", args=["--mqtt", "127.0.0.1:0"]).start()
     try:
-        sub = Raw(broker.mqtt_address, version, "raw-sub")
-        sub.send(p.Subscribe(1, (p.TopicFilter("rs/#", 2),)))
-        assert sub.expect(1) == [p.Suback(1, (2,))]
-        pub = Raw(broker.mqtt_address, version, "raw-pub")
-        pub.send(p.Publish("rs/a", b"A", 2, packet_id=1), p.Publish("rs/b", b"B", 2, packet_id=2))
-        assert pub.expect(2) == [p.Pubrec(1), p.Pubrec(2)]
-        a, b = sub.expect(2)
-        assert isinstance(a, p.Publish) and isinstance(b, p.Publish) and (a.payload, b.payload) == (b"A", b"B")
-        sub.send(p.Pubrec(a.packet_id))
-        assert sub.expect(1) == [p.Pubrel(a.packet_id)]
+        sub, pub, a, b = qos2_held(broker, version, "rs")
         sub.close()
         wait_for(lambda: broker.status()["mqtt"]["connections"] == 1, 15, what="the broker seeing the drop")
-        sub = Raw(broker.mqtt_address, version, "raw-sub")
-        assert sub.expect(2) == [p.Pubrel(a.packet_id), p.Publish("rs/b", b"B", 2, False, True, b.packet_id)]
-        sub.send(p.Pubcomp(a.packet_id), p.Pubrec(b.packet_id))
-        assert sub.expect(1) == [p.Pubrel(b.packet_id)]
-        sub.send(p.Pubcomp(b.packet_id))
-        with sync.connect(broker.address, service="native") as native:
-            native.publish("rs/end", b"end")
-        [end] = sub.expect(1)  # the next message: A and B did not come again
-        assert isinstance(end, p.Publish) and end.payload == b"end"
-        sub.close()
+        qos2_resumed(broker, version, "rs", a, b)
         pub.close()
     finally:
         broker.stop()
