@@ -24,8 +24,12 @@ def publish_until_lost(address, acked, stop):
         pass
 
 
+@pytest.mark.parametrize("commit", ["0", "1"], ids=["writer-commit", "native-commit"])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_kill_9_loses_no_acknowledged_event(tmp_path, seed):
+def test_kill_9_loses_no_acknowledged_event(tmp_path, seed, commit, monkeypatch):
+    """Both commit paths (TIDINGS_NATIVE_COMMIT, aio/native_commit.py; where _commit.c is not built
+    the broker falls back to the writer thread, and the second form repeats the first)."""
+    monkeypatch.setenv("TIDINGS_NATIVE_COMMIT", commit)
     rng = random.Random(seed)
     acked: list[tuple[int, bytes]] = []
     broker = BrokerProcess(tmp_path / "b").start()

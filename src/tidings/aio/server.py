@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from tidings.aio import collector
+from tidings.aio import collector, native_commit
 from tidings.aio.auth_file import load_policy
 from tidings.aio.loop import new_event_loop
 from tidings.aio.pfs_worker import PfsWorker
@@ -227,15 +227,19 @@ class BrokerServer:
         except BaseException:
             self._lock.release()
             raise
+        native = native_commit.wanted()  # the loop writes, _commit.c fsyncs (aio/native_commit.py)
         self.worker = StorageWorker(
             event_log,
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
             # TIDINGS_SYNC_IN_LOOP=1: a quiet broker's commit made in the loop, fed in the same turn (off by
             # default: measured slower on a busy machine, not yet on a quiet one; docs/benchmarks.md)
-            on_synced_here=self._synced if os.environ.get("TIDINGS_SYNC_IN_LOOP") == "1" else None,
+            on_synced_here=self._synced if native or os.environ.get("TIDINGS_SYNC_IN_LOOP") == "1" else None,
             on_retained=lambda st: loop.call_soon_threadsafe(self._retained, st),
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
+            native_loop=loop if native else None,
         )
+        log.info("log commits: %s", "native (the loop writes, aio/_commit.c fsyncs)" if native
+                 else "the writer thread")
         self.worker.start()
         self.core.start(time.monotonic_ns())
         handle, next_deadline = self.core.handle, self.core.next_deadline
@@ -363,6 +367,7 @@ class BrokerServer:
         if self._timer is not None:
             self._timer.cancel()
         if self.worker is not None:
+            self.worker.detach()  # the native committer, in the loop's thread
             await asyncio.to_thread(self.worker.stop)
             self.worker.log.close()
         if self.pfs_worker is not None:
