@@ -98,6 +98,7 @@ class NativeCommits:
         self._waiting: int | None = None  # the highest token asked for while one was in flight
         self.syncs = 0  # fsyncs finished
         self.sync_ns_total = 0  # their length in all, as the committer timed them
+        self.last_sync_ns = 0  # the last one's
 
     # ---- what the worker hands over, in the loop's thread -----------------------------------------
 
@@ -157,6 +158,7 @@ class NativeCommits:
             return
         self.syncs += 1
         self.sync_ns_total += sync_ns
+        self.last_sync_ns = sync_ns
         if self._waiting is not None:
             waiting, self._waiting = self._waiting, None
             self._begin(waiting)
