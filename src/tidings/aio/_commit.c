@@ -85,12 +85,15 @@ static void *run(void *arg) {
         c->error = error;
         c->sync_ns = took;
         c->state = DONE;
-        pthread_cond_broadcast(&c->cv); /* close may be waiting for the commit in flight */
+        pthread_mutex_unlock(&c->mu);
+        /* the wake after the unlock: the loop it wakes takes the mutex at once (in `take`). A
+         * `take` between the two finds DONE already and the wake then finds nothing: harmless. */
         uint64_t one = 1;
         ssize_t w;
         do {
             w = write(c->efd, &one, sizeof one);
         } while (w < 0 && errno == EINTR);
+        pthread_mutex_lock(&c->mu);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -187,8 +190,8 @@ static PyObject *Committer_submit(Committer *c, PyObject *args) {
     c->dir_fd = dir_fd;
     c->datasync = datasync;
     c->state = QUEUED;
-    pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    pthread_cond_signal(&c->cv); /* after the unlock: the thread it wakes takes the mutex at once */
     Py_RETURN_NONE;
 }
 

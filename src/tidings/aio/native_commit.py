@@ -138,7 +138,7 @@ class NativeCommits:
             self._loop.call_soon(self._report, token, state)
             return
         fd, directory_fd = (plan.fd, plan.directory_fd) if plan.fd >= 0 else (plan.directory_fd, -1)
-        self._committer.submit(token, fd, directory_fd, False)
+        self._committer.submit(token, fd, directory_fd, plan.data_only and plan.fd >= 0)
         self._flight = (token, state, plan)
         self.state = Commit.IN_FLIGHT
 

@@ -112,6 +112,7 @@ class SyncPlan:
     segment: Segment | None
     size: int
     shape: tuple[Segment, Segment] | None  # the first and last segments when planned
+    data_only: bool = False  # fdatasync the segment: its size on disk is already durable
 
 
 class EventLog:
