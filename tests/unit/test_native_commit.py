@@ -166,7 +166,12 @@ def test_group_commit_in_the_loop(tmp_path: Any, loop: _Loop) -> None:
         loop.until(lambda: len(synced) == 3)
         assert commits.syncs == 2 and synced[2][0] == 3 and commits.state is Commit.IDLE
         commits.close()
-        assert failures == [] and [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]
+        commits.close()
+        assert commits.state is Commit.CLOSED
+        commits.append([(4, b"late")], None)  # what the core still asks for after close is dropped
+        commits.sync(4)
+        commits.housekeeping(lambda: pytest.fail("housekeeping after close"), pytest.fail)
+        assert failures == [] and [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3] and len(synced) == 3
     with EventLog.open(tmp_path / "log") as again:
         assert again.record_count == 3 and again.recovery.bytes_cut == 0
 
@@ -225,6 +230,30 @@ def test_a_failing_commit_is_reported_once_and_ends_the_writes(tmp_path: Any, lo
         with pytest.raises(StorageError, match="failed"):
             log.append([(4, b"d")])
         commits.close()
+
+
+@needs_native
+def test_a_committer_that_refuses_the_commit_fails_the_log_and_keeps_no_descriptor(tmp_path: Any,
+                                                                                   loop: _Loop) -> None:
+    failures: list[BaseException] = []
+    with EventLog.open(tmp_path / "log") as log:
+        planned: list[SyncPlan] = []
+        real_begin = log.begin_sync
+
+        def noted() -> SyncPlan | None:
+            plan = real_begin()
+            if plan is not None:
+                planned.append(plan)
+            return plan
+
+        log.begin_sync = noted  # type: ignore[method-assign]
+        commits = NativeCommits(log, loop.loop, log_state, lambda t, st: pytest.fail("reported"), failures.append)
+        commits._committer.close()  # its thread gone under it: submit refuses
+        commits.append([(1, b"a")], None)
+        commits.sync(1)
+        assert commits.state is Commit.FAILED and len(failures) == 1 and "closed" in str(failures[0])
+        assert len(planned) == 1 and _closed(planned[0].fd)
+        loop.loop.remove_reader(commits._watched)
 
 
 @needs_native

@@ -25,8 +25,9 @@ records that fsync covers.
 The states of a commit (`Commit`): IDLE (nothing in flight), IN_FLIGHT (one fsync submitted),
 IN_FLIGHT with a token WAITING behind it; FAILED (an append, a sync or housekeeping raised: the
 failure is reported once through `on_failed`, which stops the broker, and nothing is written or
-reported after it). `close` waits for the fsync in flight and stops the thread; its result is
-not reported (the broker is stopping, and `EventLog.close` syncs what is left).
+reported after it); CLOSED (`close` waited for the fsync in flight and stopped the thread; its
+result is not reported: the broker is stopping, and `EventLog.close` syncs what is left; whatever
+the core still asks for is dropped, as the writer thread's queue drops work put after its stop).
 
 What the broker's saves (SaveDurable, SaveDirectory) and reads need stays where it was: saves on
 the worker's writer thread, reads on its reader pool.
@@ -74,6 +75,14 @@ class Commit(enum.StrEnum):
     IDLE = "idle"
     IN_FLIGHT = "in-flight"
     FAILED = "failed"
+    CLOSED = "closed"
+
+
+_WRITING = (Commit.IDLE, Commit.IN_FLIGHT)  # the states in which the log is written and syncs reported
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
 
 
 class NativeCommits:
@@ -103,7 +112,7 @@ class NativeCommits:
     # ---- what the worker hands over, in the loop's thread -----------------------------------------
 
     def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None) -> None:
-        if self.state is not Commit.FAILED:
+        if self.state in _WRITING:
             self._guarded(self.log.append, records, keys)
 
     def sync(self, token: int) -> None:
@@ -114,7 +123,7 @@ class NativeCommits:
 
     def housekeeping(self, work: Callable[[], bool], on_retained: Callable[[LogState], object]) -> None:
         """Retention or a release (`work` says whether it changed the log), then its report."""
-        if self.state is not Commit.FAILED and self._guarded(work):
+        if self.state in _WRITING and self._guarded(work):
             on_retained(self._state_of(self.log))
 
     def close(self) -> None:
@@ -124,8 +133,9 @@ class NativeCommits:
             self._watched = None
         self._committer.close()
         self._flight = None
+        self._waiting = None
         if self.state is not Commit.FAILED:
-            self.state = Commit.IDLE
+            self.state = Commit.CLOSED
 
     # ---- the commits ------------------------------------------------------------------------------
 
@@ -138,7 +148,14 @@ class NativeCommits:
             self._loop.call_soon(self._report, token, state)
             return
         fd, directory_fd = (plan.fd, plan.directory_fd) if plan.fd >= 0 else (plan.directory_fd, -1)
-        self._committer.submit(token, fd, directory_fd, plan.data_only and plan.fd >= 0)
+        try:
+            self._committer.submit(token, fd, directory_fd, plan.data_only and plan.fd >= 0)
+        except (RuntimeError, ValueError) as exc:  # not the committer's: the descriptors are still ours
+            for mine in (fd, directory_fd):
+                if mine >= 0:
+                    os.close(mine)
+            self._guarded(_raise, exc)
+            return
         self._flight = (token, state, plan)
         self.state = Commit.IN_FLIGHT
 
@@ -165,7 +182,7 @@ class NativeCommits:
         self._report(token, state)
 
     def _report(self, token: int, state: LogState) -> None:
-        if self.state is not Commit.FAILED:
+        if self.state in _WRITING:
             self._on_synced(token, state)
 
     def _guarded(self, work: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R | None:
