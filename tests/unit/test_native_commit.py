@@ -118,6 +118,35 @@ def test_close_waits_for_the_commit_in_flight_and_an_untaken_one_is_dropped(tmp_
     del committer  # collected without close: the thread is joined, nothing leaks (ASan's run)
 
 
+def test_a_sync_plan_counts_only_what_it_covered(tmp_path: Any) -> None:
+    """EventLog.begin_sync / end_sync: the directory stays to be synced when a segment was created
+    since the plan, the size counts only for the segment planned, and a failed sync fails the log."""
+    with EventLog.open(tmp_path / "log", segment_bytes_max=100) as log:
+        assert log.begin_sync() is None  # nothing appended
+        log.append([(1, bytes(150))])  # the first segment: a new directory entry
+        plan = log.begin_sync()
+        assert plan is not None and plan.directory_fd >= 0 and plan.size > 0 and not plan.data_only
+        log.append([(2, bytes(10))])  # a roll: a second segment while the plan is out
+        for fd in (plan.fd, plan.directory_fd):
+            os.fsync(fd)
+            os.close(fd)
+        log.end_sync(plan, 0)
+        again = log.begin_sync()
+        assert again is not None and again.directory_fd >= 0 and again.segment is not plan.segment
+        for fd in (again.fd, again.directory_fd):
+            os.close(fd)
+        log.end_sync(again, 0)  # (not really synced: the test only follows the bookkeeping)
+        assert log.begin_sync() is None  # the directory and the new segment counted durable
+        log.append([(3, b"x")])
+        failing = log.begin_sync()
+        assert failing is not None and failing.directory_fd == -1
+        os.close(failing.fd)
+        with pytest.raises(StorageError, match="fsync failed"):
+            log.end_sync(failing, 5)
+        with pytest.raises(StorageError, match="failed"):
+            log.begin_sync()
+
+
 class _Loop:
     """An event loop for one test, run until a condition holds (DEADLINE_S at most)."""
 

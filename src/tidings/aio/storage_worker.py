@@ -36,7 +36,7 @@ fsync at most. Even so, on a saturated shared machine (load 9-19, fsyncs of 4-6 
 it gave (d) p50s several times those without it, in most alternated pairs (docs/benchmarks.md,
 stop 24), and no quiet machine was at hand to show its gain in the broker: hence off by default.
 
-The native commit (`native_loop`; the broker passes it unless TIDINGS_NATIVE_COMMIT=0,
+The native commit (`native_loop`; the broker passes it with TIDINGS_NATIVE_COMMIT=1,
 aio/native_commit.py): the loop's thread is the log's one writer (appends, retention, releases)
 and a thread outside the interpreter fsyncs, so no GIL passes between two threads on the path.
 Syncs are reported through `on_synced_here`; the writer thread is left the saves, the reader pool

@@ -303,7 +303,8 @@ class EventLog:
             raise StorageError(f"event log {self.directory}: fsync failed: {os.strerror(error)}")
         if plan.segment is not None and self._segments and plan.segment is self._segments[-1]:
             self._synced_bytes = max(self._synced_bytes, plan.size)
-        if plan.directory_fd >= 0 and self._segments and plan.shape == (self._segments[0], self._segments[-1]):
+        if plan.directory_fd >= 0 and plan.shape is not None and self._segments \
+                and plan.shape[0] is self._segments[0] and plan.shape[1] is self._segments[-1]:
             self._directory_dirty = False
 
     def enforce_retention(self, now_us: int, retention_bytes_max: int, retention_age_us: int) -> int:
