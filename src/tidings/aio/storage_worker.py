@@ -127,6 +127,7 @@ class StorageWorker:
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidings-log-reader")
         self.syncs = 0
         self.syncs_here = 0  # of `syncs`, the commits made in the calling thread
+        self.sync_ns_total = 0  # the fsyncs' length in all (the writer's and the loop's)
         self._stopping = False
         self._put = 0  # work put on the queue (by the calling thread only)
         self._done = 0  # of it, the work the writer has finished (by the writer only)
@@ -175,6 +176,11 @@ class StorageWorker:
     def commits(self) -> int:
         """The log's fsyncs finished (by the writer, the loop or the native committer)."""
         return self.syncs + (self.native.syncs if self.native is not None else 0)
+
+    def fsync_mean_us(self) -> float:
+        """The log's fsyncs' mean length so far, by whichever thread made them (0 before any)."""
+        total = self.sync_ns_total + (self.native.sync_ns_total if self.native is not None else 0)
+        return total / max(self.commits, 1) / 1000
 
     def detach(self) -> None:
         """In the loop's thread, before `stop`: the native committer stops (the fsync in flight
@@ -232,6 +238,7 @@ class StorageWorker:
         self.log.sync()
         self.syncs += 1
         self._last_commit_ns = self._clock()
+        self.sync_ns_total += self._last_commit_ns - began
         self._sync_ns_avg += (self._last_commit_ns - began - self._sync_ns_avg) // 8
 
     def save(self, path: pathlib.Path, data: bytes, wait: bool = False) -> None:
