@@ -8,6 +8,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from tidings.storage.slots import newest
 from tidings.testing import BrokerProcess, wait_for
 
 from .mqtt_io import V5, Mqtt
@@ -50,9 +51,10 @@ def test_a_session_away_ends_when_its_interval_runs_out_and_a_reconnect_in_time_
 
 def expiries_saved(state: Path) -> list[object]:
     """The session expiries in the broker's saved `mqtt.state` (core/mqtt/exactly_once.py)."""
-    if not state.exists():
+    saved = newest(state)
+    if saved is None:
         return []
-    value = msgpack.unpackb(state.read_bytes(), strict_map_key=False)
+    value = msgpack.unpackb(saved, strict_map_key=False)
     return value[2] if len(value) > 2 else []
 
 

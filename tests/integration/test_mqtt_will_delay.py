@@ -9,6 +9,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from tidings.storage.slots import newest
 from tidings.testing import BrokerProcess, wait_for
 
 from .mqtt_io import V5, Mqtt
@@ -55,9 +56,10 @@ def test_a_delayed_will_goes_after_its_delay_and_one_is_cancelled_by_a_reconnect
 
 def wills_saved(state: Path) -> list[str]:
     """The client ids whose wills wait in the broker's saved `mqtt.state` (core/mqtt/will_saved.py)."""
-    if not state.exists():
+    saved = newest(state)
+    if saved is None:
         return []
-    value = msgpack.unpackb(state.read_bytes(), strict_map_key=False)
+    value = msgpack.unpackb(saved, strict_map_key=False)
     return sorted(row[1] for row in value[4]) if len(value) > 4 else []
 
 
