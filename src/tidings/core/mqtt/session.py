@@ -95,7 +95,7 @@ class MqttSession:
                  held: Callable[[str, str], list[Held]] = lambda owner, prefix: [],
                  retained: RetainedFeed | None = None, derivations: Derivations | None = None,
                  source: str = "", shares: ShareHub | None = None, *, qos2_keys: QosTwoKeys,
-                 carried: Callable[[str, str], list[Carried]] = lambda service, client_id: [],
+                 carried: Callable[[MqttSession, list[Effect]], list[Carried]] = lambda session, out: [],
                  ids: DurableIds | None = None) -> None:
         """`secure`: TLS or a loopback peer (a password may come in plain); `nonce`: fresh random
         bytes for the native handshake's challenge-response; `held(owner, prefix)`: the broker's
@@ -105,8 +105,8 @@ class MqttSession:
         (the peer's address; core/mqtt/derivations.py; None: derived here, for tests); `shares`: the
         broker's shared subscriptions (core/share/hub.py; None: refused 0x9E); `qos2_keys`: the
         persistent sessions' QoS 2 keys (core/mqtt/exactly_once.py);
-        `carried(service, client_id)`: what its last connection left in flight (core/mqtt/resumption.py),
-        `ids` their packet ids through a kill -9 (core/mqtt/inflight_ids.py; the gateway's `carry`)."""
+        `carried(session, out)`: at WELCOME, what its last connection left in flight (resumption.py,
+        takeover.py); `ids` their packet ids through a kill -9 (core/mqtt/inflight_ids.py)."""
         self.conn = conn
         self.now = now
         self.wall_us = 0  # the broker's clock, microseconds since the epoch, as the gateway last knew it (0: unknown)
@@ -390,6 +390,7 @@ class MqttSession:
         self.identity = str(msg.info.get("identity", ""))
         self.state = TRANSITIONS.move(self.state, OPEN)
         self.welcomed = True
+        carried = self.carried(self, out)  # (taken, before its subscriptions resume: a clean start drops it)
         held = self.held(self.native.service, persistent.prefix_of(self.client_id))
         if self.persistent:
             self.subscriptions.client_id = self.client_id
@@ -400,7 +401,6 @@ class MqttSession:
         offer = Properties(retain_available=None if self._retain_available() else 0,
                            session_expiry_interval_s=None if self.persistent else 0)
         session_present = self.persistent and not self.clean_start and bool(held)
-        carried = self.carried(self.native.service, self.client_id)  # (taken: a clean start drops it)
         self.ids = opened(self, carried)  # (its saved packet ids: a clean start drops them)
         self.qos2 = ConnectionKeys(self.qos2_keys, self.native.service, self.client_id, self.persistent,
                                    self.clean_start, self.wall_us, (session_present, offer))
