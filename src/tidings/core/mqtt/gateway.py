@@ -181,6 +181,7 @@ class MqttGateway:
         if (type(inp) is Received or type(inp) is TimerFired) and inp.wall_us:
             known, self.wall_us, self.wall_now = self.wall_us, inp.wall_us, inp.now
             if not known:  # (the saved sessions' expiries and wills are timed from the first wall time known)
+                self.qos2_keys.expiries.restarted(self.wall_us)
                 self._arm_expiry()
                 wills.arm_saved(self)
         out: list[Effect] = []
@@ -331,7 +332,8 @@ class MqttGateway:
             return
         self.by_client_id[session.client_id] = session.conn
         if session.native is not None:  # the session is back (or starts anew): no expiry while connected
-            self.qos2_keys.expiries.back((session.native.service, session.client_id))
+            self.qos2_keys.expiries.back((session.native.service, session.client_id),
+                                         session.machine.session_expiry_interval_s if session.persistent else None)
             self._arm_expiry()
             wills.arm_saved(self)
         interval = session.native.renew_interval_ns if session.native is not None else None

@@ -143,8 +143,7 @@ class MqttSession:
         self.ids: SessionIds | None = None  # a persistent session's (core/mqtt/inflight_ids.py)
         self.will_due = False  # the machine said the will is due
         self.welcomed = False  # the broker admitted the client (its will may be published)
-        # figures
-        self.received = self.sent = self.published = self.dropped = self.refused = 0
+        self.received = self.sent = self.published = self.dropped = self.refused = 0  # figures
 
     # ---- the client's side -----------------------------------------------------------------------
 
@@ -400,7 +399,8 @@ class MqttSession:
             native += self.subscriptions.forget(self.native, held)
         offer = Properties(retain_available=None if self._retain_available() else 0,
                            session_expiry_interval_s=None if self.persistent else 0)
-        session_present = self.persistent and not self.clean_start and bool(held)
+        session_present = self.persistent and not self.clean_start and (
+            bool(held) or self.qos2_keys.expiries.known((self.native.service, self.client_id)))
         self.ids = opened(self, carried)  # (its saved packet ids: a clean start drops them)
         self.qos2 = ConnectionKeys(self.qos2_keys, self.native.service, self.client_id, self.persistent,
                                    self.clean_start, self.wall_us, (session_present, offer))
