@@ -329,10 +329,12 @@ def _sized_runs(records: list[bytes], target: int) -> list[tuple[list[bytes], in
 _EVENTS_HEAD = b"\x93" + msgpack.packb(ClientType.EVENTS)  # an EVENTS body: a 3-element array, its type first
 
 
-def events_frames(sub: int, records: list[bytes]) -> list[bytes]:
-    """EVENTS frames for `records`, each about EVENTS_FRAME_BYTES_TARGET at most (one, sized
-    once, when they fit: every fan-out but a big group commit's, whose runs come sized)."""
-    size = sum(map(len, records))
+def events_frames(sub: int, records: list[bytes], size: int | None = None) -> list[bytes]:
+    """EVENTS frames for `records` (`size`: their bytes, when the caller counted them), each about
+    EVENTS_FRAME_BYTES_TARGET at most (one, sized once, when they fit: every fan-out but a big
+    group commit's, whose runs come sized)."""
+    if size is None:
+        size = sum(map(len, records))
     if size <= EVENTS_FRAME_BYTES_TARGET:
         return [_events(sub, records, size)]
     return [_events(sub, run, run_size) for run, run_size in _sized_runs(records, EVENTS_FRAME_BYTES_TARGET)]
