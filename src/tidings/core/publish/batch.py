@@ -17,6 +17,16 @@ shape it returns None and decides nothing: the intake then checks the PUBLISH ev
 (core/publish/intake.py `_check`), which refuses what is bad and says why. So no rule lives here
 that the Python checks do not also hold, and a batch is encoded the same whichever path took it.
 
+A PUBLISH whose frame is exactly that shape need not be decoded at all: `scan` reads a frame body
+in place (the decoder's first look, core/wire/decoders.py) and says whether it is
+`[PUBLISH, seq, [[channel, {}, payload], ...]]` with ASCII channels and nothing after the events,
+and `encode_frame` gives `encode`'s answer for those events read from the body, with no Python
+object per event (the PUBLISH's `events` are decoded by msgpack only if something asks for them:
+core/wire/messages.py Publish). Only the compiled form reads frames; with it off (or not built),
+every PUBLISH is decoded by msgpack and takes `encode`, as before. tests/unit/test_publish_batch.py
+holds the decoder's message and `encode_frame`'s answer equal to msgpack's and `encode_python`'s
+for any body, and a broker's records and answers equal through either form.
+
 Two implementations give the same answer for every input: `encode_python` below, and the compiled
 `_batch.encode` (`_batch.c`, built by setup.py where a C compiler is found; optional). The
 compiled one is used when it was built, unless the runtime switched it off (`use_native(False)`:
@@ -87,6 +97,36 @@ def _native(events: list[object], known: dict[str, Any], size_max: int, pubend: 
 
 encode: Encoder = encode_python if _batch is None else _native
 
+PUBLISH_TYPE = 2  # core/wire/types.py ClientType.PUBLISH (not imported: core/wire imports this module)
+
+
+def _scan_none(body: bytes) -> tuple[int, int, int] | None:
+    return None
+
+
+def _scan_native(body: bytes) -> tuple[int, int, int] | None:
+    scanned: tuple[int, int, int] | None = _batch.scan(body, PUBLISH_TYPE)
+    return scanned
+
+
+# A frame body read in place: (seq, at, count) when it is exactly [PUBLISH, seq, [[channel, {}, payload], ...]]
+# with ASCII channels, at least one event and nothing after them; else None (core/wire/decoders.py).
+# Only the compiled form reads frames: with it off, every PUBLISH is decoded by msgpack, as before.
+scan: Callable[[bytes], tuple[int, int, int] | None] = _scan_none if _batch is None else _scan_native
+
+
+def encode_frame(body: bytes, at: int, count: int, known: dict[str, Any], size_max: int, pubend: str, first: int,
+                 service: str, instance: str, authenticated: bool) -> Encoded | None:
+    """`encode` of the `count` events at byte `at` of a PUBLISH body that `scan` took, read from
+    the body (no Python object per event): the same answer `encode` gives for the events msgpack
+    decodes from it (tests/unit/test_publish_batch.py holds the two equal)."""
+    if _batch is None or first < 0:
+        events: list[object] = msgpack.unpackb(body, strict_map_key=True)[2]
+        return encode_python(events, known, size_max, pubend, first, service, instance, authenticated)
+    encoded: Encoded | None = _batch.encode_frame(body, at, count, known, size_max, pubend, first, service,
+                                                  instance, authenticated)
+    return encoded
+
 
 def native() -> bool:
     """Whether `encode` is the compiled form."""
@@ -94,6 +134,9 @@ def native() -> bool:
 
 
 def use_native(on: bool) -> None:
-    """The compiled form when `on` and built, else the Python one (the runtime's switch)."""
-    global encode  # noqa: PLW0603 - the one switch, set by the runtime at start
-    encode = _native if on and _batch is not None else encode_python
+    """The compiled form when `on` and built, else the Python one (the runtime's switch): `encode`,
+    and whether PUBLISH frames are read in place (`scan`)."""
+    global encode, scan  # noqa: PLW0603 - the one switch, set by the runtime at start
+    on = on and _batch is not None
+    encode = _native if on else encode_python
+    scan = _scan_native if on else _scan_none
