@@ -321,6 +321,7 @@ def test_the_client_librarys_publish_is_read_in_place_and_decoded_only_when_aske
     msg = decoders.decode_client_message(body)
     assert isinstance(msg, messages.Publish) and msg.frame == body and msg.count == 100 and msg.seq == 7
     assert msg._events is None
+    assert batch.scan(bytearray(body)) is None  # type: ignore[arg-type]  # (kept: must not change under it)
     encoded = batch.encode_frame(msg.frame, msg.at, msg.count, {"a/b": None}, 100, "p", 9, "s", "i", False)
     assert encoded is not None and encoded[3] == "a/b" and msg._events is None
     assert msg.events == events

@@ -165,12 +165,12 @@ static int emit(const Prefix *p, Built *b, Py_ssize_t i, uint64_t tick, const ch
     assert(w - (unsigned char *)PyBytes_AS_STRING(rec) == n);
     b->size += n;
     PyObject *t = PyLong_FromUnsignedLongLong(tick);
-    if (t == NULL) { Py_DECREF(rec); return -1; }
-    PyObject *pair = PyTuple_Pack(2, t, rec);
-    PyObject *delivery = pair == NULL || b->deliveries == NULL ? NULL : PyTuple_Pack(4, t, ch, at, rec);
-    Py_DECREF(t);
-    Py_DECREF(rec);
-    if (pair == NULL || (b->deliveries != NULL && delivery == NULL)) { Py_XDECREF(pair); return -1; }
+    PyObject *pair = t == NULL ? NULL : PyTuple_New(2);
+    if (pair == NULL) { Py_XDECREF(t); Py_DECREF(rec); return -1; }
+    PyTuple_SET_ITEM(pair, 0, t); /* (the pair holds the references made here) */
+    PyTuple_SET_ITEM(pair, 1, rec);
+    PyObject *delivery = b->deliveries == NULL ? NULL : PyTuple_Pack(4, t, ch, at, rec);
+    if (b->deliveries != NULL && delivery == NULL) { Py_DECREF(pair); return -1; }
     /* Neither can be in a reference cycle (a tick, bytes, a str and an empty map that the collector
        does not track): untracked, as the collector would leave them after its first look, so the
        young collections do not walk the thousands a batch keeps until durable. */
@@ -324,33 +324,30 @@ static int take_event(Reader *r, const unsigned char **ch, Py_ssize_t *ch_n, con
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(body, kind) -> (seq, at, count) or None: whether `body` is [kind, seq, [[channel, {}, payload], ...]]\n"
+"scan(body, kind) -> (seq, at, count) or None: whether `body` (bytes) is [kind, seq, [[channel, {}, payload], ...]]\n"
 "(ASCII channels, at least one event, nothing after it), with its seq, where its events start and how many.");
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer body;
+    PyObject *body;
     int kind;
-    if (!PyArg_ParseTuple(args, "y*i", &body, &kind)) return NULL;
-    Reader r = {(const unsigned char *)body.buf, (const unsigned char *)body.buf + body.len};
-    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "Oi", &body, &kind)) return NULL;
+    /* bytes only: the Publish keeps the body, which must not change under it (not a view of a buffer) */
+    if (!PyBytes_CheckExact(body) || kind < 0 || kind >= 0x80) Py_RETURN_NONE;
+    const unsigned char *start = (const unsigned char *)PyBytes_AS_STRING(body);
+    Reader r = {start, start + PyBytes_GET_SIZE(body)};
     uint64_t seq, count;
-    if (kind < 0 || kind >= 0x80 || r.end - r.p < 2 || r.p[0] != 0x93 || r.p[1] != kind) goto none;
+    if (r.end - r.p < 2 || r.p[0] != 0x93 || r.p[1] != kind) Py_RETURN_NONE;
     r.p += 2;
-    if (!take_uint(&r, &seq) || !take_array(&r, &count) || count == 0) goto none;
-    Py_ssize_t at = r.p - (const unsigned char *)body.buf;
+    if (!take_uint(&r, &seq) || !take_array(&r, &count) || count == 0) Py_RETURN_NONE;
+    Py_ssize_t at = r.p - start;
     for (uint64_t i = 0; i < count; i++) {
         const unsigned char *ch, *pl;
         Py_ssize_t ch_n, pl_n;
-        if (!take_event(&r, &ch, &ch_n, &pl, &pl_n)) goto none;
+        if (!take_event(&r, &ch, &ch_n, &pl, &pl_n)) Py_RETURN_NONE;
     }
-    if (r.p != r.end) goto none;
-    result = Py_BuildValue("(Knn)", (unsigned long long)seq, at, (Py_ssize_t)count);
-    PyBuffer_Release(&body);
-    return result;
-none:
-    PyBuffer_Release(&body);
-    Py_RETURN_NONE;
+    if (r.p != r.end) Py_RETURN_NONE;
+    return Py_BuildValue("(Knn)", (unsigned long long)seq, at, (Py_ssize_t)count);
 }
 
 PyDoc_STRVAR(encode_frame_doc,
