@@ -87,7 +87,8 @@ def encode_both(data: st.DataObject) -> None:
         assert batch._native(*args) == python
     if python is None:
         return
-    records, deliveries, size, channel = python
+    records, deliveries, size, channel, acked = python
+    assert acked == [t for t, _ in records] and all(a is t for a, (t, _) in zip(acked, records, strict=True))
     assert records == encode_records(msgpack.Packer().pack, args[3], args[4], events, args[5], args[6], args[7])  # type: ignore[arg-type]
     assert size == sum(len(rec) for _, rec in records)
     names = {ev[0] for ev in events}  # type: ignore[index]
@@ -175,7 +176,7 @@ def test_the_compiled_pass_leaves_its_tuples_to_the_collector_untracked() -> Non
     known = {"a/b": None, "c": None}
     encoded = batch._native([["a/b", {}, b"x"], ["c", {}, b"y"]], known, 10, "p", 5, "s", "i", False)
     assert encoded is not None
-    records, deliveries, _, _ = encoded
+    records, deliveries, _, _, _ = encoded
     assert deliveries is not None and not any(gc.is_tracked(t) for t in [*records, *deliveries])
     one = batch._native([["a/b", {}, b"x"], ["a/b", {}, b"y"]], known, 10, "p", 5, "s", "i", False)
     assert one is not None and one[1] is None and not any(gc.is_tracked(t) for t in one[0])

@@ -12,10 +12,10 @@
  *
  * byte for byte as msgpack's Packer writes that list (core/event.py `encode_records`: the smallest
  * encoding of each integer, str8 for strings of 32 to 255 bytes, bin for the payload), at ticks
- * `first`, `first + 1`, ... It returns (records, deliveries, size, channel): the (tick, record)
+ * `first`, `first + 1`, ... It returns (records, deliveries, size, channel, ticks): the (tick, record)
  * pairs the Append carries, the (tick, channel, attributes, record) tuples the pubend holds until
- * the batch is durable, the records' bytes in all, and the channel when every event has the same
- * one (else None). A batch on one channel gets no deliveries (None): the pubend holds its records
+ * the batch is durable, the records' bytes in all, the channel when every event has the same
+ * one (else None), and the ticks (the pairs' own int objects: the ACK's, no new int per event). A batch on one channel gets no deliveries (None): the pubend holds its records
  * instead (core/publish/pubend.py PendingBatch), so its events cost no tuple but the Append's.
  *
  * It is a fast path, not an authority: for any event outside that shape (attributes, a channel not
@@ -119,25 +119,31 @@ done:
 }
 
 /* The batch being built: the (tick, record) pairs, the deliveries (NULL for a batch on one
- * channel) and the records' bytes in all. */
+ * channel), the ticks (the pairs' int objects) and the records' bytes in all. */
 typedef struct {
-    PyObject *records, *deliveries;
+    PyObject *records, *deliveries, *ticks;
     Py_ssize_t size;
 } Built;
+
+static void built_free(Built *b) {
+    Py_CLEAR(b->records);
+    Py_CLEAR(b->deliveries);
+    Py_CLEAR(b->ticks);
+}
 
 static int built_make(Built *b, Py_ssize_t count, int uniform) {
     b->size = 0;
     b->records = PyList_New(count);
+    b->ticks = PyList_New(count);
     b->deliveries = uniform ? NULL : PyList_New(count);
-    return b->records == NULL || (!uniform && b->deliveries == NULL) ? -1 : 0;
+    return b->records == NULL || b->ticks == NULL || (!uniform && b->deliveries == NULL) ? -1 : 0;
 }
 
-/* (records, deliveries or None, size, channel or None), the references of `b` dropped */
+/* (records, deliveries or None, size, channel or None, ticks), the references of `b` dropped */
 static PyObject *built_result(Built *b, PyObject *channel) {
-    PyObject *result = Py_BuildValue("(OOnO)", b->records, b->deliveries ? b->deliveries : Py_None, b->size,
-                                     channel ? channel : Py_None);
-    Py_XDECREF(b->records);
-    Py_XDECREF(b->deliveries);
+    PyObject *result = Py_BuildValue("(OOnOO)", b->records, b->deliveries ? b->deliveries : Py_None, b->size,
+                                     channel ? channel : Py_None, b->ticks);
+    built_free(b);
     return result;
 }
 
@@ -169,6 +175,8 @@ static int emit(const Prefix *p, Built *b, Py_ssize_t i, uint64_t tick, const ch
     if (pair == NULL) { Py_XDECREF(t); Py_DECREF(rec); return -1; }
     PyTuple_SET_ITEM(pair, 0, t); /* (the pair holds the references made here) */
     PyTuple_SET_ITEM(pair, 1, rec);
+    Py_INCREF(t);
+    PyList_SET_ITEM(b->ticks, i, t);
     PyObject *delivery = b->deliveries == NULL ? NULL : PyTuple_Pack(4, t, ch, at, rec);
     if (b->deliveries != NULL && delivery == NULL) { Py_DECREF(pair); return -1; }
     /* Neither can be in a reference cycle (a tick, bytes, a str and an empty map that the collector
@@ -185,7 +193,7 @@ static int emit(const Prefix *p, Built *b, Py_ssize_t i, uint64_t tick, const ch
 
 PyDoc_STRVAR(encode_doc,
 "encode(events, known, size_max, pubend, first, service, instance, authenticated)\n"
-"-> (records, deliveries, size, channel) or None (see batch.py encode_python).");
+"-> (records, deliveries, size, channel, ticks) or None (see batch.py encode_python).");
 
 static PyObject *encode(PyObject *self, PyObject *args) {
     (void)self;
@@ -226,7 +234,7 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         if (made < 0) return NULL;
         Py_RETURN_NONE;
     }
-    Built b;
+    Built b = {NULL, NULL, NULL, 0};
     if (built_make(&b, count, uniform) < 0) goto fail;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *ev = PyList_GET_ITEM(events, i);
@@ -235,8 +243,7 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         const char *ch_utf8 = PyUnicode_AsUTF8AndSize(ch, &ch_n);
         if (ch_utf8 == NULL) { /* not UTF-8: the Python checks say so */
             PyErr_Clear();
-            Py_XDECREF(b.records);
-            Py_XDECREF(b.deliveries);
+            built_free(&b);
             prefix_free(&p);
             Py_RETURN_NONE;
         }
@@ -247,8 +254,7 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     prefix_free(&p);
     return built_result(&b, uniform ? same : NULL);
 fail:
-    Py_XDECREF(b.records);
-    Py_XDECREF(b.deliveries);
+    built_free(&b);
     prefix_free(&p);
     return NULL;
 }
@@ -352,7 +358,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
 
 PyDoc_STRVAR(encode_frame_doc,
 "encode_frame(body, at, count, known, size_max, pubend, first, service, instance, authenticated)\n"
-"-> (records, deliveries, size, channel) or None: `encode` of the `count` events at `at` of a body `scan` took.");
+"-> (records, deliveries, size, channel, ticks) or None: `encode` of the `count` events at `at` of a body `scan` took.");
 
 static PyObject *encode_frame(PyObject *self, PyObject *args) {
     (void)self;
@@ -368,7 +374,7 @@ static PyObject *encode_frame(PyObject *self, PyObject *args) {
     Py_ssize_t ch_n, pl_n, last_n = -1;
     PyObject *result = NULL, *same = NULL, *name = NULL;
     Prefix p = {NULL, NULL, 0, 0, 0};
-    Built b = {NULL, NULL, 0};
+    Built b = {NULL, NULL, NULL, 0};
     Reader r = {start, end};
     int uniform = 1, made;
     if (count <= 0 || at < 0 || at > body.len) goto none;
@@ -417,15 +423,13 @@ static PyObject *encode_frame(PyObject *self, PyObject *args) {
         Py_XDECREF(attributes);
         if (e < 0) goto fail;
     }
-    result = built_result(&b, uniform ? same : NULL);
-    b.records = b.deliveries = NULL; /* (built_result took them) */
+    result = built_result(&b, uniform ? same : NULL); /* (b emptied) */
     goto fail;
 none:
     result = Py_None;
     Py_INCREF(result);
 fail: /* result NULL: an error is set */
-    Py_XDECREF(b.records);
-    Py_XDECREF(b.deliveries);
+    built_free(&b);
     Py_XDECREF(name);
     Py_XDECREF(same);
     prefix_free(&p);

@@ -139,7 +139,7 @@ class Intake:
                                    c.service, c.instance, c.authenticated)
         if encoded is None:
             return False
-        records, deliveries, size, channel = encoded
+        records, deliveries, size, channel, ticks = encoded
         count = len(records)
         reserved = pubend.reserve(count, wall_us)
         assert reserved == first
@@ -148,7 +148,7 @@ class Intake:
         else:
             assert deliveries is not None
             self.traffic.count([d[1] for d in deliveries])
-        self._append(c, msg.seq, list(range(first, first + count)), records, deliveries, size, out, channel=channel)
+        self._append(c, msg.seq, ticks, records, deliveries, size, out, channel=channel)
         return True
 
     def synced(self) -> list[int]:
