@@ -265,9 +265,9 @@ fail:
  *
  *     [2, seq, [[channel, {}, payload], ...]]          (fixarray 3; PUBLISH is type 2)
  *
- * `scan` says whether a frame body is exactly that, read with no Python object made: a positive
- * seq, at least one event, each a fixarray of 3 holding a str of ASCII bytes, the empty fixmap and
- * a bin, and nothing after the last. msgpack decodes such a body without error to the list of the
+ * `scan` says whether a frame body is exactly that, read with no Python object made: an unsigned
+ * seq (fixint or uint 8-64), at least one event, each a fixarray of 3 holding a str of ASCII bytes,
+ * the empty fixmap and a bin, and nothing after the last. msgpack decodes such a body without error to the list of the
  * same values, so a message the decoder answers from `scan` (core/wire/decoders.py) is the message
  * msgpack would give; any other body, valid or not, is left to msgpack and the Python checks.
  * `encode_frame` then does for those events what `encode` does for the decoded list, reading them
