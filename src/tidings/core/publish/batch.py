@@ -82,7 +82,7 @@ def encode_python(events: list[object], known: dict[str, Any], size_max: int, pu
     except UnicodeEncodeError:  # a string that is not UTF-8: the Python checks say so
         return None
     size = sum(len(rec) for _, rec in records)
-    ticks: list[int | None] = [t for t, _ in records]
+    ticks: list[int | None] = list(range(first, first + len(records)))
     if uniform:
         return records, None, size, same, ticks
     deliveries = [(t, ev[0], ev[1], rec) for (t, rec), ev in zip(records, events, strict=True)]  # type: ignore[index]

@@ -92,7 +92,7 @@ class Publish:
             return NotImplemented
         return (self.seq, self.events, self.producer) == (other.seq, other.events, other.producer)
 
-    __hash__ = None  # type: ignore[assignment]  # (mutable, as the dataclass it was)
+    __hash__ = None  # type: ignore[assignment]  # (unhashable: its events are a list)
 
     def __repr__(self) -> str:
         return f"Publish(seq={self.seq!r}, events={self.events!r}, producer={self.producer!r})"
