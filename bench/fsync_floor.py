@@ -38,13 +38,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-from tidings.storage.log import PREFILL_BYTES_MAX_DEFAULT, PREFILL_CHUNK_BYTES  # noqa: E402
+from tidings.storage.log import PREFILL_BYTES_MAX_DEFAULT, PREFILL_CHUNK_BYTES
 
 # One event of (d): 100 bytes of payload, its channel and the record's header and CRC.
 RECORD_BYTES = 140
