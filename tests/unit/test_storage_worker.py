@@ -208,3 +208,58 @@ def test_a_slow_fsync_leaves_the_next_commits_to_the_writer(tmp_path):
         worker.stop()
         assert [t for t, _ in here] == [1, 3]
         assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]
+
+
+def _commit(worker, synced, token, payload=b"x"):
+    """Append and Sync `token` on the writer; the seconds until it was reported (10 s at most)."""
+    began = time.monotonic()
+    worker.append([(token, payload)])
+    worker.sync(token)
+    until = began + 10
+    while token not in synced and time.monotonic() < until:
+        time.sleep(0.001)
+    assert token in synced
+    return time.monotonic() - began
+
+
+def test_back_to_back_commits_are_paced_and_a_quiet_one_is_not(tmp_path):
+    """Commits that follow each other closely (the clock does not move): the first two run at once,
+    from the third on each waits until pace_ns after the last ended; a quiet one never waits."""
+    clock, synced = _Clock(), []
+    pace_s = 0.05
+    with EventLog.open(tmp_path / "log") as log:
+        worker = StorageWorker(log, lambda t, st: synced.append(t), lambda st: None, lambda exc: None,
+                               clock=clock, pace_ns=int(pace_s * 1e9), prefill=False)
+        worker.start()
+        took = [_commit(worker, synced, token) for token in (1, 2, 3, 4)]
+        assert worker.paced == 2 and min(took[2:]) >= pace_s
+        clock.now_ns += 10**9  # quiet
+        _commit(worker, synced, 5)
+        assert worker.paced == 2
+        worker.stop()
+        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3, 4, 5]
+
+
+def test_a_quiet_writer_prefills_and_busy_commits_do_not(tmp_path):
+    """After a quiet commit, with nothing queued, the writer prefills the log: the next commit is an
+    fdatasync over the zeros. Back-to-back commits leave the log alone."""
+    clock, synced = _Clock(), []
+    segment = tmp_path / "log"
+    with EventLog.open(segment) as log:
+        worker = StorageWorker(log, lambda t, st: synced.append(t), lambda st: None, lambda exc: None,
+                               clock=clock, pace_ns=0)
+        worker.start()
+        _commit(worker, synced, 1)  # quiet (a new worker's first)
+        assert _drained(worker)
+        assert log.prefill_bytes_max and (log.fsyncs, log.fdatasyncs) == (2, 0)  # the commit's, the prefill's
+        clock.now_ns += 10**9
+        _commit(worker, synced, 2)
+        assert _drained(worker) and log.fdatasyncs == 1
+        files = sorted(segment.glob("*.seg"))
+        assert files[-1].stat().st_size > log.segments()[-1].size_bytes  # zeros ahead
+        _commit(worker, synced, 3, bytes(3 << 20))  # busy (the clock stands still): past the zeros
+        _commit(worker, synced, 4)
+        assert _drained(worker)
+        assert files[-1].stat().st_size == log.segments()[-1].size_bytes  # and no prefill after them
+        worker.stop()
+        assert [t for t, _ in log.read(0, 1 << 30)] == [1, 2, 3, 4]

@@ -35,11 +35,22 @@ writer's: a stalling disk holds the loop (the overlay's keep-alives, other conne
 fsync at most. Even so, on a saturated shared machine (load 9-19, fsyncs of 4-6 ms) brokers with
 it gave (d) p50s several times those without it, in most alternated pairs (docs/benchmarks.md,
 stop 24), and no quiet machine was at hand to show its gain in the broker: hence off by default.
+
+Pacing (the writer's commits). A quiet commit (one that started INLINE_QUIET_NS or more after the
+last one ended: an idle broker, or (d)'s one event a millisecond) runs at once, and once the queue
+is empty after it the writer lets the log prefill (storage/log.py: zeros written ahead while idle,
+so the next commits are fdatasyncs over them). When commits run back to back (this one and the
+one before were not quiet), the writer first waits until COMMIT_PACE_NS after the last commit
+ended, so that the fsync covers the appends of that time too: fewer fsyncs, each for more events,
+and the fsync's CPU (on this VM it is CPU, not only waiting) taken from the broker's one core less
+often. `TIDINGS_COMMIT_PACE_NS` sets the wait (0: none), `TIDINGS_LOG_PREFILL=0` turns the
+prefill off (both for measuring).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import pathlib
 import queue
 import threading
@@ -59,6 +70,7 @@ INLINE_QUIET_NS = 500_000  # a commit that starts this long after the last one e
 INLINE_RUN_COMMITS = 8  # the loop takes the commits after this many quiet ones in a row, gives them back
 # to the writer after this many in a row that were not
 INLINE_SYNC_NS_MAX = 1_000_000  # ... and only while the fsyncs' moving average is below this (a quick disk)
+COMMIT_PACE_NS = 200_000  # back-to-back commits: the next starts no sooner than this after the last ended
 
 
 def log_state(log: EventLog) -> LogState:
@@ -96,11 +108,17 @@ class StorageWorker:
     def __init__(self, log: EventLog, on_synced: Callable[[int, LogState], object],
                  on_retained: Callable[[LogState], object], on_failed: Callable[[BaseException], object],
                  on_synced_here: Callable[[int, LogState], object] | None = None,
-                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock: Callable[[], int] = time.monotonic_ns, pace_ns: int | None = None,
+                 prefill: bool | None = None) -> None:
         """`on_synced` is called in the writer's thread; `on_synced_here`, when given, reports a
         quiet broker's commit made in the calling thread (the module's docstring); None: every
-        commit is the writer's. `clock`: monotonic ns, for the quiet test."""
+        commit is the writer's. `clock`: monotonic ns, for the quiet test. `pace_ns` (default
+        COMMIT_PACE_NS or $TIDINGS_COMMIT_PACE_NS) and `prefill` (default on unless
+        $TIDINGS_LOG_PREFILL=0): the module's "Pacing"."""
         self.log = log
+        self._pace_ns = int(os.environ.get("TIDINGS_COMMIT_PACE_NS", COMMIT_PACE_NS)) if pace_ns is None else pace_ns
+        self._prefill = os.environ.get("TIDINGS_LOG_PREFILL") != "0" if prefill is None else prefill
+        self.paced = 0  # commits that waited for COMMIT_PACE_NS
         self._on_synced = on_synced
         self._on_synced_here = on_synced_here
         self._clock = clock
@@ -255,6 +273,11 @@ class StorageWorker:
         later: list[tuple[str, Any]] = []
         stop = False
         taken = 0
+        if self._busy_run:  # the last commit was not quiet: if this one follows it closely, pace it
+            wait_ns = self._last_commit_ns + self._pace_ns - self._clock()
+            if 0 < wait_ns <= self._pace_ns:
+                self.paced += 1
+                time.sleep(wait_ns / 1e9)  # the loop appends meanwhile; the fsync covers that too
         while True:
             try:
                 more = q.get_nowait()
@@ -275,6 +298,8 @@ class StorageWorker:
         self._on_synced(token, state)
         for kind, arg in later:
             self._housekeeping(kind, arg)
+        if self._prefill and not self._busy_run and not stop and q.empty():  # idle: zeros ahead
+            self.log.prefill()
         self._done += taken
         return stop
 
