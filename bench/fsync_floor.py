@@ -42,7 +42,10 @@ import tempfile
 import time
 from typing import Any
 
-from tidings.storage.log import PREFILL_BYTES_MAX_DEFAULT, PREFILL_CHUNK_BYTES
+try:
+    from tidings.storage.log import PREFILL_BYTES_MAX_DEFAULT, PREFILL_CHUNK_BYTES
+except ImportError:  # an older checkout's log (bench/compare.py, A/B runs): measure the same pattern
+    PREFILL_BYTES_MAX_DEFAULT, PREFILL_CHUNK_BYTES = 2 << 20, 256 << 10
 
 # One event of (d): 100 bytes of payload, its channel and the record's header and CRC.
 RECORD_BYTES = 140
