@@ -3,7 +3,13 @@
 import threading
 import time
 
-from tidings.aio.storage_worker import INLINE_RUN_COMMITS, INLINE_SYNC_NS_MAX, StorageWorker, log_state
+from tidings.aio.storage_worker import (
+    INLINE_RUN_COMMITS,
+    INLINE_SYNC_NS_MAX,
+    PREFILL_COMMIT_BYTES_MAX,
+    StorageWorker,
+    log_state,
+)
 from tidings.core.inputs import TICK_MARKS
 from tidings.storage import EventLog, StorageError
 
@@ -240,26 +246,26 @@ def test_back_to_back_commits_are_paced_and_a_quiet_one_is_not(tmp_path):
         assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3, 4, 5]
 
 
-def test_a_quiet_writer_prefills_and_busy_commits_do_not(tmp_path):
-    """After a quiet commit, with nothing queued, the writer prefills the log: the next commit is an
-    fdatasync over the zeros. Back-to-back commits leave the log alone."""
-    clock, synced = _Clock(), []
+def test_the_writer_prefills_after_small_commits_only(tmp_path):
+    """After a small commit, with nothing queued, the writer prefills the log: the next commit is an
+    fdatasync over the zeros. A commit of more than PREFILL_COMMIT_BYTES_MAX leaves the log alone."""
+    synced = []
     segment = tmp_path / "log"
     with EventLog.open(segment) as log:
-        worker = StorageWorker(log, lambda t, st: synced.append(t), lambda st: None, lambda exc: None,
-                               clock=clock, pace_ns=0)
+        worker = StorageWorker(log, lambda t, st: synced.append(t), lambda st: None, lambda exc: None, pace_ns=0)
         worker.start()
-        _commit(worker, synced, 1)  # quiet (a new worker's first)
+        _commit(worker, synced, 1)
         assert _drained(worker)
         assert log.prefill_bytes_max and (log.fsyncs, log.fdatasyncs) == (2, 0)  # the commit's, the prefill's
-        clock.now_ns += 10**9
         _commit(worker, synced, 2)
         assert _drained(worker) and log.fdatasyncs == 1
         files = sorted(segment.glob("*.seg"))
         assert files[-1].stat().st_size > log.segments()[-1].size_bytes  # zeros ahead
-        _commit(worker, synced, 3, bytes(3 << 20))  # busy (the clock stands still): past the zeros
-        _commit(worker, synced, 4)
+        _commit(worker, synced, 3, bytes(3 << 20))  # past the zeros, and large
         assert _drained(worker)
-        assert files[-1].stat().st_size == log.segments()[-1].size_bytes  # and no prefill after them
+        assert files[-1].stat().st_size == log.segments()[-1].size_bytes  # no prefill after it
+        _commit(worker, synced, 4, bytes(PREFILL_COMMIT_BYTES_MAX - 100))
+        assert _drained(worker)
+        assert files[-1].stat().st_size > log.segments()[-1].size_bytes  # small again: zeros ahead
         worker.stop()
         assert [t for t, _ in log.read(0, 1 << 30)] == [1, 2, 3, 4]

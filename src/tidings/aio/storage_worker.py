@@ -36,15 +36,16 @@ fsync at most. Even so, on a saturated shared machine (load 9-19, fsyncs of 4-6 
 it gave (d) p50s several times those without it, in most alternated pairs (docs/benchmarks.md,
 stop 24), and no quiet machine was at hand to show its gain in the broker: hence off by default.
 
-Pacing (the writer's commits). A quiet commit (one that started INLINE_QUIET_NS or more after the
-last one ended: an idle broker, or (d)'s one event a millisecond) runs at once, and once the queue
-is empty after it the writer lets the log prefill (storage/log.py: zeros written ahead while idle,
-so the next commits are fdatasyncs over them). When commits run back to back (this one and the
-one before were not quiet), the writer first waits until COMMIT_PACE_NS after the last commit
-ended, so that the fsync covers the appends of that time too: fewer fsyncs, each for more events,
-and the fsync's CPU (on this VM it is CPU, not only waiting) taken from the broker's one core less
-often. `TIDINGS_COMMIT_PACE_NS` sets the wait (0: none), `TIDINGS_LOG_PREFILL=0` turns the
-prefill off (both for measuring).
+Pacing (the writer's commits). After a small commit (at most PREFILL_COMMIT_BYTES_MAX written:
+an idle broker, or (d)'s one event a millisecond, where each fsync covers an event or a few), once
+the queue is empty, the writer lets the log prefill (storage/log.py: zeros written ahead, so the
+next commits are fdatasyncs over them, each cheaper). Commits that cover more (sustained load)
+gain less from it per event than the zeros' writing costs, so it waits for quieter times. When
+commits run back to back (this one and the one before were not quiet), the writer first waits
+until COMMIT_PACE_NS after the last commit ended, so that the fsync covers the appends of that
+time too: fewer fsyncs, each for more events, and the fsync's CPU (on this VM it is CPU, not only
+waiting) taken from the broker's one core less often. `TIDINGS_COMMIT_PACE_NS` sets the wait
+(0: none), `TIDINGS_LOG_PREFILL=0` turns the prefill off (both for measuring).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ INLINE_RUN_COMMITS = 8  # the loop takes the commits after this many quiet ones 
 # to the writer after this many in a row that were not
 INLINE_SYNC_NS_MAX = 1_000_000  # ... and only while the fsyncs' moving average is below this (a quick disk)
 COMMIT_PACE_NS = 200_000  # back-to-back commits: the next starts no sooner than this after the last ended
+PREFILL_COMMIT_BYTES_MAX = 16 << 10  # the writer prefills after a commit of at most this many bytes
 
 
 def log_state(log: EventLog) -> LogState:
@@ -119,6 +121,7 @@ class StorageWorker:
         self._pace_ns = int(os.environ.get("TIDINGS_COMMIT_PACE_NS", COMMIT_PACE_NS)) if pace_ns is None else pace_ns
         self._prefill = os.environ.get("TIDINGS_LOG_PREFILL") != "0" if prefill is None else prefill
         self.paced = 0  # commits that waited for COMMIT_PACE_NS
+        self._size_committed = log.size_bytes  # the log's bytes after the writer's last commit
         self._on_synced = on_synced
         self._on_synced_here = on_synced_here
         self._clock = clock
@@ -298,7 +301,9 @@ class StorageWorker:
         self._on_synced(token, state)
         for kind, arg in later:
             self._housekeeping(kind, arg)
-        if self._prefill and not self._busy_run and not stop and q.empty():  # idle: zeros ahead
+        size, self._size_committed = self._size_committed, self.log.size_bytes
+        small = self._size_committed - size <= PREFILL_COMMIT_BYTES_MAX  # (after a retention: negative)
+        if self._prefill and small and not stop and q.empty():  # a quiet time: zeros ahead
             self.log.prefill()
         self._done += taken
         return stop
