@@ -41,11 +41,13 @@ an idle broker, or (d)'s one event a millisecond, where each fsync covers an eve
 the queue is empty, the writer lets the log prefill (storage/log.py: zeros written ahead, so the
 next commits are fdatasyncs over them, each cheaper). Commits that cover more (sustained load)
 gain less from it per event than the zeros' writing costs, so it waits for quieter times. When
-commits run back to back (this one and the one before were not quiet), the writer first waits
-until COMMIT_PACE_NS after the last commit ended, so that the fsync covers the appends of that
-time too: fewer fsyncs, each for more events, and the fsync's CPU (on this VM it is CPU, not only
-waiting) taken from the broker's one core less often. `TIDINGS_COMMIT_PACE_NS` sets the wait
-(0: none), `TIDINGS_LOG_PREFILL=0` turns the prefill off (both for measuring).
+large commits run back to back (the last one wrote more than PREFILL_COMMIT_BYTES_MAX, and it and
+this one each started less than INLINE_QUIET_NS after the one before ended), the writer first
+waits until COMMIT_PACE_NS after the last commit ended, so that the fsync covers the appends of
+that time too: fewer fsyncs, each for more events, and the fsync's CPU (on this VM it is CPU, not
+only waiting) taken from the broker's one core less often. A small commit never waits: (d)'s
+events, even when a slow disk makes their commits back to back. `TIDINGS_COMMIT_PACE_NS` sets the
+wait (default COMMIT_PACE_NS, 0: off), `TIDINGS_LOG_PREFILL=0` turns the prefill off.
 """
 
 from __future__ import annotations
@@ -71,7 +73,9 @@ INLINE_QUIET_NS = 500_000  # a commit that starts this long after the last one e
 INLINE_RUN_COMMITS = 8  # the loop takes the commits after this many quiet ones in a row, gives them back
 # to the writer after this many in a row that were not
 INLINE_SYNC_NS_MAX = 1_000_000  # ... and only while the fsyncs' moving average is below this (a quick disk)
-COMMIT_PACE_NS = 200_000  # back-to-back commits: the next starts no sooner than this after the last ended
+COMMIT_PACE_NS = 0  # large back-to-back commits: the next starts no sooner than this after the last ended;
+# 0 (off) by default: 200 us measured no gain on a loaded machine, and (c)'s publisher, 1,000 events in
+# flight, is held back by any wait added to its acks (docs/benchmarks.md, "Stop 29: the log's fsync")
 PREFILL_COMMIT_BYTES_MAX = 16 << 10  # the writer prefills after a commit of at most this many bytes
 
 
@@ -122,6 +126,7 @@ class StorageWorker:
         self._prefill = os.environ.get("TIDINGS_LOG_PREFILL") != "0" if prefill is None else prefill
         self.paced = 0  # commits that waited for COMMIT_PACE_NS
         self._size_committed = log.size_bytes  # the log's bytes after the writer's last commit
+        self._small = True  # that commit wrote at most PREFILL_COMMIT_BYTES_MAX
         self._on_synced = on_synced
         self._on_synced_here = on_synced_here
         self._clock = clock
@@ -276,7 +281,7 @@ class StorageWorker:
         later: list[tuple[str, Any]] = []
         stop = False
         taken = 0
-        if self._busy_run:  # the last commit was not quiet: if this one follows it closely, pace it
+        if self._busy_run and not self._small:  # the last commit was large and not quiet: pace this one
             wait_ns = self._last_commit_ns + self._pace_ns - self._clock()
             if 0 < wait_ns <= self._pace_ns:
                 self.paced += 1
@@ -302,8 +307,8 @@ class StorageWorker:
         for kind, arg in later:
             self._housekeeping(kind, arg)
         size, self._size_committed = self._size_committed, self.log.size_bytes
-        small = self._size_committed - size <= PREFILL_COMMIT_BYTES_MAX  # (after a retention: negative)
-        if self._prefill and small and not stop and q.empty():  # a quiet time: zeros ahead
+        self._small = self._size_committed - size <= PREFILL_COMMIT_BYTES_MAX  # (after a retention: negative)
+        if self._prefill and self._small and not stop and q.empty():  # a quiet time: zeros ahead
             self.log.prefill()
         self._done += taken
         return stop
