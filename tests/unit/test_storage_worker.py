@@ -251,26 +251,34 @@ def test_large_back_to_back_commits_are_paced_and_small_or_quiet_ones_are_not(tm
         assert [t for t, _ in log.read(0, 1 << 30)] == [1, 2, 3, 4, 5, 6, 7]
 
 
-def test_the_writer_prefills_after_small_commits_only(tmp_path):
-    """After a small commit, with nothing queued, the writer prefills the log: the next commit is an
-    fdatasync over the zeros. A commit of more than PREFILL_COMMIT_BYTES_MAX leaves the log alone."""
-    synced = []
+def test_the_writer_prefills_after_quiet_small_commits_only(tmp_path):
+    """After a quiet commit of at most PREFILL_COMMIT_BYTES_MAX, with nothing queued, the writer
+    prefills the log: the next commit is an fdatasync over the zeros. After a larger commit, or one
+    that followed the last closely, it leaves the log alone."""
+    clock, synced = _Clock(), []
     segment = tmp_path / "log"
     with EventLog.open(segment) as log:
-        worker = StorageWorker(log, lambda t, st: synced.append(t), lambda st: None, lambda exc: None, pace_ns=0)
+        worker = StorageWorker(log, lambda t, st: synced.append(t), lambda st: None, lambda exc: None,
+                               clock=clock, pace_ns=0)
         worker.start()
-        _commit(worker, synced, 1)
-        assert _drained(worker)
+
+        def commit(token, payload=b"x", quiet=True):
+            if quiet:
+                clock.now_ns += 10**9
+            _commit(worker, synced, token, payload)
+            assert _drained(worker)
+
+        commit(1)
         assert log.prefill_bytes_max and (log.fsyncs, log.fdatasyncs) == (2, 0)  # the commit's, the prefill's
-        _commit(worker, synced, 2)
-        assert _drained(worker) and log.fdatasyncs == 1
+        commit(2)
+        assert log.fdatasyncs == 1
         files = sorted(segment.glob("*.seg"))
         assert files[-1].stat().st_size > log.segments()[-1].size_bytes  # zeros ahead
-        _commit(worker, synced, 3, bytes(3 << 20))  # past the zeros, and large
-        assert _drained(worker)
+        commit(3, bytes(3 << 20))  # past the zeros, and large
         assert files[-1].stat().st_size == log.segments()[-1].size_bytes  # no prefill after it
-        _commit(worker, synced, 4, bytes(PREFILL_COMMIT_BYTES_MAX - 100))
-        assert _drained(worker)
-        assert files[-1].stat().st_size > log.segments()[-1].size_bytes  # small again: zeros ahead
+        commit(4, quiet=False)  # small, but close behind the last (the clock stands still)
+        assert files[-1].stat().st_size == log.segments()[-1].size_bytes
+        commit(5, bytes(PREFILL_COMMIT_BYTES_MAX - 100))
+        assert files[-1].stat().st_size > log.segments()[-1].size_bytes  # quiet and small: zeros ahead
         worker.stop()
-        assert [t for t, _ in log.read(0, 1 << 30)] == [1, 2, 3, 4]
+        assert [t for t, _ in log.read(0, 1 << 30)] == [1, 2, 3, 4, 5]

@@ -36,11 +36,14 @@ fsync at most. Even so, on a saturated shared machine (load 9-19, fsyncs of 4-6 
 it gave (d) p50s several times those without it, in most alternated pairs (docs/benchmarks.md,
 stop 24), and no quiet machine was at hand to show its gain in the broker: hence off by default.
 
-Pacing (the writer's commits). After a small commit (at most PREFILL_COMMIT_BYTES_MAX written:
-an idle broker, or (d)'s one event a millisecond, where each fsync covers an event or a few), once
-the queue is empty, the writer lets the log prefill (storage/log.py: zeros written ahead, so the
-next commits are fdatasyncs over them, each cheaper). Commits that cover more (sustained load)
-gain less from it per event than the zeros' writing costs, so it waits for quieter times. When
+Pacing (the writer's commits). After a quiet, small commit (one that started INLINE_QUIET_NS or
+more after the last one ended and wrote at most PREFILL_COMMIT_BYTES_MAX: an idle broker, or (d)'s
+one event a millisecond on a quick disk, where each fsync covers an event or a few), once the queue
+is empty, the writer lets the log prefill (storage/log.py: zeros written ahead, so the next commits
+are fdatasyncs over them, each cheaper). Under sustained load it does not: there a commit covers
+many events, so the saving per event is small, and the prefill's own fsync (milliseconds on a
+loaded disk) would hold the next commit: with it after every small commit, (a) lost throughput
+in 4 pairs of 4 at load 11-15 (docs/benchmarks.md, "Stop 29"). When
 large commits run back to back (the last one wrote more than PREFILL_COMMIT_BYTES_MAX, and it and
 this one each started less than INLINE_QUIET_NS after the one before ended), the writer first
 waits until COMMIT_PACE_NS after the last commit ended, so that the fsync covers the appends of
@@ -76,7 +79,7 @@ INLINE_SYNC_NS_MAX = 1_000_000  # ... and only while the fsyncs' moving average 
 COMMIT_PACE_NS = 0  # large back-to-back commits: the next starts no sooner than this after the last ended;
 # 0 (off) by default: 200 us measured no gain on a loaded machine, and (c)'s publisher, 1,000 events in
 # flight, is held back by any wait added to its acks (docs/benchmarks.md, "Stop 29: the log's fsync")
-PREFILL_COMMIT_BYTES_MAX = 16 << 10  # the writer prefills after a commit of at most this many bytes
+PREFILL_COMMIT_BYTES_MAX = 16 << 10  # the writer prefills after a quiet commit of at most this many bytes
 
 
 def log_state(log: EventLog) -> LogState:
@@ -308,7 +311,7 @@ class StorageWorker:
             self._housekeeping(kind, arg)
         size, self._size_committed = self._size_committed, self.log.size_bytes
         self._small = self._size_committed - size <= PREFILL_COMMIT_BYTES_MAX  # (after a retention: negative)
-        if self._prefill and self._small and not stop and q.empty():  # a quiet time: zeros ahead
+        if self._prefill and self._small and not self._busy_run and not stop and q.empty():  # idle: zeros ahead
             self.log.prefill()
         self._done += taken
         return stop
