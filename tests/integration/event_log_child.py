@@ -1,9 +1,11 @@
 """Child process of test_event_log_crash: appends batches to an event log until it is killed.
 
-    python event_log_child.py DIR SEED SEGMENT_BYTES_MAX
+    python event_log_child.py DIR SEED SEGMENT_BYTES_MAX [PREFILL]
 
 Prints `ready LAST_TICK` once the log is open, then after each completed `sync()` one line with the
 ticks that sync made durable, flushed at once: a line the parent has read is an acknowledgement.
+With PREFILL 1 it calls `prefill()` after every other sync, as the idle log writer does, so the
+appends go over zeros and most syncs are fdatasyncs.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def payload_for(tick: int) -> bytes:
 
 def main(argv: list[str]) -> None:
     directory, seed, segment_bytes_max = pathlib.Path(argv[1]), int(argv[2]), int(argv[3])
+    prefill = len(argv) > 4 and argv[4] == "1"
     rng = random.Random(seed)
     log = EventLog.open(directory, segment_bytes_max=segment_bytes_max)
     last = log.last_tick
@@ -41,6 +44,8 @@ def main(argv: list[str]) -> None:
         last = ticks[-1]
         out.write(" ".join(map(str, ticks)) + "\n")
         out.flush()
+        if prefill and last % 2:
+            log.prefill()
 
 
 if __name__ == "__main__":

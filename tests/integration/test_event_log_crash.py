@@ -27,11 +27,11 @@ ROUND_SECONDS_MAX = 10.0
 class Child:
     """The appending process, and the lines it printed so far."""
 
-    def __init__(self, directory, seed, stderr_path):
+    def __init__(self, directory, seed, stderr_path, prefill=False):
         self.stderr_path = stderr_path
         with open(stderr_path, "wb") as stderr:
             self.proc = subprocess.Popen(
-                [sys.executable, CHILD, str(directory), str(seed), str(SEGMENT_BYTES_MAX)],
+                [sys.executable, CHILD, str(directory), str(seed), str(SEGMENT_BYTES_MAX), str(int(prefill))],
                 stdout=subprocess.PIPE, stderr=stderr,
             )
         self._pending = b""
@@ -83,14 +83,15 @@ def check_recovered(directory, acked):
     return tick
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_kill_9_while_appending_loses_no_synced_record(tmp_path, seed):
+@pytest.mark.parametrize("seed,prefill", [(1, False), (2, False), (3, False), (4, True), (5, True), (6, True)])
+def test_kill_9_while_appending_loses_no_synced_record(tmp_path, seed, prefill):
+    """With `prefill`, appends go over zeros written ahead of them, synced with fdatasync."""
     rng = random.Random(seed)
     directory = tmp_path / "log"
     acked: list[int] = []
     for round_number in range(ROUNDS):
         deadline = time.monotonic() + ROUND_SECONDS_MAX
-        child = Child(directory, seed * 100 + round_number, tmp_path / f"child{round_number}.err")
+        child = Child(directory, seed * 100 + round_number, tmp_path / f"child{round_number}.err", prefill)
         try:
             ready = child.read_lines(1, deadline)[0]
             assert ready == f"ready {acked[-1] if acked else 0}", ready
