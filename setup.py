@@ -1,8 +1,9 @@
 """The build of tidings' compiled modules: the Spark tasks' fast path from event records to Arrow
 columns (src/tidings/spark/_columns.c, docs/spark.md) and the publish intake's check and encoding
 of a PUBLISH's events (src/tidings/core/publish/_batch.c), and a subscriber's broker's check of the
-records other brokers send it (src/tidings/core/_records.c). Everything else is in pyproject.toml.
-All three are optional: where no C compiler (or zlib headers) is found, tidings installs without them
+records other brokers send it (src/tidings/core/_records.c), and an MQTT publisher's PUBLISH packets
+read in place (src/tidings/core/mqtt/_publishes.c). Everything else is in pyproject.toml.
+All four are optional: where no C compiler (or zlib headers) is found, tidings installs without them
 and the same work is done in Python, with the same results, more slowly."""
 
 from setuptools import Extension, setup
@@ -14,4 +15,7 @@ setup(ext_modules=[Extension("tidings.spark._columns", ["src/tidings/spark/_colu
                              extra_compile_args=["-O2"], optional=True),
                    # a subscriber's broker's check of peers' records (core/event.py), optional the same way
                    Extension("tidings.core._records", ["src/tidings/core/_records.c"],
+                             extra_compile_args=["-O2"], optional=True),
+                   # an MQTT publisher's run of PUBLISH packets read (core/mqtt/codec.py), optional the same way
+                   Extension("tidings.core.mqtt._publishes", ["src/tidings/core/mqtt/_publishes.c"],
                              extra_compile_args=["-O2"], optional=True)])

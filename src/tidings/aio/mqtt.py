@@ -15,6 +15,10 @@ gateway on the loop (`KeyDerived`), through the driver like any input. The persi
 QoS 2 keys (core/mqtt/exactly_once.py) are saved the same way: `SaveMqttState` written by one thread
 (so in order) into the data directory's `mqtt.state` slots (storage/slots.py: one fdatasync a save),
 `MqttStateSaved` back on the loop, and the PUBCOMPs that waited for it go.
+
+A publisher's runs of plain PUBLISH packets are read in C where core/mqtt/_publishes.c was built
+(the same fields as the Python reader's: core/mqtt/codec.py); TIDINGS_NATIVE_MQTT=0 reads them in
+Python.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from tidings.core.auth.credentials import salted_key
 from tidings.core.effects import Effect
 from tidings.core.errors import TidingsError
 from tidings.core.inputs import Accepted, Input
+from tidings.core.mqtt import codec
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import DeriveKey, KeyDerived
 from tidings.core.mqtt.exactly_once import MqttStateSaved, SaveMqttState
@@ -90,6 +95,7 @@ class MqttListeners:
 
     def __init__(self, server: BrokerServer, options: MqttOptions) -> None:
         assert server.core is not None
+        codec.use_native(os.environ.get("TIDINGS_NATIVE_MQTT") != "0")  # PUBLISH runs read in C (_publishes.c)
         self.server = server
         self.options = options
         self.state = SlotPair(server.data_dir / STATE_FILE)

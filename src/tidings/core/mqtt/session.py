@@ -357,7 +357,7 @@ class MqttSession:
         if self.native is None or self.state is CLOSED:
             return
         try:
-            msgs = self.native.receive(data)
+            msgs = self.native.receive(data, acks=bool(self.publishes))  # (an ACK of QoS 0 alone: unread)
         except ProtocolError as exc:  # our own broker broke the protocol: a bug, said to the client
             self.close_for(R.IMPLEMENTATION_SPECIFIC_ERROR, str(exc), out)
             return

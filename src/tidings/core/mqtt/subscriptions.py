@@ -171,7 +171,10 @@ class MqttSubscriptions:
         return frames
 
     def releases(self, native: ClientSession) -> list[bytes]:
-        """RELEASE of each persistent subscription whose acknowledged prefix moved."""
+        """RELEASE of each persistent subscription whose acknowledged prefix moved (only a persistent
+        session's are durable: a clean one's have nothing to release, asked once per turn)."""
+        if self.client_id is None:
+            return []
         frames = []
         for entry in self.sub_of.values():
             wire = entry.durable.release() if entry.durable is not None else None
