@@ -243,3 +243,31 @@ def test_a_new_subscriber_gets_a_retained_event_once_though_the_reach_back_bring
         assert [(x.topic, x.payload, x.retain) for x in reach_back(other, newer)] == [
             ("home/u", b"u", False), ("home/t", b"22", False)]
         assert session.subscriptions.subs["home/+"].retained_sent is None  # let go: nothing more per delivery
+
+
+live_streams = st.lists(st.tuples(st.sampled_from(["a", "a/b", "c"]), st.sampled_from(["p1", "p2", "p3"]),
+                                  st.integers(0, 30)), max_size=40)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "a/b", "c"]), st.sampled_from(["p1", "p2"]), st.integers(0, 30)),
+                max_size=3, unique_by=lambda x: x[0]),
+       live_streams, st.randoms(use_true_random=False))
+def test_a_subscription_drops_exactly_the_live_events_at_or_below_a_copy_it_was_sent(copies, live, rnd):
+    """The model: a live event is dropped when it is of a topic sent, from the copy's pubend, at a tick
+    at or below the copy's; the live events come in each pubend's tick order, interleaved any way
+    (what the let-go of a pubend past its horizon relies on), and some SILENCEs between them."""
+    sent = {topic: (pubend, tick) for topic, pubend, tick in copies}
+    by_pubend = {pubend: sorted((e for e in live if e[1] == pubend), key=lambda e: e[2]) for pubend in ("p1", "p2", "p3")}
+    stream: list = []
+    while any(by_pubend.values()):
+        pubend = rnd.choice([q for q, events in by_pubend.items() if events])
+        stream.append(by_pubend[pubend].pop(0))
+    held = RetainedSent([retained(topic, b"r", tick, pubend) for topic, pubend, tick in copies], 0)
+    kept = []
+    for topic, pubend, tick in stream:
+        kept += held.live([fields(retained(topic, b"l", tick, pubend))], None)
+        if rnd.random() < 0.2:
+            held.silence({pubend: tick - 1})  # (what came from it so far, and nothing up to this tick)
+    model = [(topic, pubend, tick) for topic, pubend, tick in stream
+             if not (topic in sent and sent[topic][0] == pubend and tick <= sent[topic][1])]
+    assert [(f[2], f[0], f[1]) for f in kept] == model
