@@ -257,7 +257,8 @@ def test_a_subscription_drops_exactly_the_live_events_at_or_below_a_copy_it_was_
     at or below the copy's; the live events come in each pubend's tick order, interleaved any way
     (what the let-go of a pubend past its horizon relies on), and some SILENCEs between them."""
     sent = {topic: (pubend, tick) for topic, pubend, tick in copies}
-    by_pubend = {pubend: sorted((e for e in live if e[1] == pubend), key=lambda e: e[2]) for pubend in ("p1", "p2", "p3")}
+    by_pubend = {pubend: sorted((e for e in live if e[1] == pubend), key=lambda e: e[2])
+                 for pubend in ("p1", "p2", "p3")}
     stream: list = []
     while any(by_pubend.values()):
         pubend = rnd.choice([q for q, events in by_pubend.items() if events])
