@@ -55,7 +55,7 @@ from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
 from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.resumption import Carried, Resumed, resend
-from tidings.core.mqtt.retained import RETAINED_PER_SUBSCRIBE_MAX, RetainedFeed, due
+from tidings.core.mqtt.retained import RetainedFeed, RetainedSent, due, owed
 from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag, numbered
 from tidings.core.session.client_session import ClientSession, PublishEvent
 from tidings.core.share.hub import ShareHub
@@ -323,18 +323,16 @@ class MqttSession:
         filters = self.retained_due.pop(packet_id, ())
         if self.retained is None:
             return
-        budget = RETAINED_PER_SUBSCRIBE_MAX
-        for flt in filters:
-            entry = self.subscriptions.subs.get(flt)
-            if entry is None:  # refused
-                continue
-            for event in self.retained.store.matching(flt)[:budget]:
+        for entry, events in owed(self.retained.store, filters, self.subscriptions.subs):
+            sent = []
+            for event in events:
                 if self.state is CLOSED:
                     return
-                budget -= 1
                 publish = bridge.publish_of(event, entry.qos, MQTT_5, self.wall_us)
                 if publish is not None:  # (else expired)
                     self._send_publish(publish, None, True, out)
+                    sent.append(event)
+            entry.retained_sent = RetainedSent.after(sent, self.wall_us, entry.retained_sent)  # (their live copies)
 
     def _delivered(self, eff: fx.DeliveryAcked | fx.DeliveryDropped, out: list[Effect]) -> None:
         tag = self.tokens.pop(eff.token, None)
