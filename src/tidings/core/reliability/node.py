@@ -96,7 +96,7 @@ class ReliabilityConfig:
     release_hold_ns: int = defaults.RELEASE_HOLD_NS  # a child that left holds release at its last value this long
     # a durable catchup fetches matching ticks this close as one range
     nack_merge_ticks: int = defaults.NACK_MERGE_TICKS
-    nack_complete: bool = False  # complete nacks (messages.Nack.complete), to parents that understand them
+    nack_complete: bool = True  # complete nacks (messages.Nack.complete), to parents that understand them
     # a tree's nack answers in flight beyond its root's ack
     retransmit_window_bytes: int = defaults.RETRANSMIT_WINDOW_BYTES
     # a window its root's acks have not moved this long starts again
