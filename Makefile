@@ -10,7 +10,7 @@ STAMP   = $(VENV)/.installed
 
 .PHONY: run test soak lint bench clean browser mqtt-clients
 
-$(STAMP): pyproject.toml setup.py src/tidings/spark/_columns.c src/tidings/core/publish/_batch.c src/tidings/core/_records.c src/tidings/aio/_commit.c
+$(STAMP): pyproject.toml setup.py src/tidings/spark/_columns.c src/tidings/core/publish/_batch.c src/tidings/core/_records.c src/tidings/core/mqtt/_publishes.c src/tidings/aio/_commit.c
 	@echo "== creating $(VENV) and installing tidings with its dependencies (PySpark is large: a minute or more the first time)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
@@ -50,4 +50,5 @@ bench: $(STAMP)
 	$(PY) bench/run.py
 
 clean:
-	rm -rf $(VENV) data build *.egg-info src/tidings/spark/*.so src/tidings/core/publish/*.so src/tidings/core/*.so src/tidings/aio/*.so
+	rm -rf $(VENV) data build *.egg-info src/tidings/spark/*.so src/tidings/core/publish/*.so src/tidings/core/*.so \
+	  src/tidings/core/mqtt/*.so src/tidings/aio/*.so

@@ -10,7 +10,7 @@ broker's data: append one record of `record_bytes` to a file opened for appendin
 (an fsync right after another can be faster or slower than one after an idle millisecond).
 
   python bench/fsync_floor.py [--dir DIR] [--samples 3000] [--rate 1000] [--record-bytes 140]
-                              [--calls fsync,fdatasync,dsync]
+                              [--calls fsync,fdatasync,dsync,prefilled]
 
 The line also gives the CPU time the probing thread spent in each pair (`cpu_p50_us`, `cpu_p90_us`,
 CLOCK_THREAD_CPUTIME_ID): a broker's CPU per event in (d) includes its log writer's fsync, and on a
@@ -18,11 +18,19 @@ virtual disk that is not only waiting (docs/benchmarks.md, "(d) above the disk's
 
 bench/run.py calls `measure` once per round before the brokers, in $TIDINGS_BENCH_DIR/runs, and
 records the line with test "fsync" (broker "disk"); summarize.py shows tidings' (d) above it.
+The append+fsync pattern stays the floor (issue 21's (d) line is measured against it). The same
+line also carries, as `prefilled_*`, the pattern the log uses now (storage/log.py, "Writing into
+space already written"): a second pass of as many samples, each a pwrite over zeros written
+ahead and an fdatasync, with the zeros written and fsynced between samples in the log's chunks
+(PREFILL_CHUNK_BYTES, kept at most PREFILL_BYTES_MAX_DEFAULT ahead), as the idle log writer does;
+`prefilled_fill_cpu_us` is those writes' CPU spread over the samples.
 
 `--calls` compares ways of making the append durable, interleaved sample by sample (each in a file
 of its own, the order turned every sample) so that the machine's drift falls on all of them: `fsync`
 (write, then os.fsync: the floor), `fdatasync` (write, then os.fdatasync: the data and the size,
-not the timestamps), `dsync` (one write on a descriptor opened O_DSYNC). One JSON line per call.
+not the timestamps), `dsync` (one write on a descriptor opened O_DSYNC), `prefilled` (pwrite over
+zeros written ahead, then os.fdatasync: the log's pattern, the zeros written between samples and
+their CPU not counted in the sample). One JSON line per call.
 """
 
 from __future__ import annotations
@@ -33,6 +41,11 @@ import os
 import tempfile
 import time
 from typing import Any
+
+try:
+    from tidings.storage.log import PREFILL_BYTES_MAX_DEFAULT, PREFILL_CHUNK_BYTES
+except ImportError:  # an older checkout's log (bench/compare.py, A/B runs): measure the same pattern
+    PREFILL_BYTES_MAX_DEFAULT, PREFILL_CHUNK_BYTES = 2 << 20, 256 << 10
 
 # One event of (d): 100 bytes of payload, its channel and the record's header and CRC.
 RECORD_BYTES = 140
@@ -56,10 +69,60 @@ def summary(samples_us: list[float]) -> dict[str, Any]:
             "max_us": round(s[-1], 1) if s else None}
 
 
+class Prefilled:
+    """A file written as the log writes its active segment: records pwritten over zeros written
+    ahead (a chunk at a time, fsynced, while at least half a chunk is missing), made durable with
+    fdatasync. `fill` is the idle writer's part, `write` and `sync` a commit's."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDWR)
+        self.end = 0  # the records' end
+        self.file_bytes = 0
+        self.fill_cpu_ns = 0
+        self._zeros = bytes(PREFILL_CHUNK_BYTES)
+
+    def fill(self) -> None:
+        room = min(self.end + PREFILL_BYTES_MAX_DEFAULT, FILE_BYTES_MAX) - self.file_bytes
+        if room < PREFILL_CHUNK_BYTES // 2:
+            return
+        c0 = time.thread_time_ns()
+        size = min(room, PREFILL_CHUNK_BYTES)
+        os.pwrite(self.fd, self._zeros[:size], self.file_bytes)
+        os.fsync(self.fd)
+        self.file_bytes += size
+        self.fill_cpu_ns += time.thread_time_ns() - c0
+
+    def write(self, record: bytes) -> None:
+        if self.end + len(record) > FILE_BYTES_MAX:  # a new segment: back to the start of a fresh file
+            os.ftruncate(self.fd, 0)
+            os.fsync(self.fd)
+            self.end = self.file_bytes = 0
+        os.pwrite(self.fd, record, self.end)
+        self.end += len(record)
+
+    def sync(self) -> None:
+        if self.end > self.file_bytes:  # past the zeros: the size changes, a full fsync
+            os.fsync(self.fd)
+            self.file_bytes = self.end
+        else:
+            os.fdatasync(self.fd)
+
+
 def measure(directory: str, samples: int = SAMPLES, rate_per_s: float = RATE_PER_S,
-            record_bytes: int = RECORD_BYTES) -> dict[str, Any]:
+            record_bytes: int = RECORD_BYTES, prefilled: bool = True) -> dict[str, Any]:
     """Append + fsync `samples` times in a fresh file under `directory` (removed after); the
-    latency of each pair (write and fsync together: what the log writer does per group commit)."""
+    latency of each pair (write and fsync together: what the log writer does per group commit).
+    With `prefilled`, then as many samples of the log's pattern (`Prefilled`), as `prefilled_*`."""
+    out = _measure(directory, samples, rate_per_s, record_bytes, False)
+    if prefilled:
+        other = _measure(directory, samples, rate_per_s, record_bytes, True)
+        out.update({f"prefilled_{k}": other[k] for k in ("p50_us", "p90_us", "p99_us", "p999_us", "max_us",
+                                                          "cpu_p50_us", "cpu_p90_us", "fill_cpu_us")})
+    return out
+
+
+def _measure(directory: str, samples: int, rate_per_s: float, record_bytes: int,
+             prefilled: bool) -> dict[str, Any]:
     interval_ns = int(1e9 / rate_per_s) if rate_per_s > 0 else 0
     record = os.urandom(record_bytes)
     write_us: list[float] = []
@@ -67,9 +130,14 @@ def measure(directory: str, samples: int = SAMPLES, rate_per_s: float = RATE_PER
     cpu_us: list[float] = []  # the thread's CPU time in each pair: on a VM an fsync costs CPU, not only time
     os.makedirs(directory, exist_ok=True)
     fd, path = tempfile.mkstemp(prefix="fsync-floor-", suffix=".log", dir=directory)
+    log = None
     try:
         os.close(fd)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        if prefilled:
+            log = Prefilled(path)
+            fd = log.fd
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         written = 0
         t_next = time.perf_counter_ns()
         for _ in range(samples):
@@ -80,13 +148,22 @@ def measure(directory: str, samples: int = SAMPLES, rate_per_s: float = RATE_PER
                 t_next += interval_ns
             t0 = time.perf_counter_ns()
             c0 = time.thread_time_ns()
-            os.write(fd, record)
+            if log is not None:
+                log.write(record)
+            else:
+                os.write(fd, record)
             t1 = time.perf_counter_ns()
-            os.fsync(fd)
+            if log is not None:
+                log.sync()
+            else:
+                os.fsync(fd)
             cpu_us.append((time.thread_time_ns() - c0) / 1000)  # inside the wall span: never more than it
             t2 = time.perf_counter_ns()
             write_us.append((t1 - t0) / 1000)
             total_us.append((t2 - t0) / 1000)
+            if log is not None:
+                log.fill()  # the idle writer's, after the commit was reported: not in the sample
+                continue
             written += record_bytes
             if written >= FILE_BYTES_MAX:
                 os.ftruncate(fd, 0)
@@ -99,11 +176,14 @@ def measure(directory: str, samples: int = SAMPLES, rate_per_s: float = RATE_PER
     cpu = summary(cpu_us)
     out.update({"write_p50_us": summary(write_us)["p50_us"], "cpu_p50_us": cpu["p50_us"],
                 "cpu_p90_us": cpu["p90_us"], "record_bytes": record_bytes,
-                "rate_per_s": rate_per_s, "dir": directory, "call": "write+fsync"})
+                "rate_per_s": rate_per_s, "dir": directory,
+                "call": "pwrite over zeros+fdatasync" if log is not None else "write+fsync"})
+    if log is not None:
+        out["fill_cpu_us"] = round(log.fill_cpu_ns / 1000 / max(samples, 1), 1)
     return out
 
 
-CALLS = ("fsync", "fdatasync", "dsync")
+CALLS = ("fsync", "fdatasync", "dsync", "prefilled")
 
 
 def compare_calls(directory: str, calls: list[str], samples: int = SAMPLES, rate_per_s: float = RATE_PER_S,
@@ -118,12 +198,17 @@ def compare_calls(directory: str, calls: list[str], samples: int = SAMPLES, rate
     record = os.urandom(record_bytes)
     os.makedirs(directory, exist_ok=True)
     files: dict[str, tuple[int, str]] = {}
+    prefilled: Prefilled | None = None
     took: dict[str, list[float]] = {c: [] for c in calls}
     cpu: dict[str, list[float]] = {c: [] for c in calls}
     try:
         for call in calls:
             fd, path = tempfile.mkstemp(prefix=f"fsync-floor-{call}-", suffix=".log", dir=directory)
             os.close(fd)
+            if call == "prefilled":
+                prefilled = Prefilled(path)
+                files[call] = (prefilled.fd, path)
+                continue
             files[call] = (os.open(path, os.O_WRONLY | os.O_APPEND | (os.O_DSYNC if call == "dsync" else 0)), path)
         t_next = time.perf_counter_ns()
         for i in range(samples):
@@ -136,13 +221,19 @@ def compare_calls(directory: str, calls: list[str], samples: int = SAMPLES, rate
                 fd = files[call][0]
                 t0 = time.perf_counter_ns()
                 c0 = time.thread_time_ns()
-                os.write(fd, record)
+                if call == "prefilled" and prefilled is not None:
+                    prefilled.write(record)
+                    prefilled.sync()
+                else:
+                    os.write(fd, record)
                 if call == "fsync":
                     os.fsync(fd)
                 elif call == "fdatasync":
                     os.fdatasync(fd)
                 cpu[call].append((time.thread_time_ns() - c0) / 1000)
                 took[call].append((time.perf_counter_ns() - t0) / 1000)
+                if call == "prefilled" and prefilled is not None:
+                    prefilled.fill()
     finally:
         for fd, path in files.values():
             os.close(fd)

@@ -115,7 +115,8 @@ def catch_up(cluster: Cluster, channel: str, at: int, token: str, matching: list
 def one_round(rate: int, seconds: float, every: int, limit_s: float, root: int | None,
               merge_ticks: int | None, complete: bool = True) -> list[dict[str, Any]]:
     config = dict(LOCAL_LIVENESS) if merge_ticks is None else {**LOCAL_LIVENESS, "nack_merge_ticks": merge_ticks}
-    config["nack_complete"] = complete
+    if not complete:  # (else the brokers' default: complete nacks on)
+        config["nack_complete"] = False
     with tempfile.TemporaryDirectory(prefix="pfs-catchup-") as tmp, Cluster(Path(tmp), 3, config) as cluster:
         channel = channel_rooted_at(cluster, root)
         with sync.connect(cluster[2].address, follow_advice=False) as client:
@@ -141,8 +142,7 @@ def main() -> None:
     ap.add_argument("--root", type=int, choices=(0, 1, 2), help="the broker the tree is rooted at")
     ap.add_argument("--merge-ticks", type=int, help="the brokers' nack_merge_ticks (default: the configuration's)")
     ap.add_argument("--plain-nacks", action="store_true",
-                    help="the brokers' nack_complete off (their default; this bench turns it on unless told so): "
-                         "every nack plain (docs/delivery.md)")
+                    help="the brokers' nack_complete off (on by default): every nack plain (docs/delivery.md)")
     ap.add_argument("--out", default="bench/results/pfs_catchup_bench.jsonl")
     args = ap.parse_args()
     if args.rate < BATCH or args.seconds <= 0 or args.every < 1 or args.rounds < 1:

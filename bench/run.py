@@ -338,6 +338,10 @@ def show(line: dict[str, Any]) -> None:
         print(f"  r{line.get('round')} disk       fsync     p50={line.get('p50_us')}us p90={line.get('p90_us')}us "
               f"p99={line.get('p99_us')}us max={line.get('max_us')}us cpu p50={line.get('cpu_p50_us')}us "
               f"(write+fsync of {line.get('record_bytes')} B at {line.get('rate_per_s'):.0f}/s)", flush=True)
+        if line.get("prefilled_p50_us") is not None:  # the log's pattern (fsync_floor.py), beside the floor
+            print(f"  r{line.get('round')} disk       prefilled p50={line['prefilled_p50_us']}us "
+                  f"p99={line.get('prefilled_p99_us')}us cpu p50={line.get('prefilled_cpu_p50_us')}us "
+                  f"(pwrite over zeros+fdatasync, as the log writes)", flush=True)
         return
     if line.get("test", "").startswith("d-"):
         shown = f"p50={line.get('p50_us')}us p99={line.get('p99_us')}us"

@@ -1,12 +1,14 @@
 """Child process of test_event_log_crash: appends batches to an event log until it is killed.
 
-    python event_log_child.py DIR SEED SEGMENT_BYTES_MAX [native]
+    python event_log_child.py DIR SEED SEGMENT_BYTES_MAX [PREFILL | native]
 
 Prints `ready LAST_TICK` once the log is open, then after each completed `sync()` one line with the
 ticks that sync made durable, flushed at once: a line the parent has read is an acknowledgement.
-With `native`, the broker's native commit (aio/native_commit.py) does it: an event loop appends
-and asks for syncs without waiting (at most PENDING_MAX batches not yet durable), the committer
-thread fsyncs, and each report prints the batches it made durable.
+With PREFILL 1 it calls `prefill()` after every other sync, as the idle log writer does, so the
+appends go over zeros and most syncs are fdatasyncs. With `native`, the broker's native commit
+(aio/native_commit.py) does it: an event loop appends and asks for syncs without waiting (at most
+PENDING_MAX batches not yet durable), the committer thread fsyncs, and each report prints the
+batches it made durable.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def payload_for(tick: int) -> bytes:
 
 def main(argv: list[str]) -> None:
     directory, seed, segment_bytes_max = pathlib.Path(argv[1]), int(argv[2]), int(argv[3])
+    prefill = len(argv) > 4 and argv[4] == "1"
     rng = random.Random(seed)
     log = EventLog.open(directory, segment_bytes_max=segment_bytes_max)
     last = log.last_tick
@@ -50,6 +53,8 @@ def main(argv: list[str]) -> None:
         last = ticks[-1]
         out.write(" ".join(map(str, ticks)) + "\n")
         out.flush()
+        if prefill and last % 2:
+            log.prefill()
 
 
 async def native(log: EventLog, rng: random.Random, last: int, out: TextIO) -> None:

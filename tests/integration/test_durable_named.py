@@ -6,6 +6,7 @@ another pattern, a second connection, or a bad name with a clear error."""
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -75,6 +76,24 @@ def test_a_named_durable_subscription_resumes_after_what_it_acknowledged_even_af
                 wait_for(lambda: ("jobs", "worker") not in saved(home, origin.pubend), 10,
                          what="the ended subscription left the saved state")
             assert list(saved(home, origin.pubend)) == [("other", "worker")]
+
+
+def test_a_named_durable_subscription_back_after_the_skew_allowance_gets_what_was_published_meanwhile(tmp_path):
+    """A pubend it had never heard from before it left: its events published while it was away come
+    from the registration's checkpoint, not from "now" less the clock skew allowance (1 s). Resumed
+    more than that after them (a CLI started on a loaded machine), they were skipped."""
+    with Cluster(tmp_path / "cluster", 2, LOCAL_LIVENESS) as cluster:
+        origin, home = cluster[0], cluster[1]
+        with sync.connect(origin.address, follow_advice=False) as pub:
+            with sync.connect(home.address, service="jobs", follow_advice=False) as client:
+                client.subscribe("nm/#", durable="late")  # registered, then away
+            away = publish(pub, 4)
+            allowance_us = 1_000_000  # defaults.CLOCK_SKEW_ALLOWANCE_NS
+            wait_for(lambda: time.time_ns() // 1000 > away[-1] + 2 * allowance_us, 10,
+                     what="the wall clock is past the events by more than the allowance")
+            with sync.connect(home.address, service="jobs", follow_advice=False) as client:
+                sub = client.subscribe("nm/#", durable="late")
+                assert ticks(sub, 4) == away
 
 
 def tidings(*args):

@@ -8,9 +8,10 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from tidings.storage.slots import newest
 from tidings.testing import BrokerProcess, wait_for
 
-from .mqtt_io import V5, Mqtt
+from .mqtt_io import V5, V311, Mqtt
 
 pytestmark = pytest.mark.integration
 
@@ -50,9 +51,10 @@ def test_a_session_away_ends_when_its_interval_runs_out_and_a_reconnect_in_time_
 
 def expiries_saved(state: Path) -> list[object]:
     """The session expiries in the broker's saved `mqtt.state` (core/mqtt/exactly_once.py)."""
-    if not state.exists():
+    saved = newest(state)
+    if saved is None:
         return []
-    value = msgpack.unpackb(state.read_bytes(), strict_map_key=False)
+    value = msgpack.unpackb(saved, strict_map_key=False)
     return value[2] if len(value) > 2 else []
 
 
@@ -69,5 +71,33 @@ def test_a_sessions_expiry_outlives_a_kill_9_of_its_broker(tmp_path):
         again = session_of(broker, "brief")
         assert again.session_present is False
         again.close()
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("version", [V311, V5])
+def test_a_persistent_session_without_subscriptions_is_present_after_a_reconnect_and_a_kill_9(tmp_path, version):
+    """A publisher's persistent session holds no subscription, but it is a session (3.2.2.1.2: a client
+    told Session Present 0 discards its own state, its QoS 1 and 2 PUBLISHes not yet answered): Session
+    Present 1 after a reconnect and after a kill -9 of the broker; 0 after a Clean Start ended it."""
+    broker = BrokerProcess(tmp_path / "b", args=["--mqtt", "127.0.0.1:0"]).start()
+    try:
+        first = Mqtt(broker.mqtt_address, "pub-only", version, clean=False)
+        assert first.session_present is False
+        first.close()
+        again = Mqtt(broker.mqtt_address, "pub-only", version, clean=False)
+        assert again.session_present is True
+        wait_for(lambda: [row[1] for row in expiries_saved(tmp_path / "b" / "mqtt.state")] == ["pub-only"], 10,
+                 what="the session saved while connected")
+        broker.kill()
+        again.client.loop_stop()
+        broker.start()
+        after = Mqtt(broker.mqtt_address, "pub-only", version, clean=False)
+        assert after.session_present is True
+        after.close()
+        Mqtt(broker.mqtt_address, "pub-only", version, clean=True).close()
+        fresh = Mqtt(broker.mqtt_address, "pub-only", version, clean=False)
+        assert fresh.session_present is False
+        fresh.close()
     finally:
         broker.stop()

@@ -67,6 +67,10 @@ def test_qos1_deliveries_come_again_with_dup_under_their_ids_through_kill_9(tmp_
         sub.send(*(p.Puback(m.packet_id) for m in again))  # type: ignore[union-attr]
         publish_native(broker, "iq/end", b"end")
         [end] = sub.expect(1)
+        if end.payload == b"m0":  # type: ignore[union-attr]  # (again as a new message, after the resent ones
+            assert not end.dup  # type: ignore[union-attr]  # of its batch: inflight_ids.resume_saved)
+            sub.send(p.Puback(end.packet_id))  # type: ignore[union-attr]
+            [end] = sub.expect(1)
         assert isinstance(end, p.Publish) and end.payload == b"end" and not end.dup
         sub.close()
     finally:

@@ -64,3 +64,23 @@ def test_a_persistent_subscribers_qos2_flows_resume_under_their_packet_ids(tmp_p
         pub.close()
     finally:
         broker.stop()
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_takeover_resumes_the_open_connections_flows_under_their_packet_ids(tmp_path, version):
+    """The same persistent session, its connection still open, taken over by a new connection with
+    the same client id: the old one is closed (5.0: DISCONNECT 0x8E), and the new one gets what the
+    old one had in flight as a reconnect would (4.4): PUBREL and PUBLISH with DUP under their packet
+    identifiers, neither message again as a new one."""
+    broker = BrokerProcess(tmp_path / "b", args=["--mqtt", "127.0.0.1:0"]).start()
+    try:
+        old, pub, a, b = qos2_held(broker, version, "tk")
+        qos2_resumed(broker, version, "tk", a, b)
+        if version == 5:
+            [bye] = old.expect(1)
+            assert isinstance(bye, p.Disconnect) and bye.reason_code == 0x8E
+        assert old.closed()
+        old.close()
+        pub.close()
+    finally:
+        broker.stop()

@@ -1,7 +1,8 @@
 """Retained messages across a 3-broker overlay (issue 23; core/mqtt/retained.py): a retained PUBLISH
 at one broker reaches a new subscriber at another (with RETAIN 1, through a wildcard), an empty
 retained payload deletes it, and a kill -9 and restart of the publisher's broker keeps it (the
-restarted broker reads the retained events of the logs again)."""
+restarted broker reads the retained events of the logs again); a new subscriber gets each retained
+message once, though its subscription reaches back to the same event."""
 
 import queue
 import time
@@ -18,6 +19,8 @@ pytestmark = pytest.mark.integration
 DEADLINE_S = 30.0
 FAST_KDF = KdfParams(n=1 << 10)  # cheap scrypt, same protocol
 QUIET_S = 0.3  # a new subscription's retained messages come right after its SUBACK: then silence
+REACH_BACK_S = 0.8  # a SUBACK this soon after the retained PUBLISHes: they are in its reach-back (1 s)
+ATTEMPTS_MAX = 5
 
 
 def retained_at(address: str, topic_filter: str, client_id: str, version: int = V5,
@@ -133,3 +136,47 @@ def test_retained_messages_on_auth_brokers_without_anonymous_access(tmp_path):
         assert until_retained(cluster[1].mqtt_address, "sensors/+", wanted, "auth-sub", login=login["viewer"]) == wanted
         assert until_retained(cluster[0].mqtt_address, "sensors/#", wanted, "auth-here", V311,
                               login=login["viewer"]) == wanted
+
+
+def test_a_new_subscriber_on_another_broker_gets_each_retained_message_once(tmp_path):
+    """Issue 23 (/work/wt/scen2.py): retained messages published at A, then a subscription at B within
+    the clock-skew allowance (1 s) of them: it reaches back on A's pubend (docs/delivery.md "The start
+    point"), so each came twice, with RETAIN 1 (the retained copy) and RETAIN 0 (the live one). Now
+    once, with RETAIN 1: 3.1.1 and 5.0, clean and persistent sessions. A plain message published at
+    A after the SUBACK marks the end: A's events reach the subscription in A's order, so a live copy
+    comes before it."""
+    with Cluster(tmp_path, 3, LOCAL_LIVENESS, args=["--mqtt", "127.0.0.1:0"]) as cluster:
+        a, b = cluster[0], cluster[1]
+        pub = Mqtt(a.mqtt_address, "once-pub", V5)
+        try:
+            for version, clean in ((V311, True), (V5, True), (V311, False), (V5, False)):
+                for attempt in range(ATTEMPTS_MAX):
+                    prefix = f"once/{version}-{int(clean)}-{attempt}"
+                    wanted = [(f"{prefix}/t{i}", b"v%d" % i, True) for i in range(3)]
+                    held = b.status()["mqtt"]["retained_topics"]
+                    for topic, payload, _ in wanted:
+                        assert pub.publish(topic, payload, qos=1, retain=True) == 0
+                    published = time.monotonic()
+                    wait_for(lambda held=held: b.status()["mqtt"]["retained_topics"] >= held + 3, DEADLINE_S,
+                             what="the retained messages at B")
+                    sub = Mqtt(b.mqtt_address, f"once-{version}-{int(clean)}-{attempt}", version, clean=clean)
+                    try:
+                        assert sub.subscribe(f"{prefix}/#", qos=1) == [1]
+                        if time.monotonic() - published > REACH_BACK_S:  # (a loaded machine: not in reach)
+                            continue
+                        assert pub.publish(f"{prefix}/end", b"end", qos=1) == 0
+                        got = []
+                        deadline = time.monotonic() + DEADLINE_S
+                        while time.monotonic() < deadline:
+                            msg = sub.get(max(0.0, deadline - time.monotonic()))
+                            if msg.topic == f"{prefix}/end":
+                                break
+                            got.append((msg.topic, msg.payload, msg.retain))
+                        assert sorted(got) == wanted, (version, clean)
+                        break
+                    finally:
+                        sub.close()
+                else:
+                    pytest.fail(f"no SUBACK within {REACH_BACK_S} s of the PUBLISHes in {ATTEMPTS_MAX} attempts")
+        finally:
+            pub.close()

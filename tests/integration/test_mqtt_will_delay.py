@@ -9,6 +9,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from tidings.storage.slots import newest
 from tidings.testing import BrokerProcess, wait_for
 
 from .mqtt_io import V5, Mqtt
@@ -55,9 +56,10 @@ def test_a_delayed_will_goes_after_its_delay_and_one_is_cancelled_by_a_reconnect
 
 def wills_saved(state: Path) -> list[str]:
     """The client ids whose wills wait in the broker's saved `mqtt.state` (core/mqtt/will_saved.py)."""
-    if not state.exists():
+    saved = newest(state)
+    if saved is None:
         return []
-    value = msgpack.unpackb(state.read_bytes(), strict_map_key=False)
+    value = msgpack.unpackb(saved, strict_map_key=False)
     return sorted(row[1] for row in value[4]) if len(value) > 4 else []
 
 
@@ -98,6 +100,31 @@ def test_delayed_wills_survive_a_kill_9_of_their_broker(tmp_path):
         assert watcher.messages.empty()
         back.close()
         fresh.close()
+    finally:
+        watcher.close()
+        broker.stop()
+
+
+def test_a_takeover_within_the_will_delay_cancels_the_old_connections_will(tmp_path):
+    """A connection still open (its will delayed) is taken over by a new one of the same client id
+    (3.1.4): the old one ended without DISCONNECT, so its will waits, and the new connection, open
+    well within the delay, cancels it (3.1.3.2.2): it is never published. The session's subscription
+    goes on on the new connection."""
+    broker = BrokerProcess(tmp_path / "b", args=["--mqtt", "127.0.0.1:0"]).start()
+    watcher = Mqtt(broker.mqtt_address, "watcher", V5)
+    try:
+        assert watcher.subscribe("wills/#", qos=1) == [1]
+        old = Mqtt(broker.mqtt_address, "twice", V5, clean=False, will=("wills/twice", b"never", DELAY_S))
+        assert old.subscribe("tk/#", qos=1) == [1]
+        new = Mqtt(broker.mqtt_address, "twice", V5, clean=False)  # the old connection still open
+        wait_for(lambda: broker.status()["mqtt"]["connections"] == 2, 10, what="the old connection closed")
+        watcher.publish("tk/x", b"to the new one")
+        message = new.get(WAIT_S)
+        assert (message.topic, message.payload) == ("tk/x", b"to the new one")
+        wait_for(lambda: broker.status()["mqtt"]["wills_waiting"] == 0, 10, what="no will waiting")
+        assert broker.status()["mqtt"]["wills_published"] == 0
+        new.close()
+        old.close()
     finally:
         watcher.close()
         broker.stop()

@@ -53,7 +53,7 @@ def test_the_soak_seed_whose_forwarder_let_go_what_it_had_just_fetched():
     complete nacks (docs/delivery.md, "The failover soak's seed 203"). When the broker acknowledged
     again its highest ack from before they came back, the forwarder let go of what it had just
     fetched for it, and 5 events were still on their way when the quiet ended. (Complete nacks
-    are off by default, docs/delivery.md: this seed runs with them on.)"""
+    are on by default; this seed says so, whatever the default.)"""
     failed_over_cleanly(203, replace(CONFIG, nack_complete=True))
 
 

@@ -18,10 +18,12 @@ from tidings.core.config import BrokerConfig, ConfigError
 from tidings.core.durable.constream import Constream
 from tidings.core.durable.registrations import Registrations
 from tidings.core.reliability.istream import Istream
+from tidings.sim.clients import Subscriber
 from tidings.sim.delivery_scenario import (
     CONFIG,
     DURABLE_FAULTS,
     FAULTS,
+    MAIN_TREE,
     DeliveryRun,
     DeliveryScenario,
     churn_scenario,
@@ -353,7 +355,7 @@ def test_a_durable_subscriber_returning_to_its_broker_catches_up_from_the_pfs(se
 @pytest.mark.soak
 def test_pfs_catchups_through_forwarders_on_a_sweep():
     """The returning durable subscriber on ten more seeds, under each seed's faults, with complete
-    nacks on (`nack_complete`, off by default): its catchups' complete nacks had forwarders that had
+    nacks on (`nack_complete`, the default): its catchups' complete nacks had forwarders that had
     let the absence go fetch only the ticks named (their silence for it elsewhere was used), and
     nothing was missed, repeated or reordered."""
     silenced = 0
@@ -362,6 +364,38 @@ def test_pfs_catchups_through_forwarders_on_a_sweep():
         assert not result.problems, (seed, result.problems)
         silenced += result.stats["complete_nack_ticks_silenced"]
     assert silenced > 0
+
+
+class _OldestJoins(DeliveryRun):
+    """One more subscriber of the main tree, from the oldest retained event (start "start": tick 0
+    for other pubends, its broker's own log having released nothing), on the first subscriber's
+    broker once the stream there runs, so the stream is taken back to tick 0."""
+
+    def _churn(self, sub_at: list[int], pub_at: list[int]) -> None:
+        super()._churn(sub_at, pub_at)
+        sub = Subscriber(self.world, self.net, f"b{sub_at[0]}:7000", f"oldest@b{sub_at[0]}", MAIN_TREE, start="start")
+        sub.gaps_judged = True
+        sub.start(self.world.now)
+        self.subscribers.append(sub)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_subscription_from_the_oldest_event_is_repaired_through_complete_nacks(seed):
+    """A subscription from tick 0 beside a live one takes its broker's stream back ~1.7e15 ticks.
+    Complete nacks (on by default) are answered with exactly the ranges they name; chopped to
+    `nack_range_ticks_max` (60 s of ticks, 64 a nack), each round trip repaired 64 minutes of
+    ticks, and both subscriptions there stalled for good (the PLDB demo's Spark query from
+    "earliest" did this to the tuple store: docs/delivery.md). A complete nack now names each
+    unknown run whole."""
+    scenario = DeliveryScenario(seed=seed, brokers=8, subscribers=2, publishers=1, churn=0)
+    run = _OldestJoins(scenario, CONFIG)
+    result = run.execute()
+    assert CONFIG.nack_complete
+    assert not result.problems, result.problems
+    oldest = run.subscribers[-1]  # it also got what the pubend still held from before it subscribed
+    assert oldest.subscribed_at is not None
+    later = sum(1 for p in run.publishers for at in p.acked_at.values() if at > oldest.subscribed_at)
+    assert len(oldest.received) > later > 0
 
 
 def test_a_pfs_that_forgets_a_match_is_caught(monkeypatch):

@@ -22,6 +22,7 @@ from tidings.core.inputs import (
 )
 from tidings.core.publish.pubend import PendingBatch
 from tidings.core.session.client_session import ClientSession
+from tidings.core.synced import Synced
 from tidings.core.wire import messages
 
 
@@ -129,10 +130,10 @@ class Harness:
         return sub
 
 
-def as_batches(deliveries: list[tuple[int, str, Any, bytes]]) -> list[PendingBatch]:
+def as_batches(deliveries: list[tuple[int, str, Any, bytes]]) -> Synced:
     """A sync's events, each (tick, channel, attributes, record), as the one durable batch the
     pubend hands the trees (reliability/source.py `published`)."""
-    return [PendingBatch(0, 0, 0, [], list(deliveries), 0)]
+    return Synced([PendingBatch(0, 0, 0, [], list(deliveries), 0)])
 
 
 def delivered(msgs: list[Any]) -> list[tuple[int, int]]:

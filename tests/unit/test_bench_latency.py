@@ -24,7 +24,26 @@ def test_fsync_floor_measures_each_append_and_leaves_nothing(tmp_path: Path) -> 
     assert 0 < found["p50_us"] <= found["p90_us"] <= found["p99_us"] <= found["max_us"]
     assert found["write_p50_us"] <= found["p50_us"]
     assert 0 < found["cpu_p50_us"] <= found["p50_us"] and found["cpu_p50_us"] <= found["cpu_p90_us"]  # CPU within wall
+    assert found["call"] == "write+fsync"  # the floor
+    # beside it, the log's pattern: pwrite over zeros written ahead, fdatasync
+    assert 0 < found["prefilled_p50_us"] <= found["prefilled_p99_us"] <= found["prefilled_max_us"]
+    assert 0 < found["prefilled_cpu_p50_us"] <= found["prefilled_p50_us"] and found["prefilled_fill_cpu_us"] > 0
     assert list(tmp_path.iterdir()) == []  # the probe's file is gone
+
+
+def test_the_prefilled_pattern_writes_over_zeros_and_grows_only_past_them(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"")
+    log = fsync_floor.Prefilled(str(path))
+    log.write(b"a" * 10)
+    log.sync()  # past the (no) zeros: a full fsync, the size now durable
+    assert (log.end, log.file_bytes) == (10, 10)
+    log.fill()
+    assert log.file_bytes == 10 + fsync_floor.PREFILL_CHUNK_BYTES and path.stat().st_size == log.file_bytes
+    log.write(b"b" * 10)
+    log.sync()
+    assert path.stat().st_size == log.file_bytes and path.read_bytes()[:20] == b"a" * 10 + b"b" * 10
+    os.close(log.fd)
 
 
 def test_percentiles_are_nearest_rank_below_as_the_loads_take_them() -> None:
@@ -104,9 +123,9 @@ def test_the_watch_merges_slow_reads_into_one_episode_with_its_evidence(tmp_path
 
 
 def test_the_calls_compared_each_get_every_sample_and_leave_nothing(tmp_path: Path) -> None:
-    found = fsync_floor.compare_calls(str(tmp_path), ["fsync", "fdatasync", "dsync"], samples=20, rate_per_s=0,
-                                      record_bytes=64)
-    assert [f["call"] for f in found] == ["fsync", "fdatasync", "dsync"]
+    found = fsync_floor.compare_calls(str(tmp_path), ["fsync", "fdatasync", "dsync", "prefilled"], samples=20,
+                                      rate_per_s=0, record_bytes=64)
+    assert [f["call"] for f in found] == ["fsync", "fdatasync", "dsync", "prefilled"]
     assert all(f["samples"] == 20 and 0 < f["p50_us"] <= f["max_us"] for f in found)
     assert list(tmp_path.iterdir()) == []
     try:

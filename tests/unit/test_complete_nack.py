@@ -11,11 +11,11 @@ from tests.unit.test_reliability_filtering import PUBEND, TREE, knowledge, node,
 from tidings.core.config import BrokerConfig
 from tidings.core.reliability import messages
 from tidings.core.reliability.consumers import Consumer
-from tidings.core.reliability.curiosity import complete
+from tidings.core.reliability.curiosity import complete, named_whole
 from tidings.core.reliability.pieces import Piece
 from tidings.core.reliability.sparse import SparseSilence
 
-COMPLETE = BrokerConfig(nack_complete=True)  # (not the default: docs/delivery.md, complete nacks)
+COMPLETE = BrokerConfig(nack_complete=True)  # (the default, said here: these tests are about it)
 ASKED = ((600, 601), (800, 801))  # a PFS catchup's sparse nack: two matching ticks of 600..1000
 
 
@@ -70,6 +70,33 @@ def test_a_nack_is_complete_when_it_names_every_gap_of_its_span() -> None:
     assert complete(gaps, [(0, 5), (7, 8), (10, 20)])
     assert complete(gaps, [(10, 20), (30, 40)])  # (the span starts at the first range named)
     assert not complete(gaps, [(0, 5), (10, 20)])  # 7..8 was asked for before and left out
+
+
+def test_a_complete_nack_never_ends_inside_an_unknown_run_it_could_not_name_whole() -> None:
+    gaps = [(0, 5), (10, 20), (20, 30)]  # (10, 30] chopped in two, and it goes on past 30
+    assert named_whole(gaps, cut=True) == ([(0, 5)], True)  # left to the next nack
+    assert named_whole(gaps[1:], cut=True) == (gaps[1:], False)  # first: nacked plain
+    assert named_whole(gaps, cut=False) == (gaps, True)
+
+
+def test_a_subscription_from_tick_0_nacks_its_long_absence_plain() -> None:
+    """A forwarder answers a complete nack with exactly its ranges (64 of at most 60 s of ticks):
+    ~1.7e15 ticks unknown from a subscription from tick 0 would take ~470,000 round trips (the PLDB
+    demo's stall, docs/delivery.md). The run is nacked plain: the forwarder sends all after its start."""
+    width, far = BrokerConfig().nack_range_ticks_max, 1_700_000_000_000_000
+    gd, _ = node("f", "parent", [], config=COMPLETE)
+    gd.local_subscribe(0, 1, TREE, 0)
+    gd.event_arrived(1 * MS, TREE, knowledge(far, far + 10, {}, None), "parent")
+    got = first_nack(gd, [], 1_000 * MS)
+    assert got is not None and not got[1].complete
+    assert got[1].ranges[0] == (0, width) and len(got[1].ranges) == BrokerConfig().nack_ranges_max
+    gd, _ = node("f", "parent", [], config=COMPLETE)  # a gap before the long run: complete, without the run
+    gd.local_subscribe(0, 1, TREE, 0)
+    gd.event_arrived(1 * MS, TREE, knowledge(0, 10, {}, None), "parent")
+    gd.event_arrived(1 * MS, TREE, knowledge(20, 30, {}, None), "parent")
+    gd.event_arrived(1 * MS, TREE, knowledge(far, far + 10, {}, None), "parent")
+    got = first_nack(gd, [], 1_000 * MS)
+    assert got is not None and got[1].complete and got[1].ranges == ((10, 20),)
 
 
 def test_a_stream_with_more_gaps_than_a_nack_names_asks_for_the_rest_once_the_first_are_answered() -> None:

@@ -279,8 +279,11 @@ def test_junk_after_the_last_record_is_cut(tmp_path, tail):
         f.write(junk)
     with EventLog.open(tmp_path, segment_bytes_max=10_000) as log:
         assert read_all(log) == written
-        assert log.recovery.bytes_cut == len(junk)
-        assert log.recovery.problem is not None
+        if tail.startswith("zeros"):  # the end of the records, as prefilled space leaves it: no problem
+            assert (log.recovery.bytes_cut, log.recovery.problem) == (0, None)
+        else:
+            assert log.recovery.bytes_cut == len(junk)
+            assert log.recovery.problem is not None
         assert last.stat().st_size == size
         log.append(batch(21, 1))
     with EventLog.open(tmp_path) as log:
@@ -600,6 +603,8 @@ def test_reader_thread_never_sees_torn_or_disordered_records(tmp_path, with_rete
                 tick += count
                 if rng.random() < 0.3:
                     log.sync()
+                if rng.random() < 0.3:
+                    log.prefill()  # zeros past the records: never read
                 if with_retention and rng.random() < 0.05:
                     log.enforce_retention(0, 16 * 2048, HUGE)
         except BaseException as exc:
@@ -646,6 +651,148 @@ def test_reader_thread_never_sees_torn_or_disordered_records(tmp_path, with_rete
     log.close()
 
 
+# ---------------------------------------------------------------------------------------- prefilled space
+
+
+def test_prefill_writes_zeros_ahead_and_syncs_over_them_with_fdatasync(tmp_path, monkeypatch):
+    log = EventLog.open(tmp_path, prefill_bytes_max=1 << 20)
+    assert log.prefill() == 0  # nothing to write ahead of yet
+    written = fill(log, 10)
+    active = segment_files(tmp_path)[-1]
+    end = active.stat().st_size
+    assert log.prefill() == log_module.PREFILL_CHUNK_BYTES
+    assert active.stat().st_size == end + log_module.PREFILL_CHUNK_BYTES
+    calls: list[str] = []
+    monkeypatch.setattr(log_module.os, "fsync", lambda fd: calls.append("fsync"))
+    monkeypatch.setattr(log_module.os, "fdatasync", lambda fd: calls.append("fdatasync"))
+    more = batch(11, 5)
+    log.append(more)
+    log.sync()
+    assert calls == ["fdatasync"]  # size unchanged since the prefill's fsync: the data alone
+    assert active.stat().st_size == end + log_module.PREFILL_CHUNK_BYTES
+    assert read_all(log) == [*written, *more]  # never a zero past the records
+    assert log.read_span(0, HUGE, 15)[1] == active.read_bytes()[:log.segments()[-1].size_bytes]
+    monkeypatch.undo()
+    log.close()
+    assert active.stat().st_size == log.segments()[-1].size_bytes  # close cuts the zeros
+    with EventLog.open(tmp_path) as log:
+        assert read_all(log) == [*written, *more]
+        assert log.recovery == log_module.RecoveryReport()
+
+
+def test_prefill_refills_in_chunks_within_its_bound_and_the_segment(tmp_path):
+    chunk = log_module.PREFILL_CHUNK_BYTES
+    with EventLog.open(tmp_path / "a", segment_bytes_max=600_000, prefill_bytes_max=1 << 20) as log:
+        fill(log, 3)
+        size = log.segments()[-1].size_bytes
+        assert [log.prefill() for _ in range(4)] == [chunk, chunk, 600_000 - size - 2 * chunk, 0]
+        assert segment_files(tmp_path / "a")[-1].stat().st_size == 600_000  # the segment's end, no further
+    with EventLog.open(tmp_path / "b", prefill_bytes_max=300_000) as log:
+        fill(log, 3)
+        assert [log.prefill() for _ in range(2)] == [chunk, 0]  # less than half a chunk missing: not yet
+        fill(log, 1, size=200_000, per_batch=1)
+        assert log.prefill() == 300_000 - (chunk - 200_016)  # back up to the bound ahead of the records
+        assert log.prefill() == 0
+
+
+def test_a_record_past_the_zeros_grows_the_file_and_is_fsynced(tmp_path, monkeypatch):
+    log = EventLog.open(tmp_path, prefill_bytes_max=4096)
+    fill(log, 2)
+    assert log.prefill() == 4096
+    calls: list[str] = []
+    monkeypatch.setattr(log_module.os, "fsync", lambda fd: calls.append("fsync"))
+    monkeypatch.setattr(log_module.os, "fdatasync", lambda fd: calls.append("fdatasync"))
+    log.append(batch(3, 1, size=10_000))
+    log.sync()
+    log.append(batch(4, 1))
+    log.sync()
+    assert calls == ["fsync", "fsync"]  # the size changed: a full fsync until the next prefill's
+    monkeypatch.undo()
+    assert log.prefill() == 4096
+    log.append(batch(5, 1))
+    log.sync()
+    assert (log.fsyncs, log.fdatasyncs) == (5, 1)  # fill, 2 prefills, the 2 above; the last sync
+    log.close()
+
+
+def test_a_roll_cuts_the_closed_segment_back_to_its_records(tmp_path):
+    log = EventLog.open(tmp_path, segment_bytes_max=3000, prefill_bytes_max=1 << 20)
+    written = fill(log, 30, per_batch=3)
+    log.prefill()
+    first = segment_files(tmp_path)[0]
+    assert first.stat().st_size == 3000 or len(segment_files(tmp_path)) > 1
+    written += fill(log, 60, per_batch=3)
+    files = segment_files(tmp_path)
+    assert len(files) > 1
+    for info, path in zip(log.segments()[:-1], files, strict=False):
+        assert path.stat().st_size == info.size_bytes  # closed: no zeros, its summary fits
+    abandon(log)
+    with EventLog.open(tmp_path, segment_bytes_max=3000) as log:
+        assert read_all(log) == written
+        assert log.recovery.problem is None
+
+
+def test_kill_after_a_prefill_finds_the_end_of_the_records(tmp_path):
+    log = EventLog.open(tmp_path, prefill_bytes_max=1 << 20)
+    written = fill(log, 8)
+    log.prefill()
+    more = batch(9, 3)
+    log.append(more)
+    log.sync()
+    active = segment_files(tmp_path)[-1]
+    abandon(log)
+    assert active.stat().st_size > log.segments()[-1].size_bytes
+    with EventLog.open(tmp_path) as log:
+        assert read_all(log) == [*written, *more]
+        assert log.recovery == log_module.RecoveryReport()  # zeros are the end, not a problem
+        assert active.stat().st_size == log.segments()[-1].size_bytes
+        log.append(batch(12, 1))  # and the log goes on from there
+    with EventLog.open(tmp_path) as log:
+        assert read_all(log) == [*written, *more, *batch(12, 1)]
+
+
+@pytest.mark.parametrize("torn", ["header", "payload", "zero-header-then-data"])
+def test_a_torn_record_in_prefilled_space_is_cut(tmp_path, torn):
+    log = EventLog.open(tmp_path, prefill_bytes_max=1 << 20)
+    written = fill(log, 8)
+    log.prefill()
+    end = log.segments()[-1].size_bytes
+    active = segment_files(tmp_path)[-1]
+    abandon(log)
+    lost = bytes(record.encode(batch(9, 3), 8, end, HUGE, INDEX_INTERVAL_BYTES, batch=True)[0])
+    # torn before its last non-zero byte (a tear that misses only zeros leaves the record whole)
+    part = {"header": lost[:9], "payload": lost[:len(lost.rstrip(bytes(1))) - 1],
+            "zero-header-then-data": bytes(record.HEADER_BYTES) + lost[record.HEADER_BYTES:]}[torn]
+    with active.open("r+b") as f:  # what a crash can leave of an unsynced write over the zeros
+        f.seek(end)
+        f.write(part)
+    with EventLog.open(tmp_path) as log:
+        assert read_all(log) == written
+        assert log.recovery.problem is not None
+        assert log.recovery.bytes_cut > 0
+        assert active.stat().st_size == end
+
+
+def test_a_failed_prefill_turns_it_off_and_the_log_goes_on(tmp_path, monkeypatch):
+    log = EventLog.open(tmp_path, prefill_bytes_max=1 << 20)
+    written = fill(log, 4)
+
+    def full(fd, data, offset):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(log_module, "write_all", full)
+    assert log.prefill() == 0
+    monkeypatch.undo()
+    assert log.prefill_bytes_max == 0 and log.prefill() == 0
+    more = batch(5, 2)
+    log.append(more)
+    log.sync()
+    assert log.fdatasyncs == 0
+    log.close()
+    with EventLog.open(tmp_path) as log:
+        assert read_all(log) == [*written, *more]
+
+
 # ---------------------------------------------------------------------------------------- identity
 
 
@@ -685,10 +832,11 @@ class Model:
         self.synced_at: tuple[str, int] | None = None
         self.released = 0
 
-    def mark_synced(self, directory: pathlib.Path) -> None:
+    def mark_synced(self, directory: pathlib.Path, log: EventLog) -> None:
         self.synced = len(self.records)
         files = segment_files(directory)
-        self.synced_at = (files[-1].name, files[-1].stat().st_size) if files else None
+        # the records' end, not the file's: zeros prefilled past it are not records
+        self.synced_at = (files[-1].name, log.segments()[-1].size_bytes) if files else None
 
 
 def crash(directory: pathlib.Path, model: Model, rng: random.Random) -> None:
@@ -718,6 +866,7 @@ operations = st.lists(
         st.tuples(st.just("reopen")),
         st.tuples(st.just("crash"), st.integers(0, 2**32)),
         st.tuples(st.just("retain"), st.integers(0, 3000)),
+        st.tuples(st.just("prefill")),
     ),
     max_size=30,
 )
@@ -747,11 +896,14 @@ def test_random_appends_syncs_crashes_and_retention_match_the_model(ops, segment
                 tick = records[-1][0] + 1
             elif op[0] == "sync":
                 log.sync()
-                model.mark_synced(directory)
+                model.mark_synced(directory, log)
+            elif op[0] == "prefill":
+                if log.prefill():  # its fsync makes what was appended durable too
+                    model.mark_synced(directory, log)
             elif op[0] == "reopen":
                 log.close()
                 log = EventLog.open(directory, segment_bytes_max=segment_bytes_max)
-                model.mark_synced(directory)
+                model.mark_synced(directory, log)
             elif op[0] == "retain":
                 log.enforce_retention(0, op[1], HUGE)
                 model.released = log.released_through
@@ -766,7 +918,7 @@ def test_random_appends_syncs_crashes_and_retention_match_the_model(ops, segment
                 assert recovered == model.records[:len(recovered)]
                 assert len(recovered) >= model.synced
                 model.records = recovered
-                model.mark_synced(directory)  # recovery makes what it kept durable
+                model.mark_synced(directory, log)  # recovery makes what it kept durable
                 tick = max(tick, log.last_tick + 1)
             check_against(log, model)
         log.close()

@@ -24,15 +24,35 @@ US = 1_000_000
 def test_deadlines_are_the_end_plus_the_interval_and_read_back_from_their_rows():
     e = SessionExpiries()
     e.left(("svc", "a"), 2, 10 * US)
-    e.left(("svc", "b"), SESSION_NEVER_EXPIRES, 10 * US)  # never: not held here
+    e.left(("svc", "b"), SESSION_NEVER_EXPIRES, 10 * US)  # never: no deadline, but known
     e.left(("svc", "c"), 0, 11 * US)
     assert e.next_us() == 11 * US and e.changed
     again = SessionExpiries(e.rows())
     assert not e.changed and again.away == {("svc", "a"): 12 * US, ("svc", "c"): 11 * US}
     assert e.due(11 * US) == [("svc", "c")] and e.due(12 * US - 1) == []
-    e.back(("svc", "a"))
+    e.back(("svc", "a"), 2)
     assert e.next_us() is None and e.due(100 * US) == []
-    assert SessionExpiries(["junk", [1, 2, 3], ["s", "x", 5]]).away == {("s", "x"): 5}
+    assert SessionExpiries(["junk", [1, 2, 3], ["s", "x", 5], ["s", "y", -1, "z"]]).away == {("s", "x"): 5}
+
+
+def test_a_session_is_known_connected_away_and_through_a_restart_and_forgotten_by_a_clean_one():
+    """Session Present's record (3.2.2.1.2): a persistent session is known while connected, away with
+    a deadline or without one; after a restart, those connected at the last save are away from the
+    first wall time known; a connection that is not persistent ends it."""
+    e = SessionExpiries()
+    e.back(("svc", "pub"), 60)  # connected, persistent, no subscription needed
+    e.back(("svc", "old"), SESSION_NEVER_EXPIRES)  # 3.1.1 Clean Session 0
+    e.left(("svc", "gone"), 5, 10 * US)
+    assert all(e.known(("svc", k)) for k in ("pub", "old", "gone")) and not e.known(("svc", "other"))
+    again = SessionExpiries(e.rows())  # a kill -9, then the restart
+    assert all(again.known(("svc", k)) for k in ("pub", "old", "gone"))
+    assert again.next_us() == 15 * US  # (the connected one has no deadline until the wall time is known)
+    again.restarted(100 * US)
+    assert again.away == {("svc", "gone"): 15 * US, ("svc", "pub"): 160 * US}
+    assert again.present == {("svc", "old"): SESSION_NEVER_EXPIRES}
+    again.back(("svc", "pub"), None)  # a connection with Clean Start 1 that is not persistent
+    again.back(("svc", "old"), None)
+    assert not again.known(("svc", "pub")) and not again.known(("svc", "old")) and again.changed
 
 
 def test_the_deadlines_are_saved_with_the_qos2_keys_and_found_after_a_restart():

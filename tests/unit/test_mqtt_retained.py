@@ -3,14 +3,17 @@ order (tick, pubend), deleted by an empty payload, whatever order the events arr
 and, in process through the gateway (core/mqtt/gateway.py), a retained PUBLISH reaching a later
 subscriber with RETAIN 1, per retain handling."""
 
+import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.core.broker.advice import Reason
+from tidings.core.effects import Send
 from tidings.core.event import Event
 from tidings.core.inputs import ConnectionLost, TimerFired
 from tidings.core.mqtt import packets as p
-from tidings.core.mqtt.retained import CLOSED, OPEN, RetainedStore, size_of
+from tidings.core.mqtt.retained import CLOSED, LIVE_COPIES_WINDOW_US, OPEN, RetainedSent, RetainedStore, size_of
+from tidings.core.mqtt.subscriptions import MqttSub, MqttSubscriptions
 from tidings.core.wire import messages
 
 from .test_mqtt_gateway import Gate
@@ -133,7 +136,7 @@ def test_the_feed_leaves_when_the_broker_drains_so_the_drain_does_not_wait_for_i
 
 
 def test_one_subscribe_gets_at_most_its_share_of_retained_messages(monkeypatch):
-    monkeypatch.setattr("tidings.core.mqtt.session.RETAINED_PER_SUBSCRIBE_MAX", 2)
+    monkeypatch.setattr("tidings.core.mqtt.retained.RETAINED_PER_SUBSCRIBE_MAX", 2)
     g = ready_gate()
     g.connect(1)
     for i in range(3):
@@ -170,3 +173,102 @@ def test_a_retained_message_leaves_with_what_is_left_of_its_expiry_and_not_after
     g.h.wall_us = published_us + 11_000_000  # past its expiry: a new subscriber gets nothing
     g.connect(3)
     assert deliveries(g, 3, p.Subscribe(1, (p.TopicFilter("exp/#", 1),))) == []
+
+
+def fields(e: Event) -> list:
+    return [e.pubend, e.tick, e.channel, e.attributes, e.service, e.instance, e.payload]
+
+
+def test_the_live_copy_of_a_retained_copy_sent_is_dropped_and_then_let_go():
+    """A subscription sent a/b (p1 @ 20) and c (p2 @ 5) as retained copies: the same events, and older
+    ones of those topics from the same pubend, are dropped; others pass; a pubend past its horizon is
+    let go, and so is the whole once no pubend is left or the window passed."""
+    sent = RetainedSent([retained("a/b", b"2", 20), retained("c", b"c", 5, "p2")], wall_us=1_000)
+    assert sent.copy(fields(retained("a/b", b"2", 20))) == ("p1", 20)  # the same event
+    assert sent.copy(fields(retained("a/b", b"1", 10))) == ("p1", 10)  # older than the state it was given
+    assert sent.copy(fields(retained("a/b", b"x", 3, "p2"))) is None  # another pubend's (p2 kept: 3 <= 5)
+    assert sent.copy(fields(retained("a/c", b"x", 15))) is None  # a topic it was not sent
+    assert sent.copy(["p1", "not a tick", "a/b"]) is None and sent.copy("junk") is None  # (malformed: passed on)
+    assert not sent.over(1_000)
+    assert sent.copy(fields(retained("a/b", b"3", 21))) is None and "p1" not in sent.horizon  # p1 moved past
+    assert sent.copy(fields(retained("a/b", b"1", 10))) is None  # (p1 let go: nothing of it is looked at)
+    sent.silence({"p2": 4})
+    assert not sent.over(1_000)
+    sent.silence({"p2": 5})
+    assert sent.over(1_000)
+    timed = RetainedSent([retained("a/b", b"2", 20)], wall_us=1_000)
+    assert not timed.over(1_000 + LIVE_COPIES_WINDOW_US) and timed.over(1_001 + LIVE_COPIES_WINDOW_US)
+
+
+def test_a_persistent_subscription_counts_a_dropped_live_copy_as_done():
+    """Its acknowledged prefix moves past the dropped copy (else the session's RELEASE would stall)."""
+    subs = MqttSubscriptions()
+    entry = MqttSub("a/#", 1, 7, "name", retained_sent=RetainedSent([retained("a/b", b"2", 20)], 1_000))
+    subs._add(entry)
+    assert entry.durable is not None
+    entry.durable.started([0, [["p1", 10]]])
+    records = [fields(retained("a/b", b"2", 20)), fields(retained("a/c", b"n", 20)), fields(retained("a/b", b"3", 30))]
+    got = subs.deliver(messages.Events(7, records), 5, None, 1_000)
+    assert [(x[0][0], x[0][1]) if isinstance(x[0], tuple) else (x[0].topic, x[0].payload) for x in got] == [
+        ("a/c", b"n"), ("a/b", b"3")]
+    assert entry.retained_sent is None  # p1 moved past: nothing more is looked at
+    assert entry.durable.checkpoint is not None and entry.durable.checkpoint.to_wire()[1] == [["p1", 20]]
+
+
+def test_a_new_subscriber_gets_a_retained_event_once_though_the_reach_back_brings_it_again():
+    """Issue 23: a subscription reaches back on other pubends (the clock-skew allowance), so the event
+    it was just sent as a retained copy comes again on it as a live delivery (scen2: RETAIN 1, then
+    RETAIN 0). Here the reach-back's EVENTS are handed to the session as its broker sends them."""
+    g = ready_gate()
+    g.connect(1)
+    g.send(1, p.Publish("home/t", b"21", 1, retain=True, packet_id=1))
+    g.sync()
+    [event] = g.gw.retained.store.matching("home/#")
+    for conn, version in ((2, 5), (3, 4)):
+        g.connect(conn, version)
+        got = g.send(conn, p.Subscribe(1, (p.TopicFilter("home/+", 1),)))
+        assert [(x.topic, x.payload, x.retain) for x in got[1:]] == [("home/t", b"21", True)]
+        session = g.gw.sessions[conn]
+        sub = session.subscriptions.subs["home/+"].sub
+
+        def reach_back(*events: Event, session=session, sub=sub, conn=conn) -> list:
+            out: list = []
+            session.from_broker(messages.events(sub, [msgpack.packb(fields(e)) for e in events]), out, [])
+            return g.decoders[conn].feed(b"".join(x.data for x in out if isinstance(x, Send)))
+
+        older = Event(event.pubend, event.tick - 5, "home/t", {"mqtt.retain": True}, "mqtt", "c", b"20")
+        assert reach_back(older, event) == []  # older than the copy, and the copy itself: dropped
+        other = Event(event.pubend, event.tick, "home/u", {}, "mqtt", "c", b"u")  # (a made-up neighbour)
+        newer = Event(event.pubend, event.tick + 1, "home/t", {}, "mqtt", "c", b"22")
+        assert [(x.topic, x.payload, x.retain) for x in reach_back(other, newer)] == [
+            ("home/u", b"u", False), ("home/t", b"22", False)]
+        assert session.subscriptions.subs["home/+"].retained_sent is None  # let go: nothing more per delivery
+
+
+live_streams = st.lists(st.tuples(st.sampled_from(["a", "a/b", "c"]), st.sampled_from(["p1", "p2", "p3"]),
+                                  st.integers(0, 30)), max_size=40)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "a/b", "c"]), st.sampled_from(["p1", "p2"]), st.integers(0, 30)),
+                max_size=3, unique_by=lambda x: x[0]),
+       live_streams, st.randoms(use_true_random=False))
+def test_a_subscription_drops_exactly_the_live_events_at_or_below_a_copy_it_was_sent(copies, live, rnd):
+    """The model: a live event is dropped when it is of a topic sent, from the copy's pubend, at a tick
+    at or below the copy's; the live events come in each pubend's tick order, interleaved any way
+    (what the let-go of a pubend past its horizon relies on), and some SILENCEs between them."""
+    sent = {topic: (pubend, tick) for topic, pubend, tick in copies}
+    by_pubend = {pubend: sorted((e for e in live if e[1] == pubend), key=lambda e: e[2])
+                 for pubend in ("p1", "p2", "p3")}
+    stream: list = []
+    while any(by_pubend.values()):
+        pubend = rnd.choice([q for q, events in by_pubend.items() if events])
+        stream.append(by_pubend[pubend].pop(0))
+    held = RetainedSent([retained(topic, b"r", tick, pubend) for topic, pubend, tick in copies], 0)
+    kept = []
+    for topic, pubend, tick in stream:
+        kept += held.live([fields(retained(topic, b"l", tick, pubend))], None)
+        if rnd.random() < 0.2:
+            held.silence({pubend: tick - 1})  # (what came from it so far, and nothing up to this tick)
+    model = [(topic, pubend, tick) for topic, pubend, tick in stream
+             if not (topic in sent and sent[topic][0] == pubend and tick <= sent[topic][1])]
+    assert [(f[2], f[0], f[1]) for f in kept] == model

@@ -1,13 +1,17 @@
 """The intake's one pass over a PUBLISH (core/publish/batch.py): the compiled form (_batch.c) and the
 Python form give the same answer for any input, the Python form encodes as `encode_records` does,
-and a broker publishes the same records and answers through either."""
+and a broker publishes the same records and answers through either. A PUBLISH read in place from
+its frame (`scan`, `encode_frame`) is decoded and encoded as msgpack and the Python pass would, for
+any frame body: well formed, malformed, of other shapes or not msgpack at all."""
 
 from __future__ import annotations
 
 import gc
 import importlib.util
 import os
+import random
 import shutil
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,9 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.asan import run_under_asan
+from tidings.core.auth.guard import Guard
+from tidings.core.auth.policy import AuthPolicy, Limits
+from tidings.core.auth.rules import PUBLISH, AccessRules, Rule
+from tidings.core.errors import ProtocolError
 from tidings.core.event import encode_records
 from tidings.core.publish import batch
-from tidings.core.wire import messages
+from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import frame
 
 from .core_harness import Harness, delivered, of_type, refused
@@ -75,11 +83,15 @@ def encode_both(data: st.DataObject) -> None:
     args = (events, known, size_max, data.draw(text), data.draw(ticks), data.draw(text), data.draw(text),
             data.draw(st.booleans()))
     python = batch.encode_python(*args)
+    native = batch._native(*args) if COMPILED else None
     if COMPILED:
-        assert batch._native(*args) == python
+        assert native == python
     if python is None:
         return
-    records, deliveries, size, channel = python
+    records, deliveries, size, channel, acked = python
+    assert acked == [t for t, _ in records]
+    if native is not None:  # the ACK's ticks are the pairs' own ints: no new int per event
+        assert all(a is t for a, (t, _) in zip(native[4], native[0], strict=True))
     assert records == encode_records(msgpack.Packer().pack, args[3], args[4], events, args[5], args[6], args[7])  # type: ignore[arg-type]
     assert size == sum(len(rec) for _, rec in records)
     names = {ev[0] for ev in events}  # type: ignore[index]
@@ -167,7 +179,7 @@ def test_the_compiled_pass_leaves_its_tuples_to_the_collector_untracked() -> Non
     known = {"a/b": None, "c": None}
     encoded = batch._native([["a/b", {}, b"x"], ["c", {}, b"y"]], known, 10, "p", 5, "s", "i", False)
     assert encoded is not None
-    records, deliveries, _, _ = encoded
+    records, deliveries, _, _, _ = encoded
     assert deliveries is not None and not any(gc.is_tracked(t) for t in [*records, *deliveries])
     one = batch._native([["a/b", {}, b"x"], ["a/b", {}, b"y"]], known, 10, "p", 5, "s", "i", False)
     assert one is not None and one[1] is None and not any(gc.is_tracked(t) for t in one[0])
@@ -179,3 +191,204 @@ def test_the_compiled_pass_under_address_sanitizer(tmp_path: Any) -> None:
     in a child Python (libasan preloaded; CPython's own allocations are not leak-checked)."""
     run_under_asan(tmp_path, os.path.join(os.path.dirname(batch.__file__), "_batch.c"), "TIDINGS_TEST_BATCH_ASAN",
                    f"{__file__}::test_the_compiled_and_python_passes_agree_for_long")
+
+
+# ---- a PUBLISH read in place from its frame (batch.scan, batch.encode_frame) --------------------------
+
+
+def loose(value: object, rng: random.Random) -> bytes:
+    """`value` as msgpack, each header at random either the smallest (as msgpack packs it) or a
+    wider one that is as valid: what another client library may send."""
+    wide = rng.random() < 0.5
+    if type(value) is list:
+        head = struct.pack(">BH", 0xdc, len(value)) if wide else _array_head(len(value))
+        return head + b"".join(loose(v, rng) for v in value)
+    if type(value) is dict and wide:
+        return struct.pack(">BH", 0xde, len(value)) + b"".join(loose(k, rng) + loose(v, rng) for k, v in value.items())
+    if type(value) is str and wide:
+        raw = value.encode("utf-8", "surrogatepass")
+        return struct.pack(">BI", 0xdb, len(raw)) + raw
+    if type(value) is bytes and wide:
+        return struct.pack(">BI", 0xc6, len(value)) + value
+    if type(value) is int and wide and 0 <= value < 2**64:
+        return struct.pack(">BQ", 0xcf, value)
+    return bytes(msgpack.packb(value))
+
+
+def _array_head(n: int) -> bytes:
+    return bytes([0x90 | n]) if n < 16 else struct.pack(">BH", 0xdc, n) if n < 0x10000 else struct.pack(">BI", 0xdd, n)
+
+
+def mutated(body: bytes, rng: random.Random) -> bytes:
+    """`body` with one change: cut short, a byte changed, a byte inserted, or bytes after its end."""
+    at = rng.randrange(len(body) + 1)
+    how = rng.randrange(4)
+    if how == 0:
+        return body[:at]
+    if how == 1 and at < len(body):
+        return body[:at] + bytes([rng.randrange(256)]) + body[at + 1:]
+    if how == 2:
+        return body[:at] + bytes([rng.randrange(256)]) + body[at:]
+    return body + bytes(rng.randrange(256) for _ in range(rng.randrange(1, 4)))
+
+
+seqs = st.one_of(st.integers(0, 300), st.integers(0, 300), st.integers(0, 2**16 + 2), st.integers(0, 2**32 + 2),
+                 st.integers(2**63 - 2, 2**64 + 2), st.integers(-300, -1))
+channels_ascii = st.one_of(st.sampled_from(KNOWN[:6]), st.sampled_from(["a/b", "b/a", "a/a"]),
+                           st.text(alphabet="ab/", max_size=4), st.text(alphabet="ab/é", max_size=3))
+
+
+@st.composite
+def bodies(draw: st.DrawFn) -> bytes:
+    """A PUBLISH frame body, most of them in the common shape, many not."""
+    if draw(st.sampled_from([True, True, True, False])):
+        events: list[object] = draw(st.lists(st.builds(lambda ch, pl: [ch, {}, pl], channels_ascii, payloads),
+                                             max_size=12))
+    else:
+        events = draw(st.lists(st.one_of(good_event, odd_event), max_size=12))
+    message: list[object] = [messages.ClientType.PUBLISH, draw(seqs), events]
+    shape = draw(st.sampled_from(["plain", "plain", "plain", "loose", "loose", "mutated", "producer", "other",
+                                  "bytes"]))
+    if shape == "producer":
+        message.append(draw(text))
+    elif shape == "other":
+        message[0] = draw(st.sampled_from([messages.ClientType.SUBSCRIBE, 0, 127, 200, -1]))
+    elif shape == "bytes":
+        return draw(st.binary(max_size=40))
+    try:
+        body = bytes(msgpack.packb(message))
+    except (ValueError, OverflowError, UnicodeEncodeError):  # a seq msgpack cannot pack, a surrogate
+        return draw(st.binary(max_size=40))
+    rng = draw(st.randoms(use_true_random=False))
+    if shape == "loose":
+        return loose(message, rng)
+    if shape == "mutated":
+        return mutated(body, rng)
+    return body
+
+
+def decoded(body: bytes, on: bool) -> object:
+    """What the decoder makes of `body`, with the compiled pass `on` or off: a message, or the
+    error's code and text."""
+    was = batch.native()
+    batch.use_native(on)
+    try:
+        return decoders.decode_client_message(body)
+    except ProtocolError as exc:
+        return exc.code, str(exc), exc.fatal
+    finally:
+        batch.use_native(was)
+
+
+def read_in_place_as_decoded(data: st.DataObject) -> None:
+    body = data.draw(bodies())
+    python = decoded(body, False)
+    native = decoded(body, True)
+    assert not isinstance(python, messages.Publish) or python.frame is None  # (the Python path decodes all)
+    if not isinstance(native, messages.Publish) or native.frame is None:
+        assert native == python
+        return
+    assert isinstance(python, messages.Publish)  # scan took it: msgpack decodes it to the same message
+    assert (native.seq, native.producer, native.count) == (python.seq, None, len(python.events))
+    assert all(type(ev) is list and [type(v) for v in ev] == [str, dict, bytes] and ev[1] == {}
+               for ev in python.events)
+    names = [ev[0] for ev in python.events]  # type: ignore[index]
+    if data.draw(st.sampled_from([False, False, False, True])):  # (most on known channels: records are built)
+        names = data.draw(st.lists(channels_ascii, max_size=4)) + KNOWN[:3]
+    known: dict[str, Any] = dict.fromkeys(names, None)
+    args = (known, data.draw(st.sampled_from([0, 40, 256, 65536])), data.draw(text), data.draw(ticks),
+            data.draw(text), data.draw(text), data.draw(st.booleans()))
+    assert native.frame is not None
+    expected = batch.encode_python(python.events, *args)
+    assert batch.encode_frame(native.frame, native.at, native.count, *args) == expected
+    assert native == python and native.events == python.events  # (decoded only now, when asked)
+
+
+@settings(SLOW_OK, max_examples=EXAMPLES * 2)
+@given(st.data())
+def test_a_publish_read_in_place_is_the_one_msgpack_decodes_and_encodes_the_same(data: st.DataObject) -> None:
+    read_in_place_as_decoded(data)
+
+
+@pytest.mark.soak
+@settings(SLOW_OK, max_examples=SOAK_EXAMPLES)
+@given(st.data())
+def test_a_publish_read_in_place_is_the_one_msgpack_decodes_for_long(data: st.DataObject) -> None:
+    read_in_place_as_decoded(data)
+
+
+def test_the_client_librarys_publish_is_read_in_place_and_decoded_only_when_asked() -> None:
+    if not COMPILED:
+        pytest.skip("the compiled pass is not built here")
+    events = [["a/b", {}, b"x" * 100] for _ in range(100)]
+    body = messages.publish(7, events)[4:]  # (the frame's header off)
+    msg = decoders.decode_client_message(body)
+    assert isinstance(msg, messages.Publish) and msg.frame == body and msg.count == 100 and msg.seq == 7
+    assert msg._events is None
+    assert batch.scan(bytearray(body)) is None  # type: ignore[arg-type]  # (kept: must not change under it)
+    encoded = batch.encode_frame(msg.frame, msg.at, msg.count, {"a/b": None}, 100, "p", 9, "s", "i", False)
+    assert encoded is not None and encoded[3] == "a/b" and msg._events is None
+    assert msg.events == events
+    for other in ([["a/b", {"k": 1}, b"x"]], [["é", {}, b"x"]], [["a/b", {}, "x"]], []):  # left to msgpack
+        assert decoders.decode_client_message(messages.publish(7, other)[4:]).frame is None  # type: ignore[union-attr]
+    assert decoders.decode_client_message(messages.publish(7, events, "producer")[4:]).frame is None  # type: ignore[union-attr]
+
+
+def test_a_frame_on_several_channels_is_encoded_as_its_decoded_events() -> None:
+    """Runs of channels of the same length, alternating, and one unknown channel after known ones."""
+    known: dict[str, Any] = dict.fromkeys(["a/b", "b/a", "a/a", "c"], None)
+    for names in (["a/b", "b/a"], ["a/b", "a/b", "b/a", "a/b"], ["c", "a/a", "a/a", "c"], ["a/b", "a/b", "a/c"]):
+        events: list[object] = [[name, {}, bytes([i])] for i, name in enumerate(names)]
+        body = messages.publish(3, events)[4:]
+        msg = decoders.decode_client_message(body)
+        assert isinstance(msg, messages.Publish)
+        if COMPILED:
+            assert msg.frame is not None
+        args = (known, 10, "p", 5, "s", "i", True)
+        expected = batch.encode_python(events, *args)
+        assert batch.encode_frame(body, msg.at, len(events), *args) == expected
+        assert (expected is None) == ("a/c" in names)
+
+
+def guards() -> dict[str, Guard | None]:
+    """An open broker, one whose rules refuse a channel, one with a publish rate of 5 events a second."""
+    rules = AccessRules([Rule("anonymous", PUBLISH, True, "a/#"), Rule("anonymous", PUBLISH, True, "x/#")])
+    return {"open": None,
+            "rules": Guard(AuthPolicy({}, rules, None, True, Limits()), lambda n: b"n" * n),
+            "rate": Guard(AuthPolicy({}, AccessRules([]), None, True, Limits(publish_events_per_s=5)),
+                          lambda n: b"n" * n)}
+
+
+def broker_run(bodies_sent: list[bytes], guard: str, on: bool) -> tuple[list[tuple[int, bytes]], list[bytes]]:
+    """The records a broker logs and the bytes it sends its publisher for `bodies_sent` (a PUBLISH
+    that makes two channels known first), through the compiled pass or the Python one."""
+    was = batch.native()
+    batch.use_native(on)
+    try:
+        h = Harness(guard=guards()[guard])
+        h.connect(1)
+        h.inbox(1)
+        h.publish(1, ("a/b", b"first", {}), (KNOWN[3], b"first", {}))
+        for body in bodies_sent:
+            h.send(1, frame(body))
+            h.sync()
+            h.run_until(h.now + 2 * h.broker.config.refusal_window_ns)  # (refusals held, rates refilled)
+        return h.records, h.sent.get(1, [])
+    finally:
+        batch.use_native(was)
+
+
+@settings(SLOW_OK, max_examples=EXAMPLES // 4)
+@given(st.lists(bodies(), min_size=1, max_size=4), st.sampled_from(["open", "open", "rules", "rate"]))
+def test_a_broker_logs_and_answers_any_publish_frame_the_same_through_either_pass(sent: list[bytes],
+                                                                                   guard: str) -> None:
+    assert broker_run(sent, guard, True) == broker_run(sent, guard, False)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(1200)  # (the sanitized child is several times slower than the plain build)
+def test_the_frame_pass_under_address_sanitizer(tmp_path: Any) -> None:
+    """scan and encode_frame (_batch.c) built with AddressSanitizer and UBSan, the long comparison
+    of frames read in place run against them."""
+    run_under_asan(tmp_path, os.path.join(os.path.dirname(batch.__file__), "_batch.c"), "TIDINGS_TEST_BATCH_ASAN",
+                   f"{__file__}::test_a_publish_read_in_place_is_the_one_msgpack_decodes_for_long")

@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 from tidings.core.effects import ReadLog
 from tidings.core.event import TICK_MAX
 from tidings.core.inputs import LogState
+from tidings.core.publish.pubend import PendingBatch
 from tidings.core.reliability import messages, source_knowledge
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig
+from tidings.core.synced import Synced
 
 from .core_harness import as_batches
 
@@ -368,16 +370,47 @@ def _chunks_reference(ticks: list[int], bodies: list[bytes], after: int, through
     return [*out, (after, through, tuple(ticks[start:]), tuple(bodies[start:]))]
 
 
-@given(st.lists(st.integers(1, 30), max_size=40), st.integers(1, 80), st.integers(1, 6))
+@given(st.lists(st.integers(1, 30), max_size=40), st.integers(1, 80), st.integers(1, 6), st.booleans())
 def test_knowledge_is_cut_into_messages_as_record_by_record(sizes: list[int], bytes_max: int,
-                                                             records_max: int) -> None:
+                                                             records_max: int, sized: bool) -> None:
+    """... whether the caller counted the records' bytes (`size`) or not; each message carries its
+    records' bytes for the flow window, exactly."""
     writer = source_knowledge.KnowledgeWriter("p", "me:1", bytes_max, lambda channel: [channel])
     ticks, bodies = list(range(10, 10 + len(sizes))), [bytes(n) for n in sizes]
     was = source_knowledge.RECORDS_MAX
     source_knowledge.RECORDS_MAX = records_max
     try:
-        got = [(m.message.after, m.message.through, m.message.ticks, m.message.records)
-               for m in writer.chunked_columns("a", 5, 100, ticks, bodies, retransmit=False)]
+        made = writer.chunked_columns("a", 5, 100, ticks, bodies, retransmit=False, size=sum(sizes) if sized else None)
     finally:
         source_knowledge.RECORDS_MAX = was
+    got = [(m.message.after, m.message.through, m.message.ticks, m.message.records) for m in made]
     assert got == _chunks_reference(ticks, bodies, 5, 100, bytes_max, records_max)
+    assert [m.records_bytes for m in made] == [sum(map(len, m.message.records)) for m in made]
+
+
+def _held(deliveries: list[tuple[int, str, dict[str, object], bytes]], cuts: int) -> Synced:
+    """The same sync as `as_batches`', as the intake holds a PUBLISH on one channel without
+    attributes: batches of the Append's (tick, record) pairs (core/publish/pubend.py)."""
+    size = -(-len(deliveries) // cuts)
+    return Synced([PendingBatch(k, 0, k, [], [], sum(len(rec) for _, _, _, rec in deliveries[at:at + size]),
+                                channel=deliveries[0][1],
+                                records=[(tick, rec) for tick, _, _, rec in deliveries[at:at + size]])
+                   for k, at in enumerate(range(0, len(deliveries), size))])
+
+
+@given(st.integers(1, 60), st.integers(1, 4), st.integers(40, 400))
+def test_a_sync_on_one_channel_held_as_records_gives_the_trees_the_same_knowledge(count: int, cuts: int,
+                                                                                 bytes_max: int) -> None:
+    """A sync whose batches hold the Append's records (one channel, no attributes) reaches every
+    tree of its channel as the same messages as the same events held one by one, cut at the same
+    records (the sync's bytes counted once)."""
+    config = SourceConfig(silence_interval_ns=10, stream_idle_ns=1000, recovery_ns=10**9, read_bytes_max=1 << 20,
+                          reads_max=4, trees_max=100, knowledge_bytes_max=bytes_max)
+    deliveries: list[tuple[int, str, dict[str, object], bytes]] = [(t, "a", {}, record(t, "a"))
+                                                                   for t in range(5, 5 + count)]
+    outs = [Source("p", "me:1", config, lambda channel: [channel, "#"]).published(0, synced, 5 + count + 3)
+            for synced in (as_batches(deliveries), _held(deliveries, cuts))]
+    assert [(e.tree, e.message) for e in outs[0]] == [(e.tree, e.message) for e in outs[1]]
+    assert {e.tree for e in outs[1]} == {"a", "#"}
+    assert all(isinstance(e, PublishOnTree) and e.records_bytes == sum(map(len, e.message.records))
+               for e in outs[1])

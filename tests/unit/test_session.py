@@ -54,3 +54,17 @@ def test_welcome_sets_broker_limits():
     s = ClientSession("svc", "i")
     s.receive(messages.welcome({"pubend": "p1", "frame_bytes_max": 1000, "event_bytes_max": 10}))
     assert (s.pubend, s.frame_bytes_max, s.event_bytes_max) == ("p1", 1000, 10)
+
+
+def test_acks_passed_over_undecoded_only_when_asked():
+    """`receive(acks=False)` (an MQTT QoS 0 publisher's session) drops ACK frames, with or without
+    duplicates, and nothing else: the frames around them come in order, and a split frame is whole."""
+    s = ClientSession("svc", "i")
+    frames = (messages.ack(1, "p1", [7]) + messages.subscribed(3, 0) + messages.ack(2, "p1", [8, None], [1])
+              + messages.error("bad-message", "no"))
+    kinds = [type(m).__name__ for m in s.receive(frames[:5]) + s.receive(frames[5:], acks=False)]
+    assert kinds == ["Subscribed", "Error"]
+    kept = ClientSession("svc", "i").receive(frames)
+    assert [type(m).__name__ for m in kept] == ["Ack", "Subscribed", "Ack", "Error"]
+    assert [(m.seq, m.ticks, m.duplicates) for m in kept if isinstance(m, messages.Ack)] == [(1, [7], []),
+                                                                                              (2, [8, None], [1])]

@@ -3,7 +3,13 @@
 import threading
 import time
 
-from tidings.aio.storage_worker import INLINE_RUN_COMMITS, INLINE_SYNC_NS_MAX, StorageWorker, log_state
+from tidings.aio.storage_worker import (
+    INLINE_RUN_COMMITS,
+    INLINE_SYNC_NS_MAX,
+    PREFILL_COMMIT_BYTES_MAX,
+    StorageWorker,
+    log_state,
+)
 from tidings.core.inputs import TICK_MARKS
 from tidings.storage import EventLog, StorageError
 
@@ -208,3 +214,71 @@ def test_a_slow_fsync_leaves_the_next_commits_to_the_writer(tmp_path):
         worker.stop()
         assert [t for t, _ in here] == [1, 3]
         assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]
+
+
+def _commit(worker, synced, token, payload=b"x"):
+    """Append and Sync `token` on the writer; the seconds until it was reported (10 s at most)."""
+    began = time.monotonic()
+    worker.append([(token, payload)])
+    worker.sync(token)
+    until = began + 10
+    while token not in synced and time.monotonic() < until:
+        time.sleep(0.001)
+    assert token in synced
+    return time.monotonic() - began
+
+
+def test_large_back_to_back_commits_are_paced_and_small_or_quiet_ones_are_not(tmp_path):
+    """Large commits that follow each other closely (the clock does not move): the first two run at
+    once, from the third on each waits until pace_ns after the last ended; after a small commit, or
+    a quiet one, the next never waits."""
+    clock, synced = _Clock(), []
+    pace_s = 0.05
+    large = bytes(PREFILL_COMMIT_BYTES_MAX + 1)
+    with EventLog.open(tmp_path / "log") as log:
+        worker = StorageWorker(log, lambda t, st: synced.append(t), lambda st: None, lambda exc: None,
+                               clock=clock, pace_ns=int(pace_s * 1e9), prefill=False)
+        worker.start()
+        took = [_commit(worker, synced, token, large) for token in (1, 2, 3, 4)]
+        assert worker.paced == 2 and min(took[2:]) >= pace_s
+        _commit(worker, synced, 5, b"small")  # paced: the last one was large
+        _commit(worker, synced, 6, large)  # not paced: the last one was small
+        assert worker.paced == 3
+        clock.now_ns += 10**9  # quiet
+        _commit(worker, synced, 7, large)
+        assert worker.paced == 3
+        worker.stop()
+        assert [t for t, _ in log.read(0, 1 << 30)] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_the_writer_prefills_after_quiet_small_commits_only(tmp_path):
+    """After a quiet commit of at most PREFILL_COMMIT_BYTES_MAX, with nothing queued, the writer
+    prefills the log: the next commit is an fdatasync over the zeros. After a larger commit, or one
+    that followed the last closely, it leaves the log alone."""
+    clock, synced = _Clock(), []
+    segment = tmp_path / "log"
+    with EventLog.open(segment) as log:
+        worker = StorageWorker(log, lambda t, st: synced.append(t), lambda st: None, lambda exc: None,
+                               clock=clock, pace_ns=0)
+        worker.start()
+
+        def commit(token, payload=b"x", quiet=True):
+            if quiet:
+                clock.now_ns += 10**9
+            _commit(worker, synced, token, payload)
+            assert _drained(worker)
+
+        commit(1)
+        assert log.prefill_bytes_max and (log.fsyncs, log.fdatasyncs) == (2, 0)  # the commit's, the prefill's
+        commit(2)
+        assert log.fdatasyncs == 1
+        files = sorted(segment.glob("*.seg"))
+        assert files[-1].stat().st_size > log.segments()[-1].size_bytes  # zeros ahead
+        commit(3, bytes(3 << 20))  # past the zeros, and large
+        assert files[-1].stat().st_size == log.segments()[-1].size_bytes  # no prefill after it
+        commit(4, quiet=False)  # small, but close behind the last (the clock stands still)
+        assert files[-1].stat().st_size == log.segments()[-1].size_bytes
+        commit(5, bytes(PREFILL_COMMIT_BYTES_MAX - 100))
+        assert files[-1].stat().st_size > log.segments()[-1].size_bytes  # quiet and small: zeros ahead
+        worker.stop()
+        assert [t for t, _ in log.read(0, 1 << 30)] == [1, 2, 3, 4, 5]

@@ -12,9 +12,13 @@ A password's scrypt (about 80 ms) never runs on the event loop: the gateway asks
 (`DeriveKey`, core/mqtt/derivations.py, which bounds how many are asked for at once), a pool of
 `DERIVE_WORKERS` threads runs it (hashlib.scrypt releases the GIL) and the result comes back to the
 gateway on the loop (`KeyDerived`), through the driver like any input. The persistent sessions'
-QoS 2 keys (core/mqtt/exactly_once.py) are saved the same way: `SaveMqttState` written atomically to
-the data directory's `mqtt.state` by one thread (so in order), `MqttStateSaved` back on the loop, and
-the PUBCOMPs that waited for it go.
+QoS 2 keys (core/mqtt/exactly_once.py) are saved the same way: `SaveMqttState` written by one thread
+(so in order) into the data directory's `mqtt.state` slots (storage/slots.py: one fdatasync a save),
+`MqttStateSaved` back on the loop, and the PUBCOMPs that waited for it go.
+
+A publisher's runs of plain PUBLISH packets are read in C where core/mqtt/_publishes.c was built
+(the same fields as the Python reader's: core/mqtt/codec.py); TIDINGS_NATIVE_MQTT=0 reads them in
+Python.
 """
 
 from __future__ import annotations
@@ -34,15 +38,16 @@ from tidings.core.auth.credentials import salted_key
 from tidings.core.effects import Effect
 from tidings.core.errors import TidingsError
 from tidings.core.inputs import Accepted, Input
+from tidings.core.mqtt import codec
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import DeriveKey, KeyDerived
 from tidings.core.mqtt.exactly_once import MqttStateSaved, SaveMqttState
 from tidings.core.mqtt.gateway import MqttGateway
-from tidings.storage.files import read_small_file, write_atomically
+from tidings.storage.slots import SlotPair
 
 DERIVE_WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))  # scrypt threads (16 MiB each while running),
 # a core left for the event loop
-STATE_FILE = "mqtt.state"  # the persistent sessions' QoS 2 keys (core/mqtt/exactly_once.py)
+STATE_FILE = "mqtt.state"  # the persistent sessions' QoS 2 keys (core/mqtt/exactly_once.py): its slots .0, .1
 log = logging.getLogger("tidings.mqtt")
 
 if TYPE_CHECKING:
@@ -90,11 +95,11 @@ class MqttListeners:
 
     def __init__(self, server: BrokerServer, options: MqttOptions) -> None:
         assert server.core is not None
+        codec.use_native(os.environ.get("TIDINGS_NATIVE_MQTT") != "0")  # PUBLISH runs read in C (_publishes.c)
         self.server = server
         self.options = options
-        self.state_path = server.data_dir / STATE_FILE
-        self.gateway = MqttGateway(server.core, options.settings, secrets.token_bytes,
-                                   read_small_file(self.state_path))
+        self.state = SlotPair(server.data_dir / STATE_FILE)
+        self.gateway = MqttGateway(server.core, options.settings, secrets.token_bytes, self.state.load())
         self.servers: list[asyncio.Server] = []
         self.addresses: list[tuple[str, bool]] = []  # (host:port as bound, tls)
         self.pool = ThreadPoolExecutor(DERIVE_WORKERS, thread_name_prefix="tidings-mqtt-scrypt")
@@ -118,9 +123,9 @@ class MqttListeners:
     def _write(self, save: SaveMqttState) -> None:
         """On the saver thread: the state on disk, then its completion on the loop."""
         try:
-            write_atomically(self.state_path, save.data)
+            self.state.save(save.data)
         except OSError as exc:  # its PUBCOMPs are not sent: the clients retry their PUBREL on reconnect
-            log.error("the MQTT state could not be saved to %s: %s", self.state_path, exc)
+            log.error("the MQTT state could not be saved to %s: %s", self.state.path, exc)
             return
         loop = self.loop
         if loop is not None and not loop.is_closed():
@@ -182,3 +187,4 @@ class MqttListeners:
         self.closed = True
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.saver.shutdown(wait=True)  # (a save under way finishes)
+        self.state.close()

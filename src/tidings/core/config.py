@@ -142,7 +142,7 @@ class BrokerConfig:
     nack_range_ticks_max: int = 60_000_000  # width of one nacked range, in ticks (microseconds)
     # a durable catchup fetches matching ticks this close as one range
     nack_merge_ticks: int = defaults.NACK_MERGE_TICKS
-    nack_complete: bool = False  # complete nacks, PFS-sparse through forwarders (delivery.md: off, a stall)
+    nack_complete: bool = True  # complete nacks: PFS-sparse catch-ups through forwarders (delivery.md)
     streams_max: int = 100_000  # (tree, pubend) streams on one broker
     nack_reads_max: int = 16  # log reads in flight answering nacks
     # a tree's nack answers sent beyond what its root acknowledged

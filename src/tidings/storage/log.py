@@ -15,11 +15,26 @@ first makes everything before it durable (the old segment's data and the directo
 newest segment can ever hold a torn tail and the records that survive any crash are a prefix of the
 records appended: never a hole followed by later records.
 
+Writing into space already written (`prefill`). An append past the file's end changes its size, so
+its fsync commits the file system's journal as well as the data. The log writer, when it is idle,
+calls `prefill`: it writes zeros past the active segment's records (a chunk of at most
+PREFILL_CHUNK_BYTES, keeping at most `prefill_bytes_max` ahead of them and never past
+`segment_bytes_max`) and fsyncs them, size and all. Appends then pwrite records over those zeros,
+and while the file's size is the one last fsynced, `sync` makes them durable with `fdatasync`: the
+data alone, no journal commit (cheaper in CPU and in time on this kind of disk:
+bench/fsync_floor.py's `prefilled` call). Where a record would run past the zeros the file grows
+again and the next `sync` is a full fsync, as without prefill: an append never waits for zeros.
+Zeros never reach a reader: readers stop at a segment's visible end (`Segment.size`, the end of
+the records), not at the file's. A segment is cut back to its records when it is closed (by a roll,
+before the next segment exists, so only the last segment can ever end in zeros) and by `close`.
+
 Recovery (`open`). Every segment but the last must be intact; one that is not is real corruption
 and `open` raises `LogCorruptError` instead of guessing (closed segments are read from their saved
 summary when it fits, see `segment.py`, and their checksums are then verified as they are read).
 The last segment is scanned up to its first invalid record (torn header or payload, garbage, zeros,
-a checksum that does not match) and truncated there; a last segment left empty is removed, and so
+a checksum that does not match) and truncated there; when everything from there to the file's end
+is zeros, that is the end of the records (prefilled space, or a tail the file system extended but
+never wrote), cut without a problem reported; a last segment left empty is removed, and so
 is an empty file a crash left during a roll. Segments wholly at or below `released_through` are
 deleted (a crash between persisting `released_through` and deleting files). Finally the last
 segment and the directory are fsynced: what survived a kill -9 may still sit only in the page
@@ -90,6 +105,9 @@ logger = logging.getLogger(__name__)
 RETENTION_FILE = "retention.json"
 SEGMENT_BYTES_MAX_DEFAULT = 64 << 20
 READ_CHUNK_BYTES_MAX = 8 << 20
+PREFILL_BYTES_MAX_DEFAULT = 2 << 20  # zeros kept ahead of the records at most (0: no prefill)
+PREFILL_CHUNK_BYTES = 256 << 10  # zeros written (and fsynced) by one `prefill` at most
+_ZEROS = bytes(PREFILL_CHUNK_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +137,11 @@ class EventLog:
     """Segmented, checksummed, append-only log of `(tick, payload)` records. Use `EventLog.open`."""
 
     def __init__(self, directory: pathlib.Path, segment_bytes_max: int, segments: list[Segment],
-                 released_through: int, recovery: RecoveryReport, write_fd: int) -> None:
+                 released_through: int, recovery: RecoveryReport, write_fd: int,
+                 prefill_bytes_max: int = PREFILL_BYTES_MAX_DEFAULT) -> None:
         self.directory = directory
         self.segment_bytes_max = segment_bytes_max
+        self.prefill_bytes_max = prefill_bytes_max
         self.recovery = recovery
         self._lock = threading.Lock()
         self._segments = segments
@@ -132,6 +152,12 @@ class EventLog:
         self._record_count = sum(s.record_count for s in segments)
         self._write_fd = write_fd
         self._synced_bytes = segments[-1].size if segments else 0
+        # The active segment's file size as written, and as last fsynced: while they are equal a
+        # sync needs only fdatasync (module notes, "Writing into space already written").
+        self._file_bytes = self._synced_bytes
+        self._durable_file_bytes = self._synced_bytes
+        self.fsyncs = 0  # the active segments' syncs that were full fsyncs (prefills' and seals' too)
+        self.fdatasyncs = 0  # ... and those that were fdatasyncs over prefilled space
         self._directory_dirty = False
         self._closed = False
         self._failure: str | None = None
@@ -140,15 +166,18 @@ class EventLog:
     # ------------------------------------------------------------------ opening and recovery
 
     @classmethod
-    def open(cls, directory: pathlib.Path, *, segment_bytes_max: int = SEGMENT_BYTES_MAX_DEFAULT) -> EventLog:
-        """Open (creating if needed) the log in `directory`, repairing what a crash left."""
-        assert segment_bytes_max > 0
+    def open(cls, directory: pathlib.Path, *, segment_bytes_max: int = SEGMENT_BYTES_MAX_DEFAULT,
+             prefill_bytes_max: int = PREFILL_BYTES_MAX_DEFAULT) -> EventLog:
+        """Open (creating if needed) the log in `directory`, repairing what a crash left.
+        `prefill_bytes_max`: the zeros `prefill` keeps ahead of the records at most (0: none)."""
+        assert segment_bytes_max > 0 and prefill_bytes_max >= 0
         directory = pathlib.Path(directory)
         ensure_directory(directory)
         (directory / (RETENTION_FILE + TEMP_SUFFIX)).unlink(missing_ok=True)
         released_through = _load_released_through(directory / RETENTION_FILE)
         segments, recovery, write_fd = _recover_segments(directory, released_through)
-        return cls(directory, segment_bytes_max, segments, released_through, recovery, write_fd)
+        return cls(directory, segment_bytes_max, segments, released_through, recovery, write_fd,
+                   prefill_bytes_max)
 
     # ------------------------------------------------------------------ state
 
@@ -260,13 +289,18 @@ class EventLog:
                 os.close(self._write_fd)
             self._write_fd = target_fd
             self._synced_bytes = 0
+            self._file_bytes = self._durable_file_bytes = 0
+        self._file_bytes = max(self._file_bytes, target.size)
 
     def sync(self) -> None:
         """Make every appended record durable (fsync the active segment, and the directory if needed)."""
         self._check_writable()
         if self._segments and self._segments[-1].size > self._synced_bytes:
             size = self._segments[-1].size
-            self._fsync(self._write_fd)
+            if self._file_bytes == self._durable_file_bytes:  # written over prefilled zeros only
+                self._fsync(self._write_fd, data_only=True)
+            else:
+                self._fsync(self._write_fd)
             self._synced_bytes = size
         if self._directory_dirty:
             self._fsync_directory()
@@ -306,6 +340,40 @@ class EventLog:
         if plan.directory_fd >= 0 and plan.shape is not None and self._segments \
                 and plan.shape[0] is self._segments[0] and plan.shape[1] is self._segments[-1]:
             self._directory_dirty = False
+
+    def prefill(self) -> int:
+        """Write zeros past the active segment's records and fsync them (module notes, "Writing
+        into space already written"): up to `prefill_bytes_max` ahead of the records and no further
+        than `segment_bytes_max`, one chunk of at most PREFILL_CHUNK_BYTES per call, and only when
+        at least half a chunk is missing (or the rest up to the segment's end), so that an idle
+        writer calling it after every commit pays one fsync for many commits. The writer's,
+        between its other work; returns the bytes written (0: nothing was due)."""
+        self._check_writable()
+        if not self._segments or self.prefill_bytes_max <= 0 or self._segments[-1].size == 0:
+            return 0
+        limit = min(self._segments[-1].size + self.prefill_bytes_max, self.segment_bytes_max)
+        room = limit - self._file_bytes
+        if room <= 0 or (room < min(PREFILL_CHUNK_BYTES, self.prefill_bytes_max) // 2
+                         and limit < self.segment_bytes_max):
+            return 0
+        size = self._segments[-1].size
+        start = self._file_bytes
+        target = start + min(room, PREFILL_CHUNK_BYTES)
+        try:
+            write_all(self._write_fd, memoryview(_ZEROS)[:target - start], start)
+        except OSError as exc:  # a full disk, say: appends may still fit, so the log goes on without
+            logger.warning("event log %s: prefill off: %s", self.directory, exc)
+            self.prefill_bytes_max = 0
+            self._durable_file_bytes = -1  # the file may have grown: the next sync is a full fsync
+            try:
+                os.ftruncate(self._write_fd, start)
+            except OSError as undo:
+                self._failure = f"undoing a failed prefill: {undo}"
+            return 0
+        self._file_bytes = target
+        self._fsync(self._write_fd)
+        self._synced_bytes = size  # that fsync made the records written so far durable too
+        return target - start
 
     def enforce_retention(self, now_us: int, retention_bytes_max: int, retention_age_us: int) -> int:
         """Remove closed segments over the byte budget or too old; how many were removed."""
@@ -363,6 +431,7 @@ class EventLog:
         try:
             if self._failure is None:
                 self.sync()
+                self._trim_active()
         finally:
             self._closed = True
             if self._write_fd >= 0:
@@ -385,14 +454,37 @@ class EventLog:
         if self._failure is not None:
             raise StorageError(f"event log {self.directory} failed ({self._failure}); reopen it to recover")
 
-    def _fsync(self, fd: int) -> None:
+    def _fsync(self, fd: int, *, data_only: bool = False) -> None:
+        """fsync the active segment (`data_only`: fdatasync, its size being the durable one)."""
         # After a failed fsync the kernel may have dropped the dirty pages and forgotten the error:
         # the only safe way on is to reopen and recover from what the disk really holds.
+        file_bytes = self._file_bytes
         try:
-            os.fsync(fd)
+            if data_only:
+                os.fdatasync(fd)
+                self.fdatasyncs += 1
+            else:
+                os.fsync(fd)
+                self.fsyncs += 1
         except OSError as exc:
             self._failure = f"fsync: {exc}"
             raise StorageError(f"event log {self.directory}: fsync failed: {exc}") from exc
+        self._durable_file_bytes = file_bytes
+
+    def _trim_active(self) -> None:
+        """Cut the active segment's file back to its records (the zeros `prefill` left past
+        them), durably: before a roll closes it, and at close."""
+        if not self._segments or self._file_bytes <= self._segments[-1].size:
+            return
+        size = self._segments[-1].size
+        try:
+            os.ftruncate(self._write_fd, size)
+        except OSError as exc:
+            self._failure = f"truncate: {exc}"
+            raise StorageError(f"event log {self.directory}: truncate failed: {exc}") from exc
+        self._file_bytes = size
+        self._fsync(self._write_fd)
+        self._synced_bytes = size
 
     def _fsync_directory(self) -> None:
         try:
@@ -411,6 +503,7 @@ class EventLog:
                 self._fsync_directory()
             return
         active = self._segments[-1]
+        self._trim_active()  # (its fsync makes the records durable too)
         if active.size > self._synced_bytes:
             self._fsync(self._write_fd)
             self._synced_bytes = active.size
@@ -438,7 +531,8 @@ class EventLog:
                 os.close(target.read_fd)
                 target.path.unlink(missing_ok=True)
             else:
-                os.ftruncate(target_fd, target.size)
+                os.ftruncate(target_fd, target.size)  # the prefilled zeros past it go too
+                self._file_bytes, self._durable_file_bytes = target.size, -1  # the next sync: a full fsync
         except OSError as exc:
             self._failure = f"undoing a failed append: {exc}"
 
@@ -669,11 +763,28 @@ def _load_segments(directory: pathlib.Path, found: list[tuple[int, pathlib.Path]
             _save_summary(segment)
         elif problem is not None:
             bytes_cut = file_bytes - segment.size
+            if segment.record_count and _zeros_from(segment.read_fd, segment.size, file_bytes):
+                logger.debug("event log %s: the records of %s end at %d, %d bytes of zeros after them",
+                             directory, path.name, segment.size, bytes_cut)
+                _truncate(path, segment.size)  # the writer prefills again; a crash leaves no stale bytes
+                return None, 0
             logger.warning("event log %s: cutting %d bytes at offset %d of %s: %s",
                            directory, bytes_cut, segment.size, path.name, problem)
             _truncate(path, segment.size)
             return problem, bytes_cut
     return None, 0
+
+
+def _zeros_from(fd: int, start: int, end: int) -> bool:
+    """Whether the file's bytes from `start` to `end` are all zeros."""
+    while start < end:
+        chunk = os.pread(fd, min(end - start, PREFILL_CHUNK_BYTES), start)
+        if not chunk:
+            break
+        if chunk.count(0) != len(chunk):
+            return False
+        start += len(chunk)
+    return True
 
 
 def _save_summary(segment: Segment) -> None:

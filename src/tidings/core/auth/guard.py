@@ -95,6 +95,11 @@ class Guard:
         self.acl_too_large = 0  # trees left open: the rules bearing on them exceed ACL_ENTRIES_MAX
         self._unlogged: deque[tuple[str, str, str]] = deque(maxlen=NOTES_KEPT_MAX)
 
+    @property
+    def publish_unchecked(self) -> bool:
+        """No access rule and no publish rate: `admit_publish` admits every PUBLISH, unlooked at."""
+        return self._publish_unchecked
+
     def reload(self, policy: AuthPolicy) -> None:
         self.policy = policy
         self._publish_unchecked = _publish_unchecked(policy)

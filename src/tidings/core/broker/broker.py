@@ -56,6 +56,7 @@ from tidings.core.subscription import subscribers as sub
 from tidings.core.subscription.leases import Leases
 from tidings.core.subscription.router import SubscriberRouter
 from tidings.core.subscription.table import LocalSubscriptions
+from tidings.core.synced import Synced
 from tidings.core.units import ns_to_us
 from tidings.core.wire import messages
 
@@ -245,9 +246,10 @@ class Broker:
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
                 c.ack(self.now, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates), out)
-        out += self.local.synced(batches, pid, self.pubend.synced_tick)
-        if self.cluster is not None and any(b.last_tick() is not None for b in batches):  # as knowledge on their trees
-            self._cluster_effects(self.cluster.published(self.now, batches, self.pubend.synced_tick), out)
+        synced = Synced(batches)  # (their columns built once for both: core/synced.py)
+        out += self.local.synced(synced, pid, self.pubend.synced_tick)
+        if self.cluster is not None and synced.logged:  # as knowledge on their trees
+            self._cluster_effects(self.cluster.published(self.now, synced, self.pubend.synced_tick), out)
         for conn in self.intake.synced():  # publishers paused for the disk: read again
             self.reading.release(self.now, conn, Hold.DISK, out)
 

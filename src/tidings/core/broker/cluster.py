@@ -102,7 +102,7 @@ from tidings.core.reliability.effects import (
     RememberPublisher,
     SendToChild,
 )
-from tidings.core.reliability.node import Held, NodeEffect, ReliabilityConfig, ReliabilityNode, SyncedBatch
+from tidings.core.reliability.node import Held, NodeEffect, ReliabilityConfig, ReliabilityNode, Synced
 from tidings.core.share.wire import SHARE_TYPES, ShareArrived, arrived, routed
 from tidings.core.wire.frames import FrameDecoder
 from tidings.core.wire.types import BrokerType, Layer, OverlayType
@@ -372,7 +372,7 @@ class ClusterMember:
         log reads), with what they ask of Pastry and Scribe carried out."""
         return self._settle(now, self._asked(now, effects))
 
-    def published(self, now: int, batches: Sequence[SyncedBatch], synced: int) -> list[ClusterEffect]:
+    def published(self, now: int, batches: Synced, synced: int) -> list[ClusterEffect]:
         """A sync made this pubend's `batches` and every tick up to `synced` durable: the
         reliability node's knowledge of their events on their trees, sent."""
         assert self.reliability is not None

@@ -22,15 +22,22 @@ a protocol error), or given at construction (a client's decoder, a test's).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from tidings.core.mqtt.decode import PublishFields, decode_body, publish_fields
 from tidings.core.mqtt.fields import read_vbi
 from tidings.core.mqtt.packet_type import MQTT_5, PacketType
 from tidings.core.mqtt.packets import Connect, Packet
+from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.refusal import Refusal, malformed, protocol_error
 from tidings.core.wire.held import HeldBytes
+
+try:
+    from tidings.core.mqtt import _publishes  # the compiled read of a PUBLISH run (setup.py): optional
+except ImportError:  # pragma: no cover - built wherever a C compiler was
+    _publishes = None  # type: ignore[assignment]
 
 FIXED_HEADER_BYTES_MAX: Final = 5  # the type byte and a four-byte remaining length
 PACKET_BYTES_MAX: Final = 1 + 4 + 268_435_455  # the largest packet the encoding can express
@@ -40,6 +47,22 @@ PUBACK_BYTES: Final = 4  # a PUBACK of a packet id alone
 _FLAGS_0010: Final = (PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE)
 REQUIRED_FLAGS: Final[dict[int, int]] = {t: (0x02 if t in _FLAGS_0010 else 0) for t in PacketType
                                          if t != PacketType.PUBLISH}
+
+
+Take = Callable[[bytearray, int, int, int, Properties], tuple[list[PublishFields], int]]
+_take: Take | None = None if _publishes is None else _publishes.take  # (use_native)
+
+
+def use_native(on: bool) -> None:
+    """`take_publishes` reads the plain PUBLISHes at the head in C first when `on` and it is built
+    (core/mqtt/_publishes.c; the runtime's switch: off with TIDINGS_NATIVE_MQTT=0, aio/mqtt.py)."""
+    global _take  # noqa: PLW0603 - the one switch, set by the runtime at start
+    _take = _publishes.take if on and _publishes is not None else None
+
+
+def native() -> bool:
+    """Whether `take_publishes` reads in C first."""
+    return _take is not None
 
 
 class PacketDecoder(HeldBytes[Refusal]):
@@ -110,14 +133,17 @@ class PacketDecoder(HeldBytes[Refusal]):
         """The run of whole PUBLISH packets at the head of what is held, as their fields (no Publish
         built: core/mqtt/publish_run.py reads a client's PUBLISHes so). It stops before any other
         packet, one not yet whole, and one to be refused: `pull` then gives (or refuses) it as it
-        would have. Only once the protocol level is known."""
+        would have. Only once the protocol level is known. The compiled read (`use_native`) takes
+        the plain ones at the head first, as this loop would read them, and the loop goes on from
+        where it stopped."""
         version = self.version
         if self.failure is not None or version is None:
             return []
         buf = self._buffer
         pos = self._pos
         end = len(buf)
-        out: list[PublishFields] = []
+        out: list[PublishFields]
+        out, pos = ([], pos) if _take is None else _take(buf, pos, self.packet_bytes_max, version, NO_PROPERTIES)
         while end - pos >= 2 and buf[pos] >> 4 == PacketType.PUBLISH:
             length = buf[pos + 1]
             body_at = pos + 2

@@ -32,13 +32,14 @@ open and accepted, packets in and out, PUBLISHes received and delivered, refusal
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 from tidings.core.broker.broker import Broker
 from tidings.core.deadlines import Deadlines
 from tidings.core.effects import Disconnect, Effect, Send
-from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, TimerFired
-from tidings.core.mqtt import persistent
+from tidings.core.inputs import Accepted, ConnectionLost, Input, Received, SendBlocked, SendDrained, TimerFired
+from tidings.core.mqtt import persistent, takeover
 from tidings.core.mqtt import will as wills
 from tidings.core.mqtt.bridge import MqttSettings
 from tidings.core.mqtt.derivations import Derivations, DeriveKey, KeyDerived
@@ -59,6 +60,7 @@ from tidings.core.share.wire import ShareArrived
 
 NONCE_BYTES = 24
 SESSIONS_REPORTED_MAX = 256  # MQTT connections listed one by one in the status
+CONN_INPUTS = (Received, ConnectionLost, SendBlocked, SendDrained)  # the inputs of one connection
 class ProtocolTimer(NamedTuple):
     """The connection's protocol machine is due (its CONNECT deadline, its keep-alive)."""
 
@@ -103,6 +105,7 @@ class MqttGateway:
         self.sessions_expired = 0
         self.wills_published = 0
         self.waiting: dict[int, MqttSession] = {}  # ended connections whose will waits (core/mqtt/will.py)
+        self.dropped: set[int] = set()  # connections taken over (`drop`): gone, their socket closing
         self.closed: dict[str, int] = {}  # figures of the sessions gone
         self.totals = {"packets_received": 0, "packets_sent": 0, "publishes_received": 0,
                        "publishes_delivered": 0, "refusals": 0, "deliveries_dropped": 0}
@@ -178,9 +181,14 @@ class MqttGateway:
         if (type(inp) is Received or type(inp) is TimerFired) and inp.wall_us:
             known, self.wall_us, self.wall_now = self.wall_us, inp.wall_us, inp.now
             if not known:  # (the saved sessions' expiries and wills are timed from the first wall time known)
+                self.qos2_keys.expiries.restarted(self.wall_us)
                 self._arm_expiry()
                 wills.arm_saved(self)
         out: list[Effect] = []
+        if self.dropped and isinstance(inp, CONN_INPUTS) and inp.conn in self.dropped:  # (core/mqtt/takeover.py)
+            if kind is ConnectionLost:
+                self.dropped.discard(inp.conn)
+            return out
         if self.retained.state is IDLE:  # the broker's own subscription to retained events, once
             opened = self.broker.handle(Accepted(inp.now, RETAINED_CONN))
             self.broker.reading.vouch(inp.now, RETAINED_CONN, self.retained.open(), opened)
@@ -199,7 +207,7 @@ class MqttGateway:
                 self.accepted += 1
                 session = MqttSession(inp.conn, inp.now, self.settings, expected[0], self.nonce(NONCE_BYTES),
                                       self._held, self.retained, self.derivations, expected[1], self.shares,
-                                      qos2_keys=self.qos2_keys, carried=self._take_carried, ids=self.ids)
+                                      qos2_keys=self.qos2_keys, carried=partial(takeover.inherit, self), ids=self.ids)
                 self.sessions[inp.conn] = session
                 self._arm(session)
         elif kind is ConnectionLost:
@@ -304,24 +312,28 @@ class MqttGateway:
 
     # ---- a session's life ------------------------------------------------------------------------
 
+    def drop(self, conn: int, out: list[Effect]) -> None:
+        """The connection `conn` is gone now, for the sessions and the broker (core/mqtt/takeover.py),
+        though its socket is still closing: its last inputs are ignored."""
+        self._gone(conn, out)
+        if conn not in self.waiting:  # (a will waiting: its cancel or its publishing tells the broker)
+            self._broker_lost(conn, out)
+        self.dropped.add(conn)
+
     def _opened(self, session: MqttSession, out: list[Effect]) -> None:
-        """WELCOME came: the session takes its client id over, and renews its lease."""
+        """WELCOME came: the session takes its client id (a connection of its identity was taken over
+        then: core/mqtt/takeover.py), and renews its lease."""
         other = self.by_client_id.get(session.client_id)
         if other == session.conn:  # (told already, by a nested turn)
             return
-        if other is not None:
-            old = self.sessions.get(other)
-            if old is not None and old.identity == session.identity:
-                old.close_for(ReasonCode.SESSION_TAKEN_OVER, "another connection took the session over", out)
-                self._arm(old)
-            elif old is not None:
-                session.close_for(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
-                                  "the client id is in use by another identity", out)
-                return
+        if other is not None and other in self.sessions:
+            why = "the client id is in use by another identity"
+            session.close_for(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, why, out)
+            return
         self.by_client_id[session.client_id] = session.conn
         if session.native is not None:  # the session is back (or starts anew): no expiry while connected
-            self.qos2_keys.expiries.back((session.native.service, session.client_id))
-            wills.cancel(self, session.native.service, session.client_id, session.clean_start, out)
+            self.qos2_keys.expiries.back((session.native.service, session.client_id),
+                                         session.machine.session_expiry_interval_s if session.persistent else None)
             self._arm_expiry()
             wills.arm_saved(self)
         interval = session.native.renew_interval_ns if session.native is not None else None
@@ -368,14 +380,14 @@ class MqttGateway:
 
     def _carry(self, key: tuple[str, str], carried: list[Carried]) -> None:
         """Keep what a persistent session had in flight for its next connection, within CARRIED_BYTES_MAX."""
-        self._take_carried(*key)
+        self.take_carried(*key)
         if carried:
             self.carried[key] = carried
             self.carried_bytes += sum(len(c.publish.payload) for c in carried)
         while self.carried_bytes > CARRIED_BYTES_MAX:  # the oldest go (their events come again, new ids)
-            self._take_carried(*next(iter(self.carried)))
+            self.take_carried(*next(iter(self.carried)))
 
-    def _take_carried(self, service: str, client_id: str) -> list[Carried]:
+    def take_carried(self, service: str, client_id: str) -> list[Carried]:
         carried = self.carried.pop((service, client_id), [])
         self.carried_bytes -= sum(len(c.publish.payload) for c in carried)
         return carried
@@ -416,7 +428,7 @@ class MqttGateway:
             self._to_client(broker.router.carry(broker.subscribers.outcome(broker.durable.forget(reg.number)), []),
                             out)
         self.qos2_keys.clear(scoped(service, producer_of(client_id)), wall_us)
-        self._take_carried(service, client_id)
+        self.take_carried(service, client_id)
         self.ids.take(key)
 
     def _timeouts(self, now: int, out: list[Effect]) -> None:

@@ -32,13 +32,16 @@ if TYPE_CHECKING:
 
 def take_run(machine: MqttConnection, out: list[fx.MqttEffect]) -> bool:
     """The PUBLISHes (or else the PUBACKs) at the head of `machine`'s decoder, their facts into
-    `out`; False if there are none."""
-    fields = machine.decoder.take_publishes()
+    `out`; whether to look again: False if there were none, or if nothing is left held (the
+    machine's pump then stops at once: nothing to pull, no refusal), True if they closed the
+    connection."""
+    decoder = machine.decoder
+    fields = decoder.take_publishes()
     if not fields:
-        acks = machine.decoder.take_pubacks()
+        acks = decoder.take_pubacks()
         if acks:  # (as `_packet` does with each: the flow's PUBACK; the window refilled once)
             out += machine.flow.acked_many(acks)
-        return bool(acks)
+        return bool(acks) and decoder.held_bytes > 0
     limits = machine.limits
     qos_max = min(1, limits.maximum_qos)
     retain_ok = limits.retain_available
@@ -62,4 +65,4 @@ def take_run(machine: MqttConnection, out: list[fx.MqttEffect]) -> bool:
             return True
     if items:
         out.append(fx.PublishedRun(items))
-    return True
+    return decoder.held_bytes > 0

@@ -23,6 +23,18 @@ topic the filter matches (a leading wildcard does not match a `$` topic), with R
 overflow the client's queue of deliveries (bridge.MqttSettings.deliveries_queued_max, which would
 disconnect it).
 
+A retained copy and its live copy. A new subscription reaches back on other brokers' pubends
+(docs/delivery.md "The start point": their events from its broker's clock less the clock-skew
+allowance, 1 s), and the retained set holds events that recent too, so an event sent as a retained
+copy at the SUBACK can come again as a live delivery of the same subscription. What it was sent is
+held against that (`RetainedSent`, on the subscription: core/mqtt/subscriptions.py): a live event of
+a topic it was sent, from the copy's pubend, at a tick at or below the copy's (the same event, or one
+older than the state the subscriber was given), is dropped for that subscription (in a persistent
+session, done at once). Each pubend's events reach a subscription in its tick order, so once one
+of pubend P's past the greatest tick sent from P came (or a SILENCE past it), none of P's can be a
+copy any more and P is let go; once no pubend is left, or `LIVE_COPIES_WINDOW_US` passed on the
+broker's clock, the whole is, and the subscription pays nothing more per delivery.
+
 Limits: `topics_max` topics held (live and tombstones; a retained event for a new topic past it is
 not kept: `dropped`), `bytes_max` bytes of live retained messages (topic, payload, attributes as
 text; a message that would take the store past it is not kept and its topic holds a tombstone at
@@ -42,16 +54,19 @@ connection.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 from tidings.core.auth.names import BROKER_OWN
 from tidings.core.broker.advice import Reason
 from tidings.core.channels import pattern_matches
 from tidings.core.errors import ProtocolError
-from tidings.core.event import Event, event_from_fields
+from tidings.core.event import RECORD_LENGTHS, Event, event_from_fields
 from tidings.core.mqtt import bridge
 from tidings.core.mqtt import packets as p
+from tidings.core.mqtt.persistent import DurableCursor
 from tidings.core.session.client_session import ClientSession
 from tidings.core.states import Transitions
 from tidings.core.wire import messages
@@ -65,7 +80,9 @@ TOPICS_MAX = 100_000  # topics held (live and deleted)
 BYTES_MAX = 64 * 1024 * 1024  # bytes of live retained messages held
 ENTRY_OVERHEAD_BYTES = 64  # counted per live message beside its topic, payload and attributes
 RETAINED_PER_SUBSCRIBE_MAX = 5_000  # retained messages sent for one SUBSCRIBE (under deliveries_queued_max)
+LIVE_COPIES_WINDOW_US = 60_000_000  # how long a subscription looks for the live copies of its retained ones
 
+Granted = TypeVar("Granted")  # a subscription granted (core/mqtt/subscriptions.py MqttSub)
 Order = tuple[int, str]  # (tick, pubend): the total order of retained events, last writer wins
 
 
@@ -131,6 +148,77 @@ class RetainedStore:
     def status(self) -> dict[str, int]:
         return {"retained_topics": sum(1 for e in self.entries.values() if e.event is not None),
                 "retained_bytes": self.bytes, "retained_dropped": self.dropped}
+
+
+class RetainedSent:
+    """The retained copies one subscription was sent, held against their live copies (see above)."""
+
+    def __init__(self, sent: list[Event], wall_us: int, before: RetainedSent | None = None) -> None:
+        """`sent`: the copies just sent; `wall_us`: the broker's clock (µs, 0: unknown); `before`: what
+        the subscription was sent at an earlier SUBSCRIBE, still held."""
+        self.topics: dict[str, tuple[str, int]] = {} if before is None else before.topics  # topic -> (pubend, tick)
+        self.horizon: dict[str, int] = {} if before is None else before.horizon  # pubend -> greatest tick sent
+        for event in sent:
+            self.topics[event.channel] = (event.pubend, event.tick)
+            if event.tick > self.horizon.get(event.pubend, -1):
+                self.horizon[event.pubend] = event.tick
+        newest = max((event.tick for event in sent), default=0)  # (a tick is its pubend's clock, in µs)
+        self.until_us = max(wall_us, newest) + LIVE_COPIES_WINDOW_US
+
+    @staticmethod
+    def after(sent: list[Event], wall_us: int, before: RetainedSent | None) -> RetainedSent | None:
+        """What a subscription holds once `sent` were sent to it (`before`: what it held)."""
+        return RetainedSent(sent, wall_us, before) if sent else before
+
+    def over(self, wall_us: int) -> bool:
+        """No live copy can come any more (or the window passed): the subscription lets this go."""
+        return not self.horizon or wall_us > self.until_us
+
+    def copy(self, record: object) -> tuple[str, int] | None:
+        """A delivered record's (pubend, tick) when it is dropped; a pubend past its horizon is let go."""
+        if type(record) is not list or len(record) not in RECORD_LENGTHS:
+            return None  # (malformed: the delivery's own checks answer it)
+        pubend, tick, channel = record[0], record[1], record[2]
+        if type(pubend) is not str or type(tick) is not int:
+            return None
+        horizon = self.horizon.get(pubend)
+        if horizon is None:
+            return None
+        if tick > horizon:  # (each pubend's events come in its tick order)
+            del self.horizon[pubend]
+            return None
+        sent = self.topics.get(channel) if type(channel) is str else None
+        return (pubend, tick) if sent is not None and sent[0] == pubend and tick <= sent[1] else None
+
+    def live(self, records: list[object], durable: DurableCursor | None) -> list[object]:
+        """`records` without the live copies (in a persistent subscription, each done at once)."""
+        kept: list[object] = []
+        for record in records:
+            dropped = self.copy(record)
+            if dropped is None:
+                kept.append(record)
+            elif durable is not None:
+                durable.delivered(dropped[0], dropped[1], True)
+        return kept
+
+    def silence(self, positions: dict[str, int]) -> None:
+        """A SILENCE: nothing more of each pubend up to its tick; a pubend past its horizon is let go."""
+        for pubend, tick in positions.items():
+            if self.horizon.get(pubend, tick + 1) <= tick:
+                del self.horizon[pubend]
+
+
+def owed(store: RetainedStore, filters: tuple[str, ...],
+         granted: Mapping[str, Granted]) -> Iterator[tuple[Granted, list[Event]]]:
+    """The retained events a SUBSCRIBE's `filters` are sent, each with its subscription (`granted`, by
+    filter: a refused one has none): `RETAINED_PER_SUBSCRIBE_MAX` for the whole SUBSCRIBE."""
+    budget = RETAINED_PER_SUBSCRIBE_MAX
+    for flt in filters:
+        entry = granted.get(flt)
+        if entry is not None and budget > 0:
+            events = store.matching(flt)[:budget]
+            budget -= len(events)
+            yield entry, events
 
 
 def due(wanted: p.TopicFilter, existed: bool) -> bool:

@@ -55,7 +55,7 @@ from tidings.core.mqtt.properties import NO_PROPERTIES, Properties
 from tidings.core.mqtt.protocol import MqttConnection
 from tidings.core.mqtt.reason_codes import ReasonCode
 from tidings.core.mqtt.resumption import Carried, Resumed, resend
-from tidings.core.mqtt.retained import RETAINED_PER_SUBSCRIBE_MAX, RetainedFeed, due
+from tidings.core.mqtt.retained import RetainedFeed, RetainedSent, due, owed
 from tidings.core.mqtt.subscriptions import Held, MqttSubscriptions, Tag, numbered
 from tidings.core.session.client_session import ClientSession, PublishEvent
 from tidings.core.share.hub import ShareHub
@@ -95,7 +95,7 @@ class MqttSession:
                  held: Callable[[str, str], list[Held]] = lambda owner, prefix: [],
                  retained: RetainedFeed | None = None, derivations: Derivations | None = None,
                  source: str = "", shares: ShareHub | None = None, *, qos2_keys: QosTwoKeys,
-                 carried: Callable[[str, str], list[Carried]] = lambda service, client_id: [],
+                 carried: Callable[[MqttSession, list[Effect]], list[Carried]] = lambda session, out: [],
                  ids: DurableIds | None = None) -> None:
         """`secure`: TLS or a loopback peer (a password may come in plain); `nonce`: fresh random
         bytes for the native handshake's challenge-response; `held(owner, prefix)`: the broker's
@@ -105,8 +105,8 @@ class MqttSession:
         (the peer's address; core/mqtt/derivations.py; None: derived here, for tests); `shares`: the
         broker's shared subscriptions (core/share/hub.py; None: refused 0x9E); `qos2_keys`: the
         persistent sessions' QoS 2 keys (core/mqtt/exactly_once.py);
-        `carried(service, client_id)`: what its last connection left in flight (core/mqtt/resumption.py),
-        `ids` their packet ids through a kill -9 (core/mqtt/inflight_ids.py; the gateway's `carry`)."""
+        `carried(session, out)`: at WELCOME, what its last connection left in flight (resumption.py,
+        takeover.py); `ids` their packet ids through a kill -9 (core/mqtt/inflight_ids.py)."""
         self.conn = conn
         self.now = now
         self.wall_us = 0  # the broker's clock, microseconds since the epoch, as the gateway last knew it (0: unknown)
@@ -143,8 +143,7 @@ class MqttSession:
         self.ids: SessionIds | None = None  # a persistent session's (core/mqtt/inflight_ids.py)
         self.will_due = False  # the machine said the will is due
         self.welcomed = False  # the broker admitted the client (its will may be published)
-        # figures
-        self.received = self.sent = self.published = self.dropped = self.refused = 0
+        self.received = self.sent = self.published = self.dropped = self.refused = 0  # figures
 
     # ---- the client's side -----------------------------------------------------------------------
 
@@ -324,18 +323,16 @@ class MqttSession:
         filters = self.retained_due.pop(packet_id, ())
         if self.retained is None:
             return
-        budget = RETAINED_PER_SUBSCRIBE_MAX
-        for flt in filters:
-            entry = self.subscriptions.subs.get(flt)
-            if entry is None:  # refused
-                continue
-            for event in self.retained.store.matching(flt)[:budget]:
+        for entry, events in owed(self.retained.store, filters, self.subscriptions.subs):
+            sent = []
+            for event in events:
                 if self.state is CLOSED:
                     return
-                budget -= 1
                 publish = bridge.publish_of(event, entry.qos, MQTT_5, self.wall_us)
                 if publish is not None:  # (else expired)
                     self._send_publish(publish, None, True, out)
+                    sent.append(event)
+            entry.retained_sent = RetainedSent.after(sent, self.wall_us, entry.retained_sent)  # (their live copies)
 
     def _delivered(self, eff: fx.DeliveryAcked | fx.DeliveryDropped, out: list[Effect]) -> None:
         tag = self.tokens.pop(eff.token, None)
@@ -358,7 +355,7 @@ class MqttSession:
         if self.native is None or self.state is CLOSED:
             return
         try:
-            msgs = self.native.receive(data)
+            msgs = self.native.receive(data, acks=bool(self.publishes))  # (an ACK of QoS 0 alone: unread)
         except ProtocolError as exc:  # our own broker broke the protocol: a bug, said to the client
             self.close_for(R.IMPLEMENTATION_SPECIFIC_ERROR, str(exc), out)
             return
@@ -390,6 +387,7 @@ class MqttSession:
         self.identity = str(msg.info.get("identity", ""))
         self.state = TRANSITIONS.move(self.state, OPEN)
         self.welcomed = True
+        carried = self.carried(self, out)  # (taken, before its subscriptions resume: a clean start drops it)
         held = self.held(self.native.service, persistent.prefix_of(self.client_id))
         if self.persistent:
             self.subscriptions.client_id = self.client_id
@@ -399,8 +397,8 @@ class MqttSession:
             native += self.subscriptions.forget(self.native, held)
         offer = Properties(retain_available=None if self._retain_available() else 0,
                            session_expiry_interval_s=None if self.persistent else 0)
-        session_present = self.persistent and not self.clean_start and bool(held)
-        carried = self.carried(self.native.service, self.client_id)  # (taken: a clean start drops it)
+        session_present = self.persistent and not self.clean_start and (
+            bool(held) or self.qos2_keys.expiries.known((self.native.service, self.client_id)))
         self.ids = opened(self, carried)  # (its saved packet ids: a clean start drops them)
         self.qos2 = ConnectionKeys(self.qos2_keys, self.native.service, self.client_id, self.persistent,
                                    self.clean_start, self.wall_us, (session_present, offer))

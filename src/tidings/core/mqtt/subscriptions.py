@@ -30,6 +30,7 @@ from tidings.core.mqtt.delivery import Plain
 from tidings.core.mqtt.persistent import DurableCursor
 from tidings.core.mqtt.properties import Properties
 from tidings.core.mqtt.reason_codes import ReasonCode
+from tidings.core.mqtt.retained import RetainedSent
 from tidings.core.session.client_session import ClientSession
 from tidings.core.session.cursor import silence_of
 from tidings.core.wire import messages
@@ -54,6 +55,7 @@ class MqttSub:
     retain_as_published: bool = False  # 5.0: a delivery keeps its retain mark (3.8.3.1)
     no_local: bool = False  # 5.0: not the connection's own messages (3.8.3.1)
     identifier: int | None = None  # 5.0: the SUBSCRIBE's Subscription Identifier, in each PUBLISH (3.8.2.1.2)
+    retained_sent: RetainedSent | None = None  # its retained copies, while their live copies may come
 
 
 @dataclass(slots=True)
@@ -171,7 +173,10 @@ class MqttSubscriptions:
         return frames
 
     def releases(self, native: ClientSession) -> list[bytes]:
-        """RELEASE of each persistent subscription whose acknowledged prefix moved."""
+        """RELEASE of each persistent subscription whose acknowledged prefix moved (only a persistent
+        session's are durable: a clean one's have nothing to release, asked once per turn)."""
+        if self.client_id is None:
+            return []
         frames = []
         for entry in self.sub_of.values():
             wire = entry.durable.release() if entry.durable is not None else None
@@ -202,8 +207,12 @@ class MqttSubscriptions:
 
     def silence(self, msg: messages.Silence) -> None:
         entry = self.sub_of.get(msg.sub)
-        if entry is not None and entry.durable is not None:
-            entry.durable.silence(silence_of(msg).positions)
+        if entry is not None and (entry.durable is not None or entry.retained_sent is not None):
+            positions = silence_of(msg).positions
+            if entry.durable is not None:
+                entry.durable.silence(positions)
+            if entry.retained_sent is not None:
+                entry.retained_sent.silence(positions)
 
     def deliver(self, msg: messages.Events, level: int = MQTT_5,
                 source: tuple[str, str] | None = None, wall_us: int = 0) -> list[tuple[p.Publish | Plain, Tag]]:
@@ -219,12 +228,17 @@ class MqttSubscriptions:
             return []
         out: list[tuple[p.Publish | Plain, Tag]] = []
         durable = entry.durable
+        records = msg.records
+        if entry.retained_sent is not None:  # (core/mqtt/retained.py: the live copies of what it was sent)
+            records = entry.retained_sent.live(records, durable)
+            if entry.retained_sent.over(wall_us):
+                entry.retained_sent = None
         plain = not entry.no_local and not entry.retain_as_published and (entry.identifier is None or level != MQTT_5)
         granted = entry.qos
         short, long = RECORD_LENGTHS
         plain_keys, qos_key = PLAIN_ATTRIBUTES, bridge.QOS
         delivered = 0
-        for fields in msg.records:
+        for fields in records:
             if plain and type(fields) is list:
                 n = len(fields)
                 if n == short:

@@ -1,5 +1,6 @@
 /* The compiled fast path of the publish intake (tidings/core/publish/batch.py): a PUBLISH's events,
- * as msgpack decoded them, checked and encoded into the records the log keeps, in one pass.
+ * as msgpack decoded them (`encode`) or read in place from the frame's body (`scan`, then
+ * `encode_frame`, below), checked and encoded into the records the log keeps, in one pass.
  *
  * Theory of operation. The intake's common PUBLISH is many well-formed events on channels it has
  * validated before, without attributes: each is the list [channel, {}, payload] with a channel
@@ -11,10 +12,10 @@
  *
  * byte for byte as msgpack's Packer writes that list (core/event.py `encode_records`: the smallest
  * encoding of each integer, str8 for strings of 32 to 255 bytes, bin for the payload), at ticks
- * `first`, `first + 1`, ... It returns (records, deliveries, size, channel): the (tick, record)
+ * `first`, `first + 1`, ... It returns (records, deliveries, size, channel, ticks): the (tick, record)
  * pairs the Append carries, the (tick, channel, attributes, record) tuples the pubend holds until
- * the batch is durable, the records' bytes in all, and the channel when every event has the same
- * one (else None). A batch on one channel gets no deliveries (None): the pubend holds its records
+ * the batch is durable, the records' bytes in all, the channel when every event has the same
+ * one (else None), and the ticks (the pairs' own int objects: the ACK's, no new int per event). A batch on one channel gets no deliveries (None): the pubend holds its records
  * instead (core/publish/pubend.py PendingBatch), so its events cost no tuple but the Append's.
  *
  * It is a fast path, not an authority: for any event outside that shape (attributes, a channel not
@@ -74,9 +75,125 @@ static Py_ssize_t str_packed(PyObject *s, unsigned char **buf) {
     return h + n;
 }
 
+/* What every record of a batch shares: its head (the array's header and the pubend) and its source
+ * (service, instance), packed once. */
+typedef struct {
+    unsigned char *head, *source;
+    Py_ssize_t head_n, source_n;
+    int authenticated;
+} Prefix;
+
+static void prefix_free(Prefix *p) {
+    PyMem_Free(p->head);
+    PyMem_Free(p->source);
+    p->head = p->source = NULL;
+}
+
+/* 1 packed; 0 a string is not UTF-8 (nothing kept, no error set); -1 an error */
+static int prefix_make(Prefix *p, PyObject *pubend, PyObject *service, PyObject *instance, int authenticated) {
+    unsigned char *pub = NULL, *svc = NULL, *inst = NULL;
+    Py_ssize_t pub_n, svc_n = -1, inst_n = -1;
+    int ok = 0;
+    p->head = p->source = NULL;
+    p->authenticated = authenticated;
+    pub_n = str_packed(pubend, &pub);
+    if (pub_n >= 0) svc_n = str_packed(service, &svc);
+    if (svc_n >= 0) inst_n = str_packed(instance, &inst);
+    if (pub_n == -2 || svc_n == -2 || inst_n == -2) { ok = -1; goto done; }
+    if (inst_n < 0) goto done; /* not UTF-8 */
+    p->head_n = 1 + pub_n;
+    p->source_n = svc_n + inst_n;
+    p->head = PyMem_Malloc((size_t)p->head_n);
+    p->source = PyMem_Malloc((size_t)p->source_n);
+    if (p->head == NULL || p->source == NULL) { prefix_free(p); PyErr_NoMemory(); ok = -1; goto done; }
+    p->head[0] = authenticated ? 0x98 : 0x97; /* fixarray of 8 (with the flag) or 7 */
+    memcpy(p->head + 1, pub, (size_t)pub_n);
+    memcpy(p->source, svc, (size_t)svc_n);
+    memcpy(p->source + svc_n, inst, (size_t)inst_n);
+    ok = 1;
+done:
+    PyMem_Free(pub);
+    PyMem_Free(svc);
+    PyMem_Free(inst);
+    return ok;
+}
+
+/* The batch being built: the (tick, record) pairs, the deliveries (NULL for a batch on one
+ * channel), the ticks (the pairs' int objects) and the records' bytes in all. */
+typedef struct {
+    PyObject *records, *deliveries, *ticks;
+    Py_ssize_t size;
+} Built;
+
+static void built_free(Built *b) {
+    Py_CLEAR(b->records);
+    Py_CLEAR(b->deliveries);
+    Py_CLEAR(b->ticks);
+}
+
+static int built_make(Built *b, Py_ssize_t count, int uniform) {
+    b->size = 0;
+    b->records = PyList_New(count);
+    b->ticks = PyList_New(count);
+    b->deliveries = uniform ? NULL : PyList_New(count);
+    return b->records == NULL || b->ticks == NULL || (!uniform && b->deliveries == NULL) ? -1 : 0;
+}
+
+/* (records, deliveries or None, size, channel or None, ticks), the references of `b` dropped */
+static PyObject *built_result(Built *b, PyObject *channel) {
+    PyObject *result = Py_BuildValue("(OOnOO)", b->records, b->deliveries ? b->deliveries : Py_None, b->size,
+                                     channel ? channel : Py_None, b->ticks);
+    built_free(b);
+    return result;
+}
+
+/* One event's record at `tick`, written byte for byte as msgpack's Packer writes it, into slot `i`
+ * of the batch: its (tick, record) pair, and, when the batch keeps deliveries, its (tick, channel,
+ * attributes, record) tuple (`ch` and `at` the event's channel and attributes). 0, or -1 on error. */
+static int emit(const Prefix *p, Built *b, Py_ssize_t i, uint64_t tick, const char *ch_utf8, Py_ssize_t ch_n,
+                const char *pl, Py_ssize_t pl_n, PyObject *ch, PyObject *at) {
+    unsigned char scratch[9];
+    Py_ssize_t tick_n = uint_packed(scratch, tick);
+    Py_ssize_t n = p->head_n + tick_n + str_header_bytes(ch_n) + ch_n + 1 + p->source_n + bin_header_bytes(pl_n) + pl_n
+                   + (p->authenticated ? 1 : 0);
+    PyObject *rec = PyBytes_FromStringAndSize(NULL, n);
+    if (rec == NULL) return -1;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(rec);
+    memcpy(w, p->head, (size_t)p->head_n); w += p->head_n;
+    memcpy(w, scratch, (size_t)tick_n); w += tick_n;
+    w += str_header(w, ch_n);
+    memcpy(w, ch_utf8, (size_t)ch_n); w += ch_n;
+    *w++ = 0x80; /* the empty map */
+    memcpy(w, p->source, (size_t)p->source_n); w += p->source_n;
+    w += bin_header(w, pl_n);
+    memcpy(w, pl, (size_t)pl_n); w += pl_n;
+    if (p->authenticated) *w++ = 0xc3;
+    assert(w - (unsigned char *)PyBytes_AS_STRING(rec) == n);
+    b->size += n;
+    PyObject *t = PyLong_FromUnsignedLongLong(tick);
+    PyObject *pair = t == NULL ? NULL : PyTuple_New(2);
+    if (pair == NULL) { Py_XDECREF(t); Py_DECREF(rec); return -1; }
+    PyTuple_SET_ITEM(pair, 0, t); /* (the pair holds the references made here) */
+    PyTuple_SET_ITEM(pair, 1, rec);
+    Py_INCREF(t);
+    PyList_SET_ITEM(b->ticks, i, t);
+    PyObject *delivery = b->deliveries == NULL ? NULL : PyTuple_Pack(4, t, ch, at, rec);
+    if (b->deliveries != NULL && delivery == NULL) { Py_DECREF(pair); return -1; }
+    /* Neither can be in a reference cycle (a tick, bytes, a str and an empty map that the collector
+       does not track): untracked, as the collector would leave them after its first look, so the
+       young collections do not walk the thousands a batch keeps until durable. */
+    PyObject_GC_UnTrack(pair);
+    PyList_SET_ITEM(b->records, i, pair);
+    if (b->deliveries != NULL) {
+        if (!PyObject_IS_GC(at) || !PyObject_GC_IsTracked(at)) PyObject_GC_UnTrack(delivery);
+        PyList_SET_ITEM(b->deliveries, i, delivery);
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(encode_doc,
 "encode(events, known, size_max, pubend, first, service, instance, authenticated)\n"
-"-> (records, deliveries, size, channel) or None (see batch.py encode_python).");
+"-> (records, deliveries, size, channel, ticks) or None (see batch.py encode_python).");
 
 static PyObject *encode(PyObject *self, PyObject *args) {
     (void)self;
@@ -111,88 +228,219 @@ static PyObject *encode(PyObject *self, PyObject *args) {
             uniform = eq;
         }
     }
-    unsigned char *head = NULL, *source = NULL, *svc = NULL, *inst = NULL;
-    Py_ssize_t head_n = -1, svc_n = -1, inst_n = -1;
-    PyObject *records = NULL, *deliveries = NULL, *result = NULL;
-    unsigned char *pub = NULL;
-    Py_ssize_t pub_n = str_packed(pubend, &pub);
-    if (pub_n < 0) goto fail_or_none;
-    svc_n = str_packed(service, &svc);
-    if (svc_n < 0) goto fail_or_none;
-    inst_n = str_packed(instance, &inst);
-    if (inst_n < 0) goto fail_or_none;
-    head_n = 1 + pub_n;
-    head = PyMem_Malloc((size_t)head_n);
-    source = PyMem_Malloc((size_t)(svc_n + inst_n));
-    if (head == NULL || source == NULL) { PyErr_NoMemory(); goto done; }
-    head[0] = authenticated ? 0x98 : 0x97; /* fixarray of 8 (with the flag) or 7 */
-    memcpy(head + 1, pub, (size_t)pub_n);
-    memcpy(source, svc, (size_t)svc_n);
-    memcpy(source + svc_n, inst, (size_t)inst_n);
-    records = PyList_New(count);
-    deliveries = uniform ? NULL : PyList_New(count);
-    if (records == NULL || (!uniform && deliveries == NULL)) goto done;
-    Py_ssize_t size = 0;
+    Prefix p;
+    int made = prefix_make(&p, pubend, service, instance, authenticated);
+    if (made <= 0) {
+        if (made < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    Built b = {NULL, NULL, NULL, 0};
+    if (built_make(&b, count, uniform) < 0) goto fail;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *ev = PyList_GET_ITEM(events, i);
         PyObject *ch = PyList_GET_ITEM(ev, 0), *at = PyList_GET_ITEM(ev, 1), *pl = PyList_GET_ITEM(ev, 2);
         Py_ssize_t ch_n;
         const char *ch_utf8 = PyUnicode_AsUTF8AndSize(ch, &ch_n);
-        if (ch_utf8 == NULL) { PyErr_Clear(); goto fail_or_none; }
-        Py_ssize_t pl_n = PyBytes_GET_SIZE(pl);
-        uint64_t tick = (uint64_t)first + (uint64_t)i;
-        unsigned char scratch[9];
-        Py_ssize_t tick_n = uint_packed(scratch, tick);
-        Py_ssize_t n = head_n + tick_n + str_header_bytes(ch_n) + ch_n + 1 + svc_n + inst_n + bin_header_bytes(pl_n)
-                       + pl_n + (authenticated ? 1 : 0);
-        PyObject *rec = PyBytes_FromStringAndSize(NULL, n);
-        if (rec == NULL) goto done;
-        unsigned char *w = (unsigned char *)PyBytes_AS_STRING(rec);
-        memcpy(w, head, (size_t)head_n); w += head_n;
-        memcpy(w, scratch, (size_t)tick_n); w += tick_n;
-        w += str_header(w, ch_n);
-        memcpy(w, ch_utf8, (size_t)ch_n); w += ch_n;
-        *w++ = 0x80; /* the empty map */
-        memcpy(w, source, (size_t)(svc_n + inst_n)); w += svc_n + inst_n;
-        w += bin_header(w, pl_n);
-        memcpy(w, PyBytes_AS_STRING(pl), (size_t)pl_n); w += pl_n;
-        if (authenticated) *w++ = 0xc3;
-        assert(w - (unsigned char *)PyBytes_AS_STRING(rec) == n);
-        size += n;
-        PyObject *t = PyLong_FromUnsignedLongLong(tick);
-        if (t == NULL) { Py_DECREF(rec); goto done; }
-        PyObject *pair = PyTuple_Pack(2, t, rec);
-        PyObject *delivery = pair == NULL || uniform ? NULL : PyTuple_Pack(4, t, ch, at, rec);
-        Py_DECREF(t);
-        Py_DECREF(rec);
-        if (pair == NULL || (!uniform && delivery == NULL)) { Py_XDECREF(pair); goto done; }
-        /* Neither can be in a reference cycle (a tick, bytes, a str and an empty map that the
-           collector does not track): untracked, as the collector would leave them after its first
-           look, so the young collections do not walk the thousands a batch keeps until durable. */
-        PyObject_GC_UnTrack(pair);
-        PyList_SET_ITEM(records, i, pair);
-        if (!uniform) {
-            if (!PyObject_IS_GC(at) || !PyObject_GC_IsTracked(at)) PyObject_GC_UnTrack(delivery);
-            PyList_SET_ITEM(deliveries, i, delivery);
+        if (ch_utf8 == NULL) { /* not UTF-8: the Python checks say so */
+            PyErr_Clear();
+            built_free(&b);
+            prefix_free(&p);
+            Py_RETURN_NONE;
         }
+        if (emit(&p, &b, i, (uint64_t)first + (uint64_t)i, ch_utf8, ch_n, PyBytes_AS_STRING(pl), PyBytes_GET_SIZE(pl),
+                 ch, at) < 0)
+            goto fail;
     }
-    result = Py_BuildValue("(OOnO)", records, uniform ? Py_None : deliveries, size, uniform ? same : Py_None);
-    goto done;
-fail_or_none:
-    if (!PyErr_Occurred()) { result = Py_None; Py_INCREF(result); }
-done:
-    Py_XDECREF(records);
-    Py_XDECREF(deliveries);
-    PyMem_Free(head);
-    PyMem_Free(source);
-    PyMem_Free(pub);
-    PyMem_Free(svc);
-    PyMem_Free(inst);
+    prefix_free(&p);
+    return built_result(&b, uniform ? same : NULL);
+fail:
+    built_free(&b);
+    prefix_free(&p);
+    return NULL;
+}
+
+/* ---- a PUBLISH frame's body read in place ------------------------------------------------------
+ *
+ * The common PUBLISH, as the client library packs it, is the msgpack array
+ *
+ *     [2, seq, [[channel, {}, payload], ...]]          (fixarray 3; PUBLISH is type 2)
+ *
+ * `scan` says whether a frame body is exactly that, read with no Python object made: an unsigned
+ * seq (fixint or uint 8-64), at least one event, each a fixarray of 3 holding a str of ASCII bytes,
+ * the empty fixmap and a bin, and nothing after the last. msgpack decodes such a body without error to the list of the
+ * same values, so a message the decoder answers from `scan` (core/wire/decoders.py) is the message
+ * msgpack would give; any other body, valid or not, is left to msgpack and the Python checks.
+ * `encode_frame` then does for those events what `encode` does for the decoded list, reading them
+ * from the body, with the same checks (a known channel, a payload within `size_max`). */
+
+typedef struct {
+    const unsigned char *p, *end;
+} Reader;
+
+/* `n` bytes big-endian at the reader, as an unsigned integer; 0 when they are not there */
+static int take_be(Reader *r, int n, uint64_t *v) {
+    if (r->end - r->p < n) return 0;
+    uint64_t x = 0;
+    for (int i = 0; i < n; i++) x = (x << 8) | r->p[i];
+    r->p += n;
+    *v = x;
+    return 1;
+}
+
+static int take_uint(Reader *r, uint64_t *v) {
+    if (r->p >= r->end) return 0;
+    unsigned char b = *r->p++;
+    if (b < 0x80) { *v = b; return 1; }
+    if (b >= 0xcc && b <= 0xcf) return take_be(r, 1 << (b - 0xcc), v);
+    return 0;
+}
+
+static int take_array(Reader *r, uint64_t *n) {
+    if (r->p >= r->end) return 0;
+    unsigned char b = *r->p++;
+    if ((b & 0xf0) == 0x90) { *n = b & 0x0f; return 1; }
+    if (b == 0xdc) return take_be(r, 2, n);
+    if (b == 0xdd) return take_be(r, 4, n);
+    return 0;
+}
+
+/* a str or a bin (`str` says which) of `*n` bytes at `*at`, the reader past it */
+static int take_span(Reader *r, int str, const unsigned char **at, Py_ssize_t *n) {
+    if (r->p >= r->end) return 0;
+    unsigned char b = *r->p++;
+    unsigned char sized = str ? 0xd9 : 0xc4; /* str8 / bin8, then the 16- and 32-bit lengths */
+    uint64_t len;
+    if (str && (b & 0xe0) == 0xa0) len = b & 0x1f;
+    else if (b < sized || b > sized + 2 || !take_be(r, 1 << (b - sized), &len)) return 0;
+    if (len > (uint64_t)(r->end - r->p)) return 0;
+    *at = r->p;
+    *n = (Py_ssize_t)len;
+    r->p += len;
+    return 1;
+}
+
+/* one event [channel, {}, payload]: 1, the reader past it; 0 when it is anything else */
+static int take_event(Reader *r, const unsigned char **ch, Py_ssize_t *ch_n, const unsigned char **pl,
+                      Py_ssize_t *pl_n) {
+    if (r->p >= r->end || *r->p++ != 0x93 || !take_span(r, 1, ch, ch_n)) return 0;
+    for (Py_ssize_t i = 0; i < *ch_n; i++)
+        if ((*ch)[i] & 0x80) return 0; /* ASCII only: any str is UTF-8 checked by msgpack */
+    if (r->p >= r->end || *r->p++ != 0x80) return 0;
+    return take_span(r, 0, pl, pl_n);
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(body, kind) -> (seq, at, count) or None: whether `body` (bytes) is [kind, seq, [[channel, {}, payload], ...]]\n"
+"(ASCII channels, at least one event, nothing after it), with its seq, where its events start and how many.");
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *body;
+    int kind;
+    if (!PyArg_ParseTuple(args, "Oi", &body, &kind)) return NULL;
+    /* bytes only: the Publish keeps the body, which must not change under it (not a view of a buffer) */
+    if (!PyBytes_CheckExact(body) || kind < 0 || kind >= 0x80) Py_RETURN_NONE;
+    const unsigned char *start = (const unsigned char *)PyBytes_AS_STRING(body);
+    Reader r = {start, start + PyBytes_GET_SIZE(body)};
+    uint64_t seq, count;
+    if (r.end - r.p < 2 || r.p[0] != 0x93 || r.p[1] != kind) Py_RETURN_NONE;
+    r.p += 2;
+    if (!take_uint(&r, &seq) || !take_array(&r, &count) || count == 0) Py_RETURN_NONE;
+    Py_ssize_t at = r.p - start;
+    for (uint64_t i = 0; i < count; i++) {
+        const unsigned char *ch, *pl;
+        Py_ssize_t ch_n, pl_n;
+        if (!take_event(&r, &ch, &ch_n, &pl, &pl_n)) Py_RETURN_NONE;
+    }
+    if (r.p != r.end) Py_RETURN_NONE;
+    return Py_BuildValue("(Knn)", (unsigned long long)seq, at, (Py_ssize_t)count);
+}
+
+PyDoc_STRVAR(encode_frame_doc,
+"encode_frame(body, at, count, known, size_max, pubend, first, service, instance, authenticated)\n"
+"-> (records, deliveries, size, channel, ticks) or None: `encode` of the `count` events at `at` of a body `scan` took.");
+
+static PyObject *encode_frame(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer body;
+    PyObject *known, *pubend, *service, *instance;
+    Py_ssize_t at, count, size_max;
+    unsigned long long first;
+    int authenticated;
+    if (!PyArg_ParseTuple(args, "y*nnO!nUKUUp", &body, &at, &count, &PyDict_Type, &known, &size_max, &pubend, &first,
+                          &service, &instance, &authenticated))
+        return NULL;
+    const unsigned char *start = (const unsigned char *)body.buf, *end = start + body.len, *ch, *pl, *last = NULL;
+    Py_ssize_t ch_n, pl_n, last_n = -1;
+    PyObject *result = NULL, *same = NULL, *name = NULL;
+    Prefix p = {NULL, NULL, 0, 0, 0};
+    Built b = {NULL, NULL, NULL, 0};
+    Reader r = {start, end};
+    int uniform = 1, made;
+    if (count <= 0 || at < 0 || at > body.len) goto none;
+    if (first > (unsigned long long)INT64_MAX - (unsigned long long)count) goto none;
+    /* the checks, all of them before anything is built: each run of events on one channel looks
+       its channel up once (`same` is the first event's) */
+    r.p = start + at;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!take_event(&r, &ch, &ch_n, &pl, &pl_n)) goto none;
+        if (pl_n > size_max || pl_n > 0xffffffffLL) goto none;
+        if (ch_n == last_n && memcmp(ch, last, (size_t)ch_n) == 0) continue;
+        name = PyUnicode_DecodeASCII((const char *)ch, ch_n, NULL);
+        if (name == NULL) goto fail;
+        int found = PyDict_Contains(known, name);
+        if (found <= 0) { if (found < 0) goto fail; goto none; }
+        if (same == NULL) same = name;
+        else { uniform = 0; Py_DECREF(name); }
+        name = NULL;
+        last = ch;
+        last_n = ch_n;
+    }
+    if (r.p != end) goto none;
+    made = prefix_make(&p, pubend, service, instance, authenticated);
+    if (made <= 0) { if (made < 0) goto fail; goto none; }
+    if (built_make(&b, count, uniform) < 0) goto fail;
+    r.p = start + at;
+    last_n = -1; /* `name`: the channel of the run being built, `last` its bytes */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!take_event(&r, &ch, &ch_n, &pl, &pl_n)) { /* (read above: bytes do not change) */
+            PyErr_SetString(PyExc_SystemError, "a PUBLISH body changed while it was read");
+            goto fail;
+        }
+        PyObject *attributes = NULL;
+        if (!uniform) { /* the deliveries hold each event's channel, and a map of its own as msgpack's */
+            if (ch_n != last_n || memcmp(ch, last, (size_t)ch_n) != 0) {
+                Py_XSETREF(name, PyUnicode_DecodeASCII((const char *)ch, ch_n, NULL));
+                if (name == NULL) goto fail;
+                last = ch;
+                last_n = ch_n;
+            }
+            attributes = PyDict_New();
+            if (attributes == NULL) goto fail;
+        }
+        int e = emit(&p, &b, i, (uint64_t)first + (uint64_t)i, (const char *)ch, ch_n, (const char *)pl, pl_n,
+                     uniform ? same : name, attributes);
+        Py_XDECREF(attributes);
+        if (e < 0) goto fail;
+    }
+    result = built_result(&b, uniform ? same : NULL); /* (b emptied) */
+    goto fail;
+none:
+    result = Py_None;
+    Py_INCREF(result);
+fail: /* result NULL: an error is set */
+    built_free(&b);
+    Py_XDECREF(name);
+    Py_XDECREF(same);
+    prefix_free(&p);
+    PyBuffer_Release(&body);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"encode", encode, METH_VARARGS, encode_doc},
+    {"scan", scan, METH_VARARGS, scan_doc},
+    {"encode_frame", encode_frame, METH_VARARGS, encode_frame_doc},
     {NULL, NULL, 0, NULL},
 };
 

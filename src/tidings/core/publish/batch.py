@@ -6,16 +6,28 @@ channel cache (`known`), the payload binary and at most `size_max` bytes. `encod
 every event and, when all pass, encodes each one's record at ticks `first`, `first + 1`, ... exactly
 as `core/event.py encode_records` does, and returns
 
-    (records, deliveries, size, channel)
+    (records, deliveries, size, channel, ticks)
 
 the (tick, record) pairs of the Append, the (tick, channel, attributes, record) tuples the pubend
-holds until the batch is durable, the records' bytes in all, and the channel when every event has
-the same one (else None). A batch on one channel gets no deliveries (None): the pubend holds the
-Append's records in their place (core/publish/pubend.py PendingBatch), so a one-channel PUBLISH,
-the common one, costs no tuple per event beyond the Append's pair. When any event is outside that
+holds until the batch is durable, the records' bytes in all, the channel when every event has
+the same one (else None), and the ticks, for the ACK (the compiled form's are the pairs' own int
+objects: a list of new ints, one per event, cost a broker in (a) about 5 % of its event loop).
+A batch on one channel gets no deliveries (None): the pubend holds the Append's records in their
+place (core/publish/pubend.py PendingBatch), so a one-channel PUBLISH, the common one, costs no
+tuple per event beyond the Append's pair. When any event is outside that
 shape it returns None and decides nothing: the intake then checks the PUBLISH event by event
 (core/publish/intake.py `_check`), which refuses what is bad and says why. So no rule lives here
 that the Python checks do not also hold, and a batch is encoded the same whichever path took it.
+
+A PUBLISH whose frame is exactly that shape need not be decoded at all: `scan` reads a frame body
+in place (the decoder's first look, core/wire/decoders.py) and says whether it is
+`[PUBLISH, seq, [[channel, {}, payload], ...]]` with ASCII channels and nothing after the events,
+and `encode_frame` gives `encode`'s answer for those events read from the body, with no Python
+object per event (the PUBLISH's `events` are decoded by msgpack only if something asks for them:
+core/wire/messages.py Publish). Only the compiled form reads frames; with it off (or not built),
+every PUBLISH is decoded by msgpack and takes `encode`, as before. tests/unit/test_publish_batch.py
+holds the decoder's message and `encode_frame`'s answer equal to msgpack's and `encode_python`'s
+for any body, and a broker's records and answers equal through either form.
 
 Two implementations give the same answer for every input: `encode_python` below, and the compiled
 `_batch.encode` (`_batch.c`, built by setup.py where a C compiler is found; optional). The
@@ -39,7 +51,7 @@ except ImportError:  # built where no C compiler was found: the Python form belo
     _batch = None  # type: ignore[assignment]
 
 Delivery = tuple[int, str, dict[str, Any], bytes]  # tick, channel, attributes, record (core/publish/pubend.py)
-Encoded = tuple[list[tuple[int, bytes]], list[Delivery] | None, int, str | None]
+Encoded = tuple[list[tuple[int, bytes]], list[Delivery] | None, int, str | None, list[int | None]]
 Encoder = Callable[[list[object], dict[str, Any], int, str, int, str, str, bool], Encoded | None]
 
 _pack = msgpack.Packer().pack
@@ -70,10 +82,11 @@ def encode_python(events: list[object], known: dict[str, Any], size_max: int, pu
     except UnicodeEncodeError:  # a string that is not UTF-8: the Python checks say so
         return None
     size = sum(len(rec) for _, rec in records)
+    ticks: list[int | None] = list(range(first, first + len(records)))
     if uniform:
-        return records, None, size, same
+        return records, None, size, same, ticks
     deliveries = [(t, ev[0], ev[1], rec) for (t, rec), ev in zip(records, events, strict=True)]  # type: ignore[index]
-    return records, deliveries, size, None
+    return records, deliveries, size, None, ticks
 
 
 def _native(events: list[object], known: dict[str, Any], size_max: int, pubend: str, first: int,
@@ -87,6 +100,36 @@ def _native(events: list[object], known: dict[str, Any], size_max: int, pubend: 
 
 encode: Encoder = encode_python if _batch is None else _native
 
+PUBLISH_TYPE = 2  # core/wire/types.py ClientType.PUBLISH (not imported: core/wire imports this module)
+
+
+def _scan_none(body: bytes) -> tuple[int, int, int] | None:
+    return None
+
+
+def _scan_native(body: bytes) -> tuple[int, int, int] | None:
+    scanned: tuple[int, int, int] | None = _batch.scan(body, PUBLISH_TYPE)
+    return scanned
+
+
+# A frame body read in place: (seq, at, count) when it is exactly [PUBLISH, seq, [[channel, {}, payload], ...]]
+# with ASCII channels, at least one event and nothing after them; else None (core/wire/decoders.py).
+# Only the compiled form reads frames: with it off, every PUBLISH is decoded by msgpack, as before.
+scan: Callable[[bytes], tuple[int, int, int] | None] = _scan_none if _batch is None else _scan_native
+
+
+def encode_frame(body: bytes, at: int, count: int, known: dict[str, Any], size_max: int, pubend: str, first: int,
+                 service: str, instance: str, authenticated: bool) -> Encoded | None:
+    """`encode` of the `count` events at byte `at` of a PUBLISH body that `scan` took, read from
+    the body (no Python object per event): the same answer `encode` gives for the events msgpack
+    decodes from it (tests/unit/test_publish_batch.py holds the two equal)."""
+    if _batch is None or first < 0:
+        events: list[object] = msgpack.unpackb(body, strict_map_key=True)[2]
+        return encode_python(events, known, size_max, pubend, first, service, instance, authenticated)
+    encoded: Encoded | None = _batch.encode_frame(body, at, count, known, size_max, pubend, first, service,
+                                                  instance, authenticated)
+    return encoded
+
 
 def native() -> bool:
     """Whether `encode` is the compiled form."""
@@ -94,6 +137,9 @@ def native() -> bool:
 
 
 def use_native(on: bool) -> None:
-    """The compiled form when `on` and built, else the Python one (the runtime's switch)."""
-    global encode  # noqa: PLW0603 - the one switch, set by the runtime at start
-    encode = _native if on and _batch is not None else encode_python
+    """The compiled form when `on` and built, else the Python one (the runtime's switch): `encode`,
+    and whether PUBLISH frames are read in place (`scan`)."""
+    global encode, scan  # noqa: PLW0603 - the one switch, set by the runtime at start
+    on = on and _batch is not None
+    encode = _native if on else encode_python
+    scan = _scan_native if on else _scan_none

@@ -102,27 +102,13 @@ class Intake:
             if not wait_ns:
                 self._publish_idempotent(now, c, msg, wall_us, out)
             return wait_ns
-        wait_ns, refused = self.guard.admit_publish(c.identity, msg.events, now)  # the rates, then the rules
-        if wait_ns:
-            return wait_ns
-        pubend = self.pubend
-        if not refused:  # every event well formed on a known channel, without attributes: one pass (batch.py)
-            first = pubend.first_tick(wall_us)
-            encoded = batch.encode(msg.events, self._trees, self.config.event_bytes_max, pubend.pubend_id, first,
-                                   c.service, c.instance, c.authenticated)
-            if encoded is not None:
-                records, deliveries, size, channel = encoded
-                count = len(records)
-                reserved = pubend.reserve(count, wall_us)
-                assert reserved == first
-                if channel is not None:
-                    self.traffic.tally(channel, count)
-                else:
-                    assert deliveries is not None
-                    self.traffic.count([d[1] for d in deliveries])
-                self._append(c, msg.seq, list(range(first, first + count)), records, deliveries, size, out,
-                             channel=channel)
-                return 0
+        refused: dict[int, TidingsError] = {}
+        if msg.frame is None or not self.guard.publish_unchecked:  # (a frame's events are not decoded for it)
+            wait_ns, refused = self.guard.admit_publish(c.identity, msg.events, now)  # the rates, then the rules
+            if wait_ns:
+                return wait_ns
+        if not refused and self._one_pass(c, msg, wall_us, out):
+            return 0
         valid, bad = self._check(now, c, msg.events, None, None, refused)
         if bad:
             c.refuse_events(now, msg.seq, bad, out)
@@ -138,6 +124,32 @@ class Intake:
             ticks = list(range(first, first + len(valid)))
         self._log(c, msg.seq, valid, first, ticks, out)
         return 0
+
+    def _one_pass(self, c: ClientConnection, msg: messages.Publish, wall_us: int, out: list[Effect]) -> bool:
+        """Whether every event of `msg` is well formed on a known channel without attributes, and
+        so was checked, encoded and logged in one pass (batch.py): from its frame when the decoder
+        left the events there, with no Python object per event, else from the decoded events."""
+        pubend = self.pubend
+        first = pubend.first_tick(wall_us)
+        if msg.frame is not None:
+            encoded = batch.encode_frame(msg.frame, msg.at, msg.count, self._trees, self.config.event_bytes_max,
+                                         pubend.pubend_id, first, c.service, c.instance, c.authenticated)
+        else:
+            encoded = batch.encode(msg.events, self._trees, self.config.event_bytes_max, pubend.pubend_id, first,
+                                   c.service, c.instance, c.authenticated)
+        if encoded is None:
+            return False
+        records, deliveries, size, channel, ticks = encoded
+        count = len(records)
+        reserved = pubend.reserve(count, wall_us)
+        assert reserved == first
+        if channel is not None:
+            self.traffic.tally(channel, count)
+        else:
+            assert deliveries is not None
+            self.traffic.count([d[1] for d in deliveries])
+        self._append(c, msg.seq, ticks, records, deliveries, size, out, channel=channel)
+        return True
 
     def synced(self) -> list[int]:
         """A sync made pending bytes durable: the paused publishers, to be released once half are."""

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from tidings.core.deadlines import Alarm, Deadlines
 from tidings.core.reliability.messages import Nack
 from tidings.core.reliability.round_trip import RoundTrip
-from tidings.core.reliability.ticks import CuriosityMap, Range
+from tidings.core.reliability.ticks import CuriosityMap, Knowledge, Range
 from tidings.core.states import ForbiddenTransition
 
 if TYPE_CHECKING:
@@ -277,12 +277,16 @@ class Curiosity:
             c.move(CuriosityEvent.REPEAT)
             c.curious_ns = now
         out: list[CuriosityEffect] = []
+        whole = self.config.complete and self._takes_complete(ist.upstream)
+        if whole:
+            end = gaps[-1][1]  # the unknown run it ends in goes on past it: chopped there
+            gaps, whole = named_whole(gaps, end < ist.top and ist.knowledge(end + 1) is Knowledge.Q)
         ranges = c.fresh(gaps, ist.limits.nack_ranges_max)
         if ranges:
             c.nack_ns = now
             self.nacks_sent += 1
             self.nack_ticks_sent += sum(through - after for after, through in ranges)
-            said = self.config.complete and complete(gaps, ranges) and self._takes_complete(ist.upstream)
+            said = whole and complete(gaps, ranges)
             out.append(SendNack(ist.upstream, Nack(key.tree, key.pubend, tuple(ranges), said)))
         self.timers.set(key, now + max(c.nack_interval_ns, floor_ns))
         return out
@@ -308,6 +312,22 @@ class Curiosity:
         if sample_ns is not None:
             estimate.sample(sample_ns)
         return estimate.threshold(self.config.nack_repeat_ns_min, self.config.nack_repeat_ns_max)
+
+
+def named_whole(gaps: list[tuple[int, int]], cut: bool) -> tuple[list[tuple[int, int]], bool]:
+    """The gaps a nack that may say it is complete names, and whether it still may. A complete nack
+    is answered with exactly its ranges, then the forwarder goes on from where it was: one ending
+    inside an unknown run it could not name whole (`cut`: the run was chopped into ranges of at most
+    `nack_range_ticks_max`, `nack_ranges_max` a nack, and goes on past the last) would leave the
+    rest of the run unsent, to be nacked 64 ranges a round trip (a subscription from tick 0: about
+    470,000 of them). So such a run is left to a later nack when other gaps come before it, and
+    nacked plain when it comes first (the forwarder sends everything after its first tick)."""
+    if not cut:
+        return gaps, True
+    first = len(gaps) - 1
+    while first > 0 and gaps[first - 1][1] == gaps[first][0]:
+        first -= 1
+    return (gaps[:first], True) if first else (gaps, False)
 
 
 def complete(gaps: list[tuple[int, int]], ranges: list[Range]) -> bool:

@@ -34,7 +34,7 @@ broker's own path), so no local consumer is attached to this broker's own pubend
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -62,7 +62,7 @@ from tidings.core.reliability.effects import (
 from tidings.core.reliability.flow_window import FlowLimits
 from tidings.core.reliability.interest import Interest, SendSummary
 from tidings.core.reliability.local_consumers import LocalConsumers
-from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect, SyncedBatch
+from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig, SourceEffect, Synced, SyncedBatch
 from tidings.core.reliability.tree import PFS_CONSUMER, Held, Tree
 from tidings.core.reliability.tree_streams import TreeStreams
 from tidings.core.units import ns_to_us
@@ -96,7 +96,7 @@ class ReliabilityConfig:
     release_hold_ns: int = defaults.RELEASE_HOLD_NS  # a child that left holds release at its last value this long
     # a durable catchup fetches matching ticks this close as one range
     nack_merge_ticks: int = defaults.NACK_MERGE_TICKS
-    nack_complete: bool = False  # complete nacks (messages.Nack.complete), to parents that understand them
+    nack_complete: bool = True  # complete nacks (messages.Nack.complete), to parents that understand them
     # a tree's nack answers in flight beyond its root's ack
     retransmit_window_bytes: int = defaults.RETRANSMIT_WINDOW_BYTES
     # a window its root's acks have not moved this long starts again
@@ -168,7 +168,7 @@ class ReliabilityNode:
         self.source.restore(now, held_trees or {}, last_tick)
         return self._source(now, self.source.recover(last_tick))
 
-    def published(self, now: int, batches: Sequence[SyncedBatch], synced: int) -> list[NodeEffect]:
+    def published(self, now: int, batches: Synced, synced: int) -> list[NodeEffect]:
         """A sync made `batches` (core/publish/pubend.py PendingBatch) and every tick up to
         `synced` durable."""
         return self._source(now, self.source.published(now, batches, synced))
@@ -421,4 +421,4 @@ def _decode_event(tree: str, event: object) -> tuple[str, messages.KnowledgeMess
 
 
 __all__ = ["PFS_CONSUMER", "DeliverRecords", "Held", "Lost", "MovedAway", "NodeEffect", "ReliabilityConfig",
-           "ReliabilityNode", "RouteTo", "SyncedBatch"]
+           "ReliabilityNode", "RouteTo", "Synced", "SyncedBatch"]

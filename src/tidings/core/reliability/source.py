@@ -59,8 +59,9 @@ from tidings.core.inputs import LogState
 from tidings.core.reliability.flow_window import DEFAULT_LIMITS, FlowLimits, FlowOutput, FlowWindows, ReadBack
 from tidings.core.reliability.log_span import SpanError
 from tidings.core.reliability.nack_answers import NackAnswers, ReadLimits
-from tidings.core.reliability.source_knowledge import EventTails, KnowledgeWriter, PublishOnTree, SyncedBatch
+from tidings.core.reliability.source_knowledge import EventTails, KnowledgeWriter, PublishOnTree
 from tidings.core.reliability.source_streams import SourceStreams
+from tidings.core.synced import Synced, SyncedBatch
 from tidings.core.units import MICROSECOND_NS
 
 
@@ -108,10 +109,12 @@ class Source:
 
     # ---- first-time knowledge ------------------------------------------------------------------
 
-    def published(self, now: int, batches: Sequence[SyncedBatch], synced: int) -> list[SourceEffect]:
+    def published(self, now: int, batches: Synced, synced: int) -> list[SourceEffect]:
         """The sync made every tick up to `synced` durable; `batches` hold its events, each for
-        the trees of its channel."""
+        the trees of its channel (on one channel, every tree gets the sync's columns, whose
+        bytes are counted once)."""
         out: list[SourceEffect] = []
+        size = batches.size() if batches.channel is not None else None
         for tree, (ticks, records) in self._writer.by_tree(batches).items():
             quiet = self._tails.quiet_after(tree)
             self._tails.published(tree, ticks[-1])
@@ -132,7 +135,7 @@ class Source:
                     continue
             out += self._flowed(self.flow.offer(now, tree, self._writer.chunked_columns(
                 tree, stream.sent_through, synced, ticks, records, retransmit=False, root=stream.root,
-                past_empty=owed)))
+                past_empty=owed, size=size)))
             stream.sent_through = synced
             stream.data_ns = now
         return out
@@ -330,4 +333,4 @@ class Source:
                 **self.flow.status(), "flow_records_read": self.flow_records_read}
 
 
-__all__ = ["PublishOnTree", "Source", "SourceConfig", "SourceEffect", "SyncedBatch"]
+__all__ = ["PublishOnTree", "Source", "SourceConfig", "SourceEffect", "Synced", "SyncedBatch"]

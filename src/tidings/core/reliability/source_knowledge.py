@@ -22,15 +22,15 @@ on any tree: those logged before this run (`recover`) and those of a tree whose 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, count, repeat
 from operator import add, itemgetter, sub
-from typing import Any, Protocol
 
 from tidings.core.event import TICK_MAX, own_record_prefix, record_channel_bytes, record_routing_fields
 from tidings.core.reliability.messages import RECORDS_PER_MESSAGE_MAX as RECORDS_MAX
 from tidings.core.reliability.messages import KnowledgeMessage
+from tidings.core.synced import Synced
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,25 +47,15 @@ class PublishOnTree:
     # or has not acknowledged what it had (a root that said "empty" may be a stale one of a
     # partition, or have lost its members since)
     past_empty: bool = False
+    # the bytes of the message's records when its writer knew them (`chunked_columns`), else None:
+    # the flow window counts them (flow_window.py `record_bytes`) without summing them again
+    records_bytes: int | None = None
 
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)  # of (tick, record)
 Columns = tuple[list[int], list[bytes]]  # a tree's events: their ticks, and their records in the same order
 
 
-class SyncedBatch(Protocol):
-    """A batch of the pubend's events made durable (core/publish/pubend.py `PendingBatch`): on one
-    channel without attributes (`channel`), or each event's (tick, channel, attributes, record)."""
-
-    @property
-    def channel(self) -> str | None: ...
-
-    @property
-    def deliveries(self) -> Sequence[tuple[int, str, Any, bytes]]: ...
-
-    def columns(self) -> tuple[Iterable[int], Iterable[bytes]]:
-        """Its events' ticks and records, in order."""
-        ...
 _TICK, _CHANNEL, _RECORD = itemgetter(0), itemgetter(1), itemgetter(3)  # of (tick, channel, attributes, record)
 
 
@@ -80,14 +70,16 @@ class KnowledgeWriter:
         self._trees_of = trees_of
         self._record_prefix = own_record_prefix(pubend_id)  # [pubend, ... of each own record
 
-    def by_tree(self, batches: Sequence[SyncedBatch]) -> dict[str, Columns]:
-        """Each tree's events of a sync's `batches`, as columns (ticks, records); a run of events
-        on one channel is looked up once. A batch on one channel (a publisher's usual PUBLISH) is
-        taken whole, without a Python step per event, and when the sync's events are all on one
-        channel every tree of it is given the same two lists (read only: `chunked_columns` copies
-        what it keeps)."""
+    def by_tree(self, synced: Synced) -> dict[str, Columns]:
+        """Each tree's events of a sync (`synced`'s batches), as columns (ticks, records); a run of
+        events on one channel is looked up once. A batch on one channel (a publisher's usual
+        PUBLISH) is taken whole, without a Python step per event, and when the sync's events are
+        all on one channel every tree of it is given the sync's own two lists (`Synced.columns`,
+        which the local fan-out reads too; read only: `chunked_columns` copies what it keeps)."""
+        if synced.channel is not None:
+            return dict.fromkeys(self._trees_of(synced.channel), synced.columns())
         runs: list[tuple[str, list[int], list[bytes]]] = []  # (channel, ticks, records), in tick order
-        for batch in batches:
+        for batch in synced.batches:
             if batch.channel is not None:
                 batch_ticks, batch_records = batch.columns()
                 if runs and runs[-1][0] == batch.channel:
@@ -179,13 +171,19 @@ class KnowledgeWriter:
                                     retransmit, root, past_empty)
 
     def chunked_columns(self, tree: str, after: int, through: int, ticks: Sequence[int], bodies: list[bytes],
-                        retransmit: bool, root: str | None = None, past_empty: bool = False) -> list[PublishOnTree]:
-        """`chunked` of the records at `ticks` with payloads `bodies`. A message holds at least one
-        record, and no more than fit in `knowledge_bytes_max` and RECORDS_MAX; each one's end is
-        found by bisection over the records' running sizes, a step per message, not per record."""
+                        retransmit: bool, root: str | None = None, past_empty: bool = False,
+                        size: int | None = None) -> list[PublishOnTree]:
+        """`chunked` of the records at `ticks` with payloads `bodies` (`size`: their bytes, when
+        the caller knows them). A message holds at least one record, and no more than fit in
+        `knowledge_bytes_max` and RECORDS_MAX; each one's end is found by bisection over the
+        records' running sizes, a step per message, not per record. Each message carries its
+        records' bytes (`PublishOnTree.records_bytes`), for the flow window."""
         records_count, bytes_max = len(bodies), self._knowledge_bytes_max
-        if records_count <= RECORDS_MAX and sum(map(len, bodies)) <= bytes_max:
-            return [self._message(tree, after, through, tuple(ticks), tuple(bodies), retransmit, root, past_empty)]
+        if size is None:
+            size = sum(map(len, bodies))
+        if records_count <= RECORDS_MAX and size <= bytes_max:
+            return [self._message(tree, after, through, tuple(ticks), tuple(bodies), retransmit, root, past_empty,
+                                  records_bytes=size)]
         ends = list(accumulate(map(len, bodies)))
         out: list[PublishOnTree] = []
         start = base = 0
@@ -193,10 +191,10 @@ class KnowledgeWriter:
                             start + RECORDS_MAX)) < records_count:
             last = ticks[stop - 1]
             out.append(self._message(tree, after, last, tuple(ticks[start:stop]), tuple(bodies[start:stop]),
-                                     retransmit, root, past_empty))
+                                     retransmit, root, past_empty, records_bytes=ends[stop - 1] - base))
             after, start, base = last, stop, ends[stop - 1]
         out.append(self._message(tree, after, through, tuple(ticks[start:]), tuple(bodies[start:]),
-                                 retransmit, root, past_empty))
+                                 retransmit, root, past_empty, records_bytes=size - base))
         return out
 
     def send(self, tree: str, after: int, through: int, records: list[tuple[int, bytes]],
@@ -206,9 +204,9 @@ class KnowledgeWriter:
 
     def _message(self, tree: str, after: int, through: int, ticks: tuple[int, ...], bodies: tuple[bytes, ...],
                  retransmit: bool, root: str | None = None, past_empty: bool = False,
-                 lost: bool = False) -> PublishOnTree:
+                 lost: bool = False, records_bytes: int | None = None) -> PublishOnTree:
         message = KnowledgeMessage(tree, self.pubend_id, after, through, ticks, bodies, retransmit, lost=lost)
-        return PublishOnTree(tree, self.address, message, root, past_empty or retransmit)
+        return PublishOnTree(tree, self.address, message, root, past_empty or retransmit, records_bytes)
 
 
 class EventTails:

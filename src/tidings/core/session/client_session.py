@@ -23,11 +23,13 @@ from tidings.core.filters import parse_filter
 from tidings.core.publish.dedup import producer_problem, pseq_problem
 from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import FrameDecoder
+from tidings.core.wire.types import ClientType
 
 PUBLISH_FRAME_EVENTS_MAX = 4096
 FRAME_OVERHEAD_BYTES = 64
 VALID_CHANNELS_CACHED_MAX = 4096
 FRAME_MARGIN_BYTES = 1024 * 1024
+ACK_HEADS = (bytes((0x94, ClientType.ACK)), bytes((0x95, ClientType.ACK)))  # an ACK's msgpack array of 4 or 5, its type
 
 Start = str | int | _dt.datetime
 # an event as PUBLISH carries it, checked (`check_event`): (channel, attributes, payload), and for an
@@ -92,13 +94,16 @@ class ClientSession:
             raise ProtocolError(exc.code, str(exc), fatal=True) from None
         return messages.auth(proof)
 
-    def receive(self, data: bytes) -> list[BrokerMessage]:
-        """Decode what arrived; a broker that breaks the protocol raises ProtocolError."""
+    def receive(self, data: bytes, acks: bool = True) -> list[BrokerMessage]:
+        """Decode what arrived; a broker that breaks the protocol raises ProtocolError. `acks` False:
+        ACK frames are passed over undecoded (a publisher that awaits none: an MQTT QoS 0 one's)."""
         out: list[BrokerMessage] = []
         bodies = self._decoder.feed(data)
         if self._decoder.failure is not None:
             raise self._decoder.failure
         for body in bodies:
+            if not acks and body[:2] in ACK_HEADS:
+                continue
             msg = decoders.decode_broker_message(body)
             if isinstance(msg, messages.Welcome):
                 if msg.version != messages.PROTOCOL_VERSION:

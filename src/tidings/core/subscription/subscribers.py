@@ -214,7 +214,10 @@ class Subscribers:
             tree = subscription_tree(pattern)
             joins = self.local.trees.join(s.key, tree, (c.identity, s.pattern))
             if at.streams is not None:
-                return [JoinStreams(s.key, tree, begin.remote, s.total, s.pattern,
+                # a durable one's other pubends from its checkpoint's default (a named one resumed: where
+                # its registration was released, not "now" less the skew allowance)
+                remote = begin.remote if checkpoint is None else checkpoint.default
+                return [JoinStreams(s.key, tree, remote, s.total, s.pattern,
                                     "" if s.filter is None else s.filter.text,
                                     None if checkpoint is None else checkpoint.positions, joins, admitted)]
         return self.opened(at, c, admitted)

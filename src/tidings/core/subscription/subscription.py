@@ -206,13 +206,13 @@ class Subscription:
     # ---- delivery --------------------------------------------------------------------------------
 
     def deliver(self, records: list[bytes], pubend: str | None = None, through: int | None = None,
-                framed: dict[tuple[int, int], list[bytes]] | None = None) -> list[Effect]:
+                framed: dict[tuple[int, int], list[bytes]] | None = None, size: int | None = None) -> list[Effect]:
         """Its records (in order; each matched already), framed for its client; `through`: every
         tick of `pubend` up to it was delivered or found not to match. `framed`: the EVENTS frames
         already made in this fan-out, by the identity of their list of records and the sub id, for
         subscriptions handed the same list (the bytes are the same: encoded once); the caller keeps
         every list it hands over with `framed` alive as long as `framed` is used, so that no id is
-        reused."""
+        reused. `size`: the records' bytes, when the caller counted them (an EVENTS frame's length)."""
         assert self.mode in OPEN
         if pubend is not None and through is not None and through > self.positions.get(pubend, -1):
             self.positions[pubend] = through
@@ -221,11 +221,11 @@ class Subscription:
         if self.bulk:
             return [Send(self.conn, frame) for frame in messages.records_frames(self.sub, records)]
         if framed is None:
-            return [Send(self.conn, frame) for frame in messages.events_frames(self.sub, records)]
+            return [Send(self.conn, frame) for frame in messages.events_frames(self.sub, records, size)]
         made = (id(records), self.sub)
         frames = framed.get(made)
         if frames is None:
-            frames = framed[made] = messages.events_frames(self.sub, records)
+            frames = framed[made] = messages.events_frames(self.sub, records, size)
         return [Send(self.conn, frame) for frame in frames]
 
     def fresh(self, ticks: list[int], records: list[bytes]) -> list[bytes]:

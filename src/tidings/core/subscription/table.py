@@ -47,10 +47,10 @@ from tidings.core.event import OneAttribute, one_attribute, record_routing_field
 from tidings.core.filters import Filter, SubscriptionIndex
 from tidings.core.inputs import LogRead
 from tidings.core.multicast.local_trees import LocalTrees, TreeEffect
-from tidings.core.publish.pubend import PendingBatch
 from tidings.core.subscription.leases import EndSubscription
 from tidings.core.subscription.memberships import TreeMemberships
 from tidings.core.subscription.subscription import Subscription, Taken
+from tidings.core.synced import Synced, SyncedBatch
 from tidings.core.wire import messages
 
 _TICK, _RECORD = itemgetter(0), itemgetter(3)  # of a delivery (tick, channel, attributes, record)
@@ -203,19 +203,35 @@ class LocalSubscriptions:
 
     # ---- delivery --------------------------------------------------------------------------------
 
-    def synced(self, batches: Iterable[PendingBatch], pubend: str, synced_tick: int) -> list[Effect]:
+    def synced(self, synced: Synced, pubend: str, synced_tick: int) -> list[Effect]:
         """This broker's own events, durable now: to each live subscription they match, past its
         position (live ones: every tick to the durable tail passed).
 
         Matched per event, handed out per run: consecutive events that match the same keys (the
         events of one channel without attributes share one list of keys) go to each of those
         subscriptions in one piece (`Subscription.fresh`), so the cost per event does not grow
-        with the subscriptions it reaches. A broker without local subscriptions (a publisher's
-        broker) looks at nothing."""
+        with the subscriptions it reaches. A sync on one channel without attributes is one run:
+        the sync's own columns (`Synced.columns`, which the trees read too) and their bytes,
+        counted once for every frame made of the whole run. A broker without local
+        subscriptions (a publisher's broker) looks at nothing."""
         if not self.subends:  # (the index holds some of them)
             return []
         fan: dict[int, list[bytes]] = {}
         owned: set[int] = set()  # keys whose list in `fan` is theirs alone (else a run's, shared)
+        if synced.channel is not None:
+            found = self.index.match(synced.channel, {})
+            if not found:
+                return []
+            ticks, records = synced.columns()
+            self._hand_out(found, ticks, records, fan, owned)
+            return self.fan_out(fan, pubend, synced_tick, (records, synced.size()))
+        self._runs(synced.batches, fan, owned)
+        return self.fan_out(fan, pubend, synced_tick)
+
+    def _runs(self, batches: Iterable[SyncedBatch], fan: dict[int, list[bytes]], owned: set[int]) -> None:
+        """`synced`'s pass over a sync of several channels, or with attributes: each event matched
+        (a batch on one channel without attributes once, `_whole`), runs of events that match the
+        same keys handed out (`_hand_out`) into `fan`."""
         match = self.index.match
         by_channel: dict[str, list[int]] = {}  # events without attributes match by channel alone
         by_one: dict[tuple[str, OneAttribute], list[int]] = {}  # (channel, its one attribute)
@@ -243,9 +259,8 @@ class LocalSubscriptions:
                 records.append(record)
         if records:
             self._hand_out(keys, ticks, records, fan, owned)
-        return self.fan_out(fan, pubend, synced_tick)
 
-    def _whole(self, batch: PendingBatch, channel: str, by_channel: dict[str, list[int]], keys: list[int],
+    def _whole(self, batch: SyncedBatch, channel: str, by_channel: dict[str, list[int]], keys: list[int],
                ticks: list[int], records: list[bytes], fan: dict[int, list[bytes]],
                owned: set[int]) -> tuple[list[int], list[int], list[bytes]]:
         """`synced`'s step for a batch whose events are all on `channel` without attributes: its
@@ -290,16 +305,19 @@ class LocalSubscriptions:
             fan[key] = share
             owned.add(key)
 
-    def fan_out(self, fan: Mapping[int, list[bytes]], pubend: str, through: int) -> list[Effect]:
+    def fan_out(self, fan: Mapping[int, list[bytes]], pubend: str, through: int,
+                sized: tuple[list[bytes], int] | None = None) -> list[Effect]:
         """This broker's own records for subscriptions, `pubend` passed `through`; subscriptions
         handed the same list of records under the same sub id (one per connection, as clients
-        number them) share its frames."""
+        number them) share its frames. `sized`: a list of records whose bytes the caller counted,
+        and their count, for the frames of a subscription handed that very list."""
         out: list[Effect] = []
         subends = self.subends
         framed: dict[tuple[int, int], list[bytes]] = {}  # lists of `fan` stay alive: their ids are theirs
         for key, records in fan.items():
             self.events_delivered += len(records)
-            out += subends[key].deliver(records, pubend, through, framed)
+            size = sized[1] if sized is not None and records is sized[0] else None
+            out += subends[key].deliver(records, pubend, through, framed, size)
         return out
 
     def delivered(self, deliver: DeliverRecords) -> list[Effect]:

@@ -7,6 +7,12 @@ optional trailing field added after version 1 shipped is told by the array's len
 peer's message still reads. Anything else raises ProtocolError naming the problem (BAD_MESSAGE, or
 UNKNOWN_MESSAGE for a type the direction does not have), so the machines above never see a
 malformed message. `message_type` peeks at a body's type without raising.
+
+A PUBLISH in the intake's common shape (`[PUBLISH, seq, [[channel, {}, payload], ...]]`, the
+client library's) is not decoded here: the compiled pass (core/publish/batch.py `scan`) reads that
+it is exactly that, with no Python object per event, and the Publish keeps its body for the
+intake (`batch.encode_frame`); its `events` are decoded by msgpack only if asked for. Any other
+body, and every body when the compiled pass is off, is decoded by msgpack and checked here.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 import msgpack
 
 from tidings.core.errors import BAD_MESSAGE, UNKNOWN_MESSAGE, ProtocolError
+from tidings.core.publish import batch
 from tidings.core.wire.messages import (
     ORDER_PUBLISHER,
     ORDERS,
@@ -149,6 +156,10 @@ def _decode_read(msg: list[Any]) -> Read:
 def decode_client_message(  # noqa: PLR0911, PLR0912 - one return per message type
     body: bytes,
 ) -> Hello | Auth | Publish | Subscribe | Read | Unsubscribe | StatusRequest | Renew | Release | Heartbeat:
+    scanned = batch.scan(body)  # the intake's common PUBLISH, read in place (None: anything else)
+    if scanned is not None:
+        seq, at, count = scanned
+        return Publish(seq, None, None, body, at, count)
     msg = _unpack(body)
     kind = msg[0]
     if kind == ClientType.PUBLISH:

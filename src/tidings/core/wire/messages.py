@@ -57,13 +57,45 @@ class Challenge:
     nonce: bytes
 
 
-@dataclass(frozen=True, slots=True)
 class Publish:
-    seq: int
-    events: list[object]  # [[channel, attributes, payload], ...]; each checked by the broker (publish/intake.py)
-    # idempotent publish (core/publish/dedup.py): with a producer id, each event is [channel, attributes,
-    # payload, pseq] and is logged at most once per (producer, pseq); checked by the broker
-    producer: object = None
+    """A PUBLISH: `seq`, and `events` ([[channel, attributes, payload], ...], each checked by the
+    broker, publish/intake.py). With `producer` (idempotent publish, core/publish/dedup.py) each
+    event is [channel, attributes, payload, pseq] and is logged at most once per (producer, pseq).
+
+    A PUBLISH the decoder found in the intake's common shape (core/publish/batch.py `scan`) keeps
+    its frame body instead (`frame`, its `count` events starting at byte `at`): the intake encodes
+    their records from the body (`batch.encode_frame`), and `events` is decoded only if something
+    asks for it (the guard's rules and rates, the intake's event-by-event checks), to exactly what
+    msgpack would have given the decoder."""
+
+    __slots__ = ("_events", "at", "count", "frame", "producer", "seq")
+
+    def __init__(self, seq: int, events: list[object] | None = None, producer: object = None,
+                 frame: bytes | None = None, at: int = 0, count: int = 0) -> None:
+        assert (events is None) != (frame is None), "a PUBLISH has its events or its frame"
+        self.seq = seq
+        self._events = events
+        self.producer = producer
+        self.frame = frame
+        self.at = at
+        self.count = count
+
+    @property
+    def events(self) -> list[object]:
+        if self._events is None:
+            assert self.frame is not None
+            self._events = msgpack.unpackb(self.frame, strict_map_key=True)[2]  # (as decoders.py `_unpack`)
+        return self._events
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Publish:
+            return NotImplemented
+        return (self.seq, self.events, self.producer) == (other.seq, other.events, other.producer)
+
+    __hash__ = None  # type: ignore[assignment]  # (unhashable: its events are a list)
+
+    def __repr__(self) -> str:
+        return f"Publish(seq={self.seq!r}, events={self.events!r}, producer={self.producer!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,10 +361,12 @@ def _sized_runs(records: list[bytes], target: int) -> list[tuple[list[bytes], in
 _EVENTS_HEAD = b"\x93" + msgpack.packb(ClientType.EVENTS)  # an EVENTS body: a 3-element array, its type first
 
 
-def events_frames(sub: int, records: list[bytes]) -> list[bytes]:
-    """EVENTS frames for `records`, each about EVENTS_FRAME_BYTES_TARGET at most (one, sized
-    once, when they fit: every fan-out but a big group commit's, whose runs come sized)."""
-    size = sum(map(len, records))
+def events_frames(sub: int, records: list[bytes], size: int | None = None) -> list[bytes]:
+    """EVENTS frames for `records` (`size`: their bytes, when the caller counted them), each about
+    EVENTS_FRAME_BYTES_TARGET at most (one, sized once, when they fit: every fan-out but a big
+    group commit's, whose runs come sized)."""
+    if size is None:
+        size = sum(map(len, records))
     if size <= EVENTS_FRAME_BYTES_TARGET:
         return [_events(sub, records, size)]
     return [_events(sub, run, run_size) for run, run_size in _sized_runs(records, EVENTS_FRAME_BYTES_TARGET)]
