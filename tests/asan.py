@@ -1,15 +1,18 @@
 """A C extension of tidings built with AddressSanitizer and UBSan, and a long test of the same file
 run against it in a child Python (libasan preloaded; CPython's own allocations are not
-leak-checked). Used by the soak-marked tests of core/publish/_batch.c and core/_records.c."""
+leak-checked), and the test module's side: `sanitized` loads that build in the child. Used by the
+soak-marked tests of every .c file of tidings."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -33,3 +36,16 @@ def run_under_asan(tmp_path: Path, source: str, env_var: str, test_id: str) -> N
     child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_id],
                            env=env, capture_output=True, text=True, timeout=1800, check=False)
     assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
+
+
+def sanitized(env_var: str, name: str) -> ModuleType | None:
+    """In the child `run_under_asan` starts (where `env_var` names the build): the sanitized module
+    `name`, for the test module to put in place of the compiled one; None in any other run."""
+    path = os.environ.get(env_var)
+    if not path:
+        return None
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

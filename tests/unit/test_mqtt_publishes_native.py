@@ -4,7 +4,6 @@ other packets, garbage, cut anywhere, at any Maximum Packet Size, in 3.1.1 and 5
 `take_publishes` with it switched on gives the same fields, leaves the same bytes held, and the
 packets pulled after it (or the refusal) are the same as with it switched off."""
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -12,19 +11,16 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.asan import run_under_asan
+from tests.asan import run_under_asan, sanitized
 from tidings.core.mqtt import codec
 from tidings.core.mqtt import packets as p
 from tidings.core.mqtt.codec import PacketDecoder
 from tidings.core.mqtt.encode import encode
 from tidings.core.mqtt.fields import vbi
 
-ASAN_BUILD = os.environ.get("TIDINGS_TEST_PUBLISHES_ASAN")  # _publishes.c built with ASan (the soak test below)
-if ASAN_BUILD:
-    _spec = importlib.util.spec_from_file_location("_publishes", ASAN_BUILD)
-    assert _spec is not None and _spec.loader is not None
-    codec._publishes = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(codec._publishes)
+ASAN_BUILD = sanitized("TIDINGS_TEST_PUBLISHES_ASAN", "_publishes")  # _publishes.c with ASan (the soak test)
+if ASAN_BUILD is not None:
+    codec._publishes = ASAN_BUILD
     codec.use_native(True)
 COMPILED = codec._publishes is not None
 EXAMPLES = 300  # in make test; make soak runs the long form

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.asan import run_under_asan
+from tests.asan import run_under_asan, sanitized
 from tests.conftest import SOAK
 from tidings.aio import native_commit
 from tidings.aio.native_commit import Commit, NativeCommits
@@ -24,12 +24,9 @@ from tidings.aio.storage_worker import StorageWorker, log_state
 from tidings.storage import EventLog, StorageError
 from tidings.storage.log import SyncPlan
 
-ASAN_BUILD = os.environ.get("TIDINGS_TEST_COMMIT_ASAN")  # _commit.c built with ASan (test_..._under_asan)
-if ASAN_BUILD:
-    _spec = importlib.util.spec_from_file_location("_commit", ASAN_BUILD)
-    assert _spec is not None and _spec.loader is not None
-    native_commit._commit = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(native_commit._commit)
+ASAN_BUILD = sanitized("TIDINGS_TEST_COMMIT_ASAN", "_commit")  # _commit.c built with ASan (test_..._under_asan)
+if ASAN_BUILD is not None:
+    native_commit._commit = ASAN_BUILD
 _commit = native_commit._commit
 needs_native = pytest.mark.skipif(_commit is None, reason="aio/_commit.c is not built here")
 DEADLINE_S = 10.0

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.asan import run_under_asan
+from tests.asan import run_under_asan, sanitized
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.auth.rules import PUBLISH, AccessRules, Rule
@@ -32,12 +32,9 @@ from tidings.core.wire.frames import frame
 
 from .core_harness import Harness, delivered, of_type, refused
 
-ASAN_BUILD = os.environ.get("TIDINGS_TEST_BATCH_ASAN")  # _batch.c built with ASan (test_..._under_asan)
-if ASAN_BUILD:
-    _spec = importlib.util.spec_from_file_location("_batch", ASAN_BUILD)
-    assert _spec is not None and _spec.loader is not None
-    batch._batch = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(batch._batch)
+ASAN_BUILD = sanitized("TIDINGS_TEST_BATCH_ASAN", "_batch")  # _batch.c built with ASan (test_..._under_asan)
+if ASAN_BUILD is not None:
+    batch._batch = ASAN_BUILD
 COMPILED = batch._batch is not None
 
 # examples per comparison: under a second in make test; make soak runs the long form

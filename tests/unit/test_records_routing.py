@@ -4,7 +4,6 @@ well-formed and from their pubend, else None (and the caller checks them one by 
 check (_records.c) answers the same where it answers, and answers for every record in the usual
 layout; the Python checks alone (its switch off) answer the same too."""
 
-import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -14,16 +13,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.asan import run_under_asan
+from tests.asan import run_under_asan, sanitized
 from tidings.core import event
 from tidings.core.event import own_record_prefix, record_routing_fields, records_routing_fields
 
-ASAN_BUILD = os.environ.get("TIDINGS_TEST_RECORDS_ASAN")  # _records.c built with ASan (the soak test below)
-if ASAN_BUILD:
-    _spec = importlib.util.spec_from_file_location("_records", ASAN_BUILD)
-    assert _spec is not None and _spec.loader is not None
-    event._records = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(event._records)
+ASAN_BUILD = sanitized("TIDINGS_TEST_RECORDS_ASAN", "_records")  # _records.c built with ASan (the soak test below)
+if ASAN_BUILD is not None:
+    event._records = ASAN_BUILD
     event.use_native(True)
 COMPILED = event._records is not None
 EXAMPLES = 200  # per comparison in make test; make soak runs the long form
