@@ -228,29 +228,6 @@ def _commit(worker, synced, token, payload=b"x"):
     return time.monotonic() - began
 
 
-def test_large_back_to_back_commits_are_paced_and_small_or_quiet_ones_are_not(tmp_path):
-    """Large commits that follow each other closely (the clock does not move): the first two run at
-    once, from the third on each waits until pace_ns after the last ended; after a small commit, or
-    a quiet one, the next never waits."""
-    clock, synced = _Clock(), []
-    pace_s = 0.05
-    large = bytes(PREFILL_COMMIT_BYTES_MAX + 1)
-    with EventLog.open(tmp_path / "log") as log:
-        worker = StorageWorker(log, lambda t, st: synced.append(t), lambda st: None, lambda exc: None,
-                               clock=clock, pace_ns=int(pace_s * 1e9), prefill=False)
-        worker.start()
-        took = [_commit(worker, synced, token, large) for token in (1, 2, 3, 4)]
-        assert worker.paced == 2 and min(took[2:]) >= pace_s
-        _commit(worker, synced, 5, b"small")  # paced: the last one was large
-        _commit(worker, synced, 6, large)  # not paced: the last one was small
-        assert worker.paced == 3
-        clock.now_ns += 10**9  # quiet
-        _commit(worker, synced, 7, large)
-        assert worker.paced == 3
-        worker.stop()
-        assert [t for t, _ in log.read(0, 1 << 30)] == [1, 2, 3, 4, 5, 6, 7]
-
-
 def test_the_writer_prefills_after_quiet_small_commits_only(tmp_path):
     """After a quiet commit of at most PREFILL_COMMIT_BYTES_MAX, with nothing queued, the writer
     prefills the log: the next commit is an fdatasync over the zeros. After a larger commit, or one
@@ -259,7 +236,7 @@ def test_the_writer_prefills_after_quiet_small_commits_only(tmp_path):
     segment = tmp_path / "log"
     with EventLog.open(segment) as log:
         worker = StorageWorker(log, lambda t, st: synced.append(t), lambda st: None, lambda exc: None,
-                               clock=clock, pace_ns=0)
+                               clock=clock)
         worker.start()
 
         def commit(token, payload=b"x", quiet=True):

@@ -36,28 +36,22 @@ fsync at most. Even so, on a saturated shared machine (load 9-19, fsyncs of 4-6 
 it gave (d) p50s several times those without it, in most alternated pairs (docs/benchmarks.md,
 stop 24), and no quiet machine was at hand to show its gain in the broker: hence off by default.
 
-Pacing (the writer's commits). After a quiet, small commit (one that started INLINE_QUIET_NS or
-more after the last one ended and wrote at most PREFILL_COMMIT_BYTES_MAX: an idle broker, or (d)'s
-one event a millisecond on a quick disk, where each fsync covers an event or a few), once the queue
-is empty, the writer lets the log prefill (storage/log.py: zeros written ahead, so the next commits
+The prefill (the writer's). After a quiet, small commit (one that started INLINE_QUIET_NS or more
+after the last one ended and wrote at most PREFILL_COMMIT_BYTES_MAX: an idle broker, or (d)'s one
+event a millisecond on a quick disk, where each fsync covers an event or a few), once the queue is
+empty, the writer lets the log prefill (storage/log.py: zeros written ahead, so the next commits
 are fdatasyncs over them, each cheaper). Under sustained load it does not: there a commit covers
 many events, so the saving per event is small, and the prefill's own fsync (milliseconds on a
-loaded disk) would hold the next commit: with it after every small commit, (a) lost throughput
-in 4 pairs of 4 at load 11-15 (docs/benchmarks.md, "Stop 29"). When
-large commits run back to back (the last one wrote more than PREFILL_COMMIT_BYTES_MAX, and it and
-this one each started less than INLINE_QUIET_NS after the one before ended), the writer first
-waits until COMMIT_PACE_NS after the last commit ended, so that the fsync covers the appends of
-that time too: fewer fsyncs, each for more events, and the fsync's CPU (on this VM it is CPU, not
-only waiting) taken from the broker's one core less often. A small commit never waits: (d)'s
-events, even when a slow disk makes their commits back to back. `TIDINGS_COMMIT_PACE_NS` sets the
-wait (default COMMIT_PACE_NS, 0: off), `TIDINGS_LOG_PREFILL=0` turns the prefill off.
+loaded disk) would hold the next commit: with it after every small commit, (a) lost throughput in
+4 pairs of 4 at load 11-15 (docs/benchmarks.md, "Stop 29"). `TIDINGS_LOG_PREFILL=0` turns it off.
+(Pacing large back-to-back commits, so that each fsync covers more events, was built and measured
+three times with no gain, the last on a quiet machine; it was taken out again.)
 
 The native commit (`native_loop`; the broker passes it with TIDINGS_NATIVE_COMMIT=1,
 aio/native_commit.py): the loop's thread is the log's one writer (appends, retention, releases)
 and a thread outside the interpreter fsyncs, so no GIL passes between two threads on the path.
 Syncs are reported through `on_synced_here`; the writer thread is left the saves, the reader pool
-the reads. Neither pacing nor the prefill applies there (both are the writer's), so its commits
-are full fsyncs.
+the reads. The prefill does not apply there (it is the writer's), so its commits are full fsyncs.
 """
 
 from __future__ import annotations
@@ -85,9 +79,6 @@ INLINE_QUIET_NS = 500_000  # a commit that starts this long after the last one e
 INLINE_RUN_COMMITS = 8  # the loop takes the commits after this many quiet ones in a row, gives them back
 # to the writer after this many in a row that were not
 INLINE_SYNC_NS_MAX = 1_000_000  # ... and only while the fsyncs' moving average is below this (a quick disk)
-COMMIT_PACE_NS = 0  # large back-to-back commits: the next starts no sooner than this after the last ended;
-# 0 (off) by default: 200 us measured no gain on a loaded machine, and (c)'s publisher, 1,000 events in
-# flight, is held back by any wait added to its acks (docs/benchmarks.md, "Stop 29: the log's fsync")
 PREFILL_COMMIT_BYTES_MAX = 16 << 10  # the writer prefills after a quiet commit of at most this many bytes
 
 
@@ -126,13 +117,12 @@ class StorageWorker:
     def __init__(self, log: EventLog, on_synced: Callable[[int, LogState], object],
                  on_retained: Callable[[LogState], object], on_failed: Callable[[BaseException], object],
                  on_synced_here: Callable[[int, LogState], object] | None = None,
-                 clock: Callable[[], int] = time.monotonic_ns, pace_ns: int | None = None,
-                 prefill: bool | None = None, native_loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 clock: Callable[[], int] = time.monotonic_ns, prefill: bool | None = None,
+                 native_loop: asyncio.AbstractEventLoop | None = None) -> None:
         """`on_synced` is called in the writer's thread; `on_synced_here`, when given, reports a
         quiet broker's commit made in the calling thread (the module's docstring); None: every
-        commit is the writer's. `clock`: monotonic ns, for the quiet test. `pace_ns` (default
-        COMMIT_PACE_NS or $TIDINGS_COMMIT_PACE_NS) and `prefill` (default on unless
-        $TIDINGS_LOG_PREFILL=0): the module's "Pacing". `native_loop`: the calling thread's loop,
+        commit is the writer's. `clock`: monotonic ns, for the quiet test. `prefill` (default on
+        unless $TIDINGS_LOG_PREFILL=0): the module's "The prefill". `native_loop`: the calling thread's loop,
         whose commits then go to the native committer (reported through `on_synced_here`, which
         must be given)."""
         self.native: NativeCommits | None = None
@@ -141,9 +131,7 @@ class StorageWorker:
             self.native = NativeCommits(log, native_loop, log_state, on_synced_here, on_failed)
             on_synced_here = None  # not the quiet commit of TIDINGS_SYNC_IN_LOOP: everything is native
         self.log = log
-        self._pace_ns = int(os.environ.get("TIDINGS_COMMIT_PACE_NS", COMMIT_PACE_NS)) if pace_ns is None else pace_ns
         self._prefill = os.environ.get("TIDINGS_LOG_PREFILL") != "0" if prefill is None else prefill
-        self.paced = 0  # commits that waited for COMMIT_PACE_NS
         self._size_committed = log.size_bytes  # the log's bytes after the writer's last commit
         self._small = True  # that commit wrote at most PREFILL_COMMIT_BYTES_MAX
         self._on_synced = on_synced
@@ -330,11 +318,6 @@ class StorageWorker:
         later: list[tuple[str, Any]] = []
         stop = False
         taken = 0
-        if self._busy_run and not self._small:  # the last commit was large and not quiet: pace this one
-            wait_ns = self._last_commit_ns + self._pace_ns - self._clock()
-            if 0 < wait_ns <= self._pace_ns:
-                self.paced += 1
-                time.sleep(wait_ns / 1e9)  # the loop appends meanwhile; the fsync covers that too
         while True:
             try:
                 more = q.get_nowait()
