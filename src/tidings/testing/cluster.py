@@ -4,9 +4,10 @@ The first broker starts a new overlay; the others start together and join throug
 broker listens on a free port of 127.0.0.1. With `identities` the brokers' pubend ids, and so their
 nodeIds, are the test's choice: the overlay's layout (who is whose neighbour, which broker is the
 rendez-vous point of a tree) is then the same on every run. `wait_joined` waits (with a deadline, never a fixed
-sleep) until each running broker reports itself in the overlay, and `wait` until any condition on
-the brokers holds. `restart` stops one broker with a drain and waits until it is back in the overlay.
-`stop` (or leaving the `with` block) stops every broker still running.
+sleep) until each running broker reports itself in the overlay, `wait_ring` until every leaf set
+is the one the nodeIds give, and `wait` until any condition on the brokers holds. `restart` stops
+one broker with a drain and waits until it is back in the overlay. `stop` (or leaving the `with`
+block) stops every broker still running.
 """
 
 from __future__ import annotations
@@ -150,3 +151,25 @@ class Cluster:
             return True
 
         self.wait(joined, timeout, what="every broker joined the overlay")
+
+    def wait_ring(self, timeout: float = 30.0) -> None:
+        """Wait until every running broker's leaf set is exactly its neighbours on the ring of the
+        running brokers' nodeIds, leaf_set_size/2 each side: what joins converge to. A full leaf
+        set (`wait_joined`) may still hold a wrong neighbour for a while after brokers joined
+        together, and then two brokers each take keys between them for their own (a tree with two
+        rendez-vous points), so a test that measures from the first event waits for this."""
+        half = (self.config or {}).get("leaf_set_size", LEAF_SET_SIZE) // 2
+
+        def exact() -> bool:
+            running = self.running
+            ring = sorted(running, key=lambda b: int(b.node_id or "0", 16))
+            reach = min(half, len(ring) - 1)
+            statuses = self.statuses()
+            for pos, broker in enumerate(ring):
+                want = {ring[(pos + k) % len(ring)].address for k in range(-reach, reach + 1) if k}
+                overlay = (statuses.get(broker.address) or {}).get("overlay") or {}
+                if {leaf[1] for leaf in overlay.get("leaf_set", [])} != want:
+                    return False
+            return True
+
+        self.wait(exact, timeout, what="every leaf set is the ring's")
