@@ -13,8 +13,9 @@ a keep-alive from a node we do not take as a leaf is answered with our leaves). 
 23 of seeds 0-199 of this scenario had wrong leaf sets 2 s after the joins, and in 4 of them (21,
 82, 95, 138) the subscriber received nothing within the bench's 3 s (late, not lost: given 60 s,
 every event arrived after the periodic repair handed the tree over). Real brokers started by
-`tidings.testing.Cluster` as gd_bench starts them, at load 11-15: wrong leaf sets in 5 of 96
-starts, and in one (b1 and b4 each holding b2 and b0) the bench's latency shape received 0 of 330.
+`tidings.testing.Cluster` as gd_bench starts them, at load 11-15: wrong leaf sets right after
+`wait_joined` in 5 of 98 starts, and in one (b1 and b4 each holding b2 and b0) the bench's latency
+shape received 0 of 330.
 """
 
 from __future__ import annotations
