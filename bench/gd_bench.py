@@ -241,6 +241,9 @@ def tidings_cluster(size: int, extra: dict[str, Any] | None = None) -> Iterator[
     with tempfile.TemporaryDirectory(prefix="gd-bench-") as tmp:
         config = LIVENESS | {"leaf_set_size": 2} | (extra or {})
         with Cluster(Path(tmp), size, config, identities=[f"p-gd-bench-{k}" for k in range(size)]) as cluster:
+            # the ring settled: two brokers that joined together may hold a wrong neighbour for a
+            # moment, and a tree then has two rendez-vous points (docs/cluster.md, "Brokers that join together")
+            cluster.wait_ring()
             yield cluster
 
 

@@ -16,10 +16,8 @@ from tidings import sync
 from tidings.core.channels import pattern_matches
 from tidings.core.filters import parse_filter
 from tidings.core.multicast.trees import subscription_tree, tree_key
-from tidings.core.overlay.leaf_set import LeafSet
-from tidings.core.overlay.node_id import ID_BITS, RING, NodeRef, closer, digit, shared_prefix_digits
+from tidings.core.overlay.node_id import ID_BITS, RING, closer, digit, shared_prefix_digits
 from tidings.testing import LOCAL_LIVENESS, Cluster
-from tidings.testing.cluster import LEAF_SET_SIZE
 
 pytestmark = pytest.mark.integration
 
@@ -92,30 +90,6 @@ def root_of(cluster, tree):
     return min(cluster.brokers, key=lambda b: _Closeness(key, int(b.node_id, 16)))
 
 
-def leaf_sets_unsettled(cluster, statuses):
-    """What keeps the overlay's leaf sets from those the brokers' nodeIds give (empty once settled):
-    a running broker that does not answer or has not joined, or a leaf set other than the brokers
-    numerically nearest it. `Cluster.wait_joined` asks only for full leaf sets, which any brokers
-    fill while the overlay is still settling; until this is empty, `root_of` may name a broker that
-    is not yet the root (Scribe hands the tree over later, but keeps the paths it was joined along)."""
-    size = (cluster.config or {}).get("leaf_set_size", LEAF_SET_SIZE)
-    ids = {b.address: int(b.node_id, 16) for b in cluster.running}
-    out = []
-    for address, me in ids.items():
-        overlay = (statuses.get(address) or {}).get("overlay")
-        if not overlay or not overlay.get("joined"):
-            out.append(f"{address} not joined")
-            continue
-        nearest = LeafSet(me, size)
-        for other, node_id in ids.items():
-            nearest.add(NodeRef(node_id, other))
-        want = sorted(n.address for n in nearest.members())
-        leaves = sorted(leaf[1] for leaf in overlay["leaf_set"])
-        if leaves != want:
-            out.append(f"{address} leaf set {leaves}, nearest {want}")
-    return out
-
-
 def routing_rows_short(cluster, statuses, broker):
     """The rows of `broker`'s routing table that lack a digit some running broker's id offers:
     {row: "held of offered"}, empty when the table is as full as the brokers allow. A route from it
@@ -162,16 +136,7 @@ def likely_forwarded(cluster, names_max=5000, found_max=CANDIDATES):
 def choose_tree(cluster, stack):
     """Subscribe at every broker but the root, on each candidate tree; keep the first tree that
     has a forwarder besides its root, with its subscriptions; close the others."""
-    unsettled = []  # root_of and likely_forwarded read the leaf sets the nodeIds give
-
-    def settled():
-        unsettled[:] = leaf_sets_unsettled(cluster, cluster.statuses())
-        return not unsettled
-
-    try:
-        cluster.wait(settled, REPAIR_S, what="every leaf set of the nearest brokers")
-    except TimeoutError:
-        raise AssertionError(f"leaf sets not settled within {REPAIR_S} s: {unsettled}") from None
+    cluster.wait_ring(REPAIR_S)  # root_of and likely_forwarded read the leaf sets the nodeIds give
     clients = {b.address: stack.enter_context(sync.connect(b.address, service="test-sub"))
                for b in cluster.brokers}
     candidates = likely_forwarded(cluster)

@@ -41,7 +41,7 @@ from tidings.core.overlay.node_id import digit
 from tidings.testing import Cluster
 
 from .test_cluster_delivery import CONFIG as LIVENESS
-from .test_cluster_delivery import in_tree, leaf_sets_unsettled, root_of, routing_rows_short, shape
+from .test_cluster_delivery import in_tree, root_of, routing_rows_short, shape
 
 pytestmark = pytest.mark.integration
 
@@ -323,7 +323,7 @@ def clientless_tree(cluster: Cluster, stack: contextlib.ExitStack) -> str:
 
     def settled() -> bool:
         statuses = cluster.statuses()
-        unsettled[:] = leaf_sets_unsettled(cluster, statuses)
+        unsettled[:] = cluster.leaf_sets_unsettled(statuses)
         rows = {label[b.address]: routing_rows_short(cluster, statuses, b) for b in subscribers}
         if all(rows.values()):
             unsettled.append(f"no subscriber's broker has every routing-table row: {rows}")
@@ -365,7 +365,7 @@ def clientless_tree(cluster: Cluster, stack: contextlib.ExitStack) -> str:
         prefix = cluster.wait(found, RECOVERY_S, what="a tree with a clientless root and forwarder")
     except TimeoutError:
         statuses = cluster.statuses()
-        overlay = leaf_sets_unsettled(cluster, statuses) + [
+        overlay = cluster.leaf_sets_unsettled(statuses) + [
             f"{label[b.address]} routing table rows short {routing_rows_short(cluster, statuses, b)}"
             for b in subscribers]
         raise AssertionError(

@@ -281,6 +281,50 @@ def test_concurrent_joins_converge_through_keep_alives():
     assert_consistent(pump)
 
 
+@pytest.mark.parametrize("leaf_set_size,count", [(2, 5), (2, 8), (4, 8)])
+@pytest.mark.parametrize("seed", range(6))
+def test_concurrent_joins_converge_with_a_small_leaf_set(seed, leaf_set_size, count):
+    """gd_bench's 5 brokers (leaf sets of two): the founder, then the others joining at once. A
+    node that took a neighbour too far (the one between was joining too) sends it keep-alives; the
+    neighbour, whose side holds the nearer node, answers with its leaves, so it learns of the
+    nearer one within a keep-alive round. Before, it answered a bare ack: with one leaf a side no
+    common leaf took both, and the two stayed apart until the periodic repair (15-45 s), each
+    the rendez-vous point of keys the other owned (before: every seed of (2, 5) and (2, 8), and 5
+    of 6 of (4, 8), stayed wrong)."""
+    pump = Pump(seed, OverlayConfig(leaf_set_size=leaf_set_size))
+    first = pump.add(0)
+    pump.apply(first.me.address, first.start(pump.now, None))
+    pump.run()
+    newcomers = [pump.add(index) for index in range(1, count)]
+    for node in newcomers:  # all start before any message moves
+        pump.apply(node.me.address, node.start(pump.now, first.me.address))
+    pump.run()
+    assert all(n.joined for n in newcomers)
+    pump.advance(CONFIG.keepalive_interval_ns + SECOND)  # far below routing_repair_interval_ns / 2
+    assert_consistent(pump)
+
+
+def test_a_keep_alive_from_a_node_we_do_not_take_as_a_leaf_is_answered_with_our_leaves():
+    """The node at 500 (leaf sets of two) holds 400 and 600; a keep-alive from 300, which takes
+    it for a neighbour, is answered with its leaves, naming 400 (between them); one from a leaf
+    is not answered at all (it sends its own), and one from a node it now takes is answered with a
+    bare ack (its leaf set follows, as to every new leaf)."""
+    node = OverlayNode(NodeRef(500, "n:500"), OverlayConfig(leaf_set_size=2), random.Random(1))
+    node.start(0, None)
+    for leaf in (400, 600):
+        node.handle(0, f"n:{leaf}", m.KeepAlive(NodeRef(leaf, f"n:{leaf}")).to_wire())
+    assert [n.node_id for n in node.leaf_set.members()] == [400, 600]
+    far = node.handle(1, "n:300", m.KeepAlive(NodeRef(300, "n:300")).to_wire())
+    (reply,) = [e for e in far if isinstance(e, PeerSend)]
+    assert reply.address == "n:300" and m.decode(reply.message) == m.LeafSetReply(
+        NodeRef(500, "n:500"), (NodeRef(400, "n:400"), NodeRef(600, "n:600")))
+    from_leaf = node.handle(2, "n:400", m.KeepAlive(NodeRef(400, "n:400")).to_wire())
+    assert not any(isinstance(e, PeerSend) for e in from_leaf)
+    near = node.handle(3, "n:450", m.KeepAlive(NodeRef(450, "n:450")).to_wire())
+    sent = [m.decode(e.message) for e in near if isinstance(e, PeerSend) and e.address == "n:450"]
+    assert [type(x) for x in sent] == [m.KeepAliveAck, m.LeafSetReply]
+
+
 def test_a_restarted_node_rejoins_under_its_nodeid():
     pump = Pump(10)
     grow(pump, 60)

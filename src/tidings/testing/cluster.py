@@ -4,9 +4,10 @@ The first broker starts a new overlay; the others start together and join throug
 broker listens on a free port of 127.0.0.1. With `identities` the brokers' pubend ids, and so their
 nodeIds, are the test's choice: the overlay's layout (who is whose neighbour, which broker is the
 rendez-vous point of a tree) is then the same on every run. `wait_joined` waits (with a deadline, never a fixed
-sleep) until each running broker reports itself in the overlay, and `wait` until any condition on
-the brokers holds. `restart` stops one broker with a drain and waits until it is back in the overlay.
-`stop` (or leaving the `with` block) stops every broker still running.
+sleep) until each running broker reports itself in the overlay, `wait_ring` until every leaf set
+is the one the nodeIds give, and `wait` until any condition on the brokers holds. `restart` stops
+one broker with a drain and waits until it is back in the overlay. `stop` (or leaving the `with`
+block) stops every broker still running.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tidings.core.errors import TidingsError
+from tidings.core.overlay.leaf_set import LeafSet
+from tidings.core.overlay.node_id import NodeRef
 from tidings.storage import load_or_create_identity
 from tidings.testing.broker_process import BrokerProcess, wait_for
 
@@ -150,3 +153,43 @@ class Cluster:
             return True
 
         self.wait(joined, timeout, what="every broker joined the overlay")
+
+    def leaf_sets_unsettled(self, statuses: dict[str, dict[str, Any] | None] | None = None) -> list[str]:
+        """What keeps the overlay's leaf sets from those the running brokers' nodeIds give (empty
+        once settled): a running broker that does not answer or has not joined, or a leaf set other
+        than the brokers numerically nearest it. `wait_joined` asks only for full leaf sets, which a
+        wrong neighbour fills too; until this is empty, the broker closest to a tree's key may not
+        be its root yet (Scribe hands the tree over later, but keeps the paths it was joined along)."""
+        statuses = self.statuses() if statuses is None else statuses
+        size = (self.config or {}).get("leaf_set_size", LEAF_SET_SIZE)
+        ids = {b.address: int(b.node_id or "0", 16) for b in self.running}
+        out = []
+        for address, me in ids.items():
+            overlay = (statuses.get(address) or {}).get("overlay")
+            if not overlay or not overlay.get("joined"):
+                out.append(f"{address} not joined")
+                continue
+            nearest = LeafSet(me, size)
+            for other, node_id in ids.items():
+                nearest.add(NodeRef(node_id, other))
+            want = sorted(n.address for n in nearest.members())
+            leaves = sorted(leaf[1] for leaf in overlay["leaf_set"])
+            if leaves != want:
+                out.append(f"{address} leaf set {leaves}, nearest {want}")
+        return out
+
+    def wait_ring(self, timeout: float = 30.0) -> None:
+        """Wait until `leaf_sets_unsettled` is empty: every leaf set is what joins converge to.
+        Brokers that joined together settle within a keep-alive round (docs/cluster.md, "Brokers
+        that join together"); a test that measures from the first event waits for it, so that no
+        tree has two rendez-vous points meanwhile. TimeoutError says what was still unsettled."""
+        unsettled: list[str] = []
+
+        def settled() -> bool:
+            unsettled[:] = self.leaf_sets_unsettled()
+            return not unsettled
+
+        try:
+            self.wait(settled, timeout, what="every leaf set of the nearest brokers")
+        except TimeoutError:
+            raise TimeoutError(f"leaf sets not settled within {timeout} s: {unsettled}") from None

@@ -35,7 +35,11 @@ shares with the newcomer, the first one also its neighbourhood set, and the last
 closest to the newcomer) its leaf set. That last reply completes the join: the newcomer sends its
 leaf set to its leaves and announces itself to the other nodes it knows, and they add it. Whenever
 a node takes a new member into its leaf set it sends it its own leaf set, which is how nodes that
-joined side by side at the same time come to know each other; a node only named by a third party
+joined side by side at the same time come to know each other; and a keep-alive from a node it does
+not take as a leaf (that node holds it for a neighbour, but this node's side holds nearer ones,
+between them) is answered with its leaf set too, which names those: with a small leaf set the
+common neighbour may have taken only one of the two (one leaf a side: neither heard of the other
+until the periodic repair). A node only named by a third party
 enters a leaf set once it has answered a keep-alive, so stale lists cannot plant dead leaves. A
 join that has not completed after `join_timeout_ns` is asked again; when the bootstrap cannot even
 be reached, sooner: after `join_retry_interval_ns_min`, doubling at each unreachable attempt up to
@@ -244,7 +248,14 @@ class OverlayNode:
         if isinstance(msg, m.KeepAlive):
             was_leaf = msg.sender.node_id in self.leaf_set
             self._learn(msg.sender, out, heard=True, probe=False)
-            if not was_leaf:  # it may be verifying us: answer now rather than at our next round
+            if msg.sender.node_id not in self.leaf_set:
+                # it takes us for a leaf (or vets us as one), but the side of ours it would be on
+                # is full of nodes nearer to us, so between it and us: its leaf set lacks them.
+                # Our leaves (which answer as an ack) name them; without this, two nodes that
+                # joined side by side never met when their common neighbour had taken the other
+                # (a small leaf set: gd_bench's 5 brokers), until the periodic repair, 15-45 s on
+                self._send_leaves(msg.sender.address, out)
+            elif not was_leaf:  # it may be verifying us: answer now rather than at our next round
                 out.append(PeerSend(msg.sender.address, m.KeepAliveAck(self.me).to_wire()))
         elif isinstance(msg, m.KeepAliveAck):
             self._learn(msg.sender, out, heard=True, probe=False)
