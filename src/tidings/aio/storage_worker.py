@@ -57,6 +57,7 @@ the reads. The prefill does not apply there (it is the writer's), so its commits
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import pathlib
@@ -72,6 +73,7 @@ from tidings.core.inputs import TICK_MARKS, LogState
 from tidings.core.publish.dedup import DedupWindow
 from tidings.storage import EventLog
 from tidings.storage.files import StorageError, write_atomically
+from tidings.storage.log import SyncPlan
 
 _STOP = object()
 SAVE_WAIT_POLL_S = 1.0  # a waiting save looks this often whether the worker is still alive
@@ -80,6 +82,25 @@ INLINE_RUN_COMMITS = 8  # the loop takes the commits after this many quiet ones 
 # to the writer after this many in a row that were not
 INLINE_SYNC_NS_MAX = 1_000_000  # ... and only while the fsyncs' moving average is below this (a quick disk)
 PREFILL_COMMIT_BYTES_MAX = 16 << 10  # the writer prefills after a quiet commit of at most this many bytes
+
+
+def sync_plan(plan: SyncPlan) -> int:
+    """fsync a plan's descriptors (`EventLog.begin_sync`: fdatasync the segment when the plan
+    allows) and close them, in the calling thread and outside the log; 0, or the errno of the
+    first that failed (for `EventLog.end_sync`)."""
+    error = 0
+    try:
+        if plan.fd >= 0:
+            (os.fdatasync if plan.data_only else os.fsync)(plan.fd)
+        if plan.directory_fd >= 0:
+            os.fsync(plan.directory_fd)
+    except OSError as exc:
+        error = exc.errno or errno.EIO
+    finally:
+        for fd in (plan.fd, plan.directory_fd):
+            if fd >= 0:
+                os.close(fd)
+    return error
 
 
 def log_state(log: EventLog) -> LogState:
@@ -141,9 +162,18 @@ class StorageWorker:
         self._on_failed = on_failed
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="tidings-log-writer", daemon=True)
+        self._syncer = threading.Thread(target=self._run_syncer, name="tidings-log-syncer", daemon=True)
+        self._log_lock = threading.Lock()  # the log's writes and its sync's bookkeeping: one thread at a time
+        self._asked = threading.Condition()  # the writer asks the syncer for a sync through it
+        self._wanted: int | None = None  # the highest token asked for that the syncer has not taken
+        self._syncing = False  # a sync asked for or in flight (set by the writer, cleared by the syncer)
+        self._syncer_stop = False  # the writer stops: the syncer ends once nothing is wanted
+        self._retained_due = False  # retention or a release changed the log: the syncer reports it
+        self._failed = False  # a failure was reported (once: on_failed stops the broker)
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidings-log-reader")
         self.syncs = 0
         self.syncs_here = 0  # of `syncs`, the commits made in the calling thread
+        self.syncs_pipelined = 0  # of `syncs`, the syncer's (the writer wrote on meanwhile)
         self.sync_ns_total = 0  # the fsyncs' length in all (the writer's and the loop's)
         self._stopping = False
         self._put = 0  # work put on the queue (by the calling thread only)
@@ -156,6 +186,7 @@ class StorageWorker:
         self._sync_ns_avg = 0  # the fsyncs' recent length: a moving average, each new one weighing 1/8
 
     def start(self) -> None:
+        self._syncer.start()
         self._thread.start()
 
     def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
@@ -211,7 +242,7 @@ class StorageWorker:
         not quiet) or the last INLINE_RUN_COMMITS were quiet. Which thread syncs changes seldom:
         fsyncs from two threads taking turns were measured several times slower than one
         thread's back to back (docs/benchmarks.md, stop 24)."""
-        if (self._done != self._put or self._stopping or self._sync_ns_avg >= INLINE_SYNC_NS_MAX
+        if (self._done != self._put or self._syncing or self._stopping or self._sync_ns_avg >= INLINE_SYNC_NS_MAX
                 or self._busy_run >= INLINE_RUN_COMMITS):
             self._in_loop = False
         elif self._quiet_run >= INLINE_RUN_COMMITS:
@@ -234,10 +265,13 @@ class StorageWorker:
         assert report is not None
         held, self._held = self._held, []
         try:
-            for records, keys in held:
-                self.log.append(records, keys)
-            state = log_state(self.log)
-            self._timed_sync()
+            with self._log_lock:  # (the writer and the syncer are idle: `_loop_commits`)
+                for records, keys in held:
+                    self.log.append(records, keys)
+                state = log_state(self.log)
+                began = self._commit_began()
+                self.log.sync()
+                self._commit_ended(began)
         except BaseException as exc:  # a failing disk stops the broker, as in the writer
             self._on_synced_here = None  # never here again: what follows is the writer's to fail
             self._on_failed(exc)
@@ -245,14 +279,18 @@ class StorageWorker:
         self.syncs_here += 1
         report(token, state)
 
-    def _timed_sync(self) -> None:
-        """The log's fsync, its end and its length noted (either thread: the other is not in it)."""
+    def _commit_began(self) -> int:
+        """A commit's fsync begins (in the syncer, or the loop's when the syncer is idle): whether
+        it is a quiet one is noted; returns the time."""
         began = self._clock()
         if began - self._last_commit_ns >= INLINE_QUIET_NS:
             self._quiet_run, self._busy_run = self._quiet_run + 1, 0
         else:
             self._quiet_run, self._busy_run = 0, self._busy_run + 1
-        self.log.sync()
+        return began
+
+    def _commit_ended(self, began: int) -> None:
+        """... and ended: its end and its length noted."""
         self.syncs += 1
         self._last_commit_ns = self._clock()
         self.sync_ns_total += self._last_commit_ns - began
@@ -284,17 +322,29 @@ class StorageWorker:
         self._readers.submit(work)
 
     def stop(self) -> None:
-        """Finish queued work, then stop the thread (pending syncs complete first)."""
+        """Finish queued work, then stop the threads (pending syncs complete first)."""
         self._stopping = True
         self._put_work(_STOP)
         self._thread.join()
+        with self._asked:
+            self._syncer_stop = True
+            self._asked.notify()
+        if self._syncer.is_alive():
+            self._syncer.join()
         self._readers.shutdown(wait=True)
+
+    def _fail(self, exc: BaseException) -> None:
+        """A failing disk stops the broker, not hangs it: reported once, whichever thread saw it."""
+        with self._asked:
+            first, self._failed = not self._failed, True
+        if first:
+            self._on_failed(exc)
 
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException as exc:  # a failing disk must stop the broker, not hang it
-            self._on_failed(exc)
+        except BaseException as exc:
+            self._fail(exc)
 
     def _loop(self) -> None:
         q = self._queue
@@ -304,7 +354,8 @@ class StorageWorker:
                 return
             kind, arg = item
             if kind == "append":
-                self.log.append(*arg)
+                with self._log_lock:
+                    self.log.append(*arg)
             elif kind != "sync":
                 self._housekeeping(kind, arg)
             elif self._group_commit(arg):
@@ -312,8 +363,9 @@ class StorageWorker:
             self._done += 1  # after the work: until then the calling thread leaves the log alone
 
     def _group_commit(self, token: int) -> bool:
-        """Write every Append already queued behind a Sync, then one fsync; the other work taken
-        from the queue meanwhile runs after it, in order. True when STOP was among it."""
+        """Write every Append already queued behind a Sync, then ask the syncer for one fsync of
+        them all; the other work taken from the queue meanwhile runs after that, in order. True
+        when STOP was among it."""
         q = self._queue
         later: list[tuple[str, Any]] = []
         stop = False
@@ -328,30 +380,95 @@ class StorageWorker:
                 break
             taken += 1
             if more[0] == "append":
-                self.log.append(*more[1])
+                with self._log_lock:
+                    self.log.append(*more[1])
             elif more[0] == "sync":
                 token = more[1]
             else:
                 later.append(more)
-        state = log_state(self.log)  # as after the fsync, which changes none of it: off the path
-        self._timed_sync()
-        self._on_synced(token, state)
+        with self._asked:
+            here = not self._syncing and self._clock() - self._last_commit_ns >= INLINE_QUIET_NS
+            if not here:
+                self._wanted = token
+                self._syncing = True
+                self._asked.notify()
+        if here:  # a quiet commit, the syncer idle: made here, without waking it (no hand-off on the path)
+            self._commit(token)
+            self._prefill_when_idle(stop)
         for kind, arg in later:
             self._housekeeping(kind, arg)
-        size, self._size_committed = self._size_committed, self.log.size_bytes
-        self._small = self._size_committed - size <= PREFILL_COMMIT_BYTES_MAX  # (after a retention: negative)
-        if self._prefill and self._small and not self._busy_run and not stop and q.empty():  # idle: zeros ahead
-            self.log.prefill()
         self._done += taken
         return stop
 
+    def _run_syncer(self) -> None:
+        try:
+            self._syncs()
+        except BaseException as exc:
+            self._fail(exc)
+
+    def _syncs(self) -> None:
+        """The syncer: one fsync at a time of everything written when it begins, reported with the
+        log's state as it began; the writer goes on writing meanwhile (group commit: what it wrote
+        rides on the next one, which begins as soon as this one is reported)."""
+        asked = self._asked
+        while True:
+            with asked:
+                while self._wanted is None and not self._retained_due and not self._syncer_stop:
+                    asked.wait()
+                token, self._wanted = self._wanted, None
+                retained, self._retained_due = self._retained_due, False
+                if token is None and not retained:
+                    return  # stopping, and nothing is left to do
+            if token is not None:
+                self._commit(token)
+                self.syncs_pipelined += 1
+            if retained:  # after the syncs begun before the housekeeping: the states reach the loop in order
+                with self._log_lock:
+                    state = log_state(self.log)
+                self._on_retained(state)
+            with asked:
+                if self._wanted is not None or self._retained_due:
+                    continue
+            if token is not None:
+                self._prefill_when_idle(self._syncer_stop)
+            with asked:
+                self._syncing = self._wanted is not None or self._retained_due
+
+    def _prefill_when_idle(self, stopping: bool) -> None:
+        """After a quiet, small commit with nothing queued: zeros ahead (the module's "The prefill")."""
+        if self._prefill and self._small and not self._busy_run and not stopping and self._queue.empty():
+            with self._log_lock:
+                self.log.prefill()
+
+    def _commit(self, token: int) -> None:
+        """One fsync outside the log's lock (the writer appends meanwhile), and its report."""
+        with self._log_lock:
+            plan = self.log.begin_sync()
+            state = log_state(self.log)
+        if plan is not None:
+            began = self._commit_began()
+            error = sync_plan(plan)
+            with self._log_lock:
+                self.log.end_sync(plan, error)  # (raises StorageError when it failed)
+            self._commit_ended(began)
+        self._on_synced(token, state)
+        size, self._size_committed = self._size_committed, state.log_bytes
+        self._small = self._size_committed - size <= PREFILL_COMMIT_BYTES_MAX  # (after a retention: negative)
+
     def _housekeeping(self, kind: str, arg: Any) -> None:
-        if kind == "retain":
-            self.log.enforce_retention(*arg)
-            self._on_retained(log_state(self.log))
-        elif kind == "release":
-            if self.log.release_through(arg):
-                self._on_retained(log_state(self.log))
+        """Retention, a release (reported by the syncer, after the syncs begun before it) or a save."""
+        if kind in ("retain", "release"):
+            with self._log_lock:
+                if kind == "retain":
+                    self.log.enforce_retention(*arg)
+                    changed = True  # (reported whatever it removed)
+                else:
+                    changed = self.log.release_through(arg) > 0
+            if changed:
+                with self._asked:
+                    self._retained_due = True
+                    self._syncing = True
+                    self._asked.notify()
         else:
             assert kind == "save"
             path, data, done = arg
