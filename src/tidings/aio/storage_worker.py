@@ -169,6 +169,8 @@ class StorageWorker:
         self._syncing = False  # a sync asked for or in flight (set by the writer, cleared by the syncer)
         self._syncer_stop = False  # the writer stops: the syncer ends once nothing is wanted
         self._retained_due = False  # retention or a release changed the log: the syncer reports it
+        self._rested = True  # the writer waited INLINE_QUIET_NS or more for work since its last commit
+        self._written = log.size_bytes  # the log's bytes when the writer last handed a commit over or made it
         self._failed = False  # a failure was reported (once: on_failed stops the broker)
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidings-log-reader")
         self.syncs = 0
@@ -347,9 +349,12 @@ class StorageWorker:
             self._fail(exc)
 
     def _loop(self) -> None:
-        q = self._queue
+        q, clock = self._queue, self._clock
         while True:
+            waited = clock()
             item = q.get()
+            if clock() - waited >= INLINE_QUIET_NS:
+                self._rested = True  # the writer was idle: the load is not sustained
             if item is _STOP:
                 return
             kind, arg = item
@@ -386,13 +391,15 @@ class StorageWorker:
                 token = more[1]
             else:
                 later.append(more)
-        with self._asked:
-            here = not self._syncing and self._clock() - self._last_commit_ns >= INLINE_QUIET_NS
+        written, self._written = self.log.size_bytes - self._written, self.log.size_bytes
+        with self._asked:  # a lone small commit after a rest ((d)'s) is made here: no hand-off on its path
+            here = self._rested and written <= PREFILL_COMMIT_BYTES_MAX and not self._syncing
+            self._rested = False
             if not here:
                 self._wanted = token
                 self._syncing = True
                 self._asked.notify()
-        if here:  # a quiet commit, the syncer idle: made here, without waking it (no hand-off on the path)
+        if here:
             self._commit(token)
             self._prefill_when_idle(stop)
         for kind, arg in later:
