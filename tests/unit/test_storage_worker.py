@@ -11,6 +11,7 @@ from tidings.aio.storage_worker import (
     INLINE_RUN_COMMITS,
     INLINE_SYNC_NS_MAX,
     PREFILL_COMMIT_BYTES_MAX,
+    REPORT_BYTES_MIN,
     StorageWorker,
     log_state,
 )
@@ -389,4 +390,30 @@ def test_a_failing_fsync_of_the_syncer_is_reported_once(tmp_path, monkeypatch):
     worker.stop()
     assert len(failures) == 1 and "Input/output error" in str(failures[0])
     assert [t for _, t, _ in reports] == [1]
+    log.close()
+
+
+def test_a_large_commit_is_reported_in_steps(tmp_path, monkeypatch):
+    """A commit covering many Syncs reports some of their tokens on the way, each at least
+    REPORT_BYTES_MIN of the log past the last one reported, and its last token: the loop handles
+    each as a WriteSynced of its own and sends its deliveries before building the next. A commit
+    of small Syncs reports only its last."""
+    worker, log, gate, reports = _held_syncer(tmp_path, monkeypatch)
+    worker.append([(2, b"b")])
+    worker.sync(2)
+    assert gate.entered.wait(10)
+    payload = bytes(REPORT_BYTES_MIN // 3)
+    for tick in range(3, 13):  # ten Syncs of a third of a step each
+        worker.append([(tick, payload)])
+        worker.sync(tick)
+    for tick in range(13, 16):  # and three small ones
+        worker.append([(tick, b"c")])
+        worker.sync(tick)
+    assert _wait(lambda: log.record_count == 15)
+    gate.release.set()
+    assert _wait(lambda: reports[-1][1] == 15)
+    worker.stop()
+    tokens = [t for _, t, _ in reports]
+    assert tokens[:2] == [1, 2] and tokens[2:] == [5, 8, 11, 15]  # (every third big one, then the last)
+    assert all(st.last_tick == 15 for _, t, st in reports[2:])  # the state as the fsync began: all of it
     log.close()

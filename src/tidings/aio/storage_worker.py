@@ -82,6 +82,7 @@ INLINE_RUN_COMMITS = 8  # the loop takes the commits after this many quiet ones 
 # to the writer after this many in a row that were not
 INLINE_SYNC_NS_MAX = 1_000_000  # ... and only while the fsyncs' moving average is below this (a quick disk)
 PREFILL_COMMIT_BYTES_MAX = 16 << 10  # the writer prefills after a quiet commit of at most this many bytes
+REPORT_BYTES_MIN = 256 << 10  # a commit's tokens are reported to the loop in steps of at least this many bytes
 
 
 def sync_plan(plan: SyncPlan) -> int:
@@ -165,7 +166,9 @@ class StorageWorker:
         self._syncer = threading.Thread(target=self._run_syncer, name="tidings-log-syncer", daemon=True)
         self._log_lock = threading.Lock()  # the log's writes and its sync's bookkeeping: one thread at a time
         self._asked = threading.Condition()  # the writer asks the syncer for a sync through it
-        self._wanted: int | None = None  # the highest token asked for that the syncer has not taken
+        self._wanted: list[tuple[int, int]] = []  # tokens asked for that the syncer has not taken, each with
+        # the log's bytes through it
+        self._reported_bytes = 0  # the log's bytes through the last token reported
         self._syncing = False  # a sync asked for or in flight (set by the writer, cleared by the syncer)
         self._syncer_stop = False  # the writer stops: the syncer ends once nothing is wanted
         self._retained_due = False  # retention or a release changed the log: the syncer reports it
@@ -375,6 +378,7 @@ class StorageWorker:
         later: list[tuple[str, Any]] = []
         stop = False
         taken = 0
+        asks = [(token, self.log.size_bytes)]  # each token with the log's bytes through it
         while True:
             try:
                 more = q.get_nowait()
@@ -388,7 +392,7 @@ class StorageWorker:
                 with self._log_lock:
                     self.log.append(*more[1])
             elif more[0] == "sync":
-                token = more[1]
+                asks.append((more[1], self.log.size_bytes))
             else:
                 later.append(more)
         written, self._written = self.log.size_bytes - self._written, self.log.size_bytes
@@ -396,11 +400,11 @@ class StorageWorker:
             here = self._rested and written <= PREFILL_COMMIT_BYTES_MAX and not self._syncing
             self._rested = False
             if not here:
-                self._wanted = token
+                self._wanted += asks
                 self._syncing = True
                 self._asked.notify()
         if here:
-            self._commit(token)
+            self._commit(asks)
             self._prefill_when_idle(stop)
         for kind, arg in later:
             self._housekeeping(kind, arg)
@@ -420,26 +424,26 @@ class StorageWorker:
         asked = self._asked
         while True:
             with asked:
-                while self._wanted is None and not self._retained_due and not self._syncer_stop:
+                while not self._wanted and not self._retained_due and not self._syncer_stop:
                     asked.wait()
-                token, self._wanted = self._wanted, None
+                asks, self._wanted = self._wanted, []
                 retained, self._retained_due = self._retained_due, False
-                if token is None and not retained:
+                if not asks and not retained:
                     return  # stopping, and nothing is left to do
-            if token is not None:
-                self._commit(token)
+            if asks:
+                self._commit(asks)
                 self.syncs_pipelined += 1
             if retained:  # after the syncs begun before the housekeeping: the states reach the loop in order
                 with self._log_lock:
                     state = log_state(self.log)
                 self._on_retained(state)
             with asked:
-                if self._wanted is not None or self._retained_due:
+                if self._wanted or self._retained_due:
                     continue
-            if token is not None:
+            if asks:
                 self._prefill_when_idle(self._syncer_stop)
             with asked:
-                self._syncing = self._wanted is not None or self._retained_due
+                self._syncing = bool(self._wanted) or self._retained_due
 
     def _prefill_when_idle(self, stopping: bool) -> None:
         """After a quiet, small commit with nothing queued: zeros ahead (the module's "The prefill")."""
@@ -447,8 +451,10 @@ class StorageWorker:
             with self._log_lock:
                 self.log.prefill()
 
-    def _commit(self, token: int) -> None:
-        """One fsync outside the log's lock (the writer appends meanwhile), and its report."""
+    def _commit(self, asks: list[tuple[int, int]]) -> None:
+        """One fsync outside the log's lock (the writer appends meanwhile), and its reports: the
+        tokens it covers in steps of REPORT_BYTES_MIN or more, each a WriteSynced of its own, so
+        the loop sends the first deliveries of a large commit before it has built the last."""
         with self._log_lock:
             plan = self.log.begin_sync()
             state = log_state(self.log)
@@ -458,7 +464,13 @@ class StorageWorker:
             with self._log_lock:
                 self.log.end_sync(plan, error)  # (raises StorageError when it failed)
             self._commit_ended(began)
-        self._on_synced(token, state)
+        reported = self._reported_bytes
+        for token, through in asks[:-1]:
+            if through - reported >= REPORT_BYTES_MIN:
+                self._on_synced(token, state)
+                reported = through
+        self._on_synced(asks[-1][0], state)
+        self._reported_bytes = asks[-1][1]
         size, self._size_committed = self._size_committed, state.log_bytes
         self._small = self._size_committed - size <= PREFILL_COMMIT_BYTES_MAX  # (after a retention: negative)
 
