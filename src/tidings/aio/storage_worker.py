@@ -1,11 +1,33 @@
 """Runs the pubend log's writes, fsyncs, retention and release, and the durable state's saves, on
-one thread, with group commit.
+two threads, with group commit.
 
-The event loop hands Append/Sync/retention work to `StorageWorker.submit`; the thread performs it
-in order. When it takes a Sync it first writes every Append already queued behind it, then issues a
-single fsync for all of them and reports the highest synced token: under load one fsync covers many
-publish batches, and an idle broker still syncs each batch at once (no added latency). Reads run
-on a separate small pool so a catching-up subscriber never waits behind an fsync.
+The event loop hands Append/Sync/retention work to the worker; its writer thread performs it in
+order. When it takes a Sync it first writes every Append already queued behind it, then asks for
+one fsync of them all: under load one fsync covers many publish batches, and an idle broker still
+syncs each batch at once (no added latency). Reads run on a separate small pool so a catching-up
+subscriber never waits behind an fsync.
+
+The syncer (issue 21, stop 30). Under sustained load the fsync is not the writer's: the syncer
+thread makes it (`EventLog.begin_sync`, an fsync of duplicates of the descriptors outside the
+log's lock, `end_sync`, as the native commit does) while the writer goes on writing what the loop
+hands over meanwhile; the next fsync begins as soon as one is reported, covering all of it. When
+the writer fsynced itself, what came during the fsync (in (a) half the publisher's window: about
+10,000 events, 1.2-1.5 MB) was written only after it, and the disk idled 1.3-6.4 ms between
+fsyncs while the window's events waited behind both. The log's writes and its sync bookkeeping
+take turns under one lock (`_log_lock`). A commit stays the writer's own, with no hand-off on its
+path, when it is small (PREFILL_COMMIT_BYTES_MAX at most) and the writer had waited
+INLINE_QUIET_NS or more for work since its last one: (d)'s lone events on a quick disk. The
+syncer also reports retention and releases (`_retained_due`), after the syncs begun before them,
+so the loop never hears an older log state after a newer one.
+
+Reports in steps. An fsync covering many Syncs reports some of their tokens on the way, each
+REPORT_BYTES_MIN (256 KiB) or more of the log past the last one reported, then its last token,
+each as a WriteSynced of its own (a callback each): the loop writes one step's deliveries and
+ACKs before it builds the next, so the subscribers read while the loop works. Reported as one,
+(a)'s 10,000 events took the loop 3.4 ms on average to deliver before the subscriber had its first
+byte, and the publisher waited behind its window meanwhile (docs/benchmarks.md, "(a): where the
+broker waited"). Any token a report names is covered by the fsync, and its state is the log's as
+that fsync began (at or past the token, as the writer's group commit always reported it).
 
 The state reported with a sync is taken before the fsync (which changes none of it), so the loop
 hears of the sync as soon as the fsync returns: at 1,000 events/s log_state took 6 us p50 and
@@ -25,7 +47,8 @@ as the PUBLISH. They stay the loop's until INLINE_RUN_COMMITS in a row each star
 INLINE_QUIET_NS after the last one ended (sustained load: the writer's group commit then keeps
 the disk and the loop working at once), so the thread that syncs changes seldom. The log is
 still written by one thread at a time: the loop takes it only while everything put on the queue
-has been done (`_put` and `_done`, each written by one thread only), and holds
+has been done (`_put` and `_done`, each written by one thread only) and the syncer is idle
+(`_syncing`), and holds
 every later piece of work back behind its own until that is done. At 1,000 events/s this took the
 hand-offs (about 30 us p50 and 6 context switches per event, docs/benchmarks.md "(d) above the
 disk's fsync") off the path in bench/handoff_micro.py. It is for a quick disk only: while the
