@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """When a tidings broker waits in bench/run.py's throughput tests, and for whom (perf sched).
 
-  python bench/broker_idle.py [--tests a] [--rounds 1] [--delay-s 1] [--span-s 2] [--duration-s 5]
+  python bench/broker_idle.py [--tests a] [--rounds 1] [--delay-s 0.5] [--span-s 1.5] [--duration-s 5]
 
 Each test gets a fresh broker, started and loaded exactly as bench/run.py does (its start_server
 and run_load: the broker on CPU 0, the load processes on CPU 1). While the load runs, `perf record`
@@ -19,7 +19,9 @@ Asleep while a load process is what wakes it means the closed loop's window was 
 allows was waiting for an fsync. Neither is the broker's CPU: on a quiet machine the broker's CPU
 share plus its asleep share is about 100 %, and what is left is time the broker was runnable but
 another task had CPU 0. Needs root (perf's sched tracepoints). Prints one JSON line per run and a
-table; compare two commits with one run each, alternated, on the same machine.
+table; compare two commits with one run each, alternated, on the same machine. The recording must
+end before the load does (a stretch after the last event counts as asleep): (a) stops at 3M
+events, so the defaults record from 0.5 s to 2 s after the load's start.
 """
 
 from __future__ import annotations
@@ -64,9 +66,14 @@ def children(pid: int) -> list[int]:
 
 
 def record(server_pid: int, delay_s: float, span_s: float, data: str, seen: dict[str, Any]) -> None:
-    """In a thread beside the load: wait, note the load processes and the broker's threads, record."""
-    time.sleep(delay_s)
-    loads = [p for p in children(os.getpid()) if p != server_pid]
+    """In a thread beside the load: once its workers are forked, wait, note the load processes and
+    the broker's threads, record."""
+    until = time.monotonic() + 30
+    loads: list[int] = []
+    while time.monotonic() < until and not any(len(children(p)) >= 2 for p in loads):
+        time.sleep(0.01)
+        loads = [p for p in children(os.getpid()) if p != server_pid]
+    time.sleep(delay_s)  # (the workers connect, then wait 0.2 s before the first event)
     seen["clients"] = dict.fromkeys(loads, "client")
     for parent in loads:  # loads.py's workers: the subscribers first, the publisher last
         workers = children(parent)
@@ -149,8 +156,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tests", default="a", help="from a,b,c")
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--delay-s", type=float, default=1.0, help="after the load starts, before recording")
-    ap.add_argument("--span-s", type=float, default=2.0, help="how long to record")
+    ap.add_argument("--delay-s", type=float, default=0.5, help="after the load's workers start, before recording")
+    ap.add_argument("--span-s", type=float, default=1.5, help="how long to record (inside the load: (a) "
+                    "publishes 3M events at most, 2 s at 1.5M/s)")
     ap.add_argument("--duration-s", type=float, default=5.0, help="the load's publishing time")
     args = ap.parse_args()
     for round_no in range(1, args.rounds + 1):
