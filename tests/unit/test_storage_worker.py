@@ -12,6 +12,7 @@ from tidings.aio.storage_worker import (
     INLINE_SYNC_NS_MAX,
     PREFILL_COMMIT_BYTES_MAX,
     REPORT_BYTES_MIN,
+    SYNCER_COMMIT_BYTES_MIN,
     StorageWorker,
     log_state,
 )
@@ -299,9 +300,12 @@ def _wait(predicate):
     return predicate()
 
 
+BIG = bytes(SYNCER_COMMIT_BYTES_MIN)  # a commit of this is the syncer's
+
+
 def _held_syncer(tmp_path, monkeypatch, on_retained=lambda st: None, on_failed=lambda exc: None):
-    """A worker whose first commit (quiet) was the writer's and whose next ones follow it closely
-    (the clock stands still), so the syncer makes them; its fsyncs wait on the returned gate."""
+    """A worker whose first commit (small) was the writer's; the syncer's fsyncs (of large commits,
+    and of any commit while one is in flight) wait on the returned gate."""
     gate = _Gate(storage_worker.sync_plan)
     monkeypatch.setattr(storage_worker, "sync_plan", gate)
     reports: list[tuple[str, int, object]] = []
@@ -311,7 +315,7 @@ def _held_syncer(tmp_path, monkeypatch, on_retained=lambda st: None, on_failed=l
     worker.start()
     gate.release.set()
     worker.append([(1, b"a")])
-    worker.sync(1)  # quiet: the writer's own, no hand-off
+    worker.sync(1)  # small: the writer's own, no hand-off
     assert _wait(lambda: reports) and reports[0][1] == 1 and _drained(worker)
     assert not worker.syncs_pipelined
     gate.release.clear()
@@ -325,7 +329,7 @@ def test_the_writer_writes_on_while_the_syncer_fsyncs(tmp_path, monkeypatch):
     begins as soon as the one in flight is reported. Each report carries the log's state as its
     fsync began: exactly what that fsync covered."""
     worker, log, gate, reports = _held_syncer(tmp_path, monkeypatch)
-    worker.append([(2, b"b")])
+    worker.append([(2, BIG)])
     worker.sync(2)
     assert gate.entered.wait(10)  # the syncer's fsync of ticks 1-2 in flight
     for tick in (3, 4, 5):
@@ -347,7 +351,7 @@ def test_housekeeping_is_reported_after_the_syncs_begun_before_it(tmp_path, monk
     loop after that sync's (WriteSynced, whose state is older), never before it."""
     retained: list[object] = []
     worker, log, gate, reports = _held_syncer(tmp_path, monkeypatch, on_retained=retained.append)
-    worker.append([(2, b"b")])
+    worker.append([(2, BIG)])
     worker.sync(2)
     assert gate.entered.wait(10)
     worker.retain(10**15, 1 << 40, 1 << 60)
@@ -363,7 +367,7 @@ def test_housekeeping_is_reported_after_the_syncs_begun_before_it(tmp_path, monk
 def test_stop_waits_for_the_syncer(tmp_path, monkeypatch):
     """Stopping while a fsync is in flight and another is wanted: both are made and reported first."""
     worker, log, gate, reports = _held_syncer(tmp_path, monkeypatch)
-    worker.append([(2, b"b")])
+    worker.append([(2, BIG)])
     worker.sync(2)
     assert gate.entered.wait(10)
     worker.append([(3, b"c")])
@@ -380,7 +384,7 @@ def test_a_failing_fsync_of_the_syncer_is_reported_once(tmp_path, monkeypatch):
     failures: list[BaseException] = []
     worker, log, gate, reports = _held_syncer(tmp_path, monkeypatch, on_failed=failures.append)
     gate.errno = errno.EIO
-    worker.append([(2, b"b")])
+    worker.append([(2, BIG)])
     worker.sync(2)
     assert gate.entered.wait(10)
     gate.release.set()
@@ -399,7 +403,7 @@ def test_a_large_commit_is_reported_in_steps(tmp_path, monkeypatch):
     each as a WriteSynced of its own and sends its deliveries before building the next. A commit
     of small Syncs reports only its last."""
     worker, log, gate, reports = _held_syncer(tmp_path, monkeypatch)
-    worker.append([(2, b"b")])
+    worker.append([(2, BIG)])
     worker.sync(2)
     assert gate.entered.wait(10)
     payload = bytes(REPORT_BYTES_MIN // 3)

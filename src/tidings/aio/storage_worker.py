@@ -7,18 +7,20 @@ one fsync of them all: under load one fsync covers many publish batches, and an 
 syncs each batch at once (no added latency). Reads run on a separate small pool so a catching-up
 subscriber never waits behind an fsync.
 
-The syncer (issue 21, stop 30). Under sustained load the fsync is not the writer's: the syncer
-thread makes it (`EventLog.begin_sync`, an fsync of duplicates of the descriptors outside the
-log's lock, `end_sync`, as the native commit does) while the writer goes on writing what the loop
-hands over meanwhile; the next fsync begins as soon as one is reported, covering all of it. When
-the writer fsynced itself, what came during the fsync (in (a) half the publisher's window: about
-10,000 events, 1.2-1.5 MB) was written only after it, and the disk idled 1.3-6.4 ms between
-fsyncs while the window's events waited behind both. The log's writes and its sync bookkeeping
-take turns under one lock (`_log_lock`). A commit stays the writer's own, with no hand-off on its
-path, when it is small (PREFILL_COMMIT_BYTES_MAX at most) and the writer had waited
-INLINE_QUIET_NS or more for work since its last one: (d)'s lone events on a quick disk. The
-syncer also reports retention and releases (`_retained_due`), after the syncs begun before them,
-so the loop never hears an older log state after a newer one.
+The syncer (issue 21, stop 30). A large commit (SYNCER_COMMIT_BYTES_MIN or more written since
+the last one) is not fsynced by the writer: the syncer thread makes it (`EventLog.begin_sync`, an
+fsync of duplicates of the descriptors outside the log's lock, `end_sync`, as the native commit
+does) while the writer goes on writing what the loop hands over meanwhile; the next fsync begins
+as soon as one is reported, covering all of it, and while one is in flight every commit is the
+syncer's. When the writer fsynced itself, what came during the fsync (in (a) half the
+publisher's window: about 10,000 events, 1.2-1.5 MB) was written only after it, and the disk
+idled 1.3-6.4 ms between fsyncs while the window's events waited behind both. A smaller commit
+stays the writer's own, with no hand-off on its path: (d)'s lone events, and (c)'s, where the
+acknowledgement window (1,000 events) lets nothing arrive during an fsync, so a syncer would
+only add its wake-up (0.15 us per event in the log threads, measured). The log's writes and its
+sync bookkeeping take turns under one lock (`_log_lock`). The syncer also reports retention and
+releases (`_retained_due`), after the syncs begun before them, so the loop never hears an older
+log state after a newer one.
 
 Reports in steps. An fsync covering many Syncs reports some of their tokens on the way, each
 REPORT_BYTES_MIN (256 KiB) or more of the log past the last one reported, then its last token,
@@ -106,6 +108,7 @@ INLINE_RUN_COMMITS = 8  # the loop takes the commits after this many quiet ones 
 INLINE_SYNC_NS_MAX = 1_000_000  # ... and only while the fsyncs' moving average is below this (a quick disk)
 PREFILL_COMMIT_BYTES_MAX = 16 << 10  # the writer prefills after a quiet commit of at most this many bytes
 REPORT_BYTES_MIN = 256 << 10  # a commit's tokens are reported to the loop in steps of at least this many bytes
+SYNCER_COMMIT_BYTES_MIN = 256 << 10  # a commit this large is fsynced by the syncer while the writer writes on
 
 
 def sync_plan(plan: SyncPlan) -> int:
@@ -195,7 +198,6 @@ class StorageWorker:
         self._syncing = False  # a sync asked for or in flight (set by the writer, cleared by the syncer)
         self._syncer_stop = False  # the writer stops: the syncer ends once nothing is wanted
         self._retained_due = False  # retention or a release changed the log: the syncer reports it
-        self._rested = True  # the writer waited INLINE_QUIET_NS or more for work since its last commit
         self._written = log.size_bytes  # the log's bytes when the writer last handed a commit over or made it
         self._failed = False  # a failure was reported (once: on_failed stops the broker)
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidings-log-reader")
@@ -375,12 +377,9 @@ class StorageWorker:
             self._fail(exc)
 
     def _loop(self) -> None:
-        q, clock = self._queue, self._clock
+        q = self._queue
         while True:
-            waited = clock()
             item = q.get()
-            if clock() - waited >= INLINE_QUIET_NS:
-                self._rested = True  # the writer was idle: the load is not sustained
             if item is _STOP:
                 return
             kind, arg = item
@@ -419,9 +418,8 @@ class StorageWorker:
             else:
                 later.append(more)
         written, self._written = self.log.size_bytes - self._written, self.log.size_bytes
-        with self._asked:  # a lone small commit after a rest ((d)'s) is made here: no hand-off on its path
-            here = self._rested and written <= PREFILL_COMMIT_BYTES_MAX and not self._syncing
-            self._rested = False
+        with self._asked:  # a smaller commit is made here: no hand-off on its path
+            here = written < SYNCER_COMMIT_BYTES_MIN and not self._syncing
             if not here:
                 self._wanted += asks
                 self._syncing = True
