@@ -91,6 +91,11 @@ def attribute(data: str, loop: int, working: list[int], clients: dict[int, str])
     """The broker's asleep stretches in the recording, by kind and by what ended them."""
     text = subprocess.run(["perf", "script", "-i", data, "-F", "comm,pid,tid,cpu,time,event,trace"],
                           capture_output=True, text=True, check=True).stdout
+    return asleep_in(text, loop, working, clients)
+
+
+def asleep_in(text: str, loop: int, working: list[int], clients: dict[int, str]) -> dict[str, Any]:
+    """`attribute` on perf script's lines (comm, pid/tid, cpu, time, event, trace)."""
     state = dict.fromkeys(working, "R")  # R: running or runnable; S, D: asleep
     role = {tid: ("loop" if tid == loop else "log thread") for tid in working}
     asleep_ms: collections.Counter[str] = collections.Counter()
