@@ -2,6 +2,7 @@
 """When a tidings broker waits in bench/run.py's throughput tests, and for whom (perf sched).
 
   python bench/broker_idle.py [--tests a] [--rounds 1] [--delay-s 0.5] [--span-s 1.5] [--duration-s 5]
+                              [--count 20000000]
 
 Each test gets a fresh broker, started and loaded exactly as bench/run.py does (its start_server
 and run_load: the broker on CPU 0, the load processes on CPU 1). While the load runs, `perf record`
@@ -20,8 +21,9 @@ allows was waiting for an fsync. Neither is the broker's CPU: on a quiet machine
 share plus its asleep share is about 100 %, and what is left is time the broker was runnable but
 another task had CPU 0. Needs root (perf's sched tracepoints). Prints one JSON line per run and a
 table; compare two commits with one run each, alternated, on the same machine. The recording must
-end before the load does (a stretch after the last event counts as asleep): (a) stops at 3M
-events, so the defaults record from 0.5 s to 2 s after the load's start.
+end before the load does (a stretch after the last event counts as asleep): the load's event
+limit is raised (`--count`, 20M: run.py's (a) stops at 3M, 2 s at 1.5M events/s), so it publishes
+for `--duration-s`, and the defaults record from 0.5 s to 2 s after its workers start.
 """
 
 from __future__ import annotations
@@ -146,7 +148,8 @@ def measure(test: str, round_no: int, args: argparse.Namespace) -> dict[str, Any
             time.sleep(broker_threads.SETTLE_S)
             recorder = threading.Thread(target=record, args=(server.pid, args.delay_s, args.span_s, data, seen))
             recorder.start()
-            result = run.run_load(server, "tidings", test, ["--duration-s", str(args.duration_s)])
+            result = run.run_load(server, "tidings", test, ["--duration-s", str(args.duration_s),
+                                                             "--count", str(args.count)])
             recorder.join()
         finally:
             run.stop_server(server)
@@ -162,9 +165,10 @@ def main() -> None:
     ap.add_argument("--tests", default="a", help="from a,b,c")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--delay-s", type=float, default=0.5, help="after the load's workers start, before recording")
-    ap.add_argument("--span-s", type=float, default=1.5, help="how long to record (inside the load: (a) "
-                    "publishes 3M events at most, 2 s at 1.5M/s)")
+    ap.add_argument("--span-s", type=float, default=1.5, help="how long to record (inside the load's time)")
     ap.add_argument("--duration-s", type=float, default=5.0, help="the load's publishing time")
+    ap.add_argument("--count", type=int, default=20_000_000,
+                    help="the load's event limit (run.py's are 3M and 1M: a fast broker ends before the recording)")
     args = ap.parse_args()
     for round_no in range(1, args.rounds + 1):
         for test in args.tests.split(","):
