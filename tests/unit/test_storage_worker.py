@@ -1,12 +1,18 @@
 """The storage worker: group commit, and a failing disk reported as such (never as a hang)."""
 
+import errno
 import threading
 import time
 
+import pytest
+
+from tidings.aio import storage_worker
 from tidings.aio.storage_worker import (
     INLINE_RUN_COMMITS,
     INLINE_SYNC_NS_MAX,
     PREFILL_COMMIT_BYTES_MAX,
+    REPORT_BYTES_MIN,
+    SYNCER_COMMIT_BYTES_MIN,
     StorageWorker,
     log_state,
 )
@@ -41,27 +47,37 @@ def test_group_commit_reports_the_highest_token(tmp_path):
     log.close()
 
 
-def test_a_failing_sync_is_reported_through_on_failed(tmp_path):
+def test_a_failing_sync_is_reported_through_on_failed(tmp_path, monkeypatch):
+    """The syncer's fsync fails: reported once (the writer's next append fails too, on the failed
+    log, and is not reported again), the token never, and the log refuses further writes."""
     log = EventLog.open(tmp_path / "log")
 
-    def broken_sync():
-        raise StorageError("fsync failed: EIO")
+    real_sync = storage_worker.sync_plan
 
-    log.sync = broken_sync  # type: ignore[method-assign]
+    def broken_sync(plan):
+        real_sync(plan)  # (closes the descriptors)
+        return errno.EIO
+
+    monkeypatch.setattr(storage_worker, "sync_plan", broken_sync)
     failures: list[BaseException] = []
+    synced: list[int] = []
     failed = threading.Event()
 
     def on_failed(exc):
         failures.append(exc)
         failed.set()
 
-    worker = StorageWorker(log, lambda t, st: None, lambda st: None, on_failed)
+    worker = StorageWorker(log, lambda t, st: synced.append(t), lambda st: None, on_failed)
     worker.start()
     worker.append([(1, b"x")])
     worker.sync(1)
     assert failed.wait(10)
+    worker.append([(2, b"x")])
+    worker.sync(2)
     worker.stop()
-    assert len(failures) == 1 and "EIO" in str(failures[0])
+    assert len(failures) == 1 and "Input/output error" in str(failures[0]) and synced == []
+    with pytest.raises(StorageError):
+        log.append([(3, b"x")])
 
 
 def test_the_log_state_carries_the_tick_marks(tmp_path):
@@ -110,11 +126,11 @@ def test_a_quiet_worker_commits_in_the_calling_thread(tmp_path):
 
 
 def _drained(worker):
-    """Wait (10 s at most) until the writer has done all it was given."""
+    """Wait (10 s at most) until the writer has done all it was given, and the syncer too."""
     until = time.monotonic() + 10
-    while worker._done != worker._put and time.monotonic() < until:
+    while (worker._done != worker._put or worker._syncing) and time.monotonic() < until:
         time.sleep(0.01)
-    return worker._done == worker._put
+    return worker._done == worker._put and not worker._syncing
 
 
 def test_sustained_load_goes_to_the_writer_and_back_only_after_quiet_commits(tmp_path):
@@ -204,9 +220,7 @@ def test_a_slow_fsync_leaves_the_next_commits_to_the_writer(tmp_path):
         assert [t for t, _ in here] == [1] and log.record_count == 1
         log.sync = real_sync  # type: ignore[method-assign]
         worker.start()
-        until = time.monotonic() + 10
-        while worker._done != worker._put and time.monotonic() < until:  # the writer through its work
-            time.sleep(0.01)
+        assert _drained(worker)  # the writer through its work
         assert [t for t, _ in thread] == [2]
         clock.now_ns += 10**9
         worker.append([(3, b"c")])
@@ -259,3 +273,151 @@ def test_the_writer_prefills_after_quiet_small_commits_only(tmp_path):
         assert files[-1].stat().st_size > log.segments()[-1].size_bytes  # quiet and small: zeros ahead
         worker.stop()
         assert [t for t, _ in log.read(0, 1 << 30)] == [1, 2, 3, 4, 5]
+
+
+class _Gate:
+    """`sync_plan` held until the test lets it go: the syncer's fsync in flight for as long as a test needs."""
+
+    def __init__(self, real):
+        self.real = real
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.plans: list[int] = []  # each fsync's segment size as planned
+        self.errno = 0
+
+    def __call__(self, plan):
+        self.plans.append(plan.size)
+        self.entered.set()
+        assert self.release.wait(10)
+        error = self.real(plan)
+        return self.errno or error
+
+
+def _wait(predicate):
+    until = time.monotonic() + 10
+    while not predicate() and time.monotonic() < until:
+        time.sleep(0.001)
+    return predicate()
+
+
+BIG = bytes(SYNCER_COMMIT_BYTES_MIN)  # a commit of this is the syncer's
+
+
+def _held_syncer(tmp_path, monkeypatch, on_retained=lambda st: None, on_failed=lambda exc: None):
+    """A worker whose first commit (small) was the writer's; the syncer's fsyncs (of large commits,
+    and of any commit while one is in flight) wait on the returned gate."""
+    gate = _Gate(storage_worker.sync_plan)
+    monkeypatch.setattr(storage_worker, "sync_plan", gate)
+    reports: list[tuple[str, int, object]] = []
+    log = EventLog.open(tmp_path / "log")
+    worker = StorageWorker(log, lambda t, st: reports.append(("synced", t, st)), on_retained, on_failed,
+                           clock=_Clock(), prefill=False)
+    worker.start()
+    gate.release.set()
+    worker.append([(1, b"a")])
+    worker.sync(1)  # small: the writer's own, no hand-off
+    assert _wait(lambda: reports) and reports[0][1] == 1 and _drained(worker)
+    assert not worker.syncs_pipelined
+    gate.release.clear()
+    gate.entered.clear()
+    return worker, log, gate, reports
+
+
+def test_the_writer_writes_on_while_the_syncer_fsyncs(tmp_path, monkeypatch):
+    """Commits that follow each other closely: the syncer fsyncs, and what the loop hands over
+    meanwhile is written at once (not held behind the fsync); it rides on the next fsync, which
+    begins as soon as the one in flight is reported. Each report carries the log's state as its
+    fsync began: exactly what that fsync covered."""
+    worker, log, gate, reports = _held_syncer(tmp_path, monkeypatch)
+    worker.append([(2, BIG)])
+    worker.sync(2)
+    assert gate.entered.wait(10)  # the syncer's fsync of ticks 1-2 in flight
+    for tick in (3, 4, 5):
+        worker.append([(tick, b"c")])
+        worker.sync(tick)
+    assert _wait(lambda: log.record_count == 5)  # written while the fsync is in flight
+    assert [t for _, t, _ in reports] == [1]
+    gate.release.set()
+    assert _wait(lambda: [t for _, t, _ in reports] == [1, 2, 5])
+    assert [st.last_tick for _, _, st in reports] == [1, 2, 5]  # (the state as each fsync began)
+    worker.stop()
+    assert worker.syncs == 3 and worker.syncs_pipelined == 2 and len(gate.plans) == 3
+    assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3, 4, 5]
+    log.close()
+
+
+def test_housekeeping_is_reported_after_the_syncs_begun_before_it(tmp_path, monkeypatch):
+    """Retention while the syncer's fsync is in flight: its report (RetentionApplied) reaches the
+    loop after that sync's (WriteSynced, whose state is older), never before it."""
+    retained: list[object] = []
+    worker, log, gate, reports = _held_syncer(tmp_path, monkeypatch, on_retained=retained.append)
+    worker.append([(2, BIG)])
+    worker.sync(2)
+    assert gate.entered.wait(10)
+    worker.retain(10**15, 1 << 40, 1 << 60)
+    assert _wait(lambda: worker._done == worker._put)  # the writer applied it
+    assert retained == [] and [t for _, t, _ in reports] == [1]
+    gate.release.set()
+    assert _wait(lambda: retained)
+    worker.stop()
+    assert [t for _, t, _ in reports] == [1, 2] and retained[0].last_tick == 2
+    log.close()
+
+
+def test_stop_waits_for_the_syncer(tmp_path, monkeypatch):
+    """Stopping while a fsync is in flight and another is wanted: both are made and reported first."""
+    worker, log, gate, reports = _held_syncer(tmp_path, monkeypatch)
+    worker.append([(2, BIG)])
+    worker.sync(2)
+    assert gate.entered.wait(10)
+    worker.append([(3, b"c")])
+    worker.sync(3)
+    stopper = threading.Thread(target=worker.stop)
+    stopper.start()
+    gate.release.set()
+    stopper.join(10)
+    assert not stopper.is_alive() and [t for _, t, _ in reports] == [1, 2, 3]
+    log.close()
+
+
+def test_a_failing_fsync_of_the_syncer_is_reported_once(tmp_path, monkeypatch):
+    failures: list[BaseException] = []
+    worker, log, gate, reports = _held_syncer(tmp_path, monkeypatch, on_failed=failures.append)
+    gate.errno = errno.EIO
+    worker.append([(2, BIG)])
+    worker.sync(2)
+    assert gate.entered.wait(10)
+    gate.release.set()
+    assert _wait(lambda: failures)
+    worker.append([(3, b"c")])  # the writer finds the log failed: not reported a second time
+    worker.sync(3)
+    worker.stop()
+    assert len(failures) == 1 and "Input/output error" in str(failures[0])
+    assert [t for _, t, _ in reports] == [1]
+    log.close()
+
+
+def test_a_large_commit_is_reported_in_steps(tmp_path, monkeypatch):
+    """A commit covering many Syncs reports some of their tokens on the way, each at least
+    REPORT_BYTES_MIN of the log past the last one reported, and its last token: the loop handles
+    each as a WriteSynced of its own and sends its deliveries before building the next. A commit
+    of small Syncs reports only its last."""
+    worker, log, gate, reports = _held_syncer(tmp_path, monkeypatch)
+    worker.append([(2, BIG)])
+    worker.sync(2)
+    assert gate.entered.wait(10)
+    payload = bytes(REPORT_BYTES_MIN // 3)
+    for tick in range(3, 13):  # ten Syncs of a third of a step each
+        worker.append([(tick, payload)])
+        worker.sync(tick)
+    for tick in range(13, 16):  # and three small ones
+        worker.append([(tick, b"c")])
+        worker.sync(tick)
+    assert _wait(lambda: log.record_count == 15)
+    gate.release.set()
+    assert _wait(lambda: reports[-1][1] == 15)
+    worker.stop()
+    tokens = [t for _, t, _ in reports]
+    assert tokens[:2] == [1, 2] and tokens[2:] == [5, 8, 11, 15]  # (every third big one, then the last)
+    assert all(st.last_tick == 15 for _, t, st in reports[2:])  # the state as the fsync began: all of it
+    log.close()

@@ -370,7 +370,8 @@ class BrokerServer:
             self.worker.detach()  # the native committer, in the loop's thread
             await asyncio.to_thread(self.worker.stop)
             log.info("the log's commits: %d fsyncs, %.0f us each on average (%s)", self.worker.commits,
-                     self.worker.fsync_mean_us(), "native" if self.worker.native is not None else "writer thread")
+                     self.worker.fsync_mean_us(), "native" if self.worker.native is not None
+                     else f"writer thread, {self.worker.syncs_pipelined} by its syncer")
             self.worker.log.close()
         if self.pfs_worker is not None:
             await asyncio.to_thread(self.pfs_worker.stop)

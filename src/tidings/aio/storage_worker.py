@@ -1,11 +1,35 @@
 """Runs the pubend log's writes, fsyncs, retention and release, and the durable state's saves, on
-one thread, with group commit.
+two threads, with group commit.
 
-The event loop hands Append/Sync/retention work to `StorageWorker.submit`; the thread performs it
-in order. When it takes a Sync it first writes every Append already queued behind it, then issues a
-single fsync for all of them and reports the highest synced token: under load one fsync covers many
-publish batches, and an idle broker still syncs each batch at once (no added latency). Reads run
-on a separate small pool so a catching-up subscriber never waits behind an fsync.
+The event loop hands Append/Sync/retention work to the worker; its writer thread performs it in
+order. When it takes a Sync it first writes every Append already queued behind it, then asks for
+one fsync of them all: under load one fsync covers many publish batches, and an idle broker still
+syncs each batch at once (no added latency). Reads run on a separate small pool so a catching-up
+subscriber never waits behind an fsync.
+
+The syncer (issue 21, stop 30). A large commit (SYNCER_COMMIT_BYTES_MIN or more written since
+the last one) is not fsynced by the writer: the syncer thread makes it (`EventLog.begin_sync`, an
+fsync of duplicates of the descriptors outside the log's lock, `end_sync`, as the native commit
+does) while the writer goes on writing what the loop hands over meanwhile; the next fsync begins
+as soon as one is reported, covering all of it, and while one is in flight every commit is the
+syncer's. When the writer fsynced itself, what came during the fsync (in (a) half the
+publisher's window: about 10,000 events, 1.2-1.5 MB) was written only after it, and the disk
+idled 1.3-6.4 ms between fsyncs while the window's events waited behind both. A smaller commit
+stays the writer's own, with no hand-off on its path: (d)'s lone events, and (c)'s, where the
+acknowledgement window (1,000 events) lets nothing arrive during an fsync, so a syncer would
+only add its wake-up (0.15 us per event in the log threads, measured). The log's writes and its
+sync bookkeeping take turns under one lock (`_log_lock`). The syncer also reports retention and
+releases (`_retained_due`), after the syncs begun before them, so the loop never hears an older
+log state after a newer one.
+
+Reports in steps. An fsync covering many Syncs reports some of their tokens on the way, each
+REPORT_BYTES_MIN (256 KiB) or more of the log past the last one reported, then its last token,
+each as a WriteSynced of its own (a callback each): the loop writes one step's deliveries and
+ACKs before it builds the next, so the subscribers read while the loop works. Reported as one,
+(a)'s 10,000 events took the loop 3.4 ms on average to deliver before the subscriber had its first
+byte, and the publisher waited behind its window meanwhile (docs/benchmarks.md, "(a): where the
+broker waited"). Any token a report names is covered by the fsync, and its state is the log's as
+that fsync began (at or past the token, as the writer's group commit always reported it).
 
 The state reported with a sync is taken before the fsync (which changes none of it), so the loop
 hears of the sync as soon as the fsync returns: at 1,000 events/s log_state took 6 us p50 and
@@ -25,7 +49,8 @@ as the PUBLISH. They stay the loop's until INLINE_RUN_COMMITS in a row each star
 INLINE_QUIET_NS after the last one ended (sustained load: the writer's group commit then keeps
 the disk and the loop working at once), so the thread that syncs changes seldom. The log is
 still written by one thread at a time: the loop takes it only while everything put on the queue
-has been done (`_put` and `_done`, each written by one thread only), and holds
+has been done (`_put` and `_done`, each written by one thread only) and the syncer is idle
+(`_syncing`), and holds
 every later piece of work back behind its own until that is done. At 1,000 events/s this took the
 hand-offs (about 30 us p50 and 6 context switches per event, docs/benchmarks.md "(d) above the
 disk's fsync") off the path in bench/handoff_micro.py. It is for a quick disk only: while the
@@ -57,6 +82,7 @@ the reads. The prefill does not apply there (it is the writer's), so its commits
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import pathlib
@@ -72,6 +98,7 @@ from tidings.core.inputs import TICK_MARKS, LogState
 from tidings.core.publish.dedup import DedupWindow
 from tidings.storage import EventLog
 from tidings.storage.files import StorageError, write_atomically
+from tidings.storage.log import SyncPlan
 
 _STOP = object()
 SAVE_WAIT_POLL_S = 1.0  # a waiting save looks this often whether the worker is still alive
@@ -80,6 +107,27 @@ INLINE_RUN_COMMITS = 8  # the loop takes the commits after this many quiet ones 
 # to the writer after this many in a row that were not
 INLINE_SYNC_NS_MAX = 1_000_000  # ... and only while the fsyncs' moving average is below this (a quick disk)
 PREFILL_COMMIT_BYTES_MAX = 16 << 10  # the writer prefills after a quiet commit of at most this many bytes
+REPORT_BYTES_MIN = 256 << 10  # a commit's tokens are reported to the loop in steps of at least this many bytes
+SYNCER_COMMIT_BYTES_MIN = 256 << 10  # a commit this large is fsynced by the syncer while the writer writes on
+
+
+def sync_plan(plan: SyncPlan) -> int:
+    """fsync a plan's descriptors (`EventLog.begin_sync`: fdatasync the segment when the plan
+    allows) and close them, in the calling thread and outside the log; 0, or the errno of the
+    first that failed (for `EventLog.end_sync`)."""
+    error = 0
+    try:
+        if plan.fd >= 0:
+            (os.fdatasync if plan.data_only else os.fsync)(plan.fd)
+        if plan.directory_fd >= 0:
+            os.fsync(plan.directory_fd)
+    except OSError as exc:
+        error = exc.errno or errno.EIO
+    finally:
+        for fd in (plan.fd, plan.directory_fd):
+            if fd >= 0:
+                os.close(fd)
+    return error
 
 
 def log_state(log: EventLog) -> LogState:
@@ -141,9 +189,21 @@ class StorageWorker:
         self._on_failed = on_failed
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="tidings-log-writer", daemon=True)
+        self._syncer = threading.Thread(target=self._run_syncer, name="tidings-log-syncer", daemon=True)
+        self._log_lock = threading.Lock()  # the log's writes and its sync's bookkeeping: one thread at a time
+        self._asked = threading.Condition()  # the writer asks the syncer for a sync through it
+        self._wanted: list[tuple[int, int]] = []  # tokens asked for that the syncer has not taken, each with
+        # the log's bytes through it
+        self._reported_bytes = 0  # the log's bytes through the last token reported
+        self._syncing = False  # a sync asked for or in flight (set by the writer, cleared by the syncer)
+        self._syncer_stop = False  # the writer stops: the syncer ends once nothing is wanted
+        self._retained_due = False  # retention or a release changed the log: the syncer reports it
+        self._written = log.size_bytes  # the log's bytes when the writer last handed a commit over or made it
+        self._failed = False  # a failure was reported (once: on_failed stops the broker)
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidings-log-reader")
         self.syncs = 0
         self.syncs_here = 0  # of `syncs`, the commits made in the calling thread
+        self.syncs_pipelined = 0  # of `syncs`, the syncer's (the writer wrote on meanwhile)
         self.sync_ns_total = 0  # the fsyncs' length in all (the writer's and the loop's)
         self._stopping = False
         self._put = 0  # work put on the queue (by the calling thread only)
@@ -156,6 +216,7 @@ class StorageWorker:
         self._sync_ns_avg = 0  # the fsyncs' recent length: a moving average, each new one weighing 1/8
 
     def start(self) -> None:
+        self._syncer.start()
         self._thread.start()
 
     def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
@@ -211,7 +272,7 @@ class StorageWorker:
         not quiet) or the last INLINE_RUN_COMMITS were quiet. Which thread syncs changes seldom:
         fsyncs from two threads taking turns were measured several times slower than one
         thread's back to back (docs/benchmarks.md, stop 24)."""
-        if (self._done != self._put or self._stopping or self._sync_ns_avg >= INLINE_SYNC_NS_MAX
+        if (self._done != self._put or self._syncing or self._stopping or self._sync_ns_avg >= INLINE_SYNC_NS_MAX
                 or self._busy_run >= INLINE_RUN_COMMITS):
             self._in_loop = False
         elif self._quiet_run >= INLINE_RUN_COMMITS:
@@ -234,10 +295,13 @@ class StorageWorker:
         assert report is not None
         held, self._held = self._held, []
         try:
-            for records, keys in held:
-                self.log.append(records, keys)
-            state = log_state(self.log)
-            self._timed_sync()
+            with self._log_lock:  # (the writer and the syncer are idle: `_loop_commits`)
+                for records, keys in held:
+                    self.log.append(records, keys)
+                state = log_state(self.log)
+                began = self._commit_began()
+                self.log.sync()
+                self._commit_ended(began)
         except BaseException as exc:  # a failing disk stops the broker, as in the writer
             self._on_synced_here = None  # never here again: what follows is the writer's to fail
             self._on_failed(exc)
@@ -245,14 +309,18 @@ class StorageWorker:
         self.syncs_here += 1
         report(token, state)
 
-    def _timed_sync(self) -> None:
-        """The log's fsync, its end and its length noted (either thread: the other is not in it)."""
+    def _commit_began(self) -> int:
+        """A commit's fsync begins (in the syncer, or the loop's when the syncer is idle): whether
+        it is a quiet one is noted; returns the time."""
         began = self._clock()
         if began - self._last_commit_ns >= INLINE_QUIET_NS:
             self._quiet_run, self._busy_run = self._quiet_run + 1, 0
         else:
             self._quiet_run, self._busy_run = 0, self._busy_run + 1
-        self.log.sync()
+        return began
+
+    def _commit_ended(self, began: int) -> None:
+        """... and ended: its end and its length noted."""
         self.syncs += 1
         self._last_commit_ns = self._clock()
         self.sync_ns_total += self._last_commit_ns - began
@@ -284,17 +352,29 @@ class StorageWorker:
         self._readers.submit(work)
 
     def stop(self) -> None:
-        """Finish queued work, then stop the thread (pending syncs complete first)."""
+        """Finish queued work, then stop the threads (pending syncs complete first)."""
         self._stopping = True
         self._put_work(_STOP)
         self._thread.join()
+        with self._asked:
+            self._syncer_stop = True
+            self._asked.notify()
+        if self._syncer.is_alive():
+            self._syncer.join()
         self._readers.shutdown(wait=True)
+
+    def _fail(self, exc: BaseException) -> None:
+        """A failing disk stops the broker, not hangs it: reported once, whichever thread saw it."""
+        with self._asked:
+            first, self._failed = not self._failed, True
+        if first:
+            self._on_failed(exc)
 
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException as exc:  # a failing disk must stop the broker, not hang it
-            self._on_failed(exc)
+        except BaseException as exc:
+            self._fail(exc)
 
     def _loop(self) -> None:
         q = self._queue
@@ -304,7 +384,8 @@ class StorageWorker:
                 return
             kind, arg = item
             if kind == "append":
-                self.log.append(*arg)
+                with self._log_lock:
+                    self.log.append(*arg)
             elif kind != "sync":
                 self._housekeeping(kind, arg)
             elif self._group_commit(arg):
@@ -312,12 +393,14 @@ class StorageWorker:
             self._done += 1  # after the work: until then the calling thread leaves the log alone
 
     def _group_commit(self, token: int) -> bool:
-        """Write every Append already queued behind a Sync, then one fsync; the other work taken
-        from the queue meanwhile runs after it, in order. True when STOP was among it."""
+        """Write every Append already queued behind a Sync, then ask the syncer for one fsync of
+        them all; the other work taken from the queue meanwhile runs after that, in order. True
+        when STOP was among it."""
         q = self._queue
         later: list[tuple[str, Any]] = []
         stop = False
         taken = 0
+        asks = [(token, self.log.size_bytes)]  # each token with the log's bytes through it
         while True:
             try:
                 more = q.get_nowait()
@@ -328,30 +411,104 @@ class StorageWorker:
                 break
             taken += 1
             if more[0] == "append":
-                self.log.append(*more[1])
+                with self._log_lock:
+                    self.log.append(*more[1])
             elif more[0] == "sync":
-                token = more[1]
+                asks.append((more[1], self.log.size_bytes))
             else:
                 later.append(more)
-        state = log_state(self.log)  # as after the fsync, which changes none of it: off the path
-        self._timed_sync()
-        self._on_synced(token, state)
+        written, self._written = self.log.size_bytes - self._written, self.log.size_bytes
+        with self._asked:  # a smaller commit is made here: no hand-off on its path
+            here = written < SYNCER_COMMIT_BYTES_MIN and not self._syncing
+            if not here:
+                self._wanted += asks
+                self._syncing = True
+                self._asked.notify()
+        if here:
+            self._commit(asks)
+            self._prefill_when_idle(stop)
         for kind, arg in later:
             self._housekeeping(kind, arg)
-        size, self._size_committed = self._size_committed, self.log.size_bytes
-        self._small = self._size_committed - size <= PREFILL_COMMIT_BYTES_MAX  # (after a retention: negative)
-        if self._prefill and self._small and not self._busy_run and not stop and q.empty():  # idle: zeros ahead
-            self.log.prefill()
         self._done += taken
         return stop
 
+    def _run_syncer(self) -> None:
+        try:
+            self._syncs()
+        except BaseException as exc:
+            self._fail(exc)
+
+    def _syncs(self) -> None:
+        """The syncer: one fsync at a time of everything written when it begins, reported with the
+        log's state as it began; the writer goes on writing meanwhile (group commit: what it wrote
+        rides on the next one, which begins as soon as this one is reported)."""
+        asked = self._asked
+        while True:
+            with asked:
+                while not self._wanted and not self._retained_due and not self._syncer_stop:
+                    asked.wait()
+                asks, self._wanted = self._wanted, []
+                retained, self._retained_due = self._retained_due, False
+                if not asks and not retained:
+                    return  # stopping, and nothing is left to do
+            if asks:
+                self._commit(asks)
+                self.syncs_pipelined += 1
+            if retained:  # after the syncs begun before the housekeeping: the states reach the loop in order
+                with self._log_lock:
+                    state = log_state(self.log)
+                self._on_retained(state)
+            with asked:
+                if self._wanted or self._retained_due:
+                    continue
+            if asks:
+                self._prefill_when_idle(self._syncer_stop)
+            with asked:
+                self._syncing = bool(self._wanted) or self._retained_due
+
+    def _prefill_when_idle(self, stopping: bool) -> None:
+        """After a quiet, small commit with nothing queued: zeros ahead (the module's "The prefill")."""
+        if self._prefill and self._small and not self._busy_run and not stopping and self._queue.empty():
+            with self._log_lock:
+                self.log.prefill()
+
+    def _commit(self, asks: list[tuple[int, int]]) -> None:
+        """One fsync outside the log's lock (the writer appends meanwhile), and its reports: the
+        tokens it covers in steps of REPORT_BYTES_MIN or more, each a WriteSynced of its own, so
+        the loop sends the first deliveries of a large commit before it has built the last."""
+        with self._log_lock:
+            plan = self.log.begin_sync()
+            state = log_state(self.log)
+        if plan is not None:
+            began = self._commit_began()
+            error = sync_plan(plan)
+            with self._log_lock:
+                self.log.end_sync(plan, error)  # (raises StorageError when it failed)
+            self._commit_ended(began)
+        reported = self._reported_bytes
+        for token, through in asks[:-1]:
+            if through - reported >= REPORT_BYTES_MIN:
+                self._on_synced(token, state)
+                reported = through
+        self._on_synced(asks[-1][0], state)
+        self._reported_bytes = asks[-1][1]
+        size, self._size_committed = self._size_committed, state.log_bytes
+        self._small = self._size_committed - size <= PREFILL_COMMIT_BYTES_MAX  # (after a retention: negative)
+
     def _housekeeping(self, kind: str, arg: Any) -> None:
-        if kind == "retain":
-            self.log.enforce_retention(*arg)
-            self._on_retained(log_state(self.log))
-        elif kind == "release":
-            if self.log.release_through(arg):
-                self._on_retained(log_state(self.log))
+        """Retention, a release (reported by the syncer, after the syncs begun before it) or a save."""
+        if kind in ("retain", "release"):
+            with self._log_lock:
+                if kind == "retain":
+                    self.log.enforce_retention(*arg)
+                    changed = True  # (reported whatever it removed)
+                else:
+                    changed = self.log.release_through(arg) > 0
+            if changed:
+                with self._asked:
+                    self._retained_due = True
+                    self._syncing = True
+                    self._asked.notify()
         else:
             assert kind == "save"
             path, data, done = arg

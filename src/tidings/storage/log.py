@@ -131,6 +131,7 @@ class SyncPlan:
     size: int
     shape: tuple[Segment, Segment] | None  # the first and last segments when planned
     data_only: bool = False  # fdatasync the segment: its size on disk is already durable
+    file_bytes: int = 0  # the segment's file size as written when planned (records and prefilled zeros)
 
 
 class EventLog:
@@ -325,7 +326,8 @@ class EventLog:
                 os.close(fd)
             raise
         shape = (self._segments[0], self._segments[-1]) if self._segments else None
-        return SyncPlan(fd, directory_fd, active, active.size if active is not None else 0, shape)
+        return SyncPlan(fd, directory_fd, active, active.size if active is not None else 0, shape,
+                        data_only=self._file_bytes == self._durable_file_bytes, file_bytes=self._file_bytes)
 
     def end_sync(self, plan: SyncPlan, error: int) -> None:
         """`plan`'s descriptors were synced (`error` 0) or one failed with errno `error`: the log is
@@ -337,6 +339,13 @@ class EventLog:
             raise StorageError(f"event log {self.directory}: fsync failed: {os.strerror(error)}")
         if plan.segment is not None and self._segments and plan.segment is self._segments[-1]:
             self._synced_bytes = max(self._synced_bytes, plan.size)
+            if plan.fd >= 0 and self._durable_file_bytes >= 0 and self._file_bytes >= plan.file_bytes:
+                self._durable_file_bytes = max(self._durable_file_bytes, plan.file_bytes)  # (not cut since)
+        if plan.fd >= 0:
+            if plan.data_only:
+                self.fdatasyncs += 1
+            else:
+                self.fsyncs += 1
         if plan.directory_fd >= 0 and plan.shape is not None and self._segments \
                 and plan.shape[0] is self._segments[0] and plan.shape[1] is self._segments[-1]:
             self._directory_dirty = False
