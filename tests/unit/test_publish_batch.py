@@ -29,6 +29,7 @@ from tidings.core.event import encode_records
 from tidings.core.publish import batch
 from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import frame
+from tidings.storage import record
 
 from .core_harness import Harness, delivered, of_type, refused
 
@@ -85,17 +86,36 @@ def encode_both(data: st.DataObject) -> None:
         assert native == python
     if python is None:
         return
-    records, deliveries, size, channel, acked = python
-    assert acked == [t for t, _ in records]
-    if native is not None:  # the ACK's ticks are the pairs' own ints: no new int per event
-        assert all(a is t for a, (t, _) in zip(native[4], native[0], strict=True))
-    assert records == encode_records(msgpack.Packer().pack, args[3], args[4], events, args[5], args[6], args[7])  # type: ignore[arg-type]
-    assert size == sum(len(rec) for _, rec in records)
+    records, deliveries, size, channel, acked, table = python
+    pairs = encode_records(msgpack.Packer().pack, args[3], args[4], events, args[5], args[6], args[7])  # type: ignore[arg-type]
+    assert acked == [t for t, _ in pairs]
+    assert records == [rec for _, rec in pairs]
+    assert size == sum(len(rec) for rec in records)
+    # the batch record's table, as the log writes it for these records (storage/record.py)
+    assert table == (record._batch_body(records, None)[:4 + 4 * len(records)] if records else None)
     names = {ev[0] for ev in events}  # type: ignore[index]
     assert channel == (names.pop() if len(names) == 1 else None)
     # a one-channel batch is held as its records (PendingBatch.records): no per-event tuple beside them
     assert deliveries == (None if channel is not None else
-                          [(t, ev[0], ev[1], rec) for (t, rec), ev in zip(records, events, strict=True)])  # type: ignore[index]
+                          [(t, ev[0], ev[1], rec) for (t, rec), ev in zip(pairs, events, strict=True)])  # type: ignore[index]
+
+
+def test_the_table_is_none_past_a_batch_records_bytes() -> None:
+    """A batch whose record would pass BATCH_BYTES_MAX gets no table (the log cuts it: record.py)."""
+    class Sized(bytes):  # a record's length without its bytes
+        def __len__(self) -> int:
+            return record.BATCH_BYTES_MAX - 7 - self[0]
+
+    assert batch.BATCH_BYTES_MAX == record.BATCH_BYTES_MAX
+    assert batch.batch_table([Sized(b"\0")]) is None
+    assert batch.batch_table([Sized(b"\1")]) == struct.pack("<II", 1, record.BATCH_BYTES_MAX - 8)
+
+
+def test_a_run_reads_as_its_pairs() -> None:
+    run = batch.RecordRun([5, 6, 7], [b"a", b"b", b"c"], None)
+    assert list(run) == [(5, b"a"), (6, b"b"), (7, b"c")] and len(run) == 3
+    assert run[0] == (5, b"a") and run[-1] == (7, b"c") and run[1:] == [(6, b"b"), (7, b"c")]
+    assert run == [(5, b"a"), (6, b"b"), (7, b"c")] and run != [(5, b"a")]
 
 
 @settings(SLOW_OK, max_examples=EXAMPLES)
@@ -169,14 +189,14 @@ def published_with(on: bool) -> tuple[list[tuple[int, bytes]], list[Any], list[A
 
 
 def test_the_compiled_pass_leaves_its_tuples_to_the_collector_untracked() -> None:
-    """A batch's (tick, record) and (tick, channel, {}, record) tuples live until it is durable:
+    """A batch's (tick, channel, {}, record) tuples live until it is durable:
     the young collections should not walk them (they hold nothing a cycle could go through)."""
     if not COMPILED:
         pytest.skip("the compiled pass is not built here")
     known = {"a/b": None, "c": None}
     encoded = batch._native([["a/b", {}, b"x"], ["c", {}, b"y"]], known, 10, "p", 5, "s", "i", False)
     assert encoded is not None
-    records, deliveries, _, _, _ = encoded
+    records, deliveries, _, _, _, _ = encoded
     assert deliveries is not None and not any(gc.is_tracked(t) for t in [*records, *deliveries])
     one = batch._native([["a/b", {}, b"x"], ["a/b", {}, b"y"]], known, 10, "p", 5, "s", "i", False)
     assert one is not None and one[1] is None and not any(gc.is_tracked(t) for t in one[0])

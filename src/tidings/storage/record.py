@@ -38,7 +38,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
-from typing import Any
+from typing import Any, Protocol
 
 HEADER = struct.Struct("<IIQ")
 HEADER_BYTES = HEADER.size
@@ -60,7 +60,8 @@ def checksum(tick_bytes: bytes | memoryview, payload: bytes | memoryview) -> int
 
 def encode(records: Sequence[tuple[int, bytes]], after_tick: int, base_offset: int,
            next_index_offset: int, index_interval_bytes: int,
-           keys: Sequence[bytes] | None = None, *, batch: bool = False) -> tuple[bytes, list[tuple[int, int]]]:
+           keys: Sequence[bytes] | None = None, *,
+           batch: bool = False) -> tuple[bytes | bytearray, list[tuple[int, int]]]:
     """One buffer holding `records` (each keyed with the key at its index in `keys`, if given),
     and the sparse index entries `(tick, offset)` it adds. With `batch`, each run of consecutive
     ticks of two or more records is written as one batch record (one header, one checksum).
@@ -69,7 +70,14 @@ def encode(records: Sequence[tuple[int, bytes]], after_tick: int, base_offset: i
     a record starting at or past `next_index_offset` gets an index entry, and the next entry is due
     `index_interval_bytes` after it. This runs on the write path, under the GIL the event loop also
     needs, hence the local bindings and a single join.
+
+    `records` may be a run whose batch table the intake made already (`BatchRun`: core/publish/batch.py
+    RecordRun, the common append): with `batch`, it becomes one batch record with a single join and
+    one checksum over it, without a Python step per record.
     """
+    table: bytes | None = getattr(records, "table", None) if batch and keys is None else None
+    if table is not None and len(records) > 1:
+        return _encode_run(records, table, after_tick, base_offset, next_index_offset)  # type: ignore[arg-type]
     if batch and len(records) > 1:
         return _encode_batches(records, after_tick, base_offset, next_index_offset, index_interval_bytes, keys)
     parts: list[bytes] = []
@@ -114,7 +122,7 @@ def _encode_batches(records: Sequence[tuple[int, bytes]], after_tick: int, base_
     runs = [(0, count)] if list(ticks) == list(range(first, first + count)) else _runs(ticks)
     if sum(map(len, payloads)) + sum(map(len, keys or ())) + 8 * count > BATCH_BYTES_MAX:
         runs = _fitted(runs, payloads, keys)
-    parts: list[bytes] = []
+    parts: list[bytes | bytearray] = []
     entries: list[tuple[int, int]] = []
     offset, previous = base_offset, after_tick
     for start, stop in runs:
@@ -137,6 +145,39 @@ def _encode_batches(records: Sequence[tuple[int, bytes]], after_tick: int, base_
         offset += len(buf)
         previous = ticks[stop - 1]
     return b"".join(parts), entries
+
+
+class BatchRun(Protocol):
+    """Records at consecutive ticks held as two columns, with their batch record's table made
+    (core/publish/batch.py RecordRun): `ticks[i]` is `ticks[0] + i`, and `table` is exactly the
+    table `_batch_body` writes for `records` (u32 count, then u32 where each one ends), within
+    BATCH_BYTES_MAX with them."""
+
+    @property
+    def ticks(self) -> Sequence[int]: ...
+
+    @property
+    def records(self) -> Sequence[bytes]: ...
+
+
+_ZERO_HEADER = bytes(HEADER_BYTES)
+_LENGTH_CRC = struct.Struct("<II")
+
+
+def _encode_run(run: BatchRun, table: bytes, after_tick: int, base_offset: int,
+                next_index_offset: int) -> tuple[bytes | bytearray, list[tuple[int, int]]]:
+    """encode's batch record of a run with its table: the header, the table and the records joined
+    once into one buffer, then its tick, length and checksum written in place (the checksum covers
+    the tick's bytes and the body, which follow each other in the header's second half)."""
+    tick = run.ticks[0]
+    if tick <= after_tick:
+        raise AssertionError(f"record with tick {tick} after {after_tick} is not loggable")
+    buf = bytearray().join([_ZERO_HEADER, table, *run.records])
+    _TICK.pack_into(buf, 8, tick)
+    with memoryview(buf) as view:
+        crc = zlib.crc32(view[8:])
+    _LENGTH_CRC.pack_into(buf, 0, (len(buf) - HEADER_BYTES) | BATCH, crc)
+    return buf, [(tick, base_offset)] if base_offset >= next_index_offset else []
 
 
 def _fitted(runs: list[tuple[int, int]], payloads: Sequence[bytes],
