@@ -24,8 +24,10 @@ from tests.asan import run_under_asan, sanitized
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.auth.rules import PUBLISH, AccessRules, Rule
+from tidings.core.effects import Append, Sync
 from tidings.core.errors import ProtocolError
 from tidings.core.event import encode_records
+from tidings.core.inputs import Received
 from tidings.core.publish import batch
 from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import frame
@@ -184,6 +186,54 @@ def published_with(on: bool) -> tuple[list[tuple[int, bytes]], list[Any], list[A
     batch.use_native(on)
     try:
         return published(Harness())
+    finally:
+        batch.use_native(was)
+
+
+def test_an_inputs_publishes_are_appended_and_synced_once(native: str) -> None:
+    """Several PUBLISHes read from one input (the common read of test (a)) leave one Append of their
+    runs, each its own batch record, and one Sync; each PUBLISH is acknowledged with its own ticks
+    once that is durable. One with a bad event, or keyed (idempotent), is appended on its own."""
+    h = Harness()
+    s = h.connect(1)
+    h.inbox(1)
+    h.publish(1, ("a/b", b"learn", {}))  # (the channel's first PUBLISH: checked event by event)
+    h.sync()
+    h.inbox(1)
+    wires = [wire for n in (3, 1, 2) for _, _, wire in s.publish([s.check_event("a/b", b"p%d" % i, {})
+                                                                  for i in range(n)])]
+    effects = h.broker.handle(Received(h.now, h.wall_us + 1, 1, b"".join(wires)))
+    appends = [e for e in effects if isinstance(e, Append)]
+    syncs = [e for e in effects if isinstance(e, Sync)]
+    assert len(appends) == len(syncs) == 1 and appends[0].token == syncs[0].token
+    assert isinstance(appends[0].records, batch.RecordRuns) and len(appends[0].records.runs) == 3
+    h.apply(effects)
+    h.sync()
+    acks = of_type(h.inbox(1), messages.Ack)
+    assert [a.ticks for a in acks] == [[t for t, _ in h.records[1:4]], [h.records[4][0]], [t for t, _ in h.records[5:]]]
+    before = len(h.records)  # a bad event in the second PUBLISH: the first is appended alone, then the second
+    bad = [s.publish([s.check_event("a/b", b"ok", {})])[0][2], frame(msgpack.packb(
+        [messages.ClientType.PUBLISH, 99, [["a/b", {}, b"fine"], ["a/b", {}, 5]]]))]
+    effects = h.broker.handle(Received(h.now, h.wall_us + 2, 1, b"".join(bad)))
+    assert [type(e) for e in effects if isinstance(e, Append | Sync)] == [Append, Sync, Append, Sync]
+    h.apply(effects)
+    h.sync()
+    assert len(h.records) == before + 2
+
+
+@settings(SLOW_OK, max_examples=EXAMPLES)
+@given(seq=st.integers(0, 2**64 - 1), pubend=st.text(max_size=300), first=st.integers(0, 2**64 - 1),
+       count=st.integers(1, 70_000))
+def test_the_ack_of_a_run_is_messages_ack_of_its_ticks(seq: int, pubend: str, first: int, count: int) -> None:
+    """batch.ack_run, compiled and in Python, packs exactly what messages.ack packs for the ticks."""
+    first = min(first, 2**64 - count)
+    expected = messages.ack(seq, pubend, list(range(first, first + count)))
+    assert batch.ACK_TYPE == messages.ClientType.ACK
+    was = batch.native()
+    try:
+        for on in (True, False):
+            batch.use_native(on)
+            assert batch.ack_run(seq, pubend, first, count) == expected
     finally:
         batch.use_native(was)
 

@@ -71,13 +71,14 @@ def encode(records: Sequence[tuple[int, bytes]], after_tick: int, base_offset: i
     `index_interval_bytes` after it. This runs on the write path, under the GIL the event loop also
     needs, hence the local bindings and a single join.
 
-    `records` may be a run whose batch table the intake made already (`BatchRun`: core/publish/batch.py
-    RecordRun, the common append): with `batch`, it becomes one batch record with a single join and
-    one checksum over it, without a Python step per record.
+    `records` may be runs whose batch tables the intake made already (`runs` of `BatchRun`s:
+    core/publish/batch.py RecordRun and RecordRuns, the common append): with `batch`, each run
+    becomes the batch record `_encode_batches` would write for it alone, all with a single join and
+    one checksum call per run, without a Python step per record.
     """
-    table: bytes | None = getattr(records, "table", None) if batch and keys is None else None
-    if table is not None and len(records) > 1:
-        return _encode_run(records, table, after_tick, base_offset, next_index_offset)  # type: ignore[arg-type]
+    runs: Sequence[BatchRun] | None = getattr(records, "runs", None) if batch and keys is None else None
+    if runs is not None and all(run.table is not None for run in runs):
+        return _encode_runs(runs, after_tick, base_offset, next_index_offset, index_interval_bytes)
     if batch and len(records) > 1:
         return _encode_batches(records, after_tick, base_offset, next_index_offset, index_interval_bytes, keys)
     parts: list[bytes] = []
@@ -149,9 +150,9 @@ def _encode_batches(records: Sequence[tuple[int, bytes]], after_tick: int, base_
 
 class BatchRun(Protocol):
     """Records at consecutive ticks held as two columns, with their batch record's table made
-    (core/publish/batch.py RecordRun): `ticks[i]` is `ticks[0] + i`, and `table` is exactly the
-    table `_batch_body` writes for `records` (u32 count, then u32 where each one ends), within
-    BATCH_BYTES_MAX with them."""
+    (core/publish/batch.py RecordRun; an append is one run or several, `runs`): `ticks[i]` is
+    `ticks[0] + i`, and `table` is exactly the table `_batch_body` writes for `records` (u32
+    count, then u32 where each one ends), within BATCH_BYTES_MAX with them; None if they pass it."""
 
     @property
     def ticks(self) -> Sequence[int]: ...
@@ -159,25 +160,52 @@ class BatchRun(Protocol):
     @property
     def records(self) -> Sequence[bytes]: ...
 
+    @property
+    def table(self) -> bytes | None: ...
+
 
 _ZERO_HEADER = bytes(HEADER_BYTES)
 _LENGTH_CRC = struct.Struct("<II")
 
 
-def _encode_run(run: BatchRun, table: bytes, after_tick: int, base_offset: int,
-                next_index_offset: int) -> tuple[bytes | bytearray, list[tuple[int, int]]]:
-    """encode's batch record of a run with its table: the header, the table and the records joined
-    once into one buffer, then its tick, length and checksum written in place (the checksum covers
-    the tick's bytes and the body, which follow each other in the header's second half)."""
-    tick = run.ticks[0]
-    if tick <= after_tick:
-        raise AssertionError(f"record with tick {tick} after {after_tick} is not loggable")
-    buf = bytearray().join([_ZERO_HEADER, table, *run.records])
-    _TICK.pack_into(buf, 8, tick)
+def _encode_runs(runs: Sequence[BatchRun], after_tick: int, base_offset: int, next_index_offset: int,
+                 index_interval_bytes: int) -> tuple[bytes | bytearray, list[tuple[int, int]]]:
+    """encode's records of runs with their tables: each run one batch record (a run of one event a
+    single record), as `_encode_batches` writes them, all joined once into one buffer with the
+    records, then each one's tick, length and checksum written in place (a checksum covers the
+    tick's bytes and the body, which follow each other from the header's second half)."""
+    parts: list[bytes] = []
+    for run in runs:
+        if len(run.records) > 1:
+            parts += (_ZERO_HEADER, run.table, *run.records)  # type: ignore[arg-type]  # (a table: encode)
+        elif run.records:
+            parts += (_ZERO_HEADER, run.records[0])
+    buf = bytearray().join(parts)
+    entries: list[tuple[int, int]] = []
+    offset, previous = 0, after_tick
     with memoryview(buf) as view:
-        crc = zlib.crc32(view[8:])
-    _LENGTH_CRC.pack_into(buf, 0, (len(buf) - HEADER_BYTES) | BATCH, crc)
-    return buf, [(tick, base_offset)] if base_offset >= next_index_offset else []
+        for run in runs:
+            records = run.records
+            if not records:
+                continue
+            tick = run.ticks[0]
+            if tick <= previous:
+                raise AssertionError(f"record with tick {tick} after {previous} is not loggable")
+            if len(records) > 1:
+                table = run.table
+                assert table is not None
+                body, flags = len(table) + _U32.unpack_from(table, len(table) - 4)[0], BATCH
+            else:
+                body, flags = len(records[0]), 0
+            _TICK.pack_into(buf, offset + 8, tick)
+            _LENGTH_CRC.pack_into(buf, offset, body | flags, zlib.crc32(view[offset + 8:offset + HEADER_BYTES + body]))
+            if base_offset + offset >= next_index_offset:
+                entries.append((tick, base_offset + offset))
+                next_index_offset = base_offset + offset + index_interval_bytes
+            offset += HEADER_BYTES + body
+            previous = run.ticks[-1]
+    assert offset == len(buf)
+    return buf, entries
 
 
 def _fitted(runs: list[tuple[int, int]], payloads: Sequence[bytes],

@@ -452,7 +452,67 @@ fail: /* result NULL: an error is set */
     return result;
 }
 
+/* ---- the ACK of a run ---------------------------------------------------------------------------
+ *
+ * A PUBLISH logged whole is acknowledged with its consecutive ticks: the frame (a u32 big-endian
+ * length, then the msgpack array [ACK, seq, pubend, [first, first + 1, ...]]) written byte for byte as
+ * core/wire/messages.py `ack` writes it (msgpack's smallest integer forms, str8 for a pubend of 32 to
+ * 255 bytes), without an int object per tick or msgpack's pass over them. */
+
+PyDoc_STRVAR(ack_run_doc,
+"ack_run(kind, seq, pubend, first, count) -> bytes: the ACK frame [kind, seq, pubend, [first, ..., first + count - 1]]\n"
+"as messages.ack packs it (kind < 128, seq, first and count unsigned, first + count within 2**64).");
+
+static PyObject *ack_run(PyObject *self, PyObject *args) {
+    (void)self;
+    int kind;
+    unsigned long long seq, first;
+    Py_ssize_t count;
+    PyObject *pubend;
+    if (!PyArg_ParseTuple(args, "iKUKn", &kind, &seq, &pubend, &first, &count)) return NULL;
+    if (kind < 0 || kind >= 0x80 || count < 0 || count > 0xffffffffLL
+            || (count > 0 && first > UINT64_MAX - (unsigned long long)(count - 1))) {
+        PyErr_SetString(PyExc_ValueError, "ack_run: out of range");
+        return NULL;
+    }
+    Py_ssize_t pub_n;
+    const char *pub = PyUnicode_AsUTF8AndSize(pubend, &pub_n);
+    if (pub == NULL) return NULL;
+    unsigned char head[32];
+    Py_ssize_t h = 0;
+    head[h++] = 0x94;
+    head[h++] = (unsigned char)kind;
+    h += uint_packed(head + h, seq);
+    Py_ssize_t pub_h = str_header_bytes(pub_n);
+    Py_ssize_t array_h = count < 16 ? 1 : count < 0x10000 ? 3 : 5;
+    /* the ticks' widths: only the last tick's can be wider than the first's, ticks rising */
+    Py_ssize_t ticks_n = 0;
+    if (count > 0) {
+        unsigned char scratch[9];
+        uint64_t last = (uint64_t)first + (uint64_t)(count - 1);
+        Py_ssize_t w_first = uint_packed(scratch, first), w_last = uint_packed(scratch, last);
+        if (w_first == w_last) ticks_n = w_first * count;
+        else for (Py_ssize_t i = 0; i < count; i++) ticks_n += uint_packed(scratch, (uint64_t)first + (uint64_t)i);
+    }
+    Py_ssize_t body = h + pub_h + pub_n + array_h + ticks_n;
+    if (body > 0xffffffffLL) { PyErr_SetString(PyExc_ValueError, "ack_run: too large"); return NULL; }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 4 + body);
+    if (out == NULL) return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    for (int i = 0; i < 4; i++) *w++ = (unsigned char)((uint64_t)body >> (24 - 8 * i));
+    memcpy(w, head, (size_t)h); w += h;
+    w += str_header(w, pub_n);
+    memcpy(w, pub, (size_t)pub_n); w += pub_n;
+    if (count < 16) *w++ = (unsigned char)(0x90 | count);
+    else if (count < 0x10000) { *w++ = 0xdc; *w++ = (unsigned char)(count >> 8); *w++ = (unsigned char)count; }
+    else { *w++ = 0xdd; for (int i = 0; i < 4; i++) *w++ = (unsigned char)((uint64_t)count >> (24 - 8 * i)); }
+    for (Py_ssize_t i = 0; i < count; i++) w += uint_packed(w, (uint64_t)first + (uint64_t)i);
+    assert(w - (unsigned char *)PyBytes_AS_STRING(out) == 4 + body);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"ack_run", ack_run, METH_VARARGS, ack_run_doc},
     {"encode", encode, METH_VARARGS, encode_doc},
     {"scan", scan, METH_VARARGS, scan_doc},
     {"encode_frame", encode_frame, METH_VARARGS, encode_frame_doc},

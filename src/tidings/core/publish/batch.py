@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from itertools import accumulate
+from itertools import accumulate, chain
 from typing import Any, overload
 
 import msgpack
@@ -109,6 +109,64 @@ class RecordRun(Sequence[tuple[int, bytes]]):
 
     __hash__ = None  # type: ignore[assignment]  # (mutable lists inside, as a list)
 
+    @property
+    def runs(self) -> tuple[RecordRun, ...]:
+        """The runs it is made of (itself): the log writes each as its own batch record."""
+        return (self,)
+
+
+class RecordRuns(Sequence[tuple[int, bytes]]):
+    """The runs of consecutive PUBLISHes of one input, appended as one: the intake merges an
+    input's Appends (core/publish/intake.py `_append`), so the log writer takes them with one
+    write. Each run stays its own batch record (storage/record.py `encode`), exactly as it would
+    be appended alone; as a sequence it reads as the (tick, record) pairs of every run in order.
+
+    Invariants: the runs' ticks rise from one run to the next; each run keeps its own."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self, runs: tuple[RecordRun, ...]) -> None:
+        self.runs = runs
+
+    def __len__(self) -> int:
+        return sum(map(len, self.runs))
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, bytes]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[int, bytes]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[int, bytes] | list[tuple[int, bytes]]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        if i < 0:
+            i += len(self)
+        for run in self.runs:
+            if 0 <= i < len(run):
+                return run[i]
+            i -= len(run)
+        raise IndexError("RecordRuns index out of range")
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        return chain.from_iterable(self.runs)
+
+    def __repr__(self) -> str:
+        return f"RecordRuns({self.runs!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def merged(held: Sequence[tuple[int, bytes]], run: RecordRun) -> RecordRuns | None:
+    """`held` (an Append's records: a run, or runs) and the `run` after it as one Append's records;
+    None when `held` is not the intake's (a list: keyed or checked event by event)."""
+    if isinstance(held, RecordRun | RecordRuns):
+        return RecordRuns((*held.runs, run))
+    return None
+
 
 def batch_table(records: Sequence[bytes]) -> bytes | None:
     """The table of the batch record holding `records` (storage/record.py): u32 count, then u32
@@ -169,6 +227,21 @@ def _native(events: list[object], known: dict[str, Any], size_max: int, pubend: 
 encode: Encoder = encode_python if _batch is None else _native
 
 PUBLISH_TYPE = 2  # core/wire/types.py ClientType.PUBLISH (not imported: core/wire imports this module)
+ACK_TYPE = 17  # core/wire/types.py ClientType.ACK
+_U64_END = 1 << 64
+_FRAME_HEADER = struct.Struct(">I")  # core/wire/frames.py HEADER
+
+
+def ack_run(seq: int, pubend: str, first: int, count: int) -> bytes:
+    """The ACK frame of a PUBLISH logged whole at ticks `first`, ..., `first + count - 1`: byte for
+    byte core/wire/messages.py `ack(seq, pubend, ticks)`, packed by the compiled form from the first
+    tick and the count (no int object per tick, no msgpack pass over them), by msgpack otherwise.
+    tests/unit/test_publish_batch.py holds the two equal to `messages.ack`."""
+    if encode is _native and 0 <= seq < _U64_END and first >= 0 and count > 0 and first + count <= _U64_END:
+        packed: bytes = _batch.ack_run(ACK_TYPE, seq, pubend, first, count)
+        return packed
+    body = msgpack.packb([ACK_TYPE, seq, pubend, list(range(first, first + count))])
+    return _FRAME_HEADER.pack(len(body)) + body
 
 
 def _scan_none(body: bytes) -> tuple[int, int, int] | None:

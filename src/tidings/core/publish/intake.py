@@ -300,5 +300,16 @@ class Intake:
         if pubend.pending_bytes > self.config.pending_sync_bytes_max and c.conn not in self.paused:
             self.paused[c.conn] = None  # intake waits for the disk: memory stays bounded
             c.hold(Hold.DISK)
+        if keys is None and type(records) is batch.RecordRun and len(out) >= 2:
+            # the PUBLISH before it in this input ended the effects with its Append and Sync: one
+            # Append of both runs (each its own batch record) and one Sync, so the log writer
+            # takes an input's PUBLISHes with one write and one hand-off (`batch.merged`)
+            last, before = out[-1], out[-2]
+            if type(last) is Sync and type(before) is Append and before.keys is None and before.token == last.token:
+                runs = batch.merged(before.records, records)
+                if runs is not None:
+                    out[-2] = Append(token, runs)
+                    out[-1] = Sync(token)
+                    return
         out.append(Append(token, records, keys))
         out.append(Sync(token))

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from tidings.core.publish.batch import RecordRun
+from tidings.core.publish.batch import RecordRun, ack_run
+from tidings.core.wire import messages
 
 Delivery = tuple[int, str, dict[str, Any], bytes]  # tick, channel, attributes, record
 _TICK, _RECORD = itemgetter(0), itemgetter(3)  # of a delivery
@@ -56,6 +57,13 @@ class PendingBatch:
         if self.records is not None:
             return self.records.ticks[-1] if self.records.ticks else None
         return self.deliveries[-1][0] if self.deliveries else None
+
+    def ack(self, pubend: str) -> bytes:
+        """Its ACK frame: of a run logged whole (no duplicates), packed from its first tick and
+        count (batch.py `ack_run`); else from its ticks (messages.ack)."""
+        if self.records is not None and self.records.ticks and not self.duplicates:
+            return ack_run(self.seq, pubend, self.records.ticks[0], len(self.records.ticks))
+        return messages.ack(self.seq, pubend, self.ticks, self.duplicates)
 
     def events(self) -> list[Delivery]:
         """Each event's (tick, channel, attributes, record), built for a one-channel batch."""
