@@ -86,6 +86,11 @@ def encode_both(data: st.DataObject) -> None:
     native = batch._native(*args) if COMPILED else None
     if COMPILED:
         assert native == python
+        # the ACK of such a run, packed in C (also under ASan: the long run below)
+        seq, first = data.draw(st.integers(0, 2**64 - 1)), data.draw(st.integers(0, 2**64 - 1 - len(events)))
+        acked = list(range(first, first + len(events) + 1))
+        assert batch._batch.ack_run(batch.ACK_TYPE, seq, args[3], first, len(acked)) == messages.ack(seq, args[3],
+                                                                                                       acked)
     if python is None:
         return
     records, deliveries, size, channel, acked, table = python
