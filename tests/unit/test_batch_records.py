@@ -160,7 +160,7 @@ def test_an_inputs_runs_are_logged_as_each_run_alone(first, runs, base, due, int
         records = [payload_for(tick + i, size) for i, size in enumerate(sizes)]
         made.append(RecordRun(list(range(tick, tick + len(records))), records, batch_table(records)))
         tick += len(records)
-    buf, entries = record.encode(RecordRuns(tuple(made)), first - 1, base, due, interval, batch=True)
+    buf, entries = record.encode(RecordRuns(made), first - 1, base, due, interval, batch=True)
     expected, expected_entries, offset, previous = b"", [], base, first - 1
     for run in made:
         alone, more = record.encode(list(run), previous, offset, due, interval, batch=True)
@@ -170,7 +170,7 @@ def test_an_inputs_runs_are_logged_as_each_run_alone(first, runs, base, due, int
         offset, previous = offset + len(alone), run.ticks[-1]
     assert (bytes(buf), entries) == (expected, expected_entries)
     assert [bytes(p) for p in record.records_in(bytes(buf), 0, TICK_END)] == [r for run in made for r in run.records]
-    assert list(RecordRuns(tuple(made))) == [pair for run in made for pair in run]
+    assert list(RecordRuns(made)) == [pair for run in made for pair in run]
 
 
 def test_a_log_appends_a_run_and_reads_it_back(tmp_path: pathlib.Path):

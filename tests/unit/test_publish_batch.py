@@ -123,12 +123,14 @@ def test_a_run_reads_as_its_pairs() -> None:
     assert list(run) == [(5, b"a"), (6, b"b"), (7, b"c")] and len(run) == 3
     assert run[0] == (5, b"a") and run[-1] == (7, b"c") and run[1:] == [(6, b"b"), (7, b"c")]
     assert run == [(5, b"a"), (6, b"b"), (7, b"c")] and run != [(5, b"a")]
-    runs = batch.RecordRuns((run, batch.RecordRun([9], [b"d"], None)))
+    runs = batch.RecordRuns([run, batch.RecordRun([9], [b"d"], None)])
     assert list(runs) == [*run, (9, b"d")] and len(runs) == 4 and runs.runs[0] is run
     assert runs[0] == (5, b"a") and runs[3] == runs[-1] == (9, b"d") and runs[2:] == [(7, b"c"), (9, b"d")]
     with pytest.raises(IndexError):
         runs[4]
     assert batch.merged(run, batch.RecordRun([9], [b"d"], None)) == runs
+    more = batch.RecordRun([10], [b"e"], None)
+    assert batch.merged(runs, more) is runs and runs.runs[-1] is more and len(runs) == 5
     assert batch.merged([(5, b"a")], run) is None  # (a list: an Append checked event by event)
 
 

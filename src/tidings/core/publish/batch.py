@@ -121,11 +121,12 @@ class RecordRuns(Sequence[tuple[int, bytes]]):
     write. Each run stays its own batch record (storage/record.py `encode`), exactly as it would
     be appended alone; as a sequence it reads as the (tick, record) pairs of every run in order.
 
-    Invariants: the runs' ticks rise from one run to the next; each run keeps its own."""
+    Invariants: the runs' ticks rise from one run to the next; each run keeps its own. The list of
+    runs grows while the input is read (`merged`), and not once its Append has left."""
 
     __slots__ = ("runs",)
 
-    def __init__(self, runs: tuple[RecordRun, ...]) -> None:
+    def __init__(self, runs: list[RecordRun]) -> None:
         self.runs = runs
 
     def __len__(self) -> int:
@@ -161,10 +162,14 @@ class RecordRuns(Sequence[tuple[int, bytes]]):
 
 
 def merged(held: Sequence[tuple[int, bytes]], run: RecordRun) -> RecordRuns | None:
-    """`held` (an Append's records: a run, or runs) and the `run` after it as one Append's records;
-    None when `held` is not the intake's (a list: keyed or checked event by event)."""
-    if isinstance(held, RecordRun | RecordRuns):
-        return RecordRuns((*held.runs, run))
+    """`held` (the records of an Append not yet carried out: a run, or runs) and the `run` after it
+    as one Append's records (runs `held` extended in place); None when `held` is not the intake's
+    (a list: keyed, or checked event by event)."""
+    if type(held) is RecordRuns:
+        held.runs.append(run)
+        return held
+    if type(held) is RecordRun:
+        return RecordRuns([held, run])
     return None
 
 
