@@ -13,10 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tidings.core.publish.batch import RecordRun, RecordRuns, batch_table
 from tidings.storage import EventLog, record
 from tidings.storage.segment import INDEX_INTERVAL_BYTES, segment_name
 
 HUGE = 1 << 40
+TICK_END = 1 << 64
 
 
 def payload_for(tick: int, size: int) -> bytes:
@@ -124,6 +126,62 @@ def test_one_header_and_one_checksum_per_run_of_ticks():
     assert [bytes(p) for p in record.records_in(buf, 0, 100)] == [p for _, p in records]
     with pytest.raises(AssertionError):
         record.encode(records, 5, 0, 0, 1, batch=True)  # tick 5 does not follow 5
+
+
+@settings(max_examples=100, deadline=None)
+@given(first=st.integers(1, 2**63 - 200), sizes=st.lists(st.integers(0, 300), min_size=1, max_size=60),
+       base=st.integers(0, 1 << 20), due=st.integers(0, 1 << 21))
+def test_a_run_with_its_table_is_logged_as_its_pairs(first, sizes, base, due):
+    """An append the intake made (core/publish/batch.py RecordRun: ticks, records and the batch
+    table its pass wrote) is encoded byte for byte as the same (tick, record) pairs are."""
+    records = [payload_for(first + i, size) for i, size in enumerate(sizes)]
+    ticks = list(range(first, first + len(records)))
+    run = RecordRun(ticks, records, batch_table(records))
+    pairs = list(zip(ticks, records, strict=True))
+    buf, entries = record.encode(run, first - 1, base, due, INDEX_INTERVAL_BYTES, batch=True)
+    assert (bytes(buf), entries) == record.encode(pairs, first - 1, base, due, INDEX_INTERVAL_BYTES, batch=True)
+    assert [bytes(p) for p in record.records_in(bytes(buf), 0, TICK_END)] == records
+    with pytest.raises(AssertionError):
+        record.encode(run, first, base, due, INDEX_INTERVAL_BYTES, batch=True)  # its first tick does not follow
+
+
+@settings(max_examples=100, deadline=None)
+@given(first=st.integers(1, 2**40), runs=st.lists(st.tuples(st.integers(0, 5), st.lists(st.integers(0, 300), min_size=1,
+                                                                                     max_size=20)),
+                                                  min_size=1, max_size=6),
+       base=st.integers(0, 1 << 12), due=st.integers(0, 1 << 13), interval=st.sampled_from([64, 4096, 1 << 20]))
+def test_an_inputs_runs_are_logged_as_each_run_alone(first, runs, base, due, interval):
+    """An Append of several runs (core/publish/batch.py RecordRuns: an input's PUBLISHes) is the
+    records of each run as it would be appended alone, one after the other, with the same index
+    entries; a run of one event is a single record."""
+    tick, made = first, []
+    for gap, sizes in runs:
+        tick += gap
+        records = [payload_for(tick + i, size) for i, size in enumerate(sizes)]
+        made.append(RecordRun(list(range(tick, tick + len(records))), records, batch_table(records)))
+        tick += len(records)
+    buf, entries = record.encode(RecordRuns(made), first - 1, base, due, interval, batch=True)
+    expected, expected_entries, offset, previous = b"", [], base, first - 1
+    for run in made:
+        alone, more = record.encode(list(run), previous, offset, due, interval, batch=True)
+        expected += alone
+        expected_entries += more
+        due = more[-1][1] + interval if more else due
+        offset, previous = offset + len(alone), run.ticks[-1]
+    assert (bytes(buf), entries) == (expected, expected_entries)
+    assert [bytes(p) for p in record.records_in(bytes(buf), 0, TICK_END)] == [r for run in made for r in run.records]
+    assert list(RecordRuns(made)) == [pair for run in made for pair in run]
+
+
+def test_a_log_appends_a_run_and_reads_it_back(tmp_path: pathlib.Path):
+    records = [payload_for(t, 30) for t in range(10, 110)]
+    with EventLog.open(tmp_path / "log") as log:
+        log.append(RecordRun(list(range(10, 110)), records, batch_table(records)))
+        log.append([(200, b"one")])
+        log.sync()
+        assert log.read(0, HUGE) == [*zip(range(10, 110), records, strict=True), (200, b"one")]
+    with EventLog.open(tmp_path / "log") as log:  # recovered as written
+        assert log.last_tick == 200 and [t for t, _ in log.read(50, HUGE)] == [*range(51, 110), 200]
 
 
 def test_a_damaged_batch_in_a_span_is_named():

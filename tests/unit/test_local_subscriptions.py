@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from tidings.core.auth.guard import Guard
 from tidings.core.effects import Send
 from tidings.core.filters import parse_filter
+from tidings.core.publish.batch import RecordRun
 from tidings.core.publish.pubend import PendingBatch
 from tidings.core.subscription.leases import EndSubscription
 from tidings.core.subscription.table import LocalSubscriptions, Reader
@@ -83,11 +84,12 @@ events = st.lists(st.tuples(st.sampled_from(CHANNELS), st.integers(0, 4)), min_s
 
 
 def _batch(k: int, deliveries: list[tuple[int, str, dict[str, int], bytes]], hold: bool) -> PendingBatch:
-    """A durable batch of `deliveries`; `hold`: held as the Append's (tick, record) pairs, as the
+    """A durable batch of `deliveries`; `hold`: held as the Append's run (ticks, records), as the
     intake holds a PUBLISH whose events are on one channel without attributes, when they are."""
     if hold and len({channel for _, channel, _, _ in deliveries}) == 1 and not any(a for _, _, a, _ in deliveries):
         return PendingBatch(k, 1, k, [], [], sum(len(record) for _, _, _, record in deliveries),
-                            channel=deliveries[0][1], records=[(tick, record) for tick, _, _, record in deliveries])
+                            channel=deliveries[0][1],
+                            records=RecordRun([d[0] for d in deliveries], [d[3] for d in deliveries], None))
     return PendingBatch(k, 1, k, [], deliveries, 0)
 
 

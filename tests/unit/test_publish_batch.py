@@ -24,11 +24,14 @@ from tests.asan import run_under_asan, sanitized
 from tidings.core.auth.guard import Guard
 from tidings.core.auth.policy import AuthPolicy, Limits
 from tidings.core.auth.rules import PUBLISH, AccessRules, Rule
+from tidings.core.effects import Append, Sync
 from tidings.core.errors import ProtocolError
 from tidings.core.event import encode_records
+from tidings.core.inputs import Received
 from tidings.core.publish import batch
 from tidings.core.wire import decoders, messages
 from tidings.core.wire.frames import frame
+from tidings.storage import record
 
 from .core_harness import Harness, delivered, of_type, refused
 
@@ -83,19 +86,52 @@ def encode_both(data: st.DataObject) -> None:
     native = batch._native(*args) if COMPILED else None
     if COMPILED:
         assert native == python
+        # the ACK of such a run, packed in C (also under ASan: the long run below)
+        seq, first = data.draw(st.integers(0, 2**64 - 1)), data.draw(st.integers(0, 2**64 - 1 - len(events)))
+        acked = list(range(first, first + len(events) + 1))
+        assert batch._batch.ack_run(batch.ACK_TYPE, seq, args[3], first, len(acked)) == messages.ack(seq, args[3],
+                                                                                                       acked)
     if python is None:
         return
-    records, deliveries, size, channel, acked = python
-    assert acked == [t for t, _ in records]
-    if native is not None:  # the ACK's ticks are the pairs' own ints: no new int per event
-        assert all(a is t for a, (t, _) in zip(native[4], native[0], strict=True))
-    assert records == encode_records(msgpack.Packer().pack, args[3], args[4], events, args[5], args[6], args[7])  # type: ignore[arg-type]
-    assert size == sum(len(rec) for _, rec in records)
+    records, deliveries, size, channel, acked, table = python
+    pairs = encode_records(msgpack.Packer().pack, args[3], args[4], events, args[5], args[6], args[7])  # type: ignore[arg-type]
+    assert acked == [t for t, _ in pairs]
+    assert records == [rec for _, rec in pairs]
+    assert size == sum(len(rec) for rec in records)
+    # the batch record's table, as the log writes it for these records (storage/record.py)
+    assert table == (record._batch_body(records, None)[:4 + 4 * len(records)] if records else None)
     names = {ev[0] for ev in events}  # type: ignore[index]
     assert channel == (names.pop() if len(names) == 1 else None)
     # a one-channel batch is held as its records (PendingBatch.records): no per-event tuple beside them
     assert deliveries == (None if channel is not None else
-                          [(t, ev[0], ev[1], rec) for (t, rec), ev in zip(records, events, strict=True)])  # type: ignore[index]
+                          [(t, ev[0], ev[1], rec) for (t, rec), ev in zip(pairs, events, strict=True)])  # type: ignore[index]
+
+
+def test_the_table_is_none_past_a_batch_records_bytes() -> None:
+    """A batch whose record would pass BATCH_BYTES_MAX gets no table (the log cuts it: record.py)."""
+    class Sized(bytes):  # a record's length without its bytes
+        def __len__(self) -> int:
+            return record.BATCH_BYTES_MAX - 7 - self[0]
+
+    assert batch.BATCH_BYTES_MAX == record.BATCH_BYTES_MAX
+    assert batch.batch_table([Sized(b"\0")]) is None
+    assert batch.batch_table([Sized(b"\1")]) == struct.pack("<II", 1, record.BATCH_BYTES_MAX - 8)
+
+
+def test_a_run_reads_as_its_pairs() -> None:
+    run = batch.RecordRun([5, 6, 7], [b"a", b"b", b"c"], None)
+    assert list(run) == [(5, b"a"), (6, b"b"), (7, b"c")] and len(run) == 3
+    assert run[0] == (5, b"a") and run[-1] == (7, b"c") and run[1:] == [(6, b"b"), (7, b"c")]
+    assert run == [(5, b"a"), (6, b"b"), (7, b"c")] and run != [(5, b"a")]
+    runs = batch.RecordRuns([run, batch.RecordRun([9], [b"d"], None)])
+    assert list(runs) == [*run, (9, b"d")] and len(runs) == 4 and runs.runs[0] is run
+    assert runs[0] == (5, b"a") and runs[3] == runs[-1] == (9, b"d") and runs[2:] == [(7, b"c"), (9, b"d")]
+    with pytest.raises(IndexError):
+        runs[4]
+    assert batch.merged(run, batch.RecordRun([9], [b"d"], None)) == runs
+    more = batch.RecordRun([10], [b"e"], None)
+    assert batch.merged(runs, more) is runs and runs.runs[-1] is more and len(runs) == 5
+    assert batch.merged([(5, b"a")], run) is None  # (a list: an Append checked event by event)
 
 
 @settings(SLOW_OK, max_examples=EXAMPLES)
@@ -168,15 +204,63 @@ def published_with(on: bool) -> tuple[list[tuple[int, bytes]], list[Any], list[A
         batch.use_native(was)
 
 
+def test_an_inputs_publishes_are_appended_and_synced_once(native: str) -> None:
+    """Several PUBLISHes read from one input (the common read of test (a)) leave one Append of their
+    runs, each its own batch record, and one Sync; each PUBLISH is acknowledged with its own ticks
+    once that is durable. One with a bad event, or keyed (idempotent), is appended on its own."""
+    h = Harness()
+    s = h.connect(1)
+    h.inbox(1)
+    h.publish(1, ("a/b", b"learn", {}))  # (the channel's first PUBLISH: checked event by event)
+    h.sync()
+    h.inbox(1)
+    wires = [wire for n in (3, 1, 2) for _, _, wire in s.publish([s.check_event("a/b", b"p%d" % i, {})
+                                                                  for i in range(n)])]
+    effects = h.broker.handle(Received(h.now, h.wall_us + 1, 1, b"".join(wires)))
+    appends = [e for e in effects if isinstance(e, Append)]
+    syncs = [e for e in effects if isinstance(e, Sync)]
+    assert len(appends) == len(syncs) == 1 and appends[0].token == syncs[0].token
+    assert isinstance(appends[0].records, batch.RecordRuns) and len(appends[0].records.runs) == 3
+    h.apply(effects)
+    h.sync()
+    acks = of_type(h.inbox(1), messages.Ack)
+    assert [a.ticks for a in acks] == [[t for t, _ in h.records[1:4]], [h.records[4][0]], [t for t, _ in h.records[5:]]]
+    before = len(h.records)  # a bad event in the second PUBLISH: the first is appended alone, then the second
+    bad = [s.publish([s.check_event("a/b", b"ok", {})])[0][2], frame(msgpack.packb(
+        [messages.ClientType.PUBLISH, 99, [["a/b", {}, b"fine"], ["a/b", {}, 5]]]))]
+    effects = h.broker.handle(Received(h.now, h.wall_us + 2, 1, b"".join(bad)))
+    assert [type(e) for e in effects if isinstance(e, Append | Sync)] == [Append, Sync, Append, Sync]
+    h.apply(effects)
+    h.sync()
+    assert len(h.records) == before + 2
+
+
+@settings(SLOW_OK, max_examples=EXAMPLES)
+@given(seq=st.integers(0, 2**64 - 1), pubend=st.text(max_size=300), first=st.integers(0, 2**64 - 1),
+       count=st.integers(1, 70_000))
+def test_the_ack_of_a_run_is_messages_ack_of_its_ticks(seq: int, pubend: str, first: int, count: int) -> None:
+    """batch.ack_run, compiled and in Python, packs exactly what messages.ack packs for the ticks."""
+    first = min(first, 2**64 - count)
+    expected = messages.ack(seq, pubend, list(range(first, first + count)))
+    assert batch.ACK_TYPE == messages.ClientType.ACK
+    was = batch.native()
+    try:
+        for on in (True, False):
+            batch.use_native(on)
+            assert batch.ack_run(seq, pubend, first, count) == expected
+    finally:
+        batch.use_native(was)
+
+
 def test_the_compiled_pass_leaves_its_tuples_to_the_collector_untracked() -> None:
-    """A batch's (tick, record) and (tick, channel, {}, record) tuples live until it is durable:
+    """A batch's (tick, channel, {}, record) tuples live until it is durable:
     the young collections should not walk them (they hold nothing a cycle could go through)."""
     if not COMPILED:
         pytest.skip("the compiled pass is not built here")
     known = {"a/b": None, "c": None}
     encoded = batch._native([["a/b", {}, b"x"], ["c", {}, b"y"]], known, 10, "p", 5, "s", "i", False)
     assert encoded is not None
-    records, deliveries, _, _, _ = encoded
+    records, deliveries, _, _, _, _ = encoded
     assert deliveries is not None and not any(gc.is_tracked(t) for t in [*records, *deliveries])
     one = batch._native([["a/b", {}, b"x"], ["a/b", {}, b"y"]], known, 10, "p", 5, "s", "i", False)
     assert one is not None and one[1] is None and not any(gc.is_tracked(t) for t in one[0])

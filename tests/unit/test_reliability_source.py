@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from tidings.core.effects import ReadLog
 from tidings.core.event import TICK_MAX
 from tidings.core.inputs import LogState
+from tidings.core.publish.batch import RecordRun
 from tidings.core.publish.pubend import PendingBatch
 from tidings.core.reliability import messages, source_knowledge
 from tidings.core.reliability.source import PublishOnTree, Source, SourceConfig
@@ -390,11 +391,12 @@ def test_knowledge_is_cut_into_messages_as_record_by_record(sizes: list[int], by
 
 def _held(deliveries: list[tuple[int, str, dict[str, object], bytes]], cuts: int) -> Synced:
     """The same sync as `as_batches`', as the intake holds a PUBLISH on one channel without
-    attributes: batches of the Append's (tick, record) pairs (core/publish/pubend.py)."""
+    attributes: batches of the Append's runs, ticks and records (core/publish/pubend.py)."""
     size = -(-len(deliveries) // cuts)
     return Synced([PendingBatch(k, 0, k, [], [], sum(len(rec) for _, _, _, rec in deliveries[at:at + size]),
                                 channel=deliveries[0][1],
-                                records=[(tick, rec) for tick, _, _, rec in deliveries[at:at + size]])
+                                records=RecordRun([d[0] for d in deliveries[at:at + size]],
+                                                  [d[3] for d in deliveries[at:at + size]], None))
                    for k, at in enumerate(range(0, len(deliveries), size))])
 
 

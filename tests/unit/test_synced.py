@@ -13,10 +13,10 @@ from .core_harness import Harness
 
 
 def held(token: int, channel: str, ticks: range) -> PendingBatch:
-    """A batch on one channel without attributes, held as the Append's (tick, record) pairs."""
-    records = [(t, b"r%d" % t) for t in ticks]
-    return PendingBatch(token, 1, token, list(ticks), [], sum(len(r) for _, r in records), channel=channel,
-                        records=records)
+    """A batch on one channel without attributes, held as the Append's run (ticks, records)."""
+    records = [b"r%d" % t for t in ticks]
+    return PendingBatch(token, 1, token, list(ticks), [], sum(map(len, records)), channel=channel,
+                        records=batch.RecordRun(list(ticks), records, batch.batch_table(records)))
 
 
 def duplicates_only(token: int) -> PendingBatch:

@@ -6,6 +6,7 @@ WriteSynced for its Append: "crash between write and fsync" is a state the simul
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -41,7 +42,7 @@ class Append:
     `keys`, when given, holds one dedup key per record, stored beside it (core/publish/dedup.py)."""
 
     token: int
-    records: list[tuple[int, bytes]]
+    records: Sequence[tuple[int, bytes]]  # a list, or the intake's columns (core/publish/batch.py RecordRun)
     keys: list[bytes] | None = None
 
 

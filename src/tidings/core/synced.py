@@ -35,11 +35,6 @@ class SyncedBatch(Protocol):
     def deliveries(self) -> Sequence[tuple[int, str, Any, bytes]]: ...
 
     @property
-    def records(self) -> Sequence[tuple[int, bytes]] | None:
-        """With `channel`, the events as the Append's (tick, record) pairs (else None)."""
-        ...
-
-    @property
     def size(self) -> int:
         """The bytes of its records (core/publish/intake.py: the Append's, `size` bytes of records)."""
         ...
@@ -81,14 +76,8 @@ class Synced:
             assert self.channel is not None, "the columns of a sync on one channel"
             ticks: list[int] = []
             records: list[bytes] = []
-            batch_ticks: Iterable[int]
-            batch_records: Iterable[bytes]
-            for batch in self.batches:
-                held = batch.records
-                if held:  # both columns in one pass over the pairs (made a millisecond or more ago: cold)
-                    batch_ticks, batch_records = zip(*held, strict=True)
-                else:
-                    batch_ticks, batch_records = batch.columns()
+            for batch in self.batches:  # (a batch held as its run gives its own two lists: no pass per event)
+                batch_ticks, batch_records = batch.columns()
                 ticks += batch_ticks
                 records += batch_records
             self._columns = (ticks, records)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tidings.core.inputs import LogState
@@ -107,7 +107,7 @@ class Disk:
         self.on_read_failed = on_read_failed
         self.on_retained = on_retained
 
-    def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
+    def append(self, records: Sequence[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
         self._queue.append(("append", (records, keys)))
         self._work()
 
@@ -313,6 +313,6 @@ class Disk:
         # the log's bytes, from the record before `after` (a span begins where the index says a record does)
         before = [self.records[i - 1]] if i > 0 and out else []
         run = before + out
-        blob = encode(run, 0, 0, 1 << 62, 1 << 62)[0] if run else b""
+        blob = bytes(encode(run, 0, 0, 1 << 62, 1 << 62)[0]) if run else b""
         covered = out[-1][0] if out else through
         self.on_read(reader, [], self.state(), (covered, blob))

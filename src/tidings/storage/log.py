@@ -72,6 +72,7 @@ import os
 import pathlib
 import threading
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tidings.core.wire.messages import SPAN_BYTES_FACTOR
@@ -255,7 +256,7 @@ class EventLog:
 
     # ------------------------------------------------------------------ writer thread
 
-    def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
+    def append(self, records: Sequence[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
         """Write `records` (rising ticks above `last_tick`) with one write; durable after `sync`.
         `keys`: one dedup key per record, kept beside it (record.py, keyed records)."""
         self._check_writable()

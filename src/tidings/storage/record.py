@@ -38,7 +38,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
-from typing import Any
+from typing import Any, Protocol
 
 HEADER = struct.Struct("<IIQ")
 HEADER_BYTES = HEADER.size
@@ -60,7 +60,8 @@ def checksum(tick_bytes: bytes | memoryview, payload: bytes | memoryview) -> int
 
 def encode(records: Sequence[tuple[int, bytes]], after_tick: int, base_offset: int,
            next_index_offset: int, index_interval_bytes: int,
-           keys: Sequence[bytes] | None = None, *, batch: bool = False) -> tuple[bytes, list[tuple[int, int]]]:
+           keys: Sequence[bytes] | None = None, *,
+           batch: bool = False) -> tuple[bytes | bytearray, list[tuple[int, int]]]:
     """One buffer holding `records` (each keyed with the key at its index in `keys`, if given),
     and the sparse index entries `(tick, offset)` it adds. With `batch`, each run of consecutive
     ticks of two or more records is written as one batch record (one header, one checksum).
@@ -69,7 +70,15 @@ def encode(records: Sequence[tuple[int, bytes]], after_tick: int, base_offset: i
     a record starting at or past `next_index_offset` gets an index entry, and the next entry is due
     `index_interval_bytes` after it. This runs on the write path, under the GIL the event loop also
     needs, hence the local bindings and a single join.
+
+    `records` may be runs whose batch tables the intake made already (`runs` of `BatchRun`s:
+    core/publish/batch.py RecordRun and RecordRuns, the common append): with `batch`, each run
+    becomes the batch record `_encode_batches` would write for it alone, all with a single join and
+    one checksum call per run, without a Python step per record.
     """
+    runs: Sequence[BatchRun] | None = getattr(records, "runs", None) if batch and keys is None else None
+    if runs is not None and all(run.table is not None for run in runs):
+        return _encode_runs(runs, after_tick, base_offset, next_index_offset, index_interval_bytes)
     if batch and len(records) > 1:
         return _encode_batches(records, after_tick, base_offset, next_index_offset, index_interval_bytes, keys)
     parts: list[bytes] = []
@@ -114,7 +123,7 @@ def _encode_batches(records: Sequence[tuple[int, bytes]], after_tick: int, base_
     runs = [(0, count)] if list(ticks) == list(range(first, first + count)) else _runs(ticks)
     if sum(map(len, payloads)) + sum(map(len, keys or ())) + 8 * count > BATCH_BYTES_MAX:
         runs = _fitted(runs, payloads, keys)
-    parts: list[bytes] = []
+    parts: list[bytes | bytearray] = []
     entries: list[tuple[int, int]] = []
     offset, previous = base_offset, after_tick
     for start, stop in runs:
@@ -137,6 +146,66 @@ def _encode_batches(records: Sequence[tuple[int, bytes]], after_tick: int, base_
         offset += len(buf)
         previous = ticks[stop - 1]
     return b"".join(parts), entries
+
+
+class BatchRun(Protocol):
+    """Records at consecutive ticks held as two columns, with their batch record's table made
+    (core/publish/batch.py RecordRun; an append is one run or several, `runs`): `ticks[i]` is
+    `ticks[0] + i`, and `table` is exactly the table `_batch_body` writes for `records` (u32
+    count, then u32 where each one ends), within BATCH_BYTES_MAX with them; None if they pass it."""
+
+    @property
+    def ticks(self) -> Sequence[int]: ...
+
+    @property
+    def records(self) -> Sequence[bytes]: ...
+
+    @property
+    def table(self) -> bytes | None: ...
+
+
+_ZERO_HEADER = bytes(HEADER_BYTES)
+_LENGTH_CRC = struct.Struct("<II")
+
+
+def _encode_runs(runs: Sequence[BatchRun], after_tick: int, base_offset: int, next_index_offset: int,
+                 index_interval_bytes: int) -> tuple[bytes | bytearray, list[tuple[int, int]]]:
+    """encode's records of runs with their tables: each run one batch record (a run of one event a
+    single record), as `_encode_batches` writes them, all joined once into one buffer with the
+    records, then each one's tick, length and checksum written in place (a checksum covers the
+    tick's bytes and the body, which follow each other from the header's second half)."""
+    parts: list[bytes] = []
+    for run in runs:
+        if len(run.records) > 1:
+            parts += (_ZERO_HEADER, run.table, *run.records)  # type: ignore[arg-type]  # (a table: encode)
+        elif run.records:
+            parts += (_ZERO_HEADER, run.records[0])
+    buf = bytearray().join(parts)
+    entries: list[tuple[int, int]] = []
+    offset, previous = 0, after_tick
+    with memoryview(buf) as view:
+        for run in runs:
+            records = run.records
+            if not records:
+                continue
+            tick = run.ticks[0]
+            if tick <= previous:
+                raise AssertionError(f"record with tick {tick} after {previous} is not loggable")
+            if len(records) > 1:
+                table = run.table
+                assert table is not None
+                body, flags = len(table) + _U32.unpack_from(table, len(table) - 4)[0], BATCH
+            else:
+                body, flags = len(records[0]), 0
+            _TICK.pack_into(buf, offset + 8, tick)
+            _LENGTH_CRC.pack_into(buf, offset, body | flags, zlib.crc32(view[offset + 8:offset + HEADER_BYTES + body]))
+            if base_offset + offset >= next_index_offset:
+                entries.append((tick, base_offset + offset))
+                next_index_offset = base_offset + offset + index_interval_bytes
+            offset += HEADER_BYTES + body
+            previous = run.ticks[-1]
+    assert offset == len(buf)
+    return buf, entries
 
 
 def _fitted(runs: list[tuple[int, int]], payloads: Sequence[bytes],

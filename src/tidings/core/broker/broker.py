@@ -245,7 +245,7 @@ class Broker:
         for batch in batches:
             c = self.connections.get(batch.conn)
             if c is not None and c.state == OPEN:
-                c.ack(self.now, messages.ack(batch.seq, pid, batch.ticks, batch.duplicates), out)
+                c.ack(self.now, batch.ack(pid), out)
         synced = Synced(batches)  # (their columns built once for both: core/synced.py)
         out += self.local.synced(synced, pid, self.pubend.synced_tick)
         if self.cluster is not None and synced.logged:  # as knowledge on their trees

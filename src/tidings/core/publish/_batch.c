@@ -12,11 +12,15 @@
  *
  * byte for byte as msgpack's Packer writes that list (core/event.py `encode_records`: the smallest
  * encoding of each integer, str8 for strings of 32 to 255 bytes, bin for the payload), at ticks
- * `first`, `first + 1`, ... It returns (records, deliveries, size, channel, ticks): the (tick, record)
- * pairs the Append carries, the (tick, channel, attributes, record) tuples the pubend holds until
- * the batch is durable, the records' bytes in all, the channel when every event has the same
- * one (else None), and the ticks (the pairs' own int objects: the ACK's, no new int per event). A batch on one channel gets no deliveries (None): the pubend holds its records
- * instead (core/publish/pubend.py PendingBatch), so its events cost no tuple but the Append's.
+ * `first`, `first + 1`, ... It returns (records, deliveries, size, channel, ticks, table): the records
+ * (bytes, in tick order), the (tick, channel, attributes, record) tuples the pubend holds until the
+ * batch is durable, the records' bytes in all, the channel when every event has the same one (else
+ * None), the ticks (int objects, one per record: the ACK's and the columns' own), and the table of the
+ * batch record the log keeps them in (storage/record.py: u32 count, then u32 where each record ends),
+ * written as the records are, so the log writer only joins it with them and checksums the whole. A
+ * batch on one channel gets no deliveries (None): the pubend holds its two columns instead
+ * (core/publish/pubend.py PendingBatch), so its events cost no tuple at all; the Append carries the
+ * same two columns and the table (batch.py RecordRun), with no (tick, record) pair per event.
  *
  * It is a fast path, not an authority: for any event outside that shape (attributes, a channel not
  * known yet, a wrong type, a payload too large, a string that is not UTF-8) it answers None and
@@ -118,17 +122,26 @@ done:
     return ok;
 }
 
-/* The batch being built: the (tick, record) pairs, the deliveries (NULL for a batch on one
- * channel), the ticks (the pairs' int objects) and the records' bytes in all. */
+/* The batch being built: the records, the deliveries (NULL for a batch on one channel), the ticks
+ * (int objects, the ACK's), the records' bytes in all, and the table of the batch record the log
+ * keeps them in (storage/record.py: u32 count, then u32 where each record ends, little-endian),
+ * written as the records are: NULL when the batch record's body would pass BATCH_BYTES_MAX. */
 typedef struct {
-    PyObject *records, *deliveries, *ticks;
+    PyObject *records, *deliveries, *ticks, *table;
     Py_ssize_t size;
 } Built;
+
+#define BATCH_BYTES_MAX ((Py_ssize_t)((1 << 30) - 1)) /* storage/record.py BATCH_BYTES_MAX */
 
 static void built_free(Built *b) {
     Py_CLEAR(b->records);
     Py_CLEAR(b->deliveries);
     Py_CLEAR(b->ticks);
+    Py_CLEAR(b->table);
+}
+
+static void put_u32le(unsigned char *at, uint32_t v) {
+    for (int i = 0; i < 4; i++) at[i] = (unsigned char)(v >> (8 * i));
 }
 
 static int built_make(Built *b, Py_ssize_t count, int uniform) {
@@ -136,20 +149,25 @@ static int built_make(Built *b, Py_ssize_t count, int uniform) {
     b->records = PyList_New(count);
     b->ticks = PyList_New(count);
     b->deliveries = uniform ? NULL : PyList_New(count);
-    return b->records == NULL || b->ticks == NULL || (!uniform && b->deliveries == NULL) ? -1 : 0;
+    b->table = count <= (BATCH_BYTES_MAX - 4) / 4 ? PyBytes_FromStringAndSize(NULL, 4 + 4 * count) : NULL;
+    if (b->table != NULL) put_u32le((unsigned char *)PyBytes_AS_STRING(b->table), (uint32_t)count);
+    return b->records == NULL || b->ticks == NULL || (!uniform && b->deliveries == NULL) || PyErr_Occurred() ? -1 : 0;
 }
 
-/* (records, deliveries or None, size, channel or None, ticks), the references of `b` dropped */
+/* (records, deliveries or None, size, channel or None, ticks, table or None), the references of `b`
+ * dropped; the table is None when the body (table and records) passes BATCH_BYTES_MAX */
 static PyObject *built_result(Built *b, PyObject *channel) {
-    PyObject *result = Py_BuildValue("(OOnOO)", b->records, b->deliveries ? b->deliveries : Py_None, b->size,
-                                     channel ? channel : Py_None, b->ticks);
+    int fits = b->table != NULL && PyBytes_GET_SIZE(b->table) + b->size <= BATCH_BYTES_MAX;
+    PyObject *result = Py_BuildValue("(OOnOOO)", b->records, b->deliveries ? b->deliveries : Py_None, b->size,
+                                     channel ? channel : Py_None, b->ticks, fits ? b->table : Py_None);
     built_free(b);
     return result;
 }
 
 /* One event's record at `tick`, written byte for byte as msgpack's Packer writes it, into slot `i`
- * of the batch: its (tick, record) pair, and, when the batch keeps deliveries, its (tick, channel,
- * attributes, record) tuple (`ch` and `at` the event's channel and attributes). 0, or -1 on error. */
+ * of the batch: its record, its tick, its end in the table, and, when the batch keeps deliveries,
+ * its (tick, channel, attributes, record) tuple (`ch` and `at` the event's channel and attributes).
+ * 0, or -1 on error. */
 static int emit(const Prefix *p, Built *b, Py_ssize_t i, uint64_t tick, const char *ch_utf8, Py_ssize_t ch_n,
                 const char *pl, Py_ssize_t pl_n, PyObject *ch, PyObject *at) {
     unsigned char scratch[9];
@@ -170,21 +188,18 @@ static int emit(const Prefix *p, Built *b, Py_ssize_t i, uint64_t tick, const ch
     if (p->authenticated) *w++ = 0xc3;
     assert(w - (unsigned char *)PyBytes_AS_STRING(rec) == n);
     b->size += n;
+    if (b->table != NULL && b->size <= BATCH_BYTES_MAX) /* (past it the table is not used: built_result) */
+        put_u32le((unsigned char *)PyBytes_AS_STRING(b->table) + 4 + 4 * i, (uint32_t)b->size);
     PyObject *t = PyLong_FromUnsignedLongLong(tick);
-    PyObject *pair = t == NULL ? NULL : PyTuple_New(2);
-    if (pair == NULL) { Py_XDECREF(t); Py_DECREF(rec); return -1; }
-    PyTuple_SET_ITEM(pair, 0, t); /* (the pair holds the references made here) */
-    PyTuple_SET_ITEM(pair, 1, rec);
-    Py_INCREF(t);
+    if (t == NULL) { Py_DECREF(rec); return -1; }
+    PyList_SET_ITEM(b->records, i, rec); /* (the lists hold the references made here) */
     PyList_SET_ITEM(b->ticks, i, t);
-    PyObject *delivery = b->deliveries == NULL ? NULL : PyTuple_Pack(4, t, ch, at, rec);
-    if (b->deliveries != NULL && delivery == NULL) { Py_DECREF(pair); return -1; }
-    /* Neither can be in a reference cycle (a tick, bytes, a str and an empty map that the collector
-       does not track): untracked, as the collector would leave them after its first look, so the
-       young collections do not walk the thousands a batch keeps until durable. */
-    PyObject_GC_UnTrack(pair);
-    PyList_SET_ITEM(b->records, i, pair);
     if (b->deliveries != NULL) {
+        PyObject *delivery = PyTuple_Pack(4, t, ch, at, rec);
+        if (delivery == NULL) return -1;
+        /* It cannot be in a reference cycle (a tick, bytes, a str and an empty map that the
+           collector does not track): untracked, as the collector would leave it after its first
+           look, so the young collections do not walk the thousands a batch keeps until durable. */
         if (!PyObject_IS_GC(at) || !PyObject_GC_IsTracked(at)) PyObject_GC_UnTrack(delivery);
         PyList_SET_ITEM(b->deliveries, i, delivery);
     }
@@ -193,7 +208,7 @@ static int emit(const Prefix *p, Built *b, Py_ssize_t i, uint64_t tick, const ch
 
 PyDoc_STRVAR(encode_doc,
 "encode(events, known, size_max, pubend, first, service, instance, authenticated)\n"
-"-> (records, deliveries, size, channel, ticks) or None (see batch.py encode_python).");
+"-> (records, deliveries, size, channel, ticks, table) or None (see batch.py encode_python).");
 
 static PyObject *encode(PyObject *self, PyObject *args) {
     (void)self;
@@ -234,7 +249,7 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         if (made < 0) return NULL;
         Py_RETURN_NONE;
     }
-    Built b = {NULL, NULL, NULL, 0};
+    Built b = {NULL, NULL, NULL, NULL, 0};
     if (built_make(&b, count, uniform) < 0) goto fail;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *ev = PyList_GET_ITEM(events, i);
@@ -358,7 +373,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
 
 PyDoc_STRVAR(encode_frame_doc,
 "encode_frame(body, at, count, known, size_max, pubend, first, service, instance, authenticated)\n"
-"-> (records, deliveries, size, channel, ticks) or None: `encode` of the `count` events at `at` of a body `scan` took.");
+"-> (records, deliveries, size, channel, ticks, table) or None: `encode` of the `count` events at `at` of a body `scan` took.");
 
 static PyObject *encode_frame(PyObject *self, PyObject *args) {
     (void)self;
@@ -374,7 +389,7 @@ static PyObject *encode_frame(PyObject *self, PyObject *args) {
     Py_ssize_t ch_n, pl_n, last_n = -1;
     PyObject *result = NULL, *same = NULL, *name = NULL;
     Prefix p = {NULL, NULL, 0, 0, 0};
-    Built b = {NULL, NULL, NULL, 0};
+    Built b = {NULL, NULL, NULL, NULL, 0};
     Reader r = {start, end};
     int uniform = 1, made;
     if (count <= 0 || at < 0 || at > body.len) goto none;
@@ -437,7 +452,67 @@ fail: /* result NULL: an error is set */
     return result;
 }
 
+/* ---- the ACK of a run ---------------------------------------------------------------------------
+ *
+ * A PUBLISH logged whole is acknowledged with its consecutive ticks: the frame (a u32 big-endian
+ * length, then the msgpack array [ACK, seq, pubend, [first, first + 1, ...]]) written byte for byte as
+ * core/wire/messages.py `ack` writes it (msgpack's smallest integer forms, str8 for a pubend of 32 to
+ * 255 bytes), without an int object per tick or msgpack's pass over them. */
+
+PyDoc_STRVAR(ack_run_doc,
+"ack_run(kind, seq, pubend, first, count) -> bytes: the ACK frame [kind, seq, pubend, [first, ..., first + count - 1]]\n"
+"as messages.ack packs it (kind < 128, seq, first and count unsigned, first + count within 2**64).");
+
+static PyObject *ack_run(PyObject *self, PyObject *args) {
+    (void)self;
+    int kind;
+    unsigned long long seq, first;
+    Py_ssize_t count;
+    PyObject *pubend;
+    if (!PyArg_ParseTuple(args, "iKUKn", &kind, &seq, &pubend, &first, &count)) return NULL;
+    if (kind < 0 || kind >= 0x80 || count < 0 || count > 0xffffffffLL
+            || (count > 0 && first > UINT64_MAX - (unsigned long long)(count - 1))) {
+        PyErr_SetString(PyExc_ValueError, "ack_run: out of range");
+        return NULL;
+    }
+    Py_ssize_t pub_n;
+    const char *pub = PyUnicode_AsUTF8AndSize(pubend, &pub_n);
+    if (pub == NULL) return NULL;
+    unsigned char head[32];
+    Py_ssize_t h = 0;
+    head[h++] = 0x94;
+    head[h++] = (unsigned char)kind;
+    h += uint_packed(head + h, seq);
+    Py_ssize_t pub_h = str_header_bytes(pub_n);
+    Py_ssize_t array_h = count < 16 ? 1 : count < 0x10000 ? 3 : 5;
+    /* the ticks' widths: only the last tick's can be wider than the first's, ticks rising */
+    Py_ssize_t ticks_n = 0;
+    if (count > 0) {
+        unsigned char scratch[9];
+        uint64_t last = (uint64_t)first + (uint64_t)(count - 1);
+        Py_ssize_t w_first = uint_packed(scratch, first), w_last = uint_packed(scratch, last);
+        if (w_first == w_last) ticks_n = w_first * count;
+        else for (Py_ssize_t i = 0; i < count; i++) ticks_n += uint_packed(scratch, (uint64_t)first + (uint64_t)i);
+    }
+    Py_ssize_t body = h + pub_h + pub_n + array_h + ticks_n;
+    if (body > 0xffffffffLL) { PyErr_SetString(PyExc_ValueError, "ack_run: too large"); return NULL; }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 4 + body);
+    if (out == NULL) return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    for (int i = 0; i < 4; i++) *w++ = (unsigned char)((uint64_t)body >> (24 - 8 * i));
+    memcpy(w, head, (size_t)h); w += h;
+    w += str_header(w, pub_n);
+    memcpy(w, pub, (size_t)pub_n); w += pub_n;
+    if (count < 16) *w++ = (unsigned char)(0x90 | count);
+    else if (count < 0x10000) { *w++ = 0xdc; *w++ = (unsigned char)(count >> 8); *w++ = (unsigned char)count; }
+    else { *w++ = 0xdd; for (int i = 0; i < 4; i++) *w++ = (unsigned char)((uint64_t)count >> (24 - 8 * i)); }
+    for (Py_ssize_t i = 0; i < count; i++) w += uint_packed(w, (uint64_t)first + (uint64_t)i);
+    assert(w - (unsigned char *)PyBytes_AS_STRING(out) == 4 + body);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"ack_run", ack_run, METH_VARARGS, ack_run_doc},
     {"encode", encode, METH_VARARGS, encode_doc},
     {"scan", scan, METH_VARARGS, scan_doc},
     {"encode_frame", encode_frame, METH_VARARGS, encode_frame_doc},

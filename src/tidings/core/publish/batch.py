@@ -6,15 +6,18 @@ channel cache (`known`), the payload binary and at most `size_max` bytes. `encod
 every event and, when all pass, encodes each one's record at ticks `first`, `first + 1`, ... exactly
 as `core/event.py encode_records` does, and returns
 
-    (records, deliveries, size, channel, ticks)
+    (records, deliveries, size, channel, ticks, table)
 
-the (tick, record) pairs of the Append, the (tick, channel, attributes, record) tuples the pubend
-holds until the batch is durable, the records' bytes in all, the channel when every event has
-the same one (else None), and the ticks, for the ACK (the compiled form's are the pairs' own int
-objects: a list of new ints, one per event, cost a broker in (a) about 5 % of its event loop).
-A batch on one channel gets no deliveries (None): the pubend holds the Append's records in their
-place (core/publish/pubend.py PendingBatch), so a one-channel PUBLISH, the common one, costs no
-tuple per event beyond the Append's pair. When any event is outside that
+the records (bytes, in tick order), the (tick, channel, attributes, record) tuples the pubend holds
+until the batch is durable, the records' bytes in all, the channel when every event has the same
+one (else None), the ticks (the compiled form's are the only int per event: a list of new ints,
+one per event, cost a broker in (a) about 5 % of its event loop), and the table of the batch record
+the log keeps them in (storage/record.py: u32 count, then u32 where each record ends; None when the
+body would pass BATCH_BYTES_MAX). The Append carries the ticks, the records and the table as one
+`RecordRun`, so the log writer only joins the table with the records and checksums the whole
+(storage/record.py `encode`), with no (tick, record) pair per event anywhere. A batch on one channel
+gets no deliveries (None): the pubend holds the run in their place (core/publish/pubend.py
+PendingBatch), so a one-channel PUBLISH, the common one, costs no tuple per event. When any event is outside that
 shape it returns None and decides nothing: the intake then checks the PUBLISH event by event
 (core/publish/intake.py `_check`), which refuses what is bad and says why. So no rule lives here
 that the Python checks do not also hold, and a batch is encoded the same whichever path took it.
@@ -38,8 +41,10 @@ holds the two equal with Hypothesis, and both equal to `encode_records`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate, chain
+from typing import Any, overload
 
 import msgpack
 
@@ -51,7 +56,131 @@ except ImportError:  # built where no C compiler was found: the Python form belo
     _batch = None  # type: ignore[assignment]
 
 Delivery = tuple[int, str, dict[str, Any], bytes]  # tick, channel, attributes, record (core/publish/pubend.py)
-Encoded = tuple[list[tuple[int, bytes]], list[Delivery] | None, int, str | None, list[int | None]]
+# records, deliveries, size, channel, ticks, table (module docstring)
+Encoded = tuple[list[bytes], list[Delivery] | None, int, str | None, list[int], bytes | None]
+BATCH_BYTES_MAX = (1 << 30) - 1  # storage/record.py BATCH_BYTES_MAX: a batch record's body (not imported: core)
+
+
+class RecordRun(Sequence[tuple[int, bytes]]):
+    """A PUBLISH's records at consecutive ticks, as the one pass made them: two columns, `ticks`
+    and `records`, and `table`, the table of the batch record the log keeps them in (u32 count,
+    then u32 where each record ends, little-endian: storage/record.py), or None when that record's
+    body would pass BATCH_BYTES_MAX. It is the Append's records (core/effects.py) and what the
+    pubend holds of a one-channel batch until it is durable (PendingBatch), so the fan-out and the
+    trees take the columns as they are and the log writer joins the table with the records
+    (storage/record.py `encode`): no (tick, record) pair is made per event. As a sequence it reads
+    as the (tick, record) pairs it stands for, made on demand, for the readers that want them (the
+    simulator's disk, a log append's other forms).
+
+    Invariants: `ticks` are consecutive, one per record, in order; `table`, when given, is exactly
+    the table of `records`. The lists are shared, read only."""
+
+    __slots__ = ("records", "table", "ticks")
+
+    def __init__(self, ticks: list[int], records: list[bytes], table: bytes | None) -> None:
+        self.ticks = ticks
+        self.records = records
+        self.table = table
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, bytes]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[int, bytes]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[int, bytes] | list[tuple[int, bytes]]:
+        if isinstance(i, slice):
+            return list(zip(self.ticks[i], self.records[i], strict=True))
+        return self.ticks[i], self.records[i]
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        return zip(self.ticks, self.records, strict=True)
+
+    def __repr__(self) -> str:
+        return f"RecordRun({self.ticks!r}, {self.records!r}, {self.table!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordRun):
+            return (self.ticks, self.records, self.table) == (other.ticks, other.records, other.table)
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable lists inside, as a list)
+
+    @property
+    def runs(self) -> tuple[RecordRun, ...]:
+        """The runs it is made of (itself): the log writes each as its own batch record."""
+        return (self,)
+
+
+class RecordRuns(Sequence[tuple[int, bytes]]):
+    """The runs of consecutive PUBLISHes of one input, appended as one: the intake merges an
+    input's Appends (core/publish/intake.py `_append`), so the log writer takes them with one
+    write. Each run stays its own batch record (storage/record.py `encode`), exactly as it would
+    be appended alone; as a sequence it reads as the (tick, record) pairs of every run in order.
+
+    Invariants: the runs' ticks rise from one run to the next; each run keeps its own. The list of
+    runs grows while the input is read (`merged`), and not once its Append has left."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self, runs: list[RecordRun]) -> None:
+        self.runs = runs
+
+    def __len__(self) -> int:
+        return sum(map(len, self.runs))
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, bytes]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[int, bytes]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[int, bytes] | list[tuple[int, bytes]]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        if i < 0:
+            i += len(self)
+        for run in self.runs:
+            if 0 <= i < len(run):
+                return run[i]
+            i -= len(run)
+        raise IndexError("RecordRuns index out of range")
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        return chain.from_iterable(self.runs)
+
+    def __repr__(self) -> str:
+        return f"RecordRuns({self.runs!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def merged(held: Sequence[tuple[int, bytes]], run: RecordRun) -> RecordRuns | None:
+    """`held` (the records of an Append not yet carried out: a run, or runs) and the `run` after it
+    as one Append's records (runs `held` extended in place); None when `held` is not the intake's
+    (a list: keyed, or checked event by event)."""
+    if type(held) is RecordRuns:
+        held.runs.append(run)
+        return held
+    if type(held) is RecordRun:
+        return RecordRuns([held, run])
+    return None
+
+
+def batch_table(records: Sequence[bytes]) -> bytes | None:
+    """The table of the batch record holding `records` (storage/record.py): u32 count, then u32
+    where each record ends; None when the record's body would pass BATCH_BYTES_MAX."""
+    count = len(records)
+    size = 4 + 4 * count + sum(map(len, records))
+    if size > BATCH_BYTES_MAX:
+        return None
+    return struct.pack(f"<I{count}I", count, *accumulate(map(len, records)))
 Encoder = Callable[[list[object], dict[str, Any], int, str, int, str, str, bool], Encoded | None]
 
 _pack = msgpack.Packer().pack
@@ -77,16 +206,18 @@ def encode_python(events: list[object], known: dict[str, Any], size_max: int, pu
         elif uniform and channel != same:
             uniform = False
     try:
-        records = encode_records(_pack, pubend, first, events, service, instance,  # type: ignore[arg-type]
-                                 authenticated)
+        pairs = encode_records(_pack, pubend, first, events, service, instance,  # type: ignore[arg-type]
+                               authenticated)
     except UnicodeEncodeError:  # a string that is not UTF-8: the Python checks say so
         return None
-    size = sum(len(rec) for _, rec in records)
-    ticks: list[int | None] = list(range(first, first + len(records)))
+    records = [rec for _, rec in pairs]
+    size = sum(map(len, records))
+    ticks = list(range(first, first + len(records)))
+    table = batch_table(records)
     if uniform:
-        return records, None, size, same, ticks
-    deliveries = [(t, ev[0], ev[1], rec) for (t, rec), ev in zip(records, events, strict=True)]  # type: ignore[index]
-    return records, deliveries, size, None, ticks
+        return records, None, size, same, ticks, table
+    deliveries = [(t, ev[0], ev[1], rec) for t, rec, ev in zip(ticks, records, events, strict=True)]  # type: ignore[index]
+    return records, deliveries, size, None, ticks, table
 
 
 def _native(events: list[object], known: dict[str, Any], size_max: int, pubend: str, first: int,
@@ -101,6 +232,21 @@ def _native(events: list[object], known: dict[str, Any], size_max: int, pubend: 
 encode: Encoder = encode_python if _batch is None else _native
 
 PUBLISH_TYPE = 2  # core/wire/types.py ClientType.PUBLISH (not imported: core/wire imports this module)
+ACK_TYPE = 17  # core/wire/types.py ClientType.ACK
+_U64_END = 1 << 64
+_FRAME_HEADER = struct.Struct(">I")  # core/wire/frames.py HEADER
+
+
+def ack_run(seq: int, pubend: str, first: int, count: int) -> bytes:
+    """The ACK frame of a PUBLISH logged whole at ticks `first`, ..., `first + count - 1`: byte for
+    byte core/wire/messages.py `ack(seq, pubend, ticks)`, packed by the compiled form from the first
+    tick and the count (no int object per tick, no msgpack pass over them), by msgpack otherwise.
+    tests/unit/test_publish_batch.py holds the two equal to `messages.ack`."""
+    if encode is _native and 0 <= seq < _U64_END and first >= 0 and count > 0 and first + count <= _U64_END:
+        packed: bytes = _batch.ack_run(ACK_TYPE, seq, pubend, first, count)
+        return packed
+    body = msgpack.packb([ACK_TYPE, seq, pubend, list(range(first, first + count))])
+    return _FRAME_HEADER.pack(len(body)) + body
 
 
 def _scan_none(body: bytes) -> tuple[int, int, int] | None:

@@ -29,7 +29,7 @@ are durable (`synced`), and then every paused publisher is released again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -139,7 +139,7 @@ class Intake:
                                    c.service, c.instance, c.authenticated)
         if encoded is None:
             return False
-        records, deliveries, size, channel, ticks = encoded
+        records, deliveries, size, channel, ticks, table = encoded
         count = len(records)
         reserved = pubend.reserve(count, wall_us)
         assert reserved == first
@@ -148,7 +148,9 @@ class Intake:
         else:
             assert deliveries is not None
             self.traffic.count([d[1] for d in deliveries])
-        self._append(c, msg.seq, ticks, records, deliveries, size, out, channel=channel)
+        # the ACK's ticks are the run's (no Nones: every event was logged)
+        self._append(c, msg.seq, ticks, batch.RecordRun(ticks, records, table), deliveries, size,  # type: ignore[arg-type]
+                     out, channel=channel)
         return True
 
     def synced(self) -> list[int]:
@@ -285,18 +287,29 @@ class Intake:
         self.traffic.count([ch for ch, _, _ in valid])
         self._append(c, seq, ticks, records, deliveries, sum(len(rec) for _, rec in records), out, keys, duplicates)
 
-    def _append(self, c: ClientConnection, seq: int, ticks: list[int | None], records: list[tuple[int, bytes]],
+    def _append(self, c: ClientConnection, seq: int, ticks: list[int | None], records: Sequence[tuple[int, bytes]],
                 deliveries: list[batch.Delivery] | None, size: int, out: list[Effect], keys: list[bytes] | None = None,
                 duplicates: list[int] | None = None, channel: str | None = None) -> None:
         """Log the encoded batch (`size` bytes of `records`): the pubend holds its deliveries and
         ACK until it is durable; a publisher past pending_sync_bytes_max is not read meanwhile.
         `channel`: the batch's one channel, when no event has attributes (Pubend.log); then
-        `deliveries` may be None, the records standing for them."""
+        `deliveries` may be None, the records (a `batch.RecordRun`) standing for them."""
         pubend = self.pubend
         self.events_published += len(records)
         token = pubend.log(c.conn, seq, ticks, deliveries, size, duplicates, channel, records)
         if pubend.pending_bytes > self.config.pending_sync_bytes_max and c.conn not in self.paused:
             self.paused[c.conn] = None  # intake waits for the disk: memory stays bounded
             c.hold(Hold.DISK)
+        if keys is None and type(records) is batch.RecordRun and len(out) >= 2:
+            # the PUBLISH before it in this input ended the effects with its Append and Sync: one
+            # Append of both runs (each its own batch record) and one Sync, so the log writer
+            # takes an input's PUBLISHes with one write and one hand-off (`batch.merged`)
+            last, before = out[-1], out[-2]
+            if type(last) is Sync and type(before) is Append and before.keys is None and before.token == last.token:
+                runs = batch.merged(before.records, records)
+                if runs is not None:
+                    out[-2] = Append(token, runs)
+                    out[-1] = Sync(token)
+                    return
         out.append(Append(token, records, keys))
         out.append(Sync(token))

@@ -13,13 +13,15 @@ in token order.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from tidings.core.publish.batch import RecordRun, ack_run
+from tidings.core.wire import messages
+
 Delivery = tuple[int, str, dict[str, Any], bytes]  # tick, channel, attributes, record
-_FIRST, _SECOND = itemgetter(0), itemgetter(1)  # of (tick, record)
 _TICK, _RECORD = itemgetter(0), itemgetter(3)  # of a delivery
 
 
@@ -28,9 +30,10 @@ class PendingBatch:
     """A batch logged but not yet synced: who to acknowledge, and what to deliver once durable.
 
     Its events are held one of two ways. A batch on one channel without attributes (`channel`,
-    core/publish/batch.py) holds the Append's own (tick, record) pairs in `records`, and no
-    per-event tuple beside them (`deliveries` empty): the fan-out and the trees take it as
-    columns. Any other holds each event's (tick, channel, attributes, record) in `deliveries`."""
+    core/publish/batch.py) holds the Append's own records in `records` (a `RecordRun`: its ticks
+    and records as two lists), and no per-event tuple beside them (`deliveries` empty): the fan-out
+    and the trees take those columns as they are. Any other holds each event's (tick, channel,
+    attributes, record) in `deliveries`."""
 
     token: int
     conn: int
@@ -40,19 +43,27 @@ class PendingBatch:
     size: int  # encoded bytes, counted against pending_sync_bytes_max
     duplicates: list[int] | None = None  # indexes answered with an earlier tick (core/publish/dedup.py)
     channel: str | None = None  # the one channel of every delivery, none with attributes (core/publish/batch.py)
-    records: list[tuple[int, bytes]] | None = None  # with `channel`: the events as the Append's (tick, record)
+    records: RecordRun | None = None  # with `channel`: the events as the Append's columns
 
     def columns(self) -> tuple[Iterable[int], Iterable[bytes]]:
-        """Its events' ticks and records, in order (the ticks the objects the pairs hold: a range
-        would make new ones, which the knowledge messages would then hold)."""
+        """Its events' ticks and records, in order: a run's own two lists (shared, read only), or
+        read from the deliveries."""
         if self.records is not None:
-            return map(_FIRST, self.records), map(_SECOND, self.records)
+            return self.records.ticks, self.records.records
         return map(_TICK, self.deliveries), map(_RECORD, self.deliveries)
 
     def last_tick(self) -> int | None:
         """Its last event's tick; None when it logged nothing (duplicates only)."""
-        events = self.records if self.records is not None else self.deliveries
-        return events[-1][0] if events else None
+        if self.records is not None:
+            return self.records.ticks[-1] if self.records.ticks else None
+        return self.deliveries[-1][0] if self.deliveries else None
+
+    def ack(self, pubend: str) -> bytes:
+        """Its ACK frame: of a run logged whole (no duplicates), packed from its first tick and
+        count (batch.py `ack_run`); else from its ticks (messages.ack)."""
+        if self.records is not None and self.records.ticks and not self.duplicates:
+            return ack_run(self.seq, pubend, self.records.ticks[0], len(self.records.ticks))
+        return messages.ack(self.seq, pubend, self.ticks, self.duplicates)
 
     def events(self) -> list[Delivery]:
         """Each event's (tick, channel, attributes, record), built for a one-channel batch."""
@@ -85,14 +96,18 @@ class Pubend:
 
     def log(self, conn: int, seq: int, ticks: list[int | None], deliveries: list[Delivery] | None, size: int,
             duplicates: list[int] | None = None, channel: str | None = None,
-            records: list[tuple[int, bytes]] | None = None) -> int:
+            records: Sequence[tuple[int, bytes]] | None = None) -> int:
         """Record a batch whose Append is about to be emitted; returns its token. `channel`: the
         batch's one channel when none of its events has attributes (a fan-out matches it once);
-        then `records` (the Append's) may stand for `deliveries` (None: PendingBatch)."""
+        then `records` (the Append's, a `RecordRun`) may stand for `deliveries` (None: PendingBatch)."""
         self._token += 1
-        held = records if deliveries is None else None
-        assert held is None or channel is not None, "a batch held as records is on one channel"
-        assert not held or held[-1][0] - held[0][0] == len(held) - 1, "a batch held as records has consecutive ticks"
+        held: RecordRun | None = None
+        if deliveries is None:
+            assert channel is not None and isinstance(records, RecordRun), \
+                "a batch held as records is on one channel, as the intake's run"
+            assert not records or records.ticks[-1] - records.ticks[0] == len(records) - 1, \
+                "a batch held as records has consecutive ticks"
+            held = records
         self._pending.append(PendingBatch(self._token, conn, seq, ticks, deliveries or [], size, duplicates, channel,
                                           held))
         self.pending_bytes += size
