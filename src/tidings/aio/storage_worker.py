@@ -244,6 +244,10 @@ class StorageWorker:
             return
         self.syncs_here += 1
         report(token, state)
+        size, self._size_committed = self._size_committed, self.log.size_bytes
+        if (self._prefill and not self._busy_run and self.log.size_bytes - size <= PREFILL_COMMIT_BYTES_MAX
+                and self.log.prefill_due()):
+            self._put_work(("prefill", None))  # zeros ahead, by the writer: the loop goes on meanwhile
 
     def _timed_sync(self) -> None:
         """The log's fsync, its end and its length noted (either thread: the other is not in it)."""
@@ -346,7 +350,9 @@ class StorageWorker:
         return stop
 
     def _housekeeping(self, kind: str, arg: Any) -> None:
-        if kind == "retain":
+        if kind == "prefill":
+            self.log.prefill()
+        elif kind == "retain":
             self.log.enforce_retention(*arg)
             self._on_retained(log_state(self.log))
         elif kind == "release":

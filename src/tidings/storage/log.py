@@ -349,13 +349,10 @@ class EventLog:
         writer calling it after every commit pays one fsync for many commits. The writer's,
         between its other work; returns the bytes written (0: nothing was due)."""
         self._check_writable()
-        if not self._segments or self.prefill_bytes_max <= 0 or self._segments[-1].size == 0:
+        if not self.prefill_due():
             return 0
         limit = min(self._segments[-1].size + self.prefill_bytes_max, self.segment_bytes_max)
         room = limit - self._file_bytes
-        if room <= 0 or (room < min(PREFILL_CHUNK_BYTES, self.prefill_bytes_max) // 2
-                         and limit < self.segment_bytes_max):
-            return 0
         size = self._segments[-1].size
         start = self._file_bytes
         target = start + min(room, PREFILL_CHUNK_BYTES)
@@ -374,6 +371,15 @@ class EventLog:
         self._fsync(self._write_fd)
         self._synced_bytes = size  # that fsync made the records written so far durable too
         return target - start
+
+    def prefill_due(self) -> bool:
+        """Whether `prefill` would write now (the writing thread's question: nothing changes)."""
+        if not self._segments or self.prefill_bytes_max <= 0 or self._segments[-1].size == 0:
+            return False
+        limit = min(self._segments[-1].size + self.prefill_bytes_max, self.segment_bytes_max)
+        room = limit - self._file_bytes
+        return room > 0 and (room >= min(PREFILL_CHUNK_BYTES, self.prefill_bytes_max) // 2
+                             or limit >= self.segment_bytes_max)
 
     def enforce_retention(self, now_us: int, retention_bytes_max: int, retention_age_us: int) -> int:
         """Remove closed segments over the byte budget or too old; how many were removed."""
