@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from tidings.aio import collector, native_commit
+from tidings.aio import collector
 from tidings.aio.auth_file import load_policy
 from tidings.aio.loop import new_event_loop
 from tidings.aio.pfs_worker import PfsWorker
@@ -227,20 +227,18 @@ class BrokerServer:
         except BaseException:
             self._lock.release()
             raise
-        native = native_commit.wanted()  # the loop writes, _commit.c fsyncs (aio/native_commit.py)
         in_loop = os.environ.get("TIDINGS_SYNC_IN_LOOP") == "1"
         self.worker = StorageWorker(
             event_log,
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
             # TIDINGS_SYNC_IN_LOOP=1: a quiet broker's commit made in the loop, fed in the same turn (off by
             # default: measured slower on a busy machine, not yet on a quiet one; docs/benchmarks.md)
-            on_synced_here=self._synced if native or in_loop else None,
+            on_synced_here=self._synced if in_loop else None,
             on_retained=lambda st: loop.call_soon_threadsafe(self._retained, st),
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
-            native_loop=loop if native else None,
         )
-        log.info("log commits: %s", "native (the loop writes, aio/_commit.c fsyncs)" if native
-                 else "a quiet broker's in its loop thread, else the writer thread" if in_loop else "the writer thread")
+        log.info("log commits: %s", "a quiet broker's in its loop thread, else the writer thread" if in_loop
+                 else "the writer thread")
         self.worker.start()
         self.core.start(time.monotonic_ns())
         handle, next_deadline = self.core.handle, self.core.next_deadline
@@ -368,12 +366,11 @@ class BrokerServer:
         if self._timer is not None:
             self._timer.cancel()
         if self.worker is not None:
-            self.worker.detach()  # the native committer, in the loop's thread
             await asyncio.to_thread(self.worker.stop)
             worker = self.worker
-            log.info("the log's commits: %d fsyncs, %.0f us each on average (%s), %d of them fdatasyncs over "
-                     "prefilled space", worker.commits, worker.fsync_mean_us(), "native" if worker.native is not None
-                     else f"{worker.syncs_here} in the loop's thread, the rest the writer's", worker.log.fdatasyncs)
+            log.info("the log's commits: %d fsyncs, %.0f us each on average (%d in the loop's thread, the rest the "
+                     "writer's), %d of them fdatasyncs over prefilled space", worker.syncs, worker.fsync_mean_us(),
+                     worker.syncs_here, worker.log.fdatasyncs)
             self.worker.log.close()
         if self.pfs_worker is not None:
             await asyncio.to_thread(self.pfs_worker.stop)

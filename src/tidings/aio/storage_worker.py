@@ -47,16 +47,13 @@ loaded disk) would hold the next commit: with it after every small commit, (a) l
 (Pacing large back-to-back commits, so that each fsync covers more events, was built and measured
 three times with no gain, the last on a quiet machine; it was taken out again.)
 
-The native commit (`native_loop`; the broker passes it with TIDINGS_NATIVE_COMMIT=1,
-aio/native_commit.py): the loop's thread is the log's one writer (appends, retention, releases)
-and a thread outside the interpreter fsyncs, so no GIL passes between two threads on the path.
-Syncs are reported through `on_synced_here`; the writer thread is left the saves, the reader pool
-the reads. The prefill does not apply there (it is the writer's), so its commits are full fsyncs.
+A native commit (the loop the log's one writer, a pthread of a C extension that never takes the GIL
+fsyncing and writing an eventfd the loop watches) was built and measured for (d) in stop 29 and
+30, and taken out: the loop's own commit needs no hand-off at all (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import pathlib
@@ -67,7 +64,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tidings.aio.native_commit import NativeCommits
 from tidings.core.inputs import TICK_MARKS, LogState
 from tidings.core.publish.dedup import DedupWindow
 from tidings.storage import EventLog
@@ -117,19 +113,11 @@ class StorageWorker:
     def __init__(self, log: EventLog, on_synced: Callable[[int, LogState], object],
                  on_retained: Callable[[LogState], object], on_failed: Callable[[BaseException], object],
                  on_synced_here: Callable[[int, LogState], object] | None = None,
-                 clock: Callable[[], int] = time.monotonic_ns, prefill: bool | None = None,
-                 native_loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 clock: Callable[[], int] = time.monotonic_ns, prefill: bool | None = None) -> None:
         """`on_synced` is called in the writer's thread; `on_synced_here`, when given, reports a
         quiet broker's commit made in the calling thread (the module's docstring); None: every
         commit is the writer's. `clock`: monotonic ns, for the quiet test. `prefill` (default on
-        unless $TIDINGS_LOG_PREFILL=0): the module's "The prefill". `native_loop`: the calling thread's loop,
-        whose commits then go to the native committer (reported through `on_synced_here`, which
-        must be given)."""
-        self.native: NativeCommits | None = None
-        if native_loop is not None:
-            assert on_synced_here is not None, "the native commit reports through on_synced_here"
-            self.native = NativeCommits(log, native_loop, log_state, on_synced_here, on_failed)
-            on_synced_here = None  # not the quiet commit of TIDINGS_SYNC_IN_LOOP: everything is native
+        unless $TIDINGS_LOG_PREFILL=0): the module's "The prefill"."""
         self.log = log
         self._prefill = os.environ.get("TIDINGS_LOG_PREFILL") != "0" if prefill is None else prefill
         self._size_committed = log.size_bytes  # the log's bytes after the writer's last commit
@@ -159,51 +147,27 @@ class StorageWorker:
         self._thread.start()
 
     def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
-        if self.native is not None:
-            self.native.append(records, keys)
-            return
         if self._on_synced_here is not None and (self._held or self._loop_commits()):
             self._held.append((records, keys))  # for the Sync that follows, made here
             return
         self._put_work(("append", (records, keys)))
 
     def sync(self, token: int) -> None:
-        if self.native is not None:
-            self.native.sync(token)
-        elif self._held:  # held by `append` for this: any other work put since has taken them to the writer
+        if self._held:  # held by `append` for this: any other work put since has taken them to the writer
             self._commit_here(token)
         else:
             self._put_work(("sync", token))
 
     def retain(self, now_us: int, bytes_max: int, age_us: int) -> None:
-        if self.native is not None:  # the loop writes the log: its housekeeping too
-            self.native.housekeeping(lambda: self.log.enforce_retention(now_us, bytes_max, age_us) >= 0,
-                                     self._on_retained)
-        else:
-            self._put_work(("retain", (now_us, bytes_max, age_us)))
+        self._put_work(("retain", (now_us, bytes_max, age_us)))
 
     def release(self, through: int) -> None:
         """The release protocol's ReleaseLog: drop the whole segments at or below `through`."""
-        if self.native is not None:
-            self.native.housekeeping(lambda: self.log.release_through(through) > 0, self._on_retained)
-        else:
-            self._put_work(("release", through))
-
-    @property
-    def commits(self) -> int:
-        """The log's fsyncs finished (by the writer, the loop or the native committer)."""
-        return self.syncs + (self.native.syncs if self.native is not None else 0)
+        self._put_work(("release", through))
 
     def fsync_mean_us(self) -> float:
         """The log's fsyncs' mean length so far, by whichever thread made them (0 before any)."""
-        total = self.sync_ns_total + (self.native.sync_ns_total if self.native is not None else 0)
-        return total / max(self.commits, 1) / 1000
-
-    def detach(self) -> None:
-        """In the loop's thread, before `stop`: the native committer stops (the fsync in flight
-        finishes first, unreported) and the loop no longer watches it. Nothing without it."""
-        if self.native is not None:
-            self.native.close()
+        return self.sync_ns_total / max(self.syncs, 1) / 1000
 
     def _loop_commits(self) -> bool:
         """Whether the next commit is the loop's: the writer has done all it was given and the disk

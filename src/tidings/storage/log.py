@@ -48,9 +48,7 @@ recorded as released. The active segment is never removed, so `last_tick` never 
 
 Threads. One thread at a time calls `append`, `sync`, `enforce_retention`, `release_through`
 (the caller's released prefix, same removal) and `close` (aio/storage_worker.py may hand the log
-between its writer and a quiet broker's loop; with the native commit, aio/native_commit.py, that
-thread is the loop's, and a thread outside the interpreter fsyncs the duplicate descriptors
-`begin_sync` gives it, never calling into the log); any thread may call `read` and the properties.
+between its writer and a quiet broker's loop); any thread may call `read` and the properties.
 A segment's visible end (`Segment.size`) moves only after its bytes are written, under a lock
 held for a few assignments; readers read below the end they saw, from a descriptor they pinned,
 so they never see a torn record and never read a recycled descriptor.
@@ -117,20 +115,6 @@ class RecoveryReport:
     bytes_cut: int = 0
     segments_removed: int = 0
     problem: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SyncPlan:
-    """A sync made outside the log (`EventLog.begin_sync`): the active segment's descriptor (-1 when
-    the log holds no segment) and the directory's (-1 when no entry changed), both duplicates for
-    the taker to close, and what a success makes durable: `segment` up to `size`."""
-
-    fd: int
-    directory_fd: int
-    segment: Segment | None
-    size: int
-    shape: tuple[Segment, Segment] | None  # the first and last segments when planned
-    data_only: bool = False  # fdatasync the segment: its size on disk is already durable
 
 
 class EventLog:
@@ -304,42 +288,6 @@ class EventLog:
             self._synced_bytes = size
         if self._directory_dirty:
             self._fsync_directory()
-
-    def begin_sync(self) -> SyncPlan | None:
-        """`sync` made by another thread, which never calls into the log (aio/native_commit.py): the
-        descriptors to fsync, both duplicates the taker closes, and what they cover; None when
-        everything appended is durable. Hand it back to `end_sync` once they are synced (or failed):
-        until then nothing is counted durable. Appends may go on meanwhile; a roll closes only
-        the log's own descriptor."""
-        self._check_writable()
-        active = self._segments[-1] if self._segments else None
-        data = active is not None and active.size > self._synced_bytes
-        if not data and not self._directory_dirty:
-            return None
-        fd = os.dup(self._write_fd) if active is not None else -1
-        try:
-            directory_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) \
-                if self._directory_dirty else -1
-        except BaseException:
-            if fd >= 0:
-                os.close(fd)
-            raise
-        shape = (self._segments[0], self._segments[-1]) if self._segments else None
-        return SyncPlan(fd, directory_fd, active, active.size if active is not None else 0, shape)
-
-    def end_sync(self, plan: SyncPlan, error: int) -> None:
-        """`plan`'s descriptors were synced (`error` 0) or one failed with errno `error`: the log is
-        then failed, as after its own fsync failing (StorageError raised). The directory counts as
-        durable only when no segment was created or removed since the plan (its first and last
-        segments are the same objects: a roll makes a new last one, a removal a new first one)."""
-        if error:
-            self._failure = f"fsync: {os.strerror(error)}"
-            raise StorageError(f"event log {self.directory}: fsync failed: {os.strerror(error)}")
-        if plan.segment is not None and self._segments and plan.segment is self._segments[-1]:
-            self._synced_bytes = max(self._synced_bytes, plan.size)
-        if plan.directory_fd >= 0 and plan.shape is not None and self._segments \
-                and plan.shape[0] is self._segments[0] and plan.shape[1] is self._segments[-1]:
-            self._directory_dirty = False
 
     def prefill(self) -> int:
         """Write zeros past the active segment's records and fsync them (module notes, "Writing
