@@ -203,12 +203,14 @@ class EventLog:
         from the sparse index (nothing is read), so a cut is as fine as INDEX_INTERVAL_BYTES. The
         storage worker asks at every sync: the marks are kept until the log's first segment changes
         or its size moves by more than half a run's share of the bytes (a drift of less than one run
-        in `2 * runs`), which a sync of a large log rarely does."""
+        in `2 * runs`) and by half an index interval (finer than the index, the cuts would not
+        move: a young log, whose runs are small, would otherwise work them out every few syncs)."""
         with self._lock:
             first = self._first_ticks[0] if self._first_ticks else None
             (basis_first, basis_size, basis_runs), marks = self._marks
             drift = abs(self._size_bytes - basis_size)
-            if first == basis_first and runs == basis_runs and drift * runs * 2 < basis_size:
+            if first == basis_first and runs == basis_runs and (drift * runs * 2 < basis_size
+                                                                or drift * 2 < INDEX_INTERVAL_BYTES):
                 return marks
             marks = self._cut(runs)
             self._marks = ((first, self._size_bytes, runs), marks)
