@@ -335,3 +335,28 @@ def test_a_commit_while_the_writer_prefills_is_the_writers_and_then_the_loops_ag
         assert [t for t, _ in here] == [1, 3]
         worker.stop()
         assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]
+
+
+def test_the_syncs_of_one_turn_share_the_loops_commit_at_its_end(tmp_path):
+    """With `defer` (the loop's call_soon), Syncs asked for in one turn are committed together when
+    the turn ends: one fsync, the highest token reported (the writer's group commit, in the loop)."""
+    clock, here, thread, turn_end = _Clock(), [], [], []
+    with EventLog.open(tmp_path / "log") as log:
+        worker = StorageWorker(log, lambda t, st: thread.append(t), lambda st: None, lambda exc: None,
+                               on_synced_here=lambda t, st: here.append((t, st)), clock=clock, prefill=False,
+                               defer=turn_end.append)
+        worker.start()
+        for token in (1, 2, 3):  # three PUBLISHes read in one turn
+            worker.append([(token, b"x")])
+            worker.sync(token)
+        assert here == [] and log.record_count == 0 and len(turn_end) == 1
+        turn_end.pop()()
+        assert [t for t, _ in here] == [3] and here[0][1].last_tick == 3 and worker.syncs == 1
+        clock.now_ns += 10**9
+        worker.append([(4, b"y")])
+        worker.sync(4)
+        worker.save(tmp_path / "saved", b"state", wait=True)  # other work before the turn's end: all the writer's
+        turn_end.pop()()
+        assert _drained(worker) and [t for t, _ in here] == [3] and thread == [4]
+        worker.stop()
+        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3, 4] and worker.syncs == 2

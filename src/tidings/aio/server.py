@@ -236,6 +236,7 @@ class BrokerServer:
             on_synced_here=self._synced if in_loop else None,
             on_retained=lambda st: loop.call_soon_threadsafe(self._retained, st),
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
+            defer=loop.call_soon,  # the loop's commit at the end of the turn: one fsync for its Syncs
         )
         log.info("log commits: %s", "a quiet broker's in its loop thread, else the writer thread" if in_loop
                  else "the writer thread")

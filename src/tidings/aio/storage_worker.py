@@ -19,8 +19,11 @@ TIDINGS_SYNC_IN_LOOP=1, aio/server.py: see the last paragraph). Once the writer 
 everything handed to it and the last INLINE_RUN_COMMITS commits were quiet (each started at least
 INLINE_QUIET_NS after the one before ended), the commits are the loop's: an Append is
 held and the Sync that follows it (the intake hands them over together) writes and fsyncs it in
-the calling thread, then reports through `on_synced_here` there and then: no wake-up of the
-writer, no GIL passed back and forth, and the ACK and the deliveries leave in the same loop turn
+the calling thread, then reports through `on_synced_here` there and then (with `defer`, as the
+broker passes it, at the end of the loop's turn: the Syncs of PUBLISHes read in one turn share one
+fsync, as in the writer's group commit; each Sync committing at once had a burst fsynced once per
+PUBLISH, each waited out by the loop, until INLINE_RUN_COMMITS busy ones gave the commits back):
+no wake-up of the writer, no GIL passed back and forth, and the ACK and the deliveries leave in the same loop turn
 as the PUBLISH. They stay the loop's until INLINE_RUN_COMMITS in a row each started less than
 INLINE_QUIET_NS after the last one ended (sustained load: the writer's group commit then keeps
 the disk and the loop working at once), so the thread that syncs changes seldom. The log is
@@ -113,11 +116,14 @@ class StorageWorker:
     def __init__(self, log: EventLog, on_synced: Callable[[int, LogState], object],
                  on_retained: Callable[[LogState], object], on_failed: Callable[[BaseException], object],
                  on_synced_here: Callable[[int, LogState], object] | None = None,
-                 clock: Callable[[], int] = time.monotonic_ns, prefill: bool | None = None) -> None:
+                 clock: Callable[[], int] = time.monotonic_ns, prefill: bool | None = None,
+                 defer: Callable[[Callable[[], None]], object] | None = None) -> None:
         """`on_synced` is called in the writer's thread; `on_synced_here`, when given, reports a
         quiet broker's commit made in the calling thread (the module's docstring); None: every
         commit is the writer's. `clock`: monotonic ns, for the quiet test. `prefill` (default on
-        unless $TIDINGS_LOG_PREFILL=0): the module's "The prefill"."""
+        unless $TIDINGS_LOG_PREFILL=0): the module's "The prefill". `defer`: the calling thread's
+        loop's `call_soon`, so that a commit made there waits for the end of the turn and every
+        Sync of the turn shares its fsync (the module's docstring); None: each Sync commits at once."""
         self.log = log
         self._prefill = os.environ.get("TIDINGS_LOG_PREFILL") != "0" if prefill is None else prefill
         self._size_committed = log.size_bytes  # the log's bytes after the writer's last commit
@@ -137,6 +143,8 @@ class StorageWorker:
         self._put = 0  # work put on the queue (by the calling thread only)
         self._done = 0  # of it, the work the writer has finished (by the writer only)
         self._held: list[tuple[list[tuple[int, bytes]], list[bytes] | None]] = []  # Appends for a Sync here
+        self._held_token: int | None = None  # with `defer`: the highest Sync for the commit at the turn's end
+        self._defer = defer
         self._last_commit_ns = clock() - INLINE_QUIET_NS  # when the last commit ended
         self._in_loop = False  # the commits are the loop's (until the load is sustained), not the writer's
         self._quiet_run = INLINE_RUN_COMMITS  # the last commits in a row that were quiet (a new log: idle)
@@ -153,10 +161,14 @@ class StorageWorker:
         self._put_work(("append", (records, keys)))
 
     def sync(self, token: int) -> None:
-        if self._held:  # held by `append` for this: any other work put since has taken them to the writer
-            self._commit_here(token)
-        else:
+        if not self._held:  # nothing held here (any other work put since took it to the writer)
             self._put_work(("sync", token))
+        elif self._defer is None:
+            self._commit_here(token)
+        else:  # one commit at the end of the turn, for every Sync of it
+            if self._held_token is None:
+                self._defer(self._commit_turn)
+            self._held_token = token
 
     def retain(self, now_us: int, bytes_max: int, age_us: int) -> None:
         self._put_work(("retain", (now_us, bytes_max, age_us)))
@@ -183,14 +195,25 @@ class StorageWorker:
         return self._in_loop
 
     def _put_work(self, item: Any) -> None:
-        """Hand `item` to the writer, after any Appends held for a commit here (the order holds)."""
+        """Hand `item` to the writer, after any Appends (and Sync) held for a commit here (the order holds)."""
         if self._held:
             for held in self._held:
                 self._put += 1
                 self._queue.put(("append", held))
             self._held.clear()
+        if self._held_token is not None:
+            self._put += 1
+            self._queue.put(("sync", self._held_token))
+            self._held_token = None
         self._put += 1
         self._queue.put(item)
+
+    def _commit_turn(self) -> None:
+        """At the end of the turn (`defer`): the commit of its Syncs, unless other work put on the
+        queue meanwhile took them to the writer."""
+        token, self._held_token = self._held_token, None
+        if token is not None:
+            self._commit_here(token)
 
     def _commit_here(self, token: int) -> None:
         """The held Appends written and fsynced in this thread, reported through `on_synced_here`."""
