@@ -21,9 +21,9 @@ load connection authenticates with its credential: SCRAM, the client's scrypt on
 before the measured span), tls (the broker serves TLS with a certificate from `tidings tls
 dev-certs`; the loads check it against the CA) and auth+tls. The modes other than plain are
 labelled tidings+auth, tidings+tls, tidings+auth+tls in the results. loop is plain with a quiet
-broker's log commits made in its event loop's thread (TIDINGS_SYNC_IN_LOOP=1, aio/storage_worker.py),
-writer with every commit the log writer thread's (TIDINGS_SYNC_IN_LOOP=0); every other mode runs the
-broker's default: `--tests d --tidings-modes writer,loop` is the A/B of the two in one run, the
+broker's log commits made in its event loop's thread (TIDINGS_SYNC_IN_LOOP=1, aio/storage_worker.py:
+the default), writer with every commit the log writer thread's (TIDINGS_SYNC_IN_LOOP=0); every other
+mode runs the broker's default: `--tests d --tidings-modes writer,loop` is the A/B of the two in one run, the
 brokers alternated within each round as the modes are.
 
 With d, each round first measures the disk's own fsync latency (bench/fsync_floor.py: append a small

@@ -227,12 +227,12 @@ class BrokerServer:
         except BaseException:
             self._lock.release()
             raise
-        in_loop = os.environ.get("TIDINGS_SYNC_IN_LOOP") == "1"
+        in_loop = os.environ.get("TIDINGS_SYNC_IN_LOOP") != "0"
         self.worker = StorageWorker(
             event_log,
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
-            # TIDINGS_SYNC_IN_LOOP=1: a quiet broker's commit made in the loop, fed in the same turn (off by
-            # default: measured slower on a busy machine, not yet on a quiet one; docs/benchmarks.md)
+            # a quiet broker's commit made in the loop, fed in the same turn (TIDINGS_SYNC_IN_LOOP=0: always the
+            # writer's; aio/storage_worker.py, docs/benchmarks.md "(d) above the disk's fsync")
             on_synced_here=self._synced if in_loop else None,
             on_retained=lambda st: loop.call_soon_threadsafe(self._retained, st),
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),

@@ -14,8 +14,8 @@ turn's work for one wake at its end was measured slower (bench/handoff_micro.py 
 docs/benchmarks.md: the writer woken early is through its wake-up by the time the loop lets go of
 the GIL).
 
-A quiet broker's commit in the loop's own thread (`on_synced_here`; the broker passes it only with
-TIDINGS_SYNC_IN_LOOP=1, aio/server.py: see the last paragraph). Once the writer has finished
+A quiet broker's commit in the loop's own thread (`on_synced_here`; the broker passes it unless
+TIDINGS_SYNC_IN_LOOP=0, aio/server.py: see the end of this paragraph). Once the writer has finished
 everything handed to it and the last INLINE_RUN_COMMITS commits were quiet (each started at least
 INLINE_QUIET_NS after the one before ended), the commits are the loop's: an Append is
 held and the Sync that follows it (the intake hands them over together) writes and fsyncs it in
@@ -35,11 +35,15 @@ disk's fsync") off the path in bench/handoff_micro.py. It is for a quick disk on
 fsync runs the loop serves nothing else. So the fsyncs' recent length is kept (a moving average,
 each new one weighing 1/8), and while it is `INLINE_SYNC_NS_MAX` or more every commit is the
 writer's: a stalling disk holds the loop (the overlay's keep-alives, other connections) for one
-fsync at most. Even so, on a saturated shared machine (load 9-19, fsyncs of 4-6 ms) brokers with
-it gave (d) p50s several times those without it, in most alternated pairs (docs/benchmarks.md,
-stop 24), and no quiet machine was at hand to show its gain in the broker: hence off by default.
+fsync at most. On a saturated shared machine (load 9-19, fsyncs of 4-6 ms) brokers with it gave
+(d) p50s several times those without it in most alternated pairs (docs/benchmarks.md, stop 24),
+most of it the loop fsyncing a burst once per PUBLISH (fixed by `defer`); on the quiet machine its
+p99 was the lower in every round, and it now has the prefill's fdatasyncs too, with the least CPU
+and the fewest context switches per (d) event of the paths tried (stop 30): hence on by default.
+Loop and writer make the same log and the same reports; only the thread and the timing differ.
 
-The prefill (the writer's). After a quiet, small commit (one that started INLINE_QUIET_NS or more
+The prefill (the writer's, also for the loop's commits: a quiet, small commit made in the loop
+hands it to the writer when one is due). After a quiet, small commit (one that started INLINE_QUIET_NS or more
 after the last one ended and wrote at most PREFILL_COMMIT_BYTES_MAX: an idle broker, or (d)'s one
 event a millisecond on a quick disk, where each fsync covers an event or a few), once the queue is
 empty, the writer lets the log prefill (storage/log.py: zeros written ahead, so the next commits
