@@ -358,5 +358,12 @@ def test_the_syncs_of_one_turn_share_the_loops_commit_at_its_end(tmp_path):
         worker.save(tmp_path / "saved", b"state", wait=True)  # other work before the turn's end: all the writer's
         turn_end.pop()()
         assert _drained(worker) and [t for t, _ in here] == [3] and thread == [4]
+        clock.now_ns += 10**9
+        worker.append([(5, b"z")])
+        worker.sync(5)
+        worker.commit_held()  # the broker's stop, in the loop's thread: made now, not at the turn's end
+        assert [t for t, _ in here] == [3, 5]
+        turn_end.pop()()  # nothing left for it
         worker.stop()
-        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3, 4] and worker.syncs == 2
+        assert [t for t, _ in here] == [3, 5] and thread == [4]
+        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3, 4, 5] and worker.syncs == 3

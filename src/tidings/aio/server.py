@@ -367,6 +367,7 @@ class BrokerServer:
         if self._timer is not None:
             self._timer.cancel()
         if self.worker is not None:
+            self.worker.commit_held()  # in the loop's thread: the stop runs in another
             await asyncio.to_thread(self.worker.stop)
             worker = self.worker
             log.info("the log's commits: %d fsyncs, %.0f us each on average (%d in the loop's thread, the rest the "

@@ -212,6 +212,11 @@ class StorageWorker:
         self._put += 1
         self._queue.put(item)
 
+    def commit_held(self) -> None:
+        """In the calling thread, before `stop` (which the broker calls from another): a commit held
+        for the end of the turn is made now, so that nothing here races the stop's hand-over."""
+        self._commit_turn()
+
     def _commit_turn(self) -> None:
         """At the end of the turn (`defer`): the commit of its Syncs, unless other work put on the
         queue meanwhile took them to the writer."""
