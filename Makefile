@@ -10,7 +10,7 @@ STAMP   = $(VENV)/.installed
 
 .PHONY: run test soak lint bench clean browser mqtt-clients
 
-$(STAMP): pyproject.toml setup.py src/tidings/spark/_columns.c src/tidings/core/publish/_batch.c src/tidings/core/_records.c src/tidings/core/mqtt/_publishes.c src/tidings/aio/_commit.c
+$(STAMP): pyproject.toml setup.py src/tidings/spark/_columns.c src/tidings/core/publish/_batch.c src/tidings/core/_records.c src/tidings/core/mqtt/_publishes.c
 	@echo "== creating $(VENV) and installing tidings with its dependencies (PySpark is large: a minute or more the first time)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip

@@ -2,9 +2,8 @@
 columns (src/tidings/spark/_columns.c, docs/spark.md) and the publish intake's check and encoding
 of a PUBLISH's events (src/tidings/core/publish/_batch.c), and a subscriber's broker's check of the
 records other brokers send it (src/tidings/core/_records.c), an MQTT publisher's PUBLISH packets
-read in place (src/tidings/core/mqtt/_publishes.c), and the log's fsync in a thread that never
-takes the GIL (src/tidings/aio/_commit.c, Linux). Everything else is in pyproject.toml.
-All five are optional: where no C compiler (or zlib headers) is found, tidings installs without them
+read in place (src/tidings/core/mqtt/_publishes.c). Everything else is in pyproject.toml.
+All four are optional: where no C compiler (or zlib headers) is found, tidings installs without them
 and the same work is done in Python, with the same results, more slowly."""
 
 from setuptools import Extension, setup
@@ -19,7 +18,4 @@ setup(ext_modules=[Extension("tidings.spark._columns", ["src/tidings/spark/_colu
                              extra_compile_args=["-O2"], optional=True),
                    # an MQTT publisher's run of PUBLISH packets read (core/mqtt/codec.py), optional the same way
                    Extension("tidings.core.mqtt._publishes", ["src/tidings/core/mqtt/_publishes.c"],
-                             extra_compile_args=["-O2"], optional=True),
-                   # the log's commit without the GIL (aio/native_commit.py), optional the same way
-                   Extension("tidings.aio._commit", ["src/tidings/aio/_commit.c"],
                              extra_compile_args=["-O2"], optional=True)])

@@ -17,12 +17,8 @@ round trip's p50/p90/p99 in microseconds, the process's CPU time per turn (stead
 clock on a shared machine) and its context switches per turn.
 
 `--modes`: `writer` hands every commit to the writer thread (the worker without `on_synced_here`,
-as under load); `here` lets the quiet worker commit in the loop's thread (TIDINGS_SYNC_IN_LOOP=1);
-`native` has the loop append and aio/_commit.c's thread fsync (TIDINGS_NATIVE_COMMIT=1,
-aio/native_commit.py); several given, they alternate round by round, a line for each. The native
-commit needs a real log (its thread fsyncs descriptors): with `native` among the modes and no
-`--disk`, every mode runs over a real log on tmpfs (/dev/shm: an fsync that costs next to nothing),
-so the modes are compared over the same log.
+as under load, or with TIDINGS_SYNC_IN_LOOP=0); `here` lets the quiet worker commit in the loop's
+thread (the broker's default); several given, they alternate round by round, a line for each.
 
 `--disk DIR`: a real EventLog in a fresh directory under DIR instead of the stand-in, its fsync
 timed at each call; each turn's round trip less its own fsync (`over_fsync_*`) is then what the
@@ -62,6 +58,12 @@ class InstantLog:
 
     def sync(self) -> None:
         pass
+
+    def prefill_due(self) -> bool:
+        return False
+
+    def prefill(self) -> int:
+        return 0
 
     def tick_marks(self, runs: int) -> tuple[int, ...]:
         return ()
@@ -111,10 +113,7 @@ async def one_round(turns: int, rate: float, work_us: float, mode: str = "writer
 
     def synced(token: int, _state: object) -> None:
         now = time.perf_counter_ns()
-        native = worker.native
-        sync_us = native.last_sync_ns / 1000 if native is not None else getattr(log, "last_sync_us", 0.0)
-        if native is not None and disk is not None:
-            log.syncs_us.append(sync_us)  # the committer's fsync, as it timed it
+        sync_us = getattr(log, "last_sync_us", 0.0)
         for t in [t for t in started if t <= token]:
             took.append((now - started.pop(t)) / 1000)
             over.append(took[-1] - sync_us)
@@ -123,8 +122,7 @@ async def one_round(turns: int, rate: float, work_us: float, mode: str = "writer
 
     worker = StorageWorker(log, lambda token, st: loop.call_soon_threadsafe(synced, token, st),
                            lambda st: None, lambda exc: None,
-                           on_synced_here=synced if mode in ("here", "native") else None,
-                           native_loop=loop if mode == "native" else None)
+                           on_synced_here=synced if mode == "here" else None)
     worker.start()
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     payload = b"x" * 140
@@ -141,7 +139,6 @@ async def one_round(turns: int, rate: float, work_us: float, mode: str = "writer
     loop.call_soon(turn, 1)
     await asyncio.wait_for(done, turns * interval_s * 20 + 10)
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
-    worker.detach()
     worker.stop()
     if disk is not None:
         log.close()
@@ -153,10 +150,10 @@ async def one_round(turns: int, rate: float, work_us: float, mode: str = "writer
            "p99_us": took[int(len(took) * 0.99)], "cpu_us_per_turn": 1e6 * cpu_s / turns,
            "switches_per_turn": switches / turns}
     if disk is not None:
-        fsyncs = sorted(log.syncs_us) or [0.0]  # native: the committer's, as reported (synced above)
+        fsyncs = sorted(log.syncs_us) or [0.0]
         out.update({"over_fsync_p50_us": over[len(over) // 2], "over_fsync_p90_us": over[int(len(over) * 0.9)],
                     "over_fsync_p99_us": over[int(len(over) * 0.99)], "fsync_p50_us": fsyncs[len(fsyncs) // 2],
-                    "fsync_p90_us": fsyncs[int(len(fsyncs) * 0.9)], "fsyncs_per_turn": worker.commits / turns})
+                    "fsync_p90_us": fsyncs[int(len(fsyncs) * 0.9)], "fsyncs_per_turn": worker.syncs / turns})
     return out
 
 
@@ -168,7 +165,7 @@ def main() -> None:
     ap.add_argument("--work-us", type=float, default=30.0)
     ap.add_argument("--cpu", type=int, default=0)
     ap.add_argument("--switch-intervals-s", default=SWITCH_INTERVALS_S)
-    ap.add_argument("--modes", default="writer", help="writer, here, native, or several: alternated")
+    ap.add_argument("--modes", default="writer", help="writer, here, or both: alternated")
     ap.add_argument("--disk", help="a real log in a directory made here (its fsyncs timed) instead of none")
     args = ap.parse_args()
     os.sched_setaffinity(0, {args.cpu})
@@ -176,9 +173,8 @@ def main() -> None:
 
     intervals = [float(x) for x in args.switch_intervals_s.split(",")]
     modes = args.modes.split(",")
-    if not set(modes) <= {"writer", "here", "native"}:
-        ap.error(f"--modes: writer, here and/or native, not {args.modes}")
-    disk = args.disk if args.disk is not None or "native" not in modes else "/dev/shm"
+    if not set(modes) <= {"writer", "here"}:
+        ap.error(f"--modes: writer and/or here, not {args.modes}")
     results: dict[tuple[float, str], list[dict[str, Any]]] = {(i, m): [] for i in intervals for m in modes}
     for n in range(args.rounds):
         for interval in intervals:
@@ -186,7 +182,7 @@ def main() -> None:
             for mode in modes if n % 2 == 0 else modes[::-1]:
                 with asyncio.Runner(loop_factory=new_event_loop) as runner:
                     results[interval, mode].append(
-                        runner.run(one_round(args.turns, args.rate, args.work_us, mode, disk)))
+                        runner.run(one_round(args.turns, args.rate, args.work_us, mode, args.disk)))
     for (interval, mode), rounds in results.items():
         med = {k: round(sorted(r[k] for r in rounds)[len(rounds) // 2], 2) for k in rounds[0]}
         print(json.dumps({"switch_interval_s": interval, "mode": mode, "rounds": len(rounds), "turns": args.turns,

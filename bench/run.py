@@ -21,12 +21,10 @@ load connection authenticates with its credential: SCRAM, the client's scrypt on
 before the measured span), tls (the broker serves TLS with a certificate from `tidings tls
 dev-certs`; the loads check it against the CA) and auth+tls. The modes other than plain are
 labelled tidings+auth, tidings+tls, tidings+auth+tls in the results. loop is plain with a quiet
-broker's log commits made in its event loop's thread (TIDINGS_SYNC_IN_LOOP=1, aio/storage_worker.py;
-every other mode runs with it off): `--tests d --tidings-modes plain,loop` is the A/B of it in one
-run, the two brokers alternated within each round as the modes are. native is plain with the log's
-commits made by the loop and a thread outside the interpreter (TIDINGS_NATIVE_COMMIT=1,
-aio/native_commit.py; every other mode runs with TIDINGS_NATIVE_COMMIT=0, the writer thread):
-`--tidings-modes plain,native` is its A/B.
+broker's log commits made in its event loop's thread (TIDINGS_SYNC_IN_LOOP=1, aio/storage_worker.py:
+the default), writer with every commit the log writer thread's (TIDINGS_SYNC_IN_LOOP=0); every other
+mode runs the broker's default: `--tests d --tidings-modes writer,loop` is the A/B of the two in one run, the
+brokers alternated within each round as the modes are.
 
 With d, each round first measures the disk's own fsync latency (bench/fsync_floor.py: append a small
 record and fsync it, 3,000 times at 1,000/s, in $TIDINGS_BENCH_DIR/runs, the file system of the
@@ -89,7 +87,7 @@ BROKERS = {
 }
 
 
-TIDINGS_MODES = ("plain", "auth", "tls", "auth+tls", "loop", "native")
+TIDINGS_MODES = ("plain", "auth", "tls", "auth+tls", "writer", "loop")
 BENCH_IDENTITY = "bench"
 
 
@@ -203,8 +201,10 @@ def start_server(name: str, round_no: int, mode: str = "plain") -> Server:
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     broker_opts, load_args, load_env = secure_tidings(mode, conf_dir)
     cmd = [*niced(), "taskset", "-c", SERVER_CPU, *server_command(name, port, data_dir, conf_dir), *broker_opts]
-    env = {**os.environ, "TIDINGS_SYNC_IN_LOOP": "1" if mode == "loop" else "0",  # tidings' loop commits
-           "TIDINGS_NATIVE_COMMIT": "1" if mode == "native" else "0"}  # ... or its native ones
+    env = {**os.environ}
+    env.pop("TIDINGS_SYNC_IN_LOOP", None)  # tidings' loop commits: the broker's default, but in these two modes
+    if mode in ("writer", "loop"):
+        env["TIDINGS_SYNC_IN_LOOP"] = "1" if mode == "loop" else "0"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     server = Server(name, proc, port, base, log_path, label, tuple(load_args), load_env)

@@ -24,12 +24,12 @@ def publish_until_lost(address, acked, stop):
         pass
 
 
-@pytest.mark.parametrize("commit", ["0", "1"], ids=["writer-commit", "native-commit"])
+@pytest.mark.parametrize("commit", ["0", "1"], ids=["writer-commit", "loop-commit"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_kill_9_loses_no_acknowledged_event(tmp_path, seed, commit, monkeypatch):
-    """Both commit paths (TIDINGS_NATIVE_COMMIT, aio/native_commit.py; where _commit.c is not built
-    the broker falls back to the writer thread, and the second form repeats the first)."""
-    monkeypatch.setenv("TIDINGS_NATIVE_COMMIT", commit)
+    """Both commit paths (TIDINGS_SYNC_IN_LOOP, aio/storage_worker.py: every commit the writer's,
+    or a quiet broker's in its loop)."""
+    monkeypatch.setenv("TIDINGS_SYNC_IN_LOOP", commit)
     rng = random.Random(seed)
     acked: list[tuple[int, bytes]] = []
     broker = BrokerProcess(tmp_path / "b").start()

@@ -14,7 +14,6 @@ import time
 import pytest
 
 from tests.integration.event_log_child import payload_for
-from tidings.aio import native_commit
 from tidings.storage import EventLog
 
 pytestmark = pytest.mark.integration
@@ -84,13 +83,9 @@ def check_recovered(directory, acked):
     return tick
 
 
-@pytest.mark.parametrize("seed,mode", [(1, "0"), (2, "0"), (3, "0"), (4, "1"), (5, "1"), (6, "1"),
-                                       (7, "native"), (8, "native"), (9, "native")])
+@pytest.mark.parametrize("seed,mode", [(1, "0"), (2, "0"), (3, "0"), (4, "1"), (5, "1"), (6, "1")])
 def test_kill_9_while_appending_loses_no_synced_record(tmp_path, seed, mode):
-    """Mode 1: appends go over zeros written ahead of them, synced with fdatasync; `native`: the
-    broker's native commit (aio/native_commit.py), syncs asked for without waiting."""
-    if mode == "native" and not native_commit.available():
-        pytest.skip("aio/_commit.c is not built here")
+    """Mode 1: appends go over zeros written ahead of them, synced with fdatasync."""
     rng = random.Random(seed)
     directory = tmp_path / "log"
     acked: list[int] = []

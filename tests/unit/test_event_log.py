@@ -192,6 +192,20 @@ def test_tick_marks_cut_the_log_into_runs_of_about_equal_bytes(tmp_path):
         assert log.tick_marks(8) != marks and log.tick_marks(8)[-1] > marks[-1]
 
 
+def test_tick_marks_of_a_young_log_move_by_half_an_index_interval(tmp_path):
+    """A young log's runs are smaller than the index's interval: the marks are worked out again
+    only once the log grew by half an interval, not at every sync (a (d) broker's log)."""
+    with EventLog.open(tmp_path) as log:
+        fill(log, 1000, size=100, per_batch=1)  # about 130 KB: two index entries, runs of 500 bytes
+        marks = log.tick_marks(256)
+        assert marks and log.tick_marks(256) is marks
+        basis, grown = log.size_bytes, 0
+        while log.tick_marks(256) is marks and grown < 1000:
+            log.append(batch(log.last_tick + 1, 1, 100))
+            grown += 1
+        assert INDEX_INTERVAL_BYTES // 2 <= log.size_bytes - basis < INDEX_INTERVAL_BYTES // 2 + 200
+
+
 def test_reopen_recovers_state(tmp_path):
     with EventLog.open(tmp_path, segment_bytes_max=700) as log:
         written = fill(log, 100)

@@ -18,6 +18,7 @@ from tidings.aio.storage_worker import (
 )
 from tidings.core.inputs import TICK_MARKS
 from tidings.storage import EventLog, StorageError
+from tidings.storage.log import PREFILL_CHUNK_BYTES
 
 
 def test_group_commit_reports_the_highest_token(tmp_path):
@@ -99,9 +100,10 @@ class _Clock:
         return self.now_ns
 
 
-def _worker(log, clock, here, thread, failed=lambda exc: None):
+def _worker(log, clock, here, thread, failed=lambda exc: None, prefill=False):
+    """The prefill off unless asked for: it would hand the log to the writer now and then."""
     return StorageWorker(log, lambda t, st: thread.append((t, st)), lambda st: None, failed,
-                         on_synced_here=lambda t, st: here.append((t, st)), clock=clock)
+                         on_synced_here=lambda t, st: here.append((t, st)), clock=clock, prefill=prefill)
 
 
 def test_a_quiet_worker_commits_in_the_calling_thread(tmp_path):
@@ -421,3 +423,109 @@ def test_a_large_commit_is_reported_in_steps(tmp_path, monkeypatch):
     assert tokens[:2] == [1, 2] and tokens[2:] == [5, 8, 11, 15]  # (every third big one, then the last)
     assert all(st.last_tick == 15 for _, t, st in reports[2:])  # the state as the fsync began: all of it
     log.close()
+
+
+def test_the_loops_commits_get_prefilled_space_from_the_writer(tmp_path):
+    """A quiet, small commit made in the loop's thread hands the prefill to the writer (never
+    waited for there): once the writer is through it, the loop's next commit is an fdatasync over
+    the zeros, made in the loop again. A commit while the writer prefills is the writer's."""
+    clock, here, thread = _Clock(), [], []
+    segment = tmp_path / "log"
+    with EventLog.open(segment, prefill_bytes_max=PREFILL_CHUNK_BYTES) as log:  # one chunk ahead at most
+        worker = _worker(log, clock, here, thread, prefill=True)
+        worker.start()
+        worker.append([(1, b"a")])
+        worker.sync(1)  # here; the prefill goes to the writer
+        assert [t for t, _ in here] == [1] and _drained(worker)
+        assert (log.fsyncs, log.fdatasyncs) == (2, 0)  # the commit's, the prefill's (the writer's)
+        files = sorted(segment.glob("*.seg"))
+        assert files[-1].stat().st_size > log.segments()[-1].size_bytes  # zeros ahead
+        clock.now_ns += 10**9
+        worker.append([(2, b"b")])
+        worker.sync(2)
+        assert [t for t, _ in here] == [1, 2] and log.fdatasyncs == 1 and log.fsyncs == 2
+        clock.now_ns += 10**9
+        worker.append([(3, b"c")])
+        worker.sync(3)  # nothing due (the zeros still cover a chunk): the writer is not woken
+        assert [t for t, _ in here] == [1, 2, 3] and worker._put == 1 and thread == []
+        worker.stop()
+        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]
+
+
+def test_no_prefill_without_it_or_after_a_large_commit_in_the_loop(tmp_path):
+    clock, here, thread = _Clock(), [], []
+    with EventLog.open(tmp_path / "a") as log:
+        worker = StorageWorker(log, lambda t, st: thread.append(t), lambda st: None, lambda exc: None,
+                               on_synced_here=lambda t, st: here.append(t), clock=clock, prefill=False)
+        worker.start()
+        worker.append([(1, b"a")])
+        worker.sync(1)
+        assert here == [1] and worker._put == 0 and (log.fsyncs, log.fdatasyncs) == (1, 0)
+        worker.stop()
+    with EventLog.open(tmp_path / "b") as log:
+        worker = _worker(log, clock, here, thread, prefill=True)
+        worker.start()
+        worker.append([(1, bytes(PREFILL_COMMIT_BYTES_MAX + 1))])
+        worker.sync(2)
+        assert here[-1][0] == 2 and worker._put == 0 and (log.fsyncs, log.fdatasyncs) == (1, 0)
+        worker.stop()
+
+
+def test_a_commit_while_the_writer_prefills_is_the_writers_and_then_the_loops_again(tmp_path):
+    clock, here, thread = _Clock(), [], []
+    with EventLog.open(tmp_path / "log", prefill_bytes_max=PREFILL_CHUNK_BYTES) as log:
+        gate, real_prefill = threading.Event(), log.prefill
+
+        def held_prefill():
+            assert gate.wait(10)
+            return real_prefill()
+
+        log.prefill = held_prefill  # type: ignore[method-assign]
+        worker = _worker(log, clock, here, thread, prefill=True)
+        worker.start()
+        worker.append([(1, b"a")])
+        worker.sync(1)
+        clock.now_ns += 10**9
+        worker.append([(2, b"b")])
+        worker.sync(2)  # the writer is in its prefill: behind it, on the writer
+        assert [t for t, _ in here] == [1] and thread == []
+        gate.set()
+        assert _drained(worker) and [t for t, _ in thread] == [2]
+        clock.now_ns += 10**9
+        worker.append([(3, b"c")])
+        worker.sync(3)  # the writer's commit was quiet: the loop's again
+        assert [t for t, _ in here] == [1, 3]
+        worker.stop()
+        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]
+
+
+def test_the_syncs_of_one_turn_share_the_loops_commit_at_its_end(tmp_path):
+    """With `defer` (the loop's call_soon), Syncs asked for in one turn are committed together when
+    the turn ends: one fsync, the highest token reported (the writer's group commit, in the loop)."""
+    clock, here, thread, turn_end = _Clock(), [], [], []
+    with EventLog.open(tmp_path / "log") as log:
+        worker = StorageWorker(log, lambda t, st: thread.append(t), lambda st: None, lambda exc: None,
+                               on_synced_here=lambda t, st: here.append((t, st)), clock=clock, prefill=False,
+                               defer=turn_end.append)
+        worker.start()
+        for token in (1, 2, 3):  # three PUBLISHes read in one turn
+            worker.append([(token, b"x")])
+            worker.sync(token)
+        assert here == [] and log.record_count == 0 and len(turn_end) == 1
+        turn_end.pop()()
+        assert [t for t, _ in here] == [3] and here[0][1].last_tick == 3 and worker.syncs == 1
+        clock.now_ns += 10**9
+        worker.append([(4, b"y")])
+        worker.sync(4)
+        worker.save(tmp_path / "saved", b"state", wait=True)  # other work before the turn's end: all the writer's
+        turn_end.pop()()
+        assert _drained(worker) and [t for t, _ in here] == [3] and thread == [4]
+        clock.now_ns += 10**9
+        worker.append([(5, b"z")])
+        worker.sync(5)
+        worker.commit_held()  # the broker's stop, in the loop's thread: made now, not at the turn's end
+        assert [t for t, _ in here] == [3, 5]
+        turn_end.pop()()  # nothing left for it
+        worker.stop()
+        assert [t for t, _ in here] == [3, 5] and thread == [4]
+        assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3, 4, 5] and worker.syncs == 3

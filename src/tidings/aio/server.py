@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from tidings.aio import collector, native_commit
+from tidings.aio import collector
 from tidings.aio.auth_file import load_policy
 from tidings.aio.loop import new_event_loop
 from tidings.aio.pfs_worker import PfsWorker
@@ -227,18 +227,18 @@ class BrokerServer:
         except BaseException:
             self._lock.release()
             raise
-        native = native_commit.wanted()  # the loop writes, _commit.c fsyncs (aio/native_commit.py)
+        in_loop = os.environ.get("TIDINGS_SYNC_IN_LOOP") != "0"
         self.worker = StorageWorker(
             event_log,
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
-            # TIDINGS_SYNC_IN_LOOP=1: a quiet broker's commit made in the loop, fed in the same turn (off by
-            # default: measured slower on a busy machine, not yet on a quiet one; docs/benchmarks.md)
-            on_synced_here=self._synced if native or os.environ.get("TIDINGS_SYNC_IN_LOOP") == "1" else None,
+            # a quiet broker's commit made in the loop, fed in the same turn (TIDINGS_SYNC_IN_LOOP=0: always the
+            # writer's; aio/storage_worker.py, docs/benchmarks.md "(d) above the disk's fsync")
+            on_synced_here=self._synced if in_loop else None,
             on_retained=lambda st: loop.call_soon_threadsafe(self._retained, st),
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
-            native_loop=loop if native else None,
+            defer=loop.call_soon,  # the loop's commit at the end of the turn: one fsync for its Syncs
         )
-        log.info("log commits: %s", "native (the loop writes, aio/_commit.c fsyncs)" if native
+        log.info("log commits: %s", "a quiet broker's in its loop thread, else the writer thread" if in_loop
                  else "the writer thread")
         self.worker.start()
         self.core.start(time.monotonic_ns())
@@ -367,11 +367,13 @@ class BrokerServer:
         if self._timer is not None:
             self._timer.cancel()
         if self.worker is not None:
-            self.worker.detach()  # the native committer, in the loop's thread
+            self.worker.commit_held()  # in the loop's thread: the stop runs in another
             await asyncio.to_thread(self.worker.stop)
-            log.info("the log's commits: %d fsyncs, %.0f us each on average (%s)", self.worker.commits,
-                     self.worker.fsync_mean_us(), "native" if self.worker.native is not None
-                     else f"writer thread, {self.worker.syncs_pipelined} by its syncer")
+            worker = self.worker
+            log.info("the log's commits: %d fsyncs, %.0f us each on average (%d in the loop's thread, %d by the "
+                     "writer's syncer, the rest the writer's), %d of them fdatasyncs over prefilled space",
+                     worker.syncs, worker.fsync_mean_us(), worker.syncs_here, worker.syncs_pipelined,
+                     worker.log.fdatasyncs)
             self.worker.log.close()
         if self.pfs_worker is not None:
             await asyncio.to_thread(self.pfs_worker.stop)

@@ -9,8 +9,8 @@ subscriber never waits behind an fsync.
 
 The syncer (issue 21, stop 30). A large commit (SYNCER_COMMIT_BYTES_MIN or more written since
 the last one) is not fsynced by the writer: the syncer thread makes it (`EventLog.begin_sync`, an
-fsync of duplicates of the descriptors outside the log's lock, `end_sync`, as the native commit
-does) while the writer goes on writing what the loop hands over meanwhile; the next fsync begins
+fsync of duplicates of the descriptors outside the log's lock, `end_sync`) while the writer goes
+on writing what the loop hands over meanwhile; the next fsync begins
 as soon as one is reported, covering all of it, and while one is in flight every commit is the
 syncer's. When the writer fsynced itself, what came during the fsync (in (a) half the
 publisher's window: about 10,000 events, 1.2-1.5 MB) was written only after it, and the disk
@@ -38,13 +38,16 @@ turn's work for one wake at its end was measured slower (bench/handoff_micro.py 
 docs/benchmarks.md: the writer woken early is through its wake-up by the time the loop lets go of
 the GIL).
 
-A quiet broker's commit in the loop's own thread (`on_synced_here`; the broker passes it only with
-TIDINGS_SYNC_IN_LOOP=1, aio/server.py: see the last paragraph). Once the writer has finished
+A quiet broker's commit in the loop's own thread (`on_synced_here`; the broker passes it unless
+TIDINGS_SYNC_IN_LOOP=0, aio/server.py: see the end of this paragraph). Once the writer has finished
 everything handed to it and the last INLINE_RUN_COMMITS commits were quiet (each started at least
 INLINE_QUIET_NS after the one before ended), the commits are the loop's: an Append is
 held and the Sync that follows it (the intake hands them over together) writes and fsyncs it in
-the calling thread, then reports through `on_synced_here` there and then: no wake-up of the
-writer, no GIL passed back and forth, and the ACK and the deliveries leave in the same loop turn
+the calling thread, then reports through `on_synced_here` there and then (with `defer`, as the
+broker passes it, at the end of the loop's turn: the Syncs of PUBLISHes read in one turn share one
+fsync, as in the writer's group commit; each Sync committing at once had a burst fsynced once per
+PUBLISH, each waited out by the loop, until INLINE_RUN_COMMITS busy ones gave the commits back):
+no wake-up of the writer, no GIL passed back and forth, and the ACK and the deliveries leave in the same loop turn
 as the PUBLISH. They stay the loop's until INLINE_RUN_COMMITS in a row each started less than
 INLINE_QUIET_NS after the last one ended (sustained load: the writer's group commit then keeps
 the disk and the loop working at once), so the thread that syncs changes seldom. The log is
@@ -57,11 +60,15 @@ disk's fsync") off the path in bench/handoff_micro.py. It is for a quick disk on
 fsync runs the loop serves nothing else. So the fsyncs' recent length is kept (a moving average,
 each new one weighing 1/8), and while it is `INLINE_SYNC_NS_MAX` or more every commit is the
 writer's: a stalling disk holds the loop (the overlay's keep-alives, other connections) for one
-fsync at most. Even so, on a saturated shared machine (load 9-19, fsyncs of 4-6 ms) brokers with
-it gave (d) p50s several times those without it, in most alternated pairs (docs/benchmarks.md,
-stop 24), and no quiet machine was at hand to show its gain in the broker: hence off by default.
+fsync at most. On a saturated shared machine (load 9-19, fsyncs of 4-6 ms) brokers with it gave
+(d) p50s several times those without it in most alternated pairs (docs/benchmarks.md, stop 24),
+most of it the loop fsyncing a burst once per PUBLISH (fixed by `defer`); on the quiet machine its
+p99 was the lower in every round, and it now has the prefill's fdatasyncs too, with the least CPU
+and the fewest context switches per (d) event of the paths tried (stop 30): hence on by default.
+Loop and writer make the same log and the same reports; only the thread and the timing differ.
 
-The prefill (the writer's). After a quiet, small commit (one that started INLINE_QUIET_NS or more
+The prefill (the writer's, also for the loop's commits: a quiet, small commit made in the loop
+hands it to the writer when one is due). After a quiet, small commit (one that started INLINE_QUIET_NS or more
 after the last one ended and wrote at most PREFILL_COMMIT_BYTES_MAX: an idle broker, or (d)'s one
 event a millisecond on a quick disk, where each fsync covers an event or a few), once the queue is
 empty, the writer lets the log prefill (storage/log.py: zeros written ahead, so the next commits
@@ -72,16 +79,13 @@ loaded disk) would hold the next commit: with it after every small commit, (a) l
 (Pacing large back-to-back commits, so that each fsync covers more events, was built and measured
 three times with no gain, the last on a quiet machine; it was taken out again.)
 
-The native commit (`native_loop`; the broker passes it with TIDINGS_NATIVE_COMMIT=1,
-aio/native_commit.py): the loop's thread is the log's one writer (appends, retention, releases)
-and a thread outside the interpreter fsyncs, so no GIL passes between two threads on the path.
-Syncs are reported through `on_synced_here`; the writer thread is left the saves, the reader pool
-the reads. The prefill does not apply there (it is the writer's), so its commits are full fsyncs.
+A native commit (the loop the log's one writer, a pthread of a C extension that never takes the GIL
+fsyncing and writing an eventfd the loop watches) was built and measured for (d) in stop 29 and
+30, and taken out: the loop's own commit needs no hand-off at all (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 import os
@@ -93,7 +97,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tidings.aio.native_commit import NativeCommits
 from tidings.core.inputs import TICK_MARKS, LogState
 from tidings.core.publish.dedup import DedupWindow
 from tidings.storage import EventLog
@@ -166,18 +169,13 @@ class StorageWorker:
                  on_retained: Callable[[LogState], object], on_failed: Callable[[BaseException], object],
                  on_synced_here: Callable[[int, LogState], object] | None = None,
                  clock: Callable[[], int] = time.monotonic_ns, prefill: bool | None = None,
-                 native_loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 defer: Callable[[Callable[[], None]], object] | None = None) -> None:
         """`on_synced` is called in the writer's thread; `on_synced_here`, when given, reports a
         quiet broker's commit made in the calling thread (the module's docstring); None: every
         commit is the writer's. `clock`: monotonic ns, for the quiet test. `prefill` (default on
-        unless $TIDINGS_LOG_PREFILL=0): the module's "The prefill". `native_loop`: the calling thread's loop,
-        whose commits then go to the native committer (reported through `on_synced_here`, which
-        must be given)."""
-        self.native: NativeCommits | None = None
-        if native_loop is not None:
-            assert on_synced_here is not None, "the native commit reports through on_synced_here"
-            self.native = NativeCommits(log, native_loop, log_state, on_synced_here, on_failed)
-            on_synced_here = None  # not the quiet commit of TIDINGS_SYNC_IN_LOOP: everything is native
+        unless $TIDINGS_LOG_PREFILL=0): the module's "The prefill". `defer`: the calling thread's
+        loop's `call_soon`, so that a commit made there waits for the end of the turn and every
+        Sync of the turn shares its fsync (the module's docstring); None: each Sync commits at once."""
         self.log = log
         self._prefill = os.environ.get("TIDINGS_LOG_PREFILL") != "0" if prefill is None else prefill
         self._size_committed = log.size_bytes  # the log's bytes after the writer's last commit
@@ -209,6 +207,8 @@ class StorageWorker:
         self._put = 0  # work put on the queue (by the calling thread only)
         self._done = 0  # of it, the work the writer has finished (by the writer only)
         self._held: list[tuple[list[tuple[int, bytes]], list[bytes] | None]] = []  # Appends for a Sync here
+        self._held_token: int | None = None  # with `defer`: the highest Sync for the commit at the turn's end
+        self._defer = defer
         self._last_commit_ns = clock() - INLINE_QUIET_NS  # when the last commit ended
         self._in_loop = False  # the commits are the loop's (until the load is sustained), not the writer's
         self._quiet_run = INLINE_RUN_COMMITS  # the last commits in a row that were quiet (a new log: idle)
@@ -220,51 +220,31 @@ class StorageWorker:
         self._thread.start()
 
     def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
-        if self.native is not None:
-            self.native.append(records, keys)
-            return
         if self._on_synced_here is not None and (self._held or self._loop_commits()):
             self._held.append((records, keys))  # for the Sync that follows, made here
             return
         self._put_work(("append", (records, keys)))
 
     def sync(self, token: int) -> None:
-        if self.native is not None:
-            self.native.sync(token)
-        elif self._held:  # held by `append` for this: any other work put since has taken them to the writer
-            self._commit_here(token)
-        else:
+        if not self._held:  # nothing held here (any other work put since took it to the writer)
             self._put_work(("sync", token))
+        elif self._defer is None:
+            self._commit_here(token)
+        else:  # one commit at the end of the turn, for every Sync of it
+            if self._held_token is None:
+                self._defer(self._commit_turn)
+            self._held_token = token
 
     def retain(self, now_us: int, bytes_max: int, age_us: int) -> None:
-        if self.native is not None:  # the loop writes the log: its housekeeping too
-            self.native.housekeeping(lambda: self.log.enforce_retention(now_us, bytes_max, age_us) >= 0,
-                                     self._on_retained)
-        else:
-            self._put_work(("retain", (now_us, bytes_max, age_us)))
+        self._put_work(("retain", (now_us, bytes_max, age_us)))
 
     def release(self, through: int) -> None:
         """The release protocol's ReleaseLog: drop the whole segments at or below `through`."""
-        if self.native is not None:
-            self.native.housekeeping(lambda: self.log.release_through(through) > 0, self._on_retained)
-        else:
-            self._put_work(("release", through))
-
-    @property
-    def commits(self) -> int:
-        """The log's fsyncs finished (by the writer, the loop or the native committer)."""
-        return self.syncs + (self.native.syncs if self.native is not None else 0)
+        self._put_work(("release", through))
 
     def fsync_mean_us(self) -> float:
         """The log's fsyncs' mean length so far, by whichever thread made them (0 before any)."""
-        total = self.sync_ns_total + (self.native.sync_ns_total if self.native is not None else 0)
-        return total / max(self.commits, 1) / 1000
-
-    def detach(self) -> None:
-        """In the loop's thread, before `stop`: the native committer stops (the fsync in flight
-        finishes first, unreported) and the loop no longer watches it. Nothing without it."""
-        if self.native is not None:
-            self.native.close()
+        return self.sync_ns_total / max(self.syncs, 1) / 1000
 
     def _loop_commits(self) -> bool:
         """Whether the next commit is the loop's: the writer has done all it was given and the disk
@@ -280,14 +260,30 @@ class StorageWorker:
         return self._in_loop
 
     def _put_work(self, item: Any) -> None:
-        """Hand `item` to the writer, after any Appends held for a commit here (the order holds)."""
+        """Hand `item` to the writer, after any Appends (and Sync) held for a commit here (the order holds)."""
         if self._held:
             for held in self._held:
                 self._put += 1
                 self._queue.put(("append", held))
             self._held.clear()
+        if self._held_token is not None:
+            self._put += 1
+            self._queue.put(("sync", self._held_token))
+            self._held_token = None
         self._put += 1
         self._queue.put(item)
+
+    def commit_held(self) -> None:
+        """In the calling thread, before `stop` (which the broker calls from another): a commit held
+        for the end of the turn is made now, so that nothing here races the stop's hand-over."""
+        self._commit_turn()
+
+    def _commit_turn(self) -> None:
+        """At the end of the turn (`defer`): the commit of its Syncs, unless other work put on the
+        queue meanwhile took them to the writer."""
+        token, self._held_token = self._held_token, None
+        if token is not None:
+            self._commit_here(token)
 
     def _commit_here(self, token: int) -> None:
         """The held Appends written and fsynced in this thread, reported through `on_synced_here`."""
@@ -308,6 +304,10 @@ class StorageWorker:
             return
         self.syncs_here += 1
         report(token, state)
+        size, self._size_committed = self._size_committed, self.log.size_bytes
+        if (self._prefill and not self._busy_run and self.log.size_bytes - size <= PREFILL_COMMIT_BYTES_MAX
+                and self.log.prefill_due()):
+            self._put_work(("prefill", None))  # zeros ahead, by the writer: the loop goes on meanwhile
 
     def _commit_began(self) -> int:
         """A commit's fsync begins (in the syncer, or the loop's when the syncer is idle): whether
@@ -496,8 +496,12 @@ class StorageWorker:
         self._small = self._size_committed - size <= PREFILL_COMMIT_BYTES_MAX  # (after a retention: negative)
 
     def _housekeeping(self, kind: str, arg: Any) -> None:
-        """Retention, a release (reported by the syncer, after the syncs begun before it) or a save."""
-        if kind in ("retain", "release"):
+        """The writer's prefill, retention, a release (reported by the syncer, after the syncs begun
+        before it) or a save."""
+        if kind == "prefill":
+            with self._log_lock:
+                self.log.prefill()
+        elif kind in ("retain", "release"):
             with self._log_lock:
                 if kind == "retain":
                     self.log.enforce_retention(*arg)

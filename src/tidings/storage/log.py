@@ -48,9 +48,7 @@ recorded as released. The active segment is never removed, so `last_tick` never 
 
 Threads. One thread at a time calls `append`, `sync`, `enforce_retention`, `release_through`
 (the caller's released prefix, same removal) and `close` (aio/storage_worker.py may hand the log
-between its writer and a quiet broker's loop; with the native commit, aio/native_commit.py, that
-thread is the loop's, and a thread outside the interpreter fsyncs the duplicate descriptors
-`begin_sync` gives it, never calling into the log); any thread may call `read` and the properties.
+between its writer and a quiet broker's loop); any thread may call `read` and the properties.
 A segment's visible end (`Segment.size`) moves only after its bytes are written, under a lock
 held for a few assignments; readers read below the end they saw, from a descriptor they pinned,
 so they never see a torn record and never read a recycled descriptor.
@@ -221,12 +219,14 @@ class EventLog:
         from the sparse index (nothing is read), so a cut is as fine as INDEX_INTERVAL_BYTES. The
         storage worker asks at every sync: the marks are kept until the log's first segment changes
         or its size moves by more than half a run's share of the bytes (a drift of less than one run
-        in `2 * runs`), which a sync of a large log rarely does."""
+        in `2 * runs`) and by half an index interval (finer than the index, the cuts would not
+        move: a young log, whose runs are small, would otherwise work them out every few syncs)."""
         with self._lock:
             first = self._first_ticks[0] if self._first_ticks else None
             (basis_first, basis_size, basis_runs), marks = self._marks
             drift = abs(self._size_bytes - basis_size)
-            if first == basis_first and runs == basis_runs and drift * runs * 2 < basis_size:
+            if first == basis_first and runs == basis_runs and (drift * runs * 2 < basis_size
+                                                                or drift * 2 < INDEX_INTERVAL_BYTES):
                 return marks
             marks = self._cut(runs)
             self._marks = ((first, self._size_bytes, runs), marks)
@@ -308,7 +308,7 @@ class EventLog:
             self._fsync_directory()
 
     def begin_sync(self) -> SyncPlan | None:
-        """`sync` made by another thread, which never calls into the log (aio/native_commit.py): the
+        """`sync` made by another thread, which never calls into the log (aio/storage_worker.py's syncer): the
         descriptors to fsync, both duplicates the taker closes, and what they cover; None when
         everything appended is durable. Hand it back to `end_sync` once they are synced (or failed):
         until then nothing is counted durable. Appends may go on meanwhile; a roll closes only
@@ -359,13 +359,10 @@ class EventLog:
         writer calling it after every commit pays one fsync for many commits. The writer's,
         between its other work; returns the bytes written (0: nothing was due)."""
         self._check_writable()
-        if not self._segments or self.prefill_bytes_max <= 0 or self._segments[-1].size == 0:
+        if not self.prefill_due():
             return 0
         limit = min(self._segments[-1].size + self.prefill_bytes_max, self.segment_bytes_max)
         room = limit - self._file_bytes
-        if room <= 0 or (room < min(PREFILL_CHUNK_BYTES, self.prefill_bytes_max) // 2
-                         and limit < self.segment_bytes_max):
-            return 0
         size = self._segments[-1].size
         start = self._file_bytes
         target = start + min(room, PREFILL_CHUNK_BYTES)
@@ -384,6 +381,15 @@ class EventLog:
         self._fsync(self._write_fd)
         self._synced_bytes = size  # that fsync made the records written so far durable too
         return target - start
+
+    def prefill_due(self) -> bool:
+        """Whether `prefill` would write now (the writing thread's question: nothing changes)."""
+        if not self._segments or self.prefill_bytes_max <= 0 or self._segments[-1].size == 0:
+            return False
+        limit = min(self._segments[-1].size + self.prefill_bytes_max, self.segment_bytes_max)
+        room = limit - self._file_bytes
+        return room > 0 and (room >= min(PREFILL_CHUNK_BYTES, self.prefill_bytes_max) // 2
+                             or limit >= self.segment_bytes_max)
 
     def enforce_retention(self, now_us: int, retention_bytes_max: int, retention_age_us: int) -> int:
         """Remove closed segments over the byte budget or too old; how many were removed."""
