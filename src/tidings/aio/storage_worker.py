@@ -186,8 +186,9 @@ class StorageWorker:
         self._on_retained = on_retained
         self._on_failed = on_failed
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="tidings-log-writer", daemon=True)
-        self._syncer = threading.Thread(target=self._run_syncer, name="tidings-log-syncer", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(self._loop,), name="tidings-log-writer", daemon=True)
+        self._syncer = threading.Thread(target=self._run, args=(self._syncs,), name="tidings-log-syncer",
+                                        daemon=True)
         self._log_lock = threading.Lock()  # the log's writes and its sync's bookkeeping: one thread at a time
         self._asked = threading.Condition()  # the writer asks the syncer for a sync through it
         self._wanted: list[tuple[int, int]] = []  # tokens asked for that the syncer has not taken, each with
@@ -370,9 +371,10 @@ class StorageWorker:
         if first:
             self._on_failed(exc)
 
-    def _run(self) -> None:
+    def _run(self, body: Callable[[], None]) -> None:
+        """A thread's body (the writer's or the syncer's): whatever it raises fails the worker, once."""
         try:
-            self._loop()
+            body()
         except BaseException as exc:
             self._fail(exc)
 
@@ -431,12 +433,6 @@ class StorageWorker:
             self._housekeeping(kind, arg)
         self._done += taken
         return stop
-
-    def _run_syncer(self) -> None:
-        try:
-            self._syncs()
-        except BaseException as exc:
-            self._fail(exc)
 
     def _syncs(self) -> None:
         """The syncer: one fsync at a time of everything written when it begins, reported with the

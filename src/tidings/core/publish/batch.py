@@ -61,7 +61,28 @@ Encoded = tuple[list[bytes], list[Delivery] | None, int, str | None, list[int], 
 BATCH_BYTES_MAX = (1 << 30) - 1  # storage/record.py BATCH_BYTES_MAX: a batch record's body (not imported: core)
 
 
-class RecordRun(Sequence[tuple[int, bytes]]):
+class _Pairs(Sequence[tuple[int, bytes]]):
+    """(tick, record) pairs by index or slice, as a log append reads them (storage/record.py)."""
+
+    __slots__ = ()
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, bytes]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[int, bytes]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[int, bytes] | list[tuple[int, bytes]]:
+        return self._pairs(i) if isinstance(i, slice) else self._pair(i)
+
+    def _pair(self, i: int) -> tuple[int, bytes]:
+        raise NotImplementedError
+
+    def _pairs(self, i: slice) -> list[tuple[int, bytes]]:
+        raise NotImplementedError
+
+
+class RecordRun(_Pairs):
     """A PUBLISH's records at consecutive ticks, as the one pass made them: two columns, `ticks`
     and `records`, and `table`, the table of the batch record the log keeps them in (u32 count,
     then u32 where each record ends, little-endian: storage/record.py), or None when that record's
@@ -85,16 +106,11 @@ class RecordRun(Sequence[tuple[int, bytes]]):
     def __len__(self) -> int:
         return len(self.records)
 
-    @overload
-    def __getitem__(self, i: int) -> tuple[int, bytes]: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[tuple[int, bytes]]: ...
-
-    def __getitem__(self, i: int | slice) -> tuple[int, bytes] | list[tuple[int, bytes]]:
-        if isinstance(i, slice):
-            return list(zip(self.ticks[i], self.records[i], strict=True))
+    def _pair(self, i: int) -> tuple[int, bytes]:
         return self.ticks[i], self.records[i]
+
+    def _pairs(self, i: slice) -> list[tuple[int, bytes]]:
+        return list(zip(self.ticks[i], self.records[i], strict=True))
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
         return zip(self.ticks, self.records, strict=True)
@@ -115,7 +131,7 @@ class RecordRun(Sequence[tuple[int, bytes]]):
         return (self,)
 
 
-class RecordRuns(Sequence[tuple[int, bytes]]):
+class RecordRuns(_Pairs):
     """The runs of consecutive PUBLISHes of one input, appended as one: the intake merges an
     input's Appends (core/publish/intake.py `_append`), so the log writer takes them with one
     write. Each run stays its own batch record (storage/record.py `encode`), exactly as it would
@@ -132,15 +148,10 @@ class RecordRuns(Sequence[tuple[int, bytes]]):
     def __len__(self) -> int:
         return sum(map(len, self.runs))
 
-    @overload
-    def __getitem__(self, i: int) -> tuple[int, bytes]: ...
+    def _pairs(self, i: slice) -> list[tuple[int, bytes]]:
+        return list(self)[i]
 
-    @overload
-    def __getitem__(self, i: slice) -> list[tuple[int, bytes]]: ...
-
-    def __getitem__(self, i: int | slice) -> tuple[int, bytes] | list[tuple[int, bytes]]:
-        if isinstance(i, slice):
-            return list(self)[i]
+    def _pair(self, i: int) -> tuple[int, bytes]:
         if i < 0:
             i += len(self)
         for run in self.runs:
