@@ -93,7 +93,7 @@ import pathlib
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -220,7 +220,7 @@ class StorageWorker:
         self._syncer.start()
         self._thread.start()
 
-    def append(self, records: list[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
+    def append(self, records: Sequence[tuple[int, bytes]], keys: list[bytes] | None = None) -> None:
         if self._on_synced_here is not None and (self._held or self._loop_commits()):
             self._held.append((records, keys))  # for the Sync that follows, made here
             return
