@@ -207,7 +207,7 @@ class StorageWorker:
         self._stopping = False
         self._put = 0  # work put on the queue (by the calling thread only)
         self._done = 0  # of it, the work the writer has finished (by the writer only)
-        self._held: list[tuple[list[tuple[int, bytes]], list[bytes] | None]] = []  # Appends for a Sync here
+        self._held: list[tuple[Sequence[tuple[int, bytes]], list[bytes] | None]] = []  # Appends for a Sync here
         self._held_token: int | None = None  # with `defer`: the highest Sync for the commit at the turn's end
         self._defer = defer
         self._last_commit_ns = clock() - INLINE_QUIET_NS  # when the last commit ended
