@@ -16,9 +16,11 @@ from tidings.sim.delivery_scenario import CONFIG, DeliveryRun, sweep_scenario
 # a few records in flight per tree, a small hold (spilled and read back from the log), and stalls within a run
 # seeds whose 4 KiB holds spill (the others of the soak's 50, e.g. 33, 35, 49, hold without spilling)
 SPILLING = frozenset({0, 1, 2, 3})
-# the one seed of the 50 whose windows are never full when a message is ready (its pubends' knowledge
-# was acknowledged in time: 0 holds, every seed from the branch's first commit on); the others hold
-NEVER_FULL = frozenset({35})
+# the seeds of the 50 whose windows are never full when a message is ready (their pubends' knowledge
+# was acknowledged in time: 0 holds): 35 from the branch's first commit on, 5 since brokers that join
+# together meet within a keep-alive round (core/overlay/node.py: another trajectory, nothing lost either
+# way); the others hold
+NEVER_FULL = frozenset({5, 35})
 SMALL = replace(CONFIG, flow_window_bytes=256, flow_hold_bytes_max=4096, flow_stall_ns=300 * MILLISECOND_NS)
 
 
