@@ -359,10 +359,9 @@ class EventLog:
         writer calling it after every commit pays one fsync for many commits. The writer's,
         between its other work; returns the bytes written (0: nothing was due)."""
         self._check_writable()
-        if not self.prefill_due():
+        room = self._prefill_room()
+        if not room:
             return 0
-        limit = min(self._segments[-1].size + self.prefill_bytes_max, self.segment_bytes_max)
-        room = limit - self._file_bytes
         size = self._segments[-1].size
         start = self._file_bytes
         target = start + min(room, PREFILL_CHUNK_BYTES)
@@ -384,12 +383,17 @@ class EventLog:
 
     def prefill_due(self) -> bool:
         """Whether `prefill` would write now (the writing thread's question: nothing changes)."""
+        return self._prefill_room() > 0
+
+    def _prefill_room(self) -> int:
+        """The zeros `prefill` may write ahead now: 0 when none are due."""
         if not self._segments or self.prefill_bytes_max <= 0 or self._segments[-1].size == 0:
-            return False
+            return 0
         limit = min(self._segments[-1].size + self.prefill_bytes_max, self.segment_bytes_max)
         room = limit - self._file_bytes
-        return room > 0 and (room >= min(PREFILL_CHUNK_BYTES, self.prefill_bytes_max) // 2
-                             or limit >= self.segment_bytes_max)
+        due = room > 0 and (room >= min(PREFILL_CHUNK_BYTES, self.prefill_bytes_max) // 2
+                            or limit >= self.segment_bytes_max)
+        return room if due else 0
 
     def enforce_retention(self, now_us: int, retention_bytes_max: int, retention_age_us: int) -> int:
         """Remove closed segments over the byte budget or too old; how many were removed."""
