@@ -10,7 +10,7 @@ broker's data: append one record of `record_bytes` to a file opened for appendin
 (an fsync right after another can be faster or slower than one after an idle millisecond).
 
   python bench/fsync_floor.py [--dir DIR] [--samples 3000] [--rate 1000] [--record-bytes 140]
-                              [--calls fsync,fdatasync,dsync,prefilled]
+                              [--calls fsync,fdatasync,dsync,prefilled,writeback] [--work-us 0]
 
 The line also gives the CPU time the probing thread spent in each pair (`cpu_p50_us`, `cpu_p90_us`,
 CLOCK_THREAD_CPUTIME_ID): a broker's CPU per event in (d) includes its log writer's fsync, and on a
@@ -30,7 +30,11 @@ of its own, the order turned every sample) so that the machine's drift falls on 
 (write, then os.fsync: the floor), `fdatasync` (write, then os.fdatasync: the data and the size,
 not the timestamps), `dsync` (one write on a descriptor opened O_DSYNC), `prefilled` (pwrite over
 zeros written ahead, then os.fdatasync: the log's pattern, the zeros written between samples and
-their CPU not counted in the sample). One JSON line per call.
+their CPU not counted in the sample), `writeback` (as `prefilled`, with the kernel asked to begin
+writing the record at once, storage/files.py `start_writeback`, as the loop's commit does since stop
+31). `--work-us N` spins N us of CPU between every call's write and its sync, standing in for
+the core's answer to the sync, which the loop's commit works out while the disk writes: compare
+`prefilled` and `writeback` with it. One JSON line per call.
 """
 
 from __future__ import annotations
@@ -42,6 +46,11 @@ import tempfile
 import time
 from typing import Any
 
+try:
+    from tidings.storage.files import start_writeback
+except ImportError:  # an older checkout: no early writeback
+    def start_writeback(fd: int, offset: int, length: int) -> bool:
+        return False
 try:
     from tidings.storage.log import PREFILL_BYTES_MAX_DEFAULT, PREFILL_CHUNK_BYTES
 except ImportError:  # an older checkout's log (bench/compare.py, A/B runs): measure the same pattern
@@ -92,12 +101,14 @@ class Prefilled:
         self.file_bytes += size
         self.fill_cpu_ns += time.thread_time_ns() - c0
 
-    def write(self, record: bytes) -> None:
+    def write(self, record: bytes, writeback: bool = False) -> None:
         if self.end + len(record) > FILE_BYTES_MAX:  # a new segment: back to the start of a fresh file
             os.ftruncate(self.fd, 0)
             os.fsync(self.fd)
             self.end = self.file_bytes = 0
         os.pwrite(self.fd, record, self.end)
+        if writeback:
+            start_writeback(self.fd, self.end, len(record))
         self.end += len(record)
 
     def sync(self) -> None:
@@ -183,14 +194,23 @@ def _measure(directory: str, samples: int, rate_per_s: float, record_bytes: int,
     return out
 
 
-CALLS = ("fsync", "fdatasync", "dsync", "prefilled")
+CALLS = ("fsync", "fdatasync", "dsync", "prefilled", "writeback")
+PREFILLED_CALLS = ("prefilled", "writeback")
+
+
+def spin_us(us: float) -> None:
+    """Busy CPU for `us` microseconds (the work a commit does between its write and its fsync)."""
+    until = time.perf_counter_ns() + int(us * 1000)
+    while time.perf_counter_ns() < until:
+        pass
 
 
 def compare_calls(directory: str, calls: list[str], samples: int = SAMPLES, rate_per_s: float = RATE_PER_S,
-                  record_bytes: int = RECORD_BYTES) -> list[dict[str, Any]]:
+                  record_bytes: int = RECORD_BYTES, work_us: float = 0.0) -> list[dict[str, Any]]:
     """`samples` appends made durable by each of `calls` (from CALLS), interleaved: at each paced
     slot the next call in turn, the order turned by one every round; each its own fresh file under
-    `directory` (removed after). One summary per call, as `measure`'s."""
+    `directory` (removed after), `work_us` of CPU between each write and its sync. One summary per
+    call, as `measure`'s."""
     unknown = [c for c in calls if c not in CALLS]
     if unknown or not calls:
         raise ValueError(f"calls must be among {', '.join(CALLS)}: {', '.join(unknown) or 'none given'}")
@@ -198,16 +218,16 @@ def compare_calls(directory: str, calls: list[str], samples: int = SAMPLES, rate
     record = os.urandom(record_bytes)
     os.makedirs(directory, exist_ok=True)
     files: dict[str, tuple[int, str]] = {}
-    prefilled: Prefilled | None = None
+    prefilled: dict[str, Prefilled] = {}
     took: dict[str, list[float]] = {c: [] for c in calls}
     cpu: dict[str, list[float]] = {c: [] for c in calls}
     try:
         for call in calls:
             fd, path = tempfile.mkstemp(prefix=f"fsync-floor-{call}-", suffix=".log", dir=directory)
             os.close(fd)
-            if call == "prefilled":
-                prefilled = Prefilled(path)
-                files[call] = (prefilled.fd, path)
+            if call in PREFILLED_CALLS:
+                prefilled[call] = Prefilled(path)
+                files[call] = (prefilled[call].fd, path)
                 continue
             files[call] = (os.open(path, os.O_WRONLY | os.O_APPEND | (os.O_DSYNC if call == "dsync" else 0)), path)
         t_next = time.perf_counter_ns()
@@ -221,25 +241,29 @@ def compare_calls(directory: str, calls: list[str], samples: int = SAMPLES, rate
                 fd = files[call][0]
                 t0 = time.perf_counter_ns()
                 c0 = time.thread_time_ns()
-                if call == "prefilled" and prefilled is not None:
-                    prefilled.write(record)
-                    prefilled.sync()
+                log = prefilled.get(call)
+                if log is not None:
+                    log.write(record, writeback=call == "writeback")
                 else:
                     os.write(fd, record)
-                if call == "fsync":
+                spin_us(work_us)
+                if log is not None:
+                    log.sync()
+                elif call == "fsync":
                     os.fsync(fd)
                 elif call == "fdatasync":
                     os.fdatasync(fd)
                 cpu[call].append((time.thread_time_ns() - c0) / 1000)
                 took[call].append((time.perf_counter_ns() - t0) / 1000)
-                if call == "prefilled" and prefilled is not None:
-                    prefilled.fill()
+                if log is not None:
+                    log.fill()
     finally:
         for fd, path in files.values():
             os.close(fd)
             os.unlink(path)
     return [{**summary(took[c]), "cpu_p50_us": summary(cpu[c])["p50_us"], "cpu_p90_us": summary(cpu[c])["p90_us"],
-             "call": c, "record_bytes": record_bytes, "rate_per_s": rate_per_s, "dir": directory} for c in calls]
+             "call": c, "record_bytes": record_bytes, "rate_per_s": rate_per_s, "work_us": work_us, "dir": directory}
+            for c in calls]
 
 
 def main() -> None:
@@ -249,9 +273,11 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=RATE_PER_S, help="appends per second (0: back to back)")
     ap.add_argument("--record-bytes", type=int, default=RECORD_BYTES)
     ap.add_argument("--calls", help=f"compare these, interleaved (from {','.join(CALLS)})")
+    ap.add_argument("--work-us", type=float, default=0.0, help="with --calls: CPU spun between write and sync")
     args = ap.parse_args()
     if args.calls:
-        for line in compare_calls(args.dir, args.calls.split(","), args.samples, args.rate, args.record_bytes):
+        for line in compare_calls(args.dir, args.calls.split(","), args.samples, args.rate, args.record_bytes,
+                                  args.work_us):
             print(json.dumps(line), flush=True)
         return
     print(json.dumps(measure(args.dir, args.samples, args.rate, args.record_bytes)), flush=True)

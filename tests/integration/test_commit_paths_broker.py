@@ -3,6 +3,8 @@ the switch picks the path, publishes are acknowledged and read back, the log's c
 where the path says (the quiet ones the loop's when it may), and the broker stops cleanly."""
 
 import asyncio
+import errno
+import os
 import time
 
 import pytest
@@ -11,6 +13,7 @@ from tidings import sync
 from tidings.aio import storage_worker
 from tidings.aio.server import BrokerServer
 from tidings.aio.storage_worker import INLINE_QUIET_NS, INLINE_RUN_COMMITS
+from tidings.storage import EventLog
 
 pytestmark = pytest.mark.integration
 EVENTS = 300
@@ -51,3 +54,64 @@ def test_a_broker_commits_on_the_path_the_switch_says(tmp_path, commit, monkeypa
         assert worker.log.record_count == EVENTS + QUIET_EVENTS
 
     asyncio.run(run())
+
+
+def test_a_failed_fsync_after_the_core_heard_of_it_sends_nothing_and_stops_the_broker(tmp_path, monkeypatch):
+    """The loop's commit tells the core of the sync before its fsync and holds the answer
+    (aio/storage_worker.py, "The core hears of a commit early"): when that fsync fails, neither the
+    publisher's ACK nor the subscriber's delivery leaves the broker, the core hears nothing more,
+    and the broker stops. What was acknowledged before is in the log when it is opened again."""
+    monkeypatch.setenv("TIDINGS_SYNC_IN_LOOP", "1")
+    monkeypatch.setattr(storage_worker, "INLINE_SYNC_NS_MAX", 10**12)
+    failed_in: list[bool] = []
+
+    async def run() -> None:
+        server = BrokerServer(tmp_path / "b", "127.0.0.1", 0)
+        await server.start()
+        worker, driver = server.worker, server.driver
+        assert worker is not None and driver is not None
+        real_fdatasync, log = os.fdatasync, worker.log
+
+        def failing_fdatasync(fd: int) -> None:  # the log's own fd only: as a failing disk would
+            if fd != log._write_fd:
+                return real_fdatasync(fd)
+            failed_in.append(worker._in_loop)
+            raise OSError(errno.EIO, "injected")
+
+        def clients() -> tuple[list[bytes], BaseException | None, object]:
+            with sync.connect(server.address, service="commit", instance="sub") as s, \
+                    sync.connect(server.address, service="commit", instance="pub") as p:
+                sub = s.subscribe("n/#")
+                for i in range(QUIET_EVENTS):  # quiet commits: the loop's
+                    time.sleep(QUIET_GAP_S)
+                    p.publish("n/t", f"ok{i}".encode())
+                got = [item.payload for item in (sub.get(timeout=30) for _ in range(QUIET_EVENTS))]
+                time.sleep(QUIET_GAP_S)
+                monkeypatch.setattr(os, "fdatasync", failing_fdatasync)
+                error: BaseException | None = None
+                try:
+                    p.publish("n/t", b"never")
+                except Exception as exc:  # the broker stops: the ACK never comes
+                    error = exc
+                try:
+                    after: object = sub.get(timeout=10)
+                except Exception as exc:  # the subscription ends with the broker
+                    after = exc
+                return got, error, after
+
+        try:
+            got, error, after = await asyncio.wait_for(asyncio.to_thread(clients), 90)
+            await asyncio.wait_for(server._stopped.wait(), 30)
+        finally:
+            monkeypatch.setattr(os, "fdatasync", real_fdatasync)
+            await server.stop()
+        assert got == [f"ok{i}".encode() for i in range(QUIET_EVENTS)]
+        assert failed_in == [True], "the failing fsync was the loop's commit"
+        assert error is not None, "the publish of the event whose fsync failed was acknowledged"
+        assert getattr(after, "payload", None) != b"never", "the event whose fsync failed was delivered"
+        assert driver._closed, "the core heard more after the failed fsync"
+
+    asyncio.run(run())
+    with EventLog.open(tmp_path / "b" / "log") as log:  # what was acknowledged is there
+        payloads = [record for _, record in log.read(0, 1 << 20)]
+        assert len(payloads) >= QUIET_EVENTS

@@ -123,10 +123,10 @@ def test_the_watch_merges_slow_reads_into_one_episode_with_its_evidence(tmp_path
 
 
 def test_the_calls_compared_each_get_every_sample_and_leave_nothing(tmp_path: Path) -> None:
-    found = fsync_floor.compare_calls(str(tmp_path), ["fsync", "fdatasync", "dsync", "prefilled"], samples=20,
-                                      rate_per_s=0, record_bytes=64)
-    assert [f["call"] for f in found] == ["fsync", "fdatasync", "dsync", "prefilled"]
-    assert all(f["samples"] == 20 and 0 < f["p50_us"] <= f["max_us"] for f in found)
+    calls = ["fsync", "fdatasync", "dsync", "prefilled", "writeback"]
+    found = fsync_floor.compare_calls(str(tmp_path), calls, samples=20, rate_per_s=0, record_bytes=64, work_us=50)
+    assert [f["call"] for f in found] == calls
+    assert all(f["samples"] == 20 and 50 < f["p50_us"] <= f["max_us"] for f in found)  # the work is in each
     assert list(tmp_path.iterdir()) == []
     try:
         fsync_floor.compare_calls(str(tmp_path), ["fsync", "osync"], samples=1)

@@ -114,3 +114,29 @@ def test_a_closed_driver_drops_what_waits_and_disarms():
     driver.feed(Accepted(0, 1))
     driver.feed(Accepted(0, 3))
     assert [getattr(i, "conn", None) for i in core.handled] == [5, 1] and rt.armed == [10, None]
+
+
+def test_hold_handles_now_and_applies_only_when_run():
+    """`hold`: the core hears the input at once, its effects wait for `run` (the loop's commit holds
+    a sync's answer until the fsync returned); dropped with the core by `close`; refused (None) while
+    the driver applies effects, so that an input is never handled out of turn."""
+    core = FakeCore()
+    driver, rt = make(core)
+    held = driver.hold(Accepted(0, 3))
+    assert [type(i) for i in core.handled] == [Accepted] and rt.sent == [] and rt.armed == []
+    assert held is not None
+    core.deadline = 50
+    driver.run(held)
+    assert rt.sent == [3] and rt.armed == [50] and rt.settles == 1
+
+    refused: list[object] = []
+    driver2, rt2 = make(core, on_send=lambda eff: refused.append(driver2.hold(Accepted(0, 4))))
+    driver2.feed(Accepted(0, 5))
+    assert refused == [None]
+
+    dropped = driver.hold(Accepted(0, 6))
+    assert dropped is not None
+    driver.close()
+    driver.feed(Accepted(0, 7))
+    assert rt.sent == [3] and driver.hold(Accepted(0, 8)) is None
+    assert [getattr(i, "conn", None) for i in core.handled][-1] == 6

@@ -1,6 +1,8 @@
 """The storage worker: group commit, and a failing disk reported as such (never as a hang)."""
 
 import errno
+import os
+import sys
 import threading
 import time
 
@@ -17,7 +19,8 @@ from tidings.aio.storage_worker import (
     log_state,
 )
 from tidings.core.inputs import TICK_MARKS
-from tidings.storage import EventLog, StorageError
+from tidings.storage import EventLog, StorageError, files
+from tidings.storage import log as log_module
 from tidings.storage.log import PREFILL_CHUNK_BYTES
 
 
@@ -100,10 +103,20 @@ class _Clock:
         return self.now_ns
 
 
-def _worker(log, clock, here, thread, failed=lambda exc: None, prefill=False):
+def _reporter(here, dropped=None, entry=lambda t, st: (t, st)):
+    """An `on_synced_here` that puts `entry(token, state)` in `here` once the fsync returned, or in
+    `dropped` if it failed (the report is made before the fsync; what it answers is held)."""
+    def report(token, state):
+        def finish(ok):
+            (here if ok else dropped).append(entry(token, state))
+        return finish
+    return report
+
+
+def _worker(log, clock, here, thread, failed=lambda exc: None, prefill=False, dropped=None):
     """The prefill off unless asked for: it would hand the log to the writer now and then."""
     return StorageWorker(log, lambda t, st: thread.append((t, st)), lambda st: None, failed,
-                         on_synced_here=lambda t, st: here.append((t, st)), clock=clock, prefill=prefill)
+                         on_synced_here=_reporter(here, dropped), clock=clock, prefill=prefill)
 
 
 def test_a_quiet_worker_commits_in_the_calling_thread(tmp_path):
@@ -125,6 +138,66 @@ def test_a_quiet_worker_commits_in_the_calling_thread(tmp_path):
         worker.stop()
         assert thread == []
         assert [t for t, _ in log.read(0, 1 << 20)] == [1, 2, 3]
+
+
+def test_the_report_here_comes_while_the_disk_writes_and_its_answer_after_the_fsync(tmp_path):
+    """A commit in the calling thread: the records written and their writeback begun, then the
+    report (the core hears of the sync), then the fsync, then the report's answer applied."""
+    clock, steps = _Clock(), []
+    with EventLog.open(tmp_path / "log") as log:
+        real_sync, real_writeback = log.sync, log.start_writeback
+
+        def sync():
+            steps.append(("fsync", log.record_count))
+            real_sync()
+
+        def writeback():
+            steps.append(("writeback", log.record_count))
+            return real_writeback()
+
+        log.sync, log.start_writeback = sync, writeback  # type: ignore[method-assign]
+
+        def report(token, state):
+            steps.append(("report", token, state.last_tick))
+            return lambda ok: steps.append(("answer", token, ok))
+
+        worker = StorageWorker(log, lambda t, st: None, lambda st: None, lambda exc: None,
+                               on_synced_here=report, clock=clock, prefill=False)
+        worker.start()
+        worker.append([(1, b"a"), (2, b"b")])
+        worker.sync(7)
+        assert steps == [("writeback", 2), ("report", 7, 2), ("fsync", 2), ("answer", 7, True)]
+        worker.stop()
+
+
+def test_writeback_begins_on_the_appended_bytes_only(tmp_path, monkeypatch):
+    """`EventLog.start_writeback` asks for the bytes appended since the last sync, on the active
+    segment's descriptor (storage/files.py `start_writeback`: sync_file_range where there is one)."""
+    calls = []
+    monkeypatch.setattr(log_module, "start_writeback",
+                        lambda fd, offset, length: calls.append((offset, length)) or True)
+    with EventLog.open(tmp_path / "log") as log:
+        assert log.start_writeback() is False and calls == []  # no segment yet
+        log.append([(1, b"a")])
+        size1 = log.size_bytes
+        assert log.start_writeback() and calls == [(0, size1)]
+        log.sync()
+        log.append([(2, b"bb")])
+        assert log.start_writeback() and calls[-1] == (size1, log.size_bytes - size1)
+
+
+def test_start_writeback_is_real_and_harmless(tmp_path):
+    """The real call on a real file: begun on Linux (sync_file_range), nothing asked for nothing begun."""
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"x" * 4096)
+        assert files.start_writeback(fd, 0, 4096) is (sys.platform == "linux")
+        assert files.start_writeback(fd, 0, 0) is False
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"x" * 4096
 
 
 def _drained(worker):
@@ -177,7 +250,9 @@ def test_sustained_load_goes_to_the_writer_and_back_only_after_quiet_commits(tmp
 
 
 def test_a_failing_sync_here_is_reported_and_leaves_the_rest_to_the_writer(tmp_path):
-    clock, here, thread, failures = _Clock(), [], [], []
+    """The core heard of the commit before its fsync: when the fsync fails, what it answered is
+    dropped unapplied (finish(False)), the failure reported, and the next commits are the writer's."""
+    clock, here, thread, failures, dropped = _Clock(), [], [], [], []
     log = EventLog.open(tmp_path / "log")
     real_sync = log.sync
 
@@ -185,10 +260,10 @@ def test_a_failing_sync_here_is_reported_and_leaves_the_rest_to_the_writer(tmp_p
         raise StorageError("fsync failed: EIO")
 
     log.sync = broken_sync  # type: ignore[method-assign]
-    worker = _worker(log, clock, here, thread, failures.append)
+    worker = _worker(log, clock, here, thread, failures.append, dropped=dropped)
     worker.append([(1, b"a")])
     worker.sync(1)
-    assert here == [] and len(failures) == 1 and "EIO" in str(failures[0])
+    assert here == [] and [t for t, _ in dropped] == [1] and len(failures) == 1 and "EIO" in str(failures[0])
     clock.now_ns += 10**9
     worker.append([(2, b"b")])
     worker.sync(2)  # never here again after a failure: the writer has it
@@ -456,7 +531,7 @@ def test_no_prefill_without_it_or_after_a_large_commit_in_the_loop(tmp_path):
     clock, here, thread = _Clock(), [], []
     with EventLog.open(tmp_path / "a") as log:
         worker = StorageWorker(log, lambda t, st: thread.append(t), lambda st: None, lambda exc: None,
-                               on_synced_here=lambda t, st: here.append(t), clock=clock, prefill=False)
+                               on_synced_here=_reporter(here, entry=lambda t, st: t), clock=clock, prefill=False)
         worker.start()
         worker.append([(1, b"a")])
         worker.sync(1)
@@ -505,7 +580,7 @@ def test_the_syncs_of_one_turn_share_the_loops_commit_at_its_end(tmp_path):
     clock, here, thread, turn_end = _Clock(), [], [], []
     with EventLog.open(tmp_path / "log") as log:
         worker = StorageWorker(log, lambda t, st: thread.append(t), lambda st: None, lambda exc: None,
-                               on_synced_here=lambda t, st: here.append((t, st)), clock=clock, prefill=False,
+                               on_synced_here=_reporter(here), clock=clock, prefill=False,
                                defer=turn_end.append)
         worker.start()
         for token in (1, 2, 3):  # three PUBLISHes read in one turn

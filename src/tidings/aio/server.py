@@ -42,6 +42,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -233,7 +234,7 @@ class BrokerServer:
             on_synced=lambda token, st: loop.call_soon_threadsafe(self._synced, token, st),
             # a quiet broker's commit made in the loop, fed in the same turn (TIDINGS_SYNC_IN_LOOP=0: always the
             # writer's; aio/storage_worker.py, docs/benchmarks.md "(d) above the disk's fsync")
-            on_synced_here=self._synced if in_loop else None,
+            on_synced_here=self._synced_here if in_loop else None,
             on_retained=lambda st: loop.call_soon_threadsafe(self._retained, st),
             on_failed=lambda exc: loop.call_soon_threadsafe(self._log_failed, exc),
             defer=loop.call_soon,  # the loop's commit at the end of the turn: one fsync for its Syncs
@@ -443,6 +444,21 @@ class BrokerServer:
 
     def _synced(self, token: int, state: LogState) -> None:
         self.feed(WriteSynced(time.monotonic_ns(), token, state))
+
+    def _synced_here(self, token: int, state: LogState) -> Callable[[bool], None]:
+        """A commit in the loop's thread is about to be fsynced: the core hears of it now, while the
+        disk writes, and its answer is held (aio/storage_worker.py, "The core hears of a commit
+        early"). The call returned runs it once the fsync returned (True), or drops it with the
+        core if the fsync failed (False: the broker stops without the core, as after a crash). When
+        the core cannot hear it out of turn (a commit asked for while effects are applied) it
+        hears it after the fsync, as a writer's commit."""
+        driver = self.driver
+        assert driver is not None
+        effects = driver.hold(WriteSynced(time.monotonic_ns(), token, state))
+        if effects is None:
+            return lambda ok: self._synced(token, state) if ok else None
+        held = effects
+        return lambda ok: driver.run(held) if ok else driver.close()
 
     def _retained(self, state: LogState) -> None:
         self.feed(RetentionApplied(time.monotonic_ns(), state))

@@ -14,6 +14,13 @@ written once so that both runtimes drive the core the same way:
   transport calls pause_writing from inside its write; a simulated socket does the same) is queued
   and handled after the effects of the current input, first in first out. The core therefore never
   sees an input while it is inside `handle`, and the order does not depend on the runtime;
+- **held effects**: `hold` hands the core an input now and returns its effects unapplied; the
+  runtime applies them later with `run`, or drops them with the core (`close`). The asyncio
+  runtime tells the core of a commit made in its own thread while the disk is still writing it,
+  and applies the answer (ACKs, deliveries, knowledge) once the fsync returned: nothing leaves
+  before the disk has the events, and nothing else reaches the core in between (one thread). If
+  the fsync fails, the answer and the core are dropped together, as in a crash
+  (aio/storage_worker.py, "The core hears of a commit early");
 - **arm**: once the queue is empty the core's `next_deadline()` is compared with the timer the
   runtime holds, and the runtime is told to move it only when it changed (`Runtime.arm`); when it
   fires, the runtime calls `fired(now, wall_us)` and the core hears `TimerFired`. Asking costs
@@ -97,6 +104,18 @@ class Driver:
         if not self._closed:
             self._runtime.settled()
             self._arm()
+
+    def hold(self, inp: Input) -> list[Effect] | None:
+        """Handle `inp` at once and return its effects unapplied, for `run` (or, with the core,
+        `close`) later; the runtime feeds nothing until then. None when it cannot be handled out
+        of turn: the driver is applying effects, has inputs queued, or is closed (then `feed` it)."""
+        if self._running or self._inputs or self._closed:
+            return None
+        self._running = True
+        try:
+            return self._handle(inp)
+        finally:
+            self._running = False
 
     def fired(self, now: int, wall_us: int) -> None:
         """The runtime's timer fired (it holds none now)."""

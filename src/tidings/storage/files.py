@@ -5,12 +5,20 @@ any point, never a mix: the new bytes go to a temporary sibling, are fsynced, re
 target (rename is atomic within a directory), and then the directory is fsynced so the rename itself
 survives a power loss. Readers of such files can therefore treat any undecodable content as real
 corruption rather than as a torn write.
+
+`start_writeback` asks the kernel to begin writing a file's dirty range to the disk without
+waiting (Linux's sync_file_range with SYNC_FILE_RANGE_WRITE, through ctypes: the os module has no
+binding). It makes nothing durable and reports no failure: the fsync that follows waits for that
+write, issues the disk's cache flush, and reports any error. Begun early, the write goes on while
+the caller works, and the fsync finds it done or nearly (docs/benchmarks.md, "Stop 31").
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pathlib
+from collections.abc import Callable
 
 from tidings.core.errors import TidingsError
 
@@ -27,6 +35,33 @@ class LogCorruptError(StorageError):
     """Bytes on disk that a crash cannot explain (not a torn tail): refuse to guess, name the place."""
 
     code = "log-corrupt"
+
+
+SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writing the range's dirty pages, do not wait
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's sync_file_range, or None where there is none (not Linux, or a libc without it)."""
+    try:
+        func = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    return func
+
+
+_SYNC_FILE_RANGE = _sync_file_range()
+
+
+def start_writeback(fd: int, offset: int, length: int) -> bool:
+    """Begin writing `length` bytes of `fd` from `offset` to the disk, without waiting (the module's
+    docstring); False where the system cannot (nothing is begun: the fsync then does it all). A
+    failure to begin is not reported here: the fsync that must follow reports the disk's errors."""
+    func = _SYNC_FILE_RANGE
+    if func is None or length <= 0:
+        return False
+    return func(fd, offset, length, SYNC_FILE_RANGE_WRITE) == 0
 
 
 def fsync_directory(directory: pathlib.Path) -> None:

@@ -82,6 +82,7 @@ from tidings.storage.files import (
     ensure_directory,
     fsync_directory,
     read_small_file,
+    start_writeback,
     write_all,
     write_atomically,
 )
@@ -306,6 +307,16 @@ class EventLog:
             self._synced_bytes = size
         if self._directory_dirty:
             self._fsync_directory()
+
+    def start_writeback(self) -> bool:
+        """Begin writing what was appended since the last `sync` to the disk, without waiting
+        (storage/files.py `start_writeback`): the `sync` that must follow then finds the write done
+        or under way. Makes nothing durable; False when nothing was begun."""
+        self._check_writable()
+        if not self._segments or self._write_fd < 0:
+            return False
+        size = self._segments[-1].size
+        return start_writeback(self._write_fd, self._synced_bytes, size - self._synced_bytes)
 
     def begin_sync(self) -> SyncPlan | None:
         """`sync` made by another thread, which never calls into the log (aio/storage_worker.py's syncer): the
