@@ -310,8 +310,8 @@ class StorageWorker:
             with self._log_lock:  # (the writer and the syncer are idle: `_loop_commits`)
                 for records, keys in held:
                     self.log.append(records, keys)
-                state = log_state(self.log)
                 self.log.start_writeback()
+                state = log_state(self.log)  # (while the disk writes)
         except BaseException as exc:  # a failing disk stops the broker, as in the writer
             self._failed_here(exc)
             return
