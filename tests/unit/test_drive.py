@@ -130,7 +130,7 @@ def test_hold_handles_now_and_applies_only_when_run():
     assert rt.sent == [3] and rt.armed == [50] and rt.settles == 1
 
     refused: list[object] = []
-    driver2, rt2 = make(core, on_send=lambda eff: refused.append(driver2.hold(Accepted(0, 4))))
+    driver2, _ = make(core, on_send=lambda eff: refused.append(driver2.hold(Accepted(0, 4))))
     driver2.feed(Accepted(0, 5))
     assert refused == [None]
 
