@@ -327,6 +327,25 @@ def test_a_keep_alive_from_a_node_we_do_not_take_as_a_leaf_is_answered_with_our_
     assert [type(x) for x in sent] == [m.KeepAliveAck, m.LeafSetReply]
 
 
+def test_a_sender_not_taken_as_a_leaf_gets_our_leaves_at_most_once_per_half_keep_alive_interval():
+    """The node at 500 holds 400 and 600; 300 takes it for a neighbour. 300's periodic keep-alive
+    (one an interval) gets the leaf set each time; a second one within half an interval, as a node
+    vetting us once per leaf set naming us sends, gets a bare ack."""
+    node = OverlayNode(NodeRef(500, "n:500"), OverlayConfig(leaf_set_size=2), random.Random(1))
+    node.start(0, None)
+    for leaf in (400, 600):
+        node.handle(0, f"n:{leaf}", m.KeepAlive(NodeRef(leaf, f"n:{leaf}")).to_wire())
+    interval = CONFIG.keepalive_interval_ns
+    far = m.KeepAlive(NodeRef(300, "n:300")).to_wire()
+
+    def answers(now: int) -> list[type]:
+        return [type(m.decode(e.message)) for e in node.handle(now, "n:300", far) if isinstance(e, PeerSend)]
+
+    assert answers(interval) == [m.LeafSetReply]
+    assert answers(interval) == answers(interval + interval // 2 - 1) == [m.KeepAliveAck]
+    assert answers(2 * interval - interval // 4) == [m.LeafSetReply]  # the next round, a little early
+
+
 def test_a_restarted_node_rejoins_under_its_nodeid():
     pump = Pump(10)
     grow(pump, 60)
