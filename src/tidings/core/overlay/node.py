@@ -285,10 +285,11 @@ class OverlayNode:
 
     def _may_tell_leaves(self, now: int, address: str) -> bool:
         """Whether a keep-alive from `address`, which we do not take as a leaf, may be answered with
-        our leaf set: not if it was within half a keep-alive interval (noted if it may). The
-        sender's periodic keep-alive comes once an interval, so each is answered however its
-        latency varies; the vetting keep-alives it sends for every leaf set naming us are not, and
-        so cannot make each answer set off more vetting than the last (see the module docstring)."""
+        our leaf set: not if we answered it so less than half a keep-alive interval ago (noted if it
+        may). The sender's periodic keep-alive comes once an interval, so each is answered unless its
+        latency varies by half an interval; the vetting keep-alives it sends, one for every leaf set
+        naming us, are not, so an answer cannot set off more vetting than the last (see the module
+        docstring)."""
         told = self._leaves_told.get(address)
         if told is not None and now - told < self.config.keepalive_interval_ns // 2:
             return False
