@@ -87,8 +87,9 @@ broker hands the core the WriteSynced there and then and holds every effect of i
 deliveries, the knowledge to the trees leave), and if it failed they are dropped with the core
 itself, which hears nothing more while the broker stops: nothing of a sync leaves the broker
 before the disk has it, as before. Meanwhile the disk was writing the events while the core
-worked out what to send: on this stop's machine the fsync after 150 us of work took 112 us p50
-where it took 273 us straight after the write (bench/fsync_floor.py `--calls`, `writeback`).
+worked out what to send: on this stop's machine a write, 100 us of work and the fsync took
+363 us p50 where they took 444 us without the early write (bench/fsync_floor.py `--calls
+prefilled,writeback --work-us 100`), and (d)'s p50 fell by 55-120 us (docs/benchmarks.md, "Stop 31").
 The writer's commits report after their fsync, as before.
 
 A native commit (the loop the log's one writer, a pthread of a C extension that never takes the GIL

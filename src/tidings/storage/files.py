@@ -43,7 +43,7 @@ SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writing the range's dirty pages
 def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
     """libc's sync_file_range, or None where there is none (not Linux, or a libc without it)."""
     try:
-        func = ctypes.CDLL(None, use_errno=True).sync_file_range
+        func = ctypes.CDLL(None).sync_file_range
     except (OSError, AttributeError):
         return None
     func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]

@@ -291,10 +291,15 @@ class OverlayNode:
         naming us, are not, so an answer cannot set off more vetting than the last (see the module
         docstring)."""
         told = self._leaves_told.get(address)
-        if told is not None and now - told < self.config.keepalive_interval_ns // 2:
+        if told is not None and now - told < self._leaves_told_hold_ns:
             return False
         self._leaves_told[address] = now
         return True
+
+    @property
+    def _leaves_told_hold_ns(self) -> int:
+        """How long a leaf-set answer holds back the next one to the same sender: half an interval."""
+        return self.config.keepalive_interval_ns // 2
 
     def _send_leaves(self, address: str, out: list[OverlayEffect]) -> None:
         reply = m.LeafSetReply(self.me, tuple(self.leaf_set.members()))
@@ -430,7 +435,7 @@ class OverlayNode:
             self.timers.set(OverlayTimer.KEEPALIVE, now + self.config.keepalive_interval_ns)
             keepalive = m.KeepAlive(self.me).to_wire()
             out.extend(PeerSend(node.address, keepalive) for node in self.leaf_set.members())
-            recent = now - self.config.keepalive_interval_ns // 2  # older answers no longer hold one back
+            recent = now - self._leaves_told_hold_ns  # older answers no longer hold one back
             self._leaves_told = {a: told for a, told in self._leaves_told.items() if told > recent}
         for address, heard in list(self._heard_ns.items()):
             if now - heard >= self.config.failure_timeout_ns:
