@@ -1,12 +1,14 @@
 # make run   : create .venv, install tidings, run the PLDB pipeline (3 brokers, monitors, tuple store, Spark health stream, plots; a broker and the tuple store killed and restarted mid-run), print a summary
 # make test  : create .venv, install tidings with test extras (and Chromium for the dashboard test, mosquitto-clients
 #              for the MQTT tests), run the whole suite
-#              but the tests marked soak (about 14 minutes on CI's 2 cores, whose limit is 20; docs/testing.md)
+#              but the tests marked soak, on TEST_WORKERS pytest workers (pytest-xdist; default 2, one per core of
+#              CI's 2: about 14 minutes there, whose limit is 20; docs/testing.md)
 # make soak  : the long sweeps and soaks (tests marked soak: the long forms and full seed counts), skipped by make test
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
+TEST_WORKERS ?= 2
 
 .PHONY: run test soak lint bench clean browser mqtt-clients
 
@@ -36,11 +38,11 @@ mqtt-clients:
 test: $(STAMP) browser mqtt-clients
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25
 
 # long sweeps and soaks (the tests marked soak, and the long forms of bounded tests): run before resolving an issue
 soak: $(STAMP)
-	TIDINGS_SOAK=1 $(PY) -m pytest -q -m soak --timeout=14400 --durations=0
+	TIDINGS_SOAK=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -m soak --timeout=14400 --durations=0
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench

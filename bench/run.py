@@ -26,6 +26,13 @@ the default), writer with every commit the log writer thread's (TIDINGS_SYNC_IN_
 mode runs the broker's default: `--tests d --tidings-modes writer,loop` is the A/B of the two in one run, the
 brokers alternated within each round as the modes are.
 
+The brokers "floor" and "floor-prefilled" (d only) are the yardstick of the d bars:
+bench/floor_broker.c, built here with the machine's C compiler, a one-thread epoll loop that makes
+each MQTT PUBLISH durable, then forwards it and acknowledges it, and does nothing else. "floor"
+writes as the floor is measured (write + fsync), so its margin above the floor is the loopback
+round trip that no broker can skip; "floor-prefilled" writes as tidings' log does (pwrite over
+zeros + fdatasync). What is left of tidings' margin after theirs is tidings' own.
+
 With d, each round first measures the disk's own fsync latency (bench/fsync_floor.py: append a small
 record and fsync it, 3,000 times at 1,000/s, in $TIDINGS_BENCH_DIR/runs, the file system of the
 brokers' data, on the brokers' CPU 0 where tidings' log writer waits for its fsyncs): a line with
@@ -84,7 +91,12 @@ BROKERS = {
     "amqtt": ("mqtt", ["a", "b", "c", "d-best", "d-durable"]),
     # tidings' own MQTT listener (--mqtt), driven by the MQTT load clients as Mosquitto is
     "tidings-mqtt": ("mqtt", ["a", "b", "c", "d-best", "d-durable"]),
+    # the yardstick of (d): a C loop that fsyncs each PUBLISH, then forwards it (bench/floor_broker.c)
+    "floor": ("mqtt", ["d-best", "d-durable"]),  # write + fsync, as the floor is measured
+    "floor-prefilled": ("mqtt", ["d-best", "d-durable"]),  # pwrite over zeros + fdatasync, as tidings' log
 }
+FLOOR_SOURCE = os.path.join(HERE, "floor_broker.c")
+FLOOR_BINARY = os.path.join(WORK, "floor_broker")
 
 
 TIDINGS_MODES = ("plain", "auth", "tls", "auth+tls", "writer", "loop")
@@ -169,7 +181,22 @@ def server_command(name: str, port: int, data_dir: str, conf_dir: str) -> list[s
                     f"plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n"
                     f"    allow_anonymous: true\n")
         return [os.path.join(PEERS_VENV, "bin", "amqtt"), "-c", conf]
+    if name in ("floor", "floor-prefilled"):
+        return [FLOOR_BINARY, str(port), data_dir, "prefilled" if name == "floor-prefilled" else "append"]
     raise ValueError(name)
+
+
+def build_floor() -> str | None:
+    """Compile bench/floor_broker.c into the work dir (again when the source is newer); None or why not."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        return "no C compiler (cc) to build bench/floor_broker.c"
+    if os.path.exists(FLOOR_BINARY) and os.path.getmtime(FLOOR_BINARY) >= os.path.getmtime(FLOOR_SOURCE):
+        return None
+    os.makedirs(WORK, exist_ok=True)
+    built = subprocess.run([compiler, "-O2", "-Wall", "-o", FLOOR_BINARY, FLOOR_SOURCE],
+                           capture_output=True, text=True, check=False)
+    return None if built.returncode == 0 else f"building floor_broker failed: {built.stderr[-300:]}"
 
 
 def missing_prerequisite(name: str) -> str | None:
@@ -179,6 +206,8 @@ def missing_prerequisite(name: str) -> str | None:
             return f"no {exe} (make install the project venv)"
         probe = subprocess.run([exe, "broker", "--help"], capture_output=True, text=True, check=False)
         return None if probe.returncode == 0 else f"`tidings broker --help` failed: {probe.stderr[-300:]}"
+    if name in ("floor", "floor-prefilled"):
+        return build_floor()
     exe = {"mosquitto": "mosquitto", "nats": "nats-server"}.get(name)
     if exe and not shutil.which(exe):
         return f"{exe} is not installed (run bench/setup.sh as root)"
