@@ -72,12 +72,17 @@ def test_summary_shows_the_floor_and_judges_the_margin_against_the_target() -> N
                      "p50_us": 130.0 + p50, "p99_us": 700.0 + p99, "over_fsync_p50_us": p50, "over_fsync_p99_us": p99})
     text = summarize.render(rows)
     assert "| disk: write + fsync of one small record" in text
-    assert ("| best effort | 80 µs [60 µs\u201390 µs] | 280 µs [250 µs\u2013400 µs] "
+    assert ("| tidings best effort | 80 µs [60 µs\u201390 µs] | 280 µs [250 µs\u2013400 µs] "
             "| p50 within +100 µs; p99 within +300 µs |") in text
+    assert "| floor" not in text  # no yardstick in this run: no line for one
     assert "| disk |" not in text  # the floor is no broker of the other tables
     rows[-1]["over_fsync_p50_us"] = 150.0
     rows[-3]["over_fsync_p50_us"] = 140.0
     assert "p50 over +100 µs" in summarize.render(rows)
+    rows.append({"broker": "floor-prefilled", "test": "d-best", "round": 1, "run_id": "r", "value": 180.0,
+                 "p50_us": 180.0, "p99_us": 900.0, "over_fsync_p50_us": 50.0, "over_fsync_p99_us": 200.0})
+    assert ("| floor-prefilled best effort | 50 µs (n=1) | 200 µs (n=1) | p50 within +100 µs; p99 within +300 µs |"
+            in summarize.render(rows))  # the yardstick beside tidings
 
 
 def test_classify_names_the_largest_explanation_first() -> None:
