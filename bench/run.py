@@ -95,6 +95,7 @@ BROKERS = {
     "floor": ("mqtt", ["d-best", "d-durable"]),  # write + fsync, as the floor is measured
     "floor-prefilled": ("mqtt", ["d-best", "d-durable"]),  # pwrite over zeros + fdatasync, as tidings' log
 }
+FLOOR_BROKERS = ("floor", "floor-prefilled")
 FLOOR_SOURCE = os.path.join(HERE, "floor_broker.c")
 FLOOR_BINARY = os.path.join(WORK, "floor_broker")
 
@@ -181,7 +182,7 @@ def server_command(name: str, port: int, data_dir: str, conf_dir: str) -> list[s
                     f"plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n"
                     f"    allow_anonymous: true\n")
         return [os.path.join(PEERS_VENV, "bin", "amqtt"), "-c", conf]
-    if name in ("floor", "floor-prefilled"):
+    if name in FLOOR_BROKERS:
         return [FLOOR_BINARY, str(port), data_dir, "prefilled" if name == "floor-prefilled" else "append"]
     raise ValueError(name)
 
@@ -206,7 +207,7 @@ def missing_prerequisite(name: str) -> str | None:
             return f"no {exe} (make install the project venv)"
         probe = subprocess.run([exe, "broker", "--help"], capture_output=True, text=True, check=False)
         return None if probe.returncode == 0 else f"`tidings broker --help` failed: {probe.stderr[-300:]}"
-    if name in ("floor", "floor-prefilled"):
+    if name in FLOOR_BROKERS:
         return build_floor()
     exe = {"mosquitto": "mosquitto", "nats": "nats-server"}.get(name)
     if exe and not shutil.which(exe):
