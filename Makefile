@@ -2,7 +2,8 @@
 # make test  : create .venv, install tidings with test extras (and Chromium for the dashboard test, mosquitto-clients
 #              for the MQTT tests), run the whole suite
 #              but the tests marked soak, on TEST_WORKERS pytest workers (pytest-xdist; default 2, one per core of
-#              CI's 2: about 14 minutes there, whose limit is 20; docs/testing.md)
+#              CI's 2), then the Spark jobs alone (each is a JVM and Python workers that want both cores):
+#              about 14 minutes there, whose limit is 20; docs/testing.md
 # make soak  : the long sweeps and soaks (tests marked soak: the long forms and full seed counts), skipped by make test
 PYTHON ?= python3
 VENV   ?= .venv
@@ -38,11 +39,13 @@ mqtt-clients:
 test: $(STAMP) browser mqtt-clients
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not spark" --durations=25
+	$(PY) -m pytest -q -m spark --durations=10
 
 # long sweeps and soaks (the tests marked soak, and the long forms of bounded tests): run before resolving an issue
 soak: $(STAMP)
-	TIDINGS_SOAK=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -m soak --timeout=14400 --durations=0
+	TIDINGS_SOAK=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -m "soak and not spark" --timeout=14400 --durations=0
+	TIDINGS_SOAK=1 $(PY) -m pytest -q -m "soak and spark" --timeout=14400 --durations=0
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench
