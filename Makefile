@@ -3,7 +3,7 @@
 #              for the MQTT tests), run the whole suite
 #              but the tests marked soak, on TEST_WORKERS pytest workers (pytest-xdist; default 2, one per core of
 #              CI's 2), then the Spark jobs alone (each is a JVM and Python workers that want both cores):
-#              about 14 minutes there, whose limit is 20; docs/testing.md
+#              about 16 minutes there with the install, whose limit is 20; docs/testing.md
 # make soak  : the long sweeps and soaks (tests marked soak: the long forms and full seed counts), skipped by make test
 PYTHON ?= python3
 VENV   ?= .venv
