@@ -141,7 +141,7 @@ static int publish(struct conn *from, unsigned char flags, const unsigned char *
         }
         memcpy(out + k, payload, plen);
         k += plen;
-        if (send_all(s->fd, out, k) != 0) continue;
+        send_all(s->fd, out, k);  /* a subscriber gone: its own read sees the close */
     }
     if (qos) {
         unsigned char ack[4] = {0x40, 0x02, body[2 + tlen], body[3 + tlen]};

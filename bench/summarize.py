@@ -17,6 +17,8 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from run import FLOOR_BROKERS  # (bench/ is the script's directory: on the path)
+
 DISK = "disk"  # bench/run.py's fsync floor lines (test "fsync")
 OVER_FSYNC_P50_US_MAX, OVER_FSYNC_P99_US_MAX = 100, 300  # issue 21's (d) target above the fsync
 BROKER_ORDER = ["tidings", "mosquitto", "nats", "amqtt"]
@@ -40,7 +42,6 @@ WHAT_IS_BEST_EFFORT = {
     "tidings-mqtt": "QoS 0 on the one path (logged + fsynced before delivery)",
     "floor": "QoS 0, written and fsynced before it is forwarded", "floor-prefilled": "as floor, over zeros",
 }
-YARDSTICKS = ("floor", "floor-prefilled")  # bench/floor_broker.c: what the disk and the sockets allow
 
 
 def fmt_rate(x: float | None) -> str:
@@ -100,7 +101,7 @@ def above_floor(vals: Any) -> list[str]:
     against issue 21's target: p50 at most 100 us above the fsync's p50, p99 at most 300 us above its p99;
     the yardsticks' margins beside it, when the run had them (what any broker could reach there)."""
     rows = []
-    for broker in ("tidings", *YARDSTICKS):
+    for broker in ("tidings", *FLOOR_BROKERS):  # (bench/floor_broker.c: what the disk and the sockets allow)
         for test, title in (("d-best", "best effort"), ("d-durable", "durable")):
             p50, p99 = vals(broker, test, "over_fsync_p50_us"), vals(broker, test, "over_fsync_p99_us")
             if not p50:

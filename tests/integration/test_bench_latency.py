@@ -15,6 +15,9 @@ from tidings.testing import BrokerProcess
 pytestmark = pytest.mark.integration
 
 LOADS = Path(__file__).resolve().parents[2] / "bench" / "loads.py"
+sys.path.insert(0, str(LOADS.parent))
+import run  # noqa: E402  (bench/run.py: how it builds and starts the yardstick)
+
 EVENTS, WARMUP = 400, 50
 TIMEOUT_S = 60
 
@@ -49,9 +52,6 @@ def test_the_floor_broker_makes_each_publish_durable_then_delivers_and_acks_it(
         tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/floor_broker.c, the (d) yardstick, built as bench/run.py builds it, under the same load:
     every event is delivered and acknowledged, and each one is in its log file."""
-    sys.path.insert(0, str(LOADS.parent))
-    import run  # bench/run.py
-
     monkeypatch.setattr(run, "FLOOR_BINARY", str(tmp_path / "floor_broker"))
     why = run.build_floor()
     if why and why.startswith("no C compiler"):
