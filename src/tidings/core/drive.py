@@ -131,6 +131,8 @@ class Driver:
             self._runtime.arm(None)
 
     def _apply(self, effects: list[Effect]) -> None:
+        if not effects:  # (`feed`'s run brings none of its own)
+            return
         handlers = self._handlers
         for eff in coalesce_sends(effects):
             handler = handlers.get(type(eff))

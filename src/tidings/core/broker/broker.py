@@ -30,8 +30,11 @@ from tidings.core.durable.registrations import Registrations
 from tidings.core.durable.subscriptions import DurableSubscriptions
 from tidings.core.effects import Effect, PeerRefused, Send
 from tidings.core.inputs import (
+    CLOCKED,
+    DIALS,
+    ON_A_CONNECTION,
+    SEND_FLOW,
     Accepted,
-    Connected,
     ConnectFailed,
     ConnectionLost,
     DrainRequested,
@@ -43,7 +46,6 @@ from tidings.core.inputs import (
     Received,
     RetentionApplied,
     SendBlocked,
-    SendDrained,
     TimerFired,
     WriteSynced,
 )
@@ -103,13 +105,13 @@ class Broker:
     def handle(self, inp: Input) -> list[Effect]:  # noqa: PLR0912 - one branch per input type
         out: list[Effect] = []
         self.now = inp.now
-        if isinstance(inp, Received | TimerFired) and inp.wall_us:
+        if isinstance(inp, CLOCKED) and inp.wall_us:
             self.clock.us = inp.wall_us
             if self.cluster is not None:  # the clock its machines read (core/clock.py): no call through them
                 self.cluster.clock.us = inp.wall_us
         peer = None  # a client's connection is in the table; the cluster member is asked about the others
-        if self.cluster is not None and (isinstance(inp, Connected | ConnectFailed) or (
-                isinstance(inp, Received | ConnectionLost | SendBlocked | SendDrained)
+        if self.cluster is not None and (isinstance(inp, DIALS) or (
+                isinstance(inp, ON_A_CONNECTION)
                 and inp.conn not in self.connections)):
             if type(inp) is ConnectFailed:
                 self.lifecycle.join_attempt_failed(inp.address, inp.reason)
@@ -134,7 +136,7 @@ class Broker:
             self.reading.accept(inp.now, inp.conn, out)
         elif isinstance(inp, ConnectionLost):
             self._lost(inp.conn, out)
-        elif isinstance(inp, SendBlocked | SendDrained):
+        elif isinstance(inp, SEND_FLOW):
             self._flow(inp.conn, isinstance(inp, SendBlocked), out)
         elif isinstance(inp, TimerFired):
             self._timeouts(inp.now, inp.wall_us, out)

@@ -294,10 +294,7 @@ class ReliabilityNode:
         decoded = messages.decode(message)
         out: list[NodeEffect] = []
         if type(decoded) is messages.StreamAcks:
-            for stream in decoded.streams:
-                if not self.streams.acked(now, sender, stream) and stream.pubend == self.pubend_id:
-                    out += self._source(now, self.source.acked(now, stream.tree, stream.through, sender,
-                                                               stream.released, stream.delivered))
+            out += self._acks_arrived(now, sender, decoded)
         elif type(decoded) is messages.Nack:
             out += self._nacked(now, sender, decoded)
         elif type(decoded) is messages.KnowledgeMessage:  # straight from a pubend that takes us for the root
@@ -314,6 +311,14 @@ class ReliabilityNode:
         elif type(decoded) is not messages.Moved:  # (a MOVED for another home is not this broker's)
             raise AssertionError(f"reliability: no route for the message {decoded!r}")
         return self._flush(now, out)
+
+    def _acks_arrived(self, now: int, sender: str, acks: messages.StreamAcks) -> list[NodeEffect]:
+        out: list[NodeEffect] = []
+        for stream in acks.streams:
+            if not self.streams.acked(now, sender, stream) and stream.pubend == self.pubend_id:
+                out += self._source(now, self.source.acked(now, stream.tree, stream.through, sender,
+                                                           stream.released, stream.delivered))
+        return out
 
     def moved(self, home_address: str, home: str, registration: int) -> list[NodeEffect]:
         """Tell the broker at `home_address` that its durable subscription `registration` resumed here."""
@@ -384,11 +389,17 @@ class ReliabilityNode:
         return out
 
     def _flush(self, now: int, out: list[NodeEffect]) -> list[NodeEffect]:
-        """`out` and then the acks gathered while producing it, one ACK per upstream broker."""
-        acks = self.streams.acks
+        """`out` and then the acks gathered while producing it, one ACK per upstream broker. An ACK
+        to this broker itself (the root of its own pubend's trees: one per event on a lone broker)
+        is taken as made, as `_own_arrived` takes its knowledge, not written for the wire and
+        decoded again."""
+        acks, me = self.streams.acks, self.me.address
         while acks:
             for send in acks.drain():
-                out += self._to(now, send.address, send.message.to_wire())
+                if send.address == me:
+                    out += self._flush(now, self._acks_arrived(now, me, send.message))
+                else:
+                    out.append(PeerSend(send.address, send.message.to_wire()))
         return out
 
     def _to(self, now: int, address: str, message: WireArray) -> list[NodeEffect]:

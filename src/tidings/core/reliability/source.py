@@ -116,8 +116,7 @@ class Source:
         out: list[SourceEffect] = []
         size = batches.size() if batches.channel is not None else None
         for tree, (ticks, records) in self._writer.by_tree(batches).items():
-            quiet = self._tails.quiet_after(tree)
-            self._tails.published(tree, ticks[-1])
+            quiet = self._tails.published(tree, ticks[-1])  # (quiet after what the tree had before)
             stream = self._streams.get(tree)
             empty = self._empty(now, tree)
             if empty and stream is not None and not self._streams.counts(now, stream, empty):

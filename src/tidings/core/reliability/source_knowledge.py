@@ -219,13 +219,15 @@ class EventTails:
         # whose `_last_data` entry was evicted; past it, a tree's records end at its entry
         self._untracked_through = TICK_MAX
 
-    def published(self, tree: str, tick: int) -> None:
-        """`tree`'s last event is now at `tick`."""
-        self._last_data.pop(tree, None)
+    def published(self, tree: str, tick: int) -> int:
+        """`tree`'s last event is now at `tick`; what `quiet_after` said before it (one call on the
+        sync's path, for each tree of its events)."""
+        quiet = max(self._last_data.pop(tree, 0), self._untracked_through)
         self._last_data[tree] = tick
         if len(self._last_data) > self._trees_max:
             oldest = next(iter(self._last_data))
             self._untracked_through = max(self._untracked_through, self._last_data.pop(oldest))
+        return quiet
 
     def recover(self, last_tick: int) -> None:
         """At start: what the log holds up to `last_tick` may be on any tree."""
