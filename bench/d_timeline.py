@@ -16,7 +16,9 @@ its calls are cut into one timeline per event:
 
 and the spans between them: wake to log write (the broker's own work before the disk has the
 event), log write to sync (its work while the disk writes), the sync, sync to first send (its
-work after), and wake to first send. The medians and p90s of each, per broker, side by side: the
+work after), and wake to first send. An event committed by another thread (tidings' writer
+thread takes the commits when fsyncs turn slow) or read at the same wake as another is not
+timed; the table says how many were. The medians and p90s of each, per broker, side by side: the
 C yardstick of bench/floor_broker.c (`floor-prefilled`) does only what (d) needs, so the
 difference in each span is what the broker adds there. The system calls are a broker's, not its
 source, so the cut is the same for every broker that logs, fsyncs and then writes to a socket.
