@@ -5,8 +5,8 @@ makes it durable.
 
 Each broker is started as bench/run.py starts it (pinned to CPU 0, a fresh data directory) and
 given the (d) latency load of loads.py from CPU 1, while `perf record` takes every system call's
-entry and exit of the broker's threads. The thread that fsyncs the log most is the one read, and
-its calls are cut into one timeline per event:
+entry and exit of the broker's threads. The event loop that fsyncs most (a thread that waits in
+epoll) is the one read, and its calls are cut into one timeline per event:
 
     wake          the return of the epoll wait before the event's log write
     log write     the first write or pwrite to a file descriptor the thread fsyncs
@@ -17,10 +17,11 @@ its calls are cut into one timeline per event:
 and the spans between them: wake to log write (the broker's own work before the disk has the
 event), log write to sync (its work while the disk writes), the sync, sync to first send (its
 work after), and wake to first send. An event committed by another thread (tidings' writer
-thread takes the commits when fsyncs turn slow) or read at the same wake as another is not
-timed; the table says how many were. The medians and p90s of each, per broker, side by side: the
-C yardstick of bench/floor_broker.c (`floor-prefilled`) does only what (d) needs, so the
-difference in each span is what the broker adds there. The system calls are a broker's, not its
+thread takes the commits when fsyncs turn slow: `loop_syncs` in the line counts the loop's) or
+read at the same wake as another is not timed; the table says how many were. The medians and
+p90s of each, per broker, side by side: the C yardstick of bench/floor_broker.c
+(`floor-prefilled`) does only what (d) needs, so the difference in each span is what the broker
+adds there. The system calls are a broker's, not its
 source, so the cut is the same for every broker that logs, fsyncs and then writes to a socket.
 
 It needs Linux perf (`perf record` able to trace the broker: root, or perf_event_paranoid low
@@ -170,9 +171,12 @@ def measure(name: str, test: str, count: int, work: str) -> dict[str, Any]:
     threads = calls_by_thread(script.stdout)
     script.wait(120)
     os.unlink(trace)
-    syncs = Counter({tid: sum(c.nr in SYNCS for c in calls) for tid, calls in threads.items()})
-    events = timelines(threads[syncs.most_common(1)[0][0]]) if syncs and syncs.most_common(1)[0][1] else []
-    return {"broker": name, "test": test, "events": len(events), "sent": count, "spans_us": summary(events),
+    syncs = Counter({tid: sum(c.nr in SYNCS for c in calls) for tid, calls in threads.items()
+                     if any(c.nr in WAITS for c in calls)})  # the event loops' fsyncs
+    tid, loop_syncs = syncs.most_common(1)[0] if syncs else (0, 0)
+    events = timelines(threads[tid]) if loop_syncs else []
+    return {"broker": name, "test": test, "events": len(events), "sent": count, "loop_syncs": loop_syncs,
+            "spans_us": summary(events),
             "client_p50_us": load.get("p50_us"), "client_p99_us": load.get("p99_us"), "errors": load.get("errors")}
 
 

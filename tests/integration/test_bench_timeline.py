@@ -2,8 +2,8 @@
 
 The cut is checked on a made-up `perf script` trace (every span, an event that waited before its
 sync, another thread's calls, a send before the sync), then run for real on tidings and the C
-yardstick with a short load when this machine lets perf trace system calls: every event timed,
-its spans consistent, the writeback span tidings' alone."""
+yardstick with a short load when this machine lets perf trace system calls: most of the events
+timed, their spans consistent, the writeback span tidings' alone."""
 
 from __future__ import annotations
 
@@ -93,13 +93,17 @@ def test_tidings_and_the_yardstick_timed_for_real(tmp_path: Path) -> None:
     assert [r["broker"] for r in lines] == brokers.split(",")
     for r in lines:
         assert r["errors"] == [] and r["sent"] == EVENTS
-        # not every event: on a busy machine tidings hands some commits to its writer thread (slow
-        # fsyncs), and two PUBLISHes read at one wake are one timeline (the cut reads one thread)
-        assert r["events"] >= EVENTS / 3, r
+    tidings, floor = lines
+    assert floor["loop_syncs"] >= EVENTS and floor["events"] >= EVENTS / 2, floor  # one thread, one fsync each
+    assert "writeback" not in floor["spans_us"]
+    if tidings["loop_syncs"] < EVENTS / 3:  # slow fsyncs here: its writer thread took the commits
+        pytest.skip(f"tidings' loop made {tidings['loop_syncs']} of its commits: too few to time here")
+    assert "writeback" in tidings["spans_us"]
+    for r in lines:
+        # not one per fsync: two PUBLISHes read at one wake are one timeline
+        assert r["events"] >= r["loop_syncs"] / 3, r
         spans = r["spans_us"]
         assert 0 < spans["wake_to_log_write"]["p50"] <= spans["wake_to_first_send"]["p50"]
         assert 0 < spans["sync"]["p50"] < spans["wake_to_first_send"]["p50"]
         for span in spans.values():
             assert 0 <= span["p50"] <= span["p90"]
-    tidings, floor = lines
-    assert "writeback" in tidings["spans_us"] and "writeback" not in floor["spans_us"]
