@@ -38,7 +38,6 @@ import platform
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import run  # noqa: E402
+from fsync_floor import percentile_us  # noqa: E402
 
 # x86-64 system call numbers
 WAITS = {232, 281, 441}  # epoll_wait, epoll_pwait, epoll_pwait2
@@ -128,13 +128,13 @@ def _spans(wake: float, write: Call, writeback: Call | None, sync: Call, send: C
     return spans
 
 
-def summary(events: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+def summary(events: list[dict[str, float]]) -> dict[str, dict[str, float | None]]:
+    """Each span's p50 and p90 over the events that have it, taken as loads.py takes its own."""
     out = {}
     for span in SPANS:
         values = sorted(e[span] for e in events if span in e)
         if values:
-            p90 = values[int(0.9 * (len(values) - 1))]
-            out[span] = {"p50": round(statistics.median(values), 1), "p90": round(p90, 1)}
+            out[span] = {"p50": percentile_us(values, 50), "p90": percentile_us(values, 90)}
     return out
 
 

@@ -72,7 +72,7 @@ def test_the_spans_of_each_event_are_cut_from_the_thread_that_fsyncs() -> None:
          "first_send": 29, "wake_to_first_send": 230},
     ]
     summary = d_timeline.summary(events)
-    assert summary["wake_to_first_send"] == {"p50": 290.0, "p90": 290.0}
+    assert summary["wake_to_first_send"] == {"p50": 290.0, "p90": 320.0}  # (nearest rank, as loads.py)
     assert summary["writeback"] == {"p50": 24.0, "p90": 24.0}
 
 
